@@ -1,0 +1,107 @@
+/**
+ * The job and its state machine (spec §3, DESIGN.md §3).
+ *
+ *            run / retry                 take (worker)             done / error / timeout
+ *   (none) ───────────────▶ IN_QUEUE ─────────────────▶ IN_PROGRESS ─────────────────▶ COMPLETED | FAILED | TIMED_OUT
+ *                             │  ▲                          │   │                                      │
+ *                             │  └──── lease lapsed ────────┘   │                                      │
+ *             cancel / purge  ▼        (attempt + 1)            │ cancel                     retry     │
+ *                          CANCELLED ◀──────────────────────────┘     (FAILED, TIMED_OUT) ─────────────┘
+ *
+ * Every move is a compare-and-set on the current status, so cancel, completion, lease expiry and purge
+ * never lose a race: whichever write lands first wins and the other finds the status changed.
+ */
+export const jobStatuses = ['IN_QUEUE', 'IN_PROGRESS', 'COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'] as const;
+export type JobStatus = (typeof jobStatuses)[number];
+
+export const finalStatuses: ReadonlySet<JobStatus> = new Set(['COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT']);
+export const isFinal = (status: JobStatus): boolean => finalStatuses.has(status);
+
+/** The legal moves, and the only place that says which status each starts from and ends in. */
+export const moves = {
+  /** A worker takes a queued job. */
+  take: { from: ['IN_QUEUE'], to: 'IN_PROGRESS' },
+  /** A worker posts a progress update; the status stays. */
+  progress: { from: ['IN_PROGRESS'], to: 'IN_PROGRESS' },
+  complete: { from: ['IN_PROGRESS'], to: 'COMPLETED' },
+  fail: { from: ['IN_PROGRESS'], to: 'FAILED' },
+  timeOut: { from: ['IN_PROGRESS'], to: 'TIMED_OUT' },
+  /** A lapsed lease: the worker died, the job goes back to the queue. */
+  requeue: { from: ['IN_PROGRESS'], to: 'IN_QUEUE' },
+  cancel: { from: ['IN_QUEUE', 'IN_PROGRESS'], to: 'CANCELLED' },
+  purge: { from: ['IN_QUEUE'], to: 'CANCELLED' },
+  retry: { from: ['FAILED', 'TIMED_OUT'], to: 'IN_QUEUE' },
+} as const satisfies Record<string, { from: readonly JobStatus[]; to: JobStatus }>;
+
+export type Move = keyof typeof moves;
+
+export const canMove = (move: Move, status: JobStatus): boolean =>
+  (moves[move].from as readonly JobStatus[]).includes(status);
+
+export interface JobPolicy {
+  executionTimeoutMs: number;
+  ttlMs: number;
+  lowPriority: boolean;
+}
+
+/** A job as the store keeps it. Times are epoch milliseconds. */
+export interface Job {
+  id: string;
+  endpointId: string;
+  status: JobStatus;
+  /** The request's `input`, kept as sent: retry runs the original input again. */
+  input: unknown;
+  webhook?: string | undefined;
+  /** RunPod passes s3Config through to the handler; so do we. */
+  s3Config?: Record<string, unknown> | undefined;
+  policy: JobPolicy;
+  /** Submitted through /runsync. */
+  sync: boolean;
+  /** How long results stay readable after the job ends. */
+  retentionMs: number;
+  createdAt: number;
+  /** When a worker last took it; delayTime is measured up to here. */
+  startedAt?: number | undefined;
+  finishedAt?: number | undefined;
+  /** From this moment the job reads as 404 (policy.ttl before it ends, retention after). */
+  expiresAt: number;
+  output?: unknown;
+  error?: string | undefined;
+  workerId?: string | undefined;
+  /** The taking worker must ping before this moment or the job goes back to the queue. */
+  leaseUntil?: number | undefined;
+  /** How many times a worker has taken it in the current run (lapsed leases count). */
+  attempt: number;
+  /** How many times /retry re-queued it. */
+  retries: number;
+  /** A strictly increasing version, bumped on every write; it makes each move a compare-and-set. */
+  version: number;
+}
+
+/** The job as the v2 API shows it (reference/runpod-api-anchor.md §6.2). */
+export interface JobView {
+  id: string;
+  status: JobStatus;
+  delayTime?: number;
+  executionTime?: number;
+  input?: unknown;
+  output?: unknown;
+  error?: string;
+  workerId?: string;
+  retries?: number;
+}
+
+export function viewOf(job: Job, now: number): JobView {
+  const view: JobView = { id: job.id, status: job.status };
+  if (job.startedAt !== undefined) view.delayTime = Math.max(0, job.startedAt - job.createdAt);
+  else if (job.status === 'IN_QUEUE') view.delayTime = Math.max(0, now - job.createdAt);
+  if (job.startedAt !== undefined && job.status !== 'IN_QUEUE') {
+    view.executionTime = Math.max(0, (job.finishedAt ?? now) - job.startedAt);
+  }
+  if (!isFinal(job.status)) view.input = job.input;
+  if (job.output !== undefined) view.output = job.output;
+  if (job.error !== undefined) view.error = job.error;
+  if (job.workerId !== undefined) view.workerId = job.workerId;
+  if (job.retries > 0) view.retries = job.retries;
+  return view;
+}

@@ -1,0 +1,54 @@
+/**
+ * The numbers of spec §8 and DESIGN.md §3–§4, in one place. Units are in the names.
+ */
+export const limits = {
+  /** `/run` request body (spec §8). */
+  runBodyBytes: 10 * 1024 * 1024,
+  /** `/runsync` request body (spec §8). */
+  runsyncBodyBytes: 20 * 1024 * 1024,
+  /** A worker's job-done body; RunPod answers 400 above ~20 MB (worker-comfyui#129). */
+  jobDoneBodyBytes: 20 * 1024 * 1024,
+  /** A single stream chunk; larger output is split across chunks (spec §8). */
+  streamChunkBytes: 1024 * 1024,
+
+  runsyncDefaultWaitMs: 90_000,
+  waitMinMs: 1_000,
+  waitMaxMs: 300_000,
+  /** How long `/stream` holds a request open when nothing new has arrived. */
+  streamWaitMs: 10_000,
+  /** How long job-take and job-stop hold a worker's request open (the RunPod SDK gives up after 90 s). */
+  workerPollWaitMs: 30_000,
+
+  /** Results of `/run` jobs: 30 minutes after completion (spec §8). */
+  runRetentionMs: 30 * 60_000,
+  /** Results of `/runsync` jobs: 1 minute, up to 5 minutes with a longer wait (spec §8). */
+  runsyncRetentionMs: 60_000,
+  runsyncMaxRetentionMs: 5 * 60_000,
+
+  /** policy.executionTimeout default and bounds (RunPod docs: 5 s – 7 d). */
+  executionTimeoutDefaultMs: 600_000,
+  executionTimeoutMinMs: 5_000,
+  executionTimeoutMaxMs: 7 * 24 * 3_600_000,
+  /** policy.ttl default and bounds (RunPod docs: 10 s – 7 d), counted from submission. */
+  ttlDefaultMs: 24 * 3_600_000,
+  ttlMinMs: 10_000,
+  ttlMaxMs: 7 * 24 * 3_600_000,
+
+  /** A taken job's lease; the worker's ping renews it (the RunPod SDK pings every 10 s). */
+  leaseMs: 60_000,
+  /** How many times a job whose lease lapsed goes back to the queue before it fails. */
+  maxAttempts: 3,
+
+  /** Webhook delivery: the first POST and 2 retries 10 s apart (RunPod docs). */
+  webhookAttempts: 3,
+  webhookRetryDelayMs: 10_000,
+  webhookTimeoutMs: 10_000,
+
+  /** Deployment artifact (spec §8). */
+  artifactBytes: 1.5 * 1024 * 1024 * 1024,
+} as const;
+
+/** Packages every base image ships, so the artifact build leaves them out (spec §8). */
+export const baseImagePackages = ['torch', 'torchvision', 'torchaudio', 'numpy', 'triton'] as const;
+
+export const defaultPort = 8888;

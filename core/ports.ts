@@ -1,0 +1,185 @@
+/**
+ * The ports: small role-named interfaces that the job engine, the API and the CLI use, and that each
+ * provider implements (local: SQLite + files; aws: DynamoDB + SQS + S3). Adapters only translate I/O
+ * and vendor errors. One contract suite per port (test/contract/) runs against every adapter.
+ */
+import type { Job, JobStatus } from './job.js';
+
+/** Fields to write. A key that is present with the value `undefined` removes that field. */
+export type JobPatch = Partial<Omit<Job, 'id' | 'endpointId' | 'version'>>;
+
+export interface JobCounts {
+  completed: number;
+  failed: number;
+  inProgress: number;
+  inQueue: number;
+  retried: number;
+}
+
+export interface JobStore {
+  /** Stores a new job at version 1. Throws a `conflict` FerryError when the id exists. */
+  create(job: Job): Promise<void>;
+  /** The job, or undefined when there is none or it has expired at `nowMs` (expired jobs read as absent). */
+  get(jobId: string, nowMs: number): Promise<Job | undefined>;
+  /**
+   * Compare-and-set: applies `patch` and bumps the version only while the stored job is at
+   * `expectedVersion`. Returns the job as written, or undefined when it changed or vanished meanwhile.
+   */
+  update(jobId: string, expectedVersion: number, patch: JobPatch): Promise<Job | undefined>;
+  /** Unexpired jobs of one endpoint in one status, oldest first. */
+  listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]>;
+  /** IN_PROGRESS jobs (any endpoint) whose lease lapsed or whose execution timeout passed at `nowMs`. */
+  listOverdue(nowMs: number, limit: number): Promise<Job[]>;
+  /** Unexpired jobs whose policy.ttl ran out before they ended; they must be stopped. */
+  listExpiredUnfinished(nowMs: number, limit: number): Promise<Job[]>;
+  /** Appends stream chunk outputs in order. */
+  appendStream(jobId: string, outputs: unknown[]): Promise<void>;
+  /** The chunks not handed out before, oldest first; each chunk is handed out once. */
+  drainStream(jobId: string): Promise<unknown[]>;
+  /** Drops every chunk of a job (retry starts a clean run). */
+  clearStream(jobId: string): Promise<void>;
+  counts(endpointId: string, nowMs: number): Promise<JobCounts>;
+  /** Deletes what expired before `nowMs`; returns how many jobs went. (DynamoDB's TTL does this itself.) */
+  deleteExpired(nowMs: number): Promise<number>;
+  close(): Promise<void>;
+}
+
+export interface QueueMessage {
+  jobId: string;
+  /** Opaque handle that acknowledges this delivery. */
+  receipt: string;
+}
+
+export interface ReceiveOptions {
+  max: number;
+  /** How long a received message stays hidden from other receivers before it is delivered again. */
+  visibilityMs: number;
+  /** Long poll: how long to wait for a message when none is there. 0 answers at once. */
+  waitMs: number;
+  signal?: AbortSignal | undefined;
+}
+
+/** Dispatch only: the JobStore is the source of truth, a message is a hint that a job may be ready. */
+export interface JobQueue {
+  send(endpointId: string, jobId: string, options: { lowPriority: boolean }): Promise<void>;
+  receive(endpointId: string, options: ReceiveOptions): Promise<QueueMessage[]>;
+  /** Deletes a delivered message. Acknowledging twice is fine. */
+  ack(endpointId: string, receipt: string): Promise<void>;
+  /** Messages waiting, as far as the queue knows; `urgent` leaves out low-priority ones (they don't scale). */
+  depth(endpointId: string): Promise<{ visible: number; urgent: number }>;
+  close(): Promise<void>;
+}
+
+export interface BlobStore {
+  put(key: string, body: Uint8Array): Promise<void>;
+  /** Uploads a file without loading it whole; `onProgress` gets bytes sent so far. */
+  putFile(key: string, filePath: string, onProgress?: (sentBytes: number) => void): Promise<void>;
+  get(key: string): Promise<Uint8Array | undefined>;
+  exists(key: string): Promise<boolean>;
+  delete(key: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+export type EndpointKind = 'queue' | 'lb';
+
+export interface AppRecord {
+  name: string;
+  createdAt: number;
+}
+
+export interface EnvironmentRecord {
+  app: string;
+  name: string;
+  createdAt: number;
+  /** The build deployed last, by its source fingerprint. */
+  fingerprint?: string | undefined;
+  artifactKey?: string | undefined;
+  deployedAt?: number | undefined;
+}
+
+export interface EndpointRecord {
+  /** The id in `/v2/<id>/…`. */
+  id: string;
+  app: string;
+  env: string;
+  name: string;
+  kind: EndpointKind;
+  /** The endpoint's resource configuration as the build manifest has it. */
+  config: Record<string, unknown>;
+  /** Source fingerprint of the code it runs; a change rolls its workers. */
+  fingerprint: string;
+  artifactKey?: string | undefined;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface ApiKeyRecord {
+  id: string;
+  name: string;
+  /** sha256 of the key, hex. The key itself is never stored. */
+  hash: string;
+  createdAt: number;
+}
+
+/** Apps, environments, endpoints and API keys: where every machine of a team sees them. */
+export interface ControlStore {
+  putApp(app: AppRecord): Promise<void>;
+  getApp(name: string): Promise<AppRecord | undefined>;
+  listApps(): Promise<AppRecord[]>;
+  deleteApp(name: string): Promise<void>;
+  putEnvironment(env: EnvironmentRecord): Promise<void>;
+  getEnvironment(app: string, name: string): Promise<EnvironmentRecord | undefined>;
+  listEnvironments(app: string): Promise<EnvironmentRecord[]>;
+  deleteEnvironment(app: string, name: string): Promise<void>;
+  putEndpoint(endpoint: EndpointRecord): Promise<void>;
+  getEndpoint(id: string): Promise<EndpointRecord | undefined>;
+  listEndpoints(filter?: { app?: string; env?: string }): Promise<EndpointRecord[]>;
+  deleteEndpoint(id: string): Promise<void>;
+  putApiKey(key: ApiKeyRecord): Promise<void>;
+  findApiKeyByHash(hash: string): Promise<ApiKeyRecord | undefined>;
+  listApiKeys(): Promise<ApiKeyRecord[]>;
+  deleteApiKey(id: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+export type WorkerState = 'idle' | 'running';
+
+export interface WorkerRecord {
+  workerId: string;
+  endpointId: string;
+  state: WorkerState;
+  /** The jobs the worker said it holds (take, ping). */
+  jobIds: string[];
+  lastSeenAt: number;
+}
+
+/** Who is pulling work; health counts come from here, and the stop channel reads the jobs they hold. */
+export interface WorkerRegistry {
+  heartbeat(worker: WorkerRecord): Promise<void>;
+  get(workerId: string): Promise<WorkerRecord | undefined>;
+  /** Workers of an endpoint seen since `sinceMs`. */
+  list(endpointId: string, sinceMs: number): Promise<WorkerRecord[]>;
+  remove(workerId: string): Promise<void>;
+}
+
+/** Time, injected so tests drive it. */
+export interface Clock {
+  now(): number;
+  /** Resolves after `ms` (as this clock counts), or at once when `signal` aborts. */
+  sleep(ms: number, signal?: AbortSignal): Promise<void>;
+}
+
+/**
+ * Wake-ups for waiting requests (runsync, status-sync, stream, job-take, job-stop). Watch first, then
+ * read, then wait: a change between the read and the wait is not lost.
+ */
+export interface ChangeFeed {
+  watch(key: string): Watch;
+  notify(key: string): void;
+}
+
+export interface Watch {
+  /** True as soon as the key changed since the watch began (or since the last call); false after `waitMs`. */
+  changed(waitMs: number, signal?: AbortSignal): Promise<boolean>;
+  close(): void;
+}
