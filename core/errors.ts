@@ -53,10 +53,12 @@ export class FerryError extends Error {
   }
 }
 
-export const badRequest = (message: string, hint?: string) => new FerryError('bad_request', message, { hint });
+export const badRequest = (message: string, hint?: string) =>
+  new FerryError('bad_request', message, { hint });
 export const notFound = (message: string) => new FerryError('not_found', message);
 export const conflict = (message: string) => new FerryError('conflict', message);
-export const unauthorized = (message = 'Missing or invalid API key') => new FerryError('unauthorized', message);
+export const unauthorized = (message = 'Missing or invalid API key') =>
+  new FerryError('unauthorized', message);
 export const tooLarge = (message: string, hint?: string) => new FerryError('too_large', message, { hint });
 export const usage = (message: string, hint?: string) => new FerryError('usage', message, { hint });
 

@@ -11,10 +11,22 @@
  * Every move is a compare-and-set on the current status, so cancel, completion, lease expiry and purge
  * never lose a race: whichever write lands first wins and the other finds the status changed.
  */
-export const jobStatuses = ['IN_QUEUE', 'IN_PROGRESS', 'COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'] as const;
+export const jobStatuses = [
+  'IN_QUEUE',
+  'IN_PROGRESS',
+  'COMPLETED',
+  'FAILED',
+  'CANCELLED',
+  'TIMED_OUT',
+] as const;
 export type JobStatus = (typeof jobStatuses)[number];
 
-export const finalStatuses: ReadonlySet<JobStatus> = new Set(['COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT']);
+export const finalStatuses: ReadonlySet<JobStatus> = new Set([
+  'COMPLETED',
+  'FAILED',
+  'CANCELLED',
+  'TIMED_OUT',
+]);
 export const isFinal = (status: JobStatus): boolean => finalStatuses.has(status);
 
 /** The legal moves, and the only place that says which status each starts from and ends in. */

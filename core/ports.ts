@@ -30,7 +30,7 @@ export interface JobStore {
   listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]>;
   /** IN_PROGRESS jobs (any endpoint) whose lease lapsed or whose execution timeout passed at `nowMs`. */
   listOverdue(nowMs: number, limit: number): Promise<Job[]>;
-  /** Unexpired jobs whose policy.ttl ran out before they ended; they must be stopped. */
+  /** Jobs not in a final status whose expiresAt has passed (get hides them); the engine stops them. */
   listExpiredUnfinished(nowMs: number, limit: number): Promise<Job[]>;
   /** Appends stream chunk outputs in order. */
   appendStream(jobId: string, outputs: unknown[]): Promise<void>;

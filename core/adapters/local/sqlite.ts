@@ -1,0 +1,635 @@
+/**
+ * The local provider's state: ONE SQLite database (better-sqlite3, WAL) in `.ferry/` holding jobs,
+ * stream chunks, the dispatch queue, control records and workers.
+ *
+ * Durability: WAL with `synchronous=NORMAL` (the default here). A commit is written to the WAL file
+ * before the call returns, so it lives in the OS page cache and survives kill -9 of this process (the
+ * case that matters: a job that got an id is never lost when `ferry dev` is killed). Only a power
+ * loss or kernel crash can drop the last commits; pass `{ synchronous: 'FULL' }` to fsync every
+ * commit when that matters more than write speed (an fsync per stream chunk is slow on laptops).
+ *
+ * Several processes may open the same file (the dev server and a CLI command): writes that read
+ * then write run in `BEGIN IMMEDIATE` transactions, and `busy_timeout` makes a second writer wait
+ * instead of failing.
+ */
+import { randomUUID } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+import { systemClock } from '../../clock.js';
+import { badRequest, conflict } from '../../errors.js';
+import type { Job, JobStatus } from '../../job.js';
+import type {
+  ApiKeyRecord,
+  AppRecord,
+  Clock,
+  ControlStore,
+  EndpointRecord,
+  EnvironmentRecord,
+  JobCounts,
+  JobPatch,
+  JobQueue,
+  JobStore,
+  QueueMessage,
+  ReceiveOptions,
+  WorkerRecord,
+  WorkerRegistry,
+} from '../../ports.js';
+
+type Db = Database.Database;
+
+const schemaVersion = 1;
+
+const schema = `
+CREATE TABLE IF NOT EXISTS jobs (
+  id TEXT PRIMARY KEY,
+  endpoint_id TEXT NOT NULL,
+  status TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,
+  lease_until INTEGER,
+  started_at INTEGER,
+  -- started_at + policy.executionTimeoutMs, so the overdue query can use an index.
+  run_deadline INTEGER,
+  retries INTEGER NOT NULL,
+  version INTEGER NOT NULL,
+  -- The whole job as JSON; the columns above are copies of the fields that queries filter on.
+  body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_endpoint_status ON jobs (endpoint_id, status, created_at);
+CREATE INDEX IF NOT EXISTS jobs_by_status_lease ON jobs (status, lease_until);
+CREATE INDEX IF NOT EXISTS jobs_by_status_deadline ON jobs (status, run_deadline);
+CREATE INDEX IF NOT EXISTS jobs_by_expiry ON jobs (expires_at);
+
+CREATE TABLE IF NOT EXISTS stream_chunks (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id TEXT NOT NULL,
+  output TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS stream_chunks_by_job ON stream_chunks (job_id, seq);
+
+CREATE TABLE IF NOT EXISTS queue (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  endpoint_id TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  low_priority INTEGER NOT NULL,
+  visible_at INTEGER NOT NULL,
+  -- Changes on every delivery, so the receipt of an earlier delivery cannot ack a later one.
+  token TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queue_by_endpoint ON queue (endpoint_id, visible_at, seq);
+
+CREATE TABLE IF NOT EXISTS apps (name TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS environments (
+  app TEXT NOT NULL, name TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (app, name)
+);
+CREATE TABLE IF NOT EXISTS endpoints (
+  id TEXT PRIMARY KEY, app TEXT NOT NULL, env TEXT NOT NULL, name TEXT NOT NULL, body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS endpoints_by_app_env ON endpoints (app, env, name);
+CREATE TABLE IF NOT EXISTS api_keys (
+  id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, created_at INTEGER NOT NULL, body TEXT NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS workers (
+  worker_id TEXT PRIMARY KEY,
+  endpoint_id TEXT NOT NULL,
+  last_seen_at INTEGER NOT NULL,
+  body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS workers_by_endpoint ON workers (endpoint_id, last_seen_at);
+`;
+
+export interface LocalDatabaseOptions {
+  /** Time for queue visibility and long polls. */
+  clock?: Clock;
+  synchronous?: 'NORMAL' | 'FULL';
+  /**
+   * Longest a queue long poll sleeps before looking at the table again. Sends from this process wake
+   * it at once; this bounds how late it hears a send from another process sharing the file.
+   */
+  crossProcessPollMs?: number;
+}
+
+export interface LocalDatabase {
+  jobs: JobStore;
+  queue: JobQueue;
+  control: ControlStore;
+  workers: WorkerRegistry;
+  /** Closes the connection (the stores' own `close` do not). Closing twice is fine. */
+  close(): Promise<void>;
+}
+
+/** Opens (creating if needed) the database at `path`; `:memory:` gives a private in-memory one. */
+export function openLocalDatabase(path: string, options: LocalDatabaseOptions = {}): LocalDatabase {
+  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+  const db = new Database(path);
+  try {
+    db.pragma('journal_mode = WAL');
+    db.pragma(`synchronous = ${options.synchronous === 'FULL' ? 'FULL' : 'NORMAL'}`);
+    db.pragma('busy_timeout = 5000');
+    db.pragma('foreign_keys = ON');
+    const version = db.pragma('user_version', { simple: true }) as number;
+    if (version > schemaVersion) {
+      throw new Error(`The database ${path} was written by a newer Ferry (schema ${version}); upgrade Ferry`);
+    }
+    db.exec(schema);
+    db.pragma(`user_version = ${schemaVersion}`);
+  } catch (error) {
+    db.close();
+    throw error;
+  }
+  const clock = options.clock ?? systemClock;
+  const queue = new SqliteJobQueue(db, clock, options.crossProcessPollMs ?? 500);
+  let closed = false;
+  return {
+    jobs: new SqliteJobStore(db),
+    queue,
+    control: new SqliteControlStore(db),
+    workers: new SqliteWorkerRegistry(db),
+    async close() {
+      if (closed) return;
+      closed = true;
+      await queue.close();
+      db.close();
+    },
+  };
+}
+
+// ── jobs ──────────────────────────────────────────────────────────────────────────────────────────
+
+interface JobRow {
+  body: string;
+}
+
+const parseJob = (row: JobRow): Job => JSON.parse(row.body) as Job;
+
+function checkLimit(limit: number): number {
+  if (!Number.isInteger(limit) || limit < 1)
+    throw badRequest(`limit must be a positive integer, got ${limit}`);
+  return limit;
+}
+
+function jobColumns(job: Job) {
+  const timeoutMs = job.policy?.executionTimeoutMs;
+  return {
+    id: job.id,
+    endpoint_id: job.endpointId,
+    status: job.status,
+    created_at: job.createdAt,
+    expires_at: job.expiresAt,
+    lease_until: job.leaseUntil ?? null,
+    started_at: job.startedAt ?? null,
+    // A timeout of 0 (or none) means the job may run as long as its lease is renewed.
+    run_deadline:
+      job.startedAt !== undefined && timeoutMs !== undefined && timeoutMs > 0
+        ? job.startedAt + timeoutMs
+        : null,
+    retries: job.retries,
+    version: job.version,
+    body: JSON.stringify(job),
+  };
+}
+
+class SqliteJobStore implements JobStore {
+  readonly #insert;
+  readonly #get;
+  readonly #update;
+  readonly #updateTx;
+  readonly #appendTx;
+  readonly #drainTx;
+
+  constructor(private readonly db: Db) {
+    this.#insert = db.prepare(
+      `INSERT OR IGNORE INTO jobs (id, endpoint_id, status, created_at, expires_at, lease_until, started_at, run_deadline, retries, version, body)
+       VALUES (@id, @endpoint_id, @status, @created_at, @expires_at, @lease_until, @started_at, @run_deadline, @retries, @version, @body)`,
+    );
+    this.#get = db.prepare<[string], JobRow>('SELECT body FROM jobs WHERE id = ?');
+    this.#update = db.prepare(
+      `UPDATE jobs SET status = @status, created_at = @created_at, expires_at = @expires_at, lease_until = @lease_until,
+         started_at = @started_at, run_deadline = @run_deadline, retries = @retries, version = @version, body = @body
+       WHERE id = @id AND version = @expected`,
+    );
+    this.#updateTx = db.transaction(
+      (jobId: string, expectedVersion: number, patch: JobPatch): Job | undefined => {
+        const row = this.#get.get(jobId);
+        if (!row) return undefined;
+        const current = parseJob(row);
+        if (current.version !== expectedVersion) return undefined;
+        const next: Record<string, unknown> = { ...current };
+        for (const [key, value] of Object.entries(patch)) {
+          // The identity and the version are not the caller's to write.
+          if (key === 'id' || key === 'endpointId' || key === 'version') continue;
+          if (value === undefined) delete next[key];
+          else next[key] = value;
+        }
+        const written = { ...(next as unknown as Job), version: expectedVersion + 1 };
+        const result = this.#update.run({ ...jobColumns(written), expected: expectedVersion });
+        return result.changes === 1 ? written : undefined;
+      },
+    );
+    const insertChunk = db.prepare('INSERT INTO stream_chunks (job_id, output) VALUES (?, ?)');
+    this.#appendTx = db.transaction((jobId: string, outputs: unknown[]) => {
+      for (const output of outputs) insertChunk.run(jobId, JSON.stringify(output ?? null));
+    });
+    const selectChunks = db.prepare<[string], { seq: number; output: string }>(
+      'SELECT seq, output FROM stream_chunks WHERE job_id = ? ORDER BY seq',
+    );
+    const deleteUpTo = db.prepare('DELETE FROM stream_chunks WHERE job_id = ? AND seq <= ?');
+    // Handing out = deleting, in one transaction: two drains never see the same chunk.
+    this.#drainTx = db.transaction((jobId: string): unknown[] => {
+      const rows = selectChunks.all(jobId);
+      const last = rows.at(-1);
+      if (last) deleteUpTo.run(jobId, last.seq);
+      return rows.map((r) => JSON.parse(r.output) as unknown);
+    });
+  }
+
+  async create(job: Job): Promise<void> {
+    const result = this.#insert.run(jobColumns({ ...job, version: 1 }));
+    if (result.changes === 0) throw conflict(`A job with id ${job.id} already exists`);
+  }
+
+  async get(jobId: string, nowMs: number): Promise<Job | undefined> {
+    const row = this.#get.get(jobId);
+    if (!row) return undefined;
+    const job = parseJob(row);
+    return job.expiresAt > nowMs ? job : undefined;
+  }
+
+  async update(jobId: string, expectedVersion: number, patch: JobPatch): Promise<Job | undefined> {
+    return this.#updateTx.immediate(jobId, expectedVersion, patch);
+  }
+
+  async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
+    const rows = this.db
+      .prepare<[string, string, number, number], JobRow>(
+        `SELECT body FROM jobs WHERE endpoint_id = ? AND status = ? AND expires_at > ?
+         ORDER BY created_at, rowid LIMIT ?`,
+      )
+      .all(endpointId, status, nowMs, checkLimit(limit));
+    return rows.map(parseJob);
+  }
+
+  async listOverdue(nowMs: number, limit: number): Promise<Job[]> {
+    const rows = this.db
+      .prepare<[{ now: number; limit: number }], JobRow>(
+        `SELECT body FROM jobs WHERE status = 'IN_PROGRESS' AND (lease_until <= @now OR run_deadline <= @now)
+         ORDER BY created_at, rowid LIMIT @limit`,
+      )
+      .all({ now: nowMs, limit: checkLimit(limit) });
+    return rows.map(parseJob);
+  }
+
+  /**
+   * Not-final jobs whose expiresAt passed (policy.ttl ran out before they ended). `get` already hides
+   * them, so this is how the engine still finds them to stop and finalise them.
+   */
+  async listExpiredUnfinished(nowMs: number, limit: number): Promise<Job[]> {
+    const rows = this.db
+      .prepare<[number, number], JobRow>(
+        `SELECT body FROM jobs WHERE status IN ('IN_QUEUE', 'IN_PROGRESS') AND expires_at <= ?
+         ORDER BY expires_at, rowid LIMIT ?`,
+      )
+      .all(nowMs, checkLimit(limit));
+    return rows.map(parseJob);
+  }
+
+  async appendStream(jobId: string, outputs: unknown[]): Promise<void> {
+    if (outputs.length > 0) this.#appendTx.immediate(jobId, outputs);
+  }
+
+  async drainStream(jobId: string): Promise<unknown[]> {
+    return this.#drainTx.immediate(jobId);
+  }
+
+  async clearStream(jobId: string): Promise<void> {
+    this.db.prepare('DELETE FROM stream_chunks WHERE job_id = ?').run(jobId);
+  }
+
+  /** failed counts FAILED and TIMED_OUT (both are runs that did not succeed); CANCELLED counts nowhere. */
+  async counts(endpointId: string, nowMs: number): Promise<JobCounts> {
+    const rows = this.db
+      .prepare<[string, number], { status: JobStatus; n: number; retried: number }>(
+        `SELECT status, COUNT(*) AS n, SUM(retries > 0) AS retried FROM jobs
+         WHERE endpoint_id = ? AND expires_at > ? GROUP BY status`,
+      )
+      .all(endpointId, nowMs);
+    const counts: JobCounts = { completed: 0, failed: 0, inProgress: 0, inQueue: 0, retried: 0 };
+    for (const row of rows) {
+      counts.retried += row.retried;
+      if (row.status === 'COMPLETED') counts.completed += row.n;
+      else if (row.status === 'FAILED' || row.status === 'TIMED_OUT') counts.failed += row.n;
+      else if (row.status === 'IN_PROGRESS') counts.inProgress += row.n;
+      else if (row.status === 'IN_QUEUE') counts.inQueue += row.n;
+    }
+    return counts;
+  }
+
+  /**
+   * Deletes expired jobs in a final status, with their chunks. Expired jobs that never ended stay
+   * until the engine finalises them (found by `listExpiredUnfinished`, then deleted on a later pass):
+   * deleting them here would leave a worker running a job nobody can stop.
+   */
+  async deleteExpired(nowMs: number): Promise<number> {
+    return this.db
+      .transaction(() => {
+        this.db
+          .prepare(
+            `DELETE FROM stream_chunks WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?
+               AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'))`,
+          )
+          .run(nowMs);
+        return this.db
+          .prepare(
+            `DELETE FROM jobs WHERE expires_at <= ? AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT')`,
+          )
+          .run(nowMs).changes;
+      })
+      .immediate();
+  }
+
+  async close(): Promise<void> {
+    // The connection belongs to the LocalDatabase; see its close().
+  }
+}
+
+// ── queue ─────────────────────────────────────────────────────────────────────────────────────────
+
+/**
+ * SQS semantics on a table: a received message turns invisible until now + visibilityMs and comes
+ * back if nobody acks it; each delivery gets a fresh token inside its receipt (`<seq>:<token>`).
+ *
+ *   send ──▶ visible ──receive──▶ invisible (token t1) ──ack(seq:t1)──▶ deleted
+ *               ▲                      │
+ *               └── visibility lapses ─┘  (next receive hands out token t2; seq:t1 no longer acks)
+ */
+class SqliteJobQueue implements JobQueue {
+  /** Long polls waiting per endpoint; a send wakes them. */
+  readonly #waiters = new Map<string, Set<() => void>>();
+  #closed = false;
+  readonly #send;
+  readonly #receiveTx;
+  readonly #nextVisible;
+  readonly #ack;
+  readonly #depth;
+
+  constructor(
+    db: Db,
+    private readonly clock: Clock,
+    private readonly crossProcessPollMs: number,
+  ) {
+    this.#send = db.prepare(
+      'INSERT INTO queue (endpoint_id, job_id, low_priority, visible_at, token) VALUES (?, ?, ?, ?, ?)',
+    );
+    const visible = db.prepare<[string, number, number], { seq: number; job_id: string }>(
+      'SELECT seq, job_id FROM queue WHERE endpoint_id = ? AND visible_at <= ? ORDER BY seq LIMIT ?',
+    );
+    const hide = db.prepare('UPDATE queue SET visible_at = ?, token = ? WHERE seq = ?');
+    this.#receiveTx = db.transaction(
+      (endpointId: string, nowMs: number, max: number, visibilityMs: number): QueueMessage[] => {
+        return visible.all(endpointId, nowMs, max).map((row) => {
+          const token = randomUUID();
+          hide.run(nowMs + visibilityMs, token, row.seq);
+          return { jobId: row.job_id, receipt: `${row.seq}:${token}` };
+        });
+      },
+    );
+    this.#nextVisible = db.prepare<[string, number], { at: number | null }>(
+      'SELECT MIN(visible_at) AS at FROM queue WHERE endpoint_id = ? AND visible_at > ?',
+    );
+    this.#ack = db.prepare('DELETE FROM queue WHERE endpoint_id = ? AND seq = ? AND token = ?');
+    this.#depth = db.prepare<[string, number], { visible: number; urgent: number | null }>(
+      `SELECT COUNT(*) AS visible, SUM(low_priority = 0) AS urgent FROM queue
+       WHERE endpoint_id = ? AND visible_at <= ?`,
+    );
+  }
+
+  async send(endpointId: string, jobId: string, options: { lowPriority: boolean }): Promise<void> {
+    this.#assertOpen();
+    this.#send.run(endpointId, jobId, options.lowPriority ? 1 : 0, this.clock.now(), randomUUID());
+    for (const wake of this.#waiters.get(endpointId) ?? []) wake();
+  }
+
+  async receive(endpointId: string, options: ReceiveOptions): Promise<QueueMessage[]> {
+    const { max, visibilityMs, waitMs, signal } = options;
+    if (!Number.isInteger(max) || max < 1) throw badRequest(`max must be a positive integer, got ${max}`);
+    if (!(visibilityMs >= 0)) throw badRequest(`visibilityMs must be >= 0, got ${visibilityMs}`);
+    const deadlineMs = this.clock.now() + Math.max(0, waitMs);
+    for (;;) {
+      if (this.#closed || signal?.aborted) return [];
+      const nowMs = this.clock.now();
+      const messages = this.#receiveTx.immediate(endpointId, nowMs, max, visibilityMs);
+      if (messages.length > 0 || nowMs >= deadlineMs) return messages;
+      // Nothing visible: sleep until a send here wakes us, a hidden message turns visible again, the
+      // cross-process poll comes round, or the wait ends. No busy loop.
+      const nextVisibleMs = this.#nextVisible.get(endpointId, nowMs)?.at ?? Number.POSITIVE_INFINITY;
+      const napMs = Math.min(deadlineMs, nextVisibleMs) - nowMs;
+      await this.#nap(endpointId, Math.min(napMs, this.crossProcessPollMs), signal);
+    }
+  }
+
+  async ack(endpointId: string, receipt: string): Promise<void> {
+    this.#assertOpen();
+    const match = /^(\d+):([0-9a-f-]+)$/.exec(receipt);
+    if (!match) throw badRequest('Malformed queue receipt');
+    this.#ack.run(endpointId, Number(match[1]), match[2]);
+  }
+
+  async depth(endpointId: string): Promise<{ visible: number; urgent: number }> {
+    this.#assertOpen();
+    const row = this.#depth.get(endpointId, this.clock.now());
+    return { visible: row?.visible ?? 0, urgent: row?.urgent ?? 0 };
+  }
+
+  /** Ends every long poll (they answer []); the database closes the connection. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    for (const set of this.#waiters.values()) for (const wake of set) wake();
+    this.#waiters.clear();
+  }
+
+  async #nap(endpointId: string, ms: number, signal: AbortSignal | undefined): Promise<void> {
+    const stop = new AbortController();
+    const wake = (): void => stop.abort();
+    let set = this.#waiters.get(endpointId);
+    if (!set) {
+      set = new Set();
+      this.#waiters.set(endpointId, set);
+    }
+    set.add(wake);
+    signal?.addEventListener('abort', wake, { once: true });
+    try {
+      await this.clock.sleep(ms, stop.signal);
+    } finally {
+      signal?.removeEventListener('abort', wake);
+      set.delete(wake);
+      if (set.size === 0 && this.#waiters.get(endpointId) === set) this.#waiters.delete(endpointId);
+    }
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) throw new Error('The queue is closed');
+  }
+}
+
+// ── control ───────────────────────────────────────────────────────────────────────────────────────
+
+/**
+ * Upserts keyed by each record's identity. Deleting an app or environment does not cascade: the CLI
+ * removes an app's endpoints and environments first, so that it can stop their workers on the way.
+ */
+class SqliteControlStore implements ControlStore {
+  constructor(private readonly db: Db) {}
+
+  async putApp(app: AppRecord): Promise<void> {
+    this.db
+      .prepare(
+        'INSERT INTO apps (name, body) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET body = excluded.body',
+      )
+      .run(app.name, JSON.stringify(app));
+  }
+
+  async getApp(name: string): Promise<AppRecord | undefined> {
+    return this.#one<AppRecord>('SELECT body FROM apps WHERE name = ?', name);
+  }
+
+  async listApps(): Promise<AppRecord[]> {
+    return this.#many<AppRecord>('SELECT body FROM apps ORDER BY name');
+  }
+
+  async deleteApp(name: string): Promise<void> {
+    this.db.prepare('DELETE FROM apps WHERE name = ?').run(name);
+  }
+
+  async putEnvironment(env: EnvironmentRecord): Promise<void> {
+    this.db
+      .prepare(
+        `INSERT INTO environments (app, name, body) VALUES (?, ?, ?)
+         ON CONFLICT (app, name) DO UPDATE SET body = excluded.body`,
+      )
+      .run(env.app, env.name, JSON.stringify(env));
+  }
+
+  async getEnvironment(app: string, name: string): Promise<EnvironmentRecord | undefined> {
+    return this.#one<EnvironmentRecord>(
+      'SELECT body FROM environments WHERE app = ? AND name = ?',
+      app,
+      name,
+    );
+  }
+
+  async listEnvironments(app: string): Promise<EnvironmentRecord[]> {
+    return this.#many<EnvironmentRecord>('SELECT body FROM environments WHERE app = ? ORDER BY name', app);
+  }
+
+  async deleteEnvironment(app: string, name: string): Promise<void> {
+    this.db.prepare('DELETE FROM environments WHERE app = ? AND name = ?').run(app, name);
+  }
+
+  async putEndpoint(endpoint: EndpointRecord): Promise<void> {
+    this.db
+      .prepare(
+        `INSERT INTO endpoints (id, app, env, name, body) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT (id) DO UPDATE SET app = excluded.app, env = excluded.env, name = excluded.name, body = excluded.body`,
+      )
+      .run(endpoint.id, endpoint.app, endpoint.env, endpoint.name, JSON.stringify(endpoint));
+  }
+
+  async getEndpoint(id: string): Promise<EndpointRecord | undefined> {
+    return this.#one<EndpointRecord>('SELECT body FROM endpoints WHERE id = ?', id);
+  }
+
+  async listEndpoints(filter: { app?: string; env?: string } = {}): Promise<EndpointRecord[]> {
+    return this.#many<EndpointRecord>(
+      `SELECT body FROM endpoints WHERE (@app IS NULL OR app = @app) AND (@env IS NULL OR env = @env)
+       ORDER BY app, env, name, id`,
+      { app: filter.app ?? null, env: filter.env ?? null },
+    );
+  }
+
+  async deleteEndpoint(id: string): Promise<void> {
+    this.db.prepare('DELETE FROM endpoints WHERE id = ?').run(id);
+  }
+
+  async putApiKey(key: ApiKeyRecord): Promise<void> {
+    try {
+      this.db
+        .prepare(
+          `INSERT INTO api_keys (id, hash, created_at, body) VALUES (?, ?, ?, ?)
+           ON CONFLICT (id) DO UPDATE SET hash = excluded.hash, created_at = excluded.created_at, body = excluded.body`,
+        )
+        .run(key.id, key.hash, key.createdAt, JSON.stringify(key));
+    } catch (error) {
+      // The only other constraint: the same key hash under a different id.
+      if ((error as { code?: string }).code === 'SQLITE_CONSTRAINT_UNIQUE') {
+        throw conflict('An API key with the same hash already exists');
+      }
+      throw error;
+    }
+  }
+
+  async findApiKeyByHash(hash: string): Promise<ApiKeyRecord | undefined> {
+    return this.#one<ApiKeyRecord>('SELECT body FROM api_keys WHERE hash = ?', hash);
+  }
+
+  async listApiKeys(): Promise<ApiKeyRecord[]> {
+    return this.#many<ApiKeyRecord>('SELECT body FROM api_keys ORDER BY created_at, id');
+  }
+
+  async deleteApiKey(id: string): Promise<void> {
+    this.db.prepare('DELETE FROM api_keys WHERE id = ?').run(id);
+  }
+
+  async close(): Promise<void> {
+    // The connection belongs to the LocalDatabase.
+  }
+
+  #one<T>(sql: string, ...params: unknown[]): T | undefined {
+    const row = this.db.prepare<unknown[], { body: string }>(sql).get(...params);
+    return row ? (JSON.parse(row.body) as T) : undefined;
+  }
+
+  #many<T>(sql: string, ...params: unknown[]): T[] {
+    return this.db
+      .prepare<unknown[], { body: string }>(sql)
+      .all(...params)
+      .map((row) => JSON.parse(row.body) as T);
+  }
+}
+
+// ── workers ───────────────────────────────────────────────────────────────────────────────────────
+
+class SqliteWorkerRegistry implements WorkerRegistry {
+  constructor(private readonly db: Db) {}
+
+  async heartbeat(worker: WorkerRecord): Promise<void> {
+    this.db
+      .prepare(
+        `INSERT INTO workers (worker_id, endpoint_id, last_seen_at, body) VALUES (?, ?, ?, ?)
+         ON CONFLICT (worker_id) DO UPDATE SET endpoint_id = excluded.endpoint_id,
+           last_seen_at = excluded.last_seen_at, body = excluded.body`,
+      )
+      .run(worker.workerId, worker.endpointId, worker.lastSeenAt, JSON.stringify(worker));
+  }
+
+  async get(workerId: string): Promise<WorkerRecord | undefined> {
+    const row = this.db
+      .prepare<[string], { body: string }>('SELECT body FROM workers WHERE worker_id = ?')
+      .get(workerId);
+    return row ? (JSON.parse(row.body) as WorkerRecord) : undefined;
+  }
+
+  async list(endpointId: string, sinceMs: number): Promise<WorkerRecord[]> {
+    return this.db
+      .prepare<[string, number], { body: string }>(
+        'SELECT body FROM workers WHERE endpoint_id = ? AND last_seen_at >= ? ORDER BY worker_id',
+      )
+      .all(endpointId, sinceMs)
+      .map((row) => JSON.parse(row.body) as WorkerRecord);
+  }
+
+  async remove(workerId: string): Promise<void> {
+    this.db.prepare('DELETE FROM workers WHERE worker_id = ?').run(workerId);
+  }
+}

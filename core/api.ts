@@ -1,0 +1,306 @@
+/**
+ * The v2 job API and the worker protocol as framework-free handlers: a request in, a status and a
+ * JSON body out. The local Fastify server and the AWS Lambda handlers both call `handle`, so both
+ * providers answer byte for byte alike (reference/runpod-api-anchor.md §1, §3, §6).
+ */
+import { type Authenticator, credentialOf } from './auth.js';
+import { endpointConfigSchema } from './deployment.js';
+import type { JobEngine } from './engine.js';
+import { badRequest, errorBody, FerryError, httpStatus, notFound, tooLarge, unauthorized } from './errors.js';
+import { limits } from './limits.js';
+import type { ControlStore, EndpointRecord } from './ports.js';
+import { jobDoneSchema, jobStreamSchema, parseOr400, queryInt, runRequestSchema } from './schemas.js';
+
+export interface ApiRequest {
+  method: string;
+  /** The path without the query string, e.g. `/v2/abc/status/123`. */
+  path: string;
+  query: Record<string, string | undefined>;
+  headers: Record<string, string | string[] | undefined>;
+  body: Buffer | undefined;
+  /** Aborts when the client goes away, so long polls stop early. */
+  signal?: AbortSignal;
+}
+
+export interface ApiResponse {
+  statusCode: number;
+  /** Undefined for 204. */
+  body?: unknown;
+}
+
+export interface ApiOptions {
+  engine: JobEngine;
+  control: ControlStore;
+  auth: Authenticator;
+  /**
+   * Upper bound on any wait (runsync, status-sync, stream, job-take). Unbounded locally; on AWS it
+   * stays under API Gateway's 29 s integration timeout and clients keep polling (DESIGN.md §4).
+   */
+  maxWaitMs?: number;
+  /** How long worker long polls (job-take, job-stop) are held. */
+  workerWaitMs?: number;
+  streamWaitMs?: number;
+  /** How long an endpoint lookup is remembered. */
+  endpointCacheMs?: number;
+}
+
+type Handler = (ctx: RouteContext) => Promise<ApiResponse>;
+
+interface RouteContext {
+  req: ApiRequest;
+  endpointId: string;
+  endpoint: EndpointRecord;
+  params: string[];
+}
+
+interface Route {
+  methods: string[];
+  /** The path after `/v2/<endpointId>/`, split on '/': literal segments and ':' placeholders. */
+  pattern: string[];
+  caller: 'client' | 'worker';
+  handler: Handler;
+}
+
+const ok = (body: unknown): ApiResponse => ({ statusCode: 200, body });
+
+export class V2Api {
+  private readonly routes: Route[];
+  private readonly endpoints = new Map<string, { record: EndpointRecord | undefined; untilMs: number }>();
+
+  constructor(private readonly options: ApiOptions) {
+    const get = ['GET'];
+    const post = ['POST'];
+    const either = ['GET', 'POST'];
+    this.routes = [
+      { methods: post, pattern: ['run'], caller: 'client', handler: (c) => this.run(c) },
+      { methods: post, pattern: ['runsync'], caller: 'client', handler: (c) => this.runSync(c) },
+      { methods: either, pattern: ['status', ':id'], caller: 'client', handler: (c) => this.status(c) },
+      {
+        methods: either,
+        pattern: ['status-sync', ':id'],
+        caller: 'client',
+        handler: (c) => this.statusSync(c),
+      },
+      { methods: either, pattern: ['stream', ':id'], caller: 'client', handler: (c) => this.stream(c) },
+      { methods: post, pattern: ['cancel', ':id'], caller: 'client', handler: (c) => this.cancel(c) },
+      { methods: post, pattern: ['retry', ':id'], caller: 'client', handler: (c) => this.retry(c) },
+      { methods: post, pattern: ['purge-queue'], caller: 'client', handler: (c) => this.purge(c) },
+      { methods: get, pattern: ['health'], caller: 'client', handler: (c) => this.health(c) },
+      {
+        methods: get,
+        pattern: ['job-take', ':worker'],
+        caller: 'worker',
+        handler: (c) => this.take(c, false),
+      },
+      {
+        methods: get,
+        pattern: ['job-take-batch', ':worker'],
+        caller: 'worker',
+        handler: (c) => this.take(c, true),
+      },
+      { methods: get, pattern: ['job-stop', ':worker'], caller: 'worker', handler: (c) => this.jobStop(c) },
+      {
+        methods: post,
+        pattern: ['job-done', ':worker', ':id'],
+        caller: 'worker',
+        handler: (c) => this.jobDone(c),
+      },
+      {
+        methods: post,
+        pattern: ['job-stream', ':worker', ':id'],
+        caller: 'worker',
+        handler: (c) => this.jobStream(c),
+      },
+      { methods: either, pattern: ['ping', ':worker'], caller: 'worker', handler: (c) => this.ping(c) },
+    ];
+  }
+
+  /** Never throws: every failure becomes `{"error": "..."}` with its status. */
+  async handle(req: ApiRequest): Promise<ApiResponse> {
+    try {
+      return await this.dispatch(req);
+    } catch (error) {
+      return { statusCode: httpStatus(error), body: errorBody(error) };
+    }
+  }
+
+  private async dispatch(req: ApiRequest): Promise<ApiResponse> {
+    const segments = req.path.split('/').filter((s) => s.length > 0);
+    if (segments[0] !== 'v2' || segments.length < 3) throw notFound(`No route for ${req.method} ${req.path}`);
+    const endpointId = decodeURIComponent(segments[1]!);
+    const rest = segments.slice(2);
+    const method = req.method.toUpperCase();
+    for (const route of this.routes) {
+      if (route.pattern.length !== rest.length) continue;
+      if (!route.pattern.every((p, i) => p.startsWith(':') || p === rest[i])) continue;
+      if (!route.methods.includes(method)) continue;
+      const key = credentialOf(req.headers.authorization);
+      const allowed =
+        route.caller === 'client'
+          ? await this.options.auth.isClientKey(key)
+          : await this.options.auth.isWorkerToken(key);
+      if (!allowed) throw unauthorized();
+      const endpoint = await this.queueEndpoint(endpointId);
+      const params = route.pattern.flatMap((p, i) =>
+        p.startsWith(':') ? [decodeURIComponent(rest[i]!)] : [],
+      );
+      return route.handler({ req, endpointId, endpoint, params });
+    }
+    throw notFound(`No route for ${req.method} ${req.path}`);
+  }
+
+  private async queueEndpoint(endpointId: string): Promise<EndpointRecord> {
+    const now = Date.now();
+    let cached = this.endpoints.get(endpointId);
+    if (!cached || cached.untilMs <= now) {
+      cached = {
+        record: await this.options.control.getEndpoint(endpointId),
+        untilMs: now + (this.options.endpointCacheMs ?? 2_000),
+      };
+      if (this.endpoints.size > 10_000) this.endpoints.clear();
+      this.endpoints.set(endpointId, cached);
+    }
+    const record = cached.record;
+    if (!record) throw notFound(`Endpoint ${endpointId} not found`);
+    if (record.kind !== 'queue') {
+      throw badRequest(`Endpoint ${endpointId} is load-balanced: call its routes on its own URL, not /v2/`);
+    }
+    return record;
+  }
+
+  private capWait(waitMs: number): number {
+    return Math.min(waitMs, this.options.maxWaitMs ?? Number.POSITIVE_INFINITY);
+  }
+
+  private endpointTimeoutMs(record: EndpointRecord): number | undefined {
+    const parsed = endpointConfigSchema.safeParse(record.config);
+    const value = parsed.success ? parsed.data.endpoint.resources.executionTimeoutMs : 0;
+    return value > 0 ? value : undefined;
+  }
+
+  // ── client routes ─────────────────────────────────────────────────────────────────────────────
+
+  private async run({ req, endpointId, endpoint }: RouteContext): Promise<ApiResponse> {
+    const request = parseOr400(runRequestSchema, jsonBody(req, limits.runBodyBytes, '/run'), 'request body');
+    const job = await this.options.engine.submit(endpointId, request, {
+      sync: false,
+      executionTimeoutMs: this.endpointTimeoutMs(endpoint),
+    });
+    return ok({ id: job.id, status: job.status });
+  }
+
+  private async runSync({ req, endpointId, endpoint }: RouteContext): Promise<ApiResponse> {
+    const waitMs =
+      queryInt(req.query.wait, 'wait', limits.waitMinMs, limits.waitMaxMs) ?? limits.runsyncDefaultWaitMs;
+    const request = parseOr400(
+      runRequestSchema,
+      jsonBody(req, limits.runsyncBodyBytes, '/runsync'),
+      'request body',
+    );
+    const view = await this.options.engine.runSync(endpointId, request, this.capWait(waitMs), req.signal, {
+      executionTimeoutMs: this.endpointTimeoutMs(endpoint),
+    });
+    return ok(view);
+  }
+
+  private async status({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
+    const ttlMs = queryInt(req.query.ttl, 'ttl', 1, limits.ttlMaxMs);
+    return ok(await this.options.engine.status(endpointId, params[0]!, ttlMs));
+  }
+
+  private async statusSync({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
+    const waitMs =
+      queryInt(req.query.wait, 'wait', limits.waitMinMs, limits.waitMaxMs) ?? limits.runsyncDefaultWaitMs;
+    return ok(await this.options.engine.statusSync(endpointId, params[0]!, this.capWait(waitMs), req.signal));
+  }
+
+  private async stream({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
+    const waitMs =
+      queryInt(req.query.wait, 'wait', 0, limits.waitMaxMs) ??
+      this.options.streamWaitMs ??
+      limits.streamWaitMs;
+    return ok(await this.options.engine.stream(endpointId, params[0]!, this.capWait(waitMs), req.signal));
+  }
+
+  private async cancel({ endpointId, params }: RouteContext): Promise<ApiResponse> {
+    return ok(await this.options.engine.cancel(endpointId, params[0]!));
+  }
+
+  private async retry({ endpointId, params }: RouteContext): Promise<ApiResponse> {
+    return ok(await this.options.engine.retry(endpointId, params[0]!));
+  }
+
+  private async purge({ endpointId }: RouteContext): Promise<ApiResponse> {
+    return ok(await this.options.engine.purge(endpointId));
+  }
+
+  private async health({ endpointId }: RouteContext): Promise<ApiResponse> {
+    return ok(await this.options.engine.health(endpointId));
+  }
+
+  // ── worker routes (DESIGN.md §5) ──────────────────────────────────────────────────────────────
+
+  private workerWaitMs(): number {
+    return this.capWait(this.options.workerWaitMs ?? limits.workerPollWaitMs);
+  }
+
+  private async take({ req, endpointId, params }: RouteContext, batch: boolean): Promise<ApiResponse> {
+    const max = batch ? (queryInt(req.query.batch_size, 'batch_size', 1, 100) ?? 1) : 1;
+    const jobs = await this.options.engine.take(endpointId, params[0]!, max, this.workerWaitMs(), req.signal);
+    if (jobs.length === 0) return { statusCode: 204 };
+    return ok(batch ? jobs : jobs[0]);
+  }
+
+  private async jobStop({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
+    const ids = await this.options.engine.jobsToStop(endpointId, params[0]!, this.workerWaitMs(), req.signal);
+    return ids.length === 0 ? { statusCode: 204 } : ok({ jobsToStop: ids });
+  }
+
+  private async jobDone({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
+    // RunPod's SDK posts JSON labelled application/x-www-form-urlencoded: parse JSON whatever the type.
+    const body = parseOr400(jobDoneSchema, workerBody(req), 'job-done body');
+    return ok(await this.options.engine.done(endpointId, params[0]!, params[1]!, body));
+  }
+
+  private async jobStream({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
+    const chunk = parseOr400(jobStreamSchema, workerBody(req), 'job-stream body');
+    await this.options.engine.streamChunk(endpointId, params[0]!, params[1]!, chunk);
+    return ok({});
+  }
+
+  private async ping({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
+    const ids = (req.query.job_id ?? '').split(',').filter((id) => id.length > 0);
+    await this.options.engine.ping(endpointId, params[0]!, ids);
+    return ok({});
+  }
+}
+
+/** The request body as JSON, with the route's size limit (413 above it). */
+function jsonBody(req: ApiRequest, maxBytes: number, route: string): unknown {
+  const body = req.body;
+  if (body && body.length > maxBytes) {
+    throw tooLarge(
+      `Request body is ${body.length} bytes; ${route} takes at most ${maxBytes} bytes`,
+      'Upload large inputs elsewhere and pass a URL in the input',
+    );
+  }
+  if (!body || body.length === 0)
+    throw badRequest('Request body must be a JSON object like {"input": {...}}');
+  return parseJson(body);
+}
+
+function workerBody(req: ApiRequest): unknown {
+  if (req.body && req.body.length > limits.jobDoneBodyBytes) {
+    throw badRequest(`Result of ${req.body.length} bytes is over the ${limits.jobDoneBodyBytes}-byte limit`);
+  }
+  if (!req.body || req.body.length === 0) throw badRequest('Request body must be a JSON object');
+  return parseJson(req.body);
+}
+
+function parseJson(body: Buffer): unknown {
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch (error) {
+    throw new FerryError('bad_request', `Request body is not valid JSON: ${(error as Error).message}`);
+  }
+}

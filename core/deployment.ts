@@ -1,0 +1,43 @@
+/**
+ * What a provider records for a deployed endpoint, shared by the CLI (which writes it), the local
+ * worker pools and the AWS stacks (which read it). `EndpointRecord.config` holds an EndpointConfig.
+ */
+import { randomBytes } from 'node:crypto';
+import { z } from 'zod';
+import { FerryError } from './errors.js';
+import { manifestEndpointSchema, pythonVersions } from './manifest.js';
+import type { EndpointRecord } from './ports.js';
+
+export const endpointConfigSchema = z
+  .object({
+    /** The endpoint as the build manifest describes it. */
+    endpoint: manifestEndpointSchema,
+    pythonVersion: z.enum(pythonVersions),
+    /** Local provider only: run the code in this folder as it is (`ferry dev`), not an artifact. */
+    codeDir: z.string().optional(),
+  })
+  .strict();
+export type EndpointConfig = z.infer<typeof endpointConfigSchema>;
+
+export function endpointConfigOf(record: EndpointRecord): EndpointConfig {
+  const parsed = endpointConfigSchema.safeParse(record.config);
+  if (!parsed.success) {
+    throw new FerryError('failed', `Endpoint ${record.id} has a configuration this Ferry cannot read`, {
+      hint: 'Deploy it again with this version of Ferry.',
+    });
+  }
+  return parsed.data;
+}
+
+/** Endpoints created by `ferry dev` carry this prefix (spec §2.6). */
+export const livePrefix = 'live-';
+
+/** Ids look like `hello-3kq9x2ab`: readable, unique, and safe in a URL path segment. */
+export function newEndpointId(name: string): string {
+  const slug = name
+    .toLowerCase()
+    .replace(/[^a-z0-9-]+/g, '-')
+    .replace(/^-+|-+$/g, '')
+    .slice(0, 40);
+  return `${slug || 'endpoint'}-${randomBytes(5).toString('hex').slice(0, 8)}`;
+}

@@ -1,0 +1,649 @@
+/**
+ * The job engine: every move of spec §3 and DESIGN.md §3, on the ports only. The v2 API, the worker
+ * protocol, the Lambda handlers and the AWS agent all call it; none of them touches a store directly.
+ *
+ * Each move reads the job, checks the move is legal from its status (job.ts owns that table), and
+ * writes with compare-and-set on the version. When the write loses a race it reads again and decides
+ * again, so cancel against completion or lease expiry against job-done always ends in one answer.
+ */
+import { randomUUID } from 'node:crypto';
+import { conflict, notFound } from './errors.js';
+import { canMove, isFinal, type Job, type JobView, type Move, viewOf } from './job.js';
+import { limits } from './limits.js';
+import type { ChangeFeed, Clock, JobPatch, JobQueue, JobStore, WorkerRegistry } from './ports.js';
+import type { JobDoneBody, RunRequest } from './schemas.js';
+
+export interface EngineSettings {
+  leaseMs: number;
+  maxAttempts: number;
+  /** A worker not heard from for this long no longer counts in health. */
+  workerStaleMs: number;
+}
+
+export interface WebhookSender {
+  /** Delivers in the background; never throws. */
+  send(url: string, body: unknown): void;
+}
+
+export interface EngineDeps {
+  jobs: JobStore;
+  queue: JobQueue;
+  workers: WorkerRegistry;
+  changes: ChangeFeed;
+  clock: Clock;
+  webhooks?: WebhookSender;
+  newId?: () => string;
+  settings?: Partial<EngineSettings>;
+}
+
+export interface SubmitOptions {
+  sync: boolean;
+  /** The runsync wait, which decides how long a sync job's result is kept. */
+  waitMs?: number;
+  /** The endpoint's own execution timeout; 0 or absent means the platform default. */
+  executionTimeoutMs?: number;
+}
+
+/** What a worker receives from job-take (RunPod passes the job dict to the handler as it is). */
+export interface WorkerJob {
+  id: string;
+  input: unknown;
+  webhook?: string;
+  s3Config?: Record<string, unknown>;
+}
+
+export interface StreamAnswer {
+  id: string;
+  status: Job['status'];
+  stream: unknown[];
+}
+
+export interface Health {
+  jobs: { completed: number; failed: number; inProgress: number; inQueue: number; retried: number };
+  workers: { idle: number; running: number };
+}
+
+export const jobKey = (jobId: string) => `job:${jobId}`;
+export const workerKey = (workerId: string) => `worker:${workerId}`;
+/** Notified whenever an endpoint's queue grows, so local worker pools can scale. */
+export const endpointKey = (endpointId: string) => `endpoint:${endpointId}`;
+
+/** 1 minute; a wait longer than the default keeps results as long as the wait, up to 5 minutes (spec §8). */
+const runsyncRetentionMs = (waitMs: number) =>
+  waitMs > limits.runsyncDefaultWaitMs
+    ? Math.min(limits.runsyncMaxRetentionMs, waitMs)
+    : limits.runsyncRetentionMs;
+
+export class JobEngine {
+  readonly settings: EngineSettings;
+  private readonly jobs: JobStore;
+  private readonly queue: JobQueue;
+  private readonly workers: WorkerRegistry;
+  private readonly changes: ChangeFeed;
+  private readonly clock: Clock;
+  private readonly webhooks: WebhookSender | undefined;
+  private readonly newId: () => string;
+
+  constructor(deps: EngineDeps) {
+    this.jobs = deps.jobs;
+    this.queue = deps.queue;
+    this.workers = deps.workers;
+    this.changes = deps.changes;
+    this.clock = deps.clock;
+    this.webhooks = deps.webhooks;
+    this.newId = deps.newId ?? (() => `${randomUUID()}-u1`);
+    this.settings = {
+      leaseMs: limits.leaseMs,
+      maxAttempts: limits.maxAttempts,
+      workerStaleMs: 3 * limits.leaseMs,
+      ...deps.settings,
+    };
+  }
+
+  // ── client side ──────────────────────────────────────────────────────────────────────────────
+
+  async submit(endpointId: string, request: RunRequest, options: SubmitOptions): Promise<Job> {
+    const now = this.clock.now();
+    const ttlMs = request.policy?.ttl ?? limits.ttlDefaultMs;
+    const job: Job = {
+      id: options.sync ? `sync-${this.newId()}` : this.newId(),
+      endpointId,
+      status: 'IN_QUEUE',
+      input: request.input,
+      webhook: request.webhook,
+      s3Config: request.s3Config,
+      policy: {
+        executionTimeoutMs:
+          request.policy?.executionTimeout || options.executionTimeoutMs || limits.executionTimeoutDefaultMs,
+        ttlMs,
+        lowPriority: request.policy?.lowPriority ?? false,
+      },
+      sync: options.sync,
+      retentionMs: options.sync
+        ? runsyncRetentionMs(options.waitMs ?? limits.runsyncDefaultWaitMs)
+        : limits.runRetentionMs,
+      createdAt: now,
+      expiresAt: now + ttlMs,
+      attempt: 0,
+      retries: 0,
+      version: 1,
+    };
+    await this.jobs.create(job);
+    await this.queue.send(endpointId, job.id, { lowPriority: job.policy.lowPriority });
+    this.changes.notify(endpointKey(endpointId));
+    return job;
+  }
+
+  /** Waits until the job ends or `waitMs` runs out; an unfinished job answers `{id, status}`. */
+  async runSync(
+    endpointId: string,
+    request: RunRequest,
+    waitMs: number,
+    signal: AbortSignal | undefined,
+    options: Omit<SubmitOptions, 'sync' | 'waitMs'> = {},
+  ): Promise<JobView> {
+    const job = await this.submit(endpointId, request, { ...options, sync: true, waitMs });
+    const settled = await this.waitFor(job.id, waitMs, signal, (j) => isFinal(j.status));
+    const now = this.clock.now();
+    return isFinal(settled.status) ? viewOf(settled, now) : { id: settled.id, status: settled.status };
+  }
+
+  async status(endpointId: string, jobId: string, ttlMs?: number): Promise<JobView> {
+    let job = await this.mustGet(endpointId, jobId);
+    if (ttlMs !== undefined) {
+      // `?ttl=` gives the job a time-to-live from now (spec §4.1 rule 3).
+      job = await this.change(job, () => ({ expiresAt: this.clock.now() + ttlMs }), 'ttl');
+    }
+    return viewOf(job, this.clock.now());
+  }
+
+  /** Long poll: answers as soon as the job ends, or with its current state when `waitMs` runs out. */
+  async statusSync(
+    endpointId: string,
+    jobId: string,
+    waitMs: number,
+    signal?: AbortSignal,
+  ): Promise<JobView> {
+    await this.mustGet(endpointId, jobId);
+    const job = await this.waitFor(jobId, waitMs, signal, (j) => isFinal(j.status));
+    return viewOf(job, this.clock.now());
+  }
+
+  /**
+   * Hands out the chunks not handed out before (each once). Holds the request until there is a chunk
+   * or the job ends, so clients that poll with no sleep (runpod-sdk) don't spin. `stream` is always
+   * present: clients break on a missing key.
+   */
+  async stream(
+    endpointId: string,
+    jobId: string,
+    waitMs: number,
+    signal?: AbortSignal,
+  ): Promise<StreamAnswer> {
+    const watch = this.changes.watch(jobKey(jobId));
+    try {
+      const deadline = this.clock.now() + waitMs;
+      for (;;) {
+        const job = await this.mustGet(endpointId, jobId);
+        const chunks = await this.jobs.drainStream(jobId);
+        const remaining = deadline - this.clock.now();
+        if (chunks.length > 0 || isFinal(job.status) || remaining <= 0 || signal?.aborted) {
+          return { id: job.id, status: job.status, stream: chunks };
+        }
+        await watch.changed(remaining, signal);
+      }
+    } finally {
+      watch.close();
+    }
+  }
+
+  async cancel(endpointId: string, jobId: string): Promise<JobView> {
+    const job = await this.mustGet(endpointId, jobId);
+    if (job.status === 'CANCELLED') return { id: job.id, status: job.status };
+    const done = await this.move(job, 'cancel', () => this.finalPatch('CANCELLED'));
+    return { id: done.id, status: done.status };
+  }
+
+  async retry(endpointId: string, jobId: string): Promise<JobView> {
+    const job = await this.mustGet(endpointId, jobId);
+    const now = this.clock.now();
+    const queued = await this.move(job, 'retry', (current) => ({
+      status: 'IN_QUEUE',
+      output: undefined,
+      error: undefined,
+      startedAt: undefined,
+      finishedAt: undefined,
+      workerId: undefined,
+      leaseUntil: undefined,
+      createdAt: now,
+      expiresAt: now + current.policy.ttlMs,
+      attempt: 0,
+      retries: current.retries + 1,
+    }));
+    await this.jobs.clearStream(jobId);
+    await this.queue.send(endpointId, jobId, { lowPriority: queued.policy.lowPriority });
+    this.changes.notify(endpointKey(endpointId));
+    return { id: queued.id, status: queued.status };
+  }
+
+  /** Removes every queued job of the endpoint (as CANCELLED); running jobs keep running. */
+  async purge(endpointId: string): Promise<{ removed: number; status: 'completed' }> {
+    let removed = 0;
+    for (;;) {
+      const batch = await this.jobs.listByStatus(endpointId, 'IN_QUEUE', this.clock.now(), 500);
+      let movedThisBatch = 0;
+      for (const job of batch) {
+        const moved = await this.tryMove(job, 'purge', () => ({
+          ...this.finalPatch('CANCELLED'),
+          error: 'Removed from the queue by purge-queue',
+        }));
+        if (moved) movedThisBatch++;
+      }
+      removed += movedThisBatch;
+      if (batch.length < 500 || movedThisBatch === 0) return { removed, status: 'completed' };
+    }
+  }
+
+  async health(endpointId: string): Promise<Health> {
+    const now = this.clock.now();
+    const [jobs, workers] = await Promise.all([
+      this.jobs.counts(endpointId, now),
+      this.workers.list(endpointId, now - this.settings.workerStaleMs),
+    ]);
+    const running = workers.filter((w) => w.state === 'running').length;
+    return { jobs, workers: { idle: workers.length - running, running } };
+  }
+
+  // ── worker side (DESIGN.md §5) ─────────────────────────────────────────────────────────────────
+
+  /** Long poll for up to `max` jobs; [] when `waitMs` runs out. */
+  async take(
+    endpointId: string,
+    workerId: string,
+    max: number,
+    waitMs: number,
+    signal?: AbortSignal,
+  ): Promise<WorkerJob[]> {
+    const deadline = this.clock.now() + waitMs;
+    await this.heartbeat(endpointId, workerId, undefined);
+    for (;;) {
+      const remaining = Math.max(0, deadline - this.clock.now());
+      const messages = await this.queue.receive(endpointId, {
+        max,
+        visibilityMs: this.settings.leaseMs,
+        waitMs: remaining,
+        signal,
+      });
+      const taken: Job[] = [];
+      for (const message of messages) {
+        const job = await this.claim(endpointId, message.jobId, workerId);
+        // Acknowledge either way: a claimed job is now guarded by its lease, a stale message
+        // (cancelled, purged, expired, already taken) has nothing left to deliver.
+        await this.queue.ack(endpointId, message.receipt);
+        if (job) taken.push(job);
+      }
+      if (taken.length > 0 && signal?.aborted) {
+        // The worker hung up while we claimed: nobody will run these, so queue them again now
+        // rather than after a lease lapses.
+        for (const job of taken) await this.release(job);
+        return [];
+      }
+      if (taken.length > 0) {
+        await this.heartbeat(endpointId, workerId, (held) => [...held, ...taken.map((j) => j.id)]);
+        return taken.map(workerJobOf);
+      }
+      if (remaining <= 0 || signal?.aborted) return [];
+    }
+  }
+
+  /** job-done: a progress update, a result or an error from the worker holding the job. */
+  async done(
+    endpointId: string,
+    workerId: string,
+    jobId: string,
+    body: JobDoneBody,
+  ): Promise<{ status: Job['status'] }> {
+    const job = await this.mustGet(endpointId, jobId);
+    if (body.status === 'IN_PROGRESS') {
+      // Never let a late progress update overwrite a final state (runpod-python#250).
+      const updated = await this.move(job, 'progress', () => ({ output: body.output }), workerId);
+      this.changes.notify(jobKey(jobId));
+      return { status: updated.status };
+    }
+    const failed = body.error !== undefined && body.error !== null && body.error !== '';
+    const patch = (): JobPatch => ({
+      ...this.finalPatch(failed ? 'FAILED' : 'COMPLETED'),
+      output: body.output,
+      error: failed ? errorText(body.error) : undefined,
+    });
+    const ended = await this.move(job, failed ? 'fail' : 'complete', patch, workerId);
+    await this.heartbeat(endpointId, workerId, (held) => held.filter((id) => id !== jobId));
+    return { status: ended.status };
+  }
+
+  /** job-stream: appends one chunk (split when over 1 MB) for the worker holding the job. */
+  async streamChunk(endpointId: string, workerId: string, jobId: string, chunk: { output: unknown }) {
+    const job = await this.mustGet(endpointId, jobId);
+    if (!(job.status === 'IN_PROGRESS' && job.workerId === workerId)) {
+      throw conflict(`Job ${jobId} is ${job.status} and not held by worker ${workerId}`);
+    }
+    await this.jobs.appendStream(jobId, splitChunk(chunk));
+    this.changes.notify(jobKey(jobId));
+  }
+
+  /** ping: renews the leases of the jobs the worker says it holds. */
+  async ping(endpointId: string, workerId: string, jobIds: string[]): Promise<void> {
+    const now = this.clock.now();
+    for (const jobId of jobIds) {
+      let job = await this.jobs.get(jobId, now);
+      while (
+        job &&
+        job.endpointId === endpointId &&
+        job.status === 'IN_PROGRESS' &&
+        job.workerId === workerId
+      ) {
+        const renewed = await this.jobs.update(jobId, job.version, {
+          leaseUntil: now + this.settings.leaseMs,
+        });
+        if (renewed) break;
+        job = await this.jobs.get(jobId, now);
+      }
+    }
+    await this.heartbeat(endpointId, workerId, () => jobIds);
+  }
+
+  /** job-stop long poll: the jobs this worker holds that it must stop (cancelled, timed out, expired). */
+  async jobsToStop(
+    endpointId: string,
+    workerId: string,
+    waitMs: number,
+    signal?: AbortSignal,
+  ): Promise<string[]> {
+    const watch = this.changes.watch(workerKey(workerId));
+    try {
+      const deadline = this.clock.now() + waitMs;
+      for (;;) {
+        const now = this.clock.now();
+        const held = (await this.workers.get(workerId))?.jobIds ?? [];
+        const stop: string[] = [];
+        for (const jobId of held) {
+          const job = await this.jobs.get(jobId, now);
+          if (job?.status !== 'IN_PROGRESS' || job.workerId !== workerId) stop.push(jobId);
+        }
+        const remaining = deadline - now;
+        if (stop.length > 0 || remaining <= 0 || signal?.aborted) return stop;
+        await watch.changed(remaining, signal);
+      }
+    } finally {
+      watch.close();
+    }
+  }
+
+  /**
+   * Housekeeping, run on a timer by the platform (and by a scheduled Lambda on AWS): lapsed leases go
+   * back to the queue (or fail after maxAttempts), overrunning jobs time out, jobs past policy.ttl stop.
+   */
+  async sweep(): Promise<{ requeued: number; failed: number; timedOut: number; expired: number }> {
+    const now = this.clock.now();
+    const tally = { requeued: 0, failed: 0, timedOut: 0, expired: 0 };
+    for (const job of await this.jobs.listOverdue(now, 500)) {
+      const overran = job.startedAt !== undefined && job.startedAt + job.policy.executionTimeoutMs <= now;
+      if (overran) {
+        const moved = await this.tryMove(job, 'timeOut', () => ({
+          ...this.finalPatch('TIMED_OUT'),
+          error: `Execution timeout of ${job.policy.executionTimeoutMs} ms exceeded`,
+        }));
+        if (moved) tally.timedOut++;
+      } else {
+        const outcome = await this.lapse(job);
+        if (outcome) tally[outcome]++;
+      }
+    }
+    for (const job of await this.jobs.listExpiredUnfinished(now, 500)) {
+      // Past policy.ttl the job reads as 404 already; this stops its worker and frees the queue slot.
+      const move: Move = job.status === 'IN_QUEUE' ? 'purge' : 'timeOut';
+      const moved = await this.tryMove(job, move, () => ({
+        status: move === 'purge' ? 'CANCELLED' : 'TIMED_OUT',
+        error: `The job's time-to-live of ${job.policy.ttlMs} ms ran out`,
+        finishedAt: now,
+        leaseUntil: undefined,
+      }));
+      if (moved) tally.expired++;
+    }
+    return tally;
+  }
+
+  /**
+   * A worker process is known to be gone (the local pool saw it exit): its jobs go back to the queue
+   * now instead of when their leases lapse.
+   */
+  async workerGone(endpointId: string, workerId: string): Promise<number> {
+    let moved = 0;
+    const running = await this.jobs.listByStatus(endpointId, 'IN_PROGRESS', this.clock.now(), 10_000);
+    for (const job of running) {
+      if (job.workerId === workerId && (await this.lapse(job))) moved++;
+    }
+    await this.workers.remove(workerId);
+    return moved;
+  }
+
+  // ── helpers ───────────────────────────────────────────────────────────────────────────────────
+
+  private async mustGet(endpointId: string, jobId: string): Promise<Job> {
+    const job = await this.jobs.get(jobId, this.clock.now());
+    if (!job || job.endpointId !== endpointId)
+      throw notFound(`Job ${jobId} not found (or its results expired)`);
+    return job;
+  }
+
+  private finalPatch(status: 'COMPLETED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT') {
+    const now = this.clock.now();
+    return { status, finishedAt: now, leaseUntil: undefined } satisfies JobPatch;
+  }
+
+  /** Final moves also set the retention clock; computed here so every final move gets it. */
+  private withRetention(job: Job, patch: JobPatch): JobPatch {
+    if (patch.status && isFinal(patch.status) && patch.expiresAt === undefined) {
+      return { ...patch, expiresAt: (patch.finishedAt ?? this.clock.now()) + job.retentionMs };
+    }
+    return patch;
+  }
+
+  /**
+   * Applies a legal move with compare-and-set, re-reading after a lost race. Throws 409 when the
+   * job's status (or its holder, for worker moves) no longer allows the move.
+   */
+  private async move(
+    job: Job,
+    move: Move,
+    patch: (current: Job) => JobPatch,
+    workerId?: string,
+  ): Promise<Job> {
+    let current: Job | undefined = job;
+    for (;;) {
+      if (!current) throw notFound(`Job ${job.id} not found (or its results expired)`);
+      if (!canMove(move, current.status)) {
+        throw conflict(`Job ${job.id} is ${current.status}; ${describeMove(move)}`);
+      }
+      if (workerId !== undefined && current.workerId !== workerId) {
+        throw conflict(`Job ${job.id} is no longer held by worker ${workerId}`);
+      }
+      const written = await this.jobs.update(
+        job.id,
+        current.version,
+        this.withRetention(current, patch(current)),
+      );
+      if (written) {
+        this.afterWrite(current, written);
+        return written;
+      }
+      current = await this.jobs.get(job.id, this.clock.now());
+    }
+  }
+
+  /** Like move, but a job that moved on meanwhile is simply skipped (sweeps and purge). */
+  private async tryMove(job: Job, move: Move, patch: (current: Job) => JobPatch): Promise<Job | undefined> {
+    if (!canMove(move, job.status)) return undefined;
+    const written = await this.jobs.update(job.id, job.version, this.withRetention(job, patch(job)));
+    if (written) this.afterWrite(job, written);
+    return written;
+  }
+
+  /** A change that is not a status move (e.g. `?ttl=`), retried on lost races. */
+  private async change(job: Job, patch: (current: Job) => JobPatch, what: string): Promise<Job> {
+    let current: Job | undefined = job;
+    while (current) {
+      const written = await this.jobs.update(job.id, current.version, patch(current));
+      if (written) return written;
+      current = await this.jobs.get(job.id, this.clock.now());
+    }
+    throw notFound(`Job ${job.id} not found while setting its ${what}`);
+  }
+
+  private afterWrite(before: Job, after: Job): void {
+    this.changes.notify(jobKey(after.id));
+    if (before.workerId && before.status === 'IN_PROGRESS' && after.status !== 'IN_PROGRESS') {
+      this.changes.notify(workerKey(before.workerId));
+    }
+    if (after.webhook && isFinal(after.status) && !isFinal(before.status)) {
+      this.webhooks?.send(after.webhook, {
+        ...viewOf(after, this.clock.now()),
+        input: after.input,
+        webhook: after.webhook,
+      });
+    }
+  }
+
+  /** The holder of a running job is gone: queue it again, or fail it once it used its attempts. */
+  private async lapse(job: Job): Promise<'requeued' | 'failed' | undefined> {
+    if (job.attempt >= this.settings.maxAttempts) {
+      const moved = await this.tryMove(job, 'fail', () => ({
+        ...this.finalPatch('FAILED'),
+        error: `Worker ${job.workerId} stopped responding; the job was tried ${job.attempt} times`,
+      }));
+      return moved ? 'failed' : undefined;
+    }
+    const moved = await this.tryMove(job, 'requeue', () => ({
+      status: 'IN_QUEUE',
+      workerId: undefined,
+      leaseUntil: undefined,
+      startedAt: undefined,
+    }));
+    if (!moved) return undefined;
+    await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
+    this.changes.notify(endpointKey(job.endpointId));
+    return 'requeued';
+  }
+
+  private async release(job: Job): Promise<void> {
+    const back = await this.tryMove(job, 'requeue', () => ({
+      status: 'IN_QUEUE',
+      workerId: undefined,
+      leaseUntil: undefined,
+      startedAt: undefined,
+      attempt: job.attempt - 1,
+    }));
+    if (back) await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
+  }
+
+  private async claim(endpointId: string, jobId: string, workerId: string): Promise<Job | undefined> {
+    const now = this.clock.now();
+    const job = await this.jobs.get(jobId, now);
+    if (!job || job.endpointId !== endpointId || job.status !== 'IN_QUEUE') return undefined;
+    return this.tryMove(job, 'take', () => ({
+      status: 'IN_PROGRESS',
+      startedAt: now,
+      workerId,
+      leaseUntil: now + this.settings.leaseMs,
+      attempt: job.attempt + 1,
+    }));
+  }
+
+  private async waitFor(
+    jobId: string,
+    waitMs: number,
+    signal: AbortSignal | undefined,
+    done: (job: Job) => boolean,
+  ): Promise<Job> {
+    const watch = this.changes.watch(jobKey(jobId));
+    try {
+      const deadline = this.clock.now() + waitMs;
+      for (;;) {
+        const job = await this.jobs.get(jobId, this.clock.now());
+        if (!job) throw notFound(`Job ${jobId} not found (or its results expired)`);
+        const remaining = deadline - this.clock.now();
+        if (done(job) || remaining <= 0 || signal?.aborted) return job;
+        await watch.changed(remaining, signal);
+      }
+    } finally {
+      watch.close();
+    }
+  }
+
+  private async heartbeat(
+    endpointId: string,
+    workerId: string,
+    held: ((current: string[]) => string[]) | undefined,
+  ): Promise<void> {
+    const before = await this.workers.get(workerId);
+    const jobIds = held ? [...new Set(held(before?.jobIds ?? []))] : (before?.jobIds ?? []);
+    await this.workers.heartbeat({
+      workerId,
+      endpointId,
+      state: jobIds.length > 0 ? 'running' : 'idle',
+      jobIds,
+      lastSeenAt: this.clock.now(),
+    });
+  }
+}
+
+function workerJobOf(job: Job): WorkerJob {
+  const out: WorkerJob = { id: job.id, input: job.input };
+  if (job.webhook) out.webhook = job.webhook;
+  if (job.s3Config) out.s3Config = job.s3Config;
+  return out;
+}
+
+function describeMove(move: Move): string {
+  switch (move) {
+    case 'cancel':
+    case 'purge':
+      return 'only queued or running jobs can be cancelled';
+    case 'retry':
+      return 'only FAILED or TIMED_OUT jobs can be retried';
+    default:
+      return 'it is no longer running';
+  }
+}
+
+/** `error` must reach clients as a string (runpod-python#299). */
+function errorText(error: unknown): string {
+  return typeof error === 'string' ? error : JSON.stringify(error);
+}
+
+/**
+ * A chunk over 1 MB (spec §8) is split: a string output into string pieces, anything else into pieces
+ * of its JSON text. Pieces are cut on code point boundaries so each stays valid UTF-8.
+ */
+export function splitChunk(chunk: { output: unknown }): unknown[] {
+  const size = Buffer.byteLength(JSON.stringify(chunk));
+  if (size <= limits.streamChunkBytes) return [chunk];
+  const text = typeof chunk.output === 'string' ? chunk.output : JSON.stringify(chunk.output);
+  // Leave room for JSON escaping and the {"output": …} envelope.
+  const pieceBytes = Math.floor(limits.streamChunkBytes / 2);
+  const pieces: unknown[] = [];
+  let piece = '';
+  let pieceSize = 0;
+  for (const char of text) {
+    const charBytes = Buffer.byteLength(char);
+    if (pieceSize + charBytes > pieceBytes) {
+      pieces.push({ output: piece });
+      piece = '';
+      pieceSize = 0;
+    }
+    piece += char;
+    pieceSize += charBytes;
+  }
+  if (piece.length > 0) pieces.push({ output: piece });
+  return pieces;
+}

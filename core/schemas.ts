@@ -1,0 +1,90 @@
+/**
+ * zod schemas for what crosses the HTTP boundary: client request bodies and query strings, and the
+ * bodies workers post. Messages are written for the person who sent the request.
+ */
+import { z } from 'zod';
+import { badRequest } from './errors.js';
+import { limits } from './limits.js';
+
+const msBetween = (min: number, max: number) => z.number().int().min(min).max(max);
+
+export const policySchema = z
+  .object({
+    executionTimeout: msBetween(limits.executionTimeoutMinMs, limits.executionTimeoutMaxMs).optional(),
+    ttl: msBetween(limits.ttlMinMs, limits.ttlMaxMs).optional(),
+    lowPriority: z.boolean().optional(),
+  })
+  .strict();
+
+export const s3ConfigSchema = z
+  .object({
+    accessId: z.string(),
+    accessSecret: z.string(),
+    bucketName: z.string(),
+    endpointUrl: z.string(),
+    objectPath: z.string().optional(),
+  })
+  .strict();
+
+const httpUrl = z
+  .string()
+  .url()
+  .refine((url) => /^https?:\/\//i.test(url), 'must be an http or https URL');
+
+/** The body of /run and /runsync (reference/runpod-api-anchor.md §6.1). */
+export const runRequestSchema = z
+  .object({
+    input: z.record(z.string(), z.unknown()),
+    webhook: httpUrl.optional(),
+    /** Sent by some clients; its semantics are undocumented upstream, so it is accepted and ignored. */
+    webhookV2: z.unknown().optional(),
+    policy: policySchema.optional(),
+    s3Config: s3ConfigSchema.optional(),
+  })
+  .strict();
+export type RunRequest = z.infer<typeof runRequestSchema>;
+
+/** What a worker posts to job-done: a result, an error, or a progress update (`status: IN_PROGRESS`). */
+export const jobDoneSchema = z
+  .object({
+    output: z.unknown().optional(),
+    error: z.unknown().optional(),
+    status: z.string().optional(),
+    stopPod: z.boolean().optional(),
+  })
+  .passthrough();
+export type JobDoneBody = z.infer<typeof jobDoneSchema>;
+
+/** What a worker posts to job-stream: one chunk; RunPod's SDK sends `{output}`, §2.2 chunks add `metrics`. */
+export const jobStreamSchema = z
+  .object({ output: z.unknown(), metrics: z.unknown().optional() })
+  .passthrough();
+
+/** Parses with a schema and turns the first issue into a 400 that names the field. */
+export function parseOr400<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
+  const result = schema.safeParse(value);
+  if (result.success) return result.data;
+  const issue = result.error.issues[0]!;
+  const at = issue.path.length > 0 ? ` at '${issue.path.join('.')}'` : '';
+  const message =
+    issue.code === 'unrecognized_keys'
+      ? `unknown field ${issue.keys.map((k) => `'${k}'`).join(', ')}`
+      : issue.message;
+  throw badRequest(`Invalid ${what}${at}: ${message}`);
+}
+
+/** An integer query parameter in [min, max], or undefined when absent. */
+export function queryInt(
+  value: string | undefined,
+  name: string,
+  min: number,
+  max: number,
+): number | undefined {
+  if (value === undefined || value === '') return undefined;
+  if (!/^\d+$/.test(value))
+    throw badRequest(`Query parameter '${name}' must be an integer number of milliseconds`);
+  const n = Number(value);
+  if (n < min || n > max)
+    throw badRequest(`Query parameter '${name}' must be between ${min} and ${max} (given ${n})`);
+  return n;
+}

@@ -1,0 +1,348 @@
+/**
+ * The v2 API rows of spec §3 and §7 over real HTTP on loopback, against the real SQLite store, with
+ * a worker speaking the worker protocol.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
+import { ProtocolWorker } from '../support/protocolWorker.js';
+
+let platform: TestPlatform;
+let base: string;
+let n = 0;
+/** A fresh endpoint per test keeps queues apart. */
+async function freshEndpoint(config: Record<string, unknown> = {}) {
+  const id = `ep${++n}`;
+  await platform.addEndpoint(id, config);
+  return { id, worker: new ProtocolWorker(platform.url, id, platform.workerToken) };
+}
+
+beforeAll(async () => {
+  platform = await startTestPlatform({ webhookRetryDelayMs: 50 });
+  base = platform.baseUrl;
+});
+afterAll(async () => {
+  await platform.stop();
+});
+
+describe('submission', () => {
+  it('/run answers 200 {id, status: IN_QUEUE} at once', async () => {
+    const { id } = await freshEndpoint();
+    const r = await call(base, 'POST', `/${id}/run`, { input: { a: 1 } });
+    expect(r.status).toBe(200);
+    expect(Object.keys(r.body).sort()).toEqual(['id', 'status']);
+    expect(r.body.status).toBe('IN_QUEUE');
+    expect(r.body.id).toMatch(/^[0-9a-f-]{36}-u1$/);
+  });
+
+  it.each([
+    ['no body', undefined, /JSON object/],
+    ['invalid JSON', '{"input":', /not valid JSON/],
+    ['input missing', {}, /input/],
+    ['input not an object', { input: 'text' }, /input/],
+    ['unknown field', { input: {}, surprise: 1 }, /unknown field 'surprise'/],
+    ['policy out of range', { input: {}, policy: { executionTimeout: 10 } }, /policy.executionTimeout/],
+    ['webhook not a URL', { input: {}, webhook: 'nope' }, /webhook/],
+  ])('/run with %s is a 400 with a message', async (_name, body, message) => {
+    const { id } = await freshEndpoint();
+    const r = await call(base, 'POST', `/${id}/run`, body);
+    expect(r.status).toBe(400);
+    expect(r.body.error).toMatch(message);
+    expect((await call(base, 'GET', `/${id}/health`)).body.jobs.inQueue).toBe(0);
+  });
+
+  it('/run over 10 MB is a 413; /runsync takes up to 20 MB', async () => {
+    const { id } = await freshEndpoint();
+    const big = { input: { blob: 'x'.repeat(11 * 1024 * 1024) } };
+    const run = await call(base, 'POST', `/${id}/run`, big);
+    expect(run.status).toBe(413);
+    expect(run.body.error).toMatch(/at most 10485760 bytes/);
+    const sync = await call(base, 'POST', `/${id}/runsync?wait=1000`, big);
+    expect(sync.status).toBe(200);
+    expect(sync.body.status).toBe('IN_QUEUE');
+    const huge = await call(base, 'POST', `/${id}/runsync`, {
+      input: { blob: 'x'.repeat(21 * 1024 * 1024) },
+    });
+    expect(huge.status).toBe(413);
+    expect(typeof huge.body.error).toBe('string');
+  });
+
+  it.each(['999', '300001', 'abc', '-5'])('/runsync?wait=%s is a 400', async (wait) => {
+    const { id } = await freshEndpoint();
+    const r = await call(base, 'POST', `/${id}/runsync?wait=${wait}`, { input: {} });
+    expect(r.status).toBe(400);
+    expect(r.body.error).toMatch(/wait/);
+  });
+
+  it('/runsync that outlasts its wait answers 200 {id, status}', async () => {
+    const { id } = await freshEndpoint();
+    const r = await call(base, 'POST', `/${id}/runsync?wait=1000`, { input: {} });
+    expect(r.status).toBe(200);
+    expect(r.body).toEqual({ id: expect.stringMatching(/^sync-/), status: 'IN_QUEUE' });
+  });
+
+  it('/runsync returns id, status, delayTime, executionTime and output', async () => {
+    const { id, worker } = await freshEndpoint();
+    const serving = worker.serve();
+    const r = await call(base, 'POST', `/${id}/runsync`, { input: { echo: 'hi' } });
+    await serving.stop();
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ status: 'COMPLETED', output: 'hi' });
+    expect(r.body.delayTime).toBeGreaterThanOrEqual(0);
+    expect(r.body.executionTime).toBeGreaterThanOrEqual(0);
+  });
+});
+
+describe('authentication', () => {
+  it('accepts the bare key and the Bearer form, rejects others with 401', async () => {
+    const { id } = await freshEndpoint();
+    expect((await call(base, 'GET', `/${id}/health`, undefined, { authorization: testApiKey })).status).toBe(
+      200,
+    );
+    expect((await call(base, 'GET', `/${id}/health`)).status).toBe(200);
+    for (const authorization of ['', 'Bearer', 'Bearer wrong', 'wrong', platform.workerToken]) {
+      const r = await call(base, 'GET', `/${id}/health`, undefined, { authorization });
+      expect(r.status).toBe(401);
+      expect(r.body).toEqual({ error: 'Missing or invalid API key' });
+    }
+  });
+
+  it('a client key cannot take jobs', async () => {
+    const { id } = await freshEndpoint();
+    const r = await call(base, 'GET', `/${id}/job-take/w1`);
+    expect(r.status).toBe(401);
+  });
+});
+
+describe('lookups', () => {
+  it('unknown endpoint, job and route are 404 with an error body', async () => {
+    const { id } = await freshEndpoint();
+    expect(await call(base, 'GET', `/nope/health`)).toEqual({
+      status: 404,
+      body: { error: 'Endpoint nope not found' },
+    });
+    const job = await call(base, 'GET', `/${id}/status/missing`);
+    expect(job.status).toBe(404);
+    expect(job.body.error).toMatch(/not found/);
+    const route = await call(base, 'GET', `/${id}/nonsense`);
+    expect(route.status).toBe(404);
+  });
+
+  it('status answers GET and POST and echoes input while queued', async () => {
+    const { id } = await freshEndpoint();
+    const { body } = await call(base, 'POST', `/${id}/run`, { input: { q: 1 } });
+    for (const method of ['GET', 'POST']) {
+      const r = await call(base, method, `/${id}/status/${body.id}`);
+      expect(r.status).toBe(200);
+      expect(r.body).toMatchObject({ id: body.id, status: 'IN_QUEUE', input: { q: 1 } });
+    }
+  });
+});
+
+describe('transitions (spec §3)', () => {
+  it('IN_QUEUE → CANCELLED: the queued job is removed before it starts', async () => {
+    const { id, worker } = await freshEndpoint();
+    const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });
+    expect(await call(base, 'POST', `/${id}/cancel/${body.id}`)).toEqual({
+      status: 200,
+      body: { id: body.id, status: 'CANCELLED' },
+    });
+    expect(await worker.take()).toBeUndefined();
+  });
+
+  it('IN_PROGRESS → CANCELLED: the worker is told to stop and its late result is refused', async () => {
+    const { id, worker } = await freshEndpoint();
+    const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });
+    const job = await worker.take();
+    expect(job?.id).toBe(body.id);
+    expect((await call(base, 'GET', `/${id}/status/${body.id}`)).body.status).toBe('IN_PROGRESS');
+    const stopping = worker.jobsToStop();
+    expect((await call(base, 'POST', `/${id}/cancel/${body.id}`)).body.status).toBe('CANCELLED');
+    expect(await stopping).toEqual([body.id]);
+    const late = await worker.done(body.id, { output: 'too late' });
+    expect(late.status).toBe(409);
+    expect((await call(base, 'GET', `/${id}/status/${body.id}`)).body).toMatchObject({ status: 'CANCELLED' });
+  });
+
+  it('cancel of a finished job is a 409; of a cancelled one answers CANCELLED again', async () => {
+    const { id, worker } = await freshEndpoint();
+    const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });
+    await worker.take();
+    await worker.done(body.id, { output: 1 });
+    const r = await call(base, 'POST', `/${id}/cancel/${body.id}`);
+    expect(r.status).toBe(409);
+    expect(r.body.error).toMatch(/COMPLETED/);
+    const { body: other } = await call(base, 'POST', `/${id}/run`, { input: {} });
+    await call(base, 'POST', `/${id}/cancel/${other.id}`);
+    expect((await call(base, 'POST', `/${id}/cancel/${other.id}`)).body.status).toBe('CANCELLED');
+  });
+
+  it('FAILED → IN_QUEUE by retry: same id, original input, output cleared', async () => {
+    const { id, worker } = await freshEndpoint();
+    const { body } = await call(base, 'POST', `/${id}/run`, { input: { n: 7 } });
+    await worker.take();
+    await worker.done(body.id, { error: 'boom', output: { partial: true } });
+    const failed = await call(base, 'GET', `/${id}/status/${body.id}`);
+    expect(failed.body).toMatchObject({ status: 'FAILED', error: 'boom', output: { partial: true } });
+    expect(await call(base, 'POST', `/${id}/retry/${body.id}`)).toEqual({
+      status: 200,
+      body: { id: body.id, status: 'IN_QUEUE' },
+    });
+    const queued = await call(base, 'GET', `/${id}/status/${body.id}`);
+    expect(queued.body).toMatchObject({ id: body.id, status: 'IN_QUEUE', input: { n: 7 }, retries: 1 });
+    expect(queued.body).not.toHaveProperty('output');
+    expect(queued.body).not.toHaveProperty('error');
+    const again = await worker.take();
+    expect(again).toMatchObject({ id: body.id, input: { n: 7 } });
+    expect((await call(base, 'GET', `/${id}/health`)).body.jobs.retried).toBe(1);
+  });
+
+  it('retry is refused for other statuses and unknown jobs', async () => {
+    const { id, worker } = await freshEndpoint();
+    const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });
+    const queued = await call(base, 'POST', `/${id}/retry/${body.id}`);
+    expect(queued.status).toBe(409);
+    expect(queued.body.error).toMatch(/only FAILED or TIMED_OUT/);
+    await worker.take();
+    await worker.done(body.id, { output: 'ok' });
+    expect((await call(base, 'POST', `/${id}/retry/${body.id}`)).status).toBe(409);
+    expect((await call(base, 'POST', `/${id}/retry/unknown`)).status).toBe(404);
+  });
+
+  it('purge-queue removes queued jobs; jobs in progress keep running', async () => {
+    const { id, worker } = await freshEndpoint();
+    const running = (await call(base, 'POST', `/${id}/run`, { input: {} })).body.id;
+    await worker.take();
+    for (let i = 0; i < 3; i++) await call(base, 'POST', `/${id}/run`, { input: { i } });
+    expect(await call(base, 'POST', `/${id}/purge-queue`)).toEqual({
+      status: 200,
+      body: { removed: 3, status: 'completed' },
+    });
+    expect((await call(base, 'GET', `/${id}/status/${running}`)).body.status).toBe('IN_PROGRESS');
+    expect((await worker.done(running, { output: 'fine' })).status).toBe(200);
+    expect((await call(base, 'GET', `/${id}/status/${running}`)).body).toMatchObject({ status: 'COMPLETED' });
+  });
+
+  it('cancel racing completion: exactly one wins, the loser gets 409', async () => {
+    const { id, worker } = await freshEndpoint();
+    for (let i = 0; i < 10; i++) {
+      const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });
+      await worker.take();
+      const [cancel, done] = await Promise.all([
+        call(base, 'POST', `/${id}/cancel/${body.id}`),
+        worker.done(body.id, { output: i }),
+      ]);
+      const final = (await call(base, 'GET', `/${id}/status/${body.id}`)).body.status;
+      expect([cancel.status, done.status].sort()).toEqual([200, 409]);
+      expect(final).toBe(cancel.status === 200 ? 'CANCELLED' : 'COMPLETED');
+    }
+  });
+});
+
+describe('worker protocol', () => {
+  it('progress updates show while IN_PROGRESS and never overwrite a final result', async () => {
+    const { id, worker } = await freshEndpoint();
+    const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });
+    await worker.take();
+    await worker.done(body.id, { status: 'IN_PROGRESS', output: { progress: '4/10' } });
+    expect((await call(base, 'GET', `/${id}/status/${body.id}`)).body).toMatchObject({
+      status: 'IN_PROGRESS',
+      output: { progress: '4/10' },
+    });
+    await worker.done(body.id, { output: { final: true } });
+    const late = await worker.done(body.id, { status: 'IN_PROGRESS', output: { progress: '9/10' } });
+    expect(late.status).toBe(409);
+    expect((await call(base, 'GET', `/${id}/status/${body.id}`)).body).toMatchObject({
+      status: 'COMPLETED',
+      output: { final: true },
+    });
+  });
+
+  it('job-take-batch hands out up to batch_size jobs; 204 when empty', async () => {
+    const { id, worker } = await freshEndpoint();
+    expect(await worker.takeBatch(3)).toEqual([]);
+    for (let i = 0; i < 4; i++) await call(base, 'POST', `/${id}/run`, { input: { i } });
+    const batch = await worker.takeBatch(3);
+    expect(batch.map((j) => j.input.i)).toEqual([0, 1, 2]);
+  });
+
+  it('job-done over 20 MB is a 400; bad JSON is a 400; unknown job is a 404', async () => {
+    const { id, worker } = await freshEndpoint();
+    const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });
+    await worker.take();
+    const big = await worker.done(body.id, { output: 'x'.repeat(20 * 1024 * 1024 + 10) });
+    expect(big.status).toBe(400);
+    expect(big.body.error).toMatch(/limit/);
+    const res = await fetch(
+      `${platform.url}/v2/${id}/job-done/${worker.workerId}/${body.id}?isStream=false`,
+      {
+        method: 'POST',
+        headers: { authorization: platform.workerToken },
+        body: '{not json',
+      },
+    );
+    expect(res.status).toBe(400);
+    expect((await worker.done('missing', { output: 1 })).status).toBe(404);
+    expect((await call(base, 'GET', `/${id}/status/${body.id}`)).body.status).toBe('IN_PROGRESS');
+  });
+
+  it('stream always carries `stream`, hands each chunk out once and splits chunks over 1 MB', async () => {
+    const { id, worker } = await freshEndpoint();
+    const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });
+    await worker.take();
+    await worker.stream(body.id, 'first');
+    const big = 'é'.repeat(700 * 1024); // 1.4 MB of UTF-8
+    await worker.stream(body.id, big);
+    const first = await call(base, 'GET', `/${id}/stream/${body.id}`);
+    expect(first.body.status).toBe('IN_PROGRESS');
+    expect(first.body.stream[0]).toEqual({ output: 'first' });
+    const pieces = first.body.stream.slice(1).map((c: { output: string }) => c.output);
+    expect(pieces.length).toBeGreaterThan(1);
+    expect(pieces.join('')).toBe(big);
+    for (const piece of pieces)
+      expect(Buffer.byteLength(JSON.stringify({ output: piece }))).toBeLessThanOrEqual(1024 * 1024);
+    await worker.done(body.id, { output: [] }, true);
+    const last = await call(base, 'GET', `/${id}/stream/${body.id}`);
+    expect(last.body).toEqual({ id: body.id, status: 'COMPLETED', stream: [] });
+  });
+});
+
+describe('webhooks', () => {
+  let receiver: Server;
+  let url: string;
+  const received: { path: string; body: any }[] = [];
+  let failuresLeft = 0;
+
+  beforeAll(async () => {
+    receiver = createServer((req, res) => {
+      let data = '';
+      req.on('data', (c) => (data += c));
+      req.on('end', () => {
+        received.push({ path: req.url!, body: JSON.parse(data) });
+        if (failuresLeft-- > 0) res.writeHead(500).end();
+        else res.writeHead(200).end('ok');
+      });
+    });
+    await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
+    url = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
+  });
+  afterAll(() => new Promise<void>((r) => receiver.close(() => r())));
+
+  it('POSTs the final job with input and webhook, retrying twice on failure', async () => {
+    const { id, worker } = await freshEndpoint();
+    failuresLeft = 2;
+    const { body } = await call(base, 'POST', `/${id}/run`, { input: { w: 1 }, webhook: `${url}/hook` });
+    await worker.take();
+    await worker.done(body.id, { output: 'done' });
+    for (let i = 0; i < 100 && received.length < 3; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(received).toHaveLength(3);
+    expect(received[2]!.body).toMatchObject({
+      id: body.id,
+      status: 'COMPLETED',
+      output: 'done',
+      input: { w: 1 },
+      webhook: `${url}/hook`,
+    });
+  });
+});

@@ -1,0 +1,367 @@
+/**
+ * The JobStore contract. Every adapter (SQLite, DynamoDB) must pass it unchanged.
+ *
+ * Time is passed in (`nowMs`), so nothing here sleeps. Ids are unique per test, and queries that span
+ * endpoints (listOverdue, listExpiredUnfinished) are checked on this test's own jobs only, so several
+ * tests may share one table.
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { Job } from '../../core/job.js';
+import type { JobStore } from '../../core/ports.js';
+import { expectFerryError, futureBaseMs, makeJob, uniqueId } from './helpers.js';
+
+export interface JobStoreFixture {
+  jobs: JobStore;
+  close(): Promise<void>;
+}
+
+export interface JobStoreContractOptions {
+  /**
+   * The backend deletes expired items on its own schedule (DynamoDB TTL) and `deleteExpired` may do
+   * nothing and return 0. The suite then checks only that expired jobs stay invisible.
+   */
+  deleteExpiredIsBackground?: boolean;
+}
+
+export function describeJobStoreContract(
+  name: string,
+  open: () => Promise<JobStoreFixture>,
+  options: JobStoreContractOptions = {},
+): void {
+  describe(`JobStore contract: ${name}`, () => {
+    let fixture: JobStoreFixture;
+    let jobs: JobStore;
+    let t0: number;
+    let endpointId: string;
+
+    beforeEach(async () => {
+      fixture = await open();
+      jobs = fixture.jobs;
+      t0 = futureBaseMs();
+      endpointId = uniqueId('ep');
+    });
+    afterEach(async () => {
+      await fixture.close();
+    });
+
+    const job = (overrides: Partial<Job> = {}): Job => makeJob({ endpointId, createdAt: t0, ...overrides });
+    const ids = (list: Job[]): string[] => list.map((j) => j.id);
+
+    describe('create and get', () => {
+      it('stores a job and reads it back as written, at version 1', async () => {
+        const j = job({ webhook: 'https://example.test/hook', s3Config: { bucket: 'b' } });
+        await jobs.create(j);
+        const read = await jobs.get(j.id, t0);
+        expect(read).toEqual({ ...j, version: 1 });
+      });
+
+      it('refuses a second job with the same id with a conflict error and keeps the first', async () => {
+        const j = job({ input: { first: true } });
+        await jobs.create(j);
+        await expectFerryError(jobs.create({ ...j, input: { first: false } }), 'conflict');
+        expect((await jobs.get(j.id, t0))?.input).toEqual({ first: true });
+      });
+
+      it('reads an unknown id as undefined', async () => {
+        expect(await jobs.get(uniqueId('missing'), t0)).toBeUndefined();
+      });
+
+      it('reads a job as absent from the moment it expires', async () => {
+        const j = job({ expiresAt: t0 + 1_000 });
+        await jobs.create(j);
+        expect(await jobs.get(j.id, t0 + 999)).toBeDefined();
+        expect(await jobs.get(j.id, t0 + 1_000)).toBeUndefined();
+        expect(await jobs.get(j.id, t0 + 5_000)).toBeUndefined();
+      });
+    });
+
+    describe('update (compare-and-set on version)', () => {
+      it('applies a patch at the expected version and bumps the version', async () => {
+        const j = job();
+        await jobs.create(j);
+        const written = await jobs.update(j.id, 1, {
+          status: 'IN_PROGRESS',
+          startedAt: t0 + 10,
+          leaseUntil: t0 + 60_010,
+          workerId: 'w1',
+          attempt: 1,
+        });
+        expect(written).toMatchObject({
+          id: j.id,
+          status: 'IN_PROGRESS',
+          workerId: 'w1',
+          attempt: 1,
+          version: 2,
+        });
+        expect(await jobs.get(j.id, t0)).toEqual(written);
+      });
+
+      it('refuses a patch at a stale version and for a missing job', async () => {
+        const j = job();
+        await jobs.create(j);
+        expect(await jobs.update(j.id, 1, { status: 'IN_PROGRESS' })).toBeDefined();
+        expect(await jobs.update(j.id, 1, { status: 'CANCELLED' })).toBeUndefined();
+        expect((await jobs.get(j.id, t0))?.status).toBe('IN_PROGRESS');
+        expect(await jobs.update(uniqueId('missing'), 1, { status: 'CANCELLED' })).toBeUndefined();
+      });
+
+      it('lets exactly one of two concurrent updates from the same version win', async () => {
+        const j = job();
+        await jobs.create(j);
+        const [a, b] = await Promise.all([
+          jobs.update(j.id, 1, { status: 'CANCELLED', finishedAt: t0 + 5 }),
+          jobs.update(j.id, 1, { status: 'IN_PROGRESS', startedAt: t0 + 5, workerId: 'w1' }),
+        ]);
+        const winners = [a, b].filter((x) => x !== undefined);
+        expect(winners).toHaveLength(1);
+        const stored = await jobs.get(j.id, t0);
+        expect(stored?.version).toBe(2);
+        expect(stored?.status).toBe(winners[0]?.status);
+      });
+
+      it('keeps versions strictly increasing over many sequential updates', async () => {
+        const j = job();
+        await jobs.create(j);
+        let version = 1;
+        for (let i = 0; i < 5; i++) {
+          const written = await jobs.update(j.id, version, { output: { step: i } });
+          expect(written?.version).toBe(version + 1);
+          version = written!.version;
+        }
+        expect(await jobs.get(j.id, t0)).toMatchObject({ version: 6, output: { step: 4 } });
+      });
+
+      it('removes a field whose key is present with the value undefined, and keeps the rest', async () => {
+        const j = job({
+          status: 'FAILED',
+          output: { partial: [1, 2] },
+          error: 'boom',
+          workerId: 'w1',
+          startedAt: t0 + 1,
+          finishedAt: t0 + 2,
+        });
+        await jobs.create(j);
+        const written = await jobs.update(j.id, 1, {
+          status: 'IN_QUEUE',
+          output: undefined,
+          error: undefined,
+          workerId: undefined,
+          retries: 1,
+        });
+        for (const job of [written, await jobs.get(j.id, t0)]) {
+          expect(job).toBeDefined();
+          expect(job).not.toHaveProperty('output');
+          expect(job).not.toHaveProperty('error');
+          expect(job).not.toHaveProperty('workerId');
+          expect(job).toMatchObject({ status: 'IN_QUEUE', retries: 1, startedAt: t0 + 1, input: j.input });
+        }
+      });
+
+      it('keeps the identity: id and endpointId do not change', async () => {
+        const j = job();
+        await jobs.create(j);
+        const sneaky = { endpointId: 'other', status: 'IN_PROGRESS' } as unknown as Parameters<
+          JobStore['update']
+        >[2];
+        const written = await jobs.update(j.id, 1, sneaky);
+        expect(written?.endpointId).toBe(endpointId);
+        expect((await jobs.get(j.id, t0))?.endpointId).toBe(endpointId);
+      });
+    });
+
+    describe('queries', () => {
+      it('lists unexpired jobs of one endpoint in one status, oldest first, up to the limit', async () => {
+        const b = job({ createdAt: t0 + 2 });
+        const a = job({ createdAt: t0 + 1 });
+        const c = job({ createdAt: t0 + 3 });
+        const done = job({ createdAt: t0, status: 'COMPLETED' });
+        const elsewhere = job({ endpointId: uniqueId('ep'), createdAt: t0 });
+        const expired = job({ createdAt: t0, expiresAt: t0 + 100 });
+        for (const j of [b, a, c, done, elsewhere, expired]) await jobs.create(j);
+
+        expect(ids(await jobs.listByStatus(endpointId, 'IN_QUEUE', t0 + 100, 10))).toEqual([
+          a.id,
+          b.id,
+          c.id,
+        ]);
+        expect(ids(await jobs.listByStatus(endpointId, 'IN_QUEUE', t0 + 100, 2))).toEqual([a.id, b.id]);
+        expect(ids(await jobs.listByStatus(endpointId, 'IN_QUEUE', t0 + 50, 10))).toContain(expired.id);
+        expect(ids(await jobs.listByStatus(endpointId, 'COMPLETED', t0 + 100, 10))).toEqual([done.id]);
+        expect(await jobs.listByStatus(endpointId, 'FAILED', t0 + 100, 10)).toEqual([]);
+      });
+
+      it('finds running jobs whose lease lapsed or whose execution timeout passed', async () => {
+        const running = { status: 'IN_PROGRESS' as const, startedAt: t0, workerId: 'w1', attempt: 1 };
+        const lapsed = job({ ...running, leaseUntil: t0 + 500 });
+        const healthy = job({ ...running, leaseUntil: t0 + 60_000 });
+        const timedOut = job({
+          ...running,
+          leaseUntil: t0 + 60_000,
+          policy: { executionTimeoutMs: 800, ttlMs: 86_400_000, lowPriority: false },
+        });
+        const queued = job({ leaseUntil: t0 + 1 });
+        const finished = job({ status: 'COMPLETED', leaseUntil: t0 + 1, startedAt: t0 });
+        for (const j of [lapsed, healthy, timedOut, queued, finished]) await jobs.create(j);
+
+        const mine = new Set([lapsed.id, healthy.id, timedOut.id, queued.id, finished.id]);
+        const overdue = async (nowMs: number) =>
+          ids(await jobs.listOverdue(nowMs, 1_000))
+            .filter((id) => mine.has(id))
+            .sort();
+
+        expect(await overdue(t0 + 100)).toEqual([]);
+        expect(await overdue(t0 + 500)).toEqual([lapsed.id]);
+        expect(await overdue(t0 + 1_000)).toEqual([lapsed.id, timedOut.id].sort());
+        // A renewed lease takes the job off the list.
+        await jobs.update(lapsed.id, 1, { leaseUntil: t0 + 90_000 });
+        expect(await overdue(t0 + 1_000)).toEqual([timedOut.id]);
+        expect(await overdue(t0 + 60_000)).toEqual([healthy.id, timedOut.id].sort());
+      });
+
+      it('finds jobs that expired before they ended (which get hides)', async () => {
+        const queued = job({ expiresAt: t0 + 500 });
+        const running = job({
+          status: 'IN_PROGRESS',
+          startedAt: t0,
+          leaseUntil: t0 + 60_000,
+          expiresAt: t0 + 500,
+        });
+        const done = job({ status: 'COMPLETED', expiresAt: t0 + 500 });
+        const cancelled = job({ status: 'CANCELLED', expiresAt: t0 + 500 });
+        const later = job({ expiresAt: t0 + 5_000 });
+        for (const j of [queued, running, done, cancelled, later]) await jobs.create(j);
+
+        const mine = new Set([queued.id, running.id, done.id, cancelled.id, later.id]);
+        const expiredUnfinished = async (nowMs: number) =>
+          ids(await jobs.listExpiredUnfinished(nowMs, 1_000))
+            .filter((id) => mine.has(id))
+            .sort();
+
+        expect(await expiredUnfinished(t0 + 499)).toEqual([]);
+        expect(await expiredUnfinished(t0 + 1_000)).toEqual([queued.id, running.id].sort());
+        expect(await jobs.get(queued.id, t0 + 1_000)).toBeUndefined();
+        // Once finalised it is no longer unfinished.
+        await jobs.update(running.id, 1, { status: 'CANCELLED' });
+        expect(await expiredUnfinished(t0 + 1_000)).toEqual([queued.id]);
+      });
+
+      it('counts the unexpired jobs of one endpoint by status (failed includes TIMED_OUT)', async () => {
+        const statuses = [
+          'IN_QUEUE',
+          'IN_QUEUE',
+          'IN_PROGRESS',
+          'COMPLETED',
+          'FAILED',
+          'TIMED_OUT',
+          'CANCELLED',
+        ] as const;
+        for (const status of statuses) await jobs.create(job({ status }));
+        await jobs.create(job({ status: 'IN_QUEUE', retries: 2 }));
+        await jobs.create(job({ status: 'COMPLETED', expiresAt: t0 + 10 }));
+        await jobs.create(job({ status: 'FAILED', retries: 1, expiresAt: t0 + 10 }));
+        await jobs.create(job({ endpointId: uniqueId('ep'), status: 'IN_QUEUE' }));
+
+        expect(await jobs.counts(endpointId, t0 + 100)).toEqual({
+          inQueue: 3,
+          inProgress: 1,
+          completed: 1,
+          failed: 2,
+          retried: 1,
+        });
+        expect(await jobs.counts(uniqueId('ep'), t0)).toEqual({
+          inQueue: 0,
+          inProgress: 0,
+          completed: 0,
+          failed: 0,
+          retried: 0,
+        });
+      });
+    });
+
+    describe('stream chunks', () => {
+      it('hands out appended chunks in order, each once, per job', async () => {
+        const a = job();
+        const b = job();
+        await jobs.create(a);
+        await jobs.create(b);
+        await jobs.appendStream(a.id, [{ text: ['a1'] }, { text: ['a2'] }]);
+        await jobs.appendStream(b.id, [{ text: ['b1'] }]);
+        await jobs.appendStream(a.id, [{ text: ['a3'] }, 'plain', 42, null]);
+        await jobs.appendStream(a.id, []);
+
+        expect(await jobs.drainStream(a.id)).toEqual([
+          { text: ['a1'] },
+          { text: ['a2'] },
+          { text: ['a3'] },
+          'plain',
+          42,
+          null,
+        ]);
+        expect(await jobs.drainStream(a.id)).toEqual([]);
+        await jobs.appendStream(a.id, [{ text: ['a4'] }]);
+        expect(await jobs.drainStream(a.id)).toEqual([{ text: ['a4'] }]);
+        expect(await jobs.drainStream(b.id)).toEqual([{ text: ['b1'] }]);
+        expect(await jobs.drainStream(uniqueId('missing'))).toEqual([]);
+      });
+
+      it('never hands the same chunk to two concurrent drains', async () => {
+        const j = job();
+        await jobs.create(j);
+        const total = 40;
+        await jobs.appendStream(
+          j.id,
+          Array.from({ length: total / 2 }, (_, i) => ({ i })),
+        );
+        const [first, second, third] = await Promise.all([
+          jobs.drainStream(j.id),
+          jobs
+            .appendStream(
+              j.id,
+              Array.from({ length: total / 2 }, (_, i) => ({ i: i + total / 2 })),
+            )
+            .then(() => jobs.drainStream(j.id)),
+          jobs.drainStream(j.id),
+        ]);
+        const rest = await jobs.drainStream(j.id);
+        const seen = [first, second, third, rest].flat().map((c) => (c as { i: number }).i);
+        expect([...seen].sort((x, y) => x - y)).toEqual(Array.from({ length: total }, (_, i) => i));
+        // Each drain's own slice is in order.
+        for (const part of [first, second, third, rest]) {
+          const order = part.map((c) => (c as { i: number }).i);
+          expect(order).toEqual([...order].sort((x, y) => x - y));
+        }
+      });
+
+      it('clears every chunk of a job', async () => {
+        const j = job();
+        await jobs.create(j);
+        await jobs.appendStream(j.id, [1, 2, 3]);
+        await jobs.clearStream(j.id);
+        expect(await jobs.drainStream(j.id)).toEqual([]);
+        await jobs.appendStream(j.id, [4]);
+        expect(await jobs.drainStream(j.id)).toEqual([4]);
+      });
+    });
+
+    describe('deleteExpired', () => {
+      it('deletes expired finished jobs and keeps unexpired ones', async () => {
+        const old = job({ status: 'COMPLETED', expiresAt: t0 + 100, output: { ok: true } });
+        const fresh = job({ status: 'COMPLETED', expiresAt: t0 + 10_000 });
+        await jobs.create(old);
+        await jobs.create(fresh);
+        await jobs.appendStream(old.id, [{ chunk: 1 }]);
+
+        const removed = await jobs.deleteExpired(t0 + 1_000);
+        expect(removed).toBeGreaterThanOrEqual(options.deleteExpiredIsBackground ? 0 : 1);
+        expect(await jobs.get(old.id, t0 + 1_000)).toBeUndefined();
+        expect(await jobs.get(fresh.id, t0 + 1_000)).toMatchObject({ id: fresh.id, status: 'COMPLETED' });
+        if (!options.deleteExpiredIsBackground) {
+          // Gone for real: even a read with an earlier clock finds nothing, and its chunks went too.
+          expect(await jobs.get(old.id, t0)).toBeUndefined();
+          expect(await jobs.drainStream(old.id)).toEqual([]);
+          expect(await jobs.deleteExpired(t0 + 1_000)).toBe(0);
+        }
+      });
+    });
+  });
+}
