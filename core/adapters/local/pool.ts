@@ -361,6 +361,8 @@ export class EndpointPool {
       FERRY_APP_DIR: this.spec.codeDir,
       FERRY_MODULE: endpoint.module,
       FERRY_MAX_CONCURRENCY: String(this.resources.maxConcurrency),
+      // The worker exits when this process dies, so a killed platform leaves no orphans behind.
+      FERRY_PARENT_PID: String(process.pid),
     };
     const proc: WorkerProcess = {
       workerId,

@@ -1,0 +1,179 @@
+/**
+ * Worker pools end to end: real Python worker processes (`python -m ferry.worker`) started by the
+ * embedded platform, reached through the v2 API and the load-balanced front door over HTTP.
+ */
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { scanProject } from '../../cli/build/scan.js';
+import { recordFor } from '../support/endpoints.js';
+import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
+
+const projectDir = resolve('test/e2e/fixtures/workers');
+let platform: TestPlatform;
+let base: string;
+let scratch: string;
+
+const until = async <T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 20_000): Promise<T> => {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (ok(value) || Date.now() > deadline) return value;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+};
+
+beforeAll(async () => {
+  scratch = mkdtempSync(join(tmpdir(), 'ferry-workers-'));
+  platform = await startTestPlatform({
+    workerWaitMs: 5_000,
+    workers: {
+      ferryPythonPath: resolve('worker-image/python'),
+      tickMs: 100,
+      stopGraceMs: 3_000,
+      drainMs: 3_000,
+      reconcileIntervalMs: 500,
+    },
+  });
+  base = platform.baseUrl;
+  const { endpoints } = await scanProject({ projectDir });
+  for (const endpoint of endpoints) await platform.db.control.putEndpoint(recordFor(endpoint, projectDir));
+  await platform.workers!.reconcile();
+});
+
+afterAll(async () => {
+  await platform?.stop();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+describe('queue-based handlers', () => {
+  it('a sync function through runsync', async () => {
+    const r = await call(base, 'POST', '/sync-echo/runsync', { input: { text: 'hello' } });
+    expect(r.body).toMatchObject({ status: 'COMPLETED', output: { echo: 'hello' } });
+  });
+
+  it('an async function through run and status', async () => {
+    const { body } = await call(base, 'POST', '/async-echo/run', { input: { text: 'later' } });
+    const done = await until(
+      () => call(base, 'GET', `/async-echo/status/${body.id}`),
+      (r) => r.body.status === 'COMPLETED',
+    );
+    expect(done.body.output).toEqual({ echo: 'later' });
+  });
+
+  it('a generator streams its chunks and aggregates them as the output', async () => {
+    const { body } = await call(base, 'POST', '/gen/run', { input: { n: 3 } });
+    const chunks: unknown[] = [];
+    let status = '';
+    while (!['COMPLETED', 'FAILED'].includes(status)) {
+      const r = await call(base, 'GET', `/gen/stream/${body.id}`);
+      status = r.body.status;
+      chunks.push(...r.body.stream);
+    }
+    expect(chunks).toEqual([{ output: { i: 0 } }, { output: { i: 1 } }, { output: { i: 2 } }]);
+    expect((await call(base, 'GET', `/gen/status/${body.id}`)).body.output).toEqual([
+      { i: 0 },
+      { i: 1 },
+      { i: 2 },
+    ]);
+  });
+
+  it('an async generator through runsync', async () => {
+    const r = await call(base, 'POST', '/agen/runsync', { input: { n: 2 } });
+    expect(r.body).toMatchObject({ status: 'COMPLETED', output: ['tok0', 'tok1'] });
+  });
+
+  it('a handler exception ends FAILED with its message', async () => {
+    const r = await call(base, 'POST', '/boom/runsync', { input: {} });
+    expect(r.body.status).toBe('FAILED');
+    expect(r.body.error).toMatch(/the handler broke/);
+    expect(r.body.error).toMatch(/ValueError/);
+  });
+});
+
+describe('stopping jobs', () => {
+  it('cancel of a running job stops its handler', async () => {
+    const tickFile = join(scratch, 'ticks');
+    const { body } = await call(base, 'POST', '/ticker/run', { input: { tick_file: tickFile } });
+    await until(async () => existsSync(tickFile), Boolean);
+    expect((await call(base, 'POST', `/ticker/cancel/${body.id}`)).body.status).toBe('CANCELLED');
+    // Give the stop channel a moment, then the file must stop growing.
+    await new Promise((r) => setTimeout(r, 1_000));
+    const size = statSync(tickFile).size;
+    await new Promise((r) => setTimeout(r, 600));
+    expect(statSync(tickFile).size).toBe(size);
+    expect((await call(base, 'GET', `/ticker/status/${body.id}`)).body.status).toBe('CANCELLED');
+  });
+
+  it('the endpoint execution timeout ends a job TIMED_OUT', async () => {
+    const { body } = await call(base, 'POST', '/slow/run', { input: {} });
+    const done = await until(
+      () => call(base, 'GET', `/slow/status/${body.id}`),
+      (r) => r.body.status === 'TIMED_OUT',
+    );
+    expect(done.body.status).toBe('TIMED_OUT');
+    expect(done.body.error).toMatch(/1500 ms/);
+  });
+
+  it('a worker killed mid-job leaves the job to be taken again and completed', async () => {
+    const marker = join(scratch, 'crashy-marker');
+    const { body } = await call(base, 'POST', '/crashy/run', { input: { marker } });
+    await until(async () => existsSync(marker) && readFileSync(marker, 'utf8').length > 0, Boolean);
+    process.kill(Number(readFileSync(marker, 'utf8')), 'SIGKILL');
+    const done = await until(
+      () => call(base, 'GET', `/crashy/status/${body.id}`),
+      (r) => r.body.status === 'COMPLETED',
+    );
+    expect(done.body).toMatchObject({ status: 'COMPLETED', output: 'second try' });
+  });
+});
+
+describe('scaling', () => {
+  it('scales 0 → N → 0 under a burst, and health follows', async () => {
+    const health = () => call(base, 'GET', '/burst/health');
+    const workers = (r: { body: { workers: { idle: number; running: number } } }) =>
+      r.body.workers.idle + r.body.workers.running;
+    expect(workers(await health())).toBe(0);
+    const ids: string[] = [];
+    for (let i = 0; i < 9; i++)
+      ids.push((await call(base, 'POST', '/burst/run', { input: { ms: 600 } })).body.id);
+    const peak = await until(health, (r) => workers(r) >= 2);
+    expect(workers(peak)).toBeGreaterThanOrEqual(2);
+    expect(workers(peak)).toBeLessThanOrEqual(3);
+    const pids = new Set<number>();
+    for (const id of ids) {
+      const r = await until(
+        () => call(base, 'GET', `/burst/status/${id}`),
+        (s) => s.body.status === 'COMPLETED',
+      );
+      pids.add(r.body.output);
+    }
+    expect(pids.size).toBeGreaterThanOrEqual(2);
+    const idle = await until(
+      health,
+      (r) => workers(r) === 0 && platform.workers!.pool('burst')!.size === 0,
+      30_000,
+    );
+    expect(workers(idle)).toBe(0);
+    expect(platform.workers!.pool('burst')!.size).toBe(0);
+  });
+});
+
+describe('load-balanced endpoints', () => {
+  it('serves POST and GET routes over HTTP with the API key', async () => {
+    const lb = `${platform.url}/lb/lb`;
+    const headers = { authorization: `Bearer ${testApiKey}`, 'content-type': 'application/json' };
+    const post = await fetch(`${lb}/process`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ input_data: { a: 1 } }),
+    });
+    expect(post.status).toBe(200);
+    expect(await post.json()).toEqual({ got: { a: 1 } });
+    const get = await fetch(`${lb}/items/42?q=x`, { headers });
+    expect(await get.json()).toEqual({ id: '42', q: 'x' });
+    const noKey = await fetch(`${lb}/process`, { method: 'POST', body: '{}' });
+    expect(noKey.status).toBe(401);
+  });
+});

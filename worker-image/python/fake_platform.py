@@ -1,0 +1,247 @@
+"""A small fake of the platform's worker-protocol server, for the runtime tests (not shipped).
+
+It speaks the server side of DESIGN.md §5 on 127.0.0.1 (port 0) and records every call, so a test
+can queue jobs, ask for stops and wait for what the worker sent.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+POLL_HOLD_SEC = 0.5  # short long-polls keep the tests fast
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # A worker killed mid-request (test teardown) resets its connection: not a test failure.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class FakePlatform:
+    def __init__(self, endpoint_id="ep1", api_key="worker-token-1"):
+        self.endpoint_id = endpoint_id
+        self.api_key = api_key
+        self.cond = threading.Condition()
+        self.queue = []
+        self.to_stop = []
+        self.calls = []  # every request: dict(op, path, query, body, auth, content_type)
+        platform = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                platform._handle(self, "GET")
+
+            def do_POST(self):
+                platform._handle(self, "POST")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- what the platform would set in the worker's environment --------------------------------
+
+    def env(self, worker_id):
+        base = f"http://127.0.0.1:{self.port}/v2/{self.endpoint_id}"
+        return {
+            "RUNPOD_WEBHOOK_GET_JOB": f"{base}/job-take/{worker_id}?gpu=none",
+            "RUNPOD_WEBHOOK_POST_OUTPUT": f"{base}/job-done/{worker_id}/$ID?gpu=none",
+            "RUNPOD_WEBHOOK_POST_STREAM": f"{base}/job-stream/{worker_id}/$ID?gpu=none",
+            "RUNPOD_WEBHOOK_PING": f"{base}/ping/{worker_id}?gpu=none",
+            "RUNPOD_AI_API_KEY": self.api_key,
+            "RUNPOD_POD_ID": worker_id,
+            "RUNPOD_ENDPOINT_ID": self.endpoint_id,
+        }
+
+    # -- test controls ------------------------------------------------------------------------------
+
+    def add_job(self, job_id, job_input, worker=None):
+        with self.cond:
+            self.queue.append(({"id": job_id, "input": job_input}, worker))
+            self.cond.notify_all()
+
+    def stop(self, job_id):
+        with self.cond:
+            self.to_stop.append(job_id)
+            self.cond.notify_all()
+
+    def wait_for(self, predicate, timeout=10.0, what="condition"):
+        """Wait until predicate(calls) is truthy; returns its value or raises AssertionError."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                value = predicate(self.calls)
+                if value:
+                    return value
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out waiting for {what}; calls so far: {self.summary()}")
+                self.cond.wait(left)
+
+    def summary(self):
+        return [(c["op"], c["job_id"], c["query"].get("isStream")) for c in self.calls if c["op"] != "ping"]
+
+    def done_for(self, job_id, timeout=10.0):
+        return self.wait_for(
+            lambda calls: next((c for c in calls if c["op"] == "job-done" and c["job_id"] == job_id
+                                and not _is_progress(c)), None),
+            timeout,
+            f"job-done for {job_id}",
+        )
+
+    def of(self, op, job_id=None):
+        with self.cond:
+            return [c for c in self.calls if c["op"] == op and (job_id is None or c["job_id"] == job_id)]
+
+    # -- the server side ----------------------------------------------------------------------------
+
+    def _handle(self, req, method):
+        parts = urllib.parse.urlsplit(req.path)
+        segs = parts.path.strip("/").split("/")  # v2, ep, op, worker, [job]
+        query = {k: v[0] for k, v in urllib.parse.parse_qs(parts.query, keep_blank_values=True).items()}
+        length = int(req.headers.get("Content-Length") or 0)
+        raw = req.rfile.read(length) if length else b""
+        op = segs[2] if len(segs) > 2 else ""
+        call = {
+            "op": op,
+            "method": method,
+            "path": parts.path,
+            "worker": segs[3] if len(segs) > 3 else None,
+            "job_id": urllib.parse.unquote(segs[4]) if len(segs) > 4 else None,
+            "query": query,
+            "body": json.loads(raw) if raw else None,
+            "auth": req.headers.get("Authorization"),
+            "content_type": req.headers.get("Content-Type"),
+            "at": time.monotonic(),
+        }
+        if call["auth"] != self.api_key:
+            return self._reply(req, 401, {"error": "bad worker token"})
+        with self.cond:
+            self.calls.append(call)
+            self.cond.notify_all()
+        if op in ("job-take", "job-take-batch"):
+            limit = int(query.get("batch_size", "1")) if op == "job-take-batch" else 1
+            jobs = self._take(call["worker"], limit)
+            if not jobs:
+                return self._reply(req, 204, None)
+            return self._reply(req, 200, jobs if op == "job-take-batch" else jobs[0])
+        if op == "job-stop":
+            with self.cond:
+                self.cond.wait_for(lambda: self.to_stop, POLL_HOLD_SEC)
+                ids, self.to_stop = self.to_stop, []
+            return self._reply(req, 200, {"jobsToStop": ids}) if ids else self._reply(req, 204, None)
+        return self._reply(req, 200, {})
+
+    def _take(self, worker, limit):
+        def mine():
+            return [i for i, (_, w) in enumerate(self.queue) if w in (None, worker)]
+
+        with self.cond:
+            self.cond.wait_for(mine, POLL_HOLD_SEC)
+            picked = mine()[:limit]
+            jobs = [self.queue[i][0] for i in picked]
+            for i in reversed(picked):
+                del self.queue[i]
+            return jobs
+
+    def _reply(self, req, status, payload):
+        data = b"" if payload is None else json.dumps(payload).encode()
+        req.send_response(status)
+        if payload is not None:
+            req.send_header("Content-Type", "application/json")
+        req.send_header("Content-Length", str(len(data)))
+        req.end_headers()
+        req.wfile.write(data)
+
+
+def _is_progress(call):
+    body = call["body"]
+    return isinstance(body, dict) and body.get("status") == "IN_PROGRESS"
+
+
+class WorkerProcess:
+    """`python -m ferry.worker` as a child; stderr collected; always killed in close()."""
+
+    def __init__(self, env):
+        full = dict(os.environ)
+        for key in list(full):
+            if key.startswith(("RUNPOD_", "FERRY_")):
+                del full[key]
+        full.update(env)
+        full["PYTHONPATH"] = HERE + os.pathsep + full.get("PYTHONPATH", "")
+        full["PYTHONDONTWRITEBYTECODE"] = "1"
+        full["PYTHONUNBUFFERED"] = "1"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ferry.worker"],
+            env=full,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._lines = []
+        self._cond = threading.Condition()
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.proc.stderr,), daemon=True),
+            threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, stream):
+        for line in stream:
+            with self._cond:
+                self._lines.append(line)
+                self._cond.notify_all()
+
+    @property
+    def output(self):
+        with self._cond:
+            return "".join(self._lines)
+
+    def wait_output(self, text, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while text not in "".join(self._lines):
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not self._readers_alive()):
+                    raise AssertionError(f"worker never printed {text!r}; output:\n{''.join(self._lines)}")
+                self._cond.wait(min(left, 0.2))
+        return self.output
+
+    def _readers_alive(self):
+        return any(r.is_alive() for r in self._readers)
+
+    def wait_exit(self, timeout=15.0):
+        code = self.proc.wait(timeout)
+        for reader in self._readers:
+            reader.join(2)
+        return code
+
+    def terminate(self):
+        self.proc.send_signal(signal.SIGTERM)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        for reader in self._readers:
+            reader.join(2)
+        self.proc.stdout.close()
+        self.proc.stderr.close()

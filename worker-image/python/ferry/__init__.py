@@ -1,0 +1,16 @@
+"""ferry: declare serverless endpoints in Python (DESIGN.md §6) and run them (`python -m ferry.worker`).
+
+    from ferry import Endpoint
+
+    @Endpoint(name="hello", cpu="2-8")
+    def hello(name="world"):
+        return {"greeting": f"hello {name}"}
+
+Standard library only, Python 3.10-3.13.
+"""
+
+from .endpoint import GPU_MODELS, PYTHON_VERSIONS, Endpoint
+from .progress import progress_update
+
+__all__ = ["Endpoint", "progress_update", "GPU_MODELS", "PYTHON_VERSIONS"]
+__version__ = "0.1.0"

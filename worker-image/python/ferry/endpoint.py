@@ -1,0 +1,323 @@
+"""`Endpoint`: how users declare what runs where (DESIGN.md §6).
+
+Two mutually exclusive modes on one `Endpoint` object:
+
+* queue-based: ``@Endpoint(name="x", gpu="A100")`` on a function or class. The decorator returns
+  the original object (still callable locally) with ``__ferry_endpoint__`` attached.
+* load-balanced: ``api = Endpoint(name="my-api", cpu="2-8")`` then ``@api.post("/process")``.
+
+Validation happens at construction so a typo fails at import time with a message naming the
+parameter and the value given. The CLI finds endpoints by a static scan (it never imports user code),
+so everything accepted here must also be a plain literal the scan can read.
+"""
+
+import inspect
+import re
+
+GPU_MODELS = ("T4", "A10G", "L4", "L40S", "A100", "H100")
+PYTHON_VERSIONS = ("3.10", "3.11", "3.12", "3.13")
+HTTP_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
+RESERVED_PATHS = ("/ping",)
+
+# Same rule as the manifest (core/manifest.ts): endpoint names end up in URLs and stack names.
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+_CPU_RE = re.compile(r"^([1-9][0-9]*)-([1-9][0-9]*)$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PATH_PARAM_RE = re.compile(r"\{([^{}]*)\}")
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PATH_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._~!$&'()*+,;=:@%-]*$")
+
+
+def _is_int(value):
+    # bool is an int subclass; `workers=True` is a mistake, not "1 worker".
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_int(param, value, low, high=None):
+    if not _is_int(value):
+        raise TypeError(f"{param} must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise ValueError(f"{param} must be {bound}, got {value!r}")
+    return value
+
+
+def _check_str_list(param, value, example):
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"{param} must be a list of strings such as {example}, got {value!r}")
+    for item in value:
+        if not isinstance(item, str) or not item.strip():
+            raise TypeError(f"{param} must contain only non-empty strings, got {item!r} in {value!r}")
+    return list(value)
+
+
+def _check_name(name):
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a string, got {name!r}")
+    if not _NAME_RE.match(name):
+        raise ValueError(
+            "name must start with a letter or digit and contain only letters, digits, '_' and '-' "
+            f"(at most 63 characters), got {name!r}"
+        )
+    return name
+
+
+def _check_gpu(gpu):
+    models = [gpu] if isinstance(gpu, str) else gpu
+    if not isinstance(models, (list, tuple)) or not models:
+        raise TypeError(f"gpu must be a GPU model name or a non-empty list of them, got {gpu!r}")
+    allowed = ", ".join(GPU_MODELS)
+    result = []
+    for model in models:
+        if model == "any" or model in GPU_MODELS:
+            if model not in result:
+                result.append(model)
+            continue
+        hint = ""
+        if isinstance(model, str):
+            for known in GPU_MODELS + ("any",):
+                if known.lower() == model.strip().lower():
+                    hint = f" (did you mean {known!r}?)"
+        raise ValueError(f"gpu must be one of {allowed} or 'any', got {model!r}{hint}")
+    if "any" in result and len(result) > 1:
+        raise ValueError(f"gpu 'any' cannot be combined with specific models, got {gpu!r}")
+    return result
+
+
+def _check_cpu(cpu):
+    if not isinstance(cpu, str):
+        raise TypeError(f"cpu must be a string 'VCPUS-GIB' such as '2-8', got {cpu!r}")
+    if not _CPU_RE.match(cpu):
+        raise ValueError(f"cpu must be 'VCPUS-GIB' such as '2-8' (2 vCPUs, 8 GiB), got {cpu!r}")
+    return cpu
+
+
+def _check_workers(workers):
+    if workers is None:
+        return (0, 1)
+    if _is_int(workers):
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1 (it means (0, N)), got {workers!r}")
+        return (0, workers)
+    if isinstance(workers, (list, tuple)) and len(workers) == 2:
+        low, high = workers
+        if not _is_int(low) or not _is_int(high):
+            raise TypeError(f"workers must be N or (min, max) of integers, got {workers!r}")
+        if low < 0:
+            raise ValueError(f"workers min must be >= 0, got {workers!r}")
+        if high < 1:
+            raise ValueError(f"workers max must be >= 1, got {workers!r}")
+        if low > high:
+            raise ValueError(f"workers min must not exceed max, got {workers!r}")
+        return (low, high)
+    raise TypeError(f"workers must be N or (min, max), got {workers!r}")
+
+
+def _check_env(env):
+    if env is None:
+        return {}
+    if not isinstance(env, dict):
+        raise TypeError(f"env must be a dict of str to str, got {env!r}")
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME_RE.match(key):
+            raise ValueError(f"env keys must be environment variable names, got {key!r}")
+        if not isinstance(value, str):
+            raise TypeError(f"env values must be strings, got {value!r} for {key!r}")
+    return dict(env)
+
+
+def _check_python_version(version):
+    if version is None:
+        return None
+    if not isinstance(version, str):
+        # 3.10 written as a float is 3.1: refuse rather than guess.
+        raise TypeError(f"python_version must be a string such as '3.11', got {version!r}")
+    if version not in PYTHON_VERSIONS:
+        raise ValueError(f"python_version must be one of {', '.join(PYTHON_VERSIONS)}, got {version!r}")
+    return version
+
+
+def _accepts(fn, name):
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
+    if name in params and params[name].kind is not inspect.Parameter.POSITIONAL_ONLY:
+        return True
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+class Route:
+    """One load-balanced route: method + path template → function."""
+
+    def __init__(self, method, path, fn):
+        self.method = method
+        self.path = path
+        self.fn = fn
+        self.param_names = []
+        pattern = "^"
+        pos = 0
+        for match in _PATH_PARAM_RE.finditer(path):
+            pattern += re.escape(path[pos : match.start()])
+            pattern += f"(?P<{match.group(1)}>[^/]+)"
+            self.param_names.append(match.group(1))
+            pos = match.end()
+        pattern += re.escape(path[pos:]) + "$"
+        self.regex = re.compile(pattern)
+
+    def match(self, path):
+        """Path params (still percent-encoded) when `path` fits this template, else None."""
+        found = self.regex.match(path)
+        return found.groupdict() if found else None
+
+    def __repr__(self):
+        return f"Route({self.method} {self.path} -> {getattr(self.fn, '__name__', self.fn)!r})"
+
+
+class Endpoint:
+    """A serverless endpoint: resources plus either one queue target or a set of HTTP routes."""
+
+    def __init__(
+        self,
+        name=None,
+        *,
+        gpu=None,
+        cpu=None,
+        workers=None,
+        idle_timeout=60,
+        dependencies=None,
+        system_dependencies=None,
+        env=None,
+        gpu_count=1,
+        execution_timeout_ms=0,
+        max_concurrency=1,
+        python_version=None,
+    ):
+        self.name = None if name is None else _check_name(name)
+        if gpu is not None and cpu is not None:
+            raise ValueError(f"gpu and cpu are exclusive: give one, got gpu={gpu!r} and cpu={cpu!r}")
+        self.cpu = None if cpu is None else _check_cpu(cpu)
+        # Neither gpu nor cpu means "any GPU" (DESIGN.md §6).
+        self.gpu = None if cpu is not None else (["any"] if gpu is None else _check_gpu(gpu))
+        self.gpu_count = _check_int("gpu_count", gpu_count, 1, 8)
+        if cpu is not None and gpu_count != 1:
+            raise ValueError(f"gpu_count applies to GPU endpoints only, got gpu_count={gpu_count!r} with cpu={cpu!r}")
+        self.workers = _check_workers(workers)
+        self.idle_timeout = _check_int("idle_timeout", idle_timeout, 1, 3600)
+        self.dependencies = _check_str_list("dependencies", dependencies, "['torch', 'pillow>=10']")
+        self.system_dependencies = _check_str_list("system_dependencies", system_dependencies, "['ffmpeg']")
+        self.env = _check_env(env)
+        self.execution_timeout_ms = _check_int("execution_timeout_ms", execution_timeout_ms, 0)
+        self.max_concurrency = _check_int("max_concurrency", max_concurrency, 1)
+        self.python_version = _check_python_version(python_version)
+        self.target = None
+        self.routes = []
+
+    @property
+    def kind(self):
+        """'queue' once it decorates a target, 'lb' once it has routes, else None."""
+        if self.target is not None:
+            return "queue"
+        if self.routes:
+            return "lb"
+        return None
+
+    # -- queue-based: decorator mode -------------------------------------------------------------
+
+    def __call__(self, target):
+        if self.routes:
+            raise TypeError(
+                f"Endpoint {self.name!r} already has routes (load-balanced); it cannot also decorate "
+                f"{getattr(target, '__name__', target)!r}. Use a separate Endpoint."
+            )
+        if self.target is not None:
+            raise TypeError(
+                f"Endpoint {self.name!r} already decorates {self.target.__name__!r}; "
+                "one queue-based Endpoint decorates one function or class"
+            )
+        if not (inspect.isclass(target) or inspect.isfunction(target)):
+            raise TypeError(f"@Endpoint decorates a function or a class, got {target!r}")
+        if self.name is None:
+            self.name = _check_name(target.__name__)
+        self.target = target
+        target.__ferry_endpoint__ = self
+        return target
+
+    # -- load-balanced: route mode -----------------------------------------------------------------
+
+    def route(self, method, path):
+        """Decorator registering `fn` for `method path` (what .get/.post/... call)."""
+        method = str(method).upper()
+        if method not in HTTP_METHODS:
+            raise ValueError(f"method must be one of {', '.join(HTTP_METHODS)}, got {method!r}")
+        if self.target is not None:
+            raise TypeError(
+                f"Endpoint {self.name!r} already decorates {self.target.__name__!r} (queue-based); "
+                "it cannot also have routes. Use a separate Endpoint."
+            )
+        if self.name is None:
+            raise ValueError("a load-balanced Endpoint needs a name, e.g. api = Endpoint(name='my-api')")
+        _check_path(path)
+        for existing in self.routes:
+            if existing.method == method and existing.path == path:
+                raise ValueError(f"route {method} {path} is already registered on Endpoint {self.name!r}")
+
+        def register(fn):
+            if not inspect.isfunction(fn):
+                raise TypeError(f"@{self.name}.{method.lower()}({path!r}) decorates a function, got {fn!r}")
+            route = Route(method, path, fn)
+            for param in route.param_names:
+                if not _accepts(fn, param):
+                    raise ValueError(
+                        f"path {path!r} has parameter {{{param}}} but {fn.__name__}() does not accept {param!r}"
+                    )
+            self.routes.append(route)
+            fn.__ferry_endpoint__ = self
+            return fn
+
+        return register
+
+    def get(self, path):
+        return self.route("GET", path)
+
+    def post(self, path):
+        return self.route("POST", path)
+
+    def put(self, path):
+        return self.route("PUT", path)
+
+    def delete(self, path):
+        return self.route("DELETE", path)
+
+    def patch(self, path):
+        return self.route("PATCH", path)
+
+    def __repr__(self):
+        return f"Endpoint(name={self.name!r}, kind={self.kind!r})"
+
+
+def _check_path(path):
+    if not isinstance(path, str):
+        raise TypeError(f"route path must be a string starting with '/', got {path!r}")
+    if not path.startswith("/"):
+        raise ValueError(f"route path must start with '/', got {path!r}")
+    if path.rstrip("/") in RESERVED_PATHS or path in RESERVED_PATHS:
+        raise ValueError(f"route path {path!r} is reserved (the platform's health check)")
+    if "?" in path or "#" in path:
+        raise ValueError(f"route path must not contain a query or fragment, got {path!r}")
+    seen = set()
+    for segment in path.split("/")[1:]:
+        params = _PATH_PARAM_RE.findall(segment)
+        if params:
+            if not re.fullmatch(r"\{[^{}]*\}", segment):
+                raise ValueError(f"a path parameter must be a whole segment like /items/{{item_id}}, got {path!r}")
+            name = params[0]
+            if not _IDENT_RE.match(name):
+                raise ValueError(f"path parameter names must be Python identifiers, got {{{name}}} in {path!r}")
+            if name in seen:
+                raise ValueError(f"path parameter {{{name}}} appears twice in {path!r}")
+            seen.add(name)
+        elif "{" in segment or "}" in segment or not _PATH_SEGMENT_RE.match(segment):
+            raise ValueError(f"route path has an invalid segment {segment!r} in {path!r}")

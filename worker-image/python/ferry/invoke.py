@@ -1,0 +1,220 @@
+"""Turning a job into a call, and a failure into RunPod's error format.
+
+Binding rules (DESIGN.md §6): the job's ``input`` object becomes keyword arguments. A handler that
+wants the whole job (to call ``ferry.progress_update`` or read extra fields) declares a
+*keyword-only* parameter named ``job``::
+
+    @Endpoint(name="render")
+    def render(prompt, steps=4, *, job):
+        ferry.progress_update(job, {"step": 1})
+
+Keyword-only keeps it explicit: a positional parameter called ``job`` is an ordinary input key.
+"""
+
+import inspect
+import json
+import os
+import socket
+import traceback
+
+JOB_PARAM = "job"
+
+
+class InputError(Exception):
+    """The job input does not fit the handler; the job fails with this message, no traceback."""
+
+
+# -- handler kinds -------------------------------------------------------------------------------
+
+ASYNC = "async"
+ASYNC_GEN = "asyncgen"
+SYNC = "sync"
+SYNC_GEN = "gen"
+
+
+def kind_of(fn):
+    """How the runtime must drive `fn`: await it, iterate it, or run it in a thread."""
+    if inspect.isasyncgenfunction(fn):
+        return ASYNC_GEN
+    if inspect.iscoroutinefunction(fn):
+        return ASYNC
+    if inspect.isgeneratorfunction(fn):
+        return SYNC_GEN
+    return SYNC
+
+
+def wants_job(fn):
+    try:
+        param = inspect.signature(fn).parameters.get(JOB_PARAM)
+    except (TypeError, ValueError):
+        return False
+    return param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def bind_kwargs(fn, payload, job=None):
+    """Keyword arguments for `fn` from a job input, checked with inspect.signature before the call."""
+    if payload is None:
+        payload = {}
+    if not isinstance(payload, dict):
+        raise InputError(
+            f"the job input must be a JSON object of keyword arguments for {_describe(fn)}, "
+            f"got {type(payload).__name__}: {_short(payload)}"
+        )
+    kwargs = dict(payload)
+    if wants_job(fn):
+        if JOB_PARAM in kwargs:
+            raise InputError(
+                f"input key {JOB_PARAM!r} clashes with the keyword-only {JOB_PARAM!r} parameter of {_describe(fn)}"
+            )
+        kwargs[JOB_PARAM] = job
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return kwargs  # a builtin without a signature: let the call itself complain
+    try:
+        signature.bind(**kwargs)
+    except TypeError as exc:
+        raise InputError(f"the job input does not fit {_describe(fn)}: {_binding_problem(signature, kwargs, exc)}") from None
+    return kwargs
+
+
+def _binding_problem(signature, kwargs, exc):
+    """Every unexpected and missing key at once (bind() only reports the first problem)."""
+    params = signature.parameters
+    P = inspect.Parameter
+    by_name = {n: p for n, p in params.items() if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)}
+    takes_any = any(p.kind is P.VAR_KEYWORD for p in params.values())
+    unexpected = [] if takes_any else [k for k in kwargs if k not in by_name]
+    missing = [n for n, p in by_name.items() if p.default is P.empty and n not in kwargs]
+    positional_only = [n for n, p in params.items() if p.kind is P.POSITIONAL_ONLY and p.default is P.empty]
+    parts = []
+    if unexpected:
+        parts.append("unexpected input keys: " + ", ".join(unexpected))
+    if missing:
+        parts.append("missing input keys: " + ", ".join(missing))
+    if positional_only:
+        parts.append("positional-only parameters cannot come from input: " + ", ".join(positional_only))
+    return "; ".join(parts) or str(exc)
+
+
+def public_methods(cls):
+    """Names of the callable public methods of a class endpoint, sorted."""
+    names = []
+    for name in dir(cls):
+        if name.startswith("_"):
+            continue
+        raw = inspect.getattr_static(cls, name)
+        if isinstance(raw, (staticmethod, classmethod)) or inspect.isfunction(raw):
+            names.append(name)
+    return sorted(names)
+
+
+class Handler:
+    """A queue target ready to take jobs: a function, or a class instantiated once per worker."""
+
+    def __init__(self, target):
+        self.target = target
+        self.instance = None
+        self.methods = []
+        if inspect.isclass(target):
+            self.methods = public_methods(target)
+            if not self.methods:
+                raise TypeError(f"class {target.__name__} has no public methods to call")
+        elif not callable(target):
+            raise TypeError(f"{target!r} is not a function or a class")
+
+    def start(self):
+        """Instantiate a class target (its __init__ typically loads a model: once per worker)."""
+        if inspect.isclass(self.target) and self.instance is None:
+            self.instance = self.target()
+
+    def prepare(self, job):
+        """(callable, kwargs) for this job, or InputError."""
+        payload = job.get("input")
+        if not inspect.isclass(self.target):
+            fn = self.target
+        else:
+            self.start()
+            fn, payload = self._pick_method(payload)
+        return fn, bind_kwargs(fn, payload, job)
+
+    def _pick_method(self, payload):
+        available = ", ".join(self.methods)
+        cls_name = self.target.__name__
+        if len(self.methods) == 1:
+            only = self.methods[0]
+            if isinstance(payload, dict) and payload.get("method") == only:
+                payload = {k: v for k, v in payload.items() if k != "method"}
+            return getattr(self.instance, only), payload
+        if not isinstance(payload, dict):
+            raise InputError(
+                f"the job input must be a JSON object naming one of {cls_name}'s methods in \"method\" "
+                f"({available}), got {type(payload).__name__}: {_short(payload)}"
+            )
+        method = payload.get("method")
+        if method is None:
+            raise InputError(f"{cls_name} has several methods; name one in input[\"method\"]: {available}")
+        if method not in self.methods:
+            raise InputError(f"unknown method {method!r} for {cls_name}; available: {available}")
+        rest = {k: v for k, v in payload.items() if k != "method"}
+        return getattr(self.instance, method), rest
+
+
+# -- results and errors ----------------------------------------------------------------------------
+
+
+def hostname():
+    return os.environ.get("RUNPOD_POD_HOSTNAME") or socket.gethostname()
+
+
+def error_info(exc, worker_id, with_traceback=True):
+    """RunPod's error record (rp_job.py): the server keeps it as the job's `error` string."""
+    if with_traceback and exc.__traceback__ is not None:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    else:
+        tb = ""
+    return {
+        "error_type": str(type(exc)),
+        "error_message": str(exc) or type(exc).__name__,
+        "error_traceback": tb,
+        "hostname": hostname(),
+        "worker_id": worker_id,
+    }
+
+
+def error_body(exc, worker_id):
+    """The job-done body for a failed job: `error` is a JSON *string*, as RunPod's SDK sends it."""
+    with_tb = not isinstance(exc, InputError)
+    return {"error": json.dumps(error_info(exc, worker_id, with_tb), ensure_ascii=False)}
+
+
+class OutputError(TypeError):
+    """The handler produced something that cannot travel as JSON."""
+
+
+def to_json_bytes(body):
+    # allow_nan=False: NaN is not JSON and the server would reject the whole result.
+    try:
+        return json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise OutputError(f"the handler's result is not JSON serializable: {exc}") from None
+
+
+def check_jsonable(value, what):
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise OutputError(f"{what} is not JSON serializable: {exc}") from None
+
+
+def _describe(fn):
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+    try:
+        return f"{name}{inspect.signature(fn)}"
+    except (TypeError, ValueError):
+        return name
+
+
+def _short(value, limit=120):
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,205 @@
+"""Load-balanced mode: serve an Endpoint's routes over HTTP (standard library only).
+
+A request is bound like a queue job: the JSON body (or, when there is no body, the query string)
+plus the path parameters become keyword arguments. Strings from the path and query are converted
+when the parameter is annotated int, float or bool. Answers are JSON: 200 with the return value,
+400/404/405/413 with {"error": ...} for bad requests, 500 {"error": <message>} when the handler
+raises (traceback to stderr). GET /ping is the platform's health check. There is deliberately no
+route that runs code sent by the caller.
+"""
+
+import asyncio
+import inspect
+import json
+import threading
+import traceback
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from .invoke import OutputError, to_json_bytes
+
+MAX_BODY_BYTES = 20 * 1024 * 1024  # the /runsync payload limit (spec §8)
+
+
+class BadRequest(Exception):
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+def _convert(value, annotation, name):
+    """Path/query values are strings; honour simple annotations so `item_id: int` gets an int."""
+    if isinstance(value, list):
+        return [_convert(v, annotation, name) for v in value]
+    try:
+        if annotation is int or annotation == "int":
+            return int(value)
+        if annotation is float or annotation == "float":
+            return float(value)
+        if annotation is bool or annotation == "bool":
+            lowered = value.lower()
+            if lowered in ("true", "1", "yes"):
+                return True
+            if lowered in ("false", "0", "no"):
+                return False
+            raise ValueError(value)
+    except ValueError:
+        kind = annotation if isinstance(annotation, str) else annotation.__name__
+        raise BadRequest(400, f"parameter {name!r} must be {kind}, got {value!r}") from None
+    return value
+
+
+class Router:
+    """Matches a request to a route and calls it; independent of the HTTP server for testing."""
+
+    def __init__(self, endpoint, loop=None):
+        self.endpoint = endpoint
+        self.routes = list(endpoint.routes)
+        self.loop = loop
+
+    def find(self, method, path):
+        """(route, path params) or BadRequest 404/405."""
+        allowed = []
+        for route in self.routes:
+            params = route.match(path)
+            if params is None:
+                continue
+            if route.method == method:
+                return route, {k: urllib.parse.unquote(v) for k, v in params.items()}
+            allowed.append(route.method)
+        if allowed:
+            raise BadRequest(405, f"method {method} not allowed for {path}; allowed: {', '.join(sorted(allowed))}")
+        raise BadRequest(404, f"no route for {method} {path}")
+
+    def build_kwargs(self, route, path_params, query, body):
+        if body:
+            try:
+                data = json.loads(body)
+            except ValueError as exc:
+                raise BadRequest(400, f"request body is not valid JSON: {exc}") from None
+            if not isinstance(data, dict):
+                raise BadRequest(400, f"request body must be a JSON object, got {type(data).__name__}")
+            kwargs, from_strings = dict(data), set()
+        else:
+            kwargs = {}
+            for key, values in urllib.parse.parse_qs(query, keep_blank_values=True).items():
+                kwargs[key] = values[0] if len(values) == 1 else values
+            from_strings = set(kwargs)
+        for key, value in path_params.items():
+            if key in kwargs and kwargs[key] != value:
+                raise BadRequest(400, f"parameter {key!r} is given both in the path and the request")
+            kwargs[key] = value
+            from_strings.add(key)
+        try:
+            signature = inspect.signature(route.fn)
+        except (TypeError, ValueError):
+            signature = None
+        if signature is not None:
+            for key in from_strings:
+                param = signature.parameters.get(key)
+                if param is not None and param.annotation is not inspect.Parameter.empty:
+                    kwargs[key] = _convert(kwargs[key], param.annotation, key)
+            try:
+                signature.bind(**kwargs)
+            except TypeError as exc:
+                raise BadRequest(400, f"bad parameters for {route.method} {route.path}: {exc}") from None
+        return kwargs
+
+    def call(self, route, kwargs):
+        fn = route.fn
+        if inspect.isasyncgenfunction(fn):
+            return self._on_loop(_collect_async(fn(**kwargs)))
+        if inspect.iscoroutinefunction(fn):
+            return self._on_loop(fn(**kwargs))
+        result = fn(**kwargs)
+        if inspect.isgenerator(result):
+            return list(result)
+        if inspect.iscoroutine(result):
+            return self._on_loop(result)
+        return result
+
+    def _on_loop(self, coro):
+        if self.loop is None:
+            return asyncio.run(coro)
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def handle(self, method, raw_path, body):
+        """(status, JSON-able body) for one request."""
+        parts = urllib.parse.urlsplit(raw_path)
+        path = parts.path or "/"
+        if path == "/ping" and method == "GET":
+            return 200, {"status": "healthy"}
+        try:
+            route, params = self.find(method, path)
+            kwargs = self.build_kwargs(route, params, parts.query, body)
+        except BadRequest as exc:
+            return exc.status, {"error": str(exc)}
+        try:
+            return 200, self.call(route, kwargs)
+        except Exception as exc:  # noqa: BLE001 - a handler failure is a 500, the server lives
+            traceback.print_exception(type(exc), exc, exc.__traceback__)
+            return 500, {"error": str(exc) or type(exc).__name__}
+
+
+async def _collect_async(agen):
+    return [value async for value in agen]
+
+
+def make_server(router, host, port, say):
+    active = {"count": 0}
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "ferry-lb"
+
+        def _serve(self):
+            with lock:
+                active["count"] += 1
+            try:
+                self._serve_one()
+            finally:
+                with lock:
+                    active["count"] -= 1
+
+        def _serve_one(self):
+            method = self.command
+            body = b""
+            length = self.headers.get("Content-Length")
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                self.close_connection = True
+                return self._reply(411, {"error": "send the body with a Content-Length"})
+            if length:
+                try:
+                    size = int(length)
+                except ValueError:
+                    self.close_connection = True
+                    return self._reply(400, {"error": f"bad Content-Length {length!r}"})
+                if size > MAX_BODY_BYTES:
+                    self.close_connection = True
+                    return self._reply(413, {"error": f"request body over {MAX_BODY_BYTES} bytes"})
+                body = self.rfile.read(size)
+            status, payload = router.handle(method, self.path, body.strip())
+            self._reply(status, payload)
+
+        def _reply(self, status, payload):
+            try:
+                data = to_json_bytes(payload)
+            except OutputError as exc:
+                say(f"{self.command} {self.path}: {exc}")
+                status, data = 500, to_json_bytes({"error": str(exc)})
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+
+        def log_message(self, fmt, *args):
+            say(f"{self.address_string()} {fmt % args}")
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    server.active = active
+    return server

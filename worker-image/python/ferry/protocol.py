@@ -1,0 +1,168 @@
+"""The RunPod worker protocol, client side, with urllib only (reference: runpod-api-anchor.md §3).
+
+Every call is blocking; the runtime runs them in daemon threads so a long poll never holds the
+event loop and an abandoned poll never holds the process at exit.
+"""
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from .invoke import to_json_bytes
+
+# The RunPod SDK's client timeout for the long polls (jobs_fetcher_timeout); servers hold ≤ ~30 s.
+POLL_TIMEOUT_SEC = 90
+POST_TIMEOUT_SEC = 30
+POST_ATTEMPTS = 3
+POST_BACKOFF_SEC = (0.2, 0.5, 1.0)
+
+
+class RateLimited(Exception):
+    """429 from a poll: the caller sleeps 5 s."""
+
+
+class ProtocolError(Exception):
+    """A non-success answer or an unreadable body."""
+
+
+def add_query(url, **params):
+    """Append query parameters; the templates already carry `?gpu=...` but do not rely on it."""
+    query = urllib.parse.urlencode(params, safe=",")
+    if not query:
+        return url
+    return url + ("&" if "?" in url else "?") + query
+
+
+class WorkerApi:
+    """The worker side of job-take, job-stop, job-done, job-stream and ping."""
+
+    def __init__(self, get_job_url, post_output_url, post_stream_url, ping_url, api_key, worker_id, say):
+        sub = lambda url: url.replace("$RUNPOD_POD_ID", worker_id) if url else url  # noqa: E731
+        # GET_JOB substitutes $ID with the worker id (rp_job.get_job); POST_* use $ID for the job id.
+        self.take_url = sub(get_job_url).replace("$ID", worker_id)
+        self.take_batch_url = self.take_url.replace("/job-take/", "/job-take-batch/")
+        self.stop_url = self.take_url.replace("/job-take/", "/job-stop/")
+        self.done_url = sub(post_output_url)
+        self.stream_url = sub(post_stream_url)
+        self.ping_url = sub(ping_url)
+        self.api_key = api_key
+        self.worker_id = worker_id
+        self.say = say
+
+    # -- low level -------------------------------------------------------------------------------
+
+    def _request(self, method, url, body=None, timeout=POST_TIMEOUT_SEC, job_id=None):
+        headers = {"Accept": "application/json", "User-Agent": "ferry-worker"}
+        if self.api_key:
+            headers["Authorization"] = self.api_key  # raw, no "Bearer" (rp_http.py)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        if job_id:
+            headers["X-Request-ID"] = job_id
+        req = urllib.request.Request(url, data=body, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            try:
+                data = err.read()
+            except OSError:
+                data = b""
+            finally:
+                err.close()
+            return err.code, data
+
+    def _post(self, url, payload, job_id, what):
+        body = to_json_bytes(payload)
+        for attempt in range(POST_ATTEMPTS):
+            try:
+                status, data = self._request("POST", url, body, POST_TIMEOUT_SEC, job_id)
+            except (OSError, urllib.error.URLError) as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                if 200 <= status < 300:
+                    return True
+                if 400 <= status < 500:
+                    # The server refused it (job already final, payload too big...): retrying won't help.
+                    self.say(f"{what} for job {job_id} refused: HTTP {status} {_snippet(data)}")
+                    return False
+                problem = f"HTTP {status} {_snippet(data)}"
+            if attempt + 1 < POST_ATTEMPTS:
+                time.sleep(POST_BACKOFF_SEC[min(attempt, len(POST_BACKOFF_SEC) - 1)])
+        self.say(f"{what} for job {job_id} failed after {POST_ATTEMPTS} attempts: {problem}")
+        return False
+
+    def _job_url(self, template, job_id, is_stream):
+        return add_query(template.replace("$ID", urllib.parse.quote(job_id, safe="")), isStream=is_stream)
+
+    # -- the protocol ----------------------------------------------------------------------------
+
+    def take(self, count, in_progress):
+        """Up to `count` jobs (a list, maybe empty). Raises RateLimited / ProtocolError / OSError."""
+        flag = "1" if in_progress else "0"
+        if count > 1:
+            url = add_query(self.take_batch_url, batch_size=count, job_in_progress=flag)
+        else:
+            url = add_query(self.take_url, job_in_progress=flag)
+        status, data = self._request("GET", url, timeout=POLL_TIMEOUT_SEC)
+        if status == 204 or (status == 200 and not data.strip()):
+            return []
+        if status == 429:
+            raise RateLimited()
+        if status != 200:
+            raise ProtocolError(f"job-take answered HTTP {status} {_snippet(data)}")
+        try:
+            parsed = json.loads(data)
+        except ValueError as exc:
+            raise ProtocolError(f"job-take answered invalid JSON: {exc}") from None
+        jobs = parsed if isinstance(parsed, list) else [parsed]
+        valid = []
+        for job in jobs:
+            if isinstance(job, dict) and isinstance(job.get("id"), str) and job["id"]:
+                valid.append(job)
+            else:
+                self.say(f"job-take returned something that is not a job, skipped: {_snippet(json.dumps(job))}")
+        return valid
+
+    def poll_stop(self):
+        """Ids of held jobs the platform wants stopped (long poll; [] when none)."""
+        status, data = self._request("GET", self.stop_url, timeout=POLL_TIMEOUT_SEC)
+        if status == 204 or (status == 200 and not data.strip()):
+            return []
+        if status == 429:
+            raise RateLimited()
+        if status != 200:
+            raise ProtocolError(f"job-stop answered HTTP {status} {_snippet(data)}")
+        try:
+            parsed = json.loads(data)
+        except ValueError as exc:
+            raise ProtocolError(f"job-stop answered invalid JSON: {exc}") from None
+        ids = parsed.get("jobsToStop") if isinstance(parsed, dict) else None
+        if not isinstance(ids, list):
+            return []
+        return [i for i in ids if isinstance(i, str)]
+
+    def done(self, job_id, payload, is_stream):
+        url = self._job_url(self.done_url, job_id, "true" if is_stream else "false")
+        return self._post(url, payload, job_id, "job-done")
+
+    def progress(self, job_id, data):
+        url = self._job_url(self.done_url, job_id, "false")
+        return self._post(url, {"status": "IN_PROGRESS", "output": data}, job_id, "progress update")
+
+    def stream(self, job_id, output):
+        url = self._job_url(self.stream_url, job_id, "false")
+        return self._post(url, {"output": output}, job_id, "job-stream")
+
+    def ping(self, job_ids, timeout_sec):
+        params = {"job_id": ",".join(job_ids)} if job_ids else {}
+        self._request("GET", add_query(self.ping_url, **params), timeout=timeout_sec)
+
+
+def _snippet(data, limit=200):
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", "replace")
+    data = data.strip()
+    return data if len(data) <= limit else data[:limit] + "..."

@@ -1,0 +1,391 @@
+"""The queue-based worker loop: take jobs, run them, report, honour stop requests.
+
+    take loop ──job──▶ JobRun task ──▶ async handler: awaited on the loop
+        ▲                  │           sync handler / generator: a daemon thread (ctx.run)
+        └── slot freed ◀───┘──▶ job-stream per yield, progress, job-done (unless stopped)
+    stop loop ── job-stop long poll ──▶ task.cancel() / async exception in the thread
+    ping thread ── every RUNPOD_PING_INTERVAL ms, ids of held jobs (renews the leases)
+
+Stopping: a stopped job gets NO job-done (the platform already set its final status). An async
+handler is cancelled with task.cancel(). A sync handler's thread gets JobStopped raised
+asynchronously (PyThreadState_SetAsyncExc): a Python-level loop stops at its next bytecode, but a
+long call into C (a CUDA kernel, time.sleep(60)) cannot be interrupted: the slot stays taken until
+it returns, and the platform kills the process after its grace period.
+
+SIGTERM/SIGINT: stop taking jobs, keep pinging, let running jobs finish for up to FERRY_GRACE_MS,
+exit 0. A job-take request still in flight is abandoned; a job it might hand out afterwards goes
+back to the queue when its lease lapses.
+"""
+
+import asyncio
+import contextvars
+import ctypes
+import inspect
+import os
+import queue as queue_mod
+import signal
+import sys
+import threading
+import time
+import traceback
+
+from . import logs, progress
+from .invoke import (
+    ASYNC,
+    ASYNC_GEN,
+    InputError,
+    OutputError,
+    check_jsonable,
+    error_body,
+    kind_of,
+    to_json_bytes,
+)
+from .protocol import RateLimited
+
+
+class JobStopped(BaseException):
+    """Raised inside a stopped sync handler's thread. BaseException so `except Exception` won't eat it."""
+
+
+def run_blocking(loop, fn, *args):
+    """Run `fn` in a fresh daemon thread; an awaitable future of its result.
+
+    Daemon threads (not an executor) so that an abandoned long poll or a handler stuck in C never
+    keeps the process alive at exit.
+    """
+    fut = loop.create_future()
+
+    def settle(ok, value):
+        if fut.done():
+            return
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+    def target():
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            outcome = (False, exc)
+        else:
+            outcome = (True, result)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:
+            pass  # loop closed: nobody is waiting any more
+
+    threading.Thread(target=target, daemon=True, name="ferry-io").start()
+    return fut
+
+
+def raise_in_thread(thread_id, exc_type):
+    """Schedule `exc_type` in another thread (checked between bytecodes only)."""
+    set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+    count = set_async_exc(ctypes.c_ulong(thread_id), ctypes.py_object(exc_type))
+    if count > 1:  # should not happen; undo rather than hit several threads
+        set_async_exc(ctypes.c_ulong(thread_id), None)
+        return False
+    return count == 1
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _without_runtime_frames(exc):
+    """Drop this package's own frames from the top of a handler's traceback: users read their code."""
+    tb = exc.__traceback__
+    while tb is not None and os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == _PACKAGE_DIR:
+        tb = tb.tb_next
+    return exc.with_traceback(tb) if tb is not None else exc
+
+
+class JobRun:
+    def __init__(self, job):
+        self.job = job
+        self.id = job["id"]
+        self.lock = threading.Lock()
+        self.stopped = False
+        self.thread_id = None
+        self.task = None
+        self.fn = None
+        self.kwargs = None
+        self.kind = None
+        self.input_error = None
+
+
+class QueueRuntime:
+    def __init__(self, handler, api, max_concurrency, worker_id, say, echo, log_dir=None,
+                 grace_ms=25_000, ping_interval_ms=10_000, ping_enabled=True):
+        self.handler = handler
+        self.api = api
+        self.max_concurrency = max_concurrency
+        self.worker_id = worker_id
+        self.say = say
+        self.echo = echo
+        self.log_dir = log_dir
+        self.grace_sec = grace_ms / 1000
+        self.ping_interval_sec = ping_interval_ms / 1000
+        self.ping_enabled = ping_enabled
+        self.running = {}
+        self.held = frozenset()  # snapshot for the ping thread; replaced, never mutated
+        self._progress_q = queue_mod.Queue()
+        self._ping_stop = threading.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def run(self):
+        self.loop = asyncio.get_running_loop()
+        self.stopping = asyncio.Event()
+        self.slot_free = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self.loop.add_signal_handler(sig, self._begin_shutdown, sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+        threading.Thread(target=self._progress_sender, daemon=True, name="ferry-progress").start()
+        if self.ping_enabled:
+            threading.Thread(target=self._ping_loop, daemon=True, name="ferry-ping").start()
+        self.say(f"worker {self.worker_id} taking jobs (max_concurrency={self.max_concurrency})")
+        take_task = asyncio.ensure_future(self._take_loop())
+        stop_task = asyncio.ensure_future(self._stop_loop())
+        await self.stopping.wait()
+        take_task.cancel()
+        tasks = [run.task for run in self.running.values() if run.task is not None]
+        if tasks:
+            self.say(f"waiting up to {self.grace_sec:g} s for {len(tasks)} running job(s)")
+            await asyncio.wait(tasks, timeout=self.grace_sec)
+        stop_task.cancel()
+        self._ping_stop.set()
+        left = len(self.running)
+        if left:
+            self.say(f"exiting with {left} job(s) still running")
+        return left
+
+    def _begin_shutdown(self, sig):
+        if not self.stopping.is_set():
+            self.say(f"received {signal.Signals(sig).name}: no new jobs, finishing running ones")
+            self.stopping.set()
+
+    async def _pause(self, seconds):
+        """Sleep, but wake at once on shutdown."""
+        try:
+            await asyncio.wait_for(self.stopping.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    # -- taking jobs -------------------------------------------------------------------------------
+
+    async def _take_loop(self):
+        while not self.stopping.is_set():
+            free = self.max_concurrency - len(self.running)
+            if free <= 0:
+                self.slot_free.clear()
+                await self.slot_free.wait()
+                continue
+            try:
+                jobs = await run_blocking(self.loop, self.api.take, free, bool(self.running))
+            except RateLimited:
+                await self._pause(5)
+                continue
+            except Exception as exc:  # noqa: BLE001 - network trouble: log, back off, retry
+                self.say(f"job-take failed: {type(exc).__name__}: {exc}")
+                await self._pause(1)
+                continue
+            for job in jobs:
+                self._start(job)
+
+    def _start(self, job):
+        run = JobRun(job)
+        if run.id in self.running:
+            self.say(f"job {run.id} is already running here; ignoring the duplicate")
+            return
+        try:
+            run.fn, run.kwargs = self.handler.prepare(job)
+            run.kind = kind_of(run.fn)
+        except InputError as exc:
+            run.input_error = exc
+        self.running[run.id] = run
+        self.held = frozenset(self.running)
+        run.task = asyncio.ensure_future(self._run_job(run))
+        run.task.add_done_callback(lambda _task: self._finished(run))
+
+    def _finished(self, run):
+        self.running.pop(run.id, None)
+        self.held = frozenset(self.running)
+        self.slot_free.set()
+        task = run.task
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            self.say(f"internal error running job {run.id}: {type(exc).__name__}: {exc}")
+
+    # -- running one job ---------------------------------------------------------------------------
+
+    async def _run_job(self, run):
+        log = logs.JobLog(run.id, self.echo, self.log_dir)
+        logs.activate(log)  # this task's own context copy: other jobs are unaffected
+        progress.register(run.id, lambda data: self._queue_progress(run.id, data))
+        started = time.monotonic()
+        try:
+            try:
+                payload, is_stream = await self._execute(run)
+            except asyncio.CancelledError as exc:
+                if run.stopped:
+                    return
+                if self.stopping.is_set():
+                    raise  # shutdown after the grace period: no result, the lease lapses
+                # The handler cancelled itself (say, an inner timeout): a failure, not silence.
+                payload, is_stream = self._failure(exc), run.kind == ASYNC_GEN
+            except JobStopped:
+                return
+            if run.stopped:
+                return
+            # Keep the order the handler saw: its progress updates land before the result.
+            await run_blocking(self.loop, self._progress_q.join)
+            try:
+                to_json_bytes(payload)
+            except OutputError as exc:
+                print(f"ferry: {exc}", file=sys.stderr)
+                payload = error_body(exc, self.worker_id)
+            ok = await run_blocking(self.loop, self.api.done, run.id, payload, is_stream)
+            outcome = "failed" if "error" in payload else "completed"
+            self.say(f"job {run.id} {outcome} in {time.monotonic() - started:.2f} s"
+                     + ("" if ok else " (result not delivered)"))
+        finally:
+            progress.unregister(run.id)
+            log.close()
+
+    async def _execute(self, run):
+        """(job-done body, isStream) for this job."""
+        if run.input_error is not None:
+            print(f"ferry: {run.input_error}", file=sys.stderr)
+            return error_body(run.input_error, self.worker_id), False
+        if run.kind == ASYNC:
+            try:
+                result = await run.fn(**run.kwargs)
+            except Exception as exc:  # noqa: BLE001 - the job fails, the worker lives
+                return self._failure(exc), False
+            return {"output": result}, False
+        if run.kind == ASYNC_GEN:
+            return await self._drain_async_gen(run), True
+        ctx = contextvars.copy_context()
+        return await run_blocking(self.loop, ctx.run, self._run_sync, run)
+
+    def _failure(self, exc):
+        exc = _without_runtime_frames(exc)
+        traceback.print_exception(type(exc), exc, exc.__traceback__)  # into the job's log
+        return error_body(exc, self.worker_id)
+
+    async def _drain_async_gen(self, run):
+        outputs = []
+        try:
+            async for value in run.fn(**run.kwargs):
+                check_jsonable(value, "a yielded value")
+                outputs.append(value)
+                await run_blocking(self.loop, self.api.stream, run.id, value)
+        except Exception as exc:  # noqa: BLE001
+            return self._failure(exc)
+        return {"output": outputs}
+
+    def _run_sync(self, run):
+        """Runs in the job's own thread, inside the job's context."""
+        with run.lock:
+            if run.stopped:
+                raise JobStopped()
+            run.thread_id = threading.get_ident()
+        try:
+            try:
+                result = run.fn(**run.kwargs)
+                if inspect.isgenerator(result):
+                    return self._drain_sync_gen(run, result), True
+                if inspect.iscoroutine(result):  # a plain def that returns a coroutine
+                    result = asyncio.run(result)
+            except JobStopped:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                return self._failure(exc), False
+            return {"output": result}, False
+        finally:
+            with run.lock:
+                run.thread_id = None
+
+    def _drain_sync_gen(self, run, gen):
+        outputs = []
+        try:
+            for value in gen:
+                check_jsonable(value, "a yielded value")
+                outputs.append(value)
+                self.api.stream(run.id, value)
+        except JobStopped:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            return self._failure(exc)
+        return {"output": outputs}
+
+    # -- stopping ----------------------------------------------------------------------------------
+
+    async def _stop_loop(self):
+        last_problem = None
+        while True:
+            asked = time.monotonic()
+            try:
+                ids = await run_blocking(self.loop, self.api.poll_stop)
+            except RateLimited:
+                await asyncio.sleep(5)
+                continue
+            except Exception as exc:  # noqa: BLE001
+                problem = f"{type(exc).__name__}: {exc}"
+                if problem != last_problem:  # a server without job-stop would flood the log
+                    self.say(f"job-stop poll failed: {problem}")
+                last_problem = problem
+                await asyncio.sleep(1)
+                continue
+            last_problem = None
+            if ids:
+                self.stop_jobs(ids)
+            elif time.monotonic() - asked < 0.5:
+                await asyncio.sleep(1)  # the server did not hold the poll: don't spin
+
+    def stop_jobs(self, ids):
+        for job_id in ids:
+            run = self.running.get(job_id)
+            if run is None:
+                continue
+            with run.lock:
+                already = run.stopped
+                run.stopped = True
+                thread_id = run.thread_id
+            if already:
+                continue
+            self.say(f"stopping job {job_id} (asked by the platform; no result will be sent)")
+            if thread_id is not None:
+                raise_in_thread(thread_id, JobStopped)
+            elif run.kind in (ASYNC, ASYNC_GEN) or run.input_error is not None:
+                run.task.cancel()
+            # else: a sync job whose thread has not started or has finished sees `stopped` itself.
+
+    # -- progress and ping -------------------------------------------------------------------------
+
+    def _queue_progress(self, job_id, data):
+        check_jsonable(data, "progress_update data")
+        self._progress_q.put((job_id, data))
+
+    def _progress_sender(self):
+        while True:
+            job_id, data = self._progress_q.get()
+            try:
+                self.api.progress(job_id, data)
+            except Exception as exc:  # noqa: BLE001
+                self.say(f"progress update for job {job_id} failed: {exc}")
+            finally:
+                self._progress_q.task_done()
+
+    def _ping_loop(self):
+        timeout = min(max(2 * self.ping_interval_sec, 1), 30)
+        while True:
+            try:
+                self.api.ping(sorted(self.held), timeout)
+            except Exception as exc:  # noqa: BLE001 - a missed ping only shortens the lease
+                self.say(f"ping failed: {type(exc).__name__}: {exc}")
+            if self._ping_stop.wait(self.ping_interval_sec):
+                return

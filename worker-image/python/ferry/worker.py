@@ -1,0 +1,183 @@
+"""`python -m ferry.worker`: the worker process the platform starts (DESIGN.md §5, §6).
+
+Exit codes: 0 after a clean shutdown (SIGTERM), 1 when user code fails at start (a class
+endpoint's __init__ raising), 2 when the configuration is wrong or the module/target cannot be
+imported. All configuration comes from the environment; see README.md next to this package.
+"""
+
+import asyncio
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+from . import logs
+from .config import Config, ConfigError, import_user_module, lookup
+from .endpoint import Endpoint
+from .invoke import Handler
+
+
+def _sayer(stream):
+    lock = threading.RLock()
+
+    def say(message):
+        with lock:
+            try:
+                stream.write(f"ferry worker: {message}\n")
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+
+    return say
+
+
+def _startup_error(say, exc):
+    say(f"startup failed: {exc}")
+    cause = exc.__cause__
+    if cause is not None and not isinstance(cause, ModuleNotFoundError):
+        traceback.print_exception(type(cause), cause, cause.__traceback__)
+    return 2
+
+
+def _exit_with_parent(environ, say):
+    """Exit when the platform that started us dies (FERRY_PARENT_PID): after a kill -9 of the
+    platform, an orphaned worker would otherwise keep polling with a token nobody accepts."""
+    try:
+        parent = int(environ.get("FERRY_PARENT_PID", ""))
+    except ValueError:
+        return
+
+    def watch():
+        while True:
+            time.sleep(1)
+            if os.getppid() != parent:
+                say("the platform that started this worker is gone: exiting")
+                os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="ferry-parent-watch").start()
+
+
+def main(environ=None):
+    environ = os.environ if environ is None else environ
+    real_stderr = logs.install()
+    say = _sayer(real_stderr)
+    _exit_with_parent(environ, say)
+    try:
+        config = Config(environ)
+        module = import_user_module(config)
+        if config.mode == "queue":
+            target = lookup(module, config.target, "FERRY_TARGET")
+            if isinstance(target, Endpoint):
+                raise ConfigError(
+                    f"FERRY_TARGET {config.target!r} is an Endpoint object, not a decorated function or class "
+                    "(a load-balanced endpoint runs with FERRY_MODE=lb and FERRY_VARIABLE)"
+                )
+            endpoint = getattr(target, "__ferry_endpoint__", None)
+            handler = Handler(target)
+        else:
+            endpoint = lookup(module, config.variable, "FERRY_VARIABLE")
+            if not isinstance(endpoint, Endpoint) or not endpoint.routes:
+                raise ConfigError(
+                    f"FERRY_VARIABLE {config.variable!r} in {config.module!r} is not an Endpoint with routes "
+                    f"(got {type(endpoint).__name__})"
+                )
+    except ConfigError as exc:
+        return _startup_error(say, exc)
+    except TypeError as exc:  # Handler(): not callable, or a class without public methods
+        return _startup_error(say, ConfigError(f"FERRY_TARGET {config.target!r}: {exc}"))
+
+    if config.mode == "lb":
+        return serve_lb(config, endpoint, say)
+
+    try:
+        handler.start()
+    except Exception:  # noqa: BLE001 - user __init__ failed: say so plainly, exit 1
+        say(f"{config.target}() failed while starting:")
+        traceback.print_exc(file=real_stderr)
+        return 1
+    return serve_queue(config, handler, endpoint, say, real_stderr)
+
+
+def serve_queue(config, handler, endpoint, say, echo):
+    from .protocol import WorkerApi
+    from .queue_runtime import QueueRuntime
+
+    max_concurrency = config.max_concurrency or (endpoint.max_concurrency if endpoint is not None else 1)
+    api = WorkerApi(
+        config.get_job_url,
+        config.post_output_url,
+        config.post_stream_url,
+        config.ping_url or "",
+        config.api_key,
+        config.worker_id,
+        say,
+    )
+    if not config.ping_url:
+        say("RUNPOD_WEBHOOK_PING is not set: no heartbeat, leases will not be renewed")
+    runtime = QueueRuntime(
+        handler,
+        api,
+        max_concurrency,
+        config.worker_id,
+        say,
+        echo,
+        log_dir=config.log_dir,
+        grace_ms=config.grace_ms,
+        ping_interval_ms=config.ping_interval_ms,
+        ping_enabled=bool(config.ping_url),
+    )
+    left = asyncio.run(runtime.run())
+    say("stopped")
+    if left:
+        # Handler threads stuck in C calls would block a normal interpreter exit.
+        sys.stdout.flush()
+        os._exit(0)
+    return 0
+
+
+def serve_lb(config, endpoint, say):
+    from .lb import Router, make_server
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True, name="ferry-lb-loop").start()
+    router = Router(endpoint, loop)
+    # Installed before the "serving" line: whoever waits for it may signal at once.
+    stop = threading.Event()
+
+    received = []
+
+    def on_signal(signum, _frame):
+        # Only record it: a signal handler that logs could deadlock on say()'s lock.
+        received.append(signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        server = make_server(router, config.host, config.port, say)
+    except OSError as exc:
+        say(f"startup failed: cannot listen on {config.host}:{config.port} (FERRY_HOST/FERRY_PORT): {exc}")
+        return 2
+    host, port = server.server_address[:2]
+    routes = ", ".join(f"{r.method} {r.path}" for r in endpoint.routes)
+    say(f"serving {endpoint.name!r} on http://{host}:{port} ({routes})")
+
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+    thread.start()
+    while not stop.wait(0.5):
+        pass
+    say(f"received {signal.Signals(received[0]).name}: finishing in-flight requests")
+    server.shutdown()
+    deadline = time.monotonic() + config.grace_ms / 1000
+    while server.active["count"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server.server_close()
+    loop.call_soon_threadsafe(loop.stop)
+    say("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

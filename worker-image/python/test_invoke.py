@@ -1,0 +1,283 @@
+"""Unit tests: input → kwargs binding, class dispatch, error format, log routing, LB router, URLs."""
+
+import asyncio
+import contextvars
+import io
+import json
+import os
+import shutil
+import tempfile
+import threading
+import unittest
+
+from ferry import Endpoint, logs
+from ferry.invoke import (
+    ASYNC,
+    ASYNC_GEN,
+    SYNC,
+    SYNC_GEN,
+    Handler,
+    InputError,
+    OutputError,
+    bind_kwargs,
+    error_body,
+    kind_of,
+    to_json_bytes,
+)
+from ferry.lb import Router
+from ferry.protocol import WorkerApi, add_query
+
+
+def generate(prompt, steps=4):
+    return prompt, steps
+
+
+def with_job(prompt, *, job):
+    return prompt, job
+
+
+def positional_job(job):
+    return job
+
+
+class BindingTest(unittest.TestCase):
+    def test_input_becomes_kwargs(self):
+        self.assertEqual(bind_kwargs(generate, {"prompt": "a", "steps": 4}), {"prompt": "a", "steps": 4})
+        self.assertEqual(bind_kwargs(generate, {"prompt": "a"}), {"prompt": "a"})
+
+    def test_missing_input_is_empty(self):
+        self.assertEqual(bind_kwargs(lambda: 1, None), {})
+
+    def test_non_object_input(self):
+        with self.assertRaises(InputError) as caught:
+            bind_kwargs(generate, ["a"])
+        self.assertIn("must be a JSON object of keyword arguments for generate(prompt, steps=4), got list", str(caught.exception))
+
+    def test_wrong_kwargs_fail_with_the_signature(self):
+        with self.assertRaises(InputError) as caught:
+            bind_kwargs(generate, {"promt": "a"})
+        message = str(caught.exception)
+        self.assertIn("does not fit generate(prompt, steps=4)", message)
+        self.assertIn("promt", message)
+        with self.assertRaises(InputError):
+            bind_kwargs(generate, {})  # missing required
+
+    def test_keyword_only_job_receives_the_job(self):
+        job = {"id": "j1", "input": {"prompt": "a"}}
+        self.assertEqual(bind_kwargs(with_job, job["input"], job), {"prompt": "a", "job": job})
+        with self.assertRaises(InputError) as caught:
+            bind_kwargs(with_job, {"prompt": "a", "job": 1}, job)
+        self.assertIn("clashes", str(caught.exception))
+
+    def test_positional_job_is_an_ordinary_input_key(self):
+        self.assertEqual(bind_kwargs(positional_job, {"job": 5}, {"id": "j"}), {"job": 5})
+
+    def test_kinds(self):
+        async def a():
+            pass
+
+        def g():
+            yield
+
+        async def ag():
+            yield
+
+        self.assertEqual([kind_of(f) for f in (generate, a, g, ag)], [SYNC, ASYNC, SYNC_GEN, ASYNC_GEN])
+
+
+class Model:
+    def __init__(self):
+        self.loaded = True
+
+    def predict(self, x):
+        return x * 2
+
+    def describe(self):
+        return "model"
+
+    def _private(self):
+        pass
+
+
+class Single:
+    def run(self, x):
+        return x
+
+
+class HandlerTest(unittest.TestCase):
+    def test_function_target(self):
+        fn, kwargs = Handler(generate).prepare({"id": "1", "input": {"prompt": "p"}})
+        self.assertIs(fn, generate)
+        self.assertEqual(kwargs, {"prompt": "p"})
+
+    def test_class_with_several_methods_needs_method(self):
+        handler = Handler(Model)
+        self.assertEqual(handler.methods, ["describe", "predict"])
+        handler.start()
+        instance = handler.instance
+        fn, kwargs = handler.prepare({"id": "1", "input": {"method": "predict", "x": 3}})
+        self.assertEqual((fn(**kwargs), kwargs), (6, {"x": 3}))
+        handler.prepare({"id": "2", "input": {"method": "describe"}})
+        self.assertIs(handler.instance, instance)  # instantiated once per worker
+        with self.assertRaises(InputError) as caught:
+            handler.prepare({"id": "3", "input": {"method": "train"}})
+        self.assertEqual(str(caught.exception), "unknown method 'train' for Model; available: describe, predict")
+        with self.assertRaises(InputError) as caught:
+            handler.prepare({"id": "4", "input": {"x": 1}})
+        self.assertIn('name one in input["method"]: describe, predict', str(caught.exception))
+
+    def test_class_with_one_method_is_called_directly(self):
+        handler = Handler(Single)
+        fn, kwargs = handler.prepare({"id": "1", "input": {"x": 1}})
+        self.assertEqual(fn(**kwargs), 1)
+        _, kwargs = handler.prepare({"id": "1", "input": {"method": "run", "x": 2}})
+        self.assertEqual(kwargs, {"x": 2})
+
+    def test_class_without_public_methods(self):
+        class Empty:
+            def _hidden(self):
+                pass
+
+        with self.assertRaises(TypeError) as caught:
+            Handler(Empty)
+        self.assertIn("no public methods", str(caught.exception))
+
+
+class ErrorFormatTest(unittest.TestCase):
+    def test_exception_body_is_a_json_string(self):
+        try:
+            raise ValueError("bad value")
+        except ValueError as exc:
+            body = error_body(exc, "worker-7")
+        self.assertEqual(list(body), ["error"])
+        info = json.loads(body["error"])
+        self.assertEqual(
+            set(info), {"error_type", "error_message", "error_traceback", "hostname", "worker_id"}
+        )
+        self.assertEqual(info["error_type"], "<class 'ValueError'>")
+        self.assertEqual(info["error_message"], "bad value")
+        self.assertIn('raise ValueError("bad value")', info["error_traceback"])
+        self.assertEqual(info["worker_id"], "worker-7")
+
+    def test_input_errors_carry_no_traceback(self):
+        info = json.loads(error_body(InputError("input is wrong"), "w")["error"])
+        self.assertEqual((info["error_message"], info["error_traceback"]), ("input is wrong", ""))
+
+    def test_empty_message_falls_back_to_the_type(self):
+        info = json.loads(error_body(KeyError(), "w")["error"])
+        self.assertEqual(info["error_message"], "KeyError")
+
+    def test_results_must_be_json(self):
+        self.assertEqual(json.loads(to_json_bytes({"output": "é"})), {"output": "é"})
+        with self.assertRaises(OutputError):
+            to_json_bytes({"output": {1, 2}})
+        with self.assertRaises(OutputError):
+            to_json_bytes({"output": float("nan")})
+
+
+class LogRoutingTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def test_writes_route_by_job_context(self):
+        echo = io.StringIO()
+        passthrough = io.StringIO()
+        stream = logs.RoutingStream(passthrough)
+        log_a = logs.JobLog("job-a", echo, self.tmp)
+        log_b = logs.JobLog("job-b", echo, self.tmp)
+
+        def write_as(log, text):
+            logs.activate(log)
+            stream.write(text)
+
+        threads = [
+            threading.Thread(target=contextvars.copy_context().run, args=(write_as, log_a, "from a\npartial")),
+            threading.Thread(target=contextvars.copy_context().run, args=(write_as, log_b, "from b\n")),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stream.write("no job\n")
+        log_a.close()
+        log_b.close()
+        self.assertEqual(passthrough.getvalue(), "no job\n")
+        lines = sorted(echo.getvalue().splitlines())
+        self.assertEqual(lines, ["[job-a] from a", "[job-a] partial", "[job-b] from b"])
+        with open(os.path.join(self.tmp, "job-a.log")) as f:
+            self.assertEqual(f.read(), "from a\npartial")
+
+    def test_job_ids_never_become_paths(self):
+        self.assertEqual(logs.safe_file_name("../../etc/passwd"), ".._.._etc_passwd")
+        self.assertEqual(logs.safe_file_name(".."), "_")
+
+
+class RouterTest(unittest.TestCase):
+    def setUp(self):
+        api = Endpoint(name="api")
+
+        @api.get("/items/{item_id}")
+        def item(item_id: int, verbose: bool = False, tags=None):
+            return {"item_id": item_id, "verbose": verbose, "tags": tags}
+
+        @api.post("/echo")
+        async def echo(**kwargs):
+            await asyncio.sleep(0)
+            return kwargs
+
+        @api.get("/stream")
+        def stream():
+            yield 1
+            yield 2
+
+        self.router = Router(api)
+
+    def test_query_and_path_params_are_converted_by_annotation(self):
+        status, body = self.router.handle("GET", "/items/5?verbose=true&tags=a&tags=b", b"")
+        self.assertEqual((status, body), (200, {"item_id": 5, "verbose": True, "tags": ["a", "b"]}))
+        self.assertEqual(self.router.handle("GET", "/items/5?verbose=maybe", b"")[0], 400)
+
+    def test_json_body_and_async_handler(self):
+        self.assertEqual(self.router.handle("POST", "/echo", b'{"a": [1]}'), (200, {"a": [1]}))
+        self.assertEqual(self.router.handle("POST", "/echo", b""), (200, {}))
+        status, body = self.router.handle("POST", "/echo", b"[1]")
+        self.assertEqual(status, 400)
+        self.assertIn("must be a JSON object", body["error"])
+
+    def test_generators_are_collected(self):
+        self.assertEqual(self.router.handle("GET", "/stream", b""), (200, [1, 2]))
+
+    def test_ping_and_unknown(self):
+        self.assertEqual(self.router.handle("GET", "/ping", b""), (200, {"status": "healthy"}))
+        self.assertEqual(self.router.handle("POST", "/nothing", b"")[0], 404)
+
+    def test_path_and_body_must_agree(self):
+        api = Endpoint(name="api2")
+        api.put("/items/{item_id}")(lambda item_id, value=None: item_id)
+        status, body = Router(api).handle("PUT", "/items/1", b'{"item_id": "2"}')
+        self.assertEqual(status, 400)
+        self.assertIn("both in the path and the request", body["error"])
+
+
+class ProtocolUrlTest(unittest.TestCase):
+    def test_urls_follow_runpod_templates(self):
+        api = WorkerApi(
+            "http://h/v2/ep/job-take/$ID?gpu=none",
+            "http://h/v2/ep/job-done/$RUNPOD_POD_ID/$ID?gpu=none",
+            "http://h/v2/ep/job-stream/w1/$ID?gpu=none",
+            "http://h/v2/ep/ping/w1?gpu=none",
+            "key",
+            "w1",
+            print,
+        )
+        self.assertEqual(api.take_url, "http://h/v2/ep/job-take/w1?gpu=none")
+        self.assertEqual(api.take_batch_url, "http://h/v2/ep/job-take-batch/w1?gpu=none")
+        self.assertEqual(api.stop_url, "http://h/v2/ep/job-stop/w1?gpu=none")
+        self.assertEqual(api._job_url(api.done_url, "a/b", "true"), "http://h/v2/ep/job-done/w1/a%2Fb?gpu=none&isStream=true")
+        self.assertEqual(add_query("http://h/ping/w1?gpu=none", job_id="a,b"), "http://h/ping/w1?gpu=none&job_id=a,b")
+        self.assertEqual(add_query("http://h/x", a=1), "http://h/x?a=1")
+
+
+if __name__ == "__main__":
+    unittest.main()

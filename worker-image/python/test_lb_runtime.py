@@ -1,0 +1,172 @@
+"""End to end: `python -m ferry.worker` in load-balanced mode (FERRY_MODE=lb) serving real HTTP."""
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import textwrap
+import unittest
+import urllib.error
+import urllib.request
+
+from fake_platform import WorkerProcess
+
+APP = textwrap.dedent(
+    '''
+    import asyncio
+    from ferry import Endpoint
+
+    api = Endpoint(name="my-api", cpu="2-8", workers=(1, 3))
+
+
+    @api.post("/process")
+    def process(input_data):
+        """Echo the input with a count."""
+        return {"received": input_data, "keys": len(input_data)}
+
+
+    @api.get("/items/{item_id}")
+    def get_item(item_id: int, q=None):
+        return {"item_id": item_id, "q": q}
+
+
+    @api.put("/async/{name}")
+    async def put_async(name, value):
+        await asyncio.sleep(0.01)
+        return {"name": name, "value": value}
+
+
+    @api.delete("/fail")
+    def fail():
+        raise RuntimeError("route exploded")
+    '''
+)
+
+
+def request(base, method, path, body=None, raw=None):
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(base + path, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, json.loads(err.read())
+
+
+class LoadBalancedWorkerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="ferry-lb-test-")
+        with open(os.path.join(cls.tmp, "lb_worker.py"), "w") as f:
+            f.write(APP)
+        cls.worker = WorkerProcess(
+            {
+                "FERRY_MODE": "lb",
+                "FERRY_APP_DIR": cls.tmp,
+                "FERRY_MODULE": "lb_worker",
+                "FERRY_VARIABLE": "api",
+                "FERRY_PORT": "0",  # the worker prints the port it got
+            }
+        )
+        try:
+            out = cls.worker.wait_output(" on http://")
+        except AssertionError:
+            cls.worker.close()
+            raise
+        port = re.search(r"on http://127\.0\.0\.1:(\d+)", out).group(1)
+        cls.base = f"http://127.0.0.1:{port}"
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.worker.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_post_route_gets_json_body_as_kwargs(self):
+        status, body = request(self.base, "POST", "/process", {"input_data": {"a": 1, "b": 2}})
+        self.assertEqual(status, 200)
+        self.assertEqual(body, {"received": {"a": 1, "b": 2}, "keys": 2})
+
+    def test_get_route_gets_path_and_query(self):
+        self.assertEqual(request(self.base, "GET", "/items/42?q=red"), (200, {"item_id": 42, "q": "red"}))
+        self.assertEqual(request(self.base, "GET", "/items/7"), (200, {"item_id": 7, "q": None}))
+
+    def test_async_route(self):
+        status, body = request(self.base, "PUT", "/async/x", {"value": [1, 2]})
+        self.assertEqual((status, body), (200, {"name": "x", "value": [1, 2]}))
+
+    def test_ping(self):
+        self.assertEqual(request(self.base, "GET", "/ping"), (200, {"status": "healthy"}))
+
+    def test_unknown_route_is_404(self):
+        status, body = request(self.base, "GET", "/nope")
+        self.assertEqual(status, 404)
+        self.assertIn("no route for GET /nope", body["error"])
+
+    def test_wrong_method_is_405(self):
+        status, body = request(self.base, "GET", "/process")
+        self.assertEqual(status, 405)
+        self.assertIn("allowed: POST", body["error"])
+
+    def test_bad_json_is_400(self):
+        status, body = request(self.base, "POST", "/process", raw=b"{not json")
+        self.assertEqual(status, 400)
+        self.assertIn("not valid JSON", body["error"])
+
+    def test_missing_param_is_400(self):
+        status, body = request(self.base, "POST", "/process", {"other": 1})
+        self.assertEqual(status, 400)
+        self.assertIn("bad parameters for POST /process", body["error"])
+
+    def test_bad_path_param_type_is_400(self):
+        status, body = request(self.base, "GET", "/items/abc")
+        self.assertEqual(status, 400)
+        self.assertIn("'item_id' must be int", body["error"])
+
+    def test_handler_exception_is_500_with_message(self):
+        status, body = request(self.base, "DELETE", "/fail")
+        self.assertEqual((status, body), (500, {"error": "route exploded"}))
+        self.worker.wait_output("RuntimeError: route exploded")
+
+    def test_no_code_execution_route(self):
+        status, _ = request(self.base, "POST", "/execute", {"function_code": "print(1)"})
+        self.assertEqual(status, 404)
+
+
+class LoadBalancedLifecycleTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ferry-lb-test-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        with open(os.path.join(self.tmp, "lb_worker.py"), "w") as f:
+            f.write(APP + "\nnot_an_endpoint = 3\n")
+
+    def start(self, **extra):
+        env = {"FERRY_MODE": "lb", "FERRY_APP_DIR": self.tmp, "FERRY_MODULE": "lb_worker", "FERRY_PORT": "0"}
+        env.update(extra)
+        worker = WorkerProcess(env)
+        self.addCleanup(worker.close)
+        return worker
+
+    def test_sigterm_exits_0(self):
+        worker = self.start(FERRY_VARIABLE="api")
+        worker.wait_output(" on http://")
+        worker.terminate()
+        self.assertEqual(worker.wait_exit(), 0)
+        self.assertIn("stopped", worker.output)
+
+    def test_variable_that_is_not_an_endpoint_is_a_startup_error(self):
+        worker = self.start(FERRY_VARIABLE="not_an_endpoint")
+        self.assertEqual(worker.wait_exit(), 2)
+        self.assertIn("FERRY_VARIABLE 'not_an_endpoint'", worker.output)
+
+    def test_missing_port_is_a_startup_error(self):
+        worker = self.start(FERRY_VARIABLE="api", FERRY_PORT="")
+        self.assertEqual(worker.wait_exit(), 2)
+        self.assertIn("FERRY_PORT is not set", worker.output)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,315 @@
+"""End to end: `python -m ferry.worker` against a fake worker-protocol server (fake_platform.py)."""
+
+import json
+import os
+import shutil
+import tempfile
+import textwrap
+import time
+import unittest
+
+from fake_platform import FakePlatform, WorkerProcess
+
+APP = textwrap.dedent(
+    '''
+    import asyncio
+    import time
+
+    import ferry
+    from ferry import Endpoint
+
+
+    @Endpoint(name="tools", cpu="2-4", max_concurrency=4)
+    class Tools:
+        def __init__(self):
+            self.greeting = "ready"
+
+        def add(self, a, b):
+            print(f"adding {a} and {b}")
+            return {"sum": a + b}
+
+        async def shout(self, text):
+            await asyncio.sleep(0.01)
+            return text.upper()
+
+        def count(self, n):
+            for i in range(n):
+                yield {"i": i}
+
+        async def acount(self, n):
+            for i in range(n):
+                await asyncio.sleep(0)
+                yield i * 10
+
+        def half_stream(self):
+            yield "first"
+            raise RuntimeError("stream broke")
+
+        def boom(self, message):
+            raise ValueError(message)
+
+        def spin(self, seconds=30):
+            end = time.time() + seconds
+            while time.time() < end:
+                time.sleep(0.02)
+            return "spun to the end"
+
+        async def nap(self, seconds=30):
+            await asyncio.sleep(seconds)
+            return "woke up"
+
+        def steps(self, n, *, job):
+            for i in range(n):
+                ferry.progress_update(job, {"step": i})
+            return "stepped"
+
+        async def cancels_itself(self):
+            raise asyncio.CancelledError()
+
+        def unserializable(self):
+            return {"a set": {1, 2}}
+
+
+    @Endpoint(name="hello")
+    def hello(name="world", *, job):
+        print(f"hi from hello to {name}")
+        return {"greeting": f"hello {name}", "job_id": job["id"]}
+
+
+    def slow(seconds):
+        time.sleep(seconds)
+        return {"slept": seconds}
+    '''
+)
+
+
+class QueueWorkerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="ferry-worker-test-")
+        cls.app_dir = os.path.join(cls.tmp, "app")
+        os.makedirs(os.path.join(cls.app_dir, "workers"))
+        with open(os.path.join(cls.app_dir, "workers", "__init__.py"), "w") as f:
+            f.write("")
+        with open(os.path.join(cls.app_dir, "workers", "tools.py"), "w") as f:
+            f.write(APP)
+        cls.log_dir = os.path.join(cls.tmp, "logs")
+        cls.platform = FakePlatform()
+        cls.worker = WorkerProcess(
+            dict(
+                cls.platform.env("wA"),
+                FERRY_APP_DIR=cls.app_dir,
+                FERRY_MODULE="workers.tools",
+                FERRY_TARGET="Tools",
+                RUNPOD_PING_INTERVAL="200",
+            )
+        )
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.worker.close()
+        cls.platform.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def run_job(self, job_id, job_input):
+        self.platform.add_job(job_id, job_input, worker="wA")
+        return self.platform.done_for(job_id)
+
+    def error_of(self, done):
+        self.assertEqual(set(done["body"]), {"error"})
+        self.assertIsInstance(done["body"]["error"], str)  # RunPod's format: a JSON *string*
+        return json.loads(done["body"]["error"])
+
+    def test_sync_method_result_and_headers(self):
+        done = self.run_job("job-add", {"method": "add", "a": 1, "b": 2})
+        self.assertEqual(done["body"], {"output": {"sum": 3}})
+        self.assertEqual(done["query"]["isStream"], "false")
+        self.assertEqual(done["query"]["gpu"], "none")
+        self.assertEqual(done["auth"], "worker-token-1")
+        self.assertEqual(done["content_type"], "application/json")
+        self.worker.wait_output("[job-add] adding 1 and 2")
+
+    def test_async_method(self):
+        done = self.run_job("job-shout", {"method": "shout", "text": "hey"})
+        self.assertEqual(done["body"], {"output": "HEY"})
+
+    def test_generator_streams_chunks_then_aggregate(self):
+        done = self.run_job("job-count", {"method": "count", "n": 3})
+        self.assertEqual(done["query"]["isStream"], "true")
+        self.assertEqual(done["body"], {"output": [{"i": 0}, {"i": 1}, {"i": 2}]})
+        chunks = self.platform.of("job-stream", "job-count")
+        self.assertEqual([c["body"] for c in chunks], [{"output": {"i": i}} for i in range(3)])
+        self.assertTrue(all(c["query"]["isStream"] == "false" for c in chunks))
+        self.assertLess(chunks[-1]["at"], done["at"])
+
+    def test_async_generator(self):
+        done = self.run_job("job-acount", {"method": "acount", "n": 3})
+        self.assertEqual(done["body"], {"output": [0, 10, 20]})
+        self.assertEqual([c["body"]["output"] for c in self.platform.of("job-stream", "job-acount")], [0, 10, 20])
+
+    def test_generator_error_ends_stream_with_error(self):
+        done = self.run_job("job-half", {"method": "half_stream"})
+        self.assertEqual(done["query"]["isStream"], "true")
+        info = self.error_of(done)
+        self.assertEqual(info["error_message"], "stream broke")
+        self.assertEqual(len(self.platform.of("job-stream", "job-half")), 1)
+
+    def test_exception_is_reported_in_runpod_format(self):
+        done = self.run_job("job-boom", {"method": "boom", "message": "it broke"})
+        self.assertEqual(done["query"]["isStream"], "false")
+        info = self.error_of(done)
+        self.assertEqual(info["error_type"], "<class 'ValueError'>")
+        self.assertEqual(info["error_message"], "it broke")
+        self.assertIn("raise ValueError(message)", info["error_traceback"])
+        self.assertEqual(info["worker_id"], "wA")
+        self.assertTrue(info["hostname"])
+        self.worker.wait_output("[job-boom] ValueError: it broke")
+
+    def test_unknown_method_names_available_ones(self):
+        info = self.error_of(self.run_job("job-unknown", {"method": "fly"}))
+        self.assertIn("unknown method 'fly'", info["error_message"])
+        self.assertIn("acount, add, boom, cancels_itself, count", info["error_message"])
+
+    def test_missing_method(self):
+        info = self.error_of(self.run_job("job-nomethod", {"a": 1}))
+        self.assertIn('input["method"]', info["error_message"])
+
+    def test_wrong_kwargs_fail_before_calling(self):
+        info = self.error_of(self.run_job("job-badargs", {"method": "add", "a": 1, "c": 2}))
+        self.assertIn("does not fit", info["error_message"])
+        self.assertEqual(info["error_traceback"], "")
+
+    def test_non_object_input(self):
+        info = self.error_of(self.run_job("job-list", [1, 2]))
+        self.assertIn("JSON object", info["error_message"])
+
+    def test_unserializable_output_fails_clearly(self):
+        info = self.error_of(self.run_job("job-set", {"method": "unserializable"}))
+        self.assertIn("not JSON serializable", info["error_message"])
+
+    def test_handler_cancelling_itself_fails_the_job(self):
+        info = self.error_of(self.run_job("job-selfcancel", {"method": "cancels_itself"}))
+        self.assertEqual(info["error_message"], "CancelledError")
+
+    def test_progress_updates_arrive_before_result(self):
+        done = self.run_job("job-steps", {"method": "steps", "n": 3})
+        self.assertEqual(done["body"], {"output": "stepped"})
+        updates = [c for c in self.platform.of("job-done", "job-steps") if c["body"].get("status") == "IN_PROGRESS"]
+        self.assertEqual([u["body"]["output"] for u in updates], [{"step": 0}, {"step": 1}, {"step": 2}])
+        self.assertTrue(all(u["query"]["isStream"] == "false" for u in updates))
+        self.assertLess(updates[-1]["at"], done["at"])
+
+    def _held_in_ping(self, job_id):
+        return lambda calls: any(
+            c["op"] == "ping" and job_id in c["query"].get("job_id", "").split(",") for c in calls
+        )
+
+    def _stop_and_check(self, job_id):
+        self.platform.wait_for(self._held_in_ping(job_id), what=f"a ping holding {job_id}")
+        self.platform.stop(job_id)
+        self.worker.wait_output(f"stopping job {job_id}")
+        # Stopped means the handler ended: a later ping no longer lists the job.
+        stopped_at = time.monotonic()
+        self.platform.wait_for(
+            lambda calls: any(
+                c["op"] == "ping" and c["at"] > stopped_at + 0.3 and job_id not in c["query"].get("job_id", "")
+                for c in calls
+            ),
+            what=f"a ping without {job_id}",
+        )
+        time.sleep(0.3)
+        self.assertEqual([c for c in self.platform.of("job-done", job_id)], [], "a stopped job gets no job-done")
+
+    def test_stop_cancels_running_async_job(self):
+        self.platform.add_job("job-nap", {"method": "nap"}, worker="wA")
+        self._stop_and_check("job-nap")
+
+    def test_stop_interrupts_running_sync_loop(self):
+        self.platform.add_job("job-spin", {"method": "spin"}, worker="wA")
+        self._stop_and_check("job-spin")
+        # The worker still serves jobs after interrupting a thread:
+        self.assertEqual(self.run_job("job-after-stop", {"method": "add", "a": 2, "b": 2})["body"], {"output": {"sum": 4}})
+
+    def test_ping_without_jobs_omits_job_id(self):
+        self.platform.wait_for(
+            lambda calls: any(c["op"] == "ping" and "job_id" not in c["query"] for c in calls),
+            what="an idle ping",
+        )
+        ping = self.platform.of("ping")[0]
+        self.assertEqual(ping["auth"], "worker-token-1")
+        self.assertEqual(ping["worker"], "wA")
+
+    def test_take_uses_batch_when_several_slots_are_free(self):
+        self.platform.wait_for(
+            lambda calls: any(c["op"] == "job-take-batch" and c["query"].get("batch_size") for c in calls),
+            what="a job-take-batch",
+        )
+        take = self.platform.of("job-take-batch")[0]
+        self.assertIn(take["query"]["job_in_progress"], ("0", "1"))
+        self.assertEqual(take["worker"], "wA")
+
+
+class FunctionWorkerTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ferry-worker-test-")
+        with open(os.path.join(self.tmp, "gpu_worker.py"), "w") as f:
+            f.write(APP)
+        self.platform = FakePlatform()
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.addCleanup(self.platform.close)
+
+    def start(self, target, **extra):
+        env = dict(self.platform.env("wB"), FERRY_APP_DIR=self.tmp, FERRY_MODULE="gpu_worker", FERRY_TARGET=target)
+        env.update(extra)
+        worker = WorkerProcess(env)
+        self.addCleanup(worker.close)
+        return worker
+
+    def test_function_gets_job_and_logs_go_to_file(self):
+        log_dir = os.path.join(self.tmp, "logs")
+        worker = self.start("hello", FERRY_LOG_DIR=log_dir)
+        self.platform.add_job("job-1", {"name": "ada"})
+        done = self.platform.done_for("job-1")
+        self.assertEqual(done["body"], {"output": {"greeting": "hello ada", "job_id": "job-1"}})
+        worker.wait_output("[job-1] hi from hello to ada")
+        with open(os.path.join(log_dir, "job-1.log"), encoding="utf-8") as f:
+            self.assertEqual(f.read(), "hi from hello to ada\n")
+        # max_concurrency 1: single job-take, never the batch route.
+        self.assertEqual(self.platform.of("job-take-batch"), [])
+        self.assertEqual(self.platform.of("job-take")[0]["query"]["job_in_progress"], "0")
+
+    def test_sigterm_lets_the_running_job_finish_then_exits_0(self):
+        worker = self.start("slow", RUNPOD_PING_INTERVAL="100")
+        self.platform.add_job("job-slow", {"seconds": 1})
+        self.platform.wait_for(
+            lambda calls: any(c["op"] == "ping" and c["query"].get("job_id") == "job-slow" for c in calls),
+            what="job-slow running",
+        )
+        worker.terminate()
+        self.assertEqual(worker.wait_exit(), 0)
+        self.assertEqual(self.platform.done_for("job-slow", timeout=1)["body"], {"output": {"slept": 1}})
+        self.assertIn("received SIGTERM", worker.output)
+
+    def test_missing_target_is_a_startup_error(self):
+        worker = self.start("nope")
+        self.assertEqual(worker.wait_exit(), 2)
+        self.assertIn("FERRY_TARGET 'nope' is not defined", worker.output)
+
+    def test_unimportable_module_is_a_startup_error(self):
+        worker = self.start("hello", FERRY_MODULE="not_there")
+        self.assertEqual(worker.wait_exit(), 2)
+        self.assertIn("FERRY_MODULE 'not_there' was not found", worker.output)
+
+    def test_missing_protocol_env_is_a_startup_error(self):
+        worker = self.start("hello", RUNPOD_WEBHOOK_GET_JOB="")
+        self.assertEqual(worker.wait_exit(), 2)
+        self.assertIn("RUNPOD_WEBHOOK_GET_JOB is not set", worker.output)
+
+    def test_bad_concurrency_env_is_a_startup_error(self):
+        worker = self.start("hello", FERRY_MAX_CONCURRENCY="0")
+        self.assertEqual(worker.wait_exit(), 2)
+        self.assertIn("FERRY_MAX_CONCURRENCY must be >= 1", worker.output)
+
+
+if __name__ == "__main__":
+    unittest.main()
