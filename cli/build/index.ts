@@ -1,0 +1,303 @@
+/**
+ * `ferry build` as a library: files → scan → dependencies → artifact.
+ *
+ *   project ──files.ts──▶ shipped files ──scan.py──▶ endpoints ──deps.ts──▶ pip into .ferry/build/
+ *                                    │                  │                       │
+ *                                    └── fingerprint ───┴──── manifest ─────────┴──artifact.ts──▶ .tar.gz
+ *
+ * The CLI command wraps this and prints the progress events; every problem is a FerryError.
+ */
+import { copyFile, mkdir, rm, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { FerryError, usage } from '../../core/errors.js';
+import { type Manifest, type ManifestEndpoint, manifestSchema, pythonVersions } from '../../core/manifest.js';
+import { packArtifact } from './artifact.js';
+import { installDependencies, listInstalled, normalizeName, resolveDependencies } from './deps.js';
+import { type BuildEvent, type NowMs, type ProgressSink, stage } from './events.js';
+import { checkLocalImports, listShippedFiles } from './files.js';
+import { sourceFingerprint } from './fingerprint.js';
+import { runProcess } from './process.js';
+import { scanProject, withConfigHash } from './scan.js';
+
+export type { BuildEvent, BuildStage, ProgressSink } from './events.js';
+
+export type PythonVersion = (typeof pythonVersions)[number];
+
+export interface BuildOptions {
+  projectDir: string;
+  /** App name; defaults to the project folder's name. */
+  app?: string;
+  /** Artifact path. A bare file name goes into `.ferry/`; other relative paths are from the project. */
+  output?: string;
+  /** `--python-version`: overrides endpoint declarations and local detection. */
+  pythonVersion?: string;
+  noDeps?: boolean;
+  /** `--exclude` package names. */
+  exclude?: string[];
+  /** Extra pip arguments. */
+  pipArgs?: string[];
+  /** The interpreter for the scanner, version detection and pip. */
+  python?: string;
+  maxArtifactBytes?: number;
+  onProgress?: (event: BuildEvent) => void;
+  /** Injected clock (durations and generatedAt). */
+  nowMs?: NowMs;
+  signal?: AbortSignal;
+}
+
+export interface BuildResult {
+  manifest: Manifest;
+  artifactPath: string;
+  artifactBytes: number;
+  buildDir: string;
+  /** Project-relative paths of the shipped source files. */
+  files: string[];
+}
+
+export const defaultArtifactName = 'artifact.tar.gz';
+
+export async function buildProject(options: BuildOptions): Promise<BuildResult> {
+  const projectDir = path.resolve(options.projectDir);
+  const info = await stat(projectDir).catch(() => undefined);
+  if (!info?.isDirectory()) throw usage(`The project folder ${options.projectDir} does not exist`);
+  if (options.pythonVersion !== undefined && !isPythonVersion(options.pythonVersion)) {
+    throw usage(
+      `--python-version ${options.pythonVersion} is not supported`,
+      `Choose one of ${pythonVersions.join(', ')}.`,
+    );
+  }
+  const emit: ProgressSink = options.onProgress ?? (() => {});
+  const nowMs = options.nowMs ?? Date.now;
+  const python = options.python ?? 'python3';
+  const app = options.app ?? path.basename(projectDir);
+  const stateDir = path.join(projectDir, '.ferry');
+  const buildDir = path.join(stateDir, 'build');
+  const artifactPath = resolveOutput(projectDir, stateDir, options.output);
+  const outputRel = path.relative(projectDir, artifactPath).split(path.sep).join('/');
+
+  const shipped = await stage(
+    'files',
+    emit,
+    nowMs,
+    async () => {
+      const result = await listShippedFiles({ projectDir, alsoExclude: [outputRel] });
+      for (const message of result.warnings) emit({ type: 'warning', message });
+      const pythonCount = result.files.filter((f) => f.endsWith('.py')).length;
+      emit({ type: 'files', shippedCount: result.files.length, pythonCount });
+      if (pythonCount === 0) {
+        throw new FerryError('bad_request', `No Python files to ship in ${projectDir}`, {
+          hint: 'Run the build in a project folder (see `ferry init`).',
+        });
+      }
+      return result;
+    },
+    (result) => `${result.files.length} files`,
+  );
+
+  const scanned = await stage(
+    'scan',
+    emit,
+    nowMs,
+    async () => {
+      const result = await scanProject({
+        projectDir,
+        files: shipped.files.filter((f) => f.endsWith('.py')),
+        python,
+        ...(options.signal ? { signal: options.signal } : {}),
+      });
+      for (const message of result.warnings) emit({ type: 'warning', message });
+      if (result.endpoints.length === 0) {
+        throw new FerryError('bad_request', 'No endpoints found: nothing would be deployed', {
+          hint: 'Mark a function with @Endpoint(name=...) (from ferry import Endpoint), or check that its file is not ignored.',
+        });
+      }
+      checkLocalImports({
+        projectDir,
+        shipped,
+        scanned: result.files,
+        entryFiles: [...new Set(result.endpoints.map((e) => e.file))],
+      });
+      emit({ type: 'endpoints', names: result.endpoints.map((e) => e.name) });
+      return result;
+    },
+    (result) => `${result.endpoints.length} endpoints`,
+  );
+
+  const pythonVersion = await resolvePythonVersion(
+    options.pythonVersion,
+    scanned.endpoints,
+    scanned.lines,
+    python,
+    emit,
+  );
+  const endpoints = scanned.endpoints.map((endpoint) =>
+    endpoint.resources.pythonVersion && endpoint.resources.pythonVersion !== pythonVersion
+      ? withConfigHash({ ...endpoint, resources: { ...endpoint.resources, pythonVersion } })
+      : endpoint,
+  );
+
+  await rm(buildDir, { recursive: true, force: true });
+  await mkdir(buildDir, { recursive: true });
+
+  const deps = await stage(
+    'dependencies',
+    emit,
+    nowMs,
+    async () => {
+      const resolved = resolveDependencies({
+        projectDir,
+        endpoints,
+        ...(options.exclude ? { exclude: options.exclude } : {}),
+        onProgress: emit,
+      });
+      await installDependencies({
+        buildDir,
+        requirements: resolved.install,
+        pythonVersion,
+        noDeps: options.noDeps ?? false,
+        pipArgs: [...resolved.pipArgs, ...(options.pipArgs ?? [])],
+        python,
+        ...(options.signal ? { signal: options.signal } : {}),
+      });
+      // pip ran into an empty build dir, so every top-level entry now is pip's; sources come after.
+      const installed = await listInstalled(buildDir);
+      const skipTopLevel = new Set<string>();
+      const excluded = [...resolved.excluded];
+      for (const pkg of installed) {
+        const name = normalizeName(pkg.name);
+        if (!resolved.excludeNames.has(name)) continue;
+        for (const entry of pkg.entries) skipTopLevel.add(entry);
+        if (!excluded.some((e) => e.name === name)) {
+          const reason = (options.exclude ?? []).some((n) => normalizeName(n) === name)
+            ? '--exclude'
+            : 'base image';
+          excluded.push({ name, reason });
+          emit({ type: 'package-excluded', name, reason: `${reason} (pulled in by another package)` });
+        }
+      }
+      const kept = installed.filter((pkg) => !resolved.excludeNames.has(normalizeName(pkg.name)));
+      emit({ type: 'packages-installed', packages: kept.map(({ name, version }) => ({ name, version })) });
+      for (const name of new Set((options.exclude ?? []).map(normalizeName))) {
+        if (name !== '' && !excluded.some((e) => e.name === name)) {
+          emit({
+            type: 'warning',
+            message: `--exclude ${name}: no package by that name was going to be installed`,
+          });
+        }
+      }
+      return { install: resolved.install, excluded, skipTopLevel, kept };
+    },
+    (result) => `${result.kept.length} packages installed, ${result.excluded.length} excluded`,
+  );
+
+  const packed = await stage(
+    'artifact',
+    emit,
+    nowMs,
+    async () => {
+      for (const rel of shipped.files) {
+        const target = path.join(buildDir, rel);
+        await mkdir(path.dirname(target), { recursive: true });
+        await copyFile(path.join(projectDir, rel), target);
+      }
+      const manifest = manifestSchema.parse({
+        version: 1,
+        app,
+        pythonVersion,
+        generatedAt: new Date(nowMs()).toISOString(),
+        sourceFingerprint: await sourceFingerprint(projectDir, shipped.files),
+        endpoints,
+        dependencies: { installed: deps.install, excluded: deps.excluded },
+      } satisfies Manifest);
+      const { artifactBytes } = await packArtifact({
+        buildDir,
+        outputPath: artifactPath,
+        manifest,
+        skipTopLevel: deps.skipTopLevel,
+        ...(options.maxArtifactBytes !== undefined ? { maxBytes: options.maxArtifactBytes } : {}),
+      });
+      return { manifest, artifactBytes };
+    },
+    (result) => `${(result.artifactBytes / (1024 * 1024)).toFixed(1)} MB`,
+  );
+
+  return {
+    manifest: packed.manifest,
+    artifactPath,
+    artifactBytes: packed.artifactBytes,
+    buildDir,
+    files: shipped.files,
+  };
+}
+
+function isPythonVersion(value: string): value is PythonVersion {
+  return (pythonVersions as readonly string[]).includes(value);
+}
+
+function resolveOutput(projectDir: string, stateDir: string, output: string | undefined): string {
+  if (output === undefined) return path.join(stateDir, defaultArtifactName);
+  if (path.isAbsolute(output)) return output;
+  if (!output.includes('/') && !output.includes(path.sep)) return path.join(stateDir, output);
+  return path.resolve(projectDir, output);
+}
+
+/**
+ * One artifact has one Python ABI: the option wins, then the endpoints' single declared version, then
+ * the local interpreter clamped into the supported range.
+ */
+export async function resolvePythonVersion(
+  option: string | undefined,
+  endpoints: readonly ManifestEndpoint[],
+  lines: Map<string, { file: string; line: number }>,
+  python: string,
+  emit: ProgressSink,
+): Promise<PythonVersion> {
+  const declared = endpoints.filter((e) => e.resources.pythonVersion !== undefined);
+  const distinct = [...new Set(declared.map((e) => e.resources.pythonVersion!))];
+  if (option !== undefined && isPythonVersion(option)) {
+    for (const endpoint of declared) {
+      if (endpoint.resources.pythonVersion !== option) {
+        emit({
+          type: 'warning',
+          message: `--python-version ${option} overrides python_version="${endpoint.resources.pythonVersion}" of endpoint '${endpoint.name}'`,
+        });
+      }
+    }
+    return option;
+  }
+  if (distinct.length > 1) {
+    const where = declared.map((e) => {
+      const at = lines.get(e.name);
+      return `  ${at ? `${at.file}:${at.line}` : e.file}: '${e.name}' python_version="${e.resources.pythonVersion}"`;
+    });
+    throw new FerryError('bad_request', `Endpoints declare different Python versions:\n${where.join('\n')}`, {
+      hint: 'One deployment has one Python version: make them agree, or pass --python-version.',
+    });
+  }
+  if (distinct.length === 1) return distinct[0]!;
+  const result = await runProcess(python, ['-c', 'import sys; print("%d.%d" % sys.version_info[:2])'], {
+    timeoutMs: 30_000,
+  });
+  const match = /^(\d+)\.(\d+)/.exec(result.stdout.trim());
+  if (result.exitCode !== 0 || !match) {
+    throw new FerryError('failed', `Cannot tell the version of ${python}`, {
+      hint: 'Pass --python-version (3.10 to 3.13).',
+    });
+  }
+  const major = Number(match[1]);
+  const minor = Number(match[2]);
+  const local = `${major}.${minor}`;
+  const clamped: PythonVersion =
+    major < 3 || (major === 3 && minor < 10)
+      ? '3.10'
+      : major > 3 || minor > 13
+        ? '3.13'
+        : (local as PythonVersion);
+  if (clamped !== local) {
+    emit({
+      type: 'warning',
+      message: `Local Python is ${local}; workers run ${clamped} (supported: ${pythonVersions.join(', ')}). Pass --python-version to choose.`,
+    });
+  }
+  return clamped;
+}

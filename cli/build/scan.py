@@ -1,0 +1,556 @@
+"""Static scanner for `ferry build`: finds the project's @Endpoint declarations without running user code.
+
+Usage: python3 scan.py <project_dir> [--files-from -]
+
+Prints one JSON object to stdout: {"ok": true, "files": [...], "endpoints": [...], "warnings": [...]}
+or {"ok": false, "errors": [{"file", "line", "message"}]}. Every file is parsed with `ast` only; user
+code is never imported or executed, so a project builds without torch (or anything else) installed.
+With `--files-from -` the list of project-relative .py paths to scan is read as JSON from stdin (the
+build passes the files that ship); otherwise the project is walked with the built-in skip list.
+
+Kept compatible with Python 3.8+ (it runs under whatever python3 the user has).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import sys
+
+SKIP_DIRS = {".ferry", ".venv", "venv", "env", "__pycache__", ".git", "node_modules", "tests"}
+GPU_MODELS = ["T4", "A10G", "L4", "L40S", "A100", "H100"]
+PYTHON_VERSIONS = ["3.10", "3.11", "3.12", "3.13"]
+HTTP_METHODS = ["get", "post", "put", "delete", "patch"]
+RESERVED_PATHS = {"/ping"}
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+CPU_RE = re.compile(r"^([0-9]+)-([0-9]+)$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PATH_PARAM_RE = re.compile(r"\{([^{}]*)\}")
+IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PATH_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._~!$&'()*+,;=:@%-]*$")
+KNOWN_KWARGS = {
+    "name",
+    "gpu",
+    "cpu",
+    "workers",
+    "idle_timeout",
+    "dependencies",
+    "system_dependencies",
+    "env",
+    "gpu_count",
+    "execution_timeout_ms",
+    "max_concurrency",
+    "python_version",
+}
+
+
+class ScanError(Exception):
+    def __init__(self, file: str, line: int, message: str) -> None:
+        super().__init__(message)
+        self.file = file
+        self.line = line
+        self.message = message
+
+
+def path_problem(path: str) -> str | None:
+    """What the runtime's route check would refuse in `path`, or None."""
+    if "?" in path or "#" in path:
+        return "route path must not contain a query or fragment (got %r)" % path
+    seen = set()
+    for segment in path.split("/")[1:]:
+        params = PATH_PARAM_RE.findall(segment)
+        if params:
+            if not re.fullmatch(r"\{[^{}]*\}", segment):
+                return "a path parameter must be a whole segment like /items/{item_id} (got %r)" % path
+            if not IDENT_RE.match(params[0]):
+                return "path parameter names must be Python identifiers (got {%s} in %r)" % (params[0], path)
+            if params[0] in seen:
+                return "path parameter {%s} appears twice in %r" % (params[0], path)
+            seen.add(params[0])
+        elif "{" in segment or "}" in segment or not PATH_SEGMENT_RE.match(segment):
+            return "route path has an invalid segment %r in %r" % (segment, path)
+    return None
+
+
+def walk_project(root: str) -> list:
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        # A folder holding pyvenv.cfg is a virtualenv, whatever its name.
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in SKIP_DIRS and not os.path.isfile(os.path.join(dirpath, d, "pyvenv.cfg"))
+        )
+        for name in sorted(filenames):
+            if not name.endswith(".py") or name.startswith("test_"):
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+            found.append(rel)
+    return found
+
+
+def module_of(rel: str) -> str:
+    parts = rel[: -len(".py")].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def first_doc_line(node) -> str | None:
+    doc = ast.get_docstring(node)
+    if not doc:
+        return None
+    for line in doc.splitlines():
+        if line.strip():
+            return line.strip()
+    return None
+
+
+def is_generator(fn) -> bool:
+    """A yield in the function's own body (not in nested functions, lambdas or classes)."""
+    stack = list(fn.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def params_of(fn, drop_first: bool = False) -> list:
+    args = fn.args
+    names = [a.arg for a in list(getattr(args, "posonlyargs", [])) + list(args.args) + list(args.kwonlyargs)]
+    if drop_first and names:
+        names = names[1:]
+    return names
+
+
+def callable_info(fn, drop_first: bool = False) -> dict:
+    info = {
+        "name": fn.name,
+        "isAsync": isinstance(fn, ast.AsyncFunctionDef),
+        "isGenerator": is_generator(fn),
+        "params": params_of(fn, drop_first),
+    }
+    summary = first_doc_line(fn)
+    if summary is not None:
+        info["summary"] = summary
+    return info
+
+
+def is_static(fn) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list)
+
+
+def describe(node) -> str:
+    if isinstance(node, ast.Name):
+        return "the name '%s'" % node.id
+    if isinstance(node, ast.Call):
+        return "a call"
+    if isinstance(node, ast.Attribute):
+        return "an attribute"
+    return "an expression"
+
+
+class FileScanner:
+    def __init__(self, rel: str, tree: ast.Module) -> None:
+        self.rel = rel
+        self.tree = tree
+        self.endpoint_names = set()  # names bound to ferry.Endpoint
+        self.module_names = set()  # names bound to the ferry module
+        self.variables = {}  # module variable -> LB endpoint record
+        self.endpoints = []
+        self.warnings = []
+
+    def fail(self, node, message: str):
+        raise ScanError(self.rel, getattr(node, "lineno", 1), message)
+
+    # -- imports --------------------------------------------------------------------------------
+    def imports(self) -> list:
+        package = module_of(self.rel).split(".") if self.rel.endswith("__init__.py") else module_of(self.rel).split(".")[:-1]
+        names = []
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                names.extend(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    if node.level - 1 > len(package):
+                        continue
+                    base = package[: len(package) - (node.level - 1)]
+                    prefix = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    prefix = node.module or ""
+                if prefix:
+                    names.append(prefix)
+                # `from pkg import mod` may name a submodule; the build checks whether such a file exists.
+                for alias in node.names:
+                    if alias.name != "*":
+                        names.append(prefix + "." + alias.name if prefix else alias.name)
+        seen = set()
+        return [n for n in names if n and not (n in seen or seen.add(n))]
+
+    def collect_ferry_names(self) -> None:
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "ferry" and node.level == 0:
+                for alias in node.names:
+                    if alias.name == "Endpoint":
+                        self.endpoint_names.add(alias.asname or "Endpoint")
+                    elif alias.name == "*":
+                        self.endpoint_names.add("Endpoint")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name == "ferry":
+                        self.module_names.add(alias.asname or "ferry")
+
+    def is_endpoint_ref(self, node) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in self.endpoint_names
+        if isinstance(node, ast.Attribute) and node.attr == "Endpoint":
+            return isinstance(node.value, ast.Name) and node.value.id in self.module_names
+        return False
+
+    def is_endpoint_call(self, node) -> bool:
+        return isinstance(node, ast.Call) and self.is_endpoint_ref(node.func)
+
+    # -- Endpoint(...) arguments ----------------------------------------------------------------
+    def literal(self, node, what: str):
+        try:
+            return ast.literal_eval(node)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            self.fail(
+                node,
+                "%s must be a literal value written in place (found %s): the build reads it without running your code"
+                % (what, describe(node)),
+            )
+
+    def config(self, call: ast.Call, kind: str, default_name: str | None) -> dict:
+        raw = {}
+        if len(call.args) > 1:
+            self.fail(call, "Endpoint takes only `name` as a positional argument; pass the others by keyword")
+        if call.args:
+            if isinstance(call.args[0], ast.Starred):
+                self.fail(call, "Endpoint arguments must be written out, not unpacked with *")
+            raw["name"] = self.literal(call.args[0], "Endpoint parameter 'name'")
+        for kw in call.keywords:
+            if kw.arg is None:
+                self.fail(kw.value, "Endpoint arguments must be written out, not unpacked with **")
+            if kw.arg not in KNOWN_KWARGS:
+                self.fail(kw.value, "unknown Endpoint parameter '%s' (known: %s)" % (kw.arg, ", ".join(sorted(KNOWN_KWARGS))))
+            if kw.arg in raw:
+                self.fail(kw.value, "Endpoint parameter '%s' is given twice" % kw.arg)
+            raw[kw.arg] = self.literal(kw.value, "Endpoint parameter '%s'" % kw.arg)
+        return self.validate(call, raw, kind, default_name)
+
+    def validate(self, call, raw: dict, kind: str, default_name: str | None) -> dict:
+        def bad(message: str):
+            self.fail(call, message)
+
+        def is_int(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        name = raw.get("name", default_name)
+        if name is not None:
+            self.check_name(call, name)
+        gpu, cpu = raw.get("gpu"), raw.get("cpu")
+        if gpu is not None and cpu is not None:
+            bad("Endpoint '%s' sets both gpu and cpu; choose one" % name)
+        gpus = None
+        if cpu is not None:
+            match = CPU_RE.match(cpu) if isinstance(cpu, str) else None
+            if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
+                bad("Endpoint '%s': cpu must be \"<vCPUs>-<GiB>\", for example cpu=\"2-8\" (got %r)" % (name, cpu))
+        else:
+            wanted = ["any"] if gpu is None else ([gpu] if isinstance(gpu, str) else gpu)
+            if not isinstance(wanted, (list, tuple)) or not wanted:
+                bad("Endpoint '%s': gpu must be a GPU model, a list of them, or \"any\" (got %r)" % (name, gpu))
+            gpus = []
+            for item in wanted:
+                if item not in GPU_MODELS and item != "any":
+                    # Exact spelling, as the runtime's Endpoint checks it at import time.
+                    close = next(
+                        (m for m in GPU_MODELS + ["any"] if isinstance(item, str) and m.lower() == item.strip().lower()),
+                        None,
+                    )
+                    hint = " (did you mean %r?)" % close if close else ""
+                    bad("Endpoint '%s': unknown gpu %r%s; choose from %s, or \"any\"" % (name, item, hint, ", ".join(GPU_MODELS)))
+                if item not in gpus:
+                    gpus.append(item)
+            if "any" in gpus and len(gpus) > 1:
+                bad("Endpoint '%s': gpu \"any\" cannot be combined with specific models (got %r)" % (name, gpu))
+        workers = raw.get("workers", (0, 1))
+        if is_int(workers):
+            if workers < 1:
+                bad("Endpoint '%s': workers must be at least 1 (got %r)" % (name, workers))
+            workers_min, workers_max = 0, workers
+        elif isinstance(workers, (list, tuple)) and len(workers) == 2 and all(is_int(w) for w in workers):
+            workers_min, workers_max = workers
+            if workers_min < 0 or workers_max < 1 or workers_min > workers_max:
+                bad("Endpoint '%s': workers=(min, max) needs 0 <= min <= max and max >= 1 (got %r)" % (name, workers))
+        else:
+            bad("Endpoint '%s': workers must be a number N or a pair (min, max) (got %r)" % (name, workers))
+
+        def int_param(key: str, default: int, low: int, high: int | None) -> int:
+            value = raw.get(key, default)
+            if not is_int(value) or value < low or (high is not None and value > high):
+                span = "%d to %d" % (low, high) if high is not None else "at least %d" % low
+                bad("Endpoint '%s': %s must be a whole number %s (got %r)" % (name, key, span, value))
+            return value
+
+        def str_list(key: str) -> list:
+            value = raw.get(key, [])
+            if isinstance(value, tuple):
+                value = list(value)
+            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+                bad("Endpoint '%s': %s must be a list of strings (got %r)" % (name, key, value))
+            return [v.strip() for v in value]
+
+        env = raw.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            bad("Endpoint '%s': env must be a dict of strings to strings (got %r)" % (name, env))
+        for key in env:
+            if not ENV_NAME_RE.match(key):
+                bad("Endpoint '%s': env key %r is not an environment variable name" % (name, key))
+        gpu_count = int_param("gpu_count", 1, 1, 8)
+        if cpu is not None and "gpu_count" in raw and gpu_count != 1:
+            bad("Endpoint '%s': gpu_count applies to GPU endpoints only, and this one sets cpu" % name)
+        max_concurrency = int_param("max_concurrency", 1, 1, None)
+        python_version = raw.get("python_version")
+        if python_version is not None and python_version not in PYTHON_VERSIONS:
+            bad("Endpoint '%s': python_version must be one of %s (got %r)" % (name, ", ".join(PYTHON_VERSIONS), python_version))
+        return {
+            "name": name,
+            "gpu": gpus,
+            "cpu": cpu,
+            "gpuCount": gpu_count,
+            "workersMin": workers_min,
+            "workersMax": workers_max,
+            "idleTimeoutSec": int_param("idle_timeout", 60, 1, 3600),
+            "executionTimeoutMs": int_param("execution_timeout_ms", 0, 0, None),
+            "maxConcurrency": max_concurrency,
+            "env": env,
+            "dependencies": str_list("dependencies"),
+            "systemDependencies": str_list("system_dependencies"),
+            "pythonVersion": python_version,
+        }
+
+    # -- declarations ---------------------------------------------------------------------------
+    def check_name(self, node, name) -> None:
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            self.fail(
+                node,
+                "Endpoint name %r is not valid: use 1-63 letters, digits, '-' or '_', starting with a letter or digit"
+                % (name,),
+            )
+
+    def queue_target(self, node) -> dict:
+        if isinstance(node, ast.ClassDef):
+            methods = [
+                callable_info(item, drop_first=not is_static(item))
+                for item in node.body
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and not item.name.startswith("_")
+            ]
+            if not methods:
+                self.fail(node, "class endpoint '%s' has no public methods to call" % node.name)
+            # The worker builds the class once with no arguments, so its own params stay empty.
+            target = {"name": node.name, "type": "class", "isAsync": False, "isGenerator": False, "params": [], "methods": methods}
+            summary = first_doc_line(node)
+            if summary is not None:
+                target["summary"] = summary
+            return target
+        return dict(callable_info(node), type="function")
+
+    def route_of(self, decorator):
+        """(variable, method, path) when the decorator is `@<var>.<method>("/path")`, else None."""
+        if not (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)):
+            return None
+        func = decorator.func
+        if not (isinstance(func.value, ast.Name) and func.value.id in self.variables and func.attr in HTTP_METHODS):
+            return None
+        path_nodes = list(decorator.args[:1]) + [k.value for k in decorator.keywords if k.arg == "path"]
+        if len(path_nodes) != 1:
+            self.fail(decorator, "@%s.%s needs exactly one path, for example @%s.%s(\"/process\")" % (func.value.id, func.attr, func.value.id, func.attr))
+        path = self.literal(path_nodes[0], "route path")
+        return func.value.id, func.attr.upper(), path
+
+    def scan(self) -> None:
+        self.collect_ferry_names()
+        if not self.endpoint_names and not self.module_names:
+            return
+        top_level = set()
+        for stmt in self.tree.body:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and self.is_endpoint_call(stmt.value):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                if len(targets) != 1 or not isinstance(targets[0], ast.Name):
+                    self.fail(stmt, "assign an Endpoint to a single module variable, for example api = Endpoint(name=\"my-api\")")
+                variable = targets[0].id
+                record = {
+                    "kind": "lb",
+                    "file": self.rel,
+                    "line": stmt.lineno,
+                    "variable": variable,
+                    "routes": [],
+                    # The kind is known only once the variable is used (routes, or @var on a target).
+                    "config": self.config(stmt.value, "lb", None),
+                }
+                self.variables[variable] = record
+                self.endpoints.append(record)
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                top_level.add(id(stmt))
+                self.declaration(stmt)
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and id(node) not in top_level:
+                if any(self.is_endpoint_call(d) or self.is_endpoint_ref(d) or self.route_of(d) for d in node.decorator_list):
+                    self.fail(node, "'%s' is decorated as an endpoint but is not defined at the top level of the module" % node.name)
+        for record in self.endpoints:
+            if record["kind"] == "lb" and record["config"]["maxConcurrency"] != 1:
+                self.warnings.append(
+                    {
+                        "file": self.rel,
+                        "line": record["line"],
+                        "message": "Endpoint '%s': max_concurrency applies to queue-based endpoints only; ignored" % record["config"]["name"],
+                    }
+                )
+                record["config"]["maxConcurrency"] = 1
+            if record["kind"] == "lb" and not record["routes"]:
+                self.fail_at(
+                    record["line"],
+                    "Endpoint %s (%s) is never used: add routes with @%s.post(\"/path\") or decorate a function with @%s"
+                    % ("'%s'" % record["config"]["name"] if record["config"]["name"] else "without a name", record["variable"], record["variable"], record["variable"]),
+                )
+
+    def fail_at(self, line: int, message: str):
+        raise ScanError(self.rel, line, message)
+
+    def declaration(self, node) -> None:
+        for decorator in node.decorator_list:
+            if self.is_endpoint_ref(decorator):
+                self.fail(decorator, "call Endpoint when decorating: @Endpoint(name=\"...\", ...)")
+            if self.is_endpoint_call(decorator):
+                self.endpoints.append(
+                    {
+                        "kind": "queue",
+                        "file": self.rel,
+                        "line": decorator.lineno,
+                        "target": self.queue_target(node),
+                        "config": self.config(decorator, "queue", node.name),
+                    }
+                )
+                continue
+            if isinstance(decorator, ast.Name) and decorator.id in self.variables:
+                # `ep = Endpoint(...)` then `@ep` on a function or class: a queue endpoint, as at runtime.
+                record = self.variables[decorator.id]
+                if record["routes"]:
+                    self.fail(decorator, "Endpoint '%s' already has routes (load-balanced); it cannot also decorate '%s'; use a separate Endpoint" % (record["config"]["name"], node.name))
+                if record["kind"] == "queue":
+                    self.fail(decorator, "Endpoint '%s' already decorates '%s'; one queue-based Endpoint decorates one function or class" % (record["config"]["name"], record["target"]["name"]))
+                if record["config"]["name"] is None:
+                    record["config"]["name"] = node.name
+                    self.check_name(decorator, node.name)
+                record["kind"] = "queue"
+                record["target"] = self.queue_target(node)
+                record["line"] = decorator.lineno
+                del record["variable"], record["routes"]
+                continue
+            route = self.route_of(decorator)
+            if route is None:
+                continue
+            variable, method, path = route
+            if isinstance(node, ast.ClassDef):
+                self.fail(node, "a route handler must be a function, not a class")
+            record = self.variables[variable]
+            if record["kind"] == "queue":
+                self.fail(decorator, "Endpoint '%s' already decorates '%s' (queue-based); it cannot also have routes" % (record["config"]["name"], record["target"]["name"]))
+            if record["config"]["name"] is None:
+                self.fail(decorator, "a load-balanced Endpoint needs a name: %s = Endpoint(name=\"my-api\", ...)" % variable)
+            if not isinstance(path, str) or not path.startswith("/"):
+                self.fail(decorator, "route path must be a string starting with '/' (got %r)" % (path,))
+            if path.rstrip("/") in RESERVED_PATHS or path in RESERVED_PATHS:
+                self.fail(decorator, "route path %s is reserved for health checks; choose another path" % path)
+            problem = path_problem(path)
+            if problem:
+                self.fail(decorator, problem)
+            for other in record["routes"]:
+                if other["method"] == method and other["path"] == path:
+                    self.fail(decorator, "duplicate route %s %s on Endpoint '%s' (first declared at %s:%d)" % (method, path, record["config"]["name"], self.rel, other["line"]))
+            info = callable_info(node)
+            takes_any = node.args.kwarg is not None
+            keyword_params = [a.arg for a in list(node.args.args) + list(node.args.kwonlyargs)]
+            for param in PATH_PARAM_RE.findall(path):
+                if param not in keyword_params and not takes_any:
+                    self.fail(decorator, "route %s %s has path parameter {%s} but '%s' takes no such argument" % (method, path, param, node.name))
+            record["routes"].append(dict(info, method=method, path=path, line=node.lineno))
+
+
+def scan(root: str, files: list) -> dict:
+    errors, warnings, endpoints, file_records = [], [], [], []
+    for rel in files:
+        path = os.path.join(root, rel)
+        try:
+            with open(path, "rb") as handle:
+                source = handle.read()
+            tree = ast.parse(source, filename=rel)
+        except SyntaxError as error:
+            errors.append(
+                {
+                    "file": rel,
+                    "line": error.lineno or 1,
+                    "message": "syntax error: %s (parsed with Python %d.%d)" % (error.msg, sys.version_info[0], sys.version_info[1]),
+                }
+            )
+            continue
+        except (OSError, ValueError) as error:
+            errors.append({"file": rel, "line": 1, "message": "cannot read file: %s" % error})
+            continue
+        scanner = FileScanner(rel, tree)
+        file_records.append({"path": rel, "module": module_of(rel), "imports": scanner.imports()})
+        try:
+            scanner.scan()
+        except ScanError as error:
+            errors.append({"file": error.file, "line": error.line, "message": error.message})
+            continue
+        warnings.extend(scanner.warnings)
+        endpoints.extend(scanner.endpoints)
+    seen = {}
+    for endpoint in endpoints:
+        name = endpoint["config"]["name"]
+        if name in seen:
+            first = seen[name]
+            errors.append(
+                {
+                    "file": endpoint["file"],
+                    "line": endpoint["line"],
+                    "message": "endpoint name '%s' is already used at %s:%d; endpoint names must be unique" % (name, first["file"], first["line"]),
+                }
+            )
+        else:
+            seen[name] = endpoint
+    if errors:
+        return {"ok": False, "errors": errors}
+    for endpoint in endpoints:
+        for route in endpoint.get("routes", []):
+            del route["line"]
+    return {"ok": True, "files": file_records, "endpoints": endpoints, "warnings": warnings}
+
+
+def main(argv: list) -> int:
+    if len(argv) < 2:
+        sys.stderr.write("usage: scan.py <project_dir> [--files-from -]\n")
+        return 2
+    root = os.path.abspath(argv[1])
+    if not os.path.isdir(root):
+        sys.stderr.write("not a directory: %s\n" % argv[1])
+        return 2
+    if "--files-from" in argv[2:]:
+        files = json.loads(sys.stdin.read())
+        files = [f for f in files if isinstance(f, str) and f.endswith(".py")]
+    else:
+        files = walk_project(root)
+    json.dump(scan(root, sorted(files)), sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

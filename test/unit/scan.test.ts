@@ -1,0 +1,416 @@
+/**
+ * The static scanner (scan.py run by real python3 through scanProject): endpoint shapes, literal-only
+ * arguments, validation with file:line, and that user code is parsed, never run.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { canonicalJson, configHash, scannerPath, scanProject } from '../../cli/build/scan.js';
+import { FerryError } from '../../core/errors.js';
+import { manifestEndpointSchema } from '../../core/manifest.js';
+
+const tempDirs: string[] = [];
+
+function project(files: Record<string, string>): string {
+  const root = mkdtempSync(path.join(tmpdir(), 'scan-'));
+  tempDirs.push(root);
+  for (const [rel, content] of Object.entries(files)) {
+    mkdirSync(path.dirname(path.join(root, rel)), { recursive: true });
+    writeFileSync(path.join(root, rel), content);
+  }
+  return root;
+}
+
+async function scanError(files: Record<string, string>): Promise<string> {
+  const error = await scanProject({ projectDir: project(files) }).catch((e: unknown) => e);
+  expect(FerryError.is(error)).toBe(true);
+  expect((error as FerryError).code).toBe('bad_request');
+  return (error as FerryError).message;
+}
+
+afterAll(() => {
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+});
+
+describe('scanProject: endpoint shapes', () => {
+  it('finds def, async def, generators and async generators with params and summaries', async () => {
+    const root = project({
+      'workers/__init__.py': '',
+      'workers/fns.py': `from ferry import Endpoint as E
+
+@E(name="plain", gpu="T4")
+def plain(a, b=1, *args, c, **kw):
+    """Add numbers.
+
+    Longer text."""
+    def inner():
+        yield 1  # a nested generator does not make plain one
+    return a + b
+
+@E(name="aplain")
+async def aplain(x):
+    return x
+
+@E(name="gen", cpu="4-16")
+def gen(n):
+    yield from range(n)
+
+@E(name="agen", gpu=["L40S", "A10G"], workers=(1, 4), idle_timeout=120, execution_timeout_ms=5000,
+   max_concurrency=4, gpu_count=2, env={"K": "v"}, dependencies=["tinydep>=1"], system_dependencies=["ffmpeg"],
+   python_version="3.12")
+async def agen(prompt):
+    yield prompt
+`,
+    });
+    const result = await scanProject({ projectDir: root });
+    const byName = new Map(result.endpoints.map((e) => [e.name, e]));
+    for (const endpoint of result.endpoints) manifestEndpointSchema.parse(endpoint);
+
+    expect(byName.get('plain')).toMatchObject({
+      kind: 'queue',
+      file: 'workers/fns.py',
+      module: 'workers.fns',
+      target: {
+        name: 'plain',
+        type: 'function',
+        isAsync: false,
+        isGenerator: false,
+        summary: 'Add numbers.',
+      },
+      resources: {
+        gpu: ['T4'],
+        workersMin: 0,
+        workersMax: 1,
+        idleTimeoutSec: 60,
+        gpuCount: 1,
+        maxConcurrency: 1,
+      },
+    });
+    expect(byName.get('plain')!.target!.params).toEqual(['a', 'b', 'c']);
+    expect(byName.get('aplain')!.target).toMatchObject({ isAsync: true, isGenerator: false });
+    expect(byName.get('aplain')!.resources.gpu).toEqual(['any']);
+    expect(byName.get('gen')!.target).toMatchObject({ isAsync: false, isGenerator: true });
+    expect(byName.get('gen')!.resources).toMatchObject({ cpu: '4-16' });
+    expect(byName.get('gen')!.resources.gpu).toBeUndefined();
+    expect(byName.get('agen')!.target).toMatchObject({
+      isAsync: true,
+      isGenerator: true,
+      params: ['prompt'],
+    });
+    expect(byName.get('agen')!.resources).toEqual({
+      gpu: ['L40S', 'A10G'],
+      gpuCount: 2,
+      workersMin: 1,
+      workersMax: 4,
+      idleTimeoutSec: 120,
+      executionTimeoutMs: 5000,
+      maxConcurrency: 4,
+      env: { K: 'v' },
+      dependencies: ['tinydep>=1'],
+      systemDependencies: ['ffmpeg'],
+      pythonVersion: '3.12',
+    });
+    expect(result.lines.get('agen')).toEqual({ file: 'workers/fns.py', line: 20 });
+    expect(result.files.find((f) => f.path === 'workers/fns.py')!.imports).toContain('ferry');
+  });
+
+  it('finds class endpoints with one or several public methods, and `import ferry` spelled out', async () => {
+    const root = project({
+      'models.py': `import ferry
+
+@ferry.Endpoint(name="single", gpu="A100")
+class Single:
+    """One model."""
+    def __init__(self):
+        self.model = None
+    def predict(self, x):
+        """Predict."""
+        return x
+    def _helper(self):
+        pass
+
+@ferry.Endpoint(name="multi", cpu="2-8")
+class Multi:
+    async def encode(self, text):
+        return text
+    def stream(self, n):
+        yield n
+    @staticmethod
+    def version():
+        return 1
+`,
+    });
+    const { endpoints } = await scanProject({ projectDir: root });
+    const single = endpoints.find((e) => e.name === 'single')!;
+    expect(single.target).toEqual({
+      name: 'Single',
+      type: 'class',
+      isAsync: false,
+      isGenerator: false,
+      params: [],
+      summary: 'One model.',
+      methods: [{ name: 'predict', isAsync: false, isGenerator: false, params: ['x'], summary: 'Predict.' }],
+    });
+    const multi = endpoints.find((e) => e.name === 'multi')!;
+    expect(multi.target!.methods).toEqual([
+      { name: 'encode', isAsync: true, isGenerator: false, params: ['text'] },
+      { name: 'stream', isAsync: false, isGenerator: true, params: ['n'] },
+      { name: 'version', isAsync: false, isGenerator: false, params: [] },
+    ]);
+  });
+
+  it('finds load-balanced endpoints and their routes, with path parameters', async () => {
+    const root = project({
+      'lb_worker.py': `from ferry import Endpoint
+
+api = Endpoint(name="my-api", cpu="1-2", workers=(1, 5))
+
+@api.get("/health")
+def health():
+    return {"ok": True}
+
+@api.post("/process")
+async def process(input_data: dict):
+    """Process input."""
+    return input_data
+
+@api.put("/items/{item_id}")
+def put_item(item_id, body=None):
+    return {}
+
+@api.delete(path="/items/{item_id}")
+async def delete_item(item_id):
+    return {}
+
+@api.patch("/items/{item_id}")
+def patch_item(item_id):
+    return {}
+`,
+    });
+    const { endpoints } = await scanProject({ projectDir: root });
+    expect(endpoints).toHaveLength(1);
+    const api = manifestEndpointSchema.parse(endpoints[0]);
+    expect(api).toMatchObject({ kind: 'lb', name: 'my-api', variable: 'api', module: 'lb_worker' });
+    expect(api.target).toBeUndefined();
+    expect(api.resources).toMatchObject({ cpu: '1-2', workersMin: 1, workersMax: 5 });
+    expect(api.routes!.map((r) => `${r.method} ${r.path}`)).toEqual([
+      'GET /health',
+      'POST /process',
+      'PUT /items/{item_id}',
+      'DELETE /items/{item_id}',
+      'PATCH /items/{item_id}',
+    ]);
+    expect(api.routes![1]).toEqual({
+      name: 'process',
+      isAsync: true,
+      isGenerator: false,
+      params: ['input_data'],
+      summary: 'Process input.',
+      method: 'POST',
+      path: '/process',
+    });
+    expect(api.routes![2]!.params).toEqual(['item_id', 'body']);
+  });
+
+  it('treats `ep = Endpoint(...)` then `@ep` as a queue endpoint, and warns about max_concurrency on LB', async () => {
+    const root = project({
+      'w.py': `from ferry import Endpoint
+
+worker = Endpoint(cpu="2-8", max_concurrency=4)
+
+@worker
+async def handle(job_input, **extra):
+    return job_input
+
+api = Endpoint(name="api", max_concurrency=3)
+
+@api.get("/items/{item_id}")
+def item(**kw):
+    return kw
+`,
+    });
+    const result = await scanProject({ projectDir: root });
+    const handle = result.endpoints.find((e) => e.name === 'handle')!;
+    expect(handle).toMatchObject({ kind: 'queue', target: { name: 'handle', isAsync: true } });
+    expect(handle.resources.maxConcurrency).toBe(4);
+    expect(handle.variable).toBeUndefined();
+    expect(result.lines.get('handle')).toEqual({ file: 'w.py', line: 5 });
+    const api = result.endpoints.find((e) => e.name === 'api')!;
+    expect(api.resources.maxConcurrency).toBe(1);
+    expect(result.warnings).toEqual([
+      "w.py:9: Endpoint 'api': max_concurrency applies to queue-based endpoints only; ignored",
+    ]);
+  });
+
+  it('hashes only the resources, independent of key order', async () => {
+    const root = project({
+      'a.py':
+        'from ferry import Endpoint\n\n@Endpoint(name="a", env={"X": "1", "Y": "2"})\ndef a():\n    pass\n',
+      'b.py':
+        'from ferry import Endpoint\n\n@Endpoint(env={"Y": "2", "X": "1"}, name="b")\ndef b():\n    pass\n',
+    });
+    const { endpoints } = await scanProject({ projectDir: root });
+    expect(endpoints[0]!.configHash).toBe(endpoints[1]!.configHash);
+    expect(endpoints[0]!.configHash).toBe(configHash(endpoints[0]!.resources));
+    expect(canonicalJson({ b: 1, a: [{ d: 2, c: undefined }] })).toBe('{"a":[{"d":2}],"b":1}');
+  });
+
+  it('skips virtualenvs, tests and test files, and ignores code that does not use ferry', async () => {
+    const endpoint = 'from ferry import Endpoint\n\n@Endpoint(name="x")\ndef x():\n    pass\n';
+    const root = project({
+      'main.py': endpoint,
+      '.venv/lib/site.py': endpoint.replace('"x"', '"venv"'),
+      'tests/t.py': endpoint.replace('"x"', '"tests"'),
+      'test_main.py': endpoint.replace('"x"', '"test-file"'),
+      'other.py': 'class Endpoint:\n    pass\n\n@Endpoint\ndef y():\n    pass\n',
+    });
+    const { endpoints } = await scanProject({ projectDir: root });
+    expect(endpoints.map((e) => e.name)).toEqual(['x']);
+  });
+
+  it('never imports or runs user code', async () => {
+    const marker = path.join(tmpdir(), `ferry-scan-marker-${process.pid}-${Date.now()}`);
+    const root = project({
+      'worker.py': `import sys
+open(${JSON.stringify(marker)}, "w").write("ran")
+from ferry import Endpoint
+raise SystemExit(7)
+
+@Endpoint(name="still-found")
+def f():
+    pass
+`,
+      'other.py': 'import os\nos._exit(9)\n',
+    });
+    const { endpoints } = await scanProject({ projectDir: root });
+    expect(endpoints.map((e) => e.name)).toEqual(['still-found']);
+    expect(existsSync(marker)).toBe(false);
+  });
+
+  it('prints JSON when run directly as `python3 scan.py <dir>`', () => {
+    const root = project({
+      'w.py': 'from ferry import Endpoint\n\n@Endpoint(name="w")\ndef w():\n    pass\n',
+    });
+    const output = JSON.parse(execFileSync('python3', [scannerPath(), root], { encoding: 'utf8' }));
+    expect(output.ok).toBe(true);
+    expect(output.endpoints[0].config.name).toBe('w');
+  });
+});
+
+describe('scanProject: errors name file:line', () => {
+  it('requires literal Endpoint arguments', async () => {
+    const message = await scanError({
+      'w.py':
+        'from ferry import Endpoint\nGPU = "A100"\n\n@Endpoint(name="w", gpu=GPU)\ndef w():\n    pass\n',
+    });
+    expect(message).toContain("w.py:4: Endpoint parameter 'gpu' must be a literal value");
+    expect(message).toContain("the name 'GPU'");
+
+    const unpacked = await scanError({
+      'w.py': 'from ferry import Endpoint\nopts = {}\n\n@Endpoint(name="w", **opts)\ndef w():\n    pass\n',
+    });
+    expect(unpacked).toContain('w.py:4: Endpoint arguments must be written out');
+
+    const route = await scanError({
+      'lb.py':
+        'from ferry import Endpoint\napi = Endpoint(name="a")\nP = "/x"\n\n@api.post(P)\ndef f():\n    pass\n',
+    });
+    expect(route).toContain('lb.py:5: route path must be a literal value');
+  });
+
+  it.each([
+    ['gpu and cpu together', '@Endpoint(name="w", gpu="A100", cpu="2-8")', 'sets both gpu and cpu'],
+    ['an unknown GPU', '@Endpoint(name="w", gpu="RTX9090")', "unknown gpu 'RTX9090'"],
+    [
+      'a GPU in the wrong case',
+      '@Endpoint(name="w", gpu=["a100"])',
+      "unknown gpu 'a100' (did you mean 'A100'?)",
+    ],
+    ['"any" with models', '@Endpoint(name="w", gpu=["any", "T4"])', 'gpu "any" cannot be combined'],
+    [
+      'a bad env name',
+      '@Endpoint(name="w", env={"A-B": "1"})',
+      "env key 'A-B' is not an environment variable name",
+    ],
+    ['a bad cpu', '@Endpoint(name="w", cpu="lots")', 'cpu must be "<vCPUs>-<GiB>"'],
+    [
+      'min over max workers',
+      '@Endpoint(name="w", workers=(3, 1))',
+      'workers=(min, max) needs 0 <= min <= max',
+    ],
+    ['zero workers', '@Endpoint(name="w", workers=0)', 'workers must be at least 1'],
+    [
+      'a bad idle timeout',
+      '@Endpoint(name="w", idle_timeout=0)',
+      'idle_timeout must be a whole number 1 to 3600',
+    ],
+    ['an unknown parameter', '@Endpoint(name="w", memory=4)', "unknown Endpoint parameter 'memory'"],
+    ['an unsupported python', '@Endpoint(name="w", python_version="3.9")', 'python_version must be one of'],
+    ['a bad name', '@Endpoint(name="no spaces")', "Endpoint name 'no spaces' is not valid"],
+    ['a bare decorator', '@Endpoint', 'call Endpoint when decorating'],
+  ])('rejects %s', async (_label, decorator, expected) => {
+    const message = await scanError({
+      'pkg/w.py': `from ferry import Endpoint\n\n${decorator}\ndef w():\n    pass\n`,
+    });
+    expect(message).toContain(`pkg/w.py:3: `);
+    expect(message).toContain(expected);
+  });
+
+  it('rejects reserved, duplicate and parameterless routes, and an unnamed or routeless LB endpoint', async () => {
+    const head = 'from ferry import Endpoint\napi = Endpoint(name="api")\n';
+    expect(await scanError({ 'lb.py': `${head}\n@api.get("/ping")\ndef p():\n    pass\n` })).toContain(
+      'lb.py:4: route path /ping is reserved',
+    );
+    expect(
+      await scanError({
+        'lb.py': `${head}\n@api.post("/a")\ndef a():\n    pass\n\n@api.post("/a")\ndef b():\n    pass\n`,
+      }),
+    ).toContain("lb.py:8: duplicate route POST /a on Endpoint 'api' (first declared at lb.py:5)");
+    expect(
+      await scanError({ 'lb.py': `${head}\n@api.get("/items/{item_id}")\ndef g(id):\n    pass\n` }),
+    ).toContain('path parameter {item_id}');
+    expect(
+      await scanError({
+        'lb.py':
+          'from ferry import Endpoint\napi = Endpoint(cpu="1-2")\n\n@api.get("/a")\ndef a():\n    pass\n',
+      }),
+    ).toContain('lb.py:4: a load-balanced Endpoint needs a name');
+    expect(await scanError({ 'lb.py': head })).toContain("lb.py:2: Endpoint 'api' (api) is never used");
+    expect(
+      await scanError({ 'lb.py': `${head}\n@api.get("/items/{id}/x{y}")\ndef g(id, y):\n    pass\n` }),
+    ).toContain('a path parameter must be a whole segment');
+    expect(
+      await scanError({
+        'lb.py': `${head}\n@api\ndef q():\n    pass\n\n@api.get("/a")\ndef a():\n    pass\n`,
+      }),
+    ).toContain("lb.py:8: Endpoint 'api' already decorates 'q' (queue-based)");
+  });
+
+  it('rejects the same endpoint name in two files, naming both', async () => {
+    const endpoint = 'from ferry import Endpoint\n\n@Endpoint(name="same")\ndef f():\n    pass\n';
+    const message = await scanError({ 'a.py': endpoint, 'b.py': endpoint });
+    expect(message).toContain("b.py:3: endpoint name 'same' is already used at a.py:3");
+  });
+
+  it('rejects endpoints that are not at the top level of a module', async () => {
+    const message = await scanError({
+      'w.py':
+        'from ferry import Endpoint\n\ndef make():\n    @Endpoint(name="inner")\n    def inner():\n        pass\n',
+    });
+    expect(message).toContain(
+      "w.py:5: 'inner' is decorated as an endpoint but is not defined at the top level",
+    );
+  });
+
+  it('reports syntax errors with file:line, and every problem at once', async () => {
+    const message = await scanError({
+      'broken.py': 'from ferry import Endpoint\n\ndef f(:\n    pass\n',
+      'bad.py': 'from ferry import Endpoint\n\n@Endpoint(name="b", gpu="nope")\ndef b():\n    pass\n',
+    });
+    expect(message).toContain('The project has 2 problems');
+    expect(message).toMatch(/broken\.py:3: syntax error: .* \(parsed with Python 3\.\d+\)/);
+    expect(message).toContain("bad.py:3: Endpoint 'b': unknown gpu 'nope'");
+  });
+});
