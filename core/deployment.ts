@@ -15,6 +15,12 @@ export const endpointConfigSchema = z
     pythonVersion: z.enum(pythonVersions),
     /** Local provider only: run the code in this folder as it is (`ferry dev`), not an artifact. */
     codeDir: z.string().optional(),
+    /**
+     * Local provider: the worker command, run in the code folder, instead of `python -m ferry.worker`
+     * — e.g. `["python3", "-u", "handler.py"]` for a worker built on RunPod's SDK, which reads the same
+     * RUNPOD_* environment.
+     */
+    command: z.array(z.string()).min(1).optional(),
   })
   .strict();
 export type EndpointConfig = z.infer<typeof endpointConfigSchema>;

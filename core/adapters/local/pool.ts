@@ -388,7 +388,12 @@ export class EndpointPool {
         env.FERRY_PORT = String(port);
         proc.port = port;
       }
-      const child = spawn(this.options.python ?? 'python3', ['-m', 'ferry.worker'], {
+      const [command, ...args] = this.spec.config.command ?? [
+        this.options.python ?? 'python3',
+        '-m',
+        'ferry.worker',
+      ];
+      const child = spawn(command!, args, {
         cwd: this.spec.codeDir,
         env,
         stdio: ['ignore', 'pipe', 'pipe'],

@@ -1,0 +1,88 @@
+/**
+ * A worker built on RunPod's Python worker SDK runs unchanged: the pool starts its own command with
+ * the RUNPOD_* environment. The fixture reproduces the SDK's wire behaviour (see its docstring).
+ */
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { withConfigHash } from '../../cli/build/scan.js';
+import type { EndpointConfig } from '../../core/deployment.js';
+import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
+
+let platform: TestPlatform;
+
+beforeAll(async () => {
+  platform = await startTestPlatform({
+    workers: { ferryPythonPath: resolve('worker-image/python'), tickMs: 100, drainMs: 1_000 },
+  });
+  const codeDir = resolve('test/e2e/fixtures/runpod-style');
+  const config: EndpointConfig = {
+    endpoint: withConfigHash({
+      name: 'runpod-style',
+      kind: 'queue',
+      file: 'handler.py',
+      module: 'handler',
+      target: { name: 'handler', type: 'function', isAsync: false, isGenerator: false, params: ['job'] },
+      resources: {
+        gpuCount: 1,
+        workersMin: 0,
+        workersMax: 1,
+        idleTimeoutSec: 1,
+        executionTimeoutMs: 0,
+        maxConcurrency: 1,
+        env: {},
+        dependencies: [],
+        systemDependencies: [],
+      },
+      configHash: '',
+    }),
+    pythonVersion: '3.11',
+    codeDir,
+    command: ['python3', '-u', 'handler.py'],
+  };
+  await platform.db.control.putEndpoint({
+    id: 'runpod-style',
+    app: 'test',
+    env: 'production',
+    name: 'runpod-style',
+    kind: 'queue',
+    config,
+    fingerprint: 'x',
+    createdAt: Date.now(),
+    updatedAt: Date.now(),
+  });
+  await platform.workers!.reconcile();
+});
+
+afterAll(async () => {
+  await platform?.stop();
+});
+
+it('completes a job', async () => {
+  const r = await call(platform.baseUrl, 'POST', '/runpod-style/runsync', { input: { text: 'ship it' } });
+  expect(r.body).toMatchObject({ status: 'COMPLETED', output: { upper: 'SHIP IT' } });
+});
+
+it('streams a generator and aggregates it', async () => {
+  const { body } = await call(platform.baseUrl, 'POST', '/runpod-style/run', {
+    input: { text: 'a b c', stream: true },
+  });
+  const chunks: unknown[] = [];
+  let status = '';
+  while (status !== 'COMPLETED') {
+    const r = await call(platform.baseUrl, 'GET', `/runpod-style/stream/${body.id}`);
+    status = r.body.status;
+    chunks.push(...r.body.stream);
+  }
+  expect(chunks).toEqual([{ output: 'a' }, { output: 'b' }, { output: 'c' }]);
+  expect((await call(platform.baseUrl, 'GET', `/runpod-style/status/${body.id}`)).body.output).toEqual([
+    'a',
+    'b',
+    'c',
+  ]);
+});
+
+it('reports an exception as FAILED with the SDK error format', async () => {
+  const r = await call(platform.baseUrl, 'POST', '/runpod-style/runsync', { input: { text: 'explode' } });
+  expect(r.body.status).toBe('FAILED');
+  expect(JSON.parse(r.body.error)).toMatchObject({ error_message: 'handler exploded' });
+});
