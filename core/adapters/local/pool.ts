@@ -169,6 +169,7 @@ export class LocalWorkers {
       config.endpoint.configHash,
       codeDir,
       config.endpoint.resources,
+      config.command,
     ]);
     return { record, config, codeDir, key };
   }
