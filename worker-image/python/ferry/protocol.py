@@ -154,11 +154,20 @@ class WorkerApi:
 
     def stream(self, job_id, output):
         url = self._job_url(self.stream_url, job_id, "false")
-        return self._post(url, {"output": output}, job_id, "job-stream")
+        return self._post(url, stream_chunk(output), job_id, "job-stream")
 
     def ping(self, job_ids, timeout_sec):
         params = {"job_id": ",".join(job_ids)} if job_ids else {}
         self._request("GET", add_query(self.ping_url, **params), timeout=timeout_sec)
+
+
+def stream_chunk(value):
+    """The job-stream body for one yielded value. RunPod wraps every yield as {"output": value}; a
+    yielded dict that already is a stream chunk of spec §2.2 ({"output", "metrics"}) goes as it is,
+    so clients see its metrics beside its output."""
+    if isinstance(value, dict) and "output" in value and set(value) <= {"output", "metrics"}:
+        return value
+    return {"output": value}
 
 
 def _snippet(data, limit=200):

@@ -21,6 +21,7 @@ import asyncio
 import contextvars
 import ctypes
 import inspect
+import json
 import os
 import queue as queue_mod
 import signal
@@ -90,6 +91,19 @@ def raise_in_thread(thread_id, exc_type):
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def result_body(result):
+    """The job-done body for a handler's return value. As with RunPod's SDK, a dict carrying a
+    truthy "error" fails the job with that message; the rest of the dict, if any, stays as output."""
+    if isinstance(result, dict) and result.get("error"):
+        rest = {k: v for k, v in result.items() if k not in ("error", "refresh_worker")}
+        error = result["error"]
+        body = {"error": error if isinstance(error, str) else json.dumps(error, default=str)}
+        if rest:
+            body["output"] = rest
+        return body
+    return {"output": result}
 
 
 def _without_runtime_frames(exc):
@@ -265,7 +279,7 @@ class QueueRuntime:
                 result = await run.fn(**run.kwargs)
             except Exception as exc:  # noqa: BLE001 - the job fails, the worker lives
                 return self._failure(exc), False
-            return {"output": result}, False
+            return result_body(result), False
         if run.kind == ASYNC_GEN:
             return await self._drain_async_gen(run), True
         ctx = contextvars.copy_context()
@@ -304,7 +318,7 @@ class QueueRuntime:
                 raise
             except Exception as exc:  # noqa: BLE001
                 return self._failure(exc), False
-            return {"output": result}, False
+            return result_body(result), False
         finally:
             with run.lock:
                 run.thread_id = None
@@ -312,7 +326,15 @@ class QueueRuntime:
     def _drain_sync_gen(self, run, gen):
         outputs = []
         try:
-            for value in gen:
+            while True:
+                try:
+                    value = next(gen)
+                except StopIteration as stop:
+                    # A generator may `return` its final output (say, spec §2.1's text shape);
+                    # without one, the output aggregates the yields.
+                    if stop.value is not None:
+                        return result_body(stop.value)
+                    break
                 check_jsonable(value, "a yielded value")
                 outputs.append(value)
                 self.api.stream(run.id, value)

@@ -1,0 +1,158 @@
+/**
+ * The worker images, in one table: kind, Dockerfile, repository, build args. The CLI and the release
+ * pipeline generate `docker build` commands from it; nothing here runs docker.
+ *
+ * Names follow spec §9 (kinds "base" and "with a model preinstalled", a `<version>` placeholder):
+ *   ferry/worker-base-cpu:<version>-py<python>     Dockerfile.cpu
+ *   ferry/worker-base-gpu:<version>-py<python>     Dockerfile.gpu
+ *   ferry/worker-sdxl-turbo:<version>-py<python>   Dockerfile.model-sdxl-turbo  (FROM the gpu base)
+ *
+ * Every command runs from the repository root: the Dockerfiles COPY worker-image/python/ferry and the
+ * agent bundle by their repository paths.
+ */
+import { FerryError } from '../core/errors.js';
+import { pythonVersions } from '../core/manifest.js';
+
+export type PythonVersion = (typeof pythonVersions)[number];
+
+export const defaultPythonVersion: PythonVersion = '3.12';
+
+export interface WorkerImageKind {
+  kind: string;
+  /** Repository-relative path of the Dockerfile. */
+  dockerfile: string;
+  repository: string;
+  /** Base images run user code; model images add weights on top of a base. */
+  category: 'base' | 'model';
+  accelerator: 'cpu' | 'gpu';
+  /** The kind this one is built FROM (passed as BASE_IMAGE): it must be built first. */
+  from?: string;
+  /** Build args other than PYTHON_VERSION and BASE_IMAGE, which are derived. */
+  buildArgs: Readonly<Record<string, string>>;
+  description: string;
+}
+
+export const workerImages: readonly WorkerImageKind[] = [
+  {
+    kind: 'base-cpu',
+    dockerfile: 'worker-image/Dockerfile.cpu',
+    repository: 'ferry/worker-base-cpu',
+    category: 'base',
+    accelerator: 'cpu',
+    buildArgs: {},
+    description:
+      'CPU workers: torch/torchvision/torchaudio CPU wheels, numpy, triton (amd64), ferry runtime, agent',
+  },
+  {
+    kind: 'base-gpu',
+    dockerfile: 'worker-image/Dockerfile.gpu',
+    repository: 'ferry/worker-base-gpu',
+    category: 'base',
+    accelerator: 'gpu',
+    buildArgs: { CUDA_WHEELS: 'cu124' },
+    description: 'GPU workers: CUDA 12.4 runtime, torch cu124 wheels, numpy, triton, ferry runtime, agent',
+  },
+  {
+    kind: 'sdxl-turbo',
+    dockerfile: 'worker-image/Dockerfile.model-sdxl-turbo',
+    repository: 'ferry/worker-sdxl-turbo',
+    category: 'model',
+    accelerator: 'gpu',
+    from: 'base-gpu',
+    buildArgs: { MODEL_ID: 'stabilityai/sdxl-turbo', MODEL_REVISION: 'main' },
+    description: 'The GPU base with SDXL-Turbo (fp16) in the Hugging Face cache at HF_HOME',
+  },
+];
+
+/** Docker tags: up to 128 of [A-Za-z0-9_.-], not starting with '.' or '-'. */
+const tagPart = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,110}$/;
+
+export function checkVersion(version: string): string {
+  if (!tagPart.test(version)) {
+    throw new FerryError(
+      'usage',
+      `Image version must be a docker tag such as 0.1.0, got ${JSON.stringify(version)}`,
+    );
+  }
+  return version;
+}
+
+export function checkPythonVersion(pythonVersion: string): PythonVersion {
+  const found = pythonVersions.find((v) => v === pythonVersion);
+  if (found === undefined) {
+    throw new FerryError(
+      'usage',
+      `Python version must be one of ${pythonVersions.join(', ')}, got ${JSON.stringify(pythonVersion)}`,
+    );
+  }
+  return found;
+}
+
+export function findImageKind(kind: string): WorkerImageKind {
+  const found = workerImages.find((image) => image.kind === kind);
+  if (found === undefined) {
+    throw new FerryError(
+      'usage',
+      `Unknown worker image kind ${JSON.stringify(kind)}; known: ${workerImages.map((i) => i.kind).join(', ')}`,
+    );
+  }
+  return found;
+}
+
+/** `ferry/worker-base-gpu:0.1.0-py3.12` */
+export function imageTag(kind: string, version: string, pythonVersion: string): string {
+  const image = findImageKind(kind);
+  return `${image.repository}:${checkVersion(version)}-py${checkPythonVersion(pythonVersion)}`;
+}
+
+/** The base image a worker of this accelerator runs on (the image the CLI deploys user code into). */
+export function baseImageFor(accelerator: 'cpu' | 'gpu', version: string, pythonVersion: string): string {
+  return imageTag(accelerator === 'cpu' ? 'base-cpu' : 'base-gpu', version, pythonVersion);
+}
+
+export interface BuildOptions {
+  /** Only these kinds (their `from` kinds are not added: build those first yourself). */
+  kinds?: readonly string[];
+  /** Extra `--build-arg`s per kind, e.g. a pinned MODEL_REVISION. */
+  buildArgs?: Readonly<Record<string, Readonly<Record<string, string>>>>;
+  /** The docker executable. */
+  docker?: string;
+}
+
+/**
+ * One argv per image, bases before the images built FROM them:
+ *   ['docker', 'build', '--file', 'worker-image/Dockerfile.cpu', '--build-arg', 'PYTHON_VERSION=3.12',
+ *    '--tag', 'ferry/worker-base-cpu:0.1.0-py3.12', '.']
+ */
+export function dockerBuildCommands(
+  version: string,
+  pythonVersion: string = defaultPythonVersion,
+  options: BuildOptions = {},
+): string[][] {
+  checkVersion(version);
+  checkPythonVersion(pythonVersion);
+  const selected = options.kinds === undefined ? workerImages : options.kinds.map(findImageKind);
+  return buildOrder(selected).map((image) => {
+    const args: Record<string, string> = { PYTHON_VERSION: pythonVersion, ...image.buildArgs };
+    if (image.from !== undefined) args.BASE_IMAGE = imageTag(image.from, version, pythonVersion);
+    Object.assign(args, options.buildArgs?.[image.kind] ?? {});
+    const argv = [options.docker ?? 'docker', 'build', '--file', image.dockerfile];
+    for (const [name, value] of Object.entries(args)) argv.push('--build-arg', `${name}=${value}`);
+    argv.push('--tag', imageTag(image.kind, version, pythonVersion), '.');
+    return argv;
+  });
+}
+
+/** Stable order with every `from` kind before its dependants (the table is tiny: repeat until placed). */
+function buildOrder(images: readonly WorkerImageKind[]): WorkerImageKind[] {
+  const ordered: WorkerImageKind[] = [];
+  const pending = [...new Set(images)];
+  while (pending.length > 0) {
+    const index = pending.findIndex(
+      (image) => image.from === undefined || !pending.some((other) => other.kind === image.from),
+    );
+    if (index === -1) throw new FerryError('failed', 'worker image table has a FROM cycle');
+    ordered.push(...pending.splice(index, 1));
+  }
+  return ordered;
+}
