@@ -1,0 +1,165 @@
+/**
+ * The CDK app: the platform stack plus one app-environment stack, checked by cdk-nag (AwsSolutions).
+ *
+ * Two ways in:
+ *  - `synthesize(options)` / `buildApp(options)`: for the CLI through @aws-cdk/toolkit-lib,
+ *      const cx = await toolkit.fromAssemblyBuilder(async ({ outdir, context }) =>
+ *        synthesize({ ...opts, outdir, context }));
+ *  - `npx cdk synth` with cdk.json `{"app": "node dist/infra/app.js"}`, options as context:
+ *      -c ferry:manifest=<path to ferry_manifest.json> -c ferry:env=production
+ *      -c ferry:functionsDir=<bundles dir> -c ferry:artifactKey=artifacts/<app>/<env>/<fp>.tar.gz
+ *      -c ferry:gpuWorkerImage=… -c ferry:cpuWorkerImage=… -c ferry:agentImage=…
+ *      (optional: ferry:app, ferry:artifactBucket, ferry:instanceTypes=a,b)
+ *
+ * Stacks are environment-agnostic (no account/region): no lookups, so synth runs offline with no
+ * credentials; the region comes from the deploying credentials.
+ */
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { App, Validations } from 'aws-cdk-lib';
+import type { CloudAssembly } from 'aws-cdk-lib/cx-api';
+import { AwsSolutionsChecks } from 'cdk-nag';
+import { FerryError } from '../core/errors.js';
+import { type Manifest, manifestSchema } from '../core/manifest.js';
+import { AppEnvironmentStack, appStackName, type WorkerImages } from './app-stack.js';
+import { instanceTypesFor } from './gpu.js';
+import { defaultInstanceTypes, PlatformStack } from './platform-stack.js';
+
+export const platformStackName = 'FerryPlatform';
+
+/**
+ * Context every Ferry app synthesizes with (cdk.json should carry the same). Strong cross-stack
+ * references: CloudFormation refuses to delete a platform export an app stack still imports.
+ */
+export const ferryContext: Readonly<Record<string, unknown>> = {
+  '@aws-cdk/core:defaultCrossStackReferences': 'strong',
+};
+
+export interface SynthesizeOptions {
+  manifest: Manifest;
+  /** App name; default `manifest.app`. */
+  app?: string;
+  env: string;
+  functionsCodeDir: string;
+  /** The artifact's key, and its bucket (default: the platform bucket). */
+  artifact: { key: string; bucketName?: string };
+  images: WorkerImages;
+  /**
+   * Capacity pools of the platform. The platform is shared by every app in the account, so the CLI
+   * should pass the union over all deployed manifests; the default only covers this manifest and the
+   * platform defaults.
+   */
+  instanceTypes?: readonly string[];
+  endpointIds?: Readonly<Record<string, string>>;
+  outdir?: string;
+  /** CDK context (toolkit-lib's builder hands one over). */
+  context?: Record<string, unknown>;
+  /** cdk-nag AwsSolutions checks (default on): synth throws "Validation failed" on a finding. */
+  nag?: boolean;
+}
+
+export interface FerryApp {
+  app: App;
+  platform: PlatformStack;
+  appStack: AppEnvironmentStack;
+}
+
+/** Builds the stacks into `app` (a new one by default). Bad options are FerryErrors. */
+export function buildApp(
+  options: SynthesizeOptions,
+  app = new App({
+    ...(options.outdir ? { outdir: options.outdir } : {}),
+    context: { ...ferryContext, ...options.context },
+  }),
+): FerryApp {
+  const manifest = manifestSchema.parse(options.manifest);
+  const appName = options.app ?? manifest.app;
+  if (!options.env) throw new FerryError('usage', 'An environment name is required');
+  const instanceTypes = options.instanceTypes ?? [
+    ...defaultInstanceTypes(),
+    ...instanceTypesFor(manifest.endpoints.map((e) => e.resources)),
+  ];
+  const platform = new PlatformStack(app, platformStackName, {
+    functionsCodeDir: options.functionsCodeDir,
+    instanceTypes,
+    description: 'Ferry platform: v2 job API, tables, bucket, ECS cluster',
+  });
+  const appStack = new AppEnvironmentStack(app, appStackName(appName, options.env), {
+    appName,
+    envName: options.env,
+    manifest,
+    artifact: {
+      key: options.artifact.key,
+      bucketName: options.artifact.bucketName ?? platform.bucket.bucketName,
+    },
+    platform,
+    images: options.images,
+    ...(options.endpointIds ? { endpointIds: options.endpointIds } : {}),
+    description: `Ferry ${appName}/${options.env}`,
+  });
+  if (options.nag ?? true) Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+  return { app, platform, appStack };
+}
+
+/**
+ * Synthesizes the cloud assembly. For toolkit-lib:
+ *   toolkit.fromAssemblyBuilder(async ({ outdir, context }) => synthesize({ ...options, outdir, context }))
+ */
+export function synthesize(options: SynthesizeOptions): CloudAssembly {
+  return buildApp(options).app.synth();
+}
+
+/** Options from CDK context, for `npx cdk synth`. */
+export function optionsFromContext(app: App): SynthesizeOptions {
+  const get = (key: string): string | undefined => {
+    const value = app.node.tryGetContext(`ferry:${key}`);
+    return typeof value === 'string' && value !== '' ? value : undefined;
+  };
+  const need = (key: string): string => {
+    const value = get(key);
+    if (!value)
+      throw new FerryError('usage', `Missing CDK context ferry:${key}`, { hint: `Pass -c ferry:${key}=…` });
+    return value;
+  };
+  const manifestPath = resolve(need('manifest'));
+  let manifest: Manifest;
+  try {
+    manifest = manifestSchema.parse(JSON.parse(readFileSync(manifestPath, 'utf8')));
+  } catch (error) {
+    throw new FerryError('bad_request', `Cannot read the build manifest ${manifestPath}`, {
+      hint: 'Run `ferry build` first.',
+      cause: error,
+    });
+  }
+  const bucketName = get('artifactBucket');
+  const app_ = get('app');
+  const instanceTypes = get('instanceTypes');
+  return {
+    manifest,
+    ...(app_ ? { app: app_ } : {}),
+    env: need('env'),
+    functionsCodeDir: resolve(need('functionsDir')),
+    artifact: { key: need('artifactKey'), ...(bucketName ? { bucketName } : {}) },
+    images: {
+      gpuWorker: need('gpuWorkerImage'),
+      cpuWorker: need('cpuWorkerImage'),
+      agent: need('agentImage'),
+    },
+    ...(instanceTypes ? { instanceTypes: instanceTypes.split(',').map((s) => s.trim()) } : {}),
+  };
+}
+
+function main(): void {
+  const app = new App({ context: { ...ferryContext } });
+  try {
+    buildApp(optionsFromContext(app), app);
+  } catch (error) {
+    if (!FerryError.is(error)) throw error;
+    process.stderr.write(`Error: ${error.message}\n${error.hint ? `${error.hint}\n` : ''}`);
+    process.exit(2);
+  }
+  app.synth();
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) main();

@@ -1,0 +1,178 @@
+/**
+ * The one table from what users write in `@Endpoint(gpu=..., cpu=..., gpu_count=...)` to EC2 instance
+ * types (DESIGN.md §6). Pure functions: the platform stack builds one capacity pool per instance type,
+ * the app stack picks the pool and sizes the task from the same answer, and the CLI can print it.
+ *
+ * One worker task per instance: the worker reserves nearly all of the instance's memory, so ECS never
+ * packs two tasks on one host. That keeps host networking (see app-stack.ts) free of port clashes and
+ * gives each worker the whole machine it asked for.
+ */
+import { FerryError } from '../core/errors.js';
+import type { gpuModels, Resources } from '../core/manifest.js';
+
+export type GpuModel = (typeof gpuModels)[number];
+
+export interface InstanceShape {
+  /** EC2 instance type, e.g. `g5.xlarge`. */
+  instanceType: string;
+  vcpus: number;
+  memoryGiB: number;
+  /** NVIDIA GPUs on the instance; 0 for CPU instances. */
+  gpus: number;
+}
+
+/**
+ * GPU model → the instance sizes that carry it, smallest first. Sizes in between (g5.2xlarge …) add CPU
+ * and memory but not GPUs, so they are left out: the GPU count is what a user chooses.
+ */
+export const gpuInstanceTable: Readonly<Record<GpuModel, readonly InstanceShape[]>> = {
+  T4: [
+    { instanceType: 'g4dn.xlarge', vcpus: 4, memoryGiB: 16, gpus: 1 },
+    { instanceType: 'g4dn.12xlarge', vcpus: 48, memoryGiB: 192, gpus: 4 },
+    { instanceType: 'g4dn.metal', vcpus: 96, memoryGiB: 384, gpus: 8 },
+  ],
+  A10G: [
+    { instanceType: 'g5.xlarge', vcpus: 4, memoryGiB: 16, gpus: 1 },
+    { instanceType: 'g5.12xlarge', vcpus: 48, memoryGiB: 192, gpus: 4 },
+    { instanceType: 'g5.48xlarge', vcpus: 192, memoryGiB: 768, gpus: 8 },
+  ],
+  L4: [
+    { instanceType: 'g6.xlarge', vcpus: 4, memoryGiB: 16, gpus: 1 },
+    { instanceType: 'g6.12xlarge', vcpus: 48, memoryGiB: 192, gpus: 4 },
+    { instanceType: 'g6.48xlarge', vcpus: 192, memoryGiB: 768, gpus: 8 },
+  ],
+  L40S: [
+    { instanceType: 'g6e.xlarge', vcpus: 4, memoryGiB: 32, gpus: 1 },
+    { instanceType: 'g6e.12xlarge', vcpus: 48, memoryGiB: 384, gpus: 4 },
+    { instanceType: 'g6e.48xlarge', vcpus: 192, memoryGiB: 1536, gpus: 8 },
+  ],
+  A100: [{ instanceType: 'p4d.24xlarge', vcpus: 96, memoryGiB: 1152, gpus: 8 }],
+  H100: [{ instanceType: 'p5.48xlarge', vcpus: 192, memoryGiB: 2048, gpus: 8 }],
+};
+
+/**
+ * `gpu='any'` (or neither gpu nor cpu): A10G. 24 GB of GPU memory runs most open models, and g5 is
+ * offered in more regions than g6/g6e, so a first deploy is least likely to hit capacity errors.
+ */
+export const defaultGpuModel: GpuModel = 'A10G';
+
+/** CPU families by GiB per vCPU: compute (2), general purpose (4), memory (8). */
+const cpuFamilies = [
+  { family: 'c7i', gibPerVcpu: 2 },
+  { family: 'm7i', gibPerVcpu: 4 },
+  { family: 'r7i', gibPerVcpu: 8 },
+] as const;
+const cpuSizes = [
+  { size: 'large', vcpus: 2 },
+  { size: 'xlarge', vcpus: 4 },
+  { size: '2xlarge', vcpus: 8 },
+  { size: '4xlarge', vcpus: 16 },
+  { size: '8xlarge', vcpus: 32 },
+  { size: '12xlarge', vcpus: 48 },
+  { size: '16xlarge', vcpus: 64 },
+  { size: '24xlarge', vcpus: 96 },
+  { size: '48xlarge', vcpus: 192 },
+] as const;
+
+/** The instance a CPU endpoint gets when it names no shape. */
+export const defaultCpuSpec = '2-8';
+
+export interface CpuSpec {
+  vcpus: number;
+  memoryGiB: number;
+}
+
+/** Parses `cpu="V-G"` (vCPUs and GiB, e.g. "2-8"). Anything else is a FerryError with a hint. */
+export function parseCpuSpec(spec: string): CpuSpec {
+  const match = /^\s*(\d+)\s*-\s*(\d+)\s*$/.exec(spec);
+  const hint = 'Write cpu as "<vCPUs>-<GiB>", for example cpu="2-8".';
+  if (!match) throw new FerryError('bad_request', `Invalid cpu "${spec}": expected "V-G"`, { hint });
+  const vcpus = Number(match[1]);
+  const memoryGiB = Number(match[2]);
+  if (vcpus < 1 || memoryGiB < 1) {
+    throw new FerryError('bad_request', `Invalid cpu "${spec}": vCPUs and GiB must be at least 1`, { hint });
+  }
+  return { vcpus, memoryGiB };
+}
+
+/**
+ * The smallest instance with at least the vCPUs and memory asked for, in the family whose memory per
+ * vCPU is the closest one at or above the ratio asked for (so "2-4" is a c7i.large, "2-8" an m7i.large,
+ * "2-16" an r7i.large, and "4-64" an r7i.2xlarge).
+ */
+export function cpuInstanceFor(spec: string): InstanceShape {
+  const { vcpus, memoryGiB } = parseCpuSpec(spec);
+  const ratio = memoryGiB / vcpus;
+  const family = cpuFamilies.find((f) => f.gibPerVcpu >= ratio) ?? cpuFamilies[cpuFamilies.length - 1]!;
+  for (const size of cpuSizes) {
+    const memory = size.vcpus * family.gibPerVcpu;
+    if (size.vcpus >= vcpus && memory >= memoryGiB) {
+      return { instanceType: `${family.family}.${size.size}`, vcpus: size.vcpus, memoryGiB: memory, gpus: 0 };
+    }
+  }
+  throw new FerryError('bad_request', `No instance type offers cpu "${spec}"`, {
+    hint: 'The largest CPU shape is 192 vCPUs with 1536 GiB.',
+  });
+}
+
+/** The smallest instance of `model` with at least `gpuCount` GPUs. */
+export function gpuInstanceFor(model: GpuModel, gpuCount: number): InstanceShape {
+  const shapes = gpuInstanceTable[model];
+  const shape = shapes.find((s) => s.gpus >= gpuCount);
+  if (!shape) {
+    const most = Math.max(...shapes.map((s) => s.gpus));
+    throw new FerryError('bad_request', `gpu_count=${gpuCount} is more than one ${model} instance has`, {
+      hint: `${model} instances carry at most ${most} GPUs.`,
+    });
+  }
+  return shape;
+}
+
+export interface Placement {
+  kind: 'gpu' | 'cpu';
+  /** The GPU model chosen, for GPU placements. */
+  gpuModel?: GpuModel;
+  shape: InstanceShape;
+}
+
+/**
+ * Where an endpoint runs. `gpu` lists models in the user's order of preference (as RunPod's gpuIds do);
+ * the first one wins, because one ECS service scales one capacity pool. `cpu` makes a CPU endpoint;
+ * neither means any GPU (DESIGN.md §6).
+ */
+export function placementFor(resources: Pick<Resources, 'gpu' | 'cpu' | 'gpuCount'>): Placement {
+  if (resources.cpu !== undefined && resources.gpu === undefined) {
+    return { kind: 'cpu', shape: cpuInstanceFor(resources.cpu) };
+  }
+  const first = resources.gpu?.[0] ?? 'any';
+  const model: GpuModel = first === 'any' ? defaultGpuModel : first;
+  return { kind: 'gpu', gpuModel: model, shape: gpuInstanceFor(model, resources.gpuCount) };
+}
+
+/** Every instance type a set of endpoints needs, sorted and without repeats (the platform's pools). */
+export function instanceTypesFor(
+  resources: readonly Pick<Resources, 'gpu' | 'cpu' | 'gpuCount'>[],
+): string[] {
+  return [...new Set(resources.map((r) => placementFor(r).shape.instanceType))].sort();
+}
+
+/** True for the instance types of the GPU table (they boot the ECS GPU AMI). */
+export function isGpuInstanceType(instanceType: string): boolean {
+  return Object.values(gpuInstanceTable).some((shapes) =>
+    shapes.some((s) => s.instanceType === instanceType),
+  );
+}
+
+/** The agent sidecar's memory reservation; the worker gets the rest of the instance. */
+export const agentMemoryMiB = 256;
+
+/**
+ * The worker container's memory reservation: the instance's memory minus room for the OS and the ECS
+ * agent (ECS registers less than the instance has: 10 %, at least 1 GiB, is a safe margin) and minus
+ * the agent sidecar. Reserving this much is what keeps one task per instance.
+ */
+export function workerMemoryReservationMiB(shape: InstanceShape): number {
+  const totalMiB = shape.memoryGiB * 1024;
+  const headroomMiB = Math.max(1024, Math.ceil(totalMiB * 0.1));
+  return totalMiB - headroomMiB - agentMemoryMiB;
+}

@@ -1,0 +1,121 @@
+import { describe, expect, it } from 'vitest';
+import { FerryError } from '../../core/errors.js';
+import { gpuModels } from '../../core/manifest.js';
+import {
+  cpuInstanceFor,
+  gpuInstanceFor,
+  gpuInstanceTable,
+  instanceTypesFor,
+  isGpuInstanceType,
+  parseCpuSpec,
+  placementFor,
+  workerMemoryReservationMiB,
+} from '../../infra/gpu.js';
+
+describe('gpu table', () => {
+  it('covers every GPU model users may name, smallest instance first', () => {
+    for (const model of gpuModels) {
+      const shapes = gpuInstanceTable[model];
+      expect(shapes.length).toBeGreaterThan(0);
+      const gpus = shapes.map((s) => s.gpus);
+      expect(gpus).toEqual([...gpus].sort((a, b) => a - b));
+    }
+  });
+
+  it.each([
+    ['T4', 1, 'g4dn.xlarge'],
+    ['A10G', 1, 'g5.xlarge'],
+    ['L4', 1, 'g6.xlarge'],
+    ['L40S', 1, 'g6e.xlarge'],
+    ['A100', 1, 'p4d.24xlarge'],
+    ['H100', 8, 'p5.48xlarge'],
+    ['A10G', 2, 'g5.12xlarge'],
+    ['A10G', 4, 'g5.12xlarge'],
+    ['A10G', 5, 'g5.48xlarge'],
+    ['T4', 8, 'g4dn.metal'],
+  ] as const)('%s × %i → %s', (model, count, instanceType) => {
+    const shape = gpuInstanceFor(model, count);
+    expect(shape.instanceType).toBe(instanceType);
+    expect(shape.gpus).toBeGreaterThanOrEqual(count);
+  });
+
+  it('refuses more GPUs than an instance has, with a hint', () => {
+    try {
+      gpuInstanceFor('A100', 9);
+      expect.unreachable();
+    } catch (error) {
+      expect(FerryError.is(error) && error.code).toBe('bad_request');
+      expect((error as FerryError).hint).toMatch(/at most 8/);
+    }
+  });
+});
+
+describe('cpu shapes', () => {
+  it.each([
+    ['2-4', 'c7i.large'],
+    ['2-8', 'm7i.large'],
+    ['2-16', 'r7i.large'],
+    ['4-64', 'r7i.2xlarge'],
+    ['3-8', 'm7i.xlarge'],
+    ['8-16', 'c7i.2xlarge'],
+    [' 16 - 64 ', 'm7i.4xlarge'],
+  ])('"%s" → %s', (spec, instanceType) => {
+    const shape = cpuInstanceFor(spec);
+    expect(shape.instanceType).toBe(instanceType);
+    const { vcpus, memoryGiB } = parseCpuSpec(spec);
+    expect(shape.vcpus).toBeGreaterThanOrEqual(vcpus);
+    expect(shape.memoryGiB).toBeGreaterThanOrEqual(memoryGiB);
+    expect(shape.gpus).toBe(0);
+  });
+
+  it.each(['', '2', '2-', 'two-8', '0-8', '2-0', '2x8'])('rejects "%s" as bad input', (spec) => {
+    expect(() => cpuInstanceFor(spec)).toThrowError(/Invalid cpu/);
+  });
+
+  it('rejects shapes no instance offers', () => {
+    expect(() => cpuInstanceFor('500-1000')).toThrowError(/No instance type/);
+  });
+});
+
+describe('placement', () => {
+  const base = { gpuCount: 1 };
+
+  it('takes the first GPU model listed (the user’s preference order)', () => {
+    expect(placementFor({ ...base, gpu: ['L4', 'A10G'] })).toMatchObject({ kind: 'gpu', gpuModel: 'L4' });
+  });
+
+  it('maps any, and neither gpu nor cpu, to the default GPU family', () => {
+    expect(placementFor({ ...base, gpu: ['any'] }).shape.instanceType).toBe('g5.xlarge');
+    expect(placementFor(base).shape.instanceType).toBe('g5.xlarge');
+  });
+
+  it('makes a CPU placement from cpu alone', () => {
+    expect(placementFor({ ...base, cpu: '2-8' })).toMatchObject({
+      kind: 'cpu',
+      shape: { instanceType: 'm7i.large' },
+    });
+  });
+
+  it('lists the instance types a set of endpoints needs, once each', () => {
+    const types = instanceTypesFor([
+      { ...base, gpu: ['A10G'] },
+      { ...base, gpu: ['any'] },
+      { ...base, cpu: '2-8' },
+      { gpuCount: 2, gpu: ['L4'] },
+    ]);
+    expect(types).toEqual(['g5.xlarge', 'g6.12xlarge', 'm7i.large']);
+    expect(types.map(isGpuInstanceType)).toEqual([true, true, false]);
+  });
+});
+
+describe('worker memory reservation', () => {
+  it('leaves room for the OS, the ECS agent and the sidecar, but keeps one task per host', () => {
+    const small = cpuInstanceFor('2-8');
+    const reservation = workerMemoryReservationMiB(small);
+    expect(reservation).toBe(8 * 1024 - 1024 - 256);
+    // Two tasks never fit on one host.
+    expect(2 * reservation).toBeGreaterThan(small.memoryGiB * 1024);
+    const big = gpuInstanceFor('H100', 8);
+    expect(workerMemoryReservationMiB(big)).toBe(2048 * 1024 - Math.ceil(2048 * 1024 * 0.1) - 256);
+  });
+});
