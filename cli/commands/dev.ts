@@ -1,0 +1,181 @@
+/**
+ * `ferry dev` (hidden alias `run`): an in-process platform with state in the project's .ferry/,
+ * worker pools running the code on disk, and the dev server of spec §4.3 in front of it.
+ */
+import { type FSWatcher, watch } from 'node:fs';
+import path from 'node:path';
+import type { FastifyInstance } from 'fastify';
+import type { CommandModule } from 'yargs';
+import { type LocalPlatformOptions, startLocalPlatform } from '../../core/adapters/local/platform.js';
+import { FerryError } from '../../core/errors.js';
+import { defaultPort } from '../../core/limits.js';
+import { apiKeyFromUser, ferryPythonPath } from '../config.js';
+import type { CliContext } from '../context.js';
+import { createDevServer, devRoutes, nextFreePort } from '../dev/server.js';
+import { DevResourcesFile, LiveEndpoints, scanForDev } from '../dev/state.js';
+import { confirm } from '../io.js';
+import { untilStopped } from './serve.js';
+
+interface DevArgs {
+  host: string;
+  port: number;
+  reload: boolean;
+  autoProvision: boolean;
+}
+
+async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
+  const projectDir = ctx.io.cwd;
+  const say = (line: string) => ctx.reporter.line(line);
+  const key = apiKeyFromUser(ctx.io.env, projectDir);
+  if (!key) {
+    throw new FerryError('unauthorized', 'FERRY_API_KEY is not set: `ferry dev` requires it', {
+      hint: 'Copy .env.example to .env and set FERRY_API_KEY (any value works locally), or export FERRY_API_KEY.',
+    });
+  }
+  let snapshot = await scanForDev(projectDir);
+  for (const warning of snapshot.warnings) say(`warning: ${warning}`);
+  if (snapshot.endpoints.length === 0) {
+    throw new FerryError('bad_request', 'No endpoints found in this folder', {
+      hint: 'Mark a function with @Endpoint(name=...) (from ferry import Endpoint), or run `ferry init`.',
+    });
+  }
+
+  const platformOptions: LocalPlatformOptions = {
+    dataDir: path.join(projectDir, '.ferry'),
+    host: '127.0.0.1',
+    port: 0,
+    apiKey: key.key,
+    workers: { ferryPythonPath: ferryPythonPath() },
+    log: { info: () => {}, warn: (m) => say(`warning: ${m}`), error: (m) => say(`error: ${m}`) },
+  };
+  const platform = await startLocalPlatform(platformOptions);
+  const pools = platform.workers;
+  let server: FastifyInstance | undefined;
+  let watcher: FSWatcher | undefined;
+  try {
+    const live = new LiveEndpoints({
+      projectDir,
+      control: platform.db.control,
+      file: new DevResourcesFile(projectDir),
+      snapshot,
+      reconcile: async () => {
+        await pools?.reconcile();
+      },
+      onChange: (name, outcome, record) => {
+        if (outcome !== 'unchanged')
+          say(`${outcome === 'created' ? '+ provisioned' : '~ updated'} live-${name} (${record.id})`);
+      },
+    });
+
+    if (args.autoProvision) {
+      const count = snapshot.endpoints.length;
+      if (count > 5 && !(await confirm(ctx.io, `Provision all ${count} endpoints now?`))) {
+        say('Not provisioning at startup: each endpoint starts on its first call.');
+      } else {
+        say(`Provisioning ${count} endpoints (at most 3 at a time)…`);
+        for (const result of await live.ensureAll(3)) {
+          if (result.error)
+            say(`warning: ${result.name}: ${result.error} (it will be provisioned on its first call)`);
+        }
+      }
+    }
+
+    const port = await nextFreePort(args.host, args.port);
+    if (port !== args.port && args.port !== 0) say(`Port ${args.port} is in use; using ${port}`);
+    // A reload listens again on the port the first start got (with --port 0, a random one).
+    let boundPort = port;
+    const start = async () => {
+      const next = await createDevServer({ live, platformUrl: platform.url, apiKey: key.key, log: say });
+      await next.listen({ host: args.host, port: boundPort });
+      const address = next.server.address();
+      boundPort = typeof address === 'object' && address ? address.port : boundPort;
+      return next;
+    };
+    server = await start();
+    const base = `http://${args.host.includes(':') ? `[${args.host}]` : args.host}:${boundPort}`;
+    ctx.reporter.out(`Ferry dev server at ${base}  (docs: ${base}/docs)`);
+    for (const route of devRoutes(snapshot.endpoints))
+      ctx.reporter.out(`  ${route.method.padEnd(6)} ${base}${route.path}`);
+    say(`API key from ${key.source}; calls to the dev server need no Authorization header.`);
+    say(
+      args.reload
+        ? 'Watching .py files; Ctrl+C stops the server and every worker.'
+        : 'Ctrl+C stops the server and every worker.',
+    );
+
+    if (args.reload) {
+      let timer: NodeJS.Timeout | undefined;
+      let reloading = Promise.resolve();
+      const reload = async () => {
+        try {
+          snapshot = await scanForDev(projectDir);
+          const removed = await live.apply(snapshot);
+          for (const name of removed) say(`- removed live-${name}: no longer in the project`);
+          const old = server;
+          server = undefined;
+          await old?.close();
+          server = await start();
+          say(`↻ reloaded (${snapshot.endpoints.length} endpoints)`);
+        } catch (error) {
+          say(`reload failed: ${(error as Error).message}`);
+        }
+      };
+      watcher = watch(projectDir, { recursive: true }, (_event, file) => {
+        if (!file || !String(file).endsWith('.py')) return;
+        const rel = String(file).split(path.sep);
+        if (rel.includes('.ferry') || rel.includes('__pycache__') || rel[0]?.startsWith('.')) return;
+        clearTimeout(timer);
+        timer = setTimeout(() => {
+          reloading = reloading.then(reload);
+        }, 300);
+      });
+    }
+    await untilStopped();
+    say('Stopping the dev server and its workers…');
+  } finally {
+    watcher?.close();
+    await server?.close();
+    await platform.close();
+  }
+}
+
+export const devCommand = (ctx: CliContext): CommandModule => ({
+  command: 'dev',
+  aliases: [],
+  describe: 'Run the project locally with a dev server and Swagger UI',
+  builder: (y) =>
+    y
+      .option('host', { type: 'string', default: 'localhost', describe: 'Bind address' })
+      .option('port', {
+        alias: 'p',
+        type: 'number',
+        default: defaultPort,
+        describe: 'Port; the next free one when taken',
+      })
+      .option('reload', {
+        type: 'boolean',
+        default: true,
+        describe: 'Restart workers when a .py file changes (--no-reload)',
+      })
+      .option('auto-provision', {
+        type: 'boolean',
+        default: false,
+        describe: 'Provision every endpoint at startup',
+      })
+      .example('$0 dev', 'http://localhost:8888, Swagger UI at /docs')
+      .example('$0 dev --port 9000 --auto-provision', 'Start every endpoint at once'),
+  handler: (argv) =>
+    dev(ctx, {
+      host: argv.host as string,
+      port: argv.port as number,
+      reload: argv.reload !== false,
+      autoProvision: Boolean(argv['auto-provision']),
+    }),
+});
+
+/** `ferry run`: the hidden alias of dev (a separate hidden entry so help does not list it). */
+export const runAliasCommand = (ctx: CliContext): CommandModule => ({
+  ...devCommand(ctx),
+  command: 'run',
+  describe: false,
+});

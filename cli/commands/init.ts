@@ -1,0 +1,86 @@
+/**
+ * `ferry init NAME|. [--force]`: copies cli/templates/ into the folder, with `{{project_name}}`
+ * substituted. Existing files are listed and need a `[y/N]`; no answer (no TTY, CI) is No and
+ * nothing is written. Only local files are created.
+ */
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import type { CommandModule } from 'yargs';
+import { FerryError, usage } from '../../core/errors.js';
+import { templatesDir } from '../config.js';
+import type { CliContext } from '../context.js';
+import { confirm } from '../io.js';
+
+/** Template file name → project file name (dotfiles are stored without the dot so packagers keep them). */
+const renames: Record<string, string> = { 'env.example': '.env.example', gitignore: '.gitignore' };
+
+export function templateFiles(): Array<{ source: string; target: string }> {
+  const dir = templatesDir();
+  return readdirSync(dir)
+    .filter((name) => !name.startsWith('.'))
+    .sort()
+    .map((name) => ({ source: path.join(dir, name), target: renames[name] ?? name }));
+}
+
+export async function initProject(ctx: CliContext, name: string | undefined, force: boolean): Promise<void> {
+  if (!name)
+    throw usage(
+      'ferry init needs a project name',
+      'Run `ferry init my-project`, or `ferry init .` for this folder.',
+    );
+  const target = path.resolve(ctx.io.cwd, name);
+  if (existsSync(target) && !statSync(target).isDirectory()) {
+    throw usage(`${name} is not a folder`);
+  }
+  const projectName = path.basename(target);
+  const files = templateFiles();
+  const conflicts = files.filter((f) => existsSync(path.join(target, f.target))).map((f) => f.target);
+  if (conflicts.length > 0 && !force) {
+    ctx.reporter.line(`These files exist in ${target} and would be overwritten:`);
+    for (const file of conflicts) ctx.reporter.line(`  ${file}`);
+    if (!(await confirm(ctx.io, 'Overwrite them?'))) {
+      throw new FerryError('failed', 'Nothing written: existing files were kept', {
+        hint: 'Answer y, or pass --force (-f) to overwrite without asking.',
+      });
+    }
+  }
+  mkdirSync(target, { recursive: true });
+  for (const file of files) {
+    const content = readFileSync(file.source, 'utf8').replaceAll('{{project_name}}', projectName);
+    writeFileSync(path.join(target, file.target), content);
+  }
+  ctx.reporter.line(`✓ Created ${projectName} in ${target}`);
+  for (const file of files)
+    ctx.reporter.line(`  ${file.target}${conflicts.includes(file.target) ? '  (overwritten)' : ''}`);
+  ctx.reporter.line('');
+  ctx.reporter.line('Next steps:');
+  if (target !== path.resolve(ctx.io.cwd))
+    ctx.reporter.line(`  cd ${path.relative(ctx.io.cwd, target) || '.'}`);
+  ctx.reporter.line(
+    '  cp .env.example .env        # then set FERRY_API_KEY (any value works for `ferry dev`)',
+  );
+  ctx.reporter.line('  ferry dev                   # http://localhost:8888/docs');
+  ctx.reporter.line(
+    '  ferry deploy                # serve it with `ferry serve`, or on AWS with --provider aws',
+  );
+}
+
+export const initCommand = (ctx: CliContext): CommandModule => ({
+  command: 'init [project_name]',
+  describe: 'Create a project with example endpoints (only local files)',
+  builder: (y) =>
+    y
+      .positional('project_name', {
+        type: 'string',
+        describe: 'Folder to create; `.` for the current folder',
+      })
+      .option('force', {
+        alias: 'f',
+        type: 'boolean',
+        default: false,
+        describe: 'Overwrite existing files without asking',
+      })
+      .example('$0 init my-project', 'Create ./my-project')
+      .example('$0 init . --force', 'Write the template into this folder, overwriting'),
+  handler: (argv) => initProject(ctx, argv.project_name as string | undefined, Boolean(argv.force)),
+});

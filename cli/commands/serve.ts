@@ -1,0 +1,181 @@
+/**
+ * `ferry serve`: the embedded platform on FERRY_HOME with worker pools for every deployed queue and
+ * load-balanced endpoint, until Ctrl+C. `--detach` runs it in the background (serve.log) and returns
+ * once /v2 answers. `ferry quickstart` (what `npm start` runs) also deploys examples/hello into it.
+ */
+import { existsSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import type { CommandModule } from 'yargs';
+import { type LocalPlatformOptions, startLocalPlatform } from '../../core/adapters/local/platform.js';
+import { FerryError } from '../../core/errors.js';
+import { stderrLogger } from '../../core/log.js';
+import { apiKeyFromUser, ferryHome, ferryPythonPath, installRoot } from '../config.js';
+import type { CliContext } from '../context.js';
+import { deployProject, printDeploySummary } from '../deploy/run.js';
+import { defaultServePort, LocalProvider, localApiKey } from '../providers/local.js';
+import { readServerInfo, runningServer, serverInfoPath, startDetached } from '../serve.js';
+
+export async function startServing(
+  ctx: CliContext,
+  options: { host: string; port: number; dataDir: string },
+) {
+  const userKey = apiKeyFromUser(ctx.io.env, ctx.io.cwd);
+  const platformOptions: LocalPlatformOptions = {
+    dataDir: options.dataDir,
+    host: options.host,
+    port: options.port,
+    log: stderrLogger,
+    workers: { ferryPythonPath: ferryPythonPath() },
+    ...(userKey ? { apiKey: userKey.key } : {}),
+  };
+  let platform: Awaited<ReturnType<typeof startLocalPlatform>>;
+  try {
+    platform = await startLocalPlatform(platformOptions);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'EADDRINUSE') {
+      throw new FerryError('failed', `Port ${options.port} on ${options.host} is in use`, {
+        hint: 'Pass --port <n>.',
+      });
+    }
+    throw error;
+  }
+  const key = await localApiKey(options.dataDir, platform.db.control, ctx.io.env, ctx.io.cwd);
+  return { platform, key };
+}
+
+/** Resolves on Ctrl+C / SIGTERM. */
+export function untilStopped(): Promise<string> {
+  return new Promise((resolve) => {
+    const stop = (signal: string) => () => resolve(signal);
+    process.once('SIGINT', stop('SIGINT'));
+    process.once('SIGTERM', stop('SIGTERM'));
+  });
+}
+
+function writeServerInfo(home: string, url: string): () => void {
+  writeFileSync(
+    serverInfoPath(home),
+    `${JSON.stringify({ pid: process.pid, url, startedAt: Date.now() })}\n`,
+  );
+  return () => {
+    if (readServerInfo(home)?.pid === process.pid) rmSync(serverInfoPath(home), { force: true });
+  };
+}
+
+async function serve(ctx: CliContext, argv: { host: string; port: number; detach: boolean }): Promise<void> {
+  const home = ferryHome(ctx.io.env);
+  const running = await runningServer(home);
+  if (running) {
+    if (argv.detach) {
+      ctx.reporter.line(`A platform already serves ${home}`);
+      ctx.reporter.out(running);
+      return;
+    }
+    throw new FerryError('conflict', `A platform already serves ${home} at ${running}`, {
+      hint: `Stop it (pid ${readServerInfo(home)?.pid}) or use another FERRY_HOME.`,
+    });
+  }
+  if (argv.detach) {
+    const info = await startDetached({ home, host: argv.host, port: argv.port, env: ctx.io.env });
+    ctx.reporter.line(
+      `✓ ferry serve runs in the background (pid ${info.pid}); logs in ${path.join(home, 'serve.log')}`,
+    );
+    ctx.reporter.out(info.url);
+    return;
+  }
+  const { platform, key } = await startServing(ctx, { host: argv.host, port: argv.port, dataDir: home });
+  const forget = writeServerInfo(home, platform.url);
+  ctx.reporter.out(`Ferry platform at ${platform.url}  (state in ${home})`);
+  ctx.reporter.out(`API key from ${key.source}`);
+  ctx.reporter.out('Ctrl+C stops it and its workers.');
+  await untilStopped();
+  ctx.reporter.line('Stopping…');
+  forget();
+  await platform.close();
+}
+
+export const serveCommand = (ctx: CliContext): CommandModule => ({
+  command: 'serve',
+  describe: 'Run the local platform (API, queue, workers) for deployed endpoints',
+  builder: (y) =>
+    y
+      .option('host', { type: 'string', default: '127.0.0.1', describe: 'Bind address' })
+      .option('port', {
+        alias: 'p',
+        type: 'number',
+        default: defaultServePort(ctx.io.env),
+        defaultDescription: '8888 (or FERRY_PORT)',
+        describe: 'Port (0 picks a free one)',
+      })
+      .option('detach', {
+        type: 'boolean',
+        default: false,
+        describe: 'Run in the background; logs in FERRY_HOME/serve.log',
+      })
+      .example('$0 serve', 'Serve on 127.0.0.1:8888 until Ctrl+C')
+      .example('$0 serve --detach', 'Start it in the background'),
+  handler: (argv) => serve(ctx, argv as unknown as { host: string; port: number; detach: boolean }),
+});
+
+async function quickstart(ctx: CliContext, argv: { host: string; port: number }): Promise<void> {
+  const home = ferryHome(ctx.io.env);
+  const projectDir = path.join(installRoot(), 'examples', 'hello');
+  if (!existsSync(path.join(projectDir, 'hello.py'))) {
+    throw new FerryError('failed', `The example ${projectDir}/hello.py is missing from this install`);
+  }
+  const { platform, key } = await startServing(ctx, { host: argv.host, port: argv.port, dataDir: home });
+  const forget = writeServerInfo(home, platform.url);
+  try {
+    const provider = new LocalProvider({
+      home,
+      env: ctx.io.env,
+      projectDir,
+      stores: { control: platform.db.control, blobs: platform.blobs, url: platform.url },
+    });
+    const result = await deployProject({
+      provider,
+      reporter: ctx.reporter,
+      projectDir,
+      app: 'hello',
+      env: 'production',
+      build: { output: path.join(home, 'quickstart', 'hello.tar.gz') },
+      serve: true,
+    });
+    await platform.workers?.reconcile();
+    printDeploySummary(ctx.reporter, result, false);
+    const queue = result.endpoints.find((e) => e.kind === 'queue');
+    const lb = result.endpoints.find((e) => e.kind === 'lb');
+    const auth = `-H "Authorization: Bearer ${key.key}" -H 'Content-Type: application/json'`;
+    ctx.reporter.out('');
+    ctx.reporter.out(`Platform: ${platform.url}`);
+    ctx.reporter.out(`API key:  ${key.key}   (from ${key.source})`);
+    ctx.reporter.out('');
+    if (queue) {
+      ctx.reporter.out('# wait for the result');
+      ctx.reporter.out(`curl -X POST ${queue.url}/runsync ${auth} -d '{"input": {"name": "Ada"}}'`);
+      ctx.reporter.out('# queue a job, then ask for its status (use the id it printed)');
+      ctx.reporter.out(`curl -X POST ${queue.url}/run ${auth} -d '{"input": {"name": "Grace"}}'`);
+      ctx.reporter.out(`curl ${queue.url}/status/<job id> -H "Authorization: Bearer ${key.key}"`);
+    }
+    if (lb) {
+      ctx.reporter.out('# load-balanced route, direct JSON');
+      ctx.reporter.out(`curl -X POST ${lb.url}/echo ${auth} -d '{"text": "hi"}'`);
+    }
+    ctx.reporter.out('');
+    ctx.reporter.out('Ctrl+C stops the platform and its workers.');
+    await untilStopped();
+  } finally {
+    forget();
+    await platform.close();
+  }
+}
+
+export const quickstartCommand = (ctx: CliContext): CommandModule => ({
+  command: 'quickstart',
+  describe: false,
+  builder: (y) =>
+    y
+      .option('host', { type: 'string', default: '127.0.0.1' })
+      .option('port', { alias: 'p', type: 'number', default: defaultServePort(ctx.io.env) }),
+  handler: (argv) => quickstart(ctx, argv as unknown as { host: string; port: number }),
+});

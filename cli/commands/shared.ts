@@ -1,0 +1,73 @@
+/** Flags that several commands share, declared once. */
+import type { Argv } from 'yargs';
+import { usage } from '../../core/errors.js';
+import { pythonVersions } from '../../core/manifest.js';
+import type { BuildOptions } from '../build/index.js';
+
+export function buildFlags<T>(y: Argv<T>) {
+  return y
+    .option('no-deps', {
+      type: 'boolean',
+      default: false,
+      describe: 'Skip transitive dependencies during install',
+    })
+    .option('exclude', {
+      type: 'string',
+      describe: 'Packages to leave out of the artifact (comma-separated)',
+    })
+    .option('output', {
+      alias: 'o',
+      type: 'string',
+      default: 'artifact.tar.gz',
+      describe: 'Artifact archive name',
+    })
+    .option('python-version', {
+      type: 'string',
+      choices: pythonVersions as unknown as string[],
+      describe: 'Worker Python version; overrides python_version declarations and local detection',
+    })
+    .option('pip-arg', {
+      type: 'string',
+      array: true,
+      hidden: true,
+      describe: 'Extra pip argument (repeatable)',
+    })
+    .option('max-artifact-bytes', { type: 'number', hidden: true, describe: 'Artifact size limit (tests)' });
+}
+
+/** yargs turns `--no-deps` into `deps: false`; both spellings are read. */
+export function buildOptionsFrom(
+  argv: Record<string, unknown>,
+  env: NodeJS.ProcessEnv,
+): Omit<BuildOptions, 'projectDir'> {
+  const exclude =
+    typeof argv.exclude === 'string'
+      ? argv.exclude
+          .split(',')
+          .map((s) => s.trim())
+          .filter(Boolean)
+      : [];
+  const fromEnv = env.FERRY_MAX_ARTIFACT_BYTES;
+  let maxArtifactBytes = argv['max-artifact-bytes'] as number | undefined;
+  if (maxArtifactBytes === undefined && fromEnv !== undefined) maxArtifactBytes = Number(fromEnv);
+  if (maxArtifactBytes !== undefined && (!Number.isFinite(maxArtifactBytes) || maxArtifactBytes <= 0)) {
+    throw usage(
+      `The artifact size limit must be a positive number of bytes, got ${String(maxArtifactBytes)}`,
+    );
+  }
+  const pipArgs = (argv['pip-arg'] as string[] | undefined) ?? [];
+  return {
+    noDeps: argv['no-deps'] === true || argv.deps === false,
+    ...(exclude.length > 0 ? { exclude } : {}),
+    output: (argv.output as string | undefined) ?? 'artifact.tar.gz',
+    ...(typeof argv['python-version'] === 'string' ? { pythonVersion: argv['python-version'] } : {}),
+    ...(pipArgs.length > 0 ? { pipArgs: pipArgs.flatMap((a) => a.split(/\s+/).filter(Boolean)) } : {}),
+    ...(maxArtifactBytes !== undefined ? { maxArtifactBytes } : {}),
+  };
+}
+
+export const jsonFlag = {
+  type: 'boolean',
+  default: false,
+  describe: 'Print the result as JSON on stdout',
+} as const;

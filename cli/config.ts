@@ -1,0 +1,116 @@
+/**
+ * Where the CLI keeps things, and which settings win:
+ *   platform home  FERRY_HOME (default ~/.ferry): ferry.db, blobs/, api-key, server.json, serve.log
+ *   project state  <project>/.ferry/: config.json (provider), build output, dev state
+ *   API key        FERRY_API_KEY in the environment, then the project's .env, then FERRY_HOME/api-key
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { z } from 'zod';
+import { FerryError, usage } from '../core/errors.js';
+
+export const providerNames = ['local', 'aws'] as const;
+export type ProviderName = (typeof providerNames)[number];
+
+export function ferryHome(env: NodeJS.ProcessEnv): string {
+  return path.resolve(env.FERRY_HOME || path.join(homedir(), '.ferry'));
+}
+
+const projectConfigSchema = z
+  .object({
+    provider: z.enum(providerNames).optional(),
+    app: z.string().optional(),
+  })
+  .strict();
+export type ProjectConfig = z.infer<typeof projectConfigSchema>;
+
+export function readProjectConfig(projectDir: string): ProjectConfig {
+  const file = path.join(projectDir, '.ferry', 'config.json');
+  if (!existsSync(file)) return {};
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(file, 'utf8'));
+  } catch {
+    throw usage(`${file} is not valid JSON`, 'Fix or delete the file.');
+  }
+  const parsed = projectConfigSchema.safeParse(raw);
+  if (!parsed.success) {
+    throw usage(
+      `${file}: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'} ${i.message}`).join('; ')}`,
+      `Allowed keys: provider (${providerNames.join(' | ')}), app.`,
+    );
+  }
+  return parsed.data;
+}
+
+/** KEY=value lines; `#` comments, optional `export`, single or double quotes. No interpolation. */
+export function parseDotEnv(text: string): Record<string, string> {
+  const result: Record<string, string> = {};
+  for (const raw of text.split(/\r?\n/)) {
+    const line = raw.trim();
+    if (line === '' || line.startsWith('#')) continue;
+    const match = /^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$/.exec(line);
+    if (!match) continue;
+    let value = match[2]!.trim();
+    if ((value.startsWith('"') && value.endsWith('"')) || (value.startsWith("'") && value.endsWith("'"))) {
+      value = value.slice(1, -1);
+    } else {
+      value = value.replace(/\s+#.*$/, '');
+    }
+    result[match[1]!] = value;
+  }
+  return result;
+}
+
+export function readDotEnv(projectDir: string): Record<string, string> {
+  const file = path.join(projectDir, '.env');
+  return existsSync(file) ? parseDotEnv(readFileSync(file, 'utf8')) : {};
+}
+
+export interface KeyFromUser {
+  key: string;
+  source: 'environment' | '.env';
+}
+
+/** FERRY_API_KEY from the environment, then the project's .env; undefined when neither has one. */
+export function apiKeyFromUser(env: NodeJS.ProcessEnv, projectDir: string): KeyFromUser | undefined {
+  const fromEnv = env.FERRY_API_KEY?.trim();
+  if (fromEnv) return { key: fromEnv, source: 'environment' };
+  const fromFile = readDotEnv(projectDir).FERRY_API_KEY?.trim();
+  if (fromFile && !/^your[_-]/i.test(fromFile) && fromFile !== '...')
+    return { key: fromFile, source: '.env' };
+  return undefined;
+}
+
+/** The app name from a folder: its base name, made safe for records and URLs. */
+export function appNameOf(dir: string): string {
+  const name = path
+    .basename(path.resolve(dir))
+    .replace(/[^A-Za-z0-9_-]+/g, '-')
+    .replace(/^[-_]+/, '');
+  return name || 'app';
+}
+
+/** The repository root of this Ferry install (works from cli/ sources and from dist/cli/). */
+export function installRoot(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 5; i++) {
+    const pkg = path.join(dir, 'package.json');
+    if (existsSync(pkg)) {
+      try {
+        if ((JSON.parse(readFileSync(pkg, 'utf8')) as { name?: string }).name === 'ferry') return dir;
+      } catch {
+        // keep looking upward
+      }
+    }
+    dir = path.dirname(dir);
+  }
+  throw new FerryError('failed', 'Cannot find the Ferry install folder (package.json named "ferry")');
+}
+
+export const templatesDir = () => path.join(installRoot(), 'cli', 'templates');
+/** The `ferry` Python package that workers import (put on their PYTHONPATH). */
+export const ferryPythonPath = () => path.join(installRoot(), 'worker-image', 'python');
+export const ferryBin = () => path.join(installRoot(), 'bin', 'ferry.js');

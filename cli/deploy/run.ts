@@ -1,0 +1,242 @@
+/**
+ * `ferry deploy`: the five stages of spec §3 (build, environment resolution, upload, provisioning,
+ * configuration), each printed with its timing. Success is printed only after the records are
+ * written and read back, and (unless told not to serve) after the platform answers for them — an
+ * empty deploy is an error (flash#365 printed success having made nothing).
+ */
+import { stat } from 'node:fs/promises';
+import { FerryError } from '../../core/errors.js';
+import type { EndpointRecord } from '../../core/ports.js';
+import { type BuildEvent, type BuildOptions, type BuildResult, buildProject } from '../build/index.js';
+import { formatBytes, formatMs, type Reporter } from '../io.js';
+import type { Provider } from '../providers/types.js';
+import { artifactKeyOf, curlExample, type EndpointPlan, planEndpoints, resolveEnvironment } from './plan.js';
+
+export function buildEventPrinter(reporter: Reporter): (event: BuildEvent) => void {
+  return (event) => {
+    switch (event.type) {
+      case 'stage-started':
+        reporter.line(`  · ${event.stage}…`);
+        break;
+      case 'stage-finished':
+        reporter.line(`  ✓ ${event.stage}  ${event.detail}  ${formatMs(event.durationMs)}`);
+        break;
+      case 'files':
+        reporter.line(`    ${event.shippedCount} files to ship (${event.pythonCount} Python)`);
+        break;
+      case 'endpoints':
+        reporter.line(`    endpoints: ${event.names.join(', ')}`);
+        break;
+      case 'packages-installed':
+        for (const pkg of event.packages) reporter.line(`    installed ${pkg.name}==${pkg.version}`);
+        break;
+      case 'package-excluded':
+        reporter.line(`    excluded ${event.name}: ${event.reason}`);
+        break;
+      case 'warning':
+        reporter.line(`    warning: ${event.message}`);
+        break;
+    }
+  };
+}
+
+export interface DeployOptions {
+  provider: Provider;
+  reporter: Reporter;
+  projectDir: string;
+  app: string;
+  env?: string;
+  build: Omit<BuildOptions, 'projectDir' | 'app' | 'onProgress'>;
+  /** False: write records only (tests, or a platform served elsewhere). */
+  serve: boolean;
+}
+
+export interface DeployResult {
+  app: string;
+  env: string;
+  fingerprint: string;
+  artifactKey: string;
+  artifactBytes: number;
+  servedAt: string | undefined;
+  endpoints: Array<{
+    id: string;
+    name: string;
+    kind: string;
+    url: string;
+    routes?: string[];
+    change: string;
+  }>;
+  removed: Array<{ id: string; name: string }>;
+  curl: string | undefined;
+}
+
+async function stageOf<T>(
+  reporter: Reporter,
+  index: number,
+  title: string,
+  fn: () => Promise<T>,
+): Promise<T> {
+  const startMs = Date.now();
+  reporter.line(`[${index}/5] ${title}`);
+  const result = await fn();
+  reporter.line(`      done in ${formatMs(Date.now() - startMs)}`);
+  return result;
+}
+
+export async function deployProject(options: DeployOptions): Promise<DeployResult> {
+  const { provider, reporter, app } = options;
+
+  const built: BuildResult = await stageOf(reporter, 1, 'Build', () =>
+    buildProject({
+      ...options.build,
+      projectDir: options.projectDir,
+      app,
+      onProgress: buildEventPrinter(reporter),
+    }),
+  );
+  const manifest = built.manifest;
+  if (manifest.endpoints.length === 0) {
+    throw new FerryError('failed', 'The build found no endpoints: nothing to deploy');
+  }
+
+  const env = await stageOf(reporter, 2, 'Environment resolution', async () => {
+    const appRecord = await provider.control.getApp(app);
+    const envs = appRecord ? await provider.control.listEnvironments(app) : [];
+    const decision = resolveEnvironment({
+      appExists: appRecord !== undefined,
+      envNames: envs.map((e) => e.name),
+      requested: options.env,
+    });
+    const nowMs = Date.now();
+    if (decision.createApp) {
+      reporter.line(`  app '${app}' not found: creating it with environment '${decision.env}'`);
+      await provider.control.putApp({ name: app, createdAt: nowMs });
+    }
+    if (decision.createEnv) {
+      if (!decision.createApp)
+        reporter.line(`  environment '${decision.env}' not found in app '${app}': creating it`);
+      await provider.control.putEnvironment({ app, name: decision.env, createdAt: nowMs });
+    } else {
+      reporter.line(`  using environment '${decision.env}' of app '${app}'`);
+    }
+    return decision.env;
+  });
+
+  const artifactKey = artifactKeyOf(app, env, manifest.sourceFingerprint);
+  await stageOf(reporter, 3, 'Upload', async () => {
+    const size = (await stat(built.artifactPath)).size;
+    const bar = reporter.progress('artifact', size);
+    await provider.uploadArtifact(artifactKey, built.artifactPath, bar);
+    reporter.line(`  ✓ uploaded ${formatBytes(size)} as ${artifactKey}`);
+  });
+
+  const plan: EndpointPlan = await stageOf(reporter, 4, 'Provisioning', async () => {
+    const existing = await provider.control.listEndpoints({ app, env });
+    const plan = planEndpoints({
+      existing,
+      endpoints: manifest.endpoints,
+      app,
+      env,
+      fingerprint: manifest.sourceFingerprint,
+      pythonVersion: manifest.pythonVersion,
+      artifactKey,
+      nowMs: Date.now(),
+    });
+    await provider.provision([...plan.create, ...plan.update]);
+    for (const r of plan.create) reporter.line(`  + created ${r.name} (${r.id})`);
+    for (const r of plan.update)
+      reporter.line(`  ~ updated ${r.name} (${r.id}): workers roll to the new build`);
+    for (const r of plan.unchanged) reporter.line(`  = unchanged ${r.name} (${r.id})`);
+    if (plan.remove.length > 0) {
+      const removed = await provider.destroy(plan.remove);
+      for (const r of removed.deleted)
+        reporter.line(`  - removed ${r.name} (${r.id}): no longer in the project`);
+      if (removed.failed.length > 0) {
+        throw new FerryError(
+          'failed',
+          `Could not remove endpoints no longer in the project: ${removed.failed.map((f) => `${f.record.name} (${f.error})`).join(', ')}`,
+        );
+      }
+    }
+    return plan;
+  });
+
+  const deployed: EndpointRecord[] = [...plan.create, ...plan.update, ...plan.unchanged];
+  const servedAt = await stageOf(reporter, 5, 'Configuration', async () => {
+    // Read back: success means the records are there, not that we meant to write them.
+    for (const record of deployed) {
+      const stored = await provider.control.getEndpoint(record.id);
+      if (!stored || stored.fingerprint !== manifest.sourceFingerprint) {
+        throw new FerryError('failed', `Endpoint ${record.name} (${record.id}) was not recorded`);
+      }
+    }
+    const envRecord = await provider.control.getEnvironment(app, env);
+    await provider.control.putEnvironment({
+      app,
+      name: env,
+      createdAt: envRecord?.createdAt ?? Date.now(),
+      fingerprint: manifest.sourceFingerprint,
+      artifactKey,
+      deployedAt: Date.now(),
+    });
+    if (!options.serve) {
+      reporter.line('  records written; not starting a platform (--no-serve)');
+      return await provider.serving();
+    }
+    const serving = await provider.ensureServing(reporter);
+    reporter.line(`  served at ${serving.url}`);
+    return serving.url;
+  });
+
+  const endpoints = deployed.map((record) => {
+    const routes = (record.config as { endpoint?: { routes?: Array<{ method: string; path: string }> } })
+      .endpoint?.routes;
+    return {
+      id: record.id,
+      name: record.name,
+      kind: record.kind,
+      url: provider.endpointUrl(record),
+      ...(record.kind === 'lb' ? { routes: (routes ?? []).map((r) => `${r.method} ${r.path}`) } : {}),
+      change: plan.create.includes(record)
+        ? 'created'
+        : plan.update.includes(record)
+          ? 'updated'
+          : 'unchanged',
+    };
+  });
+  return {
+    app,
+    env,
+    fingerprint: manifest.sourceFingerprint,
+    artifactKey,
+    artifactBytes: built.artifactBytes,
+    servedAt,
+    endpoints,
+    removed: plan.remove.map((r) => ({ id: r.id, name: r.name })),
+    curl: curlExample(deployed, (r) => provider.endpointUrl(r)),
+  };
+}
+
+/** The success block: every endpoint (LB: URL, name, routes; queue: URL, name) and one curl line. */
+export function printDeploySummary(reporter: Reporter, result: DeployResult, json: boolean): void {
+  if (json) {
+    reporter.json(result);
+    return;
+  }
+  reporter.out(`✓ Deployed ${result.app} to ${result.env} (${result.endpoints.length} endpoints)`);
+  const width = Math.max(...result.endpoints.map((e) => e.name.length));
+  for (const endpoint of result.endpoints) {
+    if (endpoint.kind === 'lb') {
+      reporter.out(`  ${endpoint.name.padEnd(width)}  ${endpoint.url}  (load-balanced)`);
+      for (const route of endpoint.routes ?? []) reporter.out(`  ${' '.repeat(width)}    ${route}`);
+    } else {
+      reporter.out(`  ${endpoint.name.padEnd(width)}  ${endpoint.url}  (queue)`);
+    }
+  }
+  for (const removed of result.removed) reporter.out(`  removed ${removed.name} (${removed.id})`);
+  if (!result.servedAt) reporter.out('Not served yet: run `ferry serve` to start the platform.');
+  if (result.curl) {
+    reporter.out('Try it:');
+    reporter.out(`  ${result.curl}`);
+  }
+}

@@ -1,0 +1,233 @@
+/**
+ * The dev server of spec §4.3, on Fastify with a Swagger UI at /docs. Routes come from the scan:
+ *   POST /<module>/runsync             one queue endpoint in the file ({input} wrapper)
+ *   POST /<module>/<function>/runsync  several in one file
+ *   <METHOD> /<module><route path>     load-balanced routes, direct JSON, proxied to the live endpoint
+ * No Authorization header here; the server adds the key when it calls the platform.
+ */
+
+import { createServer } from 'node:net';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { FerryError } from '../../core/errors.js';
+import type { ManifestEndpoint } from '../../core/manifest.js';
+import type { LiveEndpoints } from './state.js';
+
+export interface DevRoute {
+  method: 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH';
+  /** Fastify path (`:param`). */
+  path: string;
+  /** Prefix stripped before proxying (load-balanced). */
+  prefix: string;
+  endpoint: string;
+  kind: 'queue' | 'lb';
+  summary: string | undefined;
+  params: string[];
+}
+
+const prefixOf = (endpoint: ManifestEndpoint) => `/${endpoint.module.split('.').join('/')}`;
+
+/** The route table from the scanned endpoints (pure, so tests can read it without a server). */
+export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
+  const routes: DevRoute[] = [];
+  const queueCountByFile = new Map<string, number>();
+  for (const e of endpoints)
+    if (e.kind === 'queue') queueCountByFile.set(e.file, (queueCountByFile.get(e.file) ?? 0) + 1);
+  for (const endpoint of endpoints) {
+    const prefix = prefixOf(endpoint);
+    if (endpoint.kind === 'queue') {
+      const several = (queueCountByFile.get(endpoint.file) ?? 0) > 1;
+      const fn = endpoint.target?.name ?? endpoint.name;
+      routes.push({
+        method: 'POST',
+        path: several ? `${prefix}/${fn}/runsync` : `${prefix}/runsync`,
+        prefix,
+        endpoint: endpoint.name,
+        kind: 'queue',
+        summary: endpoint.target?.summary,
+        params: endpoint.target?.params ?? [],
+      });
+    } else {
+      for (const route of endpoint.routes ?? []) {
+        routes.push({
+          method: route.method,
+          path: `${prefix}${route.path.replace(/\{([^{}]+)\}/g, ':$1')}`,
+          prefix,
+          endpoint: endpoint.name,
+          kind: 'lb',
+          summary: route.summary,
+          params: route.params,
+        });
+      }
+    }
+  }
+  return routes;
+}
+
+const finalStatuses = new Set(['COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT']);
+
+export interface DevServerOptions {
+  live: LiveEndpoints;
+  platformUrl: string;
+  apiKey: string;
+  log: (line: string) => void;
+}
+
+async function callPlatform(options: DevServerOptions, method: string, path: string, body?: unknown) {
+  const response = await fetch(`${options.platformUrl}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${options.apiKey}`, 'content-type': 'application/json' },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await response.text();
+  let json: unknown = text;
+  try {
+    json = text ? JSON.parse(text) : undefined;
+  } catch {
+    // not JSON: pass the text through
+  }
+  return { status: response.status, body: json, contentType: response.headers.get('content-type') };
+}
+
+async function runQueueJob(
+  options: DevServerOptions,
+  route: DevRoute,
+  request: FastifyRequest,
+  reply: FastifyReply,
+) {
+  const body = request.body as { input?: unknown } | undefined;
+  if (
+    !body ||
+    typeof body !== 'object' ||
+    body.input === undefined ||
+    body.input === null ||
+    typeof body.input !== 'object'
+  ) {
+    return reply.code(400).send({ error: 'The body needs the wrapper {"input": {...}} (spec §4.1)' });
+  }
+  const record = await options.live.ensure(route.endpoint);
+  let job = await callPlatform(options, 'POST', `/v2/${record.id}/runsync`, { input: body.input });
+  if (job.status !== 200) return reply.code(job.status).send(job.body);
+  // runsync answers {id, status} when its wait runs out; keep waiting, the dev server has no gateway limit.
+  let current = job.body as { id: string; status: string; output?: unknown; error?: unknown };
+  while (!finalStatuses.has(current.status)) {
+    job = await callPlatform(options, 'POST', `/v2/${record.id}/status-sync/${current.id}?wait=60000`);
+    if (job.status !== 200) return reply.code(job.status).send(job.body);
+    current = job.body as typeof current;
+  }
+  options.log(`${route.method} ${route.path} → ${current.status}`);
+  return reply.send({
+    id: current.id,
+    status: current.status,
+    ...(current.output !== undefined ? { output: current.output } : {}),
+    ...(current.error !== undefined ? { error: current.error } : {}),
+  });
+}
+
+async function proxyRoute(
+  options: DevServerOptions,
+  route: DevRoute,
+  request: FastifyRequest,
+  reply: FastifyReply,
+) {
+  const record = await options.live.ensure(route.endpoint);
+  const suffix = request.url.slice(route.prefix.length) || '/';
+  const hasBody = request.method !== 'GET' && request.method !== 'DELETE' && request.body !== undefined;
+  const result = await callPlatform(
+    options,
+    request.method,
+    `/lb/${record.id}${suffix}`,
+    hasBody ? request.body : undefined,
+  );
+  options.log(`${route.method} ${route.path} → ${result.status}`);
+  reply.code(result.status);
+  if (result.contentType) reply.header('content-type', result.contentType);
+  return reply.send(
+    typeof result.body === 'string'
+      ? result.body
+      : result.body === undefined
+        ? ''
+        : JSON.stringify(result.body),
+  );
+}
+
+export async function createDevServer(options: DevServerOptions): Promise<FastifyInstance> {
+  const app = Fastify({ logger: false });
+  // Schemas here document the routes for Swagger; the handlers check input themselves and answer {error}.
+  app.setValidatorCompiler(() => () => true);
+  await app.register(swagger, {
+    openapi: {
+      info: {
+        title: 'Ferry dev server',
+        version: '1',
+        description: 'Your endpoints, running your code as it is on disk.',
+      },
+    },
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs' });
+  const routes = devRoutes(options.live.snapshot.endpoints);
+  app.get('/', { schema: { summary: 'Health check', tags: ['dev server'] } }, async () => ({
+    status: 'ok',
+    server: 'ferry dev',
+    docs: '/docs',
+    endpoints: options.live.snapshot.endpoints.map((e) => ({ name: e.name, kind: e.kind, file: e.file })),
+    routes: routes.map((r) => `${r.method} ${r.path}`),
+  }));
+  for (const route of routes) {
+    const paramsSchema = Object.fromEntries(
+      route.params.filter((p) => !p.startsWith('*')).map((p) => [p, {}]),
+    );
+    const schema: Record<string, unknown> = {
+      summary: route.summary ?? `${route.endpoint}`,
+      tags: [route.prefix.slice(1)],
+    };
+    if (route.method !== 'GET' && route.method !== 'DELETE') {
+      schema.body =
+        route.kind === 'queue'
+          ? {
+              type: 'object',
+              required: ['input'],
+              properties: { input: { type: 'object', properties: paramsSchema } },
+            }
+          : { type: 'object', properties: paramsSchema };
+    }
+    try {
+      app.route({
+        method: route.method,
+        url: route.path,
+        schema,
+        handler: (request, reply) =>
+          route.kind === 'queue'
+            ? runQueueJob(options, route, request, reply)
+            : proxyRoute(options, route, request, reply),
+      });
+    } catch (error) {
+      options.log(
+        `warning: route ${route.method} ${route.path} of ${route.endpoint} skipped: ${(error as Error).message}`,
+      );
+    }
+  }
+  app.setErrorHandler((error, _request, reply) => {
+    const message = error instanceof Error ? error.message : String(error);
+    options.log(`error: ${message}`);
+    void reply.code(502).send({ error: message });
+  });
+  return app;
+}
+
+/** `port` if it is free on `host`, else the next free one (up to 20 tries); 0 stays 0. */
+export async function nextFreePort(host: string, port: number): Promise<number> {
+  if (port === 0) return 0;
+  for (let candidate = port; candidate < port + 20; candidate++) {
+    const free = await new Promise<boolean>((resolve) => {
+      const probe = createServer();
+      probe.once('error', () => resolve(false));
+      probe.listen({ host, port: candidate }, () => probe.close(() => resolve(true)));
+    });
+    if (free) return candidate;
+  }
+  throw new FerryError('failed', `No free port between ${port} and ${port + 19} on ${host}`, {
+    hint: 'Pass --port <n>.',
+  });
+}

@@ -1,0 +1,203 @@
+/**
+ * What `ferry dev` runs: the project's endpoints as `live-<name>` records on an in-process platform,
+ * running the code on disk (EndpointConfig.codeDir). `.ferry/resources.json` maps each endpoint
+ * name to its record id and config hash, so a restart reuses the same ids and a changed
+ * configuration (or source fingerprint) updates the record in place — the pool restarts workers.
+ */
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { z } from 'zod';
+import { type EndpointConfig, livePrefix, newEndpointId } from '../../core/deployment.js';
+import type { ManifestEndpoint } from '../../core/manifest.js';
+import type { ControlStore, EndpointRecord } from '../../core/ports.js';
+import { listShippedFiles } from '../build/files.js';
+import { sourceFingerprint } from '../build/fingerprint.js';
+import { resolvePythonVersion } from '../build/index.js';
+import { scanProject } from '../build/scan.js';
+
+const resourcesSchema = z.record(z.string(), z.object({ id: z.string(), configHash: z.string() }).strict());
+export type DevResources = z.infer<typeof resourcesSchema>;
+
+export const devApp = (projectDir: string) => path.basename(path.resolve(projectDir));
+export const devEnv = 'dev';
+
+export interface ScanSnapshot {
+  endpoints: ManifestEndpoint[];
+  pythonVersion: EndpointConfig['pythonVersion'];
+  fingerprint: string;
+  warnings: string[];
+}
+
+export async function scanForDev(projectDir: string, python = 'python3'): Promise<ScanSnapshot> {
+  const shipped = await listShippedFiles({ projectDir });
+  const scanned = await scanProject({
+    projectDir,
+    files: shipped.files.filter((f) => f.endsWith('.py')),
+    python,
+  });
+  const pythonVersion = await resolvePythonVersion(
+    undefined,
+    scanned.endpoints,
+    scanned.lines,
+    python,
+    () => {},
+  );
+  return {
+    endpoints: scanned.endpoints,
+    pythonVersion,
+    fingerprint: await sourceFingerprint(projectDir, shipped.files),
+    warnings: [...shipped.warnings, ...scanned.warnings],
+  };
+}
+
+export class DevResourcesFile {
+  readonly path: string;
+  constructor(projectDir: string) {
+    this.path = path.join(projectDir, '.ferry', 'resources.json');
+  }
+  read(): DevResources {
+    if (!existsSync(this.path)) return {};
+    try {
+      return resourcesSchema.parse(JSON.parse(readFileSync(this.path, 'utf8')));
+    } catch {
+      return {}; // a damaged cache only costs new ids
+    }
+  }
+  write(resources: DevResources): void {
+    mkdirSync(path.dirname(this.path), { recursive: true });
+    writeFileSync(this.path, `${JSON.stringify(resources, null, 2)}\n`);
+  }
+}
+
+export type ProvisionOutcome = 'created' | 'updated' | 'unchanged';
+
+/** Provisioning of live endpoints, serialized per name (two first calls make one record). */
+export class LiveEndpoints {
+  #snapshot: ScanSnapshot;
+  readonly #inflight = new Map<string, Promise<EndpointRecord>>();
+  readonly #provisioned = new Set<string>();
+
+  constructor(
+    private readonly options: {
+      projectDir: string;
+      control: ControlStore;
+      file: DevResourcesFile;
+      snapshot: ScanSnapshot;
+      /** Tell the worker pools to look now instead of at their next tick. */
+      reconcile: () => Promise<void>;
+      onChange?: (name: string, outcome: ProvisionOutcome, record: EndpointRecord) => void;
+    },
+  ) {
+    this.#snapshot = options.snapshot;
+  }
+
+  get snapshot(): ScanSnapshot {
+    return this.#snapshot;
+  }
+
+  endpoint(name: string): ManifestEndpoint | undefined {
+    return this.#snapshot.endpoints.find((e) => e.name === name);
+  }
+
+  /** The record of `name`, created or brought up to date with the current scan. */
+  ensure(name: string): Promise<EndpointRecord> {
+    const running = this.#inflight.get(name);
+    if (running) return running;
+    const work = this.#provision(name).finally(() => this.#inflight.delete(name));
+    this.#inflight.set(name, work);
+    return work;
+  }
+
+  async #provision(name: string): Promise<EndpointRecord> {
+    const endpoint = this.endpoint(name);
+    if (!endpoint) throw new Error(`No endpoint named ${name} in the project any more`);
+    const resources = this.options.file.read();
+    const liveName = `${livePrefix}${name}`;
+    const cachedId = resources[name]?.id;
+    const previous =
+      (cachedId ? await this.options.control.getEndpoint(cachedId) : undefined) ??
+      (await this.options.control.listEndpoints({ app: devApp(this.options.projectDir), env: devEnv })).find(
+        (r) => r.name === liveName,
+      );
+    const config: EndpointConfig = {
+      endpoint,
+      pythonVersion: this.#snapshot.pythonVersion,
+      codeDir: path.resolve(this.options.projectDir),
+    };
+    const nowMs = Date.now();
+    const record: EndpointRecord = {
+      id: previous?.id ?? cachedId ?? newEndpointId(liveName),
+      app: devApp(this.options.projectDir),
+      env: devEnv,
+      name: liveName,
+      kind: endpoint.kind,
+      config: config as unknown as Record<string, unknown>,
+      fingerprint: this.#snapshot.fingerprint,
+      createdAt: previous?.createdAt ?? nowMs,
+      updatedAt: nowMs,
+    };
+    const same =
+      previous !== undefined &&
+      previous.fingerprint === record.fingerprint &&
+      JSON.stringify(previous.config) === JSON.stringify(record.config);
+    const outcome: ProvisionOutcome = previous === undefined ? 'created' : same ? 'unchanged' : 'updated';
+    if (outcome !== 'unchanged') {
+      const app = devApp(this.options.projectDir);
+      if (!(await this.options.control.getApp(app)))
+        await this.options.control.putApp({ name: app, createdAt: nowMs });
+      if (!(await this.options.control.getEnvironment(app, devEnv))) {
+        await this.options.control.putEnvironment({ app, name: devEnv, createdAt: nowMs });
+      }
+      await this.options.control.putEndpoint(record);
+      await this.options.reconcile();
+    }
+    this.options.file.write({
+      ...this.options.file.read(),
+      [name]: { id: record.id, configHash: endpoint.configHash },
+    });
+    this.#provisioned.add(name);
+    this.options.onChange?.(name, outcome, record);
+    return outcome === 'unchanged' ? previous! : record;
+  }
+
+  /** After a re-scan: update what was provisioned, drop what is gone. Returns the names removed. */
+  async apply(snapshot: ScanSnapshot): Promise<string[]> {
+    this.#snapshot = snapshot;
+    const removed: string[] = [];
+    for (const name of [...this.#provisioned]) {
+      if (this.endpoint(name)) {
+        await this.ensure(name);
+        continue;
+      }
+      const resources = this.options.file.read();
+      const id = resources[name]?.id;
+      if (id) await this.options.control.deleteEndpoint(id);
+      delete resources[name];
+      this.options.file.write(resources);
+      this.#provisioned.delete(name);
+      removed.push(name);
+    }
+    if (removed.length > 0) await this.options.reconcile();
+    return removed;
+  }
+
+  /** Provisions every endpoint, at most `concurrency` at a time (spec §8: 3). */
+  async ensureAll(concurrency = 3): Promise<Array<{ name: string; error?: string }>> {
+    const names = this.#snapshot.endpoints.map((e) => e.name);
+    const results: Array<{ name: string; error?: string }> = [];
+    let next = 0;
+    const lane = async () => {
+      while (next < names.length) {
+        const name = names[next++]!;
+        try {
+          await this.ensure(name);
+          results.push({ name });
+        } catch (error) {
+          results.push({ name, error: (error as Error).message });
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(concurrency, names.length) }, lane));
+    return results;
+  }
+}

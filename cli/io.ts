@@ -1,0 +1,158 @@
+/**
+ * How the CLI talks to people: stdout carries data (what `--json` and scripts read), stderr carries
+ * progress. Spinners and bars redraw only on a TTY; elsewhere every step is one plain line, so CI
+ * logs and tests read the same story a person sees.
+ */
+import type { Readable, Writable } from 'node:stream';
+
+export interface CliIo {
+  stdout: Writable;
+  stderr: Writable;
+  stdin: Readable;
+  /** stderr is a terminal: spinners and redrawn bars are allowed. */
+  interactive: boolean;
+  env: NodeJS.ProcessEnv;
+  cwd: string;
+}
+
+export function processIo(): CliIo {
+  return {
+    stdout: process.stdout,
+    stderr: process.stderr,
+    stdin: process.stdin,
+    interactive: Boolean(process.stderr.isTTY),
+    env: process.env,
+    cwd: process.cwd(),
+  };
+}
+
+export function formatMs(ms: number): string {
+  return ms < 1000 ? `${Math.round(ms)}ms` : `${(ms / 1000).toFixed(1)}s`;
+}
+
+export function formatBytes(bytes: number): string {
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KB`;
+  return `${(bytes / (1024 * 1024)).toFixed(1)} MB`;
+}
+
+/** Progress on stderr. */
+export class Reporter {
+  #spinner: NodeJS.Timeout | undefined;
+  #spinnerText = '';
+
+  constructor(private readonly io: CliIo) {}
+
+  line(text = ''): void {
+    this.#clearSpinner();
+    this.io.stderr.write(`${text}\n`);
+  }
+
+  /** Data for scripts, on stdout. */
+  out(text: string): void {
+    this.io.stdout.write(`${text}\n`);
+  }
+
+  json(value: unknown): void {
+    this.io.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+  }
+
+  /** Runs one named step: a spinner on a TTY, a "…" line otherwise, then ✓/✗ with its duration. */
+  async step<T>(title: string, fn: () => Promise<T>, detail?: (result: T) => string): Promise<T> {
+    const startMs = Date.now();
+    this.#startSpinner(title);
+    try {
+      const result = await fn();
+      const extra = detail ? detail(result) : '';
+      this.line(`✓ ${title}${extra ? `  ${extra}` : ''}  ${formatMs(Date.now() - startMs)}`);
+      return result;
+    } catch (error) {
+      this.line(`✗ ${title}  ${formatMs(Date.now() - startMs)}`);
+      throw error;
+    }
+  }
+
+  /** A progress bar for `total` bytes; on a non-TTY it prints at most every 25%. */
+  progress(label: string, total: number): (done: number) => void {
+    let lastQuarter = -1;
+    return (done: number) => {
+      const fraction = total > 0 ? Math.min(1, done / total) : 1;
+      if (this.io.interactive) {
+        const width = 24;
+        const filled = Math.round(fraction * width);
+        this.io.stderr.write(
+          `\r  ${label} [${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${formatBytes(done)}/${formatBytes(total)}`,
+        );
+        if (fraction >= 1) this.io.stderr.write('\n');
+        return;
+      }
+      const quarter = Math.floor(fraction * 4);
+      if (quarter > lastQuarter) {
+        lastQuarter = quarter;
+        this.io.stderr.write(
+          `  ${label} ${Math.round(fraction * 100)}% (${formatBytes(done)}/${formatBytes(total)})\n`,
+        );
+      }
+    };
+  }
+
+  #startSpinner(title: string): void {
+    if (!this.io.interactive) {
+      this.io.stderr.write(`… ${title}\n`);
+      return;
+    }
+    this.#clearSpinner();
+    const frames = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+    let frame = 0;
+    this.#spinnerText = title;
+    this.#spinner = setInterval(() => {
+      this.io.stderr.write(`\r${frames[frame++ % frames.length]} ${this.#spinnerText}`);
+    }, 80);
+  }
+
+  #clearSpinner(): void {
+    if (!this.#spinner) return;
+    clearInterval(this.#spinner);
+    this.#spinner = undefined;
+    this.io.stderr.write('\r\x1b[K');
+  }
+}
+
+/**
+ * Reads one answer line from stdin. No TTY and nothing piped, or end of input, reads as the empty
+ * answer, so a prompt in CI declines instead of hanging.
+ */
+export async function ask(io: CliIo, question: string, timeoutMs = 0): Promise<string> {
+  io.stderr.write(question);
+  const stdin = io.stdin as Readable & { isTTY?: boolean };
+  return new Promise((resolve) => {
+    let buffer = '';
+    let timer: NodeJS.Timeout | undefined;
+    const finish = (answer: string) => {
+      stdin.off('data', onData);
+      stdin.off('end', onEnd);
+      stdin.off('error', onEnd);
+      if (timer) clearTimeout(timer);
+      stdin.pause();
+      io.stderr.write('\n');
+      resolve(answer.trim());
+    };
+    const onData = (chunk: Buffer | string) => {
+      buffer += chunk.toString();
+      const newline = buffer.indexOf('\n');
+      if (newline >= 0) finish(buffer.slice(0, newline));
+    };
+    const onEnd = () => finish(buffer);
+    stdin.on('data', onData);
+    stdin.once('end', onEnd);
+    stdin.once('error', onEnd);
+    if (timeoutMs > 0) timer = setTimeout(() => finish(''), timeoutMs);
+    stdin.resume();
+  });
+}
+
+/** `[y/N]`: anything but y/yes is No. */
+export async function confirm(io: CliIo, question: string): Promise<boolean> {
+  const answer = await ask(io, `${question} [y/N] `);
+  return /^y(es)?$/i.test(answer);
+}

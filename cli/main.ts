@@ -1,0 +1,86 @@
+/**
+ * The `ferry` entry point. Errors are caught here, once: `Error: <message>` and `  hint: <hint>` on
+ * stderr, exit code from core/errors.ts (2 usage, 1 failure) — never a stack trace, unless
+ * FERRY_DEBUG is set.
+ */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import yargs from 'yargs';
+import { hideBin } from 'yargs/helpers';
+import { exitCode, FerryError, usage } from '../core/errors.js';
+import { commandTable } from './commands/index.js';
+import { installRoot, providerNames } from './config.js';
+import { createContext } from './context.js';
+import { type CliIo, processIo } from './io.js';
+
+function version(): string {
+  try {
+    return (JSON.parse(readFileSync(path.join(installRoot(), 'package.json'), 'utf8')) as { version: string })
+      .version;
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** Runs the CLI; resolves with the exit code instead of exiting (tests call it in-process). */
+export async function run(args: string[], io: CliIo = processIo()): Promise<number> {
+  const ctx = createContext(io);
+  const parser = yargs(args)
+    .scriptName('ferry')
+    .usage(
+      '$0 <command> [options]\n\nRun Python functions as serverless endpoints: on this machine, or in your AWS account.',
+    )
+    .option('provider', {
+      type: 'string',
+      choices: providerNames as unknown as string[],
+      global: true,
+      describe: 'Where endpoints live',
+      defaultDescription: 'local (or "provider" in .ferry/config.json)',
+    })
+    .command(commandTable(ctx))
+    .demandCommand(1, 'Choose a command')
+    .strict()
+    .recommendCommands()
+    .example('$0 init my-project', 'Create a project with example endpoints')
+    .example('$0 dev', 'Serve the project at http://localhost:8888 with Swagger UI at /docs')
+    .example('$0 deploy --env staging', 'Build and deploy to the staging environment')
+    .example('$0 undeploy list', 'Show deployed endpoints')
+    .epilogue('Exit codes: 0 ok, 1 failure, 2 usage. stdout carries data (--json), stderr progress.')
+    .help()
+    .alias('h', 'help')
+    .version(version())
+    .wrap(Math.min(110, process.stdout.columns || 100))
+    .exitProcess(false)
+    .fail((message, error) => {
+      if (error) throw error;
+      if (message?.startsWith('Did you mean')) {
+        throw usage(
+          `Unknown command '${args.find((a) => !a.startsWith('-')) ?? ''}'`,
+          `${message} Run \`ferry --help\`.`,
+        );
+      }
+      throw usage(message ?? 'Invalid command line', 'Run `ferry --help` (or `ferry <command> --help`).');
+    });
+  try {
+    await parser.parseAsync();
+    return 0;
+  } catch (error) {
+    const code = exitCode(error);
+    if (FerryError.is(error)) {
+      io.stderr.write(`Error: ${error.message}\n`);
+      if (error.hint) io.stderr.write(`  hint: ${error.hint}\n`);
+    } else {
+      io.stderr.write(`Error: ${(error as Error)?.message ?? String(error)}\n`);
+      if (io.env.FERRY_DEBUG) io.stderr.write(`${(error as Error)?.stack ?? ''}\n`);
+      else io.stderr.write('  hint: this looks like a bug in Ferry; set FERRY_DEBUG=1 for details.\n');
+    }
+    return code;
+  }
+}
+
+export async function main(): Promise<void> {
+  const code = await run(hideBin(process.argv));
+  process.exitCode = code;
+  // Long-running commands resolve only after their servers closed; exiting here ends stray timers.
+  setImmediate(() => process.exit(code));
+}

@@ -1,0 +1,154 @@
+/**
+ * The embedded provider: records in FERRY_HOME/ferry.db, artifacts in FERRY_HOME/blobs, served by
+ * `ferry serve` (whose worker pools reconcile against the same records). Everyone on this machine
+ * who points FERRY_HOME at the same folder sees the same apps; nothing lives in a project folder.
+ */
+import { randomBytes } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { FileBlobStore } from '../../core/adapters/local/files.js';
+import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
+import { hashKey, newSecret } from '../../core/auth.js';
+import { defaultPort } from '../../core/limits.js';
+import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
+import { apiKeyFromUser } from '../config.js';
+import type { Reporter } from '../io.js';
+import { runningServer, startDetached } from '../serve.js';
+import type { DestroyResult, Provider, ServingState } from './types.js';
+
+export interface LocalProviderOptions {
+  home: string;
+  env: NodeJS.ProcessEnv;
+  projectDir: string;
+  /** Use these stores (an in-process platform) instead of opening FERRY_HOME's. */
+  stores?: { control: ControlStore; blobs: BlobStore; url: string };
+}
+
+export function defaultServePort(env: NodeJS.ProcessEnv): number {
+  const port = Number(env.FERRY_PORT);
+  return env.FERRY_PORT !== undefined && Number.isInteger(port) && port >= 0 && port < 65536
+    ? port
+    : defaultPort;
+}
+
+/**
+ * The key of this FERRY_HOME: FERRY_API_KEY (environment or .env) wins; otherwise FERRY_HOME/api-key,
+ * created on first use (0600) and stored hashed in the control store so a served platform accepts it.
+ */
+export async function localApiKey(
+  home: string,
+  control: ControlStore,
+  env: NodeJS.ProcessEnv,
+  projectDir: string,
+): Promise<{ key: string; source: string }> {
+  const fromUser = apiKeyFromUser(env, projectDir);
+  if (fromUser) {
+    return {
+      key: fromUser.key,
+      source: fromUser.source === 'environment' ? 'FERRY_API_KEY' : '.env FERRY_API_KEY',
+    };
+  }
+  const file = path.join(home, 'api-key');
+  let key = existsSync(file) ? readFileSync(file, 'utf8').trim() : '';
+  if (!key) {
+    mkdirSync(home, { recursive: true });
+    key = newSecret('fy');
+    writeFileSync(file, `${key}\n`, { mode: 0o600 });
+    chmodSync(file, 0o600);
+  }
+  const hash = hashKey(key);
+  if (!(await control.findApiKeyByHash(hash))) {
+    await control.putApiKey({
+      id: `key-${randomBytes(4).toString('hex')}`,
+      name: 'default (FERRY_HOME/api-key)',
+      hash,
+      createdAt: Date.now(),
+    });
+  }
+  return { key, source: file };
+}
+
+export class LocalProvider implements Provider {
+  readonly name = 'local' as const;
+  readonly control: ControlStore;
+  readonly blobs: BlobStore;
+  readonly #close: () => Promise<void>;
+  readonly #fixedUrl: string | undefined;
+  #url: string | undefined;
+
+  constructor(private readonly options: LocalProviderOptions) {
+    if (options.stores) {
+      this.control = options.stores.control;
+      this.blobs = options.stores.blobs;
+      this.#fixedUrl = options.stores.url;
+      this.#close = async () => {};
+    } else {
+      const db = openLocalDatabase(path.join(options.home, 'ferry.db'));
+      const blobs = new FileBlobStore(path.join(options.home, 'blobs'));
+      this.control = db.control;
+      this.blobs = blobs;
+      this.#close = async () => {
+        await blobs.close();
+        await db.close();
+      };
+    }
+  }
+
+  uploadArtifact(key: string, filePath: string, onProgress?: (sentBytes: number) => void): Promise<void> {
+    return this.blobs.putFile(key, filePath, onProgress);
+  }
+
+  async provision(records: EndpointRecord[]): Promise<void> {
+    // The pools of a running `ferry serve` reconcile on a timer and roll workers whose fingerprint or config changed.
+    for (const record of records) await this.control.putEndpoint(record);
+  }
+
+  async destroy(records: EndpointRecord[]): Promise<DestroyResult> {
+    const result: DestroyResult = { deleted: [], failed: [] };
+    for (const record of records) {
+      try {
+        await this.control.deleteEndpoint(record.id);
+        if (await this.control.getEndpoint(record.id)) throw new Error('the record is still there');
+        result.deleted.push(record);
+      } catch (error) {
+        result.failed.push({ record, error: (error as Error).message });
+      }
+    }
+    return result;
+  }
+
+  endpointUrl(record: EndpointRecord): string {
+    const base = this.#fixedUrl ?? this.#url ?? `http://127.0.0.1:${defaultServePort(this.options.env)}`;
+    return record.kind === 'lb' ? `${base}/lb/${record.id}` : `${base}/v2/${record.id}`;
+  }
+
+  async serving(): Promise<string | undefined> {
+    if (this.#fixedUrl) return this.#fixedUrl;
+    this.#url = await runningServer(this.options.home);
+    return this.#url;
+  }
+
+  async ensureServing(reporter: Reporter): Promise<ServingState> {
+    const url = await this.serving();
+    if (url) return { url, started: false };
+    reporter.line(`  no platform answers for ${this.options.home}; starting \`ferry serve --detach\``);
+    const info = await startDetached({
+      home: this.options.home,
+      port: defaultServePort(this.options.env),
+      env: this.options.env,
+    });
+    this.#url = info.url;
+    reporter.line(
+      `  started ferry serve (pid ${info.pid}) at ${info.url}; logs in ${path.join(this.options.home, 'serve.log')}`,
+    );
+    return { url: info.url, started: true };
+  }
+
+  apiKey(): Promise<{ key: string; source: string }> {
+    return localApiKey(this.options.home, this.control, this.options.env, this.options.projectDir);
+  }
+
+  close(): Promise<void> {
+    return this.#close();
+  }
+}

@@ -1,0 +1,41 @@
+/**
+ * What a command needs from where endpoints live. The local provider keeps records in FERRY_HOME's
+ * SQLite file and serves them with `ferry serve`; the AWS provider (infra issue) keeps them in
+ * DynamoDB and provisions CloudFormation stacks. Commands only talk to this interface.
+ */
+import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
+import type { ProviderName } from '../config.js';
+import type { Reporter } from '../io.js';
+
+export interface DestroyResult {
+  deleted: EndpointRecord[];
+  failed: Array<{ record: EndpointRecord; error: string }>;
+}
+
+export interface ServingState {
+  url: string;
+  /** True when this call started the platform. */
+  started: boolean;
+}
+
+export interface Provider {
+  readonly name: ProviderName;
+  /** Apps, environments, endpoints and keys: shared by everyone using this provider. */
+  readonly control: ControlStore;
+  readonly blobs: BlobStore;
+  /** Puts the artifact where workers fetch it; `onProgress` gets bytes sent so far. */
+  uploadArtifact(key: string, filePath: string, onProgress?: (sentBytes: number) => void): Promise<void>;
+  /** Creates or updates the endpoints; workers roll when fingerprint or config changed. */
+  provision(records: EndpointRecord[]): Promise<void>;
+  /** Removes endpoints one by one and says which could not be removed (never all-or-nothing silence). */
+  destroy(records: EndpointRecord[]): Promise<DestroyResult>;
+  /** Base URL of an endpoint: `/v2/<id>` for queue-based ones, the route prefix for load-balanced ones. */
+  endpointUrl(record: EndpointRecord): string;
+  /** Makes sure something serves the endpoints (may start it). */
+  ensureServing(reporter: Reporter): Promise<ServingState>;
+  /** Whether the endpoints are served right now, and where. */
+  serving(): Promise<string | undefined>;
+  /** A client API key that the served endpoints accept, and where it came from. */
+  apiKey(): Promise<{ key: string; source: string }>;
+  close(): Promise<void>;
+}

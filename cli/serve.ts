@@ -1,0 +1,92 @@
+/**
+ * `ferry serve` plumbing: server.json (pid, url) in FERRY_HOME says where a platform runs; deploy
+ * probes it and, when nothing answers, starts `ferry serve --detach`, which returns once /v2 answers.
+ */
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, openSync, readFileSync, rmSync } from 'node:fs';
+import path from 'node:path';
+import { z } from 'zod';
+import { FerryError } from '../core/errors.js';
+import { ferryBin } from './config.js';
+
+const serverInfoSchema = z.object({ pid: z.number().int(), url: z.string(), startedAt: z.number() }).strict();
+export type ServerInfo = z.infer<typeof serverInfoSchema>;
+
+export const serverInfoPath = (home: string) => path.join(home, 'server.json');
+
+export function readServerInfo(home: string): ServerInfo | undefined {
+  const file = serverInfoPath(home);
+  if (!existsSync(file)) return undefined;
+  try {
+    return serverInfoSchema.parse(JSON.parse(readFileSync(file, 'utf8')));
+  } catch {
+    return undefined;
+  }
+}
+
+/** True when an HTTP server answers at `url` (any status: the v2 API answers 401/404 without a key). */
+export async function answers(url: string, timeoutMs = 1_500): Promise<boolean> {
+  try {
+    const response = await fetch(`${url}/v2/`, { signal: AbortSignal.timeout(timeoutMs) });
+    await response.arrayBuffer();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The URL of a platform serving FERRY_HOME, or undefined. */
+export async function runningServer(home: string): Promise<string | undefined> {
+  const info = readServerInfo(home);
+  if (!info) return undefined;
+  return (await answers(info.url)) ? info.url : undefined;
+}
+
+export interface DetachOptions {
+  home: string;
+  host?: string;
+  port: number;
+  env: NodeJS.ProcessEnv;
+  /** How long to wait for the platform to answer. */
+  waitMs?: number;
+}
+
+/** Starts `ferry serve` in its own process group, logging to FERRY_HOME/serve.log; resolves with its URL. */
+export async function startDetached(options: DetachOptions): Promise<ServerInfo> {
+  mkdirSync(options.home, { recursive: true });
+  const logPath = path.join(options.home, 'serve.log');
+  rmSync(serverInfoPath(options.home), { force: true });
+  const log = openSync(logPath, 'a');
+  const args = [ferryBin(), 'serve', '--port', String(options.port)];
+  if (options.host) args.push('--host', options.host);
+  const child = spawn(process.execPath, args, {
+    detached: true,
+    stdio: ['ignore', log, log],
+    env: { ...options.env, FERRY_HOME: options.home },
+  });
+  let exited: number | null | undefined;
+  child.once('exit', (code) => {
+    exited = code;
+  });
+  child.unref();
+  const deadline = Date.now() + (options.waitMs ?? 30_000);
+  while (Date.now() < deadline) {
+    if (exited !== undefined) break;
+    const info = readServerInfo(options.home);
+    if (info && info.pid === child.pid && (await answers(info.url))) return info;
+    await new Promise((resolve) => setTimeout(resolve, 150));
+  }
+  if (exited === undefined && child.pid) {
+    try {
+      process.kill(-child.pid, 'SIGTERM');
+    } catch {
+      // already gone
+    }
+  }
+  const tail = existsSync(logPath)
+    ? readFileSync(logPath, 'utf8').trim().split('\n').slice(-8).join('\n')
+    : '';
+  throw new FerryError('failed', `ferry serve did not start${tail ? `:\n${tail}` : ''}`, {
+    hint: `See ${logPath}, or run \`ferry serve\` in another terminal.`,
+  });
+}

@@ -1,0 +1,127 @@
+/**
+ * `ferry dev` through the real binary: init → dev → the dev server's routes run the project's code
+ * in real Python workers (queue runsync, a load-balanced route), /docs, reload on a .py change,
+ * and Ctrl+C stopping everything with exit 0.
+ */
+
+import type { ChildProcess } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CliSandbox, stopChild } from './cli-support.js';
+
+const sandbox = new CliSandbox();
+let project = '';
+let base = '';
+let dev: ChildProcess;
+let output: () => { stdout: string; stderr: string };
+
+beforeAll(async () => {
+  expect((await sandbox.run(['init', 'devproj'])).code).toBe(0);
+  project = path.join(sandbox.root, 'devproj');
+  // The key comes from the project's .env here (spec §5.4); the dev server's own routes need none.
+  writeFileSync(path.join(project, '.env'), 'FERRY_API_KEY=fy_dev_local\n');
+  const started = await sandbox.start(
+    ['dev', '--host', '127.0.0.1', '--port', '0'],
+    /Ferry dev server at (http:\/\/\S+)/,
+    {
+      cwd: project,
+    },
+  );
+  dev = started.child;
+  output = started.output;
+  base = started.match[1]!;
+});
+afterAll(() => sandbox.cleanup());
+
+const post = async (url: string, body: unknown) => {
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: response.status, body: (await response.json()) as Record<string, any> };
+};
+
+describe('ferry dev', () => {
+  it('GET / answers health JSON listing the routes', async () => {
+    const response = await fetch(`${base}/`);
+    expect(response.status).toBe(200);
+    const body = (await response.json()) as { status: string; routes: string[] };
+    expect(body.status).toBe('ok');
+    expect(body.routes).toEqual(
+      expect.arrayContaining([
+        'POST /cpu_worker/runsync',
+        'POST /gpu_worker/runsync',
+        'POST /lb_worker/process',
+        'GET /lb_worker/health',
+      ]),
+    );
+  });
+
+  it('runs a queue job through /<module>/runsync with the {input} wrapper, no auth header', async () => {
+    const result = await post(`${base}/cpu_worker/runsync`, { input: { input_data: { message: 'hi' } } });
+    expect(result.status).toBe(200);
+    expect(result.body.status).toBe('COMPLETED');
+    expect(result.body.id).toEqual(expect.any(String));
+    expect(result.body.output.message).toBe('Hello from the CPU worker: hi');
+    const unwrapped = await post(`${base}/cpu_worker/runsync`, { input_data: {} });
+    expect(unwrapped.status).toBe(400);
+    expect(unwrapped.body.error).toContain('{"input"');
+  });
+
+  it('the GPU template falls back to the CPU without torch', async () => {
+    const result = await post(`${base}/gpu_worker/runsync`, { input: { input_data: { message: 'g' } } });
+    expect(result.body.status).toBe('COMPLETED');
+    expect(result.body.output.gpu.available).toBe(false);
+  });
+
+  it('proxies load-balanced routes with direct JSON', async () => {
+    const result = await post(`${base}/lb_worker/process`, { input_data: { n: 2 } });
+    expect(result.status).toBe(200);
+    expect(result.body).toMatchObject({ status: 'success', echo: { n: 2 } });
+    const health = await fetch(`${base}/lb_worker/health`);
+    expect(await health.json()).toEqual({ status: 'healthy' });
+  });
+
+  it('serves Swagger UI at /docs with docstring summaries', async () => {
+    const page = await fetch(`${base}/docs`);
+    expect(page.status).toBe(200);
+    const spec = (await (await fetch(`${base}/docs/json`)).json()) as {
+      paths: Record<string, Record<string, { summary: string }>>;
+    };
+    expect(spec.paths['/cpu_worker/runsync']!.post!.summary).toBe('Say hello from a CPU worker.');
+    expect(spec.paths['/lb_worker/process']!.post!.summary).toBe('Echo the input back with a timestamp.');
+  });
+
+  it('records live- endpoints in .ferry/resources.json', () => {
+    const resources = JSON.parse(readFileSync(path.join(project, '.ferry', 'resources.json'), 'utf8'));
+    expect(resources.cpu_worker.id).toMatch(/^live-cpu-worker-[0-9a-f]{8}$/);
+    expect(resources.lb_worker.configHash).toEqual(expect.any(String));
+  });
+
+  it('reloads on a .py change: the same endpoint runs the new code', async () => {
+    const file = path.join(project, 'cpu_worker.py');
+    writeFileSync(file, readFileSync(file, 'utf8').replace('Hello from the CPU worker', 'Reloaded worker'));
+    const deadline = Date.now() + 45_000;
+    let message = '';
+    while (Date.now() < deadline) {
+      try {
+        const result = await post(`${base}/cpu_worker/runsync`, { input: { input_data: { message: 'x' } } });
+        message = result.body.output?.message ?? '';
+        if (message.startsWith('Reloaded')) break;
+      } catch {
+        // the server restarts during a reload
+      }
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    expect(message).toBe('Reloaded worker: x');
+    const resources = JSON.parse(readFileSync(path.join(project, '.ferry', 'resources.json'), 'utf8'));
+    expect(output().stderr).toContain(`~ updated live-cpu_worker (${resources.cpu_worker.id})`);
+  });
+
+  it('Ctrl+C stops the server and exits 0', async () => {
+    expect(await stopChild(dev, 'SIGINT')).toBe(0);
+    await expect(fetch(`${base}/`)).rejects.toThrow();
+  });
+});

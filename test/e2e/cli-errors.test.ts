@@ -1,0 +1,74 @@
+/** The error rows of spec §7 that the CLI owns, through the real binary: message, hint, exit code. */
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CliSandbox } from './cli-support.js';
+
+const sandbox = new CliSandbox();
+let project = '';
+
+beforeAll(async () => {
+  const init = await sandbox.run(['init', 'errs']);
+  expect(init.code).toBe(0);
+  project = path.join(sandbox.root, 'errs');
+});
+afterAll(() => sandbox.cleanup());
+
+const noStack = (stderr: string) => expect(stderr).not.toMatch(/\n\s+at .+:\d+:\d+/);
+
+describe('ferry errors', () => {
+  it('deploy with several environments and no --env: "Error: Multiple environments found: a, b", exit 1', async () => {
+    expect((await sandbox.run(['env', 'create', 'staging', '--app', 'errs'])).code).toBe(0);
+    expect((await sandbox.run(['env', 'create', 'dev', '--app', 'errs'])).code).toBe(0);
+    const result = await sandbox.run(['deploy', '--no-serve'], { cwd: project });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('Error: Multiple environments found: dev, staging\n');
+    expect(result.stderr).toContain('hint: Choose one with --env <name>');
+    expect(result.stdout).not.toContain('Deployed');
+    noStack(result.stderr);
+  });
+
+  it('a deployment over the size limit fails with the --exclude <packages> hint', async () => {
+    const result = await sandbox.run(['build'], { cwd: project, env: { FERRY_MAX_ARTIFACT_BYTES: '200' } });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/Error: The deployment is too large/);
+    expect(result.stderr).toContain('--exclude <packages>');
+    const hidden = await sandbox.run(['build', '--max-artifact-bytes', '200'], { cwd: project });
+    expect(hidden.code).toBe(1);
+    expect(hidden.stderr).toContain('--exclude <packages>');
+  });
+
+  it('init over existing files without --force shows the confirmation prompt', async () => {
+    const result = await sandbox.run(['init', 'errs'], { input: '\n' });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('Overwrite them? [y/N]');
+  });
+
+  it('dev without FERRY_API_KEY (environment or .env) fails clearly, exit 1', async () => {
+    const result = await sandbox.run(['dev', '--port', '0'], { cwd: project });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('Error: FERRY_API_KEY is not set');
+    expect(result.stderr).toContain('hint: Copy .env.example to .env');
+    noStack(result.stderr);
+  });
+
+  it('unknown flags, commands and bad values are usage errors: exit 2, message and hint', async () => {
+    for (const args of [
+      ['deploy', '--bogus'],
+      ['frobnicate'],
+      ['build', '--python-version', '2.7'],
+      ['--provider', 'gcp', 'app', 'list'],
+    ]) {
+      const result = await sandbox.run(args, { cwd: project });
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr).toMatch(/^Error: /);
+      expect(result.stderr).toContain('hint:');
+      noStack(result.stderr);
+    }
+  });
+
+  it('--provider aws says it is not available yet (exit 1)', async () => {
+    const result = await sandbox.run(['app', 'list', '--provider', 'aws']);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('AWS provider is not available');
+  });
+});

@@ -1,0 +1,78 @@
+/** `ferry init` through the real binary: files, the overwrite prompt answered on stdin, --force, exit codes. */
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { CliSandbox } from './cli-support.js';
+
+const sandbox = new CliSandbox();
+afterAll(() => sandbox.cleanup());
+
+const templateFiles = [
+  'lb_worker.py',
+  'gpu_worker.py',
+  'cpu_worker.py',
+  '.env.example',
+  '.gitignore',
+  'pyproject.toml',
+  'requirements.txt',
+  'README.md',
+];
+
+describe('ferry init', () => {
+  it('writes the template with the project name substituted', async () => {
+    const result = await sandbox.run(['init', 'my-app']);
+    expect(result.code).toBe(0);
+    const dir = path.join(sandbox.root, 'my-app');
+    for (const file of templateFiles) expect(existsSync(path.join(dir, file)), file).toBe(true);
+    expect(readFileSync(path.join(dir, 'pyproject.toml'), 'utf8')).toContain('name = "my-app"');
+    expect(readFileSync(path.join(dir, '.env.example'), 'utf8')).toMatch(/^FERRY_API_KEY=/m);
+    expect(readFileSync(path.join(dir, '.gitignore'), 'utf8')).toMatch(/^\.ferry\/$/m);
+    expect(readFileSync(path.join(dir, 'lb_worker.py'), 'utf8')).toContain('@api.post("/process")');
+    expect(readFileSync(path.join(dir, 'gpu_worker.py'), 'utf8')).toContain('except ImportError');
+    expect(result.stdout).toBe('');
+    expect(result.stderr).toContain('ferry dev');
+  });
+
+  it('lists conflicts and keeps every file when the answer is n (or empty)', async () => {
+    const dir = path.join(sandbox.root, 'my-app');
+    writeFileSync(path.join(dir, 'cpu_worker.py'), 'mine\n');
+    for (const input of ['n\n', '']) {
+      const result = await sandbox.run(['init', 'my-app'], { input });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain('cpu_worker.py');
+      expect(result.stderr).toContain('[y/N]');
+      expect(result.stderr).toContain('Error: Nothing written');
+      expect(readFileSync(path.join(dir, 'cpu_worker.py'), 'utf8')).toBe('mine\n');
+    }
+  });
+
+  it('overwrites after y, and with --force / -f without asking', async () => {
+    const dir = path.join(sandbox.root, 'my-app');
+    const yes = await sandbox.run(['init', 'my-app'], { input: 'y\n' });
+    expect(yes.code).toBe(0);
+    expect(readFileSync(path.join(dir, 'cpu_worker.py'), 'utf8')).toContain('from ferry import Endpoint');
+    for (const flag of ['--force', '-f']) {
+      writeFileSync(path.join(dir, 'cpu_worker.py'), 'mine\n');
+      const forced = await sandbox.run(['init', 'my-app', flag]);
+      expect(forced.code).toBe(0);
+      expect(forced.stderr).not.toContain('[y/N]');
+      expect(readFileSync(path.join(dir, 'cpu_worker.py'), 'utf8')).toContain('from ferry import Endpoint');
+    }
+  });
+
+  it('`.` is the current folder, named after it', async () => {
+    const dir = path.join(sandbox.root, 'here-proj');
+    mkdirSync(dir);
+    const result = await sandbox.run(['init', '.'], { cwd: dir });
+    expect(result.code).toBe(0);
+    expect(readFileSync(path.join(dir, 'pyproject.toml'), 'utf8')).toContain('name = "here-proj"');
+  });
+
+  it('without a name is a usage error (exit 2) with a hint', async () => {
+    const result = await sandbox.run(['init']);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('Error: ferry init needs a project name');
+    expect(result.stderr).toContain('hint:');
+    expect(result.stderr).not.toMatch(/\n\s+at /);
+  });
+});

@@ -1,0 +1,147 @@
+/**
+ * Runs the real `ferry` binary (node bin/ferry.js; needs `npm run build` — `npm test` does it) in a
+ * temp folder with its own FERRY_HOME, and cleans up every process group and folder it made.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const ferryBin = path.join(repoRoot, 'bin', 'ferry.js');
+
+export interface RunResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+export class CliSandbox {
+  readonly root = mkdtempSync(path.join(tmpdir(), 'ferry-cli-'));
+  readonly home = path.join(this.root, 'home');
+  readonly children = new Set<ChildProcess>();
+
+  env(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
+    const env: NodeJS.ProcessEnv = { ...process.env, FERRY_HOME: this.home, FERRY_PORT: '0', ...extra };
+    if (!('FERRY_API_KEY' in extra)) delete env.FERRY_API_KEY;
+    for (const [k, v] of Object.entries(extra)) if (v === undefined) delete env[k];
+    return env;
+  }
+
+  /** Runs ferry to completion; `input` is written to stdin, then stdin closes. */
+  run(
+    args: string[],
+    options: {
+      cwd?: string;
+      input?: string;
+      env?: Record<string, string | undefined>;
+      timeoutMs?: number;
+    } = {},
+  ): Promise<RunResult> {
+    const child = spawn(process.execPath, [ferryBin, ...args], {
+      cwd: options.cwd ?? this.root,
+      env: this.env(options.env),
+      stdio: ['pipe', 'pipe', 'pipe'],
+      detached: true,
+    });
+    this.children.add(child);
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.on('data', (d) => {
+      stdout += d;
+    });
+    child.stderr!.on('data', (d) => {
+      stderr += d;
+    });
+    child.stdin!.end(options.input ?? '');
+    const timer = setTimeout(() => killGroup(child), options.timeoutMs ?? 90_000);
+    return new Promise((resolve) => {
+      child.on('close', (code) => {
+        clearTimeout(timer);
+        this.children.delete(child);
+        resolve({ code, stdout, stderr });
+      });
+    });
+  }
+
+  /** Starts a long-running ferry command; resolves once stdout matches `ready`. */
+  start(
+    args: string[],
+    ready: RegExp,
+    options: { cwd?: string; env?: Record<string, string | undefined>; timeoutMs?: number } = {},
+  ): Promise<{
+    child: ChildProcess;
+    match: RegExpMatchArray;
+    output: () => { stdout: string; stderr: string };
+  }> {
+    const child = spawn(process.execPath, [ferryBin, ...args], {
+      cwd: options.cwd ?? this.root,
+      env: this.env(options.env),
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
+    this.children.add(child);
+    let stdout = '';
+    let stderr = '';
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        killGroup(child);
+        reject(new Error(`ferry ${args.join(' ')} not ready:\n${stdout}\n${stderr}`));
+      }, options.timeoutMs ?? 60_000);
+      child.stdout!.on('data', (d) => {
+        stdout += d;
+        const match = stdout.match(ready);
+        if (match) {
+          clearTimeout(timer);
+          resolve({ child, match, output: () => ({ stdout, stderr }) });
+        }
+      });
+      child.stderr!.on('data', (d) => {
+        stderr += d;
+      });
+      child.on('close', (code) => {
+        this.children.delete(child);
+        clearTimeout(timer);
+        reject(new Error(`ferry ${args.join(' ')} exited ${code}:\n${stdout}\n${stderr}`));
+      });
+    });
+  }
+
+  /** Stops processes started here, any `ferry serve --detach` of this FERRY_HOME, and removes the folder. */
+  async cleanup(): Promise<void> {
+    const serverJson = path.join(this.home, 'server.json');
+    if (existsSync(serverJson)) {
+      try {
+        const { pid } = JSON.parse(readFileSync(serverJson, 'utf8')) as { pid: number };
+        process.kill(-pid, 'SIGTERM');
+      } catch {
+        // already gone
+      }
+    }
+    await Promise.all([...this.children].map((child) => stopChild(child)));
+    await new Promise((r) => setTimeout(r, 300));
+    rmSync(this.root, { recursive: true, force: true });
+  }
+}
+
+export function killGroup(child: ChildProcess, signal: NodeJS.Signals = 'SIGKILL'): void {
+  try {
+    if (child.pid) process.kill(-child.pid, signal);
+  } catch {
+    // already gone
+  }
+}
+
+/** SIGINT (Ctrl+C) the group; SIGKILL if it is still there after 10 s. Resolves with the exit code. */
+export function stopChild(child: ChildProcess, signal: NodeJS.Signals = 'SIGINT'): Promise<number | null> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => killGroup(child), 10_000);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      resolve(code);
+    });
+    killGroup(child, signal);
+  });
+}
