@@ -387,12 +387,8 @@ export class JobEngine {
     const now = this.clock.now();
     const tally = { requeued: 0, failed: 0, timedOut: 0, expired: 0 };
     for (const job of await this.jobs.listOverdue(now, 500)) {
-      const overran = job.startedAt !== undefined && job.startedAt + job.policy.executionTimeoutMs <= now;
-      if (overran) {
-        const moved = await this.tryMove(job, 'timeOut', () => ({
-          ...this.finalPatch('TIMED_OUT'),
-          error: `Execution timeout of ${job.policy.executionTimeoutMs} ms exceeded`,
-        }));
+      if (overran(job, now)) {
+        const moved = await this.tryMove(job, 'timeOut', () => this.timedOutPatch(job));
         if (moved) tally.timedOut++;
       } else {
         const outcome = await this.lapse(job);
@@ -411,6 +407,34 @@ export class JobEngine {
       if (moved) tally.expired++;
     }
     return tally;
+  }
+
+  /**
+   * Ends a running job as TIMED_OUT if its execution timeout has passed. The AWS agent calls it for
+   * each job its worker holds, so a timeout does not wait for the minute-level sweeper. Answers
+   * `timedOut: true` when this call moved the job, else the deadline while the job still runs
+   * (absent once it is no longer running).
+   */
+  async timeOutIfOverdue(
+    endpointId: string,
+    jobId: string,
+  ): Promise<{ timedOut: boolean; deadlineMs?: number }> {
+    let job = await this.jobs.get(jobId, this.clock.now());
+    while (
+      job &&
+      job.endpointId === endpointId &&
+      job.status === 'IN_PROGRESS' &&
+      job.startedAt !== undefined
+    ) {
+      const current = job;
+      const deadlineMs = job.startedAt + job.policy.executionTimeoutMs;
+      if (deadlineMs > this.clock.now()) return { timedOut: false, deadlineMs };
+      if (await this.tryMove(current, 'timeOut', () => this.timedOutPatch(current)))
+        return { timedOut: true };
+      // Lost a race (a ping renewed the lease, or the job ended): read again and decide again.
+      job = await this.jobs.get(jobId, this.clock.now());
+    }
+    return { timedOut: false };
   }
 
   /**
@@ -439,6 +463,13 @@ export class JobEngine {
   private finalPatch(status: 'COMPLETED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT') {
     const now = this.clock.now();
     return { status, finishedAt: now, leaseUntil: undefined } satisfies JobPatch;
+  }
+
+  private timedOutPatch(job: Job): JobPatch {
+    return {
+      ...this.finalPatch('TIMED_OUT'),
+      error: `Execution timeout of ${job.policy.executionTimeoutMs} ms exceeded`,
+    };
   }
 
   /** Final moves also set the retention clock; computed here so every final move gets it. */
@@ -596,6 +627,12 @@ export class JobEngine {
     });
   }
 }
+
+/** A running job whose execution timeout has passed at `nowMs`. */
+const overran = (job: Job, nowMs: number): boolean =>
+  job.status === 'IN_PROGRESS' &&
+  job.startedAt !== undefined &&
+  job.startedAt + job.policy.executionTimeoutMs <= nowMs;
 
 function workerJobOf(job: Job): WorkerJob {
   const out: WorkerJob = { id: job.id, input: job.input };

@@ -1,0 +1,74 @@
+/**
+ * The agent bundle: esbuild makes one agent.mjs that Node can parse, and that, started with no
+ * configuration, names the missing variables and exits 2 at once (no stack trace).
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { bundleAgent } from '../../worker-image/agent/bundle.js';
+import { parseAgentEnv } from '../../worker-image/agent/config.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'ferry-agent-bundle-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('agent bundle', () => {
+  it('bundles into agent.mjs that parses and exits 2 without configuration', async () => {
+    const file = await bundleAgent(dir);
+    expect(file).toBe(join(dir, 'agent.mjs'));
+    expect(statSync(file).size).toBeGreaterThan(10_000);
+
+    const check = spawnSync(process.execPath, ['--check', file], { encoding: 'utf8' });
+    expect(check.status, check.stderr).toBe(0);
+
+    const run = spawnSync(process.execPath, [file], {
+      encoding: 'utf8',
+      env: { PATH: process.env.PATH ?? '' },
+      timeout: 20_000,
+    });
+    expect(run.status, run.stderr).toBe(2);
+    expect(run.stderr).toContain('FERRY_ENDPOINT_ID is required');
+    expect(run.stderr).toContain('AWS_REGION is required');
+    expect(run.stderr).not.toMatch(/\n\s+at /); // no stack trace
+  }, 60_000);
+});
+
+describe('agent configuration', () => {
+  const good = {
+    FERRY_ENDPOINT_ID: 'ep1',
+    FERRY_JOBS_TABLE: 'jobs',
+    FERRY_CHUNKS_TABLE: 'chunks',
+    FERRY_WORKERS_TABLE: 'workers',
+    FERRY_BUCKET: 'bucket',
+    FERRY_QUEUE_URL: 'https://sqs.us-east-1.amazonaws.com/123/ferry-ep1',
+    AWS_REGION: 'us-east-1',
+    FERRY_APP: 'ignored: the worker shares these',
+  };
+
+  it('reads the variables with defaults', () => {
+    const parsed = parseAgentEnv(good);
+    expect(parsed.ok).toBe(true);
+    if (!parsed.ok) return;
+    expect(parsed.env.FERRY_AGENT_PORT).toBe(8080);
+    expect(parsed.env.FERRY_DRAIN_MS).toBe(110_000);
+    expect(parsed.env.FERRY_AGENT_HOST).toBe('127.0.0.1');
+    expect(parsed.env.ECS_AGENT_URI).toBeUndefined();
+  });
+
+  it('names each bad variable', () => {
+    const parsed = parseAgentEnv({
+      ...good,
+      FERRY_AGENT_PORT: '70000',
+      FERRY_QUEUE_URL: 'not a url',
+      FERRY_DRAIN_MS: '200000',
+      FERRY_BUCKET: '',
+    });
+    expect(parsed.ok).toBe(false);
+    if (parsed.ok) return;
+    expect(parsed.problems.join('\n')).toMatch(/FERRY_AGENT_PORT must be a port/);
+    expect(parsed.problems.join('\n')).toMatch(/FERRY_QUEUE_URL must be a URL/);
+    expect(parsed.problems.join('\n')).toMatch(/FERRY_DRAIN_MS must be at most 120000/);
+    expect(parsed.problems.join('\n')).toMatch(/FERRY_BUCKET is required/);
+  });
+});

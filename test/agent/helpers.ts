@@ -1,0 +1,135 @@
+/**
+ * Shared parts of the agent tests: the agent wired to the emulators of one AwsFixture, a "client
+ * side" engine standing in for the Lambda handlers (/run writes the job to DynamoDB and sends the SQS
+ * message; cancel is a conditional write), and a real Python worker started with agent.workerEnv().
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { PollingChangeFeed } from '../../core/changes.js';
+import { systemClock } from '../../core/clock.js';
+import { JobEngine } from '../../core/engine.js';
+import type { Logger } from '../../core/log.js';
+import { type Agent, type AgentOptions, startAgent } from '../../worker-image/agent/agent.js';
+import { type AwsFixture, dynamoClientFor } from '../support/emulators.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = join(here, '..', '..');
+export const fixtureApp = join(here, 'fixtures');
+
+/** Collects the agent's log lines; tests print them when something fails. */
+export function memoryLog(): Logger & { lines: string[] } {
+  const lines: string[] = [];
+  return {
+    lines,
+    info: (m) => lines.push(`info ${m}`),
+    warn: (m) => lines.push(`warn ${m}`),
+    error: (m) => lines.push(`error ${m}`),
+  };
+}
+
+export async function agentOn(
+  aws: AwsFixture,
+  endpointId: string,
+  extra: Partial<AgentOptions> = {},
+): Promise<{ agent: Agent; close(): Promise<void> }> {
+  const dynamo = dynamoClientFor(aws.dynamo.endpoint);
+  const agent = await startAgent({
+    endpointId,
+    clients: { dynamo, sqs: aws.sqs, s3: aws.s3 },
+    tables: aws.tables,
+    queueUrlFor: aws.queueUrlFor,
+    bucket: aws.bucket,
+    // The fixture's job stores keep payloads under 'ferry/'; the agent must agree (as with the Lambdas).
+    blobPrefix: 'ferry/',
+    port: 0,
+    workerWaitMs: 4_000,
+    pollMs: 200,
+    pingIntervalMs: 500,
+    tickMs: 200,
+    log: memoryLog(),
+    ...extra,
+  });
+  return {
+    agent,
+    async close() {
+      await agent.close();
+      dynamo.destroy();
+    },
+  };
+}
+
+/** The API side (what the Lambda handlers run): same adapters, a separate engine and change feed. */
+export function apiEngine(aws: AwsFixture): { engine: JobEngine; close(): void } {
+  const changes = new PollingChangeFeed(systemClock, 200);
+  const engine = new JobEngine({
+    jobs: aws.jobs(),
+    queue: aws.queue(),
+    workers: aws.workers(),
+    changes,
+    clock: systemClock,
+  });
+  return { engine, close: () => changes.close() };
+}
+
+export interface PythonWorker {
+  child: ChildProcess;
+  output: string[];
+  stop(): Promise<void>;
+}
+
+/** `python3 -m ferry.worker` on the fixture project, with the env the agent hands its worker. */
+export function startPythonWorker(agent: Agent, target = 'Fixture'): PythonWorker {
+  const output: string[] = [];
+  const child = spawn('python3', ['-m', 'ferry.worker'], {
+    cwd: fixtureApp,
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '',
+      PYTHONPATH: join(repo, 'worker-image', 'python'),
+      PYTHONUNBUFFERED: '1',
+      FERRY_APP_DIR: fixtureApp,
+      FERRY_MODULE: 'agent_app',
+      FERRY_TARGET: target,
+      FERRY_GRACE_MS: '2000',
+      // The worker exits if the test process dies: no orphans.
+      FERRY_PARENT_PID: String(process.pid),
+      ...agent.workerEnv(),
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  for (const stream of [child.stdout, child.stderr]) {
+    stream?.setEncoding('utf8');
+    stream?.on('data', (data: string) => output.push(data));
+  }
+  const exited = once(child, 'exit');
+  return {
+    child,
+    output,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Polls `check` until it returns a value other than undefined, or fails after `timeoutMs`. */
+export async function eventually<T>(
+  what: string,
+  check: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 20_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(100);
+  }
+}

@@ -1,0 +1,333 @@
+/**
+ * The agent's task lifecycle on DynamoDB Local + fauxqs: ECS task scale-in protection (against a fake
+ * ECS agent endpoint that records requests), drain on SIGTERM, and the exit when a worker will not let
+ * go of a stopped job. Workers here are a real Python worker, or plain fetch calls where the test
+ * needs a worker that misbehaves on purpose.
+ */
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { type AddressInfo, createServer as createNetServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Agent } from '../../worker-image/agent/agent.js';
+import { bundleAgent } from '../../worker-image/agent/bundle.js';
+import { type AwsFixture, fakeAwsConfig, startAwsFixture } from '../support/emulators.js';
+import {
+  agentOn,
+  apiEngine,
+  eventually,
+  memoryLog,
+  type PythonWorker,
+  sleep,
+  startPythonWorker,
+} from './helpers.js';
+
+let aws: AwsFixture;
+let api: ReturnType<typeof apiEngine>;
+const cleanups: (() => Promise<void> | void)[] = [];
+
+beforeAll(async () => {
+  aws = await startAwsFixture();
+  api = apiEngine(aws);
+});
+
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+afterAll(async () => {
+  api?.close();
+  await aws?.stop();
+});
+
+const newEndpoint = () => `agent-${randomUUID().slice(0, 8)}`;
+
+async function startAgent(endpointId: string, extra: Parameters<typeof agentOn>[2] = {}) {
+  const handle = await agentOn(aws, endpointId, extra);
+  cleanups.push(() => handle.close());
+  return handle.agent;
+}
+
+function pythonWorker(agent: Agent): PythonWorker {
+  const worker = startPythonWorker(agent);
+  cleanups.push(() => worker.stop());
+  return worker;
+}
+
+/** A worker speaking the protocol by hand. */
+function handWorker(agent: Agent, endpointId: string) {
+  const base = `${agent.url}/v2/${endpointId}`;
+  const headers = { authorization: agent.workerToken };
+  return {
+    async take(): Promise<{ status: number; job?: { id: string }; ms: number }> {
+      const started = Date.now();
+      const response = await fetch(`${base}/job-take/hand?agent=1`, { headers });
+      const ms = Date.now() - started;
+      if (response.status !== 200) return { status: response.status, ms };
+      return { status: 200, job: (await response.json()) as { id: string }, ms };
+    },
+    async ping(jobIds: string[]): Promise<number> {
+      const response = await fetch(`${base}/ping/hand?job_id=${jobIds.join(',')}`, { headers });
+      await response.arrayBuffer();
+      return response.status;
+    },
+  };
+}
+
+interface Recorded {
+  method: string;
+  url: string;
+  body: unknown;
+}
+
+/** A stand-in for the ECS agent's task-protection endpoint. `failFirst` answers 500 to the first PUT. */
+async function fakeEcsAgent(options: { failFirst?: boolean } = {}) {
+  const requests: Recorded[] = [];
+  let failNext = options.failFirst ?? false;
+  const server: Server = createServer((req, res) => {
+    let body = '';
+    req.setEncoding('utf8');
+    req.on('data', (chunk: string) => {
+      body += chunk;
+    });
+    req.on('end', () => {
+      requests.push({
+        method: req.method ?? '',
+        url: req.url ?? '',
+        body: body ? JSON.parse(body) : undefined,
+      });
+      if (failNext) {
+        failNext = false;
+        res
+          .writeHead(500, { 'content-type': 'application/json' })
+          .end('{"error":{"Code":"ServerException"}}');
+        return;
+      }
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"protection":{}}');
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const uri = `http://127.0.0.1:${(server.address() as AddressInfo).port}/api/task-1`;
+  cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  return { uri, requests };
+}
+
+describe('ECS task scale-in protection', () => {
+  it('is on while the worker holds a job and off once it is idle; failures are not fatal', async () => {
+    const endpointId = newEndpoint();
+    const ecs = await fakeEcsAgent({ failFirst: true });
+    const log = memoryLog();
+    const agent = await startAgent(endpointId, {
+      log,
+      ecs: { agentUri: ecs.uri, protectionMinutes: 30, protectionOffAfterMs: 0 },
+    });
+    pythonWorker(agent);
+    expect(ecs.requests).toEqual([]); // idle from the start: nothing to protect
+
+    const job = await api.engine.submit(
+      endpointId,
+      { input: { method: 'nap', seconds: 2 } },
+      { sync: false },
+    );
+    // The first PUT fails (500); the next tick tries again while the job still runs.
+    const on = await eventually('protection to be turned on', () =>
+      ecs.requests.length >= 2 ? ecs.requests.slice(0, 2) : undefined,
+    );
+    for (const request of on) {
+      expect(request.method).toBe('PUT');
+      expect(request.url).toBe('/api/task-1/task-protection/v1/state');
+      expect(request.body).toEqual({ ProtectionEnabled: true, ExpiresInMinutes: 30 });
+    }
+    expect(log.lines.join('\n')).toMatch(/task protection on: HTTP 500/);
+    expect((await api.engine.status(endpointId, job.id)).status).toBe('IN_PROGRESS');
+
+    const view = await api.engine.statusSync(endpointId, job.id, 20_000);
+    expect(view.status).toBe('COMPLETED');
+    const off = await eventually('protection to be turned off', () =>
+      ecs.requests.find((r) => (r.body as { ProtectionEnabled?: boolean }).ProtectionEnabled === false),
+    );
+    expect(off).toEqual({
+      method: 'PUT',
+      url: '/api/task-1/task-protection/v1/state',
+      body: { ProtectionEnabled: false },
+    });
+    // Exactly one successful "on" while busy: no flapping between ticks.
+    const ons = ecs.requests.filter((r) => (r.body as { ProtectionEnabled?: boolean }).ProtectionEnabled);
+    expect(ons).toHaveLength(2);
+  });
+});
+
+describe('drain (SIGTERM)', () => {
+  it('refuses new takes without asking the queue and lets the running job finish', async () => {
+    const endpointId = newEndpoint();
+    const agent = await startAgent(endpointId, { drainMs: 20_000 });
+    pythonWorker(agent);
+    const running = await api.engine.submit(
+      endpointId,
+      { input: { method: 'nap', seconds: 2 } },
+      { sync: false },
+    );
+    await eventually('the job to be taken', () => (agent.held().includes(running.id) ? true : undefined));
+
+    const drainStarted = Date.now();
+    const drained = agent.drain();
+    expect(agent.drain()).toBe(drained); // one drain, however many signals
+    const waiting = await api.engine.submit(endpointId, { input: { method: 'echo' } }, { sync: false });
+    const take = await handWorker(agent, endpointId).take();
+    expect(take.status).toBe(204);
+    expect(take.ms).toBeGreaterThanOrEqual(900); // held briefly so a worker does not spin
+    expect(take.ms).toBeLessThan(3_000); // but not the 4 s long poll: the queue is not asked
+
+    await drained;
+    expect(Date.now() - drainStarted).toBeGreaterThan(500); // it waited for the job
+    expect((await api.engine.status(endpointId, running.id)).status).toBe('COMPLETED');
+    await sleep(500);
+    expect((await api.engine.status(endpointId, waiting.id)).status).toBe('IN_QUEUE');
+    const health = await api.engine.health(endpointId);
+    expect(health.workers).toEqual({ idle: 0, running: 0 }); // the registry forgot this task
+  });
+
+  it('requeues what is still held at the drain deadline', async () => {
+    const endpointId = newEndpoint();
+    const agent = await startAgent(endpointId, { drainMs: 1_000 });
+    const worker = handWorker(agent, endpointId);
+    const job = await api.engine.submit(endpointId, { input: { method: 'echo' } }, { sync: false });
+    const taken = await worker.take();
+    expect(taken.job?.id).toBe(job.id);
+    expect((await api.engine.status(endpointId, job.id)).status).toBe('IN_PROGRESS');
+
+    const started = Date.now();
+    await agent.drain();
+    expect(Date.now() - started).toBeGreaterThanOrEqual(900);
+    expect(Date.now() - started).toBeLessThan(6_000);
+    expect((await api.engine.status(endpointId, job.id)).status).toBe('IN_QUEUE');
+    expect(agent.held()).toEqual([]);
+  });
+});
+
+describe('a worker that keeps a stopped job', () => {
+  it('makes the agent exit 1 after the grace period, requeueing its other jobs', async () => {
+    const endpointId = newEndpoint();
+    const exits: number[] = [];
+    const log = memoryLog();
+    const agent = await startAgent(endpointId, { stopGraceMs: 1_000, exit: (code) => exits.push(code), log });
+    const worker = handWorker(agent, endpointId);
+    const stuck = await api.engine.submit(endpointId, { input: { method: 'echo' } }, { sync: false });
+    const other = await api.engine.submit(endpointId, { input: { method: 'echo' } }, { sync: false });
+    const first = await worker.take();
+    const second = await worker.take();
+    expect([first.job?.id, second.job?.id].sort()).toEqual([stuck.id, other.id].sort());
+
+    await api.engine.cancel(endpointId, stuck.id);
+    // The worker ignores the stop and keeps saying it holds both jobs.
+    const started = Date.now();
+    while (exits.length === 0 && Date.now() - started < 10_000) {
+      expect(await worker.ping([stuck.id, other.id])).toBe(200);
+      await sleep(200);
+    }
+    expect(exits).toEqual([1]);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(900);
+    expect(log.lines.join('\n')).toContain(`kept stopped job(s) ${stuck.id}`);
+    expect((await api.engine.status(endpointId, stuck.id)).status).toBe('CANCELLED');
+    expect((await api.engine.status(endpointId, other.id)).status).toBe('IN_QUEUE');
+  });
+
+  it('does not exit while the worker lets go within the grace period', async () => {
+    const endpointId = newEndpoint();
+    const exits: number[] = [];
+    const agent = await startAgent(endpointId, { stopGraceMs: 1_500, exit: (code) => exits.push(code) });
+    const worker = handWorker(agent, endpointId);
+    const job = await api.engine.submit(endpointId, { input: { method: 'echo' } }, { sync: false });
+    expect((await worker.take()).job?.id).toBe(job.id);
+    await api.engine.cancel(endpointId, job.id);
+    await sleep(400);
+    // A late job-done for a stopped job is refused (409) and lets the agent forget it.
+    const done = await fetch(`${agent.url}/v2/${endpointId}/job-done/hand/${job.id}?agent=1`, {
+      method: 'POST',
+      headers: { authorization: agent.workerToken },
+      body: JSON.stringify({ output: 'too late' }),
+    });
+    expect(done.status).toBe(409);
+    expect(agent.held()).toEqual([]);
+    await sleep(2_000);
+    expect(exits).toEqual([]);
+  });
+});
+
+describe('the bundled agent (main.ts)', () => {
+  async function freePort(): Promise<number> {
+    const server = createNetServer();
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const { port } = server.address() as AddressInfo;
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    return port;
+  }
+
+  it('reads its env, serves the worker, and on SIGTERM drains, requeues and exits 0', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ferry-agent-main-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const file = await bundleAgent(dir);
+    const endpointId = newEndpoint();
+    const port = await freePort();
+    const token = `fyw_${randomUUID()}`;
+    const child = spawn(process.execPath, [file], {
+      env: {
+        PATH: process.env.PATH ?? '',
+        FERRY_ENDPOINT_ID: endpointId,
+        FERRY_JOBS_TABLE: aws.tables.jobs,
+        FERRY_CHUNKS_TABLE: aws.tables.chunks,
+        FERRY_WORKERS_TABLE: aws.tables.workers,
+        FERRY_BUCKET: aws.bucket,
+        FERRY_BLOB_PREFIX: 'ferry/',
+        FERRY_QUEUE_URL: await aws.queueUrlFor(endpointId),
+        FERRY_QUEUE_URL_LOW: await aws.queueUrlFor(endpointId, { lowPriority: true }),
+        FERRY_WORKER_TOKEN: token,
+        FERRY_AGENT_PORT: String(port),
+        FERRY_DRAIN_MS: '1000',
+        AWS_REGION: fakeAwsConfig.region,
+        AWS_ACCESS_KEY_ID: fakeAwsConfig.credentials.accessKeyId,
+        AWS_SECRET_ACCESS_KEY: fakeAwsConfig.credentials.secretAccessKey,
+        // The SDK's service-specific endpoint variables point the clients at the emulators.
+        AWS_ENDPOINT_URL_DYNAMODB: aws.dynamo.endpoint,
+        AWS_ENDPOINT_URL_SQS: aws.fauxqs.endpoint,
+        AWS_ENDPOINT_URL_S3: aws.fauxqs.endpoint,
+        FERRY_APP: 'shared with the worker; ignored',
+      },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (data: string) => {
+      stderr += data;
+    });
+    const exited = once(child, 'exit') as Promise<[number | null, string | null]>;
+    cleanups.push(() => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    });
+    await eventually('the agent to listen', () =>
+      stderr.includes('serving the worker protocol') ? true : undefined,
+    );
+
+    const job = await api.engine.submit(endpointId, { input: { method: 'echo' } }, { sync: false });
+    const base = `http://127.0.0.1:${port}/v2/${endpointId}`;
+    const wrong = await fetch(`${base}/job-take/w?agent=1`, {
+      headers: { authorization: 'fyw_wrong-token-123' },
+    });
+    expect(wrong.status).toBe(401);
+    const taken = await fetch(`${base}/job-take/w?agent=1`, { headers: { authorization: token } });
+    expect(taken.status, stderr).toBe(200);
+    expect(((await taken.json()) as { id: string }).id).toBe(job.id);
+
+    child.kill('SIGTERM');
+    const [code] = await exited;
+    expect(code, stderr).toBe(0);
+    expect(stderr).toContain('drain deadline: 1 job(s) went back to the queue');
+    expect((await api.engine.status(endpointId, job.id)).status).toBe('IN_QUEUE');
+  });
+});

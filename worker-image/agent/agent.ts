@@ -1,0 +1,714 @@
+/**
+ * The agent sidecar: one per ECS task, beside the worker container, sharing its network namespace.
+ * It serves the RunPod worker protocol on localhost to the worker (the `ferry` runtime or any image
+ * built on RunPod's worker SDK, unchanged), backed by SQS + DynamoDB through the same JobEngine and
+ * V2Api worker routes as every other front door: nothing here speaks the protocol itself.
+ *
+ *   worker ──RUNPOD_WEBHOOK_*──▶ agent :port /v2/<endpointId>/{job-take,job-take-batch,job-stop,
+ *                                       job-done,job-stream,ping}/<worker>[/<job>]
+ *                                  │
+ *                                  └─▶ V2Api ─▶ JobEngine ─▶ SqsJobQueue · DynamoJobStore · DynamoWorkerRegistry
+ *
+ * ── Public contract (kept stable: the Lambda handlers' "AWS in a box" test uses it) ─────────────────
+ *
+ *   const agent = await startAgent({ endpointId, clients: { dynamo, sqs, s3 }, tables, queueUrlFor, bucket });
+ *   agent.url            http://127.0.0.1:<port>
+ *   agent.workerId       the one worker identity of this task (registry, leases, job-stop)
+ *   agent.workerToken    what the worker sends as Authorization (RUNPOD_AI_API_KEY)
+ *   agent.workerEnv()    RUNPOD_* and FERRY_MODE for the worker container, pointing at this agent
+ *   agent.drain()        SIGTERM: stop handing out jobs, let held jobs finish, requeue the rest
+ *   agent.close()        stop serving (twice is fine); injected clients stay open (their owner's)
+ *
+ * ── Leases and visibility (why there is no ChangeMessageVisibility heartbeat) ──────────────────────
+ *
+ *   receive (hidden for leaseMs) ─▶ conditional claim in DynamoDB ─▶ DeleteMessage ─▶ … job runs …
+ *          └─────────── a few ms: one GetItem, one conditional Put ───────────┘
+ *
+ * SQS only dispatches; DynamoDB is the truth (reference/aws-anchor.md §1: visibility caps at 12 h, so
+ * a GPU job may outlive any message). The engine claims the job with a conditional write, then deletes
+ * the message at once. From then on the job is guarded by its lease in DynamoDB, which the worker's
+ * ping renews (engine.ping). No message stays in flight while the job runs, so there is nothing whose
+ * visibility could need extending. If this task dies, the lease lapses and the sweeper (a scheduled
+ * Lambda running engine.sweep) requeues the job with a new message, or fails it after maxAttempts.
+ * The only window where visibility matters is between receive and claim: if the agent dies there, the
+ * message comes back after the receive's visibility (leaseMs) and the next taker claims it; if it dies
+ * after the claim but before the delete, the message comes back, the next taker's claim finds the job
+ * IN_PROGRESS and drops the message, and the lapsed lease requeues the job.
+ *
+ * ── Stops and timeouts ─────────────────────────────────────────────────────────────────────────────
+ *
+ * Cancel (a Lambda) and timeouts reach the worker through job-stop (engine.jobsToStop reads DynamoDB;
+ * a PollingChangeFeed re-reads every `pollMs`, since the Lambda cannot notify this process). The agent
+ * times out the jobs its worker holds itself, at startedAt + policy.executionTimeoutMs, instead of
+ * waiting for the minute-level sweeper. A worker that keeps a stopped job longer than `stopGraceMs`
+ * (Python cannot interrupt a handler stuck in C code) makes the agent exit 1: the agent container is
+ * essential, so ECS stops the task, which kills the worker, and the service starts a fresh task. Any
+ * other job the worker held goes back to the queue first.
+ *
+ * ── ECS task scale-in protection ───────────────────────────────────────────────────────────────────
+ *
+ * While the worker holds a job, `PUT $ECS_AGENT_URI/task-protection/v1/state`
+ * `{"ProtectionEnabled": true, "ExpiresInMinutes": N}` keeps scale-in from killing it (renewed at half
+ * of N); once idle for `protectionOffAfterMs`, `{"ProtectionEnabled": false}`. Failures are logged and
+ * retried on the next tick, never fatal: losing protection only risks a requeue.
+ *
+ * ── Drain (SIGTERM) ────────────────────────────────────────────────────────────────────────────────
+ *
+ * ECS sends SIGTERM to every container of a stopping task and SIGKILL after stopTimeout (≤ 120 s).
+ * drain() makes job-take answer 204 without touching the queue (after a 1 s pause, so a worker that
+ * asks again at once does not spin; in-flight takes are aborted, and a job claimed for an aborted take
+ * goes straight back to the queue), keeps serving job-done/job-stream/ping/job-stop so held jobs
+ * can finish, waits up to `drainMs` (default 110 s), then requeues whatever is still held
+ * (engine.workerGone) and turns protection off.
+ */
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import type { S3Client } from '@aws-sdk/client-s3';
+import type { SQSClient } from '@aws-sdk/client-sqs';
+import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import {
+  DynamoJobStore,
+  type DynamoTableNames,
+  DynamoWorkerRegistry,
+} from '../../core/adapters/aws/dynamo.js';
+import { S3BlobStore } from '../../core/adapters/aws/s3.js';
+import { type QueueUrlFor, SqsJobQueue } from '../../core/adapters/aws/sqs.js';
+import { type ApiRequest, type ApiResponse, V2Api } from '../../core/api.js';
+import { type Authenticator, credentialOf, hashKey, KeyAuthenticator, newSecret } from '../../core/auth.js';
+import { PollingChangeFeed } from '../../core/changes.js';
+import { systemClock } from '../../core/clock.js';
+import { JobEngine, type WebhookSender } from '../../core/engine.js';
+import { errorBody, FerryError, httpStatus } from '../../core/errors.js';
+import { limits } from '../../core/limits.js';
+import { type Logger, stderrLogger } from '../../core/log.js';
+import type { Clock, ControlStore, EndpointRecord } from '../../core/ports.js';
+import { HttpWebhookSender } from '../../core/webhooks.js';
+
+/** The tables the agent reads and writes (dynamoSchema naming); it never touches the control table. */
+export type AgentTables = Pick<DynamoTableNames, 'jobs' | 'chunks' | 'workers'>;
+
+export interface AgentOptions {
+  endpointId: string;
+  /** Injected so tests use the emulators; the agent never destroys them. */
+  clients: { dynamo: DynamoDBClient; sqs: SQSClient; s3: S3Client };
+  tables: AgentTables;
+  /** The endpoint's urgent queue, or its low-priority one (as SqsJobQueue expects). */
+  queueUrlFor: QueueUrlFor;
+  /** Where job payloads too big for a DynamoDB item live. */
+  bucket: string;
+  /** Key prefix of those payloads in the bucket; must match the Lambda handlers' (default ''). */
+  blobPrefix?: string;
+  /** Default 127.0.0.1: the worker shares the task's network namespace. */
+  host?: string;
+  /** Default 8080; 0 picks a free port. */
+  port?: number;
+  /** Default: env FERRY_WORKER_TOKEN, else a new random token. */
+  workerToken?: string;
+  /** Default `<endpointId>-<random>`; unique per task. */
+  workerId?: string;
+  /** A taken job's lease, renewed by the worker's ping (default limits.leaseMs). */
+  leaseMs?: number;
+  maxAttempts?: number;
+  /** How long job-take and job-stop are held (default and max 20 s). */
+  workerWaitMs?: number;
+  /** How often waits re-read DynamoDB for changes made elsewhere (cancel from a Lambda); 500 ms. */
+  pollMs?: number;
+  /** RUNPOD_PING_INTERVAL handed to the worker (default 10 s, the RunPod SDK's). */
+  pingIntervalMs?: number;
+  /** How long the worker may keep a job it was told to stop before the agent exits 1 (30 s). */
+  stopGraceMs?: number;
+  /** How long drain() lets held jobs finish (default env FERRY_DRAIN_MS, else 110 s). */
+  drainMs?: number;
+  /** While draining, how long a job-take is held before its 204 (default 1 s; avoids a busy loop). */
+  drainTakeHoldMs?: number;
+  /** How often held jobs are checked (stops, protection). Default 1 s. */
+  tickMs?: number;
+  ecs?: {
+    agentUri: string;
+    fetch?: typeof fetch;
+    /** ExpiresInMinutes of each protection (1–2880; default 60, renewed at half). */
+    protectionMinutes?: number;
+    /** How long the worker must be idle before protection is turned off (default 2 s). */
+    protectionOffAfterMs?: number;
+  };
+  /** Final-status webhooks of jobs this agent ends (job-done, its own timeouts). */
+  webhooks?: WebhookSender;
+  clock?: Clock;
+  log?: Logger;
+  /** What a stuck stopped job leads to; default process.exit. */
+  exit?: (code: number) => void;
+}
+
+export interface Agent {
+  readonly url: string;
+  readonly workerId: string;
+  readonly workerToken: string;
+  /** The RUNPOD_* / FERRY_* environment the worker container needs. */
+  workerEnv(): Record<string, string>;
+  /** The job ids the worker holds, as the agent saw them taken and not yet given back. */
+  held(): string[];
+  /** Resolves once held jobs finished or were requeued; the same promise when called again. */
+  drain(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** SQS long polls are at most 20 s; a longer job-take would only add a second receive. */
+const maxWorkerWaitMs = 20_000;
+/** A ping that leaves out a job taken this recently may have been composed before the worker got it. */
+const pingSettleMs = 5_000;
+const workerRoutes = new Set(['job-take', 'job-take-batch', 'job-stop', 'job-done', 'job-stream', 'ping']);
+/** Above every worker-route limit, so the API answers with its own message. */
+const bodyLimitBytes = limits.jobDoneBodyBytes + 1024 * 1024;
+
+interface HeldJob {
+  takenAt: number;
+  /** When the agent first saw the job should stop (cancelled, timed out, gone). */
+  stoppedAt?: number;
+  timer: AbortController;
+}
+
+export async function startAgent(options: AgentOptions): Promise<Agent> {
+  const agent = new AgentServer(options);
+  await agent.listen();
+  return agent;
+}
+
+class AgentServer implements Agent {
+  readonly workerId: string;
+  readonly workerToken: string;
+  url = '';
+
+  private readonly endpointId: string;
+  private readonly clock: Clock;
+  private readonly log: Logger;
+  private readonly doc: DynamoDBDocumentClient;
+  private readonly queue: SqsJobQueue;
+  private readonly changes: PollingChangeFeed;
+  private readonly engine: JobEngine;
+  private readonly api: V2Api;
+  private readonly auth: Authenticator;
+  private readonly webhooks: WebhookSender;
+  private readonly ownWebhooks: HttpWebhookSender | undefined;
+  private readonly server = createServer((req, res) => void this.serve(req, res));
+  private readonly heldJobs = new Map<string, HeldJob>();
+  /** Aborts job-take long polls once draining starts. */
+  private readonly draining = new AbortController();
+  /** Aborts every long poll and timer on close. */
+  private readonly closing = new AbortController();
+  private readonly protection = { on: false, renewAt: 0, idleSince: 0 };
+  private protecting: Promise<void> | undefined;
+  private takesInFlight = 0;
+  private drained: Promise<void> | undefined;
+  private closed: Promise<void> | undefined;
+  private fatal = false;
+  private drainFinished = false;
+  private ticking: Promise<void> | undefined;
+
+  constructor(private readonly options: AgentOptions) {
+    this.endpointId = options.endpointId;
+    this.clock = options.clock ?? systemClock;
+    this.log = options.log ?? prefixed(stderrLogger, 'ferry-agent: ');
+    this.workerToken = options.workerToken ?? process.env.FERRY_WORKER_TOKEN ?? newSecret('fyw');
+    this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
+    const leaseMs = options.leaseMs ?? limits.leaseMs;
+
+    // removeUndefinedValues: a JobPatch removes a field by setting it to undefined.
+    this.doc = DynamoDBDocumentClient.from(options.clients.dynamo, {
+      marshallOptions: { removeUndefinedValues: true },
+    });
+    const blobs = new S3BlobStore({
+      client: options.clients.s3,
+      bucket: options.bucket,
+      prefix: options.blobPrefix ?? '',
+    });
+    const warn = (message: string) => this.log.warn(message);
+    // The API turns unexpected errors into a bare 500 "Internal error" for the worker; the agent's
+    // log is where a throttled table or a missing permission must show, so the adapters say it here.
+    const jobs = logged(
+      'jobs',
+      new DynamoJobStore({ doc: this.doc, tables: options.tables, blobs, warn }),
+      this.log,
+    );
+    this.queue = new SqsJobQueue({ client: options.clients.sqs, queueUrlFor: options.queueUrlFor, warn });
+    const queue = logged('queue', this.queue, this.log);
+    const workers = logged(
+      'workers',
+      new DynamoWorkerRegistry({ doc: this.doc, table: options.tables.workers }),
+      this.log,
+    );
+    this.changes = new PollingChangeFeed(this.clock, options.pollMs ?? 500);
+    if (options.webhooks) {
+      this.webhooks = options.webhooks;
+    } else {
+      this.ownWebhooks = new HttpWebhookSender({ clock: this.clock, log: this.log });
+      this.webhooks = this.ownWebhooks;
+    }
+    this.engine = new JobEngine({
+      jobs,
+      queue,
+      workers,
+      changes: this.changes,
+      clock: this.clock,
+      webhooks: this.webhooks,
+      settings: { leaseMs, ...(options.maxAttempts ? { maxAttempts: options.maxAttempts } : {}) },
+    });
+    // Worker routes only: no client key is ever valid here, so /run, /status… answer 401.
+    const workerAuth = new KeyAuthenticator({ workerTokenHashes: [hashKey(this.workerToken)] });
+    this.auth = {
+      isClientKey: async () => false,
+      isWorkerToken: (key) => workerAuth.isWorkerToken(key),
+    };
+    const waitMs = Math.min(options.workerWaitMs ?? maxWorkerWaitMs, maxWorkerWaitMs);
+    this.api = new V2Api({
+      engine: this.engine,
+      control: pinnedEndpoint(this.endpointId),
+      auth: this.auth,
+      workerWaitMs: waitMs,
+      maxWaitMs: waitMs,
+    });
+  }
+
+  async listen(): Promise<void> {
+    const host = this.options.host ?? '127.0.0.1';
+    this.server.listen(this.options.port ?? 8080, host);
+    await once(this.server, 'listening');
+    const { port } = this.server.address() as AddressInfo;
+    const reachable = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
+    this.url = `http://${reachable.includes(':') ? `[${reachable}]` : reachable}:${port}`;
+    this.ticking = this.tickLoop();
+    this.log.info(`serving the worker protocol of ${this.endpointId} on ${this.url} as ${this.workerId}`);
+  }
+
+  workerEnv(): Record<string, string> {
+    const base = `${this.url}/v2/${encodeURIComponent(this.endpointId)}`;
+    const worker = encodeURIComponent(this.workerId);
+    return {
+      // Every template carries a `?`: the RunPod SDK appends `&job_in_progress=…` / `&isStream=…`.
+      RUNPOD_WEBHOOK_GET_JOB: `${base}/job-take/${worker}?agent=1`,
+      RUNPOD_WEBHOOK_POST_OUTPUT: `${base}/job-done/${worker}/$ID?agent=1`,
+      RUNPOD_WEBHOOK_POST_STREAM: `${base}/job-stream/${worker}/$ID?agent=1`,
+      RUNPOD_WEBHOOK_PING: `${base}/ping/${worker}?agent=1`,
+      RUNPOD_AI_API_KEY: this.workerToken,
+      RUNPOD_POD_ID: this.workerId,
+      RUNPOD_ENDPOINT_ID: this.endpointId,
+      RUNPOD_PING_INTERVAL: String(this.options.pingIntervalMs ?? 10_000),
+      FERRY_MODE: 'queue',
+    };
+  }
+
+  held(): string[] {
+    return [...this.heldJobs.keys()];
+  }
+
+  // ── HTTP ──────────────────────────────────────────────────────────────────────────────────────
+
+  private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const abort = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) abort.abort();
+    });
+    try {
+      const response = await this.route(req, abort.signal);
+      send(res, response);
+    } catch (error) {
+      send(res, { statusCode: httpStatus(error), body: errorBody(error) });
+    }
+  }
+
+  private async route(req: IncomingMessage, signal: AbortSignal): Promise<ApiResponse> {
+    const url = new URL(req.url ?? '/', 'http://agent');
+    const segments = url.pathname.split('/');
+    // ['', 'v2', endpointId, route, worker, job?]
+    const route = segments[3] ?? '';
+    let ownEndpoint = false;
+    try {
+      ownEndpoint = segments[1] === 'v2' && decodeURIComponent(segments[2] ?? '') === this.endpointId;
+    } catch {
+      // A malformed escape is simply not our endpoint.
+    }
+    if (!ownEndpoint || !workerRoutes.has(route) || segments.length < 5) {
+      // Client routes (run, status, cancel…) exist only in the API front door; the API would answer
+      // 401 to any key here anyway, since no client key is valid on the agent.
+      if (ownEndpoint && !workerRoutes.has(route) && segments.length >= 4) {
+        return { statusCode: 401, body: { error: 'The agent serves worker routes only' } };
+      }
+      return { statusCode: 404, body: { error: `No route for ${req.method} ${url.pathname}` } };
+    }
+    // One task, one worker identity: whatever id the worker put in the path (a RunPod-SDK image may
+    // use its own), the engine sees this task's workerId, so leases, the registry and job-stop agree.
+    segments[4] = encodeURIComponent(this.workerId);
+    const isTake = route === 'job-take' || route === 'job-take-batch';
+    const drainedPing = route === 'ping' && this.drainFinished;
+    if ((isTake && this.draining.signal.aborted) || drainedPing) {
+      if (!(await this.auth.isWorkerToken(credentialOf(req.headers.authorization)))) {
+        return { statusCode: 401, body: { error: 'Missing or invalid worker token' } };
+      }
+      // Draining: no new work. Drained: the task is leaving and its jobs were given back, so a ping
+      // must not register it again (health would count a worker that is gone) nor renew anything.
+      if (!isTake) return { statusCode: 200, body: {} };
+      // 204 without waiting for the queue, but after a short pause: the ferry runtime and the RunPod
+      // SDK ask again at once after a 204, which would otherwise spin for the whole drain.
+      await this.clock.sleep(
+        this.options.drainTakeHoldMs ?? 1_000,
+        AbortSignal.any([signal, this.closing.signal]),
+      );
+      return { statusCode: 204 };
+    }
+    const body = await readBody(req);
+    const query: Record<string, string | undefined> = {};
+    for (const key of new Set(url.searchParams.keys())) query[key] = url.searchParams.getAll(key).join(',');
+    const apiRequest: ApiRequest = {
+      method: req.method ?? 'GET',
+      path: segments.join('/'),
+      query,
+      headers: req.headers,
+      body,
+      signal: isTake
+        ? AbortSignal.any([signal, this.draining.signal, this.closing.signal])
+        : AbortSignal.any([signal, this.closing.signal]),
+    };
+    if (isTake) this.takesInFlight++;
+    let response: ApiResponse;
+    try {
+      response = await this.api.handle(apiRequest);
+    } finally {
+      if (isTake) this.takesInFlight--;
+    }
+    this.observe(route, segments[5], query, response);
+    return response;
+  }
+
+  /** Keeps the set of held jobs from what passes through: takes add, final job-done and pings remove. */
+  private observe(
+    route: string,
+    jobSegment: string | undefined,
+    query: Record<string, string | undefined>,
+    response: ApiResponse,
+  ): void {
+    if ((route === 'job-take' || route === 'job-take-batch') && response.statusCode === 200) {
+      const jobs = Array.isArray(response.body) ? response.body : [response.body];
+      for (const job of jobs as { id?: unknown }[]) if (typeof job?.id === 'string') this.taken(job.id);
+    } else if (route === 'job-done' && jobSegment !== undefined) {
+      const jobId = safeDecode(jobSegment);
+      const status = (response.body as { status?: unknown } | undefined)?.status;
+      // 200 with a final status, or 404/409 (the job is no longer this worker's): either way let go.
+      const released =
+        (response.statusCode === 200 && status !== 'IN_PROGRESS') ||
+        response.statusCode === 404 ||
+        response.statusCode === 409;
+      if (released) this.release(jobId);
+    } else if (route === 'ping' && response.statusCode === 200) {
+      const listed = new Set((query.job_id ?? '').split(',').filter((id) => id.length > 0));
+      const now = this.clock.now();
+      for (const [jobId, held] of this.heldJobs) {
+        if (!listed.has(jobId) && now - held.takenAt >= pingSettleMs) this.release(jobId);
+      }
+    }
+  }
+
+  // ── held jobs: timeouts, stops, protection ────────────────────────────────────────────────────
+
+  private taken(jobId: string): void {
+    if (this.heldJobs.has(jobId)) return;
+    const held: HeldJob = { takenAt: this.clock.now(), timer: new AbortController() };
+    this.heldJobs.set(jobId, held);
+    this.protection.idleSince = 0;
+    void this.watchDeadline(jobId, held).catch((error) =>
+      this.log.warn(`execution timeout of job ${jobId}: ${message(error)}`),
+    );
+    this.kickProtection();
+  }
+
+  private release(jobId: string): void {
+    const held = this.heldJobs.get(jobId);
+    if (!held) return;
+    held.timer.abort();
+    this.heldJobs.delete(jobId);
+    if (this.heldJobs.size === 0) this.protection.idleSince = this.clock.now();
+    this.kickProtection();
+  }
+
+  /** Times the job out at startedAt + executionTimeoutMs (the engine decides from DynamoDB). */
+  private async watchDeadline(jobId: string, held: HeldJob): Promise<void> {
+    const signal = AbortSignal.any([held.timer.signal, this.closing.signal]);
+    while (!signal.aborted) {
+      const outcome = await this.engine.timeOutIfOverdue(this.endpointId, jobId);
+      if (outcome.timedOut) {
+        this.log.info(`job ${jobId} ran past its execution timeout: TIMED_OUT`);
+        held.stoppedAt ??= this.clock.now();
+        return;
+      }
+      if (outcome.deadlineMs === undefined) return; // no longer running: nothing to time out
+      await this.clock.sleep(Math.max(1, outcome.deadlineMs - this.clock.now()), signal);
+    }
+  }
+
+  private async tickLoop(): Promise<void> {
+    const tickMs = this.options.tickMs ?? 1_000;
+    while (!this.closing.signal.aborted) {
+      await this.clock.sleep(tickMs, this.closing.signal);
+      if (this.closing.signal.aborted) return;
+      try {
+        await this.checkStops();
+      } catch (error) {
+        this.log.warn(`checking held jobs: ${message(error)}`);
+      }
+      this.kickProtection();
+    }
+  }
+
+  /** A worker that keeps a stopped job past the grace period cannot be trusted to let go: exit 1. */
+  private async checkStops(): Promise<void> {
+    if (this.heldJobs.size === 0 || this.fatal) return;
+    const stop = await this.engine.jobsToStop(this.endpointId, this.workerId, 0);
+    const now = this.clock.now();
+    for (const jobId of stop) {
+      const held = this.heldJobs.get(jobId);
+      if (held) held.stoppedAt ??= now;
+    }
+    const graceMs = this.options.stopGraceMs ?? 30_000;
+    const stuck = [...this.heldJobs].filter(
+      ([, h]) => h.stoppedAt !== undefined && now - h.stoppedAt >= graceMs,
+    );
+    if (stuck.length === 0) return;
+    this.fatal = true;
+    const ids = stuck.map(([id]) => id).join(', ');
+    this.log.error(
+      `the worker kept stopped job(s) ${ids} for over ${graceMs} ms; exiting so ECS replaces this task`,
+    );
+    try {
+      // The task is going away: the worker's other jobs go back to the queue now, not at lease lapse.
+      await this.engine.workerGone(this.endpointId, this.workerId);
+    } catch (error) {
+      this.log.warn(`requeueing held jobs: ${message(error)}`);
+    }
+    (this.options.exit ?? ((code: number) => process.exit(code)))(1);
+  }
+
+  /** Runs one protection update at a time; a kick while one runs is picked up by the next tick. */
+  private kickProtection(): void {
+    if (!this.options.ecs || this.protecting) return;
+    this.protecting = this.updateProtection().finally(() => {
+      this.protecting = undefined;
+    });
+  }
+
+  private async updateProtection(): Promise<void> {
+    const ecs = this.options.ecs;
+    if (!ecs) return;
+    const now = this.clock.now();
+    const busy = this.heldJobs.size > 0;
+    const minutes = Math.min(2_880, Math.max(1, Math.round(ecs.protectionMinutes ?? 60)));
+    if (busy && (!this.protection.on || now >= this.protection.renewAt)) {
+      if (await this.putProtection({ ProtectionEnabled: true, ExpiresInMinutes: minutes })) {
+        this.protection.on = true;
+        // Renew at half the term, so a slow or failed renewal still has time before it lapses.
+        this.protection.renewAt = now + (minutes * 60_000) / 2;
+      }
+    } else if (!busy && this.protection.on) {
+      const idleMs = now - (this.protection.idleSince || now);
+      if (idleMs < (ecs.protectionOffAfterMs ?? 2_000)) return;
+      if (await this.putProtection({ ProtectionEnabled: false })) this.protection.on = false;
+    }
+  }
+
+  private async putProtection(body: {
+    ProtectionEnabled: boolean;
+    ExpiresInMinutes?: number;
+  }): Promise<boolean> {
+    const ecs = this.options.ecs as NonNullable<AgentOptions['ecs']>;
+    try {
+      const response = await (ecs.fetch ?? fetch)(`${ecs.agentUri}/task-protection/v1/state`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(5_000),
+      });
+      const text = await response.text();
+      if (!response.ok) {
+        this.log.warn(
+          `task protection ${body.ProtectionEnabled ? 'on' : 'off'}: HTTP ${response.status} ${text.slice(0, 200)}`,
+        );
+        return false;
+      }
+      return true;
+    } catch (error) {
+      this.log.warn(`task protection ${body.ProtectionEnabled ? 'on' : 'off'}: ${message(error)}`);
+      return false;
+    }
+  }
+
+  // ── drain and close ───────────────────────────────────────────────────────────────────────────
+
+  drain(): Promise<void> {
+    this.drained ??= this.doDrain();
+    return this.drained;
+  }
+
+  private async doDrain(): Promise<void> {
+    const drainMs = this.options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? 110_000;
+    const deadline = this.clock.now() + drainMs;
+    this.draining.abort();
+    this.log.info(`draining: no new jobs; waiting up to ${drainMs} ms for ${this.heldJobs.size} held job(s)`);
+    // In-flight takes end within one SQS receive slice; what they claimed is released by the engine.
+    while ((this.heldJobs.size > 0 || this.takesInFlight > 0) && this.clock.now() < deadline) {
+      await this.clock.sleep(Math.min(200, deadline - this.clock.now()), this.closing.signal);
+      if (this.closing.signal.aborted) break;
+    }
+    const left = this.held();
+    this.drainFinished = true;
+    try {
+      // Requeues anything this worker still runs and removes it from the registry (health counts).
+      const requeued = await this.engine.workerGone(this.endpointId, this.workerId);
+      if (left.length > 0) this.log.warn(`drain deadline: ${requeued} job(s) went back to the queue`);
+    } catch (error) {
+      this.log.warn(`releasing held jobs: ${message(error)}`);
+    }
+    for (const jobId of left) this.release(jobId);
+    await this.protecting;
+    if (this.protection.on && (await this.putProtection({ ProtectionEnabled: false }))) {
+      this.protection.on = false;
+    }
+    await this.ownWebhooks?.idle();
+    this.log.info('drained');
+  }
+
+  close(): Promise<void> {
+    this.closed ??= (async () => {
+      this.closing.abort();
+      this.draining.abort();
+      for (const held of this.heldJobs.values()) held.timer.abort();
+      this.changes.close();
+      await this.queue.close();
+      this.ownWebhooks?.close();
+      this.server.closeAllConnections();
+      await new Promise<void>((resolve) => this.server.close(() => resolve()));
+      await this.ticking;
+      await this.protecting;
+      this.doc.destroy();
+    })();
+    return this.closed;
+  }
+}
+
+/**
+ * The agent serves exactly one queue endpoint: the one its task was deployed for. The API only asks
+ * the control store whether the endpoint exists and is queue-based, so the answer is pinned here
+ * rather than read from DynamoDB on every request. Nothing else of the control plane is reachable.
+ */
+function pinnedEndpoint(endpointId: string): ControlStore {
+  const record: EndpointRecord = {
+    id: endpointId,
+    app: '',
+    env: '',
+    name: endpointId,
+    kind: 'queue',
+    config: {},
+    fingerprint: '',
+    createdAt: 0,
+    updatedAt: 0,
+  };
+  const refuse = async (): Promise<never> => {
+    throw new FerryError('failed', 'The agent has no control plane');
+  };
+  return {
+    putApp: refuse,
+    getApp: async () => undefined,
+    listApps: async () => [],
+    deleteApp: refuse,
+    putEnvironment: refuse,
+    getEnvironment: async () => undefined,
+    listEnvironments: async () => [],
+    deleteEnvironment: refuse,
+    putEndpoint: refuse,
+    getEndpoint: async (id) => (id === endpointId ? record : undefined),
+    listEndpoints: async () => [record],
+    deleteEndpoint: refuse,
+    putApiKey: refuse,
+    findApiKeyByHash: async () => undefined,
+    listApiKeys: async () => [],
+    deleteApiKey: refuse,
+    close: async () => {},
+  };
+}
+
+/**
+ * The same adapter, with every rejected call that is not a FerryError (those are answers, not faults)
+ * logged as `<name>.<method>: <error>` before it propagates.
+ */
+function logged<T extends object>(name: string, target: T, log: Logger): T {
+  return new Proxy(target, {
+    get(object, property, receiver) {
+      const value = Reflect.get(object, property, receiver);
+      if (typeof value !== 'function') return value;
+      return (...args: unknown[]) => {
+        const result = (value as (...a: unknown[]) => unknown).apply(object, args);
+        if (!(result instanceof Promise)) return result;
+        return result.catch((error: unknown) => {
+          if (!FerryError.is(error)) {
+            const kind = error instanceof Error ? `${error.name}: ` : '';
+            log.error(`${name}.${String(property)}: ${kind}${message(error)}`);
+          }
+          throw error;
+        });
+      };
+    },
+  });
+}
+
+async function readBody(req: IncomingMessage): Promise<Buffer | undefined> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > bodyLimitBytes) {
+      throw new FerryError('too_large', `Request body is over the ${limits.jobDoneBodyBytes}-byte limit`);
+    }
+    chunks.push(chunk as Buffer);
+  }
+  return chunks.length > 0 ? Buffer.concat(chunks) : undefined;
+}
+
+function send(res: ServerResponse, response: ApiResponse): void {
+  if (res.headersSent || res.destroyed) return;
+  if (response.statusCode === 204 || response.body === undefined) {
+    res.writeHead(response.statusCode).end();
+    return;
+  }
+  // The RunPod SDK insists on exactly application/json for job-take.
+  const text = JSON.stringify(response.body);
+  res
+    .writeHead(response.statusCode, {
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(text),
+    })
+    .end(text);
+}
+
+function safeDecode(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
+function envMs(name: string): number | undefined {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return undefined;
+  const value = Number(raw);
+  return Number.isInteger(value) && value >= 0 ? value : undefined;
+}
+
+const message = (error: unknown): string => (error instanceof Error ? error.message : String(error));
+
+function prefixed(log: Logger, prefix: string): Logger {
+  return {
+    info: (m) => log.info(`${prefix}${m}`),
+    warn: (m) => log.warn(`${prefix}${m}`),
+    error: (m) => log.error(`${prefix}${m}`),
+  };
+}
