@@ -9,7 +9,14 @@ import type { JobEngine } from './engine.js';
 import { badRequest, errorBody, FerryError, httpStatus, notFound, tooLarge, unauthorized } from './errors.js';
 import { limits } from './limits.js';
 import type { ControlStore, EndpointRecord } from './ports.js';
-import { jobDoneSchema, jobStreamSchema, parseOr400, queryInt, runRequestSchema } from './schemas.js';
+import {
+  jobDoneSchema,
+  jobStreamSchema,
+  parseOr400,
+  queryInt,
+  type RunRequest,
+  runRequestSchema,
+} from './schemas.js';
 
 export interface ApiRequest {
   method: string;
@@ -28,10 +35,25 @@ export interface ApiResponse {
   body?: unknown;
 }
 
+/**
+ * Big bodies through an object store, for front doors with payload caps (AWS: API Gateway 10 MB,
+ * Lambda 6 MB per request and response; reference/aws-anchor.md §1.1). Optional: without it the API
+ * has no `uploads` route, `inputRef` is an unknown field and responses go out as they are.
+ */
+export interface PayloadStore {
+  /** A presigned PUT for a JSON input, and the `inputRef` that names it in a later /run or /runsync. */
+  createUpload(endpointId: string): Promise<{ uploadUrl: string; inputRef: string; expiresInSec: number }>;
+  /** The JSON object stored at `inputRef`: 400 when missing or not an object, 413 over `maxBytes`. */
+  readInput(inputRef: string, maxBytes: number): Promise<Record<string, unknown>>;
+  /** A client answer made to fit the front door's response cap (big outputs become presigned URLs). */
+  fitResponse(body: unknown): Promise<unknown>;
+}
+
 export interface ApiOptions {
   engine: JobEngine;
   control: ControlStore;
   auth: Authenticator;
+  payloads?: PayloadStore;
   /**
    * Upper bound on any wait (runsync, status-sync, stream, job-take). Unbounded locally; on AWS it
    * stays under API Gateway's 29 s integration timeout and clients keep polling (DESIGN.md §4).
@@ -86,6 +108,16 @@ export class V2Api {
       { methods: post, pattern: ['retry', ':id'], caller: 'client', handler: (c) => this.retry(c) },
       { methods: post, pattern: ['purge-queue'], caller: 'client', handler: (c) => this.purge(c) },
       { methods: get, pattern: ['health'], caller: 'client', handler: (c) => this.health(c) },
+      ...(options.payloads
+        ? [
+            {
+              methods: post,
+              pattern: ['uploads'],
+              caller: 'client' as const,
+              handler: (c: RouteContext) => this.upload(c),
+            },
+          ]
+        : []),
       {
         methods: get,
         pattern: ['job-take', ':worker'],
@@ -181,7 +213,7 @@ export class V2Api {
   // ── client routes ─────────────────────────────────────────────────────────────────────────────
 
   private async run({ req, endpointId, endpoint }: RouteContext): Promise<ApiResponse> {
-    const request = parseOr400(runRequestSchema, jsonBody(req, limits.runBodyBytes, '/run'), 'request body');
+    const request = await this.runRequest(req, limits.runBodyBytes, '/run');
     const job = await this.options.engine.submit(endpointId, request, {
       sync: false,
       executionTimeoutMs: this.endpointTimeoutMs(endpoint),
@@ -192,26 +224,48 @@ export class V2Api {
   private async runSync({ req, endpointId, endpoint }: RouteContext): Promise<ApiResponse> {
     const waitMs =
       queryInt(req.query.wait, 'wait', limits.waitMinMs, limits.waitMaxMs) ?? limits.runsyncDefaultWaitMs;
-    const request = parseOr400(
-      runRequestSchema,
-      jsonBody(req, limits.runsyncBodyBytes, '/runsync'),
-      'request body',
-    );
+    const request = await this.runRequest(req, limits.runsyncBodyBytes, '/runsync');
     const view = await this.options.engine.runSync(endpointId, request, this.capWait(waitMs), req.signal, {
       executionTimeoutMs: this.endpointTimeoutMs(endpoint),
     });
-    return ok(view);
+    return this.fitted(view);
+  }
+
+  /** The /run or /runsync body; with a payload store, `{"inputRef": ...}` stands for `input`. */
+  private async runRequest(req: ApiRequest, maxBytes: number, route: string): Promise<RunRequest> {
+    const body = jsonBody(req, maxBytes, route);
+    const payloads = this.options.payloads;
+    if (!payloads || typeof body !== 'object' || body === null || !('inputRef' in body)) {
+      return parseOr400(runRequestSchema, body, 'request body');
+    }
+    const { inputRef, ...rest } = body as Record<string, unknown>;
+    if ('input' in rest) throw badRequest('Send either input or inputRef, not both');
+    if (typeof inputRef !== 'string')
+      throw badRequest("Invalid request body at 'inputRef': expected a string");
+    const input = await payloads.readInput(inputRef, maxBytes);
+    return parseOr400(runRequestSchema, { ...rest, input }, 'request body');
+  }
+
+  /** A client answer, shrunk to the front door's response cap when a payload store is configured. */
+  private async fitted(body: unknown): Promise<ApiResponse> {
+    return ok(this.options.payloads ? await this.options.payloads.fitResponse(body) : body);
+  }
+
+  private async upload({ endpointId }: RouteContext): Promise<ApiResponse> {
+    return ok(await this.options.payloads!.createUpload(endpointId));
   }
 
   private async status({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
     const ttlMs = queryInt(req.query.ttl, 'ttl', 1, limits.ttlMaxMs);
-    return ok(await this.options.engine.status(endpointId, params[0]!, ttlMs));
+    return this.fitted(await this.options.engine.status(endpointId, params[0]!, ttlMs));
   }
 
   private async statusSync({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
     const waitMs =
       queryInt(req.query.wait, 'wait', limits.waitMinMs, limits.waitMaxMs) ?? limits.runsyncDefaultWaitMs;
-    return ok(await this.options.engine.statusSync(endpointId, params[0]!, this.capWait(waitMs), req.signal));
+    return this.fitted(
+      await this.options.engine.statusSync(endpointId, params[0]!, this.capWait(waitMs), req.signal),
+    );
   }
 
   private async stream({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
@@ -219,7 +273,9 @@ export class V2Api {
       queryInt(req.query.wait, 'wait', 0, limits.waitMaxMs) ??
       this.options.streamWaitMs ??
       limits.streamWaitMs;
-    return ok(await this.options.engine.stream(endpointId, params[0]!, this.capWait(waitMs), req.signal));
+    return this.fitted(
+      await this.options.engine.stream(endpointId, params[0]!, this.capWait(waitMs), req.signal),
+    );
   }
 
   private async cancel({ endpointId, params }: RouteContext): Promise<ApiResponse> {
@@ -297,10 +353,43 @@ function workerBody(req: ApiRequest): unknown {
   return parseJson(req.body);
 }
 
+/**
+ * Deepest nesting a body may have. Python's json module (the worker side) gives up near 1000 levels
+ * (its recursion limit), and V8's JSON.stringify, which stores every job, overflows its stack at a
+ * few thousand: a deeper body would be a 500 here or a crash in the worker, so it is a 400 up front.
+ */
+export const maxJsonDepth = 512;
+
 function parseJson(body: Buffer): unknown {
+  const depth = jsonDepth(body);
+  if (depth > maxJsonDepth) {
+    throw badRequest(
+      `Request body is nested ${depth} levels deep; at most ${maxJsonDepth} levels are accepted`,
+    );
+  }
   try {
     return JSON.parse(body.toString('utf8'));
   } catch (error) {
     throw new FerryError('bad_request', `Request body is not valid JSON: ${(error as Error).message}`);
   }
+}
+
+/** The deepest bracket nesting of JSON text, skipping strings; one pass over the bytes, no parse. */
+function jsonDepth(body: Buffer): number {
+  let depth = 0;
+  let deepest = 0;
+  let inString = false;
+  for (let i = 0; i < body.length; i++) {
+    const byte = body[i]!;
+    if (inString) {
+      if (byte === 0x5c)
+        i++; // backslash: skip the escaped byte
+      else if (byte === 0x22) inString = false;
+    } else if (byte === 0x22) inString = true;
+    else if (byte === 0x5b || byte === 0x7b) {
+      depth++;
+      if (depth > deepest) deepest = depth;
+    } else if (byte === 0x5d || byte === 0x7d) depth--;
+  }
+  return deepest;
 }

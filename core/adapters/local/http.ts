@@ -20,7 +20,15 @@ export interface LbFrontDoor {
 const bodyLimitBytes = limits.runsyncBodyBytes + 1024 * 1024;
 
 export function createHttpServer(options: { api: V2Api; lb?: LbFrontDoor }): FastifyInstance {
-  const app = Fastify({ logger: false, bodyLimit: bodyLimitBytes, forceCloseConnections: true });
+  const app = Fastify({
+    logger: false,
+    bodyLimit: bodyLimitBytes,
+    forceCloseConnections: true,
+    // A URL that does not percent-decode (`/status/%E0%A4%A`) gets the API's one error shape too.
+    frameworkErrors: (error, _request, reply) => {
+      (reply as FastifyReply).code(400).send({ error: `Bad request: ${error.message}` });
+    },
+  });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: bodyLimitBytes }, (_req, body, done) => {
     done(null, body);
@@ -33,7 +41,7 @@ export function createHttpServer(options: { api: V2Api; lb?: LbFrontDoor }): Fas
     const apiRequest: ApiRequest = {
       method: request.method,
       path: path!,
-      query: request.query as Record<string, string | undefined>,
+      query: singleValues(request.query as Record<string, string | string[] | undefined>),
       headers: request.headers,
       body: Buffer.isBuffer(request.body) ? request.body : undefined,
       signal: abort.signal,
@@ -92,4 +100,18 @@ export function createHttpServer(options: { api: V2Api; lb?: LbFrontDoor }): Fas
     reply.code(statusCode).send({ error: message });
   });
   return app;
+}
+
+/**
+ * Fastify hands a repeated query parameter (`?job_id=a&job_id=b`) over as an array, where the API
+ * expects one string: the values are joined with commas, so a repeated job_id lists every job and a
+ * repeated wait is a 400 like any other non-integer.
+ */
+function singleValues(
+  query: Record<string, string | string[] | undefined>,
+): Record<string, string | undefined> {
+  const out: Record<string, string | undefined> = {};
+  for (const [key, value] of Object.entries(query ?? {}))
+    out[key] = Array.isArray(value) ? value.join(',') : value;
+  return out;
 }

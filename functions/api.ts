@@ -1,0 +1,146 @@
+/**
+ * The API Lambda: one middy handler behind an API Gateway REST API (`/v2/{proxy+}`, Lambda proxy
+ * integration, event format 1.0) for every v2 client route. It only translates: the event becomes an
+ * ApiRequest for V2Api.handle (the same code the local Fastify server runs), and its answer becomes
+ * the proxy result.
+ *
+ * Trust boundary. The REQUEST authorizer (authorizer.ts) already checked the key, and API Gateway only
+ * invokes this function for allowed requests. V2Api still checks the key itself, through the same
+ * control-table lookup (cached 5 s per container): a method wired without the authorizer, a Function
+ * URL or a direct invoke then cannot skip authentication, and a key revoked while the authorizer's
+ * cache still allows it stops working within seconds here. One GetItem per key per container per 5 s
+ * is the price. Worker routes answer 401 here: workers talk to their agent sidecar, never to this API.
+ *
+ * Waits: runsync, status-sync and stream hold a request at most FERRY_MAX_WAIT_MS (default 25 s), and
+ * never past the function's own remaining time, then answer as RunPod does for an unfinished job
+ * (`200 {id, status}`); clients poll again — wire compatible, and under API Gateway's 29 s timeout.
+ */
+import middy from '@middy/core';
+import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context } from 'aws-lambda';
+import type { ApiRequest, ApiResponse } from '../core/api.js';
+import { badRequest, errorBody, FerryError, httpStatus } from '../core/errors.js';
+import { lambdaPayloadBytes } from './payloads.js';
+import { type Platform, platformFromEnv } from './wiring.js';
+
+/** Answer this long before the function's timeout, so a capped wait still gets its 200 out. */
+const answerMarginMs = 1_500;
+
+const jsonHeaders = { 'content-type': 'application/json' };
+
+/** Strict base64 (the alphabet API Gateway uses), so garbage is a 400 and not silently dropped bytes. */
+const base64Pattern = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+/** The proxy event as the framework-free request V2Api takes. Throws 400 for what cannot be read. */
+export function requestOf(event: APIGatewayProxyEvent, signal?: AbortSignal): ApiRequest {
+  const path = apiPath(event);
+  for (const segment of path.split('/')) {
+    try {
+      decodeURIComponent(segment);
+    } catch {
+      throw badRequest(
+        `Bad request: the path ${JSON.stringify(path.slice(0, 200))} is not valid percent-encoding`,
+      );
+    }
+  }
+  const headers: Record<string, string | undefined> = {};
+  for (const [name, values] of Object.entries(event.multiValueHeaders ?? {})) {
+    if (values && values.length > 0) headers[name.toLowerCase()] = values.join(',');
+  }
+  for (const [name, value] of Object.entries(event.headers ?? {})) {
+    if (value !== undefined) headers[name.toLowerCase()] = value;
+  }
+  // A repeated parameter is joined with commas, as the local server does (`?job_id=a&job_id=b`).
+  const query: Record<string, string | undefined> = { ...(event.queryStringParameters ?? {}) };
+  for (const [name, values] of Object.entries(event.multiValueQueryStringParameters ?? {})) {
+    if (values && values.length > 0) query[name] = values.join(',');
+  }
+  return { method: event.httpMethod, path, query, headers, body: bodyOf(event), signal };
+}
+
+/**
+ * `/v2/...` from the event. With a custom domain's base path mapping `event.path` carries the base
+ * path first; the `{proxy+}` parameter is the reliable part then.
+ */
+function apiPath(event: APIGatewayProxyEvent): string {
+  const path = event.path ?? '';
+  if (path.startsWith('/v2/') || path === '/v2') return path;
+  const at = path.indexOf('/v2/');
+  if (at >= 0) return path.slice(at);
+  const proxy = event.pathParameters?.proxy;
+  return proxy ? `/v2/${proxy}` : path;
+}
+
+function bodyOf(event: APIGatewayProxyEvent): Buffer | undefined {
+  if (event.body === null || event.body === undefined) return undefined;
+  if (!event.isBase64Encoded) return Buffer.from(event.body, 'utf8');
+  const text = event.body.replace(/\s+/g, '');
+  if (!base64Pattern.test(text))
+    throw badRequest('Bad request: the body is marked base64 but is not valid base64');
+  return Buffer.from(text, 'base64');
+}
+
+/** The API's answer as the proxy result; 204 has no body. */
+export function resultOf(response: ApiResponse): APIGatewayProxyResult {
+  if (response.statusCode === 204 || response.body === undefined) {
+    return { statusCode: response.statusCode, headers: {}, body: '' };
+  }
+  const body = JSON.stringify(response.body);
+  // Last line of defence: the payload store shrinks outputs, but a response Lambda cannot return
+  // would reach the client as API Gateway's bare 502. Say what happened in the API's error shape.
+  if (Buffer.byteLength(body) > lambdaPayloadBytes - 16 * 1024) {
+    return {
+      statusCode: 500,
+      headers: jsonHeaders,
+      body: JSON.stringify({
+        error: `The answer is ${Buffer.byteLength(body)} bytes, more than an AWS Lambda response may carry (6 MB)`,
+      }),
+    };
+  }
+  return { statusCode: response.statusCode, headers: jsonHeaders, body };
+}
+
+const errorResult = (error: unknown): APIGatewayProxyResult => ({
+  statusCode: httpStatus(error),
+  headers: jsonHeaders,
+  body: JSON.stringify(errorBody(error)),
+});
+
+/** A signal that fires when the caller's signal does, or `answerMarginMs` before the function times out. */
+function deadlineSignal(
+  context: Context | undefined,
+  signal: AbortSignal | undefined,
+): AbortSignal | undefined {
+  const remainingMs = context?.getRemainingTimeInMillis?.();
+  if (remainingMs === undefined) return signal;
+  const timeout = AbortSignal.timeout(Math.max(1, remainingMs - answerMarginMs));
+  return signal ? AbortSignal.any([signal, timeout]) : timeout;
+}
+
+export type ApiHandler = (event: APIGatewayProxyEvent, context: Context) => Promise<APIGatewayProxyResult>;
+
+/** The handler over a platform; `platform` is called per request and builds it once (module scope). */
+export function createApiHandler(platform: () => Platform): ApiHandler {
+  return middy<APIGatewayProxyEvent, APIGatewayProxyResult>()
+    .use({
+      // Anything that escapes (bad configuration, an AWS outage) answers in the API's one error shape;
+      // the log names the error but never the request (it carries the key).
+      onError: async (request) => {
+        const error = request.error;
+        if (!FerryError.is(error) || httpStatus(error) >= 500) {
+          console.error(`ferry api: ${error?.name ?? 'Error'}: ${error?.message ?? String(error)}`);
+        }
+        // A 5xx never tells the client more than that (configuration names, AWS error text).
+        request.response =
+          httpStatus(error) >= 500
+            ? { statusCode: 500, headers: jsonHeaders, body: JSON.stringify({ error: 'Internal error' }) }
+            : errorResult(error);
+      },
+    })
+    .handler(async (event, context, options) => {
+      const request = requestOf(event, deadlineSignal(context, options?.signal));
+      return resultOf(await platform().api.handle(request));
+    }) as unknown as ApiHandler;
+}
+
+/** `api.handler` in the bundle (functions/bundle.ts). */
+export const handler: ApiHandler = createApiHandler(platformFromEnv);

@@ -1,0 +1,63 @@
+/**
+ * The API Gateway REQUEST authorizer: the `Authorization` header (`Bearer <key>` or the bare key, spec
+ * §5) is hashed with sha256 and looked up in the control table. A known key gets an Allow policy for
+ * the whole API stage (`<api>/<stage>/*`), so API Gateway can cache the answer per key (identity
+ * source `method.request.header.Authorization`) across every route; anything else gets Deny.
+ *
+ * The key is never logged, nor put in the context: only the key's id travels on, as `principalId` and
+ * `context.keyId`. A failed lookup throws, which API Gateway answers with a 500 (fail closed).
+ *
+ * API Gateway answers a Deny with 403 `{"message": ...}`; the stack maps the ACCESS_DENIED and
+ * UNAUTHORIZED gateway responses to 401 `{"error": "Missing or invalid API key"}` so clients see the
+ * API's one error shape (the local shim does the same).
+ */
+import type { APIGatewayAuthorizerResult, APIGatewayRequestAuthorizerEvent } from 'aws-lambda';
+import { credentialOf, hashKey, sameSecret } from '../core/auth.js';
+import type { ControlStore } from '../core/ports.js';
+import { platformFromEnv } from './wiring.js';
+
+/** `arn:aws:execute-api:<region>:<account>:<api>/<stage>/<METHOD>/<path>` → `…:<api>/<stage>/*`. */
+export function stageWildcard(methodArn: string): string | undefined {
+  const match = /^(arn:[^:]+:execute-api:[^:]*:[^:]*:[^/]+\/[^/]+)\//.exec(methodArn);
+  return match ? `${match[1]}/*` : undefined;
+}
+
+function policy(effect: 'Allow' | 'Deny', resource: string): APIGatewayAuthorizerResult['policyDocument'] {
+  return {
+    Version: '2012-10-17',
+    Statement: [{ Action: 'execute-api:Invoke', Effect: effect, Resource: resource }],
+  };
+}
+
+function headerOf(event: APIGatewayRequestAuthorizerEvent, name: string): string | undefined {
+  for (const [key, value] of Object.entries(event.headers ?? {})) {
+    if (key.toLowerCase() === name && value) return value;
+  }
+  return undefined;
+}
+
+export type AuthorizerHandler = (
+  event: APIGatewayRequestAuthorizerEvent,
+) => Promise<APIGatewayAuthorizerResult>;
+
+export function createAuthorizer(control: () => ControlStore): AuthorizerHandler {
+  return async (event) => {
+    const stage = stageWildcard(event.methodArn ?? '');
+    const deny = (): APIGatewayAuthorizerResult => ({
+      principalId: 'anonymous',
+      policyDocument: policy('Deny', stage ?? event.methodArn ?? '*'),
+    });
+    const key = credentialOf(headerOf(event, 'authorization'));
+    if (!key || !stage) return deny();
+    const record = await control().findApiKeyByHash(hashKey(key));
+    if (!record || !sameSecret(key, record.hash)) return deny();
+    return {
+      principalId: record.id,
+      policyDocument: policy('Allow', stage),
+      context: { keyId: record.id, keyName: record.name },
+    };
+  };
+}
+
+/** `authorizer.handler` in the bundle (functions/bundle.ts). */
+export const handler: AuthorizerHandler = createAuthorizer(() => platformFromEnv().control);

@@ -1,0 +1,168 @@
+/**
+ * The claim-check for bodies the AWS front door cannot carry (reference/aws-anchor.md §1.1):
+ *
+ *   request  ── API Gateway 10 MB ──▶ Lambda 6 MB ──▶ V2Api        too big: POST /uploads → presigned PUT,
+ *                                                                  then /run {"inputRef": ...}
+ *   response ◀── Lambda 6 MB ◀── V2Api                              too big: output → {"outputUrl": ...}
+ *
+ * Objects live under `payloads/` in the platform bucket (the same lifecycle rule as the job store's
+ * big fields cleans them up): `payloads/uploads/<uuid>.json` for inputs, `payloads/outputs/<job>/<sha256>.json`
+ * for outputs, content-addressed so a client polling /status re-uses one object instead of one per poll.
+ */
+import { createHash, randomUUID } from 'node:crypto';
+import { HeadObjectCommand, type S3Client } from '@aws-sdk/client-s3';
+import { S3BlobStore } from '../core/adapters/aws/s3.js';
+import type { PayloadStore } from '../core/api.js';
+import { badRequest, tooLarge } from '../core/errors.js';
+
+/** Lambda's synchronous invocation cap, on the request event and on the response (6 MB). */
+export const lambdaPayloadBytes = 6 * 1024 * 1024;
+/** Room for the response envelope (`statusCode`, headers) around the body. */
+const envelopeBytes = 16 * 1024;
+
+const uploadRefPattern =
+  /^payloads\/uploads\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.json$/;
+
+export interface S3PayloadStoreOptions {
+  /** Created with `s3ClientConfig` (WHEN_REQUIRED checksums): presigned PUTs break otherwise. */
+  client: S3Client;
+  bucket: string;
+  /** The blob prefix of the platform (the same one the DynamoJobStore's blobs use). */
+  prefix?: string;
+  /** How long an upload URL may be used. */
+  uploadUrlSec?: number;
+  /** How long an output URL may be used. */
+  outputUrlSec?: number;
+  /** A body whose JSON, embedded in the Lambda response, would be bigger than this is shrunk. */
+  maxResponseBytes?: number;
+}
+
+type Json = Record<string, unknown>;
+
+export class S3PayloadStore implements PayloadStore {
+  private readonly blobs: S3BlobStore;
+  private readonly uploadUrlSec: number;
+  private readonly outputUrlSec: number;
+  private readonly maxResponseBytes: number;
+
+  constructor(private readonly options: S3PayloadStoreOptions) {
+    this.blobs = new S3BlobStore({ client: options.client, bucket: options.bucket, prefix: options.prefix });
+    this.uploadUrlSec = options.uploadUrlSec ?? 900;
+    this.outputUrlSec = options.outputUrlSec ?? 3600;
+    this.maxResponseBytes = options.maxResponseBytes ?? lambdaPayloadBytes - envelopeBytes;
+  }
+
+  async createUpload(): Promise<{ uploadUrl: string; inputRef: string; expiresInSec: number }> {
+    const inputRef = `payloads/uploads/${randomUUID()}.json`;
+    const uploadUrl = await this.blobs.presignPut(inputRef, this.uploadUrlSec);
+    return { uploadUrl, inputRef, expiresInSec: this.uploadUrlSec };
+  }
+
+  async readInput(inputRef: string, maxBytes: number): Promise<Record<string, unknown>> {
+    // Only refs this store handed out: an inputRef must never read other objects of the bucket.
+    if (!uploadRefPattern.test(inputRef)) {
+      throw badRequest(
+        `Invalid inputRef ${JSON.stringify(inputRef.slice(0, 200))}: use the inputRef that POST /uploads returned`,
+      );
+    }
+    const sizeBytes = await this.sizeOf(inputRef);
+    if (sizeBytes === undefined) {
+      throw badRequest(`Nothing was uploaded to ${inputRef}: PUT the input JSON to its uploadUrl first`);
+    }
+    // Checked before the download: a presigned PUT cannot cap what a client sends.
+    if (sizeBytes > maxBytes) {
+      throw tooLarge(`The upload at ${inputRef} is ${sizeBytes} bytes; this route takes at most ${maxBytes}`);
+    }
+    const bytes = await this.blobs.get(inputRef);
+    if (!bytes)
+      throw badRequest(`Nothing was uploaded to ${inputRef}: PUT the input JSON to its uploadUrl first`);
+    let value: unknown;
+    try {
+      value = JSON.parse(Buffer.from(bytes).toString('utf8'));
+    } catch (error) {
+      throw badRequest(`The upload at ${inputRef} is not valid JSON: ${(error as Error).message}`);
+    }
+    if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+      throw badRequest(`The upload at ${inputRef} must be a JSON object (it becomes the job's input)`);
+    }
+    return value as Record<string, unknown>;
+  }
+
+  /**
+   * Job views: `output` (then `input`) over the cap become `{"outputUrl", "sizeBytes"}` with
+   * `"outputTooLarge": true` (`inputUrl` / `inputTooLarge` for input). Stream answers: the biggest
+   * chunks' outputs likewise, per chunk. Anything else goes out as it is.
+   */
+  async fitResponse(body: unknown): Promise<unknown> {
+    if (this.fits(body) || typeof body !== 'object' || body === null) return body;
+    const view = { ...(body as Json) };
+    const jobId = typeof view.id === 'string' ? view.id : 'unknown';
+    if (Array.isArray(view.stream)) {
+      const chunks = view.stream.map((chunk) => (isObject(chunk) ? { ...chunk } : chunk));
+      view.stream = chunks;
+      const bySize = chunks
+        .map((chunk, index) => ({ index, bytes: isObject(chunk) ? jsonBytes(chunk.output) : 0 }))
+        .sort((a, b) => b.bytes - a.bytes);
+      for (const { index } of bySize) {
+        if (this.fits(view)) break;
+        const chunk = chunks[index];
+        if (isObject(chunk) && 'output' in chunk) {
+          chunk.output = await this.publish(jobId, 'outputUrl', chunk.output);
+          chunk.outputTooLarge = true;
+        }
+      }
+      return view;
+    }
+    if ('output' in view) {
+      view.output = await this.publish(jobId, 'outputUrl', view.output);
+      view.outputTooLarge = true;
+    }
+    if (!this.fits(view) && 'input' in view) {
+      view.input = await this.publish(jobId, 'inputUrl', view.input);
+      view.inputTooLarge = true;
+    }
+    return view;
+  }
+
+  private fits(body: unknown): boolean {
+    // The body travels as a JSON string inside the Lambda response, so its escaping counts too.
+    const json = JSON.stringify(body) ?? '';
+    if (json.length * 3 <= this.maxResponseBytes) return true;
+    return Buffer.byteLength(JSON.stringify(json)) <= this.maxResponseBytes;
+  }
+
+  private async publish(
+    jobId: string,
+    name: 'outputUrl' | 'inputUrl',
+    value: unknown,
+  ): Promise<{ [key: string]: string | number }> {
+    const json = JSON.stringify(value) ?? 'null';
+    const digest = createHash('sha256').update(json).digest('hex');
+    const key = `payloads/outputs/${encodeURIComponent(jobId)}/${digest}.json`;
+    if (!(await this.blobs.exists(key))) await this.blobs.put(key, Buffer.from(json, 'utf8'));
+    return {
+      [name]: await this.blobs.presignGet(key, this.outputUrlSec),
+      sizeBytes: Buffer.byteLength(json),
+    };
+  }
+
+  private async sizeOf(ref: string): Promise<number | undefined> {
+    try {
+      const head = await this.options.client.send(
+        new HeadObjectCommand({ Bucket: this.options.bucket, Key: (this.options.prefix ?? '') + ref }),
+      );
+      return head.ContentLength ?? 0;
+    } catch (error) {
+      const status = (error as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
+      if (status === 404 || (error as Error).name === 'NotFound' || (error as Error).name === 'NoSuchKey') {
+        return undefined;
+      }
+      throw error;
+    }
+  }
+}
+
+const isObject = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
+const jsonBytes = (value: unknown): number => Buffer.byteLength(JSON.stringify(value) ?? '');

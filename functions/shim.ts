@@ -1,0 +1,307 @@
+/**
+ * A local stand-in for API Gateway (REST API, Lambda proxy integration) in front of the Lambda
+ * handlers: a dev and test tool, not a production server. Each HTTP request goes the way it would on
+ * AWS:
+ *
+ *   body > 10 MB ─────────────────────────────▶ 413 (API Gateway's payload cap)
+ *   proxy event > 6 MB ───────────────────────▶ 413 (Lambda's invocation cap)
+ *   no Authorization header ──────────────────▶ 401 (the authorizer's identity source is missing)
+ *   authorizer: throws "Unauthorized" / Deny ──▶ 401 {"error": "Missing or invalid API key"}
+ *   authorizer fails otherwise ───────────────▶ 500
+ *   api handler: throws ──────────────────────▶ 502 · takes > 29 s ─▶ 504 · result > 6 MB ─▶ 502
+ *   otherwise ────────────────────────────────▶ the handler's statusCode, headers and body
+ *
+ * API Gateway itself answers a Deny with 403 `{"message": ...}`; the platform stack maps its
+ * ACCESS_DENIED and UNAUTHORIZED gateway responses to 401 `{"error": ...}` so clients only ever see
+ * the API's one error shape, and the shim answers what the stack answers. Every answer the shim makes
+ * itself is `{"error": "..."}` for the same reason.
+ */
+import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type {
+  APIGatewayAuthorizerResult,
+  APIGatewayProxyEvent,
+  APIGatewayProxyResult,
+  APIGatewayRequestAuthorizerEvent,
+  Context,
+} from 'aws-lambda';
+import type { ApiHandler } from './api.js';
+import type { AuthorizerHandler } from './authorizer.js';
+import { lambdaPayloadBytes } from './payloads.js';
+
+/** API Gateway's request payload cap (REST and HTTP APIs; not adjustable). */
+export const apiGatewayPayloadBytes = 10 * 1024 * 1024;
+/** API Gateway REST's default integration timeout. */
+export const integrationTimeoutMs = 29_000;
+
+export interface ShimOptions {
+  api: ApiHandler;
+  authorizer: AuthorizerHandler;
+  host?: string;
+  /** 0 (the default) picks a free port. */
+  port?: number;
+  stage?: string;
+  /** The api function's configured timeout; its context counts down from here. */
+  functionTimeoutMs?: number;
+  integrationTimeoutMs?: number;
+}
+
+export interface Shim {
+  /** `http://host:port`; clients use `${url}/v2`. */
+  url: string;
+  close(): Promise<void>;
+}
+
+const region = 'local';
+const accountId = '000000000000';
+const apiId = 'ferrylocal';
+
+const errorJson = (res: ServerResponse, statusCode: number, error: string): void => {
+  const body = JSON.stringify({ error });
+  res.writeHead(statusCode, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+  });
+  res.end(body);
+};
+
+export async function startShim(options: ShimOptions): Promise<Shim> {
+  const server = createServer((req, res) => {
+    serve(req, res, options).catch((error: unknown) => {
+      console.error(`ferry shim: ${(error as Error)?.message ?? String(error)}`);
+      if (!res.headersSent) errorJson(res, 500, 'Internal error');
+      else res.destroy();
+    });
+  });
+  server.listen(options.port ?? 0, options.host ?? '127.0.0.1');
+  await new Promise<void>((resolve, reject) => {
+    server.once('listening', resolve);
+    server.once('error', reject);
+  });
+  const { address, port } = server.address() as AddressInfo;
+  const host = address.includes(':') ? `[${address}]` : address;
+  let closed: Promise<void> | undefined;
+  return {
+    url: `http://${host}:${port}`,
+    close() {
+      closed ??= new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+      return closed;
+    },
+  };
+}
+
+async function serve(req: IncomingMessage, res: ServerResponse, options: ShimOptions): Promise<void> {
+  const body = await readBody(req, apiGatewayPayloadBytes);
+  if (body === 'too large') {
+    errorJson(res, 413, `Request body is over the ${apiGatewayPayloadBytes} bytes API Gateway takes`);
+    return;
+  }
+  const event = proxyEvent(req, body, options.stage ?? 'local');
+  const eventBytes = Buffer.byteLength(JSON.stringify(event));
+  if (eventBytes > lambdaPayloadBytes) {
+    errorJson(
+      res,
+      413,
+      `Request of ${eventBytes} bytes is over the 6 MB an AWS Lambda invocation takes: ` +
+        'upload big inputs with POST /v2/<endpoint>/uploads and send {"inputRef": ...}',
+    );
+    return;
+  }
+
+  const authorization = Object.entries(event.headers).find(
+    ([name]) => name.toLowerCase() === 'authorization',
+  )?.[1];
+  if (!authorization) {
+    errorJson(res, 401, 'Missing or invalid API key');
+    return;
+  }
+  let decision: APIGatewayAuthorizerResult;
+  try {
+    decision = await options.authorizer(authorizerEvent(event));
+  } catch (error) {
+    if ((error as Error)?.message === 'Unauthorized') errorJson(res, 401, 'Missing or invalid API key');
+    else errorJson(res, 500, 'The authorizer failed');
+    return;
+  }
+  const methodArn = authorizerEvent(event).methodArn;
+  if (!allows(decision, methodArn)) {
+    errorJson(res, 401, 'Missing or invalid API key');
+    return;
+  }
+  event.requestContext.authorizer = { principalId: decision.principalId, ...(decision.context ?? {}) };
+
+  const timeoutMs = options.integrationTimeoutMs ?? integrationTimeoutMs;
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<'timeout'>((resolve) => {
+    timer = setTimeout(() => resolve('timeout'), timeoutMs);
+  });
+  let result: APIGatewayProxyResult | 'timeout';
+  try {
+    result = await Promise.race([
+      options.api(event, lambdaContext(options.functionTimeoutMs ?? 30_000)),
+      timedOut,
+    ]);
+  } catch (error) {
+    console.error(`ferry shim: the api function failed: ${(error as Error)?.message ?? String(error)}`);
+    errorJson(res, 502, 'The api function failed');
+    return;
+  } finally {
+    clearTimeout(timer);
+  }
+  if (result === 'timeout') {
+    errorJson(res, 504, `Endpoint request timed out (API Gateway waits ${timeoutMs} ms)`);
+    return;
+  }
+  const resultBytes = Buffer.byteLength(JSON.stringify(result));
+  if (resultBytes > lambdaPayloadBytes) {
+    errorJson(res, 502, `The api function's response of ${resultBytes} bytes is over Lambda's 6 MB`);
+    return;
+  }
+  writeResult(res, result);
+}
+
+/** The body, or 'too large' once it passes `maxBytes` (the rest is read and dropped, so the client sees the 413). */
+async function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer | 'too large'> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size <= maxBytes) chunks.push(chunk as Buffer);
+  }
+  return size > maxBytes ? 'too large' : Buffer.concat(chunks);
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** API Gateway REST proxy event, format 1.0. Text bodies go as they are; anything else as base64. */
+function proxyEvent(req: IncomingMessage, body: Buffer, stage: string): APIGatewayProxyEvent {
+  const url = new URL(req.url ?? '/', 'http://shim.local');
+  const method = (req.method ?? 'GET').toUpperCase();
+  const headers: Record<string, string> = {};
+  const multiValueHeaders: Record<string, string[]> = {};
+  for (let i = 0; i < req.rawHeaders.length; i += 2) {
+    const name = req.rawHeaders[i]!;
+    const value = req.rawHeaders[i + 1]!;
+    headers[name] = value;
+    multiValueHeaders[name] = [...(multiValueHeaders[name] ?? []), value];
+  }
+  const query: Record<string, string> = {};
+  const multiQuery: Record<string, string[]> = {};
+  for (const [name, value] of url.searchParams) {
+    query[name] = value;
+    multiQuery[name] = [...(multiQuery[name] ?? []), value];
+  }
+  const hasQuery = Object.keys(query).length > 0;
+  let text: string | null = null;
+  let isBase64Encoded = false;
+  if (body.length > 0) {
+    try {
+      text = utf8.decode(body);
+    } catch {
+      text = body.toString('base64');
+      isBase64Encoded = true;
+    }
+  }
+  const path = url.pathname;
+  return {
+    resource: '/v2/{proxy+}',
+    path,
+    httpMethod: method,
+    headers,
+    multiValueHeaders,
+    queryStringParameters: hasQuery ? query : null,
+    multiValueQueryStringParameters: hasQuery ? multiQuery : null,
+    pathParameters: path.startsWith('/v2/') ? { proxy: path.slice('/v2/'.length) } : null,
+    stageVariables: null,
+    body: text,
+    isBase64Encoded,
+    requestContext: {
+      accountId,
+      apiId,
+      authorizer: undefined,
+      protocol: 'HTTP/1.1',
+      httpMethod: method,
+      identity: {
+        sourceIp: req.socket.remoteAddress ?? '127.0.0.1',
+        userAgent: headers['user-agent'] ?? null,
+      } as APIGatewayProxyEvent['requestContext']['identity'],
+      path: `/${stage}${path}`,
+      stage,
+      requestId: randomUUID(),
+      requestTimeEpoch: Date.now(),
+      resourceId: 'proxy',
+      resourcePath: '/v2/{proxy+}',
+    },
+  };
+}
+
+function authorizerEvent(event: APIGatewayProxyEvent): APIGatewayRequestAuthorizerEvent {
+  const { stage } = event.requestContext;
+  return {
+    type: 'REQUEST',
+    methodArn: `arn:aws:execute-api:${region}:${accountId}:${apiId}/${stage}/${event.httpMethod}${event.path}`,
+    resource: event.resource,
+    path: event.path,
+    httpMethod: event.httpMethod,
+    headers: event.headers as Record<string, string>,
+    multiValueHeaders: event.multiValueHeaders as Record<string, string[]>,
+    pathParameters: event.pathParameters,
+    queryStringParameters: event.queryStringParameters,
+    multiValueQueryStringParameters: event.multiValueQueryStringParameters,
+    stageVariables: null,
+    requestContext: event.requestContext,
+  } as APIGatewayRequestAuthorizerEvent;
+}
+
+/** IAM evaluation, reduced to what an authorizer policy holds: an explicit Deny wins, then any Allow. */
+function allows(decision: APIGatewayAuthorizerResult, methodArn: string): boolean {
+  const statements = (decision.policyDocument?.Statement ?? []) as {
+    Effect?: string;
+    Resource?: string | string[];
+  }[];
+  const matching = statements.filter((s) =>
+    [s.Resource ?? []].flat().some((resource) => arnMatches(resource, methodArn)),
+  );
+  if (matching.some((s) => s.Effect === 'Deny')) return false;
+  return matching.some((s) => s.Effect === 'Allow');
+}
+
+function arnMatches(pattern: string, arn: string): boolean {
+  const regex = new RegExp(`^${pattern.split('*').map(escapeRegex).join('.*')}$`);
+  return regex.test(arn);
+}
+
+const escapeRegex = (text: string): string => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+function lambdaContext(functionTimeoutMs: number): Context {
+  const deadline = Date.now() + functionTimeoutMs;
+  return {
+    callbackWaitsForEmptyEventLoop: false,
+    functionName: 'ferry-api',
+    functionVersion: '$LATEST',
+    invokedFunctionArn: `arn:aws:lambda:${region}:${accountId}:function:ferry-api`,
+    memoryLimitInMB: '1024',
+    awsRequestId: randomUUID(),
+    logGroupName: '/aws/lambda/ferry-api',
+    logStreamName: 'local',
+    getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
+    done: () => {},
+    fail: () => {},
+    succeed: () => {},
+  };
+}
+
+function writeResult(res: ServerResponse, result: APIGatewayProxyResult): void {
+  const headers: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(result.headers ?? {})) headers[name] = String(value);
+  for (const [name, values] of Object.entries(result.multiValueHeaders ?? {})) {
+    headers[name] = values.map(String);
+  }
+  const body = Buffer.from(result.body ?? '', result.isBase64Encoded ? 'base64' : 'utf8');
+  res.writeHead(result.statusCode, { ...headers, 'content-length': String(body.length) });
+  res.end(body);
+}

@@ -1,0 +1,174 @@
+/**
+ * AWS in a box: DynamoDB Local + fauxqs (SQS and S3) with the platform's tables, bucket and queues;
+ * the Lambda handlers (authorizer + api) behind the API Gateway shim; and, per endpoint, the agent
+ * sidecar (worker-image/agent) that serves the worker protocol next to a worker on ECS.
+ *
+ *   client ──HTTP──▶ shim ──▶ authorizer.handler ──▶ api.handler ──▶ DynamoDB Local / fauxqs
+ *   worker ──HTTP──▶ agent (startAgent, one per endpoint) ───────────▶ the same tables and queues
+ *
+ * The two sides share nothing in process but the emulators: each has its own SDK clients and engine,
+ * as a Lambda sandbox and an ECS task would.
+ */
+
+import { hashKey } from '../../core/auth.js';
+import type { EndpointRecord } from '../../core/ports.js';
+import { createApiHandler } from '../../functions/api.js';
+import { createAuthorizer } from '../../functions/authorizer.js';
+import { type Shim, startShim } from '../../functions/shim.js';
+import {
+  buildPlatform,
+  type FunctionEnv,
+  type Platform,
+  parseFunctionEnv,
+  queueUrls,
+} from '../../functions/wiring.js';
+import { type Agent, startAgent } from '../../worker-image/agent/agent.js';
+import {
+  type AwsFixture,
+  dynamoClientFor,
+  s3ClientFor,
+  sqsClientFor,
+  startAwsFixture,
+} from '../support/emulators.js';
+
+export const boxApiKey = 'fy_aws_box_test_key';
+
+export interface AwsBox {
+  fixture: AwsFixture;
+  env: FunctionEnv;
+  /** The platform the api Lambda built (its engine, stores, payload store). */
+  lambda: Platform;
+  shim: Shim;
+  /** `${shim.url}/v2`, what clients use. */
+  baseUrl: string;
+  /** The agent of an endpoint (started on first use); workers connect to `agent.url`. */
+  agentFor(endpointId: string): Promise<Agent>;
+  /** Exit codes the agents asked for (a worker that kept a stopped job); tests expect none. */
+  agentExits: number[];
+  addEndpoint(id: string, config?: Record<string, unknown>): Promise<EndpointRecord>;
+  stop(): Promise<void>;
+}
+
+export interface AwsBoxOptions {
+  maxWaitMs?: number;
+  /** How long the agents hold worker long polls. */
+  workerWaitMs?: number;
+}
+
+const clientsFor = (fixture: AwsFixture) => ({
+  dynamo: dynamoClientFor(fixture.dynamo.endpoint),
+  sqs: sqsClientFor(fixture.fauxqs.endpoint),
+  s3: s3ClientFor(fixture.fauxqs.endpoint),
+});
+
+export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> {
+  const fixture = await startAwsFixture();
+  const env = parseFunctionEnv({
+    FERRY_JOBS_TABLE: fixture.tables.jobs,
+    FERRY_CHUNKS_TABLE: fixture.tables.chunks,
+    FERRY_CONTROL_TABLE: fixture.tables.control,
+    FERRY_WORKERS_TABLE: fixture.tables.workers,
+    FERRY_BUCKET: fixture.bucket,
+    FERRY_BLOB_PREFIX: 'ferry/',
+    FERRY_QUEUE_NAME_PREFIX: 'ferry-',
+    FERRY_MAX_WAIT_MS: String(options.maxWaitMs ?? 25_000),
+    FERRY_POLL_MS: '200',
+    FERRY_DYNAMODB_ENDPOINT: fixture.dynamo.endpoint,
+    FERRY_SQS_ENDPOINT: fixture.fauxqs.endpoint,
+    FERRY_S3_ENDPOINT: fixture.fauxqs.endpoint,
+  });
+  const lambdaClients = clientsFor(fixture);
+  const agentClients = clientsFor(fixture);
+  const destroyClients = () => {
+    for (const client of [...Object.values(lambdaClients), ...Object.values(agentClients)]) client.destroy();
+  };
+  const agents = new Map<string, Promise<Agent>>();
+  const agentExits: number[] = [];
+  const closeAgents = async () => {
+    const started = await Promise.allSettled(agents.values());
+    await Promise.all(started.map((a) => (a.status === 'fulfilled' ? a.value.close() : undefined)));
+  };
+  let shim: Shim | undefined;
+  try {
+    // The api Lambda's container: built once, as platformFromEnv does on AWS.
+    const lambda = buildPlatform({ env, clients: lambdaClients });
+    await lambda.control.putApiKey({
+      id: 'key-box',
+      name: 'aws box',
+      hash: hashKey(boxApiKey),
+      createdAt: Date.now(),
+    });
+    shim = await startShim({
+      api: createApiHandler(() => lambda),
+      authorizer: createAuthorizer(() => lambda.control),
+    });
+    const agentQueueUrls = queueUrls(agentClients.sqs, env.FERRY_QUEUE_NAME_PREFIX);
+
+    const running = shim;
+    return {
+      fixture,
+      env,
+      lambda,
+      shim: running,
+      baseUrl: `${running.url}/v2`,
+      agentExits,
+      agentFor(endpointId) {
+        let agent = agents.get(endpointId);
+        if (!agent) {
+          agent = startAgent({
+            endpointId,
+            clients: agentClients,
+            tables: fixture.tables,
+            queueUrlFor: agentQueueUrls,
+            bucket: fixture.bucket,
+            blobPrefix: env.FERRY_BLOB_PREFIX,
+            port: 0,
+            workerWaitMs: options.workerWaitMs ?? 2_000,
+            pollMs: 200,
+            pingIntervalMs: 500,
+            tickMs: 200,
+            log: { info: () => {}, warn: () => {}, error: () => {} },
+            // Never process.exit the test runner; the tests assert no exit was asked for.
+            exit: (code) => {
+              agentExits.push(code);
+            },
+          });
+          agents.set(endpointId, agent);
+        }
+        return agent;
+      },
+      async addEndpoint(id, config = {}) {
+        const record: EndpointRecord = {
+          id,
+          app: 'box',
+          env: 'production',
+          name: id,
+          kind: 'queue',
+          config,
+          fingerprint: 'box',
+          createdAt: Date.now(),
+          updatedAt: Date.now(),
+        };
+        await lambda.control.putEndpoint(record);
+        // infra/ creates both queues per endpoint; the functions find them with GetQueueUrl.
+        await fixture.queueUrlFor(id);
+        await fixture.queueUrlFor(id, { lowPriority: true });
+        return record;
+      },
+      async stop() {
+        await running.close();
+        await closeAgents();
+        await lambda.queue.close();
+        lambda.webhooks.close();
+        destroyClients();
+        await fixture.stop();
+      },
+    };
+  } catch (error) {
+    await shim?.close();
+    await closeAgents();
+    destroyClients();
+    await fixture.stop();
+    throw error;
+  }
+}

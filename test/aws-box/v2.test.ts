@@ -1,0 +1,283 @@
+/**
+ * The key v2 rows and the AWS size limits, end to end through AWS in a box: client → API Gateway
+ * shim (10 MB / 6 MB caps) → authorizer + api Lambda handlers → DynamoDB Local + fauxqs (SQS, S3),
+ * and a protocol worker on the
+ * endpoint's agent sidecar; one real Python worker at the end.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { S3PayloadStore } from '../../functions/payloads.js';
+import type { Agent } from '../../worker-image/agent/agent.js';
+import { type PythonWorker, startPythonWorker } from '../agent/helpers.js';
+import { ProtocolWorker } from '../support/protocolWorker.js';
+import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
+
+const KB = 1024;
+const MB = 1024 * KB;
+const maxWaitMs = 3_000;
+
+let box: AwsBox;
+let mainAgent: Agent;
+let serving: { stop(): Promise<void> };
+let python: PythonWorker | undefined;
+
+async function call(method: string, path: string, body?: unknown, headers: Record<string, string> = {}) {
+  const response = await fetch(`${box.baseUrl}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${boxApiKey}`, 'content-type': 'application/json', ...headers },
+    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await response.text();
+  return {
+    status: response.status,
+    bytes: text.length,
+    body: text.length > 0 ? JSON.parse(text) : undefined,
+  };
+}
+
+async function untilFinal(endpointId: string, id: string) {
+  for (let i = 0; i < 100; i++) {
+    const r = await call('POST', `/${endpointId}/status-sync/${id}?wait=${maxWaitMs}`);
+    if (!['IN_QUEUE', 'IN_PROGRESS'].includes(r.body.status)) return r;
+  }
+  throw new Error(`job ${id} never finished`);
+}
+
+beforeAll(async () => {
+  box = await startAwsBox({ maxWaitMs });
+  for (const id of ['main', 'idle', 'purge']) await box.addEndpoint(id);
+  mainAgent = await box.agentFor('main');
+  serving = new ProtocolWorker(mainAgent.url, 'main', mainAgent.workerToken).serve();
+});
+
+afterAll(async () => {
+  expect(box?.agentExits ?? []).toEqual([]);
+  await serving?.stop();
+  await python?.stop();
+  await box?.stop();
+});
+
+describe('v2 rows through the Lambda handlers', () => {
+  it('run answers {id, status: IN_QUEUE}; status ends COMPLETED with the output', async () => {
+    const run = await call('POST', '/main/run', { input: { echo: { hello: 'aws' } } });
+    expect(run.status).toBe(200);
+    expect(run.body).toEqual({ id: expect.stringMatching(/-u1$/), status: 'IN_QUEUE' });
+    const done = await untilFinal('main', run.body.id);
+    expect(done.status).toBe(200);
+    expect(done.body).toMatchObject({ id: run.body.id, status: 'COMPLETED', output: { hello: 'aws' } });
+    const status = await call('GET', `/main/status/${run.body.id}`);
+    expect(status.body).toMatchObject({ status: 'COMPLETED', output: { hello: 'aws' } });
+  });
+
+  it('runsync longer than FERRY_MAX_WAIT_MS answers 200 {id, status} before the cap, then status-sync finishes', async () => {
+    const started = Date.now();
+    const r = await call('POST', '/main/runsync?wait=60000', { input: { echo: 'late', sleepMs: 4_500 } });
+    const tookMs = Date.now() - started;
+    expect(r.status).toBe(200);
+    expect(r.body).toEqual({ id: expect.stringMatching(/^sync-/), status: expect.stringMatching(/IN_/) });
+    expect(tookMs).toBeLessThan(maxWaitMs + 1_500);
+    const done = await untilFinal('main', r.body.id);
+    expect(done.body).toMatchObject({ status: 'COMPLETED', output: 'late' });
+  });
+
+  it('cancel, retry, purge and health', async () => {
+    const queued = await call('POST', '/idle/run', { input: { echo: 'never' } });
+    expect((await call('POST', `/idle/cancel/${queued.body.id}`)).body).toEqual({
+      id: queued.body.id,
+      status: 'CANCELLED',
+    });
+    expect((await call('POST', `/idle/retry/${queued.body.id}`)).status).toBe(409);
+
+    const failing = await call('POST', '/main/run', { input: { fail: 'boom' } });
+    expect((await untilFinal('main', failing.body.id)).body).toMatchObject({
+      status: 'FAILED',
+      error: 'boom',
+    });
+    const retried = await call('POST', `/main/retry/${failing.body.id}`);
+    expect(retried.body).toEqual({ id: failing.body.id, status: 'IN_QUEUE' });
+    expect((await untilFinal('main', failing.body.id)).body).toMatchObject({ status: 'FAILED', retries: 1 });
+
+    await call('POST', '/purge/run', { input: { n: 1 } });
+    await call('POST', '/purge/run', { input: { n: 2 } });
+    expect((await call('POST', '/purge/purge-queue')).body).toEqual({ removed: 2, status: 'completed' });
+    const health = await call('GET', '/purge/health');
+    expect(health.status).toBe(200);
+    expect(health.body.jobs).toMatchObject({ inQueue: 0, inProgress: 0 });
+    const mainHealth = await call('GET', '/main/health');
+    expect(mainHealth.body.jobs.completed).toBeGreaterThanOrEqual(1);
+    expect(mainHealth.body.workers.idle + mainHealth.body.workers.running).toBeGreaterThanOrEqual(1);
+  });
+
+  it.each([
+    ['no body', undefined, /JSON object/],
+    ['invalid JSON', '{"input":', /not valid JSON/],
+    ['input missing', {}, /input/],
+    ['unknown field', { input: {}, surprise: 1 }, /unknown field 'surprise'/],
+    ['input and inputRef', { input: {}, inputRef: 'x' }, /either input or inputRef/],
+    ['an inputRef not handed out', { inputRef: 'payloads/abc/input-1' }, /Invalid inputRef/],
+  ])('/run with %s is a 400 {error}', async (_name, body, message) => {
+    const r = await call('POST', '/idle/run', body);
+    expect(r.status).toBe(400);
+    expect(r.body.error).toMatch(message);
+  });
+
+  it('a wait out of range is a 400; a bad percent-encoding is a 400', async () => {
+    const wait = await call('POST', '/idle/runsync?wait=999', { input: {} });
+    expect(wait.status).toBe(400);
+    expect(wait.body.error).toMatch(/wait/);
+    const path = await call('GET', '/idle/status/%E0%A4%A');
+    expect(path.status).toBe(400);
+    expect(typeof path.body.error).toBe('string');
+  });
+
+  it('401 for a missing, wrong or worker key; a client key cannot use worker routes', async () => {
+    for (const authorization of ['', 'Bearer wrong', mainAgent.workerToken]) {
+      const r = await call('GET', '/main/health', undefined, { authorization });
+      expect(r.status).toBe(401);
+      expect(r.body).toEqual({ error: 'Missing or invalid API key' });
+    }
+    expect((await call('GET', '/main/health', undefined, { authorization: boxApiKey })).status).toBe(200);
+    const take = await call('GET', '/main/job-take/w1');
+    // The agent takes no client key either.
+    const atAgent = await fetch(`${mainAgent.url}/v2/main/job-take/w1`, {
+      headers: { authorization: boxApiKey },
+    });
+    expect(atAgent.status).toBe(401);
+    expect(take.status).toBe(401);
+    expect(take.body.error).toMatch(/API key/);
+  });
+
+  it('unknown endpoint, job and route are 404 {error}', async () => {
+    for (const path of ['/nope/health', '/main/status/no-such-job', '/main/no-such-route']) {
+      const r = await call('GET', path);
+      expect(r.status).toBe(404);
+      expect(typeof r.body.error).toBe('string');
+    }
+  });
+});
+
+describe('big bodies through the 10 MB / 6 MB front door', () => {
+  it('an input, an output and a stream chunk over 400 KB pass inline', async () => {
+    const big = 'i'.repeat(450 * KB);
+    const run = await call('POST', '/main/run', { input: { echo: { big } } });
+    expect(run.status).toBe(200);
+    const done = await untilFinal('main', run.body.id);
+    expect(done.body.output.big).toBe(big);
+
+    const chunk = 's'.repeat(450 * KB);
+    const streamed = await call('POST', '/main/run', { input: { chunks: [chunk, 'end'] } });
+    const seen: unknown[] = [];
+    for (let i = 0; i < 50; i++) {
+      const r = await call('POST', `/main/stream/${streamed.body.id}`);
+      expect(r.status).toBe(200);
+      seen.push(...r.body.stream);
+      if (['COMPLETED', 'FAILED'].includes(r.body.status)) break;
+    }
+    expect(seen).toEqual([{ output: chunk }, { output: 'end' }]);
+  });
+
+  it('a request over 6 MB is a 413 at the Lambda cap, over 10 MB at API Gateway', async () => {
+    const six = await call('POST', '/idle/run', { input: { blob: 'x'.repeat(6 * MB + 1) } });
+    expect(six.status).toBe(413);
+    expect(six.body.error).toMatch(/uploads/);
+    const ten = await call('POST', '/idle/runsync', { input: { blob: 'x'.repeat(10 * MB + 1) } });
+    expect(ten.status).toBe(413);
+    expect(typeof ten.body.error).toBe('string');
+  });
+
+  it('a 7 MB input via uploads + inputRef completes, and its 7 MB output comes back as outputUrl', async () => {
+    const blob = 'b'.repeat(7 * MB);
+    const upload = await call('POST', '/main/uploads');
+    expect(upload.status).toBe(200);
+    expect(upload.body).toEqual({
+      uploadUrl: expect.stringMatching(/^http/),
+      inputRef: expect.stringMatching(/^payloads\/uploads\/[0-9a-f-]{36}\.json$/),
+      expiresInSec: 900,
+    });
+    const put = await fetch(upload.body.uploadUrl, { method: 'PUT', body: JSON.stringify({ echo: blob }) });
+    expect(put.status).toBe(200);
+
+    const run = await call('POST', '/main/runsync?wait=30000', { inputRef: upload.body.inputRef });
+    expect(run.status).toBe(200);
+    const done = run.body.status === 'COMPLETED' ? run : await untilFinal('main', run.body.id);
+    expect(done.bytes).toBeLessThan(64 * KB);
+    expect(done.body).toMatchObject({
+      status: 'COMPLETED',
+      outputTooLarge: true,
+      output: { outputUrl: expect.stringMatching(/^http/), sizeBytes: blob.length + 2 },
+    });
+    const output = await fetch(done.body.output.outputUrl);
+    expect(output.status).toBe(200);
+    expect(await output.json()).toBe(blob);
+  });
+
+  it('a queued 7 MB input shows as inputUrl in status; a missing upload is a 400', async () => {
+    const upload = await call('POST', '/idle/uploads');
+    const missing = await call('POST', '/idle/run', { inputRef: upload.body.inputRef });
+    expect(missing.status).toBe(400);
+    expect(missing.body.error).toMatch(/PUT the input JSON/);
+
+    await fetch(upload.body.uploadUrl, { method: 'PUT', body: JSON.stringify({ blob: 'q'.repeat(7 * MB) }) });
+    const run = await call('POST', '/idle/run', {
+      inputRef: upload.body.inputRef,
+      policy: { lowPriority: true },
+    });
+    expect(run.body.status).toBe('IN_QUEUE');
+    const status = await call('GET', `/idle/status/${run.body.id}`);
+    expect(status.status).toBe(200);
+    expect(status.body).toMatchObject({
+      status: 'IN_QUEUE',
+      inputTooLarge: true,
+      input: { inputUrl: expect.any(String) },
+    });
+    const input = await fetch(status.body.input.inputUrl);
+    expect(((await input.json()) as { blob: string }).blob).toHaveLength(7 * MB);
+  });
+
+  it('an upload that is not a JSON object is a 400', async () => {
+    const upload = await call('POST', '/idle/uploads');
+    await fetch(upload.body.uploadUrl, { method: 'PUT', body: '[1, 2' });
+    const r = await call('POST', '/idle/run', { inputRef: upload.body.inputRef });
+    expect(r.status).toBe(400);
+    expect(r.body.error).toMatch(/not valid JSON/);
+  });
+});
+
+describe('response fitting', () => {
+  it('a stream answer over the cap has its biggest chunks replaced by outputUrl, per chunk', async () => {
+    const payloads = new S3PayloadStore({
+      client: box.fixture.s3,
+      bucket: box.fixture.bucket,
+      prefix: 'ferry/',
+      maxResponseBytes: 4 * KB,
+    });
+    const big = 'z'.repeat(3 * KB);
+    const answer = {
+      id: 'job-1',
+      status: 'IN_PROGRESS',
+      stream: [{ output: 'small' }, { output: big }, { output: big }],
+    };
+    const fitted = (await payloads.fitResponse(answer)) as { stream: Record<string, any>[] };
+    expect(fitted.stream[0]).toEqual({ output: 'small' });
+    const replaced = fitted.stream.filter((chunk) => chunk.outputTooLarge === true);
+    expect(replaced.length).toBeGreaterThanOrEqual(1);
+    expect(JSON.stringify(fitted).length).toBeLessThan(4 * KB);
+    const fetched = await fetch(replaced[0]!.output.outputUrl);
+    expect(await fetched.json()).toBe(big);
+    // Small answers are untouched (the same object comes back).
+    const small = { id: 'job-2', status: 'COMPLETED', output: 'ok' };
+    expect(await payloads.fitResponse(small)).toBe(small);
+  });
+});
+
+describe('a real Python worker through the agent', () => {
+  it('runs a /runsync sent through the shim to COMPLETED', async () => {
+    await box.addEndpoint('py');
+    python = startPythonWorker(await box.agentFor('py'));
+    const r = await call('POST', '/py/runsync?wait=30000', { input: { method: 'echo', text: 'via lambda' } });
+    const done = r.body.status === 'COMPLETED' ? r : await untilFinal('py', r.body.id);
+    expect(done.body, python.output.join('')).toMatchObject({
+      status: 'COMPLETED',
+      output: { echo: 'via lambda' },
+    });
+  });
+});

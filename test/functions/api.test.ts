@@ -1,0 +1,142 @@
+/**
+ * The api Lambda's event translation (API Gateway REST proxy event v1 ⇄ V2Api), over a recording
+ * stand-in for the platform (unit level; the real platform runs in test/aws-box/).
+ */
+import type { APIGatewayProxyEvent, Context } from 'aws-lambda';
+import { describe, expect, it, vi } from 'vitest';
+import type { ApiRequest, ApiResponse } from '../../core/api.js';
+import { badRequest } from '../../core/errors.js';
+import { handler as bundledHandler, createApiHandler } from '../../functions/api.js';
+import type { Platform } from '../../functions/wiring.js';
+
+function recording(
+  answer: (req: ApiRequest) => Promise<ApiResponse> = async () => ({ statusCode: 200, body: { ok: true } }),
+) {
+  const seen: ApiRequest[] = [];
+  const platform = {
+    api: {
+      handle: async (req: ApiRequest) => {
+        seen.push(req);
+        return answer(req);
+      },
+    },
+  } as unknown as Platform;
+  return { seen, handler: createApiHandler(() => platform) };
+}
+
+const event = (overrides: Partial<APIGatewayProxyEvent> = {}): APIGatewayProxyEvent =>
+  ({
+    httpMethod: 'POST',
+    path: '/v2/ep/run',
+    resource: '/v2/{proxy+}',
+    headers: { Authorization: 'Bearer k', 'Content-Type': 'application/json' },
+    multiValueHeaders: {},
+    queryStringParameters: null,
+    multiValueQueryStringParameters: null,
+    pathParameters: { proxy: 'ep/run' },
+    body: '{"input":{}}',
+    isBase64Encoded: false,
+    requestContext: { authorizer: { principalId: 'key-1' } },
+    ...overrides,
+  }) as unknown as APIGatewayProxyEvent;
+
+const context = (remainingMs?: number) =>
+  (remainingMs === undefined ? {} : { getRemainingTimeInMillis: () => remainingMs }) as unknown as Context;
+
+describe('api handler', () => {
+  it('hands method, path, lower-cased headers, joined query values and the body to V2Api', async () => {
+    const { seen, handler } = recording();
+    const result = await handler(
+      event({
+        queryStringParameters: { wait: '2000', job_id: 'b' },
+        multiValueQueryStringParameters: { wait: ['2000'], job_id: ['a', 'b'] },
+      }),
+      context(),
+    );
+    expect(result).toEqual({
+      statusCode: 200,
+      headers: { 'content-type': 'application/json' },
+      body: '{"ok":true}',
+    });
+    const req = seen[0]!;
+    expect(req).toMatchObject({ method: 'POST', path: '/v2/ep/run', query: { wait: '2000', job_id: 'a,b' } });
+    expect(req.headers.authorization).toBe('Bearer k');
+    expect(req.body?.toString()).toBe('{"input":{}}');
+  });
+
+  it('decodes a base64 body; malformed base64 is a 400 {error} that never reaches the API', async () => {
+    const { seen, handler } = recording();
+    await handler(
+      event({ body: Buffer.from('{"input":{"a":1}}').toString('base64'), isBase64Encoded: true }),
+      context(),
+    );
+    expect(seen[0]!.body?.toString()).toBe('{"input":{"a":1}}');
+    const bad = await handler(event({ body: '%%%not base64', isBase64Encoded: true }), context());
+    expect(bad.statusCode).toBe(400);
+    expect(JSON.parse(bad.body)).toEqual({ error: expect.stringMatching(/base64/) });
+    expect(seen).toHaveLength(1);
+  });
+
+  it('a path that does not percent-decode is a 400', async () => {
+    const { handler } = recording();
+    const r = await handler(
+      event({ httpMethod: 'GET', path: '/v2/ep/status/%E0%A4%A', body: null }),
+      context(),
+    );
+    expect(r.statusCode).toBe(400);
+    expect(JSON.parse(r.body).error).toMatch(/percent-encoding/);
+  });
+
+  it('finds /v2/ behind a custom-domain base path, or from {proxy+}', async () => {
+    const { seen, handler } = recording();
+    await handler(event({ path: '/ferry/v2/ep/health', httpMethod: 'GET', body: null }), context());
+    await handler(
+      event({ path: '/', pathParameters: { proxy: 'ep/health' }, httpMethod: 'GET', body: null }),
+      context(),
+    );
+    expect(seen.map((r) => r.path)).toEqual(['/v2/ep/health', '/v2/ep/health']);
+  });
+
+  it('maps 204 to an empty body and API errors to their status with {error}', async () => {
+    const { handler: empty } = recording(async () => ({ statusCode: 204 }));
+    expect(await empty(event(), context())).toMatchObject({ statusCode: 204, body: '' });
+    const { handler: failing } = recording(async () => {
+      throw badRequest('nope');
+    });
+    const r = await failing(event(), context());
+    expect(r.statusCode).toBe(400);
+    expect(JSON.parse(r.body)).toEqual({ error: 'nope' });
+  });
+
+  it('an unexpected failure is a 500 {"error": "Internal error"}, without details', async () => {
+    const spy = vi.spyOn(console, 'error').mockImplementation(() => {});
+    const { handler } = recording(async () => {
+      throw new Error('DynamoDB is down at 10.0.0.1');
+    });
+    const r = await handler(event(), context());
+    expect(r.statusCode).toBe(500);
+    expect(JSON.parse(r.body)).toEqual({ error: 'Internal error' });
+    // The bundled handler with no configuration: same shape, the variable names stay in the log.
+    const unconfigured = await bundledHandler(event(), context());
+    expect(unconfigured.statusCode).toBe(500);
+    expect(JSON.parse(unconfigured.body)).toEqual({ error: 'Internal error' });
+    expect(String(spy.mock.calls.at(-1)?.[0])).toMatch(/FERRY_/);
+    spy.mockRestore();
+  });
+
+  it('aborts the wait 1.5 s before the function would time out', async () => {
+    const { seen, handler } = recording(
+      async (req) =>
+        new Promise((resolve) => {
+          req.signal?.addEventListener('abort', () =>
+            resolve({ statusCode: 200, body: { id: 'j', status: 'IN_QUEUE' } }),
+          );
+        }),
+    );
+    const started = Date.now();
+    const r = await handler(event(), context(1_700));
+    expect(Date.now() - started).toBeLessThan(1_000);
+    expect(JSON.parse(r.body)).toEqual({ id: 'j', status: 'IN_QUEUE' });
+    expect(seen[0]!.signal?.aborted).toBe(true);
+  });
+});

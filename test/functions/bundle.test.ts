@@ -1,0 +1,56 @@
+/**
+ * The Lambda bundles: esbuild writes api.mjs, authorizer.mjs and sweeper.mjs into a temp folder, and
+ * each one imports on its own (outside the repo, so no node_modules to lean on) and exports `handler`.
+ */
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bundleFunctions, functionEntries } from '../../functions/bundle.js';
+
+let outdir: string;
+let files: Record<string, string>;
+
+beforeAll(async () => {
+  outdir = mkdtempSync(join(tmpdir(), 'ferry-bundle-'));
+  files = await bundleFunctions(outdir);
+}, 120_000);
+
+afterAll(() => {
+  rmSync(outdir, { recursive: true, force: true });
+});
+
+describe('bundleFunctions', () => {
+  it('writes one .mjs with a source map per documented entry', () => {
+    expect(Object.keys(files).sort()).toEqual(['api', 'authorizer', 'sweeper']);
+    expect(functionEntries).toEqual({
+      api: 'api.handler',
+      authorizer: 'authorizer.handler',
+      sweeper: 'sweeper.handler',
+    });
+    for (const name of Object.keys(functionEntries)) {
+      expect(statSync(join(outdir, `${name}.mjs`)).size).toBeGreaterThan(1000);
+      expect(statSync(join(outdir, `${name}.mjs.map`)).size).toBeGreaterThan(1000);
+    }
+  });
+
+  it('each bundle imports standalone and exports a handler function', async () => {
+    for (const name of Object.keys(functionEntries)) {
+      const module = (await import(pathToFileURL(files[name]!).href)) as { handler?: unknown };
+      expect(typeof module.handler).toBe('function');
+    }
+  });
+
+  it('the bundled authorizer denies a request without a key (no AWS call needed)', async () => {
+    const { handler } = (await import(pathToFileURL(files.authorizer!).href)) as {
+      handler: (event: unknown) => Promise<{ policyDocument: { Statement: { Effect: string }[] } }>;
+    };
+    const result = await handler({
+      type: 'REQUEST',
+      methodArn: 'arn:aws:execute-api:us-east-1:123456789012:abc/prod/GET/v2/ep/health',
+      headers: {},
+    });
+    expect(result.policyDocument.Statement[0]!.Effect).toBe('Deny');
+  });
+});

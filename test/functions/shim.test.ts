@@ -1,0 +1,138 @@
+/**
+ * The API Gateway shim over real HTTP on loopback, with stand-in handlers (unit level): the 10 MB and
+ * 6 MB caps, the authorizer's Deny mapped to 401 {error}, and how results and failures come back.
+ */
+import type { APIGatewayAuthorizerResult, APIGatewayProxyEvent, APIGatewayProxyResult } from 'aws-lambda';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { ApiHandler } from '../../functions/api.js';
+import type { AuthorizerHandler } from '../../functions/authorizer.js';
+import { type Shim, type ShimOptions, startShim } from '../../functions/shim.js';
+
+const MB = 1024 * 1024;
+const allowAll: AuthorizerHandler = async (event) => ({
+  principalId: 'key-1',
+  policyDocument: {
+    Version: '2012-10-17',
+    Statement: [
+      {
+        Action: 'execute-api:Invoke',
+        Effect: 'Allow',
+        Resource: `${event.methodArn.split('/').slice(0, 2).join('/')}/*`,
+      },
+    ],
+  },
+  context: { keyId: 'key-1' },
+});
+const denyAll: AuthorizerHandler = async (event): Promise<APIGatewayAuthorizerResult> => ({
+  principalId: 'anonymous',
+  policyDocument: {
+    Version: '2012-10-17',
+    Statement: [{ Action: 'execute-api:Invoke', Effect: 'Deny', Resource: event.methodArn }],
+  },
+});
+
+let shim: Shim | undefined;
+const events: APIGatewayProxyEvent[] = [];
+const echo: ApiHandler = async (event) => {
+  events.push(event);
+  return {
+    statusCode: 200,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ ok: true }),
+  };
+};
+
+async function start(options: Partial<ShimOptions> = {}) {
+  shim = await startShim({ api: echo, authorizer: allowAll, ...options });
+  return shim.url;
+}
+
+afterEach(async () => {
+  await shim?.close();
+  shim = undefined;
+  events.length = 0;
+  vi.restoreAllMocks();
+});
+
+const post = (url: string, body: string | Uint8Array, authorization = 'Bearer k') =>
+  fetch(url, { method: 'POST', headers: { authorization, 'content-type': 'application/json' }, body });
+
+describe('API Gateway shim', () => {
+  it('builds a REST v1 proxy event with the authorizer context and maps the result back', async () => {
+    const url = await start();
+    const r = await fetch(`${url}/v2/ep/status/j1?wait=2000&job_id=a&job_id=b`, {
+      headers: { authorization: 'k' },
+    });
+    expect(r.status).toBe(200);
+    expect(await r.json()).toEqual({ ok: true });
+    const event = events[0]!;
+    expect(event).toMatchObject({
+      httpMethod: 'GET',
+      path: '/v2/ep/status/j1',
+      resource: '/v2/{proxy+}',
+      pathParameters: { proxy: 'ep/status/j1' },
+      queryStringParameters: { wait: '2000', job_id: 'b' },
+      multiValueQueryStringParameters: { job_id: ['a', 'b'] },
+      body: null,
+      isBase64Encoded: false,
+      requestContext: { stage: 'local', authorizer: { principalId: 'key-1', keyId: 'key-1' } },
+    });
+  });
+
+  it('passes text bodies as they are and other bytes as base64', async () => {
+    const url = await start();
+    await post(`${url}/v2/ep/run`, '{"input":{"é":1}}');
+    await post(`${url}/v2/ep/run`, new Uint8Array([0xff, 0xfe, 0x00]));
+    expect(events.map((e) => [e.body, e.isBase64Encoded])).toEqual([
+      ['{"input":{"é":1}}', false],
+      ['//4A', true],
+    ]);
+  });
+
+  it('401 {error} without a key, when the authorizer denies, or throws Unauthorized', async () => {
+    const url = await start({ authorizer: denyAll });
+    const denied = await fetch(`${url}/v2/ep/health`, { headers: { authorization: 'wrong' } });
+    expect(denied.status).toBe(401);
+    expect(await denied.json()).toEqual({ error: 'Missing or invalid API key' });
+    const missing = await fetch(`${url}/v2/ep/health`);
+    expect(missing.status).toBe(401);
+    await shim!.close();
+    const url2 = await start({ authorizer: async () => Promise.reject(new Error('Unauthorized')) });
+    expect((await fetch(`${url2}/v2/ep/health`, { headers: { authorization: 'x' } })).status).toBe(401);
+    expect(events).toHaveLength(0);
+  });
+
+  it('413 {error} over the 6 MB Lambda cap and over the 10 MB API Gateway cap', async () => {
+    const url = await start();
+    const six = await post(`${url}/v2/ep/run`, JSON.stringify({ input: { x: 'a'.repeat(6 * MB) } }));
+    expect(six.status).toBe(413);
+    expect(((await six.json()) as { error: string }).error).toMatch(/6 MB.*uploads/);
+    const ten = await post(`${url}/v2/ep/run`, 'a'.repeat(10 * MB + 1));
+    expect(ten.status).toBe(413);
+    expect(((await ten.json()) as { error: string }).error).toMatch(/10485760/);
+    const under = await post(`${url}/v2/ep/run`, JSON.stringify({ input: { x: 'a'.repeat(5 * MB) } }));
+    expect(under.status).toBe(200);
+    expect(events).toHaveLength(1);
+  });
+
+  it('502 when the function throws or returns more than 6 MB; 504 past the integration timeout', async () => {
+    vi.spyOn(console, 'error').mockImplementation(() => {});
+    const url = await start({ api: async () => Promise.reject(new Error('crash')) });
+    expect((await fetch(`${url}/v2/ep/health`, { headers: { authorization: 'k' } })).status).toBe(502);
+    await shim!.close();
+    const huge: ApiHandler = async (): Promise<APIGatewayProxyResult> => ({
+      statusCode: 200,
+      body: 'x'.repeat(6 * MB + 1),
+    });
+    const url2 = await start({ api: huge });
+    const r = await fetch(`${url2}/v2/ep/health`, { headers: { authorization: 'k' } });
+    expect(r.status).toBe(502);
+    expect(((await r.json()) as { error: string }).error).toMatch(/6 MB/);
+    await shim!.close();
+    const slow: ApiHandler = () => new Promise(() => {});
+    const url3 = await start({ api: slow, integrationTimeoutMs: 200 });
+    const late = await fetch(`${url3}/v2/ep/health`, { headers: { authorization: 'k' } });
+    expect(late.status).toBe(504);
+    expect(((await late.json()) as { error: string }).error).toMatch(/timed out/);
+  });
+});
