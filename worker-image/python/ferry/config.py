@@ -15,6 +15,9 @@ class ConfigError(Exception):
 
 DEFAULT_GRACE_MS = 25_000  # under ECS's default 30 s stopTimeout, so we exit before SIGKILL
 DEFAULT_PING_INTERVAL_MS = 10_000
+# queue: pull jobs from the platform; lb: serve an Endpoint's routes; standalone: a queue target
+# that serves its own /runsync (`ferry deploy --preview`, no platform around).
+MODES = ("queue", "lb", "standalone")
 
 
 def _int(environ, name, default, low, high=None):
@@ -41,8 +44,8 @@ def _required(environ, name, why):
 class Config:
     def __init__(self, environ):
         self.mode = environ.get("FERRY_MODE", "").strip() or "queue"
-        if self.mode not in ("queue", "lb"):
-            raise ConfigError(f"FERRY_MODE must be 'queue' or 'lb', got {self.mode!r}")
+        if self.mode not in MODES:
+            raise ConfigError(f"FERRY_MODE must be one of {', '.join(MODES)}, got {self.mode!r}")
         self.app_dir = os.path.abspath(environ.get("FERRY_APP_DIR", "").strip() or os.getcwd())
         if not os.path.isdir(self.app_dir):
             raise ConfigError(f"FERRY_APP_DIR {self.app_dir!r} is not a directory")
@@ -52,8 +55,16 @@ class Config:
         self.max_concurrency = _int(environ, "FERRY_MAX_CONCURRENCY", None, 1)
         self.worker_id = environ.get("RUNPOD_POD_ID", "").strip() or str(uuid.uuid4())
         self.endpoint_id = environ.get("RUNPOD_ENDPOINT_ID", "").strip() or None
-        if self.mode == "queue":
+        if self.mode in ("queue", "standalone"):
             self.target = _required(environ, "FERRY_TARGET", "the function or class to serve")
+        if self.mode == "lb":
+            self.variable = _required(environ, "FERRY_VARIABLE", "the module variable holding the Endpoint")
+        if self.mode in ("lb", "standalone"):
+            self.host = environ.get("FERRY_HOST", "").strip() or "127.0.0.1"
+            if not environ.get("FERRY_PORT", "").strip():
+                raise ConfigError(f"FERRY_PORT is not set (the port to serve {self.mode} mode on)")
+            self.port = _int(environ, "FERRY_PORT", None, 0, 65535)
+        if self.mode == "queue":
             self.get_job_url = _required(environ, "RUNPOD_WEBHOOK_GET_JOB", "the job-take URL")
             if "/job-take/" not in self.get_job_url:
                 raise ConfigError(f"RUNPOD_WEBHOOK_GET_JOB must contain '/job-take/', got {self.get_job_url!r}")
@@ -66,12 +77,6 @@ class Config:
             self.ping_url = environ.get("RUNPOD_WEBHOOK_PING", "").strip() or None
             self.ping_interval_ms = _int(environ, "RUNPOD_PING_INTERVAL", DEFAULT_PING_INTERVAL_MS, 1)
             self.api_key = environ.get("RUNPOD_AI_API_KEY", "")
-        else:
-            self.variable = _required(environ, "FERRY_VARIABLE", "the module variable holding the Endpoint")
-            self.host = environ.get("FERRY_HOST", "").strip() or "127.0.0.1"
-            if not environ.get("FERRY_PORT", "").strip():
-                raise ConfigError("FERRY_PORT is not set (the port to serve the routes on)")
-            self.port = _int(environ, "FERRY_PORT", None, 0, 65535)
 
 
 def import_user_module(config):

@@ -67,7 +67,7 @@ def main(environ=None):
     try:
         config = Config(environ)
         module = import_user_module(config)
-        if config.mode == "queue":
+        if config.mode in ("queue", "standalone"):
             target = lookup(module, config.target, "FERRY_TARGET")
             if isinstance(target, Endpoint):
                 raise ConfigError(
@@ -97,14 +97,20 @@ def main(environ=None):
         say(f"{config.target}() failed while starting:")
         traceback.print_exc(file=real_stderr)
         return 1
+    if config.mode == "standalone":
+        return serve_standalone(config, handler, endpoint, say, real_stderr)
     return serve_queue(config, handler, endpoint, say, real_stderr)
+
+
+def _max_concurrency(config, endpoint):
+    return config.max_concurrency or (endpoint.max_concurrency if endpoint is not None else 1)
 
 
 def serve_queue(config, handler, endpoint, say, echo):
     from .protocol import WorkerApi
     from .queue_runtime import QueueRuntime
 
-    max_concurrency = config.max_concurrency or (endpoint.max_concurrency if endpoint is not None else 1)
+    max_concurrency = _max_concurrency(config, endpoint)
     api = WorkerApi(
         config.get_job_url,
         config.post_output_url,
@@ -132,6 +138,55 @@ def serve_queue(config, handler, endpoint, say, echo):
     say("stopped")
     if left:
         # Handler threads stuck in C calls would block a normal interpreter exit.
+        sys.stdout.flush()
+        os._exit(0)
+    return 0
+
+
+def serve_standalone(config, handler, endpoint, say, echo):
+    """A queue target with its own POST /runsync (ferry/standalone.py): the same QueueRuntime as
+    queue mode, fed in-process, behind lb.py's HTTP server."""
+    from .lb import make_server
+    from .queue_runtime import QueueRuntime
+    from .standalone import LocalJobs, StandaloneRouter
+
+    jobs = LocalJobs(say)
+    try:
+        server = make_server(StandaloneRouter(jobs), config.host, config.port, say)
+    except OSError as exc:
+        say(f"startup failed: cannot listen on {config.host}:{config.port} (FERRY_HOST/FERRY_PORT): {exc}")
+        return 2
+    runtime = QueueRuntime(
+        handler,
+        jobs,
+        _max_concurrency(config, endpoint),
+        config.worker_id,
+        say,
+        echo,
+        log_dir=config.log_dir,
+        grace_ms=config.grace_ms,
+        ping_enabled=False,
+    )
+
+    async def run():
+        task = asyncio.ensure_future(runtime.run())
+        # One turn of the loop runs the runtime up to its first await: its SIGTERM/SIGINT handlers
+        # are installed before the "serving" line, so whoever waits for that line may signal at once.
+        await asyncio.sleep(0)
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+        host, port = server.server_address[:2]
+        say(f"serving {config.target!r} standalone on http://{host}:{port} (POST /runsync, GET /ping)")
+        return await task
+
+    left = asyncio.run(run())
+    server.shutdown()
+    jobs.close()  # requests still waiting get 503
+    deadline = time.monotonic() + 2
+    while server.active["count"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server.server_close()
+    say("stopped")
+    if left:
         sys.stdout.flush()
         os._exit(0)
     return 0
