@@ -1,23 +1,33 @@
 /**
  * One app in one environment: per endpoint of the build manifest, the ECS service that runs its
- * workers, and for queue endpoints the SQS queue (+ DLQ) the v2 API feeds; for load-balanced
+ * workers; for queue endpoints the two SQS queues the v2 API feeds (urgent `ferry-<id>` and
+ * low-priority `ferry-<id>-low`, core/adapters/aws/sqs.ts), each with its DLQ; for load-balanced
  * endpoints an internet-facing ALB. Shared resources come from the platform (`PlatformExports`).
  *
- * Task layout (both kinds): two containers in HOST network mode, so the worker reaches the `agent`
- * sidecar on 127.0.0.1 and both use the host's public IP for egress (the platform has no NAT).
- * One task per host (gpu.ts reserves the host's memory), so fixed ports never clash.
+ * Task layout: containers in HOST network mode, so the worker reaches the agent on 127.0.0.1 and
+ * both use the host's public IP for egress (the platform has no NAT). One task per host (gpu.ts
+ * reserves the host's memory), so fixed ports never clash.
  *
- *   queue:  SQS ──▶ agent :8090 (worker protocol: job-take, job-done, job-stream, job-stop, ping)
+ *   artifact (init, FERRY_AGENT_MODE=artifact): S3 artifact ─▶ task volume /ferry, exits 0
+ *       │ SUCCESS
+ *       ▼
+ *   queue:  SQS ──▶ agent 127.0.0.1:8090 (worker protocol: job-take, job-done, job-stream, job-stop, ping)
  *                      ▲ RUNPOD_WEBHOOK_* (localhost)
- *                   worker (ferry runtime or any RunPod-SDK image)
- *   lb:     ALB :80 ──▶ agent :8000 (checks the API key, answers /ping) ──▶ worker :8001 (localhost)
+ *                   worker (ferry runtime or any RunPod-SDK image), unpacks /ferry/artifact.tar.gz
+ *   lb:     ALB :80 ──▶ agent :8000 (FERRY_AGENT_MODE=lb: API key, /ping) ──▶ worker 127.0.0.1:8001
  *
- * Leases and visibility (the agent's contract, see `leaseTiming`): the agent receives a message,
- * claims the job in DynamoDB with a 60 s lease, renews the lease every 20 s and at each renewal
- * extends the message's visibility to 120 s; it deletes the message when the job is final. So the
- * message stays in flight while the job runs (the backlog metric counts running jobs), and when an
- * agent dies the message reappears after at most 120 s — after its 60 s lease has lapsed, so the next
- * taker's conditional claim succeeds. A message received 5 times goes to the DLQ.
+ * The artifact reaches the worker through the init container rather than a presigned
+ * FERRY_ARTIFACT_URL: a URL in the task definition would expire while ECS keeps starting tasks from
+ * it; the task role reads the one artifact key instead (worker-image/agent/artifact.ts).
+ *
+ * Leases (the agent's contract, worker-image/agent/agent.ts): the agent receives a message (hidden
+ * for `leaseTiming.receiveVisibilitySec`), claims the job in DynamoDB with a conditional write and
+ * DELETES the message at once. From then on the job is guarded by its lease in DynamoDB, renewed by
+ * the worker's pings; if the task dies, the lease lapses and the sweeper Lambda requeues the job with
+ * a new message (or fails it after maxAttempts). No message is in flight while a job runs, so there
+ * is no visibility to extend, and ApproximateNumberOfMessagesNotVisible is ~0 whatever the load. A
+ * message only comes back if an agent died between receive and delete; after `maxReceiveCount`
+ * such receives it goes to the DLQ.
  */
 import { createHash } from 'node:crypto';
 import {
@@ -33,7 +43,6 @@ import {
 import * as appscaling from 'aws-cdk-lib/aws-applicationautoscaling';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
-import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as ecr from 'aws-cdk-lib/aws-ecr';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
@@ -42,18 +51,39 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
+import { dynamoSchema } from '../core/adapters/aws/dynamo.js';
 import { FerryError } from '../core/errors.js';
 import { limits } from '../core/limits.js';
 import type { Manifest, ManifestEndpoint } from '../core/manifest.js';
-import { agentMemoryMiB, type Placement, placementFor, workerMemoryReservationMiB } from './gpu.js';
-import { type PlatformExports, payloadsPrefix, queueNamePrefix } from './platform-stack.js';
+import { workerProtocolEnv } from '../worker-image/agent/agent.js';
+import {
+  agentMemoryMiB,
+  artifactInitMemoryMiB,
+  type Placement,
+  placementFor,
+  workerMemoryReservationMiB,
+} from './gpu.js';
+import {
+  allowIndexes,
+  allowTable,
+  blobPrefix,
+  clusterName,
+  keyLookupStatement,
+  type PlatformExports,
+  payloadsPrefix,
+  queueNamePrefix,
+} from './platform-stack.js';
 
-/** The agent's lease timing; visibility is twice the lease so a live agent never loses its message. */
+/** The agent's lease and the queues' redrive, as the agent and engine use them. */
 export const leaseTiming = {
+  /** FERRY_LEASE_SEC: a claimed job's lease in DynamoDB, renewed by every worker ping. */
   leaseSec: limits.leaseMs / 1000,
-  renewEverySec: 20,
-  visibilityTimeoutSec: 120,
-  /** Receives before a message goes to the DLQ. */
+  /**
+   * How long a received message stays hidden: the engine receives with visibility = the lease, and
+   * deletes the message right after the claim (milliseconds later). Also the queue's default.
+   */
+  receiveVisibilitySec: limits.leaseMs / 1000,
+  /** Receives before a message goes to the DLQ (each one means an agent died mid-claim). */
   maxReceiveCount: 5,
 } as const;
 
@@ -62,16 +92,23 @@ export const ports = {
   agent: 8090,
   /** What the ALB reaches: the agent's key-checking proxy (load-balanced endpoints). */
   lbPublic: 8000,
-  /** The worker's own HTTP server behind that proxy (FERRY_PORT in the worker). */
+  /** The worker's own HTTP server behind that proxy (FERRY_PORT in the worker), on localhost. */
   lbWorker: 8001,
 } as const;
+
+/** Where the init container puts the artifact and the worker's entrypoint reads it. */
+export const artifactMount = { volume: 'ferry-artifact', path: '/ferry', file: '/ferry/artifact.tar.gz' };
+
+/** ECS's ceiling for stopTimeout: the agent's drain (FERRY_DRAIN_MS) must end before it. */
+const stopTimeoutSec = 120;
+const drainMs = 110_000;
 
 export interface WorkerImages {
   /** Worker image for GPU endpoints (CUDA base). */
   gpuWorker: string;
   /** Worker image for CPU endpoints. */
   cpuWorker: string;
-  /** The agent sidecar. */
+  /** The agent (its entrypoint runs agent.mjs; FERRY_AGENT_MODE picks queue, lb or artifact). */
   agent: string;
 }
 
@@ -99,25 +136,21 @@ export function endpointIdFor(app: string, env: string, endpointName: string): s
   return id;
 }
 
-/** The environment a RunPod-SDK worker needs to talk to the agent on localhost (DESIGN.md §5). */
-export function workerProtocolEnv(endpointId: string, workerToken: string): Record<string, string> {
-  const base = `http://127.0.0.1:${ports.agent}/v2/${endpointId}`;
-  return {
-    // The SDK substitutes $ID (worker id) here and appends `&job_in_progress=…`, so a `?` must be in.
-    RUNPOD_WEBHOOK_GET_JOB: `${base}/job-take/$ID?agent=1`,
-    RUNPOD_WEBHOOK_POST_OUTPUT: `${base}/job-done/$RUNPOD_POD_ID/$ID?agent=1`,
-    RUNPOD_WEBHOOK_POST_STREAM: `${base}/job-stream/$RUNPOD_POD_ID/$ID?agent=1`,
-    RUNPOD_WEBHOOK_PING: `${base}/ping/$RUNPOD_POD_ID`,
-    RUNPOD_POD_ID: 'worker',
-    RUNPOD_ENDPOINT_ID: endpointId,
-    RUNPOD_AI_API_KEY: workerToken,
-  };
-}
-
 /** The CloudFormation stack name of one app environment. */
 export function appStackName(app: string, env: string): string {
   const clean = (s: string) => s.replace(/[^A-Za-z0-9-]/g, '-');
   return `Ferry-${clean(app)}-${clean(env)}`.slice(0, 128);
+}
+
+/** What `Endpoints` (the app stack's output) lists, one entry per endpoint. */
+export interface EndpointOutput {
+  name: string;
+  id: string;
+  kind: 'queue' | 'lb';
+  /** Load-balanced: the ALB's address (http). */
+  url?: string;
+  queueUrl?: string;
+  lowQueueUrl?: string;
 }
 
 export interface DeployedEndpoint {
@@ -129,8 +162,12 @@ export interface DeployedEndpoint {
   taskDefinition: ecs.Ec2TaskDefinition;
   taskRole: iam.Role;
   scalableTarget: appscaling.ScalableTarget;
+  /** Urgent jobs; the only queue scaling reads. */
   queue?: sqs.Queue;
   deadLetterQueue?: sqs.Queue;
+  /** policy.lowPriority jobs: drained by running workers, never a reason to start one. */
+  lowQueue?: sqs.Queue;
+  lowDeadLetterQueue?: sqs.Queue;
   loadBalancer?: elbv2.ApplicationLoadBalancer;
 }
 
@@ -159,15 +196,18 @@ export class AppEnvironmentStack extends Stack {
     });
     this.endpoints = props.manifest.endpoints.map((endpoint) => this.addEndpoint(endpoint));
     new CfnOutput(this, 'Endpoints', {
-      description: 'JSON list of {name, id, kind, queueUrl?, url?} for the CLI',
+      description: 'JSON list of {name, id, kind, url?, queueUrl?, lowQueueUrl?} for the CLI',
       value: Stack.of(this).toJsonString(
-        this.endpoints.map((e) => ({
-          name: e.name,
-          id: e.id,
-          kind: e.kind,
-          ...(e.queue ? { queueUrl: e.queue.queueUrl } : {}),
-          ...(e.loadBalancer ? { url: `http://${e.loadBalancer.loadBalancerDnsName}` } : {}),
-        })),
+        this.endpoints.map(
+          (e): EndpointOutput => ({
+            name: e.name,
+            id: e.id,
+            kind: e.kind,
+            ...(e.loadBalancer ? { url: `http://${e.loadBalancer.loadBalancerDnsName}` } : {}),
+            ...(e.queue ? { queueUrl: e.queue.queueUrl } : {}),
+            ...(e.lowQueue ? { lowQueueUrl: e.lowQueue.queueUrl } : {}),
+          }),
+        ),
       ),
     });
   }
@@ -181,6 +221,15 @@ export class AppEnvironmentStack extends Stack {
         `Endpoint "${endpoint.name}": workers min ${resources.workersMin} exceeds max ${resources.workersMax}`,
       );
     }
+    if (endpoint.kind === 'queue' && !endpoint.target) {
+      throw new FerryError('bad_request', `Queue endpoint "${endpoint.name}" names no function or class`);
+    }
+    if (endpoint.kind === 'lb' && !endpoint.variable) {
+      throw new FerryError(
+        'bad_request',
+        `Load-balanced endpoint "${endpoint.name}" names no Endpoint variable`,
+      );
+    }
     const endpointId =
       props.endpointIds?.[endpoint.name] ?? endpointIdFor(props.appName, props.envName, endpoint.name);
     const placement = placementFor(resources);
@@ -191,7 +240,7 @@ export class AppEnvironmentStack extends Stack {
       assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
       description: `Ferry ${props.appName}/${props.envName}/${endpoint.name} worker task`,
     });
-    // The artifact object, read-only, by exact key.
+    // The artifact object, read-only, by exact key (the init container).
     taskRole.addToPolicy(
       new iam.PolicyStatement({
         actions: ['s3:GetObject'],
@@ -210,6 +259,8 @@ export class AppEnvironmentStack extends Stack {
       networkMode: ecs.NetworkMode.HOST,
       taskRole,
     });
+    // A fresh, task-scoped directory (ECS-managed bind mount, deleted with the task).
+    taskDefinition.addVolume({ name: artifactMount.volume });
 
     const workerToken = createHash('sha256')
       .update(
@@ -229,92 +280,121 @@ export class AppEnvironmentStack extends Stack {
       FERRY_MAX_CONCURRENCY: String(resources.maxConcurrency),
       FERRY_EXECUTION_TIMEOUT_MS: String(resources.executionTimeoutMs),
     };
+    // ECS on EC2 does not set AWS_REGION in containers; the agent's SDK clients need it.
+    const agentBase = { ...common, AWS_REGION: Aws.REGION };
+    // The worker's entrypoint unpacks this (worker-image/entrypoint.sh), then runs FERRY_MODULE.
+    const workerBase = { ...common, FERRY_ARTIFACT_PATH: artifactMount.file, FERRY_MODULE: endpoint.module };
 
-    let queue: sqs.Queue | undefined;
-    let deadLetterQueue: sqs.Queue | undefined;
+    let queues: ReturnType<AppEnvironmentStack['queues']> | undefined;
     let agentEnv: Record<string, string>;
     let workerEnv: Record<string, string>;
     if (endpoint.kind === 'queue') {
-      deadLetterQueue = new sqs.Queue(this, `${prefix}-Dlq`, {
-        queueName: `${queueNamePrefix}${endpointId}-dlq`,
-        retentionPeriod: Duration.days(14),
-        encryption: sqs.QueueEncryption.SQS_MANAGED,
-        enforceSSL: true,
-      });
-      queue = new sqs.Queue(this, `${prefix}-Queue`, {
-        queueName: `${queueNamePrefix}${endpointId}`,
-        visibilityTimeout: Duration.seconds(leaseTiming.visibilityTimeoutSec),
-        receiveMessageWaitTime: Duration.seconds(20),
-        // policy.ttl may keep a job for up to 7 days.
-        retentionPeriod: Duration.millis(limits.ttlMaxMs),
-        encryption: sqs.QueueEncryption.SQS_MANAGED,
-        enforceSSL: true,
-        deadLetterQueue: { queue: deadLetterQueue, maxReceiveCount: leaseTiming.maxReceiveCount },
-      });
-      props.platform.addDlqAlarm(this, `${prefix}-DlqAlarm`, deadLetterQueue);
-      taskRole.addToPolicy(
-        new iam.PolicyStatement({
-          actions: [
-            'sqs:ReceiveMessage',
-            'sqs:DeleteMessage',
-            'sqs:ChangeMessageVisibility',
-            'sqs:GetQueueAttributes',
-          ],
-          resources: [queue.queueArn],
-        }),
-      );
-      this.allowJobTables(taskRole);
+      queues = this.queues(prefix, endpointId);
+      this.allowQueueAgent(taskRole, [queues.queue, queues.lowQueue]);
       agentEnv = {
-        ...common,
-        FERRY_QUEUE_URL: queue.queueUrl,
+        ...agentBase,
+        FERRY_AGENT_MODE: 'queue',
         FERRY_JOBS_TABLE: props.platform.jobsTable.tableName,
         FERRY_CHUNKS_TABLE: props.platform.chunksTable.tableName,
+        FERRY_WORKERS_TABLE: props.platform.workersTable.tableName,
         FERRY_CONTROL_TABLE: props.platform.controlTable.tableName,
         FERRY_BUCKET: this.platformBucketName,
-        FERRY_AGENT_PORT: String(ports.agent),
+        FERRY_BLOB_PREFIX: blobPrefix,
+        FERRY_QUEUE_URL: queues.queue.queueUrl,
+        FERRY_QUEUE_URL_LOW: queues.lowQueue.queueUrl,
         FERRY_WORKER_TOKEN: workerToken,
+        FERRY_AGENT_HOST: '127.0.0.1',
+        FERRY_AGENT_PORT: String(ports.agent),
         FERRY_LEASE_SEC: String(leaseTiming.leaseSec),
-        FERRY_LEASE_RENEW_SEC: String(leaseTiming.renewEverySec),
-        FERRY_VISIBILITY_TIMEOUT_SEC: String(leaseTiming.visibilityTimeoutSec),
+        FERRY_DRAIN_MS: String(drainMs),
       };
-      // User env first: nothing a user sets can redirect the worker away from its agent.
-      workerEnv = { ...resources.env, ...common, ...workerProtocolEnv(endpointId, workerToken) };
-    } else {
-      // Clients' keys are checked by the agent against the platform's hashed keys table.
-      taskRole.addToPolicy(
-        new iam.PolicyStatement({
-          actions: ['dynamodb:GetItem'],
-          resources: [props.platform.apiKeysTable.tableArn],
+      // User env first: nothing a user sets can redirect the worker away from its agent. The
+      // protocol env is the agent's own `workerEnv()` shape; the worker id is a placeholder the agent
+      // replaces with its runtime id on every request.
+      workerEnv = {
+        ...resources.env,
+        ...workerBase,
+        ...workerProtocolEnv({
+          agentUrl: `http://127.0.0.1:${ports.agent}`,
+          endpointId,
+          workerId: `${endpointId}-worker`,
+          workerToken,
         }),
-      );
-      agentEnv = {
-        ...common,
-        FERRY_KEYS_TABLE: props.platform.apiKeysTable.tableName,
-        FERRY_PUBLIC_PORT: String(ports.lbPublic),
-        FERRY_WORKER_URL: `http://127.0.0.1:${ports.lbWorker}`,
+        FERRY_TARGET: endpoint.target!.name,
       };
-      workerEnv = { ...resources.env, ...common, FERRY_PORT: String(ports.lbWorker) };
+    } else {
+      // Clients' keys are checked by the agent: KEY#<hash> items of the control table, nothing else.
+      taskRole.addToPolicy(keyLookupStatement(props.platform.controlTable));
+      agentEnv = {
+        ...agentBase,
+        FERRY_AGENT_MODE: 'lb',
+        FERRY_CONTROL_TABLE: props.platform.controlTable.tableName,
+        FERRY_PORT: String(ports.lbWorker),
+        FERRY_AGENT_HOST: '0.0.0.0',
+        FERRY_AGENT_PORT: String(ports.lbPublic),
+      };
+      // Loopback only: the ALB must not reach the worker around the agent's key check.
+      workerEnv = {
+        ...resources.env,
+        ...workerBase,
+        FERRY_MODE: 'lb',
+        FERRY_VARIABLE: endpoint.variable!,
+        FERRY_HOST: '127.0.0.1',
+        FERRY_PORT: String(ports.lbWorker),
+      };
     }
 
-    const image = placement.kind === 'gpu' ? props.images.gpuWorker : props.images.cpuWorker;
+    const agentImage = this.containerImage(`${prefix}-AgentImage`, props.images.agent);
+    const artifact = taskDefinition.addContainer('artifact', {
+      image: agentImage,
+      essential: false,
+      memoryReservationMiB: artifactInitMemoryMiB,
+      // Root only to write into the fresh task volume (owned by root); it runs no user code, writes
+      // one file (mode 0644, so the worker's user can read it) and exits.
+      user: '0',
+      environment: {
+        FERRY_AGENT_MODE: 'artifact',
+        FERRY_ENDPOINT_ID: endpointId,
+        AWS_REGION: Aws.REGION,
+        FERRY_ARTIFACT_BUCKET: props.artifact.bucketName,
+        FERRY_ARTIFACT_KEY: props.artifact.key,
+        FERRY_ARTIFACT_PATH: artifactMount.file,
+      },
+      logging: ecs.LogDrivers.awsLogs({ logGroup: this.logGroup, streamPrefix: `${endpoint.name}/artifact` }),
+    });
+    artifact.addMountPoints({
+      sourceVolume: artifactMount.volume,
+      containerPath: artifactMount.path,
+      readOnly: false,
+    });
     const agent = taskDefinition.addContainer('agent', {
-      image: this.containerImage(`${prefix}-AgentImage`, props.images.agent),
+      image: agentImage,
       essential: true,
       memoryReservationMiB: agentMemoryMiB,
       environment: agentEnv,
+      stopTimeout: Duration.seconds(stopTimeoutSec),
       logging: ecs.LogDrivers.awsLogs({ logGroup: this.logGroup, streamPrefix: `${endpoint.name}/agent` }),
+      ...(endpoint.kind === 'lb' ? { portMappings: [{ containerPort: ports.lbPublic }] } : {}),
     });
+    const image = placement.kind === 'gpu' ? props.images.gpuWorker : props.images.cpuWorker;
     const worker = taskDefinition.addContainer('worker', {
       image: this.containerImage(`${prefix}-WorkerImage`, image),
       essential: true,
       memoryReservationMiB: workerMemoryReservationMiB(placement.shape),
       ...(placement.kind === 'gpu' ? { gpuCount: resources.gpuCount } : {}),
       environment: workerEnv,
+      stopTimeout: Duration.seconds(stopTimeoutSec),
       logging: ecs.LogDrivers.awsLogs({ logGroup: this.logGroup, streamPrefix: `${endpoint.name}/worker` }),
-      ...(endpoint.kind === 'lb' ? { portMappings: [{ containerPort: ports.lbWorker }] } : {}),
     });
-    if (endpoint.kind === 'lb') agent.addPortMappings({ containerPort: ports.lbPublic });
-    worker.addContainerDependencies({ container: agent, condition: ecs.ContainerDependencyCondition.START });
+    worker.addMountPoints({
+      sourceVolume: artifactMount.volume,
+      containerPath: artifactMount.path,
+      readOnly: true,
+    });
+    worker.addContainerDependencies(
+      { container: artifact, condition: ecs.ContainerDependencyCondition.SUCCESS },
+      { container: agent, condition: ecs.ContainerDependencyCondition.START },
+    );
     this.acknowledgeTaskFindings(taskDefinition, taskRole);
 
     const service = new ecs.Ec2Service(this, `${prefix}-Service`, {
@@ -334,6 +414,7 @@ export class AppEnvironmentStack extends Stack {
       circuitBreaker: { enable: true, rollback: false },
       propagateTags: ecs.PropagatedTagSource.SERVICE,
     });
+    this.allowTaskProtection(taskRole);
 
     const scalableTarget = new appscaling.ScalableTarget(this, `${prefix}-Scaling`, {
       serviceNamespace: appscaling.ServiceNamespace.ECS,
@@ -353,90 +434,90 @@ export class AppEnvironmentStack extends Stack {
       taskRole,
       scalableTarget,
     };
-    if (queue && deadLetterQueue) {
-      this.queueScaling(prefix, endpoint, service, scalableTarget, queue);
-      return { ...deployed, queue, deadLetterQueue };
+    if (queues) {
+      this.queueScaling(prefix, endpoint, scalableTarget, queues.queue);
+      return { ...deployed, ...queues };
     }
     const loadBalancer = this.loadBalancer(prefix, endpoint, service, scalableTarget);
     return { ...deployed, loadBalancer };
   }
 
+  /** The urgent and the low-priority queue of one endpoint, each with its own DLQ and DLQ alarm. */
+  private queues(prefix: string, endpointId: string) {
+    const make = (suffix: '' | '-low', id: string) => {
+      const deadLetterQueue = new sqs.Queue(this, `${prefix}-${id}Dlq`, {
+        queueName: `${queueNamePrefix}${endpointId}${suffix}-dlq`,
+        retentionPeriod: Duration.days(14),
+        encryption: sqs.QueueEncryption.SQS_MANAGED,
+        enforceSSL: true,
+      });
+      const queue = new sqs.Queue(this, `${prefix}-${id}Queue`, {
+        // The name the Lambdas derive: FERRY_QUEUE_NAME_PREFIX + id (+ '-low'), functions/wiring.ts.
+        queueName: `${queueNamePrefix}${endpointId}${suffix}`,
+        visibilityTimeout: Duration.seconds(leaseTiming.receiveVisibilitySec),
+        receiveMessageWaitTime: Duration.seconds(20),
+        // policy.ttl may keep a job for up to 7 days.
+        retentionPeriod: Duration.millis(limits.ttlMaxMs),
+        encryption: sqs.QueueEncryption.SQS_MANAGED,
+        enforceSSL: true,
+        deadLetterQueue: { queue: deadLetterQueue, maxReceiveCount: leaseTiming.maxReceiveCount },
+      });
+      this.props.platform.addDlqAlarm(this, `${prefix}-${id}DlqAlarm`, deadLetterQueue);
+      return { queue, deadLetterQueue };
+    };
+    const urgent = make('', '');
+    const low = make('-low', 'Low');
+    return {
+      queue: urgent.queue,
+      deadLetterQueue: urgent.deadLetterQueue,
+      lowQueue: low.queue,
+      lowDeadLetterQueue: low.deadLetterQueue,
+    };
+  }
+
   /**
-   * Three policies:
-   *  1. From zero — step: ApproximateNumberOfMessagesVisible ≥ 1 → +1. Target tracking cannot leave
-   *     zero (it scales proportionally to the current count), the SageMaker-async fix (aws-anchor §2.3).
-   *  2. Backlog per task — target tracking on (visible + in flight) / running tasks, target =
-   *     maxConcurrency, scale-out only. In-flight counts because the agent holds a job's message
-   *     until the job is final. The division has no IF guard: with no running task it yields no
-   *     datapoint, which target tracking treats as "no action" — exactly right, since policy 1 owns
-   *     0 → 1 — and it avoids depending on Application Auto Scaling accepting IF (unverified).
-   *     Written as L1, because the L2 `scaleToTrackMetric` takes no metric math.
-   *  3. Idle — step: no job visible or in flight for idleTimeoutSec → exact capacity workersMin.
-   *     Only then, so a scale-in never stops a busy worker.
+   * Scaling reads the urgent queue's ApproximateNumberOfMessagesVisible only. Messages are deleted
+   * the moment a worker claims their job, so "not visible" (in flight) is ~0 even under full load
+   * and cannot measure work; "visible" is exactly the jobs no worker has picked up yet. The
+   * low-priority queue is left out on purpose: those jobs never start a worker (DESIGN.md §3).
+   *
+   *  1. Scale out — step, on "visible ≥ 1" (1-minute maximum), ChangeInCapacity, relative to that
+   *     threshold: < 2·maxConcurrency waiting → +1, < 8·maxConcurrency → +2, more → +4. From zero
+   *     too (target tracking cannot leave zero, aws-anchor §2.3). While jobs keep waiting the alarm
+   *     stays in ALARM and the policy fires again after each cooldown, up to workersMax.
+   *  2. Scale in — step, on "nothing visible for idleTimeoutSec" (missing data counts: an idle
+   *     queue stops emitting metrics), ExactCapacity workersMin. Busy tasks survive it: the agent
+   *     turns on ECS task scale-in protection while its worker holds a job
+   *     (PUT $ECS_AGENT_URI/task-protection/v1/state, allowed by the task role), so ECS stops only
+   *     idle tasks and the protected ones once they finish.
    */
   private queueScaling(
     prefix: string,
     endpoint: ManifestEndpoint,
-    service: ecs.Ec2Service,
     target: appscaling.ScalableTarget,
     queue: sqs.Queue,
   ): void {
     const { resources } = endpoint;
     const minute = Duration.minutes(1);
     const visible = queue.metricApproximateNumberOfMessagesVisible({ period: minute, statistic: 'Maximum' });
-    const inFlight = queue.metricApproximateNumberOfMessagesNotVisible({
-      period: minute,
-      statistic: 'Maximum',
-    });
+    const per = Math.max(1, resources.maxConcurrency);
 
-    const fromZero = new appscaling.StepScalingAction(this, `${prefix}-FromZero`, {
+    const scaleOut = new appscaling.StepScalingAction(this, `${prefix}-ScaleOut`, {
       scalingTarget: target,
       adjustmentType: appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
       cooldown: minute,
     });
-    fromZero.addAdjustment({ lowerBound: 0, adjustment: 1 });
+    scaleOut.addAdjustment({ lowerBound: 0, upperBound: 2 * per, adjustment: 1 });
+    scaleOut.addAdjustment({ lowerBound: 2 * per, upperBound: 8 * per, adjustment: 2 });
+    scaleOut.addAdjustment({ lowerBound: 8 * per, adjustment: 4 });
     new cloudwatch.Alarm(this, `${prefix}-BacklogAlarm`, {
-      alarmDescription: `Ferry ${endpoint.name}: jobs are waiting`,
+      alarmDescription: `Ferry ${endpoint.name}: jobs are waiting for a worker`,
       metric: visible,
       threshold: 1,
       evaluationPeriods: 1,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-    }).addAlarmAction(new cwActions.ApplicationScalingAction(fromZero));
-
-    const queueName = queue.queueName;
-    new appscaling.CfnScalingPolicy(this, `${prefix}-BacklogPerTask`, {
-      policyName: `${prefix}-BacklogPerTask`,
-      policyType: 'TargetTrackingScaling',
-      scalingTargetId: target.scalableTargetId,
-      targetTrackingScalingPolicyConfiguration: {
-        targetValue: resources.maxConcurrency,
-        disableScaleIn: true,
-        scaleOutCooldown: 60,
-        customizedMetricSpecification: {
-          metrics: [
-            sqsMetricStat('m1', 'ApproximateNumberOfMessagesVisible', queueName),
-            sqsMetricStat('m2', 'ApproximateNumberOfMessagesNotVisible', queueName),
-            {
-              id: 'm3',
-              returnData: false,
-              metricStat: {
-                metric: {
-                  namespace: 'ECS/ContainerInsights',
-                  metricName: 'RunningTaskCount',
-                  dimensions: [
-                    { name: 'ClusterName', value: this.props.platform.cluster.clusterName },
-                    { name: 'ServiceName', value: service.serviceName },
-                  ],
-                },
-                stat: 'Average',
-              },
-            },
-            { id: 'e1', expression: '(m1 + m2) / m3', label: 'Jobs per running task', returnData: true },
-          ],
-        },
-      },
-    });
+    }).addAlarmAction(new cwActions.ApplicationScalingAction(scaleOut));
 
     const idleMinutes = Math.max(1, Math.ceil(resources.idleTimeoutSec / 60));
     const idle = new appscaling.StepScalingAction(this, `${prefix}-Idle`, {
@@ -446,13 +527,8 @@ export class AppEnvironmentStack extends Stack {
     });
     idle.addAdjustment({ upperBound: 0, adjustment: resources.workersMin });
     new cloudwatch.Alarm(this, `${prefix}-IdleAlarm`, {
-      alarmDescription: `Ferry ${endpoint.name}: no jobs for ${resources.idleTimeoutSec} s`,
-      metric: new cloudwatch.MathExpression({
-        expression: 'visible + inFlight',
-        usingMetrics: { visible, inFlight },
-        period: minute,
-        label: 'Jobs waiting or running',
-      }),
+      alarmDescription: `Ferry ${endpoint.name}: no job waiting for ${resources.idleTimeoutSec} s`,
+      metric: visible,
       threshold: 0,
       evaluationPeriods: idleMinutes,
       comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -553,24 +629,59 @@ export class AppEnvironmentStack extends Stack {
     return alb;
   }
 
-  /** Jobs and chunks: the calls the agent makes (claim/renew/finish, append chunks) and no others. */
-  private allowJobTables(role: iam.Role): void {
-    const { jobsTable, chunksTable, controlTable } = this.props.platform;
-    const table = (t: dynamodb.ITable, actions: string[]) =>
-      role.addToPolicy(new iam.PolicyStatement({ actions, resources: [t.tableArn] }));
-    table(jobsTable, ['dynamodb:GetItem', 'dynamodb:UpdateItem']);
-    table(chunksTable, ['dynamodb:PutItem']);
-    // Queue generation (purge) and the worker's own heartbeat record for /health.
-    table(controlTable, ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem']);
+  /**
+   * The queue agent's calls (worker-image/agent/agent.ts through JobEngine and the adapters), and no
+   * others: receive + delete (and release at visibility 0) on its own two queues, send to them when
+   * it gives jobs back (drain, a stuck worker); jobs Get + conditional Put, byEndpointStatus to find
+   * its worker's jobs on drain; chunks Update + BatchWrite (job-stream); its own worker record; the
+   * payloads of big inputs and outputs.
+   */
+  private allowQueueAgent(role: iam.Role, queues: sqs.Queue[]): void {
+    const { jobsTable, chunksTable, workersTable } = this.props.platform;
     role.addToPolicy(
       new iam.PolicyStatement({
-        actions: ['s3:GetObject', 's3:PutObject'],
+        actions: [
+          'sqs:ReceiveMessage',
+          'sqs:DeleteMessage',
+          'sqs:ChangeMessageVisibility',
+          'sqs:SendMessage',
+        ],
+        resources: queues.map((q) => q.queueArn),
+      }),
+    );
+    allowTable(role, jobsTable, ['dynamodb:GetItem', 'dynamodb:PutItem']);
+    allowIndexes(role, jobsTable, ['dynamodb:Query'], [dynamoSchema.jobs.indexes.byEndpointStatus.indexName]);
+    allowTable(role, chunksTable, ['dynamodb:UpdateItem', 'dynamodb:BatchWriteItem']);
+    allowTable(role, workersTable, ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:DeleteItem']);
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'],
         resources: [`arn:${Aws.PARTITION}:s3:::${this.platformBucketName}/${payloadsPrefix}*`],
       }),
     );
+    Validations.of(role).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::${this.props.platform.bucketNameExport}/${payloadsPrefix}*]`,
+      reason: 'Payloads have per-job keys under payloads/; the grant stops at that prefix.',
+    });
   }
 
-  private acknowledgeTaskFindings(taskDefinition: ecs.Ec2TaskDefinition, taskRole: iam.Role): void {
+  /** The ECS agent endpoint's task-protection call acts with the task role, on this cluster's tasks. */
+  private allowTaskProtection(role: iam.Role): void {
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['ecs:UpdateTaskProtection', 'ecs:GetTaskProtection'],
+        resources: [
+          Stack.of(this).formatArn({ service: 'ecs', resource: 'task', resourceName: `${clusterName}/*` }),
+        ],
+      }),
+    );
+    Validations.of(role).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/${clusterName}/*]`,
+      reason: 'Task ids are only known at run time; the grant is limited to tasks of the Ferry cluster.',
+    });
+  }
+
+  private acknowledgeTaskFindings(taskDefinition: ecs.Ec2TaskDefinition, _taskRole: iam.Role): void {
     Validations.of(taskDefinition).acknowledge(
       {
         id: 'AwsSolutions-ECS2',
@@ -583,10 +694,6 @@ export class AppEnvironmentStack extends Stack {
         reason: 'The execution role needs ecr:GetAuthorizationToken, which has no resource-level scoping.',
       },
     );
-    Validations.of(taskRole).acknowledge({
-      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::${this.props.platform.bucketNameExport}/${payloadsPrefix}*]`,
-      reason: 'Claim-check payloads have per-job keys under payloads/; the grant stops at that prefix.',
-    });
   }
 
   /** ECR URIs get pull permissions on their repository; anything else is pulled as public. */
@@ -603,15 +710,4 @@ export class AppEnvironmentStack extends Stack {
     });
     return ecs.ContainerImage.fromEcrRepository(repository, tagOrDigest ?? 'latest');
   }
-}
-
-function sqsMetricStat(id: string, metricName: string, queueName: string) {
-  return {
-    id,
-    returnData: false,
-    metricStat: {
-      metric: { namespace: 'AWS/SQS', metricName, dimensions: [{ name: 'QueueName', value: queueName }] },
-      stat: 'Sum',
-    },
-  };
 }

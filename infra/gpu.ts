@@ -165,14 +165,16 @@ export function isGpuInstanceType(instanceType: string): boolean {
 
 /** The agent sidecar's memory reservation; the worker gets the rest of the instance. */
 export const agentMemoryMiB = 256;
+/** The artifact init container's (it streams one S3 object to a file, then exits). */
+export const artifactInitMemoryMiB = 64;
 
 /**
  * The worker container's memory reservation: the instance's memory minus room for the OS and the ECS
  * agent (ECS registers less than the instance has: 10 %, at least 1 GiB, is a safe margin) and minus
- * the agent sidecar. Reserving this much is what keeps one task per instance.
+ * the agent sidecar and the artifact init container. Reserving this much is what keeps one task per instance.
  */
 export function workerMemoryReservationMiB(shape: InstanceShape): number {
   const totalMiB = shape.memoryGiB * 1024;
   const headroomMiB = Math.max(1024, Math.ceil(totalMiB * 0.1));
-  return totalMiB - headroomMiB - agentMemoryMiB;
+  return totalMiB - headroomMiB - agentMemoryMiB - artifactInitMemoryMiB;
 }

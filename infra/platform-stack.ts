@@ -1,22 +1,25 @@
 /**
  * The platform: one per AWS account and region. It owns what every app shares — the v2 job API
- * (API Gateway REST + Lambda), the DynamoDB tables, the payload/artifact bucket, the VPC, the ECS
- * cluster with its GPU and CPU capacity pools, the lease sweeper, and the dashboard. App stacks
+ * (API Gateway REST + Lambda), the four DynamoDB tables, the payload/artifact bucket, the VPC, the ECS
+ * cluster with its GPU and CPU capacity pools, the sweeper, and the dashboard. App stacks
  * (app-stack.ts) add queues and ECS services on top and reach these resources through `PlatformExports`.
  *
- * Lambda code is not built here: `functionsCodeDir` is a directory of esbuild bundles made by the CLI
- * from functions/ (target node22). The entries this stack expects in it (`handlers` below):
+ * The runtime is the source of truth and this file follows it:
+ *   - tables: `dynamoSchema` (core/adapters/aws/dynamo.ts), imported, so keys, indexes and TTL
+ *     attributes cannot drift from what the adapters read and write;
+ *   - function environment: `functionEnvSchema` (functions/wiring.ts);
+ *   - bundles and handlers: `functionEntries` (functions/bundle.ts) — `functionsCodeDir` holds the
+ *     esbuild output `api.mjs`, `authorizer.mjs`, `sweeper.mjs`, made by the CLI (target node22).
  *
- *   api.js         export `handler`: the v2 router (middy http-router). Deployed once per route group
- *                  with that group's IAM policy and FERRY_ROUTE_GROUP, so a group only ever serves
- *                  its own routes even though the bundle holds them all.
- *   authorizer.js  export `handler`: REQUEST authorizer; reads `Authorization` (`Bearer <key>` or the
- *                  bare key), looks up sha256(key) in the keys table, returns Allow on
- *                  `<methodArn up to the stage>/*` (the answer is cached per key for a minute, so it
- *                  must cover every route) or Deny.
- *   sweeper.js     export `handler`: runs every minute; puts jobs with lapsed leases back in their
- *                  queue (or fails them after limits.maxAttempts), times out overdue jobs, and
- *                  publishes `Ferry/OldestJobAgeSec`.
+ *   api         `api.handler`: every v2 route (one function; API Gateway proxies each route to it).
+ *   authorizer  `authorizer.handler`: REQUEST authorizer; sha256 of the `Authorization` key looked up
+ *               as `KEY#<hash>` in the control table; Allow on `<api>/<stage>/*` (cached a minute).
+ *   sweeper     `sweeper.handler`, every minute: JobEngine.sweep (lapsed leases back to the queue
+ *               with a new message, or FAILED after maxAttempts; overrunning jobs TIMED_OUT; jobs past
+ *               policy.ttl stopped) and DynamoJobStore.deleteExpired.
+ *
+ * IAM is least privilege per function, derived from the calls those code paths make (listed at
+ * each grant). No function gets the `index/*` of a table, only the indexes it queries.
  */
 import { CfnOutput, Duration, RemovalPolicy, Stack, type StackProps, Validations } from 'aws-cdk-lib';
 import * as apigw from 'aws-cdk-lib/aws-apigateway';
@@ -33,70 +36,51 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
+import { type DynamoTable, dynamoSchema } from '../core/adapters/aws/dynamo.js';
 import { FerryError } from '../core/errors.js';
+import { functionEntries } from '../functions/bundle.js';
 import { cpuInstanceFor, defaultCpuSpec, defaultGpuModel, gpuInstanceFor, isGpuInstanceType } from './gpu.js';
-
-/** Table layouts, shared with the DynamoDB adapter (core/adapters/aws) so both read the same names. */
-export const jobsTableLayout = {
-  partitionKey: 'id',
-  /** Epoch seconds. DynamoDB deletes days late: readers still filter on it (aws-anchor §1.1). */
-  ttlAttribute: 'expiresAtSec',
-  /** `<endpointId>#<status>` → jobs of one endpoint in one status, oldest first (purge, health). */
-  byEndpointStatus: { indexName: 'byEndpointStatus', partitionKey: 'endpointStatus', sortKey: 'createdAtMs' },
-  /**
-   * `status` → jobs by the time something must happen to them: the lease end for IN_PROGRESS, the
-   * ttl deadline for IN_QUEUE. The sweeper queries `status = IN_PROGRESS AND dueAtMs < now`.
-   * Sparse: final jobs drop `dueAtMs`, so the index only holds live work.
-   */
-  byStatusDue: { indexName: 'byStatusDue', partitionKey: 'status', sortKey: 'dueAtMs' },
-} as const;
-export const chunksTableLayout = {
-  partitionKey: 'jobId',
-  sortKey: 'seq',
-  ttlAttribute: 'expiresAtSec',
-} as const;
-/** Single-table control records: apps, envs, endpoints (id → queue URL), workers, queue generations. */
-export const controlTableLayout = {
-  partitionKey: 'pk',
-  sortKey: 'sk',
-  ttlAttribute: 'expiresAtSec',
-} as const;
-/** Keys are stored hashed: the item key is the hex sha256 of the API key, never the key itself. */
-export const apiKeysTableLayout = { partitionKey: 'keyHash' } as const;
 
 /** Every queue of every app is named with this prefix, so platform functions can be granted them all. */
 export const queueNamePrefix = 'ferry-';
-export const payloadsPrefix = 'payloads/';
+/**
+ * FERRY_BLOB_PREFIX of the functions and agents (they must agree): empty, so the job store's big
+ * fields and the claim-check bodies all live under `payloads/` at the bucket root.
+ */
+export const blobPrefix = '';
+export const payloadsPrefix = `${blobPrefix}payloads/`;
 export const artifactsPrefix = 'artifacts/';
-/** Custom metrics the sweeper publishes. */
+/**
+ * The control table's API-key items: partition key `KEY#<sha256 hex>` (DynamoControlStore). The
+ * authorizer and load-balanced agents may read only this partition range (dynamodb:LeadingKeys).
+ */
+export const apiKeyLeadingKey = 'KEY#*';
 export const metricsNamespace = 'Ferry';
-export const oldestJobAgeMetric = 'OldestJobAgeSec';
+/**
+ * The ECS cluster's name. Fixed (one platform per account and region), so app stacks can name the
+ * cluster's task ARNs in IAM without a cross-stack token (task scale-in protection).
+ */
+export const clusterName = 'ferry';
 
 /**
  * API Gateway REST gives up on an integration after 29 s unless a quota increase is granted
  * (aws-anchor §1.1). Waiting routes answer `{id, status}` before that (clients keep polling).
  */
 export const integrationTimeoutSec = 29;
+/** FERRY_MAX_WAIT_MS: every wait of the API function ends by 25 s, inside the 28 s function timeout. */
 export const maxWaitMs = 25_000;
-
-export type RouteGroup = 'run' | 'runsync' | 'status' | 'stream' | 'control' | 'health';
-export const routeGroups: readonly RouteGroup[] = ['run', 'runsync', 'status', 'stream', 'control', 'health'];
-/** Groups that hold a request open, and so get FERRY_MAX_WAIT_MS. */
-const waitingGroups: ReadonlySet<RouteGroup> = new Set(['runsync', 'status', 'stream']);
+/** FERRY_POLL_MS: how often a waiting request re-reads DynamoDB. */
+export const pollMs = 500;
 
 export interface FunctionHandlers {
   api: string;
   authorizer: string;
   sweeper: string;
 }
-export const defaultHandlers: FunctionHandlers = {
-  api: 'api.handler',
-  authorizer: 'authorizer.handler',
-  sweeper: 'sweeper.handler',
-};
+export const defaultHandlers: FunctionHandlers = { ...functionEntries };
 
 export interface PlatformStackProps extends StackProps {
-  /** Directory with the esbuild bundles (api.js, authorizer.js, sweeper.js). */
+  /** Directory with the esbuild bundles (functions/bundle.ts: api.mjs, authorizer.mjs, sweeper.mjs). */
   functionsCodeDir: string;
   /**
    * Instance types to make ECS capacity pools for (gpu.ts `instanceTypesFor` over every deployed
@@ -118,9 +102,9 @@ export interface PlatformExports {
   readonly instanceSecurityGroup: ec2.ISecurityGroup;
   readonly jobsTable: dynamodb.ITable;
   readonly chunksTable: dynamodb.ITable;
+  /** Apps, envs, endpoints and hashed API keys (`KEY#<hash>`): load-balanced agents check keys here. */
   readonly controlTable: dynamodb.ITable;
-  /** Hashed API keys: load-balanced endpoints' agents check client keys against it. */
-  readonly apiKeysTable: dynamodb.ITable;
+  readonly workersTable: dynamodb.ITable;
   readonly bucket: s3.IBucket;
   /**
    * The CloudFormation export holding the bucket name. App stacks import it by this fixed name, so
@@ -129,6 +113,62 @@ export interface PlatformExports {
   readonly bucketNameExport: string;
   capacityProviderFor(instanceType: string): ecs.AsgCapacityProvider;
   addDlqAlarm(scope: Construct, id: string, dlq: sqs.IQueue): cloudwatch.Alarm;
+}
+
+/** A `dynamoSchema` key attribute → CDK. */
+const attribute = (key: { name: string; type: 'S' | 'N' }): dynamodb.Attribute => ({
+  name: key.name,
+  type: key.type === 'S' ? dynamodb.AttributeType.STRING : dynamodb.AttributeType.NUMBER,
+});
+
+/** The environment every function reads (functions/wiring.ts `functionEnvSchema`). */
+export function functionEnvironment(tables: Record<DynamoTable, dynamodb.ITable>, bucket: s3.IBucket) {
+  return {
+    NODE_OPTIONS: '--enable-source-maps',
+    FERRY_JOBS_TABLE: tables.jobs.tableName,
+    FERRY_CHUNKS_TABLE: tables.chunks.tableName,
+    FERRY_CONTROL_TABLE: tables.control.tableName,
+    FERRY_WORKERS_TABLE: tables.workers.tableName,
+    FERRY_BUCKET: bucket.bucketName,
+    FERRY_BLOB_PREFIX: blobPrefix,
+    FERRY_QUEUE_NAME_PREFIX: queueNamePrefix,
+    FERRY_MAX_WAIT_MS: String(maxWaitMs),
+    FERRY_POLL_MS: String(pollMs),
+  };
+}
+
+/** Actions on a table itself (not its indexes). */
+export function allowTable(role: iam.IRole, table: dynamodb.ITable, actions: string[]): void {
+  role.addToPrincipalPolicy(new iam.PolicyStatement({ actions, resources: [table.tableArn] }));
+}
+
+/** Actions on named indexes of a table — never `index/*`. */
+export function allowIndexes(
+  role: iam.IRole,
+  table: dynamodb.ITable,
+  actions: string[],
+  indexNames: readonly string[],
+): void {
+  role.addToPrincipalPolicy(
+    new iam.PolicyStatement({
+      actions,
+      resources: indexNames.map((name) => `${table.tableArn}/index/${name}`),
+    }),
+  );
+}
+
+/**
+ * GetItem on the control table, only for items whose partition key is `KEY#…`. dynamoSchema's
+ * control table is keyed `pk` (string) + `sk`, and DynamoControlStore puts an API key at
+ * `pk = KEY#<sha256 hex>` (the other kinds are APP#, ENV#, EP#, KEYID#, none of which matches
+ * `KEY#*`), so dynamodb:LeadingKeys can fence a key reader off apps, environments and endpoints.
+ */
+export function keyLookupStatement(controlTable: dynamodb.ITable): iam.PolicyStatement {
+  return new iam.PolicyStatement({
+    actions: ['dynamodb:GetItem'],
+    resources: [controlTable.tableArn],
+    conditions: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [apiKeyLeadingKey] } },
+  });
 }
 
 export const defaultInstanceTypes = (): string[] => [
@@ -147,15 +187,16 @@ export class PlatformStack extends Stack implements PlatformExports {
   readonly vpc: ec2.Vpc;
   readonly cluster: ecs.Cluster;
   readonly instanceSecurityGroup: ec2.SecurityGroup;
+  readonly tables: Readonly<Record<DynamoTable, dynamodb.Table>>;
   readonly jobsTable: dynamodb.Table;
   readonly chunksTable: dynamodb.Table;
   readonly controlTable: dynamodb.Table;
-  readonly apiKeysTable: dynamodb.Table;
+  readonly workersTable: dynamodb.Table;
   readonly bucket: s3.Bucket;
   readonly bucketNameExport: string;
   readonly api: apigw.RestApi;
+  readonly apiFunction: lambda.Function;
   readonly authorizerFunction: lambda.Function;
-  readonly routeFunctions: Readonly<Record<RouteGroup, lambda.Function>>;
   readonly sweeperFunction: lambda.Function;
   readonly dashboard: cloudwatch.Dashboard;
   private readonly pools = new Map<string, ecs.AsgCapacityProvider>();
@@ -165,38 +206,16 @@ export class PlatformStack extends Stack implements PlatformExports {
     const handlers = { ...defaultHandlers, ...props.handlers };
 
     // ── State ──────────────────────────────────────────────────────────────────────────────────
-    this.jobsTable = this.table(
-      'Jobs',
-      jobsTableLayout.partitionKey,
-      undefined,
-      jobsTableLayout.ttlAttribute,
-    );
-    this.jobsTable.addGlobalSecondaryIndex({
-      indexName: jobsTableLayout.byEndpointStatus.indexName,
-      partitionKey: {
-        name: jobsTableLayout.byEndpointStatus.partitionKey,
-        type: dynamodb.AttributeType.STRING,
-      },
-      sortKey: { name: jobsTableLayout.byEndpointStatus.sortKey, type: dynamodb.AttributeType.NUMBER },
-    });
-    this.jobsTable.addGlobalSecondaryIndex({
-      indexName: jobsTableLayout.byStatusDue.indexName,
-      partitionKey: { name: jobsTableLayout.byStatusDue.partitionKey, type: dynamodb.AttributeType.STRING },
-      sortKey: { name: jobsTableLayout.byStatusDue.sortKey, type: dynamodb.AttributeType.NUMBER },
-    });
-    this.chunksTable = this.table(
-      'StreamChunks',
-      chunksTableLayout.partitionKey,
-      chunksTableLayout.sortKey,
-      chunksTableLayout.ttlAttribute,
-    );
-    this.controlTable = this.table(
-      'Control',
-      controlTableLayout.partitionKey,
-      controlTableLayout.sortKey,
-      controlTableLayout.ttlAttribute,
-    );
-    this.apiKeysTable = this.table('ApiKeys', apiKeysTableLayout.partitionKey);
+    this.tables = {
+      jobs: this.table('Jobs', 'jobs'),
+      chunks: this.table('StreamChunks', 'chunks'),
+      control: this.table('Control', 'control'),
+      workers: this.table('Workers', 'workers'),
+    };
+    this.jobsTable = this.tables.jobs;
+    this.chunksTable = this.tables.chunks;
+    this.controlTable = this.tables.control;
+    this.workersTable = this.tables.workers;
 
     // Not versioned: payloads are transient by design (claim-check bodies, expired after 3 days), and
     // artifacts are written under a new key per source fingerprint, never overwritten; versions would
@@ -209,6 +228,7 @@ export class PlatformStack extends Stack implements PlatformExports {
       versioned: false,
       removalPolicy: RemovalPolicy.RETAIN,
       lifecycleRules: [
+        // A backstop only: the sweeper deletes a job's blobs with the job (deleteExpired).
         { id: 'expire-payloads', prefix: payloadsPrefix, expiration: Duration.days(3) },
         { id: 'abort-incomplete-uploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
       ],
@@ -245,6 +265,7 @@ export class PlatformStack extends Stack implements PlatformExports {
     });
 
     this.cluster = new ecs.Cluster(this, 'Cluster', {
+      clusterName,
       vpc: this.vpc,
       containerInsightsV2: ecs.ContainerInsights.ENABLED,
     });
@@ -260,79 +281,53 @@ export class PlatformStack extends Stack implements PlatformExports {
 
     // ── Functions ─────────────────────────────────────────────────────────────────────────────
     const code = lambda.Code.fromAsset(props.functionsCodeDir);
-    const commonEnv: Record<string, string> = {
-      NODE_OPTIONS: '--enable-source-maps',
-      FERRY_JOBS_TABLE: this.jobsTable.tableName,
-      FERRY_CHUNKS_TABLE: this.chunksTable.tableName,
-      FERRY_CONTROL_TABLE: this.controlTable.tableName,
-      FERRY_BUCKET: this.bucket.bucketName,
-      FERRY_QUEUE_PREFIX: queueNamePrefix,
-    };
+    // Every function gets the whole environment: the bundles share functions/wiring.ts, which parses
+    // all of it. Names are not secrets; what a function may touch is decided by IAM below.
+    const environment = functionEnvironment(this.tables, this.bucket);
 
-    const routeFunctions = {} as Record<RouteGroup, lambda.Function>;
-    for (const group of routeGroups) {
-      const waits = waitingGroups.has(group);
-      routeFunctions[group] = this.fn(`Route-${group}`, code, handlers.api, {
-        // Waiting routes must outlive their wait, but not the gateway: 25 s wait < 28 s < 29 s.
-        timeout: Duration.seconds(waits ? integrationTimeoutSec - 1 : 10),
-        environment: {
-          ...commonEnv,
-          FERRY_ROUTE_GROUP: group,
-          ...(waits ? { FERRY_MAX_WAIT_MS: String(maxWaitMs) } : {}),
-        },
-      });
-    }
-    this.routeFunctions = routeFunctions;
-    this.grantRouteGroups(routeFunctions);
+    // Waits end by FERRY_MAX_WAIT_MS (25 s) < the 28 s timeout < API Gateway's 29 s.
+    this.apiFunction = this.fn('ApiFunction', code, handlers.api, {
+      timeout: Duration.seconds(integrationTimeoutSec - 1),
+      environment,
+    });
+    this.grantApi(this.apiFunction);
 
     this.authorizerFunction = this.fn('Authorizer', code, handlers.authorizer, {
       timeout: Duration.seconds(5),
-      environment: { NODE_OPTIONS: '--enable-source-maps', FERRY_KEYS_TABLE: this.apiKeysTable.tableName },
+      environment,
     });
-    this.allowTable(this.authorizerFunction, this.apiKeysTable, ['dynamodb:GetItem']);
+    this.grantKeyLookup(this.authorizerFunction.role as iam.Role);
 
     this.sweeperFunction = this.fn('Sweeper', code, handlers.sweeper, {
+      // The schedule is a minute; a sweep that runs longer would overlap the next one.
       timeout: Duration.seconds(55),
-      environment: { ...commonEnv, FERRY_METRICS_NAMESPACE: metricsNamespace },
+      environment,
     });
-    this.allowTable(
-      this.sweeperFunction,
-      this.jobsTable,
-      ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:Query'],
-      [jobsTableLayout.byStatusDue.indexName],
-    );
-    this.allowTable(this.sweeperFunction, this.controlTable, ['dynamodb:GetItem', 'dynamodb:Query']);
-    this.allowQueues(this.sweeperFunction, ['sqs:SendMessage', 'sqs:GetQueueUrl']);
-    this.sweeperFunction.addToRolePolicy(
-      new iam.PolicyStatement({
-        actions: ['cloudwatch:PutMetricData'],
-        // PutMetricData has no resource-level permissions; the namespace condition is the scope.
-        resources: ['*'],
-        conditions: { StringEquals: { 'cloudwatch:namespace': metricsNamespace } },
-      }),
-    );
-    Validations.of(this.sweeperFunction).acknowledge({
-      id: 'AwsSolutions-IAM5[Resource::*]',
-      reason: 'cloudwatch:PutMetricData supports no resource ARNs; it is limited to the Ferry namespace.',
-    });
+    this.grantSweeper(this.sweeperFunction);
     new events.Rule(this, 'SweepEveryMinute', {
-      description: 'Ferry: requeue lapsed leases, time out overdue jobs, publish queue age',
+      description: 'Ferry: requeue lapsed leases, time out overdue jobs, delete expired jobs',
       schedule: events.Schedule.rate(Duration.minutes(1)),
       targets: [new eventsTargets.LambdaFunction(this.sweeperFunction, { retryAttempts: 0 })],
     });
 
     // ── API ───────────────────────────────────────────────────────────────────────────────────
-    this.api = this.restApi(props.stageName ?? 'api', routeFunctions);
+    this.api = this.restApi(props.stageName ?? 'api', this.apiFunction);
 
     // ── Observability ─────────────────────────────────────────────────────────────────────────
-    this.dashboard = this.observability(routeFunctions);
+    this.dashboard = this.observability();
 
-    new CfnOutput(this, 'ApiUrl', { value: this.api.urlForPath('/v2') });
+    // ── Outputs (the CLI reads them by these names) ───────────────────────────────────────────
+    new CfnOutput(this, 'ApiUrl', {
+      description: 'Base URL of the v2 job API (clients call <ApiUrl>/<endpointId>/run …)',
+      value: this.api.urlForPath('/v2'),
+    });
     this.bucketNameExport = `${this.stackName}-BucketName`;
     new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName, exportName: this.bucketNameExport });
     new CfnOutput(this, 'ClusterName', { value: this.cluster.clusterName });
-    new CfnOutput(this, 'ApiKeysTableName', { value: this.apiKeysTable.tableName });
+    new CfnOutput(this, 'JobsTableName', { value: this.jobsTable.tableName });
+    new CfnOutput(this, 'ChunksTableName', { value: this.chunksTable.tableName });
     new CfnOutput(this, 'ControlTableName', { value: this.controlTable.tableName });
+    new CfnOutput(this, 'WorkersTableName', { value: this.workersTable.tableName });
   }
 
   capacityProviderFor(instanceType: string): ecs.AsgCapacityProvider {
@@ -369,16 +364,32 @@ export class PlatformStack extends Stack implements PlatformExports {
     });
   }
 
-  private table(name: string, partitionKey: string, sortKey?: string, ttlAttribute?: string): dynamodb.Table {
-    return new dynamodb.Table(this, name, {
-      partitionKey: { name: partitionKey, type: dynamodb.AttributeType.STRING },
-      ...(sortKey ? { sortKey: { name: sortKey, type: dynamodb.AttributeType.NUMBER } } : {}),
-      ...(ttlAttribute ? { timeToLiveAttribute: ttlAttribute } : {}),
+  /** One table of `dynamoSchema`: its keys, GSIs (projection ALL, as createTables makes them), TTL. */
+  private table(id: string, role: DynamoTable): dynamodb.Table {
+    const spec: (typeof dynamoSchema)[DynamoTable] = dynamoSchema[role];
+    const table = new dynamodb.Table(this, id, {
+      partitionKey: attribute(spec.partitionKey),
+      ...('sortKey' in spec ? { sortKey: attribute(spec.sortKey) } : {}),
+      ...('ttlAttribute' in spec ? { timeToLiveAttribute: spec.ttlAttribute } : {}),
       billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
       encryption: dynamodb.TableEncryption.AWS_MANAGED,
       pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
+      // Jobs, keys and apps outlive a mistaken `cdk destroy`.
       removalPolicy: RemovalPolicy.RETAIN,
     });
+    for (const index of Object.values(spec.indexes) as {
+      indexName: string;
+      partitionKey: { name: string; type: 'S' | 'N' };
+      sortKey: { name: string; type: 'S' | 'N' };
+    }[]) {
+      table.addGlobalSecondaryIndex({
+        indexName: index.indexName,
+        partitionKey: attribute(index.partitionKey),
+        sortKey: attribute(index.sortKey),
+        projectionType: dynamodb.ProjectionType.ALL,
+      });
+    }
+    return table;
   }
 
   private addPool(instanceType: string, maxInstances: number): void {
@@ -487,19 +498,62 @@ export class PlatformStack extends Stack implements PlatformExports {
     return fn;
   }
 
-  /** Grants actions on a table and, when named, on its indexes — never `index/*`. */
-  private allowTable(
-    fn: lambda.IFunction,
-    table: dynamodb.ITable,
-    actions: string[],
-    indexNames: readonly string[] = [],
-  ): void {
-    fn.addToRolePolicy(
-      new iam.PolicyStatement({
-        actions,
-        resources: [table.tableArn, ...indexNames.map((name) => `${table.tableArn}/index/${name}`)],
-      }),
+  /** The api function: the calls of V2Api → JobEngine → the aws adapters, route by route. */
+  private grantApi(fn: lambda.Function): void {
+    const role = fn.role as iam.Role;
+    const { jobs, workers } = dynamoSchema;
+    // run/runsync create (conditional Put); every transition is Get + conditional whole-item Put;
+    // purge-queue and health list a status of an endpoint through byEndpointStatus.
+    allowTable(role, this.jobsTable, ['dynamodb:GetItem', 'dynamodb:PutItem']);
+    allowIndexes(role, this.jobsTable, ['dynamodb:Query'], [jobs.indexes.byEndpointStatus.indexName]);
+    // stream hands each chunk out once (meta Get, Query, cursor Update, BatchWrite deletes); retry
+    // clears a job's stream.
+    allowTable(role, this.chunksTable, [
+      'dynamodb:GetItem',
+      'dynamodb:Query',
+      'dynamodb:UpdateItem',
+      'dynamodb:BatchWriteItem',
+    ]);
+    // The endpoint record (EP#<id>) of every route, and KEY#<hash> (V2Api checks the key again).
+    allowTable(role, this.controlTable, ['dynamodb:GetItem']);
+    // health counts the endpoint's workers.
+    allowIndexes(role, this.workersTable, ['dynamodb:Query'], [workers.indexes.byEndpoint.indexName]);
+    this.allowQueues(fn, ['sqs:SendMessage', 'sqs:GetQueueUrl']);
+    // HeadObject is authorized by s3:GetObject (there is no s3:HeadObject action). Presigned PUT and
+    // GET URLs act with this role, so it needs Put/Get itself. Delete: a replaced big field's blob.
+    this.allowPayloads(fn, ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
+    // Without s3:ListBucket, S3 answers a missing key with 403, not 404: POST /run with an inputRef
+    // nothing was uploaded to would be a 500 instead of a clear 400 (functions/payloads.ts sizeOf).
+    // It lists key names only, never contents.
+    role.addToPolicy(
+      new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [this.bucket.bucketArn] }),
     );
+  }
+
+  /** The authorizer (and load-balanced agents) read API keys and nothing else of the control table. */
+  private grantKeyLookup(role: iam.Role): void {
+    role.addToPolicy(keyLookupStatement(this.controlTable));
+  }
+
+  /** The sweeper: JobEngine.sweep and DynamoJobStore.deleteExpired. */
+  private grantSweeper(fn: lambda.Function): void {
+    const role = fn.role as iam.Role;
+    const { byStatusOverdue, byStatusExpiry } = dynamoSchema.jobs.indexes;
+    // listOverdue, listExpiredUnfinished, deleteExpired query the shard indexes; moves are Get +
+    // conditional Put; deleteExpired deletes conditionally.
+    allowTable(role, this.jobsTable, ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:DeleteItem']);
+    allowIndexes(
+      role,
+      this.jobsTable,
+      ['dynamodb:Query'],
+      [byStatusOverdue.indexName, byStatusExpiry.indexName],
+    );
+    // clearStream of a deleted job: meta Update, Query, BatchWrite deletes.
+    allowTable(role, this.chunksTable, ['dynamodb:Query', 'dynamodb:UpdateItem', 'dynamodb:BatchWriteItem']);
+    // A lapsed lease goes back to the queue with a new message.
+    this.allowQueues(fn, ['sqs:SendMessage', 'sqs:GetQueueUrl']);
+    // Moves read and rewrite big fields; deleted jobs take their blobs with them.
+    this.allowPayloads(fn, ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
   }
 
   /** Queues live in app stacks; platform functions reach them by the shared name prefix. */
@@ -526,43 +580,11 @@ export class PlatformStack extends Stack implements PlatformExports {
     );
     Validations.of(fn).acknowledge({
       id: `AwsSolutions-IAM5[Resource::<${Stack.of(this).getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/${payloadsPrefix}*]`,
-      reason: 'Claim-check payloads have per-job keys under payloads/; the grant stops at that prefix.',
+      reason: 'Payloads have per-job keys under payloads/; the grant stops at that prefix.',
     });
   }
 
-  /** Least privilege per route group: each gets only the calls its routes make. */
-  private grantRouteGroups(fns: Record<RouteGroup, lambda.Function>): void {
-    const { byEndpointStatus } = jobsTableLayout;
-    for (const group of ['run', 'runsync'] as const) {
-      const fn = fns[group];
-      this.allowTable(fn, this.jobsTable, ['dynamodb:PutItem', 'dynamodb:GetItem', 'dynamodb:UpdateItem']);
-      this.allowTable(fn, this.controlTable, ['dynamodb:GetItem']);
-      this.allowQueues(fn, ['sqs:SendMessage']);
-      this.allowPayloads(fn, ['s3:PutObject', 's3:GetObject']);
-    }
-    // status and status-sync: read the job; `?ttl=` rewrites its retention.
-    this.allowTable(fns.status, this.jobsTable, ['dynamodb:GetItem', 'dynamodb:UpdateItem']);
-    this.allowPayloads(fns.status, ['s3:GetObject']);
-    // stream: read the job, hand out each chunk once (conditional delete).
-    this.allowTable(fns.stream, this.jobsTable, ['dynamodb:GetItem']);
-    this.allowTable(fns.stream, this.chunksTable, ['dynamodb:Query', 'dynamodb:DeleteItem']);
-    this.allowPayloads(fns.stream, ['s3:GetObject']);
-    // cancel, retry, purge-queue: compare-and-set on jobs, queued jobs by endpoint, queue generation
-    // in the control table, re-enqueue on retry, best-effort PurgeQueue.
-    this.allowTable(
-      fns.control,
-      this.jobsTable,
-      ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:Query'],
-      [byEndpointStatus.indexName],
-    );
-    this.allowTable(fns.control, this.controlTable, ['dynamodb:GetItem', 'dynamodb:UpdateItem']);
-    this.allowQueues(fns.control, ['sqs:SendMessage', 'sqs:PurgeQueue']);
-    // health: counts by status, workers from the control table.
-    this.allowTable(fns.health, this.jobsTable, ['dynamodb:Query'], [byEndpointStatus.indexName]);
-    this.allowTable(fns.health, this.controlTable, ['dynamodb:GetItem', 'dynamodb:Query']);
-  }
-
-  private restApi(stageName: string, fns: Record<RouteGroup, lambda.Function>): apigw.RestApi {
+  private restApi(stageName: string, fn: lambda.Function): apigw.RestApi {
     const accessLogs = new logs.LogGroup(this, 'ApiAccessLogs', {
       retention: logs.RetentionDays.ONE_MONTH,
       removalPolicy: RemovalPolicy.DESTROY,
@@ -639,30 +661,22 @@ export class PlatformStack extends Stack implements PlatformExports {
       validateRequestBody: true,
     });
 
-    const integrations = new Map<RouteGroup, apigw.LambdaIntegration>();
-    const integrationFor = (group: RouteGroup): apigw.LambdaIntegration => {
-      let integration = integrations.get(group);
-      if (!integration) {
-        integration = new apigw.LambdaIntegration(fns[group], {
-          proxy: true,
-          timeout: Duration.seconds(integrationTimeoutSec),
-          // One invoke permission per function instead of two per method: the resource policy
-          // of a function has a 20 KB ceiling.
-          scopePermissionToMethod: false,
-        });
-        integrations.set(group, integration);
-      }
-      return integration;
-    };
+    // One function serves every route (functions/api.ts routes by path), so one integration and one
+    // invoke permission for the whole API: a function's resource policy has a 20 KB ceiling.
+    const integration = new apigw.LambdaIntegration(fn, {
+      proxy: true,
+      timeout: Duration.seconds(integrationTimeoutSec),
+      scopePermissionToMethod: false,
+    });
 
     const endpoint = api.root.addResource('v2').addResource('{endpointId}');
-    const route = (path: string[], methods: string[], group: RouteGroup): void => {
+    const route = (path: string[], methods: string[]): void => {
       let resource: apigw.IResource = endpoint;
       for (const part of path) resource = resource.getResource(part) ?? resource.addResource(part);
       const requestParameters: Record<string, boolean> = { 'method.request.path.endpointId': true };
       if (path.includes('{jobId}')) requestParameters['method.request.path.jobId'] = true;
       for (const method of methods) {
-        resource.addMethod(method, integrationFor(group), {
+        resource.addMethod(method, integration, {
           authorizer,
           authorizationType: apigw.AuthorizationType.CUSTOM,
           requestValidator: validator,
@@ -670,25 +684,22 @@ export class PlatformStack extends Stack implements PlatformExports {
         });
       }
     };
-    route(['run'], ['POST'], 'run');
-    route(['runsync'], ['POST'], 'runsync');
-    route(['status', '{jobId}'], ['GET', 'POST'], 'status');
-    route(['status-sync', '{jobId}'], ['GET', 'POST'], 'status');
-    route(['stream', '{jobId}'], ['GET', 'POST'], 'stream');
-    route(['cancel', '{jobId}'], ['POST'], 'control');
-    route(['retry', '{jobId}'], ['POST'], 'control');
-    route(['purge-queue'], ['POST'], 'control');
-    route(['health'], ['GET'], 'health');
+    // The client routes of core/api.ts. Worker routes are not exposed: workers talk to their agent.
+    route(['run'], ['POST']);
+    route(['runsync'], ['POST']);
+    route(['status', '{jobId}'], ['GET', 'POST']);
+    route(['status-sync', '{jobId}'], ['GET', 'POST']);
+    route(['stream', '{jobId}'], ['GET', 'POST']);
+    route(['cancel', '{jobId}'], ['POST']);
+    route(['retry', '{jobId}'], ['POST']);
+    route(['purge-queue'], ['POST']);
+    route(['health'], ['GET']);
+    // The claim-check for bodies over API Gateway's 10 MB / Lambda's 6 MB (functions/payloads.ts).
+    route(['uploads'], ['POST']);
     return api;
   }
 
-  private observability(fns: Record<RouteGroup, lambda.Function>): cloudwatch.Dashboard {
-    const oldestJobAge = new cloudwatch.Metric({
-      namespace: metricsNamespace,
-      metricName: oldestJobAgeMetric,
-      statistic: 'Maximum',
-      period: Duration.minutes(1),
-    });
+  private observability(): cloudwatch.Dashboard {
     new cloudwatch.Alarm(this, 'Api5xxAlarm', {
       alarmDescription: 'Ferry: the v2 API answered 5xx (bad input must never cause one)',
       metric: this.api.metricServerError({ period: Duration.minutes(5), statistic: 'Sum' }),
@@ -697,23 +708,26 @@ export class PlatformStack extends Stack implements PlatformExports {
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     });
-    new cloudwatch.Alarm(this, 'OldestJobAgeAlarm', {
-      alarmDescription: 'Ferry: a job has waited in a queue for 15 minutes (no capacity, or workers failing)',
-      metric: oldestJobAge,
-      threshold: 900,
-      evaluationPeriods: 5,
-      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+    new cloudwatch.Alarm(this, 'SweeperErrorsAlarm', {
+      alarmDescription: 'Ferry: the sweeper failed (lapsed leases are not requeued while it fails)',
+      metric: this.sweeperFunction.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
+      threshold: 3,
+      evaluationPeriods: 1,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     });
 
     const dashboard = new cloudwatch.Dashboard(this, 'Dashboard', { dashboardName: 'Ferry' });
-    // App DLQs are found by name: the platform template must not reference app stacks.
-    const dlqDepth = new cloudwatch.MathExpression({
-      expression: `SEARCH('{AWS/SQS,QueueName} MetricName="ApproximateNumberOfMessagesVisible" QueueName="${queueNamePrefix}" dlq', 'Maximum', 60)`,
-      usingMetrics: {},
-      label: 'DLQ depth',
-      period: Duration.minutes(1),
-    });
+    // App queues are found by name: the platform template must not reference app stacks. A message
+    // is deleted as soon as a worker claims its job, so the age of the oldest message is the longest
+    // wait for a worker.
+    const search = (metricName: string, filter: string, label: string) =>
+      new cloudwatch.MathExpression({
+        expression: `SEARCH('{AWS/SQS,QueueName} MetricName="${metricName}" QueueName="${queueNamePrefix}" ${filter}', 'Maximum', 60)`,
+        usingMetrics: {},
+        label,
+        period: Duration.minutes(1),
+      });
     dashboard.addWidgets(
       new cloudwatch.GraphWidget({
         title: 'API requests and errors',
@@ -721,15 +735,21 @@ export class PlatformStack extends Stack implements PlatformExports {
         right: [this.api.metricLatency({ statistic: 'p90' })],
         width: 12,
       }),
-      new cloudwatch.GraphWidget({ title: 'Oldest job age (s)', left: [oldestJobAge], width: 12 }),
       new cloudwatch.GraphWidget({
-        title: 'Function errors',
-        left: [...Object.values(fns), this.authorizerFunction, this.sweeperFunction].map((fn) =>
-          fn.metricErrors(),
-        ),
+        title: 'Oldest waiting job (s)',
+        left: [search('ApproximateAgeOfOldestMessage', '', 'Oldest message')],
         width: 12,
       }),
-      new cloudwatch.GraphWidget({ title: 'Dead-letter queues', left: [dlqDepth], width: 12 }),
+      new cloudwatch.GraphWidget({
+        title: 'Function errors',
+        left: [this.apiFunction, this.authorizerFunction, this.sweeperFunction].map((f) => f.metricErrors()),
+        width: 12,
+      }),
+      new cloudwatch.GraphWidget({
+        title: 'Dead-letter queues',
+        left: [search('ApproximateNumberOfMessagesVisible', 'dlq', 'DLQ depth')],
+        width: 12,
+      }),
     );
     return dashboard;
   }

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { bundleAgent } from '../../worker-image/agent/bundle.js';
-import { parseAgentEnv } from '../../worker-image/agent/config.js';
+import { parseAgentEnv, requiredAgentVariables } from '../../worker-image/agent/config.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'ferry-agent-bundle-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -49,7 +49,7 @@ describe('agent configuration', () => {
   it('reads the variables with defaults', () => {
     const parsed = parseAgentEnv(good);
     expect(parsed.ok).toBe(true);
-    if (!parsed.ok) return;
+    if (!parsed.ok || parsed.env.FERRY_AGENT_MODE !== 'queue') throw new Error('expected queue mode');
     expect(parsed.env.FERRY_AGENT_PORT).toBe(8080);
     expect(parsed.env.FERRY_DRAIN_MS).toBe(110_000);
     expect(parsed.env.FERRY_AGENT_HOST).toBe('127.0.0.1');
@@ -70,5 +70,32 @@ describe('agent configuration', () => {
     expect(parsed.problems.join('\n')).toMatch(/FERRY_QUEUE_URL must be a URL/);
     expect(parsed.problems.join('\n')).toMatch(/FERRY_DRAIN_MS must be at most 120000/);
     expect(parsed.problems.join('\n')).toMatch(/FERRY_BUCKET is required/);
+  });
+
+  it('reads lb mode: the control table and the worker port, listening beyond loopback', () => {
+    const parsed = parseAgentEnv({
+      FERRY_AGENT_MODE: 'lb',
+      FERRY_ENDPOINT_ID: 'ep1',
+      FERRY_CONTROL_TABLE: 'control',
+      FERRY_PORT: '8001',
+      AWS_REGION: 'us-east-1',
+    });
+    if (!parsed.ok || parsed.env.FERRY_AGENT_MODE !== 'lb') throw new Error('expected lb mode');
+    expect(parsed.env.FERRY_PORT).toBe(8001);
+    expect(parsed.env.FERRY_AGENT_HOST).toBe('0.0.0.0');
+    expect(requiredAgentVariables('lb').sort()).toEqual(
+      ['AWS_REGION', 'FERRY_AGENT_MODE', 'FERRY_CONTROL_TABLE', 'FERRY_ENDPOINT_ID', 'FERRY_PORT'].sort(),
+    );
+  });
+
+  it('names a missing lb variable and an unknown mode', () => {
+    const missing = parseAgentEnv({ FERRY_AGENT_MODE: 'lb', FERRY_ENDPOINT_ID: 'ep1', AWS_REGION: 'x' });
+    expect(missing.ok).toBe(false);
+    if (!missing.ok)
+      expect(missing.problems).toEqual(['FERRY_CONTROL_TABLE is required', 'FERRY_PORT is required']);
+    const unknown = parseAgentEnv({ ...good, FERRY_AGENT_MODE: 'proxy' });
+    expect(unknown.ok).toBe(false);
+    if (!unknown.ok)
+      expect(unknown.problems[0]).toMatch(/FERRY_AGENT_MODE must be one of queue, lb, artifact/);
   });
 });

@@ -7,8 +7,15 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FerryError } from '../../core/errors.js';
 import { buildApp, type FerryApp } from '../../infra/app.js';
-import { type DeployedEndpoint, endpointIdFor, leaseTiming } from '../../infra/app-stack.js';
+import {
+  artifactMount,
+  type DeployedEndpoint,
+  endpointIdFor,
+  leaseTiming,
+  ports,
+} from '../../infra/app-stack.js';
 import { gpuInstanceFor, workerMemoryReservationMiB } from '../../infra/gpu.js';
+import { type AgentMode, requiredAgentVariables } from '../../worker-image/agent/config.js';
 import { sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
 import { actionsOf, resourcesFor, statementsOf } from './iam.js';
 
@@ -47,6 +54,9 @@ const queueRef = (queue: sqs.IQueue) => JSON.stringify({ 'Fn::GetAtt': [idOf(que
 
 interface ContainerDefinition {
   Name: string;
+  DependsOn?: { ContainerName: string; Condition: string }[];
+  MountPoints?: { SourceVolume: string; ContainerPath: string; ReadOnly: boolean }[];
+  User?: string;
   Environment?: { Name: string; Value: unknown }[];
   ResourceRequirements?: unknown;
   Essential?: boolean;
@@ -77,23 +87,39 @@ describe('the whole app', () => {
 });
 
 describe('queues', () => {
-  it('keep a message invisible for at least twice the lease, and redrive to a DLQ after 5 receives', () => {
+  it('are two per queue endpoint, urgent and -low, as the Lambdas derive their names', () => {
     for (const name of ['gpu_worker', 'cpu_worker']) {
       const e = endpoint(name);
-      const queue = template.toJSON().Resources[idOf(e.queue!)].Properties;
-      expect(queue.VisibilityTimeout).toBe(120);
-      expect(queue.VisibilityTimeout).toBeGreaterThanOrEqual(2 * leaseTiming.leaseSec);
-      expect(queue.VisibilityTimeout).toBeGreaterThan(leaseTiming.renewEverySec);
-      expect(queue.RedrivePolicy).toEqual({
-        deadLetterTargetArn: { 'Fn::GetAtt': [idOf(e.deadLetterQueue!), 'Arn'] },
-        maxReceiveCount: 5,
-      });
+      const props = (q: sqs.IQueue) => template.toJSON().Resources[idOf(q)].Properties;
+      expect(props(e.queue!).QueueName).toBe(`ferry-${e.id}`);
+      expect(props(e.lowQueue!).QueueName).toBe(`ferry-${e.id}-low`);
+      expect(props(e.deadLetterQueue!).QueueName).toBe(`ferry-${e.id}-dlq`);
+      expect(props(e.lowDeadLetterQueue!).QueueName).toBe(`ferry-${e.id}-low-dlq`);
+    }
+    template.resourceCountIs('AWS::SQS::Queue', 8);
+  });
+
+  it('hide a received message for one lease (it is deleted right after the claim) and redrive each to its DLQ', () => {
+    for (const name of ['gpu_worker', 'cpu_worker']) {
+      const e = endpoint(name);
+      for (const [queue, dlq] of [
+        [e.queue!, e.deadLetterQueue!],
+        [e.lowQueue!, e.lowDeadLetterQueue!],
+      ] as const) {
+        const props = template.toJSON().Resources[idOf(queue)].Properties;
+        expect(props.VisibilityTimeout).toBe(leaseTiming.receiveVisibilitySec);
+        expect(leaseTiming.receiveVisibilitySec).toBe(leaseTiming.leaseSec);
+        expect(props.RedrivePolicy).toEqual({
+          deadLetterTargetArn: { 'Fn::GetAtt': [idOf(dlq), 'Arn'] },
+          maxReceiveCount: leaseTiming.maxReceiveCount,
+        });
+      }
     }
   });
 
   it('enforce TLS on queues and DLQs', () => {
     const policies = Object.values(template.findResources('AWS::SQS::QueuePolicy'));
-    expect(policies).toHaveLength(4);
+    expect(policies).toHaveLength(8);
     for (const policy of policies) {
       expect(policy.Properties.PolicyDocument.Statement).toContainEqual(
         expect.objectContaining({ Effect: 'Deny', Condition: { Bool: { 'aws:SecureTransport': 'false' } } }),
@@ -105,12 +131,22 @@ describe('queues', () => {
     const alarms = Object.values(template.findResources('AWS::CloudWatch::Alarm')).filter((a) =>
       String(a.Properties.AlarmDescription).includes('dead-letter'),
     );
-    expect(alarms).toHaveLength(2);
+    expect(alarms).toHaveLength(4);
   });
 
   it('leave load-balanced endpoints without a queue', () => {
     expect(endpoint('lb_worker').queue).toBeUndefined();
-    template.resourceCountIs('AWS::SQS::Queue', 4);
+    expect(endpoint('lb_worker').lowQueue).toBeUndefined();
+  });
+
+  it('are listed in the Endpoints output with both URLs', () => {
+    const value = JSON.stringify(template.toJSON().Outputs.Endpoints.Value);
+    const gpu = endpoint('gpu_worker');
+    expect(value).toContain(idOf(gpu.queue!));
+    expect(value).toContain(idOf(gpu.lowQueue!));
+    expect(value).toContain('lowQueueUrl');
+    expect(value).toContain('queueUrl');
+    expect(value).toContain(idOf(endpoint('lb_worker').loadBalancer!));
   });
 });
 
@@ -122,14 +158,47 @@ describe('tasks', () => {
     for (const c of containersOf(endpoint('lb_worker'))) expect(c.ResourceRequirements).toBeUndefined();
   });
 
-  it('run an essential agent sidecar next to the worker, on the host network', () => {
+  it('run an essential agent sidecar next to the worker, after an artifact init container, on the host network', () => {
     for (const name of ['gpu_worker', 'cpu_worker', 'lb_worker']) {
       const e = endpoint(name);
       const containers = containersOf(e);
-      expect(containers.map((c) => c.Name).sort()).toEqual(['agent', 'worker']);
-      expect(containers.every((c) => c.Essential === true)).toBe(true);
+      const byName = (n: string) => containers.find((c) => c.Name === n)!;
+      expect(containers.map((c) => c.Name).sort()).toEqual(['agent', 'artifact', 'worker']);
+      expect(byName('agent').Essential).toBe(true);
+      expect(byName('worker').Essential).toBe(true);
+      expect(byName('artifact').Essential).toBe(false);
       expect(template.toJSON().Resources[idOf(e.taskDefinition)].Properties.NetworkMode).toBe('host');
+      // The worker starts once the artifact is on the shared volume, which it mounts read-only.
+      expect(byName('worker').DependsOn).toContainEqual({ ContainerName: 'artifact', Condition: 'SUCCESS' });
+      expect(byName('worker').MountPoints).toEqual([
+        { SourceVolume: artifactMount.volume, ContainerPath: artifactMount.path, ReadOnly: true },
+      ]);
+      expect(byName('artifact').MountPoints).toEqual([
+        { SourceVolume: artifactMount.volume, ContainerPath: artifactMount.path, ReadOnly: false },
+      ]);
+      expect(envOf(byName('worker')).FERRY_ARTIFACT_PATH).toBe(artifactMount.file);
+      expect(envOf(byName('artifact')).FERRY_ARTIFACT_PATH).toBe(artifactMount.file);
     }
+  });
+
+  it('give every agent container each variable its mode requires (worker-image/agent/config.ts)', () => {
+    for (const name of ['gpu_worker', 'cpu_worker', 'lb_worker']) {
+      const e = endpoint(name);
+      for (const container of containersOf(e).filter((c) => c.Name !== 'worker')) {
+        const env = envOf(container);
+        const mode = (env.FERRY_AGENT_MODE ?? 'queue') as AgentMode;
+        expect(mode).toBe(container.Name === 'artifact' ? 'artifact' : e.kind);
+        const missing = requiredAgentVariables(mode).filter((key) => env[key] === undefined);
+        expect(missing, `${name}/${container.Name}`).toEqual([]);
+      }
+    }
+    const agent = envOf(containersOf(endpoint('gpu_worker')).find((c) => c.Name === 'agent')!);
+    // Optional in the schema, but the design needs them: the low queue, the workers table, the lease.
+    expect(agent.FERRY_QUEUE_URL_LOW).toEqual({ Ref: idOf(endpoint('gpu_worker').lowQueue!) });
+    expect(agent.FERRY_WORKERS_TABLE).toBeDefined();
+    expect(Number(agent.FERRY_LEASE_SEC)).toBe(leaseTiming.leaseSec);
+    expect(Number(agent.FERRY_AGENT_PORT)).toBe(ports.agent);
+    expect(agent.AWS_REGION).toEqual({ Ref: 'AWS::Region' });
   });
 
   it('reserve most of the host for the worker (one task per instance)', () => {
@@ -141,7 +210,8 @@ describe('tasks', () => {
 
   it('carry the source fingerprint and endpoint identity, so a code-only change rolls the service', () => {
     const e = endpoint('gpu_worker');
-    for (const container of containersOf(e)) {
+    // The init container only fetches the artifact; the two long-running containers carry identity.
+    for (const container of containersOf(e).filter((c) => c.Name !== 'artifact')) {
       const env = envOf(container);
       expect(env.FERRY_SOURCE_FINGERPRINT).toBe(sampleManifest.sourceFingerprint);
       expect(env).toMatchObject({
@@ -159,10 +229,20 @@ describe('tasks', () => {
     expect(agent.FERRY_CHUNKS_TABLE).toBeDefined();
     const worker = envOf(containersOf(e).find((c) => c.Name === 'worker')!);
     expect(worker.MODEL).toBe('tiny');
-    expect(String(worker.RUNPOD_WEBHOOK_GET_JOB)).toMatch(
-      /^http:\/\/127\.0\.0\.1:\d+\/v2\/[a-z0-9]+\/job-take\/\$ID\?/,
-    );
+    // What agent.workerEnv() hands a worker, pointing at the agent's port on localhost.
+    const base = `http://127.0.0.1:${ports.agent}/v2/${e.id}`;
+    expect(worker.RUNPOD_WEBHOOK_GET_JOB).toBe(`${base}/job-take/${e.id}-worker?agent=1`);
+    expect(worker.RUNPOD_WEBHOOK_POST_OUTPUT).toBe(`${base}/job-done/${e.id}-worker/$ID?agent=1`);
+    expect(worker.RUNPOD_WEBHOOK_POST_STREAM).toBe(`${base}/job-stream/${e.id}-worker/$ID?agent=1`);
+    expect(worker.RUNPOD_WEBHOOK_PING).toBe(`${base}/ping/${e.id}-worker?agent=1`);
     expect(worker.RUNPOD_AI_API_KEY).toBe(agent.FERRY_WORKER_TOKEN);
+    expect(worker.RUNPOD_POD_ID).toBeDefined();
+    expect(worker.RUNPOD_ENDPOINT_ID).toBe(e.id);
+    expect(worker).toMatchObject({
+      FERRY_MODE: 'queue',
+      FERRY_MODULE: 'gpu_worker',
+      FERRY_TARGET: 'generate',
+    });
   });
 });
 
@@ -186,20 +266,23 @@ describe('services and scaling', () => {
     expect(target('lb_worker')).toMatchObject({ MinCapacity: 1, MaxCapacity: 2 });
   });
 
-  it('leave zero with a +1 step when a message is visible', () => {
-    const e = endpoint('gpu_worker');
+  it('scale out in steps, from zero too, on visible messages of the urgent queue only', () => {
+    const e = endpoint('cpu_worker');
     const policies = template.findResources('AWS::ApplicationAutoScaling::ScalingPolicy', {
       Properties: {
         ScalingTargetId: { Ref: idOf(e.scalableTarget) },
         PolicyType: 'StepScaling',
-        StepScalingPolicyConfiguration: Match.objectLike({
-          AdjustmentType: 'ChangeInCapacity',
-          StepAdjustments: [{ MetricIntervalLowerBound: 0, ScalingAdjustment: 1 }],
-        }),
+        StepScalingPolicyConfiguration: Match.objectLike({ AdjustmentType: 'ChangeInCapacity' }),
       },
     });
     const [policyId] = Object.keys(policies);
     expect(policyId).toBeDefined();
+    // maxConcurrency 4: 1–8 waiting → +1, 9–32 → +2, more → +4 (bounds relative to the threshold 1).
+    expect(policies[policyId!]!.Properties.StepScalingPolicyConfiguration.StepAdjustments).toEqual([
+      { MetricIntervalLowerBound: 0, MetricIntervalUpperBound: 8, ScalingAdjustment: 1 },
+      { MetricIntervalLowerBound: 8, MetricIntervalUpperBound: 32, ScalingAdjustment: 2 },
+      { MetricIntervalLowerBound: 32, ScalingAdjustment: 4 },
+    ]);
     template.hasResourceProperties('AWS::CloudWatch::Alarm', {
       MetricName: 'ApproximateNumberOfMessagesVisible',
       Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [idOf(e.queue!), 'QueueName'] } }],
@@ -209,23 +292,24 @@ describe('services and scaling', () => {
     });
   });
 
-  it('track jobs per running task, targeting maxConcurrency', () => {
-    template.hasResourceProperties('AWS::ApplicationAutoScaling::ScalingPolicy', {
-      ScalingTargetId: { Ref: idOf(endpoint('cpu_worker').scalableTarget) },
-      PolicyType: 'TargetTrackingScaling',
-      TargetTrackingScalingPolicyConfiguration: Match.objectLike({
-        TargetValue: 4,
-        DisableScaleIn: true,
-        CustomizedMetricSpecification: {
-          Metrics: Match.arrayWith([
-            Match.objectLike({ Id: 'e1', Expression: '(m1 + m2) / m3', ReturnData: true }),
-          ]),
-        },
-      }),
-    });
+  it('never scale on in-flight messages (~0 while jobs run) nor on the low-priority queue', () => {
+    const text = JSON.stringify(template.toJSON().Resources);
+    expect(text).not.toContain('ApproximateNumberOfMessagesNotVisible');
+    for (const name of ['gpu_worker', 'cpu_worker']) {
+      const low = idOf(endpoint(name).lowQueue!);
+      const scalingAlarms = Object.values(template.findResources('AWS::CloudWatch::Alarm')).filter(
+        (a) => !String(a.Properties.AlarmDescription).includes('dead-letter'),
+      );
+      for (const alarm of scalingAlarms) expect(JSON.stringify(alarm)).not.toContain(low);
+    }
+    template.resourcePropertiesCountIs(
+      'AWS::ApplicationAutoScaling::ScalingPolicy',
+      { PolicyType: 'TargetTrackingScaling' },
+      1, // the load-balanced endpoint's requests per target only
+    );
   });
 
-  it('go back to workersMin after idleTimeoutSec with no jobs', () => {
+  it('go back to workersMin after idleTimeoutSec with no visible job', () => {
     template.hasResourceProperties('AWS::ApplicationAutoScaling::ScalingPolicy', {
       ScalingTargetId: { Ref: idOf(endpoint('cpu_worker').scalableTarget) },
       StepScalingPolicyConfiguration: {
@@ -235,7 +319,11 @@ describe('services and scaling', () => {
       },
     });
     template.hasResourceProperties('AWS::CloudWatch::Alarm', {
-      AlarmDescription: 'Ferry cpu_worker: no jobs for 300 s',
+      AlarmDescription: 'Ferry cpu_worker: no job waiting for 300 s',
+      MetricName: 'ApproximateNumberOfMessagesVisible',
+      Dimensions: [
+        { Name: 'QueueName', Value: { 'Fn::GetAtt': [idOf(endpoint('cpu_worker').queue!), 'QueueName'] } },
+      ],
       EvaluationPeriods: 5,
       TreatMissingData: 'breaching',
     });
@@ -243,7 +331,7 @@ describe('services and scaling', () => {
 });
 
 describe('task roles', () => {
-  it('let a worker use only its own queue, and never send to it', () => {
+  it('let a queue agent receive, delete, release and requeue on its own two queues only', () => {
     const gpu = endpoint('gpu_worker');
     const cpu = endpoint('cpu_worker');
     const statements = statementsOf(template, gpu.taskRole);
@@ -251,10 +339,14 @@ describe('task roles', () => {
     expect(sqsActions.sort()).toEqual([
       'sqs:ChangeMessageVisibility',
       'sqs:DeleteMessage',
-      'sqs:GetQueueAttributes',
       'sqs:ReceiveMessage',
+      'sqs:SendMessage',
     ]);
-    for (const action of sqsActions) expect(resourcesFor(statements, action)).toEqual([queueRef(gpu.queue!)]);
+    for (const action of sqsActions) {
+      expect(resourcesFor(statements, action).sort()).toEqual(
+        [queueRef(gpu.queue!), queueRef(gpu.lowQueue!)].sort(),
+      );
+    }
     expect(JSON.stringify(statements)).not.toContain(idOf(cpu.queue!));
   });
 
@@ -268,10 +360,22 @@ describe('task roles', () => {
     for (const action of actionsOf(statements)) expect(action).not.toContain('*');
   });
 
-  it('give a load-balanced worker the keys table to check clients, and no queue', () => {
+  it('let agents set ECS task scale-in protection', () => {
+    for (const name of ['gpu_worker', 'lb_worker']) {
+      expect(actionsOf(statementsOf(template, endpoint(name).taskRole))).toContain(
+        'ecs:UpdateTaskProtection',
+      );
+    }
+  });
+
+  it('give a load-balanced agent only KEY# items of the control table, and no queue or job table', () => {
     const statements = statementsOf(template, endpoint('lb_worker').taskRole);
-    expect(actionsOf(statements).filter((a) => a.startsWith('sqs:'))).toEqual([]);
-    expect(actionsOf(statements)).toContain('dynamodb:GetItem');
+    const actions = actionsOf(statements);
+    expect(actions.filter((a) => a.startsWith('sqs:'))).toEqual([]);
+    expect(actions.filter((a) => a.startsWith('dynamodb:'))).toEqual(['dynamodb:GetItem']);
+    const keyRead = statements.find((s) => actionsOf([s]).includes('dynamodb:GetItem'))!;
+    expect(keyRead.Condition).toEqual({ 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['KEY#*'] } });
+    expect(JSON.stringify(keyRead.Resource)).toContain('Control');
   });
 });
 
@@ -285,7 +389,28 @@ describe('load-balanced endpoint', () => {
     template.hasResourceProperties('AWS::ElasticLoadBalancingV2::TargetGroup', {
       HealthCheckPath: '/ping',
       TargetType: 'instance',
+      Port: ports.lbPublic,
     });
+  });
+
+  it('sends the ALB to the agent in lb mode, which proxies to the worker on loopback', () => {
+    const containers = containersOf(endpoint('lb_worker'));
+    const agent = envOf(containers.find((c) => c.Name === 'agent')!);
+    const worker = envOf(containers.find((c) => c.Name === 'worker')!);
+    expect(agent).toMatchObject({
+      FERRY_AGENT_MODE: 'lb',
+      FERRY_AGENT_HOST: '0.0.0.0',
+      FERRY_AGENT_PORT: String(ports.lbPublic),
+      FERRY_PORT: String(ports.lbWorker),
+    });
+    expect(worker).toMatchObject({
+      FERRY_MODE: 'lb',
+      FERRY_MODULE: 'lb_worker',
+      FERRY_VARIABLE: 'api',
+      FERRY_HOST: '127.0.0.1',
+      FERRY_PORT: String(ports.lbWorker),
+    });
+    expect(worker.RUNPOD_WEBHOOK_GET_JOB).toBeUndefined();
   });
 
   it('opens the ECS hosts only to its own ALB', () => {

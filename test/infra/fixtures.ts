@@ -82,8 +82,8 @@ export const sampleImages = {
 /** A directory standing in for the esbuild bundles: synth tests never bundle. */
 export function stubFunctionsDir(): { dir: string; cleanup: () => void } {
   const dir = mkdtempSync(join(tmpdir(), 'ferry-infra-fns-'));
-  for (const name of ['index.js', 'api.js', 'authorizer.js', 'sweeper.js']) {
-    writeFileSync(join(dir, name), 'exports.handler = async () => ({ statusCode: 200, body: "{}" });\n');
+  for (const name of ['api.mjs', 'authorizer.mjs', 'sweeper.mjs']) {
+    writeFileSync(join(dir, name), 'export const handler = async () => ({ statusCode: 200, body: "{}" });\n');
   }
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }

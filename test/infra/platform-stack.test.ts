@@ -1,13 +1,14 @@
 import { App } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dynamoSchema } from '../../core/adapters/aws/dynamo.js';
+import { functionEntries } from '../../functions/bundle.js';
+import { functionEnvSchema } from '../../functions/wiring.js';
 import {
   integrationTimeoutSec,
-  jobsTableLayout,
   maxWaitMs,
   PlatformStack,
-  type RouteGroup,
-  routeGroups,
+  payloadsPrefix,
 } from '../../infra/platform-stack.js';
 import { stubFunctionsDir } from './fixtures.js';
 import { actionsOf, resourcesFor, statementsOf } from './iam.js';
@@ -31,29 +32,66 @@ afterAll(() => cleanup());
 const logicalId = (construct: { node: { defaultChild?: unknown } }) =>
   platform.getLogicalId(construct.node.defaultChild as never);
 
+interface KeyAttr {
+  name: string;
+  type: 'S' | 'N';
+}
+/** dynamoSchema's shape, widened so every table reads alike. */
+interface TableSpec {
+  partitionKey: KeyAttr;
+  sortKey?: KeyAttr;
+  ttlAttribute?: string;
+  indexes: Record<string, { indexName: string; partitionKey: KeyAttr; sortKey: KeyAttr }>;
+}
+
+const tableOf = (role: keyof typeof dynamoSchema) =>
+  template.toJSON().Resources[logicalId(platform.tables[role])].Properties;
+
 describe('tables', () => {
-  it('expires jobs by the expiresAtSec TTL attribute and has the status/lease indexes', () => {
-    template.hasResource('AWS::DynamoDB::Table', {
-      Properties: Match.objectLike({
-        KeySchema: [{ AttributeName: 'id', KeyType: 'HASH' }],
-        TimeToLiveSpecification: { AttributeName: 'expiresAtSec', Enabled: true },
-        GlobalSecondaryIndexes: [
-          Match.objectLike({ IndexName: jobsTableLayout.byEndpointStatus.indexName }),
-          Match.objectLike({
-            IndexName: jobsTableLayout.byStatusDue.indexName,
-            KeySchema: [
-              { AttributeName: 'status', KeyType: 'HASH' },
-              { AttributeName: 'dueAtMs', KeyType: 'RANGE' },
-            ],
-          }),
-        ],
-      }),
-    });
+  it('are exactly the four tables of dynamoSchema: keys, GSIs, TTL attributes', () => {
+    expect(Object.keys(template.findResources('AWS::DynamoDB::Table'))).toHaveLength(4);
+    for (const role of Object.keys(dynamoSchema) as (keyof typeof dynamoSchema)[]) {
+      const spec = dynamoSchema[role] as TableSpec;
+      const table = tableOf(role);
+      const keys = [{ AttributeName: spec.partitionKey.name, KeyType: 'HASH' }];
+      if (spec.sortKey) keys.push({ AttributeName: spec.sortKey.name, KeyType: 'RANGE' });
+      expect(table.KeySchema, role).toEqual(keys);
+      const indexes = (table.GlobalSecondaryIndexes ?? []) as {
+        IndexName: string;
+        KeySchema: unknown;
+        Projection: unknown;
+      }[];
+      expect(indexes.map((i) => i.IndexName).sort(), role).toEqual(
+        Object.values(spec.indexes)
+          .map((i) => i.indexName)
+          .sort(),
+      );
+      const types = new Map<string, string>();
+      types.set(spec.partitionKey.name, spec.partitionKey.type);
+      if (spec.sortKey) types.set(spec.sortKey.name, spec.sortKey.type);
+      for (const index of Object.values(spec.indexes)) {
+        const deployed = indexes.find((i) => i.IndexName === index.indexName)!;
+        expect(deployed.KeySchema).toEqual([
+          { AttributeName: index.partitionKey.name, KeyType: 'HASH' },
+          { AttributeName: index.sortKey.name, KeyType: 'RANGE' },
+        ]);
+        expect(deployed.Projection).toEqual({ ProjectionType: 'ALL' });
+        types.set(index.partitionKey.name, index.partitionKey.type);
+        types.set(index.sortKey.name, index.sortKey.type);
+      }
+      const definitions = (table.AttributeDefinitions as { AttributeName: string; AttributeType: string }[])
+        .map((d) => [d.AttributeName, d.AttributeType])
+        .sort();
+      expect(definitions, role).toEqual([...types].sort());
+      expect(table.TimeToLiveSpecification, role).toEqual(
+        spec.ttlAttribute ? { AttributeName: spec.ttlAttribute, Enabled: true } : undefined,
+      );
+      expect(table.BillingMode).toBe('PAY_PER_REQUEST');
+    }
   });
 
   it('has point-in-time recovery and encryption on every table, and keeps them on stack delete', () => {
     const tables = template.findResources('AWS::DynamoDB::Table');
-    expect(Object.keys(tables)).toHaveLength(4);
     for (const table of Object.values(tables)) {
       expect(table.Properties.PointInTimeRecoverySpecification).toEqual({ PointInTimeRecoveryEnabled: true });
       expect(table.Properties.SSESpecification).toEqual({ SSEEnabled: true });
@@ -61,10 +99,11 @@ describe('tables', () => {
     }
   });
 
-  it('keys the API keys table by the key hash', () => {
-    template.hasResourceProperties('AWS::DynamoDB::Table', {
-      KeySchema: [{ AttributeName: 'keyHash', KeyType: 'HASH' }],
-    });
+  it('has no separate keys table: keys live in the control table', () => {
+    const tables = Object.values(template.findResources('AWS::DynamoDB::Table'));
+    for (const table of tables) {
+      expect(JSON.stringify(table.Properties.KeySchema)).not.toContain('keyHash');
+    }
   });
 });
 
@@ -162,7 +201,7 @@ describe('API', () => {
 
   it('puts every v2 route behind the authorizer, with GET and POST where the API takes both', () => {
     const methods = Object.values(template.findResources('AWS::ApiGateway::Method'));
-    expect(methods).toHaveLength(12);
+    expect(methods).toHaveLength(13);
     for (const method of methods) expect(method.Properties.AuthorizationType).toBe('CUSTOM');
     const resources = template.findResources('AWS::ApiGateway::Resource');
     const parts = Object.values(resources).map((r) => r.Properties.PathPart);
@@ -178,7 +217,8 @@ describe('API', () => {
     ]) {
       expect(parts).toContain(part);
     }
-    for (const part of ['retry', 'purge-queue', 'health', '{jobId}']) expect(parts).toContain(part);
+    for (const part of ['retry', 'purge-queue', 'health', 'uploads', '{jobId}'])
+      expect(parts).toContain(part);
     const statusSync = Object.entries(resources).find(([, r]) => r.Properties.PathPart === 'status-sync')![0];
     const jobId = Object.entries(resources).find(
       ([, r]) =>
@@ -197,30 +237,42 @@ describe('API', () => {
     });
   });
 
-  it('gives up on integrations within 29 s', () => {
+  it('gives up on integrations within 29 s, all into the one api function', () => {
     const methods = Object.values(template.findResources('AWS::ApiGateway::Method'));
     for (const method of methods) {
       expect(method.Properties.Integration.TimeoutInMillis).toBeLessThanOrEqual(29_000);
+      expect(JSON.stringify(method.Properties.Integration.Uri)).toContain(logicalId(platform.apiFunction));
     }
     expect(integrationTimeoutSec).toBeLessThanOrEqual(29);
   });
 
-  it('tells the waiting routes to answer before the gateway gives up', () => {
-    const waiting: RouteGroup[] = ['runsync', 'status', 'stream'];
-    for (const group of routeGroups) {
-      const fn = template.toJSON().Resources[logicalId(platform.routeFunctions[group])];
-      expect(fn.Properties.Runtime).toBe('nodejs22.x');
-      expect(fn.Properties.Handler).toBe('api.handler');
-      const env = fn.Properties.Environment.Variables;
-      expect(env.FERRY_ROUTE_GROUP).toBe(group);
-      if (waiting.includes(group)) {
-        expect(Number(env.FERRY_MAX_WAIT_MS)).toBe(maxWaitMs);
-        expect(Number(env.FERRY_MAX_WAIT_MS)).toBeLessThan(fn.Properties.Timeout * 1000);
-        expect(fn.Properties.Timeout).toBeLessThan(integrationTimeoutSec);
-      } else {
-        expect(env.FERRY_MAX_WAIT_MS).toBeUndefined();
+  it('runs the bundles of functions/bundle.ts with the environment functions/wiring.ts parses', () => {
+    const fns = {
+      api: platform.apiFunction,
+      authorizer: platform.authorizerFunction,
+      sweeper: platform.sweeperFunction,
+    };
+    for (const [name, fn] of Object.entries(fns)) {
+      const props = template.toJSON().Resources[logicalId(fn)].Properties;
+      expect(props.Runtime).toBe('nodejs22.x');
+      expect(props.Handler).toBe(functionEntries[name as keyof typeof functionEntries]);
+      const env = props.Environment.Variables as Record<string, unknown>;
+      // Every variable the schema requires (no default, not optional) is set.
+      const shape = functionEnvSchema.shape as Record<
+        string,
+        { safeParse(v: unknown): { success: boolean } }
+      >;
+      for (const [key, schema] of Object.entries(shape)) {
+        if (!schema.safeParse(undefined).success) expect(env[key], `${name} ${key}`).toBeDefined();
       }
+      expect(env.FERRY_WORKERS_TABLE).toEqual({ Ref: logicalId(platform.workersTable) });
+      expect(env.FERRY_QUEUE_NAME_PREFIX).toBe('ferry-');
+      expect(env.FERRY_BLOB_PREFIX).toBe('');
     }
+    const api = template.toJSON().Resources[logicalId(platform.apiFunction)].Properties;
+    expect(Number(api.Environment.Variables.FERRY_MAX_WAIT_MS)).toBe(maxWaitMs);
+    expect(maxWaitMs).toBeLessThan(api.Timeout * 1000);
+    expect(api.Timeout).toBeLessThan(integrationTimeoutSec);
   });
 
   it('answers gateway-made errors in the API error shape, 401 for a denied key', () => {
@@ -232,29 +284,26 @@ describe('API', () => {
   });
 });
 
+const arnOf = (construct: { node: { defaultChild?: unknown } }) =>
+  JSON.stringify({ 'Fn::GetAtt': [logicalId(construct), 'Arn'] });
+
 describe('least privilege', () => {
-  it('lets the authorizer only read the keys table', () => {
+  it('lets the authorizer only GetItem KEY# items of the control table', () => {
     const statements = statementsOf(template, platform.authorizerFunction.role!);
     expect(actionsOf(statements).sort()).toEqual(['dynamodb:GetItem']);
-    expect(resourcesFor(statements, 'dynamodb:GetItem')).toEqual([
-      JSON.stringify({ 'Fn::GetAtt': [logicalId(platform.apiKeysTable), 'Arn'] }),
-    ]);
+    expect(resourcesFor(statements, 'dynamodb:GetItem')).toEqual([arnOf(platform.controlTable)]);
+    expect(statements[0]!.Condition).toEqual({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['KEY#*'] },
+    });
+    // The condition fences off every other kind of control record (DynamoControlStore's pk formats).
+    for (const other of ['APP#demo', 'ENV#demo#dev', 'EP#abc', 'KEYID#k1']) {
+      expect(/^KEY#.*$/.test(other)).toBe(false);
+    }
+    expect(dynamoSchema.control.partitionKey).toEqual({ name: 'pk', type: 'S' });
   });
 
-  it('does not let the status function write to queues, the keys table or the chunks', () => {
-    const statements = statementsOf(template, platform.routeFunctions.status.role!);
-    const actions = actionsOf(statements);
-    expect(actions.filter((a) => a.startsWith('sqs:'))).toEqual([]);
-    expect(actions).not.toContain('dynamodb:PutItem');
-    expect(actions).not.toContain('dynamodb:DeleteItem');
-    expect(actions).not.toContain('s3:PutObject');
-    const text = JSON.stringify(statements);
-    expect(text).not.toContain(logicalId(platform.apiKeysTable));
-    expect(text).not.toContain(logicalId(platform.chunksTable));
-  });
-
-  it('lets run send only to Ferry queues and write only payloads', () => {
-    const statements = statementsOf(template, platform.routeFunctions.run.role!);
+  it('gives the api function the tables, indexes, queues and payloads its routes use, no more', () => {
+    const statements = statementsOf(template, platform.apiFunction.role!);
     expect(resourcesFor(statements, 'sqs:SendMessage')).toEqual([
       JSON.stringify({
         'Fn::Join': [
@@ -271,24 +320,61 @@ describe('least privilege', () => {
         ],
       }),
     ]);
-    expect(resourcesFor(statements, 's3:PutObject').join()).toContain('/payloads/*');
+    expect(actionsOf(statements)).toContain('sqs:GetQueueUrl');
+    for (const action of ['s3:GetObject', 's3:PutObject']) {
+      const resources = resourcesFor(statements, action);
+      expect(resources).toHaveLength(1);
+      expect(resources[0]).toContain(`/${payloadsPrefix}*`);
+    }
+    expect(resourcesFor(statements, 'dynamodb:PutItem')).toEqual([arnOf(platform.jobsTable)]);
+    const queries = resourcesFor(statements, 'dynamodb:Query').join('\n');
+    expect(queries).toContain('/index/byEndpointStatus');
+    expect(queries).toContain('/index/byEndpoint"');
+    expect(queries).not.toContain('index/*');
+    // Control: reads only.
+    const onControl = statements.filter((s) =>
+      JSON.stringify(s.Resource).includes(logicalId(platform.controlTable)),
+    );
+    expect(actionsOf(onControl)).toEqual(['dynamodb:GetItem']);
+    expect(actionsOf(statements)).not.toContain('dynamodb:DeleteItem');
+    expect(actionsOf(statements)).not.toContain('sqs:ReceiveMessage');
   });
 
-  it('never grants a wildcard action, and no Resource "*" except PutMetricData for the sweeper', () => {
-    for (const fn of [
-      ...Object.values(platform.routeFunctions),
-      platform.authorizerFunction,
-      platform.sweeperFunction,
-    ]) {
+  it('lets the sweeper query the overdue and expiry indexes, delete jobs, and send to queues', () => {
+    const statements = statementsOf(template, platform.sweeperFunction.role!);
+    const queries = resourcesFor(statements, 'dynamodb:Query').join('\n');
+    expect(queries).toContain(`/index/${dynamoSchema.jobs.indexes.byStatusOverdue.indexName}`);
+    expect(queries).toContain(`/index/${dynamoSchema.jobs.indexes.byStatusExpiry.indexName}`);
+    expect(resourcesFor(statements, 'dynamodb:DeleteItem')).toEqual([arnOf(platform.jobsTable)]);
+    expect(actionsOf(statements)).toContain('sqs:SendMessage');
+    expect(JSON.stringify(statements)).not.toContain(logicalId(platform.controlTable));
+    expect(JSON.stringify(statements)).not.toContain(logicalId(platform.workersTable));
+  });
+
+  it('never grants a wildcard action nor Resource "*"', () => {
+    for (const fn of [platform.apiFunction, platform.authorizerFunction, platform.sweeperFunction]) {
       const statements = statementsOf(template, fn.role!);
       for (const action of actionsOf(statements)) expect(action).not.toContain('*');
-      for (const s of statements) {
-        if (s.Resource === '*') {
-          expect(s.Action).toBe('cloudwatch:PutMetricData');
-          expect(s.Condition).toEqual({ StringEquals: { 'cloudwatch:namespace': 'Ferry' } });
-        }
-      }
+      for (const s of statements) expect(s.Resource).not.toBe('*');
     }
+  });
+});
+
+describe('outputs', () => {
+  it('names what the CLI reads', () => {
+    const outputs = Object.keys(template.toJSON().Outputs);
+    for (const name of [
+      'ApiUrl',
+      'BucketName',
+      'ClusterName',
+      'JobsTableName',
+      'ChunksTableName',
+      'ControlTableName',
+      'WorkersTableName',
+    ]) {
+      expect(outputs).toContain(name);
+    }
+    template.hasOutput('WorkersTableName', { Value: { Ref: logicalId(platform.workersTable) } });
   });
 });
 
@@ -300,14 +386,14 @@ describe('operations', () => {
     });
   });
 
-  it('alarms on API 5xx and on the age of the oldest job', () => {
+  it('alarms on API 5xx and on sweeper errors', () => {
     template.hasResourceProperties('AWS::CloudWatch::Alarm', {
       MetricName: '5XXError',
       Namespace: 'AWS/ApiGateway',
     });
     template.hasResourceProperties('AWS::CloudWatch::Alarm', {
-      MetricName: 'OldestJobAgeSec',
-      Namespace: 'Ferry',
+      MetricName: 'Errors',
+      Dimensions: [{ Name: 'FunctionName', Value: { Ref: logicalId(platform.sweeperFunction) } }],
     });
     template.resourceCountIs('AWS::CloudWatch::Dashboard', 1);
   });

@@ -155,6 +155,35 @@ export interface Agent {
   close(): Promise<void>;
 }
 
+/**
+ * The worker-protocol environment of a worker whose agent listens at `agentUrl`: what
+ * `agent.workerEnv()` hands a worker, and what the CDK app stack puts in the worker container (it
+ * knows the agent's port but not its runtime worker id; any id works, since the agent serves every
+ * worker route as its own workerId).
+ */
+export function workerProtocolEnv(options: {
+  agentUrl: string;
+  endpointId: string;
+  workerId: string;
+  workerToken: string;
+  pingIntervalMs?: number;
+}): Record<string, string> {
+  const base = `${options.agentUrl}/v2/${encodeURIComponent(options.endpointId)}`;
+  const worker = encodeURIComponent(options.workerId);
+  return {
+    // Every template carries a `?`: the RunPod SDK appends `&job_in_progress=…` / `&isStream=…`.
+    RUNPOD_WEBHOOK_GET_JOB: `${base}/job-take/${worker}?agent=1`,
+    RUNPOD_WEBHOOK_POST_OUTPUT: `${base}/job-done/${worker}/$ID?agent=1`,
+    RUNPOD_WEBHOOK_POST_STREAM: `${base}/job-stream/${worker}/$ID?agent=1`,
+    RUNPOD_WEBHOOK_PING: `${base}/ping/${worker}?agent=1`,
+    RUNPOD_AI_API_KEY: options.workerToken,
+    RUNPOD_POD_ID: options.workerId,
+    RUNPOD_ENDPOINT_ID: options.endpointId,
+    RUNPOD_PING_INTERVAL: String(options.pingIntervalMs ?? 10_000),
+    FERRY_MODE: 'queue',
+  };
+}
+
 /** SQS long polls are at most 20 s; a longer job-take would only add a second receive. */
 const maxWorkerWaitMs = 20_000;
 /** A ping that leaves out a job taken this recently may have been composed before the worker got it. */
@@ -283,20 +312,13 @@ class AgentServer implements Agent {
   }
 
   workerEnv(): Record<string, string> {
-    const base = `${this.url}/v2/${encodeURIComponent(this.endpointId)}`;
-    const worker = encodeURIComponent(this.workerId);
-    return {
-      // Every template carries a `?`: the RunPod SDK appends `&job_in_progress=…` / `&isStream=…`.
-      RUNPOD_WEBHOOK_GET_JOB: `${base}/job-take/${worker}?agent=1`,
-      RUNPOD_WEBHOOK_POST_OUTPUT: `${base}/job-done/${worker}/$ID?agent=1`,
-      RUNPOD_WEBHOOK_POST_STREAM: `${base}/job-stream/${worker}/$ID?agent=1`,
-      RUNPOD_WEBHOOK_PING: `${base}/ping/${worker}?agent=1`,
-      RUNPOD_AI_API_KEY: this.workerToken,
-      RUNPOD_POD_ID: this.workerId,
-      RUNPOD_ENDPOINT_ID: this.endpointId,
-      RUNPOD_PING_INTERVAL: String(this.options.pingIntervalMs ?? 10_000),
-      FERRY_MODE: 'queue',
-    };
+    return workerProtocolEnv({
+      agentUrl: this.url,
+      endpointId: this.endpointId,
+      workerId: this.workerId,
+      workerToken: this.workerToken,
+      pingIntervalMs: this.options.pingIntervalMs ?? 10_000,
+    });
   }
 
   held(): string[] {

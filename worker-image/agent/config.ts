@@ -4,19 +4,48 @@
  *
  * Not `.strict()`: the task hands the agent the same FERRY_* variables it hands the worker (app, env,
  * artifact, fingerprint…) and the OS adds its own; only the variables below are read.
+ *
+ * `FERRY_AGENT_MODE` picks one of three shapes:
+ *   queue     (default) the worker-protocol sidecar of a queue endpoint: SQS + DynamoDB jobs
+ *   lb        the front of a load-balanced endpoint: checks API keys, proxies to the worker
+ *   artifact  the task's init container: downloads the app artifact into the shared volume, exits 0
  */
 import { z } from 'zod';
 
 const text = z.string().trim().min(1, 'must not be empty');
 const url = z.url('must be a URL');
 const ms = z.coerce.number().int('must be an integer').min(0, 'must be >= 0');
+const port = z.coerce
+  .number()
+  .int('must be an integer')
+  .min(1, 'must be a port (1-65535)')
+  .max(65_535, 'must be a port (1-65535)');
 
-export const agentEnvSchema = z.object({
+export const agentModes = ['queue', 'lb', 'artifact'] as const;
+export type AgentMode = (typeof agentModes)[number];
+
+const base = {
   FERRY_ENDPOINT_ID: text,
+  AWS_REGION: text,
+};
+
+/** Where the app artifact is and where it goes (artifact mode; the stack's init container). */
+export const artifactEnvSchema = z.object({
+  ...base,
+  FERRY_AGENT_MODE: z.literal('artifact'),
+  FERRY_ARTIFACT_BUCKET: text,
+  FERRY_ARTIFACT_KEY: text,
+  /** The file the worker's entrypoint reads (a shared task volume). */
+  FERRY_ARTIFACT_PATH: text,
+});
+
+export const queueAgentEnvSchema = z.object({
+  ...base,
+  FERRY_AGENT_MODE: z.literal('queue').default('queue'),
   FERRY_JOBS_TABLE: text,
   FERRY_CHUNKS_TABLE: text,
   FERRY_WORKERS_TABLE: text,
-  /** Accepted for symmetry with the Lambdas; the agent does not read the control plane. */
+  /** Accepted for symmetry with the Lambdas; a queue agent does not read the control plane. */
   FERRY_CONTROL_TABLE: text.optional(),
   FERRY_BUCKET: text,
   /** Key prefix of job payloads in the bucket; must match the Lambda handlers'. */
@@ -27,22 +56,52 @@ export const agentEnvSchema = z.object({
   /** Generated when absent (then only a worker started with agent.workerEnv() knows it). */
   FERRY_WORKER_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
   FERRY_AGENT_HOST: text.default('127.0.0.1'),
-  FERRY_AGENT_PORT: z.coerce
-    .number()
-    .int('must be an integer')
-    .min(1, 'must be a port (1-65535)')
-    .max(65_535, 'must be a port (1-65535)')
-    .default(8080),
+  FERRY_AGENT_PORT: port.default(8080),
   /** ECS stopTimeout is at most 120 s; leave the agent time to requeue and exit before SIGKILL. */
   FERRY_DRAIN_MS: ms.max(120_000, 'must be at most 120000 (ECS stopTimeout max)').default(110_000),
   FERRY_LEASE_SEC: z.coerce.number().int('must be an integer').min(10, 'must be >= 10').optional(),
   FERRY_STOP_GRACE_MS: ms.optional(),
-  AWS_REGION: text,
   /** Injected by the ECS agent into every container; absent outside ECS (no task protection). */
   ECS_AGENT_URI: url.optional(),
 });
 
-export type AgentEnv = z.infer<typeof agentEnvSchema>;
+export const lbAgentEnvSchema = z.object({
+  ...base,
+  FERRY_AGENT_MODE: z.literal('lb'),
+  /** Where client API keys live (`KEY#<sha256>` items, core/adapters/aws/dynamo.ts). */
+  FERRY_CONTROL_TABLE: text,
+  /** The worker's own HTTP server, on localhost (the worker's FERRY_PORT). */
+  FERRY_PORT: port,
+  /** The ALB reaches the agent on the host's address, so it listens beyond loopback. */
+  FERRY_AGENT_HOST: text.default('0.0.0.0'),
+  FERRY_AGENT_PORT: port.default(8080),
+  /** How long a key lookup is remembered; a revoked key stops working after at most this long. */
+  FERRY_KEY_CACHE_MS: ms.max(300_000, 'must be at most 300000').default(30_000),
+  /** How long SIGTERM lets requests in flight finish (ALB deregistration is 30 s). */
+  FERRY_DRAIN_MS: ms.max(120_000, 'must be at most 120000 (ECS stopTimeout max)').default(30_000),
+});
+
+/** @deprecated name kept for callers of the queue-only agent: the queue mode's schema. */
+export const agentEnvSchema = queueAgentEnvSchema;
+
+export type QueueAgentEnv = z.infer<typeof queueAgentEnvSchema>;
+export type LbAgentEnv = z.infer<typeof lbAgentEnvSchema>;
+export type ArtifactEnv = z.infer<typeof artifactEnvSchema>;
+export type AgentEnv = QueueAgentEnv | LbAgentEnv | ArtifactEnv;
+
+export const agentEnvSchemas = {
+  queue: queueAgentEnvSchema,
+  lb: lbAgentEnvSchema,
+  artifact: artifactEnvSchema,
+} as const;
+
+/** The variables a mode cannot start without (no default, not optional): the stack must set them. */
+export function requiredAgentVariables(mode: AgentMode): string[] {
+  const shape = agentEnvSchemas[mode].shape as Record<string, z.ZodType>;
+  return Object.entries(shape)
+    .filter(([, schema]) => !schema.safeParse(undefined).success)
+    .map(([name]) => name);
+}
 
 /** The parsed environment, or the list of problems, one per variable. */
 export function parseAgentEnv(
@@ -52,7 +111,14 @@ export function parseAgentEnv(
   const given = Object.fromEntries(
     Object.entries(env).filter(([, value]) => value !== undefined && value !== ''),
   );
-  const parsed = agentEnvSchema.safeParse(given);
+  const mode = given.FERRY_AGENT_MODE ?? 'queue';
+  if (!(agentModes as readonly string[]).includes(mode)) {
+    return {
+      ok: false,
+      problems: [`FERRY_AGENT_MODE must be one of ${agentModes.join(', ')}, got ${JSON.stringify(mode)}`],
+    };
+  }
+  const parsed = agentEnvSchemas[mode as AgentMode].safeParse(given);
   if (parsed.success) return { ok: true, env: parsed.data };
   const problems = parsed.error.issues.map((issue) => {
     const name = issue.path.join('.') || '(environment)';

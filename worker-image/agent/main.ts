@@ -1,26 +1,33 @@
 /**
  * The agent container's entry point (bundled to agent.mjs by bundle.ts). Reads its configuration from
- * the environment (config.ts), starts the agent, and on SIGTERM drains and exits 0.
+ * the environment (config.ts) and runs the mode FERRY_AGENT_MODE names:
  *
- * Exit codes: 0 after a drain; 1 when the worker kept a stopped job past its grace period (ECS then
- * replaces the task) or the agent failed; 2 for missing or bad configuration.
+ *   queue     (default) the worker-protocol sidecar; on SIGTERM drains and exits 0
+ *   lb        the key-checking proxy of a load-balanced endpoint; on SIGTERM finishes requests, exits 0
+ *   artifact  downloads the app artifact for the worker (the task's init container) and exits 0
+ *
+ * Exit codes: 0 after a drain or a download; 1 when the worker kept a stopped job past its grace
+ * period (ECS then replaces the task), a download failed, or the agent failed; 2 for missing or bad
+ * configuration.
  */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
+import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
 import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { startAgent } from './agent.js';
-import { parseAgentEnv } from './config.js';
+import { downloadArtifact } from './artifact.js';
+import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } from './config.js';
+import { startLbAgent } from './lb.js';
 
-async function main(): Promise<number> {
-  const parsed = parseAgentEnv(process.env);
-  if (!parsed.ok) {
-    process.stderr.write(
-      `ferry-agent: bad configuration:\n${parsed.problems.map((p) => `  ${p}\n`).join('')}`,
-    );
-    return 2;
-  }
-  const env = parsed.env;
+const signalled = (): Promise<void> =>
+  new Promise<void>((resolve) => {
+    process.once('SIGTERM', () => resolve());
+    process.once('SIGINT', () => resolve());
+  });
+
+async function runQueue(env: QueueAgentEnv): Promise<number> {
   const region = env.AWS_REGION;
   const clients = {
     dynamo: new DynamoDBClient({ region }),
@@ -45,15 +52,63 @@ async function main(): Promise<number> {
     drainMs: env.FERRY_DRAIN_MS,
     ...(env.ECS_AGENT_URI ? { ecs: { agentUri: env.ECS_AGENT_URI } } : {}),
   });
-  const signalled = new Promise<void>((resolve) => {
-    process.once('SIGTERM', () => resolve());
-    process.once('SIGINT', () => resolve());
-  });
-  await signalled;
+  await signalled();
   await agent.drain();
   await agent.close();
   for (const client of Object.values(clients)) client.destroy();
   return 0;
+}
+
+async function runLb(env: LbAgentEnv): Promise<number> {
+  const dynamo = new DynamoDBClient({ region: env.AWS_REGION });
+  const doc = DynamoDBDocumentClient.from(dynamo);
+  const agent = await startLbAgent({
+    endpointId: env.FERRY_ENDPOINT_ID,
+    control: new DynamoControlStore({ doc, table: env.FERRY_CONTROL_TABLE }),
+    workerPort: env.FERRY_PORT,
+    host: env.FERRY_AGENT_HOST,
+    port: env.FERRY_AGENT_PORT,
+    keyCacheMs: env.FERRY_KEY_CACHE_MS,
+  });
+  await signalled();
+  await agent.close(env.FERRY_DRAIN_MS);
+  dynamo.destroy();
+  return 0;
+}
+
+async function runArtifact(env: ArtifactEnv): Promise<number> {
+  const s3 = new S3Client({ region: env.AWS_REGION, ...s3ClientConfig });
+  try {
+    const bytes = await downloadArtifact({
+      s3,
+      bucket: env.FERRY_ARTIFACT_BUCKET,
+      key: env.FERRY_ARTIFACT_KEY,
+      path: env.FERRY_ARTIFACT_PATH,
+    });
+    process.stderr.write(`ferry-agent: artifact ready at ${env.FERRY_ARTIFACT_PATH} (${bytes} bytes)\n`);
+    return 0;
+  } finally {
+    s3.destroy();
+  }
+}
+
+async function main(): Promise<number> {
+  const parsed = parseAgentEnv(process.env);
+  if (!parsed.ok) {
+    process.stderr.write(
+      `ferry-agent: bad configuration:\n${parsed.problems.map((p) => `  ${p}\n`).join('')}`,
+    );
+    return 2;
+  }
+  const env = parsed.env;
+  switch (env.FERRY_AGENT_MODE) {
+    case 'lb':
+      return runLb(env);
+    case 'artifact':
+      return runArtifact(env);
+    default:
+      return runQueue(env);
+  }
 }
 
 main().then(

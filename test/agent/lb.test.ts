@@ -1,0 +1,235 @@
+/**
+ * The agent in load-balanced mode (FERRY_AGENT_MODE=lb) in front of a real Python LB worker
+ * (`python3 -m ferry.worker`, FERRY_MODE=lb), with API keys in DynamoDB Local's control table, and
+ * the artifact download of the init mode against fauxqs S3.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { PutObjectCommand } from '@aws-sdk/client-s3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { hashKey } from '../../core/auth.js';
+import { FerryError } from '../../core/errors.js';
+import type { ControlStore } from '../../core/ports.js';
+import { downloadArtifact } from '../../worker-image/agent/artifact.js';
+import { type LbAgent, startLbAgent } from '../../worker-image/agent/lb.js';
+import { type AwsFixture, startAwsFixture } from '../support/emulators.js';
+import { eventually, memoryLog } from './helpers.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = join(here, '..', '..');
+const apiKey = 'fy_lb-test-key-0123456789';
+
+let aws: AwsFixture;
+let worker: ChildProcess;
+let workerPort: number;
+let agent: LbAgent;
+const log = memoryLog();
+const workerOutput: string[] = [];
+let scratch: string;
+
+async function freePort(): Promise<number> {
+  const server = createServer().listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+function startWorker(port: number): ChildProcess {
+  const child = spawn('python3', ['-m', 'ferry.worker'], {
+    cwd: join(here, 'fixtures'),
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '',
+      PYTHONPATH: join(repo, 'worker-image', 'python'),
+      PYTHONUNBUFFERED: '1',
+      FERRY_APP_DIR: join(here, 'fixtures'),
+      FERRY_MODE: 'lb',
+      FERRY_MODULE: 'lb_app',
+      FERRY_VARIABLE: 'api',
+      FERRY_HOST: '127.0.0.1',
+      FERRY_PORT: String(port),
+      FERRY_PARENT_PID: String(process.pid),
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  for (const stream of [child.stdout, child.stderr]) {
+    stream?.setEncoding('utf8');
+    stream?.on('data', (data: string) => workerOutput.push(data));
+  }
+  return child;
+}
+
+async function stopWorker(child: ChildProcess | undefined): Promise<void> {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const exited = once(child, 'exit');
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+beforeAll(async () => {
+  scratch = mkdtempSync(join(tmpdir(), 'ferry-agent-lb-'));
+  aws = await startAwsFixture();
+  await aws.control().putApiKey({ id: 'k1', name: 'test', hash: hashKey(apiKey), createdAt: Date.now() });
+  workerPort = await freePort();
+  agent = await startLbAgent({
+    endpointId: 'lbep',
+    control: aws.control(),
+    workerPort,
+    host: '127.0.0.1',
+    port: 0,
+    keyCacheMs: 60_000,
+    pingTimeoutMs: 1_000,
+    log,
+  });
+}, 90_000);
+
+afterAll(async () => {
+  await agent?.close(1_000);
+  await stopWorker(worker);
+  await aws?.stop();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+const call = (path: string, init: RequestInit = {}) => fetch(`${agent.url}${path}`, init);
+
+describe('load-balanced agent', () => {
+  it('answers /ping 503 until the worker answers its own /ping, then 200', async () => {
+    const before = await call('/ping');
+    expect(before.status).toBe(503);
+    expect(await before.json()).toEqual({ error: 'The worker is not ready' });
+
+    worker = startWorker(workerPort);
+    const ready = await eventually(
+      'the worker to become healthy',
+      async () => ((await call('/ping')).status === 200 ? true : undefined),
+      30_000,
+    ).catch((error) => {
+      throw new Error(`${(error as Error).message}\n${workerOutput.join('')}`);
+    });
+    expect(ready).toBe(true);
+  }, 40_000);
+
+  it('proxies a POST route with a Bearer key and a GET route with the bare key', async () => {
+    const post = await call('/process', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ input_data: { n: 7 } }),
+    });
+    expect(post.status).toBe(200);
+    expect(await post.json()).toEqual({ got: { n: 7 } });
+
+    const get = await call('/items/42?q=x', { headers: { authorization: apiKey } });
+    expect(get.status).toBe(200);
+    expect(await get.json()).toEqual({ id: '42', q: 'x' });
+  });
+
+  it('passes the worker’s own errors through (404 for an unknown route)', async () => {
+    const missing = await call('/nope', { headers: { authorization: apiKey } });
+    expect(missing.status).toBe(404);
+    expect(await missing.json()).toHaveProperty('error');
+  });
+
+  it('answers 401 {"error"} without a key or with a wrong one', async () => {
+    const attempts: Record<string, string>[] = [
+      {},
+      { authorization: 'Bearer fy_wrong-key-000000000' },
+      { authorization: '' },
+    ];
+    for (const headers of attempts) {
+      const response = await call('/process', {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ input_data: {} }),
+      });
+      expect(response.status).toBe(401);
+      expect(await response.json()).toEqual({ error: 'Missing or invalid API key' });
+    }
+  });
+
+  it('caches key lookups: one DynamoDB read for many requests with the same key', async () => {
+    let lookups = 0;
+    const control = aws.control();
+    const counting: Pick<ControlStore, 'findApiKeyByHash'> = {
+      findApiKeyByHash: (hash) => {
+        lookups++;
+        return control.findApiKeyByHash(hash);
+      },
+    };
+    const cached = await startLbAgent({
+      endpointId: 'lbep',
+      control: counting,
+      workerPort,
+      host: '127.0.0.1',
+      port: 0,
+      log,
+    });
+    try {
+      for (let i = 0; i < 3; i++) {
+        const r = await fetch(`${cached.url}/items/1`, { headers: { authorization: `Bearer ${apiKey}` } });
+        expect(r.status).toBe(200);
+      }
+      expect(lookups).toBe(1);
+    } finally {
+      await cached.close(1_000);
+    }
+  });
+
+  it('fails closed with 503 when the key cannot be checked', async () => {
+    const broken = await startLbAgent({
+      endpointId: 'lbep',
+      control: { findApiKeyByHash: async () => Promise.reject(new Error('ProvisionedThroughputExceeded')) },
+      workerPort,
+      host: '127.0.0.1',
+      port: 0,
+      log,
+    });
+    try {
+      const r = await fetch(`${broken.url}/items/1`, { headers: { authorization: apiKey } });
+      expect(r.status).toBe(503);
+      expect(await r.json()).toHaveProperty('error');
+    } finally {
+      await broken.close(1_000);
+    }
+  });
+});
+
+describe('artifact download (init container)', () => {
+  it('writes the S3 object to the path, whole and readable, leaving no part file', async () => {
+    const bytes = Buffer.from('not really a tarball, but bytes are bytes\n'.repeat(1000));
+    await aws.s3.send(
+      new PutObjectCommand({ Bucket: aws.bucket, Key: 'artifacts/demo/dev/a.tar.gz', Body: bytes }),
+    );
+    const path = join(scratch, 'ferry', 'artifact.tar.gz');
+    const size = await downloadArtifact({
+      s3: aws.s3,
+      bucket: aws.bucket,
+      key: 'artifacts/demo/dev/a.tar.gz',
+      path,
+    });
+    expect(size).toBe(bytes.length);
+    expect(readFileSync(path).equals(bytes)).toBe(true);
+    expect(statSync(path).mode & 0o777).toBe(0o644);
+    expect(readdirSync(dirname(path))).toEqual(['artifact.tar.gz']);
+  });
+
+  it('names a missing artifact with a FerryError and writes nothing', async () => {
+    const path = join(scratch, 'missing', 'artifact.tar.gz');
+    const failure = await downloadArtifact({
+      s3: aws.s3,
+      bucket: aws.bucket,
+      key: 'artifacts/nope.tar.gz',
+      path,
+    }).catch((error: unknown) => error);
+    expect(FerryError.is(failure)).toBe(true);
+    expect((failure as Error).message).toContain('artifacts/nope.tar.gz');
+    expect(readdirSync(dirname(path))).toEqual([]);
+  });
+});

@@ -1,0 +1,74 @@
+/**
+ * FERRY_AGENT_MODE=artifact: the task's init container. It copies the app artifact from S3 into the
+ * task volume that the worker container mounts read-only at /ferry, then exits 0; the worker starts
+ * only after that (ECS container dependency SUCCESS) and its entrypoint unpacks FERRY_ARTIFACT_PATH.
+ *
+ * Why here and not a presigned FERRY_ARTIFACT_URL: a presigned URL in a task definition expires (at
+ * most 7 days, less with role credentials), yet ECS starts new tasks from it for months. The task
+ * role reads the one artifact key instead, so credentials rotate and nothing secret is in the env.
+ *
+ * The file appears whole or not at all: written to `<path>.part-<random>`, then renamed.
+ */
+import { randomBytes } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
+import { chmod, mkdir, rename, rm, stat } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { GetObjectCommand, type S3Client } from '@aws-sdk/client-s3';
+import { FerryError } from '../../core/errors.js';
+
+export interface ArtifactDownload {
+  s3: S3Client;
+  bucket: string;
+  key: string;
+  /** Where the archive goes (the worker's FERRY_ARTIFACT_PATH). */
+  path: string;
+  signal?: AbortSignal;
+}
+
+/** Downloads `s3://bucket/key` to `path`; resolves to its size in bytes. */
+export async function downloadArtifact(options: ArtifactDownload): Promise<number> {
+  const { s3, bucket, key, path } = options;
+  await mkdir(dirname(path), { recursive: true });
+  const part = `${path}.part-${randomBytes(4).toString('hex')}`;
+  try {
+    let body: unknown;
+    try {
+      const result = await s3.send(
+        new GetObjectCommand({ Bucket: bucket, Key: key }),
+        options.signal ? { abortSignal: options.signal } : {},
+      );
+      body = result.Body;
+    } catch (error) {
+      const name = (error as Error).name;
+      const status = (error as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
+      if (name === 'NoSuchKey' || status === 404) {
+        throw new FerryError('not_found', `The artifact s3://${bucket}/${key} does not exist`, {
+          hint: 'Run `ferry deploy` again: the upload stage puts it there.',
+        });
+      }
+      throw new FerryError(
+        'failed',
+        `Cannot read the artifact s3://${bucket}/${key}: ${(error as Error).message}`,
+        {
+          cause: error,
+        },
+      );
+    }
+    if (!(body instanceof Readable)) {
+      throw new FerryError('failed', `S3 returned no body for s3://${bucket}/${key}`);
+    }
+    await pipeline(
+      body,
+      createWriteStream(part, { mode: 0o644 }),
+      options.signal ? { signal: options.signal } : {},
+    );
+    // The worker runs as another user than this container: the archive must be world-readable.
+    await chmod(part, 0o644);
+    await rename(part, path);
+    return (await stat(path)).size;
+  } finally {
+    await rm(part, { force: true });
+  }
+}
