@@ -75,6 +75,9 @@ import {
 } from './platform-stack.js';
 
 /** The agent's lease and the queues' redrive, as the agent and engine use them. */
+/** How the agent starts inside a worker base image (worker-image/agent/bundle.ts writes agent.mjs). */
+export const agentEntryPoint = ['node', '/opt/ferry/agent/agent.mjs'] as const;
+
 export const leaseTiming = {
   /** FERRY_LEASE_SEC: a claimed job's lease in DynamoDB, renewed by every worker ping. */
   leaseSec: limits.leaseMs / 1000,
@@ -345,8 +348,12 @@ export class AppEnvironmentStack extends Stack {
     }
 
     const agentImage = this.containerImage(`${prefix}-AgentImage`, props.images.agent);
+    // Every worker base image ships Node and the agent bundle (worker-image/Dockerfile.*), so the
+    // agent may run from the same image as the worker: only the entry point differs.
+    const entryPoint = [...agentEntryPoint];
     const artifact = taskDefinition.addContainer('artifact', {
       image: agentImage,
+      entryPoint,
       essential: false,
       memoryReservationMiB: artifactInitMemoryMiB,
       // Root only to write into the fresh task volume (owned by root); it runs no user code, writes
@@ -369,6 +376,7 @@ export class AppEnvironmentStack extends Stack {
     });
     const agent = taskDefinition.addContainer('agent', {
       image: agentImage,
+      entryPoint,
       essential: true,
       memoryReservationMiB: agentMemoryMiB,
       environment: agentEnv,

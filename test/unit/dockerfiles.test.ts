@@ -195,7 +195,7 @@ describe('worker Dockerfiles', () => {
       for (const copy of instructions.filter((i) => i.keyword === 'COPY' && !/--from=/.test(i.args))) {
         const words = copy.args.split(' ').filter((w) => !w.startsWith('--'));
         for (const source of words.slice(0, -1)) {
-          if (source === 'worker-image/agent/dist/agent.js') continue;
+          if (source === 'worker-image/agent/dist/agent.mjs') continue;
           expect(existsSync(path.join(repo, source)), `line ${copy.line}: ${source}`).toBe(true);
         }
       }
@@ -217,7 +217,7 @@ describe('worker Dockerfiles', () => {
     it('ships the ferry runtime, the agent, Node and the entrypoint, and declares a HEALTHCHECK', () => {
       const copies = instructions.filter((i) => i.keyword === 'COPY').map((i) => i.args);
       expect(copies).toContain('worker-image/python/ferry /opt/ferry/python/ferry');
-      expect(copies).toContain('worker-image/agent/dist/agent.js /opt/ferry/agent/agent.js');
+      expect(copies).toContain('worker-image/agent/dist/agent.mjs /opt/ferry/agent/agent.mjs');
       expect(copies).toContain('--from=node /usr/local/bin/node /usr/local/bin/node');
       expect(copies.some((c) => c.includes('worker-image/entrypoint.sh'))).toBe(true);
       expect(instructions.find((i) => i.keyword === 'FROM' && /^node:22\./.test(i.args))).toBeDefined();
