@@ -1,0 +1,139 @@
+/**
+ * The platform in a child process (`node dist/bench/serve-child.js`), so a benchmark or a fault test
+ * can measure its memory from outside and kill it with SIGKILL. The child prints one JSON line when it
+ * listens, then answers JSON commands on stdin, one per line (see bench/serve-child.ts).
+ */
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+
+export interface ChildOptions {
+  /** `--floor` starts the bare Fastify echo instead of the platform. */
+  dataDir: string;
+  apiKey: string;
+  /** 0 picks a free port. */
+  port?: number;
+  leaseMs?: number;
+  workerWaitMs?: number;
+  sweepMs?: number;
+  webhookRetryDelayMs?: number;
+  /** Queue endpoints to create (ids), with no worker pool. */
+  endpoints?: string[];
+  /** A Python project whose endpoints run in worker pools, with per-endpoint resource overrides. */
+  project?: { dir: string; ferryPythonPath: string; resources?: Record<string, Record<string, number>> };
+  /** Extra node flags, e.g. ['--expose-gc'] or ['--cpu-prof']. */
+  nodeArgs?: string[];
+}
+
+/** The child's answer to a command: `{submitted, ms}`, `{removed, ms}` or `{rss, heapUsed, external}`. */
+export interface CommandAnswer {
+  ms?: number;
+  submitted?: number;
+  removed?: number;
+  rss?: number;
+  heapUsed?: number;
+  error?: string;
+}
+
+export interface PlatformChild {
+  url: string;
+  port: number;
+  workerToken: string;
+  pid: number;
+  /** Sends a command and waits for its one-line JSON answer. */
+  command(cmd: Record<string, unknown>): Promise<CommandAnswer>;
+  kill(signal: NodeJS.Signals): Promise<void>;
+  /** SIGTERM, then waits for the exit. Twice is fine. */
+  stop(): Promise<void>;
+  /** What the child wrote to stderr (for failures). */
+  stderr(): string;
+}
+
+export const serveChildPath = () => join(process.cwd(), 'dist', 'bench', 'serve-child.js');
+
+export async function startPlatformChild(options: ChildOptions): Promise<PlatformChild> {
+  const script = serveChildPath();
+  if (!existsSync(script)) {
+    throw new Error(`${script} is missing: run \`npm run build\` (npx tsc -p tsconfig.json) first`);
+  }
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    FERRY_BENCH_LEASE_MS: String(options.leaseMs ?? 60_000),
+    FERRY_BENCH_WORKER_WAIT_MS: String(options.workerWaitMs ?? 5_000),
+    FERRY_BENCH_SWEEP_MS: String(options.sweepMs ?? 1_000),
+    FERRY_BENCH_WEBHOOK_RETRY_MS: String(options.webhookRetryDelayMs ?? 10_000),
+    FERRY_BENCH_ENDPOINTS: (options.endpoints ?? []).join(','),
+    FERRY_BENCH_PROJECT: options.project ? JSON.stringify(options.project) : '',
+  };
+  const child = spawn(
+    process.execPath,
+    [...(options.nodeArgs ?? []), script, options.dataDir, String(options.port ?? 0), options.apiKey],
+    { env, stdio: ['pipe', 'pipe', 'pipe'] },
+  );
+  let errText = '';
+  child.stderr!.setEncoding('utf8');
+  child.stderr!.on('data', (d: string) => {
+    errText = (errText + d).slice(-20_000);
+  });
+  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+  const lines = createInterface({ input: child.stdout! });
+  const pending: ((line: string) => void)[] = [];
+  let ready: (line: string) => void = () => {};
+  const first = new Promise<string>((resolve, reject) => {
+    ready = resolve;
+    child.on('exit', (code, signal) =>
+      reject(new Error(`serve-child exited (${signal ?? code}) before it listened:\n${errText}`)),
+    );
+  });
+  let seenFirst = false;
+  lines.on('line', (line) => {
+    if (!seenFirst) {
+      seenFirst = true;
+      ready(line);
+    } else pending.shift()?.(line);
+  });
+  const info = JSON.parse(await first) as { url: string; port: number; workerToken: string; pid: number };
+  let stopped: Promise<void> | undefined;
+  return {
+    ...info,
+    command(cmd) {
+      return new Promise((resolve, reject) => {
+        const onExit = () => reject(new Error(`serve-child exited during ${JSON.stringify(cmd)}`));
+        child.once('exit', onExit);
+        pending.push((line) => {
+          child.off('exit', onExit);
+          const answer = JSON.parse(line) as CommandAnswer;
+          if (answer.error) reject(new Error(answer.error));
+          else resolve(answer);
+        });
+        child.stdin!.write(`${JSON.stringify(cmd)}\n`);
+      });
+    },
+    async kill(signal) {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      await exited;
+    },
+    stop() {
+      stopped ??= (async () => {
+        if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+        await exited;
+        clearTimeout(timer);
+      })();
+      return stopped;
+    },
+    stderr: () => errText,
+  };
+}
+
+/** Resident set size of a process in bytes, from /proc (Linux). */
+export function rssBytes(pid: number): number | undefined {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const match = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
+    return match ? Number(match[1]) * 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
