@@ -368,7 +368,9 @@ export class JobEngine {
         const stop: string[] = [];
         for (const jobId of held) {
           const job = await this.jobs.get(jobId, now);
-          if (job?.status !== 'IN_PROGRESS' || job.workerId !== workerId) stop.push(jobId);
+          if (job?.status !== 'IN_PROGRESS' || job.workerId !== workerId || job.endpointId !== endpointId) {
+            stop.push(jobId);
+          }
         }
         const remaining = deadline - now;
         if (stop.length > 0 || remaining <= 0 || signal?.aborted) return stop;
@@ -444,8 +446,16 @@ export class JobEngine {
   async workerGone(endpointId: string, workerId: string): Promise<number> {
     let moved = 0;
     const running = await this.jobs.listByStatus(endpointId, 'IN_PROGRESS', this.clock.now(), 10_000);
-    for (const job of running) {
-      if (job.workerId === workerId && (await this.lapse(job))) moved++;
+    for (const listed of running) {
+      // A ping racing this (it renews the lease, bumping the version) must not keep the job held.
+      let job: Job | undefined = listed;
+      while (job?.status === 'IN_PROGRESS' && job.workerId === workerId) {
+        if (await this.lapse(job)) {
+          moved++;
+          break;
+        }
+        job = await this.jobs.get(listed.id, this.clock.now());
+      }
     }
     await this.workers.remove(workerId);
     return moved;
