@@ -61,6 +61,7 @@ interface ContainerDefinition {
   ResourceRequirements?: unknown;
   Essential?: boolean;
   MemoryReservation?: number;
+  EntryPoint?: string[];
 }
 const containersOf = (e: DeployedEndpoint): ContainerDefinition[] =>
   template.toJSON().Resources[idOf(e.taskDefinition)].Properties.ContainerDefinitions;
