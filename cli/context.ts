@@ -27,8 +27,15 @@ export async function withProvider<T>(
   ctx: CliContext,
   flag: string | undefined,
   fn: (provider: Provider) => Promise<T>,
+  options: { yes?: boolean; bootstrap?: boolean } = {},
 ): Promise<T> {
-  const provider = openProvider(providerName(ctx, flag), { env: ctx.io.env, projectDir: ctx.io.cwd });
+  const provider = await openProvider(providerName(ctx, flag), {
+    env: ctx.io.env,
+    projectDir: ctx.io.cwd,
+    reporter: ctx.reporter,
+    io: ctx.io,
+    ...options,
+  });
   try {
     return await fn(provider);
   } finally {

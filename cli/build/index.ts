@@ -29,6 +29,12 @@ export interface BuildOptions {
   app?: string;
   /** Artifact path. A bare file name goes into `.ferry/`; other relative paths are from the project. */
   output?: string;
+  /**
+   * Scratch folder where pip installs and sources are staged before packing (emptied first); default
+   * `<project>/.ferry/build`. Relative paths are from the project. Lets a caller build a project it must
+   * not write into (`npm start` builds the bundled examples/hello under FERRY_HOME).
+   */
+  buildDir?: string;
   /** `--python-version`: overrides endpoint declarations and local detection. */
   pythonVersion?: string;
   noDeps?: boolean;
@@ -71,16 +77,17 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
   const python = options.python ?? 'python3';
   const app = options.app ?? path.basename(projectDir);
   const stateDir = path.join(projectDir, '.ferry');
-  const buildDir = path.join(stateDir, 'build');
+  const buildDir = resolveBuildDir(projectDir, stateDir, options.buildDir);
   const artifactPath = resolveOutput(projectDir, stateDir, options.output);
   const outputRel = path.relative(projectDir, artifactPath).split(path.sep).join('/');
+  const buildRel = path.relative(projectDir, buildDir).split(path.sep).join('/');
 
   const shipped = await stage(
     'files',
     emit,
     nowMs,
     async () => {
-      const result = await listShippedFiles({ projectDir, alsoExclude: [outputRel] });
+      const result = await listShippedFiles({ projectDir, alsoExclude: [outputRel, buildRel] });
       for (const message of result.warnings) emit({ type: 'warning', message });
       const pythonCount = result.files.filter((f) => f.endsWith('.py')).length;
       emit({ type: 'files', shippedCount: result.files.length, pythonCount });
@@ -232,6 +239,21 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
 
 function isPythonVersion(value: string): value is PythonVersion {
   return (pythonVersions as readonly string[]).includes(value);
+}
+
+/** The build dir is emptied with `rm -rf`: never the project itself or a folder holding it. */
+function resolveBuildDir(projectDir: string, stateDir: string, buildDir: string | undefined): string {
+  if (buildDir === undefined) return path.join(stateDir, 'build');
+  const resolved = path.resolve(projectDir, buildDir);
+  const fromBuild = path.relative(resolved, projectDir);
+  const outside = fromBuild === '..' || fromBuild.startsWith(`..${path.sep}`) || path.isAbsolute(fromBuild);
+  if (!outside) {
+    throw usage(
+      `The build folder ${buildDir} is the project or contains it, and the build empties it first`,
+      'Choose a folder of its own, such as .ferry/build or one under FERRY_HOME.',
+    );
+  }
+  return resolved;
 }
 
 function resolveOutput(projectDir: string, stateDir: string, output: string | undefined): string {

@@ -1,13 +1,66 @@
 /** `ferry deploy`: build, resolve the environment, upload, provision, configure (spec §3, §4.4). */
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import type { CommandModule } from 'yargs';
-import { FerryError } from '../../core/errors.js';
+import { FerryError, usage } from '../../core/errors.js';
+import { dockerBuildCommands } from '../../worker-image/images.js';
 import { buildProject } from '../build/index.js';
-import { appNameOf, readProjectConfig } from '../config.js';
-import { type CliContext, withProvider } from '../context.js';
-import { previewPlan, shellLine } from '../deploy/plan.js';
+import { appNameOf, installRoot, readProjectConfig } from '../config.js';
+import { type CliContext, providerName, withProvider } from '../context.js';
+import { defaultEnvironment, previewPlan, shellLine } from '../deploy/plan.js';
 import { buildEventPrinter, deployProject, printDeploySummary } from '../deploy/run.js';
+import type { AwsProvider } from '../providers/aws.js';
 import { buildFlags, buildOptionsFrom, jsonFlag } from './shared.js';
+
+/** Ferry's version (the worker image tag), from the install's package.json. */
+function ferryVersion(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(path.join(installRoot(), 'package.json'), 'utf8')) as {
+      version?: unknown;
+    };
+    if (typeof pkg.version === 'string') return pkg.version;
+  } catch {
+    // fall through: a damaged install still previews with the version this code shipped as
+  }
+  return fallbackVersion;
+}
+const fallbackVersion = '0.1.0';
+
+/** Why docker cannot run containers here, or undefined when `docker info` answers. */
+function dockerProblem(env: NodeJS.ProcessEnv): FerryError | undefined {
+  const info = spawnSync('docker', ['info'], { env, encoding: 'utf8', timeout: 15_000 });
+  const hint = 'Install Docker and start its engine, then run again — or run the commands above yourself.';
+  if (info.error && (info.error as NodeJS.ErrnoException).code === 'ENOENT') {
+    return new FerryError('failed', '--preview needs Docker, and the docker command was not found on PATH', {
+      hint,
+    });
+  }
+  if (info.error || info.status !== 0) {
+    const why = `${info.stderr ?? ''}`
+      .split('\n')
+      .find((line) => line.trim() !== '')
+      ?.trim();
+    const detail = info.error ? info.error.message : (why ?? `exit code ${info.status}`);
+    return new FerryError(
+      'failed',
+      `--preview needs a running Docker engine, and \`docker info\` failed: ${detail}`,
+      {
+        hint,
+      },
+    );
+  }
+  return undefined;
+}
+
+/** The worker images are not on a registry: a failed `docker run` most often means one is not built. */
+function imageHint(command: readonly string[], version: string, pythonVersion: string): string | undefined {
+  const image = command[1] === 'run' ? command.at(-1) : undefined;
+  if (image === undefined) return undefined;
+  const kind = image.includes('worker-base-gpu') ? 'base-gpu' : 'base-cpu';
+  const build = dockerBuildCommands(version, pythonVersion, { kinds: [kind] })[0]!;
+  return `If ${image} is not built yet, build it from the Ferry repository root: ${shellLine(build)}`;
+}
 
 async function preview(ctx: CliContext, argv: Record<string, unknown>, app: string): Promise<void> {
   ctx.reporter.line('[1/2] Build');
@@ -17,40 +70,90 @@ async function preview(ctx: CliContext, argv: Record<string, unknown>, app: stri
     app,
     onProgress: buildEventPrinter(ctx.reporter),
   });
+  const version = ferryVersion();
   const plan = previewPlan({
     manifest: built.manifest,
     artifactPath: built.artifactPath,
     runId: String(Date.now()),
+    version,
   });
-  ctx.reporter.line('[2/2] Preview plan (one container per endpoint, one shared network)');
+  ctx.reporter.line('[2/2] Preview (one container per endpoint, one shared network)');
   for (const command of plan.commands) ctx.reporter.out(shellLine(command));
-  for (const port of plan.ports)
-    ctx.reporter.line(`  ${port.name} (${port.kind}) → http://127.0.0.1:${port.hostPort}`);
-  const docker = spawnSync('docker', ['info'], { stdio: 'ignore', timeout: 15_000 });
-  if (docker.error || docker.status !== 0) {
-    throw new FerryError('failed', '--preview needs a running Docker engine, and `docker info` failed', {
-      hint: 'Start Docker and run again, or run the commands above yourself.',
-    });
-  }
-  const started: string[][] = [];
+  const problem = dockerProblem(ctx.io.env);
+  if (problem) throw problem;
+
+  // Ctrl+C may come while containers are starting (spawnSync blocks): note it and clean up after the
+  // command in flight, so no container outlives the preview.
+  let interrupted = false;
+  let wake: () => void = () => {};
+  const onSignal = () => {
+    interrupted = true;
+    wake();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
   const stop = () => {
-    for (const command of [...plan.cleanup]) spawnSync(command[0]!, command.slice(1), { stdio: 'ignore' });
+    ctx.reporter.line('Stopping the preview');
+    for (const command of plan.cleanup) spawnSync(command[0]!, command.slice(1), { stdio: 'ignore' });
     ctx.reporter.line('✓ Preview stopped');
   };
-  for (const command of plan.commands) {
-    const result = spawnSync(command[0]!, command.slice(1), { stdio: ['ignore', 'ignore', 'inherit'] });
-    if (result.status !== 0) {
-      stop();
-      throw new FerryError('failed', `Preview failed at: ${shellLine(command)}`);
+  try {
+    for (const command of plan.commands) {
+      const result = spawnSync(command[0]!, command.slice(1), { stdio: ['ignore', 'ignore', 'inherit'] });
+      if (interrupted) return stop();
+      if (result.status !== 0) {
+        stop();
+        throw new FerryError('failed', `Preview failed at: ${shellLine(command)}`, {
+          hint: imageHint(command, version, built.manifest.pythonVersion),
+        });
+      }
     }
-    started.push(command);
+    ctx.reporter.line('Preview running:');
+    for (const endpoint of plan.endpoints) {
+      ctx.reporter.line(`  ${endpoint.name} (${endpoint.kind}) → ${endpoint.url}   [${endpoint.image}]`);
+      ctx.reporter.line(`    ${endpoint.curl}`);
+    }
+    ctx.reporter.line('Ctrl+C stops it.');
+    // Signal listeners alone do not keep Node running: without a handle the process would end here,
+    // leaving the containers behind.
+    const keepAlive = setInterval(() => {}, 60_000);
+    await new Promise<void>((resolve) => {
+      wake = resolve;
+      if (interrupted) resolve();
+    });
+    clearInterval(keepAlive);
+    stop();
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
   }
-  ctx.reporter.line('Preview running; Ctrl+C stops it.');
-  await new Promise<void>((resolve) => {
-    process.once('SIGINT', () => resolve());
-    process.once('SIGTERM', () => resolve());
+}
+
+/** `--synth-only` (AWS): build, then write the CloudFormation templates offline, with no credentials. */
+async function synthOnly(ctx: CliContext, argv: Record<string, unknown>, app: string): Promise<void> {
+  if (providerName(ctx, argv.provider as string | undefined) !== 'aws') {
+    throw usage('--synth-only is for --provider aws', 'The local provider has no templates to write.');
+  }
+  ctx.reporter.line('[1/2] Build');
+  const built = await buildProject({
+    ...buildOptionsFrom(argv, ctx.io.env),
+    projectDir: ctx.io.cwd,
+    app,
+    onProgress: buildEventPrinter(ctx.reporter),
   });
-  stop();
+  const env = typeof argv.env === 'string' ? argv.env : defaultEnvironment;
+  ctx.reporter.line(`[2/2] Synthesize (environment ${env}; offline)`);
+  await withProvider(ctx, 'aws', async (provider) => {
+    const result = await (provider as AwsProvider).synthOnly({
+      manifest: built.manifest,
+      app,
+      env,
+      reporter: ctx.reporter,
+    });
+    if (argv.json) return ctx.reporter.json(result);
+    ctx.reporter.out(`✓ Synthesized ${result.stacks.length} stacks into ${result.directory}`);
+    for (const stack of result.stacks) ctx.reporter.out(`  ${stack.name}  ${stack.template}`);
+  });
 }
 
 export const deployCommand = (ctx: CliContext): CommandModule => ({
@@ -76,26 +179,49 @@ export const deployCommand = (ctx: CliContext): CommandModule => ({
         hidden: true,
         describe: 'Start `ferry serve --detach` when no platform answers (--no-serve: records only)',
       })
+      .option('synth-only', {
+        type: 'boolean',
+        default: false,
+        describe: 'AWS: write the CloudFormation templates to .ferry/cdk.out and stop (offline)',
+      })
+      .option('yes', {
+        alias: 'y',
+        type: 'boolean',
+        default: false,
+        describe: 'AWS: approve IAM/security changes without asking (needed without a terminal)',
+      })
+      .option('bootstrap', {
+        type: 'boolean',
+        default: false,
+        describe: 'AWS: run the CDK bootstrap of the account/region before the first deploy',
+      })
       .option('json', jsonFlag)
       .example('$0 deploy', 'Deploy to the only environment (or create production)')
+      .example('$0 deploy --provider aws --yes', 'Deploy to your AWS account')
       .example('$0 deploy --env staging --exclude scipy', 'Deploy to staging without scipy'),
   handler: async (argv) => {
     const projectDir = ctx.io.cwd;
     const app =
       (argv.app as string | undefined) ?? readProjectConfig(projectDir).app ?? appNameOf(projectDir);
     if (argv.preview) return preview(ctx, argv, app);
-    await withProvider(ctx, argv.provider as string | undefined, async (provider) => {
-      ctx.reporter.line(`Deploying ${app} with the ${provider.name} provider`);
-      const result = await deployProject({
-        provider,
-        reporter: ctx.reporter,
-        projectDir,
-        app,
-        ...(typeof argv.env === 'string' ? { env: argv.env } : {}),
-        build: buildOptionsFrom(argv, ctx.io.env),
-        serve: argv.serve !== false,
-      });
-      printDeploySummary(ctx.reporter, result, Boolean(argv.json));
-    });
+    if (argv['synth-only']) return synthOnly(ctx, argv, app);
+    await withProvider(
+      ctx,
+      argv.provider as string | undefined,
+      async (provider) => {
+        ctx.reporter.line(`Deploying ${app} with the ${provider.name} provider`);
+        const result = await deployProject({
+          provider,
+          reporter: ctx.reporter,
+          projectDir,
+          app,
+          ...(typeof argv.env === 'string' ? { env: argv.env } : {}),
+          build: buildOptionsFrom(argv, ctx.io.env),
+          serve: argv.serve !== false,
+        });
+        printDeploySummary(ctx.reporter, result, Boolean(argv.json));
+      },
+      { yes: Boolean(argv.yes), bootstrap: Boolean(argv.bootstrap) },
+    );
   },
 });

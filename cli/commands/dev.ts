@@ -7,14 +7,52 @@ import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { CommandModule } from 'yargs';
 import { type LocalPlatformOptions, startLocalPlatform } from '../../core/adapters/local/platform.js';
+import { livePrefix } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import { defaultPort } from '../../core/limits.js';
-import { apiKeyFromUser, ferryPythonPath } from '../config.js';
-import type { CliContext } from '../context.js';
+import { apiKeyFromUser, appNameOf, ferryPythonPath, readProjectConfig } from '../config.js';
+import { type CliContext, providerName, withProvider } from '../context.js';
+import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { createDevServer, devRoutes, nextFreePort } from '../dev/server.js';
 import { DevResourcesFile, LiveEndpoints, scanForDev } from '../dev/state.js';
 import { confirm } from '../io.js';
 import { untilStopped } from './serve.js';
+import { buildOptionsFrom } from './shared.js';
+
+/**
+ * `ferry dev --provider aws`: the project's endpoints as `live-` endpoints of the app's `dev`
+ * environment, through the same path as `ferry deploy` (build, upload, stacks, records). The local
+ * dev server does not front them yet: the command prints their URLs and exits.
+ */
+async function devOnAws(ctx: CliContext, yes: boolean): Promise<void> {
+  const projectDir = ctx.io.cwd;
+  const app = readProjectConfig(projectDir).app ?? appNameOf(projectDir);
+  ctx.reporter.line(`Provisioning ${livePrefix}endpoints of ${app} in environment 'dev' on AWS`);
+  await withProvider(
+    ctx,
+    'aws',
+    async (provider) => {
+      const result = await deployProject({
+        provider,
+        reporter: ctx.reporter,
+        projectDir,
+        app,
+        env: 'dev',
+        build: buildOptionsFrom({}, ctx.io.env),
+        serve: true,
+        namePrefix: livePrefix,
+      });
+      printDeploySummary(ctx.reporter, result, false);
+      ctx.reporter.line(
+        'The local dev server (Swagger UI, /<module>/runsync) does not front AWS endpoints yet: call the URLs above with your FERRY_API_KEY.',
+      );
+      ctx.reporter.line(
+        'Run `ferry dev --provider aws` again after a change; `ferry env delete dev --provider aws` removes them.',
+      );
+    },
+    { yes },
+  );
+}
 
 interface DevArgs {
   host: string;
@@ -162,15 +200,23 @@ export const devCommand = (ctx: CliContext): CommandModule => ({
         default: false,
         describe: 'Provision every endpoint at startup',
       })
+      .option('yes', {
+        alias: 'y',
+        type: 'boolean',
+        default: false,
+        describe: 'AWS: approve IAM/security changes without asking',
+      })
       .example('$0 dev', 'http://localhost:8888, Swagger UI at /docs')
       .example('$0 dev --port 9000 --auto-provision', 'Start every endpoint at once'),
   handler: (argv) =>
-    dev(ctx, {
-      host: argv.host as string,
-      port: argv.port as number,
-      reload: argv.reload !== false,
-      autoProvision: Boolean(argv['auto-provision']),
-    }),
+    providerName(ctx, argv.provider as string | undefined) === 'aws'
+      ? devOnAws(ctx, Boolean(argv.yes))
+      : dev(ctx, {
+          host: argv.host as string,
+          port: argv.port as number,
+          reload: argv.reload !== false,
+          autoProvision: Boolean(argv['auto-provision']),
+        }),
 });
 
 /** `ferry run`: the hidden alias of dev (a separate hidden entry so help does not list it). */

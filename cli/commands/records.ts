@@ -76,6 +76,22 @@ async function removeEndpoints(ctx: CliContext, provider: Provider, records: End
   return result.deleted;
 }
 
+/** What the environment has besides endpoints (AWS: its stack); the record stays when that fails. */
+async function destroyEnvironment(provider: Provider, app: string, env: string, what: string) {
+  if (!provider.destroyEnvironment) return;
+  try {
+    await provider.destroyEnvironment(app, env);
+  } catch (error) {
+    throw new FerryError(
+      'failed',
+      `${what}: removing environment '${env}' failed: ${(error as Error).message}`,
+      {
+        hint: 'Its endpoint records are gone; run the command again to retry the rest.',
+      },
+    );
+  }
+}
+
 async function confirmOrForce(ctx: CliContext, force: boolean, question: string): Promise<void> {
   if (force) return;
   if (!(await confirm(ctx.io, question))) {
@@ -194,6 +210,7 @@ export const envCommand = (ctx: CliContext): CommandModule => ({
               `Delete environment '${name}' of '${app}' and its ${endpoints.length} endpoints?`,
             );
             await removeEndpoints(ctx, provider, endpoints, `Environment '${name}' was kept`);
+            await destroyEnvironment(provider, app, name, `Environment '${name}' was kept`);
             await provider.control.deleteEnvironment(app, name);
             ctx.reporter.out(
               `✓ Deleted environment '${name}' of app '${app}' (${endpoints.length} endpoints removed)`,
@@ -302,8 +319,10 @@ export const appCommand = (ctx: CliContext): CommandModule => ({
               `Delete app '${name}', its environments and ${endpoints.length} endpoints?`,
             );
             await removeEndpoints(ctx, provider, endpoints, `App '${name}' was kept`);
-            for (const env of await provider.control.listEnvironments(name))
+            for (const env of await provider.control.listEnvironments(name)) {
+              await destroyEnvironment(provider, name, env.name, `App '${name}' was kept`);
               await provider.control.deleteEnvironment(name, env.name);
+            }
             await provider.control.deleteApp(name);
             ctx.reporter.out(`✓ Deleted app '${name}' (${endpoints.length} endpoints removed)`);
           }),

@@ -138,10 +138,17 @@ async function quickstart(ctx: CliContext, argv: { host: string; port: number })
       projectDir,
       app: 'hello',
       env: 'production',
-      build: { output: path.join(home, 'quickstart', 'hello.tar.gz') },
+      // The example lives in the install (often the repository): stage and pack under FERRY_HOME so
+      // `npm start` never writes into examples/hello.
+      build: {
+        buildDir: path.join(home, 'build', 'hello'),
+        output: path.join(home, 'build', 'hello.tar.gz'),
+      },
       serve: true,
     });
     await platform.workers?.reconcile();
+    // Listen before printing: whoever reads the output may press Ctrl+C as soon as it appears.
+    const stopped = untilStopped();
     printDeploySummary(ctx.reporter, result, false);
     const queue = result.endpoints.find((e) => e.kind === 'queue');
     const lb = result.endpoints.find((e) => e.kind === 'lb');
@@ -163,7 +170,7 @@ async function quickstart(ctx: CliContext, argv: { host: string; port: number })
     }
     ctx.reporter.out('');
     ctx.reporter.out('Ctrl+C stops the platform and its workers.');
-    await untilStopped();
+    await stopped;
   } finally {
     forget();
     await platform.close();

@@ -7,6 +7,7 @@ import { type EndpointConfig, newEndpointId } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
 import type { EndpointRecord } from '../../core/ports.js';
+import { baseImageFor } from '../../worker-image/images.js';
 
 export interface EnvironmentDecision {
   env: string;
@@ -147,21 +148,82 @@ export function curlExample(
 }
 
 // ---- --preview: one container per endpoint on a shared network --------------------------------
+//
+// Each container is a worker base image (worker-image/images.ts) running worker-image/entrypoint.sh:
+// it unpacks the artifact mounted at /ferry/artifact.tar.gz into /app and execs
+// `python -m ferry.worker`, configured by the FERRY_* variables below (worker-image/python/ferry/
+// config.py reads them). There is no platform in a preview, so a queue endpoint runs in standalone
+// mode (it serves its own POST /runsync); a load-balanced one serves its routes as usual.
 
-/** Images the preview runs (worker-image/ builds them; the names must match its Dockerfiles). */
-export const previewImages = {
-  gpu: 'ferry/worker-gpu:0.1.0',
-  cpu: 'ferry/worker-cpu:0.1.0',
-} as const;
+/** The port every preview worker listens on inside its container. */
+export const previewContainerPort = 8080;
+/** Where entrypoint.sh looks for a mounted artifact (its FERRY_ARTIFACT_PATH default). */
+export const previewArtifactMount = '/ferry/artifact.tar.gz';
+
+export interface PreviewEndpoint {
+  name: string;
+  kind: ManifestEndpoint['kind'];
+  image: string;
+  hostPort: number;
+  /** http://127.0.0.1:<hostPort> */
+  url: string;
+  /** A curl line that calls it: runsync for a queue endpoint, the first route for a load-balanced one. */
+  curl: string;
+}
 
 export interface PreviewPlan {
   network: string;
   /** argv arrays, in order; the first is the network, then one `docker run` per endpoint. */
   commands: string[][];
-  /** Host port of each endpoint. */
-  ports: Array<{ name: string; kind: ManifestEndpoint['kind']; hostPort: number }>;
-  /** argv arrays that tear it down. */
+  endpoints: PreviewEndpoint[];
+  /** argv arrays that tear it down: the containers, then the network. */
   cleanup: string[][];
+}
+
+/** infra/gpu.ts's rule: CPU only when cpu is given and gpu is not; neither means any GPU. */
+const isGpu = (endpoint: ManifestEndpoint) =>
+  !(endpoint.resources.cpu !== undefined && endpoint.resources.gpu === undefined);
+
+/** The worker's environment: how entrypoint.sh and ferry/config.py find the code to serve. */
+export function previewEnv(endpoint: ManifestEndpoint): Record<string, string> {
+  const serve: Record<string, string> =
+    endpoint.kind === 'queue'
+      ? { FERRY_MODE: 'standalone', FERRY_TARGET: endpoint.target?.name ?? '' }
+      : { FERRY_MODE: 'lb', FERRY_VARIABLE: endpoint.variable ?? '' };
+  for (const [key, value] of Object.entries(serve)) {
+    if (value === '') {
+      throw new FerryError(
+        'failed',
+        `Endpoint '${endpoint.name}' has no ${key.slice(6).toLowerCase()} in the manifest`,
+      );
+    }
+  }
+  return {
+    // The user's env first: the runtime's own variables must win over a stray FERRY_PORT there.
+    ...endpoint.resources.env,
+    FERRY_MODULE: endpoint.module,
+    ...serve,
+    // 0.0.0.0: docker's port mapping reaches the container's interface, not its loopback.
+    FERRY_HOST: '0.0.0.0',
+    FERRY_PORT: String(previewContainerPort),
+    RUNPOD_ENDPOINT_ID: `preview-${endpoint.name}`,
+  };
+}
+
+/** A curl line for one preview endpoint (no auth: the ports are bound to 127.0.0.1 only). */
+export function previewCurl(endpoint: ManifestEndpoint, url: string): string {
+  const json = `-H 'Content-Type: application/json'`;
+  if (endpoint.kind === 'queue') {
+    const body = JSON.stringify({ input: sampleInput(endpoint.target?.params) });
+    return `curl -X POST ${url}/runsync ${json} -d '${body}'`;
+  }
+  const route = endpoint.routes?.[0];
+  if (!route) return `curl ${url}/ping`;
+  // `{item_id}` would be a curl URL glob: put the parameter's name in its place.
+  const routePath = route.path.replace(/\{([^}]*)\}/g, (_m, name: string) => encodeURIComponent(name));
+  if (route.method === 'GET' || route.method === 'DELETE')
+    return `curl -X ${route.method} ${url}${routePath}`;
+  return `curl -X ${route.method} ${url}${routePath} ${json} -d '${JSON.stringify(sampleInput(route.params))}'`;
 }
 
 export function previewPlan(input: {
@@ -169,25 +231,19 @@ export function previewPlan(input: {
   artifactPath: string;
   /** Unique suffix of the network name (a timestamp in the CLI, fixed in tests). */
   runId: string;
+  /** Ferry's version: the worker image tag (worker-image/images.ts). */
+  version: string;
   firstHostPort?: number;
-  images?: { gpu: string; cpu: string };
 }): PreviewPlan {
-  const images = input.images ?? previewImages;
   const network = `ferry-preview-${input.runId}`;
   const commands: string[][] = [['docker', 'network', 'create', network]];
-  const cleanup: string[][] = [];
-  const ports: PreviewPlan['ports'] = [];
+  const containers: string[] = [];
+  const endpoints: PreviewEndpoint[] = [];
   let hostPort = input.firstHostPort ?? 8000;
   for (const endpoint of input.manifest.endpoints) {
     const container = `ferry-preview-${endpoint.name}`.toLowerCase().replace(/[^a-z0-9_.-]/g, '-');
-    const image = endpoint.resources.gpu ? images.gpu : images.cpu;
-    const env: Record<string, string> = {
-      ...endpoint.resources.env,
-      FERRY_ENDPOINT_NAME: endpoint.name,
-      FERRY_ENDPOINT_KIND: endpoint.kind,
-      FERRY_ARTIFACT: '/opt/ferry/artifact.tar.gz',
-      RUNPOD_ENDPOINT_ID: `preview-${endpoint.name}`,
-    };
+    const gpu = isGpu(endpoint);
+    const image = baseImageFor(gpu ? 'gpu' : 'cpu', input.version, input.manifest.pythonVersion);
     const run = [
       'docker',
       'run',
@@ -198,19 +254,31 @@ export function previewPlan(input: {
       network,
       '--network-alias',
       endpoint.name,
-      '-v',
-      `${input.artifactPath}:/opt/ferry/artifact.tar.gz:ro`,
     ];
-    for (const [key, value] of Object.entries(env).sort(([a], [b]) => a.localeCompare(b)))
+    if (gpu) run.push('--gpus', String(endpoint.resources.gpuCount));
+    run.push('-v', `${input.artifactPath}:${previewArtifactMount}:ro`);
+    for (const [key, value] of Object.entries(previewEnv(endpoint)).sort(([a], [b]) => a.localeCompare(b)))
       run.push('-e', `${key}=${value}`);
-    run.push('-p', `127.0.0.1:${hostPort}:8080`, image);
+    run.push('-p', `127.0.0.1:${hostPort}:${previewContainerPort}`, image);
     commands.push(run);
-    cleanup.push(['docker', 'rm', '-f', container]);
-    ports.push({ name: endpoint.name, kind: endpoint.kind, hostPort });
+    containers.push(container);
+    const url = `http://127.0.0.1:${hostPort}`;
+    endpoints.push({
+      name: endpoint.name,
+      kind: endpoint.kind,
+      image,
+      hostPort,
+      url,
+      curl: previewCurl(endpoint, url),
+    });
     hostPort += 1;
   }
-  cleanup.push(['docker', 'network', 'rm', network]);
-  return { network, commands, ports, cleanup };
+  // Containers go before the network: docker refuses to remove a network that still has endpoints.
+  const cleanup = [
+    ...[...containers].reverse().map((c) => ['docker', 'rm', '-f', c]),
+    ['docker', 'network', 'rm', network],
+  ];
+  return { network, commands, endpoints, cleanup };
 }
 
 /** argv → a shell line for people to read (single-quoted where needed). */

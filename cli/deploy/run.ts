@@ -49,6 +49,8 @@ export interface DeployOptions {
   build: Omit<BuildOptions, 'projectDir' | 'app' | 'onProgress'>;
   /** False: write records only (tests, or a platform served elsewhere). */
   serve: boolean;
+  /** Prefix of endpoint names (`live-` when `ferry dev` deploys to a provider). */
+  namePrefix?: string;
 }
 
 export interface DeployResult {
@@ -100,6 +102,8 @@ export async function deployProject(options: DeployOptions): Promise<DeployResul
   }
 
   const env = await stageOf(reporter, 2, 'Environment resolution', async () => {
+    // AWS: the platform (control table, bucket) must exist before records are read or written.
+    await provider.prepare?.({ manifest, env: options.env, reporter });
     const appRecord = await provider.control.getApp(app);
     const envs = appRecord ? await provider.control.listEnvironments(app) : [];
     const decision = resolveEnvironment({
@@ -140,9 +144,15 @@ export async function deployProject(options: DeployOptions): Promise<DeployResul
       fingerprint: manifest.sourceFingerprint,
       pythonVersion: manifest.pythonVersion,
       artifactKey,
+      ...(options.namePrefix ? { namePrefix: options.namePrefix } : {}),
       nowMs: Date.now(),
     });
-    await provider.provision([...plan.create, ...plan.update]);
+    await provider.provision([...plan.create, ...plan.update], {
+      app,
+      env,
+      all: [...plan.create, ...plan.update, ...plan.unchanged],
+      reporter,
+    });
     for (const r of plan.create) reporter.line(`  + created ${r.name} (${r.id})`);
     for (const r of plan.update)
       reporter.line(`  ~ updated ${r.name} (${r.id}): workers roll to the new build`);

@@ -1,16 +1,58 @@
 /** Picks the provider: `--provider`, then the project's .ferry/config.json, then local. */
 import { FerryError } from '../../core/errors.js';
 import { ferryHome, type ProviderName } from '../config.js';
+import { type CliIo, confirm, type Reporter } from '../io.js';
 import { LocalProvider } from './local.js';
 import type { Provider } from './types.js';
 
-export function openProvider(
-  name: ProviderName,
-  options: { env: NodeJS.ProcessEnv; projectDir: string },
-): Provider {
+export interface OpenProviderOptions {
+  env: NodeJS.ProcessEnv;
+  projectDir: string;
+  /** Progress of long provider work (AWS: CloudFormation). */
+  reporter?: Reporter;
+  /** Prompts (AWS: approving IAM changes) go here; without a TTY they fail unless `yes`. */
+  io?: CliIo;
+  /** Approve what the provider would ask about (`--yes`). */
+  yes?: boolean;
+  /** AWS: bootstrap the account/region for the CDK before the first deploy. */
+  bootstrap?: boolean;
+}
+
+export async function openProvider(name: ProviderName, options: OpenProviderOptions): Promise<Provider> {
   if (name === 'aws') {
-    throw new FerryError('failed', 'The AWS provider is not available in this version of Ferry', {
-      hint: 'It arrives with the infra work (CDK stacks); use --provider local meanwhile.',
+    // The SDK warns on every run that releases after January 2027 will need Node 22. The versions
+    // package-lock.json pins run on Node 20 (package.json engines); the warning would bury the
+    // deploy's own output, so it is off unless the user set the variable themselves.
+    process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+    // Loaded only here: the AWS SDK clients and the CDK toolkit are large.
+    const [{ AwsProvider, awsClientsFromEnv }, { toolkitFromEnv }] = await Promise.all([
+      import('./aws.js'),
+      import('./toolkit.js'),
+    ]);
+    const { io, reporter } = options;
+    if (!io || !reporter) throw new FerryError('failed', 'The AWS provider needs the command I/O');
+    const { toolkit, lookup } = toolkitFromEnv(options.env, async (question, kind) => {
+      if (options.yes) return true;
+      if (!io.interactive) {
+        throw new FerryError(
+          'failed',
+          kind === 'security'
+            ? 'The deployment broadens IAM or network access and needs approval, but there is no terminal to ask'
+            : 'The deployment needs a rollback approval, but there is no terminal to ask',
+          { hint: 'Run it in a terminal to review the changes, or pass --yes to approve them.' },
+        );
+      }
+      reporter.line(question);
+      return confirm(io, 'Deploy these changes?');
+    });
+    return new AwsProvider({
+      env: options.env,
+      projectDir: options.projectDir,
+      reporter,
+      toolkit,
+      lookup,
+      clients: awsClientsFromEnv(options.env),
+      ...(options.bootstrap ? { bootstrap: true } : {}),
     });
   }
   return new LocalProvider({

@@ -3,6 +3,7 @@
  * SQLite file and serves them with `ferry serve`; the AWS provider (infra issue) keeps them in
  * DynamoDB and provisions CloudFormation stacks. Commands only talk to this interface.
  */
+import type { Manifest } from '../../core/manifest.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import type { ProviderName } from '../config.js';
 import type { Reporter } from '../io.js';
@@ -18,6 +19,22 @@ export interface ServingState {
   started: boolean;
 }
 
+/** What a deploy knows when it provisions: the whole environment, not only what changed. */
+export interface ProvisionContext {
+  app: string;
+  env: string;
+  /** Every endpoint the environment has after this deploy (created, updated and unchanged). */
+  all: EndpointRecord[];
+  reporter: Reporter;
+}
+
+export interface PrepareInput {
+  manifest: Manifest;
+  /** The environment asked for, if any. */
+  env?: string | undefined;
+  reporter: Reporter;
+}
+
 export interface Provider {
   readonly name: ProviderName;
   /** Apps, environments, endpoints and keys: shared by everyone using this provider. */
@@ -25,10 +42,20 @@ export interface Provider {
   readonly blobs: BlobStore;
   /** Puts the artifact where workers fetch it; `onProgress` gets bytes sent so far. */
   uploadArtifact(key: string, filePath: string, onProgress?: (sentBytes: number) => void): Promise<void>;
-  /** Creates or updates the endpoints; workers roll when fingerprint or config changed. */
-  provision(records: EndpointRecord[]): Promise<void>;
+  /**
+   * Before a deploy reads or writes records (AWS: finds the platform stack, or creates it on first
+   * use, so the control table and the artifact bucket exist). Local: nothing to do.
+   */
+  prepare?(input: PrepareInput): Promise<void>;
+  /**
+   * Creates or updates the endpoints; workers roll when fingerprint or config changed. AWS deploys
+   * whole environments, from `context.all`, and writes the records once CloudFormation succeeded.
+   */
+  provision(records: EndpointRecord[], context?: ProvisionContext): Promise<void>;
   /** Removes endpoints one by one and says which could not be removed (never all-or-nothing silence). */
   destroy(records: EndpointRecord[]): Promise<DestroyResult>;
+  /** Removes what an environment left behind besides its endpoints (AWS: its stack). */
+  destroyEnvironment?(app: string, env: string): Promise<void>;
   /** Base URL of an endpoint: `/v2/<id>` for queue-based ones, the route prefix for load-balanced ones. */
   endpointUrl(record: EndpointRecord): string;
   /** Makes sure something serves the endpoints (may start it). */

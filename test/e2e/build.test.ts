@@ -274,6 +274,42 @@ describe('buildProject', () => {
     });
   });
 
+  it('stages in buildDir and writes nothing into the project when buildDir and output are outside it', async () => {
+    const projectDir = makeProject();
+    const before = (await listShippedFiles({ projectDir })).files;
+    const outside = tempDir('ferry-home-');
+    const result = await buildProject(
+      options(projectDir, {
+        buildDir: path.join(outside, 'build', 'proj'),
+        output: path.join(outside, 'build', 'proj.tar.gz'),
+      }),
+    );
+    expect(result.buildDir).toBe(path.join(outside, 'build', 'proj'));
+    expect(result.artifactPath).toBe(path.join(outside, 'build', 'proj.tar.gz'));
+    expect(existsSync(path.join(projectDir, '.ferry'))).toBe(false);
+    expect((await listShippedFiles({ projectDir })).files).toEqual(before);
+    expect(existsSync(path.join(result.buildDir, 'tinydep', '__init__.py'))).toBe(true);
+    const entries = await archiveEntries(result.artifactPath);
+    expect(entries.has('gpu_worker.py')).toBe(true);
+    expect(entries.has('tinydep/__init__.py')).toBe(true);
+
+    // A relative buildDir inside the project is from the project, and never ships itself (built twice:
+    // the second build lists files while the first one's staging folder is there).
+    await buildProject(options(projectDir, { buildDir: 'staging' }));
+    expect(existsSync(path.join(projectDir, 'staging', 'gpu_worker.py'))).toBe(true);
+    const second = await buildProject(options(projectDir, { buildDir: 'staging' }));
+    expect(second.buildDir).toBe(path.join(projectDir, 'staging'));
+    expect(second.files.some((f) => f.startsWith('staging/'))).toBe(false);
+
+    // The build dir is emptied first: the project, or a folder holding it, is refused.
+    for (const buildDir of ['.', '..', projectDir]) {
+      const error = await buildProject(options(projectDir, { buildDir })).catch((e: unknown) => e);
+      expect(FerryError.is(error) && error.code).toBe('usage');
+      expect((error as FerryError).message).toContain('is the project or contains it');
+    }
+    expect(existsSync(path.join(projectDir, 'gpu_worker.py'))).toBe(true);
+  });
+
   it('warns when an endpoint declares a package the base image provides', async () => {
     const projectDir = makeProject({
       'requirements.txt': '',

@@ -3,14 +3,29 @@
  * (FERRY_HOME in a temp folder), and one deploy → curl of the printed runsync line against the
  * `ferry serve --detach` that deploy starts (real worker pools and Python workers).
  */
-import { execFile } from 'node:child_process';
-import { appendFileSync, rmSync } from 'node:fs';
+import { execFile, execFileSync, spawnSync } from 'node:child_process';
+import {
+  appendFileSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { curlExample, planEndpoints, previewPlan, resolveEnvironment } from '../../cli/deploy/plan.js';
+import {
+  curlExample,
+  planEndpoints,
+  previewArtifactMount,
+  previewPlan,
+  resolveEnvironment,
+} from '../../cli/deploy/plan.js';
 import type { Manifest } from '../../core/manifest.js';
-import { CliSandbox } from './cli-support.js';
+import { baseImageFor } from '../../worker-image/images.js';
+import { CliSandbox, repoRoot, stopChild } from './cli-support.js';
 
 const run = promisify(execFile);
 
@@ -137,6 +152,146 @@ describe('deploy and the control records (--no-serve)', () => {
     expect((await sandbox.run(['keys', 'revoke', key.id])).code).toBe(0);
     expect((await json(['keys', 'list'])).some((k: { id: string }) => k.id === key.id)).toBe(false);
     expect((await sandbox.run(['keys', 'revoke', key.id])).code).toBe(1);
+  });
+});
+
+// This machine has the docker CLI and no engine; where an engine answers, these paths cannot be seen.
+const dockerEngineUp = spawnSync('docker', ['info'], { stdio: 'ignore', timeout: 15_000 }).status === 0;
+
+describe('deploy --preview without a Docker engine', () => {
+  const sandbox = new CliSandbox();
+  let project = '';
+  beforeAll(async () => {
+    expect((await sandbox.run(['init', 'peek'])).code).toBe(0);
+    project = path.join(sandbox.root, 'peek');
+  });
+  afterAll(() => sandbox.cleanup());
+
+  /**
+   * A PATH with python3 (the build needs it) and a stand-in docker that logs its argv to
+   * FAKE_DOCKER_LOG and succeeds, or fails on the command containing FAKE_DOCKER_FAIL: the engine side
+   * (images, containers) is not on this machine; the order of the commands and the cleanup are.
+   */
+  const fakeDockerBin = (): string => {
+    const bin = path.join(sandbox.root, 'bin-fake-docker');
+    if (existsSync(bin)) return bin;
+    mkdirSync(bin);
+    writeFileSync(
+      path.join(bin, 'docker'),
+      [
+        '#!/bin/sh',
+        `printf '%s\\n' "$*" >> "$FAKE_DOCKER_LOG"`,
+        'if [ -n "$FAKE_DOCKER_FAIL" ]; then case "$*" in *"$FAKE_DOCKER_FAIL"*) exit 1 ;; esac; fi',
+        'exit 0',
+        '',
+      ].join('\n'),
+      { mode: 0o755 },
+    );
+    const python = execFileSync('python3', ['-c', 'import sys; print(sys.executable)'], { encoding: 'utf8' });
+    symlinkSync(python.trim(), path.join(bin, 'python3'));
+    return bin;
+  };
+
+  it.skipIf(dockerEngineUp)(
+    'builds, prints the docker commands, then stops with exit 1: `docker info` failed',
+    async () => {
+      const result = await sandbox.run(['deploy', '--preview'], { cwd: project });
+      expect(result.code, result.stderr).toBe(1);
+      expect(result.stderr).toContain('[1/2] Build');
+      expect(result.stderr).toMatch(
+        /Error: --preview needs a running Docker engine, and `docker info` failed: \S/,
+      );
+      expect(result.stderr).toContain('hint: Install Docker and start its engine');
+      expect(result.stderr).not.toMatch(/\n\s+at /); // no stack trace
+      const lines = result.stdout.trim().split('\n');
+      expect(lines[0]).toMatch(/^docker network create ferry-preview-\d+$/);
+      expect(lines).toHaveLength(4); // the network, then one container per endpoint of the template
+      expect(result.stdout).toContain(
+        `${path.join(project, '.ferry', 'artifact.tar.gz')}:/ferry/artifact.tar.gz:ro`,
+      );
+      expect(result.stdout).toMatch(/FERRY_MODE=standalone .*ferry\/worker-base-(cpu|gpu):\S+-py3\.1\d/);
+      expect(result.stdout).toContain('FERRY_MODE=lb');
+      // Nothing ran: no preview was reported as running.
+      expect(result.stderr).not.toContain('Preview running');
+    },
+  );
+
+  it('says so when the docker command is missing altogether', async () => {
+    // A PATH with python3 only (the build needs it); node itself is started by absolute path.
+    const bin = path.join(sandbox.root, 'bin-without-docker');
+    mkdirSync(bin);
+    const python = execFileSync('python3', ['-c', 'import sys; print(sys.executable)'], { encoding: 'utf8' });
+    symlinkSync(python.trim(), path.join(bin, 'python3'));
+    const result = await sandbox.run(['deploy', '--preview'], { cwd: project, env: { PATH: bin } });
+    expect(result.code, result.stderr).toBe(1);
+    expect(result.stderr).toContain(
+      'Error: --preview needs Docker, and the docker command was not found on PATH',
+    );
+    expect(result.stdout).toMatch(/^docker network create /);
+  });
+
+  it('starts every container with a working docker, prints URL and curl per endpoint, and Ctrl+C cleans up', async () => {
+    const bin = fakeDockerBin();
+    const log = path.join(sandbox.root, 'docker.log');
+    const started = await sandbox.start(['deploy', '--preview'], /docker network create/, {
+      cwd: project,
+      env: { PATH: bin, FAKE_DOCKER_LOG: log },
+    });
+    const deadline = Date.now() + 30_000;
+    while (!started.output().stderr.includes('Ctrl+C stops it.') && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 100));
+    const { stderr } = started.output();
+    expect(stderr).toMatch(/cpu_worker \(queue\) → http:\/\/127\.0\.0\.1:8000/);
+    expect(stderr).toContain(
+      `curl -X POST http://127.0.0.1:8000/runsync -H 'Content-Type: application/json' -d '{"input":{"input_data":{"message":"hello"}}}'`,
+    );
+    expect(stderr).toMatch(/lb_worker \(lb\) → http:\/\/127\.0\.0\.1:8002/);
+    expect(stderr).toContain(
+      `curl -X POST http://127.0.0.1:8002/process -H 'Content-Type: application/json' -d '{"input_data":{"message":"hello"}}'`,
+    );
+    const beforeStop = readFileSync(log, 'utf8').trim().split('\n');
+    expect(beforeStop[0]).toBe('info');
+    expect(beforeStop.slice(1).map((line) => line.split(' ').slice(0, 2).join(' '))).toEqual([
+      'network create',
+      'run -d',
+      'run -d',
+      'run -d',
+    ]);
+
+    expect(await stopChild(started.child)).toBe(0);
+    const network = /docker network create (\S+)/.exec(started.output().stdout)![1]!;
+    expect(readFileSync(log, 'utf8').trim().split('\n').slice(beforeStop.length)).toEqual([
+      'rm -f ferry-preview-lb_worker',
+      'rm -f ferry-preview-gpu_worker',
+      'rm -f ferry-preview-cpu_worker',
+      `network rm ${network}`,
+    ]);
+    expect(started.output().stderr).toContain('✓ Preview stopped');
+  });
+
+  it('a container that fails to start stops the preview: exit 1, the failed command named, all cleaned up', async () => {
+    const log = path.join(sandbox.root, 'docker-fail.log');
+    const result = await sandbox.run(['deploy', '--preview'], {
+      cwd: project,
+      env: {
+        PATH: fakeDockerBin(),
+        FAKE_DOCKER_LOG: log,
+        FAKE_DOCKER_FAIL: '--name ferry-preview-gpu_worker',
+      },
+    });
+    expect(result.code, result.stderr).toBe(1);
+    expect(result.stderr).toMatch(/Error: Preview failed at: docker run -d --name ferry-preview-gpu_worker /);
+    expect(result.stderr).toMatch(
+      /hint: If ferry\/worker-base-gpu:\S+ is not built yet, build it from the Ferry repository root: docker build --file worker-image\/Dockerfile\.gpu /,
+    );
+    const calls = readFileSync(log, 'utf8').trim().split('\n');
+    expect(calls.filter((c) => c.startsWith('run '))).toHaveLength(2); // lb_worker never started
+    expect(calls.slice(-4)).toEqual([
+      'rm -f ferry-preview-lb_worker',
+      'rm -f ferry-preview-gpu_worker',
+      'rm -f ferry-preview-cpu_worker',
+      expect.stringMatching(/^network rm ferry-preview-\d+$/),
+    ]);
   });
 });
 
@@ -304,21 +459,112 @@ describe('deploy decisions (pure)', () => {
     expect(curlExample(first.create.slice(1), (r) => `http://h/lb/${r.id}`)).toContain('/process');
   });
 
-  it('--preview plans one container per endpoint on one network, with the artifact read-only', () => {
-    const plan = previewPlan({ manifest, artifactPath: '/p/.ferry/artifact.tar.gz', runId: '42' });
+  it('--preview plans the worker images: entrypoint mount, runtime env, image tags, ports, cleanup', () => {
+    const plan = previewPlan({
+      manifest,
+      artifactPath: '/p/.ferry/artifact.tar.gz',
+      runId: '42',
+      version: '0.1.0',
+    });
     expect(plan.commands[0]).toEqual(['docker', 'network', 'create', 'ferry-preview-42']);
     expect(plan.commands).toHaveLength(3);
-    const gen = plan.commands[1]!;
-    expect(gen.slice(0, 5)).toEqual(['docker', 'run', '-d', '--name', 'ferry-preview-gen']);
-    expect(gen).toContain('ferry-preview-42');
-    expect(gen).toContain('/p/.ferry/artifact.tar.gz:/opt/ferry/artifact.tar.gz:ro');
-    expect(gen).toContain('MODE=x');
-    expect(gen.at(-1)).toBe('ferry/worker-gpu:0.1.0');
-    expect(plan.commands[2]!.at(-1)).toBe('ferry/worker-cpu:0.1.0');
-    expect(plan.ports).toEqual([
-      { name: 'gen', kind: 'queue', hostPort: 8000 },
-      { name: 'api', kind: 'lb', hostPort: 8001 },
+    // The queue endpoint: standalone mode (it serves its own /runsync), on the GPU base image.
+    expect(plan.commands[1]).toEqual([
+      'docker',
+      'run',
+      '-d',
+      '--name',
+      'ferry-preview-gen',
+      '--network',
+      'ferry-preview-42',
+      '--network-alias',
+      'gen',
+      '--gpus',
+      '1',
+      '-v',
+      '/p/.ferry/artifact.tar.gz:/ferry/artifact.tar.gz:ro',
+      '-e',
+      'FERRY_HOST=0.0.0.0',
+      '-e',
+      'FERRY_MODE=standalone',
+      '-e',
+      'FERRY_MODULE=gen',
+      '-e',
+      'FERRY_PORT=8080',
+      '-e',
+      'FERRY_TARGET=gen',
+      '-e',
+      'MODE=x',
+      '-e',
+      'RUNPOD_ENDPOINT_ID=preview-gen',
+      '-p',
+      '127.0.0.1:8000:8080',
+      baseImageFor('gpu', '0.1.0', '3.11'),
     ]);
-    expect(plan.cleanup.at(-1)).toEqual(['docker', 'network', 'rm', 'ferry-preview-42']);
+    expect(plan.commands[1]!.at(-1)).toBe('ferry/worker-base-gpu:0.1.0-py3.11');
+    // The load-balanced endpoint: lb mode with its variable, on the CPU base image, no --gpus.
+    const api = plan.commands[2]!;
+    expect(api).not.toContain('--gpus');
+    expect(api).toEqual(expect.arrayContaining(['FERRY_MODE=lb', 'FERRY_VARIABLE=api', 'FERRY_MODULE=api']));
+    expect(api).not.toContain('FERRY_TARGET=gen');
+    expect(api.slice(-3)).toEqual(['-p', '127.0.0.1:8001:8080', 'ferry/worker-base-cpu:0.1.0-py3.11']);
+    expect(plan.endpoints).toEqual([
+      {
+        name: 'gen',
+        kind: 'queue',
+        image: 'ferry/worker-base-gpu:0.1.0-py3.11',
+        hostPort: 8000,
+        url: 'http://127.0.0.1:8000',
+        curl: `curl -X POST http://127.0.0.1:8000/runsync -H 'Content-Type: application/json' -d '{"input":{"prompt":"world"}}'`,
+      },
+      {
+        name: 'api',
+        kind: 'lb',
+        image: 'ferry/worker-base-cpu:0.1.0-py3.11',
+        hostPort: 8001,
+        url: 'http://127.0.0.1:8001',
+        curl: `curl -X POST http://127.0.0.1:8001/process -H 'Content-Type: application/json' -d '{"input_data":{"message":"hello"}}'`,
+      },
+    ]);
+    // Containers first (last started, first removed), then the network they were attached to.
+    expect(plan.cleanup).toEqual([
+      ['docker', 'rm', '-f', 'ferry-preview-api'],
+      ['docker', 'rm', '-f', 'ferry-preview-gen'],
+      ['docker', 'network', 'rm', 'ferry-preview-42'],
+    ]);
+    // The version and Python version are checked by the image table, not pasted into a tag.
+    expect(() => previewPlan({ manifest, artifactPath: '/a', runId: '1', version: 'not a tag' })).toThrow(
+      'Image version must be a docker tag',
+    );
+  });
+
+  it('--preview sets only FERRY_* variables that entrypoint.sh or ferry/config.py read', () => {
+    const readers = ['worker-image/entrypoint.sh', 'worker-image/python/ferry/config.py']
+      .map((file) => readFileSync(path.join(repoRoot, file), 'utf8'))
+      .join('\n');
+    const plan = previewPlan({ manifest, artifactPath: '/p/a.tar.gz', runId: '1', version: '0.1.0' });
+    const names = new Set<string>();
+    for (const command of plan.commands)
+      command.forEach((arg, index) => {
+        if (command[index - 1] === '-e' && arg.startsWith('FERRY_'))
+          names.add(arg.slice(0, arg.indexOf('=')));
+      });
+    expect([...names].sort()).toEqual([
+      'FERRY_HOST',
+      'FERRY_MODE',
+      'FERRY_MODULE',
+      'FERRY_PORT',
+      'FERRY_TARGET',
+      'FERRY_VARIABLE',
+    ]);
+    for (const name of names)
+      expect(readers, `${name} is read by nobody`).toMatch(new RegExp(`["{]${name}\\b`));
+    // The modes it asks for exist in the runtime, and the mount is where the entrypoint looks.
+    expect(readers).toContain('"standalone"');
+    expect(readers).toContain('"lb"');
+    expect(readers).toContain(`FERRY_ARTIFACT_PATH:-${previewArtifactMount}`);
+    expect(readFileSync(path.join(repoRoot, 'worker-image/python/ferry/standalone.py'), 'utf8')).toContain(
+      '"/runsync"',
+    );
   });
 });

@@ -66,9 +66,12 @@ describe('ferry errors', () => {
     }
   });
 
-  it('--provider aws says it is not available yet (exit 1)', async () => {
-    const result = await sandbox.run(['app', 'list', '--provider', 'aws']);
+  it('--provider aws without a region fails clearly (exit 1, no stack trace)', async () => {
+    const result = await sandbox.run(['app', 'list', '--provider', 'aws'], {
+      env: { AWS_REGION: undefined, AWS_DEFAULT_REGION: undefined, AWS_PROFILE: undefined },
+    });
     expect(result.code).toBe(1);
-    expect(result.stderr).toContain('AWS provider is not available');
+    expect(result.stderr).toContain('No AWS region is set');
+    noStack(result.stderr);
   });
 });

@@ -109,13 +109,13 @@ describe('placement', () => {
 });
 
 describe('worker memory reservation', () => {
-  it('leaves room for the OS, the ECS agent and the sidecar, but keeps one task per host', () => {
+  it('leaves room for the OS, the ECS agent, the sidecar and the init container, but keeps one task per host', () => {
     const small = cpuInstanceFor('2-8');
     const reservation = workerMemoryReservationMiB(small);
-    expect(reservation).toBe(8 * 1024 - 1024 - 256);
+    expect(reservation).toBe(8 * 1024 - 1024 - 256 - 64);
     // Two tasks never fit on one host.
     expect(2 * reservation).toBeGreaterThan(small.memoryGiB * 1024);
     const big = gpuInstanceFor('H100', 8);
-    expect(workerMemoryReservationMiB(big)).toBe(2048 * 1024 - Math.ceil(2048 * 1024 * 0.1) - 256);
+    expect(workerMemoryReservationMiB(big)).toBe(2048 * 1024 - Math.ceil(2048 * 1024 * 0.1) - 256 - 64);
   });
 });

@@ -1,0 +1,542 @@
+/**
+ * The CDK port of the AWS provider: synthesize an assembly, deploy stacks of it and get their outputs,
+ * destroy stacks, and read a deployed stack's outputs. The real one drives @aws-cdk/toolkit-lib 1.40.1
+ * in process (no `cdk` CLI); tests inject a fake.
+ *
+ *   synth(builder)                       offline, no credentials (stacks are environment-agnostic)
+ *   deploy(assembly, [names], onEvent)   → outputs per stack; throws when a stack fails
+ *   destroy(assembly | [names], onEvent) deletes the stacks (missing ones are fine)
+ *   StackLookup.outputs(name)            CloudFormation DescribeStacks; undefined when no such stack
+ *
+ * Hidden test hook: FERRY_TEST_FAKE_TOOLKIT=<state.json> makes `toolkitFromEnv` return
+ * `RecordingToolkit`, which synthesizes for real but only records deploys and destroys in that file
+ * and answers outputs from it. It exists for the CLI's end-to-end tests (the binary runs in a child
+ * process, where nothing can be injected); it never talks to AWS.
+ */
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { CloudFormationClient, DescribeStacksCommand } from '@aws-sdk/client-cloudformation';
+import { FerryError } from '../../core/errors.js';
+
+/** What the provider shows of the toolkit's work: one event per stage, stack and resource step. */
+export interface ToolkitEvent {
+  type: 'stack' | 'resources' | 'done' | 'warning' | 'error';
+  stack?: string;
+  message: string;
+  /** Resources of `stack` finished so far, and how many there are (when CloudFormation says). */
+  completed?: number;
+  total?: number;
+}
+export type ToolkitEventHandler = (event: ToolkitEvent) => void;
+
+/** A synthesized cloud assembly: its folder and stacks (CloudFormation templates as JSON). */
+export interface SynthesizedAssembly {
+  readonly directory: string;
+  readonly stackNames: readonly string[];
+  template(stackName: string): Record<string, unknown>;
+  dispose(): Promise<void>;
+}
+
+/** Builds the CDK app into `outdir` with `context` and returns its `app.synth()`. */
+export type AssemblyBuilder = (props: { outdir?: string; context?: Record<string, unknown> }) => unknown;
+
+export type StackOutputs = Record<string, string>;
+
+export interface CdkToolkit {
+  synth(builder: AssemblyBuilder, options: { outdir: string }): Promise<SynthesizedAssembly>;
+  /** Deploys exactly these stacks, in dependency order; resolves with each one's outputs. */
+  deploy(
+    assembly: SynthesizedAssembly,
+    stackNames: readonly string[],
+    onEvent: ToolkitEventHandler,
+  ): Promise<Record<string, StackOutputs>>;
+  /** Deletes the stacks; by name needs no template (a stack a teammate deployed). */
+  destroy(target: SynthesizedAssembly | readonly string[], onEvent: ToolkitEventHandler): Promise<void>;
+  /** `cdk bootstrap` of the account/region the credentials point at. */
+  bootstrap(assembly: SynthesizedAssembly, onEvent: ToolkitEventHandler): Promise<void>;
+}
+
+export interface StackLookup {
+  /** The outputs of a deployed stack, or undefined when there is no such stack. */
+  outputs(stackName: string): Promise<StackOutputs | undefined>;
+  close(): void;
+}
+
+/**
+ * Decides the toolkit's questions. `security`: the deploy broadens IAM or security-group access.
+ * Returns false to decline (the deploy is cancelled).
+ */
+export type Approver = (question: string, kind: 'security' | 'rollback') => Promise<boolean>;
+
+// ── reading an assembly folder (shared by the real toolkit and the fake) ─────────────────────────
+
+interface AssemblyLike {
+  directory: string;
+  stacks: ReadonlyArray<{ stackName: string; template: unknown }>;
+}
+
+function assemblyView(asm: AssemblyLike, dispose: () => Promise<void>): SynthesizedAssembly {
+  const templates = new Map(asm.stacks.map((s) => [s.stackName, s.template as Record<string, unknown>]));
+  return {
+    directory: asm.directory,
+    stackNames: [...templates.keys()],
+    template(stackName) {
+      const template = templates.get(stackName);
+      if (!template) throw new FerryError('failed', `The assembly has no stack ${stackName}`);
+      return template;
+    },
+    dispose,
+  };
+}
+
+/** Empty stand-ins named like the stacks to delete: CloudFormation deletes by name. */
+async function placeholderBuilder(stackNames: readonly string[]): Promise<AssemblyBuilder> {
+  const { App, Stack } = await import('aws-cdk-lib');
+  return ({ outdir, context }) => {
+    const app = new App({ ...(outdir ? { outdir } : {}), ...(context ? { context } : {}) });
+    for (const name of stackNames) new Stack(app, name);
+    return app.synth();
+  };
+}
+
+// ── the real toolkit ───────────────────────────────────────────────────────────────────────────
+
+interface IoMessageLike {
+  level: string;
+  code?: string;
+  message: string;
+  data?: unknown;
+  defaultResponse?: unknown;
+}
+
+// We ask for color: false; this strips any color a message still carries.
+const ansiColor = new RegExp(`${String.fromCharCode(27)}\\[[0-9;]*m`, 'g');
+const stripAnsi = (text: string) => text.replace(ansiColor, '');
+
+/** One line from a toolkit message, or undefined for the chatter (debug, trace, most info). */
+export function toolkitEventOf(message: IoMessageLike): ToolkitEvent | undefined {
+  const text = stripAnsi(message.message).trim();
+  const data = (message.data ?? {}) as Record<string, unknown>;
+  const stackName = (data.stack as { stackName?: string } | undefined)?.stackName;
+  switch (message.code) {
+    case 'CDK_TOOLKIT_I5100': // stack deploy progress {total, current, stack}
+    case 'CDK_TOOLKIT_I7100': // stack destroy progress
+      return {
+        type: 'stack',
+        ...(stackName ? { stack: stackName } : {}),
+        message: text,
+      };
+    case 'CDK_TOOLKIT_I5502': {
+      // stack activity: one CloudFormation event, with progress {completed, total}
+      const progress = data.progress as { completed?: number; total?: number } | undefined;
+      const event = data.event as
+        | { LogicalResourceId?: string; ResourceStatus?: string; ResourceType?: string; StackName?: string }
+        | undefined;
+      return {
+        type: 'resources',
+        ...(event?.StackName ? { stack: event.StackName } : stackName ? { stack: stackName } : {}),
+        message:
+          `${event?.ResourceStatus ?? ''} ${event?.ResourceType ?? ''} ${event?.LogicalResourceId ?? ''}`.trim(),
+        ...(progress?.completed !== undefined ? { completed: progress.completed } : {}),
+        ...(progress?.total !== undefined ? { total: progress.total } : {}),
+      };
+    }
+    case 'CDK_TOOLKIT_I5900': // deploy result
+    case 'CDK_TOOLKIT_I7900': // destroyed
+      return { type: 'done', ...(stackName ? { stack: stackName } : {}), message: text };
+  }
+  if (message.level === 'error') return { type: 'error', message: text };
+  if (message.level === 'warn') return { type: 'warning', message: text };
+  return undefined;
+}
+
+/** Why a deploy or destroy failed, with the hint that helps most often. */
+function toolkitFailure(action: string, stacks: readonly string[], error: unknown): FerryError {
+  const message = stripAnsi((error as Error)?.message ?? String(error));
+  const bootstrap = /bootstrap/i.test(message);
+  const credentials = /credential|ExpiredToken|could not load|Unable to resolve AWS account/i.test(message);
+  return new FerryError('failed', `${action} of ${stacks.join(', ')} failed: ${message}`, {
+    hint: bootstrap
+      ? 'The account/region is not bootstrapped for the CDK: run `npx cdk bootstrap` once (or `ferry deploy --provider aws --bootstrap`).'
+      : credentials
+        ? 'Set AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) and AWS_REGION.'
+        : 'See the CloudFormation events above (or in the AWS console) for the resource that failed.',
+    cause: error,
+  });
+}
+
+export class LibToolkit implements CdkToolkit {
+  #onEvent: ToolkitEventHandler = () => {};
+  readonly #toolkit: Promise<import('@aws-cdk/toolkit-lib').Toolkit>;
+
+  constructor(options: { approve: Approver }) {
+    // Imported lazily: toolkit-lib is large, and most commands never need it.
+    this.#toolkit = import('@aws-cdk/toolkit-lib').then(
+      (lib) =>
+        new lib.Toolkit({
+          emojis: false,
+          color: false,
+          ioHost: {
+            notify: async (message) => {
+              const event = toolkitEventOf(message as IoMessageLike);
+              if (event) this.#onEvent(event);
+            },
+            requestResponse: async <T>(message: {
+              code: string;
+              message: string;
+              data?: unknown;
+              defaultResponse: T;
+            }) => {
+              const data = (message.data ?? {}) as { permissionChangeType?: string };
+              if (message.code === 'CDK_TOOLKIT_I5060') {
+                // Only changes that broaden access need a person (the CDK CLI's default, "broadening").
+                if (data.permissionChangeType !== 'broadening') return message.defaultResponse;
+                return (await options.approve(stripAnsi(message.message), 'security')) as T;
+              }
+              if (message.code === 'CDK_TOOLKIT_I5050') {
+                return (await options.approve(stripAnsi(message.message), 'rollback')) as T;
+              }
+              // Destroy confirmations (I7010) were asked by our own command already.
+              return message.defaultResponse;
+            },
+          },
+        }),
+    );
+  }
+
+  async synth(builder: AssemblyBuilder, options: { outdir: string }): Promise<SynthesizedAssembly> {
+    const lib = await import('@aws-cdk/toolkit-lib');
+    const toolkit = await this.#toolkit;
+    const cx = await toolkit.fromAssemblyBuilder(
+      async (props) => builder({ ...props }) as import('@aws-cdk/cloud-assembly-schema').ICloudAssembly,
+      { outdir: options.outdir },
+    );
+    let cached: import('@aws-cdk/toolkit-lib').CachedCloudAssembly;
+    // Synth reports its findings (cdk-nag, validation) as messages before it throws: keep them.
+    const problems: string[] = [];
+    this.#onEvent = (event) => {
+      if (event.type === 'error') problems.push(event.message);
+    };
+    try {
+      cached = await toolkit.synth(cx, { stacks: { strategy: lib.StackSelectionStrategy.ALL_STACKS } });
+    } catch (error) {
+      // toolkit-lib wraps what our builder threw ("Assembly builder failed"): show the cause.
+      const cause = (error as { cause?: unknown }).cause ?? error;
+      if (FerryError.is(cause)) throw cause;
+      const details = problems.length > 0 ? `\n  ${problems.slice(0, 20).join('\n  ')}` : '';
+      throw new FerryError(
+        'failed',
+        `Synthesizing the stacks failed: ${stripAnsi((cause as Error)?.message ?? String(cause))}${details}`,
+        {
+          cause: error,
+        },
+      );
+    } finally {
+      this.#onEvent = () => {};
+    }
+    const view = assemblyView(cached.cloudAssembly, () => cached.dispose());
+    return Object.assign(view, { cached });
+  }
+
+  async deploy(
+    assembly: SynthesizedAssembly,
+    stackNames: readonly string[],
+    onEvent: ToolkitEventHandler,
+  ): Promise<Record<string, StackOutputs>> {
+    const lib = await import('@aws-cdk/toolkit-lib');
+    const toolkit = await this.#toolkit;
+    this.#onEvent = onEvent;
+    try {
+      const result = await toolkit.deploy(cachedOf(assembly), {
+        stacks: {
+          strategy: lib.StackSelectionStrategy.PATTERN_MUST_MATCH,
+          patterns: [...stackNames],
+          expand: lib.ExpandStackSelection.NONE,
+        },
+      });
+      return Object.fromEntries(result.stacks.map((s) => [s.stackName, { ...s.outputs }]));
+    } catch (error) {
+      throw toolkitFailure('Deploying', stackNames, error);
+    } finally {
+      this.#onEvent = () => {};
+    }
+  }
+
+  async destroy(
+    target: SynthesizedAssembly | readonly string[],
+    onEvent: ToolkitEventHandler,
+  ): Promise<void> {
+    const lib = await import('@aws-cdk/toolkit-lib');
+    const toolkit = await this.#toolkit;
+    const names = isAssembly(target) ? target.stackNames : target;
+    this.#onEvent = onEvent;
+    try {
+      const source = isAssembly(target)
+        ? cachedOf(target)
+        : await toolkit.fromAssemblyBuilder(
+            async (props) =>
+              (await placeholderBuilder(names))(
+                props,
+              ) as import('@aws-cdk/cloud-assembly-schema').ICloudAssembly,
+          );
+      await toolkit.destroy(source, {
+        stacks: {
+          strategy: lib.StackSelectionStrategy.PATTERN_MUST_MATCH,
+          patterns: [...names],
+          expand: lib.ExpandStackSelection.NONE,
+        },
+      });
+    } catch (error) {
+      throw toolkitFailure('Destroying', names, error);
+    } finally {
+      this.#onEvent = () => {};
+    }
+  }
+
+  async bootstrap(assembly: SynthesizedAssembly, onEvent: ToolkitEventHandler): Promise<void> {
+    const lib = await import('@aws-cdk/toolkit-lib');
+    const toolkit = await this.#toolkit;
+    this.#onEvent = onEvent;
+    try {
+      await toolkit.bootstrap(lib.BootstrapEnvironments.fromCloudAssemblySource(cachedOf(assembly)));
+    } catch (error) {
+      throw toolkitFailure('Bootstrapping', ['CDKToolkit'], error);
+    } finally {
+      this.#onEvent = () => {};
+    }
+  }
+}
+
+const isAssembly = (target: SynthesizedAssembly | readonly string[]): target is SynthesizedAssembly =>
+  !Array.isArray(target);
+
+function cachedOf(assembly: SynthesizedAssembly): import('@aws-cdk/toolkit-lib').CachedCloudAssembly {
+  const cached = (
+    assembly as SynthesizedAssembly & { cached?: import('@aws-cdk/toolkit-lib').CachedCloudAssembly }
+  ).cached;
+  if (!cached) throw new FerryError('failed', 'This assembly was not synthesized by the CDK toolkit');
+  return cached;
+}
+
+/** DescribeStacks by name; "does not exist" is undefined, anything else an error. */
+export class CloudFormationLookup implements StackLookup {
+  constructor(private readonly client: CloudFormationClient = new CloudFormationClient({})) {}
+
+  async outputs(stackName: string): Promise<StackOutputs | undefined> {
+    try {
+      const result = await this.client.send(new DescribeStacksCommand({ StackName: stackName }));
+      const stack = result.Stacks?.[0];
+      if (!stack || stack.StackStatus === 'DELETE_COMPLETE') return undefined;
+      return Object.fromEntries(
+        (stack.Outputs ?? [])
+          .filter((o) => o.OutputKey !== undefined)
+          .map((o) => [o.OutputKey as string, o.OutputValue ?? '']),
+      );
+    } catch (error) {
+      if (/does not exist/i.test((error as Error).message ?? '')) return undefined;
+      if (/region is missing/i.test((error as Error).message ?? '')) {
+        throw new FerryError('failed', 'No AWS region is set', {
+          hint: 'Set AWS_REGION (or a region in your AWS profile), and AWS credentials.',
+        });
+      }
+      throw new FerryError(
+        'failed',
+        `Cannot read the CloudFormation stack ${stackName}: ${(error as Error).message}`,
+        {
+          hint: 'Set AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) and AWS_REGION.',
+          cause: error,
+        },
+      );
+    }
+  }
+
+  close(): void {
+    this.client.destroy();
+  }
+}
+
+// ── the recording fake (hidden test hook) ───────────────────────────────────────────────────────
+
+/** The fake's file: what tests set up (outputs, failures) and what it recorded (calls). */
+export interface FakeToolkitState {
+  /** Deployed stacks and their outputs. Tests may seed the platform here ("already deployed"). */
+  stacks: Record<string, StackOutputs>;
+  /** Outputs of the platform stack when the fake deploys it. */
+  platformOutputs: StackOutputs;
+  /** Stack names whose deploy (or destroy) fails. */
+  failDeploy?: string[];
+  failDestroy?: string[];
+  calls: FakeToolkitCall[];
+}
+
+export interface FakeToolkitCall {
+  op: 'deploy' | 'destroy' | 'bootstrap';
+  stacks: string[];
+  /** deploy: per stack, what its template says (read from the real synthesized template). */
+  summaries?: Record<string, TemplateSummary>;
+}
+
+export interface TemplateSummary {
+  resourceCount: number;
+  /** FERRY_SOURCE_FINGERPRINT values of its task definitions. */
+  fingerprints: string[];
+  /** Endpoints as the task definitions' environments name them. */
+  endpoints: Array<{ name: string; id: string; kind: 'queue' | 'lb' }>;
+  /** Queue names (`ferry-<id>`, `ferry-<id>-dlq`). */
+  queueNames: string[];
+}
+
+type Resource = { Type?: string; Properties?: Record<string, unknown> };
+
+/** What a deploy of this template would make, for the fake's outputs and the tests' assertions. */
+export function summarizeTemplate(template: Record<string, unknown>): TemplateSummary {
+  const resources = Object.values((template.Resources ?? {}) as Record<string, Resource>);
+  const fingerprints = new Set<string>();
+  const endpoints = new Map<string, { name: string; id: string; kind: 'queue' | 'lb' }>();
+  for (const resource of resources) {
+    if (resource.Type !== 'AWS::ECS::TaskDefinition') continue;
+    const containers = (resource.Properties?.ContainerDefinitions ?? []) as Array<{
+      Environment?: Array<{ Name?: string; Value?: unknown }>;
+    }>;
+    for (const container of containers) {
+      const env = new Map((container.Environment ?? []).map((e) => [e.Name, e.Value]));
+      const fingerprint = env.get('FERRY_SOURCE_FINGERPRINT');
+      if (typeof fingerprint === 'string') fingerprints.add(fingerprint);
+      const id = env.get('FERRY_ENDPOINT_ID');
+      const name = env.get('FERRY_ENDPOINT');
+      const kind = env.get('FERRY_ENDPOINT_KIND');
+      if (typeof id === 'string' && typeof name === 'string' && (kind === 'queue' || kind === 'lb'))
+        endpoints.set(id, { name, id, kind });
+    }
+  }
+  const queueNames = resources
+    .filter((r) => r.Type === 'AWS::SQS::Queue')
+    .map((r) => r.Properties?.QueueName)
+    .filter((n): n is string => typeof n === 'string')
+    .sort();
+  return {
+    resourceCount: resources.length,
+    fingerprints: [...fingerprints].sort(),
+    endpoints: [...endpoints.values()].sort((a, b) => a.name.localeCompare(b.name)),
+    queueNames,
+  };
+}
+
+/** Fake outputs of an app stack: the `Endpoints` JSON the real stack exports, from the template. */
+function fakeAppOutputs(summary: TemplateSummary): StackOutputs {
+  const endpoints = summary.endpoints.map((e) =>
+    e.kind === 'queue'
+      ? {
+          ...e,
+          queueUrl: `https://sqs.us-east-1.amazonaws.com/123456789012/ferry-${e.id}`,
+        }
+      : { ...e, url: `http://ferry-${e.id}.us-east-1.elb.amazonaws.com` },
+  );
+  return { Endpoints: JSON.stringify(endpoints) };
+}
+
+export class RecordingToolkit implements CdkToolkit, StackLookup {
+  constructor(private readonly file: string) {}
+
+  private read(): FakeToolkitState {
+    if (!existsSync(this.file)) {
+      return { stacks: {}, platformOutputs: {}, calls: [] };
+    }
+    return JSON.parse(readFileSync(this.file, 'utf8')) as FakeToolkitState;
+  }
+
+  private write(state: FakeToolkitState): void {
+    writeFileSync(this.file, `${JSON.stringify(state, null, 2)}\n`);
+  }
+
+  async synth(builder: AssemblyBuilder, options: { outdir: string }): Promise<SynthesizedAssembly> {
+    const asm = (await builder({ outdir: options.outdir })) as AssemblyLike;
+    return assemblyView(asm, async () => {});
+  }
+
+  async deploy(
+    assembly: SynthesizedAssembly,
+    stackNames: readonly string[],
+    onEvent: ToolkitEventHandler,
+  ): Promise<Record<string, StackOutputs>> {
+    const state = this.read();
+    const summaries: Record<string, TemplateSummary> = {};
+    const outputs: Record<string, StackOutputs> = {};
+    try {
+      for (const [index, name] of stackNames.entries()) {
+        const summary = summarizeTemplate(assembly.template(name));
+        summaries[name] = summary;
+        onEvent({
+          type: 'stack',
+          stack: name,
+          message: `${name}: deploying... [${index + 1}/${stackNames.length}]`,
+        });
+        onEvent({
+          type: 'resources',
+          stack: name,
+          message: 'CREATE_COMPLETE (fake)',
+          completed: summary.resourceCount,
+          total: summary.resourceCount,
+        });
+        if (state.failDeploy?.includes(name)) {
+          throw new FerryError(
+            'failed',
+            `Deploying of ${name} failed: The stack named ${name} failed creation (fake toolkit)`,
+          );
+        }
+        outputs[name] = name === 'FerryPlatform' ? { ...state.platformOutputs } : fakeAppOutputs(summary);
+        state.stacks[name] = outputs[name];
+        onEvent({ type: 'done', stack: name, message: `${name}: deployed` });
+      }
+      return outputs;
+    } finally {
+      state.calls.push({ op: 'deploy', stacks: [...stackNames], summaries });
+      this.write(state);
+    }
+  }
+
+  async destroy(
+    target: SynthesizedAssembly | readonly string[],
+    onEvent: ToolkitEventHandler,
+  ): Promise<void> {
+    const names = isAssembly(target) ? [...target.stackNames] : [...target];
+    const state = this.read();
+    state.calls.push({ op: 'destroy', stacks: names });
+    try {
+      for (const name of names) {
+        if (state.failDestroy?.includes(name)) {
+          throw new FerryError('failed', `Destroying of ${name} failed: DELETE_FAILED (fake toolkit)`);
+        }
+        delete state.stacks[name];
+        onEvent({ type: 'done', stack: name, message: `${name}: destroyed` });
+      }
+    } finally {
+      this.write(state);
+    }
+  }
+
+  async bootstrap(_assembly: SynthesizedAssembly, _onEvent: ToolkitEventHandler): Promise<void> {
+    const state = this.read();
+    state.calls.push({ op: 'bootstrap', stacks: ['CDKToolkit'] });
+    this.write(state);
+  }
+
+  async outputs(stackName: string): Promise<StackOutputs | undefined> {
+    return this.read().stacks[stackName];
+  }
+
+  close(): void {}
+}
+
+/** The real toolkit and lookup, or the recording fake when FERRY_TEST_FAKE_TOOLKIT is set. */
+export function toolkitFromEnv(
+  env: NodeJS.ProcessEnv,
+  approve: Approver,
+): { toolkit: CdkToolkit; lookup: StackLookup } {
+  const fake = env.FERRY_TEST_FAKE_TOOLKIT;
+  if (fake) {
+    const recording = new RecordingToolkit(path.resolve(fake));
+    return { toolkit: recording, lookup: recording };
+  }
+  return { toolkit: new LibToolkit({ approve }), lookup: new CloudFormationLookup() };
+}

@@ -1,0 +1,328 @@
+/**
+ * `--provider aws` through the real binary: CloudFormation is the recording fake toolkit (hidden hook
+ * FERRY_TEST_FAKE_TOOLKIT: it synthesizes the real templates but only records deploys and destroys),
+ * and the records and the artifact go to DynamoDB Local and fauxqs S3 (hooks FERRY_DYNAMODB_ENDPOINT,
+ * FERRY_S3_ENDPOINT). What is real: the CLI, the build, the CDK synth of both stacks, the control
+ * table and the bucket.
+ */
+import { appendFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  type AwsEndpointRecord,
+  appStackName as cliAppStackName,
+  manifestFromRecords,
+} from '../../cli/providers/aws.js';
+import { type FakeToolkitState, toolkitEventOf } from '../../cli/providers/toolkit.js';
+import type { EndpointRecord } from '../../core/ports.js';
+import { appStackName } from '../../infra/app-stack.js';
+import { type AwsFixture, fakeAwsConfig, startAwsFixture } from '../support/emulators.js';
+import { CliSandbox } from './cli-support.js';
+
+const apiUrl = 'https://abc123.execute-api.us-east-1.amazonaws.com/api/v2';
+
+describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () => {
+  const sandbox = new CliSandbox();
+  let fixture: AwsFixture;
+  let project = '';
+  let stateFile = '';
+
+  const state = (): FakeToolkitState => JSON.parse(readFileSync(stateFile, 'utf8')) as FakeToolkitState;
+  const editState = (edit: (s: FakeToolkitState) => void) => {
+    const s = state();
+    edit(s);
+    writeFileSync(stateFile, JSON.stringify(s));
+  };
+  const ferry = (args: string[]) =>
+    sandbox.run([...args, '--provider', 'aws'], {
+      cwd: project,
+      timeoutMs: 240_000,
+      env: {
+        FERRY_TEST_FAKE_TOOLKIT: stateFile,
+        FERRY_DYNAMODB_ENDPOINT: fixture.dynamo.endpoint,
+        FERRY_S3_ENDPOINT: fixture.fauxqs.endpoint,
+        AWS_REGION: fakeAwsConfig.region,
+        AWS_ACCESS_KEY_ID: fakeAwsConfig.credentials.accessKeyId,
+        AWS_SECRET_ACCESS_KEY: fakeAwsConfig.credentials.secretAccessKey,
+        AWS_PROFILE: undefined,
+        AWS_EC2_METADATA_DISABLED: 'true',
+      },
+    });
+  const records = async (app: string, env?: string) =>
+    (await fixture.control().listEndpoints({ app, ...(env ? { env } : {}) })) as AwsEndpointRecord[];
+
+  beforeAll(async () => {
+    fixture = await startAwsFixture();
+    expect((await sandbox.run(['init', 'shop'])).code).toBe(0);
+    project = path.join(sandbox.root, 'shop');
+    stateFile = path.join(sandbox.root, 'fake-toolkit.json');
+    const initial: FakeToolkitState = {
+      stacks: {},
+      platformOutputs: {
+        ApiUrl: apiUrl,
+        BucketName: fixture.bucket,
+        ClusterName: 'ferry-cluster',
+        ControlTableName: fixture.tables.control,
+        JobsTableName: fixture.tables.jobs,
+        ChunksTableName: fixture.tables.chunks,
+        WorkersTableName: fixture.tables.workers,
+      },
+      calls: [],
+    };
+    writeFileSync(stateFile, JSON.stringify(initial));
+  }, 180_000);
+  afterAll(async () => {
+    await sandbox.cleanup();
+    await fixture?.stop();
+  });
+
+  it('names stacks as infra/ does', () => {
+    expect(cliAppStackName('my_app', 'prod.1')).toBe(appStackName('my_app', 'prod.1'));
+  });
+
+  it('says so, and exits 1, when the account has no platform yet', async () => {
+    const result = await ferry(['app', 'list']);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('No Ferry platform in this AWS account and region');
+    expect(result.stderr).toContain('ferry deploy --provider aws');
+  });
+
+  let firstFingerprint = '';
+
+  it('first deploy: creates the platform, deploys the app stack, uploads, records, lists every endpoint', async () => {
+    const result = await ferry(['deploy', '--yes']);
+    expect(result.code, result.stderr).toBe(0);
+    for (const stage of [
+      '[1/5] Build',
+      '[2/5] Environment resolution',
+      '[3/5] Upload',
+      '[4/5] Provisioning',
+      '[5/5] Configuration',
+    ])
+      expect(result.stderr).toContain(stage);
+    expect(result.stderr).toContain('no FerryPlatform stack in this account/region yet');
+
+    const calls = state().calls;
+    expect(calls.map((c) => [c.op, c.stacks])).toEqual([
+      ['deploy', ['FerryPlatform']],
+      ['deploy', ['FerryPlatform', 'Ferry-shop-production']],
+    ]);
+    const summary = calls[1]!.summaries!['Ferry-shop-production']!;
+    expect(summary.endpoints.map((e) => e.name)).toEqual(['cpu_worker', 'gpu_worker', 'lb_worker']);
+    expect(summary.fingerprints).toHaveLength(1);
+    firstFingerprint = summary.fingerprints[0]!;
+
+    // Records in the shared control table, with the stack's queue URLs and the endpoint URLs.
+    const control = fixture.control();
+    expect(await control.getApp('shop')).toBeDefined();
+    const env = await control.getEnvironment('shop', 'production');
+    expect(env?.fingerprint).toBe(firstFingerprint);
+    const eps = await records('shop', 'production');
+    expect(eps.map((e) => e.name)).toEqual(['cpu_worker', 'gpu_worker', 'lb_worker']);
+    for (const ep of eps) {
+      expect(summary.endpoints.find((e) => e.name === ep.name)?.id).toBe(ep.id);
+      expect(ep.fingerprint).toBe(firstFingerprint);
+      if (ep.kind === 'queue') {
+        expect(ep.aws?.queueUrl).toBe(`https://sqs.us-east-1.amazonaws.com/123456789012/ferry-${ep.id}`);
+        expect(ep.aws?.url).toBe(`${apiUrl}/${ep.id}`);
+        expect(summary.queueNames).toContain(`ferry-${ep.id}`);
+        expect(result.stdout).toMatch(
+          new RegExp(`${ep.name}\\s+${apiUrl.replace(/\./g, '\\.')}/${ep.id}\\s+\\(queue\\)`),
+        );
+      } else {
+        expect(ep.aws?.url).toBe(`http://ferry-${ep.id}.us-east-1.elb.amazonaws.com`);
+        expect(result.stdout).toContain(`${ep.aws?.url}  (load-balanced)`);
+      }
+    }
+    expect(result.stdout).toContain('POST /process');
+    expect(result.stdout).toMatch(
+      new RegExp(
+        `curl -X POST ${apiUrl.replace(/\./g, '\\.')}/\\S+/runsync -H "Authorization: Bearer \\$FERRY_API_KEY"`,
+      ),
+    );
+
+    // The artifact in the platform bucket; the templates in .ferry/cdk.out.
+    expect(await fixture.blobs().exists(`artifacts/shop/production/${firstFingerprint}.tar.gz`)).toBe(true);
+    const template = readFileSync(
+      path.join(project, '.ferry', 'cdk.out', 'Ferry-shop-production.template.json'),
+      'utf8',
+    );
+    expect(template).toContain(firstFingerprint);
+  });
+
+  it('a source change deploys again with the new fingerprint in the template; ids stay', async () => {
+    const before = await records('shop', 'production');
+    appendFileSync(path.join(project, 'cpu_worker.py'), '\n# changed\n');
+    const result = await ferry(['deploy', '--yes', '--json']);
+    expect(result.code, result.stderr).toBe(0);
+    const calls = state().calls;
+    expect(calls).toHaveLength(3);
+    expect(calls[2]!.stacks).toEqual(['FerryPlatform', 'Ferry-shop-production']);
+    const fingerprints = calls[2]!.summaries!['Ferry-shop-production']!.fingerprints;
+    expect(fingerprints).toHaveLength(1);
+    expect(fingerprints[0]).not.toBe(firstFingerprint);
+    const after = await records('shop', 'production');
+    expect(after.map((e) => e.id)).toEqual(before.map((e) => e.id));
+    expect(after.every((e) => e.fingerprint === fingerprints[0])).toBe(true);
+    const json = JSON.parse(result.stdout);
+    expect(json.fingerprint).toBe(fingerprints[0]);
+    expect(json.endpoints.every((e: { change: string }) => e.change === 'updated')).toBe(true);
+  });
+
+  it('with several environments and no --env: the spec error, and nothing deployed', async () => {
+    expect((await ferry(['deploy', '--yes', '--env', 'staging'])).code).toBe(0);
+    expect(state().calls.at(-1)!.stacks).toEqual(['FerryPlatform', 'Ferry-shop-staging']);
+    const count = state().calls.length;
+    const result = await ferry(['deploy', '--yes']);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('Error: Multiple environments found: production, staging');
+    expect(state().calls).toHaveLength(count);
+  });
+
+  it('a failing stack deploy exits 1 with the error, prints no success, and keeps the old records', async () => {
+    const before = await records('shop', 'staging');
+    editState((s) => {
+      s.failDeploy = ['Ferry-shop-staging'];
+    });
+    appendFileSync(path.join(project, 'gpu_worker.py'), '\n# changed again\n');
+    const result = await ferry(['deploy', '--yes', '--env', 'staging']);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/Error: .*Ferry-shop-staging failed/);
+    expect(result.stdout).not.toContain('Deployed');
+    expect(await records('shop', 'staging')).toEqual(before);
+    editState((s) => {
+      delete s.failDeploy;
+    });
+  });
+
+  it('lists endpoints, environments and apps from the control table', async () => {
+    const list = await ferry(['undeploy', 'list', '--json']);
+    expect(list.code, list.stderr).toBe(0);
+    const endpoints = JSON.parse(list.stdout) as Array<{ env: string; url: string }>;
+    expect(endpoints).toHaveLength(6);
+    expect(endpoints.every((e) => e.url.startsWith(apiUrl) || e.url.includes('.elb.amazonaws.com'))).toBe(
+      true,
+    );
+    const envs = JSON.parse((await ferry(['env', 'list', '--json'])).stdout) as Array<{ name: string }>;
+    expect(envs.map((e) => e.name)).toEqual(['production', 'staging']);
+    const apps = JSON.parse((await ferry(['app', 'list', '--json'])).stdout);
+    expect(apps).toEqual([
+      expect.objectContaining({ name: 'shop', environments: ['production', 'staging'] }),
+    ]);
+  });
+
+  it('keys create | list | revoke keep hashed keys in the control table', async () => {
+    const created = await ferry(['keys', 'create', '--name', 'ci', '--json']);
+    expect(created.code, created.stderr).toBe(0);
+    const { id, key } = JSON.parse(created.stdout) as { id: string; key: string };
+    const stored = await fixture.control().listApiKeys();
+    expect(stored.map((k) => k.id)).toContain(id);
+    expect(JSON.stringify(stored)).not.toContain(key);
+    expect((await ferry(['keys', 'revoke', id])).code).toBe(0);
+    expect((await fixture.control().listApiKeys()).map((k) => k.id)).not.toContain(id);
+  });
+
+  it('undeploy NAME redeploys the stack without it, then deletes its record', async () => {
+    const result = await ferry(['undeploy', 'cpu_worker', '--env', 'staging', '--force']);
+    expect(result.code, result.stderr).toBe(0);
+    const call = state().calls.at(-1)!;
+    expect(call.op).toBe('deploy');
+    expect(call.summaries!['Ferry-shop-staging']!.endpoints.map((e) => e.name)).toEqual([
+      'gpu_worker',
+      'lb_worker',
+    ]);
+    expect((await records('shop', 'staging')).map((e) => e.name)).toEqual(['gpu_worker', 'lb_worker']);
+  });
+
+  it('env delete destroys the environment stack once, then removes the records', async () => {
+    const count = state().calls.length;
+    const result = await ferry(['env', 'delete', 'staging', '--force']);
+    expect(result.code, result.stderr).toBe(0);
+    expect(
+      state()
+        .calls.slice(count)
+        .map((c) => [c.op, c.stacks]),
+    ).toEqual([['destroy', ['Ferry-shop-staging']]]);
+    expect(await records('shop', 'staging')).toEqual([]);
+    expect(await fixture.control().getEnvironment('shop', 'staging')).toBeUndefined();
+  });
+
+  it('app delete that cannot destroy a stack exits 1 and keeps the app and its records (flash#367)', async () => {
+    editState((s) => {
+      s.failDestroy = ['Ferry-shop-production'];
+    });
+    const result = await ferry(['app', 'delete', 'shop', '--force']);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("App 'shop' was kept");
+    expect(result.stdout).not.toContain('Deleted');
+    expect(await fixture.control().getApp('shop')).toBeDefined();
+    expect(await records('shop', 'production')).toHaveLength(3);
+    editState((s) => {
+      delete s.failDestroy;
+    });
+  });
+
+  it('app delete destroys the stacks, then removes every record', async () => {
+    const result = await ferry(['app', 'delete', 'shop', '--force']);
+    expect(result.code, result.stderr).toBe(0);
+    expect(state().calls.at(-1)).toEqual({ op: 'destroy', stacks: ['Ferry-shop-production'] });
+    expect(state().stacks['Ferry-shop-production']).toBeUndefined();
+    expect(await fixture.control().getApp('shop')).toBeUndefined();
+    expect(await records('shop')).toEqual([]);
+    expect(existsSync(stateFile)).toBe(true);
+  });
+});
+
+describe('aws provider pieces', () => {
+  it('turns toolkit messages into progress events and drops the chatter', () => {
+    expect(
+      toolkitEventOf({
+        level: 'info',
+        code: 'CDK_TOOLKIT_I5502',
+        message: 'x',
+        data: {
+          event: {
+            StackName: 'Ferry-a-b',
+            ResourceStatus: 'CREATE_COMPLETE',
+            ResourceType: 'AWS::SQS::Queue',
+            LogicalResourceId: 'Q',
+          },
+          progress: { completed: 3, total: 12, formatted: '3/12' },
+        },
+      }),
+    ).toEqual({
+      type: 'resources',
+      stack: 'Ferry-a-b',
+      message: 'CREATE_COMPLETE AWS::SQS::Queue Q',
+      completed: 3,
+      total: 12,
+    });
+    expect(
+      toolkitEventOf({ level: 'error', code: 'CDK_TOOLKIT_E5500', message: '\u001b[31mboom\u001b[0m' }),
+    ).toEqual({
+      type: 'error',
+      message: 'boom',
+    });
+    expect(toolkitEventOf({ level: 'debug', message: 'noise' })).toBeUndefined();
+    expect(
+      toolkitEventOf({ level: 'info', code: 'CDK_TOOLKIT_I1000', message: 'synth time' }),
+    ).toBeUndefined();
+  });
+
+  it('refuses to rebuild a stack from records of two different builds', () => {
+    const base = {
+      app: 'a',
+      env: 'e',
+      kind: 'queue' as const,
+      config: {},
+      createdAt: 0,
+      updatedAt: 0,
+      artifactKey: 'artifacts/a/e/1.tar.gz',
+    };
+    const records: EndpointRecord[] = [
+      { ...base, id: 'x-1', name: 'x', fingerprint: '1'.repeat(64) },
+      { ...base, id: 'y-1', name: 'y', fingerprint: '2'.repeat(64) },
+    ];
+    expect(() => manifestFromRecords('a', records)).toThrow(/run different builds/);
+  });
+});
