@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { conflict, notFound } from './errors.js';
 import { canMove, isFinal, type Job, type JobView, type Move, viewOf } from './job.js';
 import { limits } from './limits.js';
-import type { ChangeFeed, Clock, JobPatch, JobQueue, JobStore, WorkerRegistry } from './ports.js';
+import type { ChangeFeed, Clock, JobPatch, JobQueue, JobStore, WorkerRecord, WorkerRegistry } from './ports.js';
 import type { JobDoneBody, RunRequest } from './schemas.js';
 
 export interface EngineSettings {
@@ -83,6 +83,8 @@ export class JobEngine {
   private readonly clock: Clock;
   private readonly webhooks: WebhookSender | undefined;
   private readonly newId: () => string;
+  /** The registry record this process last wrote for each worker (see heartbeat). */
+  private readonly seenWorkers = new Map<string, WorkerRecord>();
 
   constructor(deps: EngineDeps) {
     this.jobs = deps.jobs;
@@ -364,7 +366,7 @@ export class JobEngine {
       const deadline = this.clock.now() + waitMs;
       for (;;) {
         const now = this.clock.now();
-        const held = (await this.workers.get(workerId))?.jobIds ?? [];
+        const held = (await this.workerRecord(workerId))?.jobIds ?? [];
         const stop: string[] = [];
         for (const jobId of held) {
           const job = await this.jobs.get(jobId, now);
@@ -457,6 +459,7 @@ export class JobEngine {
         job = await this.jobs.get(listed.id, this.clock.now());
       }
     }
+    this.seenWorkers.delete(workerId);
     await this.workers.remove(workerId);
     return moved;
   }
@@ -621,20 +624,36 @@ export class JobEngine {
     }
   }
 
+  /**
+   * Records what a worker holds. A worker talks to one process (the local platform, or its task's
+   * agent), so that process remembers the last record it wrote and skips the write while nothing but
+   * the time changed — a job would otherwise cost two registry writes on its hot path.
+   */
   private async heartbeat(
     endpointId: string,
     workerId: string,
     held: ((current: string[]) => string[]) | undefined,
   ): Promise<void> {
-    const before = await this.workers.get(workerId);
+    const before = await this.workerRecord(workerId);
     const jobIds = held ? [...new Set(held(before?.jobIds ?? []))] : (before?.jobIds ?? []);
-    await this.workers.heartbeat({
-      workerId,
-      endpointId,
-      state: jobIds.length > 0 ? 'running' : 'idle',
-      jobIds,
-      lastSeenAt: this.clock.now(),
-    });
+    const now = this.clock.now();
+    const state = jobIds.length > 0 ? 'running' : 'idle';
+    const unchanged =
+      before !== undefined &&
+      before.endpointId === endpointId &&
+      before.state === state &&
+      before.jobIds.length === jobIds.length &&
+      before.jobIds.every((id, i) => id === jobIds[i]) &&
+      now - before.lastSeenAt < this.settings.workerStaleMs / 6;
+    if (unchanged) return;
+    const record = { workerId, endpointId, state, jobIds, lastSeenAt: now } as const;
+    await this.workers.heartbeat({ ...record, jobIds: [...jobIds] });
+    if (this.seenWorkers.size >= 10_000) this.seenWorkers.clear();
+    this.seenWorkers.set(workerId, { ...record, jobIds: [...jobIds] });
+  }
+
+  private async workerRecord(workerId: string): Promise<WorkerRecord | undefined> {
+    return this.seenWorkers.get(workerId) ?? (await this.workers.get(workerId));
   }
 }
 

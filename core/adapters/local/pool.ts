@@ -290,14 +290,15 @@ export class EndpointPool {
       const busy = [...this.procs.values()].filter((p) => !p.stopping && p.inFlight > 0).length;
       desired = Math.min(max, Math.max(min, busy));
     } else {
+      // Demand = urgent queued jobs + jobs our workers hold. Both are cheap reads (the queue and the
+      // worker registry), unlike counting the jobs table, which grows with retention.
       const depth = await this.options.queue.depth(this.endpointId);
-      const running = (await this.options.jobs.counts(this.endpointId, now)).inProgress;
+      const held = await this.markBusy(now);
       desired = Math.min(
         max,
-        Math.max(min, Math.ceil((depth.urgent + running) / this.resources.maxConcurrency)),
+        Math.max(min, Math.ceil((depth.urgent + held) / this.resources.maxConcurrency)),
       );
       await this.enforceStops(now);
-      await this.markBusy(now);
     }
     const live = [...this.procs.values()].filter((p) => !p.stopping);
     for (let i = live.length; i < desired && now >= this.nextStartAt; i++) this.launch();
@@ -313,10 +314,17 @@ export class EndpointPool {
   }
 
   /** Queue workers count as busy while the registry says they hold jobs. */
-  private async markBusy(now: number): Promise<void> {
+  /** Marks the workers holding jobs as busy now; returns how many jobs this pool's workers hold. */
+  private async markBusy(now: number): Promise<number> {
     const records = await this.options.workers.list(this.endpointId, 0);
-    const running = new Set(records.filter((r) => r.state === 'running').map((r) => r.workerId));
-    for (const proc of this.procs.values()) if (running.has(proc.workerId)) proc.lastBusyAt = now;
+    let held = 0;
+    for (const record of records) {
+      const proc = this.procs.get(record.workerId);
+      if (!proc) continue;
+      held += record.jobIds.length;
+      if (record.state === 'running') proc.lastBusyAt = now;
+    }
+    return held;
   }
 
   /** Kills workers that keep a stopped (cancelled, timed-out) job past the grace period. */

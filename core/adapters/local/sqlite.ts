@@ -38,6 +38,28 @@ import type {
 
 type Db = Database.Database;
 
+/**
+ * Statements prepared once per connection: better-sqlite3 compiles SQL on every `prepare`, which
+ * showed up as a hot spot on the job path.
+ */
+const statements = new WeakMap<Db, Map<string, Database.Statement>>();
+function prepared<P extends unknown[] = unknown[], R = unknown>(
+  db: Db,
+  sql: string,
+): Database.Statement<P, R> {
+  let byText = statements.get(db);
+  if (!byText) {
+    byText = new Map();
+    statements.set(db, byText);
+  }
+  let statement = byText.get(sql);
+  if (!statement) {
+    statement = db.prepare(sql);
+    byText.set(sql, statement);
+  }
+  return statement as unknown as Database.Statement<P, R>;
+}
+
 const schemaVersion = 1;
 
 const schema = `
@@ -77,7 +99,10 @@ CREATE TABLE IF NOT EXISTS queue (
   -- Changes on every delivery, so the receipt of an earlier delivery cannot ack a later one.
   token TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS queue_by_endpoint ON queue (endpoint_id, visible_at, seq);
+-- In send order per endpoint: a receive walks from the oldest message and stops after \`max\` visible
+-- ones, instead of sorting every visible message (which made each receive cost O(queue length)).
+DROP INDEX IF EXISTS queue_by_endpoint;
+CREATE INDEX IF NOT EXISTS queue_in_order ON queue (endpoint_id, seq);
 
 CREATE TABLE IF NOT EXISTS apps (name TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS environments (
@@ -262,22 +287,20 @@ class SqliteJobStore implements JobStore {
   }
 
   async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
-    const rows = this.db
-      .prepare<[string, string, number, number], JobRow>(
-        `SELECT body FROM jobs WHERE endpoint_id = ? AND status = ? AND expires_at > ?
+    const rows = prepared<[string, string, number, number], JobRow>(
+      this.db,
+      `SELECT body FROM jobs WHERE endpoint_id = ? AND status = ? AND expires_at > ?
          ORDER BY created_at, rowid LIMIT ?`,
-      )
-      .all(endpointId, status, nowMs, checkLimit(limit));
+    ).all(endpointId, status, nowMs, checkLimit(limit));
     return rows.map(parseJob);
   }
 
   async listOverdue(nowMs: number, limit: number): Promise<Job[]> {
-    const rows = this.db
-      .prepare<[{ now: number; limit: number }], JobRow>(
-        `SELECT body FROM jobs WHERE status = 'IN_PROGRESS' AND (lease_until <= @now OR run_deadline <= @now)
+    const rows = prepared<[{ now: number; limit: number }], JobRow>(
+      this.db,
+      `SELECT body FROM jobs WHERE status = 'IN_PROGRESS' AND (lease_until <= @now OR run_deadline <= @now)
          ORDER BY created_at, rowid LIMIT @limit`,
-      )
-      .all({ now: nowMs, limit: checkLimit(limit) });
+    ).all({ now: nowMs, limit: checkLimit(limit) });
     return rows.map(parseJob);
   }
 
@@ -286,12 +309,11 @@ class SqliteJobStore implements JobStore {
    * them, so this is how the engine still finds them to stop and finalise them.
    */
   async listExpiredUnfinished(nowMs: number, limit: number): Promise<Job[]> {
-    const rows = this.db
-      .prepare<[number, number], JobRow>(
-        `SELECT body FROM jobs WHERE status IN ('IN_QUEUE', 'IN_PROGRESS') AND expires_at <= ?
+    const rows = prepared<[number, number], JobRow>(
+      this.db,
+      `SELECT body FROM jobs WHERE status IN ('IN_QUEUE', 'IN_PROGRESS') AND expires_at <= ?
          ORDER BY expires_at, rowid LIMIT ?`,
-      )
-      .all(nowMs, checkLimit(limit));
+    ).all(nowMs, checkLimit(limit));
     return rows.map(parseJob);
   }
 
@@ -304,17 +326,16 @@ class SqliteJobStore implements JobStore {
   }
 
   async clearStream(jobId: string): Promise<void> {
-    this.db.prepare('DELETE FROM stream_chunks WHERE job_id = ?').run(jobId);
+    prepared(this.db, 'DELETE FROM stream_chunks WHERE job_id = ?').run(jobId);
   }
 
   /** failed counts FAILED and TIMED_OUT (both are runs that did not succeed); CANCELLED counts nowhere. */
   async counts(endpointId: string, nowMs: number): Promise<JobCounts> {
-    const rows = this.db
-      .prepare<[string, number], { status: JobStatus; n: number; retried: number }>(
-        `SELECT status, COUNT(*) AS n, SUM(retries > 0) AS retried FROM jobs
+    const rows = prepared<[string, number], { status: JobStatus; n: number; retried: number }>(
+      this.db,
+      `SELECT status, COUNT(*) AS n, SUM(retries > 0) AS retried FROM jobs
          WHERE endpoint_id = ? AND expires_at > ? GROUP BY status`,
-      )
-      .all(endpointId, nowMs);
+    ).all(endpointId, nowMs);
     const counts: JobCounts = { completed: 0, failed: 0, inProgress: 0, inQueue: 0, retried: 0 };
     for (const row of rows) {
       counts.retried += row.retried;
@@ -334,17 +355,15 @@ class SqliteJobStore implements JobStore {
   async deleteExpired(nowMs: number): Promise<number> {
     return this.db
       .transaction(() => {
-        this.db
-          .prepare(
-            `DELETE FROM stream_chunks WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?
+        prepared(
+          this.db,
+          `DELETE FROM stream_chunks WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?
                AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'))`,
-          )
-          .run(nowMs);
-        return this.db
-          .prepare(
-            `DELETE FROM jobs WHERE expires_at <= ? AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT')`,
-          )
-          .run(nowMs).changes;
+        ).run(nowMs);
+        return prepared(
+          this.db,
+          `DELETE FROM jobs WHERE expires_at <= ? AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT')`,
+        ).run(nowMs).changes;
       })
       .immediate();
   }
@@ -483,11 +502,10 @@ class SqliteControlStore implements ControlStore {
   constructor(private readonly db: Db) {}
 
   async putApp(app: AppRecord): Promise<void> {
-    this.db
-      .prepare(
-        'INSERT INTO apps (name, body) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET body = excluded.body',
-      )
-      .run(app.name, JSON.stringify(app));
+    prepared(
+      this.db,
+      'INSERT INTO apps (name, body) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET body = excluded.body',
+    ).run(app.name, JSON.stringify(app));
   }
 
   async getApp(name: string): Promise<AppRecord | undefined> {
@@ -499,16 +517,15 @@ class SqliteControlStore implements ControlStore {
   }
 
   async deleteApp(name: string): Promise<void> {
-    this.db.prepare('DELETE FROM apps WHERE name = ?').run(name);
+    prepared(this.db, 'DELETE FROM apps WHERE name = ?').run(name);
   }
 
   async putEnvironment(env: EnvironmentRecord): Promise<void> {
-    this.db
-      .prepare(
-        `INSERT INTO environments (app, name, body) VALUES (?, ?, ?)
+    prepared(
+      this.db,
+      `INSERT INTO environments (app, name, body) VALUES (?, ?, ?)
          ON CONFLICT (app, name) DO UPDATE SET body = excluded.body`,
-      )
-      .run(env.app, env.name, JSON.stringify(env));
+    ).run(env.app, env.name, JSON.stringify(env));
   }
 
   async getEnvironment(app: string, name: string): Promise<EnvironmentRecord | undefined> {
@@ -524,16 +541,15 @@ class SqliteControlStore implements ControlStore {
   }
 
   async deleteEnvironment(app: string, name: string): Promise<void> {
-    this.db.prepare('DELETE FROM environments WHERE app = ? AND name = ?').run(app, name);
+    prepared(this.db, 'DELETE FROM environments WHERE app = ? AND name = ?').run(app, name);
   }
 
   async putEndpoint(endpoint: EndpointRecord): Promise<void> {
-    this.db
-      .prepare(
-        `INSERT INTO endpoints (id, app, env, name, body) VALUES (?, ?, ?, ?, ?)
+    prepared(
+      this.db,
+      `INSERT INTO endpoints (id, app, env, name, body) VALUES (?, ?, ?, ?, ?)
          ON CONFLICT (id) DO UPDATE SET app = excluded.app, env = excluded.env, name = excluded.name, body = excluded.body`,
-      )
-      .run(endpoint.id, endpoint.app, endpoint.env, endpoint.name, JSON.stringify(endpoint));
+    ).run(endpoint.id, endpoint.app, endpoint.env, endpoint.name, JSON.stringify(endpoint));
   }
 
   async getEndpoint(id: string): Promise<EndpointRecord | undefined> {
@@ -549,17 +565,16 @@ class SqliteControlStore implements ControlStore {
   }
 
   async deleteEndpoint(id: string): Promise<void> {
-    this.db.prepare('DELETE FROM endpoints WHERE id = ?').run(id);
+    prepared(this.db, 'DELETE FROM endpoints WHERE id = ?').run(id);
   }
 
   async putApiKey(key: ApiKeyRecord): Promise<void> {
     try {
-      this.db
-        .prepare(
-          `INSERT INTO api_keys (id, hash, created_at, body) VALUES (?, ?, ?, ?)
+      prepared(
+        this.db,
+        `INSERT INTO api_keys (id, hash, created_at, body) VALUES (?, ?, ?, ?)
            ON CONFLICT (id) DO UPDATE SET hash = excluded.hash, created_at = excluded.created_at, body = excluded.body`,
-        )
-        .run(key.id, key.hash, key.createdAt, JSON.stringify(key));
+      ).run(key.id, key.hash, key.createdAt, JSON.stringify(key));
     } catch (error) {
       // The only other constraint: the same key hash under a different id.
       if ((error as { code?: string }).code === 'SQLITE_CONSTRAINT_UNIQUE') {
@@ -578,7 +593,7 @@ class SqliteControlStore implements ControlStore {
   }
 
   async deleteApiKey(id: string): Promise<void> {
-    this.db.prepare('DELETE FROM api_keys WHERE id = ?').run(id);
+    prepared(this.db, 'DELETE FROM api_keys WHERE id = ?').run(id);
   }
 
   async close(): Promise<void> {
@@ -586,13 +601,12 @@ class SqliteControlStore implements ControlStore {
   }
 
   #one<T>(sql: string, ...params: unknown[]): T | undefined {
-    const row = this.db.prepare<unknown[], { body: string }>(sql).get(...params);
+    const row = prepared<unknown[], { body: string }>(this.db, sql).get(...params);
     return row ? (JSON.parse(row.body) as T) : undefined;
   }
 
   #many<T>(sql: string, ...params: unknown[]): T[] {
-    return this.db
-      .prepare<unknown[], { body: string }>(sql)
+    return prepared<unknown[], { body: string }>(this.db, sql)
       .all(...params)
       .map((row) => JSON.parse(row.body) as T);
   }
@@ -604,32 +618,32 @@ class SqliteWorkerRegistry implements WorkerRegistry {
   constructor(private readonly db: Db) {}
 
   async heartbeat(worker: WorkerRecord): Promise<void> {
-    this.db
-      .prepare(
-        `INSERT INTO workers (worker_id, endpoint_id, last_seen_at, body) VALUES (?, ?, ?, ?)
+    prepared(
+      this.db,
+      `INSERT INTO workers (worker_id, endpoint_id, last_seen_at, body) VALUES (?, ?, ?, ?)
          ON CONFLICT (worker_id) DO UPDATE SET endpoint_id = excluded.endpoint_id,
            last_seen_at = excluded.last_seen_at, body = excluded.body`,
-      )
-      .run(worker.workerId, worker.endpointId, worker.lastSeenAt, JSON.stringify(worker));
+    ).run(worker.workerId, worker.endpointId, worker.lastSeenAt, JSON.stringify(worker));
   }
 
   async get(workerId: string): Promise<WorkerRecord | undefined> {
-    const row = this.db
-      .prepare<[string], { body: string }>('SELECT body FROM workers WHERE worker_id = ?')
-      .get(workerId);
+    const row = prepared<[string], { body: string }>(
+      this.db,
+      'SELECT body FROM workers WHERE worker_id = ?',
+    ).get(workerId);
     return row ? (JSON.parse(row.body) as WorkerRecord) : undefined;
   }
 
   async list(endpointId: string, sinceMs: number): Promise<WorkerRecord[]> {
-    return this.db
-      .prepare<[string, number], { body: string }>(
-        'SELECT body FROM workers WHERE endpoint_id = ? AND last_seen_at >= ? ORDER BY worker_id',
-      )
+    return prepared<[string, number], { body: string }>(
+      this.db,
+      'SELECT body FROM workers WHERE endpoint_id = ? AND last_seen_at >= ? ORDER BY worker_id',
+    )
       .all(endpointId, sinceMs)
       .map((row) => JSON.parse(row.body) as WorkerRecord);
   }
 
   async remove(workerId: string): Promise<void> {
-    this.db.prepare('DELETE FROM workers WHERE worker_id = ?').run(workerId);
+    prepared(this.db, 'DELETE FROM workers WHERE worker_id = ?').run(workerId);
   }
 }
