@@ -62,9 +62,7 @@
  * (engine.workerGone) and turns protection off.
  */
 import { randomBytes } from 'node:crypto';
-import { once } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { SQSClient } from '@aws-sdk/client-sqs';
@@ -86,6 +84,7 @@ import { limits } from '../../core/limits.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
 import type { Clock, ControlStore, EndpointRecord } from '../../core/ports.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
+import { listen } from './listen.js';
 
 /** The tables the agent reads and writes (dynamoSchema naming); it never touches the control table. */
 export type AgentTables = Pick<DynamoTableNames, 'jobs' | 'chunks' | 'workers'>;
@@ -302,11 +301,7 @@ class AgentServer implements Agent {
 
   async listen(): Promise<void> {
     const host = this.options.host ?? '127.0.0.1';
-    this.server.listen(this.options.port ?? 8080, host);
-    await once(this.server, 'listening');
-    const { port } = this.server.address() as AddressInfo;
-    const reachable = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
-    this.url = `http://${reachable.includes(':') ? `[${reachable}]` : reachable}:${port}`;
+    this.url = (await listen(this.server, host, this.options.port ?? 8080)).url;
     this.ticking = this.tickLoop();
     this.log.info(`serving the worker protocol of ${this.endpointId} on ${this.url} as ${this.workerId}`);
   }

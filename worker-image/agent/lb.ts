@@ -16,7 +16,6 @@
  *
  * The client's Authorization header is not forwarded: user code must never see the account key.
  */
-import { once } from 'node:events';
 import {
   createServer,
   type IncomingHttpHeaders,
@@ -25,10 +24,10 @@ import {
   request,
   type ServerResponse,
 } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { credentialOf, KeyAuthenticator } from '../../core/auth.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
 import type { ControlStore } from '../../core/ports.js';
+import { listen } from './listen.js';
 
 export interface LbAgentOptions {
   endpointId: string;
@@ -93,11 +92,8 @@ class LbAgentServer implements LbAgent {
 
   async listen(): Promise<void> {
     const host = this.options.host ?? '0.0.0.0';
-    this.server.listen(this.options.port ?? 8080, host);
-    await once(this.server, 'listening');
-    const { port } = this.server.address() as AddressInfo;
-    const reachable = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
-    this.url = `http://${reachable.includes(':') ? `[${reachable}]` : reachable}:${port}`;
+    const { url, port } = await listen(this.server, host, this.options.port ?? 8080);
+    this.url = url;
     this.log.info(
       `serving load-balanced endpoint ${this.options.endpointId} on ${host}:${port}, ` +
         `proxying to ${this.workerHost}:${this.options.workerPort}`,
