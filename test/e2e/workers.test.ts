@@ -32,6 +32,8 @@ beforeAll(async () => {
       ferryPythonPath: resolve('worker-image/python'),
       tickMs: 100,
       stopGraceMs: 3_000,
+      // As if nvidia-smi listed two GPUs: GPU endpoints get gpu_count of them, CPU ones none.
+      gpuCount: 2,
       drainMs: 3_000,
       reconcileIntervalMs: 500,
     },
@@ -165,6 +167,15 @@ describe('scaling', () => {
     );
     expect(workers(idle)).toBe(0);
     expect(platform.workers!.pool('burst')!.size).toBe(0);
+  });
+});
+
+describe('GPUs', () => {
+  it('gpu_count decides CUDA_VISIBLE_DEVICES; CPU endpoints see no GPU', async () => {
+    const gpu = await call(base, 'POST', '/gpu-env/runsync', { input: {} });
+    expect(gpu.body.output).toEqual({ cuda_visible_devices: '0' });
+    const cpu = await call(base, 'POST', '/cpu-env/runsync', { input: {} });
+    expect(cpu.body.output).toEqual({ cuda_visible_devices: '' });
   });
 });
 
