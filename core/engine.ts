@@ -243,6 +243,9 @@ export class JobEngine {
       }
       removed += movedThisBatch;
       if (batch.length < 500 || movedThisBatch === 0) return { removed, status: 'completed' };
+      // A synchronous store (SQLite) never yields on its own: let other requests in between batches,
+      // so purging a deep queue does not stall the whole API.
+      await new Promise((resolve) => setImmediate(resolve));
     }
   }
 
