@@ -2,7 +2,9 @@
  * One app in one environment: per endpoint of the build manifest, the ECS service that runs its
  * workers; for queue endpoints the two SQS queues the v2 API feeds (urgent `ferry-<id>` and
  * low-priority `ferry-<id>-low`, core/adapters/aws/sqs.ts), each with its DLQ; for load-balanced
- * endpoints an internet-facing ALB. Shared resources come from the platform (`PlatformExports`).
+ * endpoints an internet-facing ALB. Shared resources come from the platform through its fixed
+ * CloudFormation exports (`PlatformImports`, platform-exports.ts), never by reference to the platform
+ * stack's objects: what this stack uses must not shape the template of a platform other apps share.
  *
  * Task layout: containers in HOST network mode, so the worker reaches the agent on 127.0.0.1 and
  * both use the host's public IP for egress (the platform has no NAT). One task per host (gpu.ts
@@ -30,16 +32,7 @@
  * such receives it goes to the DLQ.
  */
 import { createHash } from 'node:crypto';
-import {
-  Aws,
-  CfnOutput,
-  Duration,
-  Fn,
-  RemovalPolicy,
-  Stack,
-  type StackProps,
-  Validations,
-} from 'aws-cdk-lib';
+import { Aws, CfnOutput, Duration, RemovalPolicy, Stack, type StackProps, Validations } from 'aws-cdk-lib';
 import * as appscaling from 'aws-cdk-lib/aws-applicationautoscaling';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
@@ -63,13 +56,13 @@ import {
   placementFor,
   workerMemoryReservationMiB,
 } from './gpu.js';
+import { PlatformImports, type PlatformImportsProps, type PlatformRefs } from './platform-exports.js';
 import {
   allowIndexes,
   allowTable,
   blobPrefix,
   clusterName,
   keyLookupStatement,
-  type PlatformExports,
   payloadsPrefix,
   queueNamePrefix,
 } from './platform-stack.js';
@@ -119,9 +112,10 @@ export interface AppEnvironmentStackProps extends StackProps {
   appName: string;
   envName: string;
   manifest: Manifest;
-  /** Where `ferry deploy` uploaded the artifact (usually the platform bucket, under artifacts/). */
-  artifact: { bucketName: string; key: string };
-  platform: PlatformExports;
+  /** Where `ferry deploy` uploaded the artifact; the bucket defaults to the platform's (imported). */
+  artifact: { bucketName?: string; key: string };
+  /** The platform's pools; everything else of the platform is imported by its fixed export name. */
+  platform: PlatformImportsProps;
   images: WorkerImages;
   /** Endpoint ids by endpoint name; default `endpointIdFor(app, env, name)`. */
   endpointIds?: Readonly<Record<string, string>>;
@@ -176,8 +170,11 @@ export interface DeployedEndpoint {
 
 export class AppEnvironmentStack extends Stack {
   readonly endpoints: readonly DeployedEndpoint[];
+  /** The platform, imported (every value a `Fn::ImportValue` of a name in platform-exports.ts). */
+  readonly platform: PlatformRefs;
   private readonly logGroup: logs.LogGroup;
   private readonly platformBucketName: string;
+  private readonly artifactBucketName: string;
 
   constructor(
     scope: Construct,
@@ -192,7 +189,9 @@ export class AppEnvironmentStack extends Stack {
       }
       names.add(endpoint.name);
     }
-    this.platformBucketName = Fn.importValue(props.platform.bucketNameExport);
+    this.platform = new PlatformImports(this, 'Platform', props.platform);
+    this.platformBucketName = this.platform.bucketName;
+    this.artifactBucketName = props.artifact.bucketName ?? this.platformBucketName;
     this.logGroup = new logs.LogGroup(this, 'Logs', {
       retention: logs.RetentionDays.ONE_MONTH,
       removalPolicy: RemovalPolicy.DESTROY,
@@ -236,7 +235,7 @@ export class AppEnvironmentStack extends Stack {
     const endpointId =
       props.endpointIds?.[endpoint.name] ?? endpointIdFor(props.appName, props.envName, endpoint.name);
     const placement = placementFor(resources);
-    const capacityProvider = props.platform.capacityProviderFor(placement.shape.instanceType);
+    const capacityProviderName = this.platform.capacityProviderNameFor(placement.shape.instanceType);
     const prefix = `Ep-${endpoint.name}`;
 
     const taskRole = new iam.Role(this, `${prefix}-TaskRole`, {
@@ -252,7 +251,7 @@ export class AppEnvironmentStack extends Stack {
             service: 's3',
             region: '',
             account: '',
-            resource: props.artifact.bucketName,
+            resource: this.artifactBucketName,
             resourceName: props.artifact.key,
           }),
         ],
@@ -276,7 +275,7 @@ export class AppEnvironmentStack extends Stack {
       FERRY_ENDPOINT: endpoint.name,
       FERRY_ENDPOINT_ID: endpointId,
       FERRY_ENDPOINT_KIND: endpoint.kind,
-      FERRY_ARTIFACT_BUCKET: props.artifact.bucketName,
+      FERRY_ARTIFACT_BUCKET: this.artifactBucketName,
       FERRY_ARTIFACT_KEY: props.artifact.key,
       // A code-only change alters the task definition, so ECS rolls the service (spec §4.4 rule 4).
       FERRY_SOURCE_FINGERPRINT: props.manifest.sourceFingerprint,
@@ -297,10 +296,10 @@ export class AppEnvironmentStack extends Stack {
       agentEnv = {
         ...agentBase,
         FERRY_AGENT_MODE: 'queue',
-        FERRY_JOBS_TABLE: props.platform.jobsTable.tableName,
-        FERRY_CHUNKS_TABLE: props.platform.chunksTable.tableName,
-        FERRY_WORKERS_TABLE: props.platform.workersTable.tableName,
-        FERRY_CONTROL_TABLE: props.platform.controlTable.tableName,
+        FERRY_JOBS_TABLE: this.platform.jobsTable.tableName,
+        FERRY_CHUNKS_TABLE: this.platform.chunksTable.tableName,
+        FERRY_WORKERS_TABLE: this.platform.workersTable.tableName,
+        FERRY_CONTROL_TABLE: this.platform.controlTable.tableName,
         FERRY_BUCKET: this.platformBucketName,
         FERRY_BLOB_PREFIX: blobPrefix,
         FERRY_QUEUE_URL: queues.queue.queueUrl,
@@ -327,11 +326,11 @@ export class AppEnvironmentStack extends Stack {
       };
     } else {
       // Clients' keys are checked by the agent: KEY#<hash> items of the control table, nothing else.
-      taskRole.addToPolicy(keyLookupStatement(props.platform.controlTable));
+      taskRole.addToPolicy(keyLookupStatement(this.platform.controlTable));
       agentEnv = {
         ...agentBase,
         FERRY_AGENT_MODE: 'lb',
-        FERRY_CONTROL_TABLE: props.platform.controlTable.tableName,
+        FERRY_CONTROL_TABLE: this.platform.controlTable.tableName,
         FERRY_PORT: String(ports.lbWorker),
         FERRY_AGENT_HOST: '0.0.0.0',
         FERRY_AGENT_PORT: String(ports.lbPublic),
@@ -363,7 +362,7 @@ export class AppEnvironmentStack extends Stack {
         FERRY_AGENT_MODE: 'artifact',
         FERRY_ENDPOINT_ID: endpointId,
         AWS_REGION: Aws.REGION,
-        FERRY_ARTIFACT_BUCKET: props.artifact.bucketName,
+        FERRY_ARTIFACT_BUCKET: this.artifactBucketName,
         FERRY_ARTIFACT_KEY: props.artifact.key,
         FERRY_ARTIFACT_PATH: artifactMount.file,
       },
@@ -406,7 +405,7 @@ export class AppEnvironmentStack extends Stack {
     this.acknowledgeTaskFindings(taskDefinition, taskRole);
 
     const service = new ecs.Ec2Service(this, `${prefix}-Service`, {
-      cluster: props.platform.cluster,
+      cluster: this.platform.cluster,
       taskDefinition,
       // Zero at create; Application Auto Scaling owns the count from then on. A template that keeps
       // saying 0 does not reset a running service, because CloudFormation only sends changed values.
@@ -415,7 +414,7 @@ export class AppEnvironmentStack extends Stack {
       // and no second GPU host is needed to roll.
       minHealthyPercent: 0,
       maxHealthyPercent: 100,
-      capacityProviderStrategies: [{ capacityProvider: capacityProvider.capacityProviderName, weight: 1 }],
+      capacityProviderStrategies: [{ capacityProvider: capacityProviderName, weight: 1 }],
       placementConstraints: [
         ecs.PlacementConstraint.memberOf(`attribute:ecs.instance-type == ${placement.shape.instanceType}`),
       ],
@@ -427,7 +426,7 @@ export class AppEnvironmentStack extends Stack {
     const scalableTarget = new appscaling.ScalableTarget(this, `${prefix}-Scaling`, {
       serviceNamespace: appscaling.ServiceNamespace.ECS,
       scalableDimension: 'ecs:service:DesiredCount',
-      resourceId: `service/${props.platform.cluster.clusterName}/${service.serviceName}`,
+      resourceId: `service/${this.platform.cluster.clusterName}/${service.serviceName}`,
       minCapacity: resources.workersMin,
       maxCapacity: resources.workersMax,
     });
@@ -470,7 +469,7 @@ export class AppEnvironmentStack extends Stack {
         enforceSSL: true,
         deadLetterQueue: { queue: deadLetterQueue, maxReceiveCount: leaseTiming.maxReceiveCount },
       });
-      this.props.platform.addDlqAlarm(this, `${prefix}-${id}DlqAlarm`, deadLetterQueue);
+      this.dlqAlarm(`${prefix}-${id}DlqAlarm`, deadLetterQueue);
       return { queue, deadLetterQueue };
     };
     const urgent = make('', '');
@@ -481,6 +480,25 @@ export class AppEnvironmentStack extends Stack {
       lowQueue: low.queue,
       lowDeadLetterQueue: low.deadLetterQueue,
     };
+  }
+
+  /**
+   * A DLQ alarm. It lives here, with its queue: the shared platform has no per-app resource, and its
+   * dashboard finds every DLQ by name.
+   */
+  private dlqAlarm(id: string, dlq: sqs.IQueue): cloudwatch.Alarm {
+    return new cloudwatch.Alarm(this, id, {
+      alarmDescription: 'Ferry: jobs reached the dead-letter queue (a message was received 5 times)',
+      metric: dlq.metricApproximateNumberOfMessagesVisible({
+        period: Duration.minutes(1),
+        statistic: 'Maximum',
+      }),
+      threshold: 1,
+      evaluationPeriods: 1,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      // SQS only emits metrics for active queues (aws-anchor §1.1): silence is not a problem.
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
   }
 
   /**
@@ -557,7 +575,7 @@ export class AppEnvironmentStack extends Stack {
     service: ecs.Ec2Service,
     target: appscaling.ScalableTarget,
   ): elbv2.ApplicationLoadBalancer {
-    const { platform } = this.props;
+    const { platform } = this;
     const { resources } = endpoint;
     const securityGroup = new ec2.SecurityGroup(this, `${prefix}-AlbSecurityGroup`, {
       vpc: platform.vpc,
@@ -645,7 +663,7 @@ export class AppEnvironmentStack extends Stack {
    * payloads of big inputs and outputs.
    */
   private allowQueueAgent(role: iam.Role, queues: sqs.Queue[]): void {
-    const { jobsTable, chunksTable, workersTable } = this.props.platform;
+    const { jobsTable, chunksTable, workersTable } = this.platform;
     role.addToPolicy(
       new iam.PolicyStatement({
         actions: [
@@ -668,7 +686,7 @@ export class AppEnvironmentStack extends Stack {
       }),
     );
     Validations.of(role).acknowledge({
-      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::${this.props.platform.bucketNameExport}/${payloadsPrefix}*]`,
+      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::${this.platform.bucketNameExport}/${payloadsPrefix}*]`,
       reason: 'Payloads have per-job keys under payloads/; the grant stops at that prefix.',
     });
   }

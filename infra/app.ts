@@ -29,8 +29,9 @@ import { defaultInstanceTypes, PlatformStack } from './platform-stack.js';
 export const platformStackName = 'FerryPlatform';
 
 /**
- * Context every Ferry app synthesizes with (cdk.json should carry the same). Strong cross-stack
- * references: CloudFormation refuses to delete a platform export an app stack still imports.
+ * Context every Ferry app synthesizes with (cdk.json carries the same). Ferry makes no automatic
+ * cross-stack reference at all (app stacks import the platform's fixed exports by name,
+ * platform-exports.ts); should one slip in, it stays a strong reference, which CloudFormation guards.
  */
 export const ferryContext: Readonly<Record<string, unknown>> = {
   '@aws-cdk/core:defaultCrossStackReferences': 'strong',
@@ -47,8 +48,10 @@ export interface SynthesizeOptions {
   images: WorkerImages;
   /**
    * Capacity pools of the platform. The platform is shared by every app in the account, so the CLI
-   * should pass the union over all deployed manifests; the default only covers this manifest and the
-   * platform defaults.
+   * passes the union over every deployed endpoint of every app, the pools the platform already has
+   * (its `InstanceTypes` output: pools are kept, never pruned) and this manifest's. The default only
+   * covers this manifest and the platform defaults. The platform template depends on this list (and
+   * the function bundles) only, never on which app is synthesized.
    */
   instanceTypes?: readonly string[];
   endpointIds?: Readonly<Record<string, string>>;
@@ -89,15 +92,16 @@ export function buildApp(
     appName,
     envName: options.env,
     manifest,
-    artifact: {
-      key: options.artifact.key,
-      bucketName: options.artifact.bucketName ?? platform.bucket.bucketName,
-    },
-    platform,
+    // Default bucket: the platform's, imported by its export name inside the app stack.
+    artifact: options.artifact,
+    platform: { instanceTypes: platform.instanceTypes },
     images: options.images,
     ...(options.endpointIds ? { endpointIds: options.endpointIds } : {}),
     description: `Ferry ${appName}/${options.env}`,
   });
+  // Imports by name carry no reference CDK could order the stacks by: the platform (and the exports
+  // the app imports) must be deployed first, so say it.
+  appStack.addStackDependency(platform, 'imports the platform exports (platform-exports.ts)');
   if (options.nag ?? true) Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
   return { app, platform, appStack };
 }

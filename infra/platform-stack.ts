@@ -2,7 +2,18 @@
  * The platform: one per AWS account and region. It owns what every app shares — the v2 job API
  * (API Gateway REST + Lambda), the four DynamoDB tables, the payload/artifact bucket, the VPC, the ECS
  * cluster with its GPU and CPU capacity pools, the sweeper, and the dashboard. App stacks
- * (app-stack.ts) add queues and ECS services on top and reach these resources through `PlatformExports`.
+ * (app-stack.ts) add queues and ECS services on top and reach these resources only through the
+ * CloudFormation exports with fixed names of platform-exports.ts, never by object reference: the
+ * platform is shared by every app of the account and must not change with the app being deployed.
+ *
+ * Capacity pools (one per EC2 instance type) follow the instance types passed in, which the CLI makes
+ * the union over every endpoint deployed in the account (cli/providers/aws.ts). A type no app needs
+ * any more is KEPT, not pruned: the CLI also adds the platform's current pools (its `InstanceTypes`
+ * output) to the union, so the list only grows. A pool at zero instances costs nothing (an empty Auto
+ * Scaling group and a launch template), while removing one could race an app stack whose service is
+ * still placed on it (CloudFormation would refuse to delete its export, failing the platform update).
+ * An operator who wants a pool gone deletes the endpoints that use it and redeploys the platform with
+ * an explicit `instanceTypes` list (`-c ferry:instanceTypes=…`).
  *
  * The runtime is the source of truth and this file follows it:
  *   - tables: `dynamoSchema` (core/adapters/aws/dynamo.ts), imported, so keys, indexes and TTL
@@ -21,7 +32,7 @@
  * IAM is least privilege per function, derived from the calls those code paths make (listed at
  * each grant). No function gets the `index/*` of a table, only the indexes it queries.
  */
-import { CfnOutput, Duration, RemovalPolicy, Stack, type StackProps, Validations } from 'aws-cdk-lib';
+import { CfnOutput, Duration, Fn, RemovalPolicy, Stack, type StackProps, Validations } from 'aws-cdk-lib';
 import * as apigw from 'aws-cdk-lib/aws-apigateway';
 import * as autoscaling from 'aws-cdk-lib/aws-autoscaling';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
@@ -34,12 +45,19 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
-import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
 import { type DynamoTable, dynamoSchema } from '../core/adapters/aws/dynamo.js';
 import { FerryError } from '../core/errors.js';
 import { functionEntries } from '../functions/bundle.js';
 import { cpuInstanceFor, defaultCpuSpec, defaultGpuModel, gpuInstanceFor, isGpuInstanceType } from './gpu.js';
+import {
+  outputIdOf,
+  type PlatformExportKey,
+  platformAzCount,
+  platformExportNames,
+  poolExportName,
+  type TableRef,
+} from './platform-exports.js';
 
 /** Every queue of every app is named with this prefix, so platform functions can be granted them all. */
 export const queueNamePrefix = 'ferry-';
@@ -94,27 +112,6 @@ export interface PlatformStackProps extends StackProps {
   stageName?: string;
 }
 
-/** What an app stack needs from the platform. */
-export interface PlatformExports {
-  readonly vpc: ec2.IVpc;
-  readonly cluster: ecs.ICluster;
-  /** The ECS instances' group: no inbound rules but the ones app stacks add for their load balancers. */
-  readonly instanceSecurityGroup: ec2.ISecurityGroup;
-  readonly jobsTable: dynamodb.ITable;
-  readonly chunksTable: dynamodb.ITable;
-  /** Apps, envs, endpoints and hashed API keys (`KEY#<hash>`): load-balanced agents check keys here. */
-  readonly controlTable: dynamodb.ITable;
-  readonly workersTable: dynamodb.ITable;
-  readonly bucket: s3.IBucket;
-  /**
-   * The CloudFormation export holding the bucket name. App stacks import it by this fixed name, so
-   * their IAM resources read the same in every synth (and cdk-nag findings can name them).
-   */
-  readonly bucketNameExport: string;
-  capacityProviderFor(instanceType: string): ecs.AsgCapacityProvider;
-  addDlqAlarm(scope: Construct, id: string, dlq: sqs.IQueue): cloudwatch.Alarm;
-}
-
 /** A `dynamoSchema` key attribute → CDK. */
 const attribute = (key: { name: string; type: 'S' | 'N' }): dynamodb.Attribute => ({
   name: key.name,
@@ -138,14 +135,14 @@ export function functionEnvironment(tables: Record<DynamoTable, dynamodb.ITable>
 }
 
 /** Actions on a table itself (not its indexes). */
-export function allowTable(role: iam.IRole, table: dynamodb.ITable, actions: string[]): void {
+export function allowTable(role: iam.IRole, table: Pick<TableRef, 'tableArn'>, actions: string[]): void {
   role.addToPrincipalPolicy(new iam.PolicyStatement({ actions, resources: [table.tableArn] }));
 }
 
 /** Actions on named indexes of a table — never `index/*`. */
 export function allowIndexes(
   role: iam.IRole,
-  table: dynamodb.ITable,
+  table: Pick<TableRef, 'tableArn'>,
   actions: string[],
   indexNames: readonly string[],
 ): void {
@@ -163,7 +160,7 @@ export function allowIndexes(
  * `pk = KEY#<sha256 hex>` (the other kinds are APP#, ENV#, EP#, KEYID#, none of which matches
  * `KEY#*`), so dynamodb:LeadingKeys can fence a key reader off apps, environments and endpoints.
  */
-export function keyLookupStatement(controlTable: dynamodb.ITable): iam.PolicyStatement {
+export function keyLookupStatement(controlTable: Pick<TableRef, 'tableArn'>): iam.PolicyStatement {
   return new iam.PolicyStatement({
     actions: ['dynamodb:GetItem'],
     resources: [controlTable.tableArn],
@@ -183,7 +180,7 @@ const ecsConfigLines = [
   'ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST=true',
 ];
 
-export class PlatformStack extends Stack implements PlatformExports {
+export class PlatformStack extends Stack {
   readonly vpc: ec2.Vpc;
   readonly cluster: ecs.Cluster;
   readonly instanceSecurityGroup: ec2.SecurityGroup;
@@ -193,7 +190,6 @@ export class PlatformStack extends Stack implements PlatformExports {
   readonly controlTable: dynamodb.Table;
   readonly workersTable: dynamodb.Table;
   readonly bucket: s3.Bucket;
-  readonly bucketNameExport: string;
   readonly api: apigw.RestApi;
   readonly apiFunction: lambda.Function;
   readonly authorizerFunction: lambda.Function;
@@ -246,7 +242,7 @@ export class PlatformStack extends Stack implements PlatformExports {
     // its ~$32/month. The hosts take no inbound traffic (instanceSecurityGroup has no rules unless an
     // app's load balancer adds one); S3 and DynamoDB go through free gateway endpoints.
     this.vpc = new ec2.Vpc(this, 'Vpc', {
-      maxAzs: 2,
+      maxAzs: platformAzCount,
       natGateways: 0,
       subnetConfiguration: [{ name: 'public', subnetType: ec2.SubnetType.PUBLIC, cidrMask: 20 }],
       gatewayEndpoints: {
@@ -254,6 +250,13 @@ export class PlatformStack extends Stack implements PlatformExports {
         DynamoDB: { service: ec2.GatewayVpcEndpointAwsService.DYNAMODB },
       },
     });
+    if (this.vpc.publicSubnets.length !== platformAzCount) {
+      // App stacks import exactly platformAzCount subnets (platform-exports.ts).
+      throw new FerryError(
+        'failed',
+        `The platform VPC has ${this.vpc.publicSubnets.length} public subnets, expected ${platformAzCount}`,
+      );
+    }
     this.vpc.addFlowLog('RejectedFlows', {
       trafficType: ec2.FlowLogTrafficType.REJECT,
       destination: ec2.FlowLogDestination.toCloudWatchLogs(
@@ -316,18 +319,8 @@ export class PlatformStack extends Stack implements PlatformExports {
     // ── Observability ─────────────────────────────────────────────────────────────────────────
     this.dashboard = this.observability();
 
-    // ── Outputs (the CLI reads them by these names) ───────────────────────────────────────────
-    new CfnOutput(this, 'ApiUrl', {
-      description: 'Base URL of the v2 job API (clients call <ApiUrl>/<endpointId>/run …)',
-      value: this.api.urlForPath('/v2'),
-    });
-    this.bucketNameExport = `${this.stackName}-BucketName`;
-    new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName, exportName: this.bucketNameExport });
-    new CfnOutput(this, 'ClusterName', { value: this.cluster.clusterName });
-    new CfnOutput(this, 'JobsTableName', { value: this.jobsTable.tableName });
-    new CfnOutput(this, 'ChunksTableName', { value: this.chunksTable.tableName });
-    new CfnOutput(this, 'ControlTableName', { value: this.controlTable.tableName });
-    new CfnOutput(this, 'WorkersTableName', { value: this.workersTable.tableName });
+    // ── Outputs and exports ───────────────────────────────────────────────────────────────────
+    this.exportAll();
   }
 
   capacityProviderFor(instanceType: string): ecs.AsgCapacityProvider {
@@ -346,21 +339,65 @@ export class PlatformStack extends Stack implements PlatformExports {
   }
 
   /**
-   * A DLQ alarm, created in the caller's stack (the platform must not reference app resources, or
-   * the two stacks would depend on each other). The platform dashboard finds every DLQ by name.
+   * Every export of platform-exports.ts, under its fixed name, whatever app is synthesized next to this
+   * stack; each is also an output, read by the CLI by its id (ApiUrl, BucketName, ControlTableName …).
+   * Plus `InstanceTypes` (comma-separated pools), a plain output: it grows with deploys, and an
+   * exported value could not change while imported.
    */
-  addDlqAlarm(scope: Construct, id: string, dlq: sqs.IQueue): cloudwatch.Alarm {
-    return new cloudwatch.Alarm(scope, id, {
-      alarmDescription: 'Ferry: jobs reached the dead-letter queue (a message was received 5 times)',
-      metric: dlq.metricApproximateNumberOfMessagesVisible({
-        period: Duration.minutes(1),
-        statistic: 'Maximum',
-      }),
-      threshold: 1,
-      evaluationPeriods: 1,
-      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-      // SQS only emits metrics for active queues (aws-anchor §1.1): silence is not a problem.
-      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+  private exportAll(): void {
+    const publicSubnets = this.vpc.publicSubnets;
+    const values: Record<PlatformExportKey, string> = {
+      apiUrl: this.api.urlForPath('/v2'),
+      apiId: this.api.restApiId,
+      bucketName: this.bucket.bucketName,
+      bucketArn: this.bucket.bucketArn,
+      clusterName: this.cluster.clusterName,
+      clusterArn: this.cluster.clusterArn,
+      vpcId: this.vpc.vpcId,
+      availabilityZones: Fn.join(
+        ',',
+        publicSubnets.map((s) => s.availabilityZone),
+      ),
+      publicSubnetIds: Fn.join(
+        ',',
+        publicSubnets.map((s) => s.subnetId),
+      ),
+      publicSubnetRouteTableIds: Fn.join(
+        ',',
+        publicSubnets.map((s) => s.routeTable.routeTableId),
+      ),
+      instanceSecurityGroupId: this.instanceSecurityGroup.securityGroupId,
+      jobsTableName: this.jobsTable.tableName,
+      jobsTableArn: this.jobsTable.tableArn,
+      chunksTableName: this.chunksTable.tableName,
+      chunksTableArn: this.chunksTable.tableArn,
+      controlTableName: this.controlTable.tableName,
+      controlTableArn: this.controlTable.tableArn,
+      workersTableName: this.workersTable.tableName,
+      workersTableArn: this.workersTable.tableArn,
+    };
+    const descriptions: Partial<Record<PlatformExportKey, string>> = {
+      apiUrl: 'Base URL of the v2 job API (clients call <ApiUrl>/<endpointId>/run …)',
+    };
+    for (const key of Object.keys(values) as PlatformExportKey[]) {
+      const exportName = platformExportNames[key];
+      new CfnOutput(this, outputIdOf(exportName), {
+        value: values[key],
+        exportName,
+        ...(descriptions[key] ? { description: descriptions[key] } : {}),
+      });
+    }
+    for (const instanceType of this.instanceTypes) {
+      const exportName = poolExportName(instanceType);
+      new CfnOutput(this, outputIdOf(exportName), {
+        description: `ECS capacity provider of the ${instanceType} pool`,
+        value: this.capacityProviderFor(instanceType).capacityProviderName,
+        exportName,
+      });
+    }
+    new CfnOutput(this, 'InstanceTypes', {
+      description: 'Instance types with a capacity pool, comma-separated (the CLI keeps them all)',
+      value: this.instanceTypes.join(','),
     });
   }
 

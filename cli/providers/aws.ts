@@ -80,6 +80,8 @@ const platformOutputsSchema = z.object({
   ApiUrl: z.string().min(1),
   BucketName: z.string().min(1),
   ControlTableName: z.string().min(1),
+  /** The platform's capacity pools, comma-separated (absent on platforms of older versions). */
+  InstanceTypes: z.string().optional(),
 });
 export type PlatformOutputs = z.infer<typeof platformOutputsSchema>;
 
@@ -208,10 +210,26 @@ export function manifestFromRecords(app: string, records: readonly EndpointRecor
   });
 }
 
-/** The pools the shared platform needs: defaults, every deployed endpoint's, and the new ones. */
-export async function platformInstanceTypes(resources: readonly Resources[]): Promise<string[]> {
+/**
+ * The pools the shared platform needs: defaults, every deployed endpoint's, the new ones, and the
+ * pools the platform already has (its `InstanceTypes` output). Pools are kept, never pruned: an idle
+ * pool costs nothing, and dropping one could pull it from under an app stack still placed on it
+ * (infra/platform-stack.ts).
+ */
+export async function platformInstanceTypes(
+  resources: readonly Resources[],
+  existing: readonly string[] = [],
+): Promise<string[]> {
   const { defaultInstanceTypes, instanceTypesFor } = await loadInfra();
-  return [...new Set([...defaultInstanceTypes(), ...instanceTypesFor(resources)])].sort();
+  return [...new Set([...defaultInstanceTypes(), ...instanceTypesFor(resources), ...existing])].sort();
+}
+
+/** The instance types listed in the platform's `InstanceTypes` output. */
+export function platformPools(outputs: PlatformOutputs): string[] {
+  return (outputs.InstanceTypes ?? '')
+    .split(',')
+    .map((t) => t.trim())
+    .filter((t) => t !== '');
 }
 
 export interface AwsProviderOptions {
@@ -482,10 +500,10 @@ export class AwsProvider implements Provider {
       env,
       artifactKey,
       images: this.#images(manifest.pythonVersion, reporter),
-      instanceTypes: await platformInstanceTypes([
-        ...deployedElsewhere,
-        ...manifest.endpoints.map((e) => e.resources),
-      ]),
+      instanceTypes: await platformInstanceTypes(
+        [...deployedElsewhere, ...manifest.endpoints.map((e) => e.resources)],
+        platformPools(platform),
+      ),
       endpointIds: Object.fromEntries(records.map((r) => [r.name, r.id])),
     });
     let outputs: Record<string, StackOutputs>;
@@ -498,6 +516,9 @@ export class AwsProvider implements Provider {
     } finally {
       await assembly.dispose();
     }
+    // The platform may have gained pools: a later deploy of this process must keep them too.
+    const platformNow = platformOutputsSchema.safeParse(outputs[platformStackName]);
+    if (platformNow.success) this.#platform = platformNow.data;
     const raw = outputs[stack]?.Endpoints;
     let listed: z.infer<typeof endpointsOutputSchema>;
     try {

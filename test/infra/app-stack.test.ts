@@ -15,6 +15,7 @@ import {
   ports,
 } from '../../infra/app-stack.js';
 import { gpuInstanceFor, workerMemoryReservationMiB } from '../../infra/gpu.js';
+import { platformExportNames, poolExportName } from '../../infra/platform-exports.js';
 import { type AgentMode, requiredAgentVariables } from '../../worker-image/agent/config.js';
 import { sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
 import { actionsOf, resourcesFor, statementsOf } from './iam.js';
@@ -78,6 +79,20 @@ describe('the whole app', () => {
   it('is environment-agnostic (no account or region lookups)', () => {
     expect(built.appStack.environment).toBe('aws://unknown-account/unknown-region');
     expect(built.platform.environment).toBe('aws://unknown-account/unknown-region');
+  });
+
+  it('reads the platform only through its fixed exports, never a CDK-generated one', () => {
+    const agent = envOf(containersOf(endpoint('gpu_worker')).find((c) => c.Name === 'agent')!);
+    expect(agent.FERRY_JOBS_TABLE).toEqual({ 'Fn::ImportValue': platformExportNames.jobsTableName });
+    expect(agent.FERRY_CONTROL_TABLE).toEqual({ 'Fn::ImportValue': platformExportNames.controlTableName });
+    expect(agent.FERRY_BUCKET).toEqual({ 'Fn::ImportValue': platformExportNames.bucketName });
+    const service = template.toJSON().Resources[idOf(endpoint('gpu_worker').service)].Properties;
+    expect(service.Cluster).toEqual({ 'Fn::ImportValue': platformExportNames.clusterName });
+    expect(service.CapacityProviderStrategy).toEqual([
+      { CapacityProvider: { 'Fn::ImportValue': poolExportName('g5.xlarge') }, Weight: 1 },
+    ]);
+    expect(JSON.stringify(template.toJSON())).not.toContain('ExportsOutput');
+    expect(built.appStack.dependencies).toContain(built.platform);
   });
 
   it('names queues from stable endpoint ids', () => {

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dynamoSchema } from '../../core/adapters/aws/dynamo.js';
 import { functionEntries } from '../../functions/bundle.js';
 import { functionEnvSchema } from '../../functions/wiring.js';
+import { platformAzCount, platformExportNames, poolExportName } from '../../infra/platform-exports.js';
 import {
   integrationTimeoutSec,
   maxWaitMs,
@@ -375,6 +376,48 @@ describe('outputs', () => {
       expect(outputs).toContain(name);
     }
     template.hasOutput('WorkersTableName', { Value: { Ref: logicalId(platform.workersTable) } });
+  });
+
+  it('exports what app stacks import under fixed names (platform-exports.ts), one per pool too', () => {
+    template.hasOutput('JobsTableName', {
+      Value: { Ref: logicalId(platform.jobsTable) },
+      Export: { Name: platformExportNames.jobsTableName },
+    });
+    template.hasOutput('ControlTableArn', {
+      Value: { 'Fn::GetAtt': [logicalId(platform.controlTable), 'Arn'] },
+      Export: { Name: platformExportNames.controlTableArn },
+    });
+    template.hasOutput('BucketName', {
+      Value: { Ref: logicalId(platform.bucket) },
+      Export: { Name: 'Ferry-BucketName' },
+    });
+    template.hasOutput('ClusterName', {
+      Value: { Ref: logicalId(platform.cluster) },
+      Export: { Name: 'Ferry-ClusterName' },
+    });
+    const pool = template.toJSON().Outputs.Poolg5xlargeCapacityProvider;
+    expect(pool.Export).toEqual({ Name: 'Ferry-Pool-g5-xlarge-CapacityProvider' });
+    const providers = Object.keys(template.findResources('AWS::ECS::CapacityProvider'));
+    expect(providers).toContain(pool.Value.Ref);
+    expect(pool.Value.Ref).toMatch(/^Poolg5xlarge/);
+    const exported = Object.values(template.toJSON().Outputs as Record<string, { Export?: { Name: string } }>)
+      .flatMap((o) => (o.Export ? [o.Export.Name] : []))
+      .sort();
+    expect(exported).toEqual(
+      [
+        ...Object.values(platformExportNames),
+        poolExportName('g5.xlarge'),
+        poolExportName('m7i.large'),
+      ].sort(),
+    );
+    // Subnet lists are as long as app stacks import them (Fn.importListValue needs the length).
+    const subnets = template.toJSON().Outputs.PublicSubnetIds.Value['Fn::Join'][1];
+    expect(subnets).toHaveLength(platformAzCount);
+  });
+
+  it('lists its pools in a plain InstanceTypes output (it grows, so it is not exported)', () => {
+    template.hasOutput('InstanceTypes', { Value: 'g5.xlarge,m7i.large' });
+    expect(template.toJSON().Outputs.InstanceTypes.Export).toBeUndefined();
   });
 });
 

@@ -1,0 +1,193 @@
+/**
+ * The contract between the shared platform stack and every app-environment stack: CloudFormation
+ * exports under FIXED names, written by the platform and read by app stacks with `Fn::ImportValue`.
+ *
+ * Why not CDK's automatic (strong) cross-stack references: the platform (`FerryPlatform`) is one per
+ * account and region, shared by every app, but it is synthesized next to ONE app stack at a time. With
+ * automatic references CDK exports only what that app happens to use, under generated names, so
+ * deploying app B would drop the exports app A still imports, and CloudFormation refuses the update
+ * ("Export … cannot be deleted as it is in use by Ferry-a-production"). Here the platform exports the
+ * same set whatever app is synthesized, and an app stack names the exports it reads, so:
+ *   - the platform template is a function of the platform's own inputs only (bundles, instance types);
+ *   - synthesizing app B never changes app A's imports;
+ *   - CloudFormation still guards the other direction: while an app imports an export, the platform
+ *     cannot delete or change it (so a pool or table in use can never be pulled from under an app).
+ *
+ *   export name                                  value
+ *   Ferry-ApiUrl / Ferry-ApiId                   `<api>/v2` base URL / REST API id
+ *   Ferry-BucketName / Ferry-BucketArn           payloads + artifacts bucket
+ *   Ferry-ClusterName / Ferry-ClusterArn         the ECS cluster
+ *   Ferry-VpcId                                  the platform VPC
+ *   Ferry-AvailabilityZones                      comma-separated, `platformAzCount` of them
+ *   Ferry-PublicSubnetIds                        comma-separated, same order as the zones
+ *   Ferry-PublicSubnetRouteTableIds              comma-separated, same order
+ *   Ferry-InstanceSecurityGroupId                the ECS hosts' security group
+ *   Ferry-<Jobs|Chunks|Control|Workers>TableName / …TableArn   the four DynamoDB tables
+ *   Ferry-Pool-<instance type, . → ->-CapacityProvider         one per capacity pool, e.g.
+ *                                                Ferry-Pool-g5-xlarge-CapacityProvider
+ *
+ * Export names may only hold letters, digits, `-` and `:`, hence the dot of an instance type becomes
+ * `-` (instance types have no `-` of their own, so no two collide). Exported values never change for
+ * the life of the resource (CloudFormation refuses to change an imported value), which is why the list
+ * of instance types is a plain output (`InstanceTypes`), not an export: it grows with deploys.
+ *
+ * No DLQ alarm topic is shared: each app stack makes its DLQ alarms itself (app-stack.ts).
+ */
+import { Fn } from 'aws-cdk-lib';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as ecs from 'aws-cdk-lib/aws-ecs';
+import { Construct } from 'constructs';
+import type { DynamoTable } from '../core/adapters/aws/dynamo.js';
+import { FerryError } from '../core/errors.js';
+
+/** Every export name starts with this; CDK's generated `FerryPlatform:ExportsOutput…` names never do. */
+export const exportPrefix = 'Ferry-';
+
+/**
+ * How many availability zones (and public subnets) the platform VPC spans. Fixed, because an app
+ * stack imports the subnet list as that many items (`Fn.importListValue` needs the length at synth).
+ */
+export const platformAzCount = 2;
+
+/** The fixed export names (see the table above). Output logical ids are the same without the prefix. */
+export const platformExportNames = {
+  apiUrl: 'Ferry-ApiUrl',
+  apiId: 'Ferry-ApiId',
+  bucketName: 'Ferry-BucketName',
+  bucketArn: 'Ferry-BucketArn',
+  clusterName: 'Ferry-ClusterName',
+  clusterArn: 'Ferry-ClusterArn',
+  vpcId: 'Ferry-VpcId',
+  availabilityZones: 'Ferry-AvailabilityZones',
+  publicSubnetIds: 'Ferry-PublicSubnetIds',
+  publicSubnetRouteTableIds: 'Ferry-PublicSubnetRouteTableIds',
+  instanceSecurityGroupId: 'Ferry-InstanceSecurityGroupId',
+  jobsTableName: 'Ferry-JobsTableName',
+  jobsTableArn: 'Ferry-JobsTableArn',
+  chunksTableName: 'Ferry-ChunksTableName',
+  chunksTableArn: 'Ferry-ChunksTableArn',
+  controlTableName: 'Ferry-ControlTableName',
+  controlTableArn: 'Ferry-ControlTableArn',
+  workersTableName: 'Ferry-WorkersTableName',
+  workersTableArn: 'Ferry-WorkersTableArn',
+} as const;
+export type PlatformExportKey = keyof typeof platformExportNames;
+
+/** Table role → the `<role>TableName` / `<role>TableArn` keys above. */
+export const tableExportKeys: Readonly<
+  Record<DynamoTable, { name: PlatformExportKey; arn: PlatformExportKey }>
+> = {
+  jobs: { name: 'jobsTableName', arn: 'jobsTableArn' },
+  chunks: { name: 'chunksTableName', arn: 'chunksTableArn' },
+  control: { name: 'controlTableName', arn: 'controlTableArn' },
+  workers: { name: 'workersTableName', arn: 'workersTableArn' },
+};
+
+/** `Ferry-Pool-g5-xlarge-CapacityProvider` for `g5.xlarge`. */
+export function poolExportName(instanceType: string): string {
+  if (!/^[a-z0-9]+\.[a-z0-9]+$/.test(instanceType)) {
+    throw new FerryError('bad_request', `"${instanceType}" is not an EC2 instance type (like g5.xlarge)`);
+  }
+  return `${exportPrefix}Pool-${instanceType.replace('.', '-')}-CapacityProvider`;
+}
+
+/** The output logical id of an export: its name without the prefix and dashes (ids are alphanumeric). */
+export function outputIdOf(exportName: string): string {
+  return exportName.slice(exportPrefix.length).replace(/[^A-Za-z0-9]/g, '');
+}
+
+/** What an app stack may read of a table: names for the environment, ARNs for IAM. */
+export interface TableRef {
+  readonly tableName: string;
+  readonly tableArn: string;
+}
+
+/** What an app stack needs from the platform. Every value is a `Fn::ImportValue` of a fixed name. */
+export interface PlatformRefs {
+  readonly vpc: ec2.IVpc;
+  readonly cluster: ecs.ICluster;
+  /** The ECS instances' group: no inbound rules but the ones app stacks add for their load balancers. */
+  readonly instanceSecurityGroup: ec2.ISecurityGroup;
+  readonly jobsTable: TableRef;
+  readonly chunksTable: TableRef;
+  /** Apps, envs, endpoints and hashed API keys (`KEY#<hash>`): load-balanced agents check keys here. */
+  readonly controlTable: TableRef;
+  readonly workersTable: TableRef;
+  readonly bucketName: string;
+  /** The name of the export holding the bucket name (cdk-nag names IAM resources by it). */
+  readonly bucketNameExport: string;
+  /** The capacity provider of one pool; a FerryError when the platform has no pool of that type. */
+  capacityProviderNameFor(instanceType: string): string;
+}
+
+export interface PlatformImportsProps {
+  /**
+   * The instance types the platform is deployed with (the union the CLI passes to both stacks). Only
+   * used to refuse, at synth, an endpoint whose pool the platform would not export.
+   */
+  instanceTypes: readonly string[];
+}
+
+/**
+ * The platform as seen from an app stack: imported constructs built from the fixed exports, no object
+ * reference to the PlatformStack, so nothing the app uses can add to or shape the platform template.
+ */
+export class PlatformImports extends Construct implements PlatformRefs {
+  readonly vpc: ec2.IVpc;
+  readonly cluster: ecs.ICluster;
+  readonly instanceSecurityGroup: ec2.ISecurityGroup;
+  readonly jobsTable: TableRef;
+  readonly chunksTable: TableRef;
+  readonly controlTable: TableRef;
+  readonly workersTable: TableRef;
+  readonly bucketName: string;
+  readonly bucketNameExport = platformExportNames.bucketName;
+  private readonly instanceTypes: ReadonlySet<string>;
+
+  constructor(scope: Construct, id: string, props: PlatformImportsProps) {
+    super(scope, id);
+    this.instanceTypes = new Set(props.instanceTypes);
+    const value = (key: PlatformExportKey) => Fn.importValue(platformExportNames[key]);
+    const list = (key: PlatformExportKey) => Fn.importListValue(platformExportNames[key], platformAzCount);
+    const table = (role: DynamoTable): TableRef => ({
+      tableName: value(tableExportKeys[role].name),
+      tableArn: value(tableExportKeys[role].arn),
+    });
+
+    this.vpc = ec2.Vpc.fromVpcAttributes(this, 'Vpc', {
+      vpcId: value('vpcId'),
+      availabilityZones: list('availabilityZones'),
+      publicSubnetIds: list('publicSubnetIds'),
+      publicSubnetRouteTableIds: list('publicSubnetRouteTableIds'),
+    });
+    // Not mutable: the host group belongs to the platform. The one rule an app needs (its ALB to the
+    // agent port) is a separate AWS::EC2::SecurityGroupIngress in the app stack (app-stack.ts).
+    this.instanceSecurityGroup = ec2.SecurityGroup.fromSecurityGroupId(
+      this,
+      'InstanceSecurityGroup',
+      value('instanceSecurityGroupId'),
+      { allowAllOutbound: true, mutable: false },
+    );
+    this.cluster = ecs.Cluster.fromClusterAttributes(this, 'Cluster', {
+      clusterName: value('clusterName'),
+      clusterArn: value('clusterArn'),
+      vpc: this.vpc,
+      securityGroups: [this.instanceSecurityGroup],
+      hasEc2Capacity: true,
+    });
+    this.jobsTable = table('jobs');
+    this.chunksTable = table('chunks');
+    this.controlTable = table('control');
+    this.workersTable = table('workers');
+    this.bucketName = value('bucketName');
+  }
+
+  capacityProviderNameFor(instanceType: string): string {
+    if (!this.instanceTypes.has(instanceType)) {
+      throw new FerryError('bad_request', `The platform has no capacity pool for ${instanceType}`, {
+        hint: `Add "${instanceType}" to the platform's instanceTypes and deploy the platform first.`,
+      });
+    }
+    return Fn.importValue(poolExportName(instanceType));
+  }
+}
