@@ -10,7 +10,15 @@ import { randomUUID } from 'node:crypto';
 import { conflict, notFound } from './errors.js';
 import { canMove, isFinal, type Job, type JobView, type Move, viewOf } from './job.js';
 import { limits } from './limits.js';
-import type { ChangeFeed, Clock, JobPatch, JobQueue, JobStore, WorkerRecord, WorkerRegistry } from './ports.js';
+import type {
+  ChangeFeed,
+  Clock,
+  JobPatch,
+  JobQueue,
+  JobStore,
+  WorkerRecord,
+  WorkerRegistry,
+} from './ports.js';
 import type { JobDoneBody, RunRequest } from './schemas.js';
 
 export interface EngineSettings {
