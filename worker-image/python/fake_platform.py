@@ -33,9 +33,18 @@ class FakePlatform:
         self.queue = []
         self.to_stop = []
         self.calls = []  # every request: dict(op, path, query, body, auth, content_type)
+        self.connections = 0  # TCP connections accepted (workers keep theirs alive)
+        self.done_hold_sec = 0.0  # hold every job-done answer this long (a slow platform)
         platform = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, like the real platform
+
+            def setup(self):
+                super().setup()
+                with platform.cond:
+                    platform.connections += 1
+
             def do_GET(self):
                 platform._handle(self, "GET")
 
@@ -146,6 +155,8 @@ class FakePlatform:
                 self.cond.wait_for(lambda: self.to_stop, POLL_HOLD_SEC)
                 ids, self.to_stop = self.to_stop, []
             return self._reply(req, 200, {"jobsToStop": ids}) if ids else self._reply(req, 204, None)
+        if op == "job-done" and self.done_hold_sec:
+            time.sleep(self.done_hold_sec)
         return self._reply(req, 200, {})
 
     def _take(self, worker, limit):

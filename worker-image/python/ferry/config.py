@@ -6,7 +6,6 @@ Every problem is a ConfigError whose message names the variable; the worker exit
 import importlib
 import os
 import sys
-import uuid
 
 
 class ConfigError(Exception):
@@ -53,7 +52,7 @@ class Config:
         self.grace_ms = _int(environ, "FERRY_GRACE_MS", DEFAULT_GRACE_MS, 0)
         self.log_dir = environ.get("FERRY_LOG_DIR", "").strip() or None
         self.max_concurrency = _int(environ, "FERRY_MAX_CONCURRENCY", None, 1)
-        self.worker_id = environ.get("RUNPOD_POD_ID", "").strip() or str(uuid.uuid4())
+        self.worker_id = environ.get("RUNPOD_POD_ID", "").strip() or _random_id()
         self.endpoint_id = environ.get("RUNPOD_ENDPOINT_ID", "").strip() or None
         if self.mode in ("queue", "standalone"):
             self.target = _required(environ, "FERRY_TARGET", "the function or class to serve")
@@ -77,6 +76,12 @@ class Config:
             self.ping_url = environ.get("RUNPOD_WEBHOOK_PING", "").strip() or None
             self.ping_interval_ms = _int(environ, "RUNPOD_PING_INTERVAL", DEFAULT_PING_INTERVAL_MS, 1)
             self.api_key = environ.get("RUNPOD_AI_API_KEY", "")
+
+
+def _random_id():
+    import uuid  # only without RUNPOD_POD_ID: the platform always sets it
+
+    return str(uuid.uuid4())
 
 
 def import_user_module(config):

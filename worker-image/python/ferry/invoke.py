@@ -43,9 +43,29 @@ def kind_of(fn):
     return SYNC
 
 
+_signatures = {}
+
+
+def signature_of(fn):
+    """inspect.signature(fn), remembered: a worker binds every job's input to the same handler,
+    and a class endpoint's method is a new bound-method object on every getattr."""
+    func = getattr(fn, "__func__", None)
+    key = (func, True) if func is not None and getattr(fn, "__self__", None) is not None else (fn, False)
+    try:
+        found = _signatures.get(key)
+    except TypeError:  # an unhashable callable
+        return inspect.signature(fn)
+    if found is None:
+        found = inspect.signature(fn)
+        if len(_signatures) >= 256:
+            _signatures.clear()
+        _signatures[key] = found
+    return found
+
+
 def wants_job(fn):
     try:
-        param = inspect.signature(fn).parameters.get(JOB_PARAM)
+        param = signature_of(fn).parameters.get(JOB_PARAM)
     except (TypeError, ValueError):
         return False
     return param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY
@@ -68,7 +88,7 @@ def bind_kwargs(fn, payload, job=None):
             )
         kwargs[JOB_PARAM] = job
     try:
-        signature = inspect.signature(fn)
+        signature = signature_of(fn)
     except (TypeError, ValueError):
         return kwargs  # a builtin without a signature: let the call itself complain
     try:

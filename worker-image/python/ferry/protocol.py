@@ -1,16 +1,17 @@
-"""The RunPod worker protocol, client side, with urllib only (reference: runpod-api-anchor.md §3).
+"""The RunPod worker protocol, client side, standard library only (reference: runpod-api-anchor.md §3).
 
 Every call is blocking; the runtime runs them in daemon threads so a long poll never holds the
-event loop and an abandoned poll never holds the process at exit.
+event loop and an abandoned poll never holds the process at exit. Requests go over keep-alive
+connections (transport.py): a job costs no TCP handshake.
 """
 
 import json
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 from .invoke import to_json_bytes
+from .transport import Connections
 
 # The RunPod SDK's client timeout for the long polls (jobs_fetcher_timeout); servers hold ≤ ~30 s.
 POLL_TIMEOUT_SEC = 90
@@ -38,7 +39,8 @@ def add_query(url, **params):
 class WorkerApi:
     """The worker side of job-take, job-stop, job-done, job-stream and ping."""
 
-    def __init__(self, get_job_url, post_output_url, post_stream_url, ping_url, api_key, worker_id, say):
+    def __init__(self, get_job_url, post_output_url, post_stream_url, ping_url, api_key, worker_id, say,
+                 connections=None):
         sub = lambda url: url.replace("$RUNPOD_POD_ID", worker_id) if url else url  # noqa: E731
         # GET_JOB substitutes $ID with the worker id (rp_job.get_job); POST_* use $ID for the job id.
         self.take_url = sub(get_job_url).replace("$ID", worker_id)
@@ -50,36 +52,31 @@ class WorkerApi:
         self.api_key = api_key
         self.worker_id = worker_id
         self.say = say
+        self.connections = connections if connections is not None else Connections()
+        self._headers = {"Accept": "application/json", "User-Agent": "ferry-worker"}
+        if api_key:
+            self._headers["Authorization"] = api_key  # raw, no "Bearer" (rp_http.py)
 
     # -- low level -------------------------------------------------------------------------------
 
     def _request(self, method, url, body=None, timeout=POST_TIMEOUT_SEC, job_id=None):
-        headers = {"Accept": "application/json", "User-Agent": "ferry-worker"}
-        if self.api_key:
-            headers["Authorization"] = self.api_key  # raw, no "Bearer" (rp_http.py)
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        if job_id:
-            headers["X-Request-ID"] = job_id
-        req = urllib.request.Request(url, data=body, headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as err:
-            try:
-                data = err.read()
-            except OSError:
-                data = b""
-            finally:
-                err.close()
-            return err.code, data
+        """(status, body bytes); OSError when the exchange fails."""
+        headers = self._headers
+        if body is not None or job_id:
+            headers = dict(headers)
+            if body is not None:
+                headers["Content-Type"] = "application/json"
+            if job_id:
+                headers["X-Request-ID"] = job_id
+        return self.connections.request(method, url, body, headers, timeout)
 
-    def _post(self, url, payload, job_id, what):
-        body = to_json_bytes(payload)
+    def _post(self, url, payload, job_id, what, body=None):
+        if body is None:
+            body = to_json_bytes(payload)
         for attempt in range(POST_ATTEMPTS):
             try:
                 status, data = self._request("POST", url, body, POST_TIMEOUT_SEC, job_id)
-            except (OSError, urllib.error.URLError) as exc:
+            except OSError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
             else:
                 if 200 <= status < 300:
@@ -144,9 +141,10 @@ class WorkerApi:
             return []
         return [i for i in ids if isinstance(i, str)]
 
-    def done(self, job_id, payload, is_stream):
+    def done(self, job_id, payload, is_stream, body=None):
+        """`body`: `payload` already encoded (to_json_bytes), so a big result is encoded once."""
         url = self._job_url(self.done_url, job_id, "true" if is_stream else "false")
-        return self._post(url, payload, job_id, "job-done")
+        return self._post(url, payload, job_id, "job-done", body)
 
     def progress(self, job_id, data):
         url = self._job_url(self.done_url, job_id, "false")
@@ -159,6 +157,32 @@ class WorkerApi:
     def ping(self, job_ids, timeout_sec):
         params = {"job_id": ",".join(job_ids)} if job_ids else {}
         self._request("GET", add_query(self.ping_url, **params), timeout=timeout_sec)
+
+
+class TakeAhead:
+    """One job-take started at once in its own daemon thread; result() waits for its answer (the
+    jobs, or the exception take() raised). The worker sends its first take this way while the rest
+    of the runtime is still being imported."""
+
+    def __init__(self, api, count):
+        self._done = threading.Event()
+        self._jobs = None
+        self._error = None
+        threading.Thread(target=self._take, args=(api, count), daemon=True, name="ferry-take").start()
+
+    def _take(self, api, count):
+        try:
+            self._jobs = api.take(count, False)
+        except BaseException as exc:  # noqa: BLE001 - handed to result()
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def result(self):
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._jobs
 
 
 def stream_chunk(value):

@@ -1,16 +1,24 @@
 """The queue-based worker loop: take jobs, run them, report, honour stop requests.
 
     take loop ──job──▶ JobRun task ──▶ async handler: awaited on the loop
-        ▲                  │           sync handler / generator: a daemon thread (ctx.run)
-        └── slot freed ◀───┘──▶ job-stream per yield, progress, job-done (unless stopped)
+        ▲                  │           sync handler / generator: a pooled daemon thread (ctx.run)
+        └── slot freed ◀───┴──▶ job-stream per yield, progress, then job-done (unless stopped);
+            when the handler ends:   the slot is freed as job-done leaves, so the next job-take
+                                     overlaps it (at most one result in flight per slot)
     stop loop ── job-stop long poll ──▶ task.cancel() / async exception in the thread
     ping thread ── every RUNPOD_PING_INTERVAL ms, ids of held jobs (renews the leases)
+
+Per job the common path is cheap: requests reuse keep-alive connections (transport.py), blocking
+calls run on reused threads (DaemonThreads), the progress queue is only joined for a job that sent
+progress, and the result is encoded once.
 
 Stopping: a stopped job gets NO job-done (the platform already set its final status). An async
 handler is cancelled with task.cancel(). A sync handler's thread gets JobStopped raised
 asynchronously (PyThreadState_SetAsyncExc): a Python-level loop stops at its next bytecode, but a
 long call into C (a CUDA kernel, time.sleep(60)) cannot be interrupted: the slot stays taken until
-it returns, and the platform kills the process after its grace period.
+it returns, and the platform kills the process after its grace period. The exception is raised
+and cleared under the job's lock, so it never reaches a pooled thread after the job has left it.
+A stop request for a job whose result is already being sent is ignored: nothing is left to stop.
 
 SIGTERM/SIGINT: stop taking jobs, keep pinging, let running jobs finish for up to FERRY_GRACE_MS,
 exit 0. A job-take request still in flight is abandoned; a job it might hand out afterwards goes
@@ -19,7 +27,6 @@ back to the queue when its lease lapses.
 
 import asyncio
 import contextvars
-import ctypes
 import inspect
 import json
 import os
@@ -48,11 +55,52 @@ class JobStopped(BaseException):
     """Raised inside a stopped sync handler's thread. BaseException so `except Exception` won't eat it."""
 
 
-def run_blocking(loop, fn, *args):
-    """Run `fn` in a fresh daemon thread; an awaitable future of its result.
+class DaemonThreads:
+    """Daemon threads that are reused: a job's take, handler and job-done cost no thread start.
 
-    Daemon threads (not an executor) so that an abandoned long poll or a handler stuck in C never
-    keeps the process alive at exit.
+    Daemon (not a concurrent.futures executor, whose threads are joined at exit) so that an
+    abandoned long poll or a handler stuck in C never keeps the process alive at exit. A thread
+    that is busy (a handler stuck in C, a long poll) is simply not idle: the next call starts a
+    new thread, so calls never wait for each other. At most `max_idle` threads wait for work.
+    """
+
+    def __init__(self, name="ferry-io", max_idle=16):
+        self.name = name
+        self.max_idle = max_idle
+        self._lock = threading.Lock()
+        self._idle = []  # the inboxes (SimpleQueue) of idle threads, LIFO
+        self.started = 0
+
+    def submit(self, fn, *args):
+        """Run fn(*args) in an idle thread, or a new one. fn must not raise (it is not reported)."""
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+            if inbox is None:
+                self.started += 1
+        if inbox is not None:
+            inbox.put((fn, args))
+            return
+        inbox = queue_mod.SimpleQueue()
+        inbox.put((fn, args))
+        threading.Thread(target=self._serve, args=(inbox,), daemon=True, name=self.name).start()
+
+    def _serve(self, inbox):
+        while True:
+            fn, args = inbox.get()
+            try:
+                fn(*args)
+            except BaseException:  # noqa: BLE001, S110 - fn reports its own outcome
+                pass
+            with self._lock:
+                if len(self._idle) >= self.max_idle:
+                    return
+                self._idle.append(inbox)
+
+
+def run_blocking(loop, fn, *args, threads=None):
+    """Run `fn` in a daemon thread (one of `threads`, else a fresh one); an awaitable future of its
+    result. Daemon threads so that an abandoned long poll or a handler stuck in C never keeps the
+    process alive at exit.
     """
     fut = loop.create_future()
 
@@ -76,18 +124,32 @@ def run_blocking(loop, fn, *args):
         except RuntimeError:
             pass  # loop closed: nobody is waiting any more
 
-    threading.Thread(target=target, daemon=True, name="ferry-io").start()
+    if threads is None:
+        threading.Thread(target=target, daemon=True, name="ferry-io").start()
+    else:
+        threads.submit(target)
     return fut
 
 
 def raise_in_thread(thread_id, exc_type):
     """Schedule `exc_type` in another thread (checked between bytecodes only)."""
+    import ctypes  # only when a sync job is stopped: not on every start-up
+
     set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
     count = set_async_exc(ctypes.c_ulong(thread_id), ctypes.py_object(exc_type))
     if count > 1:  # should not happen; undo rather than hit several threads
         set_async_exc(ctypes.c_ulong(thread_id), None)
         return False
     return count == 1
+
+
+def clear_pending_exception(thread_id=None):
+    """Drop an exception raise_in_thread scheduled in a thread (this one by default) that has not
+    fired yet: a pooled thread must not carry a stop for a job that has ended into the next one."""
+    import ctypes
+
+    ident = threading.get_ident() if thread_id is None else thread_id
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -121,6 +183,10 @@ class JobRun:
         self.lock = threading.Lock()
         self.stopped = False
         self.thread_id = None
+        self.interrupted = False  # JobStopped was raised in thread_id
+        self.executing = False  # counted in QueueRuntime.executing
+        self.delivering = False  # job-done is being sent
+        self.progress_sent = False  # the handler queued progress updates
         self.task = None
         self.fn = None
         self.kwargs = None
@@ -130,7 +196,7 @@ class JobRun:
 
 class QueueRuntime:
     def __init__(self, handler, api, max_concurrency, worker_id, say, echo, log_dir=None,
-                 grace_ms=25_000, ping_interval_ms=10_000, ping_enabled=True):
+                 grace_ms=25_000, ping_interval_ms=10_000, ping_enabled=True, first_take=None):
         self.handler = handler
         self.api = api
         self.max_concurrency = max_concurrency
@@ -141,10 +207,18 @@ class QueueRuntime:
         self.grace_sec = grace_ms / 1000
         self.ping_interval_sec = ping_interval_ms / 1000
         self.ping_enabled = ping_enabled
-        self.running = {}
+        self.running = {}  # every job held: running, or its result on the way
+        self.executing = 0  # jobs whose handler has not finished: what max_concurrency bounds
         self.held = frozenset()  # snapshot for the ping thread; replaced, never mutated
         self._progress_q = queue_mod.Queue()
         self._ping_stop = threading.Event()
+        # Enough idle threads for every slot's handler and request plus the take, stop and progress calls.
+        self.threads = DaemonThreads(max_idle=2 * max_concurrency + 8)
+        # A job-take started before this module was imported (worker.py, for a quick cold start).
+        self._first_take = first_take
+
+    def _blocking(self, fn, *args):
+        return run_blocking(self.loop, fn, *args, threads=self.threads)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -192,13 +266,19 @@ class QueueRuntime:
 
     async def _take_loop(self):
         while not self.stopping.is_set():
-            free = self.max_concurrency - len(self.running)
+            # A slot is free once its handler is done, while the result is still being sent: the next
+            # job-take overlaps the last job-done. At most one result in flight per slot.
+            free = min(self.max_concurrency - self.executing, 2 * self.max_concurrency - len(self.running))
             if free <= 0:
                 self.slot_free.clear()
                 await self.slot_free.wait()
                 continue
             try:
-                jobs = await run_blocking(self.loop, self.api.take, free, bool(self.running))
+                if self._first_take is not None:
+                    first, self._first_take = self._first_take, None
+                    jobs = await self._blocking(first.result)
+                else:
+                    jobs = await self._blocking(self.api.take, free, bool(self.running))
             except RateLimited:
                 await self._pause(5)
                 continue
@@ -221,12 +301,21 @@ class QueueRuntime:
             run.input_error = exc
         self.running[run.id] = run
         self.held = frozenset(self.running)
+        self.executing += 1
+        run.executing = True
         run.task = asyncio.ensure_future(self._run_job(run))
         run.task.add_done_callback(lambda _task: self._finished(run))
+
+    def _release_slot(self, run):
+        if run.executing:
+            run.executing = False
+            self.executing -= 1
+            self.slot_free.set()
 
     def _finished(self, run):
         self.running.pop(run.id, None)
         self.held = frozenset(self.running)
+        self._release_slot(run)
         self.slot_free.set()
         task = run.task
         if not task.cancelled() and task.exception() is not None:
@@ -238,7 +327,7 @@ class QueueRuntime:
     async def _run_job(self, run):
         log = logs.JobLog(run.id, self.echo, self.log_dir)
         logs.activate(log)  # this task's own context copy: other jobs are unaffected
-        progress.register(run.id, lambda data: self._queue_progress(run.id, data))
+        progress.register(run.id, lambda data: self._queue_progress(run, data))
         started = time.monotonic()
         try:
             try:
@@ -254,14 +343,20 @@ class QueueRuntime:
                 return
             if run.stopped:
                 return
-            # Keep the order the handler saw: its progress updates land before the result.
-            await run_blocking(self.loop, self._progress_q.join)
+            if run.progress_sent:
+                # Keep the order the handler saw: its progress updates land before the result.
+                await self._blocking(self._progress_q.join)
             try:
-                to_json_bytes(payload)
+                body = to_json_bytes(payload)
             except OutputError as exc:
                 print(f"ferry: {exc}", file=sys.stderr)
                 payload = error_body(exc, self.worker_id)
-            ok = await run_blocking(self.loop, self.api.done, run.id, payload, is_stream)
+                body = to_json_bytes(payload)
+            # From here on a stop request has nothing left to stop: the result is on its way (the
+            # platform sends one for a job it completes while this worker still lists it).
+            run.delivering = True
+            self._release_slot(run)
+            ok = await self._blocking(self.api.done, run.id, payload, is_stream, body)
             outcome = "failed" if "error" in payload else "completed"
             self.say(f"job {run.id} {outcome} in {time.monotonic() - started:.2f} s"
                      + ("" if ok else " (result not delivered)"))
@@ -283,7 +378,7 @@ class QueueRuntime:
         if run.kind == ASYNC_GEN:
             return await self._drain_async_gen(run), True
         ctx = contextvars.copy_context()
-        return await run_blocking(self.loop, ctx.run, self._run_sync, run)
+        return await self._blocking(ctx.run, self._run_sync, run)
 
     def _failure(self, exc):
         exc = _without_runtime_frames(exc)
@@ -296,7 +391,7 @@ class QueueRuntime:
             async for value in run.fn(**run.kwargs):
                 check_jsonable(value, "a yielded value")
                 outputs.append(value)
-                await run_blocking(self.loop, self.api.stream, run.id, value)
+                await self._blocking(self.api.stream, run.id, value)
         except Exception as exc:  # noqa: BLE001
             return self._failure(exc)
         return {"output": outputs}
@@ -322,6 +417,10 @@ class QueueRuntime:
         finally:
             with run.lock:
                 run.thread_id = None
+                if run.interrupted:
+                    # A stop raised after the handler returned must not fire later in this
+                    # (pooled) thread, in the middle of another job.
+                    clear_pending_exception()
 
     def _drain_sync_gen(self, run, gen):
         outputs = []
@@ -351,7 +450,7 @@ class QueueRuntime:
         while True:
             asked = time.monotonic()
             try:
-                ids = await run_blocking(self.loop, self.api.poll_stop)
+                ids = await self._blocking(self.api.poll_stop)
             except RateLimited:
                 await asyncio.sleep(5)
                 continue
@@ -371,26 +470,29 @@ class QueueRuntime:
     def stop_jobs(self, ids):
         for job_id in ids:
             run = self.running.get(job_id)
-            if run is None:
+            if run is None or run.delivering:
                 continue
             with run.lock:
                 already = run.stopped
                 run.stopped = True
                 thread_id = run.thread_id
+                if thread_id is not None and not already:
+                    # Under the lock: the thread is still inside this job (_run_sync clears
+                    # thread_id under the same lock), never back in the pool running another.
+                    run.interrupted = raise_in_thread(thread_id, JobStopped)
             if already:
                 continue
             self.say(f"stopping job {job_id} (asked by the platform; no result will be sent)")
-            if thread_id is not None:
-                raise_in_thread(thread_id, JobStopped)
-            elif run.kind in (ASYNC, ASYNC_GEN) or run.input_error is not None:
+            if thread_id is None and (run.kind in (ASYNC, ASYNC_GEN) or run.input_error is not None):
                 run.task.cancel()
             # else: a sync job whose thread has not started or has finished sees `stopped` itself.
 
     # -- progress and ping -------------------------------------------------------------------------
 
-    def _queue_progress(self, job_id, data):
+    def _queue_progress(self, run, data):
         check_jsonable(data, "progress_update data")
-        self._progress_q.put((job_id, data))
+        run.progress_sent = True
+        self._progress_q.put((run.id, data))
 
     def _progress_sender(self):
         while True:

@@ -91,7 +91,7 @@ class LocalJobs:
                     pending.taken = now
         return jobs
 
-    def done(self, job_id, payload, _is_stream):
+    def done(self, job_id, payload, _is_stream, body=None):  # noqa: ARG002 - body: WorkerApi's encoded payload
         with self._lock:
             pending = self._pending.pop(job_id, None)
         if pending is None:

@@ -5,7 +5,6 @@ endpoint's __init__ raising), 2 when the configuration is wrong or the module/ta
 imported. All configuration comes from the environment; see README.md next to this package.
 """
 
-import asyncio
 import os
 import signal
 import sys
@@ -107,8 +106,7 @@ def _max_concurrency(config, endpoint):
 
 
 def serve_queue(config, handler, endpoint, say, echo):
-    from .protocol import WorkerApi
-    from .queue_runtime import QueueRuntime
+    from .protocol import TakeAhead, WorkerApi
 
     max_concurrency = _max_concurrency(config, endpoint)
     api = WorkerApi(
@@ -120,6 +118,13 @@ def serve_queue(config, handler, endpoint, say, echo):
         config.worker_id,
         say,
     )
+    # Cold start: the first job-take goes out now (the handler is ready), while asyncio and the
+    # runtime are still being imported; the runtime's take loop picks up its answer.
+    first_take = TakeAhead(api, max_concurrency)
+    import asyncio
+
+    from .queue_runtime import QueueRuntime
+
     if not config.ping_url:
         say("RUNPOD_WEBHOOK_PING is not set: no heartbeat, leases will not be renewed")
     runtime = QueueRuntime(
@@ -133,6 +138,7 @@ def serve_queue(config, handler, endpoint, say, echo):
         grace_ms=config.grace_ms,
         ping_interval_ms=config.ping_interval_ms,
         ping_enabled=bool(config.ping_url),
+        first_take=first_take,
     )
     left = asyncio.run(runtime.run())
     say("stopped")
@@ -146,6 +152,8 @@ def serve_queue(config, handler, endpoint, say, echo):
 def serve_standalone(config, handler, endpoint, say, echo):
     """A queue target with its own POST /runsync (ferry/standalone.py): the same QueueRuntime as
     queue mode, fed in-process, behind lb.py's HTTP server."""
+    import asyncio
+
     from .lb import make_server
     from .queue_runtime import QueueRuntime
     from .standalone import LocalJobs, StandaloneRouter
@@ -193,6 +201,8 @@ def serve_standalone(config, handler, endpoint, say, echo):
 
 
 def serve_lb(config, endpoint, say):
+    import asyncio
+
     from .lb import Router, make_server
 
     loop = asyncio.new_event_loop()
