@@ -329,8 +329,10 @@ export class JobEngine {
       output: body.output,
       error: failed ? errorText(body.error) : undefined,
     });
-    const ended = await this.move(job, failed ? 'fail' : 'complete', patch, workerId);
+    // Let go of the job in the registry first: the final move wakes the worker's job-stop poll, which
+    // must not find the job it just finished still listed and tell the worker to stop it.
     await this.heartbeat(endpointId, workerId, (held) => held.filter((id) => id !== jobId));
+    const ended = await this.move(job, failed ? 'fail' : 'complete', patch, workerId);
     return { status: ended.status };
   }
 

@@ -175,6 +175,26 @@ describe('execution timeout', () => {
   });
 });
 
+describe('the stop channel', () => {
+  it('does not tell a worker to stop the job it just finished', async () => {
+    const job = await engine.submit(ep, { input: {} }, { sync: false });
+    await engine.take(ep, 'w1', 1, 0);
+    const stopping = engine.jobsToStop(ep, 'w1', 1_000);
+    await engine.done(ep, 'w1', job.id, { output: 'ok' });
+    await new Promise((r) => setImmediate(r));
+    clock.advance(1_000);
+    expect(await stopping).toEqual([]);
+  });
+
+  it('tells it to stop a job cancelled while it runs', async () => {
+    const job = await engine.submit(ep, { input: {} }, { sync: false });
+    await engine.take(ep, 'w1', 1, 0);
+    const stopping = engine.jobsToStop(ep, 'w1', 1_000);
+    await engine.cancel(ep, job.id);
+    expect(await stopping).toEqual([job.id]);
+  });
+});
+
 describe('long polls wake on change, not on a timer', () => {
   it('runSync returns as soon as the worker finishes, with no clock movement', async () => {
     const pending = engine.runSync(ep, { input: {} }, 90_000, undefined);

@@ -90,8 +90,12 @@ export class LocalWorkers {
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
 
-  constructor(private readonly options: LocalWorkersOptions) {
+  private readonly options: LocalWorkersOptions;
+
+  constructor(options: LocalWorkersOptions) {
     this.gpus = options.gpuCount ?? detectGpus();
+    // Resolved once: a version-manager shim in front of python3 (pyenv) costs ~100 ms per start.
+    this.options = { ...options, python: options.python ?? resolvePython() };
   }
 
   /** Starts reconciling on a timer. */
@@ -524,6 +528,20 @@ function withoutSecrets(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   for (const key of ['FERRY_API_KEY', 'RUNPOD_API_KEY', 'AWS_SECRET_ACCESS_KEY', 'AWS_SESSION_TOKEN'])
     delete copy[key];
   return copy;
+}
+
+/** The real interpreter behind `python3` on PATH, or `python3` itself when that cannot be told. */
+function resolvePython(): string {
+  try {
+    const out = execFileSync('python3', ['-c', 'import sys; print(sys.executable)'], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+      timeout: 10_000,
+    }).trim();
+    return out.length > 0 ? out : 'python3';
+  } catch {
+    return 'python3';
+  }
 }
 
 function detectGpus(): number {
