@@ -287,6 +287,8 @@ export class JobEngine {
         waitMs: remaining,
         signal,
       });
+      // The queue waited for us: nothing means the wait ran out, the caller left, or the queue closed.
+      if (messages.length === 0) return [];
       const taken: Job[] = [];
       for (const message of messages) {
         const job = await this.claim(endpointId, message.jobId, workerId);
@@ -305,6 +307,7 @@ export class JobEngine {
         await this.heartbeat(endpointId, workerId, (held) => [...held, ...taken.map((j) => j.id)]);
         return taken.map(workerJobOf);
       }
+      // Only stale messages this time (cancelled, purged or taken meanwhile): wait again.
       if (remaining <= 0 || signal?.aborted) return [];
     }
   }
@@ -383,9 +386,7 @@ export class JobEngine {
         const stop: string[] = [];
         for (const jobId of held) {
           const job = await this.jobs.get(jobId, now);
-          if (job?.status !== 'IN_PROGRESS' || job.workerId !== workerId || job.endpointId !== endpointId) {
-            stop.push(jobId);
-          }
+          if (mustStop(job, workerId, endpointId)) stop.push(jobId);
         }
         const remaining = deadline - now;
         if (stop.length > 0 || remaining <= 0 || signal?.aborted) return stop;
@@ -576,6 +577,8 @@ export class JobEngine {
     if (job.attempt >= this.settings.maxAttempts) {
       const moved = await this.tryMove(job, 'fail', () => ({
         ...this.finalPatch('FAILED'),
+        // No worker holds it any more; should the silent one come back, job-stop tells it to let go.
+        workerId: undefined,
         error: `Worker ${job.workerId} stopped responding; the job was tried ${job.attempt} times`,
       }));
       return moved ? 'failed' : undefined;
@@ -668,6 +671,18 @@ export class JobEngine {
   private async workerRecord(workerId: string): Promise<WorkerRecord | undefined> {
     return this.seenWorkers.get(workerId) ?? (await this.workers.get(workerId));
   }
+}
+
+/**
+ * Whether a worker must stop a job it says it holds: the job is gone (expired), belongs elsewhere,
+ * was taken from the worker (requeued, or failed after its lease lapsed — those moves clear
+ * workerId), or was ended for it (cancelled, timed out). A job the worker finished itself is not one
+ * to stop: a ping sent while its job-done was on the way still lists it, and answering "stop it"
+ * would send the worker straight back into the stop poll, over and over, until the next ping.
+ */
+function mustStop(job: Job | undefined, workerId: string, endpointId: string): boolean {
+  if (!job || job.endpointId !== endpointId || job.workerId !== workerId) return true;
+  return job.status !== 'IN_PROGRESS' && job.status !== 'COMPLETED' && job.status !== 'FAILED';
 }
 
 /** A running job whose execution timeout has passed at `nowMs`. */

@@ -186,6 +186,25 @@ describe('the stop channel', () => {
     expect(await stopping).toEqual([]);
   });
 
+  it('does not keep answering for a finished job a late ping still lists', async () => {
+    const job = await engine.submit(ep, { input: {} }, { sync: false });
+    await engine.take(ep, 'w1', 1, 0);
+    await engine.done(ep, 'w1', job.id, { output: 'ok' });
+    await engine.ping(ep, 'w1', [job.id]);
+    expect(await engine.jobsToStop(ep, 'w1', 0)).toEqual([]);
+  });
+
+  it('tells a worker whose lease lapsed for good to let go', async () => {
+    const job = await engine.submit(ep, { input: {} }, { sync: false });
+    for (const worker of ['w1', 'w2']) {
+      await engine.take(ep, worker, 1, 0);
+      clock.advance(30_000);
+      await engine.sweep();
+    }
+    expect((await engine.status(ep, job.id)).status).toBe('FAILED');
+    expect(await engine.jobsToStop(ep, 'w2', 0)).toEqual([job.id]);
+  });
+
   it('tells it to stop a job cancelled while it runs', async () => {
     const job = await engine.submit(ep, { input: {} }, { sync: false });
     await engine.take(ep, 'w1', 1, 0);
