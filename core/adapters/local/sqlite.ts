@@ -60,6 +60,9 @@ function prepared<P extends unknown[] = unknown[], R = unknown>(
   return statement as unknown as Database.Statement<P, R>;
 }
 
+/** The reason a napping receive is woken with (abort() without one builds a DOMException). */
+const woken = Object.freeze({ reason: 'a message arrived' });
+
 const schemaVersion = 1;
 
 const schema = `
@@ -101,8 +104,10 @@ CREATE TABLE IF NOT EXISTS queue (
 );
 -- In send order per endpoint: a receive walks from the oldest message and stops after \`max\` visible
 -- ones, instead of sorting every visible message (which made each receive cost O(queue length)).
+-- It also carries visible_at and low_priority, so receive, depth and the next-visible lookup read the
+-- index alone; one index keeps sends, receives and acks cheap.
 DROP INDEX IF EXISTS queue_by_endpoint;
-CREATE INDEX IF NOT EXISTS queue_in_order ON queue (endpoint_id, seq);
+CREATE INDEX IF NOT EXISTS queue_in_order ON queue (endpoint_id, seq, visible_at, low_priority);
 
 CREATE TABLE IF NOT EXISTS apps (name TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS environments (
@@ -402,7 +407,7 @@ class SqliteJobQueue implements JobQueue {
       'INSERT INTO queue (endpoint_id, job_id, low_priority, visible_at, token) VALUES (?, ?, ?, ?, ?)',
     );
     const visible = db.prepare<[string, number, number], { seq: number; job_id: string }>(
-      'SELECT seq, job_id FROM queue WHERE endpoint_id = ? AND visible_at <= ? ORDER BY seq LIMIT ?',
+      'SELECT seq, job_id FROM queue INDEXED BY queue_in_order WHERE endpoint_id = ? AND visible_at <= ? ORDER BY seq LIMIT ?',
     );
     const hide = db.prepare('UPDATE queue SET visible_at = ?, token = ? WHERE seq = ?');
     this.#receiveTx = db.transaction(
@@ -470,7 +475,7 @@ class SqliteJobQueue implements JobQueue {
 
   async #nap(endpointId: string, ms: number, signal: AbortSignal | undefined): Promise<void> {
     const stop = new AbortController();
-    const wake = (): void => stop.abort();
+    const wake = (): void => stop.abort(woken);
     let set = this.#waiters.get(endpointId);
     if (!set) {
       set = new Set();
