@@ -65,8 +65,11 @@ export interface JobQueue {
   receive(endpointId: string, options: ReceiveOptions): Promise<QueueMessage[]>;
   /** Deletes a delivered message. Acknowledging twice is fine. */
   ack(endpointId: string, receipt: string): Promise<void>;
-  /** Messages waiting, as far as the queue knows; `urgent` leaves out low-priority ones (they don't scale). */
-  depth(endpointId: string): Promise<{ visible: number; urgent: number }>;
+  /**
+   * Messages waiting, as far as the queue knows; `urgent` leaves out low-priority ones (they don't
+   * scale). With `atMost`, counting may stop there (a pool only needs enough to size itself).
+   */
+  depth(endpointId: string, options?: { atMost?: number }): Promise<{ visible: number; urgent: number }>;
   close(): Promise<void>;
 }
 

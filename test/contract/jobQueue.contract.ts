@@ -208,5 +208,22 @@ export function describeJobQueueContract(
       expect(await queue.depth(ep)).toEqual({ visible: 2, urgent: 1 });
       expect(await queue.depth(uniqueId('ep'))).toEqual({ visible: 0, urgent: 0 });
     });
+
+    it('may stop counting at atMost, but never reports less than that much of what waits', async () => {
+      for (const [id, lowPriority] of [
+        ['l1', true],
+        ['l2', true],
+        ['u1', false],
+        ['u2', false],
+        ['u3', false],
+      ] as const)
+        await queue.send(ep, id, { lowPriority });
+      const capped = await queue.depth(ep, { atMost: 2 });
+      expect(capped.visible).toBeGreaterThanOrEqual(2);
+      expect(capped.visible).toBeLessThanOrEqual(5);
+      expect(capped.urgent).toBeGreaterThanOrEqual(2);
+      expect(capped.urgent).toBeLessThanOrEqual(3);
+      expect(await queue.depth(ep, { atMost: 10 })).toEqual({ visible: 5, urgent: 3 });
+    });
   });
 }

@@ -296,7 +296,9 @@ export class EndpointPool {
     } else {
       // Demand = urgent queued jobs + jobs our workers hold. Both are cheap reads (the queue and the
       // worker registry), unlike counting the jobs table, which grows with retention.
-      const depth = await this.options.queue.depth(this.endpointId);
+      const depth = await this.options.queue.depth(this.endpointId, {
+        atMost: max * this.resources.maxConcurrency,
+      });
       const held = await this.markBusy(now);
       desired = Math.min(
         max,

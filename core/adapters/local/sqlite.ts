@@ -423,9 +423,15 @@ class SqliteJobQueue implements JobQueue {
       'SELECT MIN(visible_at) AS at FROM queue WHERE endpoint_id = ? AND visible_at > ?',
     );
     this.#ack = db.prepare('DELETE FROM queue WHERE endpoint_id = ? AND seq = ? AND token = ?');
-    this.#depth = db.prepare<[string, number], { visible: number; urgent: number | null }>(
-      `SELECT COUNT(*) AS visible, SUM(low_priority = 0) AS urgent FROM queue
-       WHERE endpoint_id = ? AND visible_at <= ?`,
+    this.#depth = db.prepare<
+      { endpoint: string; now: number; limit: number },
+      { visible: number; urgent: number | null }
+    >(
+      `SELECT
+         (SELECT COUNT(*) FROM (SELECT 1 FROM queue
+            WHERE endpoint_id = @endpoint AND visible_at <= @now LIMIT @limit)) AS visible,
+         (SELECT COUNT(*) FROM (SELECT 1 FROM queue
+            WHERE endpoint_id = @endpoint AND visible_at <= @now AND low_priority = 0 LIMIT @limit)) AS urgent`,
     );
   }
 
@@ -460,9 +466,13 @@ class SqliteJobQueue implements JobQueue {
     this.#ack.run(endpointId, Number(match[1]), match[2]);
   }
 
-  async depth(endpointId: string): Promise<{ visible: number; urgent: number }> {
+  async depth(
+    endpointId: string,
+    options: { atMost?: number } = {},
+  ): Promise<{ visible: number; urgent: number }> {
     this.#assertOpen();
-    const row = this.#depth.get(endpointId, this.clock.now());
+    // LIMIT -1 is no limit in SQLite.
+    const row = this.#depth.get({ endpoint: endpointId, now: this.clock.now(), limit: options.atMost ?? -1 });
     return { visible: row?.visible ?? 0, urgent: row?.urgent ?? 0 };
   }
 
