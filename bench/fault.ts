@@ -5,12 +5,10 @@
  *
  * Sizes: FERRY_FAULT_JOBS (default 3000), FERRY_FAULT_KILLS (3), FERRY_FAULT_QUEUE (100000).
  */
-import { deepQueue, killPlatformUnderLoad, killWorkersMidJob, webhookFaults } from './lib/faults.js';
 
-const envInt = (name: string, fallback: number) => {
-  const n = Number(process.env[name]);
-  return Number.isInteger(n) && n > 0 ? n : fallback;
-};
+import { deepQueue, killPlatformUnderLoad, killWorkersMidJob, webhookFaults } from './lib/faults.js';
+import { envInt } from './lib/util.js';
+
 const mb = (bytes: number | undefined) =>
   bytes === undefined ? 'n/a' : `${(bytes / 1048576).toFixed(1)} MB`;
 

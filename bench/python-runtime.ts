@@ -18,15 +18,8 @@ import { loadavg, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { type PlatformChild, startPlatformChild } from './lib/child.js';
 import { api, benchKey } from './lib/faults.js';
+import { envInt, pause, round, say } from './lib/util.js';
 import { CountingWorker } from './lib/worker.js';
-
-const envInt = (name: string, fallback: number) => {
-  const n = Number(process.env[name]);
-  return Number.isInteger(n) && n > 0 ? n : fallback;
-};
-const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const say = (line: string) => process.stderr.write(`${line}\n`);
-const round = (n: number, digits = 1) => Number(n.toFixed(digits));
 
 const jobs = envInt('FERRY_BENCH_JOBS', 2000);
 const coldRuns = envInt('FERRY_BENCH_COLD', 10);

@@ -8,10 +8,10 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { type PlatformChild, rssBytes, startPlatformChild } from './child.js';
+import { pause } from './util.js';
 import { CountingWorker } from './worker.js';
 
 export const benchKey = 'fy_bench_key_loopback_only';
-const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The fields v2 answers carry; which ones are present depends on the route. */
 export interface ApiBody {

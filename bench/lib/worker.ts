@@ -6,6 +6,8 @@
  * It counts, per job id, how often its handler ran and how often job-done was accepted (200), so a
  * test can say "none completed twice" from the worker's side.
  */
+import { pause } from './util.js';
+
 export interface WorkerTarget {
   url: string;
   token: string;
@@ -18,8 +20,6 @@ export interface CountingWorkerOptions {
   workMs?: number;
   workerId?: string;
 }
-
-const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export class CountingWorker {
   readonly executions = new Map<string, number>();
