@@ -17,7 +17,7 @@ import { type FakeToolkitState, toolkitEventOf } from '../../cli/providers/toolk
 import type { EndpointRecord } from '../../core/ports.js';
 import { appStackName } from '../../infra/app-stack.js';
 import { type AwsFixture, fakeAwsConfig, startAwsFixture } from '../support/emulators.js';
-import { CliSandbox } from './cli-support.js';
+import { CliSandbox, deployStages } from './cli-support.js';
 
 const apiUrl = 'https://abc123.execute-api.us-east-1.amazonaws.com/api/v2';
 
@@ -92,14 +92,7 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
   it('first deploy: creates the platform, deploys the app stack, uploads, records, lists every endpoint', async () => {
     const result = await ferry(['deploy', '--yes']);
     expect(result.code, result.stderr).toBe(0);
-    for (const stage of [
-      '[1/5] Build',
-      '[2/5] Environment resolution',
-      '[3/5] Upload',
-      '[4/5] Provisioning',
-      '[5/5] Configuration',
-    ])
-      expect(result.stderr).toContain(stage);
+    for (const stage of deployStages) expect(result.stderr).toContain(stage);
     expect(result.stderr).toContain('no FerryPlatform stack in this account/region yet');
 
     const calls = state().calls;

@@ -25,7 +25,7 @@ import {
 } from '../../cli/deploy/plan.js';
 import type { Manifest } from '../../core/manifest.js';
 import { baseImageFor } from '../../worker-image/images.js';
-import { CliSandbox, repoRoot, stopChild } from './cli-support.js';
+import { CliSandbox, deployStages, repoRoot, stopChild } from './cli-support.js';
 
 const run = promisify(execFile);
 
@@ -47,14 +47,7 @@ describe('deploy and the control records (--no-serve)', () => {
   it('creates app and production env, records every endpoint, and prints the five stages', async () => {
     const result = await sandbox.run(['deploy', '--no-serve'], { cwd: project });
     expect(result.code, result.stderr).toBe(0);
-    for (const stage of [
-      '[1/5] Build',
-      '[2/5] Environment resolution',
-      '[3/5] Upload',
-      '[4/5] Provisioning',
-      '[5/5] Configuration',
-    ])
-      expect(result.stderr).toContain(stage);
+    for (const stage of deployStages) expect(result.stderr).toContain(stage);
     expect(result.stderr).toContain("app 'shop' not found: creating it with environment 'production'");
     expect(result.stderr).toContain('excluded torch: base image');
     expect(result.stdout).toMatch(

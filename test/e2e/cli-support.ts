@@ -145,3 +145,12 @@ export function stopChild(child: ChildProcess, signal: NodeJS.Signals = 'SIGINT'
     killGroup(child, signal);
   });
 }
+
+/** The five deploy stages of spec §3, as `ferry deploy` prints them on stderr. */
+export const deployStages = [
+  '[1/5] Build',
+  '[2/5] Environment resolution',
+  '[3/5] Upload',
+  '[4/5] Provisioning',
+  '[5/5] Configuration',
+] as const;
