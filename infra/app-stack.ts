@@ -277,7 +277,7 @@ export class AppEnvironmentStack extends Stack {
       FERRY_ENDPOINT_KIND: endpoint.kind,
       FERRY_ARTIFACT_BUCKET: this.artifactBucketName,
       FERRY_ARTIFACT_KEY: props.artifact.key,
-      // A code-only change alters the task definition, so ECS rolls the service (spec §4.4 rule 4).
+      // A code-only change alters the task definition, so ECS rolls the service (docs/architecture.md#the-cli).
       FERRY_SOURCE_FINGERPRINT: props.manifest.sourceFingerprint,
       FERRY_MAX_CONCURRENCY: String(resources.maxConcurrency),
       FERRY_EXECUTION_TIMEOUT_MS: String(resources.executionTimeoutMs),
@@ -505,7 +505,7 @@ export class AppEnvironmentStack extends Stack {
    * Scaling reads the urgent queue's ApproximateNumberOfMessagesVisible only. Messages are deleted
    * the moment a worker claims their job, so "not visible" (in flight) is ~0 even under full load
    * and cannot measure work; "visible" is exactly the jobs no worker has picked up yet. The
-   * low-priority queue is left out on purpose: those jobs never start a worker (DESIGN.md §3).
+   * low-priority queue is left out on purpose: those jobs never start a worker (docs/architecture.md#jobs).
    *
    *  1. Scale out — step, on "visible ≥ 1" (1-minute maximum), ChangeInCapacity, relative to that
    *     threshold: < 2·maxConcurrency waiting → +1, < 8·maxConcurrency → +2, more → +4. From zero
@@ -599,7 +599,7 @@ export class AppEnvironmentStack extends Stack {
     });
     Validations.of(securityGroup).acknowledge({
       id: 'AwsSolutions-EC23',
-      reason: 'A load-balanced endpoint is public by design (spec §4.2); every request needs the API key.',
+      reason: 'A load-balanced endpoint is public by design (docs/api.md); every request needs the API key.',
     });
 
     const alb = new elbv2.ApplicationLoadBalancer(this, `${prefix}-Alb`, {

@@ -529,7 +529,7 @@ export class PlatformStack extends Stack {
       },
       {
         id: 'AwsSolutions-L1',
-        reason: 'Pinned to nodejs22.x: the bundles target node22 and middy 6 (DESIGN.md §8).',
+        reason: 'Pinned to nodejs22.x: the bundles target node22 and middy 6 (see docs/architecture.md).',
       },
     );
     return fn;
@@ -653,11 +653,11 @@ export class PlatformStack extends Stack {
       },
       {
         id: 'AwsSolutions-COG4',
-        reason: 'Clients authenticate with Ferry API keys (spec §5), checked by a Lambda authorizer.',
+        reason: 'Clients authenticate with Ferry API keys (docs/api.md), checked by a Lambda authorizer.',
       },
     );
 
-    // Errors keep the one body shape of the API, `{"error": "..."}` (DESIGN.md §4), even when API
+    // Errors keep the one body shape of the API, `{"error": "..."}` (docs/api.md#errors), even when API
     // Gateway answers by itself; a denied or missing key is a 401, never a 403.
     const unauthorized = '{"error":"Missing or invalid API key"}';
     api.addGatewayResponse('Unauthorized', {
