@@ -36,7 +36,7 @@ const rootCitation = /(?<![\w./-])((?:docs\/[\w-]+|CONTRIBUTING)\.md)(#[\w-]+)?/
 const markdownLink = /\]\(([^)\s#]+\.md)(#[\w-]+)?\)/g;
 
 /** GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens. */
-export function slug(heading: string): string {
+function slug(heading: string): string {
   return heading
     .trim()
     .toLowerCase()
