@@ -55,7 +55,8 @@ export class EndpointLoadBalancer extends Construct {
     });
     Validations.of(securityGroup).acknowledge({
       id: 'AwsSolutions-EC23',
-      reason: 'A load-balanced endpoint is public by design (docs/api.md#load-balanced-endpoints); every request needs the API key.',
+      reason:
+        'A load-balanced endpoint is public by design (docs/api.md#load-balanced-endpoints); every request needs the API key.',
     });
 
     const alb = new elbv2.ApplicationLoadBalancer(this, 'Alb', {
