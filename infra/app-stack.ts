@@ -48,7 +48,7 @@ import { dynamoSchema } from '../core/adapters/aws/dynamo.js';
 import { FerryError } from '../core/errors.js';
 import { limits } from '../core/limits.js';
 import type { Manifest, ManifestEndpoint } from '../core/manifest.js';
-import { workerProtocolEnv } from '../worker-image/agent/agent.js';
+import { placeholderWorkerId, workerProtocolEnv } from '../worker-image/agent/agent.js';
 import {
   agentMemoryMiB,
   artifactInitMemoryMiB,
@@ -319,7 +319,7 @@ export class AppEnvironmentStack extends Stack {
         ...workerProtocolEnv({
           agentUrl: `http://127.0.0.1:${ports.agent}`,
           endpointId,
-          workerId: `${endpointId}-worker`,
+          workerId: placeholderWorkerId(endpointId),
           workerToken,
         }),
         FERRY_TARGET: endpoint.target!.name,
