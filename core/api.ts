@@ -184,7 +184,7 @@ export class V2Api {
       } else {
         // A worker token opens only its own endpoint's routes, under its own worker id (params[0]).
         const access = await this.options.auth.workerAccess(key, endpointId, params[0]!);
-        if (access === 'unknown') throw unauthorized('Missing or invalid worker token');
+        if (access === 'unknown') throw unauthorized();
         if (access === 'mismatch') throw forbidden('This worker token is not for this endpoint and worker');
       }
       const endpoint = await this.queueEndpoint(endpointId);
