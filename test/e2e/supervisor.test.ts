@@ -31,6 +31,7 @@ let scratch: string;
 /** The most workers /health reported for each endpoint, sampled all along. */
 const seenMax = new Map<string, number>();
 let sampling: NodeJS.Timeout | undefined;
+const logLines: string[] = [];
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 async function until<T>(
@@ -138,6 +139,8 @@ beforeAll(async () => {
   process.env.AWS_ACCESS_KEY_ID = 'AKIAPLATFORM';
   process.env.FERRY_SOMETHING = 'platform-setting';
   platform = await startTestPlatform({
+    // What `ferry serve` prints on stderr.
+    log: { info: () => {}, warn: (m) => logLines.push(m), error: (m) => logLines.push(m) },
     workerWaitMs: 2_000,
     sweepIntervalMs: 200,
     settings: { leaseMs, maxAttempts },
@@ -316,6 +319,7 @@ def looper():
     const h = await health('looper');
     expect(h.problem).toMatchObject({ state: 'backoff' });
     expect(h.problem.reason).toMatch(/exited \(code 3\)/);
+    expect(logLines.join('\n')).toMatch(/endpoint looper: worker .* exited \(code 3\)/);
     expect(Object.keys(h.workers).sort()).toEqual(['idle', 'running']);
 
     await deployModule('looper', crashing.replace('os._exit(3)', 'return "fixed"'), 'v2');
@@ -339,6 +343,8 @@ def broken():
     const h = await health('broken');
     expect(h.problem).toMatchObject({ state: 'failing' });
     expect(h.problem.lines.join('\n')).toMatch(/no_such_package_here/);
+    // `ferry serve` says why on stderr, with the worker's last lines.
+    expect(logLines.join('\n')).toMatch(/endpoint broken is failing: .*\n(.|\n)*no_such_package_here/);
     // While failing, a new job fails at once instead of waiting for its TTL.
     expect((await finalOf('broken', await submit('broken', {}), 10_000)).status).toBe('FAILED');
 
