@@ -61,7 +61,7 @@
  * can finish, waits up to `drainMs` (default 110 s), then requeues whatever is still held
  * (engine.workerGone) and turns protection off.
  */
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { S3Client } from '@aws-sdk/client-s3';
@@ -79,7 +79,7 @@ import { type Authenticator, credentialOf, hashKey, KeyAuthenticator, newSecret 
 import { PollingChangeFeed } from '../../core/changes.js';
 import { systemClock } from '../../core/clock.js';
 import { JobEngine, type WebhookSender } from '../../core/engine.js';
-import { errorBody, FerryError, httpStatus } from '../../core/errors.js';
+import { FerryError, toHttpResponse } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
 import type { Clock, ControlStore, EndpointRecord } from '../../core/ports.js';
@@ -253,8 +253,8 @@ class AgentServer implements Agent {
       prefix: options.blobPrefix ?? '',
     });
     const warn = (message: string) => this.log.warn(message);
-    // The API turns unexpected errors into a bare 500 "Internal error" for the worker; the agent's
-    // log is where a throttled table or a missing permission must show, so the adapters say it here.
+    // The API answers unexpected errors with a masked 500 and logs the detail; the adapters also say
+    // here which port failed, so a throttled table or a missing permission shows in the agent's log.
     const jobs = logged(
       'jobs',
       new DynamoJobStore({ doc: this.doc, tables: options.tables, blobs, warn }),
@@ -296,6 +296,7 @@ class AgentServer implements Agent {
       auth: this.auth,
       workerWaitMs: waitMs,
       maxWaitMs: waitMs,
+      log: this.log,
     });
   }
 
@@ -331,7 +332,10 @@ class AgentServer implements Agent {
       const response = await this.route(req, abort.signal);
       send(res, response);
     } catch (error) {
-      send(res, { statusCode: httpStatus(error), body: errorBody(error) });
+      send(
+        res,
+        toHttpResponse(error, { requestId: randomUUID(), log: this.log, what: `${req.method} ${req.url}` }),
+      );
     }
   }
 

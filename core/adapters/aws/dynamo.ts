@@ -44,7 +44,7 @@ import {
   TransactWriteCommand,
   UpdateCommand,
 } from '@aws-sdk/lib-dynamodb';
-import { badRequest, conflict, FerryError } from '../../errors.js';
+import { conflict, FerryError, internal } from '../../errors.js';
 import { isFinal, type Job, type JobStatus, jobStatuses } from '../../job.js';
 import type {
   ApiKeyRecord,
@@ -237,8 +237,7 @@ const isConditionFailure = (error: unknown): boolean =>
   errorName(error) === 'ConditionalCheckFailedException';
 
 function checkLimit(limit: number): number {
-  if (!Number.isInteger(limit) || limit < 1)
-    throw badRequest(`limit must be a positive integer, got ${limit}`);
+  if (!Number.isInteger(limit) || limit < 1) throw internal(`limit must be a positive integer, got ${limit}`);
   return limit;
 }
 

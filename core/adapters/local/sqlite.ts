@@ -17,7 +17,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { systemClock } from '../../clock.js';
-import { badRequest, conflict } from '../../errors.js';
+import { conflict, internal } from '../../errors.js';
 import type { Job, JobStatus } from '../../job.js';
 import type {
   ApiKeyRecord,
@@ -195,8 +195,7 @@ interface JobRow {
 const parseJob = (row: JobRow): Job => JSON.parse(row.body) as Job;
 
 function checkLimit(limit: number): number {
-  if (!Number.isInteger(limit) || limit < 1)
-    throw badRequest(`limit must be a positive integer, got ${limit}`);
+  if (!Number.isInteger(limit) || limit < 1) throw internal(`limit must be a positive integer, got ${limit}`);
   return limit;
 }
 
@@ -443,8 +442,8 @@ class SqliteJobQueue implements JobQueue {
 
   async receive(endpointId: string, options: ReceiveOptions): Promise<QueueMessage[]> {
     const { max, visibilityMs, waitMs, signal } = options;
-    if (!Number.isInteger(max) || max < 1) throw badRequest(`max must be a positive integer, got ${max}`);
-    if (!(visibilityMs >= 0)) throw badRequest(`visibilityMs must be >= 0, got ${visibilityMs}`);
+    if (!Number.isInteger(max) || max < 1) throw internal(`max must be a positive integer, got ${max}`);
+    if (!(visibilityMs >= 0)) throw internal(`visibilityMs must be >= 0, got ${visibilityMs}`);
     const deadlineMs = this.clock.now() + Math.max(0, waitMs);
     for (;;) {
       if (this.#closed || signal?.aborted) return [];
@@ -462,7 +461,7 @@ class SqliteJobQueue implements JobQueue {
   async ack(endpointId: string, receipt: string): Promise<void> {
     this.#assertOpen();
     const match = /^(\d+):([0-9a-f-]+)$/.exec(receipt);
-    if (!match) throw badRequest('Malformed queue receipt');
+    if (!match) throw internal('Malformed queue receipt');
     this.#ack.run(endpointId, Number(match[1]), match[2]);
   }
 
