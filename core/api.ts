@@ -7,7 +7,15 @@ import { randomUUID } from 'node:crypto';
 import { type Authenticator, credentialOf } from './auth.js';
 import { endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
-import { badRequest, FerryError, notFound, toHttpResponse, tooLarge, unauthorized } from './errors.js';
+import {
+  badRequest,
+  FerryError,
+  forbidden,
+  notFound,
+  toHttpResponse,
+  tooLarge,
+  unauthorized,
+} from './errors.js';
 import { limits } from './limits.js';
 import { type Logger, stderrLogger } from './log.js';
 import type { ControlStore, EndpointRecord } from './ports.js';
@@ -177,15 +185,18 @@ export class V2Api {
       if (!route.pattern.every((p, i) => p.startsWith(':') || p === rest[i])) continue;
       if (!route.methods.includes(method)) continue;
       const key = credentialOf(req.headers.authorization);
-      const allowed =
-        route.caller === 'client'
-          ? await this.options.auth.isClientKey(key)
-          : await this.options.auth.isWorkerToken(key);
-      if (!allowed) throw unauthorized();
-      const endpoint = await this.queueEndpoint(endpointId);
       const params = route.pattern.flatMap((p, i) =>
         p.startsWith(':') ? [decodeURIComponent(rest[i]!)] : [],
       );
+      if (route.caller === 'client') {
+        if (!(await this.options.auth.isClientKey(key))) throw unauthorized();
+      } else {
+        // A worker token opens only its own endpoint's routes, under its own worker id (params[0]).
+        const access = await this.options.auth.workerAccess(key, endpointId, params[0]!);
+        if (access === 'unknown') throw unauthorized();
+        if (access === 'mismatch') throw forbidden('This worker token is not for this endpoint and worker');
+      }
+      const endpoint = await this.queueEndpoint(endpointId);
       return route.handler({ req, endpointId, endpoint, params });
     }
     throw notFound(`No route for ${req.method} ${req.path}`);

@@ -13,6 +13,7 @@ import type { Logger } from './log.js';
 export type ErrorCode =
   | 'bad_request'
   | 'unauthorized'
+  | 'forbidden'
   | 'not_found'
   | 'conflict'
   | 'too_large'
@@ -31,6 +32,7 @@ export type ErrorCode =
 const httpStatusByCode: Record<ErrorCode, number> = {
   bad_request: 400,
   unauthorized: 401,
+  forbidden: 403,
   not_found: 404,
   conflict: 409,
   too_large: 413,
@@ -47,6 +49,7 @@ const httpStatusByCode: Record<ErrorCode, number> = {
 const exitCodeByCode: Record<ErrorCode, number> = {
   bad_request: 2,
   unauthorized: 1,
+  forbidden: 1,
   not_found: 1,
   conflict: 1,
   too_large: 1,
@@ -83,6 +86,7 @@ export const notFound = (message: string) => new FerryError('not_found', message
 export const conflict = (message: string) => new FerryError('conflict', message);
 export const unauthorized = (message = 'Missing or invalid API key') =>
   new FerryError('unauthorized', message);
+export const forbidden = (message: string) => new FerryError('forbidden', message);
 export const tooLarge = (message: string, hint?: string) => new FerryError('too_large', message, { hint });
 export const usage = (message: string, hint?: string) => new FerryError('usage', message, { hint });
 /** A programmer error or a broken dependency: the client sees only "internal error" and a request id. */

@@ -55,7 +55,7 @@ function expectMasked(status: number, text: string, log: { lines: string[] }, de
   return body.requestId;
 }
 
-const allowClients = { isClientKey: async () => true, isWorkerToken: async () => false };
+const allowClients = { isClientKey: async () => true, workerAccess: async () => 'unknown' as const };
 
 /** A control store whose lookup fails the way a throttled or misconfigured table does. */
 const brokenControl = {
