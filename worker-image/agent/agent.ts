@@ -87,6 +87,7 @@ import { type Logger, stderrLogger } from '../../core/log.js';
 import type { Clock, ControlStore, EndpointRecord } from '../../core/ports.js';
 import { WorkerSupervisor } from '../../core/supervisor.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
+import { drainMs as taskDrainMs } from '../../infra/task-layout.js';
 import { listen } from './listen.js';
 
 /** The tables the agent reads and writes (dynamoSchema naming); it never touches the control table. */
@@ -276,7 +277,7 @@ class AgentServer implements Agent {
       new DynamoWorkerRegistry({ doc: this.doc, table: options.tables.workers }),
       this.log,
     );
-    const drainMs = options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? 110_000;
+    const drainMs = options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? taskDrainMs;
     this.leaving = new Promise<number>((resolve) => {
       this.leave = resolve;
     });
@@ -521,7 +522,7 @@ class AgentServer implements Agent {
   }
 
   private async doDrain(): Promise<void> {
-    const drainMs = this.options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? 110_000;
+    const drainMs = this.options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? taskDrainMs;
     const deadline = this.clock.now() + drainMs;
     // No new work (job-take answers empty after a short hold); in-flight takes are aborted, and a
     // job claimed for an aborted take goes straight back to the queue.

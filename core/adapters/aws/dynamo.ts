@@ -45,7 +45,7 @@ import {
   UpdateCommand,
 } from '@aws-sdk/lib-dynamodb';
 import { conflict, FerryError, internal } from '../../errors.js';
-import { isFinal, type Job, type JobStatus, jobStatuses } from '../../job.js';
+import { isFinal, type Job, type JobStatus, jobStatuses, runDeadlineOf } from '../../job.js';
 import type {
   ApiKeyRecord,
   AppRecord,
@@ -822,13 +822,7 @@ function itemOf(job: Job, big: Partial<Record<BigField, Stored>>): Item {
     else if (stored) item[`${field}Ref`] = stored.ref;
   }
   if (job.status === 'IN_PROGRESS') {
-    const timeoutMs = job.policy?.executionTimeoutMs;
-    // A timeout of 0 (or none) means the job may run as long as its lease is renewed.
-    const runDeadline =
-      job.startedAt !== undefined && timeoutMs !== undefined && timeoutMs > 0
-        ? job.startedAt + timeoutMs
-        : undefined;
-    const deadlines = [job.leaseUntil, runDeadline].filter((at): at is number => at !== undefined);
+    const deadlines = [job.leaseUntil, runDeadlineOf(job)].filter((at): at is number => at !== undefined);
     if (deadlines.length > 0) item.overdueAt = Math.min(...deadlines);
   }
   return item;

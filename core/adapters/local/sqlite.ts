@@ -18,7 +18,7 @@ import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { systemClock } from '../../clock.js';
 import { conflict, internal } from '../../errors.js';
-import type { Job, JobStatus } from '../../job.js';
+import { finalStatusList, type Job, type JobStatus, runDeadlineOf } from '../../job.js';
 import type {
   ApiKeyRecord,
   AppRecord,
@@ -35,6 +35,9 @@ import type {
   WorkerRecord,
   WorkerRegistry,
 } from '../../ports.js';
+
+/** The final statuses as an SQL list (they are fixed words, never user input). */
+const finalStatusSql = finalStatusList.map((status) => `'${status}'`).join(', ');
 
 type Db = Database.Database;
 
@@ -200,7 +203,6 @@ function checkLimit(limit: number): number {
 }
 
 function jobColumns(job: Job) {
-  const timeoutMs = job.policy?.executionTimeoutMs;
   return {
     id: job.id,
     endpoint_id: job.endpointId,
@@ -209,11 +211,7 @@ function jobColumns(job: Job) {
     expires_at: job.expiresAt,
     lease_until: job.leaseUntil ?? null,
     started_at: job.startedAt ?? null,
-    // A timeout of 0 (or none) means the job may run as long as its lease is renewed.
-    run_deadline:
-      job.startedAt !== undefined && timeoutMs !== undefined && timeoutMs > 0
-        ? job.startedAt + timeoutMs
-        : null,
+    run_deadline: runDeadlineOf(job) ?? null,
     retries: job.retries,
     version: job.version,
     body: JSON.stringify(job),
@@ -362,11 +360,11 @@ class SqliteJobStore implements JobStore {
         prepared(
           this.db,
           `DELETE FROM stream_chunks WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?
-               AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'))`,
+               AND status IN (${finalStatusSql}))`,
         ).run(nowMs);
         return prepared(
           this.db,
-          `DELETE FROM jobs WHERE expires_at <= ? AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT')`,
+          `DELETE FROM jobs WHERE expires_at <= ? AND status IN (${finalStatusSql})`,
         ).run(nowMs).changes;
       })
       .immediate();
