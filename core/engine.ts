@@ -8,7 +8,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { conflict, notFound } from './errors.js';
-import { canMove, isFinal, type Job, type JobView, type Move, viewOf } from './job.js';
+import { canMove, isFinal, type Job, type JobView, type Move, runDeadlineOf, viewOf } from './job.js';
 import { RegistryLedger } from './ledger.js';
 import { limits } from './limits.js';
 import type {
@@ -455,8 +455,8 @@ export class JobEngine {
       job.startedAt !== undefined
     ) {
       const current = job;
-      const deadlineMs = job.startedAt + job.policy.executionTimeoutMs;
-      if (deadlineMs > this.clock.now()) return { timedOut: false, deadlineMs };
+      const deadlineMs = runDeadlineOf(job);
+      if (deadlineMs === undefined || deadlineMs > this.clock.now()) return { timedOut: false, deadlineMs };
       if (await this.tryMove(current, 'timeOut', () => this.timedOutPatch(current)))
         return { timedOut: true };
       // Lost a race (a ping renewed the lease, or the job ended): read again and decide again.

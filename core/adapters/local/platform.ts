@@ -91,10 +91,11 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     staticKeyHashes: options.apiKey ? [hashKey(options.apiKey)] : [],
     workers: supervisor,
   });
-  const api = new V2Api({ engine, control: db.control, auth, workerWaitMs: options.workerWaitMs });
+  const api = new V2Api({ engine, control: db.control, auth, workerWaitMs: options.workerWaitMs, log });
   let pools: LocalWorkers | undefined;
   const server = createHttpServer({
     api,
+    log,
     lb: {
       auth,
       forward: (endpointId, request) => {
