@@ -33,7 +33,12 @@ export interface ApiResponse {
   statusCode: number;
   /** Undefined for 204. */
   body?: unknown;
+  /** Extra response headers (Retry-After on 429). */
+  headers?: Record<string, string>;
 }
+
+/** Seconds a client is told to wait after a 429 (spec §4.1). */
+export const retryAfterSec = 5;
 
 /**
  * Big bodies through an object store, for front doors with payload caps (AWS: API Gateway 10 MB,
@@ -152,7 +157,9 @@ export class V2Api {
     try {
       return await this.dispatch(req);
     } catch (error) {
-      return { statusCode: httpStatus(error), body: errorBody(error) };
+      const statusCode = httpStatus(error);
+      const headers = statusCode === 429 ? { 'retry-after': String(retryAfterSec) } : undefined;
+      return { statusCode, body: errorBody(error), ...(headers ? { headers } : {}) };
     }
   }
 

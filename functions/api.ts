@@ -96,7 +96,7 @@ export function resultOf(response: ApiResponse): APIGatewayProxyResult {
       }),
     };
   }
-  return { statusCode: response.statusCode, headers: jsonHeaders, body };
+  return { statusCode: response.statusCode, headers: { ...jsonHeaders, ...response.headers }, body };
 }
 
 const errorResult = (error: unknown): APIGatewayProxyResult => ({

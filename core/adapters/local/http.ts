@@ -8,6 +8,7 @@ import type { ApiRequest, V2Api } from '../../api.js';
 import { type Authenticator, credentialOf } from '../../auth.js';
 import { errorBody, httpStatus, unauthorized } from '../../errors.js';
 import { limits } from '../../limits.js';
+import { type FrontDoorGuard, frontDoorLimits, installGuards, serverOptions } from './guard.js';
 import type { LbRequest, LbResponse } from './pool.js';
 
 /** Load-balanced endpoints: `/lb/<endpointId>/<route path>`, API key required like every endpoint. */
@@ -19,8 +20,13 @@ export interface LbFrontDoor {
 /** Above every route limit, so the API itself answers 413/400 with the route's own message. */
 const bodyLimitBytes = limits.runsyncBodyBytes + 1024 * 1024;
 
-export function createHttpServer(options: { api: V2Api; lb?: LbFrontDoor }): FastifyInstance {
+export async function createHttpServer(options: {
+  api: V2Api;
+  lb?: LbFrontDoor;
+  guard?: FrontDoorGuard;
+}): Promise<FastifyInstance> {
   const app = Fastify({
+    ...serverOptions(frontDoorLimits(options.guard)),
     logger: false,
     bodyLimit: bodyLimitBytes,
     forceCloseConnections: true,
@@ -29,6 +35,7 @@ export function createHttpServer(options: { api: V2Api; lb?: LbFrontDoor }): Fas
       (reply as FastifyReply).code(400).send({ error: `Bad request: ${error.message}` });
     },
   });
+  await installGuards(app, options.guard);
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: bodyLimitBytes }, (_req, body, done) => {
     done(null, body);
@@ -52,6 +59,7 @@ export function createHttpServer(options: { api: V2Api; lb?: LbFrontDoor }): Fas
     };
     const response = await options.api.handle(apiRequest);
     reply.code(response.statusCode);
+    if (response.headers) reply.headers(response.headers);
     if (response.statusCode === 204) return reply.send();
     return reply.type('application/json').send(JSON.stringify(response.body));
   };

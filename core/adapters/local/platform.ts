@@ -3,7 +3,6 @@
  * v2 API and worker protocol on Fastify, and the sweeper that expires leases and timeouts. This is
  * what `ferry serve`, `ferry dev` and `npm start` run.
  */
-import { mkdirSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { V2Api } from '../../api.js';
@@ -17,6 +16,8 @@ import { type Logger, silentLogger } from '../../log.js';
 import type { Clock } from '../../ports.js';
 import { HttpWebhookSender } from '../../webhooks.js';
 import { FileBlobStore } from './files.js';
+import type { FrontDoorLimits } from './guard.js';
+import { securePrivateDir } from './home.js';
 import { createHttpServer } from './http.js';
 import { LocalWorkers, type LocalWorkersOptions } from './pool.js';
 import { openLocalDatabase } from './sqlite.js';
@@ -36,6 +37,8 @@ export interface LocalPlatformOptions {
   /** Worker long-poll hold time; tests shorten it. */
   workerWaitMs?: number;
   webhookRetryDelayMs?: number;
+  /** Timeouts, connection cap and rate limit of the HTTP server (defaults in core/limits.ts). */
+  frontDoor?: Partial<FrontDoorLimits>;
   /** Run worker pools for the endpoints in the control store. */
   workers?: Omit<
     LocalWorkersOptions,
@@ -58,7 +61,7 @@ export type LocalPlatform = Awaited<ReturnType<typeof startLocalPlatform>>;
 export async function startLocalPlatform(options: LocalPlatformOptions) {
   const clock = options.clock ?? systemClock;
   const log = options.log ?? silentLogger;
-  mkdirSync(options.dataDir, { recursive: true });
+  securePrivateDir(options.dataDir);
   const db = openLocalDatabase(join(options.dataDir, 'ferry.db'), { clock });
   const blobs = new FileBlobStore(join(options.dataDir, 'blobs'));
   const changes = new LocalChangeFeed(clock);
@@ -81,8 +84,13 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   });
   const api = new V2Api({ engine, control: db.control, auth, workerWaitMs: options.workerWaitMs });
   let pools: LocalWorkers | undefined;
-  const server = createHttpServer({
+  const server = await createHttpServer({
     api,
+    guard: {
+      knows: async (key) => (await auth.isClientKey(key)) || (await auth.isWorkerToken(key)),
+      isWorker: (key) => auth.isWorkerToken(key),
+      limits: options.frontDoor,
+    },
     lb: {
       auth,
       forward: (endpointId, request) => {

@@ -35,6 +35,7 @@ import type {
   WorkerRecord,
   WorkerRegistry,
 } from '../../ports.js';
+import { createPrivateFile } from './home.js';
 
 type Db = Database.Database;
 
@@ -152,7 +153,10 @@ export interface LocalDatabase {
 
 /** Opens (creating if needed) the database at `path`; `:memory:` gives a private in-memory one. */
 export function openLocalDatabase(path: string, options: LocalDatabaseOptions = {}): LocalDatabase {
-  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+  if (path !== ':memory:') {
+    mkdirSync(dirname(path), { recursive: true });
+    createPrivateFile(path);
+  }
   const db = new Database(path);
   try {
     db.pragma('journal_mode = WAL');
