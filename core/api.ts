@@ -3,7 +3,7 @@
  * JSON body out. The local Fastify server and the AWS Lambda handlers both call `handle`, so both
  * providers answer byte for byte alike (reference/runpod-api-anchor.md §1, §3, §6).
  */
-import { type Authenticator, credentialOf } from './auth.js';
+import { type Authenticator, authorizeClient, credentialOf } from './auth.js';
 import { endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
 import { badRequest, errorBody, FerryError, httpStatus, notFound, tooLarge, unauthorized } from './errors.js';
@@ -180,6 +180,8 @@ export class V2Api {
           : await this.options.auth.isWorkerToken(key);
       if (!allowed) throw unauthorized();
       const endpoint = await this.queueEndpoint(endpointId);
+      if (route.caller === 'client')
+        await authorizeClient(this.options.auth, req.headers.authorization, endpoint);
       const params = route.pattern.flatMap((p, i) =>
         p.startsWith(':') ? [decodeURIComponent(rest[i]!)] : [],
       );
@@ -367,13 +369,18 @@ function workerBody(req: ApiRequest): unknown {
  */
 export const maxJsonDepth = 512;
 
-function parseJson(body: Buffer): unknown {
+/** 400 for a body nested deeper than maxJsonDepth (also checked on /lb routes before forwarding). */
+export function assertJsonDepth(body: Buffer): void {
   const depth = jsonDepth(body);
   if (depth > maxJsonDepth) {
     throw badRequest(
       `Request body is nested ${depth} levels deep; at most ${maxJsonDepth} levels are accepted`,
     );
   }
+}
+
+function parseJson(body: Buffer): unknown {
+  assertJsonDepth(body);
   try {
     return JSON.parse(body.toString('utf8'));
   } catch (error) {

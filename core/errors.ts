@@ -5,6 +5,7 @@
 export type ErrorCode =
   | 'bad_request'
   | 'unauthorized'
+  | 'forbidden'
   | 'not_found'
   | 'conflict'
   | 'too_large'
@@ -15,6 +16,7 @@ export type ErrorCode =
 const httpStatusByCode: Record<ErrorCode, number> = {
   bad_request: 400,
   unauthorized: 401,
+  forbidden: 403,
   not_found: 404,
   conflict: 409,
   too_large: 413,
@@ -27,6 +29,7 @@ const httpStatusByCode: Record<ErrorCode, number> = {
 const exitCodeByCode: Record<ErrorCode, number> = {
   bad_request: 2,
   unauthorized: 1,
+  forbidden: 1,
   not_found: 1,
   conflict: 1,
   too_large: 1,

@@ -287,6 +287,7 @@ class AgentServer implements Agent {
     const workerAuth = new KeyAuthenticator({ workerTokenHashes: [hashKey(this.workerToken)] });
     this.auth = {
       isClientKey: async () => false,
+      clientKeyScope: async () => undefined,
       isWorkerToken: (key) => workerAuth.isWorkerToken(key),
     };
     const waitMs = Math.min(options.workerWaitMs ?? maxWorkerWaitMs, maxWorkerWaitMs);

@@ -4,16 +4,18 @@
  * JSON labelled `application/x-www-form-urlencoded` and each route has its own size limit.
  */
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import type { ApiRequest, V2Api } from '../../api.js';
-import { type Authenticator, credentialOf } from '../../auth.js';
-import { errorBody, httpStatus, unauthorized } from '../../errors.js';
+import { type ApiRequest, assertJsonDepth, type V2Api } from '../../api.js';
+import { type Authenticator, authorizeClient, credentialOf } from '../../auth.js';
+import { badRequest, errorBody, httpStatus, notFound, unauthorized } from '../../errors.js';
 import { limits } from '../../limits.js';
+import type { EndpointRecord } from '../../ports.js';
 import { type FrontDoorGuard, frontDoorLimits, installGuards, serverOptions } from './guard.js';
 import type { LbRequest, LbResponse } from './pool.js';
 
 /** Load-balanced endpoints: `/lb/<endpointId>/<route path>`, API key required like every endpoint. */
 export interface LbFrontDoor {
   auth: Authenticator;
+  endpoint(endpointId: string): Promise<EndpointRecord | undefined>;
   forward(endpointId: string, request: LbRequest): Promise<LbResponse>;
 }
 
@@ -72,9 +74,10 @@ export async function createHttpServer(options: {
       url: '/lb/:endpointId/*',
       handler: async (request, reply) => {
         try {
-          if (!(await lb.auth.isClientKey(credentialOf(request.headers.authorization)))) throw unauthorized();
           const { endpointId } = request.params as { endpointId: string };
-          const prefix = `/lb/${endpointId}`;
+          await authorizeLb(lb, request.headers.authorization, endpointId);
+          const body = Buffer.isBuffer(request.body) ? request.body : undefined;
+          if (body && /json/i.test(request.headers['content-type'] ?? '')) assertJsonDepth(body);
           const abort = new AbortController();
           // Only a client that leaves early aborts: creating the abort error on every finished response
           // showed up in profiles.
@@ -86,9 +89,9 @@ export async function createHttpServer(options: {
           if (type) headers['content-type'] = type;
           const response = await lb.forward(endpointId, {
             method: request.method,
-            path: request.url.slice(prefix.length) || '/',
+            path: lbPath(request.url),
             headers,
-            body: Buffer.isBuffer(request.body) ? request.body : undefined,
+            body,
             signal: abort.signal,
           });
           reply.code(response.statusCode).headers(response.headers);
@@ -130,4 +133,27 @@ function singleValues(
   for (const [key, value] of Object.entries(query ?? {}))
     out[key] = Array.isArray(value) ? value.join(',') : value;
   return out;
+}
+
+/** Key (401), endpoint (404, 400 when it is a queue endpoint), then the key's scope (403). */
+async function authorizeLb(lb: LbFrontDoor, header: string | undefined, endpointId: string): Promise<void> {
+  if (!(await lb.auth.isClientKey(credentialOf(header)))) throw unauthorized();
+  const record = await lb.endpoint(endpointId);
+  if (!record) throw notFound(`Endpoint ${endpointId} not found`);
+  if (record.kind !== 'lb') {
+    throw badRequest(
+      `Endpoint ${endpointId} is a queue endpoint: call it on /v2/${endpointId}/run or /runsync`,
+    );
+  }
+  await authorizeClient(lb.auth, header, record);
+}
+
+/**
+ * The path after `/lb/<endpointId>`, taken from the raw URL (never rebuilt from the decoded id, which
+ * may be percent-encoded in the URL) and always starting with '/', so it can only name a path on the
+ * worker, never another host.
+ */
+export function lbPath(url: string): string {
+  const rest = url.replace(/^\/lb\/[^/?#]*/, '');
+  return rest.startsWith('/') ? rest : `/${rest}`;
 }

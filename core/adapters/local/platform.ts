@@ -93,6 +93,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     },
     lb: {
       auth,
+      endpoint: (id) => db.control.getEndpoint(id),
       forward: (endpointId, request) => {
         if (!pools) throw new FerryError('not_found', `Endpoint ${endpointId} not found`);
         return pools.forward(endpointId, request);
