@@ -37,6 +37,8 @@ export interface LocalPlatformOptions {
   /** Worker long-poll hold time; tests shorten it. */
   workerWaitMs?: number;
   webhookRetryDelayMs?: number;
+  /** Hosts and address ranges webhooks may reach although private (local development; docs/security.md). */
+  webhookAllow?: string[];
   /** Timeouts, connection cap and rate limit of the HTTP server (defaults in core/limits.ts). */
   frontDoor?: Partial<FrontDoorLimits>;
   /** Run worker pools for the endpoints in the control store. */
@@ -65,7 +67,14 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   const db = openLocalDatabase(join(options.dataDir, 'ferry.db'), { clock });
   const blobs = new FileBlobStore(join(options.dataDir, 'blobs'));
   const changes = new LocalChangeFeed(clock);
-  const webhooks = new HttpWebhookSender({ clock, log, retryDelayMs: options.webhookRetryDelayMs });
+  const webhooks = new HttpWebhookSender({
+    clock,
+    log,
+    retryDelayMs: options.webhookRetryDelayMs,
+    allow: options.webhookAllow,
+    outbox: db.outbox,
+  });
+  webhooks.start(Math.min(options.webhookRetryDelayMs ?? 1_000, 1_000));
   const engine = new JobEngine({
     jobs: db.jobs,
     queue: db.queue,

@@ -36,6 +36,7 @@ import type {
   WorkerRegistry,
 } from '../../ports.js';
 import { createPrivateFile } from './home.js';
+import { SqliteWebhookOutbox } from './outbox.js';
 
 type Db = Database.Database;
 
@@ -147,6 +148,8 @@ export interface LocalDatabase {
   queue: JobQueue;
   control: ControlStore;
   workers: WorkerRegistry;
+  /** Pending webhook deliveries (core/webhooks.ts). */
+  outbox: SqliteWebhookOutbox;
   /** Closes the connection (the stores' own `close` do not). Closing twice is fine. */
   close(): Promise<void>;
 }
@@ -181,6 +184,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     queue,
     control: new SqliteControlStore(db),
     workers: new SqliteWorkerRegistry(db),
+    outbox: new SqliteWebhookOutbox(db),
     async close() {
       if (closed) return;
       closed = true;
