@@ -62,6 +62,7 @@ export const notFound = (message: string) => new FerryError('not_found', message
 export const conflict = (message: string) => new FerryError('conflict', message);
 export const unauthorized = (message = 'Missing or invalid API key') =>
   new FerryError('unauthorized', message);
+export const forbidden = (message: string) => new FerryError('forbidden', message);
 export const tooLarge = (message: string, hint?: string) => new FerryError('too_large', message, { hint });
 export const usage = (message: string, hint?: string) => new FerryError('usage', message, { hint });
 
