@@ -335,8 +335,7 @@ export class EndpointPool {
       return Math.min(max, Math.max(min, busy));
     }
     const depth = await this.options.queue.depth(this.endpointId, { atMost: max * maxConcurrency });
-    const counts = await this.supervisor.counts(this.endpointId);
-    const held = counts.running * maxConcurrency;
+    const held = this.supervisor.heldCount(this.endpointId);
     return Math.min(max, Math.max(min, Math.ceil((depth.urgent + held) / maxConcurrency)));
   }
 
