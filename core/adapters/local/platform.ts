@@ -89,6 +89,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     queue: db.queue,
     workers: db.workers,
     ledger: supervisor,
+    createQueued: (job) => db.createQueued(job),
     changes,
     clock,
     webhooks,

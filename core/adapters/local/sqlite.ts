@@ -148,6 +148,8 @@ export interface LocalDatabase {
   queue: JobQueue;
   control: ControlStore;
   workers: WorkerRegistry;
+  /** A new job and its queue message in one transaction (EngineDeps.createQueued). */
+  createQueued(job: Job): Promise<void>;
   /** Pending webhook deliveries (core/webhooks.ts). */
   outbox: SqliteWebhookOutbox;
   /** Closes the connection (the stores' own `close` do not). Closing twice is fine. */
@@ -178,9 +180,18 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
   }
   const clock = options.clock ?? systemClock;
   const queue = new SqliteJobQueue(db, clock, options.crossProcessPollMs ?? 500);
+  const jobs = new SqliteJobStore(db);
+  const createQueuedTx = db.transaction((job: Job) => {
+    jobs.insertSync(job);
+    queue.insertSync(job.endpointId, job.id, job.policy.lowPriority);
+  });
   let closed = false;
   return {
-    jobs: new SqliteJobStore(db),
+    jobs,
+    async createQueued(job: Job) {
+      createQueuedTx.immediate(job);
+      queue.wake(job.endpointId);
+    },
     queue,
     control: new SqliteControlStore(db),
     workers: new SqliteWorkerRegistry(db),
@@ -284,6 +295,11 @@ class SqliteJobStore implements JobStore {
   }
 
   async create(job: Job): Promise<void> {
+    this.insertSync(job);
+  }
+
+  /** The insert itself, for callers that wrap it in a transaction with other writes. */
+  insertSync(job: Job): void {
     const result = this.#insert.run(jobColumns({ ...job, version: 1 }));
     if (result.changes === 0) throw conflict(`A job with id ${job.id} already exists`);
   }
@@ -444,8 +460,17 @@ class SqliteJobQueue implements JobQueue {
   }
 
   async send(endpointId: string, jobId: string, options: { lowPriority: boolean }): Promise<void> {
+    this.insertSync(endpointId, jobId, options.lowPriority);
+    this.wake(endpointId);
+  }
+
+  /** The insert itself, for callers that wrap it in a transaction; call wake() after the commit. */
+  insertSync(endpointId: string, jobId: string, lowPriority: boolean): void {
     this.#assertOpen();
-    this.#send.run(endpointId, jobId, options.lowPriority ? 1 : 0, this.clock.now(), randomUUID());
+    this.#send.run(endpointId, jobId, lowPriority ? 1 : 0, this.clock.now(), randomUUID());
+  }
+
+  wake(endpointId: string): void {
     for (const wake of this.#waiters.get(endpointId) ?? []) wake();
   }
 
