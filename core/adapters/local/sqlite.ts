@@ -148,12 +148,32 @@ export interface LocalDatabase {
   queue: JobQueue;
   control: ControlStore;
   workers: WorkerRegistry;
+  /** Gives up to `maxPages` free pages back to the file system (incremental vacuum). */
+  reclaimSpace(maxPages?: number): void;
   /** A new job and its queue message in one transaction (EngineDeps.createQueued). */
   createQueued(job: Job): Promise<void>;
   /** Pending webhook deliveries (core/webhooks.ts). */
   outbox: SqliteWebhookOutbox;
   /** Closes the connection (the stores' own `close` do not). Closing twice is fine. */
   close(): Promise<void>;
+}
+
+/**
+ * Deleted jobs, chunks and records free pages that SQLite otherwise keeps in the file forever; with
+ * incremental auto-vacuum the platform gives them back on a schedule (reclaimSpace). The mode takes
+ * effect through one VACUUM (instant on a new file; best effort on an older one: a second process
+ * holding the file makes it wait for the next start).
+ */
+function enableIncrementalVacuum(db: Db): void {
+  const incremental = 2;
+  if (db.pragma('auto_vacuum', { simple: true }) === incremental) return;
+  db.pragma('auto_vacuum = INCREMENTAL');
+  // Even a new file needs the VACUUM: switching to WAL has already written its first page.
+  try {
+    db.exec('VACUUM');
+  } catch {
+    // Busy: stays in the old mode until a start that has the file alone.
+  }
 }
 
 /** Opens (creating if needed) the database at `path`; `:memory:` gives a private in-memory one. */
@@ -172,6 +192,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     if (version > schemaVersion) {
       throw new Error(`The database ${path} was written by a newer Ferry (schema ${version}); upgrade Ferry`);
     }
+    enableIncrementalVacuum(db);
     db.exec(schema);
     db.pragma(`user_version = ${schemaVersion}`);
   } catch (error) {
@@ -188,6 +209,9 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
   let closed = false;
   return {
     jobs,
+    reclaimSpace(maxPages = 2_000) {
+      db.pragma(`incremental_vacuum(${Math.max(1, Math.floor(maxPages))})`);
+    },
     async createQueued(job: Job) {
       createQueuedTx.immediate(job);
       queue.wake(job.endpointId);
