@@ -4,7 +4,7 @@
  * providers answer byte for byte alike (docs/api.md, docs/architecture.md#worker-protocol).
  */
 import { randomUUID } from 'node:crypto';
-import { type Authenticator, credentialOf } from './auth.js';
+import { type Authenticator, authorizeClient, credentialOf } from './auth.js';
 import { endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
 import {
@@ -45,7 +45,12 @@ export interface ApiResponse {
   statusCode: number;
   /** Undefined for 204. */
   body?: unknown;
+  /** Extra response headers (Retry-After on 429). */
+  headers?: Record<string, string>;
 }
+
+/** Seconds a client is told to wait after a 429 (docs/api.md#errors). */
+export const retryAfterSec = 5;
 
 /**
  * Big bodies through an object store, for front doors with payload caps (AWS: API Gateway 10 MB,
@@ -166,11 +171,15 @@ export class V2Api {
     try {
       return await this.dispatch(req);
     } catch (error) {
-      return toHttpResponse(error, {
+      const response = toHttpResponse(error, {
         requestId: req.requestId ?? randomUUID(),
         log: this.options.log ?? stderrLogger,
         what: `${req.method} ${req.path}`,
       });
+      // A 429 tells the client when to come back (docs/api.md#errors).
+      return response.statusCode === 429
+        ? { ...response, headers: { 'retry-after': String(retryAfterSec) } }
+        : response;
     }
   }
 
@@ -197,6 +206,9 @@ export class V2Api {
         if (access === 'mismatch') throw forbidden('This worker token is not for this endpoint and worker');
       }
       const endpoint = await this.queueEndpoint(endpointId);
+      if (route.caller === 'client') {
+        await authorizeClient(this.options.auth, req.headers.authorization, endpoint);
+      }
       return route.handler({ req, endpointId, endpoint, params });
     }
     throw notFound(`No route for ${req.method} ${req.path}`);
@@ -381,13 +393,18 @@ function workerBody(req: ApiRequest): unknown {
  */
 export const maxJsonDepth = 512;
 
-function parseJson(body: Buffer): unknown {
+/** 400 for a body nested deeper than maxJsonDepth (also checked on /lb routes before forwarding). */
+export function assertJsonDepth(body: Buffer): void {
   const depth = jsonDepth(body);
   if (depth > maxJsonDepth) {
     throw badRequest(
       `Request body is nested ${depth} levels deep; at most ${maxJsonDepth} levels are accepted`,
     );
   }
+}
+
+function parseJson(body: Buffer): unknown {
+  assertJsonDepth(body);
   try {
     return JSON.parse(body.toString('utf8'));
   } catch (error) {

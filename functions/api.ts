@@ -104,7 +104,7 @@ export function resultOf(response: ApiResponse, edge: ErrorEdge): APIGatewayProx
       edge,
     );
   }
-  return { statusCode: response.statusCode, headers: jsonHeaders, body };
+  return { statusCode: response.statusCode, headers: { ...jsonHeaders, ...response.headers }, body };
 }
 
 function errorResult(error: unknown, edge: ErrorEdge): APIGatewayProxyResult {

@@ -18,7 +18,7 @@ import { hashKey } from '../../core/auth.js';
 import type { JobEngine } from '../../core/engine.js';
 import { FerryError } from '../../core/errors.js';
 import type { Logger } from '../../core/log.js';
-import type { ControlStore } from '../../core/ports.js';
+import type { ControlStore, EndpointRecord } from '../../core/ports.js';
 import { createApiHandler } from '../../functions/api.js';
 import { startShim } from '../../functions/shim.js';
 import type { Platform } from '../../functions/wiring.js';
@@ -55,7 +55,11 @@ function expectMasked(status: number, text: string, log: { lines: string[] }, de
   return body.requestId;
 }
 
-const allowClients = { isClientKey: async () => true, workerAccess: async () => 'unknown' as const };
+const allowClients = {
+  isClientKey: async () => true,
+  clientKeyScope: async () => ({}),
+  workerAccess: async () => 'unknown' as const,
+};
 
 /** A control store whose lookup fails the way a throttled or misconfigured table does. */
 const brokenControl = {
@@ -76,11 +80,12 @@ afterEach(async () => {
 describe('the error edge', () => {
   it('local Fastify server: v2 routes and load-balanced routes', async () => {
     const log = memoryLog();
-    const app = createHttpServer({
+    const app = await createHttpServer({
       api: brokenApi(log),
       log,
       lb: {
         auth: allowClients,
+        endpoint: async (id) => ({ id, app: 'a', env: 'e', name: 'n', kind: 'lb' }) as EndpointRecord,
         forward: async () => {
           throw new FerryError('bad_gateway', `The worker did not answer: ${internals}`);
         },

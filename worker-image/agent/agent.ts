@@ -323,6 +323,7 @@ class AgentServer implements Agent {
     // Worker routes only: no client key is ever valid here, so /run, /status… answer 401.
     this.auth = {
       isClientKey: async () => false,
+      clientKeyScope: async () => undefined,
       workerAccess: async (key, endpointId, workerId) => this.supervisor.verify(key, endpointId, workerId),
     };
     const waitMs = Math.min(options.workerWaitMs ?? maxWorkerWaitMs, maxWorkerWaitMs);

@@ -36,6 +36,8 @@ import type {
   WorkerRecord,
   WorkerRegistry,
 } from '../../ports.js';
+import { createPrivateFile } from './home.js';
+import { SqliteWebhookOutbox } from './outbox.js';
 
 /** The final statuses as an SQL list (they are fixed words, never user input). */
 const finalStatusSql = finalStatusList.map((status) => `'${status}'`).join(', ');
@@ -150,13 +152,18 @@ export interface LocalDatabase {
   queue: JobQueue;
   control: ControlStore;
   workers: WorkerRegistry;
+  /** Pending webhook deliveries (core/webhooks.ts). */
+  outbox: SqliteWebhookOutbox;
   /** Closes the connection (the stores' own `close` do not). Closing twice is fine. */
   close(): Promise<void>;
 }
 
 /** Opens (creating if needed) the database at `path`; `:memory:` gives a private in-memory one. */
 export function openLocalDatabase(path: string, options: LocalDatabaseOptions = {}): LocalDatabase {
-  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+  if (path !== ':memory:') {
+    mkdirSync(dirname(path), { recursive: true });
+    createPrivateFile(path);
+  }
   const db = new Database(path);
   try {
     db.pragma('journal_mode = WAL');
@@ -181,6 +188,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     queue,
     control: new SqliteControlStore(db),
     workers: new SqliteWorkerRegistry(db),
+    outbox: new SqliteWebhookOutbox(db),
     async close() {
       if (closed) return;
       closed = true;
