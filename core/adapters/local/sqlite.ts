@@ -30,6 +30,7 @@ import type {
   JobPatch,
   JobQueue,
   JobStore,
+  JobUpdate,
   QueueMessage,
   ReceiveOptions,
   WorkerRecord,
@@ -280,24 +281,20 @@ class SqliteJobStore implements JobStore {
          started_at = @started_at, run_deadline = @run_deadline, retries = @retries, version = @version, body = @body
        WHERE id = @id AND version = @expected`,
     );
-    this.#updateTx = db.transaction(
-      (jobId: string, expectedVersion: number, patch: JobPatch): Job | undefined => {
-        const row = this.#get.get(jobId);
-        if (!row) return undefined;
-        const current = parseJob(row);
-        if (current.version !== expectedVersion) return undefined;
-        const next: Record<string, unknown> = { ...current };
-        for (const [key, value] of Object.entries(patch)) {
-          // The identity and the version are not the caller's to write.
-          if (key === 'id' || key === 'endpointId' || key === 'version') continue;
-          if (value === undefined) delete next[key];
-          else next[key] = value;
-        }
-        const written = { ...(next as unknown as Job), version: expectedVersion + 1 };
-        const result = this.#update.run({ ...jobColumns(written), expected: expectedVersion });
-        return result.changes === 1 ? written : undefined;
-      },
-    );
+    this.#updateTx = db.transaction((current: Job, patch: JobPatch): JobUpdate => {
+      const next: Record<string, unknown> = { ...current };
+      for (const [key, value] of Object.entries(patch)) {
+        // The identity and the version are not the caller's to write.
+        if (key === 'id' || key === 'endpointId' || key === 'version') continue;
+        if (value === undefined) delete next[key];
+        else next[key] = value;
+      }
+      const written = { ...(next as unknown as Job), version: current.version + 1 };
+      const result = this.#update.run({ ...jobColumns(written), expected: current.version });
+      if (result.changes === 1) return { ok: true, job: written };
+      const row = this.#get.get(current.id);
+      return { ok: false, current: row ? parseJob(row) : undefined };
+    });
     const insertChunk = db.prepare('INSERT INTO stream_chunks (job_id, output) VALUES (?, ?)');
     this.#appendTx = db.transaction((jobId: string, outputs: unknown[]) => {
       for (const output of outputs) insertChunk.run(jobId, JSON.stringify(output ?? null));
@@ -332,8 +329,8 @@ class SqliteJobStore implements JobStore {
     return job.expiresAt > nowMs ? job : undefined;
   }
 
-  async update(jobId: string, expectedVersion: number, patch: JobPatch): Promise<Job | undefined> {
-    return this.#updateTx.immediate(jobId, expectedVersion, patch);
+  async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
+    return this.#updateTx.immediate(current, patch);
   }
 
   async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
