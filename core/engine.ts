@@ -662,7 +662,9 @@ export class JobEngine {
       before.jobIds.every((id, i) => id === jobIds[i]) &&
       now - before.lastSeenAt < this.settings.workerStaleMs / 6;
     if (unchanged) return;
-    const record = { workerId, endpointId, state, jobIds, lastSeenAt: now } as const;
+    // Busy now, or busy until now (it just let go of its last job): idle_timeout starts here.
+    const lastBusyAt = state === 'running' || before?.state === 'running' ? now : (before?.lastBusyAt ?? now);
+    const record = { workerId, endpointId, state, jobIds, lastSeenAt: now, lastBusyAt } as const;
     await this.workers.heartbeat({ ...record, jobIds: [...jobIds] });
     if (this.seenWorkers.size >= 10_000) this.seenWorkers.clear();
     this.seenWorkers.set(workerId, { ...record, jobIds: [...jobIds] });

@@ -20,6 +20,8 @@
  *   pool does not stop them, on AWS task scale-in protection keeps ECS from stopping them).
  */
 
+import type { WorkerRecord } from './ports.js';
+
 /** What the policy needs to know about one worker that is up (registered with the job store). */
 export interface WorkerLoad {
   workerId: string;
@@ -88,4 +90,39 @@ export function decideScale(input: ScalingInput): ScalingDecision {
     .slice(0, surplus)
     .map((w) => w.workerId);
   return { desired, mayStop, demand, kept };
+}
+
+/**
+ * A worker as the registry records it (what every actuator reads). A record written before
+ * `lastBusyAt` existed counts as busy when last seen: kept, never stopped early.
+ */
+export function workerLoadOf(record: WorkerRecord): WorkerLoad {
+  return {
+    workerId: record.workerId,
+    heldJobs: record.jobIds.length,
+    inFlightRequests: record.inFlight ?? 0,
+    lastBusyAtMs: record.lastBusyAt ?? record.lastSeenAt,
+  };
+}
+
+/** The endpoint settings the policy reads, from the manifest's resources. */
+export interface ScalingSettings {
+  min: number;
+  max: number;
+  maxConcurrency: number;
+  idleTimeoutMs: number;
+}
+
+export function scalingSettingsOf(resources: {
+  workersMin: number;
+  workersMax: number;
+  maxConcurrency: number;
+  idleTimeoutSec: number;
+}): ScalingSettings {
+  return {
+    min: resources.workersMin,
+    max: resources.workersMax,
+    maxConcurrency: resources.maxConcurrency,
+    idleTimeoutMs: resources.idleTimeoutSec * 1000,
+  };
 }

@@ -138,7 +138,10 @@ export function createApiHandler(platform: () => Platform): ApiHandler {
     })
     .handler(async (event, context, options) => {
       const request = requestOf(event, deadlineSignal(context, options?.signal));
-      return resultOf(await platform().api.handle(request));
+      const response = await platform().api.handle(request);
+      // A submit to an endpoint with no worker nudged the scaler: send it before the sandbox freezes.
+      await platform().nudges?.settled();
+      return resultOf(response);
     }) as unknown as ApiHandler;
 }
 
