@@ -37,17 +37,46 @@ import { z } from 'zod';
 import { endpointConfigOf } from '../core/deployment.js';
 import type { ChangeFeed, Clock, ControlStore, JobQueue, Watch, WorkerRegistry } from '../core/ports.js';
 import { decideScale, type ScalingDecision, scalingSettingsOf, workerLoadOf } from '../core/scaling.js';
+import { wakeAlarmPrefix } from '../infra/names.js';
 import { scalerDepsFromEnv } from './wiring.js';
 
-/** The event: EventBridge's scheduled event (scale every endpoint) or a nudge for one endpoint. */
+/** What one run scales: every endpoint (the schedule), or one (a nudge). */
 export const scalerEventSchema = z
   .object({
     endpointId: z.string().min(1).optional(),
-    /** Load-balanced requests that found no worker (the front door's nudge). */
+    /** Load-balanced requests that found no worker (the wake-up alarm's nudge). */
     waitingRequests: z.number().int().min(0).optional(),
   })
-  .passthrough();
+  .strict();
 export type ScalerEvent = z.infer<typeof scalerEventSchema>;
+
+/**
+ * A CloudWatch alarm's Lambda action sends `{source: 'aws.cloudwatch', alarmData: {alarmName, state}}`
+ * (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarms-and-actions-Lambda.html).
+ */
+const alarmEventSchema = z.object({
+  source: z.literal('aws.cloudwatch'),
+  alarmData: z.object({
+    alarmName: z.string(),
+    state: z.object({ value: z.string() }).optional(),
+  }),
+});
+
+/**
+ * The run an event asks for. A nudge names its endpoint; a wake-up alarm going to ALARM means a
+ * request was turned away; anything else (EventBridge's scheduled event) scales every endpoint.
+ */
+export function scalerEventOf(event: unknown): ScalerEvent {
+  const nudge = scalerEventSchema.safeParse(event);
+  if (nudge.success) return nudge.data;
+  const alarm = alarmEventSchema.safeParse(event);
+  if (alarm.success && alarm.data.alarmData.alarmName.startsWith(wakeAlarmPrefix)) {
+    const endpointId = alarm.data.alarmData.alarmName.slice(wakeAlarmPrefix.length);
+    const turnedAway = alarm.data.alarmData.state?.value === 'ALARM';
+    return { endpointId, ...(turnedAway ? { waitingRequests: 1 } : {}) };
+  }
+  return {};
+}
 
 export interface ScalerDeps {
   control: Pick<ControlStore, 'listEndpoints' | 'getEndpoint'>;
@@ -155,11 +184,8 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
 }
 
 export function createScaler(deps: () => ScalerDeps) {
-  return async (event: unknown): Promise<EndpointScaleReport[]> => {
-    const parsed = scalerEventSchema.safeParse(event ?? {});
-    // A scheduled event has fields of its own (source, detail-type…) and no endpointId.
-    return scaleEndpoints(deps(), parsed.success ? parsed.data : {});
-  };
+  return async (event: unknown): Promise<EndpointScaleReport[]> =>
+    scaleEndpoints(deps(), scalerEventOf(event));
 }
 
 // ── the nudge ────────────────────────────────────────────────────────────────────────────────────

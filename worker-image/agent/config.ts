@@ -61,6 +61,11 @@ export const queueAgentEnvSchema = z.object({
   FERRY_DRAIN_MS: ms.max(120_000, 'must be at most 120000 (ECS stopTimeout max)').default(110_000),
   FERRY_LEASE_SEC: z.coerce.number().int('must be an integer').min(10, 'must be >= 10').optional(),
   FERRY_STOP_GRACE_MS: ms.optional(),
+  /**
+   * The endpoint's idle_timeout: task scale-in protection stays on until the worker has been idle
+   * this long, so ECS never stops a worker the scaling policy still keeps (docs/scaling.md).
+   */
+  FERRY_IDLE_TIMEOUT_SEC: z.coerce.number().int('must be an integer').min(1, 'must be >= 1').optional(),
   /** Injected by the ECS agent into every container; absent outside ECS (no task protection). */
   ECS_AGENT_URI: url.optional(),
 });

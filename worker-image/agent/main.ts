@@ -50,7 +50,16 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     ...(env.FERRY_LEASE_SEC ? { leaseMs: env.FERRY_LEASE_SEC * 1000 } : {}),
     ...(env.FERRY_STOP_GRACE_MS !== undefined ? { stopGraceMs: env.FERRY_STOP_GRACE_MS } : {}),
     drainMs: env.FERRY_DRAIN_MS,
-    ...(env.ECS_AGENT_URI ? { ecs: { agentUri: env.ECS_AGENT_URI } } : {}),
+    ...(env.ECS_AGENT_URI
+      ? {
+          ecs: {
+            agentUri: env.ECS_AGENT_URI,
+            ...(env.FERRY_IDLE_TIMEOUT_SEC
+              ? { protectionOffAfterMs: env.FERRY_IDLE_TIMEOUT_SEC * 1000 }
+              : {}),
+          },
+        }
+      : {}),
   });
   await signalled();
   await agent.drain();
