@@ -30,7 +30,7 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { dynamoSchema } from '../../core/adapters/aws/dynamo.js';
 import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
-import { workerProtocolEnv } from '../../worker-image/agent/agent.js';
+import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/agent.js';
 import { agentMemoryMiB, artifactInitMemoryMiB, type Placement, workerMemoryReservationMiB } from '../gpu.js';
 import { clusterName, serviceName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
@@ -267,7 +267,7 @@ export class EndpointService extends Construct {
         ...workerProtocolEnv({
           agentUrl: `http://127.0.0.1:${ports.agent}`,
           endpointId,
-          workerId: `${endpointId}-worker`,
+          workerId: placeholderWorkerId(endpointId),
           workerToken,
         }),
         FERRY_TARGET: endpoint.target!.name,
