@@ -276,10 +276,13 @@ export class EndpointService extends Construct {
     }
     // Clients' keys are checked by the agent: KEY#<hash> items of the control table, nothing else.
     taskRole.addToPolicy(keyLookupStatement(platform.controlTable));
+    // Its own worker record: requests in flight for the scaler (worker-image/agent/lb.ts).
+    allowTable(taskRole, platform.workersTable, ['dynamodb:PutItem', 'dynamodb:DeleteItem']);
     const agentEnv = {
       ...agentBase,
       FERRY_AGENT_MODE: 'lb',
       FERRY_CONTROL_TABLE: platform.controlTable.tableName,
+      FERRY_WORKERS_TABLE: platform.workersTable.tableName,
       FERRY_PORT: String(ports.lbWorker),
       FERRY_AGENT_HOST: '0.0.0.0',
       FERRY_AGENT_PORT: String(ports.lbPublic),

@@ -369,11 +369,23 @@ describe('task roles', () => {
     }
   });
 
-  it('give a load-balanced agent only KEY# items of the control table, and no queue or job table', () => {
+  it('give a load-balanced agent only KEY# items of the control table and its worker record, no queue or job table', () => {
     const statements = statementsOf(template, endpoint('lb_worker').taskRole);
     const actions = actionsOf(statements);
     expect(actions.filter((a) => a.startsWith('sqs:'))).toEqual([]);
-    expect(actions.filter((a) => a.startsWith('dynamodb:'))).toEqual(['dynamodb:GetItem']);
+    expect(actions.filter((a) => a.startsWith('dynamodb:')).sort()).toEqual([
+      'dynamodb:DeleteItem',
+      'dynamodb:GetItem',
+      'dynamodb:PutItem',
+    ]);
+    // Its load for the scaler goes to the workers table only.
+    const workersArn = JSON.stringify({ 'Fn::ImportValue': platformExportNames.workersTableArn });
+    expect(resourcesFor(statements, 'dynamodb:PutItem')).toEqual([workersArn]);
+    expect(resourcesFor(statements, 'dynamodb:DeleteItem')).toEqual([workersArn]);
+    const agent = containersOf(endpoint('lb_worker')).find((c) => c.Name === 'agent')!;
+    expect(envOf(agent).FERRY_WORKERS_TABLE).toEqual({
+      'Fn::ImportValue': platformExportNames.workersTableName,
+    });
     const keyRead = statements.find((s) => actionsOf([s]).includes('dynamodb:GetItem'))!;
     expect(keyRead.Condition).toEqual({ 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['KEY#*'] } });
     expect(JSON.stringify(keyRead.Resource)).toContain('Control');

@@ -80,6 +80,8 @@ export const lbAgentEnvSchema = z.object({
   /** The ALB reaches the agent on the host's address, so it listens beyond loopback. */
   FERRY_AGENT_HOST: text.default('0.0.0.0'),
   FERRY_AGENT_PORT: port.default(8080),
+  /** Where the agent reports its requests in flight for the scaler (docs/scaling.md); optional. */
+  FERRY_WORKERS_TABLE: text.optional(),
   /** How long a key lookup is remembered; a revoked key stops working after at most this long. */
   FERRY_KEY_CACHE_MS: ms.max(300_000, 'must be at most 300000').default(30_000),
   /** How long SIGTERM lets requests in flight finish (ALB deregistration is 30 s). */

@@ -14,7 +14,7 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
+import { DynamoControlStore, DynamoWorkerRegistry } from '../../core/adapters/aws/dynamo.js';
 import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { startAgent } from './agent.js';
 import { downloadArtifact } from './artifact.js';
@@ -79,6 +79,9 @@ async function runLb(env: LbAgentEnv): Promise<number> {
     host: env.FERRY_AGENT_HOST,
     port: env.FERRY_AGENT_PORT,
     keyCacheMs: env.FERRY_KEY_CACHE_MS,
+    ...(env.FERRY_WORKERS_TABLE
+      ? { registry: new DynamoWorkerRegistry({ doc, table: env.FERRY_WORKERS_TABLE }) }
+      : {}),
   });
   await signalled();
   await agent.close(env.FERRY_DRAIN_MS);
