@@ -23,7 +23,7 @@
  * per minute, per load balancer, and absent while no request flows.
  */
 
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import {
   createServer,
   type IncomingHttpHeaders,
@@ -34,6 +34,7 @@ import {
 } from 'node:http';
 import { credentialOf, KeyAuthenticator } from '../../core/auth.js';
 import { systemClock } from '../../core/clock.js';
+import { FerryError, toHttpResponse } from '../../core/errors.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
 import type { Clock, ControlStore, WorkerRegistry } from '../../core/ports.js';
 import { listen } from './listen.js';
@@ -168,7 +169,9 @@ class LbAgentServer implements LbAgent {
           lastBusyAt: this.inFlight > 0 ? now : this.lastBusyAt,
         });
       } catch (error) {
-        this.log.warn(`reporting load to the workers table: ${message(error)}`);
+        this.log.warn(
+          `reporting load to the workers table: ${error instanceof Error ? error.message : String(error)}`,
+        );
       }
     });
   }
@@ -190,8 +193,7 @@ class LbAgentServer implements LbAgent {
       try {
         allowed = await this.auth.isClientKey(credentialOf(req.headers.authorization));
       } catch (error) {
-        this.log.error(`checking an API key: ${message(error)}`);
-        reply(res, 503, { error: 'Cannot check the API key right now; try again' });
+        this.fail(req, res, new FerryError('unavailable', 'Checking an API key failed', { cause: error }));
         req.resume();
         return;
       }
@@ -204,9 +206,15 @@ class LbAgentServer implements LbAgent {
       res.on('close', () => this.track(-1));
       this.proxy(req, res);
     } catch (error) {
-      this.log.error(`serving ${req.method} ${req.url}: ${message(error)}`);
-      reply(res, 500, { error: 'Internal error' });
+      this.fail(req, res, error);
     }
+  }
+
+  /** The error answer of every edge (docs/api.md#errors): 5xx masked, the detail in the log. */
+  private fail(req: IncomingMessage, res: ServerResponse, error: unknown): void {
+    const what = `${req.method} ${(req.url ?? '/').split('?')[0]}`;
+    const answer = toHttpResponse(error, { requestId: randomUUID(), log: this.log, what });
+    reply(res, answer.statusCode, answer.body);
   }
 
   private proxy(req: IncomingMessage, res: ServerResponse): void {
@@ -234,8 +242,7 @@ class LbAgentServer implements LbAgent {
       },
     );
     upstream.on('error', (error) => {
-      this.log.warn(`proxying ${req.method} ${req.url}: ${message(error)}`);
-      reply(res, 502, { error: 'The worker is not reachable' });
+      this.fail(req, res, new FerryError('bad_gateway', 'The worker is not reachable', { cause: error }));
     });
     // A client that hangs up mid-request: stop the call to the worker too.
     res.on('close', () => {
@@ -266,7 +273,9 @@ class LbAgentServer implements LbAgent {
       clearTimeout(timer);
       await this.reporting;
       await this.options.registry?.remove(this.workerId).catch((error) => {
-        this.log.warn(`removing this task from the workers table: ${message(error)}`);
+        this.log.warn(
+          `removing this task from the workers table: ${error instanceof Error ? error.message : String(error)}`,
+        );
       });
     })();
     return this.closed;
@@ -298,8 +307,6 @@ function reply(res: ServerResponse, statusCode: number, body: unknown): void {
     .writeHead(statusCode, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) })
     .end(text);
 }
-
-const message = (error: unknown): string => (error instanceof Error ? error.message : String(error));
 
 function prefixed(log: Logger, prefix: string): Logger {
   return {
