@@ -1,7 +1,8 @@
 /**
  * The ECS service that runs one endpoint's workers: its task role (least privilege for the agent's
- * calls), the task definition (artifact init container, agent, worker) and the service with its
- * scalable target. Scaling policies and load balancers attach to it from their own constructs.
+ * calls), the task definition (artifact init container, agent, worker) and the service, named
+ * `ferry-<endpointId>` so the scaler Lambda (functions/scaler.ts) can set its desiredCount. Nothing
+ * else scales it: no Application Auto Scaling target, no alarms (docs/scaling.md).
  *
  * Task layout: containers in HOST network mode, so the worker reaches the agent on 127.0.0.1 and
  * both use the host's public IP for egress (the platform has no NAT). One task per host (gpu.ts
@@ -21,7 +22,6 @@
  */
 import { createHash } from 'node:crypto';
 import { Aws, Duration, Stack, Validations } from 'aws-cdk-lib';
-import * as appscaling from 'aws-cdk-lib/aws-applicationautoscaling';
 import * as ecr from 'aws-cdk-lib/aws-ecr';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -32,7 +32,7 @@ import { dynamoSchema } from '../../core/adapters/aws/dynamo.js';
 import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
 import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/agent.js';
 import { agentMemoryMiB, artifactInitMemoryMiB, type Placement, workerMemoryReservationMiB } from '../gpu.js';
-import { clusterName } from '../names.js';
+import { clusterName, serviceName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
 import {
   allowIndexes,
@@ -82,7 +82,6 @@ export class EndpointService extends Construct {
   readonly service: ecs.Ec2Service;
   readonly taskDefinition: ecs.Ec2TaskDefinition;
   readonly taskRole: iam.Role;
-  readonly scalableTarget: appscaling.ScalableTarget;
 
   constructor(
     scope: Construct,
@@ -184,9 +183,10 @@ export class EndpointService extends Construct {
 
     const service = new ecs.Ec2Service(this, 'Service', {
       cluster: props.platform.cluster,
+      serviceName: serviceName(endpointId),
       taskDefinition,
-      // Zero at create; Application Auto Scaling owns the count from then on. A template that keeps
-      // saying 0 does not reset a running service, because CloudFormation only sends changed values.
+      // Zero at create; the scaler Lambda owns the count from then on. A template that keeps saying
+      // 0 does not reset a running service, because CloudFormation only sends changed values.
       desiredCount: 0,
       // Old workers may stop before new ones start: queue jobs wait (or requeue when a lease lapses),
       // and no second GPU host is needed to roll.
@@ -200,14 +200,6 @@ export class EndpointService extends Construct {
       propagateTags: ecs.PropagatedTagSource.SERVICE,
     });
     this.allowTaskProtection(taskRole);
-
-    this.scalableTarget = new appscaling.ScalableTarget(this, 'Scaling', {
-      serviceNamespace: appscaling.ServiceNamespace.ECS,
-      scalableDimension: 'ecs:service:DesiredCount',
-      resourceId: `service/${props.platform.cluster.clusterName}/${service.serviceName}`,
-      minCapacity: resources.workersMin,
-      maxCapacity: resources.workersMax,
-    });
     this.service = service;
     this.taskDefinition = taskDefinition;
     this.taskRole = taskRole;
@@ -263,6 +255,8 @@ export class EndpointService extends Construct {
         FERRY_AGENT_PORT: String(ports.agent),
         FERRY_LEASE_SEC: String(leaseTiming.leaseSec),
         FERRY_DRAIN_MS: String(drainMs),
+        // Task scale-in protection stays on until the worker has been idle this long (agent.ts).
+        FERRY_IDLE_TIMEOUT_SEC: String(resources.idleTimeoutSec),
       };
       // User env first: nothing a user sets can redirect the worker away from its agent. The
       // protocol env is the agent's own `workerEnv()` shape; the worker id is a placeholder the agent
@@ -282,10 +276,13 @@ export class EndpointService extends Construct {
     }
     // Clients' keys are checked by the agent: KEY#<hash> items of the control table, nothing else.
     taskRole.addToPolicy(keyLookupStatement(platform.controlTable));
+    // Its own worker record: requests in flight for the scaler (worker-image/agent/lb.ts).
+    allowTable(taskRole, platform.workersTable, ['dynamodb:PutItem', 'dynamodb:DeleteItem']);
     const agentEnv = {
       ...agentBase,
       FERRY_AGENT_MODE: 'lb',
       FERRY_CONTROL_TABLE: platform.controlTable.tableName,
+      FERRY_WORKERS_TABLE: platform.workersTable.tableName,
       FERRY_PORT: String(ports.lbWorker),
       FERRY_AGENT_HOST: '0.0.0.0',
       FERRY_AGENT_PORT: String(ports.lbPublic),
