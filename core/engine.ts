@@ -40,7 +40,8 @@ export interface EngineDeps {
   changes: ChangeFeed;
   clock: Clock;
   webhooks?: WebhookSender;
-  newId?: () => string;
+  /** A new job id; gets the endpoint so AWS can scope ids to it (core/job.ts endpointScopedJobId). */
+  newId?: (endpointId: string) => string;
   settings?: Partial<EngineSettings>;
 }
 
@@ -90,7 +91,7 @@ export class JobEngine {
   private readonly changes: ChangeFeed;
   private readonly clock: Clock;
   private readonly webhooks: WebhookSender | undefined;
-  private readonly newId: () => string;
+  private readonly newId: (endpointId: string) => string;
   /** The registry record this process last wrote for each worker (see heartbeat). */
   private readonly seenWorkers = new Map<string, WorkerRecord>();
 
@@ -116,7 +117,7 @@ export class JobEngine {
     const now = this.clock.now();
     const ttlMs = request.policy?.ttl ?? limits.ttlDefaultMs;
     const job: Job = {
-      id: options.sync ? `sync-${this.newId()}` : this.newId(),
+      id: options.sync ? `sync-${this.newId(endpointId)}` : this.newId(endpointId),
       endpointId,
       status: 'IN_QUEUE',
       input: request.input,

@@ -3,6 +3,7 @@
  * on each function. Built once per Lambda container (module scope, lazily: `platformFromEnv`), so warm
  * invocations reuse the SDK clients and their keep-alive connections; tests inject clients instead.
  */
+import { randomUUID } from 'node:crypto';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { GetQueueUrlCommand, SQSClient } from '@aws-sdk/client-sqs';
@@ -22,6 +23,7 @@ import { PollingChangeFeed } from '../core/changes.js';
 import { systemClock } from '../core/clock.js';
 import { JobEngine } from '../core/engine.js';
 import { FerryError } from '../core/errors.js';
+import { endpointScopedJobId } from '../core/job.js';
 import type { Clock } from '../core/ports.js';
 import { HttpWebhookSender } from '../core/webhooks.js';
 import { S3PayloadStore } from './payloads.js';
@@ -134,6 +136,8 @@ export function buildPlatform(options: PlatformOptions): Platform {
     changes: new PollingChangeFeed(clock, env.FERRY_POLL_MS),
     clock,
     webhooks,
+    // The endpoint leads the id, so IAM can scope each agent to its endpoint's jobs (core/job.ts).
+    newId: (endpointId) => endpointScopedJobId(endpointId, `${randomUUID()}-u1`),
   });
   const payloads = new S3PayloadStore({
     client: clients.s3,

@@ -27,6 +27,9 @@ export type AgentMode = (typeof agentModes)[number];
 const base = {
   FERRY_ENDPOINT_ID: text,
   AWS_REGION: text,
+  /** The endpoint's scoped agent role and its external id (credentials.ts); absent: default chain. */
+  FERRY_AGENT_ROLE_ARN: text.optional(),
+  FERRY_AGENT_EXTERNAL_ID: text.optional(),
 };
 
 /** Where the app artifact is and where it goes (artifact mode; the stack's init container). */

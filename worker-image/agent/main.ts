@@ -19,6 +19,7 @@ import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { startAgent } from './agent.js';
 import { downloadArtifact } from './artifact.js';
 import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } from './config.js';
+import { agentCredentials } from './credentials.js';
 import { startLbAgent } from './lb.js';
 
 const signalled = (): Promise<void> =>
@@ -29,12 +30,13 @@ const signalled = (): Promise<void> =>
 
 async function runQueue(env: QueueAgentEnv): Promise<number> {
   const region = env.AWS_REGION;
+  const credentials = agentCredentials(env);
   const clients = {
-    dynamo: new DynamoDBClient({ region }),
+    dynamo: new DynamoDBClient({ region, credentials }),
     // Address SQS at the client's endpoint (AWS_ENDPOINT_URL_SQS when set, else the regional one),
     // not at the queue URL's host: the same on AWS, and it lets a VPC endpoint or an emulator work.
-    sqs: new SQSClient({ region, useQueueUrlAsEndpoint: false }),
-    s3: new S3Client({ region, ...s3ClientConfig }),
+    sqs: new SQSClient({ region, credentials, useQueueUrlAsEndpoint: false }),
+    s3: new S3Client({ region, credentials, ...s3ClientConfig }),
   };
   const lowUrl = env.FERRY_QUEUE_URL_LOW ?? env.FERRY_QUEUE_URL;
   const agent = await startAgent({
@@ -60,7 +62,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
 }
 
 async function runLb(env: LbAgentEnv): Promise<number> {
-  const dynamo = new DynamoDBClient({ region: env.AWS_REGION });
+  const dynamo = new DynamoDBClient({ region: env.AWS_REGION, credentials: agentCredentials(env) });
   const doc = DynamoDBDocumentClient.from(dynamo);
   const agent = await startLbAgent({
     endpointId: env.FERRY_ENDPOINT_ID,
