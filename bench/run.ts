@@ -332,7 +332,7 @@ async function main(): Promise<void> {
     await waitWorkers(child.url, 'echo', pyWorkers);
 
     // (a) throughput first: health's completed count must not include runsync jobs, whose results
-    // expire after a minute (spec §8) and would leave the count mid-run.
+    // expire after a minute (docs/api.md#retention) and would leave the count mid-run.
     // Engine + TS worker, then the Python pool.
     const tsThroughputWorker = new CountingWorker({ url: child.url, token: child.workerToken }, 'tsecho', {
       concurrency,

@@ -1,7 +1,7 @@
 /**
  * The v2 job API and the worker protocol as framework-free handlers: a request in, a status and a
  * JSON body out. The local Fastify server and the AWS Lambda handlers both call `handle`, so both
- * providers answer byte for byte alike (reference/runpod-api-anchor.md §1, §3, §6).
+ * providers answer byte for byte alike (docs/api.md, docs/architecture.md#worker-protocol).
  */
 import { type Authenticator, credentialOf } from './auth.js';
 import { endpointConfigSchema } from './deployment.js';
@@ -37,7 +37,7 @@ export interface ApiResponse {
 
 /**
  * Big bodies through an object store, for front doors with payload caps (AWS: API Gateway 10 MB,
- * Lambda 6 MB per request and response; reference/aws-anchor.md §1.1). Optional: without it the API
+ * Lambda 6 MB per request and response; docs/api.md#aws-front-door). Optional: without it the API
  * has no `uploads` route, `inputRef` is an unknown field and responses go out as they are.
  */
 export interface PayloadStore {
@@ -56,7 +56,7 @@ export interface ApiOptions {
   payloads?: PayloadStore;
   /**
    * Upper bound on any wait (runsync, status-sync, stream, job-take). Unbounded locally; on AWS it
-   * stays under API Gateway's 29 s integration timeout and clients keep polling (DESIGN.md §4).
+   * stays under API Gateway's 29 s integration timeout and clients keep polling (docs/api.md#aws-front-door).
    */
   maxWaitMs?: number;
   /** How long worker long polls (job-take, job-stop) are held. */
@@ -294,7 +294,7 @@ export class V2Api {
     return ok(await this.options.engine.health(endpointId));
   }
 
-  // ── worker routes (DESIGN.md §5) ──────────────────────────────────────────────────────────────
+  // ── worker routes (docs/architecture.md#worker-protocol) ─────────────────────────────────────────────────
 
   private workerWaitMs(): number {
     return this.capWait(this.options.workerWaitMs ?? limits.workerPollWaitMs);

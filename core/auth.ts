@@ -1,7 +1,7 @@
 /**
  * API keys and worker tokens. Keys are compared as sha256 digests with timingSafeEqual, so neither
  * the comparison time nor a log line reveals a key. A client key cannot call worker routes and a
- * worker token cannot call the client API (DESIGN.md §5).
+ * worker token cannot call the client API (docs/architecture.md#worker-protocol).
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { ControlStore } from './ports.js';
@@ -12,7 +12,7 @@ export const hashKey = (key: string): string => createHash('sha256').update(key,
 export const newSecret = (prefix: 'fy' | 'fyw'): string =>
   `${prefix}_${randomBytes(24).toString('base64url')}`;
 
-/** Accepts `Authorization: Bearer <key>` and the bare `<key>` (spec §5). */
+/** Accepts `Authorization: Bearer <key>` and the bare `<key>` (docs/api.md#authentication). */
 export function credentialOf(header: string | string[] | undefined): string | undefined {
   const value = Array.isArray(header) ? header[0] : header;
   if (!value) return undefined;

@@ -1,5 +1,5 @@
 /**
- * The job engine: every move of spec §3 and DESIGN.md §3, on the ports only. The v2 API, the worker
+ * The job engine: every move of docs/architecture.md#jobs, on the ports only. The v2 API, the worker
  * protocol, the Lambda handlers and the AWS agent all call it; none of them touches a store directly.
  *
  * Each move reads the job, checks the move is legal from its status (job.ts owns that table), and
@@ -77,7 +77,7 @@ export const workerKey = (workerId: string) => `worker:${workerId}`;
 /** Notified whenever an endpoint's queue grows, so local worker pools can scale. */
 export const endpointKey = (endpointId: string) => `endpoint:${endpointId}`;
 
-/** 1 minute; a wait longer than the default keeps results as long as the wait, up to 5 minutes (spec §8). */
+/** 1 minute; a wait longer than the default keeps results as long as the wait, up to 5 minutes (docs/api.md#retention). */
 const runsyncRetentionMs = (waitMs: number) =>
   waitMs > limits.runsyncDefaultWaitMs
     ? Math.min(limits.runsyncMaxRetentionMs, waitMs)
@@ -162,7 +162,7 @@ export class JobEngine {
   async status(endpointId: string, jobId: string, ttlMs?: number): Promise<JobView> {
     let job = await this.mustGet(endpointId, jobId);
     if (ttlMs !== undefined) {
-      // `?ttl=` gives the job a time-to-live from now (spec §4.1 rule 3).
+      // `?ttl=` gives the job a time-to-live from now (docs/api.md#retention).
       job = await this.change(job, () => ({ expiresAt: this.clock.now() + ttlMs }), 'ttl');
     }
     return viewOf(job, this.clock.now());
@@ -268,7 +268,7 @@ export class JobEngine {
     return { jobs, workers: { idle: workers.length - running, running } };
   }
 
-  // ── worker side (DESIGN.md §5) ─────────────────────────────────────────────────────────────────
+  // ── worker side (docs/architecture.md#worker-protocol) ───────────────────────────────────────────────────
 
   /** Long poll for up to `max` jobs; [] when `waitMs` runs out. */
   async take(
@@ -717,7 +717,7 @@ function errorText(error: unknown): string {
 }
 
 /**
- * A chunk over 1 MB (spec §8) is split: a string output into string pieces, anything else into pieces
+ * A chunk over 1 MB (docs/api.md#limits) is split: a string output into string pieces, anything else into pieces
  * of its JSON text. Pieces are cut on code point boundaries so each stays valid UTF-8.
  */
 export function splitChunk(chunk: { output: unknown }): unknown[] {

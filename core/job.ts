@@ -1,5 +1,5 @@
 /**
- * The job and its state machine (spec §3, DESIGN.md §3).
+ * The job and its state machine (docs/architecture.md#jobs).
  *
  *            run / retry                 take (worker)             done / error / timeout
  *   (none) ───────────────▶ IN_QUEUE ─────────────────▶ IN_PROGRESS ─────────────────▶ COMPLETED | FAILED | TIMED_OUT
@@ -105,7 +105,7 @@ export interface Job {
   version: number;
 }
 
-/** The job as the v2 API shows it (reference/runpod-api-anchor.md §6.2). */
+/** The job as the v2 API shows it (docs/api.md#the-job). */
 export interface JobView {
   id: string;
   status: JobStatus;

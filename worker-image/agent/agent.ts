@@ -24,7 +24,7 @@
  *   receive (hidden for leaseMs) ─▶ conditional claim in DynamoDB ─▶ DeleteMessage ─▶ … job runs …
  *          └─────────── a few ms: one GetItem, one conditional Put ───────────┘
  *
- * SQS only dispatches; DynamoDB is the truth (reference/aws-anchor.md §1: visibility caps at 12 h, so
+ * SQS only dispatches; DynamoDB is the truth (docs/api.md#aws-front-door: visibility caps at 12 h, so
  * a GPU job may outlive any message). The engine claims the job with a conditional write, then deletes
  * the message at once. From then on the job is guarded by its lease in DynamoDB, which the worker's
  * ping renews (engine.ping). No message stays in flight while the job runs, so there is nothing whose
