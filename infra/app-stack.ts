@@ -85,6 +85,8 @@ export interface DeployedEndpoint {
   service: ecs.Ec2Service;
   taskDefinition: ecs.Ec2TaskDefinition;
   taskRole: iam.Role;
+  /** The agent's scoped role (infra/isolation.ts), assumed with an external id. */
+  agentRole: iam.Role;
   scalableTarget: appscaling.ScalableTarget;
   /** Urgent jobs; the only queue scaling reads. */
   queue?: sqs.Queue;
@@ -166,21 +168,25 @@ export class AppEnvironmentStack extends Stack {
 
     const queues =
       endpoint.kind === 'queue' ? new EndpointQueues(this, `${prefix}-Queues`, { endpointId }) : undefined;
-    const { service, taskDefinition, taskRole, scalableTarget } = new EndpointService(this, prefix, {
-      appName: props.appName,
-      envName: props.envName,
-      manifest: props.manifest,
-      endpoint,
-      endpointId,
-      placement,
-      capacityProviderName: this.platform.capacityProviderNameFor(placement.shape.instanceType),
-      platform: this.platform,
-      platformBucketName: this.platformBucketName,
-      artifact: { bucketName: this.artifactBucketName, key: props.artifact.key },
-      images: props.images,
-      logGroup: this.logGroup,
-      ...(queues ? { queues } : {}),
-    });
+    const { service, taskDefinition, taskRole, agentRole, scalableTarget } = new EndpointService(
+      this,
+      prefix,
+      {
+        appName: props.appName,
+        envName: props.envName,
+        manifest: props.manifest,
+        endpoint,
+        endpointId,
+        placement,
+        capacityProviderName: this.platform.capacityProviderNameFor(placement.shape.instanceType),
+        platform: this.platform,
+        platformBucketName: this.platformBucketName,
+        artifact: { bucketName: this.artifactBucketName, key: props.artifact.key },
+        images: props.images,
+        logGroup: this.logGroup,
+        ...(queues ? { queues } : {}),
+      },
+    );
     const deployed: DeployedEndpoint = {
       name: endpoint.name,
       id: endpointId,
@@ -189,6 +195,7 @@ export class AppEnvironmentStack extends Stack {
       service,
       taskDefinition,
       taskRole,
+      agentRole,
       scalableTarget,
     };
     if (queues) {
