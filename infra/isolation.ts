@@ -128,17 +128,20 @@ export class EndpointAgentAccess extends Construct {
       return;
     }
     const { jobs, chunks, workers } = props.tables;
-    this.role.addToPolicy(
-      new iam.PolicyStatement({
-        actions: [
-          'sqs:ReceiveMessage',
-          'sqs:DeleteMessage',
-          'sqs:ChangeMessageVisibility',
-          'sqs:SendMessage',
-        ],
-        resources: (props.queues ?? []).map((q) => q.queueArn),
-      }),
-    );
+    const queues = props.queues ?? [];
+    if (queues.length > 0) {
+      this.role.addToPolicy(
+        new iam.PolicyStatement({
+          actions: [
+            'sqs:ReceiveMessage',
+            'sqs:DeleteMessage',
+            'sqs:ChangeMessageVisibility',
+            'sqs:SendMessage',
+          ],
+          resources: queues.map((q) => q.queueArn),
+        }),
+      );
+    }
     this.role.addToPolicy(
       new iam.PolicyStatement({
         actions: ['dynamodb:GetItem', 'dynamodb:PutItem'],
