@@ -30,6 +30,7 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
 import { FerryError } from '../core/errors.js';
 import type { Manifest, ManifestEndpoint } from '../core/manifest.js';
+import type { LbHttpsOptions } from './constructs/https-front.js';
 import { EndpointLoadBalancer } from './constructs/load-balancer.js';
 import { QueueScaling } from './constructs/queue-scaling.js';
 import { EndpointQueues } from './constructs/queues.js';
@@ -52,6 +53,8 @@ export interface AppEnvironmentStackProps extends StackProps {
   images: WorkerImages;
   /** Endpoint ids by endpoint name; default `endpointIdFor(app, env, name)`. */
   endpointIds?: Readonly<Record<string, string>>;
+  /** Load-balanced endpoints: a domain for an ACM certificate; without one, a CloudFront front. */
+  https?: LbHttpsOptions;
 }
 
 /**
@@ -95,6 +98,8 @@ export interface DeployedEndpoint {
   lowQueue?: sqs.Queue;
   lowDeadLetterQueue?: sqs.Queue;
   loadBalancer?: elbv2.ApplicationLoadBalancer;
+  /** Load-balanced: the https address clients use (infra/constructs/https-front.ts). */
+  url?: string;
 }
 
 export class AppEnvironmentStack extends Stack {
@@ -134,7 +139,7 @@ export class AppEnvironmentStack extends Stack {
             name: e.name,
             id: e.id,
             kind: e.kind,
-            ...(e.loadBalancer ? { url: `http://${e.loadBalancer.loadBalancerDnsName}` } : {}),
+            ...(e.url ? { url: e.url } : {}),
             ...(e.queue ? { queueUrl: e.queue.queueUrl } : {}),
             ...(e.lowQueue ? { lowQueueUrl: e.lowQueue.queueUrl } : {}),
           }),
@@ -212,12 +217,13 @@ export class AppEnvironmentStack extends Stack {
         lowDeadLetterQueue: queues.lowDeadLetterQueue,
       };
     }
-    const { loadBalancer } = new EndpointLoadBalancer(this, `${prefix}-LoadBalancer`, {
+    const { loadBalancer, url } = new EndpointLoadBalancer(this, `${prefix}-LoadBalancer`, {
       endpoint,
       platform: this.platform,
       service,
       target: scalableTarget,
+      https: props.https,
     });
-    return { ...deployed, loadBalancer };
+    return { ...deployed, loadBalancer, url };
   }
 }

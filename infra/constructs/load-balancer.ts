@@ -1,7 +1,7 @@
 /**
  * An internet-facing ALB per load-balanced endpoint, so user routes keep their own paths (a shared
- * ALB would need path prefixes the worker does not know about). HTTP only: HTTPS needs a certificate
- * for a domain the user owns; `ferry deploy` prints the URL as http. An ALB with no healthy target
+ * ALB would need path prefixes the worker does not know about). Clients reach it over HTTPS only
+ * (https-front.ts: an ACM certificate for the user's domain, else CloudFront). An ALB with no healthy target
  * answers 503, so a from-zero step policy watches its request count, and target tracking on requests
  * per task scales from there.
  */
@@ -16,18 +16,22 @@ import { Construct } from 'constructs';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { PlatformRefs } from '../platform-exports.js';
 import { ports } from '../task-layout.js';
+import { HttpsFront, type LbHttpsOptions } from './https-front.js';
 
 export interface EndpointLoadBalancerProps {
   endpoint: ManifestEndpoint;
   platform: PlatformRefs;
   service: ecs.Ec2Service;
   target: appscaling.ScalableTarget;
+  https?: LbHttpsOptions | undefined;
 }
 
 export class EndpointLoadBalancer extends Construct {
   readonly loadBalancer: elbv2.ApplicationLoadBalancer;
   readonly targetGroup: elbv2.ApplicationTargetGroup;
   readonly securityGroup: ec2.SecurityGroup;
+  /** The https address clients use. */
+  readonly url: string;
 
   constructor(scope: Construct, id: string, props: EndpointLoadBalancerProps) {
     super(scope, id);
@@ -35,14 +39,9 @@ export class EndpointLoadBalancer extends Construct {
     const { resources } = endpoint;
     const securityGroup = new ec2.SecurityGroup(this, 'AlbSecurityGroup', {
       vpc: platform.vpc,
-      description: `Ferry ${endpoint.name}: public HTTP`,
+      description: `Ferry ${endpoint.name}: public HTTPS front`,
       allowAllOutbound: false,
     });
-    securityGroup.addIngressRule(
-      ec2.Peer.anyIpv4(),
-      ec2.Port.tcp(80),
-      'Public HTTP; the agent checks the API key',
-    );
     securityGroup.addEgressRule(platform.instanceSecurityGroup, ec2.Port.tcp(ports.lbPublic), 'To the agent');
     // The rule lives in this stack (deleted with it) but opens the platform's host group to this ALB only.
     new ec2.CfnSecurityGroupIngress(this, 'HostIngress', {
@@ -84,7 +83,13 @@ export class EndpointLoadBalancer extends Construct {
       healthCheck: { path: '/ping', healthyHttpCodes: '200', interval: Duration.seconds(15) },
     });
     service.attachToApplicationTargetGroup(targetGroup);
-    alb.addListener('Http', { port: 80, open: false, defaultTargetGroups: [targetGroup] });
+    this.url = new HttpsFront(this, 'Https', {
+      endpointName: endpoint.name,
+      loadBalancer: alb,
+      securityGroup,
+      targetGroup,
+      https: props.https,
+    }).url;
 
     const requests = alb.metrics.requestCount({ period: Duration.minutes(1), statistic: 'Sum' });
     const fromZero = new appscaling.StepScalingAction(this, 'FromZero', {
