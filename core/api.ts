@@ -6,7 +6,16 @@
 import { type Authenticator, credentialOf } from './auth.js';
 import { endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
-import { badRequest, errorBody, FerryError, httpStatus, notFound, tooLarge, unauthorized } from './errors.js';
+import {
+  badRequest,
+  errorBody,
+  FerryError,
+  forbidden,
+  httpStatus,
+  notFound,
+  tooLarge,
+  unauthorized,
+} from './errors.js';
 import { limits } from './limits.js';
 import type { ControlStore, EndpointRecord } from './ports.js';
 import {
@@ -167,15 +176,18 @@ export class V2Api {
       if (!route.pattern.every((p, i) => p.startsWith(':') || p === rest[i])) continue;
       if (!route.methods.includes(method)) continue;
       const key = credentialOf(req.headers.authorization);
-      const allowed =
-        route.caller === 'client'
-          ? await this.options.auth.isClientKey(key)
-          : await this.options.auth.isWorkerToken(key);
-      if (!allowed) throw unauthorized();
-      const endpoint = await this.queueEndpoint(endpointId);
       const params = route.pattern.flatMap((p, i) =>
         p.startsWith(':') ? [decodeURIComponent(rest[i]!)] : [],
       );
+      if (route.caller === 'client') {
+        if (!(await this.options.auth.isClientKey(key))) throw unauthorized();
+      } else {
+        // A worker token opens only its own endpoint's routes, under its own worker id (params[0]).
+        const access = await this.options.auth.workerAccess(key, endpointId, params[0]!);
+        if (access === 'unknown') throw unauthorized();
+        if (access === 'mismatch') throw forbidden('This worker token is not for this endpoint and worker');
+      }
+      const endpoint = await this.queueEndpoint(endpointId);
       return route.handler({ req, endpointId, endpoint, params });
     }
     throw notFound(`No route for ${req.method} ${req.path}`);

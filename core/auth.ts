@@ -28,14 +28,27 @@ export function sameSecret(given: string, expectedHashHex: string): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
+/** Who checks worker tokens: whoever issued them (the worker supervisor, core/supervisor.ts). */
+export interface WorkerCredentials {
+  /**
+   * `ok`: the live worker's own token, for this endpoint and worker id; `unknown` (401): no live
+   * worker has it; `mismatch` (403): another endpoint's or another worker's token.
+   */
+  verify(token: string | undefined, endpointId: string, workerId: string): 'ok' | 'unknown' | 'mismatch';
+}
+
+export type WorkerAccess = ReturnType<WorkerCredentials['verify']>;
+
 export interface Authenticator {
   isClientKey(key: string | undefined): Promise<boolean>;
-  isWorkerToken(key: string | undefined): Promise<boolean>;
+  /** Whether `key` opens the worker routes of this endpoint for this worker id. */
+  workerAccess(key: string | undefined, endpointId: string, workerId: string): Promise<WorkerAccess>;
 }
 
 /**
  * Client keys live hashed in the ControlStore (`ferry keys create`); `staticKeyHashes` adds keys
- * given by configuration (FERRY_API_KEY). Worker tokens are hashes the platform handed to its workers.
+ * given by configuration (FERRY_API_KEY). Worker tokens are checked by whoever issued them; without
+ * `workers`, no worker token is valid (the API Lambda serves client routes only).
  */
 export class KeyAuthenticator implements Authenticator {
   private readonly cache = new Map<string, { ok: boolean; untilMs: number }>();
@@ -44,7 +57,7 @@ export class KeyAuthenticator implements Authenticator {
     private readonly options: {
       control?: ControlStore;
       staticKeyHashes?: string[];
-      workerTokenHashes: string[];
+      workers?: WorkerCredentials;
       /** How long a key lookup is remembered; revocation takes effect after at most this long. */
       cacheMs?: number;
     },
@@ -65,7 +78,7 @@ export class KeyAuthenticator implements Authenticator {
     return ok;
   }
 
-  async isWorkerToken(key: string | undefined): Promise<boolean> {
-    return key !== undefined && this.options.workerTokenHashes.some((hash) => sameSecret(key, hash));
+  async workerAccess(key: string | undefined, endpointId: string, workerId: string): Promise<WorkerAccess> {
+    return this.options.workers?.verify(key, endpointId, workerId) ?? 'unknown';
   }
 }

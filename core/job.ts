@@ -57,6 +57,8 @@ export const moves = {
   requeue: { from: ['IN_PROGRESS'], to: 'IN_QUEUE' },
   cancel: { from: ['IN_QUEUE', 'IN_PROGRESS'], to: 'CANCELLED' },
   purge: { from: ['IN_QUEUE'], to: 'CANCELLED' },
+  /** The endpoint cannot start a worker at all (docs/workers.md): queued jobs fail with the cause. */
+  reject: { from: ['IN_QUEUE'], to: 'FAILED' },
   retry: { from: ['FAILED', 'TIMED_OUT'], to: 'IN_QUEUE' },
 } as const satisfies Record<string, { from: readonly JobStatus[]; to: JobStatus }>;
 

@@ -144,7 +144,7 @@ export function buildPlatform(options: PlatformOptions): Platform {
     bucket: env.FERRY_BUCKET,
     prefix: env.FERRY_BLOB_PREFIX,
   });
-  const auth = options.auth ?? new KeyAuthenticator({ control, workerTokenHashes: [] });
+  const auth = options.auth ?? new KeyAuthenticator({ control });
   const api = new V2Api({ engine, control, auth, payloads, maxWaitMs: env.FERRY_MAX_WAIT_MS });
   return { env, engine, api, jobs, control, queue, payloads, webhooks };
 }

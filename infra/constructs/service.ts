@@ -28,7 +28,7 @@ import type * as logs from 'aws-cdk-lib/aws-logs';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
-import { workerProtocolEnv } from '../../worker-image/agent/agent.js';
+import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/agent.js';
 import { agentMemoryMiB, artifactInitMemoryMiB, type Placement, workerMemoryReservationMiB } from '../gpu.js';
 import { EndpointAgentAccess, EndpointWorkerToken, userSecrets } from '../isolation.js';
 import { clusterName } from '../names.js';
@@ -298,7 +298,7 @@ export class EndpointService extends Construct {
       const { RUNPOD_AI_API_KEY: _token, ...protocolEnv } = workerProtocolEnv({
         agentUrl: `http://127.0.0.1:${ports.agent}`,
         endpointId,
-        workerId: `${endpointId}-worker`,
+        workerId: placeholderWorkerId(endpointId),
         workerToken: '',
       });
       const workerEnv = {

@@ -260,7 +260,7 @@ describe("an agent with its endpoint's role", () => {
 
   it("runs its own endpoint's jobs end to end, every DynamoDB call allowed by the policy", async () => {
     const id = await submit(mine, { n: 1 });
-    const worker = new ProtocolWorker(agent.url, mine, agent.workerToken).serve();
+    const worker = new ProtocolWorker(agent.url, mine, agent.workerToken, agent.workerId).serve();
     try {
       await expect
         .poll(async () => (await statusOf(mine, id)).status, { timeout: 30_000, interval: 200 })

@@ -14,7 +14,7 @@ export class ProtocolWorker {
   constructor(
     platformUrl: string,
     endpointId: string,
-    private readonly token: string,
+    readonly token: string,
     readonly workerId = `worker-${Math.random().toString(36).slice(2, 8)}`,
   ) {
     this.base = `${platformUrl}/v2/${endpointId}`;

@@ -85,7 +85,6 @@ class LbAgentServer implements LbAgent {
     this.workerHost = options.workerHost ?? '127.0.0.1';
     this.auth = new KeyAuthenticator({
       control: options.control as ControlStore,
-      workerTokenHashes: [],
       cacheMs: options.keyCacheMs ?? 30_000,
     });
   }
