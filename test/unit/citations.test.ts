@@ -24,7 +24,6 @@ const pendingTopicDocs = new Set([
   'docs/workers.md',
   'docs/scaling.md',
   'docs/security.md',
-  'docs/security-aws.md',
   'docs/aws.md',
   'docs/python.md',
   'docs/observability.md',
