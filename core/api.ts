@@ -3,20 +3,21 @@
  * JSON body out. The local Fastify server and the AWS Lambda handlers both call `handle`, so both
  * providers answer byte for byte alike (docs/api.md, docs/architecture.md#worker-protocol).
  */
-import { type Authenticator, credentialOf } from './auth.js';
+import { randomUUID } from 'node:crypto';
+import { type Authenticator, authorizeClient, credentialOf } from './auth.js';
 import { endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
 import {
   badRequest,
-  errorBody,
   FerryError,
   forbidden,
-  httpStatus,
   notFound,
+  toHttpResponse,
   tooLarge,
   unauthorized,
 } from './errors.js';
 import { limits } from './limits.js';
+import { type Logger, stderrLogger } from './log.js';
 import type { ControlStore, EndpointRecord } from './ports.js';
 import {
   jobDoneSchema,
@@ -36,13 +37,20 @@ export interface ApiRequest {
   body: Buffer | undefined;
   /** Aborts when the client goes away, so long polls stop early. */
   signal?: AbortSignal;
+  /** The edge's id for this request (API Gateway's, or one it made up); a fresh uuid when absent. */
+  requestId?: string;
 }
 
 export interface ApiResponse {
   statusCode: number;
   /** Undefined for 204. */
   body?: unknown;
+  /** Extra response headers (Retry-After on 429). */
+  headers?: Record<string, string>;
 }
+
+/** Seconds a client is told to wait after a 429 (spec §4.1). */
+export const retryAfterSec = 5;
 
 /**
  * Big bodies through an object store, for front doors with payload caps (AWS: API Gateway 10 MB,
@@ -73,6 +81,8 @@ export interface ApiOptions {
   streamWaitMs?: number;
   /** How long an endpoint lookup is remembered. */
   endpointCacheMs?: number;
+  /** Where internal failures are logged with their request id (default stderr). */
+  log?: Logger;
 }
 
 type Handler = (ctx: RouteContext) => Promise<ApiResponse>;
@@ -156,12 +166,20 @@ export class V2Api {
     ];
   }
 
-  /** Never throws: every failure becomes `{"error": "..."}` with its status. */
+  /** Never throws: every failure becomes the error answer of docs/api.md#errors. */
   async handle(req: ApiRequest): Promise<ApiResponse> {
     try {
       return await this.dispatch(req);
     } catch (error) {
-      return { statusCode: httpStatus(error), body: errorBody(error) };
+      const response = toHttpResponse(error, {
+        requestId: req.requestId ?? randomUUID(),
+        log: this.options.log ?? stderrLogger,
+        what: `${req.method} ${req.path}`,
+      });
+      // A 429 tells the client when to come back (docs/api.md#errors).
+      return response.statusCode === 429
+        ? { ...response, headers: { 'retry-after': String(retryAfterSec) } }
+        : response;
     }
   }
 
@@ -188,6 +206,9 @@ export class V2Api {
         if (access === 'mismatch') throw forbidden('This worker token is not for this endpoint and worker');
       }
       const endpoint = await this.queueEndpoint(endpointId);
+      if (route.caller === 'client') {
+        await authorizeClient(this.options.auth, req.headers.authorization, endpoint);
+      }
       return route.handler({ req, endpointId, endpoint, params });
     }
     throw notFound(`No route for ${req.method} ${req.path}`);
@@ -372,13 +393,18 @@ function workerBody(req: ApiRequest): unknown {
  */
 export const maxJsonDepth = 512;
 
-function parseJson(body: Buffer): unknown {
+/** 400 for a body nested deeper than maxJsonDepth (also checked on /lb routes before forwarding). */
+export function assertJsonDepth(body: Buffer): void {
   const depth = jsonDepth(body);
   if (depth > maxJsonDepth) {
     throw badRequest(
       `Request body is nested ${depth} levels deep; at most ${maxJsonDepth} levels are accepted`,
     );
   }
+}
+
+function parseJson(body: Buffer): unknown {
+  assertJsonDepth(body);
   try {
     return JSON.parse(body.toString('utf8'));
   } catch (error) {

@@ -7,8 +7,8 @@
  * again, so cancel against completion or lease expiry against job-done always ends in one answer.
  */
 import { randomUUID } from 'node:crypto';
-import { conflict, notFound } from './errors.js';
-import { canMove, isFinal, type Job, type JobView, type Move, viewOf } from './job.js';
+import { conflict, FerryError, notFound } from './errors.js';
+import { canMove, isFinal, type Job, type JobView, type Move, runDeadlineOf, viewOf } from './job.js';
 import { RegistryLedger } from './ledger.js';
 import { limits } from './limits.js';
 import type {
@@ -28,6 +28,8 @@ export interface EngineSettings {
   maxAttempts: number;
   /** A worker not heard from for this long no longer counts in health. */
   workerStaleMs: number;
+  /** Jobs waiting per endpoint; a submit above it is refused with 429 (docs/security.md). */
+  queueCapJobs: number;
 }
 
 export interface WebhookSender {
@@ -110,6 +112,7 @@ export class JobEngine {
       leaseMs: limits.leaseMs,
       maxAttempts: limits.maxAttempts,
       workerStaleMs: 3 * limits.leaseMs,
+      queueCapJobs: limits.queueCapJobs,
       ...deps.settings,
     };
     this.ledger = deps.ledger ?? new RegistryLedger(deps.workers, this.clock, this.settings.workerStaleMs);
@@ -118,6 +121,12 @@ export class JobEngine {
   // ── client side ──────────────────────────────────────────────────────────────────────────────
 
   async submit(endpointId: string, request: RunRequest, options: SubmitOptions): Promise<Job> {
+    const cap = this.settings.queueCapJobs;
+    if ((await this.queue.depth(endpointId, { atMost: cap })).visible >= cap) {
+      throw new FerryError('too_many_requests', `Endpoint ${endpointId} has ${cap} jobs waiting already`, {
+        hint: "Retry later, or raise the endpoint's worker count",
+      });
+    }
     const now = this.clock.now();
     const ttlMs = request.policy?.ttl ?? limits.ttlDefaultMs;
     const job: Job = {
@@ -456,8 +465,8 @@ export class JobEngine {
       job.startedAt !== undefined
     ) {
       const current = job;
-      const deadlineMs = job.startedAt + job.policy.executionTimeoutMs;
-      if (deadlineMs > this.clock.now()) return { timedOut: false, deadlineMs };
+      const deadlineMs = runDeadlineOf(job);
+      if (deadlineMs === undefined || deadlineMs > this.clock.now()) return { timedOut: false, deadlineMs };
       if (await this.tryMove(current, 'timeOut', () => this.timedOutPatch(current)))
         return { timedOut: true };
       // Lost a race (a ping renewed the lease, or the job ended): read again and decide again.

@@ -122,6 +122,9 @@ export interface ApiKeyRecord {
   /** sha256 of the key, hex. The key itself is never stored. */
   hash: string;
   createdAt: number;
+  /** Scope (docs/security.md): absent = every app; `app` alone = that app; `app` + `env` = one environment. */
+  app?: string | undefined;
+  env?: string | undefined;
 }
 
 /** Apps, environments, endpoints and API keys: where every machine of a team sees them. */

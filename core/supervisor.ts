@@ -400,7 +400,8 @@ export class WorkerSupervisor implements WorkerLedger {
           lines,
           sinceMs: now,
         };
-        this.options.log.error(`endpoint ${endpointId} is failing: ${state.problem.reason}`);
+        const tail = lines.length > 0 ? `; its last lines:\n${lines.map((l) => `  ${l}`).join('\n')}` : '';
+        this.options.log.error(`endpoint ${endpointId} is failing: ${state.problem.reason}${tail}`);
         await this.rejectQueued(endpointId);
         return;
       }

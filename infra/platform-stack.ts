@@ -577,6 +577,15 @@ export class PlatformStack extends Stack {
   /** The authorizer (and load-balanced agents) read API keys and nothing else of the control table. */
   private grantKeyLookup(role: iam.Role): void {
     role.addToPolicy(keyLookupStatement(this.controlTable));
+    // A scoped key's Allow lists its endpoints (functions/authorizer.ts allowedResources): Query on
+    // the byKind index for endpoint items only (the index's partition key is the item kind).
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['dynamodb:Query'],
+        resources: [`${this.controlTable.tableArn}/index/${dynamoSchema.control.indexes.byKind.indexName}`],
+        conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['EP'] } },
+      }),
+    );
   }
 
   /** The sweeper: JobEngine.sweep and DynamoJobStore.deleteExpired. */

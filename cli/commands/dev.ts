@@ -10,6 +10,7 @@ import { type LocalPlatformOptions, startLocalPlatform } from '../../core/adapte
 import { livePrefix } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import { defaultPort } from '../../core/limits.js';
+import { webhookAllowFromEnv } from '../../core/webhooks.js';
 import { apiKeyFromUser, appNameOf, ferryPythonPath, readProjectConfig } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
@@ -84,6 +85,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     port: 0,
     apiKey: key.key,
     workers: { ferryPythonPath: ferryPythonPath() },
+    webhookAllow: webhookAllowFromEnv(ctx.io.env),
     log: { info: () => {}, warn: (m) => say(`warning: ${m}`), error: (m) => say(`error: ${m}`) },
   };
   const platform = await startLocalPlatform(platformOptions);

@@ -18,7 +18,6 @@
  * Hidden test hooks (environment, for the CLI's end-to-end tests): FERRY_TEST_FAKE_TOOLKIT (see
  * toolkit.ts), FERRY_DYNAMODB_ENDPOINT and FERRY_S3_ENDPOINT (emulators instead of AWS).
  */
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
@@ -34,7 +33,7 @@ import type { WorkerImages } from '../../infra/app-stack.js';
 import type { LbHttpsOptions } from '../../infra/constructs/https-front.js';
 import { appStackName, platformStackName } from '../../infra/names.js';
 import { baseImageFor } from '../../worker-image/images.js';
-import { apiKeyFromUser, installRoot, readDotEnv } from '../config.js';
+import { apiKeyFromUser, ferryVersion, readDotEnv } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
 import type { Reporter } from '../io.js';
 import type {
@@ -137,18 +136,6 @@ export function awsClientsFromEnv(env: NodeJS.ProcessEnv): AwsClients {
       s3.destroy();
     },
   };
-}
-
-function ferryVersion(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(path.join(installRoot(), 'package.json'), 'utf8')) as {
-      version?: unknown;
-    };
-    if (typeof pkg.version === 'string') return pkg.version;
-  } catch {
-    // a damaged install still names images by the version this code shipped as
-  }
-  return '0.1.0';
 }
 
 /**

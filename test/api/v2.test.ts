@@ -18,7 +18,7 @@ async function freshEndpoint(config: Record<string, unknown> = {}) {
 }
 
 beforeAll(async () => {
-  platform = await startTestPlatform({ webhookRetryDelayMs: 50 });
+  platform = await startTestPlatform({ webhookRetryDelayMs: 50, webhookAllow: ['127.0.0.1'] });
   base = platform.baseUrl;
 });
 afterAll(async () => {

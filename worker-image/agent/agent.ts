@@ -63,7 +63,7 @@
  * can finish, waits up to `drainMs` (default 110 s), then requeues whatever is still held
  * (engine.workerGone) and turns protection off.
  */
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { S3Client } from '@aws-sdk/client-s3';
@@ -81,12 +81,13 @@ import { type Authenticator, newSecret } from '../../core/auth.js';
 import { PollingChangeFeed } from '../../core/changes.js';
 import { systemClock } from '../../core/clock.js';
 import { JobEngine, type WebhookSender } from '../../core/engine.js';
-import { errorBody, FerryError, httpStatus } from '../../core/errors.js';
+import { FerryError, toHttpResponse } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
 import type { Clock, ControlStore, EndpointRecord } from '../../core/ports.js';
 import { WorkerSupervisor } from '../../core/supervisor.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
+import { drainMs as taskDrainMs } from '../../infra/task-layout.js';
 import { listen } from './listen.js';
 
 /** The tables the agent reads and writes (dynamoSchema naming); it never touches the control table. */
@@ -262,8 +263,8 @@ class AgentServer implements Agent {
       prefix: options.blobPrefix ?? '',
     });
     const warn = (message: string) => this.log.warn(message);
-    // The API turns unexpected errors into a bare 500 "Internal error" for the worker; the agent's
-    // log is where a throttled table or a missing permission must show, so the adapters say it here.
+    // The API answers unexpected errors with a masked 500 and logs the detail; the adapters also say
+    // here which port failed, so a throttled table or a missing permission shows in the agent's log.
     const jobs = logged(
       'jobs',
       new DynamoJobStore({ doc: this.doc, tables: options.tables, blobs, warn }),
@@ -276,7 +277,7 @@ class AgentServer implements Agent {
       new DynamoWorkerRegistry({ doc: this.doc, table: options.tables.workers }),
       this.log,
     );
-    const drainMs = options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? 110_000;
+    const drainMs = options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? taskDrainMs;
     this.leaving = new Promise<number>((resolve) => {
       this.leave = resolve;
     });
@@ -322,6 +323,7 @@ class AgentServer implements Agent {
     // Worker routes only: no client key is ever valid here, so /run, /status… answer 401.
     this.auth = {
       isClientKey: async () => false,
+      clientKeyScope: async () => undefined,
       workerAccess: async (key, endpointId, workerId) => this.supervisor.verify(key, endpointId, workerId),
     };
     const waitMs = Math.min(options.workerWaitMs ?? maxWorkerWaitMs, maxWorkerWaitMs);
@@ -331,6 +333,7 @@ class AgentServer implements Agent {
       auth: this.auth,
       workerWaitMs: waitMs,
       maxWaitMs: waitMs,
+      log: this.log,
     });
   }
 
@@ -387,7 +390,10 @@ class AgentServer implements Agent {
       const response = await this.route(req, abort.signal);
       send(res, response);
     } catch (error) {
-      send(res, { statusCode: httpStatus(error), body: errorBody(error) });
+      send(
+        res,
+        toHttpResponse(error, { requestId: randomUUID(), log: this.log, what: `${req.method} ${req.url}` }),
+      );
     }
   }
 
@@ -517,7 +523,7 @@ class AgentServer implements Agent {
   }
 
   private async doDrain(): Promise<void> {
-    const drainMs = this.options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? 110_000;
+    const drainMs = this.options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? taskDrainMs;
     const deadline = this.clock.now() + drainMs;
     // No new work (job-take answers empty after a short hold); in-flight takes are aborted, and a
     // job claimed for an aborted take goes straight back to the queue.

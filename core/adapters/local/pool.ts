@@ -487,7 +487,10 @@ export class EndpointPool {
       if (type) headers['content-type'] = type;
       return { statusCode: response.status, headers, body: Buffer.from(await response.arrayBuffer()) };
     } catch (error) {
-      throw new FerryError('failed', `The endpoint's worker did not answer: ${(error as Error).message}`);
+      throw new FerryError(
+        'bad_gateway',
+        `The endpoint's worker did not answer: ${(error as Error).message}`,
+      );
     } finally {
       proc.inFlight--;
       this.supervisor.request(proc.identity.workerId, -1);
