@@ -74,6 +74,9 @@ export const queueAgentEnvSchema = z.object({
 export const lbAgentEnvSchema = z.object({
   ...base,
   FERRY_AGENT_MODE: z.literal('lb'),
+  /** The endpoint's app and environment: keys scoped elsewhere answer 403. */
+  FERRY_APP: text,
+  FERRY_ENV: text,
   /** Where client API keys live (`KEY#<sha256>` items, core/adapters/aws/dynamo.ts). */
   FERRY_CONTROL_TABLE: text,
   /** The worker's own HTTP server, on localhost (the worker's FERRY_PORT). */

@@ -67,6 +67,8 @@ async function runLb(env: LbAgentEnv): Promise<number> {
   const doc = DynamoDBDocumentClient.from(dynamo);
   const agent = await startLbAgent({
     endpointId: env.FERRY_ENDPOINT_ID,
+    app: env.FERRY_APP,
+    env: env.FERRY_ENV,
     control: new DynamoControlStore({ doc, table: env.FERRY_CONTROL_TABLE }),
     workerPort: env.FERRY_PORT,
     host: env.FERRY_AGENT_HOST,
