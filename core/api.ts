@@ -49,7 +49,7 @@ export interface ApiResponse {
   headers?: Record<string, string>;
 }
 
-/** Seconds a client is told to wait after a 429 (spec §4.1). */
+/** Seconds a client is told to wait after a 429 (docs/api.md#errors). */
 export const retryAfterSec = 5;
 
 /**
