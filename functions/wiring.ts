@@ -3,6 +3,7 @@
  * on each function. Built once per Lambda container (module scope, lazily: `platformFromEnv`), so warm
  * invocations reuse the SDK clients and their keep-alive connections; tests inject clients instead.
  */
+import { randomUUID } from 'node:crypto';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { ECSClient } from '@aws-sdk/client-ecs';
 import { LambdaClient } from '@aws-sdk/client-lambda';
@@ -24,6 +25,7 @@ import { PollingChangeFeed } from '../core/changes.js';
 import { systemClock } from '../core/clock.js';
 import { JobEngine } from '../core/engine.js';
 import { FerryError } from '../core/errors.js';
+import { endpointScopedJobId } from '../core/job.js';
 import type { ChangeFeed, Clock } from '../core/ports.js';
 import { HttpWebhookSender } from '../core/webhooks.js';
 import { S3PayloadStore } from './payloads.js';
@@ -163,6 +165,8 @@ export function buildPlatform(options: PlatformOptions): Platform {
     changes,
     clock,
     webhooks,
+    // The endpoint leads the id, so IAM can scope each agent to its endpoint's jobs (core/job.ts).
+    newId: (endpointId) => endpointScopedJobId(endpointId, `${randomUUID()}-u1`),
   });
   const payloads = new S3PayloadStore({
     client: clients.s3,

@@ -30,6 +30,7 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
 import { FerryError } from '../core/errors.js';
 import type { Manifest, ManifestEndpoint } from '../core/manifest.js';
+import type { LbHttpsOptions } from './constructs/https-front.js';
 import { EndpointLoadBalancer } from './constructs/load-balancer.js';
 import { EndpointQueues } from './constructs/queues.js';
 import { EndpointService, type WorkerImages } from './constructs/service.js';
@@ -51,6 +52,8 @@ export interface AppEnvironmentStackProps extends StackProps {
   images: WorkerImages;
   /** Endpoint ids by endpoint name; default `endpointIdFor(app, env, name)`. */
   endpointIds?: Readonly<Record<string, string>>;
+  /** Load-balanced endpoints: a domain for an ACM certificate; without one, a CloudFront front. */
+  https?: LbHttpsOptions;
 }
 
 /**
@@ -84,6 +87,8 @@ export interface DeployedEndpoint {
   service: ecs.Ec2Service;
   taskDefinition: ecs.Ec2TaskDefinition;
   taskRole: iam.Role;
+  /** The agent's scoped role (infra/isolation.ts), assumed with an external id. */
+  agentRole: iam.Role;
   /** Urgent jobs; the only queue the scaler reads (functions/scaler.ts). */
   queue?: sqs.Queue;
   deadLetterQueue?: sqs.Queue;
@@ -91,6 +96,8 @@ export interface DeployedEndpoint {
   lowQueue?: sqs.Queue;
   lowDeadLetterQueue?: sqs.Queue;
   loadBalancer?: elbv2.ApplicationLoadBalancer;
+  /** Load-balanced: the https address clients use (infra/constructs/https-front.ts). */
+  url?: string;
 }
 
 export class AppEnvironmentStack extends Stack {
@@ -130,7 +137,7 @@ export class AppEnvironmentStack extends Stack {
             name: e.name,
             id: e.id,
             kind: e.kind,
-            ...(e.loadBalancer ? { url: `http://${e.loadBalancer.loadBalancerDnsName}` } : {}),
+            ...(e.url ? { url: e.url } : {}),
             ...(e.queue ? { queueUrl: e.queue.queueUrl } : {}),
             ...(e.lowQueue ? { lowQueueUrl: e.lowQueue.queueUrl } : {}),
           }),
@@ -164,7 +171,7 @@ export class AppEnvironmentStack extends Stack {
 
     const queues =
       endpoint.kind === 'queue' ? new EndpointQueues(this, `${prefix}-Queues`, { endpointId }) : undefined;
-    const { service, taskDefinition, taskRole } = new EndpointService(this, prefix, {
+    const { service, taskDefinition, taskRole, agentRole } = new EndpointService(this, prefix, {
       appName: props.appName,
       envName: props.envName,
       manifest: props.manifest,
@@ -187,6 +194,7 @@ export class AppEnvironmentStack extends Stack {
       service,
       taskDefinition,
       taskRole,
+      agentRole,
     };
     if (queues) {
       return {
@@ -197,12 +205,13 @@ export class AppEnvironmentStack extends Stack {
         lowDeadLetterQueue: queues.lowDeadLetterQueue,
       };
     }
-    const { loadBalancer } = new EndpointLoadBalancer(this, `${prefix}-LoadBalancer`, {
+    const { loadBalancer, url } = new EndpointLoadBalancer(this, `${prefix}-LoadBalancer`, {
       endpoint,
       endpointId,
       platform: this.platform,
       service,
+      https: props.https,
     });
-    return { ...deployed, loadBalancer };
+    return { ...deployed, loadBalancer, url };
   }
 }

@@ -23,6 +23,7 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import { FerryError } from '../core/errors.js';
 import { type Manifest, manifestSchema } from '../core/manifest.js';
 import { AppEnvironmentStack, type WorkerImages } from './app-stack.js';
+import type { LbHttpsOptions } from './constructs/https-front.js';
 import { instanceTypesFor } from './gpu.js';
 import { appStackName, platformStackName } from './names.js';
 import { defaultInstanceTypes, PlatformStack } from './platform-stack.js';
@@ -58,6 +59,8 @@ export interface SynthesizeOptions {
   /** Stopped GPU instances kept ready per GPU pool (PlatformStackProps.gpuWarmPoolSize); default 0. */
   gpuWarmPoolSize?: number;
   endpointIds?: Readonly<Record<string, string>>;
+  /** HTTPS of load-balanced endpoints: a domain (ACM), else CloudFront (constructs/https-front.ts). */
+  https?: LbHttpsOptions;
   outdir?: string;
   /** CDK context (toolkit-lib's builder hands one over). */
   context?: Record<string, unknown>;
@@ -101,6 +104,7 @@ export function buildApp(
     platform: { instanceTypes: platform.instanceTypes },
     images: options.images,
     ...(options.endpointIds ? { endpointIds: options.endpointIds } : {}),
+    ...(options.https ? { https: options.https } : {}),
     description: `Ferry ${appName}/${options.env}`,
   });
   // Imports by name carry no reference CDK could order the stacks by: the platform (and the exports

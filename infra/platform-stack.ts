@@ -183,11 +183,18 @@ export const defaultInstanceTypes = (): string[] => [
   cpuInstanceFor(defaultCpuSpec).instanceType,
 ];
 
-/** ecs.config lines for every instance. Host networking needs the last one for task IAM roles. */
-const ecsConfigLines = [
+/**
+ * ecs.config lines for every instance. Host networking needs ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST for
+ * task IAM roles. ECS_AWSVPC_BLOCK_IMDS keeps the instance metadata service (and the instance role's
+ * credentials) away from awsvpc tasks, user code included
+ * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ec2-security-considerations.html,
+ * docs/security-aws.md).
+ */
+export const ecsConfigLines = [
   'ECS_IMAGE_PULL_BEHAVIOR=prefer-cached',
   'ECS_ENABLE_TASK_IAM_ROLE=true',
   'ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST=true',
+  'ECS_AWSVPC_BLOCK_IMDS=true',
 ];
 
 export class PlatformStack extends Stack {
@@ -492,6 +499,10 @@ export class PlatformStack extends Stack {
       securityGroup: this.instanceSecurityGroup,
       userData,
       requireImdsv2: true,
+      // A second line behind ECS_AWSVPC_BLOCK_IMDS: an IMDSv2 token answer dies after one hop, so it
+      // reaches the host (the ECS agent runs on the host network) but not a container's own network
+      // namespace (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/configuring-instance-metadata-options.html).
+      httpPutResponseHopLimit: 1,
       // Worker images carry CUDA and torch (10+ GB) and may cache model weights.
       blockDevices: [
         {

@@ -1,7 +1,7 @@
 /**
  * An internet-facing ALB per load-balanced endpoint, so user routes keep their own paths (a shared
- * ALB would need path prefixes the worker does not know about). HTTP only: HTTPS needs a certificate
- * for a domain the user owns; `ferry deploy` prints the URL as http.
+ * ALB would need path prefixes the worker does not know about). Clients reach it over HTTPS only
+ * (https-front.ts: an ACM certificate for the user's domain, else CloudFront).
  *
  * Scaling (docs/scaling.md): the scaler Lambda sets the service's count; nothing here decides it.
  * While an endpoint has no worker the ALB itself answers 503 (no healthy target) and runs no code of
@@ -26,18 +26,22 @@ import type { ManifestEndpoint } from '../../core/manifest.js';
 import { scalerFunctionName, wakeAlarmName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
 import { ports } from '../task-layout.js';
+import { HttpsFront, type LbHttpsOptions } from './https-front.js';
 
 export interface EndpointLoadBalancerProps {
   endpoint: ManifestEndpoint;
   endpointId: string;
   platform: PlatformRefs;
   service: ecs.Ec2Service;
+  https?: LbHttpsOptions | undefined;
 }
 
 export class EndpointLoadBalancer extends Construct {
   readonly loadBalancer: elbv2.ApplicationLoadBalancer;
   readonly targetGroup: elbv2.ApplicationTargetGroup;
   readonly securityGroup: ec2.SecurityGroup;
+  /** The https address clients use. */
+  readonly url: string;
 
   constructor(scope: Construct, id: string, props: EndpointLoadBalancerProps) {
     super(scope, id);
@@ -45,14 +49,9 @@ export class EndpointLoadBalancer extends Construct {
     const { resources } = endpoint;
     const securityGroup = new ec2.SecurityGroup(this, 'AlbSecurityGroup', {
       vpc: platform.vpc,
-      description: `Ferry ${endpoint.name}: public HTTP`,
+      description: `Ferry ${endpoint.name}: public HTTPS front`,
       allowAllOutbound: false,
     });
-    securityGroup.addIngressRule(
-      ec2.Peer.anyIpv4(),
-      ec2.Port.tcp(80),
-      'Public HTTP; the agent checks the API key',
-    );
     securityGroup.addEgressRule(platform.instanceSecurityGroup, ec2.Port.tcp(ports.lbPublic), 'To the agent');
     // The rule lives in this stack (deleted with it) but opens the platform's host group to this ALB only.
     new ec2.CfnSecurityGroupIngress(this, 'HostIngress', {
@@ -94,7 +93,13 @@ export class EndpointLoadBalancer extends Construct {
       healthCheck: { path: '/ping', healthyHttpCodes: '200', interval: Duration.seconds(15) },
     });
     service.attachToApplicationTargetGroup(targetGroup);
-    alb.addListener('Http', { port: 80, open: false, defaultTargetGroups: [targetGroup] });
+    this.url = new HttpsFront(this, 'Https', {
+      endpointName: endpoint.name,
+      loadBalancer: alb,
+      securityGroup,
+      targetGroup,
+      https: props.https,
+    }).url;
 
     // The platform's scaler, by its fixed name (the platform stack is deployed first).
     const scaler = lambda.Function.fromFunctionAttributes(this, 'Scaler', {

@@ -162,7 +162,9 @@ describe('queues', () => {
     expect(value).toContain(idOf(gpu.lowQueue!));
     expect(value).toContain('lowQueueUrl');
     expect(value).toContain('queueUrl');
-    expect(value).toContain(idOf(endpoint('lb_worker').loadBalancer!));
+    // Load-balanced endpoints are listed by their https address (infra/constructs/https-front.ts).
+    expect(value).toContain('\\"url\\":\\"https://');
+    expect(value).not.toContain('http://');
   });
 });
 
@@ -265,6 +267,36 @@ describe('tasks', () => {
   });
 });
 
+describe('worker tokens and secrets (docs/security-aws.md)', () => {
+  const secretsOf = (c: ContainerDefinition) =>
+    ((c as { Secrets?: { Name: string }[] }).Secrets ?? []).map((x) => x.Name).sort();
+
+  it('hand the worker token to agent and worker as ECS secrets, never in the environment', () => {
+    const containers = containersOf(endpoint('gpu_worker'));
+    const agent = containers.find((c) => c.Name === 'agent')!;
+    const worker = containers.find((c) => c.Name === 'worker')!;
+    expect(secretsOf(agent)).toEqual(['FERRY_AGENT_EXTERNAL_ID', 'FERRY_WORKER_TOKEN']);
+    expect(secretsOf(worker)).toEqual(['RUNPOD_AI_API_KEY']);
+    for (const c of containers) {
+      expect(Object.keys(envOf(c))).not.toContain('FERRY_WORKER_TOKEN');
+      expect(Object.keys(envOf(c))).not.toContain('RUNPOD_AI_API_KEY');
+      expect(Object.keys(envOf(c))).not.toContain('FERRY_AGENT_EXTERNAL_ID');
+    }
+  });
+
+  it('leave no token-like value in any container environment', () => {
+    for (const e of built.appStack.endpoints) {
+      for (const c of containersOf(e)) {
+        for (const [name, value] of Object.entries(envOf(c))) {
+          // The source fingerprint is a digest of the code, public by design.
+          if (name === 'FERRY_SOURCE_FINGERPRINT') continue;
+          expect(JSON.stringify(value)).not.toMatch(/[0-9a-f]{64}/);
+        }
+      }
+    }
+  });
+});
+
 describe('services and scaling', () => {
   it('start at zero tasks on their capacity provider, free to replace every task', () => {
     const services = Object.values(template.findResources('AWS::ECS::Service'));
@@ -335,7 +367,8 @@ describe('task roles', () => {
   it('let a queue agent receive, delete, release and requeue on its own two queues only', () => {
     const gpu = endpoint('gpu_worker');
     const cpu = endpoint('cpu_worker');
-    const statements = statementsOf(template, gpu.taskRole);
+    const statements = statementsOf(template, gpu.agentRole);
+    expect(actionsOf(statementsOf(template, gpu.taskRole)).filter((a) => a.startsWith('sqs:'))).toEqual([]);
     const sqsActions = actionsOf(statements).filter((a) => a.startsWith('sqs:'));
     expect(sqsActions.sort()).toEqual([
       'sqs:ChangeMessageVisibility',
@@ -351,12 +384,17 @@ describe('task roles', () => {
     expect(JSON.stringify(statements)).not.toContain(idOf(cpu.queue!));
   });
 
-  it('read the artifact by its exact key and reach only payloads/ otherwise', () => {
-    const statements = statementsOf(template, endpoint('gpu_worker').taskRole);
+  it('read the artifact by its exact key (task role); payloads only under its job ids (agent role)', () => {
+    const gpu = endpoint('gpu_worker');
+    const statements = statementsOf(template, gpu.taskRole);
     const gets = resourcesFor(statements, 's3:GetObject');
-    expect(gets.some((r) => r.includes('/artifacts/demo/dev/fff.tar.gz'))).toBe(true);
-    expect(resourcesFor(statements, 's3:PutObject')).toHaveLength(1);
-    expect(resourcesFor(statements, 's3:PutObject')[0]).toContain('/payloads/*');
+    expect(gets).toHaveLength(1);
+    expect(gets[0]).toContain('/artifacts/demo/dev/fff.tar.gz');
+    expect(resourcesFor(statements, 's3:PutObject')).toHaveLength(0);
+    const puts = resourcesFor(statementsOf(template, gpu.agentRole), 's3:PutObject');
+    expect(puts).toHaveLength(2);
+    expect(puts.join()).toContain(`/payloads/${gpu.id}-*`);
+    expect(puts.join()).toContain(`/payloads/sync-${gpu.id}-*`);
     for (const s of statements) expect(s.Resource).not.toBe('*');
     for (const action of actionsOf(statements)) expect(action).not.toContain('*');
   });
@@ -370,7 +408,11 @@ describe('task roles', () => {
   });
 
   it('give a load-balanced agent only KEY# items of the control table and its worker record, no queue or job table', () => {
-    const statements = statementsOf(template, endpoint('lb_worker').taskRole);
+    const lb = endpoint('lb_worker');
+    expect(actionsOf(statementsOf(template, lb.taskRole)).filter((a) => a.startsWith('dynamodb:'))).toEqual(
+      [],
+    );
+    const statements = statementsOf(template, lb.agentRole);
     const actions = actionsOf(statements);
     expect(actions.filter((a) => a.startsWith('sqs:'))).toEqual([]);
     expect(actions.filter((a) => a.startsWith('dynamodb:')).sort()).toEqual([

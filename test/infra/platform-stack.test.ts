@@ -545,3 +545,25 @@ describe('operations', () => {
     template.resourceCountIs('AWS::CloudWatch::Dashboard', 1);
   });
 });
+
+describe('ECS hosts keep the instance metadata service from tasks (docs/security-aws.md)', () => {
+  it('require IMDSv2 with a hop limit of 1 on every launch template', () => {
+    const templates = Object.values(template.findResources('AWS::EC2::LaunchTemplate'));
+    expect(templates.length).toBeGreaterThan(0);
+    for (const lt of templates) {
+      expect(lt.Properties.LaunchTemplateData.MetadataOptions).toMatchObject({
+        HttpTokens: 'required',
+        HttpPutResponseHopLimit: 1,
+      });
+    }
+  });
+
+  it('set ECS_AWSVPC_BLOCK_IMDS=true in every host ecs.config', () => {
+    const templates = Object.values(template.findResources('AWS::EC2::LaunchTemplate'));
+    for (const lt of templates) {
+      expect(JSON.stringify(lt.Properties.LaunchTemplateData.UserData)).toContain(
+        'echo ECS_AWSVPC_BLOCK_IMDS=true >> /etc/ecs/ecs.config',
+      );
+    }
+  });
+});

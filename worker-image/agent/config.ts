@@ -28,6 +28,9 @@ export type AgentMode = (typeof agentModes)[number];
 const base = {
   FERRY_ENDPOINT_ID: text,
   AWS_REGION: text,
+  /** The endpoint's scoped agent role and its external id (credentials.ts); absent: default chain. */
+  FERRY_AGENT_ROLE_ARN: text.optional(),
+  FERRY_AGENT_EXTERNAL_ID: text.optional(),
 };
 
 /** Where the app artifact is and where it goes (artifact mode; the stack's init container). */
@@ -80,6 +83,9 @@ export const queueAgentEnvSchema = z.object({
 export const lbAgentEnvSchema = z.object({
   ...base,
   FERRY_AGENT_MODE: z.literal('lb'),
+  /** The endpoint's app and environment: keys scoped elsewhere answer 403. */
+  FERRY_APP: text,
+  FERRY_ENV: text,
   /** Where client API keys live (`KEY#<sha256>` items, core/adapters/aws/dynamo.ts). */
   FERRY_CONTROL_TABLE: text,
   /** The worker's own HTTP server, on localhost (the worker's FERRY_PORT). */

@@ -6,6 +6,7 @@
  *   ALB :80 ──▶ agent :FERRY_AGENT_PORT ──┬─ GET /ping   answered here: 200 while the worker's /ping is
  *                                         │              200, else 503 (the ALB's health check; no key)
  *                                         ├─ no valid key  401 {"error": …}
+ *                                         ├─ key scoped to another app/env  403 {"error": …}
  *                                         └─ anything else ─▶ worker 127.0.0.1:FERRY_PORT (same method,
  *                                                              path, query, body; Authorization removed)
  *
@@ -32,7 +33,13 @@ import {
   request,
   type ServerResponse,
 } from 'node:http';
-import { credentialOf, KeyAuthenticator } from '../../core/auth.js';
+import {
+  credentialOf,
+  describeScope,
+  KeyAuthenticator,
+  type KeyScope,
+  scopeCovers,
+} from '../../core/auth.js';
 import { systemClock } from '../../core/clock.js';
 import { FerryError, toHttpResponse } from '../../core/errors.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
@@ -41,6 +48,12 @@ import { listen } from './listen.js';
 
 export interface LbAgentOptions {
   endpointId: string;
+  /**
+   * The endpoint's app and environment (FERRY_APP, FERRY_ENV): a key scoped to another app or
+   * environment answers 403 (core/auth.ts scopeCovers). Without them only unscoped keys pass.
+   */
+  app?: string;
+  env?: string;
   /** Where API keys live: a DynamoControlStore on the platform's control table. */
   control: Pick<ControlStore, 'findApiKeyByHash'>;
   /** The worker's port on localhost (its FERRY_PORT). */
@@ -189,16 +202,28 @@ class LbAgentServer implements LbAgent {
         req.resume();
         return;
       }
-      let allowed: boolean;
+      let scope: KeyScope | undefined;
       try {
-        allowed = await this.auth.isClientKey(credentialOf(req.headers.authorization));
+        scope = await this.auth.clientKeyScope(credentialOf(req.headers.authorization));
       } catch (error) {
         this.fail(req, res, new FerryError('unavailable', 'Checking an API key failed', { cause: error }));
         req.resume();
         return;
       }
-      if (!allowed) {
+      if (!scope) {
         reply(res, 401, { error: 'Missing or invalid API key' });
+        req.resume();
+        return;
+      }
+      const { app, env } = this.options;
+      // A scoped key must name this endpoint's app (and environment); unknown app/env fails closed.
+      const covered =
+        scope.app === undefined ||
+        (app !== undefined && env !== undefined && scopeCovers(scope, { app, env }));
+      if (!covered) {
+        reply(res, 403, {
+          error: `This API key (${describeScope(scope)}) may not call endpoint ${this.options.endpointId}`,
+        });
         req.resume();
         return;
       }

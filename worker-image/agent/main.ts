@@ -21,6 +21,7 @@ import { startAgent } from './agent.js';
 import { downloadArtifact } from './artifact.js';
 import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } from './config.js';
 import { watchWorkerContainer } from './ecsWorker.js';
+import { agentCredentials } from './credentials.js';
 import { startLbAgent } from './lb.js';
 
 const signalled = (): Promise<void> =>
@@ -31,12 +32,13 @@ const signalled = (): Promise<void> =>
 
 async function runQueue(env: QueueAgentEnv): Promise<number> {
   const region = env.AWS_REGION;
+  const credentials = agentCredentials(env);
   const clients = {
-    dynamo: new DynamoDBClient({ region }),
+    dynamo: new DynamoDBClient({ region, credentials }),
     // Address SQS at the client's endpoint (AWS_ENDPOINT_URL_SQS when set, else the regional one),
     // not at the queue URL's host: the same on AWS, and it lets a VPC endpoint or an emulator work.
-    sqs: new SQSClient({ region, useQueueUrlAsEndpoint: false }),
-    s3: new S3Client({ region, ...s3ClientConfig }),
+    sqs: new SQSClient({ region, credentials, useQueueUrlAsEndpoint: false }),
+    s3: new S3Client({ region, credentials, ...s3ClientConfig }),
   };
   const lowUrl = env.FERRY_QUEUE_URL_LOW ?? env.FERRY_QUEUE_URL;
   const agent = await startAgent({
@@ -86,10 +88,12 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
 }
 
 async function runLb(env: LbAgentEnv): Promise<number> {
-  const dynamo = new DynamoDBClient({ region: env.AWS_REGION });
+  const dynamo = new DynamoDBClient({ region: env.AWS_REGION, credentials: agentCredentials(env) });
   const doc = DynamoDBDocumentClient.from(dynamo);
   const agent = await startLbAgent({
     endpointId: env.FERRY_ENDPOINT_ID,
+    app: env.FERRY_APP,
+    env: env.FERRY_ENV,
     control: new DynamoControlStore({ doc, table: env.FERRY_CONTROL_TABLE }),
     workerPort: env.FERRY_PORT,
     host: env.FERRY_AGENT_HOST,
