@@ -23,13 +23,13 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
-import { extract } from 'tar';
 import { type EndpointConfig, endpointConfigOf } from '../../deployment.js';
 import { endpointKey } from '../../engine.js';
 import { FerryError } from '../../errors.js';
 import type { Logger } from '../../log.js';
 import type { BlobStore, ChangeFeed, ControlStore, EndpointRecord, JobQueue } from '../../ports.js';
 import type { ScalePlan, WorkerActuator, WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
+import { extractArtifact } from './artifact.js';
 
 export interface LocalWorkersOptions {
   supervisor: WorkerSupervisor;
@@ -196,8 +196,7 @@ export class LocalWorkers {
     mkdirSync(staging, { recursive: true });
     const archive = join(staging, '.artifact.tar.gz');
     writeFileSync(archive, bytes);
-    // tar refuses absolute paths and `..` entries by default, so an artifact cannot write outside.
-    await extract({ file: archive, cwd: staging });
+    await extractArtifact(archive, staging);
     rmSync(archive);
     writeFileSync(join(staging, '.ready'), '');
     rmSync(dir, { recursive: true, force: true });
