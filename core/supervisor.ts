@@ -380,7 +380,8 @@ export class WorkerSupervisor implements WorkerLedger {
    */
   async exited(workerId: string, how: { code: number | null; signal: string | null }): Promise<void> {
     const entry = this.workers.get(workerId);
-    if (!entry) return;
+    // Reported once: a second report (the drain after the container's exit) changes nothing.
+    if (!entry || entry.phase === 'gone') return;
     const endpointId = entry.identity.endpointId;
     const asked = entry.stopSentAt !== undefined || entry.phase === 'retiring';
     const contacted = entry.contactAt !== undefined;
