@@ -33,6 +33,7 @@ import { startPlatformChild } from './lib/child.js';
 import { api, benchKey, deepQueue, echoProject } from './lib/faults.js';
 import { envInt, pause, round, say } from './lib/util.js';
 import { CountingWorker } from './lib/worker.js';
+import { awsScaleFromZeroReport } from './scale-from-zero.js';
 
 const jobs = envInt('FERRY_BENCH_JOBS', 20_000);
 const concurrency = envInt('FERRY_BENCH_CONCURRENCY', 16);
@@ -332,7 +333,7 @@ async function main(): Promise<void> {
     await waitWorkers(child.url, 'echo', pyWorkers);
 
     // (a) throughput first: health's completed count must not include runsync jobs, whose results
-    // expire after a minute (spec §8) and would leave the count mid-run.
+    // expire after a minute (docs/api.md#retention) and would leave the count mid-run.
     // Engine + TS worker, then the Python pool.
     const tsThroughputWorker = new CountingWorker(child.target('tsecho'), 'tsecho', {
       workerId: child.target('tsecho').workerId,
@@ -536,6 +537,9 @@ waiting request wakes up — four HTTP exchanges where the floor has one.
 ## (c) Cold start
 
 Submit to an endpoint scaled to zero until its result, Python worker start included: ${r.coldStartMs.join(', ')} ms (median ${coldMedian} ms).
+\`node dist/bench/scale-from-zero.js\` measures the same against a warm endpoint in one run.
+
+${awsScaleFromZeroReport()}
 
 ## (d) Memory (platform in a child process, RSS from /proc after a GC)
 

@@ -1,6 +1,6 @@
 /**
  * `ferry dev` (hidden alias `run`): an in-process platform with state in the project's .ferry/,
- * worker pools running the code on disk, and the dev server of spec §4.3 in front of it.
+ * worker pools running the code on disk, and the dev server (docs/api.md#the-dev-server) in front of it.
  */
 import { type FSWatcher, watch } from 'node:fs';
 import path from 'node:path';
@@ -10,6 +10,7 @@ import { type LocalPlatformOptions, startLocalPlatform } from '../../core/adapte
 import { livePrefix } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import { defaultPort } from '../../core/limits.js';
+import { webhookAllowFromEnv } from '../../core/webhooks.js';
 import { apiKeyFromUser, appNameOf, ferryPythonPath, readProjectConfig } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
@@ -84,6 +85,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     port: 0,
     apiKey: key.key,
     workers: { ferryPythonPath: ferryPythonPath() },
+    webhookAllow: webhookAllowFromEnv(ctx.io.env),
     log: { info: () => {}, warn: (m) => say(`warning: ${m}`), error: (m) => say(`error: ${m}`) },
   };
   const platform = await startLocalPlatform(platformOptions);

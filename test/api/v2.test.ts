@@ -1,5 +1,5 @@
 /**
- * The v2 API rows of spec §3 and §7 over real HTTP on loopback, against the real SQLite store, with
+ * The v2 API rows of docs/architecture.md#jobs and docs/api.md#errors over real HTTP on loopback, against the real SQLite store, with
  * a worker speaking the worker protocol.
  */
 import { createServer, type Server } from 'node:http';
@@ -18,7 +18,7 @@ async function freshEndpoint(config: Record<string, unknown> = {}) {
 }
 
 beforeAll(async () => {
-  platform = await startTestPlatform({ webhookRetryDelayMs: 50 });
+  platform = await startTestPlatform({ webhookRetryDelayMs: 50, webhookAllow: ['127.0.0.1'] });
   base = platform.baseUrl;
 });
 afterAll(async () => {
@@ -140,7 +140,7 @@ describe('lookups', () => {
   });
 });
 
-describe('transitions (spec §3)', () => {
+describe('transitions (docs/architecture.md#jobs)', () => {
   it('IN_QUEUE → CANCELLED: the queued job is removed before it starts', async () => {
     const { id, worker } = await freshEndpoint();
     const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });

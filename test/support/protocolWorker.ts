@@ -1,6 +1,6 @@
 /**
  * A test worker that speaks the worker protocol over HTTP exactly as RunPod's Python SDK does
- * (reference/runpod-api-anchor.md §3): raw token in Authorization, JSON bodies labelled
+ * (docs/architecture.md#worker-protocol): raw token in Authorization, JSON bodies labelled
  * x-www-form-urlencoded, `isStream` on job-done. Tests drive it step by step or let it serve.
  */
 export interface ProtocolJob {

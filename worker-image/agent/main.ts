@@ -14,7 +14,7 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
+import { DynamoControlStore, DynamoWorkerRegistry } from '../../core/adapters/aws/dynamo.js';
 import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { systemClock } from '../../core/clock.js';
 import { startAgent } from './agent.js';
@@ -52,7 +52,16 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     ...(env.FERRY_LEASE_SEC ? { leaseMs: env.FERRY_LEASE_SEC * 1000 } : {}),
     ...(env.FERRY_STOP_GRACE_MS !== undefined ? { stopGraceMs: env.FERRY_STOP_GRACE_MS } : {}),
     drainMs: env.FERRY_DRAIN_MS,
-    ...(env.ECS_AGENT_URI ? { ecs: { agentUri: env.ECS_AGENT_URI } } : {}),
+    ...(env.ECS_AGENT_URI
+      ? {
+          ecs: {
+            agentUri: env.ECS_AGENT_URI,
+            ...(env.FERRY_IDLE_TIMEOUT_SEC
+              ? { protectionOffAfterMs: env.FERRY_IDLE_TIMEOUT_SEC * 1000 }
+              : {}),
+          },
+        }
+      : {}),
   });
   const watching = new AbortController();
   const metadataUri = env.ECS_CONTAINER_METADATA_URI_V4;
@@ -86,6 +95,9 @@ async function runLb(env: LbAgentEnv): Promise<number> {
     host: env.FERRY_AGENT_HOST,
     port: env.FERRY_AGENT_PORT,
     keyCacheMs: env.FERRY_KEY_CACHE_MS,
+    ...(env.FERRY_WORKERS_TABLE
+      ? { registry: new DynamoWorkerRegistry({ doc, table: env.FERRY_WORKERS_TABLE }) }
+      : {}),
   });
   await signalled();
   await agent.close(env.FERRY_DRAIN_MS);

@@ -3,7 +3,6 @@
  * v2 API and worker protocol on Fastify, and the sweeper that expires leases and timeouts. This is
  * what `ferry serve`, `ferry dev` and `npm start` run.
  */
-import { mkdirSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { V2Api } from '../../api.js';
@@ -18,6 +17,8 @@ import type { Clock } from '../../ports.js';
 import { type SupervisorSettings, type WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 import { HttpWebhookSender } from '../../webhooks.js';
 import { FileBlobStore } from './files.js';
+import type { FrontDoorLimits } from './guard.js';
+import { securePrivateDir } from './home.js';
 import { createHttpServer } from './http.js';
 import { LocalWorkers, type LocalWorkersOptions } from './pool.js';
 import { openLocalDatabase } from './sqlite.js';
@@ -37,6 +38,10 @@ export interface LocalPlatformOptions {
   /** Worker long-poll hold time; tests shorten it. */
   workerWaitMs?: number;
   webhookRetryDelayMs?: number;
+  /** Hosts and address ranges webhooks may reach although private (local development; docs/security.md). */
+  webhookAllow?: string[];
+  /** Timeouts, connection cap and rate limit of the HTTP server (defaults in core/limits.ts). */
+  frontDoor?: Partial<FrontDoorLimits>;
   /** Run worker pools for the endpoints in the control store. */
   workers?: Omit<
     LocalWorkersOptions,
@@ -57,11 +62,18 @@ export type LocalPlatform = Awaited<ReturnType<typeof startLocalPlatform>>;
 export async function startLocalPlatform(options: LocalPlatformOptions) {
   const clock = options.clock ?? systemClock;
   const log = options.log ?? silentLogger;
-  mkdirSync(options.dataDir, { recursive: true });
+  securePrivateDir(options.dataDir);
   const db = openLocalDatabase(join(options.dataDir, 'ferry.db'), { clock });
   const blobs = new FileBlobStore(join(options.dataDir, 'blobs'));
   const changes = new LocalChangeFeed(clock);
-  const webhooks = new HttpWebhookSender({ clock, log, retryDelayMs: options.webhookRetryDelayMs });
+  const webhooks = new HttpWebhookSender({
+    clock,
+    log,
+    retryDelayMs: options.webhookRetryDelayMs,
+    allow: options.webhookAllow,
+    outbox: db.outbox,
+  });
+  webhooks.start(Math.min(options.webhookRetryDelayMs ?? 1_000, 1_000));
   // Worker identity, the lifecycle policy and who holds which job: one owner (docs/workers.md).
   const supervisor = new WorkerSupervisor({
     clock,
@@ -77,6 +89,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     queue: db.queue,
     workers: db.workers,
     ledger: supervisor,
+    createQueued: (job) => db.createQueued(job),
     changes,
     clock,
     webhooks,
@@ -91,12 +104,21 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     staticKeyHashes: options.apiKey ? [hashKey(options.apiKey)] : [],
     workers: supervisor,
   });
-  const api = new V2Api({ engine, control: db.control, auth, workerWaitMs: options.workerWaitMs });
+  const api = new V2Api({ engine, control: db.control, auth, workerWaitMs: options.workerWaitMs, log });
+  // Any live worker's token, whatever it is for: 'unknown' is the supervisor's answer for no worker.
+  const isLiveWorkerToken = (key: string) => supervisor.verify(key, '', '') !== 'unknown';
   let pools: LocalWorkers | undefined;
-  const server = createHttpServer({
+  const server = await createHttpServer({
     api,
+    log,
+    guard: {
+      knows: async (key) => isLiveWorkerToken(key) || (await auth.isClientKey(key)),
+      isWorker: async (key) => isLiveWorkerToken(key),
+      limits: options.frontDoor,
+    },
     lb: {
       auth,
+      endpoint: (id) => db.control.getEndpoint(id),
       forward: (endpointId, request) => {
         if (!pools) throw new FerryError('not_found', `Endpoint ${endpointId} not found`);
         return pools.forward(endpointId, request);
@@ -128,12 +150,18 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   }
 
   let sweeping = false;
+  let lastVacuumMs = clock.now();
   const sweep = async () => {
     if (sweeping) return;
     sweeping = true;
     try {
       await engine.sweep();
       await db.jobs.deleteExpired(clock.now());
+      // Give freed pages back to the file system once a minute (docs/security.md, disk retention).
+      if (clock.now() - lastVacuumMs >= 60_000) {
+        lastVacuumMs = clock.now();
+        db.reclaimSpace();
+      }
     } catch (error) {
       log.error(`sweep failed: ${(error as Error).message}`);
     } finally {

@@ -444,7 +444,7 @@ class QueueRuntime:
                 try:
                     value = next(gen)
                 except StopIteration as stop:
-                    # A generator may `return` its final output (say, spec §2.1's text shape);
+                    # A generator may `return` its final output (say, the text shape of docs/api.md#job-output-shapes);
                     # without one, the output aggregates the yields.
                     if stop.value is not None:
                         return result_body(stop.value)
