@@ -8,6 +8,7 @@ import { endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
 import { badRequest, errorBody, FerryError, httpStatus, notFound, tooLarge, unauthorized } from './errors.js';
 import { limits } from './limits.js';
+import { anyEnv, byNameSegment, callerOfToken, outOfScope, resolveByName } from './names.js';
 import type { ControlStore, EndpointRecord } from './ports.js';
 import {
   jobDoneSchema,
@@ -64,6 +65,10 @@ export interface ApiOptions {
   streamWaitMs?: number;
   /** How long an endpoint lookup is remembered. */
   endpointCacheMs?: number;
+  /** Verifies workers' call tokens on by-name routes (core/names.ts); without it they are refused. */
+  callTokenSecret?: string;
+  /** Runs before a by-name lookup: `ferry dev` provisions a live endpoint on its first call. */
+  beforeResolve?: (app: string, env: string, name: string) => Promise<void>;
 }
 
 type Handler = (ctx: RouteContext) => Promise<ApiResponse>;
@@ -159,18 +164,63 @@ export class V2Api {
   private async dispatch(req: ApiRequest): Promise<ApiResponse> {
     const segments = req.path.split('/').filter((s) => s.length > 0);
     if (segments[0] !== 'v2' || segments.length < 3) throw notFound(`No route for ${req.method} ${req.path}`);
-    const endpointId = decodeURIComponent(segments[1]!);
-    const rest = segments.slice(2);
     const method = req.method.toUpperCase();
+    if (segments[1] === byNameSegment) return this.byName(req, method, segments.slice(2));
+    const endpointId = decodeURIComponent(segments[1]!);
+    return this.route(req, method, endpointId, segments.slice(2), undefined);
+  }
+
+  /**
+   * `/v2/by-name/<app>/<env>/<endpoint>[/<route>]` (core/names.ts): GET without a route answers the
+   * resolution itself (id, kind); with a route, the client route of the resolved endpoint runs.
+   */
+  private async byName(req: ApiRequest, method: string, segments: string[]): Promise<ApiResponse> {
+    if (segments.length < 3) throw notFound(`No route for ${req.method} ${req.path}`);
+    const [app, env, name] = segments.slice(0, 3).map((s) => decodeURIComponent(s)) as [
+      string,
+      string,
+      string,
+    ];
+    const key = credentialOf(req.headers.authorization);
+    const isClient = await this.options.auth.isClientKey(key);
+    const caller = isClient ? undefined : callerOfToken(this.options.callTokenSecret, key);
+    if (!isClient && caller === undefined) throw unauthorized();
+    let scopeEnv = env;
+    if (caller !== undefined) {
+      // A worker reaches its own app and environment only ('-' means its own environment).
+      const own = await this.options.control.getEndpoint(caller);
+      if (!own) throw unauthorized();
+      if (own.app !== app || (env !== anyEnv && own.env !== env)) throw outOfScope(own.app, own.env);
+      scopeEnv = own.env;
+    }
+    await this.options.beforeResolve?.(app, scopeEnv, name);
+    const record = await resolveByName(this.options.control, app, scopeEnv, name);
+    const rest = segments.slice(3);
+    if (rest.length === 0) {
+      if (method !== 'GET') throw notFound(`No route for ${req.method} ${req.path}`);
+      const { id, kind } = record;
+      return ok({ id, kind, app: record.app, env: record.env, name: record.name });
+    }
+    return this.route(req, method, record.id, rest, caller === undefined ? undefined : 'call');
+  }
+
+  private async route(
+    req: ApiRequest,
+    method: string,
+    endpointId: string,
+    rest: string[],
+    preauthorized: 'call' | undefined,
+  ): Promise<ApiResponse> {
     for (const route of this.routes) {
       if (route.pattern.length !== rest.length) continue;
       if (!route.pattern.every((p, i) => p.startsWith(':') || p === rest[i])) continue;
       if (!route.methods.includes(method)) continue;
       const key = credentialOf(req.headers.authorization);
+      // A call token opens the client routes of the endpoint it was resolved to, nothing else.
       const allowed =
         route.caller === 'client'
-          ? await this.options.auth.isClientKey(key)
-          : await this.options.auth.isWorkerToken(key);
+          ? preauthorized === 'call' || (await this.options.auth.isClientKey(key))
+          : preauthorized === undefined && (await this.options.auth.isWorkerToken(key));
       if (!allowed) throw unauthorized();
       const endpoint = await this.queueEndpoint(endpointId);
       const params = route.pattern.flatMap((p, i) =>

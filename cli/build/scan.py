@@ -14,10 +14,25 @@ Kept compatible with Python 3.8+ (it runs under whatever python3 the user has).
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import re
 import sys
+
+
+def _load_names():
+    """ferry/names.py, the one table of Flash's resource names, loaded by path: the scanner imports
+    no user code and not the ferry package itself, only this data module."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "..", "..", "worker-image", "python", "ferry", "names.py")
+    spec = importlib.util.spec_from_file_location("ferry_flash_names", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+names = _load_names()
 
 SKIP_DIRS = {".ferry", ".venv", "venv", "env", "__pycache__", ".git", "node_modules", "tests"}
 GPU_MODELS = ["T4", "A10G", "L4", "L40S", "A100", "H100"]
@@ -215,7 +230,21 @@ class FileScanner:
         return isinstance(node, ast.Call) and self.is_endpoint_ref(node.func)
 
     # -- Endpoint(...) arguments ----------------------------------------------------------------
+    def flash_constant(self, node):
+        """`GpuType.L4` and friends (Flash's constants) as their string values, in lists too."""
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in names.CONSTANTS:
+            table = names.CONSTANTS[node.value.id]
+            if node.attr not in table:
+                self.fail(node, "%s has no constant %s (known: %s)" % (node.value.id, node.attr, ", ".join(sorted(table))))
+            return table[node.attr]
+        if isinstance(node, (ast.List, ast.Tuple)) and any(isinstance(e, ast.Attribute) for e in node.elts):
+            return [self.flash_constant(e) if isinstance(e, ast.Attribute) else self.literal(e, "a list item") for e in node.elts]
+        return None
+
     def literal(self, node, what: str):
+        constant = self.flash_constant(node)
+        if constant is not None:
+            return constant
         try:
             return ast.literal_eval(node)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -254,13 +283,21 @@ class FileScanner:
         if name is not None:
             self.check_name(call, name)
         gpu, cpu = raw.get("gpu"), raw.get("cpu")
+        # Flash's names (GpuGroup.ADA_24, "cpu3c-1-2", ...) become Ferry's, with a note when approximate.
+        notes = []
+        if gpu is not None:
+            gpu, notes = names.translate_gpu(gpu, GPU_MODELS)
+        if cpu is not None:
+            cpu, notes = names.translate_cpu(cpu)
+        for note in notes:
+            self.warnings.append({"file": self.rel, "line": call.lineno, "message": "Endpoint '%s': %s" % (name, note)})
         if gpu is not None and cpu is not None:
             bad("Endpoint '%s' sets both gpu and cpu; choose one" % name)
         gpus = None
         if cpu is not None:
             match = CPU_RE.match(cpu) if isinstance(cpu, str) else None
             if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
-                bad("Endpoint '%s': cpu must be \"<vCPUs>-<GiB>\", for example cpu=\"2-8\" (got %r)" % (name, cpu))
+                bad("Endpoint '%s': cpu must be \"<vCPUs>-<GiB>\", for example cpu=\"2-8\" (got %r). %s" % (name, cpu, names.unknown_cpu_hint()))
         else:
             wanted = ["any"] if gpu is None else ([gpu] if isinstance(gpu, str) else gpu)
             if not isinstance(wanted, (list, tuple)) or not wanted:
@@ -274,7 +311,7 @@ class FileScanner:
                         None,
                     )
                     hint = " (did you mean %r?)" % close if close else ""
-                    bad("Endpoint '%s': unknown gpu %r%s; choose from %s, or \"any\"" % (name, item, hint, ", ".join(GPU_MODELS)))
+                    bad("Endpoint '%s': unknown gpu %r%s; choose from %s, or \"any\". %s" % (name, item, hint, ", ".join(GPU_MODELS), names.unknown_gpu_hint()))
                 if item not in gpus:
                     gpus.append(item)
             if "any" in gpus and len(gpus) > 1:

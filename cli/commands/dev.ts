@@ -14,7 +14,7 @@ import { apiKeyFromUser, appNameOf, ferryPythonPath, readProjectConfig } from '.
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { createDevServer, devRoutes, nextFreePort } from '../dev/server.js';
-import { DevResourcesFile, LiveEndpoints, scanForDev } from '../dev/state.js';
+import { DevResourcesFile, devApp, LiveEndpoints, scanForDev } from '../dev/state.js';
 import { confirm } from '../io.js';
 import { untilStopped } from './serve.js';
 import { buildOptionsFrom } from './shared.js';
@@ -78,7 +78,13 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     });
   }
 
+  // Set once the live records exist; a by-name call (a script, or one worker calling another
+  // endpoint's function) provisions its endpoint first, like the dev server's own routes do.
+  let liveRef: LiveEndpoints | undefined;
   const platformOptions: LocalPlatformOptions = {
+    beforeResolve: async (app, _env, name) => {
+      if (liveRef && app === devApp(projectDir) && liveRef.endpoint(name)) await liveRef.ensure(name);
+    },
     dataDir: path.join(projectDir, '.ferry'),
     host: '127.0.0.1',
     port: 0,
@@ -104,6 +110,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
           say(`${outcome === 'created' ? '+ provisioned' : '~ updated'} live-${name} (${record.id})`);
       },
     });
+    liveRef = live;
 
     if (args.autoProvision) {
       const count = snapshot.endpoints.length;

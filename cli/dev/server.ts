@@ -208,6 +208,25 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
       );
     }
   }
+  // Scripts and other services reach the live endpoints here too, with their own key: the v2 API
+  // (by id or by name, docs/python.md) and load-balanced routes, passed through to the platform.
+  const passThrough = async (request: FastifyRequest, reply: FastifyReply) => {
+    const headers: Record<string, string> = {};
+    if (request.headers.authorization) headers.authorization = request.headers.authorization;
+    if (request.body !== undefined) headers['content-type'] = 'application/json';
+    const response = await fetch(`${options.platformUrl}${request.url}`, {
+      method: request.method,
+      headers,
+      ...(request.body !== undefined ? { body: JSON.stringify(request.body) } : {}),
+    });
+    reply.code(response.status);
+    const type = response.headers.get('content-type');
+    if (type) reply.header('content-type', type);
+    return reply.send(Buffer.from(await response.arrayBuffer()));
+  };
+  const hidden = { schema: { hide: true } };
+  for (const url of ['/v2/*', '/lb/*'])
+    app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url, ...hidden, handler: passThrough });
   app.setErrorHandler((error, _request, reply) => {
     const message = error instanceof Error ? error.message : String(error);
     options.log(`error: ${message}`);

@@ -13,6 +13,8 @@ import type { LbRequest, LbResponse } from './pool.js';
 /** Load-balanced endpoints: `/lb/<endpointId>/<route path>`, API key required like every endpoint. */
 export interface LbFrontDoor {
   auth: Authenticator;
+  /** A worker's call token (core/names.ts) reaching `endpointId`: true when its scope allows it. */
+  allowsCall?: (key: string | undefined, endpointId: string) => Promise<boolean>;
   forward(endpointId: string, request: LbRequest): Promise<LbResponse>;
 }
 
@@ -64,8 +66,10 @@ export function createHttpServer(options: { api: V2Api; lb?: LbFrontDoor }): Fas
       url: '/lb/:endpointId/*',
       handler: async (request, reply) => {
         try {
-          if (!(await lb.auth.isClientKey(credentialOf(request.headers.authorization)))) throw unauthorized();
           const { endpointId } = request.params as { endpointId: string };
+          const key = credentialOf(request.headers.authorization);
+          if (!(await lb.auth.isClientKey(key)) && !(await lb.allowsCall?.(key, endpointId)))
+            throw unauthorized();
           const prefix = `/lb/${endpointId}`;
           const abort = new AbortController();
           // Only a client that leaves early aborts: creating the abort error on every finished response

@@ -14,6 +14,7 @@ import { type EngineSettings, JobEngine } from '../../engine.js';
 import { FerryError } from '../../errors.js';
 import { defaultPort } from '../../limits.js';
 import { type Logger, silentLogger } from '../../log.js';
+import { callerOfToken } from '../../names.js';
 import type { Clock } from '../../ports.js';
 import { HttpWebhookSender } from '../../webhooks.js';
 import { FileBlobStore } from './files.js';
@@ -36,6 +37,8 @@ export interface LocalPlatformOptions {
   /** Worker long-poll hold time; tests shorten it. */
   workerWaitMs?: number;
   webhookRetryDelayMs?: number;
+  /** Before a by-name lookup (`ferry dev` provisions live endpoints there). */
+  beforeResolve?: (app: string, env: string, name: string) => Promise<void>;
   /** Run worker pools for the endpoints in the control store. */
   workers?: Omit<
     LocalWorkersOptions,
@@ -79,12 +82,29 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     staticKeyHashes: options.apiKey ? [hashKey(options.apiKey)] : [],
     workerTokenHashes: [hashKey(workerToken)],
   });
-  const api = new V2Api({ engine, control: db.control, auth, workerWaitMs: options.workerWaitMs });
+  const api = new V2Api({
+    engine,
+    control: db.control,
+    auth,
+    workerWaitMs: options.workerWaitMs,
+    // Workers' call tokens are derived from the worker secret (core/names.ts).
+    callTokenSecret: workerToken,
+    beforeResolve: options.beforeResolve,
+  });
   let pools: LocalWorkers | undefined;
   const server = createHttpServer({
     api,
     lb: {
       auth,
+      allowsCall: async (key, endpointId) => {
+        const caller = callerOfToken(workerToken, key);
+        if (caller === undefined) return false;
+        const [own, target] = [
+          await db.control.getEndpoint(caller),
+          await db.control.getEndpoint(endpointId),
+        ];
+        return own !== undefined && target !== undefined && own.app === target.app && own.env === target.env;
+      },
       forward: (endpointId, request) => {
         if (!pools) throw new FerryError('not_found', `Endpoint ${endpointId} not found`);
         return pools.forward(endpointId, request);

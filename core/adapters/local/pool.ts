@@ -20,6 +20,7 @@ import { type EndpointConfig, endpointConfigOf } from '../../deployment.js';
 import { endpointKey, type JobEngine } from '../../engine.js';
 import { FerryError } from '../../errors.js';
 import type { Logger } from '../../log.js';
+import { callTokenFor } from '../../names.js';
 import type {
   BlobStore,
   ChangeFeed,
@@ -378,6 +379,12 @@ export class EndpointPool {
       FERRY_MAX_CONCURRENCY: String(this.resources.maxConcurrency),
       // The worker exits when this process dies, so a killed platform leaves no orphans behind.
       FERRY_PARENT_PID: String(process.pid),
+      // Remote calls from user code (docs/python.md): by name, within this app and environment.
+      FERRY_API_URL: this.options.platformUrl,
+      FERRY_CALL_TOKEN: callTokenFor(this.options.workerToken, this.endpointId),
+      FERRY_APP: this.spec.record.app,
+      FERRY_ENV: this.spec.record.env,
+      FERRY_ENDPOINT_NAME: endpoint.name,
     };
     const proc: WorkerProcess = {
       workerId,
