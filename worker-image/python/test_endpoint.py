@@ -1,11 +1,12 @@
 """Unit tests: Endpoint validation (every rule) and route registration."""
 
+import inspect
 import os
 import unittest
 from unittest import mock
 
 from ferry import Endpoint
-from ferry.client import RemoteCall, RemoteFunction, local_target
+from ferry.client import RemoteFunction, local_target
 
 
 class ValidationTest(unittest.TestCase):
@@ -115,7 +116,9 @@ class QueueDecoratorTest(unittest.TestCase):
         def generate(prompt, steps=4):
             return f"{prompt}:{steps}"
 
-        self.assertIsInstance(generate("cat"), RemoteCall)  # a job on the endpoint, awaitable
+        call = generate("cat")  # a job on the endpoint: a coroutine, nothing sent until awaited
+        self.assertTrue(inspect.iscoroutine(call))
+        call.close()
         self.assertEqual(generate.local("cat"), "cat:4")
         ep = generate.__ferry_endpoint__
         self.assertEqual((ep.name, ep.kind, ep.target), ("generate", "queue", local_target(generate)))

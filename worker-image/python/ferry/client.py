@@ -7,7 +7,8 @@ See docs/python.md. Everything travels as plain JSON over the v2 API (never code
   (`/v2/by-name/<app>/<env>/<name>/…`): run → `Job`, runsync, health, purge_queue, cancel, and HTTP
   calls to load-balanced routes.
 * `RemoteFunction` / `RemoteRoute` / `RemoteClass` — what `@Endpoint` returns outside the endpoint's
-  own worker: calling one submits a job (or an HTTP request) and returns an awaitable of the output.
+  own worker: calling one returns a coroutine that submits a job (or the HTTP request) and gives the
+  output; `.remote(...)` is the blocking form.
 
 Standard library only (urllib).
 """
@@ -339,21 +340,15 @@ class EndpointClient:
 # -- remote calls of decorated functions ------------------------------------------------------------
 
 
-class RemoteCall:
-    """What calling a remote function returns: `await` it for the output, or `.result()` to block."""
+async def _in_thread(work):
+    # The HTTP calls block; a thread keeps the caller's event loop free while the job runs.
+    return await asyncio.get_running_loop().run_in_executor(None, work)
 
-    def __init__(self, work, what):
-        self._work = work
-        self._what = what
 
-    def __await__(self):
-        return asyncio.get_running_loop().run_in_executor(None, self._work).__await__()
-
-    def result(self):
-        return self._work()
-
-    def __repr__(self):
-        return f"<RemoteCall {self._what}: await it, or call .result()>"
+def remote_call(work):
+    """What calling a remote function returns: a coroutine of the output (Flash's contract: the
+    caller side is always awaitable, `asyncio.run(fn(x))` works too). `.remote()` is the blocking form."""
+    return _in_thread(work)
 
 
 def call_timeout(endpoint):
@@ -399,7 +394,7 @@ def input_of(fn, args, kwargs, skip_self=False):
 class RemoteFunction:
     """An @Endpoint function seen from outside its own worker: each call is a job on the endpoint.
 
-    `await fn(x)` (or `fn(x).result()`, or `fn.remote(x)`) returns the output; `fn.local(x)` runs the
+    `await fn(x)` (or `asyncio.run(fn(x))`, or blocking `fn.remote(x)`) returns the output; `fn.local(x)` runs the
     function in this process."""
 
     def __init__(self, fn, endpoint):
@@ -410,18 +405,21 @@ class RemoteFunction:
     def _client(self):
         return EndpointClient(name=self.__ferry_endpoint__.name)
 
-    def __call__(self, *args, **kwargs):
+    def _work(self, args, kwargs):
         payload = input_of(self._fn, args, kwargs)
         endpoint = self.__ferry_endpoint__
 
         def work():
             return self._client().runsync(payload, timeout=call_timeout(endpoint))
 
-        return RemoteCall(work, f"{endpoint.name}.{self._fn.__name__}")
+        return work
+
+    def __call__(self, *args, **kwargs):
+        return remote_call(self._work(args, kwargs))
 
     def remote(self, *args, **kwargs):
         """Blocking call: the output (for sync code)."""
-        return self(*args, **kwargs).result()
+        return self._work(args, kwargs)()
 
     def run(self, *args, **kwargs):
         """Submit without waiting: a Job handle."""
@@ -475,15 +473,18 @@ class _RemoteInstance:
         static = isinstance(inspect.getattr_static(cls, method), (staticmethod, classmethod))
         endpoint = self._remote.__ferry_endpoint__
 
-        def call(*args, **kwargs):
+        def prepare(*args, **kwargs):
             payload = dict(input_of(fn, args, kwargs, skip_self=not static), method=method)
 
             def work():
                 return EndpointClient(name=endpoint.name).runsync(payload, timeout=call_timeout(endpoint))
 
-            return RemoteCall(work, f"{endpoint.name}.{method}")
+            return work
 
-        call.remote = lambda *a, **k: call(*a, **k).result()
+        def call(*args, **kwargs):
+            return remote_call(prepare(*args, **kwargs))
+
+        call.remote = lambda *a, **k: prepare(*a, **k)()
         return call
 
 
@@ -497,7 +498,7 @@ class RemoteRoute:
         self._fn = fn
         self._route = route
 
-    def __call__(self, *args, **kwargs):
+    def _work(self, args, kwargs):
         payload = input_of(self._fn, args, kwargs)
         path = self._route.path
         for param in self._route.param_names:
@@ -510,10 +511,13 @@ class RemoteRoute:
         def work():
             return EndpointClient(name=name).request(method, path, payload)
 
-        return RemoteCall(work, f"{method} {name}{self._route.path}")
+        return work
+
+    def __call__(self, *args, **kwargs):
+        return remote_call(self._work(args, kwargs))
 
     def remote(self, *args, **kwargs):
-        return self(*args, **kwargs).result()
+        return self._work(args, kwargs)()
 
     def local(self, *args, **kwargs):
         return self._fn(*args, **kwargs)
