@@ -17,6 +17,8 @@ export interface RunOptions {
   cwd?: string;
   timeoutMs?: number;
   signal?: AbortSignal | undefined;
+  /** Each output line (stdout and stderr) as it arrives: progress for long installs. */
+  onLine?: (line: string) => void;
 }
 
 export function runProcess(command: string, args: string[], options: RunOptions = {}): Promise<RunResult> {
@@ -40,6 +42,17 @@ export function runProcess(command: string, args: string[], options: RunOptions 
           }, options.timeoutMs);
     child.stdout.on('data', (chunk: Buffer) => out.push(chunk));
     child.stderr.on('data', (chunk: Buffer) => err.push(chunk));
+    const onLine = options.onLine;
+    if (onLine) {
+      for (const stream of [child.stdout, child.stderr]) {
+        let partial = '';
+        stream.on('data', (chunk: Buffer) => {
+          const lines = (partial + chunk.toString('utf8')).split('\n');
+          partial = lines.pop() ?? '';
+          for (const line of lines) if (line.trim()) onLine(line);
+        });
+      }
+    }
     child.on('error', (error: NodeJS.ErrnoException) => {
       if (timer) clearTimeout(timer);
       if (error.code === 'ENOENT') {

@@ -142,12 +142,69 @@ def params_of(fn, drop_first: bool = False) -> list:
     return names
 
 
+JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "dict": "object",
+              "Dict": "object", "list": "array", "List": "array", "tuple": "array", "Tuple": "array"}
+
+
+def json_type(annotation):
+    """The JSON Schema type of a simple annotation (int, str, dict[str, int], Optional[float], ...)."""
+    if annotation is None:
+        return None
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(annotation, ast.Subscript):
+        base = annotation.value
+        name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else None
+        if name == "Optional":
+            return json_type(annotation.slice)
+        annotation = base
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        sides = [a for a in (annotation.left, annotation.right) if not (isinstance(a, ast.Constant) and a.value is None)]
+        return json_type(sides[0]) if len(sides) == 1 else None
+    if isinstance(annotation, ast.Name):
+        return JSON_TYPES.get(annotation.id)
+    if isinstance(annotation, ast.Attribute):
+        return JSON_TYPES.get(annotation.attr)
+    return None
+
+
+def inputs_of(fn, drop_first: bool = False) -> list:
+    """Each parameter as the job input sees it: name, required, JSON type and default when literal.
+    The keyword-only `job` parameter is the runtime's, not an input (ferry/invoke.py)."""
+    args = fn.args
+    positional = list(getattr(args, "posonlyargs", [])) + list(args.args)
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    pairs = list(zip(positional, defaults))
+    if drop_first and pairs:
+        pairs = pairs[1:]
+    pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if a.arg != "job"]
+    inputs = []
+    for arg, default in pairs:
+        item = {"name": arg.arg, "required": default is None}
+        kind = json_type(arg.annotation)
+        if kind:
+            item["type"] = kind
+        if default is not None:
+            try:
+                value = ast.literal_eval(default)
+                json.dumps(value)
+                item["default"] = value
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                pass
+        inputs.append(item)
+    return inputs
+
+
 def callable_info(fn, drop_first: bool = False) -> dict:
     info = {
         "name": fn.name,
         "isAsync": isinstance(fn, ast.AsyncFunctionDef),
         "isGenerator": is_generator(fn),
         "params": params_of(fn, drop_first),
+        "inputs": inputs_of(fn, drop_first),
     }
     summary = first_doc_line(fn)
     if summary is not None:

@@ -151,13 +151,34 @@ class Multi:
       isGenerator: false,
       params: [],
       summary: 'One model.',
-      methods: [{ name: 'predict', isAsync: false, isGenerator: false, params: ['x'], summary: 'Predict.' }],
+      methods: [
+        {
+          name: 'predict',
+          isAsync: false,
+          isGenerator: false,
+          params: ['x'],
+          inputs: [{ name: 'x', required: true }],
+          summary: 'Predict.',
+        },
+      ],
     });
     const multi = endpoints.find((e) => e.name === 'multi')!;
     expect(multi.target!.methods).toEqual([
-      { name: 'encode', isAsync: true, isGenerator: false, params: ['text'] },
-      { name: 'stream', isAsync: false, isGenerator: true, params: ['n'] },
-      { name: 'version', isAsync: false, isGenerator: false, params: [] },
+      {
+        name: 'encode',
+        isAsync: true,
+        isGenerator: false,
+        params: ['text'],
+        inputs: [{ name: 'text', required: true }],
+      },
+      {
+        name: 'stream',
+        isAsync: false,
+        isGenerator: true,
+        params: ['n'],
+        inputs: [{ name: 'n', required: true }],
+      },
+      { name: 'version', isAsync: false, isGenerator: false, params: [], inputs: [] },
     ]);
   });
 
@@ -207,11 +228,17 @@ def patch_item(item_id):
       isAsync: true,
       isGenerator: false,
       params: ['input_data'],
+      // Types and defaults from the signature, for the dev server's OpenAPI document.
+      inputs: [{ name: 'input_data', required: true, type: 'object' }],
       summary: 'Process input.',
       method: 'POST',
       path: '/process',
     });
     expect(api.routes![2]!.params).toEqual(['item_id', 'body']);
+    expect(api.routes![2]!.inputs).toEqual([
+      { name: 'item_id', required: true },
+      { name: 'body', required: false, default: null },
+    ]);
   });
 
   it('treats `ep = Endpoint(...)` then `@ep` as a queue endpoint, and warns about max_concurrency on LB', async () => {

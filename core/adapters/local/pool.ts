@@ -57,6 +57,11 @@ export interface LocalWorkersOptions {
   pingIntervalMs?: number;
   /** GPUs on this machine; detected with nvidia-smi when not given. */
   gpuCount?: number;
+  /**
+   * A worker exited with ferry.worker's start-failure codes (2: config or import error, 1: the class
+   * endpoint's __init__ raised), with its last output lines: `ferry dev` fails waiting requests.
+   */
+  onStartFailure?: (endpointId: string, output: string) => void;
 }
 
 interface WorkerProcess {
@@ -74,6 +79,8 @@ interface WorkerProcess {
   port?: number;
   ready?: Promise<void>;
   inFlight: number;
+  /** Its last output lines, for a start failure's report. */
+  tail: string[];
 }
 
 /** What a pool runs; a change of any field rolls its workers. */
@@ -394,6 +401,7 @@ export class EndpointPool {
       stopping: false,
       gpus,
       inFlight: 0,
+      tail: [],
       child: undefined as unknown as ChildProcess,
       exited: Promise.resolve(),
     };
@@ -428,7 +436,11 @@ export class EndpointPool {
         stream?.on('data', (data: string) => {
           const lines = (partial + data).split('\n');
           partial = lines.pop() ?? '';
-          for (const line of lines) this.note(`${prefix} ${line}`);
+          for (const line of lines) {
+            this.note(`${prefix} ${line}`);
+            proc.tail.push(line);
+            if (proc.tail.length > 40) proc.tail.shift();
+          }
         });
       }
       proc.exited = new Promise<void>((resolve) => {
@@ -463,6 +475,7 @@ export class EndpointPool {
     this.procs.delete(proc.workerId);
     if (!this.isLb) await this.options.engine.workerGone(this.endpointId, proc.workerId).catch(() => 0);
     if (proc.stopping) return;
+    if (code === 1 || code === 2) this.options.onStartFailure?.(this.endpointId, proc.tail.join('\n'));
     // An unplanned exit: restart with backoff (1 s, 2 s, 4 s … 30 s), reset after a minute of health.
     const livedMs = Date.now() - proc.startedAt;
     this.crashes = livedMs > 60_000 ? 1 : this.crashes + 1;
