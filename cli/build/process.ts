@@ -17,6 +17,8 @@ export interface RunOptions {
   cwd?: string;
   timeoutMs?: number;
   signal?: AbortSignal | undefined;
+  /** Variables added to (or, as '', cleared from) the inherited environment. */
+  env?: Record<string, string>;
   /** Each output line (stdout and stderr) as it arrives: progress for long installs. */
   onLine?: (line: string) => void;
 }
@@ -28,7 +30,12 @@ export function runProcess(command: string, args: string[], options: RunOptions 
       stdio: ['pipe', 'pipe', 'pipe'],
       signal: options.signal,
       // No __pycache__ left in the project or the build dir; no pip self-update nag in the output.
-      env: { ...process.env, PYTHONDONTWRITEBYTECODE: '1', PIP_DISABLE_PIP_VERSION_CHECK: '1' },
+      env: {
+        ...process.env,
+        PYTHONDONTWRITEBYTECODE: '1',
+        PIP_DISABLE_PIP_VERSION_CHECK: '1',
+        ...options.env,
+      },
     });
     const out: Buffer[] = [];
     const err: Buffer[] = [];
