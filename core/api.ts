@@ -1,14 +1,24 @@
 /**
  * The v2 job API and the worker protocol as framework-free handlers: a request in, a status and a
  * JSON body out. The local Fastify server and the AWS Lambda handlers both call `handle`, so both
- * providers answer byte for byte alike (reference/runpod-api-anchor.md §1, §3, §6).
+ * providers answer byte for byte alike (docs/api.md, docs/architecture.md#worker-protocol).
  */
-import { type Authenticator, credentialOf } from './auth.js';
+import { randomUUID } from 'node:crypto';
+import { type Authenticator, authorizeClient, credentialOf } from './auth.js';
 import { endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
-import { badRequest, errorBody, FerryError, httpStatus, notFound, tooLarge, unauthorized } from './errors.js';
+import {
+  badRequest,
+  FerryError,
+  forbidden,
+  notFound,
+  toHttpResponse,
+  tooLarge,
+  unauthorized,
+} from './errors.js';
 import { limits } from './limits.js';
-import { anyEnv, byNameSegment, callerOfToken, outOfScope, resolveByName } from './names.js';
+import { type Logger, stderrLogger } from './log.js';
+import { anyEnv, byNameSegment, resolveByName } from './names.js';
 import type { ControlStore, EndpointRecord } from './ports.js';
 import {
   jobDoneSchema,
@@ -28,17 +38,24 @@ export interface ApiRequest {
   body: Buffer | undefined;
   /** Aborts when the client goes away, so long polls stop early. */
   signal?: AbortSignal;
+  /** The edge's id for this request (API Gateway's, or one it made up); a fresh uuid when absent. */
+  requestId?: string;
 }
 
 export interface ApiResponse {
   statusCode: number;
   /** Undefined for 204. */
   body?: unknown;
+  /** Extra response headers (Retry-After on 429). */
+  headers?: Record<string, string>;
 }
+
+/** Seconds a client is told to wait after a 429 (docs/api.md#errors). */
+export const retryAfterSec = 5;
 
 /**
  * Big bodies through an object store, for front doors with payload caps (AWS: API Gateway 10 MB,
- * Lambda 6 MB per request and response; reference/aws-anchor.md §1.1). Optional: without it the API
+ * Lambda 6 MB per request and response; docs/api.md#aws-front-door). Optional: without it the API
  * has no `uploads` route, `inputRef` is an unknown field and responses go out as they are.
  */
 export interface PayloadStore {
@@ -57,7 +74,7 @@ export interface ApiOptions {
   payloads?: PayloadStore;
   /**
    * Upper bound on any wait (runsync, status-sync, stream, job-take). Unbounded locally; on AWS it
-   * stays under API Gateway's 29 s integration timeout and clients keep polling (DESIGN.md §4).
+   * stays under API Gateway's 29 s integration timeout and clients keep polling (docs/api.md#aws-front-door).
    */
   maxWaitMs?: number;
   /** How long worker long polls (job-take, job-stop) are held. */
@@ -65,8 +82,8 @@ export interface ApiOptions {
   streamWaitMs?: number;
   /** How long an endpoint lookup is remembered. */
   endpointCacheMs?: number;
-  /** Verifies workers' call tokens on by-name routes (core/names.ts); without it they are refused. */
-  callTokenSecret?: string;
+  /** Where internal failures are logged with their request id (default stderr). */
+  log?: Logger;
   /** Runs before a by-name lookup: `ferry dev` provisions a live endpoint on its first call. */
   beforeResolve?: (app: string, env: string, name: string) => Promise<void>;
 }
@@ -152,12 +169,20 @@ export class V2Api {
     ];
   }
 
-  /** Never throws: every failure becomes `{"error": "..."}` with its status. */
+  /** Never throws: every failure becomes the error answer of docs/api.md#errors. */
   async handle(req: ApiRequest): Promise<ApiResponse> {
     try {
       return await this.dispatch(req);
     } catch (error) {
-      return { statusCode: httpStatus(error), body: errorBody(error) };
+      const response = toHttpResponse(error, {
+        requestId: req.requestId ?? randomUUID(),
+        log: this.options.log ?? stderrLogger,
+        what: `${req.method} ${req.path}`,
+      });
+      // A 429 tells the client when to come back (docs/api.md#errors).
+      return response.statusCode === 429
+        ? { ...response, headers: { 'retry-after': String(retryAfterSec) } }
+        : response;
     }
   }
 
@@ -166,13 +191,13 @@ export class V2Api {
     if (segments[0] !== 'v2' || segments.length < 3) throw notFound(`No route for ${req.method} ${req.path}`);
     const method = req.method.toUpperCase();
     if (segments[1] === byNameSegment) return this.byName(req, method, segments.slice(2));
-    const endpointId = decodeURIComponent(segments[1]!);
-    return this.route(req, method, endpointId, segments.slice(2), undefined);
+    return this.route(req, method, decodeURIComponent(segments[1]!), segments.slice(2));
   }
 
   /**
-   * `/v2/by-name/<app>/<env>/<endpoint>[/<route>]` (core/names.ts): GET without a route answers the
-   * resolution itself (id, kind); with a route, the client route of the resolved endpoint runs.
+   * `/v2/by-name/<app>/<env>/<endpoint>[/<route>]` (core/names.ts, docs/python.md): GET without a
+   * route answers the resolution (id, kind); with one, that client route of the resolved endpoint.
+   * The key is checked first, and its scope against the endpoint found (403 outside it).
    */
   private async byName(req: ApiRequest, method: string, segments: string[]): Promise<ApiResponse> {
     if (segments.length < 3) throw notFound(`No route for ${req.method} ${req.path}`);
@@ -181,27 +206,17 @@ export class V2Api {
       string,
       string,
     ];
-    const key = credentialOf(req.headers.authorization);
-    const isClient = await this.options.auth.isClientKey(key);
-    const caller = isClient ? undefined : callerOfToken(this.options.callTokenSecret, key);
-    if (!isClient && caller === undefined) throw unauthorized();
-    let scopeEnv = env;
-    if (caller !== undefined) {
-      // A worker reaches its own app and environment only ('-' means its own environment).
-      const own = await this.options.control.getEndpoint(caller);
-      if (!own) throw unauthorized();
-      if (own.app !== app || (env !== anyEnv && own.env !== env)) throw outOfScope(own.app, own.env);
-      scopeEnv = own.env;
-    }
-    await this.options.beforeResolve?.(app, scopeEnv, name);
-    const record = await resolveByName(this.options.control, app, scopeEnv, name);
+    const scope = await this.options.auth.clientKeyScope(credentialOf(req.headers.authorization));
+    if (!scope) throw unauthorized();
+    // '-' with a key bound to one environment of this app (a worker's call token) means that one.
+    const wanted = env === anyEnv && scope.app === app && scope.env !== undefined ? scope.env : env;
+    await this.options.beforeResolve?.(app, wanted, name);
+    const record = await resolveByName(this.options.control, app, wanted, name);
+    await authorizeClient(this.options.auth, req.headers.authorization, record);
     const rest = segments.slice(3);
-    if (rest.length === 0) {
-      if (method !== 'GET') throw notFound(`No route for ${req.method} ${req.path}`);
-      const { id, kind } = record;
-      return ok({ id, kind, app: record.app, env: record.env, name: record.name });
-    }
-    return this.route(req, method, record.id, rest, caller === undefined ? undefined : 'call');
+    if (rest.length > 0) return this.route(req, method, record.id, rest);
+    if (method !== 'GET') throw notFound(`No route for ${req.method} ${req.path}`);
+    return ok({ id: record.id, kind: record.kind, app: record.app, env: record.env, name: record.name });
   }
 
   private async route(
@@ -209,23 +224,27 @@ export class V2Api {
     method: string,
     endpointId: string,
     rest: string[],
-    preauthorized: 'call' | undefined,
   ): Promise<ApiResponse> {
     for (const route of this.routes) {
       if (route.pattern.length !== rest.length) continue;
       if (!route.pattern.every((p, i) => p.startsWith(':') || p === rest[i])) continue;
       if (!route.methods.includes(method)) continue;
       const key = credentialOf(req.headers.authorization);
-      // A call token opens the client routes of the endpoint it was resolved to, nothing else.
-      const allowed =
-        route.caller === 'client'
-          ? preauthorized === 'call' || (await this.options.auth.isClientKey(key))
-          : preauthorized === undefined && (await this.options.auth.isWorkerToken(key));
-      if (!allowed) throw unauthorized();
-      const endpoint = await this.queueEndpoint(endpointId);
       const params = route.pattern.flatMap((p, i) =>
         p.startsWith(':') ? [decodeURIComponent(rest[i]!)] : [],
       );
+      if (route.caller === 'client') {
+        if (!(await this.options.auth.isClientKey(key))) throw unauthorized();
+      } else {
+        // A worker token opens only its own endpoint's routes, under its own worker id (params[0]).
+        const access = await this.options.auth.workerAccess(key, endpointId, params[0]!);
+        if (access === 'unknown') throw unauthorized();
+        if (access === 'mismatch') throw forbidden('This worker token is not for this endpoint and worker');
+      }
+      const endpoint = await this.queueEndpoint(endpointId);
+      if (route.caller === 'client') {
+        await authorizeClient(this.options.auth, req.headers.authorization, endpoint);
+      }
       return route.handler({ req, endpointId, endpoint, params });
     }
     throw notFound(`No route for ${req.method} ${req.path}`);
@@ -344,7 +363,7 @@ export class V2Api {
     return ok(await this.options.engine.health(endpointId));
   }
 
-  // ── worker routes (DESIGN.md §5) ──────────────────────────────────────────────────────────────
+  // ── worker routes (docs/architecture.md#worker-protocol) ─────────────────────────────────────────────────
 
   private workerWaitMs(): number {
     return this.capWait(this.options.workerWaitMs ?? limits.workerPollWaitMs);
@@ -410,13 +429,18 @@ function workerBody(req: ApiRequest): unknown {
  */
 export const maxJsonDepth = 512;
 
-function parseJson(body: Buffer): unknown {
+/** 400 for a body nested deeper than maxJsonDepth (also checked on /lb routes before forwarding). */
+export function assertJsonDepth(body: Buffer): void {
   const depth = jsonDepth(body);
   if (depth > maxJsonDepth) {
     throw badRequest(
       `Request body is nested ${depth} levels deep; at most ${maxJsonDepth} levels are accepted`,
     );
   }
+}
+
+function parseJson(body: Buffer): unknown {
+  assertJsonDepth(body);
   try {
     return JSON.parse(body.toString('utf8'));
   } catch (error) {

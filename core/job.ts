@@ -1,5 +1,5 @@
 /**
- * The job and its state machine (spec §3, DESIGN.md §3).
+ * The job and its state machine (docs/architecture.md#jobs).
  *
  *            run / retry                 take (worker)             done / error / timeout
  *   (none) ───────────────▶ IN_QUEUE ─────────────────▶ IN_PROGRESS ─────────────────▶ COMPLETED | FAILED | TIMED_OUT
@@ -21,13 +21,27 @@ export const jobStatuses = [
 ] as const;
 export type JobStatus = (typeof jobStatuses)[number];
 
-export const finalStatuses: ReadonlySet<JobStatus> = new Set([
+/** The statuses a job never leaves (but by retry); stores use the list in their indexes and deletes. */
+export const finalStatusList = [
   'COMPLETED',
   'FAILED',
   'CANCELLED',
   'TIMED_OUT',
-]);
-export const isFinal = (status: JobStatus): boolean => finalStatuses.has(status);
+] as const satisfies JobStatus[];
+export const finalStatuses: ReadonlySet<JobStatus> = new Set(finalStatusList);
+/** Also takes a status read off the wire (a string), as clients of the API do. */
+export const isFinal = (status: string): boolean => finalStatuses.has(status as JobStatus);
+
+/**
+ * When a running job's execution timeout passes, for the engine and for the stores' overdue indexes.
+ * A timeout of 0 (or none) means none: the job runs as long as its worker renews the lease.
+ */
+export function runDeadlineOf(job: Pick<Job, 'startedAt' | 'policy'>): number | undefined {
+  const timeoutMs = job.policy?.executionTimeoutMs;
+  return job.startedAt !== undefined && timeoutMs !== undefined && timeoutMs > 0
+    ? job.startedAt + timeoutMs
+    : undefined;
+}
 
 /** The legal moves, and the only place that says which status each starts from and ends in. */
 export const moves = {
@@ -42,6 +56,8 @@ export const moves = {
   requeue: { from: ['IN_PROGRESS'], to: 'IN_QUEUE' },
   cancel: { from: ['IN_QUEUE', 'IN_PROGRESS'], to: 'CANCELLED' },
   purge: { from: ['IN_QUEUE'], to: 'CANCELLED' },
+  /** The endpoint cannot start a worker at all (docs/workers.md): queued jobs fail with the cause. */
+  reject: { from: ['IN_QUEUE'], to: 'FAILED' },
   retry: { from: ['FAILED', 'TIMED_OUT'], to: 'IN_QUEUE' },
 } as const satisfies Record<string, { from: readonly JobStatus[]; to: JobStatus }>;
 
@@ -90,7 +106,7 @@ export interface Job {
   version: number;
 }
 
-/** The job as the v2 API shows it (reference/runpod-api-anchor.md §6.2). */
+/** The job as the v2 API shows it (docs/api.md#the-job). */
 export interface JobView {
   id: string;
   status: JobStatus;

@@ -3,13 +3,13 @@
  * and workers call `@Endpoint` functions without knowing the random endpoint id; the platform
  * resolves the id from its records. One owner for the rule, used by the v2 API and the LB front door.
  *
- * Caller credentials: a client API key may address any endpoint. A worker gets a *call token*
- * (FERRY_CALL_TOKEN) derived from the platform's worker secret and bound to its own endpoint id; it
- * opens only by-name routes, and only towards endpoints of the worker's own app and environment.
+ * Caller credentials: a client API key, within its scope (core/auth.ts scopeCovers). A worker gets
+ * a *call token* (FERRY_CALL_TOKEN), an HMAC of its endpoint id under a platform secret, which the
+ * authenticator treats as a client key scoped to that endpoint's app and environment.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { livePrefix } from './deployment.js';
-import { badRequest, FerryError, notFound } from './errors.js';
+import { badRequest, notFound } from './errors.js';
 import type { ControlStore, EndpointRecord } from './ports.js';
 
 /** `<env>` given as this means "the app's only environment that has the endpoint". */
@@ -66,10 +66,3 @@ export async function resolveByName(
   // Deployed beats live when both exist in one environment (a `ferry deploy --env dev` next to dev).
   return found.find((r) => r.name === name) ?? found[0]!;
 }
-
-/** 403: a worker's call token used outside its own app and environment. */
-export const outOfScope = (app: string, env: string) =>
-  new FerryError(
-    'unauthorized',
-    `This worker's call token only reaches endpoints of app '${app}', environment '${env}'`,
-  );

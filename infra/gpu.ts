@@ -1,12 +1,13 @@
 /**
  * The one table from what users write in `@Endpoint(gpu=..., cpu=..., gpu_count=...)` to EC2 instance
- * types (DESIGN.md §6). Pure functions: the platform stack builds one capacity pool per instance type,
+ * types (docs/architecture.md#the-ferry-python-package). Pure functions: the platform stack builds one capacity pool per instance type,
  * the app stack picks the pool and sizes the task from the same answer, and the CLI can print it.
  *
  * One worker task per instance: the worker reserves nearly all of the instance's memory, so ECS never
  * packs two tasks on one host. That keeps host networking (see app-stack.ts) free of port clashes and
  * gives each worker the whole machine it asked for.
  */
+import { cpuPattern } from '../core/endpoint-spec.js';
 import { FerryError } from '../core/errors.js';
 import type { gpuModels, Resources } from '../core/manifest.js';
 
@@ -84,15 +85,11 @@ export interface CpuSpec {
 
 /** Parses `cpu="V-G"` (vCPUs and GiB, e.g. "2-8"). Anything else is a FerryError with a hint. */
 export function parseCpuSpec(spec: string): CpuSpec {
-  const match = /^\s*(\d+)\s*-\s*(\d+)\s*$/.exec(spec);
+  const match = new RegExp(cpuPattern).exec(spec);
   const hint = 'Write cpu as "<vCPUs>-<GiB>", for example cpu="2-8".';
-  if (!match) throw new FerryError('bad_request', `Invalid cpu "${spec}": expected "V-G"`, { hint });
-  const vcpus = Number(match[1]);
-  const memoryGiB = Number(match[2]);
-  if (vcpus < 1 || memoryGiB < 1) {
-    throw new FerryError('bad_request', `Invalid cpu "${spec}": vCPUs and GiB must be at least 1`, { hint });
-  }
-  return { vcpus, memoryGiB };
+  if (!match)
+    throw new FerryError('bad_request', `Invalid cpu "${spec}": expected "V-G", each at least 1`, { hint });
+  return { vcpus: Number(match[1]), memoryGiB: Number(match[2]) };
 }
 
 /**
@@ -138,7 +135,7 @@ export interface Placement {
 /**
  * Where an endpoint runs. `gpu` lists models in the user's order of preference (as RunPod's gpuIds do);
  * the first one wins, because one ECS service scales one capacity pool. `cpu` makes a CPU endpoint;
- * neither means any GPU (DESIGN.md §6).
+ * neither means any GPU (docs/architecture.md#the-ferry-python-package).
  */
 export function placementFor(resources: Pick<Resources, 'gpu' | 'cpu' | 'gpuCount'>): Placement {
   if (resources.cpu !== undefined && resources.gpu === undefined) {

@@ -1,6 +1,6 @@
 /**
  * `ferry dev` (hidden alias `run`): an in-process platform with state in the project's .ferry/,
- * worker pools running the code on disk, and the dev server of spec §4.3 in front of it.
+ * worker pools running the code on disk, and the dev server (docs/api.md#the-dev-server) in front of it.
  */
 import path from 'node:path';
 import chokidar, { type FSWatcher } from 'chokidar';
@@ -10,6 +10,7 @@ import { type LocalPlatformOptions, startLocalPlatform } from '../../core/adapte
 import { livePrefix } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import { defaultPort } from '../../core/limits.js';
+import { webhookAllowFromEnv } from '../../core/webhooks.js';
 import { apiKeyFromUser, appNameOf, ferryPythonPath, readProjectConfig } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
@@ -97,6 +98,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
       ferryPythonPath: ferryPythonPath(),
       onStartFailure: (endpointId, output) => failures.report(endpointId, output),
     },
+    webhookAllow: webhookAllowFromEnv(ctx.io.env),
     // info carries the workers' own output (print() lines), prefixed by endpoint and worker.
     log: { info: say, warn: (m) => say(`warning: ${m}`), error: (m) => say(`error: ${m}`) },
   };

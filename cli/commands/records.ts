@@ -6,7 +6,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Argv, CommandModule } from 'yargs';
-import { hashKey, newSecret } from '../../core/auth.js';
+import { describeScope, hashKey, newSecret, scopeOf } from '../../core/auth.js';
+import { endpointNameSchema } from '../../core/endpoint-spec.js';
 import { FerryError, notFound, usage } from '../../core/errors.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { appNameOf, readProjectConfig } from '../config.js';
@@ -262,7 +263,8 @@ export const appCommand = (ctx: CliContext): CommandModule => ({
         handler: (argv) =>
           withProvider(ctx, argv.provider as string | undefined, async (provider) => {
             const name = String(argv.name);
-            if (!/^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/.test(name)) {
+            // App names follow the endpoint-name rule: both end up in AWS resource names.
+            if (!endpointNameSchema.safeParse(name).success) {
               throw usage(`'${name}' is not a valid app name`, 'Use letters, digits, _ and - (at most 63).');
             }
             if (await provider.control.getApp(name))
@@ -444,19 +446,34 @@ export const keysCommand = (ctx: CliContext): CommandModule => ({
         command: 'create',
         describe: 'Create an API key (printed once)',
         builder: (y2) =>
-          y2.option('name', { type: 'string', default: 'cli', describe: 'A label' }).option('json', jsonFlag),
+          y2
+            .option('name', { type: 'string', default: 'cli', describe: 'A label' })
+            .option('app', { type: 'string', describe: 'Only this app’s endpoints (default: every app)' })
+            .option('env', { type: 'string', describe: 'Only this environment of --app' })
+            .option('json', jsonFlag),
         handler: (argv) =>
           withProvider(ctx, argv.provider as string | undefined, async (provider) => {
+            const app = argv.app as string | undefined;
+            const env = argv.env as string | undefined;
+            if (env !== undefined && app === undefined) {
+              throw usage('--env needs --app', 'Example: ferry keys create --app my-app --env prod');
+            }
             const key = newSecret('fy');
             const record = {
               id: `key-${randomBytes(4).toString('hex')}`,
               name: String(argv.name),
               hash: hashKey(key),
               createdAt: Date.now(),
+              ...(app !== undefined ? { app } : {}),
+              ...(env !== undefined ? { env } : {}),
             };
             await provider.control.putApiKey(record);
-            if (argv.json) return ctx.reporter.json({ id: record.id, name: record.name, key });
-            ctx.reporter.line(`Created key ${record.id} (${record.name}). It is shown once: store it now.`);
+            const scope = describeScope(scopeOf(record));
+            if (argv.json)
+              return ctx.reporter.json({ id: record.id, name: record.name, scope: { app, env }, key });
+            ctx.reporter.line(
+              `Created key ${record.id} (${record.name}, ${scope}). It is shown once: store it now.`,
+            );
             ctx.reporter.out(key);
           }),
       })
@@ -469,13 +486,14 @@ export const keysCommand = (ctx: CliContext): CommandModule => ({
             const keys = (await provider.control.listApiKeys()).map((k) => ({
               id: k.id,
               name: k.name,
+              scope: describeScope(scopeOf(k)),
               createdAt: iso(k.createdAt),
             }));
             if (argv.json) return ctx.reporter.json(keys);
             if (keys.length === 0) return ctx.reporter.out('No keys: `ferry keys create`.');
             for (const line of table([
-              ['ID', 'NAME', 'CREATED'],
-              ...keys.map((k) => [k.id, k.name, k.createdAt]),
+              ['ID', 'NAME', 'SCOPE', 'CREATED'],
+              ...keys.map((k) => [k.id, k.name, k.scope, k.createdAt]),
             ]))
               ctx.reporter.out(line);
           }),
@@ -498,6 +516,7 @@ export const keysCommand = (ctx: CliContext): CommandModule => ({
           }),
       })
       .demandCommand(1, 'Choose a command: create, list or revoke')
-      .example('$0 keys create --name ci', 'A key for CI, printed once on stdout'),
+      .example('$0 keys create --name ci', 'A key for CI, printed once on stdout')
+      .example('$0 keys create --name shop-prod --app shop --env prod', 'A key for one app environment only'),
   handler: () => {},
 });

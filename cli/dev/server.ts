@@ -1,5 +1,5 @@
 /**
- * The dev server of spec §4.3, on Fastify with a Swagger UI at /docs. Routes come from the scan:
+ * The dev server (docs/api.md#the-dev-server), on Fastify with a Swagger UI at /docs. Routes come from the scan:
  *   POST /<module>/runsync             one queue endpoint in the file ({input} wrapper)
  *   POST /<module>/<function>/runsync  several in one file
  *   <METHOD> /<module><route path>     load-balanced routes, direct JSON, proxied to the live endpoint
@@ -11,6 +11,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { FerryError } from '../../core/errors.js';
+import { isFinal } from '../../core/job.js';
 import type { ManifestEndpoint, Route } from '../../core/manifest.js';
 import { type StartFailures, startFailureMessage } from './failures.js';
 import type { LiveEndpoints } from './state.js';
@@ -111,8 +112,6 @@ export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
   return routes;
 }
 
-const finalStatuses = new Set(['COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT']);
-
 export interface DevServerOptions {
   live: LiveEndpoints;
   failures?: StartFailures;
@@ -151,7 +150,7 @@ async function runQueueJob(
     body.input === null ||
     typeof body.input !== 'object'
   ) {
-    return reply.code(400).send({ error: 'The body needs the wrapper {"input": {...}} (spec §4.1)' });
+    return reply.code(400).send({ error: 'The body needs the wrapper {"input": {...}}' });
   }
   const record = await options.live.ensure(route.endpoint);
   const failed = options.failures?.current(record.id);
@@ -170,7 +169,7 @@ async function runQueueJob(
   const gaveUp = watch?.failed.then((output) => ({ output }));
   try {
     // The dev server has no gateway limit: keep waiting until the job ends.
-    while (!finalStatuses.has(current.status)) {
+    while (!isFinal(current.status)) {
       const polled = callPlatform(options, 'POST', `/v2/${record.id}/status-sync/${current.id}?wait=60000`);
       const first = await (gaveUp ? Promise.race([polled, gaveUp]) : polled);
       if ('output' in first) {

@@ -18,7 +18,6 @@
  * Hidden test hooks (environment, for the CLI's end-to-end tests): FERRY_TEST_FAKE_TOOLKIT (see
  * toolkit.ts), FERRY_DYNAMODB_ENDPOINT and FERRY_S3_ENDPOINT (emulators instead of AWS).
  */
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
@@ -31,8 +30,9 @@ import { FerryError } from '../../core/errors.js';
 import { type Manifest, manifestSchema, type Resources } from '../../core/manifest.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import type { WorkerImages } from '../../infra/app-stack.js';
+import { appStackName, platformStackName } from '../../infra/names.js';
 import { baseImageFor } from '../../worker-image/images.js';
-import { apiKeyFromUser, installRoot, readDotEnv } from '../config.js';
+import { apiKeyFromUser, ferryVersion, readDotEnv } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
 import type { Reporter } from '../io.js';
 import type {
@@ -50,30 +50,22 @@ import type { DestroyResult, PrepareInput, Provider, ProvisionContext, ServingSt
  * second or more to import, and `ferry app list` needs none of them.
  */
 async function loadInfra() {
-  const [app, appStack, gpu, platform, bundle] = await Promise.all([
+  const [app, gpu, platform, bundle] = await Promise.all([
     import('../../infra/app.js'),
-    import('../../infra/app-stack.js'),
     import('../../infra/gpu.js'),
     import('../../infra/platform-stack.js'),
     import('../../functions/bundle.js'),
   ]);
   return {
     synthesize: app.synthesize,
-    appStackName: appStack.appStackName,
     instanceTypesFor: gpu.instanceTypesFor,
     defaultInstanceTypes: platform.defaultInstanceTypes,
     bundleFunctions: bundle.bundleFunctions,
   };
 }
 
-/** infra/app.ts `platformStackName` (kept here so finding the platform loads no CDK code). */
-export const platformStackName = 'FerryPlatform';
-
-/** infra/app-stack.ts `appStackName`, for the same reason; a test checks both agree. */
-export function appStackName(app: string, env: string): string {
-  const clean = (s: string) => s.replace(/[^A-Za-z0-9-]/g, '-');
-  return `Ferry-${clean(app)}-${clean(env)}`.slice(0, 128);
-}
+// Stack names come from infra/names.ts, which loads no CDK code.
+export { appStackName, platformStackName } from '../../infra/names.js';
 
 /** The platform outputs the CLI reads (the stack has more; unknown ones are ignored on purpose). */
 const platformOutputsSchema = z.object({
@@ -143,18 +135,6 @@ export function awsClientsFromEnv(env: NodeJS.ProcessEnv): AwsClients {
       s3.destroy();
     },
   };
-}
-
-function ferryVersion(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(path.join(installRoot(), 'package.json'), 'utf8')) as {
-      version?: unknown;
-    };
-    if (typeof pkg.version === 'string') return pkg.version;
-  } catch {
-    // a damaged install still names images by the version this code shipped as
-  }
-  return '0.1.0';
 }
 
 /**

@@ -4,7 +4,6 @@
  * deployed, and the scope of a worker's call token (its own app and environment, client routes only).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callTokenFor } from '../../core/names.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
 
@@ -42,7 +41,7 @@ afterAll(async () => {
 });
 
 const token = (endpointId: string) => ({
-  authorization: `Bearer ${callTokenFor(platform.workerToken, endpointId)}`,
+  authorization: `Bearer ${platform.callToken(endpointId)}`,
 });
 
 describe('by-name resolution', () => {
@@ -75,8 +74,9 @@ describe('by-name resolution', () => {
     expect(ambiguous.body.error).toMatch(/several environments \(a, b\)/);
   });
 
-  it('needs a key: none, a wrong one and the worker token are 401', async () => {
-    for (const authorization of ['', 'Bearer fy_wrong', `Bearer ${platform.workerToken}`]) {
+  it("needs a client key: none, a wrong one and a worker's own token are 401", async () => {
+    const workerToken = platform.protocolWorker('shop-sum-1').token;
+    for (const authorization of ['', 'Bearer fy_wrong', `Bearer ${workerToken}`]) {
       const r = await call(
         base,
         'POST',
@@ -104,7 +104,7 @@ describe("a worker's call token", () => {
     expect(own.body.id).toBe('shop-sum-1');
   });
 
-  it('is refused for another app or environment, by id, and on worker routes', async () => {
+  it('is a key scoped to its app and environment: 403 outside it, by name or by id; 401 on worker routes', async () => {
     const otherApp = await call(
       base,
       'POST',
@@ -112,24 +112,22 @@ describe("a worker's call token", () => {
       { input: {} },
       token('shop-sum-1'),
     );
-    expect(otherApp.status).toBe(401);
-    expect(otherApp.body.error).toMatch(/only reaches endpoints of app 'shop', environment 'production'/);
-    const otherEnv = await call(base, 'GET', '/by-name/shop/staging/other', undefined, token('shop-sum-1'));
-    expect(otherEnv.status).toBe(401);
-    const byId = await call(base, 'POST', '/bank-vault-1/run', { input: {} }, token('shop-sum-1'));
-    expect(byId.status).toBe(401);
-    const workerRoute = await call(
-      base,
-      'GET',
-      '/by-name/shop/production/sum/job-take/w1',
-      undefined,
-      token('shop-api-1'),
+    expect(otherApp.status).toBe(403);
+    expect(otherApp.body.error).toMatch(
+      /app shop, environment production\) may not call endpoint bank-vault-1/,
     );
+    const otherEnv = await call(base, 'GET', '/by-name/shop/staging/other', undefined, token('shop-sum-1'));
+    expect(otherEnv.status).toBe(403);
+    const byId = await call(base, 'POST', '/bank-vault-1/run', { input: {} }, token('shop-sum-1'));
+    expect(byId.status).toBe(403);
+    const ownById = await call(base, 'POST', '/shop-sum-1/run', { input: {} }, token('shop-api-1'));
+    expect(ownById.status).toBe(200);
+    const workerRoute = await call(base, 'GET', '/shop-sum-1/job-take/w1', undefined, token('shop-api-1'));
     expect(workerRoute.status).toBe(401);
   });
 
   it('a forged token (another endpoint id with a copied MAC) is refused', async () => {
-    const real = callTokenFor(platform.workerToken, 'shop-sum-1');
+    const real = platform.callToken('shop-sum-1');
     const forged = `fyc_${Buffer.from('bank-vault-1').toString('base64url')}.${real.split('.')[1]}`;
     const r = await call(base, 'GET', '/by-name/bank/production/vault', undefined, {
       authorization: `Bearer ${forged}`,

@@ -94,15 +94,12 @@ describe('local SQLite database', () => {
     expect(await waiting).toEqual([]);
   });
 
-  it('refuses malformed receipts and limits with bad_request', async () => {
+  it('refuses malformed receipts and limits as internal errors (our own arguments)', async () => {
     const db = openLocalDatabase(':memory:');
     try {
-      await expectFerryError(db.queue.ack('ep', 'not-a-receipt'), 'bad_request');
-      await expectFerryError(
-        db.queue.receive('ep', { max: 0, visibilityMs: 1_000, waitMs: 0 }),
-        'bad_request',
-      );
-      await expectFerryError(db.jobs.listByStatus('ep', 'IN_QUEUE', 0, 0), 'bad_request');
+      await expectFerryError(db.queue.ack('ep', 'not-a-receipt'), 'internal');
+      await expectFerryError(db.queue.receive('ep', { max: 0, visibilityMs: 1_000, waitMs: 0 }), 'internal');
+      await expectFerryError(db.jobs.listByStatus('ep', 'IN_QUEUE', 0, 0), 'internal');
     } finally {
       await db.close();
     }

@@ -271,9 +271,9 @@ describe('SqsJobQueue', () => {
     expect(await count(true)).toBe(0);
   });
 
-  it('refuses a receipt it did not make with a bad_request error', async () => {
+  it('refuses a receipt it did not make with an internal error', async () => {
     const queue = aws.queue();
-    await expect(queue.ack('ep-x', 'garbage')).rejects.toMatchObject({ code: 'bad_request' });
+    await expect(queue.ack('ep-x', 'garbage')).rejects.toMatchObject({ code: 'internal' });
   });
 });
 
@@ -295,8 +295,8 @@ describe('S3BlobStore', () => {
 
   it('refuses a presign lifetime outside 1 s – 7 days', async () => {
     const blobs = aws.blobs();
-    await expect(blobs.presignGet('k', 0)).rejects.toMatchObject({ code: 'bad_request' });
-    await expect(blobs.presignPut('k', 8 * 24 * 3600)).rejects.toMatchObject({ code: 'bad_request' });
+    await expect(blobs.presignGet('k', 0)).rejects.toMatchObject({ code: 'internal' });
+    await expect(blobs.presignPut('k', 8 * 24 * 3600)).rejects.toMatchObject({ code: 'internal' });
   });
 
   it('uploads a 20 MB file in 8 MB parts with progress after each part', async () => {

@@ -11,6 +11,7 @@
  *   artifact  the task's init container: downloads the app artifact into the shared volume, exits 0
  */
 import { z } from 'zod';
+import { drainMs, stopTimeoutSec } from '../../infra/task-layout.js';
 
 const text = z.string().trim().min(1, 'must not be empty');
 const url = z.url('must be a URL');
@@ -58,7 +59,9 @@ export const queueAgentEnvSchema = z.object({
   FERRY_AGENT_HOST: text.default('127.0.0.1'),
   FERRY_AGENT_PORT: port.default(8080),
   /** ECS stopTimeout is at most 120 s; leave the agent time to requeue and exit before SIGKILL. */
-  FERRY_DRAIN_MS: ms.max(120_000, 'must be at most 120000 (ECS stopTimeout max)').default(110_000),
+  FERRY_DRAIN_MS: ms
+    .max(stopTimeoutSec * 1000, 'must be at most 120000 (ECS stopTimeout max)')
+    .default(drainMs),
   FERRY_LEASE_SEC: z.coerce.number().int('must be an integer').min(10, 'must be >= 10').optional(),
   FERRY_STOP_GRACE_MS: ms.optional(),
   /** Injected by the ECS agent into every container; absent outside ECS (no task protection). */

@@ -1,6 +1,6 @@
 /**
  * The agent of a load-balanced endpoint (FERRY_AGENT_MODE=lb): the one door between the ALB and the
- * worker's own HTTP server. Every deployed endpoint needs the account API key (spec §5), and the
+ * worker's own HTTP server. Every deployed endpoint needs the account API key (docs/api.md#authentication), and the
  * user's routes know nothing about keys, so the agent checks them and proxies the rest unchanged.
  *
  *   ALB :80 ──▶ agent :FERRY_AGENT_PORT ──┬─ GET /ping   answered here: 200 while the worker's /ping is
@@ -16,6 +16,8 @@
  *
  * The client's Authorization header is not forwarded: user code must never see the account key.
  */
+
+import { randomUUID } from 'node:crypto';
 import {
   createServer,
   type IncomingHttpHeaders,
@@ -25,6 +27,7 @@ import {
   type ServerResponse,
 } from 'node:http';
 import { credentialOf, KeyAuthenticator } from '../../core/auth.js';
+import { FerryError, toHttpResponse } from '../../core/errors.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
 import type { ControlStore } from '../../core/ports.js';
 import { listen } from './listen.js';
@@ -85,7 +88,6 @@ class LbAgentServer implements LbAgent {
     this.workerHost = options.workerHost ?? '127.0.0.1';
     this.auth = new KeyAuthenticator({
       control: options.control as ControlStore,
-      workerTokenHashes: [],
       cacheMs: options.keyCacheMs ?? 30_000,
     });
   }
@@ -117,8 +119,7 @@ class LbAgentServer implements LbAgent {
       try {
         allowed = await this.auth.isClientKey(credentialOf(req.headers.authorization));
       } catch (error) {
-        this.log.error(`checking an API key: ${message(error)}`);
-        reply(res, 503, { error: 'Cannot check the API key right now; try again' });
+        this.fail(req, res, new FerryError('unavailable', 'Checking an API key failed', { cause: error }));
         req.resume();
         return;
       }
@@ -129,9 +130,15 @@ class LbAgentServer implements LbAgent {
       }
       this.proxy(req, res);
     } catch (error) {
-      this.log.error(`serving ${req.method} ${req.url}: ${message(error)}`);
-      reply(res, 500, { error: 'Internal error' });
+      this.fail(req, res, error);
     }
+  }
+
+  /** The error answer of every edge (docs/api.md#errors): 5xx masked, the detail in the log. */
+  private fail(req: IncomingMessage, res: ServerResponse, error: unknown): void {
+    const what = `${req.method} ${(req.url ?? '/').split('?')[0]}`;
+    const answer = toHttpResponse(error, { requestId: randomUUID(), log: this.log, what });
+    reply(res, answer.statusCode, answer.body);
   }
 
   private proxy(req: IncomingMessage, res: ServerResponse): void {
@@ -159,8 +166,7 @@ class LbAgentServer implements LbAgent {
       },
     );
     upstream.on('error', (error) => {
-      this.log.warn(`proxying ${req.method} ${req.url}: ${message(error)}`);
-      reply(res, 502, { error: 'The worker is not reachable' });
+      this.fail(req, res, new FerryError('bad_gateway', 'The worker is not reachable', { cause: error }));
     });
     // A client that hangs up mid-request: stop the call to the worker too.
     res.on('close', () => {
@@ -218,8 +224,6 @@ function reply(res: ServerResponse, statusCode: number, body: unknown): void {
     .writeHead(statusCode, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) })
     .end(text);
 }
-
-const message = (error: unknown): string => (error instanceof Error ? error.message : String(error));
 
 function prefixed(log: Logger, prefix: string): Logger {
   return {

@@ -9,7 +9,7 @@
  *   control  pk + sk               APP#<app> · ENV#<app>#<env> · EP#<id> · KEY#<hash> · KEYID#<id>
  *   workers  workerId              one item per worker, listed per endpoint through a GSI
  *
- * Rules this file follows, each working around an AWS limit (reference/aws-anchor.md §1):
+ * Rules this file follows, each working around an AWS limit (docs/api.md#aws-front-door):
  * - Every job transition is a conditional write: create = `attribute_not_exists(jobId)`, update =
  *   `version = :expected` on a whole-item Put (a read-modify-write: the derived index attributes
  *   depend on fields a patch may not carry). Whoever writes first wins; the other gets undefined.
@@ -44,8 +44,8 @@ import {
   TransactWriteCommand,
   UpdateCommand,
 } from '@aws-sdk/lib-dynamodb';
-import { badRequest, conflict, FerryError } from '../../errors.js';
-import { isFinal, type Job, type JobStatus, jobStatuses } from '../../job.js';
+import { conflict, FerryError, internal } from '../../errors.js';
+import { isFinal, type Job, type JobStatus, jobStatuses, runDeadlineOf } from '../../job.js';
 import type {
   ApiKeyRecord,
   AppRecord,
@@ -237,8 +237,7 @@ const isConditionFailure = (error: unknown): boolean =>
   errorName(error) === 'ConditionalCheckFailedException';
 
 function checkLimit(limit: number): number {
-  if (!Number.isInteger(limit) || limit < 1)
-    throw badRequest(`limit must be a positive integer, got ${limit}`);
+  if (!Number.isInteger(limit) || limit < 1) throw internal(`limit must be a positive integer, got ${limit}`);
   return limit;
 }
 
@@ -823,13 +822,7 @@ function itemOf(job: Job, big: Partial<Record<BigField, Stored>>): Item {
     else if (stored) item[`${field}Ref`] = stored.ref;
   }
   if (job.status === 'IN_PROGRESS') {
-    const timeoutMs = job.policy?.executionTimeoutMs;
-    // A timeout of 0 (or none) means the job may run as long as its lease is renewed.
-    const runDeadline =
-      job.startedAt !== undefined && timeoutMs !== undefined && timeoutMs > 0
-        ? job.startedAt + timeoutMs
-        : undefined;
-    const deadlines = [job.leaseUntil, runDeadline].filter((at): at is number => at !== undefined);
+    const deadlines = [job.leaseUntil, runDeadlineOf(job)].filter((at): at is number => at !== undefined);
     if (deadlines.length > 0) item.overdueAt = Math.min(...deadlines);
   }
   return item;

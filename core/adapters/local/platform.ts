@@ -3,21 +3,24 @@
  * v2 API and worker protocol on Fastify, and the sweeper that expires leases and timeouts. This is
  * what `ferry serve`, `ferry dev` and `npm start` run.
  */
-import { mkdirSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { V2Api } from '../../api.js';
-import { hashKey, KeyAuthenticator, newSecret } from '../../auth.js';
+import { hashKey, KeyAuthenticator } from '../../auth.js';
 import { LocalChangeFeed } from '../../changes.js';
 import { systemClock } from '../../clock.js';
 import { type EngineSettings, JobEngine } from '../../engine.js';
 import { FerryError } from '../../errors.js';
 import { defaultPort } from '../../limits.js';
 import { type Logger, silentLogger } from '../../log.js';
-import { callerOfToken } from '../../names.js';
+import { callTokenFor } from '../../names.js';
 import type { Clock } from '../../ports.js';
+import { type SupervisorSettings, type WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 import { HttpWebhookSender } from '../../webhooks.js';
 import { FileBlobStore } from './files.js';
+import type { FrontDoorLimits } from './guard.js';
+import { securePrivateDir } from './home.js';
 import { createHttpServer } from './http.js';
 import { LocalWorkers, type LocalWorkersOptions } from './pool.js';
 import { openLocalDatabase } from './sqlite.js';
@@ -37,23 +40,33 @@ export interface LocalPlatformOptions {
   /** Worker long-poll hold time; tests shorten it. */
   workerWaitMs?: number;
   webhookRetryDelayMs?: number;
+  /** Hosts and address ranges webhooks may reach although private (local development; docs/security.md). */
+  webhookAllow?: string[];
+  /** Timeouts, connection cap and rate limit of the HTTP server (defaults in core/limits.ts). */
+  frontDoor?: Partial<FrontDoorLimits>;
   /** Before a by-name lookup (`ferry dev` provisions live endpoints there). */
   beforeResolve?: (app: string, env: string, name: string) => Promise<void>;
   /** Run worker pools for the endpoints in the control store. */
   workers?: Omit<
     LocalWorkersOptions,
-    | 'engine'
-    | 'jobs'
+    | 'supervisor'
     | 'queue'
-    | 'workers'
     | 'control'
     | 'blobs'
     | 'changes'
     | 'platformUrl'
-    | 'workerToken'
     | 'runtimeDir'
     | 'log'
-  > & { reconcileIntervalMs?: number };
+    | 'callToken'
+  > & {
+    reconcileIntervalMs?: number;
+    /** How long a worker may keep a job it was told to stop before it is killed. */
+    stopGraceMs?: number;
+    /** How long a worker asked to exit (SIGTERM) may finish its jobs before SIGKILL. */
+    drainMs?: number;
+  };
+  /** The worker lifecycle policy's settings (backoff, failed starts…); tests shorten them. */
+  supervisor?: Partial<SupervisorSettings>;
 }
 
 export type LocalPlatform = Awaited<ReturnType<typeof startLocalPlatform>>;
@@ -61,50 +74,72 @@ export type LocalPlatform = Awaited<ReturnType<typeof startLocalPlatform>>;
 export async function startLocalPlatform(options: LocalPlatformOptions) {
   const clock = options.clock ?? systemClock;
   const log = options.log ?? silentLogger;
-  mkdirSync(options.dataDir, { recursive: true });
+  securePrivateDir(options.dataDir);
   const db = openLocalDatabase(join(options.dataDir, 'ferry.db'), { clock });
   const blobs = new FileBlobStore(join(options.dataDir, 'blobs'));
   const changes = new LocalChangeFeed(clock);
-  const webhooks = new HttpWebhookSender({ clock, log, retryDelayMs: options.webhookRetryDelayMs });
+  const webhooks = new HttpWebhookSender({
+    clock,
+    log,
+    retryDelayMs: options.webhookRetryDelayMs,
+    allow: options.webhookAllow,
+    outbox: db.outbox,
+  });
+  webhooks.start(Math.min(options.webhookRetryDelayMs ?? 1_000, 1_000));
+  // Worker identity, the lifecycle policy and who holds which job: one owner (docs/workers.md).
+  const supervisor = new WorkerSupervisor({
+    clock,
+    log,
+    settings: {
+      ...(options.workers?.stopGraceMs !== undefined ? { stopGraceMs: options.workers.stopGraceMs } : {}),
+      ...(options.workers?.drainMs !== undefined ? { drainMs: options.workers.drainMs } : {}),
+      ...options.supervisor,
+    },
+  });
   const engine = new JobEngine({
     jobs: db.jobs,
     queue: db.queue,
     workers: db.workers,
+    ledger: supervisor,
     changes,
     clock,
     webhooks,
     settings: options.settings,
   });
-  // Handed to the workers this platform starts as RUNPOD_AI_API_KEY; it only opens worker routes.
-  const workerToken = newSecret('fyw');
+  supervisor.attach({ engine });
+  // Workers of an earlier run of this platform are gone (their tokens died with it): their jobs go
+  // back to the queue now rather than when their leases lapse.
+  await requeueOrphans(db, engine);
+  // Workers' call tokens (remote calls by name, core/names.ts) are HMACs under this run's secret.
+  const callTokenSecret = randomBytes(32).toString('base64url');
   const auth = new KeyAuthenticator({
     control: db.control,
     staticKeyHashes: options.apiKey ? [hashKey(options.apiKey)] : [],
-    workerTokenHashes: [hashKey(workerToken)],
+    workers: supervisor,
+    callTokenSecret,
   });
   const api = new V2Api({
     engine,
     control: db.control,
     auth,
     workerWaitMs: options.workerWaitMs,
-    // Workers' call tokens are derived from the worker secret (core/names.ts).
-    callTokenSecret: workerToken,
+    log,
     beforeResolve: options.beforeResolve,
   });
+  // Any live worker's token, whatever it is for: 'unknown' is the supervisor's answer for no worker.
+  const isLiveWorkerToken = (key: string) => supervisor.verify(key, '', '') !== 'unknown';
   let pools: LocalWorkers | undefined;
-  const server = createHttpServer({
+  const server = await createHttpServer({
     api,
+    log,
+    guard: {
+      knows: async (key) => isLiveWorkerToken(key) || (await auth.isClientKey(key)),
+      isWorker: async (key) => isLiveWorkerToken(key),
+      limits: options.frontDoor,
+    },
     lb: {
       auth,
-      allowsCall: async (key, endpointId) => {
-        const caller = callerOfToken(workerToken, key);
-        if (caller === undefined) return false;
-        const [own, target] = [
-          await db.control.getEndpoint(caller),
-          await db.control.getEndpoint(endpointId),
-        ];
-        return own !== undefined && target !== undefined && own.app === target.app && own.env === target.env;
-      },
+      endpoint: (id) => db.control.getEndpoint(id),
       forward: (endpointId, request) => {
         if (!pools) throw new FerryError('not_found', `Endpoint ${endpointId} not found`);
         return pools.forward(endpointId, request);
@@ -119,20 +154,18 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   const loopbackUrl = `http://127.0.0.1:${address.port}`;
 
   if (options.workers) {
-    const { reconcileIntervalMs, ...workerOptions } = options.workers;
+    const { reconcileIntervalMs, stopGraceMs: _grace, drainMs: _drain, ...workerOptions } = options.workers;
     pools = new LocalWorkers({
       ...workerOptions,
-      engine,
-      jobs: db.jobs,
+      supervisor,
       queue: db.queue,
-      workers: db.workers,
       control: db.control,
       blobs,
       changes,
       platformUrl: host === '127.0.0.1' || host === '0.0.0.0' || host === 'localhost' ? loopbackUrl : url,
-      workerToken,
       runtimeDir: join(options.dataDir, 'runtime'),
       log,
+      callToken: (endpointId) => callTokenFor(callTokenSecret, endpointId),
     });
     await pools.reconcile();
     pools.start(reconcileIntervalMs);
@@ -163,14 +196,25 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     blobs,
     changes,
     server,
-    workerToken,
+    supervisor,
     workers: pools,
+    /** The call token a worker of `endpointId` gets (tests mint them to try the scope). */
+    callToken: (endpointId: string) => callTokenFor(callTokenSecret, endpointId),
     sweep,
+    /**
+     * A worker identity for a worker started outside the pools (tests, benchmarks, a worker run by
+     * hand): its own token, bound to this endpoint; `exited` buries it and requeues what it held.
+     */
+    adoptWorker(endpointId: string, workerId?: string): WorkerIdentity & { exited(): Promise<void> } {
+      const identity = supervisor.adoptNew(endpointId, workerId);
+      return { ...identity, exited: () => supervisor.exited(identity.workerId, { code: 0, signal: null }) };
+    },
     /** Stops serving and closes the database; calling it twice is fine. */
     close(): Promise<void> {
       closed ??= (async () => {
         clearInterval(sweeper);
         await pools?.close();
+        supervisor.close();
         webhooks.close();
         await server.close();
         await blobs.close();
@@ -179,4 +223,19 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
       return closed;
     },
   };
+}
+
+/** Every job still IN_PROGRESS at start belongs to a worker of an earlier run: requeue it now. */
+async function requeueOrphans(db: ReturnType<typeof openLocalDatabase>, engine: JobEngine): Promise<void> {
+  for (const endpoint of await db.control.listEndpoints()) {
+    const running = await db.jobs.listByStatus(endpoint.id, 'IN_PROGRESS', Date.now(), 10_000);
+    const holders = new Set(running.flatMap((job) => (job.workerId ? [job.workerId] : [])));
+    for (const workerId of holders) {
+      await engine.workerGone(
+        endpoint.id,
+        workerId,
+        `Worker ${workerId} was lost when the platform restarted`,
+      );
+    }
+  }
 }

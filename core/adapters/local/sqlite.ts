@@ -17,8 +17,8 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { systemClock } from '../../clock.js';
-import { badRequest, conflict } from '../../errors.js';
-import type { Job, JobStatus } from '../../job.js';
+import { conflict, internal } from '../../errors.js';
+import { finalStatusList, type Job, type JobStatus, runDeadlineOf } from '../../job.js';
 import type {
   ApiKeyRecord,
   AppRecord,
@@ -35,6 +35,11 @@ import type {
   WorkerRecord,
   WorkerRegistry,
 } from '../../ports.js';
+import { createPrivateFile } from './home.js';
+import { SqliteWebhookOutbox } from './outbox.js';
+
+/** The final statuses as an SQL list (they are fixed words, never user input). */
+const finalStatusSql = finalStatusList.map((status) => `'${status}'`).join(', ');
 
 type Db = Database.Database;
 
@@ -146,13 +151,18 @@ export interface LocalDatabase {
   queue: JobQueue;
   control: ControlStore;
   workers: WorkerRegistry;
+  /** Pending webhook deliveries (core/webhooks.ts). */
+  outbox: SqliteWebhookOutbox;
   /** Closes the connection (the stores' own `close` do not). Closing twice is fine. */
   close(): Promise<void>;
 }
 
 /** Opens (creating if needed) the database at `path`; `:memory:` gives a private in-memory one. */
 export function openLocalDatabase(path: string, options: LocalDatabaseOptions = {}): LocalDatabase {
-  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+  if (path !== ':memory:') {
+    mkdirSync(dirname(path), { recursive: true });
+    createPrivateFile(path);
+  }
   const db = new Database(path);
   try {
     db.pragma('journal_mode = WAL');
@@ -177,6 +187,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     queue,
     control: new SqliteControlStore(db),
     workers: new SqliteWorkerRegistry(db),
+    outbox: new SqliteWebhookOutbox(db),
     async close() {
       if (closed) return;
       closed = true;
@@ -195,13 +206,11 @@ interface JobRow {
 const parseJob = (row: JobRow): Job => JSON.parse(row.body) as Job;
 
 function checkLimit(limit: number): number {
-  if (!Number.isInteger(limit) || limit < 1)
-    throw badRequest(`limit must be a positive integer, got ${limit}`);
+  if (!Number.isInteger(limit) || limit < 1) throw internal(`limit must be a positive integer, got ${limit}`);
   return limit;
 }
 
 function jobColumns(job: Job) {
-  const timeoutMs = job.policy?.executionTimeoutMs;
   return {
     id: job.id,
     endpoint_id: job.endpointId,
@@ -210,11 +219,7 @@ function jobColumns(job: Job) {
     expires_at: job.expiresAt,
     lease_until: job.leaseUntil ?? null,
     started_at: job.startedAt ?? null,
-    // A timeout of 0 (or none) means the job may run as long as its lease is renewed.
-    run_deadline:
-      job.startedAt !== undefined && timeoutMs !== undefined && timeoutMs > 0
-        ? job.startedAt + timeoutMs
-        : null,
+    run_deadline: runDeadlineOf(job) ?? null,
     retries: job.retries,
     version: job.version,
     body: JSON.stringify(job),
@@ -363,11 +368,11 @@ class SqliteJobStore implements JobStore {
         prepared(
           this.db,
           `DELETE FROM stream_chunks WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?
-               AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'))`,
+               AND status IN (${finalStatusSql}))`,
         ).run(nowMs);
         return prepared(
           this.db,
-          `DELETE FROM jobs WHERE expires_at <= ? AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT')`,
+          `DELETE FROM jobs WHERE expires_at <= ? AND status IN (${finalStatusSql})`,
         ).run(nowMs).changes;
       })
       .immediate();
@@ -443,8 +448,8 @@ class SqliteJobQueue implements JobQueue {
 
   async receive(endpointId: string, options: ReceiveOptions): Promise<QueueMessage[]> {
     const { max, visibilityMs, waitMs, signal } = options;
-    if (!Number.isInteger(max) || max < 1) throw badRequest(`max must be a positive integer, got ${max}`);
-    if (!(visibilityMs >= 0)) throw badRequest(`visibilityMs must be >= 0, got ${visibilityMs}`);
+    if (!Number.isInteger(max) || max < 1) throw internal(`max must be a positive integer, got ${max}`);
+    if (!(visibilityMs >= 0)) throw internal(`visibilityMs must be >= 0, got ${visibilityMs}`);
     const deadlineMs = this.clock.now() + Math.max(0, waitMs);
     for (;;) {
       if (this.#closed || signal?.aborted) return [];
@@ -462,7 +467,7 @@ class SqliteJobQueue implements JobQueue {
   async ack(endpointId: string, receipt: string): Promise<void> {
     this.#assertOpen();
     const match = /^(\d+):([0-9a-f-]+)$/.exec(receipt);
-    if (!match) throw badRequest('Malformed queue receipt');
+    if (!match) throw internal('Malformed queue receipt');
     this.#ack.run(endpointId, Number(match[1]), match[2]);
   }
 
