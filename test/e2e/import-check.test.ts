@@ -49,7 +49,9 @@ describe('import check at build time', () => {
     const torch = project('torchy', { 'work.py': endpoint('import torch  # provided by the base image') });
     const built = await sandbox.run(['build'], { cwd: torch });
     expect(built.code, built.stderr).toBe(0);
-    expect(built.stderr).toContain('work imports torch, which is not installed here; the base image provides it');
+    expect(built.stderr).toContain(
+      'work imports torch, which is not installed here; the base image provides it',
+    );
   });
 
   it('imports declared dependencies from the staged artifact', async () => {
