@@ -475,6 +475,18 @@ class FileScanner:
         top_level = set()
         for stmt in self.tree.body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and self.is_endpoint_call(stmt.value):
+                given = {kw.arg for kw in stmt.value.keywords}
+                if "id" in given or "image" in given:
+                    # A client of an endpoint (docs/python.md, client modes), not one to deploy.
+                    if "image" in given:
+                        self.warnings.append(
+                            {
+                                "file": self.rel,
+                                "line": stmt.lineno,
+                                "message": "Endpoint(image=...) is used as a client by name; ferry deploy does not deploy images yet",
+                            }
+                        )
+                    continue
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 if len(targets) != 1 or not isinstance(targets[0], ast.Name):
                     self.fail(stmt, "assign an Endpoint to a single module variable, for example api = Endpoint(name=\"my-api\")")
