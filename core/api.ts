@@ -18,7 +18,7 @@ import {
 } from './errors.js';
 import { limits } from './limits.js';
 import { type Logger, stderrLogger } from './log.js';
-import type { ControlStore, EndpointRecord } from './ports.js';
+import type { EndpointLookup, EndpointRecord } from './ports.js';
 import {
   jobDoneSchema,
   jobStreamSchema,
@@ -68,7 +68,7 @@ export interface PayloadStore {
 
 export interface ApiOptions {
   engine: JobEngine;
-  control: ControlStore;
+  control: EndpointLookup;
   auth: Authenticator;
   payloads?: PayloadStore;
   /**

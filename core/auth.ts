@@ -5,7 +5,7 @@
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { forbidden, unauthorized } from './errors.js';
-import type { ApiKeyRecord, ControlStore } from './ports.js';
+import type { ApiKeyLookup, ApiKeyRecord } from './ports.js';
 
 export const hashKey = (key: string): string => createHash('sha256').update(key, 'utf8').digest('hex');
 
@@ -96,7 +96,7 @@ export class KeyAuthenticator implements Authenticator {
 
   constructor(
     private readonly options: {
-      control?: ControlStore;
+      control?: ApiKeyLookup;
       staticKeyHashes?: string[];
       workers?: WorkerCredentials;
       /** How long a key lookup is remembered; revocation takes effect after at most this long. */

@@ -29,13 +29,13 @@ import {
 import { credentialOf, KeyAuthenticator } from '../../core/auth.js';
 import { FerryError, toHttpResponse } from '../../core/errors.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
-import type { ControlStore } from '../../core/ports.js';
+import type { ApiKeyLookup } from '../../core/ports.js';
 import { listen } from './listen.js';
 
 export interface LbAgentOptions {
   endpointId: string;
   /** Where API keys live: a DynamoControlStore on the platform's control table. */
-  control: Pick<ControlStore, 'findApiKeyByHash'>;
+  control: ApiKeyLookup;
   /** The worker's port on localhost (its FERRY_PORT). */
   workerPort: number;
   /** Default 127.0.0.1: the worker shares the task's network namespace. */
@@ -87,7 +87,7 @@ class LbAgentServer implements LbAgent {
     this.log = options.log ?? prefixed(stderrLogger, 'ferry-agent: ');
     this.workerHost = options.workerHost ?? '127.0.0.1';
     this.auth = new KeyAuthenticator({
-      control: options.control as ControlStore,
+      control: options.control,
       cacheMs: options.keyCacheMs ?? 30_000,
     });
   }

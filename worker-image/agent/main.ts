@@ -13,8 +13,7 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
-import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
+import { DynamoControlStore, documentClient } from '../../core/adapters/aws/dynamo.js';
 import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { startAgent } from './agent.js';
 import { downloadArtifact } from './artifact.js';
@@ -62,7 +61,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
 
 async function runLb(env: LbAgentEnv): Promise<number> {
   const dynamo = new DynamoDBClient({ region: env.AWS_REGION });
-  const doc = DynamoDBDocumentClient.from(dynamo);
+  const doc = documentClient(dynamo);
   const agent = await startLbAgent({
     endpointId: env.FERRY_ENDPOINT_ID,
     control: new DynamoControlStore({ doc, table: env.FERRY_CONTROL_TABLE }),
