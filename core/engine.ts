@@ -46,6 +46,11 @@ export interface EngineDeps {
   changes: ChangeFeed;
   clock: Clock;
   webhooks?: WebhookSender;
+  /**
+   * Writes a new job and its queue message in one transaction where the stores share a database
+   * (SQLite), so a crash between the two cannot leave a job nobody will ever take.
+   */
+  createQueued?: (job: Job) => Promise<void>;
   newId?: () => string;
   settings?: Partial<EngineSettings>;
 }
@@ -98,6 +103,7 @@ export class JobEngine {
   private readonly changes: ChangeFeed;
   private readonly clock: Clock;
   private readonly webhooks: WebhookSender | undefined;
+  private readonly createQueued: ((job: Job) => Promise<void>) | undefined;
   private readonly newId: () => string;
 
   constructor(deps: EngineDeps) {
@@ -106,6 +112,7 @@ export class JobEngine {
     this.changes = deps.changes;
     this.clock = deps.clock;
     this.webhooks = deps.webhooks;
+    this.createQueued = deps.createQueued;
     this.newId = deps.newId ?? (() => `${randomUUID()}-u1`);
     this.settings = {
       leaseMs: limits.leaseMs,
@@ -151,8 +158,11 @@ export class JobEngine {
       retries: 0,
       version: 1,
     };
-    await this.jobs.create(job);
-    await this.queue.send(endpointId, job.id, { lowPriority: job.policy.lowPriority });
+    if (this.createQueued) await this.createQueued(job);
+    else {
+      await this.jobs.create(job);
+      await this.queue.send(endpointId, job.id, { lowPriority: job.policy.lowPriority });
+    }
     this.changes.notify(endpointKey(endpointId));
     return job;
   }
@@ -174,8 +184,17 @@ export class JobEngine {
   async status(endpointId: string, jobId: string, ttlMs?: number): Promise<JobView> {
     let job = await this.mustGet(endpointId, jobId);
     if (ttlMs !== undefined) {
-      // `?ttl=` gives the job a time-to-live from now (docs/api.md#retention).
-      job = await this.change(job, () => ({ expiresAt: this.clock.now() + ttlMs }), 'ttl');
+      // `?ttl=` sets how long the result is kept (docs/api.md#retention), never how long the job may
+      // run: a finished job now expires ttl from now; an unfinished one keeps its result that long
+      // once it ends.
+      job = await this.change(
+        job,
+        (current) =>
+          isFinal(current.status)
+            ? { expiresAt: this.clock.now() + ttlMs, retentionMs: ttlMs }
+            : { retentionMs: ttlMs },
+        'ttl',
+      );
     }
     return viewOf(job, this.clock.now());
   }
@@ -622,6 +641,8 @@ export class JobEngine {
       startedAt: undefined,
     }));
     if (!moved) return undefined;
+    // The next attempt streams from the start: chunks of this one must not reach the client twice.
+    await this.jobs.clearStream(job.id);
     await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
     this.changes.notify(endpointKey(job.endpointId));
     return 'requeued';

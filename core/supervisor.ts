@@ -280,6 +280,15 @@ export class WorkerSupervisor implements WorkerLedger {
     return this.heldBy(workerId);
   }
 
+  /** Jobs held by the live workers of an endpoint (what the pool's scaling counts as demand). */
+  heldCount(endpointId: string): number {
+    let held = 0;
+    for (const entry of this.workers.values()) {
+      if (entry.identity.endpointId === endpointId && entry.phase !== 'gone') held += entry.held.size;
+    }
+    return held;
+  }
+
   heldBy(workerId: string): string[] {
     return [...(this.workers.get(workerId)?.held.keys() ?? [])];
   }

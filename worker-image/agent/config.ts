@@ -66,6 +66,10 @@ export const queueAgentEnvSchema = z.object({
   FERRY_STOP_GRACE_MS: ms.optional(),
   /** Injected by the ECS agent into every container; absent outside ECS (no task protection). */
   ECS_AGENT_URI: url.optional(),
+  /** Injected by ECS into every container: where the agent sees the worker container's exit. */
+  ECS_CONTAINER_METADATA_URI_V4: url.optional(),
+  /** The worker container's name in the task definition. */
+  FERRY_WORKER_CONTAINER: text.default('worker'),
 });
 
 export const lbAgentEnvSchema = z.object({

@@ -15,9 +15,11 @@ import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoControlStore, documentClient } from '../../core/adapters/aws/dynamo.js';
 import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
+import { systemClock } from '../../core/clock.js';
 import { startAgent } from './agent.js';
 import { downloadArtifact } from './artifact.js';
 import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } from './config.js';
+import { watchWorkerContainer } from './ecsWorker.js';
 import { startLbAgent } from './lb.js';
 
 const signalled = (): Promise<void> =>
@@ -51,8 +53,22 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     drainMs: env.FERRY_DRAIN_MS,
     ...(env.ECS_AGENT_URI ? { ecs: { agentUri: env.ECS_AGENT_URI } } : {}),
   });
-  // SIGTERM from ECS, or the supervisor wants this task replaced (refresh_worker, a killed worker).
+  const watching = new AbortController();
+  const metadataUri = env.ECS_CONTAINER_METADATA_URI_V4;
+  const watched = metadataUri
+    ? watchWorkerContainer({
+        metadataUri,
+        containerName: env.FERRY_WORKER_CONTAINER,
+        clock: systemClock,
+        signal: watching.signal,
+        onExit: (how) => agent.workerExited(how),
+        warn: (message) => process.stderr.write(`ferry-agent: ${message}\n`),
+      })
+    : Promise.resolve();
+  // SIGTERM from ECS, or the supervisor wants this task replaced (refresh_worker, a dead worker).
   const code = await Promise.race([signalled().then(() => 0), agent.leaving]);
+  watching.abort();
+  await watched;
   await agent.drain();
   await agent.close();
   for (const client of Object.values(clients)) client.destroy();

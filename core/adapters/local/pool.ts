@@ -21,13 +21,13 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
-import { extract } from 'tar';
 import { type EndpointConfig, endpointConfigOf } from '../../deployment.js';
 import { endpointKey } from '../../engine.js';
 import { FerryError } from '../../errors.js';
 import type { Logger } from '../../log.js';
 import type { BlobStore, ChangeFeed, ControlStore, EndpointRecord, JobQueue } from '../../ports.js';
 import type { WorkerActuator, WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
+import { extractArtifact } from './artifact.js';
 
 export interface LocalWorkersOptions {
   supervisor: WorkerSupervisor;
@@ -194,8 +194,7 @@ export class LocalWorkers {
     mkdirSync(staging, { recursive: true });
     const archive = join(staging, '.artifact.tar.gz');
     writeFileSync(archive, bytes);
-    // tar refuses absolute paths and `..` entries by default, so an artifact cannot write outside.
-    await extract({ file: archive, cwd: staging });
+    await extractArtifact(archive, staging);
     rmSync(archive);
     writeFileSync(join(staging, '.ready'), '');
     rmSync(dir, { recursive: true, force: true });
@@ -335,8 +334,7 @@ export class EndpointPool {
       return Math.min(max, Math.max(min, busy));
     }
     const depth = await this.options.queue.depth(this.endpointId, { atMost: max * maxConcurrency });
-    const counts = await this.supervisor.counts(this.endpointId);
-    const held = counts.running * maxConcurrency;
+    const held = this.supervisor.heldCount(this.endpointId);
     return Math.min(max, Math.max(min, Math.ceil((depth.urgent + held) / maxConcurrency)));
   }
 
