@@ -51,7 +51,8 @@ export interface EngineDeps {
    * (SQLite), so a crash between the two cannot leave a job nobody will ever take.
    */
   createQueued?: (job: Job) => Promise<void>;
-  newId?: () => string;
+  /** A new job id; gets the endpoint so AWS can scope ids to it (core/job.ts endpointScopedJobId). */
+  newId?: (endpointId: string) => string;
   settings?: Partial<EngineSettings>;
 }
 
@@ -104,7 +105,7 @@ export class JobEngine {
   private readonly clock: Clock;
   private readonly webhooks: WebhookSender | undefined;
   private readonly createQueued: ((job: Job) => Promise<void>) | undefined;
-  private readonly newId: () => string;
+  private readonly newId: (endpointId: string) => string;
 
   constructor(deps: EngineDeps) {
     this.jobs = deps.jobs;
@@ -136,7 +137,7 @@ export class JobEngine {
     const now = this.clock.now();
     const ttlMs = request.policy?.ttl ?? limits.ttlDefaultMs;
     const job: Job = {
-      id: options.sync ? `sync-${this.newId()}` : this.newId(),
+      id: options.sync ? `sync-${this.newId(endpointId)}` : this.newId(endpointId),
       endpointId,
       status: 'IN_QUEUE',
       input: request.input,

@@ -43,6 +43,21 @@ export function runDeadlineOf(job: Pick<Job, 'startedAt' | 'policy'>): number | 
     : undefined;
 }
 
+/**
+ * Job ids that carry their endpoint. On AWS the jobs, chunks and payloads of every endpoint share
+ * one table and one bucket, and IAM can fence an endpoint's agent off the others' items only by the
+ * partition key (`dynamodb:LeadingKeys`) and the object key (S3 ARNs): so the id starts with the
+ * endpoint id, and /runsync's `sync-` marker goes before it (docs/security-aws.md). Endpoint ids
+ * contain no '-', so `<endpointId>-` can never be the start of another endpoint's id.
+ */
+export const endpointScopedJobId = (endpointId: string, unique: string): string => `${endpointId}-${unique}`;
+
+/** Every id `endpointScopedJobId` can produce for the endpoint, as IAM StringLike patterns. */
+export const endpointJobIdPatterns = (endpointId: string): [string, string] => [
+  `${endpointId}-*`,
+  `sync-${endpointId}-*`,
+];
+
 /** The legal moves, and the only place that says which status each starts from and ends in. */
 export const moves = {
   /** A worker takes a queued job. */

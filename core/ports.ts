@@ -175,6 +175,10 @@ export interface WorkerRecord {
   /** The jobs the worker said it holds (take, ping). */
   jobIds: string[];
   lastSeenAt: number;
+  /** When it last held a job or request; idle_timeout counts from here (core/scaling.ts). */
+  lastBusyAt?: number | undefined;
+  /** Load-balanced workers: requests in flight, as their agent reports them. */
+  inFlight?: number | undefined;
 }
 
 /** Who is pulling work; health counts come from here, and the stop channel reads the jobs they hold. */

@@ -51,10 +51,12 @@ function setup(settings: Partial<WorkerSupervisor['settings']> = {}) {
       kill: (workerId) => actions.push(`kill ${workerId}`),
     },
   });
-  const plan = (desired: number, max = 2) => ({
-    desired,
+  /** A plan whose queue alone asks for `wanted` workers (one job each). */
+  const plan = (wanted: number, max = 2) => ({
+    urgentQueuedJobs: wanted,
     min: 0,
     max,
+    maxConcurrency: 1,
     idleMs: 10_000,
     kind: 'queue' as const,
   });

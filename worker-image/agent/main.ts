@@ -13,12 +13,13 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
-import { DynamoControlStore, documentClient } from '../../core/adapters/aws/dynamo.js';
+import { DynamoControlStore, DynamoWorkerRegistry, documentClient } from '../../core/adapters/aws/dynamo.js';
 import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { systemClock } from '../../core/clock.js';
 import { startAgent } from './agent.js';
 import { downloadArtifact } from './artifact.js';
 import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } from './config.js';
+import { agentCredentials } from './credentials.js';
 import { watchWorkerContainer } from './ecsWorker.js';
 import { startLbAgent } from './lb.js';
 
@@ -30,12 +31,13 @@ const signalled = (): Promise<void> =>
 
 async function runQueue(env: QueueAgentEnv): Promise<number> {
   const region = env.AWS_REGION;
+  const credentials = agentCredentials(env);
   const clients = {
-    dynamo: new DynamoDBClient({ region }),
+    dynamo: new DynamoDBClient({ region, credentials }),
     // Address SQS at the client's endpoint (AWS_ENDPOINT_URL_SQS when set, else the regional one),
     // not at the queue URL's host: the same on AWS, and it lets a VPC endpoint or an emulator work.
-    sqs: new SQSClient({ region, useQueueUrlAsEndpoint: false }),
-    s3: new S3Client({ region, ...s3ClientConfig }),
+    sqs: new SQSClient({ region, credentials, useQueueUrlAsEndpoint: false }),
+    s3: new S3Client({ region, credentials, ...s3ClientConfig }),
   };
   const lowUrl = env.FERRY_QUEUE_URL_LOW ?? env.FERRY_QUEUE_URL;
   const agent = await startAgent({
@@ -51,7 +53,16 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     ...(env.FERRY_LEASE_SEC ? { leaseMs: env.FERRY_LEASE_SEC * 1000 } : {}),
     ...(env.FERRY_STOP_GRACE_MS !== undefined ? { stopGraceMs: env.FERRY_STOP_GRACE_MS } : {}),
     drainMs: env.FERRY_DRAIN_MS,
-    ...(env.ECS_AGENT_URI ? { ecs: { agentUri: env.ECS_AGENT_URI } } : {}),
+    ...(env.ECS_AGENT_URI
+      ? {
+          ecs: {
+            agentUri: env.ECS_AGENT_URI,
+            ...(env.FERRY_IDLE_TIMEOUT_SEC
+              ? { protectionOffAfterMs: env.FERRY_IDLE_TIMEOUT_SEC * 1000 }
+              : {}),
+          },
+        }
+      : {}),
   });
   const watching = new AbortController();
   const metadataUri = env.ECS_CONTAINER_METADATA_URI_V4;
@@ -76,15 +87,20 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
 }
 
 async function runLb(env: LbAgentEnv): Promise<number> {
-  const dynamo = new DynamoDBClient({ region: env.AWS_REGION });
+  const dynamo = new DynamoDBClient({ region: env.AWS_REGION, credentials: agentCredentials(env) });
   const doc = documentClient(dynamo);
   const agent = await startLbAgent({
     endpointId: env.FERRY_ENDPOINT_ID,
+    app: env.FERRY_APP,
+    env: env.FERRY_ENV,
     control: new DynamoControlStore({ doc, table: env.FERRY_CONTROL_TABLE }),
     workerPort: env.FERRY_PORT,
     host: env.FERRY_AGENT_HOST,
     port: env.FERRY_AGENT_PORT,
     keyCacheMs: env.FERRY_KEY_CACHE_MS,
+    ...(env.FERRY_WORKERS_TABLE
+      ? { registry: new DynamoWorkerRegistry({ doc, table: env.FERRY_WORKERS_TABLE }) }
+      : {}),
   });
   await signalled();
   await agent.close(env.FERRY_DRAIN_MS);
