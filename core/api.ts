@@ -19,7 +19,7 @@ import {
 import { limits } from './limits.js';
 import { type Logger, stderrLogger } from './log.js';
 import { anyEnv, byNameSegment, resolveByName } from './names.js';
-import type { ControlStore, EndpointRecord } from './ports.js';
+import type { EndpointDirectory, EndpointRecord } from './ports.js';
 import {
   jobDoneSchema,
   jobStreamSchema,
@@ -69,7 +69,7 @@ export interface PayloadStore {
 
 export interface ApiOptions {
   engine: JobEngine;
-  control: ControlStore;
+  control: EndpointDirectory;
   auth: Authenticator;
   payloads?: PayloadStore;
   /**

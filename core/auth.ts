@@ -6,7 +6,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { forbidden, unauthorized } from './errors.js';
 import { callerOfToken } from './names.js';
-import type { ApiKeyRecord, ControlStore } from './ports.js';
+import type { ApiKeyLookup, ApiKeyRecord, EndpointLookup } from './ports.js';
 
 export const hashKey = (key: string): string => createHash('sha256').update(key, 'utf8').digest('hex');
 
@@ -97,7 +97,8 @@ export class KeyAuthenticator implements Authenticator {
 
   constructor(
     private readonly options: {
-      control?: ControlStore;
+      /** Key records; with getEndpoint, also workers' call tokens (their endpoint's app and env). */
+      control?: ApiKeyLookup & Partial<EndpointLookup>;
       staticKeyHashes?: string[];
       workers?: WorkerCredentials;
       /**
@@ -118,7 +119,7 @@ export class KeyAuthenticator implements Authenticator {
     if (!key) return undefined;
     const caller = callerOfToken(this.options.callTokenSecret, key);
     if (caller !== undefined) {
-      const own = await this.options.control?.getEndpoint(caller);
+      const own = await this.options.control?.getEndpoint?.(caller);
       return own ? { app: own.app, env: own.env } : undefined;
     }
     // Keys given by configuration (FERRY_API_KEY) are the operator's: every app.

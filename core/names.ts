@@ -10,7 +10,7 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { livePrefix } from './deployment.js';
 import { badRequest, notFound } from './errors.js';
-import type { ControlStore, EndpointRecord } from './ports.js';
+import type { EndpointDirectory, EndpointRecord } from './ports.js';
 
 /** `<env>` given as this means "the app's only environment that has the endpoint". */
 export const anyEnv = '-';
@@ -42,7 +42,7 @@ export function callerOfToken(secret: string | undefined, key: string | undefine
  * the bare name finds them too, so code calls its functions the same way in dev and deployed.
  */
 export async function resolveByName(
-  control: ControlStore,
+  control: EndpointDirectory,
   app: string,
   env: string,
   name: string,

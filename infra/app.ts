@@ -186,7 +186,8 @@ function main(): void {
   } catch (error) {
     if (!FerryError.is(error)) throw error;
     process.stderr.write(`Error: ${error.message}\n${error.hint ? `${error.hint}\n` : ''}`);
-    process.exit(2);
+    process.exitCode = 2;
+    return;
   }
   app.synth();
 }
