@@ -346,6 +346,14 @@ export class V2Api {
   }
 
   private async jobDone({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
+    const size = req.body?.length ?? 0;
+    if (size > limits.jobDoneBodyBytes) {
+      // The job fails now, with the reason: left running it would be retried and end as "stopped
+      // responding" (issue 13).
+      const message = `Result of ${size} bytes is over the ${limits.jobDoneBodyBytes}-byte limit`;
+      await this.options.engine.done(endpointId, params[0]!, params[1]!, { error: message });
+      throw badRequest(message, 'Return large outputs as a URL (upload them from the handler)');
+    }
     // RunPod's SDK posts JSON labelled application/x-www-form-urlencoded: parse JSON whatever the type.
     const body = parseOr400(jobDoneSchema, workerBody(req), 'job-done body');
     return ok(await this.options.engine.done(endpointId, params[0]!, params[1]!, body));
@@ -403,11 +411,31 @@ export function assertJsonDepth(body: Buffer): void {
   }
 }
 
+/**
+ * JSON is stored exactly as received or refused (issue 13): a `__proto__` key would be dropped or turn
+ * into a prototype on the way through validation, and a number beyond double range (`1e999`) would
+ * be stored as null. The reviver that catches both only runs when the text could hold either (an
+ * escape, the word, or an exponent or digit run long enough to overflow), so ordinary bodies parse at
+ * full speed.
+ */
+const maybeUnfaithful = /__proto__|\\u|[eE][+]?\d{3}|\d{300}/;
+
+function faithful(key: string, value: unknown): unknown {
+  if (key === '__proto__')
+    throw new FerryError('bad_request', 'JSON keys named "__proto__" are not accepted');
+  if (typeof value === 'number' && !Number.isFinite(value)) {
+    throw new FerryError('bad_request', 'A number in the JSON is too large to store (beyond 1.8e308)');
+  }
+  return value;
+}
+
 function parseJson(body: Buffer): unknown {
   assertJsonDepth(body);
+  const text = body.toString('utf8');
   try {
-    return JSON.parse(body.toString('utf8'));
+    return maybeUnfaithful.test(text) ? JSON.parse(text, faithful) : JSON.parse(text);
   } catch (error) {
+    if (FerryError.is(error)) throw error;
     throw new FerryError('bad_request', `Request body is not valid JSON: ${(error as Error).message}`);
   }
 }

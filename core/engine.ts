@@ -46,6 +46,11 @@ export interface EngineDeps {
   changes: ChangeFeed;
   clock: Clock;
   webhooks?: WebhookSender;
+  /**
+   * Writes a new job and its queue message in one transaction where the stores share a database
+   * (SQLite), so a crash between the two cannot leave a job nobody will ever take.
+   */
+  createQueued?: (job: Job) => Promise<void>;
   /** A new job id; gets the endpoint so AWS can scope ids to it (core/job.ts endpointScopedJobId). */
   newId?: (endpointId: string) => string;
   settings?: Partial<EngineSettings>;
@@ -99,6 +104,7 @@ export class JobEngine {
   private readonly changes: ChangeFeed;
   private readonly clock: Clock;
   private readonly webhooks: WebhookSender | undefined;
+  private readonly createQueued: ((job: Job) => Promise<void>) | undefined;
   private readonly newId: (endpointId: string) => string;
 
   constructor(deps: EngineDeps) {
@@ -107,6 +113,7 @@ export class JobEngine {
     this.changes = deps.changes;
     this.clock = deps.clock;
     this.webhooks = deps.webhooks;
+    this.createQueued = deps.createQueued;
     this.newId = deps.newId ?? (() => `${randomUUID()}-u1`);
     this.settings = {
       leaseMs: limits.leaseMs,
@@ -152,8 +159,11 @@ export class JobEngine {
       retries: 0,
       version: 1,
     };
-    await this.jobs.create(job);
-    await this.queue.send(endpointId, job.id, { lowPriority: job.policy.lowPriority });
+    if (this.createQueued) await this.createQueued(job);
+    else {
+      await this.jobs.create(job);
+      await this.queue.send(endpointId, job.id, { lowPriority: job.policy.lowPriority });
+    }
     this.changes.notify(endpointKey(endpointId));
     return job;
   }
@@ -175,8 +185,17 @@ export class JobEngine {
   async status(endpointId: string, jobId: string, ttlMs?: number): Promise<JobView> {
     let job = await this.mustGet(endpointId, jobId);
     if (ttlMs !== undefined) {
-      // `?ttl=` gives the job a time-to-live from now (docs/api.md#retention).
-      job = await this.change(job, () => ({ expiresAt: this.clock.now() + ttlMs }), 'ttl');
+      // `?ttl=` sets how long the result is kept (docs/api.md#retention), never how long the job may
+      // run: a finished job now expires ttl from now; an unfinished one keeps its result that long
+      // once it ends.
+      job = await this.change(
+        job,
+        (current) =>
+          isFinal(current.status)
+            ? { expiresAt: this.clock.now() + ttlMs, retentionMs: ttlMs }
+            : { retentionMs: ttlMs },
+        'ttl',
+      );
     }
     return viewOf(job, this.clock.now());
   }
@@ -380,11 +399,9 @@ export class JobEngine {
         job.status === 'IN_PROGRESS' &&
         job.workerId === workerId
       ) {
-        const renewed = await this.jobs.update(jobId, job.version, {
-          leaseUntil: now + this.settings.leaseMs,
-        });
-        if (renewed) break;
-        job = await this.jobs.get(jobId, now);
+        const renewed = await this.jobs.update(job, { leaseUntil: now + this.settings.leaseMs });
+        if (renewed.ok) break;
+        job = this.unexpired(renewed.current);
       }
     }
     await this.ledger.pinged(endpointId, workerId, jobIds);
@@ -559,36 +576,38 @@ export class JobEngine {
       if (workerId !== undefined && current.workerId !== workerId) {
         throw conflict(`Job ${job.id} is no longer held by worker ${workerId}`);
       }
-      const written = await this.jobs.update(
-        job.id,
-        current.version,
-        this.withRetention(current, patch(current)),
-      );
-      if (written) {
-        this.afterWrite(current, written);
-        return written;
+      const result = await this.jobs.update(current, this.withRetention(current, patch(current)));
+      if (result.ok) {
+        this.afterWrite(current, result.job);
+        return result.job;
       }
-      current = await this.jobs.get(job.id, this.clock.now());
+      current = this.unexpired(result.current);
     }
   }
 
   /** Like move, but a job that moved on meanwhile is simply skipped (sweeps and purge). */
   private async tryMove(job: Job, move: Move, patch: (current: Job) => JobPatch): Promise<Job | undefined> {
     if (!canMove(move, job.status)) return undefined;
-    const written = await this.jobs.update(job.id, job.version, this.withRetention(job, patch(job)));
-    if (written) this.afterWrite(job, written);
-    return written;
+    const result = await this.jobs.update(job, this.withRetention(job, patch(job)));
+    if (!result.ok) return undefined;
+    this.afterWrite(job, result.job);
+    return result.job;
   }
 
   /** A change that is not a status move (e.g. `?ttl=`), retried on lost races. */
   private async change(job: Job, patch: (current: Job) => JobPatch, what: string): Promise<Job> {
     let current: Job | undefined = job;
     while (current) {
-      const written = await this.jobs.update(job.id, current.version, patch(current));
-      if (written) return written;
-      current = await this.jobs.get(job.id, this.clock.now());
+      const result = await this.jobs.update(current, patch(current));
+      if (result.ok) return result.job;
+      current = this.unexpired(result.current);
     }
     throw notFound(`Job ${job.id} not found while setting its ${what}`);
+  }
+
+  /** A job a lost race handed back, as `get` would answer it now (expired jobs read as absent). */
+  private unexpired(job: Job | undefined): Job | undefined {
+    return job && job.expiresAt > this.clock.now() ? job : undefined;
   }
 
   private afterWrite(before: Job, after: Job): void {
@@ -623,6 +642,8 @@ export class JobEngine {
       startedAt: undefined,
     }));
     if (!moved) return undefined;
+    // The next attempt streams from the start: chunks of this one must not reach the client twice.
+    await this.jobs.clearStream(job.id);
     await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
     this.changes.notify(endpointKey(job.endpointId));
     return 'requeued';

@@ -146,7 +146,10 @@ export function createApiHandler(platform: () => Platform, log: Logger = stderrL
     .handler(async (event, context, options) => {
       const request = requestOf(event, deadlineSignal(context, options?.signal));
       const edge = { requestId: requestIdOf(event, context), log };
-      return resultOf(await platform().api.handle(request), edge);
+      const response = await platform().api.handle(request);
+      // A submit to an endpoint with no worker nudged the scaler: send it before the sandbox freezes.
+      await platform().nudges?.settled();
+      return resultOf(response, edge);
     }) as unknown as ApiHandler;
 }
 

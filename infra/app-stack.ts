@@ -7,7 +7,8 @@
  * stack's objects: what this stack uses must not shape the template of a platform other apps share.
  *
  * Each concern is its own construct (infra/constructs/): the endpoint's queues, its ECS service
- * (task layout and grants), queue scaling, and the load balancer. Names every module agrees on live
+ * (task layout and grants), and the load balancer. Worker counts are set by the platform's scaler
+ * Lambda (functions/scaler.ts, docs/scaling.md), not by anything in this stack. Names every module agrees on live
  * in infra/names.ts, task ports and timings in infra/task-layout.ts.
  *
  * Leases (the agent's contract, worker-image/agent/agent.ts): the agent receives a message (hidden
@@ -21,7 +22,6 @@
  */
 import { createHash } from 'node:crypto';
 import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
-import type * as appscaling from 'aws-cdk-lib/aws-applicationautoscaling';
 import type * as ecs from 'aws-cdk-lib/aws-ecs';
 import type * as elbv2 from 'aws-cdk-lib/aws-elasticloadbalancingv2';
 import type * as iam from 'aws-cdk-lib/aws-iam';
@@ -32,7 +32,6 @@ import { FerryError } from '../core/errors.js';
 import type { Manifest, ManifestEndpoint } from '../core/manifest.js';
 import type { LbHttpsOptions } from './constructs/https-front.js';
 import { EndpointLoadBalancer } from './constructs/load-balancer.js';
-import { QueueScaling } from './constructs/queue-scaling.js';
 import { EndpointQueues } from './constructs/queues.js';
 import { EndpointService, type WorkerImages } from './constructs/service.js';
 import { type Placement, placementFor } from './gpu.js';
@@ -90,8 +89,7 @@ export interface DeployedEndpoint {
   taskRole: iam.Role;
   /** The agent's scoped role (infra/isolation.ts), assumed with an external id. */
   agentRole: iam.Role;
-  scalableTarget: appscaling.ScalableTarget;
-  /** Urgent jobs; the only queue scaling reads. */
+  /** Urgent jobs; the only queue the scaler reads (functions/scaler.ts). */
   queue?: sqs.Queue;
   deadLetterQueue?: sqs.Queue;
   /** policy.lowPriority jobs: drained by running workers, never a reason to start one. */
@@ -173,25 +171,21 @@ export class AppEnvironmentStack extends Stack {
 
     const queues =
       endpoint.kind === 'queue' ? new EndpointQueues(this, `${prefix}-Queues`, { endpointId }) : undefined;
-    const { service, taskDefinition, taskRole, agentRole, scalableTarget } = new EndpointService(
-      this,
-      prefix,
-      {
-        appName: props.appName,
-        envName: props.envName,
-        manifest: props.manifest,
-        endpoint,
-        endpointId,
-        placement,
-        capacityProviderName: this.platform.capacityProviderNameFor(placement.shape.instanceType),
-        platform: this.platform,
-        platformBucketName: this.platformBucketName,
-        artifact: { bucketName: this.artifactBucketName, key: props.artifact.key },
-        images: props.images,
-        logGroup: this.logGroup,
-        ...(queues ? { queues } : {}),
-      },
-    );
+    const { service, taskDefinition, taskRole, agentRole } = new EndpointService(this, prefix, {
+      appName: props.appName,
+      envName: props.envName,
+      manifest: props.manifest,
+      endpoint,
+      endpointId,
+      placement,
+      capacityProviderName: this.platform.capacityProviderNameFor(placement.shape.instanceType),
+      platform: this.platform,
+      platformBucketName: this.platformBucketName,
+      artifact: { bucketName: this.artifactBucketName, key: props.artifact.key },
+      images: props.images,
+      logGroup: this.logGroup,
+      ...(queues ? { queues } : {}),
+    });
     const deployed: DeployedEndpoint = {
       name: endpoint.name,
       id: endpointId,
@@ -201,14 +195,8 @@ export class AppEnvironmentStack extends Stack {
       taskDefinition,
       taskRole,
       agentRole,
-      scalableTarget,
     };
     if (queues) {
-      new QueueScaling(this, `${prefix}-QueueScaling`, {
-        endpoint,
-        target: scalableTarget,
-        queue: queues.queue,
-      });
       return {
         ...deployed,
         queue: queues.queue,
@@ -219,9 +207,9 @@ export class AppEnvironmentStack extends Stack {
     }
     const { loadBalancer, url } = new EndpointLoadBalancer(this, `${prefix}-LoadBalancer`, {
       endpoint,
+      endpointId,
       platform: this.platform,
       service,
-      target: scalableTarget,
       https: props.https,
     });
     return { ...deployed, loadBalancer, url };

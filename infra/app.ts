@@ -9,7 +9,7 @@
  *      -c ferry:manifest=<path to ferry_manifest.json> -c ferry:env=production
  *      -c ferry:functionsDir=<bundles dir> -c ferry:artifactKey=artifacts/<app>/<env>/<fp>.tar.gz
  *      -c ferry:gpuWorkerImage=… -c ferry:cpuWorkerImage=… -c ferry:agentImage=…
- *      (optional: ferry:app, ferry:artifactBucket, ferry:instanceTypes=a,b)
+ *      (optional: ferry:app, ferry:artifactBucket, ferry:instanceTypes=a,b, ferry:gpuWarmPoolSize=N)
  *
  * Stacks are environment-agnostic (no account/region): no lookups, so synth runs offline with no
  * credentials; the region comes from the deploying credentials.
@@ -56,6 +56,8 @@ export interface SynthesizeOptions {
    * the function bundles) only, never on which app is synthesized.
    */
   instanceTypes?: readonly string[];
+  /** Stopped GPU instances kept ready per GPU pool (PlatformStackProps.gpuWarmPoolSize); default 0. */
+  gpuWarmPoolSize?: number;
   endpointIds?: Readonly<Record<string, string>>;
   /** HTTPS of load-balanced endpoints: a domain (ACM), else CloudFront (constructs/https-front.ts). */
   https?: LbHttpsOptions;
@@ -90,6 +92,7 @@ export function buildApp(
   const platform = new PlatformStack(app, platformStackName, {
     functionsCodeDir: options.functionsCodeDir,
     instanceTypes,
+    ...(options.gpuWarmPoolSize ? { gpuWarmPoolSize: options.gpuWarmPoolSize } : {}),
     description: 'Ferry platform: v2 job API, tables, bucket, ECS cluster',
   });
   const appStack = new AppEnvironmentStack(app, appStackName(appName, options.env), {
@@ -144,6 +147,7 @@ export function optionsFromContext(app: App): SynthesizeOptions {
   const bucketName = get('artifactBucket');
   const app_ = get('app');
   const instanceTypes = get('instanceTypes');
+  const gpuWarmPoolSize = get('gpuWarmPoolSize');
   return {
     manifest,
     ...(app_ ? { app: app_ } : {}),
@@ -156,7 +160,22 @@ export function optionsFromContext(app: App): SynthesizeOptions {
       agent: need('agentImage'),
     },
     ...(instanceTypes ? { instanceTypes: instanceTypes.split(',').map((s) => s.trim()) } : {}),
+    ...(gpuWarmPoolSize ? { gpuWarmPoolSize: warmPoolSizeOf(gpuWarmPoolSize) } : {}),
   };
+}
+
+function warmPoolSizeOf(value: string): number {
+  const size = Number(value);
+  if (!Number.isInteger(size) || size < 0 || size > 100) {
+    throw new FerryError(
+      'usage',
+      `ferry:gpuWarmPoolSize must be a whole number from 0 to 100, got "${value}"`,
+      {
+        hint: 'Pass -c ferry:gpuWarmPoolSize=1 to keep one stopped GPU instance ready per GPU pool.',
+      },
+    );
+  }
+  return size;
 }
 
 function main(): void {

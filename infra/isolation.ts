@@ -123,8 +123,15 @@ export class EndpointAgentAccess extends Construct {
     );
 
     if (props.kind === 'lb') {
-      // Client keys only: KEY#<hash> items of the control table.
+      // Client keys (KEY#<hash> items of the control table) and its own worker record (load report).
       this.role.addToPolicy(keyLookupStatement(props.tables.control));
+      this.role.addToPolicy(
+        new iam.PolicyStatement({
+          actions: ['dynamodb:PutItem', 'dynamodb:DeleteItem'],
+          resources: [props.tables.workers.tableArn],
+          conditions: leadingKeysCondition(keys.workers),
+        }),
+      );
       return;
     }
     const { jobs, chunks, workers } = props.tables;

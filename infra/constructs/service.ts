@@ -1,7 +1,8 @@
 /**
  * The ECS service that runs one endpoint's workers: its task role (least privilege for the agent's
- * calls), the task definition (artifact init container, agent, worker) and the service with its
- * scalable target. Scaling policies and load balancers attach to it from their own constructs.
+ * calls), the task definition (artifact init container, agent, worker) and the service, named
+ * `ferry-<endpointId>` so the scaler Lambda (functions/scaler.ts) can set its desiredCount. Nothing
+ * else scales it: no Application Auto Scaling target, no alarms (docs/scaling.md).
  *
  * Task layout: containers in HOST network mode, so the worker reaches the agent on 127.0.0.1 and
  * both use the host's public IP for egress (the platform has no NAT). One task per host (gpu.ts
@@ -20,7 +21,6 @@
  * it; the task role reads the one artifact key instead (worker-image/agent/artifact.ts).
  */
 import { Aws, Duration, Stack, Validations } from 'aws-cdk-lib';
-import * as appscaling from 'aws-cdk-lib/aws-applicationautoscaling';
 import * as ecr from 'aws-cdk-lib/aws-ecr';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -31,7 +31,7 @@ import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
 import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/agent.js';
 import { agentMemoryMiB, artifactInitMemoryMiB, type Placement, workerMemoryReservationMiB } from '../gpu.js';
 import { EndpointAgentAccess, EndpointWorkerToken, userSecrets } from '../isolation.js';
-import { clusterName } from '../names.js';
+import { clusterName, serviceName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
 import { blobPrefix } from '../platform-stack.js';
 import {
@@ -77,7 +77,6 @@ export class EndpointService extends Construct {
   readonly taskRole: iam.Role;
   /** The agent's scoped role (infra/isolation.ts). */
   readonly agentRole: iam.Role;
-  readonly scalableTarget: appscaling.ScalableTarget;
 
   constructor(
     scope: Construct,
@@ -182,9 +181,10 @@ export class EndpointService extends Construct {
 
     const service = new ecs.Ec2Service(this, 'Service', {
       cluster: props.platform.cluster,
+      serviceName: serviceName(endpointId),
       taskDefinition,
-      // Zero at create; Application Auto Scaling owns the count from then on. A template that keeps
-      // saying 0 does not reset a running service, because CloudFormation only sends changed values.
+      // Zero at create; the scaler Lambda owns the count from then on. A template that keeps saying
+      // 0 does not reset a running service, because CloudFormation only sends changed values.
       desiredCount: 0,
       // Old workers may stop before new ones start: queue jobs wait (or requeue when a lease lapses),
       // and no second GPU host is needed to roll.
@@ -198,14 +198,6 @@ export class EndpointService extends Construct {
       propagateTags: ecs.PropagatedTagSource.SERVICE,
     });
     this.allowTaskProtection(taskRole);
-
-    this.scalableTarget = new appscaling.ScalableTarget(this, 'Scaling', {
-      serviceNamespace: appscaling.ServiceNamespace.ECS,
-      scalableDimension: 'ecs:service:DesiredCount',
-      resourceId: `service/${props.platform.cluster.clusterName}/${service.serviceName}`,
-      minCapacity: resources.workersMin,
-      maxCapacity: resources.workersMax,
-    });
     this.service = service;
     this.taskDefinition = taskDefinition;
     this.taskRole = taskRole;
@@ -290,6 +282,8 @@ export class EndpointService extends Construct {
         FERRY_AGENT_PORT: String(ports.agent),
         FERRY_LEASE_SEC: String(leaseTiming.leaseSec),
         FERRY_DRAIN_MS: String(drainMs),
+        // Task scale-in protection stays on until the worker has been idle this long (agent.ts).
+        FERRY_IDLE_TIMEOUT_SEC: String(resources.idleTimeoutSec),
       };
       // User env first: nothing a user sets can redirect the worker away from its agent. The
       // protocol env is the agent's own `workerEnv()` shape; the worker id is a placeholder the agent
@@ -315,12 +309,14 @@ export class EndpointService extends Construct {
         workerSecrets: { ...workerUserSecrets, ...token.workerSecrets },
       };
     }
-    // Clients' keys are checked by the agent with its role: KEY#<hash> items of the control table.
+    // With its role (infra/isolation.ts): KEY#<hash> items of the control table, and its own worker
+    // record (requests in flight for the scaler, worker-image/agent/lb.ts).
     const agentEnv = {
       ...agentBase,
       ...access.environment,
       FERRY_AGENT_MODE: 'lb',
       FERRY_CONTROL_TABLE: platform.controlTable.tableName,
+      FERRY_WORKERS_TABLE: platform.workersTable.tableName,
       FERRY_PORT: String(ports.lbWorker),
       FERRY_AGENT_HOST: '0.0.0.0',
       FERRY_AGENT_PORT: String(ports.lbPublic),

@@ -144,6 +144,48 @@ describe('load-balanced agent', () => {
     expect(await get.json()).toEqual({ id: '42', q: 'x' });
   });
 
+  it('reports its load to the workers table: busy while a request runs, idle with lastBusyAt after', async () => {
+    const registry = aws.workers();
+    const reporting = await startLbAgent({
+      endpointId: 'lbload',
+      control: aws.control(),
+      workerPort,
+      host: '127.0.0.1',
+      port: 0,
+      log,
+      registry,
+      workerId: 'lbload-task1',
+    });
+    try {
+      await reporting.reported();
+      expect(await registry.get('lbload-task1')).toMatchObject({ state: 'idle', inFlight: 0 });
+      const started = Date.now();
+      const slow = fetch(`${reporting.url}/nap`, {
+        method: 'POST',
+        headers: { authorization: apiKey, 'content-type': 'application/json' },
+        body: JSON.stringify({ seconds: 1.5 }),
+      });
+      const busy = await eventually('the busy record', async () => {
+        await reporting.reported();
+        const r = await registry.get('lbload-task1');
+        return r?.state === 'running' ? r : undefined;
+      });
+      expect(busy).toMatchObject({ endpointId: 'lbload', inFlight: 1, jobIds: [] });
+      expect((await slow).status).toBe(200);
+      const idle = await eventually('the idle record', async () => {
+        await reporting.reported();
+        const r = await registry.get('lbload-task1');
+        return r?.state === 'idle' ? r : undefined;
+      });
+      expect(idle.inFlight).toBe(0);
+      expect(idle.lastBusyAt).toBeGreaterThanOrEqual(started);
+    } finally {
+      await reporting.close(1_000);
+    }
+    // A task that leaves takes its record with it.
+    expect(await registry.get('lbload-task1')).toBeUndefined();
+  });
+
   it('passes the worker’s own errors through (404 for an unknown route)', async () => {
     const missing = await call('/nope', { headers: { authorization: apiKey } });
     expect(missing.status).toBe(404);

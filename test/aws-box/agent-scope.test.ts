@@ -347,9 +347,9 @@ describe("an agent with its endpoint's role", () => {
 
     await expect(store.get(victim, Date.now())).rejects.toMatchObject(denied);
     await expect(store.listByStatus(theirs, 'IN_QUEUE', Date.now(), 10)).rejects.toMatchObject(denied);
-    await expect(
-      store.update(victim, before!.version, { status: 'COMPLETED', output: 'forged' }),
-    ).rejects.toMatchObject(denied);
+    await expect(store.update(before!, { status: 'COMPLETED', output: 'forged' })).rejects.toMatchObject(
+      denied,
+    );
     await expect(store.appendStream(victim, ['forged chunk'])).rejects.toMatchObject(denied);
     // A forged id that merely contains this endpoint's id does not help: the key must start with it.
     await expect(store.get(`${theirs}-${mine}-x`, Date.now())).rejects.toMatchObject(denied);

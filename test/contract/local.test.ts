@@ -111,7 +111,7 @@ describe('local SQLite database', () => {
       await db.jobs.create(makeJob({ id: 'stuck', createdAt: 0, expiresAt: 100 }));
       expect(await db.jobs.deleteExpired(1_000)).toBe(0);
       expect((await db.jobs.listExpiredUnfinished(1_000, 10)).map((j) => j.id)).toEqual(['stuck']);
-      await db.jobs.update('stuck', 1, { status: 'CANCELLED' });
+      await db.jobs.update((await db.jobs.get('stuck', 0))!, { status: 'CANCELLED' });
       expect(await db.jobs.deleteExpired(1_000)).toBe(1);
     } finally {
       await db.close();

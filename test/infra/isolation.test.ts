@@ -165,13 +165,27 @@ describe('the task role (every container of the task has it)', () => {
 
 describe('the load-balanced agent role', () => {
   const { template, access } = build('lb');
+  const statements = statementsOf(template, access.role);
+
   it('reads only KEY# items of the control table', () => {
-    const statements = statementsOf(template, access.role);
-    expect(statements).toHaveLength(1);
-    expect(statements[0]!.Resource).toBe(tables.control.tableArn);
-    expect(statements[0]!.Condition).toEqual({
+    const reads = only(statements, 'dynamodb:GetItem');
+    expect(reads).toHaveLength(1);
+    expect(reads[0]!.Resource).toBe(tables.control.tableArn);
+    expect(reads[0]!.Condition).toEqual({
       'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['KEY#*'] },
     });
+  });
+
+  it('writes only its own worker records (its load, for the scaler), and nothing else', () => {
+    const writes = only(statements, 'dynamodb:PutItem');
+    expect(writes).toHaveLength(1);
+    expect(writes[0]!.Resource).toBe(tables.workers.tableArn);
+    expect(actionsOf(writes).sort()).toEqual(['dynamodb:DeleteItem', 'dynamodb:PutItem']);
+    expect(writes[0]!.Condition).toEqual({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${endpointId}-*`] },
+      Null: { 'dynamodb:LeadingKeys': 'false' },
+    });
+    expect(statements).toHaveLength(2);
   });
 });
 

@@ -22,7 +22,6 @@ const self = path.relative(repo, import.meta.filename);
  */
 const pendingTopicDocs = new Set([
   'docs/workers.md',
-  'docs/scaling.md',
   'docs/security.md',
   'docs/aws.md',
   'docs/python.md',

@@ -52,7 +52,10 @@
  * While the worker holds a job, `PUT $ECS_AGENT_URI/task-protection/v1/state`
  * `{"ProtectionEnabled": true, "ExpiresInMinutes": N}` keeps scale-in from killing it (renewed at half
  * of N); once idle for `protectionOffAfterMs`, `{"ProtectionEnabled": false}`. Failures are logged and
- * retried on the next tick, never fatal: losing protection only risks a requeue.
+ * retried on the next tick, never fatal: losing protection only risks a requeue. On ECS that period is
+ * the endpoint's idle_timeout (FERRY_IDLE_TIMEOUT_SEC): the scaling policy keeps a worker that long
+ * after its last job, and protection makes sure ECS, which picks the tasks a lower desiredCount stops,
+ * takes one the policy let go (docs/scaling.md).
  *
  * ── Drain (SIGTERM) ────────────────────────────────────────────────────────────────────────────────
  *
@@ -474,17 +477,19 @@ class AgentServer implements Agent {
     const ecs = this.options.ecs;
     if (!ecs) return;
     const now = this.clock.now();
-    const busy = this.held().length > 0;
+    const idleMs = now - (this.protection.idleSince || now);
+    const offAfterMs = ecs.protectionOffAfterMs ?? 2_000;
+    // Still inside the idle window after a job: keep renewing, or a long idle_timeout could outlast
+    // the protection's own term.
+    const keep = this.held().length > 0 || (this.protection.on && idleMs < offAfterMs);
     const minutes = Math.min(2_880, Math.max(1, Math.round(ecs.protectionMinutes ?? 60)));
-    if (busy && (!this.protection.on || now >= this.protection.renewAt)) {
+    if (keep && (!this.protection.on || now >= this.protection.renewAt)) {
       if (await this.putProtection({ ProtectionEnabled: true, ExpiresInMinutes: minutes })) {
         this.protection.on = true;
         // Renew at half the term, so a slow or failed renewal still has time before it lapses.
         this.protection.renewAt = now + (minutes * 60_000) / 2;
       }
-    } else if (!busy && this.protection.on) {
-      const idleMs = now - (this.protection.idleSince || now);
-      if (idleMs < (ecs.protectionOffAfterMs ?? 2_000)) return;
+    } else if (!keep && this.protection.on) {
       if (await this.putProtection({ ProtectionEnabled: false })) this.protection.on = false;
     }
   }

@@ -67,8 +67,17 @@ export const queueAgentEnvSchema = z.object({
     .default(drainMs),
   FERRY_LEASE_SEC: z.coerce.number().int('must be an integer').min(10, 'must be >= 10').optional(),
   FERRY_STOP_GRACE_MS: ms.optional(),
+  /**
+   * The endpoint's idle_timeout: task scale-in protection stays on until the worker has been idle
+   * this long, so ECS never stops a worker the scaling policy still keeps (docs/scaling.md).
+   */
+  FERRY_IDLE_TIMEOUT_SEC: z.coerce.number().int('must be an integer').min(1, 'must be >= 1').optional(),
   /** Injected by the ECS agent into every container; absent outside ECS (no task protection). */
   ECS_AGENT_URI: url.optional(),
+  /** Injected by ECS into every container: where the agent sees the worker container's exit. */
+  ECS_CONTAINER_METADATA_URI_V4: url.optional(),
+  /** The worker container's name in the task definition. */
+  FERRY_WORKER_CONTAINER: text.default('worker'),
 });
 
 export const lbAgentEnvSchema = z.object({
@@ -84,6 +93,8 @@ export const lbAgentEnvSchema = z.object({
   /** The ALB reaches the agent on the host's address, so it listens beyond loopback. */
   FERRY_AGENT_HOST: text.default('0.0.0.0'),
   FERRY_AGENT_PORT: port.default(8080),
+  /** Where the agent reports its requests in flight for the scaler (docs/scaling.md); optional. */
+  FERRY_WORKERS_TABLE: text.optional(),
   /** How long a key lookup is remembered; a revoked key stops working after at most this long. */
   FERRY_KEY_CACHE_MS: ms.max(300_000, 'must be at most 300000').default(30_000),
   /** How long SIGTERM lets requests in flight finish (ALB deregistration is 30 s). */

@@ -16,9 +16,15 @@
  * table, missing permission) answers 503 and is logged: fail closed, never let a request through.
  *
  * The client's Authorization header is not forwarded: user code must never see the account key.
+ *
+ * Scaling (docs/scaling.md): with a `registry`, the agent records its task as a worker of the endpoint
+ * in the workers table — requests in flight and when it last served one — written when it turns busy
+ * or idle and refreshed every `reportEveryMs`. The scaler Lambda reads that to keep a serving task
+ * and to let an idle one go after idle_timeout. The ALB's own metrics could not tell: they are
+ * per minute, per load balancer, and absent while no request flows.
  */
 
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import {
   createServer,
   type IncomingHttpHeaders,
@@ -34,9 +40,10 @@ import {
   type KeyScope,
   scopeCovers,
 } from '../../core/auth.js';
+import { systemClock } from '../../core/clock.js';
 import { FerryError, toHttpResponse } from '../../core/errors.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
-import type { ControlStore } from '../../core/ports.js';
+import type { Clock, ControlStore, WorkerRegistry } from '../../core/ports.js';
 import { listen } from './listen.js';
 
 export interface LbAgentOptions {
@@ -62,10 +69,21 @@ export interface LbAgentOptions {
   /** How long GET /ping waits for the worker's /ping (default 2 s; the ALB check times out at 5 s). */
   pingTimeoutMs?: number;
   log?: Logger;
+  /** Where the scaler reads this task's load (the workers table); without it nothing is reported. */
+  registry?: Pick<WorkerRegistry, 'heartbeat' | 'remove'>;
+  /** This task's worker id in the registry (default `<endpointId>-<random>`). */
+  workerId?: string;
+  clock?: Clock;
+  /** How often the record is refreshed while nothing changes (default 30 s; stale after 180 s). */
+  reportEveryMs?: number;
 }
 
 export interface LbAgent {
   readonly url: string;
+  /** Requests in flight now. */
+  readonly serving: number;
+  /** Settles once every load report started so far is written. */
+  reported(): Promise<void>;
   /** Stops taking connections and waits for requests in flight (at most `waitMs`); twice is fine. */
   close(waitMs?: number): Promise<void>;
 }
@@ -95,9 +113,18 @@ class LbAgentServer implements LbAgent {
   private readonly workerHost: string;
   private readonly server = createServer((req, res) => void this.serve(req, res));
   private closed: Promise<void> | undefined;
+  private inFlight = 0;
+  private lastBusyAt: number;
+  private readonly workerId: string;
+  private readonly clock: Clock;
+  private reporting: Promise<void> = Promise.resolve();
+  private reportTimer: NodeJS.Timeout | undefined;
 
   constructor(private readonly options: LbAgentOptions) {
     this.log = options.log ?? prefixed(stderrLogger, 'ferry-agent: ');
+    this.clock = options.clock ?? systemClock;
+    this.lastBusyAt = this.clock.now();
+    this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
     this.workerHost = options.workerHost ?? '127.0.0.1';
     this.auth = new KeyAuthenticator({
       control: options.control as ControlStore,
@@ -113,6 +140,53 @@ class LbAgentServer implements LbAgent {
       `serving load-balanced endpoint ${this.options.endpointId} on ${host}:${port}, ` +
         `proxying to ${this.workerHost}:${this.options.workerPort}`,
     );
+    if (this.options.registry) {
+      this.report();
+      this.reportTimer = setInterval(() => this.report(), this.options.reportEveryMs ?? 30_000);
+      this.reportTimer.unref();
+    }
+  }
+
+  /** Requests in flight on this task now. */
+  get serving(): number {
+    return this.inFlight;
+  }
+
+  /** Settles once every report started so far has been written (tests). */
+  reported(): Promise<void> {
+    return this.reporting;
+  }
+
+  /** One request begins (+1) or ends (-1); a change between idle and busy is reported at once. */
+  private track(delta: 1 | -1): void {
+    const before = this.inFlight;
+    this.inFlight = Math.max(0, this.inFlight + delta);
+    this.lastBusyAt = this.clock.now();
+    if ((before === 0) !== (this.inFlight === 0)) this.report();
+  }
+
+  /** Writes this task's record; one write at a time, failures logged (the next report retries). */
+  private report(): void {
+    const registry = this.options.registry;
+    if (!registry || this.closed) return;
+    this.reporting = this.reporting.then(async () => {
+      const now = this.clock.now();
+      try {
+        await registry.heartbeat({
+          workerId: this.workerId,
+          endpointId: this.options.endpointId,
+          state: this.inFlight > 0 ? 'running' : 'idle',
+          jobIds: [],
+          inFlight: this.inFlight,
+          lastSeenAt: now,
+          lastBusyAt: this.inFlight > 0 ? now : this.lastBusyAt,
+        });
+      } catch (error) {
+        this.log.warn(
+          `reporting load to the workers table: ${error instanceof Error ? error.message : String(error)}`,
+        );
+      }
+    });
   }
 
   private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -153,6 +227,8 @@ class LbAgentServer implements LbAgent {
         req.resume();
         return;
       }
+      this.track(1);
+      res.on('close', () => this.track(-1));
       this.proxy(req, res);
     } catch (error) {
       this.fail(req, res, error);
@@ -214,11 +290,18 @@ class LbAgentServer implements LbAgent {
 
   close(waitMs = 10_000): Promise<void> {
     this.closed ??= (async () => {
+      clearInterval(this.reportTimer);
       const done = new Promise<void>((resolve) => this.server.close(() => resolve()));
       this.server.closeIdleConnections();
       const timer = setTimeout(() => this.server.closeAllConnections(), waitMs);
       await done;
       clearTimeout(timer);
+      await this.reporting;
+      await this.options.registry?.remove(this.workerId).catch((error) => {
+        this.log.warn(
+          `removing this task from the workers table: ${error instanceof Error ? error.message : String(error)}`,
+        );
+      });
     })();
     return this.closed;
   }

@@ -3,10 +3,10 @@
  * ready"; the taker's compare-and-set decides). Purge and cancel are CAS moves in the JobStore, never
  * PurgeQueue (rate-limited to once per 60 s and up to 60 s to take effect).
  *
- * Two queues per endpoint: urgent work and low-priority work. The scaling policy (target tracking on
- * backlog per task, infra/) reads ApproximateNumberOfMessagesVisible of the urgent queue only, so
- * `policy.lowPriority` jobs never scale workers up — a message attribute could not do that, since
- * CloudWatch counts every message of a queue. Workers drain the urgent queue first:
+ * Two queues per endpoint: urgent work and low-priority work. The scaler (functions/scaler.ts) reads
+ * the urgent queue's depth only, so `policy.lowPriority` jobs never scale workers up — a message
+ * attribute could not do that, since SQS counts every message of a queue. Workers drain the urgent
+ * queue first:
  *
  *   receive ─▶ urgent (short poll) ─▶ low (short poll) ─▶ urgent (long poll, one slice) ─┐
  *                                         ▲                                                │ nothing

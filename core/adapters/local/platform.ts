@@ -89,6 +89,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     queue: db.queue,
     workers: db.workers,
     ledger: supervisor,
+    createQueued: (job) => db.createQueued(job),
     changes,
     clock,
     webhooks,
@@ -149,12 +150,18 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   }
 
   let sweeping = false;
+  let lastVacuumMs = clock.now();
   const sweep = async () => {
     if (sweeping) return;
     sweeping = true;
     try {
       await engine.sweep();
       await db.jobs.deleteExpired(clock.now());
+      // Give freed pages back to the file system once a minute (docs/security.md, disk retention).
+      if (clock.now() - lastVacuumMs >= 60_000) {
+        lastVacuumMs = clock.now();
+        db.reclaimSpace();
+      }
     } catch (error) {
       log.error(`sweep failed: ${(error as Error).message}`);
     } finally {

@@ -30,6 +30,7 @@ import type {
   JobPatch,
   JobQueue,
   JobStore,
+  JobUpdate,
   QueueMessage,
   ReceiveOptions,
   WorkerRecord,
@@ -151,10 +152,32 @@ export interface LocalDatabase {
   queue: JobQueue;
   control: ControlStore;
   workers: WorkerRegistry;
+  /** Gives up to `maxPages` free pages back to the file system (incremental vacuum). */
+  reclaimSpace(maxPages?: number): void;
+  /** A new job and its queue message in one transaction (EngineDeps.createQueued). */
+  createQueued(job: Job): Promise<void>;
   /** Pending webhook deliveries (core/webhooks.ts). */
   outbox: SqliteWebhookOutbox;
   /** Closes the connection (the stores' own `close` do not). Closing twice is fine. */
   close(): Promise<void>;
+}
+
+/**
+ * Deleted jobs, chunks and records free pages that SQLite otherwise keeps in the file forever; with
+ * incremental auto-vacuum the platform gives them back on a schedule (reclaimSpace). The mode takes
+ * effect through one VACUUM (instant on a new file; best effort on an older one: a second process
+ * holding the file makes it wait for the next start).
+ */
+function enableIncrementalVacuum(db: Db): void {
+  const incremental = 2;
+  if (db.pragma('auto_vacuum', { simple: true }) === incremental) return;
+  db.pragma('auto_vacuum = INCREMENTAL');
+  // Even a new file needs the VACUUM: switching to WAL has already written its first page.
+  try {
+    db.exec('VACUUM');
+  } catch {
+    // Busy: stays in the old mode until a start that has the file alone.
+  }
 }
 
 /** Opens (creating if needed) the database at `path`; `:memory:` gives a private in-memory one. */
@@ -173,6 +196,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     if (version > schemaVersion) {
       throw new Error(`The database ${path} was written by a newer Ferry (schema ${version}); upgrade Ferry`);
     }
+    enableIncrementalVacuum(db);
     db.exec(schema);
     db.pragma(`user_version = ${schemaVersion}`);
   } catch (error) {
@@ -181,9 +205,21 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
   }
   const clock = options.clock ?? systemClock;
   const queue = new SqliteJobQueue(db, clock, options.crossProcessPollMs ?? 500);
+  const jobs = new SqliteJobStore(db);
+  const createQueuedTx = db.transaction((job: Job) => {
+    jobs.insertSync(job);
+    queue.insertSync(job.endpointId, job.id, job.policy.lowPriority);
+  });
   let closed = false;
   return {
-    jobs: new SqliteJobStore(db),
+    jobs,
+    reclaimSpace(maxPages = 2_000) {
+      db.pragma(`incremental_vacuum(${Math.max(1, Math.floor(maxPages))})`);
+    },
+    async createQueued(job: Job) {
+      createQueuedTx.immediate(job);
+      queue.wake(job.endpointId);
+    },
     queue,
     control: new SqliteControlStore(db),
     workers: new SqliteWorkerRegistry(db),
@@ -245,24 +281,20 @@ class SqliteJobStore implements JobStore {
          started_at = @started_at, run_deadline = @run_deadline, retries = @retries, version = @version, body = @body
        WHERE id = @id AND version = @expected`,
     );
-    this.#updateTx = db.transaction(
-      (jobId: string, expectedVersion: number, patch: JobPatch): Job | undefined => {
-        const row = this.#get.get(jobId);
-        if (!row) return undefined;
-        const current = parseJob(row);
-        if (current.version !== expectedVersion) return undefined;
-        const next: Record<string, unknown> = { ...current };
-        for (const [key, value] of Object.entries(patch)) {
-          // The identity and the version are not the caller's to write.
-          if (key === 'id' || key === 'endpointId' || key === 'version') continue;
-          if (value === undefined) delete next[key];
-          else next[key] = value;
-        }
-        const written = { ...(next as unknown as Job), version: expectedVersion + 1 };
-        const result = this.#update.run({ ...jobColumns(written), expected: expectedVersion });
-        return result.changes === 1 ? written : undefined;
-      },
-    );
+    this.#updateTx = db.transaction((current: Job, patch: JobPatch): JobUpdate => {
+      const next: Record<string, unknown> = { ...current };
+      for (const [key, value] of Object.entries(patch)) {
+        // The identity and the version are not the caller's to write.
+        if (key === 'id' || key === 'endpointId' || key === 'version') continue;
+        if (value === undefined) delete next[key];
+        else next[key] = value;
+      }
+      const written = { ...(next as unknown as Job), version: current.version + 1 };
+      const result = this.#update.run({ ...jobColumns(written), expected: current.version });
+      if (result.changes === 1) return { ok: true, job: written };
+      const row = this.#get.get(current.id);
+      return { ok: false, current: row ? parseJob(row) : undefined };
+    });
     const insertChunk = db.prepare('INSERT INTO stream_chunks (job_id, output) VALUES (?, ?)');
     this.#appendTx = db.transaction((jobId: string, outputs: unknown[]) => {
       for (const output of outputs) insertChunk.run(jobId, JSON.stringify(output ?? null));
@@ -281,6 +313,11 @@ class SqliteJobStore implements JobStore {
   }
 
   async create(job: Job): Promise<void> {
+    this.insertSync(job);
+  }
+
+  /** The insert itself, for callers that wrap it in a transaction with other writes. */
+  insertSync(job: Job): void {
     const result = this.#insert.run(jobColumns({ ...job, version: 1 }));
     if (result.changes === 0) throw conflict(`A job with id ${job.id} already exists`);
   }
@@ -292,8 +329,8 @@ class SqliteJobStore implements JobStore {
     return job.expiresAt > nowMs ? job : undefined;
   }
 
-  async update(jobId: string, expectedVersion: number, patch: JobPatch): Promise<Job | undefined> {
-    return this.#updateTx.immediate(jobId, expectedVersion, patch);
+  async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
+    return this.#updateTx.immediate(current, patch);
   }
 
   async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
@@ -441,8 +478,17 @@ class SqliteJobQueue implements JobQueue {
   }
 
   async send(endpointId: string, jobId: string, options: { lowPriority: boolean }): Promise<void> {
+    this.insertSync(endpointId, jobId, options.lowPriority);
+    this.wake(endpointId);
+  }
+
+  /** The insert itself, for callers that wrap it in a transaction; call wake() after the commit. */
+  insertSync(endpointId: string, jobId: string, lowPriority: boolean): void {
     this.#assertOpen();
-    this.#send.run(endpointId, jobId, options.lowPriority ? 1 : 0, this.clock.now(), randomUUID());
+    this.#send.run(endpointId, jobId, lowPriority ? 1 : 0, this.clock.now(), randomUUID());
+  }
+
+  wake(endpointId: string): void {
     for (const wake of this.#waiters.get(endpointId) ?? []) wake();
   }
 
