@@ -10,6 +10,9 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { describe, expect, it } from 'vitest';
 import { FerryError } from '../../core/errors.js';
+import type { Manifest } from '../../core/manifest.js';
+import { AppEnvironmentStack } from '../../infra/app-stack.js';
+import { gpuInstanceFor } from '../../infra/gpu.js';
 import {
   EndpointAgentAccess,
   EndpointWorkerToken,
@@ -17,6 +20,7 @@ import {
   userSecrets,
 } from '../../infra/isolation.js';
 import { ecsConfigLines } from '../../infra/platform-stack.js';
+import { gpuEndpoint, sampleImages, sampleManifest } from './fixtures.js';
 import { actionsOf, type Statement, statementsOf } from './iam.js';
 
 const account = '123456789012';
@@ -261,5 +265,51 @@ describe('endpoint ids', () => {
 describe('ECS hosts', () => {
   it('block IMDS for awsvpc tasks in the ECS agent config', () => {
     expect(ecsConfigLines).toContain('ECS_AWSVPC_BLOCK_IMDS=true');
+  });
+});
+
+describe('an endpoint with secrets, through the app stack', () => {
+  // resourcesSchema gains `secrets` with issue 13's manifest field; the stack reads it from there.
+  const withSecrets = {
+    ...sampleManifest,
+    endpoints: [{ ...gpuEndpoint, resources: { ...gpuEndpoint.resources, secrets: ['HF_TOKEN'] } }],
+  } as unknown as Manifest;
+  const stack = new AppEnvironmentStack(new App(), 'Ferry-demo-dev', {
+    appName: 'demo',
+    envName: 'dev',
+    manifest: withSecrets,
+    artifact: { key: 'artifacts/demo/dev/fff.tar.gz' },
+    platform: { instanceTypes: [gpuInstanceFor('A10G', 1).instanceType] },
+    images: sampleImages,
+  });
+  const template = Template.fromStack(stack);
+  const deployed = stack.endpoints[0]!;
+  const containers = template.toJSON().Resources[
+    Stack.of(deployed.taskDefinition).getLogicalId(
+      deployed.taskDefinition.node.defaultChild as ecs.CfnTaskDefinition,
+    )
+  ].Properties.ContainerDefinitions as {
+    Name: string;
+    Environment?: { Name: string }[];
+    Secrets?: { Name: string; ValueFrom: unknown }[];
+  }[];
+  const worker = containers.find((c) => c.Name === 'worker')!;
+
+  it('hands the secret to the worker as an ECS secret from ferry/<app>/<env>/<NAME>, not as environment', () => {
+    const hf = worker.Secrets?.find((s) => s.Name === 'HF_TOKEN');
+    expect(JSON.stringify(hf?.ValueFrom)).toContain(':secret:ferry/demo/dev/HF_TOKEN');
+    expect((worker.Environment ?? []).map((e) => e.Name)).not.toContain('HF_TOKEN');
+    for (const c of containers.filter((c) => c.Name !== 'worker')) {
+      expect((c.Secrets ?? []).map((s) => s.Name)).not.toContain('HF_TOKEN');
+    }
+  });
+
+  it('lets only the execution role read it, by its exact name', () => {
+    const readers = Object.values(template.findResources('AWS::IAM::Policy')).filter((p) =>
+      JSON.stringify(p.Properties.PolicyDocument).includes('ferry/demo/dev/HF_TOKEN'),
+    );
+    expect(readers).toHaveLength(1);
+    expect(JSON.stringify(readers[0]!.Properties.Roles)).toContain('ExecutionRole');
+    expect(JSON.stringify(readers[0]!.Properties.PolicyDocument)).toContain('ferry/demo/dev/HF_TOKEN-??????');
   });
 });
