@@ -123,8 +123,10 @@ export class EndpointAgentAccess extends Construct {
     );
 
     if (props.kind === 'lb') {
-      // Client keys (KEY#<hash> items of the control table) and its own worker record (load report).
+      // Client keys: KEY#<hash> items of the control table.
       this.role.addToPolicy(keyLookupStatement(props.tables.control));
+      // Its own worker record: requests in flight and last busy time, read by the scaler
+      // (worker-image/agent/lb.ts, docs/scaling.md).
       this.role.addToPolicy(
         new iam.PolicyStatement({
           actions: ['dynamodb:PutItem', 'dynamodb:DeleteItem'],
