@@ -17,6 +17,7 @@ import {
   EndpointAgentAccess,
   EndpointWorkerToken,
   endpointKeyPatterns,
+  leadingKeysCondition,
   userSecrets,
 } from '../../infra/isolation.js';
 import { ecsConfigLines } from '../../infra/platform-stack.js';
@@ -185,6 +186,7 @@ describe('the load-balanced agent role', () => {
     expect(writes).toHaveLength(1);
     expect(writes[0]!.Resource).toBe(tables.workers.tableArn);
     expect(actionsOf(writes).sort()).toEqual(['dynamodb:DeleteItem', 'dynamodb:PutItem']);
+    expect(writes[0]!.Condition).toEqual(leadingKeysCondition(endpointKeyPatterns(endpointId).workers));
     expect(writes[0]!.Condition).toEqual({
       'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${endpointId}-*`] },
       Null: { 'dynamodb:LeadingKeys': 'false' },
