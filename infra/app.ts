@@ -24,7 +24,7 @@ import { FerryError } from '../core/errors.js';
 import { type Manifest, manifestSchema } from '../core/manifest.js';
 import { AppEnvironmentStack, type WorkerImages } from './app-stack.js';
 import { instanceTypesFor } from './gpu.js';
-import { appStackName, platformStackName } from './names.js';
+import { appStackName, ownershipTags, platformStackName } from './names.js';
 import { defaultInstanceTypes, PlatformStack } from './platform-stack.js';
 
 export { platformStackName } from './names.js';
@@ -99,6 +99,9 @@ export function buildApp(
     images: options.images,
     ...(options.endpointIds ? { endpointIds: options.endpointIds } : {}),
     description: `Ferry ${appName}/${options.env}`,
+    // Who owns the stack: the CLI refuses to deploy over a stack whose tags name another app/env.
+    // CloudFormation copies stack tags to the resources that take tags.
+    tags: { [ownershipTags.app]: appName, [ownershipTags.env]: options.env },
   });
   // Imports by name carry no reference CDK could order the stacks by: the platform (and the exports
   // the app imports) must be deployed first, so say it.

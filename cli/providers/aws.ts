@@ -31,11 +31,12 @@ import { FerryError } from '../../core/errors.js';
 import { type Manifest, manifestSchema, type Resources } from '../../core/manifest.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import type { WorkerImages } from '../../infra/app-stack.js';
-import { appStackName, platformStackName } from '../../infra/names.js';
+import { appStackName, checkAppEnvNames, platformStackName } from '../../infra/names.js';
 import { baseImageFor } from '../../worker-image/images.js';
 import { apiKeyFromUser, installRoot, readDotEnv } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
 import type { Reporter } from '../io.js';
+import { ensureEcsServiceLinkedRole, type IamLike, usableStack } from './aws-account.js';
 import type {
   CdkToolkit,
   StackLookup,
@@ -44,6 +45,7 @@ import type {
   ToolkitEvent,
   ToolkitEventHandler,
 } from './toolkit.js';
+import { deadStackStatuses } from './toolkit.js';
 import type { DestroyResult, PrepareInput, Provider, ProvisionContext, ServingState } from './types.js';
 
 /**
@@ -236,7 +238,16 @@ export interface AwsProviderOptions {
   stateDir?: string;
   /** Bootstrap the account/region (CDKToolkit stack) before the first deploy. */
   bootstrap?: boolean;
+  /** IAM, for the ECS service-linked role check before a deploy (none: the check is skipped). */
+  iam?: IamLike;
+  /** Time, for waiting out SQS's 60 s queue-name reuse rule (tests pass a fake). */
+  clock?: { nowMs(): number; sleep(ms: number): Promise<void> };
 }
+
+const realClock = {
+  nowMs: () => Date.now(),
+  sleep: (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)),
+};
 
 /** Progress lines from toolkit events: stacks as they start, resources every 10 %, failures always. */
 function eventPrinter(reporter: Reporter): ToolkitEventHandler {
@@ -314,7 +325,17 @@ export class AwsProvider implements Provider {
   /** The platform's outputs; a clear error when this account/region has none yet. */
   async platform(): Promise<PlatformOutputs> {
     if (this.#platform) return this.#platform;
-    const outputs = await this.options.lookup.outputs(platformStackName);
+    const described = await this.options.lookup.describe(platformStackName);
+    if (described && deadStackStatuses.has(described.status)) {
+      throw new FerryError(
+        'not_found',
+        `The Ferry platform stack ${platformStackName} is in ${described.status}: its first deploy failed and rolled back`,
+        {
+          hint: 'Run `ferry deploy --provider aws` in a project: it deletes the failed stack and creates it again.',
+        },
+      );
+    }
+    const outputs = described?.outputs;
     if (!outputs) {
       throw new FerryError(
         'not_found',
@@ -350,9 +371,11 @@ export class AwsProvider implements Provider {
   /** Before deploy reads records: finds the platform, or creates it on first use. */
   async prepare(input: PrepareInput): Promise<void> {
     const { reporter } = input;
-    const outputs = await this.options.lookup.outputs(platformStackName);
-    if (outputs) {
-      this.#platform = parsePlatformOutputs(outputs);
+    checkAppEnvNames(input.manifest.app, input.env ?? 'production');
+    if (this.options.iam) await ensureEcsServiceLinkedRole(this.options.iam, reporter);
+    const described = await this.#usableStack(platformStackName, reporter);
+    if (described) {
+      this.#platform = parsePlatformOutputs(described.outputs);
       reporter.line(`  platform ${platformStackName}: ${this.#platform.ApiUrl}`);
       return;
     }
@@ -398,6 +421,14 @@ export class AwsProvider implements Provider {
       );
     }
     return images;
+  }
+
+  #usableStack(stack: string, reporter: Reporter, owner?: { app: string; env: string }) {
+    return usableStack(
+      { lookup: this.options.lookup, toolkit: this.options.toolkit, clock: this.options.clock ?? realClock },
+      stack,
+      { reporter, onEvent: eventPrinter(reporter), ...(owner ? { owner } : {}) },
+    );
   }
 
   #functions(): Promise<string> {
@@ -487,6 +518,7 @@ export class AwsProvider implements Provider {
       .map((r) => endpointConfigSchema.safeParse(r.config))
       .flatMap((parsed) => (parsed.success ? [parsed.data.endpoint.resources] : []));
     const stack = appStackName(app, env);
+    await this.#usableStack(stack, reporter, { app, env });
     const assembly = await this.#synth({
       manifest,
       app,

@@ -25,9 +25,10 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
     // deploy's own output, so it is off unless the user set the variable themselves.
     process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
     // Loaded only here: the AWS SDK clients and the CDK toolkit are large.
-    const [{ AwsProvider, awsClientsFromEnv }, { toolkitFromEnv }] = await Promise.all([
+    const [{ AwsProvider, awsClientsFromEnv }, { toolkitFromEnv }, { iamFromEnv }] = await Promise.all([
       import('./aws.js'),
       import('./toolkit.js'),
+      import('./aws-account.js'),
     ]);
     const { io, reporter } = options;
     if (!io || !reporter) throw new FerryError('failed', 'The AWS provider needs the command I/O');
@@ -52,6 +53,8 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
       toolkit,
       lookup,
       clients: awsClientsFromEnv(options.env),
+      // The recording fake toolkit (tests) talks to no AWS account, so there is no role to check.
+      ...(options.env.FERRY_TEST_FAKE_TOOLKIT ? {} : { iam: iamFromEnv() }),
       ...(options.bootstrap ? { bootstrap: true } : {}),
     });
   }
