@@ -33,7 +33,7 @@ import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.j
 import type { WorkerImages } from '../../infra/app-stack.js';
 import { appStackName, checkAppEnvNames, platformStackName } from '../../infra/names.js';
 import { baseImageFor } from '../../worker-image/images.js';
-import { apiKeyFromUser, installRoot, readDotEnv } from '../config.js';
+import { apiKeyFromUser, ferryVersion, readDotEnv } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
 import type { Reporter } from '../io.js';
 import { ensureEcsServiceLinkedRole, type IamLike, usableStack } from './aws-account.js';
@@ -138,18 +138,6 @@ export function awsClientsFromEnv(env: NodeJS.ProcessEnv): AwsClients {
       s3.destroy();
     },
   };
-}
-
-function ferryVersion(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(path.join(installRoot(), 'package.json'), 'utf8')) as {
-      version?: unknown;
-    };
-    if (typeof pkg.version === 'string') return pkg.version;
-  } catch {
-    // a damaged install still names images by the version this code shipped as
-  }
-  return '0.1.0';
 }
 
 /**

@@ -3,8 +3,8 @@
  * the image needs Node and this file only. Target node22: the images ship Node 22.
  */
 import { existsSync, mkdirSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
 
 /**
@@ -37,4 +37,21 @@ export async function bundleAgent(outdir: string): Promise<string> {
     },
   });
   return outfile;
+}
+
+// `node dist/worker-image/agent/bundle.js <outdir>`: what `ferry images build --dry-run` prints.
+if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
+  const outdir = process.argv[2];
+  if (!outdir) {
+    process.stderr.write('usage: node bundle.js <output folder>\n');
+    process.exitCode = 2;
+  } else {
+    bundleAgent(resolve(outdir)).then(
+      (file) => process.stdout.write(`${file}\n`),
+      (error: unknown) => {
+        process.stderr.write(`Error: ${(error as Error).message}\n`);
+        process.exitCode = 1;
+      },
+    );
+  }
 }
