@@ -20,7 +20,7 @@ import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context } from 'aws-l
 import type { ApiRequest, ApiResponse } from '../core/api.js';
 import { badRequest, errorBody, FerryError, httpStatus } from '../core/errors.js';
 import { lambdaPayloadBytes } from './payloads.js';
-import { type Platform, platformFromEnv } from './wiring.js';
+import { type Platform, platformFromEnv, settleWebhooks } from './wiring.js';
 
 /** Answer this long before the function's timeout, so a capped wait still gets its 200 out. */
 const answerMarginMs = 1_500;
@@ -138,7 +138,11 @@ export function createApiHandler(platform: () => Platform): ApiHandler {
     })
     .handler(async (event, context, options) => {
       const request = requestOf(event, deadlineSignal(context, options?.signal));
-      return resultOf(await platform().api.handle(request));
+      const { api, webhooks } = platform();
+      const result = resultOf(await api.handle(request));
+      // A cancel or a final transition started a webhook: deliver it before the sandbox freezes.
+      await settleWebhooks(webhooks, (context?.getRemainingTimeInMillis?.() ?? 10_000) - answerMarginMs);
+      return result;
     }) as unknown as ApiHandler;
 }
 

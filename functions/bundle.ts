@@ -6,7 +6,7 @@
  *   authorizer.mjs  handler `authorizer.handler`  the API-key REQUEST authorizer
  *   sweeper.mjs     handler `sweeper.handler`     the scheduled sweeper
  *
- * Runtime `nodejs22.x`. infra/ points each function's code at `outdir` with these handler names.
+ * Runtime `nodejs24.x` (infra/platform-stack.ts). infra/ points each function's code at `outdir` with these handler names.
  */
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -42,7 +42,7 @@ export async function bundleFunctions(outdir: string): Promise<Record<FunctionNa
     outExtension: { '.js': '.mjs' },
     bundle: true,
     platform: 'node',
-    target: 'node22',
+    target: 'node24',
     format: 'esm',
     minify: false,
     sourcemap: true,

@@ -125,7 +125,8 @@ export function buildPlatform(options: PlatformOptions): Platform {
     client: clients.sqs,
     queueUrlFor: queueUrls(clients.sqs, env.FERRY_QUEUE_NAME_PREFIX),
   });
-  // Webhooks go out in the background; a frozen sandbox resumes them on its next invocation.
+  // Webhooks go out in the background, and each handler waits for them before it returns
+  // (settleWebhooks): Lambda freezes the sandbox once the handler returns, and may never thaw it.
   const webhooks = new HttpWebhookSender({ clock });
   const engine = new JobEngine({
     jobs,
@@ -175,4 +176,29 @@ export function platformFromEnv(): Platform {
     containerPlatform = buildPlatform({ env, clients: clientsFromEnv(env) });
   }
   return containerPlatform;
+}
+
+/**
+ * Waits for the webhooks the invocation started, until `budgetMs` runs out. Lambda freezes the
+ * execution environment as soon as the handler returns and may discard it, so a delivery left in the
+ * background can be lost (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html).
+ * Deliveries still running when the budget ends (a receiver that keeps failing, with retries 10 s
+ * apart) are given up and logged; the first attempt of each has normally finished by then.
+ */
+export async function settleWebhooks(
+  webhooks: Pick<HttpWebhookSender, 'idle'>,
+  budgetMs: number,
+): Promise<'settled' | 'gave-up'> {
+  if (budgetMs <= 0) return 'gave-up';
+  let timer: NodeJS.Timeout | undefined;
+  const outcome = await Promise.race([
+    webhooks.idle().then(() => 'settled' as const),
+    new Promise<'gave-up'>((resolve) => {
+      timer = setTimeout(() => resolve('gave-up'), budgetMs);
+    }),
+  ]);
+  clearTimeout(timer);
+  if (outcome === 'gave-up')
+    console.warn('ferry: webhook deliveries still running when the function had to return');
+  return outcome;
 }

@@ -56,6 +56,8 @@ export interface SynthesizeOptions {
    */
   instanceTypes?: readonly string[];
   endpointIds?: Readonly<Record<string, string>>;
+  /** The REST API's integration timeout (s); 29 unless the account's quota was raised (docs/aws.md). */
+  integrationTimeoutSec?: number;
   outdir?: string;
   /** CDK context (toolkit-lib's builder hands one over). */
   context?: Record<string, unknown>;
@@ -87,6 +89,7 @@ export function buildApp(
   const platform = new PlatformStack(app, platformStackName, {
     functionsCodeDir: options.functionsCodeDir,
     instanceTypes,
+    ...(options.integrationTimeoutSec ? { integrationTimeoutSec: options.integrationTimeoutSec } : {}),
     description: 'Ferry platform: v2 job API, tables, bucket, ECS cluster',
   });
   const appStack = new AppEnvironmentStack(app, appStackName(appName, options.env), {

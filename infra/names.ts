@@ -100,6 +100,7 @@ export const platformExportNames = {
   controlTableArn: 'Ferry-ControlTableArn',
   workersTableName: 'Ferry-WorkersTableName',
   workersTableArn: 'Ferry-WorkersTableArn',
+  alarmTopicArn: 'Ferry-AlarmTopicArn',
 } as const;
 export type PlatformExportKey = keyof typeof platformExportNames;
 
@@ -115,3 +116,6 @@ export function poolExportName(instanceType: string): string {
 export function outputIdOf(exportName: string): string {
   return exportName.slice(exportPrefix.length).replace(/[^A-Za-z0-9]/g, '');
 }
+
+/** Where `ferry deploy` puts image build contexts in the platform bucket (the CodeBuild role reads them). */
+export const imageBuildPrefix = 'image-builds/';

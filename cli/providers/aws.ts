@@ -18,7 +18,7 @@
  * Hidden test hooks (environment, for the CLI's end-to-end tests): FERRY_TEST_FAKE_TOOLKIT (see
  * toolkit.ts), FERRY_DYNAMODB_ENDPOINT and FERRY_S3_ENDPOINT (emulators instead of AWS).
  */
-import { readFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
@@ -32,11 +32,21 @@ import { type Manifest, manifestSchema, type Resources } from '../../core/manife
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import type { WorkerImages } from '../../infra/app-stack.js';
 import { appStackName, checkAppEnvNames, platformStackName } from '../../infra/names.js';
-import { baseImageFor } from '../../worker-image/images.js';
-import { apiKeyFromUser, ferryVersion, readDotEnv } from '../config.js';
+import { agentBundleDir, agentImage, baseImageFor } from '../../worker-image/images.js';
+import { apiKeyFromUser, ferryVersion, installRoot, readDotEnv } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
 import type { Reporter } from '../io.js';
 import { ensureEcsServiceLinkedRole, type IamLike, usableStack } from './aws-account.js';
+import {
+  buildContextKey,
+  type CodeBuildLike,
+  type EcrLike,
+  imagesAt,
+  missingImages,
+  neededImages,
+  runImageBuild,
+  writeBuildContext,
+} from './aws-images.js';
 import type {
   CdkToolkit,
   StackLookup,
@@ -77,6 +87,9 @@ const platformOutputsSchema = z.object({
   ControlTableName: z.string().min(1),
   /** The platform's capacity pools, comma-separated (absent on platforms of older versions). */
   InstanceTypes: z.string().optional(),
+  /** The platform's ECR registry and image CodeBuild project (absent on older platforms). */
+  ImageRegistry: z.string().optional(),
+  ImageBuildProject: z.string().optional(),
 });
 export type PlatformOutputs = z.infer<typeof platformOutputsSchema>;
 
@@ -142,8 +155,8 @@ export function awsClientsFromEnv(env: NodeJS.ProcessEnv): AwsClients {
 
 /**
  * The worker images: FERRY_AWS_GPU_IMAGE / FERRY_AWS_CPU_IMAGE / FERRY_AWS_AGENT_IMAGE (environment or
- * .env) win; otherwise the base images of worker-image/images.ts under FERRY_AWS_IMAGE_REGISTRY
- * (e.g. `123456789012.dkr.ecr.us-east-1.amazonaws.com`). The agent runs from the CPU base image.
+ * .env) win; otherwise the images of worker-image/images.ts under FERRY_AWS_IMAGE_REGISTRY
+ * (e.g. `123456789012.dkr.ecr.us-east-1.amazonaws.com`). The agent has its own small image.
  */
 export function workerImagesFrom(
   env: NodeJS.ProcessEnv,
@@ -159,10 +172,32 @@ export function workerImagesFrom(
   const images = {
     gpuWorker: get('FERRY_AWS_GPU_IMAGE') ?? at(baseImageFor('gpu', version, pythonVersion)),
     cpuWorker,
-    agent: get('FERRY_AWS_AGENT_IMAGE') ?? cpuWorker,
+    agent: get('FERRY_AWS_AGENT_IMAGE') ?? at(agentImage(version)),
   };
-  const explicit = ['FERRY_AWS_GPU_IMAGE', 'FERRY_AWS_CPU_IMAGE'].every((k) => get(k) !== undefined);
+  const explicit = ['FERRY_AWS_GPU_IMAGE', 'FERRY_AWS_CPU_IMAGE', 'FERRY_AWS_AGENT_IMAGE'].every(
+    (k) => get(k) !== undefined,
+  );
   return { images, fromRegistry: registry !== undefined || explicit };
+}
+
+/**
+ * FERRY_AWS_INTEGRATION_TIMEOUT_SEC: the API Gateway integration timeout this account's quota allows
+ * (docs/aws.md "runsync"). Every deploy must pass the same value, since the platform is shared.
+ */
+export function integrationTimeoutFrom(env: NodeJS.ProcessEnv): { integrationTimeoutSec?: number } {
+  const raw = env.FERRY_AWS_INTEGRATION_TIMEOUT_SEC?.trim();
+  if (!raw) return {};
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 29 || value > 900) {
+    throw new FerryError(
+      'usage',
+      `FERRY_AWS_INTEGRATION_TIMEOUT_SEC must be a whole number 29-900, got ${raw}`,
+      {
+        hint: 'Leave it unset (29 s), or set the integration timeout API Gateway granted this account.',
+      },
+    );
+  }
+  return { integrationTimeoutSec: value };
 }
 
 /** The manifest an environment's stack is built from, put back together from its endpoint records. */
@@ -228,6 +263,9 @@ export interface AwsProviderOptions {
   bootstrap?: boolean;
   /** IAM, for the ECS service-linked role check before a deploy (none: the check is skipped). */
   iam?: IamLike;
+  /** ECR and CodeBuild, for the platform's images (none: only user-configured images work). */
+  ecr?: EcrLike;
+  codebuild?: CodeBuildLike;
   /** Time, for waiting out SQS's 60 s queue-name reuse rule (tests pass a fake). */
   clock?: { nowMs(): number; sleep(ms: number): Promise<void> };
 }
@@ -411,6 +449,57 @@ export class AwsProvider implements Provider {
     return images;
   }
 
+  /**
+   * The images of a deploy (cli/providers/aws-images.ts): the user's, or the platform registry's,
+   * building missing tags in CodeBuild; exit 2 when there is no way to usable images.
+   */
+  async #deployImages(manifest: Manifest, reporter: Reporter): Promise<WorkerImages> {
+    const configured = workerImagesFrom(this.options.env, this.options.projectDir, manifest.pythonVersion);
+    if (configured.fromRegistry) return configured.images;
+    const platform = await this.platform();
+    const fix =
+      'Build and push the images (`ferry images build && ferry images push --registry <your ECR registry>`) and set ' +
+      'FERRY_AWS_IMAGE_REGISTRY, or set FERRY_AWS_GPU_IMAGE, FERRY_AWS_CPU_IMAGE and FERRY_AWS_AGENT_IMAGE';
+    if (!platform.ImageRegistry || !this.options.ecr) {
+      throw new FerryError('usage', 'No usable worker images: no image registry is configured', {
+        hint: `${fix}. A platform of this Ferry version has its own ECR registry and builds them itself: deploy it with this version.`,
+      });
+    }
+    const version = ferryVersion();
+    const { placementFor } = await import('../../infra/gpu.js');
+    const accelerators = new Set(manifest.endpoints.map((e) => placementFor(e.resources).kind));
+    const needed = neededImages(accelerators, version, manifest.pythonVersion);
+    const missing = await missingImages(this.options.ecr, needed);
+    if (missing.length > 0) {
+      const names = missing.map((m) => `${m.repository}:${m.tag}`).join(', ');
+      const mayBuild = this.options.env.FERRY_AWS_IMAGE_BUILD !== 'never';
+      if (!mayBuild || !platform.ImageBuildProject || !this.options.codebuild) {
+        throw new FerryError('usage', `No usable worker images: ${names} not in ${platform.ImageRegistry}`, {
+          hint: `${fix}, or let the deploy build them in your account (unset FERRY_AWS_IMAGE_BUILD=never).`,
+        });
+      }
+      reporter.line(`  images missing from ${platform.ImageRegistry}: ${names}`);
+      const { bundleAgent } = await import('../../worker-image/agent/bundle.js');
+      const root = installRoot();
+      await bundleAgent(path.join(root, agentBundleDir));
+      const dir = path.join(this.#stateDir, 'aws');
+      mkdirSync(dir, { recursive: true });
+      const file = path.join(dir, 'image-context.tar.gz');
+      await writeBuildContext(root, file, missing, version, manifest.pythonVersion);
+      const clock = this.options.clock ?? realClock;
+      const key = buildContextKey(version, manifest.pythonVersion, clock.nowMs());
+      await (await this.#blobs()).putFile(key, file);
+      await runImageBuild({
+        codebuild: this.options.codebuild,
+        project: platform.ImageBuildProject,
+        contextKey: key,
+        reporter,
+        clock,
+      });
+    }
+    return imagesAt(platform.ImageRegistry, version, manifest.pythonVersion);
+  }
+
   #usableStack(stack: string, reporter: Reporter, owner?: { app: string; env: string }) {
     return usableStack(
       { lookup: this.options.lookup, toolkit: this.options.toolkit, clock: this.options.clock ?? realClock },
@@ -453,6 +542,7 @@ export class AwsProvider implements Provider {
           images: input.images,
           instanceTypes: input.instanceTypes,
           ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
+          ...integrationTimeoutFrom(this.options.env),
           ...(outdir ? { outdir } : {}),
           ...(context ? { context } : {}),
         }),
@@ -512,7 +602,7 @@ export class AwsProvider implements Provider {
       app,
       env,
       artifactKey,
-      images: this.#images(manifest.pythonVersion, reporter),
+      images: await this.#deployImages(manifest, reporter),
       instanceTypes: await platformInstanceTypes(
         [...deployedElsewhere, ...manifest.endpoints.map((e) => e.resources)],
         platformPools(platform),

@@ -18,6 +18,20 @@ export interface OpenProviderOptions {
   bootstrap?: boolean;
 }
 
+/** IAM, ECR and CodeBuild clients from the usual credential chain (loaded only for real deploys). */
+async function realAccountClients() {
+  const [{ iamFromEnv }, { ECRClient }, { CodeBuildClient }] = await Promise.all([
+    import('./aws-account.js'),
+    import('@aws-sdk/client-ecr'),
+    import('@aws-sdk/client-codebuild'),
+  ]);
+  return {
+    iam: iamFromEnv(),
+    ecr: new ECRClient({}) as unknown as import('./aws-images.js').EcrLike,
+    codebuild: new CodeBuildClient({}) as unknown as import('./aws-images.js').CodeBuildLike,
+  };
+}
+
 export async function openProvider(name: ProviderName, options: OpenProviderOptions): Promise<Provider> {
   if (name === 'aws') {
     // The SDK warns on every run that releases after January 2027 will need Node 22. The versions
@@ -25,10 +39,9 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
     // deploy's own output, so it is off unless the user set the variable themselves.
     process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
     // Loaded only here: the AWS SDK clients and the CDK toolkit are large.
-    const [{ AwsProvider, awsClientsFromEnv }, { toolkitFromEnv }, { iamFromEnv }] = await Promise.all([
+    const [{ AwsProvider, awsClientsFromEnv }, { toolkitFromEnv }] = await Promise.all([
       import('./aws.js'),
       import('./toolkit.js'),
-      import('./aws-account.js'),
     ]);
     const { io, reporter } = options;
     if (!io || !reporter) throw new FerryError('failed', 'The AWS provider needs the command I/O');
@@ -54,7 +67,7 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
       lookup,
       clients: awsClientsFromEnv(options.env),
       // The recording fake toolkit (tests) talks to no AWS account, so there is no role to check.
-      ...(options.env.FERRY_TEST_FAKE_TOOLKIT ? {} : { iam: iamFromEnv() }),
+      ...(options.env.FERRY_TEST_FAKE_TOOLKIT ? {} : await realAccountClients()),
       ...(options.bootstrap ? { bootstrap: true } : {}),
     });
   }

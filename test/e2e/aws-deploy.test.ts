@@ -35,11 +35,14 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     edit(s);
     writeFileSync(stateFile, JSON.stringify(s));
   };
-  const ferry = (args: string[]) =>
+  const ferry = (args: string[], extra: Record<string, string | undefined> = {}) =>
     sandbox.run([...args, '--provider', 'aws'], {
       cwd: project,
       timeoutMs: 240_000,
       env: {
+        // The fake platform has no ECR registry of its own: the user's registry (docs/aws.md "Images").
+        FERRY_AWS_IMAGE_REGISTRY: '123456789012.dkr.ecr.us-east-1.amazonaws.com',
+        ...extra,
         FERRY_TEST_FAKE_TOOLKIT: stateFile,
         FERRY_DYNAMODB_ENDPOINT: fixture.dynamo.endpoint,
         FERRY_S3_ENDPOINT: fixture.fauxqs.endpoint,
@@ -259,6 +262,39 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     expect(await fixture.control().getApp('shop')).toBeUndefined();
     expect(await records('shop')).toEqual([]);
     expect(existsSync(stateFile)).toBe(true);
+  });
+  it('refuses (exit 2, with the fix) to deploy without usable images, before any stack changes', async () => {
+    const calls = state().calls.length;
+    const result = await ferry(['deploy', '--yes', '--env', 'noimages'], {
+      FERRY_AWS_IMAGE_REGISTRY: undefined,
+    });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('No usable worker images');
+    expect(result.stderr).toContain('ferry images build && ferry images push');
+    expect(
+      state()
+        .calls.slice(calls)
+        .filter((c) => c.op === 'deploy'),
+    ).toEqual([]);
+    expect(await records('shop', 'noimages')).toEqual([]);
+  });
+
+  it('deletes an app stack left in ROLLBACK_COMPLETE, says so, and deploys it again', async () => {
+    editState((s) => {
+      s.statuses = { [STAGING]: 'ROLLBACK_COMPLETE' };
+    });
+    const result = await ferry(['deploy', '--yes', '--env', 'staging']);
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain(`stack ${STAGING} is in ROLLBACK_COMPLETE`);
+    const ops = state()
+      .calls.slice(-2)
+      .map((c) => [c.op, c.stacks]);
+    expect(ops).toEqual([
+      ['destroy', [STAGING]],
+      ['deploy', ['FerryPlatform', STAGING]],
+    ]);
+    expect(state().statuses?.[STAGING]).toBeUndefined();
+    expect(state().tags?.[STAGING]).toEqual({ 'ferry:app': 'shop', 'ferry:env': 'staging' });
   });
 });
 

@@ -212,6 +212,21 @@ def patch_item(item_id):
       path: '/process',
     });
     expect(api.routes![2]!.params).toEqual(['item_id', 'body']);
+    // No health_check_grace: left out, so the config hash of such endpoints does not change.
+    expect(api.resources.healthCheckGraceSec).toBeUndefined();
+  });
+
+  it('passes health_check_grace through to the manifest, and refuses one out of 0-7200', async () => {
+    const ok = await scanProject({
+      projectDir: project({
+        'gpu_api.py': `from ferry import Endpoint\n\napi = Endpoint(name="gen", gpu="A10G", health_check_grace=1200)\n\n@api.post("/go")\ndef go(x):\n    return x\n`,
+      }),
+    });
+    expect(manifestEndpointSchema.parse(ok.endpoints[0]).resources.healthCheckGraceSec).toBe(1200);
+    const message = await scanError({
+      'gpu_api.py': `from ferry import Endpoint\n\napi = Endpoint(name="gen", health_check_grace=9000)\n\n@api.post("/go")\ndef go(x):\n    return x\n`,
+    });
+    expect(message).toContain('health_check_grace must be a whole number 0 to 7200');
   });
 
   it('treats `ep = Endpoint(...)` then `@ep` as a queue endpoint, and warns about max_concurrency on LB', async () => {
