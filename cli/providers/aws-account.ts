@@ -19,6 +19,7 @@ import {
   type CreateServiceLinkedRoleCommandOutput,
   IAMClient,
 } from '@aws-sdk/client-iam';
+import { SubscribeCommand, type SubscribeCommandOutput } from '@aws-sdk/client-sns';
 import { FerryError } from '../../core/errors.js';
 import { ownershipTags } from '../../infra/names.js';
 import type { Reporter } from '../io.js';
@@ -127,4 +128,38 @@ export async function usableStack(
     }
   }
   return described;
+}
+
+export interface SnsLike {
+  send(command: SubscribeCommand): Promise<SubscribeCommandOutput>;
+}
+
+/**
+ * Subscribes an email address to the alarm topic. SNS answers a repeat subscription of the same
+ * address with the existing one, so every deploy may ask; a new address gets a confirmation mail and
+ * receives nothing until it is confirmed (https://docs.aws.amazon.com/sns/latest/api/API_Subscribe.html).
+ */
+export async function subscribeAlarmEmail(
+  sns: SnsLike,
+  topicArn: string,
+  email: string,
+  reporter: Reporter,
+): Promise<void> {
+  if (!/^[^@\s]+@[^@\s]+\.[^@\s]+$/.test(email)) {
+    throw new FerryError('usage', `--alarm-email ${JSON.stringify(email)} is not an email address`);
+  }
+  const result = await sns.send(
+    new SubscribeCommand({
+      TopicArn: topicArn,
+      Protocol: 'email',
+      Endpoint: email,
+      ReturnSubscriptionArn: true,
+    }),
+  );
+  const pending = !result.SubscriptionArn || /pending/i.test(result.SubscriptionArn);
+  reporter.line(
+    pending
+      ? `  alarms: confirmation mail sent to ${email} (alarms reach it once the link in it is followed)`
+      : `  alarms: ${email} is subscribed`,
+  );
 }

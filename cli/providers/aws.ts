@@ -36,7 +36,13 @@ import { agentBundleDir, agentImage, baseImageFor } from '../../worker-image/ima
 import { apiKeyFromUser, ferryVersion, installRoot, readDotEnv } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
 import type { Reporter } from '../io.js';
-import { ensureEcsServiceLinkedRole, type IamLike, usableStack } from './aws-account.js';
+import {
+  ensureEcsServiceLinkedRole,
+  type IamLike,
+  type SnsLike,
+  subscribeAlarmEmail,
+  usableStack,
+} from './aws-account.js';
 import {
   buildContextKey,
   type CodeBuildLike,
@@ -90,6 +96,8 @@ const platformOutputsSchema = z.object({
   /** The platform's ECR registry and image CodeBuild project (absent on older platforms). */
   ImageRegistry: z.string().optional(),
   ImageBuildProject: z.string().optional(),
+  /** The alarm topic (exported as Ferry-AlarmTopicArn). */
+  AlarmTopicArn: z.string().optional(),
 });
 export type PlatformOutputs = z.infer<typeof platformOutputsSchema>;
 
@@ -263,6 +271,9 @@ export interface AwsProviderOptions {
   bootstrap?: boolean;
   /** IAM, for the ECS service-linked role check before a deploy (none: the check is skipped). */
   iam?: IamLike;
+  /** SNS, and the address `--alarm-email` subscribes to the alarm topic. */
+  sns?: SnsLike;
+  alarmEmail?: string;
   /** ECR and CodeBuild, for the platform's images (none: only user-configured images work). */
   ecr?: EcrLike;
   codebuild?: CodeBuildLike;
@@ -403,6 +414,7 @@ export class AwsProvider implements Provider {
     if (described) {
       this.#platform = parsePlatformOutputs(described.outputs);
       reporter.line(`  platform ${platformStackName}: ${this.#platform.ApiUrl}`);
+      await this.#subscribeAlarms(reporter);
       return;
     }
     reporter.line(
@@ -433,6 +445,19 @@ export class AwsProvider implements Provider {
       await assembly.dispose();
     }
     reporter.line(`  ✓ platform ready: ${this.#platform.ApiUrl}`);
+    await this.#subscribeAlarms(reporter);
+  }
+
+  async #subscribeAlarms(reporter: Reporter): Promise<void> {
+    const { alarmEmail, sns } = this.options;
+    if (!alarmEmail) return;
+    const topic = this.#platform?.AlarmTopicArn;
+    if (!sns || !topic) {
+      throw new FerryError('usage', '--alarm-email needs a platform with an alarm topic', {
+        hint: 'Deploy once with this Ferry version (it adds the topic), then pass --alarm-email again.',
+      });
+    }
+    await subscribeAlarmEmail(sns, topic, alarmEmail, reporter);
   }
 
   #images(pythonVersion: string, reporter?: Reporter): WorkerImages {

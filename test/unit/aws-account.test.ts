@@ -9,12 +9,15 @@ import {
   ListStacksCommand,
 } from '@aws-sdk/client-cloudformation';
 import { CreateServiceLinkedRoleCommand } from '@aws-sdk/client-iam';
+import { SubscribeCommand } from '@aws-sdk/client-sns';
 import { describe, expect, it } from 'vitest';
 import {
   ensureEcsServiceLinkedRole,
   type IamLike,
   queueNameReuseMs,
+  type SnsLike,
   type StackPorts,
+  subscribeAlarmEmail,
   usableStack,
 } from '../../cli/providers/aws-account.js';
 import {
@@ -260,5 +263,37 @@ describe('CloudFormationLookup', () => {
     await new CloudFormationLookup(cfn).outputs('FerryPlatform');
     expect(sent[0]).toBeInstanceOf(DescribeStacksCommand);
     expect((sent[0] as DescribeStacksCommand).input).toEqual({ StackName: 'FerryPlatform' });
+  });
+});
+
+describe('--alarm-email', () => {
+  it('subscribes the address to the alarm topic by email and says a confirmation is pending', async () => {
+    lines.length = 0;
+    const sent: SubscribeCommand[] = [];
+    const sns: SnsLike = {
+      send: async (command) => {
+        sent.push(command);
+        return { SubscriptionArn: 'pending confirmation' } as never;
+      },
+    };
+    await subscribeAlarmEmail(sns, 'arn:aws:sns:us-east-1:123456789012:alarms', 'ops@example.com', reporter);
+    expect(sent[0]).toBeInstanceOf(SubscribeCommand);
+    expect(sent[0]!.input).toEqual({
+      TopicArn: 'arn:aws:sns:us-east-1:123456789012:alarms',
+      Protocol: 'email',
+      Endpoint: 'ops@example.com',
+      ReturnSubscriptionArn: true,
+    });
+    expect(lines.join('\n')).toContain('confirmation mail sent to ops@example.com');
+  });
+
+  it('refuses something that is not an address (exit 2) without calling SNS', async () => {
+    const sns: SnsLike = {
+      send: async () => {
+        throw new Error('must not be called');
+      },
+    };
+    const error = await subscribeAlarmEmail(sns, 'arn', 'not-an-address', reporter).catch((e: unknown) => e);
+    expect((error as FerryError).code).toBe('usage');
   });
 });
