@@ -42,6 +42,8 @@ export const moves = {
   requeue: { from: ['IN_PROGRESS'], to: 'IN_QUEUE' },
   cancel: { from: ['IN_QUEUE', 'IN_PROGRESS'], to: 'CANCELLED' },
   purge: { from: ['IN_QUEUE'], to: 'CANCELLED' },
+  /** AWS: the job's message went to the dead-letter queue; no worker will ever take it. */
+  deadLetter: { from: ['IN_QUEUE'], to: 'FAILED' },
   retry: { from: ['FAILED', 'TIMED_OUT'], to: 'IN_QUEUE' },
 } as const satisfies Record<string, { from: readonly JobStatus[]; to: JobStatus }>;
 

@@ -5,7 +5,12 @@
  */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
-import { GetQueueUrlCommand, SQSClient } from '@aws-sdk/client-sqs';
+import {
+  DeleteMessageCommand,
+  GetQueueUrlCommand,
+  ReceiveMessageCommand,
+  SQSClient,
+} from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { z } from 'zod';
 import {
@@ -86,6 +91,58 @@ export interface Platform {
   queue: SqsJobQueue;
   payloads: S3PayloadStore;
   webhooks: HttpWebhookSender;
+  /** The sweeper's reader of dead-lettered messages (the endpoints' `-dlq` queues). */
+  deadLetters: DeadLetters;
+}
+
+/** Messages of an endpoint's dead-letter queues, read and then deleted by the sweeper. */
+export interface DeadLetters {
+  /** Up to `max` dead-lettered job ids of the endpoint, each with a way to delete its message. */
+  take(endpointId: string, max: number): Promise<Array<{ jobId: string; remove(): Promise<void> }>>;
+}
+
+/** DeadLetters over SQS: `ferry-<id>-dlq` and `ferry-<id>-low-dlq` (infra/names.ts). */
+export function sqsDeadLetters(sqs: SQSClient, prefix: string): DeadLetters {
+  const urls = queueUrls(sqs, prefix);
+  return {
+    async take(endpointId, max) {
+      const out: Array<{ jobId: string; remove(): Promise<void> }> = [];
+      for (const suffix of ['-dlq', '-low-dlq']) {
+        let url: string;
+        try {
+          url = await urls(`${endpointId}${suffix}`);
+        } catch {
+          continue; // an endpoint deployed before its DLQ existed, or being deleted
+        }
+        while (out.length < max) {
+          const { Messages } = await sqs.send(
+            new ReceiveMessageCommand({
+              QueueUrl: url,
+              MaxNumberOfMessages: Math.min(10, max - out.length),
+              WaitTimeSeconds: 0,
+              VisibilityTimeout: 60,
+            }),
+          );
+          if (!Messages || Messages.length === 0) break;
+          for (const message of Messages) {
+            let jobId: string | undefined;
+            try {
+              jobId = (JSON.parse(message.Body ?? '') as { jobId?: unknown }).jobId as string | undefined;
+            } catch {
+              jobId = undefined;
+            }
+            const remove = () =>
+              sqs
+                .send(new DeleteMessageCommand({ QueueUrl: url, ReceiptHandle: message.ReceiptHandle }))
+                .then(() => undefined);
+            if (typeof jobId === 'string' && jobId !== '') out.push({ jobId, remove });
+            else await remove(); // not a Ferry message: nothing to fail
+          }
+        }
+      }
+      return out;
+    },
+  };
 }
 
 export interface PlatformOptions {
@@ -143,7 +200,8 @@ export function buildPlatform(options: PlatformOptions): Platform {
   });
   const auth = options.auth ?? new KeyAuthenticator({ control, workerTokenHashes: [] });
   const api = new V2Api({ engine, control, auth, payloads, maxWaitMs: env.FERRY_MAX_WAIT_MS });
-  return { env, engine, api, jobs, control, queue, payloads, webhooks };
+  const deadLetters = sqsDeadLetters(clients.sqs, env.FERRY_QUEUE_NAME_PREFIX);
+  return { env, engine, api, jobs, control, queue, payloads, webhooks, deadLetters };
 }
 
 /**

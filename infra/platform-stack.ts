@@ -643,8 +643,22 @@ export class PlatformStack extends Stack {
     );
     // clearStream of a deleted job: meta Update, Query, BatchWrite deletes.
     allowTable(role, this.chunksTable, ['dynamodb:Query', 'dynamodb:UpdateItem', 'dynamodb:BatchWriteItem']);
-    // A lapsed lease goes back to the queue with a new message.
-    this.allowQueues(fn, ['sqs:SendMessage', 'sqs:GetQueueUrl']);
+    // A lapsed lease, or a job left waiting, goes back to the queue with a new message; dead
+    // letters are read and deleted (functions/sweeper.ts).
+    this.allowQueues(fn, ['sqs:SendMessage', 'sqs:GetQueueUrl', 'sqs:ReceiveMessage', 'sqs:DeleteMessage']);
+    // Which queue endpoints exist (control table, kind index) and their waiting jobs (byEndpointStatus).
+    allowIndexes(
+      role,
+      this.controlTable,
+      ['dynamodb:Query'],
+      [dynamoSchema.control.indexes.byKind.indexName],
+    );
+    allowIndexes(
+      role,
+      this.jobsTable,
+      ['dynamodb:Query'],
+      [dynamoSchema.jobs.indexes.byEndpointStatus.indexName],
+    );
     // Moves read and rewrite big fields; deleted jobs take their blobs with them.
     this.allowPayloads(fn, ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
   }

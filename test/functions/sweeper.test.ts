@@ -9,8 +9,13 @@ describe('sweeper', () => {
   it('sweeps, deletes what expired before now, and logs counts only', async () => {
     const deleteExpired = vi.fn(async (_nowMs: number) => 3);
     const platform = {
-      engine: { sweep: async () => ({ requeued: 1, failed: 0, timedOut: 2, expired: 0 }) },
+      engine: {
+        sweep: async () => ({ requeued: 1, failed: 0, timedOut: 2, expired: 0 }),
+        resendWaiting: async () => 0,
+      },
       jobs: { deleteExpired },
+      control: { listEndpoints: async () => [] },
+      deadLetters: { take: async () => [] },
       webhooks: { idle: async () => {} },
     } as unknown as Platform;
     const log = vi.spyOn(console, 'log').mockImplementation(() => {});
@@ -18,7 +23,15 @@ describe('sweeper', () => {
       () => platform,
       () => 42_000,
     )();
-    expect(report).toEqual({ requeued: 1, failed: 0, timedOut: 2, expired: 0, deleted: 3 });
+    expect(report).toEqual({
+      requeued: 1,
+      failed: 0,
+      timedOut: 2,
+      expired: 0,
+      deleted: 3,
+      resent: 0,
+      deadLettered: 0,
+    });
     expect(deleteExpired).toHaveBeenCalledWith(42_000);
     expect(JSON.parse(String(log.mock.calls[0]![0]))).toMatchObject({ msg: 'ferry sweep', deleted: 3 });
     log.mockRestore();
@@ -31,8 +44,13 @@ describe('sweeper', () => {
       deliver = resolve;
     });
     const platform = {
-      engine: { sweep: async () => ({ requeued: 0, failed: 1, timedOut: 1, expired: 0 }) },
+      engine: {
+        sweep: async () => ({ requeued: 0, failed: 1, timedOut: 1, expired: 0 }),
+        resendWaiting: async () => 0,
+      },
       jobs: { deleteExpired: async () => 0 },
+      control: { listEndpoints: async () => [] },
+      deadLetters: { take: async () => [] },
       webhooks: {
         idle: async () => {
           events.push('waiting for webhooks');
@@ -45,7 +63,7 @@ describe('sweeper', () => {
     const run = createSweeper(() => platform)(undefined, { getRemainingTimeInMillis: () => 50_000 }).then(
       () => events.push('returned'),
     );
-    await new Promise((resolve) => setImmediate(resolve));
+    for (let i = 0; i < 10 && events.length === 0; i++) await new Promise((resolve) => setImmediate(resolve));
     expect(events).toEqual(['waiting for webhooks']);
     deliver();
     await run;

@@ -351,7 +351,17 @@ describe('least privilege', () => {
     expect(queries).toContain(`/index/${dynamoSchema.jobs.indexes.byStatusExpiry.indexName}`);
     expect(resourcesFor(statements, 'dynamodb:DeleteItem')).toEqual([arnOf(platform.jobsTable)]);
     expect(actionsOf(statements)).toContain('sqs:SendMessage');
-    expect(JSON.stringify(statements)).not.toContain(logicalId(platform.controlTable));
+    // Dead letters are read and deleted; waiting jobs found per endpoint (functions/sweeper.ts).
+    expect(actionsOf(statements)).toEqual(
+      expect.arrayContaining(['sqs:ReceiveMessage', 'sqs:DeleteMessage']),
+    );
+    expect(queries).toContain(`/index/${dynamoSchema.jobs.indexes.byEndpointStatus.indexName}`);
+    // Of the control table only the kind index (which endpoints exist), never the table's items.
+    const control = statements.filter((st) =>
+      JSON.stringify(st.Resource).includes(logicalId(platform.controlTable)),
+    );
+    expect(control.flatMap((st) => [st.Action].flat())).toEqual(['dynamodb:Query']);
+    expect(JSON.stringify(control)).toContain(`/index/${dynamoSchema.control.indexes.byKind.indexName}`);
     expect(JSON.stringify(statements)).not.toContain(logicalId(platform.workersTable));
   });
 
