@@ -73,6 +73,8 @@ export const moves = {
   purge: { from: ['IN_QUEUE'], to: 'CANCELLED' },
   /** The endpoint cannot start a worker at all (docs/workers.md): queued jobs fail with the cause. */
   reject: { from: ['IN_QUEUE'], to: 'FAILED' },
+  /** AWS: the job's message went to the dead-letter queue; no worker will ever take it. */
+  deadLetter: { from: ['IN_QUEUE'], to: 'FAILED' },
   retry: { from: ['FAILED', 'TIMED_OUT'], to: 'IN_QUEUE' },
 } as const satisfies Record<string, { from: readonly JobStatus[]; to: JobStatus }>;
 

@@ -171,7 +171,9 @@ export class AppEnvironmentStack extends Stack {
     const prefix = `Ep-${endpoint.name}`;
 
     const queues =
-      endpoint.kind === 'queue' ? new EndpointQueues(this, `${prefix}-Queues`, { endpointId }) : undefined;
+      endpoint.kind === 'queue'
+        ? new EndpointQueues(this, `${prefix}-Queues`, { endpointId, alarmTopic: this.platform.alarmTopic })
+        : undefined;
     const { service, taskDefinition, taskRole, agentRole } = new EndpointService(this, prefix, {
       appName: props.appName,
       envName: props.envName,

@@ -58,6 +58,7 @@ KNOWN_KWARGS = {
     "execution_timeout_ms",
     "max_concurrency",
     "python_version",
+    "health_check_grace",
 }
 
 
@@ -423,6 +424,7 @@ class FileScanner:
             "idleTimeoutSec": int_param("idle_timeout", 60, 1, 3600),
             "executionTimeoutMs": int_param("execution_timeout_ms", 0, 0, None),
             "maxConcurrency": max_concurrency,
+            "healthCheckGraceSec": int_param("health_check_grace", 0, 0, 7200),
             "env": env,
             "dependencies": str_list("dependencies"),
             "systemDependencies": str_list("system_dependencies"),

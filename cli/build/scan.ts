@@ -31,6 +31,7 @@ const configSchema = z
     idleTimeoutSec: z.number().int(),
     executionTimeoutMs: z.number().int(),
     maxConcurrency: z.number().int(),
+    healthCheckGraceSec: z.number().int(),
     env: z.record(z.string(), z.string()),
     dependencies: z.array(z.string()),
     systemDependencies: z.array(z.string()),
@@ -164,6 +165,8 @@ export function toManifestEndpoint(scanned: ScannedEndpoint): ManifestEndpoint {
     idleTimeoutSec: config.idleTimeoutSec,
     executionTimeoutMs: config.executionTimeoutMs,
     maxConcurrency: config.maxConcurrency,
+    // 0 (the default) is left out, so endpoints that never set it keep their config hash.
+    ...(config.healthCheckGraceSec > 0 ? { healthCheckGraceSec: config.healthCheckGraceSec } : {}),
     env: config.env,
     dependencies: config.dependencies,
     systemDependencies: config.systemDependencies,

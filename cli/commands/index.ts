@@ -4,6 +4,7 @@ import type { CliContext } from '../context.js';
 import { buildCommand } from './build.js';
 import { deployCommand } from './deploy.js';
 import { devCommand, runAliasCommand } from './dev.js';
+import { imagesCommand } from './images.js';
 import { initCommand } from './init.js';
 import { appCommand, envCommand, keysCommand, undeployCommand } from './records.js';
 import { sdkCommand } from './sdk.js';
@@ -19,6 +20,7 @@ export function commandTable(ctx: CliContext): CommandModule[] {
     envCommand(ctx),
     appCommand(ctx),
     undeployCommand(ctx),
+    imagesCommand(ctx),
     serveCommand(ctx),
     keysCommand(ctx),
     sdkCommand(ctx),

@@ -95,6 +95,7 @@ async function runLb(env: LbAgentEnv): Promise<number> {
     env: env.FERRY_ENV,
     control: new DynamoControlStore({ doc, table: env.FERRY_CONTROL_TABLE }),
     workerPort: env.FERRY_PORT,
+    workerHost: env.FERRY_WORKER_HOST,
     host: env.FERRY_AGENT_HOST,
     port: env.FERRY_AGENT_PORT,
     keyCacheMs: env.FERRY_KEY_CACHE_MS,

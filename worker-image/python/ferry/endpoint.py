@@ -216,6 +216,7 @@ class Endpoint:
         python_version=None,
         id=None,
         image=None,
+        health_check_grace=0,
     ):
         self.name = None if name is None else _check_name(name)
         # Client modes (docs/python.md): id= talks to an existing endpoint; image= is an endpoint that
@@ -248,6 +249,9 @@ class Endpoint:
         self.execution_timeout_ms = _check_int("execution_timeout_ms", execution_timeout_ms, 0)
         self.max_concurrency = _check_int("max_concurrency", max_concurrency, 1)
         self.python_version = _check_python_version(python_version)
+        # Seconds a load-balanced worker may fail health checks after it starts (model loading);
+        # 0 is the platform's default.
+        self.health_check_grace = _check_int("health_check_grace", health_check_grace, 0, 7200)
         self.target = None
         self.routes = []
 
