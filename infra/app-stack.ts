@@ -20,7 +20,6 @@
  * message only comes back if an agent died between receive and delete; after `maxReceiveCount`
  * such receives it goes to the DLQ.
  */
-import { createHash } from 'node:crypto';
 import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
 import type * as ecs from 'aws-cdk-lib/aws-ecs';
 import type * as elbv2 from 'aws-cdk-lib/aws-elasticloadbalancingv2';
@@ -39,7 +38,10 @@ import { type Placement, placementFor } from './gpu.js';
 import { PlatformImports, type PlatformImportsProps, type PlatformRefs } from './platform-exports.js';
 
 export type { WorkerImages } from './constructs/service.js';
-export { appStackName } from './names.js';
+export { appStackName, endpointIdFor } from './names.js';
+
+import { endpointIdFor } from './names.js';
+
 export { agentEntryPoint, artifactMount, leaseTiming, ports } from './task-layout.js';
 
 export interface AppEnvironmentStackProps extends StackProps {
@@ -55,18 +57,6 @@ export interface AppEnvironmentStackProps extends StackProps {
   endpointIds?: Readonly<Record<string, string>>;
   /** Load-balanced endpoints: a domain for an ACM certificate; without one, a CloudFront front. */
   https?: LbHttpsOptions;
-}
-
-/**
- * A stable endpoint id: the same app, environment and endpoint name always get the same id, so a
- * redeploy keeps client URLs. 14 lowercase characters, like RunPod's.
- */
-export function endpointIdFor(app: string, env: string, endpointName: string): string {
-  const digest = createHash('sha256').update(`${app}\n${env}\n${endpointName}`).digest();
-  const alphabet = 'abcdefghijklmnopqrstuvwxyz0123456789';
-  let id = '';
-  for (let i = 0; i < 14; i++) id += alphabet[digest[i]! % alphabet.length];
-  return id;
 }
 
 /** What `Endpoints` (the app stack's output) lists, one entry per endpoint. */

@@ -139,3 +139,16 @@ export function outputIdOf(exportName: string): string {
 
 /** Where `ferry deploy` puts image build contexts in the platform bucket (the CodeBuild role reads them). */
 export const imageBuildPrefix = 'image-builds/';
+
+/**
+ * A stable endpoint id: the same app, environment and endpoint name always get the same id, so a
+ * redeploy keeps client URLs. 14 lowercase letters and digits, like RunPod's: no '-', so
+ * IAM can scope an agent to keys that start with its id (infra/isolation.ts).
+ */
+export function endpointIdFor(app: string, env: string, endpointName: string): string {
+  const digest = createHash('sha256').update(`${app}\n${env}\n${endpointName}`).digest();
+  const alphabet = 'abcdefghijklmnopqrstuvwxyz0123456789';
+  let id = '';
+  for (let i = 0; i < 14; i++) id += alphabet[digest[i]! % alphabet.length];
+  return id;
+}

@@ -32,7 +32,7 @@ import { type Manifest, manifestSchema, type Resources } from '../../core/manife
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import type { WorkerImages } from '../../infra/app-stack.js';
 import type { LbHttpsOptions } from '../../infra/constructs/https-front.js';
-import { appStackName, checkAppEnvNames, platformStackName } from '../../infra/names.js';
+import { appStackName, checkAppEnvNames, endpointIdFor, platformStackName } from '../../infra/names.js';
 import { agentBundleDir, agentImage, baseImageFor } from '../../worker-image/images.js';
 import { apiKeyFromUser, ferryVersion, installRoot, readDotEnv } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
@@ -782,6 +782,10 @@ export class AwsProvider implements Provider {
     if (this.#destroyed.has(stack)) return;
     await this.options.toolkit.destroy([stack], eventPrinter(this.options.reporter));
     this.#destroyed.add(stack);
+  }
+
+  newEndpointId(app: string, env: string, name: string): string {
+    return endpointIdFor(app, env, name);
   }
 
   endpointUrl(record: EndpointRecord): string {
