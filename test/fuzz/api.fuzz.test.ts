@@ -725,15 +725,18 @@ describe('body sizes near and over the limits', () => {
     expect(huge.status).toBe(413);
   });
 
-  it('a job-done result over its limit is a 400 and the held job keeps running', async () => {
-    const a = await probe(
-      'job-done over',
+  it('a job-done result over its limit is a 400 and fails the held job at once (docs/security.md)', async () => {
+    const a = await send(
       'POST',
       `/v2/fzw/job-done/${holder}/${seeded.held}?isStream=false`,
       workerAuth(),
       bodyOfSize(limits.jobDoneBodyBytes + 1, 'output'),
     );
+    expectAnswered(a, 'job-done over its limit');
     expect(a.status).toBe(400);
+    // Its result can never be stored: the job ends now instead of running again and again.
+    const after = await platform.db.jobs.get(seeded.held, Date.now());
+    expect(after?.status).toBe('FAILED');
     await stillServing();
   });
 });
