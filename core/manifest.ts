@@ -23,6 +23,8 @@ export const resourcesSchema = z
     executionTimeoutMs: z.number().int().min(0),
     maxConcurrency: z.number().int().min(1),
     env: z.record(z.string(), z.string()),
+    /** Names of secrets handed to the workers as environment variables (docs/security.md). */
+    secrets: z.array(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/)).optional(),
     dependencies: z.array(z.string()),
     systemDependencies: z.array(z.string()),
     pythonVersion: z.enum(pythonVersions).optional(),

@@ -32,6 +32,7 @@ const configSchema = z
     executionTimeoutMs: z.number().int(),
     maxConcurrency: z.number().int(),
     env: z.record(z.string(), z.string()),
+    secrets: z.array(z.string()).default([]),
     dependencies: z.array(z.string()),
     systemDependencies: z.array(z.string()),
     pythonVersion: z.enum(pythonVersions).nullable(),
@@ -165,6 +166,8 @@ export function toManifestEndpoint(scanned: ScannedEndpoint): ManifestEndpoint {
     executionTimeoutMs: config.executionTimeoutMs,
     maxConcurrency: config.maxConcurrency,
     env: config.env,
+    // Only when named, so endpoints without secrets keep their config hash (no needless rolls).
+    ...(config.secrets.length > 0 ? { secrets: config.secrets } : {}),
     dependencies: config.dependencies,
     systemDependencies: config.systemDependencies,
     ...(config.pythonVersion !== null ? { pythonVersion: config.pythonVersion } : {}),
