@@ -3,20 +3,21 @@
  * JSON body out. The local Fastify server and the AWS Lambda handlers both call `handle`, so both
  * providers answer byte for byte alike (docs/api.md, docs/architecture.md#worker-protocol).
  */
+import { randomUUID } from 'node:crypto';
 import { type Authenticator, authorizeClient, credentialOf } from './auth.js';
 import { endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
 import {
   badRequest,
-  errorBody,
   FerryError,
   forbidden,
-  httpStatus,
   notFound,
+  toHttpResponse,
   tooLarge,
   unauthorized,
 } from './errors.js';
 import { limits } from './limits.js';
+import { type Logger, stderrLogger } from './log.js';
 import type { ControlStore, EndpointRecord } from './ports.js';
 import {
   jobDoneSchema,
@@ -36,6 +37,8 @@ export interface ApiRequest {
   body: Buffer | undefined;
   /** Aborts when the client goes away, so long polls stop early. */
   signal?: AbortSignal;
+  /** The edge's id for this request (API Gateway's, or one it made up); a fresh uuid when absent. */
+  requestId?: string;
 }
 
 export interface ApiResponse {
@@ -46,7 +49,7 @@ export interface ApiResponse {
   headers?: Record<string, string>;
 }
 
-/** Seconds a client is told to wait after a 429 (spec §4.1). */
+/** Seconds a client is told to wait after a 429 (docs/api.md#errors). */
 export const retryAfterSec = 5;
 
 /**
@@ -78,6 +81,8 @@ export interface ApiOptions {
   streamWaitMs?: number;
   /** How long an endpoint lookup is remembered. */
   endpointCacheMs?: number;
+  /** Where internal failures are logged with their request id (default stderr). */
+  log?: Logger;
 }
 
 type Handler = (ctx: RouteContext) => Promise<ApiResponse>;
@@ -161,14 +166,20 @@ export class V2Api {
     ];
   }
 
-  /** Never throws: every failure becomes `{"error": "..."}` with its status. */
+  /** Never throws: every failure becomes the error answer of docs/api.md#errors. */
   async handle(req: ApiRequest): Promise<ApiResponse> {
     try {
       return await this.dispatch(req);
     } catch (error) {
-      const statusCode = httpStatus(error);
-      const headers = statusCode === 429 ? { 'retry-after': String(retryAfterSec) } : undefined;
-      return { statusCode, body: errorBody(error), ...(headers ? { headers } : {}) };
+      const response = toHttpResponse(error, {
+        requestId: req.requestId ?? randomUUID(),
+        log: this.options.log ?? stderrLogger,
+        what: `${req.method} ${req.path}`,
+      });
+      // A 429 tells the client when to come back (docs/api.md#errors).
+      return response.statusCode === 429
+        ? { ...response, headers: { 'retry-after': String(retryAfterSec) } }
+        : response;
     }
   }
 

@@ -8,7 +8,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { conflict, FerryError, notFound } from './errors.js';
-import { canMove, isFinal, type Job, type JobView, type Move, viewOf } from './job.js';
+import { canMove, isFinal, type Job, type JobView, type Move, runDeadlineOf, viewOf } from './job.js';
 import { RegistryLedger } from './ledger.js';
 import { limits } from './limits.js';
 import type {
@@ -51,7 +51,8 @@ export interface EngineDeps {
    * (SQLite), so a crash between the two cannot leave a job nobody will ever take.
    */
   createQueued?: (job: Job) => Promise<void>;
-  newId?: () => string;
+  /** A new job id; gets the endpoint so AWS can scope ids to it (core/job.ts endpointScopedJobId). */
+  newId?: (endpointId: string) => string;
   settings?: Partial<EngineSettings>;
 }
 
@@ -104,7 +105,7 @@ export class JobEngine {
   private readonly clock: Clock;
   private readonly webhooks: WebhookSender | undefined;
   private readonly createQueued: ((job: Job) => Promise<void>) | undefined;
-  private readonly newId: () => string;
+  private readonly newId: (endpointId: string) => string;
 
   constructor(deps: EngineDeps) {
     this.jobs = deps.jobs;
@@ -136,7 +137,7 @@ export class JobEngine {
     const now = this.clock.now();
     const ttlMs = request.policy?.ttl ?? limits.ttlDefaultMs;
     const job: Job = {
-      id: options.sync ? `sync-${this.newId()}` : this.newId(),
+      id: options.sync ? `sync-${this.newId(endpointId)}` : this.newId(endpointId),
       endpointId,
       status: 'IN_QUEUE',
       input: request.input,
@@ -398,11 +399,9 @@ export class JobEngine {
         job.status === 'IN_PROGRESS' &&
         job.workerId === workerId
       ) {
-        const renewed = await this.jobs.update(jobId, job.version, {
-          leaseUntil: now + this.settings.leaseMs,
-        });
-        if (renewed) break;
-        job = await this.jobs.get(jobId, now);
+        const renewed = await this.jobs.update(job, { leaseUntil: now + this.settings.leaseMs });
+        if (renewed.ok) break;
+        job = this.unexpired(renewed.current);
       }
     }
     await this.ledger.pinged(endpointId, workerId, jobIds);
@@ -483,8 +482,8 @@ export class JobEngine {
       job.startedAt !== undefined
     ) {
       const current = job;
-      const deadlineMs = job.startedAt + job.policy.executionTimeoutMs;
-      if (deadlineMs > this.clock.now()) return { timedOut: false, deadlineMs };
+      const deadlineMs = runDeadlineOf(job);
+      if (deadlineMs === undefined || deadlineMs > this.clock.now()) return { timedOut: false, deadlineMs };
       if (await this.tryMove(current, 'timeOut', () => this.timedOutPatch(current)))
         return { timedOut: true };
       // Lost a race (a ping renewed the lease, or the job ended): read again and decide again.
@@ -577,36 +576,38 @@ export class JobEngine {
       if (workerId !== undefined && current.workerId !== workerId) {
         throw conflict(`Job ${job.id} is no longer held by worker ${workerId}`);
       }
-      const written = await this.jobs.update(
-        job.id,
-        current.version,
-        this.withRetention(current, patch(current)),
-      );
-      if (written) {
-        this.afterWrite(current, written);
-        return written;
+      const result = await this.jobs.update(current, this.withRetention(current, patch(current)));
+      if (result.ok) {
+        this.afterWrite(current, result.job);
+        return result.job;
       }
-      current = await this.jobs.get(job.id, this.clock.now());
+      current = this.unexpired(result.current);
     }
   }
 
   /** Like move, but a job that moved on meanwhile is simply skipped (sweeps and purge). */
   private async tryMove(job: Job, move: Move, patch: (current: Job) => JobPatch): Promise<Job | undefined> {
     if (!canMove(move, job.status)) return undefined;
-    const written = await this.jobs.update(job.id, job.version, this.withRetention(job, patch(job)));
-    if (written) this.afterWrite(job, written);
-    return written;
+    const result = await this.jobs.update(job, this.withRetention(job, patch(job)));
+    if (!result.ok) return undefined;
+    this.afterWrite(job, result.job);
+    return result.job;
   }
 
   /** A change that is not a status move (e.g. `?ttl=`), retried on lost races. */
   private async change(job: Job, patch: (current: Job) => JobPatch, what: string): Promise<Job> {
     let current: Job | undefined = job;
     while (current) {
-      const written = await this.jobs.update(job.id, current.version, patch(current));
-      if (written) return written;
-      current = await this.jobs.get(job.id, this.clock.now());
+      const result = await this.jobs.update(current, patch(current));
+      if (result.ok) return result.job;
+      current = this.unexpired(result.current);
     }
     throw notFound(`Job ${job.id} not found while setting its ${what}`);
+  }
+
+  /** A job a lost race handed back, as `get` would answer it now (expired jobs read as absent). */
+  private unexpired(job: Job | undefined): Job | undefined {
+    return job && job.expiresAt > this.clock.now() ? job : undefined;
   }
 
   private afterWrite(before: Job, after: Job): void {

@@ -25,7 +25,7 @@ PYTHON_VERSIONS = ["3.10", "3.11", "3.12", "3.13"]
 HTTP_METHODS = ["get", "post", "put", "delete", "patch"]
 RESERVED_PATHS = {"/ping"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
-CPU_RE = re.compile(r"^([0-9]+)-([0-9]+)$")
+CPU_RE = re.compile(r"^([1-9][0-9]*)-([1-9][0-9]*)$")  # core/endpoint-spec.ts owns this rule
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PATH_PARAM_RE = re.compile(r"\{([^{}]*)\}")
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -260,7 +260,7 @@ class FileScanner:
         gpus = None
         if cpu is not None:
             match = CPU_RE.match(cpu) if isinstance(cpu, str) else None
-            if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
+            if not match:
                 bad("Endpoint '%s': cpu must be \"<vCPUs>-<GiB>\", for example cpu=\"2-8\" (got %r)" % (name, cpu))
         else:
             wanted = ["any"] if gpu is None else ([gpu] if isinstance(gpu, str) else gpu)

@@ -7,6 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Argv, CommandModule } from 'yargs';
 import { describeScope, hashKey, newSecret, scopeOf } from '../../core/auth.js';
+import { endpointNameSchema } from '../../core/endpoint-spec.js';
 import { FerryError, notFound, usage } from '../../core/errors.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { appNameOf, readProjectConfig } from '../config.js';
@@ -262,7 +263,8 @@ export const appCommand = (ctx: CliContext): CommandModule => ({
         handler: (argv) =>
           withProvider(ctx, argv.provider as string | undefined, async (provider) => {
             const name = String(argv.name);
-            if (!/^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/.test(name)) {
+            // App names follow the endpoint-name rule: both end up in AWS resource names.
+            if (!endpointNameSchema.safeParse(name).success) {
               throw usage(`'${name}' is not a valid app name`, 'Use letters, digits, _ and - (at most 63).');
             }
             if (await provider.control.getApp(name))

@@ -11,6 +11,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { FerryError } from '../../core/errors.js';
+import { isFinal } from '../../core/job.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { LiveEndpoints } from './state.js';
 
@@ -65,8 +66,6 @@ export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
   return routes;
 }
 
-const finalStatuses = new Set(['COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT']);
-
 export interface DevServerOptions {
   live: LiveEndpoints;
   platformUrl: string;
@@ -111,7 +110,7 @@ async function runQueueJob(
   if (job.status !== 200) return reply.code(job.status).send(job.body);
   // runsync answers {id, status} when its wait runs out; keep waiting, the dev server has no gateway limit.
   let current = job.body as { id: string; status: string; output?: unknown; error?: unknown };
-  while (!finalStatuses.has(current.status)) {
+  while (!isFinal(current.status)) {
     job = await callPlatform(options, 'POST', `/v2/${record.id}/status-sync/${current.id}?wait=60000`);
     if (job.status !== 200) return reply.code(job.status).send(job.body);
     current = job.body as typeof current;

@@ -3,11 +3,13 @@
  * V2Api. Bodies reach the API as raw bytes whatever their content type, because RunPod workers post
  * JSON labelled `application/x-www-form-urlencoded` and each route has its own size limit.
  */
+import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { type ApiRequest, assertJsonDepth, type V2Api } from '../../api.js';
 import { type Authenticator, authorizeClient, credentialOf } from '../../auth.js';
-import { badRequest, errorBody, httpStatus, notFound, unauthorized } from '../../errors.js';
+import { badRequest, internal, notFound, toHttpResponse, unauthorized } from '../../errors.js';
 import { limits } from '../../limits.js';
+import { type Logger, stderrLogger } from '../../log.js';
 import type { EndpointRecord } from '../../ports.js';
 import { type FrontDoorGuard, frontDoorLimits, installGuards, serverOptions } from './guard.js';
 import type { LbRequest, LbResponse } from './pool.js';
@@ -26,10 +28,14 @@ export async function createHttpServer(options: {
   api: V2Api;
   lb?: LbFrontDoor;
   guard?: FrontDoorGuard;
+  log?: Logger;
 }): Promise<FastifyInstance> {
+  const log = options.log ?? stderrLogger;
   const app = Fastify({
     ...serverOptions(frontDoorLimits(options.guard)),
     logger: false,
+    // The request id a 5xx answer carries and the log line names (docs/api.md#errors).
+    genReqId: () => randomUUID(),
     bodyLimit: bodyLimitBytes,
     forceCloseConnections: true,
     // A URL that does not percent-decode (`/status/%E0%A4%A`) gets the API's one error shape too.
@@ -58,6 +64,7 @@ export async function createHttpServer(options: {
       headers: request.headers,
       body: Buffer.isBuffer(request.body) ? request.body : undefined,
       signal: abort.signal,
+      requestId: request.id,
     };
     const response = await options.api.handle(apiRequest);
     reply.code(response.statusCode);
@@ -97,7 +104,8 @@ export async function createHttpServer(options: {
           reply.code(response.statusCode).headers(response.headers);
           return reply.send(response.body);
         } catch (error) {
-          return reply.code(httpStatus(error) === 500 ? 502 : httpStatus(error)).send(errorBody(error));
+          const answer = toHttpResponse(error, { requestId: request.id, log, what: `${request.method} lb` });
+          return reply.code(answer.statusCode).send(answer.body);
         }
       },
     });
@@ -107,16 +115,19 @@ export async function createHttpServer(options: {
     reply.code(404).send({ error: `No route for ${request.method} ${request.url.split('?', 1)[0]}` });
   });
   // Fastify's own errors (body over the limit, bad content length, ...) keep its status but take our shape.
-  app.setErrorHandler((error: { statusCode?: number; message: string }, _request, reply) => {
-    const statusCode =
-      error.statusCode && error.statusCode >= 400 && error.statusCode < 500 ? error.statusCode : 500;
+  app.setErrorHandler((error: { statusCode?: number; message: string }, request, reply) => {
+    const statusCode = error.statusCode;
+    if (statusCode === undefined || statusCode < 400 || statusCode >= 500) {
+      const answer = toHttpResponse(internal('Fastify failed a request', error), {
+        requestId: request.id,
+        log,
+        what: `${request.method} ${request.url.split('?', 1)[0]}`,
+      });
+      return reply.code(answer.statusCode).send(answer.body);
+    }
     const message =
-      statusCode === 413
-        ? `Request body is over the ${limits.runsyncBodyBytes}-byte limit`
-        : statusCode < 500
-          ? error.message
-          : 'Internal error';
-    reply.code(statusCode).send({ error: message });
+      statusCode === 413 ? `Request body is over the ${limits.runsyncBodyBytes}-byte limit` : error.message;
+    return reply.code(statusCode).send({ error: message });
   });
   return app;
 }

@@ -105,12 +105,13 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     staticKeyHashes: options.apiKey ? [hashKey(options.apiKey)] : [],
     workers: supervisor,
   });
-  const api = new V2Api({ engine, control: db.control, auth, workerWaitMs: options.workerWaitMs });
+  const api = new V2Api({ engine, control: db.control, auth, workerWaitMs: options.workerWaitMs, log });
   // Any live worker's token, whatever it is for: 'unknown' is the supervisor's answer for no worker.
   const isLiveWorkerToken = (key: string) => supervisor.verify(key, '', '') !== 'unknown';
   let pools: LocalWorkers | undefined;
   const server = await createHttpServer({
     api,
+    log,
     guard: {
       knows: async (key) => isLiveWorkerToken(key) || (await auth.isClientKey(key)),
       isWorker: async (key) => isLiveWorkerToken(key),

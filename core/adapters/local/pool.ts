@@ -3,8 +3,10 @@
  * entrypoint speaking the RunPod worker protocol) started with the endpoint's environment.
  *
  * This is the local actuator of the worker supervisor (core/supervisor.ts, docs/workers.md): it
- * spawns, signals and watches processes, and decides only how many workers an endpoint wants
- * (`desiredWorkers`). When to start, restart, back off, drain, refresh or kill is the supervisor's.
+ * spawns, signals and watches processes, and reads the one input the supervisor lacks (the urgent
+ * queue's depth). How many workers an endpoint wants is the scaling policy's (core/scaling.ts, the
+ * same function the AWS scaler applies); when to start, restart, back off, drain, refresh or kill is
+ * the supervisor's.
  *
  * Each worker runs in its own process group (spawned detached): RunPod's SDK pings from a child
  * process, and a worker killed or crashed must not leave it behind pinging with a dead identity. A
@@ -26,7 +28,7 @@ import { endpointKey } from '../../engine.js';
 import { FerryError } from '../../errors.js';
 import type { Logger } from '../../log.js';
 import type { BlobStore, ChangeFeed, ControlStore, EndpointRecord, JobQueue } from '../../ports.js';
-import type { WorkerActuator, WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
+import type { ScalePlan, WorkerActuator, WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 import { extractArtifact } from './artifact.js';
 
 export interface LocalWorkersOptions {
@@ -325,31 +327,27 @@ export class EndpointPool {
   }
 
   private async tick(): Promise<void> {
-    const r = this.resources;
-    await this.supervisor.tick(this.endpointId, {
-      desired: await this.desiredWorkers(),
-      min: r.workersMin,
-      max: r.workersMax,
-      idleMs: r.idleTimeoutSec * 1000,
-      kind: this.isLb ? 'lb' : 'queue',
-    });
+    const { workersMax: max, maxConcurrency } = this.resources;
+    // The queue is the one input the supervisor does not know; counting stops where it no longer
+    // changes the answer.
+    const urgent = this.isLb
+      ? 0
+      : (await this.options.queue.depth(this.endpointId, { atMost: max * maxConcurrency })).urgent;
+    await this.supervisor.tick(this.endpointId, this.plan(urgent));
   }
 
-  /**
-   * How many workers this endpoint wants now: the one scaling decision of the pool. Queue endpoints:
-   * urgent queued jobs plus jobs held, per max_concurrency, within min and max. Load-balanced ones:
-   * the workers serving requests now (a request starts one on demand).
-   */
-  private async desiredWorkers(): Promise<number> {
-    const { workersMin: min, workersMax: max, maxConcurrency } = this.resources;
-    if (this.isLb) {
-      const busy = [...this.procs.values()].filter((p) => p.inFlight > 0).length;
-      return Math.min(max, Math.max(min, busy));
-    }
-    const depth = await this.options.queue.depth(this.endpointId, { atMost: max * maxConcurrency });
-    const counts = await this.supervisor.counts(this.endpointId);
-    const held = counts.running * maxConcurrency;
-    return Math.min(max, Math.max(min, Math.ceil((depth.urgent + held) / maxConcurrency)));
+  /** What the scaling policy (core/scaling.ts, applied by the supervisor) reads for this endpoint. */
+  private plan(urgentQueuedJobs: number, waitingRequests = 0): ScalePlan {
+    const r = this.resources;
+    return {
+      urgentQueuedJobs,
+      waitingRequests,
+      min: r.workersMin,
+      max: r.workersMax,
+      maxConcurrency: r.maxConcurrency,
+      idleMs: r.idleTimeoutSec * 1000,
+      kind: this.isLb ? 'lb' : 'queue',
+    };
   }
 
   /** Spawns the worker the supervisor issued, in its own process group. */
@@ -473,7 +471,10 @@ export class EndpointPool {
     const serving = new Set(this.supervisor.servingOf(this.endpointId).map((w) => w.workerId));
     let candidates = [...this.procs.values()].filter((p) => serving.has(p.identity.workerId));
     const allBusy = candidates.every((p) => p.inFlight >= this.resources.maxConcurrency);
-    if (candidates.length === 0 || allBusy) {
+    // The local front door holds a request until a worker is ready. A request no worker can take
+    // now counts as waiting; the policy says whether that is worth one more worker.
+    const wanted = allBusy ? this.supervisor.decide(this.endpointId, this.plan(0, 1)).desired : 0;
+    if (candidates.length < wanted) {
       const started = this.supervisor.startOne(this.endpointId, 'lb', this.resources.workersMax);
       const proc = started && this.procs.get(started.workerId);
       if (proc) candidates = [...candidates, proc];
@@ -501,7 +502,10 @@ export class EndpointPool {
       if (type) headers['content-type'] = type;
       return { statusCode: response.status, headers, body: Buffer.from(await response.arrayBuffer()) };
     } catch (error) {
-      throw new FerryError('failed', `The endpoint's worker did not answer: ${(error as Error).message}`);
+      throw new FerryError(
+        'bad_gateway',
+        `The endpoint's worker did not answer: ${(error as Error).message}`,
+      );
     } finally {
       proc.inFlight--;
       this.supervisor.request(proc.identity.workerId, -1);

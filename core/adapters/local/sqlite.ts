@@ -17,8 +17,8 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { systemClock } from '../../clock.js';
-import { badRequest, conflict } from '../../errors.js';
-import type { Job, JobStatus } from '../../job.js';
+import { conflict, internal } from '../../errors.js';
+import { finalStatusList, type Job, type JobStatus, runDeadlineOf } from '../../job.js';
 import type {
   ApiKeyRecord,
   AppRecord,
@@ -30,6 +30,7 @@ import type {
   JobPatch,
   JobQueue,
   JobStore,
+  JobUpdate,
   QueueMessage,
   ReceiveOptions,
   WorkerRecord,
@@ -38,6 +39,9 @@ import type {
 import { createPrivateFile } from './home.js';
 import { SqliteWebhookOutbox } from './outbox.js';
 import { LocalSecretStore } from './secrets.js';
+
+/** The final statuses as an SQL list (they are fixed words, never user input). */
+const finalStatusSql = finalStatusList.map((status) => `'${status}'`).join(', ');
 
 type Db = Database.Database;
 
@@ -244,13 +248,11 @@ interface JobRow {
 const parseJob = (row: JobRow): Job => JSON.parse(row.body) as Job;
 
 function checkLimit(limit: number): number {
-  if (!Number.isInteger(limit) || limit < 1)
-    throw badRequest(`limit must be a positive integer, got ${limit}`);
+  if (!Number.isInteger(limit) || limit < 1) throw internal(`limit must be a positive integer, got ${limit}`);
   return limit;
 }
 
 function jobColumns(job: Job) {
-  const timeoutMs = job.policy?.executionTimeoutMs;
   return {
     id: job.id,
     endpoint_id: job.endpointId,
@@ -259,11 +261,7 @@ function jobColumns(job: Job) {
     expires_at: job.expiresAt,
     lease_until: job.leaseUntil ?? null,
     started_at: job.startedAt ?? null,
-    // A timeout of 0 (or none) means the job may run as long as its lease is renewed.
-    run_deadline:
-      job.startedAt !== undefined && timeoutMs !== undefined && timeoutMs > 0
-        ? job.startedAt + timeoutMs
-        : null,
+    run_deadline: runDeadlineOf(job) ?? null,
     retries: job.retries,
     version: job.version,
     body: JSON.stringify(job),
@@ -289,24 +287,20 @@ class SqliteJobStore implements JobStore {
          started_at = @started_at, run_deadline = @run_deadline, retries = @retries, version = @version, body = @body
        WHERE id = @id AND version = @expected`,
     );
-    this.#updateTx = db.transaction(
-      (jobId: string, expectedVersion: number, patch: JobPatch): Job | undefined => {
-        const row = this.#get.get(jobId);
-        if (!row) return undefined;
-        const current = parseJob(row);
-        if (current.version !== expectedVersion) return undefined;
-        const next: Record<string, unknown> = { ...current };
-        for (const [key, value] of Object.entries(patch)) {
-          // The identity and the version are not the caller's to write.
-          if (key === 'id' || key === 'endpointId' || key === 'version') continue;
-          if (value === undefined) delete next[key];
-          else next[key] = value;
-        }
-        const written = { ...(next as unknown as Job), version: expectedVersion + 1 };
-        const result = this.#update.run({ ...jobColumns(written), expected: expectedVersion });
-        return result.changes === 1 ? written : undefined;
-      },
-    );
+    this.#updateTx = db.transaction((current: Job, patch: JobPatch): JobUpdate => {
+      const next: Record<string, unknown> = { ...current };
+      for (const [key, value] of Object.entries(patch)) {
+        // The identity and the version are not the caller's to write.
+        if (key === 'id' || key === 'endpointId' || key === 'version') continue;
+        if (value === undefined) delete next[key];
+        else next[key] = value;
+      }
+      const written = { ...(next as unknown as Job), version: current.version + 1 };
+      const result = this.#update.run({ ...jobColumns(written), expected: current.version });
+      if (result.changes === 1) return { ok: true, job: written };
+      const row = this.#get.get(current.id);
+      return { ok: false, current: row ? parseJob(row) : undefined };
+    });
     const insertChunk = db.prepare('INSERT INTO stream_chunks (job_id, output) VALUES (?, ?)');
     this.#appendTx = db.transaction((jobId: string, outputs: unknown[]) => {
       for (const output of outputs) insertChunk.run(jobId, JSON.stringify(output ?? null));
@@ -341,8 +335,8 @@ class SqliteJobStore implements JobStore {
     return job.expiresAt > nowMs ? job : undefined;
   }
 
-  async update(jobId: string, expectedVersion: number, patch: JobPatch): Promise<Job | undefined> {
-    return this.#updateTx.immediate(jobId, expectedVersion, patch);
+  async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
+    return this.#updateTx.immediate(current, patch);
   }
 
   async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
@@ -417,11 +411,11 @@ class SqliteJobStore implements JobStore {
         prepared(
           this.db,
           `DELETE FROM stream_chunks WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?
-               AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'))`,
+               AND status IN (${finalStatusSql}))`,
         ).run(nowMs);
         return prepared(
           this.db,
-          `DELETE FROM jobs WHERE expires_at <= ? AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT')`,
+          `DELETE FROM jobs WHERE expires_at <= ? AND status IN (${finalStatusSql})`,
         ).run(nowMs).changes;
       })
       .immediate();
@@ -506,8 +500,8 @@ class SqliteJobQueue implements JobQueue {
 
   async receive(endpointId: string, options: ReceiveOptions): Promise<QueueMessage[]> {
     const { max, visibilityMs, waitMs, signal } = options;
-    if (!Number.isInteger(max) || max < 1) throw badRequest(`max must be a positive integer, got ${max}`);
-    if (!(visibilityMs >= 0)) throw badRequest(`visibilityMs must be >= 0, got ${visibilityMs}`);
+    if (!Number.isInteger(max) || max < 1) throw internal(`max must be a positive integer, got ${max}`);
+    if (!(visibilityMs >= 0)) throw internal(`visibilityMs must be >= 0, got ${visibilityMs}`);
     const deadlineMs = this.clock.now() + Math.max(0, waitMs);
     for (;;) {
       if (this.#closed || signal?.aborted) return [];
@@ -525,7 +519,7 @@ class SqliteJobQueue implements JobQueue {
   async ack(endpointId: string, receipt: string): Promise<void> {
     this.#assertOpen();
     const match = /^(\d+):([0-9a-f-]+)$/.exec(receipt);
-    if (!match) throw badRequest('Malformed queue receipt');
+    if (!match) throw internal('Malformed queue receipt');
     this.#ack.run(endpointId, Number(match[1]), match[2]);
   }
 
