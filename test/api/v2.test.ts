@@ -267,7 +267,7 @@ describe('worker protocol', () => {
     expect(batch.map((j) => j.input.i)).toEqual([0, 1, 2]);
   });
 
-  it('job-done over 20 MB is a 400; bad JSON is a 400; unknown job is a 404', async () => {
+  it('job-done over 20 MB is a 400 that fails the job; bad JSON is a 400; unknown job is a 404', async () => {
     const { id, worker } = await freshEndpoint();
     const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });
     await worker.take();
@@ -284,7 +284,11 @@ describe('worker protocol', () => {
     );
     expect(res.status).toBe(400);
     expect((await worker.done('missing', { output: 1 })).status).toBe(404);
-    expect((await call(base, 'GET', `/${id}/status/${body.id}`)).body.status).toBe('IN_PROGRESS');
+    // The over-limit result ended the job at once, with the reason (docs/security.md).
+    expect((await call(base, 'GET', `/${id}/status/${body.id}`)).body).toMatchObject({
+      status: 'FAILED',
+      error: expect.stringMatching(/over the 20971520-byte limit/),
+    });
   });
 
   it('stream always carries `stream`, hands each chunk out once and splits chunks over 1 MB', async () => {

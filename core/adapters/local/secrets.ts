@@ -17,11 +17,20 @@ export const secretNamePattern = /^[A-Za-z_][A-Za-z0-9_]*$/;
 /** A value is an environment variable: keep it well under what exec() accepts. */
 export const secretValueMaxBytes = 64 * 1024;
 
+/** Variable names a secret may not take: the platform's own (both providers). */
+export const reservedSecretPrefixes = ['FERRY_', 'RUNPOD_', 'AWS_', 'ECS_'] as const;
+
 export function checkSecretName(name: string): void {
   if (!secretNamePattern.test(name)) {
     throw new FerryError('usage', `Secret name '${name}' is not an environment variable name`, {
       hint: 'Use letters, digits and _, not starting with a digit (e.g. HF_TOKEN)',
     });
+  }
+  if (reservedSecretPrefixes.some((prefix) => name.toUpperCase().startsWith(prefix))) {
+    throw new FerryError(
+      'usage',
+      `Secret name '${name}' uses a reserved prefix (${reservedSecretPrefixes.join(', ')})`,
+    );
   }
 }
 
