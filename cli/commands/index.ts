@@ -7,6 +7,7 @@ import { devCommand, runAliasCommand } from './dev.js';
 import { initCommand } from './init.js';
 import { appCommand, envCommand, keysCommand, undeployCommand } from './records.js';
 import { secretsCommand } from './secrets.js';
+import { sdkCommand } from './sdk.js';
 import { quickstartCommand, serveCommand } from './serve.js';
 
 export function commandTable(ctx: CliContext): CommandModule[] {
@@ -22,6 +23,7 @@ export function commandTable(ctx: CliContext): CommandModule[] {
     serveCommand(ctx),
     keysCommand(ctx),
     secretsCommand(ctx),
+    sdkCommand(ctx),
     quickstartCommand(ctx),
   ];
 }

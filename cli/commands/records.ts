@@ -347,11 +347,17 @@ export const undeployCommand = (ctx: CliContext): CommandModule => ({
         default: false,
         describe: 'Remove every endpoint (asks you to type DELETE ALL)',
       })
+      .option('everywhere', {
+        type: 'boolean',
+        default: false,
+        describe: "With --all: every app's endpoints, not only this folder's app",
+      })
       .option('force', forceFlag)
       .option('json', jsonFlag)
       .example('$0 undeploy list', 'Endpoints of every app')
       .example('$0 undeploy cpu_worker --env staging', 'Remove one endpoint')
-      .example('$0 undeploy --all --force', 'Remove every endpoint without asking'),
+      .example('$0 undeploy --all --force', "Remove this folder's app's endpoints without asking")
+      .example('$0 undeploy --all --everywhere', 'Remove the endpoints of every app'),
   handler: (argv) =>
     withProvider(ctx, argv.provider as string | undefined, async (provider) => {
       const name = argv.name as string | undefined;
@@ -374,11 +380,19 @@ export const undeployCommand = (ctx: CliContext): CommandModule => ({
       }
       if (argv.all) {
         if (name) throw usage('Give an endpoint name or --all, not both');
-        const endpoints = await provider.control.listEndpoints(filter);
-        if (endpoints.length === 0) return ctx.reporter.out('No endpoints to remove.');
+        // Run inside a project, --all means that project's app; every app only when asked.
+        const everywhere = Boolean(argv.everywhere) && typeof argv.app !== 'string';
+        const scope = everywhere ? filter : { ...filter, app: defaultApp(ctx, argv.app) };
+        const endpoints = await provider.control.listEndpoints(scope);
+        if (endpoints.length === 0) {
+          return ctx.reporter.out(
+            everywhere ? 'No endpoints to remove.' : `No endpoints of app '${scope.app}' to remove.`,
+          );
+        }
         if (!argv.force) {
+          const where = everywhere ? 'in every app' : `of app '${scope.app}'`;
           ctx.reporter.line(
-            `This removes ${endpoints.length} endpoints: ${endpoints.map((e) => e.name).join(', ')}`,
+            `This removes ${endpoints.length} endpoints ${where}: ${endpoints.map((e) => `${e.name} (${e.env})`).join(', ')}`,
           );
           const typed = await ask(ctx.io, 'Type DELETE ALL to confirm: ');
           if (typed !== 'DELETE ALL') {

@@ -14,6 +14,7 @@ import {
   EndpointAgentAccess,
   EndpointWorkerToken,
   endpointKeyPatterns,
+  leadingKeysCondition,
   userSecrets,
 } from '../../infra/isolation.js';
 import { ecsConfigLines } from '../../infra/platform-stack.js';
@@ -165,13 +166,17 @@ describe('the task role (every container of the task has it)', () => {
 
 describe('the load-balanced agent role', () => {
   const { template, access } = build('lb');
-  it('reads only KEY# items of the control table', () => {
+  it('reads only KEY# items of the control table and writes only its own worker records', () => {
     const statements = statementsOf(template, access.role);
-    expect(statements).toHaveLength(1);
+    expect(statements).toHaveLength(2);
     expect(statements[0]!.Resource).toBe(tables.control.tableArn);
     expect(statements[0]!.Condition).toEqual({
       'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['KEY#*'] },
     });
+    // Its load for the scaler (docs/scaling.md): records keyed by this endpoint's worker ids only.
+    expect(actionsOf([statements[1]!]).sort()).toEqual(['dynamodb:DeleteItem', 'dynamodb:PutItem']);
+    expect(statements[1]!.Resource).toBe(tables.workers.tableArn);
+    expect(statements[1]!.Condition).toEqual(leadingKeysCondition(endpointKeyPatterns(endpointId).workers));
   });
 });
 

@@ -362,10 +362,15 @@ class AgentServer implements Agent {
   }
 
   async workerExited(how: { code: number | null; signal: string | null }): Promise<void> {
-    if (this.supervisor.phase(this.workerId) === 'gone') return;
-    this.log.warn(`the worker exited (${how.signal ?? `code ${how.code}`}); its jobs go back to the queue`);
+    const phase = this.supervisor.phase(this.workerId);
+    if (phase === 'gone') return;
+    // Leaving after a refresh_worker job or a drain is the plan; any other exit is a failure.
+    const planned = phase === 'retiring' || phase === 'draining';
+    const exit = how.signal ?? `code ${how.code}`;
+    if (planned) this.log.info(`the worker exited (${exit}) as asked`);
+    else this.log.warn(`the worker exited (${exit}); its jobs go back to the queue`);
     await this.supervisor.exited(this.workerId, how);
-    this.leave(1);
+    this.leave(planned ? 0 : 1);
   }
 
   /** The supervisor killed the worker (a stopped job kept past its grace): requeue, then exit 1. */
@@ -438,12 +443,15 @@ class AgentServer implements Agent {
         ? AbortSignal.any([signal, this.draining.signal, this.closing.signal])
         : AbortSignal.any([signal, this.closing.signal]),
     };
-    if (isTake) this.takesInFlight++;
+    // Only takes that may reach the queue count: once draining, a take is refused before the queue
+    // (held briefly), and a worker that asks again at once must not keep the drain waiting.
+    const counted = isTake && !this.draining.signal.aborted;
+    if (counted) this.takesInFlight++;
     let response: ApiResponse;
     try {
       response = await this.api.handle(apiRequest);
     } finally {
-      if (isTake) this.takesInFlight--;
+      if (counted) this.takesInFlight--;
     }
     return response;
   }
