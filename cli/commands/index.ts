@@ -6,8 +6,8 @@ import { deployCommand } from './deploy.js';
 import { devCommand, runAliasCommand } from './dev.js';
 import { initCommand } from './init.js';
 import { appCommand, envCommand, keysCommand, undeployCommand } from './records.js';
-import { secretsCommand } from './secrets.js';
 import { sdkCommand } from './sdk.js';
+import { secretsCommand } from './secrets.js';
 import { quickstartCommand, serveCommand } from './serve.js';
 
 export function commandTable(ctx: CliContext): CommandModule[] {
