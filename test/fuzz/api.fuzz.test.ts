@@ -306,7 +306,11 @@ const isQueued = ok200((b) => {
 // ── setup ─────────────────────────────────────────────────────────────────────────────────────────
 
 beforeAll(async () => {
-  platform = await startTestPlatform({ workerWaitMs: 1_000 });
+  // Thousands of requests with one key: the rate limit (tested in test/security) must not answer first.
+  platform = await startTestPlatform({
+    workerWaitMs: 1_000,
+    frontDoor: { rateLimitRequests: Number.MAX_SAFE_INTEGER },
+  });
   port = platform.port;
   for (const id of ['fz', 'fzw', 'fzp', 'fzsync']) await platform.addEndpoint(id);
   const engine = platform.engine;
