@@ -34,6 +34,8 @@ export const resourcesSchema = z
      */
     healthCheckGraceSec: z.number().int().min(0).max(7200).optional(),
     env: z.record(z.string(), z.string()),
+    /** Names of secrets handed to the workers as environment variables (docs/security.md). */
+    secrets: z.array(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/)).optional(),
     dependencies: z.array(z.string()),
     systemDependencies: z.array(z.string()),
     pythonVersion: z.enum(pythonVersions).optional(),

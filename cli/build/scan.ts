@@ -33,6 +33,7 @@ const configSchema = z
     maxConcurrency: z.number().int(),
     healthCheckGraceSec: z.number().int(),
     env: z.record(z.string(), z.string()),
+    secrets: z.array(z.string()).default([]),
     dependencies: z.array(z.string()),
     systemDependencies: z.array(z.string()),
     pythonVersion: z.enum(pythonVersions).nullable(),
@@ -168,6 +169,8 @@ export function toManifestEndpoint(scanned: ScannedEndpoint): ManifestEndpoint {
     // 0 (the default) is left out, so endpoints that never set it keep their config hash.
     ...(config.healthCheckGraceSec > 0 ? { healthCheckGraceSec: config.healthCheckGraceSec } : {}),
     env: config.env,
+    // Only when named, so endpoints without secrets keep their config hash (no needless rolls).
+    ...(config.secrets.length > 0 ? { secrets: config.secrets } : {}),
     dependencies: config.dependencies,
     systemDependencies: config.systemDependencies,
     ...(config.pythonVersion !== null ? { pythonVersion: config.pythonVersion } : {}),

@@ -8,6 +8,7 @@ import { imagesCommand } from './images.js';
 import { initCommand } from './init.js';
 import { appCommand, envCommand, keysCommand, undeployCommand } from './records.js';
 import { sdkCommand } from './sdk.js';
+import { secretsCommand } from './secrets.js';
 import { quickstartCommand, serveCommand } from './serve.js';
 
 export function commandTable(ctx: CliContext): CommandModule[] {
@@ -23,6 +24,7 @@ export function commandTable(ctx: CliContext): CommandModule[] {
     imagesCommand(ctx),
     serveCommand(ctx),
     keysCommand(ctx),
+    secretsCommand(ctx),
     sdkCommand(ctx),
     quickstartCommand(ctx),
   ];

@@ -77,6 +77,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   securePrivateDir(options.dataDir);
   const db = openLocalDatabase(join(options.dataDir, 'ferry.db'), { clock });
   const blobs = new FileBlobStore(join(options.dataDir, 'blobs'));
+  const secretStore = db.openSecrets(join(options.dataDir, 'secrets.key'));
   const changes = new LocalChangeFeed(clock);
   const webhooks = new HttpWebhookSender({
     clock,
@@ -164,7 +165,11 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
       blobs,
       changes,
       platformUrl: host === '127.0.0.1' || host === '0.0.0.0' || host === 'localhost' ? loopbackUrl : url,
-      runtimeDir: join(options.dataDir, 'runtime'),
+      // Workers run as another user cannot enter FERRY_HOME (0700): their code is unpacked beside it.
+      runtimeDir: options.workers.workerUser
+        ? `${options.dataDir}-runtime`
+        : join(options.dataDir, 'runtime'),
+      secrets: (record, names) => secretStore.resolve({ app: record.app, env: record.env }, names),
       log,
       callToken: (endpointId) => callTokenFor(callTokenSecret, endpointId),
     });

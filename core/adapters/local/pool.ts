@@ -19,7 +19,7 @@
  * to them round robin, a worker is started on the first request and stopped after idle_timeout.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
@@ -50,6 +50,13 @@ export interface LocalWorkersOptions {
   pingIntervalMs?: number;
   /** GPUs on this machine; detected with nvidia-smi when not given. */
   gpuCount?: number;
+  /**
+   * Run workers as this OS user (`ferry serve --worker-user`, docs/security.md): FERRY_HOME's 0600
+   * files are then out of their reach. Needs the platform to run as root.
+   */
+  workerUser?: { uid: number; gid: number };
+  /** The values of an endpoint's `secrets=` names, for its workers only (docs/security.md). */
+  secrets?: (record: EndpointRecord, names: readonly string[]) => Promise<Record<string, string>>;
   /** The call token (core/names.ts) a worker of `endpointId` uses for remote calls by name. */
   callToken?: (endpointId: string) => string;
   /**
@@ -78,6 +85,8 @@ interface PoolSpec {
   config: EndpointConfig;
   codeDir: string;
   key: string;
+  /** `secrets=` values, resolved when the spec is built; a changed value rolls the workers. */
+  secrets: Record<string, string>;
 }
 
 export class LocalWorkers {
@@ -182,14 +191,18 @@ export class LocalWorkers {
   private async specOf(record: EndpointRecord): Promise<PoolSpec> {
     const config = endpointConfigOf(record);
     const codeDir = config.codeDir ?? (await this.unpack(record));
+    const names = config.endpoint.resources.secrets ?? [];
+    const secrets = names.length > 0 && this.options.secrets ? await this.options.secrets(record, names) : {};
     const key = JSON.stringify([
       record.fingerprint,
       config.endpoint.configHash,
       codeDir,
       config.endpoint.resources,
       config.command,
+      // A digest, so the key (which may be logged or compared) never holds a value.
+      createHash('sha256').update(JSON.stringify(secrets)).digest('hex'),
     ]);
-    return { record, config, codeDir, key };
+    return { record, config, codeDir, key, secrets };
   }
 
   /** Unpacks the endpoint's artifact once per fingerprint into the runtime folder. */
@@ -353,6 +366,7 @@ export class EndpointPool {
     const env: NodeJS.ProcessEnv = {
       ...workerBaseEnv(process.env),
       ...this.resources.env,
+      ...this.spec.secrets,
       PYTHONPATH: [this.spec.codeDir, this.options.ferryPythonPath, process.env.PYTHONPATH]
         .filter(Boolean)
         .join(delimiter),
@@ -411,6 +425,7 @@ export class EndpointPool {
         stdio: ['ignore', 'pipe', 'pipe'],
         // Its own process group: a kill reaches whatever it started (RunPod's heartbeat process).
         detached: true,
+        ...(this.options.workerUser ?? {}),
       });
       proc.child = child;
       const prefix = `[${this.spec.record.name} ${workerId.slice(-8)}]`;

@@ -38,6 +38,7 @@ import type {
 } from '../../ports.js';
 import { createPrivateFile } from './home.js';
 import { SqliteWebhookOutbox } from './outbox.js';
+import { LocalSecretStore } from './secrets.js';
 
 /** The final statuses as an SQL list (they are fixed words, never user input). */
 const finalStatusSql = finalStatusList.map((status) => `'${status}'`).join(', ');
@@ -152,6 +153,8 @@ export interface LocalDatabase {
   queue: JobQueue;
   control: ControlStore;
   workers: WorkerRegistry;
+  /** Endpoint secrets, encrypted with the key in `keyFile` (core/adapters/local/secrets.ts). */
+  openSecrets(keyFile: string): LocalSecretStore;
   /** Gives up to `maxPages` free pages back to the file system (incremental vacuum). */
   reclaimSpace(maxPages?: number): void;
   /** A new job and its queue message in one transaction (EngineDeps.createQueued). */
@@ -213,6 +216,9 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
   let closed = false;
   return {
     jobs,
+    openSecrets(keyFile: string) {
+      return new LocalSecretStore(db, keyFile);
+    },
     reclaimSpace(maxPages = 2_000) {
       db.pragma(`incremental_vacuum(${Math.max(1, Math.floor(maxPages))})`);
     },
