@@ -44,6 +44,13 @@ export const limits = {
   webhookRetryDelayMs: 10_000,
   webhookTimeoutMs: 10_000,
 
+  /** A worker's own log lines (not a job's: those go with the job) are kept this long. */
+  workerLogRetentionMs: 24 * 3_600_000,
+  /** The longest log line kept; longer ones are cut (a handler printing a whole tensor). */
+  logLineChars: 16 * 1024,
+  /** Lines one job-log request may carry. */
+  logBatchLines: 1_000,
+
   /** Deployment artifact (spec §8). */
   artifactBytes: 1.5 * 1024 * 1024 * 1024,
 } as const;

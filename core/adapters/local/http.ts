@@ -8,6 +8,8 @@ import type { ApiRequest, V2Api } from '../../api.js';
 import { type Authenticator, credentialOf } from '../../auth.js';
 import { errorBody, httpStatus, unauthorized } from '../../errors.js';
 import { limits } from '../../limits.js';
+import type { ManageApi } from '../../manage.js';
+import { registerConsole } from './console.js';
 import type { LbRequest, LbResponse } from './pool.js';
 
 /** Load-balanced endpoints: `/lb/<endpointId>/<route path>`, API key required like every endpoint. */
@@ -19,7 +21,14 @@ export interface LbFrontDoor {
 /** Above every route limit, so the API itself answers 413/400 with the route's own message. */
 const bodyLimitBytes = limits.runsyncBodyBytes + 1024 * 1024;
 
-export function createHttpServer(options: { api: V2Api; lb?: LbFrontDoor }): FastifyInstance {
+export function createHttpServer(options: {
+  api: V2Api;
+  lb?: LbFrontDoor;
+  /** The management API at /manage/v1 (core/manage.ts). */
+  manage?: ManageApi;
+  /** Serve the web console at /console from this folder. */
+  consoleDir?: string;
+}): FastifyInstance {
   const app = Fastify({
     logger: false,
     bodyLimit: bodyLimitBytes,
@@ -50,12 +59,18 @@ export function createHttpServer(options: { api: V2Api; lb?: LbFrontDoor }): Fas
       body: Buffer.isBuffer(request.body) ? request.body : undefined,
       signal: abort.signal,
     };
-    const response = await options.api.handle(apiRequest);
+    const response = await (apiRequest.path.startsWith('/manage/') && options.manage
+      ? options.manage
+      : options.api
+    ).handle(apiRequest);
     reply.code(response.statusCode);
     if (response.statusCode === 204) return reply.send();
     return reply.type('application/json').send(JSON.stringify(response.body));
   };
   app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url: '/v2/*', handler: forward });
+  if (options.manage)
+    app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url: '/manage/v1/*', handler: forward });
+  if (options.consoleDir) registerConsole(app, options.consoleDir);
 
   const lb = options.lb;
   if (lb) {

@@ -12,9 +12,10 @@ import { LocalChangeFeed } from '../../changes.js';
 import { systemClock } from '../../clock.js';
 import { type EngineSettings, JobEngine } from '../../engine.js';
 import { FerryError } from '../../errors.js';
-import { defaultPort } from '../../limits.js';
+import { defaultPort, limits } from '../../limits.js';
 import { type Logger, silentLogger } from '../../log.js';
-import type { Clock } from '../../ports.js';
+import { GaugeHistory, ManageApi } from '../../manage.js';
+import type { Clock, LogLine, LogStore } from '../../ports.js';
 import { HttpWebhookSender } from '../../webhooks.js';
 import { FileBlobStore } from './files.js';
 import { createHttpServer } from './http.js';
@@ -36,6 +37,10 @@ export interface LocalPlatformOptions {
   /** Worker long-poll hold time; tests shorten it. */
   workerWaitMs?: number;
   webhookRetryDelayMs?: number;
+  /** Serve the web console at /console from this folder (the install's `console/`). */
+  consoleDir?: string;
+  /** Hears every log line once it is stored (`ferry dev` prints jobs' lines). */
+  onLog?: (lines: readonly LogLine[]) => void;
   /** Run worker pools for the endpoints in the control store. */
   workers?: Omit<
     LocalWorkersOptions,
@@ -79,10 +84,34 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     staticKeyHashes: options.apiKey ? [hashKey(options.apiKey)] : [],
     workerTokenHashes: [hashKey(workerToken)],
   });
-  const api = new V2Api({ engine, control: db.control, auth, workerWaitMs: options.workerWaitMs });
+  const onLog = options.onLog;
+  const logs: LogStore = onLog
+    ? {
+        append: async (lines) => {
+          await db.logs.append(lines);
+          onLog(lines);
+        },
+        read: (query) => db.logs.read(query),
+      }
+    : db.logs;
+  const api = new V2Api({ engine, control: db.control, auth, workerWaitMs: options.workerWaitMs, logs });
+  const gauges = new GaugeHistory();
+  const manage = new ManageApi({
+    engine,
+    jobs: db.jobs,
+    queue: db.queue,
+    control: db.control,
+    workers: db.workers,
+    logs,
+    auth,
+    gauges,
+    now: () => clock.now(),
+  });
   let pools: LocalWorkers | undefined;
   const server = createHttpServer({
     api,
+    manage,
+    consoleDir: options.consoleDir,
     lb: {
       auth,
       forward: (endpointId, request) => {
@@ -113,18 +142,26 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
       workerToken,
       runtimeDir: join(options.dataDir, 'runtime'),
       log,
+      logs,
     });
     await pools.reconcile();
     pools.start(reconcileIntervalMs);
   }
 
   let sweeping = false;
+  let sampledAt = 0;
   const sweep = async () => {
     if (sweeping) return;
     sweeping = true;
     try {
       await engine.sweep();
       await db.jobs.deleteExpired(clock.now());
+      // Every 10 s: the console's queue-depth and worker charts, and old worker log lines.
+      if (clock.now() - sampledAt >= 10_000) {
+        sampledAt = clock.now();
+        await manage.sampleGauges();
+        await db.logs.deleteWorkerLinesBefore(clock.now() - limits.workerLogRetentionMs);
+      }
     } catch (error) {
       log.error(`sweep failed: ${(error as Error).message}`);
     } finally {
@@ -140,6 +177,8 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     port: address.port,
     engine,
     db,
+    manage,
+    logs,
     blobs,
     changes,
     server,
