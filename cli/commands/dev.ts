@@ -10,7 +10,7 @@ import { type LocalPlatformOptions, startLocalPlatform } from '../../core/adapte
 import { livePrefix } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import { defaultPort } from '../../core/limits.js';
-import { apiKeyFromUser, appNameOf, ferryPythonPath, readProjectConfig } from '../config.js';
+import { apiKeyFromUser, appNameOf, ferryPythonPath, installRoot, readProjectConfig } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { createDevServer, devRoutes, nextFreePort } from '../dev/server.js';
@@ -85,7 +85,15 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     apiKey: key.key,
     workers: { ferryPythonPath: ferryPythonPath() },
     log: { info: () => {}, warn: (m) => say(`warning: ${m}`), error: (m) => say(`error: ${m}`) },
+    consoleDir: path.join(installRoot(), 'console'),
+    // Each job's output as it happens, prefixed by endpoint and job (docs/observability.md).
+    onLog: (lines) => {
+      for (const line of lines)
+        if (line.jobId)
+          say(`[${endpointNames.get(line.endpointId) ?? line.endpointId} ${line.jobId}] ${line.text}`);
+    },
   };
+  const endpointNames = new Map<string, string>();
   const platform = await startLocalPlatform(platformOptions);
   const pools = platform.workers;
   let server: FastifyInstance | undefined;
@@ -100,6 +108,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
         await pools?.reconcile();
       },
       onChange: (name, outcome, record) => {
+        endpointNames.set(record.id, name);
         if (outcome !== 'unchanged')
           say(`${outcome === 'created' ? '+ provisioned' : '~ updated'} live-${name} (${record.id})`);
       },
@@ -132,6 +141,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     server = await start();
     const base = `http://${args.host.includes(':') ? `[${args.host}]` : args.host}:${boundPort}`;
     ctx.reporter.out(`Ferry dev server at ${base}  (docs: ${base}/docs)`);
+    ctx.reporter.out(`Console at ${platform.url}/console  (sign in with your FERRY_API_KEY)`);
     for (const route of devRoutes(snapshot.endpoints))
       ctx.reporter.out(`  ${route.method.padEnd(6)} ${base}${route.path}`);
     say(`API key from ${key.source}; calls to the dev server need no Authorization header.`);

@@ -5,6 +5,7 @@ import { buildCommand } from './build.js';
 import { deployCommand } from './deploy.js';
 import { devCommand, runAliasCommand } from './dev.js';
 import { initCommand } from './init.js';
+import { logsCommand } from './logs.js';
 import { appCommand, envCommand, keysCommand, undeployCommand } from './records.js';
 import { quickstartCommand, serveCommand } from './serve.js';
 
@@ -18,6 +19,7 @@ export function commandTable(ctx: CliContext): CommandModule[] {
     envCommand(ctx),
     appCommand(ctx),
     undeployCommand(ctx),
+    logsCommand(ctx),
     serveCommand(ctx),
     keysCommand(ctx),
     quickstartCommand(ctx),

@@ -26,6 +26,7 @@ export async function startServing(
     port: options.port,
     log: stderrLogger,
     workers: { ferryPythonPath: ferryPythonPath() },
+    consoleDir: path.join(installRoot(), 'console'),
     ...(userKey ? { apiKey: userKey.key } : {}),
   };
   let platform: Awaited<ReturnType<typeof startLocalPlatform>>;
@@ -86,7 +87,7 @@ async function serve(ctx: CliContext, argv: { host: string; port: number; detach
   const { platform, key } = await startServing(ctx, { host: argv.host, port: argv.port, dataDir: home });
   const forget = writeServerInfo(home, platform.url);
   ctx.reporter.out(`Ferry platform at ${platform.url}  (state in ${home})`);
-  ctx.reporter.out(`API key from ${key.source}`);
+  ctx.reporter.out(`API key from ${key.source}; console at ${platform.url}/console`);
   ctx.reporter.out('Ctrl+C stops it and its workers.');
   await untilStopped();
   ctx.reporter.line('Stopping…');

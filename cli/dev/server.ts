@@ -11,6 +11,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { FerryError } from '../../core/errors.js';
+import { manageOpenApi, managePrefix } from '../../core/manage.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { LiveEndpoints } from './state.js';
 
@@ -164,6 +165,25 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
         description: 'Your endpoints, running your code as it is on disk.',
       },
     },
+    // The management API (core/manage.ts) is proxied below; its paths join this document.
+    transformObject: (document) => {
+      const doc = ('openapiObject' in document ? document.openapiObject : document.swaggerObject) as Record<
+        string,
+        any
+      >;
+      return {
+        ...(doc as Record<string, unknown>),
+        paths: { ...doc.paths, ...manageOpenApi.paths },
+        components: {
+          ...doc.components,
+          securitySchemes: {
+            ...doc.components?.securitySchemes,
+            ...manageOpenApi.components.securitySchemes,
+          },
+          schemas: { ...doc.components?.schemas, ...manageOpenApi.components.schemas },
+        },
+      };
+    },
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
   const routes = devRoutes(options.live.snapshot.endpoints);
@@ -208,6 +228,11 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
       );
     }
   }
+  // The management API of the platform behind, with the dev key added like every dev-server call.
+  app.get(`${managePrefix}/*`, { schema: { hide: true } }, async (request, reply) => {
+    const result = await callPlatform(options, 'GET', request.url);
+    return reply.code(result.status).send(result.body);
+  });
   app.setErrorHandler((error, _request, reply) => {
     const message = error instanceof Error ? error.message : String(error);
     options.log(`error: ${message}`);
