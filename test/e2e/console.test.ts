@@ -80,7 +80,7 @@ describe('console', () => {
     await page.fill('#api-key', 'fy_not_a_key');
     await page.click('#sign-in');
     await expect.poll(() => page.textContent('#sign-in-error')).toContain('refused');
-    expect(await page.evaluate(() => sessionStorage.getItem('ferry.apiKey'))).toBeNull();
+    expect(await page.evaluate('sessionStorage.getItem("ferry.apiKey")')).toBeNull();
     await shot('signin');
   });
 
@@ -94,8 +94,8 @@ describe('console', () => {
     expect(names).toEqual(expect.arrayContaining(['hello', 'hello-api', 'chatty', 'boom']));
     // The key is in this tab's session only: never in the URL, never in localStorage.
     expect(page.url()).not.toContain(testApiKey);
-    expect(await page.evaluate(() => sessionStorage.getItem('ferry.apiKey'))).toBe(testApiKey);
-    expect(await page.evaluate(() => localStorage.length)).toBe(0);
+    expect(await page.evaluate('sessionStorage.getItem("ferry.apiKey")')).toBe(testApiKey);
+    expect(await page.evaluate('localStorage.length')).toBe(0);
   });
 
   it('submits a job from the request box and watches it complete', async () => {
@@ -155,6 +155,6 @@ describe('console', () => {
   it('signing out forgets the key', async () => {
     await page.click('#sign-out');
     await page.waitForSelector('#api-key');
-    expect(await page.evaluate(() => sessionStorage.getItem('ferry.apiKey'))).toBeNull();
+    expect(await page.evaluate('sessionStorage.getItem("ferry.apiKey")')).toBeNull();
   });
 });
