@@ -28,7 +28,7 @@ export interface Prices {
   s3Standard: { perThousandPut: number; perThousandGet: number; storagePerGbMonth: number };
 }
 
-/** What one job costs in requests: the design of DESIGN.md §1 on the aws provider. */
+/** What one job costs in requests: the design of docs/architecture.md#the-picture on the aws provider. */
 export const assumptions = {
   /** /status (or /status-sync) calls per job on top of /run; runsync clients make 1 call in all. */
   statusCallsPerJob: 2,
@@ -47,7 +47,7 @@ export const assumptions = {
   writesPerJob: 3 + 1,
   /** Strongly consistent reads: one per status call, one for the take's check, one for job-done. */
   readsPerJobBase: 2,
-  /** Job records are kept 30 min after completion (spec §8): storage is negligible; counted anyway. */
+  /** Job records are kept 30 min after completion (docs/api.md#retention): storage is negligible; counted anyway. */
   retentionDays: 1 / 48,
 } as const;
 

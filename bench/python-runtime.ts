@@ -96,7 +96,8 @@ async function main(): Promise<void> {
   try {
     for (const id of ['pyasync1', 'pysync1', 'pyasync4', 'pysync4']) await waitWorkers(child.url, id, 1);
     // Warm both sides (first SQLite pages, first connections) before anything is timed.
-    const warm = new CountingWorker({ url: child.url, token: child.workerToken }, 'tsecho', {
+    const warm = new CountingWorker(child.target('tsecho'), 'tsecho', {
+      workerId: child.target('tsecho').workerId,
       concurrency: 1,
     });
     warm.start();
@@ -105,7 +106,8 @@ async function main(): Promise<void> {
     for (const id of ['pyasync1', 'pysync1', 'pyasync4', 'pysync4']) await drain(child, id, 50);
 
     for (const concurrency of [1, 4]) {
-      const worker = new CountingWorker({ url: child.url, token: child.workerToken }, 'tsecho', {
+      const worker = new CountingWorker(child.target('tsecho'), 'tsecho', {
+        workerId: child.target('tsecho').workerId,
         concurrency,
       });
       worker.start();

@@ -332,9 +332,10 @@ async function main(): Promise<void> {
     await waitWorkers(child.url, 'echo', pyWorkers);
 
     // (a) throughput first: health's completed count must not include runsync jobs, whose results
-    // expire after a minute (spec §8) and would leave the count mid-run.
+    // expire after a minute (docs/api.md#retention) and would leave the count mid-run.
     // Engine + TS worker, then the Python pool.
-    const tsThroughputWorker = new CountingWorker({ url: child.url, token: child.workerToken }, 'tsecho', {
+    const tsThroughputWorker = new CountingWorker(child.target('tsecho'), 'tsecho', {
+      workerId: child.target('tsecho').workerId,
       concurrency,
     });
     tsThroughputWorker.start();
@@ -345,7 +346,8 @@ async function main(): Promise<void> {
     say(`ferry throughput (Python pool): ${JSON.stringify(ferryPython)}`);
     results.throughput = { ferryTs, ferryPython };
     // (b) runsync latency through the platform: TS protocol worker, then the Python pool.
-    const tsWorker = new CountingWorker({ url: child.url, token: child.workerToken }, 'tsecho', {
+    const tsWorker = new CountingWorker(child.target('tsecho'), 'tsecho', {
+      workerId: child.target('tsecho').workerId,
       concurrency: 64,
     });
     tsWorker.start();

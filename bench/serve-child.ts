@@ -8,7 +8,8 @@
  * (comma-separated queue endpoint ids to create), FERRY_BENCH_PROJECT (JSON `{dir, ferryPythonPath,
  * resources}`: run that Python project's endpoints in worker pools), FERRY_BENCH_WEBHOOK_RETRY_MS.
  *
- * Prints one JSON line `{url, port, workerToken, pid}` once it listens, then reads JSON commands on
+ * Prints one JSON line `{url, port, workers, pid}` once it listens (`workers`: per endpoint of
+ * FERRY_BENCH_ENDPOINTS, the identity `{workerId, token}` of one protocol worker run from outside), then reads JSON commands on
  * stdin, one per line, answering each with one JSON line:
  *   {"cmd":"submit","endpoint":"e","n":100000}  → {"submitted":n,"ms":…}   (engine directly, no HTTP)
  *   {"cmd":"purge","endpoint":"e"}              → {"removed":n,"ms":…}
@@ -36,7 +37,7 @@ async function floor(): Promise<void> {
   const { port } = app.server.address() as AddressInfo;
   process.on('SIGTERM', () => void app.close().then(() => process.exit(0)));
   process.stdout.write(
-    `${JSON.stringify({ url: `http://127.0.0.1:${port}`, port, workerToken: '', pid: process.pid })}\n`,
+    `${JSON.stringify({ url: `http://127.0.0.1:${port}`, port, workers: {}, pid: process.pid })}\n`,
   );
 }
 
@@ -67,6 +68,7 @@ async function main(): Promise<void> {
       : undefined,
   });
   const now = Date.now();
+  const workers: Record<string, { workerId: string; token: string }> = {};
   for (const id of (process.env.FERRY_BENCH_ENDPOINTS ?? '').split(',').filter(Boolean)) {
     await platform.db.control.putEndpoint({
       id,
@@ -79,6 +81,9 @@ async function main(): Promise<void> {
       createdAt: now,
       updatedAt: now,
     });
+    // Same id across restarts of the child: a restart gives the worker a new token, not a new id.
+    const { workerId, token } = platform.adoptWorker(id, `bench-${id}`);
+    workers[id] = { workerId, token };
   }
   if (project) {
     for (const record of await projectRecords(project.dir, project.resources)) {
@@ -98,7 +103,7 @@ async function main(): Promise<void> {
   process.on('SIGINT', shutdown);
 
   const reply = (value: unknown) => process.stdout.write(`${JSON.stringify(value)}\n`);
-  reply({ url: platform.url, port: platform.port, workerToken: platform.workerToken, pid: process.pid });
+  reply({ url: platform.url, port: platform.port, workers, pid: process.pid });
 
   // Commands run one at a time, in order, so answers come back in the order asked.
   let chain = Promise.resolve();

@@ -1,12 +1,21 @@
 /**
  * The v2 job API and the worker protocol as framework-free handlers: a request in, a status and a
  * JSON body out. The local Fastify server and the AWS Lambda handlers both call `handle`, so both
- * providers answer byte for byte alike (reference/runpod-api-anchor.md §1, §3, §6).
+ * providers answer byte for byte alike (docs/api.md, docs/architecture.md#worker-protocol).
  */
 import { type Authenticator, credentialOf } from './auth.js';
 import { endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
-import { badRequest, errorBody, FerryError, httpStatus, notFound, tooLarge, unauthorized } from './errors.js';
+import {
+  badRequest,
+  errorBody,
+  FerryError,
+  forbidden,
+  httpStatus,
+  notFound,
+  tooLarge,
+  unauthorized,
+} from './errors.js';
 import { limits } from './limits.js';
 import type { ControlStore, EndpointRecord, LogStore } from './ports.js';
 import {
@@ -38,7 +47,7 @@ export interface ApiResponse {
 
 /**
  * Big bodies through an object store, for front doors with payload caps (AWS: API Gateway 10 MB,
- * Lambda 6 MB per request and response; reference/aws-anchor.md §1.1). Optional: without it the API
+ * Lambda 6 MB per request and response; docs/api.md#aws-front-door). Optional: without it the API
  * has no `uploads` route, `inputRef` is an unknown field and responses go out as they are.
  */
 export interface PayloadStore {
@@ -59,7 +68,7 @@ export interface ApiOptions {
   logs?: LogStore;
   /**
    * Upper bound on any wait (runsync, status-sync, stream, job-take). Unbounded locally; on AWS it
-   * stays under API Gateway's 29 s integration timeout and clients keep polling (DESIGN.md §4).
+   * stays under API Gateway's 29 s integration timeout and clients keep polling (docs/api.md#aws-front-door).
    */
   maxWaitMs?: number;
   /** How long worker long polls (job-take, job-stop) are held. */
@@ -180,15 +189,18 @@ export class V2Api {
       if (!route.pattern.every((p, i) => p.startsWith(':') || p === rest[i])) continue;
       if (!route.methods.includes(method)) continue;
       const key = credentialOf(req.headers.authorization);
-      const allowed =
-        route.caller === 'client'
-          ? await this.options.auth.isClientKey(key)
-          : await this.options.auth.isWorkerToken(key);
-      if (!allowed) throw unauthorized();
-      const endpoint = await this.queueEndpoint(endpointId);
       const params = route.pattern.flatMap((p, i) =>
         p.startsWith(':') ? [decodeURIComponent(rest[i]!)] : [],
       );
+      if (route.caller === 'client') {
+        if (!(await this.options.auth.isClientKey(key))) throw unauthorized();
+      } else {
+        // A worker token opens only its own endpoint's routes, under its own worker id (params[0]).
+        const access = await this.options.auth.workerAccess(key, endpointId, params[0]!);
+        if (access === 'unknown') throw unauthorized();
+        if (access === 'mismatch') throw forbidden('This worker token is not for this endpoint and worker');
+      }
+      const endpoint = await this.queueEndpoint(endpointId);
       return route.handler({ req, endpointId, endpoint, params });
     }
     throw notFound(`No route for ${req.method} ${req.path}`);
@@ -307,7 +319,7 @@ export class V2Api {
     return ok(await this.options.engine.health(endpointId));
   }
 
-  // ── worker routes (DESIGN.md §5) ──────────────────────────────────────────────────────────────
+  // ── worker routes (docs/architecture.md#worker-protocol) ─────────────────────────────────────────────────
 
   private workerWaitMs(): number {
     return this.capWait(this.options.workerWaitMs ?? limits.workerPollWaitMs);

@@ -1,7 +1,7 @@
 /**
  * API keys and worker tokens. Keys are compared as sha256 digests with timingSafeEqual, so neither
  * the comparison time nor a log line reveals a key. A client key cannot call worker routes and a
- * worker token cannot call the client API (DESIGN.md §5).
+ * worker token cannot call the client API (docs/architecture.md#worker-protocol).
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { ControlStore } from './ports.js';
@@ -12,7 +12,7 @@ export const hashKey = (key: string): string => createHash('sha256').update(key,
 export const newSecret = (prefix: 'fy' | 'fyw'): string =>
   `${prefix}_${randomBytes(24).toString('base64url')}`;
 
-/** Accepts `Authorization: Bearer <key>` and the bare `<key>` (spec §5). */
+/** Accepts `Authorization: Bearer <key>` and the bare `<key>` (docs/api.md#authentication). */
 export function credentialOf(header: string | string[] | undefined): string | undefined {
   const value = Array.isArray(header) ? header[0] : header;
   if (!value) return undefined;
@@ -28,14 +28,27 @@ export function sameSecret(given: string, expectedHashHex: string): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
+/** Who checks worker tokens: whoever issued them (the worker supervisor, core/supervisor.ts). */
+export interface WorkerCredentials {
+  /**
+   * `ok`: the live worker's own token, for this endpoint and worker id; `unknown` (401): no live
+   * worker has it; `mismatch` (403): another endpoint's or another worker's token.
+   */
+  verify(token: string | undefined, endpointId: string, workerId: string): 'ok' | 'unknown' | 'mismatch';
+}
+
+export type WorkerAccess = ReturnType<WorkerCredentials['verify']>;
+
 export interface Authenticator {
   isClientKey(key: string | undefined): Promise<boolean>;
-  isWorkerToken(key: string | undefined): Promise<boolean>;
+  /** Whether `key` opens the worker routes of this endpoint for this worker id. */
+  workerAccess(key: string | undefined, endpointId: string, workerId: string): Promise<WorkerAccess>;
 }
 
 /**
  * Client keys live hashed in the ControlStore (`ferry keys create`); `staticKeyHashes` adds keys
- * given by configuration (FERRY_API_KEY). Worker tokens are hashes the platform handed to its workers.
+ * given by configuration (FERRY_API_KEY). Worker tokens are checked by whoever issued them; without
+ * `workers`, no worker token is valid (the API Lambda serves client routes only).
  */
 export class KeyAuthenticator implements Authenticator {
   private readonly cache = new Map<string, { ok: boolean; untilMs: number }>();
@@ -44,7 +57,7 @@ export class KeyAuthenticator implements Authenticator {
     private readonly options: {
       control?: ControlStore;
       staticKeyHashes?: string[];
-      workerTokenHashes: string[];
+      workers?: WorkerCredentials;
       /** How long a key lookup is remembered; revocation takes effect after at most this long. */
       cacheMs?: number;
     },
@@ -65,7 +78,7 @@ export class KeyAuthenticator implements Authenticator {
     return ok;
   }
 
-  async isWorkerToken(key: string | undefined): Promise<boolean> {
-    return key !== undefined && this.options.workerTokenHashes.some((hash) => sameSecret(key, hash));
+  async workerAccess(key: string | undefined, endpointId: string, workerId: string): Promise<WorkerAccess> {
+    return this.options.workers?.verify(key, endpointId, workerId) ?? 'unknown';
   }
 }

@@ -35,7 +35,7 @@ export function endpointConfigOf(record: EndpointRecord): EndpointConfig {
   return parsed.data;
 }
 
-/** Endpoints created by `ferry dev` carry this prefix (spec §2.6). */
+/** Endpoints created by `ferry dev` carry this prefix (docs/architecture.md#apps-environments-endpoints). */
 export const livePrefix = 'live-';
 
 /** Ids look like `hello-3kq9x2ab`: readable, unique, and safe in a URL path segment. */

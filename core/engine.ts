@@ -1,5 +1,5 @@
 /**
- * The job engine: every move of spec §3 and DESIGN.md §3, on the ports only. The v2 API, the worker
+ * The job engine: every move of docs/architecture.md#jobs, on the ports only. The v2 API, the worker
  * protocol, the Lambda handlers and the AWS agent all call it; none of them touches a store directly.
  *
  * Each move reads the job, checks the move is legal from its status (job.ts owns that table), and
@@ -9,14 +9,16 @@
 import { randomUUID } from 'node:crypto';
 import { conflict, notFound } from './errors.js';
 import { canMove, isFinal, type Job, type JobView, type Move, viewOf } from './job.js';
+import { RegistryLedger } from './ledger.js';
 import { limits } from './limits.js';
 import type {
   ChangeFeed,
   Clock,
+  EndpointProblem,
   JobPatch,
   JobQueue,
   JobStore,
-  WorkerRecord,
+  WorkerLedger,
   WorkerRegistry,
 } from './ports.js';
 import type { JobDoneBody, RunRequest } from './schemas.js';
@@ -37,6 +39,8 @@ export interface EngineDeps {
   jobs: JobStore;
   queue: JobQueue;
   workers: WorkerRegistry;
+  /** Who holds which jobs: the worker supervisor where this process runs workers (core/supervisor.ts). */
+  ledger?: WorkerLedger;
   changes: ChangeFeed;
   clock: Clock;
   webhooks?: WebhookSender;
@@ -69,6 +73,8 @@ export interface StreamAnswer {
 export interface Health {
   jobs: { completed: number; failed: number; inProgress: number; inQueue: number; retried: number };
   workers: { idle: number; running: number };
+  /** Only while the endpoint's workers crash or cannot start (docs/workers.md). */
+  problem?: EndpointProblem;
 }
 
 export const jobKey = (jobId: string) => `job:${jobId}`;
@@ -76,7 +82,7 @@ export const workerKey = (workerId: string) => `worker:${workerId}`;
 /** Notified whenever an endpoint's queue grows, so local worker pools can scale. */
 export const endpointKey = (endpointId: string) => `endpoint:${endpointId}`;
 
-/** 1 minute; a wait longer than the default keeps results as long as the wait, up to 5 minutes (spec §8). */
+/** 1 minute; a wait longer than the default keeps results as long as the wait, up to 5 minutes (docs/api.md#retention). */
 const runsyncRetentionMs = (waitMs: number) =>
   waitMs > limits.runsyncDefaultWaitMs
     ? Math.min(limits.runsyncMaxRetentionMs, waitMs)
@@ -86,18 +92,15 @@ export class JobEngine {
   readonly settings: EngineSettings;
   private readonly jobs: JobStore;
   private readonly queue: JobQueue;
-  private readonly workers: WorkerRegistry;
+  private readonly ledger: WorkerLedger;
   private readonly changes: ChangeFeed;
   private readonly clock: Clock;
   private readonly webhooks: WebhookSender | undefined;
   private readonly newId: () => string;
-  /** The registry record this process last wrote for each worker (see heartbeat). */
-  private readonly seenWorkers = new Map<string, WorkerRecord>();
 
   constructor(deps: EngineDeps) {
     this.jobs = deps.jobs;
     this.queue = deps.queue;
-    this.workers = deps.workers;
     this.changes = deps.changes;
     this.clock = deps.clock;
     this.webhooks = deps.webhooks;
@@ -108,6 +111,7 @@ export class JobEngine {
       workerStaleMs: 3 * limits.leaseMs,
       ...deps.settings,
     };
+    this.ledger = deps.ledger ?? new RegistryLedger(deps.workers, this.clock, this.settings.workerStaleMs);
   }
 
   // ── client side ──────────────────────────────────────────────────────────────────────────────
@@ -161,7 +165,7 @@ export class JobEngine {
   async status(endpointId: string, jobId: string, ttlMs?: number): Promise<JobView> {
     let job = await this.mustGet(endpointId, jobId);
     if (ttlMs !== undefined) {
-      // `?ttl=` gives the job a time-to-live from now (spec §4.1 rule 3).
+      // `?ttl=` gives the job a time-to-live from now (docs/api.md#retention).
       job = await this.change(job, () => ({ expiresAt: this.clock.now() + ttlMs }), 'ttl');
     }
     return viewOf(job, this.clock.now());
@@ -261,13 +265,14 @@ export class JobEngine {
     const now = this.clock.now();
     const [jobs, workers] = await Promise.all([
       this.jobs.counts(endpointId, now),
-      this.workers.list(endpointId, now - this.settings.workerStaleMs),
+      this.ledger.counts(endpointId),
     ]);
-    const running = workers.filter((w) => w.state === 'running').length;
-    return { jobs, workers: { idle: workers.length - running, running } };
+    const health: Health = { jobs, workers: { idle: workers.idle, running: workers.running } };
+    if (workers.problem) health.problem = workers.problem;
+    return health;
   }
 
-  // ── worker side (DESIGN.md §5) ─────────────────────────────────────────────────────────────────
+  // ── worker side (docs/architecture.md#worker-protocol) ───────────────────────────────────────────────────
 
   /** Long poll for up to `max` jobs; [] when `waitMs` runs out. */
   async take(
@@ -278,7 +283,8 @@ export class JobEngine {
     signal?: AbortSignal,
   ): Promise<WorkerJob[]> {
     const deadline = this.clock.now() + waitMs;
-    await this.heartbeat(endpointId, workerId, undefined);
+    // A draining or retiring worker gets nothing new (the ledger holds the answer a moment).
+    if (!(await this.ledger.mayTake(endpointId, workerId))) return [];
     for (;;) {
       const remaining = Math.max(0, deadline - this.clock.now());
       const messages = await this.queue.receive(endpointId, {
@@ -304,7 +310,11 @@ export class JobEngine {
         return [];
       }
       if (taken.length > 0) {
-        await this.heartbeat(endpointId, workerId, (held) => [...held, ...taken.map((j) => j.id)]);
+        await this.ledger.taken(
+          endpointId,
+          workerId,
+          taken.map((j) => j.id),
+        );
         return taken.map(workerJobOf);
       }
       // Only stale messages this time (cancelled, purged or taken meanwhile): wait again.
@@ -334,7 +344,7 @@ export class JobEngine {
     });
     // Let go of the job in the registry first: the final move wakes the worker's job-stop poll, which
     // must not find the job it just finished still listed and tell the worker to stop it.
-    await this.heartbeat(endpointId, workerId, (held) => held.filter((id) => id !== jobId));
+    await this.ledger.released(endpointId, workerId, jobId, { refresh: body.stopPod === true });
     const ended = await this.move(job, failed ? 'fail' : 'complete', patch, workerId);
     return { status: ended.status };
   }
@@ -367,7 +377,7 @@ export class JobEngine {
         job = await this.jobs.get(jobId, now);
       }
     }
-    await this.heartbeat(endpointId, workerId, () => jobIds);
+    await this.ledger.pinged(endpointId, workerId, jobIds);
   }
 
   /** job-stop long poll: the jobs this worker holds that it must stop (cancelled, timed out, expired). */
@@ -382,7 +392,7 @@ export class JobEngine {
       const deadline = this.clock.now() + waitMs;
       for (;;) {
         const now = this.clock.now();
-        const held = (await this.workerRecord(workerId))?.jobIds ?? [];
+        const held = await this.ledger.held(workerId);
         const stop: string[] = [];
         for (const jobId of held) {
           const job = await this.jobs.get(jobId, now);
@@ -459,23 +469,36 @@ export class JobEngine {
    * A worker process is known to be gone (the local pool saw it exit): its jobs go back to the queue
    * now instead of when their leases lapse.
    */
-  async workerGone(endpointId: string, workerId: string): Promise<number> {
+  async workerGone(endpointId: string, workerId: string, reason?: string): Promise<number> {
     let moved = 0;
     const running = await this.jobs.listByStatus(endpointId, 'IN_PROGRESS', this.clock.now(), 10_000);
     for (const listed of running) {
       // A ping racing this (it renews the lease, bumping the version) must not keep the job held.
       let job: Job | undefined = listed;
       while (job?.status === 'IN_PROGRESS' && job.workerId === workerId) {
-        if (await this.lapse(job)) {
+        if (await this.lapse(job, reason)) {
           moved++;
           break;
         }
         job = await this.jobs.get(listed.id, this.clock.now());
       }
     }
-    this.seenWorkers.delete(workerId);
-    await this.workers.remove(workerId);
+    await this.ledger.gone(endpointId, workerId);
     return moved;
+  }
+
+  /** Fails every queued job of an endpoint that cannot start a worker (the supervisor decides). */
+  async rejectQueued(endpointId: string, error: string): Promise<number> {
+    let failed = 0;
+    for (;;) {
+      const batch = await this.jobs.listByStatus(endpointId, 'IN_QUEUE', this.clock.now(), 500);
+      let moved = 0;
+      for (const job of batch) {
+        if (await this.tryMove(job, 'reject', () => ({ ...this.finalPatch('FAILED'), error }))) moved++;
+      }
+      failed += moved;
+      if (batch.length < 500 || moved === 0) return failed;
+    }
   }
 
   // ── helpers ───────────────────────────────────────────────────────────────────────────────────
@@ -573,13 +596,13 @@ export class JobEngine {
   }
 
   /** The holder of a running job is gone: queue it again, or fail it once it used its attempts. */
-  private async lapse(job: Job): Promise<'requeued' | 'failed' | undefined> {
+  private async lapse(job: Job, reason?: string): Promise<'requeued' | 'failed' | undefined> {
     if (job.attempt >= this.settings.maxAttempts) {
       const moved = await this.tryMove(job, 'fail', () => ({
         ...this.finalPatch('FAILED'),
         // No worker holds it any more; should the silent one come back, job-stop tells it to let go.
         workerId: undefined,
-        error: `Worker ${job.workerId} stopped responding; the job was tried ${job.attempt} times`,
+        error: `${reason ?? `Worker ${job.workerId} stopped responding`}; the job was tried ${job.attempt} times`,
       }));
       return moved ? 'failed' : undefined;
     }
@@ -639,38 +662,6 @@ export class JobEngine {
       watch.close();
     }
   }
-
-  /**
-   * Records what a worker holds. A worker talks to one process (the local platform, or its task's
-   * agent), so that process remembers the last record it wrote and skips the write while nothing but
-   * the time changed — a job would otherwise cost two registry writes on its hot path.
-   */
-  private async heartbeat(
-    endpointId: string,
-    workerId: string,
-    held: ((current: string[]) => string[]) | undefined,
-  ): Promise<void> {
-    const before = await this.workerRecord(workerId);
-    const jobIds = held ? [...new Set(held(before?.jobIds ?? []))] : (before?.jobIds ?? []);
-    const now = this.clock.now();
-    const state = jobIds.length > 0 ? 'running' : 'idle';
-    const unchanged =
-      before !== undefined &&
-      before.endpointId === endpointId &&
-      before.state === state &&
-      before.jobIds.length === jobIds.length &&
-      before.jobIds.every((id, i) => id === jobIds[i]) &&
-      now - before.lastSeenAt < this.settings.workerStaleMs / 6;
-    if (unchanged) return;
-    const record = { workerId, endpointId, state, jobIds, lastSeenAt: now } as const;
-    await this.workers.heartbeat({ ...record, jobIds: [...jobIds] });
-    if (this.seenWorkers.size >= 10_000) this.seenWorkers.clear();
-    this.seenWorkers.set(workerId, { ...record, jobIds: [...jobIds] });
-  }
-
-  private async workerRecord(workerId: string): Promise<WorkerRecord | undefined> {
-    return this.seenWorkers.get(workerId) ?? (await this.workers.get(workerId));
-  }
 }
 
 /**
@@ -716,7 +707,7 @@ function errorText(error: unknown): string {
 }
 
 /**
- * A chunk over 1 MB (spec §8) is split: a string output into string pieces, anything else into pieces
+ * A chunk over 1 MB (docs/api.md#limits) is split: a string output into string pieces, anything else into pieces
  * of its JSON text. Pieces are cut on code point boundaries so each stays valid UTF-8.
  */
 export function splitChunk(chunk: { output: unknown }): unknown[] {

@@ -5,6 +5,7 @@
 export type ErrorCode =
   | 'bad_request'
   | 'unauthorized'
+  | 'forbidden'
   | 'not_found'
   | 'conflict'
   | 'too_large'
@@ -15,6 +16,7 @@ export type ErrorCode =
 const httpStatusByCode: Record<ErrorCode, number> = {
   bad_request: 400,
   unauthorized: 401,
+  forbidden: 403,
   not_found: 404,
   conflict: 409,
   too_large: 413,
@@ -27,6 +29,7 @@ const httpStatusByCode: Record<ErrorCode, number> = {
 const exitCodeByCode: Record<ErrorCode, number> = {
   bad_request: 2,
   unauthorized: 1,
+  forbidden: 1,
   not_found: 1,
   conflict: 1,
   too_large: 1,
@@ -59,6 +62,7 @@ export const notFound = (message: string) => new FerryError('not_found', message
 export const conflict = (message: string) => new FerryError('conflict', message);
 export const unauthorized = (message = 'Missing or invalid API key') =>
   new FerryError('unauthorized', message);
+export const forbidden = (message: string) => new FerryError('forbidden', message);
 export const tooLarge = (message: string, hint?: string) => new FerryError('too_large', message, { hint });
 export const usage = (message: string, hint?: string) => new FerryError('usage', message, { hint });
 

@@ -1,5 +1,5 @@
 /**
- * The job and its state machine (spec §3, DESIGN.md §3).
+ * The job and its state machine (docs/architecture.md#jobs).
  *
  *            run / retry                 take (worker)             done / error / timeout
  *   (none) ───────────────▶ IN_QUEUE ─────────────────▶ IN_PROGRESS ─────────────────▶ COMPLETED | FAILED | TIMED_OUT
@@ -44,6 +44,8 @@ export const moves = {
   requeue: { from: ['IN_PROGRESS'], to: 'IN_QUEUE' },
   cancel: { from: ['IN_QUEUE', 'IN_PROGRESS'], to: 'CANCELLED' },
   purge: { from: ['IN_QUEUE'], to: 'CANCELLED' },
+  /** The endpoint cannot start a worker at all (docs/workers.md): queued jobs fail with the cause. */
+  reject: { from: ['IN_QUEUE'], to: 'FAILED' },
   retry: { from: ['FAILED', 'TIMED_OUT'], to: 'IN_QUEUE' },
 } as const satisfies Record<string, { from: readonly JobStatus[]; to: JobStatus }>;
 
@@ -92,7 +94,7 @@ export interface Job {
   version: number;
 }
 
-/** The job as the v2 API shows it (reference/runpod-api-anchor.md §6.2). */
+/** The job as the v2 API shows it (docs/api.md#the-job). */
 export interface JobView {
   id: string;
   status: JobStatus;

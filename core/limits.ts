@@ -1,14 +1,14 @@
 /**
- * The numbers of spec §8 and DESIGN.md §3–§4, in one place. Units are in the names.
+ * The numbers of docs/api.md#limits, in one place. Units are in the names.
  */
 export const limits = {
-  /** `/run` request body (spec §8). */
+  /** `/run` request body. */
   runBodyBytes: 10 * 1024 * 1024,
-  /** `/runsync` request body (spec §8). */
+  /** `/runsync` request body. */
   runsyncBodyBytes: 20 * 1024 * 1024,
   /** A worker's job-done body; RunPod answers 400 above ~20 MB (worker-comfyui#129). */
   jobDoneBodyBytes: 20 * 1024 * 1024,
-  /** A single stream chunk; larger output is split across chunks (spec §8). */
+  /** A single stream chunk; larger output is split across chunks. */
   streamChunkBytes: 1024 * 1024,
 
   runsyncDefaultWaitMs: 90_000,
@@ -19,9 +19,9 @@ export const limits = {
   /** How long job-take and job-stop hold a worker's request open (the RunPod SDK gives up after 90 s). */
   workerPollWaitMs: 30_000,
 
-  /** Results of `/run` jobs: 30 minutes after completion (spec §8). */
+  /** Results of `/run` jobs: 30 minutes after completion. */
   runRetentionMs: 30 * 60_000,
-  /** Results of `/runsync` jobs: 1 minute, up to 5 minutes with a longer wait (spec §8). */
+  /** Results of `/runsync` jobs: 1 minute, up to 5 minutes with a longer wait. */
   runsyncRetentionMs: 60_000,
   runsyncMaxRetentionMs: 5 * 60_000,
 
@@ -51,11 +51,11 @@ export const limits = {
   /** Lines one job-log request may carry. */
   logBatchLines: 1_000,
 
-  /** Deployment artifact (spec §8). */
+  /** Deployment artifact. */
   artifactBytes: 1.5 * 1024 * 1024 * 1024,
 } as const;
 
-/** Packages every base image ships, so the artifact build leaves them out (spec §8). */
+/** Packages every base image ships, so the artifact build leaves them out. */
 export const baseImagePackages = ['torch', 'torchvision', 'torchaudio', 'numpy', 'triton'] as const;
 
 export const defaultPort = 8888;

@@ -6,7 +6,7 @@ import { z } from 'zod';
 
 export const pythonVersions = ['3.10', '3.11', '3.12', '3.13'] as const;
 
-/** GPU models users may name (DESIGN.md §6); each maps to EC2 instance types in infra/. */
+/** GPU models users may name (docs/architecture.md#the-ferry-python-package); each maps to EC2 instance types in infra/. */
 export const gpuModels = ['T4', 'A10G', 'L4', 'L40S', 'A100', 'H100'] as const;
 
 export const resourcesSchema = z

@@ -179,6 +179,43 @@ export interface WorkerRegistry {
   remove(workerId: string): Promise<void>;
 }
 
+/** Live workers of an endpoint as health reports them, and why it has none when it cannot start any. */
+export interface WorkerCounts {
+  idle: number;
+  running: number;
+  /** Set while workers keep failing (backoff) or cannot start at all (failing); see docs/workers.md. */
+  problem?: EndpointProblem | undefined;
+}
+
+export interface EndpointProblem {
+  /** `backoff`: workers crash and restarts are delayed; `failing`: no worker could start at all. */
+  state: 'backoff' | 'failing';
+  reason: string;
+  /** The last lines the worker printed before it exited. */
+  lines: string[];
+  sinceMs: number;
+  /** When the next start is allowed (backoff only). */
+  retryAtMs?: number | undefined;
+}
+
+/**
+ * The one record of which jobs each worker holds, fed by the engine's worker moves. The worker
+ * supervisor (core/supervisor.ts) is the real one; `RegistryLedger` only reads and writes the shared
+ * registry, for processes that start no workers (the API Lambda reports health from it).
+ */
+export interface WorkerLedger {
+  /** Whether the worker may take jobs now: false while it drains, retires after a job, or is gone. */
+  mayTake(endpointId: string, workerId: string): Promise<boolean>;
+  taken(endpointId: string, workerId: string, jobIds: string[]): Promise<void>;
+  /** The worker finished a job; `refresh` (RunPod's stopPod) asks for a fresh worker before the next. */
+  released(endpointId: string, workerId: string, jobId: string, options: { refresh: boolean }): Promise<void>;
+  /** The jobs the worker listed in its ping. */
+  pinged(endpointId: string, workerId: string, jobIds: string[]): Promise<void>;
+  held(workerId: string): Promise<string[]>;
+  gone(endpointId: string, workerId: string): Promise<void>;
+  counts(endpointId: string): Promise<WorkerCounts>;
+}
+
 /** Time, injected so tests drive it. */
 export interface Clock {
   now(): number;

@@ -31,7 +31,7 @@ const httpUrl = z
   .url()
   .refine((url) => /^https?:\/\//i.test(url), 'must be an http or https URL');
 
-/** The body of /run and /runsync (reference/runpod-api-anchor.md §6.1). */
+/** The body of /run and /runsync (docs/api.md#request-body). */
 export const runRequestSchema = z
   .object({
     input: z.record(z.string(), z.unknown()),

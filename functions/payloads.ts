@@ -1,5 +1,5 @@
 /**
- * The claim-check for bodies the AWS front door cannot carry (reference/aws-anchor.md §1.1):
+ * The claim-check for bodies the AWS front door cannot carry (docs/api.md#aws-front-door):
  *
  *   request  ── API Gateway 10 MB ──▶ Lambda 6 MB ──▶ V2Api        too big: POST /uploads → presigned PUT,
  *                                                                  then /run {"inputRef": ...}

@@ -40,7 +40,7 @@ export const functionEnvSchema = z.object({
   FERRY_BLOB_PREFIX: z.string().default(''),
   /** Queues are `<prefix><endpointId>` and `<prefix><endpointId>-low` (infra/ names them). */
   FERRY_QUEUE_NAME_PREFIX: z.string().default('ferry-'),
-  /** Cap on every wait: under API Gateway's 29 s integration timeout (reference/aws-anchor.md §1.1). */
+  /** Cap on every wait: under API Gateway's 29 s integration timeout (docs/api.md#aws-front-door). */
   FERRY_MAX_WAIT_MS: positiveMs(25_000),
   /** How often a waiting request re-reads DynamoDB (other sandboxes' writes are not heard). */
   FERRY_POLL_MS: positiveMs(500),
@@ -140,7 +140,7 @@ export function buildPlatform(options: PlatformOptions): Platform {
     bucket: env.FERRY_BUCKET,
     prefix: env.FERRY_BLOB_PREFIX,
   });
-  const auth = options.auth ?? new KeyAuthenticator({ control, workerTokenHashes: [] });
+  const auth = options.auth ?? new KeyAuthenticator({ control });
   const api = new V2Api({ engine, control, auth, payloads, maxWaitMs: env.FERRY_MAX_WAIT_MS });
   return { env, engine, api, jobs, control, queue, payloads, webhooks };
 }

@@ -22,11 +22,12 @@ import type { CloudAssembly } from 'aws-cdk-lib/cx-api';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { FerryError } from '../core/errors.js';
 import { type Manifest, manifestSchema } from '../core/manifest.js';
-import { AppEnvironmentStack, appStackName, type WorkerImages } from './app-stack.js';
+import { AppEnvironmentStack, type WorkerImages } from './app-stack.js';
 import { instanceTypesFor } from './gpu.js';
+import { appStackName, platformStackName } from './names.js';
 import { defaultInstanceTypes, PlatformStack } from './platform-stack.js';
 
-export const platformStackName = 'FerryPlatform';
+export { platformStackName } from './names.js';
 
 /**
  * Context every Ferry app synthesizes with (cdk.json carries the same). Ferry makes no automatic

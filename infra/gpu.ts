@@ -1,6 +1,6 @@
 /**
  * The one table from what users write in `@Endpoint(gpu=..., cpu=..., gpu_count=...)` to EC2 instance
- * types (DESIGN.md §6). Pure functions: the platform stack builds one capacity pool per instance type,
+ * types (docs/architecture.md#the-ferry-python-package). Pure functions: the platform stack builds one capacity pool per instance type,
  * the app stack picks the pool and sizes the task from the same answer, and the CLI can print it.
  *
  * One worker task per instance: the worker reserves nearly all of the instance's memory, so ECS never
@@ -138,7 +138,7 @@ export interface Placement {
 /**
  * Where an endpoint runs. `gpu` lists models in the user's order of preference (as RunPod's gpuIds do);
  * the first one wins, because one ECS service scales one capacity pool. `cpu` makes a CPU endpoint;
- * neither means any GPU (DESIGN.md §6).
+ * neither means any GPU (docs/architecture.md#the-ferry-python-package).
  */
 export function placementFor(resources: Pick<Resources, 'gpu' | 'cpu' | 'gpuCount'>): Placement {
   if (resources.cpu !== undefined && resources.gpu === undefined) {

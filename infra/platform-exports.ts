@@ -39,9 +39,7 @@ import * as ecs from 'aws-cdk-lib/aws-ecs';
 import { Construct } from 'constructs';
 import type { DynamoTable } from '../core/adapters/aws/dynamo.js';
 import { FerryError } from '../core/errors.js';
-
-/** Every export name starts with this; CDK's generated `FerryPlatform:ExportsOutput…` names never do. */
-export const exportPrefix = 'Ferry-';
+import { type PlatformExportKey, platformExportNames, poolExportName } from './names.js';
 
 /**
  * How many availability zones (and public subnets) the platform VPC spans. Fixed, because an app
@@ -49,29 +47,13 @@ export const exportPrefix = 'Ferry-';
  */
 export const platformAzCount = 2;
 
-/** The fixed export names (see the table above). Output logical ids are the same without the prefix. */
-export const platformExportNames = {
-  apiUrl: 'Ferry-ApiUrl',
-  apiId: 'Ferry-ApiId',
-  bucketName: 'Ferry-BucketName',
-  bucketArn: 'Ferry-BucketArn',
-  clusterName: 'Ferry-ClusterName',
-  clusterArn: 'Ferry-ClusterArn',
-  vpcId: 'Ferry-VpcId',
-  availabilityZones: 'Ferry-AvailabilityZones',
-  publicSubnetIds: 'Ferry-PublicSubnetIds',
-  publicSubnetRouteTableIds: 'Ferry-PublicSubnetRouteTableIds',
-  instanceSecurityGroupId: 'Ferry-InstanceSecurityGroupId',
-  jobsTableName: 'Ferry-JobsTableName',
-  jobsTableArn: 'Ferry-JobsTableArn',
-  chunksTableName: 'Ferry-ChunksTableName',
-  chunksTableArn: 'Ferry-ChunksTableArn',
-  controlTableName: 'Ferry-ControlTableName',
-  controlTableArn: 'Ferry-ControlTableArn',
-  workersTableName: 'Ferry-WorkersTableName',
-  workersTableArn: 'Ferry-WorkersTableArn',
-} as const;
-export type PlatformExportKey = keyof typeof platformExportNames;
+export {
+  exportPrefix,
+  outputIdOf,
+  type PlatformExportKey,
+  platformExportNames,
+  poolExportName,
+} from './names.js';
 
 /** Table role → the `<role>TableName` / `<role>TableArn` keys above. */
 export const tableExportKeys: Readonly<
@@ -82,19 +64,6 @@ export const tableExportKeys: Readonly<
   control: { name: 'controlTableName', arn: 'controlTableArn' },
   workers: { name: 'workersTableName', arn: 'workersTableArn' },
 };
-
-/** `Ferry-Pool-g5-xlarge-CapacityProvider` for `g5.xlarge`. */
-export function poolExportName(instanceType: string): string {
-  if (!/^[a-z0-9]+\.[a-z0-9]+$/.test(instanceType)) {
-    throw new FerryError('bad_request', `"${instanceType}" is not an EC2 instance type (like g5.xlarge)`);
-  }
-  return `${exportPrefix}Pool-${instanceType.replace('.', '-')}-CapacityProvider`;
-}
-
-/** The output logical id of an export: its name without the prefix and dashes (ids are alphanumeric). */
-export function outputIdOf(exportName: string): string {
-  return exportName.slice(exportPrefix.length).replace(/[^A-Za-z0-9]/g, '');
-}
 
 /** What an app stack may read of a table: names for the environment, ARNs for IAM. */
 export interface TableRef {

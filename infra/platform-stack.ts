@@ -50,6 +50,7 @@ import { type DynamoTable, dynamoSchema } from '../core/adapters/aws/dynamo.js';
 import { FerryError } from '../core/errors.js';
 import { functionEntries } from '../functions/bundle.js';
 import { cpuInstanceFor, defaultCpuSpec, defaultGpuModel, gpuInstanceFor, isGpuInstanceType } from './gpu.js';
+import { clusterName, queueNamePrefix } from './names.js';
 import {
   outputIdOf,
   type PlatformExportKey,
@@ -59,8 +60,8 @@ import {
   type TableRef,
 } from './platform-exports.js';
 
-/** Every queue of every app is named with this prefix, so platform functions can be granted them all. */
-export const queueNamePrefix = 'ferry-';
+export { clusterName, queueNamePrefix } from './names.js';
+
 /**
  * FERRY_BLOB_PREFIX of the functions and agents (they must agree): empty, so the job store's big
  * fields and the claim-check bodies all live under `payloads/` at the bucket root.
@@ -74,11 +75,6 @@ export const artifactsPrefix = 'artifacts/';
  */
 export const apiKeyLeadingKey = 'KEY#*';
 export const metricsNamespace = 'Ferry';
-/**
- * The ECS cluster's name. Fixed (one platform per account and region), so app stacks can name the
- * cluster's task ARNs in IAM without a cross-stack token (task scale-in protection).
- */
-export const clusterName = 'ferry';
 
 /**
  * API Gateway REST gives up on an integration after 29 s unless a quota increase is granted
@@ -529,7 +525,7 @@ export class PlatformStack extends Stack {
       },
       {
         id: 'AwsSolutions-L1',
-        reason: 'Pinned to nodejs22.x: the bundles target node22 and middy 6 (DESIGN.md §8).',
+        reason: 'Pinned to nodejs22.x: the bundles target node22 and middy 6 (see docs/architecture.md).',
       },
     );
     return fn;
@@ -653,11 +649,11 @@ export class PlatformStack extends Stack {
       },
       {
         id: 'AwsSolutions-COG4',
-        reason: 'Clients authenticate with Ferry API keys (spec §5), checked by a Lambda authorizer.',
+        reason: 'Clients authenticate with Ferry API keys (docs/api.md), checked by a Lambda authorizer.',
       },
     );
 
-    // Errors keep the one body shape of the API, `{"error": "..."}` (DESIGN.md §4), even when API
+    // Errors keep the one body shape of the API, `{"error": "..."}` (docs/api.md#errors), even when API
     // Gateway answers by itself; a denied or missing key is a 401, never a 403.
     const unauthorized = '{"error":"Missing or invalid API key"}';
     api.addGatewayResponse('Unauthorized', {

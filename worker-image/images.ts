@@ -2,7 +2,7 @@
  * The worker images, in one table: kind, Dockerfile, repository, build args. The CLI and the release
  * pipeline generate `docker build` commands from it; nothing here runs docker.
  *
- * Names follow spec §9 (kinds "base" and "with a model preinstalled", a `<version>` placeholder):
+ * Names follow docs/architecture.md#worker-images (kinds "base" and "with a model preinstalled", a `<version>` placeholder):
  *   ferry/worker-base-cpu:<version>-py<python>     Dockerfile.cpu
  *   ferry/worker-base-gpu:<version>-py<python>     Dockerfile.gpu
  *   ferry/worker-sdxl-turbo:<version>-py<python>   Dockerfile.model-sdxl-turbo  (FROM the gpu base)

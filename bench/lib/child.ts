@@ -39,8 +39,11 @@ export interface CommandAnswer {
 export interface PlatformChild {
   url: string;
   port: number;
-  workerToken: string;
+  /** Per endpoint, the identity of the one protocol worker a bench may run from outside. */
+  workers: Record<string, { workerId: string; token: string }>;
   pid: number;
+  /** Where that endpoint's outside worker connects, with its token and worker id. */
+  target(endpointId: string): { url: string; token: string; workerId: string };
   /** Sends a command and waits for its one-line JSON answer. */
   command(cmd: Record<string, unknown>): Promise<CommandAnswer>;
   kill(signal: NodeJS.Signals): Promise<void>;
@@ -93,10 +96,20 @@ export async function startPlatformChild(options: ChildOptions): Promise<Platfor
       ready(line);
     } else pending.shift()?.(line);
   });
-  const info = JSON.parse(await first) as { url: string; port: number; workerToken: string; pid: number };
+  const info = JSON.parse(await first) as {
+    url: string;
+    port: number;
+    workers: Record<string, { workerId: string; token: string }>;
+    pid: number;
+  };
   let stopped: Promise<void> | undefined;
   return {
     ...info,
+    target(endpointId) {
+      const worker = info.workers[endpointId];
+      if (!worker) throw new Error(`serve-child has no outside worker for endpoint ${endpointId}`);
+      return { url: info.url, ...worker };
+    },
     command(cmd) {
       return new Promise((resolve, reject) => {
         const onExit = () => reject(new Error(`serve-child exited during ${JSON.stringify(cmd)}`));

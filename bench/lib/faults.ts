@@ -105,7 +105,8 @@ export async function killPlatformUnderLoad(options: {
       endpoints: ['fault'],
     });
   let child = await start();
-  const worker = new CountingWorker({ url: child.url, token: child.workerToken }, 'fault', {
+  const worker = new CountingWorker(child.target('fault'), 'fault', {
+    workerId: child.target('fault').workerId,
     concurrency: 4,
     workMs: options.workMs ?? 5,
   });
@@ -141,7 +142,7 @@ export async function killPlatformUnderLoad(options: {
         const began = performance.now();
         child = await start();
         restartMs.push(Math.round(performance.now() - began));
-        worker.retarget({ url: child.url, token: child.workerToken });
+        worker.retarget(child.target('fault'));
         down = false;
       }
     };
@@ -312,7 +313,8 @@ export async function webhookFaults(options: { retryDelayMs: number }): Promise<
     workerWaitMs: 1_000,
     webhookRetryDelayMs: options.retryDelayMs,
   });
-  const worker = new CountingWorker({ url: child.url, token: child.workerToken }, 'hooks', {
+  const worker = new CountingWorker(child.target('hooks'), 'hooks', {
+    workerId: child.target('hooks').workerId,
     concurrency: 2,
   });
   worker.start();

@@ -1,5 +1,5 @@
 /**
- * A worker in TypeScript that speaks the RunPod worker protocol (reference/runpod-api-anchor.md §3)
+ * A worker in TypeScript that speaks the RunPod worker protocol (docs/architecture.md#worker-protocol)
  * and keeps going when the platform vanishes: the fault suite kills the platform under it, and the
  * engine-only throughput bench uses it as the cheapest possible worker.
  *

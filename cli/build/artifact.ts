@@ -16,7 +16,7 @@ export interface PackOptions {
   manifest: Manifest;
   /** Top-level entries of the build dir to leave out (excluded packages and their dist-info). */
   skipTopLevel?: ReadonlySet<string>;
-  /** Defaults to the 1.5 GB of spec §8; tests set a tiny one. */
+  /** Defaults to the 1.5 GB of docs/api.md#limits; tests set a tiny one. */
   maxBytes?: number;
 }
 

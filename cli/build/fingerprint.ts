@@ -1,7 +1,7 @@
 /**
  * The source fingerprint: sha256 over the shipped files' sorted POSIX relative paths and contents,
  * each framed by its byte length so ("ab","c") and ("a","bc") never collide. A change rolls the
- * workers even when the resource configuration is the same (spec §4.4 rule 4).
+ * workers even when the resource configuration is the same (docs/architecture.md#the-cli).
  */
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';

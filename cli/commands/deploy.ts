@@ -1,4 +1,4 @@
-/** `ferry deploy`: build, resolve the environment, upload, provision, configure (spec §3, §4.4). */
+/** `ferry deploy`: build, resolve the environment, upload, provision, configure (docs/architecture.md#the-cli). */
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';

@@ -1,6 +1,6 @@
 /**
  * `ferry dev` (hidden alias `run`): an in-process platform with state in the project's .ferry/,
- * worker pools running the code on disk, and the dev server of spec §4.3 in front of it.
+ * worker pools running the code on disk, and the dev server (docs/api.md#the-dev-server) in front of it.
  */
 import { type FSWatcher, watch } from 'node:fs';
 import path from 'node:path';

@@ -1,6 +1,6 @@
 /**
  * The decisions of `ferry deploy`, as pure functions over records (tested without a platform):
- * which app/environment to use or create (spec §4.4 rules 1–3), which endpoints to create, update
+ * which app/environment to use or create (docs/architecture.md#the-cli), which endpoints to create, update
  * or remove, and the docker commands of `--preview`.
  */
 import { type EndpointConfig, newEndpointId } from '../../core/deployment.js';
@@ -50,7 +50,7 @@ function configHashOf(record: EndpointRecord): string | undefined {
 
 /**
  * Endpoints keep their id across deploys (same app/env/name). A new fingerprint or config hash is an
- * update (the pool rolls the workers, spec §4.4 rule 4); names gone from the manifest are removed.
+ * update (the pool rolls the workers, docs/architecture.md#the-cli); names gone from the manifest are removed.
  */
 export function planEndpoints(input: {
   existing: readonly EndpointRecord[];

@@ -1,5 +1,5 @@
 /**
- * `ferry deploy`: the five stages of spec §3 (build, environment resolution, upload, provisioning,
+ * `ferry deploy`: the five stages of docs/architecture.md#the-cli (build, environment resolution, upload, provisioning,
  * configuration), each printed with its timing. Success is printed only after the records are
  * written and read back, and (unless told not to serve) after the platform answers for them — an
  * empty deploy is an error (flash#365 printed success having made nothing).

@@ -1,5 +1,5 @@
 /**
- * The dev server of spec §4.3, on Fastify with a Swagger UI at /docs. Routes come from the scan:
+ * The dev server (docs/api.md#the-dev-server), on Fastify with a Swagger UI at /docs. Routes come from the scan:
  *   POST /<module>/runsync             one queue endpoint in the file ({input} wrapper)
  *   POST /<module>/<function>/runsync  several in one file
  *   <METHOD> /<module><route path>     load-balanced routes, direct JSON, proxied to the live endpoint
@@ -105,7 +105,7 @@ async function runQueueJob(
     body.input === null ||
     typeof body.input !== 'object'
   ) {
-    return reply.code(400).send({ error: 'The body needs the wrapper {"input": {...}} (spec §4.1)' });
+    return reply.code(400).send({ error: 'The body needs the wrapper {"input": {...}}' });
   }
   const record = await options.live.ensure(route.endpoint);
   let job = await callPlatform(options, 'POST', `/v2/${record.id}/runsync`, { input: body.input });

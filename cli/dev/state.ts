@@ -181,7 +181,7 @@ export class LiveEndpoints {
     return removed;
   }
 
-  /** Provisions every endpoint, at most `concurrency` at a time (spec §8: 3). */
+  /** Provisions every endpoint, at most `concurrency` at a time (docs/api.md#limits: 3). */
   async ensureAll(concurrency = 3): Promise<Array<{ name: string; error?: string }>> {
     const names = this.#snapshot.endpoints.map((e) => e.name);
     const results: Array<{ name: string; error?: string }> = [];

@@ -31,6 +31,7 @@ import { FerryError } from '../../core/errors.js';
 import { type Manifest, manifestSchema, type Resources } from '../../core/manifest.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import type { WorkerImages } from '../../infra/app-stack.js';
+import { appStackName, platformStackName } from '../../infra/names.js';
 import { baseImageFor } from '../../worker-image/images.js';
 import { apiKeyFromUser, installRoot, readDotEnv } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
@@ -50,30 +51,22 @@ import type { DestroyResult, PrepareInput, Provider, ProvisionContext, ServingSt
  * second or more to import, and `ferry app list` needs none of them.
  */
 async function loadInfra() {
-  const [app, appStack, gpu, platform, bundle] = await Promise.all([
+  const [app, gpu, platform, bundle] = await Promise.all([
     import('../../infra/app.js'),
-    import('../../infra/app-stack.js'),
     import('../../infra/gpu.js'),
     import('../../infra/platform-stack.js'),
     import('../../functions/bundle.js'),
   ]);
   return {
     synthesize: app.synthesize,
-    appStackName: appStack.appStackName,
     instanceTypesFor: gpu.instanceTypesFor,
     defaultInstanceTypes: platform.defaultInstanceTypes,
     bundleFunctions: bundle.bundleFunctions,
   };
 }
 
-/** infra/app.ts `platformStackName` (kept here so finding the platform loads no CDK code). */
-export const platformStackName = 'FerryPlatform';
-
-/** infra/app-stack.ts `appStackName`, for the same reason; a test checks both agree. */
-export function appStackName(app: string, env: string): string {
-  const clean = (s: string) => s.replace(/[^A-Za-z0-9-]/g, '-');
-  return `Ferry-${clean(app)}-${clean(env)}`.slice(0, 128);
-}
+// Stack names come from infra/names.ts, which loads no CDK code.
+export { appStackName, platformStackName } from '../../infra/names.js';
 
 /** The platform outputs the CLI reads (the stack has more; unknown ones are ignored on purpose). */
 const platformOutputsSchema = z.object({

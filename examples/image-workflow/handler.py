@@ -1,4 +1,4 @@
-"""The image-workflow endpoint: spec §2.5 in, either output shape of spec §2.1 out.
+"""The image-workflow endpoint: a workflow in, either output shape of docs/api.md#job-output-shapes out.
 
     {"input": {"workflow": {...}}}                              -> {"images": [{"filename", "type", "data"}]}
     {"input": {"workflow": {...}, "output_format": "message"}}  -> {"message": "data:image/png;base64,...",
@@ -7,7 +7,7 @@
 The first shape is what worker-comfyui 5.x answers, the second what it answered before 5.0 (one image:
 the first one saved). A workflow that cannot run ends the job FAILED with a message naming the node,
 the way worker-comfyui reports "Workflow validation failed": the handler returns {"error": ...} and the
-runtime turns that into the job's error (RunPod's rule, reference/runpod-api-anchor.md §3.5).
+runtime turns that into the job's error (RunPod's rule, docs/architecture.md#worker-protocol).
 """
 
 import base64

@@ -3,7 +3,7 @@
     python save_images.py result.json outdir/        # result.json: a job response or just its output
     curl ... /runsync ... | python save_images.py - outdir/
 
-Understands both output shapes of spec §2.1 ({"images": [{"data": ...}]} and {"message": ...,
+Understands both output shapes of docs/api.md#job-output-shapes ({"images": [{"data": ...}]} and {"message": ...,
 "status": ...}), with or without the whole job envelope around them. A `data` or `message` string may be
 bare base64 or a data URI: when it starts with "data:", everything up to and including the first comma
 is stripped before decoding. Prints one written path per line.

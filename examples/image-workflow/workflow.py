@@ -1,4 +1,4 @@
-"""A tiny ComfyUI-style node-graph executor: the worked case of spec §2.1 and §2.5, standard library only.
+"""A tiny ComfyUI-style node-graph executor: the image-workflow case of docs/api.md#job-output-shapes, standard library only.
 
 A workflow ("Export (API)" format) is a dict of node id -> node::
 
@@ -26,7 +26,7 @@ import zlib
 LATENT_SCALE = 8
 MAX_SIDE = 2048
 MAX_BATCH = 8
-# Bounds the work and the size of the base64 answer (spec §8: 20 MB /runsync).
+# Bounds the work and the size of the base64 answer (20 MB /runsync, docs/api.md#limits).
 MAX_PIXELS = 4 * 1024 * 1024
 MAX_STEPS = 150
 

@@ -1,4 +1,4 @@
-"""A streaming queue endpoint: a generator whose yields are spec §2.2 stream chunks.
+"""A streaming queue endpoint: a generator whose yields are stream chunks (docs/api.md#stream-chunks).
 
     POST /v2/<id>/run     {"input": {"prompt": "Tell me about rivers", "max_tokens": 32}}
     GET  /v2/<id>/stream/<job id>   -> {"status": ..., "stream": [<chunk>, ...]}

@@ -1,4 +1,4 @@
-"""A deterministic stand-in for a language model, streaming spec §2.2 chunks. Standard library only.
+"""A deterministic stand-in for a language model, streaming chunks (docs/api.md#stream-chunks). Standard library only.
 
 The "model" is a seeded word generator: the prompt seeds it, so the same prompt and max_tokens always
 give the same text, and nothing is downloaded. What matters is the shape of what it streams.

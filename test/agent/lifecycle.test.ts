@@ -13,7 +13,7 @@ import { type AddressInfo, createServer as createNetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { Agent } from '../../worker-image/agent/agent.js';
+import { type Agent, placeholderWorkerId } from '../../worker-image/agent/agent.js';
 import { bundleAgent } from '../../worker-image/agent/bundle.js';
 import { type AwsFixture, fakeAwsConfig, startAwsFixture } from '../support/emulators.js';
 import {
@@ -62,16 +62,17 @@ function pythonWorker(agent: Agent): PythonWorker {
 function handWorker(agent: Agent, endpointId: string) {
   const base = `${agent.url}/v2/${endpointId}`;
   const headers = { authorization: agent.workerToken };
+  const id = encodeURIComponent(agent.workerId);
   return {
     async take(): Promise<{ status: number; job?: { id: string }; ms: number }> {
       const started = Date.now();
-      const response = await fetch(`${base}/job-take/hand?agent=1`, { headers });
+      const response = await fetch(`${base}/job-take/${id}?agent=1`, { headers });
       const ms = Date.now() - started;
       if (response.status !== 200) return { status: response.status, ms };
       return { status: 200, job: (await response.json()) as { id: string }, ms };
     },
     async ping(jobIds: string[]): Promise<number> {
-      const response = await fetch(`${base}/ping/hand?job_id=${jobIds.join(',')}`, { headers });
+      const response = await fetch(`${base}/ping/${id}?job_id=${jobIds.join(',')}`, { headers });
       await response.arrayBuffer();
       return response.status;
     },
@@ -226,13 +227,20 @@ describe('a worker that keeps a stopped job', () => {
     await api.engine.cancel(endpointId, stuck.id);
     // The worker ignores the stop and keeps saying it holds both jobs.
     const started = Date.now();
+    let refused = 0;
     while (exits.length === 0 && Date.now() - started < 10_000) {
-      expect(await worker.ping([stuck.id, other.id])).toBe(200);
+      // 200 while it lives; once killed its identity is buried and its pings are refused.
+      const status = await worker.ping([stuck.id, other.id]);
+      if (status === 401) refused++;
+      else expect(status).toBe(200);
       await sleep(200);
     }
     expect(exits).toEqual([1]);
+    expect(refused === 0 || (await worker.ping([other.id])) === 401).toBe(true);
+    // A buried worker's ping changes nothing.
+    expect(await worker.ping([other.id])).toBe(401);
     expect(Date.now() - started).toBeGreaterThanOrEqual(900);
-    expect(log.lines.join('\n')).toContain(`kept stopped job(s) ${stuck.id}`);
+    expect(log.lines.join('\n')).toContain(`kept stopped job ${stuck.id}`);
     expect((await api.engine.status(endpointId, stuck.id)).status).toBe('CANCELLED');
     expect((await api.engine.status(endpointId, other.id)).status).toBe('IN_QUEUE');
   });
@@ -247,7 +255,7 @@ describe('a worker that keeps a stopped job', () => {
     await api.engine.cancel(endpointId, job.id);
     await sleep(400);
     // A late job-done for a stopped job is refused (409) and lets the agent forget it.
-    const done = await fetch(`${agent.url}/v2/${endpointId}/job-done/hand/${job.id}?agent=1`, {
+    const done = await fetch(`${agent.url}/v2/${endpointId}/job-done/${agent.workerId}/${job.id}?agent=1`, {
       method: 'POST',
       headers: { authorization: agent.workerToken },
       body: JSON.stringify({ output: 'too late' }),
@@ -316,11 +324,19 @@ describe('the bundled agent (main.ts)', () => {
 
     const job = await api.engine.submit(endpointId, { input: { method: 'echo' } }, { sync: false });
     const base = `http://127.0.0.1:${port}/v2/${endpointId}`;
-    const wrong = await fetch(`${base}/job-take/w?agent=1`, {
+    const wrong = await fetch(`${base}/job-take/${placeholderWorkerId(endpointId)}?agent=1`, {
       headers: { authorization: 'fyw_wrong-token-123' },
     });
     expect(wrong.status).toBe(401);
-    const taken = await fetch(`${base}/job-take/w?agent=1`, { headers: { authorization: token } });
+    // The right token under a worker id that is neither the task's nor the stack's placeholder.
+    const forged = await fetch(`${base}/job-take/someone-else?agent=1`, {
+      headers: { authorization: token },
+    });
+    expect(forged.status).toBe(403);
+    // The stack writes the placeholder id into the worker's RUNPOD_WEBHOOK_* (it cannot know the task's).
+    const taken = await fetch(`${base}/job-take/${placeholderWorkerId(endpointId)}?agent=1`, {
+      headers: { authorization: token },
+    });
     expect(taken.status, stderr).toBe(200);
     expect(((await taken.json()) as { id: string }).id).toBe(job.id);
 

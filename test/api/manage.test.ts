@@ -40,6 +40,7 @@ beforeAll(async () => {
   manage = `${platform.url}/manage/v1`;
   const { endpoints } = await scanProject({ projectDir });
   for (const endpoint of endpoints) await platform.db.control.putEndpoint(recordFor(endpoint, projectDir));
+  await platform.addEndpoint('quiet');
   await platform.workers!.reconcile();
 }, 60_000);
 
@@ -198,7 +199,7 @@ describe('refusals', () => {
       for (const headers of [
         {},
         { authorization: 'Bearer wrong' },
-        { authorization: platform.workerToken },
+        { authorization: platform.protocolWorker('quiet', 'w-auth').token },
       ]) {
         const r = await fetch(`${manage}${route}`, { headers: headers as Record<string, string> });
         expect(r.status, `${route} ${JSON.stringify(headers)}`).toBe(401);
@@ -233,28 +234,26 @@ describe('refusals', () => {
     expect((await call(manage, 'POST', '/endpoints', {})).status).toBe(404);
   });
 
-  it("job-log takes a worker token only, and only this endpoint's jobs", async () => {
-    const job = await runToEnd('chatty', { lines: 0 });
-    const post = (endpoint: string, authorization: string, jobId = job.id) =>
+  it("job-log takes this worker's token only, and only this endpoint's jobs", async () => {
+    // A queue with no pool of its own: the test plays its worker (protocolWorker adopts one).
+    const queued = (await call(v2, 'POST', '/quiet/run', { input: {} })).body as { id: string };
+    const chattyJob = await runToEnd('chatty', { lines: 0 });
+    const token = platform.protocolWorker('quiet', 'w1').token;
+    const post = (endpoint: string, authorization: string, jobId = queued.id, stream = 'stdout') =>
       fetch(`${v2}/${endpoint}/job-log/w1`, {
         method: 'POST',
         headers: { authorization, 'content-type': 'application/json' },
-        body: JSON.stringify({ lines: [{ jobId, atMs: 1, stream: 'stdout', text: 'forged' }] }),
+        body: JSON.stringify({ lines: [{ jobId, atMs: 1, stream, text: 'forged' }] }),
       });
-    expect((await post('chatty', 'Bearer fy_test_key_for_loopback_only')).status).toBe(401);
-    expect((await post('boom', platform.workerToken)).status).toBe(400);
-    expect((await post('chatty', platform.workerToken, 'nope')).status).toBe(400);
-    const bad = await fetch(`${v2}/chatty/job-log/w1`, {
-      method: 'POST',
-      headers: { authorization: platform.workerToken },
-      body: JSON.stringify({ lines: [{ jobId: job.id, atMs: 1, stream: 'video', text: 'x' }] }),
-    });
-    expect(bad.status).toBe(400);
-    expect((await post('chatty', platform.workerToken)).status).toBe(200);
-    const lines = (await call(manage, 'GET', `/endpoints/chatty/logs?job=${job.id}`)).body.lines;
-    expect(lines.map((l: { text: string; workerId: string }) => [l.text, l.workerId]).at(-1)).toEqual([
-      'forged',
-      'w1',
+    expect((await post('quiet', 'Bearer fy_test_key_for_loopback_only')).status).toBe(401);
+    expect((await post('chatty', token)).status).toBe(403); // quiet's worker token on chatty
+    expect((await post('quiet', token, chattyJob.id)).status).toBe(400); // chatty's job
+    expect((await post('quiet', token, 'nope')).status).toBe(400);
+    expect((await post('quiet', token, queued.id, 'video')).status).toBe(400);
+    expect((await post('quiet', token)).status).toBe(200);
+    const lines = (await call(manage, 'GET', `/endpoints/quiet/logs?job=${queued.id}`)).body.lines;
+    expect(lines.map((l: { text: string; workerId: string }) => [l.text, l.workerId])).toEqual([
+      ['forged', 'w1'],
     ]);
   });
 });

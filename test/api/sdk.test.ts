@@ -3,7 +3,6 @@
  * completes jobs through the worker protocol over HTTP (the suite itself is in sdk.suite.ts).
  */
 import { startTestPlatform, testApiKey } from '../support/platform.js';
-import { ProtocolWorker } from '../support/protocolWorker.js';
 import { runSdkSuite } from './sdk.suite.js';
 
 runSdkSuite('runpod-sdk against the embedded platform', async () => {
@@ -15,7 +14,7 @@ runSdkSuite('runpod-sdk against the embedded platform', async () => {
     apiKey: testApiKey,
     endpointId: 'echo',
     startWorker() {
-      worker = new ProtocolWorker(platform.url, 'echo', platform.workerToken).serve();
+      worker = platform.protocolWorker('echo').serve();
     },
     async stopWorker() {
       await worker?.stop();

@@ -1,12 +1,11 @@
 /**
- * The v2 API rows of spec §3 and §7 over real HTTP on loopback, against the real SQLite store, with
+ * The v2 API rows of docs/architecture.md#jobs and docs/api.md#errors over real HTTP on loopback, against the real SQLite store, with
  * a worker speaking the worker protocol.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
-import { ProtocolWorker } from '../support/protocolWorker.js';
 
 let platform: TestPlatform;
 let base: string;
@@ -15,7 +14,7 @@ let n = 0;
 async function freshEndpoint(config: Record<string, unknown> = {}) {
   const id = `ep${++n}`;
   await platform.addEndpoint(id, config);
-  return { id, worker: new ProtocolWorker(platform.url, id, platform.workerToken) };
+  return { id, worker: platform.protocolWorker(id) };
 }
 
 beforeAll(async () => {
@@ -101,7 +100,8 @@ describe('authentication', () => {
       200,
     );
     expect((await call(base, 'GET', `/${id}/health`)).status).toBe(200);
-    for (const authorization of ['', 'Bearer', 'Bearer wrong', 'wrong', platform.workerToken]) {
+    const workerToken = platform.adoptWorker(id).token;
+    for (const authorization of ['', 'Bearer', 'Bearer wrong', 'wrong', workerToken]) {
       const r = await call(base, 'GET', `/${id}/health`, undefined, { authorization });
       expect(r.status).toBe(401);
       expect(r.body).toEqual({ error: 'Missing or invalid API key' });
@@ -140,7 +140,7 @@ describe('lookups', () => {
   });
 });
 
-describe('transitions (spec §3)', () => {
+describe('transitions (docs/architecture.md#jobs)', () => {
   it('IN_QUEUE → CANCELLED: the queued job is removed before it starts', async () => {
     const { id, worker } = await freshEndpoint();
     const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });
@@ -278,7 +278,7 @@ describe('worker protocol', () => {
       `${platform.url}/v2/${id}/job-done/${worker.workerId}/${body.id}?isStream=false`,
       {
         method: 'POST',
-        headers: { authorization: platform.workerToken },
+        headers: { authorization: worker.token },
         body: '{not json',
       },
     );

@@ -18,7 +18,7 @@ runSdkSuite('runpod-sdk against AWS in a box', async () => {
     apiKey: boxApiKey,
     endpointId: 'echo',
     startWorker() {
-      worker = new ProtocolWorker(agent.url, 'echo', agent.workerToken).serve();
+      worker = new ProtocolWorker(agent.url, 'echo', agent.workerToken, agent.workerId).serve();
     },
     async stopWorker() {
       await worker?.stop();

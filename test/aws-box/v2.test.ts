@@ -46,7 +46,7 @@ beforeAll(async () => {
   box = await startAwsBox({ maxWaitMs });
   for (const id of ['main', 'idle', 'purge']) await box.addEndpoint(id);
   mainAgent = await box.agentFor('main');
-  serving = new ProtocolWorker(mainAgent.url, 'main', mainAgent.workerToken).serve();
+  serving = new ProtocolWorker(mainAgent.url, 'main', mainAgent.workerToken, mainAgent.workerId).serve();
 });
 
 afterAll(async () => {

@@ -307,7 +307,7 @@ describe('deploy → the printed curl line works against the served platform', (
     const job = JSON.parse(stdout);
     expect(job.status).toBe('COMPLETED');
     expect(job.output.message).toBe('Hello from the CPU worker: hello');
-    // The LB endpoint too, with the key (spec §5.1).
+    // The LB endpoint too, with the key (docs/api.md#authentication).
     const lbUrl = /lb_worker\s+(\S+)/.exec(deploy.stdout)![1]!;
     const response = await fetch(`${lbUrl}/process`, {
       method: 'POST',
@@ -322,7 +322,7 @@ describe('deploy → the printed curl line works against the served platform', (
 });
 
 describe('deploy decisions (pure)', () => {
-  it('resolves the environment by spec §4.4 rules 1–3', () => {
+  it('resolves the environment by the rules of docs/architecture.md#the-cli', () => {
     expect(resolveEnvironment({ appExists: false, envNames: [], requested: undefined })).toEqual({
       env: 'production',
       createApp: true,

@@ -1,5 +1,5 @@
 /**
- * `ferry dev --auto-provision` (spec §4.4): every endpoint is provisioned at startup, and more than
+ * `ferry dev --auto-provision` (docs/api.md#limits): every endpoint is provisioned at startup, and more than
  * five ask for confirmation first (no answer means no: each starts on its first call instead).
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';

@@ -19,7 +19,7 @@ let output: () => { stdout: string; stderr: string };
 beforeAll(async () => {
   expect((await sandbox.run(['init', 'devproj'])).code).toBe(0);
   project = path.join(sandbox.root, 'devproj');
-  // The key comes from the project's .env here (spec §5.4); the dev server's own routes need none.
+  // The key comes from the project's .env here (docs/api.md#authentication); the dev server's own routes need none.
   writeFileSync(path.join(project, '.env'), 'FERRY_API_KEY=fy_dev_local\n');
   const started = await sandbox.start(
     ['dev', '--host', '127.0.0.1', '--port', '0'],

@@ -1,4 +1,4 @@
-/** The error rows of spec §7 that the CLI owns, through the real binary: message, hint, exit code. */
+/** The CLI error cases (docs/architecture.md#the-cli), through the real binary: message, hint, exit code. */
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CliSandbox } from './cli-support.js';

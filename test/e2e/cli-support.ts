@@ -146,7 +146,7 @@ export function stopChild(child: ChildProcess, signal: NodeJS.Signals = 'SIGINT'
   });
 }
 
-/** The five deploy stages of spec §3, as `ferry deploy` prints them on stderr. */
+/** The five deploy stages (docs/architecture.md#the-cli), as `ferry deploy` prints them on stderr. */
 export const deployStages = [
   '[1/5] Build',
   '[2/5] Environment resolution',

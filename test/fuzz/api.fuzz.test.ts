@@ -16,7 +16,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { credentialOf } from '../../core/auth.js';
 import { limits } from '../../core/limits.js';
 import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
-import { ProtocolWorker } from '../support/protocolWorker.js';
 
 interface Answer {
   status: number;
@@ -30,9 +29,12 @@ let served: { stop(): Promise<void> };
 /** Seeded jobs on endpoint `fz`: one queued, one completed. On `fzw`: one held by worker `holder`. */
 const seeded = { queued: '', completed: '', held: '' };
 const holder = 'holder-worker';
+/** Each worker has its own token (core/supervisor.ts): the holder's, and a live intruder's on `fzw`. */
+let holderToken = '';
+let intruderToken = '';
 
 const clientAuth = { authorization: `Bearer ${testApiKey}` };
-const workerAuth = () => ({ authorization: platform.workerToken });
+const workerAuth = () => ({ authorization: holderToken });
 
 /** One request on its own connection; rejects if the connection drops or nothing comes in 20 s. */
 function send(
@@ -306,6 +308,9 @@ beforeAll(async () => {
   port = platform.port;
   for (const id of ['fz', 'fzw', 'fzp', 'fzsync']) await platform.addEndpoint(id);
   const engine = platform.engine;
+  platform.adoptWorker('fz', 'seed-worker');
+  holderToken = platform.adoptWorker('fzw', holder).token;
+  intruderToken = platform.adoptWorker('fzw', 'intruder').token;
   // A completed job: submitted, taken and finished through the engine.
   const completed = await engine.submit('fz', { input: { seed: 'completed' } }, { sync: false });
   const [taken] = await engine.take('fz', 'seed-worker', 1, 0);
@@ -315,7 +320,7 @@ beforeAll(async () => {
   seeded.held = (await engine.submit('fzw', { input: { seed: 'held' } }, { sync: false })).id;
   await engine.take('fzw', holder, 1, 0);
   // /runsync bodies that are valid by chance complete at once instead of waiting out `wait`.
-  served = new ProtocolWorker(platform.url, 'fzsync', platform.workerToken).serve();
+  served = platform.protocolWorker('fzsync').serve();
   expect((await snapshot()).statuses.map((s) => (s === 'gone' ? s : s.status))).toEqual([
     'IN_QUEUE',
     'COMPLETED',
@@ -564,10 +569,10 @@ describe('auth', () => {
           fc.constantFrom('cross-bare', 'cross-bearer'),
         ),
         async ([caller, method, route], header) => {
-          const crossKey = caller === 'client' ? platform.workerToken : testApiKey;
+          const crossKey = caller === 'client' ? holderToken : testApiKey;
           const value =
             header === 'cross-bare' ? crossKey : header === 'cross-bearer' ? `Bearer ${crossKey}` : header;
-          const valid = caller === 'client' ? testApiKey : platform.workerToken;
+          const valid = caller === 'client' ? testApiKey : holderToken;
           fc.pre(credentialOf(value) !== valid);
           const endpoint = caller === 'client' ? 'fz' : 'fzw';
           const jobId = caller === 'client' ? seeded.queued : seeded.held;
@@ -599,7 +604,8 @@ describe('worker protocol', () => {
             target === 'intruder'
               ? `/v2/fzw/${route}/intruder/${seeded.held}?isStream=false`
               : `/v2/fzw/${route}/${holder}/no-such-job?isStream=false`;
-          const headers = { ...workerAuth(), 'content-type': 'application/x-www-form-urlencoded' };
+          const token = target === 'intruder' ? intruderToken : holderToken;
+          const headers = { authorization: token, 'content-type': 'application/x-www-form-urlencoded' };
           const a = await probe(route, 'POST', path, headers, body);
           expectRejected(a, `${route} ${target}`);
         },
@@ -637,7 +643,9 @@ describe('worker protocol', () => {
         fc.array(fc.oneof(idSegment, fc.constant(seeded.held), fc.constant(',')), { maxLength: 5 }),
         fc.constantFrom('GET', 'POST'),
         async (ids, method) => {
-          const a = await send(method, `/v2/fzw/ping/intruder?job_id=${ids.join(',')}`, workerAuth());
+          const a = await send(method, `/v2/fzw/ping/intruder?job_id=${ids.join(',')}`, {
+            authorization: intruderToken,
+          });
           expectAnswered(
             a,
             `ping ${ids.join(',').slice(0, 80)}`,

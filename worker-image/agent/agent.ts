@@ -24,7 +24,7 @@
  *   receive (hidden for leaseMs) ─▶ conditional claim in DynamoDB ─▶ DeleteMessage ─▶ … job runs …
  *          └─────────── a few ms: one GetItem, one conditional Put ───────────┘
  *
- * SQS only dispatches; DynamoDB is the truth (reference/aws-anchor.md §1: visibility caps at 12 h, so
+ * SQS only dispatches; DynamoDB is the truth (docs/api.md#aws-front-door: visibility caps at 12 h, so
  * a GPU job may outlive any message). The engine claims the job with a conditional write, then deletes
  * the message at once. From then on the job is guarded by its lease in DynamoDB, which the worker's
  * ping renews (engine.ping). No message stays in flight while the job runs, so there is nothing whose
@@ -35,15 +35,17 @@
  * after the claim but before the delete, the message comes back, the next taker's claim finds the job
  * IN_PROGRESS and drops the message, and the lapsed lease requeues the job.
  *
- * ── Stops and timeouts ─────────────────────────────────────────────────────────────────────────────
+ * ── The worker supervisor ──────────────────────────────────────────────────────────────────────────
  *
- * Cancel (a Lambda) and timeouts reach the worker through job-stop (engine.jobsToStop reads DynamoDB;
- * a PollingChangeFeed re-reads every `pollMs`, since the Lambda cannot notify this process). The agent
- * times out the jobs its worker holds itself, at startedAt + policy.executionTimeoutMs, instead of
- * waiting for the minute-level sweeper. A worker that keeps a stopped job longer than `stopGraceMs`
- * (Python cannot interrupt a handler stuck in C code) makes the agent exit 1: the agent container is
- * essential, so ECS stops the task, which kills the worker, and the service starts a fresh task. Any
- * other job the worker held goes back to the queue first.
+ * The lifecycle policy and the record of held jobs are core/supervisor.ts's (docs/workers.md), the
+ * same as in the local pool. The agent adopts the one worker ECS started beside it and acts for the
+ * supervisor: `stop` (the worker asked for refresh_worker, or must drain) makes the agent leave with
+ * exit 0, `kill` (it kept a stopped job past `stopGraceMs`; Python cannot interrupt a handler stuck in
+ * C code) with exit 1. The agent container is essential, so ECS stops the task, which ends the worker,
+ * and the service starts a fresh task. Whatever the worker held goes back to the queue first.
+ * Cancel (a Lambda) and timeouts reach the worker through job-stop (a PollingChangeFeed re-reads
+ * DynamoDB every `pollMs`, since the Lambda cannot notify this process); the supervisor times out
+ * held jobs at startedAt + policy.executionTimeoutMs rather than waiting for the minute-level sweeper.
  *
  * ── ECS task scale-in protection ───────────────────────────────────────────────────────────────────
  *
@@ -75,7 +77,7 @@ import {
 import { S3BlobStore } from '../../core/adapters/aws/s3.js';
 import { type QueueUrlFor, SqsJobQueue } from '../../core/adapters/aws/sqs.js';
 import { type ApiRequest, type ApiResponse, V2Api } from '../../core/api.js';
-import { type Authenticator, credentialOf, hashKey, KeyAuthenticator, newSecret } from '../../core/auth.js';
+import { type Authenticator, newSecret } from '../../core/auth.js';
 import { PollingChangeFeed } from '../../core/changes.js';
 import { systemClock } from '../../core/clock.js';
 import { JobEngine, type WebhookSender } from '../../core/engine.js';
@@ -83,6 +85,7 @@ import { errorBody, FerryError, httpStatus } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
 import type { Clock, ControlStore, EndpointRecord } from '../../core/ports.js';
+import { WorkerSupervisor } from '../../core/supervisor.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
 import { listen } from './listen.js';
 
@@ -141,14 +144,28 @@ export interface AgentOptions {
   exit?: (code: number) => void;
 }
 
+/**
+ * The worker id the app stack writes into the worker container's RUNPOD_WEBHOOK_* templates: the stack
+ * cannot know the task's runtime id, so the agent takes this one as its worker's and serves it as its
+ * own runtime workerId. Any other id in a worker route is refused (403).
+ */
+export const placeholderWorkerId = (endpointId: string): string => `${endpointId}-worker`;
+
 export interface Agent {
   readonly url: string;
   readonly workerId: string;
   readonly workerToken: string;
   /** The RUNPOD_* / FERRY_* environment the worker container needs. */
   workerEnv(): Record<string, string>;
-  /** The job ids the worker holds, as the agent saw them taken and not yet given back. */
+  /** The job ids the worker holds (the supervisor's record). */
   held(): string[];
+  /**
+   * Resolves with the exit code the agent should leave with once the supervisor wants this task gone:
+   * 0 after a refresh_worker job or a drain, 1 after a kill (a stopped job kept past its grace).
+   */
+  readonly leaving: Promise<number>;
+  /** The worker container exited (ECS task metadata): its jobs go back to the queue now. */
+  workerExited(how: { code: number | null; signal: string | null }): Promise<void>;
   /** Resolves once held jobs finished or were requeued; the same promise when called again. */
   drain(): Promise<void>;
   close(): Promise<void>;
@@ -185,18 +202,9 @@ export function workerProtocolEnv(options: {
 
 /** SQS long polls are at most 20 s; a longer job-take would only add a second receive. */
 const maxWorkerWaitMs = 20_000;
-/** A ping that leaves out a job taken this recently may have been composed before the worker got it. */
-const pingSettleMs = 5_000;
 const workerRoutes = new Set(['job-take', 'job-take-batch', 'job-stop', 'job-done', 'job-stream', 'ping']);
 /** Above every worker-route limit, so the API answers with its own message. */
 const bodyLimitBytes = limits.jobDoneBodyBytes + 1024 * 1024;
-
-interface HeldJob {
-  takenAt: number;
-  /** When the agent first saw the job should stop (cancelled, timed out, gone). */
-  stoppedAt?: number;
-  timer: AbortController;
-}
 
 export async function startAgent(options: AgentOptions): Promise<Agent> {
   const agent = new AgentServer(options);
@@ -221,7 +229,9 @@ class AgentServer implements Agent {
   private readonly webhooks: WebhookSender;
   private readonly ownWebhooks: HttpWebhookSender | undefined;
   private readonly server = createServer((req, res) => void this.serve(req, res));
-  private readonly heldJobs = new Map<string, HeldJob>();
+  private readonly supervisor: WorkerSupervisor;
+  private leave: (code: number) => void = () => {};
+  readonly leaving: Promise<number>;
   /** Aborts job-take long polls once draining starts. */
   private readonly draining = new AbortController();
   /** Aborts every long poll and timer on close. */
@@ -232,7 +242,6 @@ class AgentServer implements Agent {
   private drained: Promise<void> | undefined;
   private closed: Promise<void> | undefined;
   private fatal = false;
-  private drainFinished = false;
   private ticking: Promise<void> | undefined;
 
   constructor(private readonly options: AgentOptions) {
@@ -267,6 +276,22 @@ class AgentServer implements Agent {
       new DynamoWorkerRegistry({ doc: this.doc, table: options.tables.workers }),
       this.log,
     );
+    const drainMs = options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? 110_000;
+    this.leaving = new Promise<number>((resolve) => {
+      this.leave = resolve;
+    });
+    // The registry mirror is what the API Lambda's health reads.
+    this.supervisor = new WorkerSupervisor({
+      clock: this.clock,
+      log: this.log,
+      registry: workers,
+      settings: {
+        stopGraceMs: options.stopGraceMs ?? 30_000,
+        // drain() keeps its own deadline; the supervisor's is only a backstop behind it.
+        drainMs: drainMs + 5_000,
+        refusedTakeHoldMs: options.drainTakeHoldMs ?? 1_000,
+      },
+    });
     this.changes = new PollingChangeFeed(this.clock, options.pollMs ?? 500);
     if (options.webhooks) {
       this.webhooks = options.webhooks;
@@ -278,16 +303,26 @@ class AgentServer implements Agent {
       jobs,
       queue,
       workers,
+      ledger: this.supervisor,
       changes: this.changes,
       clock: this.clock,
       webhooks: this.webhooks,
       settings: { leaseMs, ...(options.maxAttempts ? { maxAttempts: options.maxAttempts } : {}) },
     });
+    this.supervisor.attach({
+      engine: this.engine,
+      actuator: {
+        // ECS starts the worker container; the supervisor only adopts it.
+        start: () => {},
+        stop: () => this.leave(0),
+        kill: () => void this.killed(),
+      },
+    });
+    this.supervisor.adopt({ workerId: this.workerId, endpointId: this.endpointId, token: this.workerToken });
     // Worker routes only: no client key is ever valid here, so /run, /status… answer 401.
-    const workerAuth = new KeyAuthenticator({ workerTokenHashes: [hashKey(this.workerToken)] });
     this.auth = {
       isClientKey: async () => false,
-      isWorkerToken: (key) => workerAuth.isWorkerToken(key),
+      workerAccess: async (key, endpointId, workerId) => this.supervisor.verify(key, endpointId, workerId),
     };
     const waitMs = Math.min(options.workerWaitMs ?? maxWorkerWaitMs, maxWorkerWaitMs);
     this.api = new V2Api({
@@ -317,7 +352,28 @@ class AgentServer implements Agent {
   }
 
   held(): string[] {
-    return [...this.heldJobs.keys()];
+    return this.supervisor.heldBy(this.workerId);
+  }
+
+  async workerExited(how: { code: number | null; signal: string | null }): Promise<void> {
+    if (this.supervisor.phase(this.workerId) === 'gone') return;
+    this.log.warn(`the worker exited (${how.signal ?? `code ${how.code}`}); its jobs go back to the queue`);
+    await this.supervisor.exited(this.workerId, how);
+    this.leave(1);
+  }
+
+  /** The supervisor killed the worker (a stopped job kept past its grace): requeue, then exit 1. */
+  private async killed(): Promise<void> {
+    if (this.fatal) return;
+    this.fatal = true;
+    this.log.error('the worker kept a stopped job past its grace period; exiting so ECS replaces this task');
+    try {
+      await this.supervisor.exited(this.workerId, { code: null, signal: 'SIGKILL' });
+    } catch (error) {
+      this.log.warn(`requeueing held jobs: ${message(error)}`);
+    }
+    this.leave(1);
+    (this.options.exit ?? ((code: number) => process.exit(code)))(1);
   }
 
   // ── HTTP ──────────────────────────────────────────────────────────────────────────────────────
@@ -354,26 +410,12 @@ class AgentServer implements Agent {
       }
       return { statusCode: 404, body: { error: `No route for ${req.method} ${url.pathname}` } };
     }
-    // One task, one worker identity: whatever id the worker put in the path (a RunPod-SDK image may
-    // use its own), the engine sees this task's workerId, so leases, the registry and job-stop agree.
-    segments[4] = encodeURIComponent(this.workerId);
-    const isTake = route === 'job-take' || route === 'job-take-batch';
-    const drainedPing = route === 'ping' && this.drainFinished;
-    if ((isTake && this.draining.signal.aborted) || drainedPing) {
-      if (!(await this.auth.isWorkerToken(credentialOf(req.headers.authorization)))) {
-        return { statusCode: 401, body: { error: 'Missing or invalid worker token' } };
-      }
-      // Draining: no new work. Drained: the task is leaving and its jobs were given back, so a ping
-      // must not register it again (health would count a worker that is gone) nor renew anything.
-      if (!isTake) return { statusCode: 200, body: {} };
-      // 204 without waiting for the queue, but after a short pause: the ferry runtime and the RunPod
-      // SDK ask again at once after a 204, which would otherwise spin for the whole drain.
-      await this.clock.sleep(
-        this.options.drainTakeHoldMs ?? 1_000,
-        AbortSignal.any([signal, this.closing.signal]),
-      );
-      return { statusCode: 204 };
+    // The stack's placeholder id stands for this task's runtime worker id (see placeholderWorkerId);
+    // any other id is checked as it is, and refused unless it is this worker's.
+    if (safeDecode(segments[4] ?? '') === placeholderWorkerId(this.endpointId)) {
+      segments[4] = encodeURIComponent(this.workerId);
     }
+    const isTake = route === 'job-take' || route === 'job-take-batch';
     const body = await readBody(req);
     const query: Record<string, string | undefined> = {};
     for (const key of new Set(url.searchParams.keys())) query[key] = url.searchParams.getAll(key).join(',');
@@ -394,73 +436,7 @@ class AgentServer implements Agent {
     } finally {
       if (isTake) this.takesInFlight--;
     }
-    this.observe(route, segments[5], query, response);
     return response;
-  }
-
-  /** Keeps the set of held jobs from what passes through: takes add, final job-done and pings remove. */
-  private observe(
-    route: string,
-    jobSegment: string | undefined,
-    query: Record<string, string | undefined>,
-    response: ApiResponse,
-  ): void {
-    if ((route === 'job-take' || route === 'job-take-batch') && response.statusCode === 200) {
-      const jobs = Array.isArray(response.body) ? response.body : [response.body];
-      for (const job of jobs as { id?: unknown }[]) if (typeof job?.id === 'string') this.taken(job.id);
-    } else if (route === 'job-done' && jobSegment !== undefined) {
-      const jobId = safeDecode(jobSegment);
-      const status = (response.body as { status?: unknown } | undefined)?.status;
-      // 200 with a final status, or 404/409 (the job is no longer this worker's): either way let go.
-      const released =
-        (response.statusCode === 200 && status !== 'IN_PROGRESS') ||
-        response.statusCode === 404 ||
-        response.statusCode === 409;
-      if (released) this.release(jobId);
-    } else if (route === 'ping' && response.statusCode === 200) {
-      const listed = new Set((query.job_id ?? '').split(',').filter((id) => id.length > 0));
-      const now = this.clock.now();
-      for (const [jobId, held] of this.heldJobs) {
-        if (!listed.has(jobId) && now - held.takenAt >= pingSettleMs) this.release(jobId);
-      }
-    }
-  }
-
-  // ── held jobs: timeouts, stops, protection ────────────────────────────────────────────────────
-
-  private taken(jobId: string): void {
-    if (this.heldJobs.has(jobId)) return;
-    const held: HeldJob = { takenAt: this.clock.now(), timer: new AbortController() };
-    this.heldJobs.set(jobId, held);
-    this.protection.idleSince = 0;
-    void this.watchDeadline(jobId, held).catch((error) =>
-      this.log.warn(`execution timeout of job ${jobId}: ${message(error)}`),
-    );
-    this.kickProtection();
-  }
-
-  private release(jobId: string): void {
-    const held = this.heldJobs.get(jobId);
-    if (!held) return;
-    held.timer.abort();
-    this.heldJobs.delete(jobId);
-    if (this.heldJobs.size === 0) this.protection.idleSince = this.clock.now();
-    this.kickProtection();
-  }
-
-  /** Times the job out at startedAt + executionTimeoutMs (the engine decides from DynamoDB). */
-  private async watchDeadline(jobId: string, held: HeldJob): Promise<void> {
-    const signal = AbortSignal.any([held.timer.signal, this.closing.signal]);
-    while (!signal.aborted) {
-      const outcome = await this.engine.timeOutIfOverdue(this.endpointId, jobId);
-      if (outcome.timedOut) {
-        this.log.info(`job ${jobId} ran past its execution timeout: TIMED_OUT`);
-        held.stoppedAt ??= this.clock.now();
-        return;
-      }
-      if (outcome.deadlineMs === undefined) return; // no longer running: nothing to time out
-      await this.clock.sleep(Math.max(1, outcome.deadlineMs - this.clock.now()), signal);
-    }
   }
 
   private async tickLoop(): Promise<void> {
@@ -469,40 +445,15 @@ class AgentServer implements Agent {
       await this.clock.sleep(tickMs, this.closing.signal);
       if (this.closing.signal.aborted) return;
       try {
-        await this.checkStops();
+        await this.supervisor.tick(this.endpointId);
       } catch (error) {
         this.log.warn(`checking held jobs: ${message(error)}`);
       }
+      const busy = this.held().length > 0;
+      if (busy) this.protection.idleSince = 0;
+      else if (this.protection.idleSince === 0) this.protection.idleSince = this.clock.now();
       this.kickProtection();
     }
-  }
-
-  /** A worker that keeps a stopped job past the grace period cannot be trusted to let go: exit 1. */
-  private async checkStops(): Promise<void> {
-    if (this.heldJobs.size === 0 || this.fatal) return;
-    const stop = await this.engine.jobsToStop(this.endpointId, this.workerId, 0);
-    const now = this.clock.now();
-    for (const jobId of stop) {
-      const held = this.heldJobs.get(jobId);
-      if (held) held.stoppedAt ??= now;
-    }
-    const graceMs = this.options.stopGraceMs ?? 30_000;
-    const stuck = [...this.heldJobs].filter(
-      ([, h]) => h.stoppedAt !== undefined && now - h.stoppedAt >= graceMs,
-    );
-    if (stuck.length === 0) return;
-    this.fatal = true;
-    const ids = stuck.map(([id]) => id).join(', ');
-    this.log.error(
-      `the worker kept stopped job(s) ${ids} for over ${graceMs} ms; exiting so ECS replaces this task`,
-    );
-    try {
-      // The task is going away: the worker's other jobs go back to the queue now, not at lease lapse.
-      await this.engine.workerGone(this.endpointId, this.workerId);
-    } catch (error) {
-      this.log.warn(`requeueing held jobs: ${message(error)}`);
-    }
-    (this.options.exit ?? ((code: number) => process.exit(code)))(1);
   }
 
   /** Runs one protection update at a time; a kick while one runs is picked up by the next tick. */
@@ -517,7 +468,7 @@ class AgentServer implements Agent {
     const ecs = this.options.ecs;
     if (!ecs) return;
     const now = this.clock.now();
-    const busy = this.heldJobs.size > 0;
+    const busy = this.held().length > 0;
     const minutes = Math.min(2_880, Math.max(1, Math.round(ecs.protectionMinutes ?? 60)));
     if (busy && (!this.protection.on || now >= this.protection.renewAt)) {
       if (await this.putProtection({ ProtectionEnabled: true, ExpiresInMinutes: minutes })) {
@@ -568,23 +519,23 @@ class AgentServer implements Agent {
   private async doDrain(): Promise<void> {
     const drainMs = this.options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? 110_000;
     const deadline = this.clock.now() + drainMs;
+    // No new work (job-take answers empty after a short hold); in-flight takes are aborted, and a
+    // job claimed for an aborted take goes straight back to the queue.
+    this.supervisor.drain(this.workerId);
     this.draining.abort();
-    this.log.info(`draining: no new jobs; waiting up to ${drainMs} ms for ${this.heldJobs.size} held job(s)`);
-    // In-flight takes end within one SQS receive slice; what they claimed is released by the engine.
-    while ((this.heldJobs.size > 0 || this.takesInFlight > 0) && this.clock.now() < deadline) {
+    this.log.info(`draining: no new jobs; waiting up to ${drainMs} ms for ${this.held().length} held job(s)`);
+    while ((this.held().length > 0 || this.takesInFlight > 0) && this.clock.now() < deadline) {
       await this.clock.sleep(Math.min(200, deadline - this.clock.now()), this.closing.signal);
       if (this.closing.signal.aborted) break;
     }
     const left = this.held();
-    this.drainFinished = true;
     try {
-      // Requeues anything this worker still runs and removes it from the registry (health counts).
-      const requeued = await this.engine.workerGone(this.endpointId, this.workerId);
-      if (left.length > 0) this.log.warn(`drain deadline: ${requeued} job(s) went back to the queue`);
+      // Requeues anything this worker still runs and buries it: its token and registry entry go.
+      await this.supervisor.exited(this.workerId, { code: 0, signal: 'SIGTERM' });
+      if (left.length > 0) this.log.warn(`drain deadline: ${left.length} job(s) went back to the queue`);
     } catch (error) {
       this.log.warn(`releasing held jobs: ${message(error)}`);
     }
-    for (const jobId of left) this.release(jobId);
     await this.protecting;
     if (this.protection.on && (await this.putProtection({ ProtectionEnabled: false }))) {
       this.protection.on = false;
@@ -597,7 +548,7 @@ class AgentServer implements Agent {
     this.closed ??= (async () => {
       this.closing.abort();
       this.draining.abort();
-      for (const held of this.heldJobs.values()) held.timer.abort();
+      this.supervisor.close();
       this.changes.close();
       await this.queue.close();
       this.ownWebhooks?.close();

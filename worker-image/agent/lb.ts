@@ -1,6 +1,6 @@
 /**
  * The agent of a load-balanced endpoint (FERRY_AGENT_MODE=lb): the one door between the ALB and the
- * worker's own HTTP server. Every deployed endpoint needs the account API key (spec §5), and the
+ * worker's own HTTP server. Every deployed endpoint needs the account API key (docs/api.md#authentication), and the
  * user's routes know nothing about keys, so the agent checks them and proxies the rest unchanged.
  *
  *   ALB :80 ──▶ agent :FERRY_AGENT_PORT ──┬─ GET /ping   answered here: 200 while the worker's /ping is
@@ -85,7 +85,6 @@ class LbAgentServer implements LbAgent {
     this.workerHost = options.workerHost ?? '127.0.0.1';
     this.auth = new KeyAuthenticator({
       control: options.control as ControlStore,
-      workerTokenHashes: [],
       cacheMs: options.keyCacheMs ?? 30_000,
     });
   }

@@ -52,11 +52,12 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     drainMs: env.FERRY_DRAIN_MS,
     ...(env.ECS_AGENT_URI ? { ecs: { agentUri: env.ECS_AGENT_URI } } : {}),
   });
-  await signalled();
+  // SIGTERM from ECS, or the supervisor wants this task replaced (refresh_worker, a killed worker).
+  const code = await Promise.race([signalled().then(() => 0), agent.leaving]);
   await agent.drain();
   await agent.close();
   for (const client of Object.values(clients)) client.destroy();
-  return 0;
+  return code;
 }
 
 async function runLb(env: LbAgentEnv): Promise<number> {

@@ -1,6 +1,6 @@
 """A small fake of the platform's worker-protocol server, for the runtime tests (not shipped).
 
-It speaks the server side of DESIGN.md §5 on 127.0.0.1 (port 0) and records every call, so a test
+It speaks the server side of docs/architecture.md#worker-protocol on 127.0.0.1 (port 0) and records every call, so a test
 can queue jobs, ask for stops and wait for what the worker sent.
 """
 

@@ -15,8 +15,14 @@ class ResultBodyTest(unittest.TestCase):
         self.assertEqual(result_body({"error": "bad node"}), {"error": "bad node"})
         self.assertEqual(
             result_body({"error": "bad", "details": ["x"], "refresh_worker": True}),
-            {"error": "bad", "output": {"details": ["x"]}},
+            {"error": "bad", "output": {"details": ["x"]}, "stopPod": True},
         )
+
+    def test_refresh_worker_is_taken_out_of_the_output_and_asks_for_stop_pod(self):
+        self.assertEqual(result_body({"refresh_worker": True, "a": 1}), {"output": {"a": 1}, "stopPod": True})
+        # Nothing left but the flag: no output at all, as RunPod's SDK sends it.
+        self.assertEqual(result_body({"refresh_worker": True}), {"stopPod": True})
+        self.assertEqual(result_body({"refresh_worker": False, "a": 1}), {"output": {"a": 1}})
 
     def test_a_non_string_error_becomes_a_string(self):
         self.assertEqual(result_body({"error": {"code": 3}}), {"error": '{"code": 3}'})

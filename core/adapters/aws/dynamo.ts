@@ -9,7 +9,7 @@
  *   control  pk + sk               APP#<app> · ENV#<app>#<env> · EP#<id> · KEY#<hash> · KEYID#<id>
  *   workers  workerId              one item per worker, listed per endpoint through a GSI
  *
- * Rules this file follows, each working around an AWS limit (reference/aws-anchor.md §1):
+ * Rules this file follows, each working around an AWS limit (docs/api.md#aws-front-door):
  * - Every job transition is a conditional write: create = `attribute_not_exists(jobId)`, update =
  *   `version = :expected` on a whole-item Put (a read-modify-write: the derived index attributes
  *   depend on fields a patch may not carry). Whoever writes first wins; the other gets undefined.

@@ -5,7 +5,7 @@
  * The S3Client must be created with `requestChecksumCalculation` and `responseChecksumValidation` set to
  * 'WHEN_REQUIRED' (see `s3ClientConfig`): with the SDK's default checksums, presigned PUTs carry a
  * checksum the uploader cannot know and stream bodies are sent aws-chunked, which some S3-compatible
- * stores save verbatim (reference/aws-anchor.md §1.1, §4.2).
+ * stores save verbatim (docs/api.md#aws-front-door).
  */
 import { type FileHandle, open, stat } from 'node:fs/promises';
 import {

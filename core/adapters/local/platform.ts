@@ -7,7 +7,7 @@ import { mkdirSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { V2Api } from '../../api.js';
-import { hashKey, KeyAuthenticator, newSecret } from '../../auth.js';
+import { hashKey, KeyAuthenticator } from '../../auth.js';
 import { LocalChangeFeed } from '../../changes.js';
 import { systemClock } from '../../clock.js';
 import { type EngineSettings, JobEngine } from '../../engine.js';
@@ -16,6 +16,7 @@ import { defaultPort, limits } from '../../limits.js';
 import { type Logger, silentLogger } from '../../log.js';
 import { GaugeHistory, ManageApi } from '../../manage.js';
 import type { Clock, LogLine, LogStore } from '../../ports.js';
+import { type SupervisorSettings, type WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 import { HttpWebhookSender } from '../../webhooks.js';
 import { FileBlobStore } from './files.js';
 import { createHttpServer } from './http.js';
@@ -44,18 +45,16 @@ export interface LocalPlatformOptions {
   /** Run worker pools for the endpoints in the control store. */
   workers?: Omit<
     LocalWorkersOptions,
-    | 'engine'
-    | 'jobs'
-    | 'queue'
-    | 'workers'
-    | 'control'
-    | 'blobs'
-    | 'changes'
-    | 'platformUrl'
-    | 'workerToken'
-    | 'runtimeDir'
-    | 'log'
-  > & { reconcileIntervalMs?: number };
+    'supervisor' | 'queue' | 'control' | 'blobs' | 'changes' | 'platformUrl' | 'runtimeDir' | 'log'
+  > & {
+    reconcileIntervalMs?: number;
+    /** How long a worker may keep a job it was told to stop before it is killed. */
+    stopGraceMs?: number;
+    /** How long a worker asked to exit (SIGTERM) may finish its jobs before SIGKILL. */
+    drainMs?: number;
+  };
+  /** The worker lifecycle policy's settings (backoff, failed starts…); tests shorten them. */
+  supervisor?: Partial<SupervisorSettings>;
 }
 
 export type LocalPlatform = Awaited<ReturnType<typeof startLocalPlatform>>;
@@ -68,21 +67,34 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   const blobs = new FileBlobStore(join(options.dataDir, 'blobs'));
   const changes = new LocalChangeFeed(clock);
   const webhooks = new HttpWebhookSender({ clock, log, retryDelayMs: options.webhookRetryDelayMs });
+  // Worker identity, the lifecycle policy and who holds which job: one owner (docs/workers.md).
+  const supervisor = new WorkerSupervisor({
+    clock,
+    log,
+    settings: {
+      ...(options.workers?.stopGraceMs !== undefined ? { stopGraceMs: options.workers.stopGraceMs } : {}),
+      ...(options.workers?.drainMs !== undefined ? { drainMs: options.workers.drainMs } : {}),
+      ...options.supervisor,
+    },
+  });
   const engine = new JobEngine({
     jobs: db.jobs,
     queue: db.queue,
     workers: db.workers,
+    ledger: supervisor,
     changes,
     clock,
     webhooks,
     settings: options.settings,
   });
-  // Handed to the workers this platform starts as RUNPOD_AI_API_KEY; it only opens worker routes.
-  const workerToken = newSecret('fyw');
+  supervisor.attach({ engine });
+  // Workers of an earlier run of this platform are gone (their tokens died with it): their jobs go
+  // back to the queue now rather than when their leases lapse.
+  await requeueOrphans(db, engine);
   const auth = new KeyAuthenticator({
     control: db.control,
     staticKeyHashes: options.apiKey ? [hashKey(options.apiKey)] : [],
-    workerTokenHashes: [hashKey(workerToken)],
+    workers: supervisor,
   });
   const onLog = options.onLog;
   const logs: LogStore = onLog
@@ -101,7 +113,20 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     jobs: db.jobs,
     queue: db.queue,
     control: db.control,
-    workers: db.workers,
+    // Who holds what: the supervisor's record (the registry is only mirrored on AWS).
+    workers: {
+      list: async (endpointId) =>
+        supervisor.liveOf(endpointId).map((worker) => {
+          const jobIds = supervisor.heldBy(worker.workerId);
+          return {
+            workerId: worker.workerId,
+            endpointId,
+            state: jobIds.length > 0 ? 'running' : 'idle',
+            jobIds,
+            lastSeenAt: clock.now(),
+          };
+        }),
+    },
     logs,
     auth,
     gauges,
@@ -128,18 +153,15 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   const loopbackUrl = `http://127.0.0.1:${address.port}`;
 
   if (options.workers) {
-    const { reconcileIntervalMs, ...workerOptions } = options.workers;
+    const { reconcileIntervalMs, stopGraceMs: _grace, drainMs: _drain, ...workerOptions } = options.workers;
     pools = new LocalWorkers({
       ...workerOptions,
-      engine,
-      jobs: db.jobs,
+      supervisor,
       queue: db.queue,
-      workers: db.workers,
       control: db.control,
       blobs,
       changes,
       platformUrl: host === '127.0.0.1' || host === '0.0.0.0' || host === 'localhost' ? loopbackUrl : url,
-      workerToken,
       runtimeDir: join(options.dataDir, 'runtime'),
       log,
       logs,
@@ -182,14 +204,23 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     blobs,
     changes,
     server,
-    workerToken,
+    supervisor,
     workers: pools,
     sweep,
+    /**
+     * A worker identity for a worker started outside the pools (tests, benchmarks, a worker run by
+     * hand): its own token, bound to this endpoint; `exited` buries it and requeues what it held.
+     */
+    adoptWorker(endpointId: string, workerId?: string): WorkerIdentity & { exited(): Promise<void> } {
+      const identity = supervisor.adoptNew(endpointId, workerId);
+      return { ...identity, exited: () => supervisor.exited(identity.workerId, { code: 0, signal: null }) };
+    },
     /** Stops serving and closes the database; calling it twice is fine. */
     close(): Promise<void> {
       closed ??= (async () => {
         clearInterval(sweeper);
         await pools?.close();
+        supervisor.close();
         webhooks.close();
         await server.close();
         await blobs.close();
@@ -198,4 +229,19 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
       return closed;
     },
   };
+}
+
+/** Every job still IN_PROGRESS at start belongs to a worker of an earlier run: requeue it now. */
+async function requeueOrphans(db: ReturnType<typeof openLocalDatabase>, engine: JobEngine): Promise<void> {
+  for (const endpoint of await db.control.listEndpoints()) {
+    const running = await db.jobs.listByStatus(endpoint.id, 'IN_PROGRESS', Date.now(), 10_000);
+    const holders = new Set(running.flatMap((job) => (job.workerId ? [job.workerId] : [])));
+    for (const workerId of holders) {
+      await engine.workerGone(
+        endpoint.id,
+        workerId,
+        `Worker ${workerId} was lost when the platform restarted`,
+      );
+    }
+  }
 }

@@ -2,10 +2,16 @@
  * Local worker pools: per endpoint, Python worker processes (`python -m ferry.worker`, or any image
  * entrypoint speaking the RunPod worker protocol) started with the endpoint's environment.
  *
- * Queue-based endpoints scale between workers min and max on their backlog (low-priority jobs do not
- * count), down to min after idle_timeout, and a crashed worker is restarted with backoff while its jobs
- * go straight back to the queue. A worker that does not let go of a cancelled or timed-out job within
- * a grace period is killed: Python cannot interrupt a handler stuck in C code.
+ * This is the local actuator of the worker supervisor (core/supervisor.ts, docs/workers.md): it
+ * spawns, signals and watches processes, and decides only how many workers an endpoint wants
+ * (`desiredWorkers`). When to start, restart, back off, drain, refresh or kill is the supervisor's.
+ *
+ * Each worker runs in its own process group (spawned detached): RunPod's SDK pings from a child
+ * process, and a worker killed or crashed must not leave it behind pinging with a dead identity. A
+ * stop signals the group leader (it drains); a kill, and any exit of the leader, kill the group.
+ *
+ * Workers get an environment built from an allow-list (`workerBaseEnv`), never the platform's own:
+ * no API keys, no FERRY_HOME, no cloud credentials reach user code.
  *
  * Load-balanced endpoints run workers that serve HTTP on a port the pool picks; requests are proxied
  * to them round robin, a worker is started on the first request and stopped after idle_timeout.
@@ -17,31 +23,20 @@ import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { extract } from 'tar';
 import { type EndpointConfig, endpointConfigOf } from '../../deployment.js';
-import { endpointKey, type JobEngine } from '../../engine.js';
+import { endpointKey } from '../../engine.js';
 import { FerryError } from '../../errors.js';
 import type { Logger } from '../../log.js';
-import type {
-  BlobStore,
-  ChangeFeed,
-  ControlStore,
-  EndpointRecord,
-  JobQueue,
-  JobStore,
-  LogStore,
-  WorkerRegistry,
-} from '../../ports.js';
+import type { BlobStore, ChangeFeed, ControlStore, EndpointRecord, JobQueue, LogStore } from '../../ports.js';
+import type { WorkerActuator, WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 
 export interface LocalWorkersOptions {
-  engine: JobEngine;
-  jobs: JobStore;
+  supervisor: WorkerSupervisor;
   queue: JobQueue;
-  workers: WorkerRegistry;
   control: ControlStore;
   blobs: BlobStore;
   changes: ChangeFeed;
   /** Where workers reach the worker protocol. */
   platformUrl: string;
-  workerToken: string;
   /** The folder holding the `ferry` Python package. */
   ferryPythonPath: string;
   /** Where artifacts are unpacked. */
@@ -49,10 +44,6 @@ export interface LocalWorkersOptions {
   log: Logger;
   python?: string;
   tickMs?: number;
-  /** How long a worker may keep a job it was told to stop before it is killed. */
-  stopGraceMs?: number;
-  /** How long a worker asked to exit (SIGTERM) may finish its jobs before SIGKILL. */
-  drainMs?: number;
   /** How often workers ping; short locally so stopped jobs are noticed fast. */
   pingIntervalMs?: number;
   /** Where each worker's own output goes (its stdout/stderr, line by line); jobs' lines come by job-log. */
@@ -62,15 +53,11 @@ export interface LocalWorkersOptions {
 }
 
 interface WorkerProcess {
-  workerId: string;
+  identity: WorkerIdentity;
   child: ChildProcess;
   /** The spec version it runs; a newer one rolls it. */
   generation: number;
-  startedAt: number;
-  lastBusyAt: number;
   exited: Promise<void>;
-  stopping: boolean;
-  stopSeenAt?: number;
   gpus: number[];
   /** Load-balanced workers: where they serve, and whether /ping answered. */
   port?: number;
@@ -99,6 +86,22 @@ export class LocalWorkers {
     this.gpus = options.gpuCount ?? detectGpus();
     // Resolved once: a version-manager shim in front of python3 (pyenv) costs ~100 ms per start.
     this.options = { ...options, python: options.python ?? resolvePython() };
+    options.supervisor.attach({ actuator: this.actuator });
+  }
+
+  /** The supervisor's hands: spawn a process group, SIGTERM its leader, SIGKILL the group. */
+  readonly actuator: WorkerActuator = {
+    start: (identity) => void this.pools.get(identity.endpointId)?.launch(identity),
+    stop: (workerId) => this.procOf(workerId)?.signalLeader('SIGTERM'),
+    kill: (workerId) => this.procOf(workerId)?.killGroup(),
+  };
+
+  private procOf(workerId: string) {
+    for (const pool of this.pools.values()) {
+      const proc = pool.proc(workerId);
+      if (proc) return proc;
+    }
+    return undefined;
   }
 
   /** Starts reconciling on a timer. */
@@ -137,6 +140,7 @@ export class LocalWorkers {
         this.pools.set(record.id, created);
         created.start();
       } else if (pool.spec.key !== spec.key) {
+        this.options.supervisor.redeployed(record.id);
         pool.roll(spec);
       }
     }
@@ -220,8 +224,6 @@ export interface LbResponse {
 export class EndpointPool {
   private readonly procs = new Map<string, WorkerProcess>();
   private generation = 0;
-  private crashes = 0;
-  private nextStartAt = 0;
   private readonly abort = new AbortController();
   private loop: Promise<void> | undefined;
   private rr = 0;
@@ -245,9 +247,28 @@ export class EndpointPool {
     return this.spec.config.endpoint.kind === 'lb';
   }
 
-  /** Live (not stopping) workers. */
+  private get supervisor(): WorkerSupervisor {
+    return this.options.supervisor;
+  }
+
+  /** Workers that take new work (not draining, retiring or gone). */
   get size(): number {
-    return [...this.procs.values()].filter((p) => !p.stopping).length;
+    return this.supervisor.servingOf(this.endpointId).length;
+  }
+
+  /** The process of a worker, with the two signals the actuator sends. */
+  proc(workerId: string) {
+    const proc = this.procs.get(workerId);
+    if (!proc) return undefined;
+    return {
+      signalLeader: (signal: NodeJS.Signals) => signalLeader(proc.child, signal),
+      killGroup: () => killGroup(proc.child),
+    };
+  }
+
+  /** Process group ids of the workers running now (tests check none is left behind). */
+  processGroups(): number[] {
+    return [...this.procs.values()].flatMap((p) => (p.child.pid ? [p.child.pid] : []));
   }
 
   /** The last lines the workers printed (for errors and tests). */
@@ -275,92 +296,60 @@ export class EndpointPool {
   roll(spec: PoolSpec): void {
     this.spec = spec;
     this.generation++;
-    this.crashes = 0;
-    this.nextStartAt = 0;
-    for (const proc of this.procs.values()) if (proc.generation < this.generation) this.stop(proc);
+    for (const proc of this.procs.values()) {
+      if (proc.generation < this.generation) this.supervisor.drain(proc.identity.workerId);
+    }
     this.options.changes.notify(endpointKey(this.endpointId));
   }
 
   async close(): Promise<void> {
     this.abort.abort();
     await this.loop;
-    await Promise.all([...this.procs.values()].map((p) => this.stop(p)));
+    for (const proc of this.procs.values()) this.supervisor.drain(proc.identity.workerId);
+    // Closing does not wait out a long drain: what still runs after a short grace is killed.
+    const deadline = setTimeout(() => {
+      for (const proc of this.procs.values()) killGroup(proc.child);
+    }, 5_000);
+    await Promise.all([...this.procs.values()].map((p) => p.exited));
+    clearTimeout(deadline);
   }
 
   private async tick(): Promise<void> {
-    const now = Date.now();
-    const min = this.resources.workersMin;
-    const max = this.resources.workersMax;
-    const idleMs = this.resources.idleTimeoutSec * 1000;
-    let desired: number;
+    const r = this.resources;
+    await this.supervisor.tick(this.endpointId, {
+      desired: await this.desiredWorkers(),
+      min: r.workersMin,
+      max: r.workersMax,
+      idleMs: r.idleTimeoutSec * 1000,
+      kind: this.isLb ? 'lb' : 'queue',
+    });
+  }
+
+  /**
+   * How many workers this endpoint wants now: the one scaling decision of the pool. Queue endpoints:
+   * urgent queued jobs plus jobs held, per max_concurrency, within min and max. Load-balanced ones:
+   * the workers serving requests now (a request starts one on demand).
+   */
+  private async desiredWorkers(): Promise<number> {
+    const { workersMin: min, workersMax: max, maxConcurrency } = this.resources;
     if (this.isLb) {
-      const busy = [...this.procs.values()].filter((p) => !p.stopping && p.inFlight > 0).length;
-      desired = Math.min(max, Math.max(min, busy));
-    } else {
-      // Demand = urgent queued jobs + jobs our workers hold. Both are cheap reads (the queue and the
-      // worker registry), unlike counting the jobs table, which grows with retention.
-      const depth = await this.options.queue.depth(this.endpointId, {
-        atMost: max * this.resources.maxConcurrency,
-      });
-      const held = await this.markBusy(now);
-      desired = Math.min(
-        max,
-        Math.max(min, Math.ceil((depth.urgent + held) / this.resources.maxConcurrency)),
-      );
-      await this.enforceStops(now);
+      const busy = [...this.procs.values()].filter((p) => p.inFlight > 0).length;
+      return Math.min(max, Math.max(min, busy));
     }
-    const live = [...this.procs.values()].filter((p) => !p.stopping);
-    for (let i = live.length; i < desired && now >= this.nextStartAt; i++) this.launch();
-    // Scale in: the longest-idle workers beyond the desired count, once idle_timeout has passed.
-    const idle = live
-      .filter((p) => now - p.lastBusyAt >= idleMs && p.inFlight === 0)
-      .sort((a, b) => a.lastBusyAt - b.lastBusyAt);
-    let surplus = live.length - Math.max(min, desired);
-    for (const proc of idle) {
-      if (surplus-- <= 0) break;
-      void this.stop(proc);
-    }
+    const depth = await this.options.queue.depth(this.endpointId, { atMost: max * maxConcurrency });
+    const counts = await this.supervisor.counts(this.endpointId);
+    const held = counts.running * maxConcurrency;
+    return Math.min(max, Math.max(min, Math.ceil((depth.urgent + held) / maxConcurrency)));
   }
 
-  /** Queue workers count as busy while the registry says they hold jobs. */
-  /** Marks the workers holding jobs as busy now; returns how many jobs this pool's workers hold. */
-  private async markBusy(now: number): Promise<number> {
-    const records = await this.options.workers.list(this.endpointId, 0);
-    let held = 0;
-    for (const record of records) {
-      const proc = this.procs.get(record.workerId);
-      if (!proc) continue;
-      held += record.jobIds.length;
-      if (record.state === 'running') proc.lastBusyAt = now;
-    }
-    return held;
-  }
-
-  /** Kills workers that keep a stopped (cancelled, timed-out) job past the grace period. */
-  private async enforceStops(now: number): Promise<void> {
-    const graceMs = this.options.stopGraceMs ?? 5_000;
-    for (const proc of this.procs.values()) {
-      if (proc.stopping) continue;
-      const stop = await this.options.engine.jobsToStop(this.endpointId, proc.workerId, 0);
-      if (stop.length === 0) {
-        proc.stopSeenAt = undefined;
-        continue;
-      }
-      proc.stopSeenAt ??= now;
-      if (now - proc.stopSeenAt >= graceMs) {
-        this.note(`killing ${proc.workerId}: it kept stopped job(s) ${stop.join(', ')} for ${graceMs} ms`);
-        proc.child.kill('SIGKILL');
-      }
-    }
-  }
-
-  private launch(): WorkerProcess {
-    const workerId = `${this.endpointId}-${randomBytes(4).toString('hex')}`;
+  /** Spawns the worker the supervisor issued, in its own process group. */
+  launch(identity: WorkerIdentity): WorkerProcess {
+    const { workerId } = identity;
     const endpoint = this.spec.config.endpoint;
     const gpus = this.claimGpus();
     const base = `${this.options.platformUrl}/v2/${encodeURIComponent(this.endpointId)}`;
     const env: NodeJS.ProcessEnv = {
-      ...withoutSecrets(process.env),
+      ...workerBaseEnv(process.env),
       ...this.resources.env,
       PYTHONPATH: [this.spec.codeDir, this.options.ferryPythonPath, process.env.PYTHONPATH]
         .filter(Boolean)
@@ -372,7 +361,7 @@ export class EndpointPool {
       RUNPOD_WEBHOOK_POST_OUTPUT: `${base}/job-done/${workerId}/$ID?gpu=none`,
       RUNPOD_WEBHOOK_POST_STREAM: `${base}/job-stream/${workerId}/$ID?gpu=none`,
       RUNPOD_WEBHOOK_PING: `${base}/ping/${workerId}?gpu=none`,
-      RUNPOD_AI_API_KEY: this.options.workerToken,
+      RUNPOD_AI_API_KEY: identity.token,
       RUNPOD_POD_ID: workerId,
       RUNPOD_ENDPOINT_ID: this.endpointId,
       RUNPOD_PING_INTERVAL: String(this.options.pingIntervalMs ?? 1_000),
@@ -385,11 +374,8 @@ export class EndpointPool {
       FERRY_PARENT_PID: String(process.pid),
     };
     const proc: WorkerProcess = {
-      workerId,
+      identity,
       generation: this.generation,
-      startedAt: Date.now(),
-      lastBusyAt: Date.now(),
-      stopping: false,
       gpus,
       inFlight: 0,
       child: undefined as unknown as ChildProcess,
@@ -417,6 +403,8 @@ export class EndpointPool {
         cwd: this.spec.codeDir,
         env,
         stdio: ['ignore', 'pipe', 'pipe'],
+        // Its own process group: a kill reaches whatever it started (RunPod's heartbeat process).
+        detached: true,
       });
       proc.child = child;
       const prefix = `[${this.spec.record.name} ${workerId.slice(-8)}]`;
@@ -429,7 +417,10 @@ export class EndpointPool {
         stream?.on('data', (data: string) => {
           const lines = (partial + data).split('\n');
           partial = lines.pop() ?? '';
-          for (const line of lines) this.note(`${prefix} ${line}`);
+          for (const line of lines) {
+            this.note(`${prefix} ${line}`);
+            this.supervisor.output(this.endpointId, line);
+          }
           const atMs = Date.now();
           void this.options.logs
             ?.append(
@@ -443,8 +434,14 @@ export class EndpointPool {
           this.note(`${prefix} could not start: ${error.message}`);
         });
         child.on('exit', (code, signal) => {
+          // Whatever the leader left behind in its group goes with it.
+          killGroup(child);
+          this.procs.delete(workerId);
           resolve();
-          void this.onExit(proc, code, signal);
+          this.note(`${prefix} exited (${signal ?? `code ${code}`})`);
+          void this.supervisor
+            .exited(workerId, { code, signal })
+            .finally(() => this.options.changes.notify(endpointKey(this.endpointId)));
         });
       });
     };
@@ -453,6 +450,7 @@ export class EndpointPool {
         const port = await freePort();
         launchWith(port);
         await waitReady(`http://127.0.0.1:${port}/ping`, proc, 120_000);
+        this.supervisor.ready(workerId);
       })();
       proc.ready.catch(() => {});
     } else {
@@ -460,37 +458,6 @@ export class EndpointPool {
     }
     this.procs.set(workerId, proc);
     return proc;
-  }
-
-  private async onExit(
-    proc: WorkerProcess,
-    code: number | null,
-    signal: NodeJS.Signals | null,
-  ): Promise<void> {
-    this.procs.delete(proc.workerId);
-    if (!this.isLb) await this.options.engine.workerGone(this.endpointId, proc.workerId).catch(() => 0);
-    if (proc.stopping) return;
-    // An unplanned exit: restart with backoff (1 s, 2 s, 4 s … 30 s), reset after a minute of health.
-    const livedMs = Date.now() - proc.startedAt;
-    this.crashes = livedMs > 60_000 ? 1 : this.crashes + 1;
-    const backoffMs = Math.min(30_000, 1_000 * 2 ** (this.crashes - 1));
-    this.nextStartAt = Date.now() + backoffMs;
-    this.note(
-      `[${this.spec.record.name}] worker ${proc.workerId} exited (${signal ?? `code ${code}`}); restarting in ${backoffMs} ms if still needed`,
-    );
-    this.options.changes.notify(endpointKey(this.endpointId));
-  }
-
-  /** SIGTERM lets the worker finish its jobs; SIGKILL after the drain period. */
-  private async stop(proc: WorkerProcess): Promise<void> {
-    if (!proc.stopping) {
-      proc.stopping = true;
-      if (proc.child.exitCode === null && proc.child.signalCode === null) proc.child.kill('SIGTERM');
-      const timer = setTimeout(() => proc.child.kill('SIGKILL'), this.options.drainMs ?? 30_000);
-      timer.unref();
-      void proc.exited.then(() => clearTimeout(timer));
-    }
-    await proc.exited;
   }
 
   private claimGpus(): number[] {
@@ -502,15 +469,24 @@ export class EndpointPool {
   }
 
   async forward(request: LbRequest): Promise<LbResponse> {
-    let candidates = [...this.procs.values()].filter((p) => !p.stopping);
-    const max = this.resources.workersMax;
+    const serving = new Set(this.supervisor.servingOf(this.endpointId).map((w) => w.workerId));
+    let candidates = [...this.procs.values()].filter((p) => serving.has(p.identity.workerId));
     const allBusy = candidates.every((p) => p.inFlight >= this.resources.maxConcurrency);
-    if (candidates.length === 0 || (allBusy && candidates.length < max)) {
-      candidates = [...candidates, this.launch()];
+    if (candidates.length === 0 || allBusy) {
+      const started = this.supervisor.startOne(this.endpointId, 'lb', this.resources.workersMax);
+      const proc = started && this.procs.get(started.workerId);
+      if (proc) candidates = [...candidates, proc];
+    }
+    if (candidates.length === 0) {
+      const problem = this.supervisor.problem(this.endpointId);
+      throw new FerryError(
+        'failed',
+        `The endpoint has no worker to serve this request${problem ? `: ${problem.reason}` : ''}`,
+      );
     }
     const proc = candidates[this.rr++ % candidates.length]!;
     proc.inFlight++;
-    proc.lastBusyAt = Date.now();
+    this.supervisor.request(proc.identity.workerId, 1);
     try {
       await proc.ready;
       const response = await fetch(`http://127.0.0.1:${proc.port}${request.path}`, {
@@ -527,7 +503,7 @@ export class EndpointPool {
       throw new FerryError('failed', `The endpoint's worker did not answer: ${(error as Error).message}`);
     } finally {
       proc.inFlight--;
-      proc.lastBusyAt = Date.now();
+      this.supervisor.request(proc.identity.workerId, -1);
     }
   }
 
@@ -538,12 +514,58 @@ export class EndpointPool {
   }
 }
 
-/** Keys of the platform's own callers never reach user code. */
-function withoutSecrets(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
-  const copy = { ...env };
-  for (const key of ['FERRY_API_KEY', 'RUNPOD_API_KEY', 'AWS_SECRET_ACCESS_KEY', 'AWS_SESSION_TOKEN'])
-    delete copy[key];
-  return copy;
+/**
+ * What a worker inherits from the platform's environment: an allow-list of what a Python process
+ * needs to find itself, its libraries, its locale and its GPUs. Nothing else: not the platform's
+ * keys (FERRY_API_KEY), its state folder (FERRY_HOME), other FERRY_* or RUNPOD_* settings, nor cloud
+ * credentials. The endpoint's own `env=` and the runtime's variables are added on top.
+ */
+export function workerBaseEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const allowed = new Set([
+    'PATH',
+    'HOME',
+    'USER',
+    'LOGNAME',
+    'SHELL',
+    'LANG',
+    'LANGUAGE',
+    'TZ',
+    'TMPDIR',
+    'TEMP',
+    'TMP',
+    'PYTHONPATH',
+    'VIRTUAL_ENV',
+    'CONDA_PREFIX',
+    'LD_LIBRARY_PATH',
+    'SSL_CERT_FILE',
+    'SSL_CERT_DIR',
+    'REQUESTS_CA_BUNDLE',
+    'HF_HOME',
+    'XDG_CACHE_HOME',
+    'SYSTEMROOT',
+  ]);
+  const allowedPrefixes = ['LC_', 'NVIDIA_', 'CUDA_'];
+  const out: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(env)) {
+    if (value === undefined) continue;
+    if (allowed.has(key) || allowedPrefixes.some((prefix) => key.startsWith(prefix))) out[key] = value;
+  }
+  return out;
+}
+
+/** SIGTERM (or another signal) to the group leader only: it drains, its helpers keep running meanwhile. */
+function signalLeader(child: ChildProcess, signal: NodeJS.Signals): void {
+  if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+}
+
+/** SIGKILL to the whole process group; nothing left to kill is fine. */
+function killGroup(child: ChildProcess): void {
+  if (child.pid === undefined) return;
+  try {
+    process.kill(-child.pid, 'SIGKILL');
+  } catch {
+    // ESRCH: the group is gone already.
+  }
 }
 
 /** The real interpreter behind `python3` on PATH, or `python3` itself when that cannot be told. */

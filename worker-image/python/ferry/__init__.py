@@ -1,4 +1,4 @@
-"""ferry: declare serverless endpoints in Python (DESIGN.md §6) and run them (`python -m ferry.worker`).
+"""ferry: declare serverless endpoints in Python (docs/architecture.md#the-ferry-python-package) and run them (`python -m ferry.worker`).
 
     from ferry import Endpoint
 

@@ -1,4 +1,4 @@
-"""Worker configuration from the environment the platform sets (DESIGN.md §5).
+"""Worker configuration from the environment the platform sets (docs/architecture.md#worker-protocol).
 
 Every problem is a ConfigError whose message names the variable; the worker exits 2 on it.
 """

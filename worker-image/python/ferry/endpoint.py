@@ -1,4 +1,4 @@
-"""`Endpoint`: how users declare what runs where (DESIGN.md §6).
+"""`Endpoint`: how users declare what runs where (docs/architecture.md#the-ferry-python-package).
 
 Two mutually exclusive modes on one `Endpoint` object:
 
@@ -199,7 +199,7 @@ class Endpoint:
         if gpu is not None and cpu is not None:
             raise ValueError(f"gpu and cpu are exclusive: give one, got gpu={gpu!r} and cpu={cpu!r}")
         self.cpu = None if cpu is None else _check_cpu(cpu)
-        # Neither gpu nor cpu means "any GPU" (DESIGN.md §6).
+        # Neither gpu nor cpu means "any GPU" (docs/architecture.md#the-ferry-python-package).
         self.gpu = None if cpu is not None else (["any"] if gpu is None else _check_gpu(gpu))
         self.gpu_count = _check_int("gpu_count", gpu_count, 1, 8)
         if cpu is not None and gpu_count != 1:

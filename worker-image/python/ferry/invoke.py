@@ -1,6 +1,6 @@
 """Turning a job into a call, and a failure into RunPod's error format.
 
-Binding rules (DESIGN.md §6): the job's ``input`` object becomes keyword arguments. A handler that
+Binding rules (docs/architecture.md#the-ferry-python-package): the job's ``input`` object becomes keyword arguments. A handler that
 wants the whole job (to call ``ferry.progress_update`` or read extra fields) declares a
 *keyword-only* parameter named ``job``::
 

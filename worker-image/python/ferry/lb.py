@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .invoke import OutputError, to_json_bytes
 
-MAX_BODY_BYTES = 20 * 1024 * 1024  # the /runsync payload limit (spec §8)
+MAX_BODY_BYTES = 20 * 1024 * 1024  # the /runsync payload limit (docs/api.md#limits)
 
 
 class BadRequest(Exception):

@@ -1,4 +1,4 @@
-"""The RunPod worker protocol, client side, standard library only (reference: runpod-api-anchor.md §3).
+"""The RunPod worker protocol, client side, standard library only (docs/architecture.md#worker-protocol).
 
 Every call is blocking; the runtime runs them in daemon threads so a long poll never holds the
 event loop and an abandoned poll never holds the process at exit. Requests go over keep-alive
@@ -187,7 +187,7 @@ class TakeAhead:
 
 def stream_chunk(value):
     """The job-stream body for one yielded value. RunPod wraps every yield as {"output": value}; a
-    yielded dict that already is a stream chunk of spec §2.2 ({"output", "metrics"}) goes as it is,
+    yielded dict that already is a stream chunk (docs/api.md#stream-chunks) ({"output", "metrics"}) goes as it is,
     so clients see its metrics beside its output."""
     if isinstance(value, dict) and "output" in value and set(value) <= {"output", "metrics"}:
         return value

@@ -157,13 +157,19 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 def result_body(result):
     """The job-done body for a handler's return value. As with RunPod's SDK, a dict carrying a
-    truthy "error" fails the job with that message; the rest of the dict, if any, stays as output."""
-    if isinstance(result, dict) and result.get("error"):
+    truthy "error" fails the job with that message; the rest of the dict, if any, stays as output.
+    A "refresh_worker" key is taken out of the output; when truthy the body carries "stopPod": true,
+    which asks the platform for a fresh worker before the next job (docs/workers.md)."""
+    if isinstance(result, dict) and (result.get("error") or "refresh_worker" in result):
         rest = {k: v for k, v in result.items() if k not in ("error", "refresh_worker")}
-        error = result["error"]
-        body = {"error": error if isinstance(error, str) else json.dumps(error, default=str)}
-        if rest:
+        error = result.get("error")
+        body = {}
+        if error:
+            body["error"] = error if isinstance(error, str) else json.dumps(error, default=str)
+        if rest or not (error or result.get("refresh_worker")):
             body["output"] = rest
+        if result.get("refresh_worker"):
+            body["stopPod"] = True
         return body
     return {"output": result}
 
@@ -251,6 +257,11 @@ class QueueRuntime:
         if left:
             self.say(f"exiting with {left} job(s) still running")
         return left
+
+    def _begin_refresh(self, job_id):
+        if not self.stopping.is_set():
+            self.say(f"job {job_id} asked for refresh_worker: finishing, then exiting for a fresh worker")
+            self.stopping.set()
 
     def _begin_shutdown(self, sig):
         if not self.stopping.is_set():
@@ -357,6 +368,10 @@ class QueueRuntime:
             # From here on a stop request has nothing left to stop: the result is on its way (the
             # platform sends one for a job it completes while this worker still lists it).
             run.delivering = True
+            if payload.get("stopPod"):
+                # refresh_worker: this worker takes nothing more; it exits once its jobs are done
+                # and the platform starts a fresh one. Set before the slot frees, so no take starts.
+                self._begin_refresh(run.id)
             self._release_slot(run)
             if self.log_shipper is not None:
                 # The job's lines are stored before its result is: whoever sees it done can read them.
@@ -435,7 +450,7 @@ class QueueRuntime:
                 try:
                     value = next(gen)
                 except StopIteration as stop:
-                    # A generator may `return` its final output (say, spec §2.1's text shape);
+                    # A generator may `return` its final output (say, the text shape of docs/api.md#job-output-shapes);
                     # without one, the output aggregates the yields.
                     if stop.value is not None:
                         return result_body(stop.value)

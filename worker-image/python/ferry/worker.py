@@ -1,4 +1,4 @@
-"""`python -m ferry.worker`: the worker process the platform starts (DESIGN.md §5, §6).
+"""`python -m ferry.worker`: the worker process the platform starts (docs/architecture.md#worker-protocol).
 
 Exit codes: 0 after a clean shutdown (SIGTERM), 1 when user code fails at start (a class
 endpoint's __init__ raising), 2 when the configuration is wrong or the module/target cannot be

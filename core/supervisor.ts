@@ -1,0 +1,619 @@
+/**
+ * The worker supervisor: the one owner of the worker lifecycle policy, of worker identity, and of the
+ * record of which jobs each worker holds (docs/workers.md draws the state machine).
+ *
+ *   issue ──▶ starting ──first take/ping──▶ ready ◀──▶ busy (holds jobs)
+ *                │                            │          │ job-done with stopPod (refresh_worker)
+ *                │                            │          ▼
+ *                │                            ├──────▶ retiring ──holds nothing──▶ stop
+ *                │                            └─drain─▶ draining ──holds nothing──▶ stop ──drainMs──▶ kill
+ *                └──────────── exit (any phase) ──▶ gone: token revoked, held jobs requeued now
+ *
+ * Actuators only act: the local pool spawns and signals process groups, the AWS agent talks to ECS.
+ * They report exits back here, and this decides what follows: a restart after a backoff, nothing (a
+ * planned stop), or, after `maxFailedStarts` workers in a row died before they ever asked for a job,
+ * the endpoint is marked failing, its queued jobs end FAILED with the worker's last lines, and no more
+ * workers start until it is redeployed.
+ *
+ * Every worker gets its own random token bound to its endpoint and worker id. A token is checked
+ * here on every worker route; it dies with its worker, so a child process the worker left behind
+ * (RunPod's SDK pings from one) is refused and changes nothing.
+ */
+import { randomBytes } from 'node:crypto';
+import { hashKey, newSecret } from './auth.js';
+import type { Logger } from './log.js';
+import type { Clock, EndpointProblem, WorkerCounts, WorkerLedger, WorkerRegistry } from './ports.js';
+
+export interface WorkerIdentity {
+  workerId: string;
+  endpointId: string;
+  /** The worker's bearer token (RUNPOD_AI_API_KEY). Only its hash is kept. */
+  token: string;
+}
+
+/** What an actuator can do to a worker it started; exits come back through `supervisor.exited`. */
+export interface WorkerActuator {
+  /** Starts a worker with this identity (a process group locally). */
+  start(identity: WorkerIdentity): void;
+  /** Asks it to finish its jobs and leave (SIGTERM to its group; drain on ECS). */
+  stop(workerId: string): void;
+  /** Ends it and everything it started, now (SIGKILL to its group; the task exits on ECS). */
+  kill(workerId: string): void;
+}
+
+/** The engine moves the supervisor needs (a narrow view, so the engine can depend on the ledger). */
+export interface SupervisedEngine {
+  workerGone(endpointId: string, workerId: string, reason?: string): Promise<number>;
+  jobsToStop(endpointId: string, workerId: string, waitMs: number): Promise<string[]>;
+  timeOutIfOverdue(endpointId: string, jobId: string): Promise<{ timedOut: boolean; deadlineMs?: number }>;
+  rejectQueued(endpointId: string, error: string): Promise<number>;
+}
+
+export interface SupervisorSettings {
+  /** How long a worker may keep a job it was told to stop (cancel, timeout) before it is killed. */
+  stopGraceMs: number;
+  /** How long a worker asked to leave may finish its jobs before it is killed. */
+  drainMs: number;
+  /** Restart delays after crashes: base, doubling, capped. */
+  backoffBaseMs: number;
+  backoffMaxMs: number;
+  /** A worker that lived this long resets the crash count. */
+  healthyAfterMs: number;
+  /** Workers in a row that die before their first take or ping before the endpoint is failing. */
+  maxFailedStarts: number;
+  /** A ping that leaves out a job taken this recently may have been composed before the take. */
+  pingSettleMs: number;
+  /** How long a refused job-take is held before its empty answer, so a worker does not spin. */
+  refusedTakeHoldMs: number;
+  /** Worker output lines kept per endpoint for `problem.lines`. */
+  keptLines: number;
+}
+
+export const defaultSupervisorSettings: SupervisorSettings = {
+  stopGraceMs: 5_000,
+  drainMs: 30_000,
+  backoffBaseMs: 1_000,
+  backoffMaxMs: 30_000,
+  healthyAfterMs: 60_000,
+  maxFailedStarts: 3,
+  pingSettleMs: 5_000,
+  refusedTakeHoldMs: 1_000,
+  keptLines: 20,
+};
+
+export type WorkerPhase = 'starting' | 'ready' | 'draining' | 'retiring' | 'gone';
+
+interface HeldJob {
+  takenAt: number;
+  /** When a stop (cancel, timeout) was first seen for it. */
+  stopSeenAt?: number;
+  deadline: AbortController;
+}
+
+interface WorkerEntry {
+  identity: WorkerIdentity;
+  tokenHash: string;
+  phase: WorkerPhase;
+  /** Load-balanced workers speak no worker protocol; they are ready once their /ping answers. */
+  kind: 'queue' | 'lb';
+  startedAt: number;
+  contactAt?: number;
+  lastBusyAt: number;
+  held: Map<string, HeldJob>;
+  /** Requests in flight (load-balanced workers). */
+  inFlight: number;
+  /** When stop() was sent. */
+  stopSentAt?: number;
+  killed: boolean;
+  /** Whether this supervisor's actuator started it (the agent adopts one ECS started). */
+  actuated: boolean;
+  /** The last registry write, to skip writes while nothing but the time changed. */
+  mirrored?: { state: string; jobs: string; atMs: number };
+}
+
+interface EndpointState {
+  crashes: number;
+  failedStarts: number;
+  nextStartAt: number;
+  problem?: EndpointProblem;
+  lines: string[];
+}
+
+export interface ScalePlan {
+  /** How many workers should be live (from the pool's scaling decision). */
+  desired: number;
+  min: number;
+  max: number;
+  idleMs: number;
+  kind: 'queue' | 'lb';
+}
+
+export interface WorkerSupervisorOptions {
+  clock: Clock;
+  log: Logger;
+  actuator?: WorkerActuator;
+  settings?: Partial<SupervisorSettings>;
+  /** Mirrors live workers into the shared registry, where the API Lambda reads health (AWS). */
+  registry?: WorkerRegistry;
+  /** A registry record older than this is stale to readers; re-written at a sixth of it. */
+  registryStaleMs?: number;
+}
+
+export class WorkerSupervisor implements WorkerLedger {
+  readonly settings: SupervisorSettings;
+  private readonly workers = new Map<string, WorkerEntry>();
+  private readonly byToken = new Map<string, string>();
+  private readonly endpoints = new Map<string, EndpointState>();
+  private readonly closing = new AbortController();
+  private engine: SupervisedEngine | undefined;
+  private actuator: WorkerActuator | undefined;
+
+  constructor(private readonly options: WorkerSupervisorOptions) {
+    this.settings = { ...defaultSupervisorSettings, ...options.settings };
+    this.actuator = options.actuator;
+  }
+
+  /** The engine is built with this supervisor as its ledger, so it is attached afterwards. */
+  attach(parts: { engine?: SupervisedEngine; actuator?: WorkerActuator }): void {
+    if (parts.engine) this.engine = parts.engine;
+    if (parts.actuator) this.actuator = parts.actuator;
+  }
+
+  private get clock(): Clock {
+    return this.options.clock;
+  }
+
+  // ── identity ──────────────────────────────────────────────────────────────────────────────────
+
+  /** A new worker identity: a fresh id and a random token bound to both. */
+  private issue(endpointId: string): WorkerIdentity {
+    const workerId = `${endpointId}-${randomBytes(6).toString('hex')}`;
+    return { workerId, endpointId, token: newSecret('fyw') };
+  }
+
+  /** A new identity for a worker started outside any actuator (tests, a worker run by hand). */
+  adoptNew(endpointId: string, workerId?: string): WorkerIdentity {
+    const identity = { ...this.issue(endpointId), ...(workerId ? { workerId } : {}) };
+    this.adopt(identity);
+    return identity;
+  }
+
+  /** Registers a worker someone else started with this identity (ECS starts the agent's worker). */
+  adopt(identity: WorkerIdentity, kind: 'queue' | 'lb' = 'queue'): void {
+    this.register(identity, kind, false);
+  }
+
+  private register(identity: WorkerIdentity, kind: 'queue' | 'lb', actuated: boolean): WorkerEntry {
+    const now = this.clock.now();
+    const entry: WorkerEntry = {
+      identity,
+      tokenHash: hashKey(identity.token),
+      phase: 'starting',
+      kind,
+      startedAt: now,
+      lastBusyAt: now,
+      held: new Map(),
+      inFlight: 0,
+      killed: false,
+      actuated,
+    };
+    this.workers.set(identity.workerId, entry);
+    this.byToken.set(entry.tokenHash, identity.workerId);
+    return entry;
+  }
+
+  /**
+   * Checks a worker route's credential: `ok` when the token is the live worker's own and names this
+   * endpoint and worker id; `unknown` (401) when no live worker has it; `mismatch` (403) when it is
+   * a live worker's token used for another endpoint or another worker id.
+   */
+  verify(token: string | undefined, endpointId: string, workerId: string): 'ok' | 'unknown' | 'mismatch' {
+    if (!token) return 'unknown';
+    const owner = this.byToken.get(hashKey(token));
+    const entry = owner === undefined ? undefined : this.workers.get(owner);
+    if (!entry || entry.phase === 'gone') return 'unknown';
+    if (entry.identity.endpointId !== endpointId || entry.identity.workerId !== workerId) return 'mismatch';
+    return 'ok';
+  }
+
+  // ── ledger: fed by the engine's worker moves ──────────────────────────────────────────────────
+
+  async mayTake(endpointId: string, workerId: string): Promise<boolean> {
+    const entry = this.live(endpointId, workerId);
+    if (!entry) return false;
+    this.contact(entry);
+    if (entry.phase === 'ready') return true;
+    // Draining or retiring: hold the empty answer a moment, since workers ask again at once.
+    await this.clock.sleep(this.settings.refusedTakeHoldMs, this.closing.signal);
+    return false;
+  }
+
+  async taken(endpointId: string, workerId: string, jobIds: string[]): Promise<void> {
+    const entry = this.live(endpointId, workerId);
+    if (!entry) return;
+    const now = this.clock.now();
+    for (const jobId of jobIds) {
+      if (entry.held.has(jobId)) continue;
+      const held: HeldJob = { takenAt: now, deadline: new AbortController() };
+      entry.held.set(jobId, held);
+      void this.watchDeadline(entry, jobId, held).catch((error) =>
+        this.options.log.warn(`execution timeout of job ${jobId}: ${messageOf(error)}`),
+      );
+    }
+    entry.lastBusyAt = now;
+    await this.mirror(entry);
+  }
+
+  async released(
+    endpointId: string,
+    workerId: string,
+    jobId: string,
+    options: { refresh: boolean },
+  ): Promise<void> {
+    const entry = this.live(endpointId, workerId);
+    if (!entry) return;
+    this.letGo(entry, jobId);
+    if (options.refresh && entry.phase !== 'draining') {
+      // RunPod's refresh_worker: the result is saved, then a fresh worker takes the next job.
+      entry.phase = 'retiring';
+      this.options.log.info(`worker ${workerId} asked for a refresh after job ${jobId}`);
+    }
+    await this.mirror(entry);
+  }
+
+  async pinged(endpointId: string, workerId: string, jobIds: string[]): Promise<void> {
+    const entry = this.live(endpointId, workerId);
+    if (!entry) return;
+    this.contact(entry);
+    const listed = new Set(jobIds);
+    const now = this.clock.now();
+    for (const [jobId, held] of entry.held) {
+      if (!listed.has(jobId) && now - held.takenAt >= this.settings.pingSettleMs) this.letGo(entry, jobId);
+    }
+    // A listed job that is not on record is not added back: the ping may have left before that
+    // job's job-done, and a finished job must not count as held (busy, protected, drained for).
+    if (entry.held.size > 0) entry.lastBusyAt = now;
+    await this.mirror(entry);
+  }
+
+  async held(workerId: string): Promise<string[]> {
+    return this.heldBy(workerId);
+  }
+
+  heldBy(workerId: string): string[] {
+    return [...(this.workers.get(workerId)?.held.keys() ?? [])];
+  }
+
+  async gone(_endpointId: string, workerId: string): Promise<void> {
+    const entry = this.workers.get(workerId);
+    if (!entry) return;
+    this.bury(entry);
+    await this.options.registry?.remove(workerId).catch((error) => {
+      this.options.log.warn(`registry remove ${workerId}: ${messageOf(error)}`);
+    });
+  }
+
+  async counts(endpointId: string): Promise<WorkerCounts> {
+    let idle = 0;
+    let running = 0;
+    for (const entry of this.workers.values()) {
+      if (entry.identity.endpointId !== endpointId || entry.phase === 'gone' || entry.phase === 'starting')
+        continue;
+      if (entry.held.size > 0 || entry.inFlight > 0) running++;
+      else idle++;
+    }
+    return { idle, running, problem: this.endpoints.get(endpointId)?.problem };
+  }
+
+  // ── lifecycle: what actuators report and ask ──────────────────────────────────────────────────
+
+  /** Starts one worker now unless the endpoint is failing, backing off, or at its cap. */
+  startOne(endpointId: string, kind: 'queue' | 'lb', max: number): WorkerIdentity | undefined {
+    const state = this.endpoint(endpointId);
+    if (state.problem?.state === 'failing' || this.clock.now() < state.nextStartAt) return undefined;
+    if (this.liveOf(endpointId).length >= max) return undefined;
+    const identity = this.issue(endpointId);
+    this.register(identity, kind, true);
+    this.actuator?.start(identity);
+    return identity;
+  }
+
+  /** A load-balanced worker answered its readiness check. */
+  ready(workerId: string): void {
+    const entry = this.workers.get(workerId);
+    if (entry) this.contact(entry);
+  }
+
+  /** A load-balanced request begins (+1) or ends (-1) on this worker. */
+  request(workerId: string, delta: 1 | -1): void {
+    const entry = this.workers.get(workerId);
+    if (!entry) return;
+    entry.inFlight = Math.max(0, entry.inFlight + delta);
+    entry.lastBusyAt = this.clock.now();
+  }
+
+  /** Asks a worker to finish what it holds and leave (scale-in, a new deployment, SIGTERM). */
+  drain(workerId: string): void {
+    const entry = this.workers.get(workerId);
+    if (!entry || entry.phase === 'gone' || entry.phase === 'draining') return;
+    entry.phase = 'draining';
+    if (entry.held.size === 0 && entry.inFlight === 0) this.sendStop(entry);
+  }
+
+  phase(workerId: string): WorkerPhase | undefined {
+    return this.workers.get(workerId)?.phase;
+  }
+
+  /** Workers of an endpoint that are not gone, oldest first. */
+  liveOf(endpointId: string): WorkerIdentity[] {
+    return [...this.workers.values()]
+      .filter((e) => e.identity.endpointId === endpointId && e.phase !== 'gone')
+      .map((e) => e.identity);
+  }
+
+  /** Workers that take new work (not draining, retiring or gone). */
+  servingOf(endpointId: string): WorkerIdentity[] {
+    return [...this.workers.values()]
+      .filter((e) => e.identity.endpointId === endpointId && (e.phase === 'starting' || e.phase === 'ready'))
+      .map((e) => e.identity);
+  }
+
+  /** A line the worker printed; the last few explain a crash or a failed start. */
+  output(endpointId: string, line: string): void {
+    const state = this.endpoint(endpointId);
+    state.lines.push(line);
+    if (state.lines.length > this.settings.keptLines) state.lines.shift();
+  }
+
+  /**
+   * The worker's process (group) ended. Its token dies, its jobs go back to the queue now, and an
+   * exit nobody asked for counts towards backoff or, before any contact, towards failing.
+   */
+  async exited(workerId: string, how: { code: number | null; signal: string | null }): Promise<void> {
+    const entry = this.workers.get(workerId);
+    if (!entry) return;
+    const endpointId = entry.identity.endpointId;
+    const asked = entry.stopSentAt !== undefined || entry.phase === 'retiring';
+    const contacted = entry.contactAt !== undefined;
+    const now = this.clock.now();
+    this.bury(entry);
+    const cause = how.signal ? `signal ${how.signal}` : `code ${how.code}`;
+    if (entry.kind === 'queue' && this.engine) {
+      const reason = asked
+        ? `Worker ${workerId} was stopped`
+        : `Worker ${workerId} exited (${cause}) while running the job`;
+      await this.engine.workerGone(endpointId, workerId, reason).catch((error) => {
+        this.options.log.warn(`requeueing the jobs of ${workerId}: ${messageOf(error)}`);
+      });
+    }
+    await this.options.registry?.remove(workerId).catch(() => {});
+    // Asked to leave, or killed for keeping a stopped job: a replacement may start at once.
+    if (asked || entry.killed) return;
+    const state = this.endpoint(endpointId);
+    const lines = [...state.lines];
+    if (!contacted) {
+      state.failedStarts++;
+      if (state.failedStarts >= this.settings.maxFailedStarts) {
+        state.problem = {
+          state: 'failing',
+          reason: `${state.failedStarts} workers in a row exited (${cause}) before taking a job; fix the code and redeploy`,
+          lines,
+          sinceMs: now,
+        };
+        this.options.log.error(`endpoint ${endpointId} is failing: ${state.problem.reason}`);
+        await this.rejectQueued(endpointId);
+        return;
+      }
+    }
+    state.crashes = now - entry.startedAt >= this.settings.healthyAfterMs ? 1 : state.crashes + 1;
+    const backoffMs = Math.min(
+      this.settings.backoffMaxMs,
+      this.settings.backoffBaseMs * 2 ** (state.crashes - 1),
+    );
+    state.nextStartAt = now + backoffMs;
+    state.problem = {
+      state: 'backoff',
+      reason: `worker ${workerId} exited (${cause}); ${state.crashes} crash(es) in a row, next start in ${backoffMs} ms`,
+      lines,
+      sinceMs: now,
+      retryAtMs: state.nextStartAt,
+    };
+    this.options.log.warn(`endpoint ${endpointId}: ${state.problem.reason}`);
+  }
+
+  /** A new deployment: whatever made the endpoint fail or back off may be fixed. */
+  redeployed(endpointId: string): void {
+    this.endpoints.delete(endpointId);
+  }
+
+  problem(endpointId: string): EndpointProblem | undefined {
+    return this.endpoints.get(endpointId)?.problem;
+  }
+
+  /**
+   * One pass of the policy for an endpoint: stops that were ignored past their grace end in a kill,
+   * drains past their deadline end in a kill, retiring and draining workers that hold nothing are
+   * told to leave, and (with a plan) workers start up to the desired count or idle ones drain.
+   */
+  async tick(endpointId: string, plan?: ScalePlan): Promise<void> {
+    const now = this.clock.now();
+    const state = this.endpoint(endpointId);
+    if (state.problem?.state === 'failing') {
+      // Nothing can run: jobs that arrive meanwhile fail at once rather than wait for their TTL.
+      await this.rejectQueued(endpointId);
+    } else if (
+      state.problem?.state === 'backoff' &&
+      this.anyContactSince(endpointId, state.problem.sinceMs)
+    ) {
+      state.problem = undefined;
+    }
+    for (const entry of [...this.workers.values()]) {
+      if (entry.identity.endpointId !== endpointId || entry.phase === 'gone') continue;
+      await this.enforce(entry, now);
+    }
+    if (plan) this.scale(endpointId, plan, now);
+  }
+
+  private async enforce(entry: WorkerEntry, now: number): Promise<void> {
+    if (entry.killed) return;
+    const { workerId, endpointId } = entry.identity;
+    if ((entry.phase === 'retiring' || entry.phase === 'draining') && entry.held.size === 0) {
+      if (entry.inFlight === 0 && entry.stopSentAt === undefined) this.sendStop(entry);
+    }
+    if (entry.stopSentAt !== undefined && now - entry.stopSentAt >= this.settings.drainMs) {
+      this.kill(entry, `it did not leave within ${this.settings.drainMs} ms of being asked to`);
+      return;
+    }
+    if (entry.held.size === 0 || !this.engine || entry.kind !== 'queue') return;
+    const stop = new Set(await this.engine.jobsToStop(endpointId, workerId, 0));
+    for (const [jobId, held] of entry.held) {
+      if (!stop.has(jobId)) {
+        held.stopSeenAt = undefined;
+        continue;
+      }
+      held.stopSeenAt ??= now;
+      if (now - held.stopSeenAt >= this.settings.stopGraceMs) {
+        this.kill(entry, `it kept stopped job ${jobId} for ${this.settings.stopGraceMs} ms`);
+        return;
+      }
+    }
+  }
+
+  private scale(endpointId: string, plan: ScalePlan, now: number): void {
+    const serving = [...this.workers.values()].filter(
+      (e) => e.identity.endpointId === endpointId && (e.phase === 'starting' || e.phase === 'ready'),
+    );
+    for (let i = serving.length; i < plan.desired; i++) {
+      if (!this.startOne(endpointId, plan.kind, plan.max)) break;
+    }
+    // Scale in: the longest-idle workers beyond the desired count, once idle_timeout has passed.
+    let surplus = serving.length - Math.max(plan.min, plan.desired);
+    const idle = serving
+      .filter((e) => e.held.size === 0 && e.inFlight === 0 && now - e.lastBusyAt >= plan.idleMs)
+      .sort((a, b) => a.lastBusyAt - b.lastBusyAt);
+    for (const entry of idle) {
+      if (surplus-- <= 0) break;
+      this.drain(entry.identity.workerId);
+    }
+  }
+
+  close(): void {
+    this.closing.abort();
+    for (const entry of this.workers.values()) for (const held of entry.held.values()) held.deadline.abort();
+  }
+
+  // ── helpers ───────────────────────────────────────────────────────────────────────────────────
+
+  private live(endpointId: string, workerId: string): WorkerEntry | undefined {
+    const entry = this.workers.get(workerId);
+    if (!entry || entry.phase === 'gone' || entry.identity.endpointId !== endpointId) return undefined;
+    return entry;
+  }
+
+  private endpoint(endpointId: string): EndpointState {
+    let state = this.endpoints.get(endpointId);
+    if (!state) {
+      state = { crashes: 0, failedStarts: 0, nextStartAt: 0, lines: [] };
+      this.endpoints.set(endpointId, state);
+    }
+    return state;
+  }
+
+  private contact(entry: WorkerEntry): void {
+    if (entry.contactAt !== undefined) return;
+    entry.contactAt = this.clock.now();
+    if (entry.phase === 'starting') entry.phase = 'ready';
+    this.endpoint(entry.identity.endpointId).failedStarts = 0;
+  }
+
+  private anyContactSince(endpointId: string, sinceMs: number): boolean {
+    for (const entry of this.workers.values()) {
+      if (entry.identity.endpointId === endpointId && entry.phase !== 'gone') {
+        if (entry.contactAt !== undefined && entry.contactAt >= sinceMs) return true;
+      }
+    }
+    return false;
+  }
+
+  private letGo(entry: WorkerEntry, jobId: string): void {
+    const held = entry.held.get(jobId);
+    if (!held) return;
+    held.deadline.abort();
+    entry.held.delete(jobId);
+    entry.lastBusyAt = this.clock.now();
+  }
+
+  private sendStop(entry: WorkerEntry): void {
+    if (entry.stopSentAt !== undefined) return;
+    entry.stopSentAt = this.clock.now();
+    this.actuator?.stop(entry.identity.workerId);
+  }
+
+  private kill(entry: WorkerEntry, why: string): void {
+    if (entry.killed) return;
+    entry.killed = true;
+    this.options.log.warn(`killing worker ${entry.identity.workerId}: ${why}`);
+    this.actuator?.kill(entry.identity.workerId);
+  }
+
+  private bury(entry: WorkerEntry): void {
+    if (entry.phase === 'gone') return;
+    entry.phase = 'gone';
+    this.byToken.delete(entry.tokenHash);
+    for (const held of entry.held.values()) held.deadline.abort();
+    entry.held.clear();
+    // Keep buried entries only briefly: they exist so a late report about them is recognised.
+    setTimeout(() => {
+      if (this.workers.get(entry.identity.workerId) === entry) this.workers.delete(entry.identity.workerId);
+    }, 60_000).unref();
+  }
+
+  private async rejectQueued(endpointId: string): Promise<void> {
+    const problem = this.endpoints.get(endpointId)?.problem;
+    if (!this.engine || problem?.state !== 'failing') return;
+    const tail = problem.lines.length > 0 ? `\n${problem.lines.join('\n')}` : '';
+    await this.engine
+      .rejectQueued(endpointId, `The endpoint's workers cannot start: ${problem.reason}${tail}`)
+      .catch((error) => this.options.log.warn(`failing queued jobs of ${endpointId}: ${messageOf(error)}`));
+  }
+
+  /** Times a held job out at startedAt + executionTimeout, without waiting for the sweeper. */
+  private async watchDeadline(entry: WorkerEntry, jobId: string, held: HeldJob): Promise<void> {
+    const engine = this.engine;
+    if (!engine) return;
+    const signal = AbortSignal.any([held.deadline.signal, this.closing.signal]);
+    while (!signal.aborted) {
+      const outcome = await engine.timeOutIfOverdue(entry.identity.endpointId, jobId);
+      if (outcome.timedOut) {
+        this.options.log.info(`job ${jobId} ran past its execution timeout: TIMED_OUT`);
+        held.stopSeenAt ??= this.clock.now();
+        return;
+      }
+      if (outcome.deadlineMs === undefined) return;
+      await this.clock.sleep(Math.max(1, outcome.deadlineMs - this.clock.now()), signal);
+    }
+  }
+
+  /** Writes the worker to the shared registry when what readers see changed, or before it goes stale. */
+  private async mirror(entry: WorkerEntry): Promise<void> {
+    const registry = this.options.registry;
+    if (!registry || entry.phase === 'gone') return;
+    const now = this.clock.now();
+    const jobIds = [...entry.held.keys()];
+    const state = jobIds.length > 0 ? 'running' : 'idle';
+    const jobs = jobIds.join(',');
+    const staleMs = this.options.registryStaleMs ?? 180_000;
+    const last = entry.mirrored;
+    if (last && last.state === state && last.jobs === jobs && now - last.atMs < staleMs / 6) return;
+    entry.mirrored = { state, jobs, atMs: now };
+    await registry.heartbeat({
+      workerId: entry.identity.workerId,
+      endpointId: entry.identity.endpointId,
+      state,
+      jobIds,
+      lastSeenAt: now,
+    });
+  }
+}
+
+const messageOf = (error: unknown): string => (error instanceof Error ? error.message : String(error));

@@ -1,0 +1,386 @@
+/**
+ * The ECS service that runs one endpoint's workers: its task role (least privilege for the agent's
+ * calls), the task definition (artifact init container, agent, worker) and the service with its
+ * scalable target. Scaling policies and load balancers attach to it from their own constructs.
+ *
+ * Task layout: containers in HOST network mode, so the worker reaches the agent on 127.0.0.1 and
+ * both use the host's public IP for egress (the platform has no NAT). One task per host (gpu.ts
+ * reserves the host's memory), so fixed ports never clash.
+ *
+ *   artifact (init, FERRY_AGENT_MODE=artifact): S3 artifact ─▶ task volume /ferry, exits 0
+ *       │ SUCCESS
+ *       ▼
+ *   queue:  SQS ──▶ agent 127.0.0.1:8090 (worker protocol: job-take, job-done, job-stream, job-stop, ping)
+ *                      ▲ RUNPOD_WEBHOOK_* (localhost)
+ *                   worker (ferry runtime or any RunPod-SDK image), unpacks /ferry/artifact.tar.gz
+ *   lb:     ALB :80 ──▶ agent :8000 (FERRY_AGENT_MODE=lb: API key, /ping) ──▶ worker 127.0.0.1:8001
+ *
+ * The artifact reaches the worker through the init container rather than a presigned
+ * FERRY_ARTIFACT_URL: a URL in the task definition would expire while ECS keeps starting tasks from
+ * it; the task role reads the one artifact key instead (worker-image/agent/artifact.ts).
+ */
+import { createHash } from 'node:crypto';
+import { Aws, Duration, Stack, Validations } from 'aws-cdk-lib';
+import * as appscaling from 'aws-cdk-lib/aws-applicationautoscaling';
+import * as ecr from 'aws-cdk-lib/aws-ecr';
+import * as ecs from 'aws-cdk-lib/aws-ecs';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as logs from 'aws-cdk-lib/aws-logs';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+import { dynamoSchema } from '../../core/adapters/aws/dynamo.js';
+import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
+import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/agent.js';
+import { agentMemoryMiB, artifactInitMemoryMiB, type Placement, workerMemoryReservationMiB } from '../gpu.js';
+import { clusterName } from '../names.js';
+import type { PlatformRefs } from '../platform-exports.js';
+import {
+  allowIndexes,
+  allowTable,
+  blobPrefix,
+  keyLookupStatement,
+  payloadsPrefix,
+} from '../platform-stack.js';
+import {
+  agentEntryPoint,
+  artifactMount,
+  drainMs,
+  leaseTiming,
+  ports,
+  stopTimeoutSec,
+} from '../task-layout.js';
+
+export interface WorkerImages {
+  /** Worker image for GPU endpoints (CUDA base). */
+  gpuWorker: string;
+  /** Worker image for CPU endpoints. */
+  cpuWorker: string;
+  /** The agent (its entrypoint runs agent.mjs; FERRY_AGENT_MODE picks queue, lb or artifact). */
+  agent: string;
+}
+
+export interface EndpointServiceProps {
+  appName: string;
+  envName: string;
+  manifest: Manifest;
+  endpoint: ManifestEndpoint;
+  endpointId: string;
+  placement: Placement;
+  capacityProviderName: string;
+  platform: PlatformRefs;
+  /** The platform bucket (payloads), by name. */
+  platformBucketName: string;
+  /** Where the artifact is. */
+  artifact: { bucketName: string; key: string };
+  images: WorkerImages;
+  logGroup: logs.ILogGroup;
+  /** Queue endpoints: the urgent and low-priority queues the agent receives from. */
+  queues?: { queue: sqs.IQueue; lowQueue: sqs.IQueue };
+}
+
+export class EndpointService extends Construct {
+  readonly service: ecs.Ec2Service;
+  readonly taskDefinition: ecs.Ec2TaskDefinition;
+  readonly taskRole: iam.Role;
+  readonly scalableTarget: appscaling.ScalableTarget;
+
+  constructor(
+    scope: Construct,
+    id: string,
+    private readonly props: EndpointServiceProps,
+  ) {
+    super(scope, id);
+    const { endpoint, endpointId, placement } = props;
+    const { resources } = endpoint;
+
+    const taskRole = new iam.Role(this, 'TaskRole', {
+      assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
+      description: `Ferry ${props.appName}/${props.envName}/${endpoint.name} worker task`,
+    });
+    // The artifact object, read-only, by exact key (the init container).
+    taskRole.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:GetObject'],
+        resources: [
+          Stack.of(this).formatArn({
+            service: 's3',
+            region: '',
+            account: '',
+            resource: props.artifact.bucketName,
+            resourceName: props.artifact.key,
+          }),
+        ],
+      }),
+    );
+    const taskDefinition = new ecs.Ec2TaskDefinition(this, 'Task', {
+      networkMode: ecs.NetworkMode.HOST,
+      taskRole,
+    });
+    // A fresh, task-scoped directory (ECS-managed bind mount, deleted with the task).
+    taskDefinition.addVolume({ name: artifactMount.volume });
+
+    const { agentEnv, workerEnv } = this.environments(taskRole);
+
+    const agentImage = this.containerImage('AgentImage', props.images.agent);
+    // Every worker base image ships Node and the agent bundle (worker-image/Dockerfile.*), so the
+    // agent may run from the same image as the worker: only the entry point differs.
+    const entryPoint = [...agentEntryPoint];
+    const artifact = taskDefinition.addContainer('artifact', {
+      image: agentImage,
+      entryPoint,
+      essential: false,
+      memoryReservationMiB: artifactInitMemoryMiB,
+      // Root only to write into the fresh task volume (owned by root); it runs no user code, writes
+      // one file (mode 0644, so the worker's user can read it) and exits.
+      user: '0',
+      environment: {
+        FERRY_AGENT_MODE: 'artifact',
+        FERRY_ENDPOINT_ID: endpointId,
+        AWS_REGION: Aws.REGION,
+        FERRY_ARTIFACT_BUCKET: props.artifact.bucketName,
+        FERRY_ARTIFACT_KEY: props.artifact.key,
+        FERRY_ARTIFACT_PATH: artifactMount.file,
+      },
+      logging: ecs.LogDrivers.awsLogs({
+        logGroup: props.logGroup,
+        streamPrefix: `${endpoint.name}/artifact`,
+      }),
+    });
+    artifact.addMountPoints({
+      sourceVolume: artifactMount.volume,
+      containerPath: artifactMount.path,
+      readOnly: false,
+    });
+    const agent = taskDefinition.addContainer('agent', {
+      image: agentImage,
+      entryPoint,
+      essential: true,
+      memoryReservationMiB: agentMemoryMiB,
+      environment: agentEnv,
+      stopTimeout: Duration.seconds(stopTimeoutSec),
+      logging: ecs.LogDrivers.awsLogs({ logGroup: props.logGroup, streamPrefix: `${endpoint.name}/agent` }),
+      ...(endpoint.kind === 'lb' ? { portMappings: [{ containerPort: ports.lbPublic }] } : {}),
+    });
+    const image = placement.kind === 'gpu' ? props.images.gpuWorker : props.images.cpuWorker;
+    const worker = taskDefinition.addContainer('worker', {
+      image: this.containerImage('WorkerImage', image),
+      essential: true,
+      memoryReservationMiB: workerMemoryReservationMiB(placement.shape),
+      ...(placement.kind === 'gpu' ? { gpuCount: resources.gpuCount } : {}),
+      environment: workerEnv,
+      stopTimeout: Duration.seconds(stopTimeoutSec),
+      logging: ecs.LogDrivers.awsLogs({ logGroup: props.logGroup, streamPrefix: `${endpoint.name}/worker` }),
+    });
+    worker.addMountPoints({
+      sourceVolume: artifactMount.volume,
+      containerPath: artifactMount.path,
+      readOnly: true,
+    });
+    worker.addContainerDependencies(
+      { container: artifact, condition: ecs.ContainerDependencyCondition.SUCCESS },
+      { container: agent, condition: ecs.ContainerDependencyCondition.START },
+    );
+    this.acknowledgeTaskFindings(taskDefinition);
+
+    const service = new ecs.Ec2Service(this, 'Service', {
+      cluster: props.platform.cluster,
+      taskDefinition,
+      // Zero at create; Application Auto Scaling owns the count from then on. A template that keeps
+      // saying 0 does not reset a running service, because CloudFormation only sends changed values.
+      desiredCount: 0,
+      // Old workers may stop before new ones start: queue jobs wait (or requeue when a lease lapses),
+      // and no second GPU host is needed to roll.
+      minHealthyPercent: 0,
+      maxHealthyPercent: 100,
+      capacityProviderStrategies: [{ capacityProvider: props.capacityProviderName, weight: 1 }],
+      placementConstraints: [
+        ecs.PlacementConstraint.memberOf(`attribute:ecs.instance-type == ${placement.shape.instanceType}`),
+      ],
+      circuitBreaker: { enable: true, rollback: false },
+      propagateTags: ecs.PropagatedTagSource.SERVICE,
+    });
+    this.allowTaskProtection(taskRole);
+
+    this.scalableTarget = new appscaling.ScalableTarget(this, 'Scaling', {
+      serviceNamespace: appscaling.ServiceNamespace.ECS,
+      scalableDimension: 'ecs:service:DesiredCount',
+      resourceId: `service/${props.platform.cluster.clusterName}/${service.serviceName}`,
+      minCapacity: resources.workersMin,
+      maxCapacity: resources.workersMax,
+    });
+    this.service = service;
+    this.taskDefinition = taskDefinition;
+    this.taskRole = taskRole;
+  }
+
+  /** The agent's and the worker's environment, and the grants the agent's mode needs. */
+  private environments(taskRole: iam.Role): {
+    agentEnv: Record<string, string>;
+    workerEnv: Record<string, string>;
+  } {
+    const { props } = this;
+    const { endpoint, endpointId, platform } = props;
+    const { resources } = endpoint;
+    const workerToken = createHash('sha256')
+      .update(
+        `ferry-worker\n${props.appName}\n${props.envName}\n${endpointId}\n${props.manifest.sourceFingerprint}`,
+      )
+      .digest('hex');
+    const common: Record<string, string> = {
+      FERRY_APP: props.appName,
+      FERRY_ENV: props.envName,
+      FERRY_ENDPOINT: endpoint.name,
+      FERRY_ENDPOINT_ID: endpointId,
+      FERRY_ENDPOINT_KIND: endpoint.kind,
+      FERRY_ARTIFACT_BUCKET: props.artifact.bucketName,
+      FERRY_ARTIFACT_KEY: props.artifact.key,
+      // A code-only change alters the task definition, so ECS rolls the service (docs/architecture.md#the-cli).
+      FERRY_SOURCE_FINGERPRINT: props.manifest.sourceFingerprint,
+      FERRY_MAX_CONCURRENCY: String(resources.maxConcurrency),
+      FERRY_EXECUTION_TIMEOUT_MS: String(resources.executionTimeoutMs),
+    };
+    // ECS on EC2 does not set AWS_REGION in containers; the agent's SDK clients need it.
+    const agentBase = { ...common, AWS_REGION: Aws.REGION };
+    // The worker's entrypoint unpacks this (worker-image/entrypoint.sh), then runs FERRY_MODULE.
+    const workerBase = { ...common, FERRY_ARTIFACT_PATH: artifactMount.file, FERRY_MODULE: endpoint.module };
+
+    if (props.queues) {
+      const { queue, lowQueue } = props.queues;
+      this.allowQueueAgent(taskRole, [queue, lowQueue]);
+      const agentEnv = {
+        ...agentBase,
+        FERRY_AGENT_MODE: 'queue',
+        FERRY_JOBS_TABLE: platform.jobsTable.tableName,
+        FERRY_CHUNKS_TABLE: platform.chunksTable.tableName,
+        FERRY_WORKERS_TABLE: platform.workersTable.tableName,
+        FERRY_CONTROL_TABLE: platform.controlTable.tableName,
+        FERRY_BUCKET: props.platformBucketName,
+        FERRY_BLOB_PREFIX: blobPrefix,
+        FERRY_QUEUE_URL: queue.queueUrl,
+        FERRY_QUEUE_URL_LOW: lowQueue.queueUrl,
+        FERRY_WORKER_TOKEN: workerToken,
+        FERRY_AGENT_HOST: '127.0.0.1',
+        FERRY_AGENT_PORT: String(ports.agent),
+        FERRY_LEASE_SEC: String(leaseTiming.leaseSec),
+        FERRY_DRAIN_MS: String(drainMs),
+      };
+      // User env first: nothing a user sets can redirect the worker away from its agent. The
+      // protocol env is the agent's own `workerEnv()` shape; the worker id is a placeholder the agent
+      // replaces with its runtime id on every request.
+      const workerEnv = {
+        ...resources.env,
+        ...workerBase,
+        ...workerProtocolEnv({
+          agentUrl: `http://127.0.0.1:${ports.agent}`,
+          endpointId,
+          workerId: placeholderWorkerId(endpointId),
+          workerToken,
+        }),
+        FERRY_TARGET: endpoint.target!.name,
+      };
+      return { agentEnv, workerEnv };
+    }
+    // Clients' keys are checked by the agent: KEY#<hash> items of the control table, nothing else.
+    taskRole.addToPolicy(keyLookupStatement(platform.controlTable));
+    const agentEnv = {
+      ...agentBase,
+      FERRY_AGENT_MODE: 'lb',
+      FERRY_CONTROL_TABLE: platform.controlTable.tableName,
+      FERRY_PORT: String(ports.lbWorker),
+      FERRY_AGENT_HOST: '0.0.0.0',
+      FERRY_AGENT_PORT: String(ports.lbPublic),
+    };
+    // Loopback only: the ALB must not reach the worker around the agent's key check.
+    const workerEnv = {
+      ...resources.env,
+      ...workerBase,
+      FERRY_MODE: 'lb',
+      FERRY_VARIABLE: endpoint.variable!,
+      FERRY_HOST: '127.0.0.1',
+      FERRY_PORT: String(ports.lbWorker),
+    };
+    return { agentEnv, workerEnv };
+  }
+
+  /**
+   * The queue agent's calls (worker-image/agent/agent.ts through JobEngine and the adapters), and no
+   * others: receive + delete (and release at visibility 0) on its own two queues, send to them when
+   * it gives jobs back (drain, a stuck worker); jobs Get + conditional Put, byEndpointStatus to find
+   * its worker's jobs on drain; chunks Update + BatchWrite (job-stream); its own worker record; the
+   * payloads of big inputs and outputs.
+   */
+  private allowQueueAgent(role: iam.Role, queues: sqs.IQueue[]): void {
+    const { jobsTable, chunksTable, workersTable } = this.props.platform;
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: [
+          'sqs:ReceiveMessage',
+          'sqs:DeleteMessage',
+          'sqs:ChangeMessageVisibility',
+          'sqs:SendMessage',
+        ],
+        resources: queues.map((q) => q.queueArn),
+      }),
+    );
+    allowTable(role, jobsTable, ['dynamodb:GetItem', 'dynamodb:PutItem']);
+    allowIndexes(role, jobsTable, ['dynamodb:Query'], [dynamoSchema.jobs.indexes.byEndpointStatus.indexName]);
+    allowTable(role, chunksTable, ['dynamodb:UpdateItem', 'dynamodb:BatchWriteItem']);
+    allowTable(role, workersTable, ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:DeleteItem']);
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'],
+        resources: [`arn:${Aws.PARTITION}:s3:::${this.props.platformBucketName}/${payloadsPrefix}*`],
+      }),
+    );
+    Validations.of(role).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::${this.props.platform.bucketNameExport}/${payloadsPrefix}*]`,
+      reason: 'Payloads have per-job keys under payloads/; the grant stops at that prefix.',
+    });
+  }
+
+  /** The ECS agent endpoint's task-protection call acts with the task role, on this cluster's tasks. */
+  private allowTaskProtection(role: iam.Role): void {
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['ecs:UpdateTaskProtection', 'ecs:GetTaskProtection'],
+        resources: [
+          Stack.of(this).formatArn({ service: 'ecs', resource: 'task', resourceName: `${clusterName}/*` }),
+        ],
+      }),
+    );
+    Validations.of(role).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/${clusterName}/*]`,
+      reason: 'Task ids are only known at run time; the grant is limited to tasks of the Ferry cluster.',
+    });
+  }
+
+  private acknowledgeTaskFindings(taskDefinition: ecs.Ec2TaskDefinition): void {
+    Validations.of(taskDefinition).acknowledge(
+      {
+        id: 'AwsSolutions-ECS2',
+        reason:
+          'Environment holds configuration only (names, ids, ports). The worker token only works on the ' +
+          "host's loopback, which the host security group keeps unreachable from outside.",
+      },
+      {
+        id: 'AwsSolutions-IAM5[Resource::*]',
+        reason: 'The execution role needs ecr:GetAuthorizationToken, which has no resource-level scoping.',
+      },
+    );
+  }
+
+  /** ECR URIs get pull permissions on their repository; anything else is pulled as public. */
+  private containerImage(id: string, uri: string): ecs.ContainerImage {
+    const match = /^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?\/([^:@]+)(?:[:@](.+))?$/.exec(
+      uri,
+    );
+    if (!match) return ecs.ContainerImage.fromRegistry(uri);
+    const [, account, region, repositoryName, tagOrDigest] = match;
+    const partition = uri.includes('.amazonaws.com.cn') ? 'aws-cn' : 'aws';
+    const repository = ecr.Repository.fromRepositoryAttributes(this, id, {
+      repositoryName: repositoryName!,
+      repositoryArn: `arn:${partition}:ecr:${region}:${account}:repository/${repositoryName}`,
+    });
+    return ecs.ContainerImage.fromEcrRepository(repository, tagOrDigest ?? 'latest');
+  }
+}

@@ -1,0 +1,79 @@
+/**
+ * Every name Ferry gives an AWS resource that more than one module must agree on: stack names, queue
+ * names, the cluster, the platform's export names. No CDK import here on purpose: the CLI finds its
+ * stacks and queues with these names without loading aws-cdk-lib, and the Lambdas derive queue names
+ * from the same prefix (functions/wiring.ts), so there is one owner per name.
+ */
+import { FerryError } from '../core/errors.js';
+
+/** The shared platform stack, one per account and region. */
+export const platformStackName = 'FerryPlatform';
+
+/** The CloudFormation stack name of one app environment. */
+export function appStackName(app: string, env: string): string {
+  const clean = (s: string) => s.replace(/[^A-Za-z0-9-]/g, '-');
+  return `Ferry-${clean(app)}-${clean(env)}`.slice(0, 128);
+}
+
+/** Every queue of every app is named with this prefix, so platform functions can be granted them all. */
+export const queueNamePrefix = 'ferry-';
+
+/** Which of an endpoint's four queues. */
+export type QueueRole = 'urgent' | 'urgent-dlq' | 'low' | 'low-dlq';
+const queueSuffix: Readonly<Record<QueueRole, string>> = {
+  urgent: '',
+  'urgent-dlq': '-dlq',
+  low: '-low',
+  'low-dlq': '-low-dlq',
+};
+
+/** The SQS queue name of one of an endpoint's queues; the Lambdas derive the same (functions/wiring.ts). */
+export function queueName(endpointId: string, role: QueueRole): string {
+  return `${queueNamePrefix}${endpointId}${queueSuffix[role]}`;
+}
+
+/**
+ * The ECS cluster's name. Fixed (one platform per account and region), so app stacks can name the
+ * cluster's task ARNs in IAM without a cross-stack token (task scale-in protection).
+ */
+export const clusterName = 'ferry';
+
+/** Every export name starts with this; CDK's generated `FerryPlatform:ExportsOutput…` names never do. */
+export const exportPrefix = 'Ferry-';
+
+/** The platform's fixed export names (infra/platform-exports.ts explains why they are fixed). */
+export const platformExportNames = {
+  apiUrl: 'Ferry-ApiUrl',
+  apiId: 'Ferry-ApiId',
+  bucketName: 'Ferry-BucketName',
+  bucketArn: 'Ferry-BucketArn',
+  clusterName: 'Ferry-ClusterName',
+  clusterArn: 'Ferry-ClusterArn',
+  vpcId: 'Ferry-VpcId',
+  availabilityZones: 'Ferry-AvailabilityZones',
+  publicSubnetIds: 'Ferry-PublicSubnetIds',
+  publicSubnetRouteTableIds: 'Ferry-PublicSubnetRouteTableIds',
+  instanceSecurityGroupId: 'Ferry-InstanceSecurityGroupId',
+  jobsTableName: 'Ferry-JobsTableName',
+  jobsTableArn: 'Ferry-JobsTableArn',
+  chunksTableName: 'Ferry-ChunksTableName',
+  chunksTableArn: 'Ferry-ChunksTableArn',
+  controlTableName: 'Ferry-ControlTableName',
+  controlTableArn: 'Ferry-ControlTableArn',
+  workersTableName: 'Ferry-WorkersTableName',
+  workersTableArn: 'Ferry-WorkersTableArn',
+} as const;
+export type PlatformExportKey = keyof typeof platformExportNames;
+
+/** `Ferry-Pool-g5-xlarge-CapacityProvider` for `g5.xlarge`. */
+export function poolExportName(instanceType: string): string {
+  if (!/^[a-z0-9]+\.[a-z0-9]+$/.test(instanceType)) {
+    throw new FerryError('bad_request', `"${instanceType}" is not an EC2 instance type (like g5.xlarge)`);
+  }
+  return `${exportPrefix}Pool-${instanceType.replace('.', '-')}-CapacityProvider`;
+}
+
+/** The output logical id of an export: its name without the prefix and dashes (ids are alphanumeric). */
+export function outputIdOf(exportName: string): string {
+  return exportName.slice(exportPrefix.length).replace(/[^A-Za-z0-9]/g, '');
+}

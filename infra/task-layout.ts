@@ -1,0 +1,38 @@
+/**
+ * How an endpoint's ECS task is laid out: ports, the artifact mount, the agent's entry point, lease
+ * and drain timings. Plain values (no CDK), shared by the constructs that build the task and by the
+ * tests that read it back.
+ */
+import { limits } from '../core/limits.js';
+
+/** How the agent starts inside a worker base image (worker-image/agent/bundle.ts writes agent.mjs). */
+export const agentEntryPoint = ['node', '/opt/ferry/agent/agent.mjs'] as const;
+
+/** The agent's lease and the queues' redrive, as the agent and engine use them. */
+export const leaseTiming = {
+  /** FERRY_LEASE_SEC: a claimed job's lease in DynamoDB, renewed by every worker ping. */
+  leaseSec: limits.leaseMs / 1000,
+  /**
+   * How long a received message stays hidden: the engine receives with visibility = the lease, and
+   * deletes the message right after the claim (milliseconds later). Also the queue's default.
+   */
+  receiveVisibilitySec: limits.leaseMs / 1000,
+  /** Receives before a message goes to the DLQ (each one means an agent died mid-claim). */
+  maxReceiveCount: 5,
+} as const;
+
+export const ports = {
+  /** The agent's worker-protocol server (queue endpoints), on localhost. */
+  agent: 8090,
+  /** What the ALB reaches: the agent's key-checking proxy (load-balanced endpoints). */
+  lbPublic: 8000,
+  /** The worker's own HTTP server behind that proxy (FERRY_PORT in the worker), on localhost. */
+  lbWorker: 8001,
+} as const;
+
+/** Where the init container puts the artifact and the worker's entrypoint reads it. */
+export const artifactMount = { volume: 'ferry-artifact', path: '/ferry', file: '/ferry/artifact.tar.gz' };
+
+/** ECS's ceiling for stopTimeout: the agent's drain (FERRY_DRAIN_MS) must end before it. */
+export const stopTimeoutSec = 120;
+export const drainMs = 110_000;
