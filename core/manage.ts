@@ -104,7 +104,7 @@ const logsQuerySchema = z
   .object({
     job: z.string().min(1).max(256).optional(),
     since: epochMs.optional(),
-    after: z.string().max(64).optional(),
+    after: z.string().max(4096).optional(),
     limit: z.coerce.number().int().min(1).max(5000).optional(),
   })
   .strict();

@@ -19,6 +19,7 @@ import middy from '@middy/core';
 import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context } from 'aws-lambda';
 import type { ApiRequest, ApiResponse } from '../core/api.js';
 import { badRequest, errorBody, FerryError, httpStatus } from '../core/errors.js';
+import { managePrefix } from '../core/manage.js';
 import { lambdaPayloadBytes } from './payloads.js';
 import { type Platform, platformFromEnv } from './wiring.js';
 
@@ -63,6 +64,9 @@ export function requestOf(event: APIGatewayProxyEvent, signal?: AbortSignal): Ap
  */
 function apiPath(event: APIGatewayProxyEvent): string {
   const path = event.path ?? '';
+  // The management API (core/manage.ts), possibly behind a custom domain's base path.
+  const manageAt = path.indexOf(`${managePrefix}/`);
+  if (manageAt >= 0) return path.slice(manageAt);
   if (path.startsWith('/v2/') || path === '/v2') return path;
   const at = path.indexOf('/v2/');
   if (at >= 0) return path.slice(at);
@@ -138,7 +142,8 @@ export function createApiHandler(platform: () => Platform): ApiHandler {
     })
     .handler(async (event, context, options) => {
       const request = requestOf(event, deadlineSignal(context, options?.signal));
-      return resultOf(await platform().api.handle(request));
+      const { api, manage } = platform();
+      return resultOf(await (request.path.startsWith(`${managePrefix}/`) ? manage : api).handle(request));
     }) as unknown as ApiHandler;
 }
 

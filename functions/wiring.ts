@@ -3,11 +3,13 @@
  * on each function. Built once per Lambda container (module scope, lazily: `platformFromEnv`), so warm
  * invocations reuse the SDK clients and their keep-alive connections; tests inject clients instead.
  */
+import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { GetQueueUrlCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { z } from 'zod';
+import { CloudWatchLogStore } from '../core/adapters/aws/cloudwatch-logs.js';
 import {
   DynamoControlStore,
   DynamoJobStore,
@@ -22,7 +24,8 @@ import { PollingChangeFeed } from '../core/changes.js';
 import { systemClock } from '../core/clock.js';
 import { JobEngine } from '../core/engine.js';
 import { FerryError } from '../core/errors.js';
-import type { Clock } from '../core/ports.js';
+import { ManageApi } from '../core/manage.js';
+import type { Clock, LogStore } from '../core/ports.js';
 import { HttpWebhookSender } from '../core/webhooks.js';
 import { S3PayloadStore } from './payloads.js';
 
@@ -48,6 +51,9 @@ export const functionEnvSchema = z.object({
   FERRY_DYNAMODB_ENDPOINT: url,
   FERRY_SQS_ENDPOINT: url,
   FERRY_S3_ENDPOINT: url,
+  /** The CloudWatch Logs group of job output (docs/observability.md); unset: no logs to read. */
+  FERRY_LOG_GROUP: z.string().min(1).optional(),
+  FERRY_LOGS_ENDPOINT: url,
 });
 export type FunctionEnv = z.infer<typeof functionEnvSchema>;
 
@@ -61,6 +67,8 @@ export function parseFunctionEnv(env: Record<string, string | undefined>): Funct
 export interface AwsClients {
   dynamo: DynamoDBClient;
   sqs: SQSClient;
+  /** Job logs; absent: the management API answers every log read with no lines. */
+  logs?: CloudWatchLogsClient;
   /** Must carry `s3ClientConfig` (WHEN_REQUIRED checksums) or presigned PUTs break. */
   s3: S3Client;
 }
@@ -70,6 +78,7 @@ export function clientsFromEnv(env: FunctionEnv): AwsClients {
   return {
     dynamo: new DynamoDBClient(env.FERRY_DYNAMODB_ENDPOINT ? { endpoint: env.FERRY_DYNAMODB_ENDPOINT } : {}),
     sqs: new SQSClient(env.FERRY_SQS_ENDPOINT ? { endpoint: env.FERRY_SQS_ENDPOINT } : {}),
+    logs: new CloudWatchLogsClient(env.FERRY_LOGS_ENDPOINT ? { endpoint: env.FERRY_LOGS_ENDPOINT } : {}),
     s3: new S3Client({
       ...s3ClientConfig,
       ...(env.FERRY_S3_ENDPOINT ? { endpoint: env.FERRY_S3_ENDPOINT, forcePathStyle: true } : {}),
@@ -81,6 +90,8 @@ export interface Platform {
   env: FunctionEnv;
   engine: JobEngine;
   api: V2Api;
+  /** The management API (/manage/v1), same keys as `api`. */
+  manage: ManageApi;
   jobs: DynamoJobStore;
   control: DynamoControlStore;
   queue: SqsJobQueue;
@@ -142,7 +153,13 @@ export function buildPlatform(options: PlatformOptions): Platform {
   });
   const auth = options.auth ?? new KeyAuthenticator({ control });
   const api = new V2Api({ engine, control, auth, payloads, maxWaitMs: env.FERRY_MAX_WAIT_MS });
-  return { env, engine, api, jobs, control, queue, payloads, webhooks };
+  const logs: LogStore =
+    env.FERRY_LOG_GROUP && clients.logs
+      ? new CloudWatchLogStore({ client: clients.logs, logGroup: env.FERRY_LOG_GROUP })
+      : { append: async () => {}, read: async (query) => ({ lines: [], next: query.after ?? '' }) };
+  // Workers as the agents mirror them into the registry (byEndpoint index, no Scan).
+  const manage = new ManageApi({ engine, jobs, queue, control, workers, logs, auth, now: () => clock.now() });
+  return { env, engine, api, manage, jobs, control, queue, payloads, webhooks };
 }
 
 /**

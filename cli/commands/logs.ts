@@ -5,6 +5,7 @@
  */
 import type { CommandModule } from 'yargs';
 import { FerryError } from '../../core/errors.js';
+import type { EndpointRecord } from '../../core/ports.js';
 import type { CliContext } from '../context.js';
 import { withProvider } from '../context.js';
 import { formatLine, ManageClient, resolveEndpoint, sinceMs } from '../manage-client.js';
@@ -32,20 +33,54 @@ async function logs(ctx: CliContext, args: LogsArgs): Promise<void> {
     }
     const record = resolveEndpoint(await provider.control.listEndpoints(), args.endpoint, args);
     const client = new ManageClient(ManageClient.originOf(url), (await provider.apiKey()).key);
-    const since = args.since !== undefined ? sinceMs(args.since, Date.now()) : undefined;
-    let after: string | undefined;
-    for (;;) {
-      const page = await client.logs(record.id, { job: args.job, since, after, limit: 1000 });
-      for (const line of page.lines) {
-        if (args.json) ctx.io.stdout.write(`${JSON.stringify({ endpointId: record.id, ...line })}\n`);
-        else ctx.reporter.out(formatLine(line, record.name));
-      }
-      after = page.next;
-      if (page.lines.length === 1000) continue;
-      if (!args.follow) return;
-      await new Promise((resolve) => setTimeout(resolve, args['poll-ms']));
-    }
+    await printLogs({
+      client,
+      endpoint: record,
+      job: args.job,
+      sinceMs: args.since !== undefined ? sinceMs(args.since, Date.now()) : undefined,
+      follow: args.follow,
+      json: args.json,
+      pollMs: args['poll-ms'],
+      write: (line) => ctx.io.stdout.write(`${line}\n`),
+    });
   });
+}
+
+/**
+ * What `ferry logs` prints: every line from the start (or `sinceMs`), then, with `follow`, new ones
+ * as they come (polling with the API's cursor, so none is printed twice), until `signal` aborts.
+ */
+export async function printLogs(options: {
+  client: ManageClient;
+  endpoint: Pick<EndpointRecord, 'id' | 'name'>;
+  job?: string | undefined;
+  sinceMs?: number | undefined;
+  follow: boolean;
+  json: boolean;
+  pollMs: number;
+  write: (line: string) => void;
+  signal?: AbortSignal;
+}): Promise<void> {
+  const { client, endpoint } = options;
+  const pageSize = 1000;
+  let after: string | undefined;
+  while (!options.signal?.aborted) {
+    const page = await client.logs(endpoint.id, {
+      job: options.job,
+      since: options.sinceMs,
+      after,
+      limit: pageSize,
+    });
+    for (const line of page.lines) {
+      options.write(
+        options.json ? JSON.stringify({ endpointId: endpoint.id, ...line }) : formatLine(line, endpoint.name),
+      );
+    }
+    after = page.next;
+    if (page.lines.length === pageSize) continue;
+    if (!options.follow) return;
+    await new Promise((resolve) => setTimeout(resolve, options.pollMs));
+  }
 }
 
 export const logsCommand = (ctx: CliContext): CommandModule => ({

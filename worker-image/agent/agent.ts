@@ -84,7 +84,7 @@ import { JobEngine, type WebhookSender } from '../../core/engine.js';
 import { errorBody, FerryError, httpStatus } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
-import type { Clock, ControlStore, EndpointRecord } from '../../core/ports.js';
+import type { Clock, ControlStore, EndpointRecord, LogStore } from '../../core/ports.js';
 import { WorkerSupervisor } from '../../core/supervisor.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
 import { listen } from './listen.js';
@@ -138,6 +138,8 @@ export interface AgentOptions {
   };
   /** Final-status webhooks of jobs this agent ends (job-done, its own timeouts). */
   webhooks?: WebhookSender;
+  /** Where the worker's job-log lines go (CloudWatch Logs on AWS); without it job-log is a 404. */
+  logs?: LogStore;
   clock?: Clock;
   log?: Logger;
   /** What a stuck stopped job leads to; default process.exit. */
@@ -192,6 +194,8 @@ export function workerProtocolEnv(options: {
     RUNPOD_WEBHOOK_POST_OUTPUT: `${base}/job-done/${worker}/$ID?agent=1`,
     RUNPOD_WEBHOOK_POST_STREAM: `${base}/job-stream/${worker}/$ID?agent=1`,
     RUNPOD_WEBHOOK_PING: `${base}/ping/${worker}?agent=1`,
+    // The ferry runtime's job output (docs/observability.md); RunPod's SDK never calls it.
+    FERRY_WEBHOOK_POST_LOG: `${base}/job-log/${worker}?agent=1`,
     RUNPOD_AI_API_KEY: options.workerToken,
     RUNPOD_POD_ID: options.workerId,
     RUNPOD_ENDPOINT_ID: options.endpointId,
@@ -202,7 +206,15 @@ export function workerProtocolEnv(options: {
 
 /** SQS long polls are at most 20 s; a longer job-take would only add a second receive. */
 const maxWorkerWaitMs = 20_000;
-const workerRoutes = new Set(['job-take', 'job-take-batch', 'job-stop', 'job-done', 'job-stream', 'ping']);
+const workerRoutes = new Set([
+  'job-take',
+  'job-take-batch',
+  'job-stop',
+  'job-done',
+  'job-stream',
+  'ping',
+  'job-log',
+]);
 /** Above every worker-route limit, so the API answers with its own message. */
 const bodyLimitBytes = limits.jobDoneBodyBytes + 1024 * 1024;
 
@@ -331,6 +343,7 @@ class AgentServer implements Agent {
       auth: this.auth,
       workerWaitMs: waitMs,
       maxWaitMs: waitMs,
+      ...(options.logs ? { logs: options.logs } : {}),
     });
   }
 

@@ -10,10 +10,13 @@
  * period (ECS then replaces the task), a download failed, or the agent failed; 2 for missing or bad
  * configuration.
  */
+import { randomUUID } from 'node:crypto';
+import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { CloudWatchLogStore } from '../../core/adapters/aws/cloudwatch-logs.js';
 import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
 import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { startAgent } from './agent.js';
@@ -37,6 +40,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     s3: new S3Client({ region, ...s3ClientConfig }),
   };
   const lowUrl = env.FERRY_QUEUE_URL_LOW ?? env.FERRY_QUEUE_URL;
+  const logsClient = new CloudWatchLogsClient({ region });
   const agent = await startAgent({
     endpointId: env.FERRY_ENDPOINT_ID,
     clients,
@@ -51,12 +55,23 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     ...(env.FERRY_STOP_GRACE_MS !== undefined ? { stopGraceMs: env.FERRY_STOP_GRACE_MS } : {}),
     drainMs: env.FERRY_DRAIN_MS,
     ...(env.ECS_AGENT_URI ? { ecs: { agentUri: env.ECS_AGENT_URI } } : {}),
+    ...(env.FERRY_LOG_GROUP
+      ? {
+          logs: new CloudWatchLogStore({
+            client: logsClient,
+            logGroup: env.FERRY_LOG_GROUP,
+            // One stream per task: writers never share a stream.
+            logStream: `${env.FERRY_ENDPOINT_ID}/${randomUUID()}`,
+          }),
+        }
+      : {}),
   });
   // SIGTERM from ECS, or the supervisor wants this task replaced (refresh_worker, a killed worker).
   const code = await Promise.race([signalled().then(() => 0), agent.leaving]);
   await agent.drain();
   await agent.close();
   for (const client of Object.values(clients)) client.destroy();
+  logsClient.destroy();
   return code;
 }
 

@@ -100,7 +100,11 @@ export class CloudWatchLogStore implements LogStore {
         if (!line) continue;
         lines.push(line);
         const t = event.timestamp ?? 0;
-        last = { t, ids: last && last.t === t ? [...last.ids, event.eventId ?? ''] : [event.eventId ?? ''] };
+        // Ids at the same millisecond, so a resumed read skips them (bounded: the cursor travels in a URL).
+        last = {
+          t,
+          ids: last && last.t === t ? [...last.ids, event.eventId ?? ''].slice(-100) : [event.eventId ?? ''],
+        };
         if (lines.length >= query.limit) break;
       }
       nextToken = page.nextToken;
@@ -192,7 +196,7 @@ function decodeCursor(after: string | undefined): Cursor | undefined {
       Array.isArray(value.ids) &&
       value.ids.every((id) => typeof id === 'string')
     )
-      return { t: value.t, ids: value.ids.slice(0, 10_000) };
+      return { t: value.t, ids: value.ids.slice(-100) };
   } catch {
     // fall through
   }
