@@ -77,3 +77,9 @@ export function poolExportName(instanceType: string): string {
 export function outputIdOf(exportName: string): string {
   return exportName.slice(exportPrefix.length).replace(/[^A-Za-z0-9]/g, '');
 }
+
+/**
+ * The CloudWatch Logs group of job output (docs/observability.md). Fixed, like the cluster: agents of
+ * every app write there and the API Lambda reads it, with no cross-stack reference.
+ */
+export const jobLogGroupName = '/ferry/job-logs';

@@ -20,7 +20,7 @@
  * it; the task role reads the one artifact key instead (worker-image/agent/artifact.ts).
  */
 import { createHash } from 'node:crypto';
-import { Aws, Duration, Stack, Validations } from 'aws-cdk-lib';
+import { ArnFormat, Aws, Duration, Stack, Validations } from 'aws-cdk-lib';
 import * as appscaling from 'aws-cdk-lib/aws-applicationautoscaling';
 import * as ecr from 'aws-cdk-lib/aws-ecr';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
@@ -32,7 +32,7 @@ import { dynamoSchema } from '../../core/adapters/aws/dynamo.js';
 import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
 import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/agent.js';
 import { agentMemoryMiB, artifactInitMemoryMiB, type Placement, workerMemoryReservationMiB } from '../gpu.js';
-import { clusterName } from '../names.js';
+import { clusterName, jobLogGroupName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
 import {
   allowIndexes,
@@ -247,6 +247,24 @@ export class EndpointService extends Construct {
     if (props.queues) {
       const { queue, lowQueue } = props.queues;
       this.allowQueueAgent(taskRole, [queue, lowQueue]);
+      // Job output into the job-log group, in this endpoint's own streams only (`<endpointId>/…`).
+      taskRole.addToPolicy(
+        new iam.PolicyStatement({
+          actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
+          resources: [
+            Stack.of(this).formatArn({
+              service: 'logs',
+              resource: 'log-group',
+              resourceName: `${jobLogGroupName}:log-stream:${endpointId}/*`,
+              arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+            }),
+          ],
+        }),
+      );
+      Validations.of(taskRole).acknowledge({
+        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:${jobLogGroupName}:log-stream:${endpointId}/*]`,
+        reason: "Each task creates its own log stream under its endpoint's prefix; the grant stops there.",
+      });
       const agentEnv = {
         ...agentBase,
         FERRY_AGENT_MODE: 'queue',
@@ -263,6 +281,7 @@ export class EndpointService extends Construct {
         FERRY_AGENT_PORT: String(ports.agent),
         FERRY_LEASE_SEC: String(leaseTiming.leaseSec),
         FERRY_DRAIN_MS: String(drainMs),
+        FERRY_LOG_GROUP: jobLogGroupName,
       };
       // User env first: nothing a user sets can redirect the worker away from its agent. The
       // protocol env is the agent's own `workerEnv()` shape; the worker id is a placeholder the agent

@@ -84,6 +84,7 @@ import { JobEngine, type WebhookSender } from '../../core/engine.js';
 import { errorBody, FerryError, httpStatus } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
+import { jobMetricsLine } from '../../core/metrics.js';
 import type { Clock, ControlStore, EndpointRecord, LogStore } from '../../core/ports.js';
 import { WorkerSupervisor } from '../../core/supervisor.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
@@ -140,6 +141,8 @@ export interface AgentOptions {
   webhooks?: WebhookSender;
   /** Where the worker's job-log lines go (CloudWatch Logs on AWS); without it job-log is a 404. */
   logs?: LogStore;
+  /** Where each ended job's metrics line goes (EMF, core/metrics.ts); main.ts passes stdout. */
+  metricsOut?: (line: string) => void;
   clock?: Clock;
   log?: Logger;
   /** What a stuck stopped job leads to; default process.exit. */
@@ -449,7 +452,24 @@ class AgentServer implements Agent {
     } finally {
       if (isTake) this.takesInFlight--;
     }
+    if (route === 'job-done' && response.statusCode === 200 && this.options.metricsOut) {
+      void this.reportEnded(safeDecode(segments[5] ?? ''));
+    }
     return response;
+  }
+
+  /** The ended job's delay and execution time as metrics (the CloudWatch dashboard's source). */
+  private async reportEnded(jobId: string): Promise<void> {
+    try {
+      const line = jobMetricsLine(
+        this.endpointId,
+        await this.engine.status(this.endpointId, jobId),
+        this.clock.now(),
+      );
+      if (line) this.options.metricsOut?.(line);
+    } catch (error) {
+      this.log.warn(`job metrics for ${jobId}: ${message(error)}`);
+    }
   }
 
   private async tickLoop(): Promise<void> {

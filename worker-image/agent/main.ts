@@ -55,6 +55,8 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     ...(env.FERRY_STOP_GRACE_MS !== undefined ? { stopGraceMs: env.FERRY_STOP_GRACE_MS } : {}),
     drainMs: env.FERRY_DRAIN_MS,
     ...(env.ECS_AGENT_URI ? { ecs: { agentUri: env.ECS_AGENT_URI } } : {}),
+    // One EMF line per ended job on stdout: the awslogs driver ships it, CloudWatch makes metrics.
+    metricsOut: (line) => process.stdout.write(`${line}\n`),
     ...(env.FERRY_LOG_GROUP
       ? {
           logs: new CloudWatchLogStore({
