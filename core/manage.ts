@@ -18,7 +18,7 @@ import type { ApiRequest, ApiResponse } from './api.js';
 import { type Authenticator, credentialOf } from './auth.js';
 import { endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
-import { errorBody, httpStatus, notFound, unauthorized } from './errors.js';
+import { badRequest, errorBody, httpStatus, notFound, unauthorized } from './errors.js';
 import { isFinal, type Job, type JobStatus, jobStatuses } from './job.js';
 import type {
   ControlStore,
@@ -272,7 +272,15 @@ export class ManageApi {
       .slice(managePrefix.length)
       .split('/')
       .filter((s) => s.length > 0)
-      .map((s) => decodeURIComponent(s));
+      .map((s) => {
+        try {
+          return decodeURIComponent(s);
+        } catch {
+          throw badRequest(
+            `Bad request: the path ${JSON.stringify(req.path.slice(0, 200))} is not valid percent-encoding`,
+          );
+        }
+      });
     const method = req.method.toUpperCase();
     if (rest.length === 1 && rest[0] === 'openapi.json' && method === 'GET') return ok(manageOpenApi);
     for (const route of this.routes) {
