@@ -2,6 +2,7 @@
 import type { CommandModule } from 'yargs';
 import type { CliContext } from '../context.js';
 import { buildCommand } from './build.js';
+import { consoleCommand } from './console.js';
 import { deployCommand } from './deploy.js';
 import { devCommand, runAliasCommand } from './dev.js';
 import { initCommand } from './init.js';
@@ -20,6 +21,7 @@ export function commandTable(ctx: CliContext): CommandModule[] {
     appCommand(ctx),
     undeployCommand(ctx),
     logsCommand(ctx),
+    consoleCommand(ctx),
     serveCommand(ctx),
     keysCommand(ctx),
     quickstartCommand(ctx),

@@ -7,7 +7,7 @@
  */
 
 import { createServer } from 'node:net';
-import swagger from '@fastify/swagger';
+import swagger, { type SwaggerTransformObject } from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { FerryError } from '../../core/errors.js';
@@ -167,11 +167,12 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
     },
     // The management API (core/manage.ts) is proxied below; its paths join this document.
     transformObject: (document) => {
-      const doc = ('openapiObject' in document ? document.openapiObject : document.swaggerObject) as Record<
-        string,
-        any
-      >;
-      return {
+      type Doc = {
+        paths?: Record<string, unknown>;
+        components?: { securitySchemes?: Record<string, unknown>; schemas?: Record<string, unknown> };
+      };
+      const doc = ('openapiObject' in document ? document.openapiObject : document.swaggerObject) as Doc;
+      const merged = {
         ...(doc as Record<string, unknown>),
         paths: { ...doc.paths, ...manageOpenApi.paths },
         components: {
@@ -183,6 +184,7 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
           schemas: { ...doc.components?.schemas, ...manageOpenApi.components.schemas },
         },
       };
+      return merged as unknown as ReturnType<SwaggerTransformObject>;
     },
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
