@@ -841,7 +841,7 @@ describe('management API', () => {
         fc.constantFrom('', '/jobs', '/logs', '/workers', '/metrics', '/jobs/x'),
         async (id, tail) => {
           fc.pre(id.length > 0); // `/endpoints/` is the list itself
-        const path = `/manage/v1/endpoints/${enc(id)}${tail}`;
+          const path = `/manage/v1/endpoints/${enc(id)}${tail}`;
           const a = await probe('manage junk', 'GET', path, clientAuth, undefined, success);
           // A raw malformed escape is a 400 too (not a 500 from decoding).
           expectRejected(await send('GET', `/manage/v1/endpoints/%E0%A4%A${tail}`, clientAuth), 'malformed');
