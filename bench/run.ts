@@ -33,6 +33,7 @@ import { startPlatformChild } from './lib/child.js';
 import { api, benchKey, deepQueue, echoProject } from './lib/faults.js';
 import { envInt, pause, round, say } from './lib/util.js';
 import { CountingWorker } from './lib/worker.js';
+import { awsScaleFromZeroReport } from './scale-from-zero.js';
 
 const jobs = envInt('FERRY_BENCH_JOBS', 20_000);
 const concurrency = envInt('FERRY_BENCH_CONCURRENCY', 16);
@@ -536,6 +537,9 @@ waiting request wakes up — four HTTP exchanges where the floor has one.
 ## (c) Cold start
 
 Submit to an endpoint scaled to zero until its result, Python worker start included: ${r.coldStartMs.join(', ')} ms (median ${coldMedian} ms).
+\`node dist/bench/scale-from-zero.js\` measures the same against a warm endpoint in one run.
+
+${awsScaleFromZeroReport()}
 
 ## (d) Memory (platform in a child process, RSS from /proc after a GC)
 

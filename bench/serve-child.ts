@@ -63,6 +63,8 @@ async function main(): Promise<void> {
     sweepIntervalMs: intEnv('FERRY_BENCH_SWEEP_MS', 1_000),
     settings: { leaseMs: intEnv('FERRY_BENCH_LEASE_MS', 60_000) },
     webhookRetryDelayMs: intEnv('FERRY_BENCH_WEBHOOK_RETRY_MS', 10_000),
+    // The fault bench's receivers listen on loopback, which webhooks may only reach when allowed.
+    webhookAllow: ['127.0.0.1'],
     workers: project
       ? { ferryPythonPath: project.ferryPythonPath, tickMs: 100, reconcileIntervalMs: 500, drainMs: 3_000 }
       : undefined,

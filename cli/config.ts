@@ -110,6 +110,19 @@ export function installRoot(): string {
   throw new FerryError('failed', 'Cannot find the Ferry install folder (package.json named "ferry")');
 }
 
+/** Ferry's version (it tags the worker images), from the install's package.json. */
+export function ferryVersion(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(path.join(installRoot(), 'package.json'), 'utf8')) as {
+      version?: unknown;
+    };
+    if (typeof pkg.version === 'string') return pkg.version;
+  } catch {
+    // a damaged install still names images by the version this code shipped as
+  }
+  return '0.1.0';
+}
+
 export const templatesDir = () => path.join(installRoot(), 'cli', 'templates');
 /** The `ferry` Python package that workers import (put on their PYTHONPATH). */
 export const ferryPythonPath = () => path.join(installRoot(), 'worker-image', 'python');

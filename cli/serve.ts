@@ -3,9 +3,10 @@
  * probes it and, when nothing answers, starts `ferry serve --detach`, which returns once /v2 answers.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, openSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
+import { privateFileMode, securePrivateDir } from '../core/adapters/local/home.js';
 import { FerryError } from '../core/errors.js';
 import { ferryBin } from './config.js';
 
@@ -53,10 +54,10 @@ export interface DetachOptions {
 
 /** Starts `ferry serve` in its own process group, logging to FERRY_HOME/serve.log; resolves with its URL. */
 export async function startDetached(options: DetachOptions): Promise<ServerInfo> {
-  mkdirSync(options.home, { recursive: true });
+  securePrivateDir(options.home);
   const logPath = path.join(options.home, 'serve.log');
   rmSync(serverInfoPath(options.home), { force: true });
-  const log = openSync(logPath, 'a');
+  const log = openSync(logPath, 'a', privateFileMode);
   const args = [ferryBin(), 'serve', '--port', String(options.port)];
   if (options.host) args.push('--host', options.host);
   const child = spawn(process.execPath, args, {

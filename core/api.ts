@@ -3,20 +3,22 @@
  * JSON body out. The local Fastify server and the AWS Lambda handlers both call `handle`, so both
  * providers answer byte for byte alike (docs/api.md, docs/architecture.md#worker-protocol).
  */
-import { type Authenticator, credentialOf } from './auth.js';
+import { randomUUID } from 'node:crypto';
+import { type Authenticator, authorizeClient, credentialOf } from './auth.js';
 import { endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
 import {
   badRequest,
-  errorBody,
   FerryError,
   forbidden,
-  httpStatus,
   notFound,
+  toHttpResponse,
   tooLarge,
   unauthorized,
 } from './errors.js';
 import { limits } from './limits.js';
+import { type Logger, stderrLogger } from './log.js';
+import { anyEnv, byNameSegment, resolveByName } from './names.js';
 import type { ControlStore, EndpointRecord, LogStore } from './ports.js';
 import {
   jobDoneSchema,
@@ -37,13 +39,20 @@ export interface ApiRequest {
   body: Buffer | undefined;
   /** Aborts when the client goes away, so long polls stop early. */
   signal?: AbortSignal;
+  /** The edge's id for this request (API Gateway's, or one it made up); a fresh uuid when absent. */
+  requestId?: string;
 }
 
 export interface ApiResponse {
   statusCode: number;
   /** Undefined for 204. */
   body?: unknown;
+  /** Extra response headers (Retry-After on 429). */
+  headers?: Record<string, string>;
 }
+
+/** Seconds a client is told to wait after a 429 (docs/api.md#errors). */
+export const retryAfterSec = 5;
 
 /**
  * Big bodies through an object store, for front doors with payload caps (AWS: API Gateway 10 MB,
@@ -76,6 +85,10 @@ export interface ApiOptions {
   streamWaitMs?: number;
   /** How long an endpoint lookup is remembered. */
   endpointCacheMs?: number;
+  /** Where internal failures are logged with their request id (default stderr). */
+  log?: Logger;
+  /** Runs before a by-name lookup: `ferry dev` provisions a live endpoint on its first call. */
+  beforeResolve?: (app: string, env: string, name: string) => Promise<void>;
 }
 
 type Handler = (ctx: RouteContext) => Promise<ApiResponse>;
@@ -169,21 +182,62 @@ export class V2Api {
     ];
   }
 
-  /** Never throws: every failure becomes `{"error": "..."}` with its status. */
+  /** Never throws: every failure becomes the error answer of docs/api.md#errors. */
   async handle(req: ApiRequest): Promise<ApiResponse> {
     try {
       return await this.dispatch(req);
     } catch (error) {
-      return { statusCode: httpStatus(error), body: errorBody(error) };
+      const response = toHttpResponse(error, {
+        requestId: req.requestId ?? randomUUID(),
+        log: this.options.log ?? stderrLogger,
+        what: `${req.method} ${req.path}`,
+      });
+      // A 429 tells the client when to come back (docs/api.md#errors).
+      return response.statusCode === 429
+        ? { ...response, headers: { 'retry-after': String(retryAfterSec) } }
+        : response;
     }
   }
 
   private async dispatch(req: ApiRequest): Promise<ApiResponse> {
     const segments = req.path.split('/').filter((s) => s.length > 0);
     if (segments[0] !== 'v2' || segments.length < 3) throw notFound(`No route for ${req.method} ${req.path}`);
-    const endpointId = decodeURIComponent(segments[1]!);
-    const rest = segments.slice(2);
     const method = req.method.toUpperCase();
+    if (segments[1] === byNameSegment) return this.byName(req, method, segments.slice(2));
+    return this.route(req, method, decodeURIComponent(segments[1]!), segments.slice(2));
+  }
+
+  /**
+   * `/v2/by-name/<app>/<env>/<endpoint>[/<route>]` (core/names.ts, docs/python.md): GET without a
+   * route answers the resolution (id, kind); with one, that client route of the resolved endpoint.
+   * The key is checked first, and its scope against the endpoint found (403 outside it).
+   */
+  private async byName(req: ApiRequest, method: string, segments: string[]): Promise<ApiResponse> {
+    if (segments.length < 3) throw notFound(`No route for ${req.method} ${req.path}`);
+    const [app, env, name] = segments.slice(0, 3).map((s) => decodeURIComponent(s)) as [
+      string,
+      string,
+      string,
+    ];
+    const scope = await this.options.auth.clientKeyScope(credentialOf(req.headers.authorization));
+    if (!scope) throw unauthorized();
+    // '-' with a key bound to one environment of this app (a worker's call token) means that one.
+    const wanted = env === anyEnv && scope.app === app && scope.env !== undefined ? scope.env : env;
+    await this.options.beforeResolve?.(app, wanted, name);
+    const record = await resolveByName(this.options.control, app, wanted, name);
+    await authorizeClient(this.options.auth, req.headers.authorization, record);
+    const rest = segments.slice(3);
+    if (rest.length > 0) return this.route(req, method, record.id, rest);
+    if (method !== 'GET') throw notFound(`No route for ${req.method} ${req.path}`);
+    return ok({ id: record.id, kind: record.kind, app: record.app, env: record.env, name: record.name });
+  }
+
+  private async route(
+    req: ApiRequest,
+    method: string,
+    endpointId: string,
+    rest: string[],
+  ): Promise<ApiResponse> {
     for (const route of this.routes) {
       if (route.pattern.length !== rest.length) continue;
       if (!route.pattern.every((p, i) => p.startsWith(':') || p === rest[i])) continue;
@@ -201,6 +255,9 @@ export class V2Api {
         if (access === 'mismatch') throw forbidden('This worker token is not for this endpoint and worker');
       }
       const endpoint = await this.queueEndpoint(endpointId);
+      if (route.caller === 'client') {
+        await authorizeClient(this.options.auth, req.headers.authorization, endpoint);
+      }
       return route.handler({ req, endpointId, endpoint, params });
     }
     throw notFound(`No route for ${req.method} ${req.path}`);
@@ -338,6 +395,14 @@ export class V2Api {
   }
 
   private async jobDone({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
+    const size = req.body?.length ?? 0;
+    if (size > limits.jobDoneBodyBytes) {
+      // The job fails now, with the reason: left running it would be retried and end as "stopped
+      // responding" (issue 13).
+      const message = `Result of ${size} bytes is over the ${limits.jobDoneBodyBytes}-byte limit`;
+      await this.options.engine.done(endpointId, params[0]!, params[1]!, { error: message });
+      throw badRequest(message, 'Return large outputs as a URL (upload them from the handler)');
+    }
     // RunPod's SDK posts JSON labelled application/x-www-form-urlencoded: parse JSON whatever the type.
     const body = parseOr400(jobDoneSchema, workerBody(req), 'job-done body');
     return ok(await this.options.engine.done(endpointId, params[0]!, params[1]!, body));
@@ -406,16 +471,41 @@ function workerBody(req: ApiRequest): unknown {
  */
 export const maxJsonDepth = 512;
 
-function parseJson(body: Buffer): unknown {
+/** 400 for a body nested deeper than maxJsonDepth (also checked on /lb routes before forwarding). */
+export function assertJsonDepth(body: Buffer): void {
   const depth = jsonDepth(body);
   if (depth > maxJsonDepth) {
     throw badRequest(
       `Request body is nested ${depth} levels deep; at most ${maxJsonDepth} levels are accepted`,
     );
   }
+}
+
+/**
+ * JSON is stored exactly as received or refused (issue 13): a `__proto__` key would be dropped or turn
+ * into a prototype on the way through validation, and a number beyond double range (`1e999`) would
+ * be stored as null. The reviver that catches both only runs when the text could hold either (an
+ * escape, the word, or an exponent or digit run long enough to overflow), so ordinary bodies parse at
+ * full speed.
+ */
+const maybeUnfaithful = /__proto__|\\u|[eE][+]?\d{3}|\d{300}/;
+
+function faithful(key: string, value: unknown): unknown {
+  if (key === '__proto__')
+    throw new FerryError('bad_request', 'JSON keys named "__proto__" are not accepted');
+  if (typeof value === 'number' && !Number.isFinite(value)) {
+    throw new FerryError('bad_request', 'A number in the JSON is too large to store (beyond 1.8e308)');
+  }
+  return value;
+}
+
+function parseJson(body: Buffer): unknown {
+  assertJsonDepth(body);
+  const text = body.toString('utf8');
   try {
-    return JSON.parse(body.toString('utf8'));
+    return maybeUnfaithful.test(text) ? JSON.parse(text, faithful) : JSON.parse(text);
   } catch (error) {
+    if (FerryError.is(error)) throw error;
     throw new FerryError('bad_request', `Request body is not valid JSON: ${(error as Error).message}`);
   }
 }

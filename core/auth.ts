@@ -4,7 +4,9 @@
  * worker token cannot call the client API (docs/architecture.md#worker-protocol).
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import type { ControlStore } from './ports.js';
+import { forbidden, unauthorized } from './errors.js';
+import { callerOfToken } from './names.js';
+import type { ApiKeyRecord, ControlStore } from './ports.js';
 
 export const hashKey = (key: string): string => createHash('sha256').update(key, 'utf8').digest('hex');
 
@@ -39,8 +41,48 @@ export interface WorkerCredentials {
 
 export type WorkerAccess = ReturnType<WorkerCredentials['verify']>;
 
+/** What a client key may reach: every app (`{}`), one app, or one app's environment. */
+export interface KeyScope {
+  app?: string | undefined;
+  env?: string | undefined;
+}
+
+export const scopeOf = (record: Pick<ApiKeyRecord, 'app' | 'env'>): KeyScope =>
+  record.app ? { app: record.app, ...(record.env ? { env: record.env } : {}) } : {};
+
+/** The one rule for key scopes (both front doors and the AWS authorizer call it). */
+export function scopeCovers(scope: KeyScope, target: { app: string; env: string }): boolean {
+  if (scope.app === undefined) return true;
+  if (scope.app !== target.app) return false;
+  return scope.env === undefined || scope.env === target.env;
+}
+
+export function describeScope(scope: KeyScope): string {
+  if (scope.app === undefined) return 'all apps';
+  return scope.env === undefined ? `app ${scope.app}` : `app ${scope.app}, environment ${scope.env}`;
+}
+
+/**
+ * A client call to one endpoint: 401 without a known key, 403 when the key's scope does not reach the
+ * endpoint's app and environment. Both front doors call this before anything is read or written.
+ */
+export async function authorizeClient(
+  auth: Authenticator,
+  header: string | string[] | undefined,
+  endpoint: { id: string; app: string; env: string },
+): Promise<KeyScope> {
+  const scope = await auth.clientKeyScope(credentialOf(header));
+  if (!scope) throw unauthorized();
+  if (!scopeCovers(scope, endpoint)) {
+    throw forbidden(`This API key (${describeScope(scope)}) may not call endpoint ${endpoint.id}`);
+  }
+  return scope;
+}
+
 export interface Authenticator {
   isClientKey(key: string | undefined): Promise<boolean>;
+  /** The key's scope, or undefined when it is not a client key. */
+  clientKeyScope(key: string | undefined): Promise<KeyScope | undefined>;
   /** Whether `key` opens the worker routes of this endpoint for this worker id. */
   workerAccess(key: string | undefined, endpointId: string, workerId: string): Promise<WorkerAccess>;
 }
@@ -51,31 +93,46 @@ export interface Authenticator {
  * `workers`, no worker token is valid (the API Lambda serves client routes only).
  */
 export class KeyAuthenticator implements Authenticator {
-  private readonly cache = new Map<string, { ok: boolean; untilMs: number }>();
+  private readonly cache = new Map<string, { scope: KeyScope | undefined; untilMs: number }>();
 
   constructor(
     private readonly options: {
       control?: ControlStore;
       staticKeyHashes?: string[];
       workers?: WorkerCredentials;
+      /**
+       * Verifies workers' call tokens (core/names.ts): each is a client key scoped to its endpoint's
+       * app and environment. Without it no call token is valid.
+       */
+      callTokenSecret?: string;
       /** How long a key lookup is remembered; revocation takes effect after at most this long. */
       cacheMs?: number;
     },
   ) {}
 
   async isClientKey(key: string | undefined): Promise<boolean> {
-    if (!key) return false;
-    if ((this.options.staticKeyHashes ?? []).some((hash) => sameSecret(key, hash))) return true;
-    if (!this.options.control) return false;
+    return (await this.clientKeyScope(key)) !== undefined;
+  }
+
+  async clientKeyScope(key: string | undefined): Promise<KeyScope | undefined> {
+    if (!key) return undefined;
+    const caller = callerOfToken(this.options.callTokenSecret, key);
+    if (caller !== undefined) {
+      const own = await this.options.control?.getEndpoint(caller);
+      return own ? { app: own.app, env: own.env } : undefined;
+    }
+    // Keys given by configuration (FERRY_API_KEY) are the operator's: every app.
+    if ((this.options.staticKeyHashes ?? []).some((hash) => sameSecret(key, hash))) return {};
+    if (!this.options.control) return undefined;
     const hash = hashKey(key);
     const cached = this.cache.get(hash);
     const now = Date.now();
-    if (cached && cached.untilMs > now) return cached.ok;
+    if (cached && cached.untilMs > now) return cached.scope;
     const record = await this.options.control.findApiKeyByHash(hash);
-    const ok = record !== undefined && sameSecret(key, record.hash);
+    const scope = record !== undefined && sameSecret(key, record.hash) ? scopeOf(record) : undefined;
     if (this.cache.size > 10_000) this.cache.clear();
-    this.cache.set(hash, { ok, untilMs: now + (this.options.cacheMs ?? 5_000) });
-    return ok;
+    this.cache.set(hash, { scope, untilMs: now + (this.options.cacheMs ?? 5_000) });
+    return scope;
   }
 
   async workerAccess(key: string | undefined, endpointId: string, workerId: string): Promise<WorkerAccess> {

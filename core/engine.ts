@@ -7,8 +7,8 @@
  * again, so cancel against completion or lease expiry against job-done always ends in one answer.
  */
 import { randomUUID } from 'node:crypto';
-import { conflict, notFound } from './errors.js';
-import { canMove, isFinal, type Job, type JobView, type Move, viewOf } from './job.js';
+import { conflict, FerryError, notFound } from './errors.js';
+import { canMove, isFinal, type Job, type JobView, type Move, runDeadlineOf, viewOf } from './job.js';
 import { RegistryLedger } from './ledger.js';
 import { limits } from './limits.js';
 import type {
@@ -28,6 +28,8 @@ export interface EngineSettings {
   maxAttempts: number;
   /** A worker not heard from for this long no longer counts in health. */
   workerStaleMs: number;
+  /** Jobs waiting per endpoint; a submit above it is refused with 429 (docs/security.md). */
+  queueCapJobs: number;
 }
 
 export interface WebhookSender {
@@ -44,7 +46,13 @@ export interface EngineDeps {
   changes: ChangeFeed;
   clock: Clock;
   webhooks?: WebhookSender;
-  newId?: () => string;
+  /**
+   * Writes a new job and its queue message in one transaction where the stores share a database
+   * (SQLite), so a crash between the two cannot leave a job nobody will ever take.
+   */
+  createQueued?: (job: Job) => Promise<void>;
+  /** A new job id; gets the endpoint so AWS can scope ids to it (core/job.ts endpointScopedJobId). */
+  newId?: (endpointId: string) => string;
   settings?: Partial<EngineSettings>;
 }
 
@@ -96,7 +104,8 @@ export class JobEngine {
   private readonly changes: ChangeFeed;
   private readonly clock: Clock;
   private readonly webhooks: WebhookSender | undefined;
-  private readonly newId: () => string;
+  private readonly createQueued: ((job: Job) => Promise<void>) | undefined;
+  private readonly newId: (endpointId: string) => string;
 
   constructor(deps: EngineDeps) {
     this.jobs = deps.jobs;
@@ -104,11 +113,13 @@ export class JobEngine {
     this.changes = deps.changes;
     this.clock = deps.clock;
     this.webhooks = deps.webhooks;
+    this.createQueued = deps.createQueued;
     this.newId = deps.newId ?? (() => `${randomUUID()}-u1`);
     this.settings = {
       leaseMs: limits.leaseMs,
       maxAttempts: limits.maxAttempts,
       workerStaleMs: 3 * limits.leaseMs,
+      queueCapJobs: limits.queueCapJobs,
       ...deps.settings,
     };
     this.ledger = deps.ledger ?? new RegistryLedger(deps.workers, this.clock, this.settings.workerStaleMs);
@@ -117,10 +128,16 @@ export class JobEngine {
   // ── client side ──────────────────────────────────────────────────────────────────────────────
 
   async submit(endpointId: string, request: RunRequest, options: SubmitOptions): Promise<Job> {
+    const cap = this.settings.queueCapJobs;
+    if ((await this.queue.depth(endpointId, { atMost: cap })).visible >= cap) {
+      throw new FerryError('too_many_requests', `Endpoint ${endpointId} has ${cap} jobs waiting already`, {
+        hint: "Retry later, or raise the endpoint's worker count",
+      });
+    }
     const now = this.clock.now();
     const ttlMs = request.policy?.ttl ?? limits.ttlDefaultMs;
     const job: Job = {
-      id: options.sync ? `sync-${this.newId()}` : this.newId(),
+      id: options.sync ? `sync-${this.newId(endpointId)}` : this.newId(endpointId),
       endpointId,
       status: 'IN_QUEUE',
       input: request.input,
@@ -142,8 +159,11 @@ export class JobEngine {
       retries: 0,
       version: 1,
     };
-    await this.jobs.create(job);
-    await this.queue.send(endpointId, job.id, { lowPriority: job.policy.lowPriority });
+    if (this.createQueued) await this.createQueued(job);
+    else {
+      await this.jobs.create(job);
+      await this.queue.send(endpointId, job.id, { lowPriority: job.policy.lowPriority });
+    }
     this.changes.notify(endpointKey(endpointId));
     return job;
   }
@@ -165,8 +185,17 @@ export class JobEngine {
   async status(endpointId: string, jobId: string, ttlMs?: number): Promise<JobView> {
     let job = await this.mustGet(endpointId, jobId);
     if (ttlMs !== undefined) {
-      // `?ttl=` gives the job a time-to-live from now (docs/api.md#retention).
-      job = await this.change(job, () => ({ expiresAt: this.clock.now() + ttlMs }), 'ttl');
+      // `?ttl=` sets how long the result is kept (docs/api.md#retention), never how long the job may
+      // run: a finished job now expires ttl from now; an unfinished one keeps its result that long
+      // once it ends.
+      job = await this.change(
+        job,
+        (current) =>
+          isFinal(current.status)
+            ? { expiresAt: this.clock.now() + ttlMs, retentionMs: ttlMs }
+            : { retentionMs: ttlMs },
+        'ttl',
+      );
     }
     return viewOf(job, this.clock.now());
   }
@@ -370,11 +399,9 @@ export class JobEngine {
         job.status === 'IN_PROGRESS' &&
         job.workerId === workerId
       ) {
-        const renewed = await this.jobs.update(jobId, job.version, {
-          leaseUntil: now + this.settings.leaseMs,
-        });
-        if (renewed) break;
-        job = await this.jobs.get(jobId, now);
+        const renewed = await this.jobs.update(job, { leaseUntil: now + this.settings.leaseMs });
+        if (renewed.ok) break;
+        job = this.unexpired(renewed.current);
       }
     }
     await this.ledger.pinged(endpointId, workerId, jobIds);
@@ -455,8 +482,8 @@ export class JobEngine {
       job.startedAt !== undefined
     ) {
       const current = job;
-      const deadlineMs = job.startedAt + job.policy.executionTimeoutMs;
-      if (deadlineMs > this.clock.now()) return { timedOut: false, deadlineMs };
+      const deadlineMs = runDeadlineOf(job);
+      if (deadlineMs === undefined || deadlineMs > this.clock.now()) return { timedOut: false, deadlineMs };
       if (await this.tryMove(current, 'timeOut', () => this.timedOutPatch(current)))
         return { timedOut: true };
       // Lost a race (a ping renewed the lease, or the job ended): read again and decide again.
@@ -549,36 +576,38 @@ export class JobEngine {
       if (workerId !== undefined && current.workerId !== workerId) {
         throw conflict(`Job ${job.id} is no longer held by worker ${workerId}`);
       }
-      const written = await this.jobs.update(
-        job.id,
-        current.version,
-        this.withRetention(current, patch(current)),
-      );
-      if (written) {
-        this.afterWrite(current, written);
-        return written;
+      const result = await this.jobs.update(current, this.withRetention(current, patch(current)));
+      if (result.ok) {
+        this.afterWrite(current, result.job);
+        return result.job;
       }
-      current = await this.jobs.get(job.id, this.clock.now());
+      current = this.unexpired(result.current);
     }
   }
 
   /** Like move, but a job that moved on meanwhile is simply skipped (sweeps and purge). */
   private async tryMove(job: Job, move: Move, patch: (current: Job) => JobPatch): Promise<Job | undefined> {
     if (!canMove(move, job.status)) return undefined;
-    const written = await this.jobs.update(job.id, job.version, this.withRetention(job, patch(job)));
-    if (written) this.afterWrite(job, written);
-    return written;
+    const result = await this.jobs.update(job, this.withRetention(job, patch(job)));
+    if (!result.ok) return undefined;
+    this.afterWrite(job, result.job);
+    return result.job;
   }
 
   /** A change that is not a status move (e.g. `?ttl=`), retried on lost races. */
   private async change(job: Job, patch: (current: Job) => JobPatch, what: string): Promise<Job> {
     let current: Job | undefined = job;
     while (current) {
-      const written = await this.jobs.update(job.id, current.version, patch(current));
-      if (written) return written;
-      current = await this.jobs.get(job.id, this.clock.now());
+      const result = await this.jobs.update(current, patch(current));
+      if (result.ok) return result.job;
+      current = this.unexpired(result.current);
     }
     throw notFound(`Job ${job.id} not found while setting its ${what}`);
+  }
+
+  /** A job a lost race handed back, as `get` would answer it now (expired jobs read as absent). */
+  private unexpired(job: Job | undefined): Job | undefined {
+    return job && job.expiresAt > this.clock.now() ? job : undefined;
   }
 
   private afterWrite(before: Job, after: Job): void {
@@ -613,6 +642,8 @@ export class JobEngine {
       startedAt: undefined,
     }));
     if (!moved) return undefined;
+    // The next attempt streams from the start: chunks of this one must not reach the client twice.
+    await this.jobs.clearStream(job.id);
     await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
     this.changes.notify(endpointKey(job.endpointId));
     return 'requeued';

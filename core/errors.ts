@@ -1,7 +1,15 @@
 /**
  * Typed errors. Each has a `code`; `httpStatus` and `exitCode` map codes to the two places errors
- * leave Ferry (the HTTP API and the CLI), once each.
+ * leave Ferry (the HTTP API and the CLI), once each, and `toHttpResponse` is the one way an error
+ * leaves over HTTP (docs/api.md#errors).
+ *
+ * 4xx codes are the client's mistakes: their message is for the client and is sent as it is. Every
+ * other failure is ours and answers 5xx `{"error": "internal error", "requestId": ...}`; the detail
+ * (which may name tables, queue URLs, object keys) goes only to the log, under the same request id.
+ * A check of our own arguments is a programmer error: `internal`, never `badRequest`.
  */
+import type { Logger } from './log.js';
+
 export type ErrorCode =
   | 'bad_request'
   | 'unauthorized'
@@ -11,7 +19,15 @@ export type ErrorCode =
   | 'too_large'
   | 'too_many_requests'
   | 'usage'
-  | 'failed';
+  | 'failed'
+  /** A bug or a broken dependency on our side (a bad argument between our own modules, an AWS outage). */
+  | 'internal'
+  /** What we forwarded to (a worker, a function) failed or gave no usable answer. */
+  | 'bad_gateway'
+  /** A dependency we need to answer is unavailable for now (the key store is throttled). */
+  | 'unavailable'
+  /** What we forwarded to did not answer in time. */
+  | 'gateway_timeout';
 
 const httpStatusByCode: Record<ErrorCode, number> = {
   bad_request: 400,
@@ -23,6 +39,10 @@ const httpStatusByCode: Record<ErrorCode, number> = {
   too_many_requests: 429,
   usage: 400,
   failed: 500,
+  internal: 500,
+  bad_gateway: 502,
+  unavailable: 503,
+  gateway_timeout: 504,
 };
 
 /** CLI exit codes: 2 for what the user can fix by typing something else, 1 for everything else. */
@@ -36,6 +56,10 @@ const exitCodeByCode: Record<ErrorCode, number> = {
   too_many_requests: 1,
   usage: 2,
   failed: 1,
+  internal: 1,
+  bad_gateway: 1,
+  unavailable: 1,
+  gateway_timeout: 1,
 };
 
 export class FerryError extends Error {
@@ -65,6 +89,8 @@ export const unauthorized = (message = 'Missing or invalid API key') =>
 export const forbidden = (message: string) => new FerryError('forbidden', message);
 export const tooLarge = (message: string, hint?: string) => new FerryError('too_large', message, { hint });
 export const usage = (message: string, hint?: string) => new FerryError('usage', message, { hint });
+/** A programmer error or a broken dependency: the client sees only "internal error" and a request id. */
+export const internal = (message: string, cause?: unknown) => new FerryError('internal', message, { cause });
 
 export function httpStatus(error: unknown): number {
   return FerryError.is(error) ? httpStatusByCode[error.code] : 500;
@@ -74,7 +100,47 @@ export function exitCode(error: unknown): number {
   return FerryError.is(error) ? exitCodeByCode[error.code] : 1;
 }
 
-/** The one error body of the HTTP API. Unexpected errors never leak their message or stack. */
-export function errorBody(error: unknown): { error: string } {
-  return { error: FerryError.is(error) ? error.message : 'Internal error' };
+/** An error answer of the HTTP API: `{"error"}` for 4xx, `{"error": "internal error", "requestId"}` for 5xx. */
+export interface ErrorResponse {
+  statusCode: number;
+  body: { error: string; requestId?: string };
+}
+
+export interface ErrorEdge {
+  /** The id the client sees and the log line carries (API Gateway's, Lambda's, or a fresh uuid). */
+  requestId: string;
+  log: Logger;
+  /** What was being served, for the log line (`GET /v2/ep/status/1`); never the headers (they carry keys). */
+  what?: string;
+}
+
+/**
+ * The one way an error leaves over HTTP, used by every edge (the local Fastify server, the API Lambda,
+ * the agent, the load-balanced proxy, the API Gateway shim). 4xx: the message, which is written for the
+ * client. 5xx: nothing but "internal error" and the request id; the detail is logged with that id.
+ */
+export function toHttpResponse(error: unknown, edge: ErrorEdge): ErrorResponse {
+  const statusCode = httpStatus(error);
+  if (statusCode < 500) return { statusCode, body: { error: (error as FerryError).message } };
+  edge.log.error(`request ${edge.requestId}${edge.what ? ` (${edge.what})` : ''} failed: ${detailOf(error)}`);
+  return { statusCode, body: { error: 'internal error', requestId: edge.requestId } };
+}
+
+/** One log line: name, message, the chain of causes and where it was thrown. */
+export function detailOf(error: unknown): string {
+  const parts: string[] = [];
+  let current: unknown = error;
+  for (let depth = 0; current !== undefined && depth < 5; depth++) {
+    if (current instanceof Error) {
+      const code = FerryError.is(current) ? ` [${current.code}]` : '';
+      parts.push(`${current.name}${code}: ${current.message}`);
+      current = current.cause;
+    } else {
+      parts.push(String(current));
+      current = undefined;
+    }
+  }
+  const frame =
+    error instanceof Error ? error.stack?.split('\n').find((l) => l.trim().startsWith('at ')) : undefined;
+  return `${parts.join(' <- caused by ')}${frame ? ` ${frame.trim()}` : ''}`;
 }

@@ -23,13 +23,42 @@ export const jobStatuses = [
 ] as const;
 export type JobStatus = (typeof jobStatuses)[number];
 
-export const finalStatuses: ReadonlySet<JobStatus> = new Set([
+/** The statuses a job never leaves (but by retry); stores use the list in their indexes and deletes. */
+export const finalStatusList = [
   'COMPLETED',
   'FAILED',
   'CANCELLED',
   'TIMED_OUT',
-]);
-export const isFinal = (status: JobStatus): boolean => finalStatuses.has(status);
+] as const satisfies JobStatus[];
+export const finalStatuses: ReadonlySet<JobStatus> = new Set(finalStatusList);
+/** Also takes a status read off the wire (a string), as clients of the API do. */
+export const isFinal = (status: string): boolean => finalStatuses.has(status as JobStatus);
+
+/**
+ * When a running job's execution timeout passes, for the engine and for the stores' overdue indexes.
+ * A timeout of 0 (or none) means none: the job runs as long as its worker renews the lease.
+ */
+export function runDeadlineOf(job: Pick<Job, 'startedAt' | 'policy'>): number | undefined {
+  const timeoutMs = job.policy?.executionTimeoutMs;
+  return job.startedAt !== undefined && timeoutMs !== undefined && timeoutMs > 0
+    ? job.startedAt + timeoutMs
+    : undefined;
+}
+
+/**
+ * Job ids that carry their endpoint. On AWS the jobs, chunks and payloads of every endpoint share
+ * one table and one bucket, and IAM can fence an endpoint's agent off the others' items only by the
+ * partition key (`dynamodb:LeadingKeys`) and the object key (S3 ARNs): so the id starts with the
+ * endpoint id, and /runsync's `sync-` marker goes before it (docs/security-aws.md). Endpoint ids
+ * contain no '-', so `<endpointId>-` can never be the start of another endpoint's id.
+ */
+export const endpointScopedJobId = (endpointId: string, unique: string): string => `${endpointId}-${unique}`;
+
+/** Every id `endpointScopedJobId` can produce for the endpoint, as IAM StringLike patterns. */
+export const endpointJobIdPatterns = (endpointId: string): [string, string] => [
+  `${endpointId}-*`,
+  `sync-${endpointId}-*`,
+];
 
 /** The legal moves, and the only place that says which status each starts from and ends in. */
 export const moves = {

@@ -46,14 +46,18 @@ export class RegistryLedger implements WorkerLedger {
   }
 
   private async write(endpointId: string, workerId: string, held: (current: string[]) => string[]) {
-    const before = (await this.registry.get(workerId))?.jobIds ?? [];
+    const record = await this.registry.get(workerId);
+    const before = record?.jobIds ?? [];
     const jobIds = [...new Set(held(before))];
+    const now = this.clock.now();
     await this.registry.heartbeat({
       workerId,
       endpointId,
       state: jobIds.length > 0 ? 'running' : 'idle',
       jobIds,
-      lastSeenAt: this.clock.now(),
+      lastSeenAt: now,
+      // Busy now, or until now: idle_timeout counts from here (core/scaling.ts).
+      lastBusyAt: jobIds.length > 0 || before.length > 0 ? now : (record?.lastBusyAt ?? now),
     });
   }
 }

@@ -50,6 +50,22 @@ export const limits = {
   logLineChars: 16 * 1024,
   /** Lines one job-log request may carry. */
   logBatchLines: 1_000,
+  /**
+   * The local front door (docs/security.md): how long a client may take to send its headers and its
+   * whole request, how long an idle keep-alive socket stays open, and how many sockets are open at
+   * once. Waiting for an answer (runsync, long polls) is not sending, so long waits are unaffected.
+   */
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 120_000,
+  keepAliveTimeoutMs: 10_000,
+  /** Inactivity on a socket, answer included: above the longest wait a request may ask for. */
+  socketIdleTimeoutMs: 330_000,
+  maxConnections: 1_000,
+  /** Client requests per API key (per address without a key) per window; 429 with Retry-After above. */
+  rateLimitRequests: 2_000,
+  rateLimitWindowMs: 10_000,
+  /** Jobs waiting in one endpoint's queue; /run and /runsync answer 429 above it. */
+  queueCapJobs: 100_000,
 
   /** Deployment artifact. */
   artifactBytes: 1.5 * 1024 * 1024 * 1024,

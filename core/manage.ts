@@ -13,13 +13,15 @@
  *   GET /manage/v1/endpoints/{id}/metrics?hours=&step=       time series
  *   GET /manage/v1/openapi.json                              this API as OpenAPI 3 (no key needed)
  */
+import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import type { ApiRequest, ApiResponse } from './api.js';
 import { type Authenticator, credentialOf } from './auth.js';
 import { endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
-import { badRequest, errorBody, httpStatus, notFound, unauthorized } from './errors.js';
+import { badRequest, notFound, toHttpResponse, unauthorized } from './errors.js';
 import { isFinal, type Job, type JobStatus, jobStatuses } from './job.js';
+import { type Logger, stderrLogger } from './log.js';
 import type {
   ControlStore,
   EndpointRecord,
@@ -82,6 +84,7 @@ export interface ManageApiOptions {
   now?: () => number;
   /** A worker not heard from for this long is not listed. */
   workerStaleMs?: number;
+  log?: Logger;
 }
 
 const statusList = z
@@ -261,8 +264,11 @@ export class ManageApi {
     try {
       return await this.dispatch(req);
     } catch (error) {
-      const statusCode = httpStatus(error);
-      return { statusCode, body: statusCode >= 500 ? { error: 'Internal error' } : errorBody(error) };
+      // 5xx: "internal error" and a request id, the detail only in the log (core/errors.ts).
+      return toHttpResponse(error, {
+        requestId: req.requestId ?? randomUUID(),
+        log: this.options.log ?? stderrLogger,
+      });
     }
   }
 

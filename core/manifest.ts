@@ -3,31 +3,40 @@
  * deploys from. It travels inside the artifact as `ferry_manifest.json`.
  */
 import { z } from 'zod';
+import {
+  bounds,
+  cpuSchema,
+  endpointNameSchema,
+  gpuModels,
+  pythonVersions,
+  workersInOrder,
+} from './endpoint-spec.js';
 
-export const pythonVersions = ['3.10', '3.11', '3.12', '3.13'] as const;
-
-/** GPU models users may name (docs/architecture.md#the-ferry-python-package); each maps to EC2 instance types in infra/. */
-export const gpuModels = ['T4', 'A10G', 'L4', 'L40S', 'A100', 'H100'] as const;
+// The declaration rules live in endpoint-spec.ts; these names stay importable from here.
+export { gpuModels, pythonVersions };
 
 export const resourcesSchema = z
   .object({
     /** GPU models allowed, or 'any'. Absent for CPU endpoints. */
     gpu: z.array(z.union([z.enum(gpuModels), z.literal('any')])).optional(),
     /** vCPUs and GiB as "2-8", for CPU endpoints. */
-    cpu: z.string().optional(),
-    gpuCount: z.number().int().min(1).max(8),
+    cpu: cpuSchema.optional(),
+    gpuCount: z.number().int().min(bounds.gpuCount.min).max(bounds.gpuCount.max),
     workersMin: z.number().int().min(0),
-    workersMax: z.number().int().min(1),
-    idleTimeoutSec: z.number().int().min(1).max(3600),
+    workersMax: z.number().int().min(bounds.workersMax.min),
+    idleTimeoutSec: z.number().int().min(bounds.idleTimeoutSec.min).max(bounds.idleTimeoutSec.max),
     /** 0 means the platform default (policy.executionTimeout or 600 s). */
-    executionTimeoutMs: z.number().int().min(0),
-    maxConcurrency: z.number().int().min(1),
+    executionTimeoutMs: z.number().int().min(bounds.executionTimeoutMs.min),
+    maxConcurrency: z.number().int().min(bounds.maxConcurrency.min),
     env: z.record(z.string(), z.string()),
     dependencies: z.array(z.string()),
     systemDependencies: z.array(z.string()),
     pythonVersion: z.enum(pythonVersions).optional(),
   })
-  .strict();
+  .strict()
+  .refine((r) => workersInOrder(r.workersMin, r.workersMax), {
+    message: 'workersMin must not exceed workersMax',
+  });
 export type Resources = z.infer<typeof resourcesSchema>;
 
 const callableSchema = z
@@ -38,6 +47,19 @@ const callableSchema = z
     /** First line of the docstring: the Swagger summary in `ferry dev`. */
     summary: z.string().optional(),
     params: z.array(z.string()),
+    /** Each parameter from the signature: required, JSON type from its hint, literal default (OpenAPI). */
+    inputs: z
+      .array(
+        z
+          .object({
+            name: z.string(),
+            required: z.boolean(),
+            type: z.enum(['integer', 'number', 'string', 'boolean', 'object', 'array']).optional(),
+            default: z.unknown().optional(),
+          })
+          .strict(),
+      )
+      .optional(),
   })
   .strict();
 
@@ -60,7 +82,7 @@ export type Target = z.infer<typeof targetSchema>;
 
 export const manifestEndpointSchema = z
   .object({
-    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/),
+    name: endpointNameSchema,
     kind: z.enum(['queue', 'lb']),
     /** Project-relative POSIX path of the file that declares it. */
     file: z.string(),

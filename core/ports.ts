@@ -8,6 +8,9 @@ import type { Job, JobStatus } from './job.js';
 /** Fields to write. A key that is present with the value `undefined` removes that field. */
 export type JobPatch = Partial<Omit<Job, 'id' | 'endpointId' | 'version'>>;
 
+/** What a compare-and-set answers: the job as written, or the job as it is now. */
+export type JobUpdate = { ok: true; job: Job } | { ok: false; current: Job | undefined };
+
 export interface JobCounts {
   completed: number;
   failed: number;
@@ -22,10 +25,12 @@ export interface JobStore {
   /** The job, or undefined when there is none or it has expired at `nowMs` (expired jobs read as absent). */
   get(jobId: string, nowMs: number): Promise<Job | undefined>;
   /**
-   * Compare-and-set: applies `patch` and bumps the version only while the stored job is at
-   * `expectedVersion`. Returns the job as written, or undefined when it changed or vanished meanwhile.
+   * Compare-and-set: applies `patch` to `current` (a job as this store handed it out) and bumps the
+   * version, only while the stored job is still at `current.version`. The store does not read the job
+   * again first. On a lost race it answers the job as stored now (`undefined` when it is gone; expiry
+   * is the caller's to check), so the caller decides again without another read.
    */
-  update(jobId: string, expectedVersion: number, patch: JobPatch): Promise<Job | undefined>;
+  update(current: Job, patch: JobPatch): Promise<JobUpdate>;
   /** Unexpired jobs of one endpoint in one status, oldest first. */
   listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]>;
   /** IN_PROGRESS jobs (any endpoint) whose lease lapsed or whose execution timeout passed at `nowMs`. */
@@ -136,6 +141,9 @@ export interface ApiKeyRecord {
   /** sha256 of the key, hex. The key itself is never stored. */
   hash: string;
   createdAt: number;
+  /** Scope (docs/security.md): absent = every app; `app` alone = that app; `app` + `env` = one environment. */
+  app?: string | undefined;
+  env?: string | undefined;
 }
 
 /** Apps, environments, endpoints and API keys: where every machine of a team sees them. */
@@ -168,6 +176,10 @@ export interface WorkerRecord {
   /** The jobs the worker said it holds (take, ping). */
   jobIds: string[];
   lastSeenAt: number;
+  /** When it last held a job or request; idle_timeout counts from here (core/scaling.ts). */
+  lastBusyAt?: number | undefined;
+  /** Load-balanced workers: requests in flight, as their agent reports them. */
+  inFlight?: number | undefined;
 }
 
 /** Who is pulling work; health counts come from here, and the stop channel reads the jobs they hold. */

@@ -23,6 +23,7 @@ import { randomBytes } from 'node:crypto';
 import { hashKey, newSecret } from './auth.js';
 import type { Logger } from './log.js';
 import type { Clock, EndpointProblem, WorkerCounts, WorkerLedger, WorkerRegistry } from './ports.js';
+import { decideScale, type ScalingDecision } from './scaling.js';
 
 export interface WorkerIdentity {
   workerId: string;
@@ -119,11 +120,15 @@ interface EndpointState {
   lines: string[];
 }
 
+/** What the scaling policy (core/scaling.ts) needs beside what the supervisor knows of its workers. */
 export interface ScalePlan {
-  /** How many workers should be live (from the pool's scaling decision). */
-  desired: number;
+  /** Urgent jobs waiting (low-priority ones are left out: they never start a worker). */
+  urgentQueuedJobs: number;
+  /** Load-balanced requests that found no worker free. */
+  waitingRequests?: number;
   min: number;
   max: number;
+  maxConcurrency: number;
   idleMs: number;
   kind: 'queue' | 'lb';
 }
@@ -330,6 +335,10 @@ export class WorkerSupervisor implements WorkerLedger {
     if (!entry) return;
     entry.inFlight = Math.max(0, entry.inFlight + delta);
     entry.lastBusyAt = this.clock.now();
+    // The scaler reads in-flight requests from the registry (load-balanced agents on AWS).
+    void this.mirror(entry).catch((error) => {
+      this.options.log.warn(`registry write ${workerId}: ${messageOf(error)}`);
+    });
   }
 
   /** Asks a worker to finish what it holds and leave (scale-in, a new deployment, SIGTERM). */
@@ -371,7 +380,8 @@ export class WorkerSupervisor implements WorkerLedger {
    */
   async exited(workerId: string, how: { code: number | null; signal: string | null }): Promise<void> {
     const entry = this.workers.get(workerId);
-    if (!entry) return;
+    // Reported once: a second report (the drain after the container's exit) changes nothing.
+    if (!entry || entry.phase === 'gone') return;
     const endpointId = entry.identity.endpointId;
     const asked = entry.stopSentAt !== undefined || entry.phase === 'retiring';
     const contacted = entry.contactAt !== undefined;
@@ -400,7 +410,8 @@ export class WorkerSupervisor implements WorkerLedger {
           lines,
           sinceMs: now,
         };
-        this.options.log.error(`endpoint ${endpointId} is failing: ${state.problem.reason}`);
+        const tail = lines.length > 0 ? `; its last lines:\n${lines.map((l) => `  ${l}`).join('\n')}` : '';
+        this.options.log.error(`endpoint ${endpointId} is failing: ${state.problem.reason}${tail}`);
         await this.rejectQueued(endpointId);
         return;
       }
@@ -451,7 +462,7 @@ export class WorkerSupervisor implements WorkerLedger {
       if (entry.identity.endpointId !== endpointId || entry.phase === 'gone') continue;
       await this.enforce(entry, now);
     }
-    if (plan) this.scale(endpointId, plan, now);
+    if (plan) this.scale(endpointId, plan);
   }
 
   private async enforce(entry: WorkerEntry, now: number): Promise<void> {
@@ -479,22 +490,41 @@ export class WorkerSupervisor implements WorkerLedger {
     }
   }
 
-  private scale(endpointId: string, plan: ScalePlan, now: number): void {
-    const serving = [...this.workers.values()].filter(
-      (e) => e.identity.endpointId === endpointId && (e.phase === 'starting' || e.phase === 'ready'),
-    );
-    for (let i = serving.length; i < plan.desired; i++) {
+  /**
+   * The scaling policy's answer for an endpoint now, over the workers that take new work (the same
+   * function the AWS scaler applies to ECS; docs/scaling.md).
+   */
+  decide(endpointId: string, plan: ScalePlan): ScalingDecision {
+    return decideScale({
+      urgentQueuedJobs: plan.urgentQueuedJobs,
+      waitingRequests: plan.waitingRequests ?? 0,
+      workers: this.serving(endpointId).map((e) => ({
+        workerId: e.identity.workerId,
+        heldJobs: e.held.size,
+        inFlightRequests: e.inFlight,
+        lastBusyAtMs: e.lastBusyAt,
+      })),
+      min: plan.min,
+      max: plan.max,
+      maxConcurrency: plan.maxConcurrency,
+      idleTimeoutMs: plan.idleMs,
+      nowMs: this.clock.now(),
+    });
+  }
+
+  /** Starts workers up to the policy's count, and drains the idle ones it lets go. */
+  private scale(endpointId: string, plan: ScalePlan): void {
+    const decision = this.decide(endpointId, plan);
+    for (let i = this.serving(endpointId).length; i < decision.desired; i++) {
       if (!this.startOne(endpointId, plan.kind, plan.max)) break;
     }
-    // Scale in: the longest-idle workers beyond the desired count, once idle_timeout has passed.
-    let surplus = serving.length - Math.max(plan.min, plan.desired);
-    const idle = serving
-      .filter((e) => e.held.size === 0 && e.inFlight === 0 && now - e.lastBusyAt >= plan.idleMs)
-      .sort((a, b) => a.lastBusyAt - b.lastBusyAt);
-    for (const entry of idle) {
-      if (surplus-- <= 0) break;
-      this.drain(entry.identity.workerId);
-    }
+    for (const workerId of decision.mayStop) this.drain(workerId);
+  }
+
+  private serving(endpointId: string): WorkerEntry[] {
+    return [...this.workers.values()].filter(
+      (e) => e.identity.endpointId === endpointId && (e.phase === 'starting' || e.phase === 'ready'),
+    );
   }
 
   close(): void {
@@ -600,8 +630,9 @@ export class WorkerSupervisor implements WorkerLedger {
     if (!registry || entry.phase === 'gone') return;
     const now = this.clock.now();
     const jobIds = [...entry.held.keys()];
-    const state = jobIds.length > 0 ? 'running' : 'idle';
-    const jobs = jobIds.join(',');
+    const state = jobIds.length > 0 || entry.inFlight > 0 ? 'running' : 'idle';
+    // What the scaler reads: held jobs, requests in flight (0 or not), and when it was last busy.
+    const jobs = `${jobIds.join(',')}|${entry.inFlight > 0 ? 'serving' : ''}`;
     const staleMs = this.options.registryStaleMs ?? 180_000;
     const last = entry.mirrored;
     if (last && last.state === state && last.jobs === jobs && now - last.atMs < staleMs / 6) return;
@@ -612,6 +643,8 @@ export class WorkerSupervisor implements WorkerLedger {
       state,
       jobIds,
       lastSeenAt: now,
+      lastBusyAt: entry.lastBusyAt,
+      ...(entry.kind === 'lb' ? { inFlight: entry.inFlight } : {}),
     });
   }
 }

@@ -15,10 +15,19 @@
  * never past the function's own remaining time, then answer as RunPod does for an unfinished job
  * (`200 {id, status}`); clients poll again — wire compatible, and under API Gateway's 29 s timeout.
  */
+import { randomUUID } from 'node:crypto';
 import middy from '@middy/core';
 import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context } from 'aws-lambda';
 import type { ApiRequest, ApiResponse } from '../core/api.js';
-import { badRequest, errorBody, FerryError, httpStatus } from '../core/errors.js';
+import {
+  badRequest,
+  type ErrorEdge,
+  FerryError,
+  httpStatus,
+  internal,
+  toHttpResponse,
+} from '../core/errors.js';
+import { type Logger, stderrLogger } from '../core/log.js';
 import { managePrefix } from '../core/manage.js';
 import { lambdaPayloadBytes } from './payloads.js';
 import { type Platform, platformFromEnv } from './wiring.js';
@@ -55,7 +64,15 @@ export function requestOf(event: APIGatewayProxyEvent, signal?: AbortSignal): Ap
   for (const [name, values] of Object.entries(event.multiValueQueryStringParameters ?? {})) {
     if (values && values.length > 0) query[name] = values.join(',');
   }
-  return { method: event.httpMethod, path, query, headers, body: bodyOf(event), signal };
+  return {
+    method: event.httpMethod,
+    path,
+    query,
+    headers,
+    body: bodyOf(event),
+    signal,
+    requestId: event.requestContext?.requestId,
+  };
 }
 
 /**
@@ -84,30 +101,31 @@ function bodyOf(event: APIGatewayProxyEvent): Buffer | undefined {
 }
 
 /** The API's answer as the proxy result; 204 has no body. */
-export function resultOf(response: ApiResponse): APIGatewayProxyResult {
+export function resultOf(response: ApiResponse, edge: ErrorEdge): APIGatewayProxyResult {
   if (response.statusCode === 204 || response.body === undefined) {
     return { statusCode: response.statusCode, headers: {}, body: '' };
   }
   const body = JSON.stringify(response.body);
   // Last line of defence: the payload store shrinks outputs, but a response Lambda cannot return
-  // would reach the client as API Gateway's bare 502. Say what happened in the API's error shape.
+  // would reach the client as API Gateway's bare 502: answer in the API's error shape instead.
   if (Buffer.byteLength(body) > lambdaPayloadBytes - 16 * 1024) {
-    return {
-      statusCode: 500,
-      headers: jsonHeaders,
-      body: JSON.stringify({
-        error: `The answer is ${Buffer.byteLength(body)} bytes, more than an AWS Lambda response may carry (6 MB)`,
-      }),
-    };
+    const size = Buffer.byteLength(body);
+    return errorResult(
+      internal(`The answer is ${size} bytes, more than a Lambda response may carry (6 MB)`),
+      edge,
+    );
   }
-  return { statusCode: response.statusCode, headers: jsonHeaders, body };
+  return { statusCode: response.statusCode, headers: { ...jsonHeaders, ...response.headers }, body };
 }
 
-const errorResult = (error: unknown): APIGatewayProxyResult => ({
-  statusCode: httpStatus(error),
-  headers: jsonHeaders,
-  body: JSON.stringify(errorBody(error)),
-});
+function errorResult(error: unknown, edge: ErrorEdge): APIGatewayProxyResult {
+  const answer = toHttpResponse(error, edge);
+  return { statusCode: answer.statusCode, headers: jsonHeaders, body: JSON.stringify(answer.body) };
+}
+
+/** The id clients see in a 5xx: API Gateway's request id, else the invocation's. */
+const requestIdOf = (event: APIGatewayProxyEvent | undefined, context: Context | undefined): string =>
+  event?.requestContext?.requestId ?? context?.awsRequestId ?? randomUUID();
 
 /** A signal that fires when the caller's signal does, or `answerMarginMs` before the function times out. */
 function deadlineSignal(
@@ -122,28 +140,28 @@ function deadlineSignal(
 
 export type ApiHandler = (event: APIGatewayProxyEvent, context: Context) => Promise<APIGatewayProxyResult>;
 
-/** The handler over a platform; `platform` is called per request and builds it once (module scope). */
-export function createApiHandler(platform: () => Platform): ApiHandler {
+/**
+ * The handler over a platform; `platform` is called per request and builds it once (module scope).
+ * `log` is where internal failures go with their request id (stderr: CloudWatch Logs on Lambda).
+ */
+export function createApiHandler(platform: () => Platform, log: Logger = stderrLogger): ApiHandler {
   return middy<APIGatewayProxyEvent, APIGatewayProxyResult>()
     .use({
       // Anything that escapes (bad configuration, an AWS outage) answers in the API's one error shape;
-      // the log names the error but never the request (it carries the key).
+      // the log line names the error and the request id but never the request (it carries the key).
       onError: async (request) => {
-        const error = request.error;
-        if (!FerryError.is(error) || httpStatus(error) >= 500) {
-          console.error(`ferry api: ${error?.name ?? 'Error'}: ${error?.message ?? String(error)}`);
-        }
-        // A 5xx never tells the client more than that (configuration names, AWS error text).
-        request.response =
-          httpStatus(error) >= 500
-            ? { statusCode: 500, headers: jsonHeaders, body: JSON.stringify({ error: 'Internal error' }) }
-            : errorResult(error);
+        const edge = { requestId: requestIdOf(request.event, request.context), log };
+        request.response = errorResult(request.error, edge);
       },
     })
     .handler(async (event, context, options) => {
       const request = requestOf(event, deadlineSignal(context, options?.signal));
+      const edge = { requestId: requestIdOf(event, context), log };
       const { api, manage } = platform();
-      return resultOf(await (request.path.startsWith(`${managePrefix}/`) ? manage : api).handle(request));
+      const response = await (request.path.startsWith(`${managePrefix}/`) ? manage : api).handle(request);
+      // A submit to an endpoint with no worker nudged the scaler: send it before the sandbox freezes.
+      await platform().nudges?.settled();
+      return resultOf(response, edge);
     }) as unknown as ApiHandler;
 }
 

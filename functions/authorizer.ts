@@ -5,14 +5,24 @@
  * source `method.request.header.Authorization`) across every route; anything else gets Deny.
  *
  * The key is never logged, nor put in the context: only the key's id travels on, as `principalId` and
- * `context.keyId`. A failed lookup throws, which API Gateway answers with a 500 (fail closed).
+ * `context.keyId`. A key scoped to an app or environment gets only its endpoints' routes
+ * (allowedResources); the API checks the scope again on every call (core/auth.ts authorizeClient).
+ * A failed lookup throws, which API Gateway answers with a 500 (fail closed).
  *
  * API Gateway answers a Deny with 403 `{"message": ...}`; the stack maps the ACCESS_DENIED and
  * UNAUTHORIZED gateway responses to 401 `{"error": "Missing or invalid API key"}` so clients see the
  * API's one error shape (the local shim does the same).
  */
 import type { APIGatewayAuthorizerResult, APIGatewayRequestAuthorizerEvent } from 'aws-lambda';
-import { credentialOf, hashKey, sameSecret } from '../core/auth.js';
+import {
+  credentialOf,
+  describeScope,
+  hashKey,
+  type KeyScope,
+  sameSecret,
+  scopeCovers,
+  scopeOf,
+} from '../core/auth.js';
 import type { ControlStore } from '../core/ports.js';
 import { platformFromEnv } from './wiring.js';
 
@@ -22,11 +32,36 @@ export function stageWildcard(methodArn: string): string | undefined {
   return match ? `${match[1]}/*` : undefined;
 }
 
-function policy(effect: 'Allow' | 'Deny', resource: string): APIGatewayAuthorizerResult['policyDocument'] {
+function policy(
+  effect: 'Allow' | 'Deny',
+  resource: string | string[],
+): APIGatewayAuthorizerResult['policyDocument'] {
   return {
     Version: '2012-10-17',
     Statement: [{ Action: 'execute-api:Invoke', Effect: effect, Resource: resource }],
   };
+}
+
+/**
+ * What a key may invoke. An unscoped key: the whole stage. A scoped key (docs/security.md): the v2
+ * routes of the endpoints its scope covers (scopeCovers, the same rule the API applies again), listed
+ * one by one so the cached answer is right for every route the key calls; an endpoint deployed later
+ * is reachable once the authorizer cache entry expires. A scope that covers no endpoint yet still gets
+ * an Allow for a path nothing serves, because an empty Resource list is not a valid policy.
+ */
+export async function allowedResources(
+  stage: string,
+  scope: KeyScope,
+  control: Pick<ControlStore, 'listEndpoints'>,
+): Promise<string[]> {
+  if (scope.app === undefined) return [stage];
+  const base = stage.slice(0, -1);
+  const endpoints = (
+    await control.listEndpoints({ app: scope.app, ...(scope.env ? { env: scope.env } : {}) })
+  )
+    .filter((endpoint) => scopeCovers(scope, endpoint))
+    .map((endpoint) => `${base}*/v2/${endpoint.id}/*`);
+  return endpoints.length > 0 ? endpoints : [`${base}*/v2/-none-/*`];
 }
 
 function headerOf(event: APIGatewayRequestAuthorizerEvent, name: string): string | undefined {
@@ -51,10 +86,16 @@ export function createAuthorizer(control: () => ControlStore): AuthorizerHandler
     if (!key || !stage) return deny();
     const record = await control().findApiKeyByHash(hashKey(key));
     if (!record || !sameSecret(key, record.hash)) return deny();
+    const scope = scopeOf(record);
+    const resources = await allowedResources(stage, scope, control());
     return {
       principalId: record.id,
-      policyDocument: policy('Allow', stage),
-      context: { keyId: record.id, keyName: record.name },
+      policyDocument: policy('Allow', resources.length === 1 ? resources[0]! : resources),
+      context: {
+        keyId: record.id,
+        keyName: record.name,
+        ...(scope.app !== undefined ? { keyScope: describeScope(scope) } : {}),
+      },
     };
   };
 }

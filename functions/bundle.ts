@@ -5,6 +5,7 @@
  *   api.mjs         handler `api.handler`         the v2 client API (API Gateway proxy)
  *   authorizer.mjs  handler `authorizer.handler`  the API-key REQUEST authorizer
  *   sweeper.mjs     handler `sweeper.handler`     the scheduled sweeper
+ *   scaler.mjs      handler `scaler.handler`      sets ECS desiredCount (schedule + nudges)
  *
  * Runtime `nodejs22.x`. infra/ points each function's code at `outdir` with these handler names.
  */
@@ -17,6 +18,7 @@ export const functionEntries = {
   api: 'api.handler',
   authorizer: 'authorizer.handler',
   sweeper: 'sweeper.handler',
+  scaler: 'scaler.handler',
 } as const;
 
 export type FunctionName = keyof typeof functionEntries;

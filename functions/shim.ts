@@ -9,6 +9,7 @@
  *   authorizer: throws "Unauthorized" / Deny ──▶ 401 {"error": "Missing or invalid API key"}
  *   authorizer fails otherwise ───────────────▶ 500
  *   api handler: throws ──────────────────────▶ 502 · takes > 29 s ─▶ 504 · result > 6 MB ─▶ 502
+ *   (every 5xx: {"error": "internal error", "requestId"}, the detail in the log; docs/api.md#errors)
  *   otherwise ────────────────────────────────▶ the handler's statusCode, headers and body
  *
  * API Gateway itself answers a Deny with 403 `{"message": ...}`; the platform stack maps its
@@ -26,6 +27,8 @@ import type {
   APIGatewayRequestAuthorizerEvent,
   Context,
 } from 'aws-lambda';
+import { FerryError, internal, toHttpResponse } from '../core/errors.js';
+import { type Logger, stderrLogger } from '../core/log.js';
 import type { ApiHandler } from './api.js';
 import type { AuthorizerHandler } from './authorizer.js';
 import { lambdaPayloadBytes } from './payloads.js';
@@ -45,6 +48,8 @@ export interface ShimOptions {
   /** The api function's configured timeout; its context counts down from here. */
   functionTimeoutMs?: number;
   integrationTimeoutMs?: number;
+  /** Where the shim's own 5xx answers are logged with their request id (default stderr). */
+  log?: Logger;
 }
 
 export interface Shim {
@@ -58,7 +63,11 @@ const accountId = '000000000000';
 const apiId = 'ferrylocal';
 
 const errorJson = (res: ServerResponse, statusCode: number, error: string): void => {
-  const body = JSON.stringify({ error });
+  writeJson(res, statusCode, { error });
+};
+
+const writeJson = (res: ServerResponse, statusCode: number, answer: unknown): void => {
+  const body = JSON.stringify(answer);
   res.writeHead(statusCode, {
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(body),
@@ -66,11 +75,16 @@ const errorJson = (res: ServerResponse, statusCode: number, error: string): void
   res.end(body);
 };
 
+/** A failure on the gateway's side, answered like every edge answers one (docs/api.md#errors). */
+const failed = (res: ServerResponse, options: ShimOptions, requestId: string, error: FerryError): void => {
+  const answer = toHttpResponse(error, { requestId, log: options.log ?? stderrLogger, what: 'shim' });
+  writeJson(res, answer.statusCode, answer.body);
+};
+
 export async function startShim(options: ShimOptions): Promise<Shim> {
   const server = createServer((req, res) => {
     serve(req, res, options).catch((error: unknown) => {
-      console.error(`ferry shim: ${(error as Error)?.message ?? String(error)}`);
-      if (!res.headersSent) errorJson(res, 500, 'Internal error');
+      if (!res.headersSent) failed(res, options, randomUUID(), internal('The shim failed', error));
       else res.destroy();
     });
   });
@@ -124,7 +138,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, options: ShimOpt
     decision = await options.authorizer(authorizerEvent(event));
   } catch (error) {
     if ((error as Error)?.message === 'Unauthorized') errorJson(res, 401, 'Missing or invalid API key');
-    else errorJson(res, 500, 'The authorizer failed');
+    else failed(res, options, event.requestContext.requestId, internal('The authorizer failed', error));
     return;
   }
   const methodArn = authorizerEvent(event).methodArn;
@@ -146,19 +160,24 @@ async function serve(req: IncomingMessage, res: ServerResponse, options: ShimOpt
       timedOut,
     ]);
   } catch (error) {
-    console.error(`ferry shim: the api function failed: ${(error as Error)?.message ?? String(error)}`);
-    errorJson(res, 502, 'The api function failed');
+    const cause = new FerryError('bad_gateway', 'The api function failed', { cause: error });
+    failed(res, options, event.requestContext.requestId, cause);
     return;
   } finally {
     clearTimeout(timer);
   }
   if (result === 'timeout') {
-    errorJson(res, 504, `Endpoint request timed out (API Gateway waits ${timeoutMs} ms)`);
+    const late = new FerryError('gateway_timeout', `The api function took over ${timeoutMs} ms`);
+    failed(res, options, event.requestContext.requestId, late);
     return;
   }
   const resultBytes = Buffer.byteLength(JSON.stringify(result));
   if (resultBytes > lambdaPayloadBytes) {
-    errorJson(res, 502, `The api function's response of ${resultBytes} bytes is over Lambda's 6 MB`);
+    const big = new FerryError(
+      'bad_gateway',
+      `The api function's response of ${resultBytes} bytes is over 6 MB`,
+    );
+    failed(res, options, event.requestContext.requestId, big);
     return;
   }
   writeResult(res, result);

@@ -19,6 +19,8 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
     const { engine, jobs } = platform();
     const swept = await engine.sweep();
     const deleted = await jobs.deleteExpired(nowMs());
+    // Requeued jobs of an endpoint left with no worker nudged the scaler: send that before returning.
+    await platform().nudges?.settled();
     const report = { ...swept, deleted };
     // One line per run for CloudWatch Logs Insights; counts only, never job contents.
     console.log(JSON.stringify({ msg: 'ferry sweep', ...report }));

@@ -3,8 +3,12 @@
  * on each function. Built once per Lambda container (module scope, lazily: `platformFromEnv`), so warm
  * invocations reuse the SDK clients and their keep-alive connections; tests inject clients instead.
  */
+
+import { randomUUID } from 'node:crypto';
 import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { ECSClient } from '@aws-sdk/client-ecs';
+import { LambdaClient } from '@aws-sdk/client-lambda';
 import { S3Client } from '@aws-sdk/client-s3';
 import { GetQueueUrlCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
@@ -24,10 +28,12 @@ import { PollingChangeFeed } from '../core/changes.js';
 import { systemClock } from '../core/clock.js';
 import { JobEngine } from '../core/engine.js';
 import { FerryError } from '../core/errors.js';
+import { endpointScopedJobId } from '../core/job.js';
 import { ManageApi } from '../core/manage.js';
-import type { Clock, LogStore } from '../core/ports.js';
+import type { ChangeFeed, Clock, LogStore } from '../core/ports.js';
 import { HttpWebhookSender } from '../core/webhooks.js';
 import { S3PayloadStore } from './payloads.js';
+import { lambdaInvoker, NudgingChangeFeed, type ScalerDeps } from './scaler.js';
 
 const positiveMs = (fallback: number) => z.coerce.number().int().positive().default(fallback);
 const url = z.string().url().optional();
@@ -47,6 +53,11 @@ export const functionEnvSchema = z.object({
   FERRY_MAX_WAIT_MS: positiveMs(25_000),
   /** How often a waiting request re-reads DynamoDB (other sandboxes' writes are not heard). */
   FERRY_POLL_MS: positiveMs(500),
+  /** The scaler function the API nudges when work reaches an endpoint with no worker (scaler.ts). */
+  FERRY_SCALER_FUNCTION: z.string().min(1).optional(),
+  /** Scaler only: the ECS cluster of the worker services, and their names' prefix (+ endpoint id). */
+  FERRY_CLUSTER: z.string().min(1).optional(),
+  FERRY_SERVICE_NAME_PREFIX: z.string().default('ferry-'),
   /** Overrides for emulators and tests; unset on AWS. */
   FERRY_DYNAMODB_ENDPOINT: url,
   FERRY_SQS_ENDPOINT: url,
@@ -71,6 +82,8 @@ export interface AwsClients {
   logs?: CloudWatchLogsClient;
   /** Must carry `s3ClientConfig` (WHEN_REQUIRED checksums) or presigned PUTs break. */
   s3: S3Client;
+  /** For the scaler nudge; without it (or FERRY_SCALER_FUNCTION) nothing is nudged. */
+  lambda?: LambdaClient;
 }
 
 /** Region and credentials from the Lambda environment; endpoints only when overridden. */
@@ -83,6 +96,7 @@ export function clientsFromEnv(env: FunctionEnv): AwsClients {
       ...s3ClientConfig,
       ...(env.FERRY_S3_ENDPOINT ? { endpoint: env.FERRY_S3_ENDPOINT, forcePathStyle: true } : {}),
     }),
+    ...(env.FERRY_SCALER_FUNCTION ? { lambda: new LambdaClient({}) } : {}),
   };
 }
 
@@ -95,6 +109,9 @@ export interface Platform {
   jobs: DynamoJobStore;
   control: DynamoControlStore;
   queue: SqsJobQueue;
+  workers: DynamoWorkerRegistry;
+  /** Present when the scaler is nudged; handlers await `settled()` before they answer. */
+  nudges: NudgingChangeFeed | undefined;
   payloads: S3PayloadStore;
   webhooks: HttpWebhookSender;
 }
@@ -138,13 +155,30 @@ export function buildPlatform(options: PlatformOptions): Platform {
   });
   // Webhooks go out in the background; a frozen sandbox resumes them on its next invocation.
   const webhooks = new HttpWebhookSender({ clock });
+  const polling = new PollingChangeFeed(clock, env.FERRY_POLL_MS);
+  // Late-bound: the engine owns how old a registry record may be before its worker counts as gone.
+  const workerStaleMs = () => engine.settings.workerStaleMs;
+  const nudges =
+    env.FERRY_SCALER_FUNCTION && clients.lambda
+      ? new NudgingChangeFeed({
+          inner: polling,
+          workers,
+          clock,
+          workerStaleMs,
+          invoke: lambdaInvoker(clients.lambda, env.FERRY_SCALER_FUNCTION),
+          log: (line) => console.error(`ferry: ${line}`),
+        })
+      : undefined;
+  const changes: ChangeFeed = nudges ?? polling;
   const engine = new JobEngine({
     jobs,
     queue,
     workers,
-    changes: new PollingChangeFeed(clock, env.FERRY_POLL_MS),
+    changes,
     clock,
     webhooks,
+    // The endpoint leads the id, so IAM can scope each agent to its endpoint's jobs (core/job.ts).
+    newId: (endpointId) => endpointScopedJobId(endpointId, `${randomUUID()}-u1`),
   });
   const payloads = new S3PayloadStore({
     client: clients.s3,
@@ -159,7 +193,7 @@ export function buildPlatform(options: PlatformOptions): Platform {
       : { append: async () => {}, read: async (query) => ({ lines: [], next: query.after ?? '' }) };
   // Workers as the agents mirror them into the registry (byEndpoint index, no Scan).
   const manage = new ManageApi({ engine, jobs, queue, control, workers, logs, auth, now: () => clock.now() });
-  return { env, engine, api, manage, jobs, control, queue, payloads, webhooks };
+  return { env, engine, api, manage, jobs, control, queue, workers, nudges, payloads, webhooks };
 }
 
 /**
@@ -192,4 +226,27 @@ export function platformFromEnv(): Platform {
     containerPlatform = buildPlatform({ env, clients: clientsFromEnv(env) });
   }
   return containerPlatform;
+}
+
+let containerScaler: ScalerDeps | undefined;
+
+/** The scaler's dependencies, built on first use from process.env (FERRY_CLUSTER is required). */
+export function scalerDepsFromEnv(): ScalerDeps {
+  if (!containerScaler) {
+    const platform = platformFromEnv();
+    const cluster = platform.env.FERRY_CLUSTER;
+    if (!cluster) throw new FerryError('failed', 'Function configuration: FERRY_CLUSTER is not set');
+    containerScaler = {
+      control: platform.control,
+      queue: platform.queue,
+      workers: platform.workers,
+      ecs: new ECSClient({}),
+      cluster,
+      serviceNamePrefix: platform.env.FERRY_SERVICE_NAME_PREFIX,
+      clock: systemClock,
+      workerStaleMs: platform.engine.settings.workerStaleMs,
+      log: (line) => console.log(JSON.stringify(line)),
+    };
+  }
+  return containerScaler;
 }

@@ -7,7 +7,8 @@
  * stack's objects: what this stack uses must not shape the template of a platform other apps share.
  *
  * Each concern is its own construct (infra/constructs/): the endpoint's queues, its ECS service
- * (task layout and grants), queue scaling, and the load balancer. Names every module agrees on live
+ * (task layout and grants), and the load balancer. Worker counts are set by the platform's scaler
+ * Lambda (functions/scaler.ts, docs/scaling.md), not by anything in this stack. Names every module agrees on live
  * in infra/names.ts, task ports and timings in infra/task-layout.ts.
  *
  * Leases (the agent's contract, worker-image/agent/agent.ts): the agent receives a message (hidden
@@ -21,7 +22,6 @@
  */
 import { createHash } from 'node:crypto';
 import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
-import type * as appscaling from 'aws-cdk-lib/aws-applicationautoscaling';
 import type * as ecs from 'aws-cdk-lib/aws-ecs';
 import type * as elbv2 from 'aws-cdk-lib/aws-elasticloadbalancingv2';
 import type * as iam from 'aws-cdk-lib/aws-iam';
@@ -31,8 +31,8 @@ import type { Construct } from 'constructs';
 import { FerryError } from '../core/errors.js';
 import type { Manifest, ManifestEndpoint } from '../core/manifest.js';
 import { EnvironmentDashboard } from './constructs/dashboard.js';
+import type { LbHttpsOptions } from './constructs/https-front.js';
 import { EndpointLoadBalancer } from './constructs/load-balancer.js';
-import { QueueScaling } from './constructs/queue-scaling.js';
 import { EndpointQueues } from './constructs/queues.js';
 import { EndpointService, type WorkerImages } from './constructs/service.js';
 import { type Placement, placementFor } from './gpu.js';
@@ -53,6 +53,8 @@ export interface AppEnvironmentStackProps extends StackProps {
   images: WorkerImages;
   /** Endpoint ids by endpoint name; default `endpointIdFor(app, env, name)`. */
   endpointIds?: Readonly<Record<string, string>>;
+  /** Load-balanced endpoints: a domain for an ACM certificate; without one, a CloudFront front. */
+  https?: LbHttpsOptions;
 }
 
 /**
@@ -86,14 +88,17 @@ export interface DeployedEndpoint {
   service: ecs.Ec2Service;
   taskDefinition: ecs.Ec2TaskDefinition;
   taskRole: iam.Role;
-  scalableTarget: appscaling.ScalableTarget;
-  /** Urgent jobs; the only queue scaling reads. */
+  /** The agent's scoped role (infra/isolation.ts), assumed with an external id. */
+  agentRole: iam.Role;
+  /** Urgent jobs; the only queue the scaler reads (functions/scaler.ts). */
   queue?: sqs.Queue;
   deadLetterQueue?: sqs.Queue;
   /** policy.lowPriority jobs: drained by running workers, never a reason to start one. */
   lowQueue?: sqs.Queue;
   lowDeadLetterQueue?: sqs.Queue;
   loadBalancer?: elbv2.ApplicationLoadBalancer;
+  /** Load-balanced: the https address clients use (infra/constructs/https-front.ts). */
+  url?: string;
 }
 
 export class AppEnvironmentStack extends Stack {
@@ -144,7 +149,7 @@ export class AppEnvironmentStack extends Stack {
             name: e.name,
             id: e.id,
             kind: e.kind,
-            ...(e.loadBalancer ? { url: `http://${e.loadBalancer.loadBalancerDnsName}` } : {}),
+            ...(e.url ? { url: e.url } : {}),
             ...(e.queue ? { queueUrl: e.queue.queueUrl } : {}),
             ...(e.lowQueue ? { lowQueueUrl: e.lowQueue.queueUrl } : {}),
           }),
@@ -178,7 +183,7 @@ export class AppEnvironmentStack extends Stack {
 
     const queues =
       endpoint.kind === 'queue' ? new EndpointQueues(this, `${prefix}-Queues`, { endpointId }) : undefined;
-    const { service, taskDefinition, taskRole, scalableTarget } = new EndpointService(this, prefix, {
+    const { service, taskDefinition, taskRole, agentRole } = new EndpointService(this, prefix, {
       appName: props.appName,
       envName: props.envName,
       manifest: props.manifest,
@@ -201,14 +206,9 @@ export class AppEnvironmentStack extends Stack {
       service,
       taskDefinition,
       taskRole,
-      scalableTarget,
+      agentRole,
     };
     if (queues) {
-      new QueueScaling(this, `${prefix}-QueueScaling`, {
-        endpoint,
-        target: scalableTarget,
-        queue: queues.queue,
-      });
       return {
         ...deployed,
         queue: queues.queue,
@@ -217,12 +217,13 @@ export class AppEnvironmentStack extends Stack {
         lowDeadLetterQueue: queues.lowDeadLetterQueue,
       };
     }
-    const { loadBalancer } = new EndpointLoadBalancer(this, `${prefix}-LoadBalancer`, {
+    const { loadBalancer, url } = new EndpointLoadBalancer(this, `${prefix}-LoadBalancer`, {
       endpoint,
+      endpointId,
       platform: this.platform,
       service,
-      target: scalableTarget,
+      https: props.https,
     });
-    return { ...deployed, loadBalancer };
+    return { ...deployed, loadBalancer, url };
   }
 }

@@ -9,7 +9,7 @@
  *      -c ferry:manifest=<path to ferry_manifest.json> -c ferry:env=production
  *      -c ferry:functionsDir=<bundles dir> -c ferry:artifactKey=artifacts/<app>/<env>/<fp>.tar.gz
  *      -c ferry:gpuWorkerImage=… -c ferry:cpuWorkerImage=… -c ferry:agentImage=…
- *      (optional: ferry:app, ferry:artifactBucket, ferry:instanceTypes=a,b)
+ *      (optional: ferry:app, ferry:artifactBucket, ferry:instanceTypes=a,b, ferry:gpuWarmPoolSize=N)
  *
  * Stacks are environment-agnostic (no account/region): no lookups, so synth runs offline with no
  * credentials; the region comes from the deploying credentials.
@@ -22,7 +22,9 @@ import type { CloudAssembly } from 'aws-cdk-lib/cx-api';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { FerryError } from '../core/errors.js';
 import { type Manifest, manifestSchema } from '../core/manifest.js';
+import { parseOr400 } from '../core/schemas.js';
 import { AppEnvironmentStack, type WorkerImages } from './app-stack.js';
+import type { LbHttpsOptions } from './constructs/https-front.js';
 import { instanceTypesFor } from './gpu.js';
 import { appStackName, platformStackName } from './names.js';
 import { defaultInstanceTypes, PlatformStack } from './platform-stack.js';
@@ -55,7 +57,11 @@ export interface SynthesizeOptions {
    * the function bundles) only, never on which app is synthesized.
    */
   instanceTypes?: readonly string[];
+  /** Stopped GPU instances kept ready per GPU pool (PlatformStackProps.gpuWarmPoolSize); default 0. */
+  gpuWarmPoolSize?: number;
   endpointIds?: Readonly<Record<string, string>>;
+  /** HTTPS of load-balanced endpoints: a domain (ACM), else CloudFront (constructs/https-front.ts). */
+  https?: LbHttpsOptions;
   outdir?: string;
   /** CDK context (toolkit-lib's builder hands one over). */
   context?: Record<string, unknown>;
@@ -77,7 +83,7 @@ export function buildApp(
     context: { ...ferryContext, ...options.context },
   }),
 ): FerryApp {
-  const manifest = manifestSchema.parse(options.manifest);
+  const manifest = parseOr400(manifestSchema, options.manifest, 'build manifest');
   const appName = options.app ?? manifest.app;
   if (!options.env) throw new FerryError('usage', 'An environment name is required');
   const instanceTypes = options.instanceTypes ?? [
@@ -87,6 +93,7 @@ export function buildApp(
   const platform = new PlatformStack(app, platformStackName, {
     functionsCodeDir: options.functionsCodeDir,
     instanceTypes,
+    ...(options.gpuWarmPoolSize ? { gpuWarmPoolSize: options.gpuWarmPoolSize } : {}),
     description: 'Ferry platform: v2 job API, tables, bucket, ECS cluster',
   });
   const appStack = new AppEnvironmentStack(app, appStackName(appName, options.env), {
@@ -98,6 +105,7 @@ export function buildApp(
     platform: { instanceTypes: platform.instanceTypes },
     images: options.images,
     ...(options.endpointIds ? { endpointIds: options.endpointIds } : {}),
+    ...(options.https ? { https: options.https } : {}),
     description: `Ferry ${appName}/${options.env}`,
   });
   // Imports by name carry no reference CDK could order the stacks by: the platform (and the exports
@@ -140,6 +148,7 @@ export function optionsFromContext(app: App): SynthesizeOptions {
   const bucketName = get('artifactBucket');
   const app_ = get('app');
   const instanceTypes = get('instanceTypes');
+  const gpuWarmPoolSize = get('gpuWarmPoolSize');
   return {
     manifest,
     ...(app_ ? { app: app_ } : {}),
@@ -152,7 +161,22 @@ export function optionsFromContext(app: App): SynthesizeOptions {
       agent: need('agentImage'),
     },
     ...(instanceTypes ? { instanceTypes: instanceTypes.split(',').map((s) => s.trim()) } : {}),
+    ...(gpuWarmPoolSize ? { gpuWarmPoolSize: warmPoolSizeOf(gpuWarmPoolSize) } : {}),
   };
+}
+
+function warmPoolSizeOf(value: string): number {
+  const size = Number(value);
+  if (!Number.isInteger(size) || size < 0 || size > 100) {
+    throw new FerryError(
+      'usage',
+      `ferry:gpuWarmPoolSize must be a whole number from 0 to 100, got "${value}"`,
+      {
+        hint: 'Pass -c ferry:gpuWarmPoolSize=1 to keep one stopped GPU instance ready per GPU pool.',
+      },
+    );
+  }
+  return size;
 }
 
 function main(): void {

@@ -7,6 +7,7 @@
  * packs two tasks on one host. That keeps host networking (see app-stack.ts) free of port clashes and
  * gives each worker the whole machine it asked for.
  */
+import { cpuPattern } from '../core/endpoint-spec.js';
 import { FerryError } from '../core/errors.js';
 import type { gpuModels, Resources } from '../core/manifest.js';
 
@@ -84,15 +85,11 @@ export interface CpuSpec {
 
 /** Parses `cpu="V-G"` (vCPUs and GiB, e.g. "2-8"). Anything else is a FerryError with a hint. */
 export function parseCpuSpec(spec: string): CpuSpec {
-  const match = /^\s*(\d+)\s*-\s*(\d+)\s*$/.exec(spec);
+  const match = new RegExp(cpuPattern).exec(spec);
   const hint = 'Write cpu as "<vCPUs>-<GiB>", for example cpu="2-8".';
-  if (!match) throw new FerryError('bad_request', `Invalid cpu "${spec}": expected "V-G"`, { hint });
-  const vcpus = Number(match[1]);
-  const memoryGiB = Number(match[2]);
-  if (vcpus < 1 || memoryGiB < 1) {
-    throw new FerryError('bad_request', `Invalid cpu "${spec}": vCPUs and GiB must be at least 1`, { hint });
-  }
-  return { vcpus, memoryGiB };
+  if (!match)
+    throw new FerryError('bad_request', `Invalid cpu "${spec}": expected "V-G", each at least 1`, { hint });
+  return { vcpus: Number(match[1]), memoryGiB: Number(match[2]) };
 }
 
 /**

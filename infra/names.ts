@@ -33,6 +33,26 @@ export function queueName(endpointId: string, role: QueueRole): string {
 }
 
 /**
+ * Every endpoint's ECS service is `ferry-<endpointId>`: the scaler Lambda finds it by this name
+ * (FERRY_SERVICE_NAME_PREFIX, functions/scaler.ts) and its IAM grant stops at this prefix.
+ */
+export const serviceNamePrefix = 'ferry-';
+
+export function serviceName(endpointId: string): string {
+  return `${serviceNamePrefix}${endpointId}`;
+}
+
+/** The platform's scaler function, by a fixed name app stacks can point alarms at. */
+export const scalerFunctionName = 'ferry-scaler';
+
+/** A load-balanced endpoint's wake-up alarm; the scaler takes the endpoint id from the name. */
+export const wakeAlarmPrefix = 'ferry-wake-';
+
+export function wakeAlarmName(endpointId: string): string {
+  return `${wakeAlarmPrefix}${endpointId}`;
+}
+
+/**
  * The ECS cluster's name. Fixed (one platform per account and region), so app stacks can name the
  * cluster's task ARNs in IAM without a cross-stack token (task scale-in protection).
  */

@@ -28,6 +28,10 @@
  *   sweeper     `sweeper.handler`, every minute: JobEngine.sweep (lapsed leases back to the queue
  *               with a new message, or FAILED after maxAttempts; overrunning jobs TIMED_OUT; jobs past
  *               policy.ttl stopped) and DynamoJobStore.deleteExpired.
+ *   scaler      `scaler.handler` (named `ferry-scaler`), every minute and when nudged (the api and the
+ *               sweeper when work reaches an endpoint with no worker; a load-balanced endpoint's
+ *               wake-up alarm): sets each endpoint service's desiredCount from the scaling policy
+ *               (functions/scaler.ts, docs/scaling.md). Nothing else decides worker counts.
  *
  * IAM is least privilege per function, derived from the calls those code paths make (listed at
  * each grant). No function gets the `index/*` of a table, only the indexes it queries.
@@ -59,7 +63,13 @@ import { type DynamoTable, dynamoSchema } from '../core/adapters/aws/dynamo.js';
 import { FerryError } from '../core/errors.js';
 import { functionEntries } from '../functions/bundle.js';
 import { cpuInstanceFor, defaultCpuSpec, defaultGpuModel, gpuInstanceFor, isGpuInstanceType } from './gpu.js';
-import { clusterName, jobLogGroupName, queueNamePrefix } from './names.js';
+import {
+  clusterName,
+  jobLogGroupName,
+  queueNamePrefix,
+  scalerFunctionName,
+  serviceNamePrefix,
+} from './names.js';
 import {
   outputIdOf,
   type PlatformExportKey,
@@ -99,6 +109,7 @@ export interface FunctionHandlers {
   api: string;
   authorizer: string;
   sweeper: string;
+  scaler: string;
 }
 export const defaultHandlers: FunctionHandlers = { ...functionEntries };
 
@@ -112,6 +123,12 @@ export interface PlatformStackProps extends StackProps {
   instanceTypes?: readonly string[];
   /** Upper bound of each pool's Auto Scaling group. */
   maxInstancesPerPool?: number;
+  /**
+   * Stopped GPU instances kept ready beside each GPU pool (an EC2 Auto Scaling warm pool): a scale-out
+   * starts one of them (already booted once, image cached) instead of launching a fresh instance.
+   * Costs their EBS volumes while stopped. Default 0: no warm pool. docs/scaling.md has the numbers.
+   */
+  gpuWarmPoolSize?: number;
   handlers?: Partial<FunctionHandlers>;
   /** API Gateway stage; clients use `<api url>/v2` as the base. */
   stageName?: string;
@@ -137,6 +154,9 @@ export function functionEnvironment(tables: Record<DynamoTable, dynamodb.ITable>
     FERRY_MAX_WAIT_MS: String(maxWaitMs),
     FERRY_POLL_MS: String(pollMs),
     FERRY_LOG_GROUP: jobLogGroupName,
+    FERRY_SCALER_FUNCTION: scalerFunctionName,
+    FERRY_CLUSTER: clusterName,
+    FERRY_SERVICE_NAME_PREFIX: serviceNamePrefix,
   };
 }
 
@@ -179,11 +199,18 @@ export const defaultInstanceTypes = (): string[] => [
   cpuInstanceFor(defaultCpuSpec).instanceType,
 ];
 
-/** ecs.config lines for every instance. Host networking needs the last one for task IAM roles. */
-const ecsConfigLines = [
+/**
+ * ecs.config lines for every instance. Host networking needs ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST for
+ * task IAM roles. ECS_AWSVPC_BLOCK_IMDS keeps the instance metadata service (and the instance role's
+ * credentials) away from awsvpc tasks, user code included
+ * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ec2-security-considerations.html,
+ * docs/security-aws.md).
+ */
+export const ecsConfigLines = [
   'ECS_IMAGE_PULL_BEHAVIOR=prefer-cached',
   'ECS_ENABLE_TASK_IAM_ROLE=true',
   'ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST=true',
+  'ECS_AWSVPC_BLOCK_IMDS=true',
 ];
 
 export class PlatformStack extends Stack {
@@ -200,6 +227,7 @@ export class PlatformStack extends Stack {
   readonly apiFunction: lambda.Function;
   readonly authorizerFunction: lambda.Function;
   readonly sweeperFunction: lambda.Function;
+  readonly scalerFunction: lambda.Function;
   readonly dashboard: cloudwatch.Dashboard;
   private readonly pools = new Map<string, ecs.AsgCapacityProvider>();
 
@@ -285,7 +313,7 @@ export class PlatformStack extends Stack {
     });
     const instanceTypes = [...new Set(props.instanceTypes ?? defaultInstanceTypes())].sort();
     for (const instanceType of instanceTypes) {
-      this.addPool(instanceType, props.maxInstancesPerPool ?? 8);
+      this.addPool(instanceType, props.maxInstancesPerPool ?? 8, props.gpuWarmPoolSize ?? 0);
     }
 
     // ── Functions ─────────────────────────────────────────────────────────────────────────────
@@ -325,6 +353,32 @@ export class PlatformStack extends Stack {
       schedule: events.Schedule.rate(Duration.minutes(1)),
       targets: [new eventsTargets.LambdaFunction(this.sweeperFunction, { retryAttempts: 0 })],
     });
+
+    this.scalerFunction = this.fn('Scaler', code, handlers.scaler, {
+      // A pass reads a few items per endpoint and makes one DescribeServices call per ten.
+      timeout: Duration.seconds(55),
+      environment,
+      functionName: scalerFunctionName,
+    });
+    this.grantScaler(this.scalerFunction);
+    // A rate cannot be shorter than a minute
+    // (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rate-expressions.html); the nudges
+    // make scale-from-zero immediate, this catches scale-in and any nudge that was lost.
+    new events.Rule(this, 'ScaleEveryMinute', {
+      description: 'Ferry: set each endpoint service desiredCount from the scaling policy',
+      schedule: events.Schedule.rate(Duration.minutes(1)),
+      targets: [new eventsTargets.LambdaFunction(this.scalerFunction, { retryAttempts: 0 })],
+    });
+    // The api and the sweeper nudge it (async invoke) when work reaches an endpoint with no worker.
+    for (const nudger of [this.apiFunction, this.sweeperFunction]) {
+      // The function itself, not its versions (`grantInvoke` would add `<arn>:*`).
+      nudger.addToRolePolicy(
+        new iam.PolicyStatement({
+          actions: ['lambda:InvokeFunction'],
+          resources: [this.scalerFunction.functionArn],
+        }),
+      );
+    }
 
     // ── API ───────────────────────────────────────────────────────────────────────────────────
     this.api = this.restApi(props.stageName ?? 'api', this.apiFunction);
@@ -442,11 +496,18 @@ export class PlatformStack extends Stack {
     return table;
   }
 
-  private addPool(instanceType: string, maxInstances: number): void {
+  private addPool(instanceType: string, maxInstances: number, warmPoolSize: number): void {
     const gpu = isGpuInstanceType(instanceType);
+    const warm = gpu && warmPoolSize > 0;
     const id = `Pool-${instanceType.replace(/\./g, '-')}`;
     const userData = ec2.UserData.forLinux();
-    const lines = gpu ? [...ecsConfigLines, 'ECS_ENABLE_GPU_SUPPORT=true'] : ecsConfigLines;
+    const lines = [
+      ...ecsConfigLines,
+      ...(gpu ? ['ECS_ENABLE_GPU_SUPPORT=true'] : []),
+      // A warm-pool instance must not register with the cluster while it is being prepared
+      // (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/using-warm-pool.html).
+      ...(warm ? ['ECS_WARM_POOLS_CHECK=true'] : []),
+    ];
     userData.addCommands(...lines.map((line) => `echo ${line} >> /etc/ecs/ecs.config`));
     const role = new iam.Role(this, `${id}-InstanceRole`, {
       assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com'),
@@ -461,6 +522,10 @@ export class PlatformStack extends Stack {
       securityGroup: this.instanceSecurityGroup,
       userData,
       requireImdsv2: true,
+      // A second line behind ECS_AWSVPC_BLOCK_IMDS: an IMDSv2 token answer dies after one hop, so it
+      // reaches the host (the ECS agent runs on the host network) but not a container's own network
+      // namespace (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/configuring-instance-metadata-options.html).
+      httpPutResponseHopLimit: 1,
       // Worker images carry CUDA and torch (10+ GB) and may cache model weights.
       blockDevices: [
         {
@@ -483,13 +548,28 @@ export class PlatformStack extends Stack {
       id: 'AwsSolutions-AS3',
       reason: 'Scaling is driven by ECS managed scaling; its activity is visible in ECS and the dashboard.',
     });
+    if (warm) {
+      // Stopped instances (EBS cost only); ReuseOnScaleIn is not supported with ECS
+      // (https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-warm-pools.html).
+      asg.addWarmPool({
+        minSize: warmPoolSize,
+        maxGroupPreparedCapacity: warmPoolSize,
+        poolState: autoscaling.PoolState.STOPPED,
+        reuseOnScaleIn: false,
+      });
+    }
     const provider = new ecs.AsgCapacityProvider(this, `${id}-Provider`, {
       autoScalingGroup: asg,
+      // The ASG follows the tasks the scaler asks for: ECS places them, managed scaling adds
+      // instances for tasks waiting in PROVISIONING and removes empty ones.
       enableManagedScaling: true,
       targetCapacityPercent: 100,
-      // Off, so the pool can reach zero without instance scale-in protection. Busy workers are kept
-      // by ECS task scale-in protection, which the agent sets while it holds a job.
-      enableManagedTerminationProtection: false,
+      // On: ECS protects every instance that runs a task from the ASG's scale-in, and lifts it once
+      // the instance is empty, so an instance is only terminated when no worker is on it
+      // (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/managed-termination-protection.html).
+      // CDK turns on the ASG's new-instance scale-in protection, which this requires. Busy tasks
+      // themselves are kept by ECS task scale-in protection (the agent, worker-image/agent/agent.ts).
+      enableManagedTerminationProtection: true,
       instanceWarmupPeriod: 180,
       machineImageType: ecs.MachineImageType.AMAZON_LINUX_2,
     });
@@ -520,9 +600,10 @@ export class PlatformStack extends Stack {
     id: string,
     code: lambda.Code,
     handler: string,
-    options: { timeout: Duration; environment: Record<string, string> },
+    options: { timeout: Duration; environment: Record<string, string>; functionName?: string },
   ): lambda.Function {
     const fn = new lambda.Function(this, id, {
+      ...(options.functionName ? { functionName: options.functionName } : {}),
       runtime: lambda.Runtime.NODEJS_22_X,
       architecture: lambda.Architecture.ARM_64,
       code,
@@ -604,6 +685,15 @@ export class PlatformStack extends Stack {
   /** The authorizer (and load-balanced agents) read API keys and nothing else of the control table. */
   private grantKeyLookup(role: iam.Role): void {
     role.addToPolicy(keyLookupStatement(this.controlTable));
+    // A scoped key's Allow lists its endpoints (functions/authorizer.ts allowedResources): Query on
+    // the byKind index for endpoint items only (the index's partition key is the item kind).
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['dynamodb:Query'],
+        resources: [`${this.controlTable.tableArn}/index/${dynamoSchema.control.indexes.byKind.indexName}`],
+        conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['EP'] } },
+      }),
+    );
   }
 
   /** The sweeper: JobEngine.sweep and DynamoJobStore.deleteExpired. */
@@ -625,6 +715,37 @@ export class PlatformStack extends Stack {
     this.allowQueues(fn, ['sqs:SendMessage', 'sqs:GetQueueUrl']);
     // Moves read and rewrite big fields; deleted jobs take their blobs with them.
     this.allowPayloads(fn, ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
+  }
+
+  /**
+   * The scaler: listEndpoints/getEndpoint (control table: byKind index, GetItem), the workers seen
+   * lately (workers table: byEndpoint index), queue depth (GetQueueAttributes), and on ECS only
+   * DescribeServices and UpdateService, only on services of the Ferry cluster named `ferry-*`.
+   */
+  private grantScaler(fn: lambda.Function): void {
+    const role = fn.role as iam.Role;
+    const { control, workers } = dynamoSchema;
+    allowTable(role, this.controlTable, ['dynamodb:GetItem']);
+    allowIndexes(role, this.controlTable, ['dynamodb:Query'], [control.indexes.byKind.indexName]);
+    allowIndexes(role, this.workersTable, ['dynamodb:Query'], [workers.indexes.byEndpoint.indexName]);
+    this.allowQueues(fn, ['sqs:GetQueueAttributes', 'sqs:GetQueueUrl']);
+    const services = Stack.of(this).formatArn({
+      service: 'ecs',
+      resource: 'service',
+      resourceName: `${clusterName}/${serviceNamePrefix}*`,
+    });
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['ecs:DescribeServices', 'ecs:UpdateService'],
+        resources: [services],
+      }),
+    );
+    Validations.of(fn).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:service/${clusterName}/${serviceNamePrefix}*]`,
+      reason:
+        'Endpoint services are created by app stacks after the platform; the grant stops at the ' +
+        'Ferry cluster and the service name prefix.',
+    });
   }
 
   /** Queues live in app stacks; platform functions reach them by the shared name prefix. */

@@ -1,31 +1,15 @@
 /** `ferry deploy`: build, resolve the environment, upload, provision, configure (docs/architecture.md#the-cli). */
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import path from 'node:path';
 import type { CommandModule } from 'yargs';
 import { FerryError, usage } from '../../core/errors.js';
 import { dockerBuildCommands } from '../../worker-image/images.js';
 import { buildProject } from '../build/index.js';
-import { appNameOf, installRoot, readProjectConfig } from '../config.js';
+import { appNameOf, ferryVersion, readProjectConfig } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { defaultEnvironment, previewPlan, shellLine } from '../deploy/plan.js';
 import { buildEventPrinter, deployProject, printDeploySummary } from '../deploy/run.js';
 import type { AwsProvider } from '../providers/aws.js';
 import { buildFlags, buildOptionsFrom, jsonFlag } from './shared.js';
-
-/** Ferry's version (the worker image tag), from the install's package.json. */
-function ferryVersion(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(path.join(installRoot(), 'package.json'), 'utf8')) as {
-      version?: unknown;
-    };
-    if (typeof pkg.version === 'string') return pkg.version;
-  } catch {
-    // fall through: a damaged install still previews with the version this code shipped as
-  }
-  return fallbackVersion;
-}
-const fallbackVersion = '0.1.0';
 
 /** Why docker cannot run containers here, or undefined when `docker info` answers. */
 function dockerProblem(env: NodeJS.ProcessEnv): FerryError | undefined {

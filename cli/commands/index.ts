@@ -8,6 +8,7 @@ import { devCommand, runAliasCommand } from './dev.js';
 import { initCommand } from './init.js';
 import { logsCommand } from './logs.js';
 import { appCommand, envCommand, keysCommand, undeployCommand } from './records.js';
+import { sdkCommand } from './sdk.js';
 import { quickstartCommand, serveCommand } from './serve.js';
 
 export function commandTable(ctx: CliContext): CommandModule[] {
@@ -24,6 +25,7 @@ export function commandTable(ctx: CliContext): CommandModule[] {
     consoleCommand(ctx),
     serveCommand(ctx),
     keysCommand(ctx),
+    sdkCommand(ctx),
     quickstartCommand(ctx),
   ];
 }

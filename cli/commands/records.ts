@@ -6,7 +6,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Argv, CommandModule } from 'yargs';
-import { hashKey, newSecret } from '../../core/auth.js';
+import { describeScope, hashKey, newSecret, scopeOf } from '../../core/auth.js';
+import { endpointNameSchema } from '../../core/endpoint-spec.js';
 import { FerryError, notFound, usage } from '../../core/errors.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { appNameOf, readProjectConfig } from '../config.js';
@@ -262,7 +263,8 @@ export const appCommand = (ctx: CliContext): CommandModule => ({
         handler: (argv) =>
           withProvider(ctx, argv.provider as string | undefined, async (provider) => {
             const name = String(argv.name);
-            if (!/^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/.test(name)) {
+            // App names follow the endpoint-name rule: both end up in AWS resource names.
+            if (!endpointNameSchema.safeParse(name).success) {
               throw usage(`'${name}' is not a valid app name`, 'Use letters, digits, _ and - (at most 63).');
             }
             if (await provider.control.getApp(name))
@@ -345,11 +347,17 @@ export const undeployCommand = (ctx: CliContext): CommandModule => ({
         default: false,
         describe: 'Remove every endpoint (asks you to type DELETE ALL)',
       })
+      .option('everywhere', {
+        type: 'boolean',
+        default: false,
+        describe: "With --all: every app's endpoints, not only this folder's app",
+      })
       .option('force', forceFlag)
       .option('json', jsonFlag)
       .example('$0 undeploy list', 'Endpoints of every app')
       .example('$0 undeploy cpu_worker --env staging', 'Remove one endpoint')
-      .example('$0 undeploy --all --force', 'Remove every endpoint without asking'),
+      .example('$0 undeploy --all --force', "Remove this folder's app's endpoints without asking")
+      .example('$0 undeploy --all --everywhere', 'Remove the endpoints of every app'),
   handler: (argv) =>
     withProvider(ctx, argv.provider as string | undefined, async (provider) => {
       const name = argv.name as string | undefined;
@@ -372,11 +380,19 @@ export const undeployCommand = (ctx: CliContext): CommandModule => ({
       }
       if (argv.all) {
         if (name) throw usage('Give an endpoint name or --all, not both');
-        const endpoints = await provider.control.listEndpoints(filter);
-        if (endpoints.length === 0) return ctx.reporter.out('No endpoints to remove.');
+        // Run inside a project, --all means that project's app; every app only when asked.
+        const everywhere = Boolean(argv.everywhere) && typeof argv.app !== 'string';
+        const scope = everywhere ? filter : { ...filter, app: defaultApp(ctx, argv.app) };
+        const endpoints = await provider.control.listEndpoints(scope);
+        if (endpoints.length === 0) {
+          return ctx.reporter.out(
+            everywhere ? 'No endpoints to remove.' : `No endpoints of app '${scope.app}' to remove.`,
+          );
+        }
         if (!argv.force) {
+          const where = everywhere ? 'in every app' : `of app '${scope.app}'`;
           ctx.reporter.line(
-            `This removes ${endpoints.length} endpoints: ${endpoints.map((e) => e.name).join(', ')}`,
+            `This removes ${endpoints.length} endpoints ${where}: ${endpoints.map((e) => `${e.name} (${e.env})`).join(', ')}`,
           );
           const typed = await ask(ctx.io, 'Type DELETE ALL to confirm: ');
           if (typed !== 'DELETE ALL') {
@@ -430,19 +446,34 @@ export const keysCommand = (ctx: CliContext): CommandModule => ({
         command: 'create',
         describe: 'Create an API key (printed once)',
         builder: (y2) =>
-          y2.option('name', { type: 'string', default: 'cli', describe: 'A label' }).option('json', jsonFlag),
+          y2
+            .option('name', { type: 'string', default: 'cli', describe: 'A label' })
+            .option('app', { type: 'string', describe: 'Only this app’s endpoints (default: every app)' })
+            .option('env', { type: 'string', describe: 'Only this environment of --app' })
+            .option('json', jsonFlag),
         handler: (argv) =>
           withProvider(ctx, argv.provider as string | undefined, async (provider) => {
+            const app = argv.app as string | undefined;
+            const env = argv.env as string | undefined;
+            if (env !== undefined && app === undefined) {
+              throw usage('--env needs --app', 'Example: ferry keys create --app my-app --env prod');
+            }
             const key = newSecret('fy');
             const record = {
               id: `key-${randomBytes(4).toString('hex')}`,
               name: String(argv.name),
               hash: hashKey(key),
               createdAt: Date.now(),
+              ...(app !== undefined ? { app } : {}),
+              ...(env !== undefined ? { env } : {}),
             };
             await provider.control.putApiKey(record);
-            if (argv.json) return ctx.reporter.json({ id: record.id, name: record.name, key });
-            ctx.reporter.line(`Created key ${record.id} (${record.name}). It is shown once: store it now.`);
+            const scope = describeScope(scopeOf(record));
+            if (argv.json)
+              return ctx.reporter.json({ id: record.id, name: record.name, scope: { app, env }, key });
+            ctx.reporter.line(
+              `Created key ${record.id} (${record.name}, ${scope}). It is shown once: store it now.`,
+            );
             ctx.reporter.out(key);
           }),
       })
@@ -455,13 +486,14 @@ export const keysCommand = (ctx: CliContext): CommandModule => ({
             const keys = (await provider.control.listApiKeys()).map((k) => ({
               id: k.id,
               name: k.name,
+              scope: describeScope(scopeOf(k)),
               createdAt: iso(k.createdAt),
             }));
             if (argv.json) return ctx.reporter.json(keys);
             if (keys.length === 0) return ctx.reporter.out('No keys: `ferry keys create`.');
             for (const line of table([
-              ['ID', 'NAME', 'CREATED'],
-              ...keys.map((k) => [k.id, k.name, k.createdAt]),
+              ['ID', 'NAME', 'SCOPE', 'CREATED'],
+              ...keys.map((k) => [k.id, k.name, k.scope, k.createdAt]),
             ]))
               ctx.reporter.out(line);
           }),
@@ -484,6 +516,7 @@ export const keysCommand = (ctx: CliContext): CommandModule => ({
           }),
       })
       .demandCommand(1, 'Choose a command: create, list or revoke')
-      .example('$0 keys create --name ci', 'A key for CI, printed once on stdout'),
+      .example('$0 keys create --name ci', 'A key for CI, printed once on stdout')
+      .example('$0 keys create --name shop-prod --app shop --env prod', 'A key for one app environment only'),
   handler: () => {},
 });

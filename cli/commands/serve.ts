@@ -9,6 +9,7 @@ import type { CommandModule } from 'yargs';
 import { type LocalPlatformOptions, startLocalPlatform } from '../../core/adapters/local/platform.js';
 import { FerryError } from '../../core/errors.js';
 import { stderrLogger } from '../../core/log.js';
+import { webhookAllowFromEnv } from '../../core/webhooks.js';
 import { apiKeyFromUser, ferryHome, ferryPythonPath, installRoot } from '../config.js';
 import type { CliContext } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
@@ -27,6 +28,7 @@ export async function startServing(
     log: stderrLogger,
     workers: { ferryPythonPath: ferryPythonPath() },
     consoleDir: path.join(installRoot(), 'console'),
+    webhookAllow: webhookAllowFromEnv(ctx.io.env),
     ...(userKey ? { apiKey: userKey.key } : {}),
   };
   let platform: Awaited<ReturnType<typeof startLocalPlatform>>;

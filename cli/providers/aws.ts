@@ -18,7 +18,6 @@
  * Hidden test hooks (environment, for the CLI's end-to-end tests): FERRY_TEST_FAKE_TOOLKIT (see
  * toolkit.ts), FERRY_DYNAMODB_ENDPOINT and FERRY_S3_ENDPOINT (emulators instead of AWS).
  */
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
@@ -27,13 +26,14 @@ import { z } from 'zod';
 import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
 import { S3BlobStore, s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { endpointConfigOf, endpointConfigSchema } from '../../core/deployment.js';
-import { FerryError } from '../../core/errors.js';
+import { FerryError, usage } from '../../core/errors.js';
 import { type Manifest, manifestSchema, type Resources } from '../../core/manifest.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import type { WorkerImages } from '../../infra/app-stack.js';
+import type { LbHttpsOptions } from '../../infra/constructs/https-front.js';
 import { appStackName, platformStackName } from '../../infra/names.js';
 import { baseImageFor } from '../../worker-image/images.js';
-import { apiKeyFromUser, installRoot, readDotEnv } from '../config.js';
+import { apiKeyFromUser, ferryVersion, readDotEnv } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
 import type { Reporter } from '../io.js';
 import type {
@@ -138,18 +138,6 @@ export function awsClientsFromEnv(env: NodeJS.ProcessEnv): AwsClients {
   };
 }
 
-function ferryVersion(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(path.join(installRoot(), 'package.json'), 'utf8')) as {
-      version?: unknown;
-    };
-    if (typeof pkg.version === 'string') return pkg.version;
-  } catch {
-    // a damaged install still names images by the version this code shipped as
-  }
-  return '0.1.0';
-}
-
 /**
  * The worker images: FERRY_AWS_GPU_IMAGE / FERRY_AWS_CPU_IMAGE / FERRY_AWS_AGENT_IMAGE (environment or
  * .env) win; otherwise the base images of worker-image/images.ts under FERRY_AWS_IMAGE_REGISTRY
@@ -173,6 +161,33 @@ export function workerImagesFrom(
   };
   const explicit = ['FERRY_AWS_GPU_IMAGE', 'FERRY_AWS_CPU_IMAGE'].every((k) => get(k) !== undefined);
   return { images, fromRegistry: registry !== undefined || explicit };
+}
+
+/**
+ * HTTPS of load-balanced endpoints (infra/constructs/https-front.ts), from FERRY_AWS_DOMAIN,
+ * FERRY_AWS_CERTIFICATE_ARN and FERRY_AWS_HOSTED_ZONE_ID (environment, then the project's .env).
+ * Without a domain: undefined, and each load-balanced endpoint gets a CloudFront https address.
+ */
+export function lbHttpsFrom(env: NodeJS.ProcessEnv, projectDir: string): LbHttpsOptions | undefined {
+  const dotenv = readDotEnv(projectDir);
+  const get = (key: string) => (env[key] ?? dotenv[key])?.trim() || undefined;
+  const domainName = get('FERRY_AWS_DOMAIN')?.replace(/\.+$/, '');
+  const certificateArn = get('FERRY_AWS_CERTIFICATE_ARN');
+  const hostedZoneId = get('FERRY_AWS_HOSTED_ZONE_ID');
+  if (!domainName) {
+    if (certificateArn || hostedZoneId) {
+      throw usage(
+        'FERRY_AWS_CERTIFICATE_ARN and FERRY_AWS_HOSTED_ZONE_ID need FERRY_AWS_DOMAIN',
+        'Set FERRY_AWS_DOMAIN to the domain your load-balanced endpoints answer under.',
+      );
+    }
+    return undefined;
+  }
+  return {
+    domainName,
+    ...(certificateArn ? { certificateArn } : {}),
+    ...(hostedZoneId ? { hostedZoneId } : {}),
+  };
 }
 
 /** The manifest an environment's stack is built from, put back together from its endpoint records. */
@@ -423,6 +438,7 @@ export class AwsProvider implements Provider {
   }): Promise<SynthesizedAssembly> {
     const functionsCodeDir = await this.#functions();
     const { synthesize } = await loadInfra();
+    const https = lbHttpsFrom(this.options.env, this.options.projectDir);
     return this.options.toolkit.synth(
       ({ outdir, context }) =>
         synthesize({
@@ -434,6 +450,7 @@ export class AwsProvider implements Provider {
           images: input.images,
           instanceTypes: input.instanceTypes,
           ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
+          ...(https ? { https } : {}),
           ...(outdir ? { outdir } : {}),
           ...(context ? { context } : {}),
         }),

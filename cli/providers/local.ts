@@ -4,9 +4,10 @@
  * who points FERRY_HOME at the same folder sees the same apps; nothing lives in a project folder.
  */
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { FileBlobStore } from '../../core/adapters/local/files.js';
+import { securePrivateDir } from '../../core/adapters/local/home.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { hashKey, newSecret } from '../../core/auth.js';
 import { defaultPort } from '../../core/limits.js';
@@ -51,7 +52,7 @@ export async function localApiKey(
   const file = path.join(home, 'api-key');
   let key = existsSync(file) ? readFileSync(file, 'utf8').trim() : '';
   if (!key) {
-    mkdirSync(home, { recursive: true });
+    securePrivateDir(home);
     key = newSecret('fy');
     writeFileSync(file, `${key}\n`, { mode: 0o600 });
     chmodSync(file, 0o600);
@@ -83,6 +84,7 @@ export class LocalProvider implements Provider {
       this.#fixedUrl = options.stores.url;
       this.#close = async () => {};
     } else {
+      securePrivateDir(options.home);
       const db = openLocalDatabase(path.join(options.home, 'ferry.db'));
       const blobs = new FileBlobStore(path.join(options.home, 'blobs'));
       this.control = db.control;
@@ -114,7 +116,27 @@ export class LocalProvider implements Provider {
         result.failed.push({ record, error: (error as Error).message });
       }
     }
+    await this.#reclaim(result.deleted);
     return result;
+  }
+
+  /**
+   * Disk retention (docs/security.md): the artifacts no remaining endpoint runs, and
+   * the unpacked code of the deleted endpoints (a running `ferry serve` stops their workers when it
+   * next reconciles). The database gives the freed pages back on the platform's vacuum schedule.
+   */
+  async #reclaim(deleted: EndpointRecord[]): Promise<void> {
+    if (deleted.length === 0) return;
+    const inUse = new Set<string>();
+    for (const endpoint of await this.control.listEndpoints()) {
+      if (endpoint.artifactKey) inUse.add(endpoint.artifactKey);
+    }
+    for (const record of deleted) {
+      if (record.artifactKey && !inUse.has(record.artifactKey)) await this.blobs.delete(record.artifactKey);
+      if (!this.options.stores) {
+        rmSync(path.join(this.options.home, 'runtime', record.id), { recursive: true, force: true });
+      }
+    }
   }
 
   endpointUrl(record: EndpointRecord): string {

@@ -1,48 +1,57 @@
 /**
  * An internet-facing ALB per load-balanced endpoint, so user routes keep their own paths (a shared
- * ALB would need path prefixes the worker does not know about). HTTP only: HTTPS needs a certificate
- * for a domain the user owns; `ferry deploy` prints the URL as http. An ALB with no healthy target
- * answers 503, so a from-zero step policy watches its request count, and target tracking on requests
- * per task scales from there.
+ * ALB would need path prefixes the worker does not know about). Clients reach it over HTTPS only
+ * (https-front.ts: an ACM certificate for the user's domain, else CloudFront).
+ *
+ * Scaling (docs/scaling.md): the scaler Lambda sets the service's count; nothing here decides it.
+ * While an endpoint has no worker the ALB itself answers 503 (no healthy target) and runs no code of
+ * ours, so the wake-up comes from its metrics: an alarm on HTTPCode_ELB_503_Count ≥ 1 invokes the
+ * scaler (a CloudWatch alarm can invoke a Lambda function on a state change:
+ * https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarms-and-actions-Lambda.html),
+ * which then asks the policy for one worker. RequestCount would not do: it counts only requests a
+ * target answered, and ALB metrics are only reported while requests flow
+ * (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/load-balancer-cloudwatch-metrics.html).
+ * The alarm is a nudge, not a count: it fires once per OK → ALARM change. Back to min after idle comes
+ * from the agents, which report their in-flight requests to the workers table.
  */
-import { Duration, Validations } from 'aws-cdk-lib';
-import * as appscaling from 'aws-cdk-lib/aws-applicationautoscaling';
+import { ArnFormat, Duration, Stack, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as elbv2 from 'aws-cdk-lib/aws-elasticloadbalancingv2';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { Construct } from 'constructs';
 import type { ManifestEndpoint } from '../../core/manifest.js';
+import { scalerFunctionName, wakeAlarmName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
 import { ports } from '../task-layout.js';
+import { HttpsFront, type LbHttpsOptions } from './https-front.js';
 
 export interface EndpointLoadBalancerProps {
   endpoint: ManifestEndpoint;
+  endpointId: string;
   platform: PlatformRefs;
   service: ecs.Ec2Service;
-  target: appscaling.ScalableTarget;
+  https?: LbHttpsOptions | undefined;
 }
 
 export class EndpointLoadBalancer extends Construct {
   readonly loadBalancer: elbv2.ApplicationLoadBalancer;
   readonly targetGroup: elbv2.ApplicationTargetGroup;
   readonly securityGroup: ec2.SecurityGroup;
+  /** The https address clients use. */
+  readonly url: string;
 
   constructor(scope: Construct, id: string, props: EndpointLoadBalancerProps) {
     super(scope, id);
-    const { platform, endpoint, service, target } = props;
+    const { platform, endpoint, service } = props;
     const { resources } = endpoint;
     const securityGroup = new ec2.SecurityGroup(this, 'AlbSecurityGroup', {
       vpc: platform.vpc,
-      description: `Ferry ${endpoint.name}: public HTTP`,
+      description: `Ferry ${endpoint.name}: public HTTPS front`,
       allowAllOutbound: false,
     });
-    securityGroup.addIngressRule(
-      ec2.Peer.anyIpv4(),
-      ec2.Port.tcp(80),
-      'Public HTTP; the agent checks the API key',
-    );
     securityGroup.addEgressRule(platform.instanceSecurityGroup, ec2.Port.tcp(ports.lbPublic), 'To the agent');
     // The rule lives in this stack (deleted with it) but opens the platform's host group to this ALB only.
     new ec2.CfnSecurityGroupIngress(this, 'HostIngress', {
@@ -84,31 +93,38 @@ export class EndpointLoadBalancer extends Construct {
       healthCheck: { path: '/ping', healthyHttpCodes: '200', interval: Duration.seconds(15) },
     });
     service.attachToApplicationTargetGroup(targetGroup);
-    alb.addListener('Http', { port: 80, open: false, defaultTargetGroups: [targetGroup] });
+    this.url = new HttpsFront(this, 'Https', {
+      endpointName: endpoint.name,
+      loadBalancer: alb,
+      securityGroup,
+      targetGroup,
+      https: props.https,
+    }).url;
 
-    const requests = alb.metrics.requestCount({ period: Duration.minutes(1), statistic: 'Sum' });
-    const fromZero = new appscaling.StepScalingAction(this, 'FromZero', {
-      scalingTarget: target,
-      adjustmentType: appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
-      cooldown: Duration.minutes(1),
+    // The platform's scaler, by its fixed name (the platform stack is deployed first).
+    const scaler = lambda.Function.fromFunctionAttributes(this, 'Scaler', {
+      functionArn: Stack.of(this).formatArn({
+        service: 'lambda',
+        resource: 'function',
+        resourceName: scalerFunctionName,
+        arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+      }),
+      sameEnvironment: true,
     });
-    fromZero.addAdjustment({ lowerBound: 0, adjustment: 1 });
-    new cloudwatch.Alarm(this, 'RequestsAlarm', {
-      alarmDescription: `Ferry ${endpoint.name}: requests arrived`,
-      metric: requests,
+    const turnedAway = alb.metrics.httpCodeElb(elbv2.HttpCodeElb.ELB_503_COUNT, {
+      period: Duration.minutes(1),
+      statistic: 'Sum',
+    });
+    new cloudwatch.Alarm(this, 'WakeAlarm', {
+      // The scaler reads the endpoint id from this name (functions/scaler.ts).
+      alarmName: wakeAlarmName(props.endpointId),
+      alarmDescription: `Ferry ${endpoint.name}: requests turned away with no worker; wakes the scaler`,
+      metric: turnedAway,
       threshold: 1,
       evaluationPeriods: 1,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-    }).addAlarmAction(new cwActions.ApplicationScalingAction(fromZero));
-    target.scaleToTrackMetric(`${id}-RequestsPerTask`, {
-      predefinedMetric: appscaling.PredefinedMetric.ALB_REQUEST_COUNT_PER_TARGET,
-      resourceLabel: `${alb.loadBalancerFullName}/${targetGroup.targetGroupFullName}`,
-      // Requests per task per minute; a worker serves maxConcurrency at a time.
-      targetValue: 60 * resources.maxConcurrency,
-      scaleInCooldown: Duration.seconds(resources.idleTimeoutSec),
-      scaleOutCooldown: Duration.minutes(1),
-    });
+    }).addAlarmAction(new cwActions.LambdaAction(scaler));
     this.loadBalancer = alb;
     this.targetGroup = targetGroup;
     this.securityGroup = securityGroup;

@@ -1,7 +1,8 @@
 /**
  * The ECS service that runs one endpoint's workers: its task role (least privilege for the agent's
- * calls), the task definition (artifact init container, agent, worker) and the service with its
- * scalable target. Scaling policies and load balancers attach to it from their own constructs.
+ * calls), the task definition (artifact init container, agent, worker) and the service, named
+ * `ferry-<endpointId>` so the scaler Lambda (functions/scaler.ts) can set its desiredCount. Nothing
+ * else scales it: no Application Auto Scaling target, no alarms (docs/scaling.md).
  *
  * Task layout: containers in HOST network mode, so the worker reaches the agent on 127.0.0.1 and
  * both use the host's public IP for egress (the platform has no NAT). One task per host (gpu.ts
@@ -19,28 +20,20 @@
  * FERRY_ARTIFACT_URL: a URL in the task definition would expire while ECS keeps starting tasks from
  * it; the task role reads the one artifact key instead (worker-image/agent/artifact.ts).
  */
-import { createHash } from 'node:crypto';
 import { ArnFormat, Aws, Duration, Stack, Validations } from 'aws-cdk-lib';
-import * as appscaling from 'aws-cdk-lib/aws-applicationautoscaling';
 import * as ecr from 'aws-cdk-lib/aws-ecr';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as logs from 'aws-cdk-lib/aws-logs';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { dynamoSchema } from '../../core/adapters/aws/dynamo.js';
 import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
 import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/agent.js';
 import { agentMemoryMiB, artifactInitMemoryMiB, type Placement, workerMemoryReservationMiB } from '../gpu.js';
-import { clusterName, jobLogGroupName } from '../names.js';
+import { EndpointAgentAccess, EndpointWorkerToken, userSecrets } from '../isolation.js';
+import { clusterName, jobLogGroupName, serviceName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
-import {
-  allowIndexes,
-  allowTable,
-  blobPrefix,
-  keyLookupStatement,
-  payloadsPrefix,
-} from '../platform-stack.js';
+import { blobPrefix } from '../platform-stack.js';
 import {
   agentEntryPoint,
   artifactMount,
@@ -82,7 +75,8 @@ export class EndpointService extends Construct {
   readonly service: ecs.Ec2Service;
   readonly taskDefinition: ecs.Ec2TaskDefinition;
   readonly taskRole: iam.Role;
-  readonly scalableTarget: appscaling.ScalableTarget;
+  /** The agent's scoped role (infra/isolation.ts). */
+  readonly agentRole: iam.Role;
 
   constructor(
     scope: Construct,
@@ -119,7 +113,8 @@ export class EndpointService extends Construct {
     // A fresh, task-scoped directory (ECS-managed bind mount, deleted with the task).
     taskDefinition.addVolume({ name: artifactMount.volume });
 
-    const { agentEnv, workerEnv } = this.environments(taskRole);
+    const { agentEnv, workerEnv, agentSecrets, workerSecrets, agentRole } = this.environments(taskRole);
+    this.agentRole = agentRole;
 
     const agentImage = this.containerImage('AgentImage', props.images.agent);
     // Every worker base image ships Node and the agent bundle (worker-image/Dockerfile.*), so the
@@ -157,6 +152,7 @@ export class EndpointService extends Construct {
       essential: true,
       memoryReservationMiB: agentMemoryMiB,
       environment: agentEnv,
+      secrets: agentSecrets,
       stopTimeout: Duration.seconds(stopTimeoutSec),
       logging: ecs.LogDrivers.awsLogs({ logGroup: props.logGroup, streamPrefix: `${endpoint.name}/agent` }),
       ...(endpoint.kind === 'lb' ? { portMappings: [{ containerPort: ports.lbPublic }] } : {}),
@@ -168,6 +164,7 @@ export class EndpointService extends Construct {
       memoryReservationMiB: workerMemoryReservationMiB(placement.shape),
       ...(placement.kind === 'gpu' ? { gpuCount: resources.gpuCount } : {}),
       environment: workerEnv,
+      secrets: workerSecrets,
       stopTimeout: Duration.seconds(stopTimeoutSec),
       logging: ecs.LogDrivers.awsLogs({ logGroup: props.logGroup, streamPrefix: `${endpoint.name}/worker` }),
     });
@@ -184,9 +181,10 @@ export class EndpointService extends Construct {
 
     const service = new ecs.Ec2Service(this, 'Service', {
       cluster: props.platform.cluster,
+      serviceName: serviceName(endpointId),
       taskDefinition,
-      // Zero at create; Application Auto Scaling owns the count from then on. A template that keeps
-      // saying 0 does not reset a running service, because CloudFormation only sends changed values.
+      // Zero at create; the scaler Lambda owns the count from then on. A template that keeps saying
+      // 0 does not reset a running service, because CloudFormation only sends changed values.
       desiredCount: 0,
       // Old workers may stop before new ones start: queue jobs wait (or requeue when a lease lapses),
       // and no second GPU host is needed to roll.
@@ -200,32 +198,51 @@ export class EndpointService extends Construct {
       propagateTags: ecs.PropagatedTagSource.SERVICE,
     });
     this.allowTaskProtection(taskRole);
-
-    this.scalableTarget = new appscaling.ScalableTarget(this, 'Scaling', {
-      serviceNamespace: appscaling.ServiceNamespace.ECS,
-      scalableDimension: 'ecs:service:DesiredCount',
-      resourceId: `service/${props.platform.cluster.clusterName}/${service.serviceName}`,
-      minCapacity: resources.workersMin,
-      maxCapacity: resources.workersMax,
-    });
     this.service = service;
     this.taskDefinition = taskDefinition;
     this.taskRole = taskRole;
   }
 
-  /** The agent's and the worker's environment, and the grants the agent's mode needs. */
+  /**
+   * The agent's and the worker's environment and ECS secrets, and the agent's scoped role
+   * (infra/isolation.ts): the task role every container shares gets nothing of the platform.
+   */
   private environments(taskRole: iam.Role): {
     agentEnv: Record<string, string>;
     workerEnv: Record<string, string>;
+    agentSecrets: Record<string, ecs.Secret>;
+    workerSecrets: Record<string, ecs.Secret>;
+    agentRole: iam.Role;
   } {
     const { props } = this;
     const { endpoint, endpointId, platform } = props;
     const { resources } = endpoint;
-    const workerToken = createHash('sha256')
-      .update(
-        `ferry-worker\n${props.appName}\n${props.envName}\n${endpointId}\n${props.manifest.sourceFingerprint}`,
-      )
-      .digest('hex');
+    const access = new EndpointAgentAccess(this, 'Agent', {
+      appName: props.appName,
+      envName: props.envName,
+      endpointName: endpoint.name,
+      endpointId,
+      kind: endpoint.kind,
+      taskRole,
+      tables: {
+        jobs: platform.jobsTable,
+        chunks: platform.chunksTable,
+        workers: platform.workersTable,
+        control: platform.controlTable,
+      },
+      bucketName: props.platformBucketName,
+      bucketFindingName: platform.bucketNameExport,
+      ...(props.queues ? { queues: [props.queues.queue, props.queues.lowQueue] } : {}),
+    });
+    // `secrets:` of the manifest (names of ferry/<app>/<env>/<NAME> in Secrets Manager).
+    const secretNames = (endpoint as { secrets?: readonly string[] }).secrets ?? [];
+    const workerUserSecrets = userSecrets(this, {
+      appName: props.appName,
+      envName: props.envName,
+      endpointName: endpoint.name,
+      names: secretNames,
+      env: resources.env,
+    });
     const common: Record<string, string> = {
       FERRY_APP: props.appName,
       FERRY_ENV: props.envName,
@@ -246,9 +263,8 @@ export class EndpointService extends Construct {
 
     if (props.queues) {
       const { queue, lowQueue } = props.queues;
-      this.allowQueueAgent(taskRole, [queue, lowQueue]);
       // Job output into the job-log group, in this endpoint's own streams only (`<endpointId>/…`).
-      taskRole.addToPolicy(
+      access.role.addToPolicy(
         new iam.PolicyStatement({
           actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
           resources: [
@@ -261,12 +277,16 @@ export class EndpointService extends Construct {
           ],
         }),
       );
-      Validations.of(taskRole).acknowledge({
+      Validations.of(access.role).acknowledge({
         id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:${jobLogGroupName}:log-stream:${endpointId}/*]`,
         reason: "Each task creates its own log stream under its endpoint's prefix; the grant stops there.",
       });
+      const token = new EndpointWorkerToken(this, 'WorkerToken', {
+        description: `Ferry ${props.appName}/${props.envName}/${endpoint.name}: worker token (agent and worker containers)`,
+      });
       const agentEnv = {
         ...agentBase,
+        ...access.environment,
         FERRY_AGENT_MODE: 'queue',
         FERRY_JOBS_TABLE: platform.jobsTable.tableName,
         FERRY_CHUNKS_TABLE: platform.chunksTable.tableName,
@@ -276,35 +296,45 @@ export class EndpointService extends Construct {
         FERRY_BLOB_PREFIX: blobPrefix,
         FERRY_QUEUE_URL: queue.queueUrl,
         FERRY_QUEUE_URL_LOW: lowQueue.queueUrl,
-        FERRY_WORKER_TOKEN: workerToken,
         FERRY_AGENT_HOST: '127.0.0.1',
         FERRY_AGENT_PORT: String(ports.agent),
         FERRY_LEASE_SEC: String(leaseTiming.leaseSec),
         FERRY_DRAIN_MS: String(drainMs),
         FERRY_LOG_GROUP: jobLogGroupName,
+        // Task scale-in protection stays on until the worker has been idle this long (agent.ts).
+        FERRY_IDLE_TIMEOUT_SEC: String(resources.idleTimeoutSec),
       };
       // User env first: nothing a user sets can redirect the worker away from its agent. The
       // protocol env is the agent's own `workerEnv()` shape; the worker id is a placeholder the agent
       // replaces with its runtime id on every request.
+      // The token itself is an ECS secret (token.workerSecrets), so it leaves the environment.
+      const { RUNPOD_AI_API_KEY: _token, ...protocolEnv } = workerProtocolEnv({
+        agentUrl: `http://127.0.0.1:${ports.agent}`,
+        endpointId,
+        workerId: placeholderWorkerId(endpointId),
+        workerToken: '',
+      });
       const workerEnv = {
         ...resources.env,
         ...workerBase,
-        ...workerProtocolEnv({
-          agentUrl: `http://127.0.0.1:${ports.agent}`,
-          endpointId,
-          workerId: placeholderWorkerId(endpointId),
-          workerToken,
-        }),
+        ...protocolEnv,
         FERRY_TARGET: endpoint.target!.name,
       };
-      return { agentEnv, workerEnv };
+      return {
+        agentEnv,
+        workerEnv,
+        agentRole: access.role,
+        agentSecrets: { ...access.secrets, ...token.agentSecrets },
+        workerSecrets: { ...workerUserSecrets, ...token.workerSecrets },
+      };
     }
-    // Clients' keys are checked by the agent: KEY#<hash> items of the control table, nothing else.
-    taskRole.addToPolicy(keyLookupStatement(platform.controlTable));
+    // Clients' keys are checked by the agent with its role: KEY#<hash> items of the control table.
     const agentEnv = {
       ...agentBase,
+      ...access.environment,
       FERRY_AGENT_MODE: 'lb',
       FERRY_CONTROL_TABLE: platform.controlTable.tableName,
+      FERRY_WORKERS_TABLE: platform.workersTable.tableName,
       FERRY_PORT: String(ports.lbWorker),
       FERRY_AGENT_HOST: '0.0.0.0',
       FERRY_AGENT_PORT: String(ports.lbPublic),
@@ -318,43 +348,13 @@ export class EndpointService extends Construct {
       FERRY_HOST: '127.0.0.1',
       FERRY_PORT: String(ports.lbWorker),
     };
-    return { agentEnv, workerEnv };
-  }
-
-  /**
-   * The queue agent's calls (worker-image/agent/agent.ts through JobEngine and the adapters), and no
-   * others: receive + delete (and release at visibility 0) on its own two queues, send to them when
-   * it gives jobs back (drain, a stuck worker); jobs Get + conditional Put, byEndpointStatus to find
-   * its worker's jobs on drain; chunks Update + BatchWrite (job-stream); its own worker record; the
-   * payloads of big inputs and outputs.
-   */
-  private allowQueueAgent(role: iam.Role, queues: sqs.IQueue[]): void {
-    const { jobsTable, chunksTable, workersTable } = this.props.platform;
-    role.addToPolicy(
-      new iam.PolicyStatement({
-        actions: [
-          'sqs:ReceiveMessage',
-          'sqs:DeleteMessage',
-          'sqs:ChangeMessageVisibility',
-          'sqs:SendMessage',
-        ],
-        resources: queues.map((q) => q.queueArn),
-      }),
-    );
-    allowTable(role, jobsTable, ['dynamodb:GetItem', 'dynamodb:PutItem']);
-    allowIndexes(role, jobsTable, ['dynamodb:Query'], [dynamoSchema.jobs.indexes.byEndpointStatus.indexName]);
-    allowTable(role, chunksTable, ['dynamodb:UpdateItem', 'dynamodb:BatchWriteItem']);
-    allowTable(role, workersTable, ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:DeleteItem']);
-    role.addToPolicy(
-      new iam.PolicyStatement({
-        actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'],
-        resources: [`arn:${Aws.PARTITION}:s3:::${this.props.platformBucketName}/${payloadsPrefix}*`],
-      }),
-    );
-    Validations.of(role).acknowledge({
-      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::${this.props.platform.bucketNameExport}/${payloadsPrefix}*]`,
-      reason: 'Payloads have per-job keys under payloads/; the grant stops at that prefix.',
-    });
+    return {
+      agentEnv,
+      workerEnv,
+      agentRole: access.role,
+      agentSecrets: access.secrets,
+      workerSecrets: workerUserSecrets,
+    };
   }
 
   /** The ECS agent endpoint's task-protection call acts with the task role, on this cluster's tasks. */

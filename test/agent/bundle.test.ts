@@ -78,13 +78,23 @@ describe('agent configuration', () => {
       FERRY_ENDPOINT_ID: 'ep1',
       FERRY_CONTROL_TABLE: 'control',
       FERRY_PORT: '8001',
+      FERRY_APP: 'shop',
+      FERRY_ENV: 'prod',
       AWS_REGION: 'us-east-1',
     });
     if (!parsed.ok || parsed.env.FERRY_AGENT_MODE !== 'lb') throw new Error('expected lb mode');
     expect(parsed.env.FERRY_PORT).toBe(8001);
     expect(parsed.env.FERRY_AGENT_HOST).toBe('0.0.0.0');
     expect(requiredAgentVariables('lb').sort()).toEqual(
-      ['AWS_REGION', 'FERRY_AGENT_MODE', 'FERRY_CONTROL_TABLE', 'FERRY_ENDPOINT_ID', 'FERRY_PORT'].sort(),
+      [
+        'AWS_REGION',
+        'FERRY_AGENT_MODE',
+        'FERRY_APP',
+        'FERRY_CONTROL_TABLE',
+        'FERRY_ENDPOINT_ID',
+        'FERRY_ENV',
+        'FERRY_PORT',
+      ].sort(),
     );
   });
 
@@ -92,7 +102,14 @@ describe('agent configuration', () => {
     const missing = parseAgentEnv({ FERRY_AGENT_MODE: 'lb', FERRY_ENDPOINT_ID: 'ep1', AWS_REGION: 'x' });
     expect(missing.ok).toBe(false);
     if (!missing.ok)
-      expect(missing.problems).toEqual(['FERRY_CONTROL_TABLE is required', 'FERRY_PORT is required']);
+      expect(missing.problems.sort()).toEqual(
+        [
+          'FERRY_APP is required',
+          'FERRY_CONTROL_TABLE is required',
+          'FERRY_ENV is required',
+          'FERRY_PORT is required',
+        ].sort(),
+      );
     const unknown = parseAgentEnv({ ...good, FERRY_AGENT_MODE: 'proxy' });
     expect(unknown.ok).toBe(false);
     if (!unknown.ok)

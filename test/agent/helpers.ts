@@ -79,8 +79,15 @@ export interface PythonWorker {
   stop(): Promise<void>;
 }
 
-/** `python3 -m ferry.worker` on the fixture project, with the env the agent hands its worker. */
-export function startPythonWorker(agent: Agent, target = 'Fixture'): PythonWorker {
+/**
+ * `python3 -m ferry.worker` on the fixture project, with the env the agent hands its worker. With
+ * `reportExit`, the test plays ECS's part: the worker container's exit reaches agent.workerExited.
+ */
+export function startPythonWorker(
+  agent: Agent,
+  target = 'Fixture',
+  options: { reportExit?: boolean } = {},
+): PythonWorker {
   const output: string[] = [];
   const child = spawn('python3', ['-m', 'ferry.worker'], {
     cwd: fixtureApp,
@@ -104,6 +111,9 @@ export function startPythonWorker(agent: Agent, target = 'Fixture'): PythonWorke
     stream?.on('data', (data: string) => output.push(data));
   }
   const exited = once(child, 'exit');
+  if (options.reportExit) {
+    child.on('exit', (code, signal) => void agent.workerExited({ code, signal }).catch(() => {}));
+  }
   return {
     child,
     output,

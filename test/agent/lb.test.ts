@@ -74,13 +74,26 @@ async function stopWorker(child: ChildProcess | undefined): Promise<void> {
   clearTimeout(timer);
 }
 
+/** [id, key, app, env]: keys scoped to this endpoint's app (shop/prod) and to others. */
+const scopedKeys: [string, string, string, string | undefined][] = [
+  ['k-shop', 'fy_scope_app_shop', 'shop', undefined],
+  ['k-shop-prod', 'fy_scope_shop_prod', 'shop', 'prod'],
+  ['k-blog', 'fy_scope_app_blog', 'blog', undefined],
+  ['k-shop-staging', 'fy_scope_shop_staging', 'shop', 'staging'],
+];
+
 beforeAll(async () => {
   scratch = mkdtempSync(join(tmpdir(), 'ferry-agent-lb-'));
   aws = await startAwsFixture();
   await aws.control().putApiKey({ id: 'k1', name: 'test', hash: hashKey(apiKey), createdAt: Date.now() });
+  for (const [id, key, app, env] of scopedKeys) {
+    await aws.control().putApiKey({ id, name: id, hash: hashKey(key), createdAt: Date.now(), app, env });
+  }
   workerPort = await freePort();
   agent = await startLbAgent({
     endpointId: 'lbep',
+    app: 'shop',
+    env: 'prod',
     control: aws.control(),
     workerPort,
     host: '127.0.0.1',
@@ -131,10 +144,63 @@ describe('load-balanced agent', () => {
     expect(await get.json()).toEqual({ id: '42', q: 'x' });
   });
 
+  it('reports its load to the workers table: busy while a request runs, idle with lastBusyAt after', async () => {
+    const registry = aws.workers();
+    const reporting = await startLbAgent({
+      endpointId: 'lbload',
+      control: aws.control(),
+      workerPort,
+      host: '127.0.0.1',
+      port: 0,
+      log,
+      registry,
+      workerId: 'lbload-task1',
+    });
+    try {
+      await reporting.reported();
+      expect(await registry.get('lbload-task1')).toMatchObject({ state: 'idle', inFlight: 0 });
+      const started = Date.now();
+      const slow = fetch(`${reporting.url}/nap`, {
+        method: 'POST',
+        headers: { authorization: apiKey, 'content-type': 'application/json' },
+        body: JSON.stringify({ seconds: 1.5 }),
+      });
+      const busy = await eventually('the busy record', async () => {
+        await reporting.reported();
+        const r = await registry.get('lbload-task1');
+        return r?.state === 'running' ? r : undefined;
+      });
+      expect(busy).toMatchObject({ endpointId: 'lbload', inFlight: 1, jobIds: [] });
+      expect((await slow).status).toBe(200);
+      const idle = await eventually('the idle record', async () => {
+        await reporting.reported();
+        const r = await registry.get('lbload-task1');
+        return r?.state === 'idle' ? r : undefined;
+      });
+      expect(idle.inFlight).toBe(0);
+      expect(idle.lastBusyAt).toBeGreaterThanOrEqual(started);
+    } finally {
+      await reporting.close(1_000);
+    }
+    // A task that leaves takes its record with it.
+    expect(await registry.get('lbload-task1')).toBeUndefined();
+  });
+
   it('passes the worker’s own errors through (404 for an unknown route)', async () => {
     const missing = await call('/nope', { headers: { authorization: apiKey } });
     expect(missing.status).toBe(404);
     expect(await missing.json()).toHaveProperty('error');
+  });
+
+  it('takes keys scoped to its app or its app+environment, and answers 403 to keys scoped elsewhere', async () => {
+    const status = async (key: string) =>
+      (await call('/items/1', { headers: { authorization: `Bearer ${key}` } })).status;
+    expect(await status('fy_scope_app_shop')).toBe(200);
+    expect(await status('fy_scope_shop_prod')).toBe(200);
+    const other = await call('/items/1', { headers: { authorization: 'Bearer fy_scope_app_blog' } });
+    expect(other.status).toBe(403);
+    expect(await other.json()).toEqual({ error: expect.stringContaining('app blog') });
+    expect(await status('fy_scope_shop_staging')).toBe(403);
   });
 
   it('answers 401 {"error"} without a key or with a wrong one', async () => {

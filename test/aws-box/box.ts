@@ -10,6 +10,7 @@
  * as a Lambda sandbox and an ECS task would.
  */
 
+import type { LambdaClient } from '@aws-sdk/client-lambda';
 import { CloudWatchLogStore } from '../../core/adapters/aws/cloudwatch-logs.js';
 import { hashKey } from '../../core/auth.js';
 import type { EndpointRecord } from '../../core/ports.js';
@@ -57,6 +58,8 @@ export interface AwsBoxOptions {
   maxWaitMs?: number;
   /** How long the agents hold worker long polls. */
   workerWaitMs?: number;
+  /** The api Lambda nudges this scaler function (FERRY_SCALER_FUNCTION) through this client. */
+  scaler?: { functionName: string; lambda: LambdaClient };
 }
 
 const clientsFor = (fixture: AwsFixture) => ({
@@ -83,8 +86,13 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
     FERRY_SQS_ENDPOINT: fixture.fauxqs.endpoint,
     FERRY_S3_ENDPOINT: fixture.fauxqs.endpoint,
     FERRY_LOG_GROUP: logGroup,
+    ...(options.scaler ? { FERRY_SCALER_FUNCTION: options.scaler.functionName } : {}),
   });
-  const lambdaClients = { ...clientsFor(fixture), logs: cloudWatchLogs.asClient() };
+  const lambdaClients = {
+    ...clientsFor(fixture),
+    logs: cloudWatchLogs.asClient(),
+    ...(options.scaler ? { lambda: options.scaler.lambda } : {}),
+  };
   const agentClients = clientsFor(fixture);
   const destroyClients = () => {
     for (const client of [...Object.values(lambdaClients), ...Object.values(agentClients)]) client?.destroy();

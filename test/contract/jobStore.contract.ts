@@ -7,7 +7,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Job } from '../../core/job.js';
-import type { JobStore } from '../../core/ports.js';
+import type { JobStore, JobUpdate } from '../../core/ports.js';
 import { expectFerryError, futureBaseMs, makeJob, uniqueId } from './helpers.js';
 
 export interface JobStoreFixture {
@@ -76,57 +76,72 @@ export function describeJobStoreContract(
     });
 
     describe('update (compare-and-set on version)', () => {
-      it('applies a patch at the expected version and bumps the version', async () => {
+      /** The job as the store hands it out: update takes it as the current state. */
+      const stored = async (id: string) => (await jobs.get(id, t0))!;
+      const written = (result: JobUpdate) => {
+        expect(result.ok).toBe(true);
+        return (result as { job: Job }).job;
+      };
+
+      it('applies a patch at the current version and bumps the version', async () => {
         const j = job();
         await jobs.create(j);
-        const written = await jobs.update(j.id, 1, {
-          status: 'IN_PROGRESS',
-          startedAt: t0 + 10,
-          leaseUntil: t0 + 60_010,
-          workerId: 'w1',
-          attempt: 1,
-        });
-        expect(written).toMatchObject({
+        const result = written(
+          await jobs.update(await stored(j.id), {
+            status: 'IN_PROGRESS',
+            startedAt: t0 + 10,
+            leaseUntil: t0 + 60_010,
+            workerId: 'w1',
+            attempt: 1,
+          }),
+        );
+        expect(result).toMatchObject({
           id: j.id,
           status: 'IN_PROGRESS',
           workerId: 'w1',
           attempt: 1,
           version: 2,
         });
-        expect(await jobs.get(j.id, t0)).toEqual(written);
+        expect(await jobs.get(j.id, t0)).toEqual(result);
       });
 
-      it('refuses a patch at a stale version and for a missing job', async () => {
+      it('refuses a stale job and answers the job as stored now; a missing job answers undefined', async () => {
         const j = job();
         await jobs.create(j);
-        expect(await jobs.update(j.id, 1, { status: 'IN_PROGRESS' })).toBeDefined();
-        expect(await jobs.update(j.id, 1, { status: 'CANCELLED' })).toBeUndefined();
+        const first = await stored(j.id);
+        const now = written(await jobs.update(first, { status: 'IN_PROGRESS' }));
+        const lost = await jobs.update(first, { status: 'CANCELLED' });
+        expect(lost).toEqual({ ok: false, current: now });
         expect((await jobs.get(j.id, t0))?.status).toBe('IN_PROGRESS');
-        expect(await jobs.update(uniqueId('missing'), 1, { status: 'CANCELLED' })).toBeUndefined();
+        const gone = { ...first, id: uniqueId('missing') };
+        expect(await jobs.update(gone, { status: 'CANCELLED' })).toEqual({ ok: false, current: undefined });
       });
 
       it('lets exactly one of two concurrent updates from the same version win', async () => {
         const j = job();
         await jobs.create(j);
+        const base = await stored(j.id);
         const [a, b] = await Promise.all([
-          jobs.update(j.id, 1, { status: 'CANCELLED', finishedAt: t0 + 5 }),
-          jobs.update(j.id, 1, { status: 'IN_PROGRESS', startedAt: t0 + 5, workerId: 'w1' }),
+          jobs.update(base, { status: 'CANCELLED', finishedAt: t0 + 5 }),
+          jobs.update(base, { status: 'IN_PROGRESS', startedAt: t0 + 5, workerId: 'w1' }),
         ]);
-        const winners = [a, b].filter((x) => x !== undefined);
+        const winners = [a, b].filter((x) => x.ok);
         expect(winners).toHaveLength(1);
-        const stored = await jobs.get(j.id, t0);
-        expect(stored?.version).toBe(2);
-        expect(stored?.status).toBe(winners[0]?.status);
+        const loser = [a, b].find((x) => !x.ok) as { current: Job };
+        const now = await jobs.get(j.id, t0);
+        expect(now?.version).toBe(2);
+        expect(now?.status).toBe((winners[0] as { job: Job }).job.status);
+        expect(loser.current).toEqual(now);
       });
 
       it('keeps versions strictly increasing over many sequential updates', async () => {
         const j = job();
         await jobs.create(j);
-        let version = 1;
+        let current = await stored(j.id);
         for (let i = 0; i < 5; i++) {
-          const written = await jobs.update(j.id, version, { output: { step: i } });
-          expect(written?.version).toBe(version + 1);
-          version = written!.version;
+          const next = written(await jobs.update(current, { output: { step: i } }));
+          expect(next.version).toBe(current.version + 1);
+          current = next;
         }
         expect(await jobs.get(j.id, t0)).toMatchObject({ version: 6, output: { step: 4 } });
       });
@@ -141,14 +156,16 @@ export function describeJobStoreContract(
           finishedAt: t0 + 2,
         });
         await jobs.create(j);
-        const written = await jobs.update(j.id, 1, {
-          status: 'IN_QUEUE',
-          output: undefined,
-          error: undefined,
-          workerId: undefined,
-          retries: 1,
-        });
-        for (const job of [written, await jobs.get(j.id, t0)]) {
+        const result = written(
+          await jobs.update(await stored(j.id), {
+            status: 'IN_QUEUE',
+            output: undefined,
+            error: undefined,
+            workerId: undefined,
+            retries: 1,
+          }),
+        );
+        for (const job of [result, await jobs.get(j.id, t0)]) {
           expect(job).toBeDefined();
           expect(job).not.toHaveProperty('output');
           expect(job).not.toHaveProperty('error');
@@ -162,9 +179,9 @@ export function describeJobStoreContract(
         await jobs.create(j);
         const sneaky = { endpointId: 'other', status: 'IN_PROGRESS' } as unknown as Parameters<
           JobStore['update']
-        >[2];
-        const written = await jobs.update(j.id, 1, sneaky);
-        expect(written?.endpointId).toBe(endpointId);
+        >[1];
+        const result = written(await jobs.update(await stored(j.id), sneaky));
+        expect(result.endpointId).toBe(endpointId);
         expect((await jobs.get(j.id, t0))?.endpointId).toBe(endpointId);
       });
     });
@@ -213,7 +230,7 @@ export function describeJobStoreContract(
         expect(await overdue(t0 + 500)).toEqual([lapsed.id]);
         expect(await overdue(t0 + 1_000)).toEqual([lapsed.id, timedOut.id].sort());
         // A renewed lease takes the job off the list.
-        await jobs.update(lapsed.id, 1, { leaseUntil: t0 + 90_000 });
+        await jobs.update((await jobs.get(lapsed.id, 0))!, { leaseUntil: t0 + 90_000 });
         expect(await overdue(t0 + 1_000)).toEqual([timedOut.id]);
         expect(await overdue(t0 + 60_000)).toEqual([healthy.id, timedOut.id].sort());
       });
@@ -241,7 +258,7 @@ export function describeJobStoreContract(
         expect(await expiredUnfinished(t0 + 1_000)).toEqual([queued.id, running.id].sort());
         expect(await jobs.get(queued.id, t0 + 1_000)).toBeUndefined();
         // Once finalised it is no longer unfinished.
-        await jobs.update(running.id, 1, { status: 'CANCELLED' });
+        await jobs.update((await jobs.get(running.id, 0))!, { status: 'CANCELLED' });
         expect(await expiredUnfinished(t0 + 1_000)).toEqual([queued.id]);
       });
 

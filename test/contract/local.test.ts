@@ -94,15 +94,12 @@ describe('local SQLite database', () => {
     expect(await waiting).toEqual([]);
   });
 
-  it('refuses malformed receipts and limits with bad_request', async () => {
+  it('refuses malformed receipts and limits as internal errors (our own arguments)', async () => {
     const db = openLocalDatabase(':memory:');
     try {
-      await expectFerryError(db.queue.ack('ep', 'not-a-receipt'), 'bad_request');
-      await expectFerryError(
-        db.queue.receive('ep', { max: 0, visibilityMs: 1_000, waitMs: 0 }),
-        'bad_request',
-      );
-      await expectFerryError(db.jobs.listByStatus('ep', 'IN_QUEUE', 0, 0), 'bad_request');
+      await expectFerryError(db.queue.ack('ep', 'not-a-receipt'), 'internal');
+      await expectFerryError(db.queue.receive('ep', { max: 0, visibilityMs: 1_000, waitMs: 0 }), 'internal');
+      await expectFerryError(db.jobs.listByStatus('ep', 'IN_QUEUE', 0, 0), 'internal');
     } finally {
       await db.close();
     }
@@ -114,7 +111,7 @@ describe('local SQLite database', () => {
       await db.jobs.create(makeJob({ id: 'stuck', createdAt: 0, expiresAt: 100 }));
       expect(await db.jobs.deleteExpired(1_000)).toBe(0);
       expect((await db.jobs.listExpiredUnfinished(1_000, 10)).map((j) => j.id)).toEqual(['stuck']);
-      await db.jobs.update('stuck', 1, { status: 'CANCELLED' });
+      await db.jobs.update((await db.jobs.get('stuck', 0))!, { status: 'CANCELLED' });
       expect(await db.jobs.deleteExpired(1_000)).toBe(1);
     } finally {
       await db.close();

@@ -108,20 +108,27 @@ describe('api handler', () => {
     expect(JSON.parse(r.body)).toEqual({ error: 'nope' });
   });
 
-  it('an unexpected failure is a 500 {"error": "Internal error"}, without details', async () => {
-    const spy = vi.spyOn(console, 'error').mockImplementation(() => {});
+  it('an unexpected failure is a masked 500 with a request id; the detail is only in the log', async () => {
+    const lines: string[] = [];
+    const spy = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
+      lines.push(String(chunk));
+      return true;
+    });
     const { handler } = recording(async () => {
       throw new Error('DynamoDB is down at 10.0.0.1');
     });
     const r = await handler(event(), context());
     expect(r.statusCode).toBe(500);
-    expect(JSON.parse(r.body)).toEqual({ error: 'Internal error' });
+    expect(JSON.parse(r.body)).toEqual({ error: 'internal error', requestId: expect.any(String) });
+    expect(r.body).not.toContain('10.0.0.1');
     // The bundled handler with no configuration: same shape, the variable names stay in the log.
     const unconfigured = await bundledHandler(event(), context());
     expect(unconfigured.statusCode).toBe(500);
-    expect(JSON.parse(unconfigured.body)).toEqual({ error: 'Internal error' });
-    expect(String(spy.mock.calls.at(-1)?.[0])).toMatch(/FERRY_/);
+    const { requestId } = JSON.parse(unconfigured.body) as { requestId: string };
+    expect(JSON.parse(unconfigured.body)).toEqual({ error: 'internal error', requestId });
     spy.mockRestore();
+    expect(lines.find((l) => l.includes(requestId))).toMatch(/FERRY_/);
+    expect(lines.join('')).toContain('10.0.0.1');
   });
 
   it('aborts the wait 1.5 s before the function would time out', async () => {

@@ -23,11 +23,12 @@ afterAll(() => {
 
 describe('bundleFunctions', () => {
   it('writes one .mjs with a source map per documented entry', () => {
-    expect(Object.keys(files).sort()).toEqual(['api', 'authorizer', 'sweeper']);
+    expect(Object.keys(files).sort()).toEqual(['api', 'authorizer', 'scaler', 'sweeper']);
     expect(functionEntries).toEqual({
       api: 'api.handler',
       authorizer: 'authorizer.handler',
       sweeper: 'sweeper.handler',
+      scaler: 'scaler.handler',
     });
     for (const name of Object.keys(functionEntries)) {
       expect(statSync(join(outdir, `${name}.mjs`)).size).toBeGreaterThan(1000);

@@ -2,7 +2,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Stack } from 'aws-cdk-lib';
-import { Match, Template } from 'aws-cdk-lib/assertions';
+import { Template } from 'aws-cdk-lib/assertions';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FerryError } from '../../core/errors.js';
@@ -162,7 +162,9 @@ describe('queues', () => {
     expect(value).toContain(idOf(gpu.lowQueue!));
     expect(value).toContain('lowQueueUrl');
     expect(value).toContain('queueUrl');
-    expect(value).toContain(idOf(endpoint('lb_worker').loadBalancer!));
+    // Load-balanced endpoints are listed by their https address (infra/constructs/https-front.ts).
+    expect(value).toContain('\\"url\\":\\"https://');
+    expect(value).not.toContain('http://');
   });
 });
 
@@ -265,6 +267,36 @@ describe('tasks', () => {
   });
 });
 
+describe('worker tokens and secrets (docs/security-aws.md)', () => {
+  const secretsOf = (c: ContainerDefinition) =>
+    ((c as { Secrets?: { Name: string }[] }).Secrets ?? []).map((x) => x.Name).sort();
+
+  it('hand the worker token to agent and worker as ECS secrets, never in the environment', () => {
+    const containers = containersOf(endpoint('gpu_worker'));
+    const agent = containers.find((c) => c.Name === 'agent')!;
+    const worker = containers.find((c) => c.Name === 'worker')!;
+    expect(secretsOf(agent)).toEqual(['FERRY_AGENT_EXTERNAL_ID', 'FERRY_WORKER_TOKEN']);
+    expect(secretsOf(worker)).toEqual(['RUNPOD_AI_API_KEY']);
+    for (const c of containers) {
+      expect(Object.keys(envOf(c))).not.toContain('FERRY_WORKER_TOKEN');
+      expect(Object.keys(envOf(c))).not.toContain('RUNPOD_AI_API_KEY');
+      expect(Object.keys(envOf(c))).not.toContain('FERRY_AGENT_EXTERNAL_ID');
+    }
+  });
+
+  it('leave no token-like value in any container environment', () => {
+    for (const e of built.appStack.endpoints) {
+      for (const c of containersOf(e)) {
+        for (const [name, value] of Object.entries(envOf(c))) {
+          // The source fingerprint is a digest of the code, public by design.
+          if (name === 'FERRY_SOURCE_FINGERPRINT') continue;
+          expect(JSON.stringify(value)).not.toMatch(/[0-9a-f]{64}/);
+        }
+      }
+    }
+  });
+});
+
 describe('services and scaling', () => {
   it('start at zero tasks on their capacity provider, free to replace every task', () => {
     const services = Object.values(template.findResources('AWS::ECS::Service'));
@@ -277,75 +309,57 @@ describe('services and scaling', () => {
     }
   });
 
-  it('scale between workersMin and workersMax', () => {
-    const target = (name: string) =>
-      template.toJSON().Resources[idOf(endpoint(name).scalableTarget)].Properties;
-    expect(target('gpu_worker')).toMatchObject({ MinCapacity: 0, MaxCapacity: 3 });
-    expect(target('cpu_worker')).toMatchObject({ MinCapacity: 1, MaxCapacity: 5 });
-    expect(target('lb_worker')).toMatchObject({ MinCapacity: 1, MaxCapacity: 2 });
+  it('leave every count to the scaler: no scalable targets, scaling policies or count alarms', () => {
+    // The scaler Lambda (functions/scaler.ts) sets desiredCount from the scaling policy; an
+    // Application Auto Scaling policy beside it would fight it (docs/scaling.md).
+    template.resourceCountIs('AWS::ApplicationAutoScaling::ScalableTarget', 0);
+    template.resourceCountIs('AWS::ApplicationAutoScaling::ScalingPolicy', 0);
+    for (const alarm of Object.values(template.findResources('AWS::CloudWatch::Alarm'))) {
+      const actions = JSON.stringify(alarm.Properties.AlarmActions ?? []);
+      expect(actions).not.toMatch(/ScalingPolicy|autoscaling/i);
+    }
+    // Counted alarms: the four dead-letter alarms of the two queue endpoints, and the wake-up of the
+    // load-balanced one.
+    const descriptions = Object.values(template.findResources('AWS::CloudWatch::Alarm')).map((a) =>
+      String(a.Properties.AlarmDescription),
+    );
+    expect(descriptions.filter((d) => !d.includes('dead-letter'))).toEqual([
+      'Ferry lb_worker: requests turned away with no worker; wakes the scaler',
+    ]);
   });
 
-  it('scale out in steps, from zero too, on visible messages of the urgent queue only', () => {
-    const e = endpoint('cpu_worker');
-    const policies = template.findResources('AWS::ApplicationAutoScaling::ScalingPolicy', {
-      Properties: {
-        ScalingTargetId: { Ref: idOf(e.scalableTarget) },
-        PolicyType: 'StepScaling',
-        StepScalingPolicyConfiguration: Match.objectLike({ AdjustmentType: 'ChangeInCapacity' }),
-      },
-    });
-    const [policyId] = Object.keys(policies);
-    expect(policyId).toBeDefined();
-    // maxConcurrency 4: 1–8 waiting → +1, 9–32 → +2, more → +4 (bounds relative to the threshold 1).
-    expect(policies[policyId!]!.Properties.StepScalingPolicyConfiguration.StepAdjustments).toEqual([
-      { MetricIntervalLowerBound: 0, MetricIntervalUpperBound: 8, ScalingAdjustment: 1 },
-      { MetricIntervalLowerBound: 8, MetricIntervalUpperBound: 32, ScalingAdjustment: 2 },
-      { MetricIntervalLowerBound: 32, ScalingAdjustment: 4 },
-    ]);
+  it('name each service ferry-<endpointId>, the name the scaler sets and its grant allows', () => {
+    for (const name of ['gpu_worker', 'cpu_worker', 'lb_worker']) {
+      const e = endpoint(name);
+      expect(template.toJSON().Resources[idOf(e.service)].Properties.ServiceName).toBe(`ferry-${e.id}`);
+    }
+  });
+
+  it('wake a load-balanced endpoint from zero: the ALB 503 count invokes the scaler, by alarm name', () => {
+    const e = endpoint('lb_worker');
     template.hasResourceProperties('AWS::CloudWatch::Alarm', {
-      MetricName: 'ApproximateNumberOfMessagesVisible',
-      Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [idOf(e.queue!), 'QueueName'] } }],
+      AlarmName: `ferry-wake-${e.id}`,
+      MetricName: 'HTTPCode_ELB_503_Count',
+      Namespace: 'AWS/ApplicationELB',
       Threshold: 1,
       ComparisonOperator: 'GreaterThanOrEqualToThreshold',
-      AlarmActions: [{ Ref: policyId }],
+      TreatMissingData: 'notBreaching',
     });
-  });
-
-  it('never scale on in-flight messages (~0 while jobs run) nor on the low-priority queue', () => {
-    const text = JSON.stringify(template.toJSON().Resources);
-    expect(text).not.toContain('ApproximateNumberOfMessagesNotVisible');
-    for (const name of ['gpu_worker', 'cpu_worker']) {
-      const low = idOf(endpoint(name).lowQueue!);
-      const scalingAlarms = Object.values(template.findResources('AWS::CloudWatch::Alarm')).filter(
-        (a) => !String(a.Properties.AlarmDescription).includes('dead-letter'),
-      );
-      for (const alarm of scalingAlarms) expect(JSON.stringify(alarm)).not.toContain(low);
-    }
-    template.resourcePropertiesCountIs(
-      'AWS::ApplicationAutoScaling::ScalingPolicy',
-      { PolicyType: 'TargetTrackingScaling' },
-      1, // the load-balanced endpoint's requests per target only
+    const [wake] = Object.values(
+      template.findResources('AWS::CloudWatch::Alarm', { Properties: { AlarmName: `ferry-wake-${e.id}` } }),
     );
+    expect(wake!.Properties.AlarmActions).toHaveLength(1);
+    expect(JSON.stringify(wake!.Properties.AlarmActions)).toContain(':function:ferry-scaler');
+    // CloudWatch may invoke the scaler for this alarm only.
+    template.hasResourceProperties('AWS::Lambda::Permission', {
+      Action: 'lambda:InvokeFunction',
+      Principal: 'lambda.alarms.cloudwatch.amazonaws.com',
+    });
   });
 
-  it('go back to workersMin after idleTimeoutSec with no visible job', () => {
-    template.hasResourceProperties('AWS::ApplicationAutoScaling::ScalingPolicy', {
-      ScalingTargetId: { Ref: idOf(endpoint('cpu_worker').scalableTarget) },
-      StepScalingPolicyConfiguration: {
-        AdjustmentType: 'ExactCapacity',
-        Cooldown: 300,
-        StepAdjustments: [{ MetricIntervalUpperBound: 0, ScalingAdjustment: 1 }],
-      },
-    });
-    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
-      AlarmDescription: 'Ferry cpu_worker: no job waiting for 300 s',
-      MetricName: 'ApproximateNumberOfMessagesVisible',
-      Dimensions: [
-        { Name: 'QueueName', Value: { 'Fn::GetAtt': [idOf(endpoint('cpu_worker').queue!), 'QueueName'] } },
-      ],
-      EvaluationPeriods: 5,
-      TreatMissingData: 'breaching',
-    });
+  it('let a queue agent keep task protection until idle for idle_timeout', () => {
+    const agent = containersOf(endpoint('cpu_worker')).find((c) => c.Name === 'agent')!;
+    expect(envOf(agent).FERRY_IDLE_TIMEOUT_SEC).toBe('300');
   });
 });
 
@@ -353,7 +367,8 @@ describe('task roles', () => {
   it('let a queue agent receive, delete, release and requeue on its own two queues only', () => {
     const gpu = endpoint('gpu_worker');
     const cpu = endpoint('cpu_worker');
-    const statements = statementsOf(template, gpu.taskRole);
+    const statements = statementsOf(template, gpu.agentRole);
+    expect(actionsOf(statementsOf(template, gpu.taskRole)).filter((a) => a.startsWith('sqs:'))).toEqual([]);
     const sqsActions = actionsOf(statements).filter((a) => a.startsWith('sqs:'));
     expect(sqsActions.sort()).toEqual([
       'sqs:ChangeMessageVisibility',
@@ -369,12 +384,17 @@ describe('task roles', () => {
     expect(JSON.stringify(statements)).not.toContain(idOf(cpu.queue!));
   });
 
-  it('read the artifact by its exact key and reach only payloads/ otherwise', () => {
-    const statements = statementsOf(template, endpoint('gpu_worker').taskRole);
+  it('read the artifact by its exact key (task role); payloads only under its job ids (agent role)', () => {
+    const gpu = endpoint('gpu_worker');
+    const statements = statementsOf(template, gpu.taskRole);
     const gets = resourcesFor(statements, 's3:GetObject');
-    expect(gets.some((r) => r.includes('/artifacts/demo/dev/fff.tar.gz'))).toBe(true);
-    expect(resourcesFor(statements, 's3:PutObject')).toHaveLength(1);
-    expect(resourcesFor(statements, 's3:PutObject')[0]).toContain('/payloads/*');
+    expect(gets).toHaveLength(1);
+    expect(gets[0]).toContain('/artifacts/demo/dev/fff.tar.gz');
+    expect(resourcesFor(statements, 's3:PutObject')).toHaveLength(0);
+    const puts = resourcesFor(statementsOf(template, gpu.agentRole), 's3:PutObject');
+    expect(puts).toHaveLength(2);
+    expect(puts.join()).toContain(`/payloads/${gpu.id}-*`);
+    expect(puts.join()).toContain(`/payloads/sync-${gpu.id}-*`);
     for (const s of statements) expect(s.Resource).not.toBe('*');
     for (const action of actionsOf(statements)) expect(action).not.toContain('*');
   });
@@ -387,11 +407,27 @@ describe('task roles', () => {
     }
   });
 
-  it('give a load-balanced agent only KEY# items of the control table, and no queue or job table', () => {
-    const statements = statementsOf(template, endpoint('lb_worker').taskRole);
+  it('give a load-balanced agent only KEY# items of the control table and its worker record, no queue or job table', () => {
+    const lb = endpoint('lb_worker');
+    expect(actionsOf(statementsOf(template, lb.taskRole)).filter((a) => a.startsWith('dynamodb:'))).toEqual(
+      [],
+    );
+    const statements = statementsOf(template, lb.agentRole);
     const actions = actionsOf(statements);
     expect(actions.filter((a) => a.startsWith('sqs:'))).toEqual([]);
-    expect(actions.filter((a) => a.startsWith('dynamodb:'))).toEqual(['dynamodb:GetItem']);
+    expect(actions.filter((a) => a.startsWith('dynamodb:')).sort()).toEqual([
+      'dynamodb:DeleteItem',
+      'dynamodb:GetItem',
+      'dynamodb:PutItem',
+    ]);
+    // Its load for the scaler goes to the workers table only.
+    const workersArn = JSON.stringify({ 'Fn::ImportValue': platformExportNames.workersTableArn });
+    expect(resourcesFor(statements, 'dynamodb:PutItem')).toEqual([workersArn]);
+    expect(resourcesFor(statements, 'dynamodb:DeleteItem')).toEqual([workersArn]);
+    const agent = containersOf(endpoint('lb_worker')).find((c) => c.Name === 'agent')!;
+    expect(envOf(agent).FERRY_WORKERS_TABLE).toEqual({
+      'Fn::ImportValue': platformExportNames.workersTableName,
+    });
     const keyRead = statements.find((s) => actionsOf([s]).includes('dynamodb:GetItem'))!;
     expect(keyRead.Condition).toEqual({ 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['KEY#*'] } });
     expect(JSON.stringify(keyRead.Resource)).toContain('Control');

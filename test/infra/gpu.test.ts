@@ -58,7 +58,7 @@ describe('cpu shapes', () => {
     ['4-64', 'r7i.2xlarge'],
     ['3-8', 'm7i.xlarge'],
     ['8-16', 'c7i.2xlarge'],
-    [' 16 - 64 ', 'm7i.4xlarge'],
+    ['16-64', 'm7i.4xlarge'],
   ])('"%s" → %s', (spec, instanceType) => {
     const shape = cpuInstanceFor(spec);
     expect(shape.instanceType).toBe(instanceType);
@@ -68,9 +68,13 @@ describe('cpu shapes', () => {
     expect(shape.gpus).toBe(0);
   });
 
-  it.each(['', '2', '2-', 'two-8', '0-8', '2-0', '2x8'])('rejects "%s" as bad input', (spec) => {
-    expect(() => cpuInstanceFor(spec)).toThrowError(/Invalid cpu/);
-  });
+  // The one cpu rule (core/endpoint-spec.ts): no spaces, no leading zeros, as the scanner and `ferry` refuse them.
+  it.each(['', '2', '2-', 'two-8', '0-8', '2-0', '2x8', ' 16 - 64 ', '02-8'])(
+    'rejects "%s" as bad input',
+    (spec) => {
+      expect(() => cpuInstanceFor(spec)).toThrowError(/Invalid cpu/);
+    },
+  );
 
   it('rejects shapes no instance offers', () => {
     expect(() => cpuInstanceFor('500-1000')).toThrowError(/No instance type/);

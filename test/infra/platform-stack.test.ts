@@ -157,13 +157,48 @@ describe('compute', () => {
     template.allResourcesProperties('AWS::ECS::CapacityProvider', {
       AutoScalingGroupProvider: Match.objectLike({
         ManagedScaling: Match.objectLike({ Status: 'ENABLED', TargetCapacity: 100 }),
-        ManagedTerminationProtection: 'DISABLED',
+        ManagedTerminationProtection: 'ENABLED',
       }),
     });
     template.allResourcesProperties('AWS::AutoScaling::AutoScalingGroup', { MinSize: '0' });
     template.hasResourceProperties('AWS::EC2::LaunchTemplate', {
       LaunchTemplateData: Match.objectLike({ InstanceType: 'g5.xlarge' }),
     });
+  });
+
+  it('lets the Auto Scaling groups terminate only instances ECS has emptied (managed termination protection)', () => {
+    // ECS sets and lifts instance protection itself; it needs new instances protected from the start
+    // (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/managed-termination-protection.html).
+    template.allResourcesProperties('AWS::AutoScaling::AutoScalingGroup', {
+      NewInstancesProtectedFromScaleIn: true,
+    });
+  });
+
+  it('keeps no warm pool unless asked; with gpuWarmPoolSize, stopped GPU instances beside GPU pools only', () => {
+    template.resourceCountIs('AWS::AutoScaling::WarmPool', 0);
+    const fns = stubFunctionsDir();
+    try {
+      const warm = new PlatformStack(new App(), 'FerryPlatform', {
+        functionsCodeDir: fns.dir,
+        instanceTypes: ['g5.xlarge', 'm7i.large'],
+        gpuWarmPoolSize: 1,
+      });
+      const warmTemplate = Template.fromStack(warm);
+      warmTemplate.resourceCountIs('AWS::AutoScaling::WarmPool', 1);
+      warmTemplate.hasResourceProperties('AWS::AutoScaling::WarmPool', {
+        MinSize: 1,
+        MaxGroupPreparedCapacity: 1,
+        PoolState: 'Stopped',
+        InstanceReusePolicy: { ReuseOnScaleIn: false },
+      });
+      // The GPU hosts wait for the warm pool check before they join the cluster.
+      const gpuTemplate = Object.values(warmTemplate.findResources('AWS::EC2::LaunchTemplate')).find((t) =>
+        JSON.stringify(t).includes('g5.xlarge'),
+      );
+      expect(JSON.stringify(gpuTemplate)).toContain('ECS_WARM_POOLS_CHECK=true');
+    } finally {
+      fns.cleanup();
+    }
   });
 
   it('uses ECS managed draining, not the CDK drain-hook Lambda', () => {
@@ -253,6 +288,7 @@ describe('API', () => {
       api: platform.apiFunction,
       authorizer: platform.authorizerFunction,
       sweeper: platform.sweeperFunction,
+      scaler: platform.scalerFunction,
     };
     for (const [name, fn] of Object.entries(fns)) {
       const props = template.toJSON().Resources[logicalId(fn)].Properties;
@@ -290,13 +326,19 @@ const arnOf = (construct: { node: { defaultChild?: unknown } }) =>
   JSON.stringify({ 'Fn::GetAtt': [logicalId(construct), 'Arn'] });
 
 describe('least privilege', () => {
-  it('lets the authorizer only GetItem KEY# items of the control table', () => {
+  it('lets the authorizer only GetItem KEY# items and Query endpoint items of the control table', () => {
     const statements = statementsOf(template, platform.authorizerFunction.role!);
-    expect(actionsOf(statements).sort()).toEqual(['dynamodb:GetItem']);
+    expect(actionsOf(statements).sort()).toEqual(['dynamodb:GetItem', 'dynamodb:Query']);
     expect(resourcesFor(statements, 'dynamodb:GetItem')).toEqual([arnOf(platform.controlTable)]);
     expect(statements[0]!.Condition).toEqual({
       'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['KEY#*'] },
     });
+    // A scoped key's Allow lists its endpoints: the byKind index, endpoint items only.
+    const query = statements.find((s) => actionsOf([s]).includes('dynamodb:Query'))!;
+    expect(JSON.stringify(query.Resource)).toContain(
+      `/index/${dynamoSchema.control.indexes.byKind.indexName}`,
+    );
+    expect(query.Condition).toEqual({ 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['EP'] } });
     // The condition fences off every other kind of control record (DynamoControlStore's pk formats).
     for (const other of ['APP#demo', 'ENV#demo#dev', 'EP#abc', 'KEYID#k1']) {
       expect(/^KEY#.*$/.test(other)).toBe(false);
@@ -354,8 +396,61 @@ describe('least privilege', () => {
     expect(JSON.stringify(statements)).not.toContain(logicalId(platform.workersTable));
   });
 
+  it('lets the scaler only describe and update Ferry services, and read what the policy needs', () => {
+    const statements = statementsOf(template, platform.scalerFunction.role!);
+    const ecsActions = actionsOf(statements).filter((a) => a.startsWith('ecs:'));
+    expect(ecsActions.sort()).toEqual(['ecs:DescribeServices', 'ecs:UpdateService']);
+    const services = JSON.stringify([
+      'arn:',
+      { Ref: 'AWS::Partition' },
+      ':ecs:',
+      { Ref: 'AWS::Region' },
+      ':',
+      { Ref: 'AWS::AccountId' },
+      ':service/ferry/ferry-*',
+    ]);
+    for (const action of ecsActions) {
+      expect(resourcesFor(statements, action)).toEqual([
+        JSON.stringify({ 'Fn::Join': ['', JSON.parse(services)] }),
+      ]);
+    }
+    // Reads only: no job, chunk or payload access, nothing that writes a table or sends a message.
+    const all = actionsOf(statements);
+    for (const write of [
+      'dynamodb:PutItem',
+      'dynamodb:UpdateItem',
+      'dynamodb:DeleteItem',
+      'sqs:SendMessage',
+    ]) {
+      expect(all).not.toContain(write);
+    }
+    expect(all.filter((a) => a.startsWith('s3:'))).toEqual([]);
+    expect(JSON.stringify(statements)).not.toContain(logicalId(platform.jobsTable));
+    expect(JSON.stringify(statements)).not.toContain(logicalId(platform.chunksTable));
+    expect(resourcesFor(statements, 'dynamodb:Query').join('\n')).toContain(
+      `/index/${dynamoSchema.workers.indexes.byEndpoint.indexName}`,
+    );
+    expect(all).toContain('sqs:GetQueueAttributes');
+  });
+
+  it('lets the api and the sweeper invoke the scaler function itself, nothing else of Lambda', () => {
+    for (const fn of [platform.apiFunction, platform.sweeperFunction]) {
+      const statements = statementsOf(template, fn.role!);
+      expect(resourcesFor(statements, 'lambda:InvokeFunction')).toEqual([
+        JSON.stringify({ 'Fn::GetAtt': [logicalId(platform.scalerFunction), 'Arn'] }),
+      ]);
+    }
+    const authorizer = statementsOf(template, platform.authorizerFunction.role!);
+    expect(actionsOf(authorizer)).not.toContain('lambda:InvokeFunction');
+  });
+
   it('never grants a wildcard action nor Resource "*"', () => {
-    for (const fn of [platform.apiFunction, platform.authorizerFunction, platform.sweeperFunction]) {
+    for (const fn of [
+      platform.apiFunction,
+      platform.authorizerFunction,
+      platform.sweeperFunction,
+      platform.scalerFunction,
+    ]) {
       const statements = statementsOf(template, fn.role!);
       for (const action of actionsOf(statements)) expect(action).not.toContain('*');
       for (const s of statements) expect(s.Resource).not.toBe('*');
@@ -431,6 +526,21 @@ describe('operations', () => {
     });
   });
 
+  it('runs the scaler every minute, under the fixed name app stacks point wake-up alarms at', () => {
+    template.hasResourceProperties('AWS::Events::Rule', {
+      ScheduleExpression: 'rate(1 minute)',
+      Targets: [Match.objectLike({ Arn: { 'Fn::GetAtt': [logicalId(platform.scalerFunction), 'Arn'] } })],
+    });
+    const scaler = template.toJSON().Resources[logicalId(platform.scalerFunction)].Properties;
+    expect(scaler.FunctionName).toBe('ferry-scaler');
+    expect(scaler.Environment.Variables).toMatchObject({
+      FERRY_CLUSTER: 'ferry',
+      FERRY_SERVICE_NAME_PREFIX: 'ferry-',
+    });
+    const api = template.toJSON().Resources[logicalId(platform.apiFunction)].Properties;
+    expect(api.Environment.Variables.FERRY_SCALER_FUNCTION).toBe('ferry-scaler');
+  });
+
   it('alarms on API 5xx and on sweeper errors', () => {
     template.hasResourceProperties('AWS::CloudWatch::Alarm', {
       MetricName: '5XXError',
@@ -441,5 +551,27 @@ describe('operations', () => {
       Dimensions: [{ Name: 'FunctionName', Value: { Ref: logicalId(platform.sweeperFunction) } }],
     });
     template.resourceCountIs('AWS::CloudWatch::Dashboard', 1);
+  });
+});
+
+describe('ECS hosts keep the instance metadata service from tasks (docs/security-aws.md)', () => {
+  it('require IMDSv2 with a hop limit of 1 on every launch template', () => {
+    const templates = Object.values(template.findResources('AWS::EC2::LaunchTemplate'));
+    expect(templates.length).toBeGreaterThan(0);
+    for (const lt of templates) {
+      expect(lt.Properties.LaunchTemplateData.MetadataOptions).toMatchObject({
+        HttpTokens: 'required',
+        HttpPutResponseHopLimit: 1,
+      });
+    }
+  });
+
+  it('set ECS_AWSVPC_BLOCK_IMDS=true in every host ecs.config', () => {
+    const templates = Object.values(template.findResources('AWS::EC2::LaunchTemplate'));
+    for (const lt of templates) {
+      expect(JSON.stringify(lt.Properties.LaunchTemplateData.UserData)).toContain(
+        'echo ECS_AWSVPC_BLOCK_IMDS=true >> /etc/ecs/ecs.config',
+      );
+    }
   });
 });

@@ -22,9 +22,7 @@ const self = path.relative(repo, import.meta.filename);
  */
 const pendingTopicDocs = new Set([
   'docs/workers.md',
-  'docs/scaling.md',
   'docs/security.md',
-  'docs/security-aws.md',
   'docs/aws.md',
   'docs/python.md',
   'docs/observability.md',

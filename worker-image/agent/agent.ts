@@ -52,7 +52,10 @@
  * While the worker holds a job, `PUT $ECS_AGENT_URI/task-protection/v1/state`
  * `{"ProtectionEnabled": true, "ExpiresInMinutes": N}` keeps scale-in from killing it (renewed at half
  * of N); once idle for `protectionOffAfterMs`, `{"ProtectionEnabled": false}`. Failures are logged and
- * retried on the next tick, never fatal: losing protection only risks a requeue.
+ * retried on the next tick, never fatal: losing protection only risks a requeue. On ECS that period is
+ * the endpoint's idle_timeout (FERRY_IDLE_TIMEOUT_SEC): the scaling policy keeps a worker that long
+ * after its last job, and protection makes sure ECS, which picks the tasks a lower desiredCount stops,
+ * takes one the policy let go (docs/scaling.md).
  *
  * ── Drain (SIGTERM) ────────────────────────────────────────────────────────────────────────────────
  *
@@ -63,7 +66,7 @@
  * can finish, waits up to `drainMs` (default 110 s), then requeues whatever is still held
  * (engine.workerGone) and turns protection off.
  */
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { S3Client } from '@aws-sdk/client-s3';
@@ -81,13 +84,14 @@ import { type Authenticator, newSecret } from '../../core/auth.js';
 import { PollingChangeFeed } from '../../core/changes.js';
 import { systemClock } from '../../core/clock.js';
 import { JobEngine, type WebhookSender } from '../../core/engine.js';
-import { errorBody, FerryError, httpStatus } from '../../core/errors.js';
+import { FerryError, toHttpResponse } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
 import { jobMetricsLine } from '../../core/metrics.js';
 import type { Clock, ControlStore, EndpointRecord, LogStore } from '../../core/ports.js';
 import { WorkerSupervisor } from '../../core/supervisor.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
+import { drainMs as taskDrainMs } from '../../infra/task-layout.js';
 import { listen } from './listen.js';
 
 /** The tables the agent reads and writes (dynamoSchema naming); it never touches the control table. */
@@ -277,8 +281,8 @@ class AgentServer implements Agent {
       prefix: options.blobPrefix ?? '',
     });
     const warn = (message: string) => this.log.warn(message);
-    // The API turns unexpected errors into a bare 500 "Internal error" for the worker; the agent's
-    // log is where a throttled table or a missing permission must show, so the adapters say it here.
+    // The API answers unexpected errors with a masked 500 and logs the detail; the adapters also say
+    // here which port failed, so a throttled table or a missing permission shows in the agent's log.
     const jobs = logged(
       'jobs',
       new DynamoJobStore({ doc: this.doc, tables: options.tables, blobs, warn }),
@@ -291,7 +295,7 @@ class AgentServer implements Agent {
       new DynamoWorkerRegistry({ doc: this.doc, table: options.tables.workers }),
       this.log,
     );
-    const drainMs = options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? 110_000;
+    const drainMs = options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? taskDrainMs;
     this.leaving = new Promise<number>((resolve) => {
       this.leave = resolve;
     });
@@ -337,6 +341,7 @@ class AgentServer implements Agent {
     // Worker routes only: no client key is ever valid here, so /run, /status… answer 401.
     this.auth = {
       isClientKey: async () => false,
+      clientKeyScope: async () => undefined,
       workerAccess: async (key, endpointId, workerId) => this.supervisor.verify(key, endpointId, workerId),
     };
     const waitMs = Math.min(options.workerWaitMs ?? maxWorkerWaitMs, maxWorkerWaitMs);
@@ -347,6 +352,7 @@ class AgentServer implements Agent {
       workerWaitMs: waitMs,
       maxWaitMs: waitMs,
       ...(options.logs ? { logs: options.logs } : {}),
+      log: this.log,
     });
   }
 
@@ -372,10 +378,15 @@ class AgentServer implements Agent {
   }
 
   async workerExited(how: { code: number | null; signal: string | null }): Promise<void> {
-    if (this.supervisor.phase(this.workerId) === 'gone') return;
-    this.log.warn(`the worker exited (${how.signal ?? `code ${how.code}`}); its jobs go back to the queue`);
+    const phase = this.supervisor.phase(this.workerId);
+    if (phase === 'gone') return;
+    // Leaving after a refresh_worker job or a drain is the plan; any other exit is a failure.
+    const planned = phase === 'retiring' || phase === 'draining';
+    const exit = how.signal ?? `code ${how.code}`;
+    if (planned) this.log.info(`the worker exited (${exit}) as asked`);
+    else this.log.warn(`the worker exited (${exit}); its jobs go back to the queue`);
     await this.supervisor.exited(this.workerId, how);
-    this.leave(1);
+    this.leave(planned ? 0 : 1);
   }
 
   /** The supervisor killed the worker (a stopped job kept past its grace): requeue, then exit 1. */
@@ -403,7 +414,10 @@ class AgentServer implements Agent {
       const response = await this.route(req, abort.signal);
       send(res, response);
     } catch (error) {
-      send(res, { statusCode: httpStatus(error), body: errorBody(error) });
+      send(
+        res,
+        toHttpResponse(error, { requestId: randomUUID(), log: this.log, what: `${req.method} ${req.url}` }),
+      );
     }
   }
 
@@ -445,12 +459,15 @@ class AgentServer implements Agent {
         ? AbortSignal.any([signal, this.draining.signal, this.closing.signal])
         : AbortSignal.any([signal, this.closing.signal]),
     };
-    if (isTake) this.takesInFlight++;
+    // Only takes that may reach the queue count: once draining, a take is refused before the queue
+    // (held briefly), and a worker that asks again at once must not keep the drain waiting.
+    const counted = isTake && !this.draining.signal.aborted;
+    if (counted) this.takesInFlight++;
     let response: ApiResponse;
     try {
       response = await this.api.handle(apiRequest);
     } finally {
-      if (isTake) this.takesInFlight--;
+      if (counted) this.takesInFlight--;
     }
     if (route === 'job-done' && response.statusCode === 200 && this.options.metricsOut) {
       void this.reportEnded(safeDecode(segments[5] ?? ''));
@@ -501,17 +518,19 @@ class AgentServer implements Agent {
     const ecs = this.options.ecs;
     if (!ecs) return;
     const now = this.clock.now();
-    const busy = this.held().length > 0;
+    const idleMs = now - (this.protection.idleSince || now);
+    const offAfterMs = ecs.protectionOffAfterMs ?? 2_000;
+    // Still inside the idle window after a job: keep renewing, or a long idle_timeout could outlast
+    // the protection's own term.
+    const keep = this.held().length > 0 || (this.protection.on && idleMs < offAfterMs);
     const minutes = Math.min(2_880, Math.max(1, Math.round(ecs.protectionMinutes ?? 60)));
-    if (busy && (!this.protection.on || now >= this.protection.renewAt)) {
+    if (keep && (!this.protection.on || now >= this.protection.renewAt)) {
       if (await this.putProtection({ ProtectionEnabled: true, ExpiresInMinutes: minutes })) {
         this.protection.on = true;
         // Renew at half the term, so a slow or failed renewal still has time before it lapses.
         this.protection.renewAt = now + (minutes * 60_000) / 2;
       }
-    } else if (!busy && this.protection.on) {
-      const idleMs = now - (this.protection.idleSince || now);
-      if (idleMs < (ecs.protectionOffAfterMs ?? 2_000)) return;
+    } else if (!keep && this.protection.on) {
       if (await this.putProtection({ ProtectionEnabled: false })) this.protection.on = false;
     }
   }
@@ -550,7 +569,7 @@ class AgentServer implements Agent {
   }
 
   private async doDrain(): Promise<void> {
-    const drainMs = this.options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? 110_000;
+    const drainMs = this.options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? taskDrainMs;
     const deadline = this.clock.now() + drainMs;
     // No new work (job-take answers empty after a short hold); in-flight takes are aborted, and a
     // job claimed for an aborted take goes straight back to the queue.

@@ -11,6 +11,7 @@
  *   artifact  the task's init container: downloads the app artifact into the shared volume, exits 0
  */
 import { z } from 'zod';
+import { drainMs, stopTimeoutSec } from '../../infra/task-layout.js';
 
 const text = z.string().trim().min(1, 'must not be empty');
 const url = z.url('must be a URL');
@@ -27,6 +28,9 @@ export type AgentMode = (typeof agentModes)[number];
 const base = {
   FERRY_ENDPOINT_ID: text,
   AWS_REGION: text,
+  /** The endpoint's scoped agent role and its external id (credentials.ts); absent: default chain. */
+  FERRY_AGENT_ROLE_ARN: text.optional(),
+  FERRY_AGENT_EXTERNAL_ID: text.optional(),
 };
 
 /** Where the app artifact is and where it goes (artifact mode; the stack's init container). */
@@ -60,16 +64,30 @@ export const queueAgentEnvSchema = z.object({
   FERRY_AGENT_HOST: text.default('127.0.0.1'),
   FERRY_AGENT_PORT: port.default(8080),
   /** ECS stopTimeout is at most 120 s; leave the agent time to requeue and exit before SIGKILL. */
-  FERRY_DRAIN_MS: ms.max(120_000, 'must be at most 120000 (ECS stopTimeout max)').default(110_000),
+  FERRY_DRAIN_MS: ms
+    .max(stopTimeoutSec * 1000, 'must be at most 120000 (ECS stopTimeout max)')
+    .default(drainMs),
   FERRY_LEASE_SEC: z.coerce.number().int('must be an integer').min(10, 'must be >= 10').optional(),
   FERRY_STOP_GRACE_MS: ms.optional(),
+  /**
+   * The endpoint's idle_timeout: task scale-in protection stays on until the worker has been idle
+   * this long, so ECS never stops a worker the scaling policy still keeps (docs/scaling.md).
+   */
+  FERRY_IDLE_TIMEOUT_SEC: z.coerce.number().int('must be an integer').min(1, 'must be >= 1').optional(),
   /** Injected by the ECS agent into every container; absent outside ECS (no task protection). */
   ECS_AGENT_URI: url.optional(),
+  /** Injected by ECS into every container: where the agent sees the worker container's exit. */
+  ECS_CONTAINER_METADATA_URI_V4: url.optional(),
+  /** The worker container's name in the task definition. */
+  FERRY_WORKER_CONTAINER: text.default('worker'),
 });
 
 export const lbAgentEnvSchema = z.object({
   ...base,
   FERRY_AGENT_MODE: z.literal('lb'),
+  /** The endpoint's app and environment: keys scoped elsewhere answer 403. */
+  FERRY_APP: text,
+  FERRY_ENV: text,
   /** Where client API keys live (`KEY#<sha256>` items, core/adapters/aws/dynamo.ts). */
   FERRY_CONTROL_TABLE: text,
   /** The worker's own HTTP server, on localhost (the worker's FERRY_PORT). */
@@ -77,6 +95,8 @@ export const lbAgentEnvSchema = z.object({
   /** The ALB reaches the agent on the host's address, so it listens beyond loopback. */
   FERRY_AGENT_HOST: text.default('0.0.0.0'),
   FERRY_AGENT_PORT: port.default(8080),
+  /** Where the agent reports its requests in flight for the scaler (docs/scaling.md); optional. */
+  FERRY_WORKERS_TABLE: text.optional(),
   /** How long a key lookup is remembered; a revoked key stops working after at most this long. */
   FERRY_KEY_CACHE_MS: ms.max(300_000, 'must be at most 300000').default(30_000),
   /** How long SIGTERM lets requests in flight finish (ALB deregistration is 30 s). */

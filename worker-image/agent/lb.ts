@@ -6,6 +6,7 @@
  *   ALB :80 ──▶ agent :FERRY_AGENT_PORT ──┬─ GET /ping   answered here: 200 while the worker's /ping is
  *                                         │              200, else 503 (the ALB's health check; no key)
  *                                         ├─ no valid key  401 {"error": …}
+ *                                         ├─ key scoped to another app/env  403 {"error": …}
  *                                         └─ anything else ─▶ worker 127.0.0.1:FERRY_PORT (same method,
  *                                                              path, query, body; Authorization removed)
  *
@@ -15,7 +16,15 @@
  * table, missing permission) answers 503 and is logged: fail closed, never let a request through.
  *
  * The client's Authorization header is not forwarded: user code must never see the account key.
+ *
+ * Scaling (docs/scaling.md): with a `registry`, the agent records its task as a worker of the endpoint
+ * in the workers table — requests in flight and when it last served one — written when it turns busy
+ * or idle and refreshed every `reportEveryMs`. The scaler Lambda reads that to keep a serving task
+ * and to let an idle one go after idle_timeout. The ALB's own metrics could not tell: they are
+ * per minute, per load balancer, and absent while no request flows.
  */
+
+import { randomBytes, randomUUID } from 'node:crypto';
 import {
   createServer,
   type IncomingHttpHeaders,
@@ -24,13 +33,27 @@ import {
   request,
   type ServerResponse,
 } from 'node:http';
-import { credentialOf, KeyAuthenticator } from '../../core/auth.js';
+import {
+  credentialOf,
+  describeScope,
+  KeyAuthenticator,
+  type KeyScope,
+  scopeCovers,
+} from '../../core/auth.js';
+import { systemClock } from '../../core/clock.js';
+import { FerryError, toHttpResponse } from '../../core/errors.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
-import type { ControlStore } from '../../core/ports.js';
+import type { Clock, ControlStore, WorkerRegistry } from '../../core/ports.js';
 import { listen } from './listen.js';
 
 export interface LbAgentOptions {
   endpointId: string;
+  /**
+   * The endpoint's app and environment (FERRY_APP, FERRY_ENV): a key scoped to another app or
+   * environment answers 403 (core/auth.ts scopeCovers). Without them only unscoped keys pass.
+   */
+  app?: string;
+  env?: string;
   /** Where API keys live: a DynamoControlStore on the platform's control table. */
   control: Pick<ControlStore, 'findApiKeyByHash'>;
   /** The worker's port on localhost (its FERRY_PORT). */
@@ -46,10 +69,21 @@ export interface LbAgentOptions {
   /** How long GET /ping waits for the worker's /ping (default 2 s; the ALB check times out at 5 s). */
   pingTimeoutMs?: number;
   log?: Logger;
+  /** Where the scaler reads this task's load (the workers table); without it nothing is reported. */
+  registry?: Pick<WorkerRegistry, 'heartbeat' | 'remove'>;
+  /** This task's worker id in the registry (default `<endpointId>-<random>`). */
+  workerId?: string;
+  clock?: Clock;
+  /** How often the record is refreshed while nothing changes (default 30 s; stale after 180 s). */
+  reportEveryMs?: number;
 }
 
 export interface LbAgent {
   readonly url: string;
+  /** Requests in flight now. */
+  readonly serving: number;
+  /** Settles once every load report started so far is written. */
+  reported(): Promise<void>;
   /** Stops taking connections and waits for requests in flight (at most `waitMs`); twice is fine. */
   close(waitMs?: number): Promise<void>;
 }
@@ -79,9 +113,18 @@ class LbAgentServer implements LbAgent {
   private readonly workerHost: string;
   private readonly server = createServer((req, res) => void this.serve(req, res));
   private closed: Promise<void> | undefined;
+  private inFlight = 0;
+  private lastBusyAt: number;
+  private readonly workerId: string;
+  private readonly clock: Clock;
+  private reporting: Promise<void> = Promise.resolve();
+  private reportTimer: NodeJS.Timeout | undefined;
 
   constructor(private readonly options: LbAgentOptions) {
     this.log = options.log ?? prefixed(stderrLogger, 'ferry-agent: ');
+    this.clock = options.clock ?? systemClock;
+    this.lastBusyAt = this.clock.now();
+    this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
     this.workerHost = options.workerHost ?? '127.0.0.1';
     this.auth = new KeyAuthenticator({
       control: options.control as ControlStore,
@@ -97,6 +140,53 @@ class LbAgentServer implements LbAgent {
       `serving load-balanced endpoint ${this.options.endpointId} on ${host}:${port}, ` +
         `proxying to ${this.workerHost}:${this.options.workerPort}`,
     );
+    if (this.options.registry) {
+      this.report();
+      this.reportTimer = setInterval(() => this.report(), this.options.reportEveryMs ?? 30_000);
+      this.reportTimer.unref();
+    }
+  }
+
+  /** Requests in flight on this task now. */
+  get serving(): number {
+    return this.inFlight;
+  }
+
+  /** Settles once every report started so far has been written (tests). */
+  reported(): Promise<void> {
+    return this.reporting;
+  }
+
+  /** One request begins (+1) or ends (-1); a change between idle and busy is reported at once. */
+  private track(delta: 1 | -1): void {
+    const before = this.inFlight;
+    this.inFlight = Math.max(0, this.inFlight + delta);
+    this.lastBusyAt = this.clock.now();
+    if ((before === 0) !== (this.inFlight === 0)) this.report();
+  }
+
+  /** Writes this task's record; one write at a time, failures logged (the next report retries). */
+  private report(): void {
+    const registry = this.options.registry;
+    if (!registry || this.closed) return;
+    this.reporting = this.reporting.then(async () => {
+      const now = this.clock.now();
+      try {
+        await registry.heartbeat({
+          workerId: this.workerId,
+          endpointId: this.options.endpointId,
+          state: this.inFlight > 0 ? 'running' : 'idle',
+          jobIds: [],
+          inFlight: this.inFlight,
+          lastSeenAt: now,
+          lastBusyAt: this.inFlight > 0 ? now : this.lastBusyAt,
+        });
+      } catch (error) {
+        this.log.warn(
+          `reporting load to the workers table: ${error instanceof Error ? error.message : String(error)}`,
+        );
+      }
+    });
   }
 
   private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -112,25 +202,44 @@ class LbAgentServer implements LbAgent {
         req.resume();
         return;
       }
-      let allowed: boolean;
+      let scope: KeyScope | undefined;
       try {
-        allowed = await this.auth.isClientKey(credentialOf(req.headers.authorization));
+        scope = await this.auth.clientKeyScope(credentialOf(req.headers.authorization));
       } catch (error) {
-        this.log.error(`checking an API key: ${message(error)}`);
-        reply(res, 503, { error: 'Cannot check the API key right now; try again' });
+        this.fail(req, res, new FerryError('unavailable', 'Checking an API key failed', { cause: error }));
         req.resume();
         return;
       }
-      if (!allowed) {
+      if (!scope) {
         reply(res, 401, { error: 'Missing or invalid API key' });
         req.resume();
         return;
       }
+      const { app, env } = this.options;
+      // A scoped key must name this endpoint's app (and environment); unknown app/env fails closed.
+      const covered =
+        scope.app === undefined ||
+        (app !== undefined && env !== undefined && scopeCovers(scope, { app, env }));
+      if (!covered) {
+        reply(res, 403, {
+          error: `This API key (${describeScope(scope)}) may not call endpoint ${this.options.endpointId}`,
+        });
+        req.resume();
+        return;
+      }
+      this.track(1);
+      res.on('close', () => this.track(-1));
       this.proxy(req, res);
     } catch (error) {
-      this.log.error(`serving ${req.method} ${req.url}: ${message(error)}`);
-      reply(res, 500, { error: 'Internal error' });
+      this.fail(req, res, error);
     }
+  }
+
+  /** The error answer of every edge (docs/api.md#errors): 5xx masked, the detail in the log. */
+  private fail(req: IncomingMessage, res: ServerResponse, error: unknown): void {
+    const what = `${req.method} ${(req.url ?? '/').split('?')[0]}`;
+    const answer = toHttpResponse(error, { requestId: randomUUID(), log: this.log, what });
+    reply(res, answer.statusCode, answer.body);
   }
 
   private proxy(req: IncomingMessage, res: ServerResponse): void {
@@ -158,8 +267,7 @@ class LbAgentServer implements LbAgent {
       },
     );
     upstream.on('error', (error) => {
-      this.log.warn(`proxying ${req.method} ${req.url}: ${message(error)}`);
-      reply(res, 502, { error: 'The worker is not reachable' });
+      this.fail(req, res, new FerryError('bad_gateway', 'The worker is not reachable', { cause: error }));
     });
     // A client that hangs up mid-request: stop the call to the worker too.
     res.on('close', () => {
@@ -182,11 +290,18 @@ class LbAgentServer implements LbAgent {
 
   close(waitMs = 10_000): Promise<void> {
     this.closed ??= (async () => {
+      clearInterval(this.reportTimer);
       const done = new Promise<void>((resolve) => this.server.close(() => resolve()));
       this.server.closeIdleConnections();
       const timer = setTimeout(() => this.server.closeAllConnections(), waitMs);
       await done;
       clearTimeout(timer);
+      await this.reporting;
+      await this.options.registry?.remove(this.workerId).catch((error) => {
+        this.log.warn(
+          `removing this task from the workers table: ${error instanceof Error ? error.message : String(error)}`,
+        );
+      });
     })();
     return this.closed;
   }
@@ -217,8 +332,6 @@ function reply(res: ServerResponse, statusCode: number, body: unknown): void {
     .writeHead(statusCode, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) })
     .end(text);
 }
-
-const message = (error: unknown): string => (error instanceof Error ? error.message : String(error));
 
 function prefixed(log: Logger, prefix: string): Logger {
   return {

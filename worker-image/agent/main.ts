@@ -17,11 +17,14 @@ import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { CloudWatchLogStore } from '../../core/adapters/aws/cloudwatch-logs.js';
-import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
+import { DynamoControlStore, DynamoWorkerRegistry } from '../../core/adapters/aws/dynamo.js';
 import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
+import { systemClock } from '../../core/clock.js';
 import { startAgent } from './agent.js';
 import { downloadArtifact } from './artifact.js';
 import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } from './config.js';
+import { agentCredentials } from './credentials.js';
+import { watchWorkerContainer } from './ecsWorker.js';
 import { startLbAgent } from './lb.js';
 
 const signalled = (): Promise<void> =>
@@ -32,15 +35,16 @@ const signalled = (): Promise<void> =>
 
 async function runQueue(env: QueueAgentEnv): Promise<number> {
   const region = env.AWS_REGION;
+  const credentials = agentCredentials(env);
   const clients = {
-    dynamo: new DynamoDBClient({ region }),
+    dynamo: new DynamoDBClient({ region, credentials }),
     // Address SQS at the client's endpoint (AWS_ENDPOINT_URL_SQS when set, else the regional one),
     // not at the queue URL's host: the same on AWS, and it lets a VPC endpoint or an emulator work.
-    sqs: new SQSClient({ region, useQueueUrlAsEndpoint: false }),
-    s3: new S3Client({ region, ...s3ClientConfig }),
+    sqs: new SQSClient({ region, credentials, useQueueUrlAsEndpoint: false }),
+    s3: new S3Client({ region, credentials, ...s3ClientConfig }),
   };
   const lowUrl = env.FERRY_QUEUE_URL_LOW ?? env.FERRY_QUEUE_URL;
-  const logsClient = new CloudWatchLogsClient({ region });
+  const logsClient = new CloudWatchLogsClient({ region, credentials });
   const agent = await startAgent({
     endpointId: env.FERRY_ENDPOINT_ID,
     clients,
@@ -54,7 +58,6 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     ...(env.FERRY_LEASE_SEC ? { leaseMs: env.FERRY_LEASE_SEC * 1000 } : {}),
     ...(env.FERRY_STOP_GRACE_MS !== undefined ? { stopGraceMs: env.FERRY_STOP_GRACE_MS } : {}),
     drainMs: env.FERRY_DRAIN_MS,
-    ...(env.ECS_AGENT_URI ? { ecs: { agentUri: env.ECS_AGENT_URI } } : {}),
     // One EMF line per ended job on stdout: the awslogs driver ships it, CloudWatch makes metrics.
     metricsOut: (line) => process.stdout.write(`${line}\n`),
     ...(env.FERRY_LOG_GROUP
@@ -67,9 +70,33 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
           }),
         }
       : {}),
+    ...(env.ECS_AGENT_URI
+      ? {
+          ecs: {
+            agentUri: env.ECS_AGENT_URI,
+            ...(env.FERRY_IDLE_TIMEOUT_SEC
+              ? { protectionOffAfterMs: env.FERRY_IDLE_TIMEOUT_SEC * 1000 }
+              : {}),
+          },
+        }
+      : {}),
   });
-  // SIGTERM from ECS, or the supervisor wants this task replaced (refresh_worker, a killed worker).
+  const watching = new AbortController();
+  const metadataUri = env.ECS_CONTAINER_METADATA_URI_V4;
+  const watched = metadataUri
+    ? watchWorkerContainer({
+        metadataUri,
+        containerName: env.FERRY_WORKER_CONTAINER,
+        clock: systemClock,
+        signal: watching.signal,
+        onExit: (how) => agent.workerExited(how),
+        warn: (message) => process.stderr.write(`ferry-agent: ${message}\n`),
+      })
+    : Promise.resolve();
+  // SIGTERM from ECS, or the supervisor wants this task replaced (refresh_worker, a dead worker).
   const code = await Promise.race([signalled().then(() => 0), agent.leaving]);
+  watching.abort();
+  await watched;
   await agent.drain();
   await agent.close();
   for (const client of Object.values(clients)) client.destroy();
@@ -78,15 +105,20 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
 }
 
 async function runLb(env: LbAgentEnv): Promise<number> {
-  const dynamo = new DynamoDBClient({ region: env.AWS_REGION });
+  const dynamo = new DynamoDBClient({ region: env.AWS_REGION, credentials: agentCredentials(env) });
   const doc = DynamoDBDocumentClient.from(dynamo);
   const agent = await startLbAgent({
     endpointId: env.FERRY_ENDPOINT_ID,
+    app: env.FERRY_APP,
+    env: env.FERRY_ENV,
     control: new DynamoControlStore({ doc, table: env.FERRY_CONTROL_TABLE }),
     workerPort: env.FERRY_PORT,
     host: env.FERRY_AGENT_HOST,
     port: env.FERRY_AGENT_PORT,
     keyCacheMs: env.FERRY_KEY_CACHE_MS,
+    ...(env.FERRY_WORKERS_TABLE
+      ? { registry: new DynamoWorkerRegistry({ doc, table: env.FERRY_WORKERS_TABLE }) }
+      : {}),
   });
   await signalled();
   await agent.close(env.FERRY_DRAIN_MS);

@@ -27,6 +27,7 @@
 import { randomUUID } from 'node:crypto';
 import {
   type AttributeDefinition,
+  type AttributeValue,
   CreateTableCommand,
   type DynamoDBClient,
   type GlobalSecondaryIndex,
@@ -44,7 +45,8 @@ import {
   TransactWriteCommand,
   UpdateCommand,
 } from '@aws-sdk/lib-dynamodb';
-import { badRequest, conflict, FerryError } from '../../errors.js';
+import { unmarshall } from '@aws-sdk/util-dynamodb';
+import { badRequest, conflict, FerryError, internal } from '../../errors.js';
 import {
   decodeJobCursor,
   encodeJobCursor,
@@ -53,6 +55,7 @@ import {
   type Job,
   type JobStatus,
   jobStatuses,
+  runDeadlineOf,
 } from '../../job.js';
 import type {
   ApiKeyRecord,
@@ -64,6 +67,7 @@ import type {
   JobCounts,
   JobPatch,
   JobStore,
+  JobUpdate,
   RecentJobsQuery,
   WorkerRecord,
   WorkerRegistry,
@@ -246,8 +250,7 @@ const isConditionFailure = (error: unknown): boolean =>
   errorName(error) === 'ConditionalCheckFailedException';
 
 function checkLimit(limit: number): number {
-  if (!Number.isInteger(limit) || limit < 1)
-    throw badRequest(`limit must be a positive integer, got ${limit}`);
+  if (!Number.isInteger(limit) || limit < 1) throw internal(`limit must be a positive integer, got ${limit}`);
   return limit;
 }
 
@@ -328,6 +331,11 @@ export class DynamoJobStore implements JobStore {
   private readonly blobs: BlobStore;
   private readonly nowMs: () => number;
   private readonly warn: (message: string) => void;
+  /**
+   * How the big fields of each job this store handed out are stored (inline JSON or an S3 ref), so an
+   * update writes without reading the item again. Weak: a job the caller drops is forgotten.
+   */
+  private readonly storedBig = new WeakMap<Job, Partial<Record<BigField, Stored>>>();
 
   constructor(options: DynamoJobStoreOptions) {
     this.doc = options.doc;
@@ -362,16 +370,25 @@ export class DynamoJobStore implements JobStore {
     return job && job.expiresAt > nowMs ? job : undefined;
   }
 
-  async update(jobId: string, expectedVersion: number, patch: JobPatch): Promise<Job | undefined> {
-    const current = await this.doc.send(
-      new GetCommand({ TableName: this.jobsTable, Key: { jobId }, ConsistentRead: true }),
-    );
-    const item = current.Item as Item | undefined;
-    if (!item || item.version !== expectedVersion) return undefined;
-
-    const small = JSON.parse(item.body as string) as Record<string, unknown>;
-    const big = storedBigOf(item);
-    const next: Record<string, unknown> = { ...small };
+  /**
+   * One conditional PutItem and no read: `current` came from this store, which remembers how its big
+   * fields are stored (inline or in S3), so the write needs nothing else. On a lost race DynamoDB hands
+   * back the item as it is now (ReturnValuesOnConditionCheckFailure ALL_OLD,
+   * https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_PutItem.html), so the caller
+   * decides again without a GetItem either.
+   */
+  async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
+    const expectedVersion = current.version;
+    let big = this.storedBig.get(current);
+    if (!big) {
+      // A job this store did not hand out: read how its big fields are stored.
+      const item = await this.readItem(current.id);
+      if (!item || item.version !== expectedVersion) {
+        return { ok: false, current: item ? await this.jobOf(item) : undefined };
+      }
+      big = storedBigOf(item);
+    }
+    const next: Record<string, unknown> = { ...current };
     const patchedBig: BigField[] = [];
     for (const [key, value] of Object.entries(patch)) {
       // The identity and the version are not the caller's to write.
@@ -392,16 +409,19 @@ export class DynamoJobStore implements JobStore {
           Item: itemOf(written, newBig),
           ConditionExpression: 'version = :expected',
           ExpressionAttributeValues: { ':expected': expectedVersion },
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
         }),
       );
     } catch (error) {
       await this.dropBlobs(patchedBig.flatMap((field) => refsOf({ [field]: newBig[field] })));
-      if (isConditionFailure(error)) return undefined;
-      throw error;
+      if (!isConditionFailure(error)) throw error;
+      const old = (error as { Item?: Record<string, AttributeValue> }).Item;
+      return { ok: false, current: old ? await this.jobOfOrFresh(unmarshall(old) as Item) : undefined };
     }
     // The replaced blobs: nothing points at them any more (a reader that got the old item re-reads).
     await this.dropBlobs(patchedBig.flatMap((field) => refsOf({ [field]: big[field] })));
-    return this.decode(written, newBig, bigFields);
+    this.storedBig.set(written, newBig);
+    return { ok: true, job: written };
   }
 
   async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
@@ -722,16 +742,21 @@ export class DynamoJobStore implements JobStore {
     return perShard.flat();
   }
 
+  private async readItem(jobId: string): Promise<Item | undefined> {
+    const result = await this.doc.send(
+      new GetCommand({ TableName: this.jobsTable, Key: { jobId }, ConsistentRead: true }),
+    );
+    return result.Item as Item | undefined;
+  }
+
   private async readJob(jobId: string): Promise<Job | undefined> {
     // A writer deletes the blobs it replaced right after its write: a reader holding the older item
     // may find a blob gone, and reads again.
     for (let attempt = 0; ; attempt++) {
-      const result = await this.doc.send(
-        new GetCommand({ TableName: this.jobsTable, Key: { jobId }, ConsistentRead: true }),
-      );
-      if (!result.Item) return undefined;
+      const item = await this.readItem(jobId);
+      if (!item) return undefined;
       try {
-        return await this.jobOf(result.Item as Item);
+        return await this.jobOf(item);
       } catch (error) {
         if (!(error instanceof MissingBlobError) || attempt >= 2) throw error;
       }
@@ -756,7 +781,20 @@ export class DynamoJobStore implements JobStore {
 
   private async jobOf(item: Item): Promise<Job> {
     const small = JSON.parse(item.body as string) as Job;
-    return this.decode(small, storedBigOf(item), bigFields);
+    const big = storedBigOf(item);
+    const job = await this.decode(small, big, bigFields);
+    this.storedBig.set(job, big);
+    return job;
+  }
+
+  /** The job of an item read a moment ago; when a writer already replaced its blobs, the job as it is now. */
+  private async jobOfOrFresh(item: Item): Promise<Job | undefined> {
+    try {
+      return await this.jobOf(item);
+    } catch (error) {
+      if (!(error instanceof MissingBlobError)) throw error;
+      return this.readJob(item.jobId as string);
+    }
   }
 
   /** Fills in the big fields of `job` from `big` (`fields` are the ones to fill). */
@@ -880,13 +918,7 @@ function itemOf(job: Job, big: Partial<Record<BigField, Stored>>): Item {
     else if (stored) item[`${field}Ref`] = stored.ref;
   }
   if (job.status === 'IN_PROGRESS') {
-    const timeoutMs = job.policy?.executionTimeoutMs;
-    // A timeout of 0 (or none) means the job may run as long as its lease is renewed.
-    const runDeadline =
-      job.startedAt !== undefined && timeoutMs !== undefined && timeoutMs > 0
-        ? job.startedAt + timeoutMs
-        : undefined;
-    const deadlines = [job.leaseUntil, runDeadline].filter((at): at is number => at !== undefined);
+    const deadlines = [job.leaseUntil, runDeadlineOf(job)].filter((at): at is number => at !== undefined);
     if (deadlines.length > 0) item.overdueAt = Math.min(...deadlines);
   }
   return item;

@@ -21,7 +21,7 @@ import {
   UploadPartCommand,
 } from '@aws-sdk/client-s3';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
-import { badRequest, FerryError } from '../../errors.js';
+import { FerryError, internal } from '../../errors.js';
 import type { BlobStore } from '../../ports.js';
 
 /** The client settings every S3Client handed to S3BlobStore needs (merge with region, credentials…). */
@@ -71,7 +71,7 @@ export class S3BlobStore implements BlobStore {
   /** Keys are relative, '/'-separated names; the same rules as the local file store so both agree. */
   private objectKey(key: string): string {
     if (key === '' || key.startsWith('/') || key.split('/').some((part) => part === '..' || part === '')) {
-      throw badRequest(`Invalid blob key: ${JSON.stringify(key)}`);
+      throw internal(`Invalid blob key: ${JSON.stringify(key)}`);
     }
     return this.prefix + key;
   }
@@ -206,7 +206,7 @@ export class S3BlobStore implements BlobStore {
 
 function presignSeconds(expiresSec: number): number {
   if (!Number.isInteger(expiresSec) || expiresSec < 1 || expiresSec > maxPresignSec) {
-    throw badRequest(`A presigned URL lives 1–${maxPresignSec} s, not ${expiresSec}`);
+    throw internal(`A presigned URL lives 1–${maxPresignSec} s, not ${expiresSec}`);
   }
   return expiresSec;
 }

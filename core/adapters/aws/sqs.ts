@@ -3,10 +3,10 @@
  * ready"; the taker's compare-and-set decides). Purge and cancel are CAS moves in the JobStore, never
  * PurgeQueue (rate-limited to once per 60 s and up to 60 s to take effect).
  *
- * Two queues per endpoint: urgent work and low-priority work. The scaling policy (target tracking on
- * backlog per task, infra/) reads ApproximateNumberOfMessagesVisible of the urgent queue only, so
- * `policy.lowPriority` jobs never scale workers up — a message attribute could not do that, since
- * CloudWatch counts every message of a queue. Workers drain the urgent queue first:
+ * Two queues per endpoint: urgent work and low-priority work. The scaler (functions/scaler.ts) reads
+ * the urgent queue's depth only, so `policy.lowPriority` jobs never scale workers up — a message
+ * attribute could not do that, since SQS counts every message of a queue. Workers drain the urgent
+ * queue first:
  *
  *   receive ─▶ urgent (short poll) ─▶ low (short poll) ─▶ urgent (long poll, one slice) ─┐
  *                                         ▲                                                │ nothing
@@ -24,7 +24,7 @@ import {
   type SQSClient,
 } from '@aws-sdk/client-sqs';
 import { z } from 'zod';
-import { badRequest } from '../../errors.js';
+import { internal } from '../../errors.js';
 import type { JobQueue, QueueMessage, ReceiveOptions } from '../../ports.js';
 
 /** The message body. Anything else on the queue is dropped. */
@@ -89,8 +89,8 @@ export class SqsJobQueue implements JobQueue {
 
   async receive(endpointId: string, options: ReceiveOptions): Promise<QueueMessage[]> {
     const { max, visibilityMs, waitMs, signal } = options;
-    if (!Number.isInteger(max) || max < 1) throw badRequest(`max must be a positive integer, got ${max}`);
-    if (!(visibilityMs >= 0)) throw badRequest(`visibilityMs must be >= 0, got ${visibilityMs}`);
+    if (!Number.isInteger(max) || max < 1) throw internal(`max must be a positive integer, got ${max}`);
+    if (!(visibilityMs >= 0)) throw internal(`visibilityMs must be >= 0, got ${visibilityMs}`);
     const visibilitySec = Math.min(maxVisibilitySec, Math.ceil(visibilityMs / 1000));
     const batch = Math.min(max, maxBatch);
     const deadlineMs = Date.now() + Math.max(0, waitMs);
@@ -185,7 +185,7 @@ export class SqsJobQueue implements JobQueue {
   async ack(endpointId: string, receipt: string): Promise<void> {
     this.assertOpen();
     const match = /^([ul]):(.+)$/s.exec(receipt);
-    if (!match) throw badRequest('Malformed queue receipt');
+    if (!match) throw internal('Malformed queue receipt');
     await this.deleteFrom(await this.url(endpointId, match[1] as Lane), match[2] as string);
   }
 

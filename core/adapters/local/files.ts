@@ -9,7 +9,7 @@ import { mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { badRequest } from '../../errors.js';
+import { internal } from '../../errors.js';
 import type { BlobStore } from '../../ports.js';
 
 export class FileBlobStore implements BlobStore {
@@ -78,13 +78,13 @@ export class FileBlobStore implements BlobStore {
       /^[a-zA-Z]:/.test(key) ||
       parts.some((p) => p === '' || p === '.' || p === '..')
     ) {
-      throw badRequest(
+      throw internal(
         `Invalid blob key ${JSON.stringify(key)}: use a relative '/'-separated path without '..'`,
       );
     }
     const path = join(this.#root, ...parts);
     // Belt and braces: the checks above should make this impossible.
-    if (!path.startsWith(this.#root + sep)) throw badRequest(`Invalid blob key ${JSON.stringify(key)}`);
+    if (!path.startsWith(this.#root + sep)) throw internal(`Invalid blob key ${JSON.stringify(key)}`);
     return path;
   }
 

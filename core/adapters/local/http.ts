@@ -3,34 +3,45 @@
  * V2Api. Bodies reach the API as raw bytes whatever their content type, because RunPod workers post
  * JSON labelled `application/x-www-form-urlencoded` and each route has its own size limit.
  */
+import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import type { ApiRequest, V2Api } from '../../api.js';
-import { type Authenticator, credentialOf } from '../../auth.js';
-import { errorBody, httpStatus, unauthorized } from '../../errors.js';
+import { type ApiRequest, assertJsonDepth, type V2Api } from '../../api.js';
+import { type Authenticator, authorizeClient, credentialOf } from '../../auth.js';
+import { badRequest, internal, notFound, toHttpResponse, unauthorized } from '../../errors.js';
 import { limits } from '../../limits.js';
+import { type Logger, stderrLogger } from '../../log.js';
 import type { ManageApi } from '../../manage.js';
+import type { EndpointRecord } from '../../ports.js';
 import { registerConsole } from './console.js';
+import { type FrontDoorGuard, frontDoorLimits, installGuards, serverOptions } from './guard.js';
 import type { LbRequest, LbResponse } from './pool.js';
 
 /** Load-balanced endpoints: `/lb/<endpointId>/<route path>`, API key required like every endpoint. */
 export interface LbFrontDoor {
   auth: Authenticator;
+  endpoint(endpointId: string): Promise<EndpointRecord | undefined>;
   forward(endpointId: string, request: LbRequest): Promise<LbResponse>;
 }
 
 /** Above every route limit, so the API itself answers 413/400 with the route's own message. */
 const bodyLimitBytes = limits.runsyncBodyBytes + 1024 * 1024;
 
-export function createHttpServer(options: {
+export async function createHttpServer(options: {
   api: V2Api;
   lb?: LbFrontDoor;
   /** The management API at /manage/v1 (core/manage.ts). */
   manage?: ManageApi;
   /** Serve the web console at /console from this folder. */
   consoleDir?: string;
-}): FastifyInstance {
+  guard?: FrontDoorGuard;
+  log?: Logger;
+}): Promise<FastifyInstance> {
+  const log = options.log ?? stderrLogger;
   const app = Fastify({
+    ...serverOptions(frontDoorLimits(options.guard)),
     logger: false,
+    // The request id a 5xx answer carries and the log line names (docs/api.md#errors).
+    genReqId: () => randomUUID(),
     bodyLimit: bodyLimitBytes,
     forceCloseConnections: true,
     // A URL that does not percent-decode (`/status/%E0%A4%A`) gets the API's one error shape too.
@@ -38,6 +49,7 @@ export function createHttpServer(options: {
       (reply as FastifyReply).code(400).send({ error: `Bad request: ${error.message}` });
     },
   });
+  await installGuards(app, options.guard);
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: bodyLimitBytes }, (_req, body, done) => {
     done(null, body);
@@ -58,12 +70,14 @@ export function createHttpServer(options: {
       headers: request.headers,
       body: Buffer.isBuffer(request.body) ? request.body : undefined,
       signal: abort.signal,
+      requestId: request.id,
     };
     const response = await (apiRequest.path.startsWith('/manage/') && options.manage
       ? options.manage
       : options.api
     ).handle(apiRequest);
     reply.code(response.statusCode);
+    if (response.headers) reply.headers(response.headers);
     if (response.statusCode === 204) return reply.send();
     return reply.type('application/json').send(JSON.stringify(response.body));
   };
@@ -79,9 +93,10 @@ export function createHttpServer(options: {
       url: '/lb/:endpointId/*',
       handler: async (request, reply) => {
         try {
-          if (!(await lb.auth.isClientKey(credentialOf(request.headers.authorization)))) throw unauthorized();
           const { endpointId } = request.params as { endpointId: string };
-          const prefix = `/lb/${endpointId}`;
+          await authorizeLb(lb, request.headers.authorization, endpointId);
+          const body = Buffer.isBuffer(request.body) ? request.body : undefined;
+          if (body && /json/i.test(request.headers['content-type'] ?? '')) assertJsonDepth(body);
           const abort = new AbortController();
           // Only a client that leaves early aborts: creating the abort error on every finished response
           // showed up in profiles.
@@ -93,15 +108,16 @@ export function createHttpServer(options: {
           if (type) headers['content-type'] = type;
           const response = await lb.forward(endpointId, {
             method: request.method,
-            path: request.url.slice(prefix.length) || '/',
+            path: lbPath(request.url),
             headers,
-            body: Buffer.isBuffer(request.body) ? request.body : undefined,
+            body,
             signal: abort.signal,
           });
           reply.code(response.statusCode).headers(response.headers);
           return reply.send(response.body);
         } catch (error) {
-          return reply.code(httpStatus(error) === 500 ? 502 : httpStatus(error)).send(errorBody(error));
+          const answer = toHttpResponse(error, { requestId: request.id, log, what: `${request.method} lb` });
+          return reply.code(answer.statusCode).send(answer.body);
         }
       },
     });
@@ -111,16 +127,19 @@ export function createHttpServer(options: {
     reply.code(404).send({ error: `No route for ${request.method} ${request.url.split('?', 1)[0]}` });
   });
   // Fastify's own errors (body over the limit, bad content length, ...) keep its status but take our shape.
-  app.setErrorHandler((error: { statusCode?: number; message: string }, _request, reply) => {
-    const statusCode =
-      error.statusCode && error.statusCode >= 400 && error.statusCode < 500 ? error.statusCode : 500;
+  app.setErrorHandler((error: { statusCode?: number; message: string }, request, reply) => {
+    const statusCode = error.statusCode;
+    if (statusCode === undefined || statusCode < 400 || statusCode >= 500) {
+      const answer = toHttpResponse(internal('Fastify failed a request', error), {
+        requestId: request.id,
+        log,
+        what: `${request.method} ${request.url.split('?', 1)[0]}`,
+      });
+      return reply.code(answer.statusCode).send(answer.body);
+    }
     const message =
-      statusCode === 413
-        ? `Request body is over the ${limits.runsyncBodyBytes}-byte limit`
-        : statusCode < 500
-          ? error.message
-          : 'Internal error';
-    reply.code(statusCode).send({ error: message });
+      statusCode === 413 ? `Request body is over the ${limits.runsyncBodyBytes}-byte limit` : error.message;
+    return reply.code(statusCode).send({ error: message });
   });
   return app;
 }
@@ -137,4 +156,27 @@ function singleValues(
   for (const [key, value] of Object.entries(query ?? {}))
     out[key] = Array.isArray(value) ? value.join(',') : value;
   return out;
+}
+
+/** Key (401), endpoint (404, 400 when it is a queue endpoint), then the key's scope (403). */
+async function authorizeLb(lb: LbFrontDoor, header: string | undefined, endpointId: string): Promise<void> {
+  if (!(await lb.auth.isClientKey(credentialOf(header)))) throw unauthorized();
+  const record = await lb.endpoint(endpointId);
+  if (!record) throw notFound(`Endpoint ${endpointId} not found`);
+  if (record.kind !== 'lb') {
+    throw badRequest(
+      `Endpoint ${endpointId} is a queue endpoint: call it on /v2/${endpointId}/run or /runsync`,
+    );
+  }
+  await authorizeClient(lb.auth, header, record);
+}
+
+/**
+ * The path after `/lb/<endpointId>`, taken from the raw URL (never rebuilt from the decoded id, which
+ * may be percent-encoded in the URL) and always starting with '/', so it can only name a path on the
+ * worker, never another host.
+ */
+export function lbPath(url: string): string {
+  const rest = url.replace(/^\/lb\/[^/?#]*/, '');
+  return rest.startsWith('/') ? rest : `/${rest}`;
 }

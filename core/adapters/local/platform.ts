@@ -3,7 +3,7 @@
  * v2 API and worker protocol on Fastify, and the sweeper that expires leases and timeouts. This is
  * what `ferry serve`, `ferry dev` and `npm start` run.
  */
-import { mkdirSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { V2Api } from '../../api.js';
@@ -15,10 +15,13 @@ import { FerryError } from '../../errors.js';
 import { defaultPort, limits } from '../../limits.js';
 import { type Logger, silentLogger } from '../../log.js';
 import { GaugeHistory, ManageApi } from '../../manage.js';
+import { callTokenFor } from '../../names.js';
 import type { Clock, LogLine, LogStore } from '../../ports.js';
 import { type SupervisorSettings, type WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 import { HttpWebhookSender } from '../../webhooks.js';
 import { FileBlobStore } from './files.js';
+import type { FrontDoorLimits } from './guard.js';
+import { securePrivateDir } from './home.js';
 import { createHttpServer } from './http.js';
 import { LocalWorkers, type LocalWorkersOptions } from './pool.js';
 import { openLocalDatabase } from './sqlite.js';
@@ -42,10 +45,24 @@ export interface LocalPlatformOptions {
   consoleDir?: string;
   /** Hears every log line once it is stored (`ferry dev` prints jobs' lines). */
   onLog?: (lines: readonly LogLine[]) => void;
+  /** Hosts and address ranges webhooks may reach although private (local development; docs/security.md). */
+  webhookAllow?: string[];
+  /** Timeouts, connection cap and rate limit of the HTTP server (defaults in core/limits.ts). */
+  frontDoor?: Partial<FrontDoorLimits>;
+  /** Before a by-name lookup (`ferry dev` provisions live endpoints there). */
+  beforeResolve?: (app: string, env: string, name: string) => Promise<void>;
   /** Run worker pools for the endpoints in the control store. */
   workers?: Omit<
     LocalWorkersOptions,
-    'supervisor' | 'queue' | 'control' | 'blobs' | 'changes' | 'platformUrl' | 'runtimeDir' | 'log'
+    | 'supervisor'
+    | 'queue'
+    | 'control'
+    | 'blobs'
+    | 'changes'
+    | 'platformUrl'
+    | 'runtimeDir'
+    | 'log'
+    | 'callToken'
   > & {
     reconcileIntervalMs?: number;
     /** How long a worker may keep a job it was told to stop before it is killed. */
@@ -62,11 +79,18 @@ export type LocalPlatform = Awaited<ReturnType<typeof startLocalPlatform>>;
 export async function startLocalPlatform(options: LocalPlatformOptions) {
   const clock = options.clock ?? systemClock;
   const log = options.log ?? silentLogger;
-  mkdirSync(options.dataDir, { recursive: true });
+  securePrivateDir(options.dataDir);
   const db = openLocalDatabase(join(options.dataDir, 'ferry.db'), { clock });
   const blobs = new FileBlobStore(join(options.dataDir, 'blobs'));
   const changes = new LocalChangeFeed(clock);
-  const webhooks = new HttpWebhookSender({ clock, log, retryDelayMs: options.webhookRetryDelayMs });
+  const webhooks = new HttpWebhookSender({
+    clock,
+    log,
+    retryDelayMs: options.webhookRetryDelayMs,
+    allow: options.webhookAllow,
+    outbox: db.outbox,
+  });
+  webhooks.start(Math.min(options.webhookRetryDelayMs ?? 1_000, 1_000));
   // Worker identity, the lifecycle policy and who holds which job: one owner (docs/workers.md).
   const supervisor = new WorkerSupervisor({
     clock,
@@ -82,6 +106,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     queue: db.queue,
     workers: db.workers,
     ledger: supervisor,
+    createQueued: (job) => db.createQueued(job),
     changes,
     clock,
     webhooks,
@@ -91,10 +116,13 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   // Workers of an earlier run of this platform are gone (their tokens died with it): their jobs go
   // back to the queue now rather than when their leases lapse.
   await requeueOrphans(db, engine);
+  // Workers' call tokens (remote calls by name, core/names.ts) are HMACs under this run's secret.
+  const callTokenSecret = randomBytes(32).toString('base64url');
   const auth = new KeyAuthenticator({
     control: db.control,
     staticKeyHashes: options.apiKey ? [hashKey(options.apiKey)] : [],
     workers: supervisor,
+    callTokenSecret,
   });
   const onLog = options.onLog;
   const logs: LogStore = onLog
@@ -106,7 +134,6 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
         read: (query) => db.logs.read(query),
       }
     : db.logs;
-  const api = new V2Api({ engine, control: db.control, auth, workerWaitMs: options.workerWaitMs, logs });
   const gauges = new GaugeHistory();
   const manage = new ManageApi({
     engine,
@@ -132,13 +159,31 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     gauges,
     now: () => clock.now(),
   });
+  const api = new V2Api({
+    engine,
+    control: db.control,
+    auth,
+    workerWaitMs: options.workerWaitMs,
+    log,
+    beforeResolve: options.beforeResolve,
+    logs,
+  });
+  // Any live worker's token, whatever it is for: 'unknown' is the supervisor's answer for no worker.
+  const isLiveWorkerToken = (key: string) => supervisor.verify(key, '', '') !== 'unknown';
   let pools: LocalWorkers | undefined;
-  const server = createHttpServer({
+  const server = await createHttpServer({
     api,
     manage,
     consoleDir: options.consoleDir,
+    log,
+    guard: {
+      knows: async (key) => isLiveWorkerToken(key) || (await auth.isClientKey(key)),
+      isWorker: async (key) => isLiveWorkerToken(key),
+      limits: options.frontDoor,
+    },
     lb: {
       auth,
+      endpoint: (id) => db.control.getEndpoint(id),
       forward: (endpointId, request) => {
         if (!pools) throw new FerryError('not_found', `Endpoint ${endpointId} not found`);
         return pools.forward(endpointId, request);
@@ -165,6 +210,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
       runtimeDir: join(options.dataDir, 'runtime'),
       log,
       logs,
+      callToken: (endpointId) => callTokenFor(callTokenSecret, endpointId),
     });
     await pools.reconcile();
     pools.start(reconcileIntervalMs);
@@ -172,6 +218,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
 
   let sweeping = false;
   let sampledAt = 0;
+  let lastVacuumMs = clock.now();
   const sweep = async () => {
     if (sweeping) return;
     sweeping = true;
@@ -183,6 +230,11 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
         sampledAt = clock.now();
         await manage.sampleGauges();
         await db.logs.deleteWorkerLinesBefore(clock.now() - limits.workerLogRetentionMs);
+      }
+      // Give freed pages back to the file system once a minute (docs/security.md, disk retention).
+      if (clock.now() - lastVacuumMs >= 60_000) {
+        lastVacuumMs = clock.now();
+        db.reclaimSpace();
       }
     } catch (error) {
       log.error(`sweep failed: ${(error as Error).message}`);
@@ -206,6 +258,8 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     server,
     supervisor,
     workers: pools,
+    /** The call token a worker of `endpointId` gets (tests mint them to try the scope). */
+    callToken: (endpointId: string) => callTokenFor(callTokenSecret, endpointId),
     sweep,
     /**
      * A worker identity for a worker started outside the pools (tests, benchmarks, a worker run by

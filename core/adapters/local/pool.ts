@@ -3,8 +3,10 @@
  * entrypoint speaking the RunPod worker protocol) started with the endpoint's environment.
  *
  * This is the local actuator of the worker supervisor (core/supervisor.ts, docs/workers.md): it
- * spawns, signals and watches processes, and decides only how many workers an endpoint wants
- * (`desiredWorkers`). When to start, restart, back off, drain, refresh or kill is the supervisor's.
+ * spawns, signals and watches processes, and reads the one input the supervisor lacks (the urgent
+ * queue's depth). How many workers an endpoint wants is the scaling policy's (core/scaling.ts, the
+ * same function the AWS scaler applies); when to start, restart, back off, drain, refresh or kill is
+ * the supervisor's.
  *
  * Each worker runs in its own process group (spawned detached): RunPod's SDK pings from a child
  * process, and a worker killed or crashed must not leave it behind pinging with a dead identity. A
@@ -21,13 +23,13 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
-import { extract } from 'tar';
 import { type EndpointConfig, endpointConfigOf } from '../../deployment.js';
 import { endpointKey } from '../../engine.js';
 import { FerryError } from '../../errors.js';
 import type { Logger } from '../../log.js';
 import type { BlobStore, ChangeFeed, ControlStore, EndpointRecord, JobQueue, LogStore } from '../../ports.js';
-import type { WorkerActuator, WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
+import type { ScalePlan, WorkerActuator, WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
+import { extractArtifact } from './artifact.js';
 
 export interface LocalWorkersOptions {
   supervisor: WorkerSupervisor;
@@ -50,6 +52,13 @@ export interface LocalWorkersOptions {
   logs?: LogStore;
   /** GPUs on this machine; detected with nvidia-smi when not given. */
   gpuCount?: number;
+  /** The call token (core/names.ts) a worker of `endpointId` uses for remote calls by name. */
+  callToken?: (endpointId: string) => string;
+  /**
+   * A worker exited with ferry.worker's start-failure codes (2: config or import error, 1: the class
+   * endpoint's __init__ raised), with its last output lines: `ferry dev` fails waiting requests.
+   */
+  onStartFailure?: (endpointId: string, output: string) => void;
 }
 
 interface WorkerProcess {
@@ -196,8 +205,7 @@ export class LocalWorkers {
     mkdirSync(staging, { recursive: true });
     const archive = join(staging, '.artifact.tar.gz');
     writeFileSync(archive, bytes);
-    // tar refuses absolute paths and `..` entries by default, so an artifact cannot write outside.
-    await extract({ file: archive, cwd: staging });
+    await extractArtifact(archive, staging);
     rmSync(archive);
     writeFileSync(join(staging, '.ready'), '');
     rmSync(dir, { recursive: true, force: true });
@@ -315,31 +323,27 @@ export class EndpointPool {
   }
 
   private async tick(): Promise<void> {
-    const r = this.resources;
-    await this.supervisor.tick(this.endpointId, {
-      desired: await this.desiredWorkers(),
-      min: r.workersMin,
-      max: r.workersMax,
-      idleMs: r.idleTimeoutSec * 1000,
-      kind: this.isLb ? 'lb' : 'queue',
-    });
+    const { workersMax: max, maxConcurrency } = this.resources;
+    // The queue is the one input the supervisor does not know; counting stops where it no longer
+    // changes the answer.
+    const urgent = this.isLb
+      ? 0
+      : (await this.options.queue.depth(this.endpointId, { atMost: max * maxConcurrency })).urgent;
+    await this.supervisor.tick(this.endpointId, this.plan(urgent));
   }
 
-  /**
-   * How many workers this endpoint wants now: the one scaling decision of the pool. Queue endpoints:
-   * urgent queued jobs plus jobs held, per max_concurrency, within min and max. Load-balanced ones:
-   * the workers serving requests now (a request starts one on demand).
-   */
-  private async desiredWorkers(): Promise<number> {
-    const { workersMin: min, workersMax: max, maxConcurrency } = this.resources;
-    if (this.isLb) {
-      const busy = [...this.procs.values()].filter((p) => p.inFlight > 0).length;
-      return Math.min(max, Math.max(min, busy));
-    }
-    const depth = await this.options.queue.depth(this.endpointId, { atMost: max * maxConcurrency });
-    const counts = await this.supervisor.counts(this.endpointId);
-    const held = counts.running * maxConcurrency;
-    return Math.min(max, Math.max(min, Math.ceil((depth.urgent + held) / maxConcurrency)));
+  /** What the scaling policy (core/scaling.ts, applied by the supervisor) reads for this endpoint. */
+  private plan(urgentQueuedJobs: number, waitingRequests = 0): ScalePlan {
+    const r = this.resources;
+    return {
+      urgentQueuedJobs,
+      waitingRequests,
+      min: r.workersMin,
+      max: r.workersMax,
+      maxConcurrency: r.maxConcurrency,
+      idleMs: r.idleTimeoutSec * 1000,
+      kind: this.isLb ? 'lb' : 'queue',
+    };
   }
 
   /** Spawns the worker the supervisor issued, in its own process group. */
@@ -372,6 +376,12 @@ export class EndpointPool {
       FERRY_MAX_CONCURRENCY: String(this.resources.maxConcurrency),
       // The worker exits when this process dies, so a killed platform leaves no orphans behind.
       FERRY_PARENT_PID: String(process.pid),
+      // Remote calls from user code (docs/python.md): by name, within this app and environment.
+      FERRY_API_URL: this.options.platformUrl,
+      FERRY_APP: this.spec.record.app,
+      FERRY_ENV: this.spec.record.env,
+      FERRY_ENDPOINT_NAME: endpoint.name,
+      ...(this.options.callToken ? { FERRY_CALL_TOKEN: this.options.callToken(this.endpointId) } : {}),
     };
     const proc: WorkerProcess = {
       identity,
@@ -439,9 +449,13 @@ export class EndpointPool {
           this.procs.delete(workerId);
           resolve();
           this.note(`${prefix} exited (${signal ?? `code ${code}`})`);
-          void this.supervisor
-            .exited(workerId, { code, signal })
-            .finally(() => this.options.changes.notify(endpointKey(this.endpointId)));
+          void this.supervisor.exited(workerId, { code, signal }).finally(() => {
+            if (code === 1 || code === 2) {
+              const lines = this.supervisor.problem(this.endpointId)?.lines ?? [];
+              this.options.onStartFailure?.(this.endpointId, lines.join('\n'));
+            }
+            this.options.changes.notify(endpointKey(this.endpointId));
+          });
         });
       });
     };
@@ -472,7 +486,10 @@ export class EndpointPool {
     const serving = new Set(this.supervisor.servingOf(this.endpointId).map((w) => w.workerId));
     let candidates = [...this.procs.values()].filter((p) => serving.has(p.identity.workerId));
     const allBusy = candidates.every((p) => p.inFlight >= this.resources.maxConcurrency);
-    if (candidates.length === 0 || allBusy) {
+    // The local front door holds a request until a worker is ready. A request no worker can take
+    // now counts as waiting; the policy says whether that is worth one more worker.
+    const wanted = allBusy ? this.supervisor.decide(this.endpointId, this.plan(0, 1)).desired : 0;
+    if (candidates.length < wanted) {
       const started = this.supervisor.startOne(this.endpointId, 'lb', this.resources.workersMax);
       const proc = started && this.procs.get(started.workerId);
       if (proc) candidates = [...candidates, proc];
@@ -500,7 +517,10 @@ export class EndpointPool {
       if (type) headers['content-type'] = type;
       return { statusCode: response.status, headers, body: Buffer.from(await response.arrayBuffer()) };
     } catch (error) {
-      throw new FerryError('failed', `The endpoint's worker did not answer: ${(error as Error).message}`);
+      throw new FerryError(
+        'bad_gateway',
+        `The endpoint's worker did not answer: ${(error as Error).message}`,
+      );
     } finally {
       proc.inFlight--;
       this.supervisor.request(proc.identity.workerId, -1);

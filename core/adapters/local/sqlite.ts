@@ -17,8 +17,16 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { systemClock } from '../../clock.js';
-import { badRequest, conflict } from '../../errors.js';
-import { decodeJobCursor, encodeJobCursor, type Job, type JobStatus, jobStatuses } from '../../job.js';
+import { badRequest, conflict, internal } from '../../errors.js';
+import {
+  decodeJobCursor,
+  encodeJobCursor,
+  finalStatusList,
+  type Job,
+  type JobStatus,
+  jobStatuses,
+  runDeadlineOf,
+} from '../../job.js';
 import type {
   ApiKeyRecord,
   AppRecord,
@@ -30,12 +38,18 @@ import type {
   JobPatch,
   JobQueue,
   JobStore,
+  JobUpdate,
   QueueMessage,
   ReceiveOptions,
   RecentJobsQuery,
   WorkerRecord,
   WorkerRegistry,
 } from '../../ports.js';
+import { createPrivateFile } from './home.js';
+import { SqliteWebhookOutbox } from './outbox.js';
+
+/** The final statuses as an SQL list (they are fixed words, never user input). */
+const finalStatusSql = finalStatusList.map((status) => `'${status}'`).join(', ');
 
 import { SqliteLogStore } from './logs.js';
 
@@ -166,13 +180,40 @@ export interface LocalDatabase {
   queue: JobQueue;
   control: ControlStore;
   workers: WorkerRegistry;
+  /** Gives up to `maxPages` free pages back to the file system (incremental vacuum). */
+  reclaimSpace(maxPages?: number): void;
+  /** A new job and its queue message in one transaction (EngineDeps.createQueued). */
+  createQueued(job: Job): Promise<void>;
+  /** Pending webhook deliveries (core/webhooks.ts). */
+  outbox: SqliteWebhookOutbox;
   /** Closes the connection (the stores' own `close` do not). Closing twice is fine. */
   close(): Promise<void>;
 }
 
+/**
+ * Deleted jobs, chunks and records free pages that SQLite otherwise keeps in the file forever; with
+ * incremental auto-vacuum the platform gives them back on a schedule (reclaimSpace). The mode takes
+ * effect through one VACUUM (instant on a new file; best effort on an older one: a second process
+ * holding the file makes it wait for the next start).
+ */
+function enableIncrementalVacuum(db: Db): void {
+  const incremental = 2;
+  if (db.pragma('auto_vacuum', { simple: true }) === incremental) return;
+  db.pragma('auto_vacuum = INCREMENTAL');
+  // Even a new file needs the VACUUM: switching to WAL has already written its first page.
+  try {
+    db.exec('VACUUM');
+  } catch {
+    // Busy: stays in the old mode until a start that has the file alone.
+  }
+}
+
 /** Opens (creating if needed) the database at `path`; `:memory:` gives a private in-memory one. */
 export function openLocalDatabase(path: string, options: LocalDatabaseOptions = {}): LocalDatabase {
-  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+  if (path !== ':memory:') {
+    mkdirSync(dirname(path), { recursive: true });
+    createPrivateFile(path);
+  }
   const db = new Database(path);
   try {
     db.pragma('journal_mode = WAL');
@@ -183,6 +224,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     if (version > schemaVersion) {
       throw new Error(`The database ${path} was written by a newer Ferry (schema ${version}); upgrade Ferry`);
     }
+    enableIncrementalVacuum(db);
     db.exec(schema);
     db.pragma(`user_version = ${schemaVersion}`);
   } catch (error) {
@@ -191,13 +233,26 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
   }
   const clock = options.clock ?? systemClock;
   const queue = new SqliteJobQueue(db, clock, options.crossProcessPollMs ?? 500);
+  const jobs = new SqliteJobStore(db);
+  const createQueuedTx = db.transaction((job: Job) => {
+    jobs.insertSync(job);
+    queue.insertSync(job.endpointId, job.id, job.policy.lowPriority);
+  });
   let closed = false;
   return {
-    jobs: new SqliteJobStore(db),
+    jobs,
+    reclaimSpace(maxPages = 2_000) {
+      db.pragma(`incremental_vacuum(${Math.max(1, Math.floor(maxPages))})`);
+    },
+    async createQueued(job: Job) {
+      createQueuedTx.immediate(job);
+      queue.wake(job.endpointId);
+    },
     queue,
     control: new SqliteControlStore(db),
     workers: new SqliteWorkerRegistry(db),
     logs: new SqliteLogStore(db),
+    outbox: new SqliteWebhookOutbox(db),
     async close() {
       if (closed) return;
       closed = true;
@@ -216,13 +271,11 @@ interface JobRow {
 const parseJob = (row: JobRow): Job => JSON.parse(row.body) as Job;
 
 function checkLimit(limit: number): number {
-  if (!Number.isInteger(limit) || limit < 1)
-    throw badRequest(`limit must be a positive integer, got ${limit}`);
+  if (!Number.isInteger(limit) || limit < 1) throw internal(`limit must be a positive integer, got ${limit}`);
   return limit;
 }
 
 function jobColumns(job: Job) {
-  const timeoutMs = job.policy?.executionTimeoutMs;
   return {
     id: job.id,
     endpoint_id: job.endpointId,
@@ -231,11 +284,7 @@ function jobColumns(job: Job) {
     expires_at: job.expiresAt,
     lease_until: job.leaseUntil ?? null,
     started_at: job.startedAt ?? null,
-    // A timeout of 0 (or none) means the job may run as long as its lease is renewed.
-    run_deadline:
-      job.startedAt !== undefined && timeoutMs !== undefined && timeoutMs > 0
-        ? job.startedAt + timeoutMs
-        : null,
+    run_deadline: runDeadlineOf(job) ?? null,
     retries: job.retries,
     version: job.version,
     body: JSON.stringify(job),
@@ -261,24 +310,20 @@ class SqliteJobStore implements JobStore {
          started_at = @started_at, run_deadline = @run_deadline, retries = @retries, version = @version, body = @body
        WHERE id = @id AND version = @expected`,
     );
-    this.#updateTx = db.transaction(
-      (jobId: string, expectedVersion: number, patch: JobPatch): Job | undefined => {
-        const row = this.#get.get(jobId);
-        if (!row) return undefined;
-        const current = parseJob(row);
-        if (current.version !== expectedVersion) return undefined;
-        const next: Record<string, unknown> = { ...current };
-        for (const [key, value] of Object.entries(patch)) {
-          // The identity and the version are not the caller's to write.
-          if (key === 'id' || key === 'endpointId' || key === 'version') continue;
-          if (value === undefined) delete next[key];
-          else next[key] = value;
-        }
-        const written = { ...(next as unknown as Job), version: expectedVersion + 1 };
-        const result = this.#update.run({ ...jobColumns(written), expected: expectedVersion });
-        return result.changes === 1 ? written : undefined;
-      },
-    );
+    this.#updateTx = db.transaction((current: Job, patch: JobPatch): JobUpdate => {
+      const next: Record<string, unknown> = { ...current };
+      for (const [key, value] of Object.entries(patch)) {
+        // The identity and the version are not the caller's to write.
+        if (key === 'id' || key === 'endpointId' || key === 'version') continue;
+        if (value === undefined) delete next[key];
+        else next[key] = value;
+      }
+      const written = { ...(next as unknown as Job), version: current.version + 1 };
+      const result = this.#update.run({ ...jobColumns(written), expected: current.version });
+      if (result.changes === 1) return { ok: true, job: written };
+      const row = this.#get.get(current.id);
+      return { ok: false, current: row ? parseJob(row) : undefined };
+    });
     const insertChunk = db.prepare('INSERT INTO stream_chunks (job_id, output) VALUES (?, ?)');
     this.#appendTx = db.transaction((jobId: string, outputs: unknown[]) => {
       for (const output of outputs) insertChunk.run(jobId, JSON.stringify(output ?? null));
@@ -297,6 +342,11 @@ class SqliteJobStore implements JobStore {
   }
 
   async create(job: Job): Promise<void> {
+    this.insertSync(job);
+  }
+
+  /** The insert itself, for callers that wrap it in a transaction with other writes. */
+  insertSync(job: Job): void {
     const result = this.#insert.run(jobColumns({ ...job, version: 1 }));
     if (result.changes === 0) throw conflict(`A job with id ${job.id} already exists`);
   }
@@ -308,8 +358,8 @@ class SqliteJobStore implements JobStore {
     return job.expiresAt > nowMs ? job : undefined;
   }
 
-  async update(jobId: string, expectedVersion: number, patch: JobPatch): Promise<Job | undefined> {
-    return this.#updateTx.immediate(jobId, expectedVersion, patch);
+  async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
+    return this.#updateTx.immediate(current, patch);
   }
 
   async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
@@ -414,11 +464,11 @@ class SqliteJobStore implements JobStore {
         prepared(
           this.db,
           `DELETE FROM stream_chunks WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?
-               AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'))`,
+               AND status IN (${finalStatusSql}))`,
         ).run(nowMs);
         return prepared(
           this.db,
-          `DELETE FROM jobs WHERE expires_at <= ? AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT')`,
+          `DELETE FROM jobs WHERE expires_at <= ? AND status IN (${finalStatusSql})`,
         ).run(nowMs).changes;
       })
       .immediate();
@@ -487,15 +537,24 @@ class SqliteJobQueue implements JobQueue {
   }
 
   async send(endpointId: string, jobId: string, options: { lowPriority: boolean }): Promise<void> {
+    this.insertSync(endpointId, jobId, options.lowPriority);
+    this.wake(endpointId);
+  }
+
+  /** The insert itself, for callers that wrap it in a transaction; call wake() after the commit. */
+  insertSync(endpointId: string, jobId: string, lowPriority: boolean): void {
     this.#assertOpen();
-    this.#send.run(endpointId, jobId, options.lowPriority ? 1 : 0, this.clock.now(), randomUUID());
+    this.#send.run(endpointId, jobId, lowPriority ? 1 : 0, this.clock.now(), randomUUID());
+  }
+
+  wake(endpointId: string): void {
     for (const wake of this.#waiters.get(endpointId) ?? []) wake();
   }
 
   async receive(endpointId: string, options: ReceiveOptions): Promise<QueueMessage[]> {
     const { max, visibilityMs, waitMs, signal } = options;
-    if (!Number.isInteger(max) || max < 1) throw badRequest(`max must be a positive integer, got ${max}`);
-    if (!(visibilityMs >= 0)) throw badRequest(`visibilityMs must be >= 0, got ${visibilityMs}`);
+    if (!Number.isInteger(max) || max < 1) throw internal(`max must be a positive integer, got ${max}`);
+    if (!(visibilityMs >= 0)) throw internal(`visibilityMs must be >= 0, got ${visibilityMs}`);
     const deadlineMs = this.clock.now() + Math.max(0, waitMs);
     for (;;) {
       if (this.#closed || signal?.aborted) return [];
@@ -513,7 +572,7 @@ class SqliteJobQueue implements JobQueue {
   async ack(endpointId: string, receipt: string): Promise<void> {
     this.#assertOpen();
     const match = /^(\d+):([0-9a-f-]+)$/.exec(receipt);
-    if (!match) throw badRequest('Malformed queue receipt');
+    if (!match) throw internal('Malformed queue receipt');
     this.#ack.run(endpointId, Number(match[1]), match[2]);
   }
 

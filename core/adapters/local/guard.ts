@@ -1,0 +1,106 @@
+/**
+ * The local front door's defences against clients that would starve the platform (docs/security.md):
+ *
+ * - A request that carries a body must present a credential the platform knows before one byte of
+ *   the body is read; otherwise it gets 401 and its socket is closed, so unauthenticated uploads cost
+ *   no memory whatever their size or speed.
+ * - Header, request and idle timeouts close slow or silent sockets; a connection cap bounds sockets.
+ * - Client requests are rate limited per API key (per address without one): 429 with Retry-After.
+ *
+ * Which key may call which route is still decided by the API (core/api.ts); this is only the cheap
+ * check that keeps bodies of strangers out.
+ */
+import { createHash } from 'node:crypto';
+import rateLimit from '@fastify/rate-limit';
+import type { FastifyInstance, FastifyServerOptions } from 'fastify';
+import { credentialOf } from '../../auth.js';
+import { limits } from '../../limits.js';
+
+export interface FrontDoorLimits {
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+  keepAliveTimeoutMs: number;
+  socketIdleTimeoutMs: number;
+  maxConnections: number;
+  rateLimitRequests: number;
+  rateLimitWindowMs: number;
+}
+
+export const defaultFrontDoorLimits: FrontDoorLimits = {
+  headersTimeoutMs: limits.headersTimeoutMs,
+  requestTimeoutMs: limits.requestTimeoutMs,
+  keepAliveTimeoutMs: limits.keepAliveTimeoutMs,
+  socketIdleTimeoutMs: limits.socketIdleTimeoutMs,
+  maxConnections: limits.maxConnections,
+  rateLimitRequests: limits.rateLimitRequests,
+  rateLimitWindowMs: limits.rateLimitWindowMs,
+};
+
+export interface FrontDoorGuard {
+  /** Whether this is a credential the platform knows at all (a client key or a worker token). */
+  knows(key: string): Promise<boolean>;
+  /** Worker credentials poll and stream all the time: the client rate limit does not apply to them. */
+  isWorker(key: string): Promise<boolean>;
+  limits?: Partial<FrontDoorLimits>;
+}
+
+export function frontDoorLimits(guard: FrontDoorGuard | undefined): FrontDoorLimits {
+  return { ...defaultFrontDoorLimits, ...guard?.limits };
+}
+
+/** Node's own timeouts, set when the server is built. */
+export function serverOptions(l: FrontDoorLimits): Partial<FastifyServerOptions> {
+  return {
+    requestTimeout: l.requestTimeoutMs,
+    keepAliveTimeout: l.keepAliveTimeoutMs,
+    connectionTimeout: l.socketIdleTimeoutMs,
+    // Node checks header and request deadlines on this interval (30 s by default), so it bounds how
+    // late a timeout closes a socket.
+    http: {
+      headersTimeout: l.headersTimeoutMs,
+      connectionsCheckingInterval: Math.max(100, Math.min(1_000, l.headersTimeoutMs / 2)),
+    },
+  } as Partial<FastifyServerOptions>;
+}
+
+const hasBody = (headers: Record<string, string | string[] | undefined>): boolean =>
+  (headers['content-length'] !== undefined && headers['content-length'] !== '0') ||
+  headers['transfer-encoding'] !== undefined;
+
+/** Must be awaited before routes are added: the rate limiter attaches itself to routes as they are added. */
+export async function installGuards(app: FastifyInstance, guard: FrontDoorGuard | undefined): Promise<void> {
+  const l = frontDoorLimits(guard);
+  app.server.maxConnections = l.maxConnections;
+  if (!guard) return;
+
+  app.addHook('onRequest', async (request, reply) => {
+    if (!hasBody(request.headers)) return;
+    const key = credentialOf(request.headers.authorization);
+    if (key && (await guard.knows(key))) return;
+    // Closing the socket after the answer drops the rest of the body unread.
+    reply.header('connection', 'close');
+    return reply.code(401).send({ error: 'Missing or invalid API key' });
+  });
+
+  await app.register(rateLimit, {
+    global: true,
+    max: l.rateLimitRequests,
+    timeWindow: l.rateLimitWindowMs,
+    keyGenerator: (request) => {
+      const key = credentialOf(request.headers.authorization);
+      // The digest, so the limiter's memory never holds a key.
+      return key ? `key:${createHash('sha256').update(key).digest('hex')}` : `ip:${request.ip}`;
+    },
+    allowList: async (request) => {
+      const key = credentialOf(request.headers.authorization);
+      return key !== undefined && (await guard.isWorker(key));
+    },
+    errorResponseBuilder: (_request, context) =>
+      Object.assign(
+        new Error(
+          `Rate limit of ${context.max} requests per ${Math.round(l.rateLimitWindowMs / 1000)} s exceeded; retry in ${Math.ceil(context.ttl / 1000)} s`,
+        ),
+        { statusCode: 429 },
+      ),
+  });
+}

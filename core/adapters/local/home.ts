@@ -1,0 +1,40 @@
+/**
+ * FERRY_HOME's file modes (docs/security.md): the folder is 0700 and the database and key files in it
+ * are 0600, so neither another OS user nor a worker run as another user (`ferry serve --worker-user`)
+ * can read the client key, the encrypted secrets' key or any endpoint's jobs. Modes are set when the
+ * files are created and tightened on every start when something (an older Ferry, a copy, a umask)
+ * left them looser.
+ */
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+
+export const privateDirMode = 0o700;
+export const privateFileMode = 0o600;
+
+/** Files under FERRY_HOME that hold secrets or every tenant's data. */
+const privateFiles = ['ferry.db', 'ferry.db-wal', 'ferry.db-shm', 'api-key', 'secrets.key'];
+
+/** Creates `dir` as 0700 (or tightens it) and tightens the private files already in it. */
+export function securePrivateDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: privateDirMode });
+  tighten(dir, privateDirMode);
+  for (const name of privateFiles) {
+    const file = join(dir, name);
+    if (existsSync(file)) tighten(file, privateFileMode);
+  }
+}
+
+/**
+ * Makes sure `file` exists with mode 0600 before anything writes to it. SQLite gives its -wal and -shm
+ * files the mode of the database file, so creating ferry.db this way covers all three.
+ */
+export function createPrivateFile(file: string): void {
+  if (!existsSync(file)) closeSync(openSync(file, 'a', privateFileMode));
+  tighten(file, privateFileMode);
+}
+
+/** Drops any permission bit beyond `mode` (never widens). */
+function tighten(path: string, mode: number): void {
+  const current = statSync(path).mode & 0o777;
+  if ((current & ~mode) !== 0) chmodSync(path, current & mode);
+}

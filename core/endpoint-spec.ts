@@ -1,0 +1,87 @@
+/**
+ * What an endpoint declaration may say: the one owner of the rules for `Endpoint(...)`'s parameters
+ * (docs/architecture.md#the-ferry-python-package). Three places check declarations, and all three
+ * follow this file:
+ *
+ *   - the build manifest (core/manifest.ts) reuses the patterns and bounds below;
+ *   - the static scanner (cli/build/scan.py) and the `ferry` package (worker-image/python/ferry/
+ *     endpoint.py) are Python, standard library only, so they cannot import this file. They are tested
+ *     against it instead: `endpoint-spec.schema.json` (generated from `endpointSpecSchema`, kept up to
+ *     date by test/unit/endpoint-spec.test.ts) gives them the patterns, enums and bounds, and
+ *     `test/fixtures/endpoint-declarations.json` is a table of declarations that the zod schema, the
+ *     scanner and the package must all accept or all refuse.
+ *
+ * Rules between fields (gpu or cpu, min ≤ max, ...) are not expressible in the generated JSON Schema;
+ * the shared table covers them.
+ */
+import { z } from 'zod';
+
+export const pythonVersions = ['3.10', '3.11', '3.12', '3.13'] as const;
+
+/** GPU models users may name; each maps to EC2 instance types in infra/gpu.ts. */
+export const gpuModels = ['T4', 'A10G', 'L4', 'L40S', 'A100', 'H100'] as const;
+
+/** 1–63 letters, digits, '-' or '_', starting with a letter or digit (it becomes AWS resource names). */
+export const endpointNamePattern = '^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$';
+/** vCPUs and GiB, e.g. "2-8": whole numbers from 1, no leading zeros, no spaces. */
+export const cpuPattern = '^([1-9][0-9]*)-([1-9][0-9]*)$';
+export const envNamePattern = '^[A-Za-z_][A-Za-z0-9_]*$';
+
+export const bounds = {
+  gpuCount: { min: 1, max: 8 },
+  idleTimeoutSec: { min: 1, max: 3600 },
+  workersMax: { min: 1 },
+  maxConcurrency: { min: 1 },
+  /** 0 means the platform default (policy.executionTimeout or 600 s). */
+  executionTimeoutMs: { min: 0 },
+} as const;
+
+export const endpointNameSchema = z.string().regex(new RegExp(endpointNamePattern));
+export const cpuSchema = z.string().regex(new RegExp(cpuPattern));
+const gpuName = z.union([z.enum(gpuModels), z.literal('any')]);
+const int = (min: number, max?: number) => {
+  const atLeast = z.number().int().min(min);
+  return max === undefined ? atLeast : atLeast.max(max);
+};
+/** A non-empty requirement string ("torch", "pillow>=10", "ffmpeg"). */
+const requirement = z.string().regex(/\S/);
+
+/** The parameters of `Endpoint(...)`, as the user writes them in Python (snake_case). */
+export const endpointSpecSchema = z
+  .object({
+    name: endpointNameSchema.optional(),
+    gpu: z.union([gpuName, z.array(gpuName).min(1)]).optional(),
+    cpu: cpuSchema.optional(),
+    workers: z.union([int(1), z.tuple([int(0), int(bounds.workersMax.min)])]).optional(),
+    idle_timeout: int(bounds.idleTimeoutSec.min, bounds.idleTimeoutSec.max).optional(),
+    dependencies: z.array(requirement).optional(),
+    system_dependencies: z.array(requirement).optional(),
+    env: z.record(z.string().regex(new RegExp(envNamePattern)), z.string()).optional(),
+    gpu_count: int(bounds.gpuCount.min, bounds.gpuCount.max).optional(),
+    execution_timeout_ms: int(bounds.executionTimeoutMs.min).optional(),
+    max_concurrency: int(bounds.maxConcurrency.min).optional(),
+    python_version: z.enum(pythonVersions).optional(),
+  })
+  .strict()
+  .superRefine((spec, ctx) => {
+    const issue = (message: string) => ctx.addIssue({ code: 'custom', message });
+    if (spec.gpu !== undefined && spec.cpu !== undefined) issue('gpu and cpu are exclusive: give one');
+    if (spec.cpu !== undefined && spec.gpu_count !== undefined && spec.gpu_count !== 1) {
+      issue('gpu_count applies to GPU endpoints only');
+    }
+    if (Array.isArray(spec.gpu) && spec.gpu.includes('any') && spec.gpu.length > 1) {
+      issue('gpu "any" cannot be combined with specific models');
+    }
+    if (Array.isArray(spec.workers) && !workersInOrder(spec.workers[0], spec.workers[1])) {
+      issue('workers=(min, max) needs min <= max');
+    }
+  });
+export type EndpointSpec = z.infer<typeof endpointSpecSchema>;
+
+/** The one rule between a pool's bounds: min may equal max, never exceed it. */
+export const workersInOrder = (min: number, max: number): boolean => min <= max;
+
+/** The JSON Schema the Python side is tested against (written to core/endpoint-spec.schema.json). */
+export function endpointSpecJsonSchema(): Record<string, unknown> {
+  return z.toJSONSchema(endpointSpecSchema, { target: 'draft-2020-12' }) as Record<string, unknown>;
+}

@@ -1,0 +1,271 @@
+/**
+ * The scaler Lambda: the AWS actuator of the one scaling policy (core/scaling.ts, docs/scaling.md).
+ * For each endpoint it reads what the job store knows — urgent jobs waiting (SQS
+ * GetQueueAttributes, not CloudWatch metrics), the jobs and requests each worker holds and when each
+ * was last busy (the workers table) — asks the policy, and writes the answer into the endpoint's ECS
+ * service as desiredCount. Nothing else decides counts: there are no step or target-tracking alarms.
+ *
+ * When it runs:
+ * - every minute, from an EventBridge schedule. A rate cannot be shorter than one minute
+ *   (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rate-expressions.html);
+ * - at once, when the API (or the sweeper) queues work for an endpoint that has no worker: the
+ *   engine announces new work on its change feed, and `NudgingChangeFeed` turns that into an async
+ *   invoke of this function with `{endpointId}` (at most once per endpoint per `quietMs` per sandbox).
+ *   So scale-from-zero is decided within a second or so of the submit, and within one minute even if
+ *   a nudge is lost. A tighter loop (Step Functions, a self-re-invoking function) would buy nothing
+ *   the nudge does not: between submits nothing changes that needs a decision sooner than idle_timeout
+ *   (at least a second, usually minutes), and scale-in a minute late costs one idle minute.
+ *
+ * Why not SQS metrics in CloudWatch: they are only emitted while a queue is active, so an idle queue
+ * has none and a woken one takes minutes to show up
+ * (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-available-cloudwatch-metrics.html).
+ * GetQueueAttributes answers now.
+ *
+ * What keeps a busy worker alive when the count goes down: ECS stops tasks that are not yet running
+ * first, then running ones without task scale-in protection. The agent protects its task while its
+ * worker holds a job and until it has been idle for idle_timeout (worker-image/agent/agent.ts,
+ * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html), and the
+ * policy never asks for fewer workers than those it must keep, so the two agree.
+ *
+ * UpdateService: https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_UpdateService.html
+ * DescribeServices (at most 10 services per call):
+ * https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_DescribeServices.html
+ */
+import { DescribeServicesCommand, type ECSClient, UpdateServiceCommand } from '@aws-sdk/client-ecs';
+import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
+import { z } from 'zod';
+import { endpointConfigOf } from '../core/deployment.js';
+import type { ChangeFeed, Clock, ControlStore, JobQueue, Watch, WorkerRegistry } from '../core/ports.js';
+import { decideScale, type ScalingDecision, scalingSettingsOf, workerLoadOf } from '../core/scaling.js';
+import { wakeAlarmPrefix } from '../infra/names.js';
+import { scalerDepsFromEnv } from './wiring.js';
+
+/** What one run scales: every endpoint (the schedule), or one (a nudge). */
+export const scalerEventSchema = z
+  .object({
+    endpointId: z.string().min(1).optional(),
+    /** Load-balanced requests that found no worker (the wake-up alarm's nudge). */
+    waitingRequests: z.number().int().min(0).optional(),
+  })
+  .strict();
+export type ScalerEvent = z.infer<typeof scalerEventSchema>;
+
+/**
+ * A CloudWatch alarm's Lambda action sends `{source: 'aws.cloudwatch', alarmData: {alarmName, state}}`
+ * (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarms-and-actions-Lambda.html).
+ */
+const alarmEventSchema = z.object({
+  source: z.literal('aws.cloudwatch'),
+  alarmData: z.object({
+    alarmName: z.string(),
+    state: z.object({ value: z.string() }).optional(),
+  }),
+});
+
+/**
+ * The run an event asks for. A nudge names its endpoint; a wake-up alarm going to ALARM means a
+ * request was turned away; anything else (EventBridge's scheduled event) scales every endpoint.
+ */
+export function scalerEventOf(event: unknown): ScalerEvent {
+  const nudge = scalerEventSchema.safeParse(event);
+  if (nudge.success) return nudge.data;
+  const alarm = alarmEventSchema.safeParse(event);
+  if (alarm.success && alarm.data.alarmData.alarmName.startsWith(wakeAlarmPrefix)) {
+    const endpointId = alarm.data.alarmData.alarmName.slice(wakeAlarmPrefix.length);
+    const turnedAway = alarm.data.alarmData.state?.value === 'ALARM';
+    return { endpointId, ...(turnedAway ? { waitingRequests: 1 } : {}) };
+  }
+  return {};
+}
+
+export interface ScalerDeps {
+  control: Pick<ControlStore, 'listEndpoints' | 'getEndpoint'>;
+  queue: Pick<JobQueue, 'depth'>;
+  workers: Pick<WorkerRegistry, 'list'>;
+  ecs: Pick<ECSClient, 'send'>;
+  /** The ECS cluster holding every Ferry worker service. */
+  cluster: string;
+  /** An endpoint's service is `<prefix><endpointId>` (infra/ names it so). */
+  serviceNamePrefix: string;
+  clock: Clock;
+  /** Registry records older than this are workers gone (the engine's workerStaleMs). */
+  workerStaleMs: number;
+  log?: (line: Record<string, unknown>) => void;
+}
+
+export interface EndpointScaleReport {
+  endpointId: string;
+  service: string;
+  /** desiredCount before this run; undefined when the service was not found. */
+  was?: number | undefined;
+  decision?: ScalingDecision;
+  /** Whether UpdateService was called. */
+  updated: boolean;
+  error?: string;
+}
+
+/** One pass: every endpoint (schedule) or one (nudge). Never throws for one endpoint's trouble. */
+export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Promise<EndpointScaleReport[]> {
+  const records = event.endpointId
+    ? [await deps.control.getEndpoint(event.endpointId)].filter((r) => r !== undefined)
+    : await deps.control.listEndpoints();
+  const plans: EndpointScaleReport[] = [];
+  for (const record of records) {
+    const service = `${deps.serviceNamePrefix}${record.id}`;
+    try {
+      const { endpoint } = endpointConfigOf(record);
+      const settings = scalingSettingsOf(endpoint.resources);
+      const now = deps.clock.now();
+      const [depth, registered] = await Promise.all([
+        endpoint.kind === 'queue'
+          ? deps.queue.depth(record.id, { atMost: settings.max * settings.maxConcurrency })
+          : Promise.resolve({ urgent: 0, visible: 0 }),
+        deps.workers.list(record.id, now - deps.workerStaleMs),
+      ]);
+      const decision = decideScale({
+        ...settings,
+        urgentQueuedJobs: depth.urgent,
+        waitingRequests: event.endpointId === record.id ? (event.waitingRequests ?? 0) : 0,
+        workers: registered.map(workerLoadOf),
+        nowMs: now,
+      });
+      plans.push({ endpointId: record.id, service, decision, updated: false });
+    } catch (error) {
+      plans.push({ endpointId: record.id, service, updated: false, error: (error as Error).message });
+    }
+  }
+  // Current counts, ten services per call (the API's limit).
+  const current = new Map<string, number>();
+  const wanted = plans.filter((p) => p.decision);
+  for (let i = 0; i < wanted.length; i += 10) {
+    const batch = wanted.slice(i, i + 10).map((p) => p.service);
+    const described = await deps.ecs.send(
+      new DescribeServicesCommand({ cluster: deps.cluster, services: batch }),
+    );
+    for (const s of described.services ?? []) {
+      if (s.serviceName && s.status === 'ACTIVE') current.set(s.serviceName, s.desiredCount ?? 0);
+    }
+  }
+  for (const plan of wanted) {
+    plan.was = current.get(plan.service);
+    if (plan.was === undefined) {
+      // Deployed but its stack is not there (yet, or any more): nothing to scale.
+      plan.error = `no active ECS service ${plan.service} in cluster ${deps.cluster}`;
+      continue;
+    }
+    if (plan.was === plan.decision!.desired) continue;
+    try {
+      await deps.ecs.send(
+        new UpdateServiceCommand({
+          cluster: deps.cluster,
+          service: plan.service,
+          desiredCount: plan.decision!.desired,
+        }),
+      );
+      plan.updated = true;
+    } catch (error) {
+      plan.error = (error as Error).message;
+    }
+  }
+  for (const plan of plans) {
+    // One line per endpoint for CloudWatch Logs Insights: counts only.
+    deps.log?.({
+      msg: 'ferry scale',
+      endpointId: plan.endpointId,
+      was: plan.was,
+      desired: plan.decision?.desired,
+      demand: plan.decision?.demand,
+      kept: plan.decision?.kept,
+      updated: plan.updated,
+      ...(plan.error ? { error: plan.error } : {}),
+    });
+  }
+  return plans;
+}
+
+export function createScaler(deps: () => ScalerDeps) {
+  return async (event: unknown): Promise<EndpointScaleReport[]> =>
+    scaleEndpoints(deps(), scalerEventOf(event));
+}
+
+// ── the nudge ────────────────────────────────────────────────────────────────────────────────────
+
+const endpointKeyPrefix = 'endpoint:';
+
+export interface NudgeOptions {
+  /** The feed it wraps (waits still go through it unchanged). */
+  inner: ChangeFeed;
+  workers: Pick<WorkerRegistry, 'list'>;
+  clock: Clock;
+  /** The engine's workerStaleMs (read when needed). */
+  workerStaleMs: () => number;
+  /** Invokes the scaler for one endpoint without waiting for it (Lambda InvocationType Event). */
+  invoke: (endpointId: string) => Promise<void>;
+  /** How long an answer ("has workers", "nudged") stands per endpoint. Default 10 s. */
+  quietMs?: number;
+  log?: (line: string) => void;
+}
+
+/**
+ * A change feed that also wakes the scaler: the engine notifies `endpoint:<id>` whenever it queues a
+ * job (submit, retry, requeue). If the endpoint has no live worker, the scaler is invoked for it at
+ * once. Lookups and invokes are remembered per endpoint for `quietMs`, so a burst costs one of each.
+ * `settled()` lets a Lambda handler finish them before it returns (a frozen sandbox sends nothing).
+ */
+export class NudgingChangeFeed implements ChangeFeed {
+  private readonly answered = new Map<string, number>();
+  private readonly pending = new Set<Promise<void>>();
+  private readonly quietMs: number;
+
+  constructor(private readonly options: NudgeOptions) {
+    this.quietMs = options.quietMs ?? 10_000;
+  }
+
+  watch(key: string): Watch {
+    return this.options.inner.watch(key);
+  }
+
+  notify(key: string): void {
+    this.options.inner.notify(key);
+    if (!key.startsWith(endpointKeyPrefix)) return;
+    const endpointId = key.slice(endpointKeyPrefix.length);
+    const now = this.options.clock.now();
+    const last = this.answered.get(endpointId);
+    if (last !== undefined && now - last < this.quietMs) return;
+    this.answered.set(endpointId, now);
+    const work = this.nudge(endpointId, now).catch((error) => {
+      // A lost nudge costs at most one schedule period; never fail the request for it.
+      this.answered.delete(endpointId);
+      this.options.log?.(`scaler nudge for ${endpointId}: ${(error as Error).message}`);
+    });
+    this.pending.add(work);
+    void work.finally(() => this.pending.delete(work));
+  }
+
+  /** Resolves once every nudge started so far has been sent (or given up). */
+  async settled(): Promise<void> {
+    while (this.pending.size > 0) await Promise.all([...this.pending]);
+  }
+
+  private async nudge(endpointId: string, now: number): Promise<void> {
+    const live = await this.options.workers.list(endpointId, now - this.options.workerStaleMs());
+    if (live.length > 0) return;
+    await this.options.invoke(endpointId);
+  }
+}
+
+/** The invoke a nudge makes: async (Event), so the API never waits for the scaler's run. */
+export function lambdaInvoker(lambda: Pick<LambdaClient, 'send'>, functionName: string) {
+  return async (endpointId: string): Promise<void> => {
+    await lambda.send(
+      new InvokeCommand({
+        FunctionName: functionName,
+        InvocationType: 'Event',
+        Payload: Buffer.from(JSON.stringify({ endpointId })),
+      }),
+    );
+  };
+}
+
+/** `scaler.handler` in the bundle (functions/bundle.ts). */
+export const handler = createScaler(() => scalerDepsFromEnv());

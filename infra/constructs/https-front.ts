@@ -1,0 +1,191 @@
+/**
+ * HTTPS in front of a load-balanced endpoint's ALB: clients send the API key, so nothing they are
+ * given is plain HTTP (docs/security-aws.md#load-balanced-endpoints-over-https).
+ *
+ *  - With a domain (`https.domainName`): the ALB listens on 443 with an ACM certificate for
+ *    `<endpoint>.<domain>` (the one given, or one DNS-validated here: in the hosted zone when its id
+ *    is given, else CloudFormation waits until the validation record exists,
+ *    https://docs.aws.amazon.com/acm/latest/userguide/dns-validation.html), and port 80 answers a
+ *    301 to https (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/load-balancer-listeners.html).
+ *  - Without one: a CloudFront distribution is the public address (HTTPS on its cloudfront.net name,
+ *    viewers on http are redirected). CloudFront reaches the ALB over HTTP with a secret header; the
+ *    ALB's listener forwards only requests that carry it and answers 403 to anything else, so the
+ *    ALB's own address is closed to clients
+ *    (https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/restrict-access-to-load-balancer.html).
+ *    Caching is off and every viewer header goes to the origin, Authorization included
+ *    (https://repost.aws/knowledge-center/cloudfront-authorization-header). CloudFront waits at most
+ *    `originReadTimeoutSec` for the first byte of an answer (60 s unless AWS raises the quota,
+ *    https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/DownloadDistValuesOrigin.html),
+ *    so a longer handler call needs the domain mode.
+ */
+import { Duration, RemovalPolicy, Validations } from 'aws-cdk-lib';
+import * as acm from 'aws-cdk-lib/aws-certificatemanager';
+import * as cloudfront from 'aws-cdk-lib/aws-cloudfront';
+import * as origins from 'aws-cdk-lib/aws-cloudfront-origins';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as elbv2 from 'aws-cdk-lib/aws-elasticloadbalancingv2';
+import * as route53 from 'aws-cdk-lib/aws-route53';
+import * as route53Targets from 'aws-cdk-lib/aws-route53-targets';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import { Construct } from 'constructs';
+
+/** `ferry deploy`'s HTTPS options for load-balanced endpoints on AWS. */
+export interface LbHttpsOptions {
+  /** Endpoints answer at `<endpoint name>.<domainName>` (underscores become hyphens). */
+  domainName: string;
+  /** An issued ACM certificate (same region) covering those names; else one is requested here. */
+  certificateArn?: string;
+  /** The Route 53 zone of `domainName`: validation and alias records are created in it. */
+  hostedZoneId?: string;
+}
+
+/** The header CloudFront adds and the ALB requires (no client can know its value). */
+export const originHeaderName = 'X-Ferry-Origin';
+/** CloudFront's default ceiling for an origin's first byte. */
+export const originReadTimeoutSec = 60;
+
+export interface HttpsFrontProps {
+  endpointName: string;
+  loadBalancer: elbv2.ApplicationLoadBalancer;
+  securityGroup: ec2.SecurityGroup;
+  targetGroup: elbv2.ApplicationTargetGroup;
+  https?: LbHttpsOptions | undefined;
+}
+
+/** A DNS label from an endpoint name. */
+export const hostLabel = (endpointName: string): string =>
+  endpointName
+    .toLowerCase()
+    .replace(/[^a-z0-9-]/g, '-')
+    .replace(/^-+|-+$/g, '')
+    .slice(0, 63);
+
+export class HttpsFront extends Construct {
+  /** What clients use: always https. */
+  readonly url: string;
+  readonly distribution?: cloudfront.Distribution;
+
+  constructor(scope: Construct, id: string, props: HttpsFrontProps) {
+    super(scope, id);
+    const { loadBalancer, securityGroup, targetGroup, https } = props;
+    if (https) {
+      const host = `${hostLabel(props.endpointName)}.${https.domainName}`;
+      const zone = https.hostedZoneId
+        ? route53.HostedZone.fromHostedZoneAttributes(this, 'Zone', {
+            hostedZoneId: https.hostedZoneId,
+            zoneName: https.domainName,
+          })
+        : undefined;
+      const certificate = https.certificateArn
+        ? acm.Certificate.fromCertificateArn(this, 'Certificate', https.certificateArn)
+        : new acm.Certificate(this, 'Certificate', {
+            domainName: host,
+            validation: acm.CertificateValidation.fromDns(zone),
+          });
+      securityGroup.addIngressRule(
+        ec2.Peer.anyIpv4(),
+        ec2.Port.tcp(443),
+        'Public HTTPS; the agent checks the API key',
+      );
+      securityGroup.addIngressRule(ec2.Peer.anyIpv4(), ec2.Port.tcp(80), 'Redirect to HTTPS only');
+      loadBalancer.addListener('Https', {
+        port: 443,
+        protocol: elbv2.ApplicationProtocol.HTTPS,
+        certificates: [certificate],
+        sslPolicy: elbv2.SslPolicy.RECOMMENDED_TLS,
+        open: false,
+        defaultTargetGroups: [targetGroup],
+      });
+      loadBalancer.addListener('Http', {
+        port: 80,
+        open: false,
+        defaultAction: elbv2.ListenerAction.redirect({ protocol: 'HTTPS', port: '443', permanent: true }),
+      });
+      if (zone) {
+        new route53.ARecord(this, 'Alias', {
+          zone,
+          recordName: host,
+          target: route53.RecordTarget.fromAlias(new route53Targets.LoadBalancerTarget(loadBalancer)),
+        });
+      }
+      this.url = `https://${host}`;
+      return;
+    }
+
+    const originSecret = new secretsmanager.Secret(this, 'OriginSecret', {
+      description: `Ferry ${props.endpointName}: the header CloudFront sends its ALB`,
+      generateSecretString: { passwordLength: 48, excludePunctuation: true, includeSpace: false },
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    Validations.of(originSecret).acknowledge({
+      id: 'AwsSolutions-SMG4',
+      reason:
+        'Used by CloudFront and the ALB listener through dynamic references; a stack update replaces both together.',
+    });
+    // Resolved by CloudFormation at deploy; the template holds only the reference.
+    const headerValue = originSecret.secretValue.unsafeUnwrap();
+
+    // CloudFront's addresses are many and regional; the secret header is what closes the ALB.
+    securityGroup.addIngressRule(
+      ec2.Peer.anyIpv4(),
+      ec2.Port.tcp(80),
+      'CloudFront origin traffic (header-checked)',
+    );
+    const listener = loadBalancer.addListener('Http', {
+      port: 80,
+      open: false,
+      defaultAction: elbv2.ListenerAction.fixedResponse(403, {
+        contentType: 'application/json',
+        messageBody: '{"error":"Use the endpoint\'s https address"}',
+      }),
+    });
+    listener.addAction('FromCloudFront', {
+      priority: 1,
+      conditions: [elbv2.ListenerCondition.httpHeader(originHeaderName, [headerValue])],
+      action: elbv2.ListenerAction.forward([targetGroup]),
+    });
+
+    const distribution = new cloudfront.Distribution(this, 'Distribution', {
+      comment: `Ferry ${props.endpointName}`,
+      defaultBehavior: {
+        origin: new origins.LoadBalancerV2Origin(loadBalancer, {
+          protocolPolicy: cloudfront.OriginProtocolPolicy.HTTP_ONLY,
+          customHeaders: { [originHeaderName]: headerValue },
+          readTimeout: Duration.seconds(originReadTimeoutSec),
+        }),
+        viewerProtocolPolicy: cloudfront.ViewerProtocolPolicy.REDIRECT_TO_HTTPS,
+        allowedMethods: cloudfront.AllowedMethods.ALLOW_ALL,
+        cachePolicy: cloudfront.CachePolicy.CACHING_DISABLED,
+        originRequestPolicy: cloudfront.OriginRequestPolicy.ALL_VIEWER_EXCEPT_HOST_HEADER,
+      },
+      // No minimumProtocolVersion: with the default cloudfront.net certificate it has no effect (the
+      // policy is fixed by CloudFront) and CDK warns; a custom domain (https.domainName) pins TLS 1.2.
+    });
+    Validations.of(distribution).acknowledge(
+      {
+        id: 'AwsSolutions-CFR1',
+        reason: 'Endpoints serve their users wherever they are; the API key decides access.',
+      },
+      {
+        id: 'AwsSolutions-CFR2',
+        reason: 'WAF is billed per web ACL; teams attach their own. Every request needs the API key.',
+      },
+      {
+        id: 'AwsSolutions-CFR3',
+        reason: 'Access logs need a log bucket with ACLs; requests are logged by the agent.',
+      },
+      {
+        id: 'AwsSolutions-CFR4',
+        reason:
+          'The default cloudfront.net certificate cannot pin a minimum TLS version; give https.domainName for that.',
+      },
+      {
+        id: 'AwsSolutions-CFR5',
+        reason:
+          'The ALB has no certificate without a domain; CloudFront reaches it over HTTP with a secret header, and the ALB refuses requests without it.',
+      },
+    );
+    this.distribution = distribution;
+    this.url = `https://${distribution.distributionDomainName}`;
+  }
+}

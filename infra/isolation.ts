@@ -1,0 +1,290 @@
+/**
+ * What one endpoint's task may reach on AWS, and what its worker container (user code, or any
+ * RunPod image) may not. The reasoning, with AWS's documents, is in docs/security-aws.md; in short:
+ *
+ *  - The task role reaches every container of the task: ECS puts the same
+ *    AWS_CONTAINER_CREDENTIALS_RELATIVE_URI into each one, and any of them can fetch the role's
+ *    credentials from 169.254.170.2
+ *    (https://docs.aws.amazon.com/AmazonECS/latest/bestpracticesguide/security-iam-roles.html).
+ *    So the task role carries nothing of the platform: the artifact object (the endpoint's own code,
+ *    which the worker runs anyway), task scale-in protection (the ECS agent endpoint acts with the
+ *    task role), and the right to *ask* for the agent role.
+ *  - The agent role holds the platform permissions, scoped to this endpoint: its two queues, job,
+ *    chunk and worker items whose partition key starts with its endpoint id (`dynamodb:LeadingKeys`,
+ *    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html),
+ *    payload objects under `payloads/<its job ids>` (S3 object ARNs). Its trust policy demands an
+ *    sts:ExternalId that lives in a Secrets Manager secret handed to the agent container alone as
+ *    an ECS container secret; the worker has the task role's credentials but not the id, so STS
+ *    refuses it (https://docs.aws.amazon.com/IAM/latest/UserGuide/id_roles_common-scenarios_third-party.html).
+ *  - The worker token is a random Secrets Manager value per endpoint, injected as an ECS secret: the
+ *    template and task definition carry only its ARN, nothing another endpoint could compute it from.
+ *  - User secrets (`secrets:` in the manifest) are Secrets Manager secrets `ferry/<app>/<env>/<NAME>`,
+ *    injected as ECS secrets; only the task *execution* role (used by the ECS agent on the host, never
+ *    handed to containers) may read them, by their exact name
+ *    (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-envvar-secrets-manager.html).
+ */
+import { Aws, RemovalPolicy, Validations } from 'aws-cdk-lib';
+import * as ecs from 'aws-cdk-lib/aws-ecs';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+import { dynamoSchema } from '../core/adapters/aws/dynamo.js';
+import { FerryError } from '../core/errors.js';
+import { endpointJobIdPatterns } from '../core/job.js';
+import type { TableRef } from './platform-exports.js';
+import { keyLookupStatement, payloadsPrefix } from './platform-stack.js';
+
+/**
+ * Endpoint ids scope keys by prefix (core/job.ts): they must not contain '-', or `<id>-*` could match
+ * another endpoint's keys, nor be `sync` (the /runsync marker).
+ */
+export function assertScopableEndpointId(endpointId: string): void {
+  if (!/^[a-z0-9]{1,64}$/.test(endpointId) || endpointId === 'sync') {
+    throw new FerryError(
+      'bad_request',
+      `Endpoint id "${endpointId}" must be 1-64 lowercase letters and digits (not "sync"): IAM scopes keys by it`,
+    );
+  }
+}
+
+/** `ForAllValues:StringLike` alone is true when the request carries no key at all; `Null` closes that. */
+export function leadingKeysCondition(patterns: readonly string[]): Record<string, Record<string, unknown>> {
+  return {
+    'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [...patterns] },
+    Null: { 'dynamodb:LeadingKeys': 'false' },
+  };
+}
+
+/** Partition-key patterns of everything an endpoint's agent may touch, by table. */
+export function endpointKeyPatterns(endpointId: string) {
+  assertScopableEndpointId(endpointId);
+  const jobs = endpointJobIdPatterns(endpointId);
+  return {
+    /** jobs and chunks are keyed by job id. */
+    jobs,
+    /** byEndpointStatus is keyed `<endpointId>#<status>` (core/adapters/aws/dynamo.ts). */
+    byEndpointStatus: [`${endpointId}#*`],
+    /** Worker ids are `<endpointId>-<random>` (worker-image/agent/agent.ts). */
+    workers: [`${endpointId}-*`],
+    /** Big job fields live at `payloads/<jobId>/…` (DynamoJobStore). */
+    payloadKeys: jobs.map((pattern) => `${payloadsPrefix}${pattern}`),
+  };
+}
+
+export interface EndpointAgentAccessProps {
+  appName: string;
+  envName: string;
+  endpointName: string;
+  endpointId: string;
+  kind: 'queue' | 'lb';
+  /** The task role: the only principal that may assume the agent role (with the external id). */
+  taskRole: iam.IRole;
+  tables: { jobs: TableRef; chunks: TableRef; workers: TableRef; control: TableRef };
+  bucketName: string;
+  /** How cdk-nag renders the bucket name in a finding id (the platform export's name). */
+  bucketFindingName: string;
+  /** The endpoint's own queues (queue endpoints). */
+  queues?: readonly sqs.IQueue[];
+}
+
+/** The agent's role, its external id, and what the agent container needs to use them. */
+export class EndpointAgentAccess extends Construct {
+  readonly role: iam.Role;
+  readonly externalId: secretsmanager.Secret;
+
+  constructor(scope: Construct, id: string, props: EndpointAgentAccessProps) {
+    super(scope, id);
+    const keys = endpointKeyPatterns(props.endpointId);
+    this.externalId = new secretsmanager.Secret(this, 'ExternalId', {
+      description: `Ferry ${props.appName}/${props.envName}/${props.endpointName}: sts:ExternalId of the agent role (agent container only)`,
+      // ExternalId allows [\w+=,.@:/-]: letters and digits only.
+      generateSecretString: { passwordLength: 64, excludePunctuation: true, includeSpace: false },
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    Validations.of(this.externalId).acknowledge({
+      id: 'AwsSolutions-SMG4',
+      reason:
+        'The value is the agent role trust policy condition (a CloudFormation dynamic reference); a stack update ' +
+        'replaces both together. It grants nothing without the task role, which only this endpoint has.',
+    });
+
+    this.role = new iam.Role(this, 'Role', {
+      description: `Ferry ${props.appName}/${props.envName}/${props.endpointName} agent (assumed with an external id)`,
+      // A chained session lasts at most 1 h whatever the role says; the agent renews it.
+      assumedBy: new iam.PrincipalWithConditions(new iam.ArnPrincipal(props.taskRole.roleArn), {
+        // CloudFormation resolves the reference at deploy; the template holds only the reference
+        // (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/dynamic-references.html).
+        StringEquals: { 'sts:ExternalId': this.externalId.secretValue.unsafeUnwrap() },
+      }),
+    });
+    props.taskRole.addToPrincipalPolicy(
+      new iam.PolicyStatement({ actions: ['sts:AssumeRole'], resources: [this.role.roleArn] }),
+    );
+
+    if (props.kind === 'lb') {
+      // Client keys only: KEY#<hash> items of the control table.
+      this.role.addToPolicy(keyLookupStatement(props.tables.control));
+      // Its own worker record: requests in flight and last busy time, read by the scaler
+      // (worker-image/agent/lb.ts, docs/scaling.md).
+      this.role.addToPolicy(
+        new iam.PolicyStatement({
+          actions: ['dynamodb:PutItem', 'dynamodb:DeleteItem'],
+          resources: [props.tables.workers.tableArn],
+          conditions: leadingKeysCondition(keys.workers),
+        }),
+      );
+      return;
+    }
+    const { jobs, chunks, workers } = props.tables;
+    const queues = props.queues ?? [];
+    if (queues.length > 0) {
+      this.role.addToPolicy(
+        new iam.PolicyStatement({
+          actions: [
+            'sqs:ReceiveMessage',
+            'sqs:DeleteMessage',
+            'sqs:ChangeMessageVisibility',
+            'sqs:SendMessage',
+          ],
+          resources: queues.map((q) => q.queueArn),
+        }),
+      );
+    }
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['dynamodb:GetItem', 'dynamodb:PutItem'],
+        resources: [jobs.tableArn],
+        conditions: leadingKeysCondition(keys.jobs),
+      }),
+    );
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['dynamodb:Query'],
+        resources: [`${jobs.tableArn}/index/${dynamoSchema.jobs.indexes.byEndpointStatus.indexName}`],
+        conditions: leadingKeysCondition(keys.byEndpointStatus),
+      }),
+    );
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['dynamodb:UpdateItem', 'dynamodb:BatchWriteItem'],
+        resources: [chunks.tableArn],
+        conditions: leadingKeysCondition(keys.jobs),
+      }),
+    );
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:DeleteItem'],
+        resources: [workers.tableArn],
+        conditions: leadingKeysCondition(keys.workers),
+      }),
+    );
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'],
+        resources: keys.payloadKeys.map((key) => `arn:${Aws.PARTITION}:s3:::${props.bucketName}/${key}`),
+      }),
+    );
+    Validations.of(this.role).acknowledge(
+      ...keys.payloadKeys.map((key) => ({
+        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::${props.bucketFindingName}/${key}]`,
+        reason: `Payload keys are per job; the grant stops at this endpoint's job ids (${key}).`,
+      })),
+    );
+  }
+
+  /** The agent container's variables: which role to assume. */
+  get environment(): Record<string, string> {
+    return { FERRY_AGENT_ROLE_ARN: this.role.roleArn };
+  }
+
+  /** The agent container's secrets: the external id (never in the worker container). */
+  get secrets(): Record<string, ecs.Secret> {
+    return { FERRY_AGENT_EXTERNAL_ID: ecs.Secret.fromSecretsManager(this.externalId) };
+  }
+}
+
+/**
+ * A random worker token per endpoint (Secrets Manager), for the agent (FERRY_WORKER_TOKEN) and the
+ * worker (RUNPOD_AI_API_KEY, what RunPod's SDK sends). Replaces a token derived from values in the
+ * task definition, which any endpoint could compute for any other.
+ */
+export class EndpointWorkerToken extends Construct {
+  readonly secret: secretsmanager.Secret;
+
+  constructor(scope: Construct, id: string, props: { description: string }) {
+    super(scope, id);
+    this.secret = new secretsmanager.Secret(this, 'Token', {
+      description: props.description,
+      generateSecretString: { passwordLength: 48, excludePunctuation: true, includeSpace: false },
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    Validations.of(this.secret).acknowledge({
+      id: 'AwsSolutions-SMG4',
+      reason:
+        'Read by ECS when a task starts; a rotation would split running agents and workers. It opens only ' +
+        "this endpoint's agent, on the task's own network namespace.",
+    });
+  }
+
+  get agentSecrets(): Record<string, ecs.Secret> {
+    return { FERRY_WORKER_TOKEN: ecs.Secret.fromSecretsManager(this.secret) };
+  }
+
+  get workerSecrets(): Record<string, ecs.Secret> {
+    return { RUNPOD_AI_API_KEY: ecs.Secret.fromSecretsManager(this.secret) };
+  }
+}
+
+/** Variable names a user secret may not take: the platform's own. */
+const reservedPrefixes = ['FERRY_', 'RUNPOD_', 'AWS_', 'ECS_'];
+
+/** The Secrets Manager name of a user secret. */
+export const userSecretName = (app: string, env: string, name: string): string =>
+  `ferry/${app}/${env}/${name}`;
+
+/**
+ * The manifest's `secrets` (names) as ECS container secrets read from `ferry/<app>/<env>/<NAME>`.
+ * Adding them to a container grants the task execution role GetSecretValue on exactly these secrets
+ * (the ARN ends in `-??????`: Secrets Manager appends six random characters to every secret's ARN,
+ * https://docs.aws.amazon.com/secretsmanager/latest/userguide/auth-and-access_iam-policies.html).
+ */
+export function userSecrets(
+  scope: Construct,
+  props: {
+    appName: string;
+    envName: string;
+    endpointName: string;
+    names: readonly string[];
+    env: Record<string, string>;
+  },
+): Record<string, ecs.Secret> {
+  const out: Record<string, ecs.Secret> = {};
+  for (const name of props.names) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]{0,127}$/.test(name)) {
+      throw new FerryError(
+        'bad_request',
+        `Endpoint "${props.endpointName}": secret name "${name}" is not a variable name`,
+      );
+    }
+    if (reservedPrefixes.some((prefix) => name.toUpperCase().startsWith(prefix))) {
+      throw new FerryError(
+        'bad_request',
+        `Endpoint "${props.endpointName}": secret "${name}" uses a reserved prefix (${reservedPrefixes.join(', ')})`,
+      );
+    }
+    if (name in props.env) {
+      throw new FerryError(
+        'bad_request',
+        `Endpoint "${props.endpointName}": "${name}" is both in env and in secrets`,
+      );
+    }
+    const secret = secretsmanager.Secret.fromSecretNameV2(
+      scope,
+      `Secret-${props.endpointName}-${name}`,
+      userSecretName(props.appName, props.envName, name),
+    );
+    out[name] = ecs.Secret.fromSecretsManager(secret);
+  }
+  return out;
+}

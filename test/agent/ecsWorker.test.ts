@@ -1,0 +1,78 @@
+/**
+ * The agent sees its worker container exit through the ECS task metadata endpoint v4 (shape from
+ * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-metadata-endpoint-v4-response.html),
+ * served here by a local HTTP server standing in for the ECS agent.
+ */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, expect, it } from 'vitest';
+import { systemClock } from '../../core/clock.js';
+import { watchWorkerContainer } from '../../worker-image/agent/ecsWorker.js';
+
+const closers: (() => void)[] = [];
+afterEach(() => {
+  for (const close of closers.splice(0)) close();
+});
+
+async function metadataServer(answers: (() => { status: number; body: unknown })[]) {
+  let calls = 0;
+  const server = createServer((req, res) => {
+    const answer = answers[Math.min(calls++, answers.length - 1)]!();
+    expect(req.url).toBe('/v4/abc/task');
+    res.writeHead(answer.status, { 'content-type': 'application/json' }).end(JSON.stringify(answer.body));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  closers.push(() => server.close());
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v4/abc`;
+}
+
+const task = (status: string, exitCode?: number) => ({
+  status: 200,
+  body: {
+    TaskARN: 'arn:aws:ecs:us-east-1:111122223333:task/c/1',
+    Containers: [
+      { Name: 'agent', KnownStatus: 'RUNNING' },
+      { Name: 'worker', KnownStatus: status, ...(exitCode === undefined ? {} : { ExitCode: exitCode }) },
+    ],
+  },
+});
+
+it('reports the worker container’s exit code once it is STOPPED, past a failing poll', async () => {
+  const uri = await metadataServer([
+    () => task('RUNNING'),
+    () => ({ status: 500, body: { error: 'busy' } }),
+    () => task('RUNNING'),
+    () => task('STOPPED', 137),
+  ]);
+  const exits: unknown[] = [];
+  const warnings: string[] = [];
+  await watchWorkerContainer({
+    metadataUri: uri,
+    containerName: 'worker',
+    clock: systemClock,
+    signal: new AbortController().signal,
+    pollMs: 20,
+    onExit: (how) => void exits.push(how),
+    warn: (m) => warnings.push(m),
+  });
+  expect(exits).toEqual([{ code: 137, signal: null }]);
+  expect(warnings).toEqual(['task metadata: HTTP 500']);
+});
+
+it('stops watching when aborted, without reporting an exit', async () => {
+  const uri = await metadataServer([() => task('RUNNING')]);
+  const abort = new AbortController();
+  const exits: unknown[] = [];
+  const watching = watchWorkerContainer({
+    metadataUri: uri,
+    containerName: 'worker',
+    clock: systemClock,
+    signal: abort.signal,
+    pollMs: 20,
+    onExit: (how) => void exits.push(how),
+    warn: () => {},
+  });
+  setTimeout(() => abort.abort(), 100);
+  await watching;
+  expect(exits).toEqual([]);
+});

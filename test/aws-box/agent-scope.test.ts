@@ -1,0 +1,315 @@
+/**
+ * An endpoint's agent, holding only its endpoint's role, cannot touch another endpoint's jobs.
+ *
+ * DynamoDB Local does not evaluate IAM, so this test puts the policy in front of it: the agent role's
+ * statements come from a synthesized template (infra/isolation.ts), and every request the agent's
+ * DynamoDB client sends (the real wire request: X-Amz-Target and JSON body) is checked against them
+ * before it reaches DynamoDB Local. The check covers exactly what these statements use, as AWS
+ * documents it: action, resource ARN, `ForAllValues:StringLike` on `dynamodb:LeadingKeys` (the
+ * request's partition key values) and `Null` on it
+ * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html,
+ * https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-single-vs-multi-valued-context-keys.html).
+ * Anything else (another operator, an operation it cannot read the keys of) is denied. What the test
+ * does NOT show: that AWS evaluates these conditions the same way; that needs a real account
+ * (docs/security-aws.md).
+ */
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { App, Stack } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  DynamoJobStore,
+  type DynamoTable,
+  DynamoWorkerRegistry,
+  dynamoSchema,
+} from '../../core/adapters/aws/dynamo.js';
+import { S3BlobStore } from '../../core/adapters/aws/s3.js';
+import { queueUrls } from '../../functions/wiring.js';
+import { EndpointAgentAccess } from '../../infra/isolation.js';
+import { type Agent, startAgent } from '../../worker-image/agent/agent.js';
+import { type Statement, statementsOf } from '../infra/iam.js';
+import { fakeAwsConfig, s3ClientFor, sqsClientFor } from '../support/emulators.js';
+import { ProtocolWorker } from '../support/protocolWorker.js';
+import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
+
+const account = '123456789012';
+const region = fakeAwsConfig.region;
+const arnOf = (table: string, index?: string) =>
+  `arn:aws:dynamodb:${region}:${account}:table/${table}${index ? `/index/${index}` : ''}`;
+
+// Endpoint ids as endpointIdFor makes them: 14 lowercase letters and digits.
+const mine = 'mineaaaaaaaaa1';
+const theirs = 'theirsbbbbbbb2';
+
+/** The agent role's statements for `endpointId`, from a synthesized template. */
+function agentPolicy(endpointId: string, tables: Record<DynamoTable, string>): Statement[] {
+  const stack = new Stack(new App(), 'Scope');
+  const taskRole = new iam.Role(stack, 'TaskRole', {
+    assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
+  });
+  const ref = (role: DynamoTable) => ({ tableName: tables[role], tableArn: arnOf(tables[role]) });
+  const access = new EndpointAgentAccess(stack, 'Access', {
+    appName: 'box',
+    envName: 'production',
+    endpointName: endpointId,
+    endpointId,
+    kind: 'queue',
+    taskRole,
+    tables: { jobs: ref('jobs'), chunks: ref('chunks'), workers: ref('workers'), control: ref('control') },
+    bucketName: 'bucket',
+    bucketFindingName: 'bucket',
+    queues: [],
+  });
+  return statementsOf(Template.fromStack(stack), access.role);
+}
+
+// ── the check ─────────────────────────────────────────────────────────────────────────────────────
+
+type AttributeValue = Record<string, unknown>;
+interface Access {
+  action: string;
+  resource: string;
+  /** The partition key values of the request, as `dynamodb:LeadingKeys` carries them. */
+  leadingKeys: string[];
+}
+
+/** IAM's StringLike: `*` any run of characters, `?` one character, everything else literal. */
+const stringLike = (pattern: string, value: string): boolean =>
+  new RegExp(
+    `^${pattern
+      .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+      .replace(/\*/g, '.*')
+      .replace(/\?/g, '.')}$`,
+  ).test(value);
+
+const list = <T>(v: T | T[]): T[] => (Array.isArray(v) ? v : [v]);
+
+function conditionHolds(
+  condition: Record<string, Record<string, unknown>> | undefined,
+  access: Access,
+): boolean {
+  for (const [operator, keys] of Object.entries(condition ?? {})) {
+    for (const [key, expected] of Object.entries(keys)) {
+      if (key !== 'dynamodb:LeadingKeys') return false;
+      if (operator === 'ForAllValues:StringLike') {
+        const patterns = list(expected as string | string[]);
+        if (!access.leadingKeys.every((k) => patterns.some((p) => stringLike(p, k)))) return false;
+      } else if (operator === 'Null') {
+        const isNull = access.leadingKeys.length === 0;
+        if (String(isNull) !== String(expected)) return false;
+      } else {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+function allowed(statements: Statement[], access: Access): boolean {
+  return statements.some(
+    (s) =>
+      s.Effect === 'Allow' &&
+      list(s.Action).includes(access.action) &&
+      list(s.Resource as string | string[]).some(
+        (r) => typeof r === 'string' && stringLike(r, access.resource),
+      ) &&
+      conditionHolds(s.Condition as Record<string, Record<string, unknown>> | undefined, access),
+  );
+}
+
+/** The table role behind a physical table name. */
+const roleOf = (tables: Record<DynamoTable, string>, name: string): DynamoTable =>
+  (Object.keys(tables) as DynamoTable[]).find((role) => tables[role] === name)!;
+
+const scalar = (value: AttributeValue | undefined): string => String(value?.S ?? value?.N ?? '');
+
+/** What IAM would authorize for one wire request; undefined when the request cannot be read. */
+function accessesOf(
+  tables: Record<DynamoTable, string>,
+  operation: string,
+  body: Record<string, any>,
+): Access[] | undefined {
+  const action = `dynamodb:${operation}`;
+  const pk = (table: string) => dynamoSchema[roleOf(tables, table)].partitionKey.name;
+  switch (operation) {
+    case 'GetItem':
+    case 'DeleteItem':
+    case 'UpdateItem':
+      return [
+        { action, resource: arnOf(body.TableName), leadingKeys: [scalar(body.Key[pk(body.TableName)])] },
+      ];
+    case 'PutItem':
+      return [
+        { action, resource: arnOf(body.TableName), leadingKeys: [scalar(body.Item[pk(body.TableName)])] },
+      ];
+    case 'BatchWriteItem':
+      return Object.entries(body.RequestItems as Record<string, any[]>).map(([table, requests]) => ({
+        action,
+        resource: arnOf(table),
+        leadingKeys: requests.map((r) => scalar((r.PutRequest?.Item ?? r.DeleteRequest?.Key)?.[pk(table)])),
+      }));
+    case 'Query': {
+      const spec = dynamoSchema[roleOf(tables, body.TableName)];
+      const index = body.IndexName
+        ? Object.values(
+            spec.indexes as Record<string, { indexName: string; partitionKey: { name: string } }>,
+          ).find((i) => i.indexName === body.IndexName)
+        : undefined;
+      const keyName = index ? index.partitionKey.name : spec.partitionKey.name;
+      const names: Record<string, string> = body.ExpressionAttributeNames ?? {};
+      const keys: string[] = [];
+      for (const [, left, placeholder] of String(body.KeyConditionExpression).matchAll(
+        /([#\w]+)\s*=\s*(:\w+)/g,
+      )) {
+        if ((names[left!] ?? left) === keyName)
+          keys.push(scalar(body.ExpressionAttributeValues[placeholder!]));
+      }
+      return [{ action, resource: arnOf(body.TableName, body.IndexName), leadingKeys: keys }];
+    }
+    default:
+      return undefined;
+  }
+}
+
+class AccessDenied extends Error {
+  override name = 'AccessDeniedException';
+}
+
+/** A DynamoDB client whose requests must pass `statements` first; it records every decision. */
+function gatedDynamo(endpoint: string, tables: Record<DynamoTable, string>, statements: Statement[]) {
+  const client = new DynamoDBClient({ ...fakeAwsConfig, endpoint });
+  const decisions: { operation: string; keys: string[]; allowed: boolean }[] = [];
+  client.middlewareStack.add(
+    (next) => async (args) => {
+      const request = args.request as { headers: Record<string, string>; body: string | Uint8Array };
+      const body = typeof request.body === 'string' ? request.body : new TextDecoder().decode(request.body);
+      const operation = String(request.headers['x-amz-target']).split('.')[1]!;
+      const accesses = accessesOf(tables, operation, JSON.parse(body));
+      const ok = accesses?.every((a) => allowed(statements, a)) ?? false;
+      decisions.push({ operation, keys: (accesses ?? []).flatMap((a) => a.leadingKeys), allowed: ok });
+      if (!ok) throw new AccessDenied(`not authorized to perform dynamodb:${operation}`);
+      return next(args);
+    },
+    { step: 'build', name: 'iamGate' },
+  );
+  return { client, decisions };
+}
+
+// ── the test ──────────────────────────────────────────────────────────────────────────────────────
+
+let box: AwsBox;
+let gate: ReturnType<typeof gatedDynamo>;
+let agent: Agent;
+let sqsClient: ReturnType<typeof sqsClientFor>;
+let s3Client: ReturnType<typeof s3ClientFor>;
+
+beforeAll(async () => {
+  box = await startAwsBox({ workerWaitMs: 1_000 });
+  await box.addEndpoint(mine);
+  await box.addEndpoint(theirs);
+  const { tables } = box.fixture;
+  gate = gatedDynamo(box.fixture.dynamo.endpoint, tables, agentPolicy(mine, tables));
+  sqsClient = sqsClientFor(box.fixture.fauxqs.endpoint);
+  s3Client = s3ClientFor(box.fixture.fauxqs.endpoint);
+  agent = await startAgent({
+    endpointId: mine,
+    clients: { dynamo: gate.client, sqs: sqsClient, s3: s3Client },
+    tables,
+    queueUrlFor: queueUrls(sqsClient, box.env.FERRY_QUEUE_NAME_PREFIX),
+    bucket: box.fixture.bucket,
+    blobPrefix: box.env.FERRY_BLOB_PREFIX,
+    port: 0,
+    workerWaitMs: 1_000,
+    pollMs: 200,
+    pingIntervalMs: 500,
+    tickMs: 200,
+    log: { info: () => {}, warn: () => {}, error: () => {} },
+    exit: () => {},
+  });
+}, 120_000);
+
+afterAll(async () => {
+  await agent?.close();
+  for (const c of [gate?.client, sqsClient, s3Client]) c?.destroy();
+  await box?.stop();
+});
+
+const submit = async (endpointId: string, input: unknown) => {
+  const response = await fetch(`${box.baseUrl}/${endpointId}/run`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${boxApiKey}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ input }),
+  });
+  expect(response.status).toBe(200);
+  return ((await response.json()) as { id: string }).id;
+};
+
+const statusOf = async (endpointId: string, id: string) => {
+  const response = await fetch(`${box.baseUrl}/${endpointId}/status/${id}`, {
+    headers: { authorization: `Bearer ${boxApiKey}` },
+  });
+  return (await response.json()) as { status: string; output?: unknown };
+};
+
+describe("an agent with its endpoint's role", () => {
+  it('gets job ids from the API that lead with their endpoint id', async () => {
+    expect(await submit(mine, { n: 0 })).toMatch(new RegExp(`^${mine}-[0-9a-f-]{36}-u1$`));
+  });
+
+  it("runs its own endpoint's jobs end to end, every DynamoDB call allowed by the policy", async () => {
+    const id = await submit(mine, { n: 1 });
+    const worker = new ProtocolWorker(agent.url, mine, agent.workerToken, agent.workerId).serve();
+    try {
+      await expect
+        .poll(async () => (await statusOf(mine, id)).status, { timeout: 30_000, interval: 200 })
+        .toBe('COMPLETED');
+    } finally {
+      await worker.stop();
+    }
+    expect(gate.decisions.length).toBeGreaterThan(0);
+    expect(gate.decisions.filter((d) => !d.allowed)).toEqual([]);
+    // It did touch job items: the policy was exercised, not bypassed.
+    expect(gate.decisions.some((d) => d.operation === 'PutItem' && d.keys.includes(id))).toBe(true);
+  });
+
+  it("is refused every read and write of another endpoint's job, chunks and workers; the job is unchanged", async () => {
+    const victim = await submit(theirs, { secret: 'their input' });
+    const before = await box.fixture.jobs().get(victim, Date.now());
+    expect(before?.status).toBe('IN_QUEUE');
+
+    const doc = DynamoDBDocumentClient.from(gate.client, {
+      marshallOptions: { removeUndefinedValues: true },
+    });
+    const blobs = new S3BlobStore({
+      client: s3Client,
+      bucket: box.fixture.bucket,
+      prefix: box.env.FERRY_BLOB_PREFIX,
+    });
+    const store = new DynamoJobStore({ doc, tables: box.fixture.tables, blobs });
+    const registry = new DynamoWorkerRegistry({ doc, table: box.fixture.tables.workers });
+    const denied = { name: 'AccessDeniedException' };
+
+    await expect(store.get(victim, Date.now())).rejects.toMatchObject(denied);
+    await expect(store.listByStatus(theirs, 'IN_QUEUE', Date.now(), 10)).rejects.toMatchObject(denied);
+    await expect(store.update(before!, { status: 'COMPLETED', output: 'forged' })).rejects.toMatchObject(
+      denied,
+    );
+    await expect(store.appendStream(victim, ['forged chunk'])).rejects.toMatchObject(denied);
+    // A forged id that merely contains this endpoint's id does not help: the key must start with it.
+    await expect(store.get(`${theirs}-${mine}-x`, Date.now())).rejects.toMatchObject(denied);
+    await expect(
+      registry.heartbeat({
+        workerId: `${theirs}-w1`,
+        endpointId: theirs,
+        state: 'idle',
+        jobIds: [victim],
+        lastSeenAt: Date.now(),
+      }),
+    ).rejects.toMatchObject(denied);
+
+    const after = await box.fixture.jobs().get(victim, Date.now());
+    expect(after).toEqual(before);
+  });
+});

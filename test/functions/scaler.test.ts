@@ -1,0 +1,326 @@
+/**
+ * The scaler Lambda over real stores: DynamoDB Local (control and workers tables, jobs) and fauxqs
+ * (SQS queue depth), with the engine taking and finishing jobs as an agent does, a fake clock, and an
+ * injected ECS client that records UpdateService calls and answers DescribeServices as ECS does
+ * (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_DescribeServices.html). ECS itself
+ * (task placement, cold starts, protection) is covered by the simulation in test/unit/scaling-sim.test.ts.
+ */
+import { DescribeServicesCommand, UpdateServiceCommand } from '@aws-sdk/client-ecs';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { LocalChangeFeed } from '../../core/changes.js';
+import { FakeClock } from '../../core/clock.js';
+import { JobEngine } from '../../core/engine.js';
+import type { ManifestEndpoint } from '../../core/manifest.js';
+import type { ControlStore } from '../../core/ports.js';
+import { NudgingChangeFeed, type ScalerDeps, scaleEndpoints } from '../../functions/scaler.js';
+import { type AwsFixture, startAwsFixture } from '../support/emulators.js';
+import { recordFor } from '../support/endpoints.js';
+
+const idleTimeoutSec = 5;
+const staleMs = 180_000;
+
+function manifestEndpoint(name: string, kind: 'queue' | 'lb' = 'queue'): ManifestEndpoint {
+  return {
+    name,
+    kind,
+    file: 'main.py',
+    module: 'main',
+    ...(kind === 'queue'
+      ? { target: { name: 'handler', type: 'function', isAsync: false, isGenerator: false, params: ['job'] } }
+      : { variable: 'app', routes: [] }),
+    resources: {
+      gpuCount: 1,
+      workersMin: 0,
+      workersMax: 3,
+      idleTimeoutSec,
+      executionTimeoutMs: 0,
+      maxConcurrency: 1,
+      env: {},
+      dependencies: [],
+      systemDependencies: [],
+    },
+    configHash: 'h',
+  } as ManifestEndpoint;
+}
+
+/** ECS as the scaler sees it: services by name with a desiredCount; UpdateService calls recorded. */
+class FakeEcs {
+  readonly services = new Map<string, number>();
+  readonly updates: { service: string; desiredCount: number }[] = [];
+  readonly describeBatches: number[] = [];
+  async send(command: unknown): Promise<unknown> {
+    if (command instanceof DescribeServicesCommand) {
+      const names = command.input.services ?? [];
+      if (names.length > 10) throw new Error('InvalidParameterException: at most 10 services');
+      this.describeBatches.push(names.length);
+      return {
+        services: names
+          .filter((n) => this.services.has(n))
+          .map((n) => ({ serviceName: n, status: 'ACTIVE', desiredCount: this.services.get(n) })),
+        failures: names.filter((n) => !this.services.has(n)).map((n) => ({ arn: n, reason: 'MISSING' })),
+      };
+    }
+    if (command instanceof UpdateServiceCommand) {
+      const { service, desiredCount } = command.input;
+      this.updates.push({ service: service!, desiredCount: desiredCount! });
+      this.services.set(service!, desiredCount!);
+      return { service: { serviceName: service, desiredCount } };
+    }
+    throw new Error(`unexpected command ${(command as object).constructor.name}`);
+  }
+}
+
+let aws: AwsFixture;
+let control: ControlStore;
+let clock: FakeClock;
+let engine: JobEngine;
+let ecs: FakeEcs;
+let deps: ScalerDeps;
+
+beforeAll(async () => {
+  aws = await startAwsFixture();
+  control = aws.control();
+}, 120_000);
+afterAll(async () => {
+  await aws?.stop();
+});
+
+let n = 0;
+/** A fresh endpoint id per test: queues and worker records never leak between tests. */
+async function deploy(kind: 'queue' | 'lb' = 'queue', withService = true): Promise<string> {
+  const id = `ep${++n}-${Math.random().toString(36).slice(2, 8)}`;
+  await control.putEndpoint(recordFor(manifestEndpoint(id, kind), '/nowhere', id));
+  if (withService) ecs.services.set(`ferry-${id}`, 0);
+  return id;
+}
+
+beforeEach(async () => {
+  for (const e of await control.listEndpoints()) await control.deleteEndpoint(e.id);
+  clock = new FakeClock(Date.now());
+  ecs = new FakeEcs();
+  const workers = aws.workers();
+  engine = new JobEngine({
+    jobs: aws.jobs(),
+    queue: aws.queue(),
+    workers,
+    changes: new LocalChangeFeed(clock),
+    clock,
+    settings: { workerStaleMs: staleMs },
+  });
+  deps = {
+    control,
+    queue: aws.queue(),
+    workers,
+    ecs: ecs as unknown as ScalerDeps['ecs'],
+    cluster: 'ferry',
+    serviceNamePrefix: 'ferry-',
+    clock,
+    workerStaleMs: staleMs,
+  };
+});
+
+const desiredOf = (id: string) => ecs.services.get(`ferry-${id}`);
+
+describe('scaler', () => {
+  it('a burst of 50 on workers=(0,3) asks for exactly 3, once, however often it runs', async () => {
+    const ep = await deploy();
+    for (let i = 0; i < 50; i++) await engine.submit(ep, { input: { i } }, { sync: false });
+    await scaleEndpoints(deps, {});
+    expect(desiredOf(ep)).toBe(3);
+    // The GPU instances take minutes: the scaler runs every minute meanwhile and asks for no more.
+    for (let minute = 0; minute < 6; minute++) {
+      clock.advance(60_000);
+      await scaleEndpoints(deps, {});
+    }
+    expect(ecs.updates).toEqual([{ service: `ferry-${ep}`, desiredCount: 3 }]);
+  });
+
+  it('one job on an idle endpoint: one worker through a long cold start', async () => {
+    const ep = await deploy();
+    await engine.submit(ep, { input: {} }, { sync: false });
+    for (let minute = 0; minute < 6; minute++) {
+      await scaleEndpoints(deps, { endpointId: ep });
+      clock.advance(60_000);
+    }
+    expect(ecs.updates).toEqual([{ service: `ferry-${ep}`, desiredCount: 1 }]);
+  });
+
+  it('low-priority jobs never scale an endpoint up', async () => {
+    const ep = await deploy();
+    for (let i = 0; i < 5; i++) {
+      await engine.submit(ep, { input: {}, policy: { lowPriority: true } }, { sync: false });
+    }
+    const [report] = await scaleEndpoints(deps, { endpointId: ep });
+    expect(report!.decision).toMatchObject({ desired: 0, demand: 0 });
+    expect(ecs.updates).toEqual([]);
+  });
+
+  it('keeps a worker holding a job past idle_timeout, and lets it go idle_timeout after it finishes', async () => {
+    const ep = await deploy();
+    const job = await engine.submit(ep, { input: {} }, { sync: false });
+    await scaleEndpoints(deps, {});
+    expect(desiredOf(ep)).toBe(1);
+    // The task's agent takes the job (the registry now says it holds it; the queue is empty).
+    const [taken] = await engine.take(ep, 'w1', 1, 0);
+    expect(taken?.id).toBe(job.id);
+    clock.advance(idleTimeoutSec * 1000 * 10);
+    await engine.ping(ep, 'w1', [job.id]);
+    await scaleEndpoints(deps, {});
+    expect(desiredOf(ep)).toBe(1);
+    await engine.done(ep, 'w1', job.id, { output: 'ok' });
+    clock.advance(idleTimeoutSec * 1000 - 1);
+    await scaleEndpoints(deps, {});
+    expect(desiredOf(ep)).toBe(1);
+    clock.advance(1);
+    const [report] = await scaleEndpoints(deps, {});
+    expect(desiredOf(ep)).toBe(0);
+    expect(report!.decision!.mayStop).toEqual(['w1']);
+  });
+
+  it('a second endpoint at min is left alone, and a missing service is reported, not fatal', async () => {
+    const busy = await deploy();
+    const quiet = await deploy();
+    const orphan = await deploy('queue', false);
+    await engine.submit(busy, { input: {} }, { sync: false });
+    await engine.submit(orphan, { input: {} }, { sync: false });
+    const reports = await scaleEndpoints(deps, {});
+    expect(desiredOf(busy)).toBe(1);
+    expect(desiredOf(quiet)).toBe(0);
+    expect(reports.find((r) => r.endpointId === orphan)?.error).toMatch(/no active ECS service/);
+    expect(ecs.updates.map((u) => u.service)).toEqual([`ferry-${busy}`]);
+  });
+
+  it('describes services ten at a time', async () => {
+    for (let i = 0; i < 12; i++) await deploy();
+    await scaleEndpoints(deps, {});
+    expect(ecs.describeBatches.sort()).toEqual([10, 2].sort());
+  });
+
+  it('load-balanced: a waiting request scales from zero; in-flight requests keep the worker; back to min after idle', async () => {
+    const ep = await deploy('lb');
+    await scaleEndpoints(deps, { endpointId: ep, waitingRequests: 1 });
+    expect(desiredOf(ep)).toBe(1);
+    // The agent reports its in-flight requests to the workers table (worker-image/agent/lb.ts).
+    await aws.workers().heartbeat({
+      workerId: 'lb1',
+      endpointId: ep,
+      state: 'running',
+      jobIds: [],
+      inFlight: 1,
+      lastSeenAt: clock.now(),
+      lastBusyAt: clock.now(),
+    });
+    clock.advance(60_000);
+    await scaleEndpoints(deps, {});
+    expect(desiredOf(ep)).toBe(1);
+    await aws.workers().heartbeat({
+      workerId: 'lb1',
+      endpointId: ep,
+      state: 'idle',
+      jobIds: [],
+      inFlight: 0,
+      lastSeenAt: clock.now(),
+      lastBusyAt: clock.now(),
+    });
+    clock.advance(idleTimeoutSec * 1000);
+    await scaleEndpoints(deps, {});
+    expect(desiredOf(ep)).toBe(0);
+  });
+});
+
+describe('the nudge', () => {
+  function nudgeFeed(quietMs = 10_000) {
+    const invoked: string[] = [];
+    const feed = new NudgingChangeFeed({
+      inner: new LocalChangeFeed(clock),
+      workers: aws.workers(),
+      clock,
+      workerStaleMs: () => staleMs,
+      invoke: async (endpointId) => {
+        invoked.push(endpointId);
+      },
+      quietMs,
+    });
+    const nudged = new JobEngine({
+      jobs: aws.jobs(),
+      queue: aws.queue(),
+      workers: aws.workers(),
+      changes: feed,
+      clock,
+      settings: { workerStaleMs: staleMs },
+    });
+    return { invoked, feed, engine: nudged };
+  }
+
+  it('a submit to an endpoint with no worker invokes the scaler once per quiet period', async () => {
+    const ep = await deploy();
+    const { invoked, feed, engine: nudged } = nudgeFeed();
+    for (let i = 0; i < 5; i++) await nudged.submit(ep, { input: {} }, { sync: false });
+    await feed.settled();
+    expect(invoked).toEqual([ep]);
+    clock.advance(10_000);
+    await nudged.submit(ep, { input: {} }, { sync: false });
+    await feed.settled();
+    expect(invoked).toEqual([ep, ep]);
+  });
+
+  it('does not invoke the scaler while the endpoint has a live worker', async () => {
+    const ep = await deploy();
+    const { invoked, feed, engine: nudged } = nudgeFeed();
+    await nudged.take(ep, 'w1', 1, 0);
+    await nudged.submit(ep, { input: {} }, { sync: false });
+    await feed.settled();
+    expect(invoked).toEqual([]);
+  });
+
+  it('a failed invoke never fails the submit, and the next submit tries again', async () => {
+    const ep = await deploy();
+    let calls = 0;
+    const feed = new NudgingChangeFeed({
+      inner: new LocalChangeFeed(clock),
+      workers: aws.workers(),
+      clock,
+      workerStaleMs: () => staleMs,
+      invoke: async () => {
+        calls++;
+        if (calls === 1) throw new Error('TooManyRequestsException');
+      },
+      log: () => {},
+    });
+    const nudged = new JobEngine({
+      jobs: aws.jobs(),
+      queue: aws.queue(),
+      workers: aws.workers(),
+      changes: feed,
+      clock,
+    });
+    await nudged.submit(ep, { input: {} }, { sync: false });
+    await feed.settled();
+    await nudged.submit(ep, { input: {} }, { sync: false });
+    await feed.settled();
+    expect(calls).toBe(2);
+  });
+
+  it('the nudged scaler decides from zero at once', async () => {
+    const ep = await deploy();
+    const feed = new NudgingChangeFeed({
+      inner: new LocalChangeFeed(clock),
+      workers: aws.workers(),
+      clock,
+      workerStaleMs: () => staleMs,
+      invoke: async (endpointId) => {
+        await scaleEndpoints(deps, { endpointId });
+      },
+    });
+    const nudged = new JobEngine({
+      jobs: aws.jobs(),
+      queue: aws.queue(),
+      workers: aws.workers(),
+      changes: feed,
+      clock,
+    });
+    await nudged.submit(ep, { input: {} }, { sync: false });
+    await feed.settled();
+    expect(desiredOf(ep)).toBe(1);
+  });
+});

@@ -1,0 +1,256 @@
+/**
+ * Template tests for what an endpoint's task may reach (infra/isolation.ts, docs/security-aws.md):
+ * the agent role's LeadingKeys and prefix conditions, its external-id trust, a task role with nothing
+ * of the platform, worker tokens and user secrets only as ECS secrets, and the hosts' IMDS settings.
+ */
+import { App, Stack } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
+import * as ecs from 'aws-cdk-lib/aws-ecs';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
+import { describe, expect, it } from 'vitest';
+import { FerryError } from '../../core/errors.js';
+import {
+  EndpointAgentAccess,
+  EndpointWorkerToken,
+  endpointKeyPatterns,
+  leadingKeysCondition,
+  userSecrets,
+} from '../../infra/isolation.js';
+import { ecsConfigLines } from '../../infra/platform-stack.js';
+import { actionsOf, type Statement, statementsOf } from './iam.js';
+
+const account = '123456789012';
+const tableArn = (name: string) => `arn:aws:dynamodb:us-east-1:${account}:table/${name}`;
+const tables = {
+  jobs: { tableName: 'jobs', tableArn: tableArn('jobs') },
+  chunks: { tableName: 'chunks', tableArn: tableArn('chunks') },
+  workers: { tableName: 'workers', tableArn: tableArn('workers') },
+  control: { tableName: 'control', tableArn: tableArn('control') },
+};
+const endpointId = 'abcdefghij0123';
+
+function build(kind: 'queue' | 'lb' = 'queue') {
+  const stack = new Stack(new App(), 'Iso');
+  const taskRole = new iam.Role(stack, 'TaskRole', {
+    assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
+  });
+  const queue = sqs.Queue.fromQueueArn(stack, 'Q', `arn:aws:sqs:us-east-1:${account}:ferry-${endpointId}`);
+  const low = sqs.Queue.fromQueueArn(stack, 'QL', `arn:aws:sqs:us-east-1:${account}:ferry-${endpointId}-low`);
+  const access = new EndpointAgentAccess(stack, 'Access', {
+    appName: 'demo',
+    envName: 'dev',
+    endpointName: 'gen',
+    endpointId,
+    kind,
+    taskRole,
+    tables,
+    bucketName: 'platform-bucket',
+    bucketFindingName: 'platform-bucket',
+    queues: [queue, low],
+  });
+  const token = new EndpointWorkerToken(stack, 'Token', { description: 'worker token' });
+  const taskDefinition = new ecs.Ec2TaskDefinition(stack, 'Task', {
+    networkMode: ecs.NetworkMode.AWS_VPC,
+    taskRole,
+  });
+  const image = ecs.ContainerImage.fromRegistry('example/agent');
+  taskDefinition.addContainer('agent', {
+    image,
+    memoryReservationMiB: 128,
+    environment: { ...access.environment },
+    secrets: { ...access.secrets, ...token.agentSecrets },
+  });
+  const workerEnv = { MODEL: 'tiny' };
+  taskDefinition.addContainer('worker', {
+    image,
+    memoryReservationMiB: 128,
+    environment: workerEnv,
+    secrets: {
+      ...token.workerSecrets,
+      ...userSecrets(stack, {
+        appName: 'demo',
+        envName: 'dev',
+        endpointName: 'gen',
+        names: ['HF_TOKEN', 'OPENAI_API_KEY'],
+        env: workerEnv,
+      }),
+    },
+  });
+  const template = Template.fromStack(stack);
+  return { stack, template, access, taskRole, taskDefinition };
+}
+
+const only = (statements: Statement[], action: string) =>
+  statements.filter((s) => actionsOf([s]).includes(action));
+
+describe('the agent role (queue endpoint)', () => {
+  const { template, access, taskRole } = build();
+  const statements = statementsOf(template, access.role);
+
+  it('reads and writes only job items whose id starts with its endpoint id (LeadingKeys, no key = no access)', () => {
+    const [jobs] = only(statements, 'dynamodb:PutItem').filter((s) => s.Resource === tables.jobs.tableArn);
+    expect(jobs?.Condition).toEqual({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${endpointId}-*`, `sync-${endpointId}-*`] },
+      Null: { 'dynamodb:LeadingKeys': 'false' },
+    });
+    expect(actionsOf([jobs!]).sort()).toEqual(['dynamodb:GetItem', 'dynamodb:PutItem']);
+  });
+
+  it('queries only its own partitions of byEndpointStatus, and no other index', () => {
+    const query = only(statements, 'dynamodb:Query');
+    expect(query).toHaveLength(1);
+    expect(query[0]!.Resource).toBe(`${tables.jobs.tableArn}/index/byEndpointStatus`);
+    expect(query[0]!.Condition).toEqual({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${endpointId}#*`] },
+      Null: { 'dynamodb:LeadingKeys': 'false' },
+    });
+  });
+
+  it('writes chunks of its own jobs and only its own worker records', () => {
+    const chunks = statements.find((s) => s.Resource === tables.chunks.tableArn)!;
+    expect(actionsOf([chunks]).sort()).toEqual(['dynamodb:BatchWriteItem', 'dynamodb:UpdateItem']);
+    expect(chunks.Condition).toMatchObject({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${endpointId}-*`, `sync-${endpointId}-*`] },
+    });
+    const workers = statements.find((s) => s.Resource === tables.workers.tableArn)!;
+    expect(workers.Condition).toMatchObject({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${endpointId}-*`] },
+      Null: { 'dynamodb:LeadingKeys': 'false' },
+    });
+  });
+
+  it('has every DynamoDB grant conditioned: none on a whole table, none on the control table', () => {
+    for (const s of statements.filter((s) => actionsOf([s]).some((a) => a.startsWith('dynamodb:')))) {
+      expect(s.Condition).toBeDefined();
+    }
+    expect(JSON.stringify(statements)).not.toContain(tables.control.tableArn);
+  });
+
+  it('reaches payload objects only under its own job ids', () => {
+    const s3 = only(statements, 's3:GetObject');
+    expect(s3).toHaveLength(1);
+    const rendered = JSON.stringify(s3[0]!.Resource);
+    expect(rendered).toContain(`platform-bucket/payloads/${endpointId}-*`);
+    expect(rendered).toContain(`platform-bucket/payloads/sync-${endpointId}-*`);
+    expect(rendered).not.toMatch(/payloads\/\*/);
+  });
+
+  it('uses only its own two queues', () => {
+    const sqsStatement = only(statements, 'sqs:ReceiveMessage');
+    expect(sqsStatement[0]!.Resource).toEqual([
+      `arn:aws:sqs:us-east-1:${account}:ferry-${endpointId}`,
+      `arn:aws:sqs:us-east-1:${account}:ferry-${endpointId}-low`,
+    ]);
+  });
+
+  it('trusts only the task role, and only with the external id (a dynamic reference, never the value)', () => {
+    const roleId = Stack.of(access.role).getLogicalId(access.role.node.defaultChild as iam.CfnRole);
+    const trust = template.toJSON().Resources[roleId].Properties.AssumeRolePolicyDocument.Statement;
+    expect(trust).toHaveLength(1);
+    const taskRoleId = Stack.of(taskRole).getLogicalId(taskRole.node.defaultChild as iam.CfnRole);
+    expect(trust[0].Principal).toEqual({ AWS: { 'Fn::GetAtt': [taskRoleId, 'Arn'] } });
+    const externalId = JSON.stringify(trust[0].Condition.StringEquals['sts:ExternalId']);
+    expect(externalId).toContain('{{resolve:secretsmanager:');
+  });
+});
+
+describe('the task role (every container of the task has it)', () => {
+  const { template, taskRole } = build();
+  const statements = statementsOf(template, taskRole);
+
+  it('can only ask for the agent role: no table, queue, bucket or secret', () => {
+    expect(actionsOf(statements)).toEqual(['sts:AssumeRole']);
+  });
+});
+
+describe('the load-balanced agent role', () => {
+  const { template, access } = build('lb');
+  it('reads only KEY# items of the control table and writes only its own worker records', () => {
+    const statements = statementsOf(template, access.role);
+    expect(statements).toHaveLength(2);
+    expect(statements[0]!.Resource).toBe(tables.control.tableArn);
+    expect(statements[0]!.Condition).toEqual({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['KEY#*'] },
+    });
+    // Its load for the scaler (docs/scaling.md): records keyed by this endpoint's worker ids only.
+    expect(actionsOf([statements[1]!]).sort()).toEqual(['dynamodb:DeleteItem', 'dynamodb:PutItem']);
+    expect(statements[1]!.Resource).toBe(tables.workers.tableArn);
+    expect(statements[1]!.Condition).toEqual(leadingKeysCondition(endpointKeyPatterns(endpointId).workers));
+  });
+});
+
+describe('secrets in the task definition', () => {
+  const { template, taskDefinition } = build();
+  const containers = template.toJSON().Resources[
+    Stack.of(taskDefinition).getLogicalId(taskDefinition.node.defaultChild as ecs.CfnTaskDefinition)
+  ].Properties.ContainerDefinitions as {
+    Name: string;
+    Environment?: { Name: string }[];
+    Secrets?: { Name: string; ValueFrom: unknown }[];
+  }[];
+  const byName = (name: string) => containers.find((c) => c.Name === name)!;
+  const secretNames = (name: string) => (byName(name).Secrets ?? []).map((s) => s.Name).sort();
+  const envNames = (name: string) => (byName(name).Environment ?? []).map((e) => e.Name);
+
+  it('hands the external id to the agent container only', () => {
+    expect(secretNames('agent')).toEqual(['FERRY_AGENT_EXTERNAL_ID', 'FERRY_WORKER_TOKEN']);
+    expect(secretNames('worker')).not.toContain('FERRY_AGENT_EXTERNAL_ID');
+  });
+
+  it('gives user secrets and the worker token to the worker as ECS secrets, never as environment', () => {
+    expect(secretNames('worker')).toEqual(['HF_TOKEN', 'OPENAI_API_KEY', 'RUNPOD_AI_API_KEY']);
+    for (const name of ['HF_TOKEN', 'OPENAI_API_KEY', 'RUNPOD_AI_API_KEY', 'FERRY_WORKER_TOKEN']) {
+      expect(envNames('worker')).not.toContain(name);
+      expect(envNames('agent')).not.toContain(name);
+    }
+    const hf = byName('worker').Secrets!.find((s) => s.Name === 'HF_TOKEN')!;
+    expect(JSON.stringify(hf.ValueFrom)).toContain(':secret:ferry/demo/dev/HF_TOKEN');
+  });
+
+  it('lets the execution role read exactly those user secrets (name + the six-character suffix)', () => {
+    const policies = Object.values(template.findResources('AWS::IAM::Policy'));
+    const statements = policies.flatMap((p) => p.Properties.PolicyDocument.Statement as Statement[]);
+    const resources = statements
+      .filter((s) => actionsOf([s]).includes('secretsmanager:GetSecretValue'))
+      .flatMap((s) => (Array.isArray(s.Resource) ? s.Resource : [s.Resource]))
+      .map((r) => JSON.stringify(r));
+    const user = resources.filter((r) => r.includes('ferry/demo/dev/'));
+    expect(user).toHaveLength(2);
+    expect(user.join()).toContain('secret:ferry/demo/dev/HF_TOKEN-??????');
+    expect(user.join()).toContain('secret:ferry/demo/dev/OPENAI_API_KEY-??????');
+    expect(resources.join()).not.toMatch(/secret:\*|secret:ferry\/\*/);
+  });
+
+  it('puts no secret value in the template', () => {
+    const text = JSON.stringify(template.toJSON());
+    // Generated secrets appear as GenerateSecretString specs and {{resolve:…}} references only.
+    expect(text).not.toMatch(/"SecretString":/);
+  });
+
+  it('refuses secret names that are reserved, malformed or also in env', () => {
+    const stack = new Stack(new App(), 'Bad');
+    const attempt =
+      (names: string[], env: Record<string, string> = {}) =>
+      () =>
+        userSecrets(stack, { appName: 'a', envName: 'e', endpointName: 'x', names, env });
+    expect(attempt(['FERRY_TOKEN'])).toThrow(FerryError);
+    expect(attempt(['RUNPOD_AI_API_KEY'])).toThrow(FerryError);
+    expect(attempt(['bad-name'])).toThrow(FerryError);
+    expect(attempt(['HF_TOKEN'], { HF_TOKEN: 'x' })).toThrow(FerryError);
+  });
+});
+
+describe('endpoint ids', () => {
+  it('must not contain "-" nor be "sync", or a prefix could reach another endpoint', () => {
+    expect(() => endpointKeyPatterns('ab-c')).toThrow(FerryError);
+    expect(() => endpointKeyPatterns('sync')).toThrow(FerryError);
+    expect(endpointKeyPatterns('abc').payloadKeys).toEqual(['payloads/abc-*', 'payloads/sync-abc-*']);
+  });
+});
+
+describe('ECS hosts', () => {
+  it('block IMDS for awsvpc tasks in the ECS agent config', () => {
+    expect(ecsConfigLines).toContain('ECS_AWSVPC_BLOCK_IMDS=true');
+  });
+});

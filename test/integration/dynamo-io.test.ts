@@ -1,0 +1,94 @@
+/**
+ * What a job transition costs on DynamoDB, counted on DynamoDB Local. JobStore.update takes the job
+ * the caller already read and writes with one conditional PutItem; a lost race comes back with the
+ * item as it is now (ReturnValuesOnConditionCheckFailure ALL_OLD), so neither the store nor the
+ * engine reads it again. Before this port shape, update read the item first: one GetItem more per
+ * transition, and one more again per lost race.
+ */
+import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DynamoJobStore } from '../../core/adapters/aws/dynamo.js';
+import { LocalChangeFeed } from '../../core/changes.js';
+import { systemClock } from '../../core/clock.js';
+import { JobEngine } from '../../core/engine.js';
+import { makeJob } from '../contract/helpers.js';
+import { type AwsFixture, dynamoClientFor, startAwsFixture } from '../support/emulators.js';
+
+let aws: AwsFixture;
+beforeAll(async () => {
+  aws = await startAwsFixture({ ttl: false });
+});
+afterAll(async () => {
+  await aws?.stop();
+});
+
+/** A job store whose DynamoDB client records the name of every command it sends. */
+function countedStore() {
+  const calls: string[] = [];
+  const client = dynamoClientFor(aws.dynamo.endpoint);
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      calls.push(String(context.commandName).replace(/Command$/, ''));
+      return next(args);
+    },
+    { step: 'initialize', name: 'countCalls' },
+  );
+  const doc = DynamoDBDocumentClient.from(client, { marshallOptions: { removeUndefinedValues: true } });
+  const jobs = new DynamoJobStore({ doc, tables: aws.tables, blobs: aws.blobs('ferry/') });
+  const count = (name: string) => calls.filter((call) => call === name).length;
+  return { jobs, calls, count, reset: () => calls.splice(0), close: () => client.destroy() };
+}
+
+describe('DynamoDB calls per job transition', () => {
+  it('an update of a job the store handed out is one PutItem and no GetItem', async () => {
+    const store = countedStore();
+    try {
+      const job = makeJob({ id: `io-${Date.now()}-a`, createdAt: Date.now() });
+      await store.jobs.create(job);
+      const current = (await store.jobs.get(job.id, 0))!;
+      store.reset();
+      const result = await store.jobs.update(current, { status: 'IN_PROGRESS', workerId: 'w1' });
+      expect(result.ok).toBe(true);
+      expect(store.calls).toEqual(['PutItem']);
+    } finally {
+      store.close();
+    }
+  });
+
+  it('a lost race answers the job as stored now, without a GetItem', async () => {
+    const store = countedStore();
+    try {
+      const job = makeJob({ id: `io-${Date.now()}-b`, createdAt: Date.now() });
+      await store.jobs.create(job);
+      const stale = (await store.jobs.get(job.id, 0))!;
+      const won = await store.jobs.update(stale, { status: 'IN_PROGRESS', workerId: 'w1' });
+      store.reset();
+      const lost = await store.jobs.update(stale, { status: 'CANCELLED' });
+      expect(lost).toEqual({ ok: false, current: won.ok ? won.job : undefined });
+      expect(store.calls).toEqual(['PutItem']);
+    } finally {
+      store.close();
+    }
+  });
+
+  it('the engine cancels a queued job with one GetItem (its read) and one PutItem', async () => {
+    const store = countedStore();
+    const changes = new LocalChangeFeed();
+    const engine = new JobEngine({
+      jobs: store.jobs,
+      queue: aws.queue(),
+      workers: aws.workers(),
+      changes,
+      clock: systemClock,
+    });
+    try {
+      const submitted = await engine.submit('io-ep', { input: { n: 1 } }, { sync: false });
+      store.reset();
+      expect(await engine.cancel('io-ep', submitted.id)).toMatchObject({ status: 'CANCELLED' });
+      expect(store.count('GetItem')).toBe(1);
+      expect(store.count('PutItem')).toBe(1);
+    } finally {
+      store.close();
+    }
+  });
+});

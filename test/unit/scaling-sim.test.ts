@@ -1,0 +1,399 @@
+/**
+ * A scripted day of traffic through the scaling policy and a model of the AWS actuator, on a fake
+ * clock (one step = one second). Real ECS cannot run here, so the model copies what AWS documents:
+ *
+ * - UpdateService sets desiredCount; the service scheduler starts tasks up to it and, when it is
+ *   lowered, stops tasks: ones not yet running first, then running ones without scale-in protection.
+ *   https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_UpdateService.html
+ * - A task with scale-in protection is not stopped by a scale-in; it is stopped once the protection
+ *   is turned off (or expires) and the service is still above its desired count.
+ *   https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html
+ *   Ferry's agent turns protection on while its worker holds a job and off once idle for
+ *   idle_timeout (worker-image/agent/agent.ts).
+ * - A task placed when no instance has room waits (PROVISIONING/PENDING) while managed scaling adds
+ *   an instance; with a GPU instance from zero, image pull and model load that is minutes: the day
+ *   uses 6 minutes. https://docs.aws.amazon.com/AmazonECS/latest/developerguide/managed-scaling-behavior.html
+ * - The scaler runs once a minute (EventBridge rates are whole minutes:
+ *   https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rate-expressions.html) and at once when
+ *   /run finds an endpoint with no worker (the nudge).
+ *
+ * For contrast the same day runs through the step alarms Ferry used before (a CloudWatch alarm on
+ * SQS ApproximateNumberOfMessagesVisible ≥ 1 adding one task per minute, and an idle alarm setting
+ * the count to min when nothing is visible): one job waiting through a cold start ramps it to max.
+ */
+import { describe, expect, it } from 'vitest';
+import { FakeClock } from '../../core/clock.js';
+import { decideScale, type WorkerLoad } from '../../core/scaling.js';
+
+const second = 1_000;
+const minute = 60 * second;
+
+interface Settings {
+  min: number;
+  max: number;
+  maxConcurrency: number;
+  idleTimeoutMs: number;
+  coldStartMs: number;
+  tickMs: number;
+  leaseMs: number;
+}
+
+const settings: Settings = {
+  min: 0,
+  max: 3,
+  maxConcurrency: 1,
+  idleTimeoutMs: 5 * minute,
+  coldStartMs: 6 * minute,
+  tickMs: 1 * minute,
+  leaseMs: 30 * second,
+};
+
+interface SimJob {
+  id: number;
+  urgent: boolean;
+  durationMs: number;
+  submittedAt: number;
+  state: 'queued' | 'held' | 'done' | 'lost';
+  taskId?: number;
+  startedAt?: number;
+  /** When a crashed worker's job comes back to the queue (its lease lapses). */
+  requeueAt?: number;
+}
+
+interface SimTask {
+  id: number;
+  state: 'pending' | 'running' | 'stopped';
+  readyAt: number;
+  startedAt: number;
+  lastBusyAt: number;
+  held: Set<number>;
+  stoppedBy?: 'scale-in' | 'crash';
+  stoppedAt?: number;
+}
+
+type Script = Map<number, (sim: Sim) => void>;
+
+type Controller = 'policy' | 'step-alarms';
+
+class Sim {
+  readonly clock = new FakeClock(0);
+  readonly jobs: SimJob[] = [];
+  readonly tasks: SimTask[] = [];
+  desired = 0;
+  /** Every desired count the actuator set, with when. */
+  readonly desiredLog: { atMs: number; desired: number }[] = [];
+  /** Problems the invariants found (empty on a good day). */
+  readonly violations: string[] = [];
+  /** Largest number of tasks (pending or running) at once. */
+  peakTasks = 0;
+  private nextTaskId = 1;
+  private nextScalerTickAt = 0;
+  private nudged = false;
+  private lastVisibleAt = 0;
+
+  constructor(
+    readonly s: Settings,
+    readonly controller: Controller,
+    readonly nudge: boolean,
+  ) {}
+
+  get now(): number {
+    return this.clock.now();
+  }
+
+  live(): SimTask[] {
+    return this.tasks.filter((t) => t.state !== 'stopped');
+  }
+
+  running(): SimTask[] {
+    return this.tasks.filter((t) => t.state === 'running');
+  }
+
+  submit(count: number, options: { urgent?: boolean; durationMs?: number } = {}): void {
+    for (let i = 0; i < count; i++) {
+      this.jobs.push({
+        id: this.jobs.length,
+        urgent: options.urgent ?? true,
+        durationMs: options.durationMs ?? 20 * second,
+        submittedAt: this.now,
+        state: 'queued',
+      });
+    }
+    // The API's nudge: a submit to an endpoint with no worker invokes the scaler at once.
+    if (this.nudge && this.running().length === 0) this.nudged = true;
+  }
+
+  /** A running worker dies with what it holds (the ECS service will replace the task). */
+  crash(): void {
+    const victim = this.running().find((t) => t.held.size > 0) ?? this.running()[0];
+    if (!victim) return;
+    victim.state = 'stopped';
+    victim.stoppedBy = 'crash';
+    victim.stoppedAt = this.now;
+    for (const id of victim.held) {
+      const job = this.jobs[id]!;
+      job.state = 'lost';
+      job.requeueAt = this.now + this.s.leaseMs;
+    }
+    victim.held.clear();
+  }
+
+  run(untilMs: number, script: Script): void {
+    while (this.now <= untilMs) {
+      script.get(this.now)?.(this);
+      this.step();
+      this.clock.advance(second);
+    }
+  }
+
+  private step(): void {
+    const now = this.now;
+    // Leases lapse: the sweeper puts a crashed worker's jobs back.
+    for (const job of this.jobs) {
+      if (job.state === 'lost' && job.requeueAt !== undefined && now >= job.requeueAt) job.state = 'queued';
+    }
+    // Jobs finish.
+    for (const task of this.running()) {
+      for (const id of [...task.held]) {
+        const job = this.jobs[id]!;
+        if (now - job.startedAt! >= job.durationMs) {
+          job.state = 'done';
+          task.held.delete(id);
+          task.lastBusyAt = now;
+        }
+      }
+    }
+    // Cold starts end.
+    for (const task of this.tasks) {
+      if (task.state === 'pending' && now >= task.readyAt) {
+        task.state = 'running';
+        task.lastBusyAt = now;
+      }
+    }
+    // Workers take jobs: urgent first, then low priority (a running worker takes those too).
+    const queued = () =>
+      this.jobs
+        .filter((j) => j.state === 'queued')
+        .sort((a, b) => Number(b.urgent) - Number(a.urgent) || a.id - b.id);
+    for (const task of this.running()) {
+      while (task.held.size < this.s.maxConcurrency) {
+        const job = queued()[0];
+        if (!job) break;
+        job.state = 'held';
+        job.taskId = task.id;
+        job.startedAt = now;
+        task.held.add(job.id);
+        task.lastBusyAt = now;
+      }
+    }
+    // The controller.
+    if (this.controller === 'policy') {
+      if (now >= this.nextScalerTickAt || this.nudged) {
+        if (now >= this.nextScalerTickAt) this.nextScalerTickAt += this.s.tickMs;
+        this.nudged = false;
+        this.setDesired(this.decide());
+      }
+    } else if (now >= this.nextScalerTickAt) {
+      this.nextScalerTickAt += this.s.tickMs;
+      // The old alarms, evaluated once a minute on SQS's visible count.
+      const visible = this.jobs.filter((j) => j.state === 'queued').length;
+      if (visible >= 1) {
+        this.lastVisibleAt = now;
+        this.setDesired(Math.min(this.s.max, this.desired + 1));
+      } else if (now - this.lastVisibleAt >= this.s.idleTimeoutMs) {
+        this.setDesired(this.s.min);
+      }
+    }
+    this.reconcileService();
+    this.checkInvariants();
+  }
+
+  /** What the scaler Lambda does: read the store, ask the policy. */
+  private decide(): number {
+    const workers: WorkerLoad[] = this.running().map((t) => ({
+      workerId: String(t.id),
+      heldJobs: t.held.size,
+      inFlightRequests: 0,
+      lastBusyAtMs: t.lastBusyAt,
+    }));
+    return decideScale({
+      urgentQueuedJobs: this.jobs.filter((j) => j.state === 'queued' && j.urgent).length,
+      workers,
+      min: this.s.min,
+      max: this.s.max,
+      maxConcurrency: this.s.maxConcurrency,
+      idleTimeoutMs: this.s.idleTimeoutMs,
+      nowMs: this.now,
+    }).desired;
+  }
+
+  private setDesired(desired: number): void {
+    if (desired !== this.desired) this.desiredLog.push({ atMs: this.now, desired });
+    this.desired = desired;
+  }
+
+  /** The ECS service scheduler, as documented (see the file comment). */
+  private reconcileService(): void {
+    const now = this.now;
+    let live = this.live();
+    for (let i = live.length; i < this.desired; i++) {
+      this.tasks.push({
+        id: this.nextTaskId++,
+        state: 'pending',
+        readyAt: now + this.s.coldStartMs,
+        startedAt: now,
+        lastBusyAt: now,
+        held: new Set(),
+      });
+    }
+    live = this.live();
+    let surplus = live.length - this.desired;
+    if (surplus <= 0) return;
+    // Protection as the agent keeps it: on while busy, and until idle for idle_timeout (policy
+    // runs only); the old setup kept it off (its alarms scaled in whatever ECS picked).
+    const protectedTask = (t: SimTask) =>
+      this.controller === 'policy' && (t.held.size > 0 || now - t.lastBusyAt < this.s.idleTimeoutMs);
+    const candidates = [
+      ...live.filter((t) => t.state === 'pending'),
+      ...live.filter((t) => t.state === 'running' && !protectedTask(t)),
+    ];
+    for (const task of candidates) {
+      if (surplus-- <= 0) break;
+      if (task.held.size > 0) this.violations.push(`${now}: task ${task.id} stopped while holding a job`);
+      if (task.state === 'running' && now - task.lastBusyAt < this.s.idleTimeoutMs) {
+        this.violations.push(`${now}: task ${task.id} stopped after ${now - task.lastBusyAt} ms idle`);
+      }
+      task.state = 'stopped';
+      task.stoppedBy = 'scale-in';
+      task.stoppedAt = now;
+      for (const id of task.held) {
+        const job = this.jobs[id]!;
+        job.state = 'lost';
+        job.requeueAt = now + this.s.leaseMs;
+      }
+      task.held.clear();
+    }
+  }
+
+  private checkInvariants(): void {
+    const live = this.live().length;
+    this.peakTasks = Math.max(this.peakTasks, live);
+    if (this.desired > this.s.max) this.violations.push(`${this.now}: desired ${this.desired} > max`);
+    if (live > this.s.max) this.violations.push(`${this.now}: ${live} tasks > max`);
+  }
+}
+
+/** Peak tasks while `from` ≤ t < `to`, from the desired log and task lifetimes. */
+function peakBetween(sim: Sim, from: number, to: number): number {
+  let peak = 0;
+  for (let t = from; t < to; t += second) {
+    const live = sim.tasks.filter((k) => k.startedAt <= t && (k.stoppedAt === undefined || k.stoppedAt > t));
+    peak = Math.max(peak, live.length);
+  }
+  return peak;
+}
+
+/** The day. Times are when things happen, in ms since midnight. */
+const at = (h: number, m = 0, s = 0) => h * 3_600_000 + m * minute + s * second;
+
+function day(): Script {
+  const script: Script = new Map();
+  const on = (t: number, f: (sim: Sim) => void) => script.set(t, f);
+  // 00:00–02:00 silence. 02:00:30 one job on an endpoint at zero, through a 6-minute cold start.
+  on(at(2, 0, 30), (sim) => sim.submit(1));
+  // 03:00 low-priority work only: it never scales up an endpoint at zero.
+  on(at(3), (sim) => sim.submit(5, { urgent: false }));
+  // 04:00 a burst of 50 jobs.
+  on(at(4), (sim) => sim.submit(50));
+  // 04:08 a worker crashes holding a job (its job comes back when the lease lapses).
+  on(at(4, 8), (sim) => sim.crash());
+  // 06:00–08:00 a trickle: one job every 4 minutes, under idle_timeout apart.
+  for (let t = at(6); t < at(8); t += 4 * minute) on(t, (sim) => sim.submit(1, { durationMs: 10 * second }));
+  // 10:00–10:40 a sparse trickle: one job every 20 minutes (each pays a cold start).
+  for (let t = at(10); t <= at(10, 40); t += 20 * minute) on(t, (sim) => sim.submit(1));
+  // 12:00 two long jobs (10 minutes each, longer than idle_timeout).
+  on(at(12), (sim) => sim.submit(2, { durationMs: 10 * minute }));
+  return script;
+}
+
+describe('a scripted day through the policy and the ECS model', () => {
+  for (const nudge of [false, true]) {
+    describe(nudge ? 'with the /run nudge' : 'on the one-minute schedule alone', () => {
+      const sim = new Sim(settings, 'policy', nudge);
+      sim.run(at(14), day());
+
+      it('keeps every invariant all day: never above max, never stops a worker holding a job, never one idle for less than idle_timeout', () => {
+        expect(sim.violations).toEqual([]);
+        expect(sim.peakTasks).toBe(settings.max);
+      });
+
+      it('runs every job to the end', () => {
+        expect(sim.jobs.filter((j) => j.state !== 'done').map((j) => j.id)).toEqual([]);
+      });
+
+      it('one job on an endpoint at zero starts one worker, however long it boots', () => {
+        expect(peakBetween(sim, at(2), at(3))).toBe(1);
+        // The sparse trickle: each job alone, one worker each time.
+        expect(peakBetween(sim, at(10), at(11))).toBe(1);
+      });
+
+      it('decides scale-from-zero within one scaler tick of the submit', () => {
+        for (const submitAt of [at(2, 0, 30), at(4), at(10), at(10, 20), at(10, 40), at(12)]) {
+          const decided = sim.desiredLog.find((e) => e.atMs >= submitAt && e.desired > 0);
+          expect(decided, `decision after ${submitAt}`).toBeDefined();
+          expect(decided!.atMs - submitAt).toBeLessThanOrEqual(nudge ? 0 : settings.tickMs);
+        }
+      });
+
+      it('low-priority jobs alone never scale up', () => {
+        expect(sim.desiredLog.filter((e) => e.atMs >= at(3) && e.atMs < at(4))).toEqual([]);
+        // They ran when the burst brought workers (checked by "runs every job").
+      });
+
+      it('a burst of 50 goes to exactly max and the crashed worker is replaced', () => {
+        expect(peakBetween(sim, at(4), at(5))).toBe(settings.max);
+        const crashed = sim.tasks.filter((t) => t.stoppedBy === 'crash');
+        expect(crashed).toHaveLength(1);
+        const replacement = sim.tasks.find(
+          (t) => t.startedAt >= crashed[0]!.stoppedAt! && t.id !== crashed[0]!.id && t.startedAt < at(5),
+        );
+        expect(replacement).toBeDefined();
+      });
+
+      it('a trickle under idle_timeout keeps one worker; idle workers stop after idle_timeout', () => {
+        // Jobs 4 minutes apart: the second arrives while the first still waits for its cold start,
+        // so two workers start; after that the trickle never pays a cold start again.
+        expect(peakBetween(sim, at(6), at(8))).toBeLessThanOrEqual(2);
+        const lateStarts = sim.tasks.filter((t) => t.startedAt >= at(6, 10) && t.startedAt < at(8));
+        expect(lateStarts).toEqual([]);
+        for (const task of sim.tasks.filter((t) => t.stoppedBy === 'scale-in' && t.state === 'stopped')) {
+          // Stopped while pending (never ran) or after idle_timeout.
+          expect(task.stoppedAt! - task.lastBusyAt).toBeGreaterThanOrEqual(
+            task.readyAt > task.stoppedAt! ? 0 : settings.idleTimeoutMs,
+          );
+        }
+      });
+
+      it('silence brings the endpoint back to min within idle_timeout plus one tick', () => {
+        const lastDone = Math.max(
+          ...sim.jobs.map((j) => (j.startedAt ?? 0) + j.durationMs).filter((t) => t < at(13)),
+        );
+        const backToMin = sim.desiredLog.find((e) => e.atMs > lastDone && e.desired === settings.min);
+        expect(backToMin).toBeDefined();
+        expect(backToMin!.atMs - lastDone).toBeLessThanOrEqual(settings.idleTimeoutMs + settings.tickMs);
+        expect(sim.live()).toHaveLength(settings.min);
+      });
+    });
+  }
+
+  it('the step alarms it replaces ramp one job to max through a cold start, and scale in busy workers', () => {
+    const old = new Sim(settings, 'step-alarms', false);
+    old.run(at(14), day());
+    expect(peakBetween(old, at(2), at(3))).toBe(settings.max);
+    // Its idle alarm sees only visible messages: with every job taken, it scales in busy workers.
+    expect(old.violations.some((v) => v.includes('holding a job'))).toBe(true);
+    const policy = new Sim(settings, 'policy', true);
+    policy.run(at(14), day());
+    expect(peakBetween(policy, at(2), at(3))).toBe(1);
+  });
+});

@@ -1,0 +1,157 @@
+import { describe, expect, it } from 'vitest';
+import { FakeClock } from '../../core/clock.js';
+import { decideScale, type ScalingInput, type WorkerLoad } from '../../core/scaling.js';
+
+const clock = new FakeClock();
+const now = clock.now();
+const idleTimeoutMs = 5_000;
+
+/** A worker that last held something `idleForMs` ago (0: busy now). */
+const w = (workerId: string, held: number, idleForMs = 0, inFlight = 0): WorkerLoad => ({
+  workerId,
+  heldJobs: held,
+  inFlightRequests: inFlight,
+  lastBusyAtMs: now - idleForMs,
+});
+
+const base = { min: 0, max: 3, maxConcurrency: 1, idleTimeoutMs, nowMs: now, workers: [] };
+
+interface Case {
+  name: string;
+  input: Partial<ScalingInput>;
+  desired: number;
+  mayStop: string[];
+}
+
+const cases: Case[] = [
+  { name: 'nothing to do stays at zero', input: { urgentQueuedJobs: 0 }, desired: 0, mayStop: [] },
+  { name: 'nothing to do stays at min', input: { urgentQueuedJobs: 0, min: 2 }, desired: 2, mayStop: [] },
+  { name: 'one job from zero: one worker', input: { urgentQueuedJobs: 1 }, desired: 1, mayStop: [] },
+  { name: 'a burst is capped at max', input: { urgentQueuedJobs: 50 }, desired: 3, mayStop: [] },
+  {
+    name: 'low-priority jobs are not passed in, so an endpoint at zero stays there',
+    input: { urgentQueuedJobs: 0, min: 0 },
+    desired: 0,
+    mayStop: [],
+  },
+  {
+    name: 'max_concurrency packs jobs into workers',
+    input: { urgentQueuedJobs: 5, maxConcurrency: 4 },
+    desired: 2,
+    mayStop: [],
+  },
+  {
+    name: 'a job already held is not counted twice',
+    input: { urgentQueuedJobs: 0, workers: [w('a', 1)] },
+    desired: 1,
+    mayStop: [],
+  },
+  {
+    name: 'held plus queued: one more worker per job',
+    input: { urgentQueuedJobs: 1, workers: [w('a', 1)] },
+    desired: 2,
+    mayStop: [],
+  },
+  {
+    name: 'a worker idle for less than idle_timeout is kept',
+    input: { urgentQueuedJobs: 0, workers: [w('a', 0, idleTimeoutMs - 1)] },
+    desired: 1,
+    mayStop: [],
+  },
+  {
+    name: 'a worker idle for exactly idle_timeout may stop',
+    input: { urgentQueuedJobs: 0, workers: [w('a', 0, idleTimeoutMs)] },
+    desired: 0,
+    mayStop: ['a'],
+  },
+  {
+    name: 'idle workers stop down to min, longest idle first',
+    input: {
+      urgentQueuedJobs: 0,
+      min: 1,
+      workers: [w('a', 0, idleTimeoutMs + 10), w('b', 0, idleTimeoutMs + 30), w('c', 0, idleTimeoutMs + 20)],
+    },
+    desired: 1,
+    mayStop: ['b', 'c'],
+  },
+  {
+    name: 'a busy worker is never named, even when max is lowered below it',
+    input: { urgentQueuedJobs: 0, max: 1, workers: [w('a', 1), w('b', 1), w('c', 0, idleTimeoutMs)] },
+    desired: 1,
+    mayStop: ['c'],
+  },
+  {
+    name: 'an idle-expired worker goes while another serves the demand',
+    input: { urgentQueuedJobs: 0, workers: [w('a', 1), w('b', 0, 60_000)] },
+    desired: 1,
+    mayStop: ['b'],
+  },
+  {
+    name: 'idle-expired workers are reused for waiting jobs instead of stopping',
+    input: { urgentQueuedJobs: 2, workers: [w('a', 0, 60_000), w('b', 0, 90_000)] },
+    desired: 2,
+    mayStop: [],
+  },
+  {
+    name: 'one of three idle-expired workers goes when two jobs wait',
+    input: { urgentQueuedJobs: 2, workers: [w('a', 0, 60_000), w('b', 0, 90_000), w('c', 0, 70_000)] },
+    desired: 2,
+    mayStop: ['b'],
+  },
+  {
+    name: 'LB: a waiting request scales from zero',
+    input: { urgentQueuedJobs: 0, waitingRequests: 1 },
+    desired: 1,
+    mayStop: [],
+  },
+  {
+    name: 'LB: in-flight requests keep a worker and count as demand',
+    input: { urgentQueuedJobs: 0, maxConcurrency: 2, workers: [w('a', 0, 0, 2), w('b', 0, 0, 1)] },
+    desired: 2,
+    mayStop: [],
+  },
+  {
+    name: 'LB: back to min after idle',
+    input: { urgentQueuedJobs: 0, min: 1, workers: [w('a', 0, idleTimeoutMs), w('b', 0, idleTimeoutMs)] },
+    desired: 1,
+    mayStop: ['a'],
+  },
+  {
+    name: 'min above demand keeps the spare workers, none stops',
+    input: { urgentQueuedJobs: 0, min: 2, workers: [w('a', 0, 60_000), w('b', 0, 60_000)] },
+    desired: 2,
+    mayStop: [],
+  },
+];
+
+describe('decideScale', () => {
+  it.each(cases)('$name', ({ input, desired, mayStop }) => {
+    const decision = decideScale({ ...base, urgentQueuedJobs: 0, ...input });
+    expect(decision.desired).toBe(desired);
+    expect(decision.mayStop).toEqual(mayStop);
+  });
+
+  it('asking again while a worker boots gives the same count (no step ramp)', () => {
+    const input: ScalingInput = { ...base, urgentQueuedJobs: 1 };
+    const answers = Array.from({ length: 10 }, () => {
+      clock.advance(60_000);
+      return decideScale({ ...input, nowMs: clock.now() }).desired;
+    });
+    expect(new Set(answers)).toEqual(new Set([1]));
+  });
+
+  it('never names a worker holding anything, whatever the numbers', () => {
+    // A small exhaustive sweep over shapes the tables above do not list one by one.
+    for (let queued = 0; queued <= 4; queued++) {
+      for (let max = 1; max <= 3; max++) {
+        for (let min = 0; min <= max; min++) {
+          const workers = [w('a', 1), w('b', 0, 0, 1), w('c', 0, idleTimeoutMs * 2), w('d', 0, 1)];
+          const d = decideScale({ ...base, urgentQueuedJobs: queued, min, max, workers });
+          expect(d.desired).toBeLessThanOrEqual(max);
+          expect(d.desired).toBeGreaterThanOrEqual(min);
+          for (const id of d.mayStop) expect(['c']).toContain(id);
+        }
+      }
+    }
+  });
+});

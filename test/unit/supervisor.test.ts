@@ -1,0 +1,213 @@
+/**
+ * The worker supervisor's policy on a fake clock, with a recording actuator and a recording engine:
+ * identity checks, the held-jobs record, refresh, drain deadlines, stop grace, restart backoff and
+ * failing-to-start (docs/workers.md). The real processes are in test/e2e/supervisor.test.ts.
+ */
+import { describe, expect, it } from 'vitest';
+import { FakeClock } from '../../core/clock.js';
+import { silentLogger } from '../../core/log.js';
+import { type SupervisedEngine, type WorkerIdentity, WorkerSupervisor } from '../../core/supervisor.js';
+
+function setup(settings: Partial<WorkerSupervisor['settings']> = {}) {
+  const clock = new FakeClock();
+  const actions: string[] = [];
+  const started: WorkerIdentity[] = [];
+  const gone: string[] = [];
+  const rejected: string[] = [];
+  let toStop: string[] = [];
+  const engine: SupervisedEngine = {
+    workerGone: async (_e, workerId, reason) => {
+      gone.push(`${workerId}: ${reason}`);
+      return 0;
+    },
+    jobsToStop: async () => toStop,
+    timeOutIfOverdue: async () => ({ timedOut: false }),
+    rejectQueued: async (_e, error) => {
+      rejected.push(error);
+      return 1;
+    },
+  };
+  const supervisor = new WorkerSupervisor({
+    clock,
+    log: silentLogger,
+    settings: {
+      stopGraceMs: 1_000,
+      drainMs: 5_000,
+      backoffBaseMs: 1_000,
+      backoffMaxMs: 8_000,
+      maxFailedStarts: 3,
+      refusedTakeHoldMs: 0,
+      ...settings,
+    },
+  });
+  supervisor.attach({
+    engine,
+    actuator: {
+      start: (identity) => {
+        started.push(identity);
+        actions.push(`start ${identity.workerId}`);
+      },
+      stop: (workerId) => actions.push(`stop ${workerId}`),
+      kill: (workerId) => actions.push(`kill ${workerId}`),
+    },
+  });
+  /** A plan whose queue alone asks for `wanted` workers (one job each). */
+  const plan = (wanted: number, max = 2) => ({
+    urgentQueuedJobs: wanted,
+    min: 0,
+    max,
+    maxConcurrency: 1,
+    idleMs: 10_000,
+    kind: 'queue' as const,
+  });
+  return {
+    clock,
+    supervisor,
+    actions,
+    started,
+    gone,
+    rejected,
+    plan,
+    setStops: (ids: string[]) => {
+      toStop = ids;
+    },
+  };
+}
+
+describe('identity', () => {
+  it('binds each token to its endpoint and worker id; a buried worker’s token is unknown', async () => {
+    const { supervisor, started, plan } = setup();
+    await supervisor.tick('a', plan(1));
+    await supervisor.tick('b', plan(1));
+    const [a, b] = started;
+    expect(supervisor.verify(a!.token, 'a', a!.workerId)).toBe('ok');
+    expect(supervisor.verify(a!.token, 'b', a!.workerId)).toBe('mismatch');
+    expect(supervisor.verify(a!.token, 'a', b!.workerId)).toBe('mismatch');
+    expect(supervisor.verify(b!.token, 'a', a!.workerId)).toBe('mismatch');
+    expect(supervisor.verify('fyw_nobody', 'a', a!.workerId)).toBe('unknown');
+    expect(supervisor.verify(undefined, 'a', a!.workerId)).toBe('unknown');
+    expect(a!.token).not.toBe(b!.token);
+    await supervisor.exited(a!.workerId, { code: 0, signal: null });
+    expect(supervisor.verify(a!.token, 'a', a!.workerId)).toBe('unknown');
+  });
+});
+
+describe('the held-jobs record', () => {
+  it('takes add, done removes, pings drop what they leave out once it settled; health counts live workers', async () => {
+    const { supervisor, started, plan, clock } = setup({ pingSettleMs: 5_000 });
+    await supervisor.tick('a', plan(2));
+    const [w1, w2] = started;
+    expect(await supervisor.counts('a')).toEqual({ idle: 0, running: 0, problem: undefined }); // starting
+    expect(await supervisor.mayTake('a', w1!.workerId)).toBe(true);
+    expect(await supervisor.mayTake('a', w2!.workerId)).toBe(true);
+    await supervisor.taken('a', w1!.workerId, ['j1', 'j2']);
+    expect(await supervisor.counts('a')).toMatchObject({ idle: 1, running: 1 });
+    await supervisor.released('a', w1!.workerId, 'j1', { refresh: false });
+    expect(supervisor.heldBy(w1!.workerId)).toEqual(['j2']);
+    // A ping without j2 right after the take may predate it: kept. Later it is dropped.
+    await supervisor.pinged('a', w1!.workerId, []);
+    expect(supervisor.heldBy(w1!.workerId)).toEqual(['j2']);
+    clock.advance(5_000);
+    await supervisor.pinged('a', w1!.workerId, ['j9']);
+    expect(supervisor.heldBy(w1!.workerId)).toEqual([]);
+    // Events about another endpoint's worker, or an unknown one, change nothing.
+    await supervisor.taken('b', w1!.workerId, ['x']);
+    await supervisor.taken('a', 'nobody', ['x']);
+    expect(supervisor.heldBy(w1!.workerId)).toEqual([]);
+    expect(await supervisor.mayTake('a', 'nobody')).toBe(false);
+  });
+});
+
+describe('lifecycle', () => {
+  it('refresh: a worker that finished with stopPod takes nothing more and is stopped, then replaced', async () => {
+    const { supervisor, started, plan, actions } = setup();
+    await supervisor.tick('a', plan(1, 1));
+    const w = started[0]!;
+    await supervisor.mayTake('a', w.workerId);
+    await supervisor.taken('a', w.workerId, ['j1']);
+    await supervisor.released('a', w.workerId, 'j1', { refresh: true });
+    expect(await supervisor.mayTake('a', w.workerId)).toBe(false);
+    await supervisor.tick('a', plan(1, 1));
+    expect(actions).toContain(`stop ${w.workerId}`);
+    // At max (1) until it is gone; then a fresh worker starts with no backoff.
+    expect(started).toHaveLength(1);
+    await supervisor.exited(w.workerId, { code: 0, signal: null });
+    await supervisor.tick('a', plan(1, 1));
+    expect(started).toHaveLength(2);
+    expect(started[1]!.workerId).not.toBe(w.workerId);
+  });
+
+  it('a stopped job kept past the grace period kills the worker; a drain past its deadline too', async () => {
+    const { supervisor, started, plan, actions, clock, setStops } = setup();
+    await supervisor.tick('a', plan(2));
+    const [w1, w2] = started;
+    await supervisor.taken('a', w1!.workerId, ['j1']);
+    setStops(['j1']);
+    await supervisor.tick('a');
+    clock.advance(999);
+    await supervisor.tick('a');
+    expect(actions).not.toContain(`kill ${w1!.workerId}`);
+    clock.advance(1);
+    await supervisor.tick('a');
+    expect(actions).toContain(`kill ${w1!.workerId}`);
+
+    setStops([]);
+    supervisor.drain(w2!.workerId);
+    expect(actions).toContain(`stop ${w2!.workerId}`);
+    clock.advance(5_000);
+    await supervisor.tick('a');
+    expect(actions).toContain(`kill ${w2!.workerId}`);
+  });
+
+  it('crashes back off (1 s, 2 s, 4 s…), say why in health, and requeue the jobs at once', async () => {
+    const { supervisor, started, plan, gone, clock } = setup();
+    await supervisor.tick('a', plan(1, 1));
+    const w = started[0]!;
+    await supervisor.mayTake('a', w.workerId); // it made contact: not a failed start
+    await supervisor.taken('a', w.workerId, ['j1']);
+    await supervisor.exited(w.workerId, { code: 1, signal: null });
+    expect(gone).toEqual([`${w.workerId}: Worker ${w.workerId} exited (code 1) while running the job`]);
+    const health = await supervisor.counts('a');
+    expect(health.problem).toMatchObject({ state: 'backoff', retryAtMs: clock.now() + 1_000 });
+    await supervisor.tick('a', plan(1, 1));
+    expect(started).toHaveLength(1); // backing off
+    clock.advance(1_000);
+    await supervisor.tick('a', plan(1, 1));
+    expect(started).toHaveLength(2);
+    await supervisor.mayTake('a', started[1]!.workerId);
+    await supervisor.exited(started[1]!.workerId, { code: 1, signal: null });
+    expect((await supervisor.counts('a')).problem?.retryAtMs).toBe(clock.now() + 2_000);
+  });
+
+  it('workers that die before any contact mark the endpoint failing; queued jobs fail; a redeploy clears it', async () => {
+    const { supervisor, started, plan, clock, rejected } = setup();
+    supervisor.output('a', 'ModuleNotFoundError: No module named nope');
+    for (let i = 0; i < 3; i++) {
+      await supervisor.tick('a', plan(1, 1));
+      await supervisor.exited(started[i]!.workerId, { code: 2, signal: null });
+      clock.advance(10_000);
+    }
+    const health = await supervisor.counts('a');
+    expect(health.problem).toMatchObject({ state: 'failing' });
+    expect(health.problem?.lines).toEqual(['ModuleNotFoundError: No module named nope']);
+    expect(rejected[0]).toMatch(/cannot start: 3 workers in a row exited \(code 2\)/);
+    expect(rejected[0]).toMatch(/No module named nope/);
+    await supervisor.tick('a', plan(1, 1));
+    expect(started).toHaveLength(3); // no more starts while failing
+    expect(rejected.length).toBeGreaterThan(1); // and new jobs keep failing at once
+    supervisor.redeployed('a');
+    await supervisor.tick('a', plan(1, 1));
+    expect(started).toHaveLength(4);
+    expect((await supervisor.counts('a')).problem).toBeUndefined();
+  });
+
+  it('never starts more than max, draining workers included', async () => {
+    const { supervisor, started, plan } = setup();
+    await supervisor.tick('a', plan(5, 2));
+    expect(started).toHaveLength(2);
+    supervisor.drain(started[0]!.workerId);
+    await supervisor.tick('a', plan(5, 2));
+    expect(started).toHaveLength(2);
+    expect(supervisor.liveOf('a')).toHaveLength(2);
+  });
+});

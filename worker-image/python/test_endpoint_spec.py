@@ -1,0 +1,85 @@
+"""The endpoint-declaration rules have one owner, core/endpoint-spec.ts. The scanner (cli/build/scan.py)
+and the `ferry` package (ferry/endpoint.py) cannot import it, so they are tested against it: their
+patterns, enums and bounds must be those of the generated core/endpoint-spec.schema.json, and each
+declaration in test/fixtures/endpoint-declarations.json must be accepted or refused by both exactly as
+the table says (test/unit/endpoint-spec.test.ts checks the zod schema against the same table).
+
+Runs from a repository checkout only (the worker image ships neither the scanner nor the table).
+"""
+
+import importlib.util
+import json
+import os
+import tempfile
+import unittest
+from pathlib import Path
+
+from ferry import endpoint as ferry_endpoint
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA_FILE = REPO / "core" / "endpoint-spec.schema.json"
+TABLE_FILE = REPO / "test" / "fixtures" / "endpoint-declarations.json"
+SCAN_FILE = REPO / "cli" / "build" / "scan.py"
+
+
+def load_scanner():
+    spec = importlib.util.spec_from_file_location("ferry_scan", SCAN_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@unittest.skipUnless(SCHEMA_FILE.exists() and SCAN_FILE.exists(), "needs a repository checkout")
+class EndpointSpecTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.schema = json.loads(SCHEMA_FILE.read_text())
+        cls.table = json.loads(TABLE_FILE.read_text())["declarations"]
+        cls.scan = load_scanner()
+
+    def prop(self, name):
+        return self.schema["properties"][name]
+
+    def test_patterns_are_the_schema_patterns(self):
+        name, cpu = self.prop("name")["pattern"], self.prop("cpu")["pattern"]
+        env = self.prop("env")["propertyNames"]["pattern"]
+        self.assertEqual(self.scan.NAME_RE.pattern, name)
+        self.assertEqual(ferry_endpoint._NAME_RE.pattern, name)
+        self.assertEqual(self.scan.CPU_RE.pattern, cpu)
+        self.assertEqual(ferry_endpoint._CPU_RE.pattern, cpu)
+        self.assertEqual(self.scan.ENV_NAME_RE.pattern, env)
+        self.assertEqual(ferry_endpoint._ENV_NAME_RE.pattern, env)
+
+    def test_enums_are_the_schema_enums(self):
+        gpu_names = self.prop("gpu")["anyOf"][0]["anyOf"][0]["enum"]
+        self.assertEqual(list(self.scan.GPU_MODELS), gpu_names)
+        self.assertEqual(list(ferry_endpoint.GPU_MODELS), gpu_names)
+        versions = self.prop("python_version")["enum"]
+        self.assertEqual(list(self.scan.PYTHON_VERSIONS), versions)
+        self.assertEqual(list(ferry_endpoint.PYTHON_VERSIONS), versions)
+
+    def test_package_accepts_and_refuses_the_table(self):
+        for row in self.table:
+            with self.subTest(row["why"]):
+                try:
+                    ferry_endpoint.Endpoint(**row["declaration"])
+                    accepted = True
+                except (TypeError, ValueError):
+                    accepted = False
+                self.assertEqual(accepted, row["valid"], row["declaration"])
+
+    def test_scanner_accepts_and_refuses_the_table(self):
+        with tempfile.TemporaryDirectory() as root:
+            for index, row in enumerate(self.table):
+                with self.subTest(row["why"]):
+                    args = ", ".join("%s=%r" % item for item in row["declaration"].items())
+                    rel = "ep_%d.py" % index
+                    source = "from ferry import Endpoint\n\n@Endpoint(%s)\ndef handler(x=None):\n    return x\n" % args
+                    with open(os.path.join(root, rel), "w") as handle:
+                        handle.write(source)
+                    result = self.scan.scan(root, [rel])
+                    self.assertEqual(result["ok"], row["valid"], (row["declaration"], result.get("errors")))
+
+
+if __name__ == "__main__":
+    unittest.main()
