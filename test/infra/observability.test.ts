@@ -57,9 +57,9 @@ describe('job logs', () => {
     });
   });
 
-  it("an agent writes only its own endpoint's streams", () => {
+  it("an agent (its scoped role) writes only its own endpoint's streams", () => {
     for (const endpoint of built.appStack.endpoints.filter((e) => e.kind === 'queue')) {
-      const statements = statementsOf(app, endpoint.taskRole);
+      const statements = statementsOf(app, endpoint.agentRole);
       const resources = resourcesFor(statements, 'logs:PutLogEvents');
       expect(resources).toHaveLength(1);
       expect(resources[0]).toContain(`${jobLogGroupName}:log-stream:${endpoint.id}/*`);
