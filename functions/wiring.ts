@@ -3,7 +3,9 @@
  * on each function. Built once per Lambda container (module scope, lazily: `platformFromEnv`), so warm
  * invocations reuse the SDK clients and their keep-alive connections; tests inject clients instead.
  */
+
 import { randomUUID } from 'node:crypto';
+import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { ECSClient } from '@aws-sdk/client-ecs';
 import { LambdaClient } from '@aws-sdk/client-lambda';
@@ -15,6 +17,7 @@ import {
   SQSClient,
 } from '@aws-sdk/client-sqs';
 import { z } from 'zod';
+import { CloudWatchLogStore } from '../core/adapters/aws/cloudwatch-logs.js';
 import {
   DynamoControlStore,
   DynamoJobStore,
@@ -31,7 +34,8 @@ import { systemClock } from '../core/clock.js';
 import { JobEngine } from '../core/engine.js';
 import { FerryError } from '../core/errors.js';
 import { endpointScopedJobId } from '../core/job.js';
-import type { ChangeFeed, Clock } from '../core/ports.js';
+import { ManageApi } from '../core/manage.js';
+import type { ChangeFeed, Clock, LogStore } from '../core/ports.js';
 import { HttpWebhookSender } from '../core/webhooks.js';
 import { S3PayloadStore } from './payloads.js';
 import { lambdaInvoker, NudgingChangeFeed, type ScalerDeps } from './scaler.js';
@@ -63,6 +67,9 @@ export const functionEnvSchema = z.object({
   FERRY_DYNAMODB_ENDPOINT: url,
   FERRY_SQS_ENDPOINT: url,
   FERRY_S3_ENDPOINT: url,
+  /** The CloudWatch Logs group of job output (docs/observability.md); unset: no logs to read. */
+  FERRY_LOG_GROUP: z.string().min(1).optional(),
+  FERRY_LOGS_ENDPOINT: url,
 });
 export type FunctionEnv = z.infer<typeof functionEnvSchema>;
 
@@ -76,6 +83,8 @@ export function parseFunctionEnv(env: Record<string, string | undefined>): Funct
 export interface AwsClients {
   dynamo: DynamoDBClient;
   sqs: SQSClient;
+  /** Job logs; absent: the management API answers every log read with no lines. */
+  logs?: CloudWatchLogsClient;
   /** Must carry `s3ClientConfig` (WHEN_REQUIRED checksums) or presigned PUTs break. */
   s3: S3Client;
   /** For the scaler nudge; without it (or FERRY_SCALER_FUNCTION) nothing is nudged. */
@@ -87,6 +96,7 @@ export function clientsFromEnv(env: FunctionEnv): AwsClients {
   return {
     dynamo: new DynamoDBClient(env.FERRY_DYNAMODB_ENDPOINT ? { endpoint: env.FERRY_DYNAMODB_ENDPOINT } : {}),
     sqs: new SQSClient(env.FERRY_SQS_ENDPOINT ? { endpoint: env.FERRY_SQS_ENDPOINT } : {}),
+    logs: new CloudWatchLogsClient(env.FERRY_LOGS_ENDPOINT ? { endpoint: env.FERRY_LOGS_ENDPOINT } : {}),
     s3: new S3Client({
       ...s3ClientConfig,
       ...(env.FERRY_S3_ENDPOINT ? { endpoint: env.FERRY_S3_ENDPOINT, forcePathStyle: true } : {}),
@@ -99,6 +109,8 @@ export interface Platform {
   env: FunctionEnv;
   engine: JobEngine;
   api: V2Api;
+  /** The management API (/manage/v1), same keys as `api`. */
+  manage: ManageApi;
   jobs: DynamoJobStore;
   control: DynamoControlStore;
   queue: SqsJobQueue;
@@ -231,8 +243,27 @@ export function buildPlatform(options: PlatformOptions): Platform {
   });
   const auth = options.auth ?? new KeyAuthenticator({ control });
   const api = new V2Api({ engine, control, auth, payloads, maxWaitMs: env.FERRY_MAX_WAIT_MS });
+  const logs: LogStore =
+    env.FERRY_LOG_GROUP && clients.logs
+      ? new CloudWatchLogStore({ client: clients.logs, logGroup: env.FERRY_LOG_GROUP })
+      : { append: async () => {}, read: async (query) => ({ lines: [], next: query.after ?? '' }) };
+  // Workers as the agents mirror them into the registry (byEndpoint index, no Scan).
+  const manage = new ManageApi({ engine, jobs, queue, control, workers, logs, auth, now: () => clock.now() });
   const deadLetters = sqsDeadLetters(clients.sqs, env.FERRY_QUEUE_NAME_PREFIX);
-  return { env, engine, api, jobs, control, queue, workers, nudges, payloads, webhooks, deadLetters };
+  return {
+    env,
+    engine,
+    api,
+    manage,
+    jobs,
+    control,
+    queue,
+    workers,
+    nudges,
+    payloads,
+    webhooks,
+    deadLetters,
+  };
 }
 
 /**

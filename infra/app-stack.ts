@@ -30,6 +30,7 @@ import type { Construct } from 'constructs';
 import { workersInOrder } from '../core/endpoint-spec.js';
 import { FerryError } from '../core/errors.js';
 import type { Manifest, ManifestEndpoint } from '../core/manifest.js';
+import { EnvironmentDashboard } from './constructs/dashboard.js';
 import type { LbHttpsOptions } from './constructs/https-front.js';
 import { EndpointLoadBalancer } from './constructs/load-balancer.js';
 import { EndpointQueues } from './constructs/queues.js';
@@ -120,6 +121,17 @@ export class AppEnvironmentStack extends Stack {
       removalPolicy: RemovalPolicy.DESTROY,
     });
     this.endpoints = props.manifest.endpoints.map((endpoint) => this.addEndpoint(endpoint));
+    new EnvironmentDashboard(this, 'Observability', {
+      dashboardName: id.replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 255),
+      clusterName: this.platform.cluster.clusterName,
+      endpoints: this.endpoints.map((e) => ({
+        name: e.name,
+        id: e.id,
+        service: e.service,
+        queue: e.queue,
+        gpu: e.placement.kind === 'gpu',
+      })),
+    });
     new CfnOutput(this, 'Endpoints', {
       description: 'JSON list of {name, id, kind, url?, queueUrl?, lowQueueUrl?} for the CLI',
       value: Stack.of(this).toJsonString(

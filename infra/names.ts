@@ -152,3 +152,9 @@ export function endpointIdFor(app: string, env: string, endpointName: string): s
   for (let i = 0; i < 14; i++) id += alphabet[digest[i]! % alphabet.length];
   return id;
 }
+
+/**
+ * The CloudWatch Logs group of job output (docs/observability.md). Fixed, like the cluster: agents of
+ * every app write there and the API Lambda reads it, with no cross-stack reference.
+ */
+export const jobLogGroupName = '/ferry/job-logs';

@@ -36,7 +36,16 @@
  * IAM is least privilege per function, derived from the calls those code paths make (listed at
  * each grant). No function gets the `index/*` of a table, only the indexes it queries.
  */
-import { CfnOutput, Duration, Fn, RemovalPolicy, Stack, type StackProps, Validations } from 'aws-cdk-lib';
+import {
+  ArnFormat,
+  CfnOutput,
+  Duration,
+  Fn,
+  RemovalPolicy,
+  Stack,
+  type StackProps,
+  Validations,
+} from 'aws-cdk-lib';
 import * as apigw from 'aws-cdk-lib/aws-apigateway';
 import * as autoscaling from 'aws-cdk-lib/aws-autoscaling';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
@@ -57,7 +66,13 @@ import { functionEntries } from '../functions/bundle.js';
 import { AlarmTopic } from './constructs/alarms.js';
 import { ImageRegistry } from './constructs/images.js';
 import { cpuInstanceFor, defaultCpuSpec, defaultGpuModel, gpuInstanceFor, isGpuInstanceType } from './gpu.js';
-import { clusterName, queueNamePrefix, scalerFunctionName, serviceNamePrefix } from './names.js';
+import {
+  clusterName,
+  jobLogGroupName,
+  queueNamePrefix,
+  scalerFunctionName,
+  serviceNamePrefix,
+} from './names.js';
 import {
   outputIdOf,
   type PlatformExportKey,
@@ -180,6 +195,7 @@ export function functionEnvironment(
     FERRY_QUEUE_NAME_PREFIX: queueNamePrefix,
     FERRY_MAX_WAIT_MS: String(waitMs),
     FERRY_POLL_MS: String(pollMs),
+    FERRY_LOG_GROUP: jobLogGroupName,
     FERRY_SCALER_FUNCTION: scalerFunctionName,
     FERRY_CLUSTER: clusterName,
     FERRY_SERVICE_NAME_PREFIX: serviceNamePrefix,
@@ -353,6 +369,13 @@ export class PlatformStack extends Stack {
     // all of it. Names are not secrets; what a function may touch is decided by IAM below.
     this.timing = integrationTiming(props.integrationTimeoutSec);
     const environment = functionEnvironment(this.tables, this.bucket, this.timing.maxWaitMs);
+    // Job output (agents write, the API reads): kept two weeks, longer than a job can stay readable
+    // (policy.ttl up to 7 days, then its result's retention).
+    new logs.LogGroup(this, 'JobLogs', {
+      logGroupName: jobLogGroupName,
+      retention: logs.RetentionDays.TWO_WEEKS,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
 
     // Waits end by FERRY_MAX_WAIT_MS < the function timeout < the integration timeout.
     this.apiFunction = this.fn('ApiFunction', code, handlers.api, {
@@ -685,7 +708,28 @@ export class PlatformStack extends Stack {
     allowTable(role, this.controlTable, ['dynamodb:GetItem']);
     // health counts the endpoint's workers.
     allowIndexes(role, this.workersTable, ['dynamodb:Query'], [workers.indexes.byEndpoint.indexName]);
-    this.allowQueues(fn, ['sqs:SendMessage', 'sqs:GetQueueUrl']);
+    this.allowQueues(fn, ['sqs:SendMessage', 'sqs:GetQueueUrl', 'sqs:GetQueueAttributes']);
+    // The management API (core/manage.ts): endpoint lists through byKind, queue depth
+    // (GetQueueAttributes above) and job logs, read-only, from the job-log group alone.
+    allowIndexes(
+      role,
+      this.controlTable,
+      ['dynamodb:Query'],
+      [dynamoSchema.control.indexes.byKind.indexName],
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ['logs:FilterLogEvents'],
+        resources: [
+          Stack.of(this).formatArn({
+            service: 'logs',
+            resource: 'log-group',
+            resourceName: jobLogGroupName,
+            arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+          }),
+        ],
+      }),
+    );
     // HeadObject is authorized by s3:GetObject (there is no s3:HeadObject action). Presigned PUT and
     // GET URLs act with this role, so it needs Put/Get itself. Delete: a replaced big field's blob.
     this.allowPayloads(fn, ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
@@ -917,6 +961,9 @@ export class PlatformStack extends Stack {
     route(['health'], ['GET']);
     // The claim-check for bodies over API Gateway's 10 MB / Lambda's 6 MB (functions/payloads.ts).
     route(['uploads'], ['POST']);
+    // The management API (core/manage.ts): GET only, same authorizer; the function routes by path.
+    const manage = api.root.addResource('manage').addResource('v1').addResource('{proxy+}');
+    manage.addMethod('GET', integration, { authorizer, authorizationType: apigw.AuthorizationType.CUSTOM });
     return api;
   }
 

@@ -2,10 +2,12 @@
 import type { CommandModule } from 'yargs';
 import type { CliContext } from '../context.js';
 import { buildCommand } from './build.js';
+import { consoleCommand } from './console.js';
 import { deployCommand } from './deploy.js';
 import { devCommand, runAliasCommand } from './dev.js';
 import { imagesCommand } from './images.js';
 import { initCommand } from './init.js';
+import { logsCommand } from './logs.js';
 import { appCommand, envCommand, keysCommand, undeployCommand } from './records.js';
 import { sdkCommand } from './sdk.js';
 import { secretsCommand } from './secrets.js';
@@ -22,6 +24,8 @@ export function commandTable(ctx: CliContext): CommandModule[] {
     appCommand(ctx),
     undeployCommand(ctx),
     imagesCommand(ctx),
+    logsCommand(ctx),
+    consoleCommand(ctx),
     serveCommand(ctx),
     keysCommand(ctx),
     secretsCommand(ctx),

@@ -31,6 +31,7 @@ export async function startServing(
       ferryPythonPath: ferryPythonPath(),
       ...(options.workerUser ? { workerUser: options.workerUser } : {}),
     },
+    consoleDir: path.join(installRoot(), 'console'),
     webhookAllow: webhookAllowFromEnv(ctx.io.env),
     ...(userKey ? { apiKey: userKey.key } : {}),
   };
@@ -100,7 +101,7 @@ async function serve(
   });
   const forget = writeServerInfo(home, platform.url);
   ctx.reporter.out(`Ferry platform at ${platform.url}  (state in ${home})`);
-  ctx.reporter.out(`API key from ${key.source}`);
+  ctx.reporter.out(`API key from ${key.source}; console at ${platform.url}/console`);
   ctx.reporter.out('Ctrl+C stops it and its workers.');
   await untilStopped();
   ctx.reporter.line('Stopping…');

@@ -29,7 +29,7 @@
  * FERRY_ARTIFACT_URL: a URL in the task definition would expire while ECS keeps starting tasks from
  * it; the task role reads the one artifact key instead (worker-image/agent/artifact.ts).
  */
-import { Aws, Duration, Stack, Validations } from 'aws-cdk-lib';
+import { ArnFormat, Aws, Duration, Stack, Validations } from 'aws-cdk-lib';
 import * as ecr from 'aws-cdk-lib/aws-ecr';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -40,7 +40,7 @@ import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
 import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/agent.js';
 import { agentMemoryMiB, artifactInitMemoryMiB, type Placement, workerMemoryReservationMiB } from '../gpu.js';
 import { EndpointAgentAccess, EndpointWorkerToken, userSecrets } from '../isolation.js';
-import { clusterName, serviceName } from '../names.js';
+import { clusterName, jobLogGroupName, serviceName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
 import { blobPrefix } from '../platform-stack.js';
 import {
@@ -295,6 +295,24 @@ export class EndpointService extends Construct {
 
     if (props.queues) {
       const { queue, lowQueue } = props.queues;
+      // Job output into the job-log group, in this endpoint's own streams only (`<endpointId>/…`).
+      access.role.addToPolicy(
+        new iam.PolicyStatement({
+          actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
+          resources: [
+            Stack.of(this).formatArn({
+              service: 'logs',
+              resource: 'log-group',
+              resourceName: `${jobLogGroupName}:log-stream:${endpointId}/*`,
+              arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+            }),
+          ],
+        }),
+      );
+      Validations.of(access.role).acknowledge({
+        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:${jobLogGroupName}:log-stream:${endpointId}/*]`,
+        reason: "Each task creates its own log stream under its endpoint's prefix; the grant stops there.",
+      });
       const token = new EndpointWorkerToken(this, 'WorkerToken', {
         description: `Ferry ${props.appName}/${props.envName}/${endpoint.name}: worker token (agent and worker containers)`,
       });
@@ -315,6 +333,7 @@ export class EndpointService extends Construct {
         FERRY_AGENT_PORT: String(ports.agent),
         FERRY_LEASE_SEC: String(leaseTiming.leaseSec),
         FERRY_DRAIN_MS: String(drainMs),
+        FERRY_LOG_GROUP: jobLogGroupName,
         // Task scale-in protection stays on until the worker has been idle this long (agent.ts).
         FERRY_IDLE_TIMEOUT_SEC: String(resources.idleTimeoutSec),
       };

@@ -810,3 +810,111 @@ function decodeSafe(value: string): string {
     return value;
   }
 }
+
+// ── management API (core/manage.ts) ────────────────────────────────────────────────────────────────
+
+describe('management API', () => {
+  /** Lone surrogates cannot be percent-encoded: they go as U+FFFD, as a browser would send them. */
+  const enc = (value: string) => encodeURIComponent(Buffer.from(value, 'utf8').toString('utf8'));
+  const manageRoutes = [
+    '/manage/v1/endpoints',
+    '/manage/v1/endpoints/fz',
+    '/manage/v1/endpoints/fz/jobs',
+    '/manage/v1/endpoints/fz/jobs/ID',
+    '/manage/v1/endpoints/fz/logs',
+    '/manage/v1/endpoints/fz/workers',
+    '/manage/v1/endpoints/fz/metrics',
+  ];
+  const queryNames = [
+    'status',
+    'from',
+    'to',
+    'limit',
+    'cursor',
+    'job',
+    'since',
+    'after',
+    'hours',
+    'step',
+    'x',
+  ];
+  const success = (body: any) =>
+    expect(body !== null && typeof body === 'object', JSON.stringify(body)).toBe(true);
+
+  it('missing, wrong or worker credentials are a 401 on every route and change nothing', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom(...manageRoutes),
+        fc.oneof(authHeader, fc.constantFrom('worker-bare', 'worker-bearer')),
+        async (route, header) => {
+          const value =
+            header === 'worker-bare'
+              ? holderToken
+              : header === 'worker-bearer'
+                ? `Bearer ${holderToken}`
+                : header;
+          fc.pre(credentialOf(value) !== testApiKey);
+          const path = route.replace('ID', seeded.completed);
+          const a = await probe(
+            'manage auth',
+            'GET',
+            path,
+            value === undefined ? {} : { authorization: value },
+            undefined,
+          );
+          expect(a.status, `${path} with ${JSON.stringify(value)}`).toBe(401);
+        },
+      ),
+      runs(150),
+    );
+    await stillServing();
+  });
+
+  it('any query, id or method is a documented 200 or a 4xx with the error shape, never a 5xx', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom(...manageRoutes),
+        fc.array(fc.tuple(fc.constantFrom(...queryNames), fc.oneof(oddString, fc.integer().map(String))), {
+          maxLength: 4,
+        }),
+        fc.oneof(fc.constant(undefined), oddString),
+        fc.constantFrom('GET', 'GET', 'GET', 'POST', 'DELETE', 'PUT'),
+        async (route, query, id, method) => {
+          const jobId = id === undefined ? seeded.completed : enc(id);
+          const qs = query.map(([k, v]) => `${k}=${enc(v)}`).join('&');
+          const path = `${route.replace('ID', jobId)}${qs ? `?${qs}` : ''}`;
+          const a = await probe(
+            'manage',
+            method,
+            path,
+            clientAuth,
+            method === 'GET' ? undefined : '{}',
+            success,
+          );
+          if (method !== 'GET') expect(a.status).toBe(404);
+        },
+      ),
+      runs(300),
+    );
+    await stillServing();
+  });
+
+  it('junk endpoint ids and path segments are a 4xx', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        oddString,
+        fc.constantFrom('', '/jobs', '/logs', '/workers', '/metrics', '/jobs/x'),
+        async (id, tail) => {
+          fc.pre(id.length > 0); // `/endpoints/` is the list itself
+          const path = `/manage/v1/endpoints/${enc(id)}${tail}`;
+          const a = await probe('manage junk', 'GET', path, clientAuth, undefined, success);
+          // A raw malformed escape is a 400 too (not a 500 from decoding).
+          expectRejected(await send('GET', `/manage/v1/endpoints/%E0%A4%A${tail}`, clientAuth), 'malformed');
+          if (id !== 'fz' && id !== 'fzw' && id !== 'fzp' && id !== 'fzsync')
+            expect(isRejection(a), path).toBe(true);
+        },
+      ),
+      runs(150),
+    );
+  });
+});

@@ -240,7 +240,8 @@ describe('API', () => {
 
   it('puts every v2 route behind the authorizer, with GET and POST where the API takes both', () => {
     const methods = Object.values(template.findResources('AWS::ApiGateway::Method'));
-    expect(methods).toHaveLength(13);
+    // 13 v2 methods and GET /manage/v1/{proxy+} (test/infra/observability.test.ts).
+    expect(methods).toHaveLength(14);
     for (const method of methods) expect(method.Properties.AuthorizationType).toBe('CUSTOM');
     const resources = template.findResources('AWS::ApiGateway::Resource');
     const parts = Object.values(resources).map((r) => r.Properties.PathPart);
@@ -381,7 +382,8 @@ describe('least privilege', () => {
     const onControl = statements.filter((s) =>
       JSON.stringify(s.Resource).includes(logicalId(platform.controlTable)),
     );
-    expect(actionsOf(onControl)).toEqual(['dynamodb:GetItem']);
+    // GetItem, and Query on byKind for the management API's endpoint list.
+    expect(actionsOf(onControl)).toEqual(['dynamodb:GetItem', 'dynamodb:Query']);
     expect(actionsOf(statements)).not.toContain('dynamodb:DeleteItem');
     expect(actionsOf(statements)).not.toContain('sqs:ReceiveMessage');
   });

@@ -27,7 +27,7 @@ import { type EndpointConfig, endpointConfigOf } from '../../deployment.js';
 import { endpointKey } from '../../engine.js';
 import { FerryError } from '../../errors.js';
 import type { Logger } from '../../log.js';
-import type { BlobStore, ChangeFeed, ControlStore, EndpointRecord, JobQueue } from '../../ports.js';
+import type { BlobStore, ChangeFeed, ControlStore, EndpointRecord, JobQueue, LogStore } from '../../ports.js';
 import type { ScalePlan, WorkerActuator, WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 import { extractArtifact } from './artifact.js';
 
@@ -48,6 +48,8 @@ export interface LocalWorkersOptions {
   tickMs?: number;
   /** How often workers ping; short locally so stopped jobs are noticed fast. */
   pingIntervalMs?: number;
+  /** Where each worker's own output goes (its stdout/stderr, line by line); jobs' lines come by job-log. */
+  logs?: LogStore;
   /** GPUs on this machine; detected with nvidia-smi when not given. */
   gpuCount?: number;
   /**
@@ -381,6 +383,8 @@ export class EndpointPool {
       RUNPOD_POD_ID: workerId,
       RUNPOD_ENDPOINT_ID: this.endpointId,
       RUNPOD_PING_INTERVAL: String(this.options.pingIntervalMs ?? 1_000),
+      // The ferry runtime ships each job's output lines here (docs/observability.md).
+      ...(this.options.logs ? { FERRY_WEBHOOK_POST_LOG: `${base}/job-log/${workerId}` } : {}),
       FERRY_APP_DIR: this.spec.codeDir,
       FERRY_MODULE: endpoint.module,
       FERRY_MAX_CONCURRENCY: String(this.resources.maxConcurrency),
@@ -429,7 +433,10 @@ export class EndpointPool {
       });
       proc.child = child;
       const prefix = `[${this.spec.record.name} ${workerId.slice(-8)}]`;
-      for (const stream of [child.stdout, child.stderr]) {
+      for (const [name, stream] of [
+        ['stdout', child.stdout],
+        ['stderr', child.stderr],
+      ] as const) {
         let partial = '';
         stream?.setEncoding('utf8');
         stream?.on('data', (data: string) => {
@@ -439,6 +446,12 @@ export class EndpointPool {
             this.note(`${prefix} ${line}`);
             this.supervisor.output(this.endpointId, line);
           }
+          const atMs = Date.now();
+          void this.options.logs
+            ?.append(
+              lines.map((text) => ({ atMs, endpointId: this.endpointId, workerId, stream: name, text })),
+            )
+            .catch(() => {});
         });
       }
       proc.exited = new Promise<void>((resolve) => {
