@@ -16,18 +16,6 @@ import { describe, expect, it } from 'vitest';
 const repo = path.resolve(import.meta.dirname, '../..');
 const self = path.relative(repo, import.meta.filename);
 
-/**
- * Topic docs the architecture index names while they are being written on other branches. A name here
- * is only excused while its file is missing; remove it once the doc lands.
- */
-const pendingTopicDocs = new Set([
-  'docs/workers.md',
-  'docs/security.md',
-  'docs/aws.md',
-  'docs/python.md',
-  'docs/observability.md',
-]);
-
 // Built from pieces so that this file does not match itself.
 const outsideDocs = new RegExp(['DESIGN', '\\.md', '|spec ', '§', '|[a-z-]+-anchor', '\\.md'].join(''), 'g');
 const rootCitation = /(?<![\w./-])((?:docs\/[\w-]+|CONTRIBUTING)\.md)(#[\w-]+)?/g;
@@ -69,7 +57,7 @@ function brokenCitations(): string[] {
   const check = (file: string, lineNo: number, target: string, anchor: string | undefined) => {
     const where = `${file}:${lineNo}`;
     if (!existsSync(path.join(repo, target))) {
-      if (!pendingTopicDocs.has(target)) problems.push(`${where}: ${target} is not in the repository`);
+      problems.push(`${where}: ${target} is not in the repository`);
       return;
     }
     if (anchor && !anchorsOf(target).has(anchor.slice(1))) {
