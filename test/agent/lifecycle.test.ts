@@ -83,6 +83,8 @@ interface Recorded {
   method: string;
   url: string;
   body: unknown;
+  /** When it arrived (Date.now()); not part of what the tests compare with toEqual. */
+  at?: number;
 }
 
 /** A stand-in for the ECS agent's task-protection endpoint. `failFirst` answers 500 to the first PUT. */
@@ -96,11 +98,13 @@ async function fakeEcsAgent(options: { failFirst?: boolean } = {}) {
       body += chunk;
     });
     req.on('end', () => {
-      requests.push({
+      const recorded: Recorded = {
         method: req.method ?? '',
         url: req.url ?? '',
         body: body ? JSON.parse(body) : undefined,
-      });
+      };
+      Object.defineProperty(recorded, 'at', { value: Date.now(), enumerable: false });
+      requests.push(recorded);
       if (failNext) {
         failNext = false;
         res
@@ -160,6 +164,33 @@ describe('ECS task scale-in protection', () => {
     // Exactly one successful "on" while busy: no flapping between ticks.
     const ons = ecs.requests.filter((r) => (r.body as { ProtectionEnabled?: boolean }).ProtectionEnabled);
     expect(ons).toHaveLength(2);
+  });
+});
+
+describe('task protection through idle_timeout', () => {
+  it('stays on after the last job until the worker has been idle for protectionOffAfterMs', async () => {
+    const endpointId = newEndpoint();
+    const ecs = await fakeEcsAgent();
+    const offAfterMs = 3_000;
+    const agent = await startAgent(endpointId, {
+      ecs: { agentUri: ecs.uri, protectionMinutes: 30, protectionOffAfterMs: offAfterMs },
+    });
+    pythonWorker(agent);
+    const job = await api.engine.submit(
+      endpointId,
+      { input: { method: 'nap', seconds: 1 } },
+      { sync: false },
+    );
+    await eventually('protection to be turned on', () => (ecs.requests.length > 0 ? true : undefined));
+    const view = await api.engine.statusSync(endpointId, job.id, 20_000);
+    expect(view.status).toBe('COMPLETED');
+    const finishedAt = Date.now();
+    const off = await eventually('protection to be turned off', () =>
+      ecs.requests.find((r) => (r.body as { ProtectionEnabled?: boolean }).ProtectionEnabled === false),
+    );
+    // Not before the idle window is over (the scaling policy keeps the worker that long), whatever
+    // the machine's speed: a slow machine only makes the gap longer.
+    expect(off.at! - finishedAt).toBeGreaterThanOrEqual(offAfterMs - 500);
   });
 });
 

@@ -10,6 +10,7 @@
  * as a Lambda sandbox and an ECS task would.
  */
 
+import type { LambdaClient } from '@aws-sdk/client-lambda';
 import { hashKey } from '../../core/auth.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { createApiHandler } from '../../functions/api.js';
@@ -53,6 +54,8 @@ export interface AwsBoxOptions {
   maxWaitMs?: number;
   /** How long the agents hold worker long polls. */
   workerWaitMs?: number;
+  /** The api Lambda nudges this scaler function (FERRY_SCALER_FUNCTION) through this client. */
+  scaler?: { functionName: string; lambda: LambdaClient };
 }
 
 const clientsFor = (fixture: AwsFixture) => ({
@@ -76,8 +79,12 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
     FERRY_DYNAMODB_ENDPOINT: fixture.dynamo.endpoint,
     FERRY_SQS_ENDPOINT: fixture.fauxqs.endpoint,
     FERRY_S3_ENDPOINT: fixture.fauxqs.endpoint,
+    ...(options.scaler ? { FERRY_SCALER_FUNCTION: options.scaler.functionName } : {}),
   });
-  const lambdaClients = clientsFor(fixture);
+  const lambdaClients = {
+    ...clientsFor(fixture),
+    ...(options.scaler ? { lambda: options.scaler.lambda } : {}),
+  };
   const agentClients = clientsFor(fixture);
   const destroyClients = () => {
     for (const client of [...Object.values(lambdaClients), ...Object.values(agentClients)]) client.destroy();
