@@ -81,6 +81,8 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
 export async function main(): Promise<void> {
   const code = await run(hideBin(process.argv));
   process.exitCode = code;
-  // Long-running commands resolve only after their servers closed; exiting here ends stray timers.
-  setImmediate(() => process.exit(code));
+  // Long-running commands resolve only after their servers closed, so the process normally ends here
+  // by itself. A stray timer or socket (an SDK's keep-alive) must not keep it alive: past a grace
+  // period it is ended anyway. unref: the grace timer itself keeps nothing alive.
+  setTimeout(() => process.exit(code), 1_000).unref();
 }

@@ -18,7 +18,8 @@ import {
 } from './errors.js';
 import { limits } from './limits.js';
 import { type Logger, stderrLogger } from './log.js';
-import type { ControlStore, EndpointRecord } from './ports.js';
+import { anyEnv, byNameSegment, resolveByName } from './names.js';
+import type { EndpointDirectory, EndpointRecord } from './ports.js';
 import {
   jobDoneSchema,
   jobStreamSchema,
@@ -68,7 +69,7 @@ export interface PayloadStore {
 
 export interface ApiOptions {
   engine: JobEngine;
-  control: ControlStore;
+  control: EndpointDirectory;
   auth: Authenticator;
   payloads?: PayloadStore;
   /**
@@ -83,6 +84,8 @@ export interface ApiOptions {
   endpointCacheMs?: number;
   /** Where internal failures are logged with their request id (default stderr). */
   log?: Logger;
+  /** Runs before a by-name lookup: `ferry dev` provisions a live endpoint on its first call. */
+  beforeResolve?: (app: string, env: string, name: string) => Promise<void>;
 }
 
 type Handler = (ctx: RouteContext) => Promise<ApiResponse>;
@@ -186,9 +189,42 @@ export class V2Api {
   private async dispatch(req: ApiRequest): Promise<ApiResponse> {
     const segments = req.path.split('/').filter((s) => s.length > 0);
     if (segments[0] !== 'v2' || segments.length < 3) throw notFound(`No route for ${req.method} ${req.path}`);
-    const endpointId = decodeURIComponent(segments[1]!);
-    const rest = segments.slice(2);
     const method = req.method.toUpperCase();
+    if (segments[1] === byNameSegment) return this.byName(req, method, segments.slice(2));
+    return this.route(req, method, decodeURIComponent(segments[1]!), segments.slice(2));
+  }
+
+  /**
+   * `/v2/by-name/<app>/<env>/<endpoint>[/<route>]` (core/names.ts, docs/python.md): GET without a
+   * route answers the resolution (id, kind); with one, that client route of the resolved endpoint.
+   * The key is checked first, and its scope against the endpoint found (403 outside it).
+   */
+  private async byName(req: ApiRequest, method: string, segments: string[]): Promise<ApiResponse> {
+    if (segments.length < 3) throw notFound(`No route for ${req.method} ${req.path}`);
+    const [app, env, name] = segments.slice(0, 3).map((s) => decodeURIComponent(s)) as [
+      string,
+      string,
+      string,
+    ];
+    const scope = await this.options.auth.clientKeyScope(credentialOf(req.headers.authorization));
+    if (!scope) throw unauthorized();
+    // '-' with a key bound to one environment of this app (a worker's call token) means that one.
+    const wanted = env === anyEnv && scope.app === app && scope.env !== undefined ? scope.env : env;
+    await this.options.beforeResolve?.(app, wanted, name);
+    const record = await resolveByName(this.options.control, app, wanted, name);
+    await authorizeClient(this.options.auth, req.headers.authorization, record);
+    const rest = segments.slice(3);
+    if (rest.length > 0) return this.route(req, method, record.id, rest);
+    if (method !== 'GET') throw notFound(`No route for ${req.method} ${req.path}`);
+    return ok({ id: record.id, kind: record.kind, app: record.app, env: record.env, name: record.name });
+  }
+
+  private async route(
+    req: ApiRequest,
+    method: string,
+    endpointId: string,
+    rest: string[],
+  ): Promise<ApiResponse> {
     for (const route of this.routes) {
       if (route.pattern.length !== rest.length) continue;
       if (!route.pattern.every((p, i) => p.startsWith(':') || p === rest[i])) continue;

@@ -5,7 +5,8 @@
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { forbidden, unauthorized } from './errors.js';
-import type { ApiKeyRecord, ControlStore } from './ports.js';
+import { callerOfToken } from './names.js';
+import type { ApiKeyLookup, ApiKeyRecord, EndpointLookup } from './ports.js';
 
 export const hashKey = (key: string): string => createHash('sha256').update(key, 'utf8').digest('hex');
 
@@ -96,9 +97,15 @@ export class KeyAuthenticator implements Authenticator {
 
   constructor(
     private readonly options: {
-      control?: ControlStore;
+      /** Key records; with getEndpoint, also workers' call tokens (their endpoint's app and env). */
+      control?: ApiKeyLookup & Partial<EndpointLookup>;
       staticKeyHashes?: string[];
       workers?: WorkerCredentials;
+      /**
+       * Verifies workers' call tokens (core/names.ts): each is a client key scoped to its endpoint's
+       * app and environment. Without it no call token is valid.
+       */
+      callTokenSecret?: string;
       /** How long a key lookup is remembered; revocation takes effect after at most this long. */
       cacheMs?: number;
     },
@@ -110,6 +117,11 @@ export class KeyAuthenticator implements Authenticator {
 
   async clientKeyScope(key: string | undefined): Promise<KeyScope | undefined> {
     if (!key) return undefined;
+    const caller = callerOfToken(this.options.callTokenSecret, key);
+    if (caller !== undefined) {
+      const own = await this.options.control?.getEndpoint?.(caller);
+      return own ? { app: own.app, env: own.env } : undefined;
+    }
     // Keys given by configuration (FERRY_API_KEY) are the operator's: every app.
     if ((this.options.staticKeyHashes ?? []).some((hash) => sameSecret(key, hash))) return {};
     if (!this.options.control) return undefined;

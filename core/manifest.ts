@@ -47,6 +47,19 @@ const callableSchema = z
     /** First line of the docstring: the Swagger summary in `ferry dev`. */
     summary: z.string().optional(),
     params: z.array(z.string()),
+    /** Each parameter from the signature: required, JSON type from its hint, literal default (OpenAPI). */
+    inputs: z
+      .array(
+        z
+          .object({
+            name: z.string(),
+            required: z.boolean(),
+            type: z.enum(['integer', 'number', 'string', 'boolean', 'object', 'array']).optional(),
+            default: z.unknown().optional(),
+          })
+          .strict(),
+      )
+      .optional(),
   })
   .strict();
 

@@ -132,8 +132,26 @@ export interface ApiKeyRecord {
   env?: string | undefined;
 }
 
-/** Apps, environments, endpoints and API keys: where every machine of a team sees them. */
-export interface ControlStore {
+/** What serving a request needs of the control plane: the endpoint it names (V2Api, the agent). */
+export interface EndpointLookup {
+  getEndpoint(id: string): Promise<EndpointRecord | undefined>;
+}
+
+/** What the name route needs (`/v2/by-name/<app>/<env>/<name>`): the endpoints of an app. */
+export interface EndpointDirectory extends EndpointLookup {
+  listEndpoints(filter?: { app?: string; env?: string }): Promise<EndpointRecord[]>;
+}
+
+/** What checking a client key needs (KeyAuthenticator, the load-balanced agent). */
+export interface ApiKeyLookup {
+  findApiKeyByHash(hash: string): Promise<ApiKeyRecord | undefined>;
+}
+
+/**
+ * Apps, environments, endpoints and API keys: where every machine of a team sees them. The CLI and
+ * deploys use all of it; request paths take only the role they need (EndpointLookup, ApiKeyLookup).
+ */
+export interface ControlStore extends EndpointLookup, ApiKeyLookup {
   putApp(app: AppRecord): Promise<void>;
   getApp(name: string): Promise<AppRecord | undefined>;
   listApps(): Promise<AppRecord[]>;

@@ -285,15 +285,6 @@ export class WorkerSupervisor implements WorkerLedger {
     return this.heldBy(workerId);
   }
 
-  /** Jobs held by the live workers of an endpoint (what the pool's scaling counts as demand). */
-  heldCount(endpointId: string): number {
-    let held = 0;
-    for (const entry of this.workers.values()) {
-      if (entry.identity.endpointId === endpointId && entry.phase !== 'gone') held += entry.held.size;
-    }
-    return held;
-  }
-
   heldBy(workerId: string): string[] {
     return [...(this.workers.get(workerId)?.held.keys() ?? [])];
   }
@@ -389,7 +380,8 @@ export class WorkerSupervisor implements WorkerLedger {
    */
   async exited(workerId: string, how: { code: number | null; signal: string | null }): Promise<void> {
     const entry = this.workers.get(workerId);
-    if (!entry) return;
+    // Reported once: a second report (the drain after the container's exit) changes nothing.
+    if (!entry || entry.phase === 'gone') return;
     const endpointId = entry.identity.endpointId;
     const asked = entry.stopSentAt !== undefined || entry.phase === 'retiring';
     const contacted = entry.contactAt !== undefined;

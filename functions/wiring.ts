@@ -9,13 +9,13 @@ import { ECSClient } from '@aws-sdk/client-ecs';
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { S3Client } from '@aws-sdk/client-s3';
 import { GetQueueUrlCommand, SQSClient } from '@aws-sdk/client-sqs';
-import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { z } from 'zod';
 import {
   DynamoControlStore,
   DynamoJobStore,
   type DynamoTableNames,
   DynamoWorkerRegistry,
+  documentClient,
 } from '../core/adapters/aws/dynamo.js';
 import { S3BlobStore, s3ClientConfig } from '../core/adapters/aws/s3.js';
 import { SqsJobQueue } from '../core/adapters/aws/sqs.js';
@@ -120,9 +120,7 @@ export interface PlatformOptions {
 export function buildPlatform(options: PlatformOptions): Platform {
   const { env, clients } = options;
   const clock = options.clock ?? systemClock;
-  const doc = DynamoDBDocumentClient.from(clients.dynamo, {
-    marshallOptions: { removeUndefinedValues: true },
-  });
+  const doc = documentClient(clients.dynamo);
   const tables: DynamoTableNames = {
     jobs: env.FERRY_JOBS_TABLE,
     chunks: env.FERRY_CHUNKS_TABLE,

@@ -28,6 +28,7 @@ import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
+import { workersInOrder } from '../core/endpoint-spec.js';
 import { FerryError } from '../core/errors.js';
 import type { Manifest, ManifestEndpoint } from '../core/manifest.js';
 import type { LbHttpsOptions } from './constructs/https-front.js';
@@ -149,7 +150,7 @@ export class AppEnvironmentStack extends Stack {
   private addEndpoint(endpoint: ManifestEndpoint): DeployedEndpoint {
     const { props } = this;
     const { resources } = endpoint;
-    if (resources.workersMin > resources.workersMax) {
+    if (!workersInOrder(resources.workersMin, resources.workersMax)) {
       throw new FerryError(
         'bad_request',
         `Endpoint "${endpoint.name}": workers min ${resources.workersMin} exceeds max ${resources.workersMax}`,

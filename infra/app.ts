@@ -22,6 +22,7 @@ import type { CloudAssembly } from 'aws-cdk-lib/cx-api';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { FerryError } from '../core/errors.js';
 import { type Manifest, manifestSchema } from '../core/manifest.js';
+import { parseOr400 } from '../core/schemas.js';
 import { AppEnvironmentStack, type WorkerImages } from './app-stack.js';
 import type { LbHttpsOptions } from './constructs/https-front.js';
 import { instanceTypesFor } from './gpu.js';
@@ -82,7 +83,7 @@ export function buildApp(
     context: { ...ferryContext, ...options.context },
   }),
 ): FerryApp {
-  const manifest = manifestSchema.parse(options.manifest);
+  const manifest = parseOr400(manifestSchema, options.manifest, 'build manifest');
   const appName = options.app ?? manifest.app;
   if (!options.env) throw new FerryError('usage', 'An environment name is required');
   const instanceTypes = options.instanceTypes ?? [
@@ -185,7 +186,8 @@ function main(): void {
   } catch (error) {
     if (!FerryError.is(error)) throw error;
     process.stderr.write(`Error: ${error.message}\n${error.hint ? `${error.hint}\n` : ''}`);
-    process.exit(2);
+    process.exitCode = 2;
+    return;
   }
   app.synth();
 }

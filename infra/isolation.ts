@@ -123,7 +123,7 @@ export class EndpointAgentAccess extends Construct {
     );
 
     if (props.kind === 'lb') {
-      // Client keys only: KEY#<hash> items of the control table.
+      // Client keys: KEY#<hash> items of the control table.
       this.role.addToPolicy(keyLookupStatement(props.tables.control));
       // Its own worker record: requests in flight and last busy time, read by the scaler
       // (worker-image/agent/lb.ts, docs/scaling.md).

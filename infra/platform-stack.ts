@@ -212,7 +212,6 @@ export class PlatformStack extends Stack {
   readonly authorizerFunction: lambda.Function;
   readonly sweeperFunction: lambda.Function;
   readonly scalerFunction: lambda.Function;
-  readonly dashboard: cloudwatch.Dashboard;
   private readonly pools = new Map<string, ecs.AsgCapacityProvider>();
 
   constructor(scope: Construct, id: string, props: PlatformStackProps) {
@@ -361,7 +360,7 @@ export class PlatformStack extends Stack {
     this.api = this.restApi(props.stageName ?? 'api', this.apiFunction);
 
     // ── Observability ─────────────────────────────────────────────────────────────────────────
-    this.dashboard = this.observability();
+    this.observability();
 
     // ── Outputs and exports ───────────────────────────────────────────────────────────────────
     this.exportAll();

@@ -16,6 +16,7 @@ import { installDependencies, listInstalled, normalizeName, resolveDependencies 
 import { type BuildEvent, type NowMs, type ProgressSink, stage } from './events.js';
 import { checkLocalImports, listShippedFiles } from './files.js';
 import { sourceFingerprint } from './fingerprint.js';
+import { checkImports } from './importCheck.js';
 import { runProcess } from './process.js';
 import { scanProject, withConfigHash } from './scan.js';
 
@@ -207,6 +208,17 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
         await mkdir(path.dirname(target), { recursive: true });
         await copyFile(path.join(projectDir, rel), target);
       }
+      // Before anything is packed or uploaded: each endpoint module imports from what will ship.
+      await checkImports({
+        stagedDir: buildDir,
+        endpoints,
+        projectFiles: shipped.files,
+        pythonVersion,
+        python,
+        noDeps: options.noDeps ?? false,
+        emit,
+        signal: options.signal,
+      });
       const manifest = manifestSchema.parse({
         version: 1,
         app,

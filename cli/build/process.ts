@@ -17,6 +17,10 @@ export interface RunOptions {
   cwd?: string;
   timeoutMs?: number;
   signal?: AbortSignal | undefined;
+  /** Variables added to (or, as '', cleared from) the inherited environment. */
+  env?: Record<string, string>;
+  /** Each output line (stdout and stderr) as it arrives: progress for long installs. */
+  onLine?: (line: string) => void;
 }
 
 export function runProcess(command: string, args: string[], options: RunOptions = {}): Promise<RunResult> {
@@ -26,7 +30,12 @@ export function runProcess(command: string, args: string[], options: RunOptions 
       stdio: ['pipe', 'pipe', 'pipe'],
       signal: options.signal,
       // No __pycache__ left in the project or the build dir; no pip self-update nag in the output.
-      env: { ...process.env, PYTHONDONTWRITEBYTECODE: '1', PIP_DISABLE_PIP_VERSION_CHECK: '1' },
+      env: {
+        ...process.env,
+        PYTHONDONTWRITEBYTECODE: '1',
+        PIP_DISABLE_PIP_VERSION_CHECK: '1',
+        ...options.env,
+      },
     });
     const out: Buffer[] = [];
     const err: Buffer[] = [];
@@ -40,6 +49,17 @@ export function runProcess(command: string, args: string[], options: RunOptions 
           }, options.timeoutMs);
     child.stdout.on('data', (chunk: Buffer) => out.push(chunk));
     child.stderr.on('data', (chunk: Buffer) => err.push(chunk));
+    const onLine = options.onLine;
+    if (onLine) {
+      for (const stream of [child.stdout, child.stderr]) {
+        let partial = '';
+        stream.on('data', (chunk: Buffer) => {
+          const lines = (partial + chunk.toString('utf8')).split('\n');
+          partial = lines.pop() ?? '';
+          for (const line of lines) if (line.trim()) onLine(line);
+        });
+      }
+    }
     child.on('error', (error: NodeJS.ErrnoException) => {
       if (timer) clearTimeout(timer);
       if (error.code === 'ENOENT') {

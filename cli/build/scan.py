@@ -14,10 +14,25 @@ Kept compatible with Python 3.8+ (it runs under whatever python3 the user has).
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import re
 import sys
+
+
+def _load_names():
+    """ferry/names.py, the one table of Flash's resource names, loaded by path: the scanner imports
+    no user code and not the ferry package itself, only this data module."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "..", "..", "worker-image", "python", "ferry", "names.py")
+    spec = importlib.util.spec_from_file_location("ferry_flash_names", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+names = _load_names()
 
 SKIP_DIRS = {".ferry", ".venv", "venv", "env", "__pycache__", ".git", "node_modules", "tests"}
 GPU_MODELS = ["T4", "A10G", "L4", "L40S", "A100", "H100"]
@@ -127,12 +142,69 @@ def params_of(fn, drop_first: bool = False) -> list:
     return names
 
 
+JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "dict": "object",
+              "Dict": "object", "list": "array", "List": "array", "tuple": "array", "Tuple": "array"}
+
+
+def json_type(annotation):
+    """The JSON Schema type of a simple annotation (int, str, dict[str, int], Optional[float], ...)."""
+    if annotation is None:
+        return None
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(annotation, ast.Subscript):
+        base = annotation.value
+        name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else None
+        if name == "Optional":
+            return json_type(annotation.slice)
+        annotation = base
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        sides = [a for a in (annotation.left, annotation.right) if not (isinstance(a, ast.Constant) and a.value is None)]
+        return json_type(sides[0]) if len(sides) == 1 else None
+    if isinstance(annotation, ast.Name):
+        return JSON_TYPES.get(annotation.id)
+    if isinstance(annotation, ast.Attribute):
+        return JSON_TYPES.get(annotation.attr)
+    return None
+
+
+def inputs_of(fn, drop_first: bool = False) -> list:
+    """Each parameter as the job input sees it: name, required, JSON type and default when literal.
+    The keyword-only `job` parameter is the runtime's, not an input (ferry/invoke.py)."""
+    args = fn.args
+    positional = list(getattr(args, "posonlyargs", [])) + list(args.args)
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    pairs = list(zip(positional, defaults))
+    if drop_first and pairs:
+        pairs = pairs[1:]
+    pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if a.arg != "job"]
+    inputs = []
+    for arg, default in pairs:
+        item = {"name": arg.arg, "required": default is None}
+        kind = json_type(arg.annotation)
+        if kind:
+            item["type"] = kind
+        if default is not None:
+            try:
+                value = ast.literal_eval(default)
+                json.dumps(value)
+                item["default"] = value
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                pass
+        inputs.append(item)
+    return inputs
+
+
 def callable_info(fn, drop_first: bool = False) -> dict:
     info = {
         "name": fn.name,
         "isAsync": isinstance(fn, ast.AsyncFunctionDef),
         "isGenerator": is_generator(fn),
         "params": params_of(fn, drop_first),
+        "inputs": inputs_of(fn, drop_first),
     }
     summary = first_doc_line(fn)
     if summary is not None:
@@ -215,7 +287,21 @@ class FileScanner:
         return isinstance(node, ast.Call) and self.is_endpoint_ref(node.func)
 
     # -- Endpoint(...) arguments ----------------------------------------------------------------
+    def flash_constant(self, node):
+        """`GpuType.L4` and friends (Flash's constants) as their string values, in lists too."""
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in names.CONSTANTS:
+            table = names.CONSTANTS[node.value.id]
+            if node.attr not in table:
+                self.fail(node, "%s has no constant %s (known: %s)" % (node.value.id, node.attr, ", ".join(sorted(table))))
+            return table[node.attr]
+        if isinstance(node, (ast.List, ast.Tuple)) and any(isinstance(e, ast.Attribute) for e in node.elts):
+            return [self.flash_constant(e) if isinstance(e, ast.Attribute) else self.literal(e, "a list item") for e in node.elts]
+        return None
+
     def literal(self, node, what: str):
+        constant = self.flash_constant(node)
+        if constant is not None:
+            return constant
         try:
             return ast.literal_eval(node)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -254,13 +340,21 @@ class FileScanner:
         if name is not None:
             self.check_name(call, name)
         gpu, cpu = raw.get("gpu"), raw.get("cpu")
+        # Flash's names (GpuGroup.ADA_24, "cpu3c-1-2", ...) become Ferry's, with a note when approximate.
+        notes = []
+        if gpu is not None:
+            gpu, notes = names.translate_gpu(gpu, GPU_MODELS)
+        if cpu is not None:
+            cpu, notes = names.translate_cpu(cpu)
+        for note in notes:
+            self.warnings.append({"file": self.rel, "line": call.lineno, "message": "Endpoint '%s': %s" % (name, note)})
         if gpu is not None and cpu is not None:
             bad("Endpoint '%s' sets both gpu and cpu; choose one" % name)
         gpus = None
         if cpu is not None:
             match = CPU_RE.match(cpu) if isinstance(cpu, str) else None
             if not match:
-                bad("Endpoint '%s': cpu must be \"<vCPUs>-<GiB>\", for example cpu=\"2-8\" (got %r)" % (name, cpu))
+                bad("Endpoint '%s': cpu must be \"<vCPUs>-<GiB>\", for example cpu=\"2-8\" (got %r). %s" % (name, cpu, names.unknown_cpu_hint()))
         else:
             wanted = ["any"] if gpu is None else ([gpu] if isinstance(gpu, str) else gpu)
             if not isinstance(wanted, (list, tuple)) or not wanted:
@@ -274,7 +368,7 @@ class FileScanner:
                         None,
                     )
                     hint = " (did you mean %r?)" % close if close else ""
-                    bad("Endpoint '%s': unknown gpu %r%s; choose from %s, or \"any\"" % (name, item, hint, ", ".join(GPU_MODELS)))
+                    bad("Endpoint '%s': unknown gpu %r%s; choose from %s, or \"any\". %s" % (name, item, hint, ", ".join(GPU_MODELS), names.unknown_gpu_hint()))
                 if item not in gpus:
                     gpus.append(item)
             if "any" in gpus and len(gpus) > 1:
@@ -381,6 +475,18 @@ class FileScanner:
         top_level = set()
         for stmt in self.tree.body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and self.is_endpoint_call(stmt.value):
+                given = {kw.arg for kw in stmt.value.keywords}
+                if "id" in given or "image" in given:
+                    # A client of an endpoint (docs/python.md, client modes), not one to deploy.
+                    if "image" in given:
+                        self.warnings.append(
+                            {
+                                "file": self.rel,
+                                "line": stmt.lineno,
+                                "message": "Endpoint(image=...) is used as a client by name; ferry deploy does not deploy images yet",
+                            }
+                        )
+                    continue
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 if len(targets) != 1 or not isinstance(targets[0], ast.Name):
                     self.fail(stmt, "assign an Endpoint to a single module variable, for example api = Endpoint(name=\"my-api\")")

@@ -46,14 +46,19 @@ function imageHint(command: readonly string[], version: string, pythonVersion: s
   return `If ${image} is not built yet, build it from the Ferry repository root: ${shellLine(build)}`;
 }
 
-async function preview(ctx: CliContext, argv: Record<string, unknown>, app: string): Promise<void> {
+/** Step 1 of 2 of the offline modes (--preview, --synth-only): build the project as deploy would. */
+function buildStep(ctx: CliContext, argv: Record<string, unknown>, app: string) {
   ctx.reporter.line('[1/2] Build');
-  const built = await buildProject({
+  return buildProject({
     ...buildOptionsFrom(argv, ctx.io.env),
     projectDir: ctx.io.cwd,
     app,
     onProgress: buildEventPrinter(ctx.reporter),
   });
+}
+
+async function preview(ctx: CliContext, argv: Record<string, unknown>, app: string): Promise<void> {
+  const built = await buildStep(ctx, argv, app);
   const version = ferryVersion();
   const plan = previewPlan({
     manifest: built.manifest,
@@ -118,13 +123,7 @@ async function synthOnly(ctx: CliContext, argv: Record<string, unknown>, app: st
   if (providerName(ctx, argv.provider as string | undefined) !== 'aws') {
     throw usage('--synth-only is for --provider aws', 'The local provider has no templates to write.');
   }
-  ctx.reporter.line('[1/2] Build');
-  const built = await buildProject({
-    ...buildOptionsFrom(argv, ctx.io.env),
-    projectDir: ctx.io.cwd,
-    app,
-    onProgress: buildEventPrinter(ctx.reporter),
-  });
+  const built = await buildStep(ctx, argv, app);
   const env = typeof argv.env === 'string' ? argv.env : defaultEnvironment;
   ctx.reporter.line(`[2/2] Synthesize (environment ${env}; offline)`);
   await withProvider(ctx, 'aws', async (provider) => {

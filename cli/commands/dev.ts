@@ -2,8 +2,8 @@
  * `ferry dev` (hidden alias `run`): an in-process platform with state in the project's .ferry/,
  * worker pools running the code on disk, and the dev server (docs/api.md#the-dev-server) in front of it.
  */
-import { type FSWatcher, watch } from 'node:fs';
 import path from 'node:path';
+import chokidar, { type FSWatcher } from 'chokidar';
 import type { FastifyInstance } from 'fastify';
 import type { CommandModule } from 'yargs';
 import { type LocalPlatformOptions, startLocalPlatform } from '../../core/adapters/local/platform.js';
@@ -14,8 +14,10 @@ import { webhookAllowFromEnv } from '../../core/webhooks.js';
 import { apiKeyFromUser, appNameOf, ferryPythonPath, readProjectConfig } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
+import { StartFailures } from '../dev/failures.js';
 import { createDevServer, devRoutes, nextFreePort } from '../dev/server.js';
-import { DevResourcesFile, LiveEndpoints, scanForDev } from '../dev/state.js';
+import { DevResourcesFile, devApp, LiveEndpoints, scanForDev } from '../dev/state.js';
+import { DevVenvs } from '../dev/venvs.js';
 import { confirm } from '../io.js';
 import { untilStopped } from './serve.js';
 import { buildOptionsFrom } from './shared.js';
@@ -60,6 +62,7 @@ interface DevArgs {
   port: number;
   reload: boolean;
   autoProvision: boolean;
+  deps: boolean;
 }
 
 async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
@@ -79,16 +82,29 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     });
   }
 
+  // Set once the live records exist; a by-name call (a script, or one worker calling another
+  // endpoint's function) provisions its endpoint first, like the dev server's own routes do.
+  let liveRef: LiveEndpoints | undefined;
+  const failures = new StartFailures();
   const platformOptions: LocalPlatformOptions = {
+    beforeResolve: async (app, _env, name) => {
+      if (liveRef && app === devApp(projectDir) && liveRef.endpoint(name)) await liveRef.ensure(name);
+    },
     dataDir: path.join(projectDir, '.ferry'),
     host: '127.0.0.1',
     port: 0,
     apiKey: key.key,
-    workers: { ferryPythonPath: ferryPythonPath() },
+    workers: {
+      ferryPythonPath: ferryPythonPath(),
+      onStartFailure: (endpointId, output) => failures.report(endpointId, output),
+    },
     webhookAllow: webhookAllowFromEnv(ctx.io.env),
-    log: { info: () => {}, warn: (m) => say(`warning: ${m}`), error: (m) => say(`error: ${m}`) },
+    // info carries the workers' own output (print() lines), prefixed by endpoint and worker.
+    log: { info: say, warn: (m) => say(`warning: ${m}`), error: (m) => say(`error: ${m}`) },
   };
   const platform = await startLocalPlatform(platformOptions);
+  const venvs = new DevVenvs({ projectDir, say });
+  if (!args.deps) say('--no-deps: workers use your Python as it is; dependencies=[...] are not installed.');
   const pools = platform.workers;
   let server: FastifyInstance | undefined;
   let watcher: FSWatcher | undefined;
@@ -101,11 +117,14 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
       reconcile: async () => {
         await pools?.reconcile();
       },
+      ...(args.deps ? { workerCommand: (endpoint) => venvs.commandFor(endpoint) } : {}),
       onChange: (name, outcome, record) => {
+        if (outcome !== 'unchanged') failures.forget(record.id);
         if (outcome !== 'unchanged')
           say(`${outcome === 'created' ? '+ provisioned' : '~ updated'} live-${name} (${record.id})`);
       },
     });
+    liveRef = live;
 
     if (args.autoProvision) {
       const count = snapshot.endpoints.length;
@@ -125,7 +144,13 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     // A reload listens again on the port the first start got (with --port 0, a random one).
     let boundPort = port;
     const start = async () => {
-      const next = await createDevServer({ live, platformUrl: platform.url, apiKey: key.key, log: say });
+      const next = await createDevServer({
+        live,
+        failures,
+        platformUrl: platform.url,
+        apiKey: key.key,
+        log: say,
+      });
       await next.listen({ host: args.host, port: boundPort });
       const address = next.server.address();
       boundPort = typeof address === 'object' && address ? address.port : boundPort;
@@ -160,20 +185,32 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
           say(`reload failed: ${(error as Error).message}`);
         }
       };
-      watcher = watch(projectDir, { recursive: true }, (_event, file) => {
-        if (!file || !String(file).endsWith('.py')) return;
-        const rel = String(file).split(path.sep);
-        if (rel.includes('.ferry') || rel.includes('__pycache__') || rel[0]?.startsWith('.')) return;
+      // chokidar follows what editors do: atomic saves (write a temp file, rename over), renames, new
+      // files and folders. Node's fs.watch loses a file replaced by rename on Linux.
+      const skipped = (file: string) => {
+        const parts = path.relative(projectDir, file).split(path.sep);
+        return parts.some(
+          (p) => p === '.ferry' || p === '__pycache__' || p === 'node_modules' || p.startsWith('.'),
+        );
+      };
+      watcher = chokidar.watch(projectDir, {
+        ignoreInitial: true,
+        ignored: (file, stats) => skipped(file) || (stats?.isFile() === true && !file.endsWith('.py')),
+        atomic: true,
+      });
+      watcher.on('all', (_event, file) => {
+        if (!file.endsWith('.py')) return;
         clearTimeout(timer);
         timer = setTimeout(() => {
           reloading = reloading.then(reload);
         }, 300);
       });
+      watcher.on('error', (error) => say(`warning: file watching: ${(error as Error).message}`));
     }
     await untilStopped();
     say('Stopping the dev server and its workers…');
   } finally {
-    watcher?.close();
+    await watcher?.close();
     await server?.close();
     await platform.close();
   }
@@ -202,6 +239,12 @@ export const devCommand = (ctx: CliContext): CommandModule => ({
         default: false,
         describe: 'Provision every endpoint at startup',
       })
+      .option('deps', {
+        type: 'boolean',
+        default: true,
+        describe:
+          "Install each endpoint's dependencies=[...] into a venv under .ferry/venvs (--no-deps: use your Python as it is)",
+      })
       .option('yes', {
         alias: 'y',
         type: 'boolean',
@@ -218,6 +261,7 @@ export const devCommand = (ctx: CliContext): CommandModule => ({
           port: argv.port as number,
           reload: argv.reload !== false,
           autoProvision: Boolean(argv['auto-provision']),
+          deps: argv.deps !== false,
         }),
 });
 

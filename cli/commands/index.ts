@@ -6,6 +6,7 @@ import { deployCommand } from './deploy.js';
 import { devCommand, runAliasCommand } from './dev.js';
 import { initCommand } from './init.js';
 import { appCommand, envCommand, keysCommand, undeployCommand } from './records.js';
+import { sdkCommand } from './sdk.js';
 import { quickstartCommand, serveCommand } from './serve.js';
 
 export function commandTable(ctx: CliContext): CommandModule[] {
@@ -20,6 +21,7 @@ export function commandTable(ctx: CliContext): CommandModule[] {
     undeployCommand(ctx),
     serveCommand(ctx),
     keysCommand(ctx),
+    sdkCommand(ctx),
     quickstartCommand(ctx),
   ];
 }

@@ -10,6 +10,7 @@ import { FerryError, usage } from '../../core/errors.js';
 import { templatesDir } from '../config.js';
 import type { CliContext } from '../context.js';
 import { confirm } from '../io.js';
+import { sdkInstallHint } from './sdk.js';
 
 /** Template file name → project file name (dotfiles are stored without the dot so packagers keep them). */
 const renames: Record<string, string> = { 'env.example': '.env.example', gitignore: '.gitignore' };
@@ -59,6 +60,7 @@ export async function initProject(ctx: CliContext, name: string | undefined, for
   ctx.reporter.line(
     '  cp .env.example .env        # then set FERRY_API_KEY (any value works for `ferry dev`)',
   );
+  ctx.reporter.line(`  ${sdkInstallHint()}`);
   ctx.reporter.line('  ferry dev                   # http://localhost:8888/docs');
   ctx.reporter.line(
     '  ferry deploy                # serve it with `ferry serve`, or on AWS with --provider aws',

@@ -14,7 +14,7 @@ import { appNameOf, readProjectConfig } from '../config.js';
 import { type CliContext, withProvider } from '../context.js';
 import { ask, confirm } from '../io.js';
 import type { Provider } from '../providers/types.js';
-import { jsonFlag } from './shared.js';
+import { defineCommand, jsonFlag } from './shared.js';
 
 const iso = (ms: number | undefined) => (ms === undefined ? '-' : new Date(ms).toISOString());
 
@@ -102,407 +102,437 @@ async function confirmOrForce(ctx: CliContext, force: boolean, question: string)
   }
 }
 
-export const envCommand = (ctx: CliContext): CommandModule => ({
-  command: 'env <command>',
-  describe: 'Manage environments of an app',
-  builder: (y) =>
-    y
-      .command({
-        command: 'list',
-        describe: 'List environments',
-        builder: (y2) => appFlag(y2).option('json', jsonFlag),
-        handler: (argv) =>
-          withProvider(ctx, argv.provider as string | undefined, async (provider) => {
-            const app = defaultApp(ctx, argv.app);
-            if (!(await provider.control.getApp(app))) {
-              throw new FerryError('not_found', `No app named '${app}'`, {
-                hint: 'Run `ferry deploy` to create it, or pass --app.',
-              });
-            }
-            const envs = await provider.control.listEnvironments(app);
-            const endpoints = await provider.control.listEndpoints({ app });
-            const rows = envs.map((e) => ({
-              name: e.name,
-              app: e.app,
-              endpoints: endpoints.filter((x) => x.env === e.name).length,
-              fingerprint: e.fingerprint ?? null,
-              deployedAt: e.deployedAt === undefined ? null : iso(e.deployedAt),
-              createdAt: iso(e.createdAt),
-            }));
-            if (argv.json) return ctx.reporter.json(rows);
-            if (rows.length === 0) return ctx.reporter.out(`App '${app}' has no environments.`);
-            for (const line of table([
-              ['NAME', 'ENDPOINTS', 'BUILD', 'DEPLOYED'],
-              ...rows.map((r) => [
-                r.name,
-                String(r.endpoints),
-                (r.fingerprint ?? '-').slice(0, 12),
-                r.deployedAt ?? '-',
-              ]),
-            ]))
-              ctx.reporter.out(line);
-          }),
-      })
-      .command({
-        command: 'create <name>',
-        describe: 'Create an environment (and the app if missing)',
-        builder: (y2) => appFlag(y2).positional('name', { type: 'string', demandOption: true }),
-        handler: (argv) =>
-          withProvider(ctx, argv.provider as string | undefined, async (provider) => {
-            const app = defaultApp(ctx, argv.app);
-            const name = String(argv.name);
-            if (!(await provider.control.getApp(app))) {
-              await provider.control.putApp({ name: app, createdAt: Date.now() });
-              ctx.reporter.line(`Created app '${app}'`);
-            }
-            if (await provider.control.getEnvironment(app, name)) {
-              throw new FerryError('conflict', `Environment '${name}' already exists in app '${app}'`);
-            }
-            await provider.control.putEnvironment({ app, name, createdAt: Date.now() });
-            ctx.reporter.out(`✓ Created environment '${name}' in app '${app}'`);
-          }),
-      })
-      .command({
-        command: 'get <name>',
-        describe: 'Show an environment and its endpoints',
-        builder: (y2) =>
-          appFlag(y2).positional('name', { type: 'string', demandOption: true }).option('json', jsonFlag),
-        handler: (argv) =>
-          withProvider(ctx, argv.provider as string | undefined, async (provider) => {
-            const app = defaultApp(ctx, argv.app);
-            const env = await provider.control.getEnvironment(app, String(argv.name));
-            if (!env) throw notFound(`No environment '${String(argv.name)}' in app '${app}'`);
-            const endpoints = (await provider.control.listEndpoints({ app, env: env.name })).map((r) =>
-              endpointView(provider, r),
-            );
-            const view = {
-              app,
-              name: env.name,
-              fingerprint: env.fingerprint ?? null,
-              artifactKey: env.artifactKey ?? null,
-              deployedAt: env.deployedAt === undefined ? null : iso(env.deployedAt),
-              createdAt: iso(env.createdAt),
-              endpoints,
-            };
-            if (argv.json) return ctx.reporter.json(view);
-            ctx.reporter.out(`Environment ${env.name} of app ${app}`);
-            ctx.reporter.out(`  build     ${view.fingerprint ?? '-'}`);
-            ctx.reporter.out(`  deployed  ${view.deployedAt ?? '-'}`);
-            if (endpoints.length === 0)
-              ctx.reporter.out(`  no endpoints: run \`ferry deploy --env ${env.name}\``);
-            for (const e of endpoints) ctx.reporter.out(`  ${e.name}  ${e.kind}  ${e.url}`);
-          }),
-      })
-      .command({
-        command: 'delete <name>',
-        describe: 'Delete an environment and its endpoints',
-        builder: (y2) =>
-          appFlag(y2).positional('name', { type: 'string', demandOption: true }).option('force', forceFlag),
-        handler: (argv) =>
-          withProvider(ctx, argv.provider as string | undefined, async (provider) => {
-            const app = defaultApp(ctx, argv.app);
-            const name = String(argv.name);
-            if (!(await provider.control.getEnvironment(app, name)))
-              throw notFound(`No environment '${name}' in app '${app}'`);
-            const endpoints = await provider.control.listEndpoints({ app, env: name });
-            await confirmOrForce(
-              ctx,
-              Boolean(argv.force),
-              `Delete environment '${name}' of '${app}' and its ${endpoints.length} endpoints?`,
-            );
-            await removeEndpoints(ctx, provider, endpoints, `Environment '${name}' was kept`);
-            await destroyEnvironment(provider, app, name, `Environment '${name}' was kept`);
-            await provider.control.deleteEnvironment(app, name);
-            ctx.reporter.out(
-              `✓ Deleted environment '${name}' of app '${app}' (${endpoints.length} endpoints removed)`,
-            );
-          }),
-      })
-      .demandCommand(1, 'Choose a command: list, create, get or delete')
-      .example('$0 env list --json', 'Environments of this folder’s app')
-      .example('$0 env delete staging --force', 'Remove staging and its endpoints'),
-  handler: () => {},
-});
-
-export const appCommand = (ctx: CliContext): CommandModule => ({
-  command: 'app <command>',
-  describe: 'Manage apps',
-  builder: (y) =>
-    y
-      .command({
-        command: 'list',
-        describe: 'List apps',
-        builder: (y2) => y2.option('json', jsonFlag),
-        handler: (argv) =>
-          withProvider(ctx, argv.provider as string | undefined, async (provider) => {
-            const apps = await provider.control.listApps();
-            const rows = [];
-            for (const app of apps) {
-              const envs = await provider.control.listEnvironments(app.name);
-              const endpoints = await provider.control.listEndpoints({ app: app.name });
-              rows.push({
-                name: app.name,
-                environments: envs.map((e) => e.name),
-                endpoints: endpoints.length,
-                createdAt: iso(app.createdAt),
-              });
-            }
-            if (argv.json) return ctx.reporter.json(rows);
-            if (rows.length === 0) return ctx.reporter.out('No apps yet: run `ferry deploy` in a project.');
-            for (const line of table([
-              ['NAME', 'ENVIRONMENTS', 'ENDPOINTS', 'CREATED'],
-              ...rows.map((r) => [r.name, r.environments.join(',') || '-', String(r.endpoints), r.createdAt]),
-            ]))
-              ctx.reporter.out(line);
-          }),
-      })
-      .command({
-        command: 'create <name>',
-        describe: 'Create an app',
-        builder: (y2) => y2.positional('name', { type: 'string', demandOption: true }),
-        handler: (argv) =>
-          withProvider(ctx, argv.provider as string | undefined, async (provider) => {
-            const name = String(argv.name);
-            // App names follow the endpoint-name rule: both end up in AWS resource names.
-            if (!endpointNameSchema.safeParse(name).success) {
-              throw usage(`'${name}' is not a valid app name`, 'Use letters, digits, _ and - (at most 63).');
-            }
-            if (await provider.control.getApp(name))
-              throw new FerryError('conflict', `App '${name}' already exists`);
-            await provider.control.putApp({ name, createdAt: Date.now() });
-            ctx.reporter.out(`✓ Created app '${name}'`);
-          }),
-      })
-      .command({
-        command: 'get <name>',
-        describe: 'Show an app, its environments and endpoints',
-        builder: (y2) =>
-          y2.positional('name', { type: 'string', demandOption: true }).option('json', jsonFlag),
-        handler: (argv) =>
-          withProvider(ctx, argv.provider as string | undefined, async (provider) => {
-            const name = String(argv.name);
-            const app = await provider.control.getApp(name);
-            if (!app) throw notFound(`No app named '${name}'`);
-            const envs = await provider.control.listEnvironments(name);
-            const endpoints = await provider.control.listEndpoints({ app: name });
-            const view = {
-              name,
-              createdAt: iso(app.createdAt),
-              environments: envs.map((e) => ({
+export const envCommand = (ctx: CliContext): CommandModule =>
+  defineCommand({
+    command: 'env <command>',
+    describe: 'Manage environments of an app',
+    builder: (y) =>
+      y
+        .command({
+          command: 'list',
+          describe: 'List environments',
+          builder: (y2) => appFlag(y2).option('json', jsonFlag),
+          handler: (argv) =>
+            withProvider(ctx, argv.provider, async (provider) => {
+              const app = defaultApp(ctx, argv.app);
+              if (!(await provider.control.getApp(app))) {
+                throw new FerryError('not_found', `No app named '${app}'`, {
+                  hint: 'Run `ferry deploy` to create it, or pass --app.',
+                });
+              }
+              const envs = await provider.control.listEnvironments(app);
+              const endpoints = await provider.control.listEndpoints({ app });
+              const rows = envs.map((e) => ({
                 name: e.name,
+                app: e.app,
+                endpoints: endpoints.filter((x) => x.env === e.name).length,
                 fingerprint: e.fingerprint ?? null,
                 deployedAt: e.deployedAt === undefined ? null : iso(e.deployedAt),
-                endpoints: endpoints.filter((x) => x.env === e.name).map((r) => endpointView(provider, r)),
-              })),
-            };
-            if (argv.json) return ctx.reporter.json(view);
-            ctx.reporter.out(`App ${name} (created ${view.createdAt})`);
-            for (const env of view.environments) {
-              ctx.reporter.out(
-                `  ${env.name}  build ${(env.fingerprint ?? '-').slice(0, 12)}  deployed ${env.deployedAt ?? '-'}`,
+                createdAt: iso(e.createdAt),
+              }));
+              if (argv.json) return ctx.reporter.json(rows);
+              if (rows.length === 0) return ctx.reporter.out(`App '${app}' has no environments.`);
+              for (const line of table([
+                ['NAME', 'ENDPOINTS', 'BUILD', 'DEPLOYED'],
+                ...rows.map((r) => [
+                  r.name,
+                  String(r.endpoints),
+                  (r.fingerprint ?? '-').slice(0, 12),
+                  r.deployedAt ?? '-',
+                ]),
+              ]))
+                ctx.reporter.out(line);
+            }),
+        })
+        .command({
+          command: 'create <name>',
+          describe: 'Create an environment (and the app if missing)',
+          builder: (y2) => appFlag(y2).positional('name', { type: 'string', demandOption: true }),
+          handler: (argv) =>
+            withProvider(ctx, argv.provider, async (provider) => {
+              const app = defaultApp(ctx, argv.app);
+              const name = argv.name;
+              if (!(await provider.control.getApp(app))) {
+                await provider.control.putApp({ name: app, createdAt: Date.now() });
+                ctx.reporter.line(`Created app '${app}'`);
+              }
+              if (await provider.control.getEnvironment(app, name)) {
+                throw new FerryError('conflict', `Environment '${name}' already exists in app '${app}'`);
+              }
+              await provider.control.putEnvironment({ app, name, createdAt: Date.now() });
+              ctx.reporter.out(`✓ Created environment '${name}' in app '${app}'`);
+            }),
+        })
+        .command({
+          command: 'get <name>',
+          describe: 'Show an environment and its endpoints',
+          builder: (y2) =>
+            appFlag(y2).positional('name', { type: 'string', demandOption: true }).option('json', jsonFlag),
+          handler: (argv) =>
+            withProvider(ctx, argv.provider, async (provider) => {
+              const app = defaultApp(ctx, argv.app);
+              const env = await provider.control.getEnvironment(app, argv.name);
+              if (!env) throw notFound(`No environment '${argv.name}' in app '${app}'`);
+              const endpoints = (await provider.control.listEndpoints({ app, env: env.name })).map((r) =>
+                endpointView(provider, r),
               );
-              for (const e of env.endpoints) ctx.reporter.out(`    ${e.name}  ${e.kind}  ${e.url}`);
-            }
-          }),
-      })
-      .command({
-        command: 'delete <name>',
-        describe: 'Delete an app, its environments and endpoints',
-        builder: (y2) =>
-          y2.positional('name', { type: 'string', demandOption: true }).option('force', forceFlag),
-        handler: (argv) =>
-          withProvider(ctx, argv.provider as string | undefined, async (provider) => {
-            const name = String(argv.name);
-            if (!(await provider.control.getApp(name))) throw notFound(`No app named '${name}'`);
-            const endpoints = await provider.control.listEndpoints({ app: name });
-            await confirmOrForce(
-              ctx,
-              Boolean(argv.force),
-              `Delete app '${name}', its environments and ${endpoints.length} endpoints?`,
-            );
-            await removeEndpoints(ctx, provider, endpoints, `App '${name}' was kept`);
-            for (const env of await provider.control.listEnvironments(name)) {
-              await destroyEnvironment(provider, name, env.name, `App '${name}' was kept`);
-              await provider.control.deleteEnvironment(name, env.name);
-            }
-            await provider.control.deleteApp(name);
-            ctx.reporter.out(`✓ Deleted app '${name}' (${endpoints.length} endpoints removed)`);
-          }),
-      })
-      .demandCommand(1, 'Choose a command: list, create, get or delete')
-      .example('$0 app list', 'All apps with their environments')
-      .example('$0 app delete old-app --force', 'Remove an app and everything in it'),
-  handler: () => {},
-});
+              const view = {
+                app,
+                name: env.name,
+                fingerprint: env.fingerprint ?? null,
+                artifactKey: env.artifactKey ?? null,
+                deployedAt: env.deployedAt === undefined ? null : iso(env.deployedAt),
+                createdAt: iso(env.createdAt),
+                endpoints,
+              };
+              if (argv.json) return ctx.reporter.json(view);
+              ctx.reporter.out(`Environment ${env.name} of app ${app}`);
+              ctx.reporter.out(`  build     ${view.fingerprint ?? '-'}`);
+              ctx.reporter.out(`  deployed  ${view.deployedAt ?? '-'}`);
+              if (endpoints.length === 0)
+                ctx.reporter.out(`  no endpoints: run \`ferry deploy --env ${env.name}\``);
+              for (const e of endpoints) ctx.reporter.out(`  ${e.name}  ${e.kind}  ${e.url}`);
+            }),
+        })
+        .command({
+          command: 'delete <name>',
+          describe: 'Delete an environment and its endpoints',
+          builder: (y2) =>
+            appFlag(y2).positional('name', { type: 'string', demandOption: true }).option('force', forceFlag),
+          handler: (argv) =>
+            withProvider(ctx, argv.provider, async (provider) => {
+              const app = defaultApp(ctx, argv.app);
+              const name = argv.name;
+              if (!(await provider.control.getEnvironment(app, name)))
+                throw notFound(`No environment '${name}' in app '${app}'`);
+              const endpoints = await provider.control.listEndpoints({ app, env: name });
+              await confirmOrForce(
+                ctx,
+                Boolean(argv.force),
+                `Delete environment '${name}' of '${app}' and its ${endpoints.length} endpoints?`,
+              );
+              await removeEndpoints(ctx, provider, endpoints, `Environment '${name}' was kept`);
+              await destroyEnvironment(provider, app, name, `Environment '${name}' was kept`);
+              await provider.control.deleteEnvironment(app, name);
+              ctx.reporter.out(
+                `✓ Deleted environment '${name}' of app '${app}' (${endpoints.length} endpoints removed)`,
+              );
+            }),
+        })
+        .demandCommand(1, 'Choose a command: list, create, get or delete')
+        .example('$0 env list --json', 'Environments of this folder’s app')
+        .example('$0 env delete staging --force', 'Remove staging and its endpoints'),
+    handler: () => {},
+  });
 
-export const undeployCommand = (ctx: CliContext): CommandModule => ({
-  command: 'undeploy [name]',
-  describe: 'Remove deployed endpoints (`undeploy list` lists them)',
-  builder: (y) =>
-    appFlag(y)
-      .positional('name', { type: 'string', describe: 'Endpoint name or id, or `list`' })
-      .option('env', { alias: 'e', type: 'string', describe: 'Environment (when the name is in several)' })
-      .option('all', {
-        type: 'boolean',
-        default: false,
-        describe: 'Remove every endpoint (asks you to type DELETE ALL)',
-      })
-      .option('force', forceFlag)
-      .option('json', jsonFlag)
-      .example('$0 undeploy list', 'Endpoints of every app')
-      .example('$0 undeploy cpu_worker --env staging', 'Remove one endpoint')
-      .example('$0 undeploy --all --force', 'Remove every endpoint without asking'),
-  handler: (argv) =>
-    withProvider(ctx, argv.provider as string | undefined, async (provider) => {
-      const name = argv.name as string | undefined;
-      const filter = {
-        ...(typeof argv.app === 'string' ? { app: argv.app } : {}),
-        ...(typeof argv.env === 'string' ? { env: argv.env } : {}),
-      };
-      if (name === 'list') {
-        const endpoints = (await provider.control.listEndpoints(filter)).map((r) =>
-          endpointView(provider, r),
-        );
-        if (argv.json) return ctx.reporter.json(endpoints);
-        if (endpoints.length === 0) return ctx.reporter.out('No endpoints deployed.');
-        for (const line of table([
-          ['NAME', 'ID', 'APP', 'ENV', 'KIND', 'URL'],
-          ...endpoints.map((e) => [e.name, e.id, e.app, e.env, e.kind, e.url]),
-        ]))
-          ctx.reporter.out(line);
-        return;
-      }
-      if (argv.all) {
-        if (name) throw usage('Give an endpoint name or --all, not both');
-        const endpoints = await provider.control.listEndpoints(filter);
-        if (endpoints.length === 0) return ctx.reporter.out('No endpoints to remove.');
-        if (!argv.force) {
-          ctx.reporter.line(
-            `This removes ${endpoints.length} endpoints: ${endpoints.map((e) => e.name).join(', ')}`,
+export const appCommand = (ctx: CliContext): CommandModule =>
+  defineCommand({
+    command: 'app <command>',
+    describe: 'Manage apps',
+    builder: (y) =>
+      y
+        .command({
+          command: 'list',
+          describe: 'List apps',
+          builder: (y2) => y2.option('json', jsonFlag),
+          handler: (argv) =>
+            withProvider(ctx, argv.provider, async (provider) => {
+              const apps = await provider.control.listApps();
+              const rows = [];
+              for (const app of apps) {
+                const envs = await provider.control.listEnvironments(app.name);
+                const endpoints = await provider.control.listEndpoints({ app: app.name });
+                rows.push({
+                  name: app.name,
+                  environments: envs.map((e) => e.name),
+                  endpoints: endpoints.length,
+                  createdAt: iso(app.createdAt),
+                });
+              }
+              if (argv.json) return ctx.reporter.json(rows);
+              if (rows.length === 0) return ctx.reporter.out('No apps yet: run `ferry deploy` in a project.');
+              for (const line of table([
+                ['NAME', 'ENVIRONMENTS', 'ENDPOINTS', 'CREATED'],
+                ...rows.map((r) => [
+                  r.name,
+                  r.environments.join(',') || '-',
+                  String(r.endpoints),
+                  r.createdAt,
+                ]),
+              ]))
+                ctx.reporter.out(line);
+            }),
+        })
+        .command({
+          command: 'create <name>',
+          describe: 'Create an app',
+          builder: (y2) => y2.positional('name', { type: 'string', demandOption: true }),
+          handler: (argv) =>
+            withProvider(ctx, argv.provider, async (provider) => {
+              const name = argv.name;
+              // App names follow the endpoint-name rule: both end up in AWS resource names.
+              if (!endpointNameSchema.safeParse(name).success) {
+                throw usage(
+                  `'${name}' is not a valid app name`,
+                  'Use letters, digits, _ and - (at most 63).',
+                );
+              }
+              if (await provider.control.getApp(name))
+                throw new FerryError('conflict', `App '${name}' already exists`);
+              await provider.control.putApp({ name, createdAt: Date.now() });
+              ctx.reporter.out(`✓ Created app '${name}'`);
+            }),
+        })
+        .command({
+          command: 'get <name>',
+          describe: 'Show an app, its environments and endpoints',
+          builder: (y2) =>
+            y2.positional('name', { type: 'string', demandOption: true }).option('json', jsonFlag),
+          handler: (argv) =>
+            withProvider(ctx, argv.provider, async (provider) => {
+              const name = argv.name;
+              const app = await provider.control.getApp(name);
+              if (!app) throw notFound(`No app named '${name}'`);
+              const envs = await provider.control.listEnvironments(name);
+              const endpoints = await provider.control.listEndpoints({ app: name });
+              const view = {
+                name,
+                createdAt: iso(app.createdAt),
+                environments: envs.map((e) => ({
+                  name: e.name,
+                  fingerprint: e.fingerprint ?? null,
+                  deployedAt: e.deployedAt === undefined ? null : iso(e.deployedAt),
+                  endpoints: endpoints.filter((x) => x.env === e.name).map((r) => endpointView(provider, r)),
+                })),
+              };
+              if (argv.json) return ctx.reporter.json(view);
+              ctx.reporter.out(`App ${name} (created ${view.createdAt})`);
+              for (const env of view.environments) {
+                ctx.reporter.out(
+                  `  ${env.name}  build ${(env.fingerprint ?? '-').slice(0, 12)}  deployed ${env.deployedAt ?? '-'}`,
+                );
+                for (const e of env.endpoints) ctx.reporter.out(`    ${e.name}  ${e.kind}  ${e.url}`);
+              }
+            }),
+        })
+        .command({
+          command: 'delete <name>',
+          describe: 'Delete an app, its environments and endpoints',
+          builder: (y2) =>
+            y2.positional('name', { type: 'string', demandOption: true }).option('force', forceFlag),
+          handler: (argv) =>
+            withProvider(ctx, argv.provider, async (provider) => {
+              const name = argv.name;
+              if (!(await provider.control.getApp(name))) throw notFound(`No app named '${name}'`);
+              const endpoints = await provider.control.listEndpoints({ app: name });
+              await confirmOrForce(
+                ctx,
+                Boolean(argv.force),
+                `Delete app '${name}', its environments and ${endpoints.length} endpoints?`,
+              );
+              await removeEndpoints(ctx, provider, endpoints, `App '${name}' was kept`);
+              for (const env of await provider.control.listEnvironments(name)) {
+                await destroyEnvironment(provider, name, env.name, `App '${name}' was kept`);
+                await provider.control.deleteEnvironment(name, env.name);
+              }
+              await provider.control.deleteApp(name);
+              ctx.reporter.out(`✓ Deleted app '${name}' (${endpoints.length} endpoints removed)`);
+            }),
+        })
+        .demandCommand(1, 'Choose a command: list, create, get or delete')
+        .example('$0 app list', 'All apps with their environments')
+        .example('$0 app delete old-app --force', 'Remove an app and everything in it'),
+    handler: () => {},
+  });
+
+export const undeployCommand = (ctx: CliContext): CommandModule =>
+  defineCommand({
+    command: 'undeploy [name]',
+    describe: 'Remove deployed endpoints (`undeploy list` lists them)',
+    builder: (y) =>
+      appFlag(y)
+        .positional('name', { type: 'string', describe: 'Endpoint name or id, or `list`' })
+        .option('env', { alias: 'e', type: 'string', describe: 'Environment (when the name is in several)' })
+        .option('all', {
+          type: 'boolean',
+          default: false,
+          describe: 'Remove every endpoint (asks you to type DELETE ALL)',
+        })
+        .option('everywhere', {
+          type: 'boolean',
+          default: false,
+          describe: "With --all: every app's endpoints, not only this folder's app",
+        })
+        .option('force', forceFlag)
+        .option('json', jsonFlag)
+        .example('$0 undeploy list', 'Endpoints of every app')
+        .example('$0 undeploy cpu_worker --env staging', 'Remove one endpoint')
+        .example('$0 undeploy --all --force', "Remove this folder's app's endpoints without asking")
+        .example('$0 undeploy --all --everywhere', 'Remove the endpoints of every app'),
+    handler: (argv) =>
+      withProvider(ctx, argv.provider, async (provider) => {
+        const name = argv.name;
+        const filter = {
+          ...(typeof argv.app === 'string' ? { app: argv.app } : {}),
+          ...(typeof argv.env === 'string' ? { env: argv.env } : {}),
+        };
+        if (name === 'list') {
+          const endpoints = (await provider.control.listEndpoints(filter)).map((r) =>
+            endpointView(provider, r),
           );
-          const typed = await ask(ctx.io, 'Type DELETE ALL to confirm: ');
-          if (typed !== 'DELETE ALL') {
-            throw new FerryError('failed', 'Cancelled: nothing was deleted', {
-              hint: 'Type DELETE ALL exactly, or pass --force.',
-            });
-          }
+          if (argv.json) return ctx.reporter.json(endpoints);
+          if (endpoints.length === 0) return ctx.reporter.out('No endpoints deployed.');
+          for (const line of table([
+            ['NAME', 'ID', 'APP', 'ENV', 'KIND', 'URL'],
+            ...endpoints.map((e) => [e.name, e.id, e.app, e.env, e.kind, e.url]),
+          ]))
+            ctx.reporter.out(line);
+          return;
         }
-        const deleted = await removeEndpoints(ctx, provider, endpoints, 'Undeploy incomplete');
-        if (argv.json) return ctx.reporter.json(deleted.map((r) => ({ id: r.id, name: r.name })));
-        return ctx.reporter.out(`✓ Removed ${deleted.length} endpoints`);
-      }
-      if (!name)
-        throw usage(
-          'Which endpoint?',
-          'Run `ferry undeploy list`, then `ferry undeploy <name>`, or use --all.',
-        );
-      const byId = await provider.control.getEndpoint(name);
-      const matches = byId
-        ? [byId]
-        : (await provider.control.listEndpoints(filter)).filter((e) => e.name === name);
-      if (matches.length === 0) {
-        throw new FerryError('not_found', `No deployed endpoint named '${name}'`, {
-          hint: 'See `ferry undeploy list`.',
-        });
-      }
-      if (matches.length > 1) {
-        throw usage(
-          `'${name}' is deployed in several places: ${matches.map((m) => `${m.app}/${m.env}`).join(', ')}`,
-          'Choose with --app and --env.',
-        );
-      }
-      const target = matches[0]!;
-      await confirmOrForce(
-        ctx,
-        Boolean(argv.force),
-        `Remove endpoint '${target.name}' (${target.id}) of ${target.app}/${target.env}?`,
-      );
-      await removeEndpoints(ctx, provider, [target], 'Undeploy failed');
-      if (argv.json) return ctx.reporter.json({ id: target.id, name: target.name });
-      ctx.reporter.out(`✓ Removed ${target.name} (${target.id})`);
-    }),
-});
-
-export const keysCommand = (ctx: CliContext): CommandModule => ({
-  command: 'keys <command>',
-  describe: 'Manage API keys',
-  builder: (y) =>
-    y
-      .command({
-        command: 'create',
-        describe: 'Create an API key (printed once)',
-        builder: (y2) =>
-          y2
-            .option('name', { type: 'string', default: 'cli', describe: 'A label' })
-            .option('app', { type: 'string', describe: 'Only this app’s endpoints (default: every app)' })
-            .option('env', { type: 'string', describe: 'Only this environment of --app' })
-            .option('json', jsonFlag),
-        handler: (argv) =>
-          withProvider(ctx, argv.provider as string | undefined, async (provider) => {
-            const app = argv.app as string | undefined;
-            const env = argv.env as string | undefined;
-            if (env !== undefined && app === undefined) {
-              throw usage('--env needs --app', 'Example: ferry keys create --app my-app --env prod');
-            }
-            const key = newSecret('fy');
-            const record = {
-              id: `key-${randomBytes(4).toString('hex')}`,
-              name: String(argv.name),
-              hash: hashKey(key),
-              createdAt: Date.now(),
-              ...(app !== undefined ? { app } : {}),
-              ...(env !== undefined ? { env } : {}),
-            };
-            await provider.control.putApiKey(record);
-            const scope = describeScope(scopeOf(record));
-            if (argv.json)
-              return ctx.reporter.json({ id: record.id, name: record.name, scope: { app, env }, key });
-            ctx.reporter.line(
-              `Created key ${record.id} (${record.name}, ${scope}). It is shown once: store it now.`,
+        if (argv.all) {
+          if (name) throw usage('Give an endpoint name or --all, not both');
+          // Run inside a project, --all means that project's app; every app only when asked.
+          const everywhere = argv.everywhere && typeof argv.app !== 'string';
+          const scope = everywhere ? filter : { ...filter, app: defaultApp(ctx, argv.app) };
+          const endpoints = await provider.control.listEndpoints(scope);
+          if (endpoints.length === 0) {
+            return ctx.reporter.out(
+              everywhere ? 'No endpoints to remove.' : `No endpoints of app '${scope.app}' to remove.`,
             );
-            ctx.reporter.out(key);
-          }),
-      })
-      .command({
-        command: 'list',
-        describe: 'List API keys (never the keys themselves)',
-        builder: (y2) => y2.option('json', jsonFlag),
-        handler: (argv) =>
-          withProvider(ctx, argv.provider as string | undefined, async (provider) => {
-            const keys = (await provider.control.listApiKeys()).map((k) => ({
-              id: k.id,
-              name: k.name,
-              scope: describeScope(scopeOf(k)),
-              createdAt: iso(k.createdAt),
-            }));
-            if (argv.json) return ctx.reporter.json(keys);
-            if (keys.length === 0) return ctx.reporter.out('No keys: `ferry keys create`.');
-            for (const line of table([
-              ['ID', 'NAME', 'SCOPE', 'CREATED'],
-              ...keys.map((k) => [k.id, k.name, k.scope, k.createdAt]),
-            ]))
-              ctx.reporter.out(line);
-          }),
-      })
-      .command({
-        command: 'revoke <id>',
-        describe: 'Revoke an API key',
-        builder: (y2) => y2.positional('id', { type: 'string', demandOption: true }).option('json', jsonFlag),
-        handler: (argv) =>
-          withProvider(ctx, argv.provider as string | undefined, async (provider) => {
-            const id = String(argv.id);
-            if (!(await provider.control.listApiKeys()).some((k) => k.id === id)) {
-              throw new FerryError('not_found', `No API key with id '${id}'`, {
-                hint: 'See `ferry keys list`.',
+          }
+          if (!argv.force) {
+            const where = everywhere ? 'in every app' : `of app '${scope.app}'`;
+            ctx.reporter.line(
+              `This removes ${endpoints.length} endpoints ${where}: ${endpoints.map((e) => `${e.name} (${e.env})`).join(', ')}`,
+            );
+            const typed = await ask(ctx.io, 'Type DELETE ALL to confirm: ');
+            if (typed !== 'DELETE ALL') {
+              throw new FerryError('failed', 'Cancelled: nothing was deleted', {
+                hint: 'Type DELETE ALL exactly, or pass --force.',
               });
             }
-            await provider.control.deleteApiKey(id);
-            if (argv.json) return ctx.reporter.json({ id, revoked: true });
-            ctx.reporter.out(`✓ Revoked ${id}`);
-          }),
-      })
-      .demandCommand(1, 'Choose a command: create, list or revoke')
-      .example('$0 keys create --name ci', 'A key for CI, printed once on stdout')
-      .example('$0 keys create --name shop-prod --app shop --env prod', 'A key for one app environment only'),
-  handler: () => {},
-});
+          }
+          const deleted = await removeEndpoints(ctx, provider, endpoints, 'Undeploy incomplete');
+          if (argv.json) return ctx.reporter.json(deleted.map((r) => ({ id: r.id, name: r.name })));
+          return ctx.reporter.out(`✓ Removed ${deleted.length} endpoints`);
+        }
+        if (!name)
+          throw usage(
+            'Which endpoint?',
+            'Run `ferry undeploy list`, then `ferry undeploy <name>`, or use --all.',
+          );
+        const byId = await provider.control.getEndpoint(name);
+        const matches = byId
+          ? [byId]
+          : (await provider.control.listEndpoints(filter)).filter((e) => e.name === name);
+        if (matches.length === 0) {
+          throw new FerryError('not_found', `No deployed endpoint named '${name}'`, {
+            hint: 'See `ferry undeploy list`.',
+          });
+        }
+        if (matches.length > 1) {
+          throw usage(
+            `'${name}' is deployed in several places: ${matches.map((m) => `${m.app}/${m.env}`).join(', ')}`,
+            'Choose with --app and --env.',
+          );
+        }
+        const target = matches[0]!;
+        await confirmOrForce(
+          ctx,
+          Boolean(argv.force),
+          `Remove endpoint '${target.name}' (${target.id}) of ${target.app}/${target.env}?`,
+        );
+        await removeEndpoints(ctx, provider, [target], 'Undeploy failed');
+        if (argv.json) return ctx.reporter.json({ id: target.id, name: target.name });
+        ctx.reporter.out(`✓ Removed ${target.name} (${target.id})`);
+      }),
+  });
+
+export const keysCommand = (ctx: CliContext): CommandModule =>
+  defineCommand({
+    command: 'keys <command>',
+    describe: 'Manage API keys',
+    builder: (y) =>
+      y
+        .command({
+          command: 'create',
+          describe: 'Create an API key (printed once)',
+          builder: (y2) =>
+            y2
+              .option('name', { type: 'string', default: 'cli', describe: 'A label' })
+              .option('app', { type: 'string', describe: 'Only this app’s endpoints (default: every app)' })
+              .option('env', { type: 'string', describe: 'Only this environment of --app' })
+              .option('json', jsonFlag),
+          handler: (argv) =>
+            withProvider(ctx, argv.provider, async (provider) => {
+              const app = argv.app;
+              const env = argv.env;
+              if (env !== undefined && app === undefined) {
+                throw usage('--env needs --app', 'Example: ferry keys create --app my-app --env prod');
+              }
+              const key = newSecret('fy');
+              const record = {
+                id: `key-${randomBytes(4).toString('hex')}`,
+                name: argv.name,
+                hash: hashKey(key),
+                createdAt: Date.now(),
+                ...(app !== undefined ? { app } : {}),
+                ...(env !== undefined ? { env } : {}),
+              };
+              await provider.control.putApiKey(record);
+              const scope = describeScope(scopeOf(record));
+              if (argv.json)
+                return ctx.reporter.json({ id: record.id, name: record.name, scope: { app, env }, key });
+              ctx.reporter.line(
+                `Created key ${record.id} (${record.name}, ${scope}). It is shown once: store it now.`,
+              );
+              ctx.reporter.out(key);
+            }),
+        })
+        .command({
+          command: 'list',
+          describe: 'List API keys (never the keys themselves)',
+          builder: (y2) => y2.option('json', jsonFlag),
+          handler: (argv) =>
+            withProvider(ctx, argv.provider, async (provider) => {
+              const keys = (await provider.control.listApiKeys()).map((k) => ({
+                id: k.id,
+                name: k.name,
+                scope: describeScope(scopeOf(k)),
+                createdAt: iso(k.createdAt),
+              }));
+              if (argv.json) return ctx.reporter.json(keys);
+              if (keys.length === 0) return ctx.reporter.out('No keys: `ferry keys create`.');
+              for (const line of table([
+                ['ID', 'NAME', 'SCOPE', 'CREATED'],
+                ...keys.map((k) => [k.id, k.name, k.scope, k.createdAt]),
+              ]))
+                ctx.reporter.out(line);
+            }),
+        })
+        .command({
+          command: 'revoke <id>',
+          describe: 'Revoke an API key',
+          builder: (y2) =>
+            y2.positional('id', { type: 'string', demandOption: true }).option('json', jsonFlag),
+          handler: (argv) =>
+            withProvider(ctx, argv.provider, async (provider) => {
+              const id = argv.id;
+              if (!(await provider.control.listApiKeys()).some((k) => k.id === id)) {
+                throw new FerryError('not_found', `No API key with id '${id}'`, {
+                  hint: 'See `ferry keys list`.',
+                });
+              }
+              await provider.control.deleteApiKey(id);
+              if (argv.json) return ctx.reporter.json({ id, revoked: true });
+              ctx.reporter.out(`✓ Revoked ${id}`);
+            }),
+        })
+        .demandCommand(1, 'Choose a command: create, list or revoke')
+        .example('$0 keys create --name ci', 'A key for CI, printed once on stdout')
+        .example(
+          '$0 keys create --name shop-prod --app shop --env prod',
+          'A key for one app environment only',
+        ),
+    handler: () => {},
+  });

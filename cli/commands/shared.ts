@@ -1,5 +1,5 @@
 /** Flags that several commands share, declared once. */
-import type { Argv } from 'yargs';
+import type { Argv, CommandModule } from 'yargs';
 import { usage } from '../../core/errors.js';
 import { pythonVersions } from '../../core/manifest.js';
 import type { BuildOptions } from '../build/index.js';
@@ -71,3 +71,16 @@ export const jsonFlag = {
   default: false,
   describe: 'Print the result as JSON on stdout',
 } as const;
+
+/** The flags every command sees (declared global in cli/main.ts). */
+export interface GlobalFlags {
+  provider?: string | undefined;
+}
+
+/**
+ * A command whose handler's argv is typed from its builder and the global flags, so handlers read
+ * flags without casts. The command table holds them as plain CommandModules.
+ */
+export function defineCommand<U>(module: CommandModule<GlobalFlags, U>): CommandModule {
+  return module as unknown as CommandModule;
+}

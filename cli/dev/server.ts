@@ -12,7 +12,8 @@ import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { FerryError } from '../../core/errors.js';
 import { isFinal } from '../../core/job.js';
-import type { ManifestEndpoint } from '../../core/manifest.js';
+import type { ManifestEndpoint, Route } from '../../core/manifest.js';
+import { type StartFailures, startFailureMessage } from './failures.js';
 import type { LiveEndpoints } from './state.js';
 
 export interface DevRoute {
@@ -25,6 +26,30 @@ export interface DevRoute {
   kind: 'queue' | 'lb';
   summary: string | undefined;
   params: string[];
+  /** A class endpoint's method this route calls (sent as input["method"]). */
+  classMethod?: string;
+  /** The signature's parameters with types and defaults, for the OpenAPI document. */
+  inputs?: CallableInput[];
+}
+
+type CallableInput = NonNullable<Route['inputs']>[number];
+
+/** JSON Schema of a call's arguments: types from the hints, defaults, and what is required. */
+function inputSchema(route: DevRoute): Record<string, unknown> {
+  if (!route.inputs) {
+    return { type: 'object', properties: Object.fromEntries(route.params.map((p) => [p, {}])) };
+  }
+  const properties = Object.fromEntries(
+    route.inputs.map((input) => [
+      input.name,
+      {
+        ...(input.type ? { type: input.type } : {}),
+        ...(input.default !== undefined ? { default: input.default } : {}),
+      },
+    ]),
+  );
+  const required = route.inputs.filter((i) => i.required).map((i) => i.name);
+  return { type: 'object', properties, ...(required.length > 0 ? { required } : {}) };
 }
 
 const prefixOf = (endpoint: ManifestEndpoint) => `/${endpoint.module.split('.').join('/')}`;
@@ -40,6 +65,25 @@ export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
     if (endpoint.kind === 'queue') {
       const several = (queueCountByFile.get(endpoint.file) ?? 0) > 1;
       const fn = endpoint.target?.name ?? endpoint.name;
+      const methods = endpoint.target?.methods ?? [];
+      if (methods.length > 1) {
+        // A class with several public methods: one route each, like Flash's dev server.
+        const base = several ? `${prefix}/${fn}` : prefix;
+        for (const method of methods) {
+          routes.push({
+            method: 'POST',
+            path: `${base}/${method.name}/runsync`,
+            prefix,
+            endpoint: endpoint.name,
+            kind: 'queue',
+            summary: method.summary,
+            params: method.params,
+            ...(method.inputs ? { inputs: method.inputs } : {}),
+            classMethod: method.name,
+          });
+        }
+        continue;
+      }
       routes.push({
         method: 'POST',
         path: several ? `${prefix}/${fn}/runsync` : `${prefix}/runsync`,
@@ -48,6 +92,7 @@ export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
         kind: 'queue',
         summary: endpoint.target?.summary,
         params: endpoint.target?.params ?? [],
+        ...(endpoint.target?.inputs ? { inputs: endpoint.target.inputs } : {}),
       });
     } else {
       for (const route of endpoint.routes ?? []) {
@@ -59,6 +104,7 @@ export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
           kind: 'lb',
           summary: route.summary,
           params: route.params,
+          ...(route.inputs ? { inputs: route.inputs } : {}),
         });
       }
     }
@@ -68,6 +114,7 @@ export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
 
 export interface DevServerOptions {
   live: LiveEndpoints;
+  failures?: StartFailures;
   platformUrl: string;
   apiKey: string;
   log: (line: string) => void;
@@ -106,14 +153,35 @@ async function runQueueJob(
     return reply.code(400).send({ error: 'The body needs the wrapper {"input": {...}}' });
   }
   const record = await options.live.ensure(route.endpoint);
-  let job = await callPlatform(options, 'POST', `/v2/${record.id}/runsync`, { input: body.input });
-  if (job.status !== 200) return reply.code(job.status).send(job.body);
-  // runsync answers {id, status} when its wait runs out; keep waiting, the dev server has no gateway limit.
+  const failed = options.failures?.current(record.id);
+  if (failed !== undefined) return startFailed(options, route, reply, failed);
+  const input = route.classMethod
+    ? { ...(body.input as Record<string, unknown>), method: route.classMethod }
+    : body.input;
+  // A worker that cannot start fails the request at once (it would otherwise wait in the queue).
+  const watch = options.failures?.next(record.id);
+  let job = await callPlatform(options, 'POST', `/v2/${record.id}/run`, { input });
+  if (job.status !== 200) {
+    watch?.cancel();
+    return reply.code(job.status).send(job.body);
+  }
   let current = job.body as { id: string; status: string; output?: unknown; error?: unknown };
-  while (!isFinal(current.status)) {
-    job = await callPlatform(options, 'POST', `/v2/${record.id}/status-sync/${current.id}?wait=60000`);
-    if (job.status !== 200) return reply.code(job.status).send(job.body);
-    current = job.body as typeof current;
+  const gaveUp = watch?.failed.then((output) => ({ output }));
+  try {
+    // The dev server has no gateway limit: keep waiting until the job ends.
+    while (!isFinal(current.status)) {
+      const polled = callPlatform(options, 'POST', `/v2/${record.id}/status-sync/${current.id}?wait=60000`);
+      const first = await (gaveUp ? Promise.race([polled, gaveUp]) : polled);
+      if ('output' in first) {
+        await callPlatform(options, 'POST', `/v2/${record.id}/cancel/${current.id}`);
+        return startFailed(options, route, reply, first.output);
+      }
+      job = first;
+      if (job.status !== 200) return reply.code(job.status).send(job.body);
+      current = job.body as typeof current;
+    }
+  } finally {
+    watch?.cancel();
   }
   options.log(`${route.method} ${route.path} → ${current.status}`);
   return reply.send({
@@ -124,6 +192,12 @@ async function runQueueJob(
   });
 }
 
+function startFailed(options: DevServerOptions, route: DevRoute, reply: FastifyReply, output: string) {
+  const message = startFailureMessage(route.endpoint, output);
+  options.log(`error: ${route.method} ${route.path}: ${message}`);
+  return reply.code(502).send({ error: message });
+}
+
 async function proxyRoute(
   options: DevServerOptions,
   route: DevRoute,
@@ -131,14 +205,21 @@ async function proxyRoute(
   reply: FastifyReply,
 ) {
   const record = await options.live.ensure(route.endpoint);
+  const failed = options.failures?.current(record.id);
+  if (failed !== undefined) return startFailed(options, route, reply, failed);
   const suffix = request.url.slice(route.prefix.length) || '/';
   const hasBody = request.method !== 'GET' && request.method !== 'DELETE' && request.body !== undefined;
-  const result = await callPlatform(
+  const watch = options.failures?.next(record.id);
+  const call = callPlatform(
     options,
     request.method,
     `/lb/${record.id}${suffix}`,
     hasBody ? request.body : undefined,
   );
+  const first = await (watch ? Promise.race([call, watch.failed.then((output) => ({ output }))]) : call);
+  watch?.cancel();
+  if ('output' in first) return startFailed(options, route, reply, first.output);
+  const result = first;
   options.log(`${route.method} ${route.path} → ${result.status}`);
   reply.code(result.status);
   if (result.contentType) reply.header('content-type', result.contentType);
@@ -174,22 +255,21 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
     routes: routes.map((r) => `${r.method} ${r.path}`),
   }));
   for (const route of routes) {
-    const paramsSchema = Object.fromEntries(
-      route.params.filter((p) => !p.startsWith('*')).map((p) => [p, {}]),
-    );
     const schema: Record<string, unknown> = {
       summary: route.summary ?? `${route.endpoint}`,
       tags: [route.prefix.slice(1)],
     };
+    const args = inputSchema(route);
     if (route.method !== 'GET' && route.method !== 'DELETE') {
       schema.body =
-        route.kind === 'queue'
-          ? {
-              type: 'object',
-              required: ['input'],
-              properties: { input: { type: 'object', properties: paramsSchema } },
-            }
-          : { type: 'object', properties: paramsSchema };
+        route.kind === 'queue' ? { type: 'object', required: ['input'], properties: { input: args } } : args;
+    } else if (Object.keys(args.properties as object).length > 0) {
+      // Query parameters, without the path's own.
+      const pathParams = new Set([...route.path.matchAll(/:([A-Za-z_][A-Za-z0-9_]*)/g)].map((m) => m[1]));
+      const properties = Object.fromEntries(
+        Object.entries(args.properties as Record<string, unknown>).filter(([k]) => !pathParams.has(k)),
+      );
+      if (Object.keys(properties).length > 0) schema.querystring = { type: 'object', properties };
     }
     try {
       app.route({
@@ -207,8 +287,35 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
       );
     }
   }
+  // Scripts and other services reach the live endpoints here too, with their own key: the v2 API
+  // (by id or by name, docs/python.md) and load-balanced routes, passed through to the platform.
+  const passThrough = async (request: FastifyRequest, reply: FastifyReply) => {
+    const headers: Record<string, string> = {};
+    if (request.headers.authorization) headers.authorization = request.headers.authorization;
+    if (request.body !== undefined) headers['content-type'] = 'application/json';
+    const response = await fetch(`${options.platformUrl}${request.url}`, {
+      method: request.method,
+      headers,
+      ...(request.body !== undefined ? { body: JSON.stringify(request.body) } : {}),
+    });
+    reply.code(response.status);
+    const type = response.headers.get('content-type');
+    if (type) reply.header('content-type', type);
+    return reply.send(Buffer.from(await response.arrayBuffer()));
+  };
+  const hidden = { schema: { hide: true } };
+  for (const url of ['/v2/*', '/lb/*'])
+    app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url, ...hidden, handler: passThrough });
+  // The OpenAPI document at the path tools look for first, beside Swagger UI's /docs/json.
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   app.setErrorHandler((error, _request, reply) => {
     const message = error instanceof Error ? error.message : String(error);
+    // The client's mistakes (a body that is not JSON, too large) keep their 4xx; the rest is ours.
+    const status = (error as { statusCode?: number }).statusCode;
+    if (status !== undefined && status >= 400 && status < 500) {
+      void reply.code(status).send({ error: message });
+      return;
+    }
     options.log(`error: ${message}`);
     void reply.code(502).send({ error: message });
   });

@@ -85,6 +85,8 @@ export class LiveEndpoints {
       snapshot: ScanSnapshot;
       /** Tell the worker pools to look now instead of at their next tick. */
       reconcile: () => Promise<void>;
+      /** The worker command for an endpoint (its dependencies' venv), or undefined for the default. */
+      workerCommand?: (endpoint: ManifestEndpoint) => Promise<string[] | undefined>;
       onChange?: (name: string, outcome: ProvisionOutcome, record: EndpointRecord) => void;
     },
   ) {
@@ -119,10 +121,12 @@ export class LiveEndpoints {
       (await this.options.control.listEndpoints({ app: devApp(this.options.projectDir), env: devEnv })).find(
         (r) => r.name === liveName,
       );
+    const command = await this.options.workerCommand?.(endpoint);
     const config: EndpointConfig = {
       endpoint,
       pythonVersion: this.#snapshot.pythonVersion,
       codeDir: path.resolve(this.options.projectDir),
+      ...(command ? { command } : {}),
     };
     const nowMs = Date.now();
     const record: EndpointRecord = {

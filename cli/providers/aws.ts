@@ -21,9 +21,9 @@
 import path from 'node:path';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
-import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { z } from 'zod';
-import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
+import { DynamoControlStore, documentClient } from '../../core/adapters/aws/dynamo.js';
 import { S3BlobStore, s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { endpointConfigOf, endpointConfigSchema } from '../../core/deployment.js';
 import { FerryError, usage } from '../../core/errors.js';
@@ -122,7 +122,7 @@ export function awsClientsFromEnv(env: NodeJS.ProcessEnv): AwsClients {
   const dynamo = new DynamoDBClient(
     env.FERRY_DYNAMODB_ENDPOINT ? { endpoint: env.FERRY_DYNAMODB_ENDPOINT } : {},
   );
-  const doc = DynamoDBDocumentClient.from(dynamo, { marshallOptions: { removeUndefinedValues: true } });
+  const doc = documentClient(dynamo);
   const s3 = new S3Client({
     ...s3ClientConfig,
     ...(env.FERRY_S3_ENDPOINT ? { endpoint: env.FERRY_S3_ENDPOINT, forcePathStyle: true } : {}),

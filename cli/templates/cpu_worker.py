@@ -23,6 +23,8 @@ async def cpu_hello(input_data: dict) -> dict:
 
 
 if __name__ == "__main__":
+    # Calls the endpoint: the job runs in one of its workers (`ferry dev` or a deployed app must be
+    # running; `ferry sdk install` makes `ferry` importable here). <function>.local(...) runs it in this process.
     import asyncio
 
     print(asyncio.run(cpu_hello({"message": "local test"})))

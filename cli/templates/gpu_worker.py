@@ -36,6 +36,8 @@ async def gpu_hello(input_data: dict) -> dict:
 
 
 if __name__ == "__main__":
+    # Calls the endpoint: the job runs in one of its workers (`ferry dev` or a deployed app must be
+    # running; `ferry sdk install` makes `ferry` importable here). <function>.local(...) runs it in this process.
     import asyncio
 
     print(asyncio.run(gpu_hello({"message": "local test"})))

@@ -234,8 +234,9 @@ export class EndpointService extends Construct {
       bucketFindingName: platform.bucketNameExport,
       ...(props.queues ? { queues: [props.queues.queue, props.queues.lowQueue] } : {}),
     });
-    // `secrets:` of the manifest (names of ferry/<app>/<env>/<NAME> in Secrets Manager).
-    const secretNames = (endpoint as { secrets?: readonly string[] }).secrets ?? [];
+    // The endpoint's `secrets` (names of ferry/<app>/<env>/<NAME> in Secrets Manager), read where the
+    // manifest's resources carry them once the field is in resourcesSchema (issue 13).
+    const secretNames = (resources as { secrets?: readonly string[] }).secrets ?? [];
     const workerUserSecrets = userSecrets(this, {
       appName: props.appName,
       envName: props.envName,
@@ -309,7 +310,8 @@ export class EndpointService extends Construct {
         workerSecrets: { ...workerUserSecrets, ...token.workerSecrets },
       };
     }
-    // Clients' keys are checked by the agent with its role: KEY#<hash> items of the control table.
+    // With its role (infra/isolation.ts): KEY#<hash> items of the control table, and its own worker
+    // record (requests in flight for the scaler, worker-image/agent/lb.ts).
     const agentEnv = {
       ...agentBase,
       ...access.environment,

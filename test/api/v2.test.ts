@@ -267,13 +267,10 @@ describe('worker protocol', () => {
     expect(batch.map((j) => j.input.i)).toEqual([0, 1, 2]);
   });
 
-  it('job-done over 20 MB is a 400; bad JSON is a 400; unknown job is a 404', async () => {
+  it('bad JSON on job-done is a 400; unknown job is a 404; over 20 MB is a 400 that fails the job', async () => {
     const { id, worker } = await freshEndpoint();
     const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });
     await worker.take();
-    const big = await worker.done(body.id, { output: 'x'.repeat(20 * 1024 * 1024 + 10) });
-    expect(big.status).toBe(400);
-    expect(big.body.error).toMatch(/limit/);
     const res = await fetch(
       `${platform.url}/v2/${id}/job-done/${worker.workerId}/${body.id}?isStream=false`,
       {
@@ -285,6 +282,13 @@ describe('worker protocol', () => {
     expect(res.status).toBe(400);
     expect((await worker.done('missing', { output: 1 })).status).toBe(404);
     expect((await call(base, 'GET', `/${id}/status/${body.id}`)).body.status).toBe('IN_PROGRESS');
+    const big = await worker.done(body.id, { output: 'x'.repeat(20 * 1024 * 1024 + 10) });
+    expect(big.status).toBe(400);
+    expect(big.body.error).toMatch(/limit/);
+    // The result can never be stored: the job ends now rather than run again (docs/security.md).
+    const after = (await call(base, 'GET', `/${id}/status/${body.id}`)).body;
+    expect(after.status).toBe('FAILED');
+    expect(after.error).toMatch(/limit/);
   });
 
   it('stream always carries `stream`, hands each chunk out once and splits chunks over 1 MB', async () => {

@@ -14,6 +14,7 @@
  * (docs/security-aws.md).
  */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { GetObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { App, Stack } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
@@ -44,7 +45,7 @@ const mine = 'mineaaaaaaaaa1';
 const theirs = 'theirsbbbbbbb2';
 
 /** The agent role's statements for `endpointId`, from a synthesized template. */
-function agentPolicy(endpointId: string, tables: Record<DynamoTable, string>): Statement[] {
+function agentPolicy(endpointId: string, tables: Record<DynamoTable, string>, bucket: string): Statement[] {
   const stack = new Stack(new App(), 'Scope');
   const taskRole = new iam.Role(stack, 'TaskRole', {
     assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
@@ -58,8 +59,8 @@ function agentPolicy(endpointId: string, tables: Record<DynamoTable, string>): S
     kind: 'queue',
     taskRole,
     tables: { jobs: ref('jobs'), chunks: ref('chunks'), workers: ref('workers'), control: ref('control') },
-    bucketName: 'bucket',
-    bucketFindingName: 'bucket',
+    bucketName: bucket,
+    bucketFindingName: bucket,
     queues: [],
   });
   return statementsOf(Template.fromStack(stack), access.role);
@@ -107,14 +108,28 @@ function conditionHolds(
   return true;
 }
 
+/** A template's resource as text: `Fn::Join` with the partition filled in, as on AWS. */
+function resolve(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  const join = (value as { 'Fn::Join'?: [string, unknown[]] })['Fn::Join'];
+  if (join) {
+    const parts = join[1].map((part) =>
+      JSON.stringify(part) === JSON.stringify({ Ref: 'AWS::Partition' }) ? 'aws' : resolve(part),
+    );
+    return parts.every((p) => p !== undefined) ? parts.join(join[0]) : undefined;
+  }
+  return undefined;
+}
+
 function allowed(statements: Statement[], access: Access): boolean {
   return statements.some(
     (s) =>
       s.Effect === 'Allow' &&
       list(s.Action).includes(access.action) &&
-      list(s.Resource as string | string[]).some(
-        (r) => typeof r === 'string' && stringLike(r, access.resource),
-      ) &&
+      list(s.Resource).some((r) => {
+        const arn = resolve(r);
+        return arn !== undefined && stringLike(arn, access.resource);
+      }) &&
       conditionHolds(s.Condition as Record<string, Record<string, unknown>> | undefined, access),
   );
 }
@@ -197,25 +212,50 @@ function gatedDynamo(endpoint: string, tables: Record<DynamoTable, string>, stat
   return { client, decisions };
 }
 
+/** An S3 client whose object calls must pass `statements` first (no condition keys involved). */
+function gatedS3(endpoint: string, statements: Statement[]) {
+  const client = s3ClientFor(endpoint);
+  const decisions: { operation: string; key: string; allowed: boolean }[] = [];
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      const operation = String(context.commandName).replace(/Command$/, '');
+      const input = args.input as { Bucket?: string; Key?: string };
+      const access: Access = {
+        action: `s3:${operation}`,
+        resource: `arn:aws:s3:::${input.Bucket}/${input.Key}`,
+        leadingKeys: [],
+      };
+      const ok = input.Key !== undefined && allowed(statements, access);
+      decisions.push({ operation, key: input.Key ?? '', allowed: ok });
+      if (!ok) throw new AccessDenied(`not authorized to perform s3:${operation}`);
+      return next(args);
+    },
+    { step: 'initialize', name: 'iamGate' },
+  );
+  return { client, decisions };
+}
+
 // ── the test ──────────────────────────────────────────────────────────────────────────────────────
 
 let box: AwsBox;
 let gate: ReturnType<typeof gatedDynamo>;
 let agent: Agent;
 let sqsClient: ReturnType<typeof sqsClientFor>;
-let s3Client: ReturnType<typeof s3ClientFor>;
+let s3Gate: ReturnType<typeof gatedS3>;
 
 beforeAll(async () => {
-  box = await startAwsBox({ workerWaitMs: 1_000 });
+  // The deployed stacks' blob prefix (''), which the agent role's S3 grant is written for.
+  box = await startAwsBox({ workerWaitMs: 1_000, blobPrefix: '' });
   await box.addEndpoint(mine);
   await box.addEndpoint(theirs);
-  const { tables } = box.fixture;
-  gate = gatedDynamo(box.fixture.dynamo.endpoint, tables, agentPolicy(mine, tables));
+  const { tables, bucket } = box.fixture;
+  const policy = agentPolicy(mine, tables, bucket);
+  gate = gatedDynamo(box.fixture.dynamo.endpoint, tables, policy);
+  s3Gate = gatedS3(box.fixture.fauxqs.endpoint, policy);
   sqsClient = sqsClientFor(box.fixture.fauxqs.endpoint);
-  s3Client = s3ClientFor(box.fixture.fauxqs.endpoint);
   agent = await startAgent({
     endpointId: mine,
-    clients: { dynamo: gate.client, sqs: sqsClient, s3: s3Client },
+    clients: { dynamo: gate.client, sqs: sqsClient, s3: s3Gate.client },
     tables,
     queueUrlFor: queueUrls(sqsClient, box.env.FERRY_QUEUE_NAME_PREFIX),
     bucket: box.fixture.bucket,
@@ -232,7 +272,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await agent?.close();
-  for (const c of [gate?.client, sqsClient, s3Client]) c?.destroy();
+  for (const c of [gate?.client, sqsClient, s3Gate?.client]) c?.destroy();
   await box?.stop();
 });
 
@@ -258,20 +298,34 @@ describe("an agent with its endpoint's role", () => {
     expect(await submit(mine, { n: 0 })).toMatch(new RegExp(`^${mine}-[0-9a-f-]{36}-u1$`));
   });
 
-  it("runs its own endpoint's jobs end to end, every DynamoDB call allowed by the policy", async () => {
-    const id = await submit(mine, { n: 1 });
+  it("runs its own endpoint's jobs end to end (big payloads, streams), every call allowed by the policy", async () => {
+    const small = await submit(mine, { n: 1 });
+    // Over the item's inline budget: the input goes to S3 (API) and the output too (agent).
+    const big = await submit(mine, { echo: 'x'.repeat(200 * 1024) });
+    const streamed = await submit(mine, { chunks: ['a', 'b', 'c'] });
     const worker = new ProtocolWorker(agent.url, mine, agent.workerToken, agent.workerId).serve();
     try {
-      await expect
-        .poll(async () => (await statusOf(mine, id)).status, { timeout: 30_000, interval: 200 })
-        .toBe('COMPLETED');
+      for (const id of [small, big, streamed]) {
+        await expect
+          .poll(async () => (await statusOf(mine, id)).status, { timeout: 30_000, interval: 200 })
+          .toBe('COMPLETED');
+      }
     } finally {
       await worker.stop();
     }
-    expect(gate.decisions.length).toBeGreaterThan(0);
     expect(gate.decisions.filter((d) => !d.allowed)).toEqual([]);
-    // It did touch job items: the policy was exercised, not bypassed.
-    expect(gate.decisions.some((d) => d.operation === 'PutItem' && d.keys.includes(id))).toBe(true);
+    expect(s3Gate.decisions.filter((d) => !d.allowed)).toEqual([]);
+    // The policy was exercised, not bypassed: job items, chunks and payload objects went through it.
+    expect(gate.decisions.some((d) => d.operation === 'PutItem' && d.keys.includes(small))).toBe(true);
+    const touched = (operation: string, id: string) =>
+      s3Gate.decisions.some((d) => d.operation === operation && d.key.startsWith(`payloads/${id}/`));
+    expect(
+      gate.decisions.some(
+        (d) => d.keys.includes(streamed) && d.operation !== 'GetItem' && d.operation !== 'PutItem',
+      ),
+    ).toBe(true);
+    expect(touched('GetObject', big)).toBe(true);
+    expect(touched('PutObject', big)).toBe(true);
   });
 
   it("is refused every read and write of another endpoint's job, chunks and workers; the job is unchanged", async () => {
@@ -283,7 +337,7 @@ describe("an agent with its endpoint's role", () => {
       marshallOptions: { removeUndefinedValues: true },
     });
     const blobs = new S3BlobStore({
-      client: s3Client,
+      client: s3Gate.client,
       bucket: box.fixture.bucket,
       prefix: box.env.FERRY_BLOB_PREFIX,
     });
@@ -293,9 +347,9 @@ describe("an agent with its endpoint's role", () => {
 
     await expect(store.get(victim, Date.now())).rejects.toMatchObject(denied);
     await expect(store.listByStatus(theirs, 'IN_QUEUE', Date.now(), 10)).rejects.toMatchObject(denied);
-    await expect(
-      store.update(before!, { status: 'COMPLETED', output: 'forged' }),
-    ).rejects.toMatchObject(denied);
+    await expect(store.update(before!, { status: 'COMPLETED', output: 'forged' })).rejects.toMatchObject(
+      denied,
+    );
     await expect(store.appendStream(victim, ['forged chunk'])).rejects.toMatchObject(denied);
     // A forged id that merely contains this endpoint's id does not help: the key must start with it.
     await expect(store.get(`${theirs}-${mine}-x`, Date.now())).rejects.toMatchObject(denied);
@@ -311,5 +365,16 @@ describe("an agent with its endpoint's role", () => {
 
     const after = await box.fixture.jobs().get(victim, Date.now());
     expect(after).toEqual(before);
+
+    // Their big input sits in S3 under their job id: out of reach too.
+    const bigVictim = await submit(theirs, { secret: 'y'.repeat(200 * 1024) });
+    const listed = await box.fixture.s3.send(
+      new ListObjectsV2Command({ Bucket: box.fixture.bucket, Prefix: `payloads/${bigVictim}/` }),
+    );
+    const key = listed.Contents?.[0]?.Key;
+    expect(key).toBeDefined();
+    await expect(
+      s3Gate.client.send(new GetObjectCommand({ Bucket: box.fixture.bucket, Key: key })),
+    ).rejects.toMatchObject(denied);
   });
 });

@@ -54,6 +54,8 @@ export interface AwsBoxOptions {
   maxWaitMs?: number;
   /** How long the agents hold worker long polls. */
   workerWaitMs?: number;
+  /** FERRY_BLOB_PREFIX (default `ferry/`); the deployed stacks use '' (infra/platform-stack.ts). */
+  blobPrefix?: string;
   /** The api Lambda nudges this scaler function (FERRY_SCALER_FUNCTION) through this client. */
   scaler?: { functionName: string; lambda: LambdaClient };
 }
@@ -72,7 +74,7 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
     FERRY_CONTROL_TABLE: fixture.tables.control,
     FERRY_WORKERS_TABLE: fixture.tables.workers,
     FERRY_BUCKET: fixture.bucket,
-    FERRY_BLOB_PREFIX: 'ferry/',
+    FERRY_BLOB_PREFIX: options.blobPrefix ?? 'ferry/',
     FERRY_QUEUE_NAME_PREFIX: 'ferry-',
     FERRY_MAX_WAIT_MS: String(options.maxWaitMs ?? 25_000),
     FERRY_POLL_MS: '200',

@@ -110,9 +110,19 @@ describe('deploy and the control records (--no-serve)', () => {
     expect(declined.code).toBe(1);
     expect(declined.stderr).toContain('Type DELETE ALL to confirm');
     expect(await json(['undeploy', 'list'])).toHaveLength(1);
+    // --all run in the project: only its app, even with another app deployed beside it.
+    const otherApp = await sandbox.run(['deploy', '--no-serve', '--app', 'neighbour'], { cwd: project });
+    expect(otherApp.code, otherApp.stderr).toBe(0);
     const all = await sandbox.run(['undeploy', '--all'], { cwd: project, input: 'DELETE ALL\n' });
     expect(all.code, all.stderr).toBe(0);
+    expect(all.stderr).toContain(`of app '${path.basename(project)}'`);
+    const left = await json(['undeploy', 'list']);
+    expect(left.length).toBeGreaterThan(0);
+    expect(new Set(left.map((e: { app: string }) => e.app))).toEqual(new Set(['neighbour']));
+    const everywhere = await sandbox.run(['undeploy', '--all', '--everywhere', '--force'], { cwd: project });
+    expect(everywhere.code, everywhere.stderr).toBe(0);
     expect(await json(['undeploy', 'list'])).toEqual([]);
+    expect((await sandbox.run(['app', 'delete', 'neighbour', '--force'], { cwd: project })).code).toBe(0);
   });
 
   it('env delete and app delete remove their endpoints first', async () => {

@@ -387,6 +387,12 @@ def envspy():
         'FERRY_MODE',
         'FERRY_MAX_CONCURRENCY',
         'FERRY_PARENT_PID',
+        // Remote calls by name (docs/python.md): the call token reaches only this app and environment.
+        'FERRY_API_URL',
+        'FERRY_CALL_TOKEN',
+        'FERRY_APP',
+        'FERRY_ENV',
+        'FERRY_ENDPOINT_NAME',
       ]).toContain(name);
     }
   });

@@ -10,13 +10,18 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { describe, expect, it } from 'vitest';
 import { FerryError } from '../../core/errors.js';
+import type { Manifest } from '../../core/manifest.js';
+import { AppEnvironmentStack } from '../../infra/app-stack.js';
+import { gpuInstanceFor } from '../../infra/gpu.js';
 import {
   EndpointAgentAccess,
   EndpointWorkerToken,
   endpointKeyPatterns,
+  leadingKeysCondition,
   userSecrets,
 } from '../../infra/isolation.js';
 import { ecsConfigLines } from '../../infra/platform-stack.js';
+import { gpuEndpoint, sampleImages, sampleManifest } from './fixtures.js';
 import { actionsOf, type Statement, statementsOf } from './iam.js';
 
 const account = '123456789012';
@@ -165,13 +170,28 @@ describe('the task role (every container of the task has it)', () => {
 
 describe('the load-balanced agent role', () => {
   const { template, access } = build('lb');
+  const statements = statementsOf(template, access.role);
+
   it('reads only KEY# items of the control table', () => {
-    const statements = statementsOf(template, access.role);
-    expect(statements).toHaveLength(1);
-    expect(statements[0]!.Resource).toBe(tables.control.tableArn);
-    expect(statements[0]!.Condition).toEqual({
+    const reads = only(statements, 'dynamodb:GetItem');
+    expect(reads).toHaveLength(1);
+    expect(reads[0]!.Resource).toBe(tables.control.tableArn);
+    expect(reads[0]!.Condition).toEqual({
       'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['KEY#*'] },
     });
+  });
+
+  it('writes only its own worker records (its load, for the scaler), and nothing else', () => {
+    const writes = only(statements, 'dynamodb:PutItem');
+    expect(writes).toHaveLength(1);
+    expect(writes[0]!.Resource).toBe(tables.workers.tableArn);
+    expect(actionsOf(writes).sort()).toEqual(['dynamodb:DeleteItem', 'dynamodb:PutItem']);
+    expect(writes[0]!.Condition).toEqual(leadingKeysCondition(endpointKeyPatterns(endpointId).workers));
+    expect(writes[0]!.Condition).toEqual({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${endpointId}-*`] },
+      Null: { 'dynamodb:LeadingKeys': 'false' },
+    });
+    expect(statements).toHaveLength(2);
   });
 });
 
@@ -247,5 +267,51 @@ describe('endpoint ids', () => {
 describe('ECS hosts', () => {
   it('block IMDS for awsvpc tasks in the ECS agent config', () => {
     expect(ecsConfigLines).toContain('ECS_AWSVPC_BLOCK_IMDS=true');
+  });
+});
+
+describe('an endpoint with secrets, through the app stack', () => {
+  // resourcesSchema gains `secrets` with issue 13's manifest field; the stack reads it from there.
+  const withSecrets = {
+    ...sampleManifest,
+    endpoints: [{ ...gpuEndpoint, resources: { ...gpuEndpoint.resources, secrets: ['HF_TOKEN'] } }],
+  } as unknown as Manifest;
+  const stack = new AppEnvironmentStack(new App(), 'Ferry-demo-dev', {
+    appName: 'demo',
+    envName: 'dev',
+    manifest: withSecrets,
+    artifact: { key: 'artifacts/demo/dev/fff.tar.gz' },
+    platform: { instanceTypes: [gpuInstanceFor('A10G', 1).instanceType] },
+    images: sampleImages,
+  });
+  const template = Template.fromStack(stack);
+  const deployed = stack.endpoints[0]!;
+  const containers = template.toJSON().Resources[
+    Stack.of(deployed.taskDefinition).getLogicalId(
+      deployed.taskDefinition.node.defaultChild as ecs.CfnTaskDefinition,
+    )
+  ].Properties.ContainerDefinitions as {
+    Name: string;
+    Environment?: { Name: string }[];
+    Secrets?: { Name: string; ValueFrom: unknown }[];
+  }[];
+  const worker = containers.find((c) => c.Name === 'worker')!;
+
+  it('hands the secret to the worker as an ECS secret from ferry/<app>/<env>/<NAME>, not as environment', () => {
+    const hf = worker.Secrets?.find((s) => s.Name === 'HF_TOKEN');
+    expect(JSON.stringify(hf?.ValueFrom)).toContain(':secret:ferry/demo/dev/HF_TOKEN');
+    expect((worker.Environment ?? []).map((e) => e.Name)).not.toContain('HF_TOKEN');
+    for (const c of containers.filter((c) => c.Name !== 'worker')) {
+      expect((c.Secrets ?? []).map((s) => s.Name)).not.toContain('HF_TOKEN');
+    }
+  });
+
+  it('lets only the execution role read it, by its exact name', () => {
+    const readers = Object.values(template.findResources('AWS::IAM::Policy')).filter((p) =>
+      JSON.stringify(p.Properties.PolicyDocument).includes('ferry/demo/dev/HF_TOKEN'),
+    );
+    expect(readers).toHaveLength(1);
+    expect(JSON.stringify(readers[0]!.Properties.Roles)).toContain('ExecutionRole');
+    expect(JSON.stringify(readers[0]!.Properties.PolicyDocument)).toContain('ferry/demo/dev/HF_TOKEN-??????');
   });
 });

@@ -5,9 +5,8 @@
  * engine reads it again. Before this port shape, update read the item first: one GetItem more per
  * transition, and one more again per lost race.
  */
-import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DynamoJobStore } from '../../core/adapters/aws/dynamo.js';
+import { DynamoJobStore, documentClient } from '../../core/adapters/aws/dynamo.js';
 import { LocalChangeFeed } from '../../core/changes.js';
 import { systemClock } from '../../core/clock.js';
 import { JobEngine } from '../../core/engine.js';
@@ -33,7 +32,7 @@ function countedStore() {
     },
     { step: 'initialize', name: 'countCalls' },
   );
-  const doc = DynamoDBDocumentClient.from(client, { marshallOptions: { removeUndefinedValues: true } });
+  const doc = documentClient(client);
   const jobs = new DynamoJobStore({ doc, tables: aws.tables, blobs: aws.blobs('ferry/') });
   const count = (name: string) => calls.filter((call) => call === name).length;
   return { jobs, calls, count, reset: () => calls.splice(0), close: () => client.destroy() };

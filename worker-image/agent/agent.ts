@@ -71,11 +71,12 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { SQSClient } from '@aws-sdk/client-sqs';
-import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import {
   DynamoJobStore,
   type DynamoTableNames,
   DynamoWorkerRegistry,
+  documentClient,
 } from '../../core/adapters/aws/dynamo.js';
 import { S3BlobStore } from '../../core/adapters/aws/s3.js';
 import { type QueueUrlFor, SqsJobQueue } from '../../core/adapters/aws/sqs.js';
@@ -87,7 +88,7 @@ import { JobEngine, type WebhookSender } from '../../core/engine.js';
 import { FerryError, toHttpResponse } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
-import type { Clock, ControlStore, EndpointRecord } from '../../core/ports.js';
+import type { Clock, EndpointDirectory, EndpointRecord } from '../../core/ports.js';
 import { WorkerSupervisor } from '../../core/supervisor.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
 import { drainMs as taskDrainMs } from '../../infra/task-layout.js';
@@ -256,10 +257,7 @@ class AgentServer implements Agent {
     this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
     const leaseMs = options.leaseMs ?? limits.leaseMs;
 
-    // removeUndefinedValues: a JobPatch removes a field by setting it to undefined.
-    this.doc = DynamoDBDocumentClient.from(options.clients.dynamo, {
-      marshallOptions: { removeUndefinedValues: true },
-    });
+    this.doc = documentClient(options.clients.dynamo);
     const blobs = new S3BlobStore({
       client: options.clients.s3,
       bucket: options.bucket,
@@ -362,10 +360,15 @@ class AgentServer implements Agent {
   }
 
   async workerExited(how: { code: number | null; signal: string | null }): Promise<void> {
-    if (this.supervisor.phase(this.workerId) === 'gone') return;
-    this.log.warn(`the worker exited (${how.signal ?? `code ${how.code}`}); its jobs go back to the queue`);
+    const phase = this.supervisor.phase(this.workerId);
+    if (phase === 'gone') return;
+    // Leaving after a refresh_worker job or a drain is the plan; any other exit is a failure.
+    const planned = phase === 'retiring' || phase === 'draining';
+    const exit = how.signal ?? `code ${how.code}`;
+    if (planned) this.log.info(`the worker exited (${exit}) as asked`);
+    else this.log.warn(`the worker exited (${exit}); its jobs go back to the queue`);
     await this.supervisor.exited(this.workerId, how);
-    this.leave(1);
+    this.leave(planned ? 0 : 1);
   }
 
   /** The supervisor killed the worker (a stopped job kept past its grace): requeue, then exit 1. */
@@ -438,12 +441,15 @@ class AgentServer implements Agent {
         ? AbortSignal.any([signal, this.draining.signal, this.closing.signal])
         : AbortSignal.any([signal, this.closing.signal]),
     };
-    if (isTake) this.takesInFlight++;
+    // Only takes that may reach the queue count: once draining, a take is refused before the queue
+    // (held briefly), and a worker that asks again at once must not keep the drain waiting.
+    const counted = isTake && !this.draining.signal.aborted;
+    if (counted) this.takesInFlight++;
     let response: ApiResponse;
     try {
       response = await this.api.handle(apiRequest);
     } finally {
-      if (isTake) this.takesInFlight--;
+      if (counted) this.takesInFlight--;
     }
     return response;
   }
@@ -578,7 +584,7 @@ class AgentServer implements Agent {
  * the control store whether the endpoint exists and is queue-based, so the answer is pinned here
  * rather than read from DynamoDB on every request. Nothing else of the control plane is reachable.
  */
-function pinnedEndpoint(endpointId: string): ControlStore {
+function pinnedEndpoint(endpointId: string): EndpointDirectory {
   const record: EndpointRecord = {
     id: endpointId,
     app: '',
@@ -590,27 +596,10 @@ function pinnedEndpoint(endpointId: string): ControlStore {
     createdAt: 0,
     updatedAt: 0,
   };
-  const refuse = async (): Promise<never> => {
-    throw new FerryError('failed', 'The agent has no control plane');
-  };
   return {
-    putApp: refuse,
-    getApp: async () => undefined,
-    listApps: async () => [],
-    deleteApp: refuse,
-    putEnvironment: refuse,
-    getEnvironment: async () => undefined,
-    listEnvironments: async () => [],
-    deleteEnvironment: refuse,
-    putEndpoint: refuse,
     getEndpoint: async (id) => (id === endpointId ? record : undefined),
-    listEndpoints: async () => [record],
-    deleteEndpoint: refuse,
-    putApiKey: refuse,
-    findApiKeyByHash: async () => undefined,
-    listApiKeys: async () => [],
-    deleteApiKey: refuse,
-    close: async () => {},
+    // The agent serves worker routes only: no name route resolves here.
+    listEndpoints: async () => [],
   };
 }
 

@@ -101,9 +101,6 @@ export const lbAgentEnvSchema = z.object({
   FERRY_DRAIN_MS: ms.max(120_000, 'must be at most 120000 (ECS stopTimeout max)').default(30_000),
 });
 
-/** @deprecated name kept for callers of the queue-only agent: the queue mode's schema. */
-export const agentEnvSchema = queueAgentEnvSchema;
-
 export type QueueAgentEnv = z.infer<typeof queueAgentEnvSchema>;
 export type LbAgentEnv = z.infer<typeof lbAgentEnvSchema>;
 export type ArtifactEnv = z.infer<typeof artifactEnvSchema>;

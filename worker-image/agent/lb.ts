@@ -43,7 +43,7 @@ import {
 import { systemClock } from '../../core/clock.js';
 import { FerryError, toHttpResponse } from '../../core/errors.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
-import type { Clock, ControlStore, WorkerRegistry } from '../../core/ports.js';
+import type { ApiKeyLookup, Clock, WorkerRegistry } from '../../core/ports.js';
 import { listen } from './listen.js';
 
 export interface LbAgentOptions {
@@ -55,7 +55,7 @@ export interface LbAgentOptions {
   app?: string;
   env?: string;
   /** Where API keys live: a DynamoControlStore on the platform's control table. */
-  control: Pick<ControlStore, 'findApiKeyByHash'>;
+  control: ApiKeyLookup;
   /** The worker's port on localhost (its FERRY_PORT). */
   workerPort: number;
   /** Default 127.0.0.1: the worker shares the task's network namespace. */
@@ -127,7 +127,7 @@ class LbAgentServer implements LbAgent {
     this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
     this.workerHost = options.workerHost ?? '127.0.0.1';
     this.auth = new KeyAuthenticator({
-      control: options.control as ControlStore,
+      control: options.control,
       cacheMs: options.keyCacheMs ?? 30_000,
     });
   }

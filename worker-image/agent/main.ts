@@ -13,15 +13,14 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
-import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { DynamoControlStore, DynamoWorkerRegistry } from '../../core/adapters/aws/dynamo.js';
+import { DynamoControlStore, DynamoWorkerRegistry, documentClient } from '../../core/adapters/aws/dynamo.js';
 import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { systemClock } from '../../core/clock.js';
 import { startAgent } from './agent.js';
 import { downloadArtifact } from './artifact.js';
 import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } from './config.js';
-import { watchWorkerContainer } from './ecsWorker.js';
 import { agentCredentials } from './credentials.js';
+import { watchWorkerContainer } from './ecsWorker.js';
 import { startLbAgent } from './lb.js';
 
 const signalled = (): Promise<void> =>
@@ -89,7 +88,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
 
 async function runLb(env: LbAgentEnv): Promise<number> {
   const dynamo = new DynamoDBClient({ region: env.AWS_REGION, credentials: agentCredentials(env) });
-  const doc = DynamoDBDocumentClient.from(dynamo);
+  const doc = documentClient(dynamo);
   const agent = await startLbAgent({
     endpointId: env.FERRY_ENDPOINT_ID,
     app: env.FERRY_APP,

@@ -1,8 +1,12 @@
 """Unit tests: Endpoint validation (every rule) and route registration."""
 
+import inspect
+import os
 import unittest
+from unittest import mock
 
 from ferry import Endpoint
+from ferry.client import RemoteFunction, local_target
 
 
 class ValidationTest(unittest.TestCase):
@@ -107,14 +111,31 @@ class ValidationTest(unittest.TestCase):
 
 
 class QueueDecoratorTest(unittest.TestCase):
-    def test_function_stays_callable_and_carries_the_endpoint(self):
+    def test_outside_its_worker_a_function_becomes_remote_and_carries_the_endpoint(self):
         @Endpoint(gpu="A100", workers=(0, 3))
         def generate(prompt, steps=4):
             return f"{prompt}:{steps}"
 
-        self.assertEqual(generate("cat"), "cat:4")
+        call = generate("cat")  # a job on the endpoint: a coroutine, nothing sent until awaited
+        self.assertTrue(inspect.iscoroutine(call))
+        call.close()
+        self.assertEqual(generate.local("cat"), "cat:4")
         ep = generate.__ferry_endpoint__
-        self.assertEqual((ep.name, ep.kind, ep.target), ("generate", "queue", generate))
+        self.assertEqual((ep.name, ep.kind, ep.target), ("generate", "queue", local_target(generate)))
+
+    def test_inside_its_own_worker_the_function_runs_in_place(self):
+        with mock.patch.dict(os.environ, {"FERRY_ENDPOINT_NAME": "generate"}):
+
+            @Endpoint(gpu="A100")
+            def generate(prompt, steps=4):
+                return f"{prompt}:{steps}"
+
+            @Endpoint(name="other")
+            def other():
+                return 1
+
+        self.assertEqual(generate("cat"), "cat:4")
+        self.assertIsInstance(other, RemoteFunction)
 
     def test_all_function_kinds_and_classes(self):
         async def a():
@@ -131,7 +152,7 @@ class QueueDecoratorTest(unittest.TestCase):
                 return 1
 
         for target in (a, g, ag, Model):
-            self.assertIs(Endpoint(name="n")(target), target)
+            self.assertIs(local_target(Endpoint(name="n")(target)), target)
             self.assertEqual(target.__ferry_endpoint__.kind, "queue")
         self.assertEqual(Endpoint()(Model).__ferry_endpoint__.name, "Model")
 
@@ -177,7 +198,7 @@ class RouteTest(unittest.TestCase):
             [(r.method, r.path) for r in api.routes],
             [("GET", "/health"), ("POST", "/process"), ("PUT", "/a"), ("DELETE", "/a"), ("PATCH", "/a")],
         )
-        self.assertEqual(health(), {"ok": True})  # still callable locally
+        self.assertEqual(health.local(), {"ok": True})  # still callable locally
         self.assertIs(process.__ferry_endpoint__, api)
 
     def test_path_params(self):

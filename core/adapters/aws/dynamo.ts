@@ -37,7 +37,7 @@ import {
 import {
   BatchWriteCommand,
   DeleteCommand,
-  type DynamoDBDocumentClient,
+  DynamoDBDocumentClient,
   GetCommand,
   PutCommand,
   QueryCommand,
@@ -308,6 +308,15 @@ export interface DynamoJobStoreOptions {
   nowMs?: () => number;
   /** Where a store that cannot do its job says so; defaults to console.warn. */
   warn?: (message: string) => void;
+}
+
+/**
+ * The document client every adapter here relies on. removeUndefinedValues: a JobPatch removes a field
+ * by setting it to undefined, and records carry optional fields; without it the SDK throws on them.
+ * Composition roots build their document client here, never by hand.
+ */
+export function documentClient(client: DynamoDBClient): DynamoDBDocumentClient {
+  return DynamoDBDocumentClient.from(client, { marshallOptions: { removeUndefinedValues: true } });
 }
 
 /**

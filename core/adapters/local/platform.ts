@@ -3,6 +3,7 @@
  * v2 API and worker protocol on Fastify, and the sweeper that expires leases and timeouts. This is
  * what `ferry serve`, `ferry dev` and `npm start` run.
  */
+import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { V2Api } from '../../api.js';
@@ -13,6 +14,7 @@ import { type EngineSettings, JobEngine } from '../../engine.js';
 import { FerryError } from '../../errors.js';
 import { defaultPort } from '../../limits.js';
 import { type Logger, silentLogger } from '../../log.js';
+import { callTokenFor } from '../../names.js';
 import type { Clock } from '../../ports.js';
 import { type SupervisorSettings, type WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 import { HttpWebhookSender } from '../../webhooks.js';
@@ -42,10 +44,20 @@ export interface LocalPlatformOptions {
   webhookAllow?: string[];
   /** Timeouts, connection cap and rate limit of the HTTP server (defaults in core/limits.ts). */
   frontDoor?: Partial<FrontDoorLimits>;
+  /** Before a by-name lookup (`ferry dev` provisions live endpoints there). */
+  beforeResolve?: (app: string, env: string, name: string) => Promise<void>;
   /** Run worker pools for the endpoints in the control store. */
   workers?: Omit<
     LocalWorkersOptions,
-    'supervisor' | 'queue' | 'control' | 'blobs' | 'changes' | 'platformUrl' | 'runtimeDir' | 'log'
+    | 'supervisor'
+    | 'queue'
+    | 'control'
+    | 'blobs'
+    | 'changes'
+    | 'platformUrl'
+    | 'runtimeDir'
+    | 'log'
+    | 'callToken'
   > & {
     reconcileIntervalMs?: number;
     /** How long a worker may keep a job it was told to stop before it is killed. */
@@ -99,12 +111,22 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   // Workers of an earlier run of this platform are gone (their tokens died with it): their jobs go
   // back to the queue now rather than when their leases lapse.
   await requeueOrphans(db, engine);
+  // Workers' call tokens (remote calls by name, core/names.ts) are HMACs under this run's secret.
+  const callTokenSecret = randomBytes(32).toString('base64url');
   const auth = new KeyAuthenticator({
     control: db.control,
     staticKeyHashes: options.apiKey ? [hashKey(options.apiKey)] : [],
     workers: supervisor,
+    callTokenSecret,
   });
-  const api = new V2Api({ engine, control: db.control, auth, workerWaitMs: options.workerWaitMs, log });
+  const api = new V2Api({
+    engine,
+    control: db.control,
+    auth,
+    workerWaitMs: options.workerWaitMs,
+    log,
+    beforeResolve: options.beforeResolve,
+  });
   // Any live worker's token, whatever it is for: 'unknown' is the supervisor's answer for no worker.
   const isLiveWorkerToken = (key: string) => supervisor.verify(key, '', '') !== 'unknown';
   let pools: LocalWorkers | undefined;
@@ -144,6 +166,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
       platformUrl: host === '127.0.0.1' || host === '0.0.0.0' || host === 'localhost' ? loopbackUrl : url,
       runtimeDir: join(options.dataDir, 'runtime'),
       log,
+      callToken: (endpointId) => callTokenFor(callTokenSecret, endpointId),
     });
     await pools.reconcile();
     pools.start(reconcileIntervalMs);
@@ -182,6 +205,8 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     server,
     supervisor,
     workers: pools,
+    /** The call token a worker of `endpointId` gets (tests mint them to try the scope). */
+    callToken: (endpointId: string) => callTokenFor(callTokenSecret, endpointId),
     sweep,
     /**
      * A worker identity for a worker started outside the pools (tests, benchmarks, a worker run by

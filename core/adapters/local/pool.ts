@@ -50,6 +50,13 @@ export interface LocalWorkersOptions {
   pingIntervalMs?: number;
   /** GPUs on this machine; detected with nvidia-smi when not given. */
   gpuCount?: number;
+  /** The call token (core/names.ts) a worker of `endpointId` uses for remote calls by name. */
+  callToken?: (endpointId: string) => string;
+  /**
+   * A worker exited with ferry.worker's start-failure codes (2: config or import error, 1: the class
+   * endpoint's __init__ raised), with its last output lines: `ferry dev` fails waiting requests.
+   */
+  onStartFailure?: (endpointId: string, output: string) => void;
 }
 
 interface WorkerProcess {
@@ -365,6 +372,12 @@ export class EndpointPool {
       FERRY_MAX_CONCURRENCY: String(this.resources.maxConcurrency),
       // The worker exits when this process dies, so a killed platform leaves no orphans behind.
       FERRY_PARENT_PID: String(process.pid),
+      // Remote calls from user code (docs/python.md): by name, within this app and environment.
+      FERRY_API_URL: this.options.platformUrl,
+      FERRY_APP: this.spec.record.app,
+      FERRY_ENV: this.spec.record.env,
+      FERRY_ENDPOINT_NAME: endpoint.name,
+      ...(this.options.callToken ? { FERRY_CALL_TOKEN: this.options.callToken(this.endpointId) } : {}),
     };
     const proc: WorkerProcess = {
       identity,
@@ -423,9 +436,13 @@ export class EndpointPool {
           this.procs.delete(workerId);
           resolve();
           this.note(`${prefix} exited (${signal ?? `code ${code}`})`);
-          void this.supervisor
-            .exited(workerId, { code, signal })
-            .finally(() => this.options.changes.notify(endpointKey(this.endpointId)));
+          void this.supervisor.exited(workerId, { code, signal }).finally(() => {
+            if (code === 1 || code === 2) {
+              const lines = this.supervisor.problem(this.endpointId)?.lines ?? [];
+              this.options.onStartFailure?.(this.endpointId, lines.join('\n'));
+            }
+            this.options.changes.notify(endpointKey(this.endpointId));
+          });
         });
       });
     };

@@ -2,8 +2,9 @@
 
 Two mutually exclusive modes on one `Endpoint` object:
 
-* queue-based: ``@Endpoint(name="x", gpu="A100")`` on a function or class. The decorator returns
-  the original object (still callable locally) with ``__ferry_endpoint__`` attached.
+* queue-based: ``@Endpoint(name="x", gpu="A100")`` on a function or class. Inside the endpoint's
+  own worker the decorator returns the original object; anywhere else it returns a remote wrapper
+  (ferry/client.py) whose calls are jobs on the endpoint. Either way ``__ferry_endpoint__`` is set.
 * load-balanced: ``api = Endpoint(name="my-api", cpu="2-8")`` then ``@api.post("/process")``.
 
 Validation happens at construction so a typo fails at import time with a message naming the
@@ -12,12 +13,17 @@ so everything accepted here must also be a plain literal the scan can read.
 """
 
 import inspect
+import os
 import re
+import sys
+
+from . import client, names
 
 GPU_MODELS = ("T4", "A10G", "L4", "L40S", "A100", "H100")
 PYTHON_VERSIONS = ("3.10", "3.11", "3.12", "3.13")
 HTTP_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
 RESERVED_PATHS = ("/ping",)
+_NO_DATA = object()
 
 # Same rule as the manifest (core/manifest.ts): endpoint names end up in URLs and stack names.
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
@@ -64,7 +70,16 @@ def _check_name(name):
     return name
 
 
+def _note(message):
+    # Printed where the user runs their code, not in every worker start.
+    if not os.environ.get("FERRY_ENDPOINT_NAME"):
+        sys.stderr.write(f"ferry: note: {message}\n")
+
+
 def _check_gpu(gpu):
+    gpu, notes = names.translate_gpu(gpu, GPU_MODELS)
+    for note in notes:
+        _note(note)
     models = [gpu] if isinstance(gpu, str) else gpu
     if not isinstance(models, (list, tuple)) or not models:
         raise TypeError(f"gpu must be a GPU model name or a non-empty list of them, got {gpu!r}")
@@ -80,17 +95,22 @@ def _check_gpu(gpu):
             for known in GPU_MODELS + ("any",):
                 if known.lower() == model.strip().lower():
                     hint = f" (did you mean {known!r}?)"
-        raise ValueError(f"gpu must be one of {allowed} or 'any', got {model!r}{hint}")
+        raise ValueError(f"gpu must be one of {allowed} or 'any', got {model!r}{hint}. {names.unknown_gpu_hint()}")
     if "any" in result and len(result) > 1:
         raise ValueError(f"gpu 'any' cannot be combined with specific models, got {gpu!r}")
     return result
 
 
 def _check_cpu(cpu):
+    cpu, notes = names.translate_cpu(cpu)
+    for note in notes:
+        _note(note)
     if not isinstance(cpu, str):
         raise TypeError(f"cpu must be a string 'VCPUS-GIB' such as '2-8', got {cpu!r}")
     if not _CPU_RE.match(cpu):
-        raise ValueError(f"cpu must be 'VCPUS-GIB' such as '2-8' (2 vCPUs, 8 GiB), got {cpu!r}")
+        raise ValueError(
+            f"cpu must be 'VCPUS-GIB' such as '2-8' (2 vCPUs, 8 GiB), got {cpu!r}. {names.unknown_cpu_hint()}"
+        )
     return cpu
 
 
@@ -194,8 +214,24 @@ class Endpoint:
         execution_timeout_ms=0,
         max_concurrency=1,
         python_version=None,
+        id=None,
+        image=None,
     ):
         self.name = None if name is None else _check_name(name)
+        # Client modes (docs/python.md): id= talks to an existing endpoint; image= is an endpoint that
+        # runs a prebuilt RunPod-compatible image, deployed by `ferry deploy` and called by name.
+        if id is not None and image is not None:
+            raise ValueError("id and image are exclusive: id= connects to an existing endpoint")
+        if id is not None and (not isinstance(id, str) or not id.strip()):
+            raise TypeError(f"id must be an endpoint id string, got {id!r}")
+        if image is not None:
+            if not isinstance(image, str) or not image.strip():
+                raise TypeError(f"image must be an image reference such as 'repo/worker:1.0', got {image!r}")
+            if self.name is None:
+                raise ValueError("an image endpoint needs a name: Endpoint(name='my-model', image='repo/worker:1.0')")
+        self.id = id
+        self.image = image
+        self._client_cache = None
         if gpu is not None and cpu is not None:
             raise ValueError(f"gpu and cpu are exclusive: give one, got gpu={gpu!r} and cpu={cpu!r}")
         self.cpu = None if cpu is None else _check_cpu(cpu)
@@ -237,19 +273,29 @@ class Endpoint:
                 f"Endpoint {self.name!r} already decorates {self.target.__name__!r}; "
                 "one queue-based Endpoint decorates one function or class"
             )
+        if self.is_client:
+            raise TypeError(
+                "an Endpoint with id= or image= is a client: call .run()/.runsync() on it instead of decorating "
+                f"{getattr(target, '__name__', target)!r}"
+            )
         if not (inspect.isclass(target) or inspect.isfunction(target)):
             raise TypeError(f"@Endpoint decorates a function or a class, got {target!r}")
         if self.name is None:
             self.name = _check_name(target.__name__)
         self.target = target
         target.__ferry_endpoint__ = self
-        return target
+        if client.runs_here(self.name):
+            return target
+        # Anywhere else (a script, another endpoint's worker) a call is a job on this endpoint.
+        return client.RemoteClass(target, self) if inspect.isclass(target) else client.RemoteFunction(target, self)
 
     # -- load-balanced: route mode -----------------------------------------------------------------
 
     def route(self, method, path):
         """Decorator registering `fn` for `method path` (what .get/.post/... call)."""
         method = str(method).upper()
+        if self.is_client:
+            raise TypeError("an Endpoint with id= or image= is a client: pass data, e.g. .post('/path', {...})")
         if method not in HTTP_METHODS:
             raise ValueError(f"method must be one of {', '.join(HTTP_METHODS)}, got {method!r}")
         if self.target is not None:
@@ -275,26 +321,73 @@ class Endpoint:
                     )
             self.routes.append(route)
             fn.__ferry_endpoint__ = self
-            return fn
+            if client.runs_here(self.name):
+                return fn
+            return client.RemoteRoute(fn, self, route)
 
         return register
 
-    def get(self, path):
-        return self.route("GET", path)
+    # With one argument these register a route; with data (or on a client-mode Endpoint) they call one:
+    # api.post("/compute") is a decorator, api.post("/compute", {"x": 1}) an HTTP request.
+    def get(self, path, data=_NO_DATA):
+        return self._route_or_call("GET", path, data)
 
-    def post(self, path):
-        return self.route("POST", path)
+    def post(self, path, data=_NO_DATA):
+        return self._route_or_call("POST", path, data)
 
-    def put(self, path):
-        return self.route("PUT", path)
+    def put(self, path, data=_NO_DATA):
+        return self._route_or_call("PUT", path, data)
 
-    def delete(self, path):
-        return self.route("DELETE", path)
+    def delete(self, path, data=_NO_DATA):
+        return self._route_or_call("DELETE", path, data)
 
-    def patch(self, path):
-        return self.route("PATCH", path)
+    def patch(self, path, data=_NO_DATA):
+        return self._route_or_call("PATCH", path, data)
+
+    def _route_or_call(self, method, path, data):
+        if data is _NO_DATA and not self.is_client:
+            return self.route(method, path)
+        return self._client().request(method, path, None if data is _NO_DATA else data)
+
+    # -- calling the endpoint (any mode) -----------------------------------------------------------
+
+    @property
+    def is_client(self):
+        return self.id is not None or self.image is not None
+
+    def _client(self):
+        if self._client_cache is None:
+            if self.id is not None:
+                self._client_cache = client.EndpointClient(id=self.id)
+            elif self.name is not None:
+                self._client_cache = client.EndpointClient(name=self.name)
+            else:
+                raise TypeError("this Endpoint has no name or id to call")
+        return self._client_cache
+
+    def run(self, input=None, webhook=None):
+        """Submit a job; a Job handle with .status(), .output(timeout), .cancel(), .stream()."""
+        return self._client().run(input, webhook=webhook)
+
+    def runsync(self, input=None, timeout=60):
+        """Submit and wait for the output (RemoteError on failure, RemoteTimeout after `timeout` s)."""
+        return self._client().runsync(input, timeout=timeout)
+
+    def cancel(self, job_id):
+        return self._client().cancel(job_id)
+
+    def status(self, job_id):
+        return self._client().status(job_id)
+
+    def health(self):
+        return self._client().health()
+
+    def purge_queue(self):
+        return self._client().purge_queue()
 
     def __repr__(self):
+        if self.is_client:
+            return f"Endpoint(id={self.id!r})" if self.id is not None else f"Endpoint(name={self.name!r}, image={self.image!r})"
         return f"Endpoint(name={self.name!r}, kind={self.kind!r})"
 
 

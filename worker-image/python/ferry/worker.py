@@ -13,6 +13,7 @@ import time
 import traceback
 
 from . import logs
+from .client import local_target
 from .config import Config, ConfigError, import_user_module, lookup
 from .endpoint import Endpoint
 from .invoke import Handler
@@ -67,7 +68,9 @@ def main(environ=None):
         config = Config(environ)
         module = import_user_module(config)
         if config.mode in ("queue", "standalone"):
-            target = lookup(module, config.target, "FERRY_TARGET")
+            # The user's own function, also where the decorator returned a remote wrapper (a worker
+            # started without FERRY_ENDPOINT_NAME).
+            target = local_target(lookup(module, config.target, "FERRY_TARGET"))
             if isinstance(target, Endpoint):
                 raise ConfigError(
                     f"FERRY_TARGET {config.target!r} is an Endpoint object, not a decorated function or class "

@@ -1,0 +1,118 @@
+/**
+ * The import check of `ferry build` (and so of `ferry deploy`, before anything is uploaded): every
+ * endpoint module is imported from the staged artifact (its sources and the installed
+ * dependencies), in a subprocess of the target Python, the way a worker will import it. A module
+ * that cannot import fails the build with its own error instead of failing every worker later.
+ *
+ * Not fatal: a missing package that the base images ship (torch, numpy, ...: not installed into
+ * the artifact) and, with --no-deps, any missing package (the transitive ones were left out on
+ * purpose); a failure inside an installed package's own code (a Linux wheel on a Mac) is a warning.
+ */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { z } from 'zod';
+import { FerryError } from '../../core/errors.js';
+import { baseImagePackages } from '../../core/limits.js';
+import type { ManifestEndpoint } from '../../core/manifest.js';
+import { ferryPythonPath } from '../config.js';
+import { normalizeName } from './deps.js';
+import type { ProgressSink } from './events.js';
+import { runProcess } from './process.js';
+
+const reportSchema = z.object({
+  results: z.array(
+    z.object({
+      module: z.string(),
+      ok: z.boolean(),
+      type: z.string().optional(),
+      message: z.string().optional(),
+      missing: z.string().optional(),
+      inPackage: z.boolean().optional(),
+      traceback: z.string().optional(),
+    }),
+  ),
+});
+
+function checkerPath(): string {
+  const candidates = ['./import_check.py', '../../../cli/build/import_check.py'].map((rel) =>
+    fileURLToPath(new URL(rel, import.meta.url)),
+  );
+  const found = candidates.find((candidate) => existsSync(candidate));
+  if (!found)
+    throw new FerryError('failed', 'The import checker (import_check.py) is missing from this Ferry install');
+  return found;
+}
+
+/** `python3.12` when it is installed (the workers' version), else the build's own interpreter. */
+async function targetPython(pythonVersion: string, fallback: string): Promise<string> {
+  const named = `python${pythonVersion}`;
+  try {
+    const probe = await runProcess(named, ['-c', 'import sys'], { timeoutMs: 20_000 });
+    if (probe.exitCode === 0) return named;
+  } catch {
+    // not installed
+  }
+  return fallback;
+}
+
+export async function checkImports(options: {
+  stagedDir: string;
+  endpoints: readonly ManifestEndpoint[];
+  projectFiles: readonly string[];
+  pythonVersion: string;
+  python: string;
+  noDeps: boolean;
+  emit: ProgressSink;
+  signal?: AbortSignal | undefined;
+}): Promise<void> {
+  const modules = [...new Set(options.endpoints.map((e) => e.module))];
+  const python = await targetPython(options.pythonVersion, options.python);
+  const result = await runProcess(python, [checkerPath(), ...modules], {
+    cwd: options.stagedDir,
+    timeoutMs: 180_000,
+    ...(options.signal ? { signal: options.signal } : {}),
+    env: {
+      PYTHONPATH: [options.stagedDir, ferryPythonPath()].join(path.delimiter),
+      FERRY_CHECK_ROOT: options.stagedDir,
+      FERRY_CHECK_PROJECT_FILES: JSON.stringify(options.projectFiles),
+      // Not inside a worker: decorators return remote wrappers, nothing is called.
+      FERRY_ENDPOINT_NAME: '',
+    },
+  });
+  let parsed: z.infer<typeof reportSchema>;
+  try {
+    parsed = reportSchema.parse(JSON.parse(result.stdout.trim().split('\n').pop() ?? ''));
+  } catch {
+    throw new FerryError('failed', `The import check did not finish:\n${result.stderr.trim().slice(-2000)}`, {
+      hint: 'A module that exits or blocks at import time cannot be served either; move that code into the handler.',
+    });
+  }
+  const shipped = new Set(baseImagePackages.map((n) => normalizeName(n)));
+  const fatal: string[] = [];
+  for (const r of parsed.results) {
+    if (r.ok) continue;
+    const missing = r.missing ? normalizeName(r.missing) : undefined;
+    const where = `${r.module}: ${r.type}: ${r.message}`;
+    if (missing && shipped.has(missing)) {
+      options.emit({
+        type: 'warning',
+        message: `${r.module} imports ${r.missing}, which is not installed here; the base image provides it`,
+      });
+    } else if (missing && options.noDeps) {
+      options.emit({ type: 'warning', message: `${where} (--no-deps: not checked further)` });
+    } else if (r.inPackage && !missing) {
+      options.emit({
+        type: 'warning',
+        message: `${where} (inside an installed package; it may import on the worker)`,
+      });
+    } else {
+      fatal.push(`${where}\n${(r.traceback ?? '').trimEnd()}`);
+    }
+  }
+  if (fatal.length > 0) {
+    throw new FerryError('bad_request', `An endpoint module cannot be imported:\n${fatal.join('\n\n')}`, {
+      hint: "Fix the import, or add the missing package to the endpoint's dependencies=[...] or requirements.txt.",
+    });
+  }
+}

@@ -1,0 +1,87 @@
+/**
+ * `ferry sdk install|path`: the `ferry` Python package (worker-image/python, docs/python.md) into the
+ * active interpreter, so `python3 script.py` can import it and call endpoints. pip builds from a
+ * copy in a temp folder: the install tree (maybe a read-only npm folder) gets no build/ or egg-info.
+ */
+import { cpSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import type { CommandModule } from 'yargs';
+import { FerryError } from '../../core/errors.js';
+import { runProcess } from '../build/process.js';
+import { ferryPythonPath } from '../config.js';
+import type { CliContext } from '../context.js';
+
+/** The interpreter a user means by "my Python": the active virtualenv's, else python3 on PATH. */
+export function activePython(env: NodeJS.ProcessEnv): string {
+  return env.VIRTUAL_ENV ? path.join(env.VIRTUAL_ENV, 'bin', 'python') : 'python3';
+}
+
+/** The one command `ferry init` and the docs print. */
+export const sdkInstallHint = () => `ferry sdk install    # or: pip install ${ferryPythonPath()}`;
+
+async function install(ctx: CliContext, python: string, offline: boolean): Promise<void> {
+  const staging = mkdtempSync(path.join(tmpdir(), 'ferry-sdk-'));
+  try {
+    const source = ferryPythonPath();
+    for (const item of ['pyproject.toml', 'README.md', 'ferry'])
+      cpSync(path.join(source, item), path.join(staging, item), {
+        recursive: true,
+        filter: (file) => !file.includes('__pycache__'),
+      });
+    ctx.reporter.line(`Installing the ferry Python package into ${python} …`);
+    // --no-build-isolation uses the interpreter's own setuptools: no package index needed.
+    const args = [
+      '-m',
+      'pip',
+      'install',
+      '--no-deps',
+      '--upgrade',
+      ...(offline ? ['--no-build-isolation'] : []),
+      staging,
+    ];
+    const result = await runProcess(python, args, { timeoutMs: 300_000 });
+    if (result.exitCode !== 0) {
+      throw new FerryError('failed', `pip could not install the ferry package:\n${result.stderr.trim()}`, {
+        hint: offline
+          ? 'The interpreter needs setuptools and wheel for --offline; or run without --offline.'
+          : 'Check that pip can reach a package index for setuptools, or use --offline.',
+      });
+    }
+    const check = await runProcess(python, ['-c', 'import ferry, sys; print(ferry.__version__, sys.prefix)']);
+    ctx.reporter.out(check.stdout.trim());
+    ctx.reporter.line(`✓ ${python} can import ferry`);
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+  }
+}
+
+export const sdkCommand = (ctx: CliContext): CommandModule => ({
+  command: 'sdk <action>',
+  describe: 'The ferry Python package: install it into your Python, or print its path',
+  builder: (y) =>
+    y
+      .positional('action', { choices: ['install', 'path'] as const, describe: 'install | path' })
+      .option('python', {
+        type: 'string',
+        describe: 'Interpreter (default: the active virtualenv, else python3)',
+      })
+      .option('offline', {
+        type: 'boolean',
+        default: false,
+        describe: "Build with the interpreter's own setuptools (pip --no-build-isolation)",
+      })
+      .example('$0 sdk install', 'pip install the package into the active Python')
+      .example('$0 sdk path', 'Print the folder to pip install yourself'),
+  handler: async (argv) => {
+    if (argv.action === 'path') {
+      ctx.reporter.out(ferryPythonPath());
+      return;
+    }
+    await install(
+      ctx,
+      (argv.python as string | undefined) ?? activePython(ctx.io.env),
+      Boolean(argv.offline),
+    );
+  },
+});

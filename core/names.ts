@@ -1,0 +1,68 @@
+/**
+ * Endpoints by name: `/v2/by-name/<app>/<env>/<endpoint>/…` (docs/python.md, "Remote calls"). Scripts
+ * and workers call `@Endpoint` functions without knowing the random endpoint id; the platform
+ * resolves the id from its records. One owner for the rule, used by the v2 API and the LB front door.
+ *
+ * Caller credentials: a client API key, within its scope (core/auth.ts scopeCovers). A worker gets
+ * a *call token* (FERRY_CALL_TOKEN), an HMAC of its endpoint id under a platform secret, which the
+ * authenticator treats as a client key scoped to that endpoint's app and environment.
+ */
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { livePrefix } from './deployment.js';
+import { badRequest, notFound } from './errors.js';
+import type { EndpointDirectory, EndpointRecord } from './ports.js';
+
+/** `<env>` given as this means "the app's only environment that has the endpoint". */
+export const anyEnv = '-';
+export const byNameSegment = 'by-name';
+
+const callTokenPrefix = 'fyc_';
+
+const callMac = (secret: string, endpointId: string) =>
+  createHmac('sha256', secret).update(`call:${endpointId}`, 'utf8').digest('base64url');
+
+/** The call token handed to the workers of `endpointId`. */
+export function callTokenFor(secret: string, endpointId: string): string {
+  return `${callTokenPrefix}${Buffer.from(endpointId, 'utf8').toString('base64url')}.${callMac(secret, endpointId)}`;
+}
+
+/** The endpoint id a call token was issued to, or undefined when it is not a valid call token. */
+export function callerOfToken(secret: string | undefined, key: string | undefined): string | undefined {
+  if (!secret || !key?.startsWith(callTokenPrefix)) return undefined;
+  const [encoded, mac] = key.slice(callTokenPrefix.length).split('.', 2);
+  if (!encoded || !mac) return undefined;
+  const endpointId = Buffer.from(encoded, 'base64url').toString('utf8');
+  const expected = Buffer.from(callMac(secret, endpointId));
+  const given = Buffer.from(mac);
+  return expected.length === given.length && timingSafeEqual(expected, given) ? endpointId : undefined;
+}
+
+/**
+ * The record named `name` in `app`/`env`. Under `ferry dev` endpoints are recorded as `live-<name>`:
+ * the bare name finds them too, so code calls its functions the same way in dev and deployed.
+ */
+export async function resolveByName(
+  control: EndpointDirectory,
+  app: string,
+  env: string,
+  name: string,
+): Promise<EndpointRecord> {
+  const records = await control.listEndpoints(env === anyEnv ? { app } : { app, env });
+  const matches = (r: EndpointRecord) => r.name === name || r.name === `${livePrefix}${name}`;
+  const found = records.filter(matches);
+  if (found.length === 0) {
+    const where = env === anyEnv ? `app '${app}'` : `app '${app}', environment '${env}'`;
+    throw notFound(
+      `Endpoint '${name}' is not deployed in ${where}: deploy it first (ferry deploy), or run ferry dev`,
+    );
+  }
+  const envs = [...new Set(found.map((r) => r.env))].sort();
+  if (envs.length > 1) {
+    throw badRequest(
+      `Endpoint '${name}' of app '${app}' is deployed in several environments (${envs.join(', ')}): name one`,
+      'Set FERRY_ENV to one of them.',
+    );
+  }
+  // Deployed beats live when both exist in one environment (a `ferry deploy --env dev` next to dev).
+  return found.find((r) => r.name === name) ?? found[0]!;
+}

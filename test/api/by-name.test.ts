@@ -1,0 +1,137 @@
+/**
+ * `/v2/by-name/<app>/<env>/<endpoint>/…` (core/names.ts) over real HTTP against the real SQLite
+ * store: resolution by name (live- records too, '-' for the only environment), 404 when not
+ * deployed, and the scope of a worker's call token (its own app and environment, client routes only).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { EndpointRecord } from '../../core/ports.js';
+import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
+
+let platform: TestPlatform;
+let base: string;
+
+async function put(id: string, app: string, env: string, name: string, kind: 'queue' | 'lb' = 'queue') {
+  const record: EndpointRecord = {
+    id,
+    app,
+    env,
+    name,
+    kind,
+    config: {},
+    fingerprint: 'test',
+    createdAt: Date.now(),
+    updatedAt: Date.now(),
+  };
+  await platform.db.control.putEndpoint(record);
+}
+
+beforeAll(async () => {
+  platform = await startTestPlatform();
+  base = platform.baseUrl;
+  await put('shop-sum-1', 'shop', 'production', 'sum');
+  await put('shop-api-1', 'shop', 'production', 'api', 'lb');
+  await put('shop-other-1', 'shop', 'staging', 'other');
+  await put('lab-sum-1', 'lab', 'dev', 'live-sum');
+  await put('lab-two-a', 'lab', 'a', 'two');
+  await put('lab-two-b', 'lab', 'b', 'two');
+  await put('bank-vault-1', 'bank', 'production', 'vault');
+});
+afterAll(async () => {
+  await platform.stop();
+});
+
+const token = (endpointId: string) => ({
+  authorization: `Bearer ${platform.callToken(endpointId)}`,
+});
+
+describe('by-name resolution', () => {
+  it('answers id and kind for app/env/name, and runs client routes on the resolved endpoint', async () => {
+    const found = await call(base, 'GET', '/by-name/shop/production/sum');
+    expect(found).toEqual({
+      status: 200,
+      body: { id: 'shop-sum-1', kind: 'queue', app: 'shop', env: 'production', name: 'sum' },
+    });
+    const run = await call(base, 'POST', '/by-name/shop/production/sum/run', { input: { x: 1 } });
+    expect(run.status).toBe(200);
+    const status = await call(base, 'GET', `/shop-sum-1/status/${run.body.id}`);
+    expect(status.body.status).toBe('IN_QUEUE');
+    expect((await call(base, 'GET', '/by-name/shop/-/api')).body.kind).toBe('lb');
+  });
+
+  it("finds ferry dev's live- records by the bare name; '-' picks the only environment", async () => {
+    expect((await call(base, 'GET', '/by-name/lab/-/sum')).body.id).toBe('lab-sum-1');
+    expect((await call(base, 'GET', '/by-name/lab/dev/sum')).body.id).toBe('lab-sum-1');
+  });
+
+  it('404 names the endpoint when it is not deployed; 400 when the environment is ambiguous', async () => {
+    const missing = await call(base, 'GET', '/by-name/shop/production/nope');
+    expect(missing.status).toBe(404);
+    expect(missing.body.error).toMatch(
+      /Endpoint 'nope' is not deployed in app 'shop', environment 'production'/,
+    );
+    const ambiguous = await call(base, 'GET', '/by-name/lab/-/two');
+    expect(ambiguous.status).toBe(400);
+    expect(ambiguous.body.error).toMatch(/several environments \(a, b\)/);
+  });
+
+  it("needs a client key: none, a wrong one and a worker's own token are 401", async () => {
+    const workerToken = platform.protocolWorker('shop-sum-1').token;
+    for (const authorization of ['', 'Bearer fy_wrong', `Bearer ${workerToken}`]) {
+      const r = await call(
+        base,
+        'POST',
+        '/by-name/shop/production/sum/run',
+        { input: {} },
+        { authorization },
+      );
+      expect(r.status).toBe(401);
+    }
+  });
+});
+
+describe("a worker's call token", () => {
+  it('reaches endpoints of its own app and environment, by name', async () => {
+    const r = await call(
+      base,
+      'POST',
+      '/by-name/shop/production/sum/run',
+      { input: {} },
+      token('shop-api-1'),
+    );
+    expect(r.status).toBe(200);
+    // '-' means the caller's own environment.
+    const own = await call(base, 'GET', '/by-name/shop/-/sum', undefined, token('shop-api-1'));
+    expect(own.body.id).toBe('shop-sum-1');
+  });
+
+  it('is a key scoped to its app and environment: 403 outside it, by name or by id; 401 on worker routes', async () => {
+    const otherApp = await call(
+      base,
+      'POST',
+      '/by-name/bank/production/vault/run',
+      { input: {} },
+      token('shop-sum-1'),
+    );
+    expect(otherApp.status).toBe(403);
+    expect(otherApp.body.error).toMatch(
+      /app shop, environment production\) may not call endpoint bank-vault-1/,
+    );
+    const otherEnv = await call(base, 'GET', '/by-name/shop/staging/other', undefined, token('shop-sum-1'));
+    expect(otherEnv.status).toBe(403);
+    const byId = await call(base, 'POST', '/bank-vault-1/run', { input: {} }, token('shop-sum-1'));
+    expect(byId.status).toBe(403);
+    const ownById = await call(base, 'POST', '/shop-sum-1/run', { input: {} }, token('shop-api-1'));
+    expect(ownById.status).toBe(200);
+    const workerRoute = await call(base, 'GET', '/shop-sum-1/job-take/w1', undefined, token('shop-api-1'));
+    expect(workerRoute.status).toBe(401);
+  });
+
+  it('a forged token (another endpoint id with a copied MAC) is refused', async () => {
+    const real = platform.callToken('shop-sum-1');
+    const forged = `fyc_${Buffer.from('bank-vault-1').toString('base64url')}.${real.split('.')[1]}`;
+    const r = await call(base, 'GET', '/by-name/bank/production/vault', undefined, {
+      authorization: `Bearer ${forged}`,
+    });
+    expect(r.status).toBe(401);
+  });
+});

@@ -1,0 +1,203 @@
+/**
+ * The `ferry dev` loop through the real binary and real Python workers: declared dependencies in a
+ * venv under .ferry/ (pip progress on the terminal, --no-deps), handler print() lines on the
+ * terminal, 400 JSON for a body that is not JSON, one route per public method of a class, typed
+ * OpenAPI at /openapi.json, reload after atomic saves (write + rename) and new files, and a worker
+ * that cannot import answering the request at once with its error.
+ */
+import type { ChildProcess } from 'node:child_process';
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { writeWheel } from '../support/wheels.js';
+import { CliSandbox, stopChild } from './cli-support.js';
+
+const sandbox = new CliSandbox();
+let project = '';
+let wheels = '';
+let base = '';
+let dev: ChildProcess;
+let output: () => { stdout: string; stderr: string };
+
+const app = `from ferry import Endpoint
+
+
+@Endpoint(name="hello", cpu="1-2")
+def hello(name: str, times: int = 2, loud: bool = False):
+    """Repeat a name."""
+    print(f"handler saw {name}")
+    return {"text": name * times}
+
+
+@Endpoint(name="model", cpu="1-2")
+class Model:
+    def predict(self, x: int):
+        return {"pred": x * 2}
+
+    def embed(self, text: str):
+        return {"len": len(text)}
+
+
+@Endpoint(name="withdep", cpu="1-2", dependencies=["tinydep-dev"])
+def withdep():
+    import tinydep_dev
+
+    return tinydep_dev.VALUE
+`;
+
+const broken = `import module_that_is_not_installed_xyz
+from ferry import Endpoint
+
+
+@Endpoint(name="broken", cpu="1-2")
+def broken():
+    return 1
+`;
+
+function makeProject(name: string): string {
+  const dir = path.join(sandbox.root, name);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(path.join(dir, 'app.py'), app);
+  writeFileSync(path.join(dir, 'broken.py'), broken);
+  writeFileSync(path.join(dir, '.env'), 'FERRY_API_KEY=fy_dev_loop\n');
+  return dir;
+}
+
+async function startDev(dir: string, extra: string[] = []) {
+  return sandbox.start(
+    ['dev', '--host', '127.0.0.1', '--port', '0', ...extra],
+    /Ferry dev server at (http:\/\/\S+)/,
+    {
+      cwd: dir,
+      // No package index here: pip installs from a folder of wheels.
+      env: { PIP_NO_INDEX: '1', PIP_FIND_LINKS: wheels },
+    },
+  );
+}
+
+const post = async (url: string, body: unknown) => {
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  return { status: response.status, body: (await response.json()) as Record<string, any> };
+};
+
+async function until<T>(what: string, probe: () => Promise<T | undefined>, tries = 120): Promise<T> {
+  for (let i = 0; i < tries; i++) {
+    // The server restarts on a reload: a refused or reset connection means "not yet".
+    const found = await probe().catch(() => undefined);
+    if (found !== undefined) return found;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  throw new Error(`gave up waiting for ${what}:\n${output().stderr}`);
+}
+
+beforeAll(async () => {
+  wheels = path.join(sandbox.root, 'wheels');
+  mkdirSync(wheels);
+  writeWheel(wheels, { name: 'tinydep-dev', code: 'VALUE = "from the venv"\n' });
+  project = makeProject('loop');
+  const started = await startDev(project);
+  dev = started.child;
+  output = started.output;
+  base = started.match[1]!;
+});
+afterAll(() => sandbox.cleanup());
+
+describe('ferry dev loop', { timeout: 120_000 }, () => {
+  it('prints handler print() lines on the terminal, prefixed by endpoint', async () => {
+    const result = await post(`${base}/app/hello/runsync`, { input: { name: 'bob' } });
+    expect(result.body).toMatchObject({ status: 'COMPLETED', output: { text: 'bobbob' } });
+    await until('the print line', async () =>
+      /\[live-hello [^\]]+\] \[[^\]]+\] handler saw bob/.test(output().stderr) ? true : undefined,
+    );
+  });
+
+  it('answers 400 JSON to a body that is not JSON', async () => {
+    const result = await post(`${base}/app/hello/runsync`, '{"input": ');
+    expect(result.status).toBe(400);
+    expect(result.body.error).toEqual(expect.any(String));
+  });
+
+  it('gives a class one route per public method', async () => {
+    const predict = await post(`${base}/app/Model/predict/runsync`, { input: { x: 21 } });
+    expect(predict.body.output).toEqual({ pred: 42 });
+    const embed = await post(`${base}/app/Model/embed/runsync`, { input: { text: 'abc' } });
+    expect(embed.body.output).toEqual({ len: 3 });
+  });
+
+  it('serves typed OpenAPI schemas from the type hints at /openapi.json', async () => {
+    const spec = (await (await fetch(`${base}/openapi.json`)).json()) as any;
+    const input =
+      spec.paths['/app/hello/runsync'].post.requestBody.content['application/json'].schema.properties.input;
+    expect(input.required).toEqual(['name']);
+    expect(input.properties).toEqual({
+      name: { type: 'string' },
+      times: { type: 'integer', default: 2 },
+      loud: { type: 'boolean', default: false },
+    });
+    expect(spec.paths['/app/Model/predict/runsync']).toBeDefined();
+  });
+
+  it('installs declared dependencies into a venv under .ferry/venvs, with pip output shown', async () => {
+    const result = await post(`${base}/app/withdep/runsync`, { input: {} });
+    expect(result.body).toMatchObject({ status: 'COMPLETED', output: 'from the venv' });
+    expect(output().stderr).toContain('Installing dependencies of withdep into .ferry/venvs/');
+    expect(output().stderr).toMatch(/\[pip withdep\] .*tinydep/);
+  });
+
+  it('a worker that cannot import fails the request at once with its error, also on the terminal', async () => {
+    const result = await post(`${base}/broken/runsync`, { input: {} });
+    expect(result.status).toBe(502);
+    expect(result.body.error).toContain('The worker of broken failed to start');
+    expect(result.body.error).toContain('module_that_is_not_installed_xyz');
+    expect(output().stderr).toContain('The worker of broken failed to start');
+    // Answered at once from then on too, until the code changes.
+    const again = await post(`${base}/broken/runsync`, { input: {} });
+    expect(again.body.error).toContain('module_that_is_not_installed_xyz');
+  });
+
+  it('reloads after atomic saves (write a temp file, rename it over) again and again, and on new files', async () => {
+    const file = path.join(project, 'app.py');
+    for (const word of ['first', 'second']) {
+      const temp = path.join(project, `.app.py.${word}.tmp`);
+      writeFileSync(
+        temp,
+        readFileSync(file, 'utf8').replace(/return \{"text": [^}]*\}/, `return {"text": "${word}"}`),
+      );
+      renameSync(temp, file);
+      await until(`the ${word} save`, async () => {
+        const result = await post(`${base}/app/hello/runsync`, { input: { name: 'x' } });
+        return result.body.output?.text === word ? true : undefined;
+      });
+    }
+    writeFileSync(
+      path.join(project, 'added.py'),
+      'from ferry import Endpoint\n\n\n@Endpoint(name="added", cpu="1-2")\ndef added():\n    return "new file"\n',
+    );
+    await until('the new file', async () => {
+      const response = await fetch(`${base}/added/runsync`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ input: {} }),
+      });
+      if (response.status === 404) return undefined;
+      return ((await response.json()) as any).output === 'new file' ? true : undefined;
+    });
+  });
+
+  it('--no-deps leaves dependencies out: the worker runs in your Python as it is', async () => {
+    expect(await stopChild(dev)).toBe(0);
+    const other = makeProject('nodeps');
+    const started = await startDev(other, ['--no-deps']);
+    output = started.output;
+    const result = await post(`${started.match[1]}/app/withdep/runsync`, { input: {} });
+    expect(result.body.status).toBe('FAILED');
+    expect(result.body.error).toContain('tinydep_dev');
+    expect(started.output().stderr).not.toContain('Installing dependencies');
+    expect(started.output().stderr).toContain('--no-deps');
+    expect(await stopChild(started.child)).toBe(0);
+  });
+});
