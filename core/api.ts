@@ -19,9 +19,10 @@ import {
 import { limits } from './limits.js';
 import { type Logger, stderrLogger } from './log.js';
 import { anyEnv, byNameSegment, resolveByName } from './names.js';
-import type { EndpointDirectory, EndpointRecord } from './ports.js';
+import type { EndpointDirectory, EndpointRecord, LogStore } from './ports.js';
 import {
   jobDoneSchema,
+  jobLogSchema,
   jobStreamSchema,
   parseOr400,
   queryInt,
@@ -72,6 +73,8 @@ export interface ApiOptions {
   control: EndpointDirectory;
   auth: Authenticator;
   payloads?: PayloadStore;
+  /** Where job-log lines go; without it there is no job-log route (404, which the runtime tolerates). */
+  logs?: LogStore;
   /**
    * Upper bound on any wait (runsync, status-sync, stream, job-take). Unbounded locally; on AWS it
    * stays under API Gateway's 29 s integration timeout and clients keep polling (docs/api.md#aws-front-door).
@@ -166,6 +169,16 @@ export class V2Api {
         handler: (c) => this.jobStream(c),
       },
       { methods: either, pattern: ['ping', ':worker'], caller: 'worker', handler: (c) => this.ping(c) },
+      ...(options.logs
+        ? [
+            {
+              methods: post,
+              pattern: ['job-log', ':worker'],
+              caller: 'worker' as const,
+              handler: this.jobLog,
+            },
+          ]
+        : []),
     ];
   }
 
@@ -400,6 +413,27 @@ export class V2Api {
     await this.options.engine.streamChunk(endpointId, params[0]!, params[1]!, chunk);
     return ok({});
   }
+
+  /** A batch of output lines (docs/observability.md); each job must be one of this endpoint's. */
+  private readonly jobLog = async ({ req, endpointId, params }: RouteContext): Promise<ApiResponse> => {
+    const { lines } = parseOr400(jobLogSchema, workerBody(req), 'job-log body');
+    for (const jobId of new Set(lines.map((line) => line.jobId))) {
+      await this.options.engine.status(endpointId, jobId).catch((error: unknown) => {
+        throw FerryError.is(error) && error.code === 'not_found'
+          ? badRequest(`Job ${jobId} is not a job of endpoint ${endpointId}`)
+          : error;
+      });
+    }
+    await this.options.logs!.append(
+      lines.map((line) => ({
+        ...line,
+        endpointId,
+        workerId: params[0]!,
+        text: line.text.slice(0, limits.logLineChars),
+      })),
+    );
+    return ok({});
+  };
 
   private async ping({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
     const ids = (req.query.job_id ?? '').split(',').filter((id) => id.length > 0);

@@ -491,6 +491,47 @@ export class JobEngine {
   }
 
   /**
+   * AWS (the sweeper): re-sends the queue message of jobs that have waited IN_QUEUE for `staleMs` or
+   * more. A job is written before its message is sent, so a failed send (or a lost message) would
+   * leave it waiting forever; a second message is harmless, because a take is a conditional write and
+   * a message whose job is no longer IN_QUEUE is dropped. Each job is re-sent once per `staleMs` of
+   * waiting (when its age crosses a multiple of `staleMs` within the last `periodMs`, the sweep
+   * period), so a long but healthy backlog does not grow a message per job per sweep.
+   */
+  async resendWaiting(
+    endpointIds: readonly string[],
+    options: { staleMs: number; periodMs: number; limit: number },
+  ): Promise<number> {
+    const now = this.clock.now();
+    let sent = 0;
+    for (const endpointId of endpointIds) {
+      for (const job of await this.jobs.listByStatus(endpointId, 'IN_QUEUE', now, options.limit)) {
+        const age = now - job.createdAt;
+        if (age < options.staleMs) continue;
+        if (Math.floor(age / options.staleMs) === Math.floor((age - options.periodMs) / options.staleMs))
+          continue;
+        await this.queue.send(endpointId, job.id, { lowPriority: job.policy.lowPriority });
+        sent++;
+      }
+    }
+    return sent;
+  }
+
+  /** AWS (the sweeper): a job whose message was dead-lettered ends FAILED with `reason`. */
+  async failDeadLettered(jobId: string, reason: string): Promise<boolean> {
+    const now = this.clock.now();
+    const job = await this.jobs.get(jobId, now);
+    if (!job) return false;
+    const moved = await this.tryMove(job, 'deadLetter', () => ({
+      status: 'FAILED',
+      error: reason,
+      finishedAt: now,
+      leaseUntil: undefined,
+    }));
+    return moved !== undefined;
+  }
+
+  /**
    * Ends a running job as TIMED_OUT if its execution timeout has passed. The AWS agent calls it for
    * each job its worker holds, so a timeout does not wait for the minute-level sweeper. Answers
    * `timedOut: true` when this call moved the job, else the deadline while the job still runs

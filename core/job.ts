@@ -11,6 +11,8 @@
  * Every move is a compare-and-set on the current status, so cancel, completion, lease expiry and purge
  * never lose a race: whichever write lands first wins and the other finds the status changed.
  */
+import { badRequest } from './errors.js';
+
 export const jobStatuses = [
   'IN_QUEUE',
   'IN_PROGRESS',
@@ -73,6 +75,8 @@ export const moves = {
   purge: { from: ['IN_QUEUE'], to: 'CANCELLED' },
   /** The endpoint cannot start a worker at all (docs/workers.md): queued jobs fail with the cause. */
   reject: { from: ['IN_QUEUE'], to: 'FAILED' },
+  /** AWS: the job's message went to the dead-letter queue; no worker will ever take it. */
+  deadLetter: { from: ['IN_QUEUE'], to: 'FAILED' },
   retry: { from: ['FAILED', 'TIMED_OUT'], to: 'IN_QUEUE' },
 } as const satisfies Record<string, { from: readonly JobStatus[]; to: JobStatus }>;
 
@@ -148,3 +152,28 @@ export function viewOf(job: Job, now: number): JobView {
   if (job.retries > 0) view.retries = job.retries;
   return view;
 }
+
+/**
+ * A page cursor for job lists (newest first): the last job's createdAt and id, so the next page
+ * starts strictly after it whatever the store. Opaque to callers.
+ */
+export function encodeJobCursor(job: Pick<Job, 'createdAt' | 'id'>): string {
+  return Buffer.from(JSON.stringify([job.createdAt, job.id])).toString('base64url');
+}
+
+/** The position a cursor names; a `bad_request` FerryError when it is not one we handed out. */
+export function decodeJobCursor(cursor: string | undefined): [number, string] | undefined {
+  if (cursor === undefined) return undefined;
+  try {
+    const value = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown;
+    if (Array.isArray(value) && Number.isSafeInteger(value[0]) && typeof value[1] === 'string')
+      return [value[0] as number, value[1] as string];
+  } catch {
+    // fall through
+  }
+  throw badRequest('cursor is not one this API handed out');
+}
+
+/** Whether `job` comes after the cursor position in newest-first order. */
+export const isBeforeCursor = (job: Pick<Job, 'createdAt' | 'id'>, [atMs, id]: [number, string]): boolean =>
+  job.createdAt < atMs || (job.createdAt === atMs && job.id < id);

@@ -44,6 +44,12 @@ export const limits = {
   webhookRetryDelayMs: 10_000,
   webhookTimeoutMs: 10_000,
 
+  /** A worker's own log lines (not a job's: those go with the job) are kept this long. */
+  workerLogRetentionMs: 24 * 3_600_000,
+  /** The longest log line kept; longer ones are cut (a handler printing a whole tensor). */
+  logLineChars: 16 * 1024,
+  /** Lines one job-log request may carry. */
+  logBatchLines: 1_000,
   /**
    * The local front door (docs/security.md): how long a client may take to send its headers and its
    * whole request, how long an idle keep-alive socket stays open, and how many sockets are open at

@@ -28,7 +28,14 @@ export const resourcesSchema = z
     /** 0 means the platform default (policy.executionTimeout or 600 s). */
     executionTimeoutMs: z.number().int().min(bounds.executionTimeoutMs.min),
     maxConcurrency: z.number().int().min(bounds.maxConcurrency.min),
+    /**
+     * Load-balanced endpoints: seconds ECS ignores failing load-balancer health checks after a task
+     * starts (model loading). 0 or absent means the platform default (infra/constructs/service.ts).
+     */
+    healthCheckGraceSec: z.number().int().min(0).max(7200).optional(),
     env: z.record(z.string(), z.string()),
+    /** Names of secrets handed to the workers as environment variables (docs/security.md). */
+    secrets: z.array(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/)).optional(),
     dependencies: z.array(z.string()),
     systemDependencies: z.array(z.string()),
     pythonVersion: z.enum(pythonVersions).optional(),

@@ -44,9 +44,23 @@ export interface JobStore {
   /** Drops every chunk of a job (retry starts a clean run). */
   clearStream(jobId: string): Promise<void>;
   counts(endpointId: string, nowMs: number): Promise<JobCounts>;
+  /**
+   * Unexpired jobs of one endpoint, newest first, created in [fromMs, toMs), in the given statuses
+   * (all when empty), a page at a time: `cursor` is the previous page's `next` (opaque).
+   */
+  listRecent(endpointId: string, query: RecentJobsQuery): Promise<{ jobs: Job[]; next?: string | undefined }>;
   /** Deletes what expired before `nowMs`; returns how many jobs went. (DynamoDB's TTL does this itself.) */
   deleteExpired(nowMs: number): Promise<number>;
   close(): Promise<void>;
+}
+
+export interface RecentJobsQuery {
+  statuses: readonly JobStatus[];
+  fromMs: number;
+  toMs: number;
+  nowMs: number;
+  limit: number;
+  cursor?: string | undefined;
 }
 
 export interface QueueMessage {
@@ -252,4 +266,35 @@ export interface Watch {
   /** True as soon as the key changed since the watch began (or since the last call); false after `waitMs`. */
   changed(waitMs: number, signal?: AbortSignal): Promise<boolean>;
   close(): void;
+}
+
+/** One line of output: a job's (the handler's stdout/stderr) or a worker's own (no jobId). */
+export interface LogLine {
+  /** When the line was written, epoch ms. */
+  atMs: number;
+  endpointId: string;
+  workerId: string;
+  jobId?: string | undefined;
+  stream: 'stdout' | 'stderr';
+  text: string;
+}
+
+export interface LogQuery {
+  endpointId: string;
+  /** Only this job's lines; otherwise every line of the endpoint (jobs and workers). */
+  jobId?: string | undefined;
+  /** Lines written at or after this moment. */
+  sinceMs?: number | undefined;
+  /** The `next` of an earlier read: only lines stored after it (for --follow). Opaque. */
+  after?: string | undefined;
+  limit: number;
+}
+
+/**
+ * Per-job and per-worker logs (docs/observability.md). Lines come back oldest first; `next` resumes
+ * after the last one, so a follower polls with it and never sees a line twice.
+ */
+export interface LogStore {
+  append(lines: readonly LogLine[]): Promise<void>;
+  read(query: LogQuery): Promise<{ lines: LogLine[]; next: string }>;
 }

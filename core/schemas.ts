@@ -60,6 +60,27 @@ export const jobStreamSchema = z
   .object({ output: z.unknown(), metrics: z.unknown().optional() })
   .passthrough();
 
+/**
+ * What the ferry runtime posts to job-log (a Ferry route; RunPod workers never call it): a batch of
+ * a worker's output lines, each of one job. Over-long lines are cut, not refused (docs/observability.md).
+ */
+export const jobLogSchema = z
+  .object({
+    lines: z
+      .array(
+        z
+          .object({
+            jobId: z.string().min(1).max(256),
+            atMs: z.number().int().nonnegative(),
+            stream: z.enum(['stdout', 'stderr']),
+            text: z.string(),
+          })
+          .strict(),
+      )
+      .max(limits.logBatchLines),
+  })
+  .strict();
+
 /** Parses with a schema and turns the first issue into a 400 that names the field. */
 export function parseOr400<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
   const result = schema.safeParse(value);

@@ -37,15 +37,20 @@ def _ensure_ferry():
     sys.modules.pop("ferry", None)
     stub = types.ModuleType("ferry")
 
+    def _local(fn):
+        # The real package runs a decorated function in-process with `.local(...)` (docs/python.md).
+        fn.local = fn
+        return fn
+
     class Endpoint:
         def __init__(self, **config):
             self.config = config
 
         def __call__(self, fn):
-            return fn
+            return _local(fn)
 
         def _route(self, method, path):
-            return lambda fn: fn
+            return _local
 
         def get(self, path):
             return self._route("GET", path)

@@ -11,12 +11,12 @@ class HelloTest(unittest.TestCase):
         cls.hello = load_handler("hello", "hello.py")
 
     def test_greet(self):
-        self.assertEqual(self.hello.greet(name="Ada"), {"greeting": "Hello, Ada!"})
-        self.assertEqual(self.hello.greet(), {"greeting": "Hello, world!"})
+        self.assertEqual(self.hello.greet.local(name="Ada"), {"greeting": "Hello, Ada!"})
+        self.assertEqual(self.hello.greet.local(), {"greeting": "Hello, world!"})
 
     def test_echo_and_health(self):
-        self.assertEqual(self.hello.echo(text="hi", n=3), {"echo": {"text": "hi", "n": 3}})
-        self.assertEqual(self.hello.health(), {"status": "ok"})
+        self.assertEqual(self.hello.echo.local(text="hi", n=3), {"echo": {"text": "hi", "n": 3}})
+        self.assertEqual(self.hello.health.local(), {"status": "ok"})
 
 
 if __name__ == "__main__":

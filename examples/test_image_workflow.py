@@ -210,7 +210,7 @@ class HandlerTest(unittest.TestCase):
         cls.handler = load_handler("image-workflow")
 
     def test_images_shape(self):
-        out = self.handler.run(workflow=small(batch=2))
+        out = self.handler.run.local(workflow=small(batch=2))
         self.assertEqual(set(out), {"images"})
         self.assertEqual(len(out["images"]), 2)
         for image in out["images"]:
@@ -222,22 +222,22 @@ class HandlerTest(unittest.TestCase):
         json.dumps(out)  # it must travel as JSON
 
     def test_message_shape(self):
-        out = self.handler.run(workflow=small(), output_format="message")
+        out = self.handler.run.local(workflow=small(), output_format="message")
         self.assertEqual(out["status"], "success")
         self.assertTrue(out["message"].startswith("data:image/png;base64,"))
         self.assertEqual(decode_png(base64.b64decode(out["message"].split(",", 1)[1]))[:2], (64, 32))
 
     def test_workflow_as_json_string(self):
-        out = self.handler.run(workflow=json.dumps(small()))
+        out = self.handler.run.local(workflow=json.dumps(small()))
         self.assertEqual(len(out["images"]), 1)
 
     def test_errors_are_returned_as_error(self):
         w = small()
         w["3"]["inputs"]["steps"] = 0
-        out = self.handler.run(workflow=w)
+        out = self.handler.run.local(workflow=w)
         self.assertIn("Workflow validation failed: node '3' (KSampler)", out["error"])
-        self.assertIn("output_format", self.handler.run(workflow=small(), output_format="png")["error"])
-        self.assertIn("Invalid JSON", self.handler.run(workflow="{nope")["error"])
+        self.assertIn("output_format", self.handler.run.local(workflow=small(), output_format="png")["error"])
+        self.assertIn("Invalid JSON", self.handler.run.local(workflow="{nope")["error"])
 
 
 class SaveImagesTest(unittest.TestCase):
@@ -263,7 +263,7 @@ class SaveImagesTest(unittest.TestCase):
 
     def test_whole_job_response_and_handler_output(self):
         handler = load_handler("image-workflow")
-        response = {"id": "sync-1-u1", "status": "COMPLETED", "output": handler.run(workflow=small(batch=2))}
+        response = {"id": "sync-1-u1", "status": "COMPLETED", "output": handler.run.local(workflow=small(batch=2))}
         paths = si.save_images(response, self.tmp.name)
         self.assertEqual(len(paths), 2)
         for path in paths:

@@ -98,7 +98,7 @@ class FinalOutputTest(unittest.TestCase):
 
     def test_handler_yields_chunks_and_returns_the_final_output(self):
         handler = load_handler("text-stream")
-        yields, final = run_generator(handler.generate(prompt="Tell me about rivers", max_tokens=9, token_delay_ms=0))
+        yields, final = run_generator(handler.generate.local(prompt="Tell me about rivers", max_tokens=9, token_delay_ms=0))
         self.assertEqual(len(yields), 3)
         self.assertEqual([y["output"] for y in yields], [c["output"] for c in chunks(max_tokens=9)])
         self.assertEqual(final, textgen.final_output(yields))
@@ -107,7 +107,7 @@ class FinalOutputTest(unittest.TestCase):
     def test_handler_fails_before_the_first_chunk_on_bad_input(self):
         handler = load_handler("text-stream")
         with self.assertRaises(ValueError):
-            next(handler.generate(prompt="", max_tokens=5))
+            next(handler.generate.local(prompt="", max_tokens=5))
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context } from 'aws-l
 import type { ApiRequest, ApiResponse } from '../core/api.js';
 import { badRequest, type ErrorEdge, internal, toHttpResponse } from '../core/errors.js';
 import { type Logger, stderrLogger } from '../core/log.js';
+import { managePrefix } from '../core/manage.js';
 import { lambdaPayloadBytes } from './payloads.js';
-import { type Platform, platformFromEnv } from './wiring.js';
+import { type Platform, platformFromEnv, settleWebhooks } from './wiring.js';
 
 /** Answer this long before the function's timeout, so a capped wait still gets its 200 out. */
 const answerMarginMs = 1_500;
@@ -73,6 +74,9 @@ export function requestOf(event: APIGatewayProxyEvent, signal?: AbortSignal): Ap
  */
 function apiPath(event: APIGatewayProxyEvent): string {
   const path = event.path ?? '';
+  // The management API (core/manage.ts), possibly behind a custom domain's base path.
+  const manageAt = path.indexOf(`${managePrefix}/`);
+  if (manageAt >= 0) return path.slice(manageAt);
   if (path.startsWith('/v2/') || path === '/v2') return path;
   const at = path.indexOf('/v2/');
   if (at >= 0) return path.slice(at);
@@ -146,9 +150,12 @@ export function createApiHandler(platform: () => Platform, log: Logger = stderrL
     .handler(async (event, context, options) => {
       const request = requestOf(event, deadlineSignal(context, options?.signal));
       const edge = { requestId: requestIdOf(event, context), log };
-      const response = await platform().api.handle(request);
-      // A submit to an endpoint with no worker nudged the scaler: send it before the sandbox freezes.
+      const { api, manage, webhooks } = platform();
+      const response = await (request.path.startsWith(`${managePrefix}/`) ? manage : api).handle(request);
+      // A submit to an endpoint with no worker nudged the scaler, and a cancel or a final transition
+      // started a webhook: send both before the sandbox freezes.
       await platform().nudges?.settled();
+      await settleWebhooks(webhooks, (context?.getRemainingTimeInMillis?.() ?? 10_000) - answerMarginMs);
       return resultOf(response, edge);
     }) as unknown as ApiHandler;
 }

@@ -7,7 +7,7 @@
  *   sweeper.mjs     handler `sweeper.handler`     the scheduled sweeper
  *   scaler.mjs      handler `scaler.handler`      sets ECS desiredCount (schedule + nudges)
  *
- * Runtime `nodejs22.x`. infra/ points each function's code at `outdir` with these handler names.
+ * Runtime `nodejs24.x` (infra/platform-stack.ts). infra/ points each function's code at `outdir` with these handler names.
  */
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -44,7 +44,7 @@ export async function bundleFunctions(outdir: string): Promise<Record<FunctionNa
     outExtension: { '.js': '.mjs' },
     bundle: true,
     platform: 'node',
-    target: 'node22',
+    target: 'node24',
     format: 'esm',
     minify: false,
     sourcemap: true,

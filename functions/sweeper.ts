@@ -1,10 +1,17 @@
 /**
  * The sweeper Lambda, run by an EventBridge schedule (every minute): lapsed leases go back to the
- * queue or fail, overrunning jobs time out, jobs past policy.ttl stop (JobEngine.sweep), and expired
- * rows go now rather than when DynamoDB's TTL gets to them (it lags by days; reads filter anyway).
+ * queue or fail, overrunning jobs time out, jobs past policy.ttl stop (JobEngine.sweep), expired
+ * rows go now rather than when DynamoDB's TTL gets to them (it lags by days; reads filter anyway),
+ * and, on queue endpoints, no job is left waiting for a message that will never come:
+ *
+ *  - IN_QUEUE jobs waiting `staleQueuedMs` or more get their message again (the API writes the job,
+ *    then sends the message; a failed send left it waiting forever). Takes are conditional, so a
+ *    duplicate message is harmless (JobEngine.resendWaiting).
+ *  - Jobs whose message went to a dead-letter queue (received `maxReceiveCount` times without a
+ *    claim) end FAILED with the reason, and the dead letter is deleted.
  */
 import type { Platform } from './wiring.js';
-import { platformFromEnv } from './wiring.js';
+import { platformFromEnv, settleWebhooks } from './wiring.js';
 
 export interface SweepReport {
   requeued: number;
@@ -12,16 +19,53 @@ export interface SweepReport {
   timedOut: number;
   expired: number;
   deleted: number;
+  resent: number;
+  deadLettered: number;
 }
 
+/** What the sweeper leaves itself to finish webhooks and return, of its 55 s timeout. */
+const returnMarginMs = 2_000;
+
+export const sweepTiming = {
+  /** The schedule (infra/platform-stack.ts SweepEveryMinute). */
+  periodMs: 60_000,
+  /** An IN_QUEUE job this old gets its message again (and again every this long). */
+  staleQueuedMs: 10 * 60_000,
+  /** Per endpoint and run: bounded work, the rest waits for the next minute. */
+  resendLimit: 200,
+  deadLetterLimit: 100,
+} as const;
+
 export function createSweeper(platform: () => Platform, nowMs: () => number = Date.now) {
-  return async (): Promise<SweepReport> => {
-    const { engine, jobs } = platform();
+  return async (
+    _event?: unknown,
+    context?: { getRemainingTimeInMillis?: () => number },
+  ): Promise<SweepReport> => {
+    const { engine, jobs, webhooks, control, deadLetters } = platform();
     const swept = await engine.sweep();
     const deleted = await jobs.deleteExpired(nowMs());
+    const queueEndpoints = (await control.listEndpoints()).filter((e) => e.kind === 'queue').map((e) => e.id);
+    const resent = await engine.resendWaiting(queueEndpoints, {
+      staleMs: sweepTiming.staleQueuedMs,
+      periodMs: sweepTiming.periodMs,
+      limit: sweepTiming.resendLimit,
+    });
+    let deadLettered = 0;
+    for (const endpointId of queueEndpoints) {
+      for (const letter of await deadLetters.take(endpointId, sweepTiming.deadLetterLimit)) {
+        const failed = await engine.failDeadLettered(
+          letter.jobId,
+          'The job could not be handed to a worker: its queue message was received 5 times without being claimed (dead-lettered)',
+        );
+        if (failed) deadLettered++;
+        await letter.remove();
+      }
+    }
     // Requeued jobs of an endpoint left with no worker nudged the scaler: send that before returning.
     await platform().nudges?.settled();
-    const report = { ...swept, deleted };
+    // Jobs the sweep ended (timed out, failed) notify their webhooks: deliver before returning.
+    await settleWebhooks(webhooks, (context?.getRemainingTimeInMillis?.() ?? 30_000) - returnMarginMs);
+    const report = { ...swept, deleted, resent, deadLettered };
     // One line per run for CloudWatch Logs Insights; counts only, never job contents.
     console.log(JSON.stringify({ msg: 'ferry sweep', ...report }));
     return report;

@@ -3,13 +3,21 @@
  * on each function. Built once per Lambda container (module scope, lazily: `platformFromEnv`), so warm
  * invocations reuse the SDK clients and their keep-alive connections; tests inject clients instead.
  */
+
 import { randomUUID } from 'node:crypto';
+import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { ECSClient } from '@aws-sdk/client-ecs';
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { S3Client } from '@aws-sdk/client-s3';
-import { GetQueueUrlCommand, SQSClient } from '@aws-sdk/client-sqs';
+import {
+  DeleteMessageCommand,
+  GetQueueUrlCommand,
+  ReceiveMessageCommand,
+  SQSClient,
+} from '@aws-sdk/client-sqs';
 import { z } from 'zod';
+import { CloudWatchLogStore } from '../core/adapters/aws/cloudwatch-logs.js';
 import {
   DynamoControlStore,
   DynamoJobStore,
@@ -26,7 +34,8 @@ import { systemClock } from '../core/clock.js';
 import { JobEngine } from '../core/engine.js';
 import { FerryError } from '../core/errors.js';
 import { endpointScopedJobId } from '../core/job.js';
-import type { ChangeFeed, Clock } from '../core/ports.js';
+import { ManageApi } from '../core/manage.js';
+import type { ChangeFeed, Clock, LogStore } from '../core/ports.js';
 import { HttpWebhookSender } from '../core/webhooks.js';
 import { S3PayloadStore } from './payloads.js';
 import { lambdaInvoker, NudgingChangeFeed, type ScalerDeps } from './scaler.js';
@@ -58,6 +67,9 @@ export const functionEnvSchema = z.object({
   FERRY_DYNAMODB_ENDPOINT: url,
   FERRY_SQS_ENDPOINT: url,
   FERRY_S3_ENDPOINT: url,
+  /** The CloudWatch Logs group of job output (docs/observability.md); unset: no logs to read. */
+  FERRY_LOG_GROUP: z.string().min(1).optional(),
+  FERRY_LOGS_ENDPOINT: url,
 });
 export type FunctionEnv = z.infer<typeof functionEnvSchema>;
 
@@ -71,6 +83,8 @@ export function parseFunctionEnv(env: Record<string, string | undefined>): Funct
 export interface AwsClients {
   dynamo: DynamoDBClient;
   sqs: SQSClient;
+  /** Job logs; absent: the management API answers every log read with no lines. */
+  logs?: CloudWatchLogsClient;
   /** Must carry `s3ClientConfig` (WHEN_REQUIRED checksums) or presigned PUTs break. */
   s3: S3Client;
   /** For the scaler nudge; without it (or FERRY_SCALER_FUNCTION) nothing is nudged. */
@@ -82,6 +96,7 @@ export function clientsFromEnv(env: FunctionEnv): AwsClients {
   return {
     dynamo: new DynamoDBClient(env.FERRY_DYNAMODB_ENDPOINT ? { endpoint: env.FERRY_DYNAMODB_ENDPOINT } : {}),
     sqs: new SQSClient(env.FERRY_SQS_ENDPOINT ? { endpoint: env.FERRY_SQS_ENDPOINT } : {}),
+    logs: new CloudWatchLogsClient(env.FERRY_LOGS_ENDPOINT ? { endpoint: env.FERRY_LOGS_ENDPOINT } : {}),
     s3: new S3Client({
       ...s3ClientConfig,
       ...(env.FERRY_S3_ENDPOINT ? { endpoint: env.FERRY_S3_ENDPOINT, forcePathStyle: true } : {}),
@@ -94,6 +109,8 @@ export interface Platform {
   env: FunctionEnv;
   engine: JobEngine;
   api: V2Api;
+  /** The management API (/manage/v1), same keys as `api`. */
+  manage: ManageApi;
   jobs: DynamoJobStore;
   control: DynamoControlStore;
   queue: SqsJobQueue;
@@ -102,6 +119,58 @@ export interface Platform {
   nudges: NudgingChangeFeed | undefined;
   payloads: S3PayloadStore;
   webhooks: HttpWebhookSender;
+  /** The sweeper's reader of dead-lettered messages (the endpoints' `-dlq` queues). */
+  deadLetters: DeadLetters;
+}
+
+/** Messages of an endpoint's dead-letter queues, read and then deleted by the sweeper. */
+export interface DeadLetters {
+  /** Up to `max` dead-lettered job ids of the endpoint, each with a way to delete its message. */
+  take(endpointId: string, max: number): Promise<Array<{ jobId: string; remove(): Promise<void> }>>;
+}
+
+/** DeadLetters over SQS: `ferry-<id>-dlq` and `ferry-<id>-low-dlq` (infra/names.ts). */
+export function sqsDeadLetters(sqs: SQSClient, prefix: string): DeadLetters {
+  const urls = queueUrls(sqs, prefix);
+  return {
+    async take(endpointId, max) {
+      const out: Array<{ jobId: string; remove(): Promise<void> }> = [];
+      for (const suffix of ['-dlq', '-low-dlq']) {
+        let url: string;
+        try {
+          url = await urls(`${endpointId}${suffix}`);
+        } catch {
+          continue; // an endpoint deployed before its DLQ existed, or being deleted
+        }
+        while (out.length < max) {
+          const { Messages } = await sqs.send(
+            new ReceiveMessageCommand({
+              QueueUrl: url,
+              MaxNumberOfMessages: Math.min(10, max - out.length),
+              WaitTimeSeconds: 0,
+              VisibilityTimeout: 60,
+            }),
+          );
+          if (!Messages || Messages.length === 0) break;
+          for (const message of Messages) {
+            let jobId: string | undefined;
+            try {
+              jobId = (JSON.parse(message.Body ?? '') as { jobId?: unknown }).jobId as string | undefined;
+            } catch {
+              jobId = undefined;
+            }
+            const remove = () =>
+              sqs
+                .send(new DeleteMessageCommand({ QueueUrl: url, ReceiptHandle: message.ReceiptHandle }))
+                .then(() => undefined);
+            if (typeof jobId === 'string' && jobId !== '') out.push({ jobId, remove });
+            else await remove(); // not a Ferry message: nothing to fail
+          }
+        }
+      }
+      return out;
+    },
+  };
 }
 
 export interface PlatformOptions {
@@ -139,7 +208,8 @@ export function buildPlatform(options: PlatformOptions): Platform {
     client: clients.sqs,
     queueUrlFor: queueUrls(clients.sqs, env.FERRY_QUEUE_NAME_PREFIX),
   });
-  // Webhooks go out in the background; a frozen sandbox resumes them on its next invocation.
+  // Webhooks go out in the background, and each handler waits for them before it returns
+  // (settleWebhooks): Lambda freezes the sandbox once the handler returns, and may never thaw it.
   const webhooks = new HttpWebhookSender({ clock });
   const polling = new PollingChangeFeed(clock, env.FERRY_POLL_MS);
   // Late-bound: the engine owns how old a registry record may be before its worker counts as gone.
@@ -173,7 +243,27 @@ export function buildPlatform(options: PlatformOptions): Platform {
   });
   const auth = options.auth ?? new KeyAuthenticator({ control });
   const api = new V2Api({ engine, control, auth, payloads, maxWaitMs: env.FERRY_MAX_WAIT_MS });
-  return { env, engine, api, jobs, control, queue, workers, nudges, payloads, webhooks };
+  const logs: LogStore =
+    env.FERRY_LOG_GROUP && clients.logs
+      ? new CloudWatchLogStore({ client: clients.logs, logGroup: env.FERRY_LOG_GROUP })
+      : { append: async () => {}, read: async (query) => ({ lines: [], next: query.after ?? '' }) };
+  // Workers as the agents mirror them into the registry (byEndpoint index, no Scan).
+  const manage = new ManageApi({ engine, jobs, queue, control, workers, logs, auth, now: () => clock.now() });
+  const deadLetters = sqsDeadLetters(clients.sqs, env.FERRY_QUEUE_NAME_PREFIX);
+  return {
+    env,
+    engine,
+    api,
+    manage,
+    jobs,
+    control,
+    queue,
+    workers,
+    nudges,
+    payloads,
+    webhooks,
+    deadLetters,
+  };
 }
 
 /**
@@ -229,4 +319,29 @@ export function scalerDepsFromEnv(): ScalerDeps {
     };
   }
   return containerScaler;
+}
+
+/**
+ * Waits for the webhooks the invocation started, until `budgetMs` runs out. Lambda freezes the
+ * execution environment as soon as the handler returns and may discard it, so a delivery left in the
+ * background can be lost (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html).
+ * Deliveries still running when the budget ends (a receiver that keeps failing, with retries 10 s
+ * apart) are given up and logged; the first attempt of each has normally finished by then.
+ */
+export async function settleWebhooks(
+  webhooks: Pick<HttpWebhookSender, 'idle'>,
+  budgetMs: number,
+): Promise<'settled' | 'gave-up'> {
+  if (budgetMs <= 0) return 'gave-up';
+  let timer: NodeJS.Timeout | undefined;
+  const outcome = await Promise.race([
+    webhooks.idle().then(() => 'settled' as const),
+    new Promise<'gave-up'>((resolve) => {
+      timer = setTimeout(() => resolve('gave-up'), budgetMs);
+    }),
+  ]);
+  clearTimeout(timer);
+  if (outcome === 'gave-up')
+    console.warn('ferry: webhook deliveries still running when the function had to return');
+  return outcome;
 }

@@ -20,7 +20,6 @@
  * message only comes back if an agent died between receive and delete; after `maxReceiveCount`
  * such receives it goes to the DLQ.
  */
-import { createHash } from 'node:crypto';
 import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
 import type * as ecs from 'aws-cdk-lib/aws-ecs';
 import type * as elbv2 from 'aws-cdk-lib/aws-elasticloadbalancingv2';
@@ -31,6 +30,7 @@ import type { Construct } from 'constructs';
 import { workersInOrder } from '../core/endpoint-spec.js';
 import { FerryError } from '../core/errors.js';
 import type { Manifest, ManifestEndpoint } from '../core/manifest.js';
+import { EnvironmentDashboard } from './constructs/dashboard.js';
 import type { LbHttpsOptions } from './constructs/https-front.js';
 import { EndpointLoadBalancer } from './constructs/load-balancer.js';
 import { EndpointQueues } from './constructs/queues.js';
@@ -39,7 +39,10 @@ import { type Placement, placementFor } from './gpu.js';
 import { PlatformImports, type PlatformImportsProps, type PlatformRefs } from './platform-exports.js';
 
 export type { WorkerImages } from './constructs/service.js';
-export { appStackName } from './names.js';
+export { appStackName, endpointIdFor } from './names.js';
+
+import { endpointIdFor } from './names.js';
+
 export { agentEntryPoint, artifactMount, leaseTiming, ports } from './task-layout.js';
 
 export interface AppEnvironmentStackProps extends StackProps {
@@ -55,18 +58,6 @@ export interface AppEnvironmentStackProps extends StackProps {
   endpointIds?: Readonly<Record<string, string>>;
   /** Load-balanced endpoints: a domain for an ACM certificate; without one, a CloudFront front. */
   https?: LbHttpsOptions;
-}
-
-/**
- * A stable endpoint id: the same app, environment and endpoint name always get the same id, so a
- * redeploy keeps client URLs. 14 lowercase characters, like RunPod's.
- */
-export function endpointIdFor(app: string, env: string, endpointName: string): string {
-  const digest = createHash('sha256').update(`${app}\n${env}\n${endpointName}`).digest();
-  const alphabet = 'abcdefghijklmnopqrstuvwxyz0123456789';
-  let id = '';
-  for (let i = 0; i < 14; i++) id += alphabet[digest[i]! % alphabet.length];
-  return id;
 }
 
 /** What `Endpoints` (the app stack's output) lists, one entry per endpoint. */
@@ -130,6 +121,17 @@ export class AppEnvironmentStack extends Stack {
       removalPolicy: RemovalPolicy.DESTROY,
     });
     this.endpoints = props.manifest.endpoints.map((endpoint) => this.addEndpoint(endpoint));
+    new EnvironmentDashboard(this, 'Observability', {
+      dashboardName: id.replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 255),
+      clusterName: this.platform.cluster.clusterName,
+      endpoints: this.endpoints.map((e) => ({
+        name: e.name,
+        id: e.id,
+        service: e.service,
+        queue: e.queue,
+        gpu: e.placement.kind === 'gpu',
+      })),
+    });
     new CfnOutput(this, 'Endpoints', {
       description: 'JSON list of {name, id, kind, url?, queueUrl?, lowQueueUrl?} for the CLI',
       value: Stack.of(this).toJsonString(
@@ -171,7 +173,9 @@ export class AppEnvironmentStack extends Stack {
     const prefix = `Ep-${endpoint.name}`;
 
     const queues =
-      endpoint.kind === 'queue' ? new EndpointQueues(this, `${prefix}-Queues`, { endpointId }) : undefined;
+      endpoint.kind === 'queue'
+        ? new EndpointQueues(this, `${prefix}-Queues`, { endpointId, alarmTopic: this.platform.alarmTopic })
+        : undefined;
     const { service, taskDefinition, taskRole, agentRole } = new EndpointService(this, prefix, {
       appName: props.appName,
       envName: props.envName,

@@ -26,7 +26,7 @@ import { parseOr400 } from '../core/schemas.js';
 import { AppEnvironmentStack, type WorkerImages } from './app-stack.js';
 import type { LbHttpsOptions } from './constructs/https-front.js';
 import { instanceTypesFor } from './gpu.js';
-import { appStackName, platformStackName } from './names.js';
+import { appStackName, ownershipTags, platformStackName } from './names.js';
 import { defaultInstanceTypes, PlatformStack } from './platform-stack.js';
 
 export { platformStackName } from './names.js';
@@ -62,6 +62,8 @@ export interface SynthesizeOptions {
   endpointIds?: Readonly<Record<string, string>>;
   /** HTTPS of load-balanced endpoints: a domain (ACM), else CloudFront (constructs/https-front.ts). */
   https?: LbHttpsOptions;
+  /** The REST API's integration timeout (s); 29 unless the account's quota was raised (docs/aws.md). */
+  integrationTimeoutSec?: number;
   outdir?: string;
   /** CDK context (toolkit-lib's builder hands one over). */
   context?: Record<string, unknown>;
@@ -94,6 +96,7 @@ export function buildApp(
     functionsCodeDir: options.functionsCodeDir,
     instanceTypes,
     ...(options.gpuWarmPoolSize ? { gpuWarmPoolSize: options.gpuWarmPoolSize } : {}),
+    ...(options.integrationTimeoutSec ? { integrationTimeoutSec: options.integrationTimeoutSec } : {}),
     description: 'Ferry platform: v2 job API, tables, bucket, ECS cluster',
   });
   const appStack = new AppEnvironmentStack(app, appStackName(appName, options.env), {
@@ -107,6 +110,9 @@ export function buildApp(
     ...(options.endpointIds ? { endpointIds: options.endpointIds } : {}),
     ...(options.https ? { https: options.https } : {}),
     description: `Ferry ${appName}/${options.env}`,
+    // Who owns the stack: the CLI refuses to deploy over a stack whose tags name another app/env.
+    // CloudFormation copies stack tags to the resources that take tags.
+    tags: { [ownershipTags.app]: appName, [ownershipTags.env]: options.env },
   });
   // Imports by name carry no reference CDK could order the stacks by: the platform (and the exports
   // the app imports) must be deployed first, so say it.

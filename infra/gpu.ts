@@ -4,8 +4,8 @@
  * the app stack picks the pool and sizes the task from the same answer, and the CLI can print it.
  *
  * One worker task per instance: the worker reserves nearly all of the instance's memory, so ECS never
- * packs two tasks on one host. That keeps host networking (see app-stack.ts) free of port clashes and
- * gives each worker the whole machine it asked for.
+ * packs two tasks on one host, and gives each worker the whole machine it asked for. (Port clashes
+ * would not stop two tasks anyway: tasks use bridge networking with no fixed host port, task-layout.ts.)
  */
 import { cpuPattern } from '../core/endpoint-spec.js';
 import { FerryError } from '../core/errors.js';

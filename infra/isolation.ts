@@ -30,6 +30,8 @@ import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { dynamoSchema } from '../core/adapters/aws/dynamo.js';
+import { awsSecretName } from '../core/adapters/aws/secrets.js';
+import { reservedSecretPrefixes } from '../core/adapters/local/secrets.js';
 import { FerryError } from '../core/errors.js';
 import { endpointJobIdPatterns } from '../core/job.js';
 import type { TableRef } from './platform-exports.js';
@@ -236,12 +238,11 @@ export class EndpointWorkerToken extends Construct {
   }
 }
 
-/** Variable names a user secret may not take: the platform's own. */
-const reservedPrefixes = ['FERRY_', 'RUNPOD_', 'AWS_', 'ECS_'];
+const reservedPrefixes = reservedSecretPrefixes;
 
-/** The Secrets Manager name of a user secret. */
+/** The Secrets Manager name of a user secret (the one rule: core/adapters/aws/secrets.ts). */
 export const userSecretName = (app: string, env: string, name: string): string =>
-  `ferry/${app}/${env}/${name}`;
+  awsSecretName({ app, env }, name);
 
 /**
  * The manifest's `secrets` (names) as ECS container secrets read from `ferry/<app>/<env>/<NAME>`.

@@ -4,16 +4,54 @@
  * stacks and queues with these names without loading aws-cdk-lib, and the Lambdas derive queue names
  * from the same prefix (functions/wiring.ts), so there is one owner per name.
  */
+import { createHash } from 'node:crypto';
 import { FerryError } from '../core/errors.js';
 
 /** The shared platform stack, one per account and region. */
 export const platformStackName = 'FerryPlatform';
 
-/** The CloudFormation stack name of one app environment. */
-export function appStackName(app: string, env: string): string {
-  const clean = (s: string) => s.replace(/[^A-Za-z0-9-]/g, '-');
-  return `Ferry-${clean(app)}-${clean(env)}`.slice(0, 128);
+/** App names: what `ferry init` and the build manifest accept (core/manifest.ts endpoint names alike). */
+export const appNamePattern = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
+/** Environment names: the same, plus dots (`prod.1`). */
+export const envNamePattern = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
+
+/** A FerryError (exit 2) unless `app` and `env` are names the AWS provider can deploy. */
+export function checkAppEnvNames(app: string, env: string): void {
+  if (!appNamePattern.test(app)) {
+    throw new FerryError('usage', `App name ${JSON.stringify(app)} is not allowed on AWS`, {
+      hint: 'Use 1-63 letters, digits, "-" or "_", starting with a letter or digit (set `app` in ferry.toml or --app).',
+    });
+  }
+  if (!envNamePattern.test(env)) {
+    throw new FerryError('usage', `Environment name ${JSON.stringify(env)} is not allowed on AWS`, {
+      hint: 'Use 1-63 letters, digits, ".", "-" or "_", starting with a letter or digit (--env).',
+    });
+  }
 }
+
+/**
+ * 8 hex characters of sha256(app, env), kept apart by a newline: `ml-api`+`prod` and `ml`+`api-prod`
+ * read the same once joined with dashes, but never hash the same.
+ */
+export function appEnvHash(app: string, env: string): string {
+  return createHash('sha256').update(`${app}\n${env}`).digest('hex').slice(0, 8);
+}
+
+/**
+ * The CloudFormation stack name of one app environment: `Ferry-<app>-<env>-<hash>`. The readable part
+ * is for people; the hash makes it unique per (app, env). Stack names allow letters, digits and
+ * dashes, up to 128 characters (https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_CreateStack.html).
+ */
+export function appStackName(app: string, env: string): string {
+  checkAppEnvNames(app, env);
+  const clean = (s: string) => s.replace(/[^A-Za-z0-9-]/g, '-');
+  // 'Ferry-' + readable + '-' + 8 hex ≤ 128: the readable part gives way, the hash never does.
+  const readable = `${clean(app)}-${clean(env)}`.slice(0, 128 - 'Ferry-'.length - 1 - 8);
+  return `Ferry-${readable}-${appEnvHash(app, env)}`;
+}
+
+/** Tags on every app stack (and, propagated by CloudFormation, its resources): who owns it. */
+export const ownershipTags = { app: 'ferry:app', env: 'ferry:env' } as const;
 
 /** Every queue of every app is named with this prefix, so platform functions can be granted them all. */
 export const queueNamePrefix = 'ferry-';
@@ -82,6 +120,7 @@ export const platformExportNames = {
   controlTableArn: 'Ferry-ControlTableArn',
   workersTableName: 'Ferry-WorkersTableName',
   workersTableArn: 'Ferry-WorkersTableArn',
+  alarmTopicArn: 'Ferry-AlarmTopicArn',
 } as const;
 export type PlatformExportKey = keyof typeof platformExportNames;
 
@@ -97,3 +136,25 @@ export function poolExportName(instanceType: string): string {
 export function outputIdOf(exportName: string): string {
   return exportName.slice(exportPrefix.length).replace(/[^A-Za-z0-9]/g, '');
 }
+
+/** Where `ferry deploy` puts image build contexts in the platform bucket (the CodeBuild role reads them). */
+export const imageBuildPrefix = 'image-builds/';
+
+/**
+ * A stable endpoint id: the same app, environment and endpoint name always get the same id, so a
+ * redeploy keeps client URLs. 14 lowercase letters and digits, like RunPod's: no '-', so
+ * IAM can scope an agent to keys that start with its id (infra/isolation.ts).
+ */
+export function endpointIdFor(app: string, env: string, endpointName: string): string {
+  const digest = createHash('sha256').update(`${app}\n${env}\n${endpointName}`).digest();
+  const alphabet = 'abcdefghijklmnopqrstuvwxyz0123456789';
+  let id = '';
+  for (let i = 0; i < 14; i++) id += alphabet[digest[i]! % alphabet.length];
+  return id;
+}
+
+/**
+ * The CloudWatch Logs group of job output (docs/observability.md). Fixed, like the cluster: agents of
+ * every app write there and the API Lambda reads it, with no cross-stack reference.
+ */
+export const jobLogGroupName = '/ferry/job-logs';

@@ -23,6 +23,7 @@
  *   Ferry-PublicSubnetRouteTableIds              comma-separated, same order
  *   Ferry-InstanceSecurityGroupId                the ECS hosts' security group
  *   Ferry-<Jobs|Chunks|Control|Workers>TableName / …TableArn   the four DynamoDB tables
+ *   Ferry-AlarmTopicArn                          the SNS topic of every alarm (constructs/alarms.ts)
  *   Ferry-Pool-<instance type, . → ->-CapacityProvider         one per capacity pool, e.g.
  *                                                Ferry-Pool-g5-xlarge-CapacityProvider
  *
@@ -36,6 +37,7 @@
 import { Fn } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
+import * as sns from 'aws-cdk-lib/aws-sns';
 import { Construct } from 'constructs';
 import type { DynamoTable } from '../core/adapters/aws/dynamo.js';
 import { FerryError } from '../core/errors.js';
@@ -85,6 +87,8 @@ export interface PlatformRefs {
   readonly bucketName: string;
   /** The name of the export holding the bucket name (cdk-nag names IAM resources by it). */
   readonly bucketNameExport: string;
+  /** The SNS topic every Ferry alarm notifies (infra/constructs/alarms.ts). */
+  readonly alarmTopic: sns.ITopic;
   /** The capacity provider of one pool; a FerryError when the platform has no pool of that type. */
   capacityProviderNameFor(instanceType: string): string;
 }
@@ -111,6 +115,7 @@ export class PlatformImports extends Construct implements PlatformRefs {
   readonly workersTable: TableRef;
   readonly bucketName: string;
   readonly bucketNameExport = platformExportNames.bucketName;
+  readonly alarmTopic: sns.ITopic;
   private readonly instanceTypes: ReadonlySet<string>;
 
   constructor(scope: Construct, id: string, props: PlatformImportsProps) {
@@ -144,6 +149,7 @@ export class PlatformImports extends Construct implements PlatformRefs {
       securityGroups: [this.instanceSecurityGroup],
       hasEc2Capacity: true,
     });
+    this.alarmTopic = sns.Topic.fromTopicArn(this, 'AlarmTopic', value('alarmTopicArn'));
     this.jobsTable = table('jobs');
     this.chunksTable = table('chunks');
     this.controlTable = table('control');

@@ -36,10 +36,20 @@
  * IAM is least privilege per function, derived from the calls those code paths make (listed at
  * each grant). No function gets the `index/*` of a table, only the indexes it queries.
  */
-import { CfnOutput, Duration, Fn, RemovalPolicy, Stack, type StackProps, Validations } from 'aws-cdk-lib';
+import {
+  ArnFormat,
+  CfnOutput,
+  Duration,
+  Fn,
+  RemovalPolicy,
+  Stack,
+  type StackProps,
+  Validations,
+} from 'aws-cdk-lib';
 import * as apigw from 'aws-cdk-lib/aws-apigateway';
 import * as autoscaling from 'aws-cdk-lib/aws-autoscaling';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
@@ -53,8 +63,16 @@ import type { Construct } from 'constructs';
 import { type DynamoTable, dynamoSchema } from '../core/adapters/aws/dynamo.js';
 import { FerryError } from '../core/errors.js';
 import { functionEntries } from '../functions/bundle.js';
+import { AlarmTopic } from './constructs/alarms.js';
+import { ImageRegistry } from './constructs/images.js';
 import { cpuInstanceFor, defaultCpuSpec, defaultGpuModel, gpuInstanceFor, isGpuInstanceType } from './gpu.js';
-import { clusterName, queueNamePrefix, scalerFunctionName, serviceNamePrefix } from './names.js';
+import {
+  clusterName,
+  jobLogGroupName,
+  queueNamePrefix,
+  scalerFunctionName,
+  serviceNamePrefix,
+} from './names.js';
 import {
   outputIdOf,
   type PlatformExportKey,
@@ -117,7 +135,42 @@ export interface PlatformStackProps extends StackProps {
   handlers?: Partial<FunctionHandlers>;
   /** API Gateway stage; clients use `<api url>/v2` as the base. */
   stageName?: string;
+  /**
+   * The REST API's integration timeout (s). 29 by default; a Regional REST API may go higher once the
+   * account's "Maximum integration timeout in milliseconds" quota is raised (integrationTimeout).
+   */
+  integrationTimeoutSec?: number;
 }
+
+/**
+ * The integration timeout, and how long runsync/status waits may hold a request under it. API Gateway
+ * REST: 50 ms-29 s by default; Regional and private APIs may be raised above 29 s through Service
+ * Quotas, at the cost of a lower account throttle
+ * (https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html,
+ * https://aws.amazon.com/about-aws/whats-new/2024/06/amazon-api-gateway-integration-timeout-limit-29-seconds/).
+ * The wait leaves 4 s for the function to answer; RunPod's default runsync wait is 90 s, so with a
+ * raised quota of 95 s or more the default wait is RunPod's, and otherwise waits end early with
+ * `{id, status}` (the client polls /status), which RunPod clients already handle.
+ */
+export function integrationTiming(integrationTimeoutSec = integrationTimeoutSecDefault): {
+  integrationTimeoutSec: number;
+  functionTimeoutSec: number;
+  maxWaitMs: number;
+} {
+  if (!Number.isInteger(integrationTimeoutSec) || integrationTimeoutSec < 29 || integrationTimeoutSec > 900) {
+    throw new FerryError('usage', `Integration timeout must be 29-900 s, got ${integrationTimeoutSec}`, {
+      hint: 'Set FERRY_AWS_INTEGRATION_TIMEOUT_SEC to the quota API Gateway granted this account (default 29).',
+    });
+  }
+  return {
+    integrationTimeoutSec,
+    functionTimeoutSec: integrationTimeoutSec - 1,
+    maxWaitMs: Math.min(runpodDefaultWaitMs, (integrationTimeoutSec - 4) * 1000),
+  };
+}
+const integrationTimeoutSecDefault = 29;
+/** RunPod's default runsync wait (docs/api.md). */
+const runpodDefaultWaitMs = 90_000;
 
 /** A `dynamoSchema` key attribute → CDK. */
 const attribute = (key: { name: string; type: 'S' | 'N' }): dynamodb.Attribute => ({
@@ -126,7 +179,11 @@ const attribute = (key: { name: string; type: 'S' | 'N' }): dynamodb.Attribute =
 });
 
 /** The environment every function reads (functions/wiring.ts `functionEnvSchema`). */
-export function functionEnvironment(tables: Record<DynamoTable, dynamodb.ITable>, bucket: s3.IBucket) {
+export function functionEnvironment(
+  tables: Record<DynamoTable, dynamodb.ITable>,
+  bucket: s3.IBucket,
+  waitMs: number = maxWaitMs,
+) {
   return {
     NODE_OPTIONS: '--enable-source-maps',
     FERRY_JOBS_TABLE: tables.jobs.tableName,
@@ -136,8 +193,9 @@ export function functionEnvironment(tables: Record<DynamoTable, dynamodb.ITable>
     FERRY_BUCKET: bucket.bucketName,
     FERRY_BLOB_PREFIX: blobPrefix,
     FERRY_QUEUE_NAME_PREFIX: queueNamePrefix,
-    FERRY_MAX_WAIT_MS: String(maxWaitMs),
+    FERRY_MAX_WAIT_MS: String(waitMs),
     FERRY_POLL_MS: String(pollMs),
+    FERRY_LOG_GROUP: jobLogGroupName,
     FERRY_SCALER_FUNCTION: scalerFunctionName,
     FERRY_CLUSTER: clusterName,
     FERRY_SERVICE_NAME_PREFIX: serviceNamePrefix,
@@ -184,11 +242,14 @@ export const defaultInstanceTypes = (): string[] => [
 ];
 
 /**
- * ecs.config lines for every instance. Host networking needs ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST for
- * task IAM roles. ECS_AWSVPC_BLOCK_IMDS keeps the instance metadata service (and the instance role's
- * credentials) away from awsvpc tasks, user code included
+ * ecs.config lines for every instance. Tasks use bridge networking (infra/task-layout.ts), where the
+ * instance metadata service is kept from containers by IMDSv2 with a hop limit of 1 (launch template):
+ * the extra hop of the bridge drops the token response
+ * (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/configuring-IMDS-existing-instances.html).
+ * ECS_AWSVPC_BLOCK_IMDS covers awsvpc tasks should a task definition ever use that mode
  * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ec2-security-considerations.html,
- * docs/security-aws.md).
+ * docs/security-aws.md); the host-network role switch stays so a task definition of an older Ferry
+ * still gets its role.
  */
 export const ecsConfigLines = [
   'ECS_IMAGE_PULL_BEHAVIOR=prefer-cached',
@@ -212,6 +273,9 @@ export class PlatformStack extends Stack {
   readonly authorizerFunction: lambda.Function;
   readonly sweeperFunction: lambda.Function;
   readonly scalerFunction: lambda.Function;
+  readonly images: ImageRegistry;
+  readonly alarms: AlarmTopic;
+  readonly timing: ReturnType<typeof integrationTiming>;
   private readonly pools = new Map<string, ecs.AsgCapacityProvider>();
 
   constructor(scope: Construct, id: string, props: PlatformStackProps) {
@@ -303,11 +367,19 @@ export class PlatformStack extends Stack {
     const code = lambda.Code.fromAsset(props.functionsCodeDir);
     // Every function gets the whole environment: the bundles share functions/wiring.ts, which parses
     // all of it. Names are not secrets; what a function may touch is decided by IAM below.
-    const environment = functionEnvironment(this.tables, this.bucket);
+    this.timing = integrationTiming(props.integrationTimeoutSec);
+    const environment = functionEnvironment(this.tables, this.bucket, this.timing.maxWaitMs);
+    // Job output (agents write, the API reads): kept two weeks, longer than a job can stay readable
+    // (policy.ttl up to 7 days, then its result's retention).
+    new logs.LogGroup(this, 'JobLogs', {
+      logGroupName: jobLogGroupName,
+      retention: logs.RetentionDays.TWO_WEEKS,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
 
-    // Waits end by FERRY_MAX_WAIT_MS (25 s) < the 28 s timeout < API Gateway's 29 s.
+    // Waits end by FERRY_MAX_WAIT_MS < the function timeout < the integration timeout.
     this.apiFunction = this.fn('ApiFunction', code, handlers.api, {
-      timeout: Duration.seconds(integrationTimeoutSec - 1),
+      timeout: Duration.seconds(this.timing.functionTimeoutSec),
       environment,
     });
     this.grantApi(this.apiFunction);
@@ -360,6 +432,8 @@ export class PlatformStack extends Stack {
     this.api = this.restApi(props.stageName ?? 'api', this.apiFunction);
 
     // ── Observability ─────────────────────────────────────────────────────────────────────────
+    this.images = new ImageRegistry(this, 'Images', { bucket: this.bucket });
+    this.alarms = new AlarmTopic(this, 'Alarms', { clusterArn: this.cluster.clusterArn });
     this.observability();
 
     // ── Outputs and exports ───────────────────────────────────────────────────────────────────
@@ -391,6 +465,7 @@ export class PlatformStack extends Stack {
     const publicSubnets = this.vpc.publicSubnets;
     const values: Record<PlatformExportKey, string> = {
       apiUrl: this.api.urlForPath('/v2'),
+      alarmTopicArn: this.alarms.topic.topicArn,
       apiId: this.api.restApiId,
       bucketName: this.bucket.bucketName,
       bucketArn: this.bucket.bucketArn,
@@ -438,6 +513,18 @@ export class PlatformStack extends Stack {
         exportName,
       });
     }
+    new CfnOutput(this, 'ImageRegistry', {
+      description: 'ECR registry of the Ferry images (ferry images push --registry …)',
+      value: this.images.registry,
+    });
+    new CfnOutput(this, 'ImageBuildProject', {
+      description: 'CodeBuild project that builds missing image tags (started by ferry deploy)',
+      value: this.images.buildProject.projectName,
+    });
+    new CfnOutput(this, 'RunsyncMaxWaitMs', {
+      description: 'How long runsync/status waits hold a request before answering {id, status}',
+      value: String(this.timing.maxWaitMs),
+    });
     new CfnOutput(this, 'InstanceTypes', {
       description: 'Instance types with a capacity pool, comma-separated (the CLI keeps them all)',
       value: this.instanceTypes.join(','),
@@ -580,7 +667,9 @@ export class PlatformStack extends Stack {
   ): lambda.Function {
     const fn = new lambda.Function(this, id, {
       ...(options.functionName ? { functionName: options.functionName } : {}),
-      runtime: lambda.Runtime.NODEJS_22_X,
+      // Node.js 24: AWS supports it past 2027 (22 is deprecated on 30 April 2027,
+      // https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtimes.html); the bundles target node24.
+      runtime: lambda.Runtime.NODEJS_24_X,
       architecture: lambda.Architecture.ARM_64,
       code,
       handler,
@@ -592,16 +681,10 @@ export class PlatformStack extends Stack {
         removalPolicy: RemovalPolicy.DESTROY,
       }),
     });
-    Validations.of(fn).acknowledge(
-      {
-        id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
-        reason: 'The AWS-managed basic execution policy only writes this function’s logs.',
-      },
-      {
-        id: 'AwsSolutions-L1',
-        reason: 'Pinned to nodejs22.x: the bundles target node22 and middy 6 (see docs/architecture.md).',
-      },
-    );
+    Validations.of(fn).acknowledge({
+      id: 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
+      reason: 'The AWS-managed basic execution policy only writes this function’s logs.',
+    });
     return fn;
   }
 
@@ -625,7 +708,28 @@ export class PlatformStack extends Stack {
     allowTable(role, this.controlTable, ['dynamodb:GetItem']);
     // health counts the endpoint's workers.
     allowIndexes(role, this.workersTable, ['dynamodb:Query'], [workers.indexes.byEndpoint.indexName]);
-    this.allowQueues(fn, ['sqs:SendMessage', 'sqs:GetQueueUrl']);
+    this.allowQueues(fn, ['sqs:SendMessage', 'sqs:GetQueueUrl', 'sqs:GetQueueAttributes']);
+    // The management API (core/manage.ts): endpoint lists through byKind, queue depth
+    // (GetQueueAttributes above) and job logs, read-only, from the job-log group alone.
+    allowIndexes(
+      role,
+      this.controlTable,
+      ['dynamodb:Query'],
+      [dynamoSchema.control.indexes.byKind.indexName],
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ['logs:FilterLogEvents'],
+        resources: [
+          Stack.of(this).formatArn({
+            service: 'logs',
+            resource: 'log-group',
+            resourceName: jobLogGroupName,
+            arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+          }),
+        ],
+      }),
+    );
     // HeadObject is authorized by s3:GetObject (there is no s3:HeadObject action). Presigned PUT and
     // GET URLs act with this role, so it needs Put/Get itself. Delete: a replaced big field's blob.
     this.allowPayloads(fn, ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
@@ -666,8 +770,22 @@ export class PlatformStack extends Stack {
     );
     // clearStream of a deleted job: meta Update, Query, BatchWrite deletes.
     allowTable(role, this.chunksTable, ['dynamodb:Query', 'dynamodb:UpdateItem', 'dynamodb:BatchWriteItem']);
-    // A lapsed lease goes back to the queue with a new message.
-    this.allowQueues(fn, ['sqs:SendMessage', 'sqs:GetQueueUrl']);
+    // A lapsed lease, or a job left waiting, goes back to the queue with a new message; dead
+    // letters are read and deleted (functions/sweeper.ts).
+    this.allowQueues(fn, ['sqs:SendMessage', 'sqs:GetQueueUrl', 'sqs:ReceiveMessage', 'sqs:DeleteMessage']);
+    // Which queue endpoints exist (control table, kind index) and their waiting jobs (byEndpointStatus).
+    allowIndexes(
+      role,
+      this.controlTable,
+      ['dynamodb:Query'],
+      [dynamoSchema.control.indexes.byKind.indexName],
+    );
+    allowIndexes(
+      role,
+      this.jobsTable,
+      ['dynamodb:Query'],
+      [dynamoSchema.jobs.indexes.byEndpointStatus.indexName],
+    );
     // Moves read and rewrite big fields; deleted jobs take their blobs with them.
     this.allowPayloads(fn, ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
   }
@@ -812,7 +930,7 @@ export class PlatformStack extends Stack {
     // invoke permission for the whole API: a function's resource policy has a 20 KB ceiling.
     const integration = new apigw.LambdaIntegration(fn, {
       proxy: true,
-      timeout: Duration.seconds(integrationTimeoutSec),
+      timeout: Duration.seconds(this.timing.integrationTimeoutSec),
       scopePermissionToMethod: false,
     });
 
@@ -843,10 +961,14 @@ export class PlatformStack extends Stack {
     route(['health'], ['GET']);
     // The claim-check for bodies over API Gateway's 10 MB / Lambda's 6 MB (functions/payloads.ts).
     route(['uploads'], ['POST']);
+    // The management API (core/manage.ts): GET only, same authorizer; the function routes by path.
+    const manage = api.root.addResource('manage').addResource('v1').addResource('{proxy+}');
+    manage.addMethod('GET', integration, { authorizer, authorizationType: apigw.AuthorizationType.CUSTOM });
     return api;
   }
 
   private observability(): cloudwatch.Dashboard {
+    const notify = new cwActions.SnsAction(this.alarms.topic);
     new cloudwatch.Alarm(this, 'Api5xxAlarm', {
       alarmDescription: 'Ferry: the v2 API answered 5xx (bad input must never cause one)',
       metric: this.api.metricServerError({ period: Duration.minutes(5), statistic: 'Sum' }),
@@ -854,7 +976,7 @@ export class PlatformStack extends Stack {
       evaluationPeriods: 1,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-    });
+    }).addAlarmAction(notify);
     new cloudwatch.Alarm(this, 'SweeperErrorsAlarm', {
       alarmDescription: 'Ferry: the sweeper failed (lapsed leases are not requeued while it fails)',
       metric: this.sweeperFunction.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
@@ -862,7 +984,7 @@ export class PlatformStack extends Stack {
       evaluationPeriods: 1,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-    });
+    }).addAlarmAction(notify);
 
     const dashboard = new cloudwatch.Dashboard(this, 'Dashboard', { dashboardName: 'Ferry' });
     // App queues are found by name: the platform template must not reference app stacks. A message

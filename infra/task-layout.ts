@@ -36,3 +36,23 @@ export const artifactMount = { volume: 'ferry-artifact', path: '/ferry', file: '
 /** ECS's ceiling for stopTimeout: the agent's drain (FERRY_DRAIN_MS) must end before it. */
 export const stopTimeoutSec = 120;
 export const drainMs = 110_000;
+
+/**
+ * How long ECS ignores failing load-balancer health checks after a load-balanced task starts, unless
+ * the endpoint sets `health_check_grace`: a GPU worker pulls a multi-GB image and loads its model
+ * before it answers /ping, which takes minutes; ECS would otherwise replace it over and over
+ * (healthCheckGracePeriodSeconds, https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_CreateService.html).
+ */
+export const defaultHealthCheckGraceSec = { gpu: 900, cpu: 180 } as const;
+
+/**
+ * Bridge networking gives every container its own network namespace; a container port published with
+ * host port 0 gets a free port of the instance's ephemeral range (the kernel's ip_local_port_range,
+ * 32768-60999 on Amazon Linux 2023, or 49153-65535), so tasks never fight over a host port
+ * (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_PortMapping.html). The hosts'
+ * security group opens this range to a load balancer's group only.
+ */
+export const ephemeralPorts = { from: 32768, to: 65535 } as const;
+
+/** The link names containers use for each other in bridge mode. */
+export const linkNames = { agent: 'agent', worker: 'worker' } as const;

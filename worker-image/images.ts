@@ -6,6 +6,8 @@
  *   ferry/worker-base-cpu:<version>-py<python>     Dockerfile.cpu
  *   ferry/worker-base-gpu:<version>-py<python>     Dockerfile.gpu
  *   ferry/worker-sdxl-turbo:<version>-py<python>   Dockerfile.model-sdxl-turbo  (FROM the gpu base)
+ *   ferry/agent:<version>                          Dockerfile.agent  (Node and agent.mjs only; the
+ *                                                  agent, artifact-init and LB-proxy containers)
  *
  * Every command runs from the repository root: the Dockerfiles COPY worker-image/python/ferry and the
  * agent bundle by their repository paths.
@@ -22,8 +24,8 @@ export interface WorkerImageKind {
   /** Repository-relative path of the Dockerfile. */
   dockerfile: string;
   repository: string;
-  /** Base images run user code; model images add weights on top of a base. */
-  category: 'base' | 'model';
+  /** Base images run user code; model images add weights on top of a base; the agent runs no user code. */
+  category: 'base' | 'model' | 'agent';
   accelerator: 'cpu' | 'gpu';
   /** The kind this one is built FROM (passed as BASE_IMAGE): it must be built first. */
   from?: string;
@@ -33,6 +35,16 @@ export interface WorkerImageKind {
 }
 
 export const workerImages: readonly WorkerImageKind[] = [
+  {
+    kind: 'agent',
+    dockerfile: 'worker-image/Dockerfile.agent',
+    repository: 'ferry/agent',
+    category: 'agent',
+    accelerator: 'cpu',
+    buildArgs: {},
+    description:
+      'The agent alone (Node 22 and agent.mjs, tens of MB): queue sidecar, LB key check, artifact init',
+  },
   {
     kind: 'base-cpu',
     dockerfile: 'worker-image/Dockerfile.cpu',
@@ -99,11 +111,20 @@ export function findImageKind(kind: string): WorkerImageKind {
   return found;
 }
 
-/** `ferry/worker-base-gpu:0.1.0-py3.12` */
+/** `ferry/worker-base-gpu:0.1.0-py3.12`; the agent has no Python: `ferry/agent:0.1.0`. */
 export function imageTag(kind: string, version: string, pythonVersion: string): string {
   const image = findImageKind(kind);
+  if (image.category === 'agent') return `${image.repository}:${checkVersion(version)}`;
   return `${image.repository}:${checkVersion(version)}-py${checkPythonVersion(pythonVersion)}`;
 }
+
+/** The agent's image (the same for every Python version). */
+export function agentImage(version: string): string {
+  return imageTag('agent', version, defaultPythonVersion);
+}
+
+/** Where the agent bundle must be before any docker build (the Dockerfiles COPY it). */
+export const agentBundleDir = 'worker-image/agent/dist';
 
 /** The base image a worker of this accelerator runs on (the image the CLI deploys user code into). */
 export function baseImageFor(accelerator: 'cpu' | 'gpu', version: string, pythonVersion: string): string {
@@ -133,7 +154,10 @@ export function dockerBuildCommands(
   checkPythonVersion(pythonVersion);
   const selected = options.kinds === undefined ? workerImages : options.kinds.map(findImageKind);
   return buildOrder(selected).map((image) => {
-    const args: Record<string, string> = { PYTHON_VERSION: pythonVersion, ...image.buildArgs };
+    const args: Record<string, string> =
+      image.category === 'agent'
+        ? { ...image.buildArgs }
+        : { PYTHON_VERSION: pythonVersion, ...image.buildArgs };
     if (image.from !== undefined) args.BASE_IMAGE = imageTag(image.from, version, pythonVersion);
     Object.assign(args, options.buildArgs?.[image.kind] ?? {});
     const argv = [options.docker ?? 'docker', 'build', '--file', image.dockerfile];
@@ -155,4 +179,41 @@ function buildOrder(images: readonly WorkerImageKind[]): WorkerImageKind[] {
     ordered.push(...pending.splice(index, 1));
   }
   return ordered;
+}
+
+/** `<registry>/<image>`, e.g. `123456789012.dkr.ecr.us-east-1.amazonaws.com/ferry/agent:0.1.0`. */
+export function registryImage(registry: string, image: string): string {
+  return `${registry.replace(/\/+$/, '')}/${image}`;
+}
+
+/**
+ * The commands that push built images to an ECR registry: log docker in with a token from
+ * `aws ecr get-login-password` (https://docs.aws.amazon.com/AmazonECR/latest/userguide/registry_auth.html),
+ * then tag and push each image (https://docs.aws.amazon.com/AmazonECR/latest/userguide/docker-push-ecr-image.html).
+ * The first entry is a shell pipeline (one string); the rest are argv.
+ */
+export function dockerPushCommands(
+  registry: string,
+  version: string,
+  pythonVersion: string = defaultPythonVersion,
+  options: { kinds?: readonly string[]; docker?: string } = {},
+): { login: string; commands: string[][] } {
+  const ecr = /^\d{12}\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$/.exec(registry.replace(/\/+$/, ''));
+  if (!ecr) {
+    throw new FerryError('usage', `${JSON.stringify(registry)} is not an ECR registry`, {
+      hint: 'Pass --registry <account>.dkr.ecr.<region>.amazonaws.com (the platform stack prints it as ImageRegistry).',
+    });
+  }
+  const docker = options.docker ?? 'docker';
+  const selected = options.kinds === undefined ? workerImages : options.kinds.map(findImageKind);
+  const commands: string[][] = [];
+  for (const image of buildOrder(selected)) {
+    const local = imageTag(image.kind, version, pythonVersion);
+    const remote = registryImage(registry, local);
+    commands.push([docker, 'tag', local, remote], [docker, 'push', remote]);
+  }
+  return {
+    login: `aws ecr get-login-password --region ${ecr[1]} | ${docker} login --username AWS --password-stdin ${registry.replace(/\/+$/, '')}`,
+    commands,
+  };
 }

@@ -54,10 +54,12 @@ KNOWN_KWARGS = {
     "dependencies",
     "system_dependencies",
     "env",
+    "secrets",
     "gpu_count",
     "execution_timeout_ms",
     "max_concurrency",
     "python_version",
+    "health_check_grace",
 }
 
 
@@ -406,6 +408,12 @@ class FileScanner:
         for key in env:
             if not ENV_NAME_RE.match(key):
                 bad("Endpoint '%s': env key %r is not an environment variable name" % (name, key))
+        secrets = str_list("secrets")
+        for secret in secrets:
+            if not ENV_NAME_RE.match(secret):
+                bad("Endpoint '%s': secret name %r is not an environment variable name" % (name, secret))
+            if secret in env:
+                bad("Endpoint '%s': %r is both in env and in secrets" % (name, secret))
         gpu_count = int_param("gpu_count", 1, 1, 8)
         if cpu is not None and "gpu_count" in raw and gpu_count != 1:
             bad("Endpoint '%s': gpu_count applies to GPU endpoints only, and this one sets cpu" % name)
@@ -423,7 +431,9 @@ class FileScanner:
             "idleTimeoutSec": int_param("idle_timeout", 60, 1, 3600),
             "executionTimeoutMs": int_param("execution_timeout_ms", 0, 0, None),
             "maxConcurrency": max_concurrency,
+            "healthCheckGraceSec": int_param("health_check_grace", 0, 0, 7200),
             "env": env,
+            "secrets": secrets,
             "dependencies": str_list("dependencies"),
             "systemDependencies": str_list("system_dependencies"),
             "pythonVersion": python_version,

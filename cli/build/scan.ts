@@ -31,7 +31,9 @@ const configSchema = z
     idleTimeoutSec: z.number().int(),
     executionTimeoutMs: z.number().int(),
     maxConcurrency: z.number().int(),
+    healthCheckGraceSec: z.number().int(),
     env: z.record(z.string(), z.string()),
+    secrets: z.array(z.string()).default([]),
     dependencies: z.array(z.string()),
     systemDependencies: z.array(z.string()),
     pythonVersion: z.enum(pythonVersions).nullable(),
@@ -164,7 +166,11 @@ export function toManifestEndpoint(scanned: ScannedEndpoint): ManifestEndpoint {
     idleTimeoutSec: config.idleTimeoutSec,
     executionTimeoutMs: config.executionTimeoutMs,
     maxConcurrency: config.maxConcurrency,
+    // 0 (the default) is left out, so endpoints that never set it keep their config hash.
+    ...(config.healthCheckGraceSec > 0 ? { healthCheckGraceSec: config.healthCheckGraceSec } : {}),
     env: config.env,
+    // Only when named, so endpoints without secrets keep their config hash (no needless rolls).
+    ...(config.secrets.length > 0 ? { secrets: config.secrets } : {}),
     dependencies: config.dependencies,
     systemDependencies: config.systemDependencies,
     ...(config.pythonVersion !== null ? { pythonVersion: config.pythonVersion } : {}),

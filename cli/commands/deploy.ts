@@ -178,6 +178,10 @@ export const deployCommand = (ctx: CliContext): CommandModule => ({
         default: false,
         describe: 'AWS: run the CDK bootstrap of the account/region before the first deploy',
       })
+      .option('alarm-email', {
+        type: 'string',
+        describe: 'AWS: subscribe this address to the alarm topic (alarms, image-pull and launch failures)',
+      })
       .option('json', jsonFlag)
       .example('$0 deploy', 'Deploy to the only environment (or create production)')
       .example('$0 deploy --provider aws --yes', 'Deploy to your AWS account')
@@ -204,7 +208,11 @@ export const deployCommand = (ctx: CliContext): CommandModule => ({
         });
         printDeploySummary(ctx.reporter, result, Boolean(argv.json));
       },
-      { yes: Boolean(argv.yes), bootstrap: Boolean(argv.bootstrap) },
+      {
+        yes: Boolean(argv.yes),
+        bootstrap: Boolean(argv.bootstrap),
+        ...(typeof argv['alarm-email'] === 'string' ? { alarmEmail: argv['alarm-email'] } : {}),
+      },
     );
   },
 });

@@ -11,7 +11,7 @@ import { livePrefix } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import { defaultPort } from '../../core/limits.js';
 import { webhookAllowFromEnv } from '../../core/webhooks.js';
-import { apiKeyFromUser, appNameOf, ferryPythonPath, readProjectConfig } from '../config.js';
+import { apiKeyFromUser, appNameOf, ferryPythonPath, installRoot, readProjectConfig } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { StartFailures } from '../dev/failures.js';
@@ -94,6 +94,13 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     host: '127.0.0.1',
     port: 0,
     apiKey: key.key,
+    consoleDir: path.join(installRoot(), 'console'),
+    // Each job's output as it happens, prefixed by endpoint and job (docs/observability.md).
+    onLog: (lines) => {
+      for (const line of lines)
+        if (line.jobId)
+          say(`[${endpointNames.get(line.endpointId) ?? line.endpointId} ${line.jobId}] ${line.text}`);
+    },
     workers: {
       ferryPythonPath: ferryPythonPath(),
       onStartFailure: (endpointId, output) => failures.report(endpointId, output),
@@ -102,6 +109,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     // info carries the workers' own output (print() lines), prefixed by endpoint and worker.
     log: { info: say, warn: (m) => say(`warning: ${m}`), error: (m) => say(`error: ${m}`) },
   };
+  const endpointNames = new Map<string, string>();
   const platform = await startLocalPlatform(platformOptions);
   const venvs = new DevVenvs({ projectDir, say });
   if (!args.deps) say('--no-deps: workers use your Python as it is; dependencies=[...] are not installed.');
@@ -119,6 +127,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
       },
       ...(args.deps ? { workerCommand: (endpoint) => venvs.commandFor(endpoint) } : {}),
       onChange: (name, outcome, record) => {
+        endpointNames.set(record.id, name);
         if (outcome !== 'unchanged') failures.forget(record.id);
         if (outcome !== 'unchanged')
           say(`${outcome === 'created' ? '+ provisioned' : '~ updated'} live-${name} (${record.id})`);
@@ -159,6 +168,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     server = await start();
     const base = `http://${args.host.includes(':') ? `[${args.host}]` : args.host}:${boundPort}`;
     ctx.reporter.out(`Ferry dev server at ${base}  (docs: ${base}/docs)`);
+    ctx.reporter.out(`Console at ${platform.url}/console  (sign in with your FERRY_API_KEY)`);
     for (const route of devRoutes(snapshot.endpoints))
       ctx.reporter.out(`  ${route.method.padEnd(6)} ${base}${route.path}`);
     say(`API key from ${key.source}; calls to the dev server need no Authorization header.`);

@@ -3,11 +3,12 @@
  * load-balanced endpoint, until Ctrl+C. `--detach` runs it in the background (serve.log) and returns
  * once /v2 answers. `ferry quickstart` (what `npm start` runs) also deploys examples/hello into it.
  */
+import { execFileSync } from 'node:child_process';
 import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { CommandModule } from 'yargs';
 import { type LocalPlatformOptions, startLocalPlatform } from '../../core/adapters/local/platform.js';
-import { FerryError } from '../../core/errors.js';
+import { FerryError, usage } from '../../core/errors.js';
 import { stderrLogger } from '../../core/log.js';
 import { webhookAllowFromEnv } from '../../core/webhooks.js';
 import { apiKeyFromUser, ferryHome, ferryPythonPath, installRoot } from '../config.js';
@@ -18,7 +19,7 @@ import { readServerInfo, runningServer, serverInfoPath, startDetached } from '..
 
 export async function startServing(
   ctx: CliContext,
-  options: { host: string; port: number; dataDir: string },
+  options: { host: string; port: number; dataDir: string; workerUser?: { uid: number; gid: number } },
 ) {
   const userKey = apiKeyFromUser(ctx.io.env, ctx.io.cwd);
   const platformOptions: LocalPlatformOptions = {
@@ -26,7 +27,11 @@ export async function startServing(
     host: options.host,
     port: options.port,
     log: stderrLogger,
-    workers: { ferryPythonPath: ferryPythonPath() },
+    workers: {
+      ferryPythonPath: ferryPythonPath(),
+      ...(options.workerUser ? { workerUser: options.workerUser } : {}),
+    },
+    consoleDir: path.join(installRoot(), 'console'),
     webhookAllow: webhookAllowFromEnv(ctx.io.env),
     ...(userKey ? { apiKey: userKey.key } : {}),
   };
@@ -64,7 +69,10 @@ function writeServerInfo(home: string, url: string): () => void {
   };
 }
 
-async function serve(ctx: CliContext, argv: { host: string; port: number; detach: boolean }): Promise<void> {
+async function serve(
+  ctx: CliContext,
+  argv: { host: string; port: number; detach: boolean; 'worker-user'?: string },
+): Promise<void> {
   const home = ferryHome(ctx.io.env);
   const running = await runningServer(home);
   if (running) {
@@ -85,15 +93,31 @@ async function serve(ctx: CliContext, argv: { host: string; port: number; detach
     ctx.reporter.out(info.url);
     return;
   }
-  const { platform, key } = await startServing(ctx, { host: argv.host, port: argv.port, dataDir: home });
+  const { platform, key } = await startServing(ctx, {
+    host: argv.host,
+    port: argv.port,
+    dataDir: home,
+    ...(argv['worker-user'] ? { workerUser: osUser(argv['worker-user']) } : {}),
+  });
   const forget = writeServerInfo(home, platform.url);
   ctx.reporter.out(`Ferry platform at ${platform.url}  (state in ${home})`);
-  ctx.reporter.out(`API key from ${key.source}`);
+  ctx.reporter.out(`API key from ${key.source}; console at ${platform.url}/console`);
   ctx.reporter.out('Ctrl+C stops it and its workers.');
   await untilStopped();
   ctx.reporter.line('Stopping…');
   forget();
   await platform.close();
+}
+
+/** uid and gid of a user name (or numeric id), via id(1); a usage error when it does not exist. */
+export function osUser(name: string): { uid: number; gid: number } {
+  try {
+    const uid = Number(execFileSync('id', ['-u', name], { encoding: 'utf8' }).trim());
+    const gid = Number(execFileSync('id', ['-g', name], { encoding: 'utf8' }).trim());
+    return { uid, gid };
+  } catch {
+    throw usage(`No OS user '${name}'`, 'Create one first, e.g. useradd --system ferry-worker');
+  }
 }
 
 export const serveCommand = (ctx: CliContext): CommandModule => ({
@@ -114,9 +138,15 @@ export const serveCommand = (ctx: CliContext): CommandModule => ({
         default: false,
         describe: 'Run in the background; logs in FERRY_HOME/serve.log',
       })
+      .option('worker-user', {
+        type: 'string',
+        describe: 'Run workers as this OS user, out of reach of FERRY_HOME (needs root)',
+      })
       .example('$0 serve', 'Serve on 127.0.0.1:8888 until Ctrl+C')
+      .example('sudo $0 serve --worker-user ferry-worker', 'Workers as their own OS user')
       .example('$0 serve --detach', 'Start it in the background'),
-  handler: (argv) => serve(ctx, argv as unknown as { host: string; port: number; detach: boolean }),
+  handler: (argv) =>
+    serve(ctx, argv as unknown as { host: string; port: number; detach: boolean; 'worker-user'?: string }),
 });
 
 async function quickstart(ctx: CliContext, argv: { host: string; port: number }): Promise<void> {

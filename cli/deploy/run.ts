@@ -145,6 +145,7 @@ export async function deployProject(options: DeployOptions): Promise<DeployResul
       pythonVersion: manifest.pythonVersion,
       artifactKey,
       ...(options.namePrefix ? { namePrefix: options.namePrefix } : {}),
+      ...(provider.newEndpointId ? { newId: (name: string) => provider.newEndpointId!(app, env, name) } : {}),
       nowMs: Date.now(),
     });
     await provider.provision([...plan.create, ...plan.update], {

@@ -7,11 +7,12 @@
  */
 
 import { createServer } from 'node:net';
-import swagger from '@fastify/swagger';
+import swagger, { type SwaggerTransformObject } from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { FerryError } from '../../core/errors.js';
 import { isFinal } from '../../core/job.js';
+import { manageOpenApi, managePrefix } from '../../core/manage.js';
 import type { ManifestEndpoint, Route } from '../../core/manifest.js';
 import { type StartFailures, startFailureMessage } from './failures.js';
 import type { LiveEndpoints } from './state.js';
@@ -244,6 +245,27 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
         description: 'Your endpoints, running your code as it is on disk.',
       },
     },
+    // The management API (core/manage.ts) is proxied below; its paths join this document.
+    transformObject: (document) => {
+      type Doc = {
+        paths?: Record<string, unknown>;
+        components?: { securitySchemes?: Record<string, unknown>; schemas?: Record<string, unknown> };
+      };
+      const doc = ('openapiObject' in document ? document.openapiObject : document.swaggerObject) as Doc;
+      const merged = {
+        ...(doc as Record<string, unknown>),
+        paths: { ...doc.paths, ...manageOpenApi.paths },
+        components: {
+          ...doc.components,
+          securitySchemes: {
+            ...doc.components?.securitySchemes,
+            ...manageOpenApi.components.securitySchemes,
+          },
+          schemas: { ...doc.components?.schemas, ...manageOpenApi.components.schemas },
+        },
+      };
+      return merged as unknown as ReturnType<SwaggerTransformObject>;
+    },
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
   const routes = devRoutes(options.live.snapshot.endpoints);
@@ -287,6 +309,11 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
       );
     }
   }
+  // The management API of the platform behind, with the dev key added like every dev-server call.
+  app.get(`${managePrefix}/*`, { schema: { hide: true } }, async (request, reply) => {
+    const result = await callPlatform(options, 'GET', request.url);
+    return reply.code(result.status).send(result.body);
+  });
   // Scripts and other services reach the live endpoints here too, with their own key: the v2 API
   // (by id or by name, docs/python.md) and load-balanced routes, passed through to the platform.
   const passThrough = async (request: FastifyRequest, reply: FastifyReply) => {

@@ -18,6 +18,7 @@
  * Hidden test hooks (environment, for the CLI's end-to-end tests): FERRY_TEST_FAKE_TOOLKIT (see
  * toolkit.ts), FERRY_DYNAMODB_ENDPOINT and FERRY_S3_ENDPOINT (emulators instead of AWS).
  */
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
@@ -31,11 +32,28 @@ import { type Manifest, manifestSchema, type Resources } from '../../core/manife
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import type { WorkerImages } from '../../infra/app-stack.js';
 import type { LbHttpsOptions } from '../../infra/constructs/https-front.js';
-import { appStackName, platformStackName } from '../../infra/names.js';
-import { baseImageFor } from '../../worker-image/images.js';
-import { apiKeyFromUser, ferryVersion, readDotEnv } from '../config.js';
+import { appStackName, checkAppEnvNames, endpointIdFor, platformStackName } from '../../infra/names.js';
+import { agentBundleDir, agentImage, baseImageFor } from '../../worker-image/images.js';
+import { apiKeyFromUser, ferryVersion, installRoot, readDotEnv } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
 import type { Reporter } from '../io.js';
+import {
+  ensureEcsServiceLinkedRole,
+  type IamLike,
+  type SnsLike,
+  subscribeAlarmEmail,
+  usableStack,
+} from './aws-account.js';
+import {
+  buildContextKey,
+  type CodeBuildLike,
+  type EcrLike,
+  imagesAt,
+  missingImages,
+  neededImages,
+  runImageBuild,
+  writeBuildContext,
+} from './aws-images.js';
 import type {
   CdkToolkit,
   StackLookup,
@@ -44,6 +62,7 @@ import type {
   ToolkitEvent,
   ToolkitEventHandler,
 } from './toolkit.js';
+import { deadStackStatuses } from './toolkit.js';
 import type { DestroyResult, PrepareInput, Provider, ProvisionContext, ServingState } from './types.js';
 
 /**
@@ -75,6 +94,11 @@ const platformOutputsSchema = z.object({
   ControlTableName: z.string().min(1),
   /** The platform's capacity pools, comma-separated (absent on platforms of older versions). */
   InstanceTypes: z.string().optional(),
+  /** The platform's ECR registry and image CodeBuild project (absent on older platforms). */
+  ImageRegistry: z.string().optional(),
+  ImageBuildProject: z.string().optional(),
+  /** The alarm topic (exported as Ferry-AlarmTopicArn). */
+  AlarmTopicArn: z.string().optional(),
 });
 export type PlatformOutputs = z.infer<typeof platformOutputsSchema>;
 
@@ -140,8 +164,8 @@ export function awsClientsFromEnv(env: NodeJS.ProcessEnv): AwsClients {
 
 /**
  * The worker images: FERRY_AWS_GPU_IMAGE / FERRY_AWS_CPU_IMAGE / FERRY_AWS_AGENT_IMAGE (environment or
- * .env) win; otherwise the base images of worker-image/images.ts under FERRY_AWS_IMAGE_REGISTRY
- * (e.g. `123456789012.dkr.ecr.us-east-1.amazonaws.com`). The agent runs from the CPU base image.
+ * .env) win; otherwise the images of worker-image/images.ts under FERRY_AWS_IMAGE_REGISTRY
+ * (e.g. `123456789012.dkr.ecr.us-east-1.amazonaws.com`). The agent has its own small image.
  */
 export function workerImagesFrom(
   env: NodeJS.ProcessEnv,
@@ -157,9 +181,11 @@ export function workerImagesFrom(
   const images = {
     gpuWorker: get('FERRY_AWS_GPU_IMAGE') ?? at(baseImageFor('gpu', version, pythonVersion)),
     cpuWorker,
-    agent: get('FERRY_AWS_AGENT_IMAGE') ?? cpuWorker,
+    agent: get('FERRY_AWS_AGENT_IMAGE') ?? at(agentImage(version)),
   };
-  const explicit = ['FERRY_AWS_GPU_IMAGE', 'FERRY_AWS_CPU_IMAGE'].every((k) => get(k) !== undefined);
+  const explicit = ['FERRY_AWS_GPU_IMAGE', 'FERRY_AWS_CPU_IMAGE', 'FERRY_AWS_AGENT_IMAGE'].every(
+    (k) => get(k) !== undefined,
+  );
   return { images, fromRegistry: registry !== undefined || explicit };
 }
 
@@ -188,6 +214,26 @@ export function lbHttpsFrom(env: NodeJS.ProcessEnv, projectDir: string): LbHttps
     ...(certificateArn ? { certificateArn } : {}),
     ...(hostedZoneId ? { hostedZoneId } : {}),
   };
+}
+
+/**
+ * FERRY_AWS_INTEGRATION_TIMEOUT_SEC: the API Gateway integration timeout this account's quota allows
+ * (docs/aws.md "runsync"). Every deploy must pass the same value, since the platform is shared.
+ */
+export function integrationTimeoutFrom(env: NodeJS.ProcessEnv): { integrationTimeoutSec?: number } {
+  const raw = env.FERRY_AWS_INTEGRATION_TIMEOUT_SEC?.trim();
+  if (!raw) return {};
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 29 || value > 900) {
+    throw new FerryError(
+      'usage',
+      `FERRY_AWS_INTEGRATION_TIMEOUT_SEC must be a whole number 29-900, got ${raw}`,
+      {
+        hint: 'Leave it unset (29 s), or set the integration timeout API Gateway granted this account.',
+      },
+    );
+  }
+  return { integrationTimeoutSec: value };
 }
 
 /** The manifest an environment's stack is built from, put back together from its endpoint records. */
@@ -251,7 +297,22 @@ export interface AwsProviderOptions {
   stateDir?: string;
   /** Bootstrap the account/region (CDKToolkit stack) before the first deploy. */
   bootstrap?: boolean;
+  /** IAM, for the ECS service-linked role check before a deploy (none: the check is skipped). */
+  iam?: IamLike;
+  /** SNS, and the address `--alarm-email` subscribes to the alarm topic. */
+  sns?: SnsLike;
+  alarmEmail?: string;
+  /** ECR and CodeBuild, for the platform's images (none: only user-configured images work). */
+  ecr?: EcrLike;
+  codebuild?: CodeBuildLike;
+  /** Time, for waiting out SQS's 60 s queue-name reuse rule (tests pass a fake). */
+  clock?: { nowMs(): number; sleep(ms: number): Promise<void> };
 }
+
+const realClock = {
+  nowMs: () => Date.now(),
+  sleep: (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)),
+};
 
 /** Progress lines from toolkit events: stacks as they start, resources every 10 %, failures always. */
 function eventPrinter(reporter: Reporter): ToolkitEventHandler {
@@ -329,7 +390,17 @@ export class AwsProvider implements Provider {
   /** The platform's outputs; a clear error when this account/region has none yet. */
   async platform(): Promise<PlatformOutputs> {
     if (this.#platform) return this.#platform;
-    const outputs = await this.options.lookup.outputs(platformStackName);
+    const described = await this.options.lookup.describe(platformStackName);
+    if (described && deadStackStatuses.has(described.status)) {
+      throw new FerryError(
+        'not_found',
+        `The Ferry platform stack ${platformStackName} is in ${described.status}: its first deploy failed and rolled back`,
+        {
+          hint: 'Run `ferry deploy --provider aws` in a project: it deletes the failed stack and creates it again.',
+        },
+      );
+    }
+    const outputs = described?.outputs;
     if (!outputs) {
       throw new FerryError(
         'not_found',
@@ -365,10 +436,13 @@ export class AwsProvider implements Provider {
   /** Before deploy reads records: finds the platform, or creates it on first use. */
   async prepare(input: PrepareInput): Promise<void> {
     const { reporter } = input;
-    const outputs = await this.options.lookup.outputs(platformStackName);
-    if (outputs) {
-      this.#platform = parsePlatformOutputs(outputs);
+    checkAppEnvNames(input.manifest.app, input.env ?? 'production');
+    if (this.options.iam) await ensureEcsServiceLinkedRole(this.options.iam, reporter);
+    const described = await this.#usableStack(platformStackName, reporter);
+    if (described) {
+      this.#platform = parsePlatformOutputs(described.outputs);
       reporter.line(`  platform ${platformStackName}: ${this.#platform.ApiUrl}`);
+      await this.#subscribeAlarms(reporter);
       return;
     }
     reporter.line(
@@ -399,6 +473,19 @@ export class AwsProvider implements Provider {
       await assembly.dispose();
     }
     reporter.line(`  ✓ platform ready: ${this.#platform.ApiUrl}`);
+    await this.#subscribeAlarms(reporter);
+  }
+
+  async #subscribeAlarms(reporter: Reporter): Promise<void> {
+    const { alarmEmail, sns } = this.options;
+    if (!alarmEmail) return;
+    const topic = this.#platform?.AlarmTopicArn;
+    if (!sns || !topic) {
+      throw new FerryError('usage', '--alarm-email needs a platform with an alarm topic', {
+        hint: 'Deploy once with this Ferry version (it adds the topic), then pass --alarm-email again.',
+      });
+    }
+    await subscribeAlarmEmail(sns, topic, alarmEmail, reporter);
   }
 
   #images(pythonVersion: string, reporter?: Reporter): WorkerImages {
@@ -413,6 +500,65 @@ export class AwsProvider implements Provider {
       );
     }
     return images;
+  }
+
+  /**
+   * The images of a deploy (cli/providers/aws-images.ts): the user's, or the platform registry's,
+   * building missing tags in CodeBuild; exit 2 when there is no way to usable images.
+   */
+  async #deployImages(manifest: Manifest, reporter: Reporter): Promise<WorkerImages> {
+    const configured = workerImagesFrom(this.options.env, this.options.projectDir, manifest.pythonVersion);
+    if (configured.fromRegistry) return configured.images;
+    const platform = await this.platform();
+    const fix =
+      'Build and push the images (`ferry images build && ferry images push --registry <your ECR registry>`) and set ' +
+      'FERRY_AWS_IMAGE_REGISTRY, or set FERRY_AWS_GPU_IMAGE, FERRY_AWS_CPU_IMAGE and FERRY_AWS_AGENT_IMAGE';
+    if (!platform.ImageRegistry || !this.options.ecr) {
+      throw new FerryError('usage', 'No usable worker images: no image registry is configured', {
+        hint: `${fix}. A platform of this Ferry version has its own ECR registry and builds them itself: deploy it with this version.`,
+      });
+    }
+    const version = ferryVersion();
+    const { placementFor } = await import('../../infra/gpu.js');
+    const accelerators = new Set(manifest.endpoints.map((e) => placementFor(e.resources).kind));
+    const needed = neededImages(accelerators, version, manifest.pythonVersion);
+    const missing = await missingImages(this.options.ecr, needed);
+    if (missing.length > 0) {
+      const names = missing.map((m) => `${m.repository}:${m.tag}`).join(', ');
+      const mayBuild = this.options.env.FERRY_AWS_IMAGE_BUILD !== 'never';
+      if (!mayBuild || !platform.ImageBuildProject || !this.options.codebuild) {
+        throw new FerryError('usage', `No usable worker images: ${names} not in ${platform.ImageRegistry}`, {
+          hint: `${fix}, or let the deploy build them in your account (unset FERRY_AWS_IMAGE_BUILD=never).`,
+        });
+      }
+      reporter.line(`  images missing from ${platform.ImageRegistry}: ${names}`);
+      const { bundleAgent } = await import('../../worker-image/agent/bundle.js');
+      const root = installRoot();
+      await bundleAgent(path.join(root, agentBundleDir));
+      const dir = path.join(this.#stateDir, 'aws');
+      mkdirSync(dir, { recursive: true });
+      const file = path.join(dir, 'image-context.tar.gz');
+      await writeBuildContext(root, file, missing, version, manifest.pythonVersion);
+      const clock = this.options.clock ?? realClock;
+      const key = buildContextKey(version, manifest.pythonVersion, clock.nowMs());
+      await (await this.#blobs()).putFile(key, file);
+      await runImageBuild({
+        codebuild: this.options.codebuild,
+        project: platform.ImageBuildProject,
+        contextKey: key,
+        reporter,
+        clock,
+      });
+    }
+    return imagesAt(platform.ImageRegistry, version, manifest.pythonVersion);
+  }
+
+  #usableStack(stack: string, reporter: Reporter, owner?: { app: string; env: string }) {
+    return usableStack(
+      { lookup: this.options.lookup, toolkit: this.options.toolkit, clock: this.options.clock ?? realClock },
+      stack,
+      { reporter, onEvent: eventPrinter(reporter), ...(owner ? { owner } : {}) },
+    );
   }
 
   #functions(): Promise<string> {
@@ -451,6 +597,7 @@ export class AwsProvider implements Provider {
           instanceTypes: input.instanceTypes,
           ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
           ...(https ? { https } : {}),
+          ...integrationTimeoutFrom(this.options.env),
           ...(outdir ? { outdir } : {}),
           ...(context ? { context } : {}),
         }),
@@ -504,12 +651,13 @@ export class AwsProvider implements Provider {
       .map((r) => endpointConfigSchema.safeParse(r.config))
       .flatMap((parsed) => (parsed.success ? [parsed.data.endpoint.resources] : []));
     const stack = appStackName(app, env);
+    await this.#usableStack(stack, reporter, { app, env });
     const assembly = await this.#synth({
       manifest,
       app,
       env,
       artifactKey,
-      images: this.#images(manifest.pythonVersion, reporter),
+      images: await this.#deployImages(manifest, reporter),
       instanceTypes: await platformInstanceTypes(
         [...deployedElsewhere, ...manifest.endpoints.map((e) => e.resources)],
         platformPools(platform),
@@ -634,6 +782,10 @@ export class AwsProvider implements Provider {
     if (this.#destroyed.has(stack)) return;
     await this.options.toolkit.destroy([stack], eventPrinter(this.options.reporter));
     this.#destroyed.add(stack);
+  }
+
+  newEndpointId(app: string, env: string, name: string): string {
+    return endpointIdFor(app, env, name);
   }
 
   endpointUrl(record: EndpointRecord): string {

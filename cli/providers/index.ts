@@ -16,6 +16,24 @@ export interface OpenProviderOptions {
   yes?: boolean;
   /** AWS: bootstrap the account/region for the CDK before the first deploy. */
   bootstrap?: boolean;
+  /** AWS: subscribe this address to the alarm topic (`ferry deploy --alarm-email`). */
+  alarmEmail?: string;
+}
+
+/** IAM, ECR and CodeBuild clients from the usual credential chain (loaded only for real deploys). */
+async function realAccountClients() {
+  const [{ iamFromEnv }, { ECRClient }, { CodeBuildClient }, { SNSClient }] = await Promise.all([
+    import('./aws-account.js'),
+    import('@aws-sdk/client-ecr'),
+    import('@aws-sdk/client-codebuild'),
+    import('@aws-sdk/client-sns'),
+  ]);
+  return {
+    iam: iamFromEnv(),
+    sns: new SNSClient({}) as unknown as import('./aws-account.js').SnsLike,
+    ecr: new ECRClient({}) as unknown as import('./aws-images.js').EcrLike,
+    codebuild: new CodeBuildClient({}) as unknown as import('./aws-images.js').CodeBuildLike,
+  };
 }
 
 export async function openProvider(name: ProviderName, options: OpenProviderOptions): Promise<Provider> {
@@ -52,7 +70,10 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
       toolkit,
       lookup,
       clients: awsClientsFromEnv(options.env),
+      // The recording fake toolkit (tests) talks to no AWS account, so there is no role to check.
+      ...(options.env.FERRY_TEST_FAKE_TOOLKIT ? {} : await realAccountClients()),
       ...(options.bootstrap ? { bootstrap: true } : {}),
+      ...(options.alarmEmail ? { alarmEmail: options.alarmEmail } : {}),
     });
   }
   return new LocalProvider({

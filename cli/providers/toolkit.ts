@@ -15,7 +15,15 @@
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { CloudFormationClient, DescribeStacksCommand } from '@aws-sdk/client-cloudformation';
+import {
+  CloudFormationClient,
+  DescribeStackEventsCommand,
+  type DescribeStackEventsCommandOutput,
+  DescribeStacksCommand,
+  type DescribeStacksCommandOutput,
+  ListStacksCommand,
+  type ListStacksCommandOutput,
+} from '@aws-sdk/client-cloudformation';
 import { FerryError } from '../../core/errors.js';
 
 /** What the provider shows of the toolkit's work: one event per stage, stack and resource step. */
@@ -34,6 +42,8 @@ export interface SynthesizedAssembly {
   readonly directory: string;
   readonly stackNames: readonly string[];
   template(stackName: string): Record<string, unknown>;
+  /** The stack-level tags the assembly's manifest gives the stack (CloudFormation applies them). */
+  tags?(stackName: string): Record<string, string>;
   dispose(): Promise<void>;
 }
 
@@ -56,11 +66,35 @@ export interface CdkToolkit {
   bootstrap(assembly: SynthesizedAssembly, onEvent: ToolkitEventHandler): Promise<void>;
 }
 
+/** What the CLI needs of a stack that exists: its state, outputs and tags. */
+export interface StackDescription {
+  /** CloudFormation's StackStatus, e.g. CREATE_COMPLETE, ROLLBACK_COMPLETE. */
+  status: string;
+  outputs: StackOutputs;
+  tags: Record<string, string>;
+}
+
 export interface StackLookup {
   /** The outputs of a deployed stack, or undefined when there is no such stack. */
   outputs(stackName: string): Promise<StackOutputs | undefined>;
+  /** The stack's status, outputs and tags, or undefined when there is no such stack. */
+  describe(stackName: string): Promise<StackDescription | undefined>;
+  /**
+   * When the last deleted stack of this name finished deleting its SQS queues (epoch ms), or
+   * undefined when no deleted stack of that name had any. SQS refuses a queue name for 60 s after
+   * the queue with that name was deleted, so a redeploy right after an undeploy must wait that out.
+   */
+  queuesDeletedAtMs(stackName: string): Promise<number | undefined>;
   close(): void;
 }
+
+/**
+ * A stack in one of these states can neither be updated nor used: its creation failed and rolled
+ * back. CloudFormation's only way on is to delete it and create it again
+ * (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/troubleshooting.html#troubleshooting-errors-update-rollback-failed
+ * and https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_Stack.html, StackStatus).
+ */
+export const deadStackStatuses: ReadonlySet<string> = new Set(['ROLLBACK_COMPLETE', 'ROLLBACK_FAILED']);
 
 /**
  * Decides the toolkit's questions. `security`: the deploy broadens IAM or security-group access.
@@ -72,7 +106,7 @@ export type Approver = (question: string, kind: 'security' | 'rollback') => Prom
 
 interface AssemblyLike {
   directory: string;
-  stacks: ReadonlyArray<{ stackName: string; template: unknown }>;
+  stacks: ReadonlyArray<{ stackName: string; template: unknown; tags?: Record<string, string> }>;
 }
 
 function assemblyView(asm: AssemblyLike, dispose: () => Promise<void>): SynthesizedAssembly {
@@ -84,6 +118,9 @@ function assemblyView(asm: AssemblyLike, dispose: () => Promise<void>): Synthesi
       const template = templates.get(stackName);
       if (!template) throw new FerryError('failed', `The assembly has no stack ${stackName}`);
       return template;
+    },
+    tags(stackName) {
+      return { ...asm.stacks.find((s) => s.stackName === stackName)?.tags };
     },
     dispose,
   };
@@ -318,41 +355,111 @@ function cachedOf(assembly: SynthesizedAssembly): import('@aws-cdk/toolkit-lib')
   return cached;
 }
 
+/** The CloudFormation calls the lookup makes (the SDK client, or a test's stand-in). */
+export interface CloudFormationLike {
+  send(command: DescribeStacksCommand): Promise<DescribeStacksCommandOutput>;
+  send(command: ListStacksCommand): Promise<ListStacksCommandOutput>;
+  send(command: DescribeStackEventsCommand): Promise<DescribeStackEventsCommandOutput>;
+  destroy(): void;
+}
+
 /** DescribeStacks by name; "does not exist" is undefined, anything else an error. */
 export class CloudFormationLookup implements StackLookup {
-  constructor(private readonly client: CloudFormationClient = new CloudFormationClient({})) {}
+  constructor(
+    private readonly client: CloudFormationLike = new CloudFormationClient(
+      {},
+    ) as unknown as CloudFormationLike,
+  ) {}
 
   async outputs(stackName: string): Promise<StackOutputs | undefined> {
+    return (await this.describe(stackName))?.outputs;
+  }
+
+  async describe(stackName: string): Promise<StackDescription | undefined> {
     try {
       const result = await this.client.send(new DescribeStacksCommand({ StackName: stackName }));
       const stack = result.Stacks?.[0];
       if (!stack || stack.StackStatus === 'DELETE_COMPLETE') return undefined;
-      return Object.fromEntries(
-        (stack.Outputs ?? [])
-          .filter((o) => o.OutputKey !== undefined)
-          .map((o) => [o.OutputKey as string, o.OutputValue ?? '']),
-      );
+      return {
+        status: stack.StackStatus ?? 'UNKNOWN',
+        outputs: Object.fromEntries(
+          (stack.Outputs ?? [])
+            .filter((o) => o.OutputKey !== undefined)
+            .map((o) => [o.OutputKey as string, o.OutputValue ?? '']),
+        ),
+        tags: Object.fromEntries(
+          (stack.Tags ?? []).filter((t) => t.Key !== undefined).map((t) => [t.Key as string, t.Value ?? '']),
+        ),
+      };
     } catch (error) {
       if (/does not exist/i.test((error as Error).message ?? '')) return undefined;
-      if (/region is missing/i.test((error as Error).message ?? '')) {
-        throw new FerryError('failed', 'No AWS region is set', {
-          hint: 'Set AWS_REGION (or a region in your AWS profile), and AWS credentials.',
-        });
+      throw lookupFailure(stackName, error);
+    }
+  }
+
+  /**
+   * ListStacks keeps deleted stacks (with their ids) for 90 days, and DescribeStackEvents by stack id
+   * still answers for them (https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_ListStacks.html).
+   * Looks at the newest deleted stack of the name only, and at most a few pages of each.
+   */
+  async queuesDeletedAtMs(stackName: string): Promise<number | undefined> {
+    try {
+      let newest: { id: string; deletedMs: number } | undefined;
+      let token: string | undefined;
+      for (let page = 0; page < 5; page++) {
+        const listed: ListStacksCommandOutput = await this.client.send(
+          new ListStacksCommand({ StackStatusFilter: ['DELETE_COMPLETE'], NextToken: token }),
+        );
+        for (const summary of listed.StackSummaries ?? []) {
+          if (summary.StackName !== stackName || !summary.StackId) continue;
+          const deletedMs = summary.DeletionTime?.getTime() ?? 0;
+          if (!newest || deletedMs > newest.deletedMs) newest = { id: summary.StackId, deletedMs };
+        }
+        token = listed.NextToken;
+        if (!token) break;
       }
-      throw new FerryError(
-        'failed',
-        `Cannot read the CloudFormation stack ${stackName}: ${(error as Error).message}`,
-        {
-          hint: 'Set AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) and AWS_REGION.',
-          cause: error,
-        },
-      );
+      if (!newest) return undefined;
+      let latest: number | undefined;
+      token = undefined;
+      for (let page = 0; page < 5; page++) {
+        const events: DescribeStackEventsCommandOutput = await this.client.send(
+          new DescribeStackEventsCommand({ StackName: newest.id, NextToken: token }),
+        );
+        for (const event of events.StackEvents ?? []) {
+          if (event.ResourceType !== 'AWS::SQS::Queue' || event.ResourceStatus !== 'DELETE_COMPLETE')
+            continue;
+          const at = event.Timestamp?.getTime();
+          if (at !== undefined && (latest === undefined || at > latest)) latest = at;
+        }
+        token = events.NextToken;
+        // Events come newest first: once queue deletions were seen, older pages hold none later.
+        if (!token || latest !== undefined) break;
+      }
+      return latest;
+    } catch (error) {
+      throw lookupFailure(stackName, error);
     }
   }
 
   close(): void {
     this.client.destroy();
   }
+}
+
+function lookupFailure(stackName: string, error: unknown): FerryError {
+  if (/region is missing/i.test((error as Error).message ?? '')) {
+    return new FerryError('failed', 'No AWS region is set', {
+      hint: 'Set AWS_REGION (or a region in your AWS profile), and AWS credentials.',
+    });
+  }
+  return new FerryError(
+    'failed',
+    `Cannot read the CloudFormation stack ${stackName}: ${(error as Error).message}`,
+    {
+      hint: 'Set AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) and AWS_REGION.',
+      cause: error,
+    },
+  );
 }
 
 // ── the recording fake (hidden test hook) ───────────────────────────────────────────────────────
@@ -366,6 +473,12 @@ export interface FakeToolkitState {
   /** Stack names whose deploy (or destroy) fails. */
   failDeploy?: string[];
   failDestroy?: string[];
+  /** Stack statuses other than CREATE_COMPLETE (e.g. ROLLBACK_COMPLETE), by name. */
+  statuses?: Record<string, string>;
+  /** Stack tags, by name (deploys record the tags of the template's stack here). */
+  tags?: Record<string, Record<string, string>>;
+  /** When a deleted stack of that name finished deleting its queues (epoch ms). */
+  queuesDeletedAtMs?: Record<string, number>;
   calls: FakeToolkitCall[];
 }
 
@@ -486,6 +599,9 @@ export class RecordingToolkit implements CdkToolkit, StackLookup {
         }
         outputs[name] = name === 'FerryPlatform' ? { ...state.platformOutputs } : fakeAppOutputs(summary);
         state.stacks[name] = outputs[name];
+        if (state.statuses) delete state.statuses[name];
+        const tags = assembly.tags?.(name);
+        if (tags && Object.keys(tags).length > 0) state.tags = { ...state.tags, [name]: tags };
         onEvent({ type: 'done', stack: name, message: `${name}: deployed` });
       }
       return outputs;
@@ -508,6 +624,8 @@ export class RecordingToolkit implements CdkToolkit, StackLookup {
           throw new FerryError('failed', `Destroying of ${name} failed: DELETE_FAILED (fake toolkit)`);
         }
         delete state.stacks[name];
+        if (state.statuses) delete state.statuses[name];
+        if (state.tags) delete state.tags[name];
         onEvent({ type: 'done', stack: name, message: `${name}: destroyed` });
       }
     } finally {
@@ -522,7 +640,23 @@ export class RecordingToolkit implements CdkToolkit, StackLookup {
   }
 
   async outputs(stackName: string): Promise<StackOutputs | undefined> {
-    return this.read().stacks[stackName];
+    return (await this.describe(stackName))?.outputs;
+  }
+
+  async describe(stackName: string): Promise<StackDescription | undefined> {
+    const state = this.read();
+    const outputs = state.stacks[stackName];
+    const status = state.statuses?.[stackName];
+    if (!outputs && !status) return undefined;
+    return {
+      status: status ?? 'CREATE_COMPLETE',
+      outputs: outputs ?? {},
+      tags: state.tags?.[stackName] ?? {},
+    };
+  }
+
+  async queuesDeletedAtMs(stackName: string): Promise<number | undefined> {
+    return this.read().queuesDeletedAtMs?.[stackName];
   }
 
   close(): void {}

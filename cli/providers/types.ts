@@ -52,6 +52,11 @@ export interface Provider {
    * whole environments, from `context.all`, and writes the records once CloudFormation succeeded.
    */
   provision(records: EndpointRecord[], context?: ProvisionContext): Promise<void>;
+  /**
+   * The id of an endpoint deployed for the first time. Default: readable `name-xxxxxxxx`
+   * (core/deployment.ts). AWS needs ids IAM can scope by prefix (letters and digits only).
+   */
+  newEndpointId?(app: string, env: string, name: string): string;
   /** Removes endpoints one by one and says which could not be removed (never all-or-nothing silence). */
   destroy(records: EndpointRecord[]): Promise<DestroyResult>;
   /** Removes what an environment left behind besides its endpoints (AWS: its stack). */

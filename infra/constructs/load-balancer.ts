@@ -25,7 +25,7 @@ import { Construct } from 'constructs';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import { scalerFunctionName, wakeAlarmName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
-import { ports } from '../task-layout.js';
+import { ephemeralPorts, ports } from '../task-layout.js';
 import { HttpsFront, type LbHttpsOptions } from './https-front.js';
 
 export interface EndpointLoadBalancerProps {
@@ -52,15 +52,17 @@ export class EndpointLoadBalancer extends Construct {
       description: `Ferry ${endpoint.name}: public HTTPS front`,
       allowAllOutbound: false,
     });
-    securityGroup.addEgressRule(platform.instanceSecurityGroup, ec2.Port.tcp(ports.lbPublic), 'To the agent');
+    // The agent's host port is dynamic (bridge mode, task-layout.ts): the ephemeral range.
+    const agentPorts = ec2.Port.tcpRange(ephemeralPorts.from, ephemeralPorts.to);
+    securityGroup.addEgressRule(platform.instanceSecurityGroup, agentPorts, 'To the agents');
     // The rule lives in this stack (deleted with it) but opens the platform's host group to this ALB only.
     new ec2.CfnSecurityGroupIngress(this, 'HostIngress', {
       groupId: platform.instanceSecurityGroup.securityGroupId,
       sourceSecurityGroupId: securityGroup.securityGroupId,
       ipProtocol: 'tcp',
-      fromPort: ports.lbPublic,
-      toPort: ports.lbPublic,
-      description: `Ferry ${endpoint.name} ALB to its agent`,
+      fromPort: ephemeralPorts.from,
+      toPort: ephemeralPorts.to,
+      description: `Ferry ${endpoint.name} ALB to its agents (dynamic host ports)`,
     });
     Validations.of(securityGroup).acknowledge({
       id: 'AwsSolutions-EC23',

@@ -6,6 +6,8 @@
  */
 import { Duration } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
+import type * as sns from 'aws-cdk-lib/aws-sns';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { limits } from '../../core/limits.js';
@@ -14,6 +16,8 @@ import { leaseTiming } from '../task-layout.js';
 
 export interface EndpointQueuesProps {
   endpointId: string;
+  /** Where the DLQ alarms notify (the platform's alarm topic). */
+  alarmTopic?: sns.ITopic;
 }
 
 export class EndpointQueues extends Construct {
@@ -26,8 +30,8 @@ export class EndpointQueues extends Construct {
 
   constructor(scope: Construct, id: string, props: EndpointQueuesProps) {
     super(scope, id);
-    const urgent = this.pair('', props.endpointId, 'urgent', 'urgent-dlq');
-    const low = this.pair('Low', props.endpointId, 'low', 'low-dlq');
+    const urgent = this.pair('', props, 'urgent', 'urgent-dlq');
+    const low = this.pair('Low', props, 'low', 'low-dlq');
     this.queue = urgent.queue;
     this.deadLetterQueue = urgent.deadLetterQueue;
     this.lowQueue = low.queue;
@@ -36,7 +40,7 @@ export class EndpointQueues extends Construct {
 
   private pair(
     id: string,
-    endpointId: string,
+    { endpointId, alarmTopic }: EndpointQueuesProps,
     role: 'urgent' | 'low',
     dlqRole: 'urgent-dlq' | 'low-dlq',
   ): { queue: sqs.Queue; deadLetterQueue: sqs.Queue } {
@@ -57,7 +61,7 @@ export class EndpointQueues extends Construct {
       enforceSSL: true,
       deadLetterQueue: { queue: deadLetterQueue, maxReceiveCount: leaseTiming.maxReceiveCount },
     });
-    new cloudwatch.Alarm(this, `${id}DlqAlarm`, {
+    const alarm = new cloudwatch.Alarm(this, `${id}DlqAlarm`, {
       alarmDescription: 'Ferry: jobs reached the dead-letter queue (a message was received 5 times)',
       metric: deadLetterQueue.metricApproximateNumberOfMessagesVisible({
         period: Duration.minutes(1),
@@ -69,6 +73,7 @@ export class EndpointQueues extends Construct {
       // SQS only emits metrics for active queues: silence is not a problem.
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     });
+    if (alarmTopic) alarm.addAlarmAction(new cwActions.SnsAction(alarmTopic));
     return { queue, deadLetterQueue };
   }
 }

@@ -4,23 +4,32 @@
  * `ferry-<endpointId>` so the scaler Lambda (functions/scaler.ts) can set its desiredCount. Nothing
  * else scales it: no Application Auto Scaling target, no alarms (docs/scaling.md).
  *
- * Task layout: containers in HOST network mode, so the worker reaches the agent on 127.0.0.1 and
- * both use the host's public IP for egress (the platform has no NAT). One task per host (gpu.ts
- * reserves the host's memory), so fixed ports never clash.
+ * Task layout: BRIDGE network mode. Every container has its own network namespace; the worker reaches
+ * the agent (queue) or the agent the worker (load-balanced) through a container link, by name. No
+ * port of the worker protocol is published on the host, and the one published port (the LB agent's)
+ * gets a host port ECS picks from the ephemeral range, so any number of tasks share a host without
+ * clashing. Egress goes through Docker's NAT on the host's public IP (the platform has no NAT
+ * gateway). Why not awsvpc: on EC2, a task's own ENI never gets a public IP address, so tasks in
+ * awsvpc mode reach the internet (SQS, the model hub) only through a NAT gateway, about $32 a month
+ * per zone while idle (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-networking-awsvpc.html);
+ * and each task takes an ENI, of which small GPU instances have few (g4dn.xlarge and g5.xlarge: 4,
+ * one for the host) unless ENI trunking is on, which not every instance type supports
+ * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/container-instance-eni.html). docs/aws.md
+ * has the full comparison.
  *
  *   artifact (init, FERRY_AGENT_MODE=artifact): S3 artifact ─▶ task volume /ferry, exits 0
  *       │ SUCCESS
  *       ▼
- *   queue:  SQS ──▶ agent 127.0.0.1:8090 (worker protocol: job-take, job-done, job-stream, job-stop, ping)
- *                      ▲ RUNPOD_WEBHOOK_* (localhost)
+ *   queue:  SQS ──▶ agent :8090 (worker protocol: job-take, job-done, job-stream, job-stop, ping)
+ *                      ▲ http://agent:8090 (link), RUNPOD_WEBHOOK_*
  *                   worker (ferry runtime or any RunPod-SDK image), unpacks /ferry/artifact.tar.gz
- *   lb:     ALB :80 ──▶ agent :8000 (FERRY_AGENT_MODE=lb: API key, /ping) ──▶ worker 127.0.0.1:8001
+ *   lb:     ALB :80 ──▶ host ephemeral port ──▶ agent :8000 (API key, /ping) ──▶ http://worker:8001 (link)
  *
  * The artifact reaches the worker through the init container rather than a presigned
  * FERRY_ARTIFACT_URL: a URL in the task definition would expire while ECS keeps starting tasks from
  * it; the task role reads the one artifact key instead (worker-image/agent/artifact.ts).
  */
-import { Aws, Duration, Stack, Validations } from 'aws-cdk-lib';
+import { ArnFormat, Aws, Duration, Stack, Validations } from 'aws-cdk-lib';
 import * as ecr from 'aws-cdk-lib/aws-ecr';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -31,17 +40,24 @@ import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
 import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/agent.js';
 import { agentMemoryMiB, artifactInitMemoryMiB, type Placement, workerMemoryReservationMiB } from '../gpu.js';
 import { EndpointAgentAccess, EndpointWorkerToken, userSecrets } from '../isolation.js';
-import { clusterName, serviceName } from '../names.js';
+import { clusterName, jobLogGroupName, serviceName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
 import { blobPrefix } from '../platform-stack.js';
 import {
   agentEntryPoint,
   artifactMount,
+  defaultHealthCheckGraceSec,
   drainMs,
   leaseTiming,
+  linkNames,
   ports,
   stopTimeoutSec,
 } from '../task-layout.js';
+
+/** The endpoint's health_check_grace, or the default for its kind of host. */
+export function healthCheckGraceSecOf(endpoint: ManifestEndpoint, placement: Placement): number {
+  return endpoint.resources.healthCheckGraceSec || defaultHealthCheckGraceSec[placement.kind];
+}
 
 export interface WorkerImages {
   /** Worker image for GPU endpoints (CUDA base). */
@@ -107,7 +123,7 @@ export class EndpointService extends Construct {
       }),
     );
     const taskDefinition = new ecs.Ec2TaskDefinition(this, 'Task', {
-      networkMode: ecs.NetworkMode.HOST,
+      networkMode: ecs.NetworkMode.BRIDGE,
       taskRole,
     });
     // A fresh, task-scoped directory (ECS-managed bind mount, deleted with the task).
@@ -155,7 +171,8 @@ export class EndpointService extends Construct {
       secrets: agentSecrets,
       stopTimeout: Duration.seconds(stopTimeoutSec),
       logging: ecs.LogDrivers.awsLogs({ logGroup: props.logGroup, streamPrefix: `${endpoint.name}/agent` }),
-      ...(endpoint.kind === 'lb' ? { portMappings: [{ containerPort: ports.lbPublic }] } : {}),
+      // hostPort 0: ECS picks a free host port and registers it with the target group.
+      ...(endpoint.kind === 'lb' ? { portMappings: [{ containerPort: ports.lbPublic, hostPort: 0 }] } : {}),
     });
     const image = placement.kind === 'gpu' ? props.images.gpuWorker : props.images.cpuWorker;
     const worker = taskDefinition.addContainer('worker', {
@@ -173,10 +190,21 @@ export class EndpointService extends Construct {
       containerPath: artifactMount.path,
       readOnly: true,
     });
-    worker.addContainerDependencies(
-      { container: artifact, condition: ecs.ContainerDependencyCondition.SUCCESS },
-      { container: agent, condition: ecs.ContainerDependencyCondition.START },
-    );
+    worker.addContainerDependencies({
+      container: artifact,
+      condition: ecs.ContainerDependencyCondition.SUCCESS,
+    });
+    if (endpoint.kind === 'queue') {
+      // The worker calls the agent: it links to it (so starts after it).
+      worker.addLink(agent, linkNames.agent);
+      worker.addContainerDependencies({
+        container: agent,
+        condition: ecs.ContainerDependencyCondition.START,
+      });
+    } else {
+      // The agent proxies to the worker: the link goes the other way.
+      agent.addLink(worker, linkNames.worker);
+    }
     this.acknowledgeTaskFindings(taskDefinition);
 
     const service = new ecs.Ec2Service(this, 'Service', {
@@ -196,6 +224,9 @@ export class EndpointService extends Construct {
       ],
       circuitBreaker: { enable: true, rollback: false },
       propagateTags: ecs.PropagatedTagSource.SERVICE,
+      ...(endpoint.kind === 'lb'
+        ? { healthCheckGracePeriod: Duration.seconds(healthCheckGraceSecOf(endpoint, placement)) }
+        : {}),
     });
     this.allowTaskProtection(taskRole);
     this.service = service;
@@ -264,6 +295,24 @@ export class EndpointService extends Construct {
 
     if (props.queues) {
       const { queue, lowQueue } = props.queues;
+      // Job output into the job-log group, in this endpoint's own streams only (`<endpointId>/…`).
+      access.role.addToPolicy(
+        new iam.PolicyStatement({
+          actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
+          resources: [
+            Stack.of(this).formatArn({
+              service: 'logs',
+              resource: 'log-group',
+              resourceName: `${jobLogGroupName}:log-stream:${endpointId}/*`,
+              arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+            }),
+          ],
+        }),
+      );
+      Validations.of(access.role).acknowledge({
+        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:${jobLogGroupName}:log-stream:${endpointId}/*]`,
+        reason: "Each task creates its own log stream under its endpoint's prefix; the grant stops there.",
+      });
       const token = new EndpointWorkerToken(this, 'WorkerToken', {
         description: `Ferry ${props.appName}/${props.envName}/${endpoint.name}: worker token (agent and worker containers)`,
       });
@@ -279,10 +328,12 @@ export class EndpointService extends Construct {
         FERRY_BLOB_PREFIX: blobPrefix,
         FERRY_QUEUE_URL: queue.queueUrl,
         FERRY_QUEUE_URL_LOW: lowQueue.queueUrl,
-        FERRY_AGENT_HOST: '127.0.0.1',
+        // Its own namespace: listening beyond loopback reaches only containers on the host's bridge.
+        FERRY_AGENT_HOST: '0.0.0.0',
         FERRY_AGENT_PORT: String(ports.agent),
         FERRY_LEASE_SEC: String(leaseTiming.leaseSec),
         FERRY_DRAIN_MS: String(drainMs),
+        FERRY_LOG_GROUP: jobLogGroupName,
         // Task scale-in protection stays on until the worker has been idle this long (agent.ts).
         FERRY_IDLE_TIMEOUT_SEC: String(resources.idleTimeoutSec),
       };
@@ -291,7 +342,8 @@ export class EndpointService extends Construct {
       // replaces with its runtime id on every request.
       // The token itself is an ECS secret (token.workerSecrets), so it leaves the environment.
       const { RUNPOD_AI_API_KEY: _token, ...protocolEnv } = workerProtocolEnv({
-        agentUrl: `http://127.0.0.1:${ports.agent}`,
+        // Bridge mode: the worker reaches the agent through the container link, by name.
+        agentUrl: `http://${linkNames.agent}:${ports.agent}`,
         endpointId,
         workerId: placeholderWorkerId(endpointId),
         workerToken: '',
@@ -319,16 +371,18 @@ export class EndpointService extends Construct {
       FERRY_CONTROL_TABLE: platform.controlTable.tableName,
       FERRY_WORKERS_TABLE: platform.workersTable.tableName,
       FERRY_PORT: String(ports.lbWorker),
+      FERRY_WORKER_HOST: linkNames.worker,
       FERRY_AGENT_HOST: '0.0.0.0',
       FERRY_AGENT_PORT: String(ports.lbPublic),
     };
-    // Loopback only: the ALB must not reach the worker around the agent's key check.
+    // The worker listens in its own namespace and publishes no host port: the ALB reaches only the
+    // agent's published port, never the worker around the agent's key check.
     const workerEnv = {
       ...resources.env,
       ...workerBase,
       FERRY_MODE: 'lb',
       FERRY_VARIABLE: endpoint.variable!,
-      FERRY_HOST: '127.0.0.1',
+      FERRY_HOST: '0.0.0.0',
       FERRY_PORT: String(ports.lbWorker),
     };
     return {

@@ -11,6 +11,7 @@
  */
 
 import type { LambdaClient } from '@aws-sdk/client-lambda';
+import { CloudWatchLogStore } from '../../core/adapters/aws/cloudwatch-logs.js';
 import { hashKey } from '../../core/auth.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { createApiHandler } from '../../functions/api.js';
@@ -24,6 +25,7 @@ import {
   queueUrls,
 } from '../../functions/wiring.js';
 import { type Agent, startAgent } from '../../worker-image/agent/agent.js';
+import { FakeCloudWatchLogs } from '../support/cloudwatchLogs.js';
 import {
   type AwsFixture,
   dynamoClientFor,
@@ -44,6 +46,8 @@ export interface AwsBox {
   baseUrl: string;
   /** The agent of an endpoint (started on first use); workers connect to `agent.url`. */
   agentFor(endpointId: string): Promise<Agent>;
+  /** Job output: CloudWatch Logs in memory (no emulator runs here), shared by agents and the Lambda. */
+  cloudWatchLogs: FakeCloudWatchLogs;
   /** Exit codes the agents asked for (a worker that kept a stopped job); tests expect none. */
   agentExits: number[];
   addEndpoint(id: string, config?: Record<string, unknown>): Promise<EndpointRecord>;
@@ -68,6 +72,8 @@ const clientsFor = (fixture: AwsFixture) => ({
 
 export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> {
   const fixture = await startAwsFixture();
+  const logGroup = '/ferry/jobs';
+  const cloudWatchLogs = new FakeCloudWatchLogs([logGroup]);
   const env = parseFunctionEnv({
     FERRY_JOBS_TABLE: fixture.tables.jobs,
     FERRY_CHUNKS_TABLE: fixture.tables.chunks,
@@ -81,15 +87,17 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
     FERRY_DYNAMODB_ENDPOINT: fixture.dynamo.endpoint,
     FERRY_SQS_ENDPOINT: fixture.fauxqs.endpoint,
     FERRY_S3_ENDPOINT: fixture.fauxqs.endpoint,
+    FERRY_LOG_GROUP: logGroup,
     ...(options.scaler ? { FERRY_SCALER_FUNCTION: options.scaler.functionName } : {}),
   });
   const lambdaClients = {
     ...clientsFor(fixture),
+    logs: cloudWatchLogs.asClient(),
     ...(options.scaler ? { lambda: options.scaler.lambda } : {}),
   };
   const agentClients = clientsFor(fixture);
   const destroyClients = () => {
-    for (const client of [...Object.values(lambdaClients), ...Object.values(agentClients)]) client.destroy();
+    for (const client of [...Object.values(lambdaClients), ...Object.values(agentClients)]) client?.destroy();
   };
   const agents = new Map<string, Promise<Agent>>();
   const agentExits: number[] = [];
@@ -120,6 +128,7 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
       lambda,
       shim: running,
       baseUrl: `${running.url}/v2`,
+      cloudWatchLogs,
       agentExits,
       agentFor(endpointId) {
         let agent = agents.get(endpointId);
@@ -134,6 +143,12 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
             port: 0,
             workerWaitMs: options.workerWaitMs ?? 2_000,
             pollMs: 200,
+            // One log stream per agent, as one per ECS task on AWS.
+            logs: new CloudWatchLogStore({
+              client: cloudWatchLogs.asClient(),
+              logGroup,
+              logStream: `${endpointId}/box`,
+            }),
             pingIntervalMs: 500,
             tickMs: 200,
             log: { info: () => {}, warn: () => {}, error: () => {} },

@@ -20,6 +20,8 @@ import { type AwsFixture, fakeAwsConfig, startAwsFixture } from '../support/emul
 import { CliSandbox, deployStages } from './cli-support.js';
 
 const apiUrl = 'https://abc123.execute-api.us-east-1.amazonaws.com/api/v2';
+const PROD = appStackName('shop', 'production');
+const STAGING = appStackName('shop', 'staging');
 
 describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () => {
   const sandbox = new CliSandbox();
@@ -33,11 +35,14 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     edit(s);
     writeFileSync(stateFile, JSON.stringify(s));
   };
-  const ferry = (args: string[]) =>
+  const ferry = (args: string[], extra: Record<string, string | undefined> = {}) =>
     sandbox.run([...args, '--provider', 'aws'], {
       cwd: project,
       timeoutMs: 240_000,
       env: {
+        // The fake platform has no ECR registry of its own: the user's registry (docs/aws.md "Images").
+        FERRY_AWS_IMAGE_REGISTRY: '123456789012.dkr.ecr.us-east-1.amazonaws.com',
+        ...extra,
         FERRY_TEST_FAKE_TOOLKIT: stateFile,
         FERRY_DYNAMODB_ENDPOINT: fixture.dynamo.endpoint,
         FERRY_S3_ENDPOINT: fixture.fauxqs.endpoint,
@@ -98,9 +103,9 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     const calls = state().calls;
     expect(calls.map((c) => [c.op, c.stacks])).toEqual([
       ['deploy', ['FerryPlatform']],
-      ['deploy', ['FerryPlatform', 'Ferry-shop-production']],
+      ['deploy', ['FerryPlatform', PROD]],
     ]);
-    const summary = calls[1]!.summaries!['Ferry-shop-production']!;
+    const summary = calls[1]!.summaries![PROD]!;
     expect(summary.endpoints.map((e) => e.name)).toEqual(['cpu_worker', 'gpu_worker', 'lb_worker']);
     expect(summary.fingerprints).toHaveLength(1);
     firstFingerprint = summary.fingerprints[0]!;
@@ -136,10 +141,7 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
 
     // The artifact in the platform bucket; the templates in .ferry/cdk.out.
     expect(await fixture.blobs().exists(`artifacts/shop/production/${firstFingerprint}.tar.gz`)).toBe(true);
-    const template = readFileSync(
-      path.join(project, '.ferry', 'cdk.out', 'Ferry-shop-production.template.json'),
-      'utf8',
-    );
+    const template = readFileSync(path.join(project, '.ferry', 'cdk.out', `${PROD}.template.json`), 'utf8');
     expect(template).toContain(firstFingerprint);
   });
 
@@ -150,8 +152,8 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     expect(result.code, result.stderr).toBe(0);
     const calls = state().calls;
     expect(calls).toHaveLength(3);
-    expect(calls[2]!.stacks).toEqual(['FerryPlatform', 'Ferry-shop-production']);
-    const fingerprints = calls[2]!.summaries!['Ferry-shop-production']!.fingerprints;
+    expect(calls[2]!.stacks).toEqual(['FerryPlatform', PROD]);
+    const fingerprints = calls[2]!.summaries![PROD]!.fingerprints;
     expect(fingerprints).toHaveLength(1);
     expect(fingerprints[0]).not.toBe(firstFingerprint);
     const after = await records('shop', 'production');
@@ -164,7 +166,7 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
 
   it('with several environments and no --env: the spec error, and nothing deployed', async () => {
     expect((await ferry(['deploy', '--yes', '--env', 'staging'])).code).toBe(0);
-    expect(state().calls.at(-1)!.stacks).toEqual(['FerryPlatform', 'Ferry-shop-staging']);
+    expect(state().calls.at(-1)!.stacks).toEqual(['FerryPlatform', STAGING]);
     const count = state().calls.length;
     const result = await ferry(['deploy', '--yes']);
     expect(result.code).toBe(1);
@@ -175,12 +177,12 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
   it('a failing stack deploy exits 1 with the error, prints no success, and keeps the old records', async () => {
     const before = await records('shop', 'staging');
     editState((s) => {
-      s.failDeploy = ['Ferry-shop-staging'];
+      s.failDeploy = [STAGING];
     });
     appendFileSync(path.join(project, 'gpu_worker.py'), '\n# changed again\n');
     const result = await ferry(['deploy', '--yes', '--env', 'staging']);
     expect(result.code).toBe(1);
-    expect(result.stderr).toMatch(/Error: .*Ferry-shop-staging failed/);
+    expect(result.stderr).toContain(`Error: Deploying of ${STAGING} failed`);
     expect(result.stdout).not.toContain('Deployed');
     expect(await records('shop', 'staging')).toEqual(before);
     editState((s) => {
@@ -220,10 +222,7 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     expect(result.code, result.stderr).toBe(0);
     const call = state().calls.at(-1)!;
     expect(call.op).toBe('deploy');
-    expect(call.summaries!['Ferry-shop-staging']!.endpoints.map((e) => e.name)).toEqual([
-      'gpu_worker',
-      'lb_worker',
-    ]);
+    expect(call.summaries![STAGING]!.endpoints.map((e) => e.name)).toEqual(['gpu_worker', 'lb_worker']);
     expect((await records('shop', 'staging')).map((e) => e.name)).toEqual(['gpu_worker', 'lb_worker']);
   });
 
@@ -235,14 +234,14 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
       state()
         .calls.slice(count)
         .map((c) => [c.op, c.stacks]),
-    ).toEqual([['destroy', ['Ferry-shop-staging']]]);
+    ).toEqual([['destroy', [STAGING]]]);
     expect(await records('shop', 'staging')).toEqual([]);
     expect(await fixture.control().getEnvironment('shop', 'staging')).toBeUndefined();
   });
 
   it('app delete that cannot destroy a stack exits 1 and keeps the app and its records (flash#367)', async () => {
     editState((s) => {
-      s.failDestroy = ['Ferry-shop-production'];
+      s.failDestroy = [PROD];
     });
     const result = await ferry(['app', 'delete', 'shop', '--force']);
     expect(result.code).toBe(1);
@@ -258,11 +257,44 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
   it('app delete destroys the stacks, then removes every record', async () => {
     const result = await ferry(['app', 'delete', 'shop', '--force']);
     expect(result.code, result.stderr).toBe(0);
-    expect(state().calls.at(-1)).toEqual({ op: 'destroy', stacks: ['Ferry-shop-production'] });
-    expect(state().stacks['Ferry-shop-production']).toBeUndefined();
+    expect(state().calls.at(-1)).toEqual({ op: 'destroy', stacks: [PROD] });
+    expect(state().stacks[PROD]).toBeUndefined();
     expect(await fixture.control().getApp('shop')).toBeUndefined();
     expect(await records('shop')).toEqual([]);
     expect(existsSync(stateFile)).toBe(true);
+  });
+  it('refuses (exit 2, with the fix) to deploy without usable images, before any stack changes', async () => {
+    const calls = state().calls.length;
+    const result = await ferry(['deploy', '--yes', '--env', 'noimages'], {
+      FERRY_AWS_IMAGE_REGISTRY: undefined,
+    });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('No usable worker images');
+    expect(result.stderr).toContain('ferry images build && ferry images push');
+    expect(
+      state()
+        .calls.slice(calls)
+        .filter((c) => c.op === 'deploy'),
+    ).toEqual([]);
+    expect(await records('shop', 'noimages')).toEqual([]);
+  });
+
+  it('deletes an app stack left in ROLLBACK_COMPLETE, says so, and deploys it again', async () => {
+    editState((s) => {
+      s.statuses = { [STAGING]: 'ROLLBACK_COMPLETE' };
+    });
+    const result = await ferry(['deploy', '--yes', '--env', 'staging']);
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain(`stack ${STAGING} is in ROLLBACK_COMPLETE`);
+    const ops = state()
+      .calls.slice(-2)
+      .map((c) => [c.op, c.stacks]);
+    expect(ops).toEqual([
+      ['destroy', [STAGING]],
+      ['deploy', ['FerryPlatform', STAGING]],
+    ]);
+    expect(state().statuses?.[STAGING]).toBeUndefined();
+    expect(state().tags?.[STAGING]).toEqual({ 'ferry:app': 'shop', 'ferry:env': 'staging' });
   });
 });
 

@@ -11,6 +11,7 @@ import type { Platform } from '../../functions/wiring.js';
 
 function recording(
   answer: (req: ApiRequest) => Promise<ApiResponse> = async () => ({ statusCode: 200, body: { ok: true } }),
+  idle: () => Promise<void> = async () => {},
 ) {
   const seen: ApiRequest[] = [];
   const platform = {
@@ -20,6 +21,7 @@ function recording(
         return answer(req);
       },
     },
+    webhooks: { idle },
   } as unknown as Platform;
   return { seen, handler: createApiHandler(() => platform) };
 }
@@ -44,6 +46,36 @@ const context = (remainingMs?: number) =>
   (remainingMs === undefined ? {} : { getRemainingTimeInMillis: () => remainingMs }) as unknown as Context;
 
 describe('api handler', () => {
+  it('answers only after the webhooks the request started were delivered (Lambda freezes after returning)', async () => {
+    const events: string[] = [];
+    let deliver: () => void = () => {};
+    const delivered = new Promise<void>((resolve) => {
+      deliver = resolve;
+    });
+    const { handler } = recording(
+      async () => {
+        events.push('handled');
+        return { statusCode: 200, body: { id: 'j', status: 'CANCELLED' } };
+      },
+      async () => {
+        await delivered;
+        events.push('webhook delivered');
+      },
+    );
+    const answered = handler(
+      event({ path: '/v2/ep/cancel/j', pathParameters: { proxy: 'ep/cancel/j' } }),
+      context(20_000),
+    ).then((r) => {
+      events.push('answered');
+      return r;
+    });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(events).toEqual(['handled']);
+    deliver();
+    expect((await answered).statusCode).toBe(200);
+    expect(events).toEqual(['handled', 'webhook delivered', 'answered']);
+  });
+
   it('hands method, path, lower-cased headers, joined query values and the body to V2Api', async () => {
     const { seen, handler } = recording();
     const result = await handler(

@@ -9,17 +9,75 @@ describe('sweeper', () => {
   it('sweeps, deletes what expired before now, and logs counts only', async () => {
     const deleteExpired = vi.fn(async (_nowMs: number) => 3);
     const platform = {
-      engine: { sweep: async () => ({ requeued: 1, failed: 0, timedOut: 2, expired: 0 }) },
+      engine: {
+        sweep: async () => ({ requeued: 1, failed: 0, timedOut: 2, expired: 0 }),
+        resendWaiting: async () => 0,
+      },
       jobs: { deleteExpired },
+      control: { listEndpoints: async () => [] },
+      deadLetters: { take: async () => [] },
+      webhooks: { idle: async () => {} },
     } as unknown as Platform;
     const log = vi.spyOn(console, 'log').mockImplementation(() => {});
     const report = await createSweeper(
       () => platform,
       () => 42_000,
     )();
-    expect(report).toEqual({ requeued: 1, failed: 0, timedOut: 2, expired: 0, deleted: 3 });
+    expect(report).toEqual({
+      requeued: 1,
+      failed: 0,
+      timedOut: 2,
+      expired: 0,
+      deleted: 3,
+      resent: 0,
+      deadLettered: 0,
+    });
     expect(deleteExpired).toHaveBeenCalledWith(42_000);
     expect(JSON.parse(String(log.mock.calls[0]![0]))).toMatchObject({ msg: 'ferry sweep', deleted: 3 });
     log.mockRestore();
+  });
+
+  it('does not return before the webhooks the sweep started are delivered', async () => {
+    const events: string[] = [];
+    let deliver: () => void = () => {};
+    const delivered = new Promise<void>((resolve) => {
+      deliver = resolve;
+    });
+    const platform = {
+      engine: {
+        sweep: async () => ({ requeued: 0, failed: 1, timedOut: 1, expired: 0 }),
+        resendWaiting: async () => 0,
+      },
+      jobs: { deleteExpired: async () => 0 },
+      control: { listEndpoints: async () => [] },
+      deadLetters: { take: async () => [] },
+      webhooks: {
+        idle: async () => {
+          events.push('waiting for webhooks');
+          await delivered;
+          events.push('webhooks delivered');
+        },
+      },
+    } as unknown as Platform;
+    const log = vi.spyOn(console, 'log').mockImplementation(() => {});
+    const run = createSweeper(() => platform)(undefined, { getRemainingTimeInMillis: () => 50_000 }).then(
+      () => events.push('returned'),
+    );
+    for (let i = 0; i < 10 && events.length === 0; i++) await new Promise((resolve) => setImmediate(resolve));
+    expect(events).toEqual(['waiting for webhooks']);
+    deliver();
+    await run;
+    expect(events).toEqual(['waiting for webhooks', 'webhooks delivered', 'returned']);
+    log.mockRestore();
+  });
+
+  it('gives up on deliveries still running when its time is up, and says so', async () => {
+    const warn = vi.spyOn(console, 'warn').mockImplementation(() => {});
+    const { settleWebhooks } = await import('../../functions/wiring.js');
+    const never = { idle: () => new Promise<void>(() => {}) };
+    expect(await settleWebhooks(never, 5)).toBe('gave-up');
+    expect(await settleWebhooks({ idle: async () => {} }, 1000)).toBe('settled');
+    expect(warn).toHaveBeenCalledTimes(1);
+    warn.mockRestore();
   });
 });

@@ -32,6 +32,8 @@ const holder = 'holder-worker';
 /** Each worker has its own token (core/supervisor.ts): the holder's, and a live intruder's on `fzw`. */
 let holderToken = '';
 let intruderToken = '';
+/** A live worker's token on another endpoint (`fz`), for the wrong-credential property. */
+let otherEndpointToken = '';
 
 const clientAuth = { authorization: `Bearer ${testApiKey}` };
 const workerAuth = () => ({ authorization: holderToken });
@@ -304,11 +306,15 @@ const isQueued = ok200((b) => {
 // ── setup ─────────────────────────────────────────────────────────────────────────────────────────
 
 beforeAll(async () => {
-  platform = await startTestPlatform({ workerWaitMs: 1_000 });
+  // Thousands of requests with one key: the rate limit (tested in test/security) must not answer first.
+  platform = await startTestPlatform({
+    workerWaitMs: 1_000,
+    frontDoor: { rateLimitRequests: Number.MAX_SAFE_INTEGER },
+  });
   port = platform.port;
   for (const id of ['fz', 'fzw', 'fzp', 'fzsync']) await platform.addEndpoint(id);
   const engine = platform.engine;
-  platform.adoptWorker('fz', 'seed-worker');
+  otherEndpointToken = platform.adoptWorker('fz', 'seed-worker').token;
   holderToken = platform.adoptWorker('fzw', holder).token;
   intruderToken = platform.adoptWorker('fzw', 'intruder').token;
   // A completed job: submitted, taken and finished through the engine.
@@ -615,6 +621,63 @@ describe('worker protocol', () => {
     await stillServing();
   });
 
+  it('every worker route refuses another endpoint’s token, a forged worker id, the client key and no key (401/403), changing nothing', async () => {
+    const routes = [
+      ['GET', 'job-take', ''],
+      ['GET', 'job-take-batch', '?batch_size=2'],
+      ['GET', 'job-stop', ''],
+      ['POST', 'job-done', `/${'HELD'}?isStream=false`],
+      ['POST', 'job-stream', `/${'HELD'}?isStream=false`],
+      ['GET', 'ping', `?job_id=${'HELD'}`],
+    ] as const;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom(...routes),
+        fc.constantFrom('other-endpoint', 'forged-worker', 'client-key', 'none', 'junk'),
+        idSegment,
+        async ([method, route, tail], credential, forged) => {
+          // Another endpoint's live token under its own worker id; the holder's token under any other
+          // worker id; the client key; no header; a made-up worker token.
+          const workerId =
+            credential === 'other-endpoint'
+              ? 'seed-worker'
+              : credential === 'forged-worker'
+                ? forged
+                : holder;
+          if (credential === 'forged-worker' && decodeSafe(workerId) === holder) return;
+          const authorization = {
+            'other-endpoint': otherEndpointToken,
+            'forged-worker': holderToken,
+            'client-key': `Bearer ${testApiKey}`,
+            none: undefined,
+            junk: 'fyw_not_a_real_token',
+          }[credential];
+          const headers: Record<string, string> = {
+            'content-type': 'application/x-www-form-urlencoded',
+            ...(authorization ? { authorization } : {}),
+          };
+          const path = `/v2/fzw/${route}/${workerId}${tail.replace('HELD', seeded.held!)}`;
+          const body = method === 'POST' ? JSON.stringify({ output: 'forged' }) : undefined;
+          const a = await probe(`${route} ${credential}`, method, path, headers, body);
+          // A worker id that does not percent-decode is a 400 before anyone looks at the credential.
+          let decodes = true;
+          try {
+            decodeURIComponent(workerId);
+          } catch {
+            decodes = false;
+          }
+          // A worker id too long for an HTTP request line is refused by Node itself (431/414).
+          const allowed = decodes && workerId.length < 4_000 ? [401, 403] : [400, 401, 403, 414, 431];
+          expect(allowed, `${route} with ${credential}: ${a.status} ${a.text.slice(0, 200)}`).toContain(
+            a.status,
+          );
+        },
+      ),
+      runs(150),
+    );
+    await stillServing();
+  });
+
   it('job-take-batch: a bad batch_size is a 400 and takes nothing', async () => {
     const valid = (v: string) => /^\d+$/.test(v) && Number(v) >= 1 && Number(v) <= 100;
     await fc.assert(
@@ -725,15 +788,17 @@ describe('body sizes near and over the limits', () => {
     expect(huge.status).toBe(413);
   });
 
-  it('a job-done result over its limit is a 400 and the held job keeps running', async () => {
-    const a = await probe(
-      'job-done over',
+  // Last, because it ends the held job: an over-limit result fails it at once (docs/security.md).
+  it('a job-done result over its limit is a 400 and fails the held job with the reason', async () => {
+    const a = await send(
       'POST',
       `/v2/fzw/job-done/${holder}/${seeded.held}?isStream=false`,
       workerAuth(),
       bodyOfSize(limits.jobDoneBodyBytes + 1, 'output'),
     );
     expect(a.status).toBe(400);
+    const job = await platform.db.jobs.get(seeded.held, Date.now());
+    expect(job).toMatchObject({ status: 'FAILED', error: expect.stringMatching(/over the .*-byte limit/) });
     await stillServing();
   });
 });
@@ -745,3 +810,111 @@ function decodeSafe(value: string): string {
     return value;
   }
 }
+
+// ── management API (core/manage.ts) ────────────────────────────────────────────────────────────────
+
+describe('management API', () => {
+  /** Lone surrogates cannot be percent-encoded: they go as U+FFFD, as a browser would send them. */
+  const enc = (value: string) => encodeURIComponent(Buffer.from(value, 'utf8').toString('utf8'));
+  const manageRoutes = [
+    '/manage/v1/endpoints',
+    '/manage/v1/endpoints/fz',
+    '/manage/v1/endpoints/fz/jobs',
+    '/manage/v1/endpoints/fz/jobs/ID',
+    '/manage/v1/endpoints/fz/logs',
+    '/manage/v1/endpoints/fz/workers',
+    '/manage/v1/endpoints/fz/metrics',
+  ];
+  const queryNames = [
+    'status',
+    'from',
+    'to',
+    'limit',
+    'cursor',
+    'job',
+    'since',
+    'after',
+    'hours',
+    'step',
+    'x',
+  ];
+  const success = (body: any) =>
+    expect(body !== null && typeof body === 'object', JSON.stringify(body)).toBe(true);
+
+  it('missing, wrong or worker credentials are a 401 on every route and change nothing', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom(...manageRoutes),
+        fc.oneof(authHeader, fc.constantFrom('worker-bare', 'worker-bearer')),
+        async (route, header) => {
+          const value =
+            header === 'worker-bare'
+              ? holderToken
+              : header === 'worker-bearer'
+                ? `Bearer ${holderToken}`
+                : header;
+          fc.pre(credentialOf(value) !== testApiKey);
+          const path = route.replace('ID', seeded.completed);
+          const a = await probe(
+            'manage auth',
+            'GET',
+            path,
+            value === undefined ? {} : { authorization: value },
+            undefined,
+          );
+          expect(a.status, `${path} with ${JSON.stringify(value)}`).toBe(401);
+        },
+      ),
+      runs(150),
+    );
+    await stillServing();
+  });
+
+  it('any query, id or method is a documented 200 or a 4xx with the error shape, never a 5xx', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom(...manageRoutes),
+        fc.array(fc.tuple(fc.constantFrom(...queryNames), fc.oneof(oddString, fc.integer().map(String))), {
+          maxLength: 4,
+        }),
+        fc.oneof(fc.constant(undefined), oddString),
+        fc.constantFrom('GET', 'GET', 'GET', 'POST', 'DELETE', 'PUT'),
+        async (route, query, id, method) => {
+          const jobId = id === undefined ? seeded.completed : enc(id);
+          const qs = query.map(([k, v]) => `${k}=${enc(v)}`).join('&');
+          const path = `${route.replace('ID', jobId)}${qs ? `?${qs}` : ''}`;
+          const a = await probe(
+            'manage',
+            method,
+            path,
+            clientAuth,
+            method === 'GET' ? undefined : '{}',
+            success,
+          );
+          if (method !== 'GET') expect(a.status).toBe(404);
+        },
+      ),
+      runs(300),
+    );
+    await stillServing();
+  });
+
+  it('junk endpoint ids and path segments are a 4xx', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        oddString,
+        fc.constantFrom('', '/jobs', '/logs', '/workers', '/metrics', '/jobs/x'),
+        async (id, tail) => {
+          fc.pre(id.length > 0); // `/endpoints/` is the list itself
+          const path = `/manage/v1/endpoints/${enc(id)}${tail}`;
+          const a = await probe('manage junk', 'GET', path, clientAuth, undefined, success);
+          // A raw malformed escape is a 400 too (not a 500 from decoding).
+          expectRejected(await send('GET', `/manage/v1/endpoints/%E0%A4%A${tail}`, clientAuth), 'malformed');
+          if (id !== 'fz' && id !== 'fzw' && id !== 'fzp' && id !== 'fzsync')
+            expect(isRejection(a), path).toBe(true);
+        },
+      ),
+      runs(150),
+    );
+  });
+});

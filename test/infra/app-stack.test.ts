@@ -176,7 +176,7 @@ describe('tasks', () => {
     for (const c of containersOf(endpoint('lb_worker'))) expect(c.ResourceRequirements).toBeUndefined();
   });
 
-  it('run an essential agent sidecar next to the worker, after an artifact init container, on the host network', () => {
+  it('run an essential agent sidecar next to the worker, after an artifact init container, each in its own (bridge) network namespace', () => {
     for (const name of ['gpu_worker', 'cpu_worker', 'lb_worker']) {
       const e = endpoint(name);
       const containers = containersOf(e);
@@ -185,7 +185,7 @@ describe('tasks', () => {
       expect(byName('agent').Essential).toBe(true);
       expect(byName('worker').Essential).toBe(true);
       expect(byName('artifact').Essential).toBe(false);
-      expect(template.toJSON().Resources[idOf(e.taskDefinition)].Properties.NetworkMode).toBe('host');
+      expect(template.toJSON().Resources[idOf(e.taskDefinition)].Properties.NetworkMode).toBe('bridge');
       // The worker starts once the artifact is on the shared volume, which it mounts read-only.
       expect(byName('worker').DependsOn).toContainEqual({ ContainerName: 'artifact', Condition: 'SUCCESS' });
       expect(byName('worker').MountPoints).toEqual([
@@ -251,7 +251,7 @@ describe('tasks', () => {
     const worker = envOf(containersOf(e).find((c) => c.Name === 'worker')!);
     expect(worker.MODEL).toBe('tiny');
     // What agent.workerEnv() hands a worker, pointing at the agent's port on localhost.
-    const base = `http://127.0.0.1:${ports.agent}/v2/${e.id}`;
+    const base = `http://agent:${ports.agent}/v2/${e.id}`;
     expect(worker.RUNPOD_WEBHOOK_GET_JOB).toBe(`${base}/job-take/${e.id}-worker?agent=1`);
     expect(worker.RUNPOD_WEBHOOK_POST_OUTPUT).toBe(`${base}/job-done/${e.id}-worker/$ID?agent=1`);
     expect(worker.RUNPOD_WEBHOOK_POST_STREAM).toBe(`${base}/job-stream/${e.id}-worker/$ID?agent=1`);
@@ -448,7 +448,7 @@ describe('load-balanced endpoint', () => {
     });
   });
 
-  it('sends the ALB to the agent in lb mode, which proxies to the worker on loopback', () => {
+  it('sends the ALB to the agent in lb mode, which proxies to the linked worker', () => {
     const containers = containersOf(endpoint('lb_worker'));
     const agent = envOf(containers.find((c) => c.Name === 'agent')!);
     const worker = envOf(containers.find((c) => c.Name === 'worker')!);
@@ -457,12 +457,13 @@ describe('load-balanced endpoint', () => {
       FERRY_AGENT_HOST: '0.0.0.0',
       FERRY_AGENT_PORT: String(ports.lbPublic),
       FERRY_PORT: String(ports.lbWorker),
+      FERRY_WORKER_HOST: 'worker',
     });
     expect(worker).toMatchObject({
       FERRY_MODE: 'lb',
       FERRY_MODULE: 'lb_worker',
       FERRY_VARIABLE: 'api',
-      FERRY_HOST: '127.0.0.1',
+      FERRY_HOST: '0.0.0.0',
       FERRY_PORT: String(ports.lbWorker),
     });
     expect(worker.RUNPOD_WEBHOOK_GET_JOB).toBeUndefined();

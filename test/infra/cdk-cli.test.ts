@@ -5,12 +5,14 @@
  *   - `ferry deploy --provider aws --synth-only` (toolkit-lib in process) in a `ferry init` project.
  * Both need the compiled dist/ (`npm run build`).
  */
+
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
+import { appStackName } from '../../infra/names.js';
 import { CliSandbox, repoRoot } from '../e2e/cli-support.js';
 import { sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
 
@@ -71,7 +73,7 @@ describe('offline synth', () => {
       readFileSync(path.join(out, 'FerryPlatform.template.json'), 'utf8'),
     ) as Template;
     const app = JSON.parse(
-      readFileSync(path.join(out, 'Ferry-demo-production.template.json'), 'utf8'),
+      readFileSync(path.join(out, `${appStackName('demo', 'production')}.template.json`), 'utf8'),
     ) as Template;
     expect(Object.keys(platform.Outputs ?? {})).toEqual(
       expect.arrayContaining(['ApiUrl', 'BucketName', 'ControlTableName']),
@@ -109,10 +111,10 @@ describe('offline synth', () => {
       stacks: Array<{ name: string; template: string }>;
     };
     expect(json.directory).toBe(path.join(project, '.ferry', 'cdk.out'));
-    expect(json.stacks.map((s) => s.name).sort()).toEqual(['Ferry-shop-staging', 'FerryPlatform']);
+    expect(json.stacks.map((s) => s.name).sort()).toEqual([appStackName('shop', 'staging'), 'FerryPlatform']);
     for (const stack of json.stacks) expect(existsSync(stack.template)).toBe(true);
     const app = JSON.parse(
-      readFileSync(path.join(json.directory, 'Ferry-shop-staging.template.json'), 'utf8'),
+      readFileSync(path.join(json.directory, `${appStackName('shop', 'staging')}.template.json`), 'utf8'),
     ) as Template;
     expect(typesIn(app).filter((t) => t === 'AWS::ECS::Service')).toHaveLength(3);
     // Nothing was deployed: --synth-only never asks for credentials.

@@ -205,7 +205,10 @@ describe('compute', () => {
     expect(
       Object.keys(template.findResources('AWS::Lambda::Function')).some((id) => id.includes('Drain')),
     ).toBe(false);
-    template.resourceCountIs('AWS::SNS::Topic', 0);
+    // The only topic is the alarm topic (the drain hook would add its own).
+    expect(Object.keys(template.findResources('AWS::SNS::Topic'))).toEqual([
+      logicalId(platform.alarms.topic),
+    ]);
   });
 
   it('turns on Container Insights and spans two AZs with no NAT gateway', () => {
@@ -237,7 +240,8 @@ describe('API', () => {
 
   it('puts every v2 route behind the authorizer, with GET and POST where the API takes both', () => {
     const methods = Object.values(template.findResources('AWS::ApiGateway::Method'));
-    expect(methods).toHaveLength(13);
+    // 13 v2 methods and GET /manage/v1/{proxy+} (test/infra/observability.test.ts).
+    expect(methods).toHaveLength(14);
     for (const method of methods) expect(method.Properties.AuthorizationType).toBe('CUSTOM');
     const resources = template.findResources('AWS::ApiGateway::Resource');
     const parts = Object.values(resources).map((r) => r.Properties.PathPart);
@@ -291,7 +295,7 @@ describe('API', () => {
     };
     for (const [name, fn] of Object.entries(fns)) {
       const props = template.toJSON().Resources[logicalId(fn)].Properties;
-      expect(props.Runtime).toBe('nodejs22.x');
+      expect(props.Runtime).toBe('nodejs24.x');
       expect(props.Handler).toBe(functionEntries[name as keyof typeof functionEntries]);
       const env = props.Environment.Variables as Record<string, unknown>;
       // Every variable the schema requires (no default, not optional) is set.
@@ -378,7 +382,8 @@ describe('least privilege', () => {
     const onControl = statements.filter((s) =>
       JSON.stringify(s.Resource).includes(logicalId(platform.controlTable)),
     );
-    expect(actionsOf(onControl)).toEqual(['dynamodb:GetItem']);
+    // GetItem, and Query on byKind for the management API's endpoint list.
+    expect(actionsOf(onControl)).toEqual(['dynamodb:GetItem', 'dynamodb:Query']);
     expect(actionsOf(statements)).not.toContain('dynamodb:DeleteItem');
     expect(actionsOf(statements)).not.toContain('sqs:ReceiveMessage');
   });
@@ -390,7 +395,17 @@ describe('least privilege', () => {
     expect(queries).toContain(`/index/${dynamoSchema.jobs.indexes.byStatusExpiry.indexName}`);
     expect(resourcesFor(statements, 'dynamodb:DeleteItem')).toEqual([arnOf(platform.jobsTable)]);
     expect(actionsOf(statements)).toContain('sqs:SendMessage');
-    expect(JSON.stringify(statements)).not.toContain(logicalId(platform.controlTable));
+    // Dead letters are read and deleted; waiting jobs found per endpoint (functions/sweeper.ts).
+    expect(actionsOf(statements)).toEqual(
+      expect.arrayContaining(['sqs:ReceiveMessage', 'sqs:DeleteMessage']),
+    );
+    expect(queries).toContain(`/index/${dynamoSchema.jobs.indexes.byEndpointStatus.indexName}`);
+    // Of the control table only the kind index (which endpoints exist), never the table's items.
+    const control = statements.filter((st) =>
+      JSON.stringify(st.Resource).includes(logicalId(platform.controlTable)),
+    );
+    expect(control.flatMap((st) => [st.Action].flat())).toEqual(['dynamodb:Query']);
+    expect(JSON.stringify(control)).toContain(`/index/${dynamoSchema.control.indexes.byKind.indexName}`);
     expect(JSON.stringify(statements)).not.toContain(logicalId(platform.workersTable));
   });
 

@@ -1,10 +1,12 @@
 /** The CLI's path: toolkit-lib synthesizes our assembly offline, with no credentials. */
+
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { StackSelectionStrategy, Toolkit } from '@aws-cdk/toolkit-lib';
 import { afterAll, describe, expect, it } from 'vitest';
 import { synthesize } from '../../infra/app.js';
+import { appStackName } from '../../infra/names.js';
 import { sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
 
 const cleanups: (() => void)[] = [];
@@ -42,7 +44,7 @@ describe('toolkit-lib', () => {
     const assembly = await toolkit.synth(cx, { stacks: { strategy: StackSelectionStrategy.ALL_STACKS } });
     try {
       const names = assembly.cloudAssembly.stacks.map((s) => s.stackName).sort();
-      expect(names).toEqual(['Ferry-demo-dev', 'FerryPlatform']);
+      expect(names).toEqual([appStackName('demo', 'dev'), 'FerryPlatform']);
       expect(messages.filter((m) => m.startsWith('error') || m.startsWith('warn'))).toEqual([]);
     } finally {
       await assembly.dispose();

@@ -3,7 +3,9 @@
  * platform (SQLite) with a protocol-speaking worker; time is a fake clock, moved by hand.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { FakeClock } from '../../core/clock.js';
+import type { Job } from '../../core/job.js';
 import { limits } from '../../core/limits.js';
 import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
 
@@ -123,5 +125,36 @@ describe('/lb rows', () => {
     const answer = await call(platform.url, 'POST', '/lb/hello/predict', deep);
     expect(answer.status).toBe(400);
     expect(answer.body.error).toMatch(/nested/);
+  });
+});
+
+describe('submit', () => {
+  it('writes the job and its queue row in one transaction: a failed queue insert leaves no job', async () => {
+    const db = openLocalDatabase(':memory:');
+    try {
+      const job = {
+        id: 'tx-job',
+        endpointId: 'e',
+        status: 'IN_QUEUE',
+        input: {},
+        policy: { executionTimeoutMs: 1_000, ttlMs: 60_000, lowPriority: false },
+        sync: false,
+        retentionMs: 1_000,
+        createdAt: 0,
+        expiresAt: Number.MAX_SAFE_INTEGER,
+        attempt: 0,
+        retries: 0,
+        version: 1,
+      } as Job;
+      await db.createQueued(job);
+      expect((await db.jobs.get('tx-job', 1))?.status).toBe('IN_QUEUE');
+      expect((await db.queue.depth('e')).visible).toBe(1);
+      // The queue refuses the second insert: the job row of the same transaction is rolled back.
+      await db.queue.close();
+      await expect(db.createQueued({ ...job, id: 'tx-job-2' })).rejects.toThrow(/closed/);
+      expect(await db.jobs.get('tx-job-2', 1)).toBeUndefined();
+    } finally {
+      await db.close();
+    }
   });
 });

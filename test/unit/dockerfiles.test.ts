@@ -126,7 +126,12 @@ describe('worker Dockerfiles', () => {
     expect(dockerfiles.map((name) => `worker-image/${name}`)).toEqual(
       workerImages.map((i) => i.dockerfile).sort(),
     );
-    expect(dockerfiles).toEqual(['Dockerfile.cpu', 'Dockerfile.gpu', 'Dockerfile.model-sdxl-turbo']);
+    expect(dockerfiles).toEqual([
+      'Dockerfile.agent',
+      'Dockerfile.cpu',
+      'Dockerfile.gpu',
+      'Dockerfile.model-sdxl-turbo',
+    ]);
   });
 
   describe.each(dockerfiles)('%s', (name) => {
@@ -151,7 +156,8 @@ describe('worker Dockerfiles', () => {
       }
     });
 
-    it('takes PYTHON_VERSION with a default in 3.10-3.13', () => {
+    const isAgent = name === 'Dockerfile.agent';
+    it.skipIf(isAgent)('takes PYTHON_VERSION with a default in 3.10-3.13', () => {
       const arg = instructions.find((i) => i.keyword === 'ARG' && argOf(i)[0] === 'PYTHON_VERSION');
       expect(arg).toBeDefined();
       expect(pythonVersions).toContain(argOf(arg!)[1]);
@@ -163,7 +169,11 @@ describe('worker Dockerfiles', () => {
       expect(users.at(-1)!.args).not.toMatch(/^(root|0)(:|$)/);
       const entrypoint = instructions.filter((i) => i.keyword === 'ENTRYPOINT').at(-1);
       expect(entrypoint).toBeDefined();
-      expect(JSON.parse(entrypoint!.args)).toEqual(['/usr/bin/tini', '--', '/opt/ferry/bin/entrypoint.sh']);
+      expect(JSON.parse(entrypoint!.args)).toEqual(
+        isAgent
+          ? ['/usr/bin/tini', '--', 'node', '/opt/ferry/agent/agent.mjs']
+          : ['/usr/bin/tini', '--', '/opt/ferry/bin/entrypoint.sh'],
+      );
     });
 
     it('has no ADD of URLs, no sudo, no curl|sh, and no secrets in ENV or ARG', () => {
@@ -245,6 +255,7 @@ describe('dockerBuildCommands', () => {
   it('builds every kind, bases first, with the tags of docs/architecture.md#worker-images', () => {
     const commands = dockerBuildCommands('0.1.0', '3.12');
     expect(commands).toEqual([
+      ['docker', 'build', '--file', 'worker-image/Dockerfile.agent', '--tag', 'ferry/agent:0.1.0', '.'],
       [
         'docker',
         'build',
@@ -344,7 +355,9 @@ describe('dockerBuildCommands', () => {
   it('names every kind for every supported Python', () => {
     for (const version of pythonVersions) {
       expect(dockerBuildCommands('0.1.0', version).map((c) => c.at(-2))).toEqual(
-        workerImages.map((image) => `${image.repository}:0.1.0-py${version}`),
+        workerImages.map((image) =>
+          image.category === 'agent' ? `${image.repository}:0.1.0` : `${image.repository}:0.1.0-py${version}`,
+        ),
       );
     }
   });

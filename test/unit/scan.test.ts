@@ -239,6 +239,8 @@ def patch_item(item_id):
       { name: 'item_id', required: true },
       { name: 'body', required: false, default: null },
     ]);
+    // No health_check_grace: left out, so the config hash of such endpoints does not change.
+    expect(api.resources.healthCheckGraceSec).toBeUndefined();
   });
 
   it('skips client-mode Endpoints (id=, image=) at module level; image= gets a warning', async () => {
@@ -297,6 +299,19 @@ def x():
     await expect(scanProject({ projectDir: unknown })).rejects.toThrow(
       /Flash names are accepted too: ADA_24/,
     );
+  });
+
+  it('passes health_check_grace through to the manifest, and refuses one out of 0-7200', async () => {
+    const ok = await scanProject({
+      projectDir: project({
+        'gpu_api.py': `from ferry import Endpoint\n\napi = Endpoint(name="gen", gpu="A10G", health_check_grace=1200)\n\n@api.post("/go")\ndef go(x):\n    return x\n`,
+      }),
+    });
+    expect(manifestEndpointSchema.parse(ok.endpoints[0]).resources.healthCheckGraceSec).toBe(1200);
+    const message = await scanError({
+      'gpu_api.py': `from ferry import Endpoint\n\napi = Endpoint(name="gen", health_check_grace=9000)\n\n@api.post("/go")\ndef go(x):\n    return x\n`,
+    });
+    expect(message).toContain('health_check_grace must be a whole number 0 to 7200');
   });
 
   it('treats `ep = Endpoint(...)` then `@ep` as a queue endpoint, and warns about max_concurrency on LB', async () => {

@@ -88,7 +88,8 @@ import { JobEngine, type WebhookSender } from '../../core/engine.js';
 import { FerryError, toHttpResponse } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import { type Logger, stderrLogger } from '../../core/log.js';
-import type { Clock, EndpointDirectory, EndpointRecord } from '../../core/ports.js';
+import { jobMetricsLine } from '../../core/metrics.js';
+import type { Clock, EndpointDirectory, EndpointRecord, LogStore } from '../../core/ports.js';
 import { WorkerSupervisor } from '../../core/supervisor.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
 import { drainMs as taskDrainMs } from '../../infra/task-layout.js';
@@ -143,6 +144,10 @@ export interface AgentOptions {
   };
   /** Final-status webhooks of jobs this agent ends (job-done, its own timeouts). */
   webhooks?: WebhookSender;
+  /** Where the worker's job-log lines go (CloudWatch Logs on AWS); without it job-log is a 404. */
+  logs?: LogStore;
+  /** Where each ended job's metrics line goes (EMF, core/metrics.ts); main.ts passes stdout. */
+  metricsOut?: (line: string) => void;
   clock?: Clock;
   log?: Logger;
   /** What a stuck stopped job leads to; default process.exit. */
@@ -197,6 +202,8 @@ export function workerProtocolEnv(options: {
     RUNPOD_WEBHOOK_POST_OUTPUT: `${base}/job-done/${worker}/$ID?agent=1`,
     RUNPOD_WEBHOOK_POST_STREAM: `${base}/job-stream/${worker}/$ID?agent=1`,
     RUNPOD_WEBHOOK_PING: `${base}/ping/${worker}?agent=1`,
+    // The ferry runtime's job output (docs/observability.md); RunPod's SDK never calls it.
+    FERRY_WEBHOOK_POST_LOG: `${base}/job-log/${worker}?agent=1`,
     RUNPOD_AI_API_KEY: options.workerToken,
     RUNPOD_POD_ID: options.workerId,
     RUNPOD_ENDPOINT_ID: options.endpointId,
@@ -207,7 +214,15 @@ export function workerProtocolEnv(options: {
 
 /** SQS long polls are at most 20 s; a longer job-take would only add a second receive. */
 const maxWorkerWaitMs = 20_000;
-const workerRoutes = new Set(['job-take', 'job-take-batch', 'job-stop', 'job-done', 'job-stream', 'ping']);
+const workerRoutes = new Set([
+  'job-take',
+  'job-take-batch',
+  'job-stop',
+  'job-done',
+  'job-stream',
+  'ping',
+  'job-log',
+]);
 /** Above every worker-route limit, so the API answers with its own message. */
 const bodyLimitBytes = limits.jobDoneBodyBytes + 1024 * 1024;
 
@@ -334,6 +349,7 @@ class AgentServer implements Agent {
       auth: this.auth,
       workerWaitMs: waitMs,
       maxWaitMs: waitMs,
+      ...(options.logs ? { logs: options.logs } : {}),
       log: this.log,
     });
   }
@@ -451,7 +467,24 @@ class AgentServer implements Agent {
     } finally {
       if (counted) this.takesInFlight--;
     }
+    if (route === 'job-done' && response.statusCode === 200 && this.options.metricsOut) {
+      void this.reportEnded(safeDecode(segments[5] ?? ''));
+    }
     return response;
+  }
+
+  /** The ended job's delay and execution time as metrics (the CloudWatch dashboard's source). */
+  private async reportEnded(jobId: string): Promise<void> {
+    try {
+      const line = jobMetricsLine(
+        this.endpointId,
+        await this.engine.status(this.endpointId, jobId),
+        this.clock.now(),
+      );
+      if (line) this.options.metricsOut?.(line);
+    } catch (error) {
+      this.log.warn(`job metrics for ${jobId}: ${message(error)}`);
+    }
   }
 
   private async tickLoop(): Promise<void> {

@@ -2,19 +2,28 @@
  * Bundles the agent into one ESM file, `agent.mjs`, with its dependencies (AWS SDK, zod) inlined, so
  * the image needs Node and this file only. Target node22: the images ship Node 22.
  */
-import { mkdirSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { existsSync, mkdirSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
 
-const here = dirname(fileURLToPath(import.meta.url));
+/**
+ * The folder of the agent's .ts sources. From the sources it is this module's own folder; from the
+ * built package (dist/worker-image/agent/bundle.js) esbuild must still start at the .ts entry, which
+ * the package ships at worker-image/agent/main.ts beside dist/.
+ */
+export function agentSourceDir(): string {
+  const here = dirname(fileURLToPath(import.meta.url));
+  if (existsSync(join(here, 'main.ts'))) return here;
+  return join(here, '..', '..', '..', 'worker-image', 'agent');
+}
 
 /** Writes `<outdir>/agent.mjs` and returns its path. */
 export async function bundleAgent(outdir: string): Promise<string> {
   mkdirSync(outdir, { recursive: true });
   const outfile = join(outdir, 'agent.mjs');
   await build({
-    entryPoints: [join(here, 'main.ts')],
+    entryPoints: [join(agentSourceDir(), 'main.ts')],
     outfile,
     bundle: true,
     platform: 'node',
@@ -28,4 +37,21 @@ export async function bundleAgent(outdir: string): Promise<string> {
     },
   });
   return outfile;
+}
+
+// `node dist/worker-image/agent/bundle.js <outdir>`: what `ferry images build --dry-run` prints.
+if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
+  const outdir = process.argv[2];
+  if (!outdir) {
+    process.stderr.write('usage: node bundle.js <output folder>\n');
+    process.exitCode = 2;
+  } else {
+    bundleAgent(resolve(outdir)).then(
+      (file) => process.stdout.write(`${file}\n`),
+      (error: unknown) => {
+        process.stderr.write(`Error: ${(error as Error).message}\n`);
+        process.exitCode = 1;
+      },
+    );
+  }
 }

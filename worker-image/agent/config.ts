@@ -59,6 +59,8 @@ export const queueAgentEnvSchema = z.object({
   FERRY_QUEUE_URL_LOW: url.optional(),
   /** Generated when absent (then only a worker started with agent.workerEnv() knows it). */
   FERRY_WORKER_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
+  /** The CloudWatch Logs group for job output (docs/observability.md); without it job-log is a 404. */
+  FERRY_LOG_GROUP: text.optional(),
   FERRY_AGENT_HOST: text.default('127.0.0.1'),
   FERRY_AGENT_PORT: port.default(8080),
   /** ECS stopTimeout is at most 120 s; leave the agent time to requeue and exit before SIGKILL. */
@@ -88,8 +90,10 @@ export const lbAgentEnvSchema = z.object({
   FERRY_ENV: text,
   /** Where client API keys live (`KEY#<sha256>` items, core/adapters/aws/dynamo.ts). */
   FERRY_CONTROL_TABLE: text,
-  /** The worker's own HTTP server, on localhost (the worker's FERRY_PORT). */
+  /** The worker's own HTTP server (the worker's FERRY_PORT). */
   FERRY_PORT: port,
+  /** Where that server is: loopback in a shared namespace, the linked `worker` container in bridge mode. */
+  FERRY_WORKER_HOST: text.default('127.0.0.1'),
   /** The ALB reaches the agent on the host's address, so it listens beyond loopback. */
   FERRY_AGENT_HOST: text.default('0.0.0.0'),
   FERRY_AGENT_PORT: port.default(8080),

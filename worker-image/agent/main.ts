@@ -10,9 +10,12 @@
  * period (ECS then replaces the task), a download failed, or the agent failed; 2 for missing or bad
  * configuration.
  */
+import { randomUUID } from 'node:crypto';
+import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
+import { CloudWatchLogStore } from '../../core/adapters/aws/cloudwatch-logs.js';
 import { DynamoControlStore, DynamoWorkerRegistry, documentClient } from '../../core/adapters/aws/dynamo.js';
 import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { systemClock } from '../../core/clock.js';
@@ -40,6 +43,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     s3: new S3Client({ region, credentials, ...s3ClientConfig }),
   };
   const lowUrl = env.FERRY_QUEUE_URL_LOW ?? env.FERRY_QUEUE_URL;
+  const logsClient = new CloudWatchLogsClient({ region, credentials });
   const agent = await startAgent({
     endpointId: env.FERRY_ENDPOINT_ID,
     clients,
@@ -53,6 +57,18 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     ...(env.FERRY_LEASE_SEC ? { leaseMs: env.FERRY_LEASE_SEC * 1000 } : {}),
     ...(env.FERRY_STOP_GRACE_MS !== undefined ? { stopGraceMs: env.FERRY_STOP_GRACE_MS } : {}),
     drainMs: env.FERRY_DRAIN_MS,
+    // One EMF line per ended job on stdout: the awslogs driver ships it, CloudWatch makes metrics.
+    metricsOut: (line) => process.stdout.write(`${line}\n`),
+    ...(env.FERRY_LOG_GROUP
+      ? {
+          logs: new CloudWatchLogStore({
+            client: logsClient,
+            logGroup: env.FERRY_LOG_GROUP,
+            // One stream per task: writers never share a stream.
+            logStream: `${env.FERRY_ENDPOINT_ID}/${randomUUID()}`,
+          }),
+        }
+      : {}),
     ...(env.ECS_AGENT_URI
       ? {
           ecs: {
@@ -83,6 +99,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
   await agent.drain();
   await agent.close();
   for (const client of Object.values(clients)) client.destroy();
+  logsClient.destroy();
   return code;
 }
 
@@ -95,6 +112,7 @@ async function runLb(env: LbAgentEnv): Promise<number> {
     env: env.FERRY_ENV,
     control: new DynamoControlStore({ doc, table: env.FERRY_CONTROL_TABLE }),
     workerPort: env.FERRY_PORT,
+    workerHost: env.FERRY_WORKER_HOST,
     host: env.FERRY_AGENT_HOST,
     port: env.FERRY_AGENT_PORT,
     keyCacheMs: env.FERRY_KEY_CACHE_MS,

@@ -67,6 +67,12 @@ class ValidationTest(unittest.TestCase):
         self.assertRejects(TypeError, "of integers", workers=(1, "2"))
         self.assertRejects(TypeError, "workers must be N or (min, max)", workers=True)
 
+    def test_health_check_grace(self):
+        self.assertEqual(Endpoint().health_check_grace, 0)
+        self.assertEqual(Endpoint(health_check_grace=1200).health_check_grace, 1200)
+        self.assertRejects(ValueError, "health_check_grace must be between 0 and 7200, got 7201", health_check_grace=7201)
+        self.assertRejects(TypeError, "health_check_grace must be an integer", health_check_grace="10m")
+
     def test_idle_timeout(self):
         self.assertEqual(Endpoint(idle_timeout=3600).idle_timeout, 3600)
         self.assertRejects(ValueError, "idle_timeout must be between 1 and 3600, got 0", idle_timeout=0)

@@ -47,7 +47,16 @@ import {
 } from '@aws-sdk/lib-dynamodb';
 import { unmarshall } from '@aws-sdk/util-dynamodb';
 import { conflict, FerryError, internal } from '../../errors.js';
-import { isFinal, type Job, type JobStatus, jobStatuses, runDeadlineOf } from '../../job.js';
+import {
+  decodeJobCursor,
+  encodeJobCursor,
+  isBeforeCursor,
+  isFinal,
+  type Job,
+  type JobStatus,
+  jobStatuses,
+  runDeadlineOf,
+} from '../../job.js';
 import type {
   ApiKeyRecord,
   AppRecord,
@@ -59,6 +68,7 @@ import type {
   JobPatch,
   JobStore,
   JobUpdate,
+  RecentJobsQuery,
   WorkerRecord,
   WorkerRegistry,
 } from '../../ports.js';
@@ -437,6 +447,54 @@ export class DynamoJobStore implements JobStore {
       (found) => found.length >= limit,
     );
     return this.jobsOf(items.slice(0, limit));
+  }
+
+  /**
+   * The management API's job list: one Query per status on `byEndpointStatus` (createdAt between
+   * the window's start and the cursor, newest first, stopping at a page), merged newest first. Never
+   * a Scan: each Query reads one endpoint's jobs of one status.
+   */
+  async listRecent(endpointId: string, query: RecentJobsQuery): Promise<{ jobs: Job[]; next?: string }> {
+    const limit = checkLimit(query.limit);
+    const statuses = query.statuses.length > 0 ? query.statuses : jobStatuses;
+    const cursor = decodeJobCursor(query.cursor) ?? [query.toMs, '\uffff'];
+    const perStatus = await Promise.all(
+      statuses.map(async (status) => {
+        const items = await queryAll(
+          this.doc,
+          {
+            TableName: this.jobsTable,
+            IndexName: dynamoSchema.jobs.indexes.byEndpointStatus.indexName,
+            KeyConditionExpression: 'endpointStatus = :key AND createdAt BETWEEN :from AND :before',
+            FilterExpression: 'expiresAt > :now',
+            ExpressionAttributeValues: {
+              ':key': `${endpointId}#${status}`,
+              ':from': query.fromMs,
+              ':before': cursor[0],
+              ':now': query.nowMs,
+            },
+            ScanIndexForward: false,
+            Limit: limit + 1,
+          },
+          (found) => found.length > limit,
+        );
+        return items.filter((item) =>
+          isBeforeCursor({ createdAt: item.createdAt as number, id: item.jobId as string }, cursor),
+        );
+      }),
+    );
+    const merged = perStatus
+      .flat()
+      .sort((a, b) =>
+        a.createdAt === b.createdAt
+          ? String(a.jobId) < String(b.jobId)
+            ? 1
+            : -1
+          : (b.createdAt as number) - (a.createdAt as number),
+      );
+    const jobs = await this.jobsOf(merged.slice(0, limit));
+    const last = jobs.at(-1);
+    return merged.length > limit && last ? { jobs, next: encodeJobCursor(last) } : { jobs };
   }
 
   /**

@@ -10,7 +10,9 @@ import { type Authenticator, authorizeClient, credentialOf } from '../../auth.js
 import { badRequest, internal, notFound, toHttpResponse, unauthorized } from '../../errors.js';
 import { limits } from '../../limits.js';
 import { type Logger, stderrLogger } from '../../log.js';
+import type { ManageApi } from '../../manage.js';
 import type { EndpointRecord } from '../../ports.js';
+import { registerConsole } from './console.js';
 import { type FrontDoorGuard, frontDoorLimits, installGuards, serverOptions } from './guard.js';
 import type { LbRequest, LbResponse } from './pool.js';
 
@@ -27,6 +29,10 @@ const bodyLimitBytes = limits.runsyncBodyBytes + 1024 * 1024;
 export async function createHttpServer(options: {
   api: V2Api;
   lb?: LbFrontDoor;
+  /** The management API at /manage/v1 (core/manage.ts). */
+  manage?: ManageApi;
+  /** Serve the web console at /console from this folder. */
+  consoleDir?: string;
   guard?: FrontDoorGuard;
   log?: Logger;
 }): Promise<FastifyInstance> {
@@ -66,13 +72,19 @@ export async function createHttpServer(options: {
       signal: abort.signal,
       requestId: request.id,
     };
-    const response = await options.api.handle(apiRequest);
+    const response = await (apiRequest.path.startsWith('/manage/') && options.manage
+      ? options.manage
+      : options.api
+    ).handle(apiRequest);
     reply.code(response.statusCode);
     if (response.headers) reply.headers(response.headers);
     if (response.statusCode === 204) return reply.send();
     return reply.type('application/json').send(JSON.stringify(response.body));
   };
   app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url: '/v2/*', handler: forward });
+  if (options.manage)
+    app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url: '/manage/v1/*', handler: forward });
+  if (options.consoleDir) registerConsole(app, options.consoleDir);
 
   const lb = options.lb;
   if (lb) {

@@ -12,10 +12,11 @@ import { LocalChangeFeed } from '../../changes.js';
 import { systemClock } from '../../clock.js';
 import { type EngineSettings, JobEngine } from '../../engine.js';
 import { FerryError } from '../../errors.js';
-import { defaultPort } from '../../limits.js';
+import { defaultPort, limits } from '../../limits.js';
 import { type Logger, silentLogger } from '../../log.js';
+import { GaugeHistory, ManageApi } from '../../manage.js';
 import { callTokenFor } from '../../names.js';
-import type { Clock } from '../../ports.js';
+import type { Clock, LogLine, LogStore } from '../../ports.js';
 import { type SupervisorSettings, type WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 import { HttpWebhookSender } from '../../webhooks.js';
 import { FileBlobStore } from './files.js';
@@ -40,6 +41,10 @@ export interface LocalPlatformOptions {
   /** Worker long-poll hold time; tests shorten it. */
   workerWaitMs?: number;
   webhookRetryDelayMs?: number;
+  /** Serve the web console at /console from this folder (the install's `console/`). */
+  consoleDir?: string;
+  /** Hears every log line once it is stored (`ferry dev` prints jobs' lines). */
+  onLog?: (lines: readonly LogLine[]) => void;
   /** Hosts and address ranges webhooks may reach although private (local development; docs/security.md). */
   webhookAllow?: string[];
   /** Timeouts, connection cap and rate limit of the HTTP server (defaults in core/limits.ts). */
@@ -77,6 +82,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   securePrivateDir(options.dataDir);
   const db = openLocalDatabase(join(options.dataDir, 'ferry.db'), { clock });
   const blobs = new FileBlobStore(join(options.dataDir, 'blobs'));
+  const secretStore = db.openSecrets(join(options.dataDir, 'secrets.key'));
   const changes = new LocalChangeFeed(clock);
   const webhooks = new HttpWebhookSender({
     clock,
@@ -119,6 +125,41 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     workers: supervisor,
     callTokenSecret,
   });
+  const onLog = options.onLog;
+  const logs: LogStore = onLog
+    ? {
+        append: async (lines) => {
+          await db.logs.append(lines);
+          onLog(lines);
+        },
+        read: (query) => db.logs.read(query),
+      }
+    : db.logs;
+  const gauges = new GaugeHistory();
+  const manage = new ManageApi({
+    engine,
+    jobs: db.jobs,
+    queue: db.queue,
+    control: db.control,
+    // Who holds what: the supervisor's record (the registry is only mirrored on AWS).
+    workers: {
+      list: async (endpointId) =>
+        supervisor.liveOf(endpointId).map((worker) => {
+          const jobIds = supervisor.heldBy(worker.workerId);
+          return {
+            workerId: worker.workerId,
+            endpointId,
+            state: jobIds.length > 0 ? 'running' : 'idle',
+            jobIds,
+            lastSeenAt: clock.now(),
+          };
+        }),
+    },
+    logs,
+    auth,
+    gauges,
+    now: () => clock.now(),
+  });
   const api = new V2Api({
     engine,
     control: db.control,
@@ -126,12 +167,15 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     workerWaitMs: options.workerWaitMs,
     log,
     beforeResolve: options.beforeResolve,
+    logs,
   });
   // Any live worker's token, whatever it is for: 'unknown' is the supervisor's answer for no worker.
   const isLiveWorkerToken = (key: string) => supervisor.verify(key, '', '') !== 'unknown';
   let pools: LocalWorkers | undefined;
   const server = await createHttpServer({
     api,
+    manage,
+    consoleDir: options.consoleDir,
     log,
     guard: {
       knows: async (key) => isLiveWorkerToken(key) || (await auth.isClientKey(key)),
@@ -164,8 +208,13 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
       blobs,
       changes,
       platformUrl: host === '127.0.0.1' || host === '0.0.0.0' || host === 'localhost' ? loopbackUrl : url,
-      runtimeDir: join(options.dataDir, 'runtime'),
+      // Workers run as another user cannot enter FERRY_HOME (0700): their code is unpacked beside it.
+      runtimeDir: options.workers.workerUser
+        ? `${options.dataDir}-runtime`
+        : join(options.dataDir, 'runtime'),
+      secrets: (record, names) => secretStore.resolve({ app: record.app, env: record.env }, names),
       log,
+      logs,
       callToken: (endpointId) => callTokenFor(callTokenSecret, endpointId),
     });
     await pools.reconcile();
@@ -173,6 +222,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   }
 
   let sweeping = false;
+  let sampledAt = 0;
   let lastVacuumMs = clock.now();
   const sweep = async () => {
     if (sweeping) return;
@@ -180,6 +230,12 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     try {
       await engine.sweep();
       await db.jobs.deleteExpired(clock.now());
+      // Every 10 s: the console's queue-depth and worker charts, and old worker log lines.
+      if (clock.now() - sampledAt >= 10_000) {
+        sampledAt = clock.now();
+        await manage.sampleGauges();
+        await db.logs.deleteWorkerLinesBefore(clock.now() - limits.workerLogRetentionMs);
+      }
       // Give freed pages back to the file system once a minute (docs/security.md, disk retention).
       if (clock.now() - lastVacuumMs >= 60_000) {
         lastVacuumMs = clock.now();
@@ -200,6 +256,8 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     port: address.port,
     engine,
     db,
+    manage,
+    logs,
     blobs,
     changes,
     server,

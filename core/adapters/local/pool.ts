@@ -19,7 +19,7 @@
  * to them round robin, a worker is started on the first request and stopped after idle_timeout.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
@@ -27,7 +27,7 @@ import { type EndpointConfig, endpointConfigOf } from '../../deployment.js';
 import { endpointKey } from '../../engine.js';
 import { FerryError } from '../../errors.js';
 import type { Logger } from '../../log.js';
-import type { BlobStore, ChangeFeed, ControlStore, EndpointRecord, JobQueue } from '../../ports.js';
+import type { BlobStore, ChangeFeed, ControlStore, EndpointRecord, JobQueue, LogStore } from '../../ports.js';
 import type { ScalePlan, WorkerActuator, WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 import { extractArtifact } from './artifact.js';
 
@@ -48,8 +48,17 @@ export interface LocalWorkersOptions {
   tickMs?: number;
   /** How often workers ping; short locally so stopped jobs are noticed fast. */
   pingIntervalMs?: number;
+  /** Where each worker's own output goes (its stdout/stderr, line by line); jobs' lines come by job-log. */
+  logs?: LogStore;
   /** GPUs on this machine; detected with nvidia-smi when not given. */
   gpuCount?: number;
+  /**
+   * Run workers as this OS user (`ferry serve --worker-user`, docs/security.md): FERRY_HOME's 0600
+   * files are then out of their reach. Needs the platform to run as root.
+   */
+  workerUser?: { uid: number; gid: number };
+  /** The values of an endpoint's `secrets=` names, for its workers only (docs/security.md). */
+  secrets?: (record: EndpointRecord, names: readonly string[]) => Promise<Record<string, string>>;
   /** The call token (core/names.ts) a worker of `endpointId` uses for remote calls by name. */
   callToken?: (endpointId: string) => string;
   /**
@@ -78,6 +87,8 @@ interface PoolSpec {
   config: EndpointConfig;
   codeDir: string;
   key: string;
+  /** `secrets=` values, resolved when the spec is built; a changed value rolls the workers. */
+  secrets: Record<string, string>;
 }
 
 export class LocalWorkers {
@@ -182,14 +193,18 @@ export class LocalWorkers {
   private async specOf(record: EndpointRecord): Promise<PoolSpec> {
     const config = endpointConfigOf(record);
     const codeDir = config.codeDir ?? (await this.unpack(record));
+    const names = config.endpoint.resources.secrets ?? [];
+    const secrets = names.length > 0 && this.options.secrets ? await this.options.secrets(record, names) : {};
     const key = JSON.stringify([
       record.fingerprint,
       config.endpoint.configHash,
       codeDir,
       config.endpoint.resources,
       config.command,
+      // A digest, so the key (which may be logged or compared) never holds a value.
+      createHash('sha256').update(JSON.stringify(secrets)).digest('hex'),
     ]);
-    return { record, config, codeDir, key };
+    return { record, config, codeDir, key, secrets };
   }
 
   /** Unpacks the endpoint's artifact once per fingerprint into the runtime folder. */
@@ -353,6 +368,7 @@ export class EndpointPool {
     const env: NodeJS.ProcessEnv = {
       ...workerBaseEnv(process.env),
       ...this.resources.env,
+      ...this.spec.secrets,
       PYTHONPATH: [this.spec.codeDir, this.options.ferryPythonPath, process.env.PYTHONPATH]
         .filter(Boolean)
         .join(delimiter),
@@ -367,6 +383,8 @@ export class EndpointPool {
       RUNPOD_POD_ID: workerId,
       RUNPOD_ENDPOINT_ID: this.endpointId,
       RUNPOD_PING_INTERVAL: String(this.options.pingIntervalMs ?? 1_000),
+      // The ferry runtime ships each job's output lines here (docs/observability.md).
+      ...(this.options.logs ? { FERRY_WEBHOOK_POST_LOG: `${base}/job-log/${workerId}` } : {}),
       FERRY_APP_DIR: this.spec.codeDir,
       FERRY_MODULE: endpoint.module,
       FERRY_MAX_CONCURRENCY: String(this.resources.maxConcurrency),
@@ -411,10 +429,14 @@ export class EndpointPool {
         stdio: ['ignore', 'pipe', 'pipe'],
         // Its own process group: a kill reaches whatever it started (RunPod's heartbeat process).
         detached: true,
+        ...(this.options.workerUser ?? {}),
       });
       proc.child = child;
       const prefix = `[${this.spec.record.name} ${workerId.slice(-8)}]`;
-      for (const stream of [child.stdout, child.stderr]) {
+      for (const [name, stream] of [
+        ['stdout', child.stdout],
+        ['stderr', child.stderr],
+      ] as const) {
         let partial = '';
         stream?.setEncoding('utf8');
         stream?.on('data', (data: string) => {
@@ -424,6 +446,12 @@ export class EndpointPool {
             this.note(`${prefix} ${line}`);
             this.supervisor.output(this.endpointId, line);
           }
+          const atMs = Date.now();
+          void this.options.logs
+            ?.append(
+              lines.map((text) => ({ atMs, endpointId: this.endpointId, workerId, stream: name, text })),
+            )
+            .catch(() => {});
         });
       }
       proc.exited = new Promise<void>((resolve) => {

@@ -23,7 +23,15 @@ import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { systemClock } from '../../clock.js';
 import { conflict, internal } from '../../errors.js';
-import { finalStatusList, type Job, type JobStatus, runDeadlineOf } from '../../job.js';
+import {
+  decodeJobCursor,
+  encodeJobCursor,
+  finalStatusList,
+  type Job,
+  type JobStatus,
+  jobStatuses,
+  runDeadlineOf,
+} from '../../job.js';
 import type {
   ApiKeyRecord,
   AppRecord,
@@ -38,14 +46,18 @@ import type {
   JobUpdate,
   QueueMessage,
   ReceiveOptions,
+  RecentJobsQuery,
   WorkerRecord,
   WorkerRegistry,
 } from '../../ports.js';
 import { createPrivateFile } from './home.js';
 import { SqliteWebhookOutbox } from './outbox.js';
+import { LocalSecretStore } from './secrets.js';
 
 /** The final statuses as an SQL list (they are fixed words, never user input). */
 const finalStatusSql = finalStatusList.map((status) => `'${status}'`).join(', ');
+
+import { SqliteLogStore } from './logs.js';
 
 type Db = Database.Database;
 
@@ -150,6 +162,22 @@ CREATE INDEX IF NOT EXISTS jobs_by_endpoint_status ON jobs (endpoint_id, status,
 CREATE INDEX IF NOT EXISTS jobs_by_status_lease ON jobs (status, lease_until);
 CREATE INDEX IF NOT EXISTS jobs_by_status_deadline ON jobs (status, run_deadline);
 CREATE INDEX IF NOT EXISTS jobs_by_expiry ON jobs (expires_at);
+-- The management API's job list: newest first per endpoint (core/manage.ts).
+CREATE INDEX IF NOT EXISTS jobs_by_endpoint_created ON jobs (endpoint_id, created_at);
+
+-- Job and worker output (logs.ts); a job's lines go when the job does (deleteExpired).
+CREATE TABLE IF NOT EXISTS logs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  endpoint_id TEXT NOT NULL,
+  worker_id TEXT NOT NULL,
+  job_id TEXT,
+  at_ms INTEGER NOT NULL,
+  stream TEXT NOT NULL,
+  text TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS logs_by_job ON logs (job_id, seq);
+CREATE INDEX IF NOT EXISTS logs_by_endpoint ON logs (endpoint_id, seq);
+CREATE INDEX IF NOT EXISTS logs_by_time ON logs (at_ms);
 
 CREATE TABLE IF NOT EXISTS stream_chunks (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -208,9 +236,12 @@ export interface LocalDatabaseOptions {
 
 export interface LocalDatabase {
   jobs: JobStore;
+  logs: SqliteLogStore;
   queue: JobQueue;
   control: ControlStore;
   workers: WorkerRegistry;
+  /** Endpoint secrets, encrypted with the key in `keyFile` (core/adapters/local/secrets.ts). */
+  openSecrets(keyFile: string): LocalSecretStore;
   /** Gives up to `maxPages` free pages back to the file system (incremental vacuum). */
   reclaimSpace(maxPages?: number): void;
   /** A new job and its queue message in one transaction (EngineDeps.createQueued). */
@@ -273,6 +304,9 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
   let closed = false;
   return {
     jobs,
+    openSecrets(keyFile: string) {
+      return new LocalSecretStore(db, keyFile);
+    },
     reclaimSpace(maxPages = 2_000) {
       db.pragma(`incremental_vacuum(${Math.max(1, Math.floor(maxPages))})`);
     },
@@ -283,6 +317,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     queue,
     control: new SqliteControlStore(db),
     workers: new SqliteWorkerRegistry(db),
+    logs: new SqliteLogStore(db),
     outbox: new SqliteWebhookOutbox(db),
     async close() {
       if (closed) return;
@@ -406,6 +441,31 @@ class SqliteJobStore implements JobStore {
     return rows.map(parseJob);
   }
 
+  async listRecent(endpointId: string, query: RecentJobsQuery): Promise<{ jobs: Job[]; next?: string }> {
+    const limit = checkLimit(query.limit);
+    const statuses = query.statuses.length > 0 ? query.statuses : jobStatuses;
+    const [beforeMs, beforeId] = decodeJobCursor(query.cursor) ?? [query.toMs, ''];
+    const rows = prepared<[Record<string, unknown>], JobRow>(
+      this.db,
+      `SELECT body FROM jobs INDEXED BY jobs_by_endpoint_created
+         WHERE endpoint_id = @endpoint AND created_at >= @from AND expires_at > @now
+           AND (created_at < @before OR (created_at = @before AND id < @beforeId))
+           AND status IN (SELECT value FROM json_each(@statuses))
+         ORDER BY created_at DESC, id DESC LIMIT @limit`,
+    ).all({
+      endpoint: endpointId,
+      from: query.fromMs,
+      now: query.nowMs,
+      before: beforeMs,
+      beforeId: beforeId === '' ? '\uffff' : beforeId,
+      statuses: JSON.stringify(statuses),
+      limit: limit + 1,
+    });
+    const jobs = rows.slice(0, limit).map(parseJob);
+    const last = jobs.at(-1);
+    return rows.length > limit && last ? { jobs, next: encodeJobCursor(last) } : { jobs };
+  }
+
   async listOverdue(nowMs: number, limit: number): Promise<Job[]> {
     const rows = prepared<[{ now: number; limit: number }], JobRow>(
       this.db,
@@ -466,6 +526,11 @@ class SqliteJobStore implements JobStore {
   async deleteExpired(nowMs: number): Promise<number> {
     return this.db
       .transaction(() => {
+        prepared(
+          this.db,
+          `DELETE FROM logs WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?
+               AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'))`,
+        ).run(nowMs);
         prepared(
           this.db,
           `DELETE FROM stream_chunks WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?

@@ -76,6 +76,8 @@ class Config:
             self.ping_url = environ.get("RUNPOD_WEBHOOK_PING", "").strip() or None
             self.ping_interval_ms = _int(environ, "RUNPOD_PING_INTERVAL", DEFAULT_PING_INTERVAL_MS, 1)
             self.api_key = environ.get("RUNPOD_AI_API_KEY", "")
+            # Ferry's job-log route; absent on RunPod, where job output stays on stderr.
+            self.post_log_url = environ.get("FERRY_WEBHOOK_POST_LOG", "").strip() or None
 
 
 def _random_id():

@@ -210,12 +210,14 @@ class Endpoint:
         dependencies=None,
         system_dependencies=None,
         env=None,
+        secrets=None,
         gpu_count=1,
         execution_timeout_ms=0,
         max_concurrency=1,
         python_version=None,
         id=None,
         image=None,
+        health_check_grace=0,
     ):
         self.name = None if name is None else _check_name(name)
         # Client modes (docs/python.md): id= talks to an existing endpoint; image= is an endpoint that
@@ -245,9 +247,17 @@ class Endpoint:
         self.dependencies = _check_str_list("dependencies", dependencies, "['torch', 'pillow>=10']")
         self.system_dependencies = _check_str_list("system_dependencies", system_dependencies, "['ffmpeg']")
         self.env = _check_env(env)
+        # Names only: values are set with `ferry secrets set` and reach the workers as variables.
+        self.secrets = _check_str_list("secrets", secrets, "['HF_TOKEN']")
+        for secret in self.secrets:
+            if not _ENV_NAME_RE.match(secret):
+                raise ValueError(f"secret names must be environment variable names, got {secret!r}")
         self.execution_timeout_ms = _check_int("execution_timeout_ms", execution_timeout_ms, 0)
         self.max_concurrency = _check_int("max_concurrency", max_concurrency, 1)
         self.python_version = _check_python_version(python_version)
+        # Seconds a load-balanced worker may fail health checks after it starts (model loading);
+        # 0 is the platform's default.
+        self.health_check_grace = _check_int("health_check_grace", health_check_grace, 0, 7200)
         self.target = None
         self.routes = []
 

@@ -3,8 +3,10 @@
 sys.stdout and sys.stderr are replaced by proxies that look up the current job in a context
 variable. asyncio tasks copy the context when created and the runtime runs sync handlers with
 ``ctx.run`` in their thread, so a handler's print() lands in its own job's log even with several
-jobs running at once. Each complete line is echoed to the worker's real stderr as ``[job_id] line``
-and, when FERRY_LOG_DIR is set, appended to ``<dir>/<job_id>.log``.
+jobs running at once. Each complete line goes to the platform's job-log route (FERRY_WEBHOOK_POST_LOG, through a
+LogShipper, with its time and stream) when the platform offers one; otherwise, or once the route
+answers 404 (an older platform, or RunPod), it is echoed to the worker's real stderr as
+``[job_id] line``. When FERRY_LOG_DIR is set it is also appended to ``<dir>/<job_id>.log``.
 
 Threads that a handler starts itself do not inherit the context (before Python 3.14); their
 output goes to the worker's stderr without a prefix.
@@ -12,10 +14,12 @@ output goes to the worker's stderr without a prefix.
 
 import contextvars
 import io
+import json
 import os
 import re
 import sys
 import threading
+import time
 
 _current = contextvars.ContextVar("ferry_job_log", default=None)
 _echo_lock = threading.Lock()
@@ -30,11 +34,12 @@ def safe_file_name(job_id):
 class JobLog:
     """The log sink of one job."""
 
-    def __init__(self, job_id, echo, log_dir=None):
+    def __init__(self, job_id, echo, log_dir=None, shipper=None):
         self.job_id = job_id
         self._echo = echo
+        self._shipper = shipper
         self._lock = threading.Lock()
-        self._partial = ""
+        self._partial = {"stdout": "", "stderr": ""}
         self._file = None
         self.path = None
         if log_dir:
@@ -46,25 +51,115 @@ class JobLog:
                 _write_echo(echo, f"ferry worker: cannot open job log {self.path}: {exc}\n")
                 self._file = None
 
-    def write(self, text):
+    def write(self, text, stream="stdout"):
         with self._lock:
             if self._file is not None:
                 self._file.write(text)
                 self._file.flush()
-            data = self._partial + text
+            data = self._partial.get(stream, "") + text
             lines = data.split("\n")
-            self._partial = lines.pop()
+            self._partial[stream] = lines.pop()
         if lines:
+            self._emit(stream, lines)
+
+    def _emit(self, stream, lines):
+        shipper = self._shipper
+        if shipper is not None and shipper.enabled:
+            at_ms = int(time.time() * 1000)
+            for line in lines:
+                shipper.add(self.job_id, stream, line, at_ms)
+        else:
             _write_echo(self._echo, "".join(f"[{self.job_id}] {line}\n" for line in lines))
 
     def close(self):
         with self._lock:
-            rest, self._partial = self._partial, ""
+            rests, self._partial = self._partial, {"stdout": "", "stderr": ""}
             file, self._file = self._file, None
-        if rest:
-            _write_echo(self._echo, f"[{self.job_id}] {rest}\n")
+        for stream, rest in rests.items():
+            if rest:
+                self._emit(stream, [rest])
         if file is not None:
             file.close()
+
+
+class LogShipper:
+    """Sends jobs' output lines to the platform's job-log route in batches, from its own thread.
+
+    A batch goes out every `interval_s`, when `max_lines` are waiting, or on flush() (the runtime
+    flushes a job's lines before posting its result, so they are readable when the job is). A 404
+    or 405 means the platform has no such route: shipping stops and lines are echoed to stderr
+    instead, so a worker never depends on it. Other failures drop that batch (said once on stderr):
+    logs must never hold up a job.
+    """
+
+    def __init__(self, post, echo, interval_s=0.5, max_lines=500):
+        self._post = post  # post(body bytes) -> HTTP status; raises OSError when it cannot
+        self._echo = echo
+        self._interval_s = interval_s
+        self._max_lines = max_lines
+        self._pending = []
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()
+        self._closed = False
+        self._warned = False
+        self.enabled = True
+        self._thread = threading.Thread(target=self._loop, name="ferry-log-shipper", daemon=True)
+        self._thread.start()
+
+    def add(self, job_id, stream, text, at_ms):
+        with self._cond:
+            self._pending.append({"jobId": job_id, "atMs": at_ms, "stream": stream, "text": text})
+            if len(self._pending) >= self._max_lines:
+                self._cond.notify()
+
+    def flush(self):
+        """Sends everything waiting now; returns when it is sent (or given up)."""
+        with self._send_lock:
+            with self._cond:
+                batch, self._pending = self._pending, []
+            for start in range(0, len(batch), self._max_lines):
+                self._send(batch[start:start + self._max_lines])
+
+    def close(self):
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self.flush()
+
+    def _loop(self):
+        while True:
+            with self._cond:
+                if not self._closed and len(self._pending) < self._max_lines:
+                    self._cond.wait(self._interval_s)
+                if self._closed:
+                    return
+            self.flush()
+
+    def _send(self, batch):
+        if not batch:
+            return
+        if not self.enabled:
+            self._echo_lines(batch)
+            return
+        body = json.dumps({"lines": batch}, ensure_ascii=False).encode("utf-8")
+        try:
+            status = self._post(body)
+        except (OSError, ValueError) as exc:
+            status, problem = None, f"{type(exc).__name__}: {exc}"
+        else:
+            problem = f"HTTP {status}"
+        if status is not None and 200 <= status < 300:
+            return
+        if status in (404, 405):
+            self.enabled = False
+            self._echo_lines(batch)
+            return
+        if not self._warned:
+            self._warned = True
+            _write_echo(self._echo, f"ferry worker: job log lines not delivered ({problem}); dropping them\n")
+
+    def _echo_lines(self, batch):
+        _write_echo(self._echo, "".join(f"[{line['jobId']}] {line['text']}\n" for line in batch))
 
 
 def _write_echo(echo, text):
@@ -79,9 +174,10 @@ def _write_echo(echo, text):
 class RoutingStream(io.TextIOBase):
     """Stands in for sys.stdout/sys.stderr: writes go to the current job's log, else through."""
 
-    def __init__(self, original):
+    def __init__(self, original, name="stdout"):
         super().__init__()
         self._original = original
+        self._name = name
 
     def write(self, text):
         if not isinstance(text, str):
@@ -89,7 +185,7 @@ class RoutingStream(io.TextIOBase):
         log = _current.get()
         if log is None:
             return self._original.write(text)
-        log.write(text)
+        log.write(text, self._name)
         return len(text)
 
     def flush(self):
@@ -120,9 +216,9 @@ def install():
     """Route sys.stdout/sys.stderr by job; returns the real stderr for the worker's own messages."""
     real_stderr = sys.stderr
     if not isinstance(sys.stdout, RoutingStream):
-        sys.stdout = RoutingStream(sys.stdout)
+        sys.stdout = RoutingStream(sys.stdout, "stdout")
     if not isinstance(sys.stderr, RoutingStream):
-        sys.stderr = RoutingStream(sys.stderr)
+        sys.stderr = RoutingStream(sys.stderr, "stderr")
     else:
         real_stderr = sys.stderr._original
     return real_stderr

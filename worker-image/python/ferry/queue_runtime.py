@@ -202,7 +202,8 @@ class JobRun:
 
 class QueueRuntime:
     def __init__(self, handler, api, max_concurrency, worker_id, say, echo, log_dir=None,
-                 grace_ms=25_000, ping_interval_ms=10_000, ping_enabled=True, first_take=None):
+                 grace_ms=25_000, ping_interval_ms=10_000, ping_enabled=True, first_take=None,
+                 log_shipper=None):
         self.handler = handler
         self.api = api
         self.max_concurrency = max_concurrency
@@ -210,6 +211,7 @@ class QueueRuntime:
         self.say = say
         self.echo = echo
         self.log_dir = log_dir
+        self.log_shipper = log_shipper
         self.grace_sec = grace_ms / 1000
         self.ping_interval_sec = ping_interval_ms / 1000
         self.ping_enabled = ping_enabled
@@ -336,7 +338,7 @@ class QueueRuntime:
     # -- running one job ---------------------------------------------------------------------------
 
     async def _run_job(self, run):
-        log = logs.JobLog(run.id, self.echo, self.log_dir)
+        log = logs.JobLog(run.id, self.echo, self.log_dir, self.log_shipper)
         logs.activate(log)  # this task's own context copy: other jobs are unaffected
         progress.register(run.id, lambda data: self._queue_progress(run, data))
         started = time.monotonic()
@@ -371,6 +373,10 @@ class QueueRuntime:
                 # and the platform starts a fresh one. Set before the slot frees, so no take starts.
                 self._begin_refresh(run.id)
             self._release_slot(run)
+            if self.log_shipper is not None:
+                # The job's lines are stored before its result is: whoever sees it done can read them.
+                log.close()
+                await self._blocking(self.log_shipper.flush)
             ok = await self._blocking(self.api.done, run.id, payload, is_stream, body)
             outcome = "failed" if "error" in payload else "completed"
             self.say(f"job {run.id} {outcome} in {time.monotonic() - started:.2f} s"

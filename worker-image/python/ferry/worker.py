@@ -130,6 +130,7 @@ def serve_queue(config, handler, endpoint, say, echo):
 
     if not config.ping_url:
         say("RUNPOD_WEBHOOK_PING is not set: no heartbeat, leases will not be renewed")
+    log_shipper = _log_shipper(config, echo)
     runtime = QueueRuntime(
         handler,
         api,
@@ -142,14 +143,37 @@ def serve_queue(config, handler, endpoint, say, echo):
         ping_interval_ms=config.ping_interval_ms,
         ping_enabled=bool(config.ping_url),
         first_take=first_take,
+        log_shipper=log_shipper,
     )
     left = asyncio.run(runtime.run())
+    if log_shipper is not None:
+        log_shipper.close()
     say("stopped")
     if left:
         # Handler threads stuck in C calls would block a normal interpreter exit.
         sys.stdout.flush()
         os._exit(0)
     return 0
+
+
+def _log_shipper(config, echo):
+    """Ships job output to FERRY_WEBHOOK_POST_LOG when the platform set it (never on RunPod)."""
+    if not config.post_log_url:
+        return None
+    from .logs import LogShipper
+    from .transport import Connections
+
+    connections = Connections()
+    url = config.post_log_url.replace("$RUNPOD_POD_ID", config.worker_id)
+    headers = {"Content-Type": "application/json", "User-Agent": "ferry-worker"}
+    if config.api_key:
+        headers["Authorization"] = config.api_key
+
+    def post(body):
+        status, _data = connections.request("POST", url, body, headers, 10.0)
+        return status
+
+    return LogShipper(post, echo)
 
 
 def serve_standalone(config, handler, endpoint, say, echo):

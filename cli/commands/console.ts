@@ -1,0 +1,57 @@
+/**
+ * `ferry console`: where the web console is (docs/observability.md). Locally `ferry serve` and
+ * `ferry dev` serve it themselves, so this prints its URL; with `--provider aws` it serves the same
+ * console on localhost against the platform in your AWS account until Ctrl+C.
+ */
+import path from 'node:path';
+import type { CommandModule } from 'yargs';
+import { FerryError } from '../../core/errors.js';
+import { installRoot } from '../config.js';
+import { startConsoleProxy } from '../console-proxy.js';
+import { type CliContext, withProvider } from '../context.js';
+import { ManageClient } from '../manage-client.js';
+import { untilStopped } from './serve.js';
+
+interface ConsoleArgs {
+  provider?: string;
+  host: string;
+  port: number;
+}
+
+async function consoleCommandHandler(ctx: CliContext, args: ConsoleArgs): Promise<void> {
+  await withProvider(ctx, args.provider, async (provider) => {
+    const url = await provider.serving();
+    if (!url) {
+      throw new FerryError('failed', 'Nothing serves these endpoints right now', {
+        hint: provider.name === 'local' ? 'Start it with `ferry serve` (or `ferry dev`).' : 'Deploy first.',
+      });
+    }
+    if (provider.name === 'local') {
+      ctx.reporter.out(`${url}/console`);
+      ctx.reporter.line('Sign in with your API key (FERRY_API_KEY, or one from `ferry keys create`).');
+      return;
+    }
+    const proxy = await startConsoleProxy({
+      origin: ManageClient.originOf(url),
+      consoleDir: path.join(installRoot(), 'console'),
+      host: args.host,
+      port: args.port,
+    });
+    ctx.reporter.out(`${proxy.url}/console`);
+    ctx.reporter.line(`Console for ${ManageClient.originOf(url)}; sign in with an API key. Ctrl+C stops it.`);
+    await untilStopped();
+    await proxy.close();
+  });
+}
+
+export const consoleCommand = (ctx: CliContext): CommandModule => ({
+  command: 'console',
+  describe: 'Open the web console (endpoints, jobs, logs, workers, charts)',
+  builder: (y) =>
+    y
+      .option('host', { type: 'string', default: '127.0.0.1', describe: 'Bind address (--provider aws)' })
+      .option('port', { type: 'number', default: 8787, describe: 'Port (--provider aws; 0 picks one)' })
+      .example('$0 console', "The local platform's console URL")
+      .example('$0 console --provider aws', 'Serve the console for your AWS platform on localhost'),
+  handler: (argv) => consoleCommandHandler(ctx, argv as unknown as ConsoleArgs),
+});

@@ -1,0 +1,105 @@
+/**
+ * `ferry logs ENDPOINT [--job ID] [--follow] [--since 10m] [--json]`: an endpoint's log lines (its
+ * jobs' and its workers' own), or one job's, through the management API (docs/observability.md).
+ * stdout carries the lines (JSON lines with --json); --follow polls for new ones until Ctrl+C.
+ */
+import type { CommandModule } from 'yargs';
+import { FerryError } from '../../core/errors.js';
+import type { EndpointRecord } from '../../core/ports.js';
+import type { CliContext } from '../context.js';
+import { withProvider } from '../context.js';
+import { formatLine, ManageClient, resolveEndpoint, sinceMs } from '../manage-client.js';
+import { jsonFlag } from './shared.js';
+
+interface LogsArgs {
+  endpoint: string;
+  job?: string;
+  follow: boolean;
+  since?: string;
+  json: boolean;
+  app?: string;
+  env?: string;
+  provider?: string;
+  'poll-ms': number;
+}
+
+async function logs(ctx: CliContext, args: LogsArgs): Promise<void> {
+  await withProvider(ctx, args.provider, async (provider) => {
+    const url = await provider.serving();
+    if (!url) {
+      throw new FerryError('failed', 'Nothing serves these endpoints right now', {
+        hint: provider.name === 'local' ? 'Start it with `ferry serve` (or `ferry dev`).' : 'Deploy first.',
+      });
+    }
+    const record = resolveEndpoint(await provider.control.listEndpoints(), args.endpoint, args);
+    const client = new ManageClient(ManageClient.originOf(url), (await provider.apiKey()).key);
+    await printLogs({
+      client,
+      endpoint: record,
+      job: args.job,
+      sinceMs: args.since !== undefined ? sinceMs(args.since, Date.now()) : undefined,
+      follow: args.follow,
+      json: args.json,
+      pollMs: args['poll-ms'],
+      write: (line) => ctx.io.stdout.write(`${line}\n`),
+    });
+  });
+}
+
+/**
+ * What `ferry logs` prints: every line from the start (or `sinceMs`), then, with `follow`, new ones
+ * as they come (polling with the API's cursor, so none is printed twice), until `signal` aborts.
+ */
+export async function printLogs(options: {
+  client: ManageClient;
+  endpoint: Pick<EndpointRecord, 'id' | 'name'>;
+  job?: string | undefined;
+  sinceMs?: number | undefined;
+  follow: boolean;
+  json: boolean;
+  pollMs: number;
+  write: (line: string) => void;
+  signal?: AbortSignal;
+}): Promise<void> {
+  const { client, endpoint } = options;
+  const pageSize = 1000;
+  let after: string | undefined;
+  while (!options.signal?.aborted) {
+    const page = await client.logs(endpoint.id, {
+      job: options.job,
+      since: options.sinceMs,
+      after,
+      limit: pageSize,
+    });
+    for (const line of page.lines) {
+      options.write(
+        options.json ? JSON.stringify({ endpointId: endpoint.id, ...line }) : formatLine(line, endpoint.name),
+      );
+    }
+    after = page.next;
+    if (page.lines.length === pageSize) continue;
+    if (!options.follow) return;
+    await new Promise((resolve) => setTimeout(resolve, options.pollMs));
+  }
+}
+
+export const logsCommand = (ctx: CliContext): CommandModule => ({
+  command: 'logs <endpoint>',
+  describe: "Show an endpoint's log lines (its jobs' output and its workers' own)",
+  builder: (y) =>
+    y
+      .positional('endpoint', { type: 'string', describe: 'Endpoint id or name' })
+      .option('job', { type: 'string', describe: "Only this job's lines" })
+      .option('follow', { alias: 'f', type: 'boolean', default: false, describe: 'Keep printing new lines' })
+      .option('since', {
+        type: 'string',
+        describe: 'Only lines from this far back (10m, 2h, 1d) or this date',
+      })
+      .option('app', { type: 'string', describe: 'Pick the endpoint of this app when names repeat' })
+      .option('env', { type: 'string', describe: 'Pick the endpoint of this environment when names repeat' })
+      .option('poll-ms', { type: 'number', default: 1_000, hidden: true })
+      .option('json', jsonFlag)
+      .example('$0 logs hello --job 3f2a…', "One job's output")
+      .example('$0 logs hello -f --since 10m', 'The last ten minutes, then follow'),
+  handler: (argv) => logs(ctx, argv as unknown as LogsArgs),
+});

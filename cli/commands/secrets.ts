@@ -1,0 +1,157 @@
+/**
+ * `ferry secrets set|list|delete`: values for the names endpoints list in `secrets=`
+ * (docs/security.md). A value is read from stdin or a prompt that does not echo — never from argv,
+ * where it would land in shell history and `ps` — and no command ever prints one.
+ */
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { Argv, CommandModule } from 'yargs';
+import { SecretsManagerSecretStore } from '../../core/adapters/aws/secrets.js';
+import { securePrivateDir } from '../../core/adapters/local/home.js';
+import { checkSecretName, type SecretStore } from '../../core/adapters/local/secrets.js';
+import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
+import { notFound, usage } from '../../core/errors.js';
+import { appNameOf, ferryHome, readProjectConfig } from '../config.js';
+import { type CliContext, providerName } from '../context.js';
+import type { CliIo } from '../io.js';
+import { jsonFlag } from './shared.js';
+
+export interface SecretsCommandOptions {
+  /** The Secrets Manager client for `--provider aws` (tests inject one). */
+  awsClient?: () => Pick<SecretsManagerClient, 'send'>;
+}
+
+async function withSecretStore<T>(
+  ctx: CliContext,
+  flag: unknown,
+  options: SecretsCommandOptions,
+  fn: (store: SecretStore) => Promise<T>,
+): Promise<T> {
+  const provider = providerName(ctx, typeof flag === 'string' ? flag : undefined);
+  if (provider === 'aws') {
+    const client = options.awsClient?.() ?? new SecretsManagerClient({});
+    return fn(new SecretsManagerSecretStore(client));
+  }
+  const home = ferryHome(ctx.io.env);
+  securePrivateDir(home);
+  const db = openLocalDatabase(path.join(home, 'ferry.db'));
+  try {
+    return await fn(db.openSecrets(path.join(home, 'secrets.key')));
+  } finally {
+    await db.close();
+  }
+}
+
+function scopeFlags<T>(y: Argv<T>) {
+  return y
+    .option('app', { alias: 'a', type: 'string', describe: 'App name (default: this folder’s app)' })
+    .option('env', { alias: 'e', type: 'string', default: 'dev', describe: 'Environment' });
+}
+
+const scopeOf = (ctx: CliContext, argv: { app?: unknown; env?: unknown }) => ({
+  app: typeof argv.app === 'string' ? argv.app : (readProjectConfig(ctx.io.cwd).app ?? appNameOf(ctx.io.cwd)),
+  env: String(argv.env ?? 'dev'),
+});
+
+/**
+ * The value: all of stdin when it is piped (one trailing newline dropped), else a prompt on the
+ * terminal with echo off.
+ */
+export async function readSecretValue(io: CliIo, name: string): Promise<string> {
+  const stdin = io.stdin as Readable & { isTTY?: boolean; setRawMode?: (raw: boolean) => void };
+  if (!stdin.isTTY || !stdin.setRawMode) {
+    let text = '';
+    for await (const chunk of stdin) text += chunk.toString();
+    return text.replace(/\r?\n$/, '');
+  }
+  io.stderr.write(`Value for ${name} (not shown): `);
+  stdin.setRawMode(true);
+  stdin.resume();
+  try {
+    return await new Promise<string>((resolve, reject) => {
+      let value = '';
+      const onData = (chunk: Buffer | string) => {
+        for (const char of chunk.toString()) {
+          if (char === '\r' || char === '\n') {
+            stdin.off('data', onData);
+            resolve(value);
+            return;
+          }
+          if (char === '\u0003') {
+            stdin.off('data', onData);
+            reject(usage('Cancelled'));
+            return;
+          }
+          value = char === '\u007f' ? value.slice(0, -1) : value + char;
+        }
+      };
+      stdin.on('data', onData);
+    });
+  } finally {
+    stdin.setRawMode(false);
+    stdin.pause();
+    io.stderr.write('\n');
+  }
+}
+
+export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions = {}): CommandModule => ({
+  command: 'secrets <command>',
+  describe: 'Manage endpoint secrets (values never printed)',
+  builder: (y) =>
+    y
+      .command({
+        command: 'set <name>',
+        describe: 'Set a secret from stdin or a prompt (never from the command line)',
+        builder: (y2) =>
+          scopeFlags(y2.positional('name', { type: 'string', demandOption: true })).option('json', jsonFlag),
+        handler: async (argv) => {
+          const name = String(argv.name);
+          checkSecretName(name);
+          const scope = scopeOf(ctx, argv);
+          const value = await readSecretValue(ctx.io, name);
+          if (value.length === 0) {
+            throw usage(`No value for ${name}`, `Pipe it in: printf %s "$VALUE" | ferry secrets set ${name}`);
+          }
+          await withSecretStore(ctx, argv.provider, options, (store) => store.set(scope, name, value));
+          if (argv.json) return ctx.reporter.json({ ...scope, name, set: true });
+          ctx.reporter.out(`✓ Set ${name} for ${scope.app}/${scope.env}`);
+        },
+      })
+      .command({
+        command: 'list',
+        describe: 'List secret names (never values)',
+        builder: (y2) => scopeFlags(y2).option('json', jsonFlag),
+        handler: async (argv) => {
+          const scope = scopeOf(ctx, argv);
+          const names = await withSecretStore(ctx, argv.provider, options, (store) => store.list(scope));
+          if (argv.json) {
+            return ctx.reporter.json(
+              names.map((s) => ({ name: s.name, updatedAt: new Date(s.updatedAt).toISOString() })),
+            );
+          }
+          if (names.length === 0) return ctx.reporter.out(`No secrets for ${scope.app}/${scope.env}.`);
+          for (const secret of names) ctx.reporter.out(secret.name);
+        },
+      })
+      .command({
+        command: 'delete <name>',
+        describe: 'Delete a secret',
+        builder: (y2) =>
+          scopeFlags(y2.positional('name', { type: 'string', demandOption: true })).option('json', jsonFlag),
+        handler: async (argv) => {
+          const name = String(argv.name);
+          const scope = scopeOf(ctx, argv);
+          const deleted = await withSecretStore(ctx, argv.provider, options, (store) =>
+            store.delete(scope, name),
+          );
+          if (!deleted) throw notFound(`No secret ${name} for ${scope.app}/${scope.env}`);
+          if (argv.json) return ctx.reporter.json({ ...scope, name, deleted: true });
+          ctx.reporter.out(`✓ Deleted ${name} of ${scope.app}/${scope.env}`);
+        },
+      })
+      .demandCommand(1, 'Choose a command: set, list or delete')
+      .example('printf %s "$HF_TOKEN" | $0 secrets set HF_TOKEN --env prod', 'Set a secret from stdin')
+      .example('$0 secrets list --env prod', 'Names only'),
+  handler: () => {},
+});

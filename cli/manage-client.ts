@@ -1,0 +1,115 @@
+/**
+ * The CLI's client of the management API (core/manage.ts): `ferry logs` and `ferry dev` read job
+ * logs through it, the same way for both providers (local: the running `ferry serve`; AWS: the API
+ * Gateway in front of the API Lambda).
+ */
+import { FerryError } from '../core/errors.js';
+import { managePrefix, type WireLogLine } from '../core/manage.js';
+import type { EndpointRecord } from '../core/ports.js';
+
+export class ManageClient {
+  constructor(
+    /** The platform's origin, e.g. `http://127.0.0.1:8888` or `https://abc.execute-api.../prod`. */
+    private readonly baseUrl: string,
+    private readonly apiKey: string,
+  ) {}
+
+  /** The origin of an API URL that ends in `/v2` (the AWS ApiUrl output), or the URL itself. */
+  static originOf(apiUrl: string): string {
+    return apiUrl.replace(/\/+$/, '').replace(/\/v2$/, '');
+  }
+
+  async get<T>(path: string, query: Record<string, string | number | undefined> = {}): Promise<T> {
+    const params = new URLSearchParams();
+    for (const [name, value] of Object.entries(query))
+      if (value !== undefined) params.set(name, String(value));
+    const qs = params.toString();
+    const url = `${this.baseUrl}${managePrefix}${path}${qs ? `?${qs}` : ''}`;
+    let response: Response;
+    try {
+      response = await fetch(url, { headers: { authorization: `Bearer ${this.apiKey}` } });
+    } catch (error) {
+      throw new FerryError('failed', `Cannot reach ${this.baseUrl}: ${(error as Error).message}`, {
+        hint: 'Is the platform running? (`ferry serve`, or deploy to AWS first)',
+      });
+    }
+    const text = await response.text();
+    let body: unknown;
+    try {
+      body = text ? JSON.parse(text) : undefined;
+    } catch {
+      body = undefined;
+    }
+    if (!response.ok) {
+      const message = (body as { error?: string } | undefined)?.error ?? `HTTP ${response.status}`;
+      const code =
+        response.status === 401
+          ? 'unauthorized'
+          : response.status === 404
+            ? 'not_found'
+            : response.status < 500
+              ? 'bad_request'
+              : 'failed';
+      throw new FerryError(code, message, {
+        hint: response.status === 401 ? 'Set FERRY_API_KEY to a key this platform accepts.' : undefined,
+      });
+    }
+    return body as T;
+  }
+
+  logs(endpointId: string, query: { job?: string; since?: number; after?: string; limit?: number }) {
+    return this.get<{ lines: WireLogLine[]; next: string }>(
+      `/endpoints/${encodeURIComponent(endpointId)}/logs`,
+      query,
+    );
+  }
+}
+
+/** An endpoint by id, or by name when exactly one endpoint has it (else a usage error that lists them). */
+export function resolveEndpoint(
+  records: readonly EndpointRecord[],
+  wanted: string,
+  filter: { app?: string; env?: string } = {},
+): EndpointRecord {
+  const byId = records.find((r) => r.id === wanted);
+  if (byId) return byId;
+  const named = records.filter(
+    (r) =>
+      (r.name === wanted || r.name === `live-${wanted}`) &&
+      (filter.app === undefined || r.app === filter.app) &&
+      (filter.env === undefined || r.env === filter.env),
+  );
+  if (named.length === 1) return named[0]!;
+  if (named.length === 0) {
+    throw new FerryError('usage', `No endpoint has the id or name '${wanted}'`, {
+      hint:
+        records.length > 0
+          ? `Known: ${records.map((r) => `${r.name} (${r.id})`).join(', ')}`
+          : 'Deploy one first.',
+    });
+  }
+  throw new FerryError('usage', `Several endpoints are named '${wanted}'`, {
+    hint: `Pass an id: ${named.map((r) => `${r.id} (${r.app}/${r.env})`).join(', ')}, or --app/--env.`,
+  });
+}
+
+/** `10m`, `90s`, `2h`, `1d` or an ISO date → epoch ms (relative to `nowMs`). */
+export function sinceMs(value: string, nowMs: number): number {
+  const relative = /^(\d+)(ms|s|m|h|d)$/.exec(value.trim());
+  if (relative) {
+    const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[
+      relative[2] as 'ms' | 's' | 'm' | 'h' | 'd'
+    ];
+    return nowMs - Number(relative[1]) * unit;
+  }
+  const absolute = Date.parse(value);
+  if (Number.isFinite(absolute)) return absolute;
+  throw new FerryError('usage', `--since takes a duration like 10m, 2h or 1d, or a date; got '${value}'`);
+}
+
+/** One line for a terminal: time, where it came from, the text. */
+export function formatLine(line: WireLogLine, label: string): string {
+  const time = new Date(line.atMs).toISOString().slice(11, 23);
+  const where = line.jobId ? `${label} ${line.jobId}` : `${label} worker ${line.workerId}`;
+  return `${time} [${where}] ${line.text}`;
+}

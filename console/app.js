@@ -1,0 +1,604 @@
+// The Ferry web console (docs/observability.md): plain DOM, no framework. It reads the management
+// API (/manage/v1) and sends jobs through the v2 API (/v2) on its own origin, with the API key the
+// user typed. The key lives in sessionStorage only (gone when the tab closes) and never in a URL.
+// Everything shown from the platform (names, inputs, outputs, log lines) goes in as text, never HTML.
+
+const keyName = 'ferry.apiKey';
+const main = document.getElementById('main');
+const crumbs = document.getElementById('crumbs');
+const signOut = document.getElementById('sign-out');
+const finals = new Set(['COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT']);
+let timers = [];
+let charts = [];
+
+// ── tiny DOM helpers ────────────────────────────────────────────────────────────────────────────
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name.startsWith('on')) node.addEventListener(name.slice(2), value);
+    else if (name === 'class') node.className = value;
+    else node.setAttribute(name, value === true ? '' : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const badge = (status) => el('span', { class: `badge ${status}` }, status);
+const ms = (value) =>
+  value === undefined || value === null
+    ? '–'
+    : value < 1000
+      ? `${value} ms`
+      : `${(value / 1000).toFixed(2)} s`;
+const when = (epochMs) => (epochMs ? new Date(epochMs).toLocaleTimeString() : '–');
+const json = (value) => (value === undefined ? '–' : JSON.stringify(value, null, 2));
+
+function every(fn, periodMs) {
+  fn();
+  timers.push(setInterval(fn, periodMs));
+}
+
+function clearPage() {
+  for (const t of timers) clearInterval(t);
+  timers = [];
+  for (const c of charts) c.destroy();
+  charts = [];
+  main.replaceChildren();
+}
+
+function setCrumbs(...parts) {
+  crumbs.replaceChildren(
+    ...parts.flatMap((part, i) => [
+      ...(i > 0 ? [el('span', { class: 'sep' }, '/')] : []),
+      part.href ? el('a', { href: part.href }, part.text) : el('span', {}, part.text),
+    ]),
+  );
+}
+
+// ── the API ─────────────────────────────────────────────────────────────────────────────────────
+
+class Unauthorized extends Error {}
+
+async function api(path, options = {}) {
+  const key = sessionStorage.getItem(keyName);
+  const response = await fetch(path, {
+    ...options,
+    headers: {
+      authorization: `Bearer ${key}`,
+      'content-type': 'application/json',
+      ...(options.headers ?? {}),
+    },
+  });
+  const text = await response.text();
+  const body = text ? JSON.parse(text) : undefined;
+  if (response.status === 401) throw new Unauthorized(body?.error ?? 'Key refused');
+  if (!response.ok) throw new Error(body?.error ?? `HTTP ${response.status}`);
+  return body;
+}
+
+const manage = (path, query = {}) => {
+  const params = new URLSearchParams();
+  for (const [name, value] of Object.entries(query))
+    if (value !== undefined && value !== '') params.set(name, value);
+  const qs = params.toString();
+  return api(`/manage/v1${path}${qs ? `?${qs}` : ''}`);
+};
+
+// ── pages ───────────────────────────────────────────────────────────────────────────────────────
+
+function signInPage(message) {
+  clearPage();
+  signOut.hidden = true;
+  setCrumbs({ text: 'Sign in' });
+  const input = el('input', { type: 'password', id: 'api-key', placeholder: 'fy_…', autocomplete: 'off' });
+  const problem = el('p', { class: 'error', id: 'sign-in-error' }, message ?? '');
+  const form = el(
+    'form',
+    {
+      onsubmit: async (event) => {
+        event.preventDefault();
+        sessionStorage.setItem(keyName, input.value.trim());
+        try {
+          await manage('/endpoints');
+          route();
+        } catch (error) {
+          sessionStorage.removeItem(keyName);
+          problem.textContent = error instanceof Unauthorized ? 'That key was refused.' : error.message;
+        }
+      },
+    },
+    el('label', { for: 'api-key' }, 'API key'),
+    input,
+    el('button', { class: 'primary', type: 'submit', id: 'sign-in' }, 'Sign in'),
+    problem,
+  );
+  main.append(
+    el(
+      'div',
+      { class: 'card signin' },
+      el('h1', {}, 'Ferry console'),
+      el('p', { class: 'muted' }, 'Sign in with an API key of this platform. It is kept in this tab only.'),
+      form,
+    ),
+  );
+  input.focus();
+}
+
+async function endpointsPage() {
+  clearPage();
+  setCrumbs({ text: 'Endpoints' });
+  const body = el('tbody');
+  main.append(
+    el('h1', {}, 'Endpoints'),
+    el(
+      'table',
+      { id: 'endpoints' },
+      el(
+        'thead',
+        {},
+        el(
+          'tr',
+          {},
+          ['Name', 'Id', 'App / env', 'Kind', 'In queue', 'Running', 'Completed', 'Failed', 'Workers'].map(
+            (h, i) => el('th', { class: i >= 4 ? 'num' : '' }, h),
+          ),
+        ),
+      ),
+      body,
+    ),
+  );
+  every(async () => {
+    const { endpoints } = await manage('/endpoints').catch(handle);
+    body.replaceChildren(
+      ...endpoints.map((e) => {
+        const h = e.health;
+        const workers = h ? h.workers.running + h.workers.idle : undefined;
+        return el(
+          'tr',
+          {
+            class: 'click',
+            'data-endpoint': e.id,
+            onclick: () => (location.hash = `#/e/${encodeURIComponent(e.id)}`),
+          },
+          el('td', {}, el('b', {}, e.name)),
+          el('td', { class: 'muted' }, e.id),
+          el('td', {}, `${e.app} / ${e.env}`),
+          el('td', {}, e.kind),
+          el('td', { class: 'num' }, h ? h.jobs.inQueue : '–'),
+          el('td', { class: 'num' }, h ? h.jobs.inProgress : '–'),
+          el('td', { class: 'num' }, h ? h.jobs.completed : '–'),
+          el('td', { class: 'num' }, h ? h.jobs.failed : '–'),
+          el(
+            'td',
+            { class: 'num' },
+            workers === undefined
+              ? '–'
+              : `${workers}${e.scaling ? ` (${e.scaling.workersMin}–${e.scaling.workersMax})` : ''}`,
+          ),
+        );
+      }),
+    );
+  }, 2000);
+}
+
+async function endpointPage(id, tab) {
+  clearPage();
+  const endpoint = await manage(`/endpoints/${encodeURIComponent(id)}`).catch(handle);
+  setCrumbs({ text: 'Endpoints', href: '#/' }, { text: endpoint.name });
+  const tabs = ['jobs', 'request', 'workers', 'charts', 'logs'];
+  const content = el('div');
+  main.append(
+    el(
+      'h1',
+      {},
+      endpoint.name,
+      ' ',
+      el('span', { class: 'muted' }, `${endpoint.id} · ${endpoint.app}/${endpoint.env}`),
+    ),
+    el(
+      'div',
+      { class: 'tabs' },
+      tabs.map((t) =>
+        el(
+          'button',
+          {
+            class: t === tab ? 'on' : '',
+            'data-tab': t,
+            onclick: () => (location.hash = `#/e/${encodeURIComponent(id)}/${t}`),
+          },
+          t[0].toUpperCase() + t.slice(1),
+        ),
+      ),
+    ),
+    content,
+  );
+  if (tab === 'jobs') jobsTab(content, endpoint);
+  else if (tab === 'request') requestTab(content, endpoint);
+  else if (tab === 'workers') workersTab(content, endpoint);
+  else if (tab === 'charts') chartsTab(content, endpoint);
+  else logsTab(content, endpoint);
+}
+
+function jobsTab(content, endpoint) {
+  const status = el(
+    'select',
+    { id: 'status-filter' },
+    el('option', { value: '' }, 'Any status'),
+    ['IN_QUEUE', 'IN_PROGRESS', 'COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'].map((s) =>
+      el('option', { value: s }, s),
+    ),
+  );
+  const body = el('tbody');
+  const more = el('button', { class: 'secondary', hidden: true }, 'Older');
+  let next;
+  const row = (job) =>
+    el(
+      'tr',
+      {
+        class: 'click',
+        'data-job': job.id,
+        onclick: () =>
+          (location.hash = `#/e/${encodeURIComponent(endpoint.id)}/jobs/${encodeURIComponent(job.id)}`),
+      },
+      el('td', {}, job.id),
+      el('td', {}, badge(job.status)),
+      el('td', {}, when(job.createdAt)),
+      el('td', { class: 'num' }, ms(job.delayMs)),
+      el('td', { class: 'num' }, ms(job.executionMs)),
+      el('td', { class: 'muted' }, job.workerId ?? ''),
+    );
+  const load = async (append) => {
+    const page = await manage(`/endpoints/${encodeURIComponent(endpoint.id)}/jobs`, {
+      status: status.value,
+      limit: 25,
+      cursor: append ? next : undefined,
+    }).catch(handle);
+    next = page.next;
+    more.hidden = !next;
+    if (append) body.append(...page.jobs.map(row));
+    else body.replaceChildren(...page.jobs.map(row));
+  };
+  status.addEventListener('change', () => load(false));
+  more.addEventListener('click', () => load(true));
+  content.append(
+    el('div', { class: 'row' }, status),
+    el(
+      'table',
+      { id: 'jobs' },
+      el(
+        'thead',
+        {},
+        el(
+          'tr',
+          {},
+          ['Job', 'Status', 'Created', 'Delay', 'Execution', 'Worker'].map((h, i) =>
+            el('th', { class: i === 3 || i === 4 ? 'num' : '' }, h),
+          ),
+        ),
+      ),
+      body,
+    ),
+    el('div', { class: 'row' }, more),
+  );
+  // Live while on the first page.
+  every(() => (next === undefined || body.children.length <= 25 ? load(false) : undefined), 3000);
+}
+
+function requestTab(content, endpoint) {
+  const input = el('textarea', { id: 'request-input', rows: 8 }, '{\n  "input": {}\n}');
+  const out = el('div', { id: 'request-result' });
+  const send = async (route) => {
+    out.replaceChildren(el('p', { class: 'muted' }, `Sending ${route}…`));
+    let body;
+    try {
+      body = JSON.parse(input.value);
+    } catch (error) {
+      out.replaceChildren(el('p', { class: 'error' }, `Not JSON: ${error.message}`));
+      return;
+    }
+    try {
+      let job = await api(`/v2/${encodeURIComponent(endpoint.id)}/${route}`, {
+        method: 'POST',
+        body: JSON.stringify(body),
+      });
+      const link = el(
+        'a',
+        {
+          href: `#/e/${encodeURIComponent(endpoint.id)}/jobs/${encodeURIComponent(job.id)}`,
+          id: 'request-job',
+        },
+        job.id,
+      );
+      const status = el('span', { id: 'request-status' }, badge(job.status));
+      const result = el('pre', { id: 'request-output' }, json(job.output ?? job.error));
+      out.replaceChildren(el('div', { class: 'row' }, 'Job ', link, status), result);
+      while (!finals.has(job.status)) {
+        job = await api(
+          `/v2/${encodeURIComponent(endpoint.id)}/status-sync/${encodeURIComponent(job.id)}?wait=5000`,
+          { method: 'POST' },
+        );
+        status.replaceChildren(badge(job.status));
+      }
+      result.textContent = json(job.status === 'COMPLETED' ? job.output : job.error);
+    } catch (error) {
+      out.replaceChildren(el('p', { class: 'error' }, error.message));
+    }
+  };
+  content.append(
+    el(
+      'div',
+      { class: 'card' },
+      el('p', { class: 'muted' }, 'A request body as /run and /runsync take it.'),
+      input,
+      el(
+        'div',
+        { class: 'row' },
+        el('button', { class: 'primary', id: 'send-run', onclick: () => send('run') }, 'Run'),
+        el('button', { class: 'secondary', id: 'send-runsync', onclick: () => send('runsync') }, 'Run sync'),
+      ),
+      out,
+    ),
+  );
+}
+
+function workersTab(content, endpoint) {
+  const body = el('tbody');
+  content.append(
+    el(
+      'table',
+      { id: 'workers' },
+      el(
+        'thead',
+        {},
+        el(
+          'tr',
+          {},
+          ['Worker', 'State', 'Holds jobs', 'Last seen'].map((h) => el('th', {}, h)),
+        ),
+      ),
+      body,
+    ),
+  );
+  every(async () => {
+    const { workers } = await manage(`/endpoints/${encodeURIComponent(endpoint.id)}/workers`).catch(handle);
+    body.replaceChildren(
+      ...(workers.length === 0
+        ? [
+            el(
+              'tr',
+              {},
+              el('td', { colspan: 4, class: 'muted' }, 'No workers right now (they start with work).'),
+            ),
+          ]
+        : []),
+      ...workers.map((w) =>
+        el(
+          'tr',
+          {},
+          el('td', {}, w.workerId),
+          el('td', {}, badge(w.state)),
+          el('td', {}, w.jobIds.join(', ') || '–'),
+          el('td', {}, when(w.lastSeenAt)),
+        ),
+      ),
+    );
+  }, 2000);
+}
+
+function chartsTab(content, endpoint) {
+  const hours = el(
+    'select',
+    { id: 'hours' },
+    ['1', '3', '6', '24'].map((h) => el('option', { value: h, selected: h === '3' }, `Last ${h} h`)),
+  );
+  const grid = el('div', { class: 'charts', id: 'charts' });
+  content.append(el('div', { class: 'row' }, hours), grid);
+  const panels = [
+    {
+      title: 'Jobs per second',
+      series: [
+        ['jobsPerSec', 'done/s', '#2f5bea'],
+        ['failedPerSec', 'failed/s', '#c62f2f'],
+      ],
+    },
+    {
+      title: 'Execution time (ms)',
+      series: [
+        ['executionP50Ms', 'p50', '#1f8a4c'],
+        ['executionP95Ms', 'p95', '#b7791f'],
+      ],
+    },
+    {
+      title: 'Delay in queue (ms)',
+      series: [
+        ['delayP50Ms', 'p50', '#1f8a4c'],
+        ['delayP95Ms', 'p95', '#b7791f'],
+      ],
+    },
+    {
+      title: 'Queue depth and workers',
+      series: [
+        ['queueDepth', 'queue', '#2f5bea'],
+        ['workers', 'workers', '#6b46c1'],
+      ],
+    },
+  ];
+  const draw = async () => {
+    const m = await manage(`/endpoints/${encodeURIComponent(endpoint.id)}/metrics`, {
+      hours: hours.value,
+    }).catch(handle);
+    for (const c of charts) c.destroy();
+    charts = [];
+    const boxes = panels.map((panel) => el('div', { class: 'card chart' }, el('h3', {}, panel.title)));
+    grid.replaceChildren(...boxes);
+    // Measured once every panel is in the grid, so each chart fits its own column.
+    panels.forEach((panel, i) => {
+      const box = boxes[i];
+      charts.push(
+        new window.uPlot(
+          {
+            width: Math.max(280, box.clientWidth - 32),
+            height: 200,
+            spanGaps: true,
+            series: [
+              {},
+              ...panel.series.map(([, label, stroke]) => ({
+                label,
+                stroke,
+                width: 2,
+                points: { show: true, size: 5 },
+              })),
+            ],
+            axes: [{}, { size: 60 }],
+          },
+          [m.t, ...panel.series.map(([name]) => m[name])],
+          box,
+        ),
+      );
+    });
+  };
+  hours.addEventListener('change', draw);
+  every(draw, 15000);
+}
+
+function logLines(pre, lines) {
+  for (const line of lines) {
+    pre.append(
+      el(
+        'span',
+        { class: 't' },
+        `${new Date(line.atMs).toISOString().slice(11, 23)} ${line.jobId ? '' : `[worker ${line.workerId}] `}`,
+      ),
+      el('span', { class: line.stream }, `${line.text}\n`),
+    );
+  }
+  pre.scrollTop = pre.scrollHeight;
+}
+
+function logsTab(content, endpoint) {
+  const pre = el('pre', { class: 'logs', id: 'endpoint-logs' });
+  content.append(pre);
+  let after;
+  every(async () => {
+    const page = await manage(`/endpoints/${encodeURIComponent(endpoint.id)}/logs`, {
+      after,
+      since: after ? undefined : Date.now() - 3_600_000,
+      limit: 1000,
+    }).catch(handle);
+    after = page.next;
+    logLines(
+      pre,
+      page.lines.map((l) => ({ ...l, text: l.jobId ? `[${l.jobId}] ${l.text}` : l.text })),
+    );
+  }, 1500);
+}
+
+/** The runtime's error is JSON (type, message, traceback); anything else is shown as it is. */
+function errorView(error) {
+  let parsed;
+  try {
+    parsed = JSON.parse(error);
+  } catch {
+    parsed = undefined;
+  }
+  const message = parsed?.error_message
+    ? `${String(parsed.error_type ?? '').replace(/^<class '(.*)'>$/, '$1')}: ${parsed.error_message}`
+    : error;
+  return el(
+    'div',
+    {},
+    el('b', {}, 'Error'),
+    el('span', { class: 'error', id: 'job-error' }, message),
+    parsed?.error_traceback ? el('pre', { class: 'logs' }, parsed.error_traceback) : null,
+  );
+}
+
+async function jobPage(endpointId, jobId) {
+  clearPage();
+  const base = `/endpoints/${encodeURIComponent(endpointId)}`;
+  setCrumbs(
+    { text: 'Endpoints', href: '#/' },
+    { text: endpointId, href: `#/e/${encodeURIComponent(endpointId)}` },
+    { text: jobId },
+  );
+  const facts = el('div', { class: 'card kv', id: 'job-facts' });
+  const io = el('div', { class: 'grid' });
+  const pre = el('pre', { class: 'logs', id: 'job-logs' });
+  main.append(el('h1', {}, 'Job ', jobId), facts, io, el('h2', {}, 'Logs'), pre);
+  let after;
+  let done = false;
+  const refresh = async () => {
+    if (done) return;
+    const job = await manage(`${base}/jobs/${encodeURIComponent(jobId)}`).catch(handle);
+    facts.replaceChildren(
+      ...[
+        el('div', {}, el('b', {}, 'Status'), el('span', { id: 'job-status' }, badge(job.status))),
+        el('div', {}, el('b', {}, 'Created'), when(job.createdAt)),
+        el('div', {}, el('b', {}, 'Delay'), ms(job.delayMs)),
+        el('div', {}, el('b', {}, 'Execution'), ms(job.executionMs)),
+        el('div', {}, el('b', {}, 'Worker'), job.workerId ?? '–'),
+        el(
+          'div',
+          {},
+          el('b', {}, 'Attempts'),
+          `${job.attempt}${job.retries ? ` (retried ${job.retries}×)` : ''}`,
+        ),
+        job.error ? errorView(job.error) : null,
+      ].filter(Boolean),
+    );
+    io.replaceChildren(
+      el('div', {}, el('h2', {}, 'Input'), el('pre', {}, json(job.input))),
+      el('div', {}, el('h2', {}, 'Output'), el('pre', { id: 'job-output' }, json(job.output))),
+    );
+    if (after === undefined) {
+      after = job.logsNext;
+      logLines(pre, job.logs);
+    } else {
+      const page = await manage(`${base}/logs`, { job: jobId, after }).catch(handle);
+      after = page.next;
+      logLines(pre, page.lines);
+    }
+    // One more read after the job ends picks up its last lines; then the page stops polling.
+    if (finals.has(job.status)) done = true;
+  };
+  every(refresh, 1000);
+}
+
+// ── routing ─────────────────────────────────────────────────────────────────────────────────────
+
+function handle(error) {
+  if (error instanceof Unauthorized) {
+    sessionStorage.removeItem(keyName);
+    signInPage('Your key was refused; sign in again.');
+  } else {
+    main.prepend(el('p', { class: 'error' }, error.message));
+  }
+  throw error;
+}
+
+function route() {
+  if (!sessionStorage.getItem(keyName)) return signInPage();
+  signOut.hidden = false;
+  const parts = location.hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeURIComponent);
+  const go =
+    parts[0] === 'e' && parts[1]
+      ? parts[2] === 'jobs' && parts[3]
+        ? jobPage(parts[1], parts[3])
+        : endpointPage(parts[1], parts[2] ?? 'jobs')
+      : endpointsPage();
+  go.catch(() => {});
+}
+
+signOut.addEventListener('click', () => {
+  sessionStorage.removeItem(keyName);
+  location.hash = '#/';
+  signInPage();
+});
+window.addEventListener('hashchange', route);
+window.addEventListener('unhandledrejection', (event) => event.preventDefault());
+route();

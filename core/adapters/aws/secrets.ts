@@ -1,0 +1,94 @@
+/**
+ * Endpoint secrets on AWS: one Secrets Manager secret per value, named `ferry/<app>/<env>/<NAME>`,
+ * which the app stack hands to the endpoint's worker container as an ECS secret (so the value is in
+ * neither the template nor the task definition). `ferry secrets set --provider aws` writes here.
+ * https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_PutSecretValue.html
+ * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-envvar-secrets-manager.html
+ */
+import {
+  CreateSecretCommand,
+  DeleteSecretCommand,
+  ListSecretsCommand,
+  PutSecretValueCommand,
+  ResourceNotFoundException,
+  type SecretsManagerClient,
+} from '@aws-sdk/client-secrets-manager';
+import { FerryError } from '../../errors.js';
+import {
+  checkSecretName,
+  type SecretListing,
+  type SecretScope,
+  type SecretStore,
+  secretValueMaxBytes,
+} from '../local/secrets.js';
+
+/** The Secrets Manager name of one endpoint secret; the app stack uses the same function. */
+export const awsSecretName = (scope: SecretScope, name: string): string =>
+  `ferry/${scope.app}/${scope.env}/${name}`;
+
+export class SecretsManagerSecretStore implements SecretStore {
+  constructor(private readonly client: Pick<SecretsManagerClient, 'send'>) {}
+
+  async set(scope: SecretScope, name: string, value: string): Promise<void> {
+    checkSecretName(name);
+    if (Buffer.byteLength(value) > secretValueMaxBytes) {
+      throw new FerryError('usage', `A secret value is at most ${secretValueMaxBytes} bytes`);
+    }
+    const id = awsSecretName(scope, name);
+    try {
+      await this.client.send(new PutSecretValueCommand({ SecretId: id, SecretString: value }));
+    } catch (error) {
+      if (
+        !(error instanceof ResourceNotFoundException || (error as Error).name === 'ResourceNotFoundException')
+      ) {
+        throw error;
+      }
+      await this.client.send(
+        new CreateSecretCommand({
+          Name: id,
+          SecretString: value,
+          Description: `Ferry secret ${name} of ${scope.app}/${scope.env}`,
+          Tags: [
+            { Key: 'ferry:app', Value: scope.app },
+            { Key: 'ferry:env', Value: scope.env },
+          ],
+        }),
+      );
+    }
+  }
+
+  async list(scope: SecretScope): Promise<SecretListing[]> {
+    const prefix = awsSecretName(scope, '');
+    const out: SecretListing[] = [];
+    let token: string | undefined;
+    do {
+      const page = await this.client.send(
+        new ListSecretsCommand({ Filters: [{ Key: 'name', Values: [prefix] }], NextToken: token }),
+      );
+      for (const secret of page.SecretList ?? []) {
+        // The name filter matches prefixes; keep exact children only.
+        if (secret.Name?.startsWith(prefix) && !secret.Name.slice(prefix.length).includes('/')) {
+          out.push({
+            name: secret.Name.slice(prefix.length),
+            updatedAt: secret.LastChangedDate?.getTime() ?? 0,
+          });
+        }
+      }
+      token = page.NextToken;
+    } while (token);
+    return out.sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  /** Scheduled for deletion after Secrets Manager's recovery window (7 days here). */
+  async delete(scope: SecretScope, name: string): Promise<boolean> {
+    try {
+      await this.client.send(
+        new DeleteSecretCommand({ SecretId: awsSecretName(scope, name), RecoveryWindowInDays: 7 }),
+      );
+      return true;
+    } catch (error) {
+      if ((error as Error).name === 'ResourceNotFoundException') return false;
+      throw error;
+    }
+  }
+}

@@ -1,0 +1,152 @@
+/**
+ * Where the worker and agent images live in the account, and how they get built without docker on
+ * the deploying machine:
+ *
+ *  - One ECR repository per image kind of worker-image/images.ts (`ferry/agent`,
+ *    `ferry/worker-base-cpu`, …), private, scanned on push, immutable tags (a tag names one Ferry
+ *    version's build: `ferry deploy` checks a tag exists and never needs it to change). A lifecycle
+ *    rule keeps the newest 10 images per repository. Retained when the platform is deleted: images
+ *    take tens of minutes to rebuild, and ECR refuses to delete a repository that still holds
+ *    images anyway (https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_DeleteRepository.html).
+ *  - A CodeBuild project that builds missing tags. `ferry deploy` uploads the build context
+ *    (worker-image/ with the agent bundle and a generated build script, cli/providers/aws-images.ts)
+ *    to the platform bucket under `image-builds/`, starts the build with FERRY_CONTEXT_KEY, and follows
+ *    it. The build runs docker (privileged mode, required for docker builds:
+ *    https://docs.aws.amazon.com/codebuild/latest/userguide/sample-docker.html), logs in to ECR and
+ *    pushes.
+ */
+import { Aws, Duration, RemovalPolicy, Stack, Validations } from 'aws-cdk-lib';
+import * as codebuild from 'aws-cdk-lib/aws-codebuild';
+import * as ecr from 'aws-cdk-lib/aws-ecr';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import type * as s3 from 'aws-cdk-lib/aws-s3';
+import { Construct } from 'constructs';
+import { workerImages } from '../../worker-image/images.js';
+import { imageBuildPrefix } from '../names.js';
+
+/** Images kept per repository by the lifecycle rule. */
+export const imagesKept = 10;
+
+export interface ImageRegistryProps {
+  bucket: s3.IBucket;
+}
+
+export class ImageRegistry extends Construct {
+  readonly repositories: ReadonlyMap<string, ecr.Repository>;
+  readonly buildProject: codebuild.Project;
+  /** `<account>.dkr.ecr.<region>.<suffix>`: what image names are prefixed with. */
+  readonly registry: string;
+
+  constructor(scope: Construct, id: string, props: ImageRegistryProps) {
+    super(scope, id);
+    const repositories = new Map<string, ecr.Repository>();
+    for (const image of workerImages) {
+      const repository = new ecr.Repository(this, `Repo-${image.kind}`, {
+        repositoryName: image.repository,
+        imageScanOnPush: true,
+        imageTagMutability: ecr.TagMutability.IMMUTABLE,
+        encryption: ecr.RepositoryEncryption.AES_256,
+        removalPolicy: RemovalPolicy.RETAIN,
+        lifecycleRules: [{ description: `Keep the newest ${imagesKept} images`, maxImageCount: imagesKept }],
+      });
+      repositories.set(image.kind, repository);
+    }
+    this.repositories = repositories;
+    this.registry = `${Aws.ACCOUNT_ID}.dkr.ecr.${Aws.REGION}.${Aws.URL_SUFFIX}`;
+
+    const logGroup = new logs.LogGroup(this, 'BuildLogs', {
+      retention: logs.RetentionDays.ONE_MONTH,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    this.buildProject = new codebuild.Project(this, 'ImageBuild', {
+      description:
+        'Ferry: builds the worker and agent images from an uploaded context and pushes them to ECR',
+      environment: {
+        buildImage: codebuild.LinuxBuildImage.STANDARD_7_0,
+        // Docker builds need privileged mode; the torch and CUDA layers need the large shape's disk.
+        privileged: true,
+        computeType: codebuild.ComputeType.LARGE,
+      },
+      timeout: Duration.hours(2),
+      logging: { cloudWatch: { logGroup } },
+      environmentVariables: {
+        FERRY_BUCKET: { value: props.bucket.bucketName },
+        FERRY_REGISTRY: { value: this.registry },
+        // Set per build by `ferry deploy` (StartBuild environmentVariablesOverride).
+        FERRY_CONTEXT_KEY: { value: '' },
+      },
+      buildSpec: codebuild.BuildSpec.fromObject({
+        version: '0.2',
+        phases: {
+          pre_build: {
+            commands: [
+              'test -n "$FERRY_CONTEXT_KEY"',
+              'aws s3 cp "s3://$FERRY_BUCKET/$FERRY_CONTEXT_KEY" context.tar.gz',
+              'mkdir context && tar -xzf context.tar.gz -C context',
+              'aws ecr get-login-password --region "$AWS_REGION" | docker login --username AWS --password-stdin "$FERRY_REGISTRY"',
+            ],
+          },
+          // The script is generated from worker-image/images.ts: build, tag, push per missing image.
+          build: { commands: ['cd context && sh ferry-build-images.sh "$FERRY_REGISTRY"'] },
+        },
+      }),
+    });
+    const role = this.buildProject.role as iam.Role;
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:GetObject'],
+        resources: [props.bucket.arnForObjects(`${imageBuildPrefix}*`)],
+      }),
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: [
+          'ecr:BatchCheckLayerAvailability',
+          'ecr:BatchGetImage',
+          'ecr:GetDownloadUrlForLayer',
+          'ecr:InitiateLayerUpload',
+          'ecr:UploadLayerPart',
+          'ecr:CompleteLayerUpload',
+          'ecr:PutImage',
+        ],
+        resources: [...repositories.values()].map((r) => r.repositoryArn),
+      }),
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({ actions: ['ecr:GetAuthorizationToken'], resources: ['*'] }),
+    );
+    const bucketId = Stack.of(this).getLogicalId(props.bucket.node.defaultChild as never);
+    const projectId = Stack.of(this).getLogicalId(this.buildProject.node.defaultChild as never);
+    Validations.of(role).acknowledge(
+      {
+        id: 'AwsSolutions-IAM5[Resource::*]',
+        reason:
+          'ecr:GetAuthorizationToken has no resource-level scoping (docker login); pushes are limited to the Ferry repositories.',
+      },
+      {
+        id: `AwsSolutions-IAM5[Resource::<${bucketId}.Arn>/${imageBuildPrefix}*]`,
+        reason: 'Build contexts have one key per build under image-builds/; the read stops at that prefix.',
+      },
+      {
+        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/codebuild/<${projectId}>:*]`,
+        reason: 'CodeBuild default log stream grant (per-build stream names are not known in advance).',
+      },
+      {
+        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:codebuild:<AWS::Region>:<AWS::AccountId>:report-group/<${projectId}>-*]`,
+        reason: 'CodeBuild default report-group grant, scoped to this project.',
+      },
+    );
+    Validations.of(this.buildProject).acknowledge(
+      {
+        id: 'AwsSolutions-CB3',
+        reason: 'Privileged mode is what docker builds need; the project only runs the buildspec above.',
+      },
+      {
+        id: 'AwsSolutions-CB4',
+        reason:
+          'Artifacts are ECR images (AES-256 at rest); the project produces no S3 artifacts to encrypt.',
+      },
+    );
+  }
+}

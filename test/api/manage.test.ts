@@ -1,0 +1,259 @@
+/**
+ * The management API and job logs on the embedded platform, with real Python workers: a handler's
+ * print() lines reach `GET /manage/v1/.../logs?job=` with their stream and worker, the job detail
+ * carries input, output, timings and logs, and every route checks the key and its input.
+ */
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { scanProject } from '../../cli/build/scan.js';
+import { recordFor } from '../support/endpoints.js';
+import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
+
+const projectDir = resolve('test/e2e/fixtures/observe');
+let platform: TestPlatform;
+let v2: string;
+let manage: string;
+
+async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean): Promise<T> {
+  for (;;) {
+    const value = await probe();
+    if (ok(value)) return value;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function runToEnd(endpoint: string, input: unknown) {
+  const { body } = await call(v2, 'POST', `/${endpoint}/run`, { input });
+  const done = await until(
+    () => call(v2, 'POST', `/${endpoint}/status-sync/${body.id}?wait=5000`),
+    (r) => ['COMPLETED', 'FAILED'].includes(r.body.status),
+  );
+  return done.body as { id: string; status: string; output?: unknown; error?: string };
+}
+
+beforeAll(async () => {
+  platform = await startTestPlatform({
+    workerWaitMs: 5_000,
+    workers: { ferryPythonPath: resolve('worker-image/python'), tickMs: 100, reconcileIntervalMs: 500 },
+  });
+  v2 = platform.baseUrl;
+  manage = `${platform.url}/manage/v1`;
+  const { endpoints } = await scanProject({ projectDir });
+  for (const endpoint of endpoints) await platform.db.control.putEndpoint(recordFor(endpoint, projectDir));
+  await platform.addEndpoint('quiet');
+  await platform.workers!.reconcile();
+}, 60_000);
+
+afterAll(async () => {
+  await platform?.stop();
+});
+
+describe('job logs', () => {
+  it("a job run through /run has its handler's print() lines, by stream and worker", async () => {
+    const job = await runToEnd('chatty', { name: 'Ada', lines: 3 });
+    expect(job.status).toBe('COMPLETED');
+    const { status, body } = await call(manage, 'GET', `/endpoints/chatty/logs?job=${job.id}`);
+    expect(status).toBe(200);
+    const lines = body.lines as {
+      text: string;
+      stream: string;
+      jobId: string;
+      workerId: string;
+      atMs: number;
+    }[];
+    expect(lines.map((l) => [l.stream, l.text])).toEqual([
+      ['stdout', 'working on Ada: step 0'],
+      ['stdout', 'working on Ada: step 1'],
+      ['stdout', 'working on Ada: step 2'],
+      ['stderr', 'careful, Ada'],
+    ]);
+    expect(new Set(lines.map((l) => l.jobId))).toEqual(new Set([job.id]));
+    expect(lines[0]!.workerId).toMatch(/.+/);
+    expect(lines[0]!.atMs).toBeGreaterThan(Date.now() - 600_000);
+  });
+
+  it("another job's lines stay out, and --follow's cursor returns only newer lines", async () => {
+    const first = await runToEnd('chatty', { name: 'One', lines: 1 });
+    const page = await call(manage, 'GET', `/endpoints/chatty/logs?job=${first.id}`);
+    expect(page.body.lines.map((l: { text: string }) => l.text)).toEqual([
+      'working on One: step 0',
+      'careful, One',
+    ]);
+    const again = await call(manage, 'GET', `/endpoints/chatty/logs?job=${first.id}&after=${page.body.next}`);
+    expect(again.body.lines).toEqual([]);
+    const second = await runToEnd('chatty', { name: 'Two', lines: 1 });
+    const all = await call(manage, 'GET', `/endpoints/chatty/logs?after=${page.body.next}`);
+    const jobLines = all.body.lines.filter((l: { jobId?: string }) => l.jobId !== undefined);
+    expect(new Set(jobLines.map((l: { jobId: string }) => l.jobId))).toEqual(new Set([second.id]));
+  });
+
+  it("the endpoint's log also has each worker's own lines (no job)", async () => {
+    const all = await until(
+      () => call(manage, 'GET', '/endpoints/chatty/logs?limit=5000'),
+      (r) => r.body.lines.some((l: { jobId?: string }) => l.jobId === undefined),
+    );
+    const own = all.body.lines.filter((l: { jobId?: string }) => l.jobId === undefined);
+    expect(own[0].workerId).toMatch(/.+/);
+  });
+
+  it('a failed job shows its error and the lines before it', async () => {
+    const job = await runToEnd('boom', { why: 'testing' });
+    expect(job.status).toBe('FAILED');
+    const { body } = await call(manage, 'GET', `/endpoints/boom/jobs/${job.id}`);
+    expect(body).toMatchObject({ id: job.id, status: 'FAILED', input: { why: 'testing' } });
+    expect(body.error).toContain('boom: testing');
+    expect(body.logs.map((l: { text: string }) => l.text)).toContain('about to fail');
+  });
+});
+
+describe('management API', () => {
+  it('lists endpoints with health and scaling', async () => {
+    const { status, body } = await call(manage, 'GET', '/endpoints');
+    expect(status).toBe(200);
+    const chatty = body.endpoints.find((e: { id: string }) => e.id === 'chatty');
+    expect(chatty).toMatchObject({ name: 'chatty', kind: 'queue', scaling: { workersMin: 0 } });
+    expect(chatty.health.jobs.completed).toBeGreaterThanOrEqual(1);
+    expect(chatty.queue).toEqual({ visible: expect.any(Number), urgent: expect.any(Number) });
+  });
+
+  it('one job has input, output and timings', async () => {
+    const job = await runToEnd('chatty', { name: 'Grace', lines: 0 });
+    const { body } = await call(manage, 'GET', `/endpoints/chatty/jobs/${job.id}`);
+    expect(body).toMatchObject({
+      status: 'COMPLETED',
+      input: { name: 'Grace', lines: 0 },
+      output: { greeting: 'Hello, Grace!' },
+    });
+    expect(body.delayMs).toBeGreaterThanOrEqual(0);
+    expect(body.executionMs).toBeGreaterThanOrEqual(0);
+    expect(body.finishedAt).toBeGreaterThanOrEqual(body.startedAt);
+  });
+
+  it('lists jobs newest first, by status, a page at a time', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) ids.push((await runToEnd('chatty', { name: `p${i}`, lines: 0 })).id);
+    const first = await call(manage, 'GET', '/endpoints/chatty/jobs?status=COMPLETED&limit=2');
+    expect(first.body.jobs.map((j: { id: string }) => j.id)).toEqual([ids[2], ids[1]]);
+    expect(first.body.jobs[0].input).toBeUndefined(); // lists leave payloads out
+    const second = await call(
+      manage,
+      'GET',
+      `/endpoints/chatty/jobs?status=COMPLETED&limit=2&cursor=${first.body.next}`,
+    );
+    expect(second.body.jobs[0].id).toBe(ids[0]);
+    const failed = await call(manage, 'GET', '/endpoints/chatty/jobs?status=FAILED');
+    expect(failed.body.jobs).toEqual([]);
+    const later = await call(manage, 'GET', `/endpoints/chatty/jobs?from=${Date.now() + 60_000}`);
+    expect(later.body.jobs).toEqual([]);
+  });
+
+  it('lists workers with the jobs they hold', async () => {
+    const { body } = await until(
+      () => call(manage, 'GET', '/endpoints/chatty/workers'),
+      (r) => r.body.workers.length > 0,
+    );
+    expect(body.workers[0]).toMatchObject({ workerId: expect.any(String), jobIds: expect.any(Array) });
+  });
+
+  it('has time series for the last hours', async () => {
+    const { body } = await call(manage, 'GET', '/endpoints/chatty/metrics?hours=1&step=60');
+    expect(body.t.length).toBe(60);
+    for (const series of [
+      'jobsPerSec',
+      'executionP50Ms',
+      'executionP95Ms',
+      'delayP50Ms',
+      'delayP95Ms',
+      'queueDepth',
+      'workers',
+    ])
+      expect(body[series]).toHaveLength(60);
+    expect(
+      Math.round(body.jobsPerSec.reduce((a: number, b: number) => a + b, 0) * 60),
+    ).toBeGreaterThanOrEqual(5);
+    // The last bucket holds the present's gauge sample (queue depth, workers).
+    expect(body.queueDepth.at(-1)).toEqual(expect.any(Number));
+    expect(body.workers.at(-1)).toEqual(expect.any(Number));
+  });
+
+  it('serves its OpenAPI document without a key', async () => {
+    const r = await fetch(`${manage}/openapi.json`);
+    const doc = (await r.json()) as { paths: Record<string, unknown> };
+    expect(Object.keys(doc.paths)).toContain('/manage/v1/endpoints/{id}/logs');
+  });
+});
+
+describe('refusals', () => {
+  const routes = [
+    '/endpoints',
+    '/endpoints/chatty',
+    '/endpoints/chatty/jobs',
+    '/endpoints/chatty/jobs/x',
+    '/endpoints/chatty/logs',
+    '/endpoints/chatty/workers',
+    '/endpoints/chatty/metrics',
+  ];
+
+  it('every route wants a client key: none, a wrong one and a worker token get 401', async () => {
+    for (const route of routes) {
+      for (const headers of [
+        {},
+        { authorization: 'Bearer wrong' },
+        { authorization: platform.protocolWorker('quiet', 'w-auth').token },
+      ]) {
+        const r = await fetch(`${manage}${route}`, { headers: headers as Record<string, string> });
+        expect(r.status, `${route} ${JSON.stringify(headers)}`).toBe(401);
+        expect(await r.json()).toEqual({ error: expect.any(String) });
+      }
+    }
+  });
+
+  it('bad input is a 400 that names it; unknown things are 404', async () => {
+    for (const path of [
+      '/endpoints/chatty/jobs?status=DONE',
+      '/endpoints/chatty/jobs?limit=0',
+      '/endpoints/chatty/jobs?cursor=zzz',
+      '/endpoints/chatty/jobs?colour=red',
+      '/endpoints/chatty/logs?after=abc',
+      '/endpoints/chatty/metrics?hours=100',
+      '/endpoints?x=1',
+    ]) {
+      const r = await call(manage, 'GET', path);
+      expect(r.status, path).toBe(400);
+      expect(r.body.error).toMatch(/.+/);
+    }
+    for (const path of [
+      '/endpoints/nope',
+      '/endpoints/nope/jobs',
+      '/endpoints/chatty/jobs/nope',
+      '/endpoints/chatty/logs?job=nope',
+      '/nothing',
+    ]) {
+      expect((await call(manage, 'GET', path)).status, path).toBe(404);
+    }
+    expect((await call(manage, 'POST', '/endpoints', {})).status).toBe(404);
+  });
+
+  it("job-log takes this worker's token only, and only this endpoint's jobs", async () => {
+    // A queue with no pool of its own: the test plays its worker (protocolWorker adopts one).
+    const queued = (await call(v2, 'POST', '/quiet/run', { input: {} })).body as { id: string };
+    const chattyJob = await runToEnd('chatty', { lines: 0 });
+    const token = platform.protocolWorker('quiet', 'w1').token;
+    const post = (endpoint: string, authorization: string, jobId = queued.id, stream = 'stdout') =>
+      fetch(`${v2}/${endpoint}/job-log/w1`, {
+        method: 'POST',
+        headers: { authorization, 'content-type': 'application/json' },
+        body: JSON.stringify({ lines: [{ jobId, atMs: 1, stream, text: 'forged' }] }),
+      });
+    expect((await post('quiet', 'Bearer fy_test_key_for_loopback_only')).status).toBe(401);
+    expect((await post('chatty', token)).status).toBe(403); // quiet's worker token on chatty
+    expect((await post('quiet', token, chattyJob.id)).status).toBe(400); // chatty's job
+    expect((await post('quiet', token, 'nope')).status).toBe(400);
+    expect((await post('quiet', token, queued.id, 'video')).status).toBe(400);
+    expect((await post('quiet', token)).status).toBe(200);
+    const lines = (await call(manage, 'GET', `/endpoints/quiet/logs?job=${queued.id}`)).body.lines;
+    expect(lines.map((l: { text: string; workerId: string }) => [l.text, l.workerId])).toEqual([
+      ['forged', 'w1'],
+    ]);
+  });
+});

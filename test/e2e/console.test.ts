@@ -1,0 +1,160 @@
+/**
+ * The web console in a real headless Chromium (Debian's `chromium`, driven by playwright-core)
+ * against the embedded platform with real Python workers: sign in, see the example endpoints,
+ * submit a job from the request box and watch it complete, read its logs, see a failed job's error,
+ * and a wrong key refused. With FERRY_UPDATE_SCREENSHOTS=1 the screenshots go to docs/ (the README
+ * shows them); otherwise to a temp folder, so a test run leaves the tree as it was.
+ */
+import { cpSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, join, resolve } from 'node:path';
+import { type BrowserContext, chromium, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { scanProject } from '../../cli/build/scan.js';
+import { recordFor } from '../support/endpoints.js';
+import { startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
+
+const chromiumPath = '/usr/bin/chromium';
+let platform: TestPlatform;
+let browser: BrowserContext;
+let page: Page;
+let profile: string;
+let shots: string;
+let apps: string;
+
+const shot = (name: string) => page.screenshot({ path: join(shots, `console-${name}.png`) });
+
+beforeAll(async () => {
+  if (!existsSync(chromiumPath)) {
+    throw new Error(
+      `${chromiumPath} is missing: apt-get install -y --no-install-recommends chromium (.ci/run does)`,
+    );
+  }
+  shots = process.env.FERRY_UPDATE_SCREENSHOTS
+    ? resolve('docs')
+    : mkdtempSync(join(tmpdir(), 'ferry-shots-'));
+  profile = mkdtempSync(join(tmpdir(), 'ferry-chromium-'));
+  platform = await startTestPlatform({
+    consoleDir: resolve('console'),
+    workerWaitMs: 5_000,
+    workers: { ferryPythonPath: resolve('worker-image/python'), tickMs: 100, reconcileIntervalMs: 500 },
+  });
+  // Copies, so tracebacks in the screenshots name a neutral folder and not this checkout.
+  apps = mkdtempSync(join(tmpdir(), 'ferry-console-'));
+  for (const source of [resolve('examples/hello'), resolve('test/e2e/fixtures/observe')]) {
+    const projectDir = join(apps, basename(source));
+    cpSync(source, projectDir, { recursive: true });
+    const { endpoints } = await scanProject({ projectDir });
+    for (const endpoint of endpoints) await platform.db.control.putEndpoint(recordFor(endpoint, projectDir));
+  }
+  await platform.workers!.reconcile();
+  // A fresh profile folder per run (playwright passes it as --user-data-dir).
+  browser = await chromium.launchPersistentContext(profile, {
+    executablePath: chromiumPath,
+    args: [
+      '--no-sandbox',
+      '--headless',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+    ],
+    viewport: { width: 1280, height: 800 },
+  });
+  page = browser.pages()[0] ?? (await browser.newPage());
+  page.setDefaultTimeout(30_000);
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await platform?.stop();
+  if (profile) rmSync(profile, { recursive: true, force: true });
+  if (apps) rmSync(apps, { recursive: true, force: true });
+  if (shots && !process.env.FERRY_UPDATE_SCREENSHOTS) rmSync(shots, { recursive: true, force: true });
+});
+
+describe('console', () => {
+  it('refuses a wrong key', async () => {
+    await page.goto(`${platform.url}/console`);
+    await page.fill('#api-key', 'fy_not_a_key');
+    await page.click('#sign-in');
+    await expect.poll(() => page.textContent('#sign-in-error')).toContain('refused');
+    expect(await page.evaluate('sessionStorage.getItem("ferry.apiKey")')).toBeNull();
+    await shot('signin');
+  });
+
+  it('signs in and shows the example endpoints with live counts', async () => {
+    await page.fill('#api-key', testApiKey);
+    await page.click('#sign-in');
+    await page.waitForSelector('#endpoints tr[data-endpoint="hello"]');
+    const names = await page.$$eval('#endpoints tbody tr td:first-child', (cells) =>
+      cells.map((c) => c.textContent),
+    );
+    expect(names).toEqual(expect.arrayContaining(['hello', 'hello-api', 'chatty', 'boom']));
+    // The key is in this tab's session only: never in the URL, never in localStorage.
+    expect(page.url()).not.toContain(testApiKey);
+    expect(await page.evaluate('sessionStorage.getItem("ferry.apiKey")')).toBe(testApiKey);
+    expect(await page.evaluate('localStorage.length')).toBe(0);
+  });
+
+  it('submits a job from the request box and watches it complete', async () => {
+    await page.click('#endpoints tr[data-endpoint="chatty"]');
+    await page.click('button[data-tab="request"]');
+    await page.fill('#request-input', '{"input": {"name": "Browser", "lines": 3}}');
+    await page.click('#send-run');
+    await expect.poll(() => page.textContent('#request-status'), { timeout: 30_000 }).toBe('COMPLETED');
+    expect(await page.textContent('#request-output')).toContain('Hello, Browser!');
+    await shot('request');
+  });
+
+  it("opens the job's logs", async () => {
+    await page.click('#request-job');
+    await expect
+      .poll(() => page.textContent('#job-logs'), { timeout: 30_000 })
+      .toContain('working on Browser: step 2');
+    expect(await page.textContent('#job-logs')).toContain('careful, Browser');
+    expect(await page.textContent('#job-status')).toBe('COMPLETED');
+    await shot('job');
+  });
+
+  it("shows a failed job's error", async () => {
+    await page.goto(`${platform.url}/console#/e/boom/request`);
+    await page.fill('#request-input', '{"input": {"why": "shown in the browser"}}');
+    await page.click('#send-runsync');
+    await expect.poll(() => page.textContent('#request-status'), { timeout: 30_000 }).toBe('FAILED');
+    await page.click('#request-job');
+    await expect
+      .poll(() => page.textContent('#job-error'), { timeout: 30_000 })
+      .toContain('boom: shown in the browser');
+    await expect.poll(() => page.textContent('#job-logs')).toContain('about to fail');
+    await shot('failed');
+  });
+
+  it('lists jobs, workers and charts', async () => {
+    await page.goto(`${platform.url}/console#/e/chatty/jobs`);
+    await page.waitForSelector('#jobs tbody tr[data-job]');
+    await page.selectOption('#status-filter', 'COMPLETED');
+    await expect
+      .poll(() => page.$$eval('#jobs tbody tr .badge', (b) => b.map((x) => x.textContent)))
+      .toEqual(['COMPLETED']);
+    await shot('jobs');
+    await page.click('button[data-tab="workers"]');
+    await page.waitForSelector('#workers tbody tr');
+    await page.click('button[data-tab="charts"]');
+    // uPlot draws on canvas: four panels, each with its legend.
+    await expect.poll(() => page.$$eval('#charts canvas', (c) => c.length)).toBe(4);
+    await page.goto(`${platform.url}/console#/`);
+    await page.waitForSelector('#endpoints tr[data-endpoint="chatty"]');
+    await shot('endpoints');
+    await page.goto(`${platform.url}/console#/e/chatty/charts`);
+    await expect.poll(() => page.$$eval('#charts canvas', (c) => c.length)).toBe(4);
+    await shot('charts');
+  });
+
+  it('signing out forgets the key', async () => {
+    await page.click('#sign-out');
+    await page.waitForSelector('#api-key');
+    expect(await page.evaluate('sessionStorage.getItem("ferry.apiKey")')).toBeNull();
+  });
+});

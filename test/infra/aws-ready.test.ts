@@ -1,0 +1,319 @@
+/**
+ * Issue "AWS that works on a real account", one template check per item, on the stacks of a fresh
+ * `ferry init` project (the init templates, scanned by the real scanner) plus two GPU load-balanced
+ * endpoints: one with the default health-check grace, one with `health_check_grace=1500`.
+ */
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { Stack } from 'aws-cdk-lib';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { scanProject } from '../../cli/build/scan.js';
+import { templatesDir } from '../../cli/config.js';
+import { type Manifest, manifestSchema } from '../../core/manifest.js';
+import { buildApp, type FerryApp } from '../../infra/app.js';
+import type { DeployedEndpoint } from '../../infra/app-stack.js';
+import { appStackName, ownershipTags, queueName } from '../../infra/names.js';
+import { integrationTiming } from '../../infra/platform-stack.js';
+import { defaultHealthCheckGraceSec, ephemeralPorts, ports } from '../../infra/task-layout.js';
+import { workerImages } from '../../worker-image/images.js';
+import { stubFunctionsDir } from './fixtures.js';
+
+const repo = path.resolve(import.meta.dirname, '../..');
+const registry = '123456789012.dkr.ecr.us-east-1.amazonaws.com';
+const images = {
+  gpuWorker: `${registry}/ferry/worker-base-gpu:0.1.0-py3.12`,
+  cpuWorker: `${registry}/ferry/worker-base-cpu:0.1.0-py3.12`,
+  agent: `${registry}/ferry/agent:0.1.0`,
+};
+
+const gpuApi = (name: string, extra: string) => `from ferry import Endpoint
+
+api = Endpoint(name="${name}", gpu="A10G", workers=(0, 2)${extra})
+
+@api.post("/generate")
+def generate(body: dict):
+    return body
+`;
+
+let built: FerryApp;
+let platform: Template;
+let app: Template;
+let synthError: unknown;
+let manifest: Manifest;
+const cleanups: (() => void)[] = [];
+
+beforeAll(async () => {
+  const project = mkdtempSync(path.join(tmpdir(), 'ferry-fresh-'));
+  cleanups.push(() => rmSync(project, { recursive: true, force: true }));
+  for (const file of ['gpu_worker.py', 'cpu_worker.py', 'lb_worker.py']) {
+    cpSync(path.join(templatesDir(), file), path.join(project, file));
+  }
+  writeFileSync(path.join(project, 'gpu_api.py'), gpuApi('gpu_api', ''));
+  writeFileSync(path.join(project, 'slow_api.py'), gpuApi('slow_api', ', health_check_grace=1500'));
+  const { endpoints } = await scanProject({ projectDir: project });
+  manifest = manifestSchema.parse({
+    version: 1,
+    app: 'fresh',
+    pythonVersion: '3.12',
+    generatedAt: '2026-01-01T00:00:00.000Z',
+    sourceFingerprint: 'e'.repeat(64),
+    endpoints,
+    dependencies: { installed: [], excluded: [] },
+  });
+  const fns = stubFunctionsDir();
+  const outdir = mkdtempSync(path.join(tmpdir(), 'ferry-fresh-out-'));
+  cleanups.push(fns.cleanup, () => rmSync(outdir, { recursive: true, force: true }));
+  built = buildApp({
+    manifest,
+    env: 'production',
+    functionsCodeDir: fns.dir,
+    artifact: { key: 'artifacts/fresh/production/e.tar.gz' },
+    images,
+    outdir,
+  });
+  try {
+    built.app.synth();
+  } catch (error) {
+    synthError = error;
+  }
+  platform = Template.fromStack(built.platform);
+  app = Template.fromStack(built.appStack);
+}, 120_000);
+afterAll(() => {
+  for (const cleanup of cleanups) cleanup();
+});
+
+const endpoint = (name: string): DeployedEndpoint => built.appStack.endpoints.find((e) => e.name === name)!;
+const idOf = (construct: { node: { defaultChild?: unknown } }) =>
+  Stack.of(construct as never).getLogicalId(construct.node.defaultChild as never);
+const resource = (template: Template, construct: { node: { defaultChild?: unknown } }) =>
+  template.toJSON().Resources[idOf(construct)];
+type Container = {
+  Name: string;
+  Image: unknown;
+  Links?: string[];
+  PortMappings?: { ContainerPort: number; HostPort?: number }[];
+  Environment?: { Name: string; Value: unknown }[];
+};
+const containers = (e: DeployedEndpoint): Container[] =>
+  resource(app, e.taskDefinition).Properties.ContainerDefinitions;
+const container = (e: DeployedEndpoint, name: string) => containers(e).find((c) => c.Name === name)!;
+
+describe('the fresh project', () => {
+  it('scans to the init endpoints plus the two GPU load-balanced ones', () => {
+    expect(manifest.endpoints.map((e) => `${e.name}:${e.kind}`).sort()).toEqual([
+      'cpu_worker:queue',
+      'gpu_api:lb',
+      'gpu_worker:queue',
+      'lb_worker:lb',
+      'slow_api:lb',
+    ]);
+  });
+
+  it('passes cdk-nag AwsSolutions (every acknowledgement carries its reason in the code)', () => {
+    expect(synthError).toBeUndefined();
+    const report = path.join(built.app.outdir, 'validation-report.json');
+    if (existsSync(report)) expect(readFileSync(report, 'utf8')).not.toContain('"failure"');
+  });
+});
+
+describe('1. images', () => {
+  it('the platform has one private, scanned, immutable ECR repository per image kind, kept on delete', () => {
+    const repos = platform.findResources('AWS::ECR::Repository');
+    expect(
+      Object.values(repos)
+        .map((r) => r.Properties.RepositoryName)
+        .sort(),
+    ).toEqual(workerImages.map((i) => i.repository).sort());
+    for (const repo of Object.values(repos)) {
+      expect(repo.Properties.ImageScanningConfiguration).toEqual({ ScanOnPush: true });
+      expect(repo.Properties.ImageTagMutability).toBe('IMMUTABLE');
+      expect(repo.DeletionPolicy).toBe('Retain');
+      expect(JSON.stringify(repo.Properties.LifecyclePolicy)).toContain('imageCountMoreThan');
+    }
+  });
+
+  it('a privileged CodeBuild project builds from an uploaded context and may push only to those repositories', () => {
+    const project = resource(platform, built.platform.images.buildProject);
+    expect(project.Properties.Environment).toMatchObject({ PrivilegedMode: true, Type: 'LINUX_CONTAINER' });
+    const names = project.Properties.Environment.EnvironmentVariables.map((v: { Name: string }) => v.Name);
+    expect(names).toEqual(expect.arrayContaining(['FERRY_BUCKET', 'FERRY_REGISTRY', 'FERRY_CONTEXT_KEY']));
+    const spec = JSON.stringify(project.Properties.Source.BuildSpec);
+    expect(spec).toContain('ferry-build-images.sh');
+    expect(spec).toContain('docker login --username AWS --password-stdin');
+    const policies = JSON.stringify(platform.findResources('AWS::IAM::Policy'));
+    for (const repo of built.platform.images.repositories.values()) expect(policies).toContain(idOf(repo));
+    platform.hasOutput('ImageRegistry', Match.anyValue());
+    platform.hasOutput('ImageBuildProject', { Value: { Ref: idOf(built.platform.images.buildProject) } });
+  });
+
+  it('the agent and artifact containers run the small agent image, not a worker base image', () => {
+    for (const e of built.appStack.endpoints) {
+      expect(JSON.stringify(container(e, 'agent').Image)).toContain('ferry/agent:0.1.0');
+      expect(JSON.stringify(container(e, 'artifact').Image)).toContain('ferry/agent:0.1.0');
+      expect(JSON.stringify(container(e, 'worker').Image)).toContain('ferry/worker-base-');
+    }
+  });
+});
+
+describe('2. nothing orphaned without saying so', () => {
+  it('tables, the bucket and the image repositories are retained; docs/aws.md says so', () => {
+    const retained = Object.entries(
+      platform.toJSON().Resources as Record<string, { Type: string; DeletionPolicy?: string }>,
+    )
+      .filter(([, r]) => r.DeletionPolicy === 'Retain')
+      .map(([, r]) => r.Type);
+    expect(new Set(retained)).toEqual(
+      new Set([
+        'AWS::DynamoDB::Table',
+        'AWS::S3::Bucket',
+        'AWS::ECR::Repository',
+        // API Gateway's account-wide CloudWatch logging role, shared with any other API in the region.
+        'AWS::ApiGateway::Account',
+        'AWS::IAM::Role',
+      ]),
+    );
+    const doc = readFileSync(path.join(repo, 'docs/aws.md'), 'utf8');
+    for (const kind of ['DynamoDB tables', 'S3 bucket', 'ECR repositories', 'API Gateway CloudWatch role'])
+      expect(doc).toContain(kind);
+    // App stacks keep nothing: every resource goes with the stack.
+    expect(
+      Object.values(app.toJSON().Resources).some(
+        (r) => (r as { DeletionPolicy?: string }).DeletionPolicy === 'Retain',
+      ),
+    ).toBe(false);
+  });
+});
+
+describe('3. names and ownership', () => {
+  it('the app stack is named with the app/env hash and tagged with its owner', () => {
+    expect(built.appStack.stackName).toBe(appStackName('fresh', 'production'));
+    expect(built.appStack.tags.tagValues()).toMatchObject({
+      [ownershipTags.app]: 'fresh',
+      [ownershipTags.env]: 'production',
+    });
+  });
+
+  it('queue names are the endpoint ids (hashes of app, env, name) the Lambdas derive', () => {
+    const names = Object.values(app.findResources('AWS::SQS::Queue')).map((q) => q.Properties.QueueName);
+    for (const e of built.appStack.endpoints.filter((x) => x.kind === 'queue')) {
+      for (const role of ['urgent', 'urgent-dlq', 'low', 'low-dlq'] as const) {
+        expect(names).toContain(queueName(e.id, role));
+      }
+    }
+  });
+});
+
+describe('4. load-balanced GPU endpoints survive model loading', () => {
+  it('health-check grace: GPU default, the endpoint’s own value, and the CPU default', () => {
+    const grace = (name: string) =>
+      resource(app, endpoint(name).service).Properties.HealthCheckGracePeriodSeconds;
+    expect(grace('gpu_api')).toBe(defaultHealthCheckGraceSec.gpu);
+    expect(defaultHealthCheckGraceSec.gpu).toBeGreaterThanOrEqual(600);
+    expect(grace('slow_api')).toBe(1500);
+    expect(grace('lb_worker')).toBe(defaultHealthCheckGraceSec.cpu);
+    expect(grace('gpu_worker')).toBeUndefined();
+  });
+});
+
+describe('8. runtime and alarms', () => {
+  it('every function runs on nodejs24.x', () => {
+    const fns = Object.values(platform.findResources('AWS::Lambda::Function')).filter(
+      (f) => f.Properties.Handler !== undefined && !String(f.Properties.Handler).startsWith('index.'),
+    );
+    expect(fns.length).toBeGreaterThanOrEqual(3);
+    for (const fn of fns) expect(fn.Properties.Runtime).toBe('nodejs24.x');
+  });
+
+  it('platform and DLQ alarms notify the alarm topic', () => {
+    const topicRef = { Ref: idOf(built.platform.alarms.topic) };
+    for (const alarm of Object.values(platform.findResources('AWS::CloudWatch::Alarm'))) {
+      expect(alarm.Properties.AlarmActions).toContainEqual(topicRef);
+    }
+    const dlqAlarms = Object.values(app.findResources('AWS::CloudWatch::Alarm')).filter((a) =>
+      String(a.Properties.AlarmDescription).includes('dead-letter'),
+    );
+    expect(dlqAlarms.length).toBe(2 * built.appStack.endpoints.filter((e) => e.kind === 'queue').length);
+    for (const alarm of dlqAlarms) {
+      expect(alarm.Properties.AlarmActions).toEqual([{ 'Fn::ImportValue': 'Ferry-AlarmTopicArn' }]);
+    }
+  });
+
+  it('tasks that fail to start (image pull) and failed instance launches reach the topic', () => {
+    const rules = Object.values(platform.findResources('AWS::Events::Rule')).filter(
+      (r) => r.Properties.EventPattern,
+    );
+    const topicRef = { Ref: idOf(built.platform.alarms.topic) };
+    const ecs = rules.find((r) => r.Properties.EventPattern.source?.[0] === 'aws.ecs')!;
+    expect(ecs.Properties.EventPattern).toMatchObject({
+      'detail-type': ['ECS Task State Change'],
+      detail: { lastStatus: ['STOPPED'], stopCode: ['TaskFailedToStart'] },
+    });
+    const asg = rules.find((r) => r.Properties.EventPattern.source?.[0] === 'aws.autoscaling')!;
+    expect(asg.Properties.EventPattern['detail-type']).toEqual(['EC2 Instance Launch Unsuccessful']);
+    for (const rule of [ecs, asg]) expect(rule.Properties.Targets[0].Arn).toEqual(topicRef);
+    // EventBridge may publish: the topic policy names events.amazonaws.com.
+    expect(JSON.stringify(platform.findResources('AWS::SNS::TopicPolicy'))).toContain('events.amazonaws.com');
+  });
+});
+
+describe('9. task networking', () => {
+  it('bridge mode: own namespaces, links by name, no fixed host port anywhere', () => {
+    for (const e of built.appStack.endpoints) {
+      expect(resource(app, e.taskDefinition).Properties.NetworkMode).toBe('bridge');
+      for (const c of containers(e)) {
+        for (const mapping of c.PortMappings ?? []) expect(mapping.HostPort ?? 0).toBe(0);
+      }
+      expect(container(e, 'worker').PortMappings ?? []).toEqual([]);
+      if (e.kind === 'queue') {
+        expect(container(e, 'worker').Links).toEqual(['agent:agent']);
+        expect(container(e, 'agent').PortMappings ?? []).toEqual([]);
+      } else {
+        expect(container(e, 'agent').Links).toEqual(['worker:worker']);
+        expect(container(e, 'agent').PortMappings).toEqual([
+          expect.objectContaining({ ContainerPort: ports.lbPublic, HostPort: 0 }),
+        ]);
+      }
+    }
+  });
+
+  it('the hosts take the dynamic port range from each load balancer only', () => {
+    const ingress = Object.values(app.findResources('AWS::EC2::SecurityGroupIngress'));
+    expect(ingress).toHaveLength(3);
+    for (const rule of ingress) {
+      expect(rule.Properties).toMatchObject({ FromPort: ephemeralPorts.from, ToPort: ephemeralPorts.to });
+      expect(rule.Properties.SourceSecurityGroupId).toBeDefined();
+      expect(rule.Properties.CidrIp).toBeUndefined();
+    }
+  });
+});
+
+describe('10. runsync wait', () => {
+  it('29 s integration (the default): waits end at 25 s, then {id, status}', () => {
+    expect(integrationTiming()).toEqual({
+      integrationTimeoutSec: 29,
+      functionTimeoutSec: 28,
+      maxWaitMs: 25_000,
+    });
+    const methods = Object.values(platform.findResources('AWS::ApiGateway::Method'));
+    for (const m of methods.filter((x) => x.Properties.Integration)) {
+      expect(m.Properties.Integration.TimeoutInMillis).toBe(29_000);
+    }
+    platform.hasOutput('RunsyncMaxWaitMs', { Value: '25000' });
+  });
+
+  it('a raised quota gives RunPod’s 90 s default wait; values out of range are refused', () => {
+    expect(integrationTiming(95).maxWaitMs).toBe(90_000);
+    expect(integrationTiming(300)).toEqual({
+      integrationTimeoutSec: 300,
+      functionTimeoutSec: 299,
+      maxWaitMs: 90_000,
+    });
+    expect(integrationTiming(60).maxWaitMs).toBe(56_000);
+    for (const bad of [28, 901, 30.5]) {
+      expect(() => integrationTiming(bad)).toThrow(expect.objectContaining({ code: 'usage' }));
+    }
+  });
+});

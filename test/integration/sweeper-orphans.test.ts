@@ -1,0 +1,150 @@
+/**
+ * No lost work on AWS, on DynamoDB Local and fauxqs (SQS) with a fake clock: the sweeper re-sends the
+ * message of a job left IN_QUEUE (its send failed, or the message was lost), once per staleness
+ * window, and fails a job whose message was dead-lettered, with the reason, deleting the dead letter.
+ */
+import { CreateQueueCommand, GetQueueAttributesCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { FakeClock } from '../../core/clock.js';
+import { createSweeper, sweepTiming } from '../../functions/sweeper.js';
+import { buildPlatform, type Platform, parseFunctionEnv } from '../../functions/wiring.js';
+import {
+  type AwsFixture,
+  dynamoClientFor,
+  s3ClientFor,
+  sqsClientFor,
+  startAwsFixture,
+} from '../support/emulators.js';
+
+let fixture: AwsFixture;
+let platform: Platform;
+const clock = new FakeClock();
+const endpointId = 'orphans0000000';
+const clients: { destroy(): void }[] = [];
+
+async function visible(queueUrl: string): Promise<number> {
+  const { Attributes } = await fixture.sqs.send(
+    new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['ApproximateNumberOfMessages'] }),
+  );
+  return Number(Attributes?.ApproximateNumberOfMessages ?? 0);
+}
+
+beforeAll(async () => {
+  fixture = await startAwsFixture({ ttl: false });
+  const env = parseFunctionEnv({
+    FERRY_JOBS_TABLE: fixture.tables.jobs,
+    FERRY_CHUNKS_TABLE: fixture.tables.chunks,
+    FERRY_CONTROL_TABLE: fixture.tables.control,
+    FERRY_WORKERS_TABLE: fixture.tables.workers,
+    FERRY_BUCKET: fixture.bucket,
+    FERRY_QUEUE_NAME_PREFIX: 'ferry-',
+  });
+  const lambdaClients = {
+    dynamo: dynamoClientFor(fixture.dynamo.endpoint),
+    sqs: sqsClientFor(fixture.fauxqs.endpoint),
+    s3: s3ClientFor(fixture.fauxqs.endpoint),
+  };
+  clients.push(...Object.values(lambdaClients));
+  platform = buildPlatform({ env, clients: lambdaClients, clock });
+  for (const name of [endpointId, `${endpointId}-low`, `${endpointId}-dlq`, `${endpointId}-low-dlq`]) {
+    await fixture.sqs.send(new CreateQueueCommand({ QueueName: `ferry-${name}` }));
+  }
+  await platform.control.putEndpoint({
+    id: endpointId,
+    app: 'shop',
+    env: 'production',
+    name: 'gen',
+    kind: 'queue',
+    createdAt: clock.now(),
+    updatedAt: clock.now(),
+  } as never);
+}, 120_000);
+afterAll(async () => {
+  for (const c of clients) c.destroy();
+  await fixture?.stop();
+});
+
+const sweep = () => {
+  vi.spyOn(console, 'log').mockImplementation(() => {});
+  return createSweeper(
+    () => platform,
+    () => clock.now(),
+  )(undefined, { getRemainingTimeInMillis: () => 50_000 });
+};
+
+describe('sweeper on emulators', () => {
+  it('re-sends the message of a job whose send was lost, once per window; a worker can then take it once', async () => {
+    const urgentUrl = (await fixture.sqs.send(new CreateQueueCommand({ QueueName: `ferry-${endpointId}` })))
+      .QueueUrl!;
+    expect(urgentUrl).toContain(`ferry-${endpointId}`);
+    // The API wrote the job, then its SendMessage failed: the job, and no message.
+    const job = await platform.engine.submit(endpointId, { input: { n: 1 } }, { sync: false });
+    await platform.queue
+      .receive(endpointId, { max: 10, visibilityMs: 0, waitMs: 0 })
+      .then((ms) => Promise.all(ms.map((m) => platform.queue.ack(endpointId, m.receipt))));
+    expect(await visible(urgentUrl)).toBe(0);
+
+    // Younger than the bound: nothing is sent.
+    clock.advance(sweepTiming.staleQueuedMs - sweepTiming.periodMs);
+    expect((await sweep()).resent).toBe(0);
+    expect(await visible(urgentUrl)).toBe(0);
+    // The sweep in which it crosses the bound re-sends it; the next sweeps do not, until the next window.
+    clock.advance(sweepTiming.periodMs);
+    expect((await sweep()).resent).toBe(1);
+    expect(await visible(urgentUrl)).toBe(1);
+    clock.advance(sweepTiming.periodMs);
+    expect((await sweep()).resent).toBe(0);
+    clock.advance(sweepTiming.staleQueuedMs - sweepTiming.periodMs);
+    expect((await sweep()).resent).toBe(1);
+    expect(await visible(urgentUrl)).toBe(2);
+
+    // Two messages for one job: the first take claims it, the duplicate finds nothing to take.
+    const messages = await platform.queue.receive(endpointId, { max: 10, visibilityMs: 30_000, waitMs: 0 });
+    expect(messages.map((m) => m.jobId)).toEqual([job.id, job.id]);
+    const stored = await platform.jobs.get(job.id, clock.now());
+    const first = await platform.jobs.update(stored!, {
+      status: 'IN_PROGRESS',
+      workerId: 'w1',
+      attempt: 1,
+    });
+    expect(first.ok && first.job.status).toBe('IN_PROGRESS');
+    // The duplicate's claim is a compare-and-set on the version it read: it loses.
+    const second = await platform.jobs.update(stored!, {
+      status: 'IN_PROGRESS',
+      workerId: 'w2',
+      attempt: 1,
+    });
+    expect(second.ok).toBe(false);
+    // Running jobs are never re-sent.
+    clock.advance(sweepTiming.staleQueuedMs);
+    expect((await sweep()).resent).toBe(0);
+  });
+
+  it('fails a job whose message was dead-lettered, with the reason, and deletes the dead letter', async () => {
+    const job = await platform.engine.submit(endpointId, { input: { n: 2 } }, { sync: false });
+    const dlq = (await fixture.sqs.send(new CreateQueueCommand({ QueueName: `ferry-${endpointId}-dlq` })))
+      .QueueUrl!;
+    await fixture.sqs.send(
+      new SendMessageCommand({
+        QueueUrl: dlq,
+        MessageBody: JSON.stringify({ jobId: job.id, endpointId, lowPriority: false }),
+      }),
+    );
+    const report = await sweep();
+    expect(report.deadLettered).toBe(1);
+    const failed = await platform.jobs.get(job.id, clock.now());
+    expect(failed?.status).toBe('FAILED');
+    expect(failed?.error).toContain('dead-lettered');
+    expect(await visible(dlq)).toBe(0);
+    // A dead letter of a job that already ended changes nothing and is still removed.
+    await fixture.sqs.send(
+      new SendMessageCommand({
+        QueueUrl: dlq,
+        MessageBody: JSON.stringify({ jobId: job.id, endpointId, lowPriority: false }),
+      }),
+    );
+    expect((await sweep()).deadLettered).toBe(0);
+    expect(await visible(dlq)).toBe(0);
+    expect((await platform.jobs.get(job.id, clock.now()))?.error).toBe(failed?.error);
+  });
+});

@@ -1,0 +1,129 @@
+/**
+ * An in-memory CloudWatch Logs for tests: the three calls CloudWatchLogStore makes, with the rules
+ * of the real service that matter to it (PutLogEvents: the group and stream must exist, events in
+ * chronological order, at most 10,000 events and 1,048,576 bytes counting 26 per event; FilterLogEvents:
+ * JSON filter patterns of `$.field = "value"` terms joined by &&, startTime inclusive, pages). No
+ * emulator for CloudWatch Logs runs here, so the AWS SDK's own command objects come in and the
+ * answers have the SDK's shapes: the adapter is tested up to the SDK call.
+ */
+import {
+  type CloudWatchLogsClient,
+  CreateLogStreamCommand,
+  FilterLogEventsCommand,
+  PutLogEventsCommand,
+} from '@aws-sdk/client-cloudwatch-logs';
+
+interface StoredEvent {
+  eventId: string;
+  logStreamName: string;
+  timestamp: number;
+  ingestionTime: number;
+  message: string;
+}
+
+class AwsLikeError extends Error {
+  constructor(name: string, message: string) {
+    super(message);
+    this.name = name;
+  }
+}
+
+export class FakeCloudWatchLogs {
+  readonly groups = new Map<string, Map<string, StoredEvent[]>>();
+  readonly calls: string[] = [];
+  private nextId = 1;
+
+  constructor(groups: string[]) {
+    for (const group of groups) this.groups.set(group, new Map());
+  }
+
+  /** Stands in for a CloudWatchLogsClient (only `send` is used). */
+  asClient(): CloudWatchLogsClient {
+    return {
+      send: (command: unknown) => this.send(command),
+      destroy: () => {},
+    } as unknown as CloudWatchLogsClient;
+  }
+
+  events(group: string): StoredEvent[] {
+    return [...(this.groups.get(group)?.values() ?? [])].flat().sort((a, b) => a.timestamp - b.timestamp);
+  }
+
+  async send(command: unknown): Promise<unknown> {
+    if (command instanceof CreateLogStreamCommand) {
+      this.calls.push('CreateLogStream');
+      const { logGroupName, logStreamName } = command.input;
+      const group = this.group(logGroupName!);
+      if (group.has(logStreamName!))
+        throw new AwsLikeError('ResourceAlreadyExistsException', 'The specified log stream already exists');
+      group.set(logStreamName!, []);
+      return {};
+    }
+    if (command instanceof PutLogEventsCommand) {
+      this.calls.push('PutLogEvents');
+      const { logGroupName, logStreamName, logEvents = [] } = command.input;
+      const stream = this.group(logGroupName!).get(logStreamName!);
+      if (!stream)
+        throw new AwsLikeError('ResourceNotFoundException', 'The specified log stream does not exist.');
+      if (logEvents.length > 10_000) throw new AwsLikeError('InvalidParameterException', 'too many events');
+      const bytes = logEvents.reduce((sum, e) => sum + Buffer.byteLength(e.message ?? '') + 26, 0);
+      if (bytes > 1_048_576) throw new AwsLikeError('InvalidParameterException', 'batch too large');
+      for (let i = 1; i < logEvents.length; i++) {
+        if ((logEvents[i]!.timestamp ?? 0) < (logEvents[i - 1]!.timestamp ?? 0))
+          throw new AwsLikeError(
+            'InvalidParameterException',
+            'Log events in a single PutLogEvents request must be in chronological order.',
+          );
+      }
+      for (const e of logEvents) {
+        stream.push({
+          eventId: String(this.nextId++).padStart(12, '0'),
+          logStreamName: logStreamName!,
+          timestamp: e.timestamp!,
+          ingestionTime: Date.now(),
+          message: e.message!,
+        });
+      }
+      return {};
+    }
+    if (command instanceof FilterLogEventsCommand) {
+      this.calls.push('FilterLogEvents');
+      const { logGroupName, filterPattern, startTime, limit = 10_000, nextToken } = command.input;
+      this.group(logGroupName!);
+      const terms = parsePattern(filterPattern ?? '');
+      const matching = this.events(logGroupName!).filter((e) => {
+        if (startTime !== undefined && e.timestamp < startTime) return false;
+        let value: Record<string, unknown>;
+        try {
+          value = JSON.parse(e.message) as Record<string, unknown>;
+        } catch {
+          return false;
+        }
+        return terms.every(([field, wanted]) => value[field] === wanted);
+      });
+      const offset = nextToken ? Number(nextToken) : 0;
+      const page = matching.slice(offset, offset + limit);
+      const more = offset + limit < matching.length;
+      return { events: page, ...(more ? { nextToken: String(offset + limit) } : {}) };
+    }
+    throw new Error(`FakeCloudWatchLogs: ${(command as object).constructor.name} is not modelled`);
+  }
+
+  private group(name: string): Map<string, StoredEvent[]> {
+    const group = this.groups.get(name);
+    if (!group)
+      throw new AwsLikeError('ResourceNotFoundException', 'The specified log group does not exist.');
+    return group;
+  }
+}
+
+/** `{ ($.a = "x") && ($.b = "y") }` → [['a','x'], ['b','y']]; anything else is refused loudly. */
+function parsePattern(pattern: string): [string, string][] {
+  const body = /^\{\s*(.*)\s*\}$/.exec(pattern.trim());
+  if (!body) throw new AwsLikeError('InvalidParameterException', `unsupported pattern ${pattern}`);
+  return body[1]!.split('&&').map((term) => {
+    const match = /^\(?\s*\$\.(\w+)\s*=\s*"([^"\\]*)"\s*\)?$/.exec(term.trim());
+    if (!match) throw new AwsLikeError('InvalidParameterException', `unsupported term ${term}`);
+    return [match[1]!, match[2]!];
+  });
+}
