@@ -3,16 +3,20 @@
  * in the same run on the same machine, written to bench/results.md with the machine and the date:
  *
  *   (a) throughput: jobs/s from /run to COMPLETED, echo handler, Ferry (real Python worker pool, and
- *       the engine alone with a TypeScript protocol worker) against BullMQ on Redis at the same
- *       concurrency;
+ *       the engine alone with a TypeScript protocol worker) against BullMQ on Redis and Celery on
+ *       Redis (Python workers) at the same concurrency; Ferry and Celery also with 4 and 16 Python
+ *       worker processes and with a 64 KB input, so the cost curve shows;
  *   (b) runsync latency p50/p99 at 1, 32 and 256 clients against a bare Fastify echo route (the floor);
  *   (c) cold start: submit to an endpoint scaled to zero → result (Python worker start included);
  *   (d) memory: platform RSS idle and with 100k queued jobs (child process, /proc);
  *   (e) cost of 1M jobs on AWS from bench/prices.json (bench/cost.ts).
  *
  * Knobs: FERRY_BENCH_JOBS (20000), FERRY_BENCH_CONCURRENCY (16), FERRY_BENCH_SECONDS per latency level
- * (5), FERRY_BENCH_QUEUE (100000), FERRY_BENCH_SKIP_BULLMQ=1. BullMQ and ioredis are installed at run
- * time into bench/.work/ (gitignored), redis-server with apt-get when it is missing.
+ * (5), FERRY_BENCH_QUEUE (100000), FERRY_BENCH_SKIP_BULLMQ=1, FERRY_BENCH_SKIP_CELERY=1,
+ * FERRY_BENCH_ONLY (a comma list of the parts to run, e.g. `a,b`; all by default),
+ * FERRY_BENCH_CELERY_PYTHON (/usr/bin/python3: Debian's python3-celery lives there, not in a pyenv).
+ * BullMQ and ioredis are installed at run time into bench/.work/ (gitignored), redis-server with
+ * apt-get when it is missing; Celery is not installed by the bench (its row says why it was skipped).
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import {
@@ -39,6 +43,14 @@ const jobs = envInt('FERRY_BENCH_JOBS', 20_000);
 const concurrency = envInt('FERRY_BENCH_CONCURRENCY', 16);
 const levelSeconds = envInt('FERRY_BENCH_SECONDS', 5);
 const queuedJobs = envInt('FERRY_BENCH_QUEUE', 100_000);
+/** The parts to run: a (throughput), b (runsync latency), c (cold start), d (memory). */
+const only = new Set((process.env.FERRY_BENCH_ONLY ?? 'a,b,c,d').split(',').map((p) => p.trim()));
+/** The large-input point of the cost curve, and how many jobs it runs (a quarter: 64 KB each). */
+const bigInputBytes = 64 * 1024;
+const bigJobs = Math.max(1, Math.floor(jobs / 4));
+/** Python worker processes for the cost curve, beside the default of one per core. */
+const curveWorkers = [4, 16];
+const celeryPython = process.env.FERRY_BENCH_CELERY_PYTHON ?? '/usr/bin/python3';
 /** Python worker processes for the echo endpoint: one per core, the rest as max_concurrency. */
 const pyWorkers = Math.max(1, Math.min(cpus().length, concurrency));
 
@@ -114,8 +126,18 @@ async function postJson(
   return parsed;
 }
 
+/** The echo input: a short text, or `payloadBytes` of it for the large-input point of the curve. */
+const echoText = (payloadBytes: number) => (payloadBytes > 0 ? 'x'.repeat(payloadBytes) : 'echo me');
+
 /** Submits `n` jobs with `clients` parallel /run loops and waits until health counts them COMPLETED. */
-async function ferryThroughput(url: string, endpointId: string, n: number, clients: number) {
+async function ferryThroughput(
+  url: string,
+  endpointId: string,
+  n: number,
+  clients: number,
+  payloadBytes = 0,
+) {
+  const text = echoText(payloadBytes);
   const before = (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed as number;
   const began = performance.now();
   let next = 0;
@@ -123,7 +145,7 @@ async function ferryThroughput(url: string, endpointId: string, n: number, clien
     Array.from({ length: clients }, async () => {
       while (next < n) {
         next++;
-        const r = await api(url, 'POST', `/${endpointId}/run`, { input: { i: next, text: 'echo me' } });
+        const r = await api(url, 'POST', `/${endpointId}/run`, { input: { i: next, text } });
         if (r.status !== 200) throw new Error(`/run answered ${r.status}: ${JSON.stringify(r.body)}`);
       }
     }),
@@ -228,11 +250,52 @@ interface BullMq {
   ) => BullWorker;
 }
 
-async function bullmqThroughput(dir: string, n: number, workerConcurrency: number, clients: number) {
+/** A throw-away redis-server on a free loopback port, in its own temp dir and process group. */
+async function startRedis(): Promise<{ port: number; stop: () => void }> {
   const port = await freePort();
-  const redis = spawn('redis-server', ['--port', String(port), '--save', '', '--appendonly', 'no'], {
-    stdio: 'ignore',
-  });
+  const dir = mkdtempSync(join(tmpdir(), 'ferry-bench-redis-'));
+  const redis = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no'],
+    { stdio: 'ignore', detached: true },
+  );
+  const stop = () => {
+    killGroup(redis.pid);
+    rmSync(dir, { recursive: true, force: true });
+  };
+  // Ready when it accepts a PING.
+  for (let i = 0; i < 100; i++) {
+    if (
+      spawnSync('redis-cli', ['-p', String(port), 'ping'], { encoding: 'utf8' }).stdout?.trim() === 'PONG'
+    ) {
+      return { port, stop };
+    }
+    await pause(50);
+  }
+  stop();
+  throw new Error(`redis-server did not answer PING on port ${port}`);
+}
+
+/** SIGKILL to a process group started with `detached: true`; gone already is fine. */
+function killGroup(pid: number | undefined): void {
+  if (pid === undefined) return;
+  try {
+    process.kill(-pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
+async function bullmqThroughput(
+  dir: string,
+  n: number,
+  workerConcurrency: number,
+  clients: number,
+  payloadBytes = 0,
+) {
+  const redis = await startRedis();
+  const port = redis.port;
+  const text = echoText(payloadBytes);
   try {
     // BullMQ's ESM build does not load under Node's own resolver; its CommonJS build does.
     const bullmq = createRequire(join(dir, 'bench.cjs'))('bullmq') as BullMq;
@@ -268,7 +331,7 @@ async function bullmqThroughput(dir: string, n: number, workerConcurrency: numbe
       Array.from({ length: clients }, async () => {
         while (next < n) {
           next++;
-          await queue.add('echo', { i: next, text: 'echo me' });
+          await queue.add('echo', { i: next, text });
         }
       }),
     );
@@ -278,7 +341,115 @@ async function bullmqThroughput(dir: string, n: number, workerConcurrency: numbe
     await queue.close();
     return { jobs: n, ms: Math.round(ms), perSec: round((n * 1000) / ms) };
   } finally {
-    redis.kill('SIGKILL');
+    redis.stop();
+  }
+}
+
+// ── Celery ────────────────────────────────────────────────────────────────────────────────────────
+
+const celeryDir = () => join(process.cwd(), 'bench', 'fixtures', 'celery');
+
+/** Celery and redis-py importable by `celeryPython`, and redis-server present, or why not. */
+function prepareCelery(): { ok: true } | { ok: false; reason: string } {
+  if (process.env.FERRY_BENCH_SKIP_CELERY === '1') return { ok: false, reason: 'FERRY_BENCH_SKIP_CELERY=1' };
+  if (!hasCommand('redis-server') || !hasCommand('redis-cli')) {
+    return { ok: false, reason: 'redis-server is not installed (apt-get install -y redis-server)' };
+  }
+  const probe = spawnSync(celeryPython, ['-c', 'import celery, redis; print(celery.__version__)'], {
+    encoding: 'utf8',
+  });
+  if (probe.status !== 0) {
+    return {
+      ok: false,
+      reason: `${celeryPython} cannot import celery and redis (apt-get install -y --no-install-recommends python3-celery python3-redis, or set FERRY_BENCH_CELERY_PYTHON)`,
+    };
+  }
+  return { ok: true };
+}
+
+/**
+ * Celery on Redis: `processes` worker processes (`celery worker --pool threads`), each running
+ * ceil(concurrency / processes) tasks at once, the shape of Ferry's pool (workers × max_concurrency).
+ * The producer is Celery's own client in Python (bench/fixtures/celery/drive.py) with `clients`
+ * threads; a job counts when its result is stored in the result backend.
+ */
+async function celeryThroughput(n: number, processes: number, clients: number, payloadBytes = 0) {
+  const redis = await startRedis();
+  const env = { ...process.env, FERRY_BENCH_REDIS_URL: `redis://127.0.0.1:${redis.port}` };
+  const perProcess = Math.ceil(concurrency / processes);
+  const workers = Array.from({ length: processes }, (_, i) =>
+    spawn(
+      celeryPython,
+      [
+        '-m',
+        'celery',
+        '-A',
+        'echo_app',
+        'worker',
+        '--pool',
+        'threads',
+        '--concurrency',
+        String(perProcess),
+        '--hostname',
+        `w${i}@bench`,
+        '--without-gossip',
+        '--without-mingle',
+        '--without-heartbeat',
+        '--loglevel',
+        'WARNING',
+      ],
+      { cwd: celeryDir(), env, stdio: 'ignore', detached: true },
+    ),
+  );
+  try {
+    const driver = spawn(
+      celeryPython,
+      ['drive.py', String(n), String(clients), String(payloadBytes), String(processes)],
+      { cwd: celeryDir(), env, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
+    );
+    let out = '';
+    let err = '';
+    driver.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    driver.stderr!.on('data', (d: Buffer) => {
+      err = (err + d.toString()).slice(-4000);
+    });
+    const code = await new Promise<number | null>((resolve) => driver.on('exit', resolve));
+    if (code !== 0) throw new Error(`celery driver exited ${code}: ${err.trim().split('\n').at(-1)}`);
+    const line = out.trim().split('\n').at(-1) ?? '';
+    return { ...(JSON.parse(line) as { jobs: number; ms: number; perSec: number }), processes, perProcess };
+  } finally {
+    for (const worker of workers) killGroup(worker.pid);
+    redis.stop();
+  }
+}
+
+/** Ferry with its own platform child whose echo pool has `workers` Python processes (cost curve). */
+async function ferryPythonCurve(workers: number, n: number, payloadBytes = 0) {
+  const dataDir = mkdtempSync(join(tmpdir(), 'ferry-bench-curve-'));
+  const child = await startPlatformChild({
+    dataDir,
+    apiKey: benchKey,
+    workerWaitMs: 20_000,
+    project: {
+      ...echoProject(),
+      resources: {
+        echo: {
+          workersMin: workers,
+          workersMax: workers,
+          maxConcurrency: Math.ceil(concurrency / workers),
+          idleTimeoutSec: 600,
+        },
+      },
+    },
+  });
+  try {
+    await waitWorkers(child.url, 'echo', workers);
+    return { ...(await ferryThroughput(child.url, 'echo', n, concurrency, payloadBytes)), workers };
+  } finally {
+    await child.stop();
+    rmSync(dataDir, { recursive: true, force: true });
   }
 }
 
@@ -288,21 +459,24 @@ async function main(): Promise<void> {
   const info = machine();
   say(`bench: ${jobs} jobs, concurrency ${concurrency}, ${levelSeconds} s per latency level on ${info.cpu}`);
   const dataDir = mkdtempSync(join(tmpdir(), 'ferry-bench-'));
-  const results: Record<string, unknown> = { machine: info };
+  const results: Record<string, unknown> = { machine: info, parts: [...only] };
+  const throughput: Record<string, unknown> = {};
 
   // (b) floor first, alone on the machine.
-  const floorChild = await startPlatformChild({ dataDir: '--floor', apiKey: '' });
   const levels = [1, 32, 256];
   const floorLatency = [];
-  try {
-    for (const clients of levels) {
-      floorLatency.push(
-        await latency(clients, levelSeconds, () => postJson(`${floorChild.url}/echo`, { input: { x: 1 } })),
-      );
-      say(`floor ${clients} clients: ${JSON.stringify(floorLatency.at(-1))}`);
+  if (only.has('b')) {
+    const floorChild = await startPlatformChild({ dataDir: '--floor', apiKey: '' });
+    try {
+      for (const clients of levels) {
+        floorLatency.push(
+          await latency(clients, levelSeconds, () => postJson(`${floorChild.url}/echo`, { input: { x: 1 } })),
+        );
+        say(`floor ${clients} clients: ${JSON.stringify(floorLatency.at(-1))}`);
+      }
+    } finally {
+      await floorChild.stop();
     }
-  } finally {
-    await floorChild.stop();
   }
 
   const profDir = join(process.cwd(), 'bench', '.work', 'prof');
@@ -334,89 +508,145 @@ async function main(): Promise<void> {
 
     // (a) throughput first: health's completed count must not include runsync jobs, whose results
     // expire after a minute (docs/api.md#retention) and would leave the count mid-run.
-    // Engine + TS worker, then the Python pool.
-    const tsThroughputWorker = new CountingWorker(child.target('tsecho'), 'tsecho', {
-      workerId: child.target('tsecho').workerId,
-      concurrency,
-    });
-    tsThroughputWorker.start();
-    const ferryTs = await ferryThroughput(child.url, 'tsecho', jobs, concurrency);
-    await tsThroughputWorker.stop();
-    say(`ferry throughput (TS worker): ${JSON.stringify(ferryTs)}`);
-    const ferryPython = await ferryThroughput(child.url, 'echo', jobs, concurrency);
-    say(`ferry throughput (Python pool): ${JSON.stringify(ferryPython)}`);
-    results.throughput = { ferryTs, ferryPython };
+    // Engine + TS worker, then the Python pool, then the pool with a 64 KB input.
+    if (only.has('a')) {
+      const tsThroughputWorker = new CountingWorker(child.target('tsecho'), 'tsecho', {
+        workerId: child.target('tsecho').workerId,
+        concurrency,
+      });
+      tsThroughputWorker.start();
+      throughput.ferryTs = await ferryThroughput(child.url, 'tsecho', jobs, concurrency);
+      await tsThroughputWorker.stop();
+      say(`ferry throughput (TS worker): ${JSON.stringify(throughput.ferryTs)}`);
+      throughput.ferryPython = await ferryThroughput(child.url, 'echo', jobs, concurrency);
+      say(`ferry throughput (Python pool): ${JSON.stringify(throughput.ferryPython)}`);
+      throughput.ferryPythonBig = await ferryThroughput(
+        child.url,
+        'echo',
+        bigJobs,
+        concurrency,
+        bigInputBytes,
+      );
+      say(`ferry throughput (Python pool, 64 KB input): ${JSON.stringify(throughput.ferryPythonBig)}`);
+    }
     // (b) runsync latency through the platform: TS protocol worker, then the Python pool.
-    const tsWorker = new CountingWorker(child.target('tsecho'), 'tsecho', {
-      workerId: child.target('tsecho').workerId,
-      concurrency: 64,
-    });
-    tsWorker.start();
-    const tsLatency = [];
-    const pyLatency = [];
-    for (const clients of levels) {
-      tsLatency.push(
-        await latency(clients, levelSeconds, () =>
-          postJson(`${child.url}/v2/tsecho/runsync?wait=60000`, { input: { x: 1 } }, auth),
-        ),
-      );
-      say(`ferry runsync (TS worker) ${clients} clients: ${JSON.stringify(tsLatency.at(-1))}`);
+    if (only.has('b')) {
+      const tsWorker = new CountingWorker(child.target('tsecho'), 'tsecho', {
+        workerId: child.target('tsecho').workerId,
+        concurrency: 64,
+      });
+      tsWorker.start();
+      const tsLatency = [];
+      const pyLatency = [];
+      for (const clients of levels) {
+        tsLatency.push(
+          await latency(clients, levelSeconds, () =>
+            postJson(`${child.url}/v2/tsecho/runsync?wait=60000`, { input: { x: 1 } }, auth),
+          ),
+        );
+        say(`ferry runsync (TS worker) ${clients} clients: ${JSON.stringify(tsLatency.at(-1))}`);
+      }
+      for (const clients of levels) {
+        pyLatency.push(
+          await latency(clients, levelSeconds, () =>
+            postJson(`${child.url}/v2/echo/runsync?wait=60000`, { input: { x: 1 } }, auth),
+          ),
+        );
+        say(`ferry runsync (Python worker) ${clients} clients: ${JSON.stringify(pyLatency.at(-1))}`);
+      }
+      await tsWorker.stop();
+      results.latency = { floor: floorLatency, ferryTs: tsLatency, ferryPython: pyLatency };
     }
-    for (const clients of levels) {
-      pyLatency.push(
-        await latency(clients, levelSeconds, () =>
-          postJson(`${child.url}/v2/echo/runsync?wait=60000`, { input: { x: 1 } }, auth),
-        ),
-      );
-      say(`ferry runsync (Python worker) ${clients} clients: ${JSON.stringify(pyLatency.at(-1))}`);
-    }
-    await tsWorker.stop();
-    results.latency = { floor: floorLatency, ferryTs: tsLatency, ferryPython: pyLatency };
 
     // (c) cold start: the endpoint scaled to zero, one job, time to its result.
-    const coldMs: number[] = [];
-    for (let i = 0; i < 5; i++) {
-      await waitWorkers(child.url, 'cold', 0);
-      await pause(300);
-      const began = performance.now();
-      const r = await postJson(`${child.url}/v2/cold/runsync?wait=60000`, { input: { i } }, auth);
-      if (r.status !== 'COMPLETED') throw new Error(`cold start job ended ${r.status}`);
-      coldMs.push(Math.round(performance.now() - began));
-      say(`cold start ${i + 1}: ${coldMs.at(-1)} ms`);
+    if (only.has('c')) {
+      const coldMs: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        await waitWorkers(child.url, 'cold', 0);
+        await pause(300);
+        const began = performance.now();
+        const r = await postJson(`${child.url}/v2/cold/runsync?wait=60000`, { input: { i } }, auth);
+        if (r.status !== 'COMPLETED') throw new Error(`cold start job ended ${r.status}`);
+        coldMs.push(Math.round(performance.now() - began));
+        say(`cold start ${i + 1}: ${coldMs.at(-1)} ms`);
+      }
+      results.coldStartMs = coldMs;
     }
-    results.coldStartMs = coldMs;
   } finally {
     await child.stop();
     rmSync(dataDir, { recursive: true, force: true });
   }
 
-  const bull = prepareBullmq();
-  if (bull.ok) {
-    try {
-      const bullmq = await bullmqThroughput(bull.dir, jobs, concurrency, concurrency);
-      say(`bullmq throughput: ${JSON.stringify(bullmq)}`);
-      (results.throughput as Record<string, unknown>).bullmq = bullmq;
-    } catch (error) {
-      say(`BullMQ failed: ${(error as Error).message}`);
-      (results.throughput as Record<string, unknown>).bullmqSkipped =
-        `BullMQ run failed: ${(error as Error).message}`;
+  if (only.has('a')) {
+    // The cost curve: Ferry with 4 and 16 Python worker processes, each in its own platform child.
+    throughput.ferryCurve = [];
+    for (const workers of curveWorkers) {
+      const point = await ferryPythonCurve(workers, jobs);
+      say(`ferry throughput (${workers} Python workers): ${JSON.stringify(point)}`);
+      (throughput.ferryCurve as unknown[]).push(point);
     }
-  } else {
-    say(`BullMQ skipped: ${bull.reason}`);
-    (results.throughput as Record<string, unknown>).bullmqSkipped = bull.reason;
+
+    const bull = prepareBullmq();
+    if (bull.ok) {
+      try {
+        throughput.bullmq = await bullmqThroughput(bull.dir, jobs, concurrency, concurrency);
+        say(`bullmq throughput: ${JSON.stringify(throughput.bullmq)}`);
+        throughput.bullmqBig = await bullmqThroughput(
+          bull.dir,
+          bigJobs,
+          concurrency,
+          concurrency,
+          bigInputBytes,
+        );
+        say(`bullmq throughput (64 KB input): ${JSON.stringify(throughput.bullmqBig)}`);
+      } catch (error) {
+        say(`BullMQ failed: ${(error as Error).message}`);
+        throughput.bullmqSkipped = `BullMQ run failed: ${(error as Error).message}`;
+      }
+    } else {
+      say(`BullMQ skipped: ${bull.reason}`);
+      throughput.bullmqSkipped = bull.reason;
+    }
+
+    const celery = prepareCelery();
+    if (celery.ok) {
+      try {
+        throughput.celery = await celeryThroughput(jobs, pyWorkers, concurrency);
+        say(`celery throughput: ${JSON.stringify(throughput.celery)}`);
+        throughput.celeryBig = await celeryThroughput(bigJobs, pyWorkers, concurrency, bigInputBytes);
+        say(`celery throughput (64 KB input): ${JSON.stringify(throughput.celeryBig)}`);
+        throughput.celeryCurve = [];
+        for (const workers of curveWorkers) {
+          const point = await celeryThroughput(jobs, workers, concurrency);
+          say(`celery throughput (${workers} Python workers): ${JSON.stringify(point)}`);
+          (throughput.celeryCurve as unknown[]).push(point);
+        }
+      } catch (error) {
+        say(`Celery failed: ${(error as Error).message}`);
+        throughput.celerySkipped = `Celery run failed: ${(error as Error).message}`;
+      }
+    } else {
+      say(`skipped: Celery: ${celery.reason}`);
+      throughput.celerySkipped = celery.reason;
+    }
+    results.throughput = throughput;
   }
 
   if (profile) results.profile = summarizeProfile(profDir);
 
   // (d) memory, in a fresh child.
-  const memory = await deepQueue({ jobs: queuedJobs });
-  say(`memory: ${JSON.stringify(memory)}`);
-  results.memory = memory;
+  if (only.has('d')) {
+    const memory = await deepQueue({ jobs: queuedJobs });
+    say(`memory: ${JSON.stringify(memory)}`);
+    results.memory = memory;
+  }
 
   (results.machine as Record<string, unknown>).loadAverageAtEnd = loadavg().map((n) => round(n, 2));
   const markdown = report(results as unknown as Results);
-  writeFileSync(join(process.cwd(), 'bench', 'results.md'), markdown);
+  // A partial run (FERRY_BENCH_ONLY) does not overwrite the full report.
+  const full = ['a', 'b', 'c', 'd'].every((p) => only.has(p));
   mkdirSync(join(process.cwd(), 'bench', '.work'), { recursive: true });
+  writeFileSync(join(process.cwd(), full ? 'bench/results.md' : 'bench/.work/results-partial.md'), markdown);
   writeFileSync(
     join(process.cwd(), 'bench', '.work', 'results.json'),
     `${JSON.stringify(results, null, 2)}\n`,
@@ -459,18 +689,69 @@ interface Level {
   p50: number;
   p99: number;
 }
+interface Rate {
+  perSec: number;
+  ms: number;
+}
 interface Results {
   machine: ReturnType<typeof machine>;
-  latency: { floor: Level[]; ferryTs: Level[]; ferryPython: Level[] };
-  coldStartMs: number[];
-  throughput: {
-    ferryTs: { perSec: number; ms: number };
-    ferryPython: { perSec: number; ms: number };
-    bullmq?: { perSec: number; ms: number };
+  latency?: { floor: Level[]; ferryTs: Level[]; ferryPython: Level[] };
+  coldStartMs?: number[];
+  throughput?: {
+    ferryTs: Rate;
+    ferryPython: Rate;
+    ferryPythonBig: Rate;
+    ferryCurve: (Rate & { workers: number })[];
+    bullmq?: Rate;
+    bullmqBig?: Rate;
     bullmqSkipped?: string;
+    celery?: Rate;
+    celeryBig?: Rate;
+    celeryCurve?: (Rate & { processes: number })[];
+    celerySkipped?: string;
   };
-  memory: Awaited<ReturnType<typeof deepQueue>>;
+  memory?: Awaited<ReturnType<typeof deepQueue>>;
   profile?: { fn: string; pct: number }[];
+}
+
+const notRun = (part: string) => `Not run in this pass (FERRY_BENCH_ONLY left out part ${part}).\n`;
+
+function throughputSection(t: NonNullable<Results['throughput']>): string {
+  const ratio = (a: number, b: number | undefined) => (b ? `${round(a / b, 2)}×` : 'n/a');
+  const bull = t.bullmq?.perSec;
+  const cel = t.celery?.perSec;
+  const row = (name: string, rate: Rate | undefined, skipped?: string) =>
+    rate
+      ? `| ${name} | ${rate.perSec} | ${ratio(rate.perSec, bull)} | ${ratio(rate.perSec, cel)} |`
+      : `| ${name} | skipped: ${skipped ?? 'not run'} | — | — |`;
+  const curveRows = [
+    `| ${pyWorkers} (one per core) | ${t.ferryPython.perSec} | ${t.celery?.perSec ?? 'n/a'} | ${ratio(t.ferryPython.perSec, t.celery?.perSec)} |`,
+    ...t.ferryCurve.map((f) => {
+      const c = t.celeryCurve?.find((p) => p.processes === f.workers);
+      return `| ${f.workers} | ${f.perSec} | ${c?.perSec ?? 'n/a'} | ${ratio(f.perSec, c?.perSec)} |`;
+    }),
+  ];
+  return `| system | jobs/s | ratio to BullMQ | ratio to Celery |
+|---|---|---|---|
+${row('Ferry, local provider, real Python worker pool', t.ferryPython)}
+${row('Ferry engine alone, TypeScript protocol worker', t.ferryTs)}
+${row('BullMQ 5 on Redis (Node worker, same concurrency)', t.bullmq, t.bullmqSkipped)}
+${row('Celery 5 on Redis (Python workers, same concurrency)', t.celery, t.celerySkipped)}
+
+Ferry's figure includes HTTP for every submission (/run), every take and every job-done, and a durable
+SQLite commit before each answer; BullMQ's producer and worker talk to Redis directly in-process; Celery's
+producer is its Python client (${concurrency} threads) and its workers are \`celery worker --pool threads\`
+processes, as many as Ferry's pool has, each running ceil(${concurrency} / processes) tasks at once; a Celery
+job counts when its result is in the Redis result backend.
+
+Cost curve, same ${concurrency} concurrency spread over more Python processes (jobs/s):
+
+| Python worker processes | Ferry | Celery | Ferry / Celery |
+|---|---|---|---|
+${curveRows.join('\n')}
+
+A ${bigInputBytes / 1024} KB input (${bigJobs} jobs, ${pyWorkers} Python processes): Ferry ${t.ferryPythonBig.perSec} jobs/s, BullMQ ${t.bullmqBig?.perSec ?? 'n/a'} (${ratio(t.ferryPythonBig.perSec, t.bullmqBig?.perSec)}), Celery ${t.celeryBig?.perSec ?? 'n/a'} (${ratio(t.ferryPythonBig.perSec, t.celeryBig?.perSec)}).
+`;
 }
 
 function report(r: Results): string {
@@ -478,24 +759,26 @@ function report(r: Results): string {
   const mb = (bytes: number | undefined) => (bytes === undefined ? 'n/a' : `${round(bytes / 1048576)} MB`);
   const t = r.throughput;
   const ratio = (a: number, b: number) => `${round(a / b, 2)}×`;
-  const bullLine = t.bullmq
-    ? `| BullMQ 5 on Redis (same concurrency) | ${t.bullmq.perSec} | 1.00× |`
-    : `| BullMQ 5 on Redis | skipped: ${t.bullmqSkipped} | — |`;
-  const peer = t.bullmq?.perSec;
-  const lat = (levels: Level[], clients: number) => levels.find((l) => l.clients === clients)!;
-  const latRows = [1, 32, 256].map((c) => {
-    const f = lat(r.latency.floor, c);
-    const ts = lat(r.latency.ferryTs, c);
-    const py = lat(r.latency.ferryPython, c);
-    return `| ${c} | ${f.p50} / ${f.p99} | ${ts.p50} / ${ts.p99} (${ratio(ts.p50, f.p50)}) | ${py.p50} / ${py.p99} (${ratio(py.p50, f.p50)}) |`;
-  });
-  const cold = [...r.coldStartMs].sort((a, b) => a - b);
-  const coldMedian = cold[Math.floor(cold.length / 2)]!;
-  const gap32 = round(lat(r.latency.ferryTs, 32).p50 - lat(r.latency.floor, 32).p50, 2);
-  const gap32py = round(lat(r.latency.ferryPython, 32).p50 - lat(r.latency.floor, 32).p50, 2);
-  const idleMb = (r.memory.rssIdleBytes ?? Number.NaN) / 1048576;
   const met = (ok: boolean | undefined) =>
     ok === undefined ? 'not measured' : ok ? '**met**' : '**not met**';
+  const lat = (levels: Level[], clients: number) => levels.find((l) => l.clients === clients)!;
+  const L = r.latency;
+  const latRows = L
+    ? [1, 32, 256].map((c) => {
+        const f = lat(L.floor, c);
+        const ts = lat(L.ferryTs, c);
+        const py = lat(L.ferryPython, c);
+        return `| ${c} | ${f.p50} / ${f.p99} | ${ts.p50} / ${ts.p99} (${ratio(ts.p50, f.p50)}) | ${py.p50} / ${py.p99} (${ratio(py.p50, f.p50)}) |`;
+      })
+    : [];
+  const cold = [...(r.coldStartMs ?? [])].sort((a, b) => a - b);
+  const coldMedian = cold[Math.floor(cold.length / 2)];
+  const gap1 = L ? round(lat(L.ferryPython, 1).p50 - lat(L.floor, 1).p50, 2) : undefined;
+  const x32 = L ? round(lat(L.ferryPython, 32).p50 / lat(L.floor, 32).p50, 2) : undefined;
+  const idleMb = r.memory ? (r.memory.rssIdleBytes ?? Number.NaN) / 1048576 : undefined;
+  const bull = t?.bullmq?.perSec;
+  const cel = t?.celery?.perSec;
+  const py = t?.ferryPython.perSec;
   return `# Ferry benchmarks
 
 Measured in one run by \`npm run bench\` (bench/run.ts). Every figure is set against a peer measured in
@@ -509,48 +792,53 @@ Run size: ${jobs} jobs per throughput figure, concurrency ${concurrency} (Python
 
 | aim | measured | |
 |---|---|---|
-| throughput ≥ BullMQ's | Ferry + Python pool ${t.ferryPython.perSec} jobs/s vs BullMQ ${peer ?? 'n/a'} jobs/s (${peer ? ratio(t.ferryPython.perSec, peer) : 'n/a'}) | ${met(peer === undefined ? undefined : t.ferryPython.perSec >= peer)} |
-| runsync p50 within 2 ms of the floor at 32 clients | TS worker +${gap32} ms, Python worker +${gap32py} ms | ${met(gap32 <= 2)} |
-| cold start < 300 ms | median ${coldMedian} ms | ${met(coldMedian < 300)} |
-| idle RSS < 120 MB | ${round(idleMb)} MB | ${met(idleMb < 120)} |
+| throughput ≥ 0.5× BullMQ | Ferry + Python pool ${py ?? 'n/a'} jobs/s vs BullMQ ${bull ?? 'n/a'} jobs/s (${py && bull ? ratio(py, bull) : 'n/a'}) | ${met(py && bull ? py >= 0.5 * bull : undefined)} |
+| throughput ≥ 4× Celery | Ferry + Python pool ${py ?? 'n/a'} jobs/s vs Celery ${cel ?? 'n/a'} jobs/s (${py && cel ? ratio(py, cel) : 'n/a'}) | ${met(py && cel ? py >= 4 * cel : undefined)} |
+| runsync p50 at 1 client within 1 ms of the floor | Python worker +${gap1 ?? 'n/a'} ms | ${met(gap1 === undefined ? undefined : gap1 <= 1)} |
+| runsync p50 at 32 clients ≤ 2× the floor | Python worker ${x32 ?? 'n/a'}× | ${met(x32 === undefined ? undefined : x32 <= 2)} |
+| cold start < 300 ms | median ${coldMedian ?? 'n/a'} ms | ${met(coldMedian === undefined ? undefined : coldMedian < 300)} |
+| idle RSS < 120 MB | ${idleMb === undefined ? 'n/a' : round(idleMb)} MB | ${met(idleMb === undefined ? undefined : idleMb < 120)} |
 
 ## (a) Throughput: /run → COMPLETED, echo handler
 
-| system | jobs/s | ratio to BullMQ |
-|---|---|---|
-| Ferry, local provider, real Python worker pool | ${t.ferryPython.perSec} | ${peer ? ratio(t.ferryPython.perSec, peer) : 'n/a'} |
-| Ferry engine alone, TypeScript protocol worker | ${t.ferryTs.perSec} | ${peer ? ratio(t.ferryTs.perSec, peer) : 'n/a'} |
-${bullLine}
-
-Ferry's figure includes HTTP for every submission (/run), every take and every job-done, and one
-SQLite commit per transition; BullMQ's producer and worker talk to Redis directly in-process.
-
+${t ? throughputSection(t) : notRun('a')}
 ## (b) runsync latency, ms (p50 / p99), against a bare Fastify echo route
 
-| clients | floor: Fastify echo | Ferry runsync, TS worker (p50 ratio) | Ferry runsync, Python worker (p50 ratio) |
+${
+  L
+    ? `| clients | floor: Fastify echo | Ferry runsync, TS worker (p50 ratio) | Ferry runsync, Python worker (p50 ratio) |
 |---|---|---|---|
 ${latRows.join('\n')}
 
 A runsync is a job: submit, queue, a worker's long poll answers, the handler runs, job-done, and the
 waiting request wakes up — four HTTP exchanges where the floor has one.
-
+`
+    : notRun('b')
+}
 ## (c) Cold start
 
-Submit to an endpoint scaled to zero until its result, Python worker start included: ${r.coldStartMs.join(', ')} ms (median ${coldMedian} ms).
+${
+  r.coldStartMs
+    ? `Submit to an endpoint scaled to zero until its result, Python worker start included: ${r.coldStartMs.join(', ')} ms (median ${coldMedian} ms).
 \`node dist/bench/scale-from-zero.js\` measures the same against a warm endpoint in one run.
 
-${awsScaleFromZeroReport()}
-
+${awsScaleFromZeroReport()}`
+    : notRun('c')
+}
 ## (d) Memory (platform in a child process, RSS from /proc after a GC)
 
-| state | RSS |
+${
+  r.memory
+    ? `| state | RSS |
 |---|---|
 | idle | ${mb(r.memory.rssIdleBytes)} |
 | ${r.memory.jobs} jobs queued | ${mb(r.memory.rssQueuedBytes)} |
 | after purge-queue | ${mb(r.memory.rssAfterPurgeBytes)} |
 
 ${r.memory.jobs} jobs were submitted through the engine in ${r.memory.submitMs} ms (${r.memory.submitPerSec}/s); health answered in ${r.memory.healthMs} ms and purge-queue removed ${r.memory.removed} in ${r.memory.purgeMs} ms. Queued jobs live in SQLite, not in the heap.
-
+`
+    : notRun('d')
+}
 ${
   r.profile && r.profile.length > 0
     ? `## Where the platform spends its CPU (--cpu-prof of the platform child over the whole run, self time)\n\n| function | self % |\n|---|---|\n${r.profile.map((p) => `| \`${p.fn}\` | ${p.pct} |`).join('\n')}\n\n`

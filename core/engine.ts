@@ -106,6 +106,8 @@ export class JobEngine {
   private readonly webhooks: WebhookSender | undefined;
   private readonly createQueued: ((job: Job) => Promise<void>) | undefined;
   private readonly newId: (endpointId: string) => string;
+  /** Per endpoint, submits admitted without counting the backlog again (see `admit`). */
+  readonly #capRoom = new Map<string, number>();
 
   constructor(deps: EngineDeps) {
     this.jobs = deps.jobs;
@@ -128,12 +130,7 @@ export class JobEngine {
   // ── client side ──────────────────────────────────────────────────────────────────────────────
 
   async submit(endpointId: string, request: RunRequest, options: SubmitOptions): Promise<Job> {
-    const cap = this.settings.queueCapJobs;
-    if ((await this.queue.depth(endpointId, { atMost: cap })).visible >= cap) {
-      throw new FerryError('too_many_requests', `Endpoint ${endpointId} has ${cap} jobs waiting already`, {
-        hint: "Retry later, or raise the endpoint's worker count",
-      });
-    }
+    await this.admit(endpointId);
     const now = this.clock.now();
     const ttlMs = request.policy?.ttl ?? limits.ttlDefaultMs;
     const job: Job = {
@@ -198,6 +195,34 @@ export class JobEngine {
       );
     }
     return viewOf(job, this.clock.now());
+  }
+
+  /**
+   * The queue cap (too_many_requests). Counting the backlog up to the cap on every submit scanned the
+   * whole queue per /run, a top frame in profiles under load; so after each count this engine admits
+   * half the room that count left (at most 1000) before it counts again. On its own it never passes
+   * the cap; jobs requeued meanwhile drop the allowance (`forgetRoom`), and other processes' submits
+   * are seen at the next count.
+   */
+  private async admit(endpointId: string): Promise<void> {
+    const room = this.#capRoom.get(endpointId) ?? 0;
+    if (room > 0) {
+      this.#capRoom.set(endpointId, room - 1);
+      return;
+    }
+    const cap = this.settings.queueCapJobs;
+    const visible = (await this.queue.depth(endpointId, { atMost: cap })).visible;
+    if (visible >= cap) {
+      throw new FerryError('too_many_requests', `Endpoint ${endpointId} has ${cap} jobs waiting already`, {
+        hint: "Retry later, or raise the endpoint's worker count",
+      });
+    }
+    this.#capRoom.set(endpointId, Math.min(1000, Math.floor((cap - visible - 1) / 2)));
+  }
+
+  /** A job went back to the queue outside `submit`: the next submit counts the backlog again. */
+  private forgetRoom(endpointId: string): void {
+    this.#capRoom.delete(endpointId);
   }
 
   /** Long poll: answers as soon as the job ends, or with its current state when `waitMs` runs out. */
@@ -265,6 +290,7 @@ export class JobEngine {
     }));
     await this.jobs.clearStream(jobId);
     await this.queue.send(endpointId, jobId, { lowPriority: queued.policy.lowPriority });
+    this.forgetRoom(endpointId);
     this.changes.notify(endpointKey(endpointId));
     return { id: queued.id, status: queued.status };
   }
@@ -371,8 +397,8 @@ export class JobEngine {
       output: body.output,
       error: failed ? errorText(body.error) : undefined,
     });
-    // Let go of the job in the registry first: the final move wakes the worker's job-stop poll, which
-    // must not find the job it just finished still listed and tell the worker to stop it.
+    // Let go of the job in the registry first: a job-stop poll that wakes meanwhile must not find the
+    // job it just finished still listed and tell the worker to stop it.
     await this.ledger.released(endpointId, workerId, jobId, { refresh: body.stopPod === true });
     const ended = await this.move(job, failed ? 'fail' : 'complete', patch, workerId);
     return { status: ended.status };
@@ -653,7 +679,14 @@ export class JobEngine {
 
   private afterWrite(before: Job, after: Job): void {
     this.changes.notify(jobKey(after.id));
-    if (before.workerId && before.status === 'IN_PROGRESS' && after.status !== 'IN_PROGRESS') {
+    // Wake the holder's job-stop poll only when this change means it must let go: its own job-done
+    // (COMPLETED or FAILED, still its own) woke it to re-read every job it holds, for nothing.
+    if (
+      before.workerId &&
+      before.status === 'IN_PROGRESS' &&
+      after.status !== 'IN_PROGRESS' &&
+      mustStop(after, before.workerId, before.endpointId)
+    ) {
       this.changes.notify(workerKey(before.workerId));
     }
     if (after.webhook && isFinal(after.status) && !isFinal(before.status)) {
@@ -686,6 +719,7 @@ export class JobEngine {
     // The next attempt streams from the start: chunks of this one must not reach the client twice.
     await this.jobs.clearStream(job.id);
     await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
+    this.forgetRoom(job.endpointId);
     this.changes.notify(endpointKey(job.endpointId));
     return 'requeued';
   }
@@ -698,7 +732,10 @@ export class JobEngine {
       startedAt: undefined,
       attempt: job.attempt - 1,
     }));
-    if (back) await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
+    if (back) {
+      await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
+      this.forgetRoom(job.endpointId);
+    }
   }
 
   private async claim(endpointId: string, jobId: string, workerId: string): Promise<Job | undefined> {

@@ -225,8 +225,8 @@ describe('long polls wake on change, not on a timer', () => {
 
   it('runSync answers {id, status} when the wait runs out', async () => {
     const pending = engine.runSync(ep, { input: {} }, 1_000, undefined);
-    await new Promise((r) => setImmediate(r));
-    await new Promise((r) => setImmediate(r));
+    // Advance only once the wait has begun (the submit's commit lands at the end of a loop turn).
+    while (clock.pendingSleeps() === 0) await new Promise((r) => setImmediate(r));
     clock.advance(1_000);
     const view = await pending;
     expect(Object.keys(view).sort()).toEqual(['id', 'status']);

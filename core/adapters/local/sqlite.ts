@@ -8,6 +8,11 @@
  * loss or kernel crash can drop the last commits; pass `{ synchronous: 'FULL' }` to fsync every
  * commit when that matters more than write speed (an fsync per stream chunk is slow on laptops).
  *
+ * Group commit: the hot writes (create-and-queue, job updates, queue receive/ack/send) that arrive in
+ * the same event-loop turn share one transaction (`GroupCommit`), each in its own savepoint, and each
+ * caller's promise settles only after that COMMIT — so nothing is answered before it is durable, and
+ * one failing write rolls back only itself.
+ *
  * Several processes may open the same file (the dev server and a CLI command): writes that read
  * then write run in `BEGIN IMMEDIATE` transactions, and `busy_timeout` makes a second writer wait
  * instead of failing.
@@ -55,6 +60,60 @@ const finalStatusSql = finalStatusList.map((status) => `'${status}'`).join(', ')
 import { SqliteLogStore } from './logs.js';
 
 type Db = Database.Database;
+
+/**
+ * Writes queued during one event-loop turn, committed together at its end (setImmediate runs after
+ * the turn's I/O callbacks, so every request parsed in that turn joins). Each write runs in order in
+ * its own savepoint, so compare-and-set updates see each other exactly as they would one by one; a
+ * write that throws rolls back alone and its caller gets the error; the others commit.
+ */
+export class GroupCommit {
+  #pending: { work: () => unknown; resolve: (value: unknown) => void; reject: (error: unknown) => void }[] =
+    [];
+  readonly #one;
+  readonly #all;
+
+  constructor(db: Db) {
+    // Called inside #all, a better-sqlite3 transaction function opens a SAVEPOINT.
+    this.#one = db.transaction((work: () => unknown) => work());
+    this.#all = db.transaction((batch: { work: () => unknown }[]) =>
+      batch.map((item) => {
+        try {
+          return { ok: true as const, value: this.#one(item.work) };
+        } catch (error) {
+          return { ok: false as const, error };
+        }
+      }),
+    );
+  }
+
+  run<T>(work: () => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      if (this.#pending.length === 0) setImmediate(() => this.flush());
+      this.#pending.push({ work, resolve: resolve as (value: unknown) => void, reject });
+    });
+  }
+
+  /** Commits what is queued now (also called before the database closes). */
+  flush(): void {
+    const batch = this.#pending;
+    if (batch.length === 0) return;
+    this.#pending = [];
+    let outcomes: { ok: boolean; value?: unknown; error?: unknown }[];
+    try {
+      outcomes = this.#all.immediate(batch);
+    } catch (error) {
+      // BEGIN or COMMIT failed: nothing of the batch is written.
+      for (const item of batch) item.reject(error);
+      return;
+    }
+    batch.forEach((item, i) => {
+      const outcome = outcomes[i]!;
+      if (outcome.ok) item.resolve(outcome.value);
+      else item.reject(outcome.error);
+    });
+  }
+}
 
 /**
  * Statements prepared once per connection: better-sqlite3 compiles SQL on every `prepare`, which
@@ -235,8 +294,9 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     throw error;
   }
   const clock = options.clock ?? systemClock;
-  const queue = new SqliteJobQueue(db, clock, options.crossProcessPollMs ?? 500);
-  const jobs = new SqliteJobStore(db);
+  const group = new GroupCommit(db);
+  const queue = new SqliteJobQueue(db, clock, options.crossProcessPollMs ?? 500, group);
+  const jobs = new SqliteJobStore(db, group);
   const createQueuedTx = db.transaction((job: Job) => {
     jobs.insertSync(job);
     queue.insertSync(job.endpointId, job.id, job.policy.lowPriority);
@@ -251,7 +311,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
       db.pragma(`incremental_vacuum(${Math.max(1, Math.floor(maxPages))})`);
     },
     async createQueued(job: Job) {
-      createQueuedTx.immediate(job);
+      await group.run(() => createQueuedTx(job));
       queue.wake(job.endpointId);
     },
     queue,
@@ -263,6 +323,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
       if (closed) return;
       closed = true;
       await queue.close();
+      group.flush();
       db.close();
     },
   };
@@ -305,7 +366,10 @@ class SqliteJobStore implements JobStore {
   readonly #appendTx;
   readonly #drainTx;
 
-  constructor(private readonly db: Db) {
+  constructor(
+    private readonly db: Db,
+    private readonly group: GroupCommit,
+  ) {
     this.#insert = db.prepare(
       `INSERT OR IGNORE INTO jobs (id, endpoint_id, status, created_at, expires_at, lease_until, started_at, run_deadline, retries, version, body)
        VALUES (@id, @endpoint_id, @status, @created_at, @expires_at, @lease_until, @started_at, @run_deadline, @retries, @version, @body)`,
@@ -348,7 +412,7 @@ class SqliteJobStore implements JobStore {
   }
 
   async create(job: Job): Promise<void> {
-    this.insertSync(job);
+    await this.group.run(() => this.insertSync(job));
   }
 
   /** The insert itself, for callers that wrap it in a transaction with other writes. */
@@ -365,7 +429,7 @@ class SqliteJobStore implements JobStore {
   }
 
   async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
-    return this.#updateTx.immediate(current, patch);
+    return this.group.run(() => this.#updateTx(current, patch));
   }
 
   async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
@@ -509,6 +573,7 @@ class SqliteJobQueue implements JobQueue {
     db: Db,
     private readonly clock: Clock,
     private readonly crossProcessPollMs: number,
+    private readonly group: GroupCommit,
   ) {
     this.#send = db.prepare(
       'INSERT INTO queue (endpoint_id, job_id, low_priority, visible_at, token) VALUES (?, ?, ?, ?, ?)',
@@ -543,7 +608,7 @@ class SqliteJobQueue implements JobQueue {
   }
 
   async send(endpointId: string, jobId: string, options: { lowPriority: boolean }): Promise<void> {
-    this.insertSync(endpointId, jobId, options.lowPriority);
+    await this.group.run(() => this.insertSync(endpointId, jobId, options.lowPriority));
     this.wake(endpointId);
   }
 
@@ -565,7 +630,7 @@ class SqliteJobQueue implements JobQueue {
     for (;;) {
       if (this.#closed || signal?.aborted) return [];
       const nowMs = this.clock.now();
-      const messages = this.#receiveTx.immediate(endpointId, nowMs, max, visibilityMs);
+      const messages = await this.group.run(() => this.#receiveTx(endpointId, nowMs, max, visibilityMs));
       if (messages.length > 0 || nowMs >= deadlineMs) return messages;
       // Nothing visible: sleep until a send here wakes us, a hidden message turns visible again, the
       // cross-process poll comes round, or the wait ends. No busy loop.
@@ -579,7 +644,7 @@ class SqliteJobQueue implements JobQueue {
     this.#assertOpen();
     const match = /^(\d+):([0-9a-f-]+)$/.exec(receipt);
     if (!match) throw internal('Malformed queue receipt');
-    this.#ack.run(endpointId, Number(match[1]), match[2]);
+    await this.group.run(() => this.#ack.run(endpointId, Number(match[1]), match[2]));
   }
 
   async depth(
