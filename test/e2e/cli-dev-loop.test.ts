@@ -111,7 +111,8 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
     const result = await post(`${base}/app/hello/runsync`, { input: { name: 'bob' } });
     expect(result.body).toMatchObject({ status: 'COMPLETED', output: { text: 'bobbob' } });
     await until('the print line', async () =>
-      /\[live-hello [^\]]+\] \[[^\]]+\] handler saw bob/.test(output().stderr) ? true : undefined,
+      // `ferry dev` prints each job's log lines as `[<endpoint> <job id>] text` (docs/observability.md).
+      /\[hello [^\]]+-u1\] handler saw bob/.test(output().stderr) ? true : undefined,
     );
   });
 

@@ -393,6 +393,8 @@ def envspy():
         'FERRY_APP',
         'FERRY_ENV',
         'FERRY_ENDPOINT_NAME',
+        // Where the runtime ships job log lines (docs/observability.md): a worker route, no secret.
+        'FERRY_WEBHOOK_POST_LOG',
       ]).toContain(name);
     }
   });

@@ -149,8 +149,8 @@ describe('front door under a pre-auth slow-body attack', () => {
       await Promise.all(strangers.map((s) => s.closed));
       // Each got its 401, or a reset that overtook the 401 (the server closed the socket while the
       // client kept writing, and TCP discards what the client had not read yet): never anything else.
+      // How many see the 401 before the reset depends on scheduling, so no count is asserted.
       for (const s of strangers) expect(s.received()).toMatch(/^HTTP\/1\.1 401 |^$/);
-      expect(strangers.filter((s) => s.received().startsWith('HTTP/1.1 401 ')).length).toBeGreaterThan(0);
       await Promise.all(slowHeaders.map((s) => s.closed));
       await slowBody.closed;
       expect(slowBody.received()).toMatch(/^HTTP\/1\.1 408 |^$/);
