@@ -247,7 +247,9 @@ export function instanceTypesFor(
 /** True for the instance types of the GPU table (they boot the ECS GPU AMI). */
 export function isGpuInstanceType(instanceType: string): boolean {
   return Object.values(gpuInstanceTable).some((shapes) =>
-    shapes.some((s) => s.instanceType === instanceType),
+    shapes.some(
+      (s) => s.instanceType === instanceType || s.fallbacks?.some((f) => f.instanceType === instanceType),
+    ),
   );
 }
 

@@ -65,7 +65,14 @@ import { FerryError } from '../core/errors.js';
 import { functionEntries } from '../functions/bundle.js';
 import { AlarmTopic } from './constructs/alarms.js';
 import { ImageRegistry } from './constructs/images.js';
-import { cpuInstanceFor, defaultCpuSpec, defaultGpuModel, gpuInstanceFor, isGpuInstanceType } from './gpu.js';
+import {
+  cpuInstanceFor,
+  defaultCpuSpec,
+  defaultGpuModel,
+  equivalentInstanceTypes,
+  gpuInstanceFor,
+  isGpuInstanceType,
+} from './gpu.js';
 import {
   clusterName,
   jobLogGroupName,
@@ -600,10 +607,31 @@ export class PlatformStack extends Stack {
         },
       ],
     });
+    // Several equivalent types (same GPU model and count, gpu.ts) as a mixed-instances group: all
+    // On-Demand, `prioritized` so EC2 Auto Scaling launches the first type and falls back to the next
+    // only when it cannot, e.g. on InsufficientInstanceCapacity
+    // (https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-mixed-instances-groups.html,
+    // https://docs.aws.amazon.com/autoscaling/ec2/userguide/allocation-strategies.html).
+    // A warm pool cannot sit on a mixed-instances group (PutWarmPool refuses one:
+    // https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_PutWarmPool.html), so a warm pool
+    // keeps the pool to its first type.
+    const types = warm ? [instanceType] : equivalentInstanceTypes(instanceType);
     const asg = new autoscaling.AutoScalingGroup(this, `${id}-Asg`, {
       vpc: this.vpc,
       vpcSubnets: { subnetType: ec2.SubnetType.PUBLIC },
-      launchTemplate,
+      ...(types.length > 1
+        ? {
+            mixedInstancesPolicy: {
+              launchTemplate,
+              launchTemplateOverrides: types.map((type) => ({ instanceType: new ec2.InstanceType(type) })),
+              instancesDistribution: {
+                onDemandAllocationStrategy: autoscaling.OnDemandAllocationStrategy.PRIORITIZED,
+                onDemandBaseCapacity: 0,
+                onDemandPercentageAboveBaseCapacity: 100,
+              },
+            },
+          }
+        : { launchTemplate }),
       minCapacity: 0,
       maxCapacity: maxInstances,
     });

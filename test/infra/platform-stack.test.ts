@@ -174,6 +174,31 @@ describe('compute', () => {
     });
   });
 
+  it('lets a GPU pool fall back to equivalent sizes in order, On-Demand only; a CPU pool keeps one type', () => {
+    // Mixed-instances group, prioritized On-Demand: the first override is launched unless EC2 has no
+    // capacity for it (https://docs.aws.amazon.com/autoscaling/ec2/userguide/allocation-strategies.html).
+    const asgs = Object.values(template.findResources('AWS::AutoScaling::AutoScalingGroup'));
+    const mixed = asgs.filter((a) => a.Properties.MixedInstancesPolicy);
+    expect(mixed).toHaveLength(1);
+    const policy = mixed[0]!.Properties.MixedInstancesPolicy;
+    expect(policy.LaunchTemplate.Overrides.map((o: { InstanceType: string }) => o.InstanceType)).toEqual([
+      'g5.xlarge',
+      'g5.2xlarge',
+      'g5.4xlarge',
+    ]);
+    expect(policy.InstancesDistribution).toEqual({
+      OnDemandAllocationStrategy: 'prioritized',
+      OnDemandBaseCapacity: 0,
+      OnDemandPercentageAboveBaseCapacity: 100,
+    });
+    // The CPU pool (m7i.large) has no equivalents: a plain launch template.
+    const plain = asgs.filter((a) => !a.Properties.MixedInstancesPolicy);
+    expect(plain).toHaveLength(1);
+    expect(plain[0]!.Properties.LaunchTemplate).toBeDefined();
+    // Managed scaling and termination protection hold for the mixed group too (checked above for all).
+    expect(mixed[0]!.Properties.NewInstancesProtectedFromScaleIn).toBe(true);
+  });
+
   it('keeps no warm pool unless asked; with gpuWarmPoolSize, stopped GPU instances beside GPU pools only', () => {
     template.resourceCountIs('AWS::AutoScaling::WarmPool', 0);
     const fns = stubFunctionsDir();
@@ -196,6 +221,10 @@ describe('compute', () => {
         JSON.stringify(t).includes('g5.xlarge'),
       );
       expect(JSON.stringify(gpuTemplate)).toContain('ECS_WARM_POOLS_CHECK=true');
+      // A warm pool cannot sit on a mixed-instances group (PutWarmPool refuses it): one type only.
+      warmTemplate.allResourcesProperties('AWS::AutoScaling::AutoScalingGroup', {
+        MixedInstancesPolicy: Match.absent(),
+      });
     } finally {
       fns.cleanup();
     }
