@@ -9,7 +9,8 @@
  *      -c ferry:manifest=<path to ferry_manifest.json> -c ferry:env=production
  *      -c ferry:functionsDir=<bundles dir> -c ferry:artifactKey=artifacts/<app>/<env>/<fp>.tar.gz
  *      -c ferry:gpuWorkerImage=… -c ferry:cpuWorkerImage=… -c ferry:agentImage=…
- *      (optional: ferry:app, ferry:artifactBucket, ferry:instanceTypes=a,b, ferry:gpuWarmPoolSize=N)
+ *      (optional: ferry:app, ferry:artifactBucket, ferry:instanceTypes=a,b, ferry:gpuWarmPoolSize=N,
+ *      ferry:availabilityZones=a,b,c)
  *
  * Stacks are environment-agnostic (no account/region): no lookups, so synth runs offline with no
  * credentials; the region comes from the deploying credentials.
@@ -59,6 +60,8 @@ export interface SynthesizeOptions {
   instanceTypes?: readonly string[];
   /** Stopped GPU instances kept ready per GPU pool (PlatformStackProps.gpuWarmPoolSize); default 0. */
   gpuWarmPoolSize?: number;
+  /** The region's zones for the platform VPC (PlatformStackProps.availabilityZones); default two. */
+  availabilityZones?: readonly string[];
   endpointIds?: Readonly<Record<string, string>>;
   /** HTTPS of load-balanced endpoints: a domain (ACM), else CloudFront (constructs/https-front.ts). */
   https?: LbHttpsOptions;
@@ -96,6 +99,7 @@ export function buildApp(
     functionsCodeDir: options.functionsCodeDir,
     instanceTypes,
     ...(options.gpuWarmPoolSize ? { gpuWarmPoolSize: options.gpuWarmPoolSize } : {}),
+    ...(options.availabilityZones ? { availabilityZones: options.availabilityZones } : {}),
     ...(options.integrationTimeoutSec ? { integrationTimeoutSec: options.integrationTimeoutSec } : {}),
     description: 'Ferry platform: v2 job API, tables, bucket, ECS cluster',
   });
@@ -105,7 +109,7 @@ export function buildApp(
     manifest,
     // Default bucket: the platform's, imported by its export name inside the app stack.
     artifact: options.artifact,
-    platform: { instanceTypes: platform.instanceTypes },
+    platform: { instanceTypes: platform.instanceTypes, azCount: platform.azCount },
     images: options.images,
     ...(options.endpointIds ? { endpointIds: options.endpointIds } : {}),
     ...(options.https ? { https: options.https } : {}),
@@ -155,6 +159,7 @@ export function optionsFromContext(app: App): SynthesizeOptions {
   const app_ = get('app');
   const instanceTypes = get('instanceTypes');
   const gpuWarmPoolSize = get('gpuWarmPoolSize');
+  const availabilityZones = get('availabilityZones');
   return {
     manifest,
     ...(app_ ? { app: app_ } : {}),
@@ -168,6 +173,14 @@ export function optionsFromContext(app: App): SynthesizeOptions {
     },
     ...(instanceTypes ? { instanceTypes: instanceTypes.split(',').map((s) => s.trim()) } : {}),
     ...(gpuWarmPoolSize ? { gpuWarmPoolSize: warmPoolSizeOf(gpuWarmPoolSize) } : {}),
+    ...(availabilityZones
+      ? {
+          availabilityZones: availabilityZones
+            .split(',')
+            .map((s) => s.trim())
+            .filter(Boolean),
+        }
+      : {}),
   };
 }
 

@@ -20,36 +20,127 @@ export interface InstanceShape {
   memoryGiB: number;
   /** NVIDIA GPUs on the instance; 0 for CPU instances. */
   gpus: number;
+  /**
+   * Larger sizes of the same family with the same GPU model and count, in the order the pool falls
+   * back to them when EC2 has no capacity for `instanceType` (platform-stack.ts `addPool`). Each has at
+   * least this shape's vCPUs and memory, so the worker's memory reservation still fits.
+   */
+  fallbacks?: readonly Omit<InstanceShape, 'fallbacks'>[];
+}
+
+type Shape = Omit<InstanceShape, 'fallbacks'>;
+/** `family.size` shapes with one GPU model and count: vCPUs and GiB per size, from the AWS table. */
+function sizes(family: string, gpus: number, list: readonly [string, number, number][]): Shape[] {
+  return list.map(([size, vcpus, memoryGiB]) => ({
+    instanceType: `${family}.${size}`,
+    vcpus,
+    memoryGiB,
+    gpus,
+  }));
 }
 
 /**
- * GPU model → the instance sizes that carry it, smallest first. Sizes in between (g5.2xlarge …) add CPU
- * and memory but not GPUs, so they are left out: the GPU count is what a user chooses.
+ * GPU model → the instance sizes that carry it, smallest first, one per GPU count. Sizes in between
+ * (g5.2xlarge …) add CPU and memory but not GPUs: they are not a user's choice but a pool's fallbacks,
+ * tried in order when EC2 answers InsufficientInstanceCapacity for the first. Two fallbacks at most,
+ * the next sizes up, so a fallback costs at most ~2× the first choice. GPU counts, vCPUs and memory
+ * per size are AWS's accelerated computing table
+ * (https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html).
  */
 export const gpuInstanceTable: Readonly<Record<GpuModel, readonly InstanceShape[]>> = {
   T4: [
-    { instanceType: 'g4dn.xlarge', vcpus: 4, memoryGiB: 16, gpus: 1 },
+    {
+      instanceType: 'g4dn.xlarge',
+      vcpus: 4,
+      memoryGiB: 16,
+      gpus: 1,
+      fallbacks: sizes('g4dn', 1, [
+        ['2xlarge', 8, 32],
+        ['4xlarge', 16, 64],
+      ]),
+    },
     { instanceType: 'g4dn.12xlarge', vcpus: 48, memoryGiB: 192, gpus: 4 },
     { instanceType: 'g4dn.metal', vcpus: 96, memoryGiB: 384, gpus: 8 },
   ],
   A10G: [
-    { instanceType: 'g5.xlarge', vcpus: 4, memoryGiB: 16, gpus: 1 },
-    { instanceType: 'g5.12xlarge', vcpus: 48, memoryGiB: 192, gpus: 4 },
+    {
+      instanceType: 'g5.xlarge',
+      vcpus: 4,
+      memoryGiB: 16,
+      gpus: 1,
+      fallbacks: sizes('g5', 1, [
+        ['2xlarge', 8, 32],
+        ['4xlarge', 16, 64],
+      ]),
+    },
+    {
+      instanceType: 'g5.12xlarge',
+      vcpus: 48,
+      memoryGiB: 192,
+      gpus: 4,
+      fallbacks: sizes('g5', 4, [['24xlarge', 96, 384]]),
+    },
     { instanceType: 'g5.48xlarge', vcpus: 192, memoryGiB: 768, gpus: 8 },
   ],
   L4: [
-    { instanceType: 'g6.xlarge', vcpus: 4, memoryGiB: 16, gpus: 1 },
-    { instanceType: 'g6.12xlarge', vcpus: 48, memoryGiB: 192, gpus: 4 },
+    {
+      instanceType: 'g6.xlarge',
+      vcpus: 4,
+      memoryGiB: 16,
+      gpus: 1,
+      fallbacks: sizes('g6', 1, [
+        ['2xlarge', 8, 32],
+        ['4xlarge', 16, 64],
+      ]),
+    },
+    {
+      instanceType: 'g6.12xlarge',
+      vcpus: 48,
+      memoryGiB: 192,
+      gpus: 4,
+      fallbacks: sizes('g6', 4, [['24xlarge', 96, 384]]),
+    },
     { instanceType: 'g6.48xlarge', vcpus: 192, memoryGiB: 768, gpus: 8 },
   ],
   L40S: [
-    { instanceType: 'g6e.xlarge', vcpus: 4, memoryGiB: 32, gpus: 1 },
-    { instanceType: 'g6e.12xlarge', vcpus: 48, memoryGiB: 384, gpus: 4 },
+    {
+      instanceType: 'g6e.xlarge',
+      vcpus: 4,
+      memoryGiB: 32,
+      gpus: 1,
+      fallbacks: sizes('g6e', 1, [
+        ['2xlarge', 8, 64],
+        ['4xlarge', 16, 128],
+      ]),
+    },
+    {
+      instanceType: 'g6e.12xlarge',
+      vcpus: 48,
+      memoryGiB: 384,
+      gpus: 4,
+      fallbacks: sizes('g6e', 4, [['24xlarge', 96, 768]]),
+    },
     { instanceType: 'g6e.48xlarge', vcpus: 192, memoryGiB: 1536, gpus: 8 },
   ],
   A100: [{ instanceType: 'p4d.24xlarge', vcpus: 96, memoryGiB: 1152, gpus: 8 }],
-  H100: [{ instanceType: 'p5.48xlarge', vcpus: 192, memoryGiB: 2048, gpus: 8 }],
+  // p5.4xlarge: one H100, so gpu_count=1 does not rent eight.
+  H100: [
+    { instanceType: 'p5.4xlarge', vcpus: 16, memoryGiB: 256, gpus: 1 },
+    { instanceType: 'p5.48xlarge', vcpus: 192, memoryGiB: 2048, gpus: 8 },
+  ],
 };
+
+/**
+ * The instance types a pool of `instanceType` may launch, in order of preference: the type itself,
+ * then its fallbacks. Just the type for CPU pools and for types without fallbacks.
+ */
+export function equivalentInstanceTypes(instanceType: string): string[] {
+  for (const shapes of Object.values(gpuInstanceTable)) {
+    const shape = shapes.find((s) => s.instanceType === instanceType);
+    if (shape) return [instanceType, ...(shape.fallbacks ?? []).map((f) => f.instanceType)];
+  }
+  return [instanceType];
+}
 
 /**
  * `gpu='any'` (or neither gpu nor cpu): A10G. 24 GB of GPU memory runs most open models, and g5 is
@@ -156,7 +247,9 @@ export function instanceTypesFor(
 /** True for the instance types of the GPU table (they boot the ECS GPU AMI). */
 export function isGpuInstanceType(instanceType: string): boolean {
   return Object.values(gpuInstanceTable).some((shapes) =>
-    shapes.some((s) => s.instanceType === instanceType),
+    shapes.some(
+      (s) => s.instanceType === instanceType || s.fallbacks?.some((f) => f.instanceType === instanceType),
+    ),
   );
 }
 

@@ -44,10 +44,13 @@ import { FerryError } from '../core/errors.js';
 import { type PlatformExportKey, platformExportNames, poolExportName } from './names.js';
 
 /**
- * How many availability zones (and public subnets) the platform VPC spans. Fixed, because an app
- * stack imports the subnet list as that many items (`Fn.importListValue` needs the length at synth).
+ * How many availability zones (and public subnets) the platform VPC spans when the CLI names none. An
+ * app stack imports the subnet list as that many items (`Fn.importListValue` needs the length at
+ * synth), so it is told the platform's count (`PlatformImportsProps.azCount`).
  */
 export const platformAzCount = 2;
+/** The most zones the platform VPC spans when the CLI names the region's zones (16 public /20s fit the /16). */
+export const maxPlatformAzs = 6;
 
 export {
   exportPrefix,
@@ -99,6 +102,8 @@ export interface PlatformImportsProps {
    * used to refuse, at synth, an endpoint whose pool the platform would not export.
    */
   instanceTypes: readonly string[];
+  /** Zones (public subnets) the platform VPC spans (PlatformStack.azCount); default platformAzCount. */
+  azCount?: number;
 }
 
 /**
@@ -122,7 +127,8 @@ export class PlatformImports extends Construct implements PlatformRefs {
     super(scope, id);
     this.instanceTypes = new Set(props.instanceTypes);
     const value = (key: PlatformExportKey) => Fn.importValue(platformExportNames[key]);
-    const list = (key: PlatformExportKey) => Fn.importListValue(platformExportNames[key], platformAzCount);
+    const list = (key: PlatformExportKey) =>
+      Fn.importListValue(platformExportNames[key], props.azCount ?? platformAzCount);
     const table = (role: DynamoTable): TableRef => ({
       tableName: value(tableExportKeys[role].name),
       tableArn: value(tableExportKeys[role].arn),

@@ -65,7 +65,14 @@ import { FerryError } from '../core/errors.js';
 import { functionEntries } from '../functions/bundle.js';
 import { AlarmTopic } from './constructs/alarms.js';
 import { ImageRegistry } from './constructs/images.js';
-import { cpuInstanceFor, defaultCpuSpec, defaultGpuModel, gpuInstanceFor, isGpuInstanceType } from './gpu.js';
+import {
+  cpuInstanceFor,
+  defaultCpuSpec,
+  defaultGpuModel,
+  equivalentInstanceTypes,
+  gpuInstanceFor,
+  isGpuInstanceType,
+} from './gpu.js';
 import {
   clusterName,
   jobLogGroupName,
@@ -74,6 +81,7 @@ import {
   serviceNamePrefix,
 } from './names.js';
 import {
+  maxPlatformAzs,
   outputIdOf,
   type PlatformExportKey,
   platformAzCount,
@@ -119,6 +127,14 @@ export const defaultHandlers: FunctionHandlers = { ...functionEntries };
 export interface PlatformStackProps extends StackProps {
   /** Directory with the esbuild bundles (functions/bundle.ts: api.mjs, authorizer.mjs, sweeper.mjs). */
   functionsCodeDir: string;
+  /**
+   * The region's availability zones (the CLI looks them up and passes `-c ferry:availabilityZones=a,b,c`).
+   * The stack is environment-agnostic, and for such a stack CDK knows no zone names: `Stack.availabilityZones`
+   * is two `Fn::GetAZs` picks (https://docs.aws.amazon.com/cdk/api/v2/docs/aws-cdk-lib.Stack.html#availabilityzones).
+   * Given names, the VPC spans up to `maxPlatformAzs` of them, so GPU groups have more places to
+   * find capacity. Default: two zones, as before.
+   */
+  availabilityZones?: readonly string[];
   /**
    * Instance types to make ECS capacity pools for (gpu.ts `instanceTypesFor` over every deployed
    * manifest). Pools cost nothing at zero instances. Default: the `any` GPU and the default CPU shape.
@@ -322,8 +338,14 @@ export class PlatformStack extends Stack {
     // multi-GB images and model weights, which through a NAT gateway would cost $0.045/GB on top of
     // its ~$32/month. The hosts take no inbound traffic (instanceSecurityGroup has no rules unless an
     // app's load balancer adds one); S3 and DynamoDB go through free gateway endpoints.
+    const zones = props.availabilityZones?.slice(0, maxPlatformAzs);
+    if (zones && zones.length < platformAzCount) {
+      throw new FerryError('usage', `The platform needs at least ${platformAzCount} availability zones`, {
+        hint: 'Pass -c ferry:availabilityZones with two or more zone names, or leave it out.',
+      });
+    }
     this.vpc = new ec2.Vpc(this, 'Vpc', {
-      maxAzs: platformAzCount,
+      ...(zones ? { availabilityZones: [...zones] } : { maxAzs: platformAzCount }),
       natGateways: 0,
       subnetConfiguration: [{ name: 'public', subnetType: ec2.SubnetType.PUBLIC, cidrMask: 20 }],
       gatewayEndpoints: {
@@ -331,11 +353,11 @@ export class PlatformStack extends Stack {
         DynamoDB: { service: ec2.GatewayVpcEndpointAwsService.DYNAMODB },
       },
     });
-    if (this.vpc.publicSubnets.length !== platformAzCount) {
-      // App stacks import exactly platformAzCount subnets (platform-exports.ts).
+    if (this.vpc.publicSubnets.length !== (zones?.length ?? platformAzCount)) {
+      // App stacks import exactly azCount subnets (platform-exports.ts).
       throw new FerryError(
         'failed',
-        `The platform VPC has ${this.vpc.publicSubnets.length} public subnets, expected ${platformAzCount}`,
+        `The platform VPC has ${this.vpc.publicSubnets.length} public subnets, expected ${zones?.length ?? platformAzCount}`,
       );
     }
     this.vpc.addFlowLog('RejectedFlows', {
@@ -451,6 +473,11 @@ export class PlatformStack extends Stack {
   }
 
   /** Instance types with a pool, sorted. */
+  /** How many zones (one public subnet each) the VPC spans: what app stacks import. */
+  get azCount(): number {
+    return this.vpc.publicSubnets.length;
+  }
+
   get instanceTypes(): string[] {
     return [...this.pools.keys()].sort();
   }
@@ -600,13 +627,42 @@ export class PlatformStack extends Stack {
         },
       ],
     });
+    // Several equivalent types (same GPU model and count, gpu.ts) as a mixed-instances group: all
+    // On-Demand, `prioritized` so EC2 Auto Scaling launches the first type and falls back to the next
+    // only when it cannot, e.g. on InsufficientInstanceCapacity
+    // (https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-mixed-instances-groups.html,
+    // https://docs.aws.amazon.com/autoscaling/ec2/userguide/allocation-strategies.html).
+    // A warm pool cannot sit on a mixed-instances group (PutWarmPool refuses one:
+    // https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_PutWarmPool.html), so a warm pool
+    // keeps the pool to its first type.
+    const types = warm ? [instanceType] : equivalentInstanceTypes(instanceType);
     const asg = new autoscaling.AutoScalingGroup(this, `${id}-Asg`, {
       vpc: this.vpc,
       vpcSubnets: { subnetType: ec2.SubnetType.PUBLIC },
-      launchTemplate,
+      ...(types.length > 1
+        ? {
+            mixedInstancesPolicy: {
+              launchTemplate,
+              launchTemplateOverrides: types.map((type) => ({ instanceType: new ec2.InstanceType(type) })),
+              instancesDistribution: {
+                onDemandAllocationStrategy: autoscaling.OnDemandAllocationStrategy.PRIORITIZED,
+                onDemandBaseCapacity: 0,
+                onDemandPercentageAboveBaseCapacity: 100,
+              },
+            },
+          }
+        : { launchTemplate }),
       minCapacity: 0,
       maxCapacity: maxInstances,
     });
+    if (types.length > 1) {
+      Validations.of(asg).acknowledge({
+        id: 'AwsSolutions-EC26',
+        reason:
+          "The rule cannot read a launch template inside a mixed-instances policy; the template's root " +
+          'volume is encrypted (encrypted: true above, asserted by the platform-stack template test).',
+      });
+    }
     Validations.of(asg).acknowledge({
       id: 'AwsSolutions-AS3',
       reason: 'Scaling is driven by ECS managed scaling; its activity is visible in ECS and the dashboard.',

@@ -3,6 +3,7 @@ import { FerryError } from '../../core/errors.js';
 import { gpuModels } from '../../core/manifest.js';
 import {
   cpuInstanceFor,
+  equivalentInstanceTypes,
   gpuInstanceFor,
   gpuInstanceTable,
   instanceTypesFor,
@@ -28,6 +29,8 @@ describe('gpu table', () => {
     ['L4', 1, 'g6.xlarge'],
     ['L40S', 1, 'g6e.xlarge'],
     ['A100', 1, 'p4d.24xlarge'],
+    ['H100', 1, 'p5.4xlarge'],
+    ['H100', 2, 'p5.48xlarge'],
     ['H100', 8, 'p5.48xlarge'],
     ['A10G', 2, 'g5.12xlarge'],
     ['A10G', 4, 'g5.12xlarge'],
@@ -37,6 +40,53 @@ describe('gpu table', () => {
     const shape = gpuInstanceFor(model, count);
     expect(shape.instanceType).toBe(instanceType);
     expect(shape.gpus).toBeGreaterThanOrEqual(count);
+  });
+
+  // Every model, every count 1..8: the first choice and every fallback carry the same number of GPUs
+  // as the smallest shape that fits, so gpu_count=1 never lands on a 4- or 8-GPU machine when the
+  // model has a 1-GPU type.
+  const counts = gpuModels.flatMap((model) => [1, 2, 3, 4, 5, 6, 7, 8].map((n) => [model, n] as const));
+  it.each(counts)('%s × %i: first choice and fallbacks have the fewest GPUs that fit', (model, count) => {
+    const shape = gpuInstanceFor(model, count);
+    const fewest = Math.min(...gpuInstanceTable[model].map((s) => s.gpus).filter((g) => g >= count));
+    expect(shape.gpus).toBe(fewest);
+    for (const fallback of shape.fallbacks ?? []) expect(fallback.gpus).toBe(fewest);
+    if (count === 1 && gpuInstanceTable[model].some((s) => s.gpus === 1)) {
+      for (const type of equivalentInstanceTypes(shape.instanceType)) {
+        const all = Object.values(gpuInstanceTable).flatMap((shapes) =>
+          shapes.flatMap((s) => [s, ...(s.fallbacks ?? [])]),
+        );
+        expect(all.find((s) => s.instanceType === type)?.gpus).toBe(1);
+      }
+    }
+  });
+
+  it('fallbacks are the same family, at least as large, in ascending order', () => {
+    for (const shapes of Object.values(gpuInstanceTable)) {
+      for (const shape of shapes) {
+        const family = shape.instanceType.split('.')[0];
+        let previous = shape;
+        for (const fallback of shape.fallbacks ?? []) {
+          expect(fallback.instanceType.split('.')[0]).toBe(family);
+          expect(fallback.vcpus).toBeGreaterThan(previous.vcpus);
+          expect(fallback.memoryGiB).toBeGreaterThan(previous.memoryGiB);
+          // The worker reserves memory from the first choice; a fallback must hold it.
+          expect(workerMemoryReservationMiB(shape)).toBeLessThan(fallback.memoryGiB * 1024);
+          previous = fallback;
+        }
+      }
+    }
+  });
+
+  it.each([
+    ['g5.xlarge', ['g5.xlarge', 'g5.2xlarge', 'g5.4xlarge']],
+    ['g6.xlarge', ['g6.xlarge', 'g6.2xlarge', 'g6.4xlarge']],
+    ['g4dn.xlarge', ['g4dn.xlarge', 'g4dn.2xlarge', 'g4dn.4xlarge']],
+    ['g5.12xlarge', ['g5.12xlarge', 'g5.24xlarge']],
+    ['g5.48xlarge', ['g5.48xlarge']],
+    ['m7i.large', ['m7i.large']],
+  ])('pool %s launches %j, in that order', (type, expected) => {
+    expect(equivalentInstanceTypes(type)).toEqual(expected);
   });
 
   it('refuses more GPUs than an instance has, with a hint', () => {

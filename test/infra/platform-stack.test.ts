@@ -2,8 +2,10 @@ import { App } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dynamoSchema } from '../../core/adapters/aws/dynamo.js';
+import { FerryError } from '../../core/errors.js';
 import { functionEntries } from '../../functions/bundle.js';
 import { functionEnvSchema } from '../../functions/wiring.js';
+import { buildApp } from '../../infra/app.js';
 import { platformAzCount, platformExportNames, poolExportName } from '../../infra/platform-exports.js';
 import {
   integrationTimeoutSec,
@@ -11,7 +13,7 @@ import {
   PlatformStack,
   payloadsPrefix,
 } from '../../infra/platform-stack.js';
-import { stubFunctionsDir } from './fixtures.js';
+import { sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
 import { actionsOf, resourcesFor, statementsOf } from './iam.js';
 
 let platform: PlatformStack;
@@ -174,6 +176,35 @@ describe('compute', () => {
     });
   });
 
+  it('lets a GPU pool fall back to equivalent sizes in order, On-Demand only; a CPU pool keeps one type', () => {
+    // Mixed-instances group, prioritized On-Demand: the first override is launched unless EC2 has no
+    // capacity for it (https://docs.aws.amazon.com/autoscaling/ec2/userguide/allocation-strategies.html).
+    const asgs = Object.values(template.findResources('AWS::AutoScaling::AutoScalingGroup'));
+    const mixed = asgs.filter((a) => a.Properties.MixedInstancesPolicy);
+    expect(mixed).toHaveLength(1);
+    const policy = mixed[0]!.Properties.MixedInstancesPolicy;
+    expect(policy.LaunchTemplate.Overrides.map((o: { InstanceType: string }) => o.InstanceType)).toEqual([
+      'g5.xlarge',
+      'g5.2xlarge',
+      'g5.4xlarge',
+    ]);
+    expect(policy.InstancesDistribution).toEqual({
+      OnDemandAllocationStrategy: 'prioritized',
+      OnDemandBaseCapacity: 0,
+      OnDemandPercentageAboveBaseCapacity: 100,
+    });
+    // The CPU pool (m7i.large) has no equivalents: a plain launch template.
+    const plain = asgs.filter((a) => !a.Properties.MixedInstancesPolicy);
+    expect(plain).toHaveLength(1);
+    expect(plain[0]!.Properties.LaunchTemplate).toBeDefined();
+    // cdk-nag's EC26 cannot read a template inside a mixed policy (acknowledged): check it here.
+    for (const lt of Object.values(template.findResources('AWS::EC2::LaunchTemplate'))) {
+      expect(lt.Properties.LaunchTemplateData.BlockDeviceMappings[0].Ebs.Encrypted).toBe(true);
+    }
+    // Managed scaling and termination protection hold for the mixed group too (checked above for all).
+    expect(mixed[0]!.Properties.NewInstancesProtectedFromScaleIn).toBe(true);
+  });
+
   it('keeps no warm pool unless asked; with gpuWarmPoolSize, stopped GPU instances beside GPU pools only', () => {
     template.resourceCountIs('AWS::AutoScaling::WarmPool', 0);
     const fns = stubFunctionsDir();
@@ -196,6 +227,10 @@ describe('compute', () => {
         JSON.stringify(t).includes('g5.xlarge'),
       );
       expect(JSON.stringify(gpuTemplate)).toContain('ECS_WARM_POOLS_CHECK=true');
+      // A warm pool cannot sit on a mixed-instances group (PutWarmPool refuses it): one type only.
+      warmTemplate.allResourcesProperties('AWS::AutoScaling::AutoScalingGroup', {
+        MixedInstancesPolicy: Match.absent(),
+      });
     } finally {
       fns.cleanup();
     }
@@ -217,6 +252,52 @@ describe('compute', () => {
     });
     template.resourceCountIs('AWS::EC2::Subnet', 2);
     template.resourceCountIs('AWS::EC2::NatGateway', 0);
+  });
+
+  it('spans the zones the CLI names (three here), and the app stack imports that many subnets', () => {
+    // Environment-agnostic stacks know no zone names, so the CLI passes the region's
+    // (https://docs.aws.amazon.com/cdk/v2/guide/configure-env.html).
+    const fns = stubFunctionsDir();
+    try {
+      const built = buildApp({
+        manifest: sampleManifest,
+        env: 'dev',
+        functionsCodeDir: fns.dir,
+        artifact: { key: 'a' },
+        images: sampleImages,
+        availabilityZones: ['eu-west-1a', 'eu-west-1b', 'eu-west-1c'],
+      });
+      built.app.synth(); // cdk-nag runs here and throws on a finding
+      const platformTemplate = Template.fromStack(built.platform);
+      const zones = Object.values(platformTemplate.findResources('AWS::EC2::Subnet')).map(
+        (subnet) => subnet.Properties.AvailabilityZone,
+      );
+      expect(zones.sort()).toEqual(['eu-west-1a', 'eu-west-1b', 'eu-west-1c']);
+      expect(built.platform.azCount).toBe(3);
+      // The app's imported subnet list has three items: Fn::Select index 2 of the import appears.
+      const appJson = JSON.stringify(Template.fromStack(built.appStack).toJSON());
+      expect(appJson).toContain(
+        '{"Fn::Select":[2,{"Fn::Split":[",",{"Fn::ImportValue":"Ferry-PublicSubnetIds"}]}]}',
+      );
+      expect(appJson).not.toContain('{"Fn::Select":[3,');
+    } finally {
+      fns.cleanup();
+    }
+  });
+
+  it('refuses fewer than two named zones, with a hint', () => {
+    const fns = stubFunctionsDir();
+    try {
+      expect(
+        () =>
+          new PlatformStack(new App(), 'FerryPlatform', {
+            functionsCodeDir: fns.dir,
+            availabilityZones: ['x-1a'],
+          }),
+      ).toThrowError(FerryError);
+    } finally {
+      fns.cleanup();
+    }
   });
 
   it('gives the ECS hosts a security group with no inbound rule', () => {
