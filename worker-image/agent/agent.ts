@@ -393,6 +393,9 @@ class AgentServer implements Agent {
       this.log.warn(`requeueing held jobs: ${message(error)}`);
     }
     this.leave(1);
+    // A hard exit, not process.exitCode: the worker still holds a handler stuck in C code, and main.ts
+    // would otherwise drain first (up to the drain period) for a job that can never finish. Its jobs
+    // are requeued above, so leaving at once loses nothing and lets ECS replace the task sooner.
     (this.options.exit ?? ((code: number) => process.exit(code)))(1);
   }
 
