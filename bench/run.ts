@@ -114,20 +114,27 @@ async function postJson(
   return parsed;
 }
 
-/** Submits `n` jobs with `clients` parallel /run loops and waits until health counts them COMPLETED. */
-async function ferryThroughput(url: string, endpointId: string, n: number, clients: number) {
-  const before = (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed as number;
-  const began = performance.now();
+/** Calls `submit(1..n)` from `clients` parallel loops, each taking the next number when free. */
+async function submitInParallel(n: number, clients: number, submit: (i: number) => Promise<void>) {
   let next = 0;
   await Promise.all(
     Array.from({ length: clients }, async () => {
       while (next < n) {
         next++;
-        const r = await api(url, 'POST', `/${endpointId}/run`, { input: { i: next, text: 'echo me' } });
-        if (r.status !== 200) throw new Error(`/run answered ${r.status}: ${JSON.stringify(r.body)}`);
+        await submit(next);
       }
     }),
   );
+}
+
+/** Submits `n` jobs with `clients` parallel /run loops and waits until health counts them COMPLETED. */
+async function ferryThroughput(url: string, endpointId: string, n: number, clients: number) {
+  const before = (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed as number;
+  const began = performance.now();
+  await submitInParallel(n, clients, async (i) => {
+    const r = await api(url, 'POST', `/${endpointId}/run`, { input: { i, text: 'echo me' } });
+    if (r.status !== 200) throw new Error(`/run answered ${r.status}: ${JSON.stringify(r.body)}`);
+  });
   const submittedMs = performance.now() - began;
   for (;;) {
     const done = (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed - before;
@@ -263,15 +270,9 @@ async function bullmqThroughput(dir: string, n: number, workerConcurrency: numbe
     });
     await worker.waitUntilReady();
     const began = performance.now();
-    let next = 0;
-    await Promise.all(
-      Array.from({ length: clients }, async () => {
-        while (next < n) {
-          next++;
-          await queue.add('echo', { i: next, text: 'echo me' });
-        }
-      }),
-    );
+    await submitInParallel(n, clients, async (i) => {
+      await queue.add('echo', { i, text: 'echo me' });
+    });
     await allDone;
     const ms = performance.now() - began;
     await worker.close();
