@@ -7,7 +7,7 @@
  * platform is shared by every app of the account and must not change with the app being deployed.
  *
  * Capacity pools (one per EC2 instance type) follow the instance types passed in, which the CLI makes
- * the union over every endpoint deployed in the account (cli/providers/aws.ts). A type no app needs
+ * the union over every endpoint deployed in the account (cli/providers/aws/platform.ts). A type no app needs
  * any more is KEPT, not pruned: the CLI also adds the platform's current pools (its `InstanceTypes`
  * output) to the union, so the list only grows. A pool at zero instances costs nothing (an empty Auto
  * Scaling group and a launch template), while removing one could race an app stack whose service is

@@ -1,50 +1,49 @@
 /** `ferry build`: buildProject with its progress on stderr, the result on stdout. */
-import type { CommandModule } from 'yargs';
 import { buildProject } from '../build/index.js';
 import { appNameOf, readProjectConfig } from '../config.js';
 import type { CliContext } from '../context.js';
 import { buildEventPrinter } from '../deploy/run.js';
 import { formatBytes } from '../io.js';
-import { buildFlags, buildOptionsFrom, jsonFlag } from './shared.js';
+import { buildFlags, buildOptionsFrom, defineCommand, jsonFlag } from './shared.js';
 
-export const buildCommand = (ctx: CliContext): CommandModule => ({
-  command: 'build',
-  describe: 'Build the deployment artifact (no upload)',
-  builder: (y) =>
-    buildFlags(y)
-      .option('app', {
-        alias: 'a',
-        type: 'string',
-        describe: 'App name',
-        defaultDescription: 'the folder name',
-      })
-      .option('json', jsonFlag)
-      .example('$0 build --exclude scipy,pandas', 'Leave two packages out of the artifact')
-      .example('$0 build --python-version 3.12 --json', 'Build for Python 3.12 and print the manifest'),
-  handler: async (argv) => {
-    const projectDir = ctx.io.cwd;
-    const app =
-      (argv.app as string | undefined) ?? readProjectConfig(projectDir).app ?? appNameOf(projectDir);
-    ctx.reporter.line(`Building ${app}`);
-    const result = await buildProject({
-      ...buildOptionsFrom(argv, ctx.io.env),
-      projectDir,
-      app,
-      onProgress: buildEventPrinter(ctx.reporter),
-    });
-    if (argv.json) {
-      ctx.reporter.json({
-        artifactPath: result.artifactPath,
-        artifactBytes: result.artifactBytes,
-        files: result.files,
-        manifest: result.manifest,
+export const buildCommand = (ctx: CliContext) =>
+  defineCommand({
+    command: 'build',
+    describe: 'Build the deployment artifact (no upload)',
+    builder: (y) =>
+      buildFlags(y)
+        .option('app', {
+          alias: 'a',
+          type: 'string',
+          describe: 'App name',
+          defaultDescription: 'the folder name',
+        })
+        .option('json', jsonFlag)
+        .example('$0 build --exclude scipy,pandas', 'Leave two packages out of the artifact')
+        .example('$0 build --python-version 3.12 --json', 'Build for Python 3.12 and print the manifest'),
+    handler: async (argv) => {
+      const projectDir = ctx.io.cwd;
+      const app = argv.app ?? readProjectConfig(projectDir).app ?? appNameOf(projectDir);
+      ctx.reporter.line(`Building ${app}`);
+      const result = await buildProject({
+        ...buildOptionsFrom(argv, ctx.io.env),
+        projectDir,
+        app,
+        onProgress: buildEventPrinter(ctx.reporter),
       });
-      return;
-    }
-    ctx.reporter.out(`✓ Built ${result.artifactPath} (${formatBytes(result.artifactBytes)})`);
-    for (const endpoint of result.manifest.endpoints)
-      ctx.reporter.out(`  ${endpoint.name}  (${endpoint.kind}, ${endpoint.file})`);
-    for (const excluded of result.manifest.dependencies.excluded)
-      ctx.reporter.out(`  excluded ${excluded.name}: ${excluded.reason}`);
-  },
-});
+      if (argv.json) {
+        ctx.reporter.json({
+          artifactPath: result.artifactPath,
+          artifactBytes: result.artifactBytes,
+          files: result.files,
+          manifest: result.manifest,
+        });
+        return;
+      }
+      ctx.reporter.out(`✓ Built ${result.artifactPath} (${formatBytes(result.artifactBytes)})`);
+      for (const endpoint of result.manifest.endpoints)
+        ctx.reporter.out(`  ${endpoint.name}  (${endpoint.kind}, ${endpoint.file})`);
+      for (const excluded of result.manifest.dependencies.excluded)
+        ctx.reporter.out(`  excluded ${excluded.name}: ${excluded.reason}`);
+    },
+  });

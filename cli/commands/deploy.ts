@@ -9,7 +9,14 @@ import { type CliContext, providerName, withProvider } from '../context.js';
 import { defaultEnvironment, previewPlan, shellLine } from '../deploy/plan.js';
 import { buildEventPrinter, deployProject, printDeploySummary } from '../deploy/run.js';
 import type { AwsProvider } from '../providers/aws.js';
-import { buildFlags, buildOptionsFrom, jsonFlag } from './shared.js';
+import {
+  type BuildArgv,
+  buildFlags,
+  buildOptionsFrom,
+  defineCommand,
+  type GlobalFlags,
+  jsonFlag,
+} from './shared.js';
 
 /** Why docker cannot run containers here, or undefined when `docker info` answers. */
 function dockerProblem(env: NodeJS.ProcessEnv): FerryError | undefined {
@@ -46,8 +53,11 @@ function imageHint(command: readonly string[], version: string, pythonVersion: s
   return `If ${image} is not built yet, build it from the Ferry repository root: ${shellLine(build)}`;
 }
 
+/** What the offline modes read of deploy's argv. */
+type OfflineArgv = BuildArgv & GlobalFlags & { env?: unknown; json?: boolean };
+
 /** Step 1 of 2 of the offline modes (--preview, --synth-only): build the project as deploy would. */
-function buildStep(ctx: CliContext, argv: Record<string, unknown>, app: string) {
+function buildStep(ctx: CliContext, argv: OfflineArgv, app: string) {
   ctx.reporter.line('[1/2] Build');
   return buildProject({
     ...buildOptionsFrom(argv, ctx.io.env),
@@ -57,7 +67,7 @@ function buildStep(ctx: CliContext, argv: Record<string, unknown>, app: string) 
   });
 }
 
-async function preview(ctx: CliContext, argv: Record<string, unknown>, app: string): Promise<void> {
+async function preview(ctx: CliContext, argv: OfflineArgv, app: string): Promise<void> {
   const built = await buildStep(ctx, argv, app);
   const version = ferryVersion();
   const plan = previewPlan({
@@ -119,8 +129,8 @@ async function preview(ctx: CliContext, argv: Record<string, unknown>, app: stri
 }
 
 /** `--synth-only` (AWS): build, then write the CloudFormation templates offline, with no credentials. */
-async function synthOnly(ctx: CliContext, argv: Record<string, unknown>, app: string): Promise<void> {
-  if (providerName(ctx, argv.provider as string | undefined) !== 'aws') {
+async function synthOnly(ctx: CliContext, argv: OfflineArgv, app: string): Promise<void> {
+  if (providerName(ctx, argv.provider) !== 'aws') {
     throw usage('--synth-only is for --provider aws', 'The local provider has no templates to write.');
   }
   const built = await buildStep(ctx, argv, app);
@@ -139,80 +149,80 @@ async function synthOnly(ctx: CliContext, argv: Record<string, unknown>, app: st
   });
 }
 
-export const deployCommand = (ctx: CliContext): CommandModule => ({
-  command: 'deploy',
-  describe: 'Build and deploy the project to an environment',
-  builder: (y) =>
-    buildFlags(y)
-      .option('env', { alias: 'e', type: 'string', describe: 'Target environment (created if missing)' })
-      .option('app', {
-        alias: 'a',
-        type: 'string',
-        describe: 'App name',
-        defaultDescription: 'the folder name',
-      })
-      .option('preview', {
-        type: 'boolean',
-        default: false,
-        describe: 'Run a local container preview instead (Docker)',
-      })
-      .option('serve', {
-        type: 'boolean',
-        default: true,
-        hidden: true,
-        describe: 'Start `ferry serve --detach` when no platform answers (--no-serve: records only)',
-      })
-      .option('synth-only', {
-        type: 'boolean',
-        default: false,
-        describe: 'AWS: write the CloudFormation templates to .ferry/cdk.out and stop (offline)',
-      })
-      .option('yes', {
-        alias: 'y',
-        type: 'boolean',
-        default: false,
-        describe: 'AWS: approve IAM/security changes without asking (needed without a terminal)',
-      })
-      .option('bootstrap', {
-        type: 'boolean',
-        default: false,
-        describe: 'AWS: run the CDK bootstrap of the account/region before the first deploy',
-      })
-      .option('alarm-email', {
-        type: 'string',
-        describe: 'AWS: subscribe this address to the alarm topic (alarms, image-pull and launch failures)',
-      })
-      .option('json', jsonFlag)
-      .example('$0 deploy', 'Deploy to the only environment (or create production)')
-      .example('$0 deploy --provider aws --yes', 'Deploy to your AWS account')
-      .example('$0 deploy --env staging --exclude scipy', 'Deploy to staging without scipy'),
-  handler: async (argv) => {
-    const projectDir = ctx.io.cwd;
-    const app =
-      (argv.app as string | undefined) ?? readProjectConfig(projectDir).app ?? appNameOf(projectDir);
-    if (argv.preview) return preview(ctx, argv, app);
-    if (argv['synth-only']) return synthOnly(ctx, argv, app);
-    await withProvider(
-      ctx,
-      argv.provider as string | undefined,
-      async (provider) => {
-        ctx.reporter.line(`Deploying ${app} with the ${provider.name} provider`);
-        const result = await deployProject({
-          provider,
-          reporter: ctx.reporter,
-          projectDir,
-          app,
-          ...(typeof argv.env === 'string' ? { env: argv.env } : {}),
-          build: buildOptionsFrom(argv, ctx.io.env),
-          serve: argv.serve !== false,
-        });
-        printDeploySummary(ctx.reporter, result, Boolean(argv.json));
-      },
-      {
-        yes: Boolean(argv.yes),
-        bootstrap: Boolean(argv.bootstrap),
-        ...(typeof argv['alarm-email'] === 'string' ? { alarmEmail: argv['alarm-email'] } : {}),
-      },
-    );
-  },
-});
+export const deployCommand = (ctx: CliContext): CommandModule =>
+  defineCommand({
+    command: 'deploy',
+    describe: 'Build and deploy the project to an environment',
+    builder: (y) =>
+      buildFlags(y)
+        .option('env', { alias: 'e', type: 'string', describe: 'Target environment (created if missing)' })
+        .option('app', {
+          alias: 'a',
+          type: 'string',
+          describe: 'App name',
+          defaultDescription: 'the folder name',
+        })
+        .option('preview', {
+          type: 'boolean',
+          default: false,
+          describe: 'Run a local container preview instead (Docker)',
+        })
+        .option('serve', {
+          type: 'boolean',
+          default: true,
+          hidden: true,
+          describe: 'Start `ferry serve --detach` when no platform answers (--no-serve: records only)',
+        })
+        .option('synth-only', {
+          type: 'boolean',
+          default: false,
+          describe: 'AWS: write the CloudFormation templates to .ferry/cdk.out and stop (offline)',
+        })
+        .option('yes', {
+          alias: 'y',
+          type: 'boolean',
+          default: false,
+          describe: 'AWS: approve IAM/security changes without asking (needed without a terminal)',
+        })
+        .option('bootstrap', {
+          type: 'boolean',
+          default: false,
+          describe: 'AWS: run the CDK bootstrap of the account/region before the first deploy',
+        })
+        .option('alarm-email', {
+          type: 'string',
+          describe: 'AWS: subscribe this address to the alarm topic (alarms, image-pull and launch failures)',
+        })
+        .option('json', jsonFlag)
+        .example('$0 deploy', 'Deploy to the only environment (or create production)')
+        .example('$0 deploy --provider aws --yes', 'Deploy to your AWS account')
+        .example('$0 deploy --env staging --exclude scipy', 'Deploy to staging without scipy'),
+    handler: async (argv) => {
+      const projectDir = ctx.io.cwd;
+      const app = argv.app ?? readProjectConfig(projectDir).app ?? appNameOf(projectDir);
+      if (argv.preview) return preview(ctx, argv, app);
+      if (argv['synth-only']) return synthOnly(ctx, argv, app);
+      await withProvider(
+        ctx,
+        argv.provider,
+        async (provider) => {
+          ctx.reporter.line(`Deploying ${app} with the ${provider.name} provider`);
+          const result = await deployProject({
+            provider,
+            reporter: ctx.reporter,
+            projectDir,
+            app,
+            ...(typeof argv.env === 'string' ? { env: argv.env } : {}),
+            build: buildOptionsFrom(argv, ctx.io.env),
+            serve: argv.serve !== false,
+          });
+          printDeploySummary(ctx.reporter, result, Boolean(argv.json));
+        },
+        {
+          yes: Boolean(argv.yes),
+          bootstrap: Boolean(argv.bootstrap),
+          ...(typeof argv['alarm-email'] === 'string' ? { alarmEmail: argv['alarm-email'] } : {}),
+        },
+      );
+    },
+  });

@@ -20,7 +20,7 @@ import { DevResourcesFile, devApp, LiveEndpoints, scanForDev } from '../dev/stat
 import { DevVenvs } from '../dev/venvs.js';
 import { confirm } from '../io.js';
 import { untilStopped } from './serve.js';
-import { buildOptionsFrom } from './shared.js';
+import { buildOptionsFrom, defineCommand } from './shared.js';
 
 /**
  * `ferry dev --provider aws`: the project's endpoints as `live-` endpoints of the app's `dev`
@@ -226,54 +226,55 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
   }
 }
 
-export const devCommand = (ctx: CliContext): CommandModule => ({
-  command: 'dev',
-  aliases: [],
-  describe: 'Run the project locally with a dev server and Swagger UI',
-  builder: (y) =>
-    y
-      .option('host', { type: 'string', default: 'localhost', describe: 'Bind address' })
-      .option('port', {
-        alias: 'p',
-        type: 'number',
-        default: defaultPort,
-        describe: 'Port; the next free one when taken',
-      })
-      .option('reload', {
-        type: 'boolean',
-        default: true,
-        describe: 'Restart workers when a .py file changes (--no-reload)',
-      })
-      .option('auto-provision', {
-        type: 'boolean',
-        default: false,
-        describe: 'Provision every endpoint at startup',
-      })
-      .option('deps', {
-        type: 'boolean',
-        default: true,
-        describe:
-          "Install each endpoint's dependencies=[...] into a venv under .ferry/venvs (--no-deps: use your Python as it is)",
-      })
-      .option('yes', {
-        alias: 'y',
-        type: 'boolean',
-        default: false,
-        describe: 'AWS: approve IAM/security changes without asking',
-      })
-      .example('$0 dev', 'http://localhost:8888, Swagger UI at /docs')
-      .example('$0 dev --port 9000 --auto-provision', 'Start every endpoint at once'),
-  handler: (argv) =>
-    providerName(ctx, argv.provider as string | undefined) === 'aws'
-      ? devOnAws(ctx, Boolean(argv.yes))
-      : dev(ctx, {
-          host: argv.host as string,
-          port: argv.port as number,
-          reload: argv.reload !== false,
-          autoProvision: Boolean(argv['auto-provision']),
-          deps: argv.deps !== false,
-        }),
-});
+export const devCommand = (ctx: CliContext): CommandModule =>
+  defineCommand({
+    command: 'dev',
+    aliases: [],
+    describe: 'Run the project locally with a dev server and Swagger UI',
+    builder: (y) =>
+      y
+        .option('host', { type: 'string', default: 'localhost', describe: 'Bind address' })
+        .option('port', {
+          alias: 'p',
+          type: 'number',
+          default: defaultPort,
+          describe: 'Port; the next free one when taken',
+        })
+        .option('reload', {
+          type: 'boolean',
+          default: true,
+          describe: 'Restart workers when a .py file changes (--no-reload)',
+        })
+        .option('auto-provision', {
+          type: 'boolean',
+          default: false,
+          describe: 'Provision every endpoint at startup',
+        })
+        .option('deps', {
+          type: 'boolean',
+          default: true,
+          describe:
+            "Install each endpoint's dependencies=[...] into a venv under .ferry/venvs (--no-deps: use your Python as it is)",
+        })
+        .option('yes', {
+          alias: 'y',
+          type: 'boolean',
+          default: false,
+          describe: 'AWS: approve IAM/security changes without asking',
+        })
+        .example('$0 dev', 'http://localhost:8888, Swagger UI at /docs')
+        .example('$0 dev --port 9000 --auto-provision', 'Start every endpoint at once'),
+    handler: (argv) =>
+      providerName(ctx, argv.provider) === 'aws'
+        ? devOnAws(ctx, Boolean(argv.yes))
+        : dev(ctx, {
+            host: argv.host,
+            port: argv.port,
+            reload: argv.reload !== false,
+            autoProvision: Boolean(argv['auto-provision']),
+            deps: argv.deps !== false,
+          }),
+  });
 
 /** `ferry run`: the hidden alias of dev (a separate hidden entry so help does not list it). */
 export const runAliasCommand = (ctx: CliContext): CommandModule => ({

@@ -16,6 +16,7 @@ import type { CliContext } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { defaultServePort, LocalProvider, localApiKey } from '../providers/local.js';
 import { readServerInfo, runningServer, serverInfoPath, startDetached } from '../serve.js';
+import { defineCommand } from './shared.js';
 
 export async function startServing(
   ctx: CliContext,
@@ -120,34 +121,34 @@ export function osUser(name: string): { uid: number; gid: number } {
   }
 }
 
-export const serveCommand = (ctx: CliContext): CommandModule => ({
-  command: 'serve',
-  describe: 'Run the local platform (API, queue, workers) for deployed endpoints',
-  builder: (y) =>
-    y
-      .option('host', { type: 'string', default: '127.0.0.1', describe: 'Bind address' })
-      .option('port', {
-        alias: 'p',
-        type: 'number',
-        default: defaultServePort(ctx.io.env),
-        defaultDescription: '8888 (or FERRY_PORT)',
-        describe: 'Port (0 picks a free one)',
-      })
-      .option('detach', {
-        type: 'boolean',
-        default: false,
-        describe: 'Run in the background; logs in FERRY_HOME/serve.log',
-      })
-      .option('worker-user', {
-        type: 'string',
-        describe: 'Run workers as this OS user, out of reach of FERRY_HOME (needs root)',
-      })
-      .example('$0 serve', 'Serve on 127.0.0.1:8888 until Ctrl+C')
-      .example('sudo $0 serve --worker-user ferry-worker', 'Workers as their own OS user')
-      .example('$0 serve --detach', 'Start it in the background'),
-  handler: (argv) =>
-    serve(ctx, argv as unknown as { host: string; port: number; detach: boolean; 'worker-user'?: string }),
-});
+export const serveCommand = (ctx: CliContext): CommandModule =>
+  defineCommand({
+    command: 'serve',
+    describe: 'Run the local platform (API, queue, workers) for deployed endpoints',
+    builder: (y) =>
+      y
+        .option('host', { type: 'string', default: '127.0.0.1', describe: 'Bind address' })
+        .option('port', {
+          alias: 'p',
+          type: 'number',
+          default: defaultServePort(ctx.io.env),
+          defaultDescription: '8888 (or FERRY_PORT)',
+          describe: 'Port (0 picks a free one)',
+        })
+        .option('detach', {
+          type: 'boolean',
+          default: false,
+          describe: 'Run in the background; logs in FERRY_HOME/serve.log',
+        })
+        .option('worker-user', {
+          type: 'string',
+          describe: 'Run workers as this OS user, out of reach of FERRY_HOME (needs root)',
+        })
+        .example('$0 serve', 'Serve on 127.0.0.1:8888 until Ctrl+C')
+        .example('sudo $0 serve --worker-user ferry-worker', 'Workers as their own OS user')
+        .example('$0 serve --detach', 'Start it in the background'),
+    handler: (argv) => serve(ctx, argv),
+  });
 
 async function quickstart(ctx: CliContext, argv: { host: string; port: number }): Promise<void> {
   const home = ferryHome(ctx.io.env);
@@ -209,12 +210,13 @@ async function quickstart(ctx: CliContext, argv: { host: string; port: number })
   }
 }
 
-export const quickstartCommand = (ctx: CliContext): CommandModule => ({
-  command: 'quickstart',
-  describe: false,
-  builder: (y) =>
-    y
-      .option('host', { type: 'string', default: '127.0.0.1' })
-      .option('port', { alias: 'p', type: 'number', default: defaultServePort(ctx.io.env) }),
-  handler: (argv) => quickstart(ctx, argv as unknown as { host: string; port: number }),
-});
+export const quickstartCommand = (ctx: CliContext): CommandModule =>
+  defineCommand({
+    command: 'quickstart',
+    describe: false,
+    builder: (y) =>
+      y
+        .option('host', { type: 'string', default: '127.0.0.1' })
+        .option('port', { alias: 'p', type: 'number', default: defaultServePort(ctx.io.env) }),
+    handler: (argv) => quickstart(ctx, argv),
+  });

@@ -35,11 +35,19 @@ export function buildFlags<T>(y: Argv<T>) {
     .option('max-artifact-bytes', { type: 'number', hidden: true, describe: 'Artifact size limit (tests)' });
 }
 
+/** The flags of buildFlags as a handler's argv holds them (plus `deps`, from `--no-deps`). */
+export interface BuildArgv {
+  'no-deps'?: boolean | undefined;
+  deps?: boolean | undefined;
+  exclude?: string | undefined;
+  output?: string | undefined;
+  'python-version'?: string | undefined;
+  'pip-arg'?: string[] | undefined;
+  'max-artifact-bytes'?: number | undefined;
+}
+
 /** yargs turns `--no-deps` into `deps: false`; both spellings are read. */
-export function buildOptionsFrom(
-  argv: Record<string, unknown>,
-  env: NodeJS.ProcessEnv,
-): Omit<BuildOptions, 'projectDir'> {
+export function buildOptionsFrom(argv: BuildArgv, env: NodeJS.ProcessEnv): Omit<BuildOptions, 'projectDir'> {
   const exclude =
     typeof argv.exclude === 'string'
       ? argv.exclude
@@ -48,18 +56,18 @@ export function buildOptionsFrom(
           .filter(Boolean)
       : [];
   const fromEnv = env.FERRY_MAX_ARTIFACT_BYTES;
-  let maxArtifactBytes = argv['max-artifact-bytes'] as number | undefined;
+  let maxArtifactBytes = argv['max-artifact-bytes'];
   if (maxArtifactBytes === undefined && fromEnv !== undefined) maxArtifactBytes = Number(fromEnv);
   if (maxArtifactBytes !== undefined && (!Number.isFinite(maxArtifactBytes) || maxArtifactBytes <= 0)) {
     throw usage(
       `The artifact size limit must be a positive number of bytes, got ${String(maxArtifactBytes)}`,
     );
   }
-  const pipArgs = (argv['pip-arg'] as string[] | undefined) ?? [];
+  const pipArgs = argv['pip-arg'] ?? [];
   return {
     noDeps: argv['no-deps'] === true || argv.deps === false,
     ...(exclude.length > 0 ? { exclude } : {}),
-    output: (argv.output as string | undefined) ?? 'artifact.tar.gz',
+    output: argv.output ?? 'artifact.tar.gz',
     ...(typeof argv['python-version'] === 'string' ? { pythonVersion: argv['python-version'] } : {}),
     ...(pipArgs.length > 0 ? { pipArgs: pipArgs.flatMap((a) => a.split(/\s+/).filter(Boolean)) } : {}),
     ...(maxArtifactBytes !== undefined ? { maxArtifactBytes } : {}),

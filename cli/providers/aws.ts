@@ -20,23 +20,39 @@
  */
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { S3Client } from '@aws-sdk/client-s3';
-import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { z } from 'zod';
-import { DynamoControlStore, documentClient } from '../../core/adapters/aws/dynamo.js';
-import { S3BlobStore, s3ClientConfig } from '../../core/adapters/aws/s3.js';
-import { endpointConfigOf, endpointConfigSchema } from '../../core/deployment.js';
-import { FerryError, usage } from '../../core/errors.js';
-import { type Manifest, manifestSchema, type Resources } from '../../core/manifest.js';
+import type { z } from 'zod';
+import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
+import { S3BlobStore } from '../../core/adapters/aws/s3.js';
+import { endpointConfigSchema } from '../../core/deployment.js';
+import { FerryError } from '../../core/errors.js';
+import type { Manifest } from '../../core/manifest.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import type { WorkerImages } from '../../infra/app-stack.js';
-import type { LbHttpsOptions } from '../../infra/constructs/https-front.js';
 import { appStackName, checkAppEnvNames, endpointIdFor, platformStackName } from '../../infra/names.js';
-import { agentBundleDir, agentImage, baseImageFor } from '../../worker-image/images.js';
-import { apiKeyFromUser, ferryVersion, installRoot, readDotEnv } from '../config.js';
+import { agentBundleDir } from '../../worker-image/images.js';
+import { apiKeyFromUser, ferryVersion, installRoot } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
 import type { Reporter } from '../io.js';
+import { type AwsClients, awsClientsFromEnv } from './aws/clients.js';
+import { lazyPort } from './aws/lazy-port.js';
+import { manifestFromRecords } from './aws/manifest.js';
+import {
+  loadInfra,
+  type PlatformOutputs,
+  parsePlatformOutputs,
+  platformInstanceTypes,
+  platformOutputsSchema,
+  platformPools,
+} from './aws/platform.js';
+import { eventPrinter } from './aws/progress.js';
+import {
+  type AwsEndpointInfo,
+  type AwsEndpointRecord,
+  awsEndpointInfoSchema,
+  awsInfoOf,
+  endpointsOutputSchema,
+} from './aws/records.js';
+import { integrationTimeoutFrom, lbHttpsFrom, workerImagesFrom } from './aws/settings.js';
 import {
   ensureEcsServiceLinkedRole,
   type IamLike,
@@ -54,237 +70,28 @@ import {
   runImageBuild,
   writeBuildContext,
 } from './aws-images.js';
-import type {
-  CdkToolkit,
-  StackLookup,
-  StackOutputs,
-  SynthesizedAssembly,
-  ToolkitEvent,
-  ToolkitEventHandler,
-} from './toolkit.js';
+import type { CdkToolkit, StackLookup, StackOutputs, SynthesizedAssembly } from './toolkit.js';
 import { deadStackStatuses } from './toolkit.js';
 import type { DestroyResult, PrepareInput, Provider, ProvisionContext, ServingState } from './types.js';
 
-/**
- * The CDK app and the Lambda bundler, loaded on first use: aws-cdk-lib, cdk-nag and esbuild take a
- * second or more to import, and `ferry app list` needs none of them.
- */
-async function loadInfra() {
-  const [app, gpu, platform, bundle] = await Promise.all([
-    import('../../infra/app.js'),
-    import('../../infra/gpu.js'),
-    import('../../infra/platform-stack.js'),
-    import('../../functions/bundle.js'),
-  ]);
-  return {
-    synthesize: app.synthesize,
-    instanceTypesFor: gpu.instanceTypesFor,
-    defaultInstanceTypes: platform.defaultInstanceTypes,
-    bundleFunctions: bundle.bundleFunctions,
-  };
-}
-
 // Stack names come from infra/names.ts, which loads no CDK code.
 export { appStackName, platformStackName } from '../../infra/names.js';
-
-/** The platform outputs the CLI reads (the stack has more; unknown ones are ignored on purpose). */
-const platformOutputsSchema = z.object({
-  ApiUrl: z.string().min(1),
-  BucketName: z.string().min(1),
-  ControlTableName: z.string().min(1),
-  /** The platform's capacity pools, comma-separated (absent on platforms of older versions). */
-  InstanceTypes: z.string().optional(),
-  /** The platform's ECR registry and image CodeBuild project (absent on older platforms). */
-  ImageRegistry: z.string().optional(),
-  ImageBuildProject: z.string().optional(),
-  /** The alarm topic (exported as Ferry-AlarmTopicArn). */
-  AlarmTopicArn: z.string().optional(),
-});
-export type PlatformOutputs = z.infer<typeof platformOutputsSchema>;
-
-/** The app stack's `Endpoints` output. Not strict: the stack may add fields later versions read. */
-const endpointsOutputSchema = z.array(
-  z.object({
-    name: z.string(),
-    id: z.string(),
-    kind: z.enum(['queue', 'lb']),
-    url: z.string().optional(),
-    queueUrl: z.string().optional(),
-    lowQueueUrl: z.string().optional(),
-  }),
-);
-
-/**
- * Where a deployed endpoint is, kept on its record as `aws` (the control store saves the record as
- * JSON, so the field travels; EndpointRecord.config stays the strict EndpointConfig).
- */
-export const awsEndpointInfoSchema = z
-  .object({
-    stack: z.string(),
-    /** Clients' base URL: `<ApiUrl>/<id>` for queue endpoints, the ALB's URL for load-balanced ones. */
-    url: z.string(),
-    queueUrl: z.string().optional(),
-    lowQueueUrl: z.string().optional(),
-  })
-  .strict();
-export type AwsEndpointInfo = z.infer<typeof awsEndpointInfoSchema>;
-export type AwsEndpointRecord = EndpointRecord & { aws?: AwsEndpointInfo };
-
-export function awsInfoOf(record: EndpointRecord): AwsEndpointInfo | undefined {
-  const parsed = awsEndpointInfoSchema.safeParse((record as AwsEndpointRecord).aws);
-  return parsed.success ? parsed.data : undefined;
-}
-
-export interface AwsClients {
-  doc: DynamoDBDocumentClient;
-  s3: S3Client;
-  close(): void;
-}
-
-/** Region and credentials from the usual AWS chain; endpoints only for emulators (test hooks). */
-export function awsClientsFromEnv(env: NodeJS.ProcessEnv): AwsClients {
-  const dynamo = new DynamoDBClient(
-    env.FERRY_DYNAMODB_ENDPOINT ? { endpoint: env.FERRY_DYNAMODB_ENDPOINT } : {},
-  );
-  const doc = documentClient(dynamo);
-  const s3 = new S3Client({
-    ...s3ClientConfig,
-    ...(env.FERRY_S3_ENDPOINT ? { endpoint: env.FERRY_S3_ENDPOINT, forcePathStyle: true } : {}),
-  });
-  return {
-    doc,
-    s3,
-    close: () => {
-      doc.destroy();
-      dynamo.destroy();
-      s3.destroy();
-    },
-  };
-}
-
-/**
- * The worker images: FERRY_AWS_GPU_IMAGE / FERRY_AWS_CPU_IMAGE / FERRY_AWS_AGENT_IMAGE (environment or
- * .env) win; otherwise the images of worker-image/images.ts under FERRY_AWS_IMAGE_REGISTRY
- * (e.g. `123456789012.dkr.ecr.us-east-1.amazonaws.com`). The agent has its own small image.
- */
-export function workerImagesFrom(
-  env: NodeJS.ProcessEnv,
-  projectDir: string,
-  pythonVersion: string,
-): { images: WorkerImages; fromRegistry: boolean } {
-  const dotenv = readDotEnv(projectDir);
-  const get = (key: string) => (env[key] ?? dotenv[key])?.trim() || undefined;
-  const registry = get('FERRY_AWS_IMAGE_REGISTRY')?.replace(/\/+$/, '');
-  const version = ferryVersion();
-  const at = (tag: string) => (registry ? `${registry}/${tag}` : tag);
-  const cpuWorker = get('FERRY_AWS_CPU_IMAGE') ?? at(baseImageFor('cpu', version, pythonVersion));
-  const images = {
-    gpuWorker: get('FERRY_AWS_GPU_IMAGE') ?? at(baseImageFor('gpu', version, pythonVersion)),
-    cpuWorker,
-    agent: get('FERRY_AWS_AGENT_IMAGE') ?? at(agentImage(version)),
-  };
-  const explicit = ['FERRY_AWS_GPU_IMAGE', 'FERRY_AWS_CPU_IMAGE', 'FERRY_AWS_AGENT_IMAGE'].every(
-    (k) => get(k) !== undefined,
-  );
-  return { images, fromRegistry: registry !== undefined || explicit };
-}
-
-/**
- * HTTPS of load-balanced endpoints (infra/constructs/https-front.ts), from FERRY_AWS_DOMAIN,
- * FERRY_AWS_CERTIFICATE_ARN and FERRY_AWS_HOSTED_ZONE_ID (environment, then the project's .env).
- * Without a domain: undefined, and each load-balanced endpoint gets a CloudFront https address.
- */
-export function lbHttpsFrom(env: NodeJS.ProcessEnv, projectDir: string): LbHttpsOptions | undefined {
-  const dotenv = readDotEnv(projectDir);
-  const get = (key: string) => (env[key] ?? dotenv[key])?.trim() || undefined;
-  const domainName = get('FERRY_AWS_DOMAIN')?.replace(/\.+$/, '');
-  const certificateArn = get('FERRY_AWS_CERTIFICATE_ARN');
-  const hostedZoneId = get('FERRY_AWS_HOSTED_ZONE_ID');
-  if (!domainName) {
-    if (certificateArn || hostedZoneId) {
-      throw usage(
-        'FERRY_AWS_CERTIFICATE_ARN and FERRY_AWS_HOSTED_ZONE_ID need FERRY_AWS_DOMAIN',
-        'Set FERRY_AWS_DOMAIN to the domain your load-balanced endpoints answer under.',
-      );
-    }
-    return undefined;
-  }
-  return {
-    domainName,
-    ...(certificateArn ? { certificateArn } : {}),
-    ...(hostedZoneId ? { hostedZoneId } : {}),
-  };
-}
-
-/**
- * FERRY_AWS_INTEGRATION_TIMEOUT_SEC: the API Gateway integration timeout this account's quota allows
- * (docs/aws.md "runsync"). Every deploy must pass the same value, since the platform is shared.
- */
-export function integrationTimeoutFrom(env: NodeJS.ProcessEnv): { integrationTimeoutSec?: number } {
-  const raw = env.FERRY_AWS_INTEGRATION_TIMEOUT_SEC?.trim();
-  if (!raw) return {};
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < 29 || value > 900) {
-    throw new FerryError(
-      'usage',
-      `FERRY_AWS_INTEGRATION_TIMEOUT_SEC must be a whole number 29-900, got ${raw}`,
-      {
-        hint: 'Leave it unset (29 s), or set the integration timeout API Gateway granted this account.',
-      },
-    );
-  }
-  return { integrationTimeoutSec: value };
-}
-
-/** The manifest an environment's stack is built from, put back together from its endpoint records. */
-export function manifestFromRecords(app: string, records: readonly EndpointRecord[]): Manifest {
-  const first = records[0];
-  if (!first) throw new FerryError('failed', 'No endpoints to build a stack from');
-  for (const record of records) {
-    if (record.fingerprint !== first.fingerprint || record.artifactKey !== first.artifactKey) {
-      throw new FerryError(
-        'failed',
-        `Endpoints of ${app}/${first.env} run different builds (${first.name}: ${first.fingerprint.slice(0, 12)}, ${record.name}: ${record.fingerprint.slice(0, 12)})`,
-        { hint: `Deploy the environment again: \`ferry deploy --provider aws --env ${first.env}\`.` },
-      );
-    }
-  }
-  const configs = records.map((record) => endpointConfigOf(record));
-  return manifestSchema.parse({
-    version: 1,
-    app,
-    pythonVersion: configs[0]!.pythonVersion,
-    generatedAt: new Date(first.updatedAt).toISOString(),
-    sourceFingerprint: first.fingerprint,
-    // The record's name (`live-x` in dev) names the stack's constructs, so two copies never clash.
-    endpoints: records
-      .map((record, i) => ({ ...configs[i]!.endpoint, name: record.name }))
-      .sort((a, b) => a.name.localeCompare(b.name)),
-    dependencies: { installed: [], excluded: [] },
-  });
-}
-
-/**
- * The pools the shared platform needs: defaults, every deployed endpoint's, the new ones, and the
- * pools the platform already has (its `InstanceTypes` output). Pools are kept, never pruned: an idle
- * pool costs nothing, and dropping one could pull it from under an app stack still placed on it
- * (infra/platform-stack.ts).
- */
-export async function platformInstanceTypes(
-  resources: readonly Resources[],
-  existing: readonly string[] = [],
-): Promise<string[]> {
-  const { defaultInstanceTypes, instanceTypesFor } = await loadInfra();
-  return [...new Set([...defaultInstanceTypes(), ...instanceTypesFor(resources), ...existing])].sort();
-}
-
-/** The instance types listed in the platform's `InstanceTypes` output. */
-export function platformPools(outputs: PlatformOutputs): string[] {
-  return (outputs.InstanceTypes ?? '')
-    .split(',')
-    .map((t) => t.trim())
-    .filter((t) => t !== '');
-}
+// The provider's parts, importable from here as before the split.
+export {
+  type AwsClients,
+  type AwsEndpointInfo,
+  type AwsEndpointRecord,
+  awsClientsFromEnv,
+  awsEndpointInfoSchema,
+  awsInfoOf,
+  integrationTimeoutFrom,
+  lbHttpsFrom,
+  manifestFromRecords,
+  type PlatformOutputs,
+  platformInstanceTypes,
+  platformPools,
+  workerImagesFrom,
+};
 
 export interface AwsProviderOptions {
   env: NodeJS.ProcessEnv;
@@ -313,57 +120,6 @@ const realClock = {
   nowMs: () => Date.now(),
   sleep: (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)),
 };
-
-/** Progress lines from toolkit events: stacks as they start, resources every 10 %, failures always. */
-function eventPrinter(reporter: Reporter): ToolkitEventHandler {
-  const lastTenth = new Map<string, number>();
-  return (event: ToolkitEvent) => {
-    switch (event.type) {
-      case 'stack':
-        reporter.line(`  ${event.message}`);
-        break;
-      case 'resources': {
-        const failed = /FAILED/.test(event.message);
-        const stack = event.stack ?? '';
-        const percent =
-          event.total && event.completed !== undefined
-            ? Math.min(100, Math.round((event.completed / event.total) * 100))
-            : undefined;
-        const tenth = percent === undefined ? -1 : Math.floor(percent / 10);
-        if (!failed && (tenth <= (lastTenth.get(stack) ?? -1) || percent === undefined)) break;
-        lastTenth.set(stack, tenth);
-        const count = percent === undefined ? '' : `${event.completed}/${event.total} (${percent}%) `;
-        reporter.line(`    ${stack} ${count}${event.message}`);
-        break;
-      }
-      case 'done':
-        reporter.line(`  ✓ ${event.message}`);
-        break;
-      case 'warning':
-        reporter.line(`  warning: ${event.message}`);
-        break;
-      case 'error':
-        reporter.line(`  error: ${event.message}`);
-        break;
-    }
-  };
-}
-
-/** A port whose adapter is made on first use (the table's name is known only once the platform is). */
-function lazyPort<T extends object>(open: () => Promise<T>): T {
-  return new Proxy({} as T, {
-    get(_target, prop) {
-      // Not a thenable: `await provider.control` must not call into the store.
-      if (prop === 'then') return undefined;
-      // The provider closes the clients; a store never opened has nothing to close.
-      if (prop === 'close') return async () => {};
-      return async (...args: unknown[]) => {
-        const port = (await open()) as Record<PropertyKey, unknown>;
-        return (port[prop] as (...a: unknown[]) => unknown).apply(port, args);
-      };
-    },
-  });
-}
 
 export class AwsProvider implements Provider {
   readonly name = 'aws' as const;
@@ -821,16 +577,4 @@ export class AwsProvider implements Provider {
     this.options.clients.close();
     this.options.lookup.close();
   }
-}
-
-function parsePlatformOutputs(outputs: StackOutputs): PlatformOutputs {
-  const parsed = platformOutputsSchema.safeParse(outputs);
-  if (!parsed.success) {
-    throw new FerryError(
-      'failed',
-      `Stack ${platformStackName} lacks outputs the CLI needs: ${parsed.error.issues.map((i) => i.path.join('.')).join(', ')}`,
-      { hint: 'It was deployed by another Ferry version: run `ferry deploy --provider aws` with this one.' },
-    );
-  }
-  return parsed.data;
 }

@@ -9,7 +9,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { platformInstanceTypes, platformPools } from '../../cli/providers/aws.js';
+import { platformInstanceTypes, platformPools } from '../../cli/providers/aws/platform.js';
 import { FerryError } from '../../core/errors.js';
 import { type Manifest, manifestSchema } from '../../core/manifest.js';
 import { buildApp, platformStackName } from '../../infra/app.js';

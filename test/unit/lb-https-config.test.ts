@@ -1,9 +1,9 @@
-/** `lbHttpsFrom` (cli/providers/aws.ts): the HTTPS options of load-balanced endpoints on AWS. */
+/** `lbHttpsFrom` (cli/providers/aws/settings.ts): the HTTPS options of load-balanced endpoints on AWS. */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { lbHttpsFrom } from '../../cli/providers/aws.js';
+import { lbHttpsFrom } from '../../cli/providers/aws/settings.js';
 import { FerryError } from '../../core/errors.js';
 
 const dirs: string[] = [];

@@ -93,7 +93,9 @@ import type { Clock, EndpointDirectory, EndpointRecord, LogStore } from '../../c
 import { WorkerSupervisor } from '../../core/supervisor.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
 import { drainMs as taskDrainMs } from '../../infra/task-layout.js';
+import { readBody, safeDecode, send } from './http.js';
 import { listen } from './listen.js';
+import { type EcsProtectionOptions, TaskProtection } from './protection.js';
 
 /** The tables the agent reads and writes (dynamoSchema naming); it never touches the control table. */
 export type AgentTables = Pick<DynamoTableNames, 'jobs' | 'chunks' | 'workers'>;
@@ -134,14 +136,7 @@ export interface AgentOptions {
   drainTakeHoldMs?: number;
   /** How often held jobs are checked (stops, protection). Default 1 s. */
   tickMs?: number;
-  ecs?: {
-    agentUri: string;
-    fetch?: typeof fetch;
-    /** ExpiresInMinutes of each protection (1–2880; default 60, renewed at half). */
-    protectionMinutes?: number;
-    /** How long the worker must be idle before protection is turned off (default 2 s). */
-    protectionOffAfterMs?: number;
-  };
+  ecs?: EcsProtectionOptions;
   /** Final-status webhooks of jobs this agent ends (job-done, its own timeouts). */
   webhooks?: WebhookSender;
   /** Where the worker's job-log lines go (CloudWatch Logs on AWS); without it job-log is a 404. */
@@ -223,8 +218,6 @@ const workerRoutes = new Set([
   'ping',
   'job-log',
 ]);
-/** Above every worker-route limit, so the API answers with its own message. */
-const bodyLimitBytes = limits.jobDoneBodyBytes + 1024 * 1024;
 
 export async function startAgent(options: AgentOptions): Promise<Agent> {
   const agent = new AgentServer(options);
@@ -256,8 +249,7 @@ class AgentServer implements Agent {
   private readonly draining = new AbortController();
   /** Aborts every long poll and timer on close. */
   private readonly closing = new AbortController();
-  private readonly protection = { on: false, renewAt: 0, idleSince: 0 };
-  private protecting: Promise<void> | undefined;
+  private readonly protection: TaskProtection | undefined;
   private takesInFlight = 0;
   private drained: Promise<void> | undefined;
   private closed: Promise<void> | undefined;
@@ -271,6 +263,9 @@ class AgentServer implements Agent {
     this.workerToken = options.workerToken ?? process.env.FERRY_WORKER_TOKEN ?? newSecret('fyw');
     this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
     const leaseMs = options.leaseMs ?? limits.leaseMs;
+    this.protection = options.ecs
+      ? new TaskProtection(options.ecs, this.clock, this.log, () => this.held())
+      : undefined;
 
     this.doc = documentClient(options.clients.dynamo);
     const blobs = new S3BlobStore({
@@ -398,6 +393,9 @@ class AgentServer implements Agent {
       this.log.warn(`requeueing held jobs: ${message(error)}`);
     }
     this.leave(1);
+    // A hard exit, not process.exitCode: the worker still holds a handler stuck in C code, and main.ts
+    // would otherwise drain first (up to the drain period) for a job that can never finish. Its jobs
+    // are requeued above, so leaving at once loses nothing and lets ECS replace the task sooner.
     (this.options.exit ?? ((code: number) => process.exit(code)))(1);
   }
 
@@ -497,65 +495,7 @@ class AgentServer implements Agent {
       } catch (error) {
         this.log.warn(`checking held jobs: ${message(error)}`);
       }
-      const busy = this.held().length > 0;
-      if (busy) this.protection.idleSince = 0;
-      else if (this.protection.idleSince === 0) this.protection.idleSince = this.clock.now();
-      this.kickProtection();
-    }
-  }
-
-  /** Runs one protection update at a time; a kick while one runs is picked up by the next tick. */
-  private kickProtection(): void {
-    if (!this.options.ecs || this.protecting) return;
-    this.protecting = this.updateProtection().finally(() => {
-      this.protecting = undefined;
-    });
-  }
-
-  private async updateProtection(): Promise<void> {
-    const ecs = this.options.ecs;
-    if (!ecs) return;
-    const now = this.clock.now();
-    const idleMs = now - (this.protection.idleSince || now);
-    const offAfterMs = ecs.protectionOffAfterMs ?? 2_000;
-    // Still inside the idle window after a job: keep renewing, or a long idle_timeout could outlast
-    // the protection's own term.
-    const keep = this.held().length > 0 || (this.protection.on && idleMs < offAfterMs);
-    const minutes = Math.min(2_880, Math.max(1, Math.round(ecs.protectionMinutes ?? 60)));
-    if (keep && (!this.protection.on || now >= this.protection.renewAt)) {
-      if (await this.putProtection({ ProtectionEnabled: true, ExpiresInMinutes: minutes })) {
-        this.protection.on = true;
-        // Renew at half the term, so a slow or failed renewal still has time before it lapses.
-        this.protection.renewAt = now + (minutes * 60_000) / 2;
-      }
-    } else if (!keep && this.protection.on) {
-      if (await this.putProtection({ ProtectionEnabled: false })) this.protection.on = false;
-    }
-  }
-
-  private async putProtection(body: {
-    ProtectionEnabled: boolean;
-    ExpiresInMinutes?: number;
-  }): Promise<boolean> {
-    const ecs = this.options.ecs as NonNullable<AgentOptions['ecs']>;
-    try {
-      const response = await (ecs.fetch ?? fetch)(`${ecs.agentUri}/task-protection/v1/state`, {
-        method: 'PUT',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-        signal: AbortSignal.timeout(5_000),
-      });
-      const text = await response.text();
-      if (!response.ok) {
-        this.log.warn(
-          `task protection ${body.ProtectionEnabled ? 'on' : 'off'}: HTTP ${response.status} ${text.slice(0, 200)}`,
-        );
-        return false;
-      }
-      return true;
-    } catch (error) {
-      this.log.warn(`task protection ${body.ProtectionEnabled ? 'on' : 'off'}: ${message(error)}`);
-      return false;
+      this.protection?.tick();
     }
   }
 
@@ -586,10 +526,7 @@ class AgentServer implements Agent {
     } catch (error) {
       this.log.warn(`releasing held jobs: ${message(error)}`);
     }
-    await this.protecting;
-    if (this.protection.on && (await this.putProtection({ ProtectionEnabled: false }))) {
-      this.protection.on = false;
-    }
+    await this.protection?.release();
     await this.ownWebhooks?.idle();
     this.log.info('drained');
   }
@@ -605,7 +542,7 @@ class AgentServer implements Agent {
       this.server.closeAllConnections();
       await new Promise<void>((resolve) => this.server.close(() => resolve()));
       await this.ticking;
-      await this.protecting;
+      await this.protection?.settled();
       this.doc.destroy();
     })();
     return this.closed;
@@ -658,43 +595,6 @@ function logged<T extends object>(name: string, target: T, log: Logger): T {
       };
     },
   });
-}
-
-async function readBody(req: IncomingMessage): Promise<Buffer | undefined> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > bodyLimitBytes) {
-      throw new FerryError('too_large', `Request body is over the ${limits.jobDoneBodyBytes}-byte limit`);
-    }
-    chunks.push(chunk as Buffer);
-  }
-  return chunks.length > 0 ? Buffer.concat(chunks) : undefined;
-}
-
-function send(res: ServerResponse, response: ApiResponse): void {
-  if (res.headersSent || res.destroyed) return;
-  if (response.statusCode === 204 || response.body === undefined) {
-    res.writeHead(response.statusCode).end();
-    return;
-  }
-  // The RunPod SDK insists on exactly application/json for job-take.
-  const text = JSON.stringify(response.body);
-  res
-    .writeHead(response.statusCode, {
-      'content-type': 'application/json',
-      'content-length': Buffer.byteLength(text),
-    })
-    .end(text);
-}
-
-function safeDecode(segment: string): string {
-  try {
-    return decodeURIComponent(segment);
-  } catch {
-    return segment;
-  }
 }
 
 function envMs(name: string): number | undefined {

@@ -161,10 +161,17 @@ async function main(): Promise<number> {
   }
 }
 
-main().then(
-  (code) => process.exit(code),
-  (error: unknown) => {
-    process.stderr.write(`ferry-agent: ${error instanceof Error ? error.message : String(error)}\n`);
-    process.exit(1);
-  },
-);
+/**
+ * Leave by setting the exit code and letting the event loop empty, so stdout (the EMF metric lines)
+ * and stderr are flushed. Everything the agent opened is closed by then; the unref'd timer is only a
+ * backstop for a socket an SDK client left open, so a drained task never outlives ECS's stopTimeout.
+ */
+function leaveWith(code: number): void {
+  process.exitCode = code;
+  setTimeout(() => process.exit(code), 5_000).unref();
+}
+
+main().then(leaveWith, (error: unknown) => {
+  process.stderr.write(`ferry-agent: ${error instanceof Error ? error.message : String(error)}\n`);
+  leaveWith(1);
+});

@@ -1,0 +1,101 @@
+/**
+ * ECS task scale-in protection for the agent's task (the agent.ts header explains when and why):
+ * on while the worker holds a job, renewed at half its term, off once idle for `offAfterMs`.
+ * Failures are logged and retried on the next tick, never fatal.
+ */
+import type { Logger } from '../../core/log.js';
+import type { Clock } from '../../core/ports.js';
+
+export interface EcsProtectionOptions {
+  agentUri: string;
+  fetch?: typeof fetch;
+  /** ExpiresInMinutes of each protection (1–2880; default 60, renewed at half). */
+  protectionMinutes?: number;
+  /** How long the worker must be idle before protection is turned off (default 2 s). */
+  protectionOffAfterMs?: number;
+}
+
+export class TaskProtection {
+  private readonly state = { on: false, renewAt: 0, idleSince: 0 };
+  private protecting: Promise<void> | undefined;
+
+  constructor(
+    private readonly ecs: EcsProtectionOptions,
+    private readonly clock: Clock,
+    private readonly log: Logger,
+    private readonly held: () => string[],
+  ) {}
+
+  /** One tick: note whether the worker is busy, then update protection if none is in flight. */
+  tick(): void {
+    const busy = this.held().length > 0;
+    if (busy) this.state.idleSince = 0;
+    else if (this.state.idleSince === 0) this.state.idleSince = this.clock.now();
+    this.kick();
+  }
+
+  /** Waits for the update in flight, if any. */
+  async settled(): Promise<void> {
+    await this.protecting;
+  }
+
+  /** Drain: wait for the update in flight, then turn protection off if it is on. */
+  async release(): Promise<void> {
+    await this.protecting;
+    if (this.state.on && (await this.put({ ProtectionEnabled: false }))) {
+      this.state.on = false;
+    }
+  }
+
+  /** Runs one protection update at a time; a kick while one runs is picked up by the next tick. */
+  private kick(): void {
+    if (this.protecting) return;
+    this.protecting = this.update().finally(() => {
+      this.protecting = undefined;
+    });
+  }
+
+  private async update(): Promise<void> {
+    const ecs = this.ecs;
+    const now = this.clock.now();
+    const idleMs = now - (this.state.idleSince || now);
+    const offAfterMs = ecs.protectionOffAfterMs ?? 2_000;
+    // Still inside the idle window after a job: keep renewing, or a long idle_timeout could outlast
+    // the protection's own term.
+    const keep = this.held().length > 0 || (this.state.on && idleMs < offAfterMs);
+    const minutes = Math.min(2_880, Math.max(1, Math.round(ecs.protectionMinutes ?? 60)));
+    if (keep && (!this.state.on || now >= this.state.renewAt)) {
+      if (await this.put({ ProtectionEnabled: true, ExpiresInMinutes: minutes })) {
+        this.state.on = true;
+        // Renew at half the term, so a slow or failed renewal still has time before it lapses.
+        this.state.renewAt = now + (minutes * 60_000) / 2;
+      }
+    } else if (!keep && this.state.on) {
+      if (await this.put({ ProtectionEnabled: false })) this.state.on = false;
+    }
+  }
+
+  private async put(body: { ProtectionEnabled: boolean; ExpiresInMinutes?: number }): Promise<boolean> {
+    const ecs = this.ecs;
+    try {
+      const response = await (ecs.fetch ?? fetch)(`${ecs.agentUri}/task-protection/v1/state`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(5_000),
+      });
+      const text = await response.text();
+      if (!response.ok) {
+        this.log.warn(
+          `task protection ${body.ProtectionEnabled ? 'on' : 'off'}: HTTP ${response.status} ${text.slice(0, 200)}`,
+        );
+        return false;
+      }
+      return true;
+    } catch (error) {
+      const text = error instanceof Error ? error.message : String(error);
+      this.log.warn(`task protection ${body.ProtectionEnabled ? 'on' : 'off'}: ${text}`);
+      return false;
+    }
+  }
+}
