@@ -363,7 +363,8 @@ export class EndpointService extends Construct {
         ...resources.env,
         ...workerBase,
         ...protocolEnv,
-        FERRY_TARGET: endpoint.target!.name,
+        // An image endpoint's image runs its own handler: there is no target of ours to name.
+        ...(endpoint.target ? { FERRY_TARGET: endpoint.target.name } : {}),
       };
       return {
         agentEnv,
