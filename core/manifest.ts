@@ -97,6 +97,12 @@ export const manifestEndpointSchema = z
     module: z.string(),
     /** Queue-based: the decorated function or class. */
     target: targetSchema.optional(),
+    /**
+     * Queue-based image endpoint (`Endpoint(name=..., image=...)`): the worker container is this prebuilt
+     * RunPod-protocol image and `target` is absent; `module` only names the declaring file
+     * (docs/python.md, image endpoints).
+     */
+    image: z.string().min(1).optional(),
     /** Load-balanced: the module variable holding the Endpoint, and its routes. */
     variable: z.string().optional(),
     routes: z.array(routeSchema).optional(),

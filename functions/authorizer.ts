@@ -60,7 +60,15 @@ export async function allowedResources(
     await control.listEndpoints({ app: scope.app, ...(scope.env ? { env: scope.env } : {}) })
   )
     .filter((endpoint) => scopeCovers(scope, endpoint))
-    .map((endpoint) => `${base}*/v2/${endpoint.id}/*`);
+    .flatMap((endpoint) => [
+      `${base}*/v2/${endpoint.id}/*`,
+      // The name route (core/names.ts), with its environment or `-`; the API resolves the name and
+      // applies scopeCovers again, so `-` cannot reach an environment outside the scope.
+      ...[endpoint.env, '-'].flatMap((env) => {
+        const byName = `${base}*/v2/by-name/${endpoint.app}/${env}/${endpoint.name}`;
+        return [byName, `${byName}/*`];
+      }),
+    ]);
   return endpoints.length > 0 ? endpoints : [`${base}*/v2/-none-/*`];
 }
 

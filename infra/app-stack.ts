@@ -158,7 +158,8 @@ export class AppEnvironmentStack extends Stack {
         `Endpoint "${endpoint.name}": workers min ${resources.workersMin} exceeds max ${resources.workersMax}`,
       );
     }
-    if (endpoint.kind === 'queue' && !endpoint.target) {
+    // An image endpoint's worker is its image: it names no function of ours (docs/python.md).
+    if (endpoint.kind === 'queue' && !endpoint.target && !endpoint.image) {
       throw new FerryError('bad_request', `Queue endpoint "${endpoint.name}" names no function or class`);
     }
     if (endpoint.kind === 'lb' && !endpoint.variable) {

@@ -92,6 +92,8 @@ export interface PlatformRefs {
   readonly bucketNameExport: string;
   /** The SNS topic every Ferry alarm notifies (infra/constructs/alarms.ts). */
   readonly alarmTopic: sns.ITopic;
+  /** The API stage's root URL: workers call other endpoints through it (docs/python.md). */
+  readonly apiRootUrl: string;
   /** The capacity provider of one pool; a FerryError when the platform has no pool of that type. */
   capacityProviderNameFor(instanceType: string): string;
 }
@@ -121,6 +123,11 @@ export class PlatformImports extends Construct implements PlatformRefs {
   readonly bucketName: string;
   readonly bucketNameExport = platformExportNames.bucketName;
   readonly alarmTopic: sns.ITopic;
+  /**
+   * The API stage's root URL (`https://<id>.execute-api.<region>.<suffix>/<stage>`): the export is
+   * `<root>/v2` and the Python client appends `/v2/...` itself (worker-image/python/ferry/client.py).
+   */
+  readonly apiRootUrl: string;
   private readonly instanceTypes: ReadonlySet<string>;
 
   constructor(scope: Construct, id: string, props: PlatformImportsProps) {
@@ -134,6 +141,8 @@ export class PlatformImports extends Construct implements PlatformRefs {
       tableArn: value(tableExportKeys[role].arn),
     });
 
+    // No host name of execute-api contains "/v2", so the first piece of the split is the stage root.
+    this.apiRootUrl = Fn.select(0, Fn.split('/v2', value('apiUrl')));
     this.vpc = ec2.Vpc.fromVpcAttributes(this, 'Vpc', {
       vpcId: value('vpcId'),
       availabilityZones: list('availabilityZones'),

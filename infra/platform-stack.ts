@@ -990,7 +990,8 @@ export class PlatformStack extends Stack {
       scopePermissionToMethod: false,
     });
 
-    const endpoint = api.root.addResource('v2').addResource('{endpointId}');
+    const v2 = api.root.addResource('v2');
+    const endpoint = v2.addResource('{endpointId}');
     const route = (path: string[], methods: string[]): void => {
       let resource: apigw.IResource = endpoint;
       for (const part of path) resource = resource.getResource(part) ?? resource.addResource(part);
@@ -1017,6 +1018,17 @@ export class PlatformStack extends Stack {
     route(['health'], ['GET']);
     // The claim-check for bodies over API Gateway's 10 MB / Lambda's 6 MB (functions/payloads.ts).
     route(['uploads'], ['POST']);
+    // Endpoints by name (core/names.ts): `/v2/by-name/<app>/<env>/<endpoint>[/<route>]`, same authorizer.
+    // A literal `by-name` beside `{endpointId}` wins over the variable (API Gateway matches literal
+    // path parts first), and one greedy proxy carries every route; the function routes by path
+    // (core/api.ts). https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-method-settings-method-request.html
+    const byName = v2.addResource('by-name').addResource('{proxy+}');
+    for (const method of ['GET', 'POST']) {
+      byName.addMethod(method, integration, {
+        authorizer,
+        authorizationType: apigw.AuthorizationType.CUSTOM,
+      });
+    }
     // The management API (core/manage.ts): GET only, same authorizer; the function routes by path.
     const manage = api.root.addResource('manage').addResource('v1').addResource('{proxy+}');
     manage.addMethod('GET', integration, { authorizer, authorizationType: apigw.AuthorizationType.CUSTOM });

@@ -62,6 +62,11 @@ KNOWN_KWARGS = {
     "health_check_grace",
 }
 
+# Docker image references: [registry/]repository[:tag][@digest], no spaces or shell characters.
+IMAGE_RE = re.compile(r"^[a-z0-9][A-Za-z0-9._/:-]*(@sha256:[a-f0-9]{64})?$")
+# Parameters about our code and its packages: meaningless when the image brings its own.
+IMAGE_IGNORED_KWARGS = {"dependencies", "system_dependencies", "python_version"}
+
 
 class ScanError(Exception):
     def __init__(self, file: str, line: int, message: str) -> None:
@@ -486,16 +491,11 @@ class FileScanner:
         for stmt in self.tree.body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and self.is_endpoint_call(stmt.value):
                 given = {kw.arg for kw in stmt.value.keywords}
-                if "id" in given or "image" in given:
-                    # A client of an endpoint (docs/python.md, client modes), not one to deploy.
-                    if "image" in given:
-                        self.warnings.append(
-                            {
-                                "file": self.rel,
-                                "line": stmt.lineno,
-                                "message": "Endpoint(image=...) is used as a client by name; ferry deploy does not deploy images yet",
-                            }
-                        )
+                if "id" in given:
+                    # A client of an already deployed endpoint (docs/python.md, client modes): nothing to deploy.
+                    continue
+                if "image" in given:
+                    self.endpoints.append(self.image_endpoint(stmt.value))
                     continue
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 if len(targets) != 1 or not isinstance(targets[0], ast.Name):
@@ -535,6 +535,23 @@ class FileScanner:
                     "Endpoint %s (%s) is never used: add routes with @%s.post(\"/path\") or decorate a function with @%s"
                     % ("'%s'" % record["config"]["name"] if record["config"]["name"] else "without a name", record["variable"], record["variable"], record["variable"]),
                 )
+
+    def image_endpoint(self, call: ast.Call) -> dict:
+        """`Endpoint(name=..., image="repo/worker:1.0", ...)`: a queue endpoint whose worker is a prebuilt
+        RunPod-protocol image, so no module or target of ours runs in it (docs/python.md, image endpoints)."""
+        image_nodes = [kw.value for kw in call.keywords if kw.arg == "image"]
+        image = self.literal(image_nodes[0], "Endpoint parameter 'image'")
+        if not isinstance(image, str) or not IMAGE_RE.match(image):
+            self.fail(image_nodes[0], "Endpoint parameter 'image' must be an image reference such as \"repo/worker:1.0\" (got %r)" % (image,))
+        bare = ast.Call(func=call.func, args=call.args, keywords=[kw for kw in call.keywords if kw.arg != "image"])
+        ast.copy_location(bare, call)
+        for kw in bare.keywords:
+            if kw.arg in IMAGE_IGNORED_KWARGS:
+                self.fail(kw.value, "Endpoint parameter '%s' does not apply to an image endpoint: the image brings its own code and packages" % kw.arg)
+        config = self.config(bare, "queue", None)
+        if config["name"] is None:
+            self.fail(call, "an image endpoint needs a name: Endpoint(name=\"my-worker\", image=\"%s\")" % image)
+        return {"kind": "image", "file": self.rel, "line": call.lineno, "image": image, "config": config}
 
     def fail_at(self, line: int, message: str):
         raise ScanError(self.rel, line, message)

@@ -52,6 +52,15 @@ const scannedEndpointSchema = z.discriminatedUnion('kind', [
     .strict(),
   z
     .object({
+      kind: z.literal('image'),
+      file: z.string(),
+      line: z.number().int(),
+      image: z.string(),
+      config: configSchema,
+    })
+    .strict(),
+  z
+    .object({
       kind: z.literal('lb'),
       file: z.string(),
       line: z.number().int(),
@@ -179,13 +188,23 @@ export function toManifestEndpoint(scanned: ScannedEndpoint): ManifestEndpoint {
   const endpoint: ManifestEndpoint =
     scanned.kind === 'queue'
       ? { ...common, kind: 'queue', target: scanned.target, configHash: '' }
-      : { ...common, kind: 'lb', variable: scanned.variable, routes: scanned.routes, configHash: '' };
+      : scanned.kind === 'image'
+        ? // A queue endpoint whose worker is the user's prebuilt image: no target of ours runs.
+          { ...common, kind: 'queue', image: scanned.image, configHash: '' }
+        : { ...common, kind: 'lb', variable: scanned.variable, routes: scanned.routes, configHash: '' };
   return withConfigHash(endpoint);
 }
 
 /** Recomputes configHash from the endpoint's resources (call again after changing them). */
 export function withConfigHash(endpoint: ManifestEndpoint): ManifestEndpoint {
-  return { ...endpoint, configHash: configHash(endpoint.resources) };
+  // The image is part of the user's configuration: a new tag must roll the workers.
+  const hash = configHash(endpoint.resources);
+  return {
+    ...endpoint,
+    configHash: endpoint.image
+      ? createHash('sha256').update(`${hash}\n${endpoint.image}`).digest('hex')
+      : hash,
+  };
 }
 
 /**

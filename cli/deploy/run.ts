@@ -5,7 +5,7 @@
  * empty deploy is an error (flash#365 printed success having made nothing).
  */
 import { stat } from 'node:fs/promises';
-import { FerryError } from '../../core/errors.js';
+import { FerryError, usage } from '../../core/errors.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { type BuildEvent, type BuildOptions, type BuildResult, buildProject } from '../build/index.js';
 import { formatBytes, formatMs, type Reporter } from '../io.js';
@@ -99,6 +99,15 @@ export async function deployProject(options: DeployOptions): Promise<DeployResul
   const manifest = built.manifest;
   if (manifest.endpoints.length === 0) {
     throw new FerryError('failed', 'The build found no endpoints: nothing to deploy');
+  }
+  // An image endpoint's worker is a container image, and the local provider runs Python processes
+  // without Docker: refuse before anything is written rather than deploy an endpoint nothing serves.
+  const images = manifest.endpoints.filter((e) => e.image !== undefined);
+  if (images.length > 0 && provider.name !== 'aws') {
+    throw usage(
+      `${images.map((e) => `'${e.name}' (${e.image})`).join(', ')}: image endpoints cannot run on the ${provider.name} provider`,
+      'Image endpoints run on --provider aws (docs/python.md, image endpoints). Locally, call the image from a queue function or deploy it with --provider aws.',
+    );
   }
 
   const env = await stageOf(reporter, 2, 'Environment resolution', async () => {

@@ -174,7 +174,10 @@ export class EndpointService extends Construct {
       // hostPort 0: ECS picks a free host port and registers it with the target group.
       ...(endpoint.kind === 'lb' ? { portMappings: [{ containerPort: ports.lbPublic, hostPort: 0 }] } : {}),
     });
-    const image = placement.kind === 'gpu' ? props.images.gpuWorker : props.images.cpuWorker;
+    // An image endpoint's worker is the user's prebuilt RunPod-protocol image (docs/python.md, image
+    // endpoints); the agent beside it is the same, and speaks to it through RUNPOD_WEBHOOK_*.
+    const image =
+      endpoint.image ?? (placement.kind === 'gpu' ? props.images.gpuWorker : props.images.cpuWorker);
     const worker = taskDefinition.addContainer('worker', {
       image: this.containerImage('WorkerImage', image),
       essential: true,
@@ -291,7 +294,15 @@ export class EndpointService extends Construct {
     // ECS on EC2 does not set AWS_REGION in containers; the agent's SDK clients need it.
     const agentBase = { ...common, AWS_REGION: Aws.REGION };
     // The worker's entrypoint unpacks this (worker-image/entrypoint.sh), then runs FERRY_MODULE.
-    const workerBase = { ...common, FERRY_ARTIFACT_PATH: artifactMount.file, FERRY_MODULE: endpoint.module };
+    // Plus what the Python client needs to call other endpoints by name (docs/python.md, remote calls):
+    // the platform's API and this endpoint's own name (a call to itself runs in place).
+    const workerBase = {
+      ...common,
+      FERRY_ARTIFACT_PATH: artifactMount.file,
+      FERRY_MODULE: endpoint.module,
+      FERRY_API_URL: platform.apiRootUrl,
+      FERRY_ENDPOINT_NAME: endpoint.name,
+    };
 
     if (props.queues) {
       const { queue, lowQueue } = props.queues;
@@ -352,7 +363,8 @@ export class EndpointService extends Construct {
         ...resources.env,
         ...workerBase,
         ...protocolEnv,
-        FERRY_TARGET: endpoint.target!.name,
+        // An image endpoint's image runs its own handler: there is no target of ours to name.
+        ...(endpoint.target ? { FERRY_TARGET: endpoint.target.name } : {}),
       };
       return {
         agentEnv,

@@ -500,3 +500,59 @@ describe('bad manifests', () => {
     }
   });
 });
+
+describe('remote calls from AWS workers (docs/python.md)', () => {
+  it('give every worker the API root, its app, env and endpoint name', () => {
+    const apiRoot = {
+      'Fn::Select': [0, { 'Fn::Split': ['/v2', { 'Fn::ImportValue': platformExportNames.apiUrl }] }],
+    };
+    for (const e of built.appStack.endpoints) {
+      const worker = containersOf(e).find((c) => c.Name === 'worker')!;
+      expect(envOf(worker)).toMatchObject({
+        FERRY_API_URL: apiRoot,
+        FERRY_APP: sampleManifest.app,
+        FERRY_ENV: 'dev',
+        FERRY_ENDPOINT_NAME: e.name,
+      });
+    }
+  });
+});
+
+describe('image endpoints (docs/python.md)', () => {
+  it('run the declared image as the worker container, beside the unchanged agent', () => {
+    const fns = stubFunctionsDir();
+    try {
+      const manifest = structuredClone(sampleManifest);
+      const { target: _target, ...base } = manifest.endpoints.find((e) => e.name === 'gpu_worker')!;
+      manifest.endpoints.push({ ...base, name: 'vllm', image: 'vllm/vllm-openai:v0.6.3' });
+      const app = buildApp({
+        manifest,
+        env: 'dev',
+        functionsCodeDir: fns.dir,
+        artifact: { key: 'a' },
+        images: sampleImages,
+        nag: false,
+      });
+      const stackTemplate = Template.fromStack(app.appStack);
+      const containersFor = (name: string): ContainerDefinition[] => {
+        const e = app.appStack.endpoints.find((x) => x.name === name)!;
+        return stackTemplate.toJSON().Resources[
+          Stack.of(e.taskDefinition).getLogicalId(e.taskDefinition.node.defaultChild as never)
+        ].Properties.ContainerDefinitions;
+      };
+      const imageOf = (c: ContainerDefinition | undefined) => (c as { Image?: unknown } | undefined)?.Image;
+      const vllm = containersFor('vllm');
+      const gpu = containersFor('gpu_worker');
+      expect(imageOf(vllm.find((c) => c.Name === 'worker'))).toBe('vllm/vllm-openai:v0.6.3');
+      expect(imageOf(gpu.find((c) => c.Name === 'worker'))).not.toBe('vllm/vllm-openai:v0.6.3');
+      // The agent is the platform's, speaking RunPod's worker protocol to the image.
+      const agent = vllm.find((c) => c.Name === 'agent')!;
+      expect(imageOf(agent)).toEqual(imageOf(gpu.find((c) => c.Name === 'agent')));
+      expect(Object.keys(envOf(vllm.find((c) => c.Name === 'worker')!))).toEqual(
+        expect.arrayContaining(['RUNPOD_WEBHOOK_GET_JOB', 'RUNPOD_WEBHOOK_POST_OUTPUT']),
+      );
+    } finally {
+      fns.cleanup();
+    }
+  });
+});

@@ -321,8 +321,9 @@ describe('API', () => {
 
   it('puts every v2 route behind the authorizer, with GET and POST where the API takes both', () => {
     const methods = Object.values(template.findResources('AWS::ApiGateway::Method'));
-    // 13 v2 methods and GET /manage/v1/{proxy+} (test/infra/observability.test.ts).
-    expect(methods).toHaveLength(14);
+    // 13 v2 methods, GET and POST /v2/by-name/{proxy+}, and GET /manage/v1/{proxy+}
+    // (test/infra/observability.test.ts).
+    expect(methods).toHaveLength(16);
     for (const method of methods) expect(method.Properties.AuthorizationType).toBe('CUSTOM');
     const resources = template.findResources('AWS::ApiGateway::Resource');
     const parts = Object.values(resources).map((r) => r.Properties.PathPart);
@@ -349,6 +350,36 @@ describe('API', () => {
       .filter((m) => m.Properties.ResourceId.Ref === jobId)
       .map((m) => m.Properties.HttpMethod);
     expect(verbs.sort()).toEqual(['GET', 'POST']);
+  });
+
+  it('routes /v2/by-name/{proxy+} (GET and POST) to the API function, beside /v2/{endpointId}', () => {
+    const resources = Object.entries(template.findResources('AWS::ApiGateway::Resource'));
+    const idOf = (part: string, parent?: string) =>
+      resources.find(
+        ([, r]) =>
+          r.Properties.PathPart === part &&
+          (parent === undefined || JSON.stringify(r.Properties.ParentId).includes(`"${parent}"`)),
+      )?.[0];
+    const v2 = idOf('v2')!;
+    const byName = idOf('by-name', v2);
+    expect(byName).toBeDefined();
+    expect(idOf('{endpointId}', v2)).toBeDefined();
+    const proxy = idOf('{proxy+}', byName);
+    expect(proxy).toBeDefined();
+    const methods = Object.values(template.findResources('AWS::ApiGateway::Method')).filter(
+      (m) => m.Properties.ResourceId.Ref === proxy,
+    );
+    expect(methods.map((m) => m.Properties.HttpMethod).sort()).toEqual(['GET', 'POST']);
+    const runMethod = Object.values(template.findResources('AWS::ApiGateway::Method')).find(
+      (m) => m.Properties.ResourceId.Ref === idOf('run'),
+    )!;
+    for (const m of methods) {
+      expect(m.Properties.AuthorizationType).toBe('CUSTOM');
+      expect(m.Properties.AuthorizerId).toEqual(runMethod.Properties.AuthorizerId);
+      // The same Lambda proxy integration as the id routes: one function serves both.
+      expect(m.Properties.Integration.Type).toBe('AWS_PROXY');
+      expect(m.Properties.Integration.Uri).toEqual(runMethod.Properties.Integration.Uri);
+    }
   });
 
   it('reads the key from the Authorization header in a REQUEST authorizer', () => {

@@ -143,15 +143,27 @@ describe('scoped API keys on the AWS authorizer', () => {
   });
 
   it('allows a scoped key only the routes of the endpoints its scope covers', async () => {
+    // Each covered endpoint by id and by name (/v2/by-name/<app>/<env or ->/<name>[/*]).
+    const routesOf = (e: { id: string; app: string; env: string; name: string }) => [
+      `${stage}*/v2/${e.id}/*`,
+      `${stage}*/v2/by-name/${e.app}/${e.env}/${e.name}`,
+      `${stage}*/v2/by-name/${e.app}/${e.env}/${e.name}/*`,
+      `${stage}*/v2/by-name/${e.app}/-/${e.name}`,
+      `${stage}*/v2/by-name/${e.app}/-/${e.name}/*`,
+    ];
     const shop = await authorize(keys.shop);
     expect(shop.policyDocument.Statement[0]).toMatchObject({
       Effect: 'Allow',
-      Resource: [`${stage}*/v2/${shopDev.id}/*`, `${stage}*/v2/${shopProd.id}/*`],
+      Resource: [...routesOf(shopDev), ...routesOf(shopProd)],
     });
     const shopProdOnly = await authorize(keys.shopProd);
     expect(shopProdOnly.policyDocument.Statement[0]).toMatchObject({
-      Resource: `${stage}*/v2/${shopProd.id}/*`,
+      Resource: routesOf(shopProd),
     });
+    // Nothing of another app, by id or by name.
+    const blogOnly = JSON.stringify((await authorize(keys.blog)).policyDocument);
+    expect(blogOnly).not.toContain('/shop/');
+    expect(JSON.stringify(shop.policyDocument)).not.toContain('/blog/');
     expect(shopProdOnly.context).toMatchObject({ keyScope: 'app shop, environment prod' });
   });
 });

@@ -243,12 +243,12 @@ def patch_item(item_id):
     expect(api.resources.healthCheckGraceSec).toBeUndefined();
   });
 
-  it('skips client-mode Endpoints (id=, image=) at module level; image= gets a warning', async () => {
+  it('skips Endpoint(id=...) clients; records Endpoint(name=, image=) as a queue endpoint with its image', async () => {
     const root = project({
       'calls.py': `from ferry import Endpoint
 
 other = Endpoint(id="abc-12345678")
-vllm = Endpoint(name="vllm", image="vllm/vllm:latest")
+vllm = Endpoint(name="vllm", image="vllm/vllm-openai:v0.6.3", gpu="L40S", workers=(0, 2), env={"MODEL": "x"})
 
 @Endpoint(name="real", cpu="1-2")
 def real():
@@ -256,8 +256,42 @@ def real():
 `,
     });
     const result = await scanProject({ projectDir: root });
-    expect(result.endpoints.map((e) => e.name)).toEqual(['real']);
-    expect(result.warnings.join('\n')).toContain('Endpoint(image=...) is used as a client by name');
+    expect(result.endpoints.map((e) => e.name)).toEqual(['vllm', 'real']);
+    const vllm = manifestEndpointSchema.parse(result.endpoints[0]);
+    expect(vllm).toMatchObject({ kind: 'queue', image: 'vllm/vllm-openai:v0.6.3', file: 'calls.py' });
+    expect(vllm.target).toBeUndefined();
+    expect(vllm.resources).toMatchObject({
+      gpu: ['L40S'],
+      workersMin: 0,
+      workersMax: 2,
+      env: { MODEL: 'x' },
+    });
+    // The image is configuration: a new tag changes the hash (and so rolls the workers).
+    expect(vllm.configHash).not.toBe(configHash(vllm.resources));
+    const retagged = await scanProject({
+      projectDir: project({
+        'calls.py':
+          'from ferry import Endpoint\nvllm = Endpoint(name="vllm", image="vllm/vllm-openai:v0.6.4", gpu="L40S", workers=(0, 2), env={"MODEL": "x"})\n',
+      }),
+    });
+    expect(retagged.endpoints[0]!.configHash).not.toBe(vllm.configHash);
+  });
+
+  it('refuses image endpoints without a name, with a bad reference, or with code-only parameters', async () => {
+    expect(
+      await scanError({ 'a.py': 'from ferry import Endpoint\nx = Endpoint(image="repo/w:1")\n' }),
+    ).toContain('an image endpoint needs a name');
+    expect(
+      await scanError({
+        'a.py': 'from ferry import Endpoint\nx = Endpoint(name="w", image="repo/w:1; rm -rf /")\n',
+      }),
+    ).toContain("'image' must be an image reference");
+    expect(
+      await scanError({
+        'a.py':
+          'from ferry import Endpoint\nx = Endpoint(name="w", image="repo/w:1", dependencies=["torch"])\n',
+      }),
+    ).toContain("'dependencies' does not apply to an image endpoint");
   });
 
   it('maps Flash names (GpuType, GpuGroup, CpuInstanceType, "cpu3c-1-2") through the one table, with notes', async () => {
