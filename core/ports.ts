@@ -31,6 +31,13 @@ export interface JobStore {
    * is the caller's to check), so the caller decides again without another read.
    */
   update(current: Job, patch: JobPatch): Promise<JobUpdate>;
+  /**
+   * Renews a lease without reading the job: sets leaseUntil and bumps the version, only while the job
+   * is IN_PROGRESS on `endpointId`, held by `workerId` and unexpired at `nowMs`. Answers whether it
+   * renewed. The version bump makes a transition decided on the job as it was before (a requeue of
+   * a lapsed lease) lose its compare-and-set.
+   */
+  renewLease(lease: LeaseRenewal): Promise<boolean>;
   /** Unexpired jobs of one endpoint in one status, oldest first. */
   listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]>;
   /** IN_PROGRESS jobs (any endpoint) whose lease lapsed or whose execution timeout passed at `nowMs`. */
@@ -52,6 +59,14 @@ export interface JobStore {
   /** Deletes what expired before `nowMs`; returns how many jobs went. (DynamoDB's TTL does this itself.) */
   deleteExpired(nowMs: number): Promise<number>;
   close(): Promise<void>;
+}
+
+export interface LeaseRenewal {
+  jobId: string;
+  endpointId: string;
+  workerId: string;
+  leaseUntil: number;
+  nowMs: number;
 }
 
 export interface RecentJobsQuery {

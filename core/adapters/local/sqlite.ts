@@ -39,6 +39,7 @@ import type {
   JobQueue,
   JobStore,
   JobUpdate,
+  LeaseRenewal,
   QueueMessage,
   ReceiveOptions,
   RecentJobsQuery,
@@ -302,6 +303,7 @@ class SqliteJobStore implements JobStore {
   readonly #get;
   readonly #update;
   readonly #updateTx;
+  readonly #renew;
   readonly #appendTx;
   readonly #drainTx;
 
@@ -315,6 +317,13 @@ class SqliteJobStore implements JobStore {
       `UPDATE jobs SET status = @status, created_at = @created_at, expires_at = @expires_at, lease_until = @lease_until,
          started_at = @started_at, run_deadline = @run_deadline, retries = @retries, version = @version, body = @body
        WHERE id = @id AND version = @expected`,
+    );
+    // The right-hand sides read the row as it was, so body's version matches the column's.
+    this.#renew = db.prepare(
+      `UPDATE jobs SET lease_until = @lease, version = version + 1,
+         body = json_set(body, '$.leaseUntil', @lease, '$.version', version + 1)
+       WHERE id = @id AND endpoint_id = @endpoint AND status = 'IN_PROGRESS' AND expires_at > @now
+         AND json_extract(body, '$.workerId') = @worker`,
     );
     this.#updateTx = db.transaction((current: Job, patch: JobPatch): JobUpdate => {
       const next: Record<string, unknown> = { ...current };
@@ -366,6 +375,18 @@ class SqliteJobStore implements JobStore {
 
   async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
     return this.#updateTx.immediate(current, patch);
+  }
+
+  async renewLease(lease: LeaseRenewal): Promise<boolean> {
+    const { jobId, endpointId, workerId, leaseUntil, nowMs } = lease;
+    const result = this.#renew.run({
+      id: jobId,
+      endpoint: endpointId,
+      worker: workerId,
+      lease: leaseUntil,
+      now: nowMs,
+    });
+    return result.changes === 1;
   }
 
   async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
