@@ -56,8 +56,11 @@ export interface JobStore {
    * (all when empty), a page at a time: `cursor` is the previous page's `next` (opaque).
    */
   listRecent(endpointId: string, query: RecentJobsQuery): Promise<{ jobs: Job[]; next?: string | undefined }>;
-  /** Deletes what expired before `nowMs`; returns how many jobs went. (DynamoDB's TTL does this itself.) */
-  deleteExpired(nowMs: number): Promise<number>;
+  /**
+   * Deletes up to `limit` jobs that expired before `nowMs` (oldest first, so a backlog drains over
+   * several runs); returns how many went. (DynamoDB's TTL does this itself.)
+   */
+  deleteExpired(nowMs: number, limit: number): Promise<number>;
   close(): Promise<void>;
 }
 

@@ -398,7 +398,7 @@ export function describeJobStoreContract(
         await jobs.create(fresh);
         await jobs.appendStream(old.id, [{ chunk: 1 }]);
 
-        const removed = await jobs.deleteExpired(t0 + 1_000);
+        const removed = await jobs.deleteExpired(t0 + 1_000, 100);
         expect(removed).toBeGreaterThanOrEqual(options.deleteExpiredIsBackground ? 0 : 1);
         expect(await jobs.get(old.id, t0 + 1_000)).toBeUndefined();
         expect(await jobs.get(fresh.id, t0 + 1_000)).toMatchObject({ id: fresh.id, status: 'COMPLETED' });
@@ -406,7 +406,7 @@ export function describeJobStoreContract(
           // Gone for real: even a read with an earlier clock finds nothing, and its chunks went too.
           expect(await jobs.get(old.id, t0)).toBeUndefined();
           expect(await jobs.drainStream(old.id)).toEqual([]);
-          expect(await jobs.deleteExpired(t0 + 1_000)).toBe(0);
+          expect(await jobs.deleteExpired(t0 + 1_000, 100)).toBe(0);
         }
       });
     });

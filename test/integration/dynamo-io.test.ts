@@ -175,3 +175,37 @@ describe('a ping renews leases with one UpdateItem per job and no read', () => {
     }
   });
 });
+
+describe('deleteExpired is bounded per run', () => {
+  it('reads and deletes at most `limit` expired jobs, oldest first; the rest wait for the next run', async () => {
+    const store = countedStore();
+    try {
+      // Expired long ago (no other test's job expires this early), in three final statuses.
+      const expired = (['COMPLETED', 'FAILED', 'CANCELLED', 'COMPLETED', 'TIMED_OUT'] as const).map(
+        (status, i) =>
+          makeJob({ id: `io-${Date.now()}-exp${i}`, createdAt: 0, expiresAt: 1_000 + i, status }),
+      );
+      for (const job of expired) await store.jobs.create(job);
+      const left = async () =>
+        (await Promise.all(expired.map((job) => store.jobs.get(job.id, 0))))
+          .filter(Boolean)
+          .map((job) => job!.id);
+      store.reset();
+      expect(await store.jobs.deleteExpired(2_000, 2)).toBe(2);
+      expect(await left()).toEqual(expired.slice(2).map((job) => job.id));
+      // Every index query asked for at most 2 items, and 2 jobs were deleted.
+      const queries = store.inputs.filter((input, i) => store.calls[i] === 'Query' && input.IndexName) as {
+        Limit?: number;
+      }[];
+      expect(queries.length).toBeGreaterThan(0);
+      for (const query of queries) expect(query.Limit).toBe(2);
+      expect(store.count('DeleteItem')).toBe(2);
+
+      expect(await store.jobs.deleteExpired(2_000, 2)).toBe(2);
+      expect(await store.jobs.deleteExpired(2_000, 2)).toBe(1);
+      expect(await left()).toEqual([]);
+    } finally {
+      store.close();
+    }
+  });
+});

@@ -743,15 +743,17 @@ export class DynamoJobStore implements JobStore {
    * the items days later but never the blobs). Unfinished ones stay for the engine to stop first.
    * Each delete is conditional on the item still being final and expired.
    */
-  async deleteExpired(nowMs: number): Promise<number> {
+  async deleteExpired(nowMs: number, limit: number): Promise<number> {
     const finals = jobStatuses.filter(isFinal);
-    const items = await this.queryShards(
+    // Reads at most `limit` items per shard (the queries carry Limit), deletes the oldest `limit`.
+    const found = await this.queryShards(
       finals,
       dynamoSchema.jobs.indexes.byStatusExpiry.indexName,
       'statusShard = :shard AND expiresAt <= :now',
       { ':now': nowMs },
-      Number.POSITIVE_INFINITY,
+      checkLimit(limit),
     );
+    const items = found.sort((a, b) => (a.expiresAt as number) - (b.expiresAt as number)).slice(0, limit);
     let deleted = 0;
     for (const item of items) {
       try {
@@ -799,6 +801,8 @@ export class DynamoJobStore implements JobStore {
             IndexName: indexName,
             KeyConditionExpression: keyCondition,
             ExpressionAttributeValues: { ':shard': shard, ...values },
+            // No filter here, so a page of `limit` items is all this shard can contribute.
+            ...(Number.isFinite(limit) ? { Limit: limit } : {}),
           },
           (found) => found.length >= limit,
         ),

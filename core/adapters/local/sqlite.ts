@@ -480,23 +480,22 @@ class SqliteJobStore implements JobStore {
    * until the engine finalises them (found by `listExpiredUnfinished`, then deleted on a later pass):
    * deleting them here would leave a worker running a job nobody can stop.
    */
-  async deleteExpired(nowMs: number): Promise<number> {
+  async deleteExpired(nowMs: number, limit: number): Promise<number> {
     return this.db
       .transaction(() => {
-        prepared(
+        // The oldest `limit` expired jobs; their logs and chunks go with them.
+        const ids = prepared<[number, number], { id: string }>(
           this.db,
-          `DELETE FROM logs WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?
-               AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'))`,
-        ).run(nowMs);
-        prepared(
-          this.db,
-          `DELETE FROM stream_chunks WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?
-               AND status IN (${finalStatusSql}))`,
-        ).run(nowMs);
-        return prepared(
-          this.db,
-          `DELETE FROM jobs WHERE expires_at <= ? AND status IN (${finalStatusSql})`,
-        ).run(nowMs).changes;
+          `SELECT id FROM jobs WHERE expires_at <= ? AND status IN (${finalStatusSql})
+             ORDER BY expires_at LIMIT ?`,
+        )
+          .all(nowMs, checkLimit(limit))
+          .map((row) => row.id);
+        const batch = JSON.stringify(ids);
+        const inBatch = 'IN (SELECT value FROM json_each(?))';
+        prepared(this.db, `DELETE FROM logs WHERE job_id ${inBatch}`).run(batch);
+        prepared(this.db, `DELETE FROM stream_chunks WHERE job_id ${inBatch}`).run(batch);
+        return prepared(this.db, `DELETE FROM jobs WHERE id ${inBatch}`).run(batch).changes;
       })
       .immediate();
   }
