@@ -417,19 +417,10 @@ export class JobEngine {
   /** ping: renews the leases of the jobs the worker says it holds. */
   async ping(endpointId: string, workerId: string, jobIds: string[]): Promise<void> {
     const now = this.clock.now();
-    for (const jobId of jobIds) {
-      let job = await this.jobs.get(jobId, now);
-      while (
-        job &&
-        job.endpointId === endpointId &&
-        job.status === 'IN_PROGRESS' &&
-        job.workerId === workerId
-      ) {
-        const renewed = await this.jobs.update(job, { leaseUntil: now + this.settings.leaseMs });
-        if (renewed.ok) break;
-        job = this.unexpired(renewed.current);
-      }
-    }
+    const leaseUntil = now + this.settings.leaseMs;
+    // No read first: the store checks that the worker still holds the job (docs/aws.md).
+    for (const jobId of jobIds)
+      await this.jobs.renewLease({ jobId, endpointId, workerId, leaseUntil, nowMs: now });
     await this.ledger.pinged(endpointId, workerId, jobIds);
   }
 

@@ -31,6 +31,13 @@ export interface JobStore {
    * is the caller's to check), so the caller decides again without another read.
    */
   update(current: Job, patch: JobPatch): Promise<JobUpdate>;
+  /**
+   * Renews a lease without reading the job: sets leaseUntil and bumps the version, only while the job
+   * is IN_PROGRESS on `endpointId`, held by `workerId` and unexpired at `nowMs`. Answers whether it
+   * renewed. The version bump makes a transition decided on the job as it was before (a requeue of
+   * a lapsed lease) lose its compare-and-set.
+   */
+  renewLease(lease: LeaseRenewal): Promise<boolean>;
   /** Unexpired jobs of one endpoint in one status, oldest first. */
   listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]>;
   /** IN_PROGRESS jobs (any endpoint) whose lease lapsed or whose execution timeout passed at `nowMs`. */
@@ -49,9 +56,20 @@ export interface JobStore {
    * (all when empty), a page at a time: `cursor` is the previous page's `next` (opaque).
    */
   listRecent(endpointId: string, query: RecentJobsQuery): Promise<{ jobs: Job[]; next?: string | undefined }>;
-  /** Deletes what expired before `nowMs`; returns how many jobs went. (DynamoDB's TTL does this itself.) */
-  deleteExpired(nowMs: number): Promise<number>;
+  /**
+   * Deletes up to `limit` jobs that expired before `nowMs` (oldest first, so a backlog drains over
+   * several runs); returns how many went. (DynamoDB's TTL does this itself.)
+   */
+  deleteExpired(nowMs: number, limit: number): Promise<number>;
   close(): Promise<void>;
+}
+
+export interface LeaseRenewal {
+  jobId: string;
+  endpointId: string;
+  workerId: string;
+  leaseUntil: number;
+  nowMs: number;
 }
 
 export interface RecentJobsQuery {

@@ -34,6 +34,8 @@ export const sweepTiming = {
   /** Per endpoint and run: bounded work, the rest waits for the next minute. */
   resendLimit: 200,
   deadLetterLimit: 100,
+  /** Expired jobs deleted per run (each one a Delete plus its blobs and chunks), oldest first. */
+  expiredDeleteLimit: 200,
 } as const;
 
 export function createSweeper(platform: () => Platform, nowMs: () => number = Date.now) {
@@ -43,7 +45,7 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
   ): Promise<SweepReport> => {
     const { engine, jobs, webhooks, control, deadLetters } = platform();
     const swept = await engine.sweep();
-    const deleted = await jobs.deleteExpired(nowMs());
+    const deleted = await jobs.deleteExpired(nowMs(), sweepTiming.expiredDeleteLimit);
     const queueEndpoints = (await control.listEndpoints()).filter((e) => e.kind === 'queue').map((e) => e.id);
     const resent = await engine.resendWaiting(queueEndpoints, {
       staleMs: sweepTiming.staleQueuedMs,

@@ -155,7 +155,8 @@ export class EndpointAgentAccess extends Construct {
     }
     this.role.addToPolicy(
       new iam.PolicyStatement({
-        actions: ['dynamodb:GetItem', 'dynamodb:PutItem'],
+        // UpdateItem: a ping renews a lease without rewriting the job (DynamoJobStore.renewLease).
+        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
         resources: [jobs.tableArn],
         conditions: leadingKeysCondition(keys.jobs),
       }),

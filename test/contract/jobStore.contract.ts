@@ -117,6 +117,31 @@ export function describeJobStoreContract(
         expect(await jobs.update(gone, { status: 'CANCELLED' })).toEqual({ ok: false, current: undefined });
       });
 
+      it('renews the lease only of a job the worker holds, bumps the version, and keeps the rest', async () => {
+        const running = { status: 'IN_PROGRESS' as const, startedAt: t0, workerId: 'w1', attempt: 1 };
+        const held = job({ ...running, leaseUntil: t0 + 500 });
+        const queued = job({ leaseUntil: undefined });
+        for (const j of [held, queued]) await jobs.create(j);
+        const before = await stored(held.id);
+        const lease = { jobId: held.id, endpointId, workerId: 'w1', leaseUntil: t0 + 90_000, nowMs: t0 };
+
+        expect(await jobs.renewLease({ ...lease, workerId: 'w2' })).toBe(false);
+        expect(await jobs.renewLease({ ...lease, endpointId: 'other' })).toBe(false);
+        expect(await jobs.renewLease({ ...lease, jobId: queued.id })).toBe(false);
+        expect(await jobs.renewLease({ ...lease, jobId: uniqueId('missing') })).toBe(false);
+        expect(await jobs.renewLease({ ...lease, nowMs: held.expiresAt })).toBe(false);
+        expect(await stored(held.id)).toEqual(before);
+
+        expect(await jobs.renewLease(lease)).toBe(true);
+        const after = await stored(held.id);
+        expect(after).toEqual({ ...before, leaseUntil: t0 + 90_000, version: before.version + 1 });
+        // A transition decided on the job as it was before the renewal loses, and sees the renewal.
+        expect(await jobs.update(before, { status: 'IN_QUEUE' })).toEqual({ ok: false, current: after });
+        expect(
+          written(await jobs.update(after, { status: 'COMPLETED', leaseUntil: undefined })).version,
+        ).toBe(before.version + 2);
+      });
+
       it('lets exactly one of two concurrent updates from the same version win', async () => {
         const j = job();
         await jobs.create(j);
@@ -233,6 +258,11 @@ export function describeJobStoreContract(
         await jobs.update((await jobs.get(lapsed.id, 0))!, { leaseUntil: t0 + 90_000 });
         expect(await overdue(t0 + 1_000)).toEqual([timedOut.id]);
         expect(await overdue(t0 + 60_000)).toEqual([healthy.id, timedOut.id].sort());
+        // So does renewLease; on a job past its run deadline it stays on the list.
+        const renewal = { endpointId, workerId: 'w1', leaseUntil: t0 + 70_000, nowMs: t0 + 1_000 };
+        expect(await jobs.renewLease({ ...renewal, jobId: healthy.id })).toBe(true);
+        expect(await jobs.renewLease({ ...renewal, jobId: timedOut.id })).toBe(true);
+        expect(await overdue(t0 + 60_000)).toEqual([timedOut.id]);
       });
 
       it('finds jobs that expired before they ended (which get hides)', async () => {
@@ -368,7 +398,7 @@ export function describeJobStoreContract(
         await jobs.create(fresh);
         await jobs.appendStream(old.id, [{ chunk: 1 }]);
 
-        const removed = await jobs.deleteExpired(t0 + 1_000);
+        const removed = await jobs.deleteExpired(t0 + 1_000, 100);
         expect(removed).toBeGreaterThanOrEqual(options.deleteExpiredIsBackground ? 0 : 1);
         expect(await jobs.get(old.id, t0 + 1_000)).toBeUndefined();
         expect(await jobs.get(fresh.id, t0 + 1_000)).toMatchObject({ id: fresh.id, status: 'COMPLETED' });
@@ -376,7 +406,7 @@ export function describeJobStoreContract(
           // Gone for real: even a read with an earlier clock finds nothing, and its chunks went too.
           expect(await jobs.get(old.id, t0)).toBeUndefined();
           expect(await jobs.drainStream(old.id)).toEqual([]);
-          expect(await jobs.deleteExpired(t0 + 1_000)).toBe(0);
+          expect(await jobs.deleteExpired(t0 + 1_000, 100)).toBe(0);
         }
       });
     });

@@ -109,10 +109,10 @@ describe('local SQLite database', () => {
     const db = openLocalDatabase(':memory:');
     try {
       await db.jobs.create(makeJob({ id: 'stuck', createdAt: 0, expiresAt: 100 }));
-      expect(await db.jobs.deleteExpired(1_000)).toBe(0);
+      expect(await db.jobs.deleteExpired(1_000, 100)).toBe(0);
       expect((await db.jobs.listExpiredUnfinished(1_000, 10)).map((j) => j.id)).toEqual(['stuck']);
       await db.jobs.update((await db.jobs.get('stuck', 0))!, { status: 'CANCELLED' });
-      expect(await db.jobs.deleteExpired(1_000)).toBe(1);
+      expect(await db.jobs.deleteExpired(1_000, 100)).toBe(1);
     } finally {
       await db.close();
     }

@@ -92,13 +92,17 @@ describe('the agent role (queue endpoint)', () => {
   const { template, access, taskRole } = build();
   const statements = statementsOf(template, access.role);
 
-  it('reads and writes only job items whose id starts with its endpoint id (LeadingKeys, no key = no access)', () => {
+  it('reads, writes and renews leases of only job items whose id starts with its endpoint id (LeadingKeys, no key = no access)', () => {
     const [jobs] = only(statements, 'dynamodb:PutItem').filter((s) => s.Resource === tables.jobs.tableArn);
     expect(jobs?.Condition).toEqual({
       'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${endpointId}-*`, `sync-${endpointId}-*`] },
       Null: { 'dynamodb:LeadingKeys': 'false' },
     });
-    expect(actionsOf([jobs!]).sort()).toEqual(['dynamodb:GetItem', 'dynamodb:PutItem']);
+    expect(actionsOf([jobs!]).sort()).toEqual([
+      'dynamodb:GetItem',
+      'dynamodb:PutItem',
+      'dynamodb:UpdateItem',
+    ]);
   });
 
   it('queries only its own partitions of byEndpointStatus, and no other index', () => {

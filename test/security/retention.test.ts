@@ -89,7 +89,7 @@ describe('disk retention', () => {
         } as Job;
         await db.jobs.create(job);
       }
-      await db.jobs.deleteExpired(10);
+      await db.jobs.deleteExpired(10, 100);
       expect(peek.pragma('freelist_count', { simple: true })).toBeGreaterThan(100);
       db.reclaimSpace(1_000_000);
       expect(peek.pragma('freelist_count', { simple: true })).toBe(0);

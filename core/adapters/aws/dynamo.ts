@@ -68,6 +68,7 @@ import type {
   JobPatch,
   JobStore,
   JobUpdate,
+  LeaseRenewal,
   RecentJobsQuery,
   WorkerRecord,
   WorkerRegistry,
@@ -433,6 +434,61 @@ export class DynamoJobStore implements JobStore {
     return { ok: true, job: written };
   }
 
+  /**
+   * One conditional UpdateItem and no read: a ping writes only leaseUntil, overdueAt and the version,
+   * guarded by who holds the job (status, endpointId and workerId are item attributes for this).
+   * It saves the GetItem and the request's payload, not write units: DynamoDB bills an update by the
+   * larger of the item's size before and after it
+   * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html#write-operation-consumption).
+   * Two cases fall back to the full compare-and-set, with the item the failed condition handed back
+   * (ReturnValuesOnConditionCheckFailure ALL_OLD): the new lease passes the run deadline (overdueAt
+   * must then stay at the deadline, which an update expression cannot take the minimum of), and an
+   * item written before these attributes existed.
+   */
+  async renewLease(lease: LeaseRenewal): Promise<boolean> {
+    const { jobId, endpointId, workerId, leaseUntil, nowMs } = lease;
+    try {
+      await this.doc.send(
+        new UpdateCommand({
+          TableName: this.jobsTable,
+          Key: { jobId },
+          UpdateExpression: 'SET leaseUntil = :lease, overdueAt = :lease, version = version + :one',
+          ConditionExpression:
+            '#status = :running AND endpointId = :endpoint AND workerId = :worker AND expiresAt > :now' +
+            ' AND (attribute_not_exists(runDeadline) OR runDeadline >= :lease)',
+          ExpressionAttributeNames: { '#status': 'status' },
+          ExpressionAttributeValues: {
+            ':lease': leaseUntil,
+            ':one': 1,
+            ':running': 'IN_PROGRESS',
+            ':endpoint': endpointId,
+            ':worker': workerId,
+            ':now': nowMs,
+          },
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        }),
+      );
+      return true;
+    } catch (error) {
+      if (!isConditionFailure(error)) throw error;
+      const old = (error as { Item?: Record<string, AttributeValue> }).Item;
+      if (!old) return false;
+      let job = await this.jobOfOrFresh(unmarshall(old) as Item);
+      while (
+        job &&
+        job.expiresAt > nowMs &&
+        job.endpointId === endpointId &&
+        job.status === 'IN_PROGRESS' &&
+        job.workerId === workerId
+      ) {
+        const renewed = await this.update(job, { leaseUntil });
+        if (renewed.ok) return true;
+        job = renewed.current;
+      }
+      return false;
+    }
+  }
+
   async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
     checkLimit(limit);
     const items = await queryAll(
@@ -687,15 +743,17 @@ export class DynamoJobStore implements JobStore {
    * the items days later but never the blobs). Unfinished ones stay for the engine to stop first.
    * Each delete is conditional on the item still being final and expired.
    */
-  async deleteExpired(nowMs: number): Promise<number> {
+  async deleteExpired(nowMs: number, limit: number): Promise<number> {
     const finals = jobStatuses.filter(isFinal);
-    const items = await this.queryShards(
+    // Reads at most `limit` items per shard (the queries carry Limit), deletes the oldest `limit`.
+    const found = await this.queryShards(
       finals,
       dynamoSchema.jobs.indexes.byStatusExpiry.indexName,
       'statusShard = :shard AND expiresAt <= :now',
       { ':now': nowMs },
-      Number.POSITIVE_INFINITY,
+      checkLimit(limit),
     );
+    const items = found.sort((a, b) => (a.expiresAt as number) - (b.expiresAt as number)).slice(0, limit);
     let deleted = 0;
     for (const item of items) {
       try {
@@ -743,6 +801,8 @@ export class DynamoJobStore implements JobStore {
             IndexName: indexName,
             KeyConditionExpression: keyCondition,
             ExpressionAttributeValues: { ':shard': shard, ...values },
+            // No filter here, so a page of `limit` items is all this shard can contribute.
+            ...(Number.isFinite(limit) ? { Limit: limit } : {}),
           },
           (found) => found.length >= limit,
         ),
@@ -790,6 +850,9 @@ export class DynamoJobStore implements JobStore {
 
   private async jobOf(item: Item): Promise<Job> {
     const small = JSON.parse(item.body as string) as Job;
+    // renewLease writes these two attributes and leaves the body as it was.
+    small.version = item.version as number;
+    if (typeof item.leaseUntil === 'number') small.leaseUntil = item.leaseUntil;
     const big = storedBigOf(item);
     const job = await this.decode(small, big, bigFields);
     this.storedBig.set(job, big);
@@ -927,8 +990,13 @@ function itemOf(job: Job, big: Partial<Record<BigField, Stored>>): Item {
     else if (stored) item[`${field}Ref`] = stored.ref;
   }
   if (job.status === 'IN_PROGRESS') {
-    const deadlines = [job.leaseUntil, runDeadlineOf(job)].filter((at): at is number => at !== undefined);
+    const runDeadline = runDeadlineOf(job);
+    const deadlines = [job.leaseUntil, runDeadline].filter((at): at is number => at !== undefined);
     if (deadlines.length > 0) item.overdueAt = Math.min(...deadlines);
+    // What renewLease's condition reads (the body is one string it cannot look into).
+    if (job.leaseUntil !== undefined) item.leaseUntil = job.leaseUntil;
+    if (job.workerId !== undefined) item.workerId = job.workerId;
+    if (runDeadline !== undefined) item.runDeadline = runDeadline;
   }
   return item;
 }

@@ -229,7 +229,8 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     sweeping = true;
     try {
       await engine.sweep();
-      await db.jobs.deleteExpired(clock.now());
+      // Bounded, so a large backlog of expired jobs drains over several sweeps, not in one stall.
+      await db.jobs.deleteExpired(clock.now(), 1_000);
       // Every 10 s: the console's queue-depth and worker charts, and old worker log lines.
       if (clock.now() - sampledAt >= 10_000) {
         sampledAt = clock.now();

@@ -44,6 +44,7 @@ import type {
   JobQueue,
   JobStore,
   JobUpdate,
+  LeaseRenewal,
   QueueMessage,
   ReceiveOptions,
   RecentJobsQuery,
@@ -363,6 +364,7 @@ class SqliteJobStore implements JobStore {
   readonly #get;
   readonly #update;
   readonly #updateTx;
+  readonly #renew;
   readonly #appendTx;
   readonly #drainTx;
 
@@ -379,6 +381,13 @@ class SqliteJobStore implements JobStore {
       `UPDATE jobs SET status = @status, created_at = @created_at, expires_at = @expires_at, lease_until = @lease_until,
          started_at = @started_at, run_deadline = @run_deadline, retries = @retries, version = @version, body = @body
        WHERE id = @id AND version = @expected`,
+    );
+    // The right-hand sides read the row as it was, so body's version matches the column's.
+    this.#renew = db.prepare(
+      `UPDATE jobs SET lease_until = @lease, version = version + 1,
+         body = json_set(body, '$.leaseUntil', @lease, '$.version', version + 1)
+       WHERE id = @id AND endpoint_id = @endpoint AND status = 'IN_PROGRESS' AND expires_at > @now
+         AND json_extract(body, '$.workerId') = @worker`,
     );
     this.#updateTx = db.transaction((current: Job, patch: JobPatch): JobUpdate => {
       const next: Record<string, unknown> = { ...current };
@@ -430,6 +439,18 @@ class SqliteJobStore implements JobStore {
 
   async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
     return this.group.run(() => this.#updateTx(current, patch));
+  }
+
+  async renewLease(lease: LeaseRenewal): Promise<boolean> {
+    const { jobId, endpointId, workerId, leaseUntil, nowMs } = lease;
+    const result = this.#renew.run({
+      id: jobId,
+      endpoint: endpointId,
+      worker: workerId,
+      lease: leaseUntil,
+      now: nowMs,
+    });
+    return result.changes === 1;
   }
 
   async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
@@ -523,23 +544,22 @@ class SqliteJobStore implements JobStore {
    * until the engine finalises them (found by `listExpiredUnfinished`, then deleted on a later pass):
    * deleting them here would leave a worker running a job nobody can stop.
    */
-  async deleteExpired(nowMs: number): Promise<number> {
+  async deleteExpired(nowMs: number, limit: number): Promise<number> {
     return this.db
       .transaction(() => {
-        prepared(
+        // The oldest `limit` expired jobs; their logs and chunks go with them.
+        const ids = prepared<[number, number], { id: string }>(
           this.db,
-          `DELETE FROM logs WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?
-               AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'))`,
-        ).run(nowMs);
-        prepared(
-          this.db,
-          `DELETE FROM stream_chunks WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?
-               AND status IN (${finalStatusSql}))`,
-        ).run(nowMs);
-        return prepared(
-          this.db,
-          `DELETE FROM jobs WHERE expires_at <= ? AND status IN (${finalStatusSql})`,
-        ).run(nowMs).changes;
+          `SELECT id FROM jobs WHERE expires_at <= ? AND status IN (${finalStatusSql})
+             ORDER BY expires_at LIMIT ?`,
+        )
+          .all(nowMs, checkLimit(limit))
+          .map((row) => row.id);
+        const batch = JSON.stringify(ids);
+        const inBatch = 'IN (SELECT value FROM json_each(?))';
+        prepared(this.db, `DELETE FROM logs WHERE job_id ${inBatch}`).run(batch);
+        prepared(this.db, `DELETE FROM stream_chunks WHERE job_id ${inBatch}`).run(batch);
+        return prepared(this.db, `DELETE FROM jobs WHERE id ${inBatch}`).run(batch).changes;
       })
       .immediate();
   }
