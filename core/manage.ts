@@ -203,7 +203,8 @@ export function metricsOf(
     delay: [] as number[],
     gauge: undefined as GaugeSample | undefined,
   }));
-  const at = (ms: number) => Math.floor((ms - fromMs) / stepMs);
+  // `toMs` itself (the present's gauge sample, a job that just finished) belongs to the last bucket.
+  const at = (ms: number) => (ms > toMs ? count : Math.min(count - 1, Math.floor((ms - fromMs) / stepMs)));
   for (const job of jobs) {
     if (!isFinal(job.status) || job.finishedAt === undefined) continue;
     const bucket = buckets[at(job.finishedAt)];
