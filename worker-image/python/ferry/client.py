@@ -393,16 +393,34 @@ def input_of(fn, args, kwargs, skip_self=False):
     return out
 
 
-class RemoteFunction:
-    """An @Endpoint function seen from outside its own worker: each call is a job on the endpoint.
-
-    `await fn(x)` (or `asyncio.run(fn(x))`, or blocking `fn.remote(x)`) returns the output; `fn.local(x)` runs the
-    function in this process."""
+class _RemoteCallable:
+    """What a function and a route share once seen from outside their worker: `_work(args, kwargs)`
+    prepares the call; calling gives an awaitable, `.remote()` blocks, `.local()` runs in process."""
 
     def __init__(self, fn, endpoint):
         functools.update_wrapper(self, fn)
         self.__ferry_endpoint__ = endpoint
         self._fn = fn
+
+    def _work(self, args, kwargs):
+        raise NotImplementedError
+
+    def __call__(self, *args, **kwargs):
+        return remote_call(self._work(args, kwargs))
+
+    def remote(self, *args, **kwargs):
+        """Blocking call: the output (for sync code)."""
+        return self._work(args, kwargs)()
+
+    def local(self, *args, **kwargs):
+        return self._fn(*args, **kwargs)
+
+
+class RemoteFunction(_RemoteCallable):
+    """An @Endpoint function seen from outside its own worker: each call is a job on the endpoint.
+
+    `await fn(x)` (or `asyncio.run(fn(x))`, or blocking `fn.remote(x)`) returns the output; `fn.local(x)` runs the
+    function in this process."""
 
     def _client(self):
         return EndpointClient(name=self.__ferry_endpoint__.name)
@@ -416,19 +434,9 @@ class RemoteFunction:
 
         return work
 
-    def __call__(self, *args, **kwargs):
-        return remote_call(self._work(args, kwargs))
-
-    def remote(self, *args, **kwargs):
-        """Blocking call: the output (for sync code)."""
-        return self._work(args, kwargs)()
-
     def run(self, *args, **kwargs):
         """Submit without waiting: a Job handle."""
         return self._client().run(input_of(self._fn, args, kwargs))
-
-    def local(self, *args, **kwargs):
-        return self._fn(*args, **kwargs)
 
     def __get__(self, instance, owner):
         return self
@@ -490,14 +498,12 @@ class _RemoteInstance:
         return call
 
 
-class RemoteRoute:
+class RemoteRoute(_RemoteCallable):
     """A load-balanced route seen from outside its endpoint's worker: calling it makes the HTTP
     request (JSON body, or query for GET/DELETE; path parameters filled from the arguments)."""
 
     def __init__(self, fn, endpoint, route):
-        functools.update_wrapper(self, fn)
-        self.__ferry_endpoint__ = endpoint
-        self._fn = fn
+        super().__init__(fn, endpoint)
         self._route = route
 
     def _work(self, args, kwargs):
@@ -514,15 +520,6 @@ class RemoteRoute:
             return EndpointClient(name=name).request(method, path, payload)
 
         return work
-
-    def __call__(self, *args, **kwargs):
-        return remote_call(self._work(args, kwargs))
-
-    def remote(self, *args, **kwargs):
-        return self._work(args, kwargs)()
-
-    def local(self, *args, **kwargs):
-        return self._fn(*args, **kwargs)
 
     def __repr__(self):
         return f"<remote route {self._route.method} {self._route.path} of {self.__ferry_endpoint__.name!r}>"
