@@ -110,6 +110,24 @@ export interface JobQueue {
   close(): Promise<void>;
 }
 
+/**
+ * What `EngineDeps.takeQueued` gets: a long poll for up to `max` jobs, each claimed by `claim` (the
+ * engine's move, or undefined when the job may not be taken) in the same write that consumes its
+ * message.
+ */
+export interface TakeQueuedOptions {
+  max: number;
+  waitMs: number;
+  signal?: AbortSignal | undefined;
+  claim: (job: Job) => JobPatch | undefined;
+}
+
+/** A job a take moved: as it was read and as it was written. */
+export interface TakenJob {
+  before: Job;
+  after: Job;
+}
+
 export interface BlobStore {
   put(key: string, body: Uint8Array): Promise<void>;
   /** Uploads a file without loading it whole; `onProgress` gets bytes sent so far. */
