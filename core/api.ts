@@ -287,9 +287,13 @@ export class V2Api {
   }
 
   private endpointTimeoutMs(record: EndpointRecord): number | undefined {
+    // Parsed once per record the endpoint cache holds, not on every /run.
+    if (timeoutOfRecord.has(record)) return timeoutOfRecord.get(record);
     const parsed = endpointConfigSchema.safeParse(record.config);
     const value = parsed.success ? parsed.data.endpoint.resources.executionTimeoutMs : 0;
-    return value > 0 ? value : undefined;
+    const timeoutMs = value > 0 ? value : undefined;
+    timeoutOfRecord.set(record, timeoutMs);
+    return timeoutMs;
   }
 
   // ── client routes ─────────────────────────────────────────────────────────────────────────────
@@ -441,6 +445,9 @@ export class V2Api {
     return ok({});
   }
 }
+
+/** The execution timeout of an endpoint record, by record object (records are not changed in place). */
+const timeoutOfRecord = new WeakMap<EndpointRecord, number | undefined>();
 
 /** The request body as JSON, with the route's size limit (413 above it). */
 function jsonBody(req: ApiRequest, maxBytes: number, route: string): unknown {

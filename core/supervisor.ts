@@ -529,7 +529,8 @@ export class WorkerSupervisor implements WorkerLedger {
 
   close(): void {
     this.closing.abort();
-    for (const entry of this.workers.values()) for (const held of entry.held.values()) held.deadline.abort();
+    for (const entry of this.workers.values())
+      for (const held of entry.held.values()) held.deadline.abort(letGoReason);
   }
 
   // ── helpers ───────────────────────────────────────────────────────────────────────────────────
@@ -568,7 +569,7 @@ export class WorkerSupervisor implements WorkerLedger {
   private letGo(entry: WorkerEntry, jobId: string): void {
     const held = entry.held.get(jobId);
     if (!held) return;
-    held.deadline.abort();
+    held.deadline.abort(letGoReason);
     entry.held.delete(jobId);
     entry.lastBusyAt = this.clock.now();
   }
@@ -590,7 +591,7 @@ export class WorkerSupervisor implements WorkerLedger {
     if (entry.phase === 'gone') return;
     entry.phase = 'gone';
     this.byToken.delete(entry.tokenHash);
-    for (const held of entry.held.values()) held.deadline.abort();
+    for (const held of entry.held.values()) held.deadline.abort(letGoReason);
     entry.held.clear();
     // Keep buried entries only briefly: they exist so a late report about them is recognised.
     setTimeout(() => {
@@ -648,5 +649,8 @@ export class WorkerSupervisor implements WorkerLedger {
     });
   }
 }
+
+/** Why a held job's deadline watch ends; abort() without a reason builds a DOMException per job. */
+const letGoReason = Object.freeze({ reason: 'the worker let go of the job' });
 
 const messageOf = (error: unknown): string => (error instanceof Error ? error.message : String(error));

@@ -352,7 +352,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     queue,
     control: new SqliteControlStore(db),
     workers: new SqliteWorkerRegistry(db),
-    logs: new SqliteLogStore(db),
+    logs: new SqliteLogStore(db, group),
     outbox: new SqliteWebhookOutbox(db),
     async close() {
       if (closed) return;
