@@ -362,10 +362,16 @@ export class JobEngine {
         return [];
       }
       if (taken.length > 0) {
+        const deadlinesMs = new Map<string, number>();
+        for (const job of taken) {
+          const deadlineMs = runDeadlineOf(job);
+          if (deadlineMs !== undefined) deadlinesMs.set(job.id, deadlineMs);
+        }
         await this.ledger.taken(
           endpointId,
           workerId,
           taken.map((j) => j.id),
+          deadlinesMs,
         );
         return taken.map(workerJobOf);
       }

@@ -272,7 +272,16 @@ export interface EndpointProblem {
 export interface WorkerLedger {
   /** Whether the worker may take jobs now: false while it drains, retires after a job, or is gone. */
   mayTake(endpointId: string, workerId: string): Promise<boolean>;
-  taken(endpointId: string, workerId: string, jobIds: string[]): Promise<void>;
+  /**
+   * The worker took these jobs. `deadlinesMs`: when each must end (startedAt + execution timeout),
+   * as the taker wrote it, so the ledger need not read the job again to time it out.
+   */
+  taken(
+    endpointId: string,
+    workerId: string,
+    jobIds: string[],
+    deadlinesMs?: ReadonlyMap<string, number>,
+  ): Promise<void>;
   /** The worker finished a job; `refresh` (RunPod's stopPod) asks for a fresh worker before the next. */
   released(endpointId: string, workerId: string, jobId: string, options: { refresh: boolean }): Promise<void>;
   /** The jobs the worker listed in its ping. */
