@@ -35,6 +35,7 @@ import { join } from 'node:path';
 import { costReport, loadPrices } from './cost.js';
 import { startPlatformChild } from './lib/child.js';
 import { api, benchKey, deepQueue, echoProject } from './lib/faults.js';
+import { jsonPoster } from './lib/http.js';
 import { envInt, pause, round, say } from './lib/util.js';
 import { CountingWorker } from './lib/worker.js';
 import { awsScaleFromZeroReport } from './scale-from-zero.js';
@@ -139,17 +140,22 @@ async function ferryThroughput(
 ) {
   const text = echoText(payloadBytes);
   const before = (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed as number;
+  const poster = jsonPoster(url, { authorization: `Bearer ${benchKey}` }, clients);
   const began = performance.now();
   let next = 0;
-  await Promise.all(
-    Array.from({ length: clients }, async () => {
-      while (next < n) {
-        next++;
-        const r = await api(url, 'POST', `/${endpointId}/run`, { input: { i: next, text } });
-        if (r.status !== 200) throw new Error(`/run answered ${r.status}: ${JSON.stringify(r.body)}`);
-      }
-    }),
-  );
+  try {
+    await Promise.all(
+      Array.from({ length: clients }, async () => {
+        while (next < n) {
+          next++;
+          const r = await poster.post(`/v2/${endpointId}/run`, { input: { i: next, text } });
+          if (r.status !== 200) throw new Error(`/run answered ${r.status}: ${JSON.stringify(r.body)}`);
+        }
+      }),
+    );
+  } finally {
+    poster.close();
+  }
   const submittedMs = performance.now() - began;
   for (;;) {
     const done = (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed - before;
