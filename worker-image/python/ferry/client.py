@@ -108,8 +108,8 @@ class Platform:
     """Connection settings. `Platform.from_environ()` is what remote calls use:
 
     * url: FERRY_API_URL, else http://127.0.0.1:8888 (`ferry serve` and `ferry dev`)
-    * key: FERRY_CALL_TOKEN (inside a local worker), ENDPOINT_API_KEY (a scoped key given to AWS
-      workers as an endpoint secret), FERRY_API_KEY, RUNPOD_API_KEY, FERRY_API_KEY in ./.env, then
+    * key: FERRY_CALL_TOKEN (every worker's own key: an HMAC call token locally, a call key minted
+      by `ferry deploy` on AWS), FERRY_API_KEY, RUNPOD_API_KEY, FERRY_API_KEY in ./.env, then
       FERRY_HOME/api-key
     * app: FERRY_APP, else .ferry/config.json's app, else the current folder's name
     * env: FERRY_ENV, else the app's only environment that has the endpoint
@@ -131,7 +131,6 @@ class Platform:
             url = f"http://127.0.0.1:{environ.get('FERRY_PORT') or DEFAULT_PORT}"
         key = (
             environ.get("FERRY_CALL_TOKEN")
-            or environ.get("ENDPOINT_API_KEY")
             or environ.get("FERRY_API_KEY")
             or environ.get("RUNPOD_API_KEY")
             or dotenv.get("FERRY_API_KEY")
