@@ -221,6 +221,12 @@ export class WorkerSupervisor implements WorkerLedger {
     return 'ok';
   }
 
+  /** The endpoint of a live worker (its call token works only meanwhile, core/auth.ts). */
+  liveEndpointOf(workerId: string): string | undefined {
+    const entry = this.workers.get(workerId);
+    return entry && entry.phase !== 'gone' ? entry.identity.endpointId : undefined;
+  }
+
   // ── ledger: fed by the engine's worker moves ──────────────────────────────────────────────────
 
   async mayTake(endpointId: string, workerId: string): Promise<boolean> {

@@ -58,8 +58,9 @@ afterAll(async () => {
   await platform.stop();
 });
 
+/** The call token of a live worker of `endpointId` (the supervisor issues the worker id). */
 const token = (endpointId: string) => ({
-  authorization: `Bearer ${platform.callToken(endpointId)}`,
+  authorization: `Bearer ${platform.callToken(platform.adoptWorker(endpointId).workerId)}`,
 });
 
 describe('by-name resolution', () => {
@@ -158,9 +159,25 @@ describe("a worker's call token", () => {
     expect(workerRoute.status).toBe(401);
   });
 
-  it('a forged token (another endpoint id with a copied MAC) is refused', async () => {
-    const real = platform.callToken('shop-sum-1');
-    const forged = `fyc_${Buffer.from('bank-vault-1').toString('base64url')}.${real.split('.')[1]}`;
+  it('dies with its worker: once the supervisor buries the worker, the token is no key (401)', async () => {
+    const worker = platform.adoptWorker('shop-api-1');
+    const authorization = `Bearer ${platform.callToken(worker.workerId)}`;
+    const before = await call(base, 'GET', '/by-name/shop/-/sum', undefined, { authorization });
+    expect(before.status).toBe(200);
+    await worker.exited();
+    const after = await call(base, 'GET', '/by-name/shop/-/sum', undefined, { authorization });
+    expect(after.status).toBe(401);
+    // A worker id the supervisor never issued, with a valid MAC, is refused the same way.
+    const unissued = `Bearer ${platform.callToken('shop-api-1-000000000000')}`;
+    expect(
+      (await call(base, 'GET', '/by-name/shop/-/sum', undefined, { authorization: unissued })).status,
+    ).toBe(401);
+  });
+
+  it('a forged token (another worker id with a copied MAC) is refused', async () => {
+    const real = platform.callToken(platform.adoptWorker('shop-sum-1').workerId);
+    const victim = platform.adoptWorker('bank-vault-1').workerId;
+    const forged = `fyc_${Buffer.from(victim).toString('base64url')}.${real.split('.')[1]}`;
     const r = await call(base, 'GET', '/by-name/bank/production/vault', undefined, {
       authorization: `Bearer ${forged}`,
     });
