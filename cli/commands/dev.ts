@@ -16,7 +16,7 @@ import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { StartFailures } from '../dev/failures.js';
 import { createDevServer, devRoutes, nextFreePort } from '../dev/server.js';
-import { DevResourcesFile, devApp, LiveEndpoints, scanForDev } from '../dev/state.js';
+import { DevResourcesFile, devApp, imageNotInDev, LiveEndpoints, scanForDev } from '../dev/state.js';
 import { DevVenvs } from '../dev/venvs.js';
 import { confirm } from '../io.js';
 import { untilStopped } from './serve.js';
@@ -171,6 +171,8 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     ctx.reporter.out(`Console at ${platform.url}/console  (sign in with your FERRY_API_KEY)`);
     for (const route of devRoutes(snapshot.endpoints))
       ctx.reporter.out(`  ${route.method.padEnd(6)} ${base}${route.path}`);
+    for (const endpoint of snapshot.endpoints)
+      if (endpoint.image !== undefined) say(`note: ${imageNotInDev(endpoint)}.`);
     say(`API key from ${key.source}; calls to the dev server need no Authorization header.`);
     say(
       args.reload
