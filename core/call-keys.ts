@@ -33,14 +33,16 @@ export const callTokenVariable = 'FERRY_CALL_TOKEN';
 export const callTokenSecretName = (endpoint: Pick<EndpointRecord, 'app' | 'env' | 'name'>): string =>
   `ferry-call/${endpoint.app}/${endpoint.env}/${endpoint.name}`;
 
+/** The call keys of one endpoint's workers among `keys`, oldest first. */
+const callKeysIn = (keys: readonly ApiKeyRecord[], endpointId: string): ApiKeyRecord[] =>
+  keys.filter((key) => key.endpointId === endpointId).sort((a, b) => a.createdAt - b.createdAt);
+
 /** The call keys of one endpoint's workers, oldest first. */
 export async function callKeysOf(
   control: Pick<ControlStore, 'listApiKeys'>,
   endpointId: string,
 ): Promise<ApiKeyRecord[]> {
-  return (await control.listApiKeys())
-    .filter((key) => key.endpointId === endpointId)
-    .sort((a, b) => a.createdAt - b.createdAt);
+  return callKeysIn(await control.listApiKeys(), endpointId);
 }
 
 /**
@@ -81,8 +83,9 @@ export async function prepareCallKeys(
   rotate: ReadonlySet<string>,
 ): Promise<Record<string, string>> {
   const out: Record<string, string> = {};
+  const keys = await deps.control.listApiKeys();
   for (const endpoint of endpoints) {
-    const current = (await callKeysOf(deps.control, endpoint.id)).at(-1);
+    const current = callKeysIn(keys, endpoint.id).at(-1);
     out[endpoint.name] =
       current && !rotate.has(endpoint.id) ? current.id : (await issueCallKey(deps, endpoint)).id;
   }
