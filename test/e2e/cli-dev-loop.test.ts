@@ -61,6 +61,10 @@ function makeProject(name: string): string {
   writeFileSync(path.join(dir, 'app.py'), app);
   writeFileSync(path.join(dir, 'broken.py'), broken);
   writeFileSync(
+    path.join(dir, 'brokenlb.py'),
+    'import lb_module_that_is_not_installed_xyz\nfrom ferry import Endpoint\n\napi = Endpoint(name="brokenlb", cpu="1-2")\n\n\n@api.post("/go")\ndef go(x: int = 1):\n    return x\n',
+  );
+  writeFileSync(
     path.join(dir, 'models.py'),
     'from ferry import Endpoint\n\nvllm = Endpoint(name="vllm", image="vllm/vllm-openai:v0.6.3", gpu="L40S")\n',
   );
@@ -180,6 +184,16 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
     });
     expect(response.status).toBe(400);
     expect(((await response.json()) as { error: string }).error).toContain(why);
+  });
+
+  it('a load-balanced worker that cannot import fails its request at once the same way', async () => {
+    const result = await post(`${base}/brokenlb/go`, { x: 2 });
+    expect(result.status).toBe(502);
+    expect(result.body.error).toContain('The worker of brokenlb failed to start');
+    expect(result.body.error).toContain('lb_module_that_is_not_installed_xyz');
+    // The supervisor holds the endpoint failing: the next request is answered without a new worker.
+    const again = await post(`${base}/brokenlb/go`, { x: 3 });
+    expect(again.body.error).toContain('lb_module_that_is_not_installed_xyz');
   });
 
   it('reloads after atomic saves (write a temp file, rename it over) again and again, and on new files', async () => {

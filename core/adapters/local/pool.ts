@@ -61,11 +61,6 @@ export interface LocalWorkersOptions {
   secrets?: (record: EndpointRecord, names: readonly string[]) => Promise<Record<string, string>>;
   /** The call token (core/names.ts) the worker `workerId` uses for remote calls by name. */
   callToken?: (workerId: string) => string;
-  /**
-   * A worker exited with ferry.worker's start-failure codes (2: config or import error, 1: the class
-   * endpoint's __init__ raised), with its last output lines: `ferry dev` fails waiting requests.
-   */
-  onStartFailure?: (endpointId: string, output: string) => void;
 }
 
 interface WorkerProcess {
@@ -465,10 +460,6 @@ export class EndpointPool {
           resolve();
           this.note(`${prefix} exited (${signal ?? `code ${code}`})`);
           void this.supervisor.exited(workerId, { code, signal }).finally(() => {
-            if (code === 1 || code === 2) {
-              const lines = this.supervisor.problem(this.endpointId)?.lines ?? [];
-              this.options.onStartFailure?.(this.endpointId, lines.join('\n'));
-            }
             this.options.changes.notify(endpointKey(this.endpointId));
           });
         });
