@@ -264,7 +264,7 @@ class AgentServer implements Agent {
     this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
     const leaseMs = options.leaseMs ?? limits.leaseMs;
     this.protection = options.ecs
-      ? new TaskProtection(options.ecs, this.clock, this.log, () => this.held())
+      ? new TaskProtection(options.ecs, this.clock, this.log, () => this.held().length > 0)
       : undefined;
 
     this.doc = documentClient(options.clients.dynamo);
