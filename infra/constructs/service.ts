@@ -37,7 +37,7 @@ import type * as logs from 'aws-cdk-lib/aws-logs';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
-import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/agent.js';
+import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/protocol.js';
 import { agentMemoryMiB, artifactInitMemoryMiB, type Placement, workerMemoryReservationMiB } from '../gpu.js';
 import { EndpointAgentAccess, EndpointWorkerToken, userSecrets } from '../isolation.js';
 import { clusterName, jobLogGroupName, serviceName } from '../names.js';

@@ -50,10 +50,12 @@ import {
 } from '../../core/auth.js';
 import { systemClock } from '../../core/clock.js';
 import { FerryError, toHttpResponse } from '../../core/errors.js';
-import { type Logger, stderrLogger } from '../../core/log.js';
+import type { Logger } from '../../core/log.js';
 import type { ApiKeyLookup, Clock, WorkerRegistry } from '../../core/ports.js';
 import { listen } from './listen.js';
+import { agentLog, messageOf } from './log.js';
 import { type EcsProtectionOptions, TaskProtection } from './protection.js';
+import { tickEvery } from './ticker.js';
 
 export interface LbAgentOptions {
   endpointId: string;
@@ -138,7 +140,7 @@ class LbAgentServer implements LbAgent {
   private ticking: Promise<void> | undefined;
 
   constructor(private readonly options: LbAgentOptions) {
-    this.log = options.log ?? prefixed(stderrLogger, 'ferry-agent: ');
+    this.log = options.log ?? agentLog;
     this.clock = options.clock ?? systemClock;
     this.lastBusyAt = this.clock.now();
     this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
@@ -165,16 +167,12 @@ class LbAgentServer implements LbAgent {
       this.reportTimer = setInterval(() => this.report(), this.options.reportEveryMs ?? 30_000);
       this.reportTimer.unref();
     }
-    if (this.protection) this.ticking = this.tickLoop(this.protection);
-  }
-
-  /** Renews protection before it lapses and releases it once idle long enough. */
-  private async tickLoop(protection: TaskProtection): Promise<void> {
-    const tickMs = this.options.tickMs ?? 1_000;
-    while (!this.closing.signal.aborted) {
-      await this.clock.sleep(tickMs, this.closing.signal);
-      if (this.closing.signal.aborted) return;
-      protection.tick();
+    // Renews protection before it lapses and releases it once idle long enough.
+    const protection = this.protection;
+    if (protection) {
+      this.ticking = tickEvery(this.clock, this.options.tickMs ?? 1_000, this.closing.signal, () =>
+        protection.tick(),
+      );
     }
   }
 
@@ -219,9 +217,7 @@ class LbAgentServer implements LbAgent {
           lastBusyAt: this.inFlight > 0 ? now : this.lastBusyAt,
         });
       } catch (error) {
-        this.log.warn(
-          `reporting load to the workers table: ${error instanceof Error ? error.message : String(error)}`,
-        );
+        this.log.warn(`reporting load to the workers table: ${messageOf(error)}`);
       }
     });
   }
@@ -339,9 +335,7 @@ class LbAgentServer implements LbAgent {
       await this.protection?.release();
       await this.reporting;
       await this.options.registry?.remove(this.workerId).catch((error) => {
-        this.log.warn(
-          `removing this task from the workers table: ${error instanceof Error ? error.message : String(error)}`,
-        );
+        this.log.warn(`removing this task from the workers table: ${messageOf(error)}`);
       });
     })();
     return this.closed;
@@ -372,12 +366,4 @@ function reply(res: ServerResponse, statusCode: number, body: unknown): void {
   res
     .writeHead(statusCode, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) })
     .end(text);
-}
-
-function prefixed(log: Logger, prefix: string): Logger {
-  return {
-    info: (m) => log.info(`${prefix}${m}`),
-    warn: (m) => log.warn(`${prefix}${m}`),
-    error: (m) => log.error(`${prefix}${m}`),
-  };
 }
