@@ -59,6 +59,7 @@ import {
   endpointsOutputSchema,
 } from './aws/records.js';
 import { integrationTimeoutFrom, lbHttpsFrom, workerImagesFrom } from './aws/settings.js';
+import { type Ec2Like, platformZones } from './aws/zones.js';
 import {
   ensureEcsServiceLinkedRole,
   type IamLike,
@@ -120,6 +121,10 @@ export interface AwsProviderOptions {
   codebuild?: CodeBuildLike;
   /** Where each endpoint's call key goes for its workers (core/call-keys.ts): Secrets Manager. */
   callTokens: CallTokenSecrets;
+  /** EC2, for the region's availability zones on the platform's first deploy (aws/zones.ts). */
+  ec2?: Ec2Like;
+  /** Move the platform to the region's current zones (`--refresh-zones`); default: keep its zones. */
+  refreshZones?: boolean;
   /** Time, for waiting out SQS's 60 s queue-name reuse rule (tests pass a fake). */
   clock?: { nowMs(): number; sleep(ms: number): Promise<void> };
 }
@@ -138,6 +143,8 @@ export class AwsProvider implements Provider {
   #controlStore: DynamoControlStore | undefined;
   #blobStore: S3BlobStore | undefined;
   #functionsDir: Promise<string> | undefined;
+  /** The platform's zones for this process's synths, decided once (aws/zones.ts). */
+  #zones: Promise<string[] | undefined> | undefined;
   /** Endpoint ids each stack was deployed with by this process (a following destroy may skip work). */
   readonly #deployed = new Map<string, Set<string>>();
   readonly #destroyed = new Set<string>();
@@ -221,6 +228,7 @@ export class AwsProvider implements Provider {
       artifactKey: artifactKeyOf(input.manifest.app, env, input.manifest.sourceFingerprint),
       images,
       instanceTypes: await platformInstanceTypes(input.manifest.endpoints.map((e) => e.resources)),
+      availabilityZones: await this.#platformZones(reporter),
     });
     try {
       if (this.options.bootstrap) {
@@ -317,6 +325,17 @@ export class AwsProvider implements Provider {
     return imagesAt(platform.ImageRegistry, version, manifest.pythonVersion);
   }
 
+  /** The zones the platform is synthesized with: its own once deployed (aws/zones.ts). */
+  #platformZones(reporter: Reporter): Promise<string[] | undefined> {
+    this.#zones ??= platformZones({
+      ...(this.options.ec2 ? { ec2: this.options.ec2 } : {}),
+      ...(this.#platform ? { deployed: this.#platform } : {}),
+      ...(this.options.refreshZones ? { refresh: true } : {}),
+      reporter,
+    });
+    return this.#zones;
+  }
+
   #usableStack(stack: string, reporter: Reporter, owner?: { app: string; env: string }) {
     return usableStack(
       { lookup: this.options.lookup, toolkit: this.options.toolkit, clock: this.options.clock ?? realClock },
@@ -344,6 +363,8 @@ export class AwsProvider implements Provider {
     artifactKey: string;
     images: WorkerImages;
     instanceTypes: string[];
+    /** The platform VPC's zones; none: CDK's two `Fn::GetAZs` picks (offline synth). */
+    availabilityZones?: string[] | undefined;
     endpointIds?: Record<string, string>;
     callKeyIds?: Record<string, string>;
   }): Promise<SynthesizedAssembly> {
@@ -360,6 +381,7 @@ export class AwsProvider implements Provider {
           artifact: { key: input.artifactKey },
           images: input.images,
           instanceTypes: input.instanceTypes,
+          ...(input.availabilityZones ? { availabilityZones: input.availabilityZones } : {}),
           ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
           ...(input.callKeyIds ? { callKeyIds: input.callKeyIds } : {}),
           ...(https ? { https } : {}),
@@ -436,6 +458,7 @@ export class AwsProvider implements Provider {
         [...deployedElsewhere, ...manifest.endpoints.map((e) => e.resources)],
         platformPools(platform),
       ),
+      availabilityZones: await this.#platformZones(reporter),
       endpointIds: Object.fromEntries(records.map((r) => [r.name, r.id])),
       callKeyIds,
     });

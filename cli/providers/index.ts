@@ -18,15 +18,18 @@ export interface OpenProviderOptions {
   bootstrap?: boolean;
   /** AWS: subscribe this address to the alarm topic (`ferry deploy --alarm-email`). */
   alarmEmail?: string;
+  /** AWS: move the platform VPC to the region's current availability zones (`--refresh-zones`). */
+  refreshZones?: boolean;
 }
 
-/** IAM, ECR and CodeBuild clients from the usual credential chain (loaded only for real deploys). */
+/** IAM, ECR, CodeBuild, SNS and EC2 clients from the usual credential chain (loaded only for real deploys). */
 async function realAccountClients() {
   const [
     { iamFromEnv },
     { ECRClient },
     { CodeBuildClient },
     { SNSClient },
+    { EC2Client },
     { SecretsManagerClient },
     { SecretsManagerCallTokens },
   ] = await Promise.all([
@@ -34,6 +37,7 @@ async function realAccountClients() {
     import('@aws-sdk/client-ecr'),
     import('@aws-sdk/client-codebuild'),
     import('@aws-sdk/client-sns'),
+    import('@aws-sdk/client-ec2'),
     import('@aws-sdk/client-secrets-manager'),
     import('../../core/adapters/aws/secrets.js'),
   ]);
@@ -43,6 +47,7 @@ async function realAccountClients() {
     sns: new SNSClient({}) as unknown as import('./aws-account.js').SnsLike,
     ecr: new ECRClient({}) as unknown as import('./aws-images.js').EcrLike,
     codebuild: new CodeBuildClient({}) as unknown as import('./aws-images.js').CodeBuildLike,
+    ec2: new EC2Client({}) as unknown as import('./aws/zones.js').Ec2Like,
   };
 }
 
@@ -87,6 +92,7 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
         : await realAccountClients()),
       ...(options.bootstrap ? { bootstrap: true } : {}),
       ...(options.alarmEmail ? { alarmEmail: options.alarmEmail } : {}),
+      ...(options.refreshZones ? { refreshZones: true } : {}),
     });
   }
   return new LocalProvider({
