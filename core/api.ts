@@ -239,8 +239,14 @@ export class V2Api {
     if (method !== 'GET') throw notFound(`No route for ${req.method} ${req.path}`);
     // A load-balanced endpoint deployed on AWS is called on its own HTTPS front, with the same key.
     const url = record.kind === 'lb' ? awsInfoOf(record)?.url : undefined;
-    const { id, kind, app: recordApp, env: recordEnv, name: recordName } = record;
-    return ok({ id, kind, app: recordApp, env: recordEnv, name: recordName, ...(url ? { url } : {}) });
+    const resolved = {
+      id: record.id,
+      kind: record.kind,
+      app: record.app,
+      env: record.env,
+      name: record.name,
+    };
+    return ok({ ...resolved, ...(url ? { url } : {}) });
   }
 
   private async route(
