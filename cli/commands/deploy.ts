@@ -77,6 +77,8 @@ async function preview(ctx: CliContext, argv: OfflineArgv, app: string): Promise
     version,
   });
   ctx.reporter.line('[2/2] Preview (one container per endpoint, one shared network)');
+  for (const skipped of plan.notRun)
+    ctx.reporter.line(`  ${skipped.name} [${skipped.image}]: ${skipped.reason}`);
   for (const command of plan.commands) ctx.reporter.out(shellLine(command));
   const problem = dockerProblem(ctx.io.env);
   if (problem) throw problem;
@@ -112,6 +114,7 @@ async function preview(ctx: CliContext, argv: OfflineArgv, app: string): Promise
       ctx.reporter.line(`  ${endpoint.name} (${endpoint.kind}) → ${endpoint.url}   [${endpoint.image}]`);
       ctx.reporter.line(`    ${endpoint.curl}`);
     }
+    for (const skipped of plan.notRun) ctx.reporter.line(`  ${skipped.name} (image endpoint): not started`);
     ctx.reporter.line('Ctrl+C stops it.');
     // Signal listeners alone do not keep Node running: without a handle the process would end here,
     // leaving the containers behind.
@@ -189,6 +192,12 @@ export const deployCommand = (ctx: CliContext): CommandModule =>
           default: false,
           describe: 'AWS: run the CDK bootstrap of the account/region before the first deploy',
         })
+        .option('refresh-zones', {
+          type: 'boolean',
+          default: false,
+          describe:
+            "AWS: move the platform VPC to the region's current availability zones (replaces its subnets)",
+        })
         .option('alarm-email', {
           type: 'string',
           describe: 'AWS: subscribe this address to the alarm topic (alarms, image-pull and launch failures)',
@@ -221,6 +230,7 @@ export const deployCommand = (ctx: CliContext): CommandModule =>
         {
           yes: Boolean(argv.yes),
           bootstrap: Boolean(argv.bootstrap),
+          refreshZones: Boolean(argv['refresh-zones']),
           ...(typeof argv['alarm-email'] === 'string' ? { alarmEmail: argv['alarm-email'] } : {}),
         },
       );

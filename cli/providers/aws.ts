@@ -23,6 +23,12 @@ import path from 'node:path';
 import type { z } from 'zod';
 import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
 import { S3BlobStore } from '../../core/adapters/aws/s3.js';
+import {
+  type CallTokenSecrets,
+  prepareCallKeys,
+  retireCallKeys,
+  revokeCallKeys,
+} from '../../core/call-keys.js';
 import { endpointConfigSchema } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import type { Manifest } from '../../core/manifest.js';
@@ -53,6 +59,7 @@ import {
   endpointsOutputSchema,
 } from './aws/records.js';
 import { integrationTimeoutFrom, lbHttpsFrom, workerImagesFrom } from './aws/settings.js';
+import { type Ec2Like, platformZones } from './aws/zones.js';
 import {
   ensureEcsServiceLinkedRole,
   type IamLike,
@@ -112,6 +119,12 @@ export interface AwsProviderOptions {
   /** ECR and CodeBuild, for the platform's images (none: only user-configured images work). */
   ecr?: EcrLike;
   codebuild?: CodeBuildLike;
+  /** Where each endpoint's call key goes for its workers (core/call-keys.ts): Secrets Manager. */
+  callTokens: CallTokenSecrets;
+  /** EC2, for the region's availability zones on the platform's first deploy (aws/zones.ts). */
+  ec2?: Ec2Like;
+  /** Move the platform to the region's current zones (`--refresh-zones`); default: keep its zones. */
+  refreshZones?: boolean;
   /** Time, for waiting out SQS's 60 s queue-name reuse rule (tests pass a fake). */
   clock?: { nowMs(): number; sleep(ms: number): Promise<void> };
 }
@@ -130,6 +143,8 @@ export class AwsProvider implements Provider {
   #controlStore: DynamoControlStore | undefined;
   #blobStore: S3BlobStore | undefined;
   #functionsDir: Promise<string> | undefined;
+  /** The platform's zones for this process's synths, decided once (aws/zones.ts). */
+  #zones: Promise<string[] | undefined> | undefined;
   /** Endpoint ids each stack was deployed with by this process (a following destroy may skip work). */
   readonly #deployed = new Map<string, Set<string>>();
   readonly #destroyed = new Set<string>();
@@ -213,6 +228,7 @@ export class AwsProvider implements Provider {
       artifactKey: artifactKeyOf(input.manifest.app, env, input.manifest.sourceFingerprint),
       images,
       instanceTypes: await platformInstanceTypes(input.manifest.endpoints.map((e) => e.resources)),
+      availabilityZones: await this.#platformZones(reporter),
     });
     try {
       if (this.options.bootstrap) {
@@ -309,6 +325,17 @@ export class AwsProvider implements Provider {
     return imagesAt(platform.ImageRegistry, version, manifest.pythonVersion);
   }
 
+  /** The zones the platform is synthesized with: its own once deployed (aws/zones.ts). */
+  #platformZones(reporter: Reporter): Promise<string[] | undefined> {
+    this.#zones ??= platformZones({
+      ...(this.options.ec2 ? { ec2: this.options.ec2 } : {}),
+      ...(this.#platform ? { deployed: this.#platform } : {}),
+      ...(this.options.refreshZones ? { refresh: true } : {}),
+      reporter,
+    });
+    return this.#zones;
+  }
+
   #usableStack(stack: string, reporter: Reporter, owner?: { app: string; env: string }) {
     return usableStack(
       { lookup: this.options.lookup, toolkit: this.options.toolkit, clock: this.options.clock ?? realClock },
@@ -336,7 +363,10 @@ export class AwsProvider implements Provider {
     artifactKey: string;
     images: WorkerImages;
     instanceTypes: string[];
+    /** The platform VPC's zones; none: CDK's two `Fn::GetAZs` picks (offline synth). */
+    availabilityZones?: string[] | undefined;
     endpointIds?: Record<string, string>;
+    callKeyIds?: Record<string, string>;
   }): Promise<SynthesizedAssembly> {
     const functionsCodeDir = await this.#functions();
     const { synthesize } = await loadInfra();
@@ -351,7 +381,9 @@ export class AwsProvider implements Provider {
           artifact: { key: input.artifactKey },
           images: input.images,
           instanceTypes: input.instanceTypes,
+          ...(input.availabilityZones ? { availabilityZones: input.availabilityZones } : {}),
           ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
+          ...(input.callKeyIds ? { callKeyIds: input.callKeyIds } : {}),
           ...(https ? { https } : {}),
           ...integrationTimeoutFrom(this.options.env),
           ...(outdir ? { outdir } : {}),
@@ -391,15 +423,23 @@ export class AwsProvider implements Provider {
 
   /**
    * Deploys one environment's stack with exactly `records` (and the platform first, which the
-   * toolkit skips when unchanged); returns the records with where each endpoint now is.
+   * toolkit skips when unchanged); returns the records with where each endpoint now is. The
+   * endpoints in `rotate` (created or changed) get a new call key; the old ones stop working once the
+   * stack, and so every task that held them, has been replaced (core/call-keys.ts).
    */
   async #deployEnvironment(
     app: string,
     env: string,
     records: readonly EndpointRecord[],
     reporter: Reporter,
+    rotate: ReadonlySet<string> = new Set(),
   ): Promise<AwsEndpointRecord[]> {
     const platform = await this.platform();
+    const callKeyIds = await prepareCallKeys(
+      { control: await this.#control(), secrets: this.options.callTokens, nowMs: () => Date.now() },
+      records,
+      rotate,
+    );
     const manifest = manifestFromRecords(app, records);
     const artifactKey = records[0]!.artifactKey ?? artifactKeyOf(app, env, manifest.sourceFingerprint);
     const deployedElsewhere = (await (await this.#control()).listEndpoints())
@@ -418,7 +458,9 @@ export class AwsProvider implements Provider {
         [...deployedElsewhere, ...manifest.endpoints.map((e) => e.resources)],
         platformPools(platform),
       ),
+      availabilityZones: await this.#platformZones(reporter),
       endpointIds: Object.fromEntries(records.map((r) => [r.name, r.id])),
+      callKeyIds,
     });
     let outputs: Record<string, StackOutputs>;
     try {
@@ -466,6 +508,8 @@ export class AwsProvider implements Provider {
         },
       };
     });
+    const control = await this.#control();
+    for (const record of records) await retireCallKeys(control, record.id, callKeyIds[record.name]!);
     this.#deployed.set(stack, new Set(records.map((r) => r.id)));
     this.#destroyed.delete(stack);
     return located;
@@ -476,7 +520,7 @@ export class AwsProvider implements Provider {
   }
 
   /** `_changed` is what the plan created or updated; a stack deploy always carries `context.all`. */
-  async provision(_changed: EndpointRecord[], context?: ProvisionContext): Promise<void> {
+  async provision(changed: EndpointRecord[], context?: ProvisionContext): Promise<void> {
     if (!context) {
       throw new FerryError(
         'failed',
@@ -484,7 +528,13 @@ export class AwsProvider implements Provider {
       );
     }
     if (context.all.length === 0) return;
-    const located = await this.#deployEnvironment(context.app, context.env, context.all, context.reporter);
+    const located = await this.#deployEnvironment(
+      context.app,
+      context.env,
+      context.all,
+      context.reporter,
+      new Set(changed.map((r) => r.id)),
+    );
     const control = await this.#control();
     for (const record of located) await control.putEndpoint(record);
   }
@@ -522,6 +572,8 @@ export class AwsProvider implements Provider {
         }
         for (const record of group) {
           await control.deleteEndpoint(record.id);
+          // Its tasks are gone: nothing may call with its workers' key any more.
+          await revokeCallKeys({ control, secrets: this.options.callTokens }, record);
           result.deleted.push(record);
         }
       } catch (error) {
