@@ -29,7 +29,7 @@
 
 export * from './dynamo/client.js';
 export * from './dynamo/control-store.js';
-export { inlineBudgetBytes, streamChunkInlineBytes } from './dynamo/job-item.js';
+export { inlineBudgetBytes, statusShardCount, streamChunkInlineBytes } from './dynamo/job-item.js';
 export * from './dynamo/job-store.js';
 export * from './dynamo/schema.js';
 export * from './dynamo/worker-registry.js';

@@ -2,7 +2,7 @@
  * What every DynamoDB adapter here shares: the document client, paging, batching, and the few error
  * and number rules of DynamoDB's API.
  */
-import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import type { AttributeValue, DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import {
   BatchGetCommand,
   BatchWriteCommand,
@@ -12,6 +12,8 @@ import {
   PutCommand,
   QueryCommand,
   type QueryCommandInput,
+  TransactWriteCommand,
+  type TransactWriteCommandInput,
 } from '@aws-sdk/lib-dynamodb';
 import { FerryError, internal } from '../../../errors.js';
 
@@ -59,8 +61,8 @@ export async function queryAll(
 }
 
 /** How long to wait before resending what DynamoDB left unprocessed (throttling), or give up. */
-async function backoff(attempt: number, table: string): Promise<void> {
-  if (attempt > 8) throw new FerryError('failed', `DynamoDB kept refusing requests to ${table}`);
+async function backoff(attempt: number, what: string): Promise<void> {
+  if (attempt > 8) throw new FerryError('failed', `DynamoDB kept refusing ${what}`);
   if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 50 * 2 ** attempt));
 }
 
@@ -73,7 +75,7 @@ export async function batchWrite(
   for (let i = 0; i < requests.length; i += 25) {
     let pending = requests.slice(i, i + 25);
     for (let attempt = 0; pending.length > 0; attempt++) {
-      await backoff(attempt, table);
+      await backoff(attempt, `writes to ${table}`);
       const result = await doc.send(new BatchWriteCommand({ RequestItems: { [table]: pending } }));
       pending = (result.UnprocessedItems?.[table] ?? []) as typeof pending;
     }
@@ -90,7 +92,7 @@ export async function batchGet(doc: DynamoDBDocumentClient, table: string, keys:
   for (let i = 0; i < keys.length; i += 100) {
     let pending = keys.slice(i, i + 100);
     for (let attempt = 0; pending.length > 0; attempt++) {
-      await backoff(attempt, table);
+      await backoff(attempt, `reads of ${table}`);
       const result = await doc.send(
         new BatchGetCommand({ RequestItems: { [table]: { Keys: pending, ConsistentRead: true } } }),
       );
@@ -99,6 +101,44 @@ export async function batchGet(doc: DynamoDBDocumentClient, table: string, keys:
     }
   }
   return items;
+}
+
+/** Why DynamoDB cancelled a transaction, per action in order (`Code` None for the ones that were fine). */
+export interface CancellationReason {
+  Code?: string;
+  /** The item as it is, raw, when the action asked for ReturnValuesOnConditionCheckFailure ALL_OLD. */
+  Item?: Record<string, AttributeValue>;
+}
+
+/** The reasons of a cancelled transaction, or undefined when `error` is something else. */
+export function cancellationReasons(error: unknown): CancellationReason[] | undefined {
+  if (errorName(error) !== 'TransactionCanceledException') return undefined;
+  return (error as { CancellationReasons?: CancellationReason[] }).CancellationReasons ?? [];
+}
+
+/**
+ * TransactWriteItems, tried again while DynamoDB cancels it only because another transaction held one
+ * of its items at the same moment (reason TransactionConflict: nothing was written, so trying again is
+ * safe). Any other cancellation (a failed condition) is the caller's, as the SDK threw it.
+ * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html#transaction-conflict-handling
+ */
+export async function transact(
+  doc: DynamoDBDocumentClient,
+  items: NonNullable<TransactWriteCommandInput['TransactItems']>,
+): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    await backoff(attempt, 'a transaction');
+    try {
+      await doc.send(new TransactWriteCommand({ TransactItems: items }));
+      return;
+    } catch (error) {
+      const reasons = cancellationReasons(error);
+      const conflictOnly =
+        reasons?.some((reason) => reason.Code === 'TransactionConflict') &&
+        reasons.every((reason) => reason.Code === 'TransactionConflict' || reason.Code === 'None');
+      if (!conflictOnly) throw error;
+    }
+  }
 }
 
 /**

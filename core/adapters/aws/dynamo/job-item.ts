@@ -6,8 +6,25 @@
 import { randomUUID } from 'node:crypto';
 import { FerryError } from '../../../errors.js';
 import { isFinal, type Job, type JobStatus, runDeadlineOf } from '../../../job.js';
+import type { JobCounts } from '../../../ports.js';
 import { type Item, toSec } from './client.js';
-import { statusShardCount } from './schema.js';
+
+/**
+ * How many shards the per-status sweep indexes spread over. A GSI partition key with a handful of
+ * values (the status) would cap writes at one partition's ~1000 WCU/s and throttle the base table
+ * through back-pressure; `statusShard` = `<status>#<0..n-1>` (a hash of the job id) spreads them,
+ * and the sweeps query every shard.
+ */
+export const statusShardCount = 4;
+
+/** The counts of JobCounts, each also an attribute of the count items (./counts.ts). */
+export const countFields = [
+  'inQueue',
+  'inProgress',
+  'completed',
+  'failed',
+  'retried',
+] as const satisfies readonly (keyof JobCounts)[];
 
 const KB = 1024;
 export const daySec = 24 * 3600;
@@ -27,11 +44,20 @@ export const bigFields = Object.keys(inlineBudgetBytes) as BigField[];
 /** A stream chunk item holds one chunk, so it may use more of the 400 KB. */
 export const streamChunkInlineBytes = 300 * KB;
 
+/**
+ * Count items (./counts.ts) tally jobs by the bucket their expiresAt falls in: so many ms per bucket.
+ * Health reads one item per live bucket and shard (at most 7 d / 5 min × shards), and takes back
+ * the jobs that expired in the current bucket by reading them (at most 5 minutes' worth).
+ */
+export const countBucketMs = 5 * 60_000;
+/** The first ms of the bucket `atMs` falls in. */
+export const bucketStartOf = (atMs: number): number => Math.floor(atMs / countBucketMs) * countBucketMs;
+
 /** A big field as stored: inline JSON, or a pointer to the blob holding the JSON. */
 export type Stored = { json: string } | { ref: string };
 
 /** Sums an FNV-1a hash of the id into a shard number: stable, cheap, spreads uuids evenly. */
-function shardOf(id: string): number {
+export function shardOf(id: string): number {
   let hash = 0x811c9dc5;
   for (let i = 0; i < id.length; i++) {
     hash ^= id.charCodeAt(i);
@@ -83,7 +109,11 @@ export function itemOf(job: Job, big: Partial<Record<BigField, Stored>>): Item {
     retries: job.retries,
     endpointStatus: `${job.endpointId}#${job.status}`,
     statusShard: `${job.status}#${shardOf(job.id)}`,
-    expiresAtSec: toSec(job.expiresAt) + (isFinal(job.status) ? 0 : unfinishedGraceSec),
+    // A finished job stays at least until its count bucket ends: health takes back the jobs that
+    // expired in the current bucket by reading them, so TTL must not drop one before (./counts.ts).
+    expiresAtSec: isFinal(job.status)
+      ? toSec(bucketStartOf(job.expiresAt) + countBucketMs)
+      : toSec(job.expiresAt) + unfinishedGraceSec,
   };
   for (const field of bigFields) {
     const stored = big[field];

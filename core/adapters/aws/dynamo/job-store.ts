@@ -27,10 +27,22 @@ import type {
   LeaseRenewal,
   RecentJobsQuery,
 } from '../../../ports.js';
-import { batchWrite, checkLimit, type Item, isConditionFailure, queryAll, toSec } from './client.js';
+import {
+  batchGet,
+  batchWrite,
+  cancellationReasons,
+  checkLimit,
+  type Item,
+  isConditionFailure,
+  queryAll,
+  toSec,
+  transact,
+} from './client.js';
+import { type Counted, countUpdates, readCounts, statusOfShard } from './counts.js';
 import {
   type BigField,
   bigFields,
+  bucketStartOf,
   daySec,
   inlineBudgetBytes,
   itemOf,
@@ -42,7 +54,7 @@ import {
   storedBigOf,
   streamChunkInlineBytes,
 } from './job-item.js';
-import { type DynamoTableNames, dynamoSchema } from './schema.js';
+import { type DynamoTableNames, dynamoSchema, type IndexSpec } from './schema.js';
 
 /** Stream chunks and their meta: the longest policy.ttl (7 d) plus a day. */
 const streamLifeSec = 8 * daySec;
@@ -83,20 +95,24 @@ export class DynamoJobStore implements JobStore {
     this.warn = options.warn ?? ((message) => console.warn(message));
   }
 
+  /** One conditional PutItem; in one transaction with its count items when the job counts (./counts.ts). */
   async create(job: Job): Promise<void> {
     const stored: Job = { ...job, version: 1 };
     const big = await this.storeBig(stored, bigFields);
+    const put = {
+      TableName: this.jobsTable,
+      Item: itemOf(stored, big),
+      ConditionExpression: 'attribute_not_exists(jobId)',
+    };
+    const counts = countUpdates(this.jobsTable, undefined, stored);
     try {
-      await this.doc.send(
-        new PutCommand({
-          TableName: this.jobsTable,
-          Item: itemOf(stored, big),
-          ConditionExpression: 'attribute_not_exists(jobId)',
-        }),
-      );
+      if (counts.length === 0) await this.doc.send(new PutCommand(put));
+      else await transact(this.doc, [{ Put: put }, ...counts]);
     } catch (error) {
       await this.dropBlobs(refsOf(big));
-      if (isConditionFailure(error)) throw conflict(`A job with id ${job.id} already exists`);
+      if (isConditionFailure(error) || cancellationReasons(error)?.[0]?.Code === 'ConditionalCheckFailed') {
+        throw conflict(`A job with id ${job.id} already exists`);
+      }
       throw error;
     }
   }
@@ -112,10 +128,13 @@ export class DynamoJobStore implements JobStore {
    * fields are stored (inline or in S3), so the write needs nothing else. On a lost race DynamoDB hands
    * back the item as it is now (ReturnValuesOnConditionCheckFailure ALL_OLD,
    * https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_PutItem.html), so the caller
-   * decides again without a GetItem either.
+   * decides again without a GetItem either. When the write changes what the job counts as in health
+   * (status, retries, expiry), the PutItem and the count updates go in one transaction (./counts.ts).
    */
   async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
     const expectedVersion = current.version;
+    // What the stored job counts as: the version condition makes it `current`'s.
+    let before: Counted = current;
     let big = this.storedBig.get(current);
     if (!big) {
       // A job this store did not hand out: read how its big fields are stored.
@@ -124,6 +143,7 @@ export class DynamoJobStore implements JobStore {
         return { ok: false, current: item ? await this.jobOf(item) : undefined };
       }
       big = storedBigOf(item);
+      before = countedOf(item);
     }
     const next: Record<string, unknown> = { ...current };
     const patchedBig: BigField[] = [];
@@ -139,20 +159,22 @@ export class DynamoJobStore implements JobStore {
     for (const field of patchedBig)
       if ((written as unknown as Item)[field] === undefined) delete newBig[field];
 
+    const put = {
+      TableName: this.jobsTable,
+      Item: itemOf(written, newBig),
+      ConditionExpression: 'version = :expected',
+      ExpressionAttributeValues: { ':expected': expectedVersion },
+      ReturnValuesOnConditionCheckFailure: 'ALL_OLD' as const,
+    };
+    const counts = countUpdates(this.jobsTable, before, written);
     try {
-      await this.doc.send(
-        new PutCommand({
-          TableName: this.jobsTable,
-          Item: itemOf(written, newBig),
-          ConditionExpression: 'version = :expected',
-          ExpressionAttributeValues: { ':expected': expectedVersion },
-          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-        }),
-      );
+      if (counts.length === 0) await this.doc.send(new PutCommand(put));
+      else await transact(this.doc, [{ Put: put }, ...counts]);
     } catch (error) {
       await this.dropBlobs(patchedBig.flatMap((field) => refsOf({ [field]: newBig[field] })));
-      if (!isConditionFailure(error)) throw error;
-      const old = (error as { Item?: Record<string, AttributeValue> }).Item;
+      const reason = cancellationReasons(error)?.[0];
+      if (!isConditionFailure(error) && reason?.Code !== 'ConditionalCheckFailed') throw error;
+      const old = reason ? reason.Item : (error as { Item?: Record<string, AttributeValue> }).Item;
       return { ok: false, current: old ? await this.jobOfOrFresh(unmarshall(old) as Item) : undefined };
     }
     // The replaced blobs: nothing points at them any more (a reader that got the old item re-reads).
@@ -229,7 +251,7 @@ export class DynamoJobStore implements JobStore {
       },
       (found) => found.length >= limit,
     );
-    return this.jobsOf(items.slice(0, limit));
+    return this.jobsFound(dynamoSchema.jobs.indexes.byEndpointStatus, items.slice(0, limit), nowMs);
   }
 
   /**
@@ -275,7 +297,11 @@ export class DynamoJobStore implements JobStore {
             : -1
           : (b.createdAt as number) - (a.createdAt as number),
       );
-    const jobs = await this.jobsOf(merged.slice(0, limit));
+    const jobs = await this.jobsFound(
+      dynamoSchema.jobs.indexes.byEndpointStatus,
+      merged.slice(0, limit),
+      query.nowMs,
+    );
     const last = jobs.at(-1);
     return merged.length > limit && last ? { jobs, next: encodeJobCursor(last) } : { jobs };
   }
@@ -294,7 +320,7 @@ export class DynamoJobStore implements JobStore {
       limit,
     );
     items.sort((a, b) => (a.overdueAt as number) - (b.overdueAt as number));
-    return this.jobsOf(items.slice(0, limit));
+    return this.jobsFound(dynamoSchema.jobs.indexes.byStatusOverdue, items.slice(0, limit));
   }
 
   /** Unfinished jobs whose expiresAt passed (policy.ttl ran out): `get` hides them, the engine stops them. */
@@ -308,7 +334,7 @@ export class DynamoJobStore implements JobStore {
       limit,
     );
     items.sort((a, b) => (a.expiresAt as number) - (b.expiresAt as number));
-    return this.jobsOf(items.slice(0, limit));
+    return this.jobsFound(dynamoSchema.jobs.indexes.byStatusExpiry, items.slice(0, limit));
   }
 
   /**
@@ -430,39 +456,9 @@ export class DynamoJobStore implements JobStore {
     await this.deleteChunks(jobId, rows);
   }
 
-  /**
-   * Per endpoint, one Query per status on `byEndpointStatus` with the expiry filter, reading only
-   * `retries` (a Query costs what it reads, not what it returns, so this is as cheap as Select COUNT
-   * and also yields `retried`). failed counts FAILED and TIMED_OUT; CANCELLED counts only in retried.
-   * Counting beats atomic counters here: counters cannot see expiry, which only reads decide.
-   */
-  async counts(endpointId: string, nowMs: number): Promise<JobCounts> {
-    const perStatus = await Promise.all(
-      jobStatuses.map(async (status) => {
-        const items = await queryAll(this.doc, {
-          TableName: this.jobsTable,
-          IndexName: dynamoSchema.jobs.indexes.byEndpointStatus.indexName,
-          KeyConditionExpression: 'endpointStatus = :key',
-          FilterExpression: 'expiresAt > :now',
-          ProjectionExpression: 'retries',
-          ExpressionAttributeValues: { ':key': `${endpointId}#${status}`, ':now': nowMs },
-        });
-        return {
-          status,
-          n: items.length,
-          retried: items.filter((item) => (item.retries as number) > 0).length,
-        };
-      }),
-    );
-    const counts: JobCounts = { completed: 0, failed: 0, inProgress: 0, inQueue: 0, retried: 0 };
-    for (const { status, n, retried } of perStatus) {
-      counts.retried += retried;
-      if (status === 'COMPLETED') counts.completed += n;
-      else if (status === 'FAILED' || status === 'TIMED_OUT') counts.failed += n;
-      else if (status === 'IN_PROGRESS') counts.inProgress += n;
-      else if (status === 'IN_QUEUE') counts.inQueue += n;
-    }
-    return counts;
+  /** Two Queries on the count items and the current bucket, however many jobs the endpoint keeps (./counts.ts). */
+  counts(endpointId: string, nowMs: number): Promise<JobCounts> {
+    return readCounts(this.doc, this.jobsTable, endpointId, nowMs);
   }
 
   /**
@@ -483,21 +479,30 @@ export class DynamoJobStore implements JobStore {
     const items = found.sort((a, b) => (a.expiresAt as number) - (b.expiresAt as number)).slice(0, limit);
     let deleted = 0;
     for (const item of items) {
+      const del = {
+        TableName: this.jobsTable,
+        Key: { jobId: item.jobId },
+        // Still as the index showed it: final, expired, and counted as `counts` below assumes.
+        ConditionExpression: 'expiresAt = :expiresAt AND #status = :status AND retries = :retries',
+        ExpressionAttributeNames: { '#status': 'status' },
+        ExpressionAttributeValues: {
+          ':expiresAt': item.expiresAt,
+          ':status': statusOfShard(item.statusShard as string),
+          ':retries': item.retries,
+        },
+      };
+      // A job of the current count bucket is still taken back by health: it leaves the counts with
+      // its delete. Older buckets no longer count (./counts.ts).
+      const counts = countUpdates(this.jobsTable, countedOf(item), undefined).filter(
+        () => bucketStartOf(item.expiresAt as number) >= bucketStartOf(nowMs),
+      );
       try {
-        await this.doc.send(
-          new DeleteCommand({
-            TableName: this.jobsTable,
-            Key: { jobId: item.jobId },
-            ConditionExpression: 'expiresAt <= :now AND #status IN (:s0, :s1, :s2, :s3)',
-            ExpressionAttributeNames: { '#status': 'status' },
-            ExpressionAttributeValues: {
-              ':now': nowMs,
-              ...Object.fromEntries(finals.map((status, i) => [`:s${i}`, status])),
-            },
-          }),
-        );
+        if (counts.length === 0) await this.doc.send(new DeleteCommand(del));
+        else await transact(this.doc, [{ Delete: del }, ...counts]);
       } catch (error) {
-        if (isConditionFailure(error)) continue; // retried or already gone meanwhile
+        const failed =
+          isConditionFailure(error) || cancellationReasons(error)?.[0]?.Code === 'ConditionalCheckFailed';
+        if (failed) continue; // retried or already gone meanwhile
         throw error;
       }
       deleted++;
@@ -550,13 +555,43 @@ export class DynamoJobStore implements JobStore {
     // may find a blob gone, and reads again.
     for (let attempt = 0; ; attempt++) {
       const item = await this.readItem(jobId);
-      if (!item) return undefined;
+      // No body: not a job (a count item shares the table, ./counts.ts).
+      if (typeof item?.body !== 'string') return undefined;
       try {
         return await this.jobOf(item);
       } catch (error) {
         if (!(error instanceof MissingBlobError) || attempt >= 2) throw error;
       }
     }
+  }
+
+  /**
+   * The jobs an index query found, read from the table by key: the indexes project only keys and what
+   * their queries filter on (./schema.ts), so one BatchGetItem per 100 jobs reads just the jobs handed
+   * out, strongly consistent. A job that moved on since the index saw it (other index keys now, gone,
+   * or expired at `unexpiredAtMs`) is left out, as a query a moment later would leave it out.
+   */
+  private async jobsFound(index: IndexSpec, found: Item[], unexpiredAtMs?: number): Promise<Job[]> {
+    if (found.length === 0) return [];
+    const ids = [...new Set(found.map((entry) => entry.jobId as string))];
+    const items = await batchGet(
+      this.doc,
+      this.jobsTable,
+      ids.map((jobId) => ({ jobId })),
+    );
+    const byId = new Map(items.map((item) => [item.jobId as string, item]));
+    const { partitionKey, sortKey } = index;
+    const current = ids.flatMap((jobId) => {
+      const entry = found.find((candidate) => candidate.jobId === jobId) as Item;
+      const item = byId.get(jobId);
+      const same =
+        item !== undefined &&
+        item[partitionKey.name] === entry[partitionKey.name] &&
+        item[sortKey.name] === entry[sortKey.name] &&
+        (unexpiredAtMs === undefined || (item.expiresAt as number) > unexpiredAtMs);
+      return same ? [item] : [];
+    });
+    return this.jobsOf(current);
   }
 
   private async jobsOf(items: Item[]): Promise<Job[]> {
@@ -588,6 +623,7 @@ export class DynamoJobStore implements JobStore {
 
   /** The job of an item read a moment ago; when a writer already replaced its blobs, the job as it is now. */
   private async jobOfOrFresh(item: Item): Promise<Job | undefined> {
+    if (typeof item.body !== 'string') return undefined; // a count item, not a job
     try {
       return await this.jobOf(item);
     } catch (error) {
@@ -667,4 +703,15 @@ export class DynamoJobStore implements JobStore {
       ),
     );
   }
+}
+
+/** What a job item (or a byStatusExpiry index item, which carries the same attributes) counts as. */
+function countedOf(item: Item): Counted {
+  return {
+    id: item.jobId as string,
+    endpointId: item.endpointId as string,
+    status: (item.status as JobStatus | undefined) ?? statusOfShard(item.statusShard as string),
+    retries: (item.retries as number | undefined) ?? 0,
+    expiresAt: item.expiresAt as number,
+  };
 }

@@ -11,16 +11,28 @@ import {
   type KeySchemaElement,
   UpdateTimeToLiveCommand,
 } from '@aws-sdk/client-dynamodb';
+import { bigFields, countFields } from './job-item.js';
 
 export type KeyType = 'S' | 'N';
 export interface KeyAttr {
   readonly name: string;
   readonly type: KeyType;
 }
+/**
+ * What a GSI copies of each item besides the keys (the table's and its own, always projected):
+ * nothing, or the named attributes. Never ALL: an index holds a copy of what it projects, and every
+ * write that changes a projected attribute is written again to the index
+ * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/GSI.html#GSI.Projections).
+ * A query that needs the whole item reads it by key from the table (BatchGetItem).
+ */
+export type Projection =
+  | { readonly type: 'KEYS_ONLY' }
+  | { readonly type: 'INCLUDE'; readonly attributes: readonly string[] };
 export interface IndexSpec {
   readonly indexName: string;
   readonly partitionKey: KeyAttr;
   readonly sortKey: KeyAttr;
+  readonly projection: Projection;
 }
 export interface TableSpec {
   readonly partitionKey: KeyAttr;
@@ -31,33 +43,49 @@ export interface TableSpec {
 }
 
 /**
- * How many shards the per-status sweep indexes spread over. A GSI partition key with a handful of
- * values (the status) would cap writes at one partition's ~1000 WCU/s and throttle the base table
- * through back-pressure; `statusShard` = `<status>#<0..n-1>` (a hash of the job id) spreads them,
- * and the sweeps query every shard.
- */
-export const statusShardCount = 4;
-
-/**
  * The tables and indexes, in one place: `createTables` builds them and infra/ must build the same.
- * Every table is PAY_PER_REQUEST and every index projects ALL attributes.
+ * Every table is PAY_PER_REQUEST; each index projects only what the queries on it read.
  */
 export const dynamoSchema = {
   jobs: {
     partitionKey: { name: 'jobId', type: 'S' },
     ttlAttribute: 'expiresAtSec',
     indexes: {
-      /** listByStatus and counts: `endpointStatus` = `<endpointId>#<status>`, oldest first. */
+      /**
+       * listByStatus and listRecent: `endpointStatus` = `<endpointId>#<status>`, by createdAt. The
+       * lists order and page on the keys and filter on expiresAt, then read the jobs they hand out
+       * by key.
+       */
       byEndpointStatus: {
         indexName: 'byEndpointStatus',
         partitionKey: { name: 'endpointStatus', type: 'S' },
         sortKey: { name: 'createdAt', type: 'N' },
+        projection: { type: 'INCLUDE', attributes: ['expiresAt'] },
       },
-      /** listExpiredUnfinished (IN_QUEUE/IN_PROGRESS shards) and deleteExpired (final shards). */
+      /**
+       * listExpiredUnfinished (IN_QUEUE/IN_PROGRESS shards) and deleteExpired (final shards).
+       * deleteExpired reads what it must undo from the index alone: the blob refs to delete, and
+       * the endpoint and retries its counts move by.
+       */
       byStatusExpiry: {
         indexName: 'byStatusExpiry',
         partitionKey: { name: 'statusShard', type: 'S' },
         sortKey: { name: 'expiresAt', type: 'N' },
+        projection: {
+          type: 'INCLUDE',
+          attributes: ['endpointId', 'retries', ...bigFields.map((field) => `${field}Ref`)],
+        },
+      },
+      /**
+       * counts (health), per endpoint by expiresAt, for two kinds of item: the endpoint's count
+       * items (endpointId `<endpointId>#COUNTS`, one per expiry bucket, ./counts.ts) and its jobs
+       * (status and retries: those of the jobs that expired in the current bucket are taken back).
+       */
+      byEndpointExpiry: {
+        indexName: 'byEndpointExpiry',
+        partitionKey: { name: 'endpointId', type: 'S' },
+        sortKey: { name: 'expiresAt', type: 'N' },
+        projection: { type: 'INCLUDE', attributes: ['status', 'retries', ...countFields] },
       },
       /**
        * listOverdue. Sparse: only IN_PROGRESS jobs carry `overdueAt` = min(leaseUntil,
@@ -67,6 +95,7 @@ export const dynamoSchema = {
         indexName: 'byStatusOverdue',
         partitionKey: { name: 'statusShard', type: 'S' },
         sortKey: { name: 'overdueAt', type: 'N' },
+        projection: { type: 'KEYS_ONLY' },
       },
     },
   },
@@ -85,6 +114,7 @@ export const dynamoSchema = {
         indexName: 'byKind',
         partitionKey: { name: 'kind', type: 'S' },
         sortKey: { name: 'kindSort', type: 'S' },
+        projection: { type: 'INCLUDE', attributes: ['body'] },
       },
     },
   },
@@ -96,6 +126,7 @@ export const dynamoSchema = {
         indexName: 'byEndpoint',
         partitionKey: { name: 'endpointId', type: 'S' },
         sortKey: { name: 'lastSeenAt', type: 'N' },
+        projection: { type: 'INCLUDE', attributes: ['body'] },
       },
     },
   },
@@ -130,7 +161,12 @@ export async function createTables(
     const indexes: GlobalSecondaryIndex[] = Object.values(spec.indexes).map((index) => ({
       IndexName: index.indexName,
       KeySchema: keySchema(index.partitionKey, index.sortKey),
-      Projection: { ProjectionType: 'ALL' },
+      Projection: {
+        ProjectionType: index.projection.type,
+        ...(index.projection.type === 'INCLUDE'
+          ? { NonKeyAttributes: [...index.projection.attributes] }
+          : {}),
+      },
     }));
     const definitions: AttributeDefinition[] = [...attributes].map(([name, type]) => ({
       AttributeName: name,
