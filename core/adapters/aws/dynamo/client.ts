@@ -141,15 +141,24 @@ export async function transact(
   }
 }
 
+/** Where an adapter of one table finds it: the document client (documentClient) and the table name. */
+export interface TableOptions {
+  doc: DynamoDBDocumentClient;
+  table: string;
+}
+
 /**
  * One table of records stored as a JSON `body` next to their key attributes: the shape of the
  * control and worker tables. The adapters add their own keys and indexes on top.
  */
 export class BodyTable {
-  constructor(
-    readonly doc: DynamoDBDocumentClient,
-    readonly name: string,
-  ) {}
+  readonly doc: DynamoDBDocumentClient;
+  readonly name: string;
+
+  constructor(options: TableOptions) {
+    this.doc = options.doc;
+    this.name = options.table;
+  }
 
   async put(item: Item): Promise<void> {
     await this.doc.send(new PutCommand({ TableName: this.name, Item: item }));

@@ -1,5 +1,5 @@
 /** ControlStore on DynamoDB: the `control` table of `dynamoSchema`. */
-import { type DynamoDBDocumentClient, TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
+import { TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
 import { conflict } from '../../../errors.js';
 import type {
   ApiKeyRecord,
@@ -8,16 +8,13 @@ import type {
   EndpointRecord,
   EnvironmentRecord,
 } from '../../../ports.js';
-import { BodyTable, compare, errorName } from './client.js';
+import { BodyTable, compare, errorName, type TableOptions } from './client.js';
 import { dynamoSchema } from './schema.js';
 
 /** Components are URI-encoded so a '#' inside a name never splits a key the wrong way. */
 const enc = encodeURIComponent;
 
-export interface DynamoControlStoreOptions {
-  doc: DynamoDBDocumentClient;
-  table: string;
-}
+export type DynamoControlStoreOptions = TableOptions;
 
 /**
  * One item per record, keyed for its get (`APP#<app>`, `ENV#<app>#<env>`, `EP#<id>`, `KEY#<hash>`,
@@ -30,7 +27,7 @@ export class DynamoControlStore implements ControlStore {
   private readonly items: BodyTable;
 
   constructor(options: DynamoControlStoreOptions) {
-    this.items = new BodyTable(options.doc, options.table);
+    this.items = new BodyTable(options);
   }
 
   async putApp(app: AppRecord): Promise<void> {

@@ -1,23 +1,19 @@
 /** WorkerRegistry on DynamoDB: the `workers` table of `dynamoSchema`. */
-import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { WorkerRecord, WorkerRegistry } from '../../../ports.js';
-import { BodyTable, compare, toSec } from './client.js';
+import { BodyTable, compare, type TableOptions, toSec } from './client.js';
 import { dynamoSchema } from './schema.js';
 
 /** Workers not seen for a day are garbage. */
 const workerLifeSec = 24 * 3600;
 
-export interface DynamoWorkerRegistryOptions {
-  doc: DynamoDBDocumentClient;
-  table: string;
-}
+export type DynamoWorkerRegistryOptions = TableOptions;
 
 /** One item per worker; `byEndpoint` (endpointId, lastSeenAt) answers "who was seen since". */
 export class DynamoWorkerRegistry implements WorkerRegistry {
   private readonly table: BodyTable;
 
   constructor(options: DynamoWorkerRegistryOptions) {
-    this.table = new BodyTable(options.doc, options.table);
+    this.table = new BodyTable(options);
   }
 
   async heartbeat(worker: WorkerRecord): Promise<void> {
