@@ -381,3 +381,51 @@ describe('counts stay right through every move, judged by the SQLite store', () 
     }
   });
 });
+
+describe('health through the engine on DynamoDB Local and SQS (fauxqs)', () => {
+  it('counts right after run, take, done, fail, cancel, retry and purge', async () => {
+    const store = countedStore();
+    const endpointId = `io${Date.now()}engine`;
+    const engine = new JobEngine({
+      jobs: store.jobs,
+      queue: aws.queue(),
+      workers: aws.workers(),
+      changes: new LocalChangeFeed(),
+      clock: systemClock,
+    });
+    const health = async () => (await engine.health(endpointId)).jobs;
+    try {
+      const ids: string[] = [];
+      for (let i = 0; i < 5; i++)
+        ids.push((await engine.submit(endpointId, { input: { i } }, { sync: false })).id);
+      expect(await health()).toEqual({ inQueue: 5, inProgress: 0, completed: 0, failed: 0, retried: 0 });
+
+      const taken: string[] = [];
+      while (taken.length < 3) {
+        const got = await engine.take(endpointId, 'w1', 3 - taken.length, 1_000);
+        taken.push(...got.map((job) => job.id));
+      }
+      expect(await health()).toMatchObject({ inQueue: 2, inProgress: 3 });
+
+      const [ok, bad, running] = taken as [string, string, string];
+      await engine.done(endpointId, 'w1', ok, { output: { fine: true } });
+      await engine.done(endpointId, 'w1', bad, { error: 'boom' });
+      expect(await health()).toEqual({ inQueue: 2, inProgress: 1, completed: 1, failed: 1, retried: 0 });
+
+      await engine.cancel(endpointId, running);
+      expect(await health()).toEqual({ inQueue: 2, inProgress: 0, completed: 1, failed: 1, retried: 0 });
+
+      await engine.retry(endpointId, bad);
+      expect(await health()).toEqual({ inQueue: 3, inProgress: 0, completed: 1, failed: 0, retried: 1 });
+
+      expect((await engine.purge(endpointId)).removed).toBe(3);
+      expect(await health()).toEqual({ inQueue: 0, inProgress: 0, completed: 1, failed: 0, retried: 1 });
+      // Each health read was the same two Queries, whatever the endpoint holds.
+      store.reset();
+      await health();
+      expect(store.calls).toEqual(['Query', 'Query']);
+    } finally {
+      store.close();
+    }
+  });
+});
