@@ -27,7 +27,7 @@ export async function withProvider<T>(
   ctx: CliContext,
   flag: string | undefined,
   fn: (provider: Provider) => Promise<T>,
-  options: { yes?: boolean; bootstrap?: boolean; alarmEmail?: string } = {},
+  options: { yes?: boolean; bootstrap?: boolean; alarmEmail?: string; refreshZones?: boolean } = {},
 ): Promise<T> {
   const provider = await openProvider(providerName(ctx, flag), {
     env: ctx.io.env,

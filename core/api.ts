@@ -182,6 +182,14 @@ export class V2Api {
     ];
   }
 
+  /**
+   * Who calls a route (`job-take` → worker, `run` → client), or undefined when this API has no such
+   * route: a front door that serves one kind of caller (the queue agent) asks rather than keep a list.
+   */
+  callerOf(route: string): 'client' | 'worker' | undefined {
+    return this.routes.find((r) => r.pattern[0] === route)?.caller;
+  }
+
   /** Never throws: every failure becomes the error answer of docs/api.md#errors. */
   async handle(req: ApiRequest): Promise<ApiResponse> {
     try {

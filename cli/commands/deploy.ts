@@ -189,6 +189,12 @@ export const deployCommand = (ctx: CliContext): CommandModule =>
           default: false,
           describe: 'AWS: run the CDK bootstrap of the account/region before the first deploy',
         })
+        .option('refresh-zones', {
+          type: 'boolean',
+          default: false,
+          describe:
+            "AWS: move the platform VPC to the region's current availability zones (replaces its subnets)",
+        })
         .option('alarm-email', {
           type: 'string',
           describe: 'AWS: subscribe this address to the alarm topic (alarms, image-pull and launch failures)',
@@ -221,6 +227,7 @@ export const deployCommand = (ctx: CliContext): CommandModule =>
         {
           yes: Boolean(argv.yes),
           bootstrap: Boolean(argv.bootstrap),
+          refreshZones: Boolean(argv['refresh-zones']),
           ...(typeof argv['alarm-email'] === 'string' ? { alarmEmail: argv['alarm-email'] } : {}),
         },
       );

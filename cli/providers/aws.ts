@@ -53,6 +53,7 @@ import {
   endpointsOutputSchema,
 } from './aws/records.js';
 import { integrationTimeoutFrom, lbHttpsFrom, workerImagesFrom } from './aws/settings.js';
+import { type Ec2Like, platformZones } from './aws/zones.js';
 import {
   ensureEcsServiceLinkedRole,
   type IamLike,
@@ -112,6 +113,10 @@ export interface AwsProviderOptions {
   /** ECR and CodeBuild, for the platform's images (none: only user-configured images work). */
   ecr?: EcrLike;
   codebuild?: CodeBuildLike;
+  /** EC2, for the region's availability zones on the platform's first deploy (aws/zones.ts). */
+  ec2?: Ec2Like;
+  /** Move the platform to the region's current zones (`--refresh-zones`); default: keep its zones. */
+  refreshZones?: boolean;
   /** Time, for waiting out SQS's 60 s queue-name reuse rule (tests pass a fake). */
   clock?: { nowMs(): number; sleep(ms: number): Promise<void> };
 }
@@ -130,6 +135,8 @@ export class AwsProvider implements Provider {
   #controlStore: DynamoControlStore | undefined;
   #blobStore: S3BlobStore | undefined;
   #functionsDir: Promise<string> | undefined;
+  /** The platform's zones for this process's synths, decided once (aws/zones.ts). */
+  #zones: Promise<string[] | undefined> | undefined;
   /** Endpoint ids each stack was deployed with by this process (a following destroy may skip work). */
   readonly #deployed = new Map<string, Set<string>>();
   readonly #destroyed = new Set<string>();
@@ -213,6 +220,7 @@ export class AwsProvider implements Provider {
       artifactKey: artifactKeyOf(input.manifest.app, env, input.manifest.sourceFingerprint),
       images,
       instanceTypes: await platformInstanceTypes(input.manifest.endpoints.map((e) => e.resources)),
+      availabilityZones: await this.#platformZones(reporter),
     });
     try {
       if (this.options.bootstrap) {
@@ -309,6 +317,17 @@ export class AwsProvider implements Provider {
     return imagesAt(platform.ImageRegistry, version, manifest.pythonVersion);
   }
 
+  /** The zones the platform is synthesized with: its own once deployed (aws/zones.ts). */
+  #platformZones(reporter: Reporter): Promise<string[] | undefined> {
+    this.#zones ??= platformZones({
+      ...(this.options.ec2 ? { ec2: this.options.ec2 } : {}),
+      ...(this.#platform ? { deployed: this.#platform } : {}),
+      ...(this.options.refreshZones ? { refresh: true } : {}),
+      reporter,
+    });
+    return this.#zones;
+  }
+
   #usableStack(stack: string, reporter: Reporter, owner?: { app: string; env: string }) {
     return usableStack(
       { lookup: this.options.lookup, toolkit: this.options.toolkit, clock: this.options.clock ?? realClock },
@@ -336,6 +355,8 @@ export class AwsProvider implements Provider {
     artifactKey: string;
     images: WorkerImages;
     instanceTypes: string[];
+    /** The platform VPC's zones; none: CDK's two `Fn::GetAZs` picks (offline synth). */
+    availabilityZones?: string[] | undefined;
     endpointIds?: Record<string, string>;
   }): Promise<SynthesizedAssembly> {
     const functionsCodeDir = await this.#functions();
@@ -351,6 +372,7 @@ export class AwsProvider implements Provider {
           artifact: { key: input.artifactKey },
           images: input.images,
           instanceTypes: input.instanceTypes,
+          ...(input.availabilityZones ? { availabilityZones: input.availabilityZones } : {}),
           ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
           ...(https ? { https } : {}),
           ...integrationTimeoutFrom(this.options.env),
@@ -418,6 +440,7 @@ export class AwsProvider implements Provider {
         [...deployedElsewhere, ...manifest.endpoints.map((e) => e.resources)],
         platformPools(platform),
       ),
+      availabilityZones: await this.#platformZones(reporter),
       endpointIds: Object.fromEntries(records.map((r) => [r.name, r.id])),
     });
     let outputs: Record<string, StackOutputs>;

@@ -18,21 +18,26 @@ export interface OpenProviderOptions {
   bootstrap?: boolean;
   /** AWS: subscribe this address to the alarm topic (`ferry deploy --alarm-email`). */
   alarmEmail?: string;
+  /** AWS: move the platform VPC to the region's current availability zones (`--refresh-zones`). */
+  refreshZones?: boolean;
 }
 
-/** IAM, ECR and CodeBuild clients from the usual credential chain (loaded only for real deploys). */
+/** IAM, ECR, CodeBuild, SNS and EC2 clients from the usual credential chain (loaded only for real deploys). */
 async function realAccountClients() {
-  const [{ iamFromEnv }, { ECRClient }, { CodeBuildClient }, { SNSClient }] = await Promise.all([
-    import('./aws-account.js'),
-    import('@aws-sdk/client-ecr'),
-    import('@aws-sdk/client-codebuild'),
-    import('@aws-sdk/client-sns'),
-  ]);
+  const [{ iamFromEnv }, { ECRClient }, { CodeBuildClient }, { SNSClient }, { EC2Client }] =
+    await Promise.all([
+      import('./aws-account.js'),
+      import('@aws-sdk/client-ecr'),
+      import('@aws-sdk/client-codebuild'),
+      import('@aws-sdk/client-sns'),
+      import('@aws-sdk/client-ec2'),
+    ]);
   return {
     iam: iamFromEnv(),
     sns: new SNSClient({}) as unknown as import('./aws-account.js').SnsLike,
     ecr: new ECRClient({}) as unknown as import('./aws-images.js').EcrLike,
     codebuild: new CodeBuildClient({}) as unknown as import('./aws-images.js').CodeBuildLike,
+    ec2: new EC2Client({}) as unknown as import('./aws/zones.js').Ec2Like,
   };
 }
 
@@ -74,6 +79,7 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
       ...(options.env.FERRY_TEST_FAKE_TOOLKIT ? {} : await realAccountClients()),
       ...(options.bootstrap ? { bootstrap: true } : {}),
       ...(options.alarmEmail ? { alarmEmail: options.alarmEmail } : {}),
+      ...(options.refreshZones ? { refreshZones: true } : {}),
     });
   }
   return new LocalProvider({

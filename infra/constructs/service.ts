@@ -37,7 +37,7 @@ import type * as logs from 'aws-cdk-lib/aws-logs';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
-import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/agent.js';
+import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/protocol.js';
 import { agentMemoryMiB, artifactInitMemoryMiB, type Placement, workerMemoryReservationMiB } from '../gpu.js';
 import { EndpointAgentAccess, EndpointWorkerToken, userSecrets } from '../isolation.js';
 import { clusterName, jobLogGroupName, serviceName } from '../names.js';
@@ -386,6 +386,8 @@ export class EndpointService extends Construct {
       FERRY_WORKER_HOST: linkNames.worker,
       FERRY_AGENT_HOST: '0.0.0.0',
       FERRY_AGENT_PORT: String(ports.lbPublic),
+      // Task scale-in protection while requests are in flight, and this long after (lb.ts).
+      FERRY_IDLE_TIMEOUT_SEC: String(resources.idleTimeoutSec),
     };
     // The worker listens in its own namespace and publishes no host port: the ALB reaches only the
     // agent's published port, never the worker around the agent's key check.

@@ -81,9 +81,14 @@ describe('agent configuration', () => {
       FERRY_APP: 'shop',
       FERRY_ENV: 'prod',
       AWS_REGION: 'us-east-1',
+      // Task scale-in protection (protection.ts): ECS injects the first, the stack sets the second.
+      ECS_AGENT_URI: 'http://169.254.170.2/api/task-1',
+      FERRY_IDLE_TIMEOUT_SEC: '300',
     });
     if (!parsed.ok || parsed.env.FERRY_AGENT_MODE !== 'lb') throw new Error('expected lb mode');
     expect(parsed.env.FERRY_PORT).toBe(8001);
+    expect(parsed.env.ECS_AGENT_URI).toBe('http://169.254.170.2/api/task-1');
+    expect(parsed.env.FERRY_IDLE_TIMEOUT_SEC).toBe(300);
     expect(parsed.env.FERRY_AGENT_HOST).toBe('0.0.0.0');
     expect(requiredAgentVariables('lb').sort()).toEqual(
       [

@@ -185,6 +185,14 @@ describe('agent routes', () => {
     expect(other.status).toBe(404);
   });
 
+  it('answers 404 to a route the API does not have (the API, not a list in the agent, says which are worker routes)', async () => {
+    const unknown = await fetch(`${base()}/job-juggle/w1?agent=1`, {
+      headers: { authorization: agentHandle.agent.workerToken },
+    });
+    expect(unknown.status).toBe(404);
+    expect(await unknown.json()).toEqual({ error: expect.stringContaining('No route') });
+  });
+
   it('hands the worker a complete RunPod environment', () => {
     const env = agentHandle.agent.workerEnv();
     expect(env.RUNPOD_WEBHOOK_GET_JOB).toBe(`${base()}/job-take/${agentHandle.agent.workerId}?agent=1`);

@@ -17,7 +17,7 @@ import {
 import { gpuInstanceFor, workerMemoryReservationMiB } from '../../infra/gpu.js';
 import { platformExportNames, poolExportName } from '../../infra/platform-exports.js';
 import { type AgentMode, requiredAgentVariables } from '../../worker-image/agent/config.js';
-import { sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
+import { lbEndpoint, sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
 import { actionsOf, resourcesFor, statementsOf } from './iam.js';
 
 let built: FerryApp;
@@ -458,6 +458,8 @@ describe('load-balanced endpoint', () => {
       FERRY_AGENT_PORT: String(ports.lbPublic),
       FERRY_PORT: String(ports.lbWorker),
       FERRY_WORKER_HOST: 'worker',
+      // Task scale-in protection lasts this long after the last request (worker-image/agent/lb.ts).
+      FERRY_IDLE_TIMEOUT_SEC: String(lbEndpoint.resources.idleTimeoutSec),
     });
     expect(worker).toMatchObject({
       FERRY_MODE: 'lb',

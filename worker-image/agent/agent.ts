@@ -47,7 +47,7 @@
  * DynamoDB every `pollMs`, since the Lambda cannot notify this process); the supervisor times out
  * held jobs at startedAt + policy.executionTimeoutMs rather than waiting for the minute-level sweeper.
  *
- * ── ECS task scale-in protection ───────────────────────────────────────────────────────────────────
+ * ── ECS task scale-in protection (protection.ts) ──────────────────────────────────────────────────
  *
  * While the worker holds a job, `PUT $ECS_AGENT_URI/task-protection/v1/state`
  * `{"ProtectionEnabled": true, "ExpiresInMinutes": N}` keeps scale-in from killing it (renewed at half
@@ -57,14 +57,11 @@
  * after its last job, and protection makes sure ECS, which picks the tasks a lower desiredCount stops,
  * takes one the policy let go (docs/scaling.md).
  *
- * ── Drain (SIGTERM) ────────────────────────────────────────────────────────────────────────────────
+ * ── Drain (SIGTERM) and deadlines ──────────────────────────────────────────────────────────────────
  *
- * ECS sends SIGTERM to every container of a stopping task and SIGKILL after stopTimeout (≤ 120 s).
- * drain() makes job-take answer 204 without touching the queue (after a 1 s pause, so a worker that
- * asks again at once does not spin; in-flight takes are aborted, and a job claimed for an aborted take
- * goes straight back to the queue), keeps serving job-done/job-stream/ping/job-stop so held jobs
- * can finish, waits up to `drainMs` (default 110 s), then requeues whatever is still held
- * (engine.workerGone) and turns protection off.
+ * drain.ts: on SIGTERM, no new jobs, held jobs may finish within the drain period, then what is left
+ * goes back to the queue. deadlines.ts: every tick, stopped jobs kept past their grace and task
+ * protection. This file only wires them, the engine and the HTTP server together.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -85,17 +82,25 @@ import { type Authenticator, newSecret } from '../../core/auth.js';
 import { PollingChangeFeed } from '../../core/changes.js';
 import { systemClock } from '../../core/clock.js';
 import { JobEngine, type WebhookSender } from '../../core/engine.js';
-import { FerryError, toHttpResponse } from '../../core/errors.js';
+import { toHttpResponse } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
-import { type Logger, stderrLogger } from '../../core/log.js';
+import type { Logger } from '../../core/log.js';
 import { jobMetricsLine } from '../../core/metrics.js';
-import type { Clock, EndpointDirectory, EndpointRecord, LogStore } from '../../core/ports.js';
+import type { Clock, LogStore } from '../../core/ports.js';
 import { WorkerSupervisor } from '../../core/supervisor.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
 import { drainMs as taskDrainMs } from '../../infra/task-layout.js';
+import { watchDeadlines } from './deadlines.js';
+import { Drain } from './drain.js';
 import { readBody, safeDecode, send } from './http.js';
 import { listen } from './listen.js';
+import { agentLog, messageOf } from './log.js';
+import { logged, pinnedEndpoint } from './ports.js';
 import { type EcsProtectionOptions, TaskProtection } from './protection.js';
+import { placeholderWorkerId, workerProtocolEnv } from './protocol.js';
+
+// The protocol environment lives in protocol.ts (infra reads it without the agent's AWS adapters).
+export { placeholderWorkerId, workerProtocolEnv };
 
 /** The tables the agent reads and writes (dynamoSchema naming); it never touches the control table. */
 export type AgentTables = Pick<DynamoTableNames, 'jobs' | 'chunks' | 'workers'>;
@@ -149,13 +154,6 @@ export interface AgentOptions {
   exit?: (code: number) => void;
 }
 
-/**
- * The worker id the app stack writes into the worker container's RUNPOD_WEBHOOK_* templates: the stack
- * cannot know the task's runtime id, so the agent takes this one as its worker's and serves it as its
- * own runtime workerId. Any other id in a worker route is refused (403).
- */
-export const placeholderWorkerId = (endpointId: string): string => `${endpointId}-worker`;
-
 export interface Agent {
   readonly url: string;
   readonly workerId: string;
@@ -176,48 +174,8 @@ export interface Agent {
   close(): Promise<void>;
 }
 
-/**
- * The worker-protocol environment of a worker whose agent listens at `agentUrl`: what
- * `agent.workerEnv()` hands a worker, and what the CDK app stack puts in the worker container (it
- * knows the agent's port but not its runtime worker id; any id works, since the agent serves every
- * worker route as its own workerId).
- */
-export function workerProtocolEnv(options: {
-  agentUrl: string;
-  endpointId: string;
-  workerId: string;
-  workerToken: string;
-  pingIntervalMs?: number;
-}): Record<string, string> {
-  const base = `${options.agentUrl}/v2/${encodeURIComponent(options.endpointId)}`;
-  const worker = encodeURIComponent(options.workerId);
-  return {
-    // Every template carries a `?`: the RunPod SDK appends `&job_in_progress=…` / `&isStream=…`.
-    RUNPOD_WEBHOOK_GET_JOB: `${base}/job-take/${worker}?agent=1`,
-    RUNPOD_WEBHOOK_POST_OUTPUT: `${base}/job-done/${worker}/$ID?agent=1`,
-    RUNPOD_WEBHOOK_POST_STREAM: `${base}/job-stream/${worker}/$ID?agent=1`,
-    RUNPOD_WEBHOOK_PING: `${base}/ping/${worker}?agent=1`,
-    // The ferry runtime's job output (docs/observability.md); RunPod's SDK never calls it.
-    FERRY_WEBHOOK_POST_LOG: `${base}/job-log/${worker}?agent=1`,
-    RUNPOD_AI_API_KEY: options.workerToken,
-    RUNPOD_POD_ID: options.workerId,
-    RUNPOD_ENDPOINT_ID: options.endpointId,
-    RUNPOD_PING_INTERVAL: String(options.pingIntervalMs ?? 10_000),
-    FERRY_MODE: 'queue',
-  };
-}
-
 /** SQS long polls are at most 20 s; a longer job-take would only add a second receive. */
 const maxWorkerWaitMs = 20_000;
-const workerRoutes = new Set([
-  'job-take',
-  'job-take-batch',
-  'job-stop',
-  'job-done',
-  'job-stream',
-  'ping',
-  'job-log',
-]);
 
 export async function startAgent(options: AgentOptions): Promise<Agent> {
   const agent = new AgentServer(options);
@@ -245,13 +203,10 @@ class AgentServer implements Agent {
   private readonly supervisor: WorkerSupervisor;
   private leave: (code: number) => void = () => {};
   readonly leaving: Promise<number>;
-  /** Aborts job-take long polls once draining starts. */
-  private readonly draining = new AbortController();
   /** Aborts every long poll and timer on close. */
   private readonly closing = new AbortController();
   private readonly protection: TaskProtection | undefined;
-  private takesInFlight = 0;
-  private drained: Promise<void> | undefined;
+  private readonly drainer: Drain;
   private closed: Promise<void> | undefined;
   private fatal = false;
   private ticking: Promise<void> | undefined;
@@ -259,12 +214,12 @@ class AgentServer implements Agent {
   constructor(private readonly options: AgentOptions) {
     this.endpointId = options.endpointId;
     this.clock = options.clock ?? systemClock;
-    this.log = options.log ?? prefixed(stderrLogger, 'ferry-agent: ');
+    this.log = options.log ?? agentLog;
     this.workerToken = options.workerToken ?? process.env.FERRY_WORKER_TOKEN ?? newSecret('fyw');
     this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
     const leaseMs = options.leaseMs ?? limits.leaseMs;
     this.protection = options.ecs
-      ? new TaskProtection(options.ecs, this.clock, this.log, () => this.held())
+      ? new TaskProtection(options.ecs, this.clock, this.log, () => this.held().length > 0)
       : undefined;
 
     this.doc = documentClient(options.clients.dynamo);
@@ -321,6 +276,16 @@ class AgentServer implements Agent {
       webhooks: this.webhooks,
       settings: { leaseMs, ...(options.maxAttempts ? { maxAttempts: options.maxAttempts } : {}) },
     });
+    this.drainer = new Drain({
+      supervisor: this.supervisor,
+      workerId: this.workerId,
+      clock: this.clock,
+      log: this.log,
+      drainMs,
+      closing: this.closing.signal,
+      protection: this.protection,
+      webhooks: this.ownWebhooks,
+    });
     this.supervisor.attach({
       engine: this.engine,
       actuator: {
@@ -352,7 +317,15 @@ class AgentServer implements Agent {
   async listen(): Promise<void> {
     const host = this.options.host ?? '127.0.0.1';
     this.url = (await listen(this.server, host, this.options.port ?? 8080)).url;
-    this.ticking = this.tickLoop();
+    this.ticking = watchDeadlines({
+      supervisor: this.supervisor,
+      endpointId: this.endpointId,
+      protection: this.protection,
+      clock: this.clock,
+      tickMs: this.options.tickMs,
+      signal: this.closing.signal,
+      log: this.log,
+    });
     this.log.info(`serving the worker protocol of ${this.endpointId} on ${this.url} as ${this.workerId}`);
   }
 
@@ -390,7 +363,7 @@ class AgentServer implements Agent {
     try {
       await this.supervisor.exited(this.workerId, { code: null, signal: 'SIGKILL' });
     } catch (error) {
-      this.log.warn(`requeueing held jobs: ${message(error)}`);
+      this.log.warn(`requeueing held jobs: ${messageOf(error)}`);
     }
     this.leave(1);
     // A hard exit, not process.exitCode: the worker still holds a handler stuck in C code, and main.ts
@@ -428,10 +401,11 @@ class AgentServer implements Agent {
     } catch {
       // A malformed escape is simply not our endpoint.
     }
-    if (!ownEndpoint || !workerRoutes.has(route) || segments.length < 5) {
+    const caller = ownEndpoint ? this.api.callerOf(route) : undefined;
+    if (caller !== 'worker' || segments.length < 5) {
       // Client routes (run, status, cancel…) exist only in the API front door; the API would answer
       // 401 to any key here anyway, since no client key is valid on the agent.
-      if (ownEndpoint && !workerRoutes.has(route) && segments.length >= 4) {
+      if (caller === 'client') {
         return { statusCode: 401, body: { error: 'The agent serves worker routes only' } };
       }
       return { statusCode: 404, body: { error: `No route for ${req.method} ${url.pathname}` } };
@@ -452,19 +426,13 @@ class AgentServer implements Agent {
       headers: req.headers,
       body,
       signal: isTake
-        ? AbortSignal.any([signal, this.draining.signal, this.closing.signal])
+        ? AbortSignal.any([signal, this.drainer.signal, this.closing.signal])
         : AbortSignal.any([signal, this.closing.signal]),
     };
-    // Only takes that may reach the queue count: once draining, a take is refused before the queue
-    // (held briefly), and a worker that asks again at once must not keep the drain waiting.
-    const counted = isTake && !this.draining.signal.aborted;
-    if (counted) this.takesInFlight++;
-    let response: ApiResponse;
-    try {
-      response = await this.api.handle(apiRequest);
-    } finally {
-      if (counted) this.takesInFlight--;
-    }
+    // A drain waits for the takes that may still reach the queue (drain.ts).
+    const response = isTake
+      ? await this.drainer.take(() => this.api.handle(apiRequest))
+      : await this.api.handle(apiRequest);
     if (route === 'job-done' && response.statusCode === 200 && this.options.metricsOut) {
       void this.reportEnded(safeDecode(segments[5] ?? ''));
     }
@@ -481,60 +449,20 @@ class AgentServer implements Agent {
       );
       if (line) this.options.metricsOut?.(line);
     } catch (error) {
-      this.log.warn(`job metrics for ${jobId}: ${message(error)}`);
-    }
-  }
-
-  private async tickLoop(): Promise<void> {
-    const tickMs = this.options.tickMs ?? 1_000;
-    while (!this.closing.signal.aborted) {
-      await this.clock.sleep(tickMs, this.closing.signal);
-      if (this.closing.signal.aborted) return;
-      try {
-        await this.supervisor.tick(this.endpointId);
-      } catch (error) {
-        this.log.warn(`checking held jobs: ${message(error)}`);
-      }
-      this.protection?.tick();
+      this.log.warn(`job metrics for ${jobId}: ${messageOf(error)}`);
     }
   }
 
   // ── drain and close ───────────────────────────────────────────────────────────────────────────
 
   drain(): Promise<void> {
-    this.drained ??= this.doDrain();
-    return this.drained;
-  }
-
-  private async doDrain(): Promise<void> {
-    const drainMs = this.options.drainMs ?? envMs('FERRY_DRAIN_MS') ?? taskDrainMs;
-    const deadline = this.clock.now() + drainMs;
-    // No new work (job-take answers empty after a short hold); in-flight takes are aborted, and a
-    // job claimed for an aborted take goes straight back to the queue.
-    this.supervisor.drain(this.workerId);
-    this.draining.abort();
-    this.log.info(`draining: no new jobs; waiting up to ${drainMs} ms for ${this.held().length} held job(s)`);
-    while ((this.held().length > 0 || this.takesInFlight > 0) && this.clock.now() < deadline) {
-      await this.clock.sleep(Math.min(200, deadline - this.clock.now()), this.closing.signal);
-      if (this.closing.signal.aborted) break;
-    }
-    const left = this.held();
-    try {
-      // Requeues anything this worker still runs and buries it: its token and registry entry go.
-      await this.supervisor.exited(this.workerId, { code: 0, signal: 'SIGTERM' });
-      if (left.length > 0) this.log.warn(`drain deadline: ${left.length} job(s) went back to the queue`);
-    } catch (error) {
-      this.log.warn(`releasing held jobs: ${message(error)}`);
-    }
-    await this.protection?.release();
-    await this.ownWebhooks?.idle();
-    this.log.info('drained');
+    return this.drainer.start();
   }
 
   close(): Promise<void> {
     this.closed ??= (async () => {
       this.closing.abort();
-      this.draining.abort();
+      this.drainer.stopTakes();
       this.supervisor.close();
       this.changes.close();
       await this.queue.close();
@@ -549,67 +477,9 @@ class AgentServer implements Agent {
   }
 }
 
-/**
- * The agent serves exactly one queue endpoint: the one its task was deployed for. The API only asks
- * the control store whether the endpoint exists and is queue-based, so the answer is pinned here
- * rather than read from DynamoDB on every request. Nothing else of the control plane is reachable.
- */
-function pinnedEndpoint(endpointId: string): EndpointDirectory {
-  const record: EndpointRecord = {
-    id: endpointId,
-    app: '',
-    env: '',
-    name: endpointId,
-    kind: 'queue',
-    config: {},
-    fingerprint: '',
-    createdAt: 0,
-    updatedAt: 0,
-  };
-  return {
-    getEndpoint: async (id) => (id === endpointId ? record : undefined),
-    // The agent serves worker routes only: no name route resolves here.
-    listEndpoints: async () => [],
-  };
-}
-
-/**
- * The same adapter, with every rejected call that is not a FerryError (those are answers, not faults)
- * logged as `<name>.<method>: <error>` before it propagates.
- */
-function logged<T extends object>(name: string, target: T, log: Logger): T {
-  return new Proxy(target, {
-    get(object, property, receiver) {
-      const value = Reflect.get(object, property, receiver);
-      if (typeof value !== 'function') return value;
-      return (...args: unknown[]) => {
-        const result = (value as (...a: unknown[]) => unknown).apply(object, args);
-        if (!(result instanceof Promise)) return result;
-        return result.catch((error: unknown) => {
-          if (!FerryError.is(error)) {
-            const kind = error instanceof Error ? `${error.name}: ` : '';
-            log.error(`${name}.${String(property)}: ${kind}${message(error)}`);
-          }
-          throw error;
-        });
-      };
-    },
-  });
-}
-
 function envMs(name: string): number | undefined {
   const raw = process.env[name];
   if (raw === undefined || raw === '') return undefined;
   const value = Number(raw);
   return Number.isInteger(value) && value >= 0 ? value : undefined;
-}
-
-const message = (error: unknown): string => (error instanceof Error ? error.message : String(error));
-
-function prefixed(log: Logger, prefix: string): Logger {
-  return {
-    info: (m) => log.info(`${prefix}${m}`),
-    warn: (m) => log.warn(`${prefix}${m}`),
-    error: (m) => log.error(`${prefix}${m}`),
-  };
 }

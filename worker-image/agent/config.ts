@@ -43,6 +43,17 @@ export const artifactEnvSchema = z.object({
   FERRY_ARTIFACT_PATH: text,
 });
 
+/** Task scale-in protection (protection.ts), the same for both agents. */
+const taskProtectionEnv = {
+  /**
+   * The endpoint's idle_timeout: task scale-in protection stays on until the task has been idle
+   * this long, so ECS never stops a worker the scaling policy still keeps (docs/scaling.md).
+   */
+  FERRY_IDLE_TIMEOUT_SEC: z.coerce.number().int('must be an integer').min(1, 'must be >= 1').optional(),
+  /** Injected by the ECS agent into every container; absent outside ECS (no task protection). */
+  ECS_AGENT_URI: url.optional(),
+};
+
 export const queueAgentEnvSchema = z.object({
   ...base,
   FERRY_AGENT_MODE: z.literal('queue').default('queue'),
@@ -69,13 +80,7 @@ export const queueAgentEnvSchema = z.object({
     .default(drainMs),
   FERRY_LEASE_SEC: z.coerce.number().int('must be an integer').min(10, 'must be >= 10').optional(),
   FERRY_STOP_GRACE_MS: ms.optional(),
-  /**
-   * The endpoint's idle_timeout: task scale-in protection stays on until the worker has been idle
-   * this long, so ECS never stops a worker the scaling policy still keeps (docs/scaling.md).
-   */
-  FERRY_IDLE_TIMEOUT_SEC: z.coerce.number().int('must be an integer').min(1, 'must be >= 1').optional(),
-  /** Injected by the ECS agent into every container; absent outside ECS (no task protection). */
-  ECS_AGENT_URI: url.optional(),
+  ...taskProtectionEnv,
   /** Injected by ECS into every container: where the agent sees the worker container's exit. */
   ECS_CONTAINER_METADATA_URI_V4: url.optional(),
   /** The worker container's name in the task definition. */
@@ -103,6 +108,7 @@ export const lbAgentEnvSchema = z.object({
   FERRY_KEY_CACHE_MS: ms.max(300_000, 'must be at most 300000').default(30_000),
   /** How long SIGTERM lets requests in flight finish (ALB deregistration is 30 s). */
   FERRY_DRAIN_MS: ms.max(120_000, 'must be at most 120000 (ECS stopTimeout max)').default(30_000),
+  ...taskProtectionEnv,
 });
 
 export type QueueAgentEnv = z.infer<typeof queueAgentEnvSchema>;

@@ -22,6 +22,14 @@
  * or idle and refreshed every `reportEveryMs`. The scaler Lambda reads that to keep a serving task
  * and to let an idle one go after idle_timeout. The ALB's own metrics could not tell: they are
  * per minute, per load balancer, and absent while no request flows.
+ *
+ * Task scale-in protection (protection.ts, the queue agent's module): when the scaler lowers the
+ * service's desiredCount, ECS picks which tasks stop, and the ALB's deregistration delay (30 s) would
+ * cut a longer request short. With `ecs`, the agent protects its task from its first request in
+ * flight until it has been idle for `protectionOffAfterMs` (the endpoint's idle_timeout on ECS, the
+ * time the scaling policy keeps an idle task), renewing the protection while requests keep coming;
+ * ECS never stops a protected task for a lower desiredCount
+ * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html).
  */
 
 import { randomBytes, randomUUID } from 'node:crypto';
@@ -42,9 +50,12 @@ import {
 } from '../../core/auth.js';
 import { systemClock } from '../../core/clock.js';
 import { FerryError, toHttpResponse } from '../../core/errors.js';
-import { type Logger, stderrLogger } from '../../core/log.js';
+import type { Logger } from '../../core/log.js';
 import type { ApiKeyLookup, Clock, WorkerRegistry } from '../../core/ports.js';
 import { listen } from './listen.js';
+import { agentLog, messageOf } from './log.js';
+import { type EcsProtectionOptions, TaskProtection } from './protection.js';
+import { tickEvery } from './ticker.js';
 
 export interface LbAgentOptions {
   endpointId: string;
@@ -76,6 +87,10 @@ export interface LbAgentOptions {
   clock?: Clock;
   /** How often the record is refreshed while nothing changes (default 30 s; stale after 180 s). */
   reportEveryMs?: number;
+  /** ECS task scale-in protection while requests are in flight; without it none is asked for. */
+  ecs?: EcsProtectionOptions;
+  /** How often protection is renewed or released (default 1 s). */
+  tickMs?: number;
 }
 
 export interface LbAgent {
@@ -119,9 +134,13 @@ class LbAgentServer implements LbAgent {
   private readonly clock: Clock;
   private reporting: Promise<void> = Promise.resolve();
   private reportTimer: NodeJS.Timeout | undefined;
+  private readonly protection: TaskProtection | undefined;
+  /** Stops the protection ticks on close. */
+  private readonly closing = new AbortController();
+  private ticking: Promise<void> | undefined;
 
   constructor(private readonly options: LbAgentOptions) {
-    this.log = options.log ?? prefixed(stderrLogger, 'ferry-agent: ');
+    this.log = options.log ?? agentLog;
     this.clock = options.clock ?? systemClock;
     this.lastBusyAt = this.clock.now();
     this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
@@ -130,6 +149,9 @@ class LbAgentServer implements LbAgent {
       control: options.control,
       cacheMs: options.keyCacheMs ?? 30_000,
     });
+    this.protection = options.ecs
+      ? new TaskProtection(options.ecs, this.clock, this.log, () => this.inFlight > 0)
+      : undefined;
   }
 
   async listen(): Promise<void> {
@@ -145,6 +167,13 @@ class LbAgentServer implements LbAgent {
       this.reportTimer = setInterval(() => this.report(), this.options.reportEveryMs ?? 30_000);
       this.reportTimer.unref();
     }
+    // Renews protection before it lapses and releases it once idle long enough.
+    const protection = this.protection;
+    if (protection) {
+      this.ticking = tickEvery(this.clock, this.options.tickMs ?? 1_000, this.closing.signal, () =>
+        protection.tick(),
+      );
+    }
   }
 
   /** Requests in flight on this task now. */
@@ -157,12 +186,18 @@ class LbAgentServer implements LbAgent {
     return this.reporting;
   }
 
-  /** One request begins (+1) or ends (-1); a change between idle and busy is reported at once. */
+  /**
+   * One request begins (+1) or ends (-1). A change between idle and busy is reported at once, and
+   * protection hears of it at once: the first request must not wait for a tick to be protected.
+   */
   private track(delta: 1 | -1): void {
     const before = this.inFlight;
     this.inFlight = Math.max(0, this.inFlight + delta);
     this.lastBusyAt = this.clock.now();
-    if ((before === 0) !== (this.inFlight === 0)) this.report();
+    if ((before === 0) !== (this.inFlight === 0)) {
+      this.report();
+      this.protection?.tick();
+    }
   }
 
   /** Writes this task's record; one write at a time, failures logged (the next report retries). */
@@ -182,9 +217,7 @@ class LbAgentServer implements LbAgent {
           lastBusyAt: this.inFlight > 0 ? now : this.lastBusyAt,
         });
       } catch (error) {
-        this.log.warn(
-          `reporting load to the workers table: ${error instanceof Error ? error.message : String(error)}`,
-        );
+        this.log.warn(`reporting load to the workers table: ${messageOf(error)}`);
       }
     });
   }
@@ -296,11 +329,13 @@ class LbAgentServer implements LbAgent {
       const timer = setTimeout(() => this.server.closeAllConnections(), waitMs);
       await done;
       clearTimeout(timer);
+      // Every request has ended: the task is leaving, nothing is left to protect.
+      this.closing.abort();
+      await this.ticking;
+      await this.protection?.release();
       await this.reporting;
       await this.options.registry?.remove(this.workerId).catch((error) => {
-        this.log.warn(
-          `removing this task from the workers table: ${error instanceof Error ? error.message : String(error)}`,
-        );
+        this.log.warn(`removing this task from the workers table: ${messageOf(error)}`);
       });
     })();
     return this.closed;
@@ -331,12 +366,4 @@ function reply(res: ServerResponse, statusCode: number, body: unknown): void {
   res
     .writeHead(statusCode, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) })
     .end(text);
-}
-
-function prefixed(log: Logger, prefix: string): Logger {
-  return {
-    info: (m) => log.info(`${prefix}${m}`),
-    warn: (m) => log.warn(`${prefix}${m}`),
-    error: (m) => log.error(`${prefix}${m}`),
-  };
 }

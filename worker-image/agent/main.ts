@@ -25,6 +25,21 @@ import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } 
 import { agentCredentials } from './credentials.js';
 import { watchWorkerContainer } from './ecsWorker.js';
 import { startLbAgent } from './lb.js';
+import type { EcsProtectionOptions } from './protection.js';
+
+/**
+ * Task scale-in protection on ECS (protection.ts): on while the task is busy, off once it has been
+ * idle for the endpoint's idle_timeout. Outside ECS there is no ECS agent to ask.
+ */
+function taskProtectionOf(env: QueueAgentEnv | LbAgentEnv): { ecs?: EcsProtectionOptions } {
+  if (!env.ECS_AGENT_URI) return {};
+  return {
+    ecs: {
+      agentUri: env.ECS_AGENT_URI,
+      ...(env.FERRY_IDLE_TIMEOUT_SEC ? { protectionOffAfterMs: env.FERRY_IDLE_TIMEOUT_SEC * 1000 } : {}),
+    },
+  };
+}
 
 const signalled = (): Promise<void> =>
   new Promise<void>((resolve) => {
@@ -69,16 +84,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
           }),
         }
       : {}),
-    ...(env.ECS_AGENT_URI
-      ? {
-          ecs: {
-            agentUri: env.ECS_AGENT_URI,
-            ...(env.FERRY_IDLE_TIMEOUT_SEC
-              ? { protectionOffAfterMs: env.FERRY_IDLE_TIMEOUT_SEC * 1000 }
-              : {}),
-          },
-        }
-      : {}),
+    ...taskProtectionOf(env),
   });
   const watching = new AbortController();
   const metadataUri = env.ECS_CONTAINER_METADATA_URI_V4;
@@ -119,6 +125,7 @@ async function runLb(env: LbAgentEnv): Promise<number> {
     ...(env.FERRY_WORKERS_TABLE
       ? { registry: new DynamoWorkerRegistry({ doc, table: env.FERRY_WORKERS_TABLE }) }
       : {}),
+    ...taskProtectionOf(env),
   });
   await signalled();
   await agent.close(env.FERRY_DRAIN_MS);

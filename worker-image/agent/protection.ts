@@ -1,7 +1,14 @@
 /**
- * ECS task scale-in protection for the agent's task (the agent.ts header explains when and why):
- * on while the worker holds a job, renewed at half its term, off once idle for `offAfterMs`.
+ * ECS task scale-in protection for the agent's task, one owner for both agents: the queue agent
+ * protects its task while the worker holds a job (agent.ts), the load-balanced agent while requests
+ * are in flight (lb.ts). On while busy, renewed at half its term, off once idle for `offAfterMs`.
  * Failures are logged and retried on the next tick, never fatal.
+ *
+ * A service that lowers its desiredCount lets ECS pick the tasks to stop, and it never picks a
+ * protected one; protection is set through the ECS agent's endpoint in the task
+ * (`PUT $ECS_AGENT_URI/task-protection/v1/state`, `ExpiresInMinutes` 1–2880; Ferry asks for 60),
+ * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html and
+ * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection-endpoint.html.
  */
 import type { Logger } from '../../core/log.js';
 import type { Clock } from '../../core/ports.js';
@@ -11,7 +18,7 @@ export interface EcsProtectionOptions {
   fetch?: typeof fetch;
   /** ExpiresInMinutes of each protection (1–2880; default 60, renewed at half). */
   protectionMinutes?: number;
-  /** How long the worker must be idle before protection is turned off (default 2 s). */
+  /** How long the task must be idle before protection is turned off (default 2 s). */
   protectionOffAfterMs?: number;
 }
 
@@ -23,13 +30,13 @@ export class TaskProtection {
     private readonly ecs: EcsProtectionOptions,
     private readonly clock: Clock,
     private readonly log: Logger,
-    private readonly held: () => string[],
+    /** Whether the task has work now (held jobs, requests in flight). */
+    private readonly busy: () => boolean,
   ) {}
 
-  /** One tick: note whether the worker is busy, then update protection if none is in flight. */
+  /** One tick: note whether the task is busy, then update protection if none is in flight. */
   tick(): void {
-    const busy = this.held().length > 0;
-    if (busy) this.state.idleSince = 0;
+    if (this.busy()) this.state.idleSince = 0;
     else if (this.state.idleSince === 0) this.state.idleSince = this.clock.now();
     this.kick();
   }
@@ -62,7 +69,7 @@ export class TaskProtection {
     const offAfterMs = ecs.protectionOffAfterMs ?? 2_000;
     // Still inside the idle window after a job: keep renewing, or a long idle_timeout could outlast
     // the protection's own term.
-    const keep = this.held().length > 0 || (this.state.on && idleMs < offAfterMs);
+    const keep = this.busy() || (this.state.on && idleMs < offAfterMs);
     const minutes = Math.min(2_880, Math.max(1, Math.round(ecs.protectionMinutes ?? 60)));
     if (keep && (!this.state.on || now >= this.state.renewAt)) {
       if (await this.put({ ProtectionEnabled: true, ExpiresInMinutes: minutes })) {

@@ -37,6 +37,8 @@ export const platformOutputsSchema = z.object({
   /** The platform's ECR registry and image CodeBuild project (absent on older platforms). */
   ImageRegistry: z.string().optional(),
   ImageBuildProject: z.string().optional(),
+  /** The VPC's zones, comma-separated (exported as Ferry-AvailabilityZones; aws/zones.ts reuses them). */
+  AvailabilityZones: z.string().optional(),
   /** The alarm topic (exported as Ferry-AlarmTopicArn). */
   AlarmTopicArn: z.string().optional(),
 });
