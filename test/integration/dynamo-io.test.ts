@@ -10,6 +10,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { GetCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DynamoJobStore, documentClient, statusShardCount } from '../../core/adapters/aws/dynamo.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
@@ -424,6 +425,64 @@ describe('health through the engine on DynamoDB Local and SQS (fauxqs)', () => {
       store.reset();
       await health();
       expect(store.calls).toEqual(['Query', 'Query']);
+    } finally {
+      store.close();
+    }
+  });
+});
+
+describe('count items under concurrent moves', () => {
+  it('40 jobs created and taken at once on one endpoint all land in the counts; the count items expire', async () => {
+    const store = countedStore();
+    const now = Date.now();
+    const endpointId = `io${now}busy`;
+    const expiresAt = now + 3_600_000;
+    try {
+      const jobs = Array.from({ length: 40 }, (_, i) =>
+        makeJob({ id: `${endpointId}-${i}`, endpointId, createdAt: now, expiresAt }),
+      );
+      // Transactions on the same count items at once: those DynamoDB cancels for a conflict are sent again.
+      await Promise.all(jobs.map((job) => store.jobs.create(job)));
+      const current = await Promise.all(jobs.map((job) => store.jobs.get(job.id, now)));
+      const moved = await Promise.all(
+        current.map((job) =>
+          store.jobs.update(job!, { status: 'IN_PROGRESS', workerId: 'w1', startedAt: now }),
+        ),
+      );
+      expect(moved.every((result) => result.ok)).toBe(true);
+      expect(await store.jobs.counts(endpointId, now)).toEqual({
+        inQueue: 0,
+        inProgress: 40,
+        completed: 0,
+        failed: 0,
+        retried: 0,
+      });
+
+      // The count items: one per shard in the jobs' bucket, each with a TTL a day past the bucket's end.
+      const client = dynamoClientFor(aws.dynamo.endpoint);
+      try {
+        const { Items } = await documentClient(client).send(
+          new QueryCommand({
+            TableName: aws.tables.jobs,
+            IndexName: 'byEndpointExpiry',
+            KeyConditionExpression: 'endpointId = :counts',
+            ExpressionAttributeValues: { ':counts': `${endpointId}#COUNTS` },
+          }),
+        );
+        const bucketEnd = bucketAligned(expiresAt) + 300_000;
+        expect(Items?.length).toBeGreaterThan(0);
+        expect(Items!.length).toBeLessThanOrEqual(statusShardCount);
+        for (const item of Items!) {
+          // Not a job: `get` reads a count item as absent.
+          expect(await store.jobs.get(item.jobId as string, 0)).toBeUndefined();
+          const full = await documentClient(client).send(
+            new GetCommand({ TableName: aws.tables.jobs, Key: { jobId: item.jobId } }),
+          );
+          expect(full.Item?.expiresAtSec).toBe(bucketEnd / 1000 + 86_400);
+        }
+      } finally {
+        client.destroy();
+      }
     } finally {
       store.close();
     }
