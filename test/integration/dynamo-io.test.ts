@@ -488,3 +488,42 @@ describe('count items under concurrent moves', () => {
     }
   });
 });
+
+describe('lists read from keys-only indexes, then only the jobs they hand out', () => {
+  it('listByStatus of 2 out of 6 queued jobs gets exactly those 2 by key, with their inputs', async () => {
+    const store = countedStore();
+    const now = Date.now();
+    const endpointId = `io${now}list`;
+    try {
+      for (let i = 0; i < 6; i++) {
+        await store.jobs.create(
+          makeJob({
+            id: `${endpointId}-${i}`,
+            endpointId,
+            createdAt: now + i,
+            input: { i, pad: 'x'.repeat(1_000) },
+          }),
+        );
+      }
+      store.reset();
+      const listed = await store.jobs.listByStatus(endpointId, 'IN_QUEUE', now, 2);
+      expect(listed.map((job) => job.input)).toEqual([0, 1].map((i) => ({ i, pad: 'x'.repeat(1_000) })));
+      expect(store.calls).toEqual(['Query', 'BatchGetItem']);
+      const [query, batch] = store.inputs as [
+        { IndexName: string },
+        { RequestItems: Record<string, { Keys: unknown[]; ConsistentRead: boolean }> },
+      ];
+      expect(query.IndexName).toBe('byEndpointStatus');
+      expect(batch.RequestItems[aws.tables.jobs]).toEqual({
+        Keys: [{ jobId: `${endpointId}-0` }, { jobId: `${endpointId}-1` }],
+        ConsistentRead: true,
+      });
+      // The index entries carry no input: the query's answer is keys and expiresAt only.
+      const page = store.outputs[0] as { Items: Record<string, unknown>[] };
+      for (const entry of page.Items)
+        expect(Object.keys(entry).sort()).toEqual(['createdAt', 'endpointStatus', 'expiresAt', 'jobId']);
+    } finally {
+      store.close();
+    }
+  });
+});

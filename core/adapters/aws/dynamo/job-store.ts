@@ -573,16 +573,16 @@ export class DynamoJobStore implements JobStore {
    */
   private async jobsFound(index: IndexSpec, found: Item[], unexpiredAtMs?: number): Promise<Job[]> {
     if (found.length === 0) return [];
-    const ids = [...new Set(found.map((entry) => entry.jobId as string))];
+    // One entry per job (a stale index may list a job twice; BatchGetItem refuses duplicate keys).
+    const entries = new Map(found.map((entry) => [entry.jobId as string, entry]));
     const items = await batchGet(
       this.doc,
       this.jobsTable,
-      ids.map((jobId) => ({ jobId })),
+      [...entries.keys()].map((jobId) => ({ jobId })),
     );
     const byId = new Map(items.map((item) => [item.jobId as string, item]));
     const { partitionKey, sortKey } = index;
-    const current = ids.flatMap((jobId) => {
-      const entry = found.find((candidate) => candidate.jobId === jobId) as Item;
+    const current = [...entries].flatMap(([jobId, entry]) => {
       const item = byId.get(jobId);
       const same =
         item !== undefined &&
