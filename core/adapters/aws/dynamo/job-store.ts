@@ -493,9 +493,8 @@ export class DynamoJobStore implements JobStore {
       };
       // A job of the current count bucket is still taken back by health: it leaves the counts with
       // its delete. Older buckets no longer count (./counts.ts).
-      const counts = countUpdates(this.jobsTable, countedOf(item), undefined).filter(
-        () => bucketStartOf(item.expiresAt as number) >= bucketStartOf(nowMs),
-      );
+      const inCurrentBucket = bucketStartOf(item.expiresAt as number) >= bucketStartOf(nowMs);
+      const counts = inCurrentBucket ? countUpdates(this.jobsTable, countedOf(item), undefined) : [];
       try {
         if (counts.length === 0) await this.doc.send(new DeleteCommand(del));
         else await transact(this.doc, [{ Delete: del }, ...counts]);
