@@ -187,3 +187,12 @@ export class BodyTable {
     return items.map((item) => JSON.parse(item.body as string) as T);
   }
 }
+
+/** An adapter over one BodyTable (the control store, the worker registry). */
+export abstract class BodyTableAdapter {
+  protected readonly table: BodyTable;
+
+  constructor(options: TableOptions) {
+    this.table = new BodyTable(options);
+  }
+}

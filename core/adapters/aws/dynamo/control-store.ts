@@ -8,7 +8,7 @@ import type {
   EndpointRecord,
   EnvironmentRecord,
 } from '../../../ports.js';
-import { BodyTable, compare, errorName, type TableOptions } from './client.js';
+import { BodyTableAdapter, compare, errorName, type TableOptions } from './client.js';
 import { dynamoSchema } from './schema.js';
 
 /** Components are URI-encoded so a '#' inside a name never splits a key the wrong way. */
@@ -22,14 +22,7 @@ export type DynamoControlStoreOptions = TableOptions;
  * `KEY#<hash>` (the lookup on every request, and the uniqueness of the hash) and `KEYID#<id>` (list
  * and delete by id). Deleting an app or environment does not cascade (the CLI removes the parts first).
  */
-export class DynamoControlStore implements ControlStore {
-  /** The API key's two-item transactions use items.doc and items.name directly. */
-  private readonly items: BodyTable;
-
-  constructor(options: DynamoControlStoreOptions) {
-    this.items = new BodyTable(options);
-  }
-
+export class DynamoControlStore extends BodyTableAdapter implements ControlStore {
   async putApp(app: AppRecord): Promise<void> {
     await this.put(`APP#${enc(app.name)}`, 'APP', app, 'APP', app.name);
   }
@@ -94,16 +87,16 @@ export class DynamoControlStore implements ControlStore {
 
   async putApiKey(key: ApiKeyRecord): Promise<void> {
     const idKey = { pk: `KEYID#${enc(key.id)}`, sk: 'KEY' };
-    const previous = await this.items.getItem(idKey);
+    const previous = await this.table.getItem(idKey);
     const previousHash = previous?.hash as string | undefined;
     const body = JSON.stringify(key);
     try {
-      await this.items.doc.send(
+      await this.table.doc.send(
         new TransactWriteCommand({
           TransactItems: [
             {
               Put: {
-                TableName: this.items.name,
+                TableName: this.table.name,
                 Item: {
                   ...idKey,
                   kind: 'KEY',
@@ -126,7 +119,7 @@ export class DynamoControlStore implements ControlStore {
             },
             {
               Put: {
-                TableName: this.items.name,
+                TableName: this.table.name,
                 Item: { pk: `KEY#${key.hash}`, sk: 'KEY', keyId: key.id, body },
                 // The same hash under another id is a conflict.
                 ConditionExpression: 'attribute_not_exists(pk) OR keyId = :id',
@@ -134,7 +127,7 @@ export class DynamoControlStore implements ControlStore {
               },
             },
             ...(previousHash !== undefined && previousHash !== key.hash
-              ? [{ Delete: { TableName: this.items.name, Key: { pk: `KEY#${previousHash}`, sk: 'KEY' } } }]
+              ? [{ Delete: { TableName: this.table.name, Key: { pk: `KEY#${previousHash}`, sk: 'KEY' } } }]
               : []),
           ],
         }),
@@ -168,15 +161,15 @@ export class DynamoControlStore implements ControlStore {
 
   async deleteApiKey(id: string): Promise<void> {
     const idKey = { pk: `KEYID#${enc(id)}`, sk: 'KEY' };
-    const item = await this.items.getItem(idKey);
+    const item = await this.table.getItem(idKey);
     if (!item) return;
-    await this.items.doc.send(
+    await this.table.doc.send(
       new TransactWriteCommand({
         TransactItems: [
-          { Delete: { TableName: this.items.name, Key: idKey } },
+          { Delete: { TableName: this.table.name, Key: idKey } },
           {
             Delete: {
-              TableName: this.items.name,
+              TableName: this.table.name,
               Key: { pk: `KEY#${item.hash as string}`, sk: 'KEY' },
               // Only while it still belongs to this id.
               ConditionExpression: 'attribute_not_exists(pk) OR keyId = :id',
@@ -191,19 +184,19 @@ export class DynamoControlStore implements ControlStore {
   async close(): Promise<void> {}
 
   private async put(pk: string, sk: string, record: object, kind: string, kindSort: string): Promise<void> {
-    await this.items.put({ pk, sk, kind, kindSort, body: JSON.stringify(record) });
+    await this.table.put({ pk, sk, kind, kindSort, body: JSON.stringify(record) });
   }
 
   private getBody<T>(pk: string, sk: string): Promise<T | undefined> {
-    return this.items.getBody<T>({ pk, sk });
+    return this.table.getBody<T>({ pk, sk });
   }
 
   private async delete(pk: string, sk: string): Promise<void> {
-    await this.items.delete({ pk, sk });
+    await this.table.delete({ pk, sk });
   }
 
   private list<T>(kind: string, sortPrefix?: string): Promise<T[]> {
-    return this.items.queryBodies<T>({
+    return this.table.queryBodies<T>({
       IndexName: dynamoSchema.control.indexes.byKind.indexName,
       KeyConditionExpression:
         sortPrefix === undefined ? 'kind = :kind' : 'kind = :kind AND begins_with(kindSort, :prefix)',

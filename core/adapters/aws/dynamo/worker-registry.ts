@@ -1,6 +1,6 @@
 /** WorkerRegistry on DynamoDB: the `workers` table of `dynamoSchema`. */
 import type { WorkerRecord, WorkerRegistry } from '../../../ports.js';
-import { BodyTable, compare, type TableOptions, toSec } from './client.js';
+import { BodyTableAdapter, compare, type TableOptions, toSec } from './client.js';
 import { dynamoSchema } from './schema.js';
 
 /** Workers not seen for a day are garbage. */
@@ -9,13 +9,7 @@ const workerLifeSec = 24 * 3600;
 export type DynamoWorkerRegistryOptions = TableOptions;
 
 /** One item per worker; `byEndpoint` (endpointId, lastSeenAt) answers "who was seen since". */
-export class DynamoWorkerRegistry implements WorkerRegistry {
-  private readonly table: BodyTable;
-
-  constructor(options: DynamoWorkerRegistryOptions) {
-    this.table = new BodyTable(options);
-  }
-
+export class DynamoWorkerRegistry extends BodyTableAdapter implements WorkerRegistry {
   async heartbeat(worker: WorkerRecord): Promise<void> {
     await this.table.put({
       workerId: worker.workerId,
