@@ -30,6 +30,7 @@ import { S3BlobStore } from '../../core/adapters/aws/s3.js';
 import { queueUrls } from '../../functions/wiring.js';
 import { EndpointAgentAccess } from '../../infra/isolation.js';
 import { type Agent, startAgent } from '../../worker-image/agent/agent.js';
+import { makeJob } from '../contract/helpers.js';
 import { type Statement, statementsOf } from '../infra/iam.js';
 import { fakeAwsConfig, s3ClientFor, sqsClientFor } from '../support/emulators.js';
 import { ProtocolWorker } from '../support/protocolWorker.js';
@@ -394,6 +395,14 @@ describe("an agent with its endpoint's role", () => {
         lastSeenAt: Date.now(),
       }),
     ).rejects.toMatchObject(denied);
+    // Nor their health: a job under its own id that claims their endpoint would move their count
+    // items (`<theirs>-#counts#…`), so the whole transaction is refused; and it cannot read them.
+    const countsBefore = await box.fixture.jobs().counts(theirs, Date.now());
+    const forged = makeJob({ id: `${mine}-forged`, endpointId: theirs, createdAt: Date.now() });
+    await expect(store.create(forged)).rejects.toMatchObject(denied);
+    await expect(store.counts(theirs, Date.now())).rejects.toMatchObject(denied);
+    expect(await box.fixture.jobs().counts(theirs, Date.now())).toEqual(countsBefore);
+    expect(await box.fixture.jobs().get(forged.id, 0)).toBeUndefined();
 
     const after = await box.fixture.jobs().get(victim, Date.now());
     expect(after).toEqual(before);
