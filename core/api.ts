@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { type Authenticator, authorizeClient, credentialOf } from './auth.js';
-import { endpointConfigSchema } from './deployment.js';
+import { awsInfoOf, endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
 import {
   badRequest,
@@ -237,7 +237,16 @@ export class V2Api {
     const rest = segments.slice(3);
     if (rest.length > 0) return this.route(req, method, record.id, rest);
     if (method !== 'GET') throw notFound(`No route for ${req.method} ${req.path}`);
-    return ok({ id: record.id, kind: record.kind, app: record.app, env: record.env, name: record.name });
+    // A load-balanced endpoint deployed on AWS is called on its own HTTPS front, with the same key.
+    const url = record.kind === 'lb' ? awsInfoOf(record)?.url : undefined;
+    const resolved = {
+      id: record.id,
+      kind: record.kind,
+      app: record.app,
+      env: record.env,
+      name: record.name,
+    };
+    return ok({ ...resolved, ...(url ? { url } : {}) });
   }
 
   private async route(

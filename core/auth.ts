@@ -37,6 +37,8 @@ export interface WorkerCredentials {
    * worker has it; `mismatch` (403): another endpoint's or another worker's token.
    */
   verify(token: string | undefined, endpointId: string, workerId: string): 'ok' | 'unknown' | 'mismatch';
+  /** The endpoint of `workerId` while that worker is live; undefined once it is buried or unknown. */
+  liveEndpointOf?(workerId: string): string | undefined;
 }
 
 export type WorkerAccess = ReturnType<WorkerCredentials['verify']>;
@@ -102,8 +104,9 @@ export class KeyAuthenticator implements Authenticator {
       staticKeyHashes?: string[];
       workers?: WorkerCredentials;
       /**
-       * Verifies workers' call tokens (core/names.ts): each is a client key scoped to its endpoint's
-       * app and environment. Without it no call token is valid.
+       * Verifies workers' call tokens (core/names.ts): each is a client key scoped to its worker's
+       * endpoint's app and environment while `workers` counts that worker live. Without it (or
+       * without `workers`) no call token is valid.
        */
       callTokenSecret?: string;
       /** How long a key lookup is remembered; revocation takes effect after at most this long. */
@@ -119,7 +122,10 @@ export class KeyAuthenticator implements Authenticator {
     if (!key) return undefined;
     const caller = callerOfToken(this.options.callTokenSecret, key);
     if (caller !== undefined) {
-      const own = await this.options.control?.getEndpoint?.(caller);
+      // A call token lives as long as its worker: a buried worker's token is no key at all.
+      const endpointId = this.options.workers?.liveEndpointOf?.(caller);
+      const own =
+        endpointId === undefined ? undefined : await this.options.control?.getEndpoint?.(endpointId);
       return own ? { app: own.app, env: own.env } : undefined;
     }
     // Keys given by configuration (FERRY_API_KEY) are the operator's: every app.

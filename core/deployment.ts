@@ -35,6 +35,28 @@ export function endpointConfigOf(record: EndpointRecord): EndpointConfig {
   return parsed.data;
 }
 
+/**
+ * Where an endpoint deployed on AWS is, kept on its record as `aws` (the control store saves the
+ * record as JSON, so the field travels; EndpointRecord.config stays the strict EndpointConfig).
+ * Written by the AWS provider (cli/providers/aws.ts); read by it and by the API's name route.
+ */
+export const awsEndpointInfoSchema = z
+  .object({
+    stack: z.string(),
+    /** Clients' base URL: `<ApiUrl>/<id>` for queue endpoints, the HTTPS front for load-balanced ones. */
+    url: z.string(),
+    queueUrl: z.string().optional(),
+    lowQueueUrl: z.string().optional(),
+  })
+  .strict();
+export type AwsEndpointInfo = z.infer<typeof awsEndpointInfoSchema>;
+export type AwsEndpointRecord = EndpointRecord & { aws?: AwsEndpointInfo };
+
+export function awsInfoOf(record: EndpointRecord): AwsEndpointInfo | undefined {
+  const parsed = awsEndpointInfoSchema.safeParse((record as AwsEndpointRecord).aws);
+  return parsed.success ? parsed.data : undefined;
+}
+
 /** Endpoints created by `ferry dev` carry this prefix (docs/architecture.md#apps-environments-endpoints). */
 export const livePrefix = 'live-';
 

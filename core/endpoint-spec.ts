@@ -26,6 +26,10 @@ export const endpointNamePattern = '^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$';
 /** vCPUs and GiB, e.g. "2-8": whole numbers from 1, no leading zeros, no spaces. */
 export const cpuPattern = '^([1-9][0-9]*)-([1-9][0-9]*)$';
 export const envNamePattern = '^[A-Za-z_][A-Za-z0-9_]*$';
+/** A container image reference, `[registry/]repository[:tag][@sha256:digest]`: no spaces, no shell characters. */
+export const imagePattern = '^[a-z0-9][A-Za-z0-9._/:-]*(@sha256:[a-f0-9]{64})?$';
+/** Parameters about our code and its packages: an image endpoint's image brings its own. */
+export const imageExcludedParameters = ['dependencies', 'system_dependencies', 'python_version'] as const;
 
 export const bounds = {
   gpuCount: { min: 1, max: 8 },
@@ -38,6 +42,7 @@ export const bounds = {
 
 export const endpointNameSchema = z.string().regex(new RegExp(endpointNamePattern));
 export const cpuSchema = z.string().regex(new RegExp(cpuPattern));
+export const imageSchema = z.string().regex(new RegExp(imagePattern));
 const gpuName = z.union([z.enum(gpuModels), z.literal('any')]);
 const int = (min: number, max?: number) => {
   const atLeast = z.number().int().min(min);
@@ -61,6 +66,8 @@ export const endpointSpecSchema = z
     execution_timeout_ms: int(bounds.executionTimeoutMs.min).optional(),
     max_concurrency: int(bounds.maxConcurrency.min).optional(),
     python_version: z.enum(pythonVersions).optional(),
+    /** An endpoint whose worker is this prebuilt RunPod-protocol image (docs/python.md, image endpoints). */
+    image: imageSchema.optional(),
   })
   .strict()
   .superRefine((spec, ctx) => {
@@ -74,6 +81,13 @@ export const endpointSpecSchema = z
     }
     if (Array.isArray(spec.workers) && !workersInOrder(spec.workers[0], spec.workers[1])) {
       issue('workers=(min, max) needs min <= max');
+    }
+    if (spec.image !== undefined) {
+      // It is called by name (it has no function of ours to decorate), so it needs one.
+      if (spec.name === undefined) issue('an image endpoint needs a name');
+      for (const parameter of imageExcludedParameters) {
+        if (spec[parameter] !== undefined) issue(`${parameter} does not apply to an image endpoint`);
+      }
     }
   });
 export type EndpointSpec = z.infer<typeof endpointSpecSchema>;

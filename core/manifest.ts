@@ -8,6 +8,7 @@ import {
   cpuSchema,
   endpointNameSchema,
   gpuModels,
+  imageSchema,
   pythonVersions,
   workersInOrder,
 } from './endpoint-spec.js';
@@ -102,7 +103,7 @@ export const manifestEndpointSchema = z
      * RunPod-protocol image and `target` is absent; `module` only names the declaring file
      * (docs/python.md, image endpoints).
      */
-    image: z.string().min(1).optional(),
+    image: imageSchema.optional(),
     /** Load-balanced: the module variable holding the Endpoint, and its routes. */
     variable: z.string().optional(),
     routes: z.array(routeSchema).optional(),

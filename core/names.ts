@@ -3,9 +3,11 @@
  * and workers call `@Endpoint` functions without knowing the random endpoint id; the platform
  * resolves the id from its records. One owner for the rule, used by the v2 API and the LB front door.
  *
- * Caller credentials: a client API key, within its scope (core/auth.ts scopeCovers). A worker gets
- * a *call token* (FERRY_CALL_TOKEN), an HMAC of its endpoint id under a platform secret, which the
- * authenticator treats as a client key scoped to that endpoint's app and environment.
+ * Caller credentials: a client API key, within its scope (core/auth.ts scopeCovers). A local worker
+ * gets a *call token* (FERRY_CALL_TOKEN), an HMAC of its worker id under a platform secret, which the
+ * authenticator treats as a client key scoped to its endpoint's app and environment for as long as
+ * the supervisor (core/supervisor.ts) counts that worker as live. On AWS workers get call keys
+ * instead (core/call-keys.ts).
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { livePrefix } from './deployment.js';
@@ -18,23 +20,26 @@ export const byNameSegment = 'by-name';
 
 const callTokenPrefix = 'fyc_';
 
-const callMac = (secret: string, endpointId: string) =>
-  createHmac('sha256', secret).update(`call:${endpointId}`, 'utf8').digest('base64url');
+const callMac = (secret: string, workerId: string) =>
+  createHmac('sha256', secret).update(`call:${workerId}`, 'utf8').digest('base64url');
 
-/** The call token handed to the workers of `endpointId`. */
-export function callTokenFor(secret: string, endpointId: string): string {
-  return `${callTokenPrefix}${Buffer.from(endpointId, 'utf8').toString('base64url')}.${callMac(secret, endpointId)}`;
+/** The call token handed to the worker `workerId` (an id the supervisor issued). */
+export function callTokenFor(secret: string, workerId: string): string {
+  return `${callTokenPrefix}${Buffer.from(workerId, 'utf8').toString('base64url')}.${callMac(secret, workerId)}`;
 }
 
-/** The endpoint id a call token was issued to, or undefined when it is not a valid call token. */
+/**
+ * The worker id a call token was issued to, or undefined when it is not a valid call token. Whether
+ * that worker is still live is the supervisor's to say (core/auth.ts).
+ */
 export function callerOfToken(secret: string | undefined, key: string | undefined): string | undefined {
   if (!secret || !key?.startsWith(callTokenPrefix)) return undefined;
   const [encoded, mac] = key.slice(callTokenPrefix.length).split('.', 2);
   if (!encoded || !mac) return undefined;
-  const endpointId = Buffer.from(encoded, 'base64url').toString('utf8');
-  const expected = Buffer.from(callMac(secret, endpointId));
+  const workerId = Buffer.from(encoded, 'base64url').toString('utf8');
+  const expected = Buffer.from(callMac(secret, workerId));
   const given = Buffer.from(mac);
-  return expected.length === given.length && timingSafeEqual(expected, given) ? endpointId : undefined;
+  return expected.length === given.length && timingSafeEqual(expected, given) ? workerId : undefined;
 }
 
 /**

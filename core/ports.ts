@@ -162,6 +162,8 @@ export interface ApiKeyRecord {
   /** Scope (docs/security.md): absent = every app; `app` alone = that app; `app` + `env` = one environment. */
   app?: string | undefined;
   env?: string | undefined;
+  /** A call key (core/call-keys.ts): the endpoint whose workers hold it, minted and revoked by deploys. */
+  endpointId?: string | undefined;
 }
 
 /** What serving a request needs of the control plane: the endpoint it names (V2Api, the agent). */

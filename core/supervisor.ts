@@ -62,6 +62,13 @@ export interface SupervisorSettings {
   healthyAfterMs: number;
   /** Workers in a row that die before their first take or ping before the endpoint is failing. */
   maxFailedStarts: number;
+  /**
+   * Exit codes that say the code itself cannot start (ferry.worker: 2 a config or import error, 1 an
+   * exception at import or in a class's __init__): one such exit before any contact marks the
+   * endpoint failing at once, since a restart runs the same code. `ferry dev` sets [1, 2], so a
+   * request fails with the error instead of waiting out the backoff; default none.
+   */
+  startFailureCodes: readonly number[];
   /** A ping that leaves out a job taken this recently may have been composed before the take. */
   pingSettleMs: number;
   /** How long a refused job-take is held before its empty answer, so a worker does not spin. */
@@ -77,6 +84,7 @@ export const defaultSupervisorSettings: SupervisorSettings = {
   backoffMaxMs: 30_000,
   healthyAfterMs: 60_000,
   maxFailedStarts: 3,
+  startFailureCodes: [],
   pingSettleMs: 5_000,
   refusedTakeHoldMs: 1_000,
   keptLines: 20,
@@ -219,6 +227,12 @@ export class WorkerSupervisor implements WorkerLedger {
     if (!entry || entry.phase === 'gone') return 'unknown';
     if (entry.identity.endpointId !== endpointId || entry.identity.workerId !== workerId) return 'mismatch';
     return 'ok';
+  }
+
+  /** The endpoint of a live worker (its call token works only meanwhile, core/auth.ts). */
+  liveEndpointOf(workerId: string): string | undefined {
+    const entry = this.workers.get(workerId);
+    return entry && entry.phase !== 'gone' ? entry.identity.endpointId : undefined;
   }
 
   // ── ledger: fed by the engine's worker moves ──────────────────────────────────────────────────
@@ -403,10 +417,13 @@ export class WorkerSupervisor implements WorkerLedger {
     const lines = [...state.lines];
     if (!contacted) {
       state.failedStarts++;
-      if (state.failedStarts >= this.settings.maxFailedStarts) {
+      const cannotStart = how.code !== null && this.settings.startFailureCodes.includes(how.code);
+      if (cannotStart || state.failedStarts >= this.settings.maxFailedStarts) {
         state.problem = {
           state: 'failing',
-          reason: `${state.failedStarts} workers in a row exited (${cause}) before taking a job; fix the code and redeploy`,
+          reason: cannotStart
+            ? `its worker could not start (exit ${cause}); fix the code and redeploy`
+            : `${state.failedStarts} workers in a row exited (${cause}) before taking a job; fix the code and redeploy`,
           lines,
           sinceMs: now,
         };

@@ -277,7 +277,7 @@ function authorizerEvent(event: APIGatewayProxyEvent): APIGatewayRequestAuthoriz
 }
 
 /** IAM evaluation, reduced to what an authorizer policy holds: an explicit Deny wins, then any Allow. */
-function allows(decision: APIGatewayAuthorizerResult, methodArn: string): boolean {
+export function allows(decision: APIGatewayAuthorizerResult, methodArn: string): boolean {
   const statements = (decision.policyDocument?.Statement ?? []) as {
     Effect?: string;
     Resource?: string | string[];

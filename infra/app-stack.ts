@@ -56,6 +56,11 @@ export interface AppEnvironmentStackProps extends StackProps {
   images: WorkerImages;
   /** Endpoint ids by endpoint name; default `endpointIdFor(app, env, name)`. */
   endpointIds?: Readonly<Record<string, string>>;
+  /**
+   * The id of the call key (core/call-keys.ts) each endpoint's workers get, by endpoint name. It is
+   * in the worker's environment so that a new key (a new value in the same secret) rolls the tasks.
+   */
+  callKeyIds?: Readonly<Record<string, string>>;
   /** Load-balanced endpoints: a domain for an ACM certificate; without one, a CloudFront front. */
   https?: LbHttpsOptions;
 }
@@ -191,6 +196,7 @@ export class AppEnvironmentStack extends Stack {
       images: props.images,
       logGroup: this.logGroup,
       ...(queues ? { queues } : {}),
+      ...(props.callKeyIds?.[endpoint.name] ? { callKeyId: props.callKeyIds[endpoint.name] } : {}),
     });
     const deployed: DeployedEndpoint = {
       name: endpoint.name,

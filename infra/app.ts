@@ -63,6 +63,8 @@ export interface SynthesizeOptions {
   /** The region's zones for the platform VPC (PlatformStackProps.availabilityZones); default two. */
   availabilityZones?: readonly string[];
   endpointIds?: Readonly<Record<string, string>>;
+  /** The call key each endpoint's tasks run with, by endpoint name (AppEnvironmentStackProps). */
+  callKeyIds?: Readonly<Record<string, string>>;
   /** HTTPS of load-balanced endpoints: a domain (ACM), else CloudFront (constructs/https-front.ts). */
   https?: LbHttpsOptions;
   /** The REST API's integration timeout (s); 29 unless the account's quota was raised (docs/aws.md). */
@@ -112,6 +114,7 @@ export function buildApp(
     platform: { instanceTypes: platform.instanceTypes, azCount: platform.azCount },
     images: options.images,
     ...(options.endpointIds ? { endpointIds: options.endpointIds } : {}),
+    ...(options.callKeyIds ? { callKeyIds: options.callKeyIds } : {}),
     ...(options.https ? { https: options.https } : {}),
     description: `Ferry ${appName}/${options.env}`,
     // Who owns the stack: the CLI refuses to deploy over a stack whose tags name another app/env.

@@ -23,6 +23,7 @@
  *    handed to containers) may read them, by their exact name
  *    (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-envvar-secrets-manager.html).
  */
+
 import { Aws, RemovalPolicy, Validations } from 'aws-cdk-lib';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -32,6 +33,7 @@ import { Construct } from 'constructs';
 import { dynamoSchema } from '../core/adapters/aws/dynamo.js';
 import { awsSecretName } from '../core/adapters/aws/secrets.js';
 import { reservedSecretPrefixes } from '../core/adapters/local/secrets.js';
+import { callTokenSecretName, callTokenVariable } from '../core/call-keys.js';
 import { FerryError } from '../core/errors.js';
 import { endpointJobIdPatterns } from '../core/job.js';
 import type { TableRef } from './platform-exports.js';
@@ -291,4 +293,22 @@ export function userSecrets(
     out[name] = ecs.Secret.fromSecretsManager(secret);
   }
   return out;
+}
+
+/**
+ * The worker container's call key (core/call-keys.ts): FERRY_CALL_TOKEN from the endpoint's own
+ * `ferry-call/<app>/<env>/<name>` secret, written by `ferry deploy` before the stack deploys. As with
+ * user secrets, only the task execution role may read it, by exact name (the `-??????` suffix); the
+ * task role, which user code holds, gets no Secrets Manager action at all.
+ */
+export function callKeySecret(
+  scope: Construct,
+  props: { appName: string; envName: string; endpoint: { name: string } },
+): Record<string, ecs.Secret> {
+  const secret = secretsmanager.Secret.fromSecretNameV2(
+    scope,
+    'CallKey',
+    callTokenSecretName({ app: props.appName, env: props.envName, name: props.endpoint.name }),
+  );
+  return { [callTokenVariable]: ecs.Secret.fromSecretsManager(secret) };
 }

@@ -62,9 +62,9 @@ KNOWN_KWARGS = {
     "health_check_grace",
 }
 
-# Docker image references: [registry/]repository[:tag][@digest], no spaces or shell characters.
+# Image references and what an image endpoint may not say: core/endpoint-spec.ts (imagePattern,
+# imageExcludedParameters) owns both; worker-image/python/test_endpoint_spec.py keeps them equal.
 IMAGE_RE = re.compile(r"^[a-z0-9][A-Za-z0-9._/:-]*(@sha256:[a-f0-9]{64})?$")
-# Parameters about our code and its packages: meaningless when the image brings its own.
 IMAGE_IGNORED_KWARGS = {"dependencies", "system_dependencies", "python_version"}
 
 

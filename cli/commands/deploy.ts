@@ -77,6 +77,8 @@ async function preview(ctx: CliContext, argv: OfflineArgv, app: string): Promise
     version,
   });
   ctx.reporter.line('[2/2] Preview (one container per endpoint, one shared network)');
+  for (const skipped of plan.notRun)
+    ctx.reporter.line(`  ${skipped.name} [${skipped.image}]: ${skipped.reason}`);
   for (const command of plan.commands) ctx.reporter.out(shellLine(command));
   const problem = dockerProblem(ctx.io.env);
   if (problem) throw problem;
@@ -112,6 +114,7 @@ async function preview(ctx: CliContext, argv: OfflineArgv, app: string): Promise
       ctx.reporter.line(`  ${endpoint.name} (${endpoint.kind}) → ${endpoint.url}   [${endpoint.image}]`);
       ctx.reporter.line(`    ${endpoint.curl}`);
     }
+    for (const skipped of plan.notRun) ctx.reporter.line(`  ${skipped.name} (image endpoint): not started`);
     ctx.reporter.line('Ctrl+C stops it.');
     // Signal listeners alone do not keep Node running: without a handle the process would end here,
     // leaving the containers behind.

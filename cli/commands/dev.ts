@@ -14,9 +14,9 @@ import { webhookAllowFromEnv } from '../../core/webhooks.js';
 import { apiKeyFromUser, appNameOf, ferryPythonPath, installRoot, readProjectConfig } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
-import { StartFailures } from '../dev/failures.js';
+import { devStartFailureCodes, startFailureOf } from '../dev/failures.js';
 import { createDevServer, devRoutes, nextFreePort } from '../dev/server.js';
-import { DevResourcesFile, devApp, LiveEndpoints, scanForDev } from '../dev/state.js';
+import { DevResourcesFile, devApp, imageNotInDev, LiveEndpoints, scanForDev } from '../dev/state.js';
 import { DevVenvs } from '../dev/venvs.js';
 import { confirm } from '../io.js';
 import { untilStopped } from './serve.js';
@@ -85,7 +85,6 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
   // Set once the live records exist; a by-name call (a script, or one worker calling another
   // endpoint's function) provisions its endpoint first, like the dev server's own routes do.
   let liveRef: LiveEndpoints | undefined;
-  const failures = new StartFailures();
   const platformOptions: LocalPlatformOptions = {
     beforeResolve: async (app, _env, name) => {
       if (liveRef && app === devApp(projectDir) && liveRef.endpoint(name)) await liveRef.ensure(name);
@@ -103,8 +102,10 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     },
     workers: {
       ferryPythonPath: ferryPythonPath(),
-      onStartFailure: (endpointId, output) => failures.report(endpointId, output),
     },
+    // A worker that cannot start (import error, missing package) fails its endpoint at the first
+    // exit, so the request answers with the error at once (cli/dev/failures.ts).
+    supervisor: { startFailureCodes: devStartFailureCodes },
     webhookAllow: webhookAllowFromEnv(ctx.io.env),
     // info carries the workers' own output (print() lines), prefixed by endpoint and worker.
     log: { info: say, warn: (m) => say(`warning: ${m}`), error: (m) => say(`error: ${m}`) },
@@ -128,7 +129,6 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
       ...(args.deps ? { workerCommand: (endpoint) => venvs.commandFor(endpoint) } : {}),
       onChange: (name, outcome, record) => {
         endpointNames.set(record.id, name);
-        if (outcome !== 'unchanged') failures.forget(record.id);
         if (outcome !== 'unchanged')
           say(`${outcome === 'created' ? '+ provisioned' : '~ updated'} live-${name} (${record.id})`);
       },
@@ -155,7 +155,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     const start = async () => {
       const next = await createDevServer({
         live,
-        failures,
+        startFailure: (endpointId) => startFailureOf(platform.supervisor.problem(endpointId)),
         platformUrl: platform.url,
         apiKey: key.key,
         log: say,
@@ -171,6 +171,8 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     ctx.reporter.out(`Console at ${platform.url}/console  (sign in with your FERRY_API_KEY)`);
     for (const route of devRoutes(snapshot.endpoints))
       ctx.reporter.out(`  ${route.method.padEnd(6)} ${base}${route.path}`);
+    for (const endpoint of snapshot.endpoints)
+      if (endpoint.image !== undefined) say(`note: ${imageNotInDev(endpoint)}.`);
     say(`API key from ${key.source}; calls to the dev server need no Authorization header.`);
     say(
       args.reload

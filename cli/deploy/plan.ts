@@ -171,11 +171,20 @@ export interface PreviewEndpoint {
   curl: string;
 }
 
+/** An endpoint the preview lists but does not start, and why. */
+export interface NotPreviewed {
+  name: string;
+  image: string;
+  reason: string;
+}
+
 export interface PreviewPlan {
   network: string;
   /** argv arrays, in order; the first is the network, then one `docker run` per endpoint. */
   commands: string[][];
   endpoints: PreviewEndpoint[];
+  /** Image endpoints: listed, not run (imageNotPreviewed says why). */
+  notRun: NotPreviewed[];
   /** argv arrays that tear it down: the containers, then the network. */
   cleanup: string[][];
 }
@@ -226,6 +235,16 @@ export function previewCurl(endpoint: ManifestEndpoint, url: string): string {
   return `curl -X ${route.method} ${url}${routePath} ${json} -d '${JSON.stringify(sampleInput(route.params))}'`;
 }
 
+/**
+ * Why an image endpoint (docs/python.md, image endpoints) is not started by `--preview`: its image
+ * runs RunPod's worker loop, which takes jobs from a platform's queue, and a preview has no
+ * platform. Its own local test server (`--rp_serve_api`) is a command-line flag of the image's own
+ * script, which Ferry does not know (https://docs.runpod.io/serverless/development/local-testing).
+ */
+export const imageNotPreviewed =
+  "not started: an image endpoint's worker takes jobs from the platform's queue, which a preview does not run; " +
+  'deploy it (ferry deploy --provider aws), or run the image yourself with its --rp_serve_api flag';
+
 export function previewPlan(input: {
   manifest: Manifest;
   artifactPath: string;
@@ -239,8 +258,13 @@ export function previewPlan(input: {
   const commands: string[][] = [['docker', 'network', 'create', network]];
   const containers: string[] = [];
   const endpoints: PreviewEndpoint[] = [];
+  const notRun: NotPreviewed[] = [];
   let hostPort = input.firstHostPort ?? 8000;
   for (const endpoint of input.manifest.endpoints) {
+    if (endpoint.image !== undefined) {
+      notRun.push({ name: endpoint.name, image: endpoint.image, reason: imageNotPreviewed });
+      continue;
+    }
     const container = `ferry-preview-${endpoint.name}`.toLowerCase().replace(/[^a-z0-9_.-]/g, '-');
     const gpu = isGpu(endpoint);
     const image = baseImageFor(gpu ? 'gpu' : 'cpu', input.version, input.manifest.pythonVersion);
@@ -278,7 +302,7 @@ export function previewPlan(input: {
     ...[...containers].reverse().map((c) => ['docker', 'rm', '-f', c]),
     ['docker', 'network', 'rm', network],
   ];
-  return { network, commands, endpoints, cleanup };
+  return { network, commands, endpoints, notRun, cleanup };
 }
 
 /** argv → a shell line for people to read (single-quoted where needed). */

@@ -1,47 +1,19 @@
 /**
- * Workers that fail to start under `ferry dev` (an import error, a missing package, a class whose
- * __init__ raises): the pool reports each one here (LocalWorkersOptions.onStartFailure), and a
- * request to that endpoint fails at once with the worker's own output instead of waiting in the
- * queue while the pool retries with backoff. A fresh provisioning (a reload after an edit) forgets
- * the failure, so the next request tries the new code.
+ * What `ferry dev` answers when an endpoint's worker cannot start (an import error, a missing
+ * package, a class whose __init__ raises). The worker supervisor (core/supervisor.ts) is the one
+ * owner of that state: under `ferry dev` it marks the endpoint failing at the first such exit
+ * (SupervisorSettings.startFailureCodes), fails its queued jobs, and starts no worker until the code
+ * changes (a reload redeploys it). The dev server reads `problem()` and answers with the worker's
+ * last lines.
  */
-export class StartFailures {
-  readonly #last = new Map<string, string>();
-  readonly #waiting = new Map<string, Set<(output: string) => void>>();
+import type { EndpointProblem } from '../../core/ports.js';
 
-  report(endpointId: string, output: string): void {
-    this.#last.set(endpointId, output);
-    for (const resolve of this.#waiting.get(endpointId) ?? []) resolve(output);
-    this.#waiting.delete(endpointId);
-  }
+/** ferry.worker's start-failure exit codes (worker-image/python/ferry/worker.py). */
+export const devStartFailureCodes = [1, 2] as const;
 
-  /** The endpoint's code changed: its old failure says nothing about the new code. */
-  forget(endpointId: string): void {
-    this.#last.delete(endpointId);
-  }
-
-  /** A failure already seen for the endpoint's current code. */
-  current(endpointId: string): string | undefined {
-    return this.#last.get(endpointId);
-  }
-
-  /** Resolves with the next failure of `endpointId`; `cancel()` stops waiting. */
-  next(endpointId: string): { failed: Promise<string>; cancel: () => void } {
-    let resolver: ((output: string) => void) | undefined;
-    const failed = new Promise<string>((resolve) => {
-      resolver = resolve;
-    });
-    const set = this.#waiting.get(endpointId) ?? new Set();
-    set.add(resolver!);
-    this.#waiting.set(endpointId, set);
-    return {
-      failed,
-      cancel: () => {
-        set.delete(resolver!);
-      },
-    };
-  }
-}
+/** The worker's last lines when the endpoint is failing to start, else undefined. */
+export const startFailureOf = (problem: EndpointProblem | undefined): string | undefined =>
+  problem?.state === 'failing' ? problem.lines.join('\n') : undefined;
 
 /** What the request answers: the error and the worker's last lines, without the noise. */
 export function startFailureMessage(endpoint: string, output: string): string {

@@ -10,11 +10,11 @@ import { createServer } from 'node:net';
 import swagger, { type SwaggerTransformObject } from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { FerryError } from '../../core/errors.js';
+import { FerryError, httpStatus } from '../../core/errors.js';
 import { isFinal } from '../../core/job.js';
 import { manageOpenApi, managePrefix } from '../../core/manage.js';
 import type { ManifestEndpoint, Route } from '../../core/manifest.js';
-import { type StartFailures, startFailureMessage } from './failures.js';
+import { startFailureMessage } from './failures.js';
 import type { LiveEndpoints } from './state.js';
 
 export interface DevRoute {
@@ -115,7 +115,8 @@ export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
 
 export interface DevServerOptions {
   live: LiveEndpoints;
-  failures?: StartFailures;
+  /** The worker's last lines while the endpoint cannot start (failures.ts startFailureOf), else undefined. */
+  startFailure?: (endpointId: string) => string | undefined;
   platformUrl: string;
   apiKey: string;
   log: (line: string) => void;
@@ -154,36 +155,23 @@ async function runQueueJob(
     return reply.code(400).send({ error: 'The body needs the wrapper {"input": {...}}' });
   }
   const record = await options.live.ensure(route.endpoint);
-  const failed = options.failures?.current(record.id);
+  const failed = options.startFailure?.(record.id);
   if (failed !== undefined) return startFailed(options, route, reply, failed);
   const input = route.classMethod
     ? { ...(body.input as Record<string, unknown>), method: route.classMethod }
     : body.input;
-  // A worker that cannot start fails the request at once (it would otherwise wait in the queue).
-  const watch = options.failures?.next(record.id);
   let job = await callPlatform(options, 'POST', `/v2/${record.id}/run`, { input });
-  if (job.status !== 200) {
-    watch?.cancel();
-    return reply.code(job.status).send(job.body);
-  }
+  if (job.status !== 200) return reply.code(job.status).send(job.body);
   let current = job.body as { id: string; status: string; output?: unknown; error?: unknown };
-  const gaveUp = watch?.failed.then((output) => ({ output }));
-  try {
-    // The dev server has no gateway limit: keep waiting until the job ends.
-    while (!isFinal(current.status)) {
-      const polled = callPlatform(options, 'POST', `/v2/${record.id}/status-sync/${current.id}?wait=60000`);
-      const first = await (gaveUp ? Promise.race([polled, gaveUp]) : polled);
-      if ('output' in first) {
-        await callPlatform(options, 'POST', `/v2/${record.id}/cancel/${current.id}`);
-        return startFailed(options, route, reply, first.output);
-      }
-      job = first;
-      if (job.status !== 200) return reply.code(job.status).send(job.body);
-      current = job.body as typeof current;
-    }
-  } finally {
-    watch?.cancel();
+  // The dev server has no gateway limit: keep waiting until the job ends. A worker that cannot start
+  // ends it at once: the supervisor fails the queued jobs of an endpoint it marks failing.
+  while (!isFinal(current.status)) {
+    job = await callPlatform(options, 'POST', `/v2/${record.id}/status-sync/${current.id}?wait=60000`);
+    if (job.status !== 200) return reply.code(job.status).send(job.body);
+    current = job.body as typeof current;
   }
+  const cannotStart = current.status === 'FAILED' ? options.startFailure?.(record.id) : undefined;
+  if (cannotStart !== undefined) return startFailed(options, route, reply, cannotStart);
   options.log(`${route.method} ${route.path} → ${current.status}`);
   return reply.send({
     id: current.id,
@@ -206,21 +194,19 @@ async function proxyRoute(
   reply: FastifyReply,
 ) {
   const record = await options.live.ensure(route.endpoint);
-  const failed = options.failures?.current(record.id);
+  const failed = options.startFailure?.(record.id);
   if (failed !== undefined) return startFailed(options, route, reply, failed);
   const suffix = request.url.slice(route.prefix.length) || '/';
   const hasBody = request.method !== 'GET' && request.method !== 'DELETE' && request.body !== undefined;
-  const watch = options.failures?.next(record.id);
-  const call = callPlatform(
+  // The local front door fails the request when its worker exits before it is ready.
+  const result = await callPlatform(
     options,
     request.method,
     `/lb/${record.id}${suffix}`,
     hasBody ? request.body : undefined,
   );
-  const first = await (watch ? Promise.race([call, watch.failed.then((output) => ({ output }))]) : call);
-  watch?.cancel();
-  if ('output' in first) return startFailed(options, route, reply, first.output);
-  const result = first;
+  const cannotStart = result.status >= 500 ? options.startFailure?.(record.id) : undefined;
+  if (cannotStart !== undefined) return startFailed(options, route, reply, cannotStart);
   options.log(`${route.method} ${route.path} → ${result.status}`);
   reply.code(result.status);
   if (result.contentType) reply.header('content-type', result.contentType);
@@ -337,8 +323,9 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   app.setErrorHandler((error, _request, reply) => {
     const message = error instanceof Error ? error.message : String(error);
-    // The client's mistakes (a body that is not JSON, too large) keep their 4xx; the rest is ours.
-    const status = (error as { statusCode?: number }).statusCode;
+    // The client's mistakes (a body that is not JSON, too large; a call ferry dev cannot serve) keep
+    // their 4xx; the rest is ours.
+    const status = FerryError.is(error) ? httpStatus(error) : (error as { statusCode?: number }).statusCode;
     if (status !== undefined && status >= 400 && status < 500) {
       void reply.code(status).send({ error: message });
       return;

@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
 import { type EndpointConfig, livePrefix, newEndpointId } from '../../core/deployment.js';
+import { badRequest } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { ControlStore, EndpointRecord } from '../../core/ports.js';
 import { listShippedFiles } from '../build/files.js';
@@ -71,6 +72,17 @@ export class DevResourcesFile {
 
 export type ProvisionOutcome = 'created' | 'updated' | 'unchanged';
 
+/**
+ * Why `ferry dev` does not run an image endpoint (docs/python.md, image endpoints): its workers are
+ * local Python processes, and the endpoint's worker is a container image. Said at startup, and as
+ * the answer (400) to every call, so a call fails at once instead of waiting for a worker that
+ * never comes.
+ */
+export const imageNotInDev = (endpoint: Pick<ManifestEndpoint, 'name' | 'image'>): string =>
+  `Endpoint '${endpoint.name}' runs the image ${endpoint.image}: ferry dev runs Python processes, not ` +
+  'containers, so it cannot serve it here. Deploy it (ferry deploy --provider aws) and call it there, or ' +
+  'run the image yourself';
+
 /** Provisioning of live endpoints, serialized per name (two first calls make one record). */
 export class LiveEndpoints {
   #snapshot: ScanSnapshot;
@@ -113,6 +125,7 @@ export class LiveEndpoints {
   async #provision(name: string): Promise<EndpointRecord> {
     const endpoint = this.endpoint(name);
     if (!endpoint) throw new Error(`No endpoint named ${name} in the project any more`);
+    if (endpoint.image !== undefined) throw badRequest(imageNotInDev(endpoint));
     const resources = this.options.file.read();
     const liveName = `${livePrefix}${name}`;
     const cachedId = resources[name]?.id;
@@ -187,7 +200,8 @@ export class LiveEndpoints {
 
   /** Provisions every endpoint, at most `concurrency` at a time (docs/api.md#limits: 3). */
   async ensureAll(concurrency = 3): Promise<Array<{ name: string; error?: string }>> {
-    const names = this.#snapshot.endpoints.map((e) => e.name);
+    // Image endpoints are listed at startup with why they do not run here (imageNotInDev).
+    const names = this.#snapshot.endpoints.filter((e) => e.image === undefined).map((e) => e.name);
     const results: Array<{ name: string; error?: string }> = [];
     let next = 0;
     const lane = async () => {

@@ -23,6 +23,12 @@ import path from 'node:path';
 import type { z } from 'zod';
 import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
 import { S3BlobStore } from '../../core/adapters/aws/s3.js';
+import {
+  type CallTokenSecrets,
+  prepareCallKeys,
+  retireCallKeys,
+  revokeCallKeys,
+} from '../../core/call-keys.js';
 import { endpointConfigSchema } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import type { Manifest } from '../../core/manifest.js';
@@ -113,6 +119,8 @@ export interface AwsProviderOptions {
   /** ECR and CodeBuild, for the platform's images (none: only user-configured images work). */
   ecr?: EcrLike;
   codebuild?: CodeBuildLike;
+  /** Where each endpoint's call key goes for its workers (core/call-keys.ts): Secrets Manager. */
+  callTokens: CallTokenSecrets;
   /** EC2, for the region's availability zones on the platform's first deploy (aws/zones.ts). */
   ec2?: Ec2Like;
   /** Move the platform to the region's current zones (`--refresh-zones`); default: keep its zones. */
@@ -358,6 +366,7 @@ export class AwsProvider implements Provider {
     /** The platform VPC's zones; none: CDK's two `Fn::GetAZs` picks (offline synth). */
     availabilityZones?: string[] | undefined;
     endpointIds?: Record<string, string>;
+    callKeyIds?: Record<string, string>;
   }): Promise<SynthesizedAssembly> {
     const functionsCodeDir = await this.#functions();
     const { synthesize } = await loadInfra();
@@ -374,6 +383,7 @@ export class AwsProvider implements Provider {
           instanceTypes: input.instanceTypes,
           ...(input.availabilityZones ? { availabilityZones: input.availabilityZones } : {}),
           ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
+          ...(input.callKeyIds ? { callKeyIds: input.callKeyIds } : {}),
           ...(https ? { https } : {}),
           ...integrationTimeoutFrom(this.options.env),
           ...(outdir ? { outdir } : {}),
@@ -413,15 +423,23 @@ export class AwsProvider implements Provider {
 
   /**
    * Deploys one environment's stack with exactly `records` (and the platform first, which the
-   * toolkit skips when unchanged); returns the records with where each endpoint now is.
+   * toolkit skips when unchanged); returns the records with where each endpoint now is. The
+   * endpoints in `rotate` (created or changed) get a new call key; the old ones stop working once the
+   * stack, and so every task that held them, has been replaced (core/call-keys.ts).
    */
   async #deployEnvironment(
     app: string,
     env: string,
     records: readonly EndpointRecord[],
     reporter: Reporter,
+    rotate: ReadonlySet<string> = new Set(),
   ): Promise<AwsEndpointRecord[]> {
     const platform = await this.platform();
+    const callKeyIds = await prepareCallKeys(
+      { control: await this.#control(), secrets: this.options.callTokens, nowMs: () => Date.now() },
+      records,
+      rotate,
+    );
     const manifest = manifestFromRecords(app, records);
     const artifactKey = records[0]!.artifactKey ?? artifactKeyOf(app, env, manifest.sourceFingerprint);
     const deployedElsewhere = (await (await this.#control()).listEndpoints())
@@ -442,6 +460,7 @@ export class AwsProvider implements Provider {
       ),
       availabilityZones: await this.#platformZones(reporter),
       endpointIds: Object.fromEntries(records.map((r) => [r.name, r.id])),
+      callKeyIds,
     });
     let outputs: Record<string, StackOutputs>;
     try {
@@ -489,6 +508,8 @@ export class AwsProvider implements Provider {
         },
       };
     });
+    const control = await this.#control();
+    for (const record of records) await retireCallKeys(control, record.id, callKeyIds[record.name]!);
     this.#deployed.set(stack, new Set(records.map((r) => r.id)));
     this.#destroyed.delete(stack);
     return located;
@@ -499,7 +520,7 @@ export class AwsProvider implements Provider {
   }
 
   /** `_changed` is what the plan created or updated; a stack deploy always carries `context.all`. */
-  async provision(_changed: EndpointRecord[], context?: ProvisionContext): Promise<void> {
+  async provision(changed: EndpointRecord[], context?: ProvisionContext): Promise<void> {
     if (!context) {
       throw new FerryError(
         'failed',
@@ -507,7 +528,13 @@ export class AwsProvider implements Provider {
       );
     }
     if (context.all.length === 0) return;
-    const located = await this.#deployEnvironment(context.app, context.env, context.all, context.reporter);
+    const located = await this.#deployEnvironment(
+      context.app,
+      context.env,
+      context.all,
+      context.reporter,
+      new Set(changed.map((r) => r.id)),
+    );
     const control = await this.#control();
     for (const record of located) await control.putEndpoint(record);
   }
@@ -545,6 +572,8 @@ export class AwsProvider implements Provider {
         }
         for (const record of group) {
           await control.deleteEndpoint(record.id);
+          // Its tasks are gone: nothing may call with its workers' key any more.
+          await revokeCallKeys({ control, secrets: this.options.callTokens }, record);
           result.deleted.push(record);
         }
       } catch (error) {

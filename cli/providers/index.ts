@@ -24,15 +24,25 @@ export interface OpenProviderOptions {
 
 /** IAM, ECR, CodeBuild, SNS and EC2 clients from the usual credential chain (loaded only for real deploys). */
 async function realAccountClients() {
-  const [{ iamFromEnv }, { ECRClient }, { CodeBuildClient }, { SNSClient }, { EC2Client }] =
-    await Promise.all([
-      import('./aws-account.js'),
-      import('@aws-sdk/client-ecr'),
-      import('@aws-sdk/client-codebuild'),
-      import('@aws-sdk/client-sns'),
-      import('@aws-sdk/client-ec2'),
-    ]);
+  const [
+    { iamFromEnv },
+    { ECRClient },
+    { CodeBuildClient },
+    { SNSClient },
+    { EC2Client },
+    { SecretsManagerClient },
+    { SecretsManagerCallTokens },
+  ] = await Promise.all([
+    import('./aws-account.js'),
+    import('@aws-sdk/client-ecr'),
+    import('@aws-sdk/client-codebuild'),
+    import('@aws-sdk/client-sns'),
+    import('@aws-sdk/client-ec2'),
+    import('@aws-sdk/client-secrets-manager'),
+    import('../../core/adapters/aws/secrets.js'),
+  ]);
   return {
+    callTokens: new SecretsManagerCallTokens(new SecretsManagerClient({})),
     iam: iamFromEnv(),
     sns: new SNSClient({}) as unknown as import('./aws-account.js').SnsLike,
     ecr: new ECRClient({}) as unknown as import('./aws-images.js').EcrLike,
@@ -75,8 +85,11 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
       toolkit,
       lookup,
       clients: awsClientsFromEnv(options.env),
-      // The recording fake toolkit (tests) talks to no AWS account, so there is no role to check.
-      ...(options.env.FERRY_TEST_FAKE_TOOLKIT ? {} : await realAccountClients()),
+      // The recording fake toolkit (tests) talks to no AWS account, so there is no role to check,
+      // and call keys' values stay in memory (their records still go to the control table).
+      ...(options.env.FERRY_TEST_FAKE_TOOLKIT
+        ? { callTokens: new (await import('../../core/adapters/aws/secrets.js')).MemoryCallTokens() }
+        : await realAccountClients()),
       ...(options.bootstrap ? { bootstrap: true } : {}),
       ...(options.alarmEmail ? { alarmEmail: options.alarmEmail } : {}),
       ...(options.refreshZones ? { refreshZones: true } : {}),

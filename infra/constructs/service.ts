@@ -39,7 +39,7 @@ import { Construct } from 'constructs';
 import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
 import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/protocol.js';
 import { agentMemoryMiB, artifactInitMemoryMiB, type Placement, workerMemoryReservationMiB } from '../gpu.js';
-import { EndpointAgentAccess, EndpointWorkerToken, userSecrets } from '../isolation.js';
+import { callKeySecret, EndpointAgentAccess, EndpointWorkerToken, userSecrets } from '../isolation.js';
 import { clusterName, jobLogGroupName, serviceName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
 import { blobPrefix } from '../platform-stack.js';
@@ -85,6 +85,8 @@ export interface EndpointServiceProps {
   logGroup: logs.ILogGroup;
   /** Queue endpoints: the urgent and low-priority queues the agent receives from. */
   queues?: { queue: sqs.IQueue; lowQueue: sqs.IQueue };
+  /** The call key the workers hold now (core/call-keys.ts); its value is in Secrets Manager. */
+  callKeyId?: string;
 }
 
 export class EndpointService extends Construct {
@@ -278,6 +280,10 @@ export class EndpointService extends Construct {
       names: secretNames,
       env: resources.env,
     });
+    // The worker's key for calling the endpoints of its own app and environment (docs/python.md,
+    // remote calls): the worker container only; the agent never calls the API. Read by the
+    // execution role at task start, like the user's secrets (docs/security-aws.md, "Call keys").
+    Object.assign(workerUserSecrets, callKeySecret(this, props));
     const common: Record<string, string> = {
       FERRY_APP: props.appName,
       FERRY_ENV: props.envName,
@@ -302,6 +308,7 @@ export class EndpointService extends Construct {
       FERRY_MODULE: endpoint.module,
       FERRY_API_URL: platform.apiRootUrl,
       FERRY_ENDPOINT_NAME: endpoint.name,
+      ...(props.callKeyId ? { FERRY_CALL_KEY_ID: props.callKeyId } : {}),
     };
 
     if (props.queues) {

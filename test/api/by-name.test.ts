@@ -10,8 +10,16 @@ import { call, startTestPlatform, type TestPlatform } from '../support/platform.
 let platform: TestPlatform;
 let base: string;
 
-async function put(id: string, app: string, env: string, name: string, kind: 'queue' | 'lb' = 'queue') {
+async function put(
+  id: string,
+  app: string,
+  env: string,
+  name: string,
+  kind: 'queue' | 'lb' = 'queue',
+  extra: Record<string, unknown> = {},
+) {
   const record: EndpointRecord = {
+    ...extra,
     id,
     app,
     env,
@@ -35,13 +43,24 @@ beforeAll(async () => {
   await put('lab-two-a', 'lab', 'a', 'two');
   await put('lab-two-b', 'lab', 'b', 'two');
   await put('bank-vault-1', 'bank', 'production', 'vault');
+  // As the AWS provider records a deployed load-balanced endpoint (cli/providers/aws.ts).
+  await put('cloud-api-1', 'cloud', 'production', 'api', 'lb', {
+    aws: { stack: 'Ferry-cloud-production', url: 'https://d111111abcdef8.cloudfront.net' },
+  });
+  await put('cloud-sum-1', 'cloud', 'production', 'sum', 'queue', {
+    aws: {
+      stack: 'Ferry-cloud-production',
+      url: 'https://abc.execute-api.us-east-1.amazonaws.com/api/v2/cloud-sum-1',
+    },
+  });
 });
 afterAll(async () => {
   await platform.stop();
 });
 
+/** The call token of a live worker of `endpointId` (the supervisor issues the worker id). */
 const token = (endpointId: string) => ({
-  authorization: `Bearer ${platform.callToken(endpointId)}`,
+  authorization: `Bearer ${platform.callToken(platform.adoptWorker(endpointId).workerId)}`,
 });
 
 describe('by-name resolution', () => {
@@ -56,6 +75,20 @@ describe('by-name resolution', () => {
     const status = await call(base, 'GET', `/shop-sum-1/status/${run.body.id}`);
     expect(status.body.status).toBe('IN_QUEUE');
     expect((await call(base, 'GET', '/by-name/shop/-/api')).body.kind).toBe('lb');
+  });
+
+  it('gives a load-balanced endpoint deployed on AWS its recorded HTTPS URL (queue ones go through /v2)', async () => {
+    expect((await call(base, 'GET', '/by-name/cloud/production/api')).body).toEqual({
+      id: 'cloud-api-1',
+      kind: 'lb',
+      app: 'cloud',
+      env: 'production',
+      name: 'api',
+      url: 'https://d111111abcdef8.cloudfront.net',
+    });
+    expect((await call(base, 'GET', '/by-name/cloud/-/sum')).body.url).toBeUndefined();
+    // A local load-balanced endpoint has no URL of its own: callers use /lb/<id>.
+    expect((await call(base, 'GET', '/by-name/shop/production/api')).body.url).toBeUndefined();
   });
 
   it("finds ferry dev's live- records by the bare name; '-' picks the only environment", async () => {
@@ -126,9 +159,25 @@ describe("a worker's call token", () => {
     expect(workerRoute.status).toBe(401);
   });
 
-  it('a forged token (another endpoint id with a copied MAC) is refused', async () => {
-    const real = platform.callToken('shop-sum-1');
-    const forged = `fyc_${Buffer.from('bank-vault-1').toString('base64url')}.${real.split('.')[1]}`;
+  it('dies with its worker: once the supervisor buries the worker, the token is no key (401)', async () => {
+    const worker = platform.adoptWorker('shop-api-1');
+    const authorization = `Bearer ${platform.callToken(worker.workerId)}`;
+    const before = await call(base, 'GET', '/by-name/shop/-/sum', undefined, { authorization });
+    expect(before.status).toBe(200);
+    await worker.exited();
+    const after = await call(base, 'GET', '/by-name/shop/-/sum', undefined, { authorization });
+    expect(after.status).toBe(401);
+    // A worker id the supervisor never issued, with a valid MAC, is refused the same way.
+    const unissued = `Bearer ${platform.callToken('shop-api-1-000000000000')}`;
+    expect(
+      (await call(base, 'GET', '/by-name/shop/-/sum', undefined, { authorization: unissued })).status,
+    ).toBe(401);
+  });
+
+  it('a forged token (another worker id with a copied MAC) is refused', async () => {
+    const real = platform.callToken(platform.adoptWorker('shop-sum-1').workerId);
+    const victim = platform.adoptWorker('bank-vault-1').workerId;
+    const forged = `fyc_${Buffer.from(victim).toString('base64url')}.${real.split('.')[1]}`;
     const r = await call(base, 'GET', '/by-name/bank/production/vault', undefined, {
       authorization: `Bearer ${forged}`,
     });

@@ -53,6 +53,7 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
         AWS_EC2_METADATA_DISABLED: 'true',
       },
     });
+  const callKeys = async () => (await fixture.control().listApiKeys()).filter((k) => k.endpointId);
   const records = async (app: string, env?: string) =>
     (await fixture.control().listEndpoints({ app, ...(env ? { env } : {}) })) as AwsEndpointRecord[];
 
@@ -143,10 +144,22 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     expect(await fixture.blobs().exists(`artifacts/shop/production/${firstFingerprint}.tar.gz`)).toBe(true);
     const template = readFileSync(path.join(project, '.ferry', 'cdk.out', `${PROD}.template.json`), 'utf8');
     expect(template).toContain(firstFingerprint);
+
+    // Each endpoint's workers got a call key (core/call-keys.ts), scoped to shop/production, named
+    // in the template by its id, its value only in the secret the worker container reads.
+    const keys = await callKeys();
+    for (const ep of eps) {
+      const own = keys.filter((k) => k.endpointId === ep.id);
+      expect(own, ep.name).toHaveLength(1);
+      expect(own[0]).toMatchObject({ app: 'shop', env: 'production' });
+      expect(template).toContain(own[0]!.id);
+      expect(template).toContain(`ferry-call/shop/production/${ep.name}`);
+    }
   });
 
   it('a source change deploys again with the new fingerprint in the template; ids stay', async () => {
     const before = await records('shop', 'production');
+    const callKeysBefore = new Map((await callKeys()).map((k) => [k.endpointId, k.id]));
     appendFileSync(path.join(project, 'cpu_worker.py'), '\n# changed\n');
     const result = await ferry(['deploy', '--yes', '--json']);
     expect(result.code, result.stderr).toBe(0);
@@ -162,6 +175,13 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     const json = JSON.parse(result.stdout);
     expect(json.fingerprint).toBe(fingerprints[0]);
     expect(json.endpoints.every((e: { change: string }) => e.change === 'updated')).toBe(true);
+    // Updated endpoints get new call keys; the old ones are retired after the stack deploy.
+    const keys = await callKeys();
+    for (const ep of after) {
+      const own = keys.filter((k) => k.endpointId === ep.id);
+      expect(own, ep.name).toHaveLength(1);
+      expect(callKeysBefore.get(ep.id)).not.toBe(own[0]!.id);
+    }
   });
 
   it('with several environments and no --env: the spec error, and nothing deployed', async () => {
@@ -224,6 +244,12 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     expect(call.op).toBe('deploy');
     expect(call.summaries![STAGING]!.endpoints.map((e) => e.name)).toEqual(['gpu_worker', 'lb_worker']);
     expect((await records('shop', 'staging')).map((e) => e.name)).toEqual(['gpu_worker', 'lb_worker']);
+    // Its workers' call key is revoked; the others stay.
+    const scoped = (await callKeys()).filter((k) => k.env === 'staging');
+    expect(scoped.map((k) => k.name).sort()).toEqual([
+      'workers of shop/staging/gpu_worker',
+      'workers of shop/staging/lb_worker',
+    ]);
   });
 
   it('env delete destroys the environment stack once, then removes the records', async () => {
@@ -261,6 +287,7 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     expect(state().stacks[PROD]).toBeUndefined();
     expect(await fixture.control().getApp('shop')).toBeUndefined();
     expect(await records('shop')).toEqual([]);
+    expect((await callKeys()).filter((k) => k.app === 'shop')).toEqual([]);
     expect(existsSync(stateFile)).toBe(true);
   });
   it('refuses (exit 2, with the fix) to deploy without usable images, before any stack changes', async () => {

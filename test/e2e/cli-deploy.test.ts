@@ -18,6 +18,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   curlExample,
+  imageNotPreviewed,
   planEndpoints,
   previewArtifactMount,
   previewPlan,
@@ -296,6 +297,32 @@ describe('deploy --preview without a Docker engine', () => {
       expect.stringMatching(/^network rm ferry-preview-\d+$/),
     ]);
   });
+
+  it('lists an image endpoint as not started (with why), and starts no container for it', async () => {
+    // Last in this block: the project keeps the image endpoint from here on.
+    writeFileSync(
+      path.join(project, 'models.py'),
+      'from ferry import Endpoint\n\nvllm = Endpoint(name="vllm", image="vllm/vllm-openai:v0.6.3", gpu="L40S")\n',
+    );
+    const log = path.join(sandbox.root, 'docker-image.log');
+    const started = await sandbox.start(['deploy', '--preview'], /docker network create/, {
+      cwd: project,
+      env: { PATH: fakeDockerBin(), FAKE_DOCKER_LOG: log },
+    });
+    const deadline = Date.now() + 30_000;
+    while (!started.output().stderr.includes('Ctrl+C stops it.') && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 100));
+    const { stderr } = started.output();
+    expect(stderr).toContain(`vllm [vllm/vllm-openai:v0.6.3]: ${imageNotPreviewed}`);
+    expect(stderr).toContain('vllm (image endpoint): not started');
+    expect(stderr).toMatch(/cpu_worker \(queue\) → http:\/\/127\.0\.0\.1:8000/);
+    const runs = readFileSync(log, 'utf8')
+      .split('\n')
+      .filter((line) => line.startsWith('run '));
+    expect(runs).toHaveLength(3);
+    expect(runs.join('\n')).not.toContain('vllm');
+    expect(await stopChild(started.child)).toBe(0);
+  });
 });
 
 describe('deploy → the printed curl line works against the served platform', () => {
@@ -539,6 +566,23 @@ describe('deploy decisions (pure)', () => {
     expect(() => previewPlan({ manifest, artifactPath: '/a', runId: '1', version: 'not a tag' })).toThrow(
       'Image version must be a docker tag',
     );
+  });
+
+  it('--preview lists an image endpoint as not started, and runs the others as before', () => {
+    const image = 'vllm/vllm-openai:v0.6.3';
+    const withImage: Manifest = {
+      ...manifest,
+      endpoints: [
+        ...manifest.endpoints,
+        { ...manifest.endpoints[0]!, name: 'vllm', target: undefined, image, configHash: 'h3' },
+      ],
+    };
+    const plan = previewPlan({ manifest: withImage, artifactPath: '/a', runId: '1', version: '0.1.0' });
+    expect(plan.notRun).toEqual([{ name: 'vllm', image, reason: imageNotPreviewed }]);
+    expect(plan.notRun[0]!.reason).toContain('ferry deploy --provider aws');
+    expect(plan.endpoints.map((e) => e.name)).toEqual(['gen', 'api']);
+    expect(plan.commands).toHaveLength(3);
+    expect(JSON.stringify(plan.commands)).not.toContain('vllm');
   });
 
   it('--preview sets only FERRY_* variables that entrypoint.sh or ferry/config.py read', () => {

@@ -3,7 +3,8 @@
  * venv under .ferry/ (pip progress on the terminal, --no-deps), handler print() lines on the
  * terminal, 400 JSON for a body that is not JSON, one route per public method of a class, typed
  * OpenAPI at /openapi.json, reload after atomic saves (write + rename) and new files, and a worker
- * that cannot import answering the request at once with its error.
+ * that cannot import answering the request at once with its error; an image endpoint listed with
+ * why it does not run, and calls to it answered at once.
  */
 import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
@@ -59,6 +60,14 @@ function makeProject(name: string): string {
   mkdirSync(dir, { recursive: true });
   writeFileSync(path.join(dir, 'app.py'), app);
   writeFileSync(path.join(dir, 'broken.py'), broken);
+  writeFileSync(
+    path.join(dir, 'brokenlb.py'),
+    'import lb_module_that_is_not_installed_xyz\nfrom ferry import Endpoint\n\napi = Endpoint(name="brokenlb", cpu="1-2")\n\n\n@api.post("/go")\ndef go(x: int = 1):\n    return x\n',
+  );
+  writeFileSync(
+    path.join(dir, 'models.py'),
+    'from ferry import Endpoint\n\nvllm = Endpoint(name="vllm", image="vllm/vllm-openai:v0.6.3", gpu="L40S")\n',
+  );
   writeFileSync(path.join(dir, '.env'), 'FERRY_API_KEY=fy_dev_loop\n');
   return dir;
 }
@@ -158,6 +167,33 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
     // Answered at once from then on too, until the code changes.
     const again = await post(`${base}/broken/runsync`, { input: {} });
     expect(again.body.error).toContain('module_that_is_not_installed_xyz');
+  });
+
+  it('lists an image endpoint with why it does not run; calls to it fail at once with that (400)', async () => {
+    const why = "Endpoint 'vllm' runs the image vllm/vllm-openai:v0.6.3: ferry dev runs Python processes";
+    expect(output().stderr).toContain(`note: ${why}`);
+    const route = await post(`${base}/models/runsync`, { input: { prompt: 'x' } });
+    expect(route.status).toBe(400);
+    expect(route.body.error).toContain(why);
+    expect(route.body.error).toContain('ferry deploy --provider aws');
+    // A script's call by name (docs/python.md) gets the same answer, not a job that never runs.
+    const response = await fetch(`${base}/v2/by-name/loop/-/vllm/runsync`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer fy_dev_loop', 'content-type': 'application/json' },
+      body: JSON.stringify({ input: {} }),
+    });
+    expect(response.status).toBe(400);
+    expect(((await response.json()) as { error: string }).error).toContain(why);
+  });
+
+  it('a load-balanced worker that cannot import fails its request at once the same way', async () => {
+    const result = await post(`${base}/brokenlb/go`, { x: 2 });
+    expect(result.status).toBe(502);
+    expect(result.body.error).toContain('The worker of brokenlb failed to start');
+    expect(result.body.error).toContain('lb_module_that_is_not_installed_xyz');
+    // The supervisor holds the endpoint failing: the next request is answered without a new worker.
+    const again = await post(`${base}/brokenlb/go`, { x: 3 });
+    expect(again.body.error).toContain('lb_module_that_is_not_installed_xyz');
   });
 
   it('reloads after atomic saves (write a temp file, rename it over) again and again, and on new files', async () => {

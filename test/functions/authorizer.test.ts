@@ -3,9 +3,18 @@
  */
 import type { APIGatewayRequestAuthorizerEvent } from 'aws-lambda';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { MemoryCallTokens } from '../../core/adapters/aws/secrets.js';
 import { hashKey } from '../../core/auth.js';
+import {
+  callTokenSecretName,
+  issueCallKey,
+  prepareCallKeys,
+  retireCallKeys,
+  revokeCallKeys,
+} from '../../core/call-keys.js';
 import type { ApiKeyRecord, ControlStore } from '../../core/ports.js';
 import { createAuthorizer, stageWildcard } from '../../functions/authorizer.js';
+import { allows } from '../../functions/shim.js';
 
 const key = 'fy_authorizer_unit_key';
 const record: ApiKeyRecord = { id: 'key-1', name: 'ci', hash: hashKey(key), createdAt: 1 };
@@ -97,5 +106,95 @@ describe('authorizer', () => {
   it('stageWildcard keeps api and stage, and refuses what is not a method ARN', () => {
     expect(stageWildcard(methodArn)).toBe('arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/*');
     expect(stageWildcard('not-an-arn')).toBeUndefined();
+  });
+});
+
+describe('call keys (core/call-keys.ts): what a worker may call with its key', () => {
+  const endpoints = [
+    { id: 'callerid1', app: 'shop', env: 'prod', name: 'caller' },
+    { id: 'calleeid2', app: 'shop', env: 'prod', name: 'callee' },
+    { id: 'stagingid3', app: 'shop', env: 'staging', name: 'callee' },
+    { id: 'otherid4', app: 'blog', env: 'prod', name: 'callee' },
+  ].map((e) => ({ ...e, kind: 'queue' as const, config: {}, fingerprint: 'f', createdAt: 1, updatedAt: 1 }));
+  const keys: ApiKeyRecord[] = [];
+  const secrets = new MemoryCallTokens();
+  const store = {
+    putApiKey: async (k: ApiKeyRecord) => void keys.push(k),
+    listApiKeys: async () => [...keys],
+    deleteApiKey: async (id: string) =>
+      void keys.splice(
+        keys.findIndex((k) => k.id === id),
+        1,
+      ),
+    findApiKeyByHash: async (hash: string) => keys.find((k) => k.hash === hash),
+    listEndpoints: async (filter: { app?: string; env?: string } = {}) =>
+      endpoints.filter((e) => (!filter.app || e.app === filter.app) && (!filter.env || e.env === filter.env)),
+  } as unknown as ControlStore;
+  const arn = (method: string, path: string) =>
+    `arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/${method}/${path}`;
+
+  async function decide(path: string, method = 'POST') {
+    const token = secrets.values.get(callTokenSecretName(endpoints[0]!))!;
+    const methodArn = arn(method, path);
+    const decision = await createAuthorizer(() => store)(
+      event({ Authorization: `Bearer ${token}` }, methodArn),
+    );
+    return allows(decision, methodArn);
+  }
+
+  it('is minted scoped to the caller endpoint’s app and environment, and stored only hashed', async () => {
+    const record = await issueCallKey({ control: store, secrets, nowMs: () => 5 }, endpoints[0]!);
+    expect(record).toMatchObject({ app: 'shop', env: 'prod', endpointId: 'callerid1', createdAt: 5 });
+    const token = secrets.values.get('ferry-call/shop/prod/caller')!;
+    expect(token).toMatch(/^fy_/);
+    expect(JSON.stringify(keys)).not.toContain(token);
+  });
+
+  it.each([
+    ['by id', 'v2/calleeid2/run'],
+    ['by id, its own endpoint', 'v2/callerid1/runsync'],
+    ['by name', 'v2/by-name/shop/prod/callee/run'],
+    ['by name, env "-"', 'v2/by-name/shop/-/callee/runsync'],
+    ['status by name', 'v2/by-name/shop/prod/callee/status/j1'],
+  ])('allows the same app and environment (%s)', async (_name, path) => {
+    expect(await decide(path)).toBe(true);
+  });
+
+  it.each([
+    ['another environment, by id', 'v2/stagingid3/run'],
+    ['another environment, by name', 'v2/by-name/shop/staging/callee/run'],
+    ['another app, by id', 'v2/otherid4/run'],
+    ['another app, by name', 'v2/by-name/blog/prod/callee/run'],
+    ['management: endpoints', 'manage/v1/endpoints'],
+    ['management: keys', 'manage/v1/keys'],
+    ['an endpoint that does not exist', 'v2/nosuchid/run'],
+  ])('refuses %s', async (_name, path) => {
+    expect(await decide(path)).toBe(false);
+    expect(await decide(path, 'GET')).toBe(false);
+  });
+
+  it('stops working when the endpoint is undeployed, and after a rotation only the new key works', async () => {
+    const deps = { control: store, secrets, nowMs: () => 6 };
+    const old = secrets.values.get('ferry-call/shop/prod/caller')!;
+    const ids = await prepareCallKeys(deps, [endpoints[0]!], new Set(['callerid1']));
+    const fresh = secrets.values.get('ferry-call/shop/prod/caller')!;
+    expect(fresh).not.toBe(old);
+    // Until the stack is deployed both work: running tasks still hold the old one.
+    const allowed = async (token: string) => {
+      const methodArn = arn('POST', 'v2/calleeid2/run');
+      return allows(
+        await createAuthorizer(() => store)(event({ Authorization: token }, methodArn)),
+        methodArn,
+      );
+    };
+    expect(await allowed(old)).toBe(true);
+    await retireCallKeys(store, 'callerid1', ids.caller!);
+    expect(await allowed(old)).toBe(false);
+    expect(await allowed(fresh)).toBe(true);
+    // An unchanged endpoint keeps its key.
+    expect(await prepareCallKeys(deps, [endpoints[0]!], new Set())).toEqual(ids);
+    await revokeCallKeys(deps, endpoints[0]!);
+    expect(await allowed(fresh)).toBe(false);
+    expect(secrets.values.has('ferry-call/shop/prod/caller')).toBe(false);
   });
 });

@@ -35,6 +35,7 @@ beforeAll(() => {
     functionsCodeDir: fns.dir,
     artifact: { key: 'artifacts/demo/dev/fff.tar.gz' },
     images: sampleImages,
+    callKeyIds: { gpu_worker: 'call-0a1b2c3d' },
     outdir,
   });
   try {
@@ -276,7 +277,7 @@ describe('worker tokens and secrets (docs/security-aws.md)', () => {
     const agent = containers.find((c) => c.Name === 'agent')!;
     const worker = containers.find((c) => c.Name === 'worker')!;
     expect(secretsOf(agent)).toEqual(['FERRY_AGENT_EXTERNAL_ID', 'FERRY_WORKER_TOKEN']);
-    expect(secretsOf(worker)).toEqual(['RUNPOD_AI_API_KEY']);
+    expect(secretsOf(worker)).toEqual(['FERRY_CALL_TOKEN', 'RUNPOD_AI_API_KEY']);
     for (const c of containers) {
       expect(Object.keys(envOf(c))).not.toContain('FERRY_WORKER_TOKEN');
       expect(Object.keys(envOf(c))).not.toContain('RUNPOD_AI_API_KEY');
@@ -516,6 +517,61 @@ describe('remote calls from AWS workers (docs/python.md)', () => {
         FERRY_ENV: 'dev',
         FERRY_ENDPOINT_NAME: e.name,
       });
+    }
+  });
+});
+
+describe('call keys (core/call-keys.ts, docs/security-aws.md)', () => {
+  const secretOf = (c: ContainerDefinition, name: string) =>
+    ((c as { Secrets?: { Name: string; ValueFrom: unknown }[] }).Secrets ?? []).find((s) => s.Name === name);
+  const policies = () =>
+    Object.entries(template.findResources('AWS::IAM::Policy')).map(([id, p]) => ({
+      id,
+      roles: JSON.stringify(p.Properties.Roles),
+      document: JSON.stringify(p.Properties.PolicyDocument),
+    }));
+
+  it("hand each worker its own endpoint's call key as an ECS secret, and nothing to the agent or init", () => {
+    for (const e of built.appStack.endpoints) {
+      for (const c of containersOf(e)) {
+        const secret = secretOf(c, 'FERRY_CALL_TOKEN');
+        expect(Object.keys(envOf(c))).not.toContain('FERRY_CALL_TOKEN');
+        if (c.Name !== 'worker') {
+          expect(secret, `${e.name}/${c.Name}`).toBeUndefined();
+          continue;
+        }
+        expect(JSON.stringify(secret?.ValueFrom)).toContain(`:secret:ferry-call/demo/dev/${e.name}`);
+      }
+    }
+  });
+
+  it('put the key id (not the key) in the worker environment, so a new key rolls the tasks', () => {
+    const worker = containersOf(endpoint('gpu_worker')).find((c) => c.Name === 'worker')!;
+    expect(envOf(worker).FERRY_CALL_KEY_ID).toBe('call-0a1b2c3d');
+    const cpu = containersOf(endpoint('cpu_worker')).find((c) => c.Name === 'worker')!;
+    expect(envOf(cpu).FERRY_CALL_KEY_ID).toBeUndefined();
+  });
+
+  it("let only the endpoint's own execution role read its call key, by exact name", () => {
+    const names = built.appStack.endpoints.map((e) => e.name);
+    for (const name of names) {
+      const readers = policies().filter((p) => p.document.includes(`ferry-call/demo/dev/${name}-??????`));
+      expect(readers, name).toHaveLength(1);
+      expect(readers[0]!.roles).toContain('ExecutionRole');
+      // That policy names no other endpoint's call key, and no wildcard over them.
+      for (const other of names.filter((n) => n !== name)) {
+        expect(readers[0]!.document).not.toContain(`ferry-call/demo/dev/${other}-`);
+      }
+      expect(readers[0]!.document).not.toMatch(/secret:ferry-call\/[^"]*\*/);
+    }
+  });
+
+  it('give the task roles (which user code holds) no Secrets Manager action at all', () => {
+    for (const e of built.appStack.endpoints) {
+      const taskRoleId = idOf(e.taskRole);
+      const taskPolicies = policies().filter((p) => p.roles.includes(taskRoleId));
+      expect(taskPolicies.length, e.name).toBeGreaterThan(0);
+      for (const p of taskPolicies) expect(p.document).not.toContain('secretsmanager:');
     }
   });
 });

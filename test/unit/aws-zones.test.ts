@@ -24,6 +24,7 @@ import {
   type SynthesizedAssembly,
   type ToolkitEventHandler,
 } from '../../cli/providers/toolkit.js';
+import { MemoryCallTokens } from '../../core/adapters/aws/secrets.js';
 import { exitCode, FerryError } from '../../core/errors.js';
 import type { Manifest } from '../../core/manifest.js';
 import type { EndpointRecord } from '../../core/ports.js';
@@ -216,6 +217,7 @@ describe('ferry deploy --provider aws: zones of the platform VPC (real synth, fa
       toolkit,
       lookup: toolkit,
       clients: { doc: fixture.doc, s3: fixture.s3, close: () => {} },
+      callTokens: new MemoryCallTokens(),
       ec2,
       ...extra,
     });

@@ -201,6 +201,28 @@ describe('lifecycle', () => {
     expect((await supervisor.counts('a')).problem).toBeUndefined();
   });
 
+  it('with startFailureCodes, one such exit before contact is failing at once; other exits back off', async () => {
+    const { supervisor, started, plan, rejected } = setup({ startFailureCodes: [1, 2] });
+    supervisor.output('a', 'ImportError: cannot import name x');
+    await supervisor.tick('a', plan(1, 1));
+    await supervisor.exited(started[0]!.workerId, { code: 2, signal: null });
+    expect((await supervisor.counts('a')).problem).toMatchObject({
+      state: 'failing',
+      reason: expect.stringContaining('could not start (exit code 2)'),
+      lines: ['ImportError: cannot import name x'],
+    });
+    expect(rejected[0]).toMatch(/ImportError: cannot import name x/);
+    // A signal (the OOM killer, say) says nothing about the code: backoff, as without the setting.
+    await supervisor.tick('b', plan(1, 1));
+    await supervisor.exited(started[1]!.workerId, { code: null, signal: 'SIGKILL' });
+    expect((await supervisor.counts('b')).problem).toMatchObject({ state: 'backoff' });
+    // After contact the same code is a crash, not a failed start.
+    await supervisor.tick('c', plan(1, 1));
+    await supervisor.mayTake('c', started[2]!.workerId);
+    await supervisor.exited(started[2]!.workerId, { code: 1, signal: null });
+    expect((await supervisor.counts('c')).problem).toMatchObject({ state: 'backoff' });
+  });
+
   it('never starts more than max, draining workers included', async () => {
     const { supervisor, started, plan } = setup();
     await supervisor.tick('a', plan(5, 2));

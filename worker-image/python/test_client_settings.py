@@ -19,14 +19,10 @@ class FromEnvironTest(unittest.TestCase):
     def settings(self, **environ):
         return Platform.from_environ({"FERRY_HOME": self.home, **environ}, cwd=self.tmp.name)
 
-    def test_a_local_workers_call_token_comes_first(self):
-        p = self.settings(FERRY_CALL_TOKEN="call", ENDPOINT_API_KEY="scoped", FERRY_API_KEY="all")
+    def test_a_workers_call_token_comes_first(self):
+        # Local workers and AWS workers (an ECS secret, core/call-keys.ts) both get FERRY_CALL_TOKEN.
+        p = self.settings(FERRY_CALL_TOKEN="call", FERRY_API_KEY="all", RUNPOD_API_KEY="rp")
         self.assertEqual(p.key, "call")
-
-    def test_an_aws_worker_uses_the_scoped_key_from_its_endpoint_secret(self):
-        # FERRY_* names cannot be endpoint secrets, so AWS workers get the key under this name.
-        p = self.settings(ENDPOINT_API_KEY="scoped", FERRY_API_KEY="all")
-        self.assertEqual(p.key, "scoped")
 
     def test_outside_a_worker_the_users_key_and_the_local_default_url(self):
         p = self.settings(FERRY_API_KEY="all")

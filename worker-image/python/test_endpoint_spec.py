@@ -49,6 +49,16 @@ class EndpointSpecTest(unittest.TestCase):
         self.assertEqual(ferry_endpoint._CPU_RE.pattern, cpu)
         self.assertEqual(self.scan.ENV_NAME_RE.pattern, env)
         self.assertEqual(ferry_endpoint._ENV_NAME_RE.pattern, env)
+        image = self.prop("image")["pattern"]
+        self.assertEqual(self.scan.IMAGE_RE.pattern, image)
+        self.assertEqual(ferry_endpoint._IMAGE_RE.pattern, image)
+
+    def test_image_exclusions_are_the_specs(self):
+        spec = (REPO / "core" / "endpoint-spec.ts").read_text()
+        excluded = spec.split("imageExcludedParameters = [", 1)[1].split("]", 1)[0]
+        names = sorted(n.strip().strip("'") for n in excluded.split(",") if n.strip())
+        self.assertEqual(sorted(self.scan.IMAGE_IGNORED_KWARGS), names)
+        self.assertEqual(sorted(ferry_endpoint.IMAGE_EXCLUDED_PARAMETERS), names)
 
     def test_enums_are_the_schema_enums(self):
         gpu_names = self.prop("gpu")["anyOf"][0]["anyOf"][0]["enum"]
@@ -75,6 +85,9 @@ class EndpointSpecTest(unittest.TestCase):
                     args = ", ".join("%s=%r" % item for item in row["declaration"].items())
                     rel = "ep_%d.py" % index
                     source = "from ferry import Endpoint\n\n@Endpoint(%s)\ndef handler(x=None):\n    return x\n" % args
+                    if "image" in row["declaration"]:
+                        # An image endpoint is a module-level assignment: it has no function of ours.
+                        source = "from ferry import Endpoint\n\nworker = Endpoint(%s)\n" % args
                     with open(os.path.join(root, rel), "w") as handle:
                         handle.write(source)
                     result = self.scan.scan(root, [rel])

@@ -11,8 +11,10 @@ import {
   ListSecretsCommand,
   PutSecretValueCommand,
   ResourceNotFoundException,
+  RestoreSecretCommand,
   type SecretsManagerClient,
 } from '@aws-sdk/client-secrets-manager';
+import type { CallTokenSecrets } from '../../call-keys.js';
 import { FerryError } from '../../errors.js';
 import {
   checkSecretName,
@@ -90,5 +92,61 @@ export class SecretsManagerSecretStore implements SecretStore {
       if ((error as Error).name === 'ResourceNotFoundException') return false;
       throw error;
     }
+  }
+}
+
+const isNotFound = (error: unknown) =>
+  error instanceof ResourceNotFoundException || (error as Error).name === 'ResourceNotFoundException';
+
+/**
+ * Call keys' values (core/call-keys.ts), one secret per endpoint. Deleted without a recovery window:
+ * the value is a key that was revoked first, and a redeploy reuses the name. A secret someone
+ * scheduled for deletion by hand is restored before it is written
+ * (https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_RestoreSecret.html).
+ */
+export class SecretsManagerCallTokens implements CallTokenSecrets {
+  constructor(private readonly client: Pick<SecretsManagerClient, 'send'>) {}
+
+  async put(name: string, value: string): Promise<void> {
+    try {
+      await this.client.send(new PutSecretValueCommand({ SecretId: name, SecretString: value }));
+      return;
+    } catch (error) {
+      if ((error as Error).name === 'InvalidRequestException' && /deletion/i.test((error as Error).message)) {
+        await this.client.send(new RestoreSecretCommand({ SecretId: name }));
+        await this.client.send(new PutSecretValueCommand({ SecretId: name, SecretString: value }));
+        return;
+      }
+      if (!isNotFound(error)) throw error;
+    }
+    await this.client.send(
+      new CreateSecretCommand({
+        Name: name,
+        SecretString: value,
+        Description: "Ferry: the call key of one endpoint's workers (written by ferry deploy)",
+        Tags: [{ Key: 'ferry:purpose', Value: 'call-key' }],
+      }),
+    );
+  }
+
+  async delete(name: string): Promise<void> {
+    try {
+      await this.client.send(new DeleteSecretCommand({ SecretId: name, ForceDeleteWithoutRecovery: true }));
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+    }
+  }
+}
+
+/** Call keys' values in memory: the fake toolkit's deploys (no AWS account) and tests. */
+export class MemoryCallTokens implements CallTokenSecrets {
+  readonly values = new Map<string, string>();
+
+  async put(name: string, value: string): Promise<void> {
+    this.values.set(name, value);
+  }
+
+  async delete(name: string): Promise<void> {
+    this.values.delete(name);
   }
 }

@@ -215,7 +215,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
       secrets: (record, names) => secretStore.resolve({ app: record.app, env: record.env }, names),
       log,
       logs,
-      callToken: (endpointId) => callTokenFor(callTokenSecret, endpointId),
+      callToken: (workerId) => callTokenFor(callTokenSecret, workerId),
     });
     await pools.reconcile();
     pools.start(reconcileIntervalMs);
@@ -264,8 +264,8 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     server,
     supervisor,
     workers: pools,
-    /** The call token a worker of `endpointId` gets (tests mint them to try the scope). */
-    callToken: (endpointId: string) => callTokenFor(callTokenSecret, endpointId),
+    /** The call token the worker `workerId` gets (tests mint them to try the scope). */
+    callToken: (workerId: string) => callTokenFor(callTokenSecret, workerId),
     sweep,
     /**
      * A worker identity for a worker started outside the pools (tests, benchmarks, a worker run by

@@ -59,13 +59,8 @@ export interface LocalWorkersOptions {
   workerUser?: { uid: number; gid: number };
   /** The values of an endpoint's `secrets=` names, for its workers only (docs/security.md). */
   secrets?: (record: EndpointRecord, names: readonly string[]) => Promise<Record<string, string>>;
-  /** The call token (core/names.ts) a worker of `endpointId` uses for remote calls by name. */
-  callToken?: (endpointId: string) => string;
-  /**
-   * A worker exited with ferry.worker's start-failure codes (2: config or import error, 1: the class
-   * endpoint's __init__ raised), with its last output lines: `ferry dev` fails waiting requests.
-   */
-  onStartFailure?: (endpointId: string, output: string) => void;
+  /** The call token (core/names.ts) the worker `workerId` uses for remote calls by name. */
+  callToken?: (workerId: string) => string;
 }
 
 interface WorkerProcess {
@@ -395,7 +390,7 @@ export class EndpointPool {
       FERRY_APP: this.spec.record.app,
       FERRY_ENV: this.spec.record.env,
       FERRY_ENDPOINT_NAME: endpoint.name,
-      ...(this.options.callToken ? { FERRY_CALL_TOKEN: this.options.callToken(this.endpointId) } : {}),
+      ...(this.options.callToken ? { FERRY_CALL_TOKEN: this.options.callToken(workerId) } : {}),
     };
     const proc: WorkerProcess = {
       identity,
@@ -465,10 +460,6 @@ export class EndpointPool {
           resolve();
           this.note(`${prefix} exited (${signal ?? `code ${code}`})`);
           void this.supervisor.exited(workerId, { code, signal }).finally(() => {
-            if (code === 1 || code === 2) {
-              const lines = this.supervisor.problem(this.endpointId)?.lines ?? [];
-              this.options.onStartFailure?.(this.endpointId, lines.join('\n'));
-            }
             this.options.changes.notify(endpointKey(this.endpointId));
           });
         });

@@ -108,8 +108,8 @@ class Platform:
     """Connection settings. `Platform.from_environ()` is what remote calls use:
 
     * url: FERRY_API_URL, else http://127.0.0.1:8888 (`ferry serve` and `ferry dev`)
-    * key: FERRY_CALL_TOKEN (inside a local worker), ENDPOINT_API_KEY (a scoped key given to AWS
-      workers as an endpoint secret), FERRY_API_KEY, RUNPOD_API_KEY, FERRY_API_KEY in ./.env, then
+    * key: FERRY_CALL_TOKEN (every worker's own key: an HMAC call token locally, a call key minted
+      by `ferry deploy` on AWS), FERRY_API_KEY, RUNPOD_API_KEY, FERRY_API_KEY in ./.env, then
       FERRY_HOME/api-key
     * app: FERRY_APP, else .ferry/config.json's app, else the current folder's name
     * env: FERRY_ENV, else the app's only environment that has the endpoint
@@ -131,7 +131,6 @@ class Platform:
             url = f"http://127.0.0.1:{environ.get('FERRY_PORT') or DEFAULT_PORT}"
         key = (
             environ.get("FERRY_CALL_TOKEN")
-            or environ.get("ENDPOINT_API_KEY")
             or environ.get("FERRY_API_KEY")
             or environ.get("RUNPOD_API_KEY")
             or dotenv.get("FERRY_API_KEY")
@@ -153,8 +152,11 @@ class Platform:
         return cls(url, key, app or app_name_of(cwd), environ.get("FERRY_ENV") or ANY_ENV)
 
     def request(self, method, path, body=None, query=None, timeout=None, raw=False):
-        """(status, parsed JSON or text). Errors (4xx/5xx, unreachable) raise FerryClientError."""
-        url = self.url + path
+        """(status, parsed JSON or text). Errors (4xx/5xx, unreachable) raise FerryClientError.
+
+        `path` is under the platform URL, or a whole http(s) URL (a load-balanced endpoint's own front
+        on AWS), which gets the same key."""
+        url = path if path.startswith(("https://", "http://")) else self.url + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
         data = None if body is None else json.dumps(body).encode("utf-8")
@@ -265,7 +267,7 @@ class EndpointClient:
         self.platform = platform or Platform.from_environ()
         self.id = id
         self.name = name
-        self._lb_id = None
+        self._lb_base = None  # where the routes of a load-balanced endpoint are (request)
 
     @property
     def label(self):
@@ -324,18 +326,20 @@ class EndpointClient:
     def request(self, method, path, data=None):
         """An HTTP call to a route of a load-balanced endpoint; the parsed JSON answer.
 
-        The local platform serves routes at `/lb/<id><path>` (docs/api.md)."""
+        Where the routes are comes from the name route's answer (core/api.ts): the endpoint's own
+        HTTPS URL when it is deployed on AWS (`url`), else the platform's `/lb/<id>` (the local
+        platform, docs/api.md). An endpoint given by id has no answer to read: `/lb/<id>`."""
         if not isinstance(path, str) or not path.startswith("/"):
             raise ValueError(f"route path must start with '/', got {path!r}")
-        if self._lb_id is None:
-            self._lb_id = self.id if self.id is not None else self.resolve()["id"]
+        if self._lb_base is None:
+            found = {"id": self.id} if self.id is not None else self.resolve()
+            url = found.get("url")
+            self._lb_base = url.rstrip("/") if url else "/lb/" + urllib.parse.quote(found["id"], safe="")
         query = None
         body = data
         if method in ("GET", "DELETE") and isinstance(data, dict):
             query, body = {k: v if isinstance(v, str) else json.dumps(v) for k, v in data.items()}, None
-        _, answer = self.platform.request(
-            method, "/lb/" + urllib.parse.quote(self._lb_id, safe="") + path, body=body, query=query
-        )
+        _, answer = self.platform.request(method, self._lb_base + path, body=body, query=query)
         return answer
 
 

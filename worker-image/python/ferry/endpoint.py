@@ -29,6 +29,9 @@ _NO_DATA = object()
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _CPU_RE = re.compile(r"^([1-9][0-9]*)-([1-9][0-9]*)$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Image endpoints (core/endpoint-spec.ts imagePattern, imageExcludedParameters).
+_IMAGE_RE = re.compile(r"^[a-z0-9][A-Za-z0-9._/:-]*(@sha256:[a-f0-9]{64})?$")
+IMAGE_EXCLUDED_PARAMETERS = ("dependencies", "system_dependencies", "python_version")
 _PATH_PARAM_RE = re.compile(r"\{([^{}]*)\}")
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PATH_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._~!$&'()*+,;=:@%-]*$")
@@ -227,10 +230,16 @@ class Endpoint:
         if id is not None and (not isinstance(id, str) or not id.strip()):
             raise TypeError(f"id must be an endpoint id string, got {id!r}")
         if image is not None:
-            if not isinstance(image, str) or not image.strip():
+            if not isinstance(image, str) or not _IMAGE_RE.match(image):
                 raise TypeError(f"image must be an image reference such as 'repo/worker:1.0', got {image!r}")
             if self.name is None:
                 raise ValueError("an image endpoint needs a name: Endpoint(name='my-model', image='repo/worker:1.0')")
+            given = {"dependencies": dependencies, "system_dependencies": system_dependencies, "python_version": python_version}
+            for parameter in IMAGE_EXCLUDED_PARAMETERS:
+                if given[parameter] is not None:
+                    raise ValueError(
+                        f"{parameter} does not apply to an image endpoint: the image brings its own code and packages"
+                    )
         self.id = id
         self.image = image
         self._client_cache = None

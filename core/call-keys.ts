@@ -1,0 +1,113 @@
+/**
+ * Call keys: how the workers of a deployed endpoint call the other endpoints of their app and
+ * environment (docs/security-aws.md, "Call keys"). On the AWS provider each endpoint's workers hold a
+ * client API key scoped to the endpoint's app and environment, minted by `ferry deploy`, recorded
+ * hashed in the control table like any other key (so the REST authorizer, the API and the
+ * load-balanced agent check it with the one scope rule, core/auth.ts scopeCovers), and handed to the
+ * worker container as the ECS secret FERRY_CALL_TOKEN, which the Python client reads first.
+ *
+ * Lifecycle: a deploy that creates or changes an endpoint mints a new key and retires the older ones
+ * once the stack is deployed (the old tasks are gone by then); undeploy deletes them and the secret.
+ * The local provider uses HMAC call tokens instead (core/names.ts): it has no secret store to hand
+ * them out with.
+ */
+import { randomBytes } from 'node:crypto';
+import { hashKey, newSecret } from './auth.js';
+import type { ApiKeyRecord, ControlStore, EndpointRecord } from './ports.js';
+
+/** Where a call key's value lives until ECS hands it to the worker container (Secrets Manager). */
+export interface CallTokenSecrets {
+  put(name: string, value: string): Promise<void>;
+  /** Deletes at once (no recovery window): a redeploy must be able to reuse the name. */
+  delete(name: string): Promise<void>;
+}
+
+/** The worker container's variable; the Python client's first choice (ferry/client.py). */
+export const callTokenVariable = 'FERRY_CALL_TOKEN';
+
+/**
+ * The Secrets Manager name of an endpoint's call key. Outside `ferry/<app>/<env>/` (user secrets,
+ * core/adapters/aws/secrets.ts) so `ferry secrets list` does not show it and no user secret can
+ * shadow it. infra/ reads the same function.
+ */
+export const callTokenSecretName = (endpoint: Pick<EndpointRecord, 'app' | 'env' | 'name'>): string =>
+  `ferry-call/${endpoint.app}/${endpoint.env}/${endpoint.name}`;
+
+/** The call keys of one endpoint's workers among `keys`, oldest first. */
+const callKeysIn = (keys: readonly ApiKeyRecord[], endpointId: string): ApiKeyRecord[] =>
+  keys.filter((key) => key.endpointId === endpointId).sort((a, b) => a.createdAt - b.createdAt);
+
+/** The call keys of one endpoint's workers, oldest first. */
+export async function callKeysOf(
+  control: Pick<ControlStore, 'listApiKeys'>,
+  endpointId: string,
+): Promise<ApiKeyRecord[]> {
+  return callKeysIn(await control.listApiKeys(), endpointId);
+}
+
+/**
+ * A new call key for `endpoint`: recorded first, then stored where its workers get it, so no worker
+ * can ever hold a value the authorizer does not know.
+ */
+export async function issueCallKey(
+  deps: { control: Pick<ControlStore, 'putApiKey'>; secrets: CallTokenSecrets; nowMs: () => number },
+  endpoint: EndpointRecord,
+): Promise<ApiKeyRecord> {
+  const key = newSecret('fy');
+  const record: ApiKeyRecord = {
+    id: `call-${randomBytes(4).toString('hex')}`,
+    name: `workers of ${endpoint.app}/${endpoint.env}/${endpoint.name}`,
+    hash: hashKey(key),
+    createdAt: deps.nowMs(),
+    app: endpoint.app,
+    env: endpoint.env,
+    endpointId: endpoint.id,
+  };
+  await deps.control.putApiKey(record);
+  await deps.secrets.put(callTokenSecretName(endpoint), key);
+  return record;
+}
+
+/**
+ * The call key each endpoint's tasks will run with, by endpoint name: a new one for the endpoints in
+ * `rotate` and for any without one, else the newest recorded. The key id goes into the worker's
+ * task definition (FERRY_CALL_KEY_ID), so a new key rolls the tasks that hold the old one.
+ */
+export async function prepareCallKeys(
+  deps: {
+    control: Pick<ControlStore, 'putApiKey' | 'listApiKeys'>;
+    secrets: CallTokenSecrets;
+    nowMs: () => number;
+  },
+  endpoints: readonly EndpointRecord[],
+  rotate: ReadonlySet<string>,
+): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  const keys = await deps.control.listApiKeys();
+  for (const endpoint of endpoints) {
+    const current = callKeysIn(keys, endpoint.id).at(-1);
+    out[endpoint.name] =
+      current && !rotate.has(endpoint.id) ? current.id : (await issueCallKey(deps, endpoint)).id;
+  }
+  return out;
+}
+
+/** After a deploy: every call key of `endpointId` but `keepId` stops working. */
+export async function retireCallKeys(
+  control: Pick<ControlStore, 'listApiKeys' | 'deleteApiKey'>,
+  endpointId: string,
+  keepId: string,
+): Promise<void> {
+  for (const key of await callKeysOf(control, endpointId)) {
+    if (key.id !== keepId) await control.deleteApiKey(key.id);
+  }
+}
+
+/** After an undeploy: the endpoint's call keys and their secret are gone. */
+export async function revokeCallKeys(
+  deps: { control: Pick<ControlStore, 'listApiKeys' | 'deleteApiKey'>; secrets: CallTokenSecrets },
+  endpoint: EndpointRecord,
+): Promise<void> {
+  for (const key of await callKeysOf(deps.control, endpoint.id)) await deps.control.deleteApiKey(key.id);
+  await deps.secrets.delete(callTokenSecretName(endpoint));
+}

@@ -1,0 +1,187 @@
+/**
+ * Calls between endpoints on AWS, in a box (core/call-keys.ts, docs/security-aws.md "Call keys"):
+ * the call keys are minted by the deploy's own function (prepareCallKeys) into the control table on
+ * DynamoDB Local; the test plays ECS's part and hands each worker its endpoint's FERRY_CALL_TOKEN as
+ * the container secret would. Two real Python workers (`python -m ferry.worker`) serve `caller` and
+ * `callee` through their agents; `caller`'s handler awaits `callee`'s function with no key set by
+ * anyone, and the call goes worker → API Gateway shim → authorizer → api Lambda → callee's queue.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryCallTokens } from '../../core/adapters/aws/secrets.js';
+import { callTokenSecretName, prepareCallKeys, revokeCallKeys } from '../../core/call-keys.js';
+import type { EndpointRecord } from '../../core/ports.js';
+import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
+
+const repo = path.resolve(import.meta.dirname, '../..');
+const project = mkdtempSync(path.join(tmpdir(), 'ferry-calls-'));
+writeFileSync(
+  path.join(project, 'calls_app.py'),
+  `import os
+from ferry import Endpoint
+
+
+@Endpoint(name="callee")
+def double(x: int):
+    return {"value": x * 2, "pid": os.getpid(), "endpoint": os.environ["FERRY_ENDPOINT_ID"]}
+
+
+@Endpoint(name="caller")
+async def relay(x: int):
+    inner = await double(x)
+    return {"inner": inner, "pid": os.getpid(), "endpoint": os.environ["FERRY_ENDPOINT_ID"]}
+`,
+);
+
+let box: AwsBox;
+const secrets = new MemoryCallTokens();
+const workers: { child: ChildProcess; output: string[] }[] = [];
+let caller: EndpointRecord;
+let callee: EndpointRecord;
+let elsewhere: EndpointRecord;
+
+const tokenOf = (endpoint: EndpointRecord) => secrets.values.get(callTokenSecretName(endpoint))!;
+
+async function startWorker(endpoint: EndpointRecord, target: string) {
+  const agent = await box.agentFor(endpoint.id);
+  const output: string[] = [];
+  // Its own process group, so stopping it stops anything it started.
+  const child = spawn('python3', ['-m', 'ferry.worker'], {
+    cwd: project,
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '',
+      PYTHONPATH: path.join(repo, 'worker-image', 'python'),
+      PYTHONUNBUFFERED: '1',
+      FERRY_APP_DIR: project,
+      FERRY_MODULE: 'calls_app',
+      FERRY_TARGET: target,
+      FERRY_PARENT_PID: String(process.pid),
+      ...agent.workerEnv(),
+      // What infra/constructs/service.ts gives every worker container, and (as an ECS secret) its key.
+      FERRY_API_URL: box.shim.url,
+      FERRY_APP: endpoint.app,
+      FERRY_ENV: endpoint.env,
+      FERRY_ENDPOINT_NAME: endpoint.name,
+      FERRY_ENDPOINT_ID: endpoint.id,
+      FERRY_CALL_TOKEN: tokenOf(endpoint),
+    },
+  });
+  for (const stream of [child.stdout, child.stderr]) {
+    stream?.setEncoding('utf8');
+    stream?.on('data', (data: string) => output.push(data));
+  }
+  workers.push({ child, output });
+}
+
+async function call(method: string, url: string, key: string, body?: unknown) {
+  const response = await fetch(`${box.shim.url}${url}`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : undefined };
+}
+
+async function untilFinal(endpointId: string, id: string) {
+  for (let i = 0; i < 60; i++) {
+    const r = await call('POST', `/v2/${endpointId}/status-sync/${id}?wait=3000`, boxApiKey);
+    if (!['IN_QUEUE', 'IN_PROGRESS'].includes(r.body.status)) return r.body;
+  }
+  throw new Error(`job ${id} never finished`);
+}
+
+const recentJobs = (endpointId: string) =>
+  box.lambda.jobs.listRecent(endpointId, {
+    statuses: [],
+    fromMs: 0,
+    toMs: Date.now() + 60_000,
+    nowMs: Date.now(),
+    limit: 10,
+  });
+
+const logs = () => workers.map((w) => w.output.join('')).join('\n---\n');
+
+beforeAll(async () => {
+  box = await startAwsBox({ maxWaitMs: 3_000 });
+  caller = { ...(await box.addEndpoint('caller')), name: 'caller' };
+  callee = { ...(await box.addEndpoint('callee')), name: 'callee' };
+  // Another app's endpoint of the same name: out of the call key's reach.
+  elsewhere = { ...callee, id: 'elsewhere', app: 'other' };
+  await box.lambda.control.putEndpoint(elsewhere);
+  await box.fixture.queueUrlFor('elsewhere');
+  await box.fixture.queueUrlFor('elsewhere', { lowPriority: true });
+  const deps = { control: box.lambda.control, secrets, nowMs: () => Date.now() };
+  await prepareCallKeys(deps, [caller, callee], new Set([caller.id, callee.id]));
+  await startWorker(caller, 'relay');
+  await startWorker(callee, 'double');
+}, 120_000);
+
+afterAll(async () => {
+  for (const { child } of workers) {
+    if (child.exitCode !== null || child.signalCode !== null) continue;
+    const exited = once(child, 'exit');
+    process.kill(-child.pid!, 'SIGTERM');
+    const timer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 5_000);
+    await exited;
+    clearTimeout(timer);
+  }
+  await box?.stop();
+  rmSync(project, { recursive: true, force: true });
+});
+
+describe('a worker calls another endpoint of its app on AWS', () => {
+  it("runs the callee's function on the callee's worker, recorded by the callee's endpoint", async () => {
+    const started = await call('POST', `/v2/${caller.id}/run`, boxApiKey, { input: { x: 21 } });
+    expect(started.status).toBe(200);
+    const done = await untilFinal(caller.id, started.body.id);
+    expect(done.status, `${JSON.stringify(done)}\n${logs()}`).toBe('COMPLETED');
+    const callerPid = workers[0]!.child.pid!;
+    const calleePid = workers[1]!.child.pid!;
+    expect(done.output).toEqual({
+      inner: { value: 42, pid: calleePid, endpoint: callee.id },
+      pid: callerPid,
+      endpoint: caller.id,
+    });
+    // The callee's endpoint holds the job (its own id prefix, core/job.ts endpointScopedJobId).
+    const recent = await recentJobs(callee.id);
+    expect(recent.jobs).toHaveLength(1);
+    expect(recent.jobs[0]).toMatchObject({ endpointId: callee.id, status: 'COMPLETED', input: { x: 21 } });
+  });
+
+  it("reaches only its own app's environment with the worker's key", async () => {
+    const token = tokenOf(caller);
+    expect(
+      (await call('POST', '/v2/by-name/box/production/callee/run', token, { input: { x: 1 } })).status,
+    ).toBe(200);
+    expect((await call('POST', `/v2/${callee.id}/run`, token, { input: { x: 2 } })).status).toBe(200);
+    // Refused: another app (by id and by name), management, worker routes.
+    for (const [method, url] of [
+      ['POST', '/v2/elsewhere/run'],
+      ['POST', '/v2/by-name/other/production/callee/run'],
+      ['GET', '/manage/v1/endpoints'],
+      ['GET', '/manage/v1/keys'],
+      ['GET', `/v2/${callee.id}/job-take/${callee.id}-w1`],
+    ] as const) {
+      const r = await call(method, url, token, method === 'POST' ? { input: {} } : undefined);
+      expect(r.status, `${method} ${url}`).toBe(401);
+      expect(r.body).toEqual({ error: expect.any(String) });
+    }
+    expect((await recentJobs('elsewhere')).jobs).toHaveLength(0);
+  });
+
+  it('stops working once the endpoint is undeployed', async () => {
+    const token = tokenOf(caller);
+    await revokeCallKeys({ control: box.lambda.control, secrets }, caller);
+    // The API Lambda caches key lookups briefly; the authorizer reads the table every time.
+    const r = await call('POST', `/v2/${callee.id}/run`, token, { input: { x: 3 } });
+    expect(r.status).toBe(401);
+  });
+});
