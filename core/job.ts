@@ -35,6 +35,20 @@ export const finalStatuses: ReadonlySet<JobStatus> = new Set(finalStatusList);
 export const isFinal = (status: string): boolean => finalStatuses.has(status as JobStatus);
 
 /**
+ * Which count of an endpoint's health an unexpired job adds one to, by its status: failed takes
+ * FAILED and TIMED_OUT (runs that did not succeed), CANCELLED counts in none. (Any status with
+ * retries > 0 also counts in `retried`.) Every JobStore's `counts` follows this table.
+ */
+export const healthCountOf = {
+  IN_QUEUE: 'inQueue',
+  IN_PROGRESS: 'inProgress',
+  COMPLETED: 'completed',
+  FAILED: 'failed',
+  TIMED_OUT: 'failed',
+  CANCELLED: undefined,
+} as const satisfies Record<JobStatus, 'inQueue' | 'inProgress' | 'completed' | 'failed' | undefined>;
+
+/**
  * When a running job's execution timeout passes, for the engine and for the stores' overdue indexes.
  * A timeout of 0 (or none) means none: the job runs as long as its worker renews the lease.
  */

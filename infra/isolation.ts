@@ -157,8 +157,10 @@ export class EndpointAgentAccess extends Construct {
     }
     this.role.addToPolicy(
       new iam.PolicyStatement({
-        // UpdateItem: a ping renews a lease without rewriting the job (DynamoJobStore.renewLease).
-        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
+        // UpdateItem: a ping renews a lease without rewriting the job (DynamoJobStore.renewLease),
+        // and a transition moves the endpoint's count items (`<endpointId>-#counts#…`, same fence).
+        // BatchGetItem: a list reads the jobs its index query found by key.
+        actions: ['dynamodb:GetItem', 'dynamodb:BatchGetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
         resources: [jobs.tableArn],
         conditions: leadingKeysCondition(keys.jobs),
       }),

@@ -60,7 +60,7 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import type { Construct } from 'constructs';
-import { type DynamoTable, dynamoSchema } from '../core/adapters/aws/dynamo.js';
+import { type DynamoTable, dynamoSchema, type IndexSpec } from '../core/adapters/aws/dynamo.js';
 import { FerryError } from '../core/errors.js';
 import { functionEntries } from '../functions/bundle.js';
 import { AlarmTopic } from './constructs/alarms.js';
@@ -558,7 +558,7 @@ export class PlatformStack extends Stack {
     });
   }
 
-  /** One table of `dynamoSchema`: its keys, GSIs (projection ALL, as createTables makes them), TTL. */
+  /** One table of `dynamoSchema`: its keys, GSIs (with their projections, as createTables makes them), TTL. */
   private table(id: string, role: DynamoTable): dynamodb.Table {
     const spec: (typeof dynamoSchema)[DynamoTable] = dynamoSchema[role];
     const table = new dynamodb.Table(this, id, {
@@ -571,16 +571,14 @@ export class PlatformStack extends Stack {
       // Jobs, keys and apps outlive a mistaken `cdk destroy`.
       removalPolicy: RemovalPolicy.RETAIN,
     });
-    for (const index of Object.values(spec.indexes) as {
-      indexName: string;
-      partitionKey: { name: string; type: 'S' | 'N' };
-      sortKey: { name: string; type: 'S' | 'N' };
-    }[]) {
+    for (const index of Object.values(spec.indexes) as IndexSpec[]) {
+      const { projection } = index;
       table.addGlobalSecondaryIndex({
         indexName: index.indexName,
         partitionKey: attribute(index.partitionKey),
         sortKey: attribute(index.sortKey),
-        projectionType: dynamodb.ProjectionType.ALL,
+        projectionType: dynamodb.ProjectionType[projection.type],
+        ...(projection.type === 'INCLUDE' ? { nonKeyAttributes: [...projection.attributes] } : {}),
       });
     }
     return table;
@@ -748,10 +746,22 @@ export class PlatformStack extends Stack {
   private grantApi(fn: lambda.Function): void {
     const role = fn.role as iam.Role;
     const { jobs, workers } = dynamoSchema;
-    // run/runsync create (conditional Put); every transition is Get + conditional whole-item Put;
-    // purge-queue and health list a status of an endpoint through byEndpointStatus.
-    allowTable(role, this.jobsTable, ['dynamodb:GetItem', 'dynamodb:PutItem']);
-    allowIndexes(role, this.jobsTable, ['dynamodb:Query'], [jobs.indexes.byEndpointStatus.indexName]);
+    // run/runsync create (conditional Put); every transition is Get + conditional whole-item Put, in
+    // a transaction with UpdateItem ADDs on the endpoint's count items when its counts move
+    // (transactions need the rights of the actions in them); purge-queue lists a status through
+    // byEndpointStatus and reads those jobs by key (BatchGetItem); health reads byEndpointExpiry.
+    allowTable(role, this.jobsTable, [
+      'dynamodb:GetItem',
+      'dynamodb:BatchGetItem',
+      'dynamodb:PutItem',
+      'dynamodb:UpdateItem',
+    ]);
+    allowIndexes(
+      role,
+      this.jobsTable,
+      ['dynamodb:Query'],
+      [jobs.indexes.byEndpointStatus.indexName, jobs.indexes.byEndpointExpiry.indexName],
+    );
     // stream hands each chunk out once (meta Get, Query, cursor Update, BatchWrite deletes); retry
     // clears a job's stream.
     allowTable(role, this.chunksTable, [
@@ -815,9 +825,16 @@ export class PlatformStack extends Stack {
   private grantSweeper(fn: lambda.Function): void {
     const role = fn.role as iam.Role;
     const { byStatusOverdue, byStatusExpiry } = dynamoSchema.jobs.indexes;
-    // listOverdue, listExpiredUnfinished, deleteExpired query the shard indexes; moves are Get +
-    // conditional Put; deleteExpired deletes conditionally.
-    allowTable(role, this.jobsTable, ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:DeleteItem']);
+    // listOverdue, listExpiredUnfinished, deleteExpired query the shard indexes and read the jobs
+    // they hand out by key (BatchGetItem); moves are Get + conditional Put; deleteExpired deletes
+    // conditionally; both with UpdateItem ADDs on count items, in one transaction, when counts move.
+    allowTable(role, this.jobsTable, [
+      'dynamodb:GetItem',
+      'dynamodb:BatchGetItem',
+      'dynamodb:PutItem',
+      'dynamodb:UpdateItem',
+      'dynamodb:DeleteItem',
+    ]);
     allowIndexes(
       role,
       this.jobsTable,

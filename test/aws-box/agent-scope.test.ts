@@ -30,6 +30,7 @@ import { S3BlobStore } from '../../core/adapters/aws/s3.js';
 import { queueUrls } from '../../functions/wiring.js';
 import { EndpointAgentAccess } from '../../infra/isolation.js';
 import { type Agent, startAgent } from '../../worker-image/agent/agent.js';
+import { makeJob } from '../contract/helpers.js';
 import { type Statement, statementsOf } from '../infra/iam.js';
 import { fakeAwsConfig, s3ClientFor, sqsClientFor } from '../support/emulators.js';
 import { ProtocolWorker } from '../support/protocolWorker.js';
@@ -165,6 +166,28 @@ function accessesOf(
         resource: arnOf(table),
         leadingKeys: requests.map((r) => scalar((r.PutRequest?.Item ?? r.DeleteRequest?.Key)?.[pk(table)])),
       }));
+    case 'BatchGetItem':
+      return Object.entries(body.RequestItems as Record<string, { Keys: any[] }>).map(
+        ([table, { Keys }]) => ({
+          action,
+          resource: arnOf(table),
+          leadingKeys: Keys.map((key) => scalar(key[pk(table)])),
+        }),
+      );
+    // A transaction is authorized action by action, each as its own operation
+    // (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html).
+    case 'TransactWriteItems':
+      return (body.TransactItems as Record<string, any>[]).map((item) => {
+        const [kind, request] = Object.entries(item)[0]!;
+        const key = request.Key ?? request.Item;
+        const operation =
+          { Put: 'PutItem', Update: 'UpdateItem', Delete: 'DeleteItem' }[kind] ?? 'ConditionCheckItem';
+        return {
+          action: `dynamodb:${operation}`,
+          resource: arnOf(request.TableName),
+          leadingKeys: [scalar(key[pk(request.TableName)])],
+        };
+      });
     case 'Query': {
       const spec = dynamoSchema[roleOf(tables, body.TableName)];
       const index = body.IndexName
@@ -316,12 +339,22 @@ describe("an agent with its endpoint's role", () => {
     expect(gate.decisions.filter((d) => !d.allowed)).toEqual([]);
     expect(s3Gate.decisions.filter((d) => !d.allowed)).toEqual([]);
     // The policy was exercised, not bypassed: job items, chunks and payload objects went through it.
-    expect(gate.decisions.some((d) => d.operation === 'PutItem' && d.keys.includes(small))).toBe(true);
+    // Status moves write the job and its endpoint's count items in one transaction.
+    expect(gate.decisions.some((d) => d.operation === 'TransactWriteItems' && d.keys.includes(small))).toBe(
+      true,
+    );
+    expect(
+      gate.decisions.some(
+        (d) => d.operation === 'TransactWriteItems' && d.keys.some((key) => key.includes('-#counts#')),
+      ),
+    ).toBe(true);
     const touched = (operation: string, id: string) =>
       s3Gate.decisions.some((d) => d.operation === operation && d.key.startsWith(`payloads/${id}/`));
     expect(
       gate.decisions.some(
-        (d) => d.keys.includes(streamed) && d.operation !== 'GetItem' && d.operation !== 'PutItem',
+        (d) =>
+          d.keys.includes(streamed) &&
+          !['GetItem', 'PutItem', 'TransactWriteItems', 'BatchGetItem'].includes(d.operation),
       ),
     ).toBe(true);
     expect(touched('GetObject', big)).toBe(true);
@@ -362,6 +395,14 @@ describe("an agent with its endpoint's role", () => {
         lastSeenAt: Date.now(),
       }),
     ).rejects.toMatchObject(denied);
+    // Nor their health: a job under its own id that claims their endpoint would move their count
+    // items (`<theirs>-#counts#…`), so the whole transaction is refused; and it cannot read them.
+    const countsBefore = await box.fixture.jobs().counts(theirs, Date.now());
+    const forged = makeJob({ id: `${mine}-forged`, endpointId: theirs, createdAt: Date.now() });
+    await expect(store.create(forged)).rejects.toMatchObject(denied);
+    await expect(store.counts(theirs, Date.now())).rejects.toMatchObject(denied);
+    expect(await box.fixture.jobs().counts(theirs, Date.now())).toEqual(countsBefore);
+    expect(await box.fixture.jobs().get(forged.id, 0)).toBeUndefined();
 
     const after = await box.fixture.jobs().get(victim, Date.now());
     expect(after).toEqual(before);

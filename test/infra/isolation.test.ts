@@ -99,6 +99,7 @@ describe('the agent role (queue endpoint)', () => {
       Null: { 'dynamodb:LeadingKeys': 'false' },
     });
     expect(actionsOf([jobs!]).sort()).toEqual([
+      'dynamodb:BatchGetItem',
       'dynamodb:GetItem',
       'dynamodb:PutItem',
       'dynamodb:UpdateItem',

@@ -1,7 +1,7 @@
 import { App } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { dynamoSchema } from '../../core/adapters/aws/dynamo.js';
+import { dynamoSchema, type TableSpec } from '../../core/adapters/aws/dynamo.js';
 import { FerryError } from '../../core/errors.js';
 import { functionEntries } from '../../functions/bundle.js';
 import { functionEnvSchema } from '../../functions/wiring.js';
@@ -35,18 +35,6 @@ afterAll(() => cleanup());
 const logicalId = (construct: { node: { defaultChild?: unknown } }) =>
   platform.getLogicalId(construct.node.defaultChild as never);
 
-interface KeyAttr {
-  name: string;
-  type: 'S' | 'N';
-}
-/** dynamoSchema's shape, widened so every table reads alike. */
-interface TableSpec {
-  partitionKey: KeyAttr;
-  sortKey?: KeyAttr;
-  ttlAttribute?: string;
-  indexes: Record<string, { indexName: string; partitionKey: KeyAttr; sortKey: KeyAttr }>;
-}
-
 const tableOf = (role: keyof typeof dynamoSchema) =>
   template.toJSON().Resources[logicalId(platform.tables[role])].Properties;
 
@@ -78,7 +66,11 @@ describe('tables', () => {
           { AttributeName: index.partitionKey.name, KeyType: 'HASH' },
           { AttributeName: index.sortKey.name, KeyType: 'RANGE' },
         ]);
-        expect(deployed.Projection).toEqual({ ProjectionType: 'ALL' });
+        expect(deployed.Projection, index.indexName).toEqual(
+          index.projection.type === 'INCLUDE'
+            ? { ProjectionType: 'INCLUDE', NonKeyAttributes: [...index.projection.attributes] }
+            : { ProjectionType: 'KEYS_ONLY' },
+        );
         types.set(index.partitionKey.name, index.partitionKey.type);
         types.set(index.sortKey.name, index.sortKey.type);
       }
@@ -91,6 +83,30 @@ describe('tables', () => {
       );
       expect(table.BillingMode).toBe('PAY_PER_REQUEST');
     }
+  });
+
+  it('projects into each GSI only what its queries read, never ALL (inputs of up to 160 KB stay in the table)', () => {
+    const projections = Object.fromEntries(
+      Object.values(template.findResources('AWS::DynamoDB::Table')).flatMap((table) =>
+        ((table.Properties.GlobalSecondaryIndexes ?? []) as { IndexName: string; Projection: unknown }[]).map(
+          (index) => [index.IndexName, index.Projection],
+        ),
+      ),
+    );
+    const refs = ['inputRef', 'outputRef', 'errorRef', 's3ConfigRef', 'webhookRef'];
+    expect(projections).toEqual({
+      byEndpointStatus: { ProjectionType: 'INCLUDE', NonKeyAttributes: ['expiresAt'] },
+      byStatusExpiry: { ProjectionType: 'INCLUDE', NonKeyAttributes: ['endpointId', 'retries', ...refs] },
+      byEndpointExpiry: {
+        ProjectionType: 'INCLUDE',
+        NonKeyAttributes: ['status', 'retries', 'inQueue', 'inProgress', 'completed', 'failed', 'retried'],
+      },
+      byStatusOverdue: { ProjectionType: 'KEYS_ONLY' },
+      byKind: { ProjectionType: 'INCLUDE', NonKeyAttributes: ['body'] },
+      byEndpoint: { ProjectionType: 'INCLUDE', NonKeyAttributes: ['body'] },
+    });
+    // The jobs table, which also holds the count items, expires both through expiresAtSec.
+    expect(tableOf('jobs').TimeToLiveSpecification).toEqual({ AttributeName: 'expiresAtSec', Enabled: true });
   });
 
   it('has point-in-time recovery and encryption on every table, and keeps them on stack delete', () => {
@@ -486,8 +502,13 @@ describe('least privilege', () => {
       expect(resources[0]).toContain(`/${payloadsPrefix}*`);
     }
     expect(resourcesFor(statements, 'dynamodb:PutItem')).toEqual([arnOf(platform.jobsTable)]);
+    // Lists read the jobs their keys-only index found by key; transitions ADD to count items.
+    expect(resourcesFor(statements, 'dynamodb:BatchGetItem')).toEqual([arnOf(platform.jobsTable)]);
+    expect(resourcesFor(statements, 'dynamodb:UpdateItem')).toContain(arnOf(platform.jobsTable));
     const queries = resourcesFor(statements, 'dynamodb:Query').join('\n');
     expect(queries).toContain('/index/byEndpointStatus');
+    // health: the count items and the current bucket's expired jobs.
+    expect(queries).toContain('/index/byEndpointExpiry');
     expect(queries).toContain('/index/byEndpoint"');
     expect(queries).not.toContain('index/*');
     // Control: reads only.

@@ -153,10 +153,12 @@ describe('DynamoJobStore: expired items that TTL has not deleted', () => {
     const jobs = aws.jobs();
     const now = Date.now();
     const endpointId = `ep-${randomUUID()}`;
+    // Expired two count buckets ago (5 min each), so its TTL has passed too: a finished job's TTL
+    // waits for the end of its bucket (core/adapters/aws/dynamo/counts.ts).
     const expired = makeJob({
       endpointId,
-      createdAt: now - 120_000,
-      expiresAt: now - 60_000,
+      createdAt: now - 720_000,
+      expiresAt: now - 600_000,
       status: 'COMPLETED',
     });
     const live = makeJob({ endpointId, createdAt: now - 120_000, status: 'COMPLETED' });

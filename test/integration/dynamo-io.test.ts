@@ -1,19 +1,31 @@
 /**
- * What a job transition costs on DynamoDB, counted on DynamoDB Local. JobStore.update takes the job
- * the caller already read and writes with one conditional PutItem; a lost race comes back with the
- * item as it is now (ReturnValuesOnConditionCheckFailure ALL_OLD), so neither the store nor the
- * engine reads it again. Before this port shape, update read the item first: one GetItem more per
- * transition, and one more again per lost race.
+ * What a job transition and a health read cost on DynamoDB, counted on DynamoDB Local.
+ * JobStore.update takes the job the caller already read and writes with one conditional PutItem, in
+ * one TransactWriteItems with the endpoint's count items when what the job counts as changes; a lost
+ * race comes back with the item as it is now (ReturnValuesOnConditionCheckFailure ALL_OLD), so neither
+ * the store nor the engine reads it again. Health reads count items, never the jobs themselves
+ * (core/adapters/aws/dynamo/counts.ts); the SQLite store is the judge of what the counts must be.
  */
+
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { GetCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DynamoJobStore, documentClient } from '../../core/adapters/aws/dynamo.js';
+import { DynamoJobStore, documentClient, statusShardCount } from '../../core/adapters/aws/dynamo.js';
+import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { LocalChangeFeed } from '../../core/changes.js';
-import { systemClock } from '../../core/clock.js';
+import { FakeClock, systemClock } from '../../core/clock.js';
 import { JobEngine } from '../../core/engine.js';
+import type { Job } from '../../core/job.js';
+import type { JobCounts, JobPatch, JobStore } from '../../core/ports.js';
+
 import { makeJob } from '../contract/helpers.js';
 import { type AwsFixture, dynamoClientFor, startAwsFixture } from '../support/emulators.js';
 
 let aws: AwsFixture;
+/** The start of a 5-minute count bucket, so the scenario's expiries fall mid-bucket where it says. */
+const bucketAligned = (ms: number) => Math.floor(ms / 300_000) * 300_000;
 beforeAll(async () => {
   aws = await startAwsFixture({ ttl: false });
 });
@@ -25,12 +37,15 @@ afterAll(async () => {
 function countedStore() {
   const calls: string[] = [];
   const inputs: Record<string, unknown>[] = [];
+  const outputs: Record<string, unknown>[] = [];
   const client = dynamoClientFor(aws.dynamo.endpoint);
   client.middlewareStack.add(
     (next, context) => async (args) => {
       calls.push(String(context.commandName).replace(/Command$/, ''));
       inputs.push(args.input as Record<string, unknown>);
-      return next(args);
+      const result = await next(args);
+      outputs.push(result.output as unknown as Record<string, unknown>);
+      return result;
     },
     { step: 'initialize', name: 'countCalls' },
   );
@@ -40,12 +55,13 @@ function countedStore() {
   const reset = () => {
     calls.splice(0);
     inputs.splice(0);
+    outputs.splice(0);
   };
-  return { jobs, calls, inputs, count, reset, close: () => client.destroy() };
+  return { jobs, calls, inputs, outputs, count, reset, close: () => client.destroy() };
 }
 
 describe('DynamoDB calls per job transition', () => {
-  it('an update of a job the store handed out is one PutItem and no GetItem', async () => {
+  it('a status move is one TransactWriteItems (the job Put and its count item ADDs) and no GetItem', async () => {
     const store = countedStore();
     try {
       const job = makeJob({ id: `io-${Date.now()}-a`, createdAt: Date.now() });
@@ -54,6 +70,33 @@ describe('DynamoDB calls per job transition', () => {
       store.reset();
       const result = await store.jobs.update(current, { status: 'IN_PROGRESS', workerId: 'w1' });
       expect(result.ok).toBe(true);
+      expect(store.calls).toEqual(['TransactWriteItems']);
+      const { TransactItems } = store.inputs[0] as {
+        TransactItems: {
+          Put?: { Item: { jobId: string } };
+          Update?: { Key: { jobId: string }; UpdateExpression: string };
+        }[];
+      };
+      // The job, then its one count item (same bucket, same shard): IN_QUEUE -1, IN_PROGRESS +1.
+      expect(TransactItems.map((item) => Object.keys(item)[0])).toEqual(['Put', 'Update']);
+      expect(TransactItems[0]?.Put?.Item.jobId).toBe(job.id);
+      expect(TransactItems[1]?.Update?.Key.jobId).toMatch(/-#counts#\d+#\d$/);
+      expect(TransactItems[1]?.Update?.UpdateExpression).toMatch(
+        /ADD inQueue :inQueue, inProgress :inProgress$/,
+      );
+    } finally {
+      store.close();
+    }
+  });
+
+  it('a write that changes no count (a progress update) stays one PutItem', async () => {
+    const store = countedStore();
+    try {
+      const job = makeJob({ id: `io-${Date.now()}-p`, createdAt: Date.now(), status: 'IN_PROGRESS' });
+      await store.jobs.create(job);
+      const current = (await store.jobs.get(job.id, 0))!;
+      store.reset();
+      expect((await store.jobs.update(current, { output: { step: 1 } })).ok).toBe(true);
       expect(store.calls).toEqual(['PutItem']);
     } finally {
       store.close();
@@ -63,20 +106,26 @@ describe('DynamoDB calls per job transition', () => {
   it('a lost race answers the job as stored now, without a GetItem', async () => {
     const store = countedStore();
     try {
-      const job = makeJob({ id: `io-${Date.now()}-b`, createdAt: Date.now() });
+      const job = makeJob({
+        id: `io-${Date.now()}-b`,
+        endpointId: `io${Date.now()}b`,
+        createdAt: Date.now(),
+      });
       await store.jobs.create(job);
       const stale = (await store.jobs.get(job.id, 0))!;
       const won = await store.jobs.update(stale, { status: 'IN_PROGRESS', workerId: 'w1' });
       store.reset();
       const lost = await store.jobs.update(stale, { status: 'CANCELLED' });
       expect(lost).toEqual({ ok: false, current: won.ok ? won.job : undefined });
-      expect(store.calls).toEqual(['PutItem']);
+      expect(store.calls).toEqual(['TransactWriteItems']);
+      // The lost transaction moved no count: the job counts once, in progress.
+      expect(await store.jobs.counts(job.endpointId, 0)).toMatchObject({ inQueue: 0, inProgress: 1 });
     } finally {
       store.close();
     }
   });
 
-  it('the engine cancels a queued job with one GetItem (its read) and one PutItem', async () => {
+  it('the engine cancels a queued job with one GetItem (its read) and one transaction', async () => {
     const store = countedStore();
     const changes = new LocalChangeFeed();
     const engine = new JobEngine({
@@ -91,7 +140,8 @@ describe('DynamoDB calls per job transition', () => {
       store.reset();
       expect(await engine.cancel('io-ep', submitted.id)).toMatchObject({ status: 'CANCELLED' });
       expect(store.count('GetItem')).toBe(1);
-      expect(store.count('PutItem')).toBe(1);
+      expect(store.count('TransactWriteItems')).toBe(1);
+      expect(store.count('PutItem')).toBe(0);
     } finally {
       store.close();
     }
@@ -199,11 +249,279 @@ describe('deleteExpired is bounded per run', () => {
       }[];
       expect(queries.length).toBeGreaterThan(0);
       for (const query of queries) expect(query.Limit).toBe(2);
-      expect(store.count('DeleteItem')).toBe(2);
+      // At now = 2 s the jobs expired in the current count bucket, so each delete also takes the
+      // job out of its count item, in one transaction.
+      expect(store.count('TransactWriteItems')).toBe(2);
 
       expect(await store.jobs.deleteExpired(2_000, 2)).toBe(2);
       expect(await store.jobs.deleteExpired(2_000, 2)).toBe(1);
       expect(await left()).toEqual([]);
+    } finally {
+      store.close();
+    }
+  });
+});
+
+describe('health reads count items, not jobs', () => {
+  /** The calls and the items DynamoDB read (ScannedCount) for one `counts`. */
+  async function healthCost(store: ReturnType<typeof countedStore>, endpointId: string, nowMs: number) {
+    store.reset();
+    const counts = await store.jobs.counts(endpointId, nowMs);
+    const scanned = store.outputs.reduce((sum, output) => sum + ((output.ScannedCount as number) ?? 0), 0);
+    return { counts, calls: [...store.calls], scanned };
+  }
+
+  it('costs the same two Queries for 200 retained jobs as for 2, reading at most one count item per shard', async () => {
+    const store = countedStore();
+    const now = Date.now();
+    try {
+      const few = `io${now}few`;
+      const many = `io${now}many`;
+      const create = (endpointId: string, i: number) =>
+        store.jobs.create(
+          makeJob({ id: `${endpointId}-${i}`, endpointId, createdAt: now, expiresAt: now + 3_600_000 }),
+        );
+      for (let i = 0; i < 2; i++) await create(few, i);
+      for (let i = 0; i < 200; i += 20)
+        await Promise.all(Array.from({ length: 20 }, (_, j) => create(many, i + j)));
+
+      const small = await healthCost(store, few, now);
+      const large = await healthCost(store, many, now);
+      expect(small.counts).toMatchObject({ inQueue: 2 });
+      expect(large.counts).toMatchObject({ inQueue: 200 });
+      expect(small.calls).toEqual(['Query', 'Query']);
+      expect(large.calls).toEqual(['Query', 'Query']);
+      // One bucket of expiry, spread over the shards: the 200 jobs are never read.
+      expect(large.scanned).toBeLessThanOrEqual(statusShardCount);
+      const queries = store.inputs as { IndexName?: string }[];
+      expect(queries.every((input) => input.IndexName === 'byEndpointExpiry')).toBe(true);
+    } finally {
+      store.close();
+    }
+  });
+});
+
+describe('counts stay right through every move, judged by the SQLite store', () => {
+  it('create, take, done, fail, time out, cancel, retry, purge, expiry and deleteExpired', async () => {
+    const store = countedStore();
+    const dir = await mkdtemp(join(tmpdir(), 'ferry-counts-'));
+    const judge = openLocalDatabase(join(dir, 'ferry.db'), { clock: new FakeClock() });
+    const t0 = bucketAligned(Date.now()) + 3_600_000;
+    const endpointId = `io${t0}counts`;
+    const stores = [store.jobs, judge.jobs];
+    const both = async (write: (jobs: JobStore) => Promise<unknown>) => {
+      for (const jobs of stores) await write(jobs);
+    };
+    const move = (id: string, patch: JobPatch, nowMs: number) =>
+      both(async (jobs) => {
+        const current = (await jobs.get(id, nowMs)) ?? (await jobs.get(id, 0));
+        const result = await jobs.update(current!, patch);
+        expect(result.ok).toBe(true);
+      });
+    const expectSame = async (nowMs: number, expected: Partial<JobCounts>) => {
+      const [dynamo, sqlite] = await Promise.all(stores.map((jobs) => jobs.counts(endpointId, nowMs)));
+      expect(sqlite).toMatchObject(expected);
+      expect(dynamo).toEqual(sqlite);
+    };
+    const ttl = 600_000;
+    const job = (n: number, overrides: Partial<Job> = {}) =>
+      makeJob({ id: `${endpointId}-${n}`, endpointId, createdAt: t0, expiresAt: t0 + ttl, ...overrides });
+    try {
+      for (let n = 1; n <= 6; n++) await both((jobs) => jobs.create(job(n)));
+      await expectSame(t0, { inQueue: 6, inProgress: 0, completed: 0, failed: 0, retried: 0 });
+
+      // take: 1..4 start running.
+      for (const n of [1, 2, 3, 4])
+        await move(`${endpointId}-${n}`, { status: 'IN_PROGRESS', workerId: 'w1', startedAt: t0 }, t0);
+      await expectSame(t0, { inQueue: 2, inProgress: 4 });
+
+      // done, fail, time out (each a final status with a retention that moves expiresAt to another bucket).
+      const finished = { finishedAt: t0 + 1_000, expiresAt: t0 + 1_000 + 2 * ttl };
+      await move(`${endpointId}-1`, { status: 'COMPLETED', output: { ok: true }, ...finished }, t0);
+      await move(`${endpointId}-2`, { status: 'FAILED', error: 'boom', ...finished }, t0);
+      await move(`${endpointId}-3`, { status: 'TIMED_OUT', ...finished }, t0);
+      await expectSame(t0, { inQueue: 2, inProgress: 1, completed: 1, failed: 2 });
+
+      // cancel a running job; purge a queued one.
+      await move(`${endpointId}-4`, { status: 'CANCELLED', ...finished }, t0);
+      await move(`${endpointId}-5`, { status: 'CANCELLED', ...finished }, t0);
+      await expectSame(t0, { inQueue: 1, inProgress: 0, completed: 1, failed: 2, retried: 0 });
+
+      // retry the failed job: back in the queue with a retry and a fresh TTL.
+      await move(
+        `${endpointId}-2`,
+        {
+          status: 'IN_QUEUE',
+          retries: 1,
+          error: undefined,
+          finishedAt: undefined,
+          expiresAt: t0 + 5_000 + ttl,
+        },
+        t0,
+      );
+      await expectSame(t0, { inQueue: 2, failed: 1, retried: 1 });
+
+      // Expiry, with no write: job 6 (queued, expires at t0 + ttl, the first ms of a bucket) drops
+      // out at its expiresAt to the millisecond; job 2 (retried) 5 s later, in the middle of that bucket.
+      await expectSame(t0 + ttl - 1, { inQueue: 2, retried: 1 });
+      await expectSame(t0 + ttl, { inQueue: 1, retried: 1 });
+      await expectSame(t0 + ttl + 5_000, { inQueue: 0, retried: 0 });
+      // The finished jobs expire in a later bucket.
+      await expectSame(t0 + 1_000 + 2 * ttl - 1, { completed: 1, failed: 1 });
+      await expectSame(t0 + 1_000 + 2 * ttl, { completed: 0, failed: 0 });
+
+      // deleteExpired in the middle of the finished jobs' bucket keeps the counts right.
+      const mid = t0 + 1_000 + 2 * ttl + 1;
+      await both((jobs) => jobs.deleteExpired(mid, 100));
+      await expectSame(mid, { inQueue: 0, inProgress: 0, completed: 0, failed: 0, retried: 0 });
+      expect(await store.jobs.get(`${endpointId}-1`, 0)).toBeUndefined();
+    } finally {
+      store.close();
+      await judge.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('health through the engine on DynamoDB Local and SQS (fauxqs)', () => {
+  it('counts right after run, take, done, fail, cancel, retry and purge', async () => {
+    const store = countedStore();
+    const endpointId = `io${Date.now()}engine`;
+    const engine = new JobEngine({
+      jobs: store.jobs,
+      queue: aws.queue(),
+      workers: aws.workers(),
+      changes: new LocalChangeFeed(),
+      clock: systemClock,
+    });
+    const health = async () => (await engine.health(endpointId)).jobs;
+    try {
+      const ids: string[] = [];
+      for (let i = 0; i < 5; i++)
+        ids.push((await engine.submit(endpointId, { input: { i } }, { sync: false })).id);
+      expect(await health()).toEqual({ inQueue: 5, inProgress: 0, completed: 0, failed: 0, retried: 0 });
+
+      const taken: string[] = [];
+      while (taken.length < 3) {
+        const got = await engine.take(endpointId, 'w1', 3 - taken.length, 1_000);
+        taken.push(...got.map((job) => job.id));
+      }
+      expect(await health()).toMatchObject({ inQueue: 2, inProgress: 3 });
+
+      const [ok, bad, running] = taken as [string, string, string];
+      await engine.done(endpointId, 'w1', ok, { output: { fine: true } });
+      await engine.done(endpointId, 'w1', bad, { error: 'boom' });
+      expect(await health()).toEqual({ inQueue: 2, inProgress: 1, completed: 1, failed: 1, retried: 0 });
+
+      await engine.cancel(endpointId, running);
+      expect(await health()).toEqual({ inQueue: 2, inProgress: 0, completed: 1, failed: 1, retried: 0 });
+
+      await engine.retry(endpointId, bad);
+      expect(await health()).toEqual({ inQueue: 3, inProgress: 0, completed: 1, failed: 0, retried: 1 });
+
+      expect((await engine.purge(endpointId)).removed).toBe(3);
+      expect(await health()).toEqual({ inQueue: 0, inProgress: 0, completed: 1, failed: 0, retried: 1 });
+      // Each health read was the same two Queries, whatever the endpoint holds.
+      store.reset();
+      await health();
+      expect(store.calls).toEqual(['Query', 'Query']);
+    } finally {
+      store.close();
+    }
+  });
+});
+
+describe('count items under concurrent moves', () => {
+  it('40 jobs created and taken at once on one endpoint all land in the counts; the count items expire', async () => {
+    const store = countedStore();
+    const now = Date.now();
+    const endpointId = `io${now}busy`;
+    const expiresAt = now + 3_600_000;
+    try {
+      const jobs = Array.from({ length: 40 }, (_, i) =>
+        makeJob({ id: `${endpointId}-${i}`, endpointId, createdAt: now, expiresAt }),
+      );
+      // Transactions on the same count items at once: those DynamoDB cancels for a conflict are sent again.
+      await Promise.all(jobs.map((job) => store.jobs.create(job)));
+      const current = await Promise.all(jobs.map((job) => store.jobs.get(job.id, now)));
+      const moved = await Promise.all(
+        current.map((job) =>
+          store.jobs.update(job!, { status: 'IN_PROGRESS', workerId: 'w1', startedAt: now }),
+        ),
+      );
+      expect(moved.every((result) => result.ok)).toBe(true);
+      expect(await store.jobs.counts(endpointId, now)).toEqual({
+        inQueue: 0,
+        inProgress: 40,
+        completed: 0,
+        failed: 0,
+        retried: 0,
+      });
+
+      // The count items: one per shard in the jobs' bucket, each with a TTL a day past the bucket's end.
+      const client = dynamoClientFor(aws.dynamo.endpoint);
+      try {
+        const { Items } = await documentClient(client).send(
+          new QueryCommand({
+            TableName: aws.tables.jobs,
+            IndexName: 'byEndpointExpiry',
+            KeyConditionExpression: 'endpointId = :counts',
+            ExpressionAttributeValues: { ':counts': `${endpointId}#COUNTS` },
+          }),
+        );
+        const bucketEnd = bucketAligned(expiresAt) + 300_000;
+        expect(Items?.length).toBeGreaterThan(0);
+        expect(Items!.length).toBeLessThanOrEqual(statusShardCount);
+        for (const item of Items!) {
+          // Not a job: `get` reads a count item as absent.
+          expect(await store.jobs.get(item.jobId as string, 0)).toBeUndefined();
+          const full = await documentClient(client).send(
+            new GetCommand({ TableName: aws.tables.jobs, Key: { jobId: item.jobId } }),
+          );
+          expect(full.Item?.expiresAtSec).toBe(bucketEnd / 1000 + 86_400);
+        }
+      } finally {
+        client.destroy();
+      }
+    } finally {
+      store.close();
+    }
+  });
+});
+
+describe('lists read from keys-only indexes, then only the jobs they hand out', () => {
+  it('listByStatus of 2 out of 6 queued jobs gets exactly those 2 by key, with their inputs', async () => {
+    const store = countedStore();
+    const now = Date.now();
+    const endpointId = `io${now}list`;
+    try {
+      for (let i = 0; i < 6; i++) {
+        await store.jobs.create(
+          makeJob({
+            id: `${endpointId}-${i}`,
+            endpointId,
+            createdAt: now + i,
+            input: { i, pad: 'x'.repeat(1_000) },
+          }),
+        );
+      }
+      store.reset();
+      const listed = await store.jobs.listByStatus(endpointId, 'IN_QUEUE', now, 2);
+      expect(listed.map((job) => job.input)).toEqual([0, 1].map((i) => ({ i, pad: 'x'.repeat(1_000) })));
+      expect(store.calls).toEqual(['Query', 'BatchGetItem']);
+      const [query, batch] = store.inputs as [
+        { IndexName: string },
+        { RequestItems: Record<string, { Keys: unknown[]; ConsistentRead: boolean }> },
+      ];
+      expect(query.IndexName).toBe('byEndpointStatus');
+      expect(batch.RequestItems[aws.tables.jobs]).toEqual({
+        Keys: [{ jobId: `${endpointId}-0` }, { jobId: `${endpointId}-1` }],
+        ConsistentRead: true,
+      });
+      // The index entries carry no input: the query's answer is keys and expiresAt only.
+      const page = store.outputs[0] as { Items: Record<string, unknown>[] };
+      for (const entry of page.Items)
+        expect(Object.keys(entry).sort()).toEqual(['createdAt', 'endpointStatus', 'expiresAt', 'jobId']);
     } finally {
       store.close();
     }

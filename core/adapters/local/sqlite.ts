@@ -27,6 +27,7 @@ import {
   decodeJobCursor,
   encodeJobCursor,
   finalStatusList,
+  healthCountOf,
   type Job,
   type JobStatus,
   jobStatuses,
@@ -589,7 +590,7 @@ class SqliteJobStore implements JobStore {
     prepared(this.db, 'DELETE FROM stream_chunks WHERE job_id = ?').run(jobId);
   }
 
-  /** failed counts FAILED and TIMED_OUT (both are runs that did not succeed); CANCELLED counts nowhere. */
+  /** The unexpired jobs by status, counted as core/job.ts healthCountOf says. */
   async counts(endpointId: string, nowMs: number): Promise<JobCounts> {
     const rows = prepared<[string, number], { status: JobStatus; n: number; retried: number }>(
       this.db,
@@ -599,10 +600,8 @@ class SqliteJobStore implements JobStore {
     const counts: JobCounts = { completed: 0, failed: 0, inProgress: 0, inQueue: 0, retried: 0 };
     for (const row of rows) {
       counts.retried += row.retried;
-      if (row.status === 'COMPLETED') counts.completed += row.n;
-      else if (row.status === 'FAILED' || row.status === 'TIMED_OUT') counts.failed += row.n;
-      else if (row.status === 'IN_PROGRESS') counts.inProgress += row.n;
-      else if (row.status === 'IN_QUEUE') counts.inQueue += row.n;
+      const field = healthCountOf[row.status];
+      if (field) counts[field] += row.n;
     }
     return counts;
   }

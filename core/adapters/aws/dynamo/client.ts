@@ -1,0 +1,198 @@
+/**
+ * What every DynamoDB adapter here shares: the document client, paging, batching, and the few error
+ * and number rules of DynamoDB's API.
+ */
+import type { AttributeValue, DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import {
+  BatchGetCommand,
+  BatchWriteCommand,
+  DeleteCommand,
+  DynamoDBDocumentClient,
+  GetCommand,
+  PutCommand,
+  QueryCommand,
+  type QueryCommandInput,
+  TransactWriteCommand,
+  type TransactWriteCommandInput,
+} from '@aws-sdk/lib-dynamodb';
+import { FerryError, internal } from '../../../errors.js';
+
+export type Item = Record<string, unknown>;
+
+export const errorName = (error: unknown): string | undefined =>
+  error instanceof Error ? error.name : undefined;
+export const isConditionFailure = (error: unknown): boolean =>
+  errorName(error) === 'ConditionalCheckFailedException';
+
+export function checkLimit(limit: number): number {
+  if (!Number.isInteger(limit) || limit < 1) throw internal(`limit must be a positive integer, got ${limit}`);
+  return limit;
+}
+
+/** Epoch seconds, rounded up: DynamoDB's TTL attribute. */
+export const toSec = (ms: number): number => Math.ceil(ms / 1000);
+
+/** Code points, not locale: the order the local adapter's SQL gives. */
+export const compare = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
+/**
+ * The document client every adapter here relies on. removeUndefinedValues: a JobPatch removes a field
+ * by setting it to undefined, and records carry optional fields; without it the SDK throws on them.
+ * Composition roots build their document client here, never by hand.
+ */
+export function documentClient(client: DynamoDBClient): DynamoDBDocumentClient {
+  return DynamoDBDocumentClient.from(client, { marshallOptions: { removeUndefinedValues: true } });
+}
+
+/** Every page of a Query; `stop` ends early once the caller has enough. */
+export async function queryAll(
+  doc: DynamoDBDocumentClient,
+  input: QueryCommandInput,
+  stop: (items: Item[]) => boolean = () => false,
+): Promise<Item[]> {
+  const items: Item[] = [];
+  let startKey: Record<string, unknown> | undefined;
+  do {
+    const page = await doc.send(new QueryCommand({ ...input, ExclusiveStartKey: startKey }));
+    items.push(...((page.Items ?? []) as Item[]));
+    startKey = page.LastEvaluatedKey;
+  } while (startKey && !stop(items));
+  return items;
+}
+
+/** How long to wait before resending what DynamoDB left unprocessed (throttling), or give up. */
+async function backoff(attempt: number, what: string): Promise<void> {
+  if (attempt > 8) throw new FerryError('failed', `DynamoDB kept refusing ${what}`);
+  if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 50 * 2 ** attempt));
+}
+
+/** BatchWrite in groups of 25, resending what DynamoDB left unprocessed with backoff. */
+export async function batchWrite(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  requests: { PutRequest?: { Item: Item }; DeleteRequest?: { Key: Item } }[],
+): Promise<void> {
+  for (let i = 0; i < requests.length; i += 25) {
+    let pending = requests.slice(i, i + 25);
+    for (let attempt = 0; pending.length > 0; attempt++) {
+      await backoff(attempt, `writes to ${table}`);
+      const result = await doc.send(new BatchWriteCommand({ RequestItems: { [table]: pending } }));
+      pending = (result.UnprocessedItems?.[table] ?? []) as typeof pending;
+    }
+  }
+}
+
+/**
+ * The items of `keys` (distinct keys), read strongly consistent in groups of 100 (BatchGetItem's
+ * limit), resending unprocessed keys with backoff. Missing items are absent from the answer, whose
+ * order is DynamoDB's: callers match by key.
+ */
+export async function batchGet(doc: DynamoDBDocumentClient, table: string, keys: Item[]): Promise<Item[]> {
+  const items: Item[] = [];
+  for (let i = 0; i < keys.length; i += 100) {
+    let pending = keys.slice(i, i + 100);
+    for (let attempt = 0; pending.length > 0; attempt++) {
+      await backoff(attempt, `reads of ${table}`);
+      const result = await doc.send(
+        new BatchGetCommand({ RequestItems: { [table]: { Keys: pending, ConsistentRead: true } } }),
+      );
+      items.push(...((result.Responses?.[table] ?? []) as Item[]));
+      pending = (result.UnprocessedKeys?.[table]?.Keys ?? []) as Item[];
+    }
+  }
+  return items;
+}
+
+/** Why DynamoDB cancelled a transaction, per action in order (`Code` None for the ones that were fine). */
+export interface CancellationReason {
+  Code?: string;
+  /** The item as it is, raw, when the action asked for ReturnValuesOnConditionCheckFailure ALL_OLD. */
+  Item?: Record<string, AttributeValue>;
+}
+
+/** The reasons of a cancelled transaction, or undefined when `error` is something else. */
+export function cancellationReasons(error: unknown): CancellationReason[] | undefined {
+  if (errorName(error) !== 'TransactionCanceledException') return undefined;
+  return (error as { CancellationReasons?: CancellationReason[] }).CancellationReasons ?? [];
+}
+
+/**
+ * TransactWriteItems, tried again while DynamoDB cancels it only because another transaction held one
+ * of its items at the same moment (reason TransactionConflict: nothing was written, so trying again is
+ * safe). Any other cancellation (a failed condition) is the caller's, as the SDK threw it.
+ * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html#transaction-conflict-handling
+ */
+export async function transact(
+  doc: DynamoDBDocumentClient,
+  items: NonNullable<TransactWriteCommandInput['TransactItems']>,
+): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    await backoff(attempt, 'a transaction');
+    try {
+      await doc.send(new TransactWriteCommand({ TransactItems: items }));
+      return;
+    } catch (error) {
+      const reasons = cancellationReasons(error);
+      const conflictOnly =
+        reasons?.some((reason) => reason.Code === 'TransactionConflict') &&
+        reasons.every((reason) => reason.Code === 'TransactionConflict' || reason.Code === 'None');
+      if (!conflictOnly) throw error;
+    }
+  }
+}
+
+/** Where an adapter of one table finds it: the document client (documentClient) and the table name. */
+export interface TableOptions {
+  doc: DynamoDBDocumentClient;
+  table: string;
+}
+
+/**
+ * One table of records stored as a JSON `body` next to their key attributes: the shape of the
+ * control and worker tables. The adapters add their own keys and indexes on top.
+ */
+export class BodyTable {
+  readonly doc: DynamoDBDocumentClient;
+  readonly name: string;
+
+  constructor(options: TableOptions) {
+    this.doc = options.doc;
+    this.name = options.table;
+  }
+
+  async put(item: Item): Promise<void> {
+    await this.doc.send(new PutCommand({ TableName: this.name, Item: item }));
+  }
+
+  /** The whole item, read strongly consistent. */
+  async getItem(key: Item): Promise<Item | undefined> {
+    const result = await this.doc.send(
+      new GetCommand({ TableName: this.name, Key: key, ConsistentRead: true }),
+    );
+    return result.Item as Item | undefined;
+  }
+
+  async getBody<T>(key: Item): Promise<T | undefined> {
+    const item = await this.getItem(key);
+    return item ? (JSON.parse(item.body as string) as T) : undefined;
+  }
+
+  async delete(key: Item): Promise<void> {
+    await this.doc.send(new DeleteCommand({ TableName: this.name, Key: key }));
+  }
+
+  /** The bodies of every item a Query on an index finds. */
+  async queryBodies<T>(input: Omit<QueryCommandInput, 'TableName'>): Promise<T[]> {
+    const items = await queryAll(this.doc, { ...input, TableName: this.name });
+    return items.map((item) => JSON.parse(item.body as string) as T);
+  }
+}
+
+/** An adapter over one BodyTable (the control store, the worker registry). */
+export abstract class BodyTableAdapter {
+  protected readonly table: BodyTable;
+
+  constructor(options: TableOptions) {
+    this.table = new BodyTable(options);
+  }
+}

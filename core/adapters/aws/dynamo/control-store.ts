@@ -1,0 +1,209 @@
+/** ControlStore on DynamoDB: the `control` table of `dynamoSchema`. */
+import { TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
+import { conflict } from '../../../errors.js';
+import type {
+  ApiKeyRecord,
+  AppRecord,
+  ControlStore,
+  EndpointRecord,
+  EnvironmentRecord,
+} from '../../../ports.js';
+import { BodyTableAdapter, compare, errorName, type TableOptions } from './client.js';
+import { dynamoSchema } from './schema.js';
+
+/** Components are URI-encoded so a '#' inside a name never splits a key the wrong way. */
+const enc = encodeURIComponent;
+
+export type DynamoControlStoreOptions = TableOptions;
+
+/**
+ * One item per record, keyed for its get (`APP#<app>`, `ENV#<app>#<env>`, `EP#<id>`, `KEY#<hash>`,
+ * `KEYID#<id>`), listed through the `byKind` GSI. An API key is two items written in one transaction:
+ * `KEY#<hash>` (the lookup on every request, and the uniqueness of the hash) and `KEYID#<id>` (list
+ * and delete by id). Deleting an app or environment does not cascade (the CLI removes the parts first).
+ */
+export class DynamoControlStore extends BodyTableAdapter implements ControlStore {
+  async putApp(app: AppRecord): Promise<void> {
+    await this.put(`APP#${enc(app.name)}`, 'APP', app, 'APP', app.name);
+  }
+
+  getApp(name: string): Promise<AppRecord | undefined> {
+    return this.getBody<AppRecord>(`APP#${enc(name)}`, 'APP');
+  }
+
+  async listApps(): Promise<AppRecord[]> {
+    const apps = await this.list<AppRecord>('APP');
+    return apps.sort((a, b) => compare(a.name, b.name));
+  }
+
+  async deleteApp(name: string): Promise<void> {
+    await this.delete(`APP#${enc(name)}`, 'APP');
+  }
+
+  async putEnvironment(env: EnvironmentRecord): Promise<void> {
+    await this.put(`ENV#${enc(env.app)}#${enc(env.name)}`, 'ENV', env, `ENV#${enc(env.app)}`, env.name);
+  }
+
+  getEnvironment(app: string, name: string): Promise<EnvironmentRecord | undefined> {
+    return this.getBody<EnvironmentRecord>(`ENV#${enc(app)}#${enc(name)}`, 'ENV');
+  }
+
+  async listEnvironments(app: string): Promise<EnvironmentRecord[]> {
+    const envs = await this.list<EnvironmentRecord>(`ENV#${enc(app)}`);
+    return envs.sort((a, b) => compare(a.name, b.name));
+  }
+
+  async deleteEnvironment(app: string, name: string): Promise<void> {
+    await this.delete(`ENV#${enc(app)}#${enc(name)}`, 'ENV');
+  }
+
+  async putEndpoint(endpoint: EndpointRecord): Promise<void> {
+    const sort = `${enc(endpoint.app)}#${enc(endpoint.env)}#${enc(endpoint.id)}`;
+    await this.put(`EP#${enc(endpoint.id)}`, 'EP', endpoint, 'EP', sort);
+  }
+
+  getEndpoint(id: string): Promise<EndpointRecord | undefined> {
+    return this.getBody<EndpointRecord>(`EP#${enc(id)}`, 'EP');
+  }
+
+  async listEndpoints(filter: { app?: string; env?: string } = {}): Promise<EndpointRecord[]> {
+    let prefix: string | undefined;
+    if (filter.app !== undefined) {
+      prefix = `${enc(filter.app)}#`;
+      if (filter.env !== undefined) prefix += `${enc(filter.env)}#`;
+    }
+    const endpoints = await this.list<EndpointRecord>('EP', prefix);
+    return endpoints
+      .filter((ep) => filter.env === undefined || ep.env === filter.env)
+      .sort(
+        (a, b) =>
+          compare(a.app, b.app) || compare(a.env, b.env) || compare(a.name, b.name) || compare(a.id, b.id),
+      );
+  }
+
+  async deleteEndpoint(id: string): Promise<void> {
+    await this.delete(`EP#${enc(id)}`, 'EP');
+  }
+
+  async putApiKey(key: ApiKeyRecord): Promise<void> {
+    const idKey = { pk: `KEYID#${enc(key.id)}`, sk: 'KEY' };
+    const previous = await this.table.getItem(idKey);
+    const previousHash = previous?.hash as string | undefined;
+    const body = JSON.stringify(key);
+    try {
+      await this.table.doc.send(
+        new TransactWriteCommand({
+          TransactItems: [
+            {
+              Put: {
+                TableName: this.table.name,
+                Item: {
+                  ...idKey,
+                  kind: 'KEY',
+                  kindSort: `${key.createdAt.toString().padStart(16, '0')}#${key.id}`,
+                  hash: key.hash,
+                  body,
+                },
+                // Nobody re-pointed this id at another hash since we read it.
+                ConditionExpression:
+                  previousHash === undefined
+                    ? 'attribute_not_exists(pk)'
+                    : 'attribute_exists(pk) AND #hash = :previous',
+                ...(previousHash === undefined
+                  ? {}
+                  : {
+                      ExpressionAttributeNames: { '#hash': 'hash' },
+                      ExpressionAttributeValues: { ':previous': previousHash },
+                    }),
+              },
+            },
+            {
+              Put: {
+                TableName: this.table.name,
+                Item: { pk: `KEY#${key.hash}`, sk: 'KEY', keyId: key.id, body },
+                // The same hash under another id is a conflict.
+                ConditionExpression: 'attribute_not_exists(pk) OR keyId = :id',
+                ExpressionAttributeValues: { ':id': key.id },
+              },
+            },
+            ...(previousHash !== undefined && previousHash !== key.hash
+              ? [{ Delete: { TableName: this.table.name, Key: { pk: `KEY#${previousHash}`, sk: 'KEY' } } }]
+              : []),
+          ],
+        }),
+      );
+    } catch (error) {
+      const reasons = (error as { CancellationReasons?: { Code?: string }[] }).CancellationReasons;
+      if (
+        errorName(error) === 'TransactionCanceledException' &&
+        reasons?.[1]?.Code === 'ConditionalCheckFailed'
+      ) {
+        throw conflict('An API key with the same hash already exists');
+      }
+      if (
+        errorName(error) === 'TransactionCanceledException' &&
+        reasons?.[0]?.Code === 'ConditionalCheckFailed'
+      ) {
+        throw conflict(`The API key ${key.id} changed meanwhile; try again`);
+      }
+      throw error;
+    }
+  }
+
+  findApiKeyByHash(hash: string): Promise<ApiKeyRecord | undefined> {
+    return this.getBody<ApiKeyRecord>(`KEY#${hash}`, 'KEY');
+  }
+
+  async listApiKeys(): Promise<ApiKeyRecord[]> {
+    const keys = await this.list<ApiKeyRecord>('KEY');
+    return keys.sort((a, b) => a.createdAt - b.createdAt || compare(a.id, b.id));
+  }
+
+  async deleteApiKey(id: string): Promise<void> {
+    const idKey = { pk: `KEYID#${enc(id)}`, sk: 'KEY' };
+    const item = await this.table.getItem(idKey);
+    if (!item) return;
+    await this.table.doc.send(
+      new TransactWriteCommand({
+        TransactItems: [
+          { Delete: { TableName: this.table.name, Key: idKey } },
+          {
+            Delete: {
+              TableName: this.table.name,
+              Key: { pk: `KEY#${item.hash as string}`, sk: 'KEY' },
+              // Only while it still belongs to this id.
+              ConditionExpression: 'attribute_not_exists(pk) OR keyId = :id',
+              ExpressionAttributeValues: { ':id': id },
+            },
+          },
+        ],
+      }),
+    );
+  }
+
+  async close(): Promise<void> {}
+
+  private async put(pk: string, sk: string, record: object, kind: string, kindSort: string): Promise<void> {
+    await this.table.put({ pk, sk, kind, kindSort, body: JSON.stringify(record) });
+  }
+
+  private getBody<T>(pk: string, sk: string): Promise<T | undefined> {
+    return this.table.getBody<T>({ pk, sk });
+  }
+
+  private async delete(pk: string, sk: string): Promise<void> {
+    await this.table.delete({ pk, sk });
+  }
+
+  private list<T>(kind: string, sortPrefix?: string): Promise<T[]> {
+    return this.table.queryBodies<T>({
+      IndexName: dynamoSchema.control.indexes.byKind.indexName,
+      KeyConditionExpression:
+        sortPrefix === undefined ? 'kind = :kind' : 'kind = :kind AND begins_with(kindSort, :prefix)',
+      ExpressionAttributeValues: {
+        ':kind': kind,
+        ...(sortPrefix === undefined ? {} : { ':prefix': sortPrefix }),
+      },
+    });
+  }
+}

@@ -1,0 +1,140 @@
+/**
+ * An endpoint's health counts (JobStore.counts) without reading its jobs. The semantics are the local
+ * adapter's: unexpired jobs at `nowMs`, counted by status as core/job.ts healthCountOf says, plus
+ * those with retries > 0 in `retried`.
+ *
+ * Count items. Every job adds one to its endpoint's count item for the bucket its expiresAt falls in
+ * (`countBucketMs`) and the shard of its id: attributes inQueue, inProgress, completed, failed,
+ * retried. The item lives in the jobs table itself, keyed `<endpointId>-#counts#<bucket>#<shard>`,
+ * so whoever may write an endpoint's jobs may write its counts under the same IAM partition-key
+ * fence (infra/isolation.ts), and one transaction spans both.
+ *
+ *  - Every write that changes what a job counts as (create, a status move, a retry, a new expiresAt,
+ *    deleteExpired) goes in ONE TransactWriteItems with `ADD` updates of the count items it leaves
+ *    and enters: all of them happen or none do, so a transition never lands without its counts
+ *    (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html,
+ *    ADD: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.UpdateExpressions.html#Expressions.UpdateExpressions.ADD).
+ *    The SDK gives each transaction a ClientRequestToken, so its own retries of a lost answer apply
+ *    it once. The price: a transactional write costs two write units per KB instead of one, so
+ *    writes that change no count (progress, lease renewals) stay single conditional writes.
+ *  - Expiry needs no write at all, which matters because TTL deletes run no code
+ *    (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html): health
+ *    sums the count items of the buckets from the current one on (one Query), and takes back the
+ *    jobs of the current bucket whose expiresAt already passed (one Query on the same index, over at
+ *    most one bucket's worth of expiries). Buckets before the current one never count, whether
+ *    TTL has dropped their items yet or not. A finished job's own TTL waits for its bucket to end
+ *    (job-item.ts), so what the second Query must take back is still there to read.
+ *  - Shards (`statusShardCount`, by the job id as in job-item.ts) spread the writes of a busy
+ *    endpoint over several count items: two transactions on one item at once conflict, and the
+ *    loser is retried (`transact`).
+ *
+ * Both queries read the `byEndpointExpiry` GSI, which is eventually consistent: a transition a
+ * moment ago may show a moment later. Health is a view, and the counts themselves never drift.
+ */
+import type { DynamoDBDocumentClient, TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
+import { healthCountOf, type Job, type JobStatus } from '../../../job.js';
+import type { JobCounts } from '../../../ports.js';
+import { type Item, queryAll, toSec } from './client.js';
+import { bucketStartOf, countBucketMs, countFields, daySec, shardOf } from './job-item.js';
+import { dynamoSchema } from './schema.js';
+
+type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
+type CountField = (typeof countFields)[number];
+type Tally = Partial<Record<CountField, number>>;
+
+/** What decides where and how a job counts. */
+export type Counted = Pick<Job, 'id' | 'endpointId' | 'status' | 'retries' | 'expiresAt'>;
+
+/** The partition key of an endpoint's count items in the byEndpointExpiry index. */
+const countsPartition = (endpointId: string): string => `${endpointId}#COUNTS`;
+
+/** What one job adds to its endpoint's counts while it is unexpired. */
+function tallyOf(job: Pick<Counted, 'status' | 'retries'>): Tally {
+  const tally: Tally = {};
+  const field = healthCountOf[job.status];
+  if (field) tally[field] = 1;
+  if (job.retries > 0) tally.retried = 1;
+  return tally;
+}
+
+/**
+ * The count-item updates that turn the counts of `before` (undefined: the job is new) into those of
+ * `after` (undefined: the job is deleted): none when nothing it counts as changed, else one per
+ * count item touched (two when the expiry moved to another bucket).
+ */
+export function countUpdates(table: string, before?: Counted, after?: Counted): TransactItem[] {
+  const deltas = new Map<string, { job: Counted; tally: Record<string, number> }>();
+  const add = (job: Counted | undefined, sign: 1 | -1) => {
+    if (!job) return;
+    const key = `${job.endpointId}-#counts#${bucketStartOf(job.expiresAt)}#${shardOf(job.id)}`;
+    const entry = deltas.get(key) ?? { job, tally: {} };
+    for (const [field, n] of Object.entries(tallyOf(job)))
+      entry.tally[field] = (entry.tally[field] ?? 0) + sign * n;
+    deltas.set(key, entry);
+  };
+  add(before, -1);
+  add(after, 1);
+  const updates: TransactItem[] = [];
+  for (const [jobId, { job, tally }] of deltas) {
+    const moved = Object.entries(tally).filter(([, n]) => n !== 0);
+    if (moved.length === 0) continue;
+    const bucketStart = bucketStartOf(job.expiresAt);
+    updates.push({
+      Update: {
+        TableName: table,
+        Key: { jobId },
+        UpdateExpression: `SET endpointId = :counts, expiresAt = :start, expiresAtSec = :ttl ADD ${moved
+          .map(([field]) => `${field} :${field}`)
+          .join(', ')}`,
+        ExpressionAttributeValues: {
+          ':counts': countsPartition(job.endpointId),
+          ':start': bucketStart,
+          // Dead once its bucket ended (health no longer reads it); a day more for clock skew.
+          ':ttl': toSec(bucketStart + countBucketMs) + daySec,
+          ...Object.fromEntries(moved.map(([field, n]) => [`:${field}`, n])),
+        },
+      },
+    });
+  }
+  return updates;
+}
+
+/** The status a `byStatusExpiry` index item was in (its statusShard is `<status>#<shard>`). */
+export const statusOfShard = (statusShard: string): JobStatus => statusShard.split('#')[0] as JobStatus;
+
+/** The counts at `nowMs`: two Queries, whatever the number of jobs the endpoint retains. */
+export async function readCounts(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  endpointId: string,
+  nowMs: number,
+): Promise<JobCounts> {
+  const indexName = dynamoSchema.jobs.indexes.byEndpointExpiry.indexName;
+  const currentStart = bucketStartOf(nowMs);
+  const [countItems, expiredNow] = await Promise.all([
+    queryAll(doc, {
+      TableName: table,
+      IndexName: indexName,
+      KeyConditionExpression: 'endpointId = :counts AND expiresAt >= :start',
+      ExpressionAttributeValues: { ':counts': countsPartition(endpointId), ':start': currentStart },
+    }),
+    // Jobs of the current bucket that already expired (expiresAt <= now reads as absent).
+    queryAll(doc, {
+      TableName: table,
+      IndexName: indexName,
+      KeyConditionExpression: 'endpointId = :ep AND expiresAt BETWEEN :start AND :now',
+      ExpressionAttributeValues: { ':ep': endpointId, ':start': currentStart, ':now': nowMs },
+    }),
+  ]);
+  const counts: JobCounts = { completed: 0, failed: 0, inProgress: 0, inQueue: 0, retried: 0 };
+  for (const item of countItems) {
+    for (const field of countFields) counts[field] += (item[field] as number | undefined) ?? 0;
+  }
+  for (const job of expiredNow as Item[]) {
+    for (const [field, n] of Object.entries(tallyOf(job as unknown as Counted)))
+      counts[field as CountField] -= n;
+  }
+  // Never below zero: jobs written before count items existed leave their counts on moving on.
+  for (const field of countFields) counts[field] = Math.max(0, counts[field]);
+  return counts;
+}

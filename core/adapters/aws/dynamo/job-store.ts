@@ -1,0 +1,716 @@
+/** JobStore on DynamoDB: the `jobs` and `chunks` tables of `dynamoSchema` (../dynamo.ts says why). */
+import type { AttributeValue } from '@aws-sdk/client-dynamodb';
+import {
+  DeleteCommand,
+  type DynamoDBDocumentClient,
+  GetCommand,
+  PutCommand,
+  UpdateCommand,
+} from '@aws-sdk/lib-dynamodb';
+import { unmarshall } from '@aws-sdk/util-dynamodb';
+import { conflict, FerryError } from '../../../errors.js';
+import {
+  decodeJobCursor,
+  encodeJobCursor,
+  isBeforeCursor,
+  isFinal,
+  type Job,
+  type JobStatus,
+  jobStatuses,
+} from '../../../job.js';
+import type {
+  BlobStore,
+  JobCounts,
+  JobPatch,
+  JobStore,
+  JobUpdate,
+  LeaseRenewal,
+  RecentJobsQuery,
+} from '../../../ports.js';
+import {
+  batchGet,
+  batchWrite,
+  cancellationReasons,
+  checkLimit,
+  type Item,
+  isConditionFailure,
+  queryAll,
+  toSec,
+  transact,
+} from './client.js';
+import { type Counted, countUpdates, readCounts, statusOfShard } from './counts.js';
+import {
+  type BigField,
+  bigFields,
+  bucketStartOf,
+  daySec,
+  inlineBudgetBytes,
+  itemOf,
+  MissingBlobError,
+  payloadKey,
+  refsOf,
+  type Stored,
+  shardsOf,
+  storedBigOf,
+  streamChunkInlineBytes,
+} from './job-item.js';
+import { type DynamoTableNames, dynamoSchema, type IndexSpec } from './schema.js';
+
+/** Stream chunks and their meta: the longest policy.ttl (7 d) plus a day. */
+const streamLifeSec = 8 * daySec;
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+export interface DynamoJobStoreOptions {
+  doc: DynamoDBDocumentClient;
+  tables: Pick<DynamoTableNames, 'jobs' | 'chunks'>;
+  /** Where values too big for an item go. */
+  blobs: BlobStore;
+  /** Wall time, only for the TTL of stream items (the port passes `nowMs` everywhere else). */
+  nowMs?: () => number;
+  /** Where a store that cannot do its job says so; defaults to console.warn. */
+  warn?: (message: string) => void;
+}
+
+/** Jobs as items described in ./job-item.ts; stream chunks as items of the chunks table. */
+export class DynamoJobStore implements JobStore {
+  private readonly doc: DynamoDBDocumentClient;
+  private readonly jobsTable: string;
+  private readonly chunksTable: string;
+  private readonly blobs: BlobStore;
+  private readonly nowMs: () => number;
+  private readonly warn: (message: string) => void;
+  /**
+   * How the big fields of each job this store handed out are stored (inline JSON or an S3 ref), so an
+   * update writes without reading the item again. Weak: a job the caller drops is forgotten.
+   */
+  private readonly storedBig = new WeakMap<Job, Partial<Record<BigField, Stored>>>();
+
+  constructor(options: DynamoJobStoreOptions) {
+    this.doc = options.doc;
+    this.jobsTable = options.tables.jobs;
+    this.chunksTable = options.tables.chunks;
+    this.blobs = options.blobs;
+    this.nowMs = options.nowMs ?? Date.now;
+    this.warn = options.warn ?? ((message) => console.warn(message));
+  }
+
+  /** One conditional PutItem; in one transaction with its count items when the job counts (./counts.ts). */
+  async create(job: Job): Promise<void> {
+    const stored: Job = { ...job, version: 1 };
+    const big = await this.storeBig(stored, bigFields);
+    const put = {
+      TableName: this.jobsTable,
+      Item: itemOf(stored, big),
+      ConditionExpression: 'attribute_not_exists(jobId)',
+    };
+    const counts = countUpdates(this.jobsTable, undefined, stored);
+    try {
+      if (counts.length === 0) await this.doc.send(new PutCommand(put));
+      else await transact(this.doc, [{ Put: put }, ...counts]);
+    } catch (error) {
+      await this.dropBlobs(refsOf(big));
+      if (isConditionFailure(error) || cancellationReasons(error)?.[0]?.Code === 'ConditionalCheckFailed') {
+        throw conflict(`A job with id ${job.id} already exists`);
+      }
+      throw error;
+    }
+  }
+
+  async get(jobId: string, nowMs: number): Promise<Job | undefined> {
+    const job = await this.readJob(jobId);
+    // TTL deletion lags by days: an expired job still in the table reads as absent.
+    return job && job.expiresAt > nowMs ? job : undefined;
+  }
+
+  /**
+   * One conditional PutItem and no read: `current` came from this store, which remembers how its big
+   * fields are stored (inline or in S3), so the write needs nothing else. On a lost race DynamoDB hands
+   * back the item as it is now (ReturnValuesOnConditionCheckFailure ALL_OLD,
+   * https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_PutItem.html), so the caller
+   * decides again without a GetItem either. When the write changes what the job counts as in health
+   * (status, retries, expiry), the PutItem and the count updates go in one transaction (./counts.ts).
+   */
+  async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
+    const expectedVersion = current.version;
+    // What the stored job counts as: the version condition makes it `current`'s.
+    let before: Counted = current;
+    let big = this.storedBig.get(current);
+    if (!big) {
+      // A job this store did not hand out: read how its big fields are stored.
+      const item = await this.readItem(current.id);
+      if (!item || item.version !== expectedVersion) {
+        return { ok: false, current: item ? await this.jobOf(item) : undefined };
+      }
+      big = storedBigOf(item);
+      before = countedOf(item);
+    }
+    const next: Record<string, unknown> = { ...current };
+    const patchedBig: BigField[] = [];
+    for (const [key, value] of Object.entries(patch)) {
+      // The identity and the version are not the caller's to write.
+      if (key === 'id' || key === 'endpointId' || key === 'version') continue;
+      if ((bigFields as string[]).includes(key)) patchedBig.push(key as BigField);
+      if (value === undefined) delete next[key];
+      else next[key] = value;
+    }
+    const written = { ...next, version: expectedVersion + 1 } as unknown as Job;
+    const newBig = { ...big, ...(await this.storeBig(written, patchedBig)) };
+    for (const field of patchedBig)
+      if ((written as unknown as Item)[field] === undefined) delete newBig[field];
+
+    const put = {
+      TableName: this.jobsTable,
+      Item: itemOf(written, newBig),
+      ConditionExpression: 'version = :expected',
+      ExpressionAttributeValues: { ':expected': expectedVersion },
+      ReturnValuesOnConditionCheckFailure: 'ALL_OLD' as const,
+    };
+    const counts = countUpdates(this.jobsTable, before, written);
+    try {
+      if (counts.length === 0) await this.doc.send(new PutCommand(put));
+      else await transact(this.doc, [{ Put: put }, ...counts]);
+    } catch (error) {
+      await this.dropBlobs(patchedBig.flatMap((field) => refsOf({ [field]: newBig[field] })));
+      const reason = cancellationReasons(error)?.[0];
+      if (!isConditionFailure(error) && reason?.Code !== 'ConditionalCheckFailed') throw error;
+      const old = reason ? reason.Item : (error as { Item?: Record<string, AttributeValue> }).Item;
+      return { ok: false, current: old ? await this.jobOfOrFresh(unmarshall(old) as Item) : undefined };
+    }
+    // The replaced blobs: nothing points at them any more (a reader that got the old item re-reads).
+    await this.dropBlobs(patchedBig.flatMap((field) => refsOf({ [field]: big[field] })));
+    this.storedBig.set(written, newBig);
+    return { ok: true, job: written };
+  }
+
+  /**
+   * One conditional UpdateItem and no read: a ping writes only leaseUntil, overdueAt and the version,
+   * guarded by who holds the job (status, endpointId and workerId are item attributes for this).
+   * It saves the GetItem and the request's payload, not write units: DynamoDB bills an update by the
+   * larger of the item's size before and after it
+   * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html#write-operation-consumption).
+   * Two cases fall back to the full compare-and-set, with the item the failed condition handed back
+   * (ReturnValuesOnConditionCheckFailure ALL_OLD): the new lease passes the run deadline (overdueAt
+   * must then stay at the deadline, which an update expression cannot take the minimum of), and an
+   * item written before these attributes existed.
+   */
+  async renewLease(lease: LeaseRenewal): Promise<boolean> {
+    const { jobId, endpointId, workerId, leaseUntil, nowMs } = lease;
+    try {
+      await this.doc.send(
+        new UpdateCommand({
+          TableName: this.jobsTable,
+          Key: { jobId },
+          UpdateExpression: 'SET leaseUntil = :lease, overdueAt = :lease, version = version + :one',
+          ConditionExpression:
+            '#status = :running AND endpointId = :endpoint AND workerId = :worker AND expiresAt > :now' +
+            ' AND (attribute_not_exists(runDeadline) OR runDeadline >= :lease)',
+          ExpressionAttributeNames: { '#status': 'status' },
+          ExpressionAttributeValues: {
+            ':lease': leaseUntil,
+            ':one': 1,
+            ':running': 'IN_PROGRESS',
+            ':endpoint': endpointId,
+            ':worker': workerId,
+            ':now': nowMs,
+          },
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        }),
+      );
+      return true;
+    } catch (error) {
+      if (!isConditionFailure(error)) throw error;
+      const old = (error as { Item?: Record<string, AttributeValue> }).Item;
+      if (!old) return false;
+      let job = await this.jobOfOrFresh(unmarshall(old) as Item);
+      while (
+        job &&
+        job.expiresAt > nowMs &&
+        job.endpointId === endpointId &&
+        job.status === 'IN_PROGRESS' &&
+        job.workerId === workerId
+      ) {
+        const renewed = await this.update(job, { leaseUntil });
+        if (renewed.ok) return true;
+        job = renewed.current;
+      }
+      return false;
+    }
+  }
+
+  async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
+    checkLimit(limit);
+    const items = await queryAll(
+      this.doc,
+      {
+        TableName: this.jobsTable,
+        IndexName: dynamoSchema.jobs.indexes.byEndpointStatus.indexName,
+        KeyConditionExpression: 'endpointStatus = :key',
+        FilterExpression: 'expiresAt > :now',
+        ExpressionAttributeValues: { ':key': `${endpointId}#${status}`, ':now': nowMs },
+      },
+      (found) => found.length >= limit,
+    );
+    return this.jobsFound(dynamoSchema.jobs.indexes.byEndpointStatus, items.slice(0, limit), nowMs);
+  }
+
+  /**
+   * The management API's job list: one Query per status on `byEndpointStatus` (createdAt between
+   * the window's start and the cursor, newest first, stopping at a page), merged newest first. Never
+   * a Scan: each Query reads one endpoint's jobs of one status.
+   */
+  async listRecent(endpointId: string, query: RecentJobsQuery): Promise<{ jobs: Job[]; next?: string }> {
+    const limit = checkLimit(query.limit);
+    const statuses = query.statuses.length > 0 ? query.statuses : jobStatuses;
+    const cursor = decodeJobCursor(query.cursor) ?? [query.toMs, '\uffff'];
+    const perStatus = await Promise.all(
+      statuses.map(async (status) => {
+        const items = await queryAll(
+          this.doc,
+          {
+            TableName: this.jobsTable,
+            IndexName: dynamoSchema.jobs.indexes.byEndpointStatus.indexName,
+            KeyConditionExpression: 'endpointStatus = :key AND createdAt BETWEEN :from AND :before',
+            FilterExpression: 'expiresAt > :now',
+            ExpressionAttributeValues: {
+              ':key': `${endpointId}#${status}`,
+              ':from': query.fromMs,
+              ':before': cursor[0],
+              ':now': query.nowMs,
+            },
+            ScanIndexForward: false,
+            Limit: limit + 1,
+          },
+          (found) => found.length > limit,
+        );
+        return items.filter((item) =>
+          isBeforeCursor({ createdAt: item.createdAt as number, id: item.jobId as string }, cursor),
+        );
+      }),
+    );
+    const merged = perStatus
+      .flat()
+      .sort((a, b) =>
+        a.createdAt === b.createdAt
+          ? String(a.jobId) < String(b.jobId)
+            ? 1
+            : -1
+          : (b.createdAt as number) - (a.createdAt as number),
+      );
+    const jobs = await this.jobsFound(
+      dynamoSchema.jobs.indexes.byEndpointStatus,
+      merged.slice(0, limit),
+      query.nowMs,
+    );
+    const last = jobs.at(-1);
+    return merged.length > limit && last ? { jobs, next: encodeJobCursor(last) } : { jobs };
+  }
+
+  /**
+   * Running jobs whose lease lapsed or whose execution timeout passed: one Query per shard of the
+   * sparse `byStatusOverdue` index (overdueAt <= now), merged oldest deadline first.
+   */
+  async listOverdue(nowMs: number, limit: number): Promise<Job[]> {
+    checkLimit(limit);
+    const items = await this.queryShards(
+      ['IN_PROGRESS'],
+      dynamoSchema.jobs.indexes.byStatusOverdue.indexName,
+      'statusShard = :shard AND overdueAt <= :now',
+      { ':now': nowMs },
+      limit,
+    );
+    items.sort((a, b) => (a.overdueAt as number) - (b.overdueAt as number));
+    return this.jobsFound(dynamoSchema.jobs.indexes.byStatusOverdue, items.slice(0, limit));
+  }
+
+  /** Unfinished jobs whose expiresAt passed (policy.ttl ran out): `get` hides them, the engine stops them. */
+  async listExpiredUnfinished(nowMs: number, limit: number): Promise<Job[]> {
+    checkLimit(limit);
+    const items = await this.queryShards(
+      ['IN_QUEUE', 'IN_PROGRESS'],
+      dynamoSchema.jobs.indexes.byStatusExpiry.indexName,
+      'statusShard = :shard AND expiresAt <= :now',
+      { ':now': nowMs },
+      limit,
+    );
+    items.sort((a, b) => (a.expiresAt as number) - (b.expiresAt as number));
+    return this.jobsFound(dynamoSchema.jobs.indexes.byStatusExpiry, items.slice(0, limit));
+  }
+
+  /**
+   * Stream chunks: seq 0 of the job's partition in the chunks table is the meta item
+   * {nextSeq, cursor}. appendStream reserves seqs by an atomic ADD on nextSeq, then writes the chunks;
+   * drainStream hands out the contiguous run after `cursor` and moves the cursor by a conditional
+   * update, so two drains racing never hand out the same chunk:
+   *
+   *   chunks  1 2 3 4 _ 6        (5 reserved, not written yet)
+   *           ▲     ▲
+   *        cursor  drain hands out 2..4 and sets cursor 1 → 4 only if it is still 1
+   */
+  async appendStream(jobId: string, outputs: unknown[]): Promise<void> {
+    if (outputs.length === 0) return;
+    const expiresAtSec = toSec(this.nowMs()) + streamLifeSec;
+    const reserved = await this.doc.send(
+      new UpdateCommand({
+        TableName: this.chunksTable,
+        Key: { jobId, seq: 0 },
+        UpdateExpression: 'ADD nextSeq :n SET expiresAtSec = :exp, #cursor = if_not_exists(#cursor, :zero)',
+        ExpressionAttributeNames: { '#cursor': 'cursor' },
+        ExpressionAttributeValues: { ':n': outputs.length, ':exp': expiresAtSec, ':zero': 0 },
+        ReturnValues: 'UPDATED_NEW',
+      }),
+    );
+    const lastSeq = reserved.Attributes?.nextSeq as number;
+    const firstSeq = lastSeq - outputs.length + 1;
+    const items: Item[] = [];
+    for (const [i, output] of outputs.entries()) {
+      const seq = firstSeq + i;
+      const json = JSON.stringify(output ?? null);
+      const item: Item = { jobId, seq, expiresAtSec };
+      if (Buffer.byteLength(json) > streamChunkInlineBytes) {
+        const ref = payloadKey(jobId, `stream-${seq}`);
+        await this.blobs.put(ref, encoder.encode(json));
+        item.chunkRef = ref;
+      } else {
+        item.chunkJson = json;
+      }
+      items.push(item);
+    }
+    await batchWrite(
+      this.doc,
+      this.chunksTable,
+      items.map((Item) => ({ PutRequest: { Item } })),
+    );
+  }
+
+  async drainStream(jobId: string): Promise<unknown[]> {
+    for (let attempt = 0; attempt < 20; attempt++) {
+      const meta = (
+        await this.doc.send(
+          new GetCommand({ TableName: this.chunksTable, Key: { jobId, seq: 0 }, ConsistentRead: true }),
+        )
+      ).Item as Item | undefined;
+      if (!meta) return [];
+      const cursor = (meta.cursor as number | undefined) ?? 0;
+      const nextSeq = (meta.nextSeq as number | undefined) ?? 0;
+      if (cursor >= nextSeq) return [];
+      const rows = await queryAll(this.doc, {
+        TableName: this.chunksTable,
+        KeyConditionExpression: 'jobId = :job AND seq BETWEEN :from AND :to',
+        ExpressionAttributeValues: { ':job': jobId, ':from': cursor + 1, ':to': nextSeq },
+        ConsistentRead: true,
+      });
+      // Only the contiguous run: a reserved seq not written yet holds back the ones after it.
+      const run: Item[] = [];
+      for (const row of rows) {
+        if (row.seq !== cursor + 1 + run.length) break;
+        run.push(row);
+      }
+      if (run.length === 0) return [];
+      // Read the values before claiming them, so a failed blob read loses nothing.
+      const values = await Promise.all(run.map((row) => this.chunkValue(row)));
+      const lastSeq = cursor + run.length;
+      try {
+        await this.doc.send(
+          new UpdateCommand({
+            TableName: this.chunksTable,
+            Key: { jobId, seq: 0 },
+            UpdateExpression: 'SET #cursor = :last',
+            ConditionExpression: '#cursor = :cursor',
+            ExpressionAttributeNames: { '#cursor': 'cursor' },
+            ExpressionAttributeValues: { ':last': lastSeq, ':cursor': cursor },
+          }),
+        );
+      } catch (error) {
+        if (isConditionFailure(error)) continue; // another drain took them; look again
+        throw error;
+      }
+      await this.deleteChunks(jobId, run);
+      return values;
+    }
+    throw new FerryError('failed', `Could not drain the stream of ${jobId}: too much contention`);
+  }
+
+  async clearStream(jobId: string): Promise<void> {
+    try {
+      // Skip everything appended so far; seqs keep growing, so nothing is ever reused.
+      await this.doc.send(
+        new UpdateCommand({
+          TableName: this.chunksTable,
+          Key: { jobId, seq: 0 },
+          UpdateExpression: 'SET #cursor = nextSeq',
+          ConditionExpression: 'attribute_exists(nextSeq)',
+          ExpressionAttributeNames: { '#cursor': 'cursor' },
+        }),
+      );
+    } catch (error) {
+      if (isConditionFailure(error)) return; // nothing was ever appended
+      throw error;
+    }
+    const rows = await queryAll(this.doc, {
+      TableName: this.chunksTable,
+      KeyConditionExpression: 'jobId = :job AND seq > :zero',
+      ExpressionAttributeValues: { ':job': jobId, ':zero': 0 },
+      ConsistentRead: true,
+    });
+    await this.deleteChunks(jobId, rows);
+  }
+
+  /** Two Queries on the count items and the current bucket, however many jobs the endpoint keeps (./counts.ts). */
+  counts(endpointId: string, nowMs: number): Promise<JobCounts> {
+    return readCounts(this.doc, this.jobsTable, endpointId, nowMs);
+  }
+
+  /**
+   * Deletes expired jobs in a final status with their chunks and blobs (DynamoDB's TTL would drop
+   * the items days later but never the blobs). Unfinished ones stay for the engine to stop first.
+   * Each delete is conditional on the item still being final and expired.
+   */
+  async deleteExpired(nowMs: number, limit: number): Promise<number> {
+    const finals = jobStatuses.filter(isFinal);
+    // Reads at most `limit` items per shard (the queries carry Limit), deletes the oldest `limit`.
+    const found = await this.queryShards(
+      finals,
+      dynamoSchema.jobs.indexes.byStatusExpiry.indexName,
+      'statusShard = :shard AND expiresAt <= :now',
+      { ':now': nowMs },
+      checkLimit(limit),
+    );
+    const items = found.sort((a, b) => (a.expiresAt as number) - (b.expiresAt as number)).slice(0, limit);
+    let deleted = 0;
+    for (const item of items) {
+      const del = {
+        TableName: this.jobsTable,
+        Key: { jobId: item.jobId },
+        // Still as the index showed it: final, expired, and counted as `counts` below assumes.
+        ConditionExpression: 'expiresAt = :expiresAt AND #status = :status AND retries = :retries',
+        ExpressionAttributeNames: { '#status': 'status' },
+        ExpressionAttributeValues: {
+          ':expiresAt': item.expiresAt,
+          ':status': statusOfShard(item.statusShard as string),
+          ':retries': item.retries,
+        },
+      };
+      // A job of the current count bucket is still taken back by health: it leaves the counts with
+      // its delete. Older buckets no longer count (./counts.ts).
+      const inCurrentBucket = bucketStartOf(item.expiresAt as number) >= bucketStartOf(nowMs);
+      const counts = inCurrentBucket ? countUpdates(this.jobsTable, countedOf(item), undefined) : [];
+      try {
+        if (counts.length === 0) await this.doc.send(new DeleteCommand(del));
+        else await transact(this.doc, [{ Delete: del }, ...counts]);
+      } catch (error) {
+        const failed =
+          isConditionFailure(error) || cancellationReasons(error)?.[0]?.Code === 'ConditionalCheckFailed';
+        if (failed) continue; // retried or already gone meanwhile
+        throw error;
+      }
+      deleted++;
+      await this.dropBlobs(refsOf(storedBigOf(item)));
+      await this.clearStream(item.jobId as string);
+    }
+    return deleted;
+  }
+
+  /** The clients are injected and may be shared: their owner destroys them. */
+  async close(): Promise<void> {}
+
+  // ── internals ──
+
+  private async queryShards(
+    statuses: readonly JobStatus[],
+    indexName: string,
+    keyCondition: string,
+    values: Record<string, unknown>,
+    limit: number,
+  ): Promise<Item[]> {
+    const perShard = await Promise.all(
+      statuses.flatMap(shardsOf).map((shard) =>
+        queryAll(
+          this.doc,
+          {
+            TableName: this.jobsTable,
+            IndexName: indexName,
+            KeyConditionExpression: keyCondition,
+            ExpressionAttributeValues: { ':shard': shard, ...values },
+            // No filter here, so a page of `limit` items is all this shard can contribute.
+            ...(Number.isFinite(limit) ? { Limit: limit } : {}),
+          },
+          (found) => found.length >= limit,
+        ),
+      ),
+    );
+    return perShard.flat();
+  }
+
+  private async readItem(jobId: string): Promise<Item | undefined> {
+    const result = await this.doc.send(
+      new GetCommand({ TableName: this.jobsTable, Key: { jobId }, ConsistentRead: true }),
+    );
+    return result.Item as Item | undefined;
+  }
+
+  private async readJob(jobId: string): Promise<Job | undefined> {
+    // A writer deletes the blobs it replaced right after its write: a reader holding the older item
+    // may find a blob gone, and reads again.
+    for (let attempt = 0; ; attempt++) {
+      const item = await this.readItem(jobId);
+      // No body: not a job (a count item shares the table, ./counts.ts).
+      if (typeof item?.body !== 'string') return undefined;
+      try {
+        return await this.jobOf(item);
+      } catch (error) {
+        if (!(error instanceof MissingBlobError) || attempt >= 2) throw error;
+      }
+    }
+  }
+
+  /**
+   * The jobs an index query found, read from the table by key: the indexes project only keys and what
+   * their queries filter on (./schema.ts), so one BatchGetItem per 100 jobs reads just the jobs handed
+   * out, strongly consistent. A job that moved on since the index saw it (other index keys now, gone,
+   * or expired at `unexpiredAtMs`) is left out, as a query a moment later would leave it out.
+   */
+  private async jobsFound(index: IndexSpec, found: Item[], unexpiredAtMs?: number): Promise<Job[]> {
+    if (found.length === 0) return [];
+    // One entry per job (a stale index may list a job twice; BatchGetItem refuses duplicate keys).
+    const entries = new Map(found.map((entry) => [entry.jobId as string, entry]));
+    const items = await batchGet(
+      this.doc,
+      this.jobsTable,
+      [...entries.keys()].map((jobId) => ({ jobId })),
+    );
+    const byId = new Map(items.map((item) => [item.jobId as string, item]));
+    const { partitionKey, sortKey } = index;
+    const current = [...entries].flatMap(([jobId, entry]) => {
+      const item = byId.get(jobId);
+      const same =
+        item !== undefined &&
+        item[partitionKey.name] === entry[partitionKey.name] &&
+        item[sortKey.name] === entry[sortKey.name] &&
+        (unexpiredAtMs === undefined || (item.expiresAt as number) > unexpiredAtMs);
+      return same ? [item] : [];
+    });
+    return this.jobsOf(current);
+  }
+
+  private async jobsOf(items: Item[]): Promise<Job[]> {
+    return Promise.all(
+      items.map(async (item) => {
+        try {
+          return await this.jobOf(item);
+        } catch (error) {
+          if (!(error instanceof MissingBlobError)) throw error;
+          // Changed since the index was read: take the item as it is now.
+          const fresh = await this.readJob(item.jobId as string);
+          if (!fresh) throw error;
+          return fresh;
+        }
+      }),
+    );
+  }
+
+  private async jobOf(item: Item): Promise<Job> {
+    const small = JSON.parse(item.body as string) as Job;
+    // renewLease writes these two attributes and leaves the body as it was.
+    small.version = item.version as number;
+    if (typeof item.leaseUntil === 'number') small.leaseUntil = item.leaseUntil;
+    const big = storedBigOf(item);
+    const job = await this.decode(small, big, bigFields);
+    this.storedBig.set(job, big);
+    return job;
+  }
+
+  /** The job of an item read a moment ago; when a writer already replaced its blobs, the job as it is now. */
+  private async jobOfOrFresh(item: Item): Promise<Job | undefined> {
+    if (typeof item.body !== 'string') return undefined; // a count item, not a job
+    try {
+      return await this.jobOf(item);
+    } catch (error) {
+      if (!(error instanceof MissingBlobError)) throw error;
+      return this.readJob(item.jobId as string);
+    }
+  }
+
+  /** Fills in the big fields of `job` from `big` (`fields` are the ones to fill). */
+  private async decode(job: Job, big: Partial<Record<BigField, Stored>>, fields: BigField[]): Promise<Job> {
+    const out = { ...job } as unknown as Item;
+    await Promise.all(
+      fields.map(async (field) => {
+        const stored = big[field];
+        if (!stored) {
+          delete out[field];
+          return;
+        }
+        out[field] = JSON.parse('json' in stored ? stored.json : await this.readBlob(stored.ref));
+      }),
+    );
+    return out as unknown as Job;
+  }
+
+  private async readBlob(ref: string): Promise<string> {
+    const bytes = await this.blobs.get(ref);
+    if (!bytes) throw new MissingBlobError(ref);
+    return decoder.decode(bytes);
+  }
+
+  private async chunkValue(row: Item): Promise<unknown> {
+    if (typeof row.chunkRef === 'string') return JSON.parse(await this.readBlob(row.chunkRef));
+    return JSON.parse(row.chunkJson as string);
+  }
+
+  /** JSON of each listed big field of `job`, inline when within budget, else uploaded. */
+  private async storeBig(job: Job, fields: BigField[]): Promise<Partial<Record<BigField, Stored>>> {
+    const out: Partial<Record<BigField, Stored>> = {};
+    await Promise.all(
+      fields.map(async (field) => {
+        const value = (job as unknown as Item)[field];
+        if (value === undefined) return;
+        const json = JSON.stringify(value);
+        if (Buffer.byteLength(json) <= inlineBudgetBytes[field]) {
+          out[field] = { json };
+          return;
+        }
+        const ref = payloadKey(job.id, field);
+        await this.blobs.put(ref, encoder.encode(json));
+        out[field] = { ref };
+      }),
+    );
+    return out;
+  }
+
+  private async deleteChunks(jobId: string, rows: Item[]): Promise<void> {
+    try {
+      await batchWrite(
+        this.doc,
+        this.chunksTable,
+        rows.map((row) => ({ DeleteRequest: { Key: { jobId, seq: row.seq } } })),
+      );
+      await this.dropBlobs(rows.flatMap((row) => (typeof row.chunkRef === 'string' ? [row.chunkRef] : [])));
+    } catch (error) {
+      // Handed out already (the cursor moved); the leftovers go with the TTL.
+      this.warn(`ferry: could not delete drained stream chunks of ${jobId}: ${String(error)}`);
+    }
+  }
+
+  /** Best effort: an orphan blob costs storage, never correctness (the lifecycle rule catches it). */
+  private async dropBlobs(refs: string[]): Promise<void> {
+    await Promise.all(
+      refs.map((ref) =>
+        this.blobs.delete(ref).catch((error: unknown) => {
+          this.warn(`ferry: could not delete blob ${ref}: ${String(error)}`);
+        }),
+      ),
+    );
+  }
+}
+
+/** What a job item (or a byStatusExpiry index item, which carries the same attributes) counts as. */
+function countedOf(item: Item): Counted {
+  return {
+    id: item.jobId as string,
+    endpointId: item.endpointId as string,
+    status: (item.status as JobStatus | undefined) ?? statusOfShard(item.statusShard as string),
+    retries: (item.retries as number | undefined) ?? 0,
+    expiresAt: item.expiresAt as number,
+  };
+}
