@@ -18,6 +18,7 @@ import type {
   JobPatch,
   JobQueue,
   JobStore,
+  StartFailureRecord,
   TakenJob,
   TakeQueuedOptions,
   WorkerLedger,
@@ -45,6 +46,8 @@ export interface EngineDeps {
   workers: WorkerRegistry;
   /** Who holds which jobs: the worker supervisor where this process runs workers (core/supervisor.ts). */
   ledger?: WorkerLedger;
+  /** Without a ledger: where agents record an endpoint that cannot start workers (health's problem). */
+  starts?: Pick<StartFailureRecord, 'startFailures'>;
   changes: ChangeFeed;
   clock: Clock;
   webhooks?: WebhookSender;
@@ -134,7 +137,8 @@ export class JobEngine {
       queueCapJobs: limits.queueCapJobs,
       ...deps.settings,
     };
-    this.ledger = deps.ledger ?? new RegistryLedger(deps.workers, this.clock, this.settings.workerStaleMs);
+    this.ledger =
+      deps.ledger ?? new RegistryLedger(deps.workers, this.clock, this.settings.workerStaleMs, deps.starts);
   }
 
   // ── client side ──────────────────────────────────────────────────────────────────────────────

@@ -4,7 +4,7 @@
  * reach such a process; if they do (a test engine without a supervisor), the registry is updated
  * directly and every worker may take.
  */
-import type { Clock, WorkerCounts, WorkerLedger, WorkerRegistry } from './ports.js';
+import type { Clock, StartFailureRecord, WorkerCounts, WorkerLedger, WorkerRegistry } from './ports.js';
 
 export class RegistryLedger implements WorkerLedger {
   constructor(
@@ -12,6 +12,8 @@ export class RegistryLedger implements WorkerLedger {
     private readonly clock: Clock,
     /** A worker not heard from for this long no longer counts. */
     private readonly staleMs: number,
+    /** Where the agents record an endpoint whose workers cannot start (its `problem` in health). */
+    private readonly starts?: Pick<StartFailureRecord, 'startFailures'>,
   ) {}
 
   async mayTake(endpointId: string, workerId: string): Promise<boolean> {
@@ -40,9 +42,16 @@ export class RegistryLedger implements WorkerLedger {
   }
 
   async counts(endpointId: string): Promise<WorkerCounts> {
-    const workers = await this.registry.list(endpointId, this.clock.now() - this.staleMs);
+    const [workers, starts] = await Promise.all([
+      this.registry.list(endpointId, this.clock.now() - this.staleMs),
+      this.starts?.startFailures(endpointId),
+    ]);
     const running = workers.filter((w) => w.state === 'running').length;
-    return { idle: workers.length - running, running };
+    return {
+      idle: workers.length - running,
+      running,
+      ...(starts?.problem ? { problem: starts.problem } : {}),
+    };
   }
 
   private async write(endpointId: string, workerId: string, held: (current: string[]) => string[]) {

@@ -266,6 +266,29 @@ export interface EndpointProblem {
   retryAtMs?: number | undefined;
 }
 
+/** An endpoint's run of worker starts that failed, as every task's agent sees it. */
+export interface StartFailures {
+  /** Workers in a row that died before their first take or ping. */
+  failedStarts: number;
+  /** Set once the run made the endpoint failing (reason and the last worker's lines). */
+  problem?: EndpointProblem | undefined;
+}
+
+/**
+ * Where the run of failed starts lives when each worker has its own supervisor (one agent per ECS
+ * task on AWS): the count must outlive the task, or a broken image crash-loops forever. The worker
+ * supervisor (core/supervisor.ts) still owns the rule; this only keeps the count and the verdict.
+ * A deploy of the endpoint clears it (`putEndpoint`).
+ */
+export interface StartFailureRecord {
+  startFailures(endpointId: string): Promise<StartFailures | undefined>;
+  /** Adds one failed start atomically across tasks; answers the run including it. */
+  addFailedStart(endpointId: string): Promise<number>;
+  markFailing(endpointId: string, problem: EndpointProblem): Promise<void>;
+  /** A worker made contact (or a deploy): the run is over. */
+  clearStartFailures(endpointId: string): Promise<void>;
+}
+
 /**
  * The one record of which jobs each worker holds, fed by the engine's worker moves. The worker
  * supervisor (core/supervisor.ts) is the real one; `RegistryLedger` only reads and writes the shared

@@ -18,6 +18,9 @@
  * - The count stays within [min, max]. max wins over everything: if busy workers outnumber a lowered
  *   max, the count is max and nobody busy is named to stop (the actuator lets them finish: locally the
  *   pool does not stop them, on AWS task scale-in protection keeps ECS from stopping them).
+ * - A failing endpoint (its workers die before their first contact, core/supervisor.ts) wants 0 workers,
+ *   whatever min and the queue say: a new worker would run the same broken code, and on AWS each try
+ *   is a GPU instance billed while it boots and crashes. A deploy clears the state.
  */
 
 import type { WorkerRecord } from './ports.js';
@@ -48,6 +51,8 @@ export interface ScalingInput {
   maxConcurrency: number;
   idleTimeoutMs: number;
   nowMs: number;
+  /** The endpoint's workers cannot start (core/supervisor.ts): none is wanted until a deploy. */
+  failing?: boolean;
 }
 
 export interface ScalingDecision {
@@ -81,6 +86,14 @@ export function decideScale(input: ScalingInput): ScalingDecision {
   }
   const demand = Math.max(0, input.urgentQueuedJobs) + Math.max(0, input.waitingRequests ?? 0) + held;
   const needed = Math.ceil(demand / perWorker);
+  if (input.failing) {
+    // Workers holding something are left to finish (task protection on AWS); the rest may all go.
+    const mayStop = input.workers
+      .filter((w) => Math.max(0, w.heldJobs) + Math.max(0, w.inFlightRequests) === 0)
+      .map((w) => w.workerId)
+      .sort();
+    return { desired: 0, mayStop, demand, kept: input.workers.length - mayStop.length };
+  }
   const desired = Math.min(max, Math.max(min, needed, kept));
   // Up workers beyond the desired count go, longest idle first, and only ones that are past their
   // idle_timeout with nothing held; a tie goes to the lower id so the answer is deterministic.

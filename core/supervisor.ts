@@ -22,7 +22,14 @@
 import { randomBytes } from 'node:crypto';
 import { hashKey, newSecret } from './auth.js';
 import type { Logger } from './log.js';
-import type { Clock, EndpointProblem, WorkerCounts, WorkerLedger, WorkerRegistry } from './ports.js';
+import type {
+  Clock,
+  EndpointProblem,
+  StartFailureRecord,
+  WorkerCounts,
+  WorkerLedger,
+  WorkerRegistry,
+} from './ports.js';
 import { decideScale, type ScalingDecision } from './scaling.js';
 
 export interface WorkerIdentity {
@@ -150,6 +157,11 @@ export interface WorkerSupervisorOptions {
   registry?: WorkerRegistry;
   /** A registry record older than this is stale to readers; re-written at a sixth of it. */
   registryStaleMs?: number;
+  /**
+   * Where the run of failed starts is shared, when each worker has its own supervisor (one agent per
+   * ECS task): the count and the failing verdict then outlive the task. Without it they live here.
+   */
+  starts?: StartFailureRecord;
 }
 
 export class WorkerSupervisor implements WorkerLedger {
@@ -421,7 +433,7 @@ export class WorkerSupervisor implements WorkerLedger {
     const state = this.endpoint(endpointId);
     const lines = [...state.lines];
     if (!contacted) {
-      state.failedStarts++;
+      state.failedStarts = await this.countFailedStart(endpointId, state.failedStarts);
       const cannotStart = how.code !== null && this.settings.startFailureCodes.includes(how.code);
       if (cannotStart || state.failedStarts >= this.settings.maxFailedStarts) {
         state.problem = {
@@ -434,6 +446,11 @@ export class WorkerSupervisor implements WorkerLedger {
         };
         const tail = lines.length > 0 ? `; its last lines:\n${lines.map((l) => `  ${l}`).join('\n')}` : '';
         this.options.log.error(`endpoint ${endpointId} is failing: ${state.problem.reason}${tail}`);
+        await this.options.starts
+          ?.markFailing(endpointId, state.problem)
+          .catch((error) =>
+            this.options.log.warn(`recording that ${endpointId} is failing: ${messageOf(error)}`),
+          );
         await this.rejectQueued(endpointId);
         return;
       }
@@ -452,6 +469,15 @@ export class WorkerSupervisor implements WorkerLedger {
       retryAtMs: state.nextStartAt,
     };
     this.options.log.warn(`endpoint ${endpointId}: ${state.problem.reason}`);
+  }
+
+  /**
+   * Picks up the run of failed starts other supervisors shared (an agent's task before this one), so
+   * the count goes on across tasks and the first contact knows whether there is a run to clear.
+   */
+  async resumeStarts(endpointId: string): Promise<void> {
+    const shared = await this.options.starts?.startFailures(endpointId);
+    if (shared) this.endpoint(endpointId).failedStarts = shared.failedStarts;
   }
 
   /** A new deployment: whatever made the endpoint fail or back off may be fixed. */
@@ -576,7 +602,29 @@ export class WorkerSupervisor implements WorkerLedger {
     if (entry.contactAt !== undefined) return;
     entry.contactAt = this.clock.now();
     if (entry.phase === 'starting') entry.phase = 'ready';
-    this.endpoint(entry.identity.endpointId).failedStarts = 0;
+    const endpointId = entry.identity.endpointId;
+    const state = this.endpoint(endpointId);
+    // Only a run on record is cleared: a healthy endpoint's workers make no extra write.
+    if (state.failedStarts > 0) {
+      void this.options.starts
+        ?.clearStartFailures(endpointId)
+        .catch((error) =>
+          this.options.log.warn(`clearing the failed starts of ${endpointId}: ${messageOf(error)}`),
+        );
+    }
+    state.failedStarts = 0;
+  }
+
+  /** One more worker died before contact: the run so far, shared across tasks where it can be. */
+  private async countFailedStart(endpointId: string, local: number): Promise<number> {
+    const starts = this.options.starts;
+    if (!starts) return local + 1;
+    try {
+      return await starts.addFailedStart(endpointId);
+    } catch (error) {
+      this.options.log.warn(`counting a failed start of ${endpointId}: ${messageOf(error)}`);
+      return local + 1;
+    }
   }
 
   private anyContactSince(endpointId: string, sinceMs: number): boolean {
@@ -624,9 +672,8 @@ export class WorkerSupervisor implements WorkerLedger {
   private async rejectQueued(endpointId: string): Promise<void> {
     const problem = this.endpoints.get(endpointId)?.problem;
     if (!this.engine || problem?.state !== 'failing') return;
-    const tail = problem.lines.length > 0 ? `\n${problem.lines.join('\n')}` : '';
     await this.engine
-      .rejectQueued(endpointId, `The endpoint's workers cannot start: ${problem.reason}${tail}`)
+      .rejectQueued(endpointId, queuedJobsFailure(problem))
       .catch((error) => this.options.log.warn(`failing queued jobs of ${endpointId}: ${messageOf(error)}`));
   }
 
@@ -680,6 +727,12 @@ export class WorkerSupervisor implements WorkerLedger {
       ...(entry.kind === 'lb' ? { inFlight: entry.inFlight } : {}),
     });
   }
+}
+
+/** The error a queued job of a failing endpoint ends with (the AWS scaler ends them with it too). */
+export function queuedJobsFailure(problem: EndpointProblem): string {
+  const tail = problem.lines.length > 0 ? `\n${problem.lines.join('\n')}` : '';
+  return `The endpoint's workers cannot start: ${problem.reason}${tail}`;
 }
 
 /** Why a held job's deadline watch ends; abort() without a reason builds a DOMException per job. */

@@ -35,7 +35,15 @@ import { DescribeServicesCommand, type ECSClient, UpdateServiceCommand } from '@
 import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
 import { z } from 'zod';
 import { endpointConfigOf } from '../core/deployment.js';
-import type { ChangeFeed, Clock, ControlStore, JobQueue, Watch, WorkerRegistry } from '../core/ports.js';
+import type {
+  ChangeFeed,
+  Clock,
+  ControlStore,
+  JobQueue,
+  StartFailureRecord,
+  Watch,
+  WorkerRegistry,
+} from '../core/ports.js';
 import { decideScale, type ScalingDecision, scalingSettingsOf, workerLoadOf } from '../core/scaling.js';
 import { wakeAlarmPrefix } from '../infra/names.js';
 import { scalerDepsFromEnv } from './wiring.js';
@@ -79,7 +87,8 @@ export function scalerEventOf(event: unknown): ScalerEvent {
 }
 
 export interface ScalerDeps {
-  control: Pick<ControlStore, 'listEndpoints' | 'getEndpoint'>;
+  control: Pick<ControlStore, 'listEndpoints' | 'getEndpoint'> &
+    Partial<Pick<StartFailureRecord, 'startFailures'>>;
   queue: Pick<JobQueue, 'depth'>;
   workers: Pick<WorkerRegistry, 'list'>;
   ecs: Pick<ECSClient, 'send'>;
@@ -116,18 +125,22 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
       const { endpoint } = endpointConfigOf(record);
       const settings = scalingSettingsOf(endpoint.resources);
       const now = deps.clock.now();
-      const [depth, registered] = await Promise.all([
+      const [depth, registered, starts] = await Promise.all([
         endpoint.kind === 'queue'
           ? deps.queue.depth(record.id, { atMost: settings.max * settings.maxConcurrency })
           : Promise.resolve({ urgent: 0, visible: 0 }),
         deps.workers.list(record.id, now - deps.workerStaleMs),
+        deps.control.startFailures?.(record.id),
       ]);
+      // Its workers cannot start: none is wanted until a deploy (the sweeper fails its queued jobs).
+      const failing = starts?.problem?.state === 'failing';
       const decision = decideScale({
         ...settings,
         urgentQueuedJobs: depth.urgent,
         waitingRequests: event.endpointId === record.id ? (event.waitingRequests ?? 0) : 0,
         workers: registered.map(workerLoadOf),
         nowMs: now,
+        ...(failing ? { failing: true } : {}),
       });
       plans.push({ endpointId: record.id, service, decision, updated: false });
     } catch (error) {

@@ -10,6 +10,7 @@
  *  - Jobs whose message went to a dead-letter queue (received `maxReceiveCount` times without a
  *    claim) end FAILED with the reason, and the dead letter is deleted.
  */
+import { queuedJobsFailure } from '../core/supervisor.js';
 import type { Platform } from './wiring.js';
 import { platformFromEnv, settleWebhooks } from './wiring.js';
 
@@ -21,6 +22,8 @@ export interface SweepReport {
   deleted: number;
   resent: number;
   deadLettered: number;
+  /** Queued jobs of endpoints whose workers cannot start, failed with the reason. */
+  notStartable: number;
 }
 
 /** What the sweeper leaves itself to finish webhooks and return, of its 55 s timeout. */
@@ -63,11 +66,20 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
         await letter.remove();
       }
     }
+    // An endpoint the agents marked failing gets no worker until a deploy (the scaler wants 0): jobs
+    // that reach it meanwhile end now with the reason, as the local supervisor's tick ends them.
+    let notStartable = 0;
+    for (const endpointId of queueEndpoints) {
+      const problem = (await control.startFailures(endpointId))?.problem;
+      if (problem?.state === 'failing') {
+        notStartable += await engine.rejectQueued(endpointId, queuedJobsFailure(problem));
+      }
+    }
     // Requeued jobs of an endpoint left with no worker nudged the scaler: send that before returning.
     await platform().nudges?.settled();
     // Jobs the sweep ended (timed out, failed) notify their webhooks: deliver before returning.
     await settleWebhooks(webhooks, (context?.getRemainingTimeInMillis?.() ?? 30_000) - returnMarginMs);
-    const report = { ...swept, deleted, resent, deadLettered };
+    const report = { ...swept, deleted, resent, deadLettered, notStartable };
     // One line per run for CloudWatch Logs Insights; counts only, never job contents.
     console.log(JSON.stringify({ msg: 'ferry sweep', ...report }));
     return report;

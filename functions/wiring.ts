@@ -233,6 +233,8 @@ export function buildPlatform(options: PlatformOptions): Platform {
     changes,
     clock,
     webhooks,
+    // Health shows an endpoint the agents marked failing (core/supervisor.ts, docs/aws.md).
+    starts: control,
     // The endpoint leads the id, so IAM can scope each agent to its endpoint's jobs (core/job.ts).
     newId: (endpointId) => endpointScopedJobId(endpointId, `${randomUUID()}-u1`),
   });

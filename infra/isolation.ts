@@ -30,7 +30,7 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { dynamoSchema } from '../core/adapters/aws/dynamo.js';
+import { dynamoSchema, startFailuresKey } from '../core/adapters/aws/dynamo.js';
 import { awsSecretName } from '../core/adapters/aws/secrets.js';
 import { reservedSecretPrefixes } from '../core/adapters/local/secrets.js';
 import { callTokenSecretName, callTokenVariable } from '../core/call-keys.js';
@@ -73,6 +73,8 @@ export function endpointKeyPatterns(endpointId: string) {
     workers: [`${endpointId}-*`],
     /** Big job fields live at `payloads/<jobId>/…` (DynamoJobStore). */
     payloadKeys: jobs.map((pattern) => `${payloadsPrefix}${pattern}`),
+    /** The one control item of the endpoint's failed worker starts (its own partition). */
+    startFailures: [startFailuresKey(endpointId).pk],
   };
 }
 
@@ -184,6 +186,16 @@ export class EndpointAgentAccess extends Construct {
         actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:DeleteItem'],
         resources: [workers.tableArn],
         conditions: leadingKeysCondition(keys.workers),
+      }),
+    );
+    // The run of failed worker starts, shared by the endpoint's tasks (core/supervisor.ts): read at
+    // start, ADDed to when a worker dies before contact, deleted on the first contact. The exact key:
+    // not the endpoint record, not another endpoint's run, nothing else of the control table.
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+        resources: [props.tables.control.tableArn],
+        conditions: leadingKeysCondition(keys.startFailures),
       }),
     );
     this.role.addToPolicy(

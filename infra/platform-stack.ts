@@ -60,7 +60,12 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import type { Construct } from 'constructs';
-import { type DynamoTable, dynamoSchema, type IndexSpec } from '../core/adapters/aws/dynamo.js';
+import {
+  type DynamoTable,
+  dynamoSchema,
+  type IndexSpec,
+  startFailuresKey,
+} from '../core/adapters/aws/dynamo.js';
 import { FerryError } from '../core/errors.js';
 import { functionEntries } from '../functions/bundle.js';
 import { AlarmTopic } from './constructs/alarms.js';
@@ -846,6 +851,17 @@ export class PlatformStack extends Stack {
     // A lapsed lease, or a job left waiting, goes back to the queue with a new message; dead
     // letters are read and deleted (functions/sweeper.ts).
     this.allowQueues(fn, ['sqs:SendMessage', 'sqs:GetQueueUrl', 'sqs:ReceiveMessage', 'sqs:DeleteMessage']);
+    // An endpoint whose workers cannot start: its STARTS# item only (its queued jobs end FAILED).
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['dynamodb:GetItem'],
+        resources: [this.controlTable.tableArn],
+        conditions: {
+          'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [startFailuresKey('*').pk] },
+          Null: { 'dynamodb:LeadingKeys': 'false' },
+        },
+      }),
+    );
     // Which queue endpoints exist (control table, kind index) and their waiting jobs (byEndpointStatus).
     allowIndexes(
       role,

@@ -31,6 +31,7 @@ describe('sweeper', () => {
       deleted: 3,
       resent: 0,
       deadLettered: 0,
+      notStartable: 0,
     });
     expect(deleteExpired).toHaveBeenCalledWith(42_000, sweepTiming.expiredDeleteLimit);
     expect(JSON.parse(String(log.mock.calls[0]![0]))).toMatchObject({ msg: 'ferry sweep', deleted: 3 });

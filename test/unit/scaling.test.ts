@@ -122,6 +122,24 @@ const cases: Case[] = [
     desired: 2,
     mayStop: [],
   },
+  {
+    name: 'a failing endpoint wants no worker, whatever the queue and min say',
+    input: { urgentQueuedJobs: 4, min: 2, failing: true },
+    desired: 0,
+    mayStop: [],
+  },
+  {
+    name: 'a failing endpoint lets every worker holding nothing go, even inside its idle_timeout',
+    input: { urgentQueuedJobs: 1, failing: true, workers: [w('b', 0, 1_000), w('a', 0, 0), w('c', 1)] },
+    desired: 0,
+    mayStop: ['a', 'b'],
+  },
+  {
+    name: 'the same workers and queue when not failing keep them all',
+    input: { urgentQueuedJobs: 1, failing: false, workers: [w('b', 0, 1_000), w('a', 0, 0), w('c', 1)] },
+    desired: 3,
+    mayStop: [],
+  },
 ];
 
 describe('decideScale', () => {

@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { FakeClock } from '../../core/clock.js';
 import { silentLogger } from '../../core/log.js';
+import type { StartFailureRecord, StartFailures } from '../../core/ports.js';
 import { type SupervisedEngine, type WorkerIdentity, WorkerSupervisor } from '../../core/supervisor.js';
 
 function setup(settings: Partial<WorkerSupervisor['settings']> = {}) {
@@ -228,6 +229,80 @@ describe('lifecycle', () => {
     await supervisor.tick('a', plan(1, 1));
     expect(started).toHaveLength(4);
     expect((await supervisor.counts('a')).problem).toBeUndefined();
+  });
+
+  it('with a shared record, failed starts count across supervisors (one per ECS task) and contact clears them', async () => {
+    // What DynamoControlStore keeps on AWS, in memory; the writes are recorded to show who writes.
+    let shared: StartFailures | undefined;
+    const writes: string[] = [];
+    const starts: StartFailureRecord = {
+      startFailures: async () => shared && structuredClone(shared),
+      addFailedStart: async () => {
+        writes.push('add');
+        shared = { ...shared, failedStarts: (shared?.failedStarts ?? 0) + 1 };
+        return shared.failedStarts;
+      },
+      markFailing: async (_e, problem) => {
+        writes.push('fail');
+        shared = { failedStarts: shared?.failedStarts ?? 0, problem };
+      },
+      clearStartFailures: async () => {
+        writes.push('clear');
+        shared = undefined;
+      },
+    };
+    const rejected: string[] = [];
+    /** One task's agent: a fresh supervisor that adopts the one worker ECS started beside it. */
+    const task = async (n: number) => {
+      const supervisor = new WorkerSupervisor({
+        clock: new FakeClock(),
+        log: silentLogger,
+        starts,
+        settings: { maxFailedStarts: 3 },
+      });
+      supervisor.attach({
+        engine: {
+          workerGone: async () => 0,
+          jobsToStop: async () => [],
+          timeOutIfOverdue: async () => ({ timedOut: false }),
+          rejectQueued: async (_e, error) => {
+            rejected.push(error);
+            return 1;
+          },
+        },
+      });
+      await supervisor.resumeStarts('a');
+      const identity = supervisor.adoptNew('a', `a-task${n}`);
+      return { supervisor, identity };
+    };
+    // A healthy start makes no write at all.
+    const healthy = await task(0);
+    await healthy.supervisor.mayTake('a', healthy.identity.workerId);
+    expect(writes).toEqual([]);
+    for (let n = 1; n <= 2; n++) {
+      const { supervisor, identity } = await task(n);
+      await supervisor.exited(identity.workerId, { code: 2, signal: null });
+      expect((await supervisor.counts('a')).problem?.state).toBe('backoff');
+    }
+    expect(shared?.failedStarts).toBe(2);
+    const third = await task(3);
+    third.supervisor.output('a', 'ModuleNotFoundError: No module named nope');
+    await third.supervisor.exited(third.identity.workerId, { code: 2, signal: null });
+    expect(shared?.problem).toMatchObject({
+      state: 'failing',
+      reason: expect.stringContaining('3 workers in a row'),
+      lines: ['ModuleNotFoundError: No module named nope'],
+    });
+    expect(rejected).toHaveLength(1);
+    expect(rejected[0]).toMatch(/No module named nope/);
+    expect(writes).toEqual(['add', 'add', 'add', 'fail']);
+    // A task that starts while a run is on record clears it at its worker's first contact, once.
+    writes.length = 0;
+    const fixed = await task(4);
+    await fixed.supervisor.mayTake('a', fixed.identity.workerId);
+    await fixed.supervisor.pinged('a', fixed.identity.workerId, []);
+    expect(writes).toEqual(['clear']);
+    expect(shared).toBeUndefined();
   });
 
   it('with startFailureCodes, one such exit before contact is failing at once; other exits back off', async () => {

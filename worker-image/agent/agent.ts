@@ -70,6 +70,7 @@ import type { S3Client } from '@aws-sdk/client-s3';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import {
+  DynamoControlStore,
   DynamoJobStore,
   type DynamoTableNames,
   DynamoWorkerRegistry,
@@ -102,8 +103,13 @@ import { placeholderWorkerId, workerProtocolEnv } from './protocol.js';
 // The protocol environment lives in protocol.ts (infra reads it without the agent's AWS adapters).
 export { placeholderWorkerId, workerProtocolEnv };
 
-/** The tables the agent reads and writes (dynamoSchema naming); it never touches the control table. */
-export type AgentTables = Pick<DynamoTableNames, 'jobs' | 'chunks' | 'workers'>;
+/**
+ * The tables the agent reads and writes (dynamoSchema naming). Of the control table it touches only
+ * its endpoint's STARTS# item, the run of failed worker starts shared across tasks; without it that
+ * run lives and dies with the task.
+ */
+export type AgentTables = Pick<DynamoTableNames, 'jobs' | 'chunks' | 'workers'> &
+  Partial<Pick<DynamoTableNames, 'control'>>;
 
 export interface AgentOptions {
   endpointId: string;
@@ -247,11 +253,17 @@ class AgentServer implements Agent {
     this.leaving = new Promise<number>((resolve) => {
       this.leave = resolve;
     });
-    // The registry mirror is what the API Lambda's health reads.
+    // The registry mirror is what the API Lambda's health reads. Failed starts are counted on the
+    // endpoint, not in this task: ECS replaces a task whose worker died, and a broken image must
+    // still reach maxFailedStarts and mark the endpoint failing (docs/aws.md#failing-endpoints).
+    const starts = options.tables.control
+      ? logged('starts', new DynamoControlStore({ doc: this.doc, table: options.tables.control }), this.log)
+      : undefined;
     this.supervisor = new WorkerSupervisor({
       clock: this.clock,
       log: this.log,
       registry: workers,
+      ...(starts ? { starts } : {}),
       settings: {
         stopGraceMs: options.stopGraceMs ?? 30_000,
         // drain() keeps its own deadline; the supervisor's is only a backstop behind it.
@@ -315,6 +327,10 @@ class AgentServer implements Agent {
   }
 
   async listen(): Promise<void> {
+    // Before the worker can make contact: the count of earlier tasks' failed starts goes on here.
+    await this.supervisor.resumeStarts(this.endpointId).catch((error) => {
+      this.log.warn(`reading the failed starts of ${this.endpointId}: ${messageOf(error)}`);
+    });
     const host = this.options.host ?? '127.0.0.1';
     this.url = (await listen(this.server, host, this.options.port ?? 8080)).url;
     this.ticking = watchDeadlines({

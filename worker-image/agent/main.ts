@@ -62,7 +62,12 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
   const agent = await startAgent({
     endpointId: env.FERRY_ENDPOINT_ID,
     clients,
-    tables: { jobs: env.FERRY_JOBS_TABLE, chunks: env.FERRY_CHUNKS_TABLE, workers: env.FERRY_WORKERS_TABLE },
+    tables: {
+      jobs: env.FERRY_JOBS_TABLE,
+      chunks: env.FERRY_CHUNKS_TABLE,
+      workers: env.FERRY_WORKERS_TABLE,
+      ...(env.FERRY_CONTROL_TABLE ? { control: env.FERRY_CONTROL_TABLE } : {}),
+    },
     queueUrlFor: (_endpointId, options) => (options?.lowPriority ? lowUrl : env.FERRY_QUEUE_URL),
     bucket: env.FERRY_BUCKET,
     blobPrefix: env.FERRY_BLOB_PREFIX,

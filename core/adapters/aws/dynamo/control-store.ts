@@ -1,18 +1,29 @@
 /** ControlStore on DynamoDB: the `control` table of `dynamoSchema`. */
-import { TransactWriteCommand } from '@aws-sdk/lib-dynamodb';
+import { TransactWriteCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { conflict } from '../../../errors.js';
 import type {
   ApiKeyRecord,
   AppRecord,
   ControlStore,
+  EndpointProblem,
   EndpointRecord,
   EnvironmentRecord,
+  StartFailureRecord,
+  StartFailures,
 } from '../../../ports.js';
 import { BodyTableAdapter, compare, errorName, type TableOptions } from './client.js';
 import { dynamoSchema } from './schema.js';
 
 /** Components are URI-encoded so a '#' inside a name never splits a key the wrong way. */
 const enc = encodeURIComponent;
+
+/**
+ * The partition key of an endpoint's run of failed worker starts. Its own partition, not a sort key
+ * beside `EP#<id>`: IAM's dynamodb:LeadingKeys fences partition keys only, and the agent that writes
+ * this item must not be able to write the endpoint record (infra/isolation.ts). It has no `kind`, so
+ * the byKind index never lists it.
+ */
+export const startFailuresKey = (endpointId: string) => ({ pk: `STARTS#${enc(endpointId)}`, sk: 'STARTS' });
 
 export type DynamoControlStoreOptions = TableOptions;
 
@@ -22,7 +33,7 @@ export type DynamoControlStoreOptions = TableOptions;
  * `KEY#<hash>` (the lookup on every request, and the uniqueness of the hash) and `KEYID#<id>` (list
  * and delete by id). Deleting an app or environment does not cascade (the CLI removes the parts first).
  */
-export class DynamoControlStore extends BodyTableAdapter implements ControlStore {
+export class DynamoControlStore extends BodyTableAdapter implements ControlStore, StartFailureRecord {
   async putApp(app: AppRecord): Promise<void> {
     await this.put(`APP#${enc(app.name)}`, 'APP', app, 'APP', app.name);
   }
@@ -57,9 +68,48 @@ export class DynamoControlStore extends BodyTableAdapter implements ControlStore
     await this.delete(`ENV#${enc(app)}#${enc(name)}`, 'ENV');
   }
 
+  /** A deploy writes the record: whatever made the endpoint's workers fail may be fixed by it. */
   async putEndpoint(endpoint: EndpointRecord): Promise<void> {
     const sort = `${enc(endpoint.app)}#${enc(endpoint.env)}#${enc(endpoint.id)}`;
     await this.put(`EP#${enc(endpoint.id)}`, 'EP', endpoint, 'EP', sort);
+    await this.clearStartFailures(endpoint.id);
+  }
+
+  async startFailures(endpointId: string): Promise<StartFailures | undefined> {
+    const item = await this.table.getItem(startFailuresKey(endpointId));
+    if (!item) return undefined;
+    const problem =
+      typeof item.problem === 'string' ? (JSON.parse(item.problem) as EndpointProblem) : undefined;
+    return { failedStarts: Number(item.failedStarts ?? 0), ...(problem ? { problem } : {}) };
+  }
+
+  async addFailedStart(endpointId: string): Promise<number> {
+    // ADD is atomic: agents of several tasks failing at once each count once.
+    const result = await this.table.doc.send(
+      new UpdateCommand({
+        TableName: this.table.name,
+        Key: startFailuresKey(endpointId),
+        UpdateExpression: 'ADD failedStarts :one',
+        ExpressionAttributeValues: { ':one': 1 },
+        ReturnValues: 'UPDATED_NEW',
+      }),
+    );
+    return Number(result.Attributes?.failedStarts ?? 1);
+  }
+
+  async markFailing(endpointId: string, problem: EndpointProblem): Promise<void> {
+    await this.table.doc.send(
+      new UpdateCommand({
+        TableName: this.table.name,
+        Key: startFailuresKey(endpointId),
+        UpdateExpression: 'SET problem = :problem',
+        ExpressionAttributeValues: { ':problem': JSON.stringify(problem) },
+      }),
+    );
+  }
+
+  async clearStartFailures(endpointId: string): Promise<void> {
+    await this.delete(startFailuresKey(endpointId).pk, 'STARTS');
   }
 
   getEndpoint(id: string): Promise<EndpointRecord | undefined> {
@@ -83,6 +133,7 @@ export class DynamoControlStore extends BodyTableAdapter implements ControlStore
 
   async deleteEndpoint(id: string): Promise<void> {
     await this.delete(`EP#${enc(id)}`, 'EP');
+    await this.clearStartFailures(id);
   }
 
   async putApiKey(key: ApiKeyRecord): Promise<void> {
