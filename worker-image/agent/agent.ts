@@ -69,6 +69,7 @@ import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { z } from 'zod';
 import {
   DynamoControlStore,
   DynamoJobStore,
@@ -98,7 +99,7 @@ import { listen } from './listen.js';
 import { agentLog, messageOf } from './log.js';
 import { logged, pinnedEndpoint } from './ports.js';
 import { type EcsProtectionOptions, TaskProtection } from './protection.js';
-import { placeholderWorkerId, workerProtocolEnv } from './protocol.js';
+import { placeholderWorkerId, startupFailureRoute, workerProtocolEnv } from './protocol.js';
 
 // The protocol environment lives in protocol.ts (infra reads it without the agent's AWS adapters).
 export { placeholderWorkerId, workerProtocolEnv };
@@ -179,6 +180,8 @@ export interface Agent {
   drain(): Promise<void>;
   close(): Promise<void>;
 }
+
+const startupFailureSchema = z.object({ lines: z.array(z.string()).max(50) }).strict();
 
 /** SQS long polls are at most 20 s; a longer job-take would only add a second receive. */
 const maxWorkerWaitMs = 20_000;
@@ -417,6 +420,9 @@ class AgentServer implements Agent {
     } catch {
       // A malformed escape is simply not our endpoint.
     }
+    if (ownEndpoint && route === startupFailureRoute && req.method === 'POST' && segments.length === 5) {
+      return this.startupFailure(req, safeDecode(segments[4] ?? ''));
+    }
     const caller = ownEndpoint ? this.api.callerOf(route) : undefined;
     if (caller !== 'worker' || segments.length < 5) {
       // Client routes (run, status, cancel…) exist only in the API front door; the API would answer
@@ -453,6 +459,36 @@ class AgentServer implements Agent {
       void this.reportEnded(safeDecode(segments[5] ?? ''));
     }
     return response;
+  }
+
+  /**
+   * The ferry runtime says why it cannot start, just before it exits: the lines become the worker's
+   * last lines, which a failing verdict carries (health, the queued jobs' error). Only the live
+   * worker's token is heard, and it is not contact: the exit that follows still counts as a failed
+   * start.
+   */
+  private async startupFailure(req: IncomingMessage, rawWorkerId: string): Promise<ApiResponse> {
+    const workerId = rawWorkerId === placeholderWorkerId(this.endpointId) ? this.workerId : rawWorkerId;
+    const header = req.headers.authorization;
+    const token = header?.replace(/^Bearer\s+/i, '');
+    const access = this.supervisor.verify(token, this.endpointId, workerId);
+    if (access !== 'ok') {
+      return access === 'unknown'
+        ? { statusCode: 401, body: { error: 'Unknown worker token' } }
+        : { statusCode: 403, body: { error: 'This token belongs to another worker' } };
+    }
+    let body: unknown;
+    try {
+      body = JSON.parse((await readBody(req))?.toString('utf8') ?? '');
+    } catch {
+      body = undefined;
+    }
+    const parsed = startupFailureSchema.safeParse(body);
+    if (!parsed.success) {
+      return { statusCode: 400, body: { error: 'Expected {"lines": [string, ...]} (at most 50 lines)' } };
+    }
+    for (const line of parsed.data.lines) this.supervisor.output(this.endpointId, line.slice(0, 2_000));
+    return { statusCode: 204, body: undefined };
   }
 
   /** The ended job's delay and execution time as metrics (the CloudWatch dashboard's source). */

@@ -10,6 +10,9 @@
  * cannot know the task's runtime id, so the agent takes this one as its worker's and serves it as its
  * own runtime workerId. Any other id in a worker route is refused (403).
  */
+/** The agent-only route where the ferry runtime posts why it cannot start (`{"lines": [...]}`). */
+export const startupFailureRoute = 'startup-failed';
+
 export const placeholderWorkerId = (endpointId: string): string => `${endpointId}-worker`;
 
 /**
@@ -35,6 +38,9 @@ export function workerProtocolEnv(options: {
     RUNPOD_WEBHOOK_PING: `${base}/ping/${worker}?agent=1`,
     // The ferry runtime's job output (docs/observability.md); RunPod's SDK never calls it.
     FERRY_WEBHOOK_POST_LOG: `${base}/job-log/${worker}?agent=1`,
+    // The ferry runtime's startup failure (worker-image/agent/agent.ts): the agent cannot read the
+    // worker container's output, and the endpoint it may mark failing shows these lines.
+    FERRY_WEBHOOK_POST_STARTUP: `${base}/${startupFailureRoute}/${worker}?agent=1`,
     RUNPOD_AI_API_KEY: options.workerToken,
     RUNPOD_POD_ID: options.workerId,
     RUNPOD_ENDPOINT_ID: options.endpointId,

@@ -33,11 +33,42 @@ def _sayer(stream):
     return say
 
 
-def _startup_error(say, exc):
+def _report_startup_failure(environ, text):
+    """Hands the agent beside us (ECS) why we cannot start: it cannot read this container's output,
+    and it records the last lines on the endpoint it marks failing (docs/aws.md#failing-endpoints).
+    Best effort: a worker that cannot reach its agent still exits with its code."""
+    url = environ.get("FERRY_WEBHOOK_POST_STARTUP", "").strip()
+    if not url:
+        return
+    import json
+    import urllib.request
+
+    lines = [line for line in text.splitlines() if line.strip()][-20:]
+    request = urllib.request.Request(
+        url,
+        data=json.dumps({"lines": lines}).encode(),
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": environ.get("RUNPOD_AI_API_KEY", ""),
+        },
+    )
+    try:
+        urllib.request.urlopen(request, timeout=5).close()
+    except Exception:  # noqa: BLE001 - the exit code still tells the agent the start failed
+        pass
+
+
+def _startup_error(say, exc, environ=None):
     say(f"startup failed: {exc}")
+    text = f"startup failed: {exc}\n"
     cause = exc.__cause__
     if cause is not None and not isinstance(cause, ModuleNotFoundError):
-        traceback.print_exception(type(cause), cause, cause.__traceback__)
+        detail = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+        sys.stderr.write(detail)
+        text += detail
+    if environ is not None:
+        _report_startup_failure(environ, text)
     return 2
 
 
@@ -86,9 +117,9 @@ def main(environ=None):
                     f"(got {type(endpoint).__name__})"
                 )
     except ConfigError as exc:
-        return _startup_error(say, exc)
+        return _startup_error(say, exc, environ)
     except TypeError as exc:  # Handler(): not callable, or a class without public methods
-        return _startup_error(say, ConfigError(f"FERRY_TARGET {config.target!r}: {exc}"))
+        return _startup_error(say, ConfigError(f"FERRY_TARGET {config.target!r}: {exc}"), environ)
 
     if config.mode == "lb":
         return serve_lb(config, endpoint, say)
@@ -97,7 +128,9 @@ def main(environ=None):
         handler.start()
     except Exception:  # noqa: BLE001 - user __init__ failed: say so plainly, exit 1
         say(f"{config.target}() failed while starting:")
-        traceback.print_exc(file=real_stderr)
+        detail = traceback.format_exc()
+        real_stderr.write(detail)
+        _report_startup_failure(environ, f"{config.target}() failed while starting:\n{detail}")
         return 1
     if config.mode == "standalone":
         return serve_standalone(config, handler, endpoint, say, real_stderr)

@@ -1,0 +1,237 @@
+/**
+ * An endpoint whose code cannot start, on AWS in a box (docs/aws.md#failing-endpoints): each "task" is
+ * a fresh agent (startAgent, as ECS starts one per task) beside a real Python worker
+ * (`python -m ferry.worker`) whose module fails to import. The test plays ECS's part: it starts the
+ * worker with the agent's environment and reports the container's exit to the agent, as the task
+ * metadata watch does (worker-image/agent/ecsWorker.ts), then stops the task and starts the next.
+ * The run of failed starts lives in DynamoDB Local, so it outlives each task; at the supervisor's
+ * maxFailedStarts the endpoint is failing for every reader: /health through the api Lambda, the
+ * queued job's error, the scaler's decision, the sweeper for jobs sent afterwards. putEndpoint (what
+ * `ferry deploy` writes) clears it.
+ */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { DescribeServicesCommand, UpdateServiceCommand } from '@aws-sdk/client-ecs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { systemClock } from '../../core/clock.js';
+import type { ManifestEndpoint } from '../../core/manifest.js';
+import type { EndpointRecord } from '../../core/ports.js';
+import { defaultSupervisorSettings } from '../../core/supervisor.js';
+import { scaleEndpoints } from '../../functions/scaler.js';
+import { createSweeper } from '../../functions/sweeper.js';
+import { queueUrls } from '../../functions/wiring.js';
+import { startAgent } from '../../worker-image/agent/agent.js';
+import { dynamoClientFor, s3ClientFor, sqsClientFor } from '../support/emulators.js';
+import { recordFor } from '../support/endpoints.js';
+import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
+
+const repo = path.resolve(import.meta.dirname, '../..');
+const project = mkdtempSync(path.join(tmpdir(), 'ferry-failing-'));
+writeFileSync(
+  path.join(project, 'broken_app.py'),
+  `import ferry_no_such_package_xyz
+from ferry import Endpoint
+
+
+@Endpoint(name="broken")
+def handler(x: int):
+    return x
+`,
+);
+
+const endpointId = 'brokenaaaaaaa1';
+const threshold = defaultSupervisorSettings.maxFailedStarts;
+
+function queueEndpoint(name: string): ManifestEndpoint {
+  return {
+    name,
+    kind: 'queue',
+    file: 'broken_app.py',
+    module: 'broken_app',
+    target: { name: 'handler', type: 'function', isAsync: false, isGenerator: false, params: ['x'] },
+    resources: {
+      gpuCount: 1,
+      workersMin: 1,
+      workersMax: 3,
+      idleTimeoutSec: 60,
+      executionTimeoutMs: 0,
+      maxConcurrency: 1,
+      env: {},
+      dependencies: [],
+      systemDependencies: [],
+    },
+    configHash: 'h',
+  };
+}
+
+let box: AwsBox;
+let record: EndpointRecord;
+const clients: { destroy(): void }[] = [];
+
+beforeAll(async () => {
+  box = await startAwsBox({ workerWaitMs: 1_000 });
+  record = await box.addEndpoint(endpointId, recordFor(queueEndpoint('broken'), project, endpointId).config);
+}, 120_000);
+
+afterAll(async () => {
+  for (const client of clients) client.destroy();
+  await box?.stop();
+  rmSync(project, { recursive: true, force: true });
+});
+
+/** One ECS task: a new agent, its worker run to its exit, the exit reported, the task gone. */
+async function oneTask(): Promise<{ code: number | null; output: string }> {
+  const agentClients = {
+    dynamo: dynamoClientFor(box.fixture.dynamo.endpoint),
+    sqs: sqsClientFor(box.fixture.fauxqs.endpoint),
+    s3: s3ClientFor(box.fixture.fauxqs.endpoint),
+  };
+  clients.push(...Object.values(agentClients));
+  const agent = await startAgent({
+    endpointId,
+    clients: agentClients,
+    tables: box.fixture.tables,
+    queueUrlFor: queueUrls(agentClients.sqs, box.env.FERRY_QUEUE_NAME_PREFIX),
+    bucket: box.fixture.bucket,
+    blobPrefix: box.env.FERRY_BLOB_PREFIX,
+    port: 0,
+    workerWaitMs: 1_000,
+    pollMs: 200,
+    tickMs: 200,
+    log: { info: () => {}, warn: () => {}, error: () => {} },
+    exit: () => {},
+  });
+  try {
+    const child = spawn('python3', ['-m', 'ferry.worker'], {
+      cwd: project,
+      // Its own process group, killed below if it outlives the test.
+      detached: true,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: {
+        PATH: process.env.PATH ?? '',
+        HOME: process.env.HOME ?? '',
+        PYTHONPATH: path.join(repo, 'worker-image', 'python'),
+        PYTHONUNBUFFERED: '1',
+        FERRY_APP_DIR: project,
+        FERRY_MODULE: 'broken_app',
+        FERRY_TARGET: 'handler',
+        FERRY_PARENT_PID: String(process.pid),
+        ...agent.workerEnv(),
+      },
+    });
+    const output: string[] = [];
+    for (const stream of [child.stdout, child.stderr]) {
+      stream.setEncoding('utf8');
+      stream.on('data', (data: string) => output.push(data));
+    }
+    try {
+      const [code] = (await once(child, 'exit')) as [number | null];
+      // What the task metadata watch reports once the worker container is STOPPED.
+      await agent.workerExited({ code, signal: null });
+      expect(await agent.leaving).toBe(1);
+      return { code, output: output.join('') };
+    } finally {
+      if (child.exitCode === null && child.pid) process.kill(-child.pid, 'SIGKILL');
+    }
+  } finally {
+    await agent.close();
+  }
+}
+
+const call = async (method: string, route: string, body?: unknown) => {
+  const response = await fetch(`${box.baseUrl}/${endpointId}/${route}`, {
+    method,
+    headers: { authorization: `Bearer ${boxApiKey}`, 'content-type': 'application/json' },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  return { status: response.status, body: (await response.json()) as Record<string, any> };
+};
+
+/** The scaler's answer for the endpoint, with ECS answering that one task is wanted now. */
+async function scalerDecision() {
+  const updates: number[] = [];
+  const [report] = await scaleEndpoints(
+    {
+      control: box.lambda.control,
+      queue: box.lambda.queue,
+      workers: box.lambda.workers,
+      ecs: {
+        async send(command: unknown): Promise<any> {
+          if (command instanceof DescribeServicesCommand) {
+            return {
+              services: [{ serviceName: `ferry-${endpointId}`, status: 'ACTIVE', desiredCount: 1 }],
+            };
+          }
+          if (command instanceof UpdateServiceCommand) updates.push(command.input.desiredCount!);
+          return {};
+        },
+      },
+      cluster: 'ferry',
+      serviceNamePrefix: 'ferry-',
+      clock: systemClock,
+      workerStaleMs: box.lambda.engine.settings.workerStaleMs,
+    },
+    { endpointId },
+  );
+  return { desired: report?.decision?.desired, updates };
+}
+
+describe('a worker that cannot import, task after task', () => {
+  let queued: string;
+
+  it(`is counted across tasks; the endpoint is failing after ${threshold}, with the import error`, async () => {
+    queued = (await call('POST', 'run', { input: { x: 1 } })).body.id;
+    // Before anything failed, the policy keeps min (1) workers.
+    expect((await scalerDecision()).desired).toBe(1);
+    for (let task = 1; task <= threshold; task++) {
+      const { code, output } = await oneTask();
+      expect(code).toBe(2);
+      expect(output).toMatch(/No module named 'ferry_no_such_package_xyz'/);
+      const health = (await call('GET', 'health')).body;
+      if (task < threshold) {
+        expect(health.problem).toBeUndefined();
+        expect((await call('GET', `status/${queued}`)).body.status).toBe('IN_QUEUE');
+        expect(await box.lambda.control.startFailures(endpointId)).toEqual({ failedStarts: task });
+      } else {
+        expect(health.problem).toMatchObject({
+          state: 'failing',
+          reason: expect.stringContaining(`${threshold} workers in a row exited (code 2)`),
+        });
+        // The lines the worker handed its agent before it exited (the agent cannot read its output).
+        expect(health.problem.lines.join('\n')).toMatch(/No module named 'ferry_no_such_package_xyz'/);
+      }
+    }
+    const status = (await call('GET', `status/${queued}`)).body;
+    expect(status.status).toBe('FAILED');
+    expect(status.error).toMatch(/cannot start/);
+    expect(status.error).toMatch(/No module named 'ferry_no_such_package_xyz'/);
+  }, 120_000);
+
+  it('the scaler wants no worker, despite min 1 and a job waiting', async () => {
+    expect((await call('POST', 'run', { input: { x: 2 } })).status).toBe(200);
+    const { desired, updates } = await scalerDecision();
+    expect(desired).toBe(0);
+    expect(updates).toEqual([0]);
+  });
+
+  it('jobs sent while it is failing end FAILED with the reason at the next sweep', async () => {
+    const late = (await call('POST', 'run', { input: { x: 3 } })).body.id;
+    const report = await createSweeper(() => box.lambda)();
+    expect(report.notStartable).toBeGreaterThanOrEqual(1);
+    const status = (await call('GET', `status/${late}`)).body;
+    expect(status.status).toBe('FAILED');
+    expect(status.error).toMatch(/No module named 'ferry_no_such_package_xyz'/);
+  });
+
+  it('a deploy (the endpoint record written again) clears it: health, the count and the scaler', async () => {
+    await box.lambda.control.putEndpoint({ ...record, updatedAt: Date.now() });
+    expect((await call('GET', 'health')).body.problem).toBeUndefined();
+    expect(await box.lambda.control.startFailures(endpointId)).toBeUndefined();
+    // The policy follows the queue again: the failed jobs' messages are still in SQS (a worker's take
+    // drops them, since their jobs are no longer IN_QUEUE), so it asks for up to max, not for 0.
+    expect((await scalerDecision()).desired).toBeGreaterThanOrEqual(1);
+  });
+});
