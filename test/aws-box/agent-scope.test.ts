@@ -21,6 +21,7 @@ import { Template } from 'aws-cdk-lib/assertions';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  DynamoControlStore,
   DynamoJobStore,
   type DynamoTable,
   DynamoWorkerRegistry,
@@ -317,6 +318,23 @@ const statusOf = async (endpointId: string, id: string) => {
 };
 
 describe("an agent with its endpoint's role", () => {
+  it("counts, marks and clears its own endpoint's failed starts (one STARTS# key), every call allowed", async () => {
+    const doc = DynamoDBDocumentClient.from(gate.client, {
+      marshallOptions: { removeUndefinedValues: true },
+    });
+    const control = new DynamoControlStore({ doc, table: box.fixture.tables.control });
+    const before = gate.decisions.length;
+    expect(await control.addFailedStart(mine)).toBe(1);
+    expect(await control.addFailedStart(mine)).toBe(2);
+    await control.markFailing(mine, { state: 'failing', reason: 'r', lines: ['l'], sinceMs: 1 });
+    expect(await control.startFailures(mine)).toMatchObject({ failedStarts: 2, problem: { reason: 'r' } });
+    await control.clearStartFailures(mine);
+    expect(await control.startFailures(mine)).toBeUndefined();
+    const made = gate.decisions.slice(before);
+    expect(made.filter((d) => !d.allowed)).toEqual([]);
+    expect(new Set(made.flatMap((d) => d.keys))).toEqual(new Set([`STARTS#${mine}`]));
+  });
+
   it('gets job ids from the API that lead with their endpoint id', async () => {
     expect(await submit(mine, { n: 0 })).toMatch(new RegExp(`^${mine}-[0-9a-f-]{36}-u1$`));
   });
@@ -406,6 +424,27 @@ describe("an agent with its endpoint's role", () => {
 
     const after = await box.fixture.jobs().get(victim, Date.now());
     expect(after).toEqual(before);
+
+    // Their run of failed worker starts: it can neither read, count, mark nor clear it, and no
+    // endpoint record (its own included) is reachable, though both live in the control table.
+    const control = new DynamoControlStore({ doc, table: box.fixture.tables.control });
+    const admin = box.lambda.control;
+    await admin.addFailedStart(theirs);
+    const problem = { state: 'failing' as const, reason: 'forged', lines: [], sinceMs: 0 };
+    await expect(control.startFailures(theirs)).rejects.toMatchObject(denied);
+    await expect(control.addFailedStart(theirs)).rejects.toMatchObject(denied);
+    await expect(control.markFailing(theirs, problem)).rejects.toMatchObject(denied);
+    await expect(control.clearStartFailures(theirs)).rejects.toMatchObject(denied);
+    expect(await admin.startFailures(theirs)).toEqual({ failedStarts: 1 });
+    await admin.clearStartFailures(theirs);
+    await expect(control.getEndpoint(mine)).rejects.toMatchObject(denied);
+    await expect(control.getEndpoint(theirs)).rejects.toMatchObject(denied);
+    const theirRecord = (await admin.getEndpoint(theirs))!;
+    await expect(control.putEndpoint({ ...theirRecord, config: { forged: true } })).rejects.toMatchObject(
+      denied,
+    );
+    await expect(control.deleteEndpoint(theirs)).rejects.toMatchObject(denied);
+    expect(await admin.getEndpoint(theirs)).toEqual(theirRecord);
 
     // Their big input sits in S3 under their job id: out of reach too.
     const bigVictim = await submit(theirs, { secret: 'y'.repeat(200 * 1024) });
