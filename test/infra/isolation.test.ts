@@ -129,11 +129,24 @@ describe('the agent role (queue endpoint)', () => {
     });
   });
 
-  it('has every DynamoDB grant conditioned: none on a whole table, none on the control table', () => {
+  it('has every DynamoDB grant conditioned: none on a whole table, on the control table only its STARTS# key', () => {
     for (const s of statements.filter((s) => actionsOf([s]).some((a) => a.startsWith('dynamodb:')))) {
       expect(s.Condition).toBeDefined();
     }
-    expect(JSON.stringify(statements)).not.toContain(tables.control.tableArn);
+    const control = statements.filter((s) => JSON.stringify(s).includes(tables.control.tableArn));
+    expect(control).toHaveLength(1);
+    expect(control[0]!.Resource).toBe(tables.control.tableArn);
+    // Read at start, ADD per failed start, delete at the first contact: no Put, so no endpoint record.
+    expect(actionsOf(control).sort()).toEqual([
+      'dynamodb:DeleteItem',
+      'dynamodb:GetItem',
+      'dynamodb:UpdateItem',
+    ]);
+    // Its own partition, exact (no wildcard): not `EP#<id>`, not another endpoint's run.
+    expect(control[0]!.Condition).toEqual({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`STARTS#${endpointId}`] },
+      Null: { 'dynamodb:LeadingKeys': 'false' },
+    });
   });
 
   it('reaches payload objects only under its own job ids', () => {

@@ -533,12 +533,22 @@ describe('least privilege', () => {
       expect.arrayContaining(['sqs:ReceiveMessage', 'sqs:DeleteMessage']),
     );
     expect(queries).toContain(`/index/${dynamoSchema.jobs.indexes.byEndpointStatus.indexName}`);
-    // Of the control table only the kind index (which endpoints exist), never the table's items.
+    // Of the control table the kind index (which endpoints exist) and, of its items, only the STARTS#
+    // ones (an endpoint whose workers cannot start: its queued jobs end FAILED); no endpoint or key.
     const control = statements.filter((st) =>
       JSON.stringify(st.Resource).includes(logicalId(platform.controlTable)),
     );
-    expect(control.flatMap((st) => [st.Action].flat())).toEqual(['dynamodb:Query']);
-    expect(JSON.stringify(control)).toContain(`/index/${dynamoSchema.control.indexes.byKind.indexName}`);
+    expect(control.flatMap((st) => [st.Action].flat()).sort()).toEqual([
+      'dynamodb:GetItem',
+      'dynamodb:Query',
+    ]);
+    expect(JSON.stringify(control.find((st) => st.Action === 'dynamodb:Query'))).toContain(
+      `/index/${dynamoSchema.control.indexes.byKind.indexName}`,
+    );
+    expect(control.find((st) => st.Action === 'dynamodb:GetItem')?.Condition).toEqual({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['STARTS#*'] },
+      Null: { 'dynamodb:LeadingKeys': 'false' },
+    });
     expect(JSON.stringify(statements)).not.toContain(logicalId(platform.workersTable));
   });
 
