@@ -179,6 +179,47 @@ async function scalerDecision() {
   return { desired: report?.decision?.desired, updates };
 }
 
+describe('the startup-failure route of the agent', () => {
+  it("hears only its worker's token and a list of lines; it is not contact", async () => {
+    const agentClients = {
+      dynamo: dynamoClientFor(box.fixture.dynamo.endpoint),
+      sqs: sqsClientFor(box.fixture.fauxqs.endpoint),
+      s3: s3ClientFor(box.fixture.fauxqs.endpoint),
+    };
+    clients.push(...Object.values(agentClients));
+    const agent = await startAgent({
+      endpointId: 'otheraaaaaaaa2',
+      clients: agentClients,
+      tables: box.fixture.tables,
+      queueUrlFor: queueUrls(agentClients.sqs, box.env.FERRY_QUEUE_NAME_PREFIX),
+      bucket: box.fixture.bucket,
+      port: 0,
+      log: { info: () => {}, warn: () => {}, error: () => {} },
+      exit: () => {},
+    });
+    try {
+      const url = agent.workerEnv().FERRY_WEBHOOK_POST_STARTUP!;
+      const post = (token: string, body: string) =>
+        fetch(url, { method: 'POST', headers: { authorization: token }, body }).then(async (r) => ({
+          status: r.status,
+          text: await r.text(),
+        }));
+      expect((await post('fyw_not_the_token', '{"lines":["x"]}')).status).toBe(401);
+      const bad = await post(agent.workerToken, '{"lines":"not a list"}');
+      expect(bad.status).toBe(400);
+      expect(JSON.parse(bad.text)).toEqual({ error: expect.any(String) });
+      expect((await post(agent.workerToken, 'not json')).status).toBe(400);
+      expect((await post(agent.workerToken, '{"lines":["ImportError: x"]}')).status).toBe(204);
+      // Still no contact: the exit that follows counts as a failed start.
+      await agent.workerExited({ code: 2, signal: null });
+      expect(await box.lambda.control.startFailures('otheraaaaaaaa2')).toEqual({ failedStarts: 1 });
+    } finally {
+      await agent.close();
+      await box.lambda.control.clearStartFailures('otheraaaaaaaa2');
+    }
+  });
+});
+
 describe('a worker that cannot import, task after task', () => {
   let queued: string;
 
