@@ -300,6 +300,38 @@ class FunctionWorkerTest(unittest.TestCase):
         self.assertEqual(worker.wait_exit(), 2)
         self.assertIn("FERRY_MODULE 'not_there' was not found", worker.output)
 
+    def _startup_url(self):
+        return f"http://127.0.0.1:{self.platform.port}/v2/{self.platform.endpoint_id}/startup-failed/wB"
+
+    def test_startup_error_is_handed_to_the_agent(self):
+        # On ECS the agent cannot read the worker's output: the runtime posts why before it exits.
+        worker = self.start("hello", FERRY_MODULE="not_there", FERRY_WEBHOOK_POST_STARTUP=self._startup_url())
+        self.assertEqual(worker.wait_exit(), 2)
+        [call] = self.platform.of("startup-failed")
+        self.assertEqual(call["auth"], self.platform.api_key)
+        self.assertTrue(any("FERRY_MODULE 'not_there' was not found" in line for line in call["body"]["lines"]))
+
+    def test_failing_init_is_handed_to_the_agent_with_its_traceback(self):
+        with open(os.path.join(self.tmp, "bad_init.py"), "w") as f:
+            f.write(
+                "class Model:\n"
+                "    def __init__(self):\n"
+                "        raise RuntimeError('no weights')\n\n"
+                "    def run(self):\n"
+                "        return 1\n"
+            )
+        worker = self.start("Model", FERRY_MODULE="bad_init", FERRY_WEBHOOK_POST_STARTUP=self._startup_url())
+        self.assertEqual(worker.wait_exit(), 1)
+        [call] = self.platform.of("startup-failed")
+        text = "\n".join(call["body"]["lines"])
+        self.assertIn("Model() failed while starting:", text)
+        self.assertIn("RuntimeError: no weights", text)
+
+    def test_startup_error_without_the_route_still_exits(self):
+        worker = self.start("hello", FERRY_MODULE="not_there")
+        self.assertEqual(worker.wait_exit(), 2)
+        self.assertEqual(self.platform.of("startup-failed"), [])
+
     def test_missing_protocol_env_is_a_startup_error(self):
         worker = self.start("hello", RUNPOD_WEBHOOK_GET_JOB="")
         self.assertEqual(worker.wait_exit(), 2)
