@@ -150,6 +150,12 @@ export interface WorkerSupervisorOptions {
   registry?: WorkerRegistry;
   /** A registry record older than this is stale to readers; re-written at a sixth of it. */
   registryStaleMs?: number;
+  /**
+   * Whether a job the worker holds may have to stop since the last call. The tick then reads the held
+   * jobs; without it (or while a stop is already pending) it reads them on every tick. The agent
+   * answers from its stop signal (core/adapters/aws/stop-signals.ts).
+   */
+  stopMayBeDue?: (workerId: string) => Promise<boolean>;
 }
 
 export class WorkerSupervisor implements WorkerLedger {
@@ -493,6 +499,8 @@ export class WorkerSupervisor implements WorkerLedger {
       return;
     }
     if (entry.held.size === 0 || !this.engine || entry.kind !== 'queue') return;
+    const pending = [...entry.held.values()].some((held) => held.stopSeenAt !== undefined);
+    if (!pending && this.options.stopMayBeDue && !(await this.options.stopMayBeDue(workerId))) return;
     const stop = new Set(await this.engine.jobsToStop(endpointId, workerId, 0));
     for (const [jobId, held] of entry.held) {
       if (!stop.has(jobId)) {
