@@ -96,6 +96,8 @@ export class StopSignalChangeFeed implements ChangeFeed {
   /** The last value read, and when that read was sent: reads within `pollMs` of it share it. */
   private last: { value: number; sentAtMs: number } | undefined;
   private reading: Promise<number> | undefined;
+  /** Closed with the feed: a wait must end then, not spin on a closed inner watch. */
+  private readonly signalWatches = new Set<StopSignalWatch>();
 
   constructor(readonly options: StopSignalFeedOptions) {
     this.own = workerKey(options.workerId);
@@ -109,7 +111,11 @@ export class StopSignalChangeFeed implements ChangeFeed {
     // The baseline is the value of a read sent before this watch began, so a signal written after it
     // (and so after the job write it announces) shows as a difference on a later read. Before the
     // first read there is none: the first read counts as a change (one extra read of the jobs).
-    return new StopSignalWatch(this, this.local.watch(key), this.last?.value);
+    const watch = new StopSignalWatch(this, this.local.watch(key), this.last?.value, (w) =>
+      this.signalWatches.delete(w),
+    );
+    this.signalWatches.add(watch);
+    return watch;
   }
 
   notify(key: string): void {
@@ -141,6 +147,7 @@ export class StopSignalChangeFeed implements ChangeFeed {
   }
 
   close(): void {
+    for (const watch of [...this.signalWatches]) watch.close();
     this.local.close();
     this.polling.close();
   }
@@ -154,6 +161,7 @@ class StopSignalWatch implements Watch {
     private readonly feed: StopSignalChangeFeed,
     private readonly inner: Watch,
     private seen: number | undefined,
+    private readonly release: (watch: StopSignalWatch) => void,
   ) {
     this.safetyAtMs = feed.options.clock.now() + feed.safetyMs;
   }
@@ -191,6 +199,7 @@ class StopSignalWatch implements Watch {
 
   close(): void {
     this.closed = true;
+    this.release(this);
     this.inner.close();
   }
 }
