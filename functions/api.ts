@@ -156,7 +156,7 @@ export function createApiHandler(platform: () => Platform, log: Logger = stderrL
       // started a webhook, and a cancel signals the agent of the worker holding the job (stop
       // signals): send them all before the sandbox freezes.
       await platform().nudges?.settled();
-      await platform().stopSignals.settled();
+      await platform().stopSignals?.settled();
       await settleWebhooks(webhooks, (context?.getRemainingTimeInMillis?.() ?? 10_000) - answerMarginMs);
       return resultOf(response, edge);
     }) as unknown as ApiHandler;

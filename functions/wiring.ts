@@ -118,8 +118,11 @@ export interface Platform {
   workers: DynamoWorkerRegistry;
   /** Present when the scaler is nudged; handlers await `settled()` before they answer. */
   nudges: NudgingChangeFeed | undefined;
-  /** Stop signals to agents; handlers await `settled()` before they answer. */
-  stopSignals: StopSignallingChangeFeed;
+  /**
+   * Stop signals to agents; handlers await `settled()` before they answer. Always built by
+   * buildPlatform; optional for platforms assembled by hand around a single engine.
+   */
+  stopSignals?: StopSignallingChangeFeed;
   payloads: S3PayloadStore;
   webhooks: HttpWebhookSender;
   /** The sweeper's reader of dead-lettered messages (the endpoints' `-dlq` queues). */
