@@ -33,8 +33,9 @@ import { createServer } from 'node:net';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { costReport, loadPrices } from './cost.js';
-import { startPlatformChild } from './lib/child.js';
+import { cpuMs, descendantsCpuMs, startPlatformChild } from './lib/child.js';
 import { api, benchKey, deepQueue, echoProject } from './lib/faults.js';
+import { jsonPoster } from './lib/http.js';
 import { envInt, pause, round, say } from './lib/util.js';
 import { CountingWorker } from './lib/worker.js';
 import { awsScaleFromZeroReport } from './scale-from-zero.js';
@@ -136,20 +137,27 @@ async function ferryThroughput(
   n: number,
   clients: number,
   payloadBytes = 0,
+  platformPid?: number,
 ) {
+  const cpuBefore = platformPid === undefined ? undefined : cpuOf(platformPid);
   const text = echoText(payloadBytes);
   const before = (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed as number;
+  const poster = jsonPoster(url, { authorization: `Bearer ${benchKey}` }, clients);
   const began = performance.now();
   let next = 0;
-  await Promise.all(
-    Array.from({ length: clients }, async () => {
-      while (next < n) {
-        next++;
-        const r = await api(url, 'POST', `/${endpointId}/run`, { input: { i: next, text } });
-        if (r.status !== 200) throw new Error(`/run answered ${r.status}: ${JSON.stringify(r.body)}`);
-      }
-    }),
-  );
+  try {
+    await Promise.all(
+      Array.from({ length: clients }, async () => {
+        while (next < n) {
+          next++;
+          const r = await poster.post(`/v2/${endpointId}/run`, { input: { i: next, text } });
+          if (r.status !== 200) throw new Error(`/run answered ${r.status}: ${JSON.stringify(r.body)}`);
+        }
+      }),
+    );
+  } finally {
+    poster.close();
+  }
   const submittedMs = performance.now() - began;
   for (;;) {
     const done = (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed - before;
@@ -157,7 +165,22 @@ async function ferryThroughput(
     await pause(50);
   }
   const ms = performance.now() - began;
-  return { jobs: n, ms: Math.round(ms), submitMs: Math.round(submittedMs), perSec: round((n * 1000) / ms) };
+  const cpuAfter = platformPid === undefined ? undefined : cpuOf(platformPid);
+  const perJob = (a: number | undefined, b: number | undefined) =>
+    a === undefined || b === undefined ? undefined : round((b - a) / n, 3);
+  return {
+    jobs: n,
+    ms: Math.round(ms),
+    submitMs: Math.round(submittedMs),
+    perSec: round((n * 1000) / ms),
+    platformCpuMsPerJob: perJob(cpuBefore?.platform, cpuAfter?.platform),
+    workersCpuMsPerJob: perJob(cpuBefore?.workers, cpuAfter?.workers),
+  };
+}
+
+/** CPU ms used so far by the platform child and by its worker processes. */
+function cpuOf(pid: number): { platform: number | undefined; workers: number } {
+  return { platform: cpuMs(pid), workers: descendantsCpuMs(pid) };
 }
 
 async function waitWorkers(url: string, endpointId: string, count: number, timeoutMs = 60_000) {
@@ -446,7 +469,10 @@ async function ferryPythonCurve(workers: number, n: number, payloadBytes = 0) {
   });
   try {
     await waitWorkers(child.url, 'echo', workers);
-    return { ...(await ferryThroughput(child.url, 'echo', n, concurrency, payloadBytes)), workers };
+    return {
+      ...(await ferryThroughput(child.url, 'echo', n, concurrency, payloadBytes, child.pid)),
+      workers,
+    };
   } finally {
     await child.stop();
     rmSync(dataDir, { recursive: true, force: true });
@@ -515,10 +541,10 @@ async function main(): Promise<void> {
         concurrency,
       });
       tsThroughputWorker.start();
-      throughput.ferryTs = await ferryThroughput(child.url, 'tsecho', jobs, concurrency);
+      throughput.ferryTs = await ferryThroughput(child.url, 'tsecho', jobs, concurrency, 0, child.pid);
       await tsThroughputWorker.stop();
       say(`ferry throughput (TS worker): ${JSON.stringify(throughput.ferryTs)}`);
-      throughput.ferryPython = await ferryThroughput(child.url, 'echo', jobs, concurrency);
+      throughput.ferryPython = await ferryThroughput(child.url, 'echo', jobs, concurrency, 0, child.pid);
       say(`ferry throughput (Python pool): ${JSON.stringify(throughput.ferryPython)}`);
       throughput.ferryPythonBig = await ferryThroughput(
         child.url,
@@ -526,6 +552,7 @@ async function main(): Promise<void> {
         bigJobs,
         concurrency,
         bigInputBytes,
+        child.pid,
       );
       say(`ferry throughput (Python pool, 64 KB input): ${JSON.stringify(throughput.ferryPythonBig)}`);
     }
@@ -692,6 +719,9 @@ interface Level {
 interface Rate {
   perSec: number;
   ms: number;
+  /** CPU ms per job of the platform process, and of its worker processes (Ferry rows only). */
+  platformCpuMsPerJob?: number;
+  workersCpuMsPerJob?: number;
 }
 interface Results {
   machine: ReturnType<typeof machine>;
@@ -715,6 +745,9 @@ interface Results {
 }
 
 const notRun = (part: string) => `Not run in this pass (FERRY_BENCH_ONLY left out part ${part}).\n`;
+
+const cpuLine = (rate: Rate | undefined) =>
+  rate?.platformCpuMsPerJob === undefined ? 'n/a' : `${rate.platformCpuMsPerJob} ms`;
 
 function throughputSection(t: NonNullable<Results['throughput']>): string {
   const ratio = (a: number, b: number | undefined) => (b ? `${round(a / b, 2)}×` : 'n/a');
@@ -749,6 +782,8 @@ Cost curve, same ${concurrency} concurrency spread over more Python processes (j
 | Python worker processes | Ferry | Celery | Ferry / Celery |
 |---|---|---|---|
 ${curveRows.join('\n')}
+
+CPU per job (user + system from /proc, ms; far steadier than jobs/s on a shared machine): the platform process ${cpuLine(t.ferryPython)} with the Python pool, ${cpuLine(t.ferryTs)} with the TypeScript worker, ${cpuLine(t.ferryPythonBig)} with the ${bigInputBytes / 1024} KB input${t.ferryCurve.map((f) => `, ${cpuLine(f)} with ${f.workers} processes`).join('')}; the Python worker processes ${t.ferryPython.workersCpuMsPerJob ?? 'n/a'} ms.
 
 A ${bigInputBytes / 1024} KB input (${bigJobs} jobs, ${pyWorkers} Python processes): Ferry ${t.ferryPythonBig.perSec} jobs/s, BullMQ ${t.bullmqBig?.perSec ?? 'n/a'} (${ratio(t.ferryPythonBig.perSec, t.bullmqBig?.perSec)}), Celery ${t.celeryBig?.perSec ?? 'n/a'} (${ratio(t.ferryPythonBig.perSec, t.celeryBig?.perSec)}).
 `;

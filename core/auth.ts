@@ -8,7 +8,18 @@ import { forbidden, unauthorized } from './errors.js';
 import { callerOfToken } from './names.js';
 import type { ApiKeyLookup, ApiKeyRecord, EndpointLookup } from './ports.js';
 
-export const hashKey = (key: string): string => createHash('sha256').update(key, 'utf8').digest('hex');
+/** Recent digests: every worker and client request hashes its key, a hot spot in profiles. Bounded. */
+const recentHashes = new Map<string, string>();
+
+export const hashKey = (key: string): string => {
+  let hash = recentHashes.get(key);
+  if (hash === undefined) {
+    hash = createHash('sha256').update(key, 'utf8').digest('hex');
+    if (recentHashes.size >= 1_000) recentHashes.clear();
+    recentHashes.set(key, hash);
+  }
+  return hash;
+};
 
 /** A new secret with a prefix that says what it is (`fy_` API key, `fyw_` worker token). */
 export const newSecret = (prefix: 'fy' | 'fyw'): string =>

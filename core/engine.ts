@@ -18,6 +18,8 @@ import type {
   JobPatch,
   JobQueue,
   JobStore,
+  TakenJob,
+  TakeQueuedOptions,
   WorkerLedger,
   WorkerRegistry,
 } from './ports.js';
@@ -51,6 +53,12 @@ export interface EngineDeps {
    * (SQLite), so a crash between the two cannot leave a job nobody will ever take.
    */
   createQueued?: (job: Job) => Promise<void>;
+  /**
+   * Receives, claims and acknowledges in one write where the stores share a database (SQLite): one
+   * commit per take instead of three. Without it `take` composes queue.receive, a compare-and-set
+   * per job and queue.ack (AWS).
+   */
+  takeQueued?: (endpointId: string, options: TakeQueuedOptions) => Promise<TakenJob[]>;
   /** A new job id; gets the endpoint so AWS can scope ids to it (core/job.ts endpointScopedJobId). */
   newId?: (endpointId: string) => string;
   settings?: Partial<EngineSettings>;
@@ -105,6 +113,7 @@ export class JobEngine {
   private readonly clock: Clock;
   private readonly webhooks: WebhookSender | undefined;
   private readonly createQueued: ((job: Job) => Promise<void>) | undefined;
+  private readonly takeQueued: EngineDeps['takeQueued'];
   private readonly newId: (endpointId: string) => string;
   /** Per endpoint, submits admitted without counting the backlog again (see `admit`). */
   readonly #capRoom = new Map<string, number>();
@@ -116,6 +125,7 @@ export class JobEngine {
     this.clock = deps.clock;
     this.webhooks = deps.webhooks;
     this.createQueued = deps.createQueued;
+    this.takeQueued = deps.takeQueued;
     this.newId = deps.newId ?? (() => `${randomUUID()}-u1`);
     this.settings = {
       leaseMs: limits.leaseMs,
@@ -342,22 +352,9 @@ export class JobEngine {
     if (!(await this.ledger.mayTake(endpointId, workerId))) return [];
     for (;;) {
       const remaining = Math.max(0, deadline - this.clock.now());
-      const messages = await this.queue.receive(endpointId, {
-        max,
-        visibilityMs: this.settings.leaseMs,
-        waitMs: remaining,
-        signal,
-      });
+      const taken = await this.receiveAndClaim(endpointId, workerId, max, remaining, signal);
       // The queue waited for us: nothing means the wait ran out, the caller left, or the queue closed.
-      if (messages.length === 0) return [];
-      const taken: Job[] = [];
-      for (const message of messages) {
-        const job = await this.claim(endpointId, message.jobId, workerId);
-        // Acknowledge either way: a claimed job is now guarded by its lease, a stale message
-        // (cancelled, purged, expired, already taken) has nothing left to deliver.
-        await this.queue.ack(endpointId, message.receipt);
-        if (job) taken.push(job);
-      }
+      if (taken === undefined) return [];
       if (taken.length > 0 && signal?.aborted) {
         // The worker hung up while we claimed: nobody will run these, so queue them again now
         // rather than after a lease lapses.
@@ -365,16 +362,62 @@ export class JobEngine {
         return [];
       }
       if (taken.length > 0) {
+        const deadlinesMs = new Map<string, number>();
+        for (const job of taken) {
+          const deadlineMs = runDeadlineOf(job);
+          if (deadlineMs !== undefined) deadlinesMs.set(job.id, deadlineMs);
+        }
         await this.ledger.taken(
           endpointId,
           workerId,
           taken.map((j) => j.id),
+          deadlinesMs,
         );
         return taken.map(workerJobOf);
       }
       // Only stale messages this time (cancelled, purged or taken meanwhile): wait again.
       if (remaining <= 0 || signal?.aborted) return [];
     }
+  }
+
+  /**
+   * One long poll of the queue and the claims of what it delivered; undefined when nothing came
+   * (the wait ran out, the caller left, the queue closed), [] when only stale messages came.
+   */
+  private async receiveAndClaim(
+    endpointId: string,
+    workerId: string,
+    max: number,
+    waitMs: number,
+    signal: AbortSignal | undefined,
+  ): Promise<Job[] | undefined> {
+    if (this.takeQueued) {
+      const moved = await this.takeQueued(endpointId, {
+        max,
+        waitMs,
+        signal,
+        claim: (job) => (canMove('take', job.status) ? this.claimPatch(job, workerId) : undefined),
+      });
+      for (const { before, after } of moved) this.afterWrite(before, after);
+      // The store keeps polling past stale messages itself, so nothing claimed means nothing came.
+      return moved.length > 0 ? moved.map((m) => m.after) : undefined;
+    }
+    const messages = await this.queue.receive(endpointId, {
+      max,
+      visibilityMs: this.settings.leaseMs,
+      waitMs,
+      signal,
+    });
+    if (messages.length === 0) return undefined;
+    const taken: Job[] = [];
+    for (const message of messages) {
+      const job = await this.claim(endpointId, message.jobId, workerId);
+      // Acknowledge either way: a claimed job is now guarded by its lease, a stale message
+      // (cancelled, purged, expired, already taken) has nothing left to deliver.
+      await this.queue.ack(endpointId, message.receipt);
+      if (job) taken.push(job);
+    }
+    return taken;
   }
 
   /** job-done: a progress update, a result or an error from the worker holding the job. */
@@ -730,16 +773,21 @@ export class JobEngine {
   }
 
   private async claim(endpointId: string, jobId: string, workerId: string): Promise<Job | undefined> {
-    const now = this.clock.now();
-    const job = await this.jobs.get(jobId, now);
+    const job = await this.jobs.get(jobId, this.clock.now());
     if (!job || job.endpointId !== endpointId || job.status !== 'IN_QUEUE') return undefined;
-    return this.tryMove(job, 'take', () => ({
+    return this.tryMove(job, 'take', () => this.claimPatch(job, workerId));
+  }
+
+  /** What taking a queued job writes: running on `workerId`, leased, one more attempt. */
+  private claimPatch(job: Job, workerId: string): JobPatch {
+    const now = this.clock.now();
+    return {
       status: 'IN_PROGRESS',
       startedAt: now,
       workerId,
       leaseUntil: now + this.settings.leaseMs,
       attempt: job.attempt + 1,
-    }));
+    };
   }
 
   private async waitFor(

@@ -110,6 +110,24 @@ export interface JobQueue {
   close(): Promise<void>;
 }
 
+/**
+ * What `EngineDeps.takeQueued` gets: a long poll for up to `max` jobs, each claimed by `claim` (the
+ * engine's move, or undefined when the job may not be taken) in the same write that consumes its
+ * message.
+ */
+export interface TakeQueuedOptions {
+  max: number;
+  waitMs: number;
+  signal?: AbortSignal | undefined;
+  claim: (job: Job) => JobPatch | undefined;
+}
+
+/** A job a take moved: as it was read and as it was written. */
+export interface TakenJob {
+  before: Job;
+  after: Job;
+}
+
 export interface BlobStore {
   put(key: string, body: Uint8Array): Promise<void>;
   /** Uploads a file without loading it whole; `onProgress` gets bytes sent so far. */
@@ -256,7 +274,16 @@ export interface EndpointProblem {
 export interface WorkerLedger {
   /** Whether the worker may take jobs now: false while it drains, retires after a job, or is gone. */
   mayTake(endpointId: string, workerId: string): Promise<boolean>;
-  taken(endpointId: string, workerId: string, jobIds: string[]): Promise<void>;
+  /**
+   * The worker took these jobs. `deadlinesMs`: when each must end (startedAt + execution timeout),
+   * as the taker wrote it, so the ledger need not read the job again to time it out.
+   */
+  taken(
+    endpointId: string,
+    workerId: string,
+    jobIds: string[],
+    deadlinesMs?: ReadonlyMap<string, number>,
+  ): Promise<void>;
   /** The worker finished a job; `refresh` (RunPod's stopPod) asks for a fresh worker before the next. */
   released(endpointId: string, workerId: string, jobId: string, options: { refresh: boolean }): Promise<void>;
   /** The jobs the worker listed in its ping. */

@@ -140,6 +140,36 @@ export async function startPlatformChild(options: ChildOptions): Promise<Platfor
   };
 }
 
+/**
+ * CPU time (user + system) a process has used, in ms, from /proc (Linux; clock ticks of 10 ms, the
+ * USER_HZ of every mainstream Linux). Unlike jobs/s it hardly moves with other load on the machine.
+ */
+export function cpuMs(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return undefined;
+  }
+}
+
+/** CPU time of a process's descendants (not itself), in ms: the platform's worker processes. */
+export function descendantsCpuMs(pid: number): number {
+  let children: number[] = [];
+  try {
+    children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
+      .trim()
+      .split(/\s+/)
+      .filter((s) => s.length > 0)
+      .map(Number);
+  } catch {
+    return 0;
+  }
+  return children.reduce((sum, child) => sum + (cpuMs(child) ?? 0) + descendantsCpuMs(child), 0);
+}
+
 /** Resident set size of a process in bytes, from /proc (Linux). */
 export function rssBytes(pid: number): number | undefined {
   try {

@@ -267,6 +267,20 @@ describe('worker protocol', () => {
     expect(batch.map((j) => j.input.i)).toEqual([0, 1, 2]);
   });
 
+  it('a job-take whose worker hung up claims nothing: the next job goes to the next take', async () => {
+    const { id, worker } = await freshEndpoint();
+    const leaving = new AbortController();
+    const abandoned = worker.take(leaving.signal).catch(() => undefined);
+    // Pauses only order the steps (the poll is waiting, then the hang-up has reached the platform);
+    // the platform holds a poll 2 s, so a hang-up it missed would still be there to claim the job.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    leaving.abort();
+    await abandoned;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });
+    expect((await worker.take())?.id).toBe(body.id);
+  });
+
   it('bad JSON on job-done is a 400; unknown job is a 404; over 20 MB is a 400 that fails the job', async () => {
     const { id, worker } = await freshEndpoint();
     const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });

@@ -1,6 +1,8 @@
 /**
  * The engine's time-dependent rules with a fake clock and the real SQLite store: retention, policy.ttl,
- * `?ttl=`, leases, execution timeouts, and the lease-expiry-against-job-done race. No sleeps.
+ * `?ttl=`, leases, execution timeouts, and the lease-expiry-against-job-done race. No sleeps. Every
+ * rule runs twice: with take composed of queue receive + compare-and-set + ack (as on AWS), and with
+ * the store's one-write take (EngineDeps.takeQueued, as the local platform wires it).
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type LocalDatabase, openLocalDatabase } from '../../core/adapters/local/sqlite.js';
@@ -14,18 +16,6 @@ let clock: FakeClock;
 let db: LocalDatabase;
 let engine: JobEngine;
 
-beforeEach(() => {
-  clock = new FakeClock();
-  db = openLocalDatabase(':memory:', { clock });
-  engine = new JobEngine({
-    jobs: db.jobs,
-    queue: db.queue,
-    workers: db.workers,
-    changes: new LocalChangeFeed(clock),
-    clock,
-    settings: { leaseMs: 30_000, maxAttempts: 2 },
-  });
-});
 afterEach(async () => {
   await db.close();
 });
@@ -40,196 +30,222 @@ async function runAndFinish(sync = false, waitMs?: number) {
   return job.id;
 }
 
-describe('retention', () => {
-  it('keeps /run results 30 minutes after completion, then 404', async () => {
-    const id = await runAndFinish();
-    clock.advance(minutes(30) - 1);
-    expect((await engine.status(ep, id)).status).toBe('COMPLETED');
-    clock.advance(1);
-    await expect(engine.status(ep, id)).rejects.toMatchObject({ code: 'not_found' });
+describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ take }) => {
+  beforeEach(() => {
+    clock = new FakeClock();
+    db = openLocalDatabase(':memory:', { clock });
+    const local = db;
+    engine = new JobEngine({
+      jobs: db.jobs,
+      queue: db.queue,
+      workers: db.workers,
+      changes: new LocalChangeFeed(clock),
+      clock,
+      settings: { leaseMs: 30_000, maxAttempts: 2 },
+      ...(take === 'one write'
+        ? {
+            createQueued: (job) => local.createQueued(job),
+            takeQueued: (endpointId, options) => local.takeQueued(endpointId, options),
+          }
+        : {}),
+    });
   });
 
-  it('keeps /runsync results 1 minute', async () => {
-    const id = await runAndFinish(true, 90_000);
-    clock.advance(minutes(1) - 1);
-    expect((await engine.status(ep, id)).status).toBe('COMPLETED');
-    clock.advance(1);
-    await expect(engine.status(ep, id)).rejects.toMatchObject({ code: 'not_found' });
+  describe('retention', () => {
+    it('keeps /run results 30 minutes after completion, then 404', async () => {
+      const id = await runAndFinish();
+      clock.advance(minutes(30) - 1);
+      expect((await engine.status(ep, id)).status).toBe('COMPLETED');
+      clock.advance(1);
+      await expect(engine.status(ep, id)).rejects.toMatchObject({ code: 'not_found' });
+    });
+
+    it('keeps /runsync results 1 minute', async () => {
+      const id = await runAndFinish(true, 90_000);
+      clock.advance(minutes(1) - 1);
+      expect((await engine.status(ep, id)).status).toBe('COMPLETED');
+      clock.advance(1);
+      await expect(engine.status(ep, id)).rejects.toMatchObject({ code: 'not_found' });
+    });
+
+    it.each([
+      [200_000, 200_000],
+      [300_000, minutes(5)],
+      [5_000, minutes(1)],
+    ])('a runsync wait of %d ms keeps results %d ms', async (waitMs, keptMs) => {
+      const id = await runAndFinish(true, waitMs);
+      clock.advance(keptMs - 1);
+      expect((await engine.status(ep, id)).status).toBe('COMPLETED');
+      clock.advance(1);
+      await expect(engine.status(ep, id)).rejects.toMatchObject({ code: 'not_found' });
+    });
+
+    it('?ttl= sets the time-to-live from now', async () => {
+      const id = await runAndFinish();
+      await engine.status(ep, id, 6_000);
+      clock.advance(5_999);
+      expect((await engine.status(ep, id)).status).toBe('COMPLETED');
+      clock.advance(1);
+      await expect(engine.status(ep, id)).rejects.toMatchObject({ code: 'not_found' });
+    });
+
+    it('retry is refused once results expired', async () => {
+      const job = await engine.submit(ep, { input: {} }, { sync: false });
+      await engine.take(ep, 'w1', 1, 0);
+      await engine.done(ep, 'w1', job.id, { error: 'bad' });
+      clock.advance(limits.runRetentionMs);
+      await expect(engine.retry(ep, job.id)).rejects.toMatchObject({ code: 'not_found' });
+    });
   });
 
-  it.each([
-    [200_000, 200_000],
-    [300_000, minutes(5)],
-    [5_000, minutes(1)],
-  ])('a runsync wait of %d ms keeps results %d ms', async (waitMs, keptMs) => {
-    const id = await runAndFinish(true, waitMs);
-    clock.advance(keptMs - 1);
-    expect((await engine.status(ep, id)).status).toBe('COMPLETED');
-    clock.advance(1);
-    await expect(engine.status(ep, id)).rejects.toMatchObject({ code: 'not_found' });
-  });
+  describe('policy.ttl', () => {
+    it('a job still queued when its ttl runs out reads as 404 and is never handed out', async () => {
+      const job = await engine.submit(ep, { input: {}, policy: { ttl: 10_000 } }, { sync: false });
+      clock.advance(10_000);
+      await expect(engine.status(ep, job.id)).rejects.toMatchObject({ code: 'not_found' });
+      expect((await engine.sweep()).expired).toBe(1);
+      expect(await engine.take(ep, 'w1', 1, 0)).toEqual([]);
+      expect((await engine.health(ep)).jobs.inQueue).toBe(0);
+    });
 
-  it('?ttl= sets the time-to-live from now', async () => {
-    const id = await runAndFinish();
-    await engine.status(ep, id, 6_000);
-    clock.advance(5_999);
-    expect((await engine.status(ep, id)).status).toBe('COMPLETED');
-    clock.advance(1);
-    await expect(engine.status(ep, id)).rejects.toMatchObject({ code: 'not_found' });
-  });
-
-  it('retry is refused once results expired', async () => {
-    const job = await engine.submit(ep, { input: {} }, { sync: false });
-    await engine.take(ep, 'w1', 1, 0);
-    await engine.done(ep, 'w1', job.id, { error: 'bad' });
-    clock.advance(limits.runRetentionMs);
-    await expect(engine.retry(ep, job.id)).rejects.toMatchObject({ code: 'not_found' });
-  });
-});
-
-describe('policy.ttl', () => {
-  it('a job still queued when its ttl runs out reads as 404 and is never handed out', async () => {
-    const job = await engine.submit(ep, { input: {}, policy: { ttl: 10_000 } }, { sync: false });
-    clock.advance(10_000);
-    await expect(engine.status(ep, job.id)).rejects.toMatchObject({ code: 'not_found' });
-    expect((await engine.sweep()).expired).toBe(1);
-    expect(await engine.take(ep, 'w1', 1, 0)).toEqual([]);
-    expect((await engine.health(ep)).jobs.inQueue).toBe(0);
-  });
-
-  it('a running job past its ttl is stopped', async () => {
-    const job = await engine.submit(ep, { input: {}, policy: { ttl: 10_000 } }, { sync: false });
-    await engine.take(ep, 'w1', 1, 0);
-    clock.advance(10_000);
-    await engine.sweep();
-    expect(await engine.jobsToStop(ep, 'w1', 0)).toEqual([job.id]);
-  });
-});
-
-describe('leases', () => {
-  it('a lapsed lease puts the job back in the queue, then fails it after maxAttempts', async () => {
-    const job = await engine.submit(ep, { input: {} }, { sync: false });
-    await engine.take(ep, 'w1', 1, 0);
-    clock.advance(30_000);
-    expect(await engine.sweep()).toMatchObject({ requeued: 1 });
-    expect((await engine.status(ep, job.id)).status).toBe('IN_QUEUE');
-    const [again] = await engine.take(ep, 'w2', 1, 0);
-    expect(again?.id).toBe(job.id);
-    clock.advance(30_000);
-    expect(await engine.sweep()).toMatchObject({ failed: 1 });
-    const failed = await engine.status(ep, job.id);
-    expect(failed.status).toBe('FAILED');
-    expect(failed.error).toMatch(/stopped responding; the job was tried 2 times/);
-  });
-
-  it('ping renews the lease', async () => {
-    const job = await engine.submit(ep, { input: {} }, { sync: false });
-    await engine.take(ep, 'w1', 1, 0);
-    for (let i = 0; i < 5; i++) {
-      clock.advance(20_000);
-      await engine.ping(ep, 'w1', [job.id]);
+    it('a running job past its ttl is stopped', async () => {
+      const job = await engine.submit(ep, { input: {}, policy: { ttl: 10_000 } }, { sync: false });
+      await engine.take(ep, 'w1', 1, 0);
+      clock.advance(10_000);
       await engine.sweep();
-    }
-    expect((await engine.status(ep, job.id)).status).toBe('IN_PROGRESS');
-  });
-
-  it('lease expiry against job-done: whichever lands first wins', async () => {
-    const job = await engine.submit(ep, { input: {} }, { sync: false });
-    await engine.take(ep, 'w1', 1, 0);
-    clock.advance(30_000);
-    await engine.sweep();
-    await expect(engine.done(ep, 'w1', job.id, { output: 'late' })).rejects.toMatchObject({
-      code: 'conflict',
+      expect(await engine.jobsToStop(ep, 'w1', 0)).toEqual([job.id]);
     });
-    const [retaken] = await engine.take(ep, 'w2', 1, 0);
-    await engine.done(ep, 'w2', retaken!.id, { output: 'on time' });
-    clock.advance(30_000);
-    expect(await engine.sweep()).toEqual({ requeued: 0, failed: 0, timedOut: 0, expired: 0 });
-    expect(await engine.status(ep, job.id)).toMatchObject({ status: 'COMPLETED', output: 'on time' });
   });
-});
 
-describe('execution timeout', () => {
-  it('ends a running job TIMED_OUT, tells its worker to stop, and allows retry', async () => {
-    const job = await engine.submit(ep, { input: {}, policy: { executionTimeout: 5_000 } }, { sync: false });
-    await engine.take(ep, 'w1', 1, 0);
-    clock.advance(4_999);
-    await engine.ping(ep, 'w1', [job.id]);
-    expect((await engine.sweep()).timedOut).toBe(0);
-    clock.advance(1);
-    expect((await engine.sweep()).timedOut).toBe(1);
-    expect(await engine.status(ep, job.id)).toMatchObject({
-      status: 'TIMED_OUT',
-      error: expect.stringMatching(/5000 ms/),
+  describe('leases', () => {
+    it('a lapsed lease puts the job back in the queue, then fails it after maxAttempts', async () => {
+      const job = await engine.submit(ep, { input: {} }, { sync: false });
+      await engine.take(ep, 'w1', 1, 0);
+      clock.advance(30_000);
+      expect(await engine.sweep()).toMatchObject({ requeued: 1 });
+      expect((await engine.status(ep, job.id)).status).toBe('IN_QUEUE');
+      const [again] = await engine.take(ep, 'w2', 1, 0);
+      expect(again?.id).toBe(job.id);
+      clock.advance(30_000);
+      expect(await engine.sweep()).toMatchObject({ failed: 1 });
+      const failed = await engine.status(ep, job.id);
+      expect(failed.status).toBe('FAILED');
+      expect(failed.error).toMatch(/stopped responding; the job was tried 2 times/);
     });
-    expect(await engine.jobsToStop(ep, 'w1', 0)).toEqual([job.id]);
-    expect((await engine.retry(ep, job.id)).status).toBe('IN_QUEUE');
-  });
 
-  it("uses the endpoint's timeout when the request sets none", async () => {
-    const job = await engine.submit(ep, { input: {} }, { sync: false, executionTimeoutMs: 7_000 });
-    await engine.take(ep, 'w1', 1, 0);
-    clock.advance(7_000);
-    await engine.sweep();
-    expect((await engine.status(ep, job.id)).status).toBe('TIMED_OUT');
-  });
-});
+    it('ping renews the lease', async () => {
+      const job = await engine.submit(ep, { input: {} }, { sync: false });
+      await engine.take(ep, 'w1', 1, 0);
+      for (let i = 0; i < 5; i++) {
+        clock.advance(20_000);
+        await engine.ping(ep, 'w1', [job.id]);
+        await engine.sweep();
+      }
+      expect((await engine.status(ep, job.id)).status).toBe('IN_PROGRESS');
+    });
 
-describe('the stop channel', () => {
-  it('does not tell a worker to stop the job it just finished', async () => {
-    const job = await engine.submit(ep, { input: {} }, { sync: false });
-    await engine.take(ep, 'w1', 1, 0);
-    const stopping = engine.jobsToStop(ep, 'w1', 1_000);
-    await engine.done(ep, 'w1', job.id, { output: 'ok' });
-    await new Promise((r) => setImmediate(r));
-    clock.advance(1_000);
-    expect(await stopping).toEqual([]);
-  });
-
-  it('does not keep answering for a finished job a late ping still lists', async () => {
-    const job = await engine.submit(ep, { input: {} }, { sync: false });
-    await engine.take(ep, 'w1', 1, 0);
-    await engine.done(ep, 'w1', job.id, { output: 'ok' });
-    await engine.ping(ep, 'w1', [job.id]);
-    expect(await engine.jobsToStop(ep, 'w1', 0)).toEqual([]);
-  });
-
-  it('tells a worker whose lease lapsed for good to let go', async () => {
-    const job = await engine.submit(ep, { input: {} }, { sync: false });
-    for (const worker of ['w1', 'w2']) {
-      await engine.take(ep, worker, 1, 0);
+    it('lease expiry against job-done: whichever lands first wins', async () => {
+      const job = await engine.submit(ep, { input: {} }, { sync: false });
+      await engine.take(ep, 'w1', 1, 0);
       clock.advance(30_000);
       await engine.sweep();
-    }
-    expect((await engine.status(ep, job.id)).status).toBe('FAILED');
-    expect(await engine.jobsToStop(ep, 'w2', 0)).toEqual([job.id]);
+      await expect(engine.done(ep, 'w1', job.id, { output: 'late' })).rejects.toMatchObject({
+        code: 'conflict',
+      });
+      const [retaken] = await engine.take(ep, 'w2', 1, 0);
+      await engine.done(ep, 'w2', retaken!.id, { output: 'on time' });
+      clock.advance(30_000);
+      expect(await engine.sweep()).toEqual({ requeued: 0, failed: 0, timedOut: 0, expired: 0 });
+      expect(await engine.status(ep, job.id)).toMatchObject({ status: 'COMPLETED', output: 'on time' });
+    });
   });
 
-  it('tells it to stop a job cancelled while it runs', async () => {
-    const job = await engine.submit(ep, { input: {} }, { sync: false });
-    await engine.take(ep, 'w1', 1, 0);
-    const stopping = engine.jobsToStop(ep, 'w1', 1_000);
-    await engine.cancel(ep, job.id);
-    expect(await stopping).toEqual([job.id]);
-  });
-});
+  describe('execution timeout', () => {
+    it('ends a running job TIMED_OUT, tells its worker to stop, and allows retry', async () => {
+      const job = await engine.submit(
+        ep,
+        { input: {}, policy: { executionTimeout: 5_000 } },
+        { sync: false },
+      );
+      await engine.take(ep, 'w1', 1, 0);
+      clock.advance(4_999);
+      await engine.ping(ep, 'w1', [job.id]);
+      expect((await engine.sweep()).timedOut).toBe(0);
+      clock.advance(1);
+      expect((await engine.sweep()).timedOut).toBe(1);
+      expect(await engine.status(ep, job.id)).toMatchObject({
+        status: 'TIMED_OUT',
+        error: expect.stringMatching(/5000 ms/),
+      });
+      expect(await engine.jobsToStop(ep, 'w1', 0)).toEqual([job.id]);
+      expect((await engine.retry(ep, job.id)).status).toBe('IN_QUEUE');
+    });
 
-describe('long polls wake on change, not on a timer', () => {
-  it('runSync returns as soon as the worker finishes, with no clock movement', async () => {
-    const pending = engine.runSync(ep, { input: {} }, 90_000, undefined);
-    let taken: { id: string }[] = [];
-    while (taken.length === 0) taken = await engine.take(ep, 'w1', 1, 0);
-    await engine.done(ep, 'w1', taken[0]!.id, { output: 42 });
-    expect(await pending).toMatchObject({ status: 'COMPLETED', output: 42 });
+    it("uses the endpoint's timeout when the request sets none", async () => {
+      const job = await engine.submit(ep, { input: {} }, { sync: false, executionTimeoutMs: 7_000 });
+      await engine.take(ep, 'w1', 1, 0);
+      clock.advance(7_000);
+      await engine.sweep();
+      expect((await engine.status(ep, job.id)).status).toBe('TIMED_OUT');
+    });
   });
 
-  it('runSync answers {id, status} when the wait runs out', async () => {
-    const pending = engine.runSync(ep, { input: {} }, 1_000, undefined);
-    // Advance only once the wait has begun (the submit's commit lands at the end of a loop turn).
-    while (clock.pendingSleeps() === 0) await new Promise((r) => setImmediate(r));
-    clock.advance(1_000);
-    const view = await pending;
-    expect(Object.keys(view).sort()).toEqual(['id', 'status']);
-    expect(view.status).toBe('IN_QUEUE');
+  describe('the stop channel', () => {
+    it('does not tell a worker to stop the job it just finished', async () => {
+      const job = await engine.submit(ep, { input: {} }, { sync: false });
+      await engine.take(ep, 'w1', 1, 0);
+      const stopping = engine.jobsToStop(ep, 'w1', 1_000);
+      await engine.done(ep, 'w1', job.id, { output: 'ok' });
+      await new Promise((r) => setImmediate(r));
+      clock.advance(1_000);
+      expect(await stopping).toEqual([]);
+    });
+
+    it('does not keep answering for a finished job a late ping still lists', async () => {
+      const job = await engine.submit(ep, { input: {} }, { sync: false });
+      await engine.take(ep, 'w1', 1, 0);
+      await engine.done(ep, 'w1', job.id, { output: 'ok' });
+      await engine.ping(ep, 'w1', [job.id]);
+      expect(await engine.jobsToStop(ep, 'w1', 0)).toEqual([]);
+    });
+
+    it('tells a worker whose lease lapsed for good to let go', async () => {
+      const job = await engine.submit(ep, { input: {} }, { sync: false });
+      for (const worker of ['w1', 'w2']) {
+        await engine.take(ep, worker, 1, 0);
+        clock.advance(30_000);
+        await engine.sweep();
+      }
+      expect((await engine.status(ep, job.id)).status).toBe('FAILED');
+      expect(await engine.jobsToStop(ep, 'w2', 0)).toEqual([job.id]);
+    });
+
+    it('tells it to stop a job cancelled while it runs', async () => {
+      const job = await engine.submit(ep, { input: {} }, { sync: false });
+      await engine.take(ep, 'w1', 1, 0);
+      const stopping = engine.jobsToStop(ep, 'w1', 1_000);
+      await engine.cancel(ep, job.id);
+      expect(await stopping).toEqual([job.id]);
+    });
+  });
+
+  describe('long polls wake on change, not on a timer', () => {
+    it('runSync returns as soon as the worker finishes, with no clock movement', async () => {
+      const pending = engine.runSync(ep, { input: {} }, 90_000, undefined);
+      let taken: { id: string }[] = [];
+      while (taken.length === 0) taken = await engine.take(ep, 'w1', 1, 0);
+      await engine.done(ep, 'w1', taken[0]!.id, { output: 42 });
+      expect(await pending).toMatchObject({ status: 'COMPLETED', output: 42 });
+    });
+
+    it('runSync answers {id, status} when the wait runs out', async () => {
+      const pending = engine.runSync(ep, { input: {} }, 1_000, undefined);
+      // Advance only once the wait has begun (the submit's commit lands at the end of a loop turn).
+      while (clock.pendingSleeps() === 0) await new Promise((r) => setImmediate(r));
+      clock.advance(1_000);
+      const view = await pending;
+      expect(Object.keys(view).sort()).toEqual(['id', 'status']);
+      expect(view.status).toBe('IN_QUEUE');
+    });
   });
 });

@@ -17,6 +17,7 @@ function setup(
   const started: WorkerIdentity[] = [];
   const gone: string[] = [];
   const rejected: string[] = [];
+  const timeoutChecks: string[] = [];
   let toStop: string[] = [];
   let stopReads = 0;
   const engine: SupervisedEngine = {
@@ -28,7 +29,10 @@ function setup(
       stopReads++;
       return toStop;
     },
-    timeOutIfOverdue: async () => ({ timedOut: false }),
+    timeOutIfOverdue: async (_e, jobId) => {
+      timeoutChecks.push(jobId);
+      return { timedOut: false };
+    },
     rejectQueued: async (_e, error) => {
       rejected.push(error);
       return 1;
@@ -75,6 +79,7 @@ function setup(
     started,
     gone,
     rejected,
+    timeoutChecks,
     plan,
     setStops: (ids: string[]) => {
       toStop = ids;
@@ -124,6 +129,30 @@ describe('the held-jobs record', () => {
     await supervisor.taken('a', 'nobody', ['x']);
     expect(supervisor.heldBy(w1!.workerId)).toEqual([]);
     expect(await supervisor.mayTake('a', 'nobody')).toBe(false);
+  });
+});
+
+describe('execution deadlines', () => {
+  it('a job taken with its deadline is not read until the deadline; one without is read at once', async () => {
+    const { supervisor, started, plan, clock, timeoutChecks } = setup();
+    await supervisor.tick('a', plan(1));
+    const [w] = started;
+    await supervisor.mayTake('a', w!.workerId);
+    await supervisor.taken('a', w!.workerId, ['known', 'unknown'], new Map([['known', clock.now() + 5_000]]));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(timeoutChecks).toEqual(['unknown']);
+    clock.advance(4_999);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(timeoutChecks).toEqual(['unknown']);
+    clock.advance(1);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(timeoutChecks).toEqual(['unknown', 'known']);
+    // Released before its deadline: never read at all.
+    await supervisor.taken('a', w!.workerId, ['early'], new Map([['early', clock.now() + 5_000]]));
+    await supervisor.released('a', w!.workerId, 'early', { refresh: false });
+    clock.advance(10_000);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(timeoutChecks).toEqual(['unknown', 'known']);
   });
 });
 

@@ -10,10 +10,9 @@
  * Which key may call which route is still decided by the API (core/api.ts); this is only the cheap
  * check that keeps bodies of strangers out.
  */
-import { createHash } from 'node:crypto';
 import rateLimit from '@fastify/rate-limit';
 import type { FastifyInstance, FastifyServerOptions } from 'fastify';
-import { credentialOf } from '../../auth.js';
+import { credentialOf, hashKey } from '../../auth.js';
 import { limits } from '../../limits.js';
 
 export interface FrontDoorLimits {
@@ -89,7 +88,7 @@ export async function installGuards(app: FastifyInstance, guard: FrontDoorGuard 
     keyGenerator: (request) => {
       const key = credentialOf(request.headers.authorization);
       // The digest, so the limiter's memory never holds a key.
-      return key ? `key:${createHash('sha256').update(key).digest('hex')}` : `ip:${request.ip}`;
+      return key ? `key:${hashKey(key)}` : `ip:${request.ip}`;
     },
     allowList: async (request) => {
       const key = credentialOf(request.headers.authorization);

@@ -56,11 +56,15 @@ export async function createHttpServer(options: {
   });
 
   const forward = async (request: FastifyRequest, reply: FastifyReply) => {
-    const abort = new AbortController();
     // Only a client that leaves early aborts: creating the abort error on every finished response
-    // showed up in profiles.
+    // showed up in profiles. The controller itself is made only for a route that reads the signal
+    // (the long polls); a /run or a job-done never does, and one per request showed up too.
+    let abort: AbortController | undefined;
+    let left = false;
     reply.raw.on('close', () => {
-      if (!reply.raw.writableFinished) abort.abort();
+      if (reply.raw.writableFinished) return;
+      left = true;
+      abort?.abort();
     });
     const [path] = request.url.split('?', 1);
     const apiRequest: ApiRequest = {
@@ -69,7 +73,13 @@ export async function createHttpServer(options: {
       query: singleValues(request.query as Record<string, string | string[] | undefined>),
       headers: request.headers,
       body: Buffer.isBuffer(request.body) ? request.body : undefined,
-      signal: abort.signal,
+      get signal() {
+        if (!abort) {
+          abort = new AbortController();
+          if (left) abort.abort();
+        }
+        return abort.signal;
+      },
       requestId: request.id,
     };
     const response = await (apiRequest.path.startsWith('/manage/') && options.manage

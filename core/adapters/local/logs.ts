@@ -24,14 +24,18 @@ export class SqliteLogStore implements LogStore {
   readonly #byEndpoint;
   readonly #last;
 
-  constructor(private readonly db: Database.Database) {
+  /**
+   * `group` is the database's group commit (sqlite.ts): a worker prints a line per job, and a
+   * transaction of its own per line was one more commit per job.
+   */
+  constructor(
+    private readonly db: Database.Database,
+    private readonly group?: { run<T>(work: () => T): Promise<T> },
+  ) {
     this.#insert = db.prepare(
       'INSERT INTO logs (endpoint_id, worker_id, job_id, at_ms, stream, text) VALUES (?, ?, ?, ?, ?, ?)',
     );
-    this.#insertMany = db.transaction((lines: readonly LogLine[]) => {
-      for (const l of lines)
-        this.#insert.run(l.endpointId, l.workerId, l.jobId ?? null, l.atMs, l.stream, l.text);
-    });
+    this.#insertMany = db.transaction((lines: readonly LogLine[]) => this.#insertLines(lines));
     this.#byJob = db.prepare<[string, string, number, number, number], LogRow>(
       `SELECT * FROM logs WHERE job_id = ? AND endpoint_id = ? AND seq > ? AND at_ms >= ? ORDER BY seq LIMIT ?`,
     );
@@ -41,8 +45,16 @@ export class SqliteLogStore implements LogStore {
     this.#last = db.prepare<[], { seq: number | null }>('SELECT MAX(seq) AS seq FROM logs');
   }
 
+  #insertLines(lines: readonly LogLine[]): void {
+    for (const l of lines)
+      this.#insert.run(l.endpointId, l.workerId, l.jobId ?? null, l.atMs, l.stream, l.text);
+  }
+
   async append(lines: readonly LogLine[]): Promise<void> {
-    if (lines.length > 0) this.#insertMany.immediate(lines);
+    if (lines.length === 0) return;
+    // The group runs each write in a savepoint of its transaction; alone, a BEGIN IMMEDIATE of its own.
+    if (this.group) await this.group.run(() => this.#insertLines(lines));
+    else this.#insertMany.immediate(lines);
   }
 
   async read(query: LogQuery): Promise<{ lines: LogLine[]; next: string }> {

@@ -108,6 +108,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     workers: db.workers,
     ledger: supervisor,
     createQueued: (job) => db.createQueued(job),
+    takeQueued: (endpointId, options) => db.takeQueued(endpointId, options),
     changes,
     clock,
     webhooks,

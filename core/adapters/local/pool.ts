@@ -31,6 +31,22 @@ import type { BlobStore, ChangeFeed, ControlStore, EndpointRecord, JobQueue, Log
 import type { ScalePlan, WorkerActuator, WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 import { extractArtifact } from './artifact.js';
 
+/** The shortest time between two pool ticks that submits woke (see start()). */
+const minTickGapMs = 50;
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+const pauseFor = (ms: number, signal: AbortSignal): Promise<void> =>
+  new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = (): void => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+  });
+
 export interface LocalWorkersOptions {
   supervisor: WorkerSupervisor;
   queue: JobQueue;
@@ -297,12 +313,18 @@ export class EndpointPool {
     const tickMs = this.options.tickMs ?? 500;
     this.loop = (async () => {
       while (!this.abort.signal.aborted) {
+        const tickedAt = performance.now();
         try {
           await this.tick();
         } catch (error) {
           this.options.log.error(`pool ${this.spec.record.name}: ${(error as Error).message}`);
         }
-        await watch.changed(tickMs, this.abort.signal);
+        const woken = await watch.changed(tickMs, this.abort.signal);
+        // Every submit wakes the pool; under load that was a tick (a queue count, and a job-stop
+        // read of every held job per worker) on every loop turn. The first submit after a quiet
+        // spell still ticks at once (scale from zero); a burst is looked at once per minTickGapMs.
+        const sinceMs = performance.now() - tickedAt;
+        if (woken && sinceMs < minTickGapMs) await pauseFor(minTickGapMs - sinceMs, this.abort.signal);
       }
       watch.close();
     })();

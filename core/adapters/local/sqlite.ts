@@ -49,6 +49,8 @@ import type {
   QueueMessage,
   ReceiveOptions,
   RecentJobsQuery,
+  TakenJob,
+  TakeQueuedOptions,
   WorkerRecord,
   WorkerRegistry,
 } from '../../ports.js';
@@ -248,6 +250,8 @@ export interface LocalDatabase {
   reclaimSpace(maxPages?: number): void;
   /** A new job and its queue message in one transaction (EngineDeps.createQueued). */
   createQueued(job: Job): Promise<void>;
+  /** Receive, claim and acknowledge in one transaction, as a long poll (EngineDeps.takeQueued). */
+  takeQueued(endpointId: string, options: TakeQueuedOptions): Promise<TakenJob[]>;
   /** Pending webhook deliveries (core/webhooks.ts). */
   outbox: SqliteWebhookOutbox;
   /** Closes the connection (the stores' own `close` do not). Closing twice is fine. */
@@ -283,6 +287,12 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     db.pragma('journal_mode = WAL');
     db.pragma(`synchronous = ${options.synchronous === 'FULL' ? 'FULL' : 'NORMAL'}`);
     db.pragma('busy_timeout = 5000');
+    // A checkpoint (WAL pages copied into the file, two fsyncs) runs inside the commit that crosses
+    // the threshold and blocks the event loop. At the default 1000 pages that was every few dozen
+    // jobs under load; 10 000 pages (about 40 MB of WAL) makes it ten times rarer, and hot pages
+    // written many times in between are copied once. Durability is the same: commits are in the WAL.
+    // https://www.sqlite.org/pragma.html#pragma_wal_autocheckpoint
+    db.pragma('wal_autocheckpoint = 10000');
     db.pragma('foreign_keys = ON');
     const version = db.pragma('user_version', { simple: true }) as number;
     if (version > schemaVersion) {
@@ -299,10 +309,35 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
   const group = new GroupCommit(db);
   const queue = new SqliteJobQueue(db, clock, options.crossProcessPollMs ?? 500, group);
   const jobs = new SqliteJobStore(db, group);
-  const createQueuedTx = db.transaction((job: Job) => {
+  // Plain functions, not db.transaction: GroupCommit already runs each write in its own savepoint,
+  // and a second, nested one per write showed up in profiles.
+  const createQueuedSync = (job: Job): void => {
     jobs.insertSync(job);
     queue.insertSync(job.endpointId, job.id, job.policy.lowPriority);
-  });
+  };
+  /**
+   * Receive + claim + acknowledge as one write: the oldest visible messages of the endpoint, each job
+   * still claimable moved by `claim` (the engine's decision) and its message deleted, until `max` are
+   * claimed or none are left. Stale messages (job gone, expired, elsewhere, no longer queued) go too.
+   */
+  const takeSync = (endpointId: string, nowMs: number, options: TakeQueuedOptions): TakenJob[] => {
+    const taken: TakenJob[] = [];
+    for (;;) {
+      const want = options.max - taken.length;
+      const messages = queue.visibleSync(endpointId, nowMs, want);
+      for (const message of messages) {
+        queue.deleteSync(message.seq);
+        const before = jobs.getSync(message.jobId);
+        if (!before || before.endpointId !== endpointId || before.expiresAt <= nowMs) continue;
+        const patch = options.claim(before);
+        if (!patch) continue;
+        const written = jobs.writeSync(before, patch);
+        // Inside this write transaction nothing else can have moved the job since the read above.
+        if (written.ok) taken.push({ before, after: written.job });
+      }
+      if (taken.length >= options.max || messages.length < want) return taken;
+    }
+  };
   let closed = false;
   return {
     jobs,
@@ -313,13 +348,18 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
       db.pragma(`incremental_vacuum(${Math.max(1, Math.floor(maxPages))})`);
     },
     async createQueued(job: Job) {
-      await group.run(() => createQueuedTx(job));
+      await group.run(() => createQueuedSync(job));
       queue.wake(job.endpointId);
+    },
+    takeQueued(endpointId: string, options: TakeQueuedOptions) {
+      return queue.poll(endpointId, options.waitMs, options.signal, (nowMs) =>
+        group.run(() => takeSync(endpointId, nowMs, options)),
+      );
     },
     queue,
     control: new SqliteControlStore(db),
     workers: new SqliteWorkerRegistry(db),
-    logs: new SqliteLogStore(db),
+    logs: new SqliteLogStore(db, group),
     outbox: new SqliteWebhookOutbox(db),
     async close() {
       if (closed) return;
@@ -345,6 +385,11 @@ function checkLimit(limit: number): number {
 }
 
 function jobColumns(job: Job) {
+  return { ...queryColumns(job), body: JSON.stringify(job) };
+}
+
+/** The columns queries filter on, copied out of the job. */
+function queryColumns(job: Job) {
   return {
     id: job.id,
     endpoint_id: job.endpointId,
@@ -356,15 +401,23 @@ function jobColumns(job: Job) {
     run_deadline: runDeadlineOf(job) ?? null,
     retries: job.retries,
     version: job.version,
-    body: JSON.stringify(job),
   };
 }
+
+/** The query columns a move may change (id and endpoint_id never do; version and body always). */
+const movableColumns = [
+  'status',
+  'created_at',
+  'expires_at',
+  'lease_until',
+  'started_at',
+  'run_deadline',
+  'retries',
+] as const;
 
 class SqliteJobStore implements JobStore {
   readonly #insert;
   readonly #get;
-  readonly #update;
-  readonly #updateTx;
   readonly #renew;
   readonly #appendTx;
   readonly #drainTx;
@@ -378,11 +431,6 @@ class SqliteJobStore implements JobStore {
        VALUES (@id, @endpoint_id, @status, @created_at, @expires_at, @lease_until, @started_at, @run_deadline, @retries, @version, @body)`,
     );
     this.#get = db.prepare<[string], JobRow>('SELECT body FROM jobs WHERE id = ?');
-    this.#update = db.prepare(
-      `UPDATE jobs SET status = @status, created_at = @created_at, expires_at = @expires_at, lease_until = @lease_until,
-         started_at = @started_at, run_deadline = @run_deadline, retries = @retries, version = @version, body = @body
-       WHERE id = @id AND version = @expected`,
-    );
     // The right-hand sides read the row as it was, so body's version matches the column's.
     this.#renew = db.prepare(
       `UPDATE jobs SET lease_until = @lease, version = version + 1,
@@ -390,20 +438,6 @@ class SqliteJobStore implements JobStore {
        WHERE id = @id AND endpoint_id = @endpoint AND status = 'IN_PROGRESS' AND expires_at > @now
          AND json_extract(body, '$.workerId') = @worker`,
     );
-    this.#updateTx = db.transaction((current: Job, patch: JobPatch): JobUpdate => {
-      const next: Record<string, unknown> = { ...current };
-      for (const [key, value] of Object.entries(patch)) {
-        // The identity and the version are not the caller's to write.
-        if (key === 'id' || key === 'endpointId' || key === 'version') continue;
-        if (value === undefined) delete next[key];
-        else next[key] = value;
-      }
-      const written = { ...(next as unknown as Job), version: current.version + 1 };
-      const result = this.#update.run({ ...jobColumns(written), expected: current.version });
-      if (result.changes === 1) return { ok: true, job: written };
-      const row = this.#get.get(current.id);
-      return { ok: false, current: row ? parseJob(row) : undefined };
-    });
     const insertChunk = db.prepare('INSERT INTO stream_chunks (job_id, output) VALUES (?, ?)');
     this.#appendTx = db.transaction((jobId: string, outputs: unknown[]) => {
       for (const output of outputs) insertChunk.run(jobId, JSON.stringify(output ?? null));
@@ -432,14 +466,48 @@ class SqliteJobStore implements JobStore {
   }
 
   async get(jobId: string, nowMs: number): Promise<Job | undefined> {
+    const job = this.getSync(jobId);
+    return job && job.expiresAt > nowMs ? job : undefined;
+  }
+
+  /** The stored job, expired or not. */
+  getSync(jobId: string): Job | undefined {
     const row = this.#get.get(jobId);
-    if (!row) return undefined;
-    const job = parseJob(row);
-    return job.expiresAt > nowMs ? job : undefined;
+    return row ? parseJob(row) : undefined;
   }
 
   async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
-    return this.group.run(() => this.#updateTx(current, patch));
+    return this.group.run(() => this.writeSync(current, patch));
+  }
+
+  /**
+   * The UPDATE for the query columns that changed (version and body always do). SQLite rewrites
+   * every index that holds a column the statement assigns, changed or not: assigning them all
+   * rewrote all five indexes on every move. One prepared statement per set of changed columns.
+   */
+  #updateOf(before: ReturnType<typeof queryColumns>, after: ReturnType<typeof queryColumns>) {
+    const changed = movableColumns.filter((column) => before[column] !== after[column]);
+    const sets = [...changed, 'version', 'body'].map((column) => `${column} = @${column}`).join(', ');
+    return prepared(this.db, `UPDATE jobs SET ${sets} WHERE id = @id AND version = @expected`);
+  }
+
+  /** The compare-and-set itself, for callers already inside a write (GroupCommit gives each one a savepoint). */
+  writeSync(current: Job, patch: JobPatch): JobUpdate {
+    const next: Record<string, unknown> = { ...current };
+    for (const [key, value] of Object.entries(patch)) {
+      // The identity and the version are not the caller's to write.
+      if (key === 'id' || key === 'endpointId' || key === 'version') continue;
+      if (value === undefined) delete next[key];
+      else next[key] = value;
+    }
+    const written = { ...(next as unknown as Job), version: current.version + 1 };
+    const columns = jobColumns(written);
+    const result = this.#updateOf(queryColumns(current), columns).run({
+      ...columns,
+      expected: current.version,
+    });
+    if (result.changes === 1) return { ok: true, job: written };
+    return { ok: false, current: this.getSync(current.id) };
   }
 
   async renewLease(lease: LeaseRenewal): Promise<boolean> {
@@ -579,11 +647,13 @@ class SqliteJobStore implements JobStore {
  *               └── visibility lapses ─┘  (next receive hands out token t2; seq:t1 no longer acks)
  */
 class SqliteJobQueue implements JobQueue {
-  /** Long polls waiting per endpoint; a send wakes them. */
+  /** Long polls waiting per endpoint, oldest first; a send wakes one (see `wake`). */
   readonly #waiters = new Map<string, Set<() => void>>();
   #closed = false;
   readonly #send;
-  readonly #receiveTx;
+  readonly #visible;
+  readonly #hide;
+  readonly #delete;
   readonly #nextVisible;
   readonly #ack;
   readonly #depth;
@@ -597,19 +667,11 @@ class SqliteJobQueue implements JobQueue {
     this.#send = db.prepare(
       'INSERT INTO queue (endpoint_id, job_id, low_priority, visible_at, token) VALUES (?, ?, ?, ?, ?)',
     );
-    const visible = db.prepare<[string, number, number], { seq: number; job_id: string }>(
+    this.#visible = db.prepare<[string, number, number], { seq: number; job_id: string }>(
       'SELECT seq, job_id FROM queue INDEXED BY queue_in_order WHERE endpoint_id = ? AND visible_at <= ? ORDER BY seq LIMIT ?',
     );
-    const hide = db.prepare('UPDATE queue SET visible_at = ?, token = ? WHERE seq = ?');
-    this.#receiveTx = db.transaction(
-      (endpointId: string, nowMs: number, max: number, visibilityMs: number): QueueMessage[] => {
-        return visible.all(endpointId, nowMs, max).map((row) => {
-          const token = randomUUID();
-          hide.run(nowMs + visibilityMs, token, row.seq);
-          return { jobId: row.job_id, receipt: `${row.seq}:${token}` };
-        });
-      },
-    );
+    this.#hide = db.prepare('UPDATE queue SET visible_at = ?, token = ? WHERE seq = ?');
+    this.#delete = db.prepare('DELETE FROM queue WHERE seq = ?');
     this.#nextVisible = db.prepare<[string, number], { at: number | null }>(
       'SELECT MIN(visible_at) AS at FROM queue WHERE endpoint_id = ? AND visible_at > ?',
     );
@@ -637,22 +699,64 @@ class SqliteJobQueue implements JobQueue {
     this.#send.run(endpointId, jobId, lowPriority ? 1 : 0, this.clock.now(), randomUUID());
   }
 
+  /** Up to `max` visible messages, oldest first, left as they are (for a caller inside a write). */
+  visibleSync(endpointId: string, nowMs: number, max: number): { seq: number; jobId: string }[] {
+    return this.#visible.all(endpointId, nowMs, max).map((row) => ({ seq: row.seq, jobId: row.job_id }));
+  }
+
+  /** Deletes a message by its sequence number (for a caller inside a write that consumed it). */
+  deleteSync(seq: number): void {
+    this.#delete.run(seq);
+  }
+
+  /**
+   * One message arrived: wakes the longest-waiting poll of the endpoint, not all of them. Waking
+   * every poll per send had each of them run a receive that found nothing (one send, one message).
+   * A woken poll that takes nothing (it was leaving anyway) leaves the message to the next send's
+   * wake-up or the cross-process poll.
+   */
   wake(endpointId: string): void {
-    for (const wake of this.#waiters.get(endpointId) ?? []) wake();
+    const set = this.#waiters.get(endpointId);
+    if (!set) return;
+    for (const wake of set) {
+      set.delete(wake);
+      wake();
+      return;
+    }
   }
 
   async receive(endpointId: string, options: ReceiveOptions): Promise<QueueMessage[]> {
     const { max, visibilityMs, waitMs, signal } = options;
     if (!Number.isInteger(max) || max < 1) throw internal(`max must be a positive integer, got ${max}`);
     if (!(visibilityMs >= 0)) throw internal(`visibilityMs must be >= 0, got ${visibilityMs}`);
+    return this.poll(endpointId, waitMs, signal, (nowMs) =>
+      this.group.run(() =>
+        this.visibleSync(endpointId, nowMs, max).map((message) => {
+          const token = randomUUID();
+          this.#hide.run(nowMs + visibilityMs, token, message.seq);
+          return { jobId: message.jobId, receipt: `${message.seq}:${token}` };
+        }),
+      ),
+    );
+  }
+
+  /**
+   * A long poll over `attempt` (a receive, or a take that claims too): tries at once, then sleeps
+   * until a send here wakes it, a hidden message turns visible again, the cross-process poll comes
+   * round, or the wait ends. No busy loop. [] when the wait ran out, the caller left or the queue closed.
+   */
+  async poll<T>(
+    endpointId: string,
+    waitMs: number,
+    signal: AbortSignal | undefined,
+    attempt: (nowMs: number) => Promise<T[]>,
+  ): Promise<T[]> {
     const deadlineMs = this.clock.now() + Math.max(0, waitMs);
     for (;;) {
       if (this.#closed || signal?.aborted) return [];
       const nowMs = this.clock.now();
-      const messages = await this.group.run(() => this.#receiveTx(endpointId, nowMs, max, visibilityMs));
-      if (messages.length > 0 || nowMs >= deadlineMs) return messages;
-      // Nothing visible: sleep until a send here wakes us, a hidden message turns visible again, the
-      // cross-process poll comes round, or the wait ends. No busy loop.
+      const found = await attempt(nowMs);
+      if (found.length > 0 || nowMs >= deadlineMs) return found;
       const nextVisibleMs = this.#nextVisible.get(endpointId, nowMs)?.at ?? Number.POSITIVE_INFINITY;
       const napMs = Math.min(deadlineMs, nextVisibleMs) - nowMs;
       await this.#nap(endpointId, Math.min(napMs, this.crossProcessPollMs), signal);
