@@ -17,6 +17,7 @@ import { PollingChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
 import { JobEngine, workerKey } from '../../core/engine.js';
 import type { WorkerLedger } from '../../core/ports.js';
+import { buildPlatform, parseFunctionEnv } from '../../functions/wiring.js';
 import { makeJob } from '../contract/helpers.js';
 import { type AwsFixture, dynamoClientFor, startAwsFixture } from '../support/emulators.js';
 
@@ -255,6 +256,43 @@ describe('job-stop on AWS reads the stop signal, not the held jobs', () => {
     } finally {
       t.close();
     }
+  });
+
+  it("the Lambdas' platform (buildPlatform) signals the holder when it cancels a held job, not when the worker finishes one", async () => {
+    const env = parseFunctionEnv({
+      FERRY_JOBS_TABLE: aws.tables.jobs,
+      FERRY_CHUNKS_TABLE: aws.tables.chunks,
+      FERRY_CONTROL_TABLE: aws.tables.control,
+      FERRY_WORKERS_TABLE: aws.tables.workers,
+      FERRY_BUCKET: aws.bucket,
+      FERRY_BLOB_PREFIX: 'ferry/',
+    });
+    const dynamo = dynamoClientFor(aws.dynamo.endpoint);
+    const platform = buildPlatform({ env, clients: { dynamo, sqs: aws.sqs, s3: aws.s3 } });
+    const endpointId = `stop-wiring-${Date.now()}`;
+    const workerId = `${endpointId}-w1`;
+    const held = (id: string) =>
+      makeJob({
+        id: `${endpointId}-${id}`,
+        endpointId,
+        createdAt: Date.now(),
+        status: 'IN_PROGRESS',
+        workerId,
+        startedAt: Date.now(),
+        leaseUntil: Date.now() + 600_000,
+      });
+    const cancelled = held('c');
+    await aws.jobs().create(cancelled);
+    await platform.engine.cancel(endpointId, cancelled.id);
+    await platform.stopSignals?.settled();
+    expect(await aws.workers().stopSignal(workerId)).toBe(1);
+    // A job the worker finishes itself signals nothing: only a change that makes it let go does.
+    const done = held('d');
+    await aws.jobs().create(done);
+    await platform.engine.done(endpointId, workerId, done.id, { output: 'ok' });
+    await platform.stopSignals?.settled();
+    expect(await aws.workers().stopSignal(workerId)).toBe(1);
+    dynamo.destroy();
   });
 
   it('signals go to the sibling item and never touch the worker record (heartbeats are whole-item Puts)', async () => {
