@@ -162,6 +162,12 @@ export interface WorkerSupervisorOptions {
    * ECS task): the count and the failing verdict then outlive the task. Without it they live here.
    */
   starts?: StartFailureRecord;
+  /**
+   * Whether a job the worker holds may have to stop since the last call. The tick then reads the held
+   * jobs; without it (or while a stop is already pending) it reads them on every tick. The agent
+   * answers from its stop signal (core/adapters/aws/stop-signals.ts).
+   */
+  stopMayBeDue?: (workerId: string) => Promise<boolean>;
 }
 
 export class WorkerSupervisor implements WorkerLedger {
@@ -524,6 +530,8 @@ export class WorkerSupervisor implements WorkerLedger {
       return;
     }
     if (entry.held.size === 0 || !this.engine || entry.kind !== 'queue') return;
+    const pending = [...entry.held.values()].some((held) => held.stopSeenAt !== undefined);
+    if (!pending && this.options.stopMayBeDue && !(await this.options.stopMayBeDue(workerId))) return;
     const stop = new Set(await this.engine.jobsToStop(endpointId, workerId, 0));
     for (const [jobId, held] of entry.held) {
       if (!stop.has(jobId)) {

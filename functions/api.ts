@@ -153,8 +153,10 @@ export function createApiHandler(platform: () => Platform, log: Logger = stderrL
       const { api, manage, webhooks } = platform();
       const response = await (request.path.startsWith(`${managePrefix}/`) ? manage : api).handle(request);
       // A submit to an endpoint with no worker nudged the scaler, and a cancel or a final transition
-      // started a webhook: send both before the sandbox freezes.
+      // started a webhook, and a cancel signals the agent of the worker holding the job (stop
+      // signals): send them all before the sandbox freezes.
       await platform().nudges?.settled();
+      await platform().stopSignals?.settled();
       await settleWebhooks(webhooks, (context?.getRemainingTimeInMillis?.() ?? 10_000) - answerMarginMs);
       return resultOf(response, edge);
     }) as unknown as ApiHandler;

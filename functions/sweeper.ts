@@ -77,6 +77,8 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
     }
     // Requeued jobs of an endpoint left with no worker nudged the scaler: send that before returning.
     await platform().nudges?.settled();
+    // Timed-out and requeued jobs signal their workers' agents to stop them (stop signals).
+    await platform().stopSignals?.settled();
     // Jobs the sweep ended (timed out, failed) notify their webhooks: deliver before returning.
     await settleWebhooks(webhooks, (context?.getRemainingTimeInMillis?.() ?? 30_000) - returnMarginMs);
     const report = { ...swept, deleted, resent, deadLettered, notStartable };

@@ -27,6 +27,7 @@ import {
 } from '../core/adapters/aws/dynamo.js';
 import { S3BlobStore, s3ClientConfig } from '../core/adapters/aws/s3.js';
 import { SqsJobQueue } from '../core/adapters/aws/sqs.js';
+import { StopSignallingChangeFeed } from '../core/adapters/aws/stop-signals.js';
 import { V2Api } from '../core/api.js';
 import { type Authenticator, KeyAuthenticator } from '../core/auth.js';
 import { PollingChangeFeed } from '../core/changes.js';
@@ -117,6 +118,11 @@ export interface Platform {
   workers: DynamoWorkerRegistry;
   /** Present when the scaler is nudged; handlers await `settled()` before they answer. */
   nudges: NudgingChangeFeed | undefined;
+  /**
+   * Stop signals to agents; handlers await `settled()` before they answer. Always built by
+   * buildPlatform; optional for platforms assembled by hand around a single engine.
+   */
+  stopSignals?: StopSignallingChangeFeed;
   payloads: S3PayloadStore;
   webhooks: HttpWebhookSender;
   /** The sweeper's reader of dead-lettered messages (the endpoints' `-dlq` queues). */
@@ -211,7 +217,15 @@ export function buildPlatform(options: PlatformOptions): Platform {
   // Webhooks go out in the background, and each handler waits for them before it returns
   // (settleWebhooks): Lambda freezes the sandbox once the handler returns, and may never thaw it.
   const webhooks = new HttpWebhookSender({ clock });
-  const polling = new PollingChangeFeed(clock, env.FERRY_POLL_MS);
+  // A change that makes a worker let go of a job (cancel, timeout, requeue) also bumps that worker's
+  // stop signal, which its agent polls instead of the job (core/adapters/aws/stop-signals.ts).
+  const stopSignals = new StopSignallingChangeFeed({
+    inner: new PollingChangeFeed(clock, env.FERRY_POLL_MS),
+    signals: workers,
+    clock,
+    log: (line) => console.error(`ferry: ${line}`),
+  });
+  const polling = stopSignals;
   // Late-bound: the engine owns how old a registry record may be before its worker counts as gone.
   const workerStaleMs = () => engine.settings.workerStaleMs;
   const nudges =
@@ -262,6 +276,7 @@ export function buildPlatform(options: PlatformOptions): Platform {
     queue,
     workers,
     nudges,
+    stopSignals,
     payloads,
     webhooks,
     deadLetters,

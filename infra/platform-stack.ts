@@ -65,6 +65,7 @@ import {
   dynamoSchema,
   type IndexSpec,
   startFailuresKey,
+  stopSignalKey,
 } from '../core/adapters/aws/dynamo.js';
 import { FerryError } from '../core/errors.js';
 import { functionEntries } from '../functions/bundle.js';
@@ -779,6 +780,8 @@ export class PlatformStack extends Stack {
     allowTable(role, this.controlTable, ['dynamodb:GetItem']);
     // health counts the endpoint's workers.
     allowIndexes(role, this.workersTable, ['dynamodb:Query'], [workers.indexes.byEndpoint.indexName]);
+    // A cancel tells the holder's agent to stop the job.
+    this.allowStopSignals(role);
     this.allowQueues(fn, ['sqs:SendMessage', 'sqs:GetQueueUrl', 'sqs:GetQueueAttributes']);
     // The management API (core/manage.ts): endpoint lists through byKind, queue depth
     // (GetQueueAttributes above) and job logs, read-only, from the job-log group alone.
@@ -846,6 +849,8 @@ export class PlatformStack extends Stack {
       ['dynamodb:Query'],
       [byStatusOverdue.indexName, byStatusExpiry.indexName],
     );
+    // A timed-out, expired or requeued job tells its holder's agent to stop it.
+    this.allowStopSignals(role);
     // clearStream of a deleted job: meta Update, Query, BatchWrite deletes.
     allowTable(role, this.chunksTable, ['dynamodb:Query', 'dynamodb:UpdateItem', 'dynamodb:BatchWriteItem']);
     // A lapsed lease, or a job left waiting, goes back to the queue with a new message; dead
@@ -908,6 +913,22 @@ export class PlatformStack extends Stack {
         'Endpoint services are created by app stacks after the platform; the grant stops at the ' +
         'Ferry cluster and the service name prefix.',
     });
+  }
+
+  /**
+   * UpdateItem on the workers table's stop-signal items only (`<workerId>#stop`,
+   * core/adapters/aws/stop-signals.ts): the LeadingKeys condition keeps the workers' own records,
+   * which the agents write, out of reach
+   * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html).
+   */
+  private allowStopSignals(role: iam.Role): void {
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ['dynamodb:UpdateItem'],
+        resources: [this.workersTable.tableArn],
+        conditions: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [stopSignalKey('*')] } },
+      }),
+    );
   }
 
   /** Queues live in app stacks; platform functions reach them by the shared name prefix. */

@@ -7,6 +7,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { StopSignallingChangeFeed } from '../../core/adapters/aws/stop-signals.js';
 import { PollingChangeFeed } from '../../core/changes.js';
 import { systemClock } from '../../core/clock.js';
 import { JobEngine } from '../../core/engine.js';
@@ -62,15 +63,18 @@ export async function agentOn(
 
 /** The API side (what the Lambda handlers run): same adapters, a separate engine and change feed. */
 export function apiEngine(aws: AwsFixture): { engine: JobEngine; close(): void } {
-  const changes = new PollingChangeFeed(systemClock, 200);
+  const polling = new PollingChangeFeed(systemClock, 200);
+  const workers = aws.workers();
+  // As in functions/wiring.ts: a cancel or timeout bumps the holder's stop signal, which its agent polls.
+  const changes = new StopSignallingChangeFeed({ inner: polling, signals: workers, clock: systemClock });
   const engine = new JobEngine({
     jobs: aws.jobs(),
     queue: aws.queue(),
-    workers: aws.workers(),
+    workers,
     changes,
     clock: systemClock,
   });
-  return { engine, close: () => changes.close() };
+  return { engine, close: () => polling.close() };
 }
 
 export interface PythonWorker {

@@ -413,6 +413,13 @@ describe("an agent with its endpoint's role", () => {
         lastSeenAt: Date.now(),
       }),
     ).rejects.toMatchObject(denied);
+    // Nor their workers' stop signals (core/adapters/aws/stop-signals.ts): it can neither read one
+    // nor bump one to make their agent look again. Its own it reads (its job-stop poll), and it
+    // cannot bump even that: only the api and sweeper functions signal.
+    await expect(registry.stopSignal(`${theirs}-w1`)).rejects.toMatchObject(denied);
+    await expect(registry.signalStop(`${theirs}-w1`, Date.now())).rejects.toMatchObject(denied);
+    expect(await registry.stopSignal(`${mine}-w1`)).toBe(0);
+    await expect(registry.signalStop(`${mine}-w1`, Date.now())).rejects.toMatchObject(denied);
     // Nor their health: a job under its own id that claims their endpoint would move their count
     // items (`<theirs>-#counts#…`), so the whole transaction is refused; and it cannot read them.
     const countsBefore = await box.fixture.jobs().counts(theirs, Date.now());

@@ -1,7 +1,7 @@
 import { App } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { dynamoSchema, type TableSpec } from '../../core/adapters/aws/dynamo.js';
+import { dynamoSchema, stopSignalKey, type TableSpec } from '../../core/adapters/aws/dynamo.js';
 import { FerryError } from '../../core/errors.js';
 import { functionEntries } from '../../functions/bundle.js';
 import { functionEnvSchema } from '../../functions/wiring.js';
@@ -456,6 +456,25 @@ describe('API', () => {
 const arnOf = (construct: { node: { defaultChild?: unknown } }) =>
   JSON.stringify({ 'Fn::GetAtt': [logicalId(construct), 'Arn'] });
 
+/**
+ * The statements on the workers table allow UpdateItem, only on `<workerId>#stop` items: a Lambda can
+ * bump an agent's stop signal (core/adapters/aws/stop-signals.ts) but not rewrite a worker's record.
+ */
+function expectOnlyStopSignals(statements: ReturnType<typeof statementsOf>): void {
+  const onWorkers = statements.filter((st) =>
+    JSON.stringify(st.Resource).includes(logicalId(platform.workersTable)),
+  );
+  expect(onWorkers).toHaveLength(1);
+  expect(onWorkers[0]!.Action).toBe('dynamodb:UpdateItem');
+  expect(onWorkers[0]!.Resource).toEqual(JSON.parse(arnOf(platform.workersTable)));
+  expect(onWorkers[0]!.Condition).toEqual({
+    'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['*#stop'] },
+  });
+  // The pattern matches signal items and no worker record (workerIds never contain '#').
+  expect(stopSignalKey('ep1-abc')).toMatch(/^.*#stop$/);
+  expect('ep1-abc').not.toMatch(/^.*#stop$/);
+}
+
 describe('least privilege', () => {
   it('lets the authorizer only GetItem KEY# items and Query endpoint items of the control table', () => {
     const statements = statementsOf(template, platform.authorizerFunction.role!);
@@ -519,6 +538,8 @@ describe('least privilege', () => {
     expect(actionsOf(onControl)).toEqual(['dynamodb:GetItem', 'dynamodb:Query']);
     expect(actionsOf(statements)).not.toContain('dynamodb:DeleteItem');
     expect(actionsOf(statements)).not.toContain('sqs:ReceiveMessage');
+    // A cancel signals the holder's agent; the workers' records themselves stay out of reach.
+    expectOnlyStopSignals(statements.filter((st) => !JSON.stringify(st.Resource).includes('/index/')));
   });
 
   it('lets the sweeper query the overdue and expiry indexes, delete jobs, and send to queues', () => {
@@ -549,7 +570,8 @@ describe('least privilege', () => {
       'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['STARTS#*'] },
       Null: { 'dynamodb:LeadingKeys': 'false' },
     });
-    expect(JSON.stringify(statements)).not.toContain(logicalId(platform.workersTable));
+    // Of the workers table only stop-signal items, to stop the jobs the sweep ended or requeued.
+    expectOnlyStopSignals(statements);
   });
 
   it('lets the scaler only describe and update Ferry services, and read what the policy needs', () => {

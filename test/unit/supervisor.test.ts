@@ -9,7 +9,10 @@ import { silentLogger } from '../../core/log.js';
 import type { StartFailureRecord, StartFailures } from '../../core/ports.js';
 import { type SupervisedEngine, type WorkerIdentity, WorkerSupervisor } from '../../core/supervisor.js';
 
-function setup(settings: Partial<WorkerSupervisor['settings']> = {}) {
+function setup(
+  settings: Partial<WorkerSupervisor['settings']> = {},
+  options: { stopMayBeDue?: (workerId: string) => Promise<boolean> } = {},
+) {
   const clock = new FakeClock();
   const actions: string[] = [];
   const started: WorkerIdentity[] = [];
@@ -17,12 +20,16 @@ function setup(settings: Partial<WorkerSupervisor['settings']> = {}) {
   const rejected: string[] = [];
   const timeoutChecks: string[] = [];
   let toStop: string[] = [];
+  let stopReads = 0;
   const engine: SupervisedEngine = {
     workerGone: async (_e, workerId, reason) => {
       gone.push(`${workerId}: ${reason}`);
       return 0;
     },
-    jobsToStop: async () => toStop,
+    jobsToStop: async () => {
+      stopReads++;
+      return toStop;
+    },
     timeOutIfOverdue: async (_e, jobId) => {
       timeoutChecks.push(jobId);
       return { timedOut: false };
@@ -35,6 +42,7 @@ function setup(settings: Partial<WorkerSupervisor['settings']> = {}) {
   const supervisor = new WorkerSupervisor({
     clock,
     log: silentLogger,
+    ...options,
     settings: {
       stopGraceMs: 1_000,
       drainMs: 5_000,
@@ -77,6 +85,7 @@ function setup(settings: Partial<WorkerSupervisor['settings']> = {}) {
     setStops: (ids: string[]) => {
       toStop = ids;
     },
+    stopReads: () => stopReads,
   };
 }
 
@@ -187,6 +196,35 @@ describe('lifecycle', () => {
     clock.advance(5_000);
     await supervisor.tick('a');
     expect(actions).toContain(`kill ${w2!.workerId}`);
+  });
+
+  it('with stopMayBeDue, a tick reads the held jobs only when it says so, and on every tick while a stop is pending', async () => {
+    let due = false;
+    const { supervisor, started, plan, actions, clock, setStops, stopReads } = setup(
+      {},
+      { stopMayBeDue: async () => due },
+    );
+    await supervisor.tick('a', plan(1));
+    const [w1] = started;
+    await supervisor.taken('a', w1!.workerId, ['j1']);
+    for (let i = 0; i < 5; i++) {
+      clock.advance(1_000);
+      await supervisor.tick('a');
+    }
+    expect(stopReads()).toBe(0);
+    setStops(['j1']);
+    due = true;
+    await supervisor.tick('a');
+    expect(stopReads()).toBe(1);
+    // The stop is pending: the grace period is enforced without a new signal.
+    due = false;
+    clock.advance(999);
+    await supervisor.tick('a');
+    expect(stopReads()).toBe(2);
+    expect(actions).not.toContain(`kill ${w1!.workerId}`);
+    clock.advance(1);
+    await supervisor.tick('a');
+    expect(actions).toContain(`kill ${w1!.workerId}`);
   });
 
   it('crashes back off (1 s, 2 s, 4 s…), say why in health, and requeue the jobs at once', async () => {

@@ -43,8 +43,9 @@
  * exit 0, `kill` (it kept a stopped job past `stopGraceMs`; Python cannot interrupt a handler stuck in
  * C code) with exit 1. The agent container is essential, so ECS stops the task, which ends the worker,
  * and the service starts a fresh task. Whatever the worker held goes back to the queue first.
- * Cancel (a Lambda) and timeouts reach the worker through job-stop (a PollingChangeFeed re-reads
- * DynamoDB every `pollMs`, since the Lambda cannot notify this process); the supervisor times out
+ * Cancel (a Lambda) and timeouts reach the worker through job-stop: the Lambda cannot notify this
+ * process, so it bumps the worker's stop-signal item and the agent polls that small item every
+ * `pollMs`, reading the held jobs only when it moved (core/adapters/aws/stop-signals.ts); the supervisor times out
  * held jobs at startedAt + policy.executionTimeoutMs rather than waiting for the minute-level sweeper.
  *
  * ── ECS task scale-in protection (protection.ts) ──────────────────────────────────────────────────
@@ -79,16 +80,16 @@ import {
 } from '../../core/adapters/aws/dynamo.js';
 import { S3BlobStore } from '../../core/adapters/aws/s3.js';
 import { type QueueUrlFor, SqsJobQueue } from '../../core/adapters/aws/sqs.js';
+import { StopSignalChangeFeed } from '../../core/adapters/aws/stop-signals.js';
 import { type ApiRequest, type ApiResponse, V2Api } from '../../core/api.js';
 import { type Authenticator, newSecret } from '../../core/auth.js';
-import { PollingChangeFeed } from '../../core/changes.js';
 import { systemClock } from '../../core/clock.js';
-import { JobEngine, type WebhookSender } from '../../core/engine.js';
+import { JobEngine, type WebhookSender, workerKey } from '../../core/engine.js';
 import { toHttpResponse } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import type { Logger } from '../../core/log.js';
 import { jobMetricsLine } from '../../core/metrics.js';
-import type { Clock, LogStore } from '../../core/ports.js';
+import type { Clock, LogStore, Watch } from '../../core/ports.js';
 import { WorkerSupervisor } from '../../core/supervisor.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
 import { drainMs as taskDrainMs } from '../../infra/task-layout.js';
@@ -138,6 +139,8 @@ export interface AgentOptions {
   workerWaitMs?: number;
   /** How often waits re-read DynamoDB for changes made elsewhere (cancel from a Lambda); 500 ms. */
   pollMs?: number;
+  /** How often held jobs are re-read even when no stop signal came (StopSignalChangeFeed; 15 s). */
+  stopSafetyMs?: number;
   /** RUNPOD_PING_INTERVAL handed to the worker (default 10 s, the RunPod SDK's). */
   pingIntervalMs?: number;
   /** How long the worker may keep a job it was told to stop before the agent exits 1 (30 s). */
@@ -202,7 +205,9 @@ class AgentServer implements Agent {
   private readonly log: Logger;
   private readonly doc: DynamoDBDocumentClient;
   private readonly queue: SqsJobQueue;
-  private readonly changes: PollingChangeFeed;
+  private readonly changes: StopSignalChangeFeed;
+  /** The supervisor tick's watch on this worker's stop signal, kept for the agent's life. */
+  private stopWatch: Watch | undefined;
   private readonly engine: JobEngine;
   private readonly api: V2Api;
   private readonly auth: Authenticator;
@@ -267,6 +272,11 @@ class AgentServer implements Agent {
       log: this.log,
       registry: workers,
       ...(starts ? { starts } : {}),
+      // The tick reads the held jobs only when the stop signal moved (or a stop is already pending).
+      stopMayBeDue: () => {
+        this.stopWatch ??= this.changes.watch(workerKey(this.workerId));
+        return this.stopWatch.changed(0);
+      },
       settings: {
         stopGraceMs: options.stopGraceMs ?? 30_000,
         // drain() keeps its own deadline; the supervisor's is only a backstop behind it.
@@ -274,7 +284,15 @@ class AgentServer implements Agent {
         refusedTakeHoldMs: options.drainTakeHoldMs ?? 1_000,
       },
     });
-    this.changes = new PollingChangeFeed(this.clock, options.pollMs ?? 500);
+    // Waits on this worker's key poll its small stop-signal item, not the held jobs
+    // (core/adapters/aws/stop-signals.ts); other waits re-read DynamoDB every pollMs.
+    this.changes = new StopSignalChangeFeed({
+      workerId: this.workerId,
+      signals: workers,
+      clock: this.clock,
+      pollMs: options.pollMs ?? 500,
+      ...(options.stopSafetyMs ? { safetyMs: options.stopSafetyMs } : {}),
+    });
     if (options.webhooks) {
       this.webhooks = options.webhooks;
     } else {
@@ -516,6 +534,7 @@ class AgentServer implements Agent {
       this.closing.abort();
       this.drainer.stopTakes();
       this.supervisor.close();
+      this.stopWatch?.close();
       this.changes.close();
       await this.queue.close();
       this.ownWebhooks?.close();
