@@ -21,6 +21,7 @@ import ipaddr from 'ipaddr.js';
 import type { WebhookSender } from './engine.js';
 import { FerryError } from './errors.js';
 import { limits } from './limits.js';
+import { PendingWork } from './pending-work.js';
 import type { Clock } from './ports.js';
 
 export interface WebhookLog {
@@ -183,7 +184,7 @@ export function postToTarget(
 }
 
 export class HttpWebhookSender implements WebhookSender {
-  private readonly inFlight = new Set<Promise<void>>();
+  private readonly inFlight = new PendingWork();
   private readonly stop = new AbortController();
   /** Outbox entries being delivered now. */
   private readonly active = new Set<number>();
@@ -213,7 +214,7 @@ export class HttpWebhookSender implements WebhookSender {
           .add({ url, body: text, attempt: 0, nextAtMs: this.options.clock.now() })
           .then(() => this.pump())
       : this.deliverInMemory(url, text);
-    this.track(
+    this.inFlight.track(
       work.catch((error: Error) => this.options.log?.warn(`webhook outbox failed: ${error.message}`)),
     );
   }
@@ -235,17 +236,12 @@ export class HttpWebhookSender implements WebhookSender {
 
   /** Waits for deliveries under way (tests, graceful shutdown). */
   async idle(): Promise<void> {
-    while (this.inFlight.size > 0) await Promise.all([...this.inFlight]);
+    await this.inFlight.settled();
   }
 
   /** Abandons pending retries (an outbox keeps them for the next start). */
   close(): void {
     this.stop.abort();
-  }
-
-  private track(work: Promise<void>): void {
-    const tracked = work.finally(() => this.inFlight.delete(tracked));
-    this.inFlight.add(tracked);
   }
 
   private attempts(): number {
@@ -263,7 +259,7 @@ export class HttpWebhookSender implements WebhookSender {
       for (const entry of due) {
         if (this.active.has(entry.id) || this.stop.signal.aborted) continue;
         this.active.add(entry.id);
-        this.track(this.deliverEntry(outbox, entry).finally(() => this.active.delete(entry.id)));
+        this.inFlight.track(this.deliverEntry(outbox, entry).finally(() => this.active.delete(entry.id)));
       }
     } catch (error) {
       this.options.log?.warn(`webhook outbox failed: ${(error as Error).message}`);

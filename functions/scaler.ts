@@ -35,6 +35,7 @@ import { DescribeServicesCommand, type ECSClient, UpdateServiceCommand } from '@
 import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
 import { z } from 'zod';
 import { endpointConfigOf } from '../core/deployment.js';
+import { PendingWork } from '../core/pending-work.js';
 import type {
   ChangeFeed,
   Clock,
@@ -227,7 +228,7 @@ export interface NudgeOptions {
  */
 export class NudgingChangeFeed implements ChangeFeed {
   private readonly answered = new Map<string, number>();
-  private readonly pending = new Set<Promise<void>>();
+  private readonly pending = new PendingWork();
   private readonly quietMs: number;
 
   constructor(private readonly options: NudgeOptions) {
@@ -251,13 +252,12 @@ export class NudgingChangeFeed implements ChangeFeed {
       this.answered.delete(endpointId);
       this.options.log?.(`scaler nudge for ${endpointId}: ${(error as Error).message}`);
     });
-    this.pending.add(work);
-    void work.finally(() => this.pending.delete(work));
+    this.pending.track(work);
   }
 
   /** Resolves once every nudge started so far has been sent (or given up). */
   async settled(): Promise<void> {
-    while (this.pending.size > 0) await Promise.all([...this.pending]);
+    await this.pending.settled();
   }
 
   private async nudge(endpointId: string, now: number): Promise<void> {

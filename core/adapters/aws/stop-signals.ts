@@ -17,6 +17,7 @@
 
 import { LocalChangeFeed, PollingChangeFeed } from '../../changes.js';
 import { workerKey } from '../../engine.js';
+import { PendingWork } from '../../pending-work.js';
 import type { ChangeFeed, Clock, Watch } from '../../ports.js';
 
 const workerKeyPrefix = workerKey('');
@@ -40,7 +41,7 @@ export interface StopSignallingOptions {
  * as soon as they do (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html).
  */
 export class StopSignallingChangeFeed implements ChangeFeed {
-  private readonly pending = new Set<Promise<void>>();
+  private readonly pending = new PendingWork();
 
   constructor(private readonly options: StopSignallingOptions) {}
 
@@ -56,13 +57,12 @@ export class StopSignallingChangeFeed implements ChangeFeed {
       // The job write already landed; the agent's safety re-read finds it (StopSignalChangeFeed).
       this.options.log?.(`stop signal for worker ${workerId}: ${(error as Error).message}`);
     });
-    this.pending.add(work);
-    void work.finally(() => this.pending.delete(work));
+    this.pending.track(work);
   }
 
   /** Resolves once every signal started so far has been written (or given up). */
   async settled(): Promise<void> {
-    while (this.pending.size > 0) await Promise.all([...this.pending]);
+    await this.pending.settled();
   }
 }
 
