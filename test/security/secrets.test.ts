@@ -10,13 +10,15 @@ import { join, resolve } from 'node:path';
 import {
   CreateSecretCommand,
   type DeleteSecretCommand,
+  InvalidRequestException,
   ListSecretsCommand,
   PutSecretValueCommand,
   ResourceNotFoundException,
+  RestoreSecretCommand,
 } from '@aws-sdk/client-secrets-manager';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
-import { SecretsManagerSecretStore } from '../../core/adapters/aws/secrets.js';
+import { SecretsManagerCallTokens, SecretsManagerSecretStore } from '../../core/adapters/aws/secrets.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 
 const dirs: string[] = [];
@@ -143,5 +145,49 @@ describe('Secrets Manager store', () => {
       RecoveryWindowInDays: 7,
     });
     await expect(store.set(scope, 'not valid', 'x')).rejects.toThrow(/environment variable name/);
+  });
+
+  it('call tokens: created the first time, restored when scheduled for deletion, deleted without recovery', async () => {
+    const sent: unknown[] = [];
+    let state: 'absent' | 'scheduled' | 'present' = 'absent';
+    const client = {
+      send: (async (command: unknown) => {
+        sent.push(command);
+        if (command instanceof PutSecretValueCommand && state === 'absent') {
+          throw new ResourceNotFoundException({ message: 'not found', $metadata: {} });
+        }
+        if (command instanceof PutSecretValueCommand && state === 'scheduled') {
+          throw new InvalidRequestException({ message: 'The secret is marked for deletion.', $metadata: {} });
+        }
+        if (command instanceof CreateSecretCommand) state = 'present';
+        if (command instanceof RestoreSecretCommand) state = 'present';
+        return {};
+      }) as never,
+    };
+    const names = () => sent.map((c) => (c as { constructor: { name: string } }).constructor.name);
+    const tokens = new SecretsManagerCallTokens(client);
+    await tokens.put('ferry-call/shop/prod/api', value);
+    expect(names()).toEqual(['PutSecretValueCommand', 'CreateSecretCommand']);
+    expect((sent[1] as CreateSecretCommand).input).toMatchObject({
+      Name: 'ferry-call/shop/prod/api',
+      SecretString: value,
+      Tags: [{ Key: 'ferry:purpose', Value: 'call-key' }],
+    });
+    state = 'scheduled';
+    sent.length = 0;
+    await tokens.put('ferry-call/shop/prod/api', `${value}-2`);
+    expect(names()).toEqual(['PutSecretValueCommand', 'RestoreSecretCommand', 'PutSecretValueCommand']);
+    sent.length = 0;
+    await tokens.delete('ferry-call/shop/prod/api');
+    expect((sent[0] as DeleteSecretCommand).input).toEqual({
+      SecretId: 'ferry-call/shop/prod/api',
+      ForceDeleteWithoutRecovery: true,
+    });
+
+    // A user secret scheduled for deletion is not restored behind the user's back: the error stands.
+    state = 'scheduled';
+    await expect(new SecretsManagerSecretStore(client).set(scope, 'HF_TOKEN', value)).rejects.toThrow(
+      /marked for deletion/,
+    );
   });
 });

@@ -28,6 +28,38 @@ import {
 export const awsSecretName = (scope: SecretScope, name: string): string =>
   `ferry/${scope.app}/${scope.env}/${name}`;
 
+const isNotFound = (error: unknown) =>
+  error instanceof ResourceNotFoundException || (error as Error).name === 'ResourceNotFoundException';
+
+/**
+ * Writes `value` as the current version of secret `name`, creating the secret (with `create`'s
+ * description and tags) when it does not exist yet. With `restoreScheduled`, a secret scheduled for
+ * deletion is restored first
+ * (https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_RestoreSecret.html).
+ */
+async function writeSecret(
+  client: Pick<SecretsManagerClient, 'send'>,
+  name: string,
+  value: string,
+  create: { Description: string; Tags: { Key: string; Value: string }[] },
+  options: { restoreScheduled?: boolean } = {},
+): Promise<void> {
+  try {
+    await client.send(new PutSecretValueCommand({ SecretId: name, SecretString: value }));
+    return;
+  } catch (error) {
+    const scheduled =
+      (error as Error).name === 'InvalidRequestException' && /deletion/i.test((error as Error).message);
+    if (scheduled && options.restoreScheduled) {
+      await client.send(new RestoreSecretCommand({ SecretId: name }));
+      await client.send(new PutSecretValueCommand({ SecretId: name, SecretString: value }));
+      return;
+    }
+    if (!isNotFound(error)) throw error;
+  }
+  await client.send(new CreateSecretCommand({ Name: name, SecretString: value, ...create }));
+}
+
 export class SecretsManagerSecretStore implements SecretStore {
   constructor(private readonly client: Pick<SecretsManagerClient, 'send'>) {}
 
@@ -36,27 +68,13 @@ export class SecretsManagerSecretStore implements SecretStore {
     if (Buffer.byteLength(value) > secretValueMaxBytes) {
       throw new FerryError('usage', `A secret value is at most ${secretValueMaxBytes} bytes`);
     }
-    const id = awsSecretName(scope, name);
-    try {
-      await this.client.send(new PutSecretValueCommand({ SecretId: id, SecretString: value }));
-    } catch (error) {
-      if (
-        !(error instanceof ResourceNotFoundException || (error as Error).name === 'ResourceNotFoundException')
-      ) {
-        throw error;
-      }
-      await this.client.send(
-        new CreateSecretCommand({
-          Name: id,
-          SecretString: value,
-          Description: `Ferry secret ${name} of ${scope.app}/${scope.env}`,
-          Tags: [
-            { Key: 'ferry:app', Value: scope.app },
-            { Key: 'ferry:env', Value: scope.env },
-          ],
-        }),
-      );
-    }
+    await writeSecret(this.client, awsSecretName(scope, name), value, {
+      Description: `Ferry secret ${name} of ${scope.app}/${scope.env}`,
+      Tags: [
+        { Key: 'ferry:app', Value: scope.app },
+        { Key: 'ferry:env', Value: scope.env },
+      ],
+    });
   }
 
   async list(scope: SecretScope): Promise<SecretListing[]> {
@@ -89,14 +107,11 @@ export class SecretsManagerSecretStore implements SecretStore {
       );
       return true;
     } catch (error) {
-      if ((error as Error).name === 'ResourceNotFoundException') return false;
+      if (isNotFound(error)) return false;
       throw error;
     }
   }
 }
-
-const isNotFound = (error: unknown) =>
-  error instanceof ResourceNotFoundException || (error as Error).name === 'ResourceNotFoundException';
 
 /**
  * Call keys' values (core/call-keys.ts), one secret per endpoint. Deleted without a recovery window:
@@ -108,24 +123,15 @@ export class SecretsManagerCallTokens implements CallTokenSecrets {
   constructor(private readonly client: Pick<SecretsManagerClient, 'send'>) {}
 
   async put(name: string, value: string): Promise<void> {
-    try {
-      await this.client.send(new PutSecretValueCommand({ SecretId: name, SecretString: value }));
-      return;
-    } catch (error) {
-      if ((error as Error).name === 'InvalidRequestException' && /deletion/i.test((error as Error).message)) {
-        await this.client.send(new RestoreSecretCommand({ SecretId: name }));
-        await this.client.send(new PutSecretValueCommand({ SecretId: name, SecretString: value }));
-        return;
-      }
-      if (!isNotFound(error)) throw error;
-    }
-    await this.client.send(
-      new CreateSecretCommand({
-        Name: name,
-        SecretString: value,
+    await writeSecret(
+      this.client,
+      name,
+      value,
+      {
         Description: "Ferry: the call key of one endpoint's workers (written by ferry deploy)",
         Tags: [{ Key: 'ferry:purpose', Value: 'call-key' }],
-      }),
+      },
+      { restoreScheduled: true },
     );
   }
 
