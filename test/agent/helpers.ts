@@ -84,29 +84,37 @@ export interface PythonWorker {
 }
 
 /**
- * `python3 -m ferry.worker` on the fixture project, with the env the agent hands its worker. With
+ * `python3 -m ferry.worker` on the fixture project (or `options.app`), with the env the agent hands
+ * its worker plus `options.env`. It runs in its own process group, and stop() ends the group. With
  * `reportExit`, the test plays ECS's part: the worker container's exit reaches agent.workerExited.
  */
 export function startPythonWorker(
   agent: Agent,
   target = 'Fixture',
-  options: { reportExit?: boolean } = {},
+  options: {
+    reportExit?: boolean;
+    app?: { dir: string; module: string };
+    env?: Record<string, string>;
+  } = {},
 ): PythonWorker {
   const output: string[] = [];
+  const appDir = options.app?.dir ?? fixtureApp;
   const child = spawn('python3', ['-m', 'ferry.worker'], {
-    cwd: fixtureApp,
+    cwd: appDir,
+    detached: true,
     env: {
       PATH: process.env.PATH ?? '',
       HOME: process.env.HOME ?? '',
       PYTHONPATH: join(repo, 'worker-image', 'python'),
       PYTHONUNBUFFERED: '1',
-      FERRY_APP_DIR: fixtureApp,
-      FERRY_MODULE: 'agent_app',
+      FERRY_APP_DIR: appDir,
+      FERRY_MODULE: options.app?.module ?? 'agent_app',
       FERRY_TARGET: target,
       FERRY_GRACE_MS: '2000',
       // The worker exits if the test process dies: no orphans.
       FERRY_PARENT_PID: String(process.pid),
       ...agent.workerEnv(),
+      ...options.env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -118,13 +126,23 @@ export function startPythonWorker(
   if (options.reportExit) {
     child.on('exit', (code, signal) => void agent.workerExited({ code, signal }).catch(() => {}));
   }
+  const signalGroup = (signal: NodeJS.Signals) => {
+    try {
+      process.kill(-child.pid!, signal);
+    } catch {
+      // The group is already gone.
+    }
+  };
   return {
     child,
     output,
     async stop() {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+      if (child.exitCode !== null || child.signalCode !== null) {
+        signalGroup('SIGKILL');
+        return;
+      }
+      signalGroup('SIGTERM');
+      const timer = setTimeout(() => signalGroup('SIGKILL'), 5_000);
       await exited;
       clearTimeout(timer);
     },

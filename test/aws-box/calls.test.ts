@@ -6,8 +6,6 @@
  * `callee` through their agents; `caller`'s handler awaits `callee`'s function with no key set by
  * anyone, and the call goes worker → API Gateway shim → authorizer → api Lambda → callee's queue.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -15,9 +13,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryCallTokens } from '../../core/adapters/aws/secrets.js';
 import { callTokenSecretName, prepareCallKeys, revokeCallKeys } from '../../core/call-keys.js';
 import type { EndpointRecord } from '../../core/ports.js';
+import { type PythonWorker, startPythonWorker } from '../agent/helpers.js';
 import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
 
-const repo = path.resolve(import.meta.dirname, '../..');
 const project = mkdtempSync(path.join(tmpdir(), 'ferry-calls-'));
 writeFileSync(
   path.join(project, 'calls_app.py'),
@@ -39,7 +37,7 @@ async def relay(x: int):
 
 let box: AwsBox;
 const secrets = new MemoryCallTokens();
-const workers: { child: ChildProcess; output: string[] }[] = [];
+const workers: PythonWorker[] = [];
 let caller: EndpointRecord;
 let callee: EndpointRecord;
 let elsewhere: EndpointRecord;
@@ -48,36 +46,20 @@ const tokenOf = (endpoint: EndpointRecord) => secrets.values.get(callTokenSecret
 
 async function startWorker(endpoint: EndpointRecord, target: string) {
   const agent = await box.agentFor(endpoint.id);
-  const output: string[] = [];
-  // Its own process group, so stopping it stops anything it started.
-  const child = spawn('python3', ['-m', 'ferry.worker'], {
-    cwd: project,
-    detached: true,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: {
-      PATH: process.env.PATH ?? '',
-      HOME: process.env.HOME ?? '',
-      PYTHONPATH: path.join(repo, 'worker-image', 'python'),
-      PYTHONUNBUFFERED: '1',
-      FERRY_APP_DIR: project,
-      FERRY_MODULE: 'calls_app',
-      FERRY_TARGET: target,
-      FERRY_PARENT_PID: String(process.pid),
-      ...agent.workerEnv(),
-      // What infra/constructs/service.ts gives every worker container, and (as an ECS secret) its key.
-      FERRY_API_URL: box.shim.url,
-      FERRY_APP: endpoint.app,
-      FERRY_ENV: endpoint.env,
-      FERRY_ENDPOINT_NAME: endpoint.name,
-      FERRY_ENDPOINT_ID: endpoint.id,
-      FERRY_CALL_TOKEN: tokenOf(endpoint),
-    },
-  });
-  for (const stream of [child.stdout, child.stderr]) {
-    stream?.setEncoding('utf8');
-    stream?.on('data', (data: string) => output.push(data));
-  }
-  workers.push({ child, output });
+  workers.push(
+    startPythonWorker(agent, target, {
+      app: { dir: project, module: 'calls_app' },
+      env: {
+        // What infra/constructs/service.ts gives every worker container, and (as an ECS secret) its key.
+        FERRY_API_URL: box.shim.url,
+        FERRY_APP: endpoint.app,
+        FERRY_ENV: endpoint.env,
+        FERRY_ENDPOINT_NAME: endpoint.name,
+        FERRY_ENDPOINT_ID: endpoint.id,
+        FERRY_CALL_TOKEN: tokenOf(endpoint),
+      },
+    }),
+  );
 }
 
 async function call(method: string, url: string, key: string, body?: unknown) {
@@ -125,14 +107,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  for (const { child } of workers) {
-    if (child.exitCode !== null || child.signalCode !== null) continue;
-    const exited = once(child, 'exit');
-    process.kill(-child.pid!, 'SIGTERM');
-    const timer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 5_000);
-    await exited;
-    clearTimeout(timer);
-  }
+  for (const worker of workers) await worker.stop();
   await box?.stop();
   rmSync(project, { recursive: true, force: true });
 });

@@ -9,7 +9,6 @@
  * queued job's error, the scaler's decision, the sweeper for jobs sent afterwards. putEndpoint (what
  * `ferry deploy` writes) clears it.
  */
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -24,11 +23,11 @@ import { scaleEndpoints } from '../../functions/scaler.js';
 import { createSweeper } from '../../functions/sweeper.js';
 import { queueUrls } from '../../functions/wiring.js';
 import { startAgent } from '../../worker-image/agent/agent.js';
+import { startPythonWorker } from '../agent/helpers.js';
 import { dynamoClientFor, s3ClientFor, sqsClientFor } from '../support/emulators.js';
 import { recordFor } from '../support/endpoints.js';
 import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
 
-const repo = path.resolve(import.meta.dirname, '../..');
 const project = mkdtempSync(path.join(tmpdir(), 'ferry-failing-'));
 writeFileSync(
   path.join(project, 'broken_app.py'),
@@ -105,28 +104,9 @@ async function oneTask(): Promise<{ code: number | null; output: string }> {
     exit: () => {},
   });
   try {
-    const child = spawn('python3', ['-m', 'ferry.worker'], {
-      cwd: project,
-      // Its own process group, killed below if it outlives the test.
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: {
-        PATH: process.env.PATH ?? '',
-        HOME: process.env.HOME ?? '',
-        PYTHONPATH: path.join(repo, 'worker-image', 'python'),
-        PYTHONUNBUFFERED: '1',
-        FERRY_APP_DIR: project,
-        FERRY_MODULE: 'broken_app',
-        FERRY_TARGET: 'handler',
-        FERRY_PARENT_PID: String(process.pid),
-        ...agent.workerEnv(),
-      },
-    });
-    const output: string[] = [];
-    for (const stream of [child.stdout, child.stderr]) {
-      stream.setEncoding('utf8');
-      stream.on('data', (data: string) => output.push(data));
-    }
+    // Its own process group, ended below if it outlives the test.
+    const worker = startPythonWorker(agent, 'handler', { app: { dir: project, module: 'broken_app' } });
+    const { child, output } = worker;
     try {
       const [code] = (await once(child, 'exit')) as [number | null];
       // What the task metadata watch reports once the worker container is STOPPED.
@@ -134,7 +114,7 @@ async function oneTask(): Promise<{ code: number | null; output: string }> {
       expect(await agent.leaving).toBe(1);
       return { code, output: output.join('') };
     } finally {
-      if (child.exitCode === null && child.pid) process.kill(-child.pid, 'SIGKILL');
+      await worker.stop();
     }
   } finally {
     await agent.close();
