@@ -126,6 +126,9 @@ export function toHttpResponse(error: unknown, edge: ErrorEdge): ErrorResponse {
   return { statusCode, body: { error: 'internal error', requestId: edge.requestId } };
 }
 
+/** The message of a thrown value, for a short log line or a CLI message (detailOf for the whole story). */
+export const messageOf = (error: unknown): string => (error instanceof Error ? error.message : String(error));
+
 /** One log line: name, message, the chain of causes and where it was thrown. */
 export function detailOf(error: unknown): string {
   const parts: string[] = [];

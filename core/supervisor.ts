@@ -21,6 +21,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { hashKey, newSecret } from './auth.js';
+import { messageOf } from './errors.js';
 import type { Logger } from './log.js';
 import type {
   Clock,
@@ -745,5 +746,3 @@ export function queuedJobsFailure(problem: EndpointProblem): string {
 
 /** Why a held job's deadline watch ends; abort() without a reason builds a DOMException per job. */
 const letGoReason = Object.freeze({ reason: 'the worker let go of the job' });
-
-const messageOf = (error: unknown): string => (error instanceof Error ? error.message : String(error));

@@ -10,7 +10,7 @@ import { createServer } from 'node:net';
 import swagger, { type SwaggerTransformObject } from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { FerryError, httpStatus } from '../../core/errors.js';
+import { FerryError, httpStatus, messageOf } from '../../core/errors.js';
 import { isFinal } from '../../core/job.js';
 import { manageOpenApi, managePrefix } from '../../core/manage.js';
 import type { ManifestEndpoint, Route } from '../../core/manifest.js';
@@ -322,7 +322,7 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
   // The OpenAPI document at the path tools look for first, beside Swagger UI's /docs/json.
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   app.setErrorHandler((error, _request, reply) => {
-    const message = error instanceof Error ? error.message : String(error);
+    const message = messageOf(error);
     // The client's mistakes (a body that is not JSON, too large; a call ferry dev cannot serve) keep
     // their 4xx; the rest is ours.
     const status = FerryError.is(error) ? httpStatus(error) : (error as { statusCode?: number }).statusCode;

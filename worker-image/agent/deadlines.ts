@@ -9,10 +9,10 @@
  *
  * A failed check is logged and tried again on the next tick: a throttled table must not end the agent.
  */
+import { messageOf } from '../../core/errors.js';
 import type { Logger } from '../../core/log.js';
 import type { Clock } from '../../core/ports.js';
 import type { WorkerSupervisor } from '../../core/supervisor.js';
-import { messageOf } from './log.js';
 import type { TaskProtection } from './protection.js';
 import { tickEvery } from './ticker.js';
 

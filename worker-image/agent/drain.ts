@@ -8,10 +8,10 @@
  * can finish, waits up to `drainMs` (default 110 s, infra/task-layout.ts), then requeues whatever is
  * still held (the supervisor's `exited`, which calls engine.workerGone) and turns task protection off.
  */
+import { messageOf } from '../../core/errors.js';
 import type { Logger } from '../../core/log.js';
 import type { Clock } from '../../core/ports.js';
 import type { WorkerSupervisor } from '../../core/supervisor.js';
-import { messageOf } from './log.js';
 import type { TaskProtection } from './protection.js';
 
 export interface DrainOptions {

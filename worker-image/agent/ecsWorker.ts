@@ -6,6 +6,7 @@
  * The agent polls it so a crashed worker's jobs go back to the queue at once instead of waiting for
  * the drain that follows ECS stopping the task (docs/workers.md).
  */
+import { messageOf } from '../../core/errors.js';
 import type { Clock } from '../../core/ports.js';
 
 export interface WorkerContainerWatch {
@@ -41,7 +42,7 @@ export async function watchWorkerContainer(watch: WorkerContainerWatch): Promise
       }
       lastProblem = '';
     } catch (error) {
-      const problem = error instanceof Error ? error.message : String(error);
+      const problem = messageOf(error);
       // Logged once per kind of failure: the metadata endpoint being down must not flood the log.
       if (problem !== lastProblem) watch.warn(`task metadata: ${problem}`);
       lastProblem = problem;

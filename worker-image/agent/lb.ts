@@ -49,11 +49,11 @@ import {
   scopeCovers,
 } from '../../core/auth.js';
 import { systemClock } from '../../core/clock.js';
-import { FerryError, toHttpResponse } from '../../core/errors.js';
+import { FerryError, messageOf, toHttpResponse } from '../../core/errors.js';
 import type { Logger } from '../../core/log.js';
 import type { ApiKeyLookup, Clock, WorkerRegistry } from '../../core/ports.js';
 import { listen } from './listen.js';
-import { agentLog, messageOf } from './log.js';
+import { agentLog } from './log.js';
 import { type EcsProtectionOptions, TaskProtection } from './protection.js';
 import { tickEvery } from './ticker.js';
 

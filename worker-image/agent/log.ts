@@ -10,5 +10,3 @@ export function prefixed(log: Logger, prefix: string): Logger {
 }
 
 export const agentLog: Logger = prefixed(stderrLogger, 'ferry-agent: ');
-
-export const messageOf = (error: unknown): string => (error instanceof Error ? error.message : String(error));

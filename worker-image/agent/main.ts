@@ -10,6 +10,7 @@
  * period (ECS then replaces the task), a download failed, or the agent failed; 2 for missing or bad
  * configuration.
  */
+
 import { randomUUID } from 'node:crypto';
 import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
@@ -19,6 +20,7 @@ import { CloudWatchLogStore } from '../../core/adapters/aws/cloudwatch-logs.js';
 import { DynamoControlStore, DynamoWorkerRegistry, documentClient } from '../../core/adapters/aws/dynamo.js';
 import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { systemClock } from '../../core/clock.js';
+import { messageOf } from '../../core/errors.js';
 import { startAgent } from './agent.js';
 import { downloadArtifact } from './artifact.js';
 import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } from './config.js';
@@ -184,6 +186,6 @@ function leaveWith(code: number): void {
 }
 
 main().then(leaveWith, (error: unknown) => {
-  process.stderr.write(`ferry-agent: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.stderr.write(`ferry-agent: ${messageOf(error)}\n`);
   leaveWith(1);
 });

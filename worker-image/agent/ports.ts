@@ -2,10 +2,9 @@
  * What the queue agent wires its engine and API to, beyond the AWS adapters themselves: the one
  * endpoint it serves, pinned, and adapters that log their own failures.
  */
-import { FerryError } from '../../core/errors.js';
+import { FerryError, messageOf } from '../../core/errors.js';
 import type { Logger } from '../../core/log.js';
 import type { EndpointDirectory, EndpointRecord } from '../../core/ports.js';
-import { messageOf } from './log.js';
 
 /**
  * The agent serves exactly one queue endpoint: the one its task was deployed for. The API only asks

@@ -10,6 +10,7 @@
  * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html and
  * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection-endpoint.html.
  */
+import { messageOf } from '../../core/errors.js';
 import type { Logger } from '../../core/log.js';
 import type { Clock } from '../../core/ports.js';
 
@@ -100,7 +101,7 @@ export class TaskProtection {
       }
       return true;
     } catch (error) {
-      const text = error instanceof Error ? error.message : String(error);
+      const text = messageOf(error);
       this.log.warn(`task protection ${body.ProtectionEnabled ? 'on' : 'off'}: ${text}`);
       return false;
     }
