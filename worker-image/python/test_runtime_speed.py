@@ -25,6 +25,9 @@ class _Server:
     def __init__(self):
         self.connections = 0
         self.requests = []
+        self.answered_once = set()  # paths of /once/... already answered with their failure
+        self.take_answer = b"[]"  # what a job-take(-batch) path answers
+        self.hold_ended = threading.Event()  # the client closed a /hold connection
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -63,6 +66,24 @@ class _Server:
                     self.close_connection = True
                 elif self.path == "/hang-up":  # no answer at all
                     self.close_connection = True
+                elif self.path.startswith("/once/"):  # /once/<status or hang-up>/...: that once, then 200
+                    what = self.path.split("/")[2]
+                    if self.path in server.answered_once:
+                        self._send(200, b"{}")
+                    elif what == "hang-up":
+                        server.answered_once.add(self.path)
+                        self.close_connection = True
+                    else:
+                        server.answered_once.add(self.path)
+                        self._send(int(what), b'{"error": "once"}')
+                elif self.path.startswith("/status/"):  # /status/<code>/...
+                    self._send(int(self.path.split("/")[2]), b'{"error": "scripted"}')
+                elif self.path.startswith("/hold"):  # no answer; wait for the client to close
+                    self.rfile.read(1)
+                    server.hold_ended.set()
+                    self.close_connection = True
+                elif "/job-take" in self.path:
+                    self._send(200, server.take_answer)
                 elif self.path == "/empty":
                     self._send(204, b"")
                 elif self.path == "/missing":
@@ -129,7 +150,7 @@ class TransportTest(unittest.TestCase):
 
     def test_stale_connection_that_fails_the_request_is_retried_once(self):
         self.assertEqual(self.conns.request("GET", self.server.url + "/x"), (200, b"echo:"))
-        with mock.patch.object(transport._Conn, "closed_by_peer", return_value=False):
+        with mock.patch.object(transport._Conn, "usable", return_value=True):
             # A reused connection dies with no answer: one more try on a new connection...
             with self.assertRaises(ConnectionError):
                 self.conns.request("GET", self.server.url + "/hang-up")

@@ -42,6 +42,7 @@ class JobLog:
         self._partial = {"stdout": "", "stderr": ""}
         self._file = None
         self.path = None
+        self.shipped = False  # lines went to the shipper: the runtime flushes it before job-done
         if log_dir:
             self.path = os.path.join(log_dir, safe_file_name(job_id) + ".log")
             try:
@@ -65,6 +66,7 @@ class JobLog:
     def _emit(self, stream, lines):
         shipper = self._shipper
         if shipper is not None and shipper.enabled:
+            self.shipped = True
             at_ms = int(time.time() * 1000)
             for line in lines:
                 shipper.add(self.job_id, stream, line, at_ms)

@@ -1,8 +1,12 @@
 """The RunPod worker protocol, client side, standard library only (docs/architecture.md#worker-protocol).
 
-Every call is blocking; the runtime runs them in daemon threads so a long poll never holds the
-event loop and an abandoned poll never holds the process at exit. Requests go over keep-alive
-connections (transport.py): a job costs no TCP handshake.
+Requests go over keep-alive connections (transport.py): a job costs no TCP handshake. The hot calls
+have two forms: `take_async` and `done_async` run on the event loop (transport.LoopConnections), so
+the runtime's per-job path costs no thread hop; every call also has a blocking form (`take`,
+`done`, `poll_stop`, `progress`, `stream`, `ping`) that the runtime runs in daemon threads, so a
+long poll never holds the event loop and an abandoned poll never holds the process at exit. Both
+forms share each rule: the URLs and headers, the answer of a take (`_take_answer`), and when a POST
+is retried (`_post_attempts`).
 """
 
 import json
@@ -11,7 +15,7 @@ import time
 import urllib.parse
 
 from .invoke import to_json_bytes
-from .transport import Connections
+from .transport import Connections, LoopConnections
 
 # The RunPod SDK's client timeout for the long polls (jobs_fetcher_timeout); servers hold ≤ ~30 s.
 POLL_TIMEOUT_SEC = 90
@@ -53,14 +57,19 @@ class WorkerApi:
         self.worker_id = worker_id
         self.say = say
         self.connections = connections if connections is not None else Connections()
+        self.loop_connections = None  # set by bind_loop
         self._headers = {"Accept": "application/json", "User-Agent": "ferry-worker"}
         if api_key:
             self._headers["Authorization"] = api_key  # raw, no "Bearer" (rp_http.py)
 
+    def bind_loop(self, loop, blocking):
+        """Lets take_async and done_async run on `loop`; `blocking(fn, *args)` runs fn in a thread and
+        returns an awaitable (for opening connections, and requests through a proxy or over TLS)."""
+        self.loop_connections = LoopConnections(loop, self.connections, blocking)
+
     # -- low level -------------------------------------------------------------------------------
 
-    def _request(self, method, url, body=None, timeout=POST_TIMEOUT_SEC, job_id=None):
-        """(status, body bytes); OSError when the exchange fails."""
+    def _headers_for(self, body, job_id):
         headers = self._headers
         if body is not None or job_id:
             headers = dict(headers)
@@ -68,42 +77,82 @@ class WorkerApi:
                 headers["Content-Type"] = "application/json"
             if job_id:
                 headers["X-Request-ID"] = job_id
-        return self.connections.request(method, url, body, headers, timeout)
+        return headers
+
+    def _request(self, method, url, body=None, timeout=POST_TIMEOUT_SEC, job_id=None):
+        """(status, body bytes); OSError when the exchange fails."""
+        return self.connections.request(method, url, body, self._headers_for(body, job_id), timeout)
+
+    def _post_attempts(self, job_id, what):
+        """When a POST is retried, sans-IO: a generator that yields the seconds to wait before each
+        attempt (0 before the first) and is sent each attempt's outcome, (status, body) or the
+        OSError; it returns whether the server took the POST. 4xx: refused, no retry."""
+        problem = None
+        for attempt in range(POST_ATTEMPTS):
+            outcome = yield POST_BACKOFF_SEC[min(attempt - 1, len(POST_BACKOFF_SEC) - 1)] if attempt else 0
+            if isinstance(outcome, OSError):
+                problem = f"{type(outcome).__name__}: {outcome}"
+                continue
+            status, data = outcome
+            if 200 <= status < 300:
+                return True
+            if 400 <= status < 500:
+                # The server refused it (job already final, payload too big...): retrying won't help.
+                self.say(f"{what} for job {job_id} refused: HTTP {status} {_snippet(data)}")
+                return False
+            problem = f"HTTP {status} {_snippet(data)}"
+        self.say(f"{what} for job {job_id} failed after {POST_ATTEMPTS} attempts: {problem}")
+        return False
 
     def _post(self, url, payload, job_id, what, body=None):
         if body is None:
             body = to_json_bytes(payload)
-        for attempt in range(POST_ATTEMPTS):
+        headers = self._headers_for(body, job_id)
+        attempts = self._post_attempts(job_id, what)
+        pause = next(attempts)
+        while True:
+            if pause:
+                time.sleep(pause)
             try:
-                status, data = self._request("POST", url, body, POST_TIMEOUT_SEC, job_id)
+                outcome = self.connections.request("POST", url, body, headers, POST_TIMEOUT_SEC)
             except OSError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            else:
-                if 200 <= status < 300:
-                    return True
-                if 400 <= status < 500:
-                    # The server refused it (job already final, payload too big...): retrying won't help.
-                    self.say(f"{what} for job {job_id} refused: HTTP {status} {_snippet(data)}")
-                    return False
-                problem = f"HTTP {status} {_snippet(data)}"
-            if attempt + 1 < POST_ATTEMPTS:
-                time.sleep(POST_BACKOFF_SEC[min(attempt, len(POST_BACKOFF_SEC) - 1)])
-        self.say(f"{what} for job {job_id} failed after {POST_ATTEMPTS} attempts: {problem}")
-        return False
+                outcome = exc
+            try:
+                pause = attempts.send(outcome)
+            except StopIteration as end:
+                return end.value
+
+    async def _post_async(self, url, payload, job_id, what, body=None):
+        import asyncio  # only on the loop's path: this module is imported before asyncio (worker.py)
+
+        if body is None:
+            body = to_json_bytes(payload)
+        headers = self._headers_for(body, job_id)
+        attempts = self._post_attempts(job_id, what)
+        pause = next(attempts)
+        while True:
+            if pause:
+                await asyncio.sleep(pause)
+            try:
+                outcome = await self.loop_connections.request("POST", url, body, headers, POST_TIMEOUT_SEC)
+            except OSError as exc:
+                outcome = exc
+            try:
+                pause = attempts.send(outcome)
+            except StopIteration as end:
+                return end.value
 
     def _job_url(self, template, job_id, is_stream):
         return add_query(template.replace("$ID", urllib.parse.quote(job_id, safe="")), isStream=is_stream)
 
-    # -- the protocol ----------------------------------------------------------------------------
-
-    def take(self, count, in_progress):
-        """Up to `count` jobs (a list, maybe empty). Raises RateLimited / ProtocolError / OSError."""
+    def _take_url(self, count, in_progress):
         flag = "1" if in_progress else "0"
         if count > 1:
-            url = add_query(self.take_batch_url, batch_size=count, job_in_progress=flag)
-        else:
-            url = add_query(self.take_url, job_in_progress=flag)
-        status, data = self._request("GET", url, timeout=POLL_TIMEOUT_SEC)
+            return add_query(self.take_batch_url, batch_size=count, job_in_progress=flag)
+        return add_query(self.take_url, job_in_progress=flag)
+
+    def _take_answer(self, status, data):
+        """The jobs in a job-take(-batch) answer. Raises RateLimited / ProtocolError."""
         if status == 204 or (status == 200 and not data.strip()):
             return []
         if status == 429:
@@ -122,6 +171,19 @@ class WorkerApi:
             else:
                 self.say(f"job-take returned something that is not a job, skipped: {_snippet(json.dumps(job))}")
         return valid
+
+    # -- the protocol ----------------------------------------------------------------------------
+
+    def take(self, count, in_progress):
+        """Up to `count` jobs (a list, maybe empty). Raises RateLimited / ProtocolError / OSError."""
+        status, data = self._request("GET", self._take_url(count, in_progress), timeout=POLL_TIMEOUT_SEC)
+        return self._take_answer(status, data)
+
+    async def take_async(self, count, in_progress):
+        """take() on the event loop (after bind_loop). Cancelling it abandons the request."""
+        url = self._take_url(count, in_progress)
+        status, data = await self.loop_connections.request("GET", url, None, self._headers, POLL_TIMEOUT_SEC)
+        return self._take_answer(status, data)
 
     def poll_stop(self):
         """Ids of held jobs the platform wants stopped (long poll; [] when none)."""
@@ -145,6 +207,11 @@ class WorkerApi:
         """`body`: `payload` already encoded (to_json_bytes), so a big result is encoded once."""
         url = self._job_url(self.done_url, job_id, "true" if is_stream else "false")
         return self._post(url, payload, job_id, "job-done", body)
+
+    async def done_async(self, job_id, payload, is_stream, body=None):
+        """done() on the event loop (after bind_loop)."""
+        url = self._job_url(self.done_url, job_id, "true" if is_stream else "false")
+        return await self._post_async(url, payload, job_id, "job-done", body)
 
     def progress(self, job_id, data):
         url = self._job_url(self.done_url, job_id, "false")

@@ -5,12 +5,18 @@
         └── slot freed ◀───┴──▶ job-stream per yield, progress, then job-done (unless stopped);
             when the handler ends:   the slot is freed as job-done leaves, so the next job-take
                                      overlaps it (at most one result in flight per slot)
-    stop loop ── job-stop long poll ──▶ task.cancel() / async exception in the thread
+    stop loop ── job-stop long poll (in a thread) ──▶ task.cancel() / async exception in the thread
     ping thread ── every RUNPOD_PING_INTERVAL ms, ids of held jobs (renews the leases)
 
-Per job the common path is cheap: requests reuse keep-alive connections (transport.py), blocking
-calls run on reused threads (DaemonThreads), the progress queue is only joined for a job that sent
-progress, and the result is encoded once.
+Per job the common path is cheap. job-take(-batch) and job-done are sent from the event loop itself
+(WorkerApi.take_async / done_async over transport.LoopConnections): a job of an async handler
+crosses no thread at all, and a sync handler's job costs one hop there and back for the handler,
+its job-done then leaving from the loop. Everything else that blocks (the job-stop poll, progress,
+job-stream, log shipping, the first job-take that worker.py starts before asyncio is imported, and
+every call of an api without the loop forms, like standalone's LocalJobs) runs on reused daemon
+threads (DaemonThreads). Requests reuse keep-alive connections (transport.py); the progress queue is
+only joined for a job that sent progress, the log shipper only flushed for a job that logged, and
+the result is encoded once.
 
 Stopping: a stopped job gets NO job-done (the platform already set its final status). An async
 handler is cancelled with task.cancel(). A sync handler's thread gets JobStopped raised
@@ -21,8 +27,9 @@ and cleared under the job's lock, so it never reaches a pooled thread after the 
 A stop request for a job whose result is already being sent is ignored: nothing is left to stop.
 
 SIGTERM/SIGINT: stop taking jobs, keep pinging, let running jobs finish for up to FERRY_GRACE_MS,
-exit 0. A job-take request still in flight is abandoned; a job it might hand out afterwards goes
-back to the queue when its lease lapses.
+exit 0. A job-take request still in flight is abandoned (the take loop is cancelled, which closes
+its connection); a job the platform might hand out afterwards goes back to the queue when its
+lease lapses.
 """
 
 import asyncio
@@ -224,9 +231,20 @@ class QueueRuntime:
         self.threads = DaemonThreads(max_idle=2 * max_concurrency + 8)
         # A job-take started before this module was imported (worker.py, for a quick cold start).
         self._first_take = first_take
+        self._on_loop = False  # job-take and job-done from the loop (set in run())
 
     def _blocking(self, fn, *args):
         return run_blocking(self.loop, fn, *args, threads=self.threads)
+
+    async def _take(self, count, in_progress):
+        if self._on_loop:
+            return await self.api.take_async(count, in_progress)
+        return await self._blocking(self.api.take, count, in_progress)
+
+    async def _done(self, job_id, payload, is_stream, body):
+        if self._on_loop:
+            return await self.api.done_async(job_id, payload, is_stream, body)
+        return await self._blocking(self.api.done, job_id, payload, is_stream, body)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -234,6 +252,10 @@ class QueueRuntime:
         self.loop = asyncio.get_running_loop()
         self.stopping = asyncio.Event()
         self.slot_free = asyncio.Event()
+        # job-take and job-done on the loop itself when the api can (WorkerApi; not standalone's LocalJobs).
+        self._on_loop = hasattr(self.api, "bind_loop")
+        if self._on_loop:
+            self.api.bind_loop(self.loop, self._blocking)
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 self.loop.add_signal_handler(sig, self._begin_shutdown, sig)
@@ -253,6 +275,8 @@ class QueueRuntime:
             await asyncio.wait(tasks, timeout=self.grace_sec)
         stop_task.cancel()
         self._ping_stop.set()
+        if self._on_loop:
+            self.api.loop_connections.close()
         left = len(self.running)
         if left:
             self.say(f"exiting with {left} job(s) still running")
@@ -291,7 +315,7 @@ class QueueRuntime:
                     first, self._first_take = self._first_take, None
                     jobs = await self._blocking(first.result)
                 else:
-                    jobs = await self._blocking(self.api.take, free, bool(self.running))
+                    jobs = await self._take(free, bool(self.running))
             except RateLimited:
                 await self._pause(5)
                 continue
@@ -376,8 +400,9 @@ class QueueRuntime:
             if self.log_shipper is not None:
                 # The job's lines are stored before its result is: whoever sees it done can read them.
                 log.close()
-                await self._blocking(self.log_shipper.flush)
-            ok = await self._blocking(self.api.done, run.id, payload, is_stream, body)
+                if log.shipped:
+                    await self._blocking(self.log_shipper.flush)
+            ok = await self._done(run.id, payload, is_stream, body)
             outcome = "failed" if "error" in payload else "completed"
             self.say(f"job {run.id} {outcome} in {time.monotonic() - started:.2f} s"
                      + ("" if ok else " (result not delivered)"))

@@ -1,9 +1,25 @@
-"""HTTP/1.1 with keep-alive for the worker protocol: a job costs no TCP handshake.
+"""HTTP/1.1 with keep-alive for the worker protocol: a job costs no TCP handshake, and its hot calls
+no thread hop.
 
 A worker talks to one platform (or one agent sidecar) all its life, several small requests per job
-(job-take, job-done, job-stream, progress, ping, the job-stop poll). `Connections` keeps the idle
-connections of each host and hands one to whichever thread asks; a thread gives it back once the
-answer is read in full, so a long poll holds its own connection and never blocks another request.
+(job-take, job-done, job-stream, progress, ping, the job-stop poll). Two front ends share one codec:
+
+- `Connections`, blocking, for any thread (ping, the job-stop poll, progress, job-stream, log
+  shipping, the first job-take sent before asyncio is imported). It keeps the idle connections of
+  each host and hands one to whichever thread asks; a thread gives it back once the answer is read
+  in full, so a long poll holds its own connection and never blocks another request.
+- `LoopConnections`, for the event loop (job-take and job-done in queue_runtime.py): non-blocking
+  connections driven by asyncio protocols, so a request costs no thread wake-up, no GIL hand-off and
+  no self-pipe write to get back to the loop. The server closing an idle connection is seen as it
+  happens (connection_lost), not by a peek before each request. Only opening a connection goes
+  through a thread (DNS and connect are blocking calls); https and a configured proxy go through
+  the blocking front end in a thread, as before (the platform and the agent sidecar speak plain
+  HTTP on the hot path).
+
+What both share, each rule in one place: the request head (`_request_head`), how a body is written
+(`_outgoing`), the answer parser (`_answer`, sans-IO: fed the bytes read, whatever read them), the
+idle pool (`_Idle`: LIFO, used < IDLE_REUSE_SEC ago), and when a failed request is retried on a new
+connection (`_retry_on_new_connection`).
 
     request ──▶ idle connection (LIFO, used < IDLE_REUSE_SEC ago, not closed by the server)?
                         │ none                                        │
@@ -21,15 +37,21 @@ read-to-close bodies; 1xx answers skipped; keep-alive per RFC 9112 §9.3.
 
 Why a reused connection gets one silent second try: the server may close an idle keep-alive
 connection at any moment (Node's http server after 5 s, Fastify after 72 s). Most such closes are
-seen before sending (a non-blocking peek finds EOF) and never cost a request; a close that races
-the request fails before a single byte of answer. A request that failed on a *new* connection, or
-after part of an answer arrived, is the caller's failure as before (its own retry rules apply).
+seen before sending (the blocking front end polls the socket, the loop's is told by asyncio) and
+never cost a request; a close that races the request fails before a single byte of answer. A
+request that failed on a *new* connection, or after part of an answer arrived, is the caller's
+failure as before (its own retry rules apply).
+
+Timeouts: the blocking front end's `timeout` bounds each wait for the server (socket timeout); the
+loop's bounds the whole exchange. Either way a server that stops answering fails the request with
+TimeoutError (an OSError) after `timeout` seconds.
 
 With a proxy configured for the scheme (http_proxy / https_proxy, as urllib reads them) requests go
 through urllib as they always did.
 """
 
 import os
+import select
 import socket
 import threading
 import time
@@ -39,6 +61,7 @@ IDLE_REUSE_SEC = 4.0  # under Node's default keepAliveTimeout (5 s)
 MAX_IDLE_PER_HOST = 32  # a worker with max_concurrency N has up to N + 3 requests in flight
 MAX_HEAD_BYTES = 64 * 1024
 _READ_BYTES = 256 * 1024
+_ONE_WRITE_MAX_BYTES = 64 * 1024
 
 
 class ResponseError(ConnectionError):
@@ -49,104 +72,31 @@ class _Closed(ConnectionResetError):
     """The server closed the connection before answering (a stale keep-alive connection)."""
 
 
-class _Conn:
-    __slots__ = ("sock", "buf", "answered")
-
-    def __init__(self, sock):
-        self.sock = sock
-        self.buf = bytearray()
-        self.answered = False  # some bytes of the current answer have arrived
-
-    def fill(self):
-        chunk = self.sock.recv(_READ_BYTES)
-        if not chunk:
-            return False
-        self.answered = True
-        self.buf += chunk
-        return True
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def closed_by_peer(self):
-        """A peek without blocking: EOF (or stray bytes) means this idle connection is unusable."""
-        if type(self.sock) is not socket.socket:
-            return False  # TLS: no peek; a stale connection costs the retry instead
-        try:
-            self.sock.setblocking(False)
-            try:
-                self.sock.recv(1, socket.MSG_PEEK)
-            finally:
-                self.sock.setblocking(True)
-        except (BlockingIOError, InterruptedError):
-            return False
-        except OSError:
-            return True
-        return True  # b"" (EOF) or bytes nobody asked for
+_STALE_ERRORS = (_Closed, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 
-class Connections:
-    """Idle keep-alive connections by (scheme, host, port); safe to use from any thread."""
+def _retry_on_new_connection(exc, reused, answered):
+    """Whether a failed request goes once more on a new connection: only when a *reused* connection
+    turned out closed before any byte of the answer (the server closed it while it was idle)."""
+    return reused and not answered and isinstance(exc, _STALE_ERRORS)
 
-    def __init__(self, clock=time.monotonic):
+
+class _Idle:
+    """Idle keep-alive connections by (scheme, host, port): LIFO, dropped once IDLE_REUSE_SEC old.
+    Holds any connection object with close() and usable(); safe to use from any thread."""
+
+    def __init__(self, clock):
         self._clock = clock
         self._lock = threading.Lock()
-        self._idle = {}  # (scheme, host, port) -> [(conn, last_used), ...]
-        self._proxied = {}
-        self._tls = None
-        self._opener = None  # urllib's, for requests through a proxy
-        self.opened = 0  # connections made so far (tests and benchmarks read it)
+        self._conns = {}  # key -> [(conn, last_used), ...]
 
-    def request(self, method, url, body=None, headers=None, timeout=30.0):
-        """(status, body bytes) of one request; OSError (ResponseError for a bad answer) on failure."""
-        parts = urllib.parse.urlsplit(url)
-        scheme = parts.scheme.lower()
-        if scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"unsupported URL {url!r}")
-        if self._through_proxy(scheme, parts.netloc):
-            return self._urllib_request(method, url, body, headers or {}, timeout)
-        key = (scheme, parts.hostname, parts.port or (443 if scheme == "https" else 80))
-        target = parts.path or "/"
-        if parts.query:
-            target += "?" + parts.query
-        head = _request_head(method, target, parts.netloc.rpartition("@")[2], headers, body)
-        conn, reused = self._take(key, timeout)
-        try:
-            try:
-                status, data, keep = _exchange(conn, head, body, method, timeout)
-            except (_Closed, BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
-                if not reused or conn.answered:
-                    raise
-                conn.close()
-                conn = self._new(key, timeout)
-                status, data, keep = _exchange(conn, head, body, method, timeout)
-        except BaseException:
-            conn.close()
-            raise
-        if keep:
-            self._give_back(key, conn)
-        else:
-            conn.close()
-        return status, data
-
-    def close(self):
-        with self._lock:
-            idle, self._idle = self._idle, {}
-        for conns in idle.values():
-            for conn, _ in conns:
-                conn.close()
-
-    # -- the pool --------------------------------------------------------------------------------
-
-    def _take(self, key, timeout):
+    def take(self, key):
+        """The most recently used connection still fit for a request, or None."""
         now = self._clock()
         unusable = []
         found = None
         with self._lock:
-            conns = self._idle.get(key)
+            conns = self._conns.get(key)
             while conns:
                 conn, last_used = conns.pop()
                 if now - last_used < IDLE_REUSE_SEC:
@@ -155,13 +105,140 @@ class Connections:
                 unusable.append(conn)
         for conn in unusable:
             conn.close()
-        if found is not None and not found.closed_by_peer():
-            return found, True
-        if found is not None:
+        if found is not None and not found.usable():
             found.close()
-        return self._new(key, timeout), False
+            found = None
+        return found
 
-    def _new(self, key, timeout):
+    def give_back(self, key, conn):
+        with self._lock:
+            conns = self._conns.setdefault(key, [])
+            if len(conns) < MAX_IDLE_PER_HOST:
+                conns.append((conn, self._clock()))
+                return
+        conn.close()
+
+    def close(self):
+        with self._lock:
+            idle, self._conns = self._conns, {}
+        for conns in idle.values():
+            for conn, _ in conns:
+                conn.close()
+
+
+class _Conn:
+    """A blocking connection."""
+
+    __slots__ = ("sock", "answered", "timeout")
+
+    def __init__(self, sock, timeout):
+        self.sock = sock
+        self.answered = False  # some bytes of the current answer have arrived
+        self.timeout = timeout  # the socket's, so an unchanged one costs no syscall
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def usable(self):
+        """An idle connection is unusable once the server closed it (or sent bytes nobody asked for):
+        either makes it readable. One poll without blocking and without changing the socket's mode."""
+        if type(self.sock) is not socket.socket:
+            return True  # TLS: no peek; a stale connection costs the retry instead
+        try:
+            if _poll is not None:
+                poller = _poll()
+                poller.register(self.sock, select.POLLIN)
+                return not poller.poll(0)
+            return not select.select([self.sock], [], [], 0)[0]
+        except (OSError, ValueError):
+            return False
+
+    def exchange(self, head, body, method, timeout):
+        """One request and its whole answer: (status, body, whether the connection can be reused)."""
+        if timeout != self.timeout:
+            self.sock.settimeout(timeout)
+            self.timeout = timeout
+        self.answered = False
+        for part in _outgoing(head, body):
+            self.sock.sendall(part)
+        reader = _answer(method)
+        chunk = None
+        while True:
+            try:
+                reader.send(chunk)
+            except StopIteration as end:
+                return end.value
+            chunk = self.sock.recv(_READ_BYTES)
+            if chunk:
+                self.answered = True
+
+
+_poll = getattr(select, "poll", None)
+
+
+class Connections:
+    """The blocking front end: keep-alive connections for any thread."""
+
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self._idle = _Idle(clock)
+        self._proxied = {}
+        self._tls = None
+        self._opener = None  # urllib's, for requests through a proxy
+        self._lock = threading.Lock()
+        self.opened = 0  # connections made so far, by both front ends (tests and benchmarks read it)
+
+    def request(self, method, url, body=None, headers=None, timeout=30.0):
+        """(status, body bytes) of one request; OSError (ResponseError for a bad answer) on failure."""
+        scheme, key, head = self._route(method, url, headers, body)
+        if head is None:
+            return self._urllib_request(method, url, body, headers or {}, timeout)
+        conn = self._idle.take(key)
+        reused = conn is not None
+        if conn is None:
+            conn = self._new(key, timeout)
+        try:
+            try:
+                status, data, keep = conn.exchange(head, body, method, timeout)
+            except OSError as exc:
+                if not _retry_on_new_connection(exc, reused, conn.answered):
+                    raise
+                conn.close()
+                conn = self._new(key, timeout)
+                status, data, keep = conn.exchange(head, body, method, timeout)
+        except BaseException:
+            conn.close()
+            raise
+        if keep:
+            self._idle.give_back(key, conn)
+        else:
+            conn.close()
+        return status, data
+
+    def close(self):
+        self._idle.close()
+
+    # -- shared with LoopConnections -------------------------------------------------------------
+
+    def _route(self, method, url, headers, body):
+        """(scheme, pool key, request head); the head is None when a proxy must carry the request."""
+        parts = urllib.parse.urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"unsupported URL {url!r}")
+        key = (scheme, parts.hostname, parts.port or (443 if scheme == "https" else 80))
+        if self._through_proxy(scheme, parts.netloc):
+            return scheme, key, None
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        return scheme, key, _request_head(method, target, parts.netloc.rpartition("@")[2], headers, body)
+
+    def _connect(self, key, timeout):
+        """A new connected socket (TLS-wrapped for https)."""
         scheme, host, port = key
         sock = socket.create_connection((host, port), timeout)
         try:
@@ -173,7 +250,12 @@ class Connections:
             raise
         with self._lock:
             self.opened += 1
-        return _Conn(sock)
+        return sock
+
+    # -- the blocking pool -------------------------------------------------------------------------
+
+    def _new(self, key, timeout):
+        return _Conn(self._connect(key, timeout), timeout)
 
     def _tls_context(self):
         if self._tls is None:
@@ -201,20 +283,163 @@ class Connections:
                 err.close()
             return err.code, data
 
-    def _give_back(self, key, conn):
-        with self._lock:
-            conns = self._idle.setdefault(key, [])
-            if len(conns) < MAX_IDLE_PER_HOST:
-                conns.append((conn, self._clock()))
-                return
-        conn.close()
-
     def _through_proxy(self, scheme, netloc):
         proxied = self._proxied.get((scheme, netloc))
         if proxied is None:
             proxied = _proxy_configured(scheme, netloc)
             self._proxied[(scheme, netloc)] = proxied
         return proxied
+
+
+class LoopConnections:
+    """The event loop's front end: `await request(...)` from the loop that created it.
+
+    `connections` (a Connections) decides the route and counts connections; `blocking(fn, *args)`
+    runs fn in a thread and returns an awaitable of its result: it opens connections, and carries
+    the requests that go through a proxy or over TLS (the blocking front end does those).
+    """
+
+    def __init__(self, loop, connections, blocking):
+        self._loop = loop
+        self._connections = connections
+        self._blocking = blocking
+        self._idle = _Idle(connections._clock)
+
+    async def request(self, method, url, body=None, headers=None, timeout=30.0):
+        """(status, body bytes) of one request; OSError (ResponseError for a bad answer, TimeoutError
+        past `timeout`) on failure. Cancelling it closes the connection: nothing waits for the answer."""
+        scheme, key, head = self._connections._route(method, url, headers, body)
+        if head is None or scheme != "http":
+            return await self._blocking(self._connections.request, method, url, body, headers, timeout)
+        conn = self._idle.take(key)
+        reused = conn is not None
+        if conn is None:
+            conn = await self._new(key, timeout)
+        try:
+            try:
+                status, data, keep = await conn.exchange(head, body, method, timeout)
+            except OSError as exc:
+                if not _retry_on_new_connection(exc, reused, conn.answered):
+                    raise
+                conn.close()
+                conn = await self._new(key, timeout)
+                status, data, keep = await conn.exchange(head, body, method, timeout)
+        except BaseException:
+            conn.close()
+            raise
+        if keep:
+            self._idle.give_back(key, conn)
+        else:
+            conn.close()
+        return status, data
+
+    def close(self):
+        self._idle.close()
+
+    async def _new(self, key, timeout):
+        sock = await self._blocking(self._connections._connect, key, timeout)
+        try:
+            _transport, conn = await self._loop.create_connection(lambda: _LoopConn(self._loop), sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        return conn
+
+
+class _LoopConn:
+    """A connection of the event loop: an asyncio protocol that feeds what arrives to the answer
+    parser of the request in flight. Bytes or a close while idle make it unusable at once."""
+
+    def __init__(self, loop):
+        self._loop = loop
+        self._transport = None
+        self._reader = None  # the answer parser of the request in flight
+        self._answer = None  # its future
+        self._timer = None
+        self.lost = False
+        self.answered = False
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport):
+        self._transport = transport
+
+    def data_received(self, data):
+        if self._reader is None:
+            self.close()  # bytes nobody asked for: the connection's framing cannot be trusted
+            return
+        self.answered = True
+        self._feed(data)
+
+    def eof_received(self):
+        return False  # close our side too
+
+    def connection_lost(self, exc):
+        self.lost = True
+        if self._reader is None:
+            return
+        if exc is not None:
+            self._settle(None, exc if isinstance(exc, OSError) else ConnectionResetError(str(exc)))
+        else:
+            self._feed(b"")
+
+    def pause_writing(self):
+        pass  # a big body is buffered by the transport; the answer comes after it anyway
+
+    def resume_writing(self):
+        pass
+
+    # the request
+
+    def usable(self):
+        return not self.lost
+
+    def close(self):
+        self.lost = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    async def exchange(self, head, body, method, timeout):
+        """One request and its whole answer: (status, body, whether the connection can be reused)."""
+        if self.lost:
+            raise _Closed("server closed the connection without an answer")
+        self.answered = False
+        self._reader = _answer(method)
+        self._reader.send(None)
+        self._answer = answer = self._loop.create_future()
+        self._timer = self._loop.call_later(timeout, self._time_out, answer, timeout)
+        for part in _outgoing(head, body):
+            self._transport.write(part)
+        try:
+            return await answer
+        finally:
+            self._reader = None
+            self._timer.cancel()
+
+    def _feed(self, data):
+        try:
+            self._reader.send(data)
+        except StopIteration as end:
+            self._settle(end.value, None)
+        except Exception as exc:  # noqa: BLE001 - the request's failure, raised where it awaits
+            self._settle(None, exc)
+
+    def _settle(self, value, exc):
+        self._reader = None
+        answer = self._answer
+        if answer is None or answer.done():
+            return
+        if exc is not None:
+            answer.set_exception(exc)
+        else:
+            answer.set_result(value)
+
+    def _time_out(self, answer, timeout):
+        if answer is self._answer:
+            self._settle(None, TimeoutError(f"no answer within {timeout:g} s"))
+
+
+# -- the codec, shared by both front ends ------------------------------------------------------------
 
 
 def _request_head(method, target, host, headers, body):
@@ -231,19 +456,31 @@ def _request_head(method, target, host, headers, body):
     return "\r\n".join(lines).encode("latin-1")
 
 
-def _exchange(conn, head, body, method, timeout):
-    """One request and its whole answer: (status, body, whether the connection can be reused)."""
-    conn.sock.settimeout(timeout)
-    conn.answered = False
-    conn.buf.clear()
-    if body and len(body) <= 64 * 1024:
-        conn.sock.sendall(head + body)  # one write: no second packet for a small body
-    else:
-        conn.sock.sendall(head)
-        if body:
-            conn.sock.sendall(body)
+def _outgoing(head, body):
+    """What to write: a small body in the same write as the head (no second packet)."""
+    if not body:
+        return (head,)
+    if len(body) <= _ONE_WRITE_MAX_BYTES:
+        return (head + body,)
+    return (head, body)
+
+
+class _Buffer:
+    __slots__ = ("data", "answered")
+
+    def __init__(self):
+        self.data = bytearray()
+        self.answered = False
+
+
+def _answer(method):
+    """The reader of one HTTP/1.x answer, sans-IO: a generator, primed with send(None), that is sent
+    each chunk read from the connection (b"" at end of stream) and yields while it needs more. It
+    returns (status, body, whether the connection can be reused), or raises ResponseError (_Closed
+    when the stream ended before any byte of the answer)."""
+    buf = _Buffer()
     while True:
-        version, status, headers = _read_head(conn)
+        version, status, headers = yield from _read_head(buf)
         if not 100 <= status < 200:
             break
     connection = headers.get(b"connection", b"").lower()
@@ -253,7 +490,7 @@ def _exchange(conn, head, body, method, timeout):
     if status in (204, 304) or method == "HEAD":
         data = b""
     elif b"chunked" in headers.get(b"transfer-encoding", b"").lower():
-        data = _read_chunked(conn)
+        data = yield from _read_chunked(buf)
     elif b"content-length" in headers:
         try:
             length = int(headers[b"content-length"])
@@ -261,33 +498,42 @@ def _exchange(conn, head, body, method, timeout):
             raise ResponseError(f"bad Content-Length {headers[b'content-length']!r}") from None
         if length < 0:
             raise ResponseError(f"bad Content-Length {length}")
-        data = _read_exact(conn, length)
+        data = yield from _read_exact(buf, length)
     else:
-        while conn.fill():
+        while (yield from _fill(buf)):
             pass
-        data = bytes(conn.buf)
-        conn.buf.clear()
+        data = bytes(buf.data)
+        buf.data.clear()
         keep = False
-    if conn.buf:
+    if buf.data:
         keep = False  # bytes past the answer: the connection's framing cannot be trusted
     return status, data, keep
 
 
-def _read_head(conn):
+def _fill(buf):
+    chunk = yield
+    if not chunk:
+        return False
+    buf.answered = True
+    buf.data += chunk
+    return True
+
+
+def _read_head(buf):
     start = 0
     while True:
-        end = conn.buf.find(b"\r\n\r\n", start)
+        end = buf.data.find(b"\r\n\r\n", start)
         if end >= 0:
             break
-        if len(conn.buf) > MAX_HEAD_BYTES:
+        if len(buf.data) > MAX_HEAD_BYTES:
             raise ResponseError("answer head over 64 KiB")
-        start = max(0, len(conn.buf) - 3)
-        if not conn.fill():
-            if conn.answered:
+        start = max(0, len(buf.data) - 3)
+        if not (yield from _fill(buf)):
+            if buf.answered:
                 raise ResponseError("connection closed in the middle of an answer head")
             raise _Closed("server closed the connection without an answer")
-    head = bytes(conn.buf[:end])
-    del conn.buf[: end + 4]
+    head = bytes(buf.data[:end])
+    del buf.data[: end + 4]
     status_line, *lines = head.split(b"\r\n")
     parts = status_line.split(None, 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
@@ -301,40 +547,40 @@ def _read_head(conn):
     return parts[0], int(parts[1]), headers
 
 
-def _read_exact(conn, length):
-    while len(conn.buf) < length:
-        if not conn.fill():
-            raise ResponseError(f"connection closed after {len(conn.buf)} of {length} body bytes")
-    data = bytes(conn.buf[:length])
-    del conn.buf[:length]
+def _read_exact(buf, length):
+    while len(buf.data) < length:
+        if not (yield from _fill(buf)):
+            raise ResponseError(f"connection closed after {len(buf.data)} of {length} body bytes")
+    data = bytes(buf.data[:length])
+    del buf.data[:length]
     return data
 
 
-def _read_line(conn):
+def _read_line(buf):
     while True:
-        end = conn.buf.find(b"\r\n")
+        end = buf.data.find(b"\r\n")
         if end >= 0:
-            line = bytes(conn.buf[:end])
-            del conn.buf[: end + 2]
+            line = bytes(buf.data[:end])
+            del buf.data[: end + 2]
             return line
-        if len(conn.buf) > MAX_HEAD_BYTES or not conn.fill():
+        if len(buf.data) > MAX_HEAD_BYTES or not (yield from _fill(buf)):
             raise ResponseError("bad chunked body")
 
 
-def _read_chunked(conn):
+def _read_chunked(buf):
     out = bytearray()
     while True:
-        size_text = _read_line(conn).split(b";", 1)[0].strip()
+        size_text = (yield from _read_line(buf)).split(b";", 1)[0].strip()
         try:
             size = int(size_text, 16)
         except ValueError:
             raise ResponseError(f"bad chunk size {size_text[:20]!r}") from None
         if size == 0:
-            while _read_line(conn):  # trailers, up to the empty line
+            while (yield from _read_line(buf)):  # trailers, up to the empty line
                 pass
             return bytes(out)
-        out += _read_exact(conn, size)
-        if _read_line(conn):
+        out += yield from _read_exact(buf, size)
+        if (yield from _read_line(buf)):
             raise ResponseError("chunk not followed by CRLF")
 
 

@@ -1,0 +1,343 @@
+"""job-take and job-done from the event loop (ferry/transport.py LoopConnections, WorkerApi.take_async /
+done_async, QueueRuntime): against a real local HTTP server, and a runtime whose jobs cross no thread."""
+
+import asyncio
+import io
+import json
+import socket
+import threading
+import unittest
+from unittest import mock
+
+from fake_platform import FakePlatform
+from ferry import protocol
+from ferry.invoke import Handler, to_json_bytes
+from ferry.protocol import RateLimited, WorkerApi
+from ferry.queue_runtime import QueueRuntime, run_blocking
+from ferry.transport import Connections, LoopConnections, ResponseError
+from test_runtime_speed import _Server
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+class LoopTest(unittest.TestCase):
+    """Each test runs its own loop; `self.conns` / `self.loop_conns` are bound to it in `start()`."""
+
+    def setUp(self):
+        self.server = _Server()
+        self.addCleanup(self.server.close)
+        self.conns = Connections()
+        self.addCleanup(self.conns.close)
+        self.blocking_calls = []
+
+    def bind(self):
+        loop = asyncio.get_running_loop()
+
+        def blocking(fn, *args):
+            self.blocking_calls.append(getattr(fn, "__name__", repr(fn)))
+            return run_blocking(loop, fn, *args)
+
+        self.blocking = blocking
+        self.loop_conns = LoopConnections(loop, self.conns, blocking)
+        return self.loop_conns
+
+    def api(self, take_path="/v2/ep/job-take/$ID", done_path="/v2/ep/job-done/w1/$ID"):
+        self.said = []
+        api = WorkerApi(self.server.url + take_path, self.server.url + done_path, self.server.url + "/s/$ID",
+                        self.server.url + "/ping/w1", "tok", "w1", self.said.append, connections=self.conns)
+        api.bind_loop(asyncio.get_running_loop(), self.blocking)
+        return api
+
+
+class LoopConnectionsTest(LoopTest):
+    def test_requests_share_one_connection(self):
+        async def main():
+            conns = self.bind()
+            out = [await conns.request("POST", self.server.url + f"/x?i={i}", b'{"n": %d}' % i,
+                                       {"Authorization": "tok"}) for i in range(20)]
+            conns.close()
+            return out
+
+        out = _run(main())
+        self.assertEqual(out, [(200, b'echo:{"n": %d}' % i) for i in range(20)])
+        self.assertEqual((self.server.connections, self.conns.opened), (1, 1))
+        self.assertEqual(self.blocking_calls, ["_connect"])  # only opening the connection left the loop
+        method, path, headers, body = self.server.requests[-1]
+        self.assertEqual((method, path, body), ("POST", "/x?i=19", b'{"n": 19}'))
+        self.assertEqual(headers["Authorization"], "tok")
+        self.assertEqual(headers["Content-Length"], "9")
+
+    def test_chunked_and_read_to_close_answers(self):
+        async def main():
+            conns = self.bind()
+            out = [await conns.request("GET", self.server.url + p) for p in ("/chunked", "/x", "/until-close", "/x")]
+            conns.close()
+            return out
+
+        self.assertEqual(_run(main()), [(200, b'{"a": 1}'), (200, b"echo:"), (200, b"all of it"), (200, b"echo:")])
+        self.assertEqual(self.conns.opened, 2)  # chunked keeps the connection; read-to-close does not
+
+    def test_idle_connection_closed_by_the_server_is_replaced_without_a_request(self):
+        async def main():
+            conns = self.bind()
+            first = await conns.request("GET", self.server.url + "/then-close")
+            while self.server.connections == 1 and conns._idle.take(("http", "127.0.0.1", self._port())):
+                await asyncio.sleep(0.01)  # wait until asyncio has seen the close (connection_lost)
+            second = await conns.request("GET", self.server.url + "/x")
+            conns.close()
+            return first, second
+
+        self.assertEqual(_run(main()), ((200, b"bye"), (200, b"echo:")))
+        self.assertEqual(self.conns.opened, 2)
+        self.assertEqual([r[1] for r in self.server.requests], ["/then-close", "/x"])
+
+    def _port(self):
+        return int(self.server.url.rsplit(":", 1)[1])
+
+    def test_reused_connection_closed_before_any_answer_is_retried_once_silently(self):
+        async def main():
+            conns = self.bind()
+            await conns.request("GET", self.server.url + "/x")
+            out = await conns.request("GET", self.server.url + "/once/hang-up/a")
+            conns.close()
+            return out
+
+        self.assertEqual(_run(main()), (200, b"{}"))
+        self.assertEqual(self.conns.opened, 2)
+        self.assertEqual(sum(1 for r in self.server.requests if r[1] == "/once/hang-up/a"), 2)
+
+    def test_stale_retry_failing_again_and_a_new_connection_failing_are_the_callers(self):
+        async def main():
+            conns = self.bind()
+            with self.assertRaises(ConnectionError):  # new connection: no second try
+                await conns.request("GET", self.server.url + "/hang-up")
+            await conns.request("GET", self.server.url + "/x")
+            with self.assertRaises(ConnectionError):  # reused: one second try, which fails too
+                await conns.request("GET", self.server.url + "/hang-up")
+            conns.close()
+
+        _run(main())
+        self.assertEqual(sum(1 for r in self.server.requests if r[1] == "/hang-up"), 3)
+
+    def test_timeout_fails_the_request_and_closes_its_connection(self):
+        async def main():
+            conns = self.bind()
+            with self.assertRaises(TimeoutError):
+                await conns.request("GET", self.server.url + "/hold", timeout=0.2)
+            conns.close()
+
+        _run(main())
+        self.assertTrue(self.server.hold_ended.wait(5), "the timed-out connection was not closed")
+
+    def test_cancelled_request_closes_its_connection(self):
+        async def main():
+            conns = self.bind()
+            task = asyncio.ensure_future(conns.request("GET", self.server.url + "/hold", timeout=60))
+            while not any(r[1] == "/hold" for r in self.server.requests):
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            conns.close()
+
+        _run(main())
+        self.assertTrue(self.server.hold_ended.wait(5), "the abandoned request's connection was not closed")
+
+    def test_garbage_answer_is_a_response_error(self):
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        self.addCleanup(listener.close)
+
+        def garbage():
+            sock, _ = listener.accept()
+            sock.recv(65536)
+            sock.sendall(b"SMTP ready\r\n\r\n")
+            sock.close()
+
+        threading.Thread(target=garbage, daemon=True).start()
+
+        async def main():
+            conns = self.bind()
+            with self.assertRaises(ResponseError):
+                await conns.request("GET", f"http://127.0.0.1:{listener.getsockname()[1]}/x")
+            conns.close()
+
+        _run(main())
+
+    def test_https_and_proxy_go_through_the_blocking_front_end(self):
+        async def main():
+            conns = self.bind()
+            with mock.patch.dict("os.environ", {"http_proxy": self.server.url, "no_proxy": ""}):
+                out = await conns.request("GET", "http://worker-platform.invalid/v2/x")
+            conns.close()
+            return out
+
+        self.assertEqual(_run(main())[0], 200)
+        self.assertEqual(self.server.requests[-1][1], "http://worker-platform.invalid/v2/x")  # absolute URI
+        self.assertEqual(self.blocking_calls, ["request"])
+
+
+class LoopWorkerApiTest(LoopTest):
+    def test_take_batch(self):
+        self.server.take_answer = json.dumps([{"id": "a", "input": 1}, {"no": "id"}, {"id": "b"}]).encode()
+
+        async def main():
+            self.bind()
+            api = self.api()
+            jobs = await api.take_async(3, True)
+            one = await api.take_async(1, False)
+            api.loop_connections.close()
+            return jobs, one
+
+        jobs, one = _run(main())
+        self.assertEqual([j["id"] for j in jobs], ["a", "b"])
+        self.assertEqual(len(self.said), 2)  # the item without an id, in each answer
+        self.assertIn("not a job", self.said[0])
+        paths = [r[1] for r in self.server.requests]
+        self.assertEqual(paths, ["/v2/ep/job-take-batch/w1?batch_size=3&job_in_progress=1",
+                                 "/v2/ep/job-take/w1?job_in_progress=0"])
+        self.assertEqual(self.server.requests[0][2]["Authorization"], "tok")
+
+    def test_take_answers(self):
+        async def main():
+            self.bind()
+            out = []
+            for path in ("/status/204/", "/status/429/", "/status/500/"):
+                api = self.api(take_path=path + "job-take/$ID")
+                try:
+                    out.append(await api.take_async(2, False))
+                except Exception as exc:  # noqa: BLE001
+                    out.append(type(exc))
+                api.loop_connections.close()
+            return out
+
+        self.assertEqual(_run(main()), [[], RateLimited, protocol.ProtocolError])
+
+    def test_done_4xx_is_refused_without_retry(self):
+        async def main():
+            self.bind()
+            api = self.api(done_path="/status/409/$ID")
+            ok = await api.done_async("j1", {"output": 1}, False)
+            api.loop_connections.close()
+            return ok
+
+        self.assertFalse(_run(main()))
+        self.assertEqual([r[1] for r in self.server.requests], ["/status/409/j1?isStream=false"])
+        self.assertEqual(self.server.requests[0][3], to_json_bytes({"output": 1}))
+        self.assertEqual(self.server.requests[0][2]["X-Request-ID"], "j1")
+        self.assertIn("refused: HTTP 409", self.said[0])
+
+    def test_done_5xx_is_retried(self):
+        async def main():
+            self.bind()
+            api = self.api(done_path="/once/503/$ID")
+            ok_later = await api.done_async("j1", {"output": 1}, True)
+            api.loop_connections.close()
+            api = self.api(done_path="/status/502/$ID")
+            never = await api.done_async("j2", {"output": 2}, False)
+            api.loop_connections.close()
+            return ok_later, never
+
+        with mock.patch.object(protocol, "POST_BACKOFF_SEC", (0, 0, 0)):
+            self.assertEqual(_run(main()), (True, False))
+        paths = [r[1] for r in self.server.requests]
+        self.assertEqual(paths, ["/once/503/j1?isStream=true"] * 2 + ["/status/502/j2?isStream=false"] * 3)
+        self.assertIn(f"failed after {protocol.POST_ATTEMPTS} attempts: HTTP 502", self.said[-1])
+
+    def test_post_attempts_back_off_and_stop(self):
+        api = WorkerApi("http://h/job-take/$ID", "http://h/d/$ID", "", "", "", "w", lambda m: None)
+        attempts = api._post_attempts("j", "job-done")
+        pauses = [next(attempts), attempts.send(ConnectionResetError("reset")), attempts.send((500, b""))]
+        with self.assertRaises(StopIteration) as end:
+            attempts.send((503, b""))
+        self.assertEqual(pauses, [0, protocol.POST_BACKOFF_SEC[0], protocol.POST_BACKOFF_SEC[1]])
+        self.assertFalse(end.exception.value)
+        attempts = api._post_attempts("j", "job-done")
+        next(attempts)
+        with self.assertRaises(StopIteration) as end:
+            attempts.send((200, b"{}"))
+        self.assertTrue(end.exception.value)
+
+
+APP_KINDS = {
+    "async": "async def handler(n):\n    return {'n': n}\n",
+    "sync": "def handler(n):\n    return {'n': n}\n",
+}
+
+
+class RuntimeOnTheLoopTest(unittest.TestCase):
+    """A QueueRuntime in this process against the fake platform: which calls left the loop."""
+
+    def run_jobs(self, source, count):
+        namespace = {}
+        exec(source, namespace)  # noqa: S102 - the test's own handler
+        platform = FakePlatform()
+        self.addCleanup(platform.close)
+        env = platform.env("w1")
+        said = []
+        api = WorkerApi(env["RUNPOD_WEBHOOK_GET_JOB"], env["RUNPOD_WEBHOOK_POST_OUTPUT"],
+                        env["RUNPOD_WEBHOOK_POST_STREAM"], env["RUNPOD_WEBHOOK_PING"], platform.api_key, "w1",
+                        said.append)
+        self.addCleanup(api.connections.close)
+        runtime = QueueRuntime(Handler(namespace["handler"]), api, 4, "w1", said.append, io.StringIO(),
+                               ping_enabled=False)
+        left_the_loop = []
+        plain = runtime._blocking
+
+        def recorded(fn, *args):
+            left_the_loop.append(getattr(fn, "__name__", repr(fn)))
+            return plain(fn, *args)
+
+        runtime._blocking = recorded
+
+        async def main():
+            task = asyncio.ensure_future(runtime.run())
+            for i in range(count):
+                platform.add_job(f"job-{i}", {"n": i})
+            loop = asyncio.get_running_loop()
+            dones = [await loop.run_in_executor(None, platform.done_for, f"job-{i}") for i in range(count)]
+            runtime.stopping.set()
+            self.assertEqual(await task, 0)
+            return dones
+
+        dones = _run(main())
+        self.assertEqual([d["body"] for d in dones], [{"output": {"n": i}} for i in range(count)])
+        self.assertEqual(sum(1 for line in said if "completed in" in line), count)
+        return left_the_loop
+
+    def test_async_handler_jobs_cross_no_thread(self):
+        left = self.run_jobs(APP_KINDS["async"], 24)
+        # The job-stop poll and opening connections leave the loop; no job-take, job-done or handler does.
+        self.assertLessEqual(set(left), {"poll_stop", "_connect"})
+        # At most a job-done per slot and per result in flight, and the take, at once: kept alive.
+        self.assertLessEqual(left.count("_connect"), 2 * 4 + 1)
+
+    def test_sync_handler_costs_one_hop_for_the_handler_only(self):
+        left = self.run_jobs(APP_KINDS["sync"], 24)
+        self.assertEqual(left.count("run"), 24)  # ctx.run of each handler call
+        self.assertLessEqual(set(left), {"run", "poll_stop", "_connect"})
+
+    def test_shutdown_abandons_a_take_in_flight(self):
+        server = _Server()
+        self.addCleanup(server.close)
+        said = []
+        api = WorkerApi(server.url + "/hold/job-take/$ID", server.url + "/d/$ID", "", "", "tok", "w1", said.append)
+        self.addCleanup(api.connections.close)
+        runtime = QueueRuntime(Handler(lambda: None), api, 1, "w1", said.append, io.StringIO(), ping_enabled=False)
+
+        async def main():
+            task = asyncio.ensure_future(runtime.run())
+            while not any(r[1].startswith("/hold/job-take") for r in server.requests):
+                await asyncio.sleep(0.01)
+            runtime.stopping.set()
+            return await task
+
+        self.assertEqual(_run(main()), 0)
+        self.assertTrue(server.hold_ended.wait(5), "the job-take in flight was not abandoned")
+
+
+if __name__ == "__main__":
+    unittest.main()
