@@ -5,12 +5,14 @@ import asyncio
 import io
 import json
 import socket
+import sys
 import threading
 import unittest
 from unittest import mock
 
 from fake_platform import FakePlatform
-from ferry import protocol
+from ferry import logs, protocol
+from ferry.logs import LogShipper
 from ferry.invoke import Handler, to_json_bytes
 from ferry.protocol import RateLimited, WorkerApi
 from ferry.queue_runtime import QueueRuntime, run_blocking
@@ -271,7 +273,7 @@ APP_KINDS = {
 class RuntimeOnTheLoopTest(unittest.TestCase):
     """A QueueRuntime in this process against the fake platform: which calls left the loop."""
 
-    def run_jobs(self, source, count):
+    def run_jobs(self, source, count, log_shipper=None):
         namespace = {}
         exec(source, namespace)  # noqa: S102 - the test's own handler
         platform = FakePlatform()
@@ -283,7 +285,8 @@ class RuntimeOnTheLoopTest(unittest.TestCase):
                         said.append)
         self.addCleanup(api.connections.close)
         runtime = QueueRuntime(Handler(namespace["handler"]), api, 4, "w1", said.append, io.StringIO(),
-                               ping_enabled=False)
+                               ping_enabled=False, log_shipper=log_shipper)
+        self.platform = platform
         left_the_loop = []
         plain = runtime._blocking
 
@@ -319,6 +322,22 @@ class RuntimeOnTheLoopTest(unittest.TestCase):
         left = self.run_jobs(APP_KINDS["sync"], 24)
         self.assertEqual(left.count("run"), 24)  # ctx.run of each handler call
         self.assertLessEqual(set(left), {"run", "poll_stop", "_connect"})
+
+    def test_a_job_that_logged_has_its_lines_shipped_before_its_result(self):
+        shipped = []  # (job id, whether its job-done had arrived when its line was posted)
+
+        def post(body):
+            for line in json.loads(body)["lines"]:
+                shipped.append((line["jobId"], bool(self.platform.of("job-done", line["jobId"]))))
+            return 200
+
+        shipper = LogShipper(post, io.StringIO(), interval_s=60)
+        self.addCleanup(shipper.close)
+        source = "def handler(n):\n    if n % 3 == 0:\n        print(f'line {n}')\n    return {'n': n}\n"
+        with mock.patch.object(sys, "stdout", logs.RoutingStream(sys.stdout)):
+            left = self.run_jobs(source, 12, shipper)
+        self.assertEqual(sorted(shipped), sorted((f"job-{i}", False) for i in range(0, 12, 3)))
+        self.assertEqual(left.count("flush"), 4)  # only the jobs that logged wait for the shipper
 
     def test_shutdown_abandons_a_take_in_flight(self):
         server = _Server()
