@@ -148,6 +148,19 @@ class TransportTest(unittest.TestCase):
         self.assertEqual(self.conns.request("POST", self.server.url + "/x", b"again"), (200, b"echo:again"))
         self.assertEqual(self.conns.opened, 2)
 
+    def test_idle_connection_check_sees_a_close_or_stray_bytes(self):
+        for peer_does in ("nothing", "close", "send"):
+            mine, peer = socket.socketpair()
+            self.addCleanup(mine.close)
+            self.addCleanup(peer.close)
+            mine.settimeout(30)  # as after a request: the check must neither block nor change it
+            if peer_does == "close":
+                peer.close()
+            elif peer_does == "send":
+                peer.sendall(b"HTTP/1.1 408 Request Timeout\r\n\r\n")
+            self.assertEqual(transport._Conn(mine, 30).usable(), peer_does == "nothing", peer_does)
+            self.assertEqual(mine.gettimeout(), 30)
+
     def test_stale_connection_that_fails_the_request_is_retried_once(self):
         self.assertEqual(self.conns.request("GET", self.server.url + "/x"), (200, b"echo:"))
         with mock.patch.object(transport._Conn, "usable", return_value=True):
