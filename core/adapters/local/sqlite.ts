@@ -399,7 +399,6 @@ interface JobRow {
   body: string;
 }
 
-
 function checkLimit(limit: number): number {
   if (!Number.isInteger(limit) || limit < 1) throw internal(`limit must be a positive integer, got ${limit}`);
   return limit;
