@@ -140,6 +140,7 @@ async function ferryThroughput(
   platformPid?: number,
 ) {
   const cpuBefore = platformPid === undefined ? undefined : cpuOf(platformPid);
+  const clientCpuBefore = process.cpuUsage();
   const text = echoText(payloadBytes);
   const before = (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed as number;
   const poster = jsonPoster(url, { authorization: `Bearer ${benchKey}` }, clients);
@@ -156,7 +157,7 @@ async function ferryThroughput(
       }),
     );
   } finally {
-    poster.close();
+    await poster.close();
   }
   const submittedMs = performance.now() - began;
   for (;;) {
@@ -166,6 +167,7 @@ async function ferryThroughput(
   }
   const ms = performance.now() - began;
   const cpuAfter = platformPid === undefined ? undefined : cpuOf(platformPid);
+  const clientCpu = process.cpuUsage(clientCpuBefore);
   const perJob = (a: number | undefined, b: number | undefined) =>
     a === undefined || b === undefined ? undefined : round((b - a) / n, 3);
   return {
@@ -175,6 +177,8 @@ async function ferryThroughput(
     perSec: round((n * 1000) / ms),
     platformCpuMsPerJob: perJob(cpuBefore?.platform, cpuAfter?.platform),
     workersCpuMsPerJob: perJob(cpuBefore?.workers, cpuAfter?.workers),
+    // The bench process itself: the /run client, plus the health polls that watch for the end.
+    clientCpuMsPerJob: perJob(0, (clientCpu.user + clientCpu.system) / 1000),
   };
 }
 
@@ -722,6 +726,7 @@ interface Rate {
   /** CPU ms per job of the platform process, and of its worker processes (Ferry rows only). */
   platformCpuMsPerJob?: number;
   workersCpuMsPerJob?: number;
+  clientCpuMsPerJob?: number;
 }
 interface Results {
   machine: ReturnType<typeof machine>;
@@ -783,7 +788,7 @@ Cost curve, same ${concurrency} concurrency spread over more Python processes (j
 |---|---|---|---|
 ${curveRows.join('\n')}
 
-CPU per job (user + system from /proc, ms; far steadier than jobs/s on a shared machine): the platform process ${cpuLine(t.ferryPython)} with the Python pool, ${cpuLine(t.ferryTs)} with the TypeScript worker, ${cpuLine(t.ferryPythonBig)} with the ${bigInputBytes / 1024} KB input${t.ferryCurve.map((f) => `, ${cpuLine(f)} with ${f.workers} processes`).join('')}; the Python worker processes ${t.ferryPython.workersCpuMsPerJob ?? 'n/a'} ms.
+CPU per job (user + system from /proc, ms; far steadier than jobs/s on a shared machine): the platform process ${cpuLine(t.ferryPython)} with the Python pool, ${cpuLine(t.ferryTs)} with the TypeScript worker, ${cpuLine(t.ferryPythonBig)} with the ${bigInputBytes / 1024} KB input${t.ferryCurve.map((f) => `, ${cpuLine(f)} with ${f.workers} processes`).join('')}; the Python worker processes ${t.ferryPython.workersCpuMsPerJob ?? 'n/a'} ms; the bench client (its /run loop and health polls) ${t.ferryPython.clientCpuMsPerJob ?? 'n/a'} ms.
 
 A ${bigInputBytes / 1024} KB input (${bigJobs} jobs, ${pyWorkers} Python processes): Ferry ${t.ferryPythonBig.perSec} jobs/s, BullMQ ${t.bullmqBig?.perSec ?? 'n/a'} (${ratio(t.ferryPythonBig.perSec, t.bullmqBig?.perSec)}), Celery ${t.celeryBig?.perSec ?? 'n/a'} (${ratio(t.ferryPythonBig.perSec, t.celeryBig?.perSec)}).
 `;

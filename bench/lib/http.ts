@@ -1,49 +1,29 @@
 /**
- * A lean JSON POST client for the throughput loops: node:http on kept-alive sockets. The bench
- * client shares the 2 cores with the platform and the workers it measures; fetch (undici) cost the
- * client about as much CPU per /run as the platform spent on the whole job, so that part of the
- * measurement was the client, not Ferry. BullMQ's producer talks to Redis in-process, Celery's is
+ * A lean JSON POST client for the throughput loops: undici's Pool on kept-alive sockets. The bench
+ * client shares the 2 cores with the platform and the workers it measures, so its CPU per request is
+ * CPU the measured system does not get. Measured against a bare Node server on this machine (20 000
+ * POSTs, 16 in flight): fetch about 0.65 ms of client CPU per request, node:http 0.06–0.08 ms,
+ * undici's Pool.request 0.03–0.05 ms. BullMQ's producer talks to Redis in-process and Celery's is
  * Python; this keeps Ferry's own client from weighing more than it must.
  */
-import { Agent, request } from 'node:http';
+import { Pool } from 'undici';
 
 export interface JsonPoster {
   post(path: string, body: unknown): Promise<{ status: number; body: unknown }>;
-  close(): void;
+  close(): Promise<void>;
 }
 
 export function jsonPoster(baseUrl: string, headers: Record<string, string>, sockets: number): JsonPoster {
-  const url = new URL(baseUrl);
-  const agent = new Agent({ keepAlive: true, maxSockets: sockets });
+  const pool = new Pool(new URL(baseUrl).origin, { connections: sockets });
+  const sent = { ...headers, 'content-type': 'application/json' };
   return {
-    post(path, body) {
-      const payload = Buffer.from(JSON.stringify(body));
-      return new Promise((resolve, reject) => {
-        const req = request(
-          {
-            agent,
-            host: url.hostname,
-            port: url.port,
-            method: 'POST',
-            path,
-            headers: { ...headers, 'content-type': 'application/json', 'content-length': payload.length },
-          },
-          (res) => {
-            const chunks: Buffer[] = [];
-            res.on('data', (chunk: Buffer) => chunks.push(chunk));
-            res.on('end', () => {
-              const text = Buffer.concat(chunks).toString('utf8');
-              resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined });
-            });
-            res.on('error', reject);
-          },
-        );
-        req.on('error', reject);
-        req.end(payload);
-      });
+    async post(path, body) {
+      const answer = await pool.request({ method: 'POST', path, headers: sent, body: JSON.stringify(body) });
+      const text = await answer.body.text();
+      return { status: answer.statusCode, body: text ? JSON.parse(text) : undefined };
     },
     close() {
-      agent.destroy();
+      return pool.close();
     },
   };
 }

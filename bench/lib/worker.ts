@@ -1,11 +1,14 @@
 /**
  * A worker in TypeScript that speaks the RunPod worker protocol (docs/architecture.md#worker-protocol)
  * and keeps going when the platform vanishes: the fault suite kills the platform under it, and the
- * engine-only throughput bench uses it as the cheapest possible worker.
+ * engine-only throughput bench uses it as the cheapest possible worker (undici's request on kept-alive
+ * sockets: fetch cost this process about ten times the CPU per request, and this process is also
+ * the bench's client).
  *
  * It counts, per job id, how often its handler ran and how often job-done was accepted (200), so a
  * test can say "none completed twice" from the worker's side.
  */
+import { request } from 'undici';
 import { pause } from './util.js';
 
 export interface WorkerTarget {
@@ -67,13 +70,16 @@ export class CountingWorker {
     while (!signal.aborted) {
       let job: { id: string; input: unknown } | undefined;
       try {
-        const response = await fetch(`${this.base()}/job-take/${this.workerId}?gpu=none&job_in_progress=0`, {
-          headers: { authorization: this.target.token },
-          signal,
-        });
-        if (response.status === 200) job = (await response.json()) as { id: string; input: unknown };
-        else await response.body?.cancel();
-        if (response.status !== 200 && response.status !== 204) await pause(50);
+        const response = await request(
+          `${this.base()}/job-take/${this.workerId}?gpu=none&job_in_progress=0`,
+          {
+            headers: { authorization: this.target.token },
+            signal,
+          },
+        );
+        if (response.statusCode === 200) job = (await response.body.json()) as { id: string; input: unknown };
+        else await response.body.dump();
+        if (response.statusCode !== 200 && response.statusCode !== 204) await pause(50);
       } catch {
         if (signal.aborted) return;
         await pause(50); // platform down or restarting
@@ -90,7 +96,7 @@ export class CountingWorker {
   private async done(jobId: string, body: unknown): Promise<void> {
     for (let attempt = 0; attempt < 20; attempt++) {
       try {
-        const response = await fetch(
+        const response = await request(
           `${this.base()}/job-done/${this.workerId}/${jobId}?gpu=none&isStream=false`,
           {
             method: 'POST',
@@ -101,11 +107,11 @@ export class CountingWorker {
             body: JSON.stringify(body),
           },
         );
-        await response.body?.cancel();
-        if (response.status === 200) {
+        await response.body.dump();
+        if (response.statusCode === 200) {
           this.completions.set(jobId, (this.completions.get(jobId) ?? 0) + 1);
         } else {
-          this.refusals.set(response.status, (this.refusals.get(response.status) ?? 0) + 1);
+          this.refusals.set(response.statusCode, (this.refusals.get(response.statusCode) ?? 0) + 1);
         }
         return;
       } catch {

@@ -1,7 +1,8 @@
 /**
  * The local job store writes only the query columns a move changed (SQLite rewrites every index
  * holding an assigned column). This checks that after every kind of move the columns the queries
- * filter on still say what the stored job says, read back through a second connection to the file.
+ * filter on still say what the stored job says, read back through a second connection to the file;
+ * and that a job's input is written once, in job_inputs, never again in the row every move rewrites.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -109,4 +110,44 @@ it('after every move the query columns match the stored job', async () => {
   await engine.cancel(ep, id);
   check('cancel');
   expect(columnsOf(id).columns).toMatchObject({ status: 'CANCELLED', retries: 1, lease_until: null });
+});
+
+const inputRows = (jobId: string) =>
+  raw.prepare<[string], { input: string }>('SELECT input FROM job_inputs WHERE job_id = ?').all(jobId);
+const bodyOf = (jobId: string) =>
+  JSON.parse(raw.prepare<[string], { body: string }>('SELECT body FROM jobs WHERE id = ?').get(jobId)!.body);
+
+it('keeps the input out of the row every move rewrites: written once, read back with the job, deleted with it', async () => {
+  const input = { prompt: 'x'.repeat(70_000), n: 1 };
+  const { id } = await engine.submit(ep, { input }, { sync: false, executionTimeoutMs: 60_000 });
+  const [taken] = await engine.take(ep, 'w1', 1, 0);
+  expect(taken).toMatchObject({ id, input });
+  await engine.done(ep, 'w1', id, { output: { ok: true } });
+  expect(bodyOf(id)).not.toHaveProperty('input');
+  expect(bodyOf(id)).toMatchObject({ id, status: 'COMPLETED', version: 3 });
+  expect(inputRows(id)).toEqual([{ input: JSON.stringify(input) }]);
+  expect((await db.jobs.get(id, clock.now()))?.input).toEqual(input);
+  expect((await db.jobs.listByStatus(ep, 'COMPLETED', clock.now(), 10)).map((j) => j.input)).toEqual([input]);
+
+  clock.advance(24 * 3600_000);
+  expect(await db.jobs.deleteExpired(clock.now(), 10)).toBe(1);
+  expect(inputRows(id)).toEqual([]);
+});
+
+it('moves the inputs of a schema-1 file (input inside jobs.body) into job_inputs when it opens', async () => {
+  const { id } = await engine.submit(ep, { input: { n: 7 } }, { sync: false, executionTimeoutMs: 60_000 });
+  const file = join(dir, 'ferry.db');
+  await db.close();
+  // What schema 1 left on disk: the input inside the body, no job_inputs rows, user_version 1.
+  const old = new Database(file);
+  old.prepare(`UPDATE jobs SET body = json_set(body, '$.input', json('{"n":7}')) WHERE id = ?`).run(id);
+  old.exec('DELETE FROM job_inputs');
+  old.pragma('user_version = 1');
+  old.close();
+
+  db = openLocalDatabase(file, { clock });
+  expect((await db.jobs.get(id, clock.now()))?.input).toEqual({ n: 7 });
+  expect(bodyOf(id)).not.toHaveProperty('input');
+  expect(inputRows(id)).toEqual([{ input: '{"n":7}' }]);
+  expect(raw.pragma('user_version', { simple: true })).toBe(2);
 });

@@ -144,7 +144,8 @@ function prepared<P extends unknown[] = unknown[], R = unknown>(
 /** The reason a napping receive is woken with (abort() without one builds a DOMException). */
 const woken = Object.freeze({ reason: 'a message arrived' });
 
-const schemaVersion = 1;
+/** 2: inputs moved out of `jobs.body` into `job_inputs` (migrateInputsApart). */
+const schemaVersion = 2;
 
 const schema = `
 CREATE TABLE IF NOT EXISTS jobs (
@@ -168,6 +169,14 @@ CREATE INDEX IF NOT EXISTS jobs_by_status_deadline ON jobs (status, run_deadline
 CREATE INDEX IF NOT EXISTS jobs_by_expiry ON jobs (expires_at);
 -- The management API's job list: newest first per endpoint (core/manage.ts).
 CREATE INDEX IF NOT EXISTS jobs_by_endpoint_created ON jobs (endpoint_id, created_at);
+
+-- A job's input, written once when the job is created and deleted with it. Kept out of jobs.body
+-- because SQLite writes a whole row on every UPDATE: with the input inside, each move of a job (take,
+-- done, retry) wrote the input again, and a 64 KB input made a job cost three 64 KB row writes.
+CREATE TABLE IF NOT EXISTS job_inputs (
+  job_id TEXT PRIMARY KEY,
+  input TEXT NOT NULL
+);
 
 -- Job and worker output (logs.ts); a job's lines go when the job does (deleteExpired).
 CREATE TABLE IF NOT EXISTS logs (
@@ -276,6 +285,16 @@ function enableIncrementalVacuum(db: Db): void {
   }
 }
 
+/**
+ * Schema 1 kept each job's input inside jobs.body; schema 2 keeps it in job_inputs. Moves the inputs
+ * of the jobs a schema-1 file holds, in the transaction that sets the new version.
+ */
+function migrateInputsApart(db: Db): void {
+  db.exec(`INSERT OR IGNORE INTO job_inputs (job_id, input)
+             SELECT id, body -> '$.input' FROM jobs WHERE body -> '$.input' IS NOT NULL;
+           UPDATE jobs SET body = json_remove(body, '$.input') WHERE body -> '$.input' IS NOT NULL;`);
+}
+
 /** Opens (creating if needed) the database at `path`; `:memory:` gives a private in-memory one. */
 export function openLocalDatabase(path: string, options: LocalDatabaseOptions = {}): LocalDatabase {
   if (path !== ':memory:') {
@@ -299,8 +318,11 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
       throw new Error(`The database ${path} was written by a newer Ferry (schema ${version}); upgrade Ferry`);
     }
     enableIncrementalVacuum(db);
-    db.exec(schema);
-    db.pragma(`user_version = ${schemaVersion}`);
+    db.transaction(() => {
+      db.exec(schema);
+      if (version < 2) migrateInputsApart(db);
+      db.pragma(`user_version = ${schemaVersion}`);
+    }).immediate();
   } catch (error) {
     db.close();
     throw error;
@@ -377,15 +399,14 @@ interface JobRow {
   body: string;
 }
 
-const parseJob = (row: JobRow): Job => JSON.parse(row.body) as Job;
-
 function checkLimit(limit: number): number {
   if (!Number.isInteger(limit) || limit < 1) throw internal(`limit must be a positive integer, got ${limit}`);
   return limit;
 }
 
+/** The row of `jobs`: the query columns, and the job as JSON without its input (job_inputs has it). */
 function jobColumns(job: Job) {
-  return { ...queryColumns(job), body: JSON.stringify(job) };
+  return { ...queryColumns(job), body: JSON.stringify({ ...job, input: undefined }) };
 }
 
 /** The columns queries filter on, copied out of the job. */
@@ -417,6 +438,8 @@ const movableColumns = [
 
 class SqliteJobStore implements JobStore {
   readonly #insert;
+  readonly #insertInput;
+  readonly #inputOf;
   readonly #get;
   readonly #renew;
   readonly #appendTx;
@@ -430,6 +453,8 @@ class SqliteJobStore implements JobStore {
       `INSERT OR IGNORE INTO jobs (id, endpoint_id, status, created_at, expires_at, lease_until, started_at, run_deadline, retries, version, body)
        VALUES (@id, @endpoint_id, @status, @created_at, @expires_at, @lease_until, @started_at, @run_deadline, @retries, @version, @body)`,
     );
+    this.#insertInput = db.prepare('INSERT OR REPLACE INTO job_inputs (job_id, input) VALUES (?, ?)');
+    this.#inputOf = db.prepare<[string], { input: string }>('SELECT input FROM job_inputs WHERE job_id = ?');
     this.#get = db.prepare<[string], JobRow>('SELECT body FROM jobs WHERE id = ?');
     // The right-hand sides read the row as it was, so body's version matches the column's.
     this.#renew = db.prepare(
@@ -463,7 +488,16 @@ class SqliteJobStore implements JobStore {
   insertSync(job: Job): void {
     const result = this.#insert.run(jobColumns({ ...job, version: 1 }));
     if (result.changes === 0) throw conflict(`A job with id ${job.id} already exists`);
+    if (job.input !== undefined) this.#insertInput.run(job.id, JSON.stringify(job.input));
   }
+
+  /** A stored row as the job it holds, its input read back from job_inputs. */
+  readonly #jobOf = (row: JobRow): Job => {
+    const job = JSON.parse(row.body) as Job;
+    const stored = this.#inputOf.get(job.id);
+    if (stored) job.input = JSON.parse(stored.input);
+    return job;
+  };
 
   async get(jobId: string, nowMs: number): Promise<Job | undefined> {
     const job = this.getSync(jobId);
@@ -473,7 +507,7 @@ class SqliteJobStore implements JobStore {
   /** The stored job, expired or not. */
   getSync(jobId: string): Job | undefined {
     const row = this.#get.get(jobId);
-    return row ? parseJob(row) : undefined;
+    return row ? this.#jobOf(row) : undefined;
   }
 
   async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
@@ -506,8 +540,10 @@ class SqliteJobStore implements JobStore {
       ...columns,
       expected: current.version,
     });
-    if (result.changes === 1) return { ok: true, job: written };
-    return { ok: false, current: this.getSync(current.id) };
+    if (result.changes !== 1) return { ok: false, current: this.getSync(current.id) };
+    // No move changes an input; a patch that did would write it here, in the same savepoint.
+    if (patch.input !== undefined) this.#insertInput.run(current.id, JSON.stringify(patch.input));
+    return { ok: true, job: written };
   }
 
   async renewLease(lease: LeaseRenewal): Promise<boolean> {
@@ -528,7 +564,7 @@ class SqliteJobStore implements JobStore {
       `SELECT body FROM jobs WHERE endpoint_id = ? AND status = ? AND expires_at > ?
          ORDER BY created_at, rowid LIMIT ?`,
     ).all(endpointId, status, nowMs, checkLimit(limit));
-    return rows.map(parseJob);
+    return rows.map(this.#jobOf);
   }
 
   async listRecent(endpointId: string, query: RecentJobsQuery): Promise<{ jobs: Job[]; next?: string }> {
@@ -551,7 +587,7 @@ class SqliteJobStore implements JobStore {
       statuses: JSON.stringify(statuses),
       limit: limit + 1,
     });
-    const jobs = rows.slice(0, limit).map(parseJob);
+    const jobs = rows.slice(0, limit).map(this.#jobOf);
     const last = jobs.at(-1);
     return rows.length > limit && last ? { jobs, next: encodeJobCursor(last) } : { jobs };
   }
@@ -562,7 +598,7 @@ class SqliteJobStore implements JobStore {
       `SELECT body FROM jobs WHERE status = 'IN_PROGRESS' AND (lease_until <= @now OR run_deadline <= @now)
          ORDER BY created_at, rowid LIMIT @limit`,
     ).all({ now: nowMs, limit: checkLimit(limit) });
-    return rows.map(parseJob);
+    return rows.map(this.#jobOf);
   }
 
   /**
@@ -575,7 +611,7 @@ class SqliteJobStore implements JobStore {
       `SELECT body FROM jobs WHERE status IN ('IN_QUEUE', 'IN_PROGRESS') AND expires_at <= ?
          ORDER BY expires_at, rowid LIMIT ?`,
     ).all(nowMs, checkLimit(limit));
-    return rows.map(parseJob);
+    return rows.map(this.#jobOf);
   }
 
   async appendStream(jobId: string, outputs: unknown[]): Promise<void> {
@@ -626,6 +662,7 @@ class SqliteJobStore implements JobStore {
         const inBatch = 'IN (SELECT value FROM json_each(?))';
         prepared(this.db, `DELETE FROM logs WHERE job_id ${inBatch}`).run(batch);
         prepared(this.db, `DELETE FROM stream_chunks WHERE job_id ${inBatch}`).run(batch);
+        prepared(this.db, `DELETE FROM job_inputs WHERE job_id ${inBatch}`).run(batch);
         return prepared(this.db, `DELETE FROM jobs WHERE id ${inBatch}`).run(batch).changes;
       })
       .immediate();
