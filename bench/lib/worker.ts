@@ -8,6 +8,7 @@
  * It counts, per job id, how often its handler ran and how often job-done was accepted (200), so a
  * test can say "none completed twice" from the worker's side.
  */
+import { setMaxListeners } from 'node:events';
 import { request } from 'undici';
 import { pause } from './util.js';
 
@@ -30,7 +31,7 @@ export class CountingWorker {
   /** job-done answers other than 200 (409 after a lease moved the job on, etc.), by status. */
   readonly refusals = new Map<number, number>();
   readonly workerId: string;
-  private abort = new AbortController();
+  private abort = CountingWorker.controller();
   private loops: Promise<void>[] = [];
 
   constructor(
@@ -39,6 +40,13 @@ export class CountingWorker {
     private readonly options: CountingWorkerOptions,
   ) {
     this.workerId = options.workerId ?? `tsw-${Math.random().toString(36).slice(2, 8)}`;
+  }
+
+  /** One signal shared by every loop's request (undici adds a listener per request in flight). */
+  private static controller(): AbortController {
+    const controller = new AbortController();
+    setMaxListeners(0, controller.signal);
+    return controller;
   }
 
   /** The platform came back elsewhere (a restart picks a new port and a new worker token). */
@@ -58,7 +66,7 @@ export class CountingWorker {
     this.abort.abort();
     await Promise.all(this.loops);
     this.loops = [];
-    this.abort = new AbortController();
+    this.abort = CountingWorker.controller();
   }
 
   private base(): string {
