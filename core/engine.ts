@@ -6,7 +6,7 @@
  * writes with compare-and-set on the version. When the write loses a race it reads again and decides
  * again, so cancel against completion or lease expiry against job-done always ends in one answer.
  */
-import { randomUUID } from 'node:crypto';
+import { v7 as timeOrderedUuid } from 'uuid';
 import { conflict, FerryError, notFound } from './errors.js';
 import { canMove, isFinal, type Job, type JobView, type Move, runDeadlineOf, viewOf } from './job.js';
 import { RegistryLedger } from './ledger.js';
@@ -129,7 +129,10 @@ export class JobEngine {
     this.webhooks = deps.webhooks;
     this.createQueued = deps.createQueued;
     this.takeQueued = deps.takeQueued;
-    this.newId = deps.newId ?? (() => `${randomUUID()}-u1`);
+    // Time-ordered (UUID v7: a millisecond timestamp, then random bits), so a store keyed by job id
+    // appends new jobs at the end of its index instead of at random places: SQLite then writes one
+    // or two index pages per commit for a burst of submits, not one page per job.
+    this.newId = deps.newId ?? (() => `${timeOrderedUuid()}-u1`);
     this.settings = {
       leaseMs: limits.leaseMs,
       maxAttempts: limits.maxAttempts,
