@@ -153,16 +153,9 @@ class WorkerApi:
 
     def _take_answer(self, status, data):
         """The jobs in a job-take(-batch) answer. Raises RateLimited / ProtocolError."""
-        if status == 204 or (status == 200 and not data.strip()):
+        parsed = _poll_answer(status, data, "job-take")
+        if parsed is None:
             return []
-        if status == 429:
-            raise RateLimited()
-        if status != 200:
-            raise ProtocolError(f"job-take answered HTTP {status} {_snippet(data)}")
-        try:
-            parsed = json.loads(data)
-        except ValueError as exc:
-            raise ProtocolError(f"job-take answered invalid JSON: {exc}") from None
         jobs = parsed if isinstance(parsed, list) else [parsed]
         valid = []
         for job in jobs:
@@ -188,16 +181,7 @@ class WorkerApi:
     def poll_stop(self):
         """Ids of held jobs the platform wants stopped (long poll; [] when none)."""
         status, data = self._request("GET", self.stop_url, timeout=POLL_TIMEOUT_SEC)
-        if status == 204 or (status == 200 and not data.strip()):
-            return []
-        if status == 429:
-            raise RateLimited()
-        if status != 200:
-            raise ProtocolError(f"job-stop answered HTTP {status} {_snippet(data)}")
-        try:
-            parsed = json.loads(data)
-        except ValueError as exc:
-            raise ProtocolError(f"job-stop answered invalid JSON: {exc}") from None
+        parsed = _poll_answer(status, data, "job-stop")
         ids = parsed.get("jobsToStop") if isinstance(parsed, dict) else None
         if not isinstance(ids, list):
             return []
@@ -259,6 +243,21 @@ def stream_chunk(value):
     if isinstance(value, dict) and "output" in value and set(value) <= {"output", "metrics"}:
         return value
     return {"output": value}
+
+
+def _poll_answer(status, data, what):
+    """The JSON of a long poll's answer (job-take, job-stop); None when it brought nothing (204 or an
+    empty 200). Raises RateLimited on 429 and ProtocolError on any other status or bad JSON."""
+    if status == 204 or (status == 200 and not data.strip()):
+        return None
+    if status == 429:
+        raise RateLimited()
+    if status != 200:
+        raise ProtocolError(f"{what} answered HTTP {status} {_snippet(data)}")
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise ProtocolError(f"{what} answered invalid JSON: {exc}") from None
 
 
 def _snippet(data, limit=200):
