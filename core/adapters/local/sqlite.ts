@@ -403,7 +403,17 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
 
 interface JobRow {
   body: string;
+  /** From job_inputs (LEFT JOIN): null for a job stored without an input. */
+  input: string | null;
 }
+
+/**
+ * The start of every query that reads jobs: the row and its input in one statement. Conditions,
+ * INDEXED BY and ORDER BY name jobs' own columns (job_inputs has only job_id and input, no rowid).
+ */
+const selectJobs = (indexedBy = '') =>
+  `SELECT jobs.body, job_inputs.input FROM jobs ${indexedBy ? `INDEXED BY ${indexedBy} ` : ''}` +
+  'LEFT JOIN job_inputs ON job_inputs.job_id = jobs.id';
 
 function checkLimit(limit: number): number {
   if (!Number.isInteger(limit) || limit < 1) throw internal(`limit must be a positive integer, got ${limit}`);
@@ -445,7 +455,6 @@ const movableColumns = [
 class SqliteJobStore implements JobStore {
   readonly #insert;
   readonly #insertInput;
-  readonly #inputOf;
   readonly #get;
   readonly #renew;
   readonly #appendTx;
@@ -460,8 +469,7 @@ class SqliteJobStore implements JobStore {
        VALUES (@id, @endpoint_id, @status, @created_at, @expires_at, @lease_until, @started_at, @run_deadline, @retries, @version, @body)`,
     );
     this.#insertInput = db.prepare('INSERT OR REPLACE INTO job_inputs (job_id, input) VALUES (?, ?)');
-    this.#inputOf = db.prepare<[string], { input: string }>('SELECT input FROM job_inputs WHERE job_id = ?');
-    this.#get = db.prepare<[string], JobRow>('SELECT body FROM jobs WHERE id = ?');
+    this.#get = db.prepare<[string], JobRow>(`${selectJobs()} WHERE jobs.id = ?`);
     // The right-hand sides read the row as it was, so body's version matches the column's.
     this.#renew = db.prepare(
       `UPDATE jobs SET lease_until = @lease, version = version + 1,
@@ -497,11 +505,10 @@ class SqliteJobStore implements JobStore {
     if (job.input !== undefined) this.#insertInput.run(job.id, JSON.stringify(job.input));
   }
 
-  /** A stored row as the job it holds, its input read back from job_inputs. */
+  /** A stored row as the job it holds, its input put back. */
   readonly #jobOf = (row: JobRow): Job => {
     const job = JSON.parse(row.body) as Job;
-    const stored = this.#inputOf.get(job.id);
-    if (stored) job.input = JSON.parse(stored.input);
+    if (row.input !== null) job.input = JSON.parse(row.input);
     return job;
   };
 
@@ -567,7 +574,7 @@ class SqliteJobStore implements JobStore {
   async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
     const rows = prepared<[string, string, number, number], JobRow>(
       this.db,
-      `SELECT body FROM jobs WHERE endpoint_id = ? AND status = ? AND expires_at > ?
+      `${selectJobs()} WHERE endpoint_id = ? AND status = ? AND expires_at > ?
          ORDER BY created_at, rowid LIMIT ?`,
     ).all(endpointId, status, nowMs, checkLimit(limit));
     return rows.map(this.#jobOf);
@@ -579,7 +586,7 @@ class SqliteJobStore implements JobStore {
     const [beforeMs, beforeId] = decodeJobCursor(query.cursor) ?? [query.toMs, ''];
     const rows = prepared<[Record<string, unknown>], JobRow>(
       this.db,
-      `SELECT body FROM jobs INDEXED BY jobs_by_endpoint_created
+      `${selectJobs('jobs_by_endpoint_created')}
          WHERE endpoint_id = @endpoint AND created_at >= @from AND expires_at > @now
            AND (created_at < @before OR (created_at = @before AND id < @beforeId))
            AND status IN (SELECT value FROM json_each(@statuses))
@@ -601,7 +608,7 @@ class SqliteJobStore implements JobStore {
   async listOverdue(nowMs: number, limit: number): Promise<Job[]> {
     const rows = prepared<[{ now: number; limit: number }], JobRow>(
       this.db,
-      `SELECT body FROM jobs INDEXED BY jobs_running
+      `${selectJobs('jobs_running')}
          WHERE status = 'IN_PROGRESS' AND (lease_until <= @now OR run_deadline <= @now)
          ORDER BY created_at, rowid LIMIT @limit`,
     ).all({ now: nowMs, limit: checkLimit(limit) });
@@ -615,7 +622,7 @@ class SqliteJobStore implements JobStore {
   async listExpiredUnfinished(nowMs: number, limit: number): Promise<Job[]> {
     const rows = prepared<[number, number], JobRow>(
       this.db,
-      `SELECT body FROM jobs WHERE status IN ('IN_QUEUE', 'IN_PROGRESS') AND expires_at <= ?
+      `${selectJobs()} WHERE status IN ('IN_QUEUE', 'IN_PROGRESS') AND expires_at <= ?
          ORDER BY expires_at, rowid LIMIT ?`,
     ).all(nowMs, checkLimit(limit));
     return rows.map(this.#jobOf);
