@@ -6,10 +6,10 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type LocalDatabase, openLocalDatabase } from '../../core/adapters/local/sqlite.js';
-import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
-import { JobEngine } from '../../core/engine.js';
+import type { JobEngine } from '../../core/engine.js';
 import { limits } from '../../core/limits.js';
+import { localEngine } from '../support/localEngine.js';
 
 const ep = 'ep';
 let clock: FakeClock;
@@ -34,21 +34,12 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
   beforeEach(() => {
     clock = new FakeClock();
     db = openLocalDatabase(':memory:', { clock });
-    const local = db;
-    engine = new JobEngine({
-      jobs: db.jobs,
-      queue: db.queue,
-      workers: db.workers,
-      changes: new LocalChangeFeed(clock),
+    engine = localEngine(
+      db,
       clock,
-      settings: { leaseMs: 30_000, maxAttempts: 2 },
-      ...(take === 'one write'
-        ? {
-            createQueued: (job) => local.createQueued(job),
-            takeQueued: (endpointId, options) => local.takeQueued(endpointId, options),
-          }
-        : {}),
-    });
+      { leaseMs: 30_000, maxAttempts: 2 },
+      { composedTake: take === 'composed' },
+    );
   });
 
   describe('retention', () => {

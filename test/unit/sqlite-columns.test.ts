@@ -10,10 +10,10 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { type LocalDatabase, openLocalDatabase } from '../../core/adapters/local/sqlite.js';
-import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
-import { JobEngine } from '../../core/engine.js';
+import type { JobEngine } from '../../core/engine.js';
 import { type Job, runDeadlineOf } from '../../core/job.js';
+import { localEngine } from '../support/localEngine.js';
 
 const ep = 'ep';
 let dir: string;
@@ -26,17 +26,7 @@ beforeEach(() => {
   dir = mkdtempSync(join(tmpdir(), 'ferry-columns-'));
   clock = new FakeClock();
   db = openLocalDatabase(join(dir, 'ferry.db'), { clock });
-  const local = db;
-  engine = new JobEngine({
-    jobs: db.jobs,
-    queue: db.queue,
-    workers: db.workers,
-    changes: new LocalChangeFeed(clock),
-    clock,
-    createQueued: (job) => local.createQueued(job),
-    takeQueued: (endpointId, options) => local.takeQueued(endpointId, options),
-    settings: { leaseMs: 30_000, maxAttempts: 3 },
-  });
+  engine = localEngine(db, clock, { leaseMs: 30_000, maxAttempts: 3 });
   raw = new Database(join(dir, 'ferry.db'), { readonly: true });
 });
 afterEach(async () => {

@@ -6,9 +6,9 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type LocalDatabase, openLocalDatabase } from '../../core/adapters/local/sqlite.js';
-import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
-import { JobEngine } from '../../core/engine.js';
+import type { JobEngine } from '../../core/engine.js';
+import { localEngine } from '../support/localEngine.js';
 
 const ep = 'ep';
 
@@ -28,17 +28,7 @@ let engine: JobEngine;
 beforeEach(() => {
   clock = new CountingClock();
   db = openLocalDatabase(':memory:', { clock });
-  const local = db;
-  engine = new JobEngine({
-    jobs: db.jobs,
-    queue: db.queue,
-    workers: db.workers,
-    changes: new LocalChangeFeed(clock),
-    clock,
-    createQueued: (job) => local.createQueued(job),
-    takeQueued: (endpointId, options) => local.takeQueued(endpointId, options),
-    settings: { leaseMs: 30_000 },
-  });
+  engine = localEngine(db, clock, { leaseMs: 30_000 });
 });
 afterEach(async () => {
   await db.close();

@@ -1,0 +1,31 @@
+/**
+ * A JobEngine over a real local SQLite database, wired as the local platform wires it
+ * (core/adapters/local/platform.ts): the store's one-write submit and take. `composedTake` leaves
+ * those two out, so the engine composes them from queue and store calls as it does on AWS.
+ */
+import type { LocalDatabase } from '../../core/adapters/local/sqlite.js';
+import { LocalChangeFeed } from '../../core/changes.js';
+import type { FakeClock } from '../../core/clock.js';
+import { type EngineSettings, JobEngine } from '../../core/engine.js';
+
+export function localEngine(
+  db: LocalDatabase,
+  clock: FakeClock,
+  settings: Partial<EngineSettings>,
+  options: { composedTake?: boolean } = {},
+): JobEngine {
+  return new JobEngine({
+    jobs: db.jobs,
+    queue: db.queue,
+    workers: db.workers,
+    changes: new LocalChangeFeed(clock),
+    clock,
+    settings,
+    ...(options.composedTake
+      ? {}
+      : {
+          createQueued: (job) => db.createQueued(job),
+          takeQueued: (endpointId, options) => db.takeQueued(endpointId, options),
+        }),
+  });
+}
