@@ -4,9 +4,7 @@ done_async, QueueRuntime): against a real local HTTP server, and a runtime whose
 import asyncio
 import io
 import json
-import socket
 import sys
-import threading
 import unittest
 from unittest import mock
 
@@ -17,7 +15,7 @@ from ferry.invoke import Handler, to_json_bytes
 from ferry.protocol import RateLimited, WorkerApi
 from ferry.queue_runtime import QueueRuntime, run_blocking
 from ferry.transport import Connections, LoopConnections, ResponseError
-from test_runtime_speed import _Server
+from test_runtime_speed import _serve_garbage_once, _Server
 
 
 def _run(coro):
@@ -148,23 +146,12 @@ class LoopConnectionsTest(LoopTest):
         self.assertTrue(self.server.hold_ended.wait(5), "the abandoned request's connection was not closed")
 
     def test_garbage_answer_is_a_response_error(self):
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        self.addCleanup(listener.close)
-
-        def garbage():
-            sock, _ = listener.accept()
-            sock.recv(65536)
-            sock.sendall(b"SMTP ready\r\n\r\n")
-            sock.close()
-
-        threading.Thread(target=garbage, daemon=True).start()
+        url = _serve_garbage_once(self)
 
         async def main():
             conns = self.bind()
             with self.assertRaises(ResponseError):
-                await conns.request("GET", f"http://127.0.0.1:{listener.getsockname()[1]}/x")
+                await conns.request("GET", url)
             conns.close()
 
         _run(main())

@@ -19,6 +19,23 @@ from ferry.queue_runtime import DaemonThreads, JobStopped, clear_pending_excepti
 from ferry.transport import Connections, ResponseError
 
 
+def _serve_garbage_once(test):
+    """The URL of a listener that answers one request with bytes that are not HTTP, then closes."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    test.addCleanup(listener.close)
+
+    def garbage():
+        sock, _ = listener.accept()
+        sock.recv(65536)
+        sock.sendall(b"SMTP ready\r\n\r\n")
+        sock.close()
+
+    threading.Thread(target=garbage, daemon=True).start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}/x"
+
+
 class _Server:
     """An HTTP/1.1 server whose answers a test scripts by path; counts connections."""
 
@@ -185,20 +202,9 @@ class TransportTest(unittest.TestCase):
         self.assertEqual(conns.opened, 2)
 
     def test_garbage_answer_is_a_connection_error(self):
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        self.addCleanup(listener.close)
-
-        def garbage():
-            sock, _ = listener.accept()
-            sock.recv(65536)
-            sock.sendall(b"SMTP ready\r\n\r\n")
-            sock.close()
-
-        threading.Thread(target=garbage, daemon=True).start()
+        url = _serve_garbage_once(self)
         with self.assertRaises(ResponseError):
-            self.conns.request("GET", f"http://127.0.0.1:{listener.getsockname()[1]}/x")
+            self.conns.request("GET", url)
 
     def test_bad_urls_are_refused_before_sending(self):
         with self.assertRaises(ValueError):
