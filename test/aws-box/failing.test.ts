@@ -24,6 +24,7 @@ import { createSweeper } from '../../functions/sweeper.js';
 import { queueUrls } from '../../functions/wiring.js';
 import { startAgent } from '../../worker-image/agent/agent.js';
 import { startPythonWorker } from '../agent/helpers.js';
+import { sampleResources } from '../infra/fixtures.js';
 import { dynamoClientFor, s3ClientFor, sqsClientFor } from '../support/emulators.js';
 import { recordFor } from '../support/endpoints.js';
 import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
@@ -51,17 +52,7 @@ function queueEndpoint(name: string): ManifestEndpoint {
     file: 'broken_app.py',
     module: 'broken_app',
     target: { name: 'handler', type: 'function', isAsync: false, isGenerator: false, params: ['x'] },
-    resources: {
-      gpuCount: 1,
-      workersMin: 1,
-      workersMax: 3,
-      idleTimeoutSec: 60,
-      executionTimeoutMs: 0,
-      maxConcurrency: 1,
-      env: {},
-      dependencies: [],
-      systemDependencies: [],
-    },
+    resources: { ...sampleResources, workersMin: 1 },
     configHash: 'h',
   };
 }

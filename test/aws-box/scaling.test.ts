@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { systemClock } from '../../core/clock.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import { createScaler, type ScalerDeps } from '../../functions/scaler.js';
+import { sampleResources } from '../infra/fixtures.js';
 import { recordFor } from '../support/endpoints.js';
 import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
 
@@ -57,17 +58,7 @@ function queueEndpoint(name: string): ManifestEndpoint {
     file: 'main.py',
     module: 'main',
     target: { name: 'handler', type: 'function', isAsync: false, isGenerator: false, params: ['job'] },
-    resources: {
-      gpuCount: 1,
-      workersMin: 0,
-      workersMax: 3,
-      idleTimeoutSec: 60,
-      executionTimeoutMs: 0,
-      maxConcurrency: 1,
-      env: {},
-      dependencies: [],
-      systemDependencies: [],
-    },
+    resources: { ...sampleResources },
     configHash: 'h',
   };
 }

@@ -26,6 +26,7 @@ import {
 } from '../../cli/deploy/plan.js';
 import type { Manifest } from '../../core/manifest.js';
 import { baseImageFor } from '../../worker-image/images.js';
+import { sampleResources } from '../infra/fixtures.js';
 import { CliSandbox, deployStages, repoRoot, stopChild } from './cli-support.js';
 
 const run = promisify(execFile);
@@ -393,18 +394,7 @@ describe('deploy decisions (pure)', () => {
         file: 'gen.py',
         module: 'gen',
         target: { name: 'gen', isAsync: false, isGenerator: false, params: ['prompt'], type: 'function' },
-        resources: {
-          gpu: ['A100'],
-          gpuCount: 1,
-          workersMin: 0,
-          workersMax: 1,
-          idleTimeoutSec: 60,
-          executionTimeoutMs: 0,
-          maxConcurrency: 1,
-          env: { MODE: 'x' },
-          dependencies: [],
-          systemDependencies: [],
-        },
+        resources: { ...sampleResources, gpu: ['A100'], workersMax: 1, env: { MODE: 'x' } },
         configHash: 'h1',
       },
       {
@@ -423,18 +413,7 @@ describe('deploy decisions (pure)', () => {
             params: ['input_data'],
           },
         ],
-        resources: {
-          cpu: '1-2',
-          gpuCount: 1,
-          workersMin: 0,
-          workersMax: 1,
-          idleTimeoutSec: 60,
-          executionTimeoutMs: 0,
-          maxConcurrency: 1,
-          env: {},
-          dependencies: [],
-          systemDependencies: [],
-        },
+        resources: { ...sampleResources, cpu: '1-2', workersMax: 1 },
         configHash: 'h2',
       },
     ],

@@ -6,6 +6,7 @@ import { resolve } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { withConfigHash } from '../../cli/build/scan.js';
 import type { EndpointConfig } from '../../core/deployment.js';
+import { sampleResources } from '../infra/fixtures.js';
 import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
 
 let platform: TestPlatform;
@@ -22,17 +23,7 @@ beforeAll(async () => {
       file: 'handler.py',
       module: 'handler',
       target: { name: 'handler', type: 'function', isAsync: false, isGenerator: false, params: ['job'] },
-      resources: {
-        gpuCount: 1,
-        workersMin: 0,
-        workersMax: 1,
-        idleTimeoutSec: 1,
-        executionTimeoutMs: 0,
-        maxConcurrency: 1,
-        env: {},
-        dependencies: [],
-        systemDependencies: [],
-      },
+      resources: { ...sampleResources, workersMax: 1, idleTimeoutSec: 1 },
       configHash: '',
     }),
     pythonVersion: '3.11',

@@ -19,6 +19,7 @@ import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scanProject, withConfigHash } from '../../cli/build/scan.js';
 import type { EndpointConfig } from '../../core/deployment.js';
+import { sampleResources } from '../infra/fixtures.js';
 import { recordFor } from '../support/endpoints.js';
 import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
 
@@ -87,18 +88,8 @@ function runpodStyleRecord(id: string, workersMax: number) {
       file: 'handler.py',
       module: 'handler',
       target: { name: 'handler', type: 'function', isAsync: false, isGenerator: false, params: ['job'] },
-      resources: {
-        // One GPU wanted; none on this machine, so the worker runs on CPU.
-        gpuCount: 1,
-        workersMin: 0,
-        workersMax,
-        idleTimeoutSec: 1,
-        executionTimeoutMs: 0,
-        maxConcurrency: 1,
-        env: {},
-        dependencies: [],
-        systemDependencies: [],
-      },
+      // One GPU wanted (sampleResources); none on this machine, so the worker runs on CPU.
+      resources: { ...sampleResources, workersMax, idleTimeoutSec: 1 },
       configHash: '',
     }),
     pythonVersion: '3.11',

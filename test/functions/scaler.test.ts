@@ -13,6 +13,7 @@ import { JobEngine } from '../../core/engine.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { ControlStore } from '../../core/ports.js';
 import { NudgingChangeFeed, type ScalerDeps, scaleEndpoints } from '../../functions/scaler.js';
+import { sampleResources } from '../infra/fixtures.js';
 import { type AwsFixture, startAwsFixture } from '../support/emulators.js';
 import { recordFor } from '../support/endpoints.js';
 
@@ -28,17 +29,7 @@ function manifestEndpoint(name: string, kind: 'queue' | 'lb' = 'queue'): Manifes
     ...(kind === 'queue'
       ? { target: { name: 'handler', type: 'function', isAsync: false, isGenerator: false, params: ['job'] } }
       : { variable: 'app', routes: [] }),
-    resources: {
-      gpuCount: 1,
-      workersMin: 0,
-      workersMax: 3,
-      idleTimeoutSec,
-      executionTimeoutMs: 0,
-      maxConcurrency: 1,
-      env: {},
-      dependencies: [],
-      systemDependencies: [],
-    },
+    resources: { ...sampleResources, idleTimeoutSec },
     configHash: 'h',
   } as ManifestEndpoint;
 }

@@ -8,7 +8,8 @@ import { join } from 'node:path';
 import type { Manifest, ManifestEndpoint, Resources } from '../../core/manifest.js';
 import { manifestSchema } from '../../core/manifest.js';
 
-const baseResources: Resources = {
+/** The resources of a plain queue endpoint (1 GPU, workers 0–3); tests spread it and override. */
+export const sampleResources: Resources = {
   gpuCount: 1,
   workersMin: 0,
   workersMax: 3,
@@ -28,7 +29,7 @@ export const gpuEndpoint: ManifestEndpoint = {
   file: 'gpu_worker.py',
   module: 'gpu_worker',
   target: { ...callable, name: 'generate', type: 'function' },
-  resources: { ...baseResources, gpu: ['A10G'], env: { MODEL: 'tiny' } },
+  resources: { ...sampleResources, gpu: ['A10G'], env: { MODEL: 'tiny' } },
   configHash: 'a'.repeat(64),
 };
 
@@ -39,7 +40,7 @@ export const cpuEndpoint: ManifestEndpoint = {
   module: 'cpu_worker',
   target: { ...callable, name: 'resize', type: 'function' },
   resources: {
-    ...baseResources,
+    ...sampleResources,
     cpu: '2-8',
     workersMin: 1,
     workersMax: 5,
@@ -59,7 +60,7 @@ export const lbEndpoint: ManifestEndpoint = {
     { ...callable, name: 'process', method: 'POST', path: '/process' },
     { ...callable, name: 'health', method: 'GET', path: '/health', params: [] },
   ],
-  resources: { ...baseResources, cpu: '2-8', workersMin: 1, workersMax: 2 },
+  resources: { ...sampleResources, cpu: '2-8', workersMin: 1, workersMax: 2 },
   configHash: 'c'.repeat(64),
 };
 

@@ -9,6 +9,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { endpointSpecJsonSchema, endpointSpecSchema } from '../../core/endpoint-spec.js';
 import { resourcesSchema } from '../../core/manifest.js';
+import { sampleResources } from '../infra/fixtures.js';
 
 const repo = path.resolve(import.meta.dirname, '../..');
 const schemaFile = path.join(repo, 'core/endpoint-spec.schema.json');
@@ -41,18 +42,7 @@ describe('EndpointSpec', () => {
   );
 
   it('refuses workers min above max in the manifest too', () => {
-    const resources = {
-      gpu: ['any'],
-      gpuCount: 1,
-      workersMin: 3,
-      workersMax: 2,
-      idleTimeoutSec: 60,
-      executionTimeoutMs: 0,
-      maxConcurrency: 1,
-      env: {},
-      dependencies: [],
-      systemDependencies: [],
-    };
+    const resources = { ...sampleResources, gpu: ['any'], workersMin: 3, workersMax: 2 };
     expect(resourcesSchema.safeParse(resources).success).toBe(false);
     expect(resourcesSchema.safeParse({ ...resources, workersMin: 2 }).success).toBe(true);
     expect(resourcesSchema.safeParse({ ...resources, gpu: undefined, cpu: '01-8' }).success).toBe(false);
