@@ -30,7 +30,7 @@ import {
 import { S3BlobStore } from '../../core/adapters/aws/s3.js';
 import { queueUrls } from '../../functions/wiring.js';
 import { EndpointAgentAccess } from '../../infra/isolation.js';
-import { type Agent, startAgent } from '../../worker-image/agent/agent.js';
+import type { Agent } from '../../worker-image/agent/agent.js';
 import { makeJob } from '../contract/helpers.js';
 import { type Statement, statementsOf } from '../infra/iam.js';
 import { fakeAwsConfig, s3ClientFor, sqsClientFor } from '../support/emulators.js';
@@ -277,19 +277,10 @@ beforeAll(async () => {
   gate = gatedDynamo(box.fixture.dynamo.endpoint, tables, policy);
   s3Gate = gatedS3(box.fixture.fauxqs.endpoint, policy);
   sqsClient = sqsClientFor(box.fixture.fauxqs.endpoint);
-  agent = await startAgent({
-    endpointId: mine,
+  // The box's agent settings, with clients that see only what the agent role allows.
+  agent = await box.newAgent(mine, {
     clients: { dynamo: gate.client, sqs: sqsClient, s3: s3Gate.client },
-    tables,
     queueUrlFor: queueUrls(sqsClient, box.env.FERRY_QUEUE_NAME_PREFIX),
-    bucket: box.fixture.bucket,
-    blobPrefix: box.env.FERRY_BLOB_PREFIX,
-    port: 0,
-    workerWaitMs: 1_000,
-    pollMs: 200,
-    pingIntervalMs: 500,
-    tickMs: 200,
-    log: { info: () => {}, warn: () => {}, error: () => {} },
     exit: () => {},
   });
 }, 120_000);

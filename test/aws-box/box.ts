@@ -24,7 +24,7 @@ import {
   parseFunctionEnv,
   queueUrls,
 } from '../../functions/wiring.js';
-import { type Agent, startAgent } from '../../worker-image/agent/agent.js';
+import { type Agent, type AgentOptions, startAgent } from '../../worker-image/agent/agent.js';
 import { FakeCloudWatchLogs } from '../support/cloudwatchLogs.js';
 import {
   type AwsFixture,
@@ -46,6 +46,11 @@ export interface AwsBox {
   baseUrl: string;
   /** The agent of an endpoint (started on first use); workers connect to `agent.url`. */
   agentFor(endpointId: string): Promise<Agent>;
+  /**
+   * A new agent of the endpoint, as one more ECS task starts one, with the box's clients and
+   * settings overridden by `extra`. Not cached: the caller closes it.
+   */
+  newAgent(endpointId: string, extra?: Partial<AgentOptions>): Promise<Agent>;
   /** Job output: CloudWatch Logs in memory (no emulator runs here), shared by agents and the Lambda. */
   cloudWatchLogs: FakeCloudWatchLogs;
   /** Exit codes the agents asked for (a worker that kept a stopped job); tests expect none. */
@@ -122,6 +127,26 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
     const agentQueueUrls = queueUrls(agentClients.sqs, env.FERRY_QUEUE_NAME_PREFIX);
 
     const running = shim;
+    const newAgent = (endpointId: string, extra: Partial<AgentOptions> = {}) =>
+      startAgent({
+        endpointId,
+        clients: agentClients,
+        tables: fixture.tables,
+        queueUrlFor: agentQueueUrls,
+        bucket: fixture.bucket,
+        blobPrefix: env.FERRY_BLOB_PREFIX,
+        port: 0,
+        workerWaitMs: options.workerWaitMs ?? 2_000,
+        pollMs: 200,
+        pingIntervalMs: 500,
+        tickMs: 200,
+        log: { info: () => {}, warn: () => {}, error: () => {} },
+        // Never process.exit the test runner; the tests assert no exit was asked for.
+        exit: (code) => {
+          agentExits.push(code);
+        },
+        ...extra,
+      });
     return {
       fixture,
       env,
@@ -130,32 +155,17 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
       baseUrl: `${running.url}/v2`,
       cloudWatchLogs,
       agentExits,
+      newAgent,
       agentFor(endpointId) {
         let agent = agents.get(endpointId);
         if (!agent) {
-          agent = startAgent({
-            endpointId,
-            clients: agentClients,
-            tables: fixture.tables,
-            queueUrlFor: agentQueueUrls,
-            bucket: fixture.bucket,
-            blobPrefix: env.FERRY_BLOB_PREFIX,
-            port: 0,
-            workerWaitMs: options.workerWaitMs ?? 2_000,
-            pollMs: 200,
+          agent = newAgent(endpointId, {
             // One log stream per agent, as one per ECS task on AWS.
             logs: new CloudWatchLogStore({
               client: cloudWatchLogs.asClient(),
               logGroup,
               logStream: `${endpointId}/box`,
             }),
-            pingIntervalMs: 500,
-            tickMs: 200,
-            log: { info: () => {}, warn: () => {}, error: () => {} },
-            // Never process.exit the test runner; the tests assert no exit was asked for.
-            exit: (code) => {
-              agentExits.push(code);
-            },
           });
           agents.set(endpointId, agent);
         }

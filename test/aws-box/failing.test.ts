@@ -1,6 +1,6 @@
 /**
  * An endpoint whose code cannot start, on AWS in a box (docs/aws.md#failing-endpoints): each "task" is
- * a fresh agent (startAgent, as ECS starts one per task) beside a real Python worker
+ * a fresh agent (box.newAgent, as ECS starts one per task) beside a real Python worker
  * (`python -m ferry.worker`) whose module fails to import. The test plays ECS's part: it starts the
  * worker with the agent's environment and reports the container's exit to the agent, as the task
  * metadata watch does (worker-image/agent/ecsWorker.ts), then stops the task and starts the next.
@@ -21,11 +21,8 @@ import type { EndpointRecord } from '../../core/ports.js';
 import { defaultSupervisorSettings } from '../../core/supervisor.js';
 import { scaleEndpoints } from '../../functions/scaler.js';
 import { createSweeper } from '../../functions/sweeper.js';
-import { queueUrls } from '../../functions/wiring.js';
-import { startAgent } from '../../worker-image/agent/agent.js';
 import { startPythonWorker } from '../agent/helpers.js';
 import { sampleResources } from '../infra/fixtures.js';
-import { dynamoClientFor, s3ClientFor, sqsClientFor } from '../support/emulators.js';
 import { recordFor } from '../support/endpoints.js';
 import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
 
@@ -59,7 +56,6 @@ function queueEndpoint(name: string): ManifestEndpoint {
 
 let box: AwsBox;
 let record: EndpointRecord;
-const clients: { destroy(): void }[] = [];
 
 beforeAll(async () => {
   box = await startAwsBox({ workerWaitMs: 1_000 });
@@ -67,33 +63,13 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  for (const client of clients) client.destroy();
   await box?.stop();
   rmSync(project, { recursive: true, force: true });
 });
 
 /** One ECS task: a new agent, its worker run to its exit, the exit reported, the task gone. */
 async function oneTask(): Promise<{ code: number | null; output: string }> {
-  const agentClients = {
-    dynamo: dynamoClientFor(box.fixture.dynamo.endpoint),
-    sqs: sqsClientFor(box.fixture.fauxqs.endpoint),
-    s3: s3ClientFor(box.fixture.fauxqs.endpoint),
-  };
-  clients.push(...Object.values(agentClients));
-  const agent = await startAgent({
-    endpointId,
-    clients: agentClients,
-    tables: box.fixture.tables,
-    queueUrlFor: queueUrls(agentClients.sqs, box.env.FERRY_QUEUE_NAME_PREFIX),
-    bucket: box.fixture.bucket,
-    blobPrefix: box.env.FERRY_BLOB_PREFIX,
-    port: 0,
-    workerWaitMs: 1_000,
-    pollMs: 200,
-    tickMs: 200,
-    log: { info: () => {}, warn: () => {}, error: () => {} },
-    exit: () => {},
-  });
+  const agent = await box.newAgent(endpointId, { exit: () => {} });
   try {
     // Its own process group, ended below if it outlives the test.
     const worker = startPythonWorker(agent, 'handler', { app: { dir: project, module: 'broken_app' } });
@@ -152,22 +128,7 @@ async function scalerDecision() {
 
 describe('the startup-failure route of the agent', () => {
   it("hears only its worker's token and a list of lines; it is not contact", async () => {
-    const agentClients = {
-      dynamo: dynamoClientFor(box.fixture.dynamo.endpoint),
-      sqs: sqsClientFor(box.fixture.fauxqs.endpoint),
-      s3: s3ClientFor(box.fixture.fauxqs.endpoint),
-    };
-    clients.push(...Object.values(agentClients));
-    const agent = await startAgent({
-      endpointId: 'otheraaaaaaaa2',
-      clients: agentClients,
-      tables: box.fixture.tables,
-      queueUrlFor: queueUrls(agentClients.sqs, box.env.FERRY_QUEUE_NAME_PREFIX),
-      bucket: box.fixture.bucket,
-      port: 0,
-      log: { info: () => {}, warn: () => {}, error: () => {} },
-      exit: () => {},
-    });
+    const agent = await box.newAgent('otheraaaaaaaa2', { exit: () => {} });
     try {
       const url = agent.workerEnv().FERRY_WEBHOOK_POST_STARTUP!;
       const post = (token: string, body: string) =>
