@@ -260,7 +260,7 @@ APP_KINDS = {
 class RuntimeOnTheLoopTest(unittest.TestCase):
     """A QueueRuntime in this process against the fake platform: which calls left the loop."""
 
-    def run_jobs(self, source, count, log_shipper=None):
+    def run_jobs(self, source, count, log_shipper=None, on_api=None):
         namespace = {}
         exec(source, namespace)  # noqa: S102 - the test's own handler
         platform = FakePlatform()
@@ -271,6 +271,8 @@ class RuntimeOnTheLoopTest(unittest.TestCase):
                         env["RUNPOD_WEBHOOK_POST_STREAM"], env["RUNPOD_WEBHOOK_PING"], platform.api_key, "w1",
                         said.append)
         self.addCleanup(api.connections.close)
+        if on_api is not None:
+            on_api(api)
         runtime = QueueRuntime(Handler(namespace["handler"]), api, 4, "w1", said.append, io.StringIO(),
                                ping_enabled=False, log_shipper=log_shipper)
         self.platform = platform
@@ -304,6 +306,35 @@ class RuntimeOnTheLoopTest(unittest.TestCase):
         self.assertLessEqual(set(left), {"poll_stop", "_connect"})
         # At most a job-done per slot and per result in flight, and the take, at once: kept alive.
         self.assertLessEqual(left.count("_connect"), 2 * 4 + 1)
+
+    def test_an_async_job_sends_its_result_before_the_next_take(self):
+        calls = []
+
+        def record(api):
+            take, done = api.take_async, api.done_async
+
+            async def take_async(count, in_progress):
+                calls.append("take")
+                jobs = await take(count, in_progress)
+                calls.extend(f"got {job['id']}" for job in jobs)
+                return jobs
+
+            async def done_async(job_id, *args):
+                calls.append(f"done {job_id}")
+                return await done(job_id, *args)
+
+            api.take_async, api.done_async = take_async, done_async
+
+        self.run_jobs(APP_KINDS["async"], 3, on_api=record)
+        # The next job-take waits one loop turn: a handler that finishes at once has its result on
+        # the wire first, so neither side handles the take ahead of the result someone waits for.
+        got, done = set(), set()
+        for call in calls:
+            kind, _, job_id = call.partition(" ")
+            {"got": got, "done": done}.get(kind, set()).add(job_id)
+            if kind == "take":
+                self.assertEqual(got - done, set(), f"a job-take went out before their results: {calls}")
+        self.assertEqual(done, {"job-0", "job-1", "job-2"})
 
     def test_sync_handler_costs_one_hop_for_the_handler_only(self):
         left = self.run_jobs(APP_KINDS["sync"], 24)

@@ -325,6 +325,11 @@ class QueueRuntime:
                 continue
             for job in jobs:
                 self._start(job)
+            if jobs:
+                # Let the jobs just started run first: an async handler that does not wait finishes
+                # and sends its job-done before the next job-take goes out, so its result is not
+                # queued behind the take on either side (one loop turn; measured at 1 client).
+                await asyncio.sleep(0)
 
     def _start(self, job):
         run = JobRun(job)
