@@ -2,9 +2,10 @@
  * The local store's one-write take (EngineDeps.takeQueued): receive, claim and acknowledge commit
  * together, so no message is left hidden to come back later, two takers never get one job, stale
  * messages are skipped without costing the caller its `max`, and a submit wakes one waiting take,
- * not all of them. Real SQLite (in memory), fake clock, no sleeps.
+ * not all of them. A job created while a take waits is handed to it in the create's own write.
+ * Real SQLite (in memory), fake clock, no sleeps.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { type LocalDatabase, openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { FakeClock } from '../../core/clock.js';
 import type { JobEngine } from '../../core/engine.js';
@@ -99,6 +100,51 @@ describe('one-write take', () => {
     const b = await submit();
     const other = await (winner[0] === 'w1' ? second : first);
     expect(other.map((j) => j.id)).toEqual([b]);
+  });
+
+  it('hands a job created while a take waits straight to it, claimed in the same write, never queued', async () => {
+    // The local queue's own insert (not on the JobQueue port): every queued job goes through it.
+    const queued = vi.spyOn(db.queue as unknown as { insertSync(...args: unknown[]): void }, 'insertSync');
+    const pending = engine.take(ep, 'w1', 4, 60_000);
+    while (clock.pendingSleeps() < 1) await turn();
+    const id = await submit();
+    const [taken] = await pending;
+    expect(taken?.id).toBe(id);
+    expect(queued).not.toHaveBeenCalled();
+    expect(await db.jobs.get(id, clock.now())).toMatchObject({
+      status: 'IN_PROGRESS',
+      workerId: 'w1',
+      attempt: 1,
+      leaseUntil: clock.now() + 30_000,
+      version: 2,
+    });
+    // With nobody waiting, the next job is queued as before.
+    const next = await submit();
+    expect(queued).toHaveBeenCalledTimes(1);
+    expect((await engine.take(ep, 'w1', 4, 0)).map((j) => j.id)).toEqual([next]);
+  });
+
+  it('hands a waiting take no more than its max; the rest of the burst is queued in order', async () => {
+    const pending = engine.take(ep, 'w1', 2, 60_000);
+    while (clock.pendingSleeps() < 1) await turn();
+    const ids = await Promise.all([submit(), submit(), submit()]);
+    expect((await pending).map((j) => j.id)).toEqual(ids.slice(0, 2));
+    expect((await db.queue.depth(ep)).visible).toBe(1);
+    expect((await engine.take(ep, 'w2', 2, 0)).map((j) => j.id)).toEqual([ids[2]]);
+  });
+
+  it('a create that fails hands nothing over: the waiting take keeps waiting for the next job', async () => {
+    const first = await engine.submit(ep, { input: {} }, { sync: false });
+    await engine.take(ep, 'w0', 1, 0);
+    const pending = engine.take(ep, 'w1', 1, 60_000);
+    while (clock.pendingSleeps() < 1) await turn();
+    // The same id again: the insert fails inside the write, the take is not woken.
+    await expect(db.createQueued(first)).rejects.toThrow(/already exists/);
+    for (let i = 0; i < 5; i++) await turn();
+    expect(clock.pendingSleeps()).toBe(1);
+    expect(await db.jobs.get(first.id, clock.now())).toMatchObject({ status: 'IN_PROGRESS', workerId: 'w0' });
+    const id = await submit();
+    expect((await pending).map((j) => j.id)).toEqual([id]);
   });
 
   it('a take whose caller left answers [] and claims nothing', async () => {

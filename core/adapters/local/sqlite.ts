@@ -339,9 +339,25 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
   const jobs = new SqliteJobStore(db, group);
   // Plain functions, not db.transaction: GroupCommit already runs each write in its own savepoint,
   // and a second, nested one per write showed up in profiles.
-  const createQueuedSync = (job: Job): void => {
-    jobs.insertSync(job);
+  const parked = new ParkedTakes();
+  /**
+   * The job, and its queue message, or its hand-off: when a take of the endpoint is waiting with
+   * room, the job is claimed for it here, in the create's own transaction, and never queued (the
+   * take's answer goes out after this commit, with no queue row written, read or deleted).
+   */
+  const createQueuedSync = (job: Job): HandedJob | undefined => {
+    const created = { ...job, version: 1 };
+    const take = parked.first(job.endpointId);
+    const patch = take?.options.claim(created);
+    if (take && patch) {
+      // Stored claimed at once, as version 2: what an insert then the take's update would leave.
+      const claimed = patched(created, patch);
+      jobs.insertSync(claimed);
+      return parked.hand(take, { before: created, after: claimed });
+    }
+    jobs.insertSync(created);
     queue.insertSync(job.endpointId, job.id, job.policy.lowPriority);
+    return undefined;
   };
   /**
    * Receive + claim + acknowledge as one write: the oldest visible messages of the endpoint, each job
@@ -376,13 +392,39 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
       db.pragma(`incremental_vacuum(${Math.max(1, Math.floor(maxPages))})`);
     },
     async createQueued(job: Job) {
-      await group.run(() => createQueuedSync(job));
-      queue.wake(job.endpointId);
+      let handed: HandedJob | undefined;
+      try {
+        await group.run(() => {
+          handed = createQueuedSync(job);
+        });
+      } catch (error) {
+        handed?.settle(false);
+        throw error;
+      }
+      if (handed) handed.settle(true);
+      else queue.wake(job.endpointId);
     },
-    takeQueued(endpointId: string, options: TakeQueuedOptions) {
-      return queue.poll(endpointId, options.waitMs, options.signal, (nowMs) =>
-        group.run(() => takeSync(endpointId, nowMs, options)),
-      );
+    async takeQueued(endpointId: string, options: TakeQueuedOptions) {
+      const take: ParkedTake = { options, handed: [], wake: () => {} };
+      const attempt = async (nowMs: number): Promise<TakenJob[]> => {
+        parked.leave(endpointId, take);
+        const handed = await ParkedTakes.collect(take);
+        if (handed.length > 0) return handed;
+        const found = await group.run(() => takeSync(endpointId, nowMs, options));
+        if (found.length === 0 && !options.signal?.aborted) parked.join(endpointId, take);
+        return found;
+      };
+      try {
+        const found = await queue.poll(endpointId, options.waitMs, options.signal, attempt, (wake) => {
+          take.wake = wake;
+        });
+        parked.leave(endpointId, take);
+        // Jobs handed over after the last attempt (the wait ran out, or the caller left: the engine
+        // queues those again) are the caller's too: they are claimed for it.
+        return found.concat(await ParkedTakes.collect(take));
+      } finally {
+        parked.leave(endpointId, take);
+      }
     },
     queue,
     control: new SqliteControlStore(db),
@@ -397,6 +439,84 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
       db.close();
     },
   };
+}
+
+/** A job claimed for a waiting take by the create that made it. */
+interface HandedJob {
+  taken: TakenJob;
+  /** Whether the create's transaction committed; the take hands out only committed jobs. */
+  committed: Promise<boolean>;
+  settle(committed: boolean): void;
+}
+
+interface ParkedTake {
+  options: TakeQueuedOptions;
+  handed: HandedJob[];
+  /** Ends the take's current nap. */
+  wake: () => void;
+}
+
+/**
+ * Takes that found nothing and wait (between an empty attempt and the next), per endpoint, oldest
+ * first. A waiting take sleeps in SqliteJobQueue.poll; a create that finds one here claims its job
+ * for it (createQueuedSync) and wakes that take after the commit, so the job skips the queue: at low
+ * load, where workers wait for work, a job costs one transaction less and no queue row.
+ */
+class ParkedTakes {
+  readonly #byEndpoint = new Map<string, ParkedTake[]>();
+
+  /** The longest-waiting take of the endpoint with room left (takes whose caller left are dropped). */
+  first(endpointId: string): ParkedTake | undefined {
+    const takes = this.#byEndpoint.get(endpointId) ?? [];
+    for (let i = 0; i < takes.length; ) {
+      const take = takes[i]!;
+      if (take.options.signal?.aborted) this.leave(endpointId, take);
+      else if (take.handed.length < take.options.max) return take;
+      else i++;
+    }
+    return undefined;
+  }
+
+  join(endpointId: string, take: ParkedTake): void {
+    const takes = this.#byEndpoint.get(endpointId);
+    if (takes) takes.push(take);
+    else this.#byEndpoint.set(endpointId, [take]);
+  }
+
+  leave(endpointId: string, take: ParkedTake): void {
+    const takes = this.#byEndpoint.get(endpointId);
+    const at = takes?.indexOf(take) ?? -1;
+    if (at < 0) return;
+    takes!.splice(at, 1);
+    if (takes!.length === 0) this.#byEndpoint.delete(endpointId);
+  }
+
+  /** Gives `taken` to `take` (inside the create's write); the create settles it after its commit. */
+  hand(take: ParkedTake, taken: TakenJob): HandedJob {
+    let settle!: (committed: boolean) => void;
+    const committed = new Promise<boolean>((resolve) => {
+      settle = resolve;
+    });
+    const handed: HandedJob = {
+      taken,
+      committed,
+      settle: (ok) => {
+        settle(ok);
+        take.wake();
+      },
+    };
+    take.handed.push(handed);
+    return handed;
+  }
+
+  /** The jobs handed to `take` whose creates committed; empties its list. */
+  static async collect(take: ParkedTake): Promise<TakenJob[]> {
+    if (take.handed.length === 0) return [];
+    const handed = take.handed;
+    take.handed = [];
+    const committed = await Promise.all(handed.map((h) => h.committed));
+    return handed.filter((_, i) => committed[i]).map((h) => h.taken);
+  }
 }
 
 // ── jobs ──────────────────────────────────────────────────────────────────────────────────────────
@@ -423,6 +543,18 @@ function checkLimit(limit: number): number {
 /** The row of `jobs`: the query columns, and the job as JSON without its input (job_inputs has it). */
 function jobColumns(job: Job) {
   return { ...queryColumns(job), body: JSON.stringify({ ...job, input: undefined }) };
+}
+
+/** `current` with `patch` applied and the next version (what a compare-and-set writes). */
+function patched(current: Job, patch: JobPatch): Job {
+  const next: Record<string, unknown> = { ...current };
+  for (const [key, value] of Object.entries(patch)) {
+    // The identity and the version are not the caller's to write.
+    if (key === 'id' || key === 'endpointId' || key === 'version') continue;
+    if (value === undefined) delete next[key];
+    else next[key] = value;
+  }
+  return { ...(next as unknown as Job), version: current.version + 1 };
 }
 
 /** The columns queries filter on, copied out of the job. */
@@ -495,12 +627,12 @@ class SqliteJobStore implements JobStore {
   }
 
   async create(job: Job): Promise<void> {
-    await this.group.run(() => this.insertSync(job));
+    await this.group.run(() => this.insertSync({ ...job, version: 1 }));
   }
 
-  /** The insert itself, for callers that wrap it in a transaction with other writes. */
+  /** The insert itself, for callers that wrap it in a transaction with other writes; `job.version` is kept. */
   insertSync(job: Job): void {
-    const result = this.#insert.run(jobColumns({ ...job, version: 1 }));
+    const result = this.#insert.run(jobColumns(job));
     if (result.changes === 0) throw conflict(`A job with id ${job.id} already exists`);
     if (job.input !== undefined) this.#insertInput.run(job.id, JSON.stringify(job.input));
   }
@@ -540,14 +672,7 @@ class SqliteJobStore implements JobStore {
 
   /** The compare-and-set itself, for callers already inside a write (GroupCommit gives each one a savepoint). */
   writeSync(current: Job, patch: JobPatch): JobUpdate {
-    const next: Record<string, unknown> = { ...current };
-    for (const [key, value] of Object.entries(patch)) {
-      // The identity and the version are not the caller's to write.
-      if (key === 'id' || key === 'endpointId' || key === 'version') continue;
-      if (value === undefined) delete next[key];
-      else next[key] = value;
-    }
-    const written = { ...(next as unknown as Job), version: current.version + 1 };
+    const written = patched(current, patch);
     const columns = jobColumns(written);
     const result = this.#updateOf(queryColumns(current), columns).run({
       ...columns,
@@ -794,13 +919,15 @@ class SqliteJobQueue implements JobQueue {
   /**
    * A long poll over `attempt` (a receive, or a take that claims too): tries at once, then sleeps
    * until a send here wakes it, a hidden message turns visible again, the cross-process poll comes
-   * round, or the wait ends. No busy loop. [] when the wait ran out, the caller left or the queue closed.
+   * round, the wait ends, or the caller wakes it itself (the take's hand-off, through `onNap`). No busy loop. [] when the wait ran out, the caller left or the queue closed.
    */
   async poll<T>(
     endpointId: string,
     waitMs: number,
     signal: AbortSignal | undefined,
     attempt: (nowMs: number) => Promise<T[]>,
+    /** Gets the function that ends the nap about to begin (a hand-off wakes its own take with it). */
+    onNap?: (wake: () => void) => void,
   ): Promise<T[]> {
     const deadlineMs = this.clock.now() + Math.max(0, waitMs);
     for (;;) {
@@ -810,7 +937,7 @@ class SqliteJobQueue implements JobQueue {
       if (found.length > 0 || nowMs >= deadlineMs) return found;
       const nextVisibleMs = this.#nextVisible.get(endpointId, nowMs)?.at ?? Number.POSITIVE_INFINITY;
       const napMs = Math.min(deadlineMs, nextVisibleMs) - nowMs;
-      await this.#nap(endpointId, Math.min(napMs, this.crossProcessPollMs), signal);
+      await this.#nap(endpointId, Math.min(napMs, this.crossProcessPollMs), signal, onNap);
     }
   }
 
@@ -838,9 +965,15 @@ class SqliteJobQueue implements JobQueue {
     this.#waiters.clear();
   }
 
-  async #nap(endpointId: string, ms: number, signal: AbortSignal | undefined): Promise<void> {
+  async #nap(
+    endpointId: string,
+    ms: number,
+    signal: AbortSignal | undefined,
+    onNap: ((wake: () => void) => void) | undefined,
+  ): Promise<void> {
     const stop = new AbortController();
     const wake = (): void => stop.abort(woken);
+    onNap?.(wake);
     let set = this.#waiters.get(endpointId);
     if (!set) {
       set = new Set();
