@@ -414,17 +414,17 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
         if (found.length === 0 && !options.signal?.aborted) parked.join(endpointId, take);
         return found;
       };
+      let found: TakenJob[];
       try {
-        const found = await queue.poll(endpointId, options.waitMs, options.signal, attempt, (wake) => {
+        found = await queue.poll(endpointId, options.waitMs, options.signal, attempt, (wake) => {
           take.wake = wake;
         });
-        parked.leave(endpointId, take);
-        // Jobs handed over after the last attempt (the wait ran out, or the caller left: the engine
-        // queues those again) are the caller's too: they are claimed for it.
-        return found.concat(await ParkedTakes.collect(take));
       } finally {
         parked.leave(endpointId, take);
       }
+      // Jobs handed over after the last attempt (the wait ran out, or the caller left: the engine
+      // queues those again) are the caller's too: they are claimed for it.
+      return found.concat(await ParkedTakes.collect(take));
     },
     queue,
     control: new SqliteControlStore(db),
