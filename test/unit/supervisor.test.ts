@@ -155,6 +155,36 @@ describe('execution deadlines', () => {
     await new Promise((resolve) => setImmediate(resolve));
     expect(timeoutChecks).toEqual(['unknown', 'known']);
   });
+
+  it('each deadline is read when it comes, whatever order the jobs were taken in', async () => {
+    const { supervisor, started, plan, clock, timeoutChecks } = setup();
+    await supervisor.tick('a', plan(1));
+    const [w] = started;
+    await supervisor.mayTake('a', w!.workerId);
+    const t0 = clock.now();
+    await supervisor.taken('a', w!.workerId, ['late'], new Map([['late', t0 + 9_000]]));
+    // Taken after, due before: the timer armed for `late` must not hold `early` back.
+    await supervisor.taken(
+      'a',
+      w!.workerId,
+      ['early', 'middle'],
+      new Map([
+        ['early', t0 + 2_000],
+        ['middle', t0 + 5_000],
+      ]),
+    );
+    const readAt = async (ms: number) => {
+      clock.set(t0 + ms);
+      await new Promise((resolve) => setImmediate(resolve));
+      return [...timeoutChecks];
+    };
+    expect(await readAt(1_999)).toEqual([]);
+    expect(await readAt(2_000)).toEqual(['early']);
+    // Let go before its deadline: never read.
+    await supervisor.released('a', w!.workerId, 'middle', { refresh: false });
+    expect(await readAt(8_999)).toEqual(['early']);
+    expect(await readAt(9_000)).toEqual(['early', 'late']);
+  });
 });
 
 describe('lifecycle', () => {
