@@ -112,6 +112,23 @@ async function latency(clients: number, seconds: number, once: () => Promise<unk
   };
 }
 
+/**
+ * `latency` with undici's pooled client, one socket per client loop. fetch costs the bench process
+ * several times the CPU per request, and on 2 cores that CPU is taken from the system measured: the
+ * lean levels show what the platform adds once the client weighs little, beside the fetch levels.
+ */
+async function leanLatency(baseUrl: string, path: string, headers: Record<string, string>, clients: number) {
+  const poster = jsonPoster(baseUrl, headers, clients);
+  try {
+    return await latency(clients, levelSeconds, async () => {
+      const answer = await poster.post(path, { input: { x: 1 } });
+      if (answer.status !== 200) throw new Error(`HTTP ${answer.status}`);
+    });
+  } finally {
+    await poster.close();
+  }
+}
+
 async function postJson(
   url: string,
   body: unknown,
@@ -494,7 +511,9 @@ async function main(): Promise<void> {
 
   // (b) floor first, alone on the machine.
   const levels = [1, 32, 256];
+  const leanLevels = [1, 32];
   const floorLatency = [];
+  const floorLean = [];
   if (only.has('b')) {
     const floorChild = await startPlatformChild({ dataDir: '--floor', apiKey: '' });
     try {
@@ -503,6 +522,10 @@ async function main(): Promise<void> {
           await latency(clients, levelSeconds, () => postJson(`${floorChild.url}/echo`, { input: { x: 1 } })),
         );
         say(`floor ${clients} clients: ${JSON.stringify(floorLatency.at(-1))}`);
+      }
+      for (const clients of leanLevels) {
+        floorLean.push(await leanLatency(floorChild.url, '/echo', {}, clients));
+        say(`floor ${clients} clients, undici: ${JSON.stringify(floorLean.at(-1))}`);
       }
     } finally {
       await floorChild.stop();
@@ -585,8 +608,19 @@ async function main(): Promise<void> {
         );
         say(`ferry runsync (Python worker) ${clients} clients: ${JSON.stringify(pyLatency.at(-1))}`);
       }
+      const pyLean = [];
+      for (const clients of leanLevels) {
+        pyLean.push(await leanLatency(child.url, '/v2/echo/runsync?wait=60000', auth, clients));
+        say(`ferry runsync (Python worker) ${clients} clients, undici: ${JSON.stringify(pyLean.at(-1))}`);
+      }
       await tsWorker.stop();
-      results.latency = { floor: floorLatency, ferryTs: tsLatency, ferryPython: pyLatency };
+      results.latency = {
+        floor: floorLatency,
+        ferryTs: tsLatency,
+        ferryPython: pyLatency,
+        floorLean,
+        ferryPythonLean: pyLean,
+      };
     }
 
     // (c) cold start: the endpoint scaled to zero, one job, time to its result.
@@ -730,7 +764,14 @@ interface Rate {
 }
 interface Results {
   machine: ReturnType<typeof machine>;
-  latency?: { floor: Level[]; ferryTs: Level[]; ferryPython: Level[] };
+  latency?: {
+    floor: Level[];
+    ferryTs: Level[];
+    ferryPython: Level[];
+    /** The same with undici's client (leanLatency); absent in results from before it was measured. */
+    floorLean?: Level[];
+    ferryPythonLean?: Level[];
+  };
   coldStartMs?: number[];
   throughput?: {
     ferryTs: Rate;
@@ -811,6 +852,13 @@ function report(r: Results): string {
         return `| ${c} | ${f.p50} / ${f.p99} | ${ts.p50} / ${ts.p99} (${ratio(ts.p50, f.p50)}) | ${py.p50} / ${py.p99} (${ratio(py.p50, f.p50)}) |`;
       })
     : [];
+  const leanRows =
+    L?.floorLean && L.ferryPythonLean
+      ? L.floorLean.map((f) => {
+          const py = lat(L.ferryPythonLean!, f.clients);
+          return `| ${f.clients} | ${f.p50} / ${f.p99} | ${py.p50} / ${py.p99} (${ratio(py.p50, f.p50)}, +${round(py.p50 - f.p50, 2)} ms) |`;
+        })
+      : [];
   const cold = [...(r.coldStartMs ?? [])].sort((a, b) => a - b);
   const coldMedian = cold[Math.floor(cold.length / 2)];
   const gap1 = L ? round(lat(L.ferryPython, 1).p50 - lat(L.floor, 1).p50, 2) : undefined;
@@ -852,7 +900,19 @@ ${latRows.join('\n')}
 
 A runsync is a job: submit, queue, a worker's long poll answers, the handler runs, job-done, and the
 waiting request wakes up — four HTTP exchanges where the floor has one.
+${
+  leanRows.length > 0
+    ? `
+The same with undici's pooled client instead of fetch on both sides. The bench client shares the
+machine with what it measures, and fetch costs it several times the CPU per request; the aims above
+are judged on the fetch levels, as they were first measured.
+
+| clients | floor: Fastify echo | Ferry runsync, Python worker (p50 ratio, gap) |
+|---|---|---|
+${leanRows.join('\n')}
 `
+    : ''
+}`
     : notRun('b')
 }
 ## (c) Cold start
