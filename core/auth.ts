@@ -92,6 +92,26 @@ export async function authorizeClient(
   return scope;
 }
 
+/**
+ * The management API (core/manage.ts) spans apps: its endpoint list, and every endpoint's jobs with
+ * their inputs and outputs, logs, workers and metrics. It is the operator's, so it takes a key of
+ * every app: 401 without a known key, 403 for a scoped key and for a worker's call token (which is
+ * one). On AWS the authorizer's policy already leaves /manage/v1 out for scoped keys; the API checks
+ * again, like every client route.
+ */
+export async function authorizeOperator(
+  auth: Authenticator,
+  header: string | string[] | undefined,
+): Promise<void> {
+  const scope = await auth.clientKeyScope(credentialOf(header));
+  if (!scope) throw unauthorized();
+  if (scope.app !== undefined) {
+    throw forbidden(
+      `This API key (${describeScope(scope)}) may not read the management API, which spans every app; use a key of every app (ferry keys create without --app)`,
+    );
+  }
+}
+
 export interface Authenticator {
   isClientKey(key: string | undefined): Promise<boolean>;
   /** The key's scope, or undefined when it is not a client key. */

@@ -16,10 +16,10 @@
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import type { ApiRequest, ApiResponse } from './api.js';
-import { type Authenticator, credentialOf } from './auth.js';
+import { type Authenticator, authorizeOperator } from './auth.js';
 import { endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
-import { badRequest, notFound, toHttpResponse, unauthorized } from './errors.js';
+import { badRequest, notFound, toHttpResponse } from './errors.js';
 import { isFinal, type Job, type JobStatus, jobStatuses } from './job.js';
 import { type Logger, stderrLogger } from './log.js';
 import type {
@@ -293,8 +293,7 @@ export class ManageApi {
     for (const route of this.routes) {
       if (route.pattern.length !== rest.length) continue;
       if (!route.pattern.every((p, i) => p.startsWith(':') || p === rest[i])) continue;
-      if (!(await this.options.auth.isClientKey(credentialOf(req.headers.authorization))))
-        throw unauthorized();
+      await authorizeOperator(this.options.auth, req.headers.authorization);
       if (method !== 'GET') break;
       const params = route.pattern.flatMap((p, i) => (p.startsWith(':') ? [rest[i]!] : []));
       return ok(await route.handler(req, params));

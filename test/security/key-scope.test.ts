@@ -120,6 +120,37 @@ describe('scoped API keys on the local front door', () => {
     expect((await call(keys.shop, 'GET', `/v2/${shopDev.id}/health`)).status).toBe(200);
   });
 
+  it('keeps the management API to keys of every app: a scoped key or a worker call token reads nothing there', async () => {
+    const job = await call(keys.all, 'POST', `/v2/${shopProd.id}/run`, { input: { secret: 'shop data' } });
+    const jobId = job.body.id as string;
+    const manageRoutes = [
+      '/manage/v1/endpoints',
+      ...[shopProd.id, blogLb.id].flatMap((id) => [
+        `/manage/v1/endpoints/${id}`,
+        `/manage/v1/endpoints/${id}/jobs`,
+        `/manage/v1/endpoints/${id}/jobs/${jobId}`,
+        `/manage/v1/endpoints/${id}/logs`,
+        `/manage/v1/endpoints/${id}/workers`,
+        `/manage/v1/endpoints/${id}/metrics`,
+      ]),
+    ];
+    // A worker of blog/prod holds a call token scoped to blog/prod (docs/security.md).
+    const blogCallToken = platform.callToken(platform.adoptWorker(blogLb.id).workerId);
+    // Even a key covering the endpoint: the management API spans apps (its list, metrics, workers).
+    for (const scoped of [keys.blog, keys.shop, keys.shopProd, blogCallToken]) {
+      for (const path of manageRoutes) {
+        const answer = await call(scoped, 'GET', path);
+        expect([path, answer.status]).toEqual([path, 403]);
+        expect(answer.body.error).toMatch(/management API/);
+        expect(JSON.stringify(answer.body)).not.toContain('shop data');
+      }
+    }
+    expect((await call('fy_unknown', 'GET', '/manage/v1/endpoints')).status).toBe(401);
+    const detail = await call(keys.all, 'GET', `/manage/v1/endpoints/${shopProd.id}/jobs/${jobId}`);
+    expect(detail.status).toBe(200);
+    expect(JSON.stringify(detail.body)).toContain('shop data');
+  });
+
   it('applies the same rule on /lb routes', async () => {
     const wrong = await call(keys.shop, 'POST', `/lb/${blogLb.id}/predict`, { x: 1 });
     expect(wrong.status).toBe(403);
