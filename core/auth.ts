@@ -21,6 +21,15 @@ export const hashKey = (key: string): string => {
   return hash;
 };
 
+/**
+ * The hop from the front door to a load-balanced worker's own HTTP server. That port is reachable by
+ * other endpoints' code on the same host (loopback locally, the Docker bridge between ECS tasks), so
+ * the worker (ferry/lb.py) answers only requests carrying this header with its secret: the local pool
+ * draws one per worker (FERRY_LB_SECRET), the ECS task's init container one per task, in a file the
+ * agent and the worker read (FERRY_LB_SECRET_FILE). The front door sends it after checking the key.
+ */
+export const lbSecretHeader = 'x-ferry-lb-secret';
+
 /** A new secret with a prefix that says what it is (`fy_` API key, `fyw_` worker token). */
 export const newSecret = (prefix: 'fy' | 'fyw'): string =>
   `${prefix}_${randomBytes(24).toString('base64url')}`;

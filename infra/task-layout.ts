@@ -30,8 +30,16 @@ export const ports = {
   lbWorker: 8001,
 } as const;
 
-/** Where the init container puts the artifact and the worker's entrypoint reads it. */
-export const artifactMount = { volume: 'ferry-artifact', path: '/ferry', file: '/ferry/artifact.tar.gz' };
+/**
+ * Where the init container puts the artifact and the worker's entrypoint reads it; for load-balanced
+ * endpoints also the task's secret for the agent → worker hop (core/auth.ts lbSecretHeader).
+ */
+export const artifactMount = {
+  volume: 'ferry-artifact',
+  path: '/ferry',
+  file: '/ferry/artifact.tar.gz',
+  lbSecretFile: '/ferry/lb-secret',
+};
 
 /** ECS's ceiling for stopTimeout: the agent's drain (FERRY_DRAIN_MS) must end before it. */
 export const stopTimeoutSec = 120;

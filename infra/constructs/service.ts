@@ -153,6 +153,8 @@ export class EndpointService extends Construct {
         FERRY_ARTIFACT_BUCKET: props.artifact.bucketName,
         FERRY_ARTIFACT_KEY: props.artifact.key,
         FERRY_ARTIFACT_PATH: artifactMount.file,
+        // The task's secret for the agent → worker hop, drawn here so both find it when they start.
+        ...(endpoint.kind === 'lb' ? { FERRY_LB_SECRET_FILE: artifactMount.lbSecretFile } : {}),
       },
       logging: ecs.LogDrivers.awsLogs({
         logGroup: props.logGroup,
@@ -207,8 +209,19 @@ export class EndpointService extends Construct {
         condition: ecs.ContainerDependencyCondition.START,
       });
     } else {
-      // The agent proxies to the worker: the link goes the other way.
+      // The agent proxies to the worker: the link goes the other way. It reads the task's secret
+      // for that hop from the init container's volume, once the init container has exited 0 (the
+      // SUCCESS condition: https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDependency.html).
       agent.addLink(worker, linkNames.worker);
+      agent.addMountPoints({
+        sourceVolume: artifactMount.volume,
+        containerPath: artifactMount.path,
+        readOnly: true,
+      });
+      agent.addContainerDependencies({
+        container: artifact,
+        condition: ecs.ContainerDependencyCondition.SUCCESS,
+      });
     }
     this.acknowledgeTaskFindings(taskDefinition);
 
@@ -391,13 +404,15 @@ export class EndpointService extends Construct {
       FERRY_WORKERS_TABLE: platform.workersTable.tableName,
       FERRY_PORT: String(ports.lbWorker),
       FERRY_WORKER_HOST: linkNames.worker,
+      FERRY_LB_SECRET_FILE: artifactMount.lbSecretFile,
       FERRY_AGENT_HOST: '0.0.0.0',
       FERRY_AGENT_PORT: String(ports.lbPublic),
       // Task scale-in protection while requests are in flight, and this long after (lb.ts).
       FERRY_IDLE_TIMEOUT_SEC: String(resources.idleTimeoutSec),
     };
     // The worker listens in its own namespace and publishes no host port: the ALB reaches only the
-    // agent's published port, never the worker around the agent's key check.
+    // agent's published port. Other tasks on the host's Docker bridge can reach the worker's port,
+    // so the ferry runtime answers only requests with the task's secret, which the agent sends.
     const workerEnv = {
       ...resources.env,
       ...workerBase,
@@ -405,6 +420,7 @@ export class EndpointService extends Construct {
       FERRY_VARIABLE: endpoint.variable!,
       FERRY_HOST: '0.0.0.0',
       FERRY_PORT: String(ports.lbWorker),
+      FERRY_LB_SECRET_FILE: artifactMount.lbSecretFile,
     };
     return {
       agentEnv,

@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashKey } from '../../core/auth.js';
 import { FerryError } from '../../core/errors.js';
 import type { ControlStore } from '../../core/ports.js';
-import { downloadArtifact } from '../../worker-image/agent/artifact.js';
+import { downloadArtifact, readLbSecret, writeLbSecret } from '../../worker-image/agent/artifact.js';
 import { type LbAgent, startLbAgent } from '../../worker-image/agent/lb.js';
 import { type AwsFixture, startAwsFixture } from '../support/emulators.js';
 import { eventually, memoryLog } from './helpers.js';
@@ -31,6 +31,7 @@ let agent: LbAgent;
 const log = memoryLog();
 const workerOutput: string[] = [];
 let scratch: string;
+let secretFile: string;
 
 async function freePort(): Promise<number> {
   const server = createServer().listen(0, '127.0.0.1');
@@ -54,6 +55,8 @@ function startWorker(port: number): ChildProcess {
       FERRY_VARIABLE: 'api',
       FERRY_HOST: '127.0.0.1',
       FERRY_PORT: String(port),
+      // As on ECS: the file the task's init container drew (artifact mode).
+      FERRY_LB_SECRET_FILE: secretFile,
       FERRY_PARENT_PID: String(process.pid),
     },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -90,6 +93,8 @@ beforeAll(async () => {
     await aws.control().putApiKey({ id, name: id, hash: hashKey(key), createdAt: Date.now(), app, env });
   }
   workerPort = await freePort();
+  secretFile = join(scratch, 'lb-secret');
+  await writeLbSecret(secretFile);
   agent = await startLbAgent({
     endpointId: 'lbep',
     app: 'shop',
@@ -100,6 +105,7 @@ beforeAll(async () => {
     port: 0,
     keyCacheMs: 60_000,
     pingTimeoutMs: 1_000,
+    workerSecret: await readLbSecret(secretFile),
     log,
   });
 }, 90_000);
@@ -130,6 +136,32 @@ describe('load-balanced agent', () => {
     expect(ready).toBe(true);
   }, 40_000);
 
+  it("refuses calls to the worker's port that come around the agent (another task on the bridge)", async () => {
+    for (const headers of [{}, { 'x-ferry-lb-secret': 'guessed' }] as Record<string, string>[]) {
+      const direct = await fetch(`http://127.0.0.1:${workerPort}/process`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: JSON.stringify({ input_data: { n: 1 } }),
+      });
+      expect(direct.status).toBe(403);
+      expect(await direct.json()).toEqual({ error: 'requests reach this worker through the platform only' });
+      expect((await fetch(`http://127.0.0.1:${workerPort}/ping`, { headers })).status).toBe(403);
+    }
+    // The secret file is world-readable in the task's own volume, and nowhere else.
+    expect(statSync(secretFile).mode & 0o777).toBe(0o644);
+    // A client's own value for the header is replaced by the task's: the call goes through.
+    const through = await call('/process', {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${apiKey}`,
+        'content-type': 'application/json',
+        'x-ferry-lb-secret': 'x',
+      },
+      body: JSON.stringify({ input_data: { n: 2 } }),
+    });
+    expect(await through.json()).toEqual({ got: { n: 2 } });
+  });
+
   it('proxies a POST route with a Bearer key and a GET route with the bare key', async () => {
     const post = await call('/process', {
       method: 'POST',
@@ -147,6 +179,7 @@ describe('load-balanced agent', () => {
   it('reports its load to the workers table: busy while a request runs, idle with lastBusyAt after', async () => {
     const registry = aws.workers();
     const reporting = await startLbAgent({
+      workerSecret: await readLbSecret(secretFile),
       endpointId: 'lbload',
       control: aws.control(),
       workerPort,
@@ -230,6 +263,7 @@ describe('load-balanced agent', () => {
       },
     };
     const cached = await startLbAgent({
+      workerSecret: await readLbSecret(secretFile),
       endpointId: 'lbep',
       control: counting,
       workerPort,
@@ -250,6 +284,7 @@ describe('load-balanced agent', () => {
 
   it('fails closed with 503 when the key cannot be checked', async () => {
     const broken = await startLbAgent({
+      workerSecret: await readLbSecret(secretFile),
       endpointId: 'lbep',
       control: { findApiKeyByHash: async () => Promise.reject(new Error('ProvisionedThroughputExceeded')) },
       workerPort,

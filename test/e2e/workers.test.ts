@@ -195,4 +195,28 @@ describe('load-balanced endpoints', () => {
     const noKey = await fetch(`${lb}/process`, { method: 'POST', body: '{}' });
     expect(noKey.status).toBe(401);
   });
+
+  it("refuses requests that reach the worker's own port around the front door", async () => {
+    // Another endpoint's code on this machine can find the port (here: the worker's own log line).
+    const logs = await call(platform.url, 'GET', '/manage/v1/endpoints/lb/logs');
+    const port = JSON.stringify(logs.body).match(/on http:\/\/127\.0\.0\.1:(\d+)/)?.[1];
+    expect(port).toBeDefined();
+    for (const [path, init] of [
+      ['/process', { method: 'POST', body: JSON.stringify({ input_data: { a: 1 } }) }],
+      ['/items/42', {}],
+      ['/ping', {}],
+    ] as const) {
+      const direct = await fetch(`http://127.0.0.1:${port}${path}`, {
+        ...init,
+        headers: { 'content-type': 'application/json', 'x-ferry-lb-secret': 'guessed' },
+      });
+      expect([path, direct.status]).toEqual([path, 403]);
+      expect(await direct.json()).toEqual({ error: 'requests reach this worker through the platform only' });
+    }
+    // The front door still gets through.
+    const through = await fetch(`${platform.url}/lb/lb/items/7`, {
+      headers: { authorization: `Bearer ${testApiKey}` },
+    });
+    expect(await through.json()).toEqual({ id: '7', q: null });
+  });
 });

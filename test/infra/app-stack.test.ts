@@ -472,6 +472,29 @@ describe('load-balanced endpoint', () => {
     expect(worker.RUNPOD_WEBHOOK_GET_JOB).toBeUndefined();
   });
 
+  it("gives the agent and the worker the task's hop secret, drawn by the init container before both start", () => {
+    const containers = containersOf(endpoint('lb_worker'));
+    const byName = (name: string) => containers.find((c) => c.Name === name)!;
+    const secretFile = artifactMount.lbSecretFile;
+    // The init container writes it into the task's own volume (worker-image/agent/artifact.ts)…
+    expect(envOf(byName('artifact')).FERRY_LB_SECRET_FILE).toBe(secretFile);
+    expect(byName('artifact').MountPoints).toEqual([
+      { SourceVolume: artifactMount.volume, ContainerPath: artifactMount.path, ReadOnly: false },
+    ]);
+    // …and both read it from there, read-only, after it exited 0: the agent sends it, the worker
+    // answers only requests carrying it (the worker's port is open on the host's Docker bridge).
+    for (const name of ['agent', 'worker']) {
+      expect([name, envOf(byName(name)).FERRY_LB_SECRET_FILE]).toEqual([name, secretFile]);
+      expect(byName(name).MountPoints).toEqual([
+        { SourceVolume: artifactMount.volume, ContainerPath: artifactMount.path, ReadOnly: true },
+      ]);
+      expect(byName(name).DependsOn).toContainEqual({ ContainerName: 'artifact', Condition: 'SUCCESS' });
+    }
+    // A queue endpoint's task has no such hop: its worker calls its agent with its worker token.
+    const queue = containersOf(endpoint('gpu_worker'));
+    for (const container of queue) expect(envOf(container).FERRY_LB_SECRET_FILE).toBeUndefined();
+  });
+
   it('opens the ECS hosts only to its own ALB', () => {
     const ingress = Object.values(template.findResources('AWS::EC2::SecurityGroupIngress'));
     expect(ingress).toHaveLength(1);

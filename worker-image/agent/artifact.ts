@@ -11,7 +11,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import { chmod, mkdir, rename, rm, stat } from 'node:fs/promises';
+import { chmod, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -71,4 +71,32 @@ export async function downloadArtifact(options: ArtifactDownload): Promise<numbe
   } finally {
     await rm(part, { force: true });
   }
+}
+
+/**
+ * A load-balanced task's secret for the agent → worker hop (core/auth.ts lbSecretHeader), drawn by
+ * the init container into the task's own volume before the worker and the agent start: only this
+ * task's containers mount it, and a new task draws a new one. World-readable like the artifact, for
+ * a worker that runs as another user.
+ */
+export async function writeLbSecret(path: string): Promise<void> {
+  const part = `${path}.part-${randomBytes(4).toString('hex')}`;
+  await writeFile(part, `${randomBytes(32).toString('base64url')}\n`, { mode: 0o644 });
+  await chmod(part, 0o644);
+  await rename(part, path);
+}
+
+/** The secret writeLbSecret wrote; a missing or empty file is a configuration error. */
+export async function readLbSecret(path: string): Promise<string> {
+  let secret: string;
+  try {
+    secret = (await readFile(path, 'utf8')).trim();
+  } catch (error) {
+    throw new FerryError(
+      'failed',
+      `FERRY_LB_SECRET_FILE ${path} cannot be read: ${(error as Error).message}`,
+    );
+  }
+  if (!secret) throw new FerryError('failed', `FERRY_LB_SECRET_FILE ${path} is empty`);
+  return secret;
 }

@@ -41,6 +41,11 @@ export const artifactEnvSchema = z.object({
   FERRY_ARTIFACT_KEY: text,
   /** The file the worker's entrypoint reads (a shared task volume). */
   FERRY_ARTIFACT_PATH: text,
+  /**
+   * Load-balanced endpoints: where to write the task's secret for the agent → worker hop (the same
+   * shared volume; the agent and the worker read it, core/auth.ts lbSecretHeader).
+   */
+  FERRY_LB_SECRET_FILE: text.optional(),
 });
 
 /** Task scale-in protection (protection.ts), the same for both agents. */
@@ -99,6 +104,8 @@ export const lbAgentEnvSchema = z.object({
   FERRY_PORT: port,
   /** Where that server is: loopback in a shared namespace, the linked `worker` container in bridge mode. */
   FERRY_WORKER_HOST: text.default('127.0.0.1'),
+  /** The task's secret for the hop to the worker, written by the init container (artifact mode). */
+  FERRY_LB_SECRET_FILE: text.optional(),
   /** The ALB reaches the agent on the host's address, so it listens beyond loopback. */
   FERRY_AGENT_HOST: text.default('0.0.0.0'),
   FERRY_AGENT_PORT: port.default(8080),

@@ -16,6 +16,10 @@
  * table, missing permission) answers 503 and is logged: fail closed, never let a request through.
  *
  * The client's Authorization header is not forwarded: user code must never see the account key.
+ * Every request to the worker, /ping included, carries the task's secret (`workerSecret`, from the
+ * file the init container wrote, FERRY_LB_SECRET_FILE) in lbSecretHeader: the worker's port is open
+ * on the host's Docker bridge, where another task's code could reach it, and the ferry runtime answers
+ * only requests that carry it (ferry/lb.py). A client's own value for that header is replaced.
  *
  * Scaling (docs/scaling.md): with a `registry`, the agent records its task as a worker of the endpoint
  * in the workers table — requests in flight and when it last served one — written when it turns busy
@@ -46,6 +50,7 @@ import {
   describeScope,
   KeyAuthenticator,
   type KeyScope,
+  lbSecretHeader,
   scopeCovers,
 } from '../../core/auth.js';
 import { systemClock } from '../../core/clock.js';
@@ -79,6 +84,8 @@ export interface LbAgentOptions {
   keyCacheMs?: number;
   /** How long GET /ping waits for the worker's /ping (default 2 s; the ALB check times out at 5 s). */
   pingTimeoutMs?: number;
+  /** Sent to the worker in lbSecretHeader (core/auth.ts); without it, that header is not sent. */
+  workerSecret?: string;
   log?: Logger;
   /** Where the scaler reads this task's load (the workers table); without it nothing is reported. */
   registry?: Pick<WorkerRegistry, 'heartbeat' | 'remove'>;
@@ -126,6 +133,8 @@ class LbAgentServer implements LbAgent {
   private readonly auth: KeyAuthenticator;
   private readonly log: Logger;
   private readonly workerHost: string;
+  /** lbSecretHeader with the worker's secret, sent on every request to the worker. */
+  private readonly secretHeader: Record<string, string>;
   private readonly server = createServer((req, res) => void this.serve(req, res));
   private closed: Promise<void> | undefined;
   private inFlight = 0;
@@ -145,6 +154,7 @@ class LbAgentServer implements LbAgent {
     this.lastBusyAt = this.clock.now();
     this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
     this.workerHost = options.workerHost ?? '127.0.0.1';
+    this.secretHeader = options.workerSecret ? { [lbSecretHeader]: options.workerSecret } : {};
     this.auth = new KeyAuthenticator({
       control: options.control,
       cacheMs: options.keyCacheMs ?? 30_000,
@@ -278,6 +288,8 @@ class LbAgentServer implements LbAgent {
   private proxy(req: IncomingMessage, res: ServerResponse): void {
     const headers = forwardable(req.headers);
     delete headers.authorization;
+    delete headers[lbSecretHeader];
+    Object.assign(headers, this.secretHeader);
     const peer = req.socket.remoteAddress;
     const forwardedFor = req.headers['x-forwarded-for'];
     if (peer) headers['x-forwarded-for'] = forwardedFor ? `${forwardedFor}, ${peer}` : peer;
@@ -312,6 +324,7 @@ class LbAgentServer implements LbAgent {
   private async workerHealthy(): Promise<boolean> {
     try {
       const response = await fetch(`http://${this.workerHost}:${this.options.workerPort}/ping`, {
+        headers: this.secretHeader,
         signal: AbortSignal.timeout(this.options.pingTimeoutMs ?? 2_000),
       });
       await response.body?.cancel();

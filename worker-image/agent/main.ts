@@ -22,7 +22,7 @@ import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { systemClock } from '../../core/clock.js';
 import { messageOf } from '../../core/errors.js';
 import { startAgent } from './agent.js';
-import { downloadArtifact } from './artifact.js';
+import { downloadArtifact, readLbSecret, writeLbSecret } from './artifact.js';
 import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } from './config.js';
 import { agentCredentials } from './credentials.js';
 import { watchWorkerContainer } from './ecsWorker.js';
@@ -126,6 +126,7 @@ async function runLb(env: LbAgentEnv): Promise<number> {
     control: new DynamoControlStore({ doc, table: env.FERRY_CONTROL_TABLE }),
     workerPort: env.FERRY_PORT,
     workerHost: env.FERRY_WORKER_HOST,
+    ...(env.FERRY_LB_SECRET_FILE ? { workerSecret: await readLbSecret(env.FERRY_LB_SECRET_FILE) } : {}),
     host: env.FERRY_AGENT_HOST,
     port: env.FERRY_AGENT_PORT,
     keyCacheMs: env.FERRY_KEY_CACHE_MS,
@@ -150,6 +151,7 @@ async function runArtifact(env: ArtifactEnv): Promise<number> {
       path: env.FERRY_ARTIFACT_PATH,
     });
     process.stderr.write(`ferry-agent: artifact ready at ${env.FERRY_ARTIFACT_PATH} (${bytes} bytes)\n`);
+    if (env.FERRY_LB_SECRET_FILE) await writeLbSecret(env.FERRY_LB_SECRET_FILE);
     return 0;
   } finally {
     s3.destroy();

@@ -44,11 +44,13 @@ APP = textwrap.dedent(
 )
 
 
-def request(base, method, path, body=None, raw=None):
+def request(base, method, path, body=None, raw=None, headers=None):
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
     req = urllib.request.Request(base + path, data=data, method=method)
     if data is not None:
         req.add_header("Content-Type", "application/json")
+    for name, value in (headers or {}).items():
+        req.add_header(name, value)
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read())
@@ -166,6 +168,37 @@ class LoadBalancedLifecycleTest(unittest.TestCase):
         worker = self.start(FERRY_VARIABLE="api", FERRY_PORT="")
         self.assertEqual(worker.wait_exit(), 2)
         self.assertIn("FERRY_PORT is not set", worker.output)
+
+    def base_of(self, worker):
+        out = worker.wait_output(" on http://")
+        return "http://127.0.0.1:" + re.search(r"on http://127\.0\.0\.1:(\d+)", out).group(1)
+
+    def test_with_a_front_door_secret_only_requests_carrying_it_run(self):
+        for source in ("env", "file"):
+            with self.subTest(source=source):
+                secret = "s3cr3t-" + source
+                if source == "env":
+                    worker = self.start(FERRY_VARIABLE="api", FERRY_LB_SECRET=secret)
+                else:
+                    path = os.path.join(self.tmp, "lb-secret")
+                    with open(path, "w") as f:
+                        f.write(secret + "\n")
+                    worker = self.start(FERRY_VARIABLE="api", FERRY_LB_SECRET_FILE=path)
+                base = self.base_of(worker)
+                body = {"input_data": {"a": 1}}
+                # Another endpoint's code on the same host knows the port, not the secret.
+                for headers in ({}, {"X-Ferry-Lb-Secret": "wrong"}, {"X-Ferry-Lb-Secret": secret + "x"}):
+                    status, answer = request(base, "POST", "/process", body, headers=headers)
+                    self.assertEqual((status, answer["error"]), (403, "requests reach this worker through the platform only"))
+                    self.assertEqual(request(base, "GET", "/ping", headers=headers)[0], 403)
+                good = {"X-Ferry-Lb-Secret": secret}
+                self.assertEqual(request(base, "POST", "/process", body, headers=good), (200, {"received": {"a": 1}, "keys": 1}))
+                self.assertEqual(request(base, "GET", "/ping", headers=good)[0], 200)
+
+    def test_an_unreadable_secret_file_is_a_startup_error(self):
+        worker = self.start(FERRY_VARIABLE="api", FERRY_LB_SECRET_FILE=os.path.join(self.tmp, "missing"))
+        self.assertEqual(worker.wait_exit(), 2)
+        self.assertIn("FERRY_LB_SECRET_FILE", worker.output)
 
 
 if __name__ == "__main__":

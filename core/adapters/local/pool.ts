@@ -23,6 +23,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
+import { lbSecretHeader } from '../../auth.js';
 import { type EndpointConfig, endpointConfigOf } from '../../deployment.js';
 import { endpointKey } from '../../engine.js';
 import { FerryError } from '../../errors.js';
@@ -88,6 +89,8 @@ interface WorkerProcess {
   gpus: number[];
   /** Load-balanced workers: where they serve, and whether /ping answered. */
   port?: number;
+  /** Load-balanced workers: what every request to them carries in lbSecretHeader (core/auth.ts). */
+  lbSecret?: string;
   ready?: Promise<void>;
   inFlight: number;
 }
@@ -425,6 +428,8 @@ export class EndpointPool {
     if (endpoint.kind === 'lb') {
       env.FERRY_MODE = 'lb';
       env.FERRY_VARIABLE = endpoint.variable ?? '';
+      proc.lbSecret = randomBytes(24).toString('base64url');
+      env.FERRY_LB_SECRET = proc.lbSecret;
     } else {
       env.FERRY_MODE = 'queue';
       env.FERRY_TARGET = endpoint.target?.name ?? '';
@@ -491,7 +496,7 @@ export class EndpointPool {
       proc.ready = (async () => {
         const port = await freePort();
         launchWith(port);
-        await waitReady(`http://127.0.0.1:${port}/ping`, proc, 120_000);
+        await waitReady(port, proc, 120_000);
         this.supervisor.ready(workerId);
       })();
       proc.ready.catch(() => {});
@@ -536,7 +541,7 @@ export class EndpointPool {
       await proc.ready;
       const response = await fetch(`http://127.0.0.1:${proc.port}${request.path}`, {
         method: request.method,
-        headers: request.headers,
+        headers: { ...request.headers, ...lbSecretOf(proc) },
         body: request.body && request.body.length > 0 && request.method !== 'GET' ? request.body : undefined,
         signal: request.signal,
       });
@@ -655,7 +660,11 @@ function freePort(): Promise<number> {
   });
 }
 
-async function waitReady(url: string, proc: WorkerProcess, timeoutMs: number): Promise<void> {
+/** The header a load-balanced worker wants on every request (it answers 403 without it). */
+const lbSecretOf = (proc: WorkerProcess): Record<string, string> =>
+  proc.lbSecret ? { [lbSecretHeader]: proc.lbSecret } : {};
+
+async function waitReady(port: number, proc: WorkerProcess, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let exited = false;
   void proc.exited.then(() => {
@@ -664,7 +673,10 @@ async function waitReady(url: string, proc: WorkerProcess, timeoutMs: number): P
   while (Date.now() < deadline) {
     if (exited) throw new FerryError('failed', 'the worker exited before it was ready');
     try {
-      const response = await fetch(url, { signal: AbortSignal.timeout(1_000) });
+      const response = await fetch(`http://127.0.0.1:${port}/ping`, {
+        headers: lbSecretOf(proc),
+        signal: AbortSignal.timeout(1_000),
+      });
       if (response.ok) return;
     } catch {
       // not listening yet

@@ -40,6 +40,26 @@ def _required(environ, name, why):
     return value
 
 
+def _front_door_secret(environ):
+    """The secret the platform's front door sends with every request (lb.FRONT_DOOR_HEADER), or None.
+
+    Another endpoint's code on the same host can reach this server's port (loopback locally, the
+    Docker bridge on ECS), so the server answers only requests that carry it. FERRY_LB_SECRET holds
+    it (the local platform, per worker); FERRY_LB_SECRET_FILE names a file holding it (ECS, where
+    the task's init container draws one per task and the agent reads the same file)."""
+    value = environ.get("FERRY_LB_SECRET", "").strip()
+    path = environ.get("FERRY_LB_SECRET_FILE", "").strip()
+    if path and not value:
+        try:
+            with open(path, encoding="utf-8") as file:
+                value = file.read().strip()
+        except OSError as exc:
+            raise ConfigError(f"FERRY_LB_SECRET_FILE {path!r} cannot be read: {exc}") from None
+        if not value:
+            raise ConfigError(f"FERRY_LB_SECRET_FILE {path!r} is empty")
+    return value or None
+
+
 class Config:
     def __init__(self, environ):
         self.mode = environ.get("FERRY_MODE", "").strip() or "queue"
@@ -63,6 +83,7 @@ class Config:
             if not environ.get("FERRY_PORT", "").strip():
                 raise ConfigError(f"FERRY_PORT is not set (the port to serve {self.mode} mode on)")
             self.port = _int(environ, "FERRY_PORT", None, 0, 65535)
+            self.front_door_secret = _front_door_secret(environ)
         if self.mode == "queue":
             self.get_job_url = _required(environ, "RUNPOD_WEBHOOK_GET_JOB", "the job-take URL")
             if "/job-take/" not in self.get_job_url:

@@ -6,9 +6,15 @@ when the parameter is annotated int, float or bool. Answers are JSON: 200 with t
 400/404/405/413 with {"error": ...} for bad requests, 500 {"error": <message>} when the handler
 raises (traceback to stderr). GET /ping is the platform's health check. There is deliberately no
 route that runs code sent by the caller.
+
+With a front-door secret (config.py FERRY_LB_SECRET / FERRY_LB_SECRET_FILE), every request, /ping
+included, must carry it in FRONT_DOOR_HEADER: the platform's front door checked the caller's API key
+and adds it; a request that reaches the port some other way (another endpoint's code on the same
+host) gets 403 and runs nothing.
 """
 
 import asyncio
+import hmac
 import inspect
 import json
 import threading
@@ -19,6 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from .invoke import OutputError, to_json_bytes
 
 MAX_BODY_BYTES = 20 * 1024 * 1024  # the /runsync payload limit (docs/api.md#limits)
+# Sent by the platform's front door (the local pool's forward, the ECS agent) with every request.
+FRONT_DOOR_HEADER = "X-Ferry-Lb-Secret"
 
 
 class BadRequest(Exception):
@@ -145,7 +153,8 @@ async def _collect_async(agen):
     return [value async for value in agen]
 
 
-def make_server(router, host, port, say):
+def make_server(router, host, port, say, front_door_secret=None):
+    expected = front_door_secret.encode("utf-8") if front_door_secret else None
     active = {"count": 0}
     lock = threading.Lock()
 
@@ -164,6 +173,12 @@ def make_server(router, host, port, say):
 
         def _serve_one(self):
             method = self.command
+            if expected is not None:
+                given = (self.headers.get(FRONT_DOOR_HEADER) or "").encode("utf-8")
+                if not hmac.compare_digest(given, expected):
+                    # The body is never read: close rather than leave it in the stream.
+                    self.close_connection = True
+                    return self._reply(403, {"error": "requests reach this worker through the platform only"})
             body = b""
             length = self.headers.get("Content-Length")
             if self.headers.get("Transfer-Encoding", "").lower() == "chunked":

@@ -220,7 +220,7 @@ def serve_standalone(config, handler, endpoint, say, echo):
 
     jobs = LocalJobs(say)
     try:
-        server = make_server(StandaloneRouter(jobs), config.host, config.port, say)
+        server = make_server(StandaloneRouter(jobs), config.host, config.port, say, config.front_door_secret)
     except OSError as exc:
         say(f"startup failed: cannot listen on {config.host}:{config.port} (FERRY_HOST/FERRY_PORT): {exc}")
         return 2
@@ -281,7 +281,7 @@ def serve_lb(config, endpoint, say):
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        server = make_server(router, config.host, config.port, say)
+        server = make_server(router, config.host, config.port, say, config.front_door_secret)
     except OSError as exc:
         say(f"startup failed: cannot listen on {config.host}:{config.port} (FERRY_HOST/FERRY_PORT): {exc}")
         return 2
