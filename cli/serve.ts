@@ -48,6 +48,8 @@ export interface DetachOptions {
   host?: string;
   port: number;
   env: NodeJS.ProcessEnv;
+  /** More `ferry serve` flags for the background server (worker isolation). */
+  serveArgs?: string[];
   /** How long to wait for the platform to answer. */
   waitMs?: number;
 }
@@ -60,6 +62,7 @@ export async function startDetached(options: DetachOptions): Promise<ServerInfo>
   const log = openSync(logPath, 'a', privateFileMode);
   const args = [ferryBin(), 'serve', '--port', String(options.port)];
   if (options.host) args.push('--host', options.host);
+  args.push(...(options.serveArgs ?? []));
   const child = spawn(process.execPath, args, {
     detached: true,
     stdio: ['ignore', log, log],

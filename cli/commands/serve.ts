@@ -20,7 +20,13 @@ import { defineCommand } from './shared.js';
 
 export async function startServing(
   ctx: CliContext,
-  options: { host: string; port: number; dataDir: string; workerUser?: { uid: number; gid: number } },
+  options: {
+    host: string;
+    port: number;
+    dataDir: string;
+    workerUser?: { uid: number; gid: number };
+    workerUids?: { first: number; last: number };
+  },
 ) {
   const userKey = apiKeyFromUser(ctx.io.env, ctx.io.cwd);
   const platformOptions: LocalPlatformOptions = {
@@ -31,6 +37,7 @@ export async function startServing(
     workers: {
       ferryPythonPath: ferryPythonPath(),
       ...(options.workerUser ? { workerUser: options.workerUser } : {}),
+      ...(options.workerUids ? { workerUids: options.workerUids } : {}),
     },
     consoleDir: path.join(installRoot(), 'console'),
     webhookAllow: webhookAllowFromEnv(ctx.io.env),
@@ -72,9 +79,12 @@ function writeServerInfo(home: string, url: string): () => void {
 
 async function serve(
   ctx: CliContext,
-  argv: { host: string; port: number; detach: boolean; 'worker-user'?: string },
+  argv: { host: string; port: number; detach: boolean; 'worker-user'?: string; 'worker-uids'?: string },
 ): Promise<void> {
   const home = ferryHome(ctx.io.env);
+  // Checked before anything starts, in the foreground too: a detached server must not come up
+  // without the isolation it was asked for.
+  const isolation = workerIsolation(argv);
   const running = await runningServer(home);
   if (running) {
     if (argv.detach) {
@@ -87,7 +97,13 @@ async function serve(
     });
   }
   if (argv.detach) {
-    const info = await startDetached({ home, host: argv.host, port: argv.port, env: ctx.io.env });
+    const info = await startDetached({
+      home,
+      host: argv.host,
+      port: argv.port,
+      env: ctx.io.env,
+      serveArgs: isolation.args,
+    });
     ctx.reporter.line(
       `✓ ferry serve runs in the background (pid ${info.pid}); logs in ${path.join(home, 'serve.log')}`,
     );
@@ -98,7 +114,7 @@ async function serve(
     host: argv.host,
     port: argv.port,
     dataDir: home,
-    ...(argv['worker-user'] ? { workerUser: osUser(argv['worker-user']) } : {}),
+    ...isolation.options,
   });
   const forget = writeServerInfo(home, platform.url);
   ctx.reporter.out(`Ferry platform at ${platform.url}  (state in ${home})`);
@@ -108,6 +124,44 @@ async function serve(
   ctx.reporter.line('Stopping…');
   forget();
   await platform.close();
+}
+
+/**
+ * `--worker-user` / `--worker-uids` (docs/security.md): the platform options they set, and the same
+ * flags for a detached server. Both need root (the platform starts workers as other users).
+ */
+export function workerIsolation(argv: { 'worker-user'?: string; 'worker-uids'?: string }): {
+  options: { workerUser?: { uid: number; gid: number }; workerUids?: { first: number; last: number } };
+  args: string[];
+} {
+  const user = argv['worker-user'];
+  const uids = argv['worker-uids'];
+  if (user === undefined && uids === undefined) return { options: {}, args: [] };
+  if (user !== undefined && uids !== undefined) {
+    throw usage(
+      'Pass either --worker-user or --worker-uids',
+      '--worker-uids gives each endpoint a user of its own; --worker-user one user for all endpoints',
+    );
+  }
+  if (process.getuid?.() !== 0) {
+    throw usage('Running workers as other OS users needs root', 'Run `sudo ferry serve …`');
+  }
+  if (user !== undefined) return { options: { workerUser: osUser(user) }, args: ['--worker-user', user] };
+  return { options: { workerUids: uidRange(uids!) }, args: ['--worker-uids', uids!] };
+}
+
+/** `FIRST-LAST`, e.g. `200000-265535`: uids no account on this machine uses. */
+export function uidRange(text: string): { first: number; last: number } {
+  const match = /^(\d+)-(\d+)$/.exec(text.trim());
+  const first = Number(match?.[1]);
+  const last = Number(match?.[2]);
+  if (!match || first < 1000 || last < first || last > 4_294_967_294) {
+    throw usage(
+      `--worker-uids must be FIRST-LAST with 1000 <= FIRST <= LAST, got '${text}'`,
+      'For example --worker-uids 200000-265535 (uids no account on this machine uses)',
+    );
+  }
+  return { first, last };
 }
 
 /** uid and gid of a user name (or numeric id), via id(1); a usage error when it does not exist. */
@@ -144,8 +198,14 @@ export const serveCommand = (ctx: CliContext): CommandModule =>
           type: 'string',
           describe: 'Run workers as this OS user, out of reach of FERRY_HOME (needs root)',
         })
+        .option('worker-uids', {
+          type: 'string',
+          describe:
+            'Run each endpoint as a uid of its own from FIRST-LAST, out of reach of FERRY_HOME and of each other (needs root)',
+        })
         .example('$0 serve', 'Serve on 127.0.0.1:8888 until Ctrl+C')
         .example('sudo $0 serve --worker-user ferry-worker', 'Workers as their own OS user')
+        .example('sudo $0 serve --worker-uids 200000-265535', 'Each endpoint as its own OS user')
         .example('$0 serve --detach', 'Start it in the background'),
     handler: (argv) => serve(ctx, argv),
   });

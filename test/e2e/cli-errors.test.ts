@@ -57,6 +57,9 @@ describe('ferry errors', () => {
       ['frobnicate'],
       ['build', '--python-version', '2.7'],
       ['--provider', 'gcp', 'app', 'list'],
+      ['serve', '--worker-uids', '5-10'],
+      ['serve', '--worker-uids', 'lots'],
+      ['serve', '--worker-user', 'nobody', '--worker-uids', '200000-200099'],
     ]) {
       const result = await sandbox.run(args, { cwd: project });
       expect(result.code, args.join(' ')).toBe(2);

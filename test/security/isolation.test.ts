@@ -1,20 +1,24 @@
 /**
  * The local isolation suite of issue 13 (docs/security.md): two apps, three endpoints, real Python
- * workers run as another OS user (`workerUser`, what `ferry serve --worker-user` sets). Each handler
- * tries to read the database, the secrets key and the client key file, and reports its environment:
- * it reads nothing, sees no platform variable or key, and sees its own endpoint's secrets only.
- * Needs root to start workers as `nobody`; skipped otherwise.
+ * workers, each endpoint's as an OS user of its own (`workerUids`, what `ferry serve --worker-uids`
+ * sets). Each handler tries to read the database, the secrets key and the client key file, reports
+ * its environment, and looks at every other process (/proc environ, kill -0): it reads nothing, sees
+ * no platform variable or key, sees its own endpoint's secrets only, and reaches no other endpoint's
+ * process or code. Needs root to start workers as other users; skipped otherwise.
  */
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { create as createTar } from 'tar';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scanProject } from '../../cli/build/scan.js';
+import { CliSandbox } from '../e2e/cli-support.js';
 import { recordFor } from '../support/endpoints.js';
 import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
 
 const isRoot = process.getuid?.() === 0;
-const nobody = { uid: 65534, gid: 65534 };
+/** uids no account on a test machine uses; one per endpoint, in the order they first start. */
+const workerUids = { first: 230_000, last: 230_099 };
 const projectDir = resolve('test/security/fixtures/tenants');
 const tenants: Record<string, { app: string; env: string }> = {
   spy: { app: 'shop', env: 'prod' },
@@ -28,7 +32,10 @@ let dataDir: string;
 
 beforeAll(async () => {
   if (!isRoot) return;
-  dataDir = join(mkdtempSync(join(tmpdir(), 'ferry-isolation-')), 'home');
+  const parent = mkdtempSync(join(tmpdir(), 'ferry-isolation-'));
+  // FERRY_HOME's folder must let the worker users through to FERRY_HOME-runtime beside it.
+  chmodSync(parent, 0o711);
+  dataDir = join(parent, 'home');
   platform = await startTestPlatform({
     dataDir,
     workerWaitMs: 5_000,
@@ -36,7 +43,7 @@ beforeAll(async () => {
       ferryPythonPath: resolve('worker-image/python'),
       tickMs: 100,
       reconcileIntervalMs: 500,
-      workerUser: nobody,
+      workerUids,
       // The system interpreter: one under /root (pyenv) is out of the worker user's reach.
       python: '/usr/bin/python3',
     },
@@ -47,9 +54,20 @@ beforeAll(async () => {
   const secrets = platform.db.openSecrets(join(dataDir, 'secrets.key'));
   await secrets.set(tenants.spy!, 'SPY_TOKEN', secretValues.SPY_TOKEN);
   await secrets.set(tenants.victim!, 'VICTIM_TOKEN', secretValues.VICTIM_TOKEN);
+  // Deployed the way `ferry deploy` does: an artifact the platform unpacks (not a code folder).
+  const archive = join(dataDir, '..', 'tenants.tar.gz');
+  await createTar({ gzip: true, file: archive, cwd: projectDir, portable: true }, ['tenants.py']);
+  await platform.blobs.put('artifacts/tenants.tar.gz', readFileSync(archive));
   const { endpoints } = await scanProject({ projectDir });
   for (const endpoint of endpoints) {
-    await platform.db.control.putEndpoint({ ...recordFor(endpoint, projectDir), ...tenants[endpoint.name]! });
+    const { config, ...record } = recordFor(endpoint, projectDir);
+    await platform.db.control.putEndpoint({
+      ...record,
+      config: { ...config, codeDir: undefined },
+      artifactKey: 'artifacts/tenants.tar.gz',
+      fingerprint: 'v1',
+      ...tenants[endpoint.name]!,
+    });
   }
   await platform.workers!.reconcile();
 }, 60_000);
@@ -65,6 +83,10 @@ interface Probe {
   env: Record<string, string>;
   reads: Record<string, string>;
   uid: number;
+  pid: number;
+  /** Other processes' environments the worker could read, and the pids it may signal. */
+  environs: string[];
+  signalable: number[];
 }
 
 async function probe(endpoint: string): Promise<Probe> {
@@ -72,20 +94,22 @@ async function probe(endpoint: string): Promise<Probe> {
     join(dataDir, f),
   );
   const answer = await call(platform.baseUrl, 'POST', `/${endpoint}/runsync`, { input: { paths } });
-  expect(answer.body.status).toBe('COMPLETED');
+  expect(answer.body.status, JSON.stringify(answer.body)).toBe('COMPLETED');
   return answer.body.output as Probe;
 }
 
 describe.runIf(isRoot)('tenant isolation on the local platform (workers as another OS user)', () => {
   it.each(Object.keys(tenants))('%s reads no platform file and sees no platform secret', async (name) => {
     const seen = await probe(name);
-    expect(seen.uid).toBe(nobody.uid);
+    expect(seen.uid).toBeGreaterThanOrEqual(workerUids.first);
+    expect(seen.uid).toBeLessThanOrEqual(workerUids.last);
     for (const [path, outcome] of Object.entries(seen.reads)) {
       expect([path, outcome]).toEqual([path, expect.stringMatching(/PermissionError|FileNotFoundError/)]);
     }
     const env = JSON.stringify(seen.env);
     expect(env).not.toContain(testApiKey);
-    expect(env).not.toContain(dataDir);
+    // FERRY_HOME itself, not the runtime folder beside it (FERRY_HOME-runtime, the code).
+    expect(env.replaceAll(`${dataDir}-runtime`, '')).not.toContain(dataDir);
     expect(Object.keys(seen.env).filter((k) => /^(AWS_|FERRY_HOME|FERRY_API_KEY)/.test(k))).toEqual([]);
   });
 
@@ -96,5 +120,63 @@ describe.runIf(isRoot)('tenant isolation on the local platform (workers as anoth
     expect(JSON.stringify(spy!.env)).not.toContain(secretValues.VICTIM_TOKEN);
     expect(JSON.stringify(victim!.env)).not.toContain(secretValues.SPY_TOKEN);
     expect(JSON.stringify(bystander!.env)).not.toMatch(/spy-secret|victim-secret/);
+  });
+
+  it("keeps each endpoint out of other endpoints' processes: no environment (secrets) read, no signal", async () => {
+    // Probed in turn, so the victim's worker is running while the spy looks at /proc.
+    const victim = await probe('victim');
+    const spy = await probe('spy');
+    const bystander = await probe('bystander');
+    expect(new Set([spy.uid, victim.uid, bystander.uid]).size).toBe(3);
+    expect(JSON.stringify(spy.environs)).not.toContain(secretValues.VICTIM_TOKEN);
+    expect(JSON.stringify(bystander.environs)).not.toMatch(/spy-secret|victim-secret/);
+    expect(spy.signalable).not.toContain(victim.pid);
+    expect(spy.signalable).not.toContain(bystander.pid);
+    expect(victim.signalable).not.toContain(spy.pid);
+  });
+
+  it('refuses to start when worker users could not reach their code, naming the folder', async () => {
+    const closed = mkdtempSync(join(tmpdir(), 'ferry-isolation-closed-'));
+    try {
+      await expect(
+        startTestPlatform({
+          dataDir: join(closed, 'home'),
+          workers: { ferryPythonPath: resolve('worker-image/python'), workerUids },
+        }),
+      ).rejects.toThrow(`${closed} does not let other users through`);
+    } finally {
+      rmSync(closed, { recursive: true, force: true });
+    }
+  });
+
+  it('ferry serve --detach keeps the isolation it was asked for', async () => {
+    const sandbox = new CliSandbox();
+    try {
+      chmodSync(sandbox.root, 0o711);
+      const started = await sandbox.run(['serve', '--detach', '--worker-uids', '230100-230199']);
+      expect(started.code, started.stderr).toBe(0);
+      const { pid } = JSON.parse(readFileSync(join(sandbox.home, 'server.json'), 'utf8')) as { pid: number };
+      const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      expect(argv.slice(argv.indexOf('--worker-uids'), argv.indexOf('--worker-uids') + 2)).toEqual([
+        '--worker-uids',
+        '230100-230199',
+      ]);
+    } finally {
+      await sandbox.cleanup();
+    }
+  });
+
+  it("keeps each endpoint's unpacked code its own", async () => {
+    const codeOf = async (name: string) => {
+      const record = (await platform.db.control.listEndpoints()).find((r) => r.name === name)!;
+      return join(`${dataDir}-runtime`, record.id, record.fingerprint, 'tenants.py');
+    };
+    const victimCode = await codeOf('victim');
+    const spyReads = await call(platform.baseUrl, 'POST', '/spy/runsync', { input: { paths: [victimCode] } });
+    expect(spyReads.body.output.reads[victimCode]).toBe('PermissionError');
+    const ownRead = await call(platform.baseUrl, 'POST', '/victim/runsync', {
+      input: { paths: [victimCode] },
+    });
+    expect(ownRead.body.output.reads[victimCode]).toBe('read');
   });
 });

@@ -6,7 +6,8 @@
  * left them looser.
  */
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { FerryError } from '../../errors.js';
 
 export const privateDirMode = 0o700;
 export const privateFileMode = 0o600;
@@ -37,4 +38,24 @@ export function createPrivateFile(file: string): void {
 function tighten(path: string, mode: number): void {
   const current = statSync(path).mode & 0o777;
   if ((current & ~mode) !== 0) chmodSync(path, current & mode);
+}
+
+/**
+ * Workers run as other OS users (`ferry serve --worker-user` / `--worker-uids`) read their code from
+ * `dir` (FERRY_HOME-runtime): every folder above it must let others through (the x bit for others),
+ * or no deployed endpoint's worker can start. Checked at start, with the folder that stops them.
+ */
+export function assertReachableByWorkers(dir: string): void {
+  for (let folder = dirname(dir); ; folder = dirname(folder)) {
+    if (existsSync(folder) && (statSync(folder).mode & 0o001) === 0) {
+      throw new FerryError(
+        'usage',
+        `Workers run as other users cannot reach ${dir}: ${folder} does not let other users through`,
+        {
+          hint: `Put FERRY_HOME in a folder other users may enter (e.g. FERRY_HOME=/var/lib/ferry/home), or chmod o+x ${folder}`,
+        },
+      );
+    }
+    if (dirname(folder) === folder) return;
+  }
 }

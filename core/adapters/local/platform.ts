@@ -21,7 +21,7 @@ import { type SupervisorSettings, type WorkerIdentity, WorkerSupervisor } from '
 import { HttpWebhookSender } from '../../webhooks.js';
 import { FileBlobStore } from './files.js';
 import type { FrontDoorLimits } from './guard.js';
-import { securePrivateDir } from './home.js';
+import { assertReachableByWorkers, securePrivateDir } from './home.js';
 import { createHttpServer } from './http.js';
 import { LocalWorkers, type LocalWorkersOptions } from './pool.js';
 import { openLocalDatabase } from './sqlite.js';
@@ -63,7 +63,16 @@ export interface LocalPlatformOptions {
     | 'runtimeDir'
     | 'log'
     | 'callToken'
+    | 'workerUserOf'
   > & {
+    /** Every endpoint's workers as this OS user (`ferry serve --worker-user`). Needs root. */
+    workerUser?: { uid: number; gid: number };
+    /**
+     * Each endpoint's workers as a user of its own, uid and gid from this range (`ferry serve
+     * --worker-uids`): then no endpoint's code can read another's process environment (its
+     * secrets) or signal its processes. Needs root.
+     */
+    workerUids?: { first: number; last: number };
     reconcileIntervalMs?: number;
     /** How long a worker may keep a job it was told to stop before it is killed. */
     stopGraceMs?: number;
@@ -79,6 +88,10 @@ export type LocalPlatform = Awaited<ReturnType<typeof startLocalPlatform>>;
 export async function startLocalPlatform(options: LocalPlatformOptions) {
   const clock = options.clock ?? systemClock;
   const log = options.log ?? silentLogger;
+  // Workers run as other users cannot enter FERRY_HOME (0700): their code is unpacked beside it.
+  const workersElsewhere = Boolean(options.workers?.workerUser || options.workers?.workerUids);
+  const runtimeDir = workersElsewhere ? `${options.dataDir}-runtime` : join(options.dataDir, 'runtime');
+  if (workersElsewhere) assertReachableByWorkers(runtimeDir);
   securePrivateDir(options.dataDir);
   const db = openLocalDatabase(join(options.dataDir, 'ferry.db'), { clock });
   const blobs = new FileBlobStore(join(options.dataDir, 'blobs'));
@@ -200,7 +213,20 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   const loopbackUrl = `http://127.0.0.1:${address.port}`;
 
   if (options.workers) {
-    const { reconcileIntervalMs, stopGraceMs: _grace, drainMs: _drain, ...workerOptions } = options.workers;
+    const {
+      reconcileIntervalMs,
+      stopGraceMs: _grace,
+      drainMs: _drain,
+      workerUser,
+      workerUids,
+      ...workerOptions
+    } = options.workers;
+    const workerUserOf = workerUids
+      ? (endpointId: string) => {
+          const uid = db.workerUid(endpointId, workerUids);
+          return { uid, gid: uid };
+        }
+      : workerUser && (() => workerUser);
     pools = new LocalWorkers({
       ...workerOptions,
       supervisor,
@@ -209,10 +235,8 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
       blobs,
       changes,
       platformUrl: host === '127.0.0.1' || host === '0.0.0.0' || host === 'localhost' ? loopbackUrl : url,
-      // Workers run as another user cannot enter FERRY_HOME (0700): their code is unpacked beside it.
-      runtimeDir: options.workers.workerUser
-        ? `${options.dataDir}-runtime`
-        : join(options.dataDir, 'runtime'),
+      ...(workerUserOf ? { workerUserOf } : {}),
+      runtimeDir,
       secrets: (record, names) => secretStore.resolve({ app: record.app, env: record.env }, names),
       log,
       logs,

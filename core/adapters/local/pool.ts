@@ -20,7 +20,7 @@
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { lbSecretHeader } from '../../auth.js';
@@ -70,10 +70,11 @@ export interface LocalWorkersOptions {
   /** GPUs on this machine; detected with nvidia-smi when not given. */
   gpuCount?: number;
   /**
-   * Run workers as this OS user (`ferry serve --worker-user`, docs/security.md): FERRY_HOME's 0600
-   * files are then out of their reach. Needs the platform to run as root.
+   * The OS user an endpoint's workers run as (`ferry serve --worker-user` / `--worker-uids`,
+   * docs/security.md): FERRY_HOME's 0600 files are then out of their reach, and with a user per
+   * endpoint so are other endpoints' processes. Needs the platform to run as root.
    */
-  workerUser?: { uid: number; gid: number };
+  workerUserOf?: (endpointId: string) => { uid: number; gid: number };
   /** The values of an endpoint's `secrets=` names, for its workers only (docs/security.md). */
   secrets?: (record: EndpointRecord, names: readonly string[]) => Promise<Record<string, string>>;
   /** The call token (core/names.ts) the worker `workerId` uses for remote calls by name. */
@@ -103,6 +104,8 @@ interface PoolSpec {
   key: string;
   /** `secrets=` values, resolved when the spec is built; a changed value rolls the workers. */
   secrets: Record<string, string>;
+  /** The OS user its workers run as (LocalWorkersOptions.workerUserOf); the platform's own without. */
+  user?: { uid: number; gid: number };
 }
 
 export class LocalWorkers {
@@ -206,7 +209,8 @@ export class LocalWorkers {
 
   private async specOf(record: EndpointRecord): Promise<PoolSpec> {
     const config = endpointConfigOf(record);
-    const codeDir = config.codeDir ?? (await this.unpack(record));
+    const user = this.options.workerUserOf?.(record.id);
+    const codeDir = config.codeDir ?? (await this.unpack(record, user));
     const names = config.endpoint.resources.secrets ?? [];
     const secrets = names.length > 0 && this.options.secrets ? await this.options.secrets(record, names) : {};
     const key = JSON.stringify([
@@ -217,17 +221,31 @@ export class LocalWorkers {
       config.command,
       // A digest, so the key (which may be logged or compared) never holds a value.
       createHash('sha256').update(JSON.stringify(secrets)).digest('hex'),
+      user,
     ]);
-    return { record, config, codeDir, key, secrets };
+    return { record, config, codeDir, key, secrets, ...(user ? { user } : {}) };
   }
 
-  /** Unpacks the endpoint's artifact once per fingerprint into the runtime folder. */
-  private async unpack(record: EndpointRecord): Promise<string> {
+  /**
+   * Unpacks the endpoint's artifact once per fingerprint into the runtime folder. With a worker user,
+   * the endpoint's folder is that user's alone (0700): with a user per endpoint, no endpoint reads
+   * another's code.
+   */
+  private async unpack(record: EndpointRecord, user?: { uid: number; gid: number }): Promise<string> {
     if (!record.artifactKey) throw new FerryError('failed', 'it has neither an artifact nor a code folder');
-    const dir = join(this.options.runtimeDir, record.id, record.fingerprint);
-    if (existsSync(join(dir, '.ready'))) return dir;
-    const bytes = await this.options.blobs.get(record.artifactKey);
-    if (!bytes) throw new FerryError('failed', `its artifact ${record.artifactKey} is missing`);
+    const own = join(this.options.runtimeDir, record.id);
+    const dir = join(own, record.fingerprint);
+    if (!existsSync(join(dir, '.ready'))) await this.unpackInto(record.artifactKey, dir);
+    if (user) {
+      chownSync(own, user.uid, user.gid);
+      chmodSync(own, 0o700);
+    }
+    return dir;
+  }
+
+  private async unpackInto(artifactKey: string, dir: string): Promise<void> {
+    const bytes = await this.options.blobs.get(artifactKey);
+    if (!bytes) throw new FerryError('failed', `its artifact ${artifactKey} is missing`);
     const staging = `${dir}.tmp-${randomBytes(4).toString('hex')}`;
     mkdirSync(staging, { recursive: true });
     const archive = join(staging, '.artifact.tar.gz');
@@ -237,7 +255,6 @@ export class LocalWorkers {
     writeFileSync(join(staging, '.ready'), '');
     rmSync(dir, { recursive: true, force: true });
     renameSync(staging, dir);
-    return dir;
   }
 }
 
@@ -451,7 +468,7 @@ export class EndpointPool {
         stdio: ['ignore', 'pipe', 'pipe'],
         // Its own process group: a kill reaches whatever it started (RunPod's heartbeat process).
         detached: true,
-        ...(this.options.workerUser ?? {}),
+        ...this.spec.user,
       });
       proc.child = child;
       const prefix = `[${this.spec.record.name} ${workerId.slice(-8)}]`;

@@ -22,7 +22,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { systemClock } from '../../clock.js';
-import { conflict, internal } from '../../errors.js';
+import { conflict, FerryError, internal } from '../../errors.js';
 import {
   decodeJobCursor,
   encodeJobCursor,
@@ -240,6 +240,13 @@ CREATE TABLE IF NOT EXISTS workers (
   body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS workers_by_endpoint ON workers (endpoint_id, last_seen_at);
+
+-- Each endpoint's own OS user for its workers (\`ferry serve --worker-uids\`, LocalDatabase.workerUid).
+-- Never given to another endpoint, even once this one is gone: files it left stay out of reach.
+CREATE TABLE IF NOT EXISTS worker_uids (
+  endpoint_id TEXT PRIMARY KEY,
+  uid INTEGER NOT NULL UNIQUE
+);
 `;
 
 export interface LocalDatabaseOptions {
@@ -263,6 +270,11 @@ export interface LocalDatabase {
   openSecrets(keyFile: string): LocalSecretStore;
   /** Gives up to `maxPages` free pages back to the file system (incremental vacuum). */
   reclaimSpace(maxPages?: number): void;
+  /**
+   * The uid of the endpoint's workers within `range` (`ferry serve --worker-uids`): the one it was
+   * given before, else the next never given out. Throws when the range is used up.
+   */
+  workerUid(endpointId: string, range: { first: number; last: number }): number;
   /** A new job and its queue message in one transaction (EngineDeps.createQueued). */
   createQueued(job: Job): Promise<void>;
   /** Receive, claim and acknowledge in one transaction, as a long poll (EngineDeps.takeQueued). */
@@ -382,6 +394,28 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
       if (taken.length >= options.max || messages.length < want) return taken;
     }
   };
+  const givenUid = db.prepare<[string], { uid: number }>('SELECT uid FROM worker_uids WHERE endpoint_id = ?');
+  const lastUid = db.prepare<[number, number], { uid: number | null }>(
+    'SELECT MAX(uid) AS uid FROM worker_uids WHERE uid BETWEEN ? AND ?',
+  );
+  const giveUid = db.prepare('INSERT INTO worker_uids (endpoint_id, uid) VALUES (?, ?)');
+  const allocateWorkerUid = db.transaction((endpointId: string, range: { first: number; last: number }) => {
+    const given = givenUid.get(endpointId);
+    if (given) return given.uid;
+    const last = lastUid.get(range.first, range.last)?.uid;
+    const uid = last === null || last === undefined ? range.first : last + 1;
+    if (uid > range.last) {
+      throw new FerryError(
+        'failed',
+        `Every uid of the worker range ${range.first}-${range.last} is given out`,
+        {
+          hint: 'Restart `ferry serve` with a larger --worker-uids range',
+        },
+      );
+    }
+    giveUid.run(endpointId, uid);
+    return uid;
+  });
   let closed = false;
   return {
     jobs,
@@ -391,6 +425,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     reclaimSpace(maxPages = 2_000) {
       db.pragma(`incremental_vacuum(${Math.max(1, Math.floor(maxPages))})`);
     },
+    workerUid: (endpointId, range) => allocateWorkerUid(endpointId, range),
     async createQueued(job: Job) {
       let handed: HandedJob | undefined;
       try {
