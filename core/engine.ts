@@ -101,6 +101,9 @@ export const workerKey = (workerId: string) => `worker:${workerId}`;
 /** Notified whenever an endpoint's queue grows, so local worker pools can scale. */
 export const endpointKey = (endpointId: string) => `endpoint:${endpointId}`;
 
+/** A read of a job that leaves its input out (JobStore.get): worker routes never look at it. */
+const noInput = { input: false } as const;
+
 /** 1 minute; a wait longer than the default keeps results as long as the wait, up to 5 minutes (docs/api.md#retention). */
 const runsyncRetentionMs = (waitMs: number) =>
   waitMs > limits.runsyncDefaultWaitMs
@@ -434,7 +437,7 @@ export class JobEngine {
     jobId: string,
     body: JobDoneBody,
   ): Promise<{ status: Job['status'] }> {
-    const job = await this.mustGet(endpointId, jobId);
+    const job = this.ofEndpoint(endpointId, jobId, await this.readForMove(jobId));
     if (body.status === 'IN_PROGRESS') {
       // Never let a late progress update overwrite a final state (runpod-python#250).
       const updated = await this.move(job, 'progress', () => ({ output: body.output }), workerId);
@@ -456,7 +459,8 @@ export class JobEngine {
 
   /** job-stream: appends one chunk (split when over 1 MB) for the worker holding the job. */
   async streamChunk(endpointId: string, workerId: string, jobId: string, chunk: { output: unknown }) {
-    const job = await this.mustGet(endpointId, jobId);
+    // Who holds it is all a chunk needs: the input is not read (a chunk per token, on AWS maybe an S3 GET each).
+    const job = this.ofEndpoint(endpointId, jobId, await this.jobs.get(jobId, this.clock.now(), noInput));
     if (!(job.status === 'IN_PROGRESS' && job.workerId === workerId)) {
       throw conflict(`Job ${jobId} is ${job.status} and not held by worker ${workerId}`);
     }
@@ -489,7 +493,7 @@ export class JobEngine {
         const held = await this.ledger.held(workerId);
         const stop: string[] = [];
         for (const jobId of held) {
-          const job = await this.jobs.get(jobId, now);
+          const job = await this.jobs.get(jobId, now, noInput);
           if (mustStop(job, workerId, endpointId)) stop.push(jobId);
         }
         const remaining = deadline - now;
@@ -582,7 +586,7 @@ export class JobEngine {
     endpointId: string,
     jobId: string,
   ): Promise<{ timedOut: boolean; deadlineMs?: number }> {
-    let job = await this.jobs.get(jobId, this.clock.now());
+    let job = await this.readForMove(jobId);
     while (
       job &&
       job.endpointId === endpointId &&
@@ -595,7 +599,7 @@ export class JobEngine {
       if (await this.tryMove(current, 'timeOut', () => this.timedOutPatch(current)))
         return { timedOut: true };
       // Lost a race (a ping renewed the lease, or the job ended): read again and decide again.
-      job = await this.jobs.get(jobId, this.clock.now());
+      job = await this.readForMove(jobId);
     }
     return { timedOut: false };
   }
@@ -639,10 +643,25 @@ export class JobEngine {
   // ── helpers ───────────────────────────────────────────────────────────────────────────────────
 
   private async mustGet(endpointId: string, jobId: string): Promise<Job> {
-    const job = await this.jobs.get(jobId, this.clock.now());
+    return this.ofEndpoint(endpointId, jobId, await this.jobs.get(jobId, this.clock.now()));
+  }
+
+  /** `job` when it is this endpoint's, else 404 (absent and expired jobs read as undefined). */
+  private ofEndpoint(endpointId: string, jobId: string, job: Job | undefined): Job {
     if (!job || job.endpointId !== endpointId)
       throw notFound(`Job ${jobId} not found (or its results expired)`);
     return job;
+  }
+
+  /**
+   * A running job as a worker's move needs it: without its input (job-done, a timeout; on AWS a big
+   * input is an S3 object, and a 5 MB image would be read back for every result), unless a webhook
+   * may carry the input when the move ends the job.
+   */
+  private async readForMove(jobId: string): Promise<Job | undefined> {
+    const now = this.clock.now();
+    const job = await this.jobs.get(jobId, now, noInput);
+    return job?.webhook ? this.jobs.get(jobId, now) : job;
   }
 
   private finalPatch(status: 'COMPLETED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT') {

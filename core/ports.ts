@@ -19,11 +19,21 @@ export interface JobCounts {
   retried: number;
 }
 
+/** What a read of a job may leave out (JobStore.get). */
+export interface JobReadOptions {
+  /** false: the job without its input (job-done never needs it). Default true. */
+  input?: boolean;
+}
+
 export interface JobStore {
   /** Stores a new job at version 1. Throws a `conflict` FerryError when the id exists. */
   create(job: Job): Promise<void>;
-  /** The job, or undefined when there is none or it has expired at `nowMs` (expired jobs read as absent). */
-  get(jobId: string, nowMs: number): Promise<Job | undefined>;
+  /**
+   * The job, or undefined when there is none or it has expired at `nowMs` (expired jobs read as absent).
+   * With `{ input: false }` the input is left out (not read: on AWS a big one is an S3 object); an
+   * update of that job keeps the stored input.
+   */
+  get(jobId: string, nowMs: number, options?: JobReadOptions): Promise<Job | undefined>;
   /**
    * Compare-and-set: applies `patch` to `current` (a job as this store handed it out) and bumps the
    * version, only while the stored job is still at `current.version`. The store does not read the job

@@ -66,6 +66,26 @@ export function describeJobStoreContract(
         expect(await jobs.get(uniqueId('missing'), t0)).toBeUndefined();
       });
 
+      it('reads a job without its input when asked; an update of that job keeps the stored input', async () => {
+        // A small input and one over DynamoDB's inline budget (an S3 object there).
+        for (const input of [{ small: true }, { big: 'x'.repeat(200 * 1024) }]) {
+          const j = job({ input, webhook: 'https://example.test/hook' });
+          await jobs.create(j);
+          const bare = (await jobs.get(j.id, t0, { input: false }))!;
+          expect(bare).toEqual({ ...j, input: undefined, version: 1 });
+          expect('input' in bare).toBe(false);
+          const result = await jobs.update(bare, {
+            status: 'IN_PROGRESS',
+            workerId: 'w1',
+            startedAt: t0 + 1,
+          });
+          expect(result.ok).toBe(true);
+          const read = await jobs.get(j.id, t0);
+          expect(read?.input).toEqual(input);
+          expect(read).toMatchObject({ status: 'IN_PROGRESS', workerId: 'w1', version: 2 });
+        }
+      });
+
       it('reads a job as absent from the moment it expires', async () => {
         const j = job({ expiresAt: t0 + 1_000 });
         await jobs.create(j);

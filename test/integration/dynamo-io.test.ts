@@ -18,7 +18,7 @@ import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock, systemClock } from '../../core/clock.js';
 import { JobEngine } from '../../core/engine.js';
 import type { Job } from '../../core/job.js';
-import type { JobCounts, JobPatch, JobStore } from '../../core/ports.js';
+import type { BlobStore, JobCounts, JobPatch, JobStore } from '../../core/ports.js';
 
 import { makeJob } from '../contract/helpers.js';
 import { type AwsFixture, dynamoClientFor, startAwsFixture } from '../support/emulators.js';
@@ -50,14 +50,24 @@ function countedStore() {
     { step: 'initialize', name: 'countCalls' },
   );
   const doc = documentClient(client);
-  const jobs = new DynamoJobStore({ doc, tables: aws.tables, blobs: aws.blobs('ferry/') });
+  // The S3 objects read (big fields over the inline budget), by key.
+  const blobReads: string[] = [];
+  const s3 = aws.blobs('ferry/');
+  const blobs: BlobStore = Object.assign(Object.create(s3) as BlobStore, {
+    get: (key: string) => {
+      blobReads.push(key);
+      return s3.get(key);
+    },
+  });
+  const jobs = new DynamoJobStore({ doc, tables: aws.tables, blobs });
   const count = (name: string) => calls.filter((call) => call === name).length;
   const reset = () => {
     calls.splice(0);
     inputs.splice(0);
     outputs.splice(0);
+    blobReads.splice(0);
   };
-  return { jobs, calls, inputs, outputs, count, reset, close: () => client.destroy() };
+  return { jobs, calls, inputs, outputs, blobReads, count, reset, close: () => client.destroy() };
 }
 
 describe('DynamoDB calls per job transition', () => {
@@ -142,6 +152,43 @@ describe('DynamoDB calls per job transition', () => {
       expect(store.count('GetItem')).toBe(1);
       expect(store.count('TransactWriteItems')).toBe(1);
       expect(store.count('PutItem')).toBe(0);
+    } finally {
+      store.close();
+    }
+  });
+});
+
+describe('worker routes do not read the input back', () => {
+  it("job-done and job-stream of a job with a 200 KB input (an S3 object) read no S3 object; a webhook's job-done does", async () => {
+    const store = countedStore();
+    const engine = new JobEngine({
+      jobs: store.jobs,
+      queue: aws.queue(),
+      workers: aws.workers(),
+      changes: new LocalChangeFeed(),
+      clock: systemClock,
+      webhooks: { send: () => {} },
+    });
+    const input = { image: 'x'.repeat(200 * 1024) };
+    try {
+      for (const webhook of [undefined, 'https://example.test/hook']) {
+        const endpointId = `io-in-${Date.now()}-${webhook ? 'hook' : 'plain'}`;
+        const { id } = await engine.submit(
+          endpointId,
+          { input, ...(webhook ? { webhook } : {}) },
+          { sync: false },
+        );
+        const [taken] = await engine.take(endpointId, 'w1', 1, 0);
+        // The worker gets the input: that read is the one that must fetch it.
+        expect(taken?.input).toEqual(input);
+        store.reset();
+        await engine.streamChunk(endpointId, 'w1', id, { output: 'part' });
+        await engine.done(endpointId, 'w1', id, { output: { ok: true } });
+        // A webhook carries the input (docs/api.md): only then is it read.
+        expect(store.blobReads.length).toBe(webhook ? 1 : 0);
+        const done = await store.jobs.get(id, Date.now());
+        expect(done).toMatchObject({ status: 'COMPLETED', output: { ok: true }, input });
+      }
     } finally {
       store.close();
     }

@@ -43,6 +43,7 @@ import type {
   JobCounts,
   JobPatch,
   JobQueue,
+  JobReadOptions,
   JobStore,
   JobUpdate,
   LeaseRenewal,
@@ -623,6 +624,7 @@ class SqliteJobStore implements JobStore {
   readonly #insert;
   readonly #insertInput;
   readonly #get;
+  readonly #getBody;
   readonly #renew;
   readonly #appendTx;
   readonly #drainTx;
@@ -637,6 +639,7 @@ class SqliteJobStore implements JobStore {
     );
     this.#insertInput = db.prepare('INSERT OR REPLACE INTO job_inputs (job_id, input) VALUES (?, ?)');
     this.#get = db.prepare<[string], JobRow>(`${selectJobs()} WHERE jobs.id = ?`);
+    this.#getBody = db.prepare<[string], { body: string }>('SELECT body FROM jobs WHERE id = ?');
     // The right-hand sides read the row as it was, so body's version matches the column's.
     this.#renew = db.prepare(
       `UPDATE jobs SET lease_until = @lease, version = version + 1,
@@ -679,9 +682,15 @@ class SqliteJobStore implements JobStore {
     return job;
   };
 
-  async get(jobId: string, nowMs: number): Promise<Job | undefined> {
-    const job = this.getSync(jobId);
+  async get(jobId: string, nowMs: number, options?: JobReadOptions): Promise<Job | undefined> {
+    const job = options?.input === false ? this.#bodyOf(jobId) : this.getSync(jobId);
     return job && job.expiresAt > nowMs ? job : undefined;
+  }
+
+  /** The stored job without its input: job_inputs is not read (writeSync leaves it as it is). */
+  #bodyOf(jobId: string): Job | undefined {
+    const row = this.#getBody.get(jobId);
+    return row ? (JSON.parse(row.body) as Job) : undefined;
   }
 
   /** The stored job, expired or not. */

@@ -22,6 +22,7 @@ import type {
   BlobStore,
   JobCounts,
   JobPatch,
+  JobReadOptions,
   JobStore,
   JobUpdate,
   LeaseRenewal,
@@ -55,6 +56,9 @@ import {
   streamChunkInlineBytes,
 } from './job-item.js';
 import { type DynamoTableNames, dynamoSchema, type IndexSpec } from './schema.js';
+
+/** The big fields a read without the input decodes (JobReadOptions). */
+const withoutInput = bigFields.filter((field) => field !== 'input');
 
 /** Stream chunks and their meta: the longest policy.ttl (7 d) plus a day. */
 const streamLifeSec = 8 * daySec;
@@ -117,8 +121,8 @@ export class DynamoJobStore implements JobStore {
     }
   }
 
-  async get(jobId: string, nowMs: number): Promise<Job | undefined> {
-    const job = await this.readJob(jobId);
+  async get(jobId: string, nowMs: number, options?: JobReadOptions): Promise<Job | undefined> {
+    const job = await this.readJob(jobId, options?.input === false ? withoutInput : bigFields);
     // TTL deletion lags by days: an expired job still in the table reads as absent.
     return job && job.expiresAt > nowMs ? job : undefined;
   }
@@ -549,7 +553,7 @@ export class DynamoJobStore implements JobStore {
     return result.Item as Item | undefined;
   }
 
-  private async readJob(jobId: string): Promise<Job | undefined> {
+  private async readJob(jobId: string, fields: readonly BigField[] = bigFields): Promise<Job | undefined> {
     // A writer deletes the blobs it replaced right after its write: a reader holding the older item
     // may find a blob gone, and reads again.
     for (let attempt = 0; ; attempt++) {
@@ -557,7 +561,7 @@ export class DynamoJobStore implements JobStore {
       // No body: not a job (a count item shares the table, ./counts.ts).
       if (typeof item?.body !== 'string') return undefined;
       try {
-        return await this.jobOf(item);
+        return await this.jobOf(item, fields);
       } catch (error) {
         if (!(error instanceof MissingBlobError) || attempt >= 2) throw error;
       }
@@ -609,13 +613,17 @@ export class DynamoJobStore implements JobStore {
     );
   }
 
-  private async jobOf(item: Item): Promise<Job> {
+  /**
+   * The job of an item, its big fields read (inline, or from S3) for `fields` only; the others are
+   * left out, and an update of the job keeps them as stored (storedBig remembers how).
+   */
+  private async jobOf(item: Item, fields: readonly BigField[] = bigFields): Promise<Job> {
     const small = JSON.parse(item.body as string) as Job;
     // renewLease writes these two attributes and leaves the body as it was.
     small.version = item.version as number;
     if (typeof item.leaseUntil === 'number') small.leaseUntil = item.leaseUntil;
     const big = storedBigOf(item);
-    const job = await this.decode(small, big, bigFields);
+    const job = await this.decode(small, big, fields);
     this.storedBig.set(job, big);
     return job;
   }
@@ -632,7 +640,11 @@ export class DynamoJobStore implements JobStore {
   }
 
   /** Fills in the big fields of `job` from `big` (`fields` are the ones to fill). */
-  private async decode(job: Job, big: Partial<Record<BigField, Stored>>, fields: BigField[]): Promise<Job> {
+  private async decode(
+    job: Job,
+    big: Partial<Record<BigField, Stored>>,
+    fields: readonly BigField[],
+  ): Promise<Job> {
     const out = { ...job } as unknown as Item;
     await Promise.all(
       fields.map(async (field) => {
