@@ -37,7 +37,8 @@ export class SqliteLogStore implements LogStore {
     );
     this.#insertMany = db.transaction((lines: readonly LogLine[]) => this.#insertLines(lines));
     this.#byJob = db.prepare<[string, string, number, number, number], LogRow>(
-      `SELECT * FROM logs WHERE job_id = ? AND endpoint_id = ? AND seq > ? AND at_ms >= ? ORDER BY seq LIMIT ?`,
+      `SELECT * FROM logs INDEXED BY logs_of_jobs
+       WHERE job_id = ? AND endpoint_id = ? AND seq > ? AND at_ms >= ? ORDER BY seq LIMIT ?`,
     );
     this.#byEndpoint = db.prepare<[string, number, number, number], LogRow>(
       `SELECT * FROM logs WHERE endpoint_id = ? AND seq > ? AND at_ms >= ? ORDER BY seq LIMIT ?`,
@@ -75,7 +76,9 @@ export class SqliteLogStore implements LogStore {
 
   /** Drops worker lines written before `beforeMs`; job lines go with their job. */
   async deleteWorkerLinesBefore(beforeMs: number): Promise<number> {
-    return this.db.prepare('DELETE FROM logs WHERE job_id IS NULL AND at_ms < ?').run(beforeMs).changes;
+    return this.db
+      .prepare('DELETE FROM logs INDEXED BY logs_of_workers WHERE job_id IS NULL AND at_ms < ?')
+      .run(beforeMs).changes;
   }
 }
 

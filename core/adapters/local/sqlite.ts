@@ -195,9 +195,14 @@ CREATE TABLE IF NOT EXISTS logs (
   stream TEXT NOT NULL,
   text TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS logs_by_job ON logs (job_id, seq);
+-- A job's lines, and a worker's own lines by time (for their retention): each line is in one of the
+-- two partial indexes, not both, and the queries name theirs (logs.ts), so reading one job's lines
+-- walks that job's lines, where the planner had picked the endpoint's index and walked all of them.
+DROP INDEX IF EXISTS logs_by_job;
+DROP INDEX IF EXISTS logs_by_time;
+CREATE INDEX IF NOT EXISTS logs_of_jobs ON logs (job_id, seq) WHERE job_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS logs_of_workers ON logs (at_ms) WHERE job_id IS NULL;
 CREATE INDEX IF NOT EXISTS logs_by_endpoint ON logs (endpoint_id, seq);
-CREATE INDEX IF NOT EXISTS logs_by_time ON logs (at_ms);
 
 CREATE TABLE IF NOT EXISTS stream_chunks (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -843,7 +848,7 @@ class SqliteJobStore implements JobStore {
           .map((row) => row.id);
         const batch = JSON.stringify(ids);
         const inBatch = 'IN (SELECT value FROM json_each(?))';
-        prepared(this.db, `DELETE FROM logs WHERE job_id ${inBatch}`).run(batch);
+        prepared(this.db, `DELETE FROM logs INDEXED BY logs_of_jobs WHERE job_id ${inBatch}`).run(batch);
         prepared(this.db, `DELETE FROM stream_chunks WHERE job_id ${inBatch}`).run(batch);
         prepared(this.db, `DELETE FROM job_inputs WHERE job_id ${inBatch}`).run(batch);
         return prepared(this.db, `DELETE FROM jobs WHERE id ${inBatch}`).run(batch).changes;
