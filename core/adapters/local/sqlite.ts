@@ -164,7 +164,12 @@ CREATE TABLE IF NOT EXISTS jobs (
   -- The whole job as JSON; the columns above are copies of the fields that queries filter on.
   body TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS jobs_by_endpoint_status ON jobs (endpoint_id, status, created_at);
+-- By endpoint and status, oldest first; expires_at and retries ride along so health's counts read the
+-- index alone (a covering index) instead of each job's row: 100 000 retained jobs took about 70 ms of
+-- blocked event loop per health call. Every move that changes either also changes the status, so
+-- carrying them adds no index write.
+DROP INDEX IF EXISTS jobs_by_endpoint_status;
+CREATE INDEX IF NOT EXISTS jobs_of_endpoint_by_status ON jobs (endpoint_id, status, created_at, expires_at, retries);
 -- The running jobs, oldest first: all the sweep's overdue query (lapsed lease or run deadline) reads.
 -- Partial, so a job enters it when taken and leaves it when it ends, and nothing else a job does
 -- (its submit, a lease renewal, its retention) writes to it. It replaces two indexes over every job,
@@ -748,7 +753,7 @@ class SqliteJobStore implements JobStore {
   async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
     const rows = prepared<[string, string, number, number], JobRow>(
       this.db,
-      `${selectJobs()} WHERE endpoint_id = ? AND status = ? AND expires_at > ?
+      `${selectJobs('jobs_of_endpoint_by_status')} WHERE endpoint_id = ? AND status = ? AND expires_at > ?
          ORDER BY created_at, rowid LIMIT ?`,
     ).all(endpointId, status, nowMs, checkLimit(limit));
     return rows.map(this.#jobOf);
@@ -818,7 +823,7 @@ class SqliteJobStore implements JobStore {
   async counts(endpointId: string, nowMs: number): Promise<JobCounts> {
     const rows = prepared<[string, number], { status: JobStatus; n: number; retried: number }>(
       this.db,
-      `SELECT status, COUNT(*) AS n, SUM(retries > 0) AS retried FROM jobs
+      `SELECT status, COUNT(*) AS n, SUM(retries > 0) AS retried FROM jobs INDEXED BY jobs_of_endpoint_by_status
          WHERE endpoint_id = ? AND expires_at > ? GROUP BY status`,
     ).all(endpointId, nowMs);
     const counts: JobCounts = { completed: 0, failed: 0, inProgress: 0, inQueue: 0, retried: 0 };

@@ -1,8 +1,10 @@
 /**
- * The local log store's two kinds of lines: a job's (read by job, deleted with the job) and a worker's
- * own (read by endpoint, deleted by age). Each kind has its partial index, which the queries name
- * (a missing one fails the query), and a database written by an older Ferry loses the two indexes
- * every line was written to before.
+ * Indexes of the local database that decide what a query costs, and their migration from a database
+ * an older Ferry wrote. The queries name their index (INDEXED BY), so a missing one fails them.
+ *
+ * - The log store's two kinds of lines: a job's (read by job, deleted with the job) and a worker's own
+ *   (read by endpoint, deleted by age), each with its partial index.
+ * - Health's counts read the jobs' status index alone (it carries expires_at and retries).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -63,19 +65,38 @@ it("drops the worker's own lines by age and leaves every job's lines to their jo
   expect(left.lines.map((l) => l.text)).toEqual(['new worker line', 'old job line']);
 });
 
-it('replaces the indexes of an older database with the two partial ones', async () => {
+/** The indexes of `table` (not the automatic ones of keys), by name. */
+function indexesOf(table: string): string[] {
+  const check = new Database(join(dir, 'ferry.db'), { readonly: true });
+  try {
+    return check
+      .prepare<[string], { name: string }>(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL ORDER BY name",
+      )
+      .all(table)
+      .map((r) => r.name);
+  } finally {
+    check.close();
+  }
+}
+
+it("replaces an older database's indexes: two partial ones for logs, a covering one for job counts", async () => {
   await db.close();
   const raw = new Database(join(dir, 'ferry.db'));
-  raw.exec('CREATE INDEX logs_by_job ON logs (job_id, seq); CREATE INDEX logs_by_time ON logs (at_ms);');
+  raw.exec(`DROP INDEX logs_of_jobs; DROP INDEX logs_of_workers; DROP INDEX jobs_of_endpoint_by_status;
+    CREATE INDEX logs_by_job ON logs (job_id, seq); CREATE INDEX logs_by_time ON logs (at_ms);
+    CREATE INDEX jobs_by_endpoint_status ON jobs (endpoint_id, status, created_at);`);
   raw.close();
   db = openLocalDatabase(join(dir, 'ferry.db'));
-  const check = new Database(join(dir, 'ferry.db'), { readonly: true });
-  const names = check
-    .prepare<[], { name: string }>(
-      "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'logs' AND sql IS NOT NULL ORDER BY name",
-    )
-    .all()
-    .map((r) => r.name);
-  check.close();
-  expect(names).toEqual(['logs_by_endpoint', 'logs_of_jobs', 'logs_of_workers']);
+  expect(indexesOf('logs')).toEqual(['logs_by_endpoint', 'logs_of_jobs', 'logs_of_workers']);
+  expect(indexesOf('jobs')).toContain('jobs_of_endpoint_by_status');
+  expect(indexesOf('jobs')).not.toContain('jobs_by_endpoint_status');
+  // The counts still read right after the migration.
+  expect(await db.jobs.counts('ep', 0)).toEqual({
+    completed: 0,
+    failed: 0,
+    inProgress: 0,
+    inQueue: 0,
+    retried: 0,
+  });
 });
