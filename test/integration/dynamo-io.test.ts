@@ -16,7 +16,7 @@ import { DynamoJobStore, documentClient, statusShardCount } from '../../core/ada
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock, systemClock } from '../../core/clock.js';
-import { JobEngine } from '../../core/engine.js';
+import { type EngineDeps, JobEngine } from '../../core/engine.js';
 import type { Job } from '../../core/job.js';
 import type { BlobStore, JobCounts, JobPatch, JobStore } from '../../core/ports.js';
 
@@ -69,6 +69,17 @@ function countedStore() {
   };
   return { jobs, calls, inputs, outputs, blobReads, count, reset, close: () => client.destroy() };
 }
+
+/** An engine on the counted store, with the fixture's queue and registry, on real time. */
+const engineFor = (store: ReturnType<typeof countedStore>, extra: Partial<EngineDeps> = {}) =>
+  new JobEngine({
+    jobs: store.jobs,
+    queue: aws.queue(),
+    workers: aws.workers(),
+    changes: new LocalChangeFeed(),
+    clock: systemClock,
+    ...extra,
+  });
 
 describe('DynamoDB calls per job transition', () => {
   it('a status move is one TransactWriteItems (the job Put and its count item ADDs) and no GetItem', async () => {
@@ -137,14 +148,7 @@ describe('DynamoDB calls per job transition', () => {
 
   it('the engine cancels a queued job with one GetItem (its read) and one transaction', async () => {
     const store = countedStore();
-    const changes = new LocalChangeFeed();
-    const engine = new JobEngine({
-      jobs: store.jobs,
-      queue: aws.queue(),
-      workers: aws.workers(),
-      changes,
-      clock: systemClock,
-    });
+    const engine = engineFor(store);
     try {
       const submitted = await engine.submit('io-ep', { input: { n: 1 } }, { sync: false });
       store.reset();
@@ -161,14 +165,7 @@ describe('DynamoDB calls per job transition', () => {
 describe('worker routes do not read the input back', () => {
   it("job-done and job-stream of a job with a 200 KB input (an S3 object) read no S3 object; a webhook's job-done does", async () => {
     const store = countedStore();
-    const engine = new JobEngine({
-      jobs: store.jobs,
-      queue: aws.queue(),
-      workers: aws.workers(),
-      changes: new LocalChangeFeed(),
-      clock: systemClock,
-      webhooks: { send: () => {} },
-    });
+    const engine = engineFor(store, { webhooks: { send: () => {} } });
     const input = { image: 'x'.repeat(200 * 1024) };
     try {
       for (const webhook of [undefined, 'https://example.test/hook']) {
@@ -197,14 +194,7 @@ describe('worker routes do not read the input back', () => {
 
 describe('a ping renews leases with one UpdateItem per job and no read', () => {
   const engineOn = (store: ReturnType<typeof countedStore>, nowMs: number) =>
-    new JobEngine({
-      jobs: store.jobs,
-      queue: aws.queue(),
-      workers: aws.workers(),
-      changes: new LocalChangeFeed(),
-      clock: { now: () => nowMs } as typeof systemClock,
-      settings: { leaseMs: 60_000 },
-    });
+    engineFor(store, { clock: { now: () => nowMs } as typeof systemClock, settings: { leaseMs: 60_000 } });
 
   it('writes only leaseUntil, overdueAt and version, and only for the worker that holds the job', async () => {
     const store = countedStore();
@@ -434,13 +424,7 @@ describe('health through the engine on DynamoDB Local and SQS (fauxqs)', () => {
   it('counts right after run, take, done, fail, cancel, retry and purge', async () => {
     const store = countedStore();
     const endpointId = `io${Date.now()}engine`;
-    const engine = new JobEngine({
-      jobs: store.jobs,
-      queue: aws.queue(),
-      workers: aws.workers(),
-      changes: new LocalChangeFeed(),
-      clock: systemClock,
-    });
+    const engine = engineFor(store);
     const health = async () => (await engine.health(endpointId)).jobs;
     try {
       const ids: string[] = [];
