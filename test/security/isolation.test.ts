@@ -84,6 +84,8 @@ interface Probe {
   reads: Record<string, string>;
   uid: number;
   pid: number;
+  /** Where the worker could write a file (its HOME, its temp folder), or the error it got. */
+  writes: { home: string; tmp: string };
   /** Other processes' environments the worker could read, and the pids it may signal. */
   environs: string[];
   signalable: number[];
@@ -164,6 +166,16 @@ describe.runIf(isRoot)('tenant isolation on the local platform (workers as anoth
     } finally {
       await sandbox.cleanup();
     }
+  });
+
+  it('gives each endpoint a HOME and a temp folder of its own, which no other endpoint reads', async () => {
+    const byName = new Map((await platform.db.control.listEndpoints()).map((r) => [r.name, r.id]));
+    const victim = await probe('victim');
+    const own = join(`${dataDir}-runtime`, byName.get('victim')!);
+    expect(victim.writes).toEqual({ home: join(own, 'home'), tmp: join(own, 'tmp') });
+    const left = [join(own, 'home', 'probe.txt'), join(own, 'tmp', 'probe.txt')];
+    const spy = await call(platform.baseUrl, 'POST', '/spy/runsync', { input: { paths: left } });
+    for (const path of left) expect([path, spy.body.output.reads[path]]).toEqual([path, 'PermissionError']);
   });
 
   it("keeps each endpoint's unpacked code its own", async () => {

@@ -106,6 +106,8 @@ interface PoolSpec {
   secrets: Record<string, string>;
   /** The OS user its workers run as (LocalWorkersOptions.workerUserOf); the platform's own without. */
   user?: { uid: number; gid: number };
+  /** With a user: the endpoint's own HOME and TMPDIR (the platform's HOME is not theirs to write). */
+  home?: { HOME: string; TMPDIR: string };
 }
 
 export class LocalWorkers {
@@ -210,7 +212,8 @@ export class LocalWorkers {
   private async specOf(record: EndpointRecord): Promise<PoolSpec> {
     const config = endpointConfigOf(record);
     const user = this.options.workerUserOf?.(record.id);
-    const codeDir = config.codeDir ?? (await this.unpack(record, user));
+    const codeDir = config.codeDir ?? (await this.unpack(record));
+    const home = user && this.ownFolder(record.id, user);
     const names = config.endpoint.resources.secrets ?? [];
     const secrets = names.length > 0 && this.options.secrets ? await this.options.secrets(record, names) : {};
     const key = JSON.stringify([
@@ -223,24 +226,34 @@ export class LocalWorkers {
       createHash('sha256').update(JSON.stringify(secrets)).digest('hex'),
       user,
     ]);
-    return { record, config, codeDir, key, secrets, ...(user ? { user } : {}) };
+    return { record, config, codeDir, key, secrets, ...(user && home ? { user, home } : {}) };
+  }
+
+  /** Unpacks the endpoint's artifact once per fingerprint into the runtime folder. */
+  private async unpack(record: EndpointRecord): Promise<string> {
+    if (!record.artifactKey) throw new FerryError('failed', 'it has neither an artifact nor a code folder');
+    const dir = join(this.options.runtimeDir, record.id, record.fingerprint);
+    if (!existsSync(join(dir, '.ready'))) await this.unpackInto(record.artifactKey, dir);
+    return dir;
   }
 
   /**
-   * Unpacks the endpoint's artifact once per fingerprint into the runtime folder. With a worker user,
-   * the endpoint's folder is that user's alone (0700): with a user per endpoint, no endpoint reads
-   * another's code.
+   * With a worker user, the endpoint's runtime folder (its unpacked code, and a home and a temp folder
+   * for its workers) is that user's alone, 0700: with a user per endpoint no endpoint reads another's
+   * code or files, and /tmp, where other users can list what a worker left, is not used.
    */
-  private async unpack(record: EndpointRecord, user?: { uid: number; gid: number }): Promise<string> {
-    if (!record.artifactKey) throw new FerryError('failed', 'it has neither an artifact nor a code folder');
-    const own = join(this.options.runtimeDir, record.id);
-    const dir = join(own, record.fingerprint);
-    if (!existsSync(join(dir, '.ready'))) await this.unpackInto(record.artifactKey, dir);
-    if (user) {
-      chownSync(own, user.uid, user.gid);
-      chmodSync(own, 0o700);
+  private ownFolder(
+    endpointId: string,
+    user: { uid: number; gid: number },
+  ): { HOME: string; TMPDIR: string } {
+    const own = join(this.options.runtimeDir, endpointId);
+    const folders = { HOME: join(own, 'home'), TMPDIR: join(own, 'tmp') };
+    for (const dir of [own, folders.HOME, folders.TMPDIR]) {
+      mkdirSync(dir, { recursive: true });
+      chownSync(dir, user.uid, user.gid);
+      chmodSync(dir, 0o700);
     }
-    return dir;
+    return folders;
   }
 
   private async unpackInto(artifactKey: string, dir: string): Promise<void> {
@@ -404,6 +417,7 @@ export class EndpointPool {
     const base = `${this.options.platformUrl}/v2/${encodeURIComponent(this.endpointId)}`;
     const env: NodeJS.ProcessEnv = {
       ...workerBaseEnv(process.env),
+      ...this.spec.home,
       ...this.resources.env,
       ...this.spec.secrets,
       PYTHONPATH: [this.spec.codeDir, this.options.ferryPythonPath, process.env.PYTHONPATH]
