@@ -112,6 +112,8 @@ interface PoolSpec {
 
 export class LocalWorkers {
   private readonly pools = new Map<string, EndpointPool>();
+  /** Per endpoint: the OS user its workers run as, with their folders prepared (runAsOf). */
+  private readonly runAs = new Map<string, Pick<PoolSpec, 'user' | 'home'>>();
   private readonly gpus: number;
   private reconciling: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
@@ -184,6 +186,7 @@ export class LocalWorkers {
     for (const [id, pool] of this.pools) {
       if (!seen.has(id)) {
         this.pools.delete(id);
+        this.runAs.delete(id);
         await pool.close();
       }
     }
@@ -211,9 +214,8 @@ export class LocalWorkers {
 
   private async specOf(record: EndpointRecord): Promise<PoolSpec> {
     const config = endpointConfigOf(record);
-    const user = this.options.workerUserOf?.(record.id);
     const codeDir = config.codeDir ?? (await this.unpack(record));
-    const home = user && this.ownFolder(record.id, user);
+    const runAs = this.runAsOf(record.id);
     const names = config.endpoint.resources.secrets ?? [];
     const secrets = names.length > 0 && this.options.secrets ? await this.options.secrets(record, names) : {};
     const key = JSON.stringify([
@@ -224,9 +226,23 @@ export class LocalWorkers {
       config.command,
       // A digest, so the key (which may be logged or compared) never holds a value.
       createHash('sha256').update(JSON.stringify(secrets)).digest('hex'),
-      user,
+      runAs.user,
     ]);
-    return { record, config, codeDir, key, secrets, ...(user && home ? { user, home } : {}) };
+    return { record, config, codeDir, key, secrets, ...runAs };
+  }
+
+  /**
+   * The OS user an endpoint's workers run as and their folders, resolved and prepared once per
+   * endpoint: reconcile runs every second and before every load-balanced request.
+   */
+  private runAsOf(endpointId: string): Pick<PoolSpec, 'user' | 'home'> {
+    let runAs = this.runAs.get(endpointId);
+    if (!runAs) {
+      const user = this.options.workerUserOf?.(endpointId);
+      runAs = user ? { user, home: this.ownFolder(endpointId, user) } : {};
+      this.runAs.set(endpointId, runAs);
+    }
+    return runAs;
   }
 
   /** Unpacks the endpoint's artifact once per fingerprint into the runtime folder. */

@@ -436,7 +436,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     reclaimSpace(maxPages = 2_000) {
       db.pragma(`incremental_vacuum(${Math.max(1, Math.floor(maxPages))})`);
     },
-    workerUid: (endpointId, range) => allocateWorkerUid(endpointId, range),
+    workerUid: allocateWorkerUid,
     async createQueued(job: Job) {
       let handed: HandedJob | undefined;
       try {
