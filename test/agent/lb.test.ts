@@ -32,6 +32,8 @@ const log = memoryLog();
 const workerOutput: string[] = [];
 let scratch: string;
 let secretFile: string;
+/** The task's secret as the agent reads it from the init container's file. */
+let workerSecret: string;
 
 async function freePort(): Promise<number> {
   const server = createServer().listen(0, '127.0.0.1');
@@ -95,6 +97,7 @@ beforeAll(async () => {
   workerPort = await freePort();
   secretFile = join(scratch, 'lb-secret');
   await writeLbSecret(secretFile);
+  workerSecret = await readLbSecret(secretFile);
   agent = await startLbAgent({
     endpointId: 'lbep',
     app: 'shop',
@@ -105,7 +108,7 @@ beforeAll(async () => {
     port: 0,
     keyCacheMs: 60_000,
     pingTimeoutMs: 1_000,
-    workerSecret: await readLbSecret(secretFile),
+    workerSecret,
     log,
   });
 }, 90_000);
@@ -179,7 +182,7 @@ describe('load-balanced agent', () => {
   it('reports its load to the workers table: busy while a request runs, idle with lastBusyAt after', async () => {
     const registry = aws.workers();
     const reporting = await startLbAgent({
-      workerSecret: await readLbSecret(secretFile),
+      workerSecret,
       endpointId: 'lbload',
       control: aws.control(),
       workerPort,
@@ -263,7 +266,7 @@ describe('load-balanced agent', () => {
       },
     };
     const cached = await startLbAgent({
-      workerSecret: await readLbSecret(secretFile),
+      workerSecret,
       endpointId: 'lbep',
       control: counting,
       workerPort,
@@ -284,7 +287,7 @@ describe('load-balanced agent', () => {
 
   it('fails closed with 503 when the key cannot be checked', async () => {
     const broken = await startLbAgent({
-      workerSecret: await readLbSecret(secretFile),
+      workerSecret,
       endpointId: 'lbep',
       control: { findApiKeyByHash: async () => Promise.reject(new Error('ProvisionedThroughputExceeded')) },
       workerPort,

@@ -91,13 +91,19 @@ interface Probe {
   signalable: number[];
 }
 
-async function probe(endpoint: string): Promise<Probe> {
-  const paths = ['ferry.db', 'ferry.db-wal', 'secrets.key', 'api-key', 'serve.log'].map((f) =>
-    join(dataDir, f),
-  );
-  const answer = await call(platform.baseUrl, 'POST', `/${endpoint}/runsync`, { input: { paths } });
+/** What the endpoint's handler sees, trying to read `paths` (by default the platform's own files). */
+async function probe(endpoint: string, paths?: string[]): Promise<Probe> {
+  const files =
+    paths ?? ['ferry.db', 'ferry.db-wal', 'secrets.key', 'api-key', 'serve.log'].map((f) => join(dataDir, f));
+  const answer = await call(platform.baseUrl, 'POST', `/${endpoint}/runsync`, { input: { paths: files } });
   expect(answer.body.status, JSON.stringify(answer.body)).toBe('COMPLETED');
   return answer.body.output as Probe;
+}
+
+/** The endpoint's own folder beside FERRY_HOME (its code, HOME and TMPDIR), and its record. */
+async function runtimeOf(name: string) {
+  const record = (await platform.db.control.listEndpoints()).find((r) => r.name === name)!;
+  return { dir: join(`${dataDir}-runtime`, record.id), fingerprint: record.fingerprint };
 }
 
 describe.runIf(isRoot)('tenant isolation on the local platform (workers as another OS user)', () => {
@@ -116,7 +122,9 @@ describe.runIf(isRoot)('tenant isolation on the local platform (workers as anoth
   });
 
   it('hands each endpoint its own secrets and nobody else’s', async () => {
-    const [spy, victim, bystander] = await Promise.all(['spy', 'victim', 'bystander'].map(probe));
+    const [spy, victim, bystander] = await Promise.all(
+      ['spy', 'victim', 'bystander'].map((name) => probe(name)),
+    );
     expect(spy!.env.SPY_TOKEN).toBe(secretValues.SPY_TOKEN);
     expect(victim!.env.VICTIM_TOKEN).toBe(secretValues.VICTIM_TOKEN);
     expect(JSON.stringify(spy!.env)).not.toContain(secretValues.VICTIM_TOKEN);
@@ -169,26 +177,18 @@ describe.runIf(isRoot)('tenant isolation on the local platform (workers as anoth
   });
 
   it('gives each endpoint a HOME and a temp folder of its own, which no other endpoint reads', async () => {
-    const byName = new Map((await platform.db.control.listEndpoints()).map((r) => [r.name, r.id]));
     const victim = await probe('victim');
-    const own = join(`${dataDir}-runtime`, byName.get('victim')!);
+    const own = (await runtimeOf('victim')).dir;
     expect(victim.writes).toEqual({ home: join(own, 'home'), tmp: join(own, 'tmp') });
     const left = [join(own, 'home', 'probe.txt'), join(own, 'tmp', 'probe.txt')];
-    const spy = await call(platform.baseUrl, 'POST', '/spy/runsync', { input: { paths: left } });
-    for (const path of left) expect([path, spy.body.output.reads[path]]).toEqual([path, 'PermissionError']);
+    const spy = await probe('spy', left);
+    for (const path of left) expect([path, spy.reads[path]]).toEqual([path, 'PermissionError']);
   });
 
   it("keeps each endpoint's unpacked code its own", async () => {
-    const codeOf = async (name: string) => {
-      const record = (await platform.db.control.listEndpoints()).find((r) => r.name === name)!;
-      return join(`${dataDir}-runtime`, record.id, record.fingerprint, 'tenants.py');
-    };
-    const victimCode = await codeOf('victim');
-    const spyReads = await call(platform.baseUrl, 'POST', '/spy/runsync', { input: { paths: [victimCode] } });
-    expect(spyReads.body.output.reads[victimCode]).toBe('PermissionError');
-    const ownRead = await call(platform.baseUrl, 'POST', '/victim/runsync', {
-      input: { paths: [victimCode] },
-    });
-    expect(ownRead.body.output.reads[victimCode]).toBe('read');
+    const { dir, fingerprint } = await runtimeOf('victim');
+    const victimCode = join(dir, fingerprint, 'tenants.py');
+    expect((await probe('spy', [victimCode])).reads[victimCode]).toBe('PermissionError');
+    expect((await probe('victim', [victimCode])).reads[victimCode]).toBe('read');
   });
 });
