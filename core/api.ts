@@ -21,6 +21,7 @@ import { type Logger, stderrLogger } from './log.js';
 import { anyEnv, byNameSegment, resolveByName } from './names.js';
 import type { EndpointDirectory, EndpointRecord, LogStore } from './ports.js';
 import {
+  jobDoneBatchSchema,
   jobDoneSchema,
   jobLogSchema,
   jobStreamSchema,
@@ -161,6 +162,12 @@ export class V2Api {
         pattern: ['job-done', ':worker', ':id'],
         caller: 'worker',
         handler: (c) => this.jobDone(c),
+      },
+      {
+        methods: post,
+        pattern: ['job-done-batch', ':worker'],
+        caller: 'worker',
+        handler: (c) => this.jobDoneBatch(c),
       },
       {
         methods: post,
@@ -427,6 +434,33 @@ export class V2Api {
     // RunPod's SDK posts JSON labelled application/x-www-form-urlencoded: parse JSON whatever the type.
     const body = parseOr400(jobDoneSchema, workerBody(req), 'job-done body');
     return ok(await this.options.engine.done(endpointId, params[0]!, params[1]!, body));
+  }
+
+  /**
+   * job-done-batch (a Ferry route; RunPod workers never call it): the results of several jobs at once,
+   * each handled as its own job-done would be, all in the same turn so the store commits them
+   * together. One job's refusal does not touch the others: the answer lists each job's status code,
+   * and its error when it was refused.
+   */
+  private async jobDoneBatch({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
+    const { jobs } = parseOr400(jobDoneBatchSchema, workerBody(req), 'job-done-batch body');
+    const answers = await Promise.all(
+      jobs.map(async ({ id, result }) => {
+        try {
+          const body = parseOr400(jobDoneSchema, result, `result of job ${id}`);
+          const { status } = await this.options.engine.done(endpointId, params[0]!, id, body);
+          return { id, statusCode: 200, status };
+        } catch (error) {
+          const answer = toHttpResponse(error, {
+            requestId: req.requestId ?? randomUUID(),
+            log: this.options.log ?? stderrLogger,
+            what: `job-done-batch of job ${id}`,
+          });
+          return { id, statusCode: answer.statusCode, error: answer.body.error };
+        }
+      }),
+    );
+    return ok({ jobs: answers });
   }
 
   private async jobStream({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {

@@ -8,6 +8,8 @@ export const limits = {
   runsyncBodyBytes: 20 * 1024 * 1024,
   /** A worker's job-done body; RunPod answers 400 above ~20 MB (worker-comfyui#129). */
   jobDoneBodyBytes: 20 * 1024 * 1024,
+  /** Results in one job-done-batch (the ferry runtime's; the body is under jobDoneBodyBytes too). */
+  jobDoneBatchJobs: 100,
   /** A single stream chunk; larger output is split across chunks. */
   streamChunkBytes: 1024 * 1024,
 

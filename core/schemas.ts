@@ -55,6 +55,20 @@ export const jobDoneSchema = z
   .passthrough();
 export type JobDoneBody = z.infer<typeof jobDoneSchema>;
 
+/**
+ * What the ferry runtime posts to job-done-batch (a Ferry route; RunPod workers never call it): the
+ * results of several jobs that finished together, each the body its own job-done would carry. Each
+ * result is checked on its own (docs/architecture.md#worker-protocol).
+ */
+export const jobDoneBatchSchema = z
+  .object({
+    jobs: z
+      .array(z.object({ id: z.string().min(1).max(256), result: z.unknown() }).strict())
+      .min(1)
+      .max(limits.jobDoneBatchJobs),
+  })
+  .strict();
+
 /** What a worker posts to job-stream: one chunk; RunPod's SDK sends `{output}`, §2.2 chunks add `metrics`. */
 export const jobStreamSchema = z
   .object({ output: z.unknown(), metrics: z.unknown().optional() })

@@ -305,6 +305,60 @@ describe('worker protocol', () => {
     expect(after.error).toMatch(/limit/);
   });
 
+  it('job-done-batch ends each job as its own job-done would, and answers each job on its own', async () => {
+    const { id, worker } = await freshEndpoint();
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) ids.push((await call(base, 'POST', `/${id}/run`, { input: { i } })).body.id);
+    await worker.takeBatch(3);
+    const other = platform.protocolWorker(id);
+    expect((await other.take())?.id).toBe(ids[3]);
+    const r = await worker.doneBatch({
+      jobs: [
+        { id: ids[0], result: { output: { n: 0 } } },
+        { id: ids[1], result: { error: 'boom' } },
+        { id: ids[2], result: { output: 1 } },
+        { id: ids[3], result: { output: 'not mine' } },
+        { id: 'missing', result: { output: 1 } },
+        { id: ids[2], result: 'not an object' },
+      ],
+    });
+    expect(r.status).toBe(200);
+    const [first, second, third, foreign, missing, bad] = r.body.jobs;
+    expect(first).toEqual({ id: ids[0], statusCode: 200, status: 'COMPLETED' });
+    expect(second).toEqual({ id: ids[1], statusCode: 200, status: 'FAILED' });
+    expect(third).toEqual({ id: ids[2], statusCode: 200, status: 'COMPLETED' });
+    expect(foreign).toMatchObject({ id: ids[3], statusCode: 409 });
+    expect(missing).toMatchObject({ id: 'missing', statusCode: 404 });
+    expect(bad).toMatchObject({ id: ids[2], statusCode: 400 });
+    expect(bad.error).toMatch(/result of job/);
+    const status = async (jobId: string) => (await call(base, 'GET', `/${id}/status/${jobId}`)).body;
+    expect(await status(ids[0]!)).toMatchObject({ status: 'COMPLETED', output: { n: 0 } });
+    expect(await status(ids[1]!)).toMatchObject({ status: 'FAILED', error: 'boom' });
+    // Another worker's job is left to it.
+    expect(await status(ids[3]!)).toMatchObject({ status: 'IN_PROGRESS' });
+    expect((await other.done(ids[3]!, { output: 'mine' })).status).toBe(200);
+  });
+
+  it("job-done-batch: a bad body is a 400 for the whole batch; another endpoint's token is a 403", async () => {
+    const { id, worker } = await freshEndpoint();
+    const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });
+    await worker.take();
+    const tooMany = Array.from({ length: 101 }, (_, i) => ({ id: `j${i}`, result: {} }));
+    for (const bad of [{ jobs: [] }, { jobs: tooMany }, { jobs: [{ id: body.id }], more: 1 }, [], 'x']) {
+      const r = await worker.doneBatch(bad);
+      expect(r.status).toBe(400);
+      expect(r.body.error).toMatch(/job-done-batch body/);
+    }
+    const stranger = (await freshEndpoint()).worker;
+    const res = await fetch(`${platform.url}/v2/${id}/job-done-batch/${worker.workerId}`, {
+      method: 'POST',
+      headers: { authorization: stranger.token },
+      body: JSON.stringify({ jobs: [{ id: body.id, result: { output: 'forged' } }] }),
+    });
+    expect(res.status).toBe(403);
+    expect((await call(base, 'GET', `/${id}/status/${body.id}`)).body.status).toBe('IN_PROGRESS');
+  });
+
   it('stream always carries `stream`, hands each chunk out once and splits chunks over 1 MB', async () => {
     const { id, worker } = await freshEndpoint();
     const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });

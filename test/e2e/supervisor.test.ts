@@ -386,6 +386,8 @@ def envspy():
         'FERRY_ENDPOINT_NAME',
         // Where the runtime ships job log lines (docs/observability.md): a worker route, no secret.
         'FERRY_WEBHOOK_POST_LOG',
+        // Where the runtime posts the results of several jobs at once (a worker route, no secret).
+        'FERRY_WEBHOOK_POST_OUTPUT_BATCH',
       ]).toContain(name);
     }
   });

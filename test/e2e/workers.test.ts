@@ -3,6 +3,7 @@
  * embedded platform, reached through the v2 API and the load-balanced front door over HTTP.
  */
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import type { IncomingMessage } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -136,6 +137,37 @@ describe('stopping jobs', () => {
       (r) => r.body.status === 'COMPLETED',
     );
     expect(done.body).toMatchObject({ status: 'COMPLETED', output: 'second try' });
+  });
+});
+
+describe('job-done-batch', () => {
+  it('results that finish together go back in one request, each job with its own output', async () => {
+    const routes: string[] = [];
+    const onRequest = (request: IncomingMessage) => {
+      const [v2, endpoint, route] = (request.url ?? '').split('?', 1)[0]!.split('/').slice(1);
+      if (v2 === 'v2' && endpoint === 'many' && route?.startsWith('job-done')) routes.push(route);
+    };
+    platform.server.server.on('request', onRequest);
+    try {
+      const ids = await Promise.all(
+        Array.from(
+          { length: 16 },
+          async (_, i) => (await call(base, 'POST', '/many/run', { input: { i } })).body.id,
+        ),
+      );
+      for (const [i, id] of ids.entries()) {
+        const done = await until(
+          () => call(base, 'GET', `/many/status/${id}`),
+          (r) => r.body.status === 'COMPLETED',
+        );
+        expect(done.body.output).toEqual({ i });
+      }
+      expect(routes).toContain('job-done-batch');
+      // Fewer requests than jobs: that is the point.
+      expect(routes.length).toBeLessThan(ids.length);
+    } finally {
+      platform.server.server.off('request', onRequest);
+    }
   });
 });
 

@@ -557,6 +557,7 @@ describe('auth', () => {
     ['GET', 'job-take-batch/w1?batch_size=3'],
     ['GET', 'job-stop/w1'],
     ['POST', 'job-done/holder-worker/ID?isStream=false'],
+    ['POST', 'job-done-batch/holder-worker'],
     ['POST', 'job-stream/holder-worker/ID'],
     ['GET', 'ping/holder-worker?job_id=ID'],
     ['POST', 'ping/holder-worker?job_id=ID'],
@@ -621,12 +622,45 @@ describe('worker protocol', () => {
     await stillServing();
   });
 
+  it("job-done-batch: junk is a 400; an intruder's results are each refused and the held job is untouched", async () => {
+    await fc.assert(
+      fc.asyncProperty(workerBody, fc.boolean(), async (result, wrapped) => {
+        const headers = { authorization: intruderToken, 'content-type': 'application/json' };
+        // The result as a batch of the held job (and a job that does not exist), or the raw body as is.
+        const body = wrapped
+          ? `{"jobs":[{"id":${JSON.stringify(seeded.held)},"result":${result}},{"id":"no-such-job","result":${result}}]}`
+          : result;
+        const before = await snapshot();
+        // A batch that parsed answers 200, with every job refused on its own.
+        const eachRefused = (answer: { jobs: { statusCode: number; error: string }[] }) => {
+          expect(answer.jobs.map((job) => job.statusCode >= 400 && job.statusCode < 500)).toEqual([
+            true,
+            true,
+          ]);
+          for (const job of answer.jobs) expect(job.error.length).toBeGreaterThan(0);
+        };
+        const a = await probe(
+          'job-done-batch',
+          'POST',
+          '/v2/fzw/job-done-batch/intruder',
+          headers,
+          body,
+          eachRefused,
+        );
+        if (a.status === 200) expect(await snapshot(), 'state after a refused batch').toEqual(before);
+      }),
+      runs(150),
+    );
+    await stillServing();
+  });
+
   it('every worker route refuses another endpoint’s token, a forged worker id, the client key and no key (401/403), changing nothing', async () => {
     const routes = [
       ['GET', 'job-take', ''],
       ['GET', 'job-take-batch', '?batch_size=2'],
       ['GET', 'job-stop', ''],
       ['POST', 'job-done', `/${'HELD'}?isStream=false`],
+      ['POST', 'job-done-batch', ''],
       ['POST', 'job-stream', `/${'HELD'}?isStream=false`],
       ['GET', 'ping', `?job_id=${'HELD'}`],
     ] as const;

@@ -59,6 +59,11 @@ export class ProtocolWorker {
     return this.request('POST', `/job-done/${this.workerId}/${jobId}?gpu=none&isStream=${isStream}`, body);
   }
 
+  /** The ferry runtime's job-done-batch (a Ferry route): `body` as given, so tests can send bad ones. */
+  doneBatch(body: unknown) {
+    return this.request('POST', `/job-done-batch/${this.workerId}`, body);
+  }
+
   stream(jobId: string, output: unknown) {
     return this.request('POST', `/job-stream/${this.workerId}/${jobId}?gpu=none&isStream=false`, { output });
   }

@@ -5,7 +5,7 @@
  * V2Api worker routes as every other front door: nothing here speaks the protocol itself.
  *
  *   worker ──RUNPOD_WEBHOOK_*──▶ agent :port /v2/<endpointId>/{job-take,job-take-batch,job-stop,
- *                                       job-done,job-stream,ping}/<worker>[/<job>]
+ *                                       job-done,job-done-batch,job-stream,ping}/<worker>[/<job>]
  *                                  │
  *                                  └─▶ V2Api ─▶ JobEngine ─▶ SqsJobQueue · DynamoJobStore · DynamoWorkerRegistry
  *
@@ -473,8 +473,8 @@ class AgentServer implements Agent {
     const response = isTake
       ? await this.drainer.take(() => this.api.handle(apiRequest))
       : await this.api.handle(apiRequest);
-    if (route === 'job-done' && response.statusCode === 200 && this.options.metricsOut) {
-      void this.reportEnded(safeDecode(segments[5] ?? ''));
+    if (response.statusCode === 200 && this.options.metricsOut) {
+      for (const jobId of endedJobs(route, segments, response)) void this.reportEnded(jobId);
     }
     return response;
   }
@@ -546,6 +546,14 @@ class AgentServer implements Agent {
     })();
     return this.closed;
   }
+}
+
+/** The jobs a worker request answered 200 ended: job-done's own, or each job-done-batch job taken. */
+function endedJobs(route: string, segments: string[], response: ApiResponse): string[] {
+  if (route === 'job-done') return [safeDecode(segments[5] ?? '')];
+  if (route !== 'job-done-batch') return [];
+  const { jobs } = response.body as { jobs: { id: string; statusCode: number }[] };
+  return jobs.filter((job) => job.statusCode === 200).map((job) => job.id);
 }
 
 function envMs(name: string): number | undefined {

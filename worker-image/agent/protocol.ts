@@ -36,6 +36,8 @@ export function workerProtocolEnv(options: {
     RUNPOD_WEBHOOK_POST_OUTPUT: `${base}/job-done/${worker}/$ID?agent=1`,
     RUNPOD_WEBHOOK_POST_STREAM: `${base}/job-stream/${worker}/$ID?agent=1`,
     RUNPOD_WEBHOOK_PING: `${base}/ping/${worker}?agent=1`,
+    // The ferry runtime's results of several jobs in one request (docs/architecture.md#worker-protocol).
+    FERRY_WEBHOOK_POST_OUTPUT_BATCH: `${base}/job-done-batch/${worker}?agent=1`,
     // The ferry runtime's job output (docs/observability.md); RunPod's SDK never calls it.
     FERRY_WEBHOOK_POST_LOG: `${base}/job-log/${worker}?agent=1`,
     // The ferry runtime's startup failure (worker-image/agent/agent.ts): the agent cannot read the

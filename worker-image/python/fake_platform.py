@@ -73,6 +73,7 @@ class FakePlatform:
             "RUNPOD_WEBHOOK_POST_OUTPUT": f"{base}/job-done/{worker_id}/$ID?gpu=none",
             "RUNPOD_WEBHOOK_POST_STREAM": f"{base}/job-stream/{worker_id}/$ID?gpu=none",
             "RUNPOD_WEBHOOK_PING": f"{base}/ping/{worker_id}?gpu=none",
+            "FERRY_WEBHOOK_POST_OUTPUT_BATCH": f"{base}/job-done-batch/{worker_id}",
             "RUNPOD_AI_API_KEY": self.api_key,
             "RUNPOD_POD_ID": worker_id,
             "RUNPOD_ENDPOINT_ID": self.endpoint_id,
@@ -83,6 +84,12 @@ class FakePlatform:
     def add_job(self, job_id, job_input, worker=None):
         with self.cond:
             self.queue.append(({"id": job_id, "input": job_input}, worker))
+            self.cond.notify_all()
+
+    def add_jobs(self, jobs, worker=None):
+        """Queue several (job_id, input) at once: the next job-take-batch finds them all."""
+        with self.cond:
+            self.queue.extend(({"id": job_id, "input": job_input}, worker) for job_id, job_input in jobs)
             self.cond.notify_all()
 
     def stop(self, job_id):
@@ -143,7 +150,17 @@ class FakePlatform:
             return self._reply(req, 401, {"error": "bad worker token"})
         with self.cond:
             self.calls.append(call)
+            if op == "job-done-batch":
+                # Each result also as the job-done call it stands for (what the tests look for).
+                for item in call["body"]["jobs"]:
+                    self.calls.append({**call, "op": "job-done", "job_id": item["id"], "body": item["result"],
+                                       "batch": True})
             self.cond.notify_all()
+        if op == "job-done-batch":
+            if self.done_hold_sec:
+                time.sleep(self.done_hold_sec)
+            return self._reply(req, 200, {"jobs": [{"id": item["id"], "statusCode": 200, "status": "COMPLETED"}
+                                                   for item in call["body"]["jobs"]]})
         if op in ("job-take", "job-take-batch"):
             limit = int(query.get("batch_size", "1")) if op == "job-take-batch" else 1
             jobs = self._take(call["worker"], limit)

@@ -43,10 +43,11 @@ class LoopTest(unittest.TestCase):
         self.loop_conns = LoopConnections(loop, self.conns, blocking)
         return self.loop_conns
 
-    def api(self, take_path="/v2/ep/job-take/$ID", done_path="/v2/ep/job-done/w1/$ID"):
+    def api(self, take_path="/v2/ep/job-take/$ID", done_path="/v2/ep/job-done/w1/$ID", batch_path=None):
         self.said = []
         api = WorkerApi(self.server.url + take_path, self.server.url + done_path, self.server.url + "/s/$ID",
-                        self.server.url + "/ping/w1", "tok", "w1", self.said.append, connections=self.conns)
+                        self.server.url + "/ping/w1", "tok", "w1", self.said.append, connections=self.conns,
+                        post_output_batch_url=self.server.url + batch_path if batch_path else None)
         api.bind_loop(asyncio.get_running_loop(), self.blocking)
         return api
 
@@ -235,6 +236,80 @@ class LoopWorkerApiTest(LoopTest):
         paths = [r[1] for r in self.server.requests]
         self.assertEqual(paths, ["/once/503/j1?isStream=true"] * 2 + ["/status/502/j2?isStream=false"] * 3)
         self.assertIn(f"failed after {protocol.POST_ATTEMPTS} attempts: HTTP 502", self.said[-1])
+
+    # -- job-done-batch ---------------------------------------------------------------------------
+
+    def deliver(self, results, batch_path="/v2/ep/job-done-batch/w1", together=True):
+        """done_async for each (job_id, payload): all in one turn, or one after another."""
+        async def main():
+            self.bind()
+            api = self.api(batch_path=batch_path)
+            calls = [api.done_async(job_id, payload, False) for job_id, payload in results]
+            if together:
+                delivered = await asyncio.gather(*calls)
+            else:
+                delivered = [await call for call in calls]
+            api.loop_connections.close()
+            return list(delivered)
+
+        with mock.patch.object(protocol, "POST_BACKOFF_SEC", (0, 0, 0)):
+            return _run(main())
+
+    def paths(self):
+        return [r[1] for r in self.server.requests]
+
+    def test_results_of_one_turn_leave_in_one_batch_and_a_lone_result_on_its_job_done(self):
+        results = [("j1", {"output": 1}), ("j2", {"error": "boom"}), ("j/3", {"output": [3]})]
+        self.assertEqual(self.deliver(results), [True, True, True])
+        self.assertEqual(self.paths(), ["/v2/ep/job-done-batch/w1"])
+        method, _, headers, body = self.server.requests[0]
+        self.assertEqual((method, headers["Authorization"], headers["Content-Type"]), ("POST", "tok", "application/json"))
+        self.assertEqual(json.loads(body), {"jobs": [{"id": job_id, "result": payload} for job_id, payload in results]})
+        self.server.requests.clear()
+        self.assertEqual(self.deliver(results[:2], together=False), [True, True])
+        self.assertEqual(self.paths(), ["/v2/ep/job-done/w1/j1?isStream=false", "/v2/ep/job-done/w1/j2?isStream=false"])
+
+    def test_each_job_of_a_batch_is_answered_on_its_own(self):
+        def answer(batch):
+            codes = {"taken": 200, "refused": 409, "failed": 500}
+            return 200, json.dumps({"jobs": [{"id": j["id"], "statusCode": codes[j["id"]], "error": "scripted"}
+                                             for j in batch["jobs"] if j["id"] in codes]}).encode()
+
+        self.server.batch_answer = answer
+        delivered = self.deliver([("taken", {"output": 1}), ("refused", {"output": 2}), ("failed", {"output": 3}),
+                                  ("unanswered", {"output": 4})])
+        # Refused as its own job-done would be; a 5xx and a job missing from the answer go on their own.
+        self.assertEqual(delivered, [True, False, True, True])
+        self.assertEqual(self.paths(), ["/v2/ep/job-done-batch/w1", "/v2/ep/job-done/w1/failed?isStream=false",
+                                        "/v2/ep/job-done/w1/unanswered?isStream=false"])
+        self.assertIn("job-done for job refused refused: HTTP 409 scripted", self.said)
+
+    def test_a_failed_batch_sends_each_job_on_its_own_job_done(self):
+        for path in ("/status/500/job-done-batch", "/status/400/job-done-batch", "/hang-up"):
+            self.server.requests.clear()
+            self.assertEqual(self.deliver([("a", {"output": 1}), ("b", {"output": 2})], batch_path=path), [True, True])
+            self.assertEqual(self.paths()[1:], ["/v2/ep/job-done/w1/a?isStream=false",
+                                                "/v2/ep/job-done/w1/b?isStream=false"], path)
+
+    def test_a_platform_without_the_route_gets_no_more_batches(self):
+        async def main():
+            self.bind()
+            api = self.api(batch_path="/missing")
+            first = await asyncio.gather(api.done_async("a", {"output": 1}, False), api.done_async("b", {}, False))
+            second = await asyncio.gather(api.done_async("c", {"output": 3}, False), api.done_async("d", {}, False))
+            api.loop_connections.close()
+            return list(first) + list(second)
+
+        self.assertEqual(_run(main()), [True] * 4)
+        self.assertEqual(self.paths(), ["/missing"] + [f"/v2/ep/job-done/w1/{j}?isStream=false" for j in "abcd"])
+        self.assertIn("job-done-batch is not served here", self.said[0])
+
+    def test_a_big_result_keeps_its_own_job_done(self):
+        big = {"output": "x" * protocol.BATCH_RESULT_MAX_BYTES}
+        self.assertEqual(self.deliver([("a", {"output": 1}), ("big", big), ("b", {"output": 2})]), [True] * 3)
+        self.assertEqual(sorted(self.paths()), ["/v2/ep/job-done-batch/w1", "/v2/ep/job-done/w1/big?isStream=false"])
+        self.assertEqual([j["id"] for j in json.loads(self.server.requests[self.paths().index(
+            "/v2/ep/job-done-batch/w1")][3])["jobs"]], ["a", "b"])
 
     def test_post_attempts_back_off_and_stop(self):
         api = WorkerApi("http://h/job-take/$ID", "http://h/d/$ID", "", "", "", "w", lambda m: None)

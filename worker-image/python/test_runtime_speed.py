@@ -1,6 +1,7 @@
 """The runtime's cheap paths: keep-alive HTTP (ferry/transport.py), reused threads, the next job-take
 overlapping the last job-done, and the cached handler signature."""
 
+import json
 import os
 import shutil
 import socket
@@ -44,6 +45,9 @@ class _Server:
         self.requests = []
         self.answered_once = set()  # paths of /once/... already answered with their failure
         self.take_answer = b"[]"  # what a job-take(-batch) path answers
+        # (status, body) a job-done-batch path answers, given the parsed request: every job taken.
+        self.batch_answer = lambda batch: (200, json.dumps(
+            {"jobs": [{"id": j["id"], "statusCode": 200, "status": "COMPLETED"} for j in batch["jobs"]]}).encode())
         self.hold_ended = threading.Event()  # the client closed a /hold connection
         server = self
 
@@ -99,6 +103,8 @@ class _Server:
                     self.rfile.read(1)
                     server.hold_ended.set()
                     self.close_connection = True
+                elif "/job-done-batch" in self.path:
+                    self._send(*server.batch_answer(json.loads(body)))
                 elif "/job-take" in self.path:
                     self._send(200, server.take_answer)
                 elif self.path == "/empty":

@@ -249,6 +249,20 @@ class QueueWorkerTest(unittest.TestCase):
         self.assertEqual(take["worker"], "wA")
 
 
+    def test_results_that_finish_together_share_a_job_done_batch(self):
+        ids = [f"job-many-{i}" for i in range(12)]
+        self.platform.add_jobs([(job_id, {"method": "shout", "text": job_id}) for job_id in ids], worker="wA")
+        for job_id in ids:
+            self.assertEqual(self.platform.done_for(job_id)["body"], {"output": job_id.upper()})
+        batches = [c for c in self.platform.of("job-done-batch") if any(j["id"] in ids for j in c["body"]["jobs"])]
+        self.assertTrue(batches, self.platform.summary())
+        self.assertEqual(batches[0]["path"], "/v2/ep1/job-done-batch/wA")
+        self.assertEqual(batches[0]["content_type"], "application/json")
+        # Each result went once, in a batch or on its own job-done.
+        delivered = [c["job_id"] for c in self.platform.of("job-done") if c["job_id"] in ids]
+        self.assertEqual(sorted(delivered), sorted(ids))
+
+
 class FunctionWorkerTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="ferry-worker-test-")

@@ -446,6 +446,8 @@ export class EndpointPool {
       RUNPOD_WEBHOOK_POST_OUTPUT: `${base}/job-done/${workerId}/$ID?gpu=none`,
       RUNPOD_WEBHOOK_POST_STREAM: `${base}/job-stream/${workerId}/$ID?gpu=none`,
       RUNPOD_WEBHOOK_PING: `${base}/ping/${workerId}?gpu=none`,
+      // The ferry runtime's results of several jobs in one request (a Ferry route).
+      FERRY_WEBHOOK_POST_OUTPUT_BATCH: `${base}/job-done-batch/${workerId}`,
       RUNPOD_AI_API_KEY: identity.token,
       RUNPOD_POD_ID: workerId,
       RUNPOD_ENDPOINT_ID: this.endpointId,

@@ -99,6 +99,8 @@ class Config:
             self.api_key = environ.get("RUNPOD_AI_API_KEY", "")
             # Ferry's job-log route; absent on RunPod, where job output stays on stderr.
             self.post_log_url = environ.get("FERRY_WEBHOOK_POST_LOG", "").strip() or None
+            # Ferry's job-done-batch route; absent on RunPod, where each result has its own job-done.
+            self.post_output_batch_url = environ.get("FERRY_WEBHOOK_POST_OUTPUT_BATCH", "").strip() or None
 
 
 def _random_id():

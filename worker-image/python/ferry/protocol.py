@@ -22,6 +22,11 @@ POLL_TIMEOUT_SEC = 90
 POST_TIMEOUT_SEC = 30
 POST_ATTEMPTS = 3
 POST_BACKOFF_SEC = (0.2, 0.5, 1.0)
+# job-done-batch (FERRY_WEBHOOK_POST_OUTPUT_BATCH, a Ferry route): results up to this size may share
+# one request; a bigger one keeps its own job-done. The platform takes at most BATCH_MAX_JOBS at once
+# (core/limits.ts, jobDoneBatchJobs).
+BATCH_RESULT_MAX_BYTES = 64 * 1024
+BATCH_MAX_JOBS = 100
 
 
 class RateLimited(Exception):
@@ -44,7 +49,7 @@ class WorkerApi:
     """The worker side of job-take, job-stop, job-done, job-stream and ping."""
 
     def __init__(self, get_job_url, post_output_url, post_stream_url, ping_url, api_key, worker_id, say,
-                 connections=None):
+                 connections=None, post_output_batch_url=None):
         sub = lambda url: url.replace("$RUNPOD_POD_ID", worker_id) if url else url  # noqa: E731
         # GET_JOB substitutes $ID with the worker id (rp_job.get_job); POST_* use $ID for the job id.
         self.take_url = sub(get_job_url).replace("$ID", worker_id)
@@ -53,6 +58,8 @@ class WorkerApi:
         self.done_url = sub(post_output_url)
         self.stream_url = sub(post_stream_url)
         self.ping_url = sub(ping_url)
+        self.done_batch_url = sub(post_output_batch_url) if post_output_batch_url else None
+        self._batches = None  # set by bind_loop when the platform has job-done-batch
         self.api_key = api_key
         self.worker_id = worker_id
         self.say = say
@@ -66,6 +73,8 @@ class WorkerApi:
         """Lets take_async and done_async run on `loop`; `blocking(fn, *args)` runs fn in a thread and
         returns an awaitable (for opening connections, and requests through a proxy or over TLS)."""
         self.loop_connections = LoopConnections(loop, self.connections, blocking)
+        if self.done_batch_url:
+            self._batches = _DoneBatches(self, self.done_batch_url)
 
     # -- low level -------------------------------------------------------------------------------
 
@@ -193,9 +202,17 @@ class WorkerApi:
         return self._post(url, payload, job_id, "job-done", body)
 
     async def done_async(self, job_id, payload, is_stream, body=None):
-        """done() on the event loop (after bind_loop)."""
+        """done() on the event loop (after bind_loop). With job-done-batch, a small result that finds
+        another job's result on its way waits for it and leaves with the others that did."""
+        if body is None:
+            body = to_json_bytes(payload)
+        if self._batches is not None and len(body) <= BATCH_RESULT_MAX_BYTES:
+            return await self._batches.deliver(job_id, is_stream, body)
+        return await self._done_one(job_id, is_stream, body)
+
+    async def _done_one(self, job_id, is_stream, body):
         url = self._job_url(self.done_url, job_id, "true" if is_stream else "false")
-        return await self._post_async(url, payload, job_id, "job-done", body)
+        return await self._post_async(url, None, job_id, "job-done", body)
 
     def progress(self, job_id, data):
         url = self._job_url(self.done_url, job_id, "false")
@@ -208,6 +225,86 @@ class WorkerApi:
     def ping(self, job_ids, timeout_sec):
         params = {"job_id": ",".join(job_ids)} if job_ids else {}
         self._request("GET", add_query(self.ping_url, **params), timeout=timeout_sec)
+
+
+class _DoneBatches:
+    """Group delivery of results (the worker's side of a group commit). A result that finds nothing
+    on its way leaves at once on its own job-done, as without batches. Results that finish while a
+    delivery is out wait for it, then leave together in one job-done-batch: under load a worker
+    sends one request for many jobs, and alone it waits for nothing.
+
+    The platform answers each job's status code. A refused job (4xx) is refused as its job-done would
+    be; any other trouble (a 5xx for one job, the whole request failing, an unreadable answer) sends
+    the jobs concerned on their own job-done with its retries. A platform without the route (404)
+    gets no more batches.
+    """
+
+    def __init__(self, api, url):
+        self.api = api
+        self.url = url
+        self.waiting = []  # (job_id, is_stream, body, future)
+        self.sending = None  # the task delivering, while one is
+
+    async def deliver(self, job_id, is_stream, body):
+        import asyncio
+
+        future = asyncio.get_running_loop().create_future()
+        self.waiting.append((job_id, is_stream, body, future))
+        if self.sending is None:
+            self.sending = asyncio.ensure_future(self._send_waiting())
+        return await future
+
+    async def _send_waiting(self):
+        try:
+            while self.waiting:
+                group, self.waiting = self.waiting[:BATCH_MAX_JOBS], self.waiting[BATCH_MAX_JOBS:]
+                try:
+                    delivered = await self._send(group)
+                except Exception as exc:  # noqa: BLE001 - handed to each job's delivery
+                    for *_, future in group:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for (*_, future), ok in zip(group, delivered):
+                    if not future.done():
+                        future.set_result(ok)
+        finally:
+            self.sending = None
+
+    async def _send(self, group):
+        """Whether each job's result was taken, in the group's order."""
+        import asyncio
+
+        alone = lambda item: self.api._done_one(item[0], item[1], item[2])  # noqa: E731
+        if len(group) == 1 or self.api._batches is None:
+            return await asyncio.gather(*(alone(item) for item in group))
+        body = b'{"jobs":[' + b",".join(
+            b'{"id":' + json.dumps(job_id).encode() + b',"result":' + result + b"}"
+            for job_id, _, result, _ in group
+        ) + b"]}"
+        answers = None
+        try:
+            status, data = await self.api.loop_connections.request(
+                "POST", self.url, body, self.api._headers_for(body, None), POST_TIMEOUT_SEC)
+            if status == 404:
+                self.api.say("job-done-batch is not served here: results go one per job-done")
+                self.api._batches = None
+            elif status == 200:
+                answers = {a["id"]: a for a in json.loads(data)["jobs"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # each job goes on its own job-done, which has its own retries
+        delivered = []
+        for item in group:
+            answer = answers.get(item[0]) if answers else None
+            code = answer.get("statusCode") if isinstance(answer, dict) else None
+            if isinstance(code, int) and 200 <= code < 300:
+                delivered.append(True)
+            elif isinstance(code, int) and 400 <= code < 500:
+                self.api.say(f"job-done for job {item[0]} refused: HTTP {code} {_snippet(str(answer.get('error')))}")
+                delivered.append(False)
+            else:
+                delivered.append(await alone(item))
+        return delivered
 
 
 class TakeAhead:

@@ -153,6 +153,7 @@ def serve_queue(config, handler, endpoint, say, echo):
         config.api_key,
         config.worker_id,
         say,
+        post_output_batch_url=config.post_output_batch_url,
     )
     # Cold start: the first job-take goes out now (the handler is ready), while asyncio and the
     # runtime are still being imported; the runtime's take loop picks up its answer.
