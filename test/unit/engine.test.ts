@@ -240,3 +240,26 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
     });
   });
 });
+
+describe('job ids', () => {
+  it('are distinct time-ordered UUIDs (v7) with the -u1 suffix, from the pooled random bytes', async () => {
+    db = openLocalDatabase(':memory:', { clock: new FakeClock() });
+    engine = localEngine(db, new FakeClock(), {});
+    const before = Date.now();
+    // More than one pool (256 ids) so a refill is crossed.
+    const jobs = await Promise.all(
+      Array.from({ length: 600 }, () => engine.submit(ep, { input: {} }, { sync: false })),
+    );
+    const ids = jobs.map((job) => job.id);
+    expect(new Set(ids).size).toBe(ids.length);
+    for (const id of ids) {
+      expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}-u1$/);
+      // The first 48 bits are the creation time in milliseconds.
+      const ms = Number.parseInt(id.replace(/-/g, '').slice(0, 12), 16);
+      expect(ms).toBeGreaterThanOrEqual(before);
+      expect(ms).toBeLessThanOrEqual(Date.now());
+    }
+    // The random part differs between ids made in the same millisecond.
+    expect(new Set(ids.map((id) => id.slice(15, 36))).size).toBe(ids.length);
+  });
+});
