@@ -4,7 +4,13 @@
  * providers answer byte for byte alike (docs/api.md, docs/architecture.md#worker-protocol).
  */
 import { randomUUID } from 'node:crypto';
-import { type Authenticator, authorizeClient, credentialOf } from './auth.js';
+import {
+  type Authenticator,
+  assertScopeCovers,
+  authorizeClient,
+  credentialOf,
+  type KeyScope,
+} from './auth.js';
 import { awsInfoOf, endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
 import {
@@ -270,8 +276,11 @@ export class V2Api {
       const params = route.pattern.flatMap((p, i) =>
         p.startsWith(':') ? [decodeURIComponent(rest[i]!)] : [],
       );
+      // A client key is checked (401) before the endpoint is looked up (404), its scope after (403).
+      let scope: KeyScope | undefined;
       if (route.caller === 'client') {
-        if (!(await this.options.auth.isClientKey(key))) throw unauthorized();
+        scope = await this.options.auth.clientKeyScope(key);
+        if (!scope) throw unauthorized();
       } else {
         // A worker token opens only its own endpoint's routes, under its own worker id (params[0]).
         const access = await this.options.auth.workerAccess(key, endpointId, params[0]!);
@@ -279,9 +288,7 @@ export class V2Api {
         if (access === 'mismatch') throw forbidden('This worker token is not for this endpoint and worker');
       }
       const endpoint = await this.queueEndpoint(endpointId);
-      if (route.caller === 'client') {
-        await authorizeClient(this.options.auth, req.headers.authorization, endpoint);
-      }
+      if (scope) assertScopeCovers(scope, endpoint);
       return route.handler({ req, endpointId, endpoint, params });
     }
     throw notFound(`No route for ${req.method} ${req.path}`);
