@@ -64,9 +64,7 @@ export async function downloadArtifact(options: ArtifactDownload): Promise<numbe
       createWriteStream(part, { mode: 0o644 }),
       options.signal ? { signal: options.signal } : {},
     );
-    // The worker runs as another user than this container: the archive must be world-readable.
-    await chmod(part, 0o644);
-    await rename(part, path);
+    await publishWhole(part, path);
     return (await stat(path)).size;
   } finally {
     await rm(part, { force: true });
@@ -82,6 +80,15 @@ export async function downloadArtifact(options: ArtifactDownload): Promise<numbe
 export async function writeLbSecret(path: string): Promise<void> {
   const part = `${path}.part-${randomBytes(4).toString('hex')}`;
   await writeFile(part, `${randomBytes(32).toString('base64url')}\n`, { mode: 0o644 });
+  await publishWhole(part, path);
+}
+
+/**
+ * Puts a finished part file at `path` in one rename, so readers see it whole or not at all, and
+ * world-readable: the worker runs as another user than this container (the umask may have cut the
+ * mode the file was created with).
+ */
+async function publishWhole(part: string, path: string): Promise<void> {
   await chmod(part, 0o644);
   await rename(part, path);
 }
