@@ -244,6 +244,11 @@ export class V2Api {
     if (!scope) throw unauthorized();
     // '-' with a key bound to one environment of this app (a worker's call token) means that one.
     const wanted = env === anyEnv && scope.app === app && scope.env !== undefined ? scope.env : env;
+    // A key scoped elsewhere is refused before the lookup, which could provision (`ferry dev`) and
+    // would tell whether the endpoint exists. With '-' left, only the app is known until the record
+    // is found (checked again below), so only the app is checked here.
+    const asked = wanted === anyEnv ? (scope.env ?? anyEnv) : wanted;
+    assertScopeCovers(scope, { id: `${app}/${wanted}/${name}`, app, env: asked });
     await this.options.beforeResolve?.(app, wanted, name);
     const record = await resolveByName(this.options.control, app, wanted, name);
     await authorizeClient(this.options.auth, req.headers.authorization, record);

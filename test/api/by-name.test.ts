@@ -146,9 +146,19 @@ describe("a worker's call token", () => {
       token('shop-sum-1'),
     );
     expect(otherApp.status).toBe(403);
+    // Refused before the lookup: the answer names what was asked, not the other app's endpoint id,
+    // and is the same whether that endpoint exists or not.
     expect(otherApp.body.error).toMatch(
-      /app shop, environment production\) may not call endpoint bank-vault-1/,
+      /app shop, environment production\) may not call endpoint bank\/production\/vault$/,
     );
+    const missing = await call(
+      base,
+      'POST',
+      '/by-name/bank/production/nothing/run',
+      { input: {} },
+      token('shop-sum-1'),
+    );
+    expect(missing.status).toBe(403);
     const otherEnv = await call(base, 'GET', '/by-name/shop/staging/other', undefined, token('shop-sum-1'));
     expect(otherEnv.status).toBe(403);
     const byId = await call(base, 'POST', '/bank-vault-1/run', { input: {} }, token('shop-sum-1'));

@@ -37,10 +37,18 @@ const keys = {
 
 let platform: LocalPlatform;
 let dir: string;
+/** By-name lookups that reached beforeResolve (`ferry dev` provisions a live endpoint there). */
+const resolving: string[] = [];
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'ferry-scope-'));
-  platform = await startLocalPlatform({ dataDir: join(dir, 'home'), port: 0 });
+  platform = await startLocalPlatform({
+    dataDir: join(dir, 'home'),
+    port: 0,
+    beforeResolve: async (app, env, name) => {
+      resolving.push(`${app}/${env}/${name}`);
+    },
+  });
   for (const record of [shopProd, shopDev, blogLb]) await platform.db.control.putEndpoint(record);
   const scopes: Record<keyof typeof keys, { app?: string; env?: string }> = {
     all: {},
@@ -149,6 +157,18 @@ describe('scoped API keys on the local front door', () => {
     const detail = await call(keys.all, 'GET', `/manage/v1/endpoints/${shopProd.id}/jobs/${jobId}`);
     expect(detail.status).toBe(200);
     expect(JSON.stringify(detail.body)).toContain('shop data');
+  });
+
+  it("refuses a by-name call outside the key's scope before anything is provisioned for it", async () => {
+    for (const path of ['/v2/by-name/shop/prod/shop-prod-ep', '/v2/by-name/shop/-/shop-prod-ep/health']) {
+      const refused = await call(keys.blog, 'GET', path);
+      expect(refused.status, path).toBe(403);
+      expect(refused.body.error).toMatch(/may not call/);
+    }
+    expect(resolving).toEqual([]);
+    const allowed = await call(keys.shop, 'GET', '/v2/by-name/shop/prod/shop-prod-ep');
+    expect(allowed.status).toBe(200);
+    expect(resolving).toEqual(['shop/prod/shop-prod-ep']);
   });
 
   it('applies the same rule on /lb routes', async () => {
