@@ -164,6 +164,7 @@ class FakePlatform:
         if op in ("job-take", "job-take-batch"):
             limit = int(query.get("batch_size", "1")) if op == "job-take-batch" else 1
             jobs = self._take(call["worker"], limit)
+            call["gave"] = [job["id"] for job in jobs]
             if not jobs:
                 return self._reply(req, 204, None)
             return self._reply(req, 200, jobs if op == "job-take-batch" else jobs[0])

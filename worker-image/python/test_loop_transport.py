@@ -335,7 +335,7 @@ APP_KINDS = {
 class RuntimeOnTheLoopTest(unittest.TestCase):
     """A QueueRuntime in this process against the fake platform: which calls left the loop."""
 
-    def run_jobs(self, source, count, log_shipper=None, on_api=None):
+    def run_jobs(self, source, count, log_shipper=None, on_api=None, batch=False):
         namespace = {}
         exec(source, namespace)  # noqa: S102 - the test's own handler
         platform = FakePlatform()
@@ -344,7 +344,8 @@ class RuntimeOnTheLoopTest(unittest.TestCase):
         said = []
         api = WorkerApi(env["RUNPOD_WEBHOOK_GET_JOB"], env["RUNPOD_WEBHOOK_POST_OUTPUT"],
                         env["RUNPOD_WEBHOOK_POST_STREAM"], env["RUNPOD_WEBHOOK_PING"], platform.api_key, "w1",
-                        said.append)
+                        said.append,
+                        post_output_batch_url=env["FERRY_WEBHOOK_POST_OUTPUT_BATCH"] if batch else None)
         self.addCleanup(api.connections.close)
         if on_api is not None:
             on_api(api)
@@ -409,6 +410,19 @@ class RuntimeOnTheLoopTest(unittest.TestCase):
             {"got": got, "done": done}.get(kind, set()).add(job_id)
             if kind == "take":
                 self.assertEqual(got - done, set(), f"a job-take went out before their results: {calls}")
+        self.assertEqual(done, {"job-0", "job-1", "job-2"})
+
+    def test_with_batches_results_still_reach_the_platform_before_the_next_take(self):
+        # What the platform received, in order: results handed to a batch leave from its sender a
+        # turn later, and the next job-take waits for that too.
+        self.run_jobs(APP_KINDS["async"], 3, batch=True)
+        given, done = set(), set()
+        for call in self.platform.calls:
+            if call["op"] in ("job-take", "job-take-batch"):
+                self.assertEqual(given - done, set(), f"a job-take arrived before their results: {self.platform.summary()}")
+                given.update(call.get("gave", []))
+            elif call["op"] == "job-done":
+                done.add(call["job_id"])
         self.assertEqual(done, {"job-0", "job-1", "job-2"})
 
     def test_sync_handler_costs_one_hop_for_the_handler_only(self):

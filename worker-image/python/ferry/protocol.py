@@ -210,6 +210,11 @@ class WorkerApi:
             return await self._batches.deliver(job_id, is_stream, body)
         return await self._done_one(job_id, is_stream, body)
 
+    def results_leaving(self):
+        """Whether results handed to a batch have yet to be sent: their sender starts next turn."""
+        batches = self._batches
+        return batches is not None and batches.starting and not batches.sending.done()
+
     async def _done_one(self, job_id, is_stream, body):
         url = self._job_url(self.done_url, job_id, "true" if is_stream else "false")
         return await self._post_async(url, None, job_id, "job-done", body)
@@ -244,6 +249,7 @@ class _DoneBatches:
         self.url = url
         self.waiting = []  # (job_id, is_stream, body, future)
         self.sending = None  # the task delivering, while one is
+        self.starting = False  # that task has not run yet: what waits has not been sent
 
     async def deliver(self, job_id, is_stream, body):
         import asyncio
@@ -252,9 +258,13 @@ class _DoneBatches:
         self.waiting.append((job_id, is_stream, body, future))
         if self.sending is None:
             self.sending = asyncio.ensure_future(self._send_waiting())
+            self.starting = True
         return await future
 
     async def _send_waiting(self):
+        # Sent in this step (an idle connection writes at once), so a job-take that waited for
+        # results_leaving goes after them.
+        self.starting = False
         try:
             while self.waiting:
                 group, self.waiting = self.waiting[:BATCH_MAX_JOBS], self.waiting[BATCH_MAX_JOBS:]
@@ -276,7 +286,9 @@ class _DoneBatches:
         import asyncio
 
         alone = lambda item: self.api._done_one(item[0], item[1], item[2])  # noqa: E731
-        if len(group) == 1 or self.api._batches is None:
+        if len(group) == 1:
+            return [await alone(group[0])]  # awaited here, not gathered: it is written in this step
+        if self.api._batches is None:
             return await asyncio.gather(*(alone(item) for item in group))
         body = b'{"jobs":[' + b",".join(
             b'{"id":' + json.dumps(job_id).encode() + b',"result":' + result + b"}"

@@ -328,8 +328,11 @@ class QueueRuntime:
             if jobs:
                 # Let the jobs just started run first: an async handler that does not wait finishes
                 # and sends its job-done before the next job-take goes out, so its result is not
-                # queued behind the take on either side (one loop turn; measured at 1 client).
+                # queued behind the take on either side (one loop turn; measured at 1 client). Results
+                # handed to a batch leave one turn later, from its sender: wait for that too.
                 await asyncio.sleep(0)
+                while self._on_loop and self.api.results_leaving():
+                    await asyncio.sleep(0)
 
     def _start(self, job):
         run = JobRun(job)
