@@ -257,6 +257,8 @@ describe('tasks', () => {
     expect(worker.RUNPOD_WEBHOOK_POST_OUTPUT).toBe(`${base}/job-done/${e.id}-worker/$ID?agent=1`);
     expect(worker.RUNPOD_WEBHOOK_POST_STREAM).toBe(`${base}/job-stream/${e.id}-worker/$ID?agent=1`);
     expect(worker.RUNPOD_WEBHOOK_PING).toBe(`${base}/ping/${e.id}-worker?agent=1`);
+    // The ferry runtime sends results that finish together in one request only when this is set.
+    expect(worker.FERRY_WEBHOOK_POST_OUTPUT_BATCH).toBe(`${base}/job-done-batch/${e.id}-worker?agent=1`);
     expect(worker.RUNPOD_AI_API_KEY).toBe(agent.FERRY_WORKER_TOKEN);
     expect(worker.RUNPOD_POD_ID).toBeDefined();
     expect(worker.RUNPOD_ENDPOINT_ID).toBe(e.id);
