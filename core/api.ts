@@ -4,13 +4,7 @@
  * providers answer byte for byte alike (docs/api.md, docs/architecture.md#worker-protocol).
  */
 import { randomUUID } from 'node:crypto';
-import {
-  type Authenticator,
-  assertScopeCovers,
-  authorizeClient,
-  credentialOf,
-  type KeyScope,
-} from './auth.js';
+import { type Authenticator, assertScopeCovers, credentialOf, type KeyScope } from './auth.js';
 import { awsInfoOf, endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
 import {
@@ -208,16 +202,21 @@ export class V2Api {
     try {
       return await this.dispatch(req);
     } catch (error) {
-      const response = toHttpResponse(error, {
-        requestId: req.requestId ?? randomUUID(),
-        log: this.options.log ?? stderrLogger,
-        what: `${req.method} ${req.path}`,
-      });
+      const response = this.errorAnswer(req, error, `${req.method} ${req.path}`);
       // A 429 tells the client when to come back (docs/api.md#errors).
       return response.statusCode === 429
         ? { ...response, headers: { 'retry-after': String(retryAfterSec) } }
         : response;
     }
+  }
+
+  /** The error answer of docs/api.md#errors for a failure while serving `req` (5xx logged, no internals). */
+  private errorAnswer(req: ApiRequest, error: unknown, what: string) {
+    return toHttpResponse(error, {
+      requestId: req.requestId ?? randomUUID(),
+      log: this.options.log ?? stderrLogger,
+      what,
+    });
   }
 
   private async dispatch(req: ApiRequest): Promise<ApiResponse> {
@@ -251,7 +250,7 @@ export class V2Api {
     assertScopeCovers(scope, { id: `${app}/${wanted}/${name}`, app, env: asked });
     await this.options.beforeResolve?.(app, wanted, name);
     const record = await resolveByName(this.options.control, app, wanted, name);
-    await authorizeClient(this.options.auth, req.headers.authorization, record);
+    assertScopeCovers(scope, record);
     const rest = segments.slice(3);
     if (rest.length > 0) return this.route(req, method, record.id, rest);
     if (method !== 'GET') throw notFound(`No route for ${req.method} ${req.path}`);
@@ -463,11 +462,7 @@ export class V2Api {
           const { status } = await this.options.engine.done(endpointId, params[0]!, id, body);
           return { id, statusCode: 200, status };
         } catch (error) {
-          const answer = toHttpResponse(error, {
-            requestId: req.requestId ?? randomUUID(),
-            log: this.options.log ?? stderrLogger,
-            what: `job-done-batch of job ${id}`,
-          });
+          const answer = this.errorAnswer(req, error, `job-done-batch of job ${id}`);
           return { id, statusCode: answer.statusCode, error: answer.body.error };
         }
       }),
