@@ -103,15 +103,17 @@ class WorkerApi:
                 problem = f"{type(outcome).__name__}: {outcome}"
                 continue
             status, data = outcome
-            if 200 <= status < 300:
-                return True
-            if 400 <= status < 500:
-                # The server refused it (job already final, payload too big...): retrying won't help.
-                self.say(f"{what} for job {job_id} refused: HTTP {status} {_snippet(data)}")
-                return False
+            taken = _taken(status)
+            if taken is False:
+                self._say_refused(what, job_id, status, data)
+            if taken is not None:
+                return taken
             problem = f"HTTP {status} {_snippet(data)}"
         self.say(f"{what} for job {job_id} failed after {POST_ATTEMPTS} attempts: {problem}")
         return False
+
+    def _say_refused(self, what, job_id, status, data):
+        self.say(f"{what} for job {job_id} refused: HTTP {status} {_snippet(data)}")
 
     def _post(self, url, payload, job_id, what, body=None):
         if body is None:
@@ -309,13 +311,13 @@ class _DoneBatches:
         for item in group:
             answer = answers.get(item[0]) if answers else None
             code = answer.get("statusCode") if isinstance(answer, dict) else None
-            if isinstance(code, int) and 200 <= code < 300:
-                delivered.append(True)
-            elif isinstance(code, int) and 400 <= code < 500:
-                self.api.say(f"job-done for job {item[0]} refused: HTTP {code} {_snippet(str(answer.get('error')))}")
-                delivered.append(False)
-            else:
+            taken = _taken(code) if isinstance(code, int) else None
+            if taken is None:
                 delivered.append(await alone(item))
+                continue
+            if not taken:
+                self.api._say_refused("job-done", item[0], code, str(answer.get("error")))
+            delivered.append(taken)
         return delivered
 
 
@@ -352,6 +354,16 @@ def stream_chunk(value):
     if isinstance(value, dict) and "output" in value and set(value) <= {"output", "metrics"}:
         return value
     return {"output": value}
+
+
+def _taken(status):
+    """What a POST's answer means to its sender: True, taken (2xx); False, refused (4xx: the job is
+    already final, the payload too big...), so retrying won't help; None, worth another try."""
+    if 200 <= status < 300:
+        return True
+    if 400 <= status < 500:
+        return False
+    return None
 
 
 def _poll_answer(status, data, what):
