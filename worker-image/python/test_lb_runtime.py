@@ -159,6 +159,23 @@ class LoadBalancedLifecycleTest(unittest.TestCase):
         self.assertEqual(worker.wait_exit(), 0)
         self.assertIn("stopped", worker.output)
 
+    def test_answered_requests_keep_to_a_line_budget_and_refused_ones_always_get_a_line(self):
+        worker = self.start(FERRY_VARIABLE="api")
+        out = worker.wait_output(" on http://")
+        base = "http://127.0.0.1:" + re.search(r"on http://127\.0\.0\.1:(\d+)", out).group(1)
+        for _ in range(30):
+            self.assertEqual(request(base, "GET", "/ping")[0], 200)
+        self.assertEqual(request(base, "GET", "/nope")[0], 404)
+        worker.terminate()
+        self.assertEqual(worker.wait_exit(), 0)
+        output = worker.output
+        shown = output.count('"GET /ping HTTP/1.1" 200')
+        left_out = sum(int(n) for n in re.findall(r"(\d+) more requests answered in the last", output))
+        # Every request is accounted for, a line each up to logs.LineBudget's 10 a second.
+        self.assertEqual(shown + left_out, 30)
+        self.assertGreater(left_out, 0)
+        self.assertIn('"GET /nope HTTP/1.1" 404', output)
+
     def test_variable_that_is_not_an_endpoint_is_a_startup_error(self):
         worker = self.start(FERRY_VARIABLE="not_an_endpoint")
         self.assertEqual(worker.wait_exit(), 2)

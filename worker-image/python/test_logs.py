@@ -1,5 +1,6 @@
 """Job log capture and shipping (ferry/logs.py): lines reach the job-log route with their job and
-stream, a 404 falls back to stderr, and a failing platform never blocks the worker."""
+stream, a 404 falls back to stderr, and a failing platform never blocks the worker. Routine worker
+lines keep to their budget (LineBudget)."""
 
 import io
 import json
@@ -96,3 +97,80 @@ class LogShipperTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class LineBudgetTest(unittest.TestCase):
+    """On a fake clock; `schedule` records the summary's timer instead of starting a thread."""
+
+    def setUp(self):
+        self.now = 100.0
+        self.said = []
+        self.timers = []
+        self.budget = logs.LineBudget(self.said.append, "jobs completed", per_second=3,
+                                      clock=lambda: self.now,
+                                      schedule=lambda delay, fn: self.timers.append((delay, fn)))
+
+    def fire_timers(self):
+        timers, self.timers = self.timers, []
+        for _, fn in timers:
+            fn()
+
+    def test_every_line_shows_under_the_budget(self):
+        for i in range(3):
+            self.budget.routine(f"job {i} completed")
+            self.now += 0.1
+        self.now += 1
+        for i in range(3, 6):
+            self.budget.routine(f"job {i} completed")
+            self.now += 0.1
+        self.assertEqual(self.said, [f"job {i} completed" for i in range(6)])
+        self.assertEqual(self.timers, [])
+
+    def test_lines_over_the_budget_are_counted_and_summed_up_when_the_second_ends(self):
+        for i in range(10):
+            self.budget.routine(f"job {i} completed")
+            self.now += 0.05
+        self.assertEqual(self.said, ["job 0 completed", "job 1 completed", "job 2 completed"])
+        # One timer, for the end of the second that began with job 0.
+        self.assertEqual(len(self.timers), 1)
+        self.assertAlmostEqual(self.timers[0][0], 1 - 0.15)
+        self.now = 101.0
+        self.fire_timers()
+        self.assertEqual(self.said[3:], ["7 more jobs completed in the last 1.0 s (a line each up to 3 a second)"])
+        # The next second has its budget again.
+        self.budget.routine("job 10 completed")
+        self.assertEqual(self.said[-1], "job 10 completed")
+
+    def test_a_line_after_the_second_ends_says_the_summary_first(self):
+        for i in range(5):
+            self.budget.routine(f"job {i} completed")
+        self.now += 1.2  # the timer has not run yet (a busy loop): the next line closes the second
+        self.budget.routine("job 5 completed")
+        self.assertEqual(self.said[3:], ["2 more jobs completed in the last 1.2 s (a line each up to 3 a second)",
+                                         "job 5 completed"])
+        self.fire_timers()  # nothing left out since: says nothing more
+        self.assertEqual(len(self.said), 5)
+
+    def test_flush_says_what_was_left_out_and_nothing_twice(self):
+        for i in range(4):
+            self.budget.routine(f"job {i} completed")
+        self.now += 0.5
+        self.budget.flush()
+        self.budget.flush()
+        self.assertEqual(self.said[3:], ["1 more jobs completed in the last 0.5 s (a line each up to 3 a second)"])
+
+    def test_the_real_timer_says_the_summary_without_another_line(self):
+        said = []
+        done = threading.Event()
+
+        def say(message):
+            said.append(message)
+            if "more" in message:
+                done.set()
+
+        budget = logs.LineBudget(say, "requests answered", per_second=1)
+        budget.routine("GET /a 200")
+        budget.routine("GET /b 200")
+        self.assertTrue(done.wait(5))
+        self.assertEqual(said[0], "GET /a 200")
+        self.assertRegex(said[1], r"^1 more requests answered in the last \d\.\d s")

@@ -23,6 +23,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .invoke import OutputError, to_json_bytes
+from .logs import LineBudget
 
 MAX_BODY_BYTES = 20 * 1024 * 1024  # the /runsync payload limit (docs/api.md#limits)
 # Sent by the platform's front door (the local pool's forward, the ECS agent) with every request.
@@ -211,10 +212,20 @@ def make_server(router, host, port, say, front_door_secret=None):
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
+        def log_request(self, code="-", size="-"):
+            line = f'{self.address_string()} "{self.requestline}" {code}'
+            # An answer below 400 is routine; a refused or failed request always gets its line.
+            if isinstance(code, int) and code < 400:
+                answered.routine(line)
+            else:
+                say(line)
+
         def log_message(self, fmt, *args):
             say(f"{self.address_string()} {fmt % args}")
 
+    answered = LineBudget(say, "requests answered")
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     server.active = active
+    server.answered = answered
     return server

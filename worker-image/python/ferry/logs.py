@@ -84,6 +84,70 @@ class JobLog:
             file.close()
 
 
+def _timer(delay_s, fn):
+    timer = threading.Timer(delay_s, fn)
+    timer.daemon = True
+    timer.start()
+
+
+class LineBudget:
+    """Routine worker lines (a job's completion, a load-balanced request) up to `per_second` a second.
+
+    Beyond that they are counted, and one line at the end of the second says how many were left
+    out. At the rates a person reads (`ferry dev`, a few jobs a second) every line shows; at
+    thousands a second a line each floods the console and the log store: every worker line is a
+    stored row locally (about 6 % of the platform's CPU per job, bench/results.md) and an ingested
+    CloudWatch event on AWS. Lines that say something went wrong never go through a budget.
+    """
+
+    def __init__(self, say, what, per_second=10, clock=time.monotonic, schedule=_timer):
+        self._say = say
+        self._what = what  # names the left-out lines: "jobs completed"
+        self._per_second = per_second
+        self._clock = clock
+        self._schedule = schedule  # schedule(delay_s, fn): calls fn once, later, on any thread
+        self._lock = threading.Lock()
+        self._window_start = None
+        self._said = 0
+        self._left_out = 0
+
+    def routine(self, message):
+        """Says `message` unless this second's budget is spent."""
+        now = self._clock()
+        with self._lock:
+            summary = None
+            if self._window_start is None or now - self._window_start >= 1:
+                summary = self._close_window(now)
+                self._window_start, self._said = now, 0
+            if self._said < self._per_second:
+                self._said += 1
+            else:
+                self._left_out += 1
+                if self._left_out == 1:
+                    self._schedule(max(0.0, self._window_start + 1 - now), self.flush)
+                message = None
+        if summary:
+            self._say(summary)
+        if message:
+            self._say(message)
+
+    def flush(self):
+        """Says how many lines were left out since the last summary, if any (also at shutdown)."""
+        with self._lock:
+            summary = self._close_window(self._clock())
+            self._window_start = None
+        if summary:
+            self._say(summary)
+
+    def _close_window(self, now):
+        left_out, self._left_out = self._left_out, 0
+        if not left_out:
+            return None
+        seconds = now - self._window_start
+        return (f"{left_out} more {self._what} in the last {seconds:.1f} s "
+                f"(a line each up to {self._per_second} a second)")
+
+
 class LogShipper:
     """Sends jobs' output lines to the platform's job-log route in batches, from its own thread.
 

@@ -216,6 +216,8 @@ class QueueRuntime:
         self.max_concurrency = max_concurrency
         self.worker_id = worker_id
         self.say = say
+        # A line per completed job, up to a budget a second (failures and lost results always).
+        self.completions = logs.LineBudget(say, "jobs completed")
         self.echo = echo
         self.log_dir = log_dir
         self.log_shipper = log_shipper
@@ -277,6 +279,7 @@ class QueueRuntime:
         self._ping_stop.set()
         if self._on_loop:
             self.api.loop_connections.close()
+        self.completions.flush()
         left = len(self.running)
         if left:
             self.say(f"exiting with {left} job(s) still running")
@@ -411,9 +414,11 @@ class QueueRuntime:
                 if log.shipped:
                     await self._blocking(self.log_shipper.flush)
             ok = await self._done(run.id, payload, is_stream, body)
-            outcome = "failed" if "error" in payload else "completed"
-            self.say(f"job {run.id} {outcome} in {time.monotonic() - started:.2f} s"
-                     + ("" if ok else " (result not delivered)"))
+            line = f"in {time.monotonic() - started:.2f} s" + ("" if ok else " (result not delivered)")
+            if ok and "error" not in payload:
+                self.completions.routine(f"job {run.id} completed {line}")
+            else:
+                self.say(f"job {run.id} {'failed' if 'error' in payload else 'completed'} {line}")
         finally:
             progress.unregister(run.id)
             log.close()

@@ -300,6 +300,7 @@ def serve_lb(config, endpoint, say):
     while server.active["count"] and time.monotonic() < deadline:
         time.sleep(0.05)
     server.server_close()
+    server.answered.flush()
     loop.call_soon_threadsafe(loop.stop)
     say("stopped")
     return 0
