@@ -98,6 +98,12 @@ export interface Health {
 }
 
 export const jobKey = (jobId: string) => `job:${jobId}`;
+/**
+ * Notified only when a job reaches a final status: what runsync and status-sync wait for. On the
+ * job's own key they woke, and read the job again, at every step on the way (taken, progress, a
+ * stream chunk) for nothing.
+ */
+export const jobEndKey = (jobId: string) => `job-end:${jobId}`;
 export const workerKey = (workerId: string) => `worker:${workerId}`;
 /** Notified whenever an endpoint's queue grows, so local worker pools can scale. */
 export const endpointKey = (endpointId: string) => `endpoint:${endpointId}`;
@@ -195,7 +201,7 @@ export class JobEngine {
     options: Omit<SubmitOptions, 'sync' | 'waitMs'> = {},
   ): Promise<JobView> {
     const job = await this.submit(endpointId, request, { ...options, sync: true, waitMs });
-    const settled = await this.waitFor(job.id, waitMs, signal, (j) => isFinal(j.status));
+    const settled = await this.waitForEnd(job.id, waitMs, signal);
     const now = this.clock.now();
     return isFinal(settled.status) ? viewOf(settled, now) : { id: settled.id, status: settled.status };
   }
@@ -253,9 +259,10 @@ export class JobEngine {
     waitMs: number,
     signal?: AbortSignal,
   ): Promise<JobView> {
-    await this.mustGet(endpointId, jobId);
-    const job = await this.waitFor(jobId, waitMs, signal, (j) => isFinal(j.status));
-    return viewOf(job, this.clock.now());
+    this.ofEndpoint(endpointId, jobId, await this.jobs.get(jobId, this.clock.now(), noInput));
+    const job = await this.waitForEnd(jobId, waitMs, signal);
+    // The view of an unfinished job shows its input (viewOf): read it only then.
+    return viewOf(isFinal(job.status) ? job : await this.mustGet(endpointId, jobId), this.clock.now());
   }
 
   /**
@@ -740,6 +747,7 @@ export class JobEngine {
 
   private afterWrite(before: Job, after: Job): void {
     this.changes.notify(jobKey(after.id));
+    if (isFinal(after.status)) this.changes.notify(jobEndKey(after.id));
     // Wake the holder's job-stop poll only when this change means it must let go: its own job-done
     // (COMPLETED or FAILED, still its own) woke it to re-read every job it holds, for nothing.
     if (
@@ -817,20 +825,19 @@ export class JobEngine {
     };
   }
 
-  private async waitFor(
-    jobId: string,
-    waitMs: number,
-    signal: AbortSignal | undefined,
-    done: (job: Job) => boolean,
-  ): Promise<Job> {
-    const watch = this.changes.watch(jobKey(jobId));
+  /**
+   * The job once it is final, or as it is when `waitMs` runs out, read without its input: a final
+   * job's view has none, and on AWS a polling wait would fetch a big input from S3 at every poll.
+   */
+  private async waitForEnd(jobId: string, waitMs: number, signal: AbortSignal | undefined): Promise<Job> {
+    const watch = this.changes.watch(jobEndKey(jobId));
     try {
       const deadline = this.clock.now() + waitMs;
       for (;;) {
-        const job = await this.jobs.get(jobId, this.clock.now());
+        const job = await this.jobs.get(jobId, this.clock.now(), noInput);
         if (!job) throw notFound(`Job ${jobId} not found (or its results expired)`);
         const remaining = deadline - this.clock.now();
-        if (done(job) || remaining <= 0 || signal?.aborted) return job;
+        if (isFinal(job.status) || remaining <= 0 || signal?.aborted) return job;
         await watch.changed(remaining, signal);
       }
     } finally {

@@ -14,7 +14,7 @@ import { GetCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DynamoJobStore, documentClient, statusShardCount } from '../../core/adapters/aws/dynamo.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
-import { LocalChangeFeed } from '../../core/changes.js';
+import { LocalChangeFeed, PollingChangeFeed } from '../../core/changes.js';
 import { FakeClock, systemClock } from '../../core/clock.js';
 import { type EngineDeps, JobEngine } from '../../core/engine.js';
 import type { Job } from '../../core/job.js';
@@ -186,6 +186,42 @@ describe('worker routes do not read the input back', () => {
         const done = await store.jobs.get(id, Date.now());
         expect(done).toMatchObject({ status: 'COMPLETED', output: { ok: true }, input });
       }
+    } finally {
+      store.close();
+    }
+  });
+});
+
+describe('runsync and status-sync waits do not read the input back', () => {
+  it('a polling wait on a job with a 200 KB input (an S3 object) reads no S3 object until the view needs the input', async () => {
+    const store = countedStore();
+    // How the API Lambda waits: a re-read every FERRY_POLL_MS (functions/wiring.ts); 20 ms here.
+    const engine = engineFor(store, { changes: new PollingChangeFeed(systemClock, 20) });
+    const input = { image: 'x'.repeat(200 * 1024) };
+    const endpointId = `io-wait-${Date.now()}`;
+    try {
+      // No worker: runsync polls until its wait runs out and answers {id, status}.
+      const view = await engine.runSync(endpointId, { input }, 300, undefined);
+      expect(view).toEqual({ id: view.id, status: 'IN_QUEUE' });
+      expect(store.count('GetItem')).toBeGreaterThan(5);
+      expect(store.blobReads).toEqual([]);
+
+      // status-sync that runs out: the view of an unfinished job shows its input, read once at the end.
+      store.reset();
+      const unfinished = await engine.statusSync(endpointId, view.id, 200);
+      expect(unfinished).toMatchObject({ status: 'IN_QUEUE', input });
+      expect(store.count('GetItem')).toBeGreaterThan(3);
+      expect(store.blobReads.length).toBe(1);
+
+      // A worker takes it (that read fetches the input) and finishes it while status-sync waits.
+      const [taken] = await engine.take(endpointId, 'w1', 1, 0);
+      expect(taken?.input).toEqual(input);
+      store.reset();
+      const waiting = engine.statusSync(endpointId, view.id, 5_000);
+      await new Promise((r) => setTimeout(r, 100));
+      await engine.done(endpointId, 'w1', view.id, { output: { ok: true } });
+      expect(await waiting).toMatchObject({ status: 'COMPLETED', output: { ok: true } });
+      expect(store.blobReads).toEqual([]);
     } finally {
       store.close();
     }

@@ -7,18 +7,19 @@ import type { LocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { LocalChangeFeed } from '../../core/changes.js';
 import type { FakeClock } from '../../core/clock.js';
 import { type EngineSettings, JobEngine } from '../../core/engine.js';
+import type { ChangeFeed } from '../../core/ports.js';
 
 export function localEngine(
   db: LocalDatabase,
   clock: FakeClock,
   settings: Partial<EngineSettings>,
-  options: { composedTake?: boolean } = {},
+  options: { composedTake?: boolean; changes?: ChangeFeed } = {},
 ): JobEngine {
   return new JobEngine({
     jobs: db.jobs,
     queue: db.queue,
     workers: db.workers,
-    changes: new LocalChangeFeed(clock),
+    changes: options.changes ?? new LocalChangeFeed(clock),
     clock,
     settings,
     ...(options.composedTake

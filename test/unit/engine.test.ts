@@ -6,6 +6,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type LocalDatabase, openLocalDatabase } from '../../core/adapters/local/sqlite.js';
+import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
 import type { JobEngine } from '../../core/engine.js';
 import { limits } from '../../core/limits.js';
@@ -227,6 +228,69 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       while (taken.length === 0) taken = await engine.take(ep, 'w1', 1, 0);
       await engine.done(ep, 'w1', taken[0]!.id, { output: 42 });
       expect(await pending).toMatchObject({ status: 'COMPLETED', output: 42 });
+    });
+
+    it('runSync and status-sync wake once, when the job ends, and read it without its input', async () => {
+      // A feed that records which watches woke; the engine on it is wired like the one of beforeEach.
+      const woke: string[] = [];
+      const feed = new (class extends LocalChangeFeed {
+        override watch(key: string) {
+          const watch = super.watch(key);
+          const changed = watch.changed.bind(watch);
+          watch.changed = async (waitMs, signal) => {
+            const result = await changed(waitMs, signal);
+            if (result) woke.push(key.split(':')[0]!);
+            return result;
+          };
+          return watch;
+        }
+      })(clock);
+      engine = localEngine(
+        db,
+        clock,
+        { leaseMs: 30_000 },
+        { composedTake: take === 'composed', changes: feed },
+      );
+      const reads: (boolean | undefined)[] = [];
+      const get = db.jobs.get.bind(db.jobs);
+      db.jobs.get = (jobId, nowMs, options) => {
+        reads.push(options?.input);
+        return get(jobId, nowMs, options);
+      };
+      const input = { image: 'x'.repeat(10_000) };
+      const runsync = engine.runSync(ep, { input }, 90_000, undefined);
+      let taken: { id: string; input?: unknown }[] = [];
+      while (taken.length === 0) taken = await engine.take(ep, 'w1', 1, 0);
+      const id = taken[0]!.id;
+      expect(taken[0]!.input).toEqual(input);
+      const statusSync = engine.statusSync(ep, id, 90_000);
+      const turns = async () => {
+        for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+      };
+      await turns();
+      reads.splice(0);
+      // Steps on the way: a progress update, stream chunks, a ping. Neither wait wakes for them.
+      await engine.done(ep, 'w1', id, { status: 'IN_PROGRESS', output: { pct: 50 } });
+      await engine.streamChunk(ep, 'w1', id, { output: 'part 1' });
+      await engine.streamChunk(ep, 'w1', id, { output: 'part 2' });
+      await engine.ping(ep, 'w1', [id]);
+      await turns();
+      expect(woke).toEqual([]);
+      await engine.done(ep, 'w1', id, { output: { ok: true } });
+      expect(await runsync).toMatchObject({ id, status: 'COMPLETED', output: { ok: true } });
+      expect(await statusSync).toMatchObject({ id, status: 'COMPLETED', output: { ok: true } });
+      expect(woke).toEqual(['job-end', 'job-end']);
+      // Every read since the take, the worker's moves' and the waits', left the input out.
+      expect(reads.length).toBeGreaterThan(0);
+      expect(reads.every((option) => option === false)).toBe(true);
+    });
+
+    it('status-sync that runs out on an unfinished job answers its view with the input', async () => {
+      const job = await engine.submit(ep, { input: { n: 7 } }, { sync: false });
+      const pending = engine.statusSync(ep, job.id, 1_000);
+      while (clock.pendingSleeps() === 0) await new Promise((r) => setImmediate(r));
+      clock.advance(1_000);
+      expect(await pending).toMatchObject({ id: job.id, status: 'IN_QUEUE', input: { n: 7 } });
     });
 
     it('runSync answers {id, status} when the wait runs out', async () => {
