@@ -280,7 +280,8 @@ export class JobEngine {
     try {
       const deadline = this.clock.now() + waitMs;
       for (;;) {
-        const job = await this.mustGet(endpointId, jobId);
+        // The answer names the job and its status only: its input is not read (see waitForEnd).
+        const job = this.ofEndpoint(endpointId, jobId, await this.jobs.get(jobId, this.clock.now(), noInput));
         const chunks = await this.jobs.drainStream(jobId);
         const remaining = deadline - this.clock.now();
         if (chunks.length > 0 || isFinal(job.status) || remaining <= 0 || signal?.aborted) {

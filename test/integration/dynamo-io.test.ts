@@ -192,7 +192,7 @@ describe('worker routes do not read the input back', () => {
   });
 });
 
-describe('runsync and status-sync waits do not read the input back', () => {
+describe('runsync, status-sync and stream waits do not read the input back', () => {
   it('a polling wait on a job with a 200 KB input (an S3 object) reads no S3 object until the view needs the input', async () => {
     const store = countedStore();
     // How the API Lambda waits: a re-read every FERRY_POLL_MS (functions/wiring.ts); 20 ms here.
@@ -217,6 +217,11 @@ describe('runsync and status-sync waits do not read the input back', () => {
       const [taken] = await engine.take(endpointId, 'w1', 1, 0);
       expect(taken?.input).toEqual(input);
       store.reset();
+      // A /stream long poll (runpod-sdk polls it in a loop) names the job and its status only.
+      const streamed = engine.stream(endpointId, view.id, 5_000);
+      await new Promise((r) => setTimeout(r, 100));
+      await engine.streamChunk(endpointId, 'w1', view.id, { output: 'part' });
+      expect(await streamed).toEqual({ id: view.id, status: 'IN_PROGRESS', stream: [{ output: 'part' }] });
       const waiting = engine.statusSync(endpointId, view.id, 5_000);
       await new Promise((r) => setTimeout(r, 100));
       await engine.done(endpointId, 'w1', view.id, { output: { ok: true } });
