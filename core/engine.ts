@@ -22,6 +22,7 @@ import type {
   StartFailureRecord,
   TakenJob,
   TakeQueuedOptions,
+  Watch,
   WorkerLedger,
   WorkerRegistry,
 } from './ports.js';
@@ -157,6 +158,13 @@ export class JobEngine {
   // ── client side ──────────────────────────────────────────────────────────────────────────────
 
   async submit(endpointId: string, request: RunRequest, options: SubmitOptions): Promise<Job> {
+    const job = await this.admitted(endpointId, request, options);
+    await this.enqueue(job);
+    return job;
+  }
+
+  /** The new job, once the queue cap lets it in; not stored yet (`enqueue`). */
+  private async admitted(endpointId: string, request: RunRequest, options: SubmitOptions): Promise<Job> {
     await this.admit(endpointId);
     const now = this.clock.now();
     const ttlMs = request.policy?.ttl ?? limits.ttlDefaultMs;
@@ -183,13 +191,17 @@ export class JobEngine {
       retries: 0,
       version: 1,
     };
+    return job;
+  }
+
+  /** Stores the job and queues it (or hands it to a waiting take). */
+  private async enqueue(job: Job): Promise<void> {
     if (this.createQueued) await this.createQueued(job);
     else {
       await this.jobs.create(job);
-      await this.queue.send(endpointId, job.id, { lowPriority: job.policy.lowPriority });
+      await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
     }
-    this.changes.notify(endpointKey(endpointId));
-    return job;
+    this.changes.notify(endpointKey(job.endpointId));
   }
 
   /** Waits until the job ends or `waitMs` runs out; an unfinished job answers `{id, status}`. */
@@ -200,8 +212,17 @@ export class JobEngine {
     signal: AbortSignal | undefined,
     options: Omit<SubmitOptions, 'sync' | 'waitMs'> = {},
   ): Promise<JobView> {
-    const job = await this.submit(endpointId, request, { ...options, sync: true, waitMs });
-    const settled = await this.waitForEnd(job.id, waitMs, signal);
+    const job = await this.admitted(endpointId, request, { ...options, sync: true, waitMs });
+    // Watched before it is stored, so no end can slip between the store and the wait: the wait
+    // starts without reading back the job it just wrote.
+    const watch = this.changes.watch(jobEndKey(job.id));
+    let settled: Job;
+    try {
+      await this.enqueue(job);
+      settled = await this.waitForEnd(job.id, waitMs, signal, watch);
+    } finally {
+      watch.close();
+    }
     const now = this.clock.now();
     return isFinal(settled.status) ? viewOf(settled, now) : { id: settled.id, status: settled.status };
   }
@@ -830,10 +851,17 @@ export class JobEngine {
    * The job once it is final, or as it is when `waitMs` runs out, read without its input: a final
    * job's view has none, and on AWS a polling wait would fetch a big input from S3 at every poll.
    */
-  private async waitForEnd(jobId: string, waitMs: number, signal: AbortSignal | undefined): Promise<Job> {
-    const watch = this.changes.watch(jobEndKey(jobId));
+  private async waitForEnd(
+    jobId: string,
+    waitMs: number,
+    signal: AbortSignal | undefined,
+    openedBeforeStored?: Watch,
+  ): Promise<Job> {
+    const watch = openedBeforeStored ?? this.changes.watch(jobEndKey(jobId));
     try {
       const deadline = this.clock.now() + waitMs;
+      // The caller stored the job after opening the watch: it is unfinished unless the watch says otherwise.
+      if (openedBeforeStored) await watch.changed(waitMs, signal);
       for (;;) {
         const job = await this.jobs.get(jobId, this.clock.now(), noInput);
         if (!job) throw notFound(`Job ${jobId} not found (or its results expired)`);
@@ -842,7 +870,7 @@ export class JobEngine {
         await watch.changed(remaining, signal);
       }
     } finally {
-      watch.close();
+      if (!openedBeforeStored) watch.close();
     }
   }
 }

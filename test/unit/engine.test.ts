@@ -285,6 +285,25 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       expect(reads.every((option) => option === false)).toBe(true);
     });
 
+    it('runSync does not read back the job it just stored: its first read is after the job ended', async () => {
+      const noInputReads: string[] = [];
+      const get = db.jobs.get.bind(db.jobs);
+      db.jobs.get = (jobId, nowMs, options) => {
+        // The worker's take reads the input; the wait and job-done's move read without it.
+        if (options?.input === false) noInputReads.push(jobId);
+        return get(jobId, nowMs, options);
+      };
+      const pending = engine.runSync(ep, { input: { n: 1 } }, 90_000, undefined);
+      let taken: { id: string }[] = [];
+      while (taken.length === 0) taken = await engine.take(ep, 'w1', 1, 0);
+      for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+      expect(noInputReads).toEqual([]);
+      await engine.done(ep, 'w1', taken[0]!.id, { output: 2 });
+      expect(await pending).toMatchObject({ status: 'COMPLETED', output: 2 });
+      // job-done's read for its move, then the wait's one read.
+      expect(noInputReads).toEqual([taken[0]!.id, taken[0]!.id]);
+    });
+
     it('status-sync that runs out on an unfinished job answers its view with the input', async () => {
       const job = await engine.submit(ep, { input: { n: 7 } }, { sync: false });
       const pending = engine.statusSync(ep, job.id, 1_000);
