@@ -96,7 +96,7 @@ class LineBudget:
     Beyond that they are counted, and one line at the end of the second says how many were left
     out. At the rates a person reads (`ferry dev`, a few jobs a second) every line shows; at
     thousands a second a line each floods the console and the log store: every worker line is a
-    stored row locally (about 6 % of the platform's CPU per job, bench/results.md) and an ingested
+    stored row locally (5 to 7 % of the platform's CPU per job, bench/results.md) and an ingested
     CloudWatch event on AWS. Lines that say something went wrong never go through a budget.
     """
 

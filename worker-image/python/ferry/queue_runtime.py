@@ -414,11 +414,13 @@ class QueueRuntime:
                 if log.shipped:
                     await self._blocking(self.log_shipper.flush)
             ok = await self._done(run.id, payload, is_stream, body)
-            line = f"in {time.monotonic() - started:.2f} s" + ("" if ok else " (result not delivered)")
-            if ok and "error" not in payload:
-                self.completions.routine(f"job {run.id} completed {line}")
+            failed = "error" in payload
+            line = (f"job {run.id} {'failed' if failed else 'completed'} in {time.monotonic() - started:.2f} s"
+                    + ("" if ok else " (result not delivered)"))
+            if ok and not failed:
+                self.completions.routine(line)
             else:
-                self.say(f"job {run.id} {'failed' if 'error' in payload else 'completed'} {line}")
+                self.say(line)
         finally:
             progress.unregister(run.id)
             log.close()
