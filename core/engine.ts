@@ -316,14 +316,15 @@ export class JobEngine {
   }
 
   async cancel(endpointId: string, jobId: string): Promise<JobView> {
-    const job = await this.mustGet(endpointId, jobId);
+    const job = this.ofEndpoint(endpointId, jobId, await this.readForMove(jobId));
     if (job.status === 'CANCELLED') return { id: job.id, status: job.status };
     const done = await this.move(job, 'cancel', () => this.finalPatch('CANCELLED'));
     return { id: done.id, status: done.status };
   }
 
   async retry(endpointId: string, jobId: string): Promise<JobView> {
-    const job = await this.mustGet(endpointId, jobId);
+    // The store keeps the input the job was created with; the answer does not show it.
+    const job = this.ofEndpoint(endpointId, jobId, await this.jobs.get(jobId, this.clock.now(), noInput));
     const now = this.clock.now();
     const queued = await this.move(job, 'retry', (current) => ({
       status: 'IN_QUEUE',
@@ -684,9 +685,9 @@ export class JobEngine {
   }
 
   /**
-   * A running job as a worker's move needs it: without its input (job-done, a timeout; on AWS a big
-   * input is an S3 object, and a 5 MB image would be read back for every result), unless a webhook
-   * may carry the input when the move ends the job.
+   * A job as a move that may end it needs it: without its input (job-done, a timeout, a cancel; on
+   * AWS a big input is an S3 object, and a 5 MB image would be read back for every result), unless a
+   * webhook may carry the input when the move ends the job.
    */
   private async readForMove(jobId: string): Promise<Job | undefined> {
     const now = this.clock.now();

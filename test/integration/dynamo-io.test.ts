@@ -233,6 +233,41 @@ describe('runsync, status-sync and stream waits do not read the input back', () 
   });
 });
 
+describe('cancel and retry do not read the input back', () => {
+  it('of a job with a 200 KB input (an S3 object) read no S3 object; a cancel that sends a webhook does', async () => {
+    const store = countedStore();
+    const engine = engineFor(store, { webhooks: { send: () => {} } });
+    const input = { image: 'x'.repeat(200 * 1024) };
+    try {
+      for (const webhook of [undefined, 'https://example.test/hook']) {
+        const endpointId = `io-cancel-${Date.now()}-${webhook ? 'hook' : 'plain'}`;
+        const { id } = await engine.submit(
+          endpointId,
+          { input, ...(webhook ? { webhook } : {}) },
+          { sync: false },
+        );
+        store.reset();
+        expect(await engine.cancel(endpointId, id)).toEqual({ id, status: 'CANCELLED' });
+        // The webhook carries the input (docs/api.md): only then is it read.
+        expect(store.blobReads.length).toBe(webhook ? 1 : 0);
+      }
+
+      const endpointId = `io-retry-${Date.now()}`;
+      const { id } = await engine.submit(endpointId, { input }, { sync: false });
+      await engine.take(endpointId, 'w1', 1, 0);
+      await engine.done(endpointId, 'w1', id, { error: 'out of memory' });
+      store.reset();
+      expect(await engine.retry(endpointId, id)).toMatchObject({ id, status: 'IN_QUEUE' });
+      expect(store.blobReads).toEqual([]);
+      // The retried job still has its input for the worker that takes it.
+      const [taken] = await engine.take(endpointId, 'w2', 1, 0);
+      expect(taken).toMatchObject({ id, input });
+    } finally {
+      store.close();
+    }
+  });
+});
+
 describe('a ping renews leases with one UpdateItem per job and no read', () => {
   const engineOn = (store: ReturnType<typeof countedStore>, nowMs: number) =>
     engineFor(store, { clock: { now: () => nowMs } as typeof systemClock, settings: { leaseMs: 60_000 } });
