@@ -170,7 +170,7 @@ class LoadBalancedLifecycleTest(unittest.TestCase):
         self.assertEqual(worker.wait_exit(), 0)
         output = worker.output
         shown = output.count('"GET /ping HTTP/1.1" 200')
-        left_out = sum(int(n) for n in re.findall(r"(\d+) more requests answered in the last", output))
+        left_out = sum(int(n) for n in re.findall(r"(\d+) more requests? answered in the last", output))
         # Every request is accounted for, a line each up to logs.LineBudget's 10 a second.
         self.assertEqual(shown + left_out, 30)
         self.assertGreater(left_out, 0)

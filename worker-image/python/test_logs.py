@@ -106,7 +106,7 @@ class LineBudgetTest(unittest.TestCase):
         self.now = 100.0
         self.said = []
         self.timers = []
-        self.budget = logs.LineBudget(self.said.append, "jobs completed", per_second=3,
+        self.budget = logs.LineBudget(self.said.append, ("job completed", "jobs completed"), per_second=3,
                                       clock=lambda: self.now,
                                       schedule=lambda delay, fn: self.timers.append((delay, fn)))
 
@@ -157,7 +157,7 @@ class LineBudgetTest(unittest.TestCase):
         self.now += 0.5
         self.budget.flush()
         self.budget.flush()
-        self.assertEqual(self.said[3:], ["1 more jobs completed in the last 0.5 s (a line each up to 3 a second)"])
+        self.assertEqual(self.said[3:], ["1 more job completed in the last 0.5 s (a line each up to 3 a second)"])
 
     def test_the_real_timer_says_the_summary_without_another_line(self):
         said = []
@@ -168,9 +168,9 @@ class LineBudgetTest(unittest.TestCase):
             if "more" in message:
                 done.set()
 
-        budget = logs.LineBudget(say, "requests answered", per_second=1)
+        budget = logs.LineBudget(say, ("request answered", "requests answered"), per_second=1)
         budget.routine("GET /a 200")
         budget.routine("GET /b 200")
         self.assertTrue(done.wait(5))
         self.assertEqual(said[0], "GET /a 200")
-        self.assertRegex(said[1], r"^1 more requests answered in the last \d\.\d s")
+        self.assertRegex(said[1], r"^1 more request answered in the last \d\.\d s")

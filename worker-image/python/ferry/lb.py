@@ -223,7 +223,7 @@ def make_server(router, host, port, say, front_door_secret=None):
         def log_message(self, fmt, *args):
             say(f"{self.address_string()} {fmt % args}")
 
-    answered = LineBudget(say, "requests answered")
+    answered = LineBudget(say, ("request answered", "requests answered"))
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     server.active = active

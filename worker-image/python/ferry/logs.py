@@ -102,7 +102,7 @@ class LineBudget:
 
     def __init__(self, say, what, per_second=10, clock=time.monotonic, schedule=_timer):
         self._say = say
-        self._what = what  # names the left-out lines: "jobs completed"
+        self._what = what  # names the left-out lines, one and many: ("job completed", "jobs completed")
         self._per_second = per_second
         self._clock = clock
         self._schedule = schedule  # schedule(delay_s, fn): calls fn once, later, on any thread
@@ -144,7 +144,8 @@ class LineBudget:
         if not left_out:
             return None
         seconds = now - self._window_start
-        return (f"{left_out} more {self._what} in the last {seconds:.1f} s "
+        what = self._what[0] if left_out == 1 else self._what[1]
+        return (f"{left_out} more {what} in the last {seconds:.1f} s "
                 f"(a line each up to {self._per_second} a second)")
 
 

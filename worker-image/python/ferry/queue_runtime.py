@@ -217,7 +217,7 @@ class QueueRuntime:
         self.worker_id = worker_id
         self.say = say
         # A line per completed job, up to a budget a second (failures and lost results always).
-        self.completions = logs.LineBudget(say, "jobs completed")
+        self.completions = logs.LineBudget(say, ("job completed", "jobs completed"))
         self.echo = echo
         self.log_dir = log_dir
         self.log_shipper = log_shipper
