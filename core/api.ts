@@ -252,7 +252,7 @@ export class V2Api {
     const record = await resolveByName(this.options.control, app, wanted, name);
     assertScopeCovers(scope, record);
     const rest = segments.slice(3);
-    if (rest.length > 0) return this.route(req, method, record.id, rest);
+    if (rest.length > 0) return this.route(req, method, record.id, rest, scope);
     if (method !== 'GET') throw notFound(`No route for ${req.method} ${req.path}`);
     // A load-balanced endpoint deployed on AWS is called on its own HTTPS front, with the same key.
     const url = record.kind === 'lb' ? awsInfoOf(record)?.url : undefined;
@@ -271,6 +271,8 @@ export class V2Api {
     method: string,
     endpointId: string,
     rest: string[],
+    /** The client key's scope, when the caller has looked it up already (by-name). */
+    knownScope?: KeyScope,
   ): Promise<ApiResponse> {
     for (const route of this.routes) {
       if (route.pattern.length !== rest.length) continue;
@@ -283,7 +285,7 @@ export class V2Api {
       // A client key is checked (401) before the endpoint is looked up (404), its scope after (403).
       let scope: KeyScope | undefined;
       if (route.caller === 'client') {
-        scope = await this.options.auth.clientKeyScope(key);
+        scope = knownScope ?? (await this.options.auth.clientKeyScope(key));
         if (!scope) throw unauthorized();
       } else {
         // A worker token opens only its own endpoint's routes, under its own worker id (params[0]).

@@ -219,7 +219,7 @@ export class JobEngine {
     let settled: Job;
     try {
       await this.enqueue(job);
-      settled = await this.waitForEnd(job.id, waitMs, signal, watch);
+      settled = await this.waitForEnd(endpointId, job.id, waitMs, signal, watch);
     } finally {
       watch.close();
     }
@@ -280,8 +280,7 @@ export class JobEngine {
     waitMs: number,
     signal?: AbortSignal,
   ): Promise<JobView> {
-    this.ofEndpoint(endpointId, jobId, await this.jobs.get(jobId, this.clock.now(), noInput));
-    const job = await this.waitForEnd(jobId, waitMs, signal);
+    const job = await this.waitForEnd(endpointId, jobId, waitMs, signal);
     // The view of an unfinished job shows its input (viewOf): read it only then.
     return viewOf(isFinal(job.status) ? job : await this.mustGet(endpointId, jobId), this.clock.now());
   }
@@ -851,8 +850,10 @@ export class JobEngine {
   /**
    * The job once it is final, or as it is when `waitMs` runs out, read without its input: a final
    * job's view has none, and on AWS a polling wait would fetch a big input from S3 at every poll.
+   * 404 at the first read when the job is not this endpoint's (or is gone).
    */
   private async waitForEnd(
+    endpointId: string,
     jobId: string,
     waitMs: number,
     signal: AbortSignal | undefined,
@@ -864,8 +865,7 @@ export class JobEngine {
       // The caller stored the job after opening the watch: it is unfinished unless the watch says otherwise.
       if (openedBeforeStored) await watch.changed(waitMs, signal);
       for (;;) {
-        const job = await this.jobs.get(jobId, this.clock.now(), noInput);
-        if (!job) throw notFound(`Job ${jobId} not found (or its results expired)`);
+        const job = this.ofEndpoint(endpointId, jobId, await this.jobs.get(jobId, this.clock.now(), noInput));
         const remaining = deadline - this.clock.now();
         if (isFinal(job.status) || remaining <= 0 || signal?.aborted) return job;
         await watch.changed(remaining, signal);
