@@ -162,29 +162,37 @@ describe('DynamoDB calls per job transition', () => {
   });
 });
 
+/** An input over the item budget, so the store keeps it in S3 (where reading it shows in blobReads). */
+const bigInput = { image: 'x'.repeat(200 * 1024) };
+
+/** A queued job of a fresh endpoint with `bigInput`, and `webhook` when one is given. */
+async function submitBig(engine: JobEngine, prefix: string, webhook?: string) {
+  const endpointId = `${prefix}-${Date.now()}-${webhook ? 'hook' : 'plain'}`;
+  const { id } = await engine.submit(
+    endpointId,
+    { input: bigInput, ...(webhook ? { webhook } : {}) },
+    { sync: false },
+  );
+  return { endpointId, id };
+}
+
 describe('worker routes do not read the input back', () => {
   it("job-done and job-stream of a job with a 200 KB input (an S3 object) read no S3 object; a webhook's job-done does", async () => {
     const store = countedStore();
     const engine = engineFor(store, { webhooks: { send: () => {} } });
-    const input = { image: 'x'.repeat(200 * 1024) };
     try {
       for (const webhook of [undefined, 'https://example.test/hook']) {
-        const endpointId = `io-in-${Date.now()}-${webhook ? 'hook' : 'plain'}`;
-        const { id } = await engine.submit(
-          endpointId,
-          { input, ...(webhook ? { webhook } : {}) },
-          { sync: false },
-        );
+        const { endpointId, id } = await submitBig(engine, 'io-in', webhook);
         const [taken] = await engine.take(endpointId, 'w1', 1, 0);
         // The worker gets the input: that read is the one that must fetch it.
-        expect(taken?.input).toEqual(input);
+        expect(taken?.input).toEqual(bigInput);
         store.reset();
         await engine.streamChunk(endpointId, 'w1', id, { output: 'part' });
         await engine.done(endpointId, 'w1', id, { output: { ok: true } });
         // A webhook carries the input (docs/api.md): only then is it read.
         expect(store.blobReads.length).toBe(webhook ? 1 : 0);
         const done = await store.jobs.get(id, Date.now());
-        expect(done).toMatchObject({ status: 'COMPLETED', output: { ok: true }, input });
+        expect(done).toMatchObject({ status: 'COMPLETED', output: { ok: true }, input: bigInput });
       }
     } finally {
       store.close();
@@ -197,11 +205,10 @@ describe('runsync, status-sync and stream waits do not read the input back', () 
     const store = countedStore();
     // How the API Lambda waits: a re-read every FERRY_POLL_MS (functions/wiring.ts); 20 ms here.
     const engine = engineFor(store, { changes: new PollingChangeFeed(systemClock, 20) });
-    const input = { image: 'x'.repeat(200 * 1024) };
     const endpointId = `io-wait-${Date.now()}`;
     try {
       // No worker: runsync polls until its wait runs out and answers {id, status}.
-      const view = await engine.runSync(endpointId, { input }, 300, undefined);
+      const view = await engine.runSync(endpointId, { input: bigInput }, 300, undefined);
       expect(view).toEqual({ id: view.id, status: 'IN_QUEUE' });
       expect(store.count('GetItem')).toBeGreaterThan(5);
       expect(store.blobReads).toEqual([]);
@@ -209,13 +216,13 @@ describe('runsync, status-sync and stream waits do not read the input back', () 
       // status-sync that runs out: the view of an unfinished job shows its input, read once at the end.
       store.reset();
       const unfinished = await engine.statusSync(endpointId, view.id, 200);
-      expect(unfinished).toMatchObject({ status: 'IN_QUEUE', input });
+      expect(unfinished).toMatchObject({ status: 'IN_QUEUE', input: bigInput });
       expect(store.count('GetItem')).toBeGreaterThan(3);
       expect(store.blobReads.length).toBe(1);
 
       // A worker takes it (that read fetches the input) and finishes it while status-sync waits.
       const [taken] = await engine.take(endpointId, 'w1', 1, 0);
-      expect(taken?.input).toEqual(input);
+      expect(taken?.input).toEqual(bigInput);
       store.reset();
       // A /stream long poll (runpod-sdk polls it in a loop) names the job and its status only.
       const streamed = engine.stream(endpointId, view.id, 5_000);
@@ -237,23 +244,16 @@ describe('cancel and retry do not read the input back', () => {
   it('of a job with a 200 KB input (an S3 object) read no S3 object; a cancel that sends a webhook does', async () => {
     const store = countedStore();
     const engine = engineFor(store, { webhooks: { send: () => {} } });
-    const input = { image: 'x'.repeat(200 * 1024) };
     try {
       for (const webhook of [undefined, 'https://example.test/hook']) {
-        const endpointId = `io-cancel-${Date.now()}-${webhook ? 'hook' : 'plain'}`;
-        const { id } = await engine.submit(
-          endpointId,
-          { input, ...(webhook ? { webhook } : {}) },
-          { sync: false },
-        );
+        const { endpointId, id } = await submitBig(engine, 'io-cancel', webhook);
         store.reset();
         expect(await engine.cancel(endpointId, id)).toEqual({ id, status: 'CANCELLED' });
         // The webhook carries the input (docs/api.md): only then is it read.
         expect(store.blobReads.length).toBe(webhook ? 1 : 0);
       }
 
-      const endpointId = `io-retry-${Date.now()}`;
-      const { id } = await engine.submit(endpointId, { input }, { sync: false });
+      const { endpointId, id } = await submitBig(engine, 'io-retry');
       await engine.take(endpointId, 'w1', 1, 0);
       await engine.done(endpointId, 'w1', id, { error: 'out of memory' });
       store.reset();
@@ -261,7 +261,7 @@ describe('cancel and retry do not read the input back', () => {
       expect(store.blobReads).toEqual([]);
       // The retried job still has its input for the worker that takes it.
       const [taken] = await engine.take(endpointId, 'w2', 1, 0);
-      expect(taken).toMatchObject({ id, input });
+      expect(taken).toMatchObject({ id, input: bigInput });
     } finally {
       store.close();
     }
