@@ -12,7 +12,8 @@
  *   (e) cost of 1M jobs on AWS from bench/prices.json (bench/cost.ts).
  *
  * Knobs: FERRY_BENCH_JOBS (20000), FERRY_BENCH_CONCURRENCY (16), FERRY_BENCH_SECONDS per latency level
- * (5), FERRY_BENCH_QUEUE (100000), FERRY_BENCH_SKIP_BULLMQ=1, FERRY_BENCH_SKIP_CELERY=1,
+ * (5), FERRY_BENCH_WARMUP_SECONDS of untimed load before each throughput figure (5),
+ * FERRY_BENCH_QUEUE (100000), FERRY_BENCH_SKIP_BULLMQ=1, FERRY_BENCH_SKIP_CELERY=1,
  * FERRY_BENCH_ONLY (a comma list of the parts to run, e.g. `a,b`; all by default),
  * FERRY_BENCH_CELERY_PYTHON (/usr/bin/python3: Debian's python3-celery lives there, not in a pyenv).
  * BullMQ and ioredis are installed at run time into bench/.work/ (gitignored), redis-server with
@@ -44,6 +45,15 @@ const jobs = envInt('FERRY_BENCH_JOBS', 20_000);
 const concurrency = envInt('FERRY_BENCH_CONCURRENCY', 16);
 const levelSeconds = envInt('FERRY_BENCH_SECONDS', 5);
 const queuedJobs = envInt('FERRY_BENCH_QUEUE', 100_000);
+/**
+ * Seconds of the same load through each system, untimed, just before its timed figure. A short run
+ * measures mostly warm-up: Node's JIT still compiling the hot path on its helper threads, the bench
+ * client's own code too. Probed in passes of 10 000 jobs on this kind of machine: Ferry's Python pool
+ * 4 311 jobs/s in its first pass (after 1 000 jobs), then 5 122 to 5 261; BullMQ 12 327 in its first,
+ * 15 631 in its second, then 17 235 to 17 701 (bench/results.md). Every system gets the same warm-up,
+ * so the ratios compare steady states. 0 measures from cold, as runs before 2026-11-25 did.
+ */
+const warmUpSeconds = envInt('FERRY_BENCH_WARMUP_SECONDS', 5);
 /** The parts to run: a (throughput), b (runsync latency), c (cold start), d (memory). */
 const only = new Set((process.env.FERRY_BENCH_ONLY ?? 'a,b,c,d').split(',').map((p) => p.trim()));
 /** The large-input point of the cost curve, and how many jobs it runs (a quarter: 64 KB each). */
@@ -147,18 +157,17 @@ async function postJson(
 /** The echo input: a short text, or `payloadBytes` of it for the large-input point of the curve. */
 const echoText = (payloadBytes: number) => (payloadBytes > 0 ? 'x'.repeat(payloadBytes) : 'echo me');
 
-/** Submits `n` jobs with `clients` parallel /run loops and waits until health counts them COMPLETED. */
-async function ferryThroughput(
+/**
+ * Submits jobs with `clients` parallel /run loops while `more(submitted)` holds, then waits until
+ * health counts them all COMPLETED.
+ */
+async function runJobs(
   url: string,
   endpointId: string,
-  n: number,
+  more: (submitted: number) => boolean,
   clients: number,
-  payloadBytes = 0,
-  platformPid?: number,
+  text: string,
 ) {
-  const cpuBefore = platformPid === undefined ? undefined : cpuOf(platformPid);
-  const clientCpuBefore = process.cpuUsage();
-  const text = echoText(payloadBytes);
   const before = (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed as number;
   const poster = jsonPoster(url, { authorization: `Bearer ${benchKey}` }, clients);
   const began = performance.now();
@@ -166,7 +175,7 @@ async function ferryThroughput(
   try {
     await Promise.all(
       Array.from({ length: clients }, async () => {
-        while (next < n) {
+        while (more(next)) {
           next++;
           const r = await poster.post(`/v2/${endpointId}/run`, { input: { i: next, text } });
           if (r.status !== 200) throw new Error(`/run answered ${r.status}: ${JSON.stringify(r.body)}`);
@@ -179,10 +188,27 @@ async function ferryThroughput(
   const submittedMs = performance.now() - began;
   for (;;) {
     const done = (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed - before;
-    if (done >= n) break;
+    if (done >= next) break;
     await pause(50);
   }
-  const ms = performance.now() - began;
+  return { submittedMs, ms: performance.now() - began };
+}
+
+/** `n` jobs through /run → COMPLETED after an untimed warm-up (warmUpSeconds), with CPU per job. */
+async function ferryThroughput(
+  url: string,
+  endpointId: string,
+  n: number,
+  clients: number,
+  payloadBytes = 0,
+  platformPid?: number,
+) {
+  const text = echoText(payloadBytes);
+  const warmUntil = performance.now() + warmUpSeconds * 1000;
+  await runJobs(url, endpointId, () => performance.now() < warmUntil, clients, text);
+  const cpuBefore = platformPid === undefined ? undefined : cpuOf(platformPid);
+  const clientCpuBefore = process.cpuUsage();
+  const { submittedMs, ms } = await runJobs(url, endpointId, (submitted) => submitted < n, clients, text);
   const cpuAfter = platformPid === undefined ? undefined : cpuOf(platformPid);
   const clientCpu = process.cpuUsage(clientCpuBefore);
   const perJob = (a: number | undefined, b: number | undefined) =>
@@ -295,12 +321,22 @@ interface BullMq {
 }
 
 /** A throw-away redis-server on a free loopback port, in its own temp dir and process group. */
-async function startRedis(): Promise<{ port: number; stop: () => void }> {
+/**
+ * A redis-server on a free port. `appendOnly` turns on its append-only file with appendfsync
+ * everysec, the peer closest to Ferry's guarantee for /run (a job acknowledged survives kill -9 of the
+ * platform; a power loss may drop the last commits): Redis's persistence notes say a failure of the
+ * Redis process then loses at most a single write, a power loss up to a second of writes.
+ * https://redis.io/docs/latest/operate/oss_and_stack/management/persistence/
+ */
+async function startRedis(appendOnly = false): Promise<{ port: number; stop: () => void }> {
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'ferry-bench-redis-'));
+  const persistence = appendOnly
+    ? ['--appendonly', 'yes', '--appendfsync', 'everysec']
+    : ['--appendonly', 'no'];
   const redis = spawn(
     'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no'],
+    ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', ...persistence],
     { stdio: 'ignore', detached: true },
   );
   const stop = () => {
@@ -336,8 +372,9 @@ async function bullmqThroughput(
   workerConcurrency: number,
   clients: number,
   payloadBytes = 0,
+  appendOnly = false,
 ) {
-  const redis = await startRedis();
+  const redis = await startRedis(appendOnly);
   const port = redis.port;
   const text = echoText(payloadBytes);
   try {
@@ -357,29 +394,40 @@ async function bullmqThroughput(
     }
     const queue = new bullmq.Queue('echo', { connection });
     let completed = 0;
-    let resolveDone: () => void = () => {};
-    const allDone = new Promise<void>((r) => {
-      resolveDone = r;
-    });
+    let target = Number.POSITIVE_INFINITY;
+    let allDone: () => void = () => {};
     const worker = new bullmq.Worker('echo', async (job: { data: unknown }) => job.data, {
       connection,
       concurrency: workerConcurrency,
     });
     worker.on('completed', () => {
-      if (++completed >= n) resolveDone();
+      if (++completed >= target) allDone();
     });
     await worker.waitUntilReady();
+    /** Adds jobs from `clients` loops while `more(added)` holds; resolves when all are completed. */
+    const pass = async (more: (added: number) => boolean) => {
+      completed = 0;
+      target = Number.POSITIVE_INFINITY;
+      const done = new Promise<void>((resolve) => {
+        allDone = resolve;
+      });
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: clients }, async () => {
+          while (more(next)) {
+            next++;
+            await queue.add('echo', { i: next, text });
+          }
+        }),
+      );
+      target = next;
+      if (completed >= target) allDone();
+      await done;
+    };
+    const warmUntil = performance.now() + warmUpSeconds * 1000;
+    await pass(() => performance.now() < warmUntil);
     const began = performance.now();
-    let next = 0;
-    await Promise.all(
-      Array.from({ length: clients }, async () => {
-        while (next < n) {
-          next++;
-          await queue.add('echo', { i: next, text });
-        }
-      }),
-    );
-    await allDone;
+    await pass((added) => added < n);
     const ms = performance.now() - began;
     await worker.close();
     await queue.close();
@@ -448,7 +496,14 @@ async function celeryThroughput(n: number, processes: number, clients: number, p
   try {
     const driver = spawn(
       celeryPython,
-      ['drive.py', String(n), String(clients), String(payloadBytes), String(processes)],
+      [
+        'drive.py',
+        String(n),
+        String(clients),
+        String(payloadBytes),
+        String(processes),
+        String(warmUpSeconds),
+      ],
       { cwd: celeryDir(), env, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
     );
     let out = '';
@@ -656,6 +711,8 @@ async function main(): Promise<void> {
       try {
         throughput.bullmq = await bullmqThroughput(bull.dir, jobs, concurrency, concurrency);
         say(`bullmq throughput: ${JSON.stringify(throughput.bullmq)}`);
+        throughput.bullmqDurable = await bullmqThroughput(bull.dir, jobs, concurrency, concurrency, 0, true);
+        say(`bullmq throughput (Redis append-only file): ${JSON.stringify(throughput.bullmqDurable)}`);
         throughput.bullmqBig = await bullmqThroughput(
           bull.dir,
           bigJobs,
@@ -779,6 +836,8 @@ interface Results {
     ferryPythonBig: Rate;
     ferryCurve: (Rate & { workers: number })[];
     bullmq?: Rate;
+    /** BullMQ with Redis's append-only file: acknowledged jobs survive kill -9, as Ferry's do. */
+    bullmqDurable?: Rate;
     bullmqBig?: Rate;
     bullmqSkipped?: string;
     celery?: Rate;
@@ -815,10 +874,14 @@ function throughputSection(t: NonNullable<Results['throughput']>): string {
 ${row('Ferry, local provider, real Python worker pool', t.ferryPython)}
 ${row('Ferry engine alone, TypeScript protocol worker', t.ferryTs)}
 ${row('BullMQ 5 on Redis (Node worker, same concurrency)', t.bullmq, t.bullmqSkipped)}
+${row('BullMQ 5 on Redis with its append-only file (appendfsync everysec)', t.bullmqDurable, t.bullmqSkipped)}
 ${row('Celery 5 on Redis (Python workers, same concurrency)', t.celery, t.celerySkipped)}
 
 Ferry's figure includes HTTP for every submission (/run), every take and every job-done, and a durable
-SQLite commit before each answer; BullMQ's producer and worker talk to Redis directly in-process; Celery's
+SQLite commit before each answer (an acknowledged job survives kill -9 of the platform); BullMQ's
+producer and worker talk to Redis directly in-process, and the first BullMQ row runs Redis without
+persistence (the setting of every run before this one); with Redis's append-only file, the closest to Ferry's
+guarantee, Ferry's pool is ${ratio(t.ferryPython.perSec, t.bullmqDurable?.perSec)} of BullMQ. Celery's
 producer is its Python client (${concurrency} threads) and its workers are \`celery worker --pool threads\`
 processes, as many as Ferry's pool has, each running ceil(${concurrency} / processes) tasks at once; a Celery
 job counts when its result is in the Redis result backend.
@@ -874,7 +937,7 @@ the same run on the same machine; the absolute numbers only mean something next 
 
 Machine: ${m.cpu}, ${m.cores} cores, ${m.memoryGb} GB memory; Node ${m.node}; ${m.python}. Date: ${m.date}.
 The machine is shared with other work: load average (1/5/15 min) ${m.loadAverage.join(' / ')} at the start and ${(m as { loadAverageAtEnd?: number[] }).loadAverageAtEnd?.join(' / ') ?? 'n/a'} at the end of the run.
-Run size: ${jobs} jobs per throughput figure, concurrency ${concurrency} (Python pool: ${pyWorkers} workers × max_concurrency ${Math.ceil(concurrency / pyWorkers)}), ${levelSeconds} s per latency level, ${queuedJobs} queued jobs for memory.
+Run size: ${jobs} jobs per throughput figure, each after ${warmUpSeconds} s of the same load untimed on the same system (JIT and connections warm: steady state), concurrency ${concurrency} (Python pool: ${pyWorkers} workers × max_concurrency ${Math.ceil(concurrency / pyWorkers)}), ${levelSeconds} s per latency level, ${queuedJobs} queued jobs for memory.
 
 ## Aims
 
