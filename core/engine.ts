@@ -111,6 +111,8 @@ export const endpointKey = (endpointId: string) => `endpoint:${endpointId}`;
 
 /** A read of a job that leaves its input out (JobStore.get): worker routes never look at it. */
 const noInput = { input: false } as const;
+/** A read for a job's view: the input only while the job is unfinished, as only then the view shows it. */
+const inputIfUnfinished = { input: 'unfinished' } as const;
 
 /** 1 minute; a wait longer than the default keeps results as long as the wait, up to 5 minutes (docs/api.md#retention). */
 const runsyncRetentionMs = (waitMs: number) =>
@@ -228,7 +230,12 @@ export class JobEngine {
   }
 
   async status(endpointId: string, jobId: string, ttlMs?: number): Promise<JobView> {
-    let job = await this.mustGet(endpointId, jobId);
+    // A finished job's view has no input: it is not read (on AWS a big one is an S3 object).
+    let job = this.ofEndpoint(
+      endpointId,
+      jobId,
+      await this.jobs.get(jobId, this.clock.now(), inputIfUnfinished),
+    );
     if (ttlMs !== undefined) {
       // `?ttl=` sets how long the result is kept (docs/api.md#retention), never how long the job may
       // run: a finished job now expires ttl from now; an unfinished one keeps its result that long

@@ -35,6 +35,13 @@ export const finalStatuses: ReadonlySet<JobStatus> = new Set(finalStatusList);
 export const isFinal = (status: string): boolean => finalStatuses.has(status as JobStatus);
 
 /**
+ * Whether a read asked for with `input` (JobReadOptions.input) hands out the input of a job in
+ * `status`: 'unfinished' reads it only for a job that has not ended, as only its view shows it (viewOf).
+ */
+export const readsInput = (input: boolean | 'unfinished' | undefined, status: string): boolean =>
+  input === 'unfinished' ? !isFinal(status) : input !== false;
+
+/**
  * Which count of an endpoint's health an unexpired job adds one to, by its status: failed takes
  * FAILED and TIMED_OUT (runs that did not succeed), CANCELLED counts in none. (Any status with
  * retries > 0 also counts in `retried`.) Every JobStore's `counts` follows this table.

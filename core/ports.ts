@@ -21,8 +21,11 @@ export interface JobCounts {
 
 /** What a read of a job may leave out (JobStore.get). */
 export interface JobReadOptions {
-  /** false: the job without its input (job-done never needs it). Default true. */
-  input?: boolean;
+  /**
+   * false: the job without its input (job-done never needs it). 'unfinished': the input only when the
+   * job has not ended (a finished job's view shows none, docs/api.md). Default true.
+   */
+  input?: boolean | 'unfinished';
 }
 
 export interface JobStore {

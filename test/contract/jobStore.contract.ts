@@ -86,6 +86,34 @@ export function describeJobStoreContract(
         }
       });
 
+      it("reads the input only of an unfinished job when asked for 'unfinished'; an update of a finished one keeps it", async () => {
+        for (const input of [{ small: true }, { big: 'x'.repeat(200 * 1024) }]) {
+          const j = job({ input });
+          await jobs.create(j);
+          // Queued, then running: the view of either shows the input (docs/api.md), so it is read.
+          expect((await jobs.get(j.id, t0, { input: 'unfinished' }))?.input).toEqual(input);
+          const running = await jobs.update((await jobs.get(j.id, t0))!, {
+            status: 'IN_PROGRESS',
+            workerId: 'w1',
+          });
+          expect(running.ok).toBe(true);
+          expect((await jobs.get(j.id, t0, { input: 'unfinished' }))?.input).toEqual(input);
+          const done = await jobs.update((running as { job: Job }).job, {
+            status: 'COMPLETED',
+            output: { ok: 1 },
+          });
+          expect(done.ok).toBe(true);
+          // Finished: its view has no input, so none is read.
+          const finished = (await jobs.get(j.id, t0, { input: 'unfinished' }))!;
+          expect(finished).toMatchObject({ status: 'COMPLETED', output: { ok: 1 }, version: 3 });
+          expect('input' in finished).toBe(false);
+          // A ?ttl= on /status updates the job read that way; the stored input stays.
+          const kept = await jobs.update(finished, { expiresAt: t0 + 120_000, retentionMs: 120_000 });
+          expect(kept.ok).toBe(true);
+          expect((await jobs.get(j.id, t0))?.input).toEqual(input);
+        }
+      });
+
       it('reads a job as absent from the moment it expires', async () => {
         const j = job({ expiresAt: t0 + 1_000 });
         await jobs.create(j);

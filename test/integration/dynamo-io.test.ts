@@ -240,6 +240,37 @@ describe('runsync, status-sync and stream waits do not read the input back', () 
   });
 });
 
+describe('/status reads the input only while its view shows it', () => {
+  it('of a job with a 200 KB input (an S3 object): read while queued and running, not once it has ended', async () => {
+    const store = countedStore();
+    const engine = engineFor(store);
+    try {
+      const { endpointId, id } = await submitBig(engine, 'io-status');
+      store.reset();
+      expect(await engine.status(endpointId, id)).toMatchObject({ status: 'IN_QUEUE', input: bigInput });
+      expect(store.blobReads.length).toBe(1);
+      await engine.take(endpointId, 'w1', 1, 0);
+      store.reset();
+      expect(await engine.status(endpointId, id)).toMatchObject({ status: 'IN_PROGRESS', input: bigInput });
+      expect(store.blobReads.length).toBe(1);
+      await engine.done(endpointId, 'w1', id, { output: { ok: true } });
+      store.reset();
+      // Clients poll /status until the job ends, and often once more: none of those fetch the input.
+      for (let i = 0; i < 3; i++) {
+        const view = await engine.status(endpointId, id);
+        expect(view).toMatchObject({ status: 'COMPLETED', output: { ok: true } });
+        expect('input' in view).toBe(false);
+      }
+      // ?ttl= writes the job read that way: the input stays stored.
+      await engine.status(endpointId, id, 120_000);
+      expect(store.blobReads).toEqual([]);
+      expect((await store.jobs.get(id, Date.now()))?.input).toEqual(bigInput);
+    } finally {
+      store.close();
+    }
+  });
+});
+
 describe('cancel and retry do not read the input back', () => {
   it('of a job with a 200 KB input (an S3 object) read no S3 object; a cancel that sends a webhook does', async () => {
     const store = countedStore();

@@ -9,6 +9,7 @@ import { type LocalDatabase, openLocalDatabase } from '../../core/adapters/local
 import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
 import type { JobEngine } from '../../core/engine.js';
+import type { JobReadOptions } from '../../core/ports.js';
 import { limits } from '../../core/limits.js';
 import { localEngine } from '../support/localEngine.js';
 
@@ -251,7 +252,7 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
         { leaseMs: 30_000 },
         { composedTake: take === 'composed', changes: feed },
       );
-      const reads: (boolean | undefined)[] = [];
+      const reads: JobReadOptions['input'][] = [];
       const get = db.jobs.get.bind(db.jobs);
       db.jobs.get = (jobId, nowMs, options) => {
         reads.push(options?.input);

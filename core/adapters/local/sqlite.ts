@@ -31,6 +31,7 @@ import {
   type Job,
   type JobStatus,
   jobStatuses,
+  readsInput,
   runDeadlineOf,
 } from '../../job.js';
 import type {
@@ -686,14 +687,20 @@ class SqliteJobStore implements JobStore {
   }
 
   /** A stored row as the job it holds, its input put back. */
-  readonly #jobOf = (row: JobRow): Job => {
+  /** The job of a row; its input parsed when `input` (JobReadOptions.input) wants it. */
+  #jobOf(row: JobRow, input: JobReadOptions['input'] = true): Job {
     const job = JSON.parse(row.body) as Job;
-    if (row.input !== null) job.input = JSON.parse(row.input);
+    if (row.input !== null && readsInput(input, job.status)) job.input = JSON.parse(row.input);
     return job;
-  };
+  }
 
   async get(jobId: string, nowMs: number, options?: JobReadOptions): Promise<Job | undefined> {
-    const job = options?.input === false ? this.#bodyOf(jobId) : this.getSync(jobId);
+    let job: Job | undefined;
+    if (options?.input === false) job = this.#bodyOf(jobId);
+    else {
+      const row = this.#get.get(jobId);
+      job = row && this.#jobOf(row, options?.input);
+    }
     return job && job.expiresAt > nowMs ? job : undefined;
   }
 
@@ -756,7 +763,7 @@ class SqliteJobStore implements JobStore {
       `${selectJobs('jobs_of_endpoint_by_status')} WHERE endpoint_id = ? AND status = ? AND expires_at > ?
          ORDER BY created_at, rowid LIMIT ?`,
     ).all(endpointId, status, nowMs, checkLimit(limit));
-    return rows.map(this.#jobOf);
+    return rows.map((row) => this.#jobOf(row));
   }
 
   async listRecent(endpointId: string, query: RecentJobsQuery): Promise<{ jobs: Job[]; next?: string }> {
@@ -779,7 +786,7 @@ class SqliteJobStore implements JobStore {
       statuses: JSON.stringify(statuses),
       limit: limit + 1,
     });
-    const jobs = rows.slice(0, limit).map(this.#jobOf);
+    const jobs = rows.slice(0, limit).map((row) => this.#jobOf(row));
     const last = jobs.at(-1);
     return rows.length > limit && last ? { jobs, next: encodeJobCursor(last) } : { jobs };
   }
@@ -791,7 +798,7 @@ class SqliteJobStore implements JobStore {
          WHERE status = 'IN_PROGRESS' AND (lease_until <= @now OR run_deadline <= @now)
          ORDER BY created_at, rowid LIMIT @limit`,
     ).all({ now: nowMs, limit: checkLimit(limit) });
-    return rows.map(this.#jobOf);
+    return rows.map((row) => this.#jobOf(row));
   }
 
   /**
@@ -804,7 +811,7 @@ class SqliteJobStore implements JobStore {
       `${selectJobs()} WHERE status IN ('IN_QUEUE', 'IN_PROGRESS') AND expires_at <= ?
          ORDER BY expires_at, rowid LIMIT ?`,
     ).all(nowMs, checkLimit(limit));
-    return rows.map(this.#jobOf);
+    return rows.map((row) => this.#jobOf(row));
   }
 
   async appendStream(jobId: string, outputs: unknown[]): Promise<void> {

@@ -17,6 +17,7 @@ import {
   type Job,
   type JobStatus,
   jobStatuses,
+  readsInput,
 } from '../../../job.js';
 import type {
   BlobStore,
@@ -122,7 +123,7 @@ export class DynamoJobStore implements JobStore {
   }
 
   async get(jobId: string, nowMs: number, options?: JobReadOptions): Promise<Job | undefined> {
-    const job = await this.readJob(jobId, options?.input === false ? withoutInput : bigFields);
+    const job = await this.readJob(jobId, options?.input);
     // TTL deletion lags by days: an expired job still in the table reads as absent.
     return job && job.expiresAt > nowMs ? job : undefined;
   }
@@ -553,7 +554,11 @@ export class DynamoJobStore implements JobStore {
     return result.Item as Item | undefined;
   }
 
-  private async readJob(jobId: string, fields: readonly BigField[] = bigFields): Promise<Job | undefined> {
+  /**
+   * The job with the big fields `input` (JobReadOptions.input) wants decoded: the item names its
+   * status, so a finished job's input (an S3 object when big) is not fetched for 'unfinished'.
+   */
+  private async readJob(jobId: string, input: JobReadOptions['input'] = true): Promise<Job | undefined> {
     // A writer deletes the blobs it replaced right after its write: a reader holding the older item
     // may find a blob gone, and reads again.
     for (let attempt = 0; ; attempt++) {
@@ -561,7 +566,7 @@ export class DynamoJobStore implements JobStore {
       // No body: not a job (a count item shares the table, ./counts.ts).
       if (typeof item?.body !== 'string') return undefined;
       try {
-        return await this.jobOf(item, fields);
+        return await this.jobOf(item, readsInput(input, item.status as string) ? bigFields : withoutInput);
       } catch (error) {
         if (!(error instanceof MissingBlobError) || attempt >= 2) throw error;
       }
