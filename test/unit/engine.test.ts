@@ -9,8 +9,8 @@ import { type LocalDatabase, openLocalDatabase } from '../../core/adapters/local
 import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
 import type { JobEngine } from '../../core/engine.js';
-import type { JobReadOptions } from '../../core/ports.js';
 import { limits } from '../../core/limits.js';
+import type { JobReadOptions } from '../../core/ports.js';
 import { localEngine } from '../support/localEngine.js';
 
 const ep = 'ep';
