@@ -16,6 +16,7 @@ import {
   tooLarge,
   unauthorized,
 } from './errors.js';
+import { parseJsonExact } from './json.js';
 import { limits } from './limits.js';
 import { type Logger, stderrLogger } from './log.js';
 import { anyEnv, byNameSegment, resolveByName } from './names.js';
@@ -520,7 +521,7 @@ function jsonBody(req: ApiRequest, maxBytes: number, route: string): unknown {
   }
   if (!body || body.length === 0)
     throw badRequest('Request body must be a JSON object like {"input": {...}}');
-  return parseJson(body);
+  return parseJsonExact(body, 'Request body');
 }
 
 function workerBody(req: ApiRequest): unknown {
@@ -528,82 +529,5 @@ function workerBody(req: ApiRequest): unknown {
     throw badRequest(`Result of ${req.body.length} bytes is over the ${limits.jobDoneBodyBytes}-byte limit`);
   }
   if (!req.body || req.body.length === 0) throw badRequest('Request body must be a JSON object');
-  return parseJson(req.body);
-}
-
-/**
- * Deepest nesting a body may have. Python's json module (the worker side) gives up near 1000 levels
- * (its recursion limit), and V8's JSON.stringify, which stores every job, overflows its stack at a
- * few thousand: a deeper body would be a 500 here or a crash in the worker, so it is a 400 up front.
- */
-export const maxJsonDepth = 512;
-
-/** 400 for a body nested deeper than maxJsonDepth (also checked on /lb routes before forwarding). */
-export function assertJsonDepth(body: Buffer): void {
-  const depth = jsonDepth(body);
-  if (depth > maxJsonDepth) {
-    throw badRequest(
-      `Request body is nested ${depth} levels deep; at most ${maxJsonDepth} levels are accepted`,
-    );
-  }
-}
-
-/**
- * JSON is stored exactly as received or refused (issue 13): a `__proto__` key would be dropped or turn
- * into a prototype on the way through validation, and a number beyond double range (`1e999`) would
- * be stored as null. Both are found by walking the parsed value (keys arrive decoded, so an escaped
- * `\u005f_proto__` is seen too): the walk costs one step per value, where a scan of the text for
- * either cost one step per byte (a 64 KB string input spent more there than in the parse).
- */
-function assertFaithful(value: unknown): void {
-  if (typeof value === 'number') {
-    if (!Number.isFinite(value)) {
-      throw new FerryError('bad_request', 'A number in the JSON is too large to store (beyond 1.8e308)');
-    }
-  } else if (Array.isArray(value)) {
-    for (const item of value) assertFaithful(item);
-  } else if (value !== null && typeof value === 'object') {
-    for (const key in value) {
-      if (key === '__proto__')
-        throw new FerryError('bad_request', 'JSON keys named "__proto__" are not accepted');
-      assertFaithful((value as Record<string, unknown>)[key]);
-    }
-  }
-}
-
-function parseJson(body: Buffer): unknown {
-  assertJsonDepth(body);
-  let value: unknown;
-  try {
-    value = JSON.parse(body.toString('utf8'));
-  } catch (error) {
-    throw new FerryError('bad_request', `Request body is not valid JSON: ${(error as Error).message}`);
-  }
-  assertFaithful(value);
-  return value;
-}
-
-/** The deepest bracket nesting of JSON text, skipping strings; one pass over the bytes, no parse. */
-function jsonDepth(body: Buffer): number {
-  let depth = 0;
-  let deepest = 0;
-  for (let i = 0; i < body.length; i++) {
-    const byte = body[i]!;
-    if (byte === 0x22) {
-      // A string: jump from quote to quote with the native search (a byte loop over a 64 KB input
-      // showed up in profiles) until one that an odd run of backslashes does not escape.
-      for (;;) {
-        const end = body.indexOf(0x22, i + 1);
-        if (end === -1) return deepest; // unterminated: the parse refuses it
-        let backslashes = 0;
-        for (let j = end - 1; body[j] === 0x5c; j--) backslashes++;
-        i = end;
-        if (backslashes % 2 === 0) break;
-      }
-    } else if (byte === 0x5b || byte === 0x7b) {
-      depth++;
-      if (depth > deepest) deepest = depth;
-    } else if (byte === 0x5d || byte === 0x7d) depth--;
-  }
-  return deepest;
+  return parseJsonExact(req.body, 'Request body');
 }

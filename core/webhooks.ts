@@ -20,6 +20,7 @@ import type { LookupFunction } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import type { WebhookSender } from './engine.js';
 import { FerryError } from './errors.js';
+import { stringifyJsonExact } from './json.js';
 import { limits } from './limits.js';
 import { PendingWork } from './pending-work.js';
 import type { Clock } from './ports.js';
@@ -207,7 +208,7 @@ export class HttpWebhookSender implements WebhookSender {
   }
 
   send(url: string, body: unknown): void {
-    const text = JSON.stringify(body);
+    const text = stringifyJsonExact(body);
     const outbox = this.options.outbox;
     const work = outbox
       ? outbox

@@ -20,6 +20,7 @@ import middy from '@middy/core';
 import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context } from 'aws-lambda';
 import type { ApiRequest, ApiResponse } from '../core/api.js';
 import { badRequest, type ErrorEdge, internal, toHttpResponse } from '../core/errors.js';
+import { stringifyJsonExact } from '../core/json.js';
 import { type Logger, stderrLogger } from '../core/log.js';
 import { managePrefix } from '../core/manage.js';
 import { lambdaPayloadBytes } from './payloads.js';
@@ -98,7 +99,7 @@ export function resultOf(response: ApiResponse, edge: ErrorEdge): APIGatewayProx
   if (response.statusCode === 204 || response.body === undefined) {
     return { statusCode: response.statusCode, headers: {}, body: '' };
   }
-  const body = JSON.stringify(response.body);
+  const body = stringifyJsonExact(response.body);
   // Last line of defence: the payload store shrinks outputs, but a response Lambda cannot return
   // would reach the client as API Gateway's bare 502: answer in the API's error shape instead.
   if (Buffer.byteLength(body) > lambdaPayloadBytes - 16 * 1024) {

@@ -14,6 +14,7 @@ import { HeadObjectCommand, type S3Client } from '@aws-sdk/client-s3';
 import { S3BlobStore } from '../core/adapters/aws/s3.js';
 import type { PayloadStore } from '../core/api.js';
 import { badRequest, tooLarge } from '../core/errors.js';
+import { parseJsonExact, stringifyJsonExact } from '../core/json.js';
 
 /** Lambda's synchronous invocation cap, on the request event and on the response (6 MB). */
 export const lambdaPayloadBytes = 6 * 1024 * 1024;
@@ -76,12 +77,7 @@ export class S3PayloadStore implements PayloadStore {
     const bytes = await this.blobs.get(inputRef);
     if (!bytes)
       throw badRequest(`Nothing was uploaded to ${inputRef}: PUT the input JSON to its uploadUrl first`);
-    let value: unknown;
-    try {
-      value = JSON.parse(Buffer.from(bytes).toString('utf8'));
-    } catch (error) {
-      throw badRequest(`The upload at ${inputRef} is not valid JSON: ${(error as Error).message}`);
-    }
+    const value = parseJsonExact(Buffer.from(bytes), `The upload at ${inputRef}`);
     if (typeof value !== 'object' || value === null || Array.isArray(value)) {
       throw badRequest(`The upload at ${inputRef} must be a JSON object (it becomes the job's input)`);
     }
@@ -136,7 +132,7 @@ export class S3PayloadStore implements PayloadStore {
     name: 'outputUrl' | 'inputUrl',
     value: unknown,
   ): Promise<{ [key: string]: string | number }> {
-    const json = JSON.stringify(value) ?? 'null';
+    const json = stringifyJsonExact(value) ?? 'null';
     const digest = createHash('sha256').update(json).digest('hex');
     const key = `payloads/outputs/${encodeURIComponent(jobId)}/${digest}.json`;
     if (!(await this.blobs.exists(key))) await this.blobs.put(key, Buffer.from(json, 'utf8'));

@@ -29,6 +29,7 @@ async function call(method: string, path: string, body?: unknown, headers: Recor
   const text = await response.text();
   return {
     status: response.status,
+    text,
     bytes: text.length,
     body: text.length > 0 ? JSON.parse(text) : undefined,
   };
@@ -279,5 +280,20 @@ describe('a real Python worker through the agent', () => {
       status: 'COMPLETED',
       output: { echo: 'via lambda' },
     });
+  });
+
+  it('keeps a 64-bit integer exact from the client to the worker and back (core/json.ts)', async () => {
+    // The body as text: JSON.stringify here would round it before it left.
+    const r = await call(
+      'POST',
+      '/py/runsync?wait=30000',
+      '{"input":{"method":"next_seed","seed":18446744073709551615}}',
+    );
+    const done = r.body.status === 'COMPLETED' ? r : await untilFinal('py', r.body.id);
+    expect(done.body.status, python?.output.join('')).toBe('COMPLETED');
+    // The Python worker got every digit (it added one), and the answer's text carries them all.
+    expect(done.text).toContain('"output":{"seed":18446744073709551615,"next":18446744073709551616}');
+    const status = await call('GET', `/py/status/${done.body.id}`);
+    expect(status.text).toContain('"seed":18446744073709551615');
   });
 });

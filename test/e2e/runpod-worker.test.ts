@@ -7,7 +7,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { withConfigHash } from '../../cli/build/scan.js';
 import type { EndpointConfig } from '../../core/deployment.js';
 import { sampleResources } from '../infra/fixtures.js';
-import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
+import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
 
 let platform: TestPlatform;
 
@@ -51,6 +51,19 @@ afterAll(async () => {
 it('completes a job', async () => {
   const r = await call(platform.baseUrl, 'POST', '/runpod-style/runsync', { input: { text: 'ship it' } });
   expect(r.body).toMatchObject({ status: 'COMPLETED', output: { upper: 'SHIP IT' } });
+});
+
+it('gets and answers a 64-bit integer with every digit (core/json.ts)', async () => {
+  const response = await fetch(`${platform.baseUrl}/runpod-style/runsync`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${testApiKey}`, 'content-type': 'application/json' },
+    body: '{"input":{"seed":18446744073709551615}}',
+  });
+  // As text: JSON.parse here would round what the platform sent.
+  const text = await response.text();
+  expect(response.status).toBe(200);
+  expect(text).toContain('"status":"COMPLETED"');
+  expect(text).toContain('"output":{"seed":18446744073709551615,"next":18446744073709551616}');
 });
 
 it('streams a generator and aggregates it', async () => {

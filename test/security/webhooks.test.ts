@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { FakeClock } from '../../core/clock.js';
+import { parseJsonExact } from '../../core/json.js';
 import {
   HttpWebhookSender,
   isPublicAddress,
@@ -141,6 +142,16 @@ describe('webhook SSRF table', () => {
     ]);
     // One resolution per attempt: the socket did not look the name up again.
     expect(dnsHook.lookups).toEqual(['hooks.example']);
+  });
+
+  it('carries an integer beyond 2^53 with every digit (core/json.ts)', async () => {
+    const sender = new HttpWebhookSender({ clock: new FakeClock(0), allow: ['127.0.0.1'] });
+    const output = parseJsonExact(Buffer.from('{"seed":18446744073709551615}'), 'Request body');
+    sender.send(`http://127.0.0.1:${port}/hook`, { id: 'job-2', status: 'COMPLETED', output });
+    await sender.idle();
+    expect(hits.map((h) => h.body)).toEqual([
+      '{"id":"job-2","status":"COMPLETED","output":{"seed":18446744073709551615}}',
+    ]);
   });
 
   it('without the allow-list, the same loopback receiver is never called', async () => {

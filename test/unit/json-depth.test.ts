@@ -1,9 +1,9 @@
 /**
- * The nesting limit on request bodies (core/api.ts assertJsonDepth): brackets inside strings never
+ * The nesting limit on request bodies (core/json.ts assertJsonDepth): brackets inside strings never
  * count, however the string escapes its quotes and backslashes; real nesting is counted exactly.
  */
 import { describe, expect, it } from 'vitest';
-import { assertJsonDepth, maxJsonDepth } from '../../core/api.js';
+import { assertJsonDepth, maxJsonDepth } from '../../core/json.js';
 
 const nested = (levels: number, inner = '1') => `${'['.repeat(levels)}${inner}${']'.repeat(levels)}`;
 const ok = (text: string) => expect(() => assertJsonDepth(Buffer.from(text))).not.toThrow();

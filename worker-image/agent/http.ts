@@ -2,6 +2,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ApiResponse } from '../../core/api.js';
 import { FerryError } from '../../core/errors.js';
+import { stringifyJsonExact } from '../../core/json.js';
 import { limits } from '../../core/limits.js';
 
 /** Above every worker-route limit, so the API answers with its own message. */
@@ -27,7 +28,7 @@ export function send(res: ServerResponse, response: ApiResponse): void {
     return;
   }
   // The RunPod SDK insists on exactly application/json for job-take.
-  const text = JSON.stringify(response.body);
+  const text = stringifyJsonExact(response.body);
   res
     .writeHead(response.statusCode, {
       'content-type': 'application/json',

@@ -5,9 +5,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { type ApiRequest, assertJsonDepth, type V2Api } from '../../api.js';
+import type { ApiRequest, V2Api } from '../../api.js';
 import { type Authenticator, authorizeClient, credentialOf } from '../../auth.js';
 import { badRequest, internal, notFound, toHttpResponse, unauthorized } from '../../errors.js';
+import { assertJsonDepth, stringifyJsonExact } from '../../json.js';
 import { limits } from '../../limits.js';
 import { type Logger, stderrLogger } from '../../log.js';
 import type { ManageApi } from '../../manage.js';
@@ -89,7 +90,7 @@ export async function createHttpServer(options: {
     reply.code(response.statusCode);
     if (response.headers) reply.headers(response.headers);
     if (response.statusCode === 204) return reply.send();
-    return reply.type('application/json').send(JSON.stringify(response.body));
+    return reply.type('application/json').send(stringifyJsonExact(response.body));
   };
   app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url: '/v2/*', handler: forward });
   if (options.manage)

@@ -1,0 +1,197 @@
+/**
+ * JSON in and out of the platform, exactly (docs/security.md, "Correctness rows that were security
+ * bugs"): a body is stored as received or refused with 400, and an integer beyond 2^53 keeps every
+ * digit.
+ *
+ * JSON.parse turns 18446744073709551615 (a 64-bit seed, common in image workflows) into
+ * 18446744073709552000, and Node 20 cannot write a number back from its digits (JSON.rawJSON comes
+ * with V8 11.4, Node 21). So where JSON comes in (request bodies, uploaded inputs: parseJsonExact),
+ * each such integer literal becomes a marker string, "\u0000ferry-int:" and its digits, which the
+ * stores and the engine carry like any string; where JSON goes out (API answers, the agent's answers
+ * to workers, webhooks, published outputs: stringifyJsonExact), each marker string in the text is
+ * replaced by its digits. A string holding the marker text itself is refused where JSON comes in, so
+ * a marker found on the way out is always one of these. Python's json module (the worker side and
+ * RunPod's clients) reads the digits back as the same integer.
+ */
+import { badRequest, FerryError } from './errors.js';
+
+/** What a marker string starts with: a NUL, which JSON text can only carry escaped, then a name. */
+const intMarker = '\u0000ferry-int:';
+/** Whether `text` is a whole marker string: the marker and an integer's digits, nothing else. */
+const isWholeMarker = (text: string) =>
+  text.startsWith(intMarker) && /^-?\d+$/.test(text.slice(intMarker.length));
+/**
+ * A marker string as JSON.stringify writes it, where a value starts (after `[`, `{`, `,`, `:` or at
+ * the start of the text): never inside another string, where a quote is written `\"`.
+ */
+const writtenMarker = /(^|[[{,:])"\\u0000ferry-int:(-?\d+)"/g;
+const writtenMarkerStart = '"\\u0000ferry-int:';
+/** A JSON number at a position (sticky). */
+const numberToken = /-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
+/** An integer literal JSON allows: no leading zero. */
+const integerLiteral = /^-?(?:0|[1-9]\d*)$/;
+/** 2^53 has 16 digits: a shorter integer is always exact in a double. */
+const unsafeDigits = 16;
+
+/**
+ * Deepest nesting a body may have. Python's json module (the worker side) gives up near 1000 levels
+ * (its recursion limit), and V8's JSON.stringify, which stores every job, overflows its stack at a
+ * few thousand: a deeper body would be a 500 here or a crash in the worker, so it is a 400 up front.
+ */
+export const maxJsonDepth = 512;
+
+/** 400 for a body nested deeper than maxJsonDepth (also checked on /lb routes before forwarding). */
+export function assertJsonDepth(body: Buffer): void {
+  const { depth } = jsonShape(body);
+  if (depth > maxJsonDepth) throw tooDeep(depth);
+}
+
+const tooDeep = (depth: number) =>
+  badRequest(`Request body is nested ${depth} levels deep; at most ${maxJsonDepth} levels are accepted`);
+
+/**
+ * The JSON `bytes` hold, parsed, with integers beyond 2^53 as marker strings. 400 (naming `what`,
+ * e.g. "Request body") for text that is not JSON, nested deeper than maxJsonDepth, or not storable
+ * as received.
+ */
+export function parseJsonExact(bytes: Buffer, what: string): unknown {
+  const shape = jsonShape(bytes);
+  if (shape.depth > maxJsonDepth) throw tooDeep(shape.depth);
+  let text = bytes.toString('utf8');
+  let marked = 0;
+  if (shape.longDigitRun) ({ text, marked } = markUnsafeIntegers(text));
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new FerryError('bad_request', `${what} is not valid JSON: ${(error as Error).message}`);
+  }
+  const markers = { seen: 0 };
+  assertFaithful(value, markers);
+  // More whole markers than this parse made: the text spelled one out itself.
+  if (markers.seen > marked) throw reservedText();
+  return value;
+}
+
+/** JSON.stringify, with each marker string written back as the integer it stands for. */
+export function stringifyJsonExact(value: unknown): string {
+  const text = JSON.stringify(value);
+  return text?.includes(writtenMarkerStart) ? text.replace(writtenMarker, '$1$2') : text;
+}
+
+const reservedText = () =>
+  new FerryError('bad_request', 'JSON text holding U+0000 followed by "ferry-int:" is reserved', {
+    hint: 'Ferry uses that text to keep integers beyond 2^53 exact; send such data another way',
+  });
+
+/**
+ * JSON is stored exactly as received or refused (issue 13): a `__proto__` key would be dropped or turn
+ * into a prototype on the way through validation, and a number beyond double range (`1e999`) would
+ * be stored as null. Both are found by walking the parsed value (keys arrive decoded, so an escaped
+ * `\u005f_proto__` is seen too): the walk costs one step per value, where a scan of the text for
+ * either cost one step per byte (a 64 KB string input spent more there than in the parse). The walk
+ * also counts whole marker strings and refuses the marker text anywhere else.
+ */
+function assertFaithful(value: unknown, markers: { seen: number }): void {
+  if (typeof value === 'string') {
+    // indexOf of one character first: a NUL is rare, and the search is a fast scan.
+    if (value.indexOf('\u0000') !== -1 && value.includes(intMarker)) {
+      if (!isWholeMarker(value)) throw reservedText();
+      markers.seen++;
+    }
+  } else if (typeof value === 'number') {
+    if (!Number.isFinite(value)) {
+      throw new FerryError('bad_request', 'A number in the JSON is too large to store (beyond 1.8e308)');
+    }
+  } else if (Array.isArray(value)) {
+    for (const item of value) assertFaithful(item, markers);
+  } else if (value !== null && typeof value === 'object') {
+    for (const key in value) {
+      if (key === '__proto__')
+        throw new FerryError('bad_request', 'JSON keys named "__proto__" are not accepted');
+      if (key.indexOf('\u0000') !== -1 && key.includes(intMarker)) throw reservedText();
+      assertFaithful((value as Record<string, unknown>)[key], markers);
+    }
+  }
+}
+
+/**
+ * The deepest bracket nesting of JSON text, and whether a run of 16 or more digits stands outside
+ * its strings (only then can an integer lose digits); one pass over the bytes, no parse.
+ */
+function jsonShape(body: Buffer): { depth: number; longDigitRun: boolean } {
+  let depth = 0;
+  let deepest = 0;
+  let digits = 0;
+  let longDigitRun = false;
+  for (let i = 0; i < body.length; i++) {
+    const byte = body[i]!;
+    if (byte >= 0x30 && byte <= 0x39) {
+      if (++digits >= unsafeDigits) longDigitRun = true;
+      continue;
+    }
+    digits = 0;
+    if (byte === 0x22) {
+      // A string: jump from quote to quote with the native search (a byte loop over a 64 KB input
+      // showed up in profiles) until one that an odd run of backslashes does not escape.
+      for (;;) {
+        const end = body.indexOf(0x22, i + 1);
+        if (end === -1) return { depth: deepest, longDigitRun }; // unterminated: the parse refuses it
+        let backslashes = 0;
+        for (let j = end - 1; body[j] === 0x5c; j--) backslashes++;
+        i = end;
+        if (backslashes % 2 === 0) break;
+      }
+    } else if (byte === 0x5b || byte === 0x7b) {
+      depth++;
+      if (depth > deepest) deepest = depth;
+    } else if (byte === 0x5d || byte === 0x7d) depth--;
+  }
+  return { depth: deepest, longDigitRun };
+}
+
+/**
+ * `text` with each integer literal that a double cannot hold exactly, outside strings, written as a
+ * marker string instead. A literal beyond double range stays (the walk refuses it as before); text
+ * that is not JSON stays not JSON (a marker only stands where a number stood).
+ */
+function markUnsafeIntegers(text: string): { text: string; marked: number } {
+  let out = '';
+  let from = 0;
+  let marked = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      i = closingQuote(text, i);
+    } else if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
+      numberToken.lastIndex = i;
+      const token = numberToken.exec(text)?.[0];
+      if (!token) continue;
+      if (isUnsafeInteger(token)) {
+        out += text.slice(from, i) + JSON.stringify(intMarker + token);
+        from = i + token.length;
+        marked++;
+      }
+      i += token.length - 1;
+    }
+  }
+  return marked === 0 ? { text, marked } : { text: out + text.slice(from), marked };
+}
+
+function isUnsafeInteger(token: string): boolean {
+  if (token.length < unsafeDigits || !integerLiteral.test(token)) return false;
+  const value = Number(token);
+  return Number.isFinite(value) && !Number.isSafeInteger(value);
+}
+
+/** The index of the quote that closes the string opening at `open` (the end of `text` if none). */
+function closingQuote(text: string, open: number): number {
+  for (let at = open; ; ) {
+    const end = text.indexOf('"', at + 1);
+    if (end === -1) return text.length;
+    let backslashes = 0;
+    for (let j = end - 1; text.charCodeAt(j) === 0x5c; j--) backslashes++;
+    if (backslashes % 2 === 0) return end;
+    at = end;
+  }
+}

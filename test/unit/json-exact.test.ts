@@ -1,0 +1,84 @@
+/**
+ * JSON in and out exactly (core/json.ts): integers beyond 2^53 keep their digits from a request body
+ * to every answer, through the stores' own JSON; nothing else changes, and the marker text is refused.
+ */
+import { describe, expect, it } from 'vitest';
+import { FerryError } from '../../core/errors.js';
+import { parseJsonExact, stringifyJsonExact } from '../../core/json.js';
+
+const parse = (text: string) => parseJsonExact(Buffer.from(text), 'Request body');
+/** In, through a store's JSON.stringify / JSON.parse, and out again. */
+const roundTrip = (text: string) => stringifyJsonExact(JSON.parse(JSON.stringify(parse(text))));
+const refused = (text: string, message: RegExp) => {
+  let error: unknown;
+  try {
+    parse(text);
+  } catch (caught) {
+    error = caught;
+  }
+  expect(error).toBeInstanceOf(FerryError);
+  expect((error as FerryError).code).toBe('bad_request');
+  expect((error as Error).message).toMatch(message);
+};
+
+describe('integers beyond 2^53', () => {
+  it('keep every digit from the body to the text that goes out', () => {
+    for (const text of [
+      '{"seed":18446744073709551615}',
+      '{"seed":-9223372036854775808}',
+      '{"a":[9007199254740993,1,{"b":12345678901234567890123}]}',
+      '[18446744073709551615]',
+      '18446744073709551615',
+      '{"workflow":{"3":{"inputs":{"seed":156680208700286999,"steps":20}}}}',
+    ]) {
+      expect(roundTrip(text)).toBe(text);
+    }
+    // JSON.parse alone loses them: this is what the markers prevent.
+    expect(JSON.stringify(JSON.parse('{"seed":18446744073709551615}'))).toBe('{"seed":18446744073709552000}');
+  });
+
+  it('leave safe integers, fractions, exponents and digits inside strings as they were', () => {
+    const value = parse(
+      '{"small":9007199254740991,"f":1.2345678901234567890,"e":1e300,"s":"12345678901234567890","q":"a\\"12345678901234567890"}',
+    );
+    expect(value).toEqual({
+      small: 9007199254740991,
+      f: 1.2345678901234567,
+      e: 1e300,
+      s: '12345678901234567890',
+      q: 'a"12345678901234567890',
+    });
+  });
+
+  it('do not turn text that is not JSON into JSON', () => {
+    refused('{"a":012345678901234567890}', /not valid JSON/);
+    refused('{12345678901234567890:1}', /reserved/);
+    refused('[1 12345678901234567890]', /not valid JSON/);
+  });
+
+  it('still refuse a number beyond double range', () => {
+    refused(`{"n":${'9'.repeat(400)}}`, /too large to store/);
+  });
+});
+
+describe('the marker text', () => {
+  it('is refused where JSON comes in, as a whole string, inside one, or in a key', () => {
+    refused('{"s":"\\u0000ferry-int:5"}', /reserved/);
+    refused('{"s":"x\\"\\u0000ferry-int:5"}', /reserved/);
+    refused('{"\\u0000ferry-int:5":1}', /reserved/);
+    // Spelled with other escapes, it is the same string once parsed.
+    refused('{"s":"\\u0000\\u0066erry-int:5"}', /reserved/);
+    // Beside a real unsafe integer: one marker made, two seen.
+    refused('{"n":18446744073709551615,"s":"\\u0000ferry-int:7"}', /reserved/);
+  });
+
+  it('other strings with a NUL pass through', () => {
+    expect(roundTrip('{"s":"a\\u0000b","t":"\\u0000ferry"}')).toBe('{"s":"a\\u0000b","t":"\\u0000ferry"}');
+  });
+
+  it('is written back only where a whole string value stands, so the text stays JSON', () => {
+    // A log line (worker output, never parsed on the way in) holding the text inside a string.
+    const text = stringifyJsonExact({ line: 'x"\u0000ferry-int:5', n: 1 });
+    expect(JSON.parse(text)).toEqual({ line: 'x"\u0000ferry-int:5', n: 1 });
+  });
+});
