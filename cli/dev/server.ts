@@ -12,6 +12,7 @@ import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { FerryError, httpStatus, messageOf } from '../../core/errors.js';
 import { isFinal } from '../../core/job.js';
+import { parseJsonExact, stringifyJsonExact } from '../../core/json.js';
 import { manageOpenApi, managePrefix } from '../../core/manage.js';
 import type { ManifestEndpoint, Route } from '../../core/manifest.js';
 import { startFailureMessage } from './failures.js';
@@ -122,20 +123,24 @@ export interface DevServerOptions {
   log: (line: string) => void;
 }
 
+/**
+ * A call to the platform behind. Bodies both ways keep integers beyond 2^53 exact (core/json.ts), as
+ * the platform's own front door does; `text` is the answer as it came.
+ */
 async function callPlatform(options: DevServerOptions, method: string, path: string, body?: unknown) {
   const response = await fetch(`${options.platformUrl}${path}`, {
     method,
     headers: { authorization: `Bearer ${options.apiKey}`, 'content-type': 'application/json' },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    ...(body === undefined ? {} : { body: stringifyJsonExact(body) }),
   });
   const text = await response.text();
   let json: unknown = text;
   try {
-    json = text ? JSON.parse(text) : undefined;
+    json = text ? parseJsonExact(Buffer.from(text), 'The answer') : undefined;
   } catch {
-    // not JSON: pass the text through
+    // not JSON (or JSON the platform would refuse, from a load-balanced worker): the text as it is
   }
-  return { status: response.status, body: json, contentType: response.headers.get('content-type') };
+  return { status: response.status, body: json, text, contentType: response.headers.get('content-type') };
 }
 
 async function runQueueJob(
@@ -210,17 +215,22 @@ async function proxyRoute(
   options.log(`${route.method} ${route.path} → ${result.status}`);
   reply.code(result.status);
   if (result.contentType) reply.header('content-type', result.contentType);
-  return reply.send(
-    typeof result.body === 'string'
-      ? result.body
-      : result.body === undefined
-        ? ''
-        : JSON.stringify(result.body),
-  );
+  return reply.send(result.text);
 }
 
 export async function createDevServer(options: DevServerOptions): Promise<FastifyInstance> {
   const app = Fastify({ logger: false });
+  // JSON in and out as the platform's front door takes and answers it: integers beyond 2^53 exact
+  // (core/json.ts), the same 400s for JSON it would refuse.
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) => {
+    try {
+      done(null, parseJsonExact(body as Buffer, 'Request body'));
+    } catch (error) {
+      done(error as Error, undefined);
+    }
+  });
+  app.setReplySerializer((payload) => stringifyJsonExact(payload));
   // Schemas here document the routes for Swagger; the handlers check input themselves and answer {error}.
   app.setValidatorCompiler(() => () => true);
   await app.register(swagger, {
@@ -309,7 +319,7 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
     const response = await fetch(`${options.platformUrl}${request.url}`, {
       method: request.method,
       headers,
-      ...(request.body !== undefined ? { body: JSON.stringify(request.body) } : {}),
+      ...(request.body !== undefined ? { body: stringifyJsonExact(request.body) } : {}),
     });
     reply.code(response.status);
     const type = response.headers.get('content-type');

@@ -84,6 +84,24 @@ describe('ferry dev', () => {
     expect(await health.json()).toEqual({ status: 'healthy' });
   });
 
+  it('passes a 64-bit integer through with every digit, and refuses the JSON the platform refuses', async () => {
+    const response = await fetch(`${base}/lb_worker/process`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"input_data":{"seed":18446744073709551615}}',
+    });
+    expect(response.status).toBe(200);
+    // As text (the worker's own, spaces and all): JSON.parse here would round what came back.
+    expect(await response.text()).toMatch(/"seed": ?18446744073709551615[,}]/);
+    const refused = await fetch(`${base}/lb_worker/process`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"input_data":{"__proto__":{"admin":true}}}',
+    });
+    expect(refused.status).toBe(400);
+    expect(await refused.json()).toEqual({ error: 'JSON keys named "__proto__" are not accepted' });
+  });
+
   it('serves Swagger UI at /docs with docstring summaries', async () => {
     const page = await fetch(`${base}/docs`);
     expect(page.status).toBe(200);
