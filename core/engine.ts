@@ -10,6 +10,7 @@ import { randomFillSync } from 'node:crypto';
 import { v7 as timeOrderedUuid } from 'uuid';
 import { conflict, FerryError, notFound } from './errors.js';
 import { canMove, isFinal, type Job, type JobView, type Move, runDeadlineOf, viewOf } from './job.js';
+import { stringifyJsonExact } from './json.js';
 import { RegistryLedger } from './ledger.js';
 import { limits } from './limits.js';
 import type {
@@ -920,9 +921,9 @@ function describeMove(move: Move): string {
   }
 }
 
-/** `error` must reach clients as a string (runpod-python#299). */
+/** `error` must reach clients as a string (runpod-python#299): an object as its JSON text, exactly. */
 function errorText(error: unknown): string {
-  return typeof error === 'string' ? error : JSON.stringify(error);
+  return typeof error === 'string' ? error : stringifyJsonExact(error);
 }
 
 /**
@@ -932,7 +933,7 @@ function errorText(error: unknown): string {
 export function splitChunk(chunk: { output: unknown }): unknown[] {
   const size = Buffer.byteLength(JSON.stringify(chunk));
   if (size <= limits.streamChunkBytes) return [chunk];
-  const text = typeof chunk.output === 'string' ? chunk.output : JSON.stringify(chunk.output);
+  const text = typeof chunk.output === 'string' ? chunk.output : stringifyJsonExact(chunk.output);
   // Leave room for JSON escaping and the {"output": …} envelope.
   const pieceBytes = Math.floor(limits.streamChunkBytes / 2);
   const pieces: unknown[] = [];

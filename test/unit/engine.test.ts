@@ -8,7 +8,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type LocalDatabase, openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
-import type { JobEngine } from '../../core/engine.js';
+import { type JobEngine, splitChunk } from '../../core/engine.js';
+import { parseJsonExact } from '../../core/json.js';
 import { limits } from '../../core/limits.js';
 import type { JobReadOptions } from '../../core/ports.js';
 import { localEngine } from '../support/localEngine.js';
@@ -107,6 +108,26 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       clock.advance(10_000);
       await engine.sweep();
       expect(await engine.jobsToStop(ep, 'w1', 0)).toEqual([job.id]);
+    });
+  });
+
+  describe('JSON the engine turns into text keeps integers beyond 2^53 exact (core/json.ts)', () => {
+    const exact = (text: string) => parseJsonExact(Buffer.from(text), 'Request body');
+
+    it('an error object reaches clients as its JSON text with every digit', async () => {
+      const job = await engine.submit(ep, { input: {} }, { sync: false });
+      await engine.take(ep, 'w1', 1, 0);
+      await engine.done(ep, 'w1', job.id, { error: exact('{"code":18446744073709551615}') });
+      expect((await engine.status(ep, job.id)).error).toBe('{"code":18446744073709551615}');
+    });
+
+    it('a chunk split into pieces of its JSON text keeps the digits', () => {
+      const output = exact(`{"seed":18446744073709551615,"pad":"${'x'.repeat(limits.streamChunkBytes)}"}`);
+      const pieces = splitChunk({ output }) as { output: string }[];
+      expect(pieces.length).toBeGreaterThan(1);
+      expect(pieces.map((piece) => piece.output).join('')).toMatch(
+        /^\{"seed":18446744073709551615,"pad":"x+"\}$/,
+      );
     });
   });
 
