@@ -51,7 +51,8 @@ const queuedJobs = envInt('FERRY_BENCH_QUEUE', 100_000);
  * client's own code too. Probed in passes of 10 000 jobs on this kind of machine: Ferry's Python pool
  * 4 311 jobs/s in its first pass (after 1 000 jobs), then 5 122 to 5 261; BullMQ 12 327 in its first,
  * 15 631 in its second, then 17 235 to 17 701 (bench/results.md). Every system gets the same warm-up,
- * so the ratios compare steady states. 0 measures from cold, as every run before the eighth pass of issue 18 did.
+ * so the ratios compare steady states. 0 measures from cold, as every run before the eighth pass of
+ * issue 18 did.
  */
 const warmUpSeconds = envInt('FERRY_BENCH_WARMUP_SECONDS', 5);
 /** The parts to run: a (throughput), b (runsync latency), c (cold start), d (memory). */
