@@ -34,12 +34,15 @@ export const finalStatuses: ReadonlySet<JobStatus> = new Set(finalStatusList);
 /** Also takes a status read off the wire (a string), as clients of the API do. */
 export const isFinal = (status: string): boolean => finalStatuses.has(status as JobStatus);
 
+/** Whether a job's view (viewOf) shows its input: only while the job has not ended (docs/api.md). */
+const viewShowsInput = (status: string): boolean => !isFinal(status);
+
 /**
  * Whether a read asked for with `input` (JobReadOptions.input) hands out the input of a job in
- * `status`: 'unfinished' reads it only for a job that has not ended, as only its view shows it (viewOf).
+ * `status`: 'unfinished' reads it only when the job's view shows it.
  */
 export const readsInput = (input: boolean | 'unfinished' | undefined, status: string): boolean =>
-  input === 'unfinished' ? !isFinal(status) : input !== false;
+  input === 'unfinished' ? viewShowsInput(status) : input !== false;
 
 /**
  * Which count of an endpoint's health an unexpired job adds one to, by its status: failed takes
@@ -166,7 +169,7 @@ export function viewOf(job: Job, now: number): JobView {
   if (job.startedAt !== undefined && job.status !== 'IN_QUEUE') {
     view.executionTime = Math.max(0, (job.finishedAt ?? now) - job.startedAt);
   }
-  if (!isFinal(job.status)) view.input = job.input;
+  if (viewShowsInput(job.status)) view.input = job.input;
   if (job.output !== undefined) view.output = job.output;
   if (job.error !== undefined) view.error = job.error;
   if (job.workerId !== undefined) view.workerId = job.workerId;
