@@ -116,21 +116,31 @@ function assertFaithful(value: unknown, markers: { seen: number }): void {
 }
 
 /**
- * The deepest bracket nesting of JSON text, and whether a run of 16 or more digits stands outside
- * its strings (only then can an integer lose digits); one pass over the bytes, no parse.
+ * The deepest bracket nesting of JSON text, and whether a number outside its strings has an integer
+ * part of 16 or more digits (only then can an integer lose digits: a fraction's or an exponent's
+ * digits never count, so a body of doubles, such as an embedding, is never scanned again); one pass
+ * over the bytes, no parse.
  */
 function jsonShape(body: Buffer): { depth: number; longDigitRun: boolean } {
   let depth = 0;
   let deepest = 0;
   let digits = 0;
+  /** After a `.`, `e` or `E`: the digits that follow are a fraction's or an exponent's. */
+  let notInteger = false;
   let longDigitRun = false;
   for (let i = 0; i < body.length; i++) {
     const byte = body[i]!;
     if (byte >= 0x30 && byte <= 0x39) {
-      if (++digits >= unsafeDigits) longDigitRun = true;
+      if (!notInteger && ++digits >= unsafeDigits) longDigitRun = true;
       continue;
     }
     digits = 0;
+    if (byte === 0x2e || byte === 0x65 || byte === 0x45) {
+      notInteger = true;
+      continue;
+    }
+    // An exponent's sign keeps its digits out; any other byte ends the number.
+    if (byte !== 0x2b && byte !== 0x2d) notInteger = false;
     if (byte === 0x22) {
       // A string: jump from quote to quote with the native search (a byte loop over a 64 KB input
       // showed up in profiles) until one that an odd run of backslashes does not escape.

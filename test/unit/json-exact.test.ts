@@ -30,6 +30,8 @@ describe('integers beyond 2^53', () => {
       '[18446744073709551615]',
       '18446744073709551615',
       '{"workflow":{"3":{"inputs":{"seed":156680208700286999,"steps":20}}}}',
+      // Right after a fraction and an exponent (whose digits never count as an integer's).
+      '[0.12345678901234568,18446744073709551615,1e-7,-18446744073709551615]',
     ]) {
       expect(roundTrip(text)).toBe(text);
     }
