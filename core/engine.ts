@@ -19,6 +19,7 @@ import type {
   EndpointProblem,
   JobPatch,
   JobQueue,
+  JobReadOptions,
   JobStore,
   StartFailureRecord,
   TakenJob,
@@ -232,11 +233,7 @@ export class JobEngine {
 
   async status(endpointId: string, jobId: string, ttlMs?: number): Promise<JobView> {
     // A finished job's view has no input: it is not read (on AWS a big one is an S3 object).
-    let job = this.ofEndpoint(
-      endpointId,
-      jobId,
-      await this.jobs.get(jobId, this.clock.now(), inputIfUnfinished),
-    );
+    let job = await this.mustGet(endpointId, jobId, inputIfUnfinished);
     if (ttlMs !== undefined) {
       // `?ttl=` sets how long the result is kept (docs/api.md#retention), never how long the job may
       // run: a finished job now expires ttl from now; an unfinished one keeps its result that long
@@ -290,7 +287,10 @@ export class JobEngine {
   ): Promise<JobView> {
     const job = await this.waitForEnd(endpointId, jobId, waitMs, signal);
     // The view of an unfinished job shows its input (viewOf): read it only then.
-    return viewOf(isFinal(job.status) ? job : await this.mustGet(endpointId, jobId), this.clock.now());
+    return viewOf(
+      isFinal(job.status) ? job : await this.mustGet(endpointId, jobId, inputIfUnfinished),
+      this.clock.now(),
+    );
   }
 
   /**
@@ -309,7 +309,7 @@ export class JobEngine {
       const deadline = this.clock.now() + waitMs;
       for (;;) {
         // The answer names the job and its status only: its input is not read (see waitForEnd).
-        const job = this.ofEndpoint(endpointId, jobId, await this.jobs.get(jobId, this.clock.now(), noInput));
+        const job = await this.mustGet(endpointId, jobId, noInput);
         const chunks = await this.jobs.drainStream(jobId);
         const remaining = deadline - this.clock.now();
         if (chunks.length > 0 || isFinal(job.status) || remaining <= 0 || signal?.aborted) {
@@ -331,7 +331,7 @@ export class JobEngine {
 
   async retry(endpointId: string, jobId: string): Promise<JobView> {
     // The store keeps the input the job was created with; the answer does not show it.
-    const job = this.ofEndpoint(endpointId, jobId, await this.jobs.get(jobId, this.clock.now(), noInput));
+    const job = await this.mustGet(endpointId, jobId, noInput);
     const now = this.clock.now();
     const queued = await this.move(job, 'retry', (current) => ({
       status: 'IN_QUEUE',
@@ -498,7 +498,7 @@ export class JobEngine {
   /** job-stream: appends one chunk (split when over 1 MB) for the worker holding the job. */
   async streamChunk(endpointId: string, workerId: string, jobId: string, chunk: { output: unknown }) {
     // Who holds it is all a chunk needs: the input is not read (a chunk per token, on AWS maybe an S3 GET each).
-    const job = this.ofEndpoint(endpointId, jobId, await this.jobs.get(jobId, this.clock.now(), noInput));
+    const job = await this.mustGet(endpointId, jobId, noInput);
     if (!(job.status === 'IN_PROGRESS' && job.workerId === workerId)) {
       throw conflict(`Job ${jobId} is ${job.status} and not held by worker ${workerId}`);
     }
@@ -680,8 +680,9 @@ export class JobEngine {
 
   // ── helpers ───────────────────────────────────────────────────────────────────────────────────
 
-  private async mustGet(endpointId: string, jobId: string): Promise<Job> {
-    return this.ofEndpoint(endpointId, jobId, await this.jobs.get(jobId, this.clock.now()));
+  /** The job, read with `options`, when it is this endpoint's; else 404. */
+  private async mustGet(endpointId: string, jobId: string, options: JobReadOptions): Promise<Job> {
+    return this.ofEndpoint(endpointId, jobId, await this.jobs.get(jobId, this.clock.now(), options));
   }
 
   /** `job` when it is this endpoint's, else 404 (absent and expired jobs read as undefined). */
@@ -873,7 +874,7 @@ export class JobEngine {
       // The caller stored the job after opening the watch: it is unfinished unless the watch says otherwise.
       if (openedBeforeStored) await watch.changed(waitMs, signal);
       for (;;) {
-        const job = this.ofEndpoint(endpointId, jobId, await this.jobs.get(jobId, this.clock.now(), noInput));
+        const job = await this.mustGet(endpointId, jobId, noInput);
         const remaining = deadline - this.clock.now();
         if (isFinal(job.status) || remaining <= 0 || signal?.aborted) return job;
         await watch.changed(remaining, signal);
