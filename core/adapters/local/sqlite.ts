@@ -686,8 +686,7 @@ class SqliteJobStore implements JobStore {
     if (job.input !== undefined) this.#insertInput.run(job.id, JSON.stringify(job.input));
   }
 
-  /** A stored row as the job it holds, its input put back. */
-  /** The job of a row; its input parsed when `input` (JobReadOptions.input) wants it. */
+  /** A stored row as the job it holds, its input parsed when `input` (JobReadOptions.input) wants it. */
   #jobOf(row: JobRow, input: JobReadOptions['input'] = true): Job {
     const job = JSON.parse(row.body) as Job;
     if (row.input !== null && readsInput(input, job.status)) job.input = JSON.parse(row.input);
@@ -695,12 +694,7 @@ class SqliteJobStore implements JobStore {
   }
 
   async get(jobId: string, nowMs: number, options?: JobReadOptions): Promise<Job | undefined> {
-    let job: Job | undefined;
-    if (options?.input === false) job = this.#bodyOf(jobId);
-    else {
-      const row = this.#get.get(jobId);
-      job = row && this.#jobOf(row, options?.input);
-    }
+    const job = options?.input === false ? this.#bodyOf(jobId) : this.getSync(jobId, options?.input);
     return job && job.expiresAt > nowMs ? job : undefined;
   }
 
@@ -710,10 +704,10 @@ class SqliteJobStore implements JobStore {
     return row ? (JSON.parse(row.body) as Job) : undefined;
   }
 
-  /** The stored job, expired or not. */
-  getSync(jobId: string): Job | undefined {
+  /** The stored job, expired or not; its input as `input` (JobReadOptions.input) wants it. */
+  getSync(jobId: string, input: JobReadOptions['input'] = true): Job | undefined {
     const row = this.#get.get(jobId);
-    return row ? this.#jobOf(row) : undefined;
+    return row ? this.#jobOf(row, input) : undefined;
   }
 
   async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
