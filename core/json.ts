@@ -26,8 +26,6 @@ const isWholeMarker = (text: string) =>
  */
 const writtenMarker = /(^|[[{,:])"\\u0000ferry-int:(-?\d+)"/g;
 const writtenMarkerStart = '"\\u0000ferry-int:';
-/** A JSON number at a position (sticky). */
-const numberToken = /-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
 /** An integer literal JSON allows: no leading zero. */
 const integerLiteral = /^-?(?:0|[1-9]\d*)$/;
 /** 2^53 has 16 digits: a shorter integer is always exact in a double. */
@@ -57,9 +55,7 @@ const tooDeep = (depth: number) =>
 export function parseJsonExact(bytes: Buffer, what: string): unknown {
   const shape = jsonShape(bytes);
   if (shape.depth > maxJsonDepth) throw tooDeep(shape.depth);
-  let text = bytes.toString('utf8');
-  let marked = 0;
-  if (shape.longDigitRun) ({ text, marked } = markUnsafeIntegers(text));
+  const { text, marked } = markUnsafeIntegers(bytes, shape.longIntegers);
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -116,25 +112,32 @@ function assertFaithful(value: unknown, markers: { seen: number }): void {
 }
 
 /**
- * The deepest bracket nesting of JSON text, and whether a number outside its strings has an integer
- * part of 16 or more digits (only then can an integer lose digits: a fraction's or an exponent's
- * digits never count, so a body of doubles, such as an embedding, is never scanned again); one pass
- * over the bytes, no parse.
+ * The deepest bracket nesting of JSON text, and where (byte offsets, sign included) each number
+ * outside its strings has an integer part of 16 or more digits with no fraction or exponent after it:
+ * only such an integer can lose digits. A fraction's or an exponent's digits never count, so a body
+ * of doubles, such as an embedding, has none. One pass over the bytes, no parse.
  */
-function jsonShape(body: Buffer): { depth: number; longDigitRun: boolean } {
+function jsonShape(body: Buffer): { depth: number; longIntegers: [number, number][] } {
   let depth = 0;
   let deepest = 0;
   let digits = 0;
   /** After a `.`, `e` or `E`: the digits that follow are a fraction's or an exponent's. */
   let notInteger = false;
-  let longDigitRun = false;
-  for (let i = 0; i < body.length; i++) {
-    const byte = body[i]!;
+  const longIntegers: [number, number][] = [];
+  // One step past the last byte (-1 there), so a number at the very end is noted like any other.
+  for (let i = 0; i <= body.length; i++) {
+    const byte = i < body.length ? body[i]! : -1;
     if (byte >= 0x30 && byte <= 0x39) {
-      if (!notInteger && ++digits >= unsafeDigits) longDigitRun = true;
+      digits++;
       continue;
     }
-    digits = 0;
+    if (digits > 0) {
+      if (digits >= unsafeDigits && !notInteger && byte !== 0x2e && byte !== 0x65 && byte !== 0x45) {
+        const start = i - digits;
+        longIntegers.push([body[start - 1] === 0x2d ? start - 1 : start, i]);
+      }
+      digits = 0;
+    }
     if (byte === 0x2e || byte === 0x65 || byte === 0x45) {
       notInteger = true;
       continue;
@@ -146,7 +149,7 @@ function jsonShape(body: Buffer): { depth: number; longDigitRun: boolean } {
       // showed up in profiles) until one that an odd run of backslashes does not escape.
       for (;;) {
         const end = body.indexOf(0x22, i + 1);
-        if (end === -1) return { depth: deepest, longDigitRun }; // unterminated: the parse refuses it
+        if (end === -1) return { depth: deepest, longIntegers }; // unterminated: the parse refuses it
         let backslashes = 0;
         for (let j = end - 1; body[j] === 0x5c; j--) backslashes++;
         i = end;
@@ -157,51 +160,34 @@ function jsonShape(body: Buffer): { depth: number; longDigitRun: boolean } {
       if (depth > deepest) deepest = depth;
     } else if (byte === 0x5d || byte === 0x7d) depth--;
   }
-  return { depth: deepest, longDigitRun };
+  return { depth: deepest, longIntegers };
 }
 
 /**
- * `text` with each integer literal that a double cannot hold exactly, outside strings, written as a
- * marker string instead. A literal beyond double range stays (the walk refuses it as before); text
- * that is not JSON stays not JSON (a marker only stands where a number stood).
+ * The text of `bytes` with each long integer (jsonShape) that a double cannot hold exactly written
+ * as a marker string instead. A literal beyond double range stays (the walk refuses it as before);
+ * text that is not JSON stays not JSON (a marker only stands where a number stood).
  */
-function markUnsafeIntegers(text: string): { text: string; marked: number } {
-  let out = '';
+function markUnsafeIntegers(
+  bytes: Buffer,
+  longIntegers: [number, number][],
+): { text: string; marked: number } {
+  let text = '';
   let from = 0;
   let marked = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 0x22) {
-      i = closingQuote(text, i);
-    } else if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
-      numberToken.lastIndex = i;
-      const token = numberToken.exec(text)?.[0];
-      if (!token) continue;
-      if (isUnsafeInteger(token)) {
-        out += text.slice(from, i) + JSON.stringify(intMarker + token);
-        from = i + token.length;
-        marked++;
-      }
-      i += token.length - 1;
-    }
+  for (const [start, end] of longIntegers) {
+    // Digits and a sign only: ASCII, so the offsets are character boundaries too.
+    const token = bytes.toString('latin1', start, end);
+    if (!isUnsafeInteger(token)) continue;
+    text += bytes.toString('utf8', from, start) + JSON.stringify(intMarker + token);
+    from = end;
+    marked++;
   }
-  return marked === 0 ? { text, marked } : { text: out + text.slice(from), marked };
+  return { text: text + bytes.toString('utf8', from), marked };
 }
 
 function isUnsafeInteger(token: string): boolean {
-  if (token.length < unsafeDigits || !integerLiteral.test(token)) return false;
+  if (!integerLiteral.test(token)) return false;
   const value = Number(token);
   return Number.isFinite(value) && !Number.isSafeInteger(value);
-}
-
-/** The index of the quote that closes the string opening at `open` (the end of `text` if none). */
-function closingQuote(text: string, open: number): number {
-  for (let at = open; ; ) {
-    const end = text.indexOf('"', at + 1);
-    if (end === -1) return text.length;
-    let backslashes = 0;
-    for (let j = end - 1; text.charCodeAt(j) === 0x5c; j--) backslashes++;
-    if (backslashes % 2 === 0) return end;
-    at = end;
-  }
 }
