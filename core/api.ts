@@ -426,7 +426,15 @@ export class V2Api {
 
   private async take({ req, endpointId, params }: RouteContext, batch: boolean): Promise<ApiResponse> {
     const max = batch ? (queryInt(req.query.batch_size, 'batch_size', 1, 100) ?? 1) : 1;
-    const jobs = await this.options.engine.take(endpointId, params[0]!, max, this.workerWaitMs(), req.signal);
+    // Written out by stringifyJsonExact, which puts each input in as the text the store holds.
+    const jobs = await this.options.engine.take(
+      endpointId,
+      params[0]!,
+      max,
+      this.workerWaitMs(),
+      req.signal,
+      true,
+    );
     if (jobs.length === 0) return { statusCode: 204 };
     return ok(batch ? jobs : jobs[0]);
   }

@@ -387,20 +387,24 @@ export class JobEngine {
 
   // ── worker side (docs/architecture.md#worker-protocol) ───────────────────────────────────────────────────
 
-  /** Long poll for up to `max` jobs; [] when `waitMs` runs out. */
+  /**
+   * Long poll for up to `max` jobs; [] when `waitMs` runs out. `inputAsText`: inputs may come as the
+   * store's JSON text (JsonText, TakeQueuedOptions.inputAsText), for a caller that only writes them out.
+   */
   async take(
     endpointId: string,
     workerId: string,
     max: number,
     waitMs: number,
     signal?: AbortSignal,
+    inputAsText = false,
   ): Promise<WorkerJob[]> {
     const deadline = this.clock.now() + waitMs;
     // A draining or retiring worker gets nothing new (the ledger holds the answer a moment).
     if (!(await this.ledger.mayTake(endpointId, workerId))) return [];
     for (;;) {
       const remaining = Math.max(0, deadline - this.clock.now());
-      const taken = await this.receiveAndClaim(endpointId, workerId, max, remaining, signal);
+      const taken = await this.receiveAndClaim(endpointId, workerId, max, remaining, signal, inputAsText);
       // The queue waited for us: nothing means the wait ran out, the caller left, or the queue closed.
       if (taken === undefined) return [];
       if (taken.length > 0 && signal?.aborted) {
@@ -438,12 +442,14 @@ export class JobEngine {
     max: number,
     waitMs: number,
     signal: AbortSignal | undefined,
+    inputAsText: boolean,
   ): Promise<Job[] | undefined> {
     if (this.takeQueued) {
       const moved = await this.takeQueued(endpointId, {
         max,
         waitMs,
         signal,
+        inputAsText,
         claim: (job) => (canMove('take', job.status) ? this.claimPatch(job, workerId) : undefined),
       });
       for (const { before, after } of moved) this.afterWrite(before, after);

@@ -133,6 +133,11 @@ export interface TakeQueuedOptions {
   waitMs: number;
   signal?: AbortSignal | undefined;
   claim: (job: Job) => JobPatch | undefined;
+  /**
+   * The taken jobs' inputs as the JSON text the store holds (a JsonText, core/json.ts), for a caller
+   * that writes them straight out (the take answer); a store that keeps no such text parses as ever.
+   */
+  inputAsText?: boolean;
 }
 
 /** A job a take moved: as it was read and as it was written. */

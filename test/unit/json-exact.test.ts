@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { FerryError } from '../../core/errors.js';
-import { parseJsonExact, stringifyJsonExact } from '../../core/json.js';
+import { JsonText, parseJsonExact, stringifyJsonExact } from '../../core/json.js';
 
 const parse = (text: string) => parseJsonExact(Buffer.from(text), 'Request body');
 /** In, through a store's JSON.stringify / JSON.parse, and out again. */
@@ -82,5 +82,42 @@ describe('the marker text', () => {
     // A log line (worker output, never parsed on the way in) holding the text inside a string.
     const text = stringifyJsonExact({ line: 'x"\u0000ferry-int:5', n: 1 });
     expect(JSON.parse(text)).toEqual({ line: 'x"\u0000ferry-int:5', n: 1 });
+  });
+});
+
+describe('JsonText (a stored input on its way to a worker)', () => {
+  it('is put in as the text it holds, and the marker strings in that text go out as digits', () => {
+    const stored = JSON.stringify(parse('{"seed":18446744073709551615,"text":"a \\"quoted\\" é"}'));
+    const answer = stringifyJsonExact([
+      { id: 'a', input: new JsonText(stored) },
+      { id: 'b', input: new JsonText('"plain"'), webhook: 'https://example.com/h' },
+    ]);
+    expect(answer).toBe(
+      '[{"id":"a","input":{"seed":18446744073709551615,"text":"a \\"quoted\\" é"}},' +
+        '{"id":"b","input":"plain","webhook":"https://example.com/h"}]',
+    );
+    // What the text held, exactly as parsing and writing it again would have given.
+    expect(answer).toBe(
+      stringifyJsonExact([
+        { id: 'a', input: JSON.parse(stored) },
+        { id: 'b', input: 'plain', webhook: 'https://example.com/h' },
+      ]),
+    );
+  });
+
+  it('is not parsed and written again: the text goes out as it is', () => {
+    // No store writes such text; it shows that the text is put in, not its value written again.
+    expect(stringifyJsonExact({ input: new JsonText('{ "a" : 1.0 }') })).toBe('{"input":{ "a" : 1.0 }}');
+  });
+
+  it('reads as its parsed value anywhere else, and a failed write leaves no state behind', () => {
+    expect(JSON.stringify({ input: new JsonText('{"a":[1,2]}') })).toBe('{"input":{"a":[1,2]}}');
+    expect(() => stringifyJsonExact({ input: new JsonText('1'), bad: 1n })).toThrow(TypeError);
+    expect(JSON.stringify(new JsonText('[true]'))).toBe('[true]');
+    expect(stringifyJsonExact({ n: new JsonText('2') })).toBe('{"n":2}');
+  });
+
+  it('cannot be imitated by a body: its place-holder is marker text, refused where JSON comes in', () => {
+    refused('{"input":"\\u0000ferry-int:t0"}', /reserved/);
   });
 });

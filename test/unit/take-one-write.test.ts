@@ -9,6 +9,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { type LocalDatabase, openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { FakeClock } from '../../core/clock.js';
 import type { JobEngine } from '../../core/engine.js';
+import { JsonText, stringifyJsonExact } from '../../core/json.js';
 import { localEngine } from '../support/localEngine.js';
 
 const ep = 'ep';
@@ -54,6 +55,21 @@ describe('one-write take', () => {
     // The composed take hides the message until the lease; this one deleted it in the same commit.
     clock.advance(60_000);
     expect(await db.queue.receive(ep, { max: 10, visibilityMs: 1_000, waitMs: 0 })).toEqual([]);
+  });
+
+  it('hands inputs out as the stored JSON text when the caller writes them out, parsed otherwise', async () => {
+    const input = { seed: '\u0000ferry-int:18446744073709551615', text: 'x'.repeat(70_000) };
+    const first = (await engine.submit(ep, { input }, { sync: false })).id;
+    const second = (await engine.submit(ep, { input }, { sync: false })).id;
+    const [asText] = await engine.take(ep, 'w1', 1, 0, undefined, true);
+    expect(asText?.id).toBe(first);
+    expect(asText?.input).toBeInstanceOf(JsonText);
+    expect((asText?.input as JsonText | undefined)?.text).toBe(JSON.stringify(input));
+    expect(stringifyJsonExact(asText)).toBe(
+      `{"id":"${first}","input":{"seed":18446744073709551615,"text":"${input.text}"}}`,
+    );
+    const [parsed] = await engine.take(ep, 'w1', 1, 0);
+    expect(parsed).toEqual({ id: second, input });
   });
 
   it('skips stale messages (cancelled, expired) and still fills max from the jobs behind them', async () => {

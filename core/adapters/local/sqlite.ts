@@ -34,6 +34,7 @@ import {
   readsInput,
   runDeadlineOf,
 } from '../../job.js';
+import { JsonText } from '../../json.js';
 import type {
   ApiKeyRecord,
   AppRecord,
@@ -395,7 +396,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
       const messages = queue.visibleSync(endpointId, nowMs, want);
       for (const message of messages) {
         queue.deleteSync(message.seq);
-        const before = jobs.getSync(message.jobId);
+        const before = jobs.getSync(message.jobId, true, options.inputAsText);
         if (!before || before.endpointId !== endpointId || before.expiresAt <= nowMs) continue;
         const patch = options.claim(before);
         if (!patch) continue;
@@ -686,10 +687,15 @@ class SqliteJobStore implements JobStore {
     if (job.input !== undefined) this.#insertInput.run(job.id, JSON.stringify(job.input));
   }
 
-  /** A stored row as the job it holds, its input parsed when `input` (JobReadOptions.input) wants it. */
-  #jobOf(row: JobRow, input: JobReadOptions['input'] = true): Job {
+  /**
+   * A stored row as the job it holds, with its input when `input` (JobReadOptions.input) wants it:
+   * parsed, or as the stored text when `asText` (TakeQueuedOptions.inputAsText).
+   */
+  #jobOf(row: JobRow, input: JobReadOptions['input'] = true, asText = false): Job {
     const job = JSON.parse(row.body) as Job;
-    if (row.input !== null && readsInput(input, job.status)) job.input = JSON.parse(row.input);
+    if (row.input !== null && readsInput(input, job.status)) {
+      job.input = asText ? new JsonText(row.input) : JSON.parse(row.input);
+    }
     return job;
   }
 
@@ -704,10 +710,10 @@ class SqliteJobStore implements JobStore {
     return row ? (JSON.parse(row.body) as Job) : undefined;
   }
 
-  /** The stored job, expired or not; its input as `input` (JobReadOptions.input) wants it. */
-  getSync(jobId: string, input: JobReadOptions['input'] = true): Job | undefined {
+  /** The stored job, expired or not; its input as `input` and `asText` want it (#jobOf). */
+  getSync(jobId: string, input: JobReadOptions['input'] = true, asText = false): Job | undefined {
     const row = this.#get.get(jobId);
-    return row ? this.#jobOf(row, input) : undefined;
+    return row ? this.#jobOf(row, input, asText) : undefined;
   }
 
   async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
