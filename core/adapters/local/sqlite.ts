@@ -326,6 +326,40 @@ function migrateInputsApart(db: Db): void {
            UPDATE jobs SET body = json_remove(body, '$.input') WHERE body -> '$.input' IS NOT NULL;`);
 }
 
+/** How every connection of the platform's database is set up (openLocalDatabase). */
+export function configureConnection(
+  db: Db,
+  synchronous: LocalDatabaseOptions['synchronous'] = 'NORMAL',
+): void {
+  db.pragma('journal_mode = WAL');
+  db.pragma(`synchronous = ${synchronous === 'FULL' ? 'FULL' : 'NORMAL'}`);
+  db.pragma('busy_timeout = 5000');
+  // A checkpoint (WAL pages copied into the file, two fsyncs) runs inside the commit that crosses
+  // the threshold and blocks the event loop. At the default 1000 pages that was every few dozen
+  // jobs under load; 10 000 pages (about 40 MB of WAL) makes it ten times rarer, and hot pages
+  // written many times in between are copied once. Durability is the same: commits are in the WAL.
+  // https://www.sqlite.org/pragma.html#pragma_wal_autocheckpoint
+  db.pragma('wal_autocheckpoint = 10000');
+  db.pragma('foreign_keys = ON');
+}
+
+/**
+ * GroupCommit runs each write in its own savepoint, and SQLite keeps what a savepoint would roll
+ * back in a statement journal, a temporary file that lives until the transaction ends and spills from
+ * memory to disk past 64 KiB (https://www.sqlite.org/tempfiles.html: statement journals, and
+ * SQLITE_STMTJRNL_SPILL under "Other Temporary File Optimizations"). A group of a dozen job writes
+ * passes that: each commit then opened and deleted a file in the temporary directory and wrote every
+ * journalled page to it, two writes a page, about half the platform's write calls on a burst of
+ * submits. temp_store = MEMORY keeps temporary files, statement journals among them, in memory
+ * (https://www.sqlite.org/pragma.html#pragma_temp_store); they hold only the pages one group's
+ * writes change, and nothing in them is needed after a crash (the WAL is). A sort the planner cannot
+ * read from an index is held in memory too: the job, log and queue queries take their order from
+ * indexes, and the others sort a handful of rows (keys, workers, apps).
+ */
+export function keepStatementJournalsInMemory(db: Db): void {
+  db.pragma('temp_store = MEMORY');
+}
+
 /** Opens (creating if needed) the database at `path`; `:memory:` gives a private in-memory one. */
 export function openLocalDatabase(path: string, options: LocalDatabaseOptions = {}): LocalDatabase {
   if (path !== ':memory:') {
@@ -334,21 +368,14 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
   }
   const db = new Database(path);
   try {
-    db.pragma('journal_mode = WAL');
-    db.pragma(`synchronous = ${options.synchronous === 'FULL' ? 'FULL' : 'NORMAL'}`);
-    db.pragma('busy_timeout = 5000');
-    // A checkpoint (WAL pages copied into the file, two fsyncs) runs inside the commit that crosses
-    // the threshold and blocks the event loop. At the default 1000 pages that was every few dozen
-    // jobs under load; 10 000 pages (about 40 MB of WAL) makes it ten times rarer, and hot pages
-    // written many times in between are copied once. Durability is the same: commits are in the WAL.
-    // https://www.sqlite.org/pragma.html#pragma_wal_autocheckpoint
-    db.pragma('wal_autocheckpoint = 10000');
-    db.pragma('foreign_keys = ON');
+    configureConnection(db, options.synchronous);
     const version = db.pragma('user_version', { simple: true }) as number;
     if (version > schemaVersion) {
       throw new Error(`The database ${path} was written by a newer Ferry (schema ${version}); upgrade Ferry`);
     }
     enableIncrementalVacuum(db);
+    // After the VACUUM above: with temp_store = MEMORY its copy of the whole file would be in memory.
+    keepStatementJournalsInMemory(db);
     db.transaction(() => {
       db.exec(schema);
       if (version < 2) migrateInputsApart(db);
