@@ -381,14 +381,16 @@ export class V2Api {
 
   private async status({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
     const ttlMs = queryInt(req.query.ttl, 'ttl', 1, limits.ttlMaxMs);
-    return this.fitted(await this.options.engine.status(endpointId, params[0]!, ttlMs));
+    // Views go out through stringifyJsonExact, which puts an input held as the store's text (JsonText)
+    // in as it is. Only the SQLite store keeps such text; DynamoDB's inputs come parsed, as before.
+    return this.fitted(await this.options.engine.status(endpointId, params[0]!, ttlMs, true));
   }
 
   private async statusSync({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
     const waitMs =
       queryInt(req.query.wait, 'wait', limits.waitMinMs, limits.waitMaxMs) ?? limits.runsyncDefaultWaitMs;
     return this.fitted(
-      await this.options.engine.statusSync(endpointId, params[0]!, this.capWait(waitMs), req.signal),
+      await this.options.engine.statusSync(endpointId, params[0]!, this.capWait(waitMs), req.signal, true),
     );
   }
 
@@ -491,7 +493,7 @@ export class V2Api {
   private readonly jobLog = async ({ req, endpointId, params }: RouteContext): Promise<ApiResponse> => {
     const { lines } = parseOr400(jobLogSchema, workerBody(req), 'job-log body');
     for (const jobId of new Set(lines.map((line) => line.jobId))) {
-      await this.options.engine.status(endpointId, jobId).catch((error: unknown) => {
+      await this.options.engine.mustExist(endpointId, jobId).catch((error: unknown) => {
         throw FerryError.is(error) && error.code === 'not_found'
           ? badRequest(`Job ${jobId} is not a job of endpoint ${endpointId}`)
           : error;

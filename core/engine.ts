@@ -115,6 +115,10 @@ export const endpointKey = (endpointId: string) => `endpoint:${endpointId}`;
 const noInput = { input: false } as const;
 /** A read for a job's view: the input only while the job is unfinished, as only then the view shows it. */
 const inputIfUnfinished = { input: 'unfinished' } as const;
+/** The same, for a view written straight out: the input may come as the store's text (JsonText). */
+const inputTextIfUnfinished = { input: 'unfinished', inputAsText: true } as const;
+/** The read for a job's view; `inputAsText` as in JobEngine.status. */
+const viewRead = (inputAsText: boolean) => (inputAsText ? inputTextIfUnfinished : inputIfUnfinished);
 
 /** 1 minute; a wait longer than the default keeps results as long as the wait, up to 5 minutes (docs/api.md#retention). */
 const runsyncRetentionMs = (waitMs: number) =>
@@ -231,9 +235,14 @@ export class JobEngine {
     return isFinal(settled.status) ? viewOf(settled, now) : { id: settled.id, status: settled.status };
   }
 
-  async status(endpointId: string, jobId: string, ttlMs?: number): Promise<JobView> {
+  /**
+   * The job's view. `inputAsText`: an unfinished job's input may come as the store's JSON text
+   * (JsonText, JobReadOptions.inputAsText), for a caller that only writes the view out: polling a
+   * queued job with a big input then costs no parse and no second write of it.
+   */
+  async status(endpointId: string, jobId: string, ttlMs?: number, inputAsText = false): Promise<JobView> {
     // A finished job's view has no input: it is not read (on AWS a big one is an S3 object).
-    let job = await this.mustGet(endpointId, jobId, inputIfUnfinished);
+    let job = await this.mustGet(endpointId, jobId, viewRead(inputAsText));
     if (ttlMs !== undefined) {
       // `?ttl=` sets how long the result is kept (docs/api.md#retention), never how long the job may
       // run: a finished job now expires ttl from now; an unfinished one keeps its result that long
@@ -278,17 +287,26 @@ export class JobEngine {
     this.#capRoom.delete(endpointId);
   }
 
-  /** Long poll: answers as soon as the job ends, or with its current state when `waitMs` runs out. */
+  /** 404 unless `jobId` is an unexpired job of this endpoint. Reads no input (job-log's check). */
+  async mustExist(endpointId: string, jobId: string): Promise<void> {
+    await this.mustGet(endpointId, jobId, noInput);
+  }
+
+  /**
+   * Long poll: answers as soon as the job ends, or with its current state when `waitMs` runs out.
+   * `inputAsText` as in status.
+   */
   async statusSync(
     endpointId: string,
     jobId: string,
     waitMs: number,
     signal?: AbortSignal,
+    inputAsText = false,
   ): Promise<JobView> {
     const job = await this.waitForEnd(endpointId, jobId, waitMs, signal);
     // The view of an unfinished job shows its input (viewOf): read it only then.
     return viewOf(
-      isFinal(job.status) ? job : await this.mustGet(endpointId, jobId, inputIfUnfinished),
+      isFinal(job.status) ? job : await this.mustGet(endpointId, jobId, viewRead(inputAsText)),
       this.clock.now(),
     );
   }

@@ -26,6 +26,11 @@ export interface JobReadOptions {
    * job has not ended (a finished job's view shows none, docs/api.md). Default true.
    */
   input?: boolean | 'unfinished';
+  /**
+   * The input as the JSON text the store holds (a JsonText, core/json.ts), for a caller that writes
+   * the job's view straight out (the /status routes); a store that keeps no such text parses as ever.
+   */
+  inputAsText?: boolean;
 }
 
 export interface JobStore {

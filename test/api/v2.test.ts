@@ -138,6 +138,28 @@ describe('lookups', () => {
       expect(r.body).toMatchObject({ id: body.id, status: 'IN_QUEUE', input: { q: 1 } });
     }
   });
+
+  it('status and status-sync show an unfinished job’s input with every character and digit', async () => {
+    // Views are written with the input as the store holds it (JsonText): a 70 KB string, escapes and
+    // a 64-bit integer come back exactly as a parse and a second write would have written them.
+    const { id, worker } = await freshEndpoint();
+    // The JSON text of a string with escapes in it (a quote, a backslash, a tab) and non-ASCII.
+    const text = `${'x'.repeat(70_000)} \\"quoted\\" \\\\ tab\\t é 🚀`;
+    const input = `{"seed":18446744073709551615,"text":"${text}","nested":{"n":[1,2.5,-3e-7]}}`;
+    const { body } = await call(base, 'POST', `/${id}/run`, `{"input":${input}}`);
+    const expected = `"input":{"seed":18446744073709551615,"text":"${text}","nested":{"n":[1,2.5,-3e-7]}}`;
+    const raw = async (path: string) =>
+      (await fetch(`${base}${path}`, { headers: { authorization: `Bearer ${testApiKey}` } })).text();
+    expect(await raw(`/${id}/status/${body.id}`)).toContain(expected);
+    expect(await raw(`/${id}/status-sync/${body.id}?wait=1000`)).toContain(expected);
+    const taken = await worker.take();
+    expect(taken?.id).toBe(body.id);
+    expect(await raw(`/${id}/status/${body.id}?ttl=60000`)).toContain(expected); // IN_PROGRESS, with ?ttl=
+    await worker.done(body.id, { output: { ok: true } });
+    const finished = await call(base, 'GET', `/${id}/status/${body.id}`);
+    expect(finished.body).toMatchObject({ status: 'COMPLETED', output: { ok: true } });
+    expect(finished.body.input).toBeUndefined();
+  });
 });
 
 describe('transitions (docs/architecture.md#jobs)', () => {

@@ -9,7 +9,7 @@ import { type LocalDatabase, openLocalDatabase } from '../../core/adapters/local
 import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
 import { type JobEngine, splitChunk } from '../../core/engine.js';
-import { parseJsonExact } from '../../core/json.js';
+import { JsonText, parseJsonExact, stringifyJsonExact } from '../../core/json.js';
 import { limits } from '../../core/limits.js';
 import type { JobReadOptions } from '../../core/ports.js';
 import { localEngine } from '../support/localEngine.js';
@@ -119,6 +119,27 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       await engine.take(ep, 'w1', 1, 0);
       await engine.done(ep, 'w1', job.id, { error: exact('{"code":18446744073709551615}') });
       expect((await engine.status(ep, job.id)).error).toBe('{"code":18446744073709551615}');
+    });
+
+    it('a view written straight out holds an unfinished input as the stored text; other reads parse it', async () => {
+      const input = exact(`{"seed":18446744073709551615,"text":"${'x'.repeat(70_000)}"}`) as Record<
+        string,
+        unknown
+      >;
+      const job = await engine.submit(ep, { input }, { sync: false });
+      const stored = JSON.stringify(input); // marker strings and all, as job_inputs holds it
+      const asText = await engine.status(ep, job.id, undefined, true);
+      expect(asText.input).toBeInstanceOf(JsonText);
+      expect((asText.input as JsonText).text).toBe(stored);
+      expect(stringifyJsonExact(asText)).toContain('"input":{"seed":18446744073709551615,"text":"xxx');
+      expect((await engine.statusSync(ep, job.id, 0, undefined, true)).input).toBeInstanceOf(JsonText);
+      expect((await engine.status(ep, job.id)).input).toEqual(input); // without the flag: parsed
+      // ?ttl= writes the job: the input stays as stored (the row's write leaves job_inputs alone).
+      await engine.take(ep, 'w1', 1, 0);
+      expect((await engine.status(ep, job.id, 60_000, true)).input).toBeInstanceOf(JsonText);
+      expect((await engine.status(ep, job.id)).input).toEqual(input);
+      await engine.done(ep, 'w1', job.id, { output: 1 });
+      expect((await engine.status(ep, job.id, undefined, true)).input).toBeUndefined(); // finished: none
     });
 
     it('a chunk split into pieces of its JSON text keeps the digits', () => {

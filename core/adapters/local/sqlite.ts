@@ -716,7 +716,7 @@ class SqliteJobStore implements JobStore {
 
   /**
    * A stored row as the job it holds, with its input when `input` (JobReadOptions.input) wants it:
-   * parsed, or as the stored text when `asText` (TakeQueuedOptions.inputAsText).
+   * parsed, or as the stored text when `asText` (TakeQueuedOptions.inputAsText, JobReadOptions.inputAsText).
    */
   #jobOf(row: JobRow, input: JobReadOptions['input'] = true, asText = false): Job {
     const job = JSON.parse(row.body) as Job;
@@ -727,7 +727,10 @@ class SqliteJobStore implements JobStore {
   }
 
   async get(jobId: string, nowMs: number, options?: JobReadOptions): Promise<Job | undefined> {
-    const job = options?.input === false ? this.#bodyOf(jobId) : this.getSync(jobId, options?.input);
+    const job =
+      options?.input === false
+        ? this.#bodyOf(jobId)
+        : this.getSync(jobId, options?.input, options?.inputAsText);
     return job && job.expiresAt > nowMs ? job : undefined;
   }
 
