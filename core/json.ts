@@ -70,6 +70,15 @@ export function parseJsonExact(bytes: Buffer, what: string): unknown {
 }
 
 /**
+ * The number a marker string stands for, rounded to a double, for a check of its range (a policy's
+ * milliseconds): an integer beyond 2^53 is out of any range the API takes, and says so as a number.
+ * Any other value comes back as it is.
+ */
+export function roundedIfMarker(value: unknown): unknown {
+  return typeof value === 'string' && isWholeMarker(value) ? Number(value.slice(intMarker.length)) : value;
+}
+
+/**
  * A value as the JSON text a store already holds (written by JSON.stringify, marker strings and all),
  * for a caller that only writes it out again: stringifyJsonExact puts the text in as it is. A job's
  * input on its way to a worker is one (the take answer): parsing it and writing it again cost as much

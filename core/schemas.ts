@@ -4,9 +4,15 @@
  */
 import { z } from 'zod';
 import { badRequest } from './errors.js';
+import { roundedIfMarker } from './json.js';
 import { limits } from './limits.js';
 
-const msBetween = (min: number, max: number) => z.number().int().min(min).max(max);
+/**
+ * Whole milliseconds in [min, max]. An integer beyond 2^53 reaches the schema as a marker string
+ * (core/json.ts): it is refused as too big (or too small), not as "expected number".
+ */
+const msBetween = (min: number, max: number) =>
+  z.preprocess(roundedIfMarker, z.number().min(min).max(max).int());
 
 export const policySchema = z
   .object({
