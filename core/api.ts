@@ -222,8 +222,11 @@ export class V2Api {
 
   private async dispatch(req: ApiRequest): Promise<ApiResponse> {
     const segments = req.path.split('/').filter((s) => s.length > 0);
-    if (segments[0] !== 'v2' || segments.length < 3) throw notFound(`No route for ${req.method} ${req.path}`);
     const method = req.method.toUpperCase();
+    if (segments[0] === 'v2' && segments.length === 2 && segments[1] !== byNameSegment && method === 'GET') {
+      return this.byId(req, decodeURIComponent(segments[1]!));
+    }
+    if (segments[0] !== 'v2' || segments.length < 3) throw notFound(`No route for ${req.method} ${req.path}`);
     if (segments[1] === byNameSegment) return this.byName(req, method, segments.slice(2));
     return this.route(req, method, decodeURIComponent(segments[1]!), segments.slice(2));
   }
@@ -255,16 +258,21 @@ export class V2Api {
     const rest = segments.slice(3);
     if (rest.length > 0) return this.route(req, method, record.id, rest, scope);
     if (method !== 'GET') throw notFound(`No route for ${req.method} ${req.path}`);
-    // A load-balanced endpoint deployed on AWS is called on its own HTTPS front, with the same key.
-    const url = record.kind === 'lb' ? awsInfoOf(record)?.url : undefined;
-    const resolved = {
-      id: record.id,
-      kind: record.kind,
-      app: record.app,
-      env: record.env,
-      name: record.name,
-    };
-    return ok({ ...resolved, ...(url ? { url } : {}) });
+    return ok(resolutionOf(record));
+  }
+
+  /**
+   * `GET /v2/<endpointId>`: the answer by-name gives, for a caller that has the id (the SDK's
+   * `Endpoint(id=…)`): above all where a load-balanced endpoint's routes are. Key first (401), then
+   * the lookup (404), then the key's scope (403), as on the endpoint's other routes.
+   */
+  private async byId(req: ApiRequest, endpointId: string): Promise<ApiResponse> {
+    const scope = await this.options.auth.clientKeyScope(credentialOf(req.headers.authorization));
+    if (!scope) throw unauthorized();
+    const record = await this.options.control.getEndpoint(endpointId);
+    if (!record) throw notFound(`Endpoint ${endpointId} not found`);
+    assertScopeCovers(scope, record);
+    return ok(resolutionOf(record));
   }
 
   private async route(
@@ -519,6 +527,17 @@ export class V2Api {
 
 /** The execution timeout of an endpoint record, by record object (records are not changed in place). */
 const timeoutOfRecord = new WeakMap<EndpointRecord, number | undefined>();
+
+/**
+ * What a lookup of an endpoint answers (by name or by id): who it is, its kind, and for a
+ * load-balanced endpoint deployed on AWS the HTTPS front its routes are called on, with the same key
+ * (queue endpoints, and local load-balanced ones at /lb/<id>, have none).
+ */
+function resolutionOf(record: EndpointRecord) {
+  const url = record.kind === 'lb' ? awsInfoOf(record)?.url : undefined;
+  const { id, kind, app, env, name } = record;
+  return { id, kind, app, env, name, ...(url ? { url } : {}) };
+}
 
 /** The request body as JSON, with the route's size limit (413 above it). */
 function jsonBody(req: ApiRequest, maxBytes: number, route: string): unknown {

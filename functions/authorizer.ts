@@ -62,6 +62,8 @@ export async function allowedResources(
     .filter((endpoint) => scopeCovers(scope, endpoint))
     .flatMap((endpoint) => [
       `${base}*/v2/${endpoint.id}/*`,
+      // GET /v2/<id>: the endpoint's lookup by id (core/api.ts byId).
+      `${base}*/v2/${endpoint.id}`,
       // The name route (core/names.ts), with its environment or `-`; the API resolves the name and
       // applies scopeCovers again, so `-` cannot reach an environment outside the scope.
       ...[endpoint.env, '-'].flatMap((env) => {

@@ -1061,6 +1061,7 @@ export class PlatformStack extends Stack {
       }
     };
     // The client routes of core/api.ts. Worker routes are not exposed: workers talk to their agent.
+    route([], ['GET']); // the endpoint's lookup by id: its kind, and a load-balanced one's URL
     route(['run'], ['POST']);
     route(['runsync'], ['POST']);
     route(['status', '{jobId}'], ['GET', 'POST']);

@@ -91,6 +91,29 @@ describe('by-name resolution', () => {
     expect((await call(base, 'GET', '/by-name/shop/production/api')).body.url).toBeUndefined();
   });
 
+  it('GET /v2/<id> answers the same lookup by id: where an AWS load-balanced endpoint is called', async () => {
+    // What `Endpoint(id=…)` in the SDK reads before calling a load-balanced endpoint's routes.
+    expect(await call(base, 'GET', '/cloud-api-1')).toEqual({
+      status: 200,
+      body: {
+        id: 'cloud-api-1',
+        kind: 'lb',
+        app: 'cloud',
+        env: 'production',
+        name: 'api',
+        url: 'https://d111111abcdef8.cloudfront.net',
+      },
+    });
+    expect((await call(base, 'GET', '/shop-sum-1')).body).toEqual(
+      (await call(base, 'GET', '/by-name/shop/production/sum')).body,
+    );
+    expect((await call(base, 'GET', '/cloud-sum-1')).body.url).toBeUndefined(); // queue: through /v2
+    const missing = await call(base, 'GET', '/nosuchid');
+    expect(missing).toEqual({ status: 404, body: { error: 'Endpoint nosuchid not found' } });
+    expect((await call(base, 'GET', '/cloud-api-1', undefined, { authorization: '' })).status).toBe(401);
+    expect((await call(base, 'POST', '/cloud-api-1')).status).toBe(404); // GET only
+  });
+
   it("finds ferry dev's live- records by the bare name; '-' picks the only environment", async () => {
     expect((await call(base, 'GET', '/by-name/lab/-/sum')).body.id).toBe('lab-sum-1');
     expect((await call(base, 'GET', '/by-name/lab/dev/sum')).body.id).toBe('lab-sum-1');
@@ -163,6 +186,9 @@ describe("a worker's call token", () => {
     expect(otherEnv.status).toBe(403);
     const byId = await call(base, 'POST', '/bank-vault-1/run', { input: {} }, token('shop-sum-1'));
     expect(byId.status).toBe(403);
+    const lookup = await call(base, 'GET', '/bank-vault-1', undefined, token('shop-sum-1'));
+    expect(lookup.status).toBe(403);
+    expect((await call(base, 'GET', '/shop-api-1', undefined, token('shop-sum-1'))).body.kind).toBe('lb');
     const ownById = await call(base, 'POST', '/shop-sum-1/run', { input: {} }, token('shop-api-1'));
     expect(ownById.status).toBe(200);
     const workerRoute = await call(base, 'GET', '/shop-sum-1/job-take/w1', undefined, token('shop-api-1'));

@@ -156,6 +156,7 @@ describe('call keys (core/call-keys.ts): what a worker may call with its key', (
     ['by name', 'v2/by-name/shop/prod/callee/run'],
     ['by name, env "-"', 'v2/by-name/shop/-/callee/runsync'],
     ['status by name', 'v2/by-name/shop/prod/callee/status/j1'],
+    ['the lookup by id', 'v2/calleeid2'],
   ])('allows the same app and environment (%s)', async (_name, path) => {
     expect(await decide(path)).toBe(true);
   });
@@ -165,6 +166,8 @@ describe('call keys (core/call-keys.ts): what a worker may call with its key', (
     ['another environment, by name', 'v2/by-name/shop/staging/callee/run'],
     ['another app, by id', 'v2/otherid4/run'],
     ['another app, by name', 'v2/by-name/blog/prod/callee/run'],
+    ['another app, the lookup by id', 'v2/otherid4'],
+    ['a lookup by id that is the start of a listed one', 'v2/calleeid'],
     ['management: endpoints', 'manage/v1/endpoints'],
     ['management: keys', 'manage/v1/keys'],
     ['an endpoint that does not exist', 'v2/nosuchid/run'],

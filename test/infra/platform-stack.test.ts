@@ -337,9 +337,9 @@ describe('API', () => {
 
   it('puts every v2 route behind the authorizer, with GET and POST where the API takes both', () => {
     const methods = Object.values(template.findResources('AWS::ApiGateway::Method'));
-    // 13 v2 methods, GET and POST /v2/by-name/{proxy+}, and GET /manage/v1/{proxy+}
-    // (test/infra/observability.test.ts).
-    expect(methods).toHaveLength(16);
+    // 14 v2 methods (GET /v2/{endpointId} among them), GET and POST /v2/by-name/{proxy+}, and GET
+    // /manage/v1/{proxy+} (test/infra/observability.test.ts).
+    expect(methods).toHaveLength(17);
     for (const method of methods) expect(method.Properties.AuthorizationType).toBe('CUSTOM');
     const resources = template.findResources('AWS::ApiGateway::Resource');
     const parts = Object.values(resources).map((r) => r.Properties.PathPart);
@@ -366,6 +366,11 @@ describe('API', () => {
       .filter((m) => m.Properties.ResourceId.Ref === jobId)
       .map((m) => m.Properties.HttpMethod);
     expect(verbs.sort()).toEqual(['GET', 'POST']);
+    // The lookup by id (core/api.ts byId): GET on the endpoint's own resource, its id a checked parameter.
+    const endpoint = Object.entries(resources).find(([, r]) => r.Properties.PathPart === '{endpointId}')![0];
+    const lookup = methods.filter((m) => m.Properties.ResourceId.Ref === endpoint);
+    expect(lookup.map((m) => m.Properties.HttpMethod)).toEqual(['GET']);
+    expect(lookup[0]!.Properties.RequestParameters).toEqual({ 'method.request.path.endpointId': true });
   });
 
   it('routes /v2/by-name/{proxy+} (GET and POST) to the API function, beside /v2/{endpointId}', () => {

@@ -194,9 +194,11 @@ describe('scoped API keys on the AWS authorizer', () => {
   });
 
   it('allows a scoped key only the routes of the endpoints its scope covers', async () => {
-    // Each covered endpoint by id and by name (/v2/by-name/<app>/<env or ->/<name>[/*]).
+    // Each covered endpoint by id (its routes, and its lookup GET /v2/<id>) and by name
+    // (/v2/by-name/<app>/<env or ->/<name>[/*]).
     const routesOf = (e: { id: string; app: string; env: string; name: string }) => [
       `${stage}*/v2/${e.id}/*`,
+      `${stage}*/v2/${e.id}`,
       `${stage}*/v2/by-name/${e.app}/${e.env}/${e.name}`,
       `${stage}*/v2/by-name/${e.app}/${e.env}/${e.name}/*`,
       `${stage}*/v2/by-name/${e.app}/-/${e.name}`,

@@ -65,6 +65,15 @@ class LoadBalancedRoutesTest(unittest.TestCase):
                 "name": "api",
                 "url": self.front.url + "/",
             },
+            "/v2/cloudapi1": {
+                "id": "cloudapi1",
+                "kind": "lb",
+                "app": "cloud",
+                "env": "production",
+                "name": "api",
+                "url": self.front.url + "/",
+            },
+            "/v2/shopapi1": {"id": "shopapi1", "kind": "lb", "app": "shop", "env": "production", "name": "api"},
             "/v2/by-name/shop/production/api": {
                 "id": "shopapi1",
                 "kind": "lb",
@@ -99,6 +108,16 @@ class LoadBalancedRoutesTest(unittest.TestCase):
         client = EndpointClient(Platform(self.api.url, "fy_key", "shop", "production"), name="api")
         self.assertEqual(client.request("POST", "/process", {"x": 2}), {"served-by-platform": "/lb/shopapi1/process"})
         self.assertEqual(self.front.calls, [])
+
+    def test_an_endpoint_given_by_id_is_looked_up_by_id_and_called_where_it_is(self):
+        on_aws = EndpointClient(Platform(self.api.url, "fy_key", "cloud", "production"), id="cloudapi1")
+        self.assertEqual(on_aws.request("POST", "/process", {"x": 4}), {"served": "/process"})
+        self.assertEqual(self.front.calls, [("POST", "/process", "", "Bearer fy_key", {"x": 4})])
+        local = EndpointClient(Platform(self.api.url, "fy_key", "shop", "production"), id="shopapi1")
+        self.assertEqual(local.request("POST", "/process", {"x": 5}), {"served-by-platform": "/lb/shopapi1/process"})
+        self.assertEqual(
+            [c[1] for c in self.api.calls], ["/v2/cloudapi1", "/v2/shopapi1", "/lb/shopapi1/process"]
+        )
 
     def test_endpoint_post_from_a_script_resolves_the_same_way(self):
         environ = {"FERRY_API_URL": self.api.url, "FERRY_API_KEY": "fy_user", "FERRY_APP": "cloud", "FERRY_ENV": "production"}

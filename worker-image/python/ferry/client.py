@@ -283,9 +283,8 @@ class EndpointClient:
         return self.platform.request(method, f"{self._prefix()}/{route}", body=body, query=query)
 
     def resolve(self):
-        """`{"id", "kind", "app", "env", "name"}` of a by-name endpoint; EndpointNotDeployed if absent."""
-        if self.id is not None:
-            return {"id": self.id}
+        """`{"id", "kind", "app", "env", "name"}` of the endpoint, by name or by id (`GET /v2/<id>`),
+        with "url" for a load-balanced endpoint deployed on AWS; EndpointNotDeployed if absent."""
         _, record = self.platform.request("GET", self._prefix())
         return record
 
@@ -326,13 +325,13 @@ class EndpointClient:
     def request(self, method, path, data=None):
         """An HTTP call to a route of a load-balanced endpoint; the parsed JSON answer.
 
-        Where the routes are comes from the name route's answer (core/api.ts): the endpoint's own
-        HTTPS URL when it is deployed on AWS (`url`), else the platform's `/lb/<id>` (the local
-        platform, docs/api.md). An endpoint given by id has no answer to read: `/lb/<id>`."""
+        Where the routes are comes from the endpoint's lookup (by name or by id, core/api.ts): its
+        own HTTPS URL when it is deployed on AWS (`url`), else the platform's `/lb/<id>` (the local
+        platform, docs/api.md). One lookup per client."""
         if not isinstance(path, str) or not path.startswith("/"):
             raise ValueError(f"route path must start with '/', got {path!r}")
         if self._lb_base is None:
-            found = {"id": self.id} if self.id is not None else self.resolve()
+            found = self.resolve()
             url = found.get("url")
             self._lb_base = url.rstrip("/") if url else "/lb/" + urllib.parse.quote(found["id"], safe="")
         query = None
