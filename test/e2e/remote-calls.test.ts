@@ -43,6 +43,7 @@ function expectRemoteResults(out: Record<string, any>) {
   expect(out.lb).toMatchObject({ sum: 3, endpoint: ids.api });
   expect(out.lb.pid).not.toBe(out.script_pid);
   expect(out.lb_post).toMatchObject({ sum: 11, endpoint: ids.api });
+  expect(out.lb_post_by_id).toMatchObject({ sum: 15, endpoint: ids.api });
   expect(out.failure).toMatchObject({ status: 'FAILED', message: 'boom: bad' });
   expect(out.failure.job).toEqual(expect.any(String));
   expect(out.stream).toEqual([{ i: 0 }, { i: 1 }, { i: 2 }]);
