@@ -85,13 +85,35 @@ export interface LocalPlatformOptions {
 
 export type LocalPlatform = Awaited<ReturnType<typeof startLocalPlatform>>;
 
+/**
+ * The user each endpoint's workers run as (`ferry serve --worker-uids`: one of the range per
+ * endpoint, from `uidOf`; `--worker-user`: that one), or undefined when they run as this process.
+ */
+function workerUserRule(
+  workers: LocalPlatformOptions['workers'],
+  uidOf: (endpointId: string, range: { first: number; last: number }) => number,
+): ((endpointId: string) => { uid: number; gid: number }) | undefined {
+  const range = workers?.workerUids;
+  if (range) {
+    return (endpointId) => {
+      const uid = uidOf(endpointId, range);
+      return { uid, gid: uid };
+    };
+  }
+  const user = workers?.workerUser;
+  return user && (() => user);
+}
+
 export async function startLocalPlatform(options: LocalPlatformOptions) {
   const clock = options.clock ?? systemClock;
   const log = options.log ?? silentLogger;
+  // Called only once workers start, after the database below is open.
+  const workerUserOf = workerUserRule(options.workers, (endpointId, range) =>
+    db.workerUid(endpointId, range),
+  );
   // Workers run as other users cannot enter FERRY_HOME (0700): their code is unpacked beside it.
-  const workersElsewhere = Boolean(options.workers?.workerUser || options.workers?.workerUids);
-  const runtimeDir = workersElsewhere ? `${options.dataDir}-runtime` : join(options.dataDir, 'runtime');
-  if (workersElsewhere) assertReachableByWorkers(runtimeDir);
+  const runtimeDir = workerUserOf ? `${options.dataDir}-runtime` : join(options.dataDir, 'runtime');
+  if (workerUserOf) assertReachableByWorkers(runtimeDir);
   securePrivateDir(options.dataDir);
   const db = openLocalDatabase(join(options.dataDir, 'ferry.db'), { clock });
   const blobs = new FileBlobStore(join(options.dataDir, 'blobs'));
@@ -217,16 +239,10 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
       reconcileIntervalMs,
       stopGraceMs: _grace,
       drainMs: _drain,
-      workerUser,
-      workerUids,
+      workerUser: _user,
+      workerUids: _uids,
       ...workerOptions
     } = options.workers;
-    const workerUserOf = workerUids
-      ? (endpointId: string) => {
-          const uid = db.workerUid(endpointId, workerUids);
-          return { uid, gid: uid };
-        }
-      : workerUser && (() => workerUser);
     pools = new LocalWorkers({
       ...workerOptions,
       supervisor,
