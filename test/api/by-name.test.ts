@@ -77,15 +77,18 @@ describe('by-name resolution', () => {
     expect((await call(base, 'GET', '/by-name/shop/-/api')).body.kind).toBe('lb');
   });
 
+  /** The lookup of the load-balanced endpoint the AWS provider recorded (beforeAll). */
+  const cloudApi = {
+    id: 'cloud-api-1',
+    kind: 'lb',
+    app: 'cloud',
+    env: 'production',
+    name: 'api',
+    url: 'https://d111111abcdef8.cloudfront.net',
+  };
+
   it('gives a load-balanced endpoint deployed on AWS its recorded HTTPS URL (queue ones go through /v2)', async () => {
-    expect((await call(base, 'GET', '/by-name/cloud/production/api')).body).toEqual({
-      id: 'cloud-api-1',
-      kind: 'lb',
-      app: 'cloud',
-      env: 'production',
-      name: 'api',
-      url: 'https://d111111abcdef8.cloudfront.net',
-    });
+    expect((await call(base, 'GET', '/by-name/cloud/production/api')).body).toEqual(cloudApi);
     expect((await call(base, 'GET', '/by-name/cloud/-/sum')).body.url).toBeUndefined();
     // A local load-balanced endpoint has no URL of its own: callers use /lb/<id>.
     expect((await call(base, 'GET', '/by-name/shop/production/api')).body.url).toBeUndefined();
@@ -93,17 +96,7 @@ describe('by-name resolution', () => {
 
   it('GET /v2/<id> answers the same lookup by id: where an AWS load-balanced endpoint is called', async () => {
     // What `Endpoint(id=…)` in the SDK reads before calling a load-balanced endpoint's routes.
-    expect(await call(base, 'GET', '/cloud-api-1')).toEqual({
-      status: 200,
-      body: {
-        id: 'cloud-api-1',
-        kind: 'lb',
-        app: 'cloud',
-        env: 'production',
-        name: 'api',
-        url: 'https://d111111abcdef8.cloudfront.net',
-      },
-    });
+    expect(await call(base, 'GET', '/cloud-api-1')).toEqual({ status: 200, body: cloudApi });
     expect((await call(base, 'GET', '/shop-sum-1')).body).toEqual(
       (await call(base, 'GET', '/by-name/shop/production/sum')).body,
     );

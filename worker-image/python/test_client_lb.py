@@ -55,32 +55,16 @@ class Recorder:
 class LoadBalancedRoutesTest(unittest.TestCase):
     def setUp(self):
         self.front = Recorder(lambda path: (200, {"served": path}))
+        # As the API answers the lookup (by name or by id) of an endpoint the AWS provider recorded,
+        # and of a local one (test/api/by-name.test.ts).
+        cloud = {"id": "cloudapi1", "kind": "lb", "app": "cloud", "env": "production", "name": "api",
+                 "url": self.front.url + "/"}
+        shop = {"id": "shopapi1", "kind": "lb", "app": "shop", "env": "production", "name": "api"}
         records = {
-            # As the API answers for an endpoint the AWS provider recorded (test/api/by-name.test.ts).
-            "/v2/by-name/cloud/production/api": {
-                "id": "cloudapi1",
-                "kind": "lb",
-                "app": "cloud",
-                "env": "production",
-                "name": "api",
-                "url": self.front.url + "/",
-            },
-            "/v2/cloudapi1": {
-                "id": "cloudapi1",
-                "kind": "lb",
-                "app": "cloud",
-                "env": "production",
-                "name": "api",
-                "url": self.front.url + "/",
-            },
-            "/v2/shopapi1": {"id": "shopapi1", "kind": "lb", "app": "shop", "env": "production", "name": "api"},
-            "/v2/by-name/shop/production/api": {
-                "id": "shopapi1",
-                "kind": "lb",
-                "app": "shop",
-                "env": "production",
-                "name": "api",
-            },
+            "/v2/by-name/cloud/production/api": cloud,
+            "/v2/cloudapi1": cloud,
+            "/v2/by-name/shop/production/api": shop,
+            "/v2/shopapi1": shop,
         }
         self.api = Recorder(
             lambda path: (200, records[path]) if path in records else (200, {"served-by-platform": path})
