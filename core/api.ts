@@ -243,8 +243,7 @@ export class V2Api {
       string,
       string,
     ];
-    const scope = await this.options.auth.clientKeyScope(credentialOf(req.headers.authorization));
-    if (!scope) throw unauthorized();
+    const scope = await this.clientScope(req);
     // '-' with a key bound to one environment of this app (a worker's call token) means that one.
     const wanted = env === anyEnv && scope.app === app && scope.env !== undefined ? scope.env : env;
     // A key scoped elsewhere is refused before the lookup, which could provision (`ferry dev`) and
@@ -267,12 +266,17 @@ export class V2Api {
    * the lookup (404), then the key's scope (403), as on the endpoint's other routes.
    */
   private async byId(req: ApiRequest, endpointId: string): Promise<ApiResponse> {
-    const scope = await this.options.auth.clientKeyScope(credentialOf(req.headers.authorization));
-    if (!scope) throw unauthorized();
-    const record = await this.options.control.getEndpoint(endpointId);
-    if (!record) throw notFound(`Endpoint ${endpointId} not found`);
+    const scope = await this.clientScope(req);
+    const record = await this.endpointRecord(endpointId);
     assertScopeCovers(scope, record);
     return ok(resolutionOf(record));
+  }
+
+  /** The scope of the request's client key; 401 when it carries none (checked before any lookup). */
+  private async clientScope(req: ApiRequest): Promise<KeyScope> {
+    const scope = await this.options.auth.clientKeyScope(credentialOf(req.headers.authorization));
+    if (!scope) throw unauthorized();
+    return scope;
   }
 
   private async route(
@@ -287,17 +291,16 @@ export class V2Api {
       if (route.pattern.length !== rest.length) continue;
       if (!route.pattern.every((p, i) => p.startsWith(':') || p === rest[i])) continue;
       if (!route.methods.includes(method)) continue;
-      const key = credentialOf(req.headers.authorization);
       const params = route.pattern.flatMap((p, i) =>
         p.startsWith(':') ? [decodeURIComponent(rest[i]!)] : [],
       );
       // A client key is checked (401) before the endpoint is looked up (404), its scope after (403).
       let scope: KeyScope | undefined;
       if (route.caller === 'client') {
-        scope = knownScope ?? (await this.options.auth.clientKeyScope(key));
-        if (!scope) throw unauthorized();
+        scope = knownScope ?? (await this.clientScope(req));
       } else {
         // A worker token opens only its own endpoint's routes, under its own worker id (params[0]).
+        const key = credentialOf(req.headers.authorization);
         const access = await this.options.auth.workerAccess(key, endpointId, params[0]!);
         if (access === 'unknown') throw unauthorized();
         if (access === 'mismatch') throw forbidden('This worker token is not for this endpoint and worker');
@@ -309,7 +312,17 @@ export class V2Api {
     throw notFound(`No route for ${req.method} ${req.path}`);
   }
 
+  /** The endpoint a /v2 route names: queue-based only (load-balanced ones are called on their URL). */
   private async queueEndpoint(endpointId: string): Promise<EndpointRecord> {
+    const record = await this.endpointRecord(endpointId);
+    if (record.kind !== 'queue') {
+      throw badRequest(`Endpoint ${endpointId} is load-balanced: call its routes on its own URL, not /v2/`);
+    }
+    return record;
+  }
+
+  /** The endpoint's record, held for endpointCacheMs (2 s) between reads; 404 when there is none. */
+  private async endpointRecord(endpointId: string): Promise<EndpointRecord> {
     const now = Date.now();
     let cached = this.endpoints.get(endpointId);
     if (!cached || cached.untilMs <= now) {
@@ -320,12 +333,8 @@ export class V2Api {
       if (this.endpoints.size > 10_000) this.endpoints.clear();
       this.endpoints.set(endpointId, cached);
     }
-    const record = cached.record;
-    if (!record) throw notFound(`Endpoint ${endpointId} not found`);
-    if (record.kind !== 'queue') {
-      throw badRequest(`Endpoint ${endpointId} is load-balanced: call its routes on its own URL, not /v2/`);
-    }
-    return record;
+    if (!cached.record) throw notFound(`Endpoint ${endpointId} not found`);
+    return cached.record;
   }
 
   private capWait(waitMs: number): number {

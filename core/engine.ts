@@ -113,12 +113,11 @@ export const endpointKey = (endpointId: string) => `endpoint:${endpointId}`;
 
 /** A read of a job that leaves its input out (JobStore.get): worker routes never look at it. */
 const noInput = { input: false } as const;
-/** A read for a job's view: the input only while the job is unfinished, as only then the view shows it. */
-const inputIfUnfinished = { input: 'unfinished' } as const;
-/** The same, for a view written straight out: the input may come as the store's text (JsonText). */
-const inputTextIfUnfinished = { input: 'unfinished', inputAsText: true } as const;
-/** The read for a job's view; `inputAsText` as in JobEngine.status. */
-const viewRead = (inputAsText: boolean) => (inputAsText ? inputTextIfUnfinished : inputIfUnfinished);
+/**
+ * A read for a job's view: the input only while the job is unfinished, as only then the view shows
+ * it; with `inputAsText`, as the store's text (JsonText) for a view written straight out.
+ */
+const viewRead = (inputAsText: boolean): JobReadOptions => ({ input: 'unfinished', inputAsText });
 
 /** 1 minute; a wait longer than the default keeps results as long as the wait, up to 5 minutes (docs/api.md#retention). */
 const runsyncRetentionMs = (waitMs: number) =>
