@@ -6,7 +6,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -17,7 +16,7 @@ import { FerryError } from '../../core/errors.js';
 import type { ControlStore } from '../../core/ports.js';
 import { downloadArtifact, readLbSecret, writeLbSecret } from '../../worker-image/agent/artifact.js';
 import { type LbAgent, startLbAgent } from '../../worker-image/agent/lb.js';
-import { type AwsFixture, startAwsFixture } from '../support/emulators.js';
+import { type AwsFixture, freePort, startAwsFixture } from '../support/emulators.js';
 import { eventually, memoryLog } from './helpers.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -34,14 +33,6 @@ let scratch: string;
 let secretFile: string;
 /** The task's secret as the agent reads it from the init container's file. */
 let workerSecret: string;
-
-async function freePort(): Promise<number> {
-  const server = createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 function startWorker(port: number): ChildProcess {
   const child = spawn('python3', ['-m', 'ferry.worker'], {

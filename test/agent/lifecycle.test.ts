@@ -9,13 +9,13 @@ import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { type AddressInfo, createServer as createNetServer } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type Agent, placeholderWorkerId } from '../../worker-image/agent/agent.js';
 import { bundleAgent } from '../../worker-image/agent/bundle.js';
-import { type AwsFixture, fakeAwsConfig, startAwsFixture } from '../support/emulators.js';
+import { type AwsFixture, fakeAwsConfig, freePort, startAwsFixture } from '../support/emulators.js';
 import {
   agentOn,
   apiEngine,
@@ -299,15 +299,6 @@ describe('a worker that keeps a stopped job', () => {
 });
 
 describe('the bundled agent (main.ts)', () => {
-  async function freePort(): Promise<number> {
-    const server = createNetServer();
-    server.listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    const { port } = server.address() as AddressInfo;
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-    return port;
-  }
-
   it('reads its env, serves the worker, and on SIGTERM drains, requeues and exits 0', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'ferry-agent-main-'));
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));

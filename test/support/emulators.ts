@@ -54,7 +54,8 @@ export const s3ClientFor = (endpoint: string): S3Client =>
     responseChecksumValidation: 'WHEN_REQUIRED',
   });
 
-async function freePort(): Promise<number> {
+/** A port free on 127.0.0.1 now (the OS picks it; a race with other processes is unlikely). */
+export async function freePort(): Promise<number> {
   const server = createServer();
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
