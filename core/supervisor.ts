@@ -421,14 +421,18 @@ export class WorkerSupervisor implements WorkerLedger {
 
   /**
    * The worker's process (group) ended. Its token dies, its jobs go back to the queue now, and an
-   * exit nobody asked for counts towards backoff or, before any contact, towards failing.
+   * exit nobody asked for counts towards backoff or, before any contact, towards failing. `asked`:
+   * its stop was asked for outside this supervisor (ECS stopping the whole task, worker-image/agent).
    */
-  async exited(workerId: string, how: { code: number | null; signal: string | null }): Promise<void> {
+  async exited(
+    workerId: string,
+    how: { code: number | null; signal: string | null; asked?: boolean },
+  ): Promise<void> {
     const entry = this.workers.get(workerId);
     // Reported once: a second report (the drain after the container's exit) changes nothing.
     if (!entry || entry.phase === 'gone') return;
     const endpointId = entry.identity.endpointId;
-    const asked = entry.stopSentAt !== undefined || entry.phase === 'retiring';
+    const asked = how.asked === true || entry.stopSentAt !== undefined || entry.phase === 'retiring';
     const contacted = entry.contactAt !== undefined;
     const now = this.clock.now();
     this.bury(entry);

@@ -128,6 +128,16 @@ export class EndpointAgentAccess extends Construct {
       new iam.PolicyStatement({ actions: ['sts:AssumeRole'], resources: [this.role.roleArn] }),
     );
 
+    // The run of failed worker starts, shared by the endpoint's tasks (core/supervisor.ts): read at
+    // start, ADDed to when a worker dies before contact, deleted on the first contact. The exact key:
+    // not the endpoint record, not another endpoint's run, nothing else of the control table.
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+        resources: [props.tables.control.tableArn],
+        conditions: leadingKeysCondition(keys.startFailures),
+      }),
+    );
     if (props.kind === 'lb') {
       // Client keys: KEY#<hash> items of the control table.
       this.role.addToPolicy(keyLookupStatement(props.tables.control));
@@ -186,16 +196,6 @@ export class EndpointAgentAccess extends Construct {
         actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:DeleteItem'],
         resources: [workers.tableArn],
         conditions: leadingKeysCondition(keys.workers),
-      }),
-    );
-    // The run of failed worker starts, shared by the endpoint's tasks (core/supervisor.ts): read at
-    // start, ADDed to when a worker dies before contact, deleted on the first contact. The exact key:
-    // not the endpoint record, not another endpoint's run, nothing else of the control table.
-    this.role.addToPolicy(
-      new iam.PolicyStatement({
-        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
-        resources: [props.tables.control.tableArn],
-        conditions: leadingKeysCondition(keys.startFailures),
       }),
     );
     this.role.addToPolicy(

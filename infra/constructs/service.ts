@@ -184,7 +184,10 @@ export class EndpointService extends Construct {
       endpoint.image ?? (placement.kind === 'gpu' ? props.images.gpuWorker : props.images.cpuWorker);
     const worker = taskDefinition.addContainer('worker', {
       image: this.containerImage('WorkerImage', image),
-      essential: true,
+      // Not essential: its exit alone must not stop the task before the agent has seen it (a crash,
+      // or a failed start counted on the endpoint: worker-image/agent/ecsWorker.ts). The agent, which
+      // is essential, leaves once it has, and the task stops with it.
+      essential: false,
       memoryReservationMiB: workerMemoryReservationMiB(placement.shape),
       ...(placement.kind === 'gpu' ? { gpuCount: resources.gpuCount } : {}),
       environment: workerEnv,

@@ -26,16 +26,33 @@ async function metadataServer(answers: (() => { status: number; body: unknown })
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v4/abc`;
 }
 
-const task = (status: string, exitCode?: number) => ({
+const task = (status: string, exitCode?: number, taskDesired = 'RUNNING') => ({
   status: 200,
   body: {
     TaskARN: 'arn:aws:ecs:us-east-1:111122223333:task/c/1',
+    DesiredStatus: taskDesired,
     Containers: [
       { Name: 'agent', KnownStatus: 'RUNNING' },
       { Name: 'worker', KnownStatus: status, ...(exitCode === undefined ? {} : { ExitCode: exitCode }) },
     ],
   },
 });
+
+/** Watches until the worker container is seen STOPPED: the exits reported and the warnings. */
+async function watchToTheEnd(metadataUri: string) {
+  const exits: unknown[] = [];
+  const warnings: string[] = [];
+  await watchWorkerContainer({
+    metadataUri,
+    containerName: 'worker',
+    clock: systemClock,
+    signal: new AbortController().signal,
+    pollMs: 20,
+    onExit: (how) => void exits.push(how),
+    warn: (m) => warnings.push(m),
+  });
+  return { exits, warnings };
+}
 
 it('reports the worker container’s exit code once it is STOPPED, past a failing poll', async () => {
   const uri = await metadataServer([
@@ -44,18 +61,8 @@ it('reports the worker container’s exit code once it is STOPPED, past a failin
     () => task('RUNNING'),
     () => task('STOPPED', 137),
   ]);
-  const exits: unknown[] = [];
-  const warnings: string[] = [];
-  await watchWorkerContainer({
-    metadataUri: uri,
-    containerName: 'worker',
-    clock: systemClock,
-    signal: new AbortController().signal,
-    pollMs: 20,
-    onExit: (how) => void exits.push(how),
-    warn: (m) => warnings.push(m),
-  });
-  expect(exits).toEqual([{ code: 137, signal: null }]);
+  const { exits, warnings } = await watchToTheEnd(uri);
+  expect(exits).toEqual([{ code: 137, signal: null, taskStopping: false }]);
   expect(warnings).toEqual(['task metadata: HTTP 500']);
 });
 
@@ -75,4 +82,11 @@ it('stops watching when aborted, without reporting an exit', async () => {
   setTimeout(() => abort.abort(), 100);
   await watching;
   expect(exits).toEqual([]);
+});
+
+it('says the exit came with the task when ECS was stopping the whole task (its DesiredStatus STOPPED)', async () => {
+  // Scale-in or a deployment: ECS sets the task's desired status, then stops its containers, the
+  // worker first (it depends on the agent), so the agent sees a stopped worker in a stopping task.
+  const uri = await metadataServer([() => task('RUNNING'), () => task('STOPPED', 0, 'STOPPED')]);
+  expect((await watchToTheEnd(uri)).exits).toEqual([{ code: 0, signal: null, taskStopping: true }]);
 });

@@ -10,12 +10,15 @@
  * as a Lambda sandbox and an ECS task would.
  */
 
+import { DescribeServicesCommand, UpdateServiceCommand } from '@aws-sdk/client-ecs';
 import type { LambdaClient } from '@aws-sdk/client-lambda';
 import { CloudWatchLogStore } from '../../core/adapters/aws/cloudwatch-logs.js';
 import { hashKey } from '../../core/auth.js';
+import { systemClock } from '../../core/clock.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { createApiHandler } from '../../functions/api.js';
 import { createAuthorizer } from '../../functions/authorizer.js';
+import { type ScalerEvent, scaleEndpoints } from '../../functions/scaler.js';
 import { type Shim, startShim } from '../../functions/shim.js';
 import {
   buildPlatform,
@@ -205,4 +208,41 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
     await fixture.stop();
     throw error;
   }
+}
+
+/**
+ * The scaler Lambda's answer for one endpoint of the box (its real scaleEndpoints on the box's
+ * tables), with ECS answering that the endpoint's service wants one task now; `updates` holds the
+ * desiredCount it asked ECS for, if any.
+ */
+export async function scalerDecision(
+  box: AwsBox,
+  endpointId: string,
+  event: ScalerEvent = { endpointId },
+): Promise<{ desired: number | undefined; updates: number[] }> {
+  const updates: number[] = [];
+  const [report] = await scaleEndpoints(
+    {
+      control: box.lambda.control,
+      queue: box.lambda.queue,
+      workers: box.lambda.workers,
+      ecs: {
+        async send(command: unknown): Promise<any> {
+          if (command instanceof DescribeServicesCommand) {
+            return {
+              services: [{ serviceName: `ferry-${endpointId}`, status: 'ACTIVE', desiredCount: 1 }],
+            };
+          }
+          if (command instanceof UpdateServiceCommand) updates.push(command.input.desiredCount!);
+          return {};
+        },
+      },
+      cluster: 'ferry',
+      serviceNamePrefix: 'ferry-',
+      clock: systemClock,
+      workerStaleMs: box.lambda.engine.settings.workerStaleMs,
+    },
+    event,
+  );
+  return { desired: report?.decision?.desired, updates };
 }

@@ -13,18 +13,15 @@ import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { DescribeServicesCommand, UpdateServiceCommand } from '@aws-sdk/client-ecs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { systemClock } from '../../core/clock.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { defaultSupervisorSettings } from '../../core/supervisor.js';
-import { scaleEndpoints } from '../../functions/scaler.js';
 import { createSweeper } from '../../functions/sweeper.js';
 import { startPythonWorker } from '../agent/helpers.js';
 import { sampleResources } from '../infra/fixtures.js';
 import { recordFor } from '../support/endpoints.js';
-import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
+import { type AwsBox, boxApiKey, scalerDecision, startAwsBox } from './box.js';
 
 const project = mkdtempSync(path.join(tmpdir(), 'ferry-failing-'));
 writeFileSync(
@@ -97,35 +94,6 @@ const call = async (method: string, route: string, body?: unknown) => {
   return { status: response.status, body: (await response.json()) as Record<string, any> };
 };
 
-/** The scaler's answer for the endpoint, with ECS answering that one task is wanted now. */
-async function scalerDecision() {
-  const updates: number[] = [];
-  const [report] = await scaleEndpoints(
-    {
-      control: box.lambda.control,
-      queue: box.lambda.queue,
-      workers: box.lambda.workers,
-      ecs: {
-        async send(command: unknown): Promise<any> {
-          if (command instanceof DescribeServicesCommand) {
-            return {
-              services: [{ serviceName: `ferry-${endpointId}`, status: 'ACTIVE', desiredCount: 1 }],
-            };
-          }
-          if (command instanceof UpdateServiceCommand) updates.push(command.input.desiredCount!);
-          return {};
-        },
-      },
-      cluster: 'ferry',
-      serviceNamePrefix: 'ferry-',
-      clock: systemClock,
-      workerStaleMs: box.lambda.engine.settings.workerStaleMs,
-    },
-    { endpointId },
-  );
-  return { desired: report?.decision?.desired, updates };
-}
-
 describe('the startup-failure route of the agent', () => {
   it("hears only its worker's token and a list of lines; it is not contact", async () => {
     const agent = await box.newAgent('otheraaaaaaaa2', { exit: () => {} });
@@ -152,13 +120,38 @@ describe('the startup-failure route of the agent', () => {
   });
 });
 
+describe('a worker stopped with its task', () => {
+  it('before its first contact (scale-in of a task still starting) is no failed start; the agent leaves with 0', async () => {
+    // ECS stops a task by setting its desired status, then its containers, the worker first (it
+    // depends on the agent): the task metadata shows the worker STOPPED in a STOPPED task.
+    const agent = await box.newAgent('otheraaaaaaaa3', { exit: () => {} });
+    try {
+      await agent.workerExited({ code: 143, signal: null, taskStopping: true });
+      expect(await agent.leaving).toBe(0);
+      expect(await box.lambda.control.startFailures('otheraaaaaaaa3')).toBeUndefined();
+    } finally {
+      await agent.close();
+    }
+    // The same exit in a task that is not stopping is one.
+    const crashed = await box.newAgent('otheraaaaaaaa3', { exit: () => {} });
+    try {
+      await crashed.workerExited({ code: 143, signal: null, taskStopping: false });
+      expect(await crashed.leaving).toBe(1);
+      expect(await box.lambda.control.startFailures('otheraaaaaaaa3')).toEqual({ failedStarts: 1 });
+    } finally {
+      await crashed.close();
+      await box.lambda.control.clearStartFailures('otheraaaaaaaa3');
+    }
+  });
+});
+
 describe('a worker that cannot import, task after task', () => {
   let queued: string;
 
   it(`is counted across tasks; the endpoint is failing after ${threshold}, with the import error`, async () => {
     queued = (await call('POST', 'run', { input: { x: 1 } })).body.id;
     // Before anything failed, the policy keeps min (1) workers.
-    expect((await scalerDecision()).desired).toBe(1);
+    expect((await scalerDecision(box, endpointId)).desired).toBe(1);
     for (let task = 1; task <= threshold; task++) {
       const { code, output } = await oneTask();
       expect(code).toBe(2);
@@ -185,7 +178,7 @@ describe('a worker that cannot import, task after task', () => {
 
   it('the scaler wants no worker, despite min 1 and a job waiting', async () => {
     expect((await call('POST', 'run', { input: { x: 2 } })).status).toBe(200);
-    const { desired, updates } = await scalerDecision();
+    const { desired, updates } = await scalerDecision(box, endpointId);
     expect(desired).toBe(0);
     expect(updates).toEqual([0]);
   });
@@ -205,6 +198,6 @@ describe('a worker that cannot import, task after task', () => {
     expect(await box.lambda.control.startFailures(endpointId)).toBeUndefined();
     // The policy follows the queue again: the failed jobs' messages are still in SQS (a worker's take
     // drops them, since their jobs are no longer IN_QUEUE), so it asks for up to max, not for 0.
-    expect((await scalerDecision()).desired).toBeGreaterThanOrEqual(1);
+    expect((await scalerDecision(box, endpointId)).desired).toBeGreaterThanOrEqual(1);
   });
 });

@@ -183,9 +183,13 @@ describe('tasks', () => {
       const containers = containersOf(e);
       const byName = (n: string) => containers.find((c) => c.Name === n)!;
       expect(containers.map((c) => c.Name).sort()).toEqual(['agent', 'artifact', 'worker']);
+      // The agent is the task's one essential container: the worker's exit does not stop the task
+      // before the agent has seen it (a failed start is counted: worker-image/agent/ecsWorker.ts),
+      // and the agent, leaving after it, stops the task.
       expect(byName('agent').Essential).toBe(true);
-      expect(byName('worker').Essential).toBe(true);
+      expect(byName('worker').Essential).toBe(false);
       expect(byName('artifact').Essential).toBe(false);
+      expect(containers.filter((c) => c.Essential !== false).map((c) => c.Name)).toEqual(['agent']);
       expect(template.toJSON().Resources[idOf(e.taskDefinition)].Properties.NetworkMode).toBe('bridge');
       // The worker starts once the artifact is on the shared volume, which it mounts read-only.
       expect(byName('worker').DependsOn).toContainEqual({ ContainerName: 'artifact', Condition: 'SUCCESS' });
@@ -410,7 +414,7 @@ describe('task roles', () => {
     }
   });
 
-  it('give a load-balanced agent only KEY# items of the control table and its worker record, no queue or job table', () => {
+  it('give a load-balanced agent only KEY# items and its STARTS# item of the control table and its worker record, no queue or job table', () => {
     const lb = endpoint('lb_worker');
     expect(actionsOf(statementsOf(template, lb.taskRole)).filter((a) => a.startsWith('dynamodb:'))).toEqual(
       [],
@@ -418,20 +422,32 @@ describe('task roles', () => {
     const statements = statementsOf(template, lb.agentRole);
     const actions = actionsOf(statements);
     expect(actions.filter((a) => a.startsWith('sqs:'))).toEqual([]);
-    expect(actions.filter((a) => a.startsWith('dynamodb:')).sort()).toEqual([
+    expect([...new Set(actions.filter((a) => a.startsWith('dynamodb:')))].sort()).toEqual([
       'dynamodb:DeleteItem',
       'dynamodb:GetItem',
       'dynamodb:PutItem',
+      'dynamodb:UpdateItem',
     ]);
     // Its load for the scaler goes to the workers table only.
     const workersArn = JSON.stringify({ 'Fn::ImportValue': platformExportNames.workersTableArn });
     expect(resourcesFor(statements, 'dynamodb:PutItem')).toEqual([workersArn]);
-    expect(resourcesFor(statements, 'dynamodb:DeleteItem')).toEqual([workersArn]);
+    // Its run of failed starts: the one STARTS# item of its endpoint (infra/isolation.ts).
+    const starts = statements.find((s) => actionsOf([s]).includes('dynamodb:UpdateItem'))!;
+    expect(JSON.stringify(starts.Resource)).toContain('Control');
+    expect(starts.Condition).toEqual({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`STARTS#${lb.id}`] },
+      Null: { 'dynamodb:LeadingKeys': 'false' },
+    });
+    expect(resourcesFor(statements, 'dynamodb:DeleteItem')).toEqual(
+      expect.arrayContaining([workersArn, JSON.stringify(starts.Resource)]),
+    );
     const agent = containersOf(endpoint('lb_worker')).find((c) => c.Name === 'agent')!;
     expect(envOf(agent).FERRY_WORKERS_TABLE).toEqual({
       'Fn::ImportValue': platformExportNames.workersTableName,
     });
-    const keyRead = statements.find((s) => actionsOf([s]).includes('dynamodb:GetItem'))!;
+    const keyRead = statements.find(
+      (s) => actionsOf([s]).includes('dynamodb:GetItem') && !actionsOf([s]).includes('dynamodb:UpdateItem'),
+    )!;
     expect(keyRead.Condition).toEqual({ 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['KEY#*'] } });
     expect(JSON.stringify(keyRead.Resource)).toContain('Control');
   });

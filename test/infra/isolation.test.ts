@@ -88,6 +88,23 @@ function build(kind: 'queue' | 'lb' = 'queue') {
 const only = (statements: Statement[], action: string) =>
   statements.filter((s) => actionsOf([s]).includes(action));
 
+/** The one grant on the endpoint's run of failed starts, as both agent kinds have it. */
+function expectOwnStartsItem(starts: Statement[]): void {
+  expect(starts).toHaveLength(1);
+  expect(starts[0]!.Resource).toBe(tables.control.tableArn);
+  // Read at start, ADD per failed start, delete at the first contact: no Put, so no endpoint record.
+  expect(actionsOf(starts).sort()).toEqual([
+    'dynamodb:DeleteItem',
+    'dynamodb:GetItem',
+    'dynamodb:UpdateItem',
+  ]);
+  // Its own partition, exact (no wildcard): not `EP#<id>`, not another endpoint's run.
+  expect(starts[0]!.Condition).toEqual({
+    'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`STARTS#${endpointId}`] },
+    Null: { 'dynamodb:LeadingKeys': 'false' },
+  });
+}
+
 describe('the agent role (queue endpoint)', () => {
   const { template, access, taskRole } = build();
   const statements = statementsOf(template, access.role);
@@ -135,18 +152,7 @@ describe('the agent role (queue endpoint)', () => {
     }
     const control = statements.filter((s) => JSON.stringify(s).includes(tables.control.tableArn));
     expect(control).toHaveLength(1);
-    expect(control[0]!.Resource).toBe(tables.control.tableArn);
-    // Read at start, ADD per failed start, delete at the first contact: no Put, so no endpoint record.
-    expect(actionsOf(control).sort()).toEqual([
-      'dynamodb:DeleteItem',
-      'dynamodb:GetItem',
-      'dynamodb:UpdateItem',
-    ]);
-    // Its own partition, exact (no wildcard): not `EP#<id>`, not another endpoint's run.
-    expect(control[0]!.Condition).toEqual({
-      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`STARTS#${endpointId}`] },
-      Null: { 'dynamodb:LeadingKeys': 'false' },
-    });
+    expectOwnStartsItem(control);
   });
 
   it('reaches payload objects only under its own job ids', () => {
@@ -190,13 +196,18 @@ describe('the load-balanced agent role', () => {
   const { template, access } = build('lb');
   const statements = statementsOf(template, access.role);
 
-  it('reads only KEY# items of the control table', () => {
+  it('reads only KEY# items of the control table, and its own STARTS# item', () => {
     const reads = only(statements, 'dynamodb:GetItem');
-    expect(reads).toHaveLength(1);
-    expect(reads[0]!.Resource).toBe(tables.control.tableArn);
-    expect(reads[0]!.Condition).toEqual({
-      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['KEY#*'] },
-    });
+    expect(reads).toHaveLength(2);
+    for (const read of reads) expect(read.Resource).toBe(tables.control.tableArn);
+    expect(
+      reads.map((r) => (r.Condition as Record<string, unknown> | undefined)?.['ForAllValues:StringLike']),
+    ).toEqual(
+      expect.arrayContaining([
+        { 'dynamodb:LeadingKeys': ['KEY#*'] },
+        { 'dynamodb:LeadingKeys': [`STARTS#${endpointId}`] },
+      ]),
+    );
   });
 
   it('writes only its own worker records (its load, for the scaler), and nothing else', () => {
@@ -209,7 +220,14 @@ describe('the load-balanced agent role', () => {
       'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${endpointId}-*`] },
       Null: { 'dynamodb:LeadingKeys': 'false' },
     });
-    expect(statements).toHaveLength(2);
+    expect(statements).toHaveLength(3);
+  });
+
+  it("counts its endpoint's failed worker starts on exactly its STARTS# key, as a queue agent does", () => {
+    expectOwnStartsItem(statements.filter((s) => actionsOf([s]).includes('dynamodb:UpdateItem')));
+    // Of the control table, besides KEY# reads: nothing that could write an endpoint record or a key.
+    const control = statements.filter((s) => JSON.stringify(s).includes(tables.control.tableArn));
+    expect(actionsOf(control).filter((a) => a === 'dynamodb:PutItem')).toEqual([]);
   });
 });
 

@@ -373,6 +373,18 @@ describe('lifecycle', () => {
     expect(shared).toBeUndefined();
   });
 
+  it('an exit asked for outside the supervisor (ECS stopping the task) before contact is no failed start', async () => {
+    const { supervisor, started, plan, rejected } = setup({ maxFailedStarts: 1 });
+    await supervisor.tick('a', plan(1, 1));
+    await supervisor.exited(started[0]!.workerId, { code: 143, signal: null, asked: true });
+    expect((await supervisor.counts('a')).problem).toBeUndefined();
+    expect(rejected).toEqual([]);
+    // The same exit not asked for is one (maxFailedStarts 1 here: failing at once).
+    await supervisor.tick('a', plan(1, 1));
+    await supervisor.exited(started[1]!.workerId, { code: 143, signal: null });
+    expect((await supervisor.counts('a')).problem?.state).toBe('failing');
+  });
+
   it('with startFailureCodes, one such exit before contact is failing at once; other exits back off', async () => {
     const { supervisor, started, plan, rejected } = setup({ startFailureCodes: [1, 2] });
     supervisor.output('a', 'ImportError: cannot import name x');

@@ -95,6 +95,7 @@ import { HttpWebhookSender } from '../../core/webhooks.js';
 import { drainMs as taskDrainMs } from '../../infra/task-layout.js';
 import { watchDeadlines } from './deadlines.js';
 import { Drain } from './drain.js';
+import type { WorkerExit } from './ecsWorker.js';
 import { readBody, safeDecode, send } from './http.js';
 import { listen } from './listen.js';
 import { agentLog } from './log.js';
@@ -178,7 +179,11 @@ export interface Agent {
    */
   readonly leaving: Promise<number>;
   /** The worker container exited (ECS task metadata): its jobs go back to the queue now. */
-  workerExited(how: { code: number | null; signal: string | null }): Promise<void>;
+  /**
+   * The worker container (or process) ended. `taskStopping`: ECS was stopping the whole task, so the
+   * exit was asked for (ecsWorker.ts); otherwise it counts as a crash, or a failed start before contact.
+   */
+  workerExited(how: WorkerExit): Promise<void>;
   /** Resolves once held jobs finished or were requeued; the same promise when called again. */
   drain(): Promise<void>;
   close(): Promise<void>;
@@ -380,15 +385,15 @@ class AgentServer implements Agent {
     return this.supervisor.heldBy(this.workerId);
   }
 
-  async workerExited(how: { code: number | null; signal: string | null }): Promise<void> {
+  async workerExited(how: WorkerExit): Promise<void> {
     const phase = this.supervisor.phase(this.workerId);
     if (phase === 'gone') return;
-    // Leaving after a refresh_worker job or a drain is the plan; any other exit is a failure.
-    const planned = phase === 'retiring' || phase === 'draining';
+    // Leaving after a refresh_worker job, a drain or with the task is the plan; any other exit is a failure.
+    const planned = phase === 'retiring' || phase === 'draining' || how.taskStopping === true;
     const exit = how.signal ?? `code ${how.code}`;
     if (planned) this.log.info(`the worker exited (${exit}) as asked`);
     else this.log.warn(`the worker exited (${exit}); its jobs go back to the queue`);
-    await this.supervisor.exited(this.workerId, how);
+    await this.supervisor.exited(this.workerId, { ...how, asked: how.taskStopping === true });
     this.leave(planned ? 0 : 1);
   }
 

@@ -59,6 +59,14 @@ const taskProtectionEnv = {
   ECS_AGENT_URI: url.optional(),
 };
 
+/** Where both agent modes see the worker container's exit (ecsWorker.ts). */
+const workerContainerEnv = {
+  /** Injected by ECS into every container: the task metadata endpoint v4. */
+  ECS_CONTAINER_METADATA_URI_V4: url.optional(),
+  /** The worker container's name in the task definition. */
+  FERRY_WORKER_CONTAINER: text.default('worker'),
+};
+
 export const queueAgentEnvSchema = z.object({
   ...base,
   FERRY_AGENT_MODE: z.literal('queue').default('queue'),
@@ -86,10 +94,7 @@ export const queueAgentEnvSchema = z.object({
   FERRY_LEASE_SEC: z.coerce.number().int('must be an integer').min(10, 'must be >= 10').optional(),
   FERRY_STOP_GRACE_MS: ms.optional(),
   ...taskProtectionEnv,
-  /** Injected by ECS into every container: where the agent sees the worker container's exit. */
-  ECS_CONTAINER_METADATA_URI_V4: url.optional(),
-  /** The worker container's name in the task definition. */
-  FERRY_WORKER_CONTAINER: text.default('worker'),
+  ...workerContainerEnv,
 });
 
 export const lbAgentEnvSchema = z.object({
@@ -116,6 +121,7 @@ export const lbAgentEnvSchema = z.object({
   /** How long SIGTERM lets requests in flight finish (ALB deregistration is 30 s). */
   FERRY_DRAIN_MS: ms.max(120_000, 'must be at most 120000 (ECS stopTimeout max)').default(30_000),
   ...taskProtectionEnv,
+  ...workerContainerEnv,
 });
 
 export type QueueAgentEnv = z.infer<typeof queueAgentEnvSchema>;

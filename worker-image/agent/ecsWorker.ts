@@ -3,8 +3,23 @@
  * v4 (`${ECS_CONTAINER_METADATA_URI_V4}/task`) lists every container of the task with its
  * `KnownStatus` and, once it exited, its `ExitCode`
  * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-metadata-endpoint-v4-response.html).
- * The agent polls it so a crashed worker's jobs go back to the queue at once instead of waiting for
- * the drain that follows ECS stopping the task (docs/workers.md).
+ * The agent polls it so a crashed worker's jobs go back to the queue at once, and so a worker that
+ * dies before its first contact counts as a failed start (docs/aws.md#failing-endpoints).
+ *
+ * The worker container is not essential (infra/constructs/service.ts), so its exit alone does not stop
+ * the task: the agent sees it here before any SIGTERM, and leaves itself (the agent is essential, so
+ * the task then stops and the service replaces it). With an essential worker, ECS stopped the task at
+ * once and the agent's SIGTERM raced this poll, so a crash was mostly taken for a planned stop
+ * ("If the essential parameter of a container is marked as true, and that container fails or stops
+ * for any reason, all other containers that are part of the task are stopped":
+ * https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDefinition.html).
+ *
+ * When ECS stops the task (scale-in, a deployment, a failed ALB health check), it sets the task's
+ * desired status to STOPPED, then its containers stop
+ * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-lifecycle-explanation.html), in the reverse order of
+ * their dependencies (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDependency.html),
+ * so a queue task's worker stops before its agent: that exit is reported with `taskStopping`, a stop
+ * someone asked for, not a crash.
  */
 import { messageOf } from '../../core/errors.js';
 import type { Clock } from '../../core/ports.js';
@@ -16,13 +31,22 @@ export interface WorkerContainerWatch {
   containerName: string;
   clock: Clock;
   signal: AbortSignal;
-  onExit(how: { code: number | null; signal: string | null }): void | Promise<void>;
+  onExit(how: WorkerExit): void | Promise<void>;
   warn(message: string): void;
   pollMs?: number;
   fetch?: typeof fetch;
 }
 
+/** How the worker ended, as an agent hears it: a container's exit code here, a process's signal in tests. */
+export interface WorkerExit {
+  code: number | null;
+  signal: string | null;
+  /** ECS was stopping the whole task (its DesiredStatus was STOPPED): a stop asked for, not a crash. */
+  taskStopping?: boolean;
+}
+
 interface TaskMetadata {
+  DesiredStatus?: string;
   Containers?: { Name?: string; KnownStatus?: string; ExitCode?: number }[];
 }
 
@@ -37,7 +61,11 @@ export async function watchWorkerContainer(watch: WorkerContainerWatch): Promise
       const task = (await response.json()) as TaskMetadata;
       const container = task.Containers?.find((c) => c.Name === watch.containerName);
       if (container?.KnownStatus === 'STOPPED') {
-        await watch.onExit({ code: container.ExitCode ?? null, signal: null });
+        await watch.onExit({
+          code: container.ExitCode ?? null,
+          signal: null,
+          taskStopping: task.DesiredStatus === 'STOPPED',
+        });
         return;
       }
       lastProblem = '';

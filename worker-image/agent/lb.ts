@@ -34,6 +34,14 @@
  * time the scaling policy keeps an idle task), renewing the protection while requests keep coming;
  * ECS never stops a protected task for a lower desiredCount
  * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html).
+ *
+ * Failed starts (docs/aws.md#failing-endpoints): a worker whose server never answers its /ping before
+ * it exits is a failed start, counted on the endpoint (`starts`, the control table's STARTS# item)
+ * by the same worker supervisor rule as queue workers (core/supervisor.ts). The agent probes the
+ * worker's /ping every `readyProbeMs` until it first answers 200 (contact), and hears of the worker
+ * container's exit from main.ts (ecsWorker.ts); at the supervisor's maxFailedStarts the endpoint is
+ * failing and the scaler keeps it at 0 tasks until the next deploy, instead of a broken image
+ * crash-looping GPU instances.
  */
 
 import { randomBytes, randomUUID } from 'node:crypto';
@@ -56,7 +64,9 @@ import {
 import { systemClock } from '../../core/clock.js';
 import { FerryError, messageOf, toHttpResponse } from '../../core/errors.js';
 import type { Logger } from '../../core/log.js';
-import type { ApiKeyLookup, Clock, WorkerRegistry } from '../../core/ports.js';
+import type { ApiKeyLookup, Clock, StartFailureRecord, WorkerRegistry } from '../../core/ports.js';
+import { WorkerSupervisor } from '../../core/supervisor.js';
+import type { WorkerExit } from './ecsWorker.js';
 import { listen } from './listen.js';
 import { agentLog } from './log.js';
 import { type EcsProtectionOptions, TaskProtection } from './protection.js';
@@ -98,6 +108,13 @@ export interface LbAgentOptions {
   ecs?: EcsProtectionOptions;
   /** How often protection is renewed or released (default 1 s). */
   tickMs?: number;
+  /**
+   * Where the endpoint's run of failed worker starts is shared by its tasks (the control table);
+   * without it the run lives in this agent only, which a replaced task forgets.
+   */
+  starts?: StartFailureRecord;
+  /** How often the worker's /ping is probed until it first answers 200 (default 1 s). */
+  readyProbeMs?: number;
 }
 
 export interface LbAgent {
@@ -106,6 +123,13 @@ export interface LbAgent {
   readonly serving: number;
   /** Settles once every load report started so far is written. */
   reported(): Promise<void>;
+  /**
+   * Resolves with the exit code to leave with once the worker is gone: 1 after a crash (ECS replaces
+   * the task), 0 when it stopped with its task.
+   */
+  readonly leaving: Promise<number>;
+  /** The worker container ended (ECS task metadata, ecsWorker.ts). */
+  workerExited(how: WorkerExit): Promise<void>;
   /** Stops taking connections and waits for requests in flight (at most `waitMs`); twice is fine. */
   close(waitMs?: number): Promise<void>;
 }
@@ -147,6 +171,12 @@ class LbAgentServer implements LbAgent {
   /** Stops the protection ticks on close. */
   private readonly closing = new AbortController();
   private ticking: Promise<void> | undefined;
+  /** The failed-start rule (core/supervisor.ts) for this task's one worker. */
+  private readonly supervisor: WorkerSupervisor;
+  private contacted = false;
+  private probing: Promise<void> | undefined;
+  private leave: (code: number) => void = () => {};
+  readonly leaving: Promise<number>;
 
   constructor(private readonly options: LbAgentOptions) {
     this.log = options.log ?? agentLog;
@@ -162,9 +192,27 @@ class LbAgentServer implements LbAgent {
     this.protection = options.ecs
       ? new TaskProtection(options.ecs, this.clock, this.log, () => this.inFlight > 0)
       : undefined;
+    this.leaving = new Promise<number>((resolve) => {
+      this.leave = resolve;
+    });
+    this.supervisor = new WorkerSupervisor({
+      clock: this.clock,
+      log: this.log,
+      ...(options.starts ? { starts: options.starts } : {}),
+    });
+    // ECS starts the worker container; the supervisor only adopts it. The token is never used: the
+    // worker of a load-balanced endpoint calls no agent route.
+    this.supervisor.adopt(
+      { workerId: this.workerId, endpointId: options.endpointId, token: randomBytes(24).toString('hex') },
+      'lb',
+    );
   }
 
   async listen(): Promise<void> {
+    // Before the worker can answer: the count of earlier tasks' failed starts goes on here.
+    await this.supervisor.resumeStarts(this.options.endpointId).catch((error) => {
+      this.log.warn(`reading the failed starts of ${this.options.endpointId}: ${messageOf(error)}`);
+    });
     const host = this.options.host ?? '0.0.0.0';
     const { url, port } = await listen(this.server, host, this.options.port ?? 8080);
     this.url = url;
@@ -177,6 +225,7 @@ class LbAgentServer implements LbAgent {
       this.reportTimer = setInterval(() => this.report(), this.options.reportEveryMs ?? 30_000);
       this.reportTimer.unref();
     }
+    this.probing = this.probeUntilReady();
     // Renews protection before it lapses and releases it once idle long enough.
     const protection = this.protection;
     if (protection) {
@@ -184,6 +233,24 @@ class LbAgentServer implements LbAgent {
         protection.tick(),
       );
     }
+  }
+
+  /** Probes the worker's /ping until its first 200, the contact that ends a run of failed starts. */
+  private async probeUntilReady(): Promise<void> {
+    while (!this.contacted && !this.closing.signal.aborted) {
+      if (await this.workerHealthy()) return;
+      await this.clock.sleep(this.options.readyProbeMs ?? 1_000, this.closing.signal);
+    }
+  }
+
+  async workerExited(how: WorkerExit): Promise<void> {
+    if (this.supervisor.phase(this.workerId) === 'gone') return;
+    const planned = how.taskStopping === true;
+    const exit = how.signal ?? `code ${how.code}`;
+    if (planned) this.log.info(`the worker exited (${exit}) with its task`);
+    else this.log.warn(`the worker exited (${exit}); leaving so ECS replaces this task`);
+    await this.supervisor.exited(this.workerId, { ...how, asked: planned });
+    this.leave(planned ? 0 : 1);
   }
 
   /** Requests in flight on this task now. */
@@ -321,17 +388,24 @@ class LbAgentServer implements LbAgent {
     req.pipe(upstream);
   }
 
+  /** Whether the worker's /ping answers 200 now; the first 200 is the worker's contact. */
   private async workerHealthy(): Promise<boolean> {
+    let healthy = false;
     try {
       const response = await fetch(`http://${this.workerHost}:${this.options.workerPort}/ping`, {
         headers: this.secretHeader,
         signal: AbortSignal.timeout(this.options.pingTimeoutMs ?? 2_000),
       });
       await response.body?.cancel();
-      return response.status === 200;
+      healthy = response.status === 200;
     } catch {
       return false;
     }
+    if (healthy && !this.contacted) {
+      this.contacted = true;
+      this.supervisor.ready(this.workerId);
+    }
+    return healthy;
   }
 
   close(waitMs = 10_000): Promise<void> {
@@ -345,6 +419,8 @@ class LbAgentServer implements LbAgent {
       // Every request has ended: the task is leaving, nothing is left to protect.
       this.closing.abort();
       await this.ticking;
+      await this.probing;
+      this.supervisor.close();
       await this.protection?.release();
       await this.reporting;
       await this.options.registry?.remove(this.workerId).catch((error) => {

@@ -6,9 +6,11 @@
  *   lb        the key-checking proxy of a load-balanced endpoint; on SIGTERM finishes requests, exits 0
  *   artifact  downloads the app artifact for the worker (the task's init container) and exits 0
  *
- * Exit codes: 0 after a drain or a download; 1 when the worker kept a stopped job past its grace
- * period (ECS then replaces the task), a download failed, or the agent failed; 2 for missing or bad
- * configuration.
+ * Both serving modes watch the worker container (ecsWorker.ts) and leave when it is gone.
+ *
+ * Exit codes: 0 after a drain, a download, or a worker that stopped with its task; 1 when the worker
+ * exited on its own or kept a stopped job past its grace period (ECS then replaces the task), a
+ * download failed, or the agent failed; 2 for missing or bad configuration.
  */
 
 import { randomUUID } from 'node:crypto';
@@ -25,7 +27,7 @@ import { startAgent } from './agent.js';
 import { downloadArtifact, readLbSecret, writeLbSecret } from './artifact.js';
 import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } from './config.js';
 import { agentCredentials } from './credentials.js';
-import { watchWorkerContainer } from './ecsWorker.js';
+import { type WorkerExit, watchWorkerContainer } from './ecsWorker.js';
 import { startLbAgent } from './lb.js';
 import type { EcsProtectionOptions } from './protection.js';
 
@@ -48,6 +50,33 @@ const signalled = (): Promise<void> =>
     process.once('SIGTERM', () => resolve());
     process.once('SIGINT', () => resolve());
   });
+
+/**
+ * Runs until ECS stops the task (SIGTERM: exit code 0 after the agent's own wind-down) or the agent
+ * wants to leave, watching the worker container meanwhile: its exit goes to `workerExited`, which
+ * decides whether it was a crash, a failed start or a stop with the task (ecsWorker.ts).
+ */
+async function untilLeaving(
+  env: QueueAgentEnv | LbAgentEnv,
+  agent: { leaving: Promise<number>; workerExited(how: WorkerExit): Promise<void> },
+): Promise<number> {
+  const watching = new AbortController();
+  const metadataUri = env.ECS_CONTAINER_METADATA_URI_V4;
+  const watched = metadataUri
+    ? watchWorkerContainer({
+        metadataUri,
+        containerName: env.FERRY_WORKER_CONTAINER,
+        clock: systemClock,
+        signal: watching.signal,
+        onExit: (how) => agent.workerExited(how),
+        warn: (message) => process.stderr.write(`ferry-agent: ${message}\n`),
+      })
+    : Promise.resolve();
+  const code = await Promise.race([signalled().then(() => 0), agent.leaving]);
+  watching.abort();
+  await watched;
+  return code;
+}
 
 async function runQueue(env: QueueAgentEnv): Promise<number> {
   const region = env.AWS_REGION;
@@ -93,22 +122,8 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
       : {}),
     ...taskProtectionOf(env),
   });
-  const watching = new AbortController();
-  const metadataUri = env.ECS_CONTAINER_METADATA_URI_V4;
-  const watched = metadataUri
-    ? watchWorkerContainer({
-        metadataUri,
-        containerName: env.FERRY_WORKER_CONTAINER,
-        clock: systemClock,
-        signal: watching.signal,
-        onExit: (how) => agent.workerExited(how),
-        warn: (message) => process.stderr.write(`ferry-agent: ${message}\n`),
-      })
-    : Promise.resolve();
   // SIGTERM from ECS, or the supervisor wants this task replaced (refresh_worker, a dead worker).
-  const code = await Promise.race([signalled().then(() => 0), agent.leaving]);
-  watching.abort();
-  await watched;
+  const code = await untilLeaving(env, agent);
   await agent.drain();
   await agent.close();
   for (const client of Object.values(clients)) client.destroy();
@@ -119,11 +134,14 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
 async function runLb(env: LbAgentEnv): Promise<number> {
   const dynamo = new DynamoDBClient({ region: env.AWS_REGION, credentials: agentCredentials(env) });
   const doc = documentClient(dynamo);
+  // API keys (KEY#…) and the endpoint's run of failed worker starts (STARTS#<id>): infra/isolation.ts.
+  const control = new DynamoControlStore({ doc, table: env.FERRY_CONTROL_TABLE });
   const agent = await startLbAgent({
     endpointId: env.FERRY_ENDPOINT_ID,
     app: env.FERRY_APP,
     env: env.FERRY_ENV,
-    control: new DynamoControlStore({ doc, table: env.FERRY_CONTROL_TABLE }),
+    control,
+    starts: control,
     workerPort: env.FERRY_PORT,
     workerHost: env.FERRY_WORKER_HOST,
     ...(env.FERRY_LB_SECRET_FILE ? { workerSecret: await readLbSecret(env.FERRY_LB_SECRET_FILE) } : {}),
@@ -135,10 +153,10 @@ async function runLb(env: LbAgentEnv): Promise<number> {
       : {}),
     ...taskProtectionOf(env),
   });
-  await signalled();
+  const code = await untilLeaving(env, agent);
   await agent.close(env.FERRY_DRAIN_MS);
   dynamo.destroy();
-  return 0;
+  return code;
 }
 
 async function runArtifact(env: ArtifactEnv): Promise<number> {

@@ -1,0 +1,223 @@
+/**
+ * A load-balanced endpoint whose code cannot start, on AWS in a box (docs/aws.md#failing-endpoints).
+ * Each "ECS task" is the bundled agent run as ECS runs it (agent.mjs, FERRY_AGENT_MODE=lb, its
+ * configuration from the environment) beside a real Python LB worker (`python3 -m ferry.worker`,
+ * FERRY_MODE=lb). The test plays the ECS agent's part: a task metadata endpoint v4 whose worker
+ * container follows the real worker process (RUNNING while it lives, then STOPPED with its exit code),
+ * and the task's DesiredStatus (STOPPED when "ECS" stops the task). The run of failed starts lives in
+ * DynamoDB Local's control table, so it outlives each task; at the supervisor's maxFailedStarts the
+ * scaler keeps the endpoint at 0 tasks even when a request was turned away (the wake-up alarm), until
+ * a deploy writes the endpoint record again.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { defaultSupervisorSettings } from '../../core/supervisor.js';
+import { bundleAgent } from '../../worker-image/agent/bundle.js';
+import { eventually } from '../agent/helpers.js';
+import { lbEndpoint } from '../infra/fixtures.js';
+import { fakeAwsConfig, freePort } from '../support/emulators.js';
+import { recordFor } from '../support/endpoints.js';
+import { type AwsBox, scalerDecision, startAwsBox } from './box.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = join(here, '..', '..');
+const fixtures = join(repo, 'test', 'agent', 'fixtures');
+const endpointId = 'brokenlbaaaaa1';
+const threshold = defaultSupervisorSettings.maxFailedStarts;
+
+let box: AwsBox;
+let scratch: string;
+let agentFile: string;
+const cleanups: (() => void)[] = [];
+
+beforeAll(async () => {
+  scratch = mkdtempSync(join(tmpdir(), 'ferry-lb-failing-'));
+  writeFileSync(
+    join(scratch, 'broken_lb.py'),
+    'import ferry_no_such_package_xyz\nfrom ferry import Endpoint\n\napi = Endpoint(name="broken-api")\n',
+  );
+  // Never answers: its import outlasts the test (a model still loading).
+  writeFileSync(join(scratch, 'slow_lb.py'), 'import time\n\ntime.sleep(600)\n');
+  [box, agentFile] = await Promise.all([startAwsBox(), bundleAgent(scratch)]);
+  const record = recordFor({ ...lbEndpoint, resources: { ...lbEndpoint.resources, workersMin: 1 } }, scratch);
+  await box.lambda.control.putEndpoint({ ...record, id: endpointId, app: 'box', env: 'production' });
+}, 120_000);
+
+afterAll(async () => {
+  for (const cleanup of cleanups.splice(0)) cleanup();
+  await box?.stop();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+/** What the agent's metadata poll sees: the worker container follows `worker`; the task `desired`. */
+async function metadataEndpoint(worker: ChildProcess, task: { desired: string }): Promise<string> {
+  const server = createServer((_req, res) => {
+    const live = worker.exitCode === null && worker.signalCode === null;
+    // Docker reports a container killed by a signal as 128 + its number.
+    const code = worker.exitCode ?? (worker.signalCode === 'SIGTERM' ? 143 : 137);
+    res.writeHead(200, { 'content-type': 'application/json' }).end(
+      JSON.stringify({
+        TaskARN: 'arn:aws:ecs:us-east-1:111122223333:task/ferry/1',
+        DesiredStatus: task.desired,
+        Containers: [
+          { Name: 'agent', KnownStatus: 'RUNNING' },
+          { Name: 'worker', KnownStatus: live ? 'RUNNING' : 'STOPPED', ...(live ? {} : { ExitCode: code }) },
+        ],
+      }),
+    );
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  cleanups.push(() => server.close());
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v4/task-1`;
+}
+
+function startWorker(app: { dir: string; module: string }, port: number): ChildProcess {
+  const child = spawn('python3', ['-m', 'ferry.worker'], {
+    cwd: app.dir,
+    // Its own process group, ended below if it outlives the test.
+    detached: true,
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '',
+      PYTHONPATH: join(repo, 'worker-image', 'python'),
+      FERRY_APP_DIR: app.dir,
+      FERRY_MODE: 'lb',
+      FERRY_MODULE: app.module,
+      FERRY_VARIABLE: 'api',
+      FERRY_HOST: '127.0.0.1',
+      FERRY_PORT: String(port),
+      FERRY_PARENT_PID: String(process.pid),
+    },
+    stdio: 'ignore',
+  });
+  cleanups.push(() => {
+    try {
+      process.kill(-child.pid!, 'SIGKILL');
+    } catch {
+      // Already gone.
+    }
+  });
+  return child;
+}
+
+/**
+ * One ECS task: the agent process and its worker. `stop` plays ECS stopping the task (desired status
+ * STOPPED, then SIGTERM to the worker) once `stopWhen` holds; without it the worker ends by itself.
+ * Resolves with the agent's exit code and what it printed.
+ */
+async function oneTask(
+  app: { dir: string; module: string },
+  stopWhen?: (agentOutput: string) => Promise<boolean> | boolean,
+): Promise<{ code: number | null; stderr: string }> {
+  const [workerPort, agentPort] = [await freePort(), await freePort()];
+  const task = { desired: 'RUNNING' };
+  const worker = startWorker(app, workerPort);
+  const agent = spawn(process.execPath, [agentFile], {
+    env: {
+      PATH: process.env.PATH ?? '',
+      FERRY_AGENT_MODE: 'lb',
+      FERRY_ENDPOINT_ID: endpointId,
+      FERRY_APP: 'box',
+      FERRY_ENV: 'production',
+      FERRY_CONTROL_TABLE: box.fixture.tables.control,
+      FERRY_WORKERS_TABLE: box.fixture.tables.workers,
+      FERRY_PORT: String(workerPort),
+      FERRY_WORKER_HOST: '127.0.0.1',
+      FERRY_AGENT_HOST: '127.0.0.1',
+      FERRY_AGENT_PORT: String(agentPort),
+      FERRY_DRAIN_MS: '1000',
+      ECS_CONTAINER_METADATA_URI_V4: await metadataEndpoint(worker, task),
+      AWS_REGION: fakeAwsConfig.region,
+      AWS_ACCESS_KEY_ID: fakeAwsConfig.credentials.accessKeyId,
+      AWS_SECRET_ACCESS_KEY: fakeAwsConfig.credentials.secretAccessKey,
+      AWS_ENDPOINT_URL_DYNAMODB: box.fixture.dynamo.endpoint,
+    },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  cleanups.push(() => {
+    if (agent.exitCode === null && agent.signalCode === null) agent.kill('SIGKILL');
+  });
+  let stderr = '';
+  agent.stderr.setEncoding('utf8');
+  agent.stderr.on('data', (data: string) => {
+    stderr += data;
+  });
+  const exited = once(agent, 'exit') as Promise<[number | null]>;
+  if (stopWhen) {
+    await eventually(
+      'the moment to stop the task',
+      async () => ((await stopWhen(stderr)) ? true : undefined),
+      30_000,
+    );
+    task.desired = 'STOPPED';
+    worker.kill('SIGTERM');
+  }
+  const [code] = await exited;
+  return { code, stderr };
+}
+
+const broken = () => ({ dir: scratch, module: 'broken_lb' });
+const runs = () => box.lambda.control.startFailures(endpointId);
+/** The scaler's answer after a request found no task (the ALB's wake-up alarm nudging it). */
+const afterTurnedAway = async () =>
+  (await scalerDecision(box, endpointId, { endpointId, waitingRequests: 1 })).desired;
+
+describe('a load-balanced worker that cannot start, task after task', () => {
+  it('stopped with its task before it ever answered (a task still starting): no failed start, exit 0', async () => {
+    // Once the agent has read the (empty) run and listens, "ECS" stops the task.
+    const { code, stderr } = await oneTask({ dir: scratch, module: 'slow_lb' }, (output) =>
+      output.includes('serving load-balanced endpoint'),
+    );
+    expect(code, stderr).toBe(0);
+    expect(stderr).toContain('with its task');
+    expect(await runs()).toBeUndefined();
+  }, 60_000);
+
+  it(`each exit before an answer is counted across tasks; after ${threshold} the endpoint is failing`, async () => {
+    expect(await afterTurnedAway()).toBe(1);
+    for (let n = 1; n <= threshold; n++) {
+      const { code, stderr } = await oneTask(broken());
+      // The agent leaves so ECS replaces the task (the worker container is not essential).
+      expect(code, stderr).toBe(1);
+      expect(stderr).toContain('the worker exited (code 2)');
+      if (n < threshold) expect(await runs()).toEqual({ failedStarts: n });
+    }
+    expect((await runs())?.problem).toMatchObject({
+      state: 'failing',
+      reason: expect.stringContaining(`${threshold} workers in a row exited (code 2)`),
+    });
+  }, 120_000);
+
+  it('the scaler then wants no task, despite min 1 and a request turned away', async () => {
+    const { desired, updates } = await scalerDecision(box, endpointId, { endpointId, waitingRequests: 1 });
+    expect(desired).toBe(0);
+    expect(updates).toEqual([0]);
+  });
+
+  it('a deploy clears it; a worker that answers its /ping ends a run of failed starts', async () => {
+    await box.lambda.control.putEndpoint({
+      ...(await box.lambda.control.getEndpoint(endpointId))!,
+      updatedAt: Date.now(),
+    });
+    expect(await runs()).toBeUndefined();
+    expect(await afterTurnedAway()).toBe(1);
+    expect((await oneTask(broken())).code).toBe(1);
+    expect(await runs()).toEqual({ failedStarts: 1 });
+    // A fixed image: the agent's probe of /ping gets its first 200 and deletes the run; then the task
+    // is stopped (scale-in) and leaves with 0, counting nothing.
+    const { code, stderr } = await oneTask(
+      { dir: fixtures, module: 'lb_app' },
+      async () => (await runs()) === undefined,
+    );
+    expect(code, stderr).toBe(0);
+    expect(await runs()).toBeUndefined();
+  }, 120_000);
+});
