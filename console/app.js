@@ -158,6 +158,8 @@ async function endpointsPage() {
       ...endpoints.map((e) => {
         const h = e.health;
         const workers = h ? h.workers.running + h.workers.idle : undefined;
+        // Workers that cannot start (docs/workers.md): the verdict's reason is in the tooltip.
+        const problem = h?.problem ?? e.problem;
         return el(
           'tr',
           {
@@ -175,10 +177,12 @@ async function endpointsPage() {
           el('td', { class: 'num' }, h ? h.jobs.failed : '–'),
           el(
             'td',
-            { class: 'num' },
-            workers === undefined
-              ? '–'
-              : `${workers}${e.scaling ? ` (${e.scaling.workersMin}–${e.scaling.workersMax})` : ''}`,
+            { class: 'num', ...(problem ? { title: problem.reason } : {}) },
+            problem
+              ? problem.state
+              : workers === undefined
+                ? '–'
+                : `${workers}${e.scaling ? ` (${e.scaling.workersMin}–${e.scaling.workersMax})` : ''}`,
           ),
         );
       }),

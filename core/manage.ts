@@ -327,7 +327,11 @@ export class ManageApi {
           }
         : undefined,
     };
-    if (record.kind !== 'queue') return { ...base, health: undefined };
+    if (record.kind !== 'queue') {
+      // A load-balanced endpoint has no jobs; its workers may still fail to start (docs/workers.md).
+      const { problem } = await this.options.engine.health(record.id);
+      return { ...base, health: undefined, ...(problem ? { problem } : {}) };
+    }
     const [health, depth] = await Promise.all([
       this.options.engine.health(record.id),
       this.options.queue.depth(record.id),

@@ -3,7 +3,9 @@
  * print() lines reach `GET /manage/v1/.../logs?job=` with their stream and worker, the job detail
  * carries input, output, timings and logs, and every route checks the key and its input.
  */
-import { resolve } from 'node:path';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scanProject } from '../../cli/build/scan.js';
 import { recordFor } from '../support/endpoints.js';
@@ -115,6 +117,37 @@ describe('management API', () => {
     expect(chatty.health.jobs.completed).toBeGreaterThanOrEqual(1);
     expect(chatty.queue).toEqual({ visible: expect.any(Number), urgent: expect.any(Number) });
   });
+
+  it("shows a load-balanced endpoint's workers that cannot start as its problem (it has no health)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ferry-manage-lb-'));
+    try {
+      writeFileSync(
+        join(dir, 'broken_api.py'),
+        'import ferry_no_such_package_xyz\nfrom ferry import Endpoint\n\napi = Endpoint(name="broken-api", cpu="1-2", workers=(1, 1))\n\n\n@api.get("/x")\ndef x():\n    return 1\n',
+      );
+      const { endpoints } = await scanProject({ projectDir: dir });
+      await platform.db.control.putEndpoint(recordFor(endpoints[0]!, dir, 'brokenapi'));
+      await platform.workers!.reconcile();
+      // Its workers die at import, one start after another, until the supervisor calls it failing.
+      const failing = await until(
+        async () => (await call(manage, 'GET', '/endpoints/brokenapi')).body,
+        (e) => e.problem?.state === 'failing',
+      );
+      expect(failing.kind).toBe('lb');
+      expect(failing.health).toBeUndefined();
+      expect(failing.problem.reason).toMatch(/workers in a row exited/);
+      const listed = (await call(manage, 'GET', '/endpoints')).body.endpoints;
+      expect(listed.find((e: { id: string }) => e.id === 'brokenapi').problem.state).toBe('failing');
+      // A queue endpoint with working workers has none, in its health or beside it.
+      const chatty = listed.find((e: { id: string }) => e.id === 'chatty');
+      expect(chatty.problem).toBeUndefined();
+      expect(chatty.health.problem).toBeUndefined();
+    } finally {
+      await platform.db.control.deleteEndpoint('brokenapi');
+      await platform.workers!.reconcile();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 
   it('one job has input, output and timings', async () => {
     const job = await runToEnd('chatty', { name: 'Grace', lines: 0 });

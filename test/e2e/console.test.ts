@@ -5,7 +5,7 @@
  * and a wrong key refused. With FERRY_UPDATE_SCREENSHOTS=1 the screenshots go to docs/ (the README
  * shows them); otherwise to a temp folder, so a test run leaves the tree as it was.
  */
-import { cpSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { type BrowserContext, chromium, type Page } from 'playwright-core';
@@ -150,6 +150,29 @@ describe('console', () => {
     await page.goto(`${platform.url}/console#/e/chatty/charts`);
     await expect.poll(() => page.$$eval('#charts canvas', (c) => c.length)).toBe(4);
     await shot('charts');
+  });
+
+  it('marks an endpoint whose workers cannot start as failing, its reason on hover', async () => {
+    const projectDir = join(apps, 'broken');
+    mkdirSync(projectDir);
+    writeFileSync(
+      join(projectDir, 'broken_api.py'),
+      'import ferry_no_such_package_xyz\nfrom ferry import Endpoint\n\napi = Endpoint(name="broken-api", cpu="1-2", workers=(1, 1))\n\n\n@api.get("/x")\ndef x():\n    return 1\n',
+    );
+    const { endpoints } = await scanProject({ projectDir });
+    await platform.db.control.putEndpoint(recordFor(endpoints[0]!, projectDir));
+    await platform.workers!.reconcile();
+    try {
+      await page.goto(`${platform.url}/console#/`);
+      const cell = '#endpoints tr[data-endpoint="broken-api"] td:last-child';
+      await expect.poll(() => page.textContent(cell), { timeout: 30_000 }).toBe('failing');
+      expect(await page.getAttribute(cell, 'title')).toMatch(/workers in a row exited/);
+      // The working endpoints still show their worker counts.
+      expect(await page.textContent('#endpoints tr[data-endpoint="chatty"] td:last-child')).toMatch(/^\d/);
+    } finally {
+      await platform.db.control.deleteEndpoint('broken-api');
+      await platform.workers!.reconcile();
+    }
   });
 
   it('signing out forgets the key', async () => {
