@@ -386,6 +386,12 @@ export class EndpointService extends Construct {
         ...resources.env,
         ...workerBase,
         ...protocolEnv,
+        // ECS stops a task's containers in the reverse order of their dependencies, so the worker
+        // (which depends on the agent) gets SIGTERM first and the agent only once it has exited
+        // (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDependency.html).
+        // The ferry runtime then finishes its running jobs for this long (its default, 25 s, is for
+        // ECS's default stopTimeout): the drain period, under the container's stopTimeout.
+        FERRY_GRACE_MS: String(drainMs),
         // An image endpoint's image runs its own handler: there is no target of ours to name.
         ...(endpoint.target ? { FERRY_TARGET: endpoint.target.name } : {}),
       };

@@ -16,6 +16,7 @@ import {
 } from '../../infra/app-stack.js';
 import { gpuInstanceFor, workerMemoryReservationMiB } from '../../infra/gpu.js';
 import { platformExportNames, poolExportName } from '../../infra/platform-exports.js';
+import { drainMs, stopTimeoutSec } from '../../infra/task-layout.js';
 import { type AgentMode, requiredAgentVariables } from '../../worker-image/agent/config.js';
 import { lbEndpoint, sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
 import { actionsOf, resourcesFor, statementsOf } from './iam.js';
@@ -62,6 +63,7 @@ interface ContainerDefinition {
   Environment?: { Name: string; Value: unknown }[];
   ResourceRequirements?: unknown;
   Essential?: boolean;
+  StopTimeout?: number;
   MemoryReservation?: number;
   EntryPoint?: string[];
 }
@@ -175,6 +177,19 @@ describe('tasks', () => {
     expect(gpuWorker.ResourceRequirements).toEqual([{ Type: 'GPU', Value: '1' }]);
     for (const c of containersOf(endpoint('cpu_worker'))) expect(c.ResourceRequirements).toBeUndefined();
     for (const c of containersOf(endpoint('lb_worker'))) expect(c.ResourceRequirements).toBeUndefined();
+  });
+
+  it("let a stopping queue task's worker finish its jobs: it stops first, within the drain, under its stopTimeout", () => {
+    for (const name of ['gpu_worker', 'cpu_worker']) {
+      const containers = containersOf(endpoint(name));
+      const byName = (n: string) => containers.find((c) => c.Name === n)!;
+      // ECS stops the worker before the agent it depends on; the agent then finds nothing held.
+      expect(byName('worker').DependsOn).toContainEqual({ ContainerName: 'agent', Condition: 'START' });
+      for (const c of ['agent', 'worker']) expect(byName(c).StopTimeout).toBe(stopTimeoutSec);
+      expect(envOf(byName('worker')).FERRY_GRACE_MS).toBe(String(drainMs));
+      expect(envOf(byName('agent')).FERRY_DRAIN_MS).toBe(String(drainMs));
+      expect(drainMs).toBeLessThan(stopTimeoutSec * 1000);
+    }
   });
 
   it('run an essential agent sidecar next to the worker, after an artifact init container, each in its own (bridge) network namespace', () => {
