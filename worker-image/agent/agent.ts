@@ -178,9 +178,8 @@ export interface Agent {
    * 0 after a refresh_worker job or a drain, 1 after a kill (a stopped job kept past its grace).
    */
   readonly leaving: Promise<number>;
-  /** The worker container exited (ECS task metadata): its jobs go back to the queue now. */
   /**
-   * The worker container (or process) ended. `taskStopping`: ECS was stopping the whole task, so the
+   * The worker container (or process) ended: its jobs go back to the queue now. `taskStopping`: ECS was stopping the whole task, so the
    * exit was asked for (ecsWorker.ts); otherwise it counts as a crash, or a failed start before contact.
    */
   workerExited(how: WorkerExit): Promise<void>;

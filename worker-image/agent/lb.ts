@@ -173,7 +173,6 @@ class LbAgentServer implements LbAgent {
   private ticking: Promise<void> | undefined;
   /** The failed-start rule (core/supervisor.ts) for this task's one worker. */
   private readonly supervisor: WorkerSupervisor;
-  private contacted = false;
   private probing: Promise<void> | undefined;
   private leave: (code: number) => void = () => {};
   readonly leaving: Promise<number>;
@@ -237,7 +236,7 @@ class LbAgentServer implements LbAgent {
 
   /** Probes the worker's /ping until its first 200, the contact that ends a run of failed starts. */
   private async probeUntilReady(): Promise<void> {
-    while (!this.contacted && !this.closing.signal.aborted) {
+    while (this.supervisor.phase(this.workerId) === 'starting' && !this.closing.signal.aborted) {
       if (await this.workerHealthy()) return;
       await this.clock.sleep(this.options.readyProbeMs ?? 1_000, this.closing.signal);
     }
@@ -390,22 +389,19 @@ class LbAgentServer implements LbAgent {
 
   /** Whether the worker's /ping answers 200 now; the first 200 is the worker's contact. */
   private async workerHealthy(): Promise<boolean> {
-    let healthy = false;
     try {
       const response = await fetch(`http://${this.workerHost}:${this.options.workerPort}/ping`, {
         headers: this.secretHeader,
         signal: AbortSignal.timeout(this.options.pingTimeoutMs ?? 2_000),
       });
       await response.body?.cancel();
-      healthy = response.status === 200;
+      if (response.status !== 200) return false;
     } catch {
       return false;
     }
-    if (healthy && !this.contacted) {
-      this.contacted = true;
-      this.supervisor.ready(this.workerId);
-    }
-    return healthy;
+    // Contact once (the supervisor ignores repeats): it ends a run of failed starts on record.
+    this.supervisor.ready(this.workerId);
+    return true;
   }
 
   close(waitMs = 10_000): Promise<void> {
