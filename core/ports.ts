@@ -114,6 +114,14 @@ export interface ReceiveOptions {
   signal?: AbortSignal | undefined;
 }
 
+/**
+ * How many jobs of an endpoint are IN_QUEUE at most, from the job store's records (the AWS scaler
+ * reads it beside the queue's depth, whose messages outlive cancelled and purged jobs).
+ */
+export interface QueuedJobCount {
+  queuedAtMost(endpointId: string, nowMs: number): Promise<number>;
+}
+
 /** Dispatch only: the JobStore is the source of truth, a message is a hint that a job may be ready. */
 export interface JobQueue {
   send(endpointId: string, jobId: string, options: { lowPriority: boolean }): Promise<void>;

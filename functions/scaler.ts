@@ -1,7 +1,8 @@
 /**
  * The scaler Lambda: the AWS actuator of the one scaling policy (core/scaling.ts, docs/scaling.md).
  * For each endpoint it reads what the job store knows — urgent jobs waiting (SQS
- * GetQueueAttributes, not CloudWatch metrics), the jobs and requests each worker holds and when each
+ * GetQueueAttributes, not CloudWatch metrics, capped by the jobs still IN_QUEUE: `urgentDemand`),
+ * the jobs and requests each worker holds and when each
  * was last busy (the workers table) — asks the policy, and writes the answer into the endpoint's ECS
  * service as desiredCount. Nothing else decides counts: there are no step or target-tracking alarms.
  *
@@ -41,6 +42,7 @@ import type {
   Clock,
   ControlStore,
   JobQueue,
+  QueuedJobCount,
   StartFailureRecord,
   Watch,
   WorkerRegistry,
@@ -91,6 +93,8 @@ export interface ScalerDeps {
   control: Pick<ControlStore, 'listEndpoints' | 'getEndpoint'> &
     Partial<Pick<StartFailureRecord, 'startFailures'>>;
   queue: Pick<JobQueue, 'depth'>;
+  /** The jobs IN_QUEUE at most (the count items of DynamoJobStore): what caps the queue's depth. */
+  jobs: QueuedJobCount;
   workers: Pick<WorkerRegistry, 'list'>;
   ecs: Pick<ECSClient, 'send'>;
   /** The ECS cluster holding every Ferry worker service. */
@@ -114,6 +118,19 @@ export interface EndpointScaleReport {
   error?: string;
 }
 
+/**
+ * The urgent jobs the policy scales for: the queue's urgent depth, capped by the jobs still IN_QUEUE.
+ * A message outlives its job when the job is cancelled, purged or failed while it waits (SQS deletes
+ * a message only with the receipt of a receive: a worker's take drops it then), so after a
+ * purge-queue or a failing endpoint's redeploy the depth alone would start up to `max` GPU tasks for
+ * messages no job is behind. The count read lags the writes a little (a GSI,
+ * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/GSI.html#GSI.Reads), which only
+ * matters to a nudge sent by the submit itself: it may count one worker's worth (`lagSlack`) more.
+ */
+export function urgentDemand(queueUrgent: number, queuedAtMost: number, lagSlack: number): number {
+  return Math.min(queueUrgent, queuedAtMost + lagSlack);
+}
+
 /** One pass: every endpoint (schedule) or one (nudge). Never throws for one endpoint's trouble. */
 export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Promise<EndpointScaleReport[]> {
   const records = event.endpointId
@@ -126,19 +143,22 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
       const { endpoint } = endpointConfigOf(record);
       const settings = scalingSettingsOf(endpoint.resources);
       const now = deps.clock.now();
-      const [depth, registered, starts] = await Promise.all([
-        endpoint.kind === 'queue'
+      const isQueue = endpoint.kind === 'queue';
+      const [depth, queued, registered, starts] = await Promise.all([
+        isQueue
           ? deps.queue.depth(record.id, { atMost: settings.max * settings.maxConcurrency })
           : Promise.resolve({ urgent: 0, visible: 0 }),
+        isQueue ? deps.jobs.queuedAtMost(record.id, now) : Promise.resolve(0),
         deps.workers.list(record.id, now - deps.workerStaleMs),
         deps.control.startFailures?.(record.id),
       ]);
       // Its workers cannot start: none is wanted until a deploy (the sweeper fails its queued jobs).
       const failing = starts?.problem?.state === 'failing';
+      const nudged = event.endpointId === record.id;
       const decision = decideScale({
         ...settings,
-        urgentQueuedJobs: depth.urgent,
-        waitingRequests: event.endpointId === record.id ? (event.waitingRequests ?? 0) : 0,
+        urgentQueuedJobs: urgentDemand(depth.urgent, queued, nudged ? settings.maxConcurrency : 0),
+        waitingRequests: nudged ? (event.waitingRequests ?? 0) : 0,
         workers: registered.map(workerLoadOf),
         nowMs: now,
         ...(failing ? { failing: true } : {}),

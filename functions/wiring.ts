@@ -326,6 +326,7 @@ export function scalerDepsFromEnv(): ScalerDeps {
     containerScaler = {
       control: platform.control,
       queue: platform.queue,
+      jobs: platform.jobs,
       workers: platform.workers,
       ecs: new ECSClient({}),
       cluster,

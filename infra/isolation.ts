@@ -36,6 +36,7 @@ import { reservedSecretPrefixes } from '../core/adapters/local/secrets.js';
 import { callTokenSecretName, callTokenVariable } from '../core/call-keys.js';
 import { FerryError } from '../core/errors.js';
 import { endpointJobIdPatterns } from '../core/job.js';
+import { leadingKeysCondition } from './leading-keys.js';
 import type { TableRef } from './platform-exports.js';
 import { keyLookupStatement, payloadsPrefix } from './platform-stack.js';
 
@@ -50,14 +51,6 @@ export function assertScopableEndpointId(endpointId: string): void {
       `Endpoint id "${endpointId}" must be 1-64 lowercase letters and digits (not "sync"): IAM scopes keys by it`,
     );
   }
-}
-
-/** `ForAllValues:StringLike` alone is true when the request carries no key at all; `Null` closes that. */
-export function leadingKeysCondition(patterns: readonly string[]): Record<string, Record<string, unknown>> {
-  return {
-    'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [...patterns] },
-    Null: { 'dynamodb:LeadingKeys': 'false' },
-  };
 }
 
 /** Partition-key patterns of everything an endpoint's agent may touch, by table. */

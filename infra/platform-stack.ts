@@ -61,6 +61,7 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import type { Construct } from 'constructs';
 import {
+  countPartitionPattern,
   type DynamoTable,
   dynamoSchema,
   type IndexSpec,
@@ -79,6 +80,7 @@ import {
   gpuInstanceFor,
   isGpuInstanceType,
 } from './gpu.js';
+import { leadingKeysCondition } from './leading-keys.js';
 import {
   clusterName,
   jobLogGroupName,
@@ -861,10 +863,7 @@ export class PlatformStack extends Stack {
       new iam.PolicyStatement({
         actions: ['dynamodb:GetItem'],
         resources: [this.controlTable.tableArn],
-        conditions: {
-          'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [startFailuresKey('*').pk] },
-          Null: { 'dynamodb:LeadingKeys': 'false' },
-        },
+        conditions: leadingKeysCondition([startFailuresKey('*').pk]),
       }),
     );
     // Which queue endpoints exist (control table, kind index) and their waiting jobs (byEndpointStatus).
@@ -895,6 +894,17 @@ export class PlatformStack extends Stack {
     allowTable(role, this.controlTable, ['dynamodb:GetItem']);
     allowIndexes(role, this.controlTable, ['dynamodb:Query'], [control.indexes.byKind.indexName]);
     allowIndexes(role, this.workersTable, ['dynamodb:Query'], [workers.indexes.byEndpoint.indexName]);
+    // How many jobs are IN_QUEUE at most (functions/scaler.ts urgentDemand): the endpoints' count
+    // items on byEndpointExpiry (`<endpointId>#COUNTS`), never the partitions of their jobs.
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ['dynamodb:Query'],
+        resources: [
+          `${this.jobsTable.tableArn}/index/${dynamoSchema.jobs.indexes.byEndpointExpiry.indexName}`,
+        ],
+        conditions: leadingKeysCondition([countPartitionPattern]),
+      }),
+    );
     this.allowQueues(fn, ['sqs:GetQueueAttributes', 'sqs:GetQueueUrl']);
     const services = Stack.of(this).formatArn({
       service: 'ecs',

@@ -225,6 +225,7 @@ export async function scalerDecision(
     {
       control: box.lambda.control,
       queue: box.lambda.queue,
+      jobs: box.lambda.jobs,
       workers: box.lambda.workers,
       ecs: {
         async send(command: unknown): Promise<any> {

@@ -196,8 +196,8 @@ describe('a worker that cannot import, task after task', () => {
     await box.lambda.control.putEndpoint({ ...record, updatedAt: Date.now() });
     expect((await call('GET', 'health')).body.problem).toBeUndefined();
     expect(await box.lambda.control.startFailures(endpointId)).toBeUndefined();
-    // The policy follows the queue again: the failed jobs' messages are still in SQS (a worker's take
-    // drops them, since their jobs are no longer IN_QUEUE), so it asks for up to max, not for 0.
-    expect((await scalerDecision(box, endpointId)).desired).toBeGreaterThanOrEqual(1);
+    // The policy follows demand again: min (1). The failed jobs' messages are still in SQS (a worker's
+    // take drops them), but no job is behind them, so they do not ask for up to max tasks.
+    expect((await scalerDecision(box, endpointId)).desired).toBe(1);
   });
 });

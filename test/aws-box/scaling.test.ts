@@ -68,6 +68,7 @@ beforeAll(async () => {
   scalerDeps = {
     control: box.lambda.control,
     queue: box.lambda.queue,
+    jobs: box.lambda.jobs,
     workers: box.lambda.workers,
     ecs,
     cluster: 'ferry',

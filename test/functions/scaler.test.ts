@@ -101,6 +101,7 @@ beforeEach(async () => {
   deps = {
     control,
     queue: aws.queue(),
+    jobs: aws.jobs(),
     workers,
     ecs: ecs as unknown as ScalerDeps['ecs'],
     cluster: 'ferry',
@@ -290,6 +291,32 @@ describe('the nudge', () => {
     await nudged.submit(ep, { input: {} }, { sync: false });
     await feed.settled();
     expect(calls).toBe(2);
+  });
+
+  it('messages of purged jobs scale nothing: the depth counts only up to the jobs still IN_QUEUE', async () => {
+    const ep = await deploy();
+    for (let i = 0; i < 20; i++) await engine.submit(ep, { input: { i } }, { sync: false });
+    expect((await engine.purge(ep)).removed).toBe(20);
+    // SQS keeps every message (only the receipt of a receive deletes one): the depth alone says 20.
+    expect((await aws.queue().depth(ep)).urgent).toBe(20);
+    await scaleEndpoints(deps, {});
+    expect(ecs.updates).toEqual([]);
+    // A real job after them is one job's worth of demand, not 21.
+    await engine.submit(ep, { input: {} }, { sync: false });
+    await scaleEndpoints(deps, {});
+    expect(desiredOf(ep)).toBe(1);
+  });
+
+  it('a nudge scales from zero even when the count read has not caught up with the submit yet', async () => {
+    const ep = await deploy();
+    await engine.submit(ep, { input: {} }, { sync: false });
+    // The count items are read from a GSI, which lags the write a little on AWS (DynamoDB Local does
+    // not): a read that still says 0 IN_QUEUE.
+    const lagging = { ...deps, jobs: { queuedAtMost: async () => 0 } };
+    await scaleEndpoints(lagging, {});
+    expect(ecs.updates).toEqual([]);
+    await scaleEndpoints(lagging, { endpointId: ep });
+    expect(desiredOf(ep)).toBe(1);
   });
 
   it('the nudged scaler decides from zero at once', async () => {

@@ -17,9 +17,9 @@ import {
   EndpointAgentAccess,
   EndpointWorkerToken,
   endpointKeyPatterns,
-  leadingKeysCondition,
   userSecrets,
 } from '../../infra/isolation.js';
+import { leadingKeysCondition } from '../../infra/leading-keys.js';
 import { ecsConfigLines } from '../../infra/platform-stack.js';
 import { gpuEndpoint, sampleImages, sampleManifest } from './fixtures.js';
 import { actionsOf, type Statement, statementsOf } from './iam.js';

@@ -598,6 +598,7 @@ describe('least privilege', () => {
       ]);
     }
     // Reads only: no job, chunk or payload access, nothing that writes a table or sends a message.
+    // Of the jobs table, the count items on byEndpointExpiry only (how many jobs are IN_QUEUE at most).
     const all = actionsOf(statements);
     for (const write of [
       'dynamodb:PutItem',
@@ -608,7 +609,16 @@ describe('least privilege', () => {
       expect(all).not.toContain(write);
     }
     expect(all.filter((a) => a.startsWith('s3:'))).toEqual([]);
-    expect(JSON.stringify(statements)).not.toContain(logicalId(platform.jobsTable));
+    const onJobs = statements.filter((st) => JSON.stringify(st).includes(logicalId(platform.jobsTable)));
+    expect(onJobs).toHaveLength(1);
+    expect(actionsOf(onJobs)).toEqual(['dynamodb:Query']);
+    expect(JSON.stringify(onJobs[0]!.Resource)).toContain(
+      `/index/${dynamoSchema.jobs.indexes.byEndpointExpiry.indexName}`,
+    );
+    expect(onJobs[0]!.Condition).toEqual({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['*#COUNTS'] },
+      Null: { 'dynamodb:LeadingKeys': 'false' },
+    });
     expect(JSON.stringify(statements)).not.toContain(logicalId(platform.chunksTable));
     expect(resourcesFor(statements, 'dynamodb:Query').join('\n')).toContain(
       `/index/${dynamoSchema.workers.indexes.byEndpoint.indexName}`,

@@ -34,6 +34,7 @@
 
 export * from './dynamo/client.js';
 export * from './dynamo/control-store.js';
+export { countPartitionPattern } from './dynamo/counts.js';
 export { inlineBudgetBytes, statusShardCount, streamChunkInlineBytes } from './dynamo/job-item.js';
 export * from './dynamo/job-store.js';
 export * from './dynamo/schema.js';

@@ -102,6 +102,37 @@ export function countUpdates(table: string, before?: Counted, after?: Counted): 
 /** The status a `byStatusExpiry` index item was in (its statusShard is `<status>#<shard>`). */
 export const statusOfShard = (statusShard: string): JobStatus => statusShard.split('#')[0] as JobStatus;
 
+/** The count items of the buckets from the current one on: what every job unexpired at `nowMs` added. */
+function countItemsOf(doc: DynamoDBDocumentClient, table: string, endpointId: string, nowMs: number) {
+  return queryAll(doc, {
+    TableName: table,
+    IndexName: dynamoSchema.jobs.indexes.byEndpointExpiry.indexName,
+    KeyConditionExpression: 'endpointId = :counts AND expiresAt >= :start',
+    ExpressionAttributeValues: { ':counts': countsPartition(endpointId), ':start': bucketStartOf(nowMs) },
+  });
+}
+
+/**
+ * An upper bound of the endpoint's IN_QUEUE jobs at `nowMs`, from its count items alone (one Query
+ * on the `<endpointId>#COUNTS` partition, what the scaler is allowed to read): jobs of the current
+ * bucket that already expired are still in it.
+ */
+export async function readQueuedAtMost(
+  doc: DynamoDBDocumentClient,
+  table: string,
+  endpointId: string,
+  nowMs: number,
+): Promise<number> {
+  let queued = 0;
+  for (const item of await countItemsOf(doc, table, endpointId, nowMs)) {
+    queued += (item.inQueue as number | undefined) ?? 0;
+  }
+  return Math.max(0, queued);
+}
+
+/** The scaler's grant: the count partitions of the byEndpointExpiry index, never a job's items. */
+export const countPartitionPattern = countsPartition('*');
+
 /** The counts at `nowMs`: two Queries, whatever the number of jobs the endpoint retains. */
 export async function readCounts(
   doc: DynamoDBDocumentClient,
@@ -112,12 +143,7 @@ export async function readCounts(
   const indexName = dynamoSchema.jobs.indexes.byEndpointExpiry.indexName;
   const currentStart = bucketStartOf(nowMs);
   const [countItems, expiredNow] = await Promise.all([
-    queryAll(doc, {
-      TableName: table,
-      IndexName: indexName,
-      KeyConditionExpression: 'endpointId = :counts AND expiresAt >= :start',
-      ExpressionAttributeValues: { ':counts': countsPartition(endpointId), ':start': currentStart },
-    }),
+    countItemsOf(doc, table, endpointId, nowMs),
     // Jobs of the current bucket that already expired (expiresAt <= now reads as absent).
     queryAll(doc, {
       TableName: table,

@@ -27,6 +27,7 @@ import type {
   JobStore,
   JobUpdate,
   LeaseRenewal,
+  QueuedJobCount,
   RecentJobsQuery,
 } from '../../../ports.js';
 import {
@@ -40,7 +41,7 @@ import {
   toSec,
   transact,
 } from './client.js';
-import { type Counted, countUpdates, readCounts, statusOfShard } from './counts.js';
+import { type Counted, countUpdates, readCounts, readQueuedAtMost, statusOfShard } from './counts.js';
 import {
   type BigField,
   bigFields,
@@ -78,7 +79,7 @@ export interface DynamoJobStoreOptions {
 }
 
 /** Jobs as items described in ./job-item.ts; stream chunks as items of the chunks table. */
-export class DynamoJobStore implements JobStore {
+export class DynamoJobStore implements JobStore, QueuedJobCount {
   private readonly doc: DynamoDBDocumentClient;
   private readonly jobsTable: string;
   private readonly chunksTable: string;
@@ -464,6 +465,11 @@ export class DynamoJobStore implements JobStore {
   /** Two Queries on the count items and the current bucket, however many jobs the endpoint keeps (./counts.ts). */
   counts(endpointId: string, nowMs: number): Promise<JobCounts> {
     return readCounts(this.doc, this.jobsTable, endpointId, nowMs);
+  }
+
+  /** At least the endpoint's IN_QUEUE jobs, from its count items only (the scaler's read, ./counts.ts). */
+  queuedAtMost(endpointId: string, nowMs: number): Promise<number> {
+    return readQueuedAtMost(this.doc, this.jobsTable, endpointId, nowMs);
   }
 
   /**
