@@ -109,13 +109,16 @@ function startWorker(app: { dir: string; module: string }, port: number): ChildP
 }
 
 /**
- * One ECS task: the agent process and its worker. `stop` plays ECS stopping the task (desired status
- * STOPPED, then SIGTERM to the worker) once `stopWhen` holds; without it the worker ends by itself.
+ * One ECS task: the agent process and its worker. Once `stopWhen` holds, the test plays ECS stopping
+ * the task: its desired status STOPPED, then SIGTERM to the worker first, or to the agent first with
+ * `agentFirst` (whichever order ECS takes, the agent must judge the same); without `stopWhen` the
+ * worker ends by itself. `graceSec`: the service's health check grace, as the app stack sets it.
  * Resolves with the agent's exit code and what it printed.
  */
 async function oneTask(
   app: { dir: string; module: string },
   stopWhen?: (agentOutput: string) => Promise<boolean> | boolean,
+  options: { graceSec?: number; agentFirst?: boolean } = {},
 ): Promise<{ code: number | null; stderr: string }> {
   const [workerPort, agentPort] = [await freePort(), await freePort()];
   const task = { desired: 'RUNNING' };
@@ -139,6 +142,7 @@ async function oneTask(
       AWS_ACCESS_KEY_ID: fakeAwsConfig.credentials.accessKeyId,
       AWS_SECRET_ACCESS_KEY: fakeAwsConfig.credentials.secretAccessKey,
       AWS_ENDPOINT_URL_DYNAMODB: box.fixture.dynamo.endpoint,
+      ...(options.graceSec ? { FERRY_HEALTH_CHECK_GRACE_SEC: String(options.graceSec) } : {}),
     },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
@@ -158,9 +162,10 @@ async function oneTask(
       30_000,
     );
     task.desired = 'STOPPED';
-    worker.kill('SIGTERM');
+    (options.agentFirst ? agent : worker).kill('SIGTERM');
   }
   const [code] = await exited;
+  worker.kill('SIGKILL');
   return { code, stderr };
 }
 
@@ -172,9 +177,12 @@ const afterTurnedAway = async () =>
 
 describe('a load-balanced worker that cannot start, task after task', () => {
   it('stopped with its task before it ever answered (a task still starting): no failed start, exit 0', async () => {
-    // Once the agent has read the (empty) run and listens, "ECS" stops the task.
-    const { code, stderr } = await oneTask({ dir: scratch, module: 'slow_lb' }, (output) =>
-      output.includes('serving load-balanced endpoint'),
+    // Once the agent has read the (empty) run and listens, "ECS" stops the task, well within its
+    // health check grace.
+    const { code, stderr } = await oneTask(
+      { dir: scratch, module: 'slow_lb' },
+      (output) => output.includes('serving load-balanced endpoint'),
+      { graceSec: 60 },
     );
     expect(code, stderr).toBe(0);
     expect(stderr).toContain('with its task');
@@ -219,5 +227,30 @@ describe('a load-balanced worker that cannot start, task after task', () => {
     );
     expect(code, stderr).toBe(0);
     expect(await runs()).toBeUndefined();
+  }, 120_000);
+
+  it('a worker that never answers (a server on the wrong port) is a failed start once its grace is over, in either stop order', async () => {
+    expect(await runs()).toBeUndefined();
+    const graceSec = 1;
+    const pastGrace = (started: number) => () => Date.now() - started > graceSec * 1000 + 500;
+    // ECS stops the worker first, then the agent sees it STOPPED in a STOPPED task.
+    const first = await oneTask({ dir: scratch, module: 'slow_lb' }, pastGrace(Date.now()), { graceSec });
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.stderr).toContain('did not answer GET /ping within its health check grace (1 s)');
+    expect(await runs()).toEqual({ failedStarts: 1 });
+    // The agent gets SIGTERM while the worker still runs (links stop the agent first).
+    const second = await oneTask({ dir: scratch, module: 'slow_lb' }, pastGrace(Date.now()), {
+      graceSec,
+      agentFirst: true,
+    });
+    expect(second.code, second.stderr).toBe(0);
+    expect(await runs()).toEqual({ failedStarts: 2 });
+    const third = await oneTask({ dir: scratch, module: 'slow_lb' }, pastGrace(Date.now()), { graceSec });
+    expect(third.code, third.stderr).toBe(0);
+    expect((await runs())?.problem).toMatchObject({
+      state: 'failing',
+      lines: [expect.stringContaining('is its server listening on FERRY_PORT?')],
+    });
+    expect(await afterTurnedAway()).toBe(0);
   }, 120_000);
 });

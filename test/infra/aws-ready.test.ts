@@ -216,6 +216,16 @@ describe('4. load-balanced GPU endpoints survive model loading', () => {
     expect(grace('lb_worker')).toBe(defaultHealthCheckGraceSec.cpu);
     expect(grace('gpu_worker')).toBeUndefined();
   });
+
+  it('the agent knows the same grace: a worker silent past it is a failed start when its task stops', () => {
+    for (const name of ['gpu_api', 'slow_api', 'lb_worker']) {
+      const env = Object.fromEntries(
+        (container(endpoint(name), 'agent').Environment ?? []).map((v) => [v.Name, v.Value]),
+      );
+      const grace = resource(app, endpoint(name).service).Properties.HealthCheckGracePeriodSeconds;
+      expect(env.FERRY_HEALTH_CHECK_GRACE_SEC).toBe(String(grace));
+    }
+  });
 });
 
 describe('8. runtime and alarms', () => {

@@ -120,6 +120,11 @@ export const lbAgentEnvSchema = z.object({
   FERRY_KEY_CACHE_MS: ms.max(300_000, 'must be at most 300000').default(30_000),
   /** How long SIGTERM lets requests in flight finish (ALB deregistration is 30 s). */
   FERRY_DRAIN_MS: ms.max(120_000, 'must be at most 120000 (ECS stopTimeout max)').default(30_000),
+  /**
+   * The service's health check grace: a worker that has not answered its /ping this long after the
+   * task started counts as a failed start when the task stops (lb.ts). Without it, it never does.
+   */
+  FERRY_HEALTH_CHECK_GRACE_SEC: z.coerce.number().int('must be an integer').min(1, 'must be >= 1').optional(),
   ...taskProtectionEnv,
   ...workerContainerEnv,
 });

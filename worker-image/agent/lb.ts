@@ -115,6 +115,13 @@ export interface LbAgentOptions {
   starts?: StartFailureRecord;
   /** How often the worker's /ping is probed until it first answers 200 (default 1 s). */
   readyProbeMs?: number;
+  /**
+   * How long the worker may take to answer its first /ping: the service's health check grace, after
+   * which the ALB's failed checks make ECS stop the task. A task that stops later than this without
+   * an answer counts as a failed start (a server on the wrong port, a hung model load); one stopped
+   * sooner (scale-in of a task still starting) does not. Without it, a stop never counts.
+   */
+  startGraceMs?: number;
 }
 
 export interface LbAgent {
@@ -130,6 +137,11 @@ export interface LbAgent {
   readonly leaving: Promise<number>;
   /** The worker container ended (ECS task metadata, ecsWorker.ts). */
   workerExited(how: WorkerExit): Promise<void>;
+  /**
+   * ECS is stopping the task (SIGTERM) while the worker may still run: a worker that never answered
+   * within `startGraceMs` is counted as a failed start now.
+   */
+  taskStopping(): Promise<void>;
   /** Stops taking connections and waits for requests in flight (at most `waitMs`); twice is fine. */
   close(waitMs?: number): Promise<void>;
 }
@@ -176,11 +188,13 @@ class LbAgentServer implements LbAgent {
   private probing: Promise<void> | undefined;
   private leave: (code: number) => void = () => {};
   readonly leaving: Promise<number>;
+  private readonly startedAt: number;
 
   constructor(private readonly options: LbAgentOptions) {
     this.log = options.log ?? agentLog;
     this.clock = options.clock ?? systemClock;
     this.lastBusyAt = this.clock.now();
+    this.startedAt = this.clock.now();
     this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
     this.workerHost = options.workerHost ?? '127.0.0.1';
     this.secretHeader = options.workerSecret ? { [lbSecretHeader]: options.workerSecret } : {};
@@ -244,12 +258,32 @@ class LbAgentServer implements LbAgent {
 
   async workerExited(how: WorkerExit): Promise<void> {
     if (this.supervisor.phase(this.workerId) === 'gone') return;
-    const planned = how.taskStopping === true;
+    const withTask = how.taskStopping === true;
     const exit = how.signal ?? `code ${how.code}`;
-    if (planned) this.log.info(`the worker exited (${exit}) with its task`);
+    if (withTask) this.log.info(`the worker exited (${exit}) with its task`);
     else this.log.warn(`the worker exited (${exit}); leaving so ECS replaces this task`);
-    await this.supervisor.exited(this.workerId, { ...how, asked: planned });
-    this.leave(planned ? 0 : 1);
+    const overran = withTask && this.overranStartGrace();
+    await this.supervisor.exited(this.workerId, { ...how, asked: withTask && !overran });
+    this.leave(withTask ? 0 : 1);
+  }
+
+  async taskStopping(): Promise<void> {
+    if (this.supervisor.phase(this.workerId) !== 'starting' || !this.overranStartGrace()) return;
+    await this.supervisor.exited(this.workerId, { code: null, signal: 'SIGTERM' });
+  }
+
+  /**
+   * Whether the worker has gone past its start grace without answering; says so in the endpoint's
+   * last lines (the verdict's `lines`), since the agent cannot read the worker's own output.
+   */
+  private overranStartGrace(): boolean {
+    const grace = this.options.startGraceMs;
+    if (grace === undefined || this.supervisor.phase(this.workerId) !== 'starting') return false;
+    if (this.clock.now() - this.startedAt < grace) return false;
+    const line = `the worker did not answer GET /ping within its health check grace (${Math.round(grace / 1000)} s): is its server listening on FERRY_PORT?`;
+    this.log.warn(line);
+    this.supervisor.output(this.options.endpointId, line);
+    return true;
   }
 
   /** Requests in flight on this task now. */

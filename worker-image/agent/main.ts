@@ -152,8 +152,11 @@ async function runLb(env: LbAgentEnv): Promise<number> {
       ? { registry: new DynamoWorkerRegistry({ doc, table: env.FERRY_WORKERS_TABLE }) }
       : {}),
     ...taskProtectionOf(env),
+    ...(env.FERRY_HEALTH_CHECK_GRACE_SEC ? { startGraceMs: env.FERRY_HEALTH_CHECK_GRACE_SEC * 1000 } : {}),
   });
   const code = await untilLeaving(env, agent);
+  // A worker still running that never answered within its grace is a failed start (lb.ts).
+  await agent.taskStopping();
   await agent.close(env.FERRY_DRAIN_MS);
   dynamo.destroy();
   return code;
