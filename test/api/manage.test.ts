@@ -118,21 +118,41 @@ describe('management API', () => {
     expect(chatty.queue).toEqual({ visible: expect.any(Number), urgent: expect.any(Number) });
   });
 
-  it("shows a load-balanced endpoint's workers that cannot start as its problem (it has no health)", async () => {
+  /**
+   * Deploys a one-route load-balanced endpoint from `head` (the module's first lines) and waits until
+   * the local supervisor calls it failing; `check` sees its summary, then the endpoint goes.
+   */
+  async function failingLbEndpoint(
+    id: string,
+    head: string,
+    endpointArgs: string,
+    check: (summary: Record<string, any>) => Promise<void>,
+  ) {
     const dir = mkdtempSync(join(tmpdir(), 'ferry-manage-lb-'));
     try {
       writeFileSync(
         join(dir, 'broken_api.py'),
-        'import ferry_no_such_package_xyz\nfrom ferry import Endpoint\n\napi = Endpoint(name="broken-api", cpu="1-2", workers=(1, 1))\n\n\n@api.get("/x")\ndef x():\n    return 1\n',
+        `${head}\nfrom ferry import Endpoint\n\napi = Endpoint(name="${id}", cpu="1-2", workers=(1, 1)${endpointArgs})\n\n\n@api.get("/x")\ndef x():\n    return 1\n`,
       );
       const { endpoints } = await scanProject({ projectDir: dir });
-      await platform.db.control.putEndpoint(recordFor(endpoints[0]!, dir, 'brokenapi'));
+      await platform.db.control.putEndpoint(recordFor(endpoints[0]!, dir, id));
       await platform.workers!.reconcile();
-      // Its workers die at import, one start after another, until the supervisor calls it failing.
-      const failing = await until(
-        async () => (await call(manage, 'GET', '/endpoints/brokenapi')).body,
-        (e) => e.problem?.state === 'failing',
+      await check(
+        await until(
+          async () => (await call(manage, 'GET', `/endpoints/${id}`)).body,
+          (e) => e.problem?.state === 'failing',
+        ),
       );
+    } finally {
+      await platform.db.control.deleteEndpoint(id);
+      await platform.workers!.reconcile();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
+  it("shows a load-balanced endpoint's workers that cannot start as its problem (it has no health)", async () => {
+    // Its workers die at import, one start after another, until the supervisor calls it failing.
+    await failingLbEndpoint('brokenapi', 'import ferry_no_such_package_xyz', '', async (failing) => {
       expect(failing.kind).toBe('lb');
       expect(failing.health).toBeUndefined();
       expect(failing.problem.reason).toMatch(/workers in a row exited/);
@@ -142,11 +162,20 @@ describe('management API', () => {
       const chatty = listed.find((e: { id: string }) => e.id === 'chatty');
       expect(chatty.problem).toBeUndefined();
       expect(chatty.health.problem).toBeUndefined();
-    } finally {
-      await platform.db.control.deleteEndpoint('brokenapi');
-      await platform.workers!.reconcile();
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
+  }, 60_000);
+
+  it('a load-balanced worker silent past its health_check_grace is stopped and counted, as on AWS', async () => {
+    // A model load that never ends: the worker never answers GET /ping. With a 1 s grace, each is
+    // stopped after it, and the third in a row makes the endpoint failing.
+    await failingLbEndpoint(
+      'silentapi',
+      'import time\n\ntime.sleep(600)',
+      ', health_check_grace=1',
+      async (failing) => {
+        expect(failing.problem.reason).toMatch(/3 workers in a row exited \(signal SIGKILL\)/);
+      },
+    );
   }, 60_000);
 
   it('one job has input, output and timings', async () => {

@@ -483,6 +483,8 @@ export class EndpointPool {
       env.FERRY_MODE = 'queue';
       env.FERRY_TARGET = endpoint.target?.name ?? '';
     }
+    // How its lines and the pool's notes about it start.
+    const prefix = `[${this.spec.record.name} ${workerId.slice(-8)}]`;
     const launchWith = (port?: number) => {
       if (port !== undefined) {
         env.FERRY_HOST = '127.0.0.1';
@@ -503,7 +505,6 @@ export class EndpointPool {
         ...this.spec.user,
       });
       proc.child = child;
-      const prefix = `[${this.spec.record.name} ${workerId.slice(-8)}]`;
       for (const [name, stream] of [
         ['stdout', child.stdout],
         ['stderr', child.stderr],
@@ -542,10 +543,20 @@ export class EndpointPool {
       });
     };
     if (endpoint.kind === 'lb') {
+      // The endpoint's health_check_grace, as on AWS (docs/aws.md), else two minutes.
+      const graceMs = (this.resources.healthCheckGraceSec || 120) * 1000;
       proc.ready = (async () => {
         const port = await freePort();
         launchWith(port);
-        await waitReady(port, proc, 120_000);
+        try {
+          await waitReady(port, proc, graceMs);
+        } catch (error) {
+          // Silent past its grace (a hung model load, a server that never binds): it goes, and as it
+          // never answered, the supervisor counts a failed start, as an AWS task stopped for it is.
+          this.note(`${prefix} did not answer GET /ping within ${graceMs / 1000} s; stopping it`);
+          killGroup(proc.child);
+          throw error;
+        }
         this.supervisor.ready(workerId);
       })();
       proc.ready.catch(() => {});
