@@ -204,6 +204,13 @@ export class EndpointService extends Construct {
       container: artifact,
       condition: ecs.ContainerDependencyCondition.SUCCESS,
     });
+    // The agent too, in both kinds: a failed download must stop the task, and since the worker is not
+    // essential, only an essential container that cannot start does (the agent would otherwise run on,
+    // beside a worker that never starts, on a billed instance).
+    agent.addContainerDependencies({
+      container: artifact,
+      condition: ecs.ContainerDependencyCondition.SUCCESS,
+    });
     if (endpoint.kind === 'queue') {
       // The worker calls the agent: it links to it (so starts after it).
       worker.addLink(agent, linkNames.agent);
@@ -214,16 +221,12 @@ export class EndpointService extends Construct {
     } else {
       // The agent proxies to the worker: the link goes the other way. It reads the task's secret
       // for that hop from the init container's volume, once the init container has exited 0 (the
-      // SUCCESS condition: https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDependency.html).
+      // SUCCESS condition above: https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDependency.html).
       agent.addLink(worker, linkNames.worker);
       agent.addMountPoints({
         sourceVolume: artifactMount.volume,
         containerPath: artifactMount.path,
         readOnly: true,
-      });
-      agent.addContainerDependencies({
-        container: artifact,
-        condition: ecs.ContainerDependencyCondition.SUCCESS,
       });
     }
     this.acknowledgeTaskFindings(taskDefinition);

@@ -206,8 +206,11 @@ describe('tasks', () => {
       expect(byName('artifact').Essential).toBe(false);
       expect(containers.filter((c) => c.Essential !== false).map((c) => c.Name)).toEqual(['agent']);
       expect(template.toJSON().Resources[idOf(e.taskDefinition)].Properties.NetworkMode).toBe('bridge');
-      // The worker starts once the artifact is on the shared volume, which it mounts read-only.
+      // The worker starts once the artifact is on the shared volume, which it mounts read-only; the
+      // agent waits for it too, so a failed download stops the task (the agent is its one essential
+      // container), rather than leaving an agent beside a worker that never starts.
       expect(byName('worker').DependsOn).toContainEqual({ ContainerName: 'artifact', Condition: 'SUCCESS' });
+      expect(byName('agent').DependsOn).toContainEqual({ ContainerName: 'artifact', Condition: 'SUCCESS' });
       expect(byName('worker').MountPoints).toEqual([
         { SourceVolume: artifactMount.volume, ContainerPath: artifactMount.path, ReadOnly: true },
       ]);
