@@ -22,7 +22,7 @@ import { defaultSupervisorSettings } from '../../core/supervisor.js';
 import { bundleAgent } from '../../worker-image/agent/bundle.js';
 import { eventually } from '../agent/helpers.js';
 import { lbEndpoint } from '../infra/fixtures.js';
-import { fakeAwsConfig, freePort } from '../support/emulators.js';
+import { fakeAwsConfig, freePorts } from '../support/emulators.js';
 import { recordFor } from '../support/endpoints.js';
 import { type AwsBox, scalerDecision, startAwsBox } from './box.js';
 
@@ -120,7 +120,7 @@ async function oneTask(
   stopWhen?: (agentOutput: string) => Promise<boolean> | boolean,
   options: { graceSec?: number; agentFirst?: boolean } = {},
 ): Promise<{ code: number | null; stderr: string }> {
-  const [workerPort, agentPort] = [await freePort(), await freePort()];
+  const [workerPort, agentPort] = (await freePorts(2)) as [number, number];
   const task = { desired: 'RUNNING' };
   const worker = startWorker(app, workerPort);
   const agent = spawn(process.execPath, [agentFile], {

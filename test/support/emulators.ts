@@ -56,13 +56,22 @@ export const s3ClientFor = (endpoint: string): S3Client =>
 
 /** A port free on 127.0.0.1 now (the OS picks it; a race with other processes is unlikely). */
 export async function freePort(): Promise<number> {
-  const server = createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const address = server.address();
-  const port = typeof address === 'object' && address !== null ? address.port : 0;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
+  return (await freePorts(1))[0]!;
+}
+
+/**
+ * `count` different ports free on 127.0.0.1 now: all are held open until all are picked, since a
+ * port picked and released could be picked again by the next call.
+ */
+export async function freePorts(count: number): Promise<number[]> {
+  const servers = Array.from({ length: count }, () => createServer().listen(0, '127.0.0.1'));
+  await Promise.all(servers.map((server) => once(server, 'listening')));
+  const ports = servers.map((server) => {
+    const address = server.address();
+    return typeof address === 'object' && address !== null ? address.port : 0;
+  });
+  await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))));
+  return ports;
 }
 
 const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
