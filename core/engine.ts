@@ -402,6 +402,14 @@ export class JobEngine {
     return health;
   }
 
+  /**
+   * Why the endpoint's workers cannot start (backoff, failing), if they cannot: health's `problem`
+   * without its job counts, for an endpoint that has no jobs (a load-balanced one).
+   */
+  async workerProblem(endpointId: string): Promise<EndpointProblem | undefined> {
+    return (await this.ledger.counts(endpointId)).problem;
+  }
+
   // ── worker side (docs/architecture.md#worker-protocol) ───────────────────────────────────────────────────
 
   /**

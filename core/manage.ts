@@ -329,7 +329,7 @@ export class ManageApi {
     };
     if (record.kind !== 'queue') {
       // A load-balanced endpoint has no jobs; its workers may still fail to start (docs/workers.md).
-      const { problem } = await this.options.engine.health(record.id);
+      const problem = await this.options.engine.workerProblem(record.id);
       return { ...base, health: undefined, ...(problem ? { problem } : {}) };
     }
     const [health, depth] = await Promise.all([
