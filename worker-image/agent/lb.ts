@@ -262,28 +262,35 @@ class LbAgentServer implements LbAgent {
     const exit = how.signal ?? `code ${how.code}`;
     if (withTask) this.log.info(`the worker exited (${exit}) with its task`);
     else this.log.warn(`the worker exited (${exit}); leaving so ECS replaces this task`);
-    const overran = withTask && this.overranStartGrace();
-    await this.supervisor.exited(this.workerId, { ...how, asked: withTask && !overran });
+    // With its task, past its grace and never answered: a failed start all the same.
+    const silent = withTask && this.silentPastGrace();
+    if (silent) this.noteSilence();
+    await this.supervisor.exited(this.workerId, { ...how, asked: withTask && !silent });
     this.leave(withTask ? 0 : 1);
   }
 
   async taskStopping(): Promise<void> {
-    if (this.supervisor.phase(this.workerId) !== 'starting' || !this.overranStartGrace()) return;
+    if (!this.silentPastGrace()) return;
+    this.noteSilence();
     await this.supervisor.exited(this.workerId, { code: null, signal: 'SIGTERM' });
   }
 
-  /**
-   * Whether the worker has gone past its start grace without answering; says so in the endpoint's
-   * last lines (the verdict's `lines`), since the agent cannot read the worker's own output.
-   */
-  private overranStartGrace(): boolean {
+  /** Whether the worker has gone past its start grace (startGraceMs) without ever answering. */
+  private silentPastGrace(): boolean {
     const grace = this.options.startGraceMs;
-    if (grace === undefined || this.supervisor.phase(this.workerId) !== 'starting') return false;
-    if (this.clock.now() - this.startedAt < grace) return false;
-    const line = `the worker did not answer GET /ping within its health check grace (${Math.round(grace / 1000)} s): is its server listening on FERRY_PORT?`;
+    return (
+      grace !== undefined &&
+      this.supervisor.phase(this.workerId) === 'starting' &&
+      this.clock.now() - this.startedAt >= grace
+    );
+  }
+
+  /** Says why in the endpoint's last lines (the verdict's `lines`): the agent cannot read the worker's. */
+  private noteSilence(): void {
+    const graceSec = Math.round((this.options.startGraceMs ?? 0) / 1000);
+    const line = `the worker did not answer GET /ping within its health check grace (${graceSec} s): is its server listening on FERRY_PORT?`;
     this.log.warn(line);
     this.supervisor.output(this.options.endpointId, line);
-    return true;
   }
 
   /** Requests in flight on this task now. */
