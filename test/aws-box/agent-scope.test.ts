@@ -1,293 +1,113 @@
 /**
  * An endpoint's agent, holding only its endpoint's role, cannot touch another endpoint's jobs.
  *
- * DynamoDB Local does not evaluate IAM, so this test puts the policy in front of it: the agent role's
- * statements come from a synthesized template (infra/isolation.ts), and every request the agent's
- * DynamoDB client sends (the real wire request: X-Amz-Target and JSON body) is checked against them
- * before it reaches DynamoDB Local. The check covers exactly what these statements use, as AWS
- * documents it: action, resource ARN, `ForAllValues:StringLike` on `dynamodb:LeadingKeys` (the
- * request's partition key values) and `Null` on it
- * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html,
- * https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-single-vs-multi-valued-context-keys.html).
- * Anything else (another operator, an operation it cannot read the keys of) is denied. What the test
- * does NOT show: that AWS evaluates these conditions the same way; that needs a real account
- * (docs/security-aws.md).
+ * DynamoDB Local does not evaluate IAM, so this test puts the policy in front of it
+ * (test/support/iam-gate.ts): the agent role's statements come from a synthesized template
+ * (infra/isolation.ts), and every request the agent's clients send is checked against them before it
+ * reaches the emulators. What the test does NOT show: that AWS evaluates these conditions the same
+ * way; that needs a real account (docs/security-aws.md).
  */
-import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { createServer } from 'node:http';
 import { GetObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { App, Stack } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import * as iam from 'aws-cdk-lib/aws-iam';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   DynamoControlStore,
   DynamoJobStore,
   type DynamoTable,
   DynamoWorkerRegistry,
-  dynamoSchema,
 } from '../../core/adapters/aws/dynamo.js';
 import { S3BlobStore } from '../../core/adapters/aws/s3.js';
-import { queueUrls } from '../../functions/wiring.js';
 import { EndpointAgentAccess } from '../../infra/isolation.js';
 import type { Agent } from '../../worker-image/agent/agent.js';
+import { startLbAgent } from '../../worker-image/agent/lb.js';
+import { listen } from '../../worker-image/agent/listen.js';
 import { makeJob } from '../contract/helpers.js';
-import { type Statement, statementsOf } from '../infra/iam.js';
-import { fakeAwsConfig, s3ClientFor, sqsClientFor } from '../support/emulators.js';
+import { statementsOf } from '../infra/iam.js';
+import { dynamoClientFor, s3ClientFor, sqsClientFor } from '../support/emulators.js';
+import { arnOf, IamGate, Policy } from '../support/iam-gate.js';
 import { ProtocolWorker } from '../support/protocolWorker.js';
 import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
-
-const account = '123456789012';
-const region = fakeAwsConfig.region;
-const arnOf = (table: string, index?: string) =>
-  `arn:aws:dynamodb:${region}:${account}:table/${table}${index ? `/index/${index}` : ''}`;
 
 // Endpoint ids as endpointIdFor makes them: 14 lowercase letters and digits.
 const mine = 'mineaaaaaaaaa1';
 const theirs = 'theirsbbbbbbb2';
 
-/** The agent role's statements for `endpointId`, from a synthesized template. */
-function agentPolicy(endpointId: string, tables: Record<DynamoTable, string>, bucket: string): Statement[] {
+/** The agent role's policy for `endpointId` of `kind`, from a synthesized template. */
+function agentPolicy(
+  endpointId: string,
+  kind: 'queue' | 'lb',
+  tables: Record<DynamoTable, string>,
+  bucket: string,
+): Policy {
   const stack = new Stack(new App(), 'Scope');
   const taskRole = new iam.Role(stack, 'TaskRole', {
     assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
   });
-  const ref = (role: DynamoTable) => ({ tableName: tables[role], tableArn: arnOf(tables[role]) });
+  const ref = (role: DynamoTable) => ({ tableName: tables[role], tableArn: arnOf.table(tables[role]) });
+  // Its own two queues, as the app stack creates them (`ferry-<id>`, `ferry-<id>-low`).
+  const queues =
+    kind === 'queue'
+      ? [`ferry-${endpointId}`, `ferry-${endpointId}-low`].map((name) =>
+          sqs.Queue.fromQueueArn(stack, name, arnOf.queue(name)),
+        )
+      : [];
   const access = new EndpointAgentAccess(stack, 'Access', {
     appName: 'box',
     envName: 'production',
     endpointName: endpointId,
     endpointId,
-    kind: 'queue',
+    kind,
     taskRole,
     tables: { jobs: ref('jobs'), chunks: ref('chunks'), workers: ref('workers'), control: ref('control') },
     bucketName: bucket,
     bucketFindingName: bucket,
-    queues: [],
+    queues,
   });
-  return statementsOf(Template.fromStack(stack), access.role);
+  return new Policy(statementsOf(Template.fromStack(stack), access.role));
 }
-
-// ── the check ─────────────────────────────────────────────────────────────────────────────────────
-
-type AttributeValue = Record<string, unknown>;
-interface Access {
-  action: string;
-  resource: string;
-  /** The partition key values of the request, as `dynamodb:LeadingKeys` carries them. */
-  leadingKeys: string[];
-}
-
-/** IAM's StringLike: `*` any run of characters, `?` one character, everything else literal. */
-const stringLike = (pattern: string, value: string): boolean =>
-  new RegExp(
-    `^${pattern
-      .replace(/[.+^${}()|[\]\\]/g, '\\$&')
-      .replace(/\*/g, '.*')
-      .replace(/\?/g, '.')}$`,
-  ).test(value);
-
-const list = <T>(v: T | T[]): T[] => (Array.isArray(v) ? v : [v]);
-
-function conditionHolds(
-  condition: Record<string, Record<string, unknown>> | undefined,
-  access: Access,
-): boolean {
-  for (const [operator, keys] of Object.entries(condition ?? {})) {
-    for (const [key, expected] of Object.entries(keys)) {
-      if (key !== 'dynamodb:LeadingKeys') return false;
-      if (operator === 'ForAllValues:StringLike') {
-        const patterns = list(expected as string | string[]);
-        if (!access.leadingKeys.every((k) => patterns.some((p) => stringLike(p, k)))) return false;
-      } else if (operator === 'Null') {
-        const isNull = access.leadingKeys.length === 0;
-        if (String(isNull) !== String(expected)) return false;
-      } else {
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
-/** A template's resource as text: `Fn::Join` with the partition filled in, as on AWS. */
-function resolve(value: unknown): string | undefined {
-  if (typeof value === 'string') return value;
-  const join = (value as { 'Fn::Join'?: [string, unknown[]] })['Fn::Join'];
-  if (join) {
-    const parts = join[1].map((part) =>
-      JSON.stringify(part) === JSON.stringify({ Ref: 'AWS::Partition' }) ? 'aws' : resolve(part),
-    );
-    return parts.every((p) => p !== undefined) ? parts.join(join[0]) : undefined;
-  }
-  return undefined;
-}
-
-function allowed(statements: Statement[], access: Access): boolean {
-  return statements.some(
-    (s) =>
-      s.Effect === 'Allow' &&
-      list(s.Action).includes(access.action) &&
-      list(s.Resource).some((r) => {
-        const arn = resolve(r);
-        return arn !== undefined && stringLike(arn, access.resource);
-      }) &&
-      conditionHolds(s.Condition as Record<string, Record<string, unknown>> | undefined, access),
-  );
-}
-
-/** The table role behind a physical table name. */
-const roleOf = (tables: Record<DynamoTable, string>, name: string): DynamoTable =>
-  (Object.keys(tables) as DynamoTable[]).find((role) => tables[role] === name)!;
-
-const scalar = (value: AttributeValue | undefined): string => String(value?.S ?? value?.N ?? '');
-
-/** What IAM would authorize for one wire request; undefined when the request cannot be read. */
-function accessesOf(
-  tables: Record<DynamoTable, string>,
-  operation: string,
-  body: Record<string, any>,
-): Access[] | undefined {
-  const action = `dynamodb:${operation}`;
-  const pk = (table: string) => dynamoSchema[roleOf(tables, table)].partitionKey.name;
-  switch (operation) {
-    case 'GetItem':
-    case 'DeleteItem':
-    case 'UpdateItem':
-      return [
-        { action, resource: arnOf(body.TableName), leadingKeys: [scalar(body.Key[pk(body.TableName)])] },
-      ];
-    case 'PutItem':
-      return [
-        { action, resource: arnOf(body.TableName), leadingKeys: [scalar(body.Item[pk(body.TableName)])] },
-      ];
-    case 'BatchWriteItem':
-      return Object.entries(body.RequestItems as Record<string, any[]>).map(([table, requests]) => ({
-        action,
-        resource: arnOf(table),
-        leadingKeys: requests.map((r) => scalar((r.PutRequest?.Item ?? r.DeleteRequest?.Key)?.[pk(table)])),
-      }));
-    case 'BatchGetItem':
-      return Object.entries(body.RequestItems as Record<string, { Keys: any[] }>).map(
-        ([table, { Keys }]) => ({
-          action,
-          resource: arnOf(table),
-          leadingKeys: Keys.map((key) => scalar(key[pk(table)])),
-        }),
-      );
-    // A transaction is authorized action by action, each as its own operation
-    // (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html).
-    case 'TransactWriteItems':
-      return (body.TransactItems as Record<string, any>[]).map((item) => {
-        const [kind, request] = Object.entries(item)[0]!;
-        const key = request.Key ?? request.Item;
-        const operation =
-          { Put: 'PutItem', Update: 'UpdateItem', Delete: 'DeleteItem' }[kind] ?? 'ConditionCheckItem';
-        return {
-          action: `dynamodb:${operation}`,
-          resource: arnOf(request.TableName),
-          leadingKeys: [scalar(key[pk(request.TableName)])],
-        };
-      });
-    case 'Query': {
-      const spec = dynamoSchema[roleOf(tables, body.TableName)];
-      const index = body.IndexName
-        ? Object.values(
-            spec.indexes as Record<string, { indexName: string; partitionKey: { name: string } }>,
-          ).find((i) => i.indexName === body.IndexName)
-        : undefined;
-      const keyName = index ? index.partitionKey.name : spec.partitionKey.name;
-      const names: Record<string, string> = body.ExpressionAttributeNames ?? {};
-      const keys: string[] = [];
-      for (const [, left, placeholder] of String(body.KeyConditionExpression).matchAll(
-        /([#\w]+)\s*=\s*(:\w+)/g,
-      )) {
-        if ((names[left!] ?? left) === keyName)
-          keys.push(scalar(body.ExpressionAttributeValues[placeholder!]));
-      }
-      return [{ action, resource: arnOf(body.TableName, body.IndexName), leadingKeys: keys }];
-    }
-    default:
-      return undefined;
-  }
-}
-
-class AccessDenied extends Error {
-  override name = 'AccessDeniedException';
-}
-
-/** A DynamoDB client whose requests must pass `statements` first; it records every decision. */
-function gatedDynamo(endpoint: string, tables: Record<DynamoTable, string>, statements: Statement[]) {
-  const client = new DynamoDBClient({ ...fakeAwsConfig, endpoint });
-  const decisions: { operation: string; keys: string[]; allowed: boolean }[] = [];
-  client.middlewareStack.add(
-    (next) => async (args) => {
-      const request = args.request as { headers: Record<string, string>; body: string | Uint8Array };
-      const body = typeof request.body === 'string' ? request.body : new TextDecoder().decode(request.body);
-      const operation = String(request.headers['x-amz-target']).split('.')[1]!;
-      const accesses = accessesOf(tables, operation, JSON.parse(body));
-      const ok = accesses?.every((a) => allowed(statements, a)) ?? false;
-      decisions.push({ operation, keys: (accesses ?? []).flatMap((a) => a.leadingKeys), allowed: ok });
-      if (!ok) throw new AccessDenied(`not authorized to perform dynamodb:${operation}`);
-      return next(args);
-    },
-    { step: 'build', name: 'iamGate' },
-  );
-  return { client, decisions };
-}
-
-/** An S3 client whose object calls must pass `statements` first (no condition keys involved). */
-function gatedS3(endpoint: string, statements: Statement[]) {
-  const client = s3ClientFor(endpoint);
-  const decisions: { operation: string; key: string; allowed: boolean }[] = [];
-  client.middlewareStack.add(
-    (next, context) => async (args) => {
-      const operation = String(context.commandName).replace(/Command$/, '');
-      const input = args.input as { Bucket?: string; Key?: string };
-      const access: Access = {
-        action: `s3:${operation}`,
-        resource: `arn:aws:s3:::${input.Bucket}/${input.Key}`,
-        leadingKeys: [],
-      };
-      const ok = input.Key !== undefined && allowed(statements, access);
-      decisions.push({ operation, key: input.Key ?? '', allowed: ok });
-      if (!ok) throw new AccessDenied(`not authorized to perform s3:${operation}`);
-      return next(args);
-    },
-    { step: 'initialize', name: 'iamGate' },
-  );
-  return { client, decisions };
-}
-
-// ── the test ──────────────────────────────────────────────────────────────────────────────────────
 
 let box: AwsBox;
-let gate: ReturnType<typeof gatedDynamo>;
+/** The queue agent's role in front of its DynamoDB, SQS and S3 clients. */
+let gate: IamGate;
 let agent: Agent;
-let sqsClient: ReturnType<typeof sqsClientFor>;
-let s3Gate: ReturnType<typeof gatedS3>;
+const clients = {
+  dynamo: undefined as ReturnType<typeof dynamoClientFor> | undefined,
+  sqs: undefined as ReturnType<typeof sqsClientFor> | undefined,
+  s3: undefined as ReturnType<typeof s3ClientFor> | undefined,
+};
 
 beforeAll(async () => {
   // The deployed stacks' blob prefix (''), which the agent role's S3 grant is written for.
   box = await startAwsBox({ workerWaitMs: 1_000, blobPrefix: '' });
   await box.addEndpoint(mine);
   await box.addEndpoint(theirs);
-  const { tables, bucket } = box.fixture;
-  const policy = agentPolicy(mine, tables, bucket);
-  gate = gatedDynamo(box.fixture.dynamo.endpoint, tables, policy);
-  s3Gate = gatedS3(box.fixture.fauxqs.endpoint, policy);
-  sqsClient = sqsClientFor(box.fixture.fauxqs.endpoint);
+  const { tables, bucket, dynamo, fauxqs } = box.fixture;
+  gate = new IamGate(agentPolicy(mine, 'queue', tables, bucket));
+  clients.dynamo = gate.dynamo(dynamoClientFor(dynamo.endpoint), tables);
+  clients.sqs = gate.sqs(sqsClientFor(fauxqs.endpoint));
+  clients.s3 = gate.s3(s3ClientFor(fauxqs.endpoint));
+  // On ECS the agent has its queues' URLs from its environment (FERRY_QUEUE_URL, no GetQueueUrl).
+  const urls = {
+    urgent: await box.fixture.queueUrlFor(mine),
+    low: await box.fixture.queueUrlFor(mine, { lowPriority: true }),
+  };
   // The box's agent settings, with clients that see only what the agent role allows.
   agent = await box.newAgent(mine, {
-    clients: { dynamo: gate.client, sqs: sqsClient, s3: s3Gate.client },
-    queueUrlFor: queueUrls(sqsClient, box.env.FERRY_QUEUE_NAME_PREFIX),
+    clients: { dynamo: clients.dynamo, sqs: clients.sqs, s3: clients.s3 },
+    queueUrlFor: async (_id, options) => (options?.lowPriority ? urls.low : urls.urgent),
     exit: () => {},
   });
 }, 120_000);
 
 afterAll(async () => {
   await agent?.close();
-  for (const c of [gate?.client, sqsClient, s3Gate?.client]) c?.destroy();
+  for (const c of Object.values(clients)) c?.destroy();
   await box?.stop();
 });
 
@@ -310,7 +130,7 @@ const statusOf = async (endpointId: string, id: string) => {
 
 describe("an agent with its endpoint's role", () => {
   it("counts, marks and clears its own endpoint's failed starts (one STARTS# key), every call allowed", async () => {
-    const doc = DynamoDBDocumentClient.from(gate.client, {
+    const doc = DynamoDBDocumentClient.from(clients.dynamo!, {
       marshallOptions: { removeUndefinedValues: true },
     });
     const control = new DynamoControlStore({ doc, table: box.fixture.tables.control });
@@ -345,27 +165,30 @@ describe("an agent with its endpoint's role", () => {
     } finally {
       await worker.stop();
     }
-    expect(gate.decisions.filter((d) => !d.allowed)).toEqual([]);
-    expect(s3Gate.decisions.filter((d) => !d.allowed)).toEqual([]);
-    // The policy was exercised, not bypassed: job items, chunks and payload objects went through it.
-    // Status moves write the job and its endpoint's count items in one transaction.
-    expect(gate.decisions.some((d) => d.operation === 'TransactWriteItems' && d.keys.includes(small))).toBe(
-      true,
-    );
+    expect(gate.denied()).toEqual([]);
+    // The policy was exercised, not bypassed: job items, chunks, payload objects and its queues went
+    // through it. Status moves write the job and its endpoint's count items in one transaction.
+    const transact = 'dynamodb:TransactWriteItems';
+    expect(gate.decisions.some((d) => d.operation === transact && d.keys.includes(small))).toBe(true);
     expect(
-      gate.decisions.some(
-        (d) => d.operation === 'TransactWriteItems' && d.keys.some((key) => key.includes('-#counts#')),
-      ),
+      gate.decisions.some((d) => d.operation === transact && d.keys.some((key) => key.includes('-#counts#'))),
     ).toBe(true);
     const touched = (operation: string, id: string) =>
-      s3Gate.decisions.some((d) => d.operation === operation && d.key.startsWith(`payloads/${id}/`));
+      gate.decisions.some(
+        (d) => d.operation === `s3:${operation}` && d.resources.some((r) => r.includes(`/payloads/${id}/`)),
+      );
     expect(
       gate.decisions.some(
         (d) =>
           d.keys.includes(streamed) &&
-          !['GetItem', 'PutItem', 'TransactWriteItems', 'BatchGetItem'].includes(d.operation),
+          !['GetItem', 'PutItem', 'TransactWriteItems', 'BatchGetItem']
+            .map((o) => `dynamodb:${o}`)
+            .includes(d.operation),
       ),
     ).toBe(true);
+    for (const operation of ['ReceiveMessage', 'DeleteMessage']) {
+      expect(gate.decisions.some((d) => d.operation === `sqs:${operation}` && d.allowed)).toBe(true);
+    }
     expect(touched('GetObject', big)).toBe(true);
     expect(touched('PutObject', big)).toBe(true);
   });
@@ -375,11 +198,11 @@ describe("an agent with its endpoint's role", () => {
     const before = await box.fixture.jobs().get(victim, Date.now());
     expect(before?.status).toBe('IN_QUEUE');
 
-    const doc = DynamoDBDocumentClient.from(gate.client, {
+    const doc = DynamoDBDocumentClient.from(clients.dynamo!, {
       marshallOptions: { removeUndefinedValues: true },
     });
     const blobs = new S3BlobStore({
-      client: s3Gate.client,
+      client: clients.s3!,
       bucket: box.fixture.bucket,
       prefix: box.env.FERRY_BLOB_PREFIX,
     });
@@ -452,7 +275,102 @@ describe("an agent with its endpoint's role", () => {
     const key = listed.Contents?.[0]?.Key;
     expect(key).toBeDefined();
     await expect(
-      s3Gate.client.send(new GetObjectCommand({ Bucket: box.fixture.bucket, Key: key })),
+      clients.s3!.send(new GetObjectCommand({ Bucket: box.fixture.bucket, Key: key })),
     ).rejects.toMatchObject(denied);
+
+    // Their queues: it can neither take their messages nor forge one that would wake their workers.
+    for (const lowPriority of [false, true]) {
+      const QueueUrl = await box.fixture.queueUrlFor(theirs, { lowPriority });
+      await expect(clients.sqs!.send(new ReceiveMessageCommand({ QueueUrl }))).rejects.toMatchObject(denied);
+      await expect(
+        clients.sqs!.send(new SendMessageCommand({ QueueUrl, MessageBody: victim })),
+      ).rejects.toMatchObject(denied);
+    }
+  });
+});
+
+describe("a load-balanced endpoint's agent with its endpoint's role", () => {
+  it('checks keys, reports its load and counts its failed starts, every call allowed; nothing else is reachable', async () => {
+    const { tables, bucket, dynamo } = box.fixture;
+    const lbGate = new IamGate(agentPolicy(mine, 'lb', tables, bucket));
+    const client = lbGate.dynamo(dynamoClientFor(dynamo.endpoint), tables);
+    const doc = DynamoDBDocumentClient.from(client, { marshallOptions: { removeUndefinedValues: true } });
+    const control = new DynamoControlStore({ doc, table: tables.control });
+    const registry = new DynamoWorkerRegistry({ doc, table: tables.workers });
+    const admin = box.lambda.control;
+    const quiet = { info: () => {}, warn: () => {}, error: () => {} };
+    const lbAgent = (workerId: string, workerPort: number) =>
+      startLbAgent({
+        endpointId: mine,
+        control,
+        registry,
+        starts: control,
+        workerId,
+        workerPort,
+        host: '127.0.0.1',
+        port: 0,
+        readyProbeMs: 50,
+        log: quiet,
+      });
+    // An earlier task's worker failed to start: the run this task's first contact ends.
+    await admin.addFailedStart(mine);
+    // The worker: a server that answers its /ping and echoes a request's path.
+    const worker = createServer((req, res) => res.end(req.url === '/ping' ? 'ok' : `echo ${req.url}`));
+    const { port: workerPort } = await listen(worker, '127.0.0.1', 0);
+    const healthy = await lbAgent(`${mine}-lb1`, workerPort);
+    try {
+      const answer = await fetch(`${healthy.url}/hello`, {
+        headers: { authorization: `Bearer ${boxApiKey}` },
+      });
+      expect(await answer.text()).toBe('echo /hello');
+      await expect.poll(() => admin.startFailures(mine), { timeout: 5_000 }).toBeUndefined();
+      await healthy.reported();
+    } finally {
+      await healthy.close(1_000);
+      await new Promise((resolve) => worker.close(resolve));
+    }
+    // Another task's worker exits before it ever answered: counted on the endpoint's own STARTS#.
+    const crashing = await lbAgent(`${mine}-lb2`, workerPort);
+    try {
+      await crashing.workerExited({ code: 1, signal: null });
+      expect(await crashing.leaving).toBe(1);
+    } finally {
+      await crashing.close(1_000);
+    }
+    expect(await admin.startFailures(mine)).toEqual({ failedStarts: 1 });
+    await admin.clearStartFailures(mine);
+    expect(lbGate.denied()).toEqual([]);
+    // Each kind of call went through the policy: the key lookup, the load report, the run's read,
+    // clear and count.
+    const made = (operation: string, key: (k: string) => boolean) =>
+      lbGate.decisions.some((d) => d.operation === `dynamodb:${operation}` && d.keys.some(key));
+    expect(made('GetItem', (k) => k.startsWith('KEY#'))).toBe(true);
+    expect(made('PutItem', (k) => k === `${mine}-lb1`)).toBe(true);
+    expect(made('GetItem', (k) => k === `STARTS#${mine}`)).toBe(true);
+    expect(made('DeleteItem', (k) => k === `STARTS#${mine}`)).toBe(true);
+    expect(made('UpdateItem', (k) => k === `STARTS#${mine}`)).toBe(true);
+
+    // No job of any endpoint, its own included (a load-balanced endpoint has none); no other
+    // endpoint's run of failed starts or worker records; no endpoint record.
+    const denied = { name: 'AccessDeniedException' };
+    const ownJob = await submit(mine, { n: 'lb' });
+    const store = new DynamoJobStore({ doc, tables, blobs: box.fixture.blobs('') });
+    await expect(store.get(ownJob, Date.now())).rejects.toMatchObject(denied);
+    await expect(store.listByStatus(mine, 'IN_QUEUE', Date.now(), 10)).rejects.toMatchObject(denied);
+    await expect(store.counts(mine, Date.now())).rejects.toMatchObject(denied);
+    await expect(control.startFailures(theirs)).rejects.toMatchObject(denied);
+    await expect(control.addFailedStart(theirs)).rejects.toMatchObject(denied);
+    await expect(control.getEndpoint(mine)).rejects.toMatchObject(denied);
+    await expect(
+      registry.heartbeat({
+        workerId: `${theirs}-lb1`,
+        endpointId: theirs,
+        state: 'idle',
+        jobIds: [],
+        lastSeenAt: Date.now(),
+      }),
+    ).rejects.toMatchObject(denied);
+    await expect(registry.signalStop(`${mine}-lb1`, Date.now())).rejects.toMatchObject(denied);
+    client.destroy();
   });
 });

@@ -1,0 +1,347 @@
+/**
+ * IAM in front of the emulators. DynamoDB Local and fauxqs do not evaluate IAM, so a test puts a
+ * role's policy in front of them: the role's statements come from a synthesized template, and every
+ * request a client sends is checked against them before it leaves. The check covers exactly what
+ * Ferry's statements use, as AWS documents it: the action, the resource ARN (`*` and `?` as in
+ * StringLike), `ForAllValues:StringLike` / `ForAllValues:StringEquals` on `dynamodb:LeadingKeys` (a
+ * request's partition key values) and `Null` on it
+ * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html,
+ * https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-single-vs-multi-valued-context-keys.html).
+ * Anything else (another operator, a call whose resource it cannot read) is denied. What it does NOT
+ * show: that AWS evaluates these statements the same way; that needs a real account
+ * (docs/security-aws.md).
+ */
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import type { S3Client } from '@aws-sdk/client-s3';
+import type { SQSClient } from '@aws-sdk/client-sqs';
+import { type DynamoTable, dynamoSchema } from '../../core/adapters/aws/dynamo.js';
+import type { Statement } from '../infra/iam.js';
+import { fakeAwsConfig } from './emulators.js';
+
+export const account = '123456789012';
+export const region = fakeAwsConfig.region;
+
+/** ARNs as AWS forms them, in the emulators' region and the tests' account. */
+export const arnOf = {
+  table: (name: string, index?: string) =>
+    `arn:aws:dynamodb:${region}:${account}:table/${name}${index ? `/index/${index}` : ''}`,
+  queue: (name: string) => `arn:aws:sqs:${region}:${account}:${name}`,
+  bucket: (name: string) => `arn:aws:s3:::${name}`,
+  object: (bucket: string, key: string) => `arn:aws:s3:::${bucket}/${key}`,
+  logGroup: (name: string) => `arn:aws:logs:${region}:${account}:log-group:${name}`,
+  function: (name: string) => `arn:aws:lambda:${region}:${account}:function:${name}`,
+  service: (cluster: string, name: string) => `arn:aws:ecs:${region}:${account}:service/${cluster}/${name}`,
+};
+
+/** One action on one resource, as IAM authorizes it. */
+export interface Access {
+  action: string;
+  resource: string;
+  /** The partition key values of a DynamoDB request (`dynamodb:LeadingKeys`); [] elsewhere. */
+  leadingKeys: string[];
+}
+
+/** What the gate decided for one request (every access of it must be allowed). */
+export interface Decision {
+  operation: string;
+  resources: string[];
+  keys: string[];
+  allowed: boolean;
+}
+
+export class AccessDenied extends Error {
+  override name = 'AccessDeniedException';
+}
+
+/** IAM's StringLike: `*` any run of characters, `?` one character, everything else literal. */
+export const stringLike = (pattern: string, value: string): boolean =>
+  new RegExp(
+    `^${pattern
+      .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+      .replace(/\*/g, '.*')
+      .replace(/\?/g, '.')}$`,
+  ).test(value);
+
+const list = <T>(v: T | T[]): T[] => (Array.isArray(v) ? v : [v]);
+
+/**
+ * A template value as the text AWS would see: `Fn::Join`, the pseudo parameters, and `Fn::GetAtt
+ * [<logicalId>, Arn]` of the resources in `arns`. Anything else throws: a statement the gate cannot
+ * read must not quietly deny (or allow) in a test.
+ */
+function resolve(value: unknown, arns: Record<string, string>): string {
+  if (typeof value === 'string') return value;
+  const token = value as Record<string, any>;
+  if (token.Ref === 'AWS::Partition') return 'aws';
+  if (token.Ref === 'AWS::Region') return region;
+  if (token.Ref === 'AWS::AccountId') return account;
+  const getAtt = token['Fn::GetAtt'] as [string, string] | undefined;
+  if (getAtt?.[1] === 'Arn' && arns[getAtt[0]] !== undefined) return arns[getAtt[0]]!;
+  const join = token['Fn::Join'] as [string, unknown[]] | undefined;
+  if (join) return join[1].map((part) => resolve(part, arns)).join(join[0]);
+  throw new Error(`the IAM gate cannot resolve ${JSON.stringify(value)}`);
+}
+
+interface ResolvedStatement {
+  actions: string[];
+  resources: string[];
+  condition: Record<string, Record<string, unknown>>;
+}
+
+function conditionHolds(condition: Record<string, Record<string, unknown>>, access: Access): boolean {
+  for (const [operator, keys] of Object.entries(condition)) {
+    for (const [key, expected] of Object.entries(keys)) {
+      if (key !== 'dynamodb:LeadingKeys') return false;
+      const values = list(expected as string | string[]);
+      if (operator === 'ForAllValues:StringLike') {
+        if (!access.leadingKeys.every((k) => values.some((p) => stringLike(p, k)))) return false;
+      } else if (operator === 'ForAllValues:StringEquals') {
+        if (!access.leadingKeys.every((k) => values.includes(k))) return false;
+      } else if (operator === 'Null') {
+        if (String(access.leadingKeys.length === 0) !== String(expected)) return false;
+      } else {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+/** A role's Allow statements, resolved: it allows an access when one statement covers it. */
+export class Policy {
+  private readonly statements: ResolvedStatement[];
+
+  /** `arns`: logical id → ARN of the template's resources its statements name by `Fn::GetAtt`. */
+  constructor(statements: Statement[], arns: Record<string, string> = {}) {
+    this.statements = statements
+      .filter((s) => s.Effect === 'Allow')
+      .map((s) => ({
+        actions: list(s.Action),
+        resources: list(s.Resource).map((r) => resolve(r, arns)),
+        condition: (s.Condition ?? {}) as Record<string, Record<string, unknown>>,
+      }));
+  }
+
+  allows(access: Access): boolean {
+    return this.statements.some(
+      (s) =>
+        s.actions.includes(access.action) &&
+        s.resources.some((r) => stringLike(r, access.resource)) &&
+        conditionHolds(s.condition, access),
+    );
+  }
+}
+
+type AttributeValue = Record<string, unknown>;
+const scalar = (value: AttributeValue | undefined): string => String(value?.S ?? value?.N ?? '');
+
+/** What IAM authorizes for one DynamoDB wire request; undefined when the gate cannot read it. */
+function dynamoAccesses(
+  tables: Record<DynamoTable, string>,
+  operation: string,
+  body: Record<string, any>,
+): Access[] | undefined {
+  const action = `dynamodb:${operation}`;
+  const roleOf = (name: string) =>
+    (Object.keys(tables) as DynamoTable[]).find((role) => tables[role] === name)!;
+  const pk = (table: string) => dynamoSchema[roleOf(table)].partitionKey.name;
+  switch (operation) {
+    case 'GetItem':
+    case 'DeleteItem':
+    case 'UpdateItem':
+      return [
+        {
+          action,
+          resource: arnOf.table(body.TableName),
+          leadingKeys: [scalar(body.Key[pk(body.TableName)])],
+        },
+      ];
+    case 'PutItem':
+      return [
+        {
+          action,
+          resource: arnOf.table(body.TableName),
+          leadingKeys: [scalar(body.Item[pk(body.TableName)])],
+        },
+      ];
+    case 'BatchWriteItem':
+      return Object.entries(body.RequestItems as Record<string, any[]>).map(([table, requests]) => ({
+        action,
+        resource: arnOf.table(table),
+        leadingKeys: requests.map((r) => scalar((r.PutRequest?.Item ?? r.DeleteRequest?.Key)?.[pk(table)])),
+      }));
+    case 'BatchGetItem':
+      return Object.entries(body.RequestItems as Record<string, { Keys: any[] }>).map(
+        ([table, { Keys }]) => ({
+          action,
+          resource: arnOf.table(table),
+          leadingKeys: Keys.map((key) => scalar(key[pk(table)])),
+        }),
+      );
+    // A transaction is authorized action by action, each as its own operation
+    // (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html).
+    case 'TransactWriteItems':
+      return (body.TransactItems as Record<string, any>[]).map((item) => {
+        const [kind, request] = Object.entries(item)[0]!;
+        const key = request.Key ?? request.Item;
+        const operation =
+          { Put: 'PutItem', Update: 'UpdateItem', Delete: 'DeleteItem' }[kind] ?? 'ConditionCheckItem';
+        return {
+          action: `dynamodb:${operation}`,
+          resource: arnOf.table(request.TableName),
+          leadingKeys: [scalar(key[pk(request.TableName)])],
+        };
+      });
+    case 'Query': {
+      const spec = dynamoSchema[roleOf(body.TableName)];
+      const index = body.IndexName
+        ? Object.values(
+            spec.indexes as Record<string, { indexName: string; partitionKey: { name: string } }>,
+          ).find((i) => i.indexName === body.IndexName)
+        : undefined;
+      const keyName = index ? index.partitionKey.name : spec.partitionKey.name;
+      const names: Record<string, string> = body.ExpressionAttributeNames ?? {};
+      const keys: string[] = [];
+      for (const [, left, placeholder] of String(body.KeyConditionExpression).matchAll(
+        /([#\w]+)\s*=\s*(:\w+)/g,
+      )) {
+        if ((names[left!] ?? left) === keyName)
+          keys.push(scalar(body.ExpressionAttributeValues[placeholder!]));
+      }
+      return [{ action, resource: arnOf.table(body.TableName, body.IndexName), leadingKeys: keys }];
+    }
+    default:
+      return undefined;
+  }
+}
+
+/** The queue a request names, by URL (its last path segment) or by name. */
+const queueNameOf = (input: { QueueUrl?: string; QueueName?: string }): string | undefined =>
+  input.QueueName ?? input.QueueUrl?.split('/').pop();
+
+/**
+ * The S3 action IAM checks for an operation: HeadObject is authorized by s3:GetObject, a listing by
+ * s3:ListBucket on the bucket, a multi-object delete by s3:DeleteObject on each key
+ * (https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html,
+ * https://docs.aws.amazon.com/AmazonS3/latest/API/API_DeleteObjects.html).
+ */
+function s3Accesses(operation: string, input: Record<string, any>): Access[] | undefined {
+  const bucket = input.Bucket as string | undefined;
+  if (!bucket) return undefined;
+  const onObject = (action: string, key: string | undefined): Access[] | undefined =>
+    key === undefined ? undefined : [{ action, resource: arnOf.object(bucket, key), leadingKeys: [] }];
+  switch (operation) {
+    case 'GetObject':
+    case 'HeadObject':
+      return onObject('s3:GetObject', input.Key);
+    case 'PutObject':
+    case 'CreateMultipartUpload':
+    case 'UploadPart':
+    case 'CompleteMultipartUpload':
+      return onObject('s3:PutObject', input.Key);
+    case 'DeleteObject':
+      return onObject('s3:DeleteObject', input.Key);
+    case 'DeleteObjects':
+      return (input.Delete?.Objects ?? []).map((o: { Key: string }) => ({
+        action: 's3:DeleteObject',
+        resource: arnOf.object(bucket, o.Key),
+        leadingKeys: [],
+      }));
+    case 'ListObjectsV2':
+    case 'ListObjects':
+      return [{ action: 's3:ListBucket', resource: arnOf.bucket(bucket), leadingKeys: [] }];
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * One role's gate: clients put behind it send only what its policy allows, and every decision is
+ * kept (`decisions`), so a test can show both that nothing it needs was refused and that the policy
+ * was exercised rather than bypassed.
+ */
+export class IamGate {
+  readonly decisions: Decision[] = [];
+
+  constructor(readonly policy: Policy) {}
+
+  /** Decides one request; throws AccessDenied (as AWS answers) unless every access is allowed. */
+  check(operation: string, accesses: Access[] | undefined): void {
+    const allowed = accesses !== undefined && accesses.every((a) => this.policy.allows(a));
+    this.decisions.push({
+      operation,
+      resources: (accesses ?? []).map((a) => a.resource),
+      keys: (accesses ?? []).flatMap((a) => a.leadingKeys),
+      allowed,
+    });
+    if (!allowed) throw new AccessDenied(`not authorized to perform ${operation}`);
+  }
+
+  /** The refused decisions (a test of a working path expects none). */
+  denied(): Decision[] {
+    return this.decisions.filter((d) => !d.allowed);
+  }
+
+  /** DynamoDB: the real wire request (X-Amz-Target and JSON body), checked before it is sent. */
+  dynamo<T extends DynamoDBClient>(client: T, tables: Record<DynamoTable, string>): T {
+    client.middlewareStack.add(
+      (next) => async (args) => {
+        const request = args.request as { headers: Record<string, string>; body: string | Uint8Array };
+        const body = typeof request.body === 'string' ? request.body : new TextDecoder().decode(request.body);
+        const operation = String(request.headers['x-amz-target']).split('.')[1]!;
+        this.check(`dynamodb:${operation}`, dynamoAccesses(tables, operation, JSON.parse(body)));
+        return next(args);
+      },
+      { step: 'build', name: 'iamGate' },
+    );
+    return client;
+  }
+
+  /** SQS: the queue named by the command's QueueUrl or QueueName. */
+  sqs<T extends SQSClient>(client: T): T {
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        const operation = String(context.commandName).replace(/Command$/, '');
+        const name = queueNameOf(args.input as { QueueUrl?: string; QueueName?: string });
+        this.check(
+          `sqs:${operation}`,
+          name === undefined
+            ? undefined
+            : [{ action: `sqs:${operation}`, resource: arnOf.queue(name), leadingKeys: [] }],
+        );
+        return next(args);
+      },
+      { step: 'initialize', name: 'iamGate' },
+    );
+    return client;
+  }
+
+  /**
+   * S3: objects and listings. Presigned URLs go through it too (the presigner runs the client's
+   * middleware), as they should: a presigned request acts with the signer's permissions.
+   */
+  s3<T extends S3Client>(client: T): T {
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        const operation = String(context.commandName).replace(/Command$/, '');
+        this.check(`s3:${operation}`, s3Accesses(operation, args.input as Record<string, any>));
+        return next(args);
+      },
+      { step: 'initialize', name: 'iamGate' },
+    );
+    return client;
+  }
+
+  /** A client with no emulator (CloudWatch Logs, Lambda, ECS fakes): `accesses` reads each command. */
+  send<T extends { send(command: any): Promise<any> }>(
+    client: T,
+    accesses: (command: { constructor: { name: string }; input: any }) => Access[] | undefined,
+  ): T {
+    const send = client.send.bind(client);
+    const gated = async (command: { constructor: { name: string }; input: any }) => {
+      this.check(command.constructor.name.replace(/Command$/, ''), accesses(command));
+      return send(command);
+    };
+    return Object.assign(Object.create(Object.getPrototypeOf(client)), client, { send: gated });
+  }
+}
