@@ -21,12 +21,14 @@ import { createAuthorizer } from '../../functions/authorizer.js';
 import { type ScalerEvent, scaleEndpoints } from '../../functions/scaler.js';
 import { type Shim, startShim } from '../../functions/shim.js';
 import {
+  type AwsClients,
   buildPlatform,
   type FunctionEnv,
   type Platform,
   parseFunctionEnv,
   queueUrls,
 } from '../../functions/wiring.js';
+import { jobLogGroupName } from '../../infra/names.js';
 import { type Agent, type AgentOptions, startAgent } from '../../worker-image/agent/agent.js';
 import { FakeCloudWatchLogs } from '../support/cloudwatchLogs.js';
 import {
@@ -68,8 +70,17 @@ export interface AwsBoxOptions {
   workerWaitMs?: number;
   /** FERRY_BLOB_PREFIX (default `ferry/`); the deployed stacks use '' (infra/platform-stack.ts). */
   blobPrefix?: string;
-  /** The api Lambda nudges this scaler function (FERRY_SCALER_FUNCTION) through this client. */
-  scaler?: { functionName: string; lambda: LambdaClient };
+  /** The api Lambda nudges this scaler function (FERRY_SCALER_FUNCTION) through `lambda`, or through functionClients' api one. */
+  scaler?: { functionName: string; lambda?: LambdaClient };
+  /**
+   * The api and authorizer Lambdas' own clients (each function's role in front of them,
+   * test/support/iam-gate.ts); without them both use the box's. `lambda` keeps the box's clients
+   * either way: it sets up what an operator's deploy would (endpoints, keys).
+   */
+  functionClients?: (
+    fixture: AwsFixture,
+    logs: FakeCloudWatchLogs,
+  ) => { api: AwsClients; authorizer: AwsClients };
 }
 
 const clientsFor = (fixture: AwsFixture) => ({
@@ -80,7 +91,8 @@ const clientsFor = (fixture: AwsFixture) => ({
 
 export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> {
   const fixture = await startAwsFixture();
-  const logGroup = '/ferry/jobs';
+  // The deployed job-log group (infra/names.ts), which the api role's logs grant names.
+  const logGroup = jobLogGroupName;
   const cloudWatchLogs = new FakeCloudWatchLogs([logGroup]);
   const env = parseFunctionEnv({
     FERRY_JOBS_TABLE: fixture.tables.jobs,
@@ -101,7 +113,7 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
   const lambdaClients = {
     ...clientsFor(fixture),
     logs: cloudWatchLogs.asClient(),
-    ...(options.scaler ? { lambda: options.scaler.lambda } : {}),
+    ...(options.scaler?.lambda ? { lambda: options.scaler.lambda } : {}),
   };
   const agentClients = clientsFor(fixture);
   const destroyClients = () => {
@@ -114,6 +126,7 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
     await Promise.all(started.map((a) => (a.status === 'fulfilled' ? a.value.close() : undefined)));
   };
   let shim: Shim | undefined;
+  let closeFunctions = async () => {};
   try {
     // The api Lambda's container: built once, as platformFromEnv does on AWS.
     const lambda = buildPlatform({ env, clients: lambdaClients });
@@ -123,9 +136,19 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
       hash: hashKey(boxApiKey),
       createdAt: Date.now(),
     });
+    const functions = options.functionClients?.(fixture, cloudWatchLogs);
+    const api = functions ? buildPlatform({ env, clients: functions.api }) : lambda;
+    const authorizer = functions ? buildPlatform({ env, clients: functions.authorizer }) : lambda;
+    closeFunctions = async () => {
+      for (const platform of new Set([api, authorizer])) {
+        if (platform === lambda) continue;
+        await platform.queue.close();
+        platform.webhooks.close();
+      }
+    };
     shim = await startShim({
-      api: createApiHandler(() => lambda),
-      authorizer: createAuthorizer(() => lambda.control),
+      api: createApiHandler(() => api),
+      authorizer: createAuthorizer(() => authorizer.control),
     });
     const agentQueueUrls = queueUrls(agentClients.sqs, env.FERRY_QUEUE_NAME_PREFIX);
 
@@ -195,6 +218,7 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
       async stop() {
         await running.close();
         await closeAgents();
+        await closeFunctions();
         await lambda.queue.close();
         lambda.webhooks.close();
         destroyClients();
@@ -204,6 +228,7 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
   } catch (error) {
     await shim?.close();
     await closeAgents();
+    await closeFunctions();
     destroyClients();
     await fixture.stop();
     throw error;

@@ -8,6 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { printLogs } from '../../cli/commands/logs.js';
 import { ManageClient } from '../../cli/manage-client.js';
+import { jobLogGroupName } from '../../infra/names.js';
 import { type PythonWorker, startPythonWorker } from '../agent/helpers.js';
 import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
 
@@ -70,7 +71,7 @@ describe('job logs on AWS', () => {
   });
 
   it('each CloudWatch event is one JSON object with the job id as a field', () => {
-    const events = box.cloudWatchLogs.events('/ferry/jobs').filter((e) => e.message.includes(jobId));
+    const events = box.cloudWatchLogs.events(jobLogGroupName).filter((e) => e.message.includes(jobId));
     expect(events.length).toBe(2);
     for (const event of events) {
       expect(JSON.parse(event.message)).toEqual({

@@ -267,7 +267,7 @@ export class IamGate {
 
   /** Decides one request; throws AccessDenied (as AWS answers) unless every access is allowed. */
   check(operation: string, accesses: Access[] | undefined): void {
-    const allowed = accesses !== undefined && accesses.every((a) => this.policy.allows(a));
+    const allowed = accesses?.every((a) => this.policy.allows(a)) ?? false;
     this.decisions.push({
       operation,
       resources: (accesses ?? []).map((a) => a.resource),
@@ -332,14 +332,18 @@ export class IamGate {
     return client;
   }
 
-  /** A client with no emulator (CloudWatch Logs, Lambda, ECS fakes): `accesses` reads each command. */
+  /**
+   * A stand-in client with no emulator (CloudWatch Logs, Lambda, ECS): `accesses` reads each command;
+   * `service` prefixes the operation's name in the decisions (`lambda:Invoke`).
+   */
   send<T extends { send(command: any): Promise<any> }>(
     client: T,
+    service: string,
     accesses: (command: { constructor: { name: string }; input: any }) => Access[] | undefined,
   ): T {
     const send = client.send.bind(client);
     const gated = async (command: { constructor: { name: string }; input: any }) => {
-      this.check(command.constructor.name.replace(/Command$/, ''), accesses(command));
+      this.check(`${service}:${command.constructor.name.replace(/Command$/, '')}`, accesses(command));
       return send(command);
     };
     return Object.assign(Object.create(Object.getPrototypeOf(client)), client, { send: gated });

@@ -1,0 +1,479 @@
+/**
+ * Each platform Lambda does its whole job holding only its own role: the api (every client route and
+ * the management API), the authorizer, the sweeper and the scaler.
+ *
+ * A role that lacks a grant deploys without complaint and fails on its first call that needs it, so
+ * template tests that list a role's actions cannot show it is enough. Here each function's roles'
+ * statements come from a synthesized PlatformStack and are put in front of its DynamoDB, SQS and S3
+ * clients (test/support/iam-gate.ts), and in front of the CloudWatch Logs, Lambda and ECS stand-ins;
+ * the function runs against DynamoDB Local and fauxqs as in the other aws-box tests, and every call it
+ * makes must be allowed. Each role is also shown refused what it must not reach. What this does NOT
+ * show: that AWS evaluates the statements the same way (docs/security-aws.md); the shim stands in for
+ * API Gateway, which checks the authorizer's answer itself.
+ */
+
+import { FilterLogEventsCommand } from '@aws-sdk/client-cloudwatch-logs';
+import { DescribeServicesCommand, UpdateServiceCommand } from '@aws-sdk/client-ecs';
+import { InvokeCommand } from '@aws-sdk/client-lambda';
+import { CreateQueueCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
+import { App } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { hashKey } from '../../core/auth.js';
+import { systemClock } from '../../core/clock.js';
+import { scaleEndpoints } from '../../functions/scaler.js';
+import { createSweeper, sweepTiming } from '../../functions/sweeper.js';
+import { type AwsClients, buildPlatform, type Platform } from '../../functions/wiring.js';
+import { PlatformStack } from '../../infra/platform-stack.js';
+import type { Agent } from '../../worker-image/agent/agent.js';
+import { gpuEndpoint, stubFunctionsDir } from '../infra/fixtures.js';
+import { statementsOf } from '../infra/iam.js';
+import type { FakeCloudWatchLogs } from '../support/cloudwatchLogs.js';
+import { type AwsFixture, dynamoClientFor, s3ClientFor, sqsClientFor } from '../support/emulators.js';
+import { recordFor } from '../support/endpoints.js';
+import { type Access, arnOf, IamGate, Policy } from '../support/iam-gate.js';
+import { ProtocolWorker } from '../support/protocolWorker.js';
+import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
+
+const scalerName = 'ferry-scaler';
+const scopedKey = 'fy_platform_scope_scoped_key';
+
+let stack: PlatformStack;
+let template: Template;
+let cleanupStubs: () => void;
+let box: AwsBox;
+/** One gate per function, each its role's policy. */
+const gates = {} as Record<'api' | 'authorizer' | 'sweeper' | 'scaler', IamGate>;
+const destroyers: (() => void)[] = [];
+/** Scaler invocations the api and the sweeper sent (their nudges). */
+const nudges: string[] = [];
+let mainAgent: Agent;
+let worker: { stop(): Promise<void> };
+
+/** A role's policy, the template's tables, bucket and scaler function standing for the box's. */
+function policyOf(fn: lambda.Function, fixture: AwsFixture): Policy {
+  const logicalId = (construct: { node: { defaultChild?: unknown } }) =>
+    stack.getLogicalId(construct.node.defaultChild as never);
+  const { tables, bucket } = fixture;
+  const arns: Record<string, string> = {
+    [logicalId(stack.bucket)]: arnOf.bucket(bucket),
+    [logicalId(stack.scalerFunction)]: arnOf.function(scalerName),
+  };
+  for (const role of Object.keys(tables) as (keyof typeof tables)[]) {
+    arns[logicalId(stack.tables[role])] = arnOf.table(tables[role]);
+  }
+  return new Policy(statementsOf(template, fn.role!), arns);
+}
+
+/** A function's clients, every one behind its gate. */
+function gatedClients(gate: IamGate, fixture: AwsFixture, logs?: FakeCloudWatchLogs): AwsClients {
+  const { dynamo, fauxqs, tables } = fixture;
+  const clients = {
+    dynamo: gate.dynamo(dynamoClientFor(dynamo.endpoint), tables),
+    sqs: gate.sqs(sqsClientFor(fauxqs.endpoint)),
+    s3: gate.s3(s3ClientFor(fauxqs.endpoint)),
+  };
+  destroyers.push(() => {
+    for (const client of Object.values(clients)) client.destroy();
+  });
+  const lambdaStandIn = {
+    async send(command: InvokeCommand) {
+      nudges.push(new TextDecoder().decode(command.input.Payload as Uint8Array));
+      return { StatusCode: 202 };
+    },
+    destroy() {},
+  };
+  return {
+    ...clients,
+    ...(logs
+      ? {
+          logs: gate.send(logs.asClient(), 'logs', (command) =>
+            command instanceof FilterLogEventsCommand
+              ? [
+                  {
+                    action: 'logs:FilterLogEvents',
+                    resource: arnOf.logGroup(command.input.logGroupName!),
+                    leadingKeys: [],
+                  },
+                ]
+              : undefined,
+          ),
+        }
+      : {}),
+    lambda: gate.send(lambdaStandIn, 'lambda', (command) =>
+      command instanceof InvokeCommand
+        ? [
+            {
+              action: 'lambda:InvokeFunction',
+              resource: arnOf.function(command.input.FunctionName!),
+              leadingKeys: [],
+            },
+          ]
+        : undefined,
+    ) as unknown as AwsClients['lambda'],
+  };
+}
+
+beforeAll(async () => {
+  const stubs = stubFunctionsDir();
+  cleanupStubs = stubs.cleanup;
+  stack = new PlatformStack(new App(), 'FerryPlatform', {
+    functionsCodeDir: stubs.dir,
+    instanceTypes: ['g5.xlarge', 'm7i.large'],
+  });
+  template = Template.fromStack(stack);
+  box = await startAwsBox({
+    maxWaitMs: 3_000,
+    blobPrefix: '',
+    scaler: { functionName: scalerName },
+    functionClients: (fixture, logs) => {
+      gates.api = new IamGate(policyOf(stack.apiFunction, fixture));
+      gates.authorizer = new IamGate(policyOf(stack.authorizerFunction, fixture));
+      gates.sweeper = new IamGate(policyOf(stack.sweeperFunction, fixture));
+      gates.scaler = new IamGate(policyOf(stack.scalerFunction, fixture));
+      return {
+        api: gatedClients(gates.api, fixture, logs),
+        authorizer: gatedClients(gates.authorizer, fixture),
+      };
+    },
+  });
+  // Deployed configurations, which the scaler reads (the workers' bounds).
+  for (const id of ['main', 'idle', 'sweep', 'scale']) {
+    await box.addEndpoint(id, recordFor({ ...gpuEndpoint, name: id }, '/nowhere', id).config);
+  }
+  await box.lambda.control.putApiKey({
+    id: 'key-scoped',
+    name: 'scoped',
+    hash: hashKey(scopedKey),
+    createdAt: Date.now(),
+    app: 'box',
+  });
+  mainAgent = await box.agentFor('main');
+  worker = new ProtocolWorker(mainAgent.url, 'main', mainAgent.workerToken, mainAgent.workerId).serve();
+}, 120_000);
+
+afterAll(async () => {
+  await worker?.stop();
+  await box?.stop();
+  for (const destroy of destroyers) destroy();
+  cleanupStubs?.();
+});
+
+async function call(method: string, path: string, body?: unknown, key = boxApiKey) {
+  const response = await fetch(`${box.shim.url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : undefined };
+}
+
+async function untilFinal(endpointId: string, id: string) {
+  for (let i = 0; i < 50; i++) {
+    const r = await call('POST', `/v2/${endpointId}/status-sync/${id}?wait=3000`);
+    if (!['IN_QUEUE', 'IN_PROGRESS'].includes(r.body.status)) return r.body;
+  }
+  throw new Error(`job ${id} never finished`);
+}
+
+const used = (gate: IamGate, operation: string) => gate.decisions.some((d) => d.operation === operation);
+const denied = { name: 'AccessDeniedException' };
+
+describe('the api and authorizer functions, each with its own role', () => {
+  it('serve every client route and the management API; every call allowed', async () => {
+    const run = await call('POST', '/v2/main/run', { input: { echo: 'small' } });
+    expect(run.status).toBe(200);
+    expect(await untilFinal('main', run.body.id)).toMatchObject({ status: 'COMPLETED', output: 'small' });
+    expect((await call('GET', `/v2/main/status/${run.body.id}`)).body.status).toBe('COMPLETED');
+
+    const sync = await call('POST', '/v2/main/runsync?wait=10000', { input: { echo: 'sync' } });
+    expect(sync.body).toMatchObject({ status: 'COMPLETED', output: 'sync' });
+
+    // Over a DynamoDB item's inline budget: input and output live in S3.
+    const big = 'x'.repeat(200 * 1024);
+    const bigRun = await call('POST', '/v2/main/run', { input: { echo: big } });
+    expect((await untilFinal('main', bigRun.body.id)).output).toBe(big);
+
+    // uploads + inputRef: the presigned PUT, the HeadObject of the run, the read of the input.
+    const upload = await call('POST', '/v2/main/uploads');
+    expect(upload.status).toBe(200);
+    expect((await fetch(upload.body.uploadUrl, { method: 'PUT', body: '{"echo":"uploaded"}' })).status).toBe(
+      200,
+    );
+    const uploaded = await call('POST', '/v2/main/run', { inputRef: upload.body.inputRef });
+    expect(uploaded.status).toBe(200);
+    expect((await untilFinal('main', uploaded.body.id)).output).toBe('uploaded');
+
+    const streamed = await call('POST', '/v2/main/run', { input: { chunks: ['a', 'b'] } });
+    await untilFinal('main', streamed.body.id);
+    expect((await call('GET', `/v2/main/stream/${streamed.body.id}`)).status).toBe(200);
+
+    // A running job cancelled: its holder's stop signal; a failed job retried (its stream cleared).
+    const slow = await call('POST', '/v2/main/run', { input: { echo: 'slow', sleepMs: 3_000 } });
+    await expect
+      .poll(async () => (await call('GET', `/v2/main/status/${slow.body.id}`)).body.status, {
+        timeout: 10_000,
+      })
+      .toBe('IN_PROGRESS');
+    expect((await call('POST', `/v2/main/cancel/${slow.body.id}`)).body.status).toBe('CANCELLED');
+    const failing = await call('POST', '/v2/main/run', { input: { fail: 'boom' } });
+    expect((await untilFinal('main', failing.body.id)).status).toBe('FAILED');
+    expect((await call('POST', `/v2/main/retry/${failing.body.id}`)).body.status).toBe('IN_QUEUE');
+    await untilFinal('main', failing.body.id);
+
+    // No worker on idle: the submit nudges the scaler; a queued job cancelled; the queue purged.
+    const queued = await call('POST', '/v2/idle/run', { input: { n: 1 } });
+    expect((await call('POST', `/v2/idle/cancel/${queued.body.id}`)).body.status).toBe('CANCELLED');
+    await call('POST', '/v2/idle/run', { input: { n: 2 } });
+    expect((await call('POST', '/v2/idle/purge-queue')).body).toMatchObject({ removed: 1 });
+    const health = await call('GET', '/v2/main/health');
+    expect(health.status).toBe(200);
+    expect(health.body.jobs.completed).toBeGreaterThanOrEqual(1);
+
+    // The management API.
+    for (const path of [
+      '/manage/v1/endpoints',
+      '/manage/v1/endpoints/main',
+      '/manage/v1/endpoints/main/jobs',
+      `/manage/v1/endpoints/main/jobs/${run.body.id}`,
+      '/manage/v1/endpoints/main/logs',
+      '/manage/v1/endpoints/main/workers',
+      '/manage/v1/endpoints/main/metrics',
+    ]) {
+      expect((await call('GET', path)).status, path).toBe(200);
+    }
+
+    // A key scoped to an app: the authorizer lists that app's endpoints for its Allow.
+    expect((await call('GET', '/v2/main/health', undefined, scopedKey)).status).toBe(200);
+
+    expect(gates.api.denied()).toEqual([]);
+    expect(gates.authorizer.denied()).toEqual([]);
+    // Exercised, not bypassed.
+    for (const operation of [
+      'dynamodb:TransactWriteItems',
+      'dynamodb:Query',
+      'dynamodb:UpdateItem',
+      'sqs:SendMessage',
+      'sqs:GetQueueAttributes',
+      's3:PutObject',
+      's3:GetObject',
+      's3:HeadObject',
+      'logs:FilterLogEvents',
+      'lambda:Invoke',
+    ]) {
+      expect(used(gates.api, operation), operation).toBe(true);
+    }
+    expect(
+      gates.api.decisions.some(
+        (d) => d.operation === 'dynamodb:UpdateItem' && d.keys.some((k) => k.endsWith('#stop')),
+      ),
+    ).toBe(true);
+    expect(used(gates.authorizer, 'dynamodb:GetItem')).toBe(true);
+    expect(used(gates.authorizer, 'dynamodb:Query')).toBe(true);
+    expect(nudges.some((payload) => payload.includes('idle'))).toBe(true);
+
+    // What they must not reach: the api writes no endpoint record and no worker record (only their
+    // stop signals); the authorizer reads API keys, never an endpoint record.
+    const api = buildPlatform({ env: box.env, clients: gatedClients(gates.api, box.fixture) });
+    const authorizer = buildPlatform({ env: box.env, clients: gatedClients(gates.authorizer, box.fixture) });
+    try {
+      const record = (await box.lambda.control.getEndpoint('main'))!;
+      await expect(api.control.putEndpoint({ ...record, config: { forged: true } })).rejects.toMatchObject(
+        denied,
+      );
+      await expect(
+        api.workers.heartbeat({
+          workerId: 'main-forged',
+          endpointId: 'main',
+          state: 'idle',
+          jobIds: [],
+          lastSeenAt: 0,
+        }),
+      ).rejects.toMatchObject(denied);
+      await expect(authorizer.control.getEndpoint('main')).rejects.toMatchObject(denied);
+      await expect(authorizer.control.startFailures('main')).rejects.toMatchObject(denied);
+    } finally {
+      await api.queue.close();
+      await authorizer.queue.close();
+    }
+  }, 120_000);
+});
+
+describe('the sweeper function with its own role', () => {
+  it("requeues a lapsed lease, resends a stale job, fails dead letters and a failing endpoint's queue, deletes expired jobs; every call allowed", async () => {
+    const admin = box.lambda;
+    // A job taken by a worker that then went silent: its input big enough to live in S3.
+    const sweepAgent = await box.agentFor('sweep');
+    const silent = new ProtocolWorker(sweepAgent.url, 'sweep', sweepAgent.workerToken, sweepAgent.workerId);
+    const held = await call('POST', '/v2/sweep/run', { input: { blob: 'h'.repeat(200 * 1024) } });
+    expect((await silent.take())?.id).toBe(held.body.id);
+    // A job left waiting, and one whose message was dead-lettered.
+    const waiting = await call('POST', '/v2/sweep/run', { input: { n: 'waiting' } });
+    const lettered = await call('POST', '/v2/sweep/run', { input: { n: 'lettered' } });
+    const { QueueUrl } = await box.fixture.sqs.send(new CreateQueueCommand({ QueueName: 'ferry-sweep-dlq' }));
+    await box.fixture.sqs.send(
+      new SendMessageCommand({ QueueUrl, MessageBody: JSON.stringify({ jobId: lettered.body.id }) }),
+    );
+    // An endpoint whose workers cannot start, with a job waiting.
+    const stranded = await call('POST', '/v2/idle/run', { input: { n: 'stranded' } });
+    await admin.control.markFailing('idle', {
+      state: 'failing',
+      reason: 'cannot start',
+      lines: [],
+      sinceMs: 0,
+    });
+
+    // The sweeper's own platform, its clock moved on: past the lease and the job timeout into the
+    // minute a job waiting 10 minutes gets its message again (sweepTiming), then forty days.
+    let offsetMs = sweepTiming.staleQueuedMs + 30_000;
+    const clock = { now: () => Date.now() + offsetMs, sleep: systemClock.sleep };
+    const platform: Platform = buildPlatform({
+      env: box.env,
+      clients: gatedClients(gates.sweeper, box.fixture),
+      clock,
+    });
+    const sweep = createSweeper(
+      () => platform,
+      () => clock.now(),
+    );
+    const quiet = vi.spyOn(console, 'log').mockImplementation(() => {});
+    try {
+      const first = await sweep();
+      expect(first).toMatchObject({ deadLettered: 1 });
+      expect(first.requeued + first.failed + first.timedOut).toBeGreaterThanOrEqual(1);
+      expect((await admin.jobs.get(held.body.id, clock.now()))?.status).not.toBe('IN_PROGRESS');
+      expect(first.resent).toBeGreaterThanOrEqual(1);
+      expect(first.notStartable).toBeGreaterThanOrEqual(1);
+      expect((await admin.jobs.get(lettered.body.id, clock.now()))?.status).toBe('FAILED');
+      expect((await admin.jobs.get(stranded.body.id, clock.now()))?.status).toBe('FAILED');
+      expect((await admin.jobs.get(waiting.body.id, clock.now()))?.status).toBe('IN_QUEUE');
+      offsetMs = 40 * 24 * 3_600_000;
+      const second = await sweep();
+      expect(second.expired + second.deleted).toBeGreaterThanOrEqual(1);
+      const third = await sweep();
+      expect(second.deleted + third.deleted).toBeGreaterThanOrEqual(1);
+    } finally {
+      quiet.mockRestore();
+      await platform.queue.close();
+      platform.webhooks.close();
+      await admin.control.clearStartFailures('idle');
+    }
+    expect(gates.sweeper.denied()).toEqual([]);
+    for (const operation of [
+      'dynamodb:TransactWriteItems',
+      'dynamodb:Query',
+      'dynamodb:BatchGetItem',
+      'sqs:SendMessage',
+      'sqs:ReceiveMessage',
+      'sqs:DeleteMessage',
+      's3:GetObject',
+      's3:DeleteObject',
+    ]) {
+      expect(used(gates.sweeper, operation), operation).toBe(true);
+    }
+    // What it must not reach: endpoint records, API keys, the agents' worker records.
+    const sweeper = buildPlatform({ env: box.env, clients: gatedClients(gates.sweeper, box.fixture) });
+    await expect(sweeper.control.getEndpoint('main')).rejects.toMatchObject(denied);
+    await expect(sweeper.control.findApiKeyByHash(hashKey(boxApiKey))).rejects.toMatchObject(denied);
+    await expect(
+      sweeper.workers.heartbeat({
+        workerId: 'main-forged',
+        endpointId: 'main',
+        state: 'idle',
+        jobIds: [],
+        lastSeenAt: 0,
+      }),
+    ).rejects.toMatchObject(denied);
+    await sweeper.queue.close();
+  }, 120_000);
+});
+
+describe('the scaler function with its own role', () => {
+  it('reads demand and sets desired counts, every call allowed; it reads no job and touches no other service', async () => {
+    for (const n of [1, 2]) await call('POST', '/v2/scale/run', { input: { n } });
+    const updates: { service: string; desired: number }[] = [];
+    const ecsStandIn = {
+      async send(command: DescribeServicesCommand | UpdateServiceCommand) {
+        if (command instanceof DescribeServicesCommand) {
+          return {
+            services: (command.input.services ?? []).map((serviceName) => ({
+              serviceName,
+              status: 'ACTIVE',
+              desiredCount: 0,
+            })),
+          };
+        }
+        updates.push({ service: command.input.service!, desired: command.input.desiredCount! });
+        return {};
+      },
+    };
+    const ecs = gates.scaler.send(ecsStandIn, 'ecs', (command): Access[] | undefined => {
+      const onService = (action: string, service: string) => ({
+        action,
+        resource: arnOf.service(command.input.cluster, service),
+        leadingKeys: [],
+      });
+      if (command instanceof DescribeServicesCommand)
+        return (command.input.services ?? []).map((s) => onService('ecs:DescribeServices', s));
+      if (command instanceof UpdateServiceCommand)
+        return [onService('ecs:UpdateService', command.input.service!)];
+      return undefined;
+    });
+    const platform = buildPlatform({ env: box.env, clients: gatedClients(gates.scaler, box.fixture) });
+    const deps = {
+      control: platform.control,
+      queue: platform.queue,
+      jobs: platform.jobs,
+      workers: platform.workers,
+      ecs: ecs as never,
+      cluster: 'ferry',
+      serviceNamePrefix: 'ferry-',
+      clock: systemClock,
+      workerStaleMs: platform.engine.settings.workerStaleMs,
+      log: () => {},
+    };
+    try {
+      const reports = await scaleEndpoints(deps, {});
+      expect(reports.filter((r) => r.error)).toEqual([]);
+      expect(updates).toContainEqual({ service: 'ferry-scale', desired: expect.any(Number) });
+      expect(updates.find((u) => u.service === 'ferry-scale')!.desired).toBeGreaterThanOrEqual(1);
+      expect(gates.scaler.denied()).toEqual([]);
+      for (const operation of [
+        'dynamodb:Query',
+        'sqs:GetQueueAttributes',
+        'ecs:DescribeServices',
+        'ecs:UpdateService',
+      ]) {
+        expect(used(gates.scaler, operation), operation).toBe(true);
+      }
+      // The IN_QUEUE bound read only count partitions of the jobs table.
+      const onJobs = gates.scaler.decisions.filter((d) =>
+        d.resources.some((r) => r.includes(`table/${box.fixture.tables.jobs}`)),
+      );
+      expect(onJobs.length).toBeGreaterThan(0);
+      expect(onJobs.flatMap((d) => d.keys).every((k) => k.endsWith('#COUNTS'))).toBe(true);
+
+      // No job, no write of a table, no service outside Ferry's.
+      const jobId = (await call('POST', '/v2/scale/run', { input: { n: 3 } })).body.id;
+      await expect(platform.jobs.get(jobId, Date.now())).rejects.toMatchObject(denied);
+      await expect(platform.jobs.listByStatus('scale', 'IN_QUEUE', Date.now(), 10)).rejects.toMatchObject(
+        denied,
+      );
+      const record = (await box.lambda.control.getEndpoint('scale'))!;
+      await expect(
+        platform.control.putEndpoint({ ...record, config: { forged: true } }),
+      ).rejects.toMatchObject(denied);
+      await expect(
+        ecs.send(new UpdateServiceCommand({ cluster: 'ferry', service: 'billing-api', desiredCount: 0 })),
+      ).rejects.toMatchObject(denied);
+      await expect(
+        ecs.send(new UpdateServiceCommand({ cluster: 'other', service: 'ferry-scale', desiredCount: 0 })),
+      ).rejects.toMatchObject(denied);
+    } finally {
+      await platform.queue.close();
+      platform.webhooks.close();
+    }
+  }, 60_000);
+});
