@@ -46,8 +46,11 @@ export interface WorkerActuator {
   start(identity: WorkerIdentity): void;
   /** Asks it to finish its jobs and leave (SIGTERM to its group; drain on ECS). */
   stop(workerId: string): void;
-  /** Ends it and everything it started, now (SIGKILL to its group; the task exits on ECS). */
-  kill(workerId: string): void;
+  /**
+   * Ends it and everything it started, now (SIGKILL to its group; the task exits on ECS). `why` says
+   * what the worker did, for the actuator's own log.
+   */
+  kill(workerId: string, why: string): void;
 }
 
 /** The engine moves the supervisor needs (a narrow view, so the engine can depend on the ledger). */
@@ -115,6 +118,8 @@ interface WorkerEntry {
   /** Load-balanced workers speak no worker protocol; they are ready once their /ping answers. */
   kind: 'queue' | 'lb';
   startedAt: number;
+  /** How long it may go without contact before it is killed as a failed start; none: no limit. */
+  startGraceMs?: number;
   contactAt?: number;
   lastBusyAt: number;
   held: Map<string, HeldJob>;
@@ -122,7 +127,12 @@ interface WorkerEntry {
   inFlight: number;
   /** When stop() was sent. */
   stopSentAt?: number;
-  killed: boolean;
+  /**
+   * Why this supervisor killed it: it overstayed (kept a stopped job, or did not leave when asked; a
+   * replacement may start at once), or it made no contact within its start grace (a failed start, as
+   * if it had exited on its own).
+   */
+  killed?: 'overstayed' | 'silent-start';
   /** Whether this supervisor's actuator started it (the agent adopts one ECS started). */
   actuated: boolean;
   /** The last registry write, to skip writes while nothing but the time changed. */
@@ -148,6 +158,8 @@ export interface ScalePlan {
   maxConcurrency: number;
   idleMs: number;
   kind: 'queue' | 'lb';
+  /** How long a worker started for it may go without contact before it is killed; none: no limit. */
+  startGraceMs?: number;
 }
 
 export interface WorkerSupervisorOptions {
@@ -217,12 +229,20 @@ export class WorkerSupervisor implements WorkerLedger {
     return identity;
   }
 
-  /** Registers a worker someone else started with this identity (ECS starts the agent's worker). */
-  adopt(identity: WorkerIdentity, kind: 'queue' | 'lb' = 'queue'): void {
-    this.register(identity, kind, false);
+  /**
+   * Registers a worker someone else started with this identity (ECS starts the agent's worker);
+   * `startGraceMs` as in ScalePlan.
+   */
+  adopt(identity: WorkerIdentity, kind: 'queue' | 'lb' = 'queue', startGraceMs?: number): void {
+    this.register(identity, kind, false, startGraceMs);
   }
 
-  private register(identity: WorkerIdentity, kind: 'queue' | 'lb', actuated: boolean): WorkerEntry {
+  private register(
+    identity: WorkerIdentity,
+    kind: 'queue' | 'lb',
+    actuated: boolean,
+    startGraceMs: number | undefined,
+  ): WorkerEntry {
     const now = this.clock.now();
     const entry: WorkerEntry = {
       identity,
@@ -230,10 +250,10 @@ export class WorkerSupervisor implements WorkerLedger {
       phase: 'starting',
       kind,
       startedAt: now,
+      ...(startGraceMs !== undefined ? { startGraceMs } : {}),
       lastBusyAt: now,
       held: new Map(),
       inFlight: 0,
-      killed: false,
       actuated,
     };
     this.workers.set(identity.workerId, entry);
@@ -357,13 +377,19 @@ export class WorkerSupervisor implements WorkerLedger {
 
   // ── lifecycle: what actuators report and ask ──────────────────────────────────────────────────
 
-  /** Starts one worker now unless the endpoint is failing, backing off, or at its cap. */
-  startOne(endpointId: string, kind: 'queue' | 'lb', max: number): WorkerIdentity | undefined {
+  /**
+   * Starts one worker now unless the endpoint is failing, backing off, or at its cap (`plan`'s kind,
+   * max and start grace).
+   */
+  startOne(
+    endpointId: string,
+    plan: Pick<ScalePlan, 'kind' | 'max' | 'startGraceMs'>,
+  ): WorkerIdentity | undefined {
     const state = this.endpoint(endpointId);
     if (state.problem?.state === 'failing' || this.clock.now() < state.nextStartAt) return undefined;
-    if (this.liveOf(endpointId).length >= max) return undefined;
+    if (this.liveOf(endpointId).length >= plan.max) return undefined;
     const identity = this.issue(endpointId);
-    this.register(identity, kind, true);
+    this.register(identity, plan.kind, true, plan.startGraceMs);
     this.actuator?.start(identity);
     return identity;
   }
@@ -446,8 +472,8 @@ export class WorkerSupervisor implements WorkerLedger {
       });
     }
     await this.options.registry?.remove(workerId).catch(() => {});
-    // Asked to leave, or killed for keeping a stopped job: a replacement may start at once.
-    if (asked || entry.killed) return;
+    // Asked to leave, or killed for overstaying: a replacement may start at once.
+    if (asked || entry.killed === 'overstayed') return;
     const state = this.endpoint(endpointId);
     const lines = [...state.lines];
     if (!contacted) {
@@ -534,11 +560,23 @@ export class WorkerSupervisor implements WorkerLedger {
   private async enforce(entry: WorkerEntry, now: number): Promise<void> {
     if (entry.killed) return;
     const { workerId, endpointId } = entry.identity;
+    const grace = entry.startGraceMs;
+    if (entry.phase === 'starting' && grace !== undefined && now - entry.startedAt >= grace) {
+      // A hung import or model load, or a server that never listens: it would never exit on its own.
+      const graceSec = Math.round(grace / 1000);
+      const line =
+        entry.kind === 'lb'
+          ? `the worker did not answer GET /ping within its health check grace (${graceSec} s): is its server listening on FERRY_PORT?`
+          : `the worker made no contact (no job-take or ping) within its start grace (${graceSec} s): is its import or model load stuck?`;
+      this.output(endpointId, line);
+      this.kill(entry, line, 'silent-start');
+      return;
+    }
     if ((entry.phase === 'retiring' || entry.phase === 'draining') && entry.held.size === 0) {
       if (entry.inFlight === 0 && entry.stopSentAt === undefined) this.sendStop(entry);
     }
     if (entry.stopSentAt !== undefined && now - entry.stopSentAt >= this.settings.drainMs) {
-      this.kill(entry, `it did not leave within ${this.settings.drainMs} ms of being asked to`);
+      this.kill(entry, `it did not leave within ${this.settings.drainMs} ms of being asked to`, 'overstayed');
       return;
     }
     if (entry.held.size === 0 || !this.engine || entry.kind !== 'queue') return;
@@ -552,7 +590,7 @@ export class WorkerSupervisor implements WorkerLedger {
       }
       held.stopSeenAt ??= now;
       if (now - held.stopSeenAt >= this.settings.stopGraceMs) {
-        this.kill(entry, `it kept stopped job ${jobId} for ${this.settings.stopGraceMs} ms`);
+        this.kill(entry, `it kept stopped job ${jobId} for ${this.settings.stopGraceMs} ms`, 'overstayed');
         return;
       }
     }
@@ -584,7 +622,7 @@ export class WorkerSupervisor implements WorkerLedger {
   private scale(endpointId: string, plan: ScalePlan): void {
     const decision = this.decide(endpointId, plan);
     for (let i = this.serving(endpointId).length; i < decision.desired; i++) {
-      if (!this.startOne(endpointId, plan.kind, plan.max)) break;
+      if (!this.startOne(endpointId, plan)) break;
     }
     for (const workerId of decision.mayStop) this.drain(workerId);
   }
@@ -668,11 +706,11 @@ export class WorkerSupervisor implements WorkerLedger {
     this.actuator?.stop(entry.identity.workerId);
   }
 
-  private kill(entry: WorkerEntry, why: string): void {
+  private kill(entry: WorkerEntry, why: string, cause: NonNullable<WorkerEntry['killed']>): void {
     if (entry.killed) return;
-    entry.killed = true;
+    entry.killed = cause;
     this.options.log.warn(`killing worker ${entry.identity.workerId}: ${why}`);
-    this.actuator?.kill(entry.identity.workerId);
+    this.actuator?.kill(entry.identity.workerId, why);
   }
 
   private bury(entry: WorkerEntry): void {

@@ -373,6 +373,11 @@ export class EndpointService extends Construct {
         FERRY_LOG_GROUP: jobLogGroupName,
         // Task scale-in protection stays on until the worker has been idle this long (agent.ts).
         FERRY_IDLE_TIMEOUT_SEC: String(resources.idleTimeoutSec),
+        // A worker with no contact this long (a hung model load) is killed as a failed start
+        // (agent.ts); only when the endpoint asks: no default fits every model download.
+        ...(resources.healthCheckGraceSec
+          ? { FERRY_HEALTH_CHECK_GRACE_SEC: String(resources.healthCheckGraceSec) }
+          : {}),
       };
       // User env first: nothing a user sets can redirect the worker away from its agent. The
       // protocol env is the agent's own `workerEnv()` shape; the worker id is a placeholder the agent

@@ -122,25 +122,30 @@ describe('management API', () => {
    * Deploys a one-route load-balanced endpoint from `head` (the module's first lines) and waits until
    * the local supervisor calls it failing; `check` sees its summary, then the endpoint goes.
    */
-  async function failingLbEndpoint(
+  /** An endpoint of `kind` named `id`: `head` first (what breaks it), then one worker always. */
+  const brokenSource = (kind: 'lb' | 'queue', id: string, head: string, endpointArgs: string) =>
+    kind === 'lb'
+      ? `${head}\nfrom ferry import Endpoint\n\napi = Endpoint(name="${id}", cpu="1-2", workers=(1, 1)${endpointArgs})\n\n\n@api.get("/x")\ndef x():\n    return 1\n`
+      : `${head}\nfrom ferry import Endpoint\n\n\n@Endpoint(name="${id}", cpu="1-2", workers=(1, 1)${endpointArgs})\ndef handler(job):\n    return 1\n`;
+
+  async function failingEndpoint(
+    kind: 'lb' | 'queue',
     id: string,
     head: string,
     endpointArgs: string,
     check: (summary: Record<string, any>) => Promise<void>,
   ) {
-    const dir = mkdtempSync(join(tmpdir(), 'ferry-manage-lb-'));
+    const dir = mkdtempSync(join(tmpdir(), 'ferry-manage-broken-'));
     try {
-      writeFileSync(
-        join(dir, 'broken_api.py'),
-        `${head}\nfrom ferry import Endpoint\n\napi = Endpoint(name="${id}", cpu="1-2", workers=(1, 1)${endpointArgs})\n\n\n@api.get("/x")\ndef x():\n    return 1\n`,
-      );
+      writeFileSync(join(dir, 'broken.py'), brokenSource(kind, id, head, endpointArgs));
       const { endpoints } = await scanProject({ projectDir: dir });
       await platform.db.control.putEndpoint(recordFor(endpoints[0]!, dir, id));
       await platform.workers!.reconcile();
       await check(
         await until(
           async () => (await call(manage, 'GET', `/endpoints/${id}`)).body,
-          (e) => e.problem?.state === 'failing',
+          // A load-balanced endpoint's problem sits beside its summary; a queue endpoint's in its health.
+          (e) => (e.problem ?? e.health?.problem)?.state === 'failing',
         ),
       );
     } finally {
@@ -152,7 +157,7 @@ describe('management API', () => {
 
   it("shows a load-balanced endpoint's workers that cannot start as its problem (it has no health)", async () => {
     // Its workers die at import, one start after another, until the supervisor calls it failing.
-    await failingLbEndpoint('brokenapi', 'import ferry_no_such_package_xyz', '', async (failing) => {
+    await failingEndpoint('lb', 'brokenapi', 'import ferry_no_such_package_xyz', '', async (failing) => {
       expect(failing.kind).toBe('lb');
       expect(failing.health).toBeUndefined();
       expect(failing.problem.reason).toMatch(/workers in a row exited/);
@@ -168,12 +173,32 @@ describe('management API', () => {
   it('a load-balanced worker silent past its health_check_grace is stopped and counted, as on AWS', async () => {
     // A model load that never ends: the worker never answers GET /ping. With a 1 s grace, each is
     // stopped after it, and the third in a row makes the endpoint failing.
-    await failingLbEndpoint(
+    await failingEndpoint(
+      'lb',
       'silentapi',
       'import time\n\ntime.sleep(600)',
       ', health_check_grace=1',
       async (failing) => {
         expect(failing.problem.reason).toMatch(/3 workers in a row exited \(signal SIGKILL\)/);
+        expect(failing.problem.lines.join('\n')).toMatch(
+          /did not answer GET \/ping within its health check grace \(1 s\)/,
+        );
+      },
+    );
+  }, 60_000);
+
+  it('a queue worker with no contact past its health_check_grace is stopped and counted, as on AWS', async () => {
+    // The same hung model load in a queue endpoint that sets a grace: no job-take, no ping.
+    await failingEndpoint(
+      'queue',
+      'silentworker',
+      'import time\n\ntime.sleep(600)',
+      ', health_check_grace=1',
+      async (failing) => {
+        expect(failing.health.problem.reason).toMatch(/3 workers in a row exited \(signal SIGKILL\)/);
+        expect(failing.health.problem.lines.join('\n')).toMatch(
+          /made no contact \(no job-take or ping\) within its start grace \(1 s\)/,
+        );
       },
     );
   }, 60_000);

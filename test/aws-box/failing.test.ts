@@ -36,6 +36,21 @@ def handler(x: int):
 `,
 );
 
+// A model load that never ends: the worker never takes a job or pings.
+writeFileSync(
+  path.join(project, 'hung_app.py'),
+  `import time
+
+time.sleep(600)
+from ferry import Endpoint
+
+
+@Endpoint(name="hung")
+def handler(x: int):
+    return x
+`,
+);
+
 const endpointId = 'brokenaaaaaaa1';
 const threshold = defaultSupervisorSettings.maxFailedStarts;
 
@@ -141,6 +156,30 @@ describe('a worker stopped with its task', () => {
     } finally {
       await crashed.close();
       await box.lambda.control.clearStartFailures('otheraaaaaaaa3');
+    }
+  });
+});
+
+describe('a worker with no contact within its start grace (FERRY_HEALTH_CHECK_GRACE_SEC)', () => {
+  it('is killed: the agent counts a failed start and exits 1, so ECS replaces the task', async () => {
+    const exits: number[] = [];
+    const agent = await box.newAgent('hungaaaaaaaaa4', {
+      startGraceMs: 1_000,
+      exit: (code) => {
+        exits.push(code);
+      },
+    });
+    const worker = startPythonWorker(agent, 'handler', { app: { dir: project, module: 'hung_app' } });
+    try {
+      expect(await agent.leaving).toBe(1);
+      expect(exits).toEqual([1]);
+      expect(await box.lambda.control.startFailures('hungaaaaaaaaa4')).toEqual({ failedStarts: 1 });
+      // It was still loading: only the task's end (ECS stopping its containers) ends it.
+      expect(worker.child.exitCode).toBeNull();
+    } finally {
+      await worker.stop();
+      await agent.close();
+      await box.lambda.control.clearStartFailures('hungaaaaaaaaa4');
     }
   });
 });

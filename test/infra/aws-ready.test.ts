@@ -52,6 +52,14 @@ beforeAll(async () => {
   }
   writeFileSync(path.join(project, 'gpu_api.py'), gpuApi('gpu_api', ''));
   writeFileSync(path.join(project, 'slow_api.py'), gpuApi('slow_api', ', health_check_grace=1500'));
+  // A queue endpoint that sets a start grace (its model load may hang).
+  writeFileSync(
+    path.join(project, 'slow_worker.py'),
+    readFileSync(path.join(templatesDir(), 'gpu_worker.py'), 'utf8').replace(
+      '@Endpoint(name="gpu_worker",',
+      '@Endpoint(name="slow_worker", health_check_grace=900,',
+    ),
+  );
   const { endpoints } = await scanProject({ projectDir: project });
   manifest = manifestSchema.parse({
     version: 1,
@@ -102,13 +110,14 @@ const containers = (e: DeployedEndpoint): Container[] =>
 const container = (e: DeployedEndpoint, name: string) => containers(e).find((c) => c.Name === name)!;
 
 describe('the fresh project', () => {
-  it('scans to the init endpoints plus the two GPU load-balanced ones', () => {
+  it('scans to the init endpoints plus the two GPU load-balanced ones and a slow-starting queue one', () => {
     expect(manifest.endpoints.map((e) => `${e.name}:${e.kind}`).sort()).toEqual([
       'cpu_worker:queue',
       'gpu_api:lb',
       'gpu_worker:queue',
       'lb_worker:lb',
       'slow_api:lb',
+      'slow_worker:queue',
     ]);
   });
 
@@ -225,6 +234,16 @@ describe('4. load-balanced GPU endpoints survive model loading', () => {
       const grace = resource(app, endpoint(name).service).Properties.HealthCheckGracePeriodSeconds;
       expect(env.FERRY_HEALTH_CHECK_GRACE_SEC).toBe(String(grace));
     }
+  });
+
+  it('a queue agent gets the grace only when its endpoint sets one (it kills a worker silent past it)', () => {
+    const graceOf = (name: string) =>
+      (container(endpoint(name), 'agent').Environment ?? []).find(
+        (v) => v.Name === 'FERRY_HEALTH_CHECK_GRACE_SEC',
+      )?.Value;
+    expect(graceOf('slow_worker')).toBe('900');
+    expect(graceOf('gpu_worker')).toBeUndefined();
+    expect(graceOf('cpu_worker')).toBeUndefined();
   });
 });
 

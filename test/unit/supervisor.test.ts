@@ -228,6 +228,43 @@ describe('lifecycle', () => {
     expect(actions).toContain(`kill ${w2!.workerId}`);
   });
 
+  it('a worker with no contact within its start grace is killed and counted as a failed start; one in time is not', async () => {
+    const { supervisor, started, plan, actions, clock } = setup({ maxFailedStarts: 1 });
+    await supervisor.tick('a', { ...plan(2), startGraceMs: 10_000 });
+    const [silent, prompt] = started;
+    await supervisor.pinged('a', prompt!.workerId, []);
+    clock.advance(9_999);
+    await supervisor.tick('a');
+    expect(actions.filter((a) => a.startsWith('kill'))).toEqual([]);
+    clock.advance(1);
+    await supervisor.tick('a');
+    expect(actions.filter((a) => a.startsWith('kill'))).toEqual([`kill ${silent!.workerId}`]);
+    // Killed by the supervisor, yet a failed start: it never made contact.
+    await supervisor.exited(silent!.workerId, { code: null, signal: 'SIGKILL' });
+    const problem = (await supervisor.counts('a')).problem;
+    expect(problem?.state).toBe('failing');
+    expect(problem?.lines).toContain(
+      'the worker made no contact (no job-take or ping) within its start grace (10 s): is its import or model load stuck?',
+    );
+  });
+
+  it('without a start grace a silent worker is left alone; a kill for a kept stopped job is no failed start', async () => {
+    const { supervisor, started, plan, actions, clock, setStops } = setup({ maxFailedStarts: 1 });
+    await supervisor.tick('a', plan(2));
+    const [silent, busy] = started;
+    clock.advance(3_600_000);
+    await supervisor.tick('a');
+    expect(actions).not.toContain(`kill ${silent!.workerId}`);
+    await supervisor.taken('a', busy!.workerId, ['j1']);
+    setStops(['j1']);
+    await supervisor.tick('a');
+    clock.advance(1_000);
+    await supervisor.tick('a');
+    expect(actions).toContain(`kill ${busy!.workerId}`);
+    await supervisor.exited(busy!.workerId, { code: null, signal: 'SIGKILL' });
+    expect((await supervisor.counts('a')).problem).toBeUndefined();
+  });
+
   it('with stopMayBeDue, a tick reads the held jobs only when it says so, and on every tick while a stop is pending', async () => {
     let due = false;
     const { supervisor, started, plan, actions, clock, setStops, stopReads } = setup(

@@ -40,8 +40,8 @@
  * The lifecycle policy and the record of held jobs are core/supervisor.ts's (docs/workers.md), the
  * same as in the local pool. The agent adopts the one worker ECS started beside it and acts for the
  * supervisor: `stop` (the worker asked for refresh_worker, or must drain) makes the agent leave with
- * exit 0, `kill` (it kept a stopped job past `stopGraceMs`; Python cannot interrupt a handler stuck in
- * C code) with exit 1. The agent container is essential, so ECS stops the task, which ends the worker,
+ * exit 0, `kill` (it kept a stopped job past `stopGraceMs`, Python cannot interrupt a handler stuck in
+ * C code; or it made no contact within `startGraceMs`, a hung model load) with exit 1. The agent container is essential, so ECS stops the task, which ends the worker,
  * and the service starts a fresh task. Whatever the worker held goes back to the queue first.
  * Cancel (a Lambda) and timeouts reach the worker through job-stop: the Lambda cannot notify this
  * process, so it bumps the worker's stop-signal item and the agent polls that small item every
@@ -146,6 +146,12 @@ export interface AgentOptions {
   pingIntervalMs?: number;
   /** How long the worker may keep a job it was told to stop before the agent exits 1 (30 s). */
   stopGraceMs?: number;
+  /**
+   * How long the worker may go without contact (its first job-take or ping) before the agent exits 1
+   * and counts a failed start: the endpoint's health_check_grace (FERRY_HEALTH_CHECK_GRACE_SEC).
+   * Without it, no limit: a worker whose model load hangs holds its task.
+   */
+  startGraceMs?: number;
   /** How long drain() lets held jobs finish (default env FERRY_DRAIN_MS, else 110 s). */
   drainMs?: number;
   /** While draining, how long a job-take is held before its 204 (default 1 s; avoids a busy loop). */
@@ -329,10 +335,14 @@ class AgentServer implements Agent {
         // ECS starts the worker container; the supervisor only adopts it.
         start: () => {},
         stop: () => this.leave(0),
-        kill: () => void this.killed(),
+        kill: (_workerId, why) => void this.killed(why),
       },
     });
-    this.supervisor.adopt({ workerId: this.workerId, endpointId: this.endpointId, token: this.workerToken });
+    this.supervisor.adopt(
+      { workerId: this.workerId, endpointId: this.endpointId, token: this.workerToken },
+      'queue',
+      options.startGraceMs,
+    );
     // Worker routes only: no client key is ever valid here, so /run, /status… answer 401.
     this.auth = {
       isClientKey: async () => false,
@@ -396,19 +406,22 @@ class AgentServer implements Agent {
     this.leave(planned ? 0 : 1);
   }
 
-  /** The supervisor killed the worker (a stopped job kept past its grace): requeue, then exit 1. */
-  private async killed(): Promise<void> {
+  /**
+   * The supervisor killed the worker (a stopped job kept past its grace, or no contact within its
+   * start grace): requeue, then exit 1.
+   */
+  private async killed(why: string): Promise<void> {
     if (this.fatal) return;
     this.fatal = true;
-    this.log.error('the worker kept a stopped job past its grace period; exiting so ECS replaces this task');
+    this.log.error(`${why}; exiting so ECS replaces this task`);
     try {
       await this.supervisor.exited(this.workerId, { code: null, signal: 'SIGKILL' });
     } catch (error) {
       this.log.warn(`requeueing held jobs: ${messageOf(error)}`);
     }
     this.leave(1);
-    // A hard exit, not process.exitCode: the worker still holds a handler stuck in C code, and main.ts
-    // would otherwise drain first (up to the drain period) for a job that can never finish. Its jobs
+    // A hard exit, not process.exitCode: the worker may hold a handler stuck in C code (or hang in its
+    // model load), and main.ts would otherwise drain first (up to the drain period) for nothing. Its jobs
     // are requeued above, so leaving at once loses nothing and lets ECS replace the task sooner.
     (this.options.exit ?? ((code: number) => process.exit(code)))(1);
   }

@@ -59,12 +59,19 @@ const taskProtectionEnv = {
   ECS_AGENT_URI: url.optional(),
 };
 
-/** Where both agent modes see the worker container's exit (ecsWorker.ts). */
+/** Where both agent modes see the worker container's exit (ecsWorker.ts), and how long it may start. */
 const workerContainerEnv = {
   /** Injected by ECS into every container: the task metadata endpoint v4. */
   ECS_CONTAINER_METADATA_URI_V4: url.optional(),
   /** The worker container's name in the task definition. */
   FERRY_WORKER_CONTAINER: text.default('worker'),
+  /**
+   * The endpoint's health_check_grace. A load-balanced worker that has not answered its /ping this
+   * long after the task started counts as a failed start when the task stops (lb.ts; the ALB's
+   * failed checks stop it); a queue worker that has made no contact by then is killed and counted
+   * (agent.ts; set only when the endpoint sets it). Without it, neither is.
+   */
+  FERRY_HEALTH_CHECK_GRACE_SEC: z.coerce.number().int('must be an integer').min(1, 'must be >= 1').optional(),
 };
 
 export const queueAgentEnvSchema = z.object({
@@ -120,11 +127,6 @@ export const lbAgentEnvSchema = z.object({
   FERRY_KEY_CACHE_MS: ms.max(300_000, 'must be at most 300000').default(30_000),
   /** How long SIGTERM lets requests in flight finish (ALB deregistration is 30 s). */
   FERRY_DRAIN_MS: ms.max(120_000, 'must be at most 120000 (ECS stopTimeout max)').default(30_000),
-  /**
-   * The service's health check grace: a worker that has not answered its /ping this long after the
-   * task started counts as a failed start when the task stops (lb.ts). Without it, it never does.
-   */
-  FERRY_HEALTH_CHECK_GRACE_SEC: z.coerce.number().int('must be an integer').min(1, 'must be >= 1').optional(),
   ...taskProtectionEnv,
   ...workerContainerEnv,
 });

@@ -9,8 +9,9 @@
  * Both serving modes watch the worker container (ecsWorker.ts) and leave when it is gone.
  *
  * Exit codes: 0 after a drain, a download, or a worker that stopped with its task; 1 when the worker
- * exited on its own or kept a stopped job past its grace period (ECS then replaces the task), a
- * download failed, or the agent failed; 2 for missing or bad configuration.
+ * exited on its own, kept a stopped job past its grace period or made no contact within its start
+ * grace (ECS then replaces the task), a download failed, or the agent failed; 2 for missing or bad
+ * configuration.
  */
 
 import { randomUUID } from 'node:crypto';
@@ -44,6 +45,10 @@ function taskProtectionOf(env: QueueAgentEnv | LbAgentEnv): { ecs?: EcsProtectio
     },
   };
 }
+
+/** How long the worker may take to make contact (the endpoint's health_check_grace), both modes. */
+const startGraceOf = (env: QueueAgentEnv | LbAgentEnv): { startGraceMs?: number } =>
+  env.FERRY_HEALTH_CHECK_GRACE_SEC ? { startGraceMs: env.FERRY_HEALTH_CHECK_GRACE_SEC * 1000 } : {};
 
 const signalled = (): Promise<void> =>
   new Promise<void>((resolve) => {
@@ -108,6 +113,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     ...(env.FERRY_LEASE_SEC ? { leaseMs: env.FERRY_LEASE_SEC * 1000 } : {}),
     ...(env.FERRY_STOP_GRACE_MS !== undefined ? { stopGraceMs: env.FERRY_STOP_GRACE_MS } : {}),
     drainMs: env.FERRY_DRAIN_MS,
+    ...startGraceOf(env),
     // One EMF line per ended job on stdout: the awslogs driver ships it, CloudWatch makes metrics.
     metricsOut: (line) => process.stdout.write(`${line}\n`),
     ...(env.FERRY_LOG_GROUP
@@ -152,7 +158,7 @@ async function runLb(env: LbAgentEnv): Promise<number> {
       ? { registry: new DynamoWorkerRegistry({ doc, table: env.FERRY_WORKERS_TABLE }) }
       : {}),
     ...taskProtectionOf(env),
-    ...(env.FERRY_HEALTH_CHECK_GRACE_SEC ? { startGraceMs: env.FERRY_HEALTH_CHECK_GRACE_SEC * 1000 } : {}),
+    ...startGraceOf(env),
   });
   const code = await untilLeaving(env, agent);
   // A worker still running that never answered within its grace is a failed start (lb.ts).

@@ -422,7 +422,18 @@ export class EndpointPool {
       maxConcurrency: r.maxConcurrency,
       idleMs: r.idleTimeoutSec * 1000,
       kind: this.isLb ? 'lb' : 'queue',
+      ...this.startGrace(),
     };
+  }
+
+  /**
+   * How long a worker may take to make contact before the supervisor kills it as a failed start: the
+   * endpoint's health_check_grace, as on AWS (docs/aws.md). A load-balanced worker gets two minutes
+   * without one; a queue worker no limit (a model download may take longer than any default).
+   */
+  private startGrace(): { startGraceMs?: number } {
+    const seconds = this.resources.healthCheckGraceSec || (this.isLb ? 120 : 0);
+    return seconds > 0 ? { startGraceMs: seconds * 1000 } : {};
   }
 
   /** Spawns the worker the supervisor issued, in its own process group. */
@@ -543,20 +554,11 @@ export class EndpointPool {
       });
     };
     if (endpoint.kind === 'lb') {
-      // The endpoint's health_check_grace, as on AWS (docs/aws.md), else two minutes.
-      const graceMs = (this.resources.healthCheckGraceSec || 120) * 1000;
       proc.ready = (async () => {
         const port = await freePort();
         launchWith(port);
-        try {
-          await waitReady(port, proc, graceMs);
-        } catch (error) {
-          // Silent past its grace (a hung model load, a server that never binds): it goes, and as it
-          // never answered, the supervisor counts a failed start, as an AWS task stopped for it is.
-          this.note(`${prefix} did not answer GET /ping within ${graceMs / 1000} s; stopping it`);
-          killGroup(proc.child);
-          throw error;
-        }
+        // Until it answers or exits: one silent past its start grace is the supervisor's to kill.
+        await waitReady(port, proc);
         this.supervisor.ready(workerId);
       })();
       proc.ready.catch(() => {});
@@ -583,7 +585,7 @@ export class EndpointPool {
     // now counts as waiting; the policy says whether that is worth one more worker.
     const wanted = allBusy ? this.supervisor.decide(this.endpointId, this.plan(0, 1)).desired : 0;
     if (candidates.length < wanted) {
-      const started = this.supervisor.startOne(this.endpointId, 'lb', this.resources.workersMax);
+      const started = this.supervisor.startOne(this.endpointId, this.plan(0, 1));
       const proc = started && this.procs.get(started.workerId);
       if (proc) candidates = [...candidates, proc];
     }
@@ -724,14 +726,13 @@ function freePort(): Promise<number> {
 const lbSecretOf = (proc: WorkerProcess): Record<string, string> =>
   proc.lbSecret ? { [lbSecretHeader]: proc.lbSecret } : {};
 
-async function waitReady(port: number, proc: WorkerProcess, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
+/** Probes the worker's /ping until it answers; throws once the worker has exited. */
+async function waitReady(port: number, proc: WorkerProcess): Promise<void> {
   let exited = false;
   void proc.exited.then(() => {
     exited = true;
   });
-  while (Date.now() < deadline) {
-    if (exited) throw new FerryError('failed', 'the worker exited before it was ready');
+  while (!exited) {
     try {
       const response = await fetch(`http://127.0.0.1:${port}/ping`, {
         headers: lbSecretOf(proc),
@@ -743,5 +744,5 @@ async function waitReady(port: number, proc: WorkerProcess, timeoutMs: number): 
     }
     await new Promise((r) => setTimeout(r, 50));
   }
-  throw new FerryError('failed', `the worker was not ready after ${timeoutMs} ms`);
+  throw new FerryError('failed', 'the worker exited before it was ready');
 }

@@ -264,8 +264,9 @@ class Endpoint:
         self.execution_timeout_ms = _check_int("execution_timeout_ms", execution_timeout_ms, 0)
         self.max_concurrency = _check_int("max_concurrency", max_concurrency, 1)
         self.python_version = _check_python_version(python_version)
-        # Seconds a load-balanced worker may fail health checks after it starts (model loading);
-        # 0 is the platform's default.
+        # Seconds a worker may take to start (model loading): a load-balanced one may fail health
+        # checks this long, a queue one may go this long without contact before it counts as a failed
+        # start. 0 is the platform's default (none for queue workers).
         self.health_check_grace = _check_int("health_check_grace", health_check_grace, 0, 7200)
         self.target = None
         self.routes = []
