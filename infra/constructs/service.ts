@@ -426,8 +426,8 @@ export class EndpointService extends Construct {
       FERRY_AGENT_PORT: String(ports.lbPublic),
       // Task scale-in protection while requests are in flight, and this long after (lb.ts).
       FERRY_IDLE_TIMEOUT_SEC: String(resources.idleTimeoutSec),
-      // The service's health check grace: a worker that has not answered /ping by then is a failed
-      // start when its task stops (lb.ts), as the ALB's failed checks will stop it.
+      // The service's health check grace: a worker that has not answered /ping by then is killed as a
+      // failed start and the agent leaves (lb.ts), before the ALB's failed checks would stop the task.
       FERRY_HEALTH_CHECK_GRACE_SEC: String(healthCheckGraceSecOf(endpoint, props.placement)),
     };
     // The worker listens in its own namespace and publishes no host port: the ALB reaches only the

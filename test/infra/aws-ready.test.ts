@@ -226,7 +226,7 @@ describe('4. load-balanced GPU endpoints survive model loading', () => {
     expect(grace('gpu_worker')).toBeUndefined();
   });
 
-  it('the agent knows the same grace: a worker silent past it is a failed start when its task stops', () => {
+  it('the agent knows the same grace: a worker silent past it is killed as a failed start', () => {
     for (const name of ['gpu_api', 'slow_api', 'lb_worker']) {
       const env = Object.fromEntries(
         (container(endpoint(name), 'agent').Environment ?? []).map((v) => [v.Name, v.Value]),

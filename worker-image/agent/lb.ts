@@ -106,7 +106,7 @@ export interface LbAgentOptions {
   reportEveryMs?: number;
   /** ECS task scale-in protection while requests are in flight; without it none is asked for. */
   ecs?: EcsProtectionOptions;
-  /** How often protection is renewed or released (default 1 s). */
+  /** How often protection is renewed or released, and the start grace checked (default 1 s). */
   tickMs?: number;
   /**
    * Where the endpoint's run of failed worker starts is shared by its tasks (the control table);
@@ -117,9 +117,10 @@ export interface LbAgentOptions {
   readyProbeMs?: number;
   /**
    * How long the worker may take to answer its first /ping: the service's health check grace, after
-   * which the ALB's failed checks make ECS stop the task. A task that stops later than this without
-   * an answer counts as a failed start (a server on the wrong port, a hung model load); one stopped
-   * sooner (scale-in of a task still starting) does not. Without it, a stop never counts.
+   * which the ALB's failed checks would make ECS stop the task. Past it the supervisor kills a silent
+   * worker (a server on the wrong port, a hung model load) as a failed start and the agent leaves
+   * with 1; a task stopped sooner (scale-in of a task still starting) counts nothing. Without it,
+   * only the worker's own exit counts.
    */
   startGraceMs?: number;
 }
@@ -137,11 +138,6 @@ export interface LbAgent {
   readonly leaving: Promise<number>;
   /** The worker container ended (ECS task metadata, ecsWorker.ts). */
   workerExited(how: WorkerExit): Promise<void>;
-  /**
-   * ECS is stopping the task (SIGTERM) while the worker may still run: a worker that never answered
-   * within `startGraceMs` is counted as a failed start now.
-   */
-  taskStopping(): Promise<void>;
   /** Stops taking connections and waits for requests in flight (at most `waitMs`); twice is fine. */
   close(waitMs?: number): Promise<void>;
 }
@@ -188,13 +184,11 @@ class LbAgentServer implements LbAgent {
   private probing: Promise<void> | undefined;
   private leave: (code: number) => void = () => {};
   readonly leaving: Promise<number>;
-  private readonly startedAt: number;
 
   constructor(private readonly options: LbAgentOptions) {
     this.log = options.log ?? agentLog;
     this.clock = options.clock ?? systemClock;
     this.lastBusyAt = this.clock.now();
-    this.startedAt = this.clock.now();
     this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
     this.workerHost = options.workerHost ?? '127.0.0.1';
     this.secretHeader = options.workerSecret ? { [lbSecretHeader]: options.workerSecret } : {};
@@ -212,12 +206,15 @@ class LbAgentServer implements LbAgent {
       clock: this.clock,
       log: this.log,
       ...(options.starts ? { starts: options.starts } : {}),
+      // ECS starts and stops the worker container; the one decision the supervisor makes here is a
+      // kill for silence past the start grace, which this task carries out by leaving.
+      actuator: { start: () => {}, stop: () => {}, kill: () => void this.killed() },
     });
-    // ECS starts the worker container; the supervisor only adopts it. The token is never used: the
-    // worker of a load-balanced endpoint calls no agent route.
+    // The token is never used: the worker of a load-balanced endpoint calls no agent route.
     this.supervisor.adopt(
       { workerId: this.workerId, endpointId: options.endpointId, token: randomBytes(24).toString('hex') },
       'lb',
+      options.startGraceMs,
     );
   }
 
@@ -239,13 +236,11 @@ class LbAgentServer implements LbAgent {
       this.reportTimer.unref();
     }
     this.probing = this.probeUntilReady();
-    // Renews protection before it lapses and releases it once idle long enough.
-    const protection = this.protection;
-    if (protection) {
-      this.ticking = tickEvery(this.clock, this.options.tickMs ?? 1_000, this.closing.signal, () =>
-        protection.tick(),
-      );
-    }
+    // The supervisor's start grace; protection renewed before it lapses, released once idle long enough.
+    this.ticking = tickEvery(this.clock, this.options.tickMs ?? 1_000, this.closing.signal, async () => {
+      await this.supervisor.tick(this.options.endpointId);
+      this.protection?.tick();
+    });
   }
 
   /** Probes the worker's /ping until its first 200, the contact that ends a run of failed starts. */
@@ -262,35 +257,17 @@ class LbAgentServer implements LbAgent {
     const exit = how.signal ?? `code ${how.code}`;
     if (withTask) this.log.info(`the worker exited (${exit}) with its task`);
     else this.log.warn(`the worker exited (${exit}); leaving so ECS replaces this task`);
-    // With its task, past its grace and never answered: a failed start all the same.
-    const silent = withTask && this.silentPastGrace();
-    if (silent) this.noteSilence();
-    await this.supervisor.exited(this.workerId, { ...how, asked: withTask && !silent });
+    await this.supervisor.exited(this.workerId, { ...how, asked: withTask });
     this.leave(withTask ? 0 : 1);
   }
 
-  async taskStopping(): Promise<void> {
-    if (!this.silentPastGrace()) return;
-    this.noteSilence();
-    await this.supervisor.exited(this.workerId, { code: null, signal: 'SIGTERM' });
-  }
-
-  /** Whether the worker has gone past its start grace (startGraceMs) without ever answering. */
-  private silentPastGrace(): boolean {
-    const grace = this.options.startGraceMs;
-    return (
-      grace !== undefined &&
-      this.supervisor.phase(this.workerId) === 'starting' &&
-      this.clock.now() - this.startedAt >= grace
-    );
-  }
-
-  /** Says why in the endpoint's last lines (the verdict's `lines`): the agent cannot read the worker's. */
-  private noteSilence(): void {
-    const graceSec = Math.round((this.options.startGraceMs ?? 0) / 1000);
-    const line = `the worker did not answer GET /ping within its health check grace (${graceSec} s): is its server listening on FERRY_PORT?`;
-    this.log.warn(line);
-    this.supervisor.output(this.options.endpointId, line);
+  /**
+   * The supervisor killed the worker: no answer within its start grace (the supervisor logged why and
+   * counted the failed start with the exit below). Leaving ends the task, the hung worker with it.
+   */
+  private async killed(): Promise<void> {
+    await this.supervisor.exited(this.workerId, { code: null, signal: 'SIGKILL' });
+    this.leave(1);
   }
 
   /** Requests in flight on this task now. */

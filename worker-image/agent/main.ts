@@ -161,8 +161,6 @@ async function runLb(env: LbAgentEnv): Promise<number> {
     ...startGraceOf(env),
   });
   const code = await untilLeaving(env, agent);
-  // A worker still running that never answered within its grace is a failed start (lb.ts).
-  await agent.taskStopping();
   await agent.close(env.FERRY_DRAIN_MS);
   dynamo.destroy();
   return code;
