@@ -235,6 +235,32 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
   }
 }
 
+/** One request through the shim (API Gateway's part), as a client sends it: JSON in, status and JSON out. */
+export async function shimCall(
+  box: AwsBox,
+  method: string,
+  path: string,
+  body?: unknown,
+  key: string = boxApiKey,
+): Promise<{ status: number; body: any }> {
+  const response = await fetch(`${box.shim.url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : undefined };
+}
+
+/** A job's status once it no longer waits or runs (status-sync through the shim, a minute at most). */
+export async function untilFinished(box: AwsBox, endpointId: string, id: string): Promise<any> {
+  for (let i = 0; i < 20; i++) {
+    const r = await shimCall(box, 'POST', `/v2/${endpointId}/status-sync/${id}?wait=3000`);
+    if (!['IN_QUEUE', 'IN_PROGRESS'].includes(r.body.status)) return r.body;
+  }
+  throw new Error(`job ${id} never finished`);
+}
+
 /**
  * The scaler Lambda's answer for one endpoint of the box (its real scaleEndpoints on the box's
  * tables), with ECS answering that the endpoint's service wants one task now; `updates` holds the

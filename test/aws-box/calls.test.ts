@@ -14,7 +14,7 @@ import { MemoryCallTokens } from '../../core/adapters/aws/secrets.js';
 import { callTokenSecretName, prepareCallKeys, revokeCallKeys } from '../../core/call-keys.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { type PythonWorker, startPythonWorker } from '../agent/helpers.js';
-import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
+import { type AwsBox, boxApiKey, shimCall, startAwsBox, untilFinished } from './box.js';
 
 const project = mkdtempSync(path.join(tmpdir(), 'ferry-calls-'));
 writeFileSync(
@@ -62,23 +62,8 @@ async function startWorker(endpoint: EndpointRecord, target: string) {
   );
 }
 
-async function call(method: string, url: string, key: string, body?: unknown) {
-  const response = await fetch(`${box.shim.url}${url}`, {
-    method,
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await response.text();
-  return { status: response.status, body: text ? JSON.parse(text) : undefined };
-}
-
-async function untilFinal(endpointId: string, id: string) {
-  for (let i = 0; i < 60; i++) {
-    const r = await call('POST', `/v2/${endpointId}/status-sync/${id}?wait=3000`, boxApiKey);
-    if (!['IN_QUEUE', 'IN_PROGRESS'].includes(r.body.status)) return r.body;
-  }
-  throw new Error(`job ${id} never finished`);
-}
+const call = (method: string, url: string, key: string, body?: unknown) =>
+  shimCall(box, method, url, body, key);
 
 const recentJobs = (endpointId: string) =>
   box.lambda.jobs.listRecent(endpointId, {
@@ -116,7 +101,7 @@ describe('a worker calls another endpoint of its app on AWS', () => {
   it("runs the callee's function on the callee's worker, recorded by the callee's endpoint", async () => {
     const started = await call('POST', `/v2/${caller.id}/run`, boxApiKey, { input: { x: 21 } });
     expect(started.status).toBe(200);
-    const done = await untilFinal(caller.id, started.body.id);
+    const done = await untilFinished(box, caller.id, started.body.id);
     expect(done.status, `${JSON.stringify(done)}\n${logs()}`).toBe('COMPLETED');
     const callerPid = workers[0]!.child.pid!;
     const calleePid = workers[1]!.child.pid!;

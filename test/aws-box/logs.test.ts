@@ -10,28 +10,18 @@ import { printLogs } from '../../cli/commands/logs.js';
 import { ManageClient } from '../../cli/manage-client.js';
 import { jobLogGroupName } from '../../infra/names.js';
 import { type PythonWorker, startPythonWorker } from '../agent/helpers.js';
-import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
+import { type AwsBox, boxApiKey, shimCall, startAwsBox, untilFinished } from './box.js';
 
 let box: AwsBox;
 let python: PythonWorker;
 let client: ManageClient;
 
-async function call(method: string, path: string, body?: unknown, key = boxApiKey) {
-  const response = await fetch(`${box.shim.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await response.text();
-  return { status: response.status, body: text ? JSON.parse(text) : undefined };
-}
+const call = (method: string, path: string, body?: unknown, key?: string) =>
+  shimCall(box, method, path, body, key);
 
 async function runToEnd(input: unknown): Promise<{ id: string; status: string }> {
   const { body } = await call('POST', '/v2/talk/run', { input });
-  for (;;) {
-    const r = await call('POST', `/v2/talk/status-sync/${body.id}?wait=3000`);
-    if (!['IN_QUEUE', 'IN_PROGRESS'].includes(r.body.status)) return r.body;
-  }
+  return untilFinished(box, 'talk', body.id);
 }
 
 beforeAll(async () => {

@@ -34,7 +34,7 @@ import { type AwsFixture, dynamoClientFor, s3ClientFor, sqsClientFor } from '../
 import { recordFor } from '../support/endpoints.js';
 import { type Access, arnOf, IamGate, Policy } from '../support/iam-gate.js';
 import { ProtocolWorker } from '../support/protocolWorker.js';
-import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
+import { type AwsBox, boxApiKey, shimCall, startAwsBox, untilFinished } from './box.js';
 
 const scalerName = 'ferry-scaler';
 const scopedKey = 'fy_platform_scope_scoped_key';
@@ -160,25 +160,15 @@ afterAll(async () => {
   cleanupStubs?.();
 });
 
-async function call(method: string, path: string, body?: unknown, key = boxApiKey) {
-  const response = await fetch(`${box.shim.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await response.text();
-  return { status: response.status, body: text ? JSON.parse(text) : undefined };
-}
-
-async function untilFinal(endpointId: string, id: string) {
-  for (let i = 0; i < 50; i++) {
-    const r = await call('POST', `/v2/${endpointId}/status-sync/${id}?wait=3000`);
-    if (!['IN_QUEUE', 'IN_PROGRESS'].includes(r.body.status)) return r.body;
-  }
-  throw new Error(`job ${id} never finished`);
-}
+const call = (method: string, path: string, body?: unknown, key = boxApiKey) =>
+  shimCall(box, method, path, body, key);
+const untilFinal = (endpointId: string, id: string) => untilFinished(box, endpointId, id);
 
 const used = (gate: IamGate, operation: string) => gate.decisions.some((d) => d.operation === operation);
+/** Each operation went through the gate: the policy was exercised, not bypassed. */
+const expectExercised = (gate: IamGate, operations: string[]) => {
+  for (const operation of operations) expect(used(gate, operation), operation).toBe(true);
+};
 const denied = { name: 'AccessDeniedException' };
 
 describe('the api and authorizer functions, each with its own role', () => {
@@ -251,7 +241,7 @@ describe('the api and authorizer functions, each with its own role', () => {
     expect(gates.api.denied()).toEqual([]);
     expect(gates.authorizer.denied()).toEqual([]);
     // Exercised, not bypassed.
-    for (const operation of [
+    expectExercised(gates.api, [
       'dynamodb:TransactWriteItems',
       'dynamodb:Query',
       'dynamodb:UpdateItem',
@@ -262,9 +252,7 @@ describe('the api and authorizer functions, each with its own role', () => {
       's3:HeadObject',
       'logs:FilterLogEvents',
       'lambda:Invoke',
-    ]) {
-      expect(used(gates.api, operation), operation).toBe(true);
-    }
+    ]);
     expect(
       gates.api.decisions.some(
         (d) => d.operation === 'dynamodb:UpdateItem' && d.keys.some((k) => k.endsWith('#stop')),
@@ -361,7 +349,7 @@ describe('the sweeper function with its own role', () => {
       await admin.control.clearStartFailures('idle');
     }
     expect(gates.sweeper.denied()).toEqual([]);
-    for (const operation of [
+    expectExercised(gates.sweeper, [
       'dynamodb:TransactWriteItems',
       'dynamodb:Query',
       'dynamodb:BatchGetItem',
@@ -370,9 +358,7 @@ describe('the sweeper function with its own role', () => {
       'sqs:DeleteMessage',
       's3:GetObject',
       's3:DeleteObject',
-    ]) {
-      expect(used(gates.sweeper, operation), operation).toBe(true);
-    }
+    ]);
     // What it must not reach: endpoint records, API keys, the agents' worker records.
     const sweeper = buildPlatform({ env: box.env, clients: gatedClients(gates.sweeper, box.fixture) });
     await expect(sweeper.control.getEndpoint('main')).rejects.toMatchObject(denied);
@@ -440,14 +426,12 @@ describe('the scaler function with its own role', () => {
       expect(updates).toContainEqual({ service: 'ferry-scale', desired: expect.any(Number) });
       expect(updates.find((u) => u.service === 'ferry-scale')!.desired).toBeGreaterThanOrEqual(1);
       expect(gates.scaler.denied()).toEqual([]);
-      for (const operation of [
+      expectExercised(gates.scaler, [
         'dynamodb:Query',
         'sqs:GetQueueAttributes',
         'ecs:DescribeServices',
         'ecs:UpdateService',
-      ]) {
-        expect(used(gates.scaler, operation), operation).toBe(true);
-      }
+      ]);
       // The IN_QUEUE bound read only count partitions of the jobs table.
       const onJobs = gates.scaler.decisions.filter((d) =>
         d.resources.some((r) => r.includes(`table/${box.fixture.tables.jobs}`)),
