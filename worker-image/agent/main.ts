@@ -50,6 +50,11 @@ function taskProtectionOf(env: QueueAgentEnv | LbAgentEnv): { ecs?: EcsProtectio
 const startGraceOf = (env: QueueAgentEnv | LbAgentEnv): { startGraceMs?: number } =>
   env.FERRY_HEALTH_CHECK_GRACE_SEC ? { startGraceMs: env.FERRY_HEALTH_CHECK_GRACE_SEC * 1000 } : {};
 
+/**
+ * SIGTERM or SIGINT from now on. Each serving mode listens before it starts its agent: a stop that
+ * comes while the agent is still starting (ECS scaling in a task just placed) is then a stop, not
+ * the signal's default death.
+ */
 const signalled = (): Promise<void> =>
   new Promise<void>((resolve) => {
     process.once('SIGTERM', () => resolve());
@@ -64,6 +69,7 @@ const signalled = (): Promise<void> =>
 async function untilLeaving(
   env: QueueAgentEnv | LbAgentEnv,
   agent: { leaving: Promise<number>; workerExited(how: WorkerExit): Promise<void> },
+  stopAsked: Promise<void>,
 ): Promise<number> {
   const watching = new AbortController();
   const metadataUri = env.ECS_CONTAINER_METADATA_URI_V4;
@@ -77,13 +83,14 @@ async function untilLeaving(
         warn: (message) => process.stderr.write(`ferry-agent: ${message}\n`),
       })
     : Promise.resolve();
-  const code = await Promise.race([signalled().then(() => 0), agent.leaving]);
+  const code = await Promise.race([stopAsked.then(() => 0), agent.leaving]);
   watching.abort();
   await watched;
   return code;
 }
 
 async function runQueue(env: QueueAgentEnv): Promise<number> {
+  const stopAsked = signalled();
   const region = env.AWS_REGION;
   const credentials = agentCredentials(env);
   const clients = {
@@ -129,7 +136,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     ...taskProtectionOf(env),
   });
   // SIGTERM from ECS, or the supervisor wants this task replaced (refresh_worker, a dead worker).
-  const code = await untilLeaving(env, agent);
+  const code = await untilLeaving(env, agent, stopAsked);
   await agent.drain();
   await agent.close();
   for (const client of Object.values(clients)) client.destroy();
@@ -138,6 +145,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
 }
 
 async function runLb(env: LbAgentEnv): Promise<number> {
+  const stopAsked = signalled();
   const dynamo = new DynamoDBClient({ region: env.AWS_REGION, credentials: agentCredentials(env) });
   const doc = documentClient(dynamo);
   // API keys (KEY#…) and the endpoint's run of failed worker starts (STARTS#<id>): infra/isolation.ts.
@@ -160,7 +168,7 @@ async function runLb(env: LbAgentEnv): Promise<number> {
     ...taskProtectionOf(env),
     ...startGraceOf(env),
   });
-  const code = await untilLeaving(env, agent);
+  const code = await untilLeaving(env, agent, stopAsked);
   await agent.close(env.FERRY_DRAIN_MS);
   dynamo.destroy();
   return code;
