@@ -170,6 +170,15 @@ const expectExercised = (gate: IamGate, operations: string[]) => {
   for (const operation of operations) expect(used(gate, operation), operation).toBe(true);
 };
 const denied = { name: 'AccessDeniedException' };
+/** A worker record of main's, as only its agents may write one. */
+const forgeWorkerRecord = (platform: Platform) =>
+  platform.workers.heartbeat({
+    workerId: 'main-forged',
+    endpointId: 'main',
+    state: 'idle',
+    jobIds: [],
+    lastSeenAt: 0,
+  });
 
 describe('the api and authorizer functions, each with its own role', () => {
   it('serve every client route and the management API; every call allowed', async () => {
@@ -271,15 +280,7 @@ describe('the api and authorizer functions, each with its own role', () => {
       await expect(api.control.putEndpoint({ ...record, config: { forged: true } })).rejects.toMatchObject(
         denied,
       );
-      await expect(
-        api.workers.heartbeat({
-          workerId: 'main-forged',
-          endpointId: 'main',
-          state: 'idle',
-          jobIds: [],
-          lastSeenAt: 0,
-        }),
-      ).rejects.toMatchObject(denied);
+      await expect(forgeWorkerRecord(api)).rejects.toMatchObject(denied);
       await expect(authorizer.control.getEndpoint('main')).rejects.toMatchObject(denied);
       await expect(authorizer.control.startFailures('main')).rejects.toMatchObject(denied);
     } finally {
@@ -363,15 +364,7 @@ describe('the sweeper function with its own role', () => {
     const sweeper = buildPlatform({ env: box.env, clients: gatedClients(gates.sweeper, box.fixture) });
     await expect(sweeper.control.getEndpoint('main')).rejects.toMatchObject(denied);
     await expect(sweeper.control.findApiKeyByHash(hashKey(boxApiKey))).rejects.toMatchObject(denied);
-    await expect(
-      sweeper.workers.heartbeat({
-        workerId: 'main-forged',
-        endpointId: 'main',
-        state: 'idle',
-        jobIds: [],
-        lastSeenAt: 0,
-      }),
-    ).rejects.toMatchObject(denied);
+    await expect(forgeWorkerRecord(sweeper)).rejects.toMatchObject(denied);
     await sweeper.queue.close();
   }, 120_000);
 });
