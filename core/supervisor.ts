@@ -120,6 +120,11 @@ interface WorkerEntry {
   startedAt: number;
   /** How long it may go without contact before it is killed as a failed start; none: no limit. */
   startGraceMs?: number;
+  /**
+   * When that grace began: when it was registered, or when its container was reported started (ECS
+   * pulls the worker's image after the agent starts); undefined while that report is awaited.
+   */
+  graceFromMs?: number;
   contactAt?: number;
   lastBusyAt: number;
   held: Map<string, HeldJob>;
@@ -230,11 +235,21 @@ export class WorkerSupervisor implements WorkerLedger {
   }
 
   /**
-   * Registers a worker someone else started with this identity (ECS starts the agent's worker);
-   * `startGraceMs` as in ScalePlan.
+   * Registers a worker someone else started with this identity (ECS starts the agent's worker).
+   * `startGraceMs` as in ScalePlan; with `awaitStart` it counts from `started()`, not from now.
    */
-  adopt(identity: WorkerIdentity, kind: 'queue' | 'lb' = 'queue', startGraceMs?: number): void {
-    this.register(identity, kind, false, startGraceMs);
+  adopt(
+    identity: WorkerIdentity,
+    kind: 'queue' | 'lb' = 'queue',
+    grace: { startGraceMs?: number; awaitStart?: boolean } = {},
+  ): void {
+    this.register(identity, kind, false, grace.startGraceMs, grace.awaitStart === true);
+  }
+
+  /** The worker's container started at `atMs` (an adopted worker's, reported by its actuator). */
+  started(workerId: string, atMs: number): void {
+    const entry = this.workers.get(workerId);
+    if (entry?.phase === 'starting') entry.graceFromMs = atMs;
   }
 
   private register(
@@ -242,6 +257,7 @@ export class WorkerSupervisor implements WorkerLedger {
     kind: 'queue' | 'lb',
     actuated: boolean,
     startGraceMs: number | undefined,
+    awaitStart = false,
   ): WorkerEntry {
     const now = this.clock.now();
     const entry: WorkerEntry = {
@@ -251,6 +267,7 @@ export class WorkerSupervisor implements WorkerLedger {
       kind,
       startedAt: now,
       ...(startGraceMs !== undefined ? { startGraceMs } : {}),
+      ...(awaitStart ? {} : { graceFromMs: now }),
       lastBusyAt: now,
       held: new Map(),
       inFlight: 0,
@@ -561,7 +578,8 @@ export class WorkerSupervisor implements WorkerLedger {
     if (entry.killed) return;
     const { workerId, endpointId } = entry.identity;
     const grace = entry.startGraceMs;
-    if (entry.phase === 'starting' && grace !== undefined && now - entry.startedAt >= grace) {
+    const from = entry.graceFromMs;
+    if (entry.phase === 'starting' && grace !== undefined && from !== undefined && now - from >= grace) {
       // A hung import or model load, or a server that never listens: it would never exit on its own.
       const graceSec = Math.round(grace / 1000);
       const line =

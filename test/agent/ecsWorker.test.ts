@@ -90,3 +90,31 @@ it('says the exit came with the task when ECS was stopping the whole task (its D
   const uri = await metadataServer([() => task('RUNNING'), () => task('STOPPED', 0, 'STOPPED')]);
   expect((await watchToTheEnd(uri)).exits).toEqual([{ code: 0, signal: null, taskStopping: true }]);
 });
+
+it('reports the worker container’s start once, at its StartedAt (its image may have been pulling until then)', async () => {
+  const startedAt = '2026-11-25T00:10:00.123Z';
+  const running = () => {
+    const answer = task('RUNNING');
+    (answer.body.Containers[1] as Record<string, unknown>).StartedAt = startedAt;
+    return answer;
+  };
+  const uri = await metadataServer([
+    () => task('PULLED'),
+    () => task('CREATED'),
+    running,
+    running,
+    () => task('STOPPED', 0),
+  ]);
+  const starts: number[] = [];
+  await watchWorkerContainer({
+    metadataUri: uri,
+    containerName: 'worker',
+    clock: systemClock,
+    signal: new AbortController().signal,
+    pollMs: 20,
+    onStarted: (atMs) => starts.push(atMs),
+    onExit: () => {},
+    warn: () => {},
+  });
+  expect(starts).toEqual([Date.parse(startedAt)]);
+});

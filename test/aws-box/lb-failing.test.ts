@@ -56,19 +56,24 @@ afterAll(async () => {
   rmSync(scratch, { recursive: true, force: true });
 });
 
-/** What the agent's metadata poll sees: the worker container follows `worker`; the task `desired`. */
-async function metadataEndpoint(worker: ChildProcess, task: { desired: string }): Promise<string> {
+/**
+ * What the agent's metadata poll sees: the worker container follows `task.worker` (PULLED while it
+ * has not started: its image still pulling); the task `desired`.
+ */
+async function metadataEndpoint(task: { desired: string; worker?: ChildProcess }): Promise<string> {
   const server = createServer((_req, res) => {
-    const live = worker.exitCode === null && worker.signalCode === null;
+    const worker = task.worker;
+    const live = worker !== undefined && worker.exitCode === null && worker.signalCode === null;
     // Docker reports a container killed by a signal as 128 + its number.
-    const code = worker.exitCode ?? (worker.signalCode === 'SIGTERM' ? 143 : 137);
+    const code = worker?.exitCode ?? (worker?.signalCode === 'SIGTERM' ? 143 : 137);
+    const status = worker === undefined ? 'PULLED' : live ? 'RUNNING' : 'STOPPED';
     res.writeHead(200, { 'content-type': 'application/json' }).end(
       JSON.stringify({
         TaskARN: 'arn:aws:ecs:us-east-1:111122223333:task/ferry/1',
         DesiredStatus: task.desired,
         Containers: [
           { Name: 'agent', KnownStatus: 'RUNNING' },
-          { Name: 'worker', KnownStatus: live ? 'RUNNING' : 'STOPPED', ...(live ? {} : { ExitCode: code }) },
+          { Name: 'worker', KnownStatus: status, ...(status === 'STOPPED' ? { ExitCode: code } : {}) },
         ],
       }),
     );
@@ -112,17 +117,26 @@ function startWorker(app: { dir: string; module: string }, port: number): ChildP
  * One ECS task: the agent process and its worker. Once `stopWhen` holds, the test plays ECS stopping
  * the task: its desired status STOPPED, then SIGTERM to the worker first, or to the agent first with
  * `agentFirst`; without `stopWhen` the task ends when the agent leaves. `graceSec`: the service's
- * health check grace, as the app stack sets it.
- * Resolves with the agent's exit code and what it printed.
+ * health check grace, as the app stack sets it. `pullMs`: how long the worker container's image pulls
+ * (the agent already running, as ECS pulls it) before the worker starts.
+ * Resolves with the agent's exit code, what it printed, and when the worker started.
  */
 async function oneTask(
   app: { dir: string; module: string },
   stopWhen?: (agentOutput: string) => Promise<boolean> | boolean,
-  options: { graceSec?: number; agentFirst?: boolean } = {},
-): Promise<{ code: number | null; stderr: string }> {
+  options: { graceSec?: number; agentFirst?: boolean; pullMs?: number } = {},
+): Promise<{ code: number | null; stderr: string; workerStartedAt: number }> {
   const [workerPort, agentPort] = (await freePorts(2)) as [number, number];
-  const task = { desired: 'RUNNING' };
-  const worker = startWorker(app, workerPort);
+  const task: { desired: string; worker?: ChildProcess } = { desired: 'RUNNING' };
+  let workerStartedAt = Date.now();
+  const startTheWorker = () => {
+    workerStartedAt = Date.now();
+    task.worker = startWorker(app, workerPort);
+    return task.worker;
+  };
+  const pulled = options.pullMs
+    ? new Promise<ChildProcess>((resolve) => setTimeout(() => resolve(startTheWorker()), options.pullMs))
+    : Promise.resolve(startTheWorker());
   const agent = spawn(process.execPath, [agentFile], {
     env: {
       PATH: process.env.PATH ?? '',
@@ -137,7 +151,7 @@ async function oneTask(
       FERRY_AGENT_HOST: '127.0.0.1',
       FERRY_AGENT_PORT: String(agentPort),
       FERRY_DRAIN_MS: '1000',
-      ECS_CONTAINER_METADATA_URI_V4: await metadataEndpoint(worker, task),
+      ECS_CONTAINER_METADATA_URI_V4: await metadataEndpoint(task),
       AWS_REGION: fakeAwsConfig.region,
       AWS_ACCESS_KEY_ID: fakeAwsConfig.credentials.accessKeyId,
       AWS_SECRET_ACCESS_KEY: fakeAwsConfig.credentials.secretAccessKey,
@@ -162,11 +176,11 @@ async function oneTask(
       30_000,
     );
     task.desired = 'STOPPED';
-    (options.agentFirst ? agent : worker).kill('SIGTERM');
+    (options.agentFirst ? agent : await pulled).kill('SIGTERM');
   }
   const [code] = await exited;
-  worker.kill('SIGKILL');
-  return { code, stderr };
+  (await pulled).kill('SIGKILL');
+  return { code, stderr, workerStartedAt };
 }
 
 const broken = () => ({ dir: scratch, module: 'broken_lb' });
@@ -251,4 +265,22 @@ describe('a load-balanced worker that cannot start, task after task', () => {
     });
     expect(await afterTurnedAway()).toBe(0);
   }, 120_000);
+
+  it("counts the grace from the worker container's start, not while its image pulls", async () => {
+    await box.lambda.control.putEndpoint({
+      ...(await box.lambda.control.getEndpoint(endpointId))!,
+      updatedAt: Date.now(),
+    });
+    // The image pulls for 3 s, three times the grace: the agent waits for the container to start,
+    // then gives it the whole grace.
+    const { code, stderr, workerStartedAt } = await oneTask({ dir: scratch, module: 'slow_lb' }, undefined, {
+      graceSec: 1,
+      pullMs: 3_000,
+    });
+    const killedAt = Date.now();
+    expect(code, stderr).toBe(1);
+    expect(stderr).toContain('did not answer GET /ping within its health check grace (1 s)');
+    expect(killedAt - workerStartedAt).toBeGreaterThanOrEqual(1_000);
+    expect(await runs()).toEqual({ failedStarts: 1 });
+  }, 60_000);
 });

@@ -767,4 +767,12 @@ describe('ECS hosts keep the instance metadata service from tasks (docs/security
       );
     }
   });
+
+  it("pull the worker's image while the artifact downloads, not after (every host ecs.config)", () => {
+    for (const lt of Object.values(template.findResources('AWS::EC2::LaunchTemplate'))) {
+      expect(JSON.stringify(lt.Properties.LaunchTemplateData.UserData)).toContain(
+        'echo ECS_PULL_DEPENDENT_CONTAINERS_UPFRONT=true >> /etc/ecs/ecs.config',
+      );
+    }
+  });
 });

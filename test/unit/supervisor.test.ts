@@ -248,6 +248,28 @@ describe('lifecycle', () => {
     );
   });
 
+  it('an adopted worker whose start is awaited gets its grace from the reported start, not from adoption', async () => {
+    const { supervisor, clock, rejected } = setup({ maxFailedStarts: 1 });
+    const killed: string[] = [];
+    supervisor.attach({ actuator: { start: () => {}, stop: () => {}, kill: (id) => void killed.push(id) } });
+    const identity = { workerId: 'a-adopted', endpointId: 'a', token: 'fyw_adopted_token_0123456789' };
+    supervisor.adopt(identity, 'queue', { startGraceMs: 10_000, awaitStart: true });
+    // Its image is still pulling: no grace runs yet, however long that takes.
+    clock.advance(60_000);
+    await supervisor.tick('a');
+    expect(killed).toEqual([]);
+    supervisor.started('a-adopted', clock.now());
+    clock.advance(9_999);
+    await supervisor.tick('a');
+    expect(killed).toEqual([]);
+    clock.advance(1);
+    await supervisor.tick('a');
+    expect(killed).toEqual(['a-adopted']);
+    await supervisor.exited('a-adopted', { code: null, signal: 'SIGKILL' });
+    expect((await supervisor.counts('a')).problem?.state).toBe('failing');
+    expect(rejected).toHaveLength(1);
+  });
+
   it('without a start grace a silent worker is left alone; a kill for a kept stopped job is no failed start', async () => {
     const { supervisor, started, plan, actions, clock, setStops } = setup({ maxFailedStarts: 1 });
     await supervisor.tick('a', plan(2));

@@ -152,6 +152,12 @@ export interface AgentOptions {
    * Without it, no limit: a worker whose model load hangs holds its task.
    */
   startGraceMs?: number;
+  /**
+   * The worker container's start will be reported (workerStarted, from the ECS task metadata): the
+   * start grace then counts from it, so the worker's image pull, which ECS begins only once the agent
+   * runs, is not part of it. Without it, the grace counts from the agent's start.
+   */
+  awaitWorkerStart?: boolean;
   /** How long drain() lets held jobs finish (default env FERRY_DRAIN_MS, else 110 s). */
   drainMs?: number;
   /** While draining, how long a job-take is held before its 204 (default 1 s; avoids a busy loop). */
@@ -181,9 +187,12 @@ export interface Agent {
   held(): string[];
   /**
    * Resolves with the exit code the agent should leave with once the supervisor wants this task gone:
-   * 0 after a refresh_worker job or a drain, 1 after a kill (a stopped job kept past its grace).
+   * 0 after a refresh_worker job or a drain, 1 after a kill (a stopped job kept past its grace, or
+   * no contact within the start grace).
    */
   readonly leaving: Promise<number>;
+  /** The worker container started at `atMs` (ECS task metadata): its start grace counts from then. */
+  workerStarted(atMs: number): void;
   /**
    * The worker container (or process) ended: its jobs go back to the queue now. `taskStopping`: ECS was stopping the whole task, so the
    * exit was asked for (ecsWorker.ts); otherwise it counts as a crash, or a failed start before contact.
@@ -341,7 +350,10 @@ class AgentServer implements Agent {
     this.supervisor.adopt(
       { workerId: this.workerId, endpointId: this.endpointId, token: this.workerToken },
       'queue',
-      options.startGraceMs,
+      {
+        ...(options.startGraceMs !== undefined ? { startGraceMs: options.startGraceMs } : {}),
+        awaitStart: options.awaitWorkerStart === true,
+      },
     );
     // Worker routes only: no client key is ever valid here, so /run, /status… answer 401.
     this.auth = {
@@ -392,6 +404,10 @@ class AgentServer implements Agent {
 
   held(): string[] {
     return this.supervisor.heldBy(this.workerId);
+  }
+
+  workerStarted(atMs: number): void {
+    this.supervisor.started(this.workerId, atMs);
   }
 
   async workerExited(how: WorkerExit): Promise<void> {

@@ -32,6 +32,8 @@ export interface WorkerContainerWatch {
   clock: Clock;
   signal: AbortSignal;
   onExit(how: WorkerExit): void | Promise<void>;
+  /** The worker container is running, since `atMs` (its `StartedAt`); called once. */
+  onStarted?(atMs: number): void;
   warn(message: string): void;
   pollMs?: number;
   fetch?: typeof fetch;
@@ -47,13 +49,14 @@ export interface WorkerExit {
 
 interface TaskMetadata {
   DesiredStatus?: string;
-  Containers?: { Name?: string; KnownStatus?: string; ExitCode?: number }[];
+  Containers?: { Name?: string; KnownStatus?: string; ExitCode?: number; StartedAt?: string }[];
 }
 
 /** Resolves once the worker container is seen STOPPED (after calling onExit) or the signal aborts. */
 export async function watchWorkerContainer(watch: WorkerContainerWatch): Promise<void> {
   const get = watch.fetch ?? fetch;
   let lastProblem = '';
+  let seenRunning = false;
   while (!watch.signal.aborted) {
     try {
       const response = await get(`${watch.metadataUri}/task`, { signal: AbortSignal.timeout(5_000) });
@@ -67,6 +70,11 @@ export async function watchWorkerContainer(watch: WorkerContainerWatch): Promise
           taskStopping: task.DesiredStatus === 'STOPPED',
         });
         return;
+      }
+      if (container?.KnownStatus === 'RUNNING' && !seenRunning) {
+        seenRunning = true;
+        const startedAt = Date.parse(container.StartedAt ?? '');
+        watch.onStarted?.(Number.isNaN(startedAt) ? watch.clock.now() : startedAt);
       }
       lastProblem = '';
     } catch (error) {

@@ -123,6 +123,8 @@ export interface LbAgentOptions {
    * only the worker's own exit counts.
    */
   startGraceMs?: number;
+  /** As the queue agent's (agent.ts): the grace counts from the worker container's reported start. */
+  awaitWorkerStart?: boolean;
 }
 
 export interface LbAgent {
@@ -136,6 +138,8 @@ export interface LbAgent {
    * the task), 0 when it stopped with its task.
    */
   readonly leaving: Promise<number>;
+  /** The worker container started at `atMs` (ECS task metadata): its start grace counts from then. */
+  workerStarted(atMs: number): void;
   /** The worker container ended (ECS task metadata, ecsWorker.ts). */
   workerExited(how: WorkerExit): Promise<void>;
   /** Stops taking connections and waits for requests in flight (at most `waitMs`); twice is fine. */
@@ -214,7 +218,10 @@ class LbAgentServer implements LbAgent {
     this.supervisor.adopt(
       { workerId: this.workerId, endpointId: options.endpointId, token: randomBytes(24).toString('hex') },
       'lb',
-      options.startGraceMs,
+      {
+        ...(options.startGraceMs !== undefined ? { startGraceMs: options.startGraceMs } : {}),
+        awaitStart: options.awaitWorkerStart === true,
+      },
     );
   }
 
@@ -249,6 +256,10 @@ class LbAgentServer implements LbAgent {
       if (await this.workerHealthy()) return;
       await this.clock.sleep(this.options.readyProbeMs ?? 1_000, this.closing.signal);
     }
+  }
+
+  workerStarted(atMs: number): void {
+    this.supervisor.started(this.workerId, atMs);
   }
 
   async workerExited(how: WorkerExit): Promise<void> {

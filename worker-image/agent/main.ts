@@ -47,8 +47,13 @@ function taskProtectionOf(env: QueueAgentEnv | LbAgentEnv): { ecs?: EcsProtectio
 }
 
 /** How long the worker may take to make contact (the endpoint's health_check_grace), both modes. */
-const startGraceOf = (env: QueueAgentEnv | LbAgentEnv): { startGraceMs?: number } =>
-  env.FERRY_HEALTH_CHECK_GRACE_SEC ? { startGraceMs: env.FERRY_HEALTH_CHECK_GRACE_SEC * 1000 } : {};
+const startGraceOf = (
+  env: QueueAgentEnv | LbAgentEnv,
+): { startGraceMs?: number; awaitWorkerStart: boolean } => ({
+  ...(env.FERRY_HEALTH_CHECK_GRACE_SEC ? { startGraceMs: env.FERRY_HEALTH_CHECK_GRACE_SEC * 1000 } : {}),
+  // On ECS the task metadata reports the worker container's start; the grace counts from it.
+  awaitWorkerStart: env.ECS_CONTAINER_METADATA_URI_V4 !== undefined,
+});
 
 /**
  * SIGTERM or SIGINT from now on. Each serving mode listens before it starts its agent: a stop that
@@ -68,7 +73,11 @@ const signalled = (): Promise<void> =>
  */
 async function untilLeaving(
   env: QueueAgentEnv | LbAgentEnv,
-  agent: { leaving: Promise<number>; workerExited(how: WorkerExit): Promise<void> },
+  agent: {
+    leaving: Promise<number>;
+    workerStarted(atMs: number): void;
+    workerExited(how: WorkerExit): Promise<void>;
+  },
   stopAsked: Promise<void>,
 ): Promise<number> {
   const watching = new AbortController();
@@ -79,6 +88,7 @@ async function untilLeaving(
         containerName: env.FERRY_WORKER_CONTAINER,
         clock: systemClock,
         signal: watching.signal,
+        onStarted: (atMs) => agent.workerStarted(atMs),
         onExit: (how) => agent.workerExited(how),
         warn: (message) => process.stderr.write(`ferry-agent: ${message}\n`),
       })
