@@ -167,6 +167,18 @@ export interface ScalePlan {
   startGraceMs?: number;
 }
 
+/** How long an adopted worker may go without contact before it is killed as a failed start. */
+export interface StartGrace {
+  /** As in ScalePlan; none: no limit. */
+  startGraceMs?: number;
+  /**
+   * Its start will be reported (`started()`: ECS task metadata, once the container runs): the grace
+   * counts from then, not from its adoption, so the image pull ECS does after the agent started is
+   * not part of it.
+   */
+  awaitStart?: boolean;
+}
+
 export interface WorkerSupervisorOptions {
   clock: Clock;
   log: Logger;
@@ -234,15 +246,8 @@ export class WorkerSupervisor implements WorkerLedger {
     return identity;
   }
 
-  /**
-   * Registers a worker someone else started with this identity (ECS starts the agent's worker).
-   * `startGraceMs` as in ScalePlan; with `awaitStart` it counts from `started()`, not from now.
-   */
-  adopt(
-    identity: WorkerIdentity,
-    kind: 'queue' | 'lb' = 'queue',
-    grace: { startGraceMs?: number; awaitStart?: boolean } = {},
-  ): void {
+  /** Registers a worker someone else started with this identity (ECS starts the agent's worker). */
+  adopt(identity: WorkerIdentity, kind: 'queue' | 'lb' = 'queue', grace: StartGrace = {}): void {
     this.register(identity, kind, false, grace.startGraceMs, grace.awaitStart === true);
   }
 

@@ -164,7 +164,7 @@ describe('a worker with no contact within its start grace (FERRY_HEALTH_CHECK_GR
   it('is killed: the agent counts a failed start and exits 1, so ECS replaces the task', async () => {
     const exits: number[] = [];
     const agent = await box.newAgent('hungaaaaaaaaa4', {
-      startGraceMs: 1_000,
+      startGrace: { startGraceMs: 1_000 },
       exit: (code) => {
         exits.push(code);
       },

@@ -41,7 +41,7 @@
  * same as in the local pool. The agent adopts the one worker ECS started beside it and acts for the
  * supervisor: `stop` (the worker asked for refresh_worker, or must drain) makes the agent leave with
  * exit 0, `kill` (it kept a stopped job past `stopGraceMs`, Python cannot interrupt a handler stuck in
- * C code; or it made no contact within `startGraceMs`, a hung model load) with exit 1. The agent container is essential, so ECS stops the task, which ends the worker,
+ * C code; or it made no contact within `startGrace`, a hung model load) with exit 1. The agent container is essential, so ECS stops the task, which ends the worker,
  * and the service starts a fresh task. Whatever the worker held goes back to the queue first.
  * Cancel (a Lambda) and timeouts reach the worker through job-stop: the Lambda cannot notify this
  * process, so it bumps the worker's stop-signal item and the agent polls that small item every
@@ -90,7 +90,7 @@ import { limits } from '../../core/limits.js';
 import type { Logger } from '../../core/log.js';
 import { jobMetricsLine } from '../../core/metrics.js';
 import type { Clock, LogStore, Watch } from '../../core/ports.js';
-import { WorkerSupervisor } from '../../core/supervisor.js';
+import { type StartGrace, WorkerSupervisor } from '../../core/supervisor.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
 import { drainMs as taskDrainMs } from '../../infra/task-layout.js';
 import { watchDeadlines } from './deadlines.js';
@@ -148,16 +148,11 @@ export interface AgentOptions {
   stopGraceMs?: number;
   /**
    * How long the worker may go without contact (its first job-take or ping) before the agent exits 1
-   * and counts a failed start: the endpoint's health_check_grace (FERRY_HEALTH_CHECK_GRACE_SEC).
-   * Without it, no limit: a worker whose model load hangs holds its task.
+   * and counts a failed start: the endpoint's health_check_grace (FERRY_HEALTH_CHECK_GRACE_SEC), from
+   * the worker container's reported start (workerStarted) with `awaitStart`. Without it, no limit: a
+   * worker whose model load hangs holds its task.
    */
-  startGraceMs?: number;
-  /**
-   * The worker container's start will be reported (workerStarted, from the ECS task metadata): the
-   * start grace then counts from it, so the worker's image pull, which ECS begins only once the agent
-   * runs, is not part of it. Without it, the grace counts from the agent's start.
-   */
-  awaitWorkerStart?: boolean;
+  startGrace?: StartGrace;
   /** How long drain() lets held jobs finish (default env FERRY_DRAIN_MS, else 110 s). */
   drainMs?: number;
   /** While draining, how long a job-take is held before its 204 (default 1 s; avoids a busy loop). */
@@ -350,10 +345,7 @@ class AgentServer implements Agent {
     this.supervisor.adopt(
       { workerId: this.workerId, endpointId: this.endpointId, token: this.workerToken },
       'queue',
-      {
-        ...(options.startGraceMs !== undefined ? { startGraceMs: options.startGraceMs } : {}),
-        awaitStart: options.awaitWorkerStart === true,
-      },
+      options.startGrace,
     );
     // Worker routes only: no client key is ever valid here, so /run, /status… answer 401.
     this.auth = {

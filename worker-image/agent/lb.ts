@@ -65,7 +65,7 @@ import { systemClock } from '../../core/clock.js';
 import { FerryError, messageOf, toHttpResponse } from '../../core/errors.js';
 import type { Logger } from '../../core/log.js';
 import type { ApiKeyLookup, Clock, StartFailureRecord, WorkerRegistry } from '../../core/ports.js';
-import { WorkerSupervisor } from '../../core/supervisor.js';
+import { type StartGrace, WorkerSupervisor } from '../../core/supervisor.js';
 import type { WorkerExit } from './ecsWorker.js';
 import { listen } from './listen.js';
 import { agentLog } from './log.js';
@@ -122,9 +122,7 @@ export interface LbAgentOptions {
    * with 1; a task stopped sooner (scale-in of a task still starting) counts nothing. Without it,
    * only the worker's own exit counts.
    */
-  startGraceMs?: number;
-  /** As the queue agent's (agent.ts): the grace counts from the worker container's reported start. */
-  awaitWorkerStart?: boolean;
+  startGrace?: StartGrace;
 }
 
 export interface LbAgent {
@@ -218,10 +216,7 @@ class LbAgentServer implements LbAgent {
     this.supervisor.adopt(
       { workerId: this.workerId, endpointId: options.endpointId, token: randomBytes(24).toString('hex') },
       'lb',
-      {
-        ...(options.startGraceMs !== undefined ? { startGraceMs: options.startGraceMs } : {}),
-        awaitStart: options.awaitWorkerStart === true,
-      },
+      options.startGrace,
     );
   }
 

@@ -24,6 +24,7 @@ import { DynamoControlStore, DynamoWorkerRegistry, documentClient } from '../../
 import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { systemClock } from '../../core/clock.js';
 import { messageOf } from '../../core/errors.js';
+import type { StartGrace } from '../../core/supervisor.js';
 import { startAgent } from './agent.js';
 import { downloadArtifact, readLbSecret, writeLbSecret } from './artifact.js';
 import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } from './config.js';
@@ -47,12 +48,12 @@ function taskProtectionOf(env: QueueAgentEnv | LbAgentEnv): { ecs?: EcsProtectio
 }
 
 /** How long the worker may take to make contact (the endpoint's health_check_grace), both modes. */
-const startGraceOf = (
-  env: QueueAgentEnv | LbAgentEnv,
-): { startGraceMs?: number; awaitWorkerStart: boolean } => ({
-  ...(env.FERRY_HEALTH_CHECK_GRACE_SEC ? { startGraceMs: env.FERRY_HEALTH_CHECK_GRACE_SEC * 1000 } : {}),
-  // On ECS the task metadata reports the worker container's start; the grace counts from it.
-  awaitWorkerStart: env.ECS_CONTAINER_METADATA_URI_V4 !== undefined,
+const startGraceOf = (env: QueueAgentEnv | LbAgentEnv): { startGrace: StartGrace } => ({
+  startGrace: {
+    ...(env.FERRY_HEALTH_CHECK_GRACE_SEC ? { startGraceMs: env.FERRY_HEALTH_CHECK_GRACE_SEC * 1000 } : {}),
+    // On ECS the task metadata reports the worker container's start; the grace counts from it.
+    awaitStart: env.ECS_CONTAINER_METADATA_URI_V4 !== undefined,
+  },
 });
 
 /**

@@ -494,8 +494,6 @@ export class EndpointPool {
       env.FERRY_MODE = 'queue';
       env.FERRY_TARGET = endpoint.target?.name ?? '';
     }
-    // How its lines and the pool's notes about it start.
-    const prefix = `[${this.spec.record.name} ${workerId.slice(-8)}]`;
     const launchWith = (port?: number) => {
       if (port !== undefined) {
         env.FERRY_HOST = '127.0.0.1';
@@ -516,6 +514,7 @@ export class EndpointPool {
         ...this.spec.user,
       });
       proc.child = child;
+      const prefix = `[${this.spec.record.name} ${workerId.slice(-8)}]`;
       for (const [name, stream] of [
         ['stdout', child.stdout],
         ['stderr', child.stderr],
