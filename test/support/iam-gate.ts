@@ -299,21 +299,12 @@ export class IamGate {
 
   /** SQS: the queue named by the command's QueueUrl or QueueName. */
   sqs<T extends SQSClient>(client: T): T {
-    client.middlewareStack.add(
-      (next, context) => async (args) => {
-        const operation = String(context.commandName).replace(/Command$/, '');
-        const name = queueNameOf(args.input as { QueueUrl?: string; QueueName?: string });
-        this.check(
-          `sqs:${operation}`,
-          name === undefined
-            ? undefined
-            : [{ action: `sqs:${operation}`, resource: arnOf.queue(name), leadingKeys: [] }],
-        );
-        return next(args);
-      },
-      { step: 'initialize', name: 'iamGate' },
-    );
-    return client;
+    return this.commands(client, 'sqs', (operation, input) => {
+      const name = queueNameOf(input);
+      return name === undefined
+        ? undefined
+        : [{ action: `sqs:${operation}`, resource: arnOf.queue(name), leadingKeys: [] }];
+    });
   }
 
   /**
@@ -321,10 +312,19 @@ export class IamGate {
    * middleware), as they should: a presigned request acts with the signer's permissions.
    */
   s3<T extends S3Client>(client: T): T {
+    return this.commands(client, 's3', s3Accesses);
+  }
+
+  /** An SDK client's commands, by name and input as the caller gave them, before they are sent. */
+  private commands<T extends { middlewareStack: { add(middleware: any, options: any): void } }>(
+    client: T,
+    service: string,
+    accesses: (operation: string, input: Record<string, any>) => Access[] | undefined,
+  ): T {
     client.middlewareStack.add(
-      (next, context) => async (args) => {
+      (next: (args: any) => Promise<any>, context: { commandName?: string }) => async (args: any) => {
         const operation = String(context.commandName).replace(/Command$/, '');
-        this.check(`s3:${operation}`, s3Accesses(operation, args.input as Record<string, any>));
+        this.check(`${service}:${operation}`, accesses(operation, args.input));
         return next(args);
       },
       { step: 'initialize', name: 'iamGate' },
