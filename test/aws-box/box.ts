@@ -38,6 +38,7 @@ import {
   sqsClientFor,
   startAwsFixture,
 } from '../support/emulators.js';
+import { call } from '../support/platform.js';
 
 export const boxApiKey = 'fy_aws_box_test_key';
 
@@ -243,13 +244,7 @@ export async function shimCall(
   body?: unknown,
   key: string = boxApiKey,
 ): Promise<{ status: number; body: any }> {
-  const response = await fetch(`${box.shim.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await response.text();
-  return { status: response.status, body: text ? JSON.parse(text) : undefined };
+  return call(box.shim.url, method, path, body, { authorization: `Bearer ${key}` });
 }
 
 /** A job's status once it no longer waits or runs (status-sync through the shim, a minute at most). */
