@@ -290,33 +290,53 @@ export class HttpWebhookSender implements WebhookSender {
     }
   }
 
-  /** One checked POST; true when it is over (the receiver answered 2xx, or the target is refused). */
-  private async attempt(url: string, body: string, attempt: number): Promise<boolean> {
-    const of = `(attempt ${attempt}/${this.attempts()})`;
-    try {
-      const target = await resolveWebhookTarget(url, {
-        allow: this.options.allow,
-        resolve: this.options.resolve,
-      });
-      const status = await postToTarget(target, body, {
-        timeoutMs: this.options.timeoutMs ?? limits.webhookTimeoutMs,
-        signal: this.stop.signal,
-      });
-      if (status >= 200 && status < 300) return true;
-      this.options.log?.warn(
-        `webhook ${redact(url)} answered ${status}${status >= 300 && status < 400 ? ' (redirects are not followed)' : ''} ${of}`,
-      );
-    } catch (error) {
-      this.options.log?.warn(`webhook ${redact(url)} failed: ${(error as Error).message} ${of}`);
-      // A refused target stays refused: no retries.
-      if (FerryError.is(error) && error.code === 'bad_request') return true;
-    }
-    return false;
+  private attempt(url: string, body: string, attempt: number): Promise<boolean> {
+    return attemptWebhook(url, body, attempt, { ...this.options, signal: this.stop.signal });
   }
 }
 
+/** How one delivery attempt is made (HttpWebhookSender's options; the AWS webhook function's). */
+export interface WebhookAttemptOptions {
+  log?: WebhookLog;
+  /** Attempts in all, for the log line (default limits.webhookAttempts). */
+  attempts?: number;
+  timeoutMs?: number;
+  /** Hosts and address ranges that may be private (local development). */
+  allow?: readonly string[];
+  resolve?: Resolve;
+  signal?: AbortSignal;
+}
+
+/**
+ * One checked POST of a delivery; true when the delivery is over (the receiver answered 2xx, or the
+ * target is refused: a refused target stays refused, so it gets no retries). Never throws.
+ */
+export async function attemptWebhook(
+  url: string,
+  body: string,
+  attempt: number,
+  options: WebhookAttemptOptions = {},
+): Promise<boolean> {
+  const of = `(attempt ${attempt}/${options.attempts ?? limits.webhookAttempts})`;
+  try {
+    const target = await resolveWebhookTarget(url, { allow: options.allow, resolve: options.resolve });
+    const status = await postToTarget(target, body, {
+      timeoutMs: options.timeoutMs ?? limits.webhookTimeoutMs,
+      signal: options.signal,
+    });
+    if (status >= 200 && status < 300) return true;
+    options.log?.warn(
+      `webhook ${redact(url)} answered ${status}${status >= 300 && status < 400 ? ' (redirects are not followed)' : ''} ${of}`,
+    );
+  } catch (error) {
+    options.log?.warn(`webhook ${redact(url)} failed: ${(error as Error).message} ${of}`);
+    if (FerryError.is(error) && error.code === 'bad_request') return true;
+  }
+  return false;
+}
+
 /** Webhook URLs often carry tokens in their query; logs keep only the origin and path. */
-function redact(url: string): string {
+export function redact(url: string): string {
   try {
     const u = new URL(url);
     return `${u.origin}${u.pathname}`;

@@ -6,6 +6,7 @@
  *   authorizer.mjs  handler `authorizer.handler`  the API-key REQUEST authorizer
  *   sweeper.mjs     handler `sweeper.handler`     the scheduled sweeper
  *   scaler.mjs      handler `scaler.handler`      sets ECS desiredCount (schedule + nudges)
+ *   webhooks.mjs    handler `webhooks.handler`    delivers final-status webhooks (webhook queue)
  *
  * Runtime `nodejs24.x` (infra/platform-stack.ts). infra/ points each function's code at `outdir` with these handler names.
  */
@@ -19,6 +20,7 @@ export const functionEntries = {
   authorizer: 'authorizer.handler',
   sweeper: 'sweeper.handler',
   scaler: 'scaler.handler',
+  webhooks: 'webhooks.handler',
 } as const;
 
 export type FunctionName = keyof typeof functionEntries;

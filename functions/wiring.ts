@@ -28,6 +28,7 @@ import {
 import { S3BlobStore, s3ClientConfig } from '../core/adapters/aws/s3.js';
 import { SqsJobQueue } from '../core/adapters/aws/sqs.js';
 import { StopSignallingChangeFeed } from '../core/adapters/aws/stop-signals.js';
+import { QueuedWebhookSender } from '../core/adapters/aws/webhook-queue.js';
 import { V2Api } from '../core/api.js';
 import { type Authenticator, KeyAuthenticator } from '../core/auth.js';
 import { PollingChangeFeed } from '../core/changes.js';
@@ -37,7 +38,6 @@ import { FerryError } from '../core/errors.js';
 import { endpointScopedJobId } from '../core/job.js';
 import { ManageApi } from '../core/manage.js';
 import type { ChangeFeed, Clock, LogStore } from '../core/ports.js';
-import { HttpWebhookSender } from '../core/webhooks.js';
 import { S3PayloadStore } from './payloads.js';
 import { lambdaInvoker, NudgingChangeFeed, type ScalerDeps } from './scaler.js';
 
@@ -55,6 +55,8 @@ export const functionEnvSchema = z.object({
   FERRY_BLOB_PREFIX: z.string().default(''),
   /** Queues are `<prefix><endpointId>` and `<prefix><endpointId>-low` (infra/ names them). */
   FERRY_QUEUE_NAME_PREFIX: z.string().default('ferry-'),
+  /** The platform's webhook queue (core/adapters/aws/webhook-queue.ts): final-status webhooks go there. */
+  FERRY_WEBHOOK_QUEUE_URL: z.string().url(),
   /** Cap on every wait: under API Gateway's 29 s integration timeout (docs/api.md#aws-front-door). */
   FERRY_MAX_WAIT_MS: positiveMs(25_000),
   /** How often a waiting request re-reads DynamoDB (other sandboxes' writes are not heard). */
@@ -124,7 +126,7 @@ export interface Platform {
    */
   stopSignals?: StopSignallingChangeFeed;
   payloads: S3PayloadStore;
-  webhooks: HttpWebhookSender;
+  webhooks: QueuedWebhookSender;
   /** The sweeper's reader of dead-lettered messages (the endpoints' `-dlq` queues). */
   deadLetters: DeadLetters;
 }
@@ -214,9 +216,14 @@ export function buildPlatform(options: PlatformOptions): Platform {
     client: clients.sqs,
     queueUrlFor: queueUrls(clients.sqs, env.FERRY_QUEUE_NAME_PREFIX),
   });
-  // Webhooks go out in the background, and each handler waits for them before it returns
-  // (settleWebhooks): Lambda freezes the sandbox once the handler returns, and may never thaw it.
-  const webhooks = new HttpWebhookSender({ clock });
+  // Webhooks are handed to the webhook queue, whose function makes the attempts; each handler waits
+  // for the hand-over before it returns (settleWebhooks): Lambda freezes the sandbox once it returns.
+  const webhooks = new QueuedWebhookSender({
+    sqs: clients.sqs,
+    queueUrl: env.FERRY_WEBHOOK_QUEUE_URL,
+    blobs,
+    log: { warn: (line) => console.error(`ferry: ${line}`) },
+  });
   // A change that makes a worker let go of a job (cancel, timeout, requeue) also bumps that worker's
   // stop signal, which its agent polls instead of the job (core/adapters/aws/stop-signals.ts).
   const stopSignals = new StopSignallingChangeFeed({
@@ -340,14 +347,14 @@ export function scalerDepsFromEnv(): ScalerDeps {
 }
 
 /**
- * Waits for the webhooks the invocation started, until `budgetMs` runs out. Lambda freezes the
- * execution environment as soon as the handler returns and may discard it, so a delivery left in the
- * background can be lost (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html).
- * Deliveries still running when the budget ends (a receiver that keeps failing, with retries 10 s
- * apart) are given up and logged; the first attempt of each has normally finished by then.
+ * Waits until the webhooks the invocation started are on the webhook queue, until `budgetMs` runs
+ * out. Lambda freezes the execution environment as soon as the handler returns and may discard it, so
+ * a send left in the background can be lost
+ * (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html). The attempts
+ * themselves, and their retries 10 s apart, are the webhook function's (functions/webhooks.ts).
  */
 export async function settleWebhooks(
-  webhooks: Pick<HttpWebhookSender, 'idle'>,
+  webhooks: Pick<QueuedWebhookSender, 'idle'>,
   budgetMs: number,
 ): Promise<'settled' | 'gave-up'> {
   if (budgetMs <= 0) return 'gave-up';
@@ -360,6 +367,6 @@ export async function settleWebhooks(
   ]);
   clearTimeout(timer);
   if (outcome === 'gave-up')
-    console.warn('ferry: webhook deliveries still running when the function had to return');
+    console.warn('ferry: webhooks still being queued when the function had to return');
   return outcome;
 }

@@ -20,7 +20,7 @@
  *     attributes cannot drift from what the adapters read and write;
  *   - function environment: `functionEnvSchema` (functions/wiring.ts);
  *   - bundles and handlers: `functionEntries` (functions/bundle.ts) — `functionsCodeDir` holds the
- *     esbuild output `api.mjs`, `authorizer.mjs`, `sweeper.mjs`, made by the CLI (target node22).
+ *     esbuild output, one `<name>.mjs` per entry, made by the CLI (target node24).
  *
  *   api         `api.handler`: every v2 route (one function; API Gateway proxies each route to it).
  *   authorizer  `authorizer.handler`: REQUEST authorizer; sha256 of the `Authorization` key looked up
@@ -32,6 +32,9 @@
  *               sweeper when work reaches an endpoint with no worker; a load-balanced endpoint's
  *               wake-up alarm): sets each endpoint service's desiredCount from the scaling policy
  *               (functions/scaler.ts, docs/scaling.md). Nothing else decides worker counts.
+ *   webhooks    `webhooks.handler`, fed by the webhook queue (an SQS event source): one attempt of a
+ *               job's final-status webhook per record; a failed one goes back 10 s later as a new
+ *               message, up to 3 attempts (core/adapters/aws/webhook-queue.ts).
  *
  * IAM is least privilege per function, derived from the calls those code paths make (listed at
  * each grant). No function gets the `index/*` of a table, only the indexes it queries.
@@ -57,8 +60,10 @@ import * as events from 'aws-cdk-lib/aws-events';
 import * as eventsTargets from 'aws-cdk-lib/aws-events-targets';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as lambdaEvents from 'aws-cdk-lib/aws-lambda-event-sources';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
 import {
   countPartitionPattern,
@@ -68,6 +73,7 @@ import {
   startFailuresKey,
   stopSignalKey,
 } from '../core/adapters/aws/dynamo.js';
+import { webhookBodyPrefix } from '../core/adapters/aws/webhook-queue.js';
 import { FerryError } from '../core/errors.js';
 import { functionEntries } from '../functions/bundle.js';
 import { AlarmTopic } from './constructs/alarms.js';
@@ -123,17 +129,28 @@ export const integrationTimeoutSec = 29;
 export const maxWaitMs = 25_000;
 /** FERRY_POLL_MS: how often a waiting request re-reads DynamoDB. */
 export const pollMs = 500;
+/**
+ * The webhook function and its queue. An attempt waits up to limits.webhookTimeoutMs (10 s) and a
+ * batch's attempts run side by side, so 30 s covers a batch of receivers that all hang.
+ */
+export const webhookTiming = {
+  functionTimeoutSec: 30,
+  batchSize: 10,
+  maxConcurrency: 10,
+  maxReceiveCount: 5,
+} as const;
 
 export interface FunctionHandlers {
   api: string;
   authorizer: string;
   sweeper: string;
   scaler: string;
+  webhooks: string;
 }
 export const defaultHandlers: FunctionHandlers = { ...functionEntries };
 
 export interface PlatformStackProps extends StackProps {
-  /** Directory with the esbuild bundles (functions/bundle.ts: api.mjs, authorizer.mjs, sweeper.mjs). */
+  /** Directory with the esbuild bundles (functions/bundle.ts: one .mjs per entry of functionEntries). */
   functionsCodeDir: string;
   /**
    * The region's availability zones (the CLI looks them up and passes `-c ferry:availabilityZones=a,b,c`).
@@ -206,6 +223,7 @@ const attribute = (key: { name: string; type: 'S' | 'N' }): dynamodb.Attribute =
 export function functionEnvironment(
   tables: Record<DynamoTable, dynamodb.ITable>,
   bucket: s3.IBucket,
+  webhookQueue: sqs.IQueue,
   waitMs: number = maxWaitMs,
 ) {
   return {
@@ -217,6 +235,7 @@ export function functionEnvironment(
     FERRY_BUCKET: bucket.bucketName,
     FERRY_BLOB_PREFIX: blobPrefix,
     FERRY_QUEUE_NAME_PREFIX: queueNamePrefix,
+    FERRY_WEBHOOK_QUEUE_URL: webhookQueue.queueUrl,
     FERRY_MAX_WAIT_MS: String(waitMs),
     FERRY_POLL_MS: String(pollMs),
     FERRY_LOG_GROUP: jobLogGroupName,
@@ -306,6 +325,10 @@ export class PlatformStack extends Stack {
   readonly authorizerFunction: lambda.Function;
   readonly sweeperFunction: lambda.Function;
   readonly scalerFunction: lambda.Function;
+  readonly webhookFunction: lambda.Function;
+  /** Final-status webhooks, one message per attempt (core/adapters/aws/webhook-queue.ts). */
+  readonly webhookQueue: sqs.Queue;
+  readonly webhookDeadLetters: sqs.Queue;
   readonly images: ImageRegistry;
   readonly alarms: AlarmTopic;
   readonly timing: ReturnType<typeof integrationTiming>;
@@ -407,7 +430,29 @@ export class PlatformStack extends Stack {
     // Every function gets the whole environment: the bundles share functions/wiring.ts, which parses
     // all of it. Names are not secrets; what a function may touch is decided by IAM below.
     this.timing = integrationTiming(props.integrationTimeoutSec);
-    const environment = functionEnvironment(this.tables, this.bucket, this.timing.maxWaitMs);
+    // The webhook queue: not under the endpoint queues' name prefix, so no grant on `ferry-*` reaches it.
+    this.webhookDeadLetters = new sqs.Queue(this, 'WebhookDeadLetters', {
+      retentionPeriod: Duration.days(14),
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+    });
+    this.webhookQueue = new sqs.Queue(this, 'Webhooks', {
+      // "set the source queue's visibility timeout to at least six times the configuration timeout on
+      // your function" (https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html).
+      visibilityTimeout: Duration.seconds(6 * webhookTiming.functionTimeoutSec),
+      // Three attempts span about 20 s; a day covers a webhook function that fails for hours.
+      retentionPeriod: Duration.days(1),
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      // A record the function could not handle at all (S3 or SQS failing), five times.
+      deadLetterQueue: { queue: this.webhookDeadLetters, maxReceiveCount: webhookTiming.maxReceiveCount },
+    });
+    const environment = functionEnvironment(
+      this.tables,
+      this.bucket,
+      this.webhookQueue,
+      this.timing.maxWaitMs,
+    );
     // Job output (agents write, the API reads): kept two weeks, longer than a job can stay readable
     // (policy.ttl up to 7 days, then its result's retention).
     new logs.LogGroup(this, 'JobLogs', {
@@ -448,6 +493,26 @@ export class PlatformStack extends Stack {
       functionName: scalerFunctionName,
     });
     this.grantScaler(this.scalerFunction);
+
+    this.webhookFunction = this.fn('WebhookDelivery', code, handlers.webhooks, {
+      timeout: Duration.seconds(webhookTiming.functionTimeoutSec),
+      environment,
+    });
+    this.webhookFunction.addEventSource(
+      new lambdaEvents.SqsEventSource(this.webhookQueue, {
+        batchSize: webhookTiming.batchSize,
+        // Only the records the function lists go back to the queue, not the whole batch
+        // (https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html).
+        reportBatchItemFailures: true,
+        // Bounds the posts to receivers at once: 10 sandboxes × 10 records.
+        maxConcurrency: webhookTiming.maxConcurrency,
+      }),
+    );
+    this.grantWebhookDelivery(this.webhookFunction);
+    // The functions that end jobs hand their webhooks over (bodies past the inline size go to S3
+    // under payloads/, which both may already write).
+    for (const sender of [this.apiFunction, this.sweeperFunction])
+      this.webhookQueue.grantSendMessages(sender);
     // A rate cannot be shorter than a minute
     // (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rate-expressions.html); the nudges
     // make scale-from-zero immediate, this catches scale-in and any nudge that was lost.
@@ -935,6 +1000,28 @@ export class PlatformStack extends Stack {
   }
 
   /**
+   * The webhook function: its records come from the event source mapping, which receives and deletes
+   * with the function's role (sqs:ReceiveMessage, DeleteMessage, GetQueueAttributes:
+   * https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html); a retry is a new
+   * message on the same queue; a body in S3 is read, and deleted when the delivery is over. No table.
+   */
+  private grantWebhookDelivery(fn: lambda.Function): void {
+    this.webhookQueue.grantConsumeMessages(fn);
+    this.webhookQueue.grantSendMessages(fn);
+    fn.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:GetObject', 's3:DeleteObject'],
+        resources: [this.bucket.arnForObjects(`${blobPrefix}${webhookBodyPrefix}*`)],
+      }),
+    );
+    Validations.of(fn).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::<${Stack.of(this).getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/${blobPrefix}${webhookBodyPrefix}*]`,
+      reason:
+        'Webhook bodies have per-delivery keys under payloads/webhooks/; the grant stops at that prefix.',
+    });
+  }
+
+  /**
    * UpdateItem on the workers table's stop-signal items only (`<workerId>#stop`,
    * core/adapters/aws/stop-signals.ts): the LeadingKeys condition keeps the workers' own records,
    * which the agents write, out of reach
@@ -1115,6 +1202,18 @@ export class PlatformStack extends Stack {
       alarmDescription: 'Ferry: the v2 API answered 5xx (bad input must never cause one)',
       metric: this.api.metricServerError({ period: Duration.minutes(5), statistic: 'Sum' }),
       threshold: 5,
+      evaluationPeriods: 1,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    }).addAlarmAction(notify);
+    new cloudwatch.Alarm(this, 'WebhookDlqAlarm', {
+      alarmDescription:
+        'Ferry: a webhook was given up (the webhook function could not handle its message 5 times)',
+      metric: this.webhookDeadLetters.metricApproximateNumberOfMessagesVisible({
+        period: Duration.minutes(1),
+        statistic: 'Maximum',
+      }),
+      threshold: 1,
       evaluationPeriods: 1,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,

@@ -12,6 +12,13 @@
 
 import { DescribeServicesCommand, UpdateServiceCommand } from '@aws-sdk/client-ecs';
 import type { LambdaClient } from '@aws-sdk/client-lambda';
+import {
+  DeleteMessageCommand,
+  GetQueueAttributesCommand,
+  ReceiveMessageCommand,
+  type SQSClient,
+} from '@aws-sdk/client-sqs';
+import type { SQSBatchResponse, SQSRecord } from 'aws-lambda';
 import { CloudWatchLogStore } from '../../core/adapters/aws/cloudwatch-logs.js';
 import { hashKey } from '../../core/auth.js';
 import { systemClock } from '../../core/clock.js';
@@ -103,6 +110,7 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
     FERRY_BUCKET: fixture.bucket,
     FERRY_BLOB_PREFIX: options.blobPrefix ?? 'ferry/',
     FERRY_QUEUE_NAME_PREFIX: 'ferry-',
+    FERRY_WEBHOOK_QUEUE_URL: fixture.webhookQueueUrl,
     FERRY_MAX_WAIT_MS: String(options.maxWaitMs ?? 25_000),
     FERRY_POLL_MS: '200',
     FERRY_DYNAMODB_ENDPOINT: fixture.dynamo.endpoint,
@@ -292,4 +300,69 @@ export async function scalerDecision(
     event,
   );
   return { desired: report?.decision?.desired, updates };
+}
+
+/**
+ * What Lambda's event source mapping does for the webhook function (infra/platform-stack.ts): receive
+ * up to 10 messages of the webhook queue with their attributes, hand them to `handler` as SQS records,
+ * and delete those it did not list as batch item failures; those stay invisible until the queue's
+ * visibility timeout. One poll; answers how many records it handed over.
+ */
+export async function pollWebhookQueue(
+  sqs: SQSClient,
+  queueUrl: string,
+  handler: (event: { Records: SQSRecord[] }) => Promise<SQSBatchResponse>,
+  waitSeconds = 1,
+): Promise<{ records: SQSRecord[]; failures: string[] }> {
+  const { Messages = [] } = await sqs.send(
+    new ReceiveMessageCommand({
+      QueueUrl: queueUrl,
+      MaxNumberOfMessages: 10,
+      WaitTimeSeconds: waitSeconds,
+      MessageAttributeNames: ['All'],
+      // Lambda's own receive sets the visibility timeout it reads from the queue; 30 s here.
+      VisibilityTimeout: 30,
+    }),
+  );
+  const records = Messages.map(
+    (m): SQSRecord => ({
+      messageId: m.MessageId!,
+      receiptHandle: m.ReceiptHandle!,
+      body: m.Body ?? '',
+      attributes: {} as SQSRecord['attributes'],
+      messageAttributes: Object.fromEntries(
+        Object.entries(m.MessageAttributes ?? {}).map(([name, value]) => [
+          name,
+          { stringValue: value.StringValue, dataType: value.DataType! },
+        ]),
+      ),
+      md5OfBody: m.MD5OfBody ?? '',
+      eventSource: 'aws:sqs',
+      eventSourceARN: queueUrl,
+      awsRegion: 'us-east-1',
+    }),
+  );
+  if (records.length === 0) return { records, failures: [] };
+  const { batchItemFailures } = await handler({ Records: records });
+  const failures = batchItemFailures.map((f) => f.itemIdentifier);
+  for (const m of Messages) {
+    if (!failures.includes(m.MessageId!))
+      await sqs.send(new DeleteMessageCommand({ QueueUrl: queueUrl, ReceiptHandle: m.ReceiptHandle }));
+  }
+  return { records, failures };
+}
+
+/** Messages on a queue: visible, delayed and in flight. */
+export async function messagesOn(sqs: SQSClient, queueUrl: string): Promise<number> {
+  const { Attributes = {} } = await sqs.send(
+    new GetQueueAttributesCommand({
+      QueueUrl: queueUrl,
+      AttributeNames: [
+        'ApproximateNumberOfMessages',
+        'ApproximateNumberOfMessagesDelayed',
+        'ApproximateNumberOfMessagesNotVisible',
+      ],
+    }),
+  );
+  return Object.values(Attributes).reduce((sum, n) => sum + Number(n), 0);
 }

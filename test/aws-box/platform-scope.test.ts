@@ -1,6 +1,6 @@
 /**
  * Each platform Lambda does its whole job holding only its own role: the api (every client route and
- * the management API), the authorizer, the sweeper and the scaler.
+ * the management API), the authorizer, the sweeper, the scaler and the webhook function.
  *
  * A role that lacks a grant deploys without complaint and fails on its first call that needs it, so
  * template tests that list a role's actions cannot show it is enough. Here each function's roles'
@@ -12,6 +12,9 @@
  * API Gateway, which checks the authorizer's answer itself.
  */
 
+import { once } from 'node:events';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { FilterLogEventsCommand } from '@aws-sdk/client-cloudwatch-logs';
 import { DescribeServicesCommand, UpdateServiceCommand } from '@aws-sdk/client-ecs';
 import { InvokeCommand } from '@aws-sdk/client-lambda';
@@ -20,10 +23,13 @@ import { App } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { S3BlobStore } from '../../core/adapters/aws/s3.js';
+import { type WebhookDeliveryOptions, webhookBodyPrefix } from '../../core/adapters/aws/webhook-queue.js';
 import { hashKey } from '../../core/auth.js';
 import { systemClock } from '../../core/clock.js';
 import { scaleEndpoints } from '../../functions/scaler.js';
 import { createSweeper, sweepTiming } from '../../functions/sweeper.js';
+import { createWebhookHandler } from '../../functions/webhooks.js';
 import { type AwsClients, buildPlatform, type Platform } from '../../functions/wiring.js';
 import { PlatformStack } from '../../infra/platform-stack.js';
 import type { Agent } from '../../worker-image/agent/agent.js';
@@ -34,7 +40,15 @@ import { type AwsFixture, dynamoClientFor, s3ClientFor, sqsClientFor } from '../
 import { recordFor } from '../support/endpoints.js';
 import { type Access, arnOf, IamGate, Policy } from '../support/iam-gate.js';
 import { ProtocolWorker } from '../support/protocolWorker.js';
-import { type AwsBox, boxApiKey, shimCall, startAwsBox, untilFinished } from './box.js';
+import {
+  type AwsBox,
+  boxApiKey,
+  messagesOn,
+  pollWebhookQueue,
+  shimCall,
+  startAwsBox,
+  untilFinished,
+} from './box.js';
 
 const scalerName = 'ferry-scaler';
 const scopedKey = 'fy_platform_scope_scoped_key';
@@ -44,14 +58,17 @@ let template: Template;
 let cleanupStubs: () => void;
 let box: AwsBox;
 /** One gate per function, each its role's policy. */
-const gates = {} as Record<'api' | 'authorizer' | 'sweeper' | 'scaler', IamGate>;
+const gates = {} as Record<'api' | 'authorizer' | 'sweeper' | 'scaler' | 'webhooks', IamGate>;
 const destroyers: (() => void)[] = [];
 /** Scaler invocations the api and the sweeper sent (their nudges). */
 const nudges: string[] = [];
 let mainAgent: Agent;
 let worker: { stop(): Promise<void> };
 
-/** A role's policy, the template's tables, bucket and scaler function standing for the box's. */
+/** The name of a queue, from its URL. */
+const queueNameOf = (url: string) => url.split('/').pop()!;
+
+/** A role's policy, the template's tables, bucket, webhook queue and scaler function standing for the box's. */
 function policyOf(fn: lambda.Function, fixture: AwsFixture): Policy {
   const logicalId = (construct: { node: { defaultChild?: unknown } }) =>
     stack.getLogicalId(construct.node.defaultChild as never);
@@ -59,6 +76,7 @@ function policyOf(fn: lambda.Function, fixture: AwsFixture): Policy {
   const arns: Record<string, string> = {
     [logicalId(stack.bucket)]: arnOf.bucket(bucket),
     [logicalId(stack.scalerFunction)]: arnOf.function(scalerName),
+    [logicalId(stack.webhookQueue)]: arnOf.queue(queueNameOf(fixture.webhookQueueUrl)),
   };
   for (const role of Object.keys(tables) as (keyof typeof tables)[]) {
     arns[logicalId(stack.tables[role])] = arnOf.table(tables[role]);
@@ -132,6 +150,7 @@ beforeAll(async () => {
       gates.authorizer = new IamGate(policyOf(stack.authorizerFunction, fixture));
       gates.sweeper = new IamGate(policyOf(stack.sweeperFunction, fixture));
       gates.scaler = new IamGate(policyOf(stack.scalerFunction, fixture));
+      gates.webhooks = new IamGate(policyOf(stack.webhookFunction, fixture));
       return {
         api: gatedClients(gates.api, fixture, logs),
         authorizer: gatedClients(gates.authorizer, fixture),
@@ -170,6 +189,15 @@ const expectExercised = (gate: IamGate, operations: string[]) => {
   for (const operation of operations) expect(used(gate, operation), operation).toBe(true);
 };
 const denied = { name: 'AccessDeniedException' };
+const webhookQueueArn = () => arnOf.queue(queueNameOf(box.fixture.webhookQueueUrl));
+/** The gate let `operation` through on a resource containing `resource`. */
+const expectOn = (gate: IamGate, operation: string, resource: string) =>
+  expect(
+    gate.decisions.some(
+      (d) => d.operation === operation && d.allowed && d.resources.some((r) => r.includes(resource)),
+    ),
+    `${operation} on ${resource}`,
+  ).toBe(true);
 /** A worker record of main's, as only its agents may write one. */
 const forgeWorkerRecord = (platform: Platform) =>
   platform.workers.heartbeat({
@@ -222,8 +250,12 @@ describe('the api and authorizer functions, each with its own role', () => {
     expect((await call('POST', `/v2/main/retry/${failing.body.id}`)).body.status).toBe('IN_QUEUE');
     await untilFinal('main', failing.body.id);
 
-    // No worker on idle: the submit nudges the scaler; a queued job cancelled; the queue purged.
-    const queued = await call('POST', '/v2/idle/run', { input: { n: 1 } });
+    // No worker on idle: the submit nudges the scaler; a queued job cancelled (its webhook, with a
+    // body big enough to wait in S3, handed to the webhook queue); the queue purged.
+    const queued = await call('POST', '/v2/idle/run', {
+      input: { n: 1, big: 'w'.repeat(250 * 1024) },
+      webhook: 'https://hooks.example.com/ferry',
+    });
     expect((await call('POST', `/v2/idle/cancel/${queued.body.id}`)).body.status).toBe('CANCELLED');
     await call('POST', '/v2/idle/run', { input: { n: 2 } });
     expect((await call('POST', '/v2/idle/purge-queue')).body).toMatchObject({ removed: 1 });
@@ -267,6 +299,8 @@ describe('the api and authorizer functions, each with its own role', () => {
         (d) => d.operation === 'dynamodb:UpdateItem' && d.keys.some((k) => k.endsWith('#stop')),
       ),
     ).toBe(true);
+    expectOn(gates.api, 'sqs:SendMessage', webhookQueueArn());
+    expectOn(gates.api, 's3:PutObject', `/${webhookBodyPrefix}`);
     expect(used(gates.authorizer, 'dynamodb:GetItem')).toBe(true);
     expect(used(gates.authorizer, 'dynamodb:Query')).toBe(true);
     expect(nudges.some((payload) => payload.includes('idle'))).toBe(true);
@@ -306,7 +340,10 @@ describe('the sweeper function with its own role', () => {
       new SendMessageCommand({ QueueUrl, MessageBody: JSON.stringify({ jobId: lettered.body.id }) }),
     );
     // An endpoint whose workers cannot start, with a job waiting.
-    const stranded = await call('POST', '/v2/idle/run', { input: { n: 'stranded' } });
+    const stranded = await call('POST', '/v2/idle/run', {
+      input: { n: 'stranded' },
+      webhook: 'https://hooks.example.com/stranded',
+    });
     await admin.control.markFailing('idle', {
       state: 'failing',
       reason: 'cannot start',
@@ -350,6 +387,8 @@ describe('the sweeper function with its own role', () => {
       await admin.control.clearStartFailures('idle');
     }
     expect(gates.sweeper.denied()).toEqual([]);
+    // The stranded job's webhook, handed to the webhook queue.
+    expectOn(gates.sweeper, 'sqs:SendMessage', webhookQueueArn());
     expectExercised(gates.sweeper, [
       'dynamodb:TransactWriteItems',
       'dynamodb:Query',
@@ -453,4 +492,74 @@ describe('the scaler function with its own role', () => {
       platform.webhooks.close();
     }
   }, 60_000);
+});
+
+describe('the webhook function with its own role', () => {
+  it('receives, attempts, queues a retry and deletes a body in S3; every call allowed; it reads no job and reaches no endpoint queue', async () => {
+    // A receiver that fails once, then takes it.
+    const answers = [500];
+    const posts: string[] = [];
+    const receiver = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        posts.push(req.url ?? '');
+        res.writeHead(answers.shift() ?? 200).end();
+      });
+    });
+    receiver.listen(0, '127.0.0.1');
+    await once(receiver, 'listening');
+    const hook = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+    const { sqs, s3 } = gatedClients(gates.webhooks, box.fixture);
+    try {
+      const queued = await call('POST', '/v2/idle/run', { input: { n: 'hooked' }, webhook: hook });
+      expect((await call('POST', `/v2/idle/cancel/${queued.body.id}`)).body.status).toBe('CANCELLED');
+      const options: WebhookDeliveryOptions = {
+        sqs,
+        queueUrl: box.fixture.webhookQueueUrl,
+        blobs: new S3BlobStore({ client: s3, bucket: box.fixture.bucket, prefix: box.env.FERRY_BLOB_PREFIX }),
+        // The earlier cases' webhooks (hooks.example.com) go to a closed local port: they fail fast.
+        resolve: async () => [{ address: '127.0.0.1', family: 4 }],
+        allow: ['127.0.0.1'],
+        retryDelayMs: 1_000,
+        log: { warn: () => {} },
+      };
+      // Lambda's event source mapping receives and deletes with the function's role too.
+      const handler = createWebhookHandler(() => options);
+      for (let i = 0; i < 40 && (await messagesOn(box.fixture.sqs, box.fixture.webhookQueueUrl)) > 0; i++) {
+        await pollWebhookQueue(sqs, box.fixture.webhookQueueUrl, handler);
+      }
+      expect(posts).toEqual(['/hook', '/hook']);
+      expect(gates.webhooks.denied()).toEqual([]);
+      expectExercised(gates.webhooks, [
+        'sqs:ReceiveMessage',
+        'sqs:DeleteMessage',
+        's3:GetObject',
+        's3:DeleteObject',
+      ]);
+      expectOn(gates.webhooks, 'sqs:SendMessage', webhookQueueArn());
+
+      // What it must not reach: any table, an endpoint's queue, a job's payloads.
+      const platform = buildPlatform({ env: box.env, clients: gatedClients(gates.webhooks, box.fixture) });
+      try {
+        await expect(platform.jobs.get(queued.body.id, Date.now())).rejects.toMatchObject(denied);
+        await expect(platform.control.findApiKeyByHash(hashKey(boxApiKey))).rejects.toMatchObject(denied);
+        await expect(
+          sqs.send(
+            new SendMessageCommand({
+              QueueUrl: await box.fixture.queueUrlFor('main'),
+              MessageBody: JSON.stringify({ jobId: 'main-forged', endpointId: 'main', lowPriority: false }),
+            }),
+          ),
+        ).rejects.toMatchObject(denied);
+        await expect(options.blobs.get(`payloads/${queued.body.id}/input`)).rejects.toMatchObject(denied);
+        await expect(
+          options.blobs.put(`${webhookBodyPrefix}forged.json`, Buffer.from('{}')),
+        ).rejects.toMatchObject(denied);
+      } finally {
+        await platform.queue.close();
+      }
+    } finally {
+      receiver.close();
+    }
+  }, 120_000);
 });

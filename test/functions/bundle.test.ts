@@ -1,5 +1,5 @@
 /**
- * The Lambda bundles: esbuild writes api.mjs, authorizer.mjs and sweeper.mjs into a temp folder, and
+ * The Lambda bundles: esbuild writes one .mjs per function (functionEntries) into a temp folder, and
  * each one imports on its own (outside the repo, so no node_modules to lean on) and exports `handler`.
  */
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
@@ -23,12 +23,13 @@ afterAll(() => {
 
 describe('bundleFunctions', () => {
   it('writes one .mjs with a source map per documented entry', () => {
-    expect(Object.keys(files).sort()).toEqual(['api', 'authorizer', 'scaler', 'sweeper']);
+    expect(Object.keys(files).sort()).toEqual(['api', 'authorizer', 'scaler', 'sweeper', 'webhooks']);
     expect(functionEntries).toEqual({
       api: 'api.handler',
       authorizer: 'authorizer.handler',
       sweeper: 'sweeper.handler',
       scaler: 'scaler.handler',
+      webhooks: 'webhooks.handler',
     });
     for (const name of Object.keys(functionEntries)) {
       expect(statSync(join(outdir, `${name}.mjs`)).size).toBeGreaterThan(1000);

@@ -2,11 +2,13 @@
  * A sample build manifest for the infra tests: a GPU queue endpoint (A10G, 1 GPU, workers 0–3),
  * a CPU queue endpoint ("2-8") and a load-balanced endpoint with two routes.
  */
+
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Manifest, ManifestEndpoint, Resources } from '../../core/manifest.js';
 import { manifestSchema } from '../../core/manifest.js';
+import { functionEntries } from '../../functions/bundle.js';
 
 /** The resources of a plain queue endpoint (1 GPU, workers 0–3); tests spread it and override. */
 export const sampleResources: Resources = {
@@ -83,7 +85,7 @@ export const sampleImages = {
 /** A directory standing in for the esbuild bundles: synth tests never bundle. */
 export function stubFunctionsDir(): { dir: string; cleanup: () => void } {
   const dir = mkdtempSync(join(tmpdir(), 'ferry-infra-fns-'));
-  for (const name of ['api.mjs', 'authorizer.mjs', 'sweeper.mjs']) {
+  for (const name of Object.keys(functionEntries).map((entry) => `${entry}.mjs`)) {
     writeFileSync(join(dir, name), 'export const handler = async () => ({ statusCode: 200, body: "{}" });\n');
   }
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };

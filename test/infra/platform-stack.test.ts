@@ -12,6 +12,7 @@ import {
   maxWaitMs,
   PlatformStack,
   payloadsPrefix,
+  webhookTiming,
 } from '../../infra/platform-stack.js';
 import { sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
 import { actionsOf, resourcesFor, statementsOf } from './iam.js';
@@ -425,7 +426,9 @@ describe('API', () => {
       authorizer: platform.authorizerFunction,
       sweeper: platform.sweeperFunction,
       scaler: platform.scalerFunction,
+      webhooks: platform.webhookFunction,
     };
+    expect(Object.keys(fns).sort()).toEqual(Object.keys(functionEntries).sort());
     for (const [name, fn] of Object.entries(fns)) {
       const props = template.toJSON().Resources[logicalId(fn)].Properties;
       expect(props.Runtime).toBe('nodejs24.x');
@@ -442,6 +445,7 @@ describe('API', () => {
       expect(env.FERRY_WORKERS_TABLE).toEqual({ Ref: logicalId(platform.workersTable) });
       expect(env.FERRY_QUEUE_NAME_PREFIX).toBe('ferry-');
       expect(env.FERRY_BLOB_PREFIX).toBe('');
+      expect(env.FERRY_WEBHOOK_QUEUE_URL).toEqual({ Ref: logicalId(platform.webhookQueue) });
     }
     const api = template.toJSON().Resources[logicalId(platform.apiFunction)].Properties;
     expect(Number(api.Environment.Variables.FERRY_MAX_WAIT_MS)).toBe(maxWaitMs);
@@ -518,6 +522,8 @@ describe('least privilege', () => {
           ],
         ],
       }),
+      // Final-status webhooks (a cancel's, a purge's) are handed to the webhook queue.
+      JSON.stringify({ 'Fn::GetAtt': [logicalId(platform.webhookQueue), 'Arn'] }),
     ]);
     expect(actionsOf(statements)).toContain('sqs:GetQueueUrl');
     for (const action of ['s3:GetObject', 's3:PutObject']) {
@@ -708,6 +714,68 @@ describe('outputs', () => {
   it('lists its pools in a plain InstanceTypes output (it grows, so it is not exported)', () => {
     template.hasOutput('InstanceTypes', { Value: 'g5.xlarge,m7i.large' });
     expect(template.toJSON().Outputs.InstanceTypes.Export).toBeUndefined();
+  });
+});
+
+describe('webhooks (core/adapters/aws/webhook-queue.ts)', () => {
+  const resourceOf = (construct: { node: { defaultChild?: unknown } }) =>
+    template.toJSON().Resources[logicalId(construct)];
+
+  it('feed the webhook function from their queue, which gives back only the records it lists', () => {
+    const fn = resourceOf(platform.webhookFunction).Properties;
+    expect(fn.Handler).toBe(functionEntries.webhooks);
+    expect(fn.Timeout).toBe(webhookTiming.functionTimeoutSec);
+    template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+      EventSourceArn: { 'Fn::GetAtt': [logicalId(platform.webhookQueue), 'Arn'] },
+      FunctionName: { Ref: logicalId(platform.webhookFunction) },
+      BatchSize: 10,
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+      ScalingConfig: { MaximumConcurrency: webhookTiming.maxConcurrency },
+    });
+    template.resourceCountIs('AWS::Lambda::EventSourceMapping', 1);
+  });
+
+  it("keep a message invisible for six times the function's timeout, dead-letter it after five receives, and are encrypted", () => {
+    const queue = resourceOf(platform.webhookQueue).Properties;
+    // https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html
+    expect(queue.VisibilityTimeout).toBe(6 * resourceOf(platform.webhookFunction).Properties.Timeout);
+    expect(queue.RedrivePolicy).toEqual({
+      deadLetterTargetArn: { 'Fn::GetAtt': [logicalId(platform.webhookDeadLetters), 'Arn'] },
+      maxReceiveCount: 5,
+    });
+    expect(queue.SqsManagedSseEnabled).toBe(true);
+    // Not under the endpoint queues' prefix: the `ferry-*` grants of the api and sweeper miss it.
+    expect(queue.QueueName).toBeUndefined();
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      MetricName: 'ApproximateNumberOfMessagesVisible',
+      Dimensions: [
+        { Name: 'QueueName', Value: { 'Fn::GetAtt': [logicalId(platform.webhookDeadLetters), 'QueueName'] } },
+      ],
+    });
+  });
+
+  it('let the webhook function reach its queue and the bodies under payloads/webhooks/, no table', () => {
+    const statements = statementsOf(template, platform.webhookFunction.role!);
+    const actions = actionsOf(statements);
+    expect(actions.filter((a) => a.startsWith('dynamodb:'))).toEqual([]);
+    expect(actions.filter((a) => a.startsWith('s3:')).sort()).toEqual(['s3:DeleteObject', 's3:GetObject']);
+    expect(resourcesFor(statements, 's3:GetObject')).toEqual([
+      expect.stringContaining(`/${payloadsPrefix}webhooks/*`),
+    ]);
+    for (const action of ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:SendMessage']) {
+      expect(resourcesFor(statements, action)).toEqual([
+        JSON.stringify({ 'Fn::GetAtt': [logicalId(platform.webhookQueue), 'Arn'] }),
+      ]);
+    }
+  });
+
+  it('are handed over by the api and the sweeper, which may send to the webhook queue', () => {
+    for (const fn of [platform.apiFunction, platform.sweeperFunction]) {
+      const statements = statementsOf(template, fn.role!);
+      expect(resourcesFor(statements, 'sqs:SendMessage')).toContain(
+        JSON.stringify({ 'Fn::GetAtt': [logicalId(platform.webhookQueue), 'Arn'] }),
+      );
+    }
   });
 });
 

@@ -266,6 +266,7 @@ describe('job-stop on AWS reads the stop signal, not the held jobs', () => {
       FERRY_WORKERS_TABLE: aws.tables.workers,
       FERRY_BUCKET: aws.bucket,
       FERRY_BLOB_PREFIX: 'ferry/',
+      FERRY_WEBHOOK_QUEUE_URL: aws.webhookQueueUrl,
     });
     const dynamo = dynamoClientFor(aws.dynamo.endpoint);
     const platform = buildPlatform({ env, clients: { dynamo, sqs: aws.sqs, s3: aws.s3 } });

@@ -38,6 +38,7 @@ beforeAll(async () => {
     FERRY_WORKERS_TABLE: fixture.tables.workers,
     FERRY_BUCKET: fixture.bucket,
     FERRY_QUEUE_NAME_PREFIX: 'ferry-',
+    FERRY_WEBHOOK_QUEUE_URL: fixture.webhookQueueUrl,
   });
   const lambdaClients = {
     dynamo: dynamoClientFor(fixture.dynamo.endpoint),

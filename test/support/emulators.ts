@@ -171,6 +171,8 @@ export interface AwsFixture {
   queue(options?: { warn?: (message: string) => void }): SqsJobQueue;
   control(): DynamoControlStore;
   workers(): DynamoWorkerRegistry;
+  /** The platform's webhook queue (FERRY_WEBHOOK_QUEUE_URL), outside the endpoint queues' prefix. */
+  webhookQueueUrl: string;
   /** The queue URL the adapter uses for an endpoint (created on first use). */
   queueUrlFor(endpointId: string, options?: { lowPriority?: boolean }): Promise<string>;
   stop(): Promise<void>;
@@ -190,9 +192,12 @@ export async function startAwsFixture(options: { ttl?: boolean } = {}): Promise<
     workers: `ferry-workers-${suffix}`,
   };
   const bucket = `ferry-test-${suffix}`;
+  let webhookQueueUrl: string;
   try {
     await createTables(dynamoClient, tables, options);
     fauxqs.createBucket(bucket);
+    const created = await sqs.send(new CreateQueueCommand({ QueueName: `webhooks-${suffix}` }));
+    webhookQueueUrl = created.QueueUrl as string;
   } catch (error) {
     await Promise.all([dynamo.stop(), fauxqs.stop()]);
     throw error;
@@ -219,6 +224,7 @@ export async function startAwsFixture(options: { ttl?: boolean } = {}): Promise<
     s3,
     sqs,
     blobs,
+    webhookQueueUrl,
     jobs: (opts = {}) => new DynamoJobStore({ doc, tables, blobs: blobs('ferry/'), ...opts }),
     queue: (opts = {}) => new SqsJobQueue({ client: sqs, queueUrlFor, ...opts }),
     control: () => new DynamoControlStore({ doc, table: tables.control }),
