@@ -45,6 +45,8 @@ export const limits = {
   webhookAttempts: 3,
   webhookRetryDelayMs: 10_000,
   webhookTimeoutMs: 10_000,
+  /** A webhook URL's length: past common servers' request-line limit (8 KB), and a message's room on AWS. */
+  webhookUrlChars: 8_192,
 
   /** A worker's own log lines (not a job's: those go with the job) are kept this long. */
   workerLogRetentionMs: 24 * 3_600_000,

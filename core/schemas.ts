@@ -41,7 +41,12 @@ const httpUrl = z
 export const runRequestSchema = z
   .object({
     input: z.record(z.string(), z.unknown()),
-    webhook: httpUrl.optional(),
+    webhook: httpUrl
+      .refine(
+        (url) => url.length <= limits.webhookUrlChars,
+        `must be at most ${limits.webhookUrlChars} characters`,
+      )
+      .optional(),
     /** Sent by some clients; its semantics are undocumented upstream, so it is accepted and ignored. */
     webhookV2: z.unknown().optional(),
     policy: policySchema.optional(),

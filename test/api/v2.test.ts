@@ -49,6 +49,11 @@ describe('submission', () => {
       /policy.ttl': Too big: .*604800000/,
     ],
     ['webhook not a URL', { input: {}, webhook: 'nope' }, /webhook/],
+    [
+      'a webhook URL past 8192 characters',
+      { input: {}, webhook: `https://hooks.example.com/${'a'.repeat(8_200)}` },
+      /webhook.*at most 8192 characters/,
+    ],
   ])('/run with %s is a 400 with a message', async (_name, body, message) => {
     const { id } = await freshEndpoint();
     const r = await call(base, 'POST', `/${id}/run`, body);

@@ -116,7 +116,8 @@ export class QueuedWebhookSender implements WebhookSender {
 
   private async enqueue(url: string, text: string): Promise<void> {
     const message: WebhookMessage = { url, attempt: 1 };
-    if (Buffer.byteLength(text) <= inlineBodyBytes) message.body = text;
+    // The URL's attribute shares the message's room (it is at most limits.webhookUrlChars).
+    if (Buffer.byteLength(text) + Buffer.byteLength(url) <= inlineBodyBytes) message.body = text;
     else {
       message.bodyKey = `${webhookBodyPrefix}${randomUUID()}.json`;
       await this.options.blobs.put(message.bodyKey, Buffer.from(text));
