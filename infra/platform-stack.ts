@@ -78,6 +78,7 @@ import { FerryError } from '../core/errors.js';
 import { functionEntries } from '../functions/bundle.js';
 import { AlarmTopic } from './constructs/alarms.js';
 import { ImageRegistry } from './constructs/images.js';
+import { deadLetterAlarm } from './constructs/queues.js';
 import {
   cpuInstanceFor,
   defaultCpuSpec,
@@ -1206,18 +1207,13 @@ export class PlatformStack extends Stack {
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     }).addAlarmAction(notify);
-    new cloudwatch.Alarm(this, 'WebhookDlqAlarm', {
-      alarmDescription:
-        'Ferry: a webhook was given up (the webhook function could not handle its message 5 times)',
-      metric: this.webhookDeadLetters.metricApproximateNumberOfMessagesVisible({
-        period: Duration.minutes(1),
-        statistic: 'Maximum',
-      }),
-      threshold: 1,
-      evaluationPeriods: 1,
-      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-    }).addAlarmAction(notify);
+    deadLetterAlarm(
+      this,
+      'WebhookDlqAlarm',
+      this.webhookDeadLetters,
+      'Ferry: a webhook was given up (the webhook function could not handle its message 5 times)',
+      this.alarms.topic,
+    );
     new cloudwatch.Alarm(this, 'SweeperErrorsAlarm', {
       alarmDescription: 'Ferry: the sweeper failed (lapsed leases are not requeued while it fails)',
       metric: this.sweeperFunction.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),

@@ -61,19 +61,37 @@ export class EndpointQueues extends Construct {
       enforceSSL: true,
       deadLetterQueue: { queue: deadLetterQueue, maxReceiveCount: leaseTiming.maxReceiveCount },
     });
-    const alarm = new cloudwatch.Alarm(this, `${id}DlqAlarm`, {
-      alarmDescription: 'Ferry: jobs reached the dead-letter queue (a message was received 5 times)',
-      metric: deadLetterQueue.metricApproximateNumberOfMessagesVisible({
-        period: Duration.minutes(1),
-        statistic: 'Maximum',
-      }),
-      threshold: 1,
-      evaluationPeriods: 1,
-      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-      // SQS only emits metrics for active queues: silence is not a problem.
-      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-    });
-    if (alarmTopic) alarm.addAlarmAction(new cwActions.SnsAction(alarmTopic));
+    deadLetterAlarm(
+      this,
+      `${id}DlqAlarm`,
+      deadLetterQueue,
+      'Ferry: jobs reached the dead-letter queue (a message was received 5 times)',
+      alarmTopic,
+    );
     return { queue, deadLetterQueue };
   }
+}
+
+/** An alarm as soon as a message sits in `deadLetterQueue`, notifying `topic` when given. */
+export function deadLetterAlarm(
+  scope: Construct,
+  id: string,
+  deadLetterQueue: sqs.IQueue,
+  description: string,
+  topic?: sns.ITopic,
+): cloudwatch.Alarm {
+  const alarm = new cloudwatch.Alarm(scope, id, {
+    alarmDescription: description,
+    metric: deadLetterQueue.metricApproximateNumberOfMessagesVisible({
+      period: Duration.minutes(1),
+      statistic: 'Maximum',
+    }),
+    threshold: 1,
+    evaluationPeriods: 1,
+    comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+    // SQS only emits metrics for active queues: silence is not a problem.
+    treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+  });
+  if (topic) alarm.addAlarmAction(new cwActions.SnsAction(topic));
+  return alarm;
 }
