@@ -32,13 +32,14 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { dynamoSchema, startFailuresKey } from '../core/adapters/aws/dynamo.js';
 import { awsSecretName } from '../core/adapters/aws/secrets.js';
+import { webhookBodyPrefix } from '../core/adapters/aws/webhook-queue.js';
 import { reservedSecretPrefixes } from '../core/adapters/local/secrets.js';
 import { callTokenSecretName, callTokenVariable } from '../core/call-keys.js';
 import { FerryError } from '../core/errors.js';
 import { endpointJobIdPatterns } from '../core/job.js';
 import { leadingKeysCondition } from './leading-keys.js';
 import type { TableRef } from './platform-exports.js';
-import { keyLookupStatement, payloadsPrefix } from './platform-stack.js';
+import { blobPrefix, keyLookupStatement, payloadsPrefix } from './platform-stack.js';
 
 /**
  * Endpoint ids scope keys by prefix (core/job.ts): they must not contain '-', or `<id>-*` could match
@@ -66,6 +67,8 @@ export function endpointKeyPatterns(endpointId: string) {
     workers: [`${endpointId}-*`],
     /** Big job fields live at `payloads/<jobId>/…` (DynamoJobStore). */
     payloadKeys: jobs.map((pattern) => `${payloadsPrefix}${pattern}`),
+    /** Webhook bodies too big for a message wait at `payloads/webhooks/<jobId>/…` (webhookBodyKey). */
+    webhookBodyKeys: jobs.map((pattern) => `${blobPrefix}${webhookBodyPrefix}${pattern}`),
     /** The one control item of the endpoint's failed worker starts (its own partition). */
     startFailures: [startFailuresKey(endpointId).pk],
   };
@@ -85,6 +88,8 @@ export interface EndpointAgentAccessProps {
   bucketFindingName: string;
   /** The endpoint's own queues (queue endpoints). */
   queues?: readonly sqs.IQueue[];
+  /** The platform's webhook queue (queue endpoints): the agent hands its jobs' webhooks to it. */
+  webhookQueueArn?: string;
 }
 
 /** The agent's role, its external id, and what the agent container needs to use them. */
@@ -197,7 +202,26 @@ export class EndpointAgentAccess extends Construct {
         resources: keys.payloadKeys.map((key) => `arn:${Aws.PARTITION}:s3:::${props.bucketName}/${key}`),
       }),
     );
+    if (props.webhookQueueArn) {
+      // The webhooks of the jobs this agent ends (job-done, its own timeouts): a message each, a big
+      // body beside it under its own jobs' keys. Send only: the webhook function receives.
+      this.role.addToPolicy(
+        new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [props.webhookQueueArn] }),
+      );
+      this.role.addToPolicy(
+        new iam.PolicyStatement({
+          actions: ['s3:PutObject'],
+          resources: keys.webhookBodyKeys.map(
+            (key) => `arn:${Aws.PARTITION}:s3:::${props.bucketName}/${key}`,
+          ),
+        }),
+      );
+    }
     Validations.of(this.role).acknowledge(
+      ...(props.webhookQueueArn ? keys.webhookBodyKeys : []).map((key) => ({
+        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::${props.bucketFindingName}/${key}]`,
+        reason: `Webhook bodies are per delivery; the grant stops at this endpoint's job ids (${key}).`,
+      })),
       ...keys.payloadKeys.map((key) => ({
         id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::${props.bucketFindingName}/${key}]`,
         reason: `Payload keys are per job; the grant stops at this endpoint's job ids (${key}).`,

@@ -121,6 +121,8 @@ export const platformExportNames = {
   workersTableName: 'Ferry-WorkersTableName',
   workersTableArn: 'Ferry-WorkersTableArn',
   alarmTopicArn: 'Ferry-AlarmTopicArn',
+  webhookQueueUrl: 'Ferry-WebhookQueueUrl',
+  webhookQueueArn: 'Ferry-WebhookQueueArn',
 } as const;
 export type PlatformExportKey = keyof typeof platformExportNames;
 

@@ -24,6 +24,8 @@
  *   Ferry-InstanceSecurityGroupId                the ECS hosts' security group
  *   Ferry-<Jobs|Chunks|Control|Workers>TableName / …TableArn   the four DynamoDB tables
  *   Ferry-AlarmTopicArn                          the SNS topic of every alarm (constructs/alarms.ts)
+ *   Ferry-WebhookQueueUrl / Ferry-WebhookQueueArn  where agents hand final-status webhooks
+ *                                                (core/adapters/aws/webhook-queue.ts)
  *   Ferry-Pool-<instance type, . → ->-CapacityProvider         one per capacity pool, e.g.
  *                                                Ferry-Pool-g5-xlarge-CapacityProvider
  *
@@ -94,6 +96,8 @@ export interface PlatformRefs {
   readonly alarmTopic: sns.ITopic;
   /** The API stage's root URL: workers call other endpoints through it (docs/python.md). */
   readonly apiRootUrl: string;
+  /** The platform's webhook queue: queue agents send the webhooks of the jobs they end there. */
+  readonly webhookQueue: { readonly queueUrl: string; readonly queueArn: string };
   /** The capacity provider of one pool; a FerryError when the platform has no pool of that type. */
   capacityProviderNameFor(instanceType: string): string;
 }
@@ -128,6 +132,7 @@ export class PlatformImports extends Construct implements PlatformRefs {
    * `<root>/v2` and the Python client appends `/v2/...` itself (worker-image/python/ferry/client.py).
    */
   readonly apiRootUrl: string;
+  readonly webhookQueue: { readonly queueUrl: string; readonly queueArn: string };
   private readonly instanceTypes: ReadonlySet<string>;
 
   constructor(scope: Construct, id: string, props: PlatformImportsProps) {
@@ -170,6 +175,7 @@ export class PlatformImports extends Construct implements PlatformRefs {
     this.controlTable = table('control');
     this.workersTable = table('workers');
     this.bucketName = value('bucketName');
+    this.webhookQueue = { queueUrl: value('webhookQueueUrl'), queueArn: value('webhookQueueArn') };
   }
 
   capacityProviderNameFor(instanceType: string): string {

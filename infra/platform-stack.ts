@@ -603,6 +603,8 @@ export class PlatformStack extends Stack {
       controlTableArn: this.controlTable.tableArn,
       workersTableName: this.workersTable.tableName,
       workersTableArn: this.workersTable.tableArn,
+      webhookQueueUrl: this.webhookQueue.queueUrl,
+      webhookQueueArn: this.webhookQueue.queueArn,
     };
     const descriptions: Partial<Record<PlatformExportKey, string>> = {
       apiUrl: 'Base URL of the v2 job API (clients call <ApiUrl>/<endpointId>/run …)',

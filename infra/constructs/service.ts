@@ -287,7 +287,12 @@ export class EndpointService extends Construct {
       },
       bucketName: props.platformBucketName,
       bucketFindingName: platform.bucketNameExport,
-      ...(props.queues ? { queues: [props.queues.queue, props.queues.lowQueue] } : {}),
+      ...(props.queues
+        ? {
+            queues: [props.queues.queue, props.queues.lowQueue],
+            webhookQueueArn: platform.webhookQueue.queueArn,
+          }
+        : {}),
     });
     // The endpoint's `secrets` (names of ferry/<app>/<env>/<NAME> in Secrets Manager), read where the
     // manifest's resources carry them once the field is in resourcesSchema (issue 13).
@@ -365,6 +370,7 @@ export class EndpointService extends Construct {
         FERRY_BLOB_PREFIX: blobPrefix,
         FERRY_QUEUE_URL: queue.queueUrl,
         FERRY_QUEUE_URL_LOW: lowQueue.queueUrl,
+        FERRY_WEBHOOK_QUEUE_URL: platform.webhookQueue.queueUrl,
         // Its own namespace: listening beyond loopback reaches only containers on the host's bridge.
         FERRY_AGENT_HOST: '0.0.0.0',
         FERRY_AGENT_PORT: String(ports.agent),

@@ -12,6 +12,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type Agent, placeholderWorkerId } from '../../worker-image/agent/agent.js';
 import { bundleAgent } from '../../worker-image/agent/bundle.js';
@@ -299,7 +300,7 @@ describe('a worker that keeps a stopped job', () => {
 });
 
 describe('the bundled agent (main.ts)', () => {
-  it('reads its env, serves the worker, and on SIGTERM drains, requeues and exits 0', async () => {
+  it('reads its env, serves the worker, hands a webhook to the webhook queue, and on SIGTERM drains, requeues and exits 0', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'ferry-agent-main-'));
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
     const file = await bundleAgent(dir);
@@ -317,6 +318,7 @@ describe('the bundled agent (main.ts)', () => {
         FERRY_BLOB_PREFIX: 'ferry/',
         FERRY_QUEUE_URL: await aws.queueUrlFor(endpointId),
         FERRY_QUEUE_URL_LOW: await aws.queueUrlFor(endpointId, { lowPriority: true }),
+        FERRY_WEBHOOK_QUEUE_URL: aws.webhookQueueUrl,
         FERRY_WORKER_TOKEN: token,
         FERRY_AGENT_PORT: String(port),
         FERRY_DRAIN_MS: '1000',
@@ -361,6 +363,31 @@ describe('the bundled agent (main.ts)', () => {
     });
     expect(taken.status, stderr).toBe(200);
     expect(((await taken.json()) as { id: string }).id).toBe(job.id);
+
+    // A job with a webhook, completed: its webhook goes to FERRY_WEBHOOK_QUEUE_URL, not to the receiver.
+    const hooked = await api.engine.submit(
+      endpointId,
+      { input: { method: 'echo' }, webhook: 'https://hooks.example.com/done' },
+      { sync: false },
+    );
+    const second = await fetch(`${base}/job-take/${placeholderWorkerId(endpointId)}?agent=1`, {
+      headers: { authorization: token },
+    });
+    expect(((await second.json()) as { id: string }).id).toBe(hooked.id);
+    const done = await fetch(`${base}/job-done/${placeholderWorkerId(endpointId)}/${hooked.id}?agent=1`, {
+      method: 'POST',
+      headers: { authorization: token },
+      body: JSON.stringify({ output: 'ok' }),
+    });
+    expect(done.status, stderr).toBe(200);
+    const message = await eventually('the webhook on its queue', async () => {
+      const { Messages } = await aws.sqs.send(
+        new ReceiveMessageCommand({ QueueUrl: aws.webhookQueueUrl, MessageAttributeNames: ['All'] }),
+      );
+      return Messages?.[0];
+    });
+    expect(message.MessageAttributes?.url?.StringValue).toBe('https://hooks.example.com/done');
+    expect(JSON.parse(message.Body!)).toMatchObject({ id: hooked.id, status: 'COMPLETED', output: 'ok' });
 
     child.kill('SIGTERM');
     const [code] = await exited;

@@ -44,6 +44,7 @@ function agentPolicy(
   kind: 'queue' | 'lb',
   tables: Record<DynamoTable, string>,
   bucket: string,
+  webhookQueueUrl: string,
 ): Policy {
   const stack = new Stack(new App(), 'Scope');
   const taskRole = new iam.Role(stack, 'TaskRole', {
@@ -68,6 +69,8 @@ function agentPolicy(
     bucketName: bucket,
     bucketFindingName: bucket,
     queues,
+    // The platform's webhook queue, as the app stack imports it (queue endpoints only).
+    ...(kind === 'queue' ? { webhookQueueArn: arnOf.queue(webhookQueueUrl.split('/').pop()!) } : {}),
   });
   return new Policy(statementsOf(Template.fromStack(stack), access.role));
 }
@@ -88,7 +91,7 @@ beforeAll(async () => {
   await box.addEndpoint(mine);
   await box.addEndpoint(theirs);
   const { tables, bucket, dynamo, fauxqs } = box.fixture;
-  gate = new IamGate(agentPolicy(mine, 'queue', tables, bucket));
+  gate = new IamGate(agentPolicy(mine, 'queue', tables, bucket, box.fixture.webhookQueueUrl));
   clients.dynamo = gate.dynamo(dynamoClientFor(dynamo.endpoint), tables);
   clients.sqs = gate.sqs(sqsClientFor(fauxqs.endpoint));
   clients.s3 = gate.s3(s3ClientFor(fauxqs.endpoint));
@@ -111,11 +114,11 @@ afterAll(async () => {
   await box?.stop();
 });
 
-const submit = async (endpointId: string, input: unknown) => {
+const submit = async (endpointId: string, input: unknown, webhook?: string) => {
   const response = await fetch(`${box.baseUrl}/${endpointId}/run`, {
     method: 'POST',
     headers: { authorization: `Bearer ${boxApiKey}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ input }),
+    body: JSON.stringify({ input, ...(webhook ? { webhook } : {}) }),
   });
   expect(response.status).toBe(200);
   return ((await response.json()) as { id: string }).id;
@@ -151,9 +154,10 @@ describe("an agent with its endpoint's role", () => {
   });
 
   it("runs its own endpoint's jobs end to end (big payloads, streams), every call allowed by the policy", async () => {
-    const small = await submit(mine, { n: 1 });
+    // With a webhook: the agent hands it to the platform's webhook queue, a big body through S3.
+    const small = await submit(mine, { n: 1 }, 'https://hooks.example.com/small');
     // Over the item's inline budget: the input goes to S3 (API) and the output too (agent).
-    const big = await submit(mine, { echo: 'x'.repeat(200 * 1024) });
+    const big = await submit(mine, { echo: 'x'.repeat(200 * 1024) }, 'https://hooks.example.com/big');
     const streamed = await submit(mine, { chunks: ['a', 'b', 'c'] });
     const worker = new ProtocolWorker(agent.url, mine, agent.workerToken, agent.workerId).serve();
     try {
@@ -165,6 +169,16 @@ describe("an agent with its endpoint's role", () => {
     } finally {
       await worker.stop();
     }
+    // The two webhooks leave in the background after the job-dones: wait until both were sent.
+    const webhookQueue = arnOf.queue(box.fixture.webhookQueueUrl.split('/').pop()!);
+    await expect
+      .poll(
+        () =>
+          gate.decisions.filter(
+            (d) => d.operation === 'sqs:SendMessage' && d.resources.includes(webhookQueue),
+          ).length,
+      )
+      .toBe(2);
     expect(gate.denied()).toEqual([]);
     // The policy was exercised, not bypassed: job items, chunks, payload objects and its queues went
     // through it. Status moves write the job and its endpoint's count items in one transaction.
@@ -191,6 +205,12 @@ describe("an agent with its endpoint's role", () => {
     }
     expect(touched('GetObject', big)).toBe(true);
     expect(touched('PutObject', big)).toBe(true);
+    expect(
+      gate.decisions.some(
+        (d) =>
+          d.operation === 's3:PutObject' && d.resources.some((r) => r.includes(`/payloads/webhooks/${big}/`)),
+      ),
+    ).toBe(true);
   });
 
   it("is refused every read and write of another endpoint's job, chunks and workers; the job is unchanged", async () => {
@@ -246,6 +266,16 @@ describe("an agent with its endpoint's role", () => {
     const after = await box.fixture.jobs().get(victim, Date.now());
     expect(after).toEqual(before);
 
+    // The webhook queue: it sends, never receives (the webhook function does); and a body it writes
+    // goes under its own jobs' keys only.
+    await expect(
+      clients.sqs!.send(new ReceiveMessageCommand({ QueueUrl: box.fixture.webhookQueueUrl })),
+    ).rejects.toMatchObject(denied);
+    await expect(
+      blobs.put(`payloads/webhooks/${victim}/forged.json`, Buffer.from('{}')),
+    ).rejects.toMatchObject(denied);
+    await expect(blobs.get(`payloads/webhooks/${mine}-x/any.json`)).rejects.toMatchObject(denied);
+
     // Their run of failed worker starts: it can neither read, count, mark nor clear it, and no
     // endpoint record (its own included) is reachable, though both live in the control table.
     const control = new DynamoControlStore({ doc, table: box.fixture.tables.control });
@@ -292,7 +322,7 @@ describe("an agent with its endpoint's role", () => {
 describe("a load-balanced endpoint's agent with its endpoint's role", () => {
   it('checks keys, reports its load and counts its failed starts, every call allowed; nothing else is reachable', async () => {
     const { tables, bucket, dynamo } = box.fixture;
-    const lbGate = new IamGate(agentPolicy(mine, 'lb', tables, bucket));
+    const lbGate = new IamGate(agentPolicy(mine, 'lb', tables, bucket, box.fixture.webhookQueueUrl));
     const client = lbGate.dynamo(dynamoClientFor(dynamo.endpoint), tables);
     const doc = DynamoDBDocumentClient.from(client, { marshallOptions: { removeUndefinedValues: true } });
     const control = new DynamoControlStore({ doc, table: tables.control });

@@ -20,6 +20,8 @@ import {
 } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSRecord } from 'aws-lambda';
 import { CloudWatchLogStore } from '../../core/adapters/aws/cloudwatch-logs.js';
+import { S3BlobStore } from '../../core/adapters/aws/s3.js';
+import { QueuedWebhookSender } from '../../core/adapters/aws/webhook-queue.js';
 import { hashKey } from '../../core/auth.js';
 import { systemClock } from '../../core/clock.js';
 import type { EndpointRecord } from '../../core/ports.js';
@@ -166,6 +168,17 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
       startAgent({
         endpointId,
         clients: agentClients,
+        // As on ECS (worker-image/agent/main.ts): the jobs' webhooks go to the platform's queue, with
+        // the agent's own clients.
+        webhooks: new QueuedWebhookSender({
+          sqs: (extra.clients ?? agentClients).sqs,
+          queueUrl: fixture.webhookQueueUrl,
+          blobs: new S3BlobStore({
+            client: (extra.clients ?? agentClients).s3,
+            bucket: fixture.bucket,
+            prefix: env.FERRY_BLOB_PREFIX,
+          }),
+        }),
         tables: fixture.tables,
         queueUrlFor: agentQueueUrls,
         bucket: fixture.bucket,

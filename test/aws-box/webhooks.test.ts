@@ -1,6 +1,6 @@
 /**
- * Webhooks on AWS (core/adapters/aws/webhook-queue.ts): the api function hands a job's final-status
- * webhook to the webhook queue and answers; the webhook function, fed by the queue as Lambda's event
+ * Webhooks on AWS (core/adapters/aws/webhook-queue.ts): the api function (a cancel) and the agent (a
+ * job its worker completed) hand a job's final-status webhook to the webhook queue; the webhook function, fed by the queue as Lambda's event
  * source mapping feeds it (pollWebhookQueue), makes the attempts, and a failed one comes back as a
  * delayed message with the next attempt number. fauxqs is the queue and the bucket, a real HTTP
  * server on 127.0.0.1 the receiver.
@@ -17,6 +17,7 @@ import {
   webhookBodyPrefix,
 } from '../../core/adapters/aws/webhook-queue.js';
 import { createWebhookHandler } from '../../functions/webhooks.js';
+import { ProtocolWorker } from '../support/protocolWorker.js';
 import { type AwsBox, messagesOn, pollWebhookQueue, shimCall, startAwsBox } from './box.js';
 
 let box: AwsBox;
@@ -30,6 +31,7 @@ const warnings: string[] = [];
 beforeAll(async () => {
   box = await startAwsBox({ maxWaitMs: 3_000 });
   await box.addEndpoint('idle');
+  await box.addEndpoint('main');
   receiver = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -212,6 +214,32 @@ describe('the api function hands webhooks to the queue', () => {
     expect(await onQueue()).toBe(1);
     // Drop what is left for the next case: the message is in flight for 30 s.
     await box.fixture.sqs.send(new PurgeQueueCommand({ QueueUrl: queueUrl() }));
+  }, 60_000);
+
+  it('takes, from the agent, the webhook of a job its worker completed: the function delivers it, output and all', async () => {
+    const agent = await box.agentFor('main');
+    const worker = new ProtocolWorker(agent.url, 'main', agent.workerToken, agent.workerId).serve();
+    try {
+      const big = 'o'.repeat(250 * 1024);
+      const run = await call('POST', '/v2/main/run', { input: { echo: big }, webhook: receiverUrl });
+      await expect.poll(onQueue, { timeout: 30_000 }).toBe(1);
+      const { Messages = [] } = await box.fixture.sqs.send(
+        new ReceiveMessageCommand({
+          QueueUrl: queueUrl(),
+          MessageAttributeNames: ['All'],
+          VisibilityTimeout: 0,
+        }),
+      );
+      // Too big for a message: under the job's own key, which only its endpoint's agent may write.
+      expect(Messages[0]!.MessageAttributes?.bodyKey?.StringValue).toMatch(
+        new RegExp(`^${webhookBodyPrefix}${run.body.id}/`),
+      );
+      await deliverAll(delivery());
+      expect(posts).toHaveLength(1);
+      expect(posts[0]!.body).toMatchObject({ id: run.body.id, status: 'COMPLETED', output: big });
+    } finally {
+      await worker.stop();
+    }
   }, 60_000);
 
   it('drops a message that is not a webhook message', async () => {

@@ -394,19 +394,28 @@ describe('task roles', () => {
     const cpu = endpoint('cpu_worker');
     const statements = statementsOf(template, gpu.agentRole);
     expect(actionsOf(statementsOf(template, gpu.taskRole)).filter((a) => a.startsWith('sqs:'))).toEqual([]);
-    const sqsActions = actionsOf(statements).filter((a) => a.startsWith('sqs:'));
+    const sqsActions = [...new Set(actionsOf(statements).filter((a) => a.startsWith('sqs:')))];
     expect(sqsActions.sort()).toEqual([
       'sqs:ChangeMessageVisibility',
       'sqs:DeleteMessage',
       'sqs:ReceiveMessage',
       'sqs:SendMessage',
     ]);
+    const webhookQueue = JSON.stringify({ 'Fn::ImportValue': platformExportNames.webhookQueueArn });
     for (const action of sqsActions) {
       expect(resourcesFor(statements, action).sort()).toEqual(
-        [queueRef(gpu.queue!), queueRef(gpu.lowQueue!)].sort(),
+        [
+          queueRef(gpu.queue!),
+          queueRef(gpu.lowQueue!),
+          // The webhooks of the jobs it ends go to the platform's webhook queue: send only.
+          ...(action === 'sqs:SendMessage' ? [webhookQueue] : []),
+        ].sort(),
       );
     }
     expect(JSON.stringify(statements)).not.toContain(idOf(cpu.queue!));
+    expect(envOf(containersOf(gpu).find((c) => c.Name === 'agent')!).FERRY_WEBHOOK_QUEUE_URL).toEqual({
+      'Fn::ImportValue': platformExportNames.webhookQueueUrl,
+    });
   });
 
   it('read the artifact by its exact key (task role); payloads only under its job ids (agent role)', () => {
@@ -417,9 +426,15 @@ describe('task roles', () => {
     expect(gets[0]).toContain('/artifacts/demo/dev/fff.tar.gz');
     expect(resourcesFor(statements, 's3:PutObject')).toHaveLength(0);
     const puts = resourcesFor(statementsOf(template, gpu.agentRole), 's3:PutObject');
-    expect(puts).toHaveLength(2);
+    expect(puts).toHaveLength(4);
     expect(puts.join()).toContain(`/payloads/${gpu.id}-*`);
     expect(puts.join()).toContain(`/payloads/sync-${gpu.id}-*`);
+    // Webhook bodies too big for a message, under its own jobs' keys (webhookBodyKey).
+    expect(puts.join()).toContain(`/payloads/webhooks/${gpu.id}-*`);
+    expect(puts.join()).toContain(`/payloads/webhooks/sync-${gpu.id}-*`);
+    expect(resourcesFor(statementsOf(template, gpu.agentRole), 's3:GetObject').join()).not.toContain(
+      'webhooks',
+    );
     for (const s of statements) expect(s.Resource).not.toBe('*');
     for (const action of actionsOf(statements)) expect(action).not.toContain('*');
   });

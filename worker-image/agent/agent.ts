@@ -160,8 +160,11 @@ export interface AgentOptions {
   /** How often held jobs are checked (stops, protection). Default 1 s. */
   tickMs?: number;
   ecs?: EcsProtectionOptions;
-  /** Final-status webhooks of jobs this agent ends (job-done, its own timeouts). */
-  webhooks?: WebhookSender;
+  /**
+   * Final-status webhooks of jobs this agent ends (job-done, its own timeouts): on AWS the platform's
+   * webhook queue (main.ts); without one the agent posts them itself. A drain waits for `idle()`.
+   */
+  webhooks?: WebhookSender & { idle(): Promise<void> };
   /** Where the worker's job-log lines go (CloudWatch Logs on AWS); without it job-log is a 404. */
   logs?: LogStore;
   /** Where each ended job's metrics line goes (EMF, core/metrics.ts); main.ts passes stdout. */
@@ -225,7 +228,7 @@ class AgentServer implements Agent {
   private readonly engine: JobEngine;
   private readonly api: V2Api;
   private readonly auth: Authenticator;
-  private readonly webhooks: WebhookSender;
+  private readonly webhooks: WebhookSender & { idle(): Promise<void> };
   private readonly ownWebhooks: HttpWebhookSender | undefined;
   private readonly server = createServer((req, res) => void this.serve(req, res));
   private readonly supervisor: WorkerSupervisor;
@@ -331,7 +334,7 @@ class AgentServer implements Agent {
       drainMs,
       closing: this.closing.signal,
       protection: this.protection,
-      webhooks: this.ownWebhooks,
+      webhooks: this.webhooks,
     });
     this.supervisor.attach({
       engine: this.engine,

@@ -88,6 +88,12 @@ export const queueAgentEnvSchema = z.object({
   FERRY_QUEUE_URL: url,
   /** The endpoint's low-priority queue; without one, low-priority jobs share the urgent queue. */
   FERRY_QUEUE_URL_LOW: url.optional(),
+  /**
+   * The platform's webhook queue: the webhooks of the jobs this agent ends go there, and the webhook
+   * function makes the attempts (core/adapters/aws/webhook-queue.ts). Without it the agent posts them
+   * itself, retrying in memory.
+   */
+  FERRY_WEBHOOK_QUEUE_URL: url.optional(),
   /** Generated when absent (then only a worker started with agent.workerEnv() knows it). */
   FERRY_WORKER_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
   /** The CloudWatch Logs group for job output (docs/observability.md); without it job-log is a 404. */

@@ -21,7 +21,8 @@ import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { CloudWatchLogStore } from '../../core/adapters/aws/cloudwatch-logs.js';
 import { DynamoControlStore, DynamoWorkerRegistry, documentClient } from '../../core/adapters/aws/dynamo.js';
-import { s3ClientConfig } from '../../core/adapters/aws/s3.js';
+import { S3BlobStore, s3ClientConfig } from '../../core/adapters/aws/s3.js';
+import { QueuedWebhookSender } from '../../core/adapters/aws/webhook-queue.js';
 import { systemClock } from '../../core/clock.js';
 import { messageOf } from '../../core/errors.js';
 import type { StartGrace } from '../../core/supervisor.js';
@@ -31,6 +32,7 @@ import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } 
 import { agentCredentials } from './credentials.js';
 import { type WorkerExit, watchWorkerContainer } from './ecsWorker.js';
 import { startLbAgent } from './lb.js';
+import { agentLog } from './log.js';
 import type { EcsProtectionOptions } from './protection.js';
 
 /**
@@ -132,6 +134,20 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     ...(env.FERRY_STOP_GRACE_MS !== undefined ? { stopGraceMs: env.FERRY_STOP_GRACE_MS } : {}),
     drainMs: env.FERRY_DRAIN_MS,
     ...startGraceOf(env),
+    ...(env.FERRY_WEBHOOK_QUEUE_URL
+      ? {
+          webhooks: new QueuedWebhookSender({
+            sqs: clients.sqs,
+            queueUrl: env.FERRY_WEBHOOK_QUEUE_URL,
+            blobs: new S3BlobStore({
+              client: clients.s3,
+              bucket: env.FERRY_BUCKET,
+              prefix: env.FERRY_BLOB_PREFIX,
+            }),
+            log: agentLog,
+          }),
+        }
+      : {}),
     // One EMF line per ended job on stdout: the awslogs driver ships it, CloudWatch makes metrics.
     metricsOut: (line) => process.stdout.write(`${line}\n`),
     ...(env.FERRY_LOG_GROUP

@@ -1,16 +1,17 @@
 /**
- * Webhooks on AWS go through a queue: the function that ends a job hands its webhook to SQS and
- * answers; the webhook function (functions/webhooks.ts, an SQS event source) makes the attempts.
+ * Webhooks on AWS go through a queue: whoever ends a job (the api or sweeper function, the queue
+ * agent beside the worker) hands its webhook to SQS and goes on; the webhook function
+ * (functions/webhooks.ts, an SQS event source) makes the attempts.
  *
- *   api / sweeper ──SendMessage──▶ webhook queue ──▶ webhook function ──POST──▶ receiver
- *                                       ▲                    │ failed, attempts left
- *                                       └── SendMessage, DelaySeconds 10, attempt + 1
+ *   api / sweeper / agent ──SendMessage──▶ webhook queue ──▶ webhook function ──POST──▶ receiver
+ *                                               ▲                    │ failed, attempts left
+ *                                               └── SendMessage, DelaySeconds 10, attempt + 1
  *
  * Why not deliver in the function that ended the job: Lambda may freeze or discard the sandbox once
  * the handler returns (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html),
  * so that function had to wait for every attempt before answering: a cancel, or a purge of jobs with
  * webhooks, held its client for the receiver's retries (10 s apart, up to the function's timeout),
- * and what did not fit was lost.
+ * and what did not fit was lost. An agent's retries lived in its memory, lost with its task.
  *
  * A retry is a new message with the next attempt number and a delivery delay (SQS DelaySeconds, up
  * to 15 minutes: https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html),
@@ -19,7 +20,7 @@
  * back after the queue's visibility timeout; after 5 receives it goes to the dead-letter queue.
  *
  * The message body is the webhook's JSON text; its URL and attempt travel as message attributes. A
- * body over `inlineBodyBytes` waits in S3 under `payloads/webhooks/` (the message carries its key),
+ * body over `inlineBodyBytes` waits in S3 under `payloads/webhooks/<jobId>/` (the message carries its key),
  * since an SQS message holds 256 KiB by default and a job's input and output can be megabytes; the
  * object is deleted when the delivery is over (the bucket's lifecycle rule on `payloads/` is the
  * backstop).
@@ -38,6 +39,15 @@ import { attemptWebhook, redact, type WebhookAttemptOptions, type WebhookLog } f
 
 /** Where webhook bodies too big for a message wait (under the payloads rule's prefix). */
 export const webhookBodyPrefix = 'payloads/webhooks/';
+
+/**
+ * Where a body waits: under its job's id, so an endpoint's agent may write only its own jobs' bodies
+ * (its role's grant is `payloads/webhooks/<its job id patterns>`, infra/isolation.ts).
+ */
+export function webhookBodyKey(jobId: string | undefined): string {
+  const folder = jobId ? `${encodeURIComponent(jobId)}/` : '';
+  return `${webhookBodyPrefix}${folder}${randomUUID()}.json`;
+}
 
 /**
  * Bodies up to this many UTF-8 bytes travel in the message: under SQS's default 256 KiB maximum
@@ -99,8 +109,13 @@ export class QueuedWebhookSender implements WebhookSender {
   constructor(private readonly options: QueuedWebhookSenderOptions) {}
 
   send(url: string, body: unknown): void {
+    const jobId = (body as { id?: unknown } | undefined)?.id;
     this.handedOver.track(
-      this.enqueue(url, sqsSafeJson(stringifyJsonExact(body))).catch((error: Error) =>
+      this.enqueue(
+        url,
+        sqsSafeJson(stringifyJsonExact(body)),
+        typeof jobId === 'string' ? jobId : undefined,
+      ).catch((error: Error) =>
         this.options.log?.warn(`webhook ${redact(url)} not queued: ${error.message}`),
       ),
     );
@@ -114,12 +129,12 @@ export class QueuedWebhookSender implements WebhookSender {
   /** Nothing runs in the background between sends. */
   close(): void {}
 
-  private async enqueue(url: string, text: string): Promise<void> {
+  private async enqueue(url: string, text: string, jobId: string | undefined): Promise<void> {
     const message: WebhookMessage = { url, attempt: 1 };
     // The URL's attribute shares the message's room (it is at most limits.webhookUrlChars).
     if (Buffer.byteLength(text) + Buffer.byteLength(url) <= inlineBodyBytes) message.body = text;
     else {
-      message.bodyKey = `${webhookBodyPrefix}${randomUUID()}.json`;
+      message.bodyKey = webhookBodyKey(jobId);
       await this.options.blobs.put(message.bodyKey, Buffer.from(text));
     }
     await this.options.sqs.send(messageCommand(this.options.queueUrl, message));
