@@ -4,12 +4,10 @@
  * queue 10 s later (core/adapters/aws/webhook-queue.ts). It needs no table: its role reaches the
  * webhook queue and the bodies under `payloads/webhooks/`, nothing else.
  */
-import { S3Client } from '@aws-sdk/client-s3';
-import { SQSClient } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { S3BlobStore, s3ClientConfig } from '../core/adapters/aws/s3.js';
+import { S3BlobStore } from '../core/adapters/aws/s3.js';
 import { deliverWebhookRecords, type WebhookDeliveryOptions } from '../core/adapters/aws/webhook-queue.js';
-import { parseFunctionEnv } from './wiring.js';
+import { clientsFromEnv, parseFunctionEnv } from './wiring.js';
 
 export type WebhookHandler = (event: SQSEvent) => Promise<SQSBatchResponse>;
 
@@ -23,11 +21,8 @@ let containerOptions: WebhookDeliveryOptions | undefined;
 function optionsFromEnv(): WebhookDeliveryOptions {
   if (!containerOptions) {
     const env = parseFunctionEnv(process.env);
-    const sqs = new SQSClient(env.FERRY_SQS_ENDPOINT ? { endpoint: env.FERRY_SQS_ENDPOINT } : {});
-    const s3 = new S3Client({
-      ...s3ClientConfig,
-      ...(env.FERRY_S3_ENDPOINT ? { endpoint: env.FERRY_S3_ENDPOINT, forcePathStyle: true } : {}),
-    });
+    // The same clients (and emulator overrides) as the other functions; only SQS and S3 are used.
+    const { sqs, s3 } = clientsFromEnv(env);
     containerOptions = {
       sqs,
       queueUrl: env.FERRY_WEBHOOK_QUEUE_URL,

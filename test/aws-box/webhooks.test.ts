@@ -9,14 +9,15 @@ import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PurgeQueueCommand, ReceiveMessageCommand, type SendMessageCommand } from '@aws-sdk/client-sqs';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
   deliverWebhookRecords,
   sqsSafeJson,
   type WebhookDeliveryOptions,
   webhookBodyPrefix,
 } from '../../core/adapters/aws/webhook-queue.js';
-import { createWebhookHandler } from '../../functions/webhooks.js';
+import { createWebhookHandler, handler } from '../../functions/webhooks.js';
+import { fakeAwsConfig } from '../support/emulators.js';
 import { ProtocolWorker } from '../support/protocolWorker.js';
 import { type AwsBox, messagesOn, pollWebhookQueue, shimCall, startAwsBox } from './box.js';
 
@@ -239,6 +240,30 @@ describe('the api function hands webhooks to the queue', () => {
       expect(posts[0]!.body).toMatchObject({ id: run.body.id, status: 'COMPLETED', output: big });
     } finally {
       await worker.stop();
+    }
+  }, 60_000);
+
+  it('as deployed (options from the function environment, no allow-list) posts to no private address', async () => {
+    const saved = { ...process.env };
+    Object.assign(
+      process.env,
+      Object.fromEntries(Object.entries(box.env).map(([name, value]) => [name, String(value)])),
+      {
+        AWS_REGION: fakeAwsConfig.region,
+        AWS_ACCESS_KEY_ID: fakeAwsConfig.credentials.accessKeyId,
+        AWS_SECRET_ACCESS_KEY: fakeAwsConfig.credentials.secretAccessKey,
+      },
+    );
+    const errors = vi.spyOn(console, 'error').mockImplementation(() => {});
+    try {
+      await cancelledJob();
+      const { records } = await pollWebhookQueue(box.fixture.sqs, queueUrl(), handler);
+      expect(records).toHaveLength(1);
+      expect(posts).toEqual([]);
+      expect(errors.mock.calls.flat().join('\n')).toMatch(/not a public address/);
+    } finally {
+      errors.mockRestore();
+      process.env = saved;
     }
   }, 60_000);
 
