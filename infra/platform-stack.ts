@@ -1006,7 +1006,8 @@ export class PlatformStack extends Stack {
    * The webhook function: its records come from the event source mapping, which receives and deletes
    * with the function's role (sqs:ReceiveMessage, DeleteMessage, GetQueueAttributes:
    * https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html); a retry is a new
-   * message on the same queue; a body in S3 is read, and deleted when the delivery is over. No table.
+   * message on the same queue; a body in S3 is read, and deleted when the delivery is over; the
+   * bucket's key names may be listed, so that a body already gone reads as missing. No table.
    */
   private grantWebhookDelivery(fn: lambda.Function): void {
     this.webhookQueue.grantConsumeMessages(fn);
@@ -1016,6 +1017,14 @@ export class PlatformStack extends Stack {
         actions: ['s3:GetObject', 's3:DeleteObject'],
         resources: [this.bucket.arnForObjects(`${blobPrefix}${webhookBodyPrefix}*`)],
       }),
+    );
+    // SQS may hand out a message again after its delivery ended and its body was deleted
+    // (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_DeleteMessage.html);
+    // S3 tells such a missing body as 404 only to a role that may list the bucket, else as 403
+    // (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html), which would send the
+    // record round five times into the dead-letter queue. Key names only, never contents.
+    fn.addToRolePolicy(
+      new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [this.bucket.bucketArn] }),
     );
     Validations.of(fn).acknowledge({
       id: `AwsSolutions-IAM5[Resource::<${Stack.of(this).getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/${blobPrefix}${webhookBodyPrefix}*]`,

@@ -24,7 +24,11 @@ import { Template } from 'aws-cdk-lib/assertions';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { S3BlobStore } from '../../core/adapters/aws/s3.js';
-import { type WebhookDeliveryOptions, webhookBodyPrefix } from '../../core/adapters/aws/webhook-queue.js';
+import {
+  deliverWebhookRecords,
+  type WebhookDeliveryOptions,
+  webhookBodyPrefix,
+} from '../../core/adapters/aws/webhook-queue.js';
 import { hashKey } from '../../core/auth.js';
 import { systemClock } from '../../core/clock.js';
 import { scaleEndpoints } from '../../functions/scaler.js';
@@ -537,6 +541,32 @@ describe('the webhook function with its own role', () => {
         's3:DeleteObject',
       ]);
       expectOn(gates.webhooks, 'sqs:SendMessage', webhookQueueArn());
+
+      // A message received again after its delivery ended (SQS may hand out a deleted message again):
+      // its body is gone, and the function must see that as gone (404), not as refused (403), or the
+      // record would go round five times into the dead-letter queue and raise the alarm.
+      const again = await deliverWebhookRecords(
+        [
+          {
+            messageId: 'again',
+            receiptHandle: 'again',
+            body: `${webhookBodyPrefix}${queued.body.id}/gone.json`,
+            attributes: {} as never,
+            messageAttributes: {
+              url: { stringValue: hook, dataType: 'String' },
+              attempt: { stringValue: '2', dataType: 'Number' },
+              bodyKey: { stringValue: `${webhookBodyPrefix}${queued.body.id}/gone.json`, dataType: 'String' },
+            },
+            md5OfBody: '',
+            eventSource: 'aws:sqs',
+            eventSourceARN: 'arn',
+            awsRegion: 'us-east-1',
+          },
+        ],
+        options,
+      );
+      expect(again).toEqual({ batchItemFailures: [] });
+      expect(posts).toHaveLength(2);
 
       // What it must not reach: any table, an endpoint's queue, a job's payloads.
       const platform = buildPlatform({ env: box.env, clients: gatedClients(gates.webhooks, box.fixture) });

@@ -754,11 +754,19 @@ describe('webhooks (core/adapters/aws/webhook-queue.ts)', () => {
     });
   });
 
-  it('let the webhook function reach its queue and the bodies under payloads/webhooks/, no table', () => {
+  it('let the webhook function reach its queue and the bodies under payloads/webhooks/ (and list key names), no table', () => {
     const statements = statementsOf(template, platform.webhookFunction.role!);
     const actions = actionsOf(statements);
     expect(actions.filter((a) => a.startsWith('dynamodb:'))).toEqual([]);
-    expect(actions.filter((a) => a.startsWith('s3:')).sort()).toEqual(['s3:DeleteObject', 's3:GetObject']);
+    expect(actions.filter((a) => a.startsWith('s3:')).sort()).toEqual([
+      's3:DeleteObject',
+      's3:GetObject',
+      's3:ListBucket',
+    ]);
+    // Listing (key names) on the bucket itself, so that a body already gone reads as 404, not 403.
+    expect(resourcesFor(statements, 's3:ListBucket')).toEqual([
+      JSON.stringify({ 'Fn::GetAtt': [logicalId(platform.bucket), 'Arn'] }),
+    ]);
     expect(resourcesFor(statements, 's3:GetObject')).toEqual([
       expect.stringContaining(`/${payloadsPrefix}webhooks/*`),
     ]);

@@ -312,7 +312,33 @@ export class IamGate {
    * middleware), as they should: a presigned request acts with the signer's permissions.
    */
   s3<T extends S3Client>(client: T): T {
-    return this.commands(client, 's3', s3Accesses);
+    this.commands(client, 's3', s3Accesses);
+    // A missing key reads as 404 only to a caller that may list the bucket, else as 403: "If you
+    // don't have the s3:ListBucket permission, Amazon S3 returns an HTTP status code 403"
+    // (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html). The emulator always says 404.
+    client.middlewareStack.add(
+      (next: (args: any) => Promise<any>, context: { commandName?: string }) => async (args: any) => {
+        try {
+          return await next(args);
+        } catch (error) {
+          const missing = ['NoSuchKey', 'NotFound'].includes((error as Error).name);
+          const read = ['GetObjectCommand', 'HeadObjectCommand'].includes(String(context.commandName));
+          const listing = {
+            action: 's3:ListBucket',
+            resource: arnOf.bucket(args.input.Bucket),
+            leadingKeys: [],
+          };
+          if (missing && read && !this.policy.allows(listing)) {
+            throw new AccessDenied(
+              `not authorized to learn that ${args.input.Key} is missing (no s3:ListBucket)`,
+            );
+          }
+          throw error;
+        }
+      },
+      { step: 'initialize', name: 'iamGateMissingKey' },
+    );
+    return client;
   }
 
   /** An SDK client's commands, by name and input as the caller gave them, before they are sent. */
