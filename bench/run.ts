@@ -256,21 +256,29 @@ function freePort(): Promise<number> {
 
 const hasCommand = (name: string) => spawnSync('sh', ['-c', `command -v ${name}`]).status === 0;
 
+/**
+ * True when `present()` holds, after `apt-get install` of `packages` if it did not (the bench's peers
+ * are not project dependencies); progress on stderr.
+ */
+function aptEnsure(packages: string[], present: () => boolean): boolean {
+  if (present()) return true;
+  say(`missing: apt-get install -y --no-install-recommends ${packages.join(' ')}`);
+  const apt = spawnSync('apt-get', ['install', '-y', '--no-install-recommends', ...packages], {
+    stdio: ['ignore', 'inherit', 'inherit'],
+    timeout: 300_000,
+    env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
+  });
+  return apt.status === 0 && present();
+}
+
 /** Makes redis-server and bullmq available, or says why not. */
 function prepareBullmq(): { ok: true; dir: string } | { ok: false; reason: string } {
   if (process.env.FERRY_BENCH_SKIP_BULLMQ === '1') return { ok: false, reason: 'FERRY_BENCH_SKIP_BULLMQ=1' };
-  if (!hasCommand('redis-server')) {
-    say('redis-server is missing: apt-get install -y redis-server');
-    const apt = spawnSync('apt-get', ['install', '-y', 'redis-server'], {
-      stdio: 'inherit',
-      timeout: 300_000,
-    });
-    if (apt.status !== 0 || !hasCommand('redis-server')) {
-      return {
-        ok: false,
-        reason: 'redis-server is not installed and `apt-get install -y redis-server` failed',
-      };
-    }
+  if (!aptEnsure(['redis-server'], () => hasCommand('redis-server'))) {
+    return {
+      ok: false,
+      reason: 'redis-server is not installed and `apt-get install -y redis-server` failed',
+    };
   }
   const dir = join(process.cwd(), 'bench', '.work');
   if (!existsSync(join(dir, 'node_modules', 'bullmq'))) {
@@ -448,10 +456,12 @@ function prepareCelery(): { ok: true } | { ok: false; reason: string } {
   if (!hasCommand('redis-server') || !hasCommand('redis-cli')) {
     return { ok: false, reason: 'redis-server is not installed (apt-get install -y redis-server)' };
   }
-  const probe = spawnSync(celeryPython, ['-c', 'import celery, redis; print(celery.__version__)'], {
-    encoding: 'utf8',
-  });
-  if (probe.status !== 0) {
+  const importable = () =>
+    spawnSync(celeryPython, ['-c', 'import celery, redis; print(celery.__version__)'], { encoding: 'utf8' })
+      .status === 0;
+  // Debian's packages are for Debian's python3; another interpreter brings its own.
+  const installable = celeryPython === '/usr/bin/python3';
+  if (!(installable ? aptEnsure(['python3-celery', 'python3-redis'], importable) : importable())) {
     return {
       ok: false,
       reason: `${celeryPython} cannot import celery and redis (apt-get install -y --no-install-recommends python3-celery python3-redis, or set FERRY_BENCH_CELERY_PYTHON)`,
