@@ -9,7 +9,12 @@
  */
 import { createServer } from 'node:http';
 import { GetObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
-import { ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
+import {
+  ChangeMessageVisibilityBatchCommand,
+  DeleteMessageCommand,
+  ReceiveMessageCommand,
+  SendMessageCommand,
+} from '@aws-sdk/client-sqs';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { App, Stack } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
@@ -211,6 +216,34 @@ describe("an agent with its endpoint's role", () => {
           d.operation === 's3:PutObject' && d.resources.some((r) => r.includes(`/payloads/webhooks/${big}/`)),
       ),
     ).toBe(true);
+  });
+
+  it('releases messages it received on its own queue (a batch, authorized as ChangeMessageVisibility), not on theirs', async () => {
+    const own = await box.fixture.queueUrlFor(mine, { lowPriority: true });
+    await box.fixture.sqs.send(new SendMessageCommand({ QueueUrl: own, MessageBody: 'released' }));
+    const { Messages = [] } = await clients.sqs!.send(
+      new ReceiveMessageCommand({ QueueUrl: own, WaitTimeSeconds: 1, VisibilityTimeout: 30 }),
+    );
+    expect(Messages).toHaveLength(1);
+    const release = (QueueUrl: string) =>
+      clients.sqs!.send(
+        new ChangeMessageVisibilityBatchCommand({
+          QueueUrl,
+          Entries: [{ Id: '0', ReceiptHandle: Messages[0]!.ReceiptHandle!, VisibilityTimeout: 0 }],
+        }),
+      );
+    await release(own);
+    await expect(release(await box.fixture.queueUrlFor(theirs))).rejects.toMatchObject({
+      name: 'AccessDeniedException',
+    });
+    // Visible again at once: the box's client takes it back off the queue.
+    const again = await box.fixture.sqs.send(
+      new ReceiveMessageCommand({ QueueUrl: own, WaitTimeSeconds: 1 }),
+    );
+    expect(again.Messages?.[0]?.Body).toBe('released');
+    await box.fixture.sqs.send(
+      new DeleteMessageCommand({ QueueUrl: own, ReceiptHandle: again.Messages![0]!.ReceiptHandle! }),
+    );
   });
 
   it("is refused every read and write of another endpoint's job, chunks and workers; the job is unchanged", async () => {

@@ -297,13 +297,17 @@ export class IamGate {
     return client;
   }
 
-  /** SQS: the queue named by the command's QueueUrl or QueueName. */
+  /**
+   * SQS: the queue named by the command's QueueUrl or QueueName. A batch action is authorized by its
+   * single action ("setting permissions for SendMessage, DeleteMessage, or ChangeMessageVisibility
+   * sets permissions for the corresponding batch versions":
+   * https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-batch-api.html).
+   */
   sqs<T extends SQSClient>(client: T): T {
     return this.commands(client, 'sqs', (operation, input) => {
       const name = queueNameOf(input);
-      return name === undefined
-        ? undefined
-        : [{ action: `sqs:${operation}`, resource: arnOf.queue(name), leadingKeys: [] }];
+      const action = `sqs:${operation.replace(/Batch$/, '')}`;
+      return name === undefined ? undefined : [{ action, resource: arnOf.queue(name), leadingKeys: [] }];
     });
   }
 
