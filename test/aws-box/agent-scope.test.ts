@@ -75,7 +75,7 @@ function agentPolicy(
     bucketFindingName: bucket,
     queues,
     // The platform's webhook queue, as the app stack imports it (queue endpoints only).
-    ...(kind === 'queue' ? { webhookQueueArn: arnOf.queue(webhookQueueUrl.split('/').pop()!) } : {}),
+    ...(kind === 'queue' ? { webhookQueueArn: arnOf.queueAt(webhookQueueUrl) } : {}),
   });
   return new Policy(statementsOf(Template.fromStack(stack), access.role));
 }
@@ -175,7 +175,7 @@ describe("an agent with its endpoint's role", () => {
       await worker.stop();
     }
     // The two webhooks leave in the background after the job-dones: wait until both were sent.
-    const webhookQueue = arnOf.queue(box.fixture.webhookQueueUrl.split('/').pop()!);
+    const webhookQueue = arnOf.queueAt(box.fixture.webhookQueueUrl);
     await expect
       .poll(
         () =>

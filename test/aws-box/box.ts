@@ -154,7 +154,6 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
       for (const platform of new Set([api, authorizer])) {
         if (platform === lambda) continue;
         await platform.queue.close();
-        platform.webhooks.close();
       }
     };
     shim = await startShim({
@@ -242,7 +241,6 @@ export async function startAwsBox(options: AwsBoxOptions = {}): Promise<AwsBox> 
         await closeAgents();
         await closeFunctions();
         await lambda.queue.close();
-        lambda.webhooks.close();
         destroyClients();
         await fixture.stop();
       },

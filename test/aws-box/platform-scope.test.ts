@@ -69,9 +69,6 @@ const nudges: string[] = [];
 let mainAgent: Agent;
 let worker: { stop(): Promise<void> };
 
-/** The name of a queue, from its URL. */
-const queueNameOf = (url: string) => url.split('/').pop()!;
-
 /** A role's policy, the template's tables, bucket, webhook queue and scaler function standing for the box's. */
 function policyOf(fn: lambda.Function, fixture: AwsFixture): Policy {
   const logicalId = (construct: { node: { defaultChild?: unknown } }) =>
@@ -80,7 +77,7 @@ function policyOf(fn: lambda.Function, fixture: AwsFixture): Policy {
   const arns: Record<string, string> = {
     [logicalId(stack.bucket)]: arnOf.bucket(bucket),
     [logicalId(stack.scalerFunction)]: arnOf.function(scalerName),
-    [logicalId(stack.webhookQueue)]: arnOf.queue(queueNameOf(fixture.webhookQueueUrl)),
+    [logicalId(stack.webhookQueue)]: arnOf.queueAt(fixture.webhookQueueUrl),
   };
   for (const role of Object.keys(tables) as (keyof typeof tables)[]) {
     arns[logicalId(stack.tables[role])] = arnOf.table(tables[role]);
@@ -193,7 +190,7 @@ const expectExercised = (gate: IamGate, operations: string[]) => {
   for (const operation of operations) expect(used(gate, operation), operation).toBe(true);
 };
 const denied = { name: 'AccessDeniedException' };
-const webhookQueueArn = () => arnOf.queue(queueNameOf(box.fixture.webhookQueueUrl));
+const webhookQueueArn = () => arnOf.queueAt(box.fixture.webhookQueueUrl);
 /** The gate let `operation` through on a resource containing `resource`. */
 const expectOn = (gate: IamGate, operation: string, resource: string) =>
   expect(
@@ -387,7 +384,6 @@ describe('the sweeper function with its own role', () => {
     } finally {
       quiet.mockRestore();
       await platform.queue.close();
-      platform.webhooks.close();
       await admin.control.clearStartFailures('idle');
     }
     expect(gates.sweeper.denied()).toEqual([]);
@@ -493,7 +489,6 @@ describe('the scaler function with its own role', () => {
       ).rejects.toMatchObject(denied);
     } finally {
       await platform.queue.close();
-      platform.webhooks.close();
     }
   }, 60_000);
 });

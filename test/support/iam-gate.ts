@@ -26,6 +26,8 @@ export const arnOf = {
   table: (name: string, index?: string) =>
     `arn:aws:dynamodb:${region}:${account}:table/${name}${index ? `/index/${index}` : ''}`,
   queue: (name: string) => `arn:aws:sqs:${region}:${account}:${name}`,
+  /** A queue's ARN from its URL (the name is the URL's last path segment). */
+  queueAt: (url: string) => arnOf.queue(queueNameOf({ QueueUrl: url })!),
   bucket: (name: string) => `arn:aws:s3:::${name}`,
   object: (bucket: string, key: string) => `arn:aws:s3:::${bucket}/${key}`,
   logGroup: (name: string) => `arn:aws:logs:${region}:${account}:log-group:${name}`,

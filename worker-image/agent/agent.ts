@@ -41,8 +41,9 @@
  * same as in the local pool. The agent adopts the one worker ECS started beside it and acts for the
  * supervisor: `stop` (the worker asked for refresh_worker, or must drain) makes the agent leave with
  * exit 0, `kill` (it kept a stopped job past `stopGraceMs`, Python cannot interrupt a handler stuck in
- * C code; or it made no contact within `startGrace`, a hung model load) with exit 1. The agent container is essential, so ECS stops the task, which ends the worker,
- * and the service starts a fresh task. Whatever the worker held goes back to the queue first.
+ * C code; or it made no contact within `startGrace`, a hung model load) with exit 1. The agent
+ * container is essential, so ECS stops the task, which ends the worker, and the service starts a
+ * fresh task. Whatever the worker held goes back to the queue first.
  * Cancel (a Lambda) and timeouts reach the worker through job-stop: the Lambda cannot notify this
  * process, so it bumps the worker's stop-signal item and the agent polls that small item every
  * `pollMs`, reading the held jobs only when it moved (core/adapters/aws/stop-signals.ts); the supervisor times out

@@ -66,9 +66,9 @@ const workerContainerEnv = {
   /** The worker container's name in the task definition. */
   FERRY_WORKER_CONTAINER: text.default('worker'),
   /**
-   * The endpoint's health_check_grace: a worker with no contact this long after the task started (a
-   * load-balanced one's first /ping answered, a queue one's first job-take or ping) is killed as a
-   * failed start and the agent exits 1 (core/supervisor.ts). Always set for load-balanced endpoints
+   * The endpoint's health_check_grace: a worker with no contact this long after its container started
+   * (ECS task metadata; a load-balanced one's first /ping answered, a queue one's first job-take or
+   * ping) is killed as a failed start and the agent exits 1 (core/supervisor.ts). Always set for load-balanced endpoints
    * (the service's grace), for queue endpoints only when the endpoint sets it.
    */
   FERRY_HEALTH_CHECK_GRACE_SEC: z.coerce.number().int('must be an integer').min(1, 'must be >= 1').optional(),

@@ -97,7 +97,10 @@ type Blobs = Pick<BlobStore, 'put' | 'get' | 'delete'>;
 export interface QueuedWebhookSenderOptions {
   sqs: Pick<SQSClient, 'send'>;
   queueUrl: string;
-  /** The platform bucket with an empty key prefix (bodies go under webhookBodyPrefix). */
+  /**
+   * The platform bucket under FERRY_BLOB_PREFIX, as the webhook function reads it (bodies go under
+   * webhookBodyPrefix).
+   */
   blobs: Blobs;
   log?: WebhookLog;
 }
@@ -125,9 +128,6 @@ export class QueuedWebhookSender implements WebhookSender {
   idle(): Promise<void> {
     return this.handedOver.settled();
   }
-
-  /** Nothing runs in the background between sends. */
-  close(): void {}
 
   private async enqueue(url: string, text: string, jobId: string | undefined): Promise<void> {
     const message: WebhookMessage = { url, attempt: 1 };
