@@ -125,6 +125,13 @@ const runsyncRetentionMs = (waitMs: number) =>
     ? Math.min(limits.runsyncMaxRetentionMs, waitMs)
     : limits.runsyncRetentionMs;
 
+/**
+ * When a finished job goes: what its retention asks for, but never past limits.jobLifetimeMaxMs
+ * from its submission (docs/api.md#retention).
+ */
+const keptUntil = (job: Pick<Job, 'createdAt'>, askedMs: number): number =>
+  Math.min(askedMs, job.createdAt + limits.jobLifetimeMaxMs);
+
 export class JobEngine {
   readonly settings: EngineSettings;
   private readonly jobs: JobStore;
@@ -250,7 +257,7 @@ export class JobEngine {
         job,
         (current) =>
           isFinal(current.status)
-            ? { expiresAt: this.clock.now() + ttlMs, retentionMs: ttlMs }
+            ? { expiresAt: keptUntil(current, this.clock.now() + ttlMs), retentionMs: ttlMs }
             : { retentionMs: ttlMs },
         'ttl',
       );
@@ -749,7 +756,10 @@ export class JobEngine {
   /** Final moves also set the retention clock; computed here so every final move gets it. */
   private withRetention(job: Job, patch: JobPatch): JobPatch {
     if (patch.status && isFinal(patch.status) && patch.expiresAt === undefined) {
-      return { ...patch, expiresAt: (patch.finishedAt ?? this.clock.now()) + job.retentionMs };
+      return {
+        ...patch,
+        expiresAt: keptUntil(job, (patch.finishedAt ?? this.clock.now()) + job.retentionMs),
+      };
     }
     return patch;
   }

@@ -35,6 +35,12 @@ export const limits = {
   ttlDefaultMs: 24 * 3_600_000,
   ttlMinMs: 10_000,
   ttlMaxMs: 7 * 24 * 3_600_000,
+  /**
+   * The longest a job and its result are kept, from its (last) submission: policy.ttl's 7 days to
+   * run, then 7 of `?ttl=` retention. A retention asked for past it is cut to it, so storage that
+   * expires by age (the AWS bucket's payload rule, infra/platform-stack.ts) never outlives a job.
+   */
+  jobLifetimeMaxMs: 14 * 24 * 3_600_000,
 
   /** A taken job's lease; the worker's ping renews it (the RunPod SDK pings every 10 s). */
   leaseMs: 60_000,

@@ -75,6 +75,7 @@ import {
 } from '../core/adapters/aws/dynamo.js';
 import { webhookBodyPrefix } from '../core/adapters/aws/webhook-queue.js';
 import { FerryError } from '../core/errors.js';
+import { limits } from '../core/limits.js';
 import { functionEntries } from '../functions/bundle.js';
 import { AlarmTopic } from './constructs/alarms.js';
 import { ImageRegistry } from './constructs/images.js';
@@ -113,6 +114,14 @@ export { clusterName, queueNamePrefix } from './names.js';
  */
 export const blobPrefix = '';
 export const payloadsPrefix = `${blobPrefix}payloads/`;
+/**
+ * The bucket's backstop rule for `payloads/` (the sweeper deletes a job's blobs with the job): a day
+ * past the longest a job is kept (limits.jobLifetimeMaxMs, from its submission; a retry writes its
+ * blobs anew), so the rule only ever takes orphans. S3 counts the days from an object's creation and
+ * rounds up to the next midnight UTC
+ * (https://docs.aws.amazon.com/AmazonS3/latest/userguide/intro-lifecycle-rules.html).
+ */
+export const payloadExpiryDays = Math.ceil(limits.jobLifetimeMaxMs / 86_400_000) + 1;
 export const artifactsPrefix = 'artifacts/';
 /**
  * The control table's API-key items: partition key `KEY#<sha256 hex>` (DynamoControlStore). The
@@ -351,7 +360,7 @@ export class PlatformStack extends Stack {
     this.controlTable = this.tables.control;
     this.workersTable = this.tables.workers;
 
-    // Not versioned: payloads are transient by design (claim-check bodies, expired after 3 days), and
+    // Not versioned: payloads are transient by design (claim-check bodies, gone with their job), and
     // artifacts are written under a new key per source fingerprint, never overwritten; versions would
     // only keep deleted payload bytes around and bill for them.
     this.bucket = new s3.Bucket(this, 'Bucket', {
@@ -363,7 +372,7 @@ export class PlatformStack extends Stack {
       removalPolicy: RemovalPolicy.RETAIN,
       lifecycleRules: [
         // A backstop only: the sweeper deletes a job's blobs with the job (deleteExpired).
-        { id: 'expire-payloads', prefix: payloadsPrefix, expiration: Duration.days(3) },
+        { id: 'expire-payloads', prefix: payloadsPrefix, expiration: Duration.days(payloadExpiryDays) },
         { id: 'abort-incomplete-uploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
       ],
     });

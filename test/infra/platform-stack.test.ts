@@ -3,6 +3,7 @@ import { Match, Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dynamoSchema, stopSignalKey, type TableSpec } from '../../core/adapters/aws/dynamo.js';
 import { FerryError } from '../../core/errors.js';
+import { limits } from '../../core/limits.js';
 import { functionEntries } from '../../functions/bundle.js';
 import { functionEnvSchema } from '../../functions/wiring.js';
 import { buildApp } from '../../infra/app.js';
@@ -11,6 +12,7 @@ import {
   integrationTimeoutSec,
   maxWaitMs,
   PlatformStack,
+  payloadExpiryDays,
   payloadsPrefix,
   webhookTiming,
 } from '../../infra/platform-stack.js';
@@ -141,7 +143,7 @@ describe('bucket', () => {
       },
       LifecycleConfiguration: {
         Rules: Match.arrayWith([
-          Match.objectLike({ Prefix: 'payloads/', ExpirationInDays: 3, Status: 'Enabled' }),
+          Match.objectLike({ Prefix: 'payloads/', ExpirationInDays: payloadExpiryDays, Status: 'Enabled' }),
         ]),
       },
     });
@@ -149,6 +151,12 @@ describe('bucket', () => {
       .LifecycleConfiguration.Rules as { Prefix?: string; ExpirationInDays?: number }[];
     // Nothing expires artifacts/ (or the whole bucket).
     expect(rules.filter((r) => r.ExpirationInDays !== undefined).map((r) => r.Prefix)).toEqual(['payloads/']);
+  });
+
+  it("expires payloads only after the longest a job is kept, so the rule never takes a live job's input", () => {
+    // S3 counts whole days from an object's creation (rounding up to midnight UTC): the rule must pass
+    // limits.jobLifetimeMaxMs (14 days) itself, not just the 7-day policy.ttl.
+    expect(payloadExpiryDays * 86_400_000).toBeGreaterThan(limits.jobLifetimeMaxMs);
   });
 
   it('denies every request that is not over TLS', () => {

@@ -11,7 +11,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DescribeTimeToLiveCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { HeadObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { DeleteObjectCommand, HeadObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { GetQueueAttributesCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -118,6 +118,51 @@ describe('DynamoJobStore: values over the 400 KB item limit', () => {
     ]);
     expect(results.filter((r) => r.ok)).toHaveLength(1);
     expect(await payloadKeys(j.id)).toHaveLength(1);
+  });
+
+  it('a retry (a new createdAt) writes the kept input anew, so no blob is older than its job', async () => {
+    // The bucket's payload rule expires objects by age (infra/platform-stack.ts payloadExpiryDays);
+    // a job retried again and again would otherwise outlive the input it was first given.
+    const jobs = aws.jobs();
+    const input = bigValue(700 * 1024);
+    const j = job({ input, status: 'FAILED', error: 'bad', finishedAt: now + 1 });
+    await jobs.create(j);
+    const [firstKey] = await payloadKeys(j.id);
+    const retried = await jobs.update((await jobs.get(j.id, now))!, {
+      status: 'IN_QUEUE',
+      error: undefined,
+      finishedAt: undefined,
+      createdAt: now + 60_000,
+      expiresAt: now + 60_000 + j.policy.ttlMs,
+    });
+    expect(retried.ok).toBe(true);
+    const keys = await payloadKeys(j.id);
+    expect(keys).toHaveLength(1);
+    expect(keys[0]).not.toBe(firstKey);
+    expect((await rawItem(j.id))?.inputRef).toBe(keys[0]!.replace(/^ferry\//, ''));
+    expect((await jobs.get(j.id, now))?.input).toEqual(input);
+
+    // Any other update keeps the blob where it is.
+    await jobs.update((await jobs.get(j.id, now))!, { status: 'IN_PROGRESS', leaseUntil: now + 60_000 });
+    expect(await payloadKeys(j.id)).toEqual(keys);
+  });
+
+  it('leaves a job whose blob is gone for good out of a list, with a warning, and lists the others', async () => {
+    // One such job (its object removed outside Ferry) must not stop the sweeper's lists.
+    const warnings: string[] = [];
+    const jobs = aws.jobs({ warn: (message) => warnings.push(message) });
+    const endpointId = `ep-${randomUUID()}`;
+    const broken = job({ endpointId, input: bigValue(500 * 1024) });
+    const fine = job({ endpointId, input: bigValue(500 * 1024) });
+    await jobs.create(broken);
+    await jobs.create(fine);
+    for (const Key of await payloadKeys(broken.id))
+      await aws.s3.send(new DeleteObjectCommand({ Bucket: aws.bucket, Key }));
+
+    const listed = await jobs.listByStatus(endpointId, 'IN_QUEUE', now, 10);
+    expect(listed.map((j) => j.id)).toEqual([fine.id]);
+    expect(listed[0]?.input).toEqual(fine.input);
+    expect(warnings).toEqual([expect.stringContaining(`job ${broken.id} left out of a list`)]);
   });
 
   it('streams a 1 MB chunk through S3 between small ones, in order, once', async () => {

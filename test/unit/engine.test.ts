@@ -83,6 +83,22 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       await expect(engine.status(ep, id)).rejects.toMatchObject({ code: 'not_found' });
     });
 
+    it('?ttl= keeps a result at most limits.jobLifetimeMaxMs after submission, however often it is asked', async () => {
+      const submittedAt = clock.now();
+      const id = await runAndFinish();
+      const day = 24 * 3_600_000;
+      // Renewing a 7-day retention every 5 days would keep the job forever without the cap.
+      for (let i = 0; i < 2; i++) {
+        await engine.status(ep, id, limits.ttlMaxMs);
+        clock.advance(5 * day);
+      }
+      await engine.status(ep, id, limits.ttlMaxMs);
+      clock.set(submittedAt + limits.jobLifetimeMaxMs - 1);
+      expect((await engine.status(ep, id)).status).toBe('COMPLETED');
+      clock.advance(1);
+      await expect(engine.status(ep, id)).rejects.toMatchObject({ code: 'not_found' });
+    });
+
     it('retry is refused once results expired', async () => {
       const job = await engine.submit(ep, { input: {} }, { sync: false });
       await engine.take(ep, 'w1', 1, 0);

@@ -25,7 +25,8 @@
  * - Items stay under 400 KB: input, output, error, s3Config and webhook each have an inline budget
  *   (`inlineBudgetBytes`, 376 KB together); a value over its budget is stored in the BlobStore under
  *   `payloads/<jobId>/…` with a pointer in the item, and read back transparently. Stream chunks over
- *   300 KB likewise. (Give the bucket a lifecycle rule on `payloads/` as a backstop: ~8 days.)
+ *   300 KB likewise. (The bucket's lifecycle rule on `payloads/` is a backstop past the longest a job
+ *   is kept, limits.jobLifetimeMaxMs; a retry writes the job's blobs anew, so none is older than its job.)
  * - No Scans. Every list is a Query on a GSI that projects only what the query reads; the jobs a
  *   list hands out are then read by key (BatchGetItem). GSIs are eventually consistent on AWS
  *   (usually well under a second), so a job written a moment ago can be missing from a list, never

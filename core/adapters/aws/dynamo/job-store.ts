@@ -164,6 +164,12 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     const newBig = { ...big, ...(await this.storeBig(written, patchedBig)) };
     for (const field of patchedBig)
       if ((written as unknown as Item)[field] === undefined) delete newBig[field];
+    // A retry submits the job again (a new createdAt): its blobs kept from before are written anew,
+    // so none is older than its job and the bucket's age rule (infra/platform-stack.ts) never takes
+    // one a job still points at.
+    const renewed =
+      written.createdAt !== current.createdAt ? await this.renewBlobs(written.id, newBig, patchedBig) : [];
+    patchedBig.push(...renewed);
 
     const put = {
       TableName: this.jobsTable,
@@ -608,20 +614,29 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     return this.jobsOf(current);
   }
 
+  /**
+   * A job whose blob is gone for good (removed outside Ferry) is left out with a warning: a list
+   * feeds the sweeper, and one such job must not stop it from ending and deleting all the others.
+   */
   private async jobsOf(items: Item[]): Promise<Job[]> {
-    return Promise.all(
-      items.map(async (item) => {
+    const jobs = await Promise.all(
+      items.map(async (item): Promise<Job | undefined> => {
         try {
           return await this.jobOf(item);
         } catch (error) {
           if (!(error instanceof MissingBlobError)) throw error;
-          // Changed since the index was read: take the item as it is now.
-          const fresh = await this.readJob(item.jobId as string);
-          if (!fresh) throw error;
-          return fresh;
+        }
+        // Changed since the index was read: take the item as it is now (gone: left out).
+        try {
+          return await this.readJob(item.jobId as string);
+        } catch (error) {
+          if (!(error instanceof MissingBlobError)) throw error;
+          this.warn(`ferry: job ${String(item.jobId)} left out of a list: ${error.message}`);
+          return undefined;
         }
       }),
     );
+    return jobs.filter((job): job is Job => job !== undefined);
   }
 
   /**
@@ -713,6 +728,29 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       // Handed out already (the cursor moved); the leftovers go with the TTL.
       this.warn(`ferry: could not delete drained stream chunks of ${jobId}: ${String(error)}`);
     }
+  }
+
+  /**
+   * Writes each blob of `big` not in `skip` again under a fresh key, pointing `big` at it; returns the
+   * fields it renewed (the caller drops their old blobs once its write lands, the new ones if not).
+   */
+  private async renewBlobs(
+    jobId: string,
+    big: Partial<Record<BigField, Stored>>,
+    skip: readonly BigField[],
+  ): Promise<BigField[]> {
+    const renewed: BigField[] = [];
+    await Promise.all(
+      bigFields.map(async (field) => {
+        const stored = big[field];
+        if (skip.includes(field) || !stored || !('ref' in stored)) return;
+        const ref = payloadKey(jobId, field);
+        await this.blobs.put(ref, encoder.encode(await this.readBlob(stored.ref)));
+        big[field] = { ref };
+        renewed.push(field);
+      }),
+    );
+    return renewed;
   }
 
   /** Best effort: an orphan blob costs storage, never correctness (the lifecycle rule catches it). */
