@@ -370,10 +370,7 @@ export class JobEngine {
       attempt: 0,
       retries: current.retries + 1,
     }));
-    await this.jobs.clearStream(jobId);
-    await this.queue.send(endpointId, jobId, { lowPriority: queued.policy.lowPriority });
-    this.forgetRoom(endpointId);
-    this.changes.notify(endpointKey(endpointId));
+    await this.requeued(queued);
     return { id: queued.id, status: queued.status };
   }
 
@@ -686,19 +683,27 @@ export class JobEngine {
    */
   async workerGone(endpointId: string, workerId: string, reason?: string): Promise<number> {
     let moved = 0;
+    const failures: unknown[] = [];
     const running = await this.jobs.listByStatus(endpointId, 'IN_PROGRESS', this.clock.now(), 10_000);
     for (const listed of running) {
       // A ping racing this (it renews the lease, bumping the version) must not keep the job held.
       let job: Job | undefined = listed;
-      while (job?.status === 'IN_PROGRESS' && job.workerId === workerId) {
-        if (await this.lapse(job, reason)) {
-          moved++;
-          break;
+      try {
+        while (job?.status === 'IN_PROGRESS' && job.workerId === workerId) {
+          if (await this.lapse(job, reason)) {
+            moved++;
+            break;
+          }
+          job = await this.jobs.get(listed.id, this.clock.now());
         }
-        job = await this.jobs.get(listed.id, this.clock.now());
+      } catch (error) {
+        // One job's failure must not leave the worker's other jobs held until their leases lapse.
+        failures.push(error);
       }
     }
     await this.ledger.gone(endpointId, workerId);
+    // The caller logs it (the supervisor's `exited`); the first stands for the rest.
+    if (failures.length > 0) throw failures[0];
     return moved;
   }
 
@@ -857,12 +862,28 @@ export class JobEngine {
       startedAt: undefined,
     }));
     if (!moved) return undefined;
-    // The next attempt streams from the start: chunks of this one must not reach the client twice.
-    await this.jobs.clearStream(job.id);
-    await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
-    this.forgetRoom(job.endpointId);
-    this.changes.notify(endpointKey(job.endpointId));
+    await this.requeued(job);
     return 'requeued';
+  }
+
+  /**
+   * After a move back to IN_QUEUE: the old attempt's chunks go, then the job's message. Clear first:
+   * once the message is out a worker may take the job and stream, and a clear landing after that
+   * would drop the new attempt's chunks (on DynamoDB it moves the read cursor past everything
+   * appended so far). Send in `finally`: the job is IN_QUEUE already, and without its message it
+   * would wait for the sweeper's resend on AWS (functions/sweeper.ts) and forever locally; a failed
+   * clear costs at most old chunks reaching the client twice, and its error still reaches the caller
+   * after the send.
+   */
+  private async requeued(job: Job): Promise<void> {
+    try {
+      // The next attempt streams from the start: chunks of this one must not reach the client twice.
+      await this.jobs.clearStream(job.id);
+    } finally {
+      await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
+      this.forgetRoom(job.endpointId);
+      this.changes.notify(endpointKey(job.endpointId));
+    }
   }
 
   private async release(job: Job): Promise<void> {

@@ -184,7 +184,11 @@ export class EndpointAgentAccess extends Construct {
     );
     this.role.addToPolicy(
       new iam.PolicyStatement({
-        actions: ['dynamodb:UpdateItem', 'dynamodb:BatchWriteItem'],
+        // Query: a requeue (the worker exited, JobEngine.workerGone) clears the old attempt's chunks,
+        // and DynamoJobStore.clearStream finds them with a Query on the job's partition. IAM
+        // authorizes each action alone: UpdateItem and BatchWriteItem do not cover it
+        // (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazondynamodb.html).
+        actions: ['dynamodb:UpdateItem', 'dynamodb:BatchWriteItem', 'dynamodb:Query'],
         resources: [chunks.tableArn],
         conditions: leadingKeysCondition(keys.jobs),
       }),

@@ -350,6 +350,50 @@ describe("an agent with its endpoint's role", () => {
       ).rejects.toMatchObject(denied);
     }
   });
+
+  it('requeues a streamed job when its worker exits: the old chunks cleared, its message sent, every call allowed', async () => {
+    // A streamed job goes back to the queue from the agent (JobEngine.workerGone), whose clear of
+    // the old attempt's chunks Queries the chunks table: a grant of its own, as IAM authorizes each
+    // action alone (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazondynamodb.html).
+    // Without it the refused Query left the job IN_QUEUE with no message.
+    const id = await submit(mine, { n: 'streams, then its worker exits' });
+    const worker = new ProtocolWorker(agent.url, mine, agent.workerToken, agent.workerId);
+    // Earlier cases may have left a job queued: the worker holds whatever comes before this one too.
+    let taken = await worker.take();
+    for (let tries = 0; taken?.id !== id && tries < 10; tries++) taken = await worker.take();
+    expect(taken?.id).toBe(id);
+    expect((await worker.stream(id, 'token of the first attempt')).status).toBe(200);
+
+    const before = gate.decisions.length;
+    await agent.workerExited({ code: 137, signal: null });
+    const made = gate.decisions.slice(before);
+    expect(made.filter((d) => !d.allowed)).toEqual([]);
+    // The clear went through the policy: a Query on the job's own chunk partition.
+    expect(
+      made.some(
+        (d) =>
+          d.operation === 'dynamodb:Query' &&
+          d.resources.includes(arnOf.table(box.fixture.tables.chunks)) &&
+          d.keys.includes(id),
+      ),
+    ).toBe(true);
+    expect((await statusOf(mine, id)).status).toBe('IN_QUEUE');
+
+    // Exactly one message for it on its endpoint's queue (urgent: the job is not low priority).
+    const QueueUrl = await box.fixture.queueUrlFor(mine);
+    const bodies: { jobId: string }[] = [];
+    for (;;) {
+      const { Messages = [] } = await box.fixture.sqs.send(
+        new ReceiveMessageCommand({ QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1 }),
+      );
+      if (Messages.length === 0) break;
+      for (const m of Messages) {
+        bodies.push(JSON.parse(m.Body!));
+        await box.fixture.sqs.send(new DeleteMessageCommand({ QueueUrl, ReceiptHandle: m.ReceiptHandle! }));
+      }
+    }
+    expect(bodies.filter((b) => b.jobId === id)).toHaveLength(1);
+  });
 });
 
 describe("a load-balanced endpoint's agent with its endpoint's role", () => {

@@ -123,21 +123,32 @@ describe('the agent role (queue endpoint)', () => {
     ]);
   });
 
-  it('queries only its own partitions of byEndpointStatus, and no other index', () => {
+  it('queries only its own partitions of byEndpointStatus and of the chunks table, nothing else', () => {
     const query = only(statements, 'dynamodb:Query');
-    expect(query).toHaveLength(1);
-    expect(query[0]!.Resource).toBe(`${tables.jobs.tableArn}/index/byEndpointStatus`);
-    expect(query[0]!.Condition).toEqual({
+    expect(query.map((s) => s.Resource).sort()).toEqual([
+      tables.chunks.tableArn,
+      `${tables.jobs.tableArn}/index/byEndpointStatus`,
+    ]);
+    const index = query.find((s) => s.Resource !== tables.chunks.tableArn)!;
+    expect(index.Condition).toEqual({
       'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${endpointId}#*`] },
       Null: { 'dynamodb:LeadingKeys': 'false' },
     });
   });
 
-  it('writes chunks of its own jobs and only its own worker records', () => {
+  it('writes, and queries to clear, chunks of its own jobs; only its own worker records', () => {
     const chunks = statements.find((s) => s.Resource === tables.chunks.tableArn)!;
-    expect(actionsOf([chunks]).sort()).toEqual(['dynamodb:BatchWriteItem', 'dynamodb:UpdateItem']);
-    expect(chunks.Condition).toMatchObject({
+    // Query: a requeue clears the old attempt's chunks (DynamoJobStore.clearStream), and IAM
+    // authorizes each action alone
+    // (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazondynamodb.html).
+    expect(actionsOf([chunks]).sort()).toEqual([
+      'dynamodb:BatchWriteItem',
+      'dynamodb:Query',
+      'dynamodb:UpdateItem',
+    ]);
+    expect(chunks.Condition).toEqual({
       'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${endpointId}-*`, `sync-${endpointId}-*`] },
+      Null: { 'dynamodb:LeadingKeys': 'false' },
     });
     const workers = statements.find((s) => s.Resource === tables.workers.tableArn)!;
     expect(workers.Condition).toMatchObject({

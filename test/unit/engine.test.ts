@@ -8,7 +8,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type LocalDatabase, openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
-import { type JobEngine, splitChunk } from '../../core/engine.js';
+import { JobEngine, splitChunk } from '../../core/engine.js';
 import { JsonText, parseJsonExact, stringifyJsonExact } from '../../core/json.js';
 import { limits } from '../../core/limits.js';
 import type { JobReadOptions } from '../../core/ports.js';
@@ -182,6 +182,71 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       const failed = await engine.status(ep, job.id);
       expect(failed.status).toBe('FAILED');
       expect(failed.error).toMatch(/stopped responding; the job was tried 2 times/);
+    });
+
+    it("a worker gone: each job it held is queued again, message after clear, though one job's clear fails", async () => {
+      // Stores that record clears and sends in order and refuse the first clear, as the agent role
+      // once refused the Query on DynamoDB's chunks table that a clear needs.
+      const order: string[] = [];
+      let refuse = true;
+      /** `target` with the methods of `own` in place of its own. */
+      const over = <T extends object>(target: T, own: Partial<T>): T =>
+        new Proxy(target, {
+          get(store, key) {
+            if (key in own) return own[key as keyof T];
+            const value = Reflect.get(store, key);
+            return typeof value === 'function' ? value.bind(store) : value;
+          },
+        });
+      const jobs = over(db.jobs, {
+        clearStream: async (jobId) => {
+          order.push(`clear ${jobId}`);
+          if (refuse) {
+            refuse = false;
+            throw new Error('refused');
+          }
+          return db.jobs.clearStream(jobId);
+        },
+      });
+      const queue = over(db.queue, {
+        send: async (endpointId, jobId, options) => {
+          order.push(`send ${jobId}`);
+          return db.queue.send(endpointId, jobId, options);
+        },
+      });
+      engine = new JobEngine({
+        jobs,
+        queue,
+        workers: db.workers,
+        changes: new LocalChangeFeed(clock),
+        clock,
+        settings: { leaseMs: 30_000, maxAttempts: 2 },
+        ...(take === 'composed'
+          ? {}
+          : {
+              createQueued: (job) => db.createQueued(job),
+              takeQueued: (endpointId, options) => db.takeQueued(endpointId, options),
+            }),
+      });
+      const ids = [
+        (await engine.submit(ep, { input: {} }, { sync: false })).id,
+        (await engine.submit(ep, { input: {} }, { sync: false })).id,
+      ].sort();
+      expect((await engine.take(ep, 'w1', 2, 0)).map((j) => j.id).sort()).toEqual(ids);
+      for (const id of ids) await engine.streamChunk(ep, 'w1', id, { output: 'first attempt' });
+      order.length = 0;
+
+      // The refusal reaches the caller (the supervisor logs it), after every job was handled.
+      await expect(engine.workerGone(ep, 'w1', 'exited')).rejects.toThrow('refused');
+      for (const id of ids) {
+        expect((await engine.status(ep, id)).status).toBe('IN_QUEUE');
+        // Clear before send: a worker that took the job first could have its new chunks cleared.
+        expect(order.indexOf(`clear ${id}`)).toBeGreaterThanOrEqual(0);
+        expect(order.indexOf(`clear ${id}`)).toBeLessThan(order.indexOf(`send ${id}`));
+      }
+      expect(order.filter((call) => call.startsWith('send')).sort()).toEqual(ids.map((id) => `send ${id}`));
+      // Both messages are there: another worker takes both jobs again.
+      expect((await engine.take(ep, 'w2', 2, 0)).map((j) => j.id).sort()).toEqual(ids);
     });
 
     it('ping renews the lease', async () => {
