@@ -40,17 +40,41 @@ interface Put {
   atMs: number;
 }
 
-/** The ECS agent's task-protection endpoint: records PUTs; `answers` scripts failures first. */
-function fakeEcsAgent(clock: FakeClock, answers: Array<'500' | 'throw'> = []) {
+type Answer = '500' | 'throw' | 'failure' | 'not json';
+const taskArn = 'arn:aws:ecs:us-east-1:123456789012:task/ferry/0123456789abcdef';
+
+/**
+ * The ECS agent's task-protection endpoint: records PUTs; `answers` scripts failures first. Its
+ * bodies are the ECS agent's: `{"protection": {...}}` with the state asked for, `{"failure": {...}}`
+ * with HTTP 200 when UpdateTaskProtection reports a failure, `{"error": {...}}` with a 5xx
+ * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection-endpoint.html).
+ */
+function fakeEcsAgent(clock: FakeClock, answers: Answer[] = []) {
   const puts: Put[] = [];
   const fetch = (async (url: string | URL | Request, init?: RequestInit) => {
-    puts.push({ url: String(url), body: JSON.parse(String(init?.body)), atMs: clock.now() });
+    const body = JSON.parse(String(init?.body)) as Put['body'];
+    puts.push({ url: String(url), body, atMs: clock.now() });
     const answer = answers.shift();
     if (answer === 'throw') throw new Error('connect ECONNREFUSED 169.254.170.2:80');
     if (answer === '500') {
-      return new Response('{"error":{"Code":"ServerException"}}', { status: 500 });
+      return new Response(`{"error":{"Arn":"${taskArn}","Code":"ServerException","Message":"boom"}}`, {
+        status: 500,
+      });
     }
-    return new Response('{"protection":{"ProtectionEnabled":true}}', { status: 200 });
+    if (answer === 'failure') {
+      // A task outside a service, among others (API_UpdateTaskProtection.html): still HTTP 200.
+      const failure = { Arn: taskArn, Detail: null, Reason: 'TASK_NOT_VALID' };
+      return new Response(JSON.stringify({ failure }), { status: 200 });
+    }
+    if (answer === 'not json') return new Response('<html>gateway</html>', { status: 200 });
+    const protection = {
+      ExpirationDate: body.ProtectionEnabled
+        ? new Date(clock.now() + (body.ExpiresInMinutes ?? 120) * 60_000).toISOString()
+        : null,
+      ProtectionEnabled: body.ProtectionEnabled,
+      TaskArn: taskArn,
+    };
+    return new Response(JSON.stringify({ protection }), { status: 200 });
   }) as typeof globalThis.fetch;
   return { puts, fetch };
 }
@@ -77,7 +101,7 @@ async function standInWorker() {
   };
 }
 
-async function setup(answers: Array<'500' | 'throw'> = []) {
+async function setup(answers: Answer[] = []) {
   const clock = new FakeClock();
   const ecs = fakeEcsAgent(clock, answers);
   const worker = await standInWorker();
@@ -196,6 +220,32 @@ describe('task scale-in protection of a load-balanced task', () => {
     expect(warnings).toHaveLength(2);
     // Protected now: further ticks within the term ask nothing more.
     await tick(1_000);
+    expect(ecs.puts).toHaveLength(3);
+    worker.release();
+    expect((await slow).status).toBe(200);
+  });
+
+  it('takes an HTTP 200 that carries a failure, or no JSON, as a failed call: logged, retried on the next tick', async () => {
+    // The ECS agent answers 200 with {"failure": …} when UpdateTaskProtection reports one
+    // (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_UpdateTaskProtection.html):
+    // taken as protection, the next try would wait half the term (30 minutes) unprotected.
+    const { ecs, worker, log, tick, call } = await setup(['failure', 'not json']);
+    const slow = call('/slow');
+    await eventually('the first attempt', () => (ecs.puts.length === 1 ? true : undefined));
+    await tick(1_000);
+    await eventually('the second attempt', () => (ecs.puts.length === 2 ? true : undefined));
+    await tick(1_000);
+    await eventually('the third attempt', () => (ecs.puts.length === 3 ? true : undefined));
+    expect(ons(ecs.puts)).toHaveLength(3);
+    expect(ecs.puts[2]!.atMs - ecs.puts[0]!.atMs).toBe(2_000);
+    const warnings = log.lines.filter((l) => l.startsWith('warn task protection on'));
+    expect(warnings).toHaveLength(2);
+    expect(warnings[0]).toContain('HTTP 200 with failure TASK_NOT_VALID');
+    expect(warnings[0]).not.toContain(taskArn);
+    expect(warnings[1]).toContain('not JSON');
+    // The third answer is the ECS agent's success: protected now, nothing more within the term.
+    await tick(1_000);
+    await tick(10 * 60_000);
     expect(ecs.puts).toHaveLength(3);
     worker.release();
     expect((await slow).status).toBe(200);

@@ -113,7 +113,10 @@ async function fakeEcsAgent(options: { failFirst?: boolean } = {}) {
           .end('{"error":{"Code":"ServerException"}}');
         return;
       }
-      res.writeHead(200, { 'content-type': 'application/json' }).end('{"protection":{}}');
+      // The ECS agent's answer: the state it set (task-scale-in-protection-endpoint.html).
+      const asked = recorded.body as { ProtectionEnabled: boolean };
+      const protection = { ProtectionEnabled: asked.ProtectionEnabled, TaskArn: 'arn:aws:ecs:task/ferry/1' };
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ protection }));
     });
   });
   server.listen(0, '127.0.0.1');

@@ -10,9 +10,44 @@
  * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html and
  * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection-endpoint.html.
  */
+import { z } from 'zod';
 import { messageOf } from '../../core/errors.js';
 import type { Logger } from '../../core/log.js';
 import type { Clock } from '../../core/ports.js';
+
+/**
+ * What the ECS agent's endpoint answers a PUT: `{"protection": {"ProtectionEnabled", "ExpirationDate",
+ * "TaskArn"}}` when UpdateTaskProtection took it, `{"failure": {"Arn", "Detail", "Reason"}}` when
+ * the call came back with a failure (TASK_NOT_VALID for a task outside a service, among others) —
+ * with HTTP 200 all the same — and `{"error": {"Arn", "Code", "Message"}}` with a 4xx or 5xx
+ * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection-endpoint.html,
+ * https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_UpdateTaskProtection.html).
+ * Not `.strict()`: the agent adds a RequestID beside them, and only these three decide.
+ */
+const protectionAnswerSchema = z.object({
+  protection: z.object({ ProtectionEnabled: z.boolean().optional() }).nullish(),
+  failure: z.object({ Reason: z.string().nullish(), Detail: z.string().nullish() }).nullish(),
+  error: z.object({ Code: z.string().nullish(), Message: z.string().nullish() }).nullish(),
+});
+
+/** Why an answer of HTTP 200 is not the state asked for; undefined when it is. */
+function protectionRefusal(text: string, enabled: boolean): string | undefined {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return `an answer that is not JSON: ${text.slice(0, 200)}`;
+  }
+  const parsed = protectionAnswerSchema.safeParse(json);
+  if (!parsed.success) return `an answer of an unknown shape: ${text.slice(0, 200)}`;
+  const { protection, failure, error } = parsed.data;
+  if (protection?.ProtectionEnabled === enabled) return undefined;
+  // The reason and detail only: the ARN names the task, which the log stream already does.
+  if (failure)
+    return `failure ${failure.Reason ?? 'without a reason'}${failure.Detail ? ` (${failure.Detail})` : ''}`;
+  if (error) return `error ${error.Code ?? 'without a code'}${error.Message ? `: ${error.Message}` : ''}`;
+  return `an answer without ProtectionEnabled=${enabled}: ${text.slice(0, 200)}`;
+}
 
 export interface EcsProtectionOptions {
   agentUri: string;
@@ -97,6 +132,13 @@ export class TaskProtection {
         this.log.warn(
           `task protection ${body.ProtectionEnabled ? 'on' : 'off'}: HTTP ${response.status} ${text.slice(0, 200)}`,
         );
+        return false;
+      }
+      // HTTP 200 is not enough: a failure of UpdateTaskProtection comes back as 200 too. Only the
+      // state asked for counts; anything else is retried on the next tick like a non-ok answer.
+      const refusal = protectionRefusal(text, body.ProtectionEnabled);
+      if (refusal) {
+        this.log.warn(`task protection ${body.ProtectionEnabled ? 'on' : 'off'}: HTTP 200 with ${refusal}`);
         return false;
       }
       return true;
