@@ -879,6 +879,9 @@ export class PlatformStack extends Stack {
       ['dynamodb:Query'],
       [dynamoSchema.control.indexes.byKind.indexName],
     );
+    // The group's ARN with its trailing `:*`, the form IAM policies use for every action but the
+    // tagging ones (https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/iam-access-control-overview-cwl.html):
+    // without it a FilterLogEvents request, evaluated on `…:log-group:<name>:log-stream:`, is refused.
     role.addToPrincipalPolicy(
       new iam.PolicyStatement({
         actions: ['logs:FilterLogEvents'],
@@ -886,12 +889,16 @@ export class PlatformStack extends Stack {
           Stack.of(this).formatArn({
             service: 'logs',
             resource: 'log-group',
-            resourceName: jobLogGroupName,
+            resourceName: `${jobLogGroupName}:*`,
             arnFormat: ArnFormat.COLON_RESOURCE_NAME,
           }),
         ],
       }),
     );
+    Validations.of(fn).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:${jobLogGroupName}:*]`,
+      reason: "The `:*` is how IAM names one log group's events; the grant is the job-log group's alone.",
+    });
     // HeadObject is authorized by s3:GetObject (there is no s3:HeadObject action). Presigned PUT and
     // GET URLs act with this role, so it needs Put/Get itself. Delete: a replaced big field's blob.
     this.allowPayloads(fn, ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);

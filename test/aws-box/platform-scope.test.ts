@@ -112,7 +112,7 @@ function gatedClients(gate: IamGate, fixture: AwsFixture, logs?: FakeCloudWatchL
               ? [
                   {
                     action: 'logs:FilterLogEvents',
-                    resource: arnOf.logGroup(command.input.logGroupName!),
+                    resource: arnOf.logGroupEvents(command.input.logGroupName!),
                     leadingKeys: [],
                   },
                 ]

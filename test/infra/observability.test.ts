@@ -51,7 +51,9 @@ describe('job logs', () => {
     const statements = statementsOf(platform, role);
     const logActions = actionsOf(statements).filter((a) => a.startsWith('logs:'));
     expect(logActions).toEqual(['logs:FilterLogEvents']);
-    expect(resourcesFor(statements, 'logs:FilterLogEvents').join()).toContain(`log-group:${jobLogGroupName}`);
+    expect(resourcesFor(statements, 'logs:FilterLogEvents').join()).toContain(
+      `log-group:${jobLogGroupName}:*`,
+    );
     platform.hasResourceProperties('AWS::Lambda::Function', {
       Environment: { Variables: Match.objectLike({ FERRY_LOG_GROUP: jobLogGroupName }) },
     });

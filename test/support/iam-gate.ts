@@ -30,7 +30,13 @@ export const arnOf = {
   queueAt: (url: string) => arnOf.queue(queueNameOf({ QueueUrl: url })!),
   bucket: (name: string) => `arn:aws:s3:::${name}`,
   object: (bucket: string, key: string) => `arn:aws:s3:::${bucket}/${key}`,
-  logGroup: (name: string) => `arn:aws:logs:${region}:${account}:log-group:${name}`,
+  /**
+   * A log group as IAM evaluates a request on its events (FilterLogEvents): the group's ARN with a
+   * log-stream part, as AccessDenied messages name it, so only a policy on the group's ARN with the
+   * trailing `:*` matches, as CloudWatch Logs documents
+   * (https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/iam-access-control-overview-cwl.html).
+   */
+  logGroupEvents: (name: string) => `arn:aws:logs:${region}:${account}:log-group:${name}:log-stream:`,
   function: (name: string) => `arn:aws:lambda:${region}:${account}:function:${name}`,
   service: (cluster: string, name: string) => `arn:aws:ecs:${region}:${account}:service/${cluster}/${name}`,
 };
