@@ -974,6 +974,15 @@ export class PlatformStack extends Stack {
     );
     // Moves read and rewrite big fields; deleted jobs take their blobs with them.
     this.allowPayloads(fn, ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
+    // A requeued job nudges the scaler (functions/scaler.ts NudgingChangeFeed) unless the endpoint
+    // has live workers, which it reads first: without this the nudge is refused and the job waits
+    // for the scaler's next scheduled run.
+    allowIndexes(
+      role,
+      this.workersTable,
+      ['dynamodb:Query'],
+      [dynamoSchema.workers.indexes.byEndpoint.indexName],
+    );
   }
 
   /**

@@ -331,7 +331,11 @@ describe('the sweeper function with its own role', () => {
     // A job taken by a worker that then went silent: its input big enough to live in S3.
     const sweepAgent = await box.agentFor('sweep');
     const silent = new ProtocolWorker(sweepAgent.url, 'sweep', sweepAgent.workerToken, sweepAgent.workerId);
-    const held = await call('POST', '/v2/sweep/run', { input: { blob: 'h'.repeat(200 * 1024) } });
+    // Its timeout outlasts the sweep's clock, so the lapsed lease requeues it (and nudges the scaler).
+    const held = await call('POST', '/v2/sweep/run', {
+      input: { blob: 'h'.repeat(200 * 1024) },
+      policy: { executionTimeout: 3_600_000 },
+    });
     expect((await silent.take())?.id).toBe(held.body.id);
     // A job left waiting, and one whose message was dead-lettered.
     const waiting = await call('POST', '/v2/sweep/run', { input: { n: 'waiting' } });
@@ -366,11 +370,14 @@ describe('the sweeper function with its own role', () => {
       () => clock.now(),
     );
     const quiet = vi.spyOn(console, 'log').mockImplementation(() => {});
+    const nudgesBefore = nudges.length;
     try {
       const first = await sweep();
       expect(first).toMatchObject({ deadLettered: 1 });
-      expect(first.requeued + first.failed + first.timedOut).toBeGreaterThanOrEqual(1);
-      expect((await admin.jobs.get(held.body.id, clock.now()))?.status).not.toBe('IN_PROGRESS');
+      expect(first.requeued).toBeGreaterThanOrEqual(1);
+      expect((await admin.jobs.get(held.body.id, clock.now()))?.status).toBe('IN_QUEUE');
+      // The requeue nudged the scaler, after looking for the endpoint's live workers (none now).
+      expect(nudges.slice(nudgesBefore).map((payload) => JSON.parse(payload).endpointId)).toContain('sweep');
       expect(first.resent).toBeGreaterThanOrEqual(1);
       expect(first.notStartable).toBeGreaterThanOrEqual(1);
       expect((await admin.jobs.get(lettered.body.id, clock.now()))?.status).toBe('FAILED');

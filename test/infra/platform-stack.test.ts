@@ -589,8 +589,16 @@ describe('least privilege', () => {
       'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['STARTS#*'] },
       Null: { 'dynamodb:LeadingKeys': 'false' },
     });
-    // Of the workers table only stop-signal items, to stop the jobs the sweep ended or requeued.
-    expectOnlyStopSignals(statements);
+    // Of the workers table: the byEndpoint index (a requeue nudges the scaler unless the endpoint
+    // has live workers, which it reads first), and otherwise only stop-signal items, to stop the jobs
+    // the sweep ended or requeued.
+    const readsWorkerIndex = (st: (typeof statements)[number]) =>
+      st.Action === 'dynamodb:Query' &&
+      JSON.stringify(st.Resource).includes(logicalId(platform.workersTable));
+    expect(statements.filter(readsWorkerIndex).map((st) => JSON.stringify(st.Resource))).toEqual([
+      expect.stringContaining(`"/index/${dynamoSchema.workers.indexes.byEndpoint.indexName}"`),
+    ]);
+    expectOnlyStopSignals(statements.filter((st) => !readsWorkerIndex(st)));
   });
 
   it('lets the scaler only describe and update Ferry services, and read what the policy needs', () => {
