@@ -484,10 +484,16 @@ export class PlatformStack extends Stack {
     });
     this.grantKeyLookup(this.authorizerFunction.role as iam.Role);
 
+    // The sweeper and the scaler are invoked asynchronously (the schedules, nudges, the wake alarm).
+    // A failed run is not retried: Lambda's default would run it again a minute later, beside the
+    // next scheduled run (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html);
+    // the next run does the same work anyway. The schedules' own `retryAttempts: 0` is EventBridge's,
+    // which covers only failures to invoke.
     this.sweeperFunction = this.fn('Sweeper', code, handlers.sweeper, {
       // The schedule is a minute; a sweep that runs longer would overlap the next one.
       timeout: Duration.seconds(55),
       environment,
+      retryAttempts: 0,
     });
     this.grantSweeper(this.sweeperFunction);
     new events.Rule(this, 'SweepEveryMinute', {
@@ -501,6 +507,7 @@ export class PlatformStack extends Stack {
       timeout: Duration.seconds(55),
       environment,
       functionName: scalerFunctionName,
+      retryAttempts: 0,
     });
     this.grantScaler(this.scalerFunction);
 
@@ -811,10 +818,17 @@ export class PlatformStack extends Stack {
     id: string,
     code: lambda.Code,
     handler: string,
-    options: { timeout: Duration; environment: Record<string, string>; functionName?: string },
+    options: {
+      timeout: Duration;
+      environment: Record<string, string>;
+      functionName?: string;
+      /** Lambda's own retries of a failed asynchronous invoke (its default is 2). */
+      retryAttempts?: number;
+    },
   ): lambda.Function {
     const fn = new lambda.Function(this, id, {
       ...(options.functionName ? { functionName: options.functionName } : {}),
+      ...(options.retryAttempts === undefined ? {} : { retryAttempts: options.retryAttempts }),
       // Node.js 24: AWS supports it past 2027 (22 is deprecated on 30 April 2027,
       // https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtimes.html); the bundles target node24.
       runtime: lambda.Runtime.NODEJS_24_X,

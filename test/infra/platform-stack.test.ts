@@ -826,6 +826,18 @@ describe('operations', () => {
     expect(api.Environment.Variables.FERRY_SCALER_FUNCTION).toBe('ferry-scaler');
   });
 
+  it('does not let Lambda retry a failed sweep or scaler run beside the next scheduled one', () => {
+    // Lambda retries a failed asynchronous invoke twice by default
+    // (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html); the
+    // schedules' RetryPolicy is EventBridge's and covers only failures to invoke.
+    for (const fn of [platform.sweeperFunction, platform.scalerFunction]) {
+      template.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+        FunctionName: { Ref: logicalId(fn) },
+        MaximumRetryAttempts: 0,
+      });
+    }
+  });
+
   it('alarms on API 5xx and on sweeper errors', () => {
     template.hasResourceProperties('AWS::CloudWatch::Alarm', {
       MetricName: '5XXError',
