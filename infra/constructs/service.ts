@@ -242,10 +242,12 @@ export class EndpointService extends Construct {
       // and no second GPU host is needed to roll.
       minHealthyPercent: 0,
       maxHealthyPercent: 100,
+      // The strategy alone keeps tasks on the pool's hosts (its group launches the pool's type or, when
+      // that type has no capacity, a fallback of the same GPU: infra/gpu.ts equivalentInstanceTypes).
+      // No placement constraint: one on the instance type would leave tasks PENDING on a fallback
+      // host, and AWS's cluster auto scaling recommends none but distinctInstance, so that scale-out
+      // does not stop (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/cluster-auto-scaling.html).
       capacityProviderStrategies: [{ capacityProvider: props.capacityProviderName, weight: 1 }],
-      placementConstraints: [
-        ecs.PlacementConstraint.memberOf(`attribute:ecs.instance-type == ${placement.shape.instanceType}`),
-      ],
       circuitBreaker: { enable: true, rollback: false },
       propagateTags: ecs.PropagatedTagSource.SERVICE,
       ...(endpoint.kind === 'lb'

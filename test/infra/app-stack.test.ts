@@ -334,6 +334,16 @@ describe('services and scaling', () => {
     }
   });
 
+  it('place tasks on any host of their pool, the fallback types included: no placement constraint', () => {
+    // A pool's group launches a fallback type when its first has no capacity (infra/gpu.ts); a
+    // constraint on the instance type would leave the task PENDING there, and AWS's cluster auto
+    // scaling recommends none but distinctInstance
+    // (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/cluster-auto-scaling.html).
+    for (const service of Object.values(template.findResources('AWS::ECS::Service'))) {
+      expect(service.Properties.PlacementConstraints).toBeUndefined();
+    }
+  });
+
   it('leave every count to the scaler: no scalable targets, scaling policies or count alarms', () => {
     // The scaler Lambda (functions/scaler.ts) sets desiredCount from the scaling policy; an
     // Application Auto Scaling policy beside it would fight it (docs/scaling.md).
