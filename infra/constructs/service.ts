@@ -29,7 +29,7 @@
  * FERRY_ARTIFACT_URL: a URL in the task definition would expire while ECS keeps starting tasks from
  * it; the task role reads the one artifact key instead (worker-image/agent/artifact.ts).
  */
-import { ArnFormat, Aws, Duration, Stack, Validations } from 'aws-cdk-lib';
+import { ArnFormat, Aws, Duration, Size, Stack, Validations } from 'aws-cdk-lib';
 import * as ecr from 'aws-cdk-lib/aws-ecr';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -87,6 +87,23 @@ export interface EndpointServiceProps {
   queues?: { queue: sqs.IQueue; lowQueue: sqs.IQueue };
   /** The call key the workers hold now (core/call-keys.ts); its value is in Secrets Manager. */
   callKeyId?: string;
+}
+
+/**
+ * A container's output to CloudWatch Logs, never blocking it. In blocking mode a slow CloudWatch
+ * stalls the container's writes to stdout, and the agent's pings and lease renewals with them; the
+ * mode otherwise follows the account's defaultLogDriverMode setting
+ * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-account-settings.html). Lines
+ * past a full 25 MiB buffer are dropped (metric lines included, core/metrics.ts); job logs do not
+ * depend on them (they go through job-log).
+ */
+function containerLogs(logGroup: logs.ILogGroup, streamPrefix: string): ecs.LogDriver {
+  return ecs.LogDrivers.awsLogs({
+    logGroup,
+    streamPrefix,
+    mode: ecs.AwsLogDriverMode.NON_BLOCKING,
+    maxBufferSize: Size.mebibytes(25),
+  });
 }
 
 export class EndpointService extends Construct {
@@ -156,10 +173,7 @@ export class EndpointService extends Construct {
         // The task's secret for the agent → worker hop, drawn here so both find it when they start.
         ...(endpoint.kind === 'lb' ? { FERRY_LB_SECRET_FILE: artifactMount.lbSecretFile } : {}),
       },
-      logging: ecs.LogDrivers.awsLogs({
-        logGroup: props.logGroup,
-        streamPrefix: `${endpoint.name}/artifact`,
-      }),
+      logging: containerLogs(props.logGroup, `${endpoint.name}/artifact`),
     });
     artifact.addMountPoints({
       sourceVolume: artifactMount.volume,
@@ -174,7 +188,7 @@ export class EndpointService extends Construct {
       environment: agentEnv,
       secrets: agentSecrets,
       stopTimeout: Duration.seconds(stopTimeoutSec),
-      logging: ecs.LogDrivers.awsLogs({ logGroup: props.logGroup, streamPrefix: `${endpoint.name}/agent` }),
+      logging: containerLogs(props.logGroup, `${endpoint.name}/agent`),
       // hostPort 0: ECS picks a free host port and registers it with the target group.
       ...(endpoint.kind === 'lb' ? { portMappings: [{ containerPort: ports.lbPublic, hostPort: 0 }] } : {}),
     });
@@ -193,7 +207,7 @@ export class EndpointService extends Construct {
       environment: workerEnv,
       secrets: workerSecrets,
       stopTimeout: Duration.seconds(stopTimeoutSec),
-      logging: ecs.LogDrivers.awsLogs({ logGroup: props.logGroup, streamPrefix: `${endpoint.name}/worker` }),
+      logging: containerLogs(props.logGroup, `${endpoint.name}/worker`),
     });
     worker.addMountPoints({
       sourceVolume: artifactMount.volume,

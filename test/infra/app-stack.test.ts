@@ -66,6 +66,7 @@ interface ContainerDefinition {
   StopTimeout?: number;
   MemoryReservation?: number;
   EntryPoint?: string[];
+  LogConfiguration?: { LogDriver: string; Options: Record<string, unknown> };
 }
 const containersOf = (e: DeployedEndpoint): ContainerDefinition[] =>
   template.toJSON().Resources[idOf(e.taskDefinition)].Properties.ContainerDefinitions;
@@ -189,6 +190,20 @@ describe('tasks', () => {
       expect(envOf(byName('worker')).FERRY_GRACE_MS).toBe(String(drainMs));
       expect(envOf(byName('agent')).FERRY_DRAIN_MS).toBe(String(drainMs));
       expect(drainMs).toBeLessThan(stopTimeoutSec * 1000);
+    }
+  });
+
+  it("log to CloudWatch without blocking: a slow CloudWatch must not stall the agent's pings", () => {
+    // Not left to the account's defaultLogDriverMode setting
+    // (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-account-settings.html).
+    for (const name of ['gpu_worker', 'cpu_worker', 'lb_worker']) {
+      for (const c of containersOf(endpoint(name))) {
+        expect(c.LogConfiguration?.LogDriver, c.Name).toBe('awslogs');
+        expect(c.LogConfiguration?.Options, c.Name).toMatchObject({
+          mode: 'non-blocking',
+          'max-buffer-size': '26214400b',
+        });
+      }
     }
   });
 
