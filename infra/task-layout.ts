@@ -5,8 +5,14 @@
  */
 import { limits } from '../core/limits.js';
 
-/** How the agent starts inside a worker base image (worker-image/agent/bundle.ts writes agent.mjs). */
-export const agentEntryPoint = ['node', '/opt/ferry/agent/agent.mjs'] as const;
+/**
+ * How the agent starts (worker-image/agent/bundle.ts writes agent.mjs), as the agent image's own
+ * ENTRYPOINT: a task definition's entryPoint replaces the image's, so tini must be named here too.
+ * As PID 1 it forwards SIGTERM and reaps children; a process that is PID 1 itself ignores any signal
+ * it has no handler for (https://docs.docker.com/reference/cli/docker/container/run/#init), as the
+ * artifact download has none. Every Ferry image ships /usr/bin/tini (worker-image/Dockerfile.*).
+ */
+export const agentEntryPoint = ['/usr/bin/tini', '--', 'node', '/opt/ferry/agent/agent.mjs'] as const;
 
 /** The agent's lease and the queues' redrive, as the agent and engine use them. */
 export const leaseTiming = {

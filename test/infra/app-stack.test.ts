@@ -234,9 +234,14 @@ describe('tasks', () => {
       ]);
       expect(envOf(byName('worker')).FERRY_ARTIFACT_PATH).toBe(artifactMount.file);
       expect(envOf(byName('artifact')).FERRY_ARTIFACT_PATH).toBe(artifactMount.file);
-      // The agent runs from a worker base image: only its entry point differs.
-      expect(byName('agent').EntryPoint).toEqual(['node', '/opt/ferry/agent/agent.mjs']);
-      expect(byName('artifact').EntryPoint).toEqual(['node', '/opt/ferry/agent/agent.mjs']);
+      // The agent image's own entry point, tini first: the task's entryPoint replaces the image's.
+      expect(byName('agent').EntryPoint).toEqual([
+        '/usr/bin/tini',
+        '--',
+        'node',
+        '/opt/ferry/agent/agent.mjs',
+      ]);
+      expect(byName('artifact').EntryPoint).toEqual(byName('agent').EntryPoint);
     }
   });
 

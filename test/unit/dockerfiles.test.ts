@@ -14,6 +14,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FerryError } from '../../core/errors.js';
 import { pythonVersions } from '../../core/manifest.js';
+import { agentEntryPoint } from '../../infra/task-layout.js';
 import { dockerBuildCommands, imageTag, workerImages } from '../../worker-image/images.js';
 
 const repo = path.resolve(import.meta.dirname, '../..');
@@ -170,9 +171,8 @@ describe('worker Dockerfiles', () => {
       const entrypoint = instructions.filter((i) => i.keyword === 'ENTRYPOINT').at(-1);
       expect(entrypoint).toBeDefined();
       expect(JSON.parse(entrypoint!.args)).toEqual(
-        isAgent
-          ? ['/usr/bin/tini', '--', 'node', '/opt/ferry/agent/agent.mjs']
-          : ['/usr/bin/tini', '--', '/opt/ferry/bin/entrypoint.sh'],
+        // The agent's is the one its task definition names too (infra/task-layout.ts).
+        isAgent ? [...agentEntryPoint] : ['/usr/bin/tini', '--', '/opt/ferry/bin/entrypoint.sh'],
       );
     });
 
