@@ -57,6 +57,15 @@ export interface AppEnvironmentStackProps extends StackProps {
   /** Endpoint ids by endpoint name; default `endpointIdFor(app, env, name)`. */
   endpointIds?: Readonly<Record<string, string>>;
   /**
+   * Ids of the endpoints whose ECS service an earlier deploy created. Their service leaves
+   * DesiredCount out: CloudFormation sends a stated count on every update of the service, which set
+   * the count the scaler had chosen back to 0 on each deploy that changed the service; left out, it
+   * is "omitted from the operation" for an existing service
+   * (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-ecs-service.html#cfn-ecs-service-desiredcount).
+   * A new service must state 0, since ECS starts one task by default.
+   */
+  servicesCreated?: readonly string[];
+  /**
    * The id of the call key (core/call-keys.ts) each endpoint's workers get, by endpoint name. It is
    * in the worker's environment so that a new key (a new value in the same secret) rolls the tasks.
    */
@@ -197,6 +206,7 @@ export class AppEnvironmentStack extends Stack {
       logGroup: this.logGroup,
       ...(queues ? { queues } : {}),
       ...(props.callKeyIds?.[endpoint.name] ? { callKeyId: props.callKeyIds[endpoint.name] } : {}),
+      serviceCreated: props.servicesCreated?.includes(endpointId) ?? false,
     });
     const deployed: DeployedEndpoint = {
       name: endpoint.name,

@@ -63,6 +63,11 @@ export interface SynthesizeOptions {
   /** The region's zones for the platform VPC (PlatformStackProps.availabilityZones); default two. */
   availabilityZones?: readonly string[];
   endpointIds?: Readonly<Record<string, string>>;
+  /**
+   * Endpoints whose service an earlier deploy of this environment created (AppEnvironmentStackProps
+   * servicesCreated): their template leaves the desired count to the scaler.
+   */
+  servicesCreated?: readonly string[];
   /** The call key each endpoint's tasks run with, by endpoint name (AppEnvironmentStackProps). */
   callKeyIds?: Readonly<Record<string, string>>;
   /** HTTPS of load-balanced endpoints: a domain (ACM), else CloudFront (constructs/https-front.ts). */
@@ -115,6 +120,7 @@ export function buildApp(
     images: options.images,
     ...(options.endpointIds ? { endpointIds: options.endpointIds } : {}),
     ...(options.callKeyIds ? { callKeyIds: options.callKeyIds } : {}),
+    ...(options.servicesCreated ? { servicesCreated: options.servicesCreated } : {}),
     ...(options.https ? { https: options.https } : {}),
     description: `Ferry ${appName}/${options.env}`,
     // Who owns the stack: the CLI refuses to deploy over a stack whose tags name another app/env.

@@ -366,6 +366,7 @@ export class AwsProvider implements Provider {
     /** The platform VPC's zones; none: CDK's two `Fn::GetAZs` picks (offline synth). */
     availabilityZones?: string[] | undefined;
     endpointIds?: Record<string, string>;
+    servicesCreated?: string[];
     callKeyIds?: Record<string, string>;
   }): Promise<SynthesizedAssembly> {
     const functionsCodeDir = await this.#functions();
@@ -383,6 +384,7 @@ export class AwsProvider implements Provider {
           instanceTypes: input.instanceTypes,
           ...(input.availabilityZones ? { availabilityZones: input.availabilityZones } : {}),
           ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
+          ...(input.servicesCreated ? { servicesCreated: input.servicesCreated } : {}),
           ...(input.callKeyIds ? { callKeyIds: input.callKeyIds } : {}),
           ...(https ? { https } : {}),
           ...integrationTimeoutFrom(this.options.env),
@@ -442,7 +444,8 @@ export class AwsProvider implements Provider {
     );
     const manifest = manifestFromRecords(app, records);
     const artifactKey = records[0]!.artifactKey ?? artifactKeyOf(app, env, manifest.sourceFingerprint);
-    const deployedElsewhere = (await (await this.#control()).listEndpoints())
+    const deployed = await (await this.#control()).listEndpoints();
+    const deployedElsewhere = deployed
       .filter((r) => !(r.app === app && r.env === env))
       .map((r) => endpointConfigSchema.safeParse(r.config))
       .flatMap((parsed) => (parsed.success ? [parsed.data.endpoint.resources] : []));
@@ -460,6 +463,9 @@ export class AwsProvider implements Provider {
       ),
       availabilityZones: await this.#platformZones(reporter),
       endpointIds: Object.fromEntries(records.map((r) => [r.name, r.id])),
+      // An endpoint record is written once its stack deployed (provision), so this environment's
+      // records name the services that exist: their desired count stays the scaler's.
+      servicesCreated: deployed.filter((r) => r.app === app && r.env === env).map((r) => r.id),
       callKeyIds,
     });
     let outputs: Record<string, StackOutputs>;

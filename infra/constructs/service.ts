@@ -87,6 +87,8 @@ export interface EndpointServiceProps {
   queues?: { queue: sqs.IQueue; lowQueue: sqs.IQueue };
   /** The call key the workers hold now (core/call-keys.ts); its value is in Secrets Manager. */
   callKeyId?: string;
+  /** An earlier deploy created this service: the scaler owns its count (AppEnvironmentStackProps.servicesCreated). */
+  serviceCreated: boolean;
 }
 
 /**
@@ -249,9 +251,9 @@ export class EndpointService extends Construct {
       cluster: props.platform.cluster,
       serviceName: serviceName(endpointId),
       taskDefinition,
-      // Zero at create; the scaler Lambda owns the count from then on. A template that keeps saying
-      // 0 does not reset a running service, because CloudFormation only sends changed values.
-      desiredCount: 0,
+      // Zero at create; the scaler Lambda owns the count from then on, so a later template states
+      // none (a stated count is sent on every update of the service: AppEnvironmentStackProps.servicesCreated).
+      ...(props.serviceCreated ? {} : { desiredCount: 0 }),
       // Old workers may stop before new ones start: queue jobs wait (or requeue when a lease lapses),
       // and no second GPU host is needed to roll.
       minHealthyPercent: 0,

@@ -23,6 +23,14 @@ const apiUrl = 'https://abc123.execute-api.us-east-1.amazonaws.com/api/v2';
 const PROD = appStackName('shop', 'production');
 const STAGING = appStackName('shop', 'staging');
 
+/** The DesiredCount of each ECS service in a synthesized template. */
+const desiredCounts = (template: string): unknown[] =>
+  Object.values(
+    JSON.parse(template).Resources as Record<string, { Type: string; Properties: { DesiredCount?: number } }>,
+  )
+    .filter((resource) => resource.Type === 'AWS::ECS::Service')
+    .map((resource) => resource.Properties.DesiredCount);
+
 describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () => {
   const sandbox = new CliSandbox();
   let fixture: AwsFixture;
@@ -144,6 +152,8 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     expect(await fixture.blobs().exists(`artifacts/shop/production/${firstFingerprint}.tar.gz`)).toBe(true);
     const template = readFileSync(path.join(project, '.ferry', 'cdk.out', `${PROD}.template.json`), 'utf8');
     expect(template).toContain(firstFingerprint);
+    // New services start at zero tasks; the scaler owns the count from then on.
+    expect(desiredCounts(template)).toEqual([0, 0, 0]);
 
     // Each endpoint's workers got a call key (core/call-keys.ts), scoped to shop/production, named
     // in the template by its id, its value only in the secret the worker container reads.
@@ -174,6 +184,10 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     expect(after.every((e) => e.fingerprint === fingerprints[0])).toBe(true);
     const json = JSON.parse(result.stdout);
     expect(json.fingerprint).toBe(fingerprints[0]);
+    // The services exist now: the template states no count, which CloudFormation would send with
+    // this update of each service and so set the scaler's counts back to 0.
+    const template = readFileSync(path.join(project, '.ferry', 'cdk.out', `${PROD}.template.json`), 'utf8');
+    expect(desiredCounts(template)).toEqual([undefined, undefined, undefined]);
     expect(json.endpoints.every((e: { change: string }) => e.change === 'updated')).toBe(true);
     // Updated endpoints get new call keys; the old ones are retired after the stack deploy.
     const keys = await callKeys();
