@@ -5,7 +5,7 @@
  *  - One ECR repository per image kind of worker-image/images.ts (`ferry/agent`,
  *    `ferry/worker-base-cpu`, …), private, scanned on push, immutable tags (a tag names one Ferry
  *    version's build: `ferry deploy` checks a tag exists and never needs it to change). A lifecycle
- *    rule keeps the newest 10 images per repository. Retained when the platform is deleted: images
+ *    rule expires untagged images only (untaggedImageDays). Retained when the platform is deleted: images
  *    take tens of minutes to rebuild, and ECR refuses to delete a repository that still holds
  *    images anyway (https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_DeleteRepository.html).
  *  - A CodeBuild project that builds missing tags. `ferry deploy` uploads the build context
@@ -25,8 +25,14 @@ import { Construct } from 'constructs';
 import { workerImages } from '../../worker-image/images.js';
 import { imageBuildPrefix } from '../names.js';
 
-/** Images kept per repository by the lifecycle rule. */
-export const imagesKept = 10;
+/**
+ * Untagged images (a push that failed half way) go after this long. Tagged images are never expired
+ * by rule: ECR's lifecycle rules count images or their age and know nothing of the task definitions
+ * that still name a tag (https://docs.aws.amazon.com/AmazonECR/latest/userguide/lifecycle_policy_parameters.html),
+ * so a rule keeping the newest N tags deleted the image of an environment deployed a few Ferry
+ * versions ago, and its next task on a new host failed to pull (docs/aws.md "Images").
+ */
+export const untaggedImageDays = 1;
 
 export interface ImageRegistryProps {
   bucket: s3.IBucket;
@@ -48,7 +54,13 @@ export class ImageRegistry extends Construct {
         imageTagMutability: ecr.TagMutability.IMMUTABLE,
         encryption: ecr.RepositoryEncryption.AES_256,
         removalPolicy: RemovalPolicy.RETAIN,
-        lifecycleRules: [{ description: `Keep the newest ${imagesKept} images`, maxImageCount: imagesKept }],
+        lifecycleRules: [
+          {
+            description: `Expire untagged images after ${untaggedImageDays} day`,
+            tagStatus: ecr.TagStatus.UNTAGGED,
+            maxImageAge: Duration.days(untaggedImageDays),
+          },
+        ],
       });
       repositories.set(image.kind, repository);
     }

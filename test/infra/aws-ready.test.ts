@@ -140,7 +140,19 @@ describe('1. images', () => {
       expect(repo.Properties.ImageScanningConfiguration).toEqual({ ScanOnPush: true });
       expect(repo.Properties.ImageTagMutability).toBe('IMMUTABLE');
       expect(repo.DeletionPolicy).toBe('Retain');
-      expect(JSON.stringify(repo.Properties.LifecyclePolicy)).toContain('imageCountMoreThan');
+      // Only untagged images expire: a tag may still be named by a deployed environment's tasks.
+      const rules = JSON.parse(repo.Properties.LifecyclePolicy.LifecyclePolicyText).rules;
+      expect(rules).toEqual([
+        expect.objectContaining({
+          selection: {
+            tagStatus: 'untagged',
+            countType: 'sinceImagePushed',
+            countNumber: 1,
+            countUnit: 'days',
+          },
+          action: { type: 'expire' },
+        }),
+      ]);
     }
   });
 
