@@ -47,7 +47,12 @@ export const artifactMount = {
   lbSecretFile: '/ferry/lb-secret',
 };
 
-/** ECS's ceiling for stopTimeout: the agent's drain (FERRY_DRAIN_MS) must end before it. */
+/**
+ * How long ECS waits after SIGTERM before SIGKILL; the agent's drain (FERRY_DRAIN_MS) must end
+ * before it. 120 s is the ceiling AWS documents for Fargate; it documents none for EC2 tasks, and a
+ * job cut here is requeued, so a longer drain would only delay a stopping task (scale-in waits for
+ * task protection instead, docs/scaling.md).
+ */
 export const stopTimeoutSec = 120;
 export const drainMs = 110_000;
 
