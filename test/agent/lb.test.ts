@@ -184,8 +184,12 @@ describe('load-balanced agent', () => {
       workerId: 'lbload-task1',
     });
     try {
-      await reporting.reported();
-      expect(await registry.get('lbload-task1')).toMatchObject({ state: 'idle', inFlight: 0 });
+      // Written once the worker first answers /ping (a worker loading its model is not idle).
+      const first = await eventually('the first record', async () => {
+        await reporting.reported();
+        return registry.get('lbload-task1');
+      });
+      expect(first).toMatchObject({ state: 'idle', inFlight: 0 });
       const started = Date.now();
       const slow = fetch(`${reporting.url}/nap`, {
         method: 'POST',
@@ -211,6 +215,31 @@ describe('load-balanced agent', () => {
     }
     // A task that leaves takes its record with it.
     expect(await registry.get('lbload-task1')).toBeUndefined();
+  });
+
+  it('writes no record while its worker has not answered yet: the scaler counts the task as booting', async () => {
+    const registry = aws.workers();
+    const port = await freePort();
+    const loading = await startLbAgent({
+      workerSecret,
+      endpointId: 'lbload',
+      control: aws.control(),
+      workerPort: port, // nothing listens: the worker is still loading
+      host: '127.0.0.1',
+      port: 0,
+      log,
+      registry,
+      workerId: 'lbload-loading',
+      readyProbeMs: 20,
+      reportEveryMs: 20,
+    });
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      await loading.reported();
+      expect(await registry.get('lbload-loading')).toBeUndefined();
+    } finally {
+      await loading.close(1_000);
+    }
   });
 
   it('passes the worker’s own errors through (404 for an unknown route)', async () => {

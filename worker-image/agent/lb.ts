@@ -300,10 +300,16 @@ class LbAgentServer implements LbAgent {
     }
   }
 
-  /** Writes this task's record; one write at a time, failures logged (the next report retries). */
+  /**
+   * Writes this task's record; one write at a time, failures logged (the next report retries). None
+   * before the worker first answers: a worker loading its model is not idle, and with a record it would
+   * be, so the scaler could take its task away before it served the request that woke the endpoint.
+   * Until then the scaler counts the task as booting, through the endpoint's health_check_grace
+   * (functions/scaler.ts), which bounds the wait as the start grace does here.
+   */
   private report(): void {
     const registry = this.options.registry;
-    if (!registry || this.closed) return;
+    if (!registry || this.closed || this.supervisor.phase(this.workerId) === 'starting') return;
     this.reporting = this.reporting.then(async () => {
       const now = this.clock.now();
       try {
@@ -424,7 +430,13 @@ class LbAgentServer implements LbAgent {
       return false;
     }
     // Contact once (the supervisor ignores repeats): it ends a run of failed starts on record.
+    const first = this.supervisor.phase(this.workerId) === 'starting';
     this.supervisor.ready(this.workerId);
+    if (first) {
+      // Up now: its idle_timeout counts from here, and the scaler hears of it at once.
+      this.lastBusyAt = this.clock.now();
+      this.report();
+    }
     return true;
   }
 
