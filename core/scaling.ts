@@ -21,6 +21,10 @@
  * - A failing endpoint (its workers die before their first contact, core/supervisor.ts) wants 0 workers,
  *   whatever min and the queue say: a new worker would run the same broken code, and on AWS each try
  *   is a GPU instance billed while it boots and crashes. A deploy clears the state.
+ * - Where the rest says 0, workers still booting within their boot allowance are kept (`booting`,
+ *   counted by `bootingOf`). A load-balanced endpoint woken from zero needs this: the request that woke
+ *   it is stored nowhere (its ALB answered 503 and the alarm fires once), so nothing else says the task
+ *   now booting is wanted. Queue jobs wait in the queue, so a queue endpoint's demand outlives the boot.
  */
 
 import type { WorkerRecord } from './ports.js';
@@ -53,6 +57,14 @@ export interface ScalingInput {
   nowMs: number;
   /** The endpoint's workers cannot start (core/supervisor.ts): none is wanted until a deploy. */
   failing?: boolean;
+  /**
+   * Workers started for the endpoint that are not up yet and still within their boot allowance
+   * (`bootingOf`). They keep the count from going to 0, and only that: above 0 the demand that started
+   * them is still visible to the policy (held or waiting), so it decides alone. On AWS the scaler
+   * passes it for load-balanced endpoints (functions/scaler.ts); the local pool holds a waiting
+   * request at its front door until a worker is ready, so its demand never vanishes and it passes none.
+   */
+  booting?: number;
 }
 
 export interface ScalingDecision {
@@ -94,15 +106,60 @@ export function decideScale(input: ScalingInput): ScalingDecision {
       .sort();
     return { desired: 0, mayStop, demand, kept: input.workers.length - mayStop.length };
   }
-  const desired = Math.min(max, Math.max(min, needed, kept));
+  const upWanted = Math.min(max, Math.max(min, needed, kept));
+  // Nothing wants a worker, but some are on their way: keep them through their boot allowance.
+  const desired = upWanted > 0 ? upWanted : Math.min(max, Math.max(0, Math.floor(input.booting ?? 0)));
   // Up workers beyond the desired count go, longest idle first, and only ones that are past their
-  // idle_timeout with nothing held; a tie goes to the lower id so the answer is deterministic.
-  const surplus = Math.max(0, input.workers.length - desired);
+  // idle_timeout with nothing held; a tie goes to the lower id so the answer is deterministic. Booting
+  // workers kept above count none of the up ones.
+  const surplus = Math.max(0, input.workers.length - upWanted);
   const mayStop = idle
     .sort((a, b) => a.lastBusyAtMs - b.lastBusyAtMs || (a.workerId < b.workerId ? -1 : 1))
     .slice(0, surplus)
     .map((w) => w.workerId);
   return { desired, mayStop, demand, kept };
+}
+
+/** A task started for an endpoint, as its orchestrator reports it (on AWS, ECS DescribeTasks). */
+export interface TaskStart {
+  /** When it was created (placement asked for). */
+  createdAtMs: number;
+  /** When it started running; undefined while it waits for an instance or pulls its image. */
+  startedAtMs?: number | undefined;
+}
+
+/** How long a task may take to come up, in its two stages. */
+export interface BootAllowance {
+  /** From creation until it runs: an instance to launch and an image to pull. */
+  provisionMs: number;
+  /** From its start until its worker reports: the endpoint's health_check_grace. */
+  graceMs: number;
+}
+
+/**
+ * How many workers are still booting: tasks that have not started and were created less than
+ * `provisionMs` ago, plus those started less than `graceMs` ago beyond the `registered` workers that
+ * have reported (a task's worker registers once it runs, so a started task is booting only until then).
+ * Past its allowance a task counts for nothing: the endpoint goes back to the policy's count (min, or
+ * its idle workers' idle_timeout), so a wake-up no request follows ends after the allowance plus
+ * idle_timeout at most.
+ */
+export function bootingOf(
+  tasks: readonly TaskStart[],
+  registered: number,
+  allowance: BootAllowance,
+  nowMs: number,
+): number {
+  let waiting = 0;
+  let started = 0;
+  for (const task of tasks) {
+    if (task.startedAtMs !== undefined) {
+      if (nowMs - task.startedAtMs < allowance.graceMs) started++;
+    } else if (nowMs - task.createdAtMs < allowance.provisionMs) {
+      waiting++;
+    }
+  }
+  return waiting + Math.max(0, started - Math.max(0, registered));
 }
 
 /**

@@ -28,11 +28,24 @@
  * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html), and the
  * policy never asks for fewer workers than those it must keep, so the two agree.
  *
+ * What keeps a woken load-balanced endpoint up while its task boots: nothing in the job store. The
+ * request that woke it was answered 503 by the ALB and the wake-up alarm acts once per state change
+ * (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarm-actions.html), so the next
+ * scheduled run sees no demand, and no worker either until the task runs (a GPU cold start takes
+ * minutes). Before it would lower such an endpoint to 0, the scaler reads the service's tasks and keeps
+ * those still within their boot allowance (`bootingOf` in core/scaling.ts; `bootAllowanceOf` here).
+ *
  * UpdateService: https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_UpdateService.html
  * DescribeServices (at most 10 services per call):
  * https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_DescribeServices.html
  */
-import { DescribeServicesCommand, type ECSClient, UpdateServiceCommand } from '@aws-sdk/client-ecs';
+import {
+  DescribeServicesCommand,
+  DescribeTasksCommand,
+  type ECSClient,
+  ListTasksCommand,
+  UpdateServiceCommand,
+} from '@aws-sdk/client-ecs';
 import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
 import { z } from 'zod';
 import { endpointConfigOf } from '../core/deployment.js';
@@ -47,8 +60,19 @@ import type {
   Watch,
   WorkerRegistry,
 } from '../core/ports.js';
-import { decideScale, type ScalingDecision, scalingSettingsOf, workerLoadOf } from '../core/scaling.js';
+import {
+  type BootAllowance,
+  bootingOf,
+  decideScale,
+  type ScalingDecision,
+  type ScalingInput,
+  scalingSettingsOf,
+  type TaskStart,
+  workerLoadOf,
+} from '../core/scaling.js';
+import { placementFor } from '../infra/gpu.js';
 import { wakeAlarmPrefix } from '../infra/names.js';
+import { defaultHealthCheckGraceSec } from '../infra/task-layout.js';
 import { scalerDepsFromEnv } from './wiring.js';
 
 /** What one run scales: every endpoint (the schedule), or one (a nudge). */
@@ -113,6 +137,8 @@ export interface EndpointScaleReport {
   /** desiredCount before this run; undefined when the service was not found. */
   was?: number | undefined;
   decision?: ScalingDecision;
+  /** Tasks kept through their boot allowance (load-balanced endpoints the policy put at 0). */
+  booting?: number;
   /** Whether UpdateService was called. */
   updated: boolean;
   error?: string;
@@ -131,12 +157,71 @@ export function urgentDemand(queueUrgent: number, queuedAtMost: number, lagSlack
   return Math.min(queueUrgent, queuedAtMost + lagSlack);
 }
 
+/**
+ * How long a task may wait to run (an instance to launch, an image to pull): 10 minutes. That covers
+ * the stages bench/results.md lists for a GPU from zero (about 8 minutes at worst) and ends no later
+ * than ECS itself gives up: a task waiting for capacity waits 10 to 30 minutes before it is stopped
+ * (https://aws.amazon.com/blogs/containers/deep-dive-on-amazon-ecs-cluster-auto-scaling/), so a task
+ * that never gets an instance is let go before ECS could replace it with a new one to wait again.
+ */
+export const provisionAllowanceMs = 10 * 60_000;
+
+/**
+ * A task's boot allowance: `provisionAllowanceMs` until it runs, then the endpoint's health_check_grace
+ * until its worker reports, the time ECS itself gives it before its health checks count (the rule of
+ * infra/constructs/service.ts healthCheckGraceSecOf, which the Lambda bundle cannot import: CDK).
+ */
+export function bootAllowanceOf(
+  resources: Parameters<typeof placementFor>[0] & { healthCheckGraceSec?: number | undefined },
+): BootAllowance {
+  const graceSec = resources.healthCheckGraceSec || defaultHealthCheckGraceSec[placementFor(resources).kind];
+  return { provisionMs: provisionAllowanceMs, graceMs: graceSec * 1000 };
+}
+
+/**
+ * The service's tasks that ECS means to run, with when each was created and started. ListTasks with
+ * desiredStatus RUNNING lists tasks still waiting for an instance or pulling too (ECS never sets a
+ * desired status of PENDING: https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ListTasks.html);
+ * DescribeTasks takes at most 100 tasks
+ * (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_DescribeTasks.html). A task without a
+ * creation time is left out: its age could not be bounded.
+ */
+async function serviceTasks(deps: ScalerDeps, service: string): Promise<TaskStart[]> {
+  const arns: string[] = [];
+  let nextToken: string | undefined;
+  do {
+    const page = await deps.ecs.send(
+      new ListTasksCommand({
+        cluster: deps.cluster,
+        serviceName: service,
+        desiredStatus: 'RUNNING',
+        ...(nextToken ? { nextToken } : {}),
+      }),
+    );
+    arns.push(...(page.taskArns ?? []));
+    nextToken = page.nextToken;
+  } while (nextToken);
+  const tasks: TaskStart[] = [];
+  for (let i = 0; i < arns.length; i += 100) {
+    const described = await deps.ecs.send(
+      new DescribeTasksCommand({ cluster: deps.cluster, tasks: arns.slice(i, i + 100) }),
+    );
+    for (const task of described.tasks ?? []) {
+      if (!task.createdAt) continue;
+      tasks.push({ createdAtMs: task.createdAt.getTime(), startedAtMs: task.startedAt?.getTime() });
+    }
+  }
+  return tasks;
+}
+
 /** One pass: every endpoint (schedule) or one (nudge). Never throws for one endpoint's trouble. */
 export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Promise<EndpointScaleReport[]> {
   const records = event.endpointId
     ? [await deps.control.getEndpoint(event.endpointId)].filter((r) => r !== undefined)
     : await deps.control.listEndpoints();
   const plans: EndpointScaleReport[] = [];
+  // Load-balanced endpoints: what the policy was asked, to ask again with the tasks still booting.
+  const lbInputs = new Map<EndpointScaleReport, { input: ScalingInput; allowance: BootAllowance }>();
   for (const record of records) {
     const service = `${deps.serviceNamePrefix}${record.id}`;
     try {
@@ -155,15 +240,23 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
       // Its workers cannot start: none is wanted until a deploy (the sweeper fails its queued jobs).
       const failing = starts?.problem?.state === 'failing';
       const nudged = event.endpointId === record.id;
-      const decision = decideScale({
+      const input: ScalingInput = {
         ...settings,
         urgentQueuedJobs: urgentDemand(depth.urgent, queued, nudged ? settings.maxConcurrency : 0),
         waitingRequests: nudged ? (event.waitingRequests ?? 0) : 0,
         workers: registered.map(workerLoadOf),
         nowMs: now,
         ...(failing ? { failing: true } : {}),
-      });
-      plans.push({ endpointId: record.id, service, decision, updated: false });
+      };
+      const plan: EndpointScaleReport = {
+        endpointId: record.id,
+        service,
+        decision: decideScale(input),
+        updated: false,
+      };
+      // Queue endpoints need no boot allowance: their jobs wait in the queue until a worker takes them.
+      if (!isQueue && !failing) lbInputs.set(plan, { input, allowance: bootAllowanceOf(endpoint.resources) });
+      plans.push(plan);
     } catch (error) {
       plans.push({ endpointId: record.id, service, updated: false, error: (error as Error).message });
     }
@@ -186,6 +279,19 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
       // Deployed but its stack is not there (yet, or any more): nothing to scale.
       plan.error = `no active ECS service ${plan.service} in cluster ${deps.cluster}`;
       continue;
+    }
+    const lb = lbInputs.get(plan);
+    // About to put a load-balanced endpoint at 0 while it has tasks no worker has reported for: they
+    // may be booting for the request that woke it. Only then are its tasks read (two more calls).
+    if (lb && plan.decision!.desired === 0 && plan.was > lb.input.workers.length) {
+      try {
+        const tasks = await serviceTasks(deps, plan.service);
+        plan.booting = bootingOf(tasks, lb.input.workers.length, lb.allowance, lb.input.nowMs);
+        if (plan.booting > 0) plan.decision = decideScale({ ...lb.input, booting: plan.booting });
+      } catch (error) {
+        // Without the tasks the policy's answer stands; the line below says why.
+        plan.error = `reading the tasks of ${plan.service}: ${(error as Error).message}`;
+      }
     }
     if (plan.was === plan.decision!.desired) continue;
     try {
@@ -210,6 +316,7 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
       desired: plan.decision?.desired,
       demand: plan.decision?.demand,
       kept: plan.decision?.kept,
+      ...(plan.booting !== undefined ? { booting: plan.booting } : {}),
       updated: plan.updated,
       ...(plan.error ? { error: plan.error } : {}),
     });

@@ -1033,12 +1033,47 @@ export class PlatformStack extends Stack {
         resources: [services],
       }),
     );
-    Validations.of(fn).acknowledge({
-      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:service/${clusterName}/${serviceNamePrefix}*]`,
-      reason:
-        'Endpoint services are created by app stacks after the platform; the grant stops at the ' +
-        'Ferry cluster and the service name prefix.',
+    // A load-balanced endpoint about to go to 0 with tasks no worker reported for: their ages, to keep
+    // the ones still booting (functions/scaler.ts serviceTasks). ListTasks is authorized on the
+    // cluster through the ecs:cluster condition key; DescribeTasks on the cluster's tasks
+    // (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonelasticcontainerservice.html).
+    const cluster = Stack.of(this).formatArn({
+      service: 'ecs',
+      resource: 'cluster',
+      resourceName: clusterName,
     });
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['ecs:ListTasks'],
+        resources: ['*'],
+        conditions: { ArnEquals: { 'ecs:cluster': cluster } },
+      }),
+    );
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['ecs:DescribeTasks'],
+        resources: [
+          Stack.of(this).formatArn({ service: 'ecs', resource: 'task', resourceName: `${clusterName}/*` }),
+        ],
+      }),
+    );
+    Validations.of(fn).acknowledge(
+      {
+        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:service/${clusterName}/${serviceNamePrefix}*]`,
+        reason:
+          'Endpoint services are created by app stacks after the platform; the grant stops at the ' +
+          'Ferry cluster and the service name prefix.',
+      },
+      {
+        id: 'AwsSolutions-IAM5[Resource::*]',
+        reason:
+          'ecs:ListTasks names the cluster through the ecs:cluster condition, which is set to the Ferry cluster.',
+      },
+      {
+        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/${clusterName}/*]`,
+        reason: 'Task ids are ECS-assigned; DescribeTasks stops at the Ferry cluster (read only).',
+      },
+    );
   }
 
   /**

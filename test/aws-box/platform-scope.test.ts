@@ -16,7 +16,12 @@ import { once } from 'node:events';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { FilterLogEventsCommand } from '@aws-sdk/client-cloudwatch-logs';
-import { DescribeServicesCommand, UpdateServiceCommand } from '@aws-sdk/client-ecs';
+import {
+  DescribeServicesCommand,
+  DescribeTasksCommand,
+  ListTasksCommand,
+  UpdateServiceCommand,
+} from '@aws-sdk/client-ecs';
 import { InvokeCommand } from '@aws-sdk/client-lambda';
 import { CreateQueueCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { App } from 'aws-cdk-lib';
@@ -37,7 +42,7 @@ import { createWebhookHandler } from '../../functions/webhooks.js';
 import { type AwsClients, buildPlatform, type Platform } from '../../functions/wiring.js';
 import { PlatformStack } from '../../infra/platform-stack.js';
 import type { Agent } from '../../worker-image/agent/agent.js';
-import { gpuEndpoint, stubFunctionsDir } from '../infra/fixtures.js';
+import { gpuEndpoint, lbEndpoint, stubFunctionsDir } from '../infra/fixtures.js';
 import { statementsOf } from '../infra/iam.js';
 import type { FakeCloudWatchLogs } from '../support/cloudwatchLogs.js';
 import { type AwsFixture, dynamoClientFor, s3ClientFor, sqsClientFor } from '../support/emulators.js';
@@ -418,17 +423,29 @@ describe('the sweeper function with its own role', () => {
 describe('the scaler function with its own role', () => {
   it('reads demand and sets desired counts, every call allowed; it reads no job and touches no other service', async () => {
     for (const n of [1, 2]) await call('POST', '/v2/scale/run', { input: { n } });
+    // A load-balanced endpoint just woken from zero: one task, created 30 s ago, not running yet.
+    const wake = { ...lbEndpoint, name: 'wake', resources: { ...lbEndpoint.resources, workersMin: 0 } };
+    await box.addEndpoint('wake', recordFor(wake, '/nowhere', 'wake').config);
+    const wakingTask = arnOf.task('ferry', 'waking1');
     const updates: { service: string; desired: number }[] = [];
     const ecsStandIn = {
-      async send(command: DescribeServicesCommand | UpdateServiceCommand) {
+      async send(
+        command: DescribeServicesCommand | UpdateServiceCommand | ListTasksCommand | DescribeTasksCommand,
+      ) {
         if (command instanceof DescribeServicesCommand) {
           return {
             services: (command.input.services ?? []).map((serviceName) => ({
               serviceName,
               status: 'ACTIVE',
-              desiredCount: 0,
+              desiredCount: serviceName === 'ferry-wake' ? 1 : 0,
             })),
           };
+        }
+        if (command instanceof ListTasksCommand) {
+          return { taskArns: command.input.serviceName === 'ferry-wake' ? [wakingTask] : [] };
+        }
+        if (command instanceof DescribeTasksCommand) {
+          return { tasks: [{ taskArn: wakingTask, createdAt: new Date(Date.now() - 30_000) }] };
         }
         updates.push({ service: command.input.service!, desired: command.input.desiredCount! });
         return {};
@@ -444,6 +461,21 @@ describe('the scaler function with its own role', () => {
         return (command.input.services ?? []).map((s) => onService('ecs:DescribeServices', s));
       if (command instanceof UpdateServiceCommand)
         return [onService('ecs:UpdateService', command.input.service!)];
+      if (command instanceof ListTasksCommand)
+        return [
+          {
+            action: 'ecs:ListTasks',
+            resource: '*',
+            leadingKeys: [],
+            context: { 'ecs:cluster': arnOf.cluster(command.input.cluster!) },
+          },
+        ];
+      if (command instanceof DescribeTasksCommand)
+        return (command.input.tasks ?? []).map((task) => ({
+          action: 'ecs:DescribeTasks',
+          resource: task.startsWith('arn:') ? task : arnOf.task(command.input.cluster!, task),
+          leadingKeys: [],
+        }));
       return undefined;
     });
     const platform = buildPlatform({ env: box.env, clients: gatedClients(gates.scaler, box.fixture) });
@@ -464,12 +496,17 @@ describe('the scaler function with its own role', () => {
       expect(reports.filter((r) => r.error)).toEqual([]);
       expect(updates).toContainEqual({ service: 'ferry-scale', desired: expect.any(Number) });
       expect(updates.find((u) => u.service === 'ferry-scale')!.desired).toBeGreaterThanOrEqual(1);
+      // The woken endpoint keeps its booting task: its tasks were read, its count left at 1.
+      expect(reports.find((r) => r.endpointId === 'wake')).toMatchObject({ booting: 1, updated: false });
+      expect(updates.map((u) => u.service)).not.toContain('ferry-wake');
       expect(gates.scaler.denied()).toEqual([]);
       expectExercised(gates.scaler, [
         'dynamodb:Query',
         'sqs:GetQueueAttributes',
         'ecs:DescribeServices',
         'ecs:UpdateService',
+        'ecs:ListTasks',
+        'ecs:DescribeTasks',
       ]);
       // The IN_QUEUE bound read only count partitions of the jobs table.
       const onJobs = gates.scaler.decisions.filter((d) =>
@@ -493,6 +530,11 @@ describe('the scaler function with its own role', () => {
       ).rejects.toMatchObject(denied);
       await expect(
         ecs.send(new UpdateServiceCommand({ cluster: 'other', service: 'ferry-scale', desiredCount: 0 })),
+      ).rejects.toMatchObject(denied);
+      // Tasks of another cluster are neither listed nor described.
+      await expect(ecs.send(new ListTasksCommand({ cluster: 'other' }))).rejects.toMatchObject(denied);
+      await expect(
+        ecs.send(new DescribeTasksCommand({ cluster: 'other', tasks: [arnOf.task('other', 't1')] })),
       ).rejects.toMatchObject(denied);
     } finally {
       await platform.queue.close();

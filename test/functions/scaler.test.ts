@@ -2,17 +2,34 @@
  * The scaler Lambda over real stores: DynamoDB Local (control and workers tables, jobs) and fauxqs
  * (SQS queue depth), with the engine taking and finishing jobs as an agent does, a fake clock, and an
  * injected ECS client that records UpdateService calls and answers DescribeServices as ECS does
- * (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_DescribeServices.html). ECS itself
+ * (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_DescribeServices.html), and
+ * ListTasks/DescribeTasks with the tasks a desired count made, each created when it was asked for and
+ * started when the test says its instance came up
+ * (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ListTasks.html,
+ * https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_DescribeTasks.html). ECS itself
  * (task placement, cold starts, protection) is covered by the simulation in test/unit/scaling-sim.test.ts.
  */
-import { DescribeServicesCommand, UpdateServiceCommand } from '@aws-sdk/client-ecs';
+import {
+  DescribeServicesCommand,
+  DescribeTasksCommand,
+  ListTasksCommand,
+  UpdateServiceCommand,
+} from '@aws-sdk/client-ecs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
 import { JobEngine } from '../../core/engine.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { ControlStore } from '../../core/ports.js';
-import { NudgingChangeFeed, type ScalerDeps, scaleEndpoints } from '../../functions/scaler.js';
+import {
+  NudgingChangeFeed,
+  provisionAllowanceMs,
+  type ScalerDeps,
+  scaleEndpoints,
+  scalerEventOf,
+} from '../../functions/scaler.js';
+import { wakeAlarmName } from '../../infra/names.js';
+import { defaultHealthCheckGraceSec } from '../../infra/task-layout.js';
 import { sampleResources } from '../infra/fixtures.js';
 import { type AwsFixture, startAwsFixture } from '../support/emulators.js';
 import { recordFor } from '../support/endpoints.js';
@@ -20,7 +37,11 @@ import { recordFor } from '../support/endpoints.js';
 const idleTimeoutSec = 5;
 const staleMs = 180_000;
 
-function manifestEndpoint(name: string, kind: 'queue' | 'lb' = 'queue'): ManifestEndpoint {
+function manifestEndpoint(
+  name: string,
+  kind: 'queue' | 'lb' = 'queue',
+  resources: Partial<ManifestEndpoint['resources']> = {},
+): ManifestEndpoint {
   return {
     name,
     kind,
@@ -29,17 +50,63 @@ function manifestEndpoint(name: string, kind: 'queue' | 'lb' = 'queue'): Manifes
     ...(kind === 'queue'
       ? { target: { name: 'handler', type: 'function', isAsync: false, isGenerator: false, params: ['job'] } }
       : { variable: 'app', routes: [] }),
-    resources: { ...sampleResources, idleTimeoutSec },
+    resources: { ...sampleResources, idleTimeoutSec, ...resources },
     configHash: 'h',
   } as ManifestEndpoint;
 }
 
-/** ECS as the scaler sees it: services by name with a desiredCount; UpdateService calls recorded. */
+interface FakeTask {
+  arn: string;
+  createdAt: Date;
+  startedAt?: Date;
+}
+
+/**
+ * ECS as the scaler sees it: services by name with a desiredCount; UpdateService calls recorded. Each
+ * service holds the tasks its count asks for: a raise creates them (waiting for an instance until
+ * `start`), a cut stops tasks not yet running first, as the service scheduler does
+ * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html).
+ */
 class FakeEcs {
   readonly services = new Map<string, number>();
+  readonly tasks = new Map<string, FakeTask[]>();
   readonly updates: { service: string; desiredCount: number }[] = [];
   readonly describeBatches: number[] = [];
+  /** Services whose tasks the scaler listed. */
+  readonly listed: string[] = [];
+  /** Set to refuse ListTasks, as ECS does to a role without ecs:ListTasks. */
+  refuseListTasks = false;
+  private nextTask = 0;
+
+  constructor(private readonly clock: FakeClock) {}
+
+  /** The instance came up and the service's oldest waiting task runs. */
+  start(service: string): void {
+    const waiting = (this.tasks.get(service) ?? []).find((t) => !t.startedAt);
+    if (!waiting) throw new Error(`no task of ${service} waits to start`);
+    waiting.startedAt = new Date(this.clock.now());
+  }
+
   async send(command: unknown): Promise<unknown> {
+    if (command instanceof ListTasksCommand) {
+      if (this.refuseListTasks)
+        throw new Error('AccessDeniedException: not authorized to perform ecs:ListTasks');
+      const service = command.input.serviceName!;
+      this.listed.push(service);
+      return { taskArns: (this.tasks.get(service) ?? []).map((t) => t.arn) };
+    }
+    if (command instanceof DescribeTasksCommand) {
+      const arns = new Set(command.input.tasks ?? []);
+      const tasks = [...this.tasks.values()].flat().filter((t) => arns.has(t.arn));
+      return {
+        tasks: tasks.map((t) => ({
+          taskArn: t.arn,
+          createdAt: t.createdAt,
+          lastStatus: t.startedAt ? 'RUNNING' : 'PROVISIONING',
+          ...(t.startedAt ? { startedAt: t.startedAt } : {}),
+        })),
+      };
+    }
     if (command instanceof DescribeServicesCommand) {
       const names = command.input.services ?? [];
       if (names.length > 10) throw new Error('InvalidParameterException: at most 10 services');
@@ -55,6 +122,20 @@ class FakeEcs {
       const { service, desiredCount } = command.input;
       this.updates.push({ service: service!, desiredCount: desiredCount! });
       this.services.set(service!, desiredCount!);
+      const tasks = this.tasks.get(service!) ?? [];
+      while (tasks.length < desiredCount!) {
+        tasks.push({
+          arn: `arn:aws:ecs:eu-west-1:1:task/ferry/t${++this.nextTask}`,
+          createdAt: new Date(this.clock.now()),
+        });
+      }
+      // A cut stops tasks not yet running first, the newest of them first.
+      tasks.sort(
+        (a, b) =>
+          Number(!a.startedAt) - Number(!b.startedAt) || a.createdAt.getTime() - b.createdAt.getTime(),
+      );
+      tasks.splice(desiredCount!);
+      this.tasks.set(service!, tasks);
       return { service: { serviceName: service, desiredCount } };
     }
     throw new Error(`unexpected command ${(command as object).constructor.name}`);
@@ -78,9 +159,13 @@ afterAll(async () => {
 
 let n = 0;
 /** A fresh endpoint id per test: queues and worker records never leak between tests. */
-async function deploy(kind: 'queue' | 'lb' = 'queue', withService = true): Promise<string> {
+async function deploy(
+  kind: 'queue' | 'lb' = 'queue',
+  withService = true,
+  resources: Partial<ManifestEndpoint['resources']> = {},
+): Promise<string> {
   const id = `ep${++n}-${Math.random().toString(36).slice(2, 8)}`;
-  await control.putEndpoint(recordFor(manifestEndpoint(id, kind), '/nowhere', id));
+  await control.putEndpoint(recordFor(manifestEndpoint(id, kind, resources), '/nowhere', id));
   if (withService) ecs.services.set(`ferry-${id}`, 0);
   return id;
 }
@@ -88,7 +173,7 @@ async function deploy(kind: 'queue' | 'lb' = 'queue', withService = true): Promi
 beforeEach(async () => {
   for (const e of await control.listEndpoints()) await control.deleteEndpoint(e.id);
   clock = new FakeClock(Date.now());
-  ecs = new FakeEcs();
+  ecs = new FakeEcs(clock);
   const workers = aws.workers();
   engine = new JobEngine({
     jobs: aws.jobs(),
@@ -216,6 +301,150 @@ describe('scaler', () => {
     });
     clock.advance(idleTimeoutSec * 1000);
     await scaleEndpoints(deps, {});
+    expect(desiredOf(ep)).toBe(0);
+  });
+});
+
+/** What a CloudWatch alarm's Lambda action sends (alarms-and-actions-Lambda.html, cited in functions/scaler.ts). */
+function alarmEvent(endpointId: string) {
+  return {
+    source: 'aws.cloudwatch',
+    alarmArn: `arn:aws:cloudwatch:eu-west-1:1:alarm:${wakeAlarmName(endpointId)}`,
+    accountId: '1',
+    time: new Date(clock.now()).toISOString(),
+    region: 'eu-west-1',
+    alarmData: {
+      alarmName: wakeAlarmName(endpointId),
+      state: { value: 'ALARM', reason: 'Threshold Crossed', timestamp: new Date(clock.now()).toISOString() },
+      previousState: { value: 'OK' },
+    },
+  };
+}
+
+/** What the EventBridge schedule sends every minute. */
+function scheduledEvent() {
+  return {
+    version: '0',
+    id: 'e',
+    'detail-type': 'Scheduled Event',
+    source: 'aws.events',
+    account: '1',
+    time: new Date(clock.now()).toISOString(),
+    region: 'eu-west-1',
+    resources: ['arn:aws:events:eu-west-1:1:rule/ferry-scaler'],
+    detail: {},
+  };
+}
+
+const tick = () => scaleEndpoints(deps, scalerEventOf(scheduledEvent()));
+
+/** What the load-balanced agent writes to the workers table (worker-image/agent/lb.ts). */
+async function agentReports(
+  endpointId: string,
+  workerId: string,
+  inFlight: number,
+  lastBusyAt = clock.now(),
+) {
+  await aws.workers().heartbeat({
+    workerId,
+    endpointId,
+    state: inFlight > 0 ? 'running' : 'idle',
+    jobIds: [],
+    inFlight,
+    lastSeenAt: clock.now(),
+    lastBusyAt,
+  });
+}
+
+describe('a load-balanced endpoint woken from zero', () => {
+  // sampleResources name no GPU model and no cpu: a GPU host, whose default grace is 900 s.
+  const graceMs = defaultHealthCheckGraceSec.gpu * 1000;
+
+  it('the alarm wakes it, the schedule 45 s later keeps the task waiting for its instance, and with no instance it goes back to 0 after the allowance', async () => {
+    const ep = await deploy('lb');
+    await scaleEndpoints(deps, scalerEventOf(alarmEvent(ep)));
+    expect(desiredOf(ep)).toBe(1);
+    const wokeAt = clock.now();
+    // The next scheduled run: no waiting request (the alarm acts once), no worker (no instance yet).
+    clock.advance(45_000);
+    const [report] = await tick();
+    expect(report).toMatchObject({ was: 1, booting: 1, updated: false });
+    expect(desiredOf(ep)).toBe(1);
+    // Every minute while no instance comes up: still one.
+    while (clock.now() + 60_000 < wokeAt + provisionAllowanceMs) {
+      clock.advance(60_000);
+      await tick();
+      expect(desiredOf(ep)).toBe(1);
+    }
+    // The task has waited its allowance: the endpoint is let go, not kept up for a request long gone.
+    clock.advance(wokeAt + provisionAllowanceMs - clock.now());
+    const [last] = await tick();
+    expect(last).toMatchObject({ booting: 0, updated: true });
+    expect(ecs.updates.map((u) => u.desiredCount)).toEqual([1, 0]);
+  });
+
+  it('a five-minute cold start: kept until its agent reports, serves the retried request, goes after idle_timeout', async () => {
+    const ep = await deploy('lb');
+    await scaleEndpoints(deps, scalerEventOf(alarmEvent(ep)));
+    for (let minute = 1; minute <= 5; minute++) {
+      clock.advance(60_000);
+      await tick();
+      expect(desiredOf(ep)).toBe(1);
+    }
+    // The instance is up and the task runs; its agent has not written its record yet.
+    ecs.start(`ferry-${ep}`);
+    clock.advance(1_000);
+    await tick();
+    expect(desiredOf(ep)).toBe(1);
+    // The agent reports, with the client's retried request in flight; from here the workers table decides.
+    await agentReports(ep, 'lb1', 1);
+    clock.advance(30_000);
+    await tick();
+    expect(desiredOf(ep)).toBe(1);
+    await agentReports(ep, 'lb1', 0);
+    clock.advance(idleTimeoutSec * 1000 - 1);
+    await tick();
+    expect(desiredOf(ep)).toBe(1);
+    clock.advance(1);
+    await tick();
+    expect(desiredOf(ep)).toBe(0);
+    expect(ecs.updates.map((u) => u.desiredCount)).toEqual([1, 0]);
+  });
+
+  it('a task that runs but whose worker never reports is kept for health_check_grace, then let go', async () => {
+    const ep = await deploy('lb');
+    await scaleEndpoints(deps, scalerEventOf(alarmEvent(ep)));
+    clock.advance(3 * 60_000);
+    ecs.start(`ferry-${ep}`);
+    clock.advance(graceMs - 1);
+    await tick();
+    expect(desiredOf(ep)).toBe(1);
+    clock.advance(1);
+    await tick();
+    expect(desiredOf(ep)).toBe(0);
+  });
+
+  it('an endpoint the policy keeps up is left to the policy: min >= 1 and queue endpoints never read tasks', async () => {
+    const lb = await deploy('lb', true, { workersMin: 1 });
+    const queue = await deploy('queue');
+    await scaleEndpoints(deps, { endpointId: lb });
+    expect(desiredOf(lb)).toBe(1);
+    // A queue endpoint with one task asked for a job since cancelled: lowered at once, as before.
+    ecs.services.set(`ferry-${queue}`, 1);
+    clock.advance(45_000);
+    await tick();
+    expect(desiredOf(lb)).toBe(1);
+    expect(desiredOf(queue)).toBe(0);
+    expect(ecs.listed).toEqual([]);
+  });
+
+  it('without ecs:ListTasks the policy answer stands and the report says why', async () => {
+    const ep = await deploy('lb');
+    await scaleEndpoints(deps, scalerEventOf(alarmEvent(ep)));
+    ecs.refuseListTasks = true;
+    clock.advance(45_000);
+    const [report] = await tick();
+    expect(report!.error).toMatch(/reading the tasks of ferry-.*AccessDenied/);
     expect(desiredOf(ep)).toBe(0);
   });
 });

@@ -604,7 +604,16 @@ describe('least privilege', () => {
   it('lets the scaler only describe and update Ferry services, and read what the policy needs', () => {
     const statements = statementsOf(template, platform.scalerFunction.role!);
     const ecsActions = actionsOf(statements).filter((a) => a.startsWith('ecs:'));
-    expect(ecsActions.sort()).toEqual(['ecs:DescribeServices', 'ecs:UpdateService']);
+    expect(ecsActions.sort()).toEqual([
+      'ecs:DescribeServices',
+      'ecs:DescribeTasks',
+      'ecs:ListTasks',
+      'ecs:UpdateService',
+    ]);
+    // Tasks are only read (a woken load-balanced endpoint's booting tasks), on the Ferry cluster.
+    expect(resourcesFor(statements, 'ecs:DescribeTasks').join()).toContain(':task/ferry/*');
+    const list = statements.find((s) => s.Action === 'ecs:ListTasks')!;
+    expect(JSON.stringify(list.Condition)).toContain(':cluster/ferry');
     const services = JSON.stringify([
       'arn:',
       { Ref: 'AWS::Partition' },
@@ -614,7 +623,7 @@ describe('least privilege', () => {
       { Ref: 'AWS::AccountId' },
       ':service/ferry/ferry-*',
     ]);
-    for (const action of ecsActions) {
+    for (const action of ['ecs:DescribeServices', 'ecs:UpdateService']) {
       expect(resourcesFor(statements, action)).toEqual([
         JSON.stringify({ 'Fn::Join': ['', JSON.parse(services)] }),
       ]);
@@ -659,7 +668,7 @@ describe('least privilege', () => {
     expect(actionsOf(authorizer)).not.toContain('lambda:InvokeFunction');
   });
 
-  it('never grants a wildcard action nor Resource "*"', () => {
+  it('never grants a wildcard action, nor Resource "*" but for ListTasks fenced to the Ferry cluster', () => {
     for (const fn of [
       platform.apiFunction,
       platform.authorizerFunction,
@@ -668,7 +677,12 @@ describe('least privilege', () => {
     ]) {
       const statements = statementsOf(template, fn.role!);
       for (const action of actionsOf(statements)) expect(action).not.toContain('*');
-      for (const s of statements) expect(s.Resource).not.toBe('*');
+      for (const s of statements.filter((st) => st.Resource === '*')) {
+        // ECS authorizes ListTasks on the cluster through its ecs:cluster condition key, as AWS's own
+        // "list and describe tasks" policy example does.
+        expect(s.Action).toBe('ecs:ListTasks');
+        expect(JSON.stringify(s.Condition)).toContain(':cluster/ferry');
+      }
     }
   });
 });

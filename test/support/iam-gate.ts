@@ -39,6 +39,8 @@ export const arnOf = {
   logGroupEvents: (name: string) => `arn:aws:logs:${region}:${account}:log-group:${name}:log-stream:`,
   function: (name: string) => `arn:aws:lambda:${region}:${account}:function:${name}`,
   service: (cluster: string, name: string) => `arn:aws:ecs:${region}:${account}:service/${cluster}/${name}`,
+  cluster: (name: string) => `arn:aws:ecs:${region}:${account}:cluster/${name}`,
+  task: (cluster: string, id: string) => `arn:aws:ecs:${region}:${account}:task/${cluster}/${id}`,
 };
 
 /** One action on one resource, as IAM authorizes it. */
@@ -47,6 +49,8 @@ export interface Access {
   resource: string;
   /** The partition key values of a DynamoDB request (`dynamodb:LeadingKeys`); [] elsewhere. */
   leadingKeys: string[];
+  /** Other condition keys the request carries, by name (`ecs:cluster` of an ECS list). */
+  context?: Record<string, string>;
 }
 
 /** What the gate decided for one request (every access of it must be allowed). */
@@ -99,8 +103,20 @@ interface ResolvedStatement {
 function conditionHolds(condition: Record<string, Record<string, unknown>>, access: Access): boolean {
   for (const [operator, keys] of Object.entries(condition)) {
     for (const [key, expected] of Object.entries(keys)) {
-      if (key !== 'dynamodb:LeadingKeys') return false;
       const values = list(expected as string | string[]);
+      if (key !== 'dynamodb:LeadingKeys') {
+        // A single-valued key of the request (ecs:cluster); absent from it, the condition fails.
+        const actual = access.context?.[key];
+        if (actual === undefined) return false;
+        if (operator === 'ArnEquals' || operator === 'StringEquals') {
+          if (!values.includes(actual)) return false;
+        } else if (operator === 'ArnLike' || operator === 'StringLike') {
+          if (!values.some((p) => stringLike(p, actual))) return false;
+        } else {
+          return false;
+        }
+        continue;
+      }
       if (operator === 'ForAllValues:StringLike') {
         if (!access.leadingKeys.every((k) => values.some((p) => stringLike(p, k)))) return false;
       } else if (operator === 'ForAllValues:StringEquals') {
@@ -126,7 +142,20 @@ export class Policy {
       .map((s) => ({
         actions: list(s.Action),
         resources: list(s.Resource).map((r) => resolve(r, arns)),
-        condition: (s.Condition ?? {}) as Record<string, Record<string, unknown>>,
+        // Values may be template tokens too (an ARN built with Fn::Join).
+        condition: Object.fromEntries(
+          Object.entries((s.Condition ?? {}) as Record<string, Record<string, unknown>>).map(
+            ([operator, keys]) => [
+              operator,
+              Object.fromEntries(
+                Object.entries(keys).map(([key, value]) => {
+                  const token = (v: unknown) => (v !== null && typeof v === 'object' ? resolve(v, arns) : v);
+                  return [key, Array.isArray(value) ? value.map(token) : token(value)];
+                }),
+              ),
+            ],
+          ),
+        ),
       }));
   }
 

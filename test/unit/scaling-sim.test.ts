@@ -21,9 +21,21 @@
  * SQS ApproximateNumberOfMessagesVisible ≥ 1 adding one task per minute, and an idle alarm setting
  * the count to min when nothing is visible): one job waiting through a cold start ramps it to max.
  */
+import {
+  DescribeServicesCommand,
+  DescribeTasksCommand,
+  ListTasksCommand,
+  UpdateServiceCommand,
+} from '@aws-sdk/client-ecs';
 import { describe, expect, it } from 'vitest';
 import { FakeClock } from '../../core/clock.js';
+import type { ManifestEndpoint } from '../../core/manifest.js';
+import type { WorkerRecord } from '../../core/ports.js';
 import { decideScale, type WorkerLoad } from '../../core/scaling.js';
+import { type ScalerDeps, scaleEndpoints, scalerEventOf } from '../../functions/scaler.js';
+import { wakeAlarmName } from '../../infra/names.js';
+import { sampleResources } from '../infra/fixtures.js';
+import { recordFor } from '../support/endpoints.js';
 
 const second = 1_000;
 const minute = 60 * second;
@@ -395,5 +407,327 @@ describe('a scripted day through the policy and the ECS model', () => {
     const policy = new Sim(settings, 'policy', true);
     policy.run(at(14), day());
     expect(peakBetween(policy, at(2), at(3))).toBe(1);
+  });
+});
+
+// ── a load-balanced day ──────────────────────────────────────────────────────────────────────────
+//
+// A load-balanced endpoint at zero, through the real scaler (scaleEndpoints, on a model of ECS, the
+// ALB and the wake-up alarm). What the model copies from AWS's documentation:
+//
+// - With no healthy target the ALB answers 503 itself; a request reaches a task only once the task's
+//   worker answers its health check (here: once its agent has reported; the model load is folded into
+//   the cold start).
+// - The wake-up alarm (HTTPCode_ELB_503_Count >= 1 over one minute, missing data not breaching:
+//   infra/constructs/load-balancer.ts) invokes the scaler only when it goes to ALARM: "the actions happen
+//   only on state transitions, and are not performed again if the condition persists"
+//   (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarm-actions.html). A client that
+//   keeps retrying keeps it in ALARM, so it wakes the scaler once.
+// - ECS as in the queue day above: a raised count creates tasks that wait for an instance (the cold
+//   start), a lowered one stops tasks not yet running first, then running ones without scale-in
+//   protection; ListTasks/DescribeTasks report each task's createdAt and startedAt
+//   (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_DescribeTasks.html).
+// - The agent (worker-image/agent/lb.ts) writes its worker record a moment after its task starts, then
+//   on every busy/idle change, and protects its task from its first request until idle for idle_timeout.
+
+interface LbTask {
+  id: number;
+  state: 'pending' | 'running' | 'stopped';
+  createdAt: number;
+  readyAt: number;
+  startedAt?: number;
+  /** When its agent's first record is written. */
+  reportsAt?: number;
+  /** End times of the requests it serves now. */
+  inFlight: number[];
+  lastBusyAt: number;
+  served: number;
+  stoppedAt?: number;
+}
+
+interface LbClient {
+  id: number;
+  firstAt: number;
+  nextAt: number;
+  /** How long it keeps retrying a 503 (every `retryMs`); 0: it never retries. */
+  patienceMs: number;
+  servedAt?: number;
+  gaveUp?: boolean;
+}
+
+const lbSettings = {
+  max: 2,
+  idleTimeoutMs: 1 * minute,
+  coldStartMs: 5 * minute,
+  reportDelayMs: 2 * second,
+  requestMs: 5 * second,
+  retryMs: 15 * second,
+  patienceMs: 15 * minute,
+};
+
+class LbSim {
+  readonly clock = new FakeClock(0);
+  readonly tasks: LbTask[] = [];
+  readonly clients: LbClient[] = [];
+  desired = 0;
+  readonly desiredLog: { atMs: number; desired: number }[] = [];
+  readonly violations: string[] = [];
+  readonly errors: string[] = [];
+  private nextTaskId = 1;
+  private turnedAwayThisMinute = 0;
+  private alarm: 'OK' | 'ALARM' = 'OK';
+  private readonly endpoint = recordFor(
+    {
+      name: 'lb',
+      kind: 'lb',
+      file: 'main.py',
+      module: 'main',
+      variable: 'app',
+      routes: [],
+      resources: {
+        ...sampleResources,
+        workersMin: 0,
+        workersMax: lbSettings.max,
+        idleTimeoutSec: lbSettings.idleTimeoutMs / second,
+      },
+      configHash: 'h',
+    } as ManifestEndpoint,
+    '/nowhere',
+    'lb',
+  );
+  private readonly service = 'ferry-lb';
+
+  /** `tasksReadable: false` refuses ListTasks, as ECS does to a role without ecs:ListTasks. */
+  constructor(readonly tasksReadable: boolean) {}
+
+  get now(): number {
+    return this.clock.now();
+  }
+
+  live(): LbTask[] {
+    return this.tasks.filter((t) => t.state !== 'stopped');
+  }
+
+  request(count: number, patienceMs = lbSettings.patienceMs): void {
+    for (let i = 0; i < count; i++) {
+      this.clients.push({ id: this.clients.length, firstAt: this.now, nextAt: this.now, patienceMs });
+    }
+  }
+
+  async run(untilMs: number, script: Map<number, (sim: LbSim) => void>): Promise<void> {
+    while (this.now <= untilMs) {
+      script.get(this.now)?.(this);
+      await this.step();
+      this.clock.advance(second);
+    }
+  }
+
+  private reported(t: LbTask): boolean {
+    return t.state === 'running' && t.reportsAt !== undefined && this.now >= t.reportsAt;
+  }
+
+  private async step(): Promise<void> {
+    const now = this.now;
+    for (const task of this.live()) {
+      const before = task.inFlight.length;
+      task.inFlight = task.inFlight.filter((end) => end > now);
+      if (task.inFlight.length < before) task.lastBusyAt = now;
+      if (task.state === 'pending' && now >= task.readyAt) {
+        task.state = 'running';
+        task.startedAt = now;
+        task.lastBusyAt = now; // the agent's idle clock starts with it
+        task.reportsAt = now + lbSettings.reportDelayMs;
+      }
+    }
+    // The alarm, evaluated on each whole minute over the minute before.
+    if (now % minute === 0 && now > 0) {
+      const breaching = this.turnedAwayThisMinute >= 1;
+      this.turnedAwayThisMinute = 0;
+      const was = this.alarm;
+      this.alarm = breaching ? 'ALARM' : 'OK';
+      if (was === 'OK' && this.alarm === 'ALARM') {
+        await this.scale({
+          source: 'aws.cloudwatch',
+          alarmData: { alarmName: wakeAlarmName(this.endpoint.id), state: { value: 'ALARM' } },
+        });
+      }
+    }
+    // Clients: the ALB routes to a reported task, or answers 503.
+    for (const client of this.clients) {
+      if (client.servedAt !== undefined || client.gaveUp || client.nextAt !== now) continue;
+      const targets = this.live().filter((t) => this.reported(t));
+      if (targets.length > 0) {
+        const target = targets.sort((a, b) => a.inFlight.length - b.inFlight.length)[0]!;
+        target.inFlight.push(now + lbSettings.requestMs);
+        target.lastBusyAt = now;
+        target.served++;
+        client.servedAt = now;
+      } else {
+        this.turnedAwayThisMinute++;
+        if (now + lbSettings.retryMs - client.firstAt > client.patienceMs) client.gaveUp = true;
+        else client.nextAt = now + lbSettings.retryMs;
+      }
+    }
+    // The schedule, half a minute off the alarm's evaluations.
+    if (now % minute === 30 * second) {
+      await this.scale({ source: 'aws.events', 'detail-type': 'Scheduled Event', detail: {} });
+    }
+    this.reconcile();
+    if (this.desired > lbSettings.max) this.violations.push(`${now}: desired ${this.desired} > max`);
+  }
+
+  private async scale(event: unknown): Promise<void> {
+    const reports = await scaleEndpoints(this.deps(), scalerEventOf(event));
+    for (const r of reports) if (r.error) this.errors.push(r.error);
+  }
+
+  /** The scaler's view: the control table, the workers table, and ECS. */
+  private deps(): ScalerDeps {
+    return {
+      control: {
+        listEndpoints: async () => [this.endpoint],
+        getEndpoint: async (id: string) => (id === this.endpoint.id ? this.endpoint : undefined),
+      },
+      queue: { depth: async () => ({ urgent: 0, visible: 0 }) },
+      jobs: { queuedAtMost: async () => 0 },
+      workers: {
+        list: async (): Promise<WorkerRecord[]> =>
+          this.live()
+            .filter((t) => this.reported(t))
+            .map((t) => ({
+              workerId: `t${t.id}`,
+              endpointId: this.endpoint.id,
+              state: t.inFlight.length > 0 ? 'running' : 'idle',
+              jobIds: [],
+              inFlight: t.inFlight.length,
+              lastSeenAt: this.now,
+              lastBusyAt: t.inFlight.length > 0 ? this.now : t.lastBusyAt,
+            })),
+      },
+      ecs: {
+        send: (async (command: unknown) => {
+          if (command instanceof DescribeServicesCommand) {
+            return {
+              services: [{ serviceName: this.service, status: 'ACTIVE', desiredCount: this.desired }],
+            };
+          }
+          if (command instanceof UpdateServiceCommand) {
+            this.desired = command.input.desiredCount!;
+            this.desiredLog.push({ atMs: this.now, desired: this.desired });
+            return {};
+          }
+          if (command instanceof ListTasksCommand) {
+            if (!this.tasksReadable) throw new Error('AccessDeniedException: ecs:ListTasks');
+            return { taskArns: this.live().map((t) => `task/ferry/${t.id}`) };
+          }
+          if (command instanceof DescribeTasksCommand) {
+            const ids = new Set(command.input.tasks);
+            return {
+              tasks: this.live()
+                .filter((t) => ids.has(`task/ferry/${t.id}`))
+                .map((t) => ({
+                  createdAt: new Date(t.createdAt),
+                  ...(t.startedAt !== undefined ? { startedAt: new Date(t.startedAt) } : {}),
+                })),
+            };
+          }
+          throw new Error('unexpected ECS command');
+        }) as ScalerDeps['ecs']['send'],
+      },
+      cluster: 'ferry',
+      serviceNamePrefix: 'ferry-',
+      clock: this.clock,
+      workerStaleMs: 180 * second,
+    };
+  }
+
+  private reconcile(): void {
+    const now = this.now;
+    for (let i = this.live().length; i < this.desired; i++) {
+      this.tasks.push({
+        id: this.nextTaskId++,
+        state: 'pending',
+        createdAt: now,
+        readyAt: now + lbSettings.coldStartMs,
+        inFlight: [],
+        lastBusyAt: now,
+        served: 0,
+      });
+    }
+    let surplus = this.live().length - this.desired;
+    if (surplus <= 0) return;
+    // The agent protects its task from its first request until idle for idle_timeout.
+    const protectedTask = (t: LbTask) =>
+      t.served > 0 && (t.inFlight.length > 0 || now - t.lastBusyAt < lbSettings.idleTimeoutMs);
+    const candidates = [
+      ...this.live().filter((t) => t.state === 'pending'),
+      ...this.live().filter((t) => t.state === 'running' && !protectedTask(t)),
+    ];
+    for (const task of candidates) {
+      if (surplus-- <= 0) break;
+      if (task.inFlight.length > 0) this.violations.push(`${now}: task ${task.id} stopped while serving`);
+      task.state = 'stopped';
+      task.stoppedAt = now;
+    }
+  }
+}
+
+function lbDay(): Map<number, (sim: LbSim) => void> {
+  const script = new Map<number, (sim: LbSim) => void>();
+  // 01:00 one request on the endpoint at zero; its client retries every 15 s for up to 15 minutes.
+  script.set(at(1), (sim) => sim.request(1));
+  // 03:00 three at once.
+  script.set(at(3), (sim) => sim.request(3));
+  // 05:00 one request whose client never retries: a wake-up no request follows.
+  script.set(at(5), (sim) => sim.request(1, 0));
+  // 07:00–07:10 a trickle, one request every 30 s.
+  for (let t = at(7); t < at(7, 10); t += 30 * second) script.set(t, (sim) => sim.request(1));
+  return script;
+}
+
+describe('a load-balanced day through the scaler, the ALB, the wake-up alarm and the ECS model', async () => {
+  const sim = new LbSim(true);
+  await sim.run(at(9), lbDay());
+  const patient = sim.clients.filter((c) => c.patienceMs > 0);
+
+  it('serves every request whose client retries through a five-minute cold start', () => {
+    expect(patient.filter((c) => c.servedAt === undefined).map((c) => c.id)).toEqual([]);
+    for (const wakeAt of [at(1), at(3)]) {
+      const first = patient.find((c) => c.firstAt === wakeAt)!;
+      // The alarm's minute, the cold start, the agent's first record and one retry period.
+      expect(first.servedAt! - wakeAt).toBeLessThanOrEqual(
+        minute + lbSettings.coldStartMs + lbSettings.reportDelayMs + lbSettings.retryMs,
+      );
+    }
+    expect(sim.errors).toEqual([]);
+    expect(sim.violations).toEqual([]);
+  });
+
+  it('a wake-up no request follows ends after the boot and idle_timeout', () => {
+    const woke = sim.desiredLog.find((e) => e.atMs >= at(5) && e.desired === 1)!;
+    const back = sim.desiredLog.find((e) => e.atMs > woke.atMs && e.desired === 0)!;
+    expect(back).toBeDefined();
+    // Cold start, the agent's record, idle_timeout from the agent's start, and one schedule period.
+    expect(back.atMs - woke.atMs).toBeLessThanOrEqual(
+      lbSettings.coldStartMs + lbSettings.reportDelayMs + lbSettings.idleTimeoutMs + minute,
+    );
+    expect(sim.tasks.filter((t) => t.createdAt >= at(5) && t.createdAt < at(6)).map((t) => t.served)).toEqual(
+      [0],
+    );
+  });
+
+  it('one worker carries the trickle, and silence brings the endpoint back to zero', () => {
+    expect(sim.tasks.filter((t) => t.createdAt >= at(7) && t.createdAt < at(8))).toHaveLength(1);
+    expect(sim.live()).toEqual([]);
+    expect(sim.desired).toBe(0);
+  });
+
+  it('without the tasks (a scaler that cannot see them boot) the schedule undoes every wake-up and nothing is served', async () => {
+    const blind = new LbSim(false);
+    await blind.run(at(4), lbDay());
+    expect(blind.clients.filter((c) => c.servedAt !== undefined)).toEqual([]);
+    // Each wake-up lasted until the next scheduled run: the task never left its cold start.
+    expect(blind.tasks.filter((t) => t.startedAt !== undefined)).toEqual([]);
+    expect(blind.desiredLog.map((e) => e.desired)).toEqual([1, 0, 1, 0]);
   });
 });

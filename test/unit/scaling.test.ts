@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { FakeClock } from '../../core/clock.js';
-import { decideScale, type ScalingInput, type WorkerLoad } from '../../core/scaling.js';
+import { bootingOf, decideScale, type ScalingInput, type WorkerLoad } from '../../core/scaling.js';
 
 const clock = new FakeClock();
 const now = clock.now();
@@ -135,6 +135,42 @@ const cases: Case[] = [
     mayStop: ['a', 'b'],
   },
   {
+    name: 'a worker booting keeps an endpoint from going back to 0',
+    input: { urgentQueuedJobs: 0, booting: 1 },
+    desired: 1,
+    mayStop: [],
+  },
+  {
+    name: 'booting workers are capped at max',
+    input: { urgentQueuedJobs: 0, max: 2, booting: 3 },
+    desired: 2,
+    mayStop: [],
+  },
+  {
+    name: 'booting workers add nothing when the policy already wants some (min)',
+    input: { urgentQueuedJobs: 0, min: 1, booting: 2 },
+    desired: 1,
+    mayStop: [],
+  },
+  {
+    name: 'booting workers add nothing when the policy already wants some (demand)',
+    input: { urgentQueuedJobs: 0, workers: [w('a', 0, 0, 1)], booting: 1 },
+    desired: 1,
+    mayStop: [],
+  },
+  {
+    name: 'an idle-expired worker may still go while another boots',
+    input: { urgentQueuedJobs: 0, workers: [w('a', 0, idleTimeoutMs)], booting: 1 },
+    desired: 1,
+    mayStop: ['a'],
+  },
+  {
+    name: 'a failing endpoint keeps no booting worker either',
+    input: { urgentQueuedJobs: 0, failing: true, booting: 1 },
+    desired: 0,
+    mayStop: [],
+  },
+  {
     name: 'the same workers and queue when not failing keep them all',
     input: { urgentQueuedJobs: 1, failing: false, workers: [w('b', 0, 1_000), w('a', 0, 0), w('c', 1)] },
     desired: 3,
@@ -171,5 +207,51 @@ describe('decideScale', () => {
         }
       }
     }
+  });
+});
+
+describe('bootingOf', () => {
+  const allowance = { provisionMs: 600_000, graceMs: 900_000 };
+  const t = (createdAgoMs: number, startedAgoMs?: number) => ({
+    createdAtMs: now - createdAgoMs,
+    ...(startedAgoMs !== undefined ? { startedAtMs: now - startedAgoMs } : {}),
+  });
+  const cases: { name: string; tasks: ReturnType<typeof t>[]; registered: number; booting: number }[] = [
+    { name: 'no task', tasks: [], registered: 0, booting: 0 },
+    {
+      name: 'waiting for its instance, within the allowance',
+      tasks: [t(599_999)],
+      registered: 0,
+      booting: 1,
+    },
+    { name: 'waiting for its instance past the allowance', tasks: [t(600_000)], registered: 0, booting: 0 },
+    {
+      name: 'running, no worker reported, within grace',
+      tasks: [t(700_000, 899_999)],
+      registered: 0,
+      booting: 1,
+    },
+    {
+      name: 'running, no worker reported, past grace',
+      tasks: [t(2_000_000, 900_000)],
+      registered: 0,
+      booting: 0,
+    },
+    { name: 'running and its worker reported', tasks: [t(700_000, 10_000)], registered: 1, booting: 0 },
+    {
+      name: 'a reported worker never hides a task still waiting for its instance',
+      tasks: [t(1_000), t(5_000_000, 4_000_000)],
+      registered: 1,
+      booting: 1,
+    },
+    {
+      name: 'two running, one reported',
+      tasks: [t(400_000, 60_000), t(400_000, 30_000), t(10_000)],
+      registered: 1,
+      booting: 2,
+    },
+  ];
+  it.each(cases)('$name', ({ tasks, registered, booting }) => {
+    expect(bootingOf(tasks, registered, allowance, now)).toBe(booting);
   });
 });
