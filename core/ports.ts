@@ -164,6 +164,11 @@ export interface BlobStore {
   /** Uploads a file without loading it whole; `onProgress` gets bytes sent so far. */
   putFile(key: string, filePath: string, onProgress?: (sentBytes: number) => void): Promise<void>;
   get(key: string): Promise<Uint8Array | undefined>;
+  /**
+   * Writes `toKey` with the bytes of `fromKey` where they are stored (S3 CopyObject: none pass through
+   * the caller); false when `fromKey` is missing. The copy is a new object, its age counted anew.
+   */
+  copy(fromKey: string, toKey: string): Promise<boolean>;
   exists(key: string): Promise<boolean>;
   delete(key: string): Promise<void>;
   close(): Promise<void>;

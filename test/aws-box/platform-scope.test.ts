@@ -251,7 +251,10 @@ describe('the api and authorizer functions, each with its own role', () => {
       })
       .toBe('IN_PROGRESS');
     expect((await call('POST', `/v2/main/cancel/${slow.body.id}`)).body.status).toBe('CANCELLED');
-    const failing = await call('POST', '/v2/main/run', { input: { fail: 'boom' } });
+    // Its input in S3: the retry copies it to a fresh key (CopyObject), so no blob outlives its job.
+    const failing = await call('POST', '/v2/main/run', {
+      input: { fail: 'boom', pad: 'p'.repeat(200 * 1024) },
+    });
     expect((await untilFinal('main', failing.body.id)).status).toBe('FAILED');
     expect((await call('POST', `/v2/main/retry/${failing.body.id}`)).body.status).toBe('IN_QUEUE');
     await untilFinal('main', failing.body.id);
@@ -297,6 +300,7 @@ describe('the api and authorizer functions, each with its own role', () => {
       's3:PutObject',
       's3:GetObject',
       's3:HeadObject',
+      's3:CopyObject',
       'logs:FilterLogEvents',
       'lambda:Invoke',
     ]);

@@ -72,6 +72,18 @@ export function describeBlobStoreContract(name: string, open: () => Promise<Blob
       await blobs.delete(`${prefix}/never-was`);
     });
 
+    it('copies a blob to a new key (the source stays), under keys that need encoding; a missing source copies nothing', async () => {
+      const bytes = new Uint8Array(randomBytes(300 * 1024));
+      const from = `${prefix}/job%3Aa b/input-1`;
+      const to = `${prefix}/job%3Aa b/input-2`;
+      await blobs.put(from, bytes);
+      expect(await blobs.copy(from, to)).toBe(true);
+      expect(Buffer.from((await blobs.get(to))!).equals(Buffer.from(bytes))).toBe(true);
+      expect(Buffer.from((await blobs.get(from))!).equals(Buffer.from(bytes))).toBe(true);
+      expect(await blobs.copy(`${prefix}/never-was`, `${prefix}/copy`)).toBe(false);
+      expect(await blobs.exists(`${prefix}/copy`)).toBe(false);
+    });
+
     it('uploads a file in pieces with growing progress that ends at its size', async () => {
       const size = 3 * 1024 * 1024 + 17;
       const content = randomBytes(size);

@@ -278,6 +278,21 @@ function s3Accesses(operation: string, input: Record<string, any>): Access[] | u
       return onObject('s3:PutObject', input.Key);
     case 'DeleteObject':
       return onObject('s3:DeleteObject', input.Key);
+    case 'CopyObject': {
+      // GetObject on the source (`<bucket>/<key>`, URL-encoded), PutObject on the copy
+      // (https://docs.aws.amazon.com/AmazonS3/latest/API/API_CopyObject.html).
+      const source = decodeURIComponent(String(input.CopySource ?? '')).replace(/^\//, '');
+      const slash = source.indexOf('/');
+      if (slash < 1) return undefined;
+      return [
+        {
+          action: 's3:GetObject',
+          resource: arnOf.object(source.slice(0, slash), source.slice(slash + 1)),
+          leadingKeys: [],
+        },
+        ...(onObject('s3:PutObject', input.Key) ?? []),
+      ];
+    }
     case 'DeleteObjects':
       return (input.Delete?.Objects ?? []).map((o: { Key: string }) => ({
         action: 's3:DeleteObject',

@@ -11,6 +11,7 @@ import { type FileHandle, open, stat } from 'node:fs/promises';
 import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
+  CopyObjectCommand,
   CreateMultipartUploadCommand,
   DeleteObjectCommand,
   GetObjectCommand,
@@ -167,6 +168,24 @@ export class S3BlobStore implements BlobStore {
   async exists(key: string): Promise<boolean> {
     try {
       await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key) }));
+      return true;
+    } catch (error) {
+      if (isMissing(error)) return false;
+      throw error;
+    }
+  }
+
+  /**
+   * CopyObject, inside S3 (up to 5 GB in one call). CopySource is the source's bucket and key,
+   * URL-encoded (https://docs.aws.amazon.com/AmazonS3/latest/API/API_CopyObject.html); IAM checks
+   * s3:GetObject on the source and s3:PutObject on the copy.
+   */
+  async copy(fromKey: string, toKey: string): Promise<boolean> {
+    const source = `${this.bucket}/${this.objectKey(fromKey).split('/').map(encodeURIComponent).join('/')}`;
+    try {
+      await this.client.send(
+        new CopyObjectCommand({ Bucket: this.bucket, Key: this.objectKey(toKey), CopySource: source }),
+      );
       return true;
     } catch (error) {
       if (isMissing(error)) return false;

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -46,6 +46,18 @@ export class FileBlobStore implements BlobStore {
       return new Uint8Array(await readFile(this.#path(key)));
     } catch (error) {
       if (isMissing(error)) return undefined;
+      throw error;
+    }
+  }
+
+  async copy(fromKey: string, toKey: string): Promise<boolean> {
+    const from = this.#path(fromKey);
+    const to = this.#path(toKey);
+    try {
+      await this.#atomically(to, (temp) => copyFile(from, temp));
+      return true;
+    } catch (error) {
+      if (isMissing(error)) return false;
       throw error;
     }
   }

@@ -745,7 +745,8 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
         const stored = big[field];
         if (skip.includes(field) || !stored || !('ref' in stored)) return;
         const ref = payloadKey(jobId, field);
-        await this.blobs.put(ref, encoder.encode(await this.readBlob(stored.ref)));
+        // Copied where it is stored: a retry does not read a big input back (10 MB and more).
+        if (!(await this.blobs.copy(stored.ref, ref))) throw new MissingBlobError(stored.ref);
         big[field] = { ref };
         renewed.push(field);
       }),
