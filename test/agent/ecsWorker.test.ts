@@ -84,6 +84,30 @@ it('stops watching when aborted, without reporting an exit', async () => {
   expect(exits).toEqual([]);
 });
 
+it('takes one last look when aborted: a worker that exited inside the poll interval is reported', async () => {
+  // ECS stops the worker first, then SIGTERMs the agent (the reverse of their start order,
+  // https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDependency.html): the
+  // exit lands between two polls, and the agent must know before it drains.
+  let stopped = false;
+  const uri = await metadataServer([() => (stopped ? task('STOPPED', 0, 'STOPPED') : task('RUNNING'))]);
+  const abort = new AbortController();
+  const exits: unknown[] = [];
+  const watching = watchWorkerContainer({
+    metadataUri: uri,
+    containerName: 'worker',
+    clock: systemClock,
+    signal: abort.signal,
+    pollMs: 60_000,
+    onExit: (how) => void exits.push(how),
+    warn: () => {},
+  });
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  stopped = true;
+  abort.abort();
+  await watching;
+  expect(exits).toEqual([{ code: 0, signal: null, taskStopping: true }]);
+});
+
 it('says the exit came with the task when ECS was stopping the whole task (its DesiredStatus STOPPED)', async () => {
   // Scale-in or a deployment: ECS sets the task's desired status, then stops its containers, the
   // worker first (it depends on the agent), so the agent sees a stopped worker in a stopping task.

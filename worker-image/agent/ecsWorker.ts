@@ -52,12 +52,19 @@ interface TaskMetadata {
   Containers?: { Name?: string; KnownStatus?: string; ExitCode?: number; StartedAt?: string }[];
 }
 
-/** Resolves once the worker container is seen STOPPED (after calling onExit) or the signal aborts. */
+/**
+ * Resolves once the worker container is seen STOPPED (after calling onExit) or the signal aborts.
+ * An abort (the agent's SIGTERM) takes one last look first: ECS stops the worker before the agent
+ * (the reverse of their start order), so the worker has usually just exited inside the poll
+ * interval, and the agent must hear of it before it drains rather than wait out the drain for jobs
+ * nobody is running.
+ */
 export async function watchWorkerContainer(watch: WorkerContainerWatch): Promise<void> {
   const get = watch.fetch ?? fetch;
   let lastProblem = '';
   let seenRunning = false;
-  while (!watch.signal.aborted) {
+  /** One read of the task's metadata; true once the worker's exit was reported. */
+  const look = async (): Promise<boolean> => {
     try {
       const response = await get(`${watch.metadataUri}/task`, { signal: AbortSignal.timeout(5_000) });
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
@@ -69,7 +76,7 @@ export async function watchWorkerContainer(watch: WorkerContainerWatch): Promise
           signal: null,
           taskStopping: task.DesiredStatus === 'STOPPED',
         });
-        return;
+        return true;
       }
       if (container?.KnownStatus === 'RUNNING' && !seenRunning) {
         seenRunning = true;
@@ -83,6 +90,11 @@ export async function watchWorkerContainer(watch: WorkerContainerWatch): Promise
       if (problem !== lastProblem) watch.warn(`task metadata: ${problem}`);
       lastProblem = problem;
     }
+    return false;
+  };
+  while (!watch.signal.aborted) {
+    if (await look()) return;
     await watch.clock.sleep(watch.pollMs ?? 1_000, watch.signal);
   }
+  await look();
 }
