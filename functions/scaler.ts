@@ -72,7 +72,7 @@ import {
 } from '../core/scaling.js';
 import { placementFor } from '../infra/gpu.js';
 import { wakeAlarmPrefix } from '../infra/names.js';
-import { defaultHealthCheckGraceSec } from '../infra/task-layout.js';
+import { healthCheckGraceSecOf } from '../infra/task-layout.js';
 import { scalerDepsFromEnv } from './wiring.js';
 
 /** What one run scales: every endpoint (the schedule), or one (a nudge). */
@@ -168,13 +168,12 @@ export const provisionAllowanceMs = 10 * 60_000;
 
 /**
  * A task's boot allowance: `provisionAllowanceMs` until it runs, then the endpoint's health_check_grace
- * until its worker reports, the time ECS itself gives it before its health checks count (the rule of
- * infra/constructs/service.ts healthCheckGraceSecOf, which the Lambda bundle cannot import: CDK).
+ * until its worker reports, the time ECS itself gives it before its health checks count.
  */
 export function bootAllowanceOf(
   resources: Parameters<typeof placementFor>[0] & { healthCheckGraceSec?: number | undefined },
 ): BootAllowance {
-  const graceSec = resources.healthCheckGraceSec || defaultHealthCheckGraceSec[placementFor(resources).kind];
+  const graceSec = healthCheckGraceSecOf(resources, placementFor(resources).kind);
   return { provisionMs: provisionAllowanceMs, graceMs: graceSec * 1000 };
 }
 

@@ -65,6 +65,18 @@ export const drainMs = 110_000;
 export const defaultHealthCheckGraceSec = { gpu: 900, cpu: 180 } as const;
 
 /**
+ * The endpoint's health_check_grace, or the default for its kind of host: what ECS gives a
+ * load-balanced task (infra/constructs/service.ts) and what the scaler lets a started task take
+ * before its worker reports (functions/scaler.ts bootAllowanceOf).
+ */
+export function healthCheckGraceSecOf(
+  resources: { healthCheckGraceSec?: number | undefined },
+  hostKind: keyof typeof defaultHealthCheckGraceSec,
+): number {
+  return resources.healthCheckGraceSec || defaultHealthCheckGraceSec[hostKind];
+}
+
+/**
  * Bridge networking gives every container its own network namespace; a container port published with
  * host port 0 gets a free port of the instance's ephemeral range (the kernel's ip_local_port_range,
  * 32768-60999 on Amazon Linux 2023, or 49153-65535), so tasks never fight over a host port

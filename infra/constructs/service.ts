@@ -46,18 +46,13 @@ import { blobPrefix } from '../platform-stack.js';
 import {
   agentEntryPoint,
   artifactMount,
-  defaultHealthCheckGraceSec,
   drainMs,
+  healthCheckGraceSecOf,
   leaseTiming,
   linkNames,
   ports,
   stopTimeoutSec,
 } from '../task-layout.js';
-
-/** The endpoint's health_check_grace, or the default for its kind of host. */
-export function healthCheckGraceSecOf(endpoint: ManifestEndpoint, placement: Placement): number {
-  return endpoint.resources.healthCheckGraceSec || defaultHealthCheckGraceSec[placement.kind];
-}
 
 export interface WorkerImages {
   /** Worker image for GPU endpoints (CUDA base). */
@@ -267,7 +262,11 @@ export class EndpointService extends Construct {
       circuitBreaker: { enable: true, rollback: false },
       propagateTags: ecs.PropagatedTagSource.SERVICE,
       ...(endpoint.kind === 'lb'
-        ? { healthCheckGracePeriod: Duration.seconds(healthCheckGraceSecOf(endpoint, placement)) }
+        ? {
+            healthCheckGracePeriod: Duration.seconds(
+              healthCheckGraceSecOf(endpoint.resources, placement.kind),
+            ),
+          }
         : {}),
     });
     this.allowTaskProtection(taskRole);
@@ -452,7 +451,7 @@ export class EndpointService extends Construct {
       FERRY_IDLE_TIMEOUT_SEC: String(resources.idleTimeoutSec),
       // The service's health check grace: a worker that has not answered /ping by then is killed as a
       // failed start and the agent leaves (lb.ts), before the ALB's failed checks would stop the task.
-      FERRY_HEALTH_CHECK_GRACE_SEC: String(healthCheckGraceSecOf(endpoint, props.placement)),
+      FERRY_HEALTH_CHECK_GRACE_SEC: String(healthCheckGraceSecOf(endpoint.resources, props.placement.kind)),
     };
     // The worker listens in its own namespace and publishes no host port: the ALB reaches only the
     // agent's published port. Other tasks on the host's Docker bridge can reach the worker's port,
