@@ -54,6 +54,26 @@ async function watchToTheEnd(metadataUri: string) {
   return { exits, warnings };
 }
 
+/** Watches for `watchMs`, runs `beforeAbort`, then aborts the watch: the exits reported. */
+async function watchThenAbort(metadataUri: string, pollMs: number, watchMs: number, beforeAbort = () => {}) {
+  const abort = new AbortController();
+  const exits: unknown[] = [];
+  const watching = watchWorkerContainer({
+    metadataUri,
+    containerName: 'worker',
+    clock: systemClock,
+    signal: abort.signal,
+    pollMs,
+    onExit: (how) => void exits.push(how),
+    warn: () => {},
+  });
+  await new Promise((resolve) => setTimeout(resolve, watchMs));
+  beforeAbort();
+  abort.abort();
+  await watching;
+  return exits;
+}
+
 it('reports the worker container’s exit code once it is STOPPED, past a failing poll', async () => {
   const uri = await metadataServer([
     () => task('RUNNING'),
@@ -68,20 +88,7 @@ it('reports the worker container’s exit code once it is STOPPED, past a failin
 
 it('stops watching when aborted, without reporting an exit', async () => {
   const uri = await metadataServer([() => task('RUNNING')]);
-  const abort = new AbortController();
-  const exits: unknown[] = [];
-  const watching = watchWorkerContainer({
-    metadataUri: uri,
-    containerName: 'worker',
-    clock: systemClock,
-    signal: abort.signal,
-    pollMs: 20,
-    onExit: (how) => void exits.push(how),
-    warn: () => {},
-  });
-  setTimeout(() => abort.abort(), 100);
-  await watching;
-  expect(exits).toEqual([]);
+  expect(await watchThenAbort(uri, 20, 100)).toEqual([]);
 });
 
 it('takes one last look when aborted: a worker that exited inside the poll interval is reported', async () => {
@@ -90,21 +97,9 @@ it('takes one last look when aborted: a worker that exited inside the poll inter
   // exit lands between two polls, and the agent must know before it drains.
   let stopped = false;
   const uri = await metadataServer([() => (stopped ? task('STOPPED', 0, 'STOPPED') : task('RUNNING'))]);
-  const abort = new AbortController();
-  const exits: unknown[] = [];
-  const watching = watchWorkerContainer({
-    metadataUri: uri,
-    containerName: 'worker',
-    clock: systemClock,
-    signal: abort.signal,
-    pollMs: 60_000,
-    onExit: (how) => void exits.push(how),
-    warn: () => {},
+  const exits = await watchThenAbort(uri, 60_000, 100, () => {
+    stopped = true;
   });
-  await new Promise((resolve) => setTimeout(resolve, 100));
-  stopped = true;
-  abort.abort();
-  await watching;
   expect(exits).toEqual([{ code: 0, signal: null, taskStopping: true }]);
 });
 
