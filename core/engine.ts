@@ -9,7 +9,16 @@
 import { randomFillSync } from 'node:crypto';
 import { v7 as timeOrderedUuid } from 'uuid';
 import { conflict, FerryError, notFound } from './errors.js';
-import { canMove, isFinal, type Job, type JobView, type Move, runDeadlineOf, viewOf } from './job.js';
+import {
+  canMove,
+  isFinal,
+  type Job,
+  type JobStatus,
+  type JobView,
+  type Move,
+  runDeadlineOf,
+  viewOf,
+} from './job.js';
 import { stringifyJsonExact } from './json.js';
 import { RegistryLedger } from './ledger.js';
 import { limits } from './limits.js';
@@ -376,23 +385,11 @@ export class JobEngine {
 
   /** Removes every queued job of the endpoint (as CANCELLED); running jobs keep running. */
   async purge(endpointId: string): Promise<{ removed: number; status: 'completed' }> {
-    let removed = 0;
-    for (;;) {
-      const batch = await this.jobs.listByStatus(endpointId, 'IN_QUEUE', this.clock.now(), 500);
-      let movedThisBatch = 0;
-      for (const job of batch) {
-        const moved = await this.tryMove(job, 'purge', () => ({
-          ...this.finalPatch('CANCELLED'),
-          error: 'Removed from the queue by purge-queue',
-        }));
-        if (moved) movedThisBatch++;
-      }
-      removed += movedThisBatch;
-      if (batch.length < 500 || movedThisBatch === 0) return { removed, status: 'completed' };
-      // A synchronous store (SQLite) never yields on its own: let other requests in between batches,
-      // so purging a deep queue does not stall the whole API.
-      await new Promise((resolve) => setImmediate(resolve));
-    }
+    const removed = await this.endQueued(endpointId, () => ({
+      ...this.finalPatch('CANCELLED'),
+      error: 'Removed from the queue by purge-queue',
+    }));
+    return { removed, status: 'completed' };
   }
 
   async health(endpointId: string): Promise<Health> {
@@ -623,7 +620,7 @@ export class JobEngine {
     const now = this.clock.now();
     let sent = 0;
     for (const endpointId of endpointIds) {
-      for (const job of await this.jobs.listByStatus(endpointId, 'IN_QUEUE', now, options.limit)) {
+      for (const job of await this.jobs.listByStatus(endpointId, 'IN_QUEUE', now, options.limit, noInput)) {
         const age = now - job.createdAt;
         if (age < options.staleMs) continue;
         if (Math.floor(age / options.staleMs) === Math.floor((age - options.periodMs) / options.staleMs))
@@ -684,7 +681,7 @@ export class JobEngine {
   async workerGone(endpointId: string, workerId: string, reason?: string): Promise<number> {
     let moved = 0;
     const failures: unknown[] = [];
-    const running = await this.jobs.listByStatus(endpointId, 'IN_PROGRESS', this.clock.now(), 10_000);
+    const running = await this.listForMoves(endpointId, 'IN_PROGRESS', 10_000);
     for (const listed of running) {
       // A ping racing this (it renews the lease, bumping the version) must not keep the job held.
       let job: Job | undefined = listed;
@@ -709,15 +706,35 @@ export class JobEngine {
 
   /** Fails every queued job of an endpoint that cannot start a worker (the supervisor decides). */
   async rejectQueued(endpointId: string, error: string): Promise<number> {
-    let failed = 0;
+    return this.endQueued(endpointId, () => ({ ...this.finalPatch('FAILED'), error }));
+  }
+
+  /**
+   * Ends every queued job of the endpoint with `patch`, 500 at a time, each batch in one
+   * JobStore.updateMany (on DynamoDB a few transactions, not 500 writes: a deep backlog must be
+   * purged within API Gateway's 29 s). A job taken or cancelled meanwhile is skipped; jobs queued
+   * while it runs may be ended too. Answers how many it ended.
+   */
+  private async endQueued(endpointId: string, patch: () => JobPatch): Promise<number> {
+    const batchSize = 500;
+    let ended = 0;
     for (;;) {
-      const batch = await this.jobs.listByStatus(endpointId, 'IN_QUEUE', this.clock.now(), 500);
-      let moved = 0;
-      for (const job of batch) {
-        if (await this.tryMove(job, 'reject', () => ({ ...this.finalPatch('FAILED'), error }))) moved++;
-      }
-      failed += moved;
-      if (batch.length < 500 || moved === 0) return failed;
+      const batch = await this.listForMoves(endpointId, 'IN_QUEUE', batchSize);
+      const results = await this.jobs.updateMany(
+        batch.map((job) => ({ current: job, patch: this.withRetention(job, patch()) })),
+      );
+      let endedNow = 0;
+      results.forEach((result, i) => {
+        if (!result.ok) return;
+        this.afterWrite(batch[i] as Job, result.job);
+        endedNow++;
+      });
+      ended += endedNow;
+      // Not `batch.length < batchSize`: a webhook job that expired as it was read again shortens a batch.
+      if (endedNow === 0) return ended;
+      // A synchronous store (SQLite) never yields on its own: let other requests in between batches,
+      // so ending a deep queue does not stall the whole API.
+      await new Promise((resolve) => setImmediate(resolve));
     }
   }
 
@@ -744,6 +761,17 @@ export class JobEngine {
     const now = this.clock.now();
     const job = await this.jobs.get(jobId, now, noInput);
     return job?.webhook ? this.jobs.get(jobId, now) : job;
+  }
+
+  /**
+   * readForMove for a list: the jobs without their inputs (a purge of 500 queued image jobs fetched
+   * 500 S3 objects it never used), those with a webhook read again whole.
+   */
+  private async listForMoves(endpointId: string, status: JobStatus, limit: number): Promise<Job[]> {
+    const now = this.clock.now();
+    const listed = await this.jobs.listByStatus(endpointId, status, now, limit, noInput);
+    const jobs = await Promise.all(listed.map((job) => (job.webhook ? this.jobs.get(job.id, now) : job)));
+    return jobs.filter((job): job is Job => job !== undefined);
   }
 
   private finalPatch(status: 'COMPLETED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT') {

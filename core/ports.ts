@@ -11,6 +11,12 @@ export type JobPatch = Partial<Omit<Job, 'id' | 'endpointId' | 'version'>>;
 /** What a compare-and-set answers: the job as written, or the job as it is now. */
 export type JobUpdate = { ok: true; job: Job } | { ok: false; current: Job | undefined };
 
+/** One compare-and-set of JobStore.updateMany. */
+export interface JobChange {
+  current: Job;
+  patch: JobPatch;
+}
+
 export interface JobCounts {
   completed: number;
   failed: number;
@@ -50,14 +56,27 @@ export interface JobStore {
    */
   update(current: Job, patch: JobPatch): Promise<JobUpdate>;
   /**
+   * Many compare-and-sets, each as `update` does it, answered in the same order: a change whose job
+   * moved on meanwhile answers the job as stored now, and the others still apply. Not atomic as a
+   * whole. For moves of a whole backlog (purge): DynamoDB writes up to 100 jobs per transaction
+   * where `update` takes one each.
+   */
+  updateMany(changes: readonly JobChange[]): Promise<JobUpdate[]>;
+  /**
    * Renews a lease without reading the job: sets leaseUntil and bumps the version, only while the job
    * is IN_PROGRESS on `endpointId`, held by `workerId` and unexpired at `nowMs`. Answers whether it
    * renewed. The version bump makes a transition decided on the job as it was before (a requeue of
    * a lapsed lease) lose its compare-and-set.
    */
   renewLease(lease: LeaseRenewal): Promise<boolean>;
-  /** Unexpired jobs of one endpoint in one status, oldest first. */
-  listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]>;
+  /** Unexpired jobs of one endpoint in one status, oldest first; `options.input` as in `get`. */
+  listByStatus(
+    endpointId: string,
+    status: JobStatus,
+    nowMs: number,
+    limit: number,
+    options?: Pick<JobReadOptions, 'input'>,
+  ): Promise<Job[]>;
   /** IN_PROGRESS jobs (any endpoint) whose lease lapsed or whose execution timeout passed at `nowMs`. */
   listOverdue(nowMs: number, limit: number): Promise<Job[]>;
   /** Jobs not in a final status whose expiresAt has passed (get hides them); the engine stops them. */

@@ -207,6 +207,41 @@ export function describeJobStoreContract(
         expect(loser.current).toEqual(now);
       });
 
+      it('updateMany applies each change as update would, answers in order, and skips only the stale ones', async () => {
+        const queued = Array.from({ length: 12 }, (_, i) => job({ input: { i } }));
+        // One over DynamoDB's inline budget: its input is an S3 object there, kept as it is.
+        queued.push(job({ input: { big: 'x'.repeat(200 * 1024) } }));
+        for (const j of queued) await jobs.create(j);
+        const current = await Promise.all(queued.map((j) => stored(j.id)));
+        // Two of them move on before the batch: a worker takes one, a cancel ends the other.
+        const taken = written(await jobs.update(current[3]!, { status: 'IN_PROGRESS', workerId: 'w1' }));
+        const cancelled = written(
+          await jobs.update(current[8]!, { status: 'CANCELLED', finishedAt: t0 + 1 }),
+        );
+        const gone = { ...current[0]!, id: uniqueId('missing') };
+        const patch = { status: 'FAILED' as const, finishedAt: t0 + 2, error: 'no worker can start' };
+
+        const results = await jobs.updateMany([...current, gone].map((j) => ({ current: j, patch })));
+        expect(results).toHaveLength(current.length + 1);
+        expect(results[3]).toEqual({ ok: false, current: taken });
+        expect(results[8]).toEqual({ ok: false, current: cancelled });
+        expect(results[current.length]).toEqual({ ok: false, current: undefined });
+        for (const [i, j] of current.entries()) {
+          if (i === 3 || i === 8) continue;
+          const after = written(results[i]!);
+          expect(after).toEqual({ ...j, ...patch, version: j.version + 1 });
+          expect(await jobs.get(j.id, t0)).toEqual(after);
+        }
+        expect(await jobs.updateMany([])).toEqual([]);
+        expect(await jobs.counts(endpointId, t0 + 100)).toEqual({
+          inQueue: 0,
+          inProgress: 1,
+          completed: 0,
+          failed: 11,
+          retried: 0,
+        });
+      });
+
       it('keeps versions strictly increasing over many sequential updates', async () => {
         const j = job();
         await jobs.create(j);

@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GetCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { shardOf } from '../../core/adapters/aws/dynamo/job-item.js';
 import { DynamoJobStore, documentClient, statusShardCount } from '../../core/adapters/aws/dynamo.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { LocalChangeFeed, PollingChangeFeed } from '../../core/changes.js';
@@ -19,7 +20,6 @@ import { FakeClock, systemClock } from '../../core/clock.js';
 import { type EngineDeps, JobEngine } from '../../core/engine.js';
 import type { Job } from '../../core/job.js';
 import type { BlobStore, JobCounts, JobPatch, JobStore } from '../../core/ports.js';
-
 import { makeJob } from '../contract/helpers.js';
 import { type AwsFixture, dynamoClientFor, startAwsFixture } from '../support/emulators.js';
 
@@ -162,6 +162,93 @@ describe('DynamoDB calls per job transition', () => {
   });
 });
 
+describe('purge and rejectQueued write many jobs per transaction', () => {
+  /** The actions of each TransactWriteItems the store sent, and their items' JSON size together. */
+  const transactions = (store: ReturnType<typeof countedStore>) =>
+    store.inputs
+      .filter((_, i) => store.calls[i] === 'TransactWriteItems')
+      .map((input) => {
+        const items = (input as { TransactItems: { Put?: { Item: object } }[] }).TransactItems;
+        const bytes = items.reduce((sum, item) => sum + JSON.stringify(item.Put?.Item ?? {}).length, 0);
+        return { actions: items.length, puts: items.filter((item) => item.Put).length, bytes };
+      });
+
+  it('purging 300 queued jobs (expiries over five count buckets) takes a few transactions, not 300 writes', async () => {
+    const store = countedStore();
+    const engine = engineFor(store);
+    const now = Date.now();
+    const endpointId = `io${now}purge`;
+    try {
+      for (let i = 0; i < 300; i++) {
+        // Submitted over the last 25 minutes: their expiries fall in five 5-minute count buckets.
+        const createdAt = now - 25 * 60_000 + i * 5_000;
+        // Kept a day once purged: the table is shared, and the deleteExpired case below must not meet them.
+        const kept = { retentionMs: 86_400_000, expiresAt: createdAt + 86_400_000 };
+        await store.jobs.create(makeJob({ endpointId, createdAt, ...kept }));
+      }
+      const running = makeJob({ endpointId, createdAt: now, status: 'IN_PROGRESS', workerId: 'w1' });
+      await store.jobs.create(running);
+      store.reset();
+
+      expect(await engine.purge(endpointId)).toEqual({ removed: 300, status: 'completed' });
+      const sent = transactions(store);
+      expect(sent.reduce((sum, t) => sum + t.puts, 0)).toBe(300);
+      // 300 jobs over 4 shards, up to 100 actions each (the Puts and their shard's count items).
+      expect(sent.length).toBeLessThanOrEqual(2 * statusShardCount);
+      for (const t of sent) expect(t.actions).toBeLessThanOrEqual(100);
+      expect(store.count('PutItem') + store.count('UpdateItem')).toBe(0);
+      expect(await engine.health(endpointId)).toMatchObject({
+        jobs: { inQueue: 0, inProgress: 1, failed: 0 },
+      });
+      const purged = await store.jobs.listByStatus(endpointId, 'CANCELLED', Date.now(), 1_000);
+      expect(purged).toHaveLength(300);
+      expect(purged.every((job) => job.error === 'Removed from the queue by purge-queue')).toBe(true);
+      expect((await store.jobs.get(running.id, Date.now()))?.status).toBe('IN_PROGRESS');
+    } finally {
+      store.close();
+    }
+  });
+
+  it('splits a batch at 4 MB of items, and a job taken mid-batch stays taken', async () => {
+    const store = countedStore();
+    const now = Date.now();
+    const endpointId = `io${now}big`;
+    try {
+      // 40 queued jobs of one shard, each with a 150 KB input kept inline: 6 MB together.
+      const queued: Job[] = [];
+      for (let i = 0; queued.length < 40; i++) {
+        const job = makeJob({
+          id: `${endpointId}-${i}`,
+          endpointId,
+          createdAt: now,
+          input: { text: 'x'.repeat(150 * 1024) },
+        });
+        if (shardOf(job.id) === 0) queued.push(job);
+      }
+      for (const job of queued) await store.jobs.create(job);
+      const current = await Promise.all(queued.map(async (job) => (await store.jobs.get(job.id, now))!));
+      const taken = await store.jobs.update(current[30]!, { status: 'IN_PROGRESS', workerId: 'w1' });
+      store.reset();
+
+      const patch = { status: 'FAILED' as const, finishedAt: now, error: 'no worker can start' };
+      const results = await store.jobs.updateMany(current.map((job) => ({ current: job, patch })));
+      expect(results.filter((result) => result.ok)).toHaveLength(39);
+      expect(results[30]).toEqual({ ok: false, current: taken.ok ? taken.job : undefined });
+      const sent = transactions(store);
+      // At least two transactions of at most 4 MB; the one that met the taken job was sent again without it.
+      expect(sent.filter((t) => t.puts > 0).length).toBeGreaterThanOrEqual(3);
+      for (const t of sent) expect(t.bytes).toBeLessThanOrEqual(4_000_000);
+      expect(await store.jobs.counts(endpointId, now)).toMatchObject({
+        inQueue: 0,
+        inProgress: 1,
+        failed: 39,
+      });
+    } finally {
+      store.close();
+    }
+  });
+});
+
 /** An input over the item budget, so the store keeps it in S3 (where reading it shows in blobReads). */
 const bigInput = { image: 'x'.repeat(200 * 1024) };
 
@@ -293,6 +380,43 @@ describe('cancel and retry do not read the input back', () => {
       // The retried job still has its input for the worker that takes it.
       const [taken] = await engine.take(endpointId, 'w2', 1, 0);
       expect(taken).toMatchObject({ id, input: bigInput });
+    } finally {
+      store.close();
+    }
+  });
+});
+
+describe('purge and a dead worker do not read the inputs back', () => {
+  it('of jobs with 200 KB inputs (S3 objects) read none; a job with a webhook reads its own, which the webhook carries', async () => {
+    const store = countedStore();
+    const sent: { id: string; input?: unknown }[] = [];
+    const engine = engineFor(store, { webhooks: { send: (_url, body) => sent.push(body as never) } });
+    try {
+      const endpointId = `io-purge-big-${Date.now()}`;
+      const plain: string[] = [];
+      for (let i = 0; i < 3; i++)
+        plain.push((await engine.submit(endpointId, { input: bigInput }, { sync: false })).id);
+      const hooked = await engine.submit(
+        endpointId,
+        { input: bigInput, webhook: 'https://example.test/hook' },
+        { sync: false },
+      );
+      store.reset();
+      expect(await engine.purge(endpointId)).toEqual({ removed: 4, status: 'completed' });
+      expect(store.blobReads).toHaveLength(1);
+      expect(sent).toEqual([
+        expect.objectContaining({ id: hooked.id, status: 'CANCELLED', input: bigInput }),
+      ]);
+
+      // A worker's exit (workerGone) requeues what it held, reading no input either.
+      const other = `io-gone-big-${Date.now()}`;
+      const { id } = await engine.submit(other, { input: bigInput }, { sync: false });
+      await engine.take(other, 'w1', 1, 0);
+      store.reset();
+      expect(await engine.workerGone(other, 'w1')).toBe(1);
+      expect(store.blobReads).toEqual([]);
+      const [again] = await engine.take(other, 'w2', 1, 0);
+      expect(again).toMatchObject({ id, input: bigInput });
     } finally {
       store.close();
     }

@@ -42,6 +42,7 @@ import type {
   ControlStore,
   EndpointRecord,
   EnvironmentRecord,
+  JobChange,
   JobCounts,
   JobPatch,
   JobQueue,
@@ -750,6 +751,11 @@ class SqliteJobStore implements JobStore {
     return this.group.run(() => this.writeSync(current, patch));
   }
 
+  /** One write of the group: every change in one transaction (each still its own compare-and-set). */
+  async updateMany(changes: readonly JobChange[]): Promise<JobUpdate[]> {
+    return this.group.run(() => changes.map(({ current, patch }) => this.writeSync(current, patch)));
+  }
+
   /**
    * The UPDATE for the query columns that changed (version and body always do). SQLite rewrites
    * every index that holds a column the statement assigns, changed or not: assigning them all
@@ -787,13 +793,19 @@ class SqliteJobStore implements JobStore {
     return result.changes === 1;
   }
 
-  async listByStatus(endpointId: string, status: JobStatus, nowMs: number, limit: number): Promise<Job[]> {
+  async listByStatus(
+    endpointId: string,
+    status: JobStatus,
+    nowMs: number,
+    limit: number,
+    options?: Pick<JobReadOptions, 'input'>,
+  ): Promise<Job[]> {
     const rows = prepared<[string, string, number, number], JobRow>(
       this.db,
       `${selectJobs('jobs_of_endpoint_by_status')} WHERE endpoint_id = ? AND status = ? AND expires_at > ?
          ORDER BY created_at, rowid LIMIT ?`,
     ).all(endpointId, status, nowMs, checkLimit(limit));
-    return rows.map((row) => this.#jobOf(row));
+    return rows.map((row) => this.#jobOf(row, options?.input));
   }
 
   async listRecent(endpointId: string, query: RecentJobsQuery): Promise<{ jobs: Job[]; next?: string }> {

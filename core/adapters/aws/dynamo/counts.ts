@@ -57,12 +57,16 @@ function tallyOf(job: Pick<Counted, 'status' | 'retries'>): Tally {
   return tally;
 }
 
+/** A job's move as the counts see it: from `before` (undefined: new) to `after` (undefined: deleted). */
+export type CountMove = readonly [before: Counted | undefined, after: Counted | undefined];
+
 /**
- * The count-item updates that turn the counts of `before` (undefined: the job is new) into those of
- * `after` (undefined: the job is deleted): none when nothing it counts as changed, else one per
- * count item touched (two when the expiry moved to another bucket).
+ * The count-item updates that turn the counts of each move's `before` into those of its `after`:
+ * none when nothing a job counts as changed, else one per count item touched (two when a job's
+ * expiry moved to another bucket), the moves' deltas on one item summed into one ADD (a transaction
+ * may not touch an item twice).
  */
-export function countUpdates(table: string, before?: Counted, after?: Counted): TransactItem[] {
+export function countUpdates(table: string, moves: readonly CountMove[]): TransactItem[] {
   const deltas = new Map<string, { job: Counted; tally: Record<string, number> }>();
   const add = (job: Counted | undefined, sign: 1 | -1) => {
     if (!job) return;
@@ -72,8 +76,10 @@ export function countUpdates(table: string, before?: Counted, after?: Counted): 
       entry.tally[field] = (entry.tally[field] ?? 0) + sign * n;
     deltas.set(key, entry);
   };
-  add(before, -1);
-  add(after, 1);
+  for (const [before, after] of moves) {
+    add(before, -1);
+    add(after, 1);
+  }
   const updates: TransactItem[] = [];
   for (const [jobId, { job, tally }] of deltas) {
     const moved = Object.entries(tally).filter(([, n]) => n !== 0);
