@@ -16,7 +16,8 @@ import { FerryError } from '../../core/errors.js';
 import type { ControlStore } from '../../core/ports.js';
 import { downloadArtifact, readLbSecret, writeLbSecret } from '../../worker-image/agent/artifact.js';
 import { type LbAgent, startLbAgent } from '../../worker-image/agent/lb.js';
-import { type AwsFixture, freePort, startAwsFixture } from '../support/emulators.js';
+import { type AwsFixture, freePort, s3ClientFor, startAwsFixture } from '../support/emulators.js';
+import { arnOf, IamGate, Policy } from '../support/iam-gate.js';
 import { eventually, memoryLog } from './helpers.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -355,5 +356,30 @@ describe('artifact download (init container)', () => {
     expect(FerryError.is(failure)).toBe(true);
     expect((failure as Error).message).toContain('artifacts/nope.tar.gz');
     expect(readdirSync(dirname(path))).toEqual([]);
+  });
+
+  it("behind the task role's grant (its one key, no listing) a missing artifact reads as missing or unreadable, not as a bare denial", async () => {
+    const key = 'artifacts/demo/dev/gone.tar.gz';
+    // The task role's rule (test/infra/app-stack.test.ts: one s3:GetObject on the artifact's key, no
+    // s3:ListBucket), so S3 answers the missing key with 403 as it does on AWS.
+    const gate = new IamGate(
+      new Policy([{ Effect: 'Allow', Action: 's3:GetObject', Resource: arnOf.object(aws.bucket, key) }]),
+    );
+    const s3 = gate.s3(s3ClientFor(aws.fauxqs.endpoint));
+    try {
+      const path = join(scratch, 'denied', 'artifact.tar.gz');
+      const failure = await downloadArtifact({ s3, bucket: aws.bucket, key, path }).catch(
+        (error: unknown) => error,
+      );
+      expect(FerryError.is(failure)).toBe(true);
+      expect((failure as Error).message).toMatch(
+        /gone\.tar\.gz does not exist, or this task's role may not read it/,
+      );
+      expect((failure as FerryError).hint).toMatch(/ferry deploy/);
+      expect(gate.decisions.map((d) => d.allowed)).toEqual([true]);
+      expect(readdirSync(dirname(path))).toEqual([]);
+    } finally {
+      s3.destroy();
+    }
   });
 });

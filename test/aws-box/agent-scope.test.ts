@@ -35,7 +35,7 @@ import { listen } from '../../worker-image/agent/listen.js';
 import { makeJob } from '../contract/helpers.js';
 import { statementsOf } from '../infra/iam.js';
 import { dynamoClientFor, s3ClientFor, sqsClientFor } from '../support/emulators.js';
-import { arnOf, IamGate, Policy } from '../support/iam-gate.js';
+import { arnOf, IamGate, Policy, s3Denied } from '../support/iam-gate.js';
 import { ProtocolWorker } from '../support/protocolWorker.js';
 import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
 
@@ -306,8 +306,8 @@ describe("an agent with its endpoint's role", () => {
     ).rejects.toMatchObject(denied);
     await expect(
       blobs.put(`payloads/webhooks/${victim}/forged.json`, Buffer.from('{}')),
-    ).rejects.toMatchObject(denied);
-    await expect(blobs.get(`payloads/webhooks/${mine}-x/any.json`)).rejects.toMatchObject(denied);
+    ).rejects.toMatchObject(s3Denied);
+    await expect(blobs.get(`payloads/webhooks/${mine}-x/any.json`)).rejects.toMatchObject(s3Denied);
 
     // Their run of failed worker starts: it can neither read, count, mark nor clear it, and no
     // endpoint record (its own included) is reachable, though both live in the control table.
@@ -339,7 +339,7 @@ describe("an agent with its endpoint's role", () => {
     expect(key).toBeDefined();
     await expect(
       clients.s3!.send(new GetObjectCommand({ Bucket: box.fixture.bucket, Key: key })),
-    ).rejects.toMatchObject(denied);
+    ).rejects.toMatchObject(s3Denied);
 
     // Their queues: it can neither take their messages nor forge one that would wake their workers.
     for (const lowPriority of [false, true]) {

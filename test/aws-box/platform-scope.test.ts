@@ -47,7 +47,7 @@ import { statementsOf } from '../infra/iam.js';
 import type { FakeCloudWatchLogs } from '../support/cloudwatchLogs.js';
 import { type AwsFixture, dynamoClientFor, s3ClientFor, sqsClientFor } from '../support/emulators.js';
 import { recordFor } from '../support/endpoints.js';
-import { type Access, arnOf, IamGate, Policy } from '../support/iam-gate.js';
+import { type Access, arnOf, IamGate, Policy, s3Denied } from '../support/iam-gate.js';
 import { ProtocolWorker } from '../support/protocolWorker.js';
 import {
   type AwsBox,
@@ -629,10 +629,10 @@ describe('the webhook function with its own role', () => {
             }),
           ),
         ).rejects.toMatchObject(denied);
-        await expect(options.blobs.get(`payloads/${queued.body.id}/input`)).rejects.toMatchObject(denied);
+        await expect(options.blobs.get(`payloads/${queued.body.id}/input`)).rejects.toMatchObject(s3Denied);
         await expect(
           options.blobs.put(`${webhookBodyPrefix}forged.json`, Buffer.from('{}')),
-        ).rejects.toMatchObject(denied);
+        ).rejects.toMatchObject(s3Denied);
       } finally {
         await platform.queue.close();
       }

@@ -455,6 +455,8 @@ describe('task roles', () => {
     expect(gets).toHaveLength(1);
     expect(gets[0]).toContain('/artifacts/demo/dev/fff.tar.gz');
     expect(resourcesFor(statements, 's3:PutObject')).toHaveLength(0);
+    // No listing: a missing artifact then answers 403, as the init container expects (test/agent/lb.test.ts).
+    expect(resourcesFor(statements, 's3:ListBucket')).toHaveLength(0);
     const puts = resourcesFor(statementsOf(template, gpu.agentRole), 's3:PutObject');
     expect(puts).toHaveLength(4);
     expect(puts.join()).toContain(`/payloads/${gpu.id}-*`);

@@ -65,6 +65,15 @@ export class AccessDenied extends Error {
   override name = 'AccessDeniedException';
 }
 
+/** S3's refusal as its SDK raises it: the error code AccessDenied with HTTP 403, not IAM's exception name. */
+export class S3AccessDenied extends AccessDenied {
+  override name = 'AccessDenied';
+  readonly $metadata = { httpStatusCode: 403 };
+}
+
+/** What a test expects of a refused S3 request (`rejects.toMatchObject(s3Denied)`). */
+export const s3Denied = { name: 'AccessDenied', $metadata: { httpStatusCode: 403 } };
+
 /** IAM's StringLike: `*` any run of characters, `?` one character, everything else literal. */
 export const stringLike = (pattern: string, value: string): boolean =>
   new RegExp(
@@ -318,7 +327,7 @@ export class IamGate {
   constructor(readonly policy: Policy) {}
 
   /** Decides one request; throws AccessDenied (as AWS answers) unless every access is allowed. */
-  check(operation: string, accesses: Access[] | undefined): void {
+  check(operation: string, accesses: Access[] | undefined, Denied: typeof AccessDenied = AccessDenied): void {
     const allowed = accesses?.every((a) => this.policy.allows(a)) ?? false;
     this.decisions.push({
       operation,
@@ -326,7 +335,7 @@ export class IamGate {
       keys: (accesses ?? []).flatMap((a) => a.leadingKeys),
       allowed,
     });
-    if (!allowed) throw new AccessDenied(`not authorized to perform ${operation}`);
+    if (!allowed) throw new Denied(`not authorized to perform ${operation}`);
   }
 
   /** The refused decisions (a test of a working path expects none). */
@@ -385,7 +394,7 @@ export class IamGate {
             leadingKeys: [],
           };
           if (missing && read && !this.policy.allows(listing)) {
-            throw new AccessDenied(
+            throw new S3AccessDenied(
               `not authorized to learn that ${args.input.Key} is missing (no s3:ListBucket)`,
             );
           }
@@ -406,7 +415,8 @@ export class IamGate {
     client.middlewareStack.add(
       (next: (args: any) => Promise<any>, context: { commandName?: string }) => async (args: any) => {
         const operation = String(context.commandName).replace(/Command$/, '');
-        this.check(`${service}:${operation}`, accesses(operation, args.input));
+        const Denied = service === 's3' ? S3AccessDenied : AccessDenied;
+        this.check(`${service}:${operation}`, accesses(operation, args.input), Denied);
         return next(args);
       },
       { step: 'initialize', name: 'iamGate' },

@@ -48,6 +48,19 @@ export async function downloadArtifact(options: ArtifactDownload): Promise<numbe
           hint: 'Run `ferry deploy` again: the upload stage puts it there.',
         });
       }
+      // The task role may read this one key and list nothing, and to a caller without
+      // s3:ListBucket S3 answers a missing key with 403 Access Denied, not 404: the two cannot be
+      // told apart here (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html).
+      if (name === 'AccessDenied' || status === 403) {
+        throw new FerryError(
+          'failed',
+          `The artifact s3://${bucket}/${key} does not exist, or this task's role may not read it (S3 answers both with 403)`,
+          {
+            hint: 'Run `ferry deploy` again: the upload stage puts the artifact there, and the deploy grants the task role its key.',
+            cause: error,
+          },
+        );
+      }
       throw new FerryError(
         'failed',
         `Cannot read the artifact s3://${bucket}/${key}: ${(error as Error).message}`,
