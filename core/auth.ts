@@ -112,6 +112,14 @@ export async function authorizeClient(
   return scope;
 }
 
+/**
+ * The 403 API Gateway answers itself when a known key calls outside its scope (the authorizer's
+ * cached policy does not cover the route), a gateway response with no request to read: the local
+ * API's own 403 (assertScopeCovers) names the scope and the endpoint.
+ */
+export const outOfScopeMessage =
+  "This API key's scope (an app, or an app environment) does not cover this route";
+
 /** 403 when a known key's scope does not reach the endpoint (for a caller that has the scope already). */
 export function assertScopeCovers(scope: KeyScope, endpoint: { id: string; app: string; env: string }): void {
   if (!scopeCovers(scope, endpoint)) {

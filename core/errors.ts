@@ -84,8 +84,9 @@ export const badRequest = (message: string, hint?: string) =>
   new FerryError('bad_request', message, { hint });
 export const notFound = (message: string) => new FerryError('not_found', message);
 export const conflict = (message: string) => new FerryError('conflict', message);
-export const unauthorized = (message = 'Missing or invalid API key') =>
-  new FerryError('unauthorized', message);
+/** The 401 of a missing or unknown key, on every front door (the local API, API Gateway, the shim). */
+export const missingKeyMessage = 'Missing or invalid API key';
+export const unauthorized = (message = missingKeyMessage) => new FerryError('unauthorized', message);
 export const forbidden = (message: string) => new FerryError('forbidden', message);
 export const tooLarge = (message: string, hint?: string) => new FerryError('too_large', message, { hint });
 export const usage = (message: string, hint?: string) => new FerryError('usage', message, { hint });

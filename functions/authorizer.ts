@@ -1,17 +1,23 @@
 /**
  * The API Gateway REQUEST authorizer: the `Authorization` header (`Bearer <key>` or the bare key, spec
  * §5) is hashed with sha256 and looked up in the control table. A known key gets an Allow policy for
- * the whole API stage (`<api>/<stage>/*`), so API Gateway can cache the answer per key (identity
- * source `method.request.header.Authorization`) across every route; anything else gets Deny.
+ * what it may call (the whole stage, `<api>/<stage>/*`, or a scoped key's routes), so the answer API
+ * Gateway caches per key (identity source `method.request.header.Authorization`) is right for every
+ * route. A missing or unknown key throws "Unauthorized", which API Gateway answers with 401 (its
+ * UNAUTHORIZED gateway response); a route outside a known key's Allow is an implicit deny, which it
+ * answers with 403 (ACCESS_DENIED), as the local API answers
+ * (https://docs.aws.amazon.com/apigateway/latest/developerguide/apigateway-use-lambda-authorizer.html,
+ * https://repost.aws/knowledge-center/api-gateway-403-error-lambda-authorizer). The first page says
+ * API Gateway caches a returned policy for the authorizer's TTL; it does not say whether a thrown
+ * "Unauthorized" is cached. Nothing here relies on either: a new key is a fresh random value.
  *
  * The key is never logged, nor put in the context: only the key's id travels on, as `principalId` and
  * `context.keyId`. A key scoped to an app or environment gets only its endpoints' routes
  * (allowedResources); the API checks the scope again on every call (core/auth.ts authorizeClient).
  * A failed lookup throws, which API Gateway answers with a 500 (fail closed).
  *
- * API Gateway answers a Deny with 403 `{"message": ...}`; the stack maps the ACCESS_DENIED and
- * UNAUTHORIZED gateway responses to 401 `{"error": "Missing or invalid API key"}` so clients see the
- * API's one error shape (the local shim does the same).
+ * The stack gives both gateway responses the API's one error shape, `{"error": ...}`
+ * (missingKeyMessage, outOfScopeMessage); the local shim answers the same.
  */
 import type { APIGatewayAuthorizerResult, APIGatewayRequestAuthorizerEvent } from 'aws-lambda';
 import {
@@ -32,13 +38,10 @@ export function stageWildcard(methodArn: string): string | undefined {
   return match ? `${match[1]}/*` : undefined;
 }
 
-function policy(
-  effect: 'Allow' | 'Deny',
-  resource: string | string[],
-): APIGatewayAuthorizerResult['policyDocument'] {
+function allow(resource: string | string[]): APIGatewayAuthorizerResult['policyDocument'] {
   return {
     Version: '2012-10-17',
-    Statement: [{ Action: 'execute-api:Invoke', Effect: effect, Resource: resource }],
+    Statement: [{ Action: 'execute-api:Invoke', Effect: 'Allow', Resource: resource }],
   };
 }
 
@@ -88,19 +91,16 @@ export type AuthorizerHandler = (
 export function createAuthorizer(control: () => ControlStore): AuthorizerHandler {
   return async (event) => {
     const stage = stageWildcard(event.methodArn ?? '');
-    const deny = (): APIGatewayAuthorizerResult => ({
-      principalId: 'anonymous',
-      policyDocument: policy('Deny', stage ?? event.methodArn ?? '*'),
-    });
     const key = credentialOf(headerOf(event, 'authorization'));
-    if (!key || !stage) return deny();
+    // The exact message API Gateway reads as "answer 401".
+    if (!key || !stage) throw new Error('Unauthorized');
     const record = await control().findApiKeyByHash(hashKey(key));
-    if (!record || !sameSecret(key, record.hash)) return deny();
+    if (!record || !sameSecret(key, record.hash)) throw new Error('Unauthorized');
     const scope = scopeOf(record);
     const resources = await allowedResources(stage, scope, control());
     return {
       principalId: record.id,
-      policyDocument: policy('Allow', resources.length === 1 ? resources[0]! : resources),
+      policyDocument: allow(resources.length === 1 ? resources[0]! : resources),
       context: {
         keyId: record.id,
         keyName: record.name,

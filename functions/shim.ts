@@ -6,16 +6,17 @@
  *   body > 10 MB ─────────────────────────────▶ 413 (API Gateway's payload cap)
  *   proxy event > 6 MB ───────────────────────▶ 413 (Lambda's invocation cap)
  *   no Authorization header ──────────────────▶ 401 (the authorizer's identity source is missing)
- *   authorizer: throws "Unauthorized" / Deny ──▶ 401 {"error": "Missing or invalid API key"}
+ *   authorizer: throws "Unauthorized" ─────────▶ 401 {"error": "Missing or invalid API key"}
+ *   its policy does not allow the route ──────▶ 403 {"error": outOfScopeMessage}
  *   authorizer fails otherwise ───────────────▶ 500
  *   api handler: throws ──────────────────────▶ 502 · takes > 29 s ─▶ 504 · result > 6 MB ─▶ 502
  *   (every 5xx: {"error": "internal error", "requestId"}, the detail in the log; docs/api.md#errors)
  *   otherwise ────────────────────────────────▶ the handler's statusCode, headers and body
  *
- * API Gateway itself answers a Deny with 403 `{"message": ...}`; the platform stack maps its
- * ACCESS_DENIED and UNAUTHORIZED gateway responses to 401 `{"error": ...}` so clients only ever see
- * the API's one error shape, and the shim answers what the stack answers. Every answer the shim makes
- * itself is `{"error": "..."}` for the same reason.
+ * API Gateway itself answers these with `{"message": ...}`; the platform stack gives its
+ * UNAUTHORIZED and ACCESS_DENIED gateway responses the API's one error shape, `{"error": ...}`, and
+ * the shim answers what the stack answers. Every answer the shim makes itself is `{"error": "..."}`
+ * for the same reason.
  */
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -27,7 +28,8 @@ import type {
   APIGatewayRequestAuthorizerEvent,
   Context,
 } from 'aws-lambda';
-import { FerryError, internal, toHttpResponse } from '../core/errors.js';
+import { outOfScopeMessage } from '../core/auth.js';
+import { FerryError, internal, missingKeyMessage, toHttpResponse } from '../core/errors.js';
 import { type Logger, stderrLogger } from '../core/log.js';
 import type { ApiHandler } from './api.js';
 import type { AuthorizerHandler } from './authorizer.js';
@@ -130,20 +132,20 @@ async function serve(req: IncomingMessage, res: ServerResponse, options: ShimOpt
     ([name]) => name.toLowerCase() === 'authorization',
   )?.[1];
   if (!authorization) {
-    errorJson(res, 401, 'Missing or invalid API key');
+    errorJson(res, 401, missingKeyMessage);
     return;
   }
   let decision: APIGatewayAuthorizerResult;
   try {
     decision = await options.authorizer(authorizerEvent(event));
   } catch (error) {
-    if ((error as Error)?.message === 'Unauthorized') errorJson(res, 401, 'Missing or invalid API key');
+    if ((error as Error)?.message === 'Unauthorized') errorJson(res, 401, missingKeyMessage);
     else failed(res, options, event.requestContext.requestId, internal('The authorizer failed', error));
     return;
   }
   const methodArn = authorizerEvent(event).methodArn;
   if (!allows(decision, methodArn)) {
-    errorJson(res, 401, 'Missing or invalid API key');
+    errorJson(res, 403, outOfScopeMessage);
     return;
   }
   event.requestContext.authorizer = { principalId: decision.principalId, ...(decision.context ?? {}) };

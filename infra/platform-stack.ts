@@ -74,7 +74,8 @@ import {
   stopSignalKey,
 } from '../core/adapters/aws/dynamo.js';
 import { webhookBodyPrefix } from '../core/adapters/aws/webhook-queue.js';
-import { FerryError } from '../core/errors.js';
+import { outOfScopeMessage } from '../core/auth.js';
+import { FerryError, missingKeyMessage } from '../core/errors.js';
 import { limits } from '../core/limits.js';
 import { functionEntries } from '../functions/bundle.js';
 import { AlarmTopic } from './constructs/alarms.js';
@@ -1188,17 +1189,18 @@ export class PlatformStack extends Stack {
     );
 
     // Errors keep the one body shape of the API, `{"error": "..."}` (docs/api.md#errors), even when API
-    // Gateway answers by itself; a denied or missing key is a 401, never a 403.
-    const unauthorized = '{"error":"Missing or invalid API key"}';
+    // Gateway answers by itself: 401 for a missing or unknown key (the authorizer threw
+    // "Unauthorized"), 403 for a known key outside its scope (its policy does not cover the route),
+    // as the local API answers.
     api.addGatewayResponse('Unauthorized', {
       type: apigw.ResponseType.UNAUTHORIZED,
       statusCode: '401',
-      templates: { 'application/json': unauthorized },
+      templates: { 'application/json': JSON.stringify({ error: missingKeyMessage }) },
     });
     api.addGatewayResponse('AccessDenied', {
       type: apigw.ResponseType.ACCESS_DENIED,
-      statusCode: '401',
-      templates: { 'application/json': unauthorized },
+      statusCode: '403',
+      templates: { 'application/json': JSON.stringify({ error: outOfScopeMessage }) },
     });
     api.addGatewayResponse('TooLarge', {
       type: apigw.ResponseType.REQUEST_TOO_LARGE,

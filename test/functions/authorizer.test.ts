@@ -66,34 +66,39 @@ describe('authorizer', () => {
     ['an unknown key', { Authorization: 'Bearer fy_wrong' }],
     ['no header', {}],
     ['an empty Bearer', { Authorization: 'Bearer ' }],
-  ])('denies %s', async (_name, headers) => {
+  ])('rejects %s with exactly "Unauthorized" (API Gateway answers 401)', async (_name, headers) => {
     const { store } = storeWith([record]);
-    const result = await createAuthorizer(() => store)(event(headers));
-    expect(result.principalId).toBe('anonymous');
-    expect(result.policyDocument.Statement).toEqual([
-      expect.objectContaining({
-        Effect: 'Deny',
-        Resource: 'arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/*',
-      }),
-    ]);
-    expect(result.context).toBeUndefined();
+    // API Gateway answers 401 only for this exact message; any other error is a 500.
+    await expect(createAuthorizer(() => store)(event(headers))).rejects.toThrow(/^Unauthorized$/);
   });
 
-  it('never logs the key, allowed or denied', async () => {
+  it('rejects a stored key with "Unauthorized" when the method ARN is not one (no stage to allow)', async () => {
+    const { store } = storeWith([record]);
+    await expect(createAuthorizer(() => store)(event({ Authorization: key }, 'not-an-arn'))).rejects.toThrow(
+      /^Unauthorized$/,
+    );
+  });
+
+  it('never logs the key, allowed or refused', async () => {
     const spies = (['log', 'info', 'warn', 'error', 'debug'] as const).map((m) =>
       vi.spyOn(console, m).mockImplementation(() => {}),
     );
     const { store } = storeWith([record]);
     const authorize = createAuthorizer(() => store);
     const allowed = await authorize(event({ Authorization: key }));
-    const denied = await authorize(event({ Authorization: 'fy_not_stored_secret' }));
+    const refused = await authorize(event({ Authorization: 'fy_not_stored_secret' })).catch(
+      (error: unknown) => error as Error,
+    );
+    expect(refused).toBeInstanceOf(Error);
     const logged = spies
       .flatMap((spy) => spy.mock.calls.flat())
       .map(String)
       .join('\n');
     expect(logged).not.toContain(key);
     expect(logged).not.toContain('fy_not_stored_secret');
-    expect(JSON.stringify([allowed, denied])).not.toContain(key);
+    // Neither the policy and context of the allowed key nor the refusal carries a key.
+    expect(JSON.stringify(allowed)).not.toContain(key);
+    expect(`${(refused as Error).message} ${(refused as Error).stack}`).not.toContain('fy_not_stored_secret');
   });
 
   it('fails closed when the lookup fails (API Gateway answers 500)', async () => {
@@ -171,7 +176,7 @@ describe('call keys (core/call-keys.ts): what a worker may call with its key', (
     ['management: endpoints', 'manage/v1/endpoints'],
     ['management: keys', 'manage/v1/keys'],
     ['an endpoint that does not exist', 'v2/nosuchid/run'],
-  ])('refuses %s', async (_name, path) => {
+  ])('leaves out %s (a known key: API Gateway answers 403)', async (_name, path) => {
     expect(await decide(path)).toBe(false);
     expect(await decide(path, 'GET')).toBe(false);
   });
@@ -183,21 +188,25 @@ describe('call keys (core/call-keys.ts): what a worker may call with its key', (
     const fresh = secrets.values.get('ferry-call/shop/prod/caller')!;
     expect(fresh).not.toBe(old);
     // Until the stack is deployed both work: running tasks still hold the old one.
-    const allowed = async (token: string) => {
+    // What API Gateway answers: the route, 403 outside the policy, 401 for a key no longer stored.
+    const answer = async (token: string) => {
       const methodArn = arn('POST', 'v2/calleeid2/run');
-      return allows(
-        await createAuthorizer(() => store)(event({ Authorization: token }, methodArn)),
-        methodArn,
-      );
+      try {
+        const decision = await createAuthorizer(() => store)(event({ Authorization: token }, methodArn));
+        return allows(decision, methodArn) ? 'allowed' : 403;
+      } catch (error) {
+        if ((error as Error).message === 'Unauthorized') return 401;
+        throw error;
+      }
     };
-    expect(await allowed(old)).toBe(true);
+    expect(await answer(old)).toBe('allowed');
     await retireCallKeys(store, 'callerid1', ids.caller!);
-    expect(await allowed(old)).toBe(false);
-    expect(await allowed(fresh)).toBe(true);
+    expect(await answer(old)).toBe(401);
+    expect(await answer(fresh)).toBe('allowed');
     // An unchanged endpoint keeps its key.
     expect(await prepareCallKeys(deps, [endpoints[0]!], new Set())).toEqual(ids);
     await revokeCallKeys(deps, endpoints[0]!);
-    expect(await allowed(fresh)).toBe(false);
+    expect(await answer(fresh)).toBe(401);
     expect(secrets.values.has('ferry-call/shop/prod/caller')).toBe(false);
   });
 });

@@ -1,11 +1,15 @@
 /**
  * The API Gateway shim over real HTTP on loopback, with stand-in handlers (unit level): the 10 MB and
- * 6 MB caps, the authorizer's Deny mapped to 401 {error}, and how results and failures come back.
+ * 6 MB caps, the authorizer's refusals (401 for a missing or unknown key, 403 for a known key outside
+ * its policy), and how results and failures come back.
  */
-import type { APIGatewayAuthorizerResult, APIGatewayProxyEvent, APIGatewayProxyResult } from 'aws-lambda';
+import type { APIGatewayProxyEvent, APIGatewayProxyResult } from 'aws-lambda';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { hashKey, outOfScopeMessage } from '../../core/auth.js';
+import { missingKeyMessage } from '../../core/errors.js';
+import type { ApiKeyRecord, ControlStore } from '../../core/ports.js';
 import type { ApiHandler } from '../../functions/api.js';
-import type { AuthorizerHandler } from '../../functions/authorizer.js';
+import { type AuthorizerHandler, createAuthorizer } from '../../functions/authorizer.js';
 import { type Shim, type ShimOptions, startShim } from '../../functions/shim.js';
 
 const MB = 1024 * 1024;
@@ -23,14 +27,6 @@ const allowAll: AuthorizerHandler = async (event) => ({
   },
   context: { keyId: 'key-1' },
 });
-const denyAll: AuthorizerHandler = async (event): Promise<APIGatewayAuthorizerResult> => ({
-  principalId: 'anonymous',
-  policyDocument: {
-    Version: '2012-10-17',
-    Statement: [{ Action: 'execute-api:Invoke', Effect: 'Deny', Resource: event.methodArn }],
-  },
-});
-
 let shim: Shim | undefined;
 const events: APIGatewayProxyEvent[] = [];
 const echo: ApiHandler = async (event) => {
@@ -89,17 +85,72 @@ describe('API Gateway shim', () => {
     ]);
   });
 
-  it('401 {error} without a key, when the authorizer denies, or throws Unauthorized', async () => {
-    const url = await start({ authorizer: denyAll });
-    const denied = await fetch(`${url}/v2/ep/health`, { headers: { authorization: 'wrong' } });
-    expect(denied.status).toBe(401);
-    expect(await denied.json()).toEqual({ error: 'Missing or invalid API key' });
-    const missing = await fetch(`${url}/v2/ep/health`);
-    expect(missing.status).toBe(401);
-    await shim!.close();
-    const url2 = await start({ authorizer: async () => Promise.reject(new Error('Unauthorized')) });
-    expect((await fetch(`${url2}/v2/ep/health`, { headers: { authorization: 'x' } })).status).toBe(401);
+  it('401 {error} without a key, or when the authorizer throws "Unauthorized"; the api never runs', async () => {
+    const url = await start({ authorizer: async () => Promise.reject(new Error('Unauthorized')) });
+    for (const headers of [{}, { authorization: 'fy_unknown' }] as Record<string, string>[]) {
+      const r = await fetch(`${url}/v2/ep/health`, { headers });
+      expect(r.status).toBe(401);
+      expect(await r.json()).toEqual({ error: missingKeyMessage });
+    }
     expect(events).toHaveLength(0);
+  });
+
+  describe('with the real authorizer and a key scoped to one app', () => {
+    const shop = 'fy_shim_shop_key';
+    const endpoints = [
+      { id: 'shopep1', app: 'shop', env: 'prod', name: 'resize' },
+      { id: 'blogep2', app: 'blog', env: 'prod', name: 'resize' },
+    ].map((e) => ({
+      ...e,
+      kind: 'queue' as const,
+      config: {},
+      fingerprint: 'f',
+      createdAt: 1,
+      updatedAt: 1,
+    }));
+    const keys: ApiKeyRecord[] = [
+      { id: 'key-shop', name: 'shop', hash: hashKey(shop), createdAt: 1, app: 'shop' },
+    ];
+    const control = {
+      findApiKeyByHash: async (hash: string) => keys.find((k) => k.hash === hash),
+      listEndpoints: async (filter: { app?: string; env?: string } = {}) =>
+        endpoints.filter(
+          (e) => (!filter.app || e.app === filter.app) && (!filter.env || e.env === filter.env),
+        ),
+    } as unknown as ControlStore;
+    const call = async (url: string, path: string, authorization?: string) => {
+      const r = await fetch(`${url}${path}`, { headers: authorization ? { authorization } : {} });
+      return { status: r.status, body: await r.json() };
+    };
+
+    it('lets it call its own app, 403 {error} outside its policy without running the api', async () => {
+      const url = await start({ authorizer: createAuthorizer(() => control) });
+      expect(await call(url, '/v2/shopep1/health', `Bearer ${shop}`)).toEqual({
+        status: 200,
+        body: { ok: true },
+      });
+      expect(events.map((e) => e.path)).toEqual(['/v2/shopep1/health']);
+      for (const path of ['/v2/blogep2/health', '/v2/by-name/blog/prod/resize/run', '/manage/v1/endpoints']) {
+        expect(await call(url, path, `Bearer ${shop}`), path).toEqual({
+          status: 403,
+          body: { error: outOfScopeMessage },
+        });
+      }
+      expect(events).toHaveLength(1);
+    });
+
+    it.each([
+      ['an unknown key', 'Bearer fy_not_stored'],
+      ['an empty Bearer', 'Bearer '],
+      ['no header', undefined],
+    ])('401 {error} for %s, without running the api', async (_name, authorization) => {
+      const url = await start({ authorizer: createAuthorizer(() => control) });
+      expect(await call(url, '/v2/shopep1/health', authorization)).toEqual({
+        status: 401,
+        body: { error: missingKeyMessage },
+      });
+      expect(events).toHaveLength(0);
+    });
   });
 
   it('413 {error} over the 6 MB Lambda cap and over the 10 MB API Gateway cap', async () => {

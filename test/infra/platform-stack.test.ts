@@ -2,7 +2,8 @@ import { App } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dynamoSchema, stopSignalKey, type TableSpec } from '../../core/adapters/aws/dynamo.js';
-import { FerryError } from '../../core/errors.js';
+import { outOfScopeMessage } from '../../core/auth.js';
+import { FerryError, missingKeyMessage } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import { functionEntries } from '../../functions/bundle.js';
 import { functionEnvSchema } from '../../functions/wiring.js';
@@ -461,12 +462,30 @@ describe('API', () => {
     expect(api.Timeout).toBeLessThan(integrationTimeoutSec);
   });
 
-  it('answers gateway-made errors in the API error shape, 401 for a denied key', () => {
-    template.hasResourceProperties('AWS::ApiGateway::GatewayResponse', {
-      ResponseType: 'ACCESS_DENIED',
-      StatusCode: '401',
-      ResponseTemplates: { 'application/json': '{"error":"Missing or invalid API key"}' },
-    });
+  it('answers gateway-made errors in the API error shape: 401 for a missing or unknown key, 403 outside its scope', () => {
+    const responses = Object.values(template.findResources('AWS::ApiGateway::GatewayResponse')).map(
+      (r) =>
+        r.Properties as {
+          ResponseType: string;
+          StatusCode?: string;
+          ResponseTemplates: Record<string, string>;
+        },
+    );
+    const byType = (type: string) => responses.filter((r) => r.ResponseType === type);
+    // The authorizer threw "Unauthorized" (or the header is missing): the local API's 401.
+    expect(byType('UNAUTHORIZED')).toEqual([
+      expect.objectContaining({
+        StatusCode: '401',
+        ResponseTemplates: { 'application/json': JSON.stringify({ error: missingKeyMessage }) },
+      }),
+    ]);
+    // A known key whose policy does not cover the route: the local API's 403.
+    expect(byType('ACCESS_DENIED')).toEqual([
+      expect.objectContaining({
+        StatusCode: '403',
+        ResponseTemplates: { 'application/json': JSON.stringify({ error: outOfScopeMessage }) },
+      }),
+    ]);
   });
 });
 

@@ -13,6 +13,7 @@
 import rateLimit from '@fastify/rate-limit';
 import type { FastifyInstance, FastifyServerOptions } from 'fastify';
 import { credentialOf, hashKey } from '../../auth.js';
+import { missingKeyMessage } from '../../errors.js';
 import { limits } from '../../limits.js';
 
 export interface FrontDoorLimits {
@@ -78,7 +79,7 @@ export async function installGuards(app: FastifyInstance, guard: FrontDoorGuard 
     if (key && (await guard.knows(key))) return;
     // Closing the socket after the answer drops the rest of the body unread.
     reply.header('connection', 'close');
-    return reply.code(401).send({ error: 'Missing or invalid API key' });
+    return reply.code(401).send({ error: missingKeyMessage });
   });
 
   await app.register(rateLimit, {
