@@ -30,6 +30,7 @@ import type {
   JobQueue,
   JobReadOptions,
   JobStore,
+  QueuedJobCount,
   StartFailureRecord,
   TakenJob,
   TakeQueuedOptions,
@@ -77,6 +78,13 @@ export interface EngineDeps {
   takeQueued?: (endpointId: string, options: TakeQueuedOptions) => Promise<TakenJob[]>;
   /** A new job id; gets the endpoint so AWS can scope ids to it (core/job.ts endpointScopedJobId). */
   newId?: (endpointId: string) => string;
+  /**
+   * Where the queue's depth can count messages of jobs that already ended (SQS keeps a cancelled or
+   * purged job's message until a worker receives and drops it, and an endpoint scaled to zero has no
+   * worker to do so): the store's own count of queued jobs, which the queue cap believes when the
+   * depth alone would refuse a submit.
+   */
+  queued?: QueuedJobCount;
   settings?: Partial<EngineSettings>;
 }
 
@@ -152,6 +160,7 @@ export class JobEngine {
   private readonly createQueued: ((job: Job) => Promise<void>) | undefined;
   private readonly takeQueued: EngineDeps['takeQueued'];
   private readonly newId: (endpointId: string) => string;
+  private readonly queued: QueuedJobCount | undefined;
   /** Per endpoint, submits admitted without counting the backlog again (see `admit`). */
   readonly #capRoom = new Map<string, number>();
 
@@ -163,6 +172,7 @@ export class JobEngine {
     this.webhooks = deps.webhooks;
     this.createQueued = deps.createQueued;
     this.takeQueued = deps.takeQueued;
+    this.queued = deps.queued;
     // Time-ordered (UUID v7: a millisecond timestamp, then random bits), so a store keyed by job id
     // appends new jobs at the end of its index instead of at random places: SQLite then writes one
     // or two index pages per commit for a burst of submits, not one page per job.
@@ -288,13 +298,24 @@ export class JobEngine {
       return;
     }
     const cap = this.settings.queueCapJobs;
-    const visible = (await this.queue.depth(endpointId, { atMost: cap })).visible;
+    const visible = await this.waiting(endpointId, cap);
     if (visible >= cap) {
       throw new FerryError('too_many_requests', `Endpoint ${endpointId} has ${cap} jobs waiting already`, {
         hint: "Retry later, or raise the endpoint's worker count",
       });
     }
     this.#capRoom.set(endpointId, Math.min(1000, Math.floor((cap - visible - 1) / 2)));
+  }
+
+  /**
+   * Jobs waiting, counted up to `cap`: the queue's depth, or, when that reaches the cap and the store
+   * counts its queued jobs itself (`queued`), the smaller of the two, so messages left by ended jobs
+   * never hold the endpoint at 429.
+   */
+  private async waiting(endpointId: string, cap: number): Promise<number> {
+    const depth = (await this.queue.depth(endpointId, { atMost: cap })).visible;
+    if (depth < cap || !this.queued) return depth;
+    return Math.min(depth, await this.queued.queuedAtMost(endpointId, this.clock.now()));
   }
 
   /** A job went back to the queue outside `submit`: the next submit counts the backlog again. */

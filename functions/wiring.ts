@@ -258,6 +258,8 @@ export function buildPlatform(options: PlatformOptions): Platform {
     starts: control,
     // The endpoint leads the id, so IAM can scope each agent to its endpoint's jobs (core/job.ts).
     newId: (endpointId) => endpointScopedJobId(endpointId, `${randomUUID()}-u1`),
+    // SQS counts the messages of cancelled and purged jobs until a worker drops them.
+    queued: jobs,
   });
   const payloads = new S3PayloadStore({
     client: clients.s3,
