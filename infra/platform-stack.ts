@@ -916,13 +916,9 @@ export class PlatformStack extends Stack {
     });
     // HeadObject is authorized by s3:GetObject (there is no s3:HeadObject action). Presigned PUT and
     // GET URLs act with this role, so it needs Put/Get itself. Delete: a replaced big field's blob.
+    // Reading payloads includes telling a missing one (allowTellingMissing): POST /run with an
+    // inputRef nothing was uploaded to is a clear 400, not a 500 (functions/payloads.ts sizeOf).
     this.allowPayloads(fn, ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
-    // Without s3:ListBucket, S3 answers a missing key with 403, not 404: POST /run with an inputRef
-    // nothing was uploaded to would be a 500 instead of a clear 400 (functions/payloads.ts sizeOf).
-    // It lists key names only, never contents.
-    role.addToPolicy(
-      new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [this.bucket.bucketArn] }),
-    );
   }
 
   /** The authorizer (and load-balanced agents) read API keys and nothing else of the control table. */
@@ -1094,13 +1090,10 @@ export class PlatformStack extends Stack {
       }),
     );
     // SQS may hand out a message again after its delivery ended and its body was deleted
-    // (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_DeleteMessage.html);
-    // S3 tells such a missing body as 404 only to a role that may list the bucket, else as 403
-    // (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html), which would send the
-    // record round five times into the dead-letter queue. Key names only, never contents.
-    fn.addToRolePolicy(
-      new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [this.bucket.bucketArn] }),
-    );
+    // (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_DeleteMessage.html):
+    // read as a refusal, such a missing body would send the record round five times into the
+    // dead-letter queue.
+    this.allowTellingMissing(fn);
     Validations.of(fn).acknowledge({
       id: `AwsSolutions-IAM5[Resource::<${Stack.of(this).getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/${blobPrefix}${webhookBodyPrefix}*]`,
       reason:
@@ -1146,10 +1139,24 @@ export class PlatformStack extends Stack {
     fn.addToRolePolicy(
       new iam.PolicyStatement({ actions, resources: [this.bucket.arnForObjects(`${payloadsPrefix}*`)] }),
     );
+    if (actions.includes('s3:GetObject')) this.allowTellingMissing(fn);
     Validations.of(fn).acknowledge({
       id: `AwsSolutions-IAM5[Resource::<${Stack.of(this).getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/${payloadsPrefix}*]`,
       reason: 'Payloads have per-job keys under payloads/; the grant stops at that prefix.',
     });
+  }
+
+  /**
+   * S3 answers a missing key with 404 only to a role that may list the bucket, and with 403 to any
+   * other (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html). A function that reads
+   * payloads must tell a blob that is gone (a job's blob removed, a webhook body already delivered)
+   * from a refusal: the job store leaves a job whose blob is gone out of the sweeper's lists, where a
+   * refusal stopped every sweep. Key names only, never contents.
+   */
+  private allowTellingMissing(fn: lambda.Function): void {
+    fn.addToRolePolicy(
+      new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [this.bucket.bucketArn] }),
+    );
   }
 
   private restApi(stageName: string, fn: lambda.Function): apigw.RestApi {

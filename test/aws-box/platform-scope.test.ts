@@ -23,6 +23,7 @@ import {
   UpdateServiceCommand,
 } from '@aws-sdk/client-ecs';
 import { InvokeCommand } from '@aws-sdk/client-lambda';
+import { DeleteObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { CreateQueueCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { App } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
@@ -422,6 +423,53 @@ describe('the sweeper function with its own role', () => {
     await expect(forgeWorkerRecord(sweeper)).rejects.toMatchObject(denied);
     await sweeper.queue.close();
   }, 120_000);
+});
+
+describe('the sweeper and a payload that is gone for good (S3 tells a missing key only to a role that may list the bucket)', () => {
+  it('leaves the job out of its sweep with a warning and requeues the others; no call refused', async () => {
+    await box.addEndpoint('gone', recordFor({ ...gpuEndpoint, name: 'gone' }, '/nowhere', 'gone').config);
+    const agent = await box.agentFor('gone');
+    const silent = new ProtocolWorker(agent.url, 'gone', agent.workerToken, agent.workerId);
+    const policy = { executionTimeout: 3_600_000 };
+    // Both taken by a worker that then goes silent; one's input (an S3 object) is removed outside Ferry.
+    const broken = await call('POST', '/v2/gone/run', { input: { blob: 'g'.repeat(200 * 1024) }, policy });
+    const fine = await call('POST', '/v2/gone/run', { input: { n: 'fine' }, policy });
+    const taken = [(await silent.take())?.id, (await silent.take())?.id];
+    expect(taken.sort()).toEqual([broken.body.id, fine.body.id].sort());
+    const { Contents = [] } = await box.fixture.s3.send(
+      new ListObjectsV2Command({ Bucket: box.fixture.bucket, Prefix: `payloads/${broken.body.id}` }),
+    );
+    expect(Contents.length).toBeGreaterThan(0);
+    for (const { Key } of Contents)
+      await box.fixture.s3.send(new DeleteObjectCommand({ Bucket: box.fixture.bucket, Key }));
+
+    // Past the lease: both are overdue.
+    const clock = { now: () => Date.now() + 5 * 60_000, sleep: systemClock.sleep };
+    const platform = buildPlatform({
+      env: box.env,
+      clients: gatedClients(gates.sweeper, box.fixture),
+      clock,
+    });
+    const warnings: string[] = [];
+    const warn = vi.spyOn(console, 'warn').mockImplementation((line: string) => void warnings.push(line));
+    const quiet = vi.spyOn(console, 'log').mockImplementation(() => {});
+    const deniedBefore = gates.sweeper.denied().length;
+    try {
+      const swept = await createSweeper(
+        () => platform,
+        () => clock.now(),
+      )();
+      expect(swept.requeued).toBeGreaterThanOrEqual(1);
+      expect((await box.lambda.jobs.get(fine.body.id, clock.now()))?.status).toBe('IN_QUEUE');
+      expect(warnings.join('\n')).toContain(`job ${broken.body.id} left out of a list`);
+    } finally {
+      warn.mockRestore();
+      quiet.mockRestore();
+      await platform.queue.close();
+    }
+    // The read of the missing object went through as a 404, not a refusal.
+    expect(gates.sweeper.denied().slice(deniedBefore)).toEqual([]);
+  }, 60_000);
 });
 
 describe('the scaler function with its own role', () => {
