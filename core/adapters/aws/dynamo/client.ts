@@ -60,7 +60,10 @@ export async function queryAll(
   return items;
 }
 
-/** How long to wait before resending what DynamoDB left unprocessed (throttling), or give up. */
+/**
+ * How long to wait before resending what DynamoDB refused or left unprocessed (throttling, conflicts),
+ * or give up.
+ */
 async function backoff(attempt: number, what: string): Promise<void> {
   if (attempt > 8) throw new FerryError('failed', `DynamoDB kept refusing ${what}`);
   if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 50 * 2 ** attempt));
@@ -117,28 +120,114 @@ export function cancellationReasons(error: unknown): CancellationReason[] | unde
 }
 
 /**
- * TransactWriteItems, tried again while DynamoDB cancels it only because another transaction held one
- * of its items at the same moment (reason TransactionConflict: nothing was written, so trying again is
- * safe). Any other cancellation (a failed condition) is the caller's, as the SDK threw it.
+ * Why DynamoDB may cancel a transaction that wrote nothing and may be sent again as it is: another
+ * transaction held one of its items, or a table or index ran out of throughput. The SDK retries
+ * neither: a TransactionCanceledException is not among the errors it classifies as retryable.
+ * https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
+ * ("Cancellation reason codes")
+ */
+const retryableCancellations = new Set([
+  'TransactionConflict',
+  'ThrottlingError',
+  'ProvisionedThroughputExceeded',
+]);
+
+/** A cancellation every action of which was fine (None) or retryable, at least one retryable. */
+function isRetryableCancellation(error: unknown): boolean {
+  const reasons = cancellationReasons(error);
+  if (!reasons) return false;
+  const retryable = (reason: CancellationReason) => retryableCancellations.has(reason.Code ?? '');
+  return reasons.some(retryable) && reasons.every((reason) => reason.Code === 'None' || retryable(reason));
+}
+
+/** `send`, sent again with backoff while it fails with an error `retryable` says wrote nothing. */
+async function retrying<T>(
+  what: string,
+  send: () => Promise<T>,
+  retryable: (error: unknown) => boolean,
+): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    await backoff(attempt, what);
+    try {
+      return await send();
+    } catch (error) {
+      if (!retryable(error)) throw error;
+    }
+  }
+}
+
+/**
+ * TransactWriteItems, sent again while DynamoDB cancels it only for reasons that wrote nothing
+ * (`retryableCancellations`). Any other cancellation (a failed condition) is the caller's, as the SDK
+ * threw it.
  * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html#transaction-conflict-handling
+ *
+ * The SDK's own retries (a lost answer: a reset connection, a timeout, a 5xx) send the same request
+ * again, ClientRequestToken included: the token is filled in by the serializer (the input schema
+ * marks it idempotencyToken), which runs once, before the retry middleware
+ * (@aws-sdk/client-dynamodb 3.1162: TransactWriteItemsInput$, `serialize` step; retryMiddleware is
+ * in `finalizeRequest`). DynamoDB applies a transaction with the same token once within 10 minutes
+ * and answers the retry as it answered the first:
+ * https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html#DDB-TransactWriteItems-request-ClientRequestToken
+ * Our own retries here build a new request (a new token): only cancelled ones, which wrote nothing.
  */
 export async function transact(
   doc: DynamoDBDocumentClient,
   items: NonNullable<TransactWriteCommandInput['TransactItems']>,
 ): Promise<void> {
-  for (let attempt = 0; ; attempt++) {
-    await backoff(attempt, 'a transaction');
-    try {
-      await doc.send(new TransactWriteCommand({ TransactItems: items }));
-      return;
-    } catch (error) {
-      const reasons = cancellationReasons(error);
-      const conflictOnly =
-        reasons?.some((reason) => reason.Code === 'TransactionConflict') &&
-        reasons.every((reason) => reason.Code === 'TransactionConflict' || reason.Code === 'None');
-      if (!conflictOnly) throw error;
-    }
-  }
+  await retrying(
+    'a transaction',
+    () => doc.send(new TransactWriteCommand({ TransactItems: items })),
+    isRetryableCancellation,
+  );
+}
+
+/**
+ * A single PutItem, UpdateItem or DeleteItem on an item a transaction may hold, sent again with
+ * backoff while it fails with TransactionConflictException: the transaction was in progress on that
+ * item, so this write was refused and wrote nothing. The SDK does not retry it.
+ * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html#transaction-conflict-handling
+ */
+export function singleWrite<T>(send: () => Promise<T>): Promise<T> {
+  return retrying('a write', send, (error) => errorName(error) === 'TransactionConflictException');
+}
+
+type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
+/** A conditional write of one item, as `writeAtomically` takes it. */
+export type AtomicWrite =
+  | { Put: NonNullable<TransactItem['Put']> }
+  | { Delete: NonNullable<TransactItem['Delete']> };
+
+/**
+ * `action` and `withItems` (count updates) all or none: one TransactWriteItems, or the single write
+ * alone when there is nothing with it (a transactional write costs twice the write units). Either
+ * way sent again while DynamoDB refuses it for a reason that wrote nothing (`transact`,
+ * `singleWrite`). A failed condition comes back as the SDK threw it (`failedCondition` reads it).
+ */
+export async function writeAtomically(
+  doc: DynamoDBDocumentClient,
+  action: AtomicWrite,
+  withItems: readonly TransactItem[],
+): Promise<void> {
+  if (withItems.length > 0) return transact(doc, [action, ...withItems]);
+  await singleWrite(() =>
+    'Put' in action ? doc.send(new PutCommand(action.Put)) : doc.send(new DeleteCommand(action.Delete)),
+  );
+}
+
+/**
+ * When `error` is a failed condition of a single write, or of the action at `at` of a cancelled
+ * transaction: the item as it is now (raw), when the write asked for
+ * ReturnValuesOnConditionCheckFailure ALL_OLD and the item exists. Undefined for any other error.
+ */
+export function failedCondition(
+  error: unknown,
+  at = 0,
+): { item?: Record<string, AttributeValue> | undefined } | undefined {
+  const reason = cancellationReasons(error)?.[at];
+  if (reason) return reason.Code === 'ConditionalCheckFailed' ? { item: reason.Item } : undefined;
+  if (!isConditionFailure(error)) return undefined;
+  return { item: (error as { Item?: Record<string, AttributeValue> }).Item };
 }
 
 /** Where an adapter of one table finds it: the document client (documentClient) and the table name. */

@@ -1,12 +1,7 @@
 /** JobStore on DynamoDB: the `jobs` and `chunks` tables of `dynamoSchema` (../dynamo.ts says why). */
+import { randomUUID } from 'node:crypto';
 import type { AttributeValue } from '@aws-sdk/client-dynamodb';
-import {
-  DeleteCommand,
-  type DynamoDBDocumentClient,
-  GetCommand,
-  PutCommand,
-  UpdateCommand,
-} from '@aws-sdk/lib-dynamodb';
+import { type DynamoDBDocumentClient, GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { unmarshall } from '@aws-sdk/util-dynamodb';
 import { conflict, FerryError } from '../../../errors.js';
 import {
@@ -28,19 +23,22 @@ import type {
   JobStore,
   JobUpdate,
   LeaseRenewal,
+  ListByStatusOptions,
   QueuedJobCount,
   RecentJobsQuery,
 } from '../../../ports.js';
 import {
   batchGet,
   batchWrite,
-  cancellationReasons,
   checkLimit,
+  failedCondition,
   type Item,
   isConditionFailure,
   queryAll,
+  singleWrite,
   toSec,
   transact,
+  writeAtomically,
 } from './client.js';
 import {
   type Counted,
@@ -109,6 +107,12 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    * update writes without reading the item again. Weak: a job the caller drops is forgotten.
    */
   private readonly storedBig = new WeakMap<Job, Partial<Record<BigField, Stored>>>();
+  /**
+   * The nextSeq of each stream as this store last set or saw it: where its next reservation
+   * starts (`reserveSeqs`), so an append is one UpdateItem and no read. A guess only: a stale one
+   * fails the condition, which hands back the meta item as it is. The most recently used streams.
+   */
+  private readonly nextSeqs = new Map<string, number>();
 
   constructor(options: DynamoJobStoreOptions) {
     this.doc = options.doc;
@@ -119,24 +123,29 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     this.warn = options.warn ?? ((message) => console.warn(message));
   }
 
-  /** One conditional PutItem; in one transaction with its count items when the job counts (./counts.ts). */
+  /**
+   * One conditional PutItem; in one transaction with its count items when the job counts
+   * (./counts.ts). A failed condition whose item carries this write's `writeId` is this write,
+   * landed on a first attempt whose answer was lost (`wroteIt`), not a job that already existed.
+   */
   async create(job: Job): Promise<void> {
     const stored: Job = { ...job, version: 1 };
     const big = await this.storeBig(stored, bigFields);
     const put = {
       TableName: this.jobsTable,
-      Item: itemOf(stored, big),
+      Item: { ...itemOf(stored, big), writeId: randomUUID() },
       ConditionExpression: 'attribute_not_exists(jobId)',
+      ReturnValuesOnConditionCheckFailure: 'ALL_OLD' as const,
     };
-    const counts = countUpdates(this.jobsTable, [[undefined, stored]]);
     try {
-      if (counts.length === 0) await this.doc.send(new PutCommand(put));
-      else await transact(this.doc, [{ Put: put }, ...counts]);
+      await writeAtomically(this.doc, { Put: put }, countUpdates(this.jobsTable, [[undefined, stored]]));
     } catch (error) {
-      await this.dropBlobs(refsOf(big));
-      if (isConditionFailure(error) || cancellationReasons(error)?.[0]?.Code === 'ConditionalCheckFailed') {
-        throw conflict(`A job with id ${job.id} already exists`);
-      }
+      const failed = failedCondition(error);
+      if (failed && wroteIt(put, failed.item)) return;
+      // Not the blobs the job as it is now points at (as in `unstage`).
+      const kept = failed?.item ? refsOf(storedBigOf(unmarshall(failed.item) as Item)) : [];
+      await this.dropBlobs(refsOf(big).filter((ref) => !kept.includes(ref)));
+      if (failed) throw conflict(`A job with id ${job.id} already exists`);
       throw error;
     }
   }
@@ -154,21 +163,22 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    * https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_PutItem.html), so the caller
    * decides again without a GetItem either. When the write changes what the job counts as in health
    * (status, retries, expiry), the PutItem and the count updates go in one transaction (./counts.ts).
+   * A failed condition whose item carries this write's `writeId` is this write, landed on a first
+   * attempt whose answer was lost (`settled`).
    */
   async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
     const staged = await this.stage(current, patch);
     if ('ok' in staged) return staged;
     const counts = countUpdates(this.jobsTable, [[staged.before, staged.written]]);
     try {
-      if (counts.length === 0) await this.doc.send(new PutCommand(staged.put));
-      else await transact(this.doc, [{ Put: staged.put }, ...counts]);
+      await writeAtomically(this.doc, { Put: staged.put }, counts);
     } catch (error) {
-      const reason = cancellationReasons(error)?.[0];
-      if (!isConditionFailure(error) && reason?.Code !== 'ConditionalCheckFailed') {
+      const failed = failedCondition(error);
+      if (!failed) {
         await this.unstage(staged);
         throw error;
       }
-      return this.lost(staged, reason ? reason.Item : (error as { Item?: RawItem }).Item);
+      return this.settled(staged, failed.item);
     }
     return this.landed(staged);
   }
@@ -208,17 +218,17 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
               ...countUpdates(this.jobsTable, moves),
             ]);
           } catch (error) {
-            const reasons = cancellationReasons(error);
-            const lostAt = (reasons ?? []).flatMap((reason, at) =>
-              at < batch.length && reason.Code === 'ConditionalCheckFailed' ? [at] : [],
-            );
-            if (lostAt.length === 0) {
+            const failedAt = batch.flatMap((_, at) => {
+              const failed = failedCondition(error, at);
+              return failed ? [{ at, item: failed.item }] : [];
+            });
+            if (failedAt.length === 0) {
               await Promise.all(pending.map(({ staged }) => this.unstage(staged)));
               throw error;
             }
-            for (const at of lostAt.reverse()) {
+            for (const { at, item } of failedAt.reverse()) {
               const [{ index, staged }] = pending.splice(at, 1) as [{ index: number; staged: Staged }];
-              answers[index] = await this.lost(staged, reasons?.[at]?.Item);
+              answers[index] = await this.settled(staged, item);
             }
             continue;
           }
@@ -244,25 +254,28 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
   async renewLease(lease: LeaseRenewal): Promise<boolean> {
     const { jobId, endpointId, workerId, leaseUntil, nowMs } = lease;
     try {
-      await this.doc.send(
-        new UpdateCommand({
-          TableName: this.jobsTable,
-          Key: { jobId },
-          UpdateExpression: 'SET leaseUntil = :lease, overdueAt = :lease, version = version + :one',
-          ConditionExpression:
-            '#status = :running AND endpointId = :endpoint AND workerId = :worker AND expiresAt > :now' +
-            ' AND (attribute_not_exists(runDeadline) OR runDeadline >= :lease)',
-          ExpressionAttributeNames: { '#status': 'status' },
-          ExpressionAttributeValues: {
-            ':lease': leaseUntil,
-            ':one': 1,
-            ':running': 'IN_PROGRESS',
-            ':endpoint': endpointId,
-            ':worker': workerId,
-            ':now': nowMs,
-          },
-          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-        }),
+      // singleWrite: the job item may be in a transaction of another write at this moment.
+      await singleWrite(() =>
+        this.doc.send(
+          new UpdateCommand({
+            TableName: this.jobsTable,
+            Key: { jobId },
+            UpdateExpression: 'SET leaseUntil = :lease, overdueAt = :lease, version = version + :one',
+            ConditionExpression:
+              '#status = :running AND endpointId = :endpoint AND workerId = :worker AND expiresAt > :now' +
+              ' AND (attribute_not_exists(runDeadline) OR runDeadline >= :lease)',
+            ExpressionAttributeNames: { '#status': 'status' },
+            ExpressionAttributeValues: {
+              ':lease': leaseUntil,
+              ':one': 1,
+              ':running': 'IN_PROGRESS',
+              ':endpoint': endpointId,
+              ':worker': workerId,
+              ':now': nowMs,
+            },
+            ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+          }),
+        ),
       );
       return true;
     } catch (error) {
@@ -397,48 +410,29 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
 
   /**
    * Stream chunks: seq 0 of the job's partition in the chunks table is the meta item
-   * {nextSeq, cursor}. appendStream reserves seqs by an atomic ADD on nextSeq, then writes the chunks;
-   * drainStream hands out the contiguous run after `cursor` and moves the cursor by a conditional
-   * update, so two drains racing never hand out the same chunk:
+   * {nextSeq, cursor}. appendStream reserves seqs by a conditional update of nextSeq
+   * (`reserveSeqs`), then writes the chunks; drainStream hands out the contiguous run after `cursor`
+   * and moves the cursor by a conditional update (`moveCursor`), so two drains racing never hand out
+   * the same chunk:
    *
    *   chunks  1 2 3 4 _ 6        (5 reserved, not written yet)
    *           ▲     ▲
    *        cursor  drain hands out 2..4 and sets cursor 1 → 4 only if it is still 1
+   *
+   * An append that fails after its reservation (an S3 put of a big chunk, a BatchWriteItem that gave
+   * up) still throws, but first marks the seqs it reserved and did not write as skipped
+   * (`skipSeqs`), which a drain steps over: one failed append must not hold back every later chunk.
    */
   async appendStream(jobId: string, outputs: unknown[]): Promise<void> {
     if (outputs.length === 0) return;
     const expiresAtSec = toSec(this.nowMs()) + streamLifeSec;
-    const reserved = await this.doc.send(
-      new UpdateCommand({
-        TableName: this.chunksTable,
-        Key: { jobId, seq: 0 },
-        UpdateExpression: 'ADD nextSeq :n SET expiresAtSec = :exp, #cursor = if_not_exists(#cursor, :zero)',
-        ExpressionAttributeNames: { '#cursor': 'cursor' },
-        ExpressionAttributeValues: { ':n': outputs.length, ':exp': expiresAtSec, ':zero': 0 },
-        ReturnValues: 'UPDATED_NEW',
-      }),
-    );
-    const lastSeq = reserved.Attributes?.nextSeq as number;
-    const firstSeq = lastSeq - outputs.length + 1;
-    const items: Item[] = [];
-    for (const [i, output] of outputs.entries()) {
-      const seq = firstSeq + i;
-      const json = JSON.stringify(output ?? null);
-      const item: Item = { jobId, seq, expiresAtSec };
-      if (Buffer.byteLength(json) > streamChunkInlineBytes) {
-        const ref = payloadKey(jobId, `stream-${seq}`);
-        await this.blobs.put(ref, encoder.encode(json));
-        item.chunkRef = ref;
-      } else {
-        item.chunkJson = json;
-      }
-      items.push(item);
+    const firstSeq = await this.reserveSeqs(jobId, outputs.length, expiresAtSec);
+    try {
+      await this.writeChunks(jobId, firstSeq, outputs, expiresAtSec);
+    } catch (error) {
+      await this.skipSeqs(jobId, firstSeq, outputs.length, expiresAtSec);
+      throw error;
     }
-    await batchWrite(
-      this.doc,
-      this.chunksTable,
-      items.map((Item) => ({ PutRequest: { Item } })),
-    );
   }
 
   async drainStream(jobId: string): Promise<unknown[]> {
@@ -465,26 +459,16 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
         run.push(row);
       }
       if (run.length === 0) return [];
-      // Read the values before claiming them, so a failed blob read loses nothing.
-      const values = await Promise.all(run.map((row) => this.chunkValue(row)));
-      const lastSeq = cursor + run.length;
-      try {
-        await this.doc.send(
-          new UpdateCommand({
-            TableName: this.chunksTable,
-            Key: { jobId, seq: 0 },
-            UpdateExpression: 'SET #cursor = :last',
-            ConditionExpression: '#cursor = :cursor',
-            ExpressionAttributeNames: { '#cursor': 'cursor' },
-            ExpressionAttributeValues: { ':last': lastSeq, ':cursor': cursor },
-          }),
-        );
-      } catch (error) {
-        if (isConditionFailure(error)) continue; // another drain took them; look again
-        throw error;
-      }
+      // Read the values before claiming them, so a failed blob read loses nothing. A skipped seq
+      // (a failed append's, `skipSeqs`) has none.
+      const values = await Promise.all(
+        run.filter((row) => row.skipped !== true).map((row) => this.chunkValue(row)),
+      );
+      // Not moved: another drain took them; look again.
+      if (!(await this.moveCursor(jobId, cursor, cursor + run.length))) continue;
       await this.deleteChunks(jobId, run);
-      return values;
+      // Only skipped seqs: what follows them may be there already.
+      if (values.length > 0) return values;
     }
     throw new FerryError('failed', `Could not drain the stream of ${jobId}: too much contention`);
   }
@@ -559,12 +543,9 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       const inCurrentBucket = bucketStartOf(item.expiresAt as number) >= bucketStartOf(nowMs);
       const counts = inCurrentBucket ? countUpdates(this.jobsTable, [[countedOf(item), undefined]]) : [];
       try {
-        if (counts.length === 0) await this.doc.send(new DeleteCommand(del));
-        else await transact(this.doc, [{ Delete: del }, ...counts]);
+        await writeAtomically(this.doc, { Delete: del }, counts);
       } catch (error) {
-        const failed =
-          isConditionFailure(error) || cancellationReasons(error)?.[0]?.Code === 'ConditionalCheckFailed';
-        if (failed) continue; // retried or already gone meanwhile
+        if (failedCondition(error)) continue; // retried or already gone meanwhile
         throw error;
       }
       deleted++;
@@ -620,7 +601,8 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     patchedBig.push(...renewed);
     const put = {
       TableName: this.jobsTable,
-      Item: itemOf(written, newBig),
+      // A token of this write alone: a failed condition finds it on the item when this write landed.
+      Item: { ...itemOf(written, newBig), writeId: randomUUID() },
       ConditionExpression: 'version = :expected',
       ExpressionAttributeValues: { ':expected': expectedVersion },
       ReturnValuesOnConditionCheckFailure: 'ALL_OLD' as const,
@@ -636,15 +618,31 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     return { ok: true, job: written };
   }
 
-  /** The write lost its race: the job as `old` (the failed condition's item) says it is now. */
-  private async lost(staged: Staged, old: RawItem | undefined): Promise<JobUpdate> {
-    await this.unstage(staged);
-    return { ok: false, current: old ? await this.jobOfOrFresh(unmarshall(old) as Item) : undefined };
+  /**
+   * The conditional Put failed its condition; `old` is the item as it is now. The SDK re-sends a
+   * request whose answer it lost (a reset connection, a timeout, a 5xx) even when the first attempt
+   * was applied, and that retry then fails the condition the first attempt made false: the item then
+   * carries this write's `writeId`, and the write landed. Otherwise the write lost its race.
+   * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/WorkingWithItems.html#WorkingWithItems.AtomicCounters
+   */
+  private settled(staged: Staged, old: RawItem | undefined): Promise<JobUpdate> {
+    return wroteIt(staged.put, old) ? this.landed(staged) : this.lost(staged, old);
   }
 
-  /** The write did not land: the blobs it uploaded go. */
-  private async unstage({ newBig, patchedBig }: Staged): Promise<void> {
-    await this.dropBlobs(patchedBig.flatMap((field) => refsOf({ [field]: newBig[field] })));
+  /** The write lost its race: the job as `old` (the failed condition's item) says it is now. */
+  private async lost(staged: Staged, old: RawItem | undefined): Promise<JobUpdate> {
+    const item = old ? (unmarshall(old) as Item) : undefined;
+    await this.unstage(staged, item ? refsOf(storedBigOf(item)) : []);
+    return { ok: false, current: item ? await this.jobOfOrFresh(item) : undefined };
+  }
+
+  /**
+   * The write did not land: the blobs it uploaded go, except any the item as it is now points at
+   * (`keep`): had this write landed after all and another gone on from it, those are that one's.
+   */
+  private async unstage({ newBig, patchedBig }: Staged, keep: readonly string[] = []): Promise<void> {
+    const refs = patchedBig.flatMap((field) => refsOf({ [field]: newBig[field] }));
+    await this.dropBlobs(refs.filter((ref) => !keep.includes(ref)));
   }
 
   /**
@@ -856,6 +854,160 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     return out;
   }
 
+  /**
+   * Reserves `count` seqs after the stream's nextSeq and returns the first. Not an `ADD nextSeq`:
+   * the SDK re-sends a request whose answer it lost (a reset connection, a timeout, a 5xx) even when
+   * the first attempt was applied, and an ADD applied twice reserves a range no one writes, which
+   * holds back every later chunk of the job for good
+   * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/WorkingWithItems.html#WorkingWithItems.AtomicCounters).
+   * So a compare-and-set from the nextSeq this store knows (`nextSeqs`; none: no meta item yet),
+   * marked with a token of this attempt. A failed condition hands back the meta item as it is
+   * (ALL_OLD): when it carries the token and the nextSeq this attempt set, the attempt landed;
+   * otherwise the next attempt starts from it. No GetItem: the agent's role may not read the chunks
+   * table (infra/isolation.ts), and the answer of a failed condition is the same read.
+   * (An SDK retry that finds another append landed after its first attempt cannot tell, and reserves
+   * again: appends to one job come from the one worker holding it, one after the other.)
+   */
+  private async reserveSeqs(jobId: string, count: number, expiresAtSec: number): Promise<number> {
+    let from = this.nextSeqs.get(jobId);
+    for (let attempt = 0; attempt < 20; attempt++) {
+      const token = randomUUID();
+      const to = (from ?? 0) + count;
+      try {
+        await this.doc.send(
+          new UpdateCommand({
+            TableName: this.chunksTable,
+            Key: { jobId, seq: 0 },
+            UpdateExpression:
+              'SET nextSeq = :to, lastAppend = :token, expiresAtSec = :exp,' +
+              ' #cursor = if_not_exists(#cursor, :zero)',
+            ConditionExpression: from === undefined ? 'attribute_not_exists(nextSeq)' : 'nextSeq = :from',
+            ExpressionAttributeNames: { '#cursor': 'cursor' },
+            ExpressionAttributeValues: {
+              ':to': to,
+              ':token': token,
+              ':exp': expiresAtSec,
+              ':zero': 0,
+              ...(from === undefined ? {} : { ':from': from }),
+            },
+            ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+          }),
+        );
+      } catch (error) {
+        const failed = failedCondition(error);
+        if (!failed) throw error;
+        const meta = failed.item ? (unmarshall(failed.item) as Item) : undefined;
+        if (meta?.lastAppend !== token || meta.nextSeq !== to) {
+          from = meta?.nextSeq as number | undefined;
+          continue;
+        }
+      }
+      this.rememberNextSeq(jobId, to);
+      return to - count + 1;
+    }
+    throw new FerryError('failed', `Could not append to the stream of ${jobId}: too much contention`);
+  }
+
+  /** Keeps `nextSeq` of the stream of `jobId` as the most recently used of at most 1,000. */
+  private rememberNextSeq(jobId: string, nextSeq: number): void {
+    this.nextSeqs.delete(jobId);
+    this.nextSeqs.set(jobId, nextSeq);
+    if (this.nextSeqs.size > 1000) this.nextSeqs.delete(this.nextSeqs.keys().next().value as string);
+  }
+
+  /** The chunk items of `outputs` from `firstSeq` on: inline, or an S3 pointer when over 300 KB. */
+  private async writeChunks(
+    jobId: string,
+    firstSeq: number,
+    outputs: unknown[],
+    expiresAtSec: number,
+  ): Promise<void> {
+    const items: Item[] = [];
+    for (const [i, output] of outputs.entries()) {
+      const seq = firstSeq + i;
+      const json = JSON.stringify(output ?? null);
+      const item: Item = { jobId, seq, expiresAtSec };
+      if (Buffer.byteLength(json) > streamChunkInlineBytes) {
+        const ref = payloadKey(jobId, `stream-${seq}`);
+        await this.blobs.put(ref, encoder.encode(json));
+        item.chunkRef = ref;
+      } else {
+        item.chunkJson = json;
+      }
+      items.push(item);
+    }
+    await batchWrite(
+      this.doc,
+      this.chunksTable,
+      items.map((Item) => ({ PutRequest: { Item } })),
+    );
+  }
+
+  /**
+   * Best effort, after an append failed past its reservation: each of the `count` seqs from
+   * `firstSeq` with no item yet becomes a placeholder (`skipped`), which drainStream steps over, so
+   * the chunks appended after it are not held back. A chunk the append did write stays (a drain
+   * may have handed it out already); a placeholder behind the cursor is never read and goes with
+   * the stream's TTL or clearStream.
+   */
+  private async skipSeqs(jobId: string, firstSeq: number, count: number, expiresAtSec: number) {
+    // UpdateItem, which creates a missing item: the agent's role may write chunks with UpdateItem and
+    // BatchWriteItem only (infra/isolation.ts), and a batch write cannot be conditional.
+    const results = await Promise.allSettled(
+      Array.from({ length: count }, (_, i) =>
+        this.doc.send(
+          new UpdateCommand({
+            TableName: this.chunksTable,
+            Key: { jobId, seq: firstSeq + i },
+            UpdateExpression: 'SET skipped = :true, expiresAtSec = :exp',
+            ConditionExpression: 'attribute_not_exists(seq)',
+            ExpressionAttributeValues: { ':true': true, ':exp': expiresAtSec },
+          }),
+        ),
+      ),
+    );
+    const unmarked = results.filter(
+      (result) => result.status === 'rejected' && !isConditionFailure(result.reason),
+    ).length;
+    if (unmarked > 0) {
+      this.warn(
+        `ferry: could not mark ${unmarked} unwritten stream chunk(s) of ${jobId} as skipped; ` +
+          'the chunks after them wait until the stream is cleared',
+      );
+    }
+  }
+
+  /**
+   * Moves the stream's cursor from `from` to `to` unless a drain moved it first; true when this
+   * drain did. A token of this call marks the move: when the SDK re-sent it after a first attempt
+   * that landed (its answer lost), the retry fails the condition the first attempt made false, and
+   * the item (ALL_OLD) then carries the token and `to`, so the chunks are this drain's to hand out
+   * and not nobody's
+   * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/WorkingWithItems.html#WorkingWithItems.ConditionalUpdate).
+   */
+  private async moveCursor(jobId: string, from: number, to: number): Promise<boolean> {
+    const token = randomUUID();
+    try {
+      await this.doc.send(
+        new UpdateCommand({
+          TableName: this.chunksTable,
+          Key: { jobId, seq: 0 },
+          UpdateExpression: 'SET #cursor = :last, drainedBy = :token',
+          ConditionExpression: '#cursor = :cursor',
+          ExpressionAttributeNames: { '#cursor': 'cursor' },
+          ExpressionAttributeValues: { ':last': to, ':cursor': from, ':token': token },
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        }),
+      );
+      return true;
+    } catch (error) {
+      const failed = failedCondition(error);
+      if (!failed) throw error;
+      const meta = failed.item ? (unmarshall(failed.item) as Item) : undefined;
+      return meta?.drainedBy === token && meta.cursor === to;
+    }
+  }
+
   private async deleteChunks(jobId: string, rows: Item[]): Promise<void> {
     try {
       await batchWrite(
@@ -904,6 +1056,15 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       ),
     );
   }
+}
+
+/**
+ * Whether `old` (a failed condition's item, raw) is the item `put` wrote: it carries the put's
+ * `writeId`, a random token no other write shares.
+ */
+function wroteIt(put: { Item: Item }, old: RawItem | undefined): boolean {
+  const token = old?.writeId?.S;
+  return token !== undefined && token === put.Item.writeId;
 }
 
 /** What a job item (or a byStatusExpiry index item, which carries the same attributes) counts as. */
