@@ -30,13 +30,14 @@ import type { Construct } from 'constructs';
 import { workersInOrder } from '../core/endpoint-spec.js';
 import { FerryError } from '../core/errors.js';
 import type { Manifest, ManifestEndpoint } from '../core/manifest.js';
-import { EnvironmentDashboard } from './constructs/dashboard.js';
+import { EnvironmentDashboard, regionalDashboardName } from './constructs/dashboard.js';
 import type { LbHttpsOptions } from './constructs/https-front.js';
 import { EndpointLoadBalancer } from './constructs/load-balancer.js';
 import { EndpointQueues } from './constructs/queues.js';
 import { EndpointService, type WorkerImages } from './constructs/service.js';
 import { type Placement, placementFor } from './gpu.js';
 import { PlatformImports, type PlatformImportsProps, type PlatformRefs } from './platform-exports.js';
+import { checkTemplateResources } from './template-limits.js';
 
 export type { WorkerImages } from './constructs/service.js';
 export { appStackName, endpointIdFor } from './names.js';
@@ -136,7 +137,7 @@ export class AppEnvironmentStack extends Stack {
     });
     this.endpoints = props.manifest.endpoints.map((endpoint) => this.addEndpoint(endpoint));
     new EnvironmentDashboard(this, 'Observability', {
-      dashboardName: id.replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 255),
+      dashboardName: regionalDashboardName(id.replace(/[^A-Za-z0-9_-]/g, '-')),
       clusterName: this.platform.cluster.clusterName,
       endpoints: this.endpoints.map((e) => ({
         name: e.name,
@@ -160,6 +161,11 @@ export class AppEnvironmentStack extends Stack {
           }),
         ),
       ),
+    });
+    checkTemplateResources(this, {
+      app: props.appName,
+      env: props.envName,
+      endpoints: this.endpoints.length,
     });
   }
 

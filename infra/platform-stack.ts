@@ -79,6 +79,7 @@ import { FerryError, missingKeyMessage } from '../core/errors.js';
 import { limits } from '../core/limits.js';
 import { functionEntries } from '../functions/bundle.js';
 import { AlarmTopic } from './constructs/alarms.js';
+import { regionalDashboardName } from './constructs/dashboard.js';
 import { ImageRegistry } from './constructs/images.js';
 import { deadLetterAlarm } from './constructs/queues.js';
 import {
@@ -106,6 +107,7 @@ import {
   poolExportName,
   type TableRef,
 } from './platform-exports.js';
+import { keptWhenStackDeleted } from './retention.js';
 
 export { clusterName, queueNamePrefix } from './names.js';
 
@@ -370,7 +372,8 @@ export class PlatformStack extends Stack {
       blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
       objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
       versioned: false,
-      removalPolicy: RemovalPolicy.RETAIN,
+      // Artifacts and payloads outlive a deleted platform (retention.ts).
+      removalPolicy: keptWhenStackDeleted,
       lifecycleRules: [
         // A backstop only: the sweeper deletes a job's blobs with the job (deleteExpired).
         { id: 'expire-payloads', prefix: payloadsPrefix, expiration: Duration.days(payloadExpiryDays) },
@@ -670,8 +673,8 @@ export class PlatformStack extends Stack {
       billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
       encryption: dynamodb.TableEncryption.AWS_MANAGED,
       pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
-      // Jobs, keys and apps outlive a mistaken `cdk destroy`.
-      removalPolicy: RemovalPolicy.RETAIN,
+      // Jobs, keys and apps outlive a mistaken `cdk destroy`, not a failed first create (retention.ts).
+      removalPolicy: keptWhenStackDeleted,
     });
     for (const index of Object.values(spec.indexes) as IndexSpec[]) {
       const { projection } = index;
@@ -1170,6 +1173,11 @@ export class PlatformStack extends Stack {
       endpointConfiguration: { types: [apigw.EndpointType.REGIONAL] },
       // Execution logs need the account-level API Gateway role.
       cloudWatchRole: true,
+      // Plain Retain, even when the first create rolls back (not retention.ts): the account's setting
+      // keeps naming this role after its stack is gone ("API Gateway can still assume the provided IAM
+      // role", https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-apigateway-account.html),
+      // and other REST APIs of the region log through it. Its name is generated, so a kept role never
+      // blocks a retry.
       cloudWatchRoleRemovalPolicy: RemovalPolicy.RETAIN,
       deployOptions: {
         stageName,
@@ -1317,7 +1325,9 @@ export class PlatformStack extends Stack {
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     }).addAlarmAction(notify);
 
-    const dashboard = new cloudwatch.Dashboard(this, 'Dashboard', { dashboardName: 'Ferry' });
+    const dashboard = new cloudwatch.Dashboard(this, 'Dashboard', {
+      dashboardName: regionalDashboardName('Ferry'),
+    });
     // App queues are found by name: the platform template must not reference app stacks. A message
     // is deleted as soon as a worker claims its job, so the age of the oldest message is the longest
     // wait for a worker.

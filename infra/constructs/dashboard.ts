@@ -14,13 +14,23 @@
  *     TaskFailedToStart, counted by AWS/Events TriggeredRules for the rule (not verified on AWS)
  *     https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs_task_events.html
  */
-import { Duration } from 'aws-cdk-lib';
+import { Aws, Duration } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as events from 'aws-cdk-lib/aws-events';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { jobMetricNames, metricsNamespace } from '../../core/metrics.js';
+
+/**
+ * A dashboard name that holds the region, `<base>-<region>` (e.g. `Ferry-us-east-1`): "All dashboards
+ * in your account are global, not region-specific"
+ * (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-cloudwatch-dashboard.html),
+ * so a fixed name made the platform of a second region (one platform per account and region), or the
+ * same app environment deployed in two regions, fail to create its dashboard. Names are 1 to 255
+ * letters, digits, `-` and `_`; region names are shorter than 25, so `base` keeps its first 230.
+ */
+export const regionalDashboardName = (base: string): string => `${base.slice(0, 230)}-${Aws.REGION}`;
 
 export interface DashboardEndpoint {
   name: string;
@@ -31,6 +41,7 @@ export interface DashboardEndpoint {
 }
 
 export interface EnvironmentDashboardProps {
+  /** The full name (regionalDashboardName). */
   dashboardName: string;
   clusterName: string;
   endpoints: readonly DashboardEndpoint[];

@@ -5,9 +5,11 @@
  *  - One ECR repository per image kind of worker-image/images.ts (`ferry/agent`,
  *    `ferry/worker-base-cpu`, …), private, scanned on push, immutable tags (a tag names one Ferry
  *    version's build: `ferry deploy` checks a tag exists and never needs it to change). A lifecycle
- *    rule expires untagged images only (untaggedImageDays). Retained when the platform is deleted: images
+ *    rule expires untagged images only (untaggedImageDays). Kept when the platform is deleted (images
  *    take tens of minutes to rebuild, and ECR refuses to delete a repository that still holds
- *    images anyway (https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_DeleteRepository.html).
+ *    images anyway: https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_DeleteRepository.html),
+ *    but not when the platform's first create rolls back (../retention.ts): their names are fixed,
+ *    so a repository left by a failed create made every retry fail on its name.
  *  - A CodeBuild project that builds missing tags. `ferry deploy` uploads the build context
  *    (worker-image/ with the agent bundle and a generated build script, cli/providers/aws-images.ts)
  *    to the platform bucket under `image-builds/`, starts the build with FERRY_CONTEXT_KEY, and follows
@@ -24,6 +26,7 @@ import type * as s3 from 'aws-cdk-lib/aws-s3';
 import { Construct } from 'constructs';
 import { workerImages } from '../../worker-image/images.js';
 import { imageBuildPrefix } from '../names.js';
+import { keptWhenStackDeleted } from '../retention.js';
 
 /**
  * Untagged images (a push that failed half way) go after this long. Tagged images are never expired
@@ -53,7 +56,7 @@ export class ImageRegistry extends Construct {
         imageScanOnPush: true,
         imageTagMutability: ecr.TagMutability.IMMUTABLE,
         encryption: ecr.RepositoryEncryption.AES_256,
-        removalPolicy: RemovalPolicy.RETAIN,
+        removalPolicy: keptWhenStackDeleted,
         lifecycleRules: [
           {
             description: `Expire untagged images after ${untaggedImageDays} day`,

@@ -129,7 +129,7 @@ describe('the fresh project', () => {
 });
 
 describe('1. images', () => {
-  it('the platform has one private, scanned, immutable ECR repository per image kind, kept on delete', () => {
+  it('the platform has one private, scanned, immutable ECR repository per image kind, kept on delete but not on a failed create', () => {
     const repos = platform.findResources('AWS::ECR::Repository');
     expect(
       Object.values(repos)
@@ -139,7 +139,9 @@ describe('1. images', () => {
     for (const repo of Object.values(repos)) {
       expect(repo.Properties.ImageScanningConfiguration).toEqual({ ScanOnPush: true });
       expect(repo.Properties.ImageTagMutability).toBe('IMMUTABLE');
-      expect(repo.DeletionPolicy).toBe('Retain');
+      // Fixed names: one left behind by a rolled-back first create failed every retry on its name.
+      expect(repo.DeletionPolicy).toBe('RetainExceptOnCreate');
+      expect(repo.UpdateReplacePolicy).toBe('Retain');
       // Only untagged images expire: a tag may still be named by a deployed environment's tasks.
       const rules = JSON.parse(repo.Properties.LifecyclePolicy.LifecyclePolicyText).rules;
       expect(rules).toEqual([
@@ -180,29 +182,42 @@ describe('1. images', () => {
 });
 
 describe('2. nothing orphaned without saying so', () => {
-  it('tables, the bucket and the image repositories are retained; docs/aws.md says so', () => {
-    const retained = Object.entries(
-      platform.toJSON().Resources as Record<string, { Type: string; DeletionPolicy?: string }>,
-    )
-      .filter(([, r]) => r.DeletionPolicy === 'Retain')
-      .map(([, r]) => r.Type);
-    expect(new Set(retained)).toEqual(
-      new Set([
-        'AWS::DynamoDB::Table',
-        'AWS::S3::Bucket',
-        'AWS::ECR::Repository',
-        // API Gateway's account-wide CloudWatch logging role, shared with any other API in the region.
-        'AWS::ApiGateway::Account',
-        'AWS::IAM::Role',
-      ]),
-    );
+  type Resource = { Type: string; DeletionPolicy?: string; UpdateReplacePolicy?: string };
+  const platformResources = () => Object.values(platform.toJSON().Resources as Record<string, Resource>);
+  const kept = ['AWS::DynamoDB::Table', 'AWS::S3::Bucket', 'AWS::ECR::Repository'];
+
+  // "RetainExceptOnCreate behaves like Retain for stack operations, except for the stack operation
+  // that initially created the resource. If the stack operation that created the resource is rolled
+  // back, CloudFormation deletes the resource."
+  // (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-attribute-deletionpolicy.html)
+  it.each(kept)(
+    'every %s is kept when the stack is deleted or replaces it, not when its first create rolls back',
+    (type) => {
+      const resources = platformResources().filter((r) => r.Type === type);
+      expect(resources.length).toBeGreaterThan(0);
+      for (const r of resources) {
+        expect(r.DeletionPolicy).toBe('RetainExceptOnCreate');
+        expect(r.UpdateReplacePolicy).toBe('Retain');
+      }
+    },
+  );
+
+  it('only the account-wide API Gateway logging role is kept even by a rolled-back create; docs/aws.md says what is kept', () => {
+    const retained = platformResources()
+      .filter((r) => r.DeletionPolicy === 'Retain')
+      .map((r) => r.Type);
+    // API Gateway's account-wide CloudWatch logging role: the account keeps naming it after the
+    // stack is gone, and other APIs in the region log through it (infra/platform-stack.ts).
+    expect(new Set(retained)).toEqual(new Set(['AWS::ApiGateway::Account', 'AWS::IAM::Role']));
+    expect(retained).toHaveLength(2);
     const doc = readFileSync(path.join(repo, 'docs/aws.md'), 'utf8');
     for (const kind of ['DynamoDB tables', 'S3 bucket', 'ECR repositories', 'API Gateway CloudWatch role'])
       expect(doc).toContain(kind);
+    expect(doc).toContain('RetainExceptOnCreate');
     // App stacks keep nothing: every resource goes with the stack.
     expect(
       Object.values(app.toJSON().Resources).some(
-        (r) => (r as { DeletionPolicy?: string }).DeletionPolicy === 'Retain',
+        (r) => (r as { DeletionPolicy?: string }).DeletionPolicy?.startsWith('Retain') ?? false,
       ),
     ).toBe(false);
   });

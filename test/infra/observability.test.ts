@@ -96,6 +96,21 @@ describe('management API route', () => {
 });
 
 describe('dashboard', () => {
+  // "All dashboards in your account are global, not region-specific."
+  // (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-cloudwatch-dashboard.html)
+  it('is named after its stack and its region, so the environment deploys in a second region too', () => {
+    const [dashboard] = Object.values(app.findResources('AWS::CloudWatch::Dashboard'));
+    expect(dashboard!.Properties.DashboardName).toEqual({
+      'Fn::Join': ['', [`${built.appStack.stackName}-`, { Ref: 'AWS::Region' }]],
+    });
+  });
+
+  it('the platform’s is `Ferry-<region>`: one platform per account and region', () => {
+    platform.hasResourceProperties('AWS::CloudWatch::Dashboard', {
+      DashboardName: { 'Fn::Join': ['', ['Ferry-', { Ref: 'AWS::Region' }]] },
+    });
+  });
+
   it('one dashboard per environment with the ops questions per endpoint', () => {
     const dashboards = app.findResources('AWS::CloudWatch::Dashboard');
     expect(Object.keys(dashboards)).toHaveLength(1);

@@ -113,12 +113,14 @@ describe('tables', () => {
     expect(tableOf('jobs').TimeToLiveSpecification).toEqual({ AttributeName: 'expiresAtSec', Enabled: true });
   });
 
-  it('has point-in-time recovery and encryption on every table, and keeps them on stack delete', () => {
+  it('has point-in-time recovery and encryption on every table, and keeps them on stack delete, not on a failed create', () => {
     const tables = template.findResources('AWS::DynamoDB::Table');
     for (const table of Object.values(tables)) {
       expect(table.Properties.PointInTimeRecoverySpecification).toEqual({ PointInTimeRecoveryEnabled: true });
       expect(table.Properties.SSESpecification).toEqual({ SSEEnabled: true });
-      expect(table.DeletionPolicy).toBe('Retain');
+      // infra/retention.ts: deleted only when the create that made them rolls back.
+      expect(table.DeletionPolicy).toBe('RetainExceptOnCreate');
+      expect(table.UpdateReplacePolicy).toBe('Retain');
     }
   });
 
@@ -152,6 +154,13 @@ describe('bucket', () => {
       .LifecycleConfiguration.Rules as { Prefix?: string; ExpirationInDays?: number }[];
     // Nothing expires artifacts/ (or the whole bucket).
     expect(rules.filter((r) => r.ExpirationInDays !== undefined).map((r) => r.Prefix)).toEqual(['payloads/']);
+  });
+
+  it('is kept on stack delete, not when its first create rolls back (infra/retention.ts)', () => {
+    template.hasResource('AWS::S3::Bucket', {
+      DeletionPolicy: 'RetainExceptOnCreate',
+      UpdateReplacePolicy: 'Retain',
+    });
   });
 
   it("expires payloads only after the longest a job is kept, so the rule never takes a live job's input", () => {
