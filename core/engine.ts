@@ -739,8 +739,13 @@ export class JobEngine {
   private async endQueued(endpointId: string, patch: () => JobPatch): Promise<number> {
     const batchSize = 500;
     let ended = 0;
+    // Each listing starts at the newest job the last batch ended (ListByStatusOptions.createdFrom):
+    // DynamoDB's index may still list that batch for a moment, and a listing from the start was then
+    // nothing but jobs already ended, which ended the purge after its first 500. A job sent back to
+    // the queue meanwhile with an older submit time is left for the next purge.
+    let createdFrom: number | undefined;
     for (;;) {
-      const batch = await this.listForMoves(endpointId, 'IN_QUEUE', batchSize);
+      const batch = await this.listForMoves(endpointId, 'IN_QUEUE', batchSize, createdFrom);
       const results = await this.jobs.updateMany(
         batch.map((job) => ({ current: job, patch: this.withRetention(job, patch()) })),
       );
@@ -753,6 +758,7 @@ export class JobEngine {
       ended += endedNow;
       // Not `batch.length < batchSize`: a webhook job that expired as it was read again shortens a batch.
       if (endedNow === 0) return ended;
+      createdFrom = Math.max(...batch.map((job) => job.createdAt));
       // A synchronous store (SQLite) never yields on its own: let other requests in between batches,
       // so ending a deep queue does not stall the whole API.
       await new Promise((resolve) => setImmediate(resolve));
@@ -788,9 +794,14 @@ export class JobEngine {
    * readForMove for a list: the jobs without their inputs (a purge of 500 queued image jobs fetched
    * 500 S3 objects it never used), those with a webhook read again whole.
    */
-  private async listForMoves(endpointId: string, status: JobStatus, limit: number): Promise<Job[]> {
+  private async listForMoves(
+    endpointId: string,
+    status: JobStatus,
+    limit: number,
+    createdFrom?: number,
+  ): Promise<Job[]> {
     const now = this.clock.now();
-    const listed = await this.jobs.listByStatus(endpointId, status, now, limit, noInput);
+    const listed = await this.jobs.listByStatus(endpointId, status, now, limit, { ...noInput, createdFrom });
     const jobs = await Promise.all(listed.map((job) => (job.webhook ? this.jobs.get(job.id, now) : job)));
     return jobs.filter((job): job is Job => job !== undefined);
   }

@@ -69,13 +69,13 @@ export interface JobStore {
    * a lapsed lease) lose its compare-and-set.
    */
   renewLease(lease: LeaseRenewal): Promise<boolean>;
-  /** Unexpired jobs of one endpoint in one status, oldest first; `options.input` as in `get`. */
+  /** Unexpired jobs of one endpoint in one status, oldest first; `options` as ListByStatusOptions says. */
   listByStatus(
     endpointId: string,
     status: JobStatus,
     nowMs: number,
     limit: number,
-    options?: Pick<JobReadOptions, 'input'>,
+    options?: ListByStatusOptions,
   ): Promise<Job[]>;
   /** IN_PROGRESS jobs (any endpoint) whose lease lapsed or whose execution timeout passed at `nowMs`. */
   listOverdue(nowMs: number, limit: number): Promise<Job[]>;
@@ -137,6 +137,16 @@ export interface ReceiveOptions {
  * How many jobs of an endpoint are IN_QUEUE at most, from the job store's records (the AWS scaler
  * reads it beside the queue's depth, whose messages outlive cancelled and purged jobs).
  */
+export interface ListByStatusOptions extends Pick<JobReadOptions, 'input'> {
+  /**
+   * Only jobs created at or after this time (ms). A caller that walks a backlog in batches (purge)
+   * starts each listing where the last one ended: DynamoDB's index may still list the jobs the last
+   * batch just moved (a global secondary index is eventually consistent), and a listing from the
+   * start could then be nothing but those.
+   */
+  createdFrom?: number;
+}
+
 export interface QueuedJobCount {
   queuedAtMost(endpointId: string, nowMs: number): Promise<number>;
 }

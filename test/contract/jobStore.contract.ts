@@ -313,6 +313,13 @@ export function describeJobStoreContract(
         expect(ids(await jobs.listByStatus(endpointId, 'IN_QUEUE', t0 + 50, 10))).toContain(expired.id);
         expect(ids(await jobs.listByStatus(endpointId, 'COMPLETED', t0 + 100, 10))).toEqual([done.id]);
         expect(await jobs.listByStatus(endpointId, 'FAILED', t0 + 100, 10)).toEqual([]);
+        // createdFrom: at or after that submit time only (a batch walk's next listing).
+        expect(
+          ids(await jobs.listByStatus(endpointId, 'IN_QUEUE', t0 + 100, 10, { createdFrom: t0 + 2 })),
+        ).toEqual([b.id, c.id]);
+        expect(
+          await jobs.listByStatus(endpointId, 'IN_QUEUE', t0 + 100, 10, { createdFrom: t0 + 4 }),
+        ).toEqual([]);
       });
 
       it('finds running jobs whose lease lapsed or whose execution timeout passed', async () => {

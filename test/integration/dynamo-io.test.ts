@@ -209,6 +209,58 @@ describe('purge and rejectQueued write many jobs per transaction', () => {
     }
   });
 
+  it('purges past a first batch that the lagging index still lists as queued', async () => {
+    // A global secondary index is eventually consistent: "your applications need to anticipate and
+    // handle situations where a query on a global secondary index returns results that are not up to
+    // date" (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/GSI.html). DynamoDB
+    // Local updates it at once, so this store's index keeps listing the first batch it handed out as
+    // still queued, as a lagging one would right after the batch was cancelled.
+    const store = countedStore();
+    const stale: Record<string, unknown>[] = [];
+    // The store's own document client (private), its send wrapped.
+    const doc = (store.jobs as unknown as { doc: { send: (command: unknown) => Promise<unknown> } }).doc;
+    const send = doc.send.bind(doc);
+    doc.send = async (command) => {
+      const answer = (await send(command)) as { Items?: Record<string, unknown>[] };
+      const input = (command as QueryCommand).input;
+      if (!(command instanceof QueryCommand) || input.IndexName !== 'byEndpointStatus') return answer;
+      if (stale.length === 0) {
+        // The first batch: the 500 oldest, which the purge cancels first.
+        const oldest = [...(answer.Items ?? [])].sort(
+          (a, b) => (a.createdAt as number) - (b.createdAt as number),
+        );
+        stale.push(...oldest.slice(0, 500));
+        return answer;
+      }
+      const from = (input.ExpressionAttributeValues?.[':from'] as number | undefined) ?? 0;
+      const fresh = new Set((answer.Items ?? []).map((item) => item.jobId));
+      const lagging = stale.filter((item) => (item.createdAt as number) >= from && !fresh.has(item.jobId));
+      const items = [...lagging, ...(answer.Items ?? [])].sort(
+        (a, b) => (a.createdAt as number) - (b.createdAt as number),
+      );
+      return { ...answer, Items: items };
+    };
+    const engine = engineFor(store);
+    const now = Date.now();
+    const endpointId = `io${now}lag`;
+    try {
+      for (let i = 0; i < 700; i += 100) {
+        await Promise.all(
+          Array.from({ length: 100 }, (_, j) =>
+            store.jobs.create(
+              makeJob({ endpointId, createdAt: now - 60_000 + (i + j) * 10, expiresAt: now + 86_400_000 }),
+            ),
+          ),
+        );
+      }
+      expect(await engine.purge(endpointId)).toEqual({ removed: 700, status: 'completed' });
+      expect(stale).toHaveLength(500);
+      expect((await engine.health(endpointId)).jobs.inQueue).toBe(0);
+    } finally {
+      store.close();
+    }
+  }, 60_000);
+
   it('splits a batch at 4 MB of items, and a job taken mid-batch stays taken', async () => {
     const store = countedStore();
     const now = Date.now();

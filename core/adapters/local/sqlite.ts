@@ -50,6 +50,7 @@ import type {
   JobStore,
   JobUpdate,
   LeaseRenewal,
+  ListByStatusOptions,
   QueueMessage,
   ReceiveOptions,
   RecentJobsQuery,
@@ -798,13 +799,13 @@ class SqliteJobStore implements JobStore {
     status: JobStatus,
     nowMs: number,
     limit: number,
-    options?: Pick<JobReadOptions, 'input'>,
+    options?: ListByStatusOptions,
   ): Promise<Job[]> {
-    const rows = prepared<[string, string, number, number], JobRow>(
+    const rows = prepared<[string, string, number, number, number], JobRow>(
       this.db,
-      `${selectJobs('jobs_of_endpoint_by_status')} WHERE endpoint_id = ? AND status = ? AND expires_at > ?
-         ORDER BY created_at, rowid LIMIT ?`,
-    ).all(endpointId, status, nowMs, checkLimit(limit));
+      `${selectJobs('jobs_of_endpoint_by_status')} WHERE endpoint_id = ? AND status = ? AND created_at >= ?
+         AND expires_at > ? ORDER BY created_at, rowid LIMIT ?`,
+    ).all(endpointId, status, options?.createdFrom ?? 0, nowMs, checkLimit(limit));
     return rows.map((row) => this.#jobOf(row, options?.input));
   }
 

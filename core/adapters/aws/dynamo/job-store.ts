@@ -303,17 +303,23 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     status: JobStatus,
     nowMs: number,
     limit: number,
-    options?: Pick<JobReadOptions, 'input'>,
+    options?: ListByStatusOptions,
   ): Promise<Job[]> {
     checkLimit(limit);
+    // createdFrom is the index's sort key: the listing starts there, past what comes before it.
+    const from = options?.createdFrom;
     const items = await queryAll(
       this.doc,
       {
         TableName: this.jobsTable,
         IndexName: dynamoSchema.jobs.indexes.byEndpointStatus.indexName,
-        KeyConditionExpression: 'endpointStatus = :key',
+        KeyConditionExpression: `endpointStatus = :key${from === undefined ? '' : ' AND createdAt >= :from'}`,
         FilterExpression: 'expiresAt > :now',
-        ExpressionAttributeValues: { ':key': `${endpointId}#${status}`, ':now': nowMs },
+        ExpressionAttributeValues: {
+          ':key': `${endpointId}#${status}`,
+          ':now': nowMs,
+          ...(from === undefined ? {} : { ':from': from }),
+        },
       },
       (found) => found.length >= limit,
     );
