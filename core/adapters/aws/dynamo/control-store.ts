@@ -1,5 +1,5 @@
 /** ControlStore on DynamoDB: the `control` table of `dynamoSchema`. */
-import { TransactWriteCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { conflict } from '../../../errors.js';
 import type {
   ApiKeyRecord,
@@ -11,7 +11,7 @@ import type {
   StartFailureRecord,
   StartFailures,
 } from '../../../ports.js';
-import { BodyTableAdapter, compare, errorName, type TableOptions } from './client.js';
+import { BodyTableAdapter, compare, errorName, type TableOptions, transact } from './client.js';
 import { dynamoSchema } from './schema.js';
 
 /** Components are URI-encoded so a '#' inside a name never splits a key the wrong way. */
@@ -142,47 +142,44 @@ export class DynamoControlStore extends BodyTableAdapter implements ControlStore
     const previousHash = previous?.hash as string | undefined;
     const body = JSON.stringify(key);
     try {
-      await this.table.doc.send(
-        new TransactWriteCommand({
-          TransactItems: [
-            {
-              Put: {
-                TableName: this.table.name,
-                Item: {
-                  ...idKey,
-                  kind: 'KEY',
-                  kindSort: `${key.createdAt.toString().padStart(16, '0')}#${key.id}`,
-                  hash: key.hash,
-                  body,
-                },
-                // Nobody re-pointed this id at another hash since we read it.
-                ConditionExpression:
-                  previousHash === undefined
-                    ? 'attribute_not_exists(pk)'
-                    : 'attribute_exists(pk) AND #hash = :previous',
-                ...(previousHash === undefined
-                  ? {}
-                  : {
-                      ExpressionAttributeNames: { '#hash': 'hash' },
-                      ExpressionAttributeValues: { ':previous': previousHash },
-                    }),
-              },
+      // transact: a cancellation that wrote nothing (a conflict, throttling) is sent again.
+      await transact(this.table.doc, [
+        {
+          Put: {
+            TableName: this.table.name,
+            Item: {
+              ...idKey,
+              kind: 'KEY',
+              kindSort: `${key.createdAt.toString().padStart(16, '0')}#${key.id}`,
+              hash: key.hash,
+              body,
             },
-            {
-              Put: {
-                TableName: this.table.name,
-                Item: { pk: `KEY#${key.hash}`, sk: 'KEY', keyId: key.id, body },
-                // The same hash under another id is a conflict.
-                ConditionExpression: 'attribute_not_exists(pk) OR keyId = :id',
-                ExpressionAttributeValues: { ':id': key.id },
-              },
-            },
-            ...(previousHash !== undefined && previousHash !== key.hash
-              ? [{ Delete: { TableName: this.table.name, Key: { pk: `KEY#${previousHash}`, sk: 'KEY' } } }]
-              : []),
-          ],
-        }),
-      );
+            // Nobody re-pointed this id at another hash since we read it.
+            ConditionExpression:
+              previousHash === undefined
+                ? 'attribute_not_exists(pk)'
+                : 'attribute_exists(pk) AND #hash = :previous',
+            ...(previousHash === undefined
+              ? {}
+              : {
+                  ExpressionAttributeNames: { '#hash': 'hash' },
+                  ExpressionAttributeValues: { ':previous': previousHash },
+                }),
+          },
+        },
+        {
+          Put: {
+            TableName: this.table.name,
+            Item: { pk: `KEY#${key.hash}`, sk: 'KEY', keyId: key.id, body },
+            // The same hash under another id is a conflict.
+            ConditionExpression: 'attribute_not_exists(pk) OR keyId = :id',
+            ExpressionAttributeValues: { ':id': key.id },
+          },
+        },
+        ...(previousHash !== undefined && previousHash !== key.hash
+          ? [{ Delete: { TableName: this.table.name, Key: { pk: `KEY#${previousHash}`, sk: 'KEY' } } }]
+          : []),
+      ]);
     } catch (error) {
       const reasons = (error as { CancellationReasons?: { Code?: string }[] }).CancellationReasons;
       if (
@@ -214,22 +211,18 @@ export class DynamoControlStore extends BodyTableAdapter implements ControlStore
     const idKey = { pk: `KEYID#${enc(id)}`, sk: 'KEY' };
     const item = await this.table.getItem(idKey);
     if (!item) return;
-    await this.table.doc.send(
-      new TransactWriteCommand({
-        TransactItems: [
-          { Delete: { TableName: this.table.name, Key: idKey } },
-          {
-            Delete: {
-              TableName: this.table.name,
-              Key: { pk: `KEY#${item.hash as string}`, sk: 'KEY' },
-              // Only while it still belongs to this id.
-              ConditionExpression: 'attribute_not_exists(pk) OR keyId = :id',
-              ExpressionAttributeValues: { ':id': id },
-            },
-          },
-        ],
-      }),
-    );
+    await transact(this.table.doc, [
+      { Delete: { TableName: this.table.name, Key: idKey } },
+      {
+        Delete: {
+          TableName: this.table.name,
+          Key: { pk: `KEY#${item.hash as string}`, sk: 'KEY' },
+          // Only while it still belongs to this id.
+          ConditionExpression: 'attribute_not_exists(pk) OR keyId = :id',
+          ExpressionAttributeValues: { ':id': id },
+        },
+      },
+    ]);
   }
 
   async close(): Promise<void> {}
