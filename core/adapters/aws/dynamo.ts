@@ -9,7 +9,8 @@
  *
  *   jobs     jobId                 one item per job (big fields go to the BlobStore), and the
  *                                  endpoints' count items `<endpointId>-#counts#<bucket>#<shard>`
- *   chunks   jobId + seq           seq 0 = the job's stream meta {nextSeq, cursor}; seq ≥ 1 = chunks
+ *   chunks   jobId + seq           seq 0 = the job's stream meta {nextSeq, cursor, and the tokens
+ *                                  lastAppend, drainedBy}; seq ≥ 1 = chunks (or `skipped` marks)
  *   control  pk + sk               APP#<app> · ENV#<app>#<env> · EP#<id> · KEY#<hash> · KEYID#<id>
  *   workers  workerId              one item per worker, listed per endpoint through a GSI
  *
