@@ -248,7 +248,13 @@ describe('purge and rejectQueued write many jobs per transaction', () => {
         await Promise.all(
           Array.from({ length: 100 }, (_, j) =>
             store.jobs.create(
-              makeJob({ endpointId, createdAt: now - 60_000 + (i + j) * 10, expiresAt: now + 86_400_000 }),
+              // Kept a day once purged, as above: deleteExpired below must not meet them.
+              makeJob({
+                endpointId,
+                createdAt: now - 60_000 + (i + j) * 10,
+                retentionMs: 86_400_000,
+                expiresAt: now + 86_400_000,
+              }),
             ),
           ),
         );
