@@ -18,19 +18,39 @@ import type { ApiKeyRecord, ControlStore, EndpointRecord } from './ports.js';
 /** Where a call key's value lives until ECS hands it to the worker container (Secrets Manager). */
 export interface CallTokenSecrets {
   put(name: string, value: string): Promise<void>;
-  /** Deletes at once (no recovery window): a redeploy must be able to reuse the name. */
+  /** Whether a task starting now could read the secret (it exists and is not being deleted). */
+  exists(name: string): Promise<boolean>;
+  /** Deletes at once (no recovery window): a redeploy must be able to reuse the name. Missing is fine. */
   delete(name: string): Promise<void>;
 }
 
 /** The worker container's variable; the Python client's first choice (ferry/client.py). */
 export const callTokenVariable = 'FERRY_CALL_TOKEN';
 
+type EndpointNames = Pick<EndpointRecord, 'app' | 'env' | 'name'>;
+
 /**
- * The Secrets Manager name of an endpoint's call key. Outside `ferry/<app>/<env>/` (user secrets,
- * core/adapters/aws/secrets.ts) so `ferry secrets list` does not show it and no user secret can
- * shadow it. infra/ reads the same function.
+ * The Secrets Manager name of an endpoint's call key, `ferry-call/<app>/<env>/<name>/key`. Outside
+ * `ferry/<app>/<env>/` (user secrets, core/adapters/aws/secrets.ts) so `ferry secrets list` does not
+ * show it and no user secret can shadow it. infra/ reads the same function.
+ *
+ * The fixed last segment: the task definition names the secret by a partial ARN (infra/isolation.ts
+ * callKeySecret), and Secrets Manager takes a partial ARN that ends in `-` and six characters for a
+ * complete one with its random suffix, so an endpoint called `gpu-worker` or `img-resize` could
+ * never start a task (https://docs.aws.amazon.com/secretsmanager/latest/userguide/troubleshoot.html#ARN_secretnamehyphen,
+ * and CreateSecret's Name: https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_CreateSecret.html).
+ * `/key` cannot end that way, whatever the endpoint's name.
  */
-export const callTokenSecretName = (endpoint: Pick<EndpointRecord, 'app' | 'env' | 'name'>): string =>
+export const callTokenSecretName = (endpoint: EndpointNames): string =>
+  `ferry-call/${endpoint.app}/${endpoint.env}/${endpoint.name}/key`;
+
+/**
+ * Where deploys of earlier Ferry versions kept the key (the name without `/key`). Nothing reads it
+ * once the stack's tasks use the new name: a deploy deletes it when its stack is deployed, and
+ * undeploy deletes it with the current one. By friendly name, which Secrets Manager never misreads
+ * (only partial ARNs are ambiguous).
+ */
+export const legacyCallTokenSecretName = (endpoint: EndpointNames): string =>
   `ferry-call/${endpoint.app}/${endpoint.env}/${endpoint.name}`;
 
 /** The call keys of one endpoint's workers among `keys`, oldest first. */
@@ -70,8 +90,10 @@ export async function issueCallKey(
 
 /**
  * The call key each endpoint's tasks will run with, by endpoint name: a new one for the endpoints in
- * `rotate` and for any without one, else the newest recorded. The key id goes into the worker's
- * task definition (FERRY_CALL_KEY_ID), so a new key rolls the tasks that hold the old one.
+ * `rotate`, for any without one, and for any whose secret is missing (deployed by a Ferry that named
+ * it otherwise, or deleted by hand: the key's value is known only to that secret, so it cannot be
+ * written again), else the newest recorded. The key id goes into the worker's task definition
+ * (FERRY_CALL_KEY_ID), so a new key rolls the tasks that hold the old one.
  */
 export async function prepareCallKeys(
   deps: {
@@ -86,8 +108,11 @@ export async function prepareCallKeys(
   const keys = await deps.control.listApiKeys();
   for (const endpoint of endpoints) {
     const current = callKeysIn(keys, endpoint.id).at(-1);
-    out[endpoint.name] =
-      current && !rotate.has(endpoint.id) ? current.id : (await issueCallKey(deps, endpoint)).id;
+    const keep =
+      current !== undefined &&
+      !rotate.has(endpoint.id) &&
+      (await deps.secrets.exists(callTokenSecretName(endpoint)));
+    out[endpoint.name] = keep ? current.id : (await issueCallKey(deps, endpoint)).id;
   }
   return out;
 }
@@ -103,11 +128,23 @@ export async function retireCallKeys(
   }
 }
 
-/** After an undeploy: the endpoint's call keys and their secret are gone. */
+/**
+ * After a deploy: the secret an earlier Ferry version kept the endpoint's key in is gone. The stack's
+ * tasks read callTokenSecretName now, and the key that secret held was retired with the others.
+ */
+export async function deleteLegacyCallTokenSecret(
+  secrets: CallTokenSecrets,
+  endpoint: EndpointNames,
+): Promise<void> {
+  await secrets.delete(legacyCallTokenSecretName(endpoint));
+}
+
+/** After an undeploy: the endpoint's call keys and their secret (under either name) are gone. */
 export async function revokeCallKeys(
   deps: { control: Pick<ControlStore, 'listApiKeys' | 'deleteApiKey'>; secrets: CallTokenSecrets },
   endpoint: EndpointRecord,
 ): Promise<void> {
   for (const key of await callKeysOf(deps.control, endpoint.id)) await deps.control.deleteApiKey(key.id);
   await deps.secrets.delete(callTokenSecretName(endpoint));
+  await deleteLegacyCallTokenSecret(deps.secrets, endpoint);
 }

@@ -330,9 +330,14 @@ export function userSecrets(
 
 /**
  * The worker container's call key (core/call-keys.ts): FERRY_CALL_TOKEN from the endpoint's own
- * `ferry-call/<app>/<env>/<name>` secret, written by `ferry deploy` before the stack deploys. As with
- * user secrets, only the task execution role may read it, by exact name (the `-??????` suffix); the
- * task role, which user code holds, gets no Secrets Manager action at all.
+ * `ferry-call/<app>/<env>/<name>/key` secret, written by `ferry deploy` before the stack deploys. As
+ * with user secrets, only the task execution role may read it, by exact name (the `-??????` suffix);
+ * the task role, which user code holds, gets no Secrets Manager action at all.
+ *
+ * Imported by name, so the task definition holds a partial ARN. That is unambiguous only because the
+ * name ends in `/key`, never in `-` and six characters, which Secrets Manager would read as the
+ * random suffix of a complete ARN (https://docs.aws.amazon.com/secretsmanager/latest/userguide/troubleshoot.html#ARN_secretnamehyphen;
+ * callTokenSecretName owns that rule). User secrets are safe the same way: a NAME has no `-`.
  */
 export function callKeySecret(
   scope: Construct,

@@ -131,6 +131,20 @@ export function baseImageFor(accelerator: 'cpu' | 'gpu', version: string, python
   return imageTag(accelerator === 'cpu' ? 'base-cpu' : 'base-gpu', version, pythonVersion);
 }
 
+/**
+ * The platform every image is built for, whatever machine builds it. Ferry's ECS hosts are all
+ * x86-64: the instance types of infra/gpu.ts (g4dn, g5, g6, g6e, p4d, p5; c7i, m7i, r7i; no
+ * Graviton) on the STANDARD and GPU ECS-optimized AMIs, and the CodeBuild project that builds the
+ * images is x86-64 too. Without `--platform` docker builds the host's architecture, so `ferry images
+ * build && ferry images push` on an Apple-silicon machine would push arm64 images that no host can
+ * run, under tags ECR keeps immutable
+ * (https://docs.aws.amazon.com/AmazonECR/latest/userguide/image-tag-mutability.html), while a deploy
+ * checks only that a tag exists. The same tag runs locally under `ferry deploy --preview`
+ * (emulated on arm64): one tag, one architecture.
+ * https://docs.docker.com/reference/cli/docker/buildx/build/#platform
+ */
+export const imagePlatform = 'linux/amd64';
+
 export interface BuildOptions {
   /** Only these kinds (their `from` kinds are not added: build those first yourself). */
   kinds?: readonly string[];
@@ -142,8 +156,8 @@ export interface BuildOptions {
 
 /**
  * One argv per image, bases before the images built FROM them:
- *   ['docker', 'build', '--file', 'worker-image/Dockerfile.cpu', '--build-arg', 'PYTHON_VERSION=3.12',
- *    '--tag', 'ferry/worker-base-cpu:0.1.0-py3.12', '.']
+ *   ['docker', 'build', '--platform', 'linux/amd64', '--file', 'worker-image/Dockerfile.cpu',
+ *    '--build-arg', 'PYTHON_VERSION=3.12', '--tag', 'ferry/worker-base-cpu:0.1.0-py3.12', '.']
  */
 export function dockerBuildCommands(
   version: string,
@@ -160,7 +174,14 @@ export function dockerBuildCommands(
         : { PYTHON_VERSION: pythonVersion, ...image.buildArgs };
     if (image.from !== undefined) args.BASE_IMAGE = imageTag(image.from, version, pythonVersion);
     Object.assign(args, options.buildArgs?.[image.kind] ?? {});
-    const argv = [options.docker ?? 'docker', 'build', '--file', image.dockerfile];
+    const argv = [
+      options.docker ?? 'docker',
+      'build',
+      '--platform',
+      imagePlatform,
+      '--file',
+      image.dockerfile,
+    ];
     for (const [name, value] of Object.entries(args)) argv.push('--build-arg', `${name}=${value}`);
     argv.push('--tag', imageTag(image.kind, version, pythonVersion), '.');
     return argv;

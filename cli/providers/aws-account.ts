@@ -6,17 +6,25 @@
  *    only when the caller may; a CloudFormation-created cluster in an account that never used ECS
  *    fails with "Unable to assume the service linked role. Please verify that the ECS service linked
  *    role exists". CreateServiceLinkedRole for ecs.amazonaws.com is idempotent in effect: when the
- *    role exists IAM answers InvalidInput "...has been taken in this account", which is fine.
+ *    role exists IAM answers InvalidInput "...has been taken in this account", which is fine. A
+ *    least-privilege deployer may not create service-linked roles at all (IAM wants
+ *    iam:CreateServiceLinkedRole for that), so a refusal falls back to GetRole, and a refusal of
+ *    that too leaves the check to CloudFormation with a warning.
  *    https://docs.aws.amazon.com/AmazonECS/latest/developerguide/using-service-linked-roles.html
+ *    https://docs.aws.amazon.com/IAM/latest/UserGuide/using-service-linked-roles.html
  *    https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_CreateCluster.html
  *    https://docs.aws.amazon.com/IAM/latest/APIReference/API_CreateServiceLinkedRole.html
+ *    https://docs.aws.amazon.com/IAM/latest/APIReference/API_GetRole.html
  *  - A stack CloudFormation can deploy over (usableStack): none, or one that is neither dead
- *    (ROLLBACK_COMPLETE after a failed first deploy) nor another app's; and, when it must be
- *    created again right after a delete, SQS's queue names released.
+ *    (ROLLBACK_COMPLETE after a failed first deploy), nor never created (REVIEW_IN_PROGRESS), nor
+ *    busy with another operation, nor another app's; and, when it must be created again right
+ *    after a delete, SQS's queue names released.
  */
 import {
   CreateServiceLinkedRoleCommand,
   type CreateServiceLinkedRoleCommandOutput,
+  GetRoleCommand,
+  type GetRoleCommandOutput,
   IAMClient,
 } from '@aws-sdk/client-iam';
 import { SubscribeCommand, type SubscribeCommandOutput } from '@aws-sdk/client-sns';
@@ -26,41 +34,80 @@ import type { Reporter } from '../io.js';
 import {
   type CdkToolkit,
   deadStackStatuses,
+  isBusyStackStatus,
   type StackDescription,
   type StackLookup,
   type ToolkitEventHandler,
+  uncreatedStackStatuses,
 } from './toolkit.js';
 
-/** The IAM call this module makes (the SDK client, or a test's stand-in). */
+/** The IAM calls this module makes (the SDK client, or a test's stand-in). */
 export interface IamLike {
   send(command: CreateServiceLinkedRoleCommand): Promise<CreateServiceLinkedRoleCommandOutput>;
+  send(command: GetRoleCommand): Promise<GetRoleCommandOutput>;
   destroy?(): void;
 }
 
 export const ecsServiceName = 'ecs.amazonaws.com';
+/** The role's fixed name (the ECS page above). */
+export const ecsServiceLinkedRoleName = 'AWSServiceRoleForECS';
 
-/** Creates the ECS service-linked role, or confirms it is there. */
+const errorOf = (error: unknown) => error as { name?: string; message?: string };
+/** IAM's refusal (the Query API's code is AccessDenied; the SDK keeps it as the name). */
+const isAccessDenied = (error: unknown) => /^AccessDenied(Exception)?$/.test(errorOf(error).name ?? '');
+
+const administratorHint =
+  'Ask an account administrator to run `aws iam create-service-linked-role --aws-service-name ecs.amazonaws.com` once, ' +
+  'or grant iam:CreateServiceLinkedRole for ecs.amazonaws.com to the deploying identity.';
+
+/**
+ * Creates the ECS service-linked role, or confirms it is there. `unchecked`: IAM let this identity
+ * neither create nor read it; the deploy goes on (if the role is really missing, CloudFormation's
+ * cluster creation fails with ECS's own message).
+ */
 export async function ensureEcsServiceLinkedRole(
   iam: IamLike,
   reporter: Reporter,
-): Promise<'created' | 'exists'> {
+): Promise<'created' | 'exists' | 'unchecked'> {
   try {
     await iam.send(new CreateServiceLinkedRoleCommand({ AWSServiceName: ecsServiceName }));
     reporter.line('  created the ECS service-linked role (AWSServiceRoleForECS): first use of ECS here');
     return 'created';
   } catch (error) {
-    const { name, message } = error as { name?: string; message?: string };
+    const { name, message } = errorOf(error);
     if (name === 'InvalidInputException' && /has been taken/i.test(message ?? '')) return 'exists';
+    if (isAccessDenied(error)) return ecsServiceLinkedRoleByGetRole(iam, reporter, error);
     throw new FerryError(
       'failed',
       `Cannot create or check the ECS service-linked role: ${message ?? String(error)}`,
-      {
-        hint:
-          'Ask an account administrator to run `aws iam create-service-linked-role --aws-service-name ecs.amazonaws.com` once, ' +
-          'or grant iam:CreateServiceLinkedRole for ecs.amazonaws.com to the deploying identity.',
-        cause: error,
-      },
+      { hint: administratorHint, cause: error },
     );
+  }
+}
+
+/** After CreateServiceLinkedRole was refused: is the role there anyway? */
+async function ecsServiceLinkedRoleByGetRole(
+  iam: IamLike,
+  reporter: Reporter,
+  createError: unknown,
+): Promise<'exists' | 'unchecked'> {
+  try {
+    await iam.send(new GetRoleCommand({ RoleName: ecsServiceLinkedRoleName }));
+    return 'exists';
+  } catch (error) {
+    if (errorOf(error).name === 'NoSuchEntityException' || errorOf(error).name === 'NoSuchEntity') {
+      throw new FerryError(
+        'failed',
+        `This account has no ECS service-linked role (${ecsServiceLinkedRoleName}), and this identity may not create it: ${errorOf(createError).message ?? String(createError)}`,
+        { hint: administratorHint, cause: createError },
+      );
+    }
+    reporter.line(
+      `  warning: cannot check the ECS service-linked role (${ecsServiceLinkedRoleName}): IAM refused iam:CreateServiceLinkedRole, and iam:GetRole answered: ${errorOf(error).message ?? String(error)}. ` +
+        "Going on; if the role is missing, creating the platform's ECS cluster fails. " +
+        'Fix: `aws iam create-service-linked-role --aws-service-name ecs.amazonaws.com`, once, as an administrator.',
+    );
+    return 'unchecked';
   }
 }
 
@@ -82,9 +129,31 @@ export interface StackPorts {
   clock: { nowMs(): number; sleep(ms: number): Promise<void> };
 }
 
+/** Why a stack in this state is deleted before a deploy, or undefined when it is not. */
+function replacedBecause(status: string): string | undefined {
+  if (deadStackStatuses.has(status)) return 'an earlier first deploy failed and rolled back';
+  if (uncreatedStackStatuses.has(status)) {
+    return 'an earlier first deploy stopped before CloudFormation created anything';
+  }
+  return undefined;
+}
+
+/** A stack CloudFormation is working on: wait (exit 2), rather than fail halfway into a deploy. */
+export function stackBusyError(stack: string, status: string): FerryError {
+  return new FerryError(
+    'usage',
+    `Stack ${stack} is in ${status}: another deploy of this stack is running (or its undeploy or rollback)`,
+    {
+      hint: 'Wait for it, or see its events in the CloudFormation console; then run the command again.',
+    },
+  );
+}
+
 /**
  * The stack as it stands, ready to deploy over: undefined when there is none, also after deleting one
- * left in ROLLBACK_COMPLETE (CloudFormation cannot update such a stack, only delete it). With `owner`,
+ * left in ROLLBACK_COMPLETE (CloudFormation cannot update such a stack, only delete it) or in
+ * REVIEW_IN_PROGRESS (never created; deleted rather than created over, so no later step reads a
+ * stack without outputs). Refuses (exit 2) a stack another operation is running on. With `owner`,
  * refuses (exit 2) a stack whose ownership tags name another app/environment, or none. Before a
  * stack is created again, waits until SQS lets its queue names be reused.
  */
@@ -95,13 +164,15 @@ export async function usableStack(
 ): Promise<StackDescription | undefined> {
   const { reporter, owner } = options;
   let described = await ports.lookup.describe(stack);
-  if (described && deadStackStatuses.has(described.status)) {
+  const because = described && replacedBecause(described.status);
+  if (described && because) {
     reporter.line(
-      `  stack ${stack} is in ${described.status} (an earlier first deploy failed and rolled back): deleting it, then deploying it again`,
+      `  stack ${stack} is in ${described.status} (${because}): deleting it, then deploying it again`,
     );
     await ports.toolkit.destroy([stack], options.onEvent);
     described = undefined;
   }
+  if (described && isBusyStackStatus(described.status)) throw stackBusyError(stack, described.status);
   if (described && owner) {
     const app = described.tags[ownershipTags.app];
     const env = described.tags[ownershipTags.env];

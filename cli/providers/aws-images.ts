@@ -7,6 +7,11 @@
  *     looked up (ecr:DescribeImages); missing ones are built by the platform's CodeBuild project
  *     from a build context this machine uploads, with progress, unless FERRY_AWS_IMAGE_BUILD=never.
  *  3. Neither possible: exit 2 with the ways to fix it. Never a deploy whose tasks cannot pull.
+ *
+ * Two deploys at once may both find a tag missing and both build it. ECR's tags are immutable
+ * (https://docs.aws.amazon.com/AmazonECR/latest/userguide/image-tag-mutability.html), so the second
+ * push is refused and that build ends FAILED, though the image it was to push now exists: after a
+ * failed build the deploy looks again, and goes on when nothing is missing (buildMissingImages).
  */
 import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -144,14 +149,43 @@ export interface CodeBuildRun {
   pollMs?: number;
 }
 
+/**
+ * StartBuild. A new account's CodeBuild quota may be 0 ("Cannot have more than 0 builds in queue
+ * for the account", AccountLimitExceededException: "An AWS service limit was exceeded for the
+ * calling AWS account", https://docs.aws.amazon.com/codebuild/latest/APIReference/API_StartBuild.html);
+ * only a quota increase or a local build gets past it
+ * (https://docs.aws.amazon.com/codebuild/latest/userguide/limits.html).
+ */
+async function startBuild(run: CodeBuildRun): Promise<StartBuildCommandOutput> {
+  try {
+    return await run.codebuild.send(
+      new StartBuildCommand({
+        projectName: run.project,
+        environmentVariablesOverride: [
+          { name: 'FERRY_CONTEXT_KEY', value: run.contextKey, type: 'PLAINTEXT' },
+        ],
+      }),
+    );
+  } catch (error) {
+    if ((error as { name?: string }).name !== 'AccountLimitExceededException') throw error;
+    throw new FerryError(
+      'failed',
+      `CodeBuild refused to start the image build: ${(error as Error).message}`,
+      {
+        hint:
+          "This account's CodeBuild quota allows no (more) builds; new accounts often start at 0. Request a higher " +
+          '"Concurrently running builds" quota for CodeBuild in Service Quotas ' +
+          '(https://docs.aws.amazon.com/codebuild/latest/userguide/limits.html), or build and push the images ' +
+          'yourself: `ferry images build && ferry images push --registry <the platform ImageRegistry>`.',
+        cause: error,
+      },
+    );
+  }
+}
+
 /** Starts the build and follows it: a line per phase, an error with the log link when it fails. */
 export async function runImageBuild(run: CodeBuildRun): Promise<void> {
-  const started = await run.codebuild.send(
-    new StartBuildCommand({
-      projectName: run.project,
-      environmentVariablesOverride: [{ name: 'FERRY_CONTEXT_KEY', value: run.contextKey, type: 'PLAINTEXT' }],
-    }),
-  );
+  const started = await startBuild(run);
   const id = started.build?.id;
   if (!id) throw new FerryError('failed', `CodeBuild did not start a build of ${run.project}`);
   run.reporter.line(`  building images in CodeBuild (${id}); this takes 20-40 minutes the first time`);
@@ -176,6 +210,41 @@ export async function runImageBuild(run: CodeBuildRun): Promise<void> {
       });
     }
     await run.clock.sleep(run.pollMs ?? 15_000);
+  }
+}
+
+/**
+ * Builds `missing` in CodeBuild. When the build fails, looks in ECR again: another deploy may have
+ * pushed the same tags meanwhile (and made this build's push fail on the immutable tag). Nothing
+ * missing then: says so and goes on. Still missing: the build's error, naming what is missing.
+ */
+export async function buildMissingImages(
+  run: CodeBuildRun & { ecr: EcrLike; missing: readonly NeededImage[] },
+): Promise<void> {
+  try {
+    await runImageBuild(run);
+  } catch (error) {
+    const still = await missingImages(run.ecr, run.missing).catch(() => undefined);
+    if (still === undefined) throw error;
+    if (still.length === 0) {
+      run.reporter.line(
+        '  the image build failed, but every image it was to push is in ECR now (another deploy built them at the same time): going on',
+      );
+      return;
+    }
+    const failure = FerryError.is(error)
+      ? error
+      : new FerryError('failed', `The image build failed: ${(error as Error).message}`, { cause: error });
+    throw new FerryError(
+      failure.code,
+      `${failure.message}; still missing: ${still.map((m) => `${m.repository}:${m.tag}`).join(', ')}`,
+      {
+        hint:
+          `${failure.hint ? `${failure.hint}. ` : ''}If another deploy of this Ferry version is building the same ` +
+          'images now, wait for it to finish and deploy again.',
+        cause: error,
+      },
+    );
   }
 }
 

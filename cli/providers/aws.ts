@@ -25,6 +25,8 @@ import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
 import { S3BlobStore } from '../../core/adapters/aws/s3.js';
 import {
   type CallTokenSecrets,
+  deleteLegacyCallTokenSecret,
+  legacyCallTokenSecretName,
   prepareCallKeys,
   retireCallKeys,
   revokeCallKeys,
@@ -64,21 +66,22 @@ import {
   ensureEcsServiceLinkedRole,
   type IamLike,
   type SnsLike,
+  stackBusyError,
   subscribeAlarmEmail,
   usableStack,
 } from './aws-account.js';
 import {
   buildContextKey,
+  buildMissingImages,
   type CodeBuildLike,
   type EcrLike,
   imagesAt,
   missingImages,
   neededImages,
-  runImageBuild,
   writeBuildContext,
 } from './aws-images.js';
 import type { CdkToolkit, StackLookup, StackOutputs, SynthesizedAssembly } from './toolkit.js';
-import { deadStackStatuses } from './toolkit.js';
+import { deadStackStatuses, isBusyStackStatus, uncreatedStackStatuses } from './toolkit.js';
 import type { DestroyResult, PrepareInput, Provider, ProvisionContext, ServingState } from './types.js';
 
 // Stack names come from infra/names.ts, which loads no CDK code.
@@ -171,7 +174,17 @@ export class AwsProvider implements Provider {
         },
       );
     }
-    const outputs = described?.outputs;
+    // A platform stack that was never created (REVIEW_IN_PROGRESS) is no platform; one that is
+    // being created has no outputs yet (an update keeps its outputs, and reading them is fine).
+    const created = described && !uncreatedStackStatuses.has(described.status) ? described : undefined;
+    if (
+      created &&
+      isBusyStackStatus(created.status) &&
+      !platformOutputsSchema.safeParse(created.outputs).success
+    ) {
+      throw stackBusyError(platformStackName, created.status);
+    }
+    const outputs = created?.outputs;
     if (!outputs) {
       throw new FerryError(
         'not_found',
@@ -314,8 +327,10 @@ export class AwsProvider implements Provider {
       const clock = this.options.clock ?? realClock;
       const key = buildContextKey(version, manifest.pythonVersion, clock.nowMs());
       await (await this.#blobs()).putFile(key, file);
-      await runImageBuild({
+      await buildMissingImages({
         codebuild: this.options.codebuild,
+        ecr: this.options.ecr,
+        missing,
         project: platform.ImageBuildProject,
         contextKey: key,
         reporter,
@@ -515,10 +530,27 @@ export class AwsProvider implements Provider {
       };
     });
     const control = await this.#control();
-    for (const record of records) await retireCallKeys(control, record.id, callKeyIds[record.name]!);
+    for (const record of records) {
+      await retireCallKeys(control, record.id, callKeyIds[record.name]!);
+      await this.#deleteLegacyCallTokenSecret(record, reporter);
+    }
     this.#deployed.set(stack, new Set(records.map((r) => r.id)));
     this.#destroyed.delete(stack);
     return located;
+  }
+
+  /**
+   * The secret an earlier Ferry version kept the endpoint's call key in: nothing reads it once the
+   * stack deployed. The stack is up by now, so a failure here costs a stray secret, not the deploy.
+   */
+  async #deleteLegacyCallTokenSecret(record: EndpointRecord, reporter: Reporter): Promise<void> {
+    try {
+      await deleteLegacyCallTokenSecret(this.options.callTokens, record);
+    } catch (error) {
+      reporter.line(
+        `  warning: could not delete the old call-key secret ${legacyCallTokenSecretName(record)} (${(error as Error).message}); it is unused, delete it by hand`,
+      );
+    }
   }
 
   uploadArtifact(key: string, filePath: string, onProgress?: (sentBytes: number) => void): Promise<void> {

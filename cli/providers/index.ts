@@ -1,4 +1,5 @@
 /** Picks the provider: `--provider`, then the project's .ferry/config.json, then local. */
+import path from 'node:path';
 import { FerryError } from '../../core/errors.js';
 import { ferryHome, type ProviderName } from '../config.js';
 import { type CliIo, confirm, type Reporter } from '../io.js';
@@ -23,7 +24,7 @@ export interface OpenProviderOptions {
 }
 
 /** IAM, ECR, CodeBuild, SNS and EC2 clients from the usual credential chain (loaded only for real deploys). */
-async function realAccountClients() {
+async function realAccountClients(reporter: Reporter) {
   const [
     { iamFromEnv },
     { ECRClient },
@@ -42,7 +43,10 @@ async function realAccountClients() {
     import('../../core/adapters/aws/secrets.js'),
   ]);
   return {
-    callTokens: new SecretsManagerCallTokens(new SecretsManagerClient({})),
+    // Waits out a deletion of the same secret by an undeploy moments ago, with progress.
+    callTokens: new SecretsManagerCallTokens(new SecretsManagerClient({}), {
+      onWait: (text) => reporter.line(text),
+    }),
     iam: iamFromEnv(),
     sns: new SNSClient({}) as unknown as import('./aws-account.js').SnsLike,
     ecr: new ECRClient({}) as unknown as import('./aws-images.js').EcrLike,
@@ -50,6 +54,10 @@ async function realAccountClients() {
     ec2: new EC2Client({}) as unknown as import('./aws/zones.js').Ec2Like,
   };
 }
+
+/** Where the fake toolkit's deploys keep call keys' values: beside its state file. */
+export const fakeCallTokensFile = (stateFile: string): string =>
+  `${path.resolve(stateFile)}.call-tokens.json`;
 
 export async function openProvider(name: ProviderName, options: OpenProviderOptions): Promise<Provider> {
   if (name === 'aws') {
@@ -86,10 +94,15 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
       lookup,
       clients: awsClientsFromEnv(options.env),
       // The recording fake toolkit (tests) talks to no AWS account, so there is no role to check,
-      // and call keys' values stay in memory (their records still go to the control table).
+      // and call keys' values go to a file beside its state (their records still go to the
+      // control table).
       ...(options.env.FERRY_TEST_FAKE_TOOLKIT
-        ? { callTokens: new (await import('../../core/adapters/aws/secrets.js')).MemoryCallTokens() }
-        : await realAccountClients()),
+        ? {
+            callTokens: new (await import('../../core/adapters/aws/secrets.js')).FileCallTokens(
+              fakeCallTokensFile(options.env.FERRY_TEST_FAKE_TOOLKIT),
+            ),
+          }
+        : await realAccountClients(reporter)),
       ...(options.bootstrap ? { bootstrap: true } : {}),
       ...(options.alarmEmail ? { alarmEmail: options.alarmEmail } : {}),
       ...(options.refreshZones ? { refreshZones: true } : {}),

@@ -97,6 +97,24 @@ export interface StackLookup {
 export const deadStackStatuses: ReadonlySet<string> = new Set(['ROLLBACK_COMPLETE', 'ROLLBACK_FAILED']);
 
 /**
+ * A stack in REVIEW_IN_PROGRESS was never created: a CREATE change set made it, "an expected StackId
+ * but without any templates or resources", and was never executed (a first deploy stopped at its
+ * approval prompt, or a change set that failed validation)
+ * (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/view-stack-events.html#cfn-console-view-stack-data-resources-status-codes).
+ * It has no outputs and nothing to keep; the CDK treats it as a stack that does not exist
+ * (toolkit-lib's deploy-stack.js creates over it), and so does Ferry.
+ */
+export const uncreatedStackStatuses: ReadonlySet<string> = new Set(['REVIEW_IN_PROGRESS']);
+
+/**
+ * CloudFormation is working on the stack (a deploy, an undeploy, a rollback, a cleanup): it refuses
+ * another operation until that ends. REVIEW_IN_PROGRESS ends in _IN_PROGRESS too, but waits for
+ * nobody (uncreatedStackStatuses).
+ */
+export const isBusyStackStatus = (status: string): boolean =>
+  status.endsWith('_IN_PROGRESS') && !uncreatedStackStatuses.has(status);
+
+/**
  * Decides the toolkit's questions. `security`: the deploy broadens IAM or security-group access.
  * Returns false to decline (the deploy is cancelled).
  */

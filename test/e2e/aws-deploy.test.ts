@@ -13,7 +13,10 @@ import {
   appStackName as cliAppStackName,
   manifestFromRecords,
 } from '../../cli/providers/aws.js';
+import { fakeCallTokensFile } from '../../cli/providers/index.js';
 import { type FakeToolkitState, toolkitEventOf } from '../../cli/providers/toolkit.js';
+import { FileCallTokens } from '../../core/adapters/aws/secrets.js';
+import { callTokenSecretName, legacyCallTokenSecretName } from '../../core/call-keys.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { appStackName } from '../../infra/app-stack.js';
 import { type AwsFixture, fakeAwsConfig, startAwsFixture } from '../support/emulators.js';
@@ -62,6 +65,8 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
       },
     });
   const callKeys = async () => (await fixture.control().listApiKeys()).filter((k) => k.endpointId);
+  /** The call keys' secrets the fake deploys wrote (Secrets Manager's stand-in), by name. */
+  const callSecrets = () => new FileCallTokens(fakeCallTokensFile(stateFile));
   const records = async (app: string, env?: string) =>
     (await fixture.control().listEndpoints({ app, ...(env ? { env } : {}) })) as AwsEndpointRecord[];
 
@@ -163,16 +168,23 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
       expect(own, ep.name).toHaveLength(1);
       expect(own[0]).toMatchObject({ app: 'shop', env: 'production' });
       expect(template).toContain(own[0]!.id);
-      expect(template).toContain(`ferry-call/shop/production/${ep.name}`);
+      const secret = callTokenSecretName(ep);
+      expect(secret).toBe(`ferry-call/shop/production/${ep.name}/key`);
+      expect(template).toContain(`:secret:${secret}"`);
+      expect(callSecrets().read()[secret]).toMatch(/^fy_/);
     }
   });
 
   it('a source change deploys again with the new fingerprint in the template; ids stay', async () => {
     const before = await records('shop', 'production');
     const callKeysBefore = new Map((await callKeys()).map((k) => [k.endpointId, k.id]));
+    // The secret an earlier Ferry version kept gpu_worker's key in: deleted once the stack deployed.
+    const legacy = legacyCallTokenSecretName(before.find((e) => e.name === 'gpu_worker')!);
+    await callSecrets().put(legacy, 'fy_from_an_earlier_version');
     appendFileSync(path.join(project, 'cpu_worker.py'), '\n# changed\n');
     const result = await ferry(['deploy', '--yes', '--json']);
     expect(result.code, result.stderr).toBe(0);
+    expect(callSecrets().read()[legacy]).toBeUndefined();
     const calls = state().calls;
     expect(calls).toHaveLength(3);
     expect(calls[2]!.stacks).toEqual(['FerryPlatform', PROD]);
@@ -264,6 +276,12 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
       'workers of shop/staging/gpu_worker',
       'workers of shop/staging/lb_worker',
     ]);
+    // And its secret is gone; the others' stay.
+    const secrets = Object.keys(callSecrets().read()).filter((n) => n.startsWith('ferry-call/shop/staging/'));
+    expect(secrets.sort()).toEqual([
+      'ferry-call/shop/staging/gpu_worker/key',
+      'ferry-call/shop/staging/lb_worker/key',
+    ]);
   });
 
   it('env delete destroys the environment stack once, then removes the records', async () => {
@@ -337,6 +355,49 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     expect(state().statuses?.[STAGING]).toBeUndefined();
     expect(state().tags?.[STAGING]).toEqual({ 'ferry:app': 'shop', 'ferry:env': 'staging' });
   });
+
+  it('refuses (exit 2, nothing deployed) a stack another deploy is working on', async () => {
+    editState((s) => {
+      s.statuses = { [STAGING]: 'UPDATE_IN_PROGRESS' };
+    });
+    const count = state().calls.length;
+    const result = await ferry(['deploy', '--yes', '--env', 'staging']);
+    expect(result.code, result.stderr).toBe(2);
+    expect(result.stderr).toContain(
+      `Stack ${STAGING} is in UPDATE_IN_PROGRESS: another deploy of this stack is running`,
+    );
+    expect(result.stderr).toContain('CloudFormation console');
+    expect(state().calls.slice(count)).toEqual([]);
+    editState((s) => {
+      delete s.statuses;
+    });
+  }, 240_000);
+
+  it('takes a platform stack left in REVIEW_IN_PROGRESS (never created) as none: deletes it and creates it', async () => {
+    // A first deploy stopped at its approval prompt: CloudFormation has the stack's id and a change
+    // set, no resources and no outputs.
+    editState((s) => {
+      delete s.stacks.FerryPlatform;
+      s.statuses = { FerryPlatform: 'REVIEW_IN_PROGRESS' };
+    });
+    const listed = await ferry(['app', 'list']);
+    expect(listed.code).toBe(1);
+    expect(listed.stderr).toContain('No Ferry platform in this AWS account and region');
+    const count = state().calls.length;
+    const result = await ferry(['deploy', '--yes', '--env', 'staging']);
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain('stack FerryPlatform is in REVIEW_IN_PROGRESS');
+    expect(
+      state()
+        .calls.slice(count)
+        .map((c) => [c.op, c.stacks]),
+    ).toEqual([
+      ['destroy', ['FerryPlatform']],
+      ['deploy', ['FerryPlatform']],
+      ['deploy', ['FerryPlatform', STAGING]],
+    ]);
+    expect(state().statuses?.FerryPlatform).toBeUndefined();
+  }, 240_000);
 });
 
 describe('aws provider pieces', () => {

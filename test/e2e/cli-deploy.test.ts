@@ -287,7 +287,7 @@ describe('deploy --preview without a Docker engine', () => {
     expect(result.code, result.stderr).toBe(1);
     expect(result.stderr).toMatch(/Error: Preview failed at: docker run -d --name ferry-preview-gpu_worker /);
     expect(result.stderr).toMatch(
-      /hint: If ferry\/worker-base-gpu:\S+ is not built yet, build it from the Ferry repository root: docker build --file worker-image\/Dockerfile\.gpu /,
+      /hint: If ferry\/worker-base-gpu:\S+ is not built yet, build it from the Ferry repository root: docker build --platform linux\/amd64 --file worker-image\/Dockerfile\.gpu /,
     );
     const calls = readFileSync(log, 'utf8').trim().split('\n');
     expect(calls.filter((c) => c.startsWith('run '))).toHaveLength(2); // lb_worker never started

@@ -28,9 +28,9 @@ describe('ferry images --dry-run', () => {
     expect(lines[0]).toBe(`cd ${repo}`);
     expect(lines[1]).toBe('node dist/worker-image/agent/bundle.js worker-image/agent/dist');
     expect(lines.slice(2)).toEqual([
-      'docker build --file worker-image/Dockerfile.agent --tag ferry/agent:0.1.0 .',
-      'docker build --file worker-image/Dockerfile.cpu --build-arg PYTHON_VERSION=3.12 --tag ferry/worker-base-cpu:0.1.0-py3.12 .',
-      'docker build --file worker-image/Dockerfile.gpu --build-arg PYTHON_VERSION=3.12 --build-arg CUDA_WHEELS=cu124 --tag ferry/worker-base-gpu:0.1.0-py3.12 .',
+      'docker build --platform linux/amd64 --file worker-image/Dockerfile.agent --tag ferry/agent:0.1.0 .',
+      'docker build --platform linux/amd64 --file worker-image/Dockerfile.cpu --build-arg PYTHON_VERSION=3.12 --tag ferry/worker-base-cpu:0.1.0-py3.12 .',
+      'docker build --platform linux/amd64 --file worker-image/Dockerfile.gpu --build-arg PYTHON_VERSION=3.12 --build-arg CUDA_WHEELS=cu124 --tag ferry/worker-base-gpu:0.1.0-py3.12 .',
     ]);
 
     // A clean copy: the files git would ship, node_modules linked, compiled with the project's tsc.

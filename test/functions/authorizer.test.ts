@@ -150,7 +150,7 @@ describe('call keys (core/call-keys.ts): what a worker may call with its key', (
   it('is minted scoped to the caller endpoint’s app and environment, and stored only hashed', async () => {
     const record = await issueCallKey({ control: store, secrets, nowMs: () => 5 }, endpoints[0]!);
     expect(record).toMatchObject({ app: 'shop', env: 'prod', endpointId: 'callerid1', createdAt: 5 });
-    const token = secrets.values.get('ferry-call/shop/prod/caller')!;
+    const token = secrets.values.get(callTokenSecretName(endpoints[0]!))!;
     expect(token).toMatch(/^fy_/);
     expect(JSON.stringify(keys)).not.toContain(token);
   });
@@ -183,9 +183,9 @@ describe('call keys (core/call-keys.ts): what a worker may call with its key', (
 
   it('stops working when the endpoint is undeployed, and after a rotation only the new key works', async () => {
     const deps = { control: store, secrets, nowMs: () => 6 };
-    const old = secrets.values.get('ferry-call/shop/prod/caller')!;
+    const old = secrets.values.get(callTokenSecretName(endpoints[0]!))!;
     const ids = await prepareCallKeys(deps, [endpoints[0]!], new Set(['callerid1']));
-    const fresh = secrets.values.get('ferry-call/shop/prod/caller')!;
+    const fresh = secrets.values.get(callTokenSecretName(endpoints[0]!))!;
     expect(fresh).not.toBe(old);
     // Until the stack is deployed both work: running tasks still hold the old one.
     // What API Gateway answers: the route, 403 outside the policy, 401 for a key no longer stored.
@@ -207,6 +207,6 @@ describe('call keys (core/call-keys.ts): what a worker may call with its key', (
     expect(await prepareCallKeys(deps, [endpoints[0]!], new Set())).toEqual(ids);
     await revokeCallKeys(deps, endpoints[0]!);
     expect(await answer(fresh)).toBe(401);
-    expect(secrets.values.has('ferry-call/shop/prod/caller')).toBe(false);
+    expect(secrets.values.has(callTokenSecretName(endpoints[0]!))).toBe(false);
   });
 });

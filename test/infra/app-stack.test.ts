@@ -5,6 +5,7 @@ import { Stack } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { callTokenSecretName } from '../../core/call-keys.js';
 import { FerryError } from '../../core/errors.js';
 import { buildApp, type FerryApp } from '../../infra/app.js';
 import {
@@ -646,7 +647,9 @@ describe('call keys (core/call-keys.ts, docs/security-aws.md)', () => {
           expect(secret, `${e.name}/${c.Name}`).toBeUndefined();
           continue;
         }
-        expect(JSON.stringify(secret?.ValueFrom)).toContain(`:secret:ferry-call/demo/dev/${e.name}`);
+        expect(JSON.stringify(secret?.ValueFrom)).toContain(
+          `:secret:${callTokenSecretName({ app: 'demo', env: 'dev', name: e.name })}"`,
+        );
       }
     }
   });
@@ -661,12 +664,13 @@ describe('call keys (core/call-keys.ts, docs/security-aws.md)', () => {
   it("let only the endpoint's own execution role read its call key, by exact name", () => {
     const names = built.appStack.endpoints.map((e) => e.name);
     for (const name of names) {
-      const readers = policies().filter((p) => p.document.includes(`ferry-call/demo/dev/${name}-??????`));
+      const secret = callTokenSecretName({ app: 'demo', env: 'dev', name });
+      const readers = policies().filter((p) => p.document.includes(`${secret}-??????`));
       expect(readers, name).toHaveLength(1);
       expect(readers[0]!.roles).toContain('ExecutionRole');
       // That policy names no other endpoint's call key, and no wildcard over them.
       for (const other of names.filter((n) => n !== name)) {
-        expect(readers[0]!.document).not.toContain(`ferry-call/demo/dev/${other}-`);
+        expect(readers[0]!.document).not.toContain(`ferry-call/demo/dev/${other}/`);
       }
       expect(readers[0]!.document).not.toMatch(/secret:ferry-call\/[^"]*\*/);
     }

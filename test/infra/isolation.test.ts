@@ -362,3 +362,52 @@ describe('an endpoint with secrets, through the app stack', () => {
     expect(JSON.stringify(readers[0]!.Properties.PolicyDocument)).toContain('ferry/demo/dev/HF_TOKEN-??????');
   });
 });
+
+describe('the call key of an endpoint whose name ends in "-" and six characters', () => {
+  // Secrets Manager takes a partial ARN ending in `-` + six characters for a complete one with its
+  // random suffix (https://docs.aws.amazon.com/secretsmanager/latest/userguide/troubleshoot.html#ARN_secretnamehyphen):
+  // `…:secret:ferry-call/demo/dev/gpu-worker` would name a secret `ferry-call/demo/dev/gpu`, and no
+  // task of the endpoint could start.
+  const stack = new AppEnvironmentStack(new App(), 'Ferry-demo-dev', {
+    appName: 'demo',
+    envName: 'dev',
+    manifest: { ...sampleManifest, endpoints: [{ ...gpuEndpoint, name: 'gpu-worker' }] },
+    artifact: { key: 'artifacts/demo/dev/fff.tar.gz' },
+    platform: { instanceTypes: [gpuInstanceFor('A10G', 1).instanceType] },
+    images: sampleImages,
+  });
+  const template = Template.fromStack(stack);
+  const deployed = stack.endpoints[0]!;
+  const containers = template.toJSON().Resources[
+    Stack.of(deployed.taskDefinition).getLogicalId(
+      deployed.taskDefinition.node.defaultChild as ecs.CfnTaskDefinition,
+    )
+  ].Properties.ContainerDefinitions as { Name: string; Secrets?: { Name: string; ValueFrom: unknown }[] }[];
+  /** An ARN as CloudFormation builds it (Fn::Join of strings and pseudo-parameter Refs), as text. */
+  const arnText = (value: unknown): string => {
+    const join = (value as { 'Fn::Join'?: [string, unknown[]] })['Fn::Join'];
+    if (!join) return String(value);
+    return join[1]
+      .map((part) => (typeof part === 'string' ? part : `<${(part as { Ref: string }).Ref}>`))
+      .join(join[0]);
+  };
+
+  it('is named by a partial ARN that cannot be misread: its last segment is /key', () => {
+    const worker = containers.find((c) => c.Name === 'worker')!;
+    const valueFrom = arnText(worker.Secrets?.find((s) => s.Name === 'FERRY_CALL_TOKEN')?.ValueFrom);
+    expect(valueFrom).toMatch(/:secret:ferry-call\/demo\/dev\/gpu-worker\/key$/);
+    expect(valueFrom).not.toMatch(/-[A-Za-z0-9]{6}$/);
+  });
+
+  it("is read by the endpoint's execution role, by that exact name plus the suffix", () => {
+    const readers = Object.values(template.findResources('AWS::IAM::Policy'))
+      .flatMap((p) => p.Properties.PolicyDocument.Statement as Statement[])
+      .filter((s) => actionsOf([s]).includes('secretsmanager:GetSecretValue'))
+      .flatMap((s) => (Array.isArray(s.Resource) ? s.Resource : [s.Resource]))
+      .map(arnText)
+      .filter((arn) => arn.includes('ferry-call/'));
+    expect(readers).toEqual([
+      'arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:ferry-call/demo/dev/gpu-worker/key-??????',
+    ]);
+  });
+});

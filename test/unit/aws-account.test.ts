@@ -1,6 +1,8 @@
 /**
  * What `ferry deploy --provider aws` checks in the account before deploying: the ECS service-linked
- * role, stacks left in ROLLBACK_COMPLETE, stacks another app owns, SQS's 60 s queue-name reuse rule.
+ * role (also for a deployer that may not create it), stacks left in ROLLBACK_COMPLETE or
+ * REVIEW_IN_PROGRESS, stacks another deploy is working on, stacks another app owns, SQS's 60 s
+ * queue-name reuse rule.
  * The IAM and CloudFormation clients are injected stand-ins that record the exact SDK commands.
  */
 import {
@@ -8,7 +10,7 @@ import {
   DescribeStacksCommand,
   ListStacksCommand,
 } from '@aws-sdk/client-cloudformation';
-import { CreateServiceLinkedRoleCommand } from '@aws-sdk/client-iam';
+import { CreateServiceLinkedRoleCommand, GetRoleCommand } from '@aws-sdk/client-iam';
 import { SubscribeCommand } from '@aws-sdk/client-sns';
 import { describe, expect, it } from 'vitest';
 import {
@@ -65,18 +67,67 @@ describe('ECS service-linked role', () => {
     expect(await ensureEcsServiceLinkedRole(iam, reporter)).toBe('exists');
   });
 
-  it('fails with the command an administrator can run when IAM refuses', async () => {
+  /** IAM refusing CreateServiceLinkedRole, and answering GetRole with `getRole`. */
+  function leastPrivilegeIam(getRole: () => unknown) {
+    const sent: unknown[] = [];
     const iam: IamLike = {
-      send: async () => {
-        throw awsError('AccessDenied', 'User is not authorized to perform: iam:CreateServiceLinkedRole');
-      },
+      send: (async (command: unknown) => {
+        sent.push(command);
+        if (command instanceof CreateServiceLinkedRoleCommand) {
+          throw awsError(
+            'AccessDenied',
+            'User: arn:aws:iam::123456789012:user/deployer is not authorized to perform: iam:CreateServiceLinkedRole',
+          );
+        }
+        return getRole();
+      }) as never,
     };
+    return { iam, sent };
+  }
+
+  it('when IAM refuses to create it, reads it with GetRole: there is fine', async () => {
+    lines.length = 0;
+    const { iam, sent } = leastPrivilegeIam(() => ({ Role: { RoleName: 'AWSServiceRoleForECS' } }));
+    expect(await ensureEcsServiceLinkedRole(iam, reporter)).toBe('exists');
+    expect(sent[1]).toBeInstanceOf(GetRoleCommand);
+    expect((sent[1] as GetRoleCommand).input).toEqual({ RoleName: 'AWSServiceRoleForECS' });
+    expect(lines).toEqual([]);
+  });
+
+  it('when IAM refuses GetRole too, warns on stderr and goes on', async () => {
+    lines.length = 0;
+    const { iam } = leastPrivilegeIam(() => {
+      throw awsError('AccessDenied', 'User is not authorized to perform: iam:GetRole');
+    });
+    expect(await ensureEcsServiceLinkedRole(iam, reporter)).toBe('unchecked');
+    expect(lines.join('\n')).toContain('warning: cannot check the ECS service-linked role');
+    expect(lines.join('\n')).toContain(
+      'aws iam create-service-linked-role --aws-service-name ecs.amazonaws.com',
+    );
+  });
+
+  it('fails with the command an administrator can run when the role is missing and IAM refuses to create it', async () => {
+    const { iam } = leastPrivilegeIam(() => {
+      throw awsError('NoSuchEntityException', 'The role with name AWSServiceRoleForECS cannot be found.');
+    });
     const error = await ensureEcsServiceLinkedRole(iam, reporter).catch((e: unknown) => e);
     expect(FerryError.is(error)).toBe(true);
+    expect((error as FerryError).message).toContain('no ECS service-linked role');
     expect((error as FerryError).message).toContain('not authorized');
     expect((error as FerryError).hint).toContain(
       'aws iam create-service-linked-role --aws-service-name ecs.amazonaws.com',
     );
+  });
+
+  it('fails with the hint on any other IAM error', async () => {
+    const iam: IamLike = {
+      send: async () => {
+        throw awsError('ServiceFailureException', 'IAM is having a bad day');
+      },
+    };
+    const error = await ensureEcsServiceLinkedRole(iam, reporter).catch((e: unknown) => e);
+    expect((error as FerryError).message).toContain('bad day');
+    expect((error as FerryError).hint).toContain('create-service-linked-role');
   });
 });
 
@@ -132,6 +183,37 @@ describe('usableStack', () => {
     expect(destroyed).toEqual([['Ferry-shop-production-1']]);
     expect(lines.join('\n')).toContain('is in ROLLBACK_COMPLETE');
     expect(lines.join('\n')).toContain('deleting it, then deploying it again');
+  });
+
+  it('deletes a stack left in REVIEW_IN_PROGRESS (never created), says so, and treats it as absent', async () => {
+    lines.length = 0;
+    const { ports, destroyed } = fakeStacks({
+      FerryPlatform: { status: 'REVIEW_IN_PROGRESS', outputs: {}, tags: {} },
+    });
+    expect(await usableStack(ports, 'FerryPlatform', options())).toBeUndefined();
+    expect(destroyed).toEqual([['FerryPlatform']]);
+    expect(lines.join('\n')).toContain('is in REVIEW_IN_PROGRESS');
+    expect(lines.join('\n')).toContain('stopped before CloudFormation created anything');
+  });
+
+  it.each([
+    'CREATE_IN_PROGRESS',
+    'UPDATE_IN_PROGRESS',
+    'UPDATE_COMPLETE_CLEANUP_IN_PROGRESS',
+    'UPDATE_ROLLBACK_IN_PROGRESS',
+    'DELETE_IN_PROGRESS',
+  ])('refuses (exit 2) a stack in %s, which another operation holds, and touches nothing', async (status) => {
+    const { ports, destroyed } = fakeStacks({
+      'Ferry-x': { status, outputs: {}, tags: { 'ferry:app': 'ml', 'ferry:env': 'prod' } },
+    });
+    const error = await usableStack(ports, 'Ferry-x', options({ app: 'ml', env: 'prod' })).catch((e) => e);
+    expect(FerryError.is(error)).toBe(true);
+    expect((error as FerryError).code).toBe('usage');
+    expect((error as FerryError).message).toBe(
+      `Stack Ferry-x is in ${status}: another deploy of this stack is running (or its undeploy or rollback)`,
+    );
+    expect((error as FerryError).hint).toContain('CloudFormation console');
+    expect(destroyed).toEqual([]);
   });
 
   it('refuses (exit 2) a stack another app owns, and one with no owner tags', async () => {

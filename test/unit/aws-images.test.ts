@@ -1,6 +1,7 @@
 /**
  * The images of an AWS deploy (cli/providers/aws-images.ts) up to the SDK calls: ECR DescribeImages
- * per needed tag, CodeBuild StartBuild + BatchGetBuilds with progress, the build context and script.
+ * per needed tag, CodeBuild StartBuild + BatchGetBuilds with progress, a failed build whose images
+ * another deploy pushed, CodeBuild's build quota, the build context and script.
  * ECR and CodeBuild are injected stand-ins recording the exact commands; the clock is fake.
  */
 import { execFileSync } from 'node:child_process';
@@ -11,6 +12,7 @@ import { BatchGetBuildsCommand, StartBuildCommand } from '@aws-sdk/client-codebu
 import { DescribeImagesCommand } from '@aws-sdk/client-ecr';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
+  buildMissingImages,
   buildScript,
   type CodeBuildLike,
   type EcrLike,
@@ -143,6 +145,85 @@ describe('the CodeBuild build', () => {
   });
 });
 
+describe('a failed build, and a build CodeBuild will not start', () => {
+  const failing: CodeBuildLike = {
+    send: (async (command: unknown) => {
+      if (command instanceof StartBuildCommand) return { build: { id: 'ferry-images:2' } };
+      return {
+        builds: [{ id: 'ferry-images:2', buildStatus: 'FAILED', logs: { deepLink: 'https://logs' } }],
+      };
+    }) as never,
+  };
+  const needed = neededImages(new Set(['gpu']), '0.1.0', '3.12');
+  /** ECR answering DescribeImages from a set of `repository:tag` that exist. */
+  const ecrWith = (present: Set<string>) => {
+    const asked: string[] = [];
+    const ecr: EcrLike = {
+      send: async (command) => {
+        const image = `${command.input.repositoryName}:${command.input.imageIds?.[0]?.imageTag}`;
+        asked.push(image);
+        if (!present.has(image)) throw Object.assign(new Error('no'), { name: 'ImageNotFoundException' });
+        return { imageDetails: [{}] } as never;
+      },
+    };
+    return { ecr, asked };
+  };
+  const run = (ecr: EcrLike, codebuild: CodeBuildLike = failing) =>
+    buildMissingImages({
+      codebuild,
+      ecr,
+      missing: needed,
+      project: 'p',
+      contextKey: 'k',
+      reporter,
+      clock: { sleep: async () => {} },
+    });
+
+  it('goes on, and says so, when the images are in ECR after all (another deploy pushed them)', async () => {
+    lines.length = 0;
+    // The race: both deploys found the tags missing; the other one pushed first, so this push hit
+    // ECR's immutable tag and the build ended FAILED.
+    const { ecr, asked } = ecrWith(new Set(needed.map((m) => `${m.repository}:${m.tag}`)));
+    await run(ecr);
+    expect(asked).toEqual(['ferry/agent:0.1.0', 'ferry/worker-base-gpu:0.1.0-py3.12']);
+    expect(lines.at(-1)).toContain('every image it was to push is in ECR now');
+  });
+
+  it("fails with the build's log link and what is still missing otherwise", async () => {
+    const { ecr } = ecrWith(new Set(['ferry/agent:0.1.0']));
+    const error = await run(ecr).catch((e: unknown) => e);
+    expect(FerryError.is(error)).toBe(true);
+    expect((error as FerryError).message).toContain('ended FAILED');
+    expect((error as FerryError).message).toContain('still missing: ferry/worker-base-gpu:0.1.0-py3.12');
+    expect((error as FerryError).hint).toContain('https://logs');
+  });
+
+  it("turns StartBuild's AccountLimitExceededException (a new account's 0-build quota) into a hint", async () => {
+    const refused: CodeBuildLike = {
+      send: (async () => {
+        throw Object.assign(new Error('Cannot have more than 0 builds in queue for the account'), {
+          name: 'AccountLimitExceededException',
+        });
+      }) as never,
+    };
+    const error = await runImageBuild({
+      codebuild: refused,
+      project: 'p',
+      contextKey: 'k',
+      reporter,
+      clock: { sleep: async () => {} },
+    }).catch((e: unknown) => e);
+    expect(FerryError.is(error)).toBe(true);
+    expect((error as FerryError).message).toContain('Cannot have more than 0 builds in queue');
+    expect((error as FerryError).hint).toContain('quota');
+    expect((error as FerryError).hint).toContain('ferry images build && ferry images push');
+    // Through buildMissingImages too, when the images are still missing.
+    const { ecr } = ecrWith(new Set());
+    const wrapped = await run(ecr, refused).catch((e: unknown) => e);
+    expect((wrapped as FerryError).hint).toContain('ferry images build && ferry images push');
+  });
+});
+
 describe('the build context', () => {
   it('holds the Dockerfiles of the missing images, their inputs and a script that builds, tags and pushes them', async () => {
     await bundleAgent(path.join(repo, 'worker-image/agent/dist'));
@@ -171,10 +252,10 @@ describe('the build context', () => {
       '#!/bin/sh',
       'set -eu',
       'REGISTRY="$1"',
-      'docker build --file worker-image/Dockerfile.agent --tag ferry/agent:0.1.0 .',
+      'docker build --platform linux/amd64 --file worker-image/Dockerfile.agent --tag ferry/agent:0.1.0 .',
       'docker tag ferry/agent:0.1.0 "$REGISTRY/ferry/agent:0.1.0"',
       'docker push "$REGISTRY/ferry/agent:0.1.0"',
-      'docker build --file worker-image/Dockerfile.cpu --build-arg PYTHON_VERSION=3.12 --tag ferry/worker-base-cpu:0.1.0-py3.12 .',
+      'docker build --platform linux/amd64 --file worker-image/Dockerfile.cpu --build-arg PYTHON_VERSION=3.12 --tag ferry/worker-base-cpu:0.1.0-py3.12 .',
       'docker tag ferry/worker-base-cpu:0.1.0-py3.12 "$REGISTRY/ferry/worker-base-cpu:0.1.0-py3.12"',
       'docker push "$REGISTRY/ferry/worker-base-cpu:0.1.0-py3.12"',
       '',

@@ -14,8 +14,9 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FerryError } from '../../core/errors.js';
 import { pythonVersions } from '../../core/manifest.js';
+import { cpuInstanceFor, gpuInstanceTable } from '../../infra/gpu.js';
 import { agentEntryPoint } from '../../infra/task-layout.js';
-import { dockerBuildCommands, imageTag, workerImages } from '../../worker-image/images.js';
+import { dockerBuildCommands, imagePlatform, imageTag, workerImages } from '../../worker-image/images.js';
 
 const repo = path.resolve(import.meta.dirname, '../..');
 const workerImageDir = path.join(repo, 'worker-image');
@@ -255,10 +256,22 @@ describe('dockerBuildCommands', () => {
   it('builds every kind, bases first, with the tags of docs/architecture.md#worker-images', () => {
     const commands = dockerBuildCommands('0.1.0', '3.12');
     expect(commands).toEqual([
-      ['docker', 'build', '--file', 'worker-image/Dockerfile.agent', '--tag', 'ferry/agent:0.1.0', '.'],
       [
         'docker',
         'build',
+        '--platform',
+        'linux/amd64',
+        '--file',
+        'worker-image/Dockerfile.agent',
+        '--tag',
+        'ferry/agent:0.1.0',
+        '.',
+      ],
+      [
+        'docker',
+        'build',
+        '--platform',
+        'linux/amd64',
         '--file',
         'worker-image/Dockerfile.cpu',
         '--build-arg',
@@ -270,6 +283,8 @@ describe('dockerBuildCommands', () => {
       [
         'docker',
         'build',
+        '--platform',
+        'linux/amd64',
         '--file',
         'worker-image/Dockerfile.gpu',
         '--build-arg',
@@ -283,6 +298,8 @@ describe('dockerBuildCommands', () => {
       [
         'docker',
         'build',
+        '--platform',
+        'linux/amd64',
         '--file',
         'worker-image/Dockerfile.model-sdxl-turbo',
         '--build-arg',
@@ -298,6 +315,22 @@ describe('dockerBuildCommands', () => {
         '.',
       ],
     ]);
+  });
+
+  it('builds every image for linux/amd64, whatever the machine: every ECS host is x86-64', () => {
+    // On Apple silicon docker would build arm64, and ECR's immutable tags would keep the mistake.
+    for (const command of dockerBuildCommands('0.1.0', '3.12')) {
+      expect(command.slice(1, 4)).toEqual(['build', '--platform', 'linux/amd64']);
+    }
+    // The hosts the images run on: no Graviton (`<family>g…`, e.g. g5g, c7g) among them.
+    const hosts = [
+      ...Object.values(gpuInstanceTable).flatMap((shapes) =>
+        shapes.flatMap((s) => [s.instanceType, ...(s.fallbacks ?? []).map((f) => f.instanceType)]),
+      ),
+      ...['2-4', '2-8', '2-16', '192-1536'].map((spec) => cpuInstanceFor(spec).instanceType),
+    ];
+    for (const host of hosts) expect(host, host).not.toMatch(/^[a-z]+\d+[a-z]*g[a-z]*\./);
+    expect(imagePlatform).toBe('linux/amd64');
   });
 
   it('puts a base before the model built on it even when asked in the other order', () => {

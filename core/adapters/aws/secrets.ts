@@ -5,9 +5,11 @@
  * https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_PutSecretValue.html
  * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-envvar-secrets-manager.html
  */
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import {
   CreateSecretCommand,
   DeleteSecretCommand,
+  DescribeSecretCommand,
   ListSecretsCommand,
   PutSecretValueCommand,
   ResourceNotFoundException,
@@ -32,25 +34,50 @@ const isNotFound = (error: unknown) =>
   error instanceof ResourceNotFoundException || (error as Error).name === 'ResourceNotFoundException';
 
 /**
+ * A write that meets a deletion Secrets Manager has not finished waits for it. DeleteSecret with
+ * ForceDeleteWithoutRecovery returns at once and deletes in the background: "If you delete a secret
+ * and then immediately create a secret with the same name, use appropriate back off and retry
+ * logic" (https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_DeleteSecret.html).
+ * Until then a write of the name answers InvalidRequestException about the deletion (CreateSecret:
+ * "...already scheduled for deletion"). Call keys meet it when a deploy follows an undeploy of the
+ * same endpoint.
+ */
+export interface DeletionWait {
+  clock: { nowMs(): number; sleep(ms: number): Promise<void> };
+  /** Progress (stderr): what the write is waiting for. */
+  onWait?: (text: string) => void;
+  /** Give up after this long. */
+  forMs?: number;
+}
+
+/** Bounded: a deletion that outlasts it fails with a hint rather than hold the deploy up. */
+export const deletionWaitMs = 60_000;
+
+/** 2 s, 4 s, 8 s, then every 15 s. */
+const deletionBackoffMs = (attempt: number) => Math.min(2_000 * 2 ** attempt, 15_000);
+
+/** Secrets Manager's answer to a write on a secret marked for deletion, or still being deleted. */
+const isDeletionPending = (error: unknown) =>
+  (error as Error).name === 'InvalidRequestException' && /\bdelet(ion|ed)\b/i.test((error as Error).message);
+
+/**
  * Writes `value` as the current version of secret `name`, creating the secret (with `create`'s
  * description and tags) when it does not exist yet. With `restoreScheduled`, a secret scheduled for
  * deletion is restored first
  * (https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_RestoreSecret.html).
  */
-async function writeSecret(
+async function writeSecretOnce(
   client: Pick<SecretsManagerClient, 'send'>,
   name: string,
   value: string,
   create: { Description: string; Tags: { Key: string; Value: string }[] },
-  options: { restoreScheduled?: boolean } = {},
+  options: { restoreScheduled?: boolean },
 ): Promise<void> {
   try {
     await client.send(new PutSecretValueCommand({ SecretId: name, SecretString: value }));
     return;
   } catch (error) {
-    const scheduled =
-      (error as Error).name === 'InvalidRequestException' && /deletion/i.test((error as Error).message);
-    if (scheduled && options.restoreScheduled) {
+    if (isDeletionPending(error) && options.restoreScheduled) {
       await client.send(new RestoreSecretCommand({ SecretId: name }));
       await client.send(new PutSecretValueCommand({ SecretId: name, SecretString: value }));
       return;
@@ -58,6 +85,43 @@ async function writeSecret(
     if (!isNotFound(error)) throw error;
   }
   await client.send(new CreateSecretCommand({ Name: name, SecretString: value, ...create }));
+}
+
+/** writeSecretOnce, again with backoff while a deletion is pending (with `waitDeletion`). */
+async function writeSecret(
+  client: Pick<SecretsManagerClient, 'send'>,
+  name: string,
+  value: string,
+  create: { Description: string; Tags: { Key: string; Value: string }[] },
+  options: { restoreScheduled?: boolean; waitDeletion?: DeletionWait } = {},
+): Promise<void> {
+  const wait = options.waitDeletion;
+  const started = wait?.clock.nowMs() ?? 0;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await writeSecretOnce(client, name, value, create, options);
+      return;
+    } catch (error) {
+      if (!wait || !isDeletionPending(error)) throw error;
+      const limitMs = wait.forMs ?? deletionWaitMs;
+      const waitedMs = wait.clock.nowMs() - started;
+      if (waitedMs >= limitMs) {
+        throw new FerryError(
+          'failed',
+          `Secrets Manager is still deleting secret ${name} after ${Math.round(waitedMs / 1000)} s: ${(error as Error).message}`,
+          {
+            hint: 'It deletes in the background after an undeploy; run the command again in a minute.',
+            cause: error,
+          },
+        );
+      }
+      const delayMs = Math.min(deletionBackoffMs(attempt), limitMs - waitedMs);
+      wait.onWait?.(
+        `  secret ${name} is still being deleted (an undeploy moments ago): trying again in ${Math.ceil(delayMs / 1000)} s`,
+      );
+      await wait.clock.sleep(delayMs);
+    }
+  }
 }
 
 export class SecretsManagerSecretStore implements SecretStore {
@@ -113,14 +177,28 @@ export class SecretsManagerSecretStore implements SecretStore {
   }
 }
 
+const realClock = {
+  nowMs: () => Date.now(),
+  // A ref'd timer: the CLI must not exit while a deploy waits.
+  sleep: (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)),
+};
+
 /**
  * Call keys' values (core/call-keys.ts), one secret per endpoint. Deleted without a recovery window:
- * the value is a key that was revoked first, and a redeploy reuses the name. A secret someone
- * scheduled for deletion by hand is restored before it is written
+ * the value is a key that was revoked first, and a redeploy reuses the name (waiting out the
+ * background deletion, DeletionWait). A secret someone scheduled for deletion by hand is restored
+ * before it is written
  * (https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_RestoreSecret.html).
  */
 export class SecretsManagerCallTokens implements CallTokenSecrets {
-  constructor(private readonly client: Pick<SecretsManagerClient, 'send'>) {}
+  readonly #wait: DeletionWait;
+
+  constructor(
+    private readonly client: Pick<SecretsManagerClient, 'send'>,
+    wait: Partial<DeletionWait> = {},
+  ) {
+    this.#wait = { clock: realClock, ...wait };
+  }
 
   async put(name: string, value: string): Promise<void> {
     await writeSecret(
@@ -131,8 +209,26 @@ export class SecretsManagerCallTokens implements CallTokenSecrets {
         Description: "Ferry: the call key of one endpoint's workers (written by ferry deploy)",
         Tags: [{ Key: 'ferry:purpose', Value: 'call-key' }],
       },
-      { restoreScheduled: true },
+      { restoreScheduled: true, waitDeletion: this.#wait },
     );
+  }
+
+  /**
+   * DescribeSecret: a secret scheduled for deletion still answers, with its DeletedDate
+   * (https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_DescribeSecret.html), and
+   * ECS could not read it then (GetSecretValue refuses a secret marked for deletion).
+   */
+  async exists(name: string): Promise<boolean> {
+    try {
+      const described = await this.client.send(new DescribeSecretCommand({ SecretId: name }));
+      return described.DeletedDate === undefined;
+    } catch (error) {
+      if (isNotFound(error)) return false;
+      throw new FerryError('failed', `Cannot look up secret ${name}: ${(error as Error).message}`, {
+        hint: 'The deploying identity needs secretsmanager:DescribeSecret on ferry-call/* (docs/security-aws.md, "Call keys").',
+        cause: error,
+      });
+    }
   }
 
   async delete(name: string): Promise<void> {
@@ -144,7 +240,7 @@ export class SecretsManagerCallTokens implements CallTokenSecrets {
   }
 }
 
-/** Call keys' values in memory: the fake toolkit's deploys (no AWS account) and tests. */
+/** Call keys' values in memory: tests. */
 export class MemoryCallTokens implements CallTokenSecrets {
   readonly values = new Map<string, string>();
 
@@ -152,7 +248,43 @@ export class MemoryCallTokens implements CallTokenSecrets {
     this.values.set(name, value);
   }
 
+  async exists(name: string): Promise<boolean> {
+    return this.values.has(name);
+  }
+
   async delete(name: string): Promise<void> {
     this.values.delete(name);
+  }
+}
+
+/**
+ * Call keys' values in a JSON file: the fake toolkit's deploys (FERRY_TEST_FAKE_TOOLKIT, no AWS
+ * account). Each CLI run is a new process; the file lets a deploy see what the one before wrote, as
+ * Secrets Manager would, and lets the CLI's end-to-end tests read the names written.
+ */
+export class FileCallTokens implements CallTokenSecrets {
+  constructor(readonly file: string) {}
+
+  read(): Record<string, string> {
+    return existsSync(this.file)
+      ? (JSON.parse(readFileSync(this.file, 'utf8')) as Record<string, string>)
+      : {};
+  }
+
+  #write(values: Record<string, string>): void {
+    writeFileSync(this.file, `${JSON.stringify(values, null, 2)}\n`, { mode: 0o600 });
+  }
+
+  async put(name: string, value: string): Promise<void> {
+    this.#write({ ...this.read(), [name]: value });
+  }
+
+  async exists(name: string): Promise<boolean> {
+    return name in this.read();
+  }
+
+  async delete(name: string): Promise<void> {
+    const { [name]: _gone, ...rest } = this.read();
+    this.#write(rest);
   }
 }
