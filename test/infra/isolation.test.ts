@@ -317,16 +317,18 @@ describe('ECS hosts', () => {
   });
 });
 
-describe('an endpoint with secrets, through the app stack', () => {
-  // resourcesSchema gains `secrets` with issue 13's manifest field; the stack reads it from there.
-  const withSecrets = {
-    ...sampleManifest,
-    endpoints: [{ ...gpuEndpoint, resources: { ...gpuEndpoint.resources, secrets: ['HF_TOKEN'] } }],
-  } as unknown as Manifest;
+interface ContainerDefinition {
+  Name: string;
+  Environment?: { Name: string }[];
+  Secrets?: { Name: string; ValueFrom: unknown }[];
+}
+
+/** An app stack of `manifest` on a GPU pool, its template, and its first endpoint's containers. */
+function firstEndpointOf(manifest: Manifest) {
   const stack = new AppEnvironmentStack(new App(), 'Ferry-demo-dev', {
     appName: 'demo',
     envName: 'dev',
-    manifest: withSecrets,
+    manifest,
     artifact: { key: 'artifacts/demo/dev/fff.tar.gz' },
     platform: { instanceTypes: [gpuInstanceFor('A10G', 1).instanceType] },
     images: sampleImages,
@@ -337,11 +339,17 @@ describe('an endpoint with secrets, through the app stack', () => {
     Stack.of(deployed.taskDefinition).getLogicalId(
       deployed.taskDefinition.node.defaultChild as ecs.CfnTaskDefinition,
     )
-  ].Properties.ContainerDefinitions as {
-    Name: string;
-    Environment?: { Name: string }[];
-    Secrets?: { Name: string; ValueFrom: unknown }[];
-  }[];
+  ].Properties.ContainerDefinitions as ContainerDefinition[];
+  return { template, containers };
+}
+
+describe('an endpoint with secrets, through the app stack', () => {
+  // resourcesSchema gains `secrets` with issue 13's manifest field; the stack reads it from there.
+  const withSecrets = {
+    ...sampleManifest,
+    endpoints: [{ ...gpuEndpoint, resources: { ...gpuEndpoint.resources, secrets: ['HF_TOKEN'] } }],
+  } as unknown as Manifest;
+  const { template, containers } = firstEndpointOf(withSecrets);
   const worker = containers.find((c) => c.Name === 'worker')!;
 
   it('hands the secret to the worker as an ECS secret from ferry/<app>/<env>/<NAME>, not as environment', () => {
@@ -368,21 +376,10 @@ describe('the call key of an endpoint whose name ends in "-" and six characters'
   // random suffix (https://docs.aws.amazon.com/secretsmanager/latest/userguide/troubleshoot.html#ARN_secretnamehyphen):
   // `…:secret:ferry-call/demo/dev/gpu-worker` would name a secret `ferry-call/demo/dev/gpu`, and no
   // task of the endpoint could start.
-  const stack = new AppEnvironmentStack(new App(), 'Ferry-demo-dev', {
-    appName: 'demo',
-    envName: 'dev',
-    manifest: { ...sampleManifest, endpoints: [{ ...gpuEndpoint, name: 'gpu-worker' }] },
-    artifact: { key: 'artifacts/demo/dev/fff.tar.gz' },
-    platform: { instanceTypes: [gpuInstanceFor('A10G', 1).instanceType] },
-    images: sampleImages,
+  const { template, containers } = firstEndpointOf({
+    ...sampleManifest,
+    endpoints: [{ ...gpuEndpoint, name: 'gpu-worker' }],
   });
-  const template = Template.fromStack(stack);
-  const deployed = stack.endpoints[0]!;
-  const containers = template.toJSON().Resources[
-    Stack.of(deployed.taskDefinition).getLogicalId(
-      deployed.taskDefinition.node.defaultChild as ecs.CfnTaskDefinition,
-    )
-  ].Properties.ContainerDefinitions as { Name: string; Secrets?: { Name: string; ValueFrom: unknown }[] }[];
   /** An ARN as CloudFormation builds it (Fn::Join of strings and pseudo-parameter Refs), as text. */
   const arnText = (value: unknown): string => {
     const join = (value as { 'Fn::Join'?: [string, unknown[]] })['Fn::Join'];
