@@ -27,6 +27,15 @@ export const systemClock: Clock = {
   },
 };
 
+/**
+ * Wall time for a command that waits on purpose (a deploy waiting out an AWS rule): its timers keep
+ * the process alive through the wait, where systemClock's never hold it.
+ */
+export const foregroundClock = {
+  nowMs: (): number => Date.now(),
+  sleep: (ms: number): Promise<void> => new Promise<void>((resolve) => setTimeout(resolve, ms)),
+};
+
 interface PendingSleep {
   deadlineMs: number;
   /** Order of registration, so sleeps with equal deadlines wake in the order they began. */

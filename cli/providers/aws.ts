@@ -31,6 +31,7 @@ import {
   retireCallKeys,
   revokeCallKeys,
 } from '../../core/call-keys.js';
+import { foregroundClock } from '../../core/clock.js';
 import { endpointConfigSchema } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import type { Manifest } from '../../core/manifest.js';
@@ -131,11 +132,6 @@ export interface AwsProviderOptions {
   /** Time, for waiting out SQS's 60 s queue-name reuse rule (tests pass a fake). */
   clock?: { nowMs(): number; sleep(ms: number): Promise<void> };
 }
-
-const realClock = {
-  nowMs: () => Date.now(),
-  sleep: (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)),
-};
 
 export class AwsProvider implements Provider {
   readonly name = 'aws' as const;
@@ -324,7 +320,7 @@ export class AwsProvider implements Provider {
       mkdirSync(dir, { recursive: true });
       const file = path.join(dir, 'image-context.tar.gz');
       await writeBuildContext(root, file, missing, version, manifest.pythonVersion);
-      const clock = this.options.clock ?? realClock;
+      const clock = this.options.clock ?? foregroundClock;
       const key = buildContextKey(version, manifest.pythonVersion, clock.nowMs());
       await (await this.#blobs()).putFile(key, file);
       await buildMissingImages({
@@ -353,7 +349,11 @@ export class AwsProvider implements Provider {
 
   #usableStack(stack: string, reporter: Reporter, owner?: { app: string; env: string }) {
     return usableStack(
-      { lookup: this.options.lookup, toolkit: this.options.toolkit, clock: this.options.clock ?? realClock },
+      {
+        lookup: this.options.lookup,
+        toolkit: this.options.toolkit,
+        clock: this.options.clock ?? foregroundClock,
+      },
       stack,
       { reporter, onEvent: eventPrinter(reporter), ...(owner ? { owner } : {}) },
     );

@@ -17,6 +17,7 @@ import {
   type SecretsManagerClient,
 } from '@aws-sdk/client-secrets-manager';
 import type { CallTokenSecrets } from '../../call-keys.js';
+import { foregroundClock } from '../../clock.js';
 import { FerryError } from '../../errors.js';
 import {
   checkSecretName,
@@ -177,12 +178,6 @@ export class SecretsManagerSecretStore implements SecretStore {
   }
 }
 
-const realClock = {
-  nowMs: () => Date.now(),
-  // A ref'd timer: the CLI must not exit while a deploy waits.
-  sleep: (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)),
-};
-
 /**
  * Call keys' values (core/call-keys.ts), one secret per endpoint. Deleted without a recovery window:
  * the value is a key that was revoked first, and a redeploy reuses the name (waiting out the
@@ -197,7 +192,7 @@ export class SecretsManagerCallTokens implements CallTokenSecrets {
     private readonly client: Pick<SecretsManagerClient, 'send'>,
     wait: Partial<DeletionWait> = {},
   ) {
-    this.#wait = { clock: realClock, ...wait };
+    this.#wait = { clock: foregroundClock, ...wait };
   }
 
   async put(name: string, value: string): Promise<void> {
