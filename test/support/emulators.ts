@@ -95,28 +95,66 @@ async function killGroup(child: ChildProcess): Promise<void> {
 
 /**
  * Starts DynamoDB Local in memory on a free port and resolves once it answers ListTables
- * (about 2–3 s; ~200 MiB of JVM, hence one per test file).
+ * (about 2–3 s; ~200 MiB of JVM, hence one per test file). The port is free when picked but not
+ * held, so another process (fauxqs starting beside it, another test file's server) can take it
+ * before the JVM binds; the JVM then exits with a BindException and it starts again on a new port.
  */
-export async function startDynamoLocal(options: { readyTimeoutMs?: number } = {}): Promise<Emulator> {
+export async function startDynamoLocal(
+  options: { readyTimeoutMs?: number /** for the test of the retry */; firstPort?: number } = {},
+): Promise<Emulator> {
   const readyTimeoutMs = options.readyTimeoutMs ?? 60_000;
-  const port = await freePort();
-  // detached: its own process group, so stop() reaches the JVM and anything it forked.
-  const child = spawnDynamoLocal({ port, detached: true, stdio: 'ignore' });
+  const attempts = 3;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const port = attempt === 1 && options.firstPort !== undefined ? options.firstPort : await freePort();
+      return await startDynamoLocalOnce(port, readyTimeoutMs);
+    } catch (error) {
+      if (!(error instanceof PortTakenError) || attempt === attempts) throw error;
+    }
+  }
+}
+
+class PortTakenError extends Error {}
+
+async function startDynamoLocalOnce(port: number, readyTimeoutMs: number): Promise<Emulator> {
+  // detached: its own process group, so stop() reaches the JVM and anything it forked. stderr is
+  // kept (its tail) to tell a port taken from any other failure and to name the cause.
+  const child = spawnDynamoLocal({ port, detached: true, stdio: 'pipe' });
+  child.stdin?.end();
+  child.stdout?.resume(); // read and dropped, so the JVM never blocks on a full pipe
+  let stderr = '';
+  child.stderr?.setEncoding('utf8').on('data', (text: string) => {
+    stderr = (stderr + text).slice(-4_000);
+  });
   let spawnError: Error | undefined;
   child.on('error', (error) => {
     spawnError = error;
   });
   const endpoint = `http://127.0.0.1:${port}`;
-  const stop = () => killGroup(child);
+  const stop = async () => {
+    await killGroup(child);
+    child.stdout?.destroy();
+    child.stderr?.destroy();
+  };
   const client = dynamoClientFor(endpoint);
   const deadline = Date.now() + readyTimeoutMs;
   try {
     for (;;) {
       if (spawnError)
         throw new Error(`DynamoDB Local did not start (is java installed?): ${spawnError.message}`);
-      if (child.exitCode !== null) throw new Error(`DynamoDB Local exited with code ${child.exitCode}`);
+      if (child.exitCode !== null) {
+        // The exit can come before the last of stderr has been read.
+        if (child.stderr && !child.stderr.readableEnded)
+          await Promise.race([once(child.stderr, 'end').catch(() => {}), delay(2_000)]);
+        if (/BindException|Address already in use/.test(stderr))
+          throw new PortTakenError(`DynamoDB Local found port ${port} taken`);
+        throw new Error(
+          `DynamoDB Local exited with code ${child.exitCode}: ${stderr.trim().split('\n').slice(0, 3).join(' | ')}`,
+        );
+      }
       try {
-        await client.send(new ListTablesCommand({}));
+        // Bounded: whatever took the port may accept and never answer, and the exit is checked above.
+        await client.send(new ListTablesCommand({}), { abortSignal: AbortSignal.timeout(2_000) });
         return { endpoint, stop };
       } catch {
         if (Date.now() > deadline) throw new Error(`DynamoDB Local did not answer on ${endpoint}`);
