@@ -1,23 +1,33 @@
 /**
  * Endpoint secrets (docs/security.md): encrypted at rest under a 0600 key, bound to their app,
  * environment and name; `ferry secrets` (the real CLI binary) reads values from stdin and never prints
- * them; `--provider aws` writes Secrets Manager `ferry/<app>/<env>/<NAME>` (up to the SDK call).
+ * them; `--provider aws` writes Secrets Manager `ferry/<app>/<env>/<NAME>` (up to the SDK call, on a
+ * stand-in that keeps each secret's deletion state as AWS documents it: fakeSecretsManager below).
  */
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { Readable, Writable } from 'node:stream';
 import {
   CreateSecretCommand,
-  type DeleteSecretCommand,
+  DeleteSecretCommand,
+  DescribeSecretCommand,
+  GetSecretValueCommand,
+  InvalidParameterException,
   InvalidRequestException,
   ListSecretsCommand,
   PutSecretValueCommand,
+  ResourceExistsException,
   ResourceNotFoundException,
   RestoreSecretCommand,
+  type SecretsManagerClient,
 } from '@aws-sdk/client-secrets-manager';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
+import yargs from 'yargs';
+import { secretsCommand } from '../../cli/commands/secrets.js';
+import { createContext } from '../../cli/context.js';
 import { SecretsManagerCallTokens, SecretsManagerSecretStore } from '../../core/adapters/aws/secrets.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 
@@ -148,46 +158,275 @@ describe('Secrets Manager store', () => {
   });
 
   it('call tokens: created the first time, restored when scheduled for deletion, deleted without recovery', async () => {
-    const sent: unknown[] = [];
-    let state: 'absent' | 'scheduled' | 'present' = 'absent';
-    const client = {
-      send: (async (command: unknown) => {
-        sent.push(command);
-        if (command instanceof PutSecretValueCommand && state === 'absent') {
-          throw new ResourceNotFoundException({ message: 'not found', $metadata: {} });
-        }
-        if (command instanceof PutSecretValueCommand && state === 'scheduled') {
-          throw new InvalidRequestException({ message: 'The secret is marked for deletion.', $metadata: {} });
-        }
-        if (command instanceof CreateSecretCommand) state = 'present';
-        if (command instanceof RestoreSecretCommand) state = 'present';
-        return {};
-      }) as never,
-    };
-    const names = () => sent.map((c) => (c as { constructor: { name: string } }).constructor.name);
-    const tokens = new SecretsManagerCallTokens(client);
-    await tokens.put('ferry-call/shop/prod/api', value);
-    expect(names()).toEqual(['PutSecretValueCommand', 'CreateSecretCommand']);
-    expect((sent[1] as CreateSecretCommand).input).toMatchObject({
-      Name: 'ferry-call/shop/prod/api',
+    const sm = fakeSecretsManager();
+    const tokens = new SecretsManagerCallTokens(sm.client);
+    const name = 'ferry-call/shop/prod/api/key';
+    await tokens.put(name, value);
+    expect(sm.names()).toEqual(['PutSecretValueCommand', 'CreateSecretCommand']);
+    expect((sm.sent[1] as CreateSecretCommand).input).toMatchObject({
+      Name: name,
       SecretString: value,
       Tags: [{ Key: 'ferry:purpose', Value: 'call-key' }],
     });
-    state = 'scheduled';
-    sent.length = 0;
-    await tokens.put('ferry-call/shop/prod/api', `${value}-2`);
-    expect(names()).toEqual(['PutSecretValueCommand', 'RestoreSecretCommand', 'PutSecretValueCommand']);
-    sent.length = 0;
-    await tokens.delete('ferry-call/shop/prod/api');
-    expect((sent[0] as DeleteSecretCommand).input).toEqual({
-      SecretId: 'ferry-call/shop/prod/api',
+    // Someone scheduled it for deletion by hand: the next put restores it, then writes.
+    await sm.client.send(new DeleteSecretCommand({ SecretId: name, RecoveryWindowInDays: 7 }));
+    expect(await tokens.exists(name)).toBe(false);
+    sm.sent.length = 0;
+    await tokens.put(name, `${value}-2`);
+    expect(sm.names()).toEqual(['PutSecretValueCommand', 'RestoreSecretCommand', 'PutSecretValueCommand']);
+    expect(sm.valueOf(name)).toBe(`${value}-2`);
+    sm.sent.length = 0;
+    await tokens.delete(name);
+    expect((sm.sent[0] as DeleteSecretCommand).input).toEqual({
+      SecretId: name,
       ForceDeleteWithoutRecovery: true,
     });
+    expect(await tokens.exists(name)).toBe(false);
+  });
 
-    // A user secret scheduled for deletion is not restored behind the user's back: the error stands.
-    state = 'scheduled';
-    await expect(new SecretsManagerSecretStore(client).set(scope, 'HF_TOKEN', value)).rejects.toThrow(
+  it('set after delete: restores the secret from its recovery window and writes the new value', async () => {
+    const sm = fakeSecretsManager();
+    const store = new SecretsManagerSecretStore(sm.client);
+    const name = 'ferry/shop/prod/HF_TOKEN';
+    await store.set(scope, 'HF_TOKEN', value);
+    expect(await store.delete(scope, 'HF_TOKEN')).toBe(true);
+    // What the delete left: a secret in its 7-day window, hidden from ListSecrets, refusing writes.
+    expect(await store.list(scope)).toEqual([]);
+    await expect(
+      sm.client.send(new PutSecretValueCommand({ SecretId: name, SecretString: 'x' })),
+    ).rejects.toThrow(/marked for deletion/);
+    await expect(sm.client.send(new CreateSecretCommand({ Name: name, SecretString: 'x' }))).rejects.toThrow(
+      /scheduled for deletion/,
+    );
+
+    sm.sent.length = 0;
+    await store.set(scope, 'HF_TOKEN', `${value}-new`);
+    expect(sm.names()).toEqual(['PutSecretValueCommand', 'RestoreSecretCommand', 'PutSecretValueCommand']);
+    expect((sm.sent[1] as RestoreSecretCommand).input).toEqual({ SecretId: name });
+    expect(sm.valueOf(name)).toBe(`${value}-new`);
+    expect(await sm.client.send(new DescribeSecretCommand({ SecretId: name }))).not.toHaveProperty(
+      'DeletedDate',
+    );
+    expect(await store.list(scope)).toEqual([{ name: 'HF_TOKEN', updatedAt: expect.any(Number) }]);
+
+    // Once the window has passed, the secret is gone for good and a set creates it anew.
+    expect(await store.delete(scope, 'HF_TOKEN')).toBe(true);
+    sm.advanceMs(7 * 24 * 3600_000);
+    sm.sent.length = 0;
+    await store.set(scope, 'HF_TOKEN', `${value}-3`);
+    expect(sm.names()).toEqual(['PutSecretValueCommand', 'CreateSecretCommand']);
+    expect(sm.valueOf(name)).toBe(`${value}-3`);
+  });
+
+  it('a write that fails after the restore puts the deletion back; deleting twice is like deleting nothing', async () => {
+    const sm = fakeSecretsManager();
+    const name = 'ferry/shop/prod/HF_TOKEN';
+    let puts = 0;
+    // The second PutSecretValue (the one after RestoreSecret) fails, as a throttle or a dropped
+    // connection would make it.
+    const flaky = {
+      send: (command: unknown) => {
+        if (command instanceof PutSecretValueCommand && ++puts === 2)
+          return Promise.reject(new Error('ThrottlingException: Rate exceeded'));
+        return sm.client.send(command as never);
+      },
+    };
+    const store = new SecretsManagerSecretStore(sm.client);
+    await store.set(scope, 'HF_TOKEN', value);
+    expect(await store.delete(scope, 'HF_TOKEN')).toBe(true);
+    // Deleted already: the second delete finds nothing to delete (no raw InvalidRequestException).
+    expect(await store.delete(scope, 'HF_TOKEN')).toBe(false);
+    puts = 0;
+    await expect(new SecretsManagerSecretStore(flaky as never).set(scope, 'HF_TOKEN', 'new')).rejects.toThrow(
+      /Rate exceeded/,
+    );
+    // The deleted value is not left current: the secret is back in its recovery window.
+    expect(await sm.client.send(new DescribeSecretCommand({ SecretId: name }))).toHaveProperty('DeletedDate');
+    await expect(sm.client.send(new GetSecretValueCommand({ SecretId: name }))).rejects.toThrow(
       /marked for deletion/,
     );
   });
+
+  it('ferry secrets delete then set --provider aws: the set succeeds and the new value is what Secrets Manager holds', async () => {
+    const sm = fakeSecretsManager();
+    const cwd = tempDir();
+    const cli = async (args: string[], input = '') => {
+      let stdout = '';
+      const stdoutSink = new Writable({
+        write(chunk, _encoding, done) {
+          stdout += chunk.toString();
+          done();
+        },
+      });
+      const stderr = new Writable({ write: (_chunk, _encoding, done) => done() });
+      const ctx = createContext({
+        stdout: stdoutSink,
+        stderr,
+        stdin: Readable.from([input]),
+        interactive: false,
+        env: { FERRY_HOME: cwd },
+        cwd,
+      });
+      await yargs(args)
+        .option('provider', { type: 'string' })
+        .command(secretsCommand(ctx, { awsClient: () => sm.client }))
+        .exitProcess(false)
+        .fail((message, error) => {
+          throw error ?? new Error(message);
+        })
+        .parseAsync();
+      return stdout;
+    };
+    const flags = ['--app', 'shop', '--env', 'prod', '--provider', 'aws'];
+    await cli(['secrets', 'set', 'HF_TOKEN', ...flags], `${value}\n`);
+    await cli(['secrets', 'delete', 'HF_TOKEN', ...flags]);
+    await cli(['secrets', 'set', 'HF_TOKEN', ...flags, '--json'], `${value}-rotated\n`);
+    const got = await sm.client.send(new GetSecretValueCommand({ SecretId: 'ferry/shop/prod/HF_TOKEN' }));
+    expect(got.SecretString).toBe(`${value}-rotated`);
+    expect(JSON.parse(await cli(['secrets', 'list', ...flags, '--json']))).toEqual([
+      { name: 'HF_TOKEN', updatedAt: expect.any(String) },
+    ]);
+  });
 });
+
+/**
+ * Secrets Manager as its API reference describes one secret's life, for the calls Ferry makes. A
+ * recovery-window DeleteSecret (7 to 30 days; 30 when neither option is given) stamps DeletedDate;
+ * until the window ends, PutSecretValue, GetSecretValue and DeleteSecret of the secret, and
+ * CreateSecret of its name, answer InvalidRequestException, ListSecrets leaves it out unless
+ * IncludePlannedDeletion, DescribeSecret still answers with its DeletedDate, and RestoreSecret
+ * removes the DeletedDate. ForceDeleteWithoutRecovery removes it at once, and does not answer
+ * ResourceNotFoundException for a missing secret. The messages are the ones AWS sends.
+ * https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_DeleteSecret.html
+ * https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_RestoreSecret.html
+ * https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_CreateSecret.html
+ * https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_PutSecretValue.html
+ * https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_ListSecrets.html
+ */
+function fakeSecretsManager() {
+  let nowMs = 1_700_000_000_000;
+  interface Secret {
+    value: string;
+    lastChangedMs: number;
+    deletedMs?: number;
+    /** When the recovery window ends. */
+    deleteAtMs?: number;
+  }
+  const secrets = new Map<string, Secret>();
+  const sent: unknown[] = [];
+  const meta = { $metadata: {} };
+  const notFound = () =>
+    new ResourceNotFoundException({ message: "Secrets Manager can't find the specified secret.", ...meta });
+  const markedDeleted = () =>
+    new InvalidRequestException({
+      message: "You can't perform this operation on the secret because it was marked for deletion.",
+      ...meta,
+    });
+  /** The secret, once any recovery window that has ended has taken it. */
+  const find = (id: string | undefined): Secret | undefined => {
+    const secret = secrets.get(id ?? '');
+    if (secret?.deleteAtMs !== undefined && nowMs >= secret.deleteAtMs) {
+      secrets.delete(id ?? '');
+      return undefined;
+    }
+    return secret;
+  };
+  const live = (id: string | undefined): Secret => {
+    const secret = find(id);
+    if (!secret) throw notFound();
+    if (secret.deletedMs !== undefined) throw markedDeleted();
+    return secret;
+  };
+  const send = async (command: unknown): Promise<unknown> => {
+    sent.push(command);
+    if (command instanceof CreateSecretCommand) {
+      const { Name, SecretString } = command.input;
+      const existing = find(Name);
+      if (existing?.deletedMs !== undefined) {
+        throw new InvalidRequestException({
+          message:
+            "You can't create this secret because a secret with this name is already scheduled for deletion.",
+          ...meta,
+        });
+      }
+      if (existing) {
+        throw new ResourceExistsException({
+          message: `The operation failed because the secret ${Name} already exists.`,
+          ...meta,
+        });
+      }
+      secrets.set(Name ?? '', { value: SecretString ?? '', lastChangedMs: nowMs });
+      return { Name };
+    }
+    if (command instanceof PutSecretValueCommand) {
+      const secret = live(command.input.SecretId);
+      secret.value = command.input.SecretString ?? '';
+      secret.lastChangedMs = nowMs;
+      return { Name: command.input.SecretId };
+    }
+    if (command instanceof GetSecretValueCommand) {
+      return { Name: command.input.SecretId, SecretString: live(command.input.SecretId).value };
+    }
+    if (command instanceof DeleteSecretCommand) {
+      const { SecretId, RecoveryWindowInDays, ForceDeleteWithoutRecovery } = command.input;
+      if (ForceDeleteWithoutRecovery) {
+        if (RecoveryWindowInDays !== undefined) {
+          throw new InvalidParameterException({
+            message: "You can't use ForceDeleteWithoutRecovery in conjunction with RecoveryWindowInDays.",
+            ...meta,
+          });
+        }
+        secrets.delete(SecretId ?? '');
+        return { Name: SecretId };
+      }
+      const days = RecoveryWindowInDays ?? 30;
+      if (days < 7 || days > 30) {
+        throw new InvalidParameterException({
+          message: 'The RecoveryWindowInDays value must be between 7 and 30 days (inclusive).',
+          ...meta,
+        });
+      }
+      const secret = live(SecretId);
+      secret.deletedMs = nowMs;
+      secret.deleteAtMs = nowMs + days * 24 * 3600_000;
+      return { Name: SecretId, DeletionDate: new Date(secret.deleteAtMs) };
+    }
+    if (command instanceof RestoreSecretCommand) {
+      const secret = find(command.input.SecretId);
+      if (!secret) throw notFound();
+      secret.deletedMs = undefined;
+      secret.deleteAtMs = undefined;
+      return { Name: command.input.SecretId };
+    }
+    if (command instanceof DescribeSecretCommand) {
+      const secret = find(command.input.SecretId);
+      if (!secret) throw notFound();
+      return {
+        Name: command.input.SecretId,
+        LastChangedDate: new Date(secret.lastChangedMs),
+        ...(secret.deletedMs === undefined ? {} : { DeletedDate: new Date(secret.deletedMs) }),
+      };
+    }
+    if (command instanceof ListSecretsCommand) {
+      // The name filter matches prefixes.
+      const prefixes = command.input.Filters?.find((f) => f.Key === 'name')?.Values ?? [''];
+      const SecretList = [...secrets.keys()]
+        .filter((name) => prefixes.some((p) => name.startsWith(p)))
+        .map((name) => [name, find(name)] as const)
+        .filter(([, s]) => s && (s.deletedMs === undefined || command.input.IncludePlannedDeletion))
+        .map(([name, s]) => ({ Name: name, LastChangedDate: new Date(s!.lastChangedMs) }));
+      return { SecretList };
+    }
+    throw new Error(`the fake Secrets Manager does not answer ${(command as object).constructor.name}`);
+  };
+  return {
+    sent,
+    names: () => sent.map((c) => (c as { constructor: { name: string } }).constructor.name),
+    client: { send: send as SecretsManagerClient['send'] },
+    /** The current value, read as GetSecretValue would (refused while scheduled for deletion). */
+    valueOf: (name: string) => live(name).value,
+    advanceMs: (ms: number) => {
+      nowMs += ms;
+    },
+  };
+}

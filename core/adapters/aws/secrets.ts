@@ -51,6 +51,9 @@ export interface DeletionWait {
   forMs?: number;
 }
 
+/** `ferry secrets delete` keeps Secrets Manager's recovery window: a mistaken delete can be undone. */
+const recoveryWindowDays = 7;
+
 /** Bounded: a deletion that outlasts it fails with a hint rather than hold the deploy up. */
 export const deletionWaitMs = 60_000;
 
@@ -64,8 +67,13 @@ const isDeletionPending = (error: unknown) =>
 /**
  * Writes `value` as the current version of secret `name`, creating the secret (with `create`'s
  * description and tags) when it does not exist yet. With `restoreScheduled`, a secret scheduled for
- * deletion is restored first
- * (https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_RestoreSecret.html).
+ * deletion (in its recovery window) is restored first: until then Secrets Manager refuses
+ * PutSecretValue on it, and CreateSecret of its name, with InvalidRequestException ("The secret is
+ * scheduled for deletion"), and RestoreSecret is what cancels the deletion by removing its
+ * DeletedDate (https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_DeleteSecret.html,
+ * https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_RestoreSecret.html). The
+ * restored secret is the same one (same ARN, tags, description) with `value` as its new current
+ * version.
  */
 async function writeSecretOnce(
   client: Pick<SecretsManagerClient, 'send'>,
@@ -80,7 +88,16 @@ async function writeSecretOnce(
   } catch (error) {
     if (isDeletionPending(error) && options.restoreScheduled) {
       await client.send(new RestoreSecretCommand({ SecretId: name }));
-      await client.send(new PutSecretValueCommand({ SecretId: name, SecretString: value }));
+      try {
+        await client.send(new PutSecretValueCommand({ SecretId: name, SecretString: value }));
+      } catch (putError) {
+        // The restore made the deleted value current again (it may have been deleted because it
+        // leaked): without the new value written, the deletion is put back as it was.
+        await client
+          .send(new DeleteSecretCommand({ SecretId: name, RecoveryWindowInDays: recoveryWindowDays }))
+          .catch(() => {});
+        throw putError;
+      }
       return;
     }
     if (!isNotFound(error)) throw error;
@@ -133,13 +150,22 @@ export class SecretsManagerSecretStore implements SecretStore {
     if (Buffer.byteLength(value) > secretValueMaxBytes) {
       throw new FerryError('usage', `A secret value is at most ${secretValueMaxBytes} bytes`);
     }
-    await writeSecret(this.client, awsSecretName(scope, name), value, {
-      Description: `Ferry secret ${name} of ${scope.app}/${scope.env}`,
-      Tags: [
-        { Key: 'ferry:app', Value: scope.app },
-        { Key: 'ferry:env', Value: scope.env },
-      ],
-    });
+    // `ferry secrets delete` leaves the secret in its recovery window (delete, below), where every
+    // write of the name is refused; setting it again means the user wants it back with this value,
+    // so it is restored and written (writeSecretOnce), as the call keys' secrets already are.
+    await writeSecret(
+      this.client,
+      awsSecretName(scope, name),
+      value,
+      {
+        Description: `Ferry secret ${name} of ${scope.app}/${scope.env}`,
+        Tags: [
+          { Key: 'ferry:app', Value: scope.app },
+          { Key: 'ferry:env', Value: scope.env },
+        ],
+      },
+      { restoreScheduled: true },
+    );
   }
 
   async list(scope: SecretScope): Promise<SecretListing[]> {
@@ -164,15 +190,24 @@ export class SecretsManagerSecretStore implements SecretStore {
     return out.sort((a, b) => a.name.localeCompare(b.name));
   }
 
-  /** Scheduled for deletion after Secrets Manager's recovery window (7 days here). */
+  /**
+   * Scheduled for deletion after Secrets Manager's recovery window (7 days here), so a mistaken
+   * delete can be undone (RestoreSecret) meanwhile; a `set` of the same name within the window
+   * restores the secret and writes the new value.
+   */
   async delete(scope: SecretScope, name: string): Promise<boolean> {
     try {
       await this.client.send(
-        new DeleteSecretCommand({ SecretId: awsSecretName(scope, name), RecoveryWindowInDays: 7 }),
+        new DeleteSecretCommand({
+          SecretId: awsSecretName(scope, name),
+          RecoveryWindowInDays: recoveryWindowDays,
+        }),
       );
       return true;
     } catch (error) {
-      if (isNotFound(error)) return false;
+      // A secret already in its recovery window is refused again with InvalidRequestException: to
+      // the user it is as gone as one that never existed.
+      if (isNotFound(error) || isDeletionPending(error)) return false;
       throw error;
     }
   }
