@@ -12,7 +12,8 @@
  *  - The agent role holds the platform permissions, scoped to this endpoint: its two queues, job,
  *    chunk and worker items whose partition key starts with its endpoint id (`dynamodb:LeadingKeys`,
  *    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html),
- *    payload objects under `payloads/<its job ids>` (S3 object ARNs). Its trust policy demands an
+ *    payload objects under `payloads/<its job ids>` (S3 object ARNs) and the listing of those key
+ *    names alone (`s3:prefix`), so a blob that is gone reads as missing. Its trust policy demands an
  *    sts:ExternalId that lives in a Secrets Manager secret handed to the agent container alone as
  *    an ECS container secret; the worker has the task role's credentials but not the id, so STS
  *    refuses it (https://docs.aws.amazon.com/IAM/latest/UserGuide/id_roles_common-scenarios_third-party.html).
@@ -39,7 +40,7 @@ import { FerryError } from '../core/errors.js';
 import { endpointJobIdPatterns } from '../core/job.js';
 import { leadingKeysCondition } from './leading-keys.js';
 import type { TableRef } from './platform-exports.js';
-import { blobPrefix, keyLookupStatement, payloadsPrefix } from './platform-stack.js';
+import { allowTellingMissing, blobPrefix, keyLookupStatement, payloadsPrefix } from './platform-stack.js';
 
 /**
  * Endpoint ids scope keys by prefix (core/job.ts): they must not contain '-', or `<id>-*` could match
@@ -206,6 +207,10 @@ export class EndpointAgentAccess extends Construct {
         resources: keys.payloadKeys.map((key) => `arn:${Aws.PARTITION}:s3:::${props.bucketName}/${key}`),
       }),
     );
+    // A blob that is gone must read as missing, not as refused: the job store re-reads a job whose
+    // blob a writer replaced meanwhile. Listing its own jobs' key names only (s3:prefix), never
+    // another endpoint's (allowTellingMissing says why and how).
+    allowTellingMissing(this.role, `arn:${Aws.PARTITION}:s3:::${props.bucketName}`, keys.payloadKeys);
     if (props.webhookQueueArn) {
       // The webhooks of the jobs this agent ends (job-done, its own timeouts): a message each, a big
       // body beside it under its own jobs' keys. Send only: the webhook function receives.

@@ -292,6 +292,44 @@ export function keyLookupStatement(controlTable: Pick<TableRef, 'tableArn'>): ia
   });
 }
 
+/**
+ * s3:ListBucket on the payload bucket, so that a role reading payloads can tell a blob that is gone
+ * from a refusal: S3 answers a GET or HEAD of a missing key with 404 only to a principal that may
+ * list the bucket, and with 403 to any other
+ * (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html). Gone blobs are ordinary: a
+ * writer deletes the blobs it replaced right after its write (a reader holding the older item reads
+ * again), a webhook body is deleted once delivered, an object may be removed outside Ferry (the
+ * job store leaves such a job out of the sweeper's lists, where a refusal stopped every sweep). Read
+ * as 403, each of those failed its request. Key names only, never contents.
+ *
+ * `prefixes` fence the listing with StringLike on `s3:prefix`, the prefix parameter of a listing
+ * request (https://docs.aws.amazon.com/AmazonS3/latest/userguide/amazon-s3-policy-keys.html,
+ * https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazons3.html): an
+ * endpoint's agent lists its own jobs' key names and never another endpoint's, and a listing with
+ * no prefix carries no `s3:prefix`, so the condition is false and it is refused ("If the key that
+ * you specify in a policy condition is not present in the request context, the values do not
+ * match": https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_condition_operators.html).
+ * Without `prefixes` (the platform functions, which read every payload anyway) the whole bucket.
+ * For the 404 of a missing key, S3 weighs s3:ListBucket with the key itself as `s3:prefix`, so a
+ * missing key under a fenced prefix reads as missing. AWS's pages do not spell that out; Ceph's S3
+ * gateway adopted it to match S3 (https://github.com/ceph/ceph/pull/68577). Not run on a real
+ * account (docs/security-aws.md#what-is-left): were it otherwise, the fenced role would get 403 for
+ * a missing key as it did before this grant, never more access.
+ */
+export function allowTellingMissing(
+  principal: iam.IGrantable,
+  bucketArn: string,
+  prefixes?: readonly string[],
+): void {
+  principal.grantPrincipal.addToPrincipalPolicy(
+    new iam.PolicyStatement({
+      actions: ['s3:ListBucket'],
+      resources: [bucketArn],
+      ...(prefixes ? { conditions: { StringLike: { 's3:prefix': [...prefixes] } } } : {}),
+    }),
+  );
+}
+
 export const defaultInstanceTypes = (): string[] => [
   gpuInstanceFor(defaultGpuModel, 1).instanceType,
   cpuInstanceFor(defaultCpuSpec).instanceType,
@@ -1096,7 +1134,7 @@ export class PlatformStack extends Stack {
     // (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_DeleteMessage.html):
     // read as a refusal, such a missing body would send the record round five times into the
     // dead-letter queue.
-    this.allowTellingMissing(fn);
+    allowTellingMissing(fn, this.bucket.bucketArn);
     Validations.of(fn).acknowledge({
       id: `AwsSolutions-IAM5[Resource::<${Stack.of(this).getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/${blobPrefix}${webhookBodyPrefix}*]`,
       reason:
@@ -1142,24 +1180,11 @@ export class PlatformStack extends Stack {
     fn.addToRolePolicy(
       new iam.PolicyStatement({ actions, resources: [this.bucket.arnForObjects(`${payloadsPrefix}*`)] }),
     );
-    if (actions.includes('s3:GetObject')) this.allowTellingMissing(fn);
+    if (actions.includes('s3:GetObject')) allowTellingMissing(fn, this.bucket.bucketArn);
     Validations.of(fn).acknowledge({
       id: `AwsSolutions-IAM5[Resource::<${Stack.of(this).getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/${payloadsPrefix}*]`,
       reason: 'Payloads have per-job keys under payloads/; the grant stops at that prefix.',
     });
-  }
-
-  /**
-   * S3 answers a missing key with 404 only to a role that may list the bucket, and with 403 to any
-   * other (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html). A function that reads
-   * payloads must tell a blob that is gone (a job's blob removed, a webhook body already delivered)
-   * from a refusal: the job store leaves a job whose blob is gone out of the sweeper's lists, where a
-   * refusal stopped every sweep. Key names only, never contents.
-   */
-  private allowTellingMissing(fn: lambda.Function): void {
-    fn.addToRolePolicy(
-      new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [this.bucket.bucketArn] }),
-    );
   }
 
   private restApi(stageName: string, fn: lambda.Function): apigw.RestApi {

@@ -7,8 +7,9 @@
  * reaches the emulators. What the test does NOT show: that AWS evaluates these conditions the same
  * way; that needs a real account (docs/security-aws.md).
  */
+import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
-import { GetObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { GetObjectCommand, ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import {
   ChangeMessageVisibilityBatchCommand,
   DeleteMessageCommand,
@@ -33,7 +34,7 @@ import type { Agent } from '../../worker-image/agent/agent.js';
 import { startLbAgent } from '../../worker-image/agent/lb.js';
 import { listen } from '../../worker-image/agent/listen.js';
 import { makeJob } from '../contract/helpers.js';
-import { statementsOf } from '../infra/iam.js';
+import { actionsOf, type Statement, statementsOf } from '../infra/iam.js';
 import { dynamoClientFor, s3ClientFor, sqsClientFor } from '../support/emulators.js';
 import { arnOf, IamGate, Policy, s3Denied } from '../support/iam-gate.js';
 import { ProtocolWorker } from '../support/protocolWorker.js';
@@ -43,14 +44,14 @@ import { type AwsBox, boxApiKey, startAwsBox } from './box.js';
 const mine = 'mineaaaaaaaaa1';
 const theirs = 'theirsbbbbbbb2';
 
-/** The agent role's policy for `endpointId` of `kind`, from a synthesized template. */
-function agentPolicy(
+/** The agent role's statements for `endpointId` of `kind`, from a synthesized template. */
+function agentStatements(
   endpointId: string,
   kind: 'queue' | 'lb',
   tables: Record<DynamoTable, string>,
   bucket: string,
   webhookQueueUrl: string,
-): Policy {
+): Statement[] {
   const stack = new Stack(new App(), 'Scope');
   const taskRole = new iam.Role(stack, 'TaskRole', {
     assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
@@ -77,8 +78,12 @@ function agentPolicy(
     // The platform's webhook queue, as the app stack imports it (queue endpoints only).
     ...(kind === 'queue' ? { webhookQueueArn: arnOf.queueAt(webhookQueueUrl) } : {}),
   });
-  return new Policy(statementsOf(Template.fromStack(stack), access.role));
+  return statementsOf(Template.fromStack(stack), access.role);
 }
+
+/** The agent role's policy for `endpointId` of `kind`. */
+const agentPolicy = (...args: Parameters<typeof agentStatements>): Policy =>
+  new Policy(agentStatements(...args));
 
 let box: AwsBox;
 /** The queue agent's role in front of its DynamoDB, SQS and S3 clients. */
@@ -348,6 +353,114 @@ describe("an agent with its endpoint's role", () => {
       await expect(
         clients.sqs!.send(new SendMessageCommand({ QueueUrl, MessageBody: victim })),
       ).rejects.toMatchObject(denied);
+    }
+  });
+
+  it("reads its own blob that is gone as missing, not refused, so a read that raced a writer reads again; lists only its own jobs' key names", async () => {
+    const { bucket, tables } = box.fixture;
+    const prefix = box.env.FERRY_BLOB_PREFIX;
+    // S3 answers a missing key 404 only to a role that may list the bucket, else 403
+    // (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html): the role lists its own
+    // jobs' key names (s3:prefix), so its own gone blob reads as missing.
+    const blobs = new S3BlobStore({ client: clients.s3!, bucket, prefix });
+    const gone = `payloads/${mine}-${randomUUID()}-u1/output-0`;
+    expect(await blobs.get(gone)).toBeUndefined();
+    expect(await blobs.exists(gone)).toBe(false);
+    expect(await blobs.get(`payloads/sync-${mine}-${randomUUID()}-u1/output-0`)).toBeUndefined();
+    // Another endpoint's key stays refused, there or not.
+    await expect(blobs.get(`payloads/${theirs}-${randomUUID()}-u1/output-0`)).rejects.toMatchObject(s3Denied);
+
+    // Listing: its own jobs' prefixes only. Another endpoint's, one that merely contains its id, the
+    // whole payloads/ folder and a listing with no prefix (no s3:prefix at all) are refused
+    // (https://docs.aws.amazon.com/AmazonS3/latest/userguide/amazon-s3-policy-keys.html).
+    const list = (Prefix?: string) =>
+      clients.s3!.send(
+        new ListObjectsV2Command({ Bucket: bucket, ...(Prefix === undefined ? {} : { Prefix }) }),
+      );
+    const kept = `payloads/${mine}-${randomUUID()}-u1/input-0`;
+    await blobs.put(kept, Buffer.from('{}'));
+    const own = await list(`payloads/${mine}-`);
+    // A real listing, of its own keys only.
+    expect(own.Contents?.map((object) => object.Key)).toContain(kept);
+    for (const object of own.Contents ?? []) expect(object.Key).toMatch(new RegExp(`^payloads/${mine}-`));
+    await blobs.delete(kept);
+    await list(`payloads/sync-${mine}-`);
+    for (const Prefix of [
+      `payloads/${theirs}-`,
+      `payloads/sync-${theirs}-`,
+      `payloads/${theirs}-${mine}-`,
+      'payloads/',
+      'payloads/webhooks/',
+      '',
+      undefined,
+    ]) {
+      await expect(list(Prefix), `prefix ${String(Prefix)}`).rejects.toMatchObject(s3Denied);
+    }
+    // Their big input sits under their job id: refused by name and by listing.
+    const theirBig = await submit(theirs, { secret: 'z'.repeat(200 * 1024) });
+    await expect(list(`payloads/${theirBig}/`)).rejects.toMatchObject(s3Denied);
+
+    // The race: the agent's store read a job's item; before it reads the item's output blob, a
+    // writer replaces that output and deletes the old blob (DynamoJobStore: "a reader holding the
+    // older item may find a blob gone, and reads again").
+    const writer = new DynamoJobStore({ doc: box.fixture.doc, tables, blobs: box.fixture.blobs(prefix) });
+    const raced = async (s3: S3Client, dynamo: typeof clients.dynamo) => {
+      const job = makeJob({
+        id: `${mine}-${randomUUID()}-u1`,
+        endpointId: mine,
+        status: 'COMPLETED',
+        createdAt: Date.now(),
+        output: { v: 'first'.padEnd(200 * 1024, '.') },
+      });
+      await writer.create(job);
+      const replace = async () => {
+        const current = (await writer.get(job.id, Date.now()))!;
+        expect((await writer.update(current, { output: { v: 'second'.padEnd(200 * 1024, '.') } })).ok).toBe(
+          true,
+        );
+      };
+      let race: (() => Promise<void>) | undefined = replace;
+      const agentBlobs = new S3BlobStore({ client: s3, bucket, prefix });
+      const get = agentBlobs.get.bind(agentBlobs);
+      Object.assign(agentBlobs, {
+        get: async (key: string) => {
+          const now = race;
+          race = undefined;
+          await now?.();
+          return get(key);
+        },
+      });
+      const doc = DynamoDBDocumentClient.from(dynamo!, { marshallOptions: { removeUndefinedValues: true } });
+      const store = new DynamoJobStore({ doc, tables, blobs: agentBlobs, warn: () => {} });
+      return { job, read: () => store.get(job.id, Date.now()), raced: () => race === undefined };
+    };
+    const before = gate.decisions.length;
+    const withRole = await raced(clients.s3!, clients.dynamo);
+    const read = await withRole.read();
+    expect(withRole.raced()).toBe(true);
+    expect(read?.output).toEqual({ v: 'second'.padEnd(200 * 1024, '.') });
+    expect(gate.decisions.slice(before).filter((d) => !d.allowed)).toEqual([]);
+
+    // The template before this grant (the same statements without s3:ListBucket) fails all of it:
+    // the gone blob reads as refused, so the store's read fails instead of reading again.
+    const statements = agentStatements(mine, 'queue', tables, bucket, box.fixture.webhookQueueUrl);
+    const withoutListing = statements.filter((s) => !actionsOf([s]).includes('s3:ListBucket'));
+    expect(statements.length - withoutListing.length).toBe(1);
+    const oldGate = new IamGate(new Policy(withoutListing));
+    const oldS3 = oldGate.s3(s3ClientFor(box.fixture.fauxqs.endpoint));
+    const oldDynamo = oldGate.dynamo(dynamoClientFor(box.fixture.dynamo.endpoint), tables);
+    try {
+      const oldBlobs = new S3BlobStore({ client: oldS3, bucket, prefix });
+      await expect(oldBlobs.get(gone)).rejects.toMatchObject(s3Denied);
+      await expect(
+        oldS3.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: `payloads/${mine}-` })),
+      ).rejects.toMatchObject(s3Denied);
+      const withOldRole = await raced(oldS3, oldDynamo);
+      await expect(withOldRole.read()).rejects.toMatchObject(s3Denied);
+      expect(withOldRole.raced()).toBe(true);
+    } finally {
+      oldS3.destroy();
+      oldDynamo.destroy();
     }
   });
 

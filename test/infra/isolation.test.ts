@@ -175,6 +175,29 @@ describe('the agent role (queue endpoint)', () => {
     expect(rendered).not.toMatch(/payloads\/\*/);
   });
 
+  it("lists only its own jobs' key names (s3:prefix), so a blob that is gone reads as missing, not refused", () => {
+    // S3 answers a missing key 404 only to a principal with s3:ListBucket, else 403
+    // (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html); s3:prefix is a listing's
+    // prefix parameter (https://docs.aws.amazon.com/AmazonS3/latest/userguide/amazon-s3-policy-keys.html).
+    // Unfenced, the listing would show every endpoint's job ids.
+    const listing = only(statements, 's3:ListBucket');
+    expect(listing).toEqual([
+      {
+        Effect: 'Allow',
+        Action: 's3:ListBucket',
+        Resource: { 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':s3:::platform-bucket']] },
+        Condition: {
+          StringLike: { 's3:prefix': [`payloads/${endpointId}-*`, `payloads/sync-${endpointId}-*`] },
+        },
+      },
+    ]);
+    // The same prefixes as its object grant: it lists exactly the keys it may read.
+    const objects = JSON.stringify(only(statements, 's3:GetObject')[0]!.Resource);
+    for (const prefix of endpointKeyPatterns(endpointId).payloadKeys) {
+      expect(objects).toContain(`platform-bucket/${prefix}`);
+    }
+  });
+
   it('uses only its own two queues', () => {
     const sqsStatement = only(statements, 'sqs:ReceiveMessage');
     expect(sqsStatement[0]!.Resource).toEqual([

@@ -6,7 +6,10 @@
  * StringLike), `ForAllValues:StringLike` / `ForAllValues:StringEquals` on `dynamodb:LeadingKeys` (a
  * request's partition key values) and `Null` on it
  * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html,
- * https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-single-vs-multi-valued-context-keys.html).
+ * https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-single-vs-multi-valued-context-keys.html),
+ * and `StringEquals` / `StringLike` / `ArnEquals` / `ArnLike` on single-valued keys a request carries
+ * (`ecs:cluster`, `s3:prefix`), false when the request does not carry the key
+ * (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_condition_operators.html).
  * Anything else (another operator, a call whose resource it cannot read) is denied. What it does NOT
  * show: that AWS evaluates these statements the same way; that needs a real account
  * (docs/security-aws.md).
@@ -49,7 +52,7 @@ export interface Access {
   resource: string;
   /** The partition key values of a DynamoDB request (`dynamodb:LeadingKeys`); [] elsewhere. */
   leadingKeys: string[];
-  /** Other condition keys the request carries, by name (`ecs:cluster` of an ECS list). */
+  /** Other condition keys the request carries, by name (`ecs:cluster` of an ECS list, `s3:prefix`). */
   context?: Record<string, string>;
 }
 
@@ -265,11 +268,22 @@ function dynamoAccesses(
 const queueNameOf = (input: { QueueUrl?: string; QueueName?: string }): string | undefined =>
   input.QueueName ?? input.QueueUrl?.split('/').pop();
 
+/** s3:ListBucket on `bucket`, with `prefix` as the request's `s3:prefix` when it has one. */
+const listingOf = (bucket: string, prefix: unknown): Access => ({
+  action: 's3:ListBucket',
+  resource: arnOf.bucket(bucket),
+  leadingKeys: [],
+  ...(typeof prefix === 'string' ? { context: { 's3:prefix': prefix } } : {}),
+});
+
 /**
  * The S3 action IAM checks for an operation: HeadObject is authorized by s3:GetObject, a listing by
  * s3:ListBucket on the bucket, a multi-object delete by s3:DeleteObject on each key
  * (https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html,
- * https://docs.aws.amazon.com/AmazonS3/latest/API/API_DeleteObjects.html).
+ * https://docs.aws.amazon.com/AmazonS3/latest/API/API_DeleteObjects.html). A listing carries its
+ * prefix parameter as `s3:prefix`, and none when it names no prefix
+ * (https://docs.aws.amazon.com/AmazonS3/latest/userguide/amazon-s3-policy-keys.html,
+ * https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazons3.html).
  */
 function s3Accesses(operation: string, input: Record<string, any>): Access[] | undefined {
   const bucket = input.Bucket as string | undefined;
@@ -310,7 +324,7 @@ function s3Accesses(operation: string, input: Record<string, any>): Access[] | u
       }));
     case 'ListObjectsV2':
     case 'ListObjects':
-      return [{ action: 's3:ListBucket', resource: arnOf.bucket(bucket), leadingKeys: [] }];
+      return [listingOf(bucket, input.Prefix)];
     default:
       return undefined;
   }
@@ -381,6 +395,9 @@ export class IamGate {
     // A missing key reads as 404 only to a caller that may list the bucket, else as 403: "If you
     // don't have the s3:ListBucket permission, Amazon S3 returns an HTTP status code 403"
     // (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html). The emulator always says 404.
+    // Weighed as a listing with the key itself as `s3:prefix`, so a grant fenced to a prefix tells
+    // the keys under it: AWS's pages do not say which `s3:prefix` S3 uses here; Ceph's S3 gateway
+    // does this to match S3 (https://github.com/ceph/ceph/pull/68577). Not run on a real account.
     client.middlewareStack.add(
       (next: (args: any) => Promise<any>, context: { commandName?: string }) => async (args: any) => {
         try {
@@ -388,14 +405,9 @@ export class IamGate {
         } catch (error) {
           const missing = ['NoSuchKey', 'NotFound'].includes((error as Error).name);
           const read = ['GetObjectCommand', 'HeadObjectCommand'].includes(String(context.commandName));
-          const listing = {
-            action: 's3:ListBucket',
-            resource: arnOf.bucket(args.input.Bucket),
-            leadingKeys: [],
-          };
-          if (missing && read && !this.policy.allows(listing)) {
+          if (missing && read && !this.policy.allows(listingOf(args.input.Bucket, args.input.Key))) {
             throw new S3AccessDenied(
-              `not authorized to learn that ${args.input.Key} is missing (no s3:ListBucket)`,
+              `not authorized to learn that ${args.input.Key} is missing (no s3:ListBucket that covers it)`,
             );
           }
           throw error;
