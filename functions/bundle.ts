@@ -11,9 +11,11 @@
  * Runtime `nodejs24.x` (infra/platform-stack.ts). infra/ points each function's code at `outdir` with these handler names.
  */
 import { existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { build } from 'esbuild';
+import { type BuildOptions, build, version as esbuildVersion } from 'esbuild';
+import { sourceFingerprint } from '../cli/build/fingerprint.js';
 
 export const functionEntries = {
   api: 'api.handler',
@@ -37,24 +39,133 @@ function sourceDir(): string {
 }
 
 /** Writes `<name>.mjs` (+ `.mjs.map`) for each function into `outdir`; returns the file paths. */
-export async function bundleFunctions(outdir: string): Promise<Record<FunctionName, string>> {
+export async function bundleFunctions(
+  outdir: string,
+  options: {
+    /**
+     * Where to record what the bundles were built from (outside `outdir`, which is the Lambda
+     * asset). When it says `outdir` holds the bundles of the current sources, esbuild is skipped:
+     * the bundles would come out the same (bundlesAreCurrent).
+     */
+    cacheFile?: string;
+  } = {},
+): Promise<Record<FunctionName, string>> {
   const names = Object.keys(functionEntries) as FunctionName[];
-  const entryPoints = Object.fromEntries(names.map((name) => [name, join(sourceDir(), `${name}.ts`)]));
-  await build({
-    entryPoints,
-    outdir,
-    outExtension: { '.js': '.mjs' },
-    bundle: true,
-    platform: 'node',
-    target: 'node24',
-    format: 'esm',
-    minify: false,
-    sourcemap: true,
-    banner: { js: requireShim },
-    logLevel: 'silent',
-  });
-  return Object.fromEntries(names.map((name) => [name, `${outdir}/${name}.mjs`])) as Record<
+  const files = Object.fromEntries(names.map((name) => [name, `${outdir}/${name}.mjs`])) as Record<
     FunctionName,
     string
   >;
+  const { cacheFile } = options;
+  if (cacheFile && (await bundlesAreCurrent(outdir, cacheFile))) return files;
+  if (cacheFile) await rm(cacheFile, { force: true });
+  const root = dirname(sourceDir());
+  const result = await build({
+    ...bundleOptions,
+    entryPoints: Object.fromEntries(names.map((name) => [name, join(sourceDir(), `${name}.ts`)])),
+    outdir,
+    // Paths in the bundles' comments and the metafile are from the Ferry root, not from wherever
+    // the command runs: the same sources give the same bundles in every project.
+    absWorkingDir: root,
+    metafile: true,
+  });
+  if (cacheFile) await recordInputs(cacheFile, root, outdir, Object.keys(result.metafile.inputs).sort());
+  return files;
+}
+
+/** Everything but the paths: part of the cache key, so a change of any option rebuilds. */
+const bundleOptions = {
+  outExtension: { '.js': '.mjs' },
+  bundle: true,
+  platform: 'node',
+  target: 'node24',
+  format: 'esm',
+  minify: false,
+  sourcemap: true,
+  banner: { js: requireShim },
+  logLevel: 'silent',
+} as const satisfies BuildOptions;
+
+/** What `bundleFunctions` records in its cache file. */
+interface BundleStamp {
+  /** esbuild's version, the options and the content of every input (bundleInputsKey). */
+  key: string;
+  /** The Ferry root the inputs are relative to, and the folder the bundles went to. */
+  root: string;
+  outdir: string;
+  /** Every file esbuild read, from its metafile. */
+  inputs: string[];
+  /** Size and mtime of each file written, to notice bundles changed since. */
+  outputs: Record<string, { size: number; mtimeMs: number }>;
+}
+
+/**
+ * The files esbuild reads but its metafile does not list: the root's package.json and tsconfig.json,
+ * and the npm lockfile of each node_modules tree an input came from (npm rewrites it on every
+ * install, so a package that moved in the tree or changed its package.json rebuilds the bundles).
+ */
+function settingsFiles(root: string, inputs: readonly string[]): string[] {
+  const trees = new Set<string>();
+  for (const input of inputs) {
+    const at = input.split('/').indexOf('node_modules');
+    if (at >= 0)
+      trees.add(
+        `${input
+          .split('/')
+          .slice(0, at + 1)
+          .join('/')}/.package-lock.json`,
+      );
+  }
+  return ['package.json', 'tsconfig.json', ...trees].filter((file) => existsSync(resolve(root, file)));
+}
+
+/** esbuild's version, the options, and the sha256 of the paths and contents of the files read. */
+export async function bundleInputsKey(root: string, inputs: readonly string[]): Promise<string> {
+  const fingerprint = await sourceFingerprint(root, [...inputs, ...settingsFiles(root, inputs)]);
+  return JSON.stringify({ esbuild: esbuildVersion, options: bundleOptions, fingerprint });
+}
+
+async function outputStats(outdir: string): Promise<BundleStamp['outputs']> {
+  const out: BundleStamp['outputs'] = {};
+  for (const name of Object.keys(functionEntries)) {
+    for (const file of [`${name}.mjs`, `${name}.mjs.map`]) {
+      const { size, mtimeMs } = await stat(join(outdir, file));
+      out[file] = { size, mtimeMs };
+    }
+  }
+  return out;
+}
+
+/** Writes the cache file; an input it cannot read again means no record (the next run rebuilds). */
+async function recordInputs(
+  cacheFile: string,
+  root: string,
+  outdir: string,
+  inputs: string[],
+): Promise<void> {
+  let stamp: BundleStamp;
+  try {
+    const outputs = await outputStats(outdir);
+    stamp = { key: await bundleInputsKey(root, inputs), root, outdir: resolve(outdir), inputs, outputs };
+  } catch {
+    return;
+  }
+  await writeFile(cacheFile, `${JSON.stringify(stamp)}\n`);
+}
+
+/**
+ * Whether `outdir` holds what esbuild would write now: the cache file's inputs (every file the last
+ * build read, read again) give its key (bundleInputsKey), for the same Ferry root and esbuild version, and the bundles
+ * are the ones that build wrote. Any doubt (no record, a file gone, a read error) is false.
+ */
+export async function bundlesAreCurrent(outdir: string, cacheFile: string): Promise<boolean> {
+  try {
+    const stamp = JSON.parse(await readFile(cacheFile, 'utf8')) as BundleStamp;
+    const root = dirname(sourceDir());
+    if (stamp.root !== root || stamp.outdir !== resolve(outdir)) return false;
+    if (!Array.isArray(stamp.inputs) || stamp.inputs.length === 0) return false;
+    if (JSON.stringify(await outputStats(outdir)) !== JSON.stringify(stamp.outputs)) return false;
+    return (await bundleInputsKey(root, stamp.inputs)) === stamp.key;
+  } catch {
+    return false;
+  }
 }

@@ -30,7 +30,7 @@ async function realAccountClients(reporter: Reporter) {
     { ECRClient },
     { CodeBuildClient },
     { SNSClient },
-    { EC2Client },
+    { ec2OnFirstUse },
     { SecretsManagerClient },
     { SecretsManagerCallTokens },
   ] = await Promise.all([
@@ -38,7 +38,7 @@ async function realAccountClients(reporter: Reporter) {
     import('@aws-sdk/client-ecr'),
     import('@aws-sdk/client-codebuild'),
     import('@aws-sdk/client-sns'),
-    import('@aws-sdk/client-ec2'),
+    import('./aws/zones.js'),
     import('@aws-sdk/client-secrets-manager'),
     import('../../core/adapters/aws/secrets.js'),
   ]);
@@ -51,7 +51,8 @@ async function realAccountClients(reporter: Reporter) {
     sns: new SNSClient({}) as unknown as import('./aws-account.js').SnsLike,
     ecr: new ECRClient({}) as unknown as import('./aws-images.js').EcrLike,
     codebuild: new CodeBuildClient({}) as unknown as import('./aws-images.js').CodeBuildLike,
-    ec2: new EC2Client({}) as unknown as import('./aws/zones.js').Ec2Like,
+    // Loaded on first use: only a platform's first deploy (or --refresh-zones) asks EC2.
+    ec2: ec2OnFirstUse(),
   };
 }
 

@@ -1,24 +1,34 @@
 /**
  * The Lambda bundles: esbuild writes one .mjs per function (functionEntries) into a temp folder, and
  * each one imports on its own (outside the repo, so no node_modules to lean on) and exports `handler`.
+ * With a cache file, a run on the same sources keeps the bundles it finds (the CLI's deploys).
  */
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bundleFunctions, functionEntries } from '../../functions/bundle.js';
+import {
+  bundleFunctions,
+  bundleInputsKey,
+  bundlesAreCurrent,
+  functionEntries,
+} from '../../functions/bundle.js';
 
+let dir: string;
 let outdir: string;
+let cacheFile: string;
 let files: Record<string, string>;
 
 beforeAll(async () => {
-  outdir = mkdtempSync(join(tmpdir(), 'ferry-bundle-'));
-  files = await bundleFunctions(outdir);
+  dir = mkdtempSync(join(tmpdir(), 'ferry-bundle-'));
+  outdir = join(dir, 'functions');
+  cacheFile = join(dir, 'functions.inputs.json');
+  files = await bundleFunctions(outdir, { cacheFile });
 }, 120_000);
 
 afterAll(() => {
-  rmSync(outdir, { recursive: true, force: true });
+  rmSync(dir, { recursive: true, force: true });
 });
 
 describe('bundleFunctions', () => {
@@ -55,5 +65,48 @@ describe('bundleFunctions', () => {
     });
     // The exact message API Gateway answers with 401 (its UNAUTHORIZED gateway response).
     await expect(result).rejects.toThrow(/^Unauthorized$/);
+  });
+});
+
+describe('bundleFunctions with a cache file', () => {
+  const bundleFiles = () =>
+    Object.keys(functionEntries).flatMap((name) => [
+      join(outdir, `${name}.mjs`),
+      join(outdir, `${name}.mjs.map`),
+    ]);
+
+  it('records every source esbuild read, and a second run on them writes nothing', async () => {
+    const record = JSON.parse(readFileSync(cacheFile, 'utf8')) as { inputs: string[] };
+    expect(record.inputs).toContain('functions/api.ts');
+    expect(record.inputs).toContain('core/errors.ts');
+    expect(record.inputs.some((input) => input.includes('node_modules/@aws-sdk/'))).toBe(true);
+    expect(await bundlesAreCurrent(outdir, cacheFile)).toBe(true);
+    const written = bundleFiles().map((file) => statSync(file).mtimeMs);
+    expect(await bundleFunctions(outdir, { cacheFile })).toEqual(files);
+    expect(bundleFiles().map((file) => statSync(file).mtimeMs)).toEqual(written);
+  });
+
+  it('is out of date once a recorded source reads differently, or a bundle was changed', async () => {
+    const record = JSON.parse(readFileSync(cacheFile, 'utf8')) as {
+      root: string;
+      inputs: string[];
+      key: string;
+    };
+    // A source of our own among the recorded ones: current while it reads the same, not after.
+    const source = join(dir, 'extra-source.ts');
+    writeFileSync(source, 'export const a = 1;\n');
+    const inputs = [...record.inputs, relative(record.root, source)];
+    writeFileSync(
+      cacheFile,
+      JSON.stringify({ ...record, inputs, key: await bundleInputsKey(record.root, inputs) }),
+    );
+    expect(await bundlesAreCurrent(outdir, cacheFile)).toBe(true);
+    writeFileSync(source, 'export const a = 2;\n');
+    expect(await bundlesAreCurrent(outdir, cacheFile)).toBe(false);
+    writeFileSync(source, 'export const a = 1;\n');
+    expect(await bundlesAreCurrent(outdir, cacheFile)).toBe(true);
+    // A bundle edited since the build.
+    appendFileSync(join(outdir, 'api.mjs'), '\n// edited\n');
+    expect(await bundlesAreCurrent(outdir, cacheFile)).toBe(false);
   });
 });

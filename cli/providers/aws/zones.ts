@@ -14,10 +14,12 @@
  * CloudFormation refuses to change while imported. Moving to the region's current zones is
  * deliberate: `ferry deploy --refresh-zones`.
  */
-import {
-  type AvailabilityZone,
+// Types only: the EC2 client takes most of a second to load, and only a platform's first deploy
+// (or --refresh-zones) calls it (regionZones, ec2OnFirstUse).
+import type {
+  AvailabilityZone,
   DescribeAvailabilityZonesCommand,
-  type DescribeAvailabilityZonesCommandOutput,
+  DescribeAvailabilityZonesCommandOutput,
 } from '@aws-sdk/client-ec2';
 import { FerryError } from '../../../core/errors.js';
 import type { Reporter } from '../../io.js';
@@ -27,6 +29,20 @@ import type { PlatformOutputs } from './platform.js';
 export interface Ec2Like {
   send(command: DescribeAvailabilityZonesCommand): Promise<DescribeAvailabilityZonesCommandOutput>;
   destroy?(): void;
+}
+
+/** The SDK's EC2 client, created (and its module loaded) on the first call. */
+export function ec2OnFirstUse(): Ec2Like {
+  let client: import('@aws-sdk/client-ec2').EC2Client | undefined;
+  return {
+    async send(command) {
+      client ??= new (await import('@aws-sdk/client-ec2')).EC2Client({});
+      return client.send(command);
+    },
+    destroy() {
+      client?.destroy();
+    },
+  };
 }
 
 /**
@@ -66,6 +82,7 @@ const userFixableErrors = new Set([
 export async function regionZones(ec2: Ec2Like): Promise<string[]> {
   let answer: DescribeAvailabilityZonesCommandOutput;
   try {
+    const { DescribeAvailabilityZonesCommand } = await import('@aws-sdk/client-ec2');
     // Without AllAvailabilityZones, EC2 lists only the zones enabled for the account.
     answer = await ec2.send(new DescribeAvailabilityZonesCommand({}));
   } catch (error) {
