@@ -15,7 +15,7 @@
  * Stacks are environment-agnostic (no account/region): no lookups, so synth runs offline with no
  * credentials; the region comes from the deploying credentials.
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { App, Validations } from 'aws-cdk-lib';
@@ -29,6 +29,7 @@ import type { LbHttpsOptions } from './constructs/https-front.js';
 import { instanceTypesFor } from './gpu.js';
 import { appStackName, ownershipTags, platformStackName } from './names.js';
 import { defaultInstanceTypes, PlatformStack } from './platform-stack.js';
+import { checkSynthesizedTemplate } from './template-limits.js';
 
 export { platformStackName } from './names.js';
 
@@ -79,6 +80,13 @@ export interface SynthesizeOptions {
   context?: Record<string, unknown>;
   /** cdk-nag AwsSolutions checks (default on): synth throws "Validation failed" on a finding. */
   nag?: boolean;
+  /**
+   * The CDK's built-in CloudFormation Validate plugin (its default rules), default on: Ferry's tests
+   * and `npx cdk synth` run it. Its findings are warnings only (Ferry does not set
+   * `@aws-cdk/core:validateAgainstDefaultRules`), about Ferry's templates rather than the user's
+   * code, and starting its engine costs a deploy about as much as the rest of the synth.
+   */
+  cfnValidate?: boolean;
 }
 
 export interface FerryApp {
@@ -93,6 +101,7 @@ export function buildApp(
   app = new App({
     ...(options.outdir ? { outdir: options.outdir } : {}),
     context: { ...ferryContext, ...options.context },
+    builtinCloudFormationValidation: options.cfnValidate ?? true,
   }),
 ): FerryApp {
   const manifest = parseOr400(manifestSchema, options.manifest, 'build manifest');
@@ -139,7 +148,23 @@ export function buildApp(
  *   toolkit.fromAssemblyBuilder(async ({ outdir, context }) => synthesize({ ...options, outdir, context }))
  */
 export function synthesize(options: SynthesizeOptions): CloudAssembly {
-  return buildApp(options).app.synth();
+  return synthesizeChecked(buildApp(options), options);
+}
+
+/**
+ * `app.synth()`, then the quotas CloudFormation applies to the app environment's template that only
+ * the synthesized template shows (dynamic references, bytes; infra/template-limits.ts): a template
+ * CloudFormation would refuse is a usage error here, before anything is deployed.
+ */
+function synthesizeChecked({ app, appStack }: FerryApp, options: SynthesizeOptions): CloudAssembly {
+  const assembly = app.synth();
+  const artifact = assembly.getStackArtifact(appStack.artifactId);
+  checkSynthesizedTemplate(
+    // The file is what the toolkit uploads for CloudFormation to read (its size is the quota's).
+    { template: artifact.template, bytes: statSync(artifact.templateFullPath).size },
+    { app: options.app ?? options.manifest.app, env: options.env, endpoints: appStack.endpoints.length },
+  );
+  return assembly;
 }
 
 /** Options from CDK context, for `npx cdk synth`. */
@@ -210,14 +235,13 @@ function warmPoolSizeOf(value: string): number {
 function main(): void {
   const app = new App({ context: { ...ferryContext } });
   try {
-    buildApp(optionsFromContext(app), app);
+    const options = optionsFromContext(app);
+    synthesizeChecked(buildApp(options, app), options);
   } catch (error) {
     if (!FerryError.is(error)) throw error;
     process.stderr.write(`Error: ${error.message}\n${error.hint ? `${error.hint}\n` : ''}`);
     process.exitCode = 2;
-    return;
   }
-  app.synth();
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) main();

@@ -359,10 +359,12 @@ export class AwsProvider implements Provider {
     );
   }
 
+  /** The Lambda bundles; esbuild runs again only when Ferry's sources changed (functions/bundle.ts). */
   #functions(): Promise<string> {
     const dir = path.join(this.#stateDir, 'aws', 'functions');
+    const cacheFile = path.join(this.#stateDir, 'aws', 'functions.inputs.json');
     this.#functionsDir ??= loadInfra()
-      .then(({ bundleFunctions }) => bundleFunctions(dir))
+      .then(({ bundleFunctions }) => bundleFunctions(dir, { cacheFile }))
       .then(() => dir);
     return this.#functionsDir;
   }
@@ -383,6 +385,11 @@ export class AwsProvider implements Provider {
     endpointIds?: Record<string, string>;
     servicesCreated?: string[];
     callKeyIds?: Record<string, string>;
+    /**
+     * The CDK's own CloudFormation validation (infra/app.ts cfnValidate): `--synth-only`, which is
+     * for reading the templates, runs it; a deploy does not (warnings only, about Ferry's templates).
+     */
+    cfnValidate?: boolean;
   }): Promise<SynthesizedAssembly> {
     const functionsCodeDir = await this.#functions();
     const { synthesize } = await loadInfra();
@@ -401,6 +408,7 @@ export class AwsProvider implements Provider {
           ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
           ...(input.servicesCreated ? { servicesCreated: input.servicesCreated } : {}),
           ...(input.callKeyIds ? { callKeyIds: input.callKeyIds } : {}),
+          cfnValidate: input.cfnValidate ?? false,
           ...(https ? { https } : {}),
           ...integrationTimeoutFrom(this.options.env),
           ...(outdir ? { outdir } : {}),
@@ -422,6 +430,7 @@ export class AwsProvider implements Provider {
       artifactKey: artifactKeyOf(input.app, input.env, input.manifest.sourceFingerprint),
       images: this.#images(input.manifest.pythonVersion, input.reporter),
       instanceTypes: await platformInstanceTypes(input.manifest.endpoints.map((e) => e.resources)),
+      cfnValidate: true,
     });
     try {
       return {

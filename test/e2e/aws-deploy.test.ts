@@ -5,7 +5,7 @@
  * FERRY_S3_ENDPOINT). What is real: the CLI, the build, the CDK synth of both stacks, the control
  * table and the bucket.
  */
-import { appendFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -46,9 +46,9 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     edit(s);
     writeFileSync(stateFile, JSON.stringify(s));
   };
-  const ferry = (args: string[], extra: Record<string, string | undefined> = {}) =>
+  const ferry = (args: string[], extra: Record<string, string | undefined> = {}, cwd = project) =>
     sandbox.run([...args, '--provider', 'aws'], {
-      cwd: project,
+      cwd,
       timeoutMs: 240_000,
       env: {
         // The fake platform has no ECR registry of its own: the user's registry (docs/aws.md "Images").
@@ -71,8 +71,10 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     (await fixture.control().listEndpoints({ app, ...(env ? { env } : {}) })) as AwsEndpointRecord[];
 
   beforeAll(async () => {
-    fixture = await startAwsFixture();
-    expect((await sandbox.run(['init', 'shop'])).code).toBe(0);
+    // The emulators (a JVM) and `ferry init` start side by side: neither needs the other.
+    const [started, init] = await Promise.all([startAwsFixture(), sandbox.run(['init', 'shop'])]);
+    fixture = started;
+    expect(init.code, init.stderr).toBe(0);
     project = path.join(sandbox.root, 'shop');
     stateFile = path.join(sandbox.root, 'fake-toolkit.json');
     const initial: FakeToolkitState = {
@@ -397,6 +399,44 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
       ['deploy', ['FerryPlatform', STAGING]],
     ]);
     expect(state().statuses?.FerryPlatform).toBeUndefined();
+  }, 240_000);
+
+  it('refuses (exit 2, nothing deployed) an environment past 60 dynamic references: 21 load-balanced endpoints behind CloudFront', async () => {
+    // CloudFormation resolves at most 60 per template
+    // (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/dynamic-references.html); each
+    // such endpoint holds 3 (test/infra/template-limits.test.ts), and 21 hold 444 resources of 500.
+    expect((await sandbox.run(['init', 'wide'])).code).toBe(0);
+    const wide = path.join(sandbox.root, 'wide');
+    for (const file of ['cpu_worker.py', 'gpu_worker.py', 'lb_worker.py']) rmSync(path.join(wide, file));
+    for (let i = 0; i < 21; i++) {
+      writeFileSync(
+        path.join(wide, `lb_${i}.py`),
+        [
+          'from ferry import Endpoint',
+          '',
+          `api = Endpoint(name="lb_${i}", cpu="1-2", workers=(1, 3))`,
+          '',
+          '',
+          '@api.get("/health")',
+          'async def health() -> dict:',
+          '    return {"status": "healthy"}',
+          '',
+        ].join('\n'),
+      );
+    }
+    editState((s) => {
+      s.stacks.FerryPlatform = { ...s.platformOutputs };
+      delete s.statuses;
+    });
+    const count = state().calls.length;
+    const result = await ferry(['deploy', '--yes', '--env', 'production'], {}, wide);
+    expect(result.code, result.stderr).toBe(2);
+    expect(result.stderr).toContain(
+      'The template of wide/production (21 endpoints) holds 63 dynamic references ({{resolve:…}}), 3 over the 60',
+    );
+    expect(result.stderr).toContain('ferry deploy -e <env>');
+    expect(state().calls.slice(count)).toEqual([]);
+    expect(await records('wide')).toEqual([]);
   }, 240_000);
 });
 

@@ -1,19 +1,28 @@
 /**
- * An app environment's stack stays within CloudFormation's 500 resources per template
+ * An app environment's stack stays within CloudFormation's quotas per template: 500 resources, 60
+ * dynamic references and 1 MB of template in S3
  * (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cloudformation-limits.html,
- * infra/template-limits.ts): what each kind of endpoint declares, measured here (docs/aws.md "How many
- * endpoints an environment fits" states these numbers), and the check that refuses an environment
- * past the limit while the stacks are built, before anything is deployed.
+ * https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/dynamic-references.html,
+ * infra/template-limits.ts): what each kind of endpoint takes of each, measured here (docs/aws.md
+ * "How many endpoints an environment fits" states these numbers), and the checks that refuse an
+ * environment past a quota when the stacks are built or synthesized, before anything is deployed.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import { manifestSchema } from '../../core/manifest.js';
-import { buildApp, type SynthesizeOptions } from '../../infra/app.js';
-import { maxTemplateResources, templateResourceCount } from '../../infra/template-limits.js';
+import { buildApp, type SynthesizeOptions, synthesize } from '../../infra/app.js';
+import { appStackName } from '../../infra/app-stack.js';
+import {
+  dynamicReferenceCount,
+  maxDynamicReferences,
+  maxTemplateBytes,
+  maxTemplateResources,
+  templateResourceCount,
+} from '../../infra/template-limits.js';
 import {
   cpuEndpoint,
   gpuEndpoint,
@@ -38,10 +47,13 @@ const loadBalanced = (i: number): ManifestEndpoint => ({ ...lbEndpoint, name: `l
 const many = (n: number, make: (i: number) => ManifestEndpoint) =>
   Array.from({ length: n }, (_, i) => make(i));
 
-function build(endpoints: ManifestEndpoint[], extra: Partial<SynthesizeOptions> = {}) {
+function optionsFor(
+  endpoints: ManifestEndpoint[],
+  extra: Partial<SynthesizeOptions> = {},
+): SynthesizeOptions {
   const outdir = mkdtempSync(join(tmpdir(), 'ferry-infra-limits-'));
   outdirs.push(outdir);
-  return buildApp({
+  return {
     manifest: manifestSchema.parse({ ...sampleManifest, endpoints }),
     env: 'dev',
     functionsCodeDir: fns.dir,
@@ -51,7 +63,34 @@ function build(endpoints: ManifestEndpoint[], extra: Partial<SynthesizeOptions> 
     nag: false,
     outdir,
     ...extra,
-  });
+  };
+}
+
+const build = (endpoints: ManifestEndpoint[], extra: Partial<SynthesizeOptions> = {}) =>
+  buildApp(optionsFor(endpoints, extra));
+
+/** As the CLI synthesizes (version reporting on: CDKMetadata is in the template and its bytes). */
+const cliContext = { context: { 'aws:cdk:version-reporting': true } };
+
+/** The app template's dynamic references and bytes (the file the toolkit uploads), unchecked. */
+function appTemplateOf(endpoints: ManifestEndpoint[], extra: Partial<SynthesizeOptions> = {}) {
+  const built = build(endpoints, { ...cliContext, ...extra });
+  const artifact = built.app.synth().getStackArtifact(built.appStack.artifactId);
+  return {
+    references: dynamicReferenceCount(artifact.template),
+    bytes: statSync(artifact.templateFullPath).size,
+    artifact,
+  };
+}
+
+/** What `synthesize` (the CLI's way in, infra/app.ts) threw, or undefined. */
+function synthesizeError(endpoints: ManifestEndpoint[], extra: Partial<SynthesizeOptions> = {}): unknown {
+  try {
+    synthesize(optionsFor(endpoints, { ...cliContext, ...extra }));
+  } catch (caught) {
+    return caught;
+  }
+  return undefined;
 }
 
 /** Resources in the synthesized app template (the tests' App reports no version: no CDKMetadata). */
@@ -89,11 +128,13 @@ describe('resources per endpoint (docs/aws.md "How many endpoints an environment
 });
 
 describe('an environment past 500 resources', () => {
-  it('23 queue endpoints (486 resources with CDKMetadata) synthesize', () => {
+  it('23 queue endpoints (486 resources with CDKMetadata) synthesize, in under 1 MB', () => {
     const built = build(many(23, queue), { context: { 'aws:cdk:version-reporting': true } });
     expect(templateResourceCount(built.appStack)).toBe(486);
-    const template = built.app.synth().getStackArtifact(built.appStack.artifactId).template;
-    expect(Object.keys(template.Resources).length).toBeLessThanOrEqual(maxTemplateResources);
+    const artifact = built.app.synth().getStackArtifact(built.appStack.artifactId);
+    expect(Object.keys(artifact.template.Resources).length).toBeLessThanOrEqual(maxTemplateResources);
+    // The most endpoints 500 resources hold: the size quota is not what limits plain declarations.
+    expect(statSync(artifact.templateFullPath).size).toBeLessThan(maxTemplateBytes);
   });
 
   it('24 are refused while the stacks are built: the count, the limit and the way out', () => {
@@ -110,6 +151,68 @@ describe('an environment past 500 resources', () => {
         /demo\/dev needs 507 CloudFormation resources for its 24 endpoints.*500/,
       ),
       hint: expect.stringContaining('ferry deploy -e'),
+    });
+  });
+});
+
+describe('dynamic references per endpoint (docs/aws.md "How many endpoints an environment fits")', () => {
+  let one: { references: number; bytes: number };
+  beforeAll(() => {
+    one = appTemplateOf([queue(0)]);
+  });
+
+  it('a queue endpoint holds 1 (its agent’s external id), CPU or GPU; the stack itself none', () => {
+    expect(appTemplateOf([queue(0), queue(1)]).references - one.references).toBe(1);
+    expect(appTemplateOf([queue(0), queue(1, gpuEndpoint)]).references - one.references).toBe(1);
+    expect(one.references - 1).toBe(0);
+  });
+
+  it('a load-balanced endpoint holds 3 behind CloudFront (external id, origin header twice), 1 with a domain', () => {
+    expect(appTemplateOf([queue(0), loadBalanced(0)]).references - one.references).toBe(3);
+    const domain = { https: { domainName: 'example.com' } };
+    expect(
+      appTemplateOf([queue(0), loadBalanced(0)], domain).references -
+        appTemplateOf([queue(0)], domain).references,
+    ).toBe(1);
+  });
+
+  it('20 load-balanced endpoints behind CloudFront (60 references) synthesize', () => {
+    const assembly = synthesize(optionsFor(many(20, loadBalanced), cliContext));
+    const app = assembly.stacks.find((stack) => stack.stackName === appStackName('demo', 'dev'));
+    expect(dynamicReferenceCount(app?.template)).toBe(maxDynamicReferences);
+  });
+
+  it('21 are refused at synth, within 500 resources (444): the count, the excess and the way out', () => {
+    expect(synthesizeError(many(21, loadBalanced))).toMatchObject({
+      name: 'FerryError',
+      code: 'usage',
+      message: expect.stringMatching(
+        /^The template of demo\/dev \(21 endpoints\) holds 63 dynamic references \(\{\{resolve:…\}\}\), 3 over the 60 /,
+      ),
+      hint: expect.stringContaining('ferry deploy -e'),
+    });
+  });
+});
+
+describe('template bytes', () => {
+  it('the app template is uploaded to the bootstrap bucket: the 1 MB quota of a template in S3 applies', () => {
+    // toolkit-lib's makeBodyParameter deploys by TemplateURL when the stack names its template asset.
+    const { artifact } = appTemplateOf([queue(0)]);
+    expect(artifact.stackTemplateAssetObjectUrl).toMatch(/^s3:\/\/cdk-[a-z0-9]+-assets-/);
+  });
+
+  it('endpoints whose declarations make the template pass 1 MB are refused at synth, with the size and the excess', () => {
+    // Each declared env variable is written into the worker container's definition.
+    const bulky = (i: number): ManifestEndpoint => ({
+      ...queue(i),
+      resources: { ...cpuEndpoint.resources, env: { BLOB: 'x'.repeat(350_000) } },
+    });
+    expect(appTemplateOf(many(3, bulky)).bytes).toBeGreaterThan(maxTemplateBytes);
+    expect(synthesizeError(many(3, bulky))).toMatchObject({
+      code: 'usage',
+      message: expect.stringMatching(
+        /^The template of demo\/dev \(3 endpoints\) holds [\d,]+ bytes, [\d,]+ over the 1,000,000 \(1 MB\)/,
+      ),
     });
   });
 });
