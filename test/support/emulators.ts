@@ -54,24 +54,41 @@ export const s3ClientFor = (endpoint: string): S3Client =>
     responseChecksumValidation: 'WHEN_REQUIRED',
   });
 
-/** A port free on 127.0.0.1 now (the OS picks it; a race with other processes is unlikely). */
+/** A port free on 127.0.0.1 now, for a server another process will bind (freePorts). */
 export async function freePort(): Promise<number> {
   return (await freePorts(1))[0]!;
 }
+
+/**
+ * Ports handed to servers that other processes bind later (DynamoDB Local, agents, workers) come
+ * from below Linux's ephemeral range (net.ipv4.ip_local_port_range, 32768–60999 by default): a
+ * port the OS picked with listen(0) is an ephemeral one, and between its release and the child's
+ * bind any outgoing connection of the machine (the tests make thousands) could be given it as its
+ * local port. CI failed once on that ("DynamoDB Local exited with code 1"). Only an explicit bind
+ * can take a port from this range, and the random pick makes two test files' picks meeting unlikely.
+ */
+const fixedRange = { from: 20_000, to: 32_000 };
 
 /**
  * `count` different ports free on 127.0.0.1 now: all are held open until all are picked, since a
  * port picked and released could be picked again by the next call.
  */
 export async function freePorts(count: number): Promise<number[]> {
-  const servers = Array.from({ length: count }, () => createServer().listen(0, '127.0.0.1'));
-  await Promise.all(servers.map((server) => once(server, 'listening')));
-  const ports = servers.map((server) => {
-    const address = server.address();
-    return typeof address === 'object' && address !== null ? address.port : 0;
-  });
-  await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))));
-  return ports;
+  const held: ReturnType<typeof createServer>[] = [];
+  try {
+    while (held.length < count) {
+      const port = fixedRange.from + Math.floor(Math.random() * (fixedRange.to - fixedRange.from));
+      const server = createServer();
+      const bound = await new Promise<boolean>((resolve) => {
+        server.once('error', () => resolve(false));
+        server.listen(port, '127.0.0.1', () => resolve(true));
+      });
+      if (bound) held.push(server);
+    }
+    return held.map((server) => (server.address() as { port: number }).port);
+  } finally {
+    await Promise.all(held.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))));
+  }
 }
 
 const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
