@@ -78,7 +78,8 @@ export interface ApiOptions {
   /** Where job-log lines go; without it there is no job-log route (404, which the runtime tolerates). */
   logs?: LogStore;
   /**
-   * Upper bound on any wait (runsync, status-sync, stream, job-take). Unbounded locally; on AWS it
+   * Upper bound on any wait (runsync, status-sync, stream, job-take) and on the time a purge-queue
+   * starts batches (Engine.purge). Unbounded locally; on AWS it
    * stays under API Gateway's 29 s integration timeout and clients keep polling (docs/api.md#aws-front-door).
    */
   maxWaitMs?: number;
@@ -430,7 +431,9 @@ export class V2Api {
   }
 
   private async purge({ endpointId }: RouteContext): Promise<ApiResponse> {
-    return ok(await this.options.engine.purge(endpointId));
+    // Bounded like every wait on AWS (maxWaitMs, inside the integration timeout); unbounded locally.
+    const budgetMs = this.options.maxWaitMs;
+    return ok(await this.options.engine.purge(endpointId, budgetMs === undefined ? {} : { budgetMs }));
   }
 
   private async health({ endpointId }: RouteContext): Promise<ApiResponse> {

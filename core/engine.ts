@@ -404,13 +404,23 @@ export class JobEngine {
     return { id: queued.id, status: queued.status };
   }
 
-  /** Removes every queued job of the endpoint (as CANCELLED); running jobs keep running. */
-  async purge(endpointId: string): Promise<{ removed: number; status: 'completed' }> {
-    const removed = await this.endQueued(endpointId, () => ({
-      ...this.finalPatch('CANCELLED'),
-      error: 'Removed from the queue by purge-queue',
-    }));
-    return { removed, status: 'completed' };
+  /**
+   * Removes every queued job of the endpoint (as CANCELLED); running jobs keep running. With
+   * `budgetMs` (on AWS the API's longest wait, inside API Gateway's integration timeout) it starts
+   * no batch after that long, and answers `in_progress` when jobs may remain: a purge of a deep
+   * backlog answered 504 after 29 s, with no count of what it had removed. The next purge goes on.
+   */
+  async purge(
+    endpointId: string,
+    options: { budgetMs?: number } = {},
+  ): Promise<{ removed: number; status: 'completed' | 'in_progress' }> {
+    const until = options.budgetMs === undefined ? undefined : this.clock.now() + options.budgetMs;
+    const { ended, more } = await this.endQueued(
+      endpointId,
+      () => ({ ...this.finalPatch('CANCELLED'), error: 'Removed from the queue by purge-queue' }),
+      until,
+    );
+    return { removed: ended, status: more ? 'in_progress' : 'completed' };
   }
 
   async health(endpointId: string): Promise<Health> {
@@ -727,16 +737,21 @@ export class JobEngine {
 
   /** Fails every queued job of an endpoint that cannot start a worker (the supervisor decides). */
   async rejectQueued(endpointId: string, error: string): Promise<number> {
-    return this.endQueued(endpointId, () => ({ ...this.finalPatch('FAILED'), error }));
+    return (await this.endQueued(endpointId, () => ({ ...this.finalPatch('FAILED'), error }))).ended;
   }
 
   /**
    * Ends every queued job of the endpoint with `patch`, 500 at a time, each batch in one
    * JobStore.updateMany (on DynamoDB a few transactions, not 500 writes: a deep backlog must be
    * purged within API Gateway's 29 s). A job taken or cancelled meanwhile is skipped; jobs queued
-   * while it runs may be ended too. Answers how many it ended.
+   * while it runs may be ended too. Answers how many it ended, and whether it stopped at `until`
+   * (clock time; no batch starts after it) with a full batch just ended, so that more may remain.
    */
-  private async endQueued(endpointId: string, patch: () => JobPatch): Promise<number> {
+  private async endQueued(
+    endpointId: string,
+    patch: () => JobPatch,
+    until?: number,
+  ): Promise<{ ended: number; more: boolean }> {
     const batchSize = 500;
     let ended = 0;
     // Each listing starts at the newest job the last batch ended (ListByStatusOptions.createdFrom):
@@ -757,7 +772,10 @@ export class JobEngine {
       });
       ended += endedNow;
       // Not `batch.length < batchSize`: a webhook job that expired as it was read again shortens a batch.
-      if (endedNow === 0) return ended;
+      if (endedNow === 0) return { ended, more: false };
+      // A short batch was the end of the listing: one more (empty) listing says so, even past `until`.
+      if (until !== undefined && batch.length === batchSize && this.clock.now() >= until)
+        return { ended, more: true };
       createdFrom = Math.max(...batch.map((job) => job.createdAt));
       // A synchronous store (SQLite) never yields on its own: let other requests in between batches,
       // so ending a deep queue does not stall the whole API.

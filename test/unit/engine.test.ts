@@ -345,6 +345,30 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
     });
   });
 
+  describe('purge-queue within a time budget (on AWS, inside the integration timeout)', () => {
+    const submit = async (n: number) => {
+      for (let i = 0; i < n; i++) await engine.submit(ep, { input: { i } }, { sync: false });
+    };
+
+    it('starts no batch past its budget, answers in_progress, and the next purge goes on', async () => {
+      await submit(1_100);
+      // A spent budget: each purge ends one batch (500), then stops while a full batch says more may remain.
+      expect(await engine.purge(ep, { budgetMs: 0 })).toEqual({ removed: 500, status: 'in_progress' });
+      expect((await engine.health(ep)).jobs.inQueue).toBe(600);
+      expect(await engine.purge(ep, { budgetMs: 0 })).toEqual({ removed: 500, status: 'in_progress' });
+      // A short batch was the end of the listing: completed, even past the budget.
+      expect(await engine.purge(ep, { budgetMs: 0 })).toEqual({ removed: 100, status: 'completed' });
+      expect((await engine.health(ep)).jobs.inQueue).toBe(0);
+    });
+
+    it('with time left, or with no budget (the embedded platform), ends the whole backlog in one call', async () => {
+      await submit(1_100);
+      expect(await engine.purge(ep, { budgetMs: 25_000 })).toEqual({ removed: 1_100, status: 'completed' });
+      await submit(600);
+      expect(await engine.purge(ep)).toEqual({ removed: 600, status: 'completed' });
+    });
+  });
+
   describe('long polls wake on change, not on a timer', () => {
     it('runSync returns as soon as the worker finishes, with no clock movement', async () => {
       const pending = engine.runSync(ep, { input: {} }, 90_000, undefined);
