@@ -113,11 +113,15 @@ async function killGroup(child: ChildProcess): Promise<void> {
 /**
  * Starts DynamoDB Local in memory on a free port and resolves once it answers ListTables
  * (about 2–3 s; ~200 MiB of JVM, hence one per test file). The port is free when picked but not
- * held, so another process (fauxqs starting beside it, another test file's server) can take it
- * before the JVM binds; the JVM then exits with a BindException and it starts again on a new port.
+ * held: another explicit bind (another test file's pick of the same port) can still take it before
+ * the JVM binds; the JVM then exits with a BindException and it starts again on a new port.
  */
 export async function startDynamoLocal(
-  options: { readyTimeoutMs?: number /** for the test of the retry */; firstPort?: number } = {},
+  options: {
+    readyTimeoutMs?: number;
+    /** The port of the first try (the test of the retry hands it one that is taken). */
+    firstPort?: number;
+  } = {},
 ): Promise<Emulator> {
   const readyTimeoutMs = options.readyTimeoutMs ?? 60_000;
   const attempts = 3;
