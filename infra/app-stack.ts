@@ -73,6 +73,11 @@ export interface AppEnvironmentStackProps extends StackProps {
   callKeyIds?: Readonly<Record<string, string>>;
   /** Load-balanced endpoints: a domain for an ACM certificate; without one, a CloudFront front. */
   https?: LbHttpsOptions;
+  /**
+   * Without a domain: the id of CloudFront's origin-facing prefix list in the deploy's region, which
+   * the ALBs admit port 80 from (constructs/https-front.ts); unset, any IPv4 (header-checked).
+   */
+  cloudFrontPrefixListId?: string;
 }
 
 /** What `Endpoints` (the app stack's output) lists, one entry per endpoint. */
@@ -239,6 +244,7 @@ export class AppEnvironmentStack extends Stack {
       platform: this.platform,
       service,
       https: props.https,
+      cloudFrontPrefixListId: props.cloudFrontPrefixListId,
     });
     return { ...deployed, loadBalancer, url };
   }

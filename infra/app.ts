@@ -10,7 +10,7 @@
  *      -c ferry:functionsDir=<bundles dir> -c ferry:artifactKey=artifacts/<app>/<env>/<fp>.tar.gz
  *      -c ferry:gpuWorkerImage=… -c ferry:cpuWorkerImage=… -c ferry:agentImage=…
  *      (optional: ferry:app, ferry:artifactBucket, ferry:instanceTypes=a,b, ferry:gpuWarmPoolSize=N,
- *      ferry:availabilityZones=a,b,c)
+ *      ferry:availabilityZones=a,b,c, ferry:cloudFrontPrefixList=pl-…)
  *
  * Stacks are environment-agnostic (no account/region): no lookups, so synth runs offline with no
  * credentials; the region comes from the deploying credentials.
@@ -25,7 +25,7 @@ import { FerryError } from '../core/errors.js';
 import { type Manifest, manifestSchema } from '../core/manifest.js';
 import { parseOr400 } from '../core/schemas.js';
 import { AppEnvironmentStack, type WorkerImages } from './app-stack.js';
-import type { LbHttpsOptions } from './constructs/https-front.js';
+import { checkPrefixListId, type LbHttpsOptions } from './constructs/https-front.js';
 import { instanceTypesFor } from './gpu.js';
 import { appStackName, ownershipTags, platformStackName } from './names.js';
 import { defaultInstanceTypes, PlatformStack } from './platform-stack.js';
@@ -73,6 +73,13 @@ export interface SynthesizeOptions {
   callKeyIds?: Readonly<Record<string, string>>;
   /** HTTPS of load-balanced endpoints: a domain (ACM), else CloudFront (constructs/https-front.ts). */
   https?: LbHttpsOptions;
+  /**
+   * Without a domain: the id of the `com.amazonaws.global.cloudfront.origin-facing` prefix list in the
+   * deploy's region, which the ALBs admit port 80 from. Ids differ per region and these stacks are
+   * environment-agnostic, so the CLI looks it up at deploy (cli/providers/aws/cloudfront-prefix-list.ts);
+   * `-c ferry:cloudFrontPrefixList=pl-…` with `npx cdk synth`. Unset: any IPv4, and a synth warning.
+   */
+  cloudFrontPrefixListId?: string;
   /** The REST API's integration timeout (s); 29 unless the account's quota was raised (docs/aws.md). */
   integrationTimeoutSec?: number;
   outdir?: string;
@@ -131,6 +138,7 @@ export function buildApp(
     ...(options.callKeyIds ? { callKeyIds: options.callKeyIds } : {}),
     ...(options.servicesCreated ? { servicesCreated: options.servicesCreated } : {}),
     ...(options.https ? { https: options.https } : {}),
+    ...(options.cloudFrontPrefixListId ? { cloudFrontPrefixListId: options.cloudFrontPrefixListId } : {}),
     description: `Ferry ${appName}/${options.env}`,
     // Who owns the stack: the CLI refuses to deploy over a stack whose tags name another app/env.
     // CloudFormation copies stack tags to the resources that take tags.
@@ -194,6 +202,7 @@ export function optionsFromContext(app: App): SynthesizeOptions {
   const instanceTypes = get('instanceTypes');
   const gpuWarmPoolSize = get('gpuWarmPoolSize');
   const availabilityZones = get('availabilityZones');
+  const cloudFrontPrefixList = get('cloudFrontPrefixList');
   return {
     manifest,
     ...(app_ ? { app: app_ } : {}),
@@ -213,6 +222,14 @@ export function optionsFromContext(app: App): SynthesizeOptions {
             .split(',')
             .map((s) => s.trim())
             .filter(Boolean),
+        }
+      : {}),
+    ...(cloudFrontPrefixList
+      ? {
+          cloudFrontPrefixListId: checkPrefixListId(
+            cloudFrontPrefixList.trim(),
+            'ferry:cloudFrontPrefixList',
+          ),
         }
       : {}),
   };

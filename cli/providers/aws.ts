@@ -43,6 +43,7 @@ import { apiKeyFromUser, ferryVersion, installRoot } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
 import type { Reporter } from '../io.js';
 import { type AwsClients, awsClientsFromEnv } from './aws/clients.js';
+import { cloudFrontPrefixListId, needsCloudFrontPrefixList } from './aws/cloudfront-prefix-list.js';
 import { lazyPort } from './aws/lazy-port.js';
 import { manifestFromRecords } from './aws/manifest.js';
 import {
@@ -125,7 +126,11 @@ export interface AwsProviderOptions {
   codebuild?: CodeBuildLike;
   /** Where each endpoint's call key goes for its workers (core/call-keys.ts): Secrets Manager. */
   callTokens: CallTokenSecrets;
-  /** EC2, for the region's availability zones on the platform's first deploy (aws/zones.ts). */
+  /**
+   * EC2, for the region's availability zones on the platform's first deploy (aws/zones.ts) and for
+   * CloudFront's origin-facing prefix list when load-balanced endpoints have no domain
+   * (aws/cloudfront-prefix-list.ts). None (the recording fake toolkit): neither is looked up.
+   */
   ec2?: Ec2Like;
   /** Move the platform to the region's current zones (`--refresh-zones`); default: keep its zones. */
   refreshZones?: boolean;
@@ -144,6 +149,8 @@ export class AwsProvider implements Provider {
   #functionsDir: Promise<string> | undefined;
   /** The platform's zones for this process's synths, decided once (aws/zones.ts). */
   #zones: Promise<string[] | undefined> | undefined;
+  /** CloudFront's origin-facing prefix list id in this region, looked up once (aws/cloudfront-prefix-list.ts). */
+  #cloudFrontPrefixList: Promise<string> | undefined;
   /** Endpoint ids each stack was deployed with by this process (a following destroy may skip work). */
   readonly #deployed = new Map<string, Set<string>>();
   readonly #destroyed = new Set<string>();
@@ -238,6 +245,7 @@ export class AwsProvider implements Provider {
       images,
       instanceTypes: await platformInstanceTypes(input.manifest.endpoints.map((e) => e.resources)),
       availabilityZones: await this.#platformZones(reporter),
+      cloudFrontPrefixListId: await this.#cloudFrontPrefixListId(input.manifest, reporter),
     });
     try {
       if (this.options.bootstrap) {
@@ -347,6 +355,26 @@ export class AwsProvider implements Provider {
     return this.#zones;
   }
 
+  /**
+   * The id of CloudFront's origin-facing prefix list, when `manifest` has load-balanced endpoints
+   * behind CloudFront (no domain) and there is an EC2 client; asked once per process. A failed lookup
+   * stops the deploy before anything is deployed (aws/cloudfront-prefix-list.ts).
+   */
+  async #cloudFrontPrefixListId(manifest: Manifest, reporter: Reporter): Promise<string | undefined> {
+    const { ec2 } = this.options;
+    if (
+      !ec2 ||
+      !needsCloudFrontPrefixList(manifest, lbHttpsFrom(this.options.env, this.options.projectDir))
+    ) {
+      return undefined;
+    }
+    if (!this.#cloudFrontPrefixList) {
+      this.#cloudFrontPrefixList = cloudFrontPrefixListId(ec2);
+      reporter.line(`  CloudFront origin-facing prefix list: ${await this.#cloudFrontPrefixList}`);
+    }
+    return this.#cloudFrontPrefixList;
+  }
+
   #usableStack(stack: string, reporter: Reporter, owner?: { app: string; env: string }) {
     return usableStack(
       {
@@ -382,6 +410,8 @@ export class AwsProvider implements Provider {
     instanceTypes: string[];
     /** The platform VPC's zones; none: CDK's two `Fn::GetAZs` picks (offline synth). */
     availabilityZones?: string[] | undefined;
+    /** CloudFront's origin-facing prefix list; none: the ALBs admit any IPv4 on 80 (offline synth). */
+    cloudFrontPrefixListId?: string | undefined;
     endpointIds?: Record<string, string>;
     servicesCreated?: string[];
     callKeyIds?: Record<string, string>;
@@ -405,6 +435,7 @@ export class AwsProvider implements Provider {
           images: input.images,
           instanceTypes: input.instanceTypes,
           ...(input.availabilityZones ? { availabilityZones: input.availabilityZones } : {}),
+          ...(input.cloudFrontPrefixListId ? { cloudFrontPrefixListId: input.cloudFrontPrefixListId } : {}),
           ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
           ...(input.servicesCreated ? { servicesCreated: input.servicesCreated } : {}),
           ...(input.callKeyIds ? { callKeyIds: input.callKeyIds } : {}),
@@ -432,6 +463,13 @@ export class AwsProvider implements Provider {
       instanceTypes: await platformInstanceTypes(input.manifest.endpoints.map((e) => e.resources)),
       cfnValidate: true,
     });
+    // Offline: no EC2 call, so the template cannot name CloudFront's prefix list (its id differs per
+    // region); the deploy looks it up and narrows the rule (infra/constructs/https-front.ts).
+    if (needsCloudFrontPrefixList(input.manifest, lbHttpsFrom(this.options.env, this.options.projectDir))) {
+      input.reporter.line(
+        "  note: in these templates the ALBs of load-balanced endpoints admit port 80 from any IPv4 (the secret header still closes them); `ferry deploy` looks up the region's CloudFront origin-facing prefix list and admits only that",
+      );
+    }
     try {
       return {
         directory: assembly.directory,
@@ -486,6 +524,7 @@ export class AwsProvider implements Provider {
         platformPools(platform),
       ),
       availabilityZones: await this.#platformZones(reporter),
+      cloudFrontPrefixListId: await this.#cloudFrontPrefixListId(manifest, reporter),
       endpointIds: Object.fromEntries(records.map((r) => [r.name, r.id])),
       // An endpoint record is written once its stack deployed (provision), so this environment's
       // records name the services that exist: their desired count stays the scaler's.
@@ -675,5 +714,6 @@ export class AwsProvider implements Provider {
   async close(): Promise<void> {
     this.options.clients.close();
     this.options.lookup.close();
+    this.options.ec2?.destroy?.();
   }
 }

@@ -12,13 +12,19 @@
  *    ALB's listener forwards only requests that carry it and answers 403 to anything else, so the
  *    ALB's own address is closed to clients
  *    (https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/restrict-access-to-load-balancer.html).
+ *    Its security group admits port 80 from CloudFront's origin-facing servers only: the AWS-managed
+ *    prefix list `com.amazonaws.global.cloudfront.origin-facing`
+ *    (https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/LocationsOfEdgeServers.html#managed-prefix-list),
+ *    whose id differs per region: `ferry deploy` looks it up (cli/providers/aws/cloudfront-prefix-list.ts)
+ *    and passes it as `cloudFrontPrefixListId`. Without an id (an offline synth) the rule admits any
+ *    IPv4, the header alone closes the ALB, and the synth warns.
  *    Caching is off and every viewer header goes to the origin, Authorization included
  *    (https://repost.aws/knowledge-center/cloudfront-authorization-header). CloudFront waits at most
  *    `originReadTimeoutSec` for the first byte of an answer (60 s unless AWS raises the quota,
  *    https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/DownloadDistValuesOrigin.html),
  *    so a longer handler call needs the domain mode.
  */
-import { Duration, RemovalPolicy, Validations } from 'aws-cdk-lib';
+import { Annotations, Duration, RemovalPolicy, Validations } from 'aws-cdk-lib';
 import * as acm from 'aws-cdk-lib/aws-certificatemanager';
 import * as cloudfront from 'aws-cdk-lib/aws-cloudfront';
 import * as origins from 'aws-cdk-lib/aws-cloudfront-origins';
@@ -28,6 +34,7 @@ import * as route53 from 'aws-cdk-lib/aws-route53';
 import * as route53Targets from 'aws-cdk-lib/aws-route53-targets';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct } from 'constructs';
+import { FerryError } from '../../core/errors.js';
 
 /** `ferry deploy`'s HTTPS options for load-balanced endpoints on AWS. */
 export interface LbHttpsOptions {
@@ -44,12 +51,43 @@ export const originHeaderName = 'X-Ferry-Origin';
 /** CloudFront's default ceiling for an origin's first byte. */
 export const originReadTimeoutSec = 60;
 
+/**
+ * Rules the CloudFront origin-facing prefix list counts as against the security group's "Inbound or
+ * outbound rules per security group" quota (60 by default, IPv4 and IPv6 counted apart,
+ * https://docs.aws.amazon.com/vpc/latest/userguide/amazon-vpc-limits.html#vpc-limits-security-groups):
+ * an AWS-managed list counts as its weight, 55 for this one
+ * (https://docs.aws.amazon.com/vpc/latest/userguide/working-with-aws-managed-prefix-lists.html#aws-managed-prefix-list-weights).
+ * The ALB's group is its endpoint's own (load-balancer.ts) and holds no other IPv4 inbound rule in
+ * this mode: 55 of 60.
+ */
+export const cloudFrontPrefixListWeight = 55;
+/** The default quota of inbound (and, apart, outbound) rules per security group, per address family. */
+export const securityGroupRulesQuota = 60;
+
+/** The form of an EC2 prefix list id (`pl-` and 8 or 17 hex digits). */
+const prefixListIdPattern = /^pl-(?:[0-9a-f]{8}|[0-9a-f]{17})$/;
+
+/** `id` when it has the form of a prefix list id; a usage error naming `source` otherwise. */
+export function checkPrefixListId(id: string, source: string): string {
+  if (!prefixListIdPattern.test(id)) {
+    throw new FerryError('usage', `${source} must be a prefix list id (pl-…), got "${id}"`, {
+      hint: "The id of com.amazonaws.global.cloudfront.origin-facing in the deploy's region: aws ec2 describe-managed-prefix-lists --filters Name=prefix-list-name,Values=com.amazonaws.global.cloudfront.origin-facing",
+    });
+  }
+  return id;
+}
+
 export interface HttpsFrontProps {
   endpointName: string;
   loadBalancer: elbv2.ApplicationLoadBalancer;
   securityGroup: ec2.SecurityGroup;
   targetGroup: elbv2.ApplicationTargetGroup;
   https?: LbHttpsOptions | undefined;
+  /**
+   * Without a domain: the id of `com.amazonaws.global.cloudfront.origin-facing` in the deploy's
+   * region; the ALB then admits port 80 from CloudFront only. Unset: from any IPv4, with a warning.
+   */
+  cloudFrontPrefixListId?: string | undefined;
 }
 
 /** A DNS label from an endpoint name. */
@@ -125,12 +163,29 @@ export class HttpsFront extends Construct {
     // Resolved by CloudFormation at deploy; the template holds only the reference.
     const headerValue = originSecret.secretValue.unsafeUnwrap();
 
-    // CloudFront's addresses are many and regional; the secret header is what closes the ALB.
-    securityGroup.addIngressRule(
-      ec2.Peer.anyIpv4(),
-      ec2.Port.tcp(80),
-      'CloudFront origin traffic (header-checked)',
-    );
+    // Port 80 from CloudFront's origin-facing servers only, and the listener below still wants the
+    // secret header: the prefix list covers every CloudFront distribution, not just this one
+    // (https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/restrict-access-to-load-balancer.html).
+    const prefixListId = props.cloudFrontPrefixListId;
+    if (prefixListId !== undefined) {
+      securityGroup.addIngressRule(
+        ec2.Peer.prefixList(checkPrefixListId(prefixListId, 'cloudFrontPrefixListId')),
+        ec2.Port.tcp(80),
+        'CloudFront origin-facing servers only (header-checked)',
+      );
+    } else {
+      securityGroup.addIngressRule(
+        ec2.Peer.anyIpv4(),
+        ec2.Port.tcp(80),
+        'Any IPv4: no CloudFront prefix list id at synth (header-checked)',
+      );
+      Annotations.of(this).addWarningV2(
+        'ferry:cloudFrontPrefixList',
+        `The ALB of ${props.endpointName} admits port 80 from any IPv4 (the secret header still closes its listener): ` +
+          'no id of the com.amazonaws.global.cloudfront.origin-facing prefix list was given. `ferry deploy` looks it up; ' +
+          'with `npx cdk synth` pass -c ferry:cloudFrontPrefixList=pl-… (docs/security-aws.md#load-balanced-endpoints-over-https).',
+      );
+    }
     const listener = loadBalancer.addListener('Http', {
       port: 80,
       open: false,

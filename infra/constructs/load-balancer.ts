@@ -34,6 +34,8 @@ export interface EndpointLoadBalancerProps {
   platform: PlatformRefs;
   service: ecs.Ec2Service;
   https?: LbHttpsOptions | undefined;
+  /** Without a domain: CloudFront's origin-facing prefix list in this region (https-front.ts). */
+  cloudFrontPrefixListId?: string | undefined;
 }
 
 export class EndpointLoadBalancer extends Construct {
@@ -101,6 +103,7 @@ export class EndpointLoadBalancer extends Construct {
       securityGroup,
       targetGroup,
       https: props.https,
+      cloudFrontPrefixListId: props.cloudFrontPrefixListId,
     }).url;
 
     // The platform's scaler, by its fixed name (the platform stack is deployed first).

@@ -56,6 +56,8 @@ describe('offline synth', () => {
       gpuWorkerImage: sampleImages.gpuWorker,
       cpuWorkerImage: sampleImages.cpuWorker,
       agentImage: sampleImages.agent,
+      // CloudFront's origin-facing prefix list, which `ferry deploy` looks up (its id in us-east-1).
+      cloudFrontPrefixList: 'pl-3b927c52',
     };
     const args = [
       path.join(repoRoot, 'node_modules', 'aws-cdk', 'bin', 'cdk'),
@@ -85,6 +87,14 @@ describe('offline synth', () => {
     expect(appTypes.filter((t) => t === 'AWS::ECS::Service')).toHaveLength(3);
     expect(appTypes.filter((t) => t === 'AWS::ElasticLoadBalancingV2::LoadBalancer')).toHaveLength(1);
     expect(JSON.stringify(app)).toContain(sampleManifest.sourceFingerprint);
+    // The load balancer behind CloudFront admits port 80 from the given prefix list only.
+    const rules = Object.values(app.Resources ?? {}).filter(
+      (r) => r.Type === 'AWS::EC2::SecurityGroupIngress',
+    ) as Array<{ Properties: Record<string, unknown> }>;
+    expect(
+      rules.filter((r) => r.Properties.FromPort === 80).map((r) => r.Properties.SourcePrefixListId),
+    ).toEqual(['pl-3b927c52']);
+    expect(JSON.stringify(app)).not.toContain('0.0.0.0/0');
   }, 180_000);
 
   it('`ferry deploy --provider aws --synth-only` writes the templates to .ferry/cdk.out', async () => {
@@ -119,5 +129,9 @@ describe('offline synth', () => {
     expect(typesIn(app).filter((t) => t === 'AWS::ECS::Service')).toHaveLength(3);
     // Nothing was deployed: --synth-only never asks for credentials.
     expect(result.stderr).not.toContain('[3/5] Upload');
+    // Nor EC2: the load-balanced endpoint's ALB admits port 80 from any IPv4 in this template, and
+    // the output says that a deploy narrows it to CloudFront's prefix list.
+    expect(JSON.stringify(app)).toContain('0.0.0.0/0');
+    expect(result.stderr).toContain('admit port 80 from any IPv4');
   }, 180_000);
 });

@@ -1,17 +1,32 @@
 /**
  * Load-balanced endpoints are reachable over HTTPS only (infra/constructs/https-front.ts): with a
  * domain, an ALB HTTPS listener with an ACM certificate and port 80 redirecting; without one, a
- * CloudFront front whose origin header the ALB requires. Each synthesized with cdk-nag on.
+ * CloudFront front whose origin header the ALB requires, and whose security group admits port 80
+ * from CloudFront's origin-facing prefix list only
+ * (https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/LocationsOfEdgeServers.html#managed-prefix-list),
+ * within the rules-per-security-group quota
+ * (https://docs.aws.amazon.com/vpc/latest/userguide/amazon-vpc-limits.html#vpc-limits-security-groups;
+ * the list weighs 55 rules,
+ * https://docs.aws.amazon.com/vpc/latest/userguide/working-with-aws-managed-prefix-lists.html#aws-managed-prefix-list-weights).
+ * Each synthesized with cdk-nag on.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { App } from 'aws-cdk-lib';
 import type { Template as TemplateType } from 'aws-cdk-lib/assertions';
-import { Match, Template } from 'aws-cdk-lib/assertions';
+import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import { afterAll, describe, expect, it } from 'vitest';
-import { buildApp } from '../../infra/app.js';
+import { exitCode, FerryError } from '../../core/errors.js';
+import type { ManifestEndpoint } from '../../core/manifest.js';
+import { buildApp, ferryContext, optionsFromContext } from '../../infra/app.js';
+import type { AppEnvironmentStack } from '../../infra/app-stack.js';
 import type { LbHttpsOptions } from '../../infra/constructs/https-front.js';
-import { originHeaderName } from '../../infra/constructs/https-front.js';
+import {
+  cloudFrontPrefixListWeight,
+  originHeaderName,
+  securityGroupRulesQuota,
+} from '../../infra/constructs/https-front.js';
 import { lbEndpoint, sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
 
 const cleanups: (() => void)[] = [];
@@ -19,24 +34,82 @@ afterAll(() => {
   for (const cleanup of cleanups) cleanup();
 });
 
-function synth(https?: LbHttpsOptions): { template: TemplateType; url: string } {
+/** The id `com.amazonaws.global.cloudfront.origin-facing` has in us-east-1 (any pl- id would do). */
+const prefixListId = 'pl-3b927c52';
+
+function synth(
+  https?: LbHttpsOptions,
+  options: { cloudFrontPrefixListId?: string; endpoints?: ManifestEndpoint[] } = {},
+): { template: TemplateType; url: string; appStack: AppEnvironmentStack } {
   const fns = stubFunctionsDir();
   const outdir = mkdtempSync(join(tmpdir(), 'ferry-https-out-'));
   cleanups.push(fns.cleanup, () => rmSync(outdir, { recursive: true, force: true }));
   const built = buildApp({
-    manifest: { ...sampleManifest, endpoints: [lbEndpoint] },
+    manifest: { ...sampleManifest, endpoints: options.endpoints ?? [lbEndpoint] },
     env: 'dev',
     functionsCodeDir: fns.dir,
     artifact: { key: 'artifacts/demo/dev/fff.tar.gz' },
     images: sampleImages,
     outdir,
     ...(https ? { https } : {}),
+    ...(options.cloudFrontPrefixListId ? { cloudFrontPrefixListId: options.cloudFrontPrefixListId } : {}),
   });
   // cdk-nag runs here: a finding throws "Validation failed".
   built.app.synth();
-  const url = built.appStack.endpoints.find((e) => e.name === lbEndpoint.name)!.url!;
-  return { template: Template.fromStack(built.appStack), url };
+  const url = built.appStack.endpoints.find((e) => e.kind === 'lb')!.url!;
+  return { template: Template.fromStack(built.appStack), url, appStack: built.appStack };
 }
+
+interface Rule {
+  IpProtocol: string;
+  FromPort?: number;
+  ToPort?: number;
+  CidrIp?: string;
+  CidrIpv6?: string;
+  SourcePrefixListId?: string;
+  SourceSecurityGroupId?: unknown;
+  DestinationSecurityGroupId?: unknown;
+}
+
+interface Group {
+  GroupDescription: string;
+  SecurityGroupIngress?: Rule[];
+  SecurityGroupEgress?: Rule[];
+}
+
+/**
+ * The ALBs' own security groups (load-balancer.ts), each with every rule that counts against it: its
+ * inline rules and the separate AWS::EC2::SecurityGroupIngress/Egress resources whose GroupId is it
+ * (CDK writes a prefix-list rule, or one naming a group of another stack, as one of those).
+ */
+function albGroups(template: TemplateType): Array<Group & { inbound: Rule[]; outbound: Rule[] }> {
+  const separate = (type: string) =>
+    Object.values(template.findResources(type)).map((r) => r.Properties as Rule & { GroupId: unknown });
+  const ingress = separate('AWS::EC2::SecurityGroupIngress');
+  const egress = separate('AWS::EC2::SecurityGroupEgress');
+  return Object.entries(template.findResources('AWS::EC2::SecurityGroup'))
+    .map(([id, r]) => ({ id, group: r.Properties as Group }))
+    .filter(({ group }) => group.GroupDescription.endsWith('public HTTPS front'))
+    .map(({ id, group }) => {
+      const own = (rules: Array<Rule & { GroupId: unknown }>): Rule[] =>
+        rules
+          .filter(
+            (rule) => JSON.stringify(rule.GroupId) === JSON.stringify({ 'Fn::GetAtt': [id, 'GroupId'] }),
+          )
+          .map(({ GroupId: _, ...rule }) => rule);
+      return {
+        ...group,
+        inbound: [...(group.SecurityGroupIngress ?? []), ...own(ingress)],
+        outbound: [...(group.SecurityGroupEgress ?? []), ...own(egress)],
+      };
+    });
+}
+
+/**
+ * What a rule counts as against "Inbound or outbound rules per security group": one, or an
+ * AWS-managed prefix list's weight (the only list used here is CloudFront's).
+ */
+const ruleWeight = (rule: Rule): number => (rule.SourcePrefixListId ? cloudFrontPrefixListWeight : 1);
 
 const listeners = (template: TemplateType) =>
   Object.values(template.findResources('AWS::ElasticLoadBalancingV2::Listener')).map((r) => r.Properties);
@@ -82,6 +155,136 @@ describe('without a domain: CloudFront in front', () => {
   });
 });
 
+describe('without a domain: the ALB admits port 80 from CloudFront only', () => {
+  const { template, appStack } = synth(undefined, { cloudFrontPrefixListId: prefixListId });
+
+  it('its security group takes port 80 from the origin-facing prefix list, and nothing from 0.0.0.0/0', () => {
+    const groups = albGroups(template);
+    expect(groups).toHaveLength(1);
+    expect(groups[0]!.inbound).toEqual([
+      {
+        IpProtocol: 'tcp',
+        FromPort: 80,
+        ToPort: 80,
+        SourcePrefixListId: prefixListId,
+        Description: 'CloudFront origin-facing servers only (header-checked)',
+      },
+    ]);
+    // No rule of the stack, inline or separate, opens anything to the whole internet.
+    const inline = Object.values(template.findResources('AWS::EC2::SecurityGroup')).flatMap(
+      (r) => (r.Properties.SecurityGroupIngress ?? []) as Rule[],
+    );
+    const separate = Object.values(template.findResources('AWS::EC2::SecurityGroupIngress')).map(
+      (r) => r.Properties as Rule,
+    );
+    expect(inline.length + separate.length).toBeGreaterThan(1);
+    for (const rule of [...inline, ...separate]) {
+      expect(rule.CidrIp).toBeUndefined();
+      expect(rule.CidrIpv6).toBeUndefined();
+    }
+    Annotations.fromStack(appStack).hasNoWarning('*', Match.stringLikeRegexp('admits port 80 from any IPv4'));
+  });
+
+  it('still requires the secret header (defence in depth: the list covers every CloudFront distribution)', () => {
+    const rules = Object.values(template.findResources('AWS::ElasticLoadBalancingV2::ListenerRule'));
+    expect(rules).toHaveLength(1);
+    expect(rules[0]!.Properties.Conditions[0].HttpHeaderConfig.HttpHeaderName).toBe(originHeaderName);
+    expect(listeners(template)[0]!.DefaultActions[0].Type).toBe('fixed-response');
+  });
+
+  it('stays within the default rules-per-security-group quota, inbound and outbound', () => {
+    const group = albGroups(template)[0]!;
+    const inbound = group.inbound.reduce((sum, rule) => sum + ruleWeight(rule), 0);
+    const outbound = group.outbound.reduce((sum, rule) => sum + ruleWeight(rule), 0);
+    expect(inbound).toBe(cloudFrontPrefixListWeight);
+    expect(inbound).toBeLessThanOrEqual(securityGroupRulesQuota);
+    // One: to the agents' dynamic host ports in the platform's host group.
+    expect(outbound).toBe(1);
+  });
+
+  it('gives every load-balanced endpoint its own group: rules never add up across endpoints', () => {
+    const endpoints = [0, 1, 2].map((i) => ({ ...lbEndpoint, name: `lb_${i}` }));
+    const many = synth(undefined, { cloudFrontPrefixListId: prefixListId, endpoints }).template;
+    const groups = albGroups(many);
+    expect(groups).toHaveLength(3);
+    for (const group of groups) {
+      expect(group.inbound).toHaveLength(1);
+      expect(group.inbound[0]!.SourcePrefixListId).toBe(prefixListId);
+      expect(group.inbound.reduce((sum, rule) => sum + ruleWeight(rule), 0)).toBeLessThanOrEqual(
+        securityGroupRulesQuota,
+      );
+    }
+    // What is shared is the platform's host group: one rule (a group reference, weight 1) per
+    // load-balanced endpoint, across every app of the account and region (docs/aws.md "How many
+    // endpoints an environment fits").
+    const hostRules = Object.values(many.findResources('AWS::EC2::SecurityGroupIngress'))
+      .map((r) => r.Properties as Rule & { GroupId: unknown })
+      .filter((rule) => JSON.stringify(rule.GroupId).includes('Fn::ImportValue'));
+    expect(hostRules).toHaveLength(3);
+    for (const rule of hostRules) {
+      expect(rule.SourceSecurityGroupId).toBeDefined();
+      expect(rule.SourcePrefixListId).toBeUndefined();
+    }
+  });
+
+  it('refuses an id that is no prefix list id (exit 2)', () => {
+    let error: unknown;
+    try {
+      synth(undefined, { cloudFrontPrefixListId: 'sg-0123456789abcdef0' });
+    } catch (e) {
+      error = e;
+    }
+    expect(FerryError.is(error)).toBe(true);
+    expect(exitCode(error)).toBe(2);
+    expect((error as FerryError).message).toContain('cloudFrontPrefixListId');
+  });
+
+  it('`npx cdk synth` takes the id as -c ferry:cloudFrontPrefixList', () => {
+    const context = (extra: Record<string, string>) => new App({ context: { ...ferryContext, ...extra } });
+    const dir = mkdtempSync(join(tmpdir(), 'ferry-https-ctx-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const manifestPath = join(dir, 'ferry_manifest.json');
+    writeFileSync(manifestPath, JSON.stringify({ ...sampleManifest, endpoints: [lbEndpoint] }));
+    const base = {
+      'ferry:manifest': manifestPath,
+      'ferry:env': 'dev',
+      'ferry:functionsDir': dir,
+      'ferry:artifactKey': 'artifacts/demo/dev/fff.tar.gz',
+      'ferry:gpuWorkerImage': sampleImages.gpuWorker,
+      'ferry:cpuWorkerImage': sampleImages.cpuWorker,
+      'ferry:agentImage': sampleImages.agent,
+    };
+    expect(optionsFromContext(context(base)).cloudFrontPrefixListId).toBeUndefined();
+    expect(
+      optionsFromContext(context({ ...base, 'ferry:cloudFrontPrefixList': prefixListId }))
+        .cloudFrontPrefixListId,
+    ).toBe(prefixListId);
+    expect(() =>
+      optionsFromContext(context({ ...base, 'ferry:cloudFrontPrefixList': 'cloudfront' })),
+    ).toThrow(/ferry:cloudFrontPrefixList must be a prefix list id/);
+  });
+});
+
+describe('without a domain and without the prefix list id (offline synth)', () => {
+  const { template, appStack } = synth();
+
+  it('admits any IPv4 on port 80 only, header-checked, and says so in a synth warning', () => {
+    expect(albGroups(template)[0]!.inbound).toEqual([
+      {
+        IpProtocol: 'tcp',
+        FromPort: 80,
+        ToPort: 80,
+        CidrIp: '0.0.0.0/0',
+        Description: 'Any IPv4: no CloudFront prefix list id at synth (header-checked)',
+      },
+    ]);
+    Annotations.fromStack(appStack).hasWarning(
+      '*',
+      Match.stringLikeRegexp('admits port 80 from any IPv4.*ferry:cloudFrontPrefixList'),
+    );
+  });
+});
+
 describe('with a domain: an ACM certificate on the ALB', () => {
   const { template, url } = synth({ domainName: 'example.com', hostedZoneId: 'Z123EXAMPLE' });
 
@@ -113,6 +316,23 @@ describe('with a domain: an ACM certificate on the ALB', () => {
       Type: 'A',
       HostedZoneId: 'Z123EXAMPLE',
     });
+  });
+
+  it('is public on 443 and 80 (the ALB is the address), whatever prefix list id is given', () => {
+    const withId = synth(
+      { domainName: 'example.com', hostedZoneId: 'Z123EXAMPLE' },
+      { cloudFrontPrefixListId: prefixListId },
+    ).template;
+    for (const t of [template, withId]) {
+      const ingress = albGroups(t)[0]!.inbound;
+      expect(ingress.map((r) => [r.FromPort, r.CidrIp, r.SourcePrefixListId])).toEqual([
+        [443, '0.0.0.0/0', undefined],
+        [80, '0.0.0.0/0', undefined],
+      ]);
+      expect(ingress.reduce((sum, rule) => sum + ruleWeight(rule), 0)).toBeLessThanOrEqual(
+        securityGroupRulesQuota,
+      );
+    }
   });
 
   it('uses a certificate the user already has instead of requesting one', () => {

@@ -15,30 +15,45 @@
  * deliberate: `ferry deploy --refresh-zones`.
  */
 // Types only: the EC2 client takes most of a second to load, and only a platform's first deploy
-// (or --refresh-zones) calls it (regionZones, ec2OnFirstUse).
+// (or --refresh-zones) and a deploy with endpoints behind CloudFront call it (regionZones,
+// cloudfront-prefix-list.ts, ec2OnFirstUse).
 import type {
   AvailabilityZone,
   DescribeAvailabilityZonesCommand,
   DescribeAvailabilityZonesCommandOutput,
+  DescribeManagedPrefixListsCommand,
+  DescribeManagedPrefixListsCommandOutput,
 } from '@aws-sdk/client-ec2';
 import { FerryError } from '../../../core/errors.js';
 import type { Reporter } from '../../io.js';
 import type { PlatformOutputs } from './platform.js';
 
 /** The EC2 call this module makes (the SDK client, or a test's stand-in). */
-export interface Ec2Like {
+export interface ZonesEc2 {
   send(command: DescribeAvailabilityZonesCommand): Promise<DescribeAvailabilityZonesCommandOutput>;
+}
+
+/** The EC2 calls the CLI makes: zones here, CloudFront's prefix list in cloudfront-prefix-list.ts. */
+export interface Ec2Like extends ZonesEc2 {
+  send(command: DescribeAvailabilityZonesCommand): Promise<DescribeAvailabilityZonesCommandOutput>;
+  send(command: DescribeManagedPrefixListsCommand): Promise<DescribeManagedPrefixListsCommandOutput>;
   destroy?(): void;
 }
 
 /** The SDK's EC2 client, created (and its module loaded) on the first call. */
 export function ec2OnFirstUse(): Ec2Like {
   let client: import('@aws-sdk/client-ec2').EC2Client | undefined;
+  function send(command: DescribeAvailabilityZonesCommand): Promise<DescribeAvailabilityZonesCommandOutput>;
+  function send(command: DescribeManagedPrefixListsCommand): Promise<DescribeManagedPrefixListsCommandOutput>;
+  async function send(
+    command: DescribeAvailabilityZonesCommand | DescribeManagedPrefixListsCommand,
+  ): Promise<DescribeAvailabilityZonesCommandOutput | DescribeManagedPrefixListsCommandOutput> {
+    client ??= new (await import('@aws-sdk/client-ec2')).EC2Client({});
+    // The SDK types send per command class; either of the two is an EC2 command.
+    return client.send(command as DescribeAvailabilityZonesCommand);
+  }
   return {
-    async send(command) {
-      client ??= new (await import('@aws-sdk/client-ec2')).EC2Client({});
-      return client.send(command);
-    },
+    send,
     destroy() {
       client?.destroy();
     },
@@ -66,7 +81,7 @@ export function isPlatformZone(zone: AvailabilityZone): boolean {
  * EC2 errors that mean the deploying identity may not make the call, or is no identity at all: the
  * user fixes those (exit 2). https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html
  */
-const userFixableErrors = new Set([
+export const userFixableErrors: ReadonlySet<string> = new Set([
   'UnauthorizedOperation',
   'AuthFailure',
   'CredentialsProviderError',
@@ -79,7 +94,7 @@ const userFixableErrors = new Set([
  * (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeAvailabilityZones.html). The
  * platform stack takes the first `maxPlatformAzs` of them (infra/platform-stack.ts).
  */
-export async function regionZones(ec2: Ec2Like): Promise<string[]> {
+export async function regionZones(ec2: ZonesEc2): Promise<string[]> {
   let answer: DescribeAvailabilityZonesCommandOutput;
   try {
     const { DescribeAvailabilityZonesCommand } = await import('@aws-sdk/client-ec2');
@@ -126,7 +141,7 @@ export function deployedZones(outputs: PlatformOutputs | undefined): string[] | 
  * named and CDK's default applies.
  */
 export async function platformZones(input: {
-  ec2?: Ec2Like;
+  ec2?: ZonesEc2;
   deployed?: PlatformOutputs;
   refresh?: boolean;
   reporter: Reporter;
