@@ -20,6 +20,7 @@
  * apt-get when it is missing; Celery is not installed by the bench (its row says why it was skipped).
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
 import {
   existsSync,
   mkdirSync,
@@ -30,9 +31,9 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
+import { startOnChildPort } from '../core/child-port.js';
 import { costReport, loadPrices } from './cost.js';
 import { cpuMs, descendantsCpuMs, startPlatformChild } from './lib/child.js';
 import { api, benchKey, deepQueue, echoProject } from './lib/faults.js';
@@ -243,17 +244,6 @@ async function waitWorkers(url: string, endpointId: string, count: number, timeo
 
 // ── BullMQ ────────────────────────────────────────────────────────────────────────────────────────
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
-
 const hasCommand = (name: string) => spawnSync('sh', ['-c', `command -v ${name}`]).status === 0;
 
 /**
@@ -338,7 +328,12 @@ interface BullMq {
  * https://redis.io/docs/latest/operate/oss_and_stack/management/persistence/
  */
 async function startRedis(appendOnly = false): Promise<{ port: number; stop: () => void }> {
-  const port = await freePort();
+  // On a port picked free but not held: should another server take it first, redis-server exits
+  // ("bind: Address already in use") and starts again on another.
+  return startOnChildPort((port) => startRedisOn(port, appendOnly));
+}
+
+async function startRedisOn(port: number, appendOnly: boolean): Promise<{ port: number; stop: () => void }> {
   const dir = mkdtempSync(join(tmpdir(), 'ferry-bench-redis-'));
   const persistence = appendOnly
     ? ['--appendonly', 'yes', '--appendfsync', 'everysec']
@@ -352,17 +347,23 @@ async function startRedis(appendOnly = false): Promise<{ port: number; stop: () 
     killGroup(redis.pid);
     rmSync(dir, { recursive: true, force: true });
   };
-  // Ready when it accepts a PING.
-  for (let i = 0; i < 100; i++) {
-    if (
-      spawnSync('redis-cli', ['-p', String(port), 'ping'], { encoding: 'utf8' }).stdout?.trim() === 'PONG'
-    ) {
+  // Ready when it accepts a PING; an exit before that is a failed start. Each PING is bounded: what
+  // took the port may accept and never answer, and redis-cli would wait for it (blocking this loop).
+  for (let i = 0; i < 100 && redis.exitCode === null; i++) {
+    const ping = spawnSync('redis-cli', ['-p', String(port), 'ping'], { encoding: 'utf8', timeout: 2_000 });
+    if (ping.stdout?.trim() === 'PONG') {
       return { port, stop };
     }
     await pause(50);
   }
+  const exitCode = redis.exitCode;
   stop();
-  throw new Error(`redis-server did not answer PING on port ${port}`);
+  if (exitCode === null) await once(redis, 'exit');
+  throw new Error(
+    exitCode === null
+      ? `redis-server did not answer PING on port ${port}`
+      : `redis-server exited with code ${exitCode} before it answered PING on port ${port}`,
+  );
 }
 
 /** SIGKILL to a process group started with `detached: true`; gone already is fine. */

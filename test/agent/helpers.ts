@@ -165,3 +165,40 @@ export async function eventually<T>(
     await sleep(100);
   }
 }
+
+/**
+ * eventually(), for a child process that serves on a port it was handed: its exit first fails at once
+ * with what it printed (a port taken before it bound it: each child then exits, and
+ * startOnChildPort starts it again on another), and a timeout kills it before the throw, so the port
+ * it may hold is not taken for someone else's.
+ */
+export async function untilServing(
+  child: ChildProcess,
+  what: string,
+  serving: () => Promise<boolean> | boolean,
+  output: () => string,
+  timeoutMs = 20_000,
+): Promise<void> {
+  const ended = () => child.exitCode !== null || child.signalCode !== null;
+  try {
+    await eventually(
+      what,
+      async () => {
+        if (ended())
+          throw new Error(`${what}: it exited first (${child.signalCode ?? `code ${child.exitCode}`})`);
+        return (await serving()) ? true : undefined;
+      },
+      timeoutMs,
+    );
+  } catch (error) {
+    if (!ended()) {
+      const exited = once(child, 'exit');
+      child.kill('SIGKILL');
+      await exited;
+    }
+    // The exit can come before the last of its output has been read.
+    if (![child.stdout, child.stderr].every((stream) => !stream || stream.readableEnded))
+      await Promise.race([once(child, 'close'), sleep(2_000)]);
+    throw new Error(`${(error as Error).message}\n${output()}`, { cause: error });
+  }
+}

@@ -12,13 +12,14 @@ import { fileURLToPath } from 'node:url';
 import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashKey } from '../../core/auth.js';
+import { startOnChildPort } from '../../core/child-port.js';
 import { FerryError } from '../../core/errors.js';
 import type { ControlStore } from '../../core/ports.js';
 import { downloadArtifact, readLbSecret, writeLbSecret } from '../../worker-image/agent/artifact.js';
 import { type LbAgent, startLbAgent } from '../../worker-image/agent/lb.js';
 import { type AwsFixture, freePort, s3ClientFor, startAwsFixture } from '../support/emulators.js';
 import { arnOf, IamGate, Policy } from '../support/iam-gate.js';
-import { eventually, memoryLog } from './helpers.js';
+import { eventually, memoryLog, untilServing } from './helpers.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = join(here, '..', '..');
@@ -86,16 +87,19 @@ beforeAll(async () => {
   for (const [id, key, app, env] of scopedKeys) {
     await aws.control().putApiKey({ id, name: id, hash: hashKey(key), createdAt: Date.now(), app, env });
   }
-  workerPort = await freePort();
   secretFile = join(scratch, 'lb-secret');
   await writeLbSecret(secretFile);
   workerSecret = await readLbSecret(secretFile);
-  agent = await startLbAgent({
+}, 90_000);
+
+/** The agent under test, in front of a worker to be on `port`. */
+const startAgentFor = (port: number) =>
+  startLbAgent({
     endpointId: 'lbep',
     app: 'shop',
     env: 'prod',
     control: aws.control(),
-    workerPort,
+    workerPort: port,
     host: '127.0.0.1',
     port: 0,
     keyCacheMs: 60_000,
@@ -103,7 +107,6 @@ beforeAll(async () => {
     workerSecret,
     log,
   });
-}, 90_000);
 
 afterAll(async () => {
   await agent?.close(1_000);
@@ -116,19 +119,27 @@ const call = (path: string, init: RequestInit = {}) => fetch(`${agent.url}${path
 
 describe('load-balanced agent', () => {
   it('answers /ping 503 until the worker answers its own /ping, then 200', async () => {
-    const before = await call('/ping');
-    expect(before.status).toBe(503);
-    expect(await before.json()).toEqual({ error: 'The worker is not ready' });
+    // The worker binds a port picked here, free but not held: should another server take it first,
+    // the worker exits, and both start again on another port.
+    await startOnChildPort(async (port) => {
+      agent = await startAgentFor(port);
+      const before = await call('/ping');
+      expect(before.status).toBe(503);
+      expect(await before.json()).toEqual({ error: 'The worker is not ready' });
 
-    worker = startWorker(workerPort);
-    const ready = await eventually(
-      'the worker to become healthy',
-      async () => ((await call('/ping')).status === 200 ? true : undefined),
-      30_000,
-    ).catch((error) => {
-      throw new Error(`${(error as Error).message}\n${workerOutput.join('')}`);
+      worker = startWorker(port);
+      await untilServing(
+        worker,
+        'the worker to become healthy',
+        async () => (await call('/ping')).status === 200,
+        () => workerOutput.join(''),
+        30_000,
+      ).catch(async (error) => {
+        await agent.close(1_000);
+        throw error;
+      });
+      workerPort = port;
     });
-    expect(ready).toBe(true);
   }, 40_000);
 
   it("refuses calls to the worker's port that come around the agent (another task on the bridge)", async () => {

@@ -14,9 +14,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startOnChildPort } from '../../core/child-port.js';
 import { type Agent, placeholderWorkerId } from '../../worker-image/agent/agent.js';
 import { bundleAgent } from '../../worker-image/agent/bundle.js';
-import { type AwsFixture, fakeAwsConfig, freePort, startAwsFixture } from '../support/emulators.js';
+import { type AwsFixture, fakeAwsConfig, startAwsFixture } from '../support/emulators.js';
 import {
   agentOn,
   apiEngine,
@@ -25,6 +26,7 @@ import {
   type PythonWorker,
   sleep,
   startPythonWorker,
+  untilServing,
 } from './helpers.js';
 
 let aws: AwsFixture;
@@ -308,46 +310,56 @@ describe('the bundled agent (main.ts)', () => {
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
     const file = await bundleAgent(dir);
     const endpointId = newEndpoint();
-    const port = await freePort();
     const token = `fyw_${randomUUID()}`;
-    const child = spawn(process.execPath, [file], {
-      env: {
-        PATH: process.env.PATH ?? '',
-        FERRY_ENDPOINT_ID: endpointId,
-        FERRY_JOBS_TABLE: aws.tables.jobs,
-        FERRY_CHUNKS_TABLE: aws.tables.chunks,
-        FERRY_WORKERS_TABLE: aws.tables.workers,
-        FERRY_BUCKET: aws.bucket,
-        FERRY_BLOB_PREFIX: 'ferry/',
-        FERRY_QUEUE_URL: await aws.queueUrlFor(endpointId),
-        FERRY_QUEUE_URL_LOW: await aws.queueUrlFor(endpointId, { lowPriority: true }),
-        FERRY_WEBHOOK_QUEUE_URL: aws.webhookQueueUrl,
-        FERRY_WORKER_TOKEN: token,
-        FERRY_AGENT_PORT: String(port),
-        FERRY_DRAIN_MS: '1000',
-        AWS_REGION: fakeAwsConfig.region,
-        AWS_ACCESS_KEY_ID: fakeAwsConfig.credentials.accessKeyId,
-        AWS_SECRET_ACCESS_KEY: fakeAwsConfig.credentials.secretAccessKey,
-        // The SDK's service-specific endpoint variables point the clients at the emulators.
-        AWS_ENDPOINT_URL_DYNAMODB: aws.dynamo.endpoint,
-        AWS_ENDPOINT_URL_SQS: aws.fauxqs.endpoint,
-        AWS_ENDPOINT_URL_S3: aws.fauxqs.endpoint,
-        FERRY_APP: 'shared with the worker; ignored',
-      },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
+    const queueUrl = await aws.queueUrlFor(endpointId);
+    const lowQueueUrl = await aws.queueUrlFor(endpointId, { lowPriority: true });
     let stderr = '';
-    child.stderr.setEncoding('utf8');
-    child.stderr.on('data', (data: string) => {
-      stderr += data;
+    // The agent binds a port picked here, free but not held: should another server take it first,
+    // the agent exits (EADDRINUSE) and starts again on another.
+    const { child, port } = await startOnChildPort(async (port) => {
+      const child = spawn(process.execPath, [file], {
+        env: {
+          PATH: process.env.PATH ?? '',
+          FERRY_ENDPOINT_ID: endpointId,
+          FERRY_JOBS_TABLE: aws.tables.jobs,
+          FERRY_CHUNKS_TABLE: aws.tables.chunks,
+          FERRY_WORKERS_TABLE: aws.tables.workers,
+          FERRY_BUCKET: aws.bucket,
+          FERRY_BLOB_PREFIX: 'ferry/',
+          FERRY_QUEUE_URL: queueUrl,
+          FERRY_QUEUE_URL_LOW: lowQueueUrl,
+          FERRY_WEBHOOK_QUEUE_URL: aws.webhookQueueUrl,
+          FERRY_WORKER_TOKEN: token,
+          FERRY_AGENT_PORT: String(port),
+          FERRY_DRAIN_MS: '1000',
+          AWS_REGION: fakeAwsConfig.region,
+          AWS_ACCESS_KEY_ID: fakeAwsConfig.credentials.accessKeyId,
+          AWS_SECRET_ACCESS_KEY: fakeAwsConfig.credentials.secretAccessKey,
+          // The SDK's service-specific endpoint variables point the clients at the emulators.
+          AWS_ENDPOINT_URL_DYNAMODB: aws.dynamo.endpoint,
+          AWS_ENDPOINT_URL_SQS: aws.fauxqs.endpoint,
+          AWS_ENDPOINT_URL_S3: aws.fauxqs.endpoint,
+          FERRY_APP: 'shared with the worker; ignored',
+        },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      stderr = '';
+      child.stderr.setEncoding('utf8');
+      child.stderr.on('data', (data: string) => {
+        stderr += data;
+      });
+      cleanups.push(() => {
+        if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      });
+      await untilServing(
+        child,
+        'the agent to listen',
+        () => stderr.includes('serving the worker protocol'),
+        () => stderr,
+      );
+      return { child, port };
     });
     const exited = once(child, 'exit') as Promise<[number | null, string | null]>;
-    cleanups.push(() => {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    });
-    await eventually('the agent to listen', () =>
-      stderr.includes('serving the worker protocol') ? true : undefined,
-    );
 
     const job = await api.engine.submit(endpointId, { input: { method: 'echo' } }, { sync: false });
     const base = `http://127.0.0.1:${port}/v2/${endpointId}`;

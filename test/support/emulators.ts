@@ -6,7 +6,6 @@
 import type { ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { createServer } from 'node:net';
 import { DynamoDBClient, ListTablesCommand } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
 import { CreateQueueCommand, SQSClient } from '@aws-sdk/client-sqs';
@@ -23,6 +22,7 @@ import {
 } from '../../core/adapters/aws/dynamo.js';
 import { S3BlobStore } from '../../core/adapters/aws/s3.js';
 import { SqsJobQueue } from '../../core/adapters/aws/sqs.js';
+import { startOnChildPort } from '../../core/child-port.js';
 
 export interface Emulator {
   endpoint: string;
@@ -54,42 +54,12 @@ export const s3ClientFor = (endpoint: string): S3Client =>
     responseChecksumValidation: 'WHEN_REQUIRED',
   });
 
-/** A port free on 127.0.0.1 now, for a server another process will bind (freePorts). */
-export async function freePort(): Promise<number> {
-  return (await freePorts(1))[0]!;
-}
-
 /**
- * Ports handed to servers that other processes bind later (DynamoDB Local, agents, workers) come
- * from below Linux's ephemeral range (net.ipv4.ip_local_port_range, 32768–60999 by default): a
- * port the OS picked with listen(0) is an ephemeral one, and between its release and the child's
- * bind any outgoing connection of the machine (the tests make thousands) could be given it as its
- * local port. CI failed once on that ("DynamoDB Local exited with code 1"). Only an explicit bind
- * can take a port from this range, and the random pick makes two test files' picks meeting unlikely.
+ * Ports for servers other processes bind later (DynamoDB Local, agents, workers): picked below the
+ * machine's ephemeral range, where no outgoing connection can be given one before the child binds it
+ * (core/child-port.ts says why). The names the tests import.
  */
-const fixedRange = { from: 20_000, to: 32_000 };
-
-/**
- * `count` different ports free on 127.0.0.1 now: all are held open until all are picked, since a
- * port picked and released could be picked again by the next call.
- */
-export async function freePorts(count: number): Promise<number[]> {
-  const held: ReturnType<typeof createServer>[] = [];
-  try {
-    while (held.length < count) {
-      const port = fixedRange.from + Math.floor(Math.random() * (fixedRange.to - fixedRange.from));
-      const server = createServer();
-      const bound = await new Promise<boolean>((resolve) => {
-        server.once('error', () => resolve(false));
-        server.listen(port, '127.0.0.1', () => resolve(true));
-      });
-      if (bound) held.push(server);
-    }
-    return held.map((server) => (server.address() as { port: number }).port);
-  } finally {
-    await Promise.all(held.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))));
-  }
-}
+export { pickChildPort as freePort, pickChildPorts as freePorts } from '../../core/child-port.js';
 
 const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -114,7 +84,8 @@ async function killGroup(child: ChildProcess): Promise<void> {
  * Starts DynamoDB Local in memory on a free port and resolves once it answers ListTables
  * (about 2–3 s; ~200 MiB of JVM, hence one per test file). The port is free when picked but not
  * held: another explicit bind (another test file's pick of the same port) can still take it before
- * the JVM binds; the JVM then exits with a BindException and it starts again on a new port.
+ * the JVM binds; the JVM then exits with a BindException and it starts again on a new port
+ * (startOnChildPort).
  */
 export async function startDynamoLocal(
   options: {
@@ -124,22 +95,14 @@ export async function startDynamoLocal(
   } = {},
 ): Promise<Emulator> {
   const readyTimeoutMs = options.readyTimeoutMs ?? 60_000;
-  const attempts = 3;
-  for (let attempt = 1; ; attempt++) {
-    try {
-      const port = attempt === 1 && options.firstPort !== undefined ? options.firstPort : await freePort();
-      return await startDynamoLocalOnce(port, readyTimeoutMs);
-    } catch (error) {
-      if (!(error instanceof PortTakenError) || attempt === attempts) throw error;
-    }
-  }
+  return startOnChildPort((port) => startDynamoLocalOnce(port, readyTimeoutMs), {
+    firstPort: options.firstPort,
+  });
 }
-
-class PortTakenError extends Error {}
 
 async function startDynamoLocalOnce(port: number, readyTimeoutMs: number): Promise<Emulator> {
   // detached: its own process group, so stop() reaches the JVM and anything it forked. stderr is
-  // kept (its tail) to tell a port taken from any other failure and to name the cause.
+  // kept (its tail) to name the cause of an early exit.
   const child = spawnDynamoLocal({ port, detached: true, stdio: 'pipe' });
   child.stdin?.end();
   child.stdout?.resume(); // read and dropped, so the JVM never blocks on a full pipe
@@ -167,8 +130,6 @@ async function startDynamoLocalOnce(port: number, readyTimeoutMs: number): Promi
         // The exit can come before the last of stderr has been read.
         if (child.stderr && !child.stderr.readableEnded)
           await Promise.race([once(child.stderr, 'end').catch(() => {}), delay(2_000)]);
-        if (/BindException|Address already in use/.test(stderr))
-          throw new PortTakenError(`DynamoDB Local found port ${port} taken`);
         throw new Error(
           `DynamoDB Local exited with code ${child.exitCode}: ${stderr.trim().split('\n').slice(0, 3).join(' | ')}`,
         );

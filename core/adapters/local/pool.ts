@@ -21,9 +21,9 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { lbSecretHeader } from '../../auth.js';
+import { startOnChildPort } from '../../child-port.js';
 import { type EndpointConfig, endpointConfigOf } from '../../deployment.js';
 import { endpointKey } from '../../engine.js';
 import { FerryError } from '../../errors.js';
@@ -79,6 +79,17 @@ export interface LocalWorkersOptions {
   secrets?: (record: EndpointRecord, names: readonly string[]) => Promise<Record<string, string>>;
   /** The call token (core/names.ts) the worker `workerId` uses for remote calls by name. */
   callToken?: (workerId: string) => string;
+  /**
+   * Where a load-balanced worker's ports come from (core/child-port.ts's pickChildPort by default); a
+   * test hands out one that is taken.
+   */
+  pickPort?: () => Promise<number>;
+}
+
+/** How a worker's process group leader ended. */
+interface ChildExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
 }
 
 interface WorkerProcess {
@@ -93,6 +104,8 @@ interface WorkerProcess {
   /** Load-balanced workers: what every request to them carries in lbSecretHeader (core/auth.ts). */
   lbSecret?: string;
   ready?: Promise<void>;
+  /** Load-balanced workers: aborted once the worker is asked to stop, so its start is not retried. */
+  starting?: AbortController;
   inFlight: number;
 }
 
@@ -342,8 +355,15 @@ export class EndpointPool {
     const proc = this.procs.get(workerId);
     if (!proc) return undefined;
     return {
-      signalLeader: (signal: NodeJS.Signals) => signalLeader(proc.child, signal),
-      killGroup: () => killGroup(proc.child),
+      // A load-balanced worker has no process while its port is being picked: it will not get one.
+      signalLeader: (signal: NodeJS.Signals) => {
+        proc.starting?.abort();
+        if (proc.child) signalLeader(proc.child, signal);
+      },
+      killGroup: () => {
+        proc.starting?.abort();
+        if (proc.child) killGroup(proc.child);
+      },
     };
   }
 
@@ -477,13 +497,17 @@ export class EndpointPool {
       FERRY_ENDPOINT_NAME: endpoint.name,
       ...(this.options.callToken ? { FERRY_CALL_TOKEN: this.options.callToken(workerId) } : {}),
     };
+    const prefix = `[${this.spec.record.name} ${workerId.slice(-8)}]`;
+    let gone!: () => void;
     const proc: WorkerProcess = {
       identity,
       generation: this.generation,
       gpus,
       inFlight: 0,
       child: undefined as unknown as ChildProcess,
-      exited: Promise.resolve(),
+      exited: new Promise<void>((resolve) => {
+        gone = resolve;
+      }),
     };
     if (endpoint.kind === 'lb') {
       env.FERRY_MODE = 'lb';
@@ -494,7 +518,17 @@ export class EndpointPool {
       env.FERRY_MODE = 'queue';
       env.FERRY_TARGET = endpoint.target?.name ?? '';
     }
-    const launchWith = (port?: number) => {
+    /** The worker is gone for good: the supervisor hears of it, and decides what follows. */
+    const reportGone = ({ code, signal }: ChildExit): void => {
+      this.procs.delete(workerId);
+      gone();
+      this.note(`${prefix} exited (${signal ?? `code ${code}`})`);
+      void this.supervisor.exited(workerId, { code, signal }).finally(() => {
+        this.options.changes.notify(endpointKey(this.endpointId));
+      });
+    };
+    /** Spawns the worker's process group; resolves when its leader exits (its group killed with it). */
+    const launchWith = (port?: number): Promise<ChildExit> => {
       if (port !== undefined) {
         env.FERRY_HOST = '127.0.0.1';
         env.FERRY_PORT = String(port);
@@ -514,7 +548,6 @@ export class EndpointPool {
         ...this.spec.user,
       });
       proc.child = child;
-      const prefix = `[${this.spec.record.name} ${workerId.slice(-8)}]`;
       for (const [name, stream] of [
         ['stdout', child.stdout],
         ['stderr', child.stderr],
@@ -536,33 +569,51 @@ export class EndpointPool {
             .catch(() => {});
         });
       }
-      proc.exited = new Promise<void>((resolve) => {
+      return new Promise<ChildExit>((resolve) => {
         child.on('error', (error) => {
           this.note(`${prefix} could not start: ${error.message}`);
         });
         child.on('exit', (code, signal) => {
           // Whatever the leader left behind in its group goes with it.
           killGroup(child);
-          this.procs.delete(workerId);
-          resolve();
-          this.note(`${prefix} exited (${signal ?? `code ${code}`})`);
-          void this.supervisor.exited(workerId, { code, signal }).finally(() => {
-            this.options.changes.notify(endpointKey(this.endpointId));
-          });
+          resolve({ code, signal });
         });
       });
     };
     if (endpoint.kind === 'lb') {
+      const starting = new AbortController();
+      proc.starting = starting;
       proc.ready = (async () => {
-        const port = await freePort();
-        launchWith(port);
-        // Until it answers or exits: one silent past its start grace is the supervisor's to kill.
-        await waitReady(port, proc);
-        this.supervisor.ready(workerId);
+        let exit: Promise<ChildExit> | undefined;
+        try {
+          // The port is picked free but not held until the worker binds it: a server bound meanwhile
+          // makes the worker exit ("cannot listen", exit 2), a failed start to the supervisor (under
+          // `ferry dev` the endpoint would be failing at once). That exit is the pool's: the worker
+          // starts again on a new port, and only the last try's exit counts.
+          await startOnChildPort(
+            async (port) => {
+              if (starting.signal.aborted) throw new FerryError('failed', 'stopped before it started');
+              exit = launchWith(port);
+              // Until it answers or exits: one silent past its start grace is the supervisor's to kill.
+              await waitReady(port, proc, exit);
+            },
+            {
+              pick: this.options.pickPort,
+              signal: starting.signal,
+              onTaken: (port) =>
+                this.note(`${prefix} port ${port} was taken before it bound it: starting again on another`),
+            },
+          );
+          this.supervisor.ready(workerId);
+        } finally {
+          // Undefined when it was stopped, or no port could be picked, before a process started.
+          if (exit) void exit.then(reportGone);
+          else reportGone({ code: null, signal: null });
+        }
       })();
       proc.ready.catch(() => {});
     } else {
-      launchWith();
+      void launchWith().then(reportGone);
     }
     this.procs.set(workerId, proc);
     return proc;
@@ -709,26 +760,14 @@ function detectGpus(): number {
   }
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
-
 /** The header a load-balanced worker wants on every request (it answers 403 without it). */
 const lbSecretOf = (proc: WorkerProcess): Record<string, string> =>
   proc.lbSecret ? { [lbSecretHeader]: proc.lbSecret } : {};
 
 /** Probes the worker's /ping until it answers; throws once the worker has exited. */
-async function waitReady(port: number, proc: WorkerProcess): Promise<void> {
+async function waitReady(port: number, proc: WorkerProcess, exit: Promise<ChildExit>): Promise<void> {
   let exited = false;
-  void proc.exited.then(() => {
+  void exit.then(() => {
     exited = true;
   });
   while (!exited) {
