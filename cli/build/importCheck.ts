@@ -44,8 +44,15 @@ function checkerPath(): string {
   return found;
 }
 
-/** `python3.12` when it is installed (the workers' version), else the build's own interpreter. */
-async function targetPython(pythonVersion: string, fallback: string): Promise<string> {
+/**
+ * The build's own interpreter when it is the workers' version; else `python3.12` (say) when that is
+ * installed; else the build's own interpreter. The first case needs no probe: the scan reported it.
+ */
+async function targetPython(
+  pythonVersion: string,
+  build: { version: string; executable: string },
+): Promise<string> {
+  if (build.version === pythonVersion) return build.executable;
   const named = `python${pythonVersion}`;
   try {
     const probe = await runProcess(named, ['-c', 'import sys'], { timeoutMs: 20_000 });
@@ -53,7 +60,7 @@ async function targetPython(pythonVersion: string, fallback: string): Promise<st
   } catch {
     // not installed
   }
-  return fallback;
+  return build.executable;
 }
 
 export async function checkImports(options: {
@@ -61,7 +68,8 @@ export async function checkImports(options: {
   endpoints: readonly ManifestEndpoint[];
   projectFiles: readonly string[];
   pythonVersion: string;
-  python: string;
+  /** The interpreter the build's scan ran on (`ScanResult.python`). */
+  python: { version: string; executable: string };
   noDeps: boolean;
   emit: ProgressSink;
   signal?: AbortSignal | undefined;

@@ -17,7 +17,6 @@ import { type BuildEvent, type NowMs, type ProgressSink, stage } from './events.
 import { checkLocalImports, listShippedFiles } from './files.js';
 import { sourceFingerprint } from './fingerprint.js';
 import { checkImports } from './importCheck.js';
-import { runProcess } from './process.js';
 import { scanProject, withConfigHash } from './scan.js';
 
 export type { BuildEvent, BuildStage, ProgressSink } from './events.js';
@@ -43,7 +42,10 @@ export interface BuildOptions {
   exclude?: string[];
   /** Extra pip arguments. */
   pipArgs?: string[];
-  /** The interpreter for the scanner, version detection and pip. */
+  /**
+   * The interpreter for the scanner, version detection, the import check and pip (default `python3`).
+   * It is started once, for the scan; the later steps start the binary it reports (`sys.executable`).
+   */
   python?: string;
   maxArtifactBytes?: number;
   onProgress?: (event: BuildEvent) => void;
@@ -131,13 +133,15 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
     (result) => `${result.endpoints.length} endpoints`,
   );
 
-  const pythonVersion = await resolvePythonVersion(
+  const pythonVersion = resolvePythonVersion(
     options.pythonVersion,
     scanned.endpoints,
     scanned.lines,
-    python,
+    scanned.python,
     emit,
   );
+  // The binary the scan resolved `python` to: pip and the import check start it directly.
+  const interpreter = scanned.python.executable;
   const endpoints = scanned.endpoints.map((endpoint) =>
     endpoint.resources.pythonVersion && endpoint.resources.pythonVersion !== pythonVersion
       ? withConfigHash({ ...endpoint, resources: { ...endpoint.resources, pythonVersion } })
@@ -164,7 +168,7 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
         pythonVersion,
         noDeps: options.noDeps ?? false,
         pipArgs: [...resolved.pipArgs, ...(options.pipArgs ?? [])],
-        python,
+        python: interpreter,
         ...(options.signal ? { signal: options.signal } : {}),
       });
       // pip ran into an empty build dir, so every top-level entry now is pip's; sources come after.
@@ -214,7 +218,7 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
         endpoints,
         projectFiles: shipped.files,
         pythonVersion,
-        python,
+        python: scanned.python,
         noDeps: options.noDeps ?? false,
         emit,
         signal: options.signal,
@@ -277,15 +281,15 @@ function resolveOutput(projectDir: string, stateDir: string, output: string | un
 
 /**
  * One artifact has one Python ABI: the option wins, then the endpoints' single declared version, then
- * the local interpreter clamped into the supported range.
+ * the local interpreter (the one the scan ran on, `ScanResult.python`) clamped into the supported range.
  */
-export async function resolvePythonVersion(
+export function resolvePythonVersion(
   option: string | undefined,
   endpoints: readonly ManifestEndpoint[],
   lines: Map<string, { file: string; line: number }>,
-  python: string,
+  interpreter: { version: string; executable: string },
   emit: ProgressSink,
-): Promise<PythonVersion> {
+): PythonVersion {
   const declared = endpoints.filter((e) => e.resources.pythonVersion !== undefined);
   const distinct = [...new Set(declared.map((e) => e.resources.pythonVersion!))];
   if (option !== undefined && isPythonVersion(option)) {
@@ -309,12 +313,9 @@ export async function resolvePythonVersion(
     });
   }
   if (distinct.length === 1) return distinct[0]!;
-  const result = await runProcess(python, ['-c', 'import sys; print("%d.%d" % sys.version_info[:2])'], {
-    timeoutMs: 30_000,
-  });
-  const match = /^(\d+)\.(\d+)/.exec(result.stdout.trim());
-  if (result.exitCode !== 0 || !match) {
-    throw new FerryError('failed', `Cannot tell the version of ${python}`, {
+  const match = /^(\d+)\.(\d+)$/.exec(interpreter.version);
+  if (!match) {
+    throw new FerryError('failed', `Cannot tell the version of ${interpreter.executable}`, {
       hint: 'Pass --python-version (3.10 to 3.13).',
     });
   }

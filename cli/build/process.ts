@@ -1,6 +1,6 @@
 /**
  * Runs a child process to completion and collects its output. The build runs the user's python3
- * (scanner, version probe) and pip through this one helper so a missing interpreter or a hang gives a
+ * (scanner, import check) and pip through this one helper so a missing interpreter or a hang gives a
  * clear FerryError instead of a crash.
  */
 import { spawn } from 'node:child_process';

@@ -3,7 +3,8 @@
 Usage: python3 scan.py <project_dir> [--files-from -]
 
 Prints one JSON object to stdout: {"ok": true, "files": [...], "endpoints": [...], "warnings": [...]}
-or {"ok": false, "errors": [{"file", "line", "message"}]}. Every file is parsed with `ast` only; user
+or {"ok": false, "errors": [{"file", "line", "message"}]}, either with "python": {"version": "3.11",
+"executable": sys.executable}. Every file is parsed with `ast` only; user
 code is never imported or executed, so a project builds without torch (or anything else) installed.
 With `--files-from -` the list of project-relative .py paths to scan is read as JSON from stdin (the
 build passes the files that ship); otherwise the project is walked with the built-in skip list.
@@ -680,7 +681,11 @@ def main(argv: list) -> int:
         files = [f for f in files if isinstance(f, str) and f.endswith(".py")]
     else:
         files = walk_project(root)
-    json.dump(scan(root, sorted(files)), sys.stdout)
+    result = scan(root, sorted(files))
+    # The interpreter that ran the scan, so the build needs no second start of it to learn its version,
+    # and runs its later steps (import check, pip) on this binary rather than through a shim again.
+    result["python"] = {"version": "%d.%d" % sys.version_info[:2], "executable": sys.executable or None}
+    json.dump(result, sys.stdout)
     sys.stdout.write("\n")
     return 0
 

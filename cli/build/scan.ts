@@ -71,6 +71,9 @@ const scannedEndpointSchema = z.discriminatedUnion('kind', [
     .strict(),
 ]);
 
+/** The interpreter that ran scan.py: `sys.version_info` as "3.11" and `sys.executable` (None when unknown). */
+const interpreterSchema = z.object({ version: z.string(), executable: z.string().nullable() }).strict();
+
 const scanOutputSchema = z.discriminatedUnion('ok', [
   z
     .object({
@@ -80,9 +83,10 @@ const scanOutputSchema = z.discriminatedUnion('ok', [
       ),
       endpoints: z.array(scannedEndpointSchema),
       warnings: z.array(locationSchema),
+      python: interpreterSchema,
     })
     .strict(),
-  z.object({ ok: z.literal(false), errors: z.array(locationSchema) }).strict(),
+  z.object({ ok: z.literal(false), errors: z.array(locationSchema), python: interpreterSchema }).strict(),
 ]);
 
 export type ScannedEndpoint = z.infer<typeof scannedEndpointSchema>;
@@ -99,6 +103,12 @@ export interface ScanResult {
   lines: Map<string, { file: string; line: number }>;
   files: ScannedFile[];
   warnings: string[];
+  /**
+   * The interpreter the scan ran on: its version ("3.11") and the binary itself (`sys.executable`, or
+   * the command the scan was given when Python cannot tell). The build's later Python steps use both,
+   * so `python3` (a pyenv shim, say) is resolved once per build, not once per step.
+   */
+  python: { version: string; executable: string };
 }
 
 export interface ScanOptions {
@@ -155,6 +165,7 @@ export async function scanProject(options: ScanOptions): Promise<ScanResult> {
     lines,
     files: parsed.files,
     warnings: parsed.warnings.map((w) => `${w.file}:${w.line}: ${w.message}`),
+    python: { version: parsed.python.version, executable: parsed.python.executable || python },
   };
 }
 

@@ -7,7 +7,6 @@ import path from 'node:path';
 import type { CommandModule } from 'yargs';
 import { FerryError } from '../../core/errors.js';
 import { installRoot } from '../config.js';
-import { startConsoleProxy } from '../console-proxy.js';
 import { type CliContext, withProvider } from '../context.js';
 import { ManageClient } from '../manage-client.js';
 import { untilStopped } from './serve.js';
@@ -31,6 +30,8 @@ async function consoleCommandHandler(ctx: CliContext, args: ConsoleArgs): Promis
       ctx.reporter.line('Sign in with your API key (FERRY_API_KEY, or one from `ferry keys create`).');
       return;
     }
+    // Loaded only here (Fastify): the local console needs no proxy, and no other command does.
+    const { startConsoleProxy } = await import('../console-proxy.js');
     const proxy = await startConsoleProxy({
       origin: ManageClient.originOf(url),
       consoleDir: path.join(installRoot(), 'console'),

@@ -3,19 +3,17 @@
  * worker pools running the code on disk, and the dev server (docs/api.md#the-dev-server) in front of it.
  */
 import path from 'node:path';
-import chokidar, { type FSWatcher } from 'chokidar';
+import type { FSWatcher } from 'chokidar';
 import type { FastifyInstance } from 'fastify';
 import type { CommandModule } from 'yargs';
-import { type LocalPlatformOptions, startLocalPlatform } from '../../core/adapters/local/platform.js';
+import type { LocalPlatformOptions } from '../../core/adapters/local/platform.js';
 import { livePrefix } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import { defaultPort } from '../../core/limits.js';
-import { webhookAllowFromEnv } from '../../core/webhooks.js';
 import { apiKeyFromUser, appNameOf, ferryPythonPath, installRoot, readProjectConfig } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { devStartFailureCodes, startFailureOf } from '../dev/failures.js';
-import { createDevServer, devRoutes, nextFreePort } from '../dev/server.js';
 import { DevResourcesFile, devApp, imageNotInDev, LiveEndpoints, scanForDev } from '../dev/state.js';
 import { DevVenvs } from '../dev/venvs.js';
 import { confirm } from '../io.js';
@@ -74,6 +72,19 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
       hint: 'Copy .env.example to .env and set FERRY_API_KEY (any value works locally), or export FERRY_API_KEY.',
     });
   }
+  // Loaded here rather than at the top: every command loads this module (the command table), and the
+  // platform, the dev server (Fastify, Swagger) and the watcher would add their load time to each one.
+  const [
+    { startLocalPlatform },
+    { webhookAllowFromEnv },
+    { createDevServer, devRoutes, nextFreePort },
+    { default: chokidar },
+  ] = await Promise.all([
+    import('../../core/adapters/local/platform.js'),
+    import('../../core/webhooks.js'),
+    import('../dev/server.js'),
+    import('chokidar'),
+  ]);
   let snapshot = await scanForDev(projectDir);
   for (const warning of snapshot.warnings) say(`warning: ${warning}`);
   if (snapshot.endpoints.length === 0) {

@@ -5,9 +5,8 @@
  */
 import path from 'node:path';
 import type { Readable } from 'node:stream';
-import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Argv, CommandModule } from 'yargs';
-import { SecretsManagerSecretStore } from '../../core/adapters/aws/secrets.js';
 import { securePrivateDir } from '../../core/adapters/local/home.js';
 import { checkSecretName, type SecretStore } from '../../core/adapters/local/secrets.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
@@ -30,7 +29,12 @@ async function withSecretStore<T>(
 ): Promise<T> {
   const provider = providerName(ctx, typeof flag === 'string' ? flag : undefined);
   if (provider === 'aws') {
-    const client = options.awsClient?.() ?? new SecretsManagerClient({});
+    // The AWS SDK only for --provider aws: every command loads this module (the command table).
+    const [sdk, { SecretsManagerSecretStore }] = await Promise.all([
+      import('@aws-sdk/client-secrets-manager'),
+      import('../../core/adapters/aws/secrets.js'),
+    ]);
+    const client = options.awsClient?.() ?? new sdk.SecretsManagerClient({});
     return fn(new SecretsManagerSecretStore(client));
   }
   const home = ferryHome(ctx.io.env);

@@ -7,10 +7,9 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { CommandModule } from 'yargs';
-import { type LocalPlatformOptions, startLocalPlatform } from '../../core/adapters/local/platform.js';
+import type { LocalPlatformOptions, startLocalPlatform } from '../../core/adapters/local/platform.js';
 import { FerryError, usage } from '../../core/errors.js';
 import { stderrLogger } from '../../core/log.js';
-import { webhookAllowFromEnv } from '../../core/webhooks.js';
 import { apiKeyFromUser, ferryHome, ferryPythonPath, installRoot } from '../config.js';
 import type { CliContext } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
@@ -28,6 +27,12 @@ export async function startServing(
     workerUids?: { first: number; last: number };
   },
 ) {
+  // Loaded here rather than at the top: every command loads this module (the command table), and
+  // the platform (Fastify, worker pools) would add its load time to each `ferry deploy` or `app list`.
+  const [platformModule, { webhookAllowFromEnv }] = await Promise.all([
+    import('../../core/adapters/local/platform.js'),
+    import('../../core/webhooks.js'),
+  ]);
   const userKey = apiKeyFromUser(ctx.io.env, ctx.io.cwd);
   const platformOptions: LocalPlatformOptions = {
     dataDir: options.dataDir,
@@ -45,7 +50,7 @@ export async function startServing(
   };
   let platform: Awaited<ReturnType<typeof startLocalPlatform>>;
   try {
-    platform = await startLocalPlatform(platformOptions);
+    platform = await platformModule.startLocalPlatform(platformOptions);
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'EADDRINUSE') {
       throw new FerryError('failed', `Port ${options.port} on ${options.host} is in use`, {

@@ -36,11 +36,11 @@ export async function scanForDev(projectDir: string, python = 'python3'): Promis
     files: shipped.files.filter((f) => f.endsWith('.py')),
     python,
   });
-  const pythonVersion = await resolvePythonVersion(
+  const pythonVersion = resolvePythonVersion(
     undefined,
     scanned.endpoints,
     scanned.lines,
-    python,
+    scanned.python,
     () => {},
   );
   return {

@@ -396,6 +396,31 @@ def classify(image):
     expect((error as FerryError).hint).toContain('--exclude');
   });
 
+  it('starts the given interpreter once, for the scan: pip and the import check run the binary it reported', async () => {
+    // A stand-in interpreter that logs each start, then runs python3: a command such as pyenv's shim
+    // costs a start of its own each time, and the build should pay it once.
+    const bin = tempDir('python-starts-');
+    const log = path.join(bin, 'starts.log');
+    const python = path.join(bin, 'python-logged');
+    writeFileSync(python, `#!/bin/sh\nprintf '%s\\n' "$*" >> '${log}'\nexec python3 "$@"\n`, { mode: 0o755 });
+    const starts = () => readFileSync(log, 'utf8').trim().split('\n');
+
+    const result = await buildProject(options(makeProject(), { python }));
+    expect(starts()).toEqual([expect.stringMatching(/scan\.py /)]);
+    // pip ran (on the reported binary): tinydep is in the artifact.
+    expect((await archiveEntries(result.artifactPath)).has('tinydep/__init__.py')).toBe(true);
+
+    // The import check ran too (on the reported binary): a module that cannot import still fails the build.
+    const broken = makeProject({
+      'broken.py':
+        'import not_a_module_anywhere\nfrom ferry import Endpoint\n\n@Endpoint(name="broken")\ndef f():\n    pass\n',
+    });
+    const error = await buildProject(options(broken, { python })).catch((e: unknown) => e);
+    expect((error as FerryError).message).toContain('An endpoint module cannot be imported');
+    expect((error as FerryError).message).toContain('not_a_module_anywhere');
+    expect(starts()).toEqual([expect.stringMatching(/scan\.py /), expect.stringMatching(/scan\.py /)]);
+  });
+
   it('refuses a project with no endpoints', async () => {
     const projectDir = tempDir('empty-');
     writeFiles(projectDir, { 'main.py': 'print("hi")\n' });

@@ -14,6 +14,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -323,6 +324,88 @@ describe('deploy --preview without a Docker engine', () => {
     expect(runs).toHaveLength(3);
     expect(runs.join('\n')).not.toContain('vllm');
     expect(await stopChild(started.child)).toBe(0);
+  });
+});
+
+describe('what a deploy starts and loads', () => {
+  const sandbox = new CliSandbox();
+  let project = '';
+  beforeAll(async () => {
+    expect((await sandbox.run(['init', 'lean'])).code).toBe(0);
+    project = path.join(sandbox.root, 'lean');
+  });
+  afterAll(() => sandbox.cleanup());
+
+  it('starts python3 once (the scan); the import check runs the binary it reported, with no probe', async () => {
+    // A PATH whose python3 and python3.<local minor> log each start, then run the real interpreter:
+    // each start through a command (pyenv's shim, say) costs its own resolution, paid once per deploy.
+    const bin = path.join(sandbox.root, 'bin-logged-python');
+    mkdirSync(bin);
+    const [version, real] = execFileSync(
+      'python3',
+      ['-c', 'import sys; print("%d.%d" % sys.version_info[:2]); print(sys.executable)'],
+      { encoding: 'utf8' },
+    )
+      .trim()
+      .split('\n') as [string, string];
+    for (const name of ['python3', `python${version}`])
+      writeFileSync(
+        path.join(bin, name),
+        `#!/bin/sh\nprintf '${name} %s\\n' "$*" >> "$PYTHON_START_LOG"\nexec '${real}' "$@"\n`,
+        { mode: 0o755 },
+      );
+    const log = path.join(sandbox.root, 'python-starts.log');
+    const result = await sandbox.run(['deploy', '--no-serve'], {
+      cwd: project,
+      env: { PATH: bin, PYTHON_START_LOG: log },
+    });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain('✓ artifact');
+    expect(readFileSync(log, 'utf8').trim().split('\n')).toEqual([
+      expect.stringMatching(/^python3 \S*scan\.py /),
+    ]);
+  });
+
+  it('loads no module of the commands it does not run (servers, dev server, AWS SDK)', async () => {
+    // A resolve hook (node:module register) logs every module URL the process resolves.
+    const hooks = path.join(sandbox.root, 'log-modules.mjs');
+    writeFileSync(
+      hooks,
+      [
+        "import { appendFileSync } from 'node:fs';",
+        'export async function resolve(specifier, context, next) {',
+        '  const result = await next(specifier, context);',
+        "  appendFileSync(process.env.MODULE_LOG, result.url + '\\n');",
+        '  return result;',
+        '}',
+        '',
+      ].join('\n'),
+    );
+    const register = path.join(sandbox.root, 'register-hooks.mjs');
+    writeFileSync(
+      register,
+      `import { register } from 'node:module';\nregister(${JSON.stringify(pathToFileURL(hooks).href)});\n`,
+    );
+    const log = path.join(sandbox.root, 'modules.log');
+    const result = await sandbox.run(['deploy', '--no-serve', '--app', 'lean-modules'], {
+      cwd: project,
+      env: { NODE_OPTIONS: `--import ${pathToFileURL(register).href}`, MODULE_LOG: log },
+    });
+    expect(result.code, result.stderr).toBe(0);
+    const loaded = readFileSync(log, 'utf8');
+    // What a deploy uses is there (the hook saw the process)...
+    expect(loaded).toMatch(/node_modules\/better-sqlite3\//);
+    expect(loaded).toMatch(/node_modules\/tar\//);
+    // ...and what only `serve`, `dev`, `console` or `--provider aws` use is not.
+    for (const unused of [
+      'node_modules/fastify/',
+      'node_modules/@fastify/',
+      'node_modules/chokidar/',
+      'node_modules/@aws-sdk/',
+      'node_modules/aws-cdk-lib/',
+      '/core/adapters/local/platform.js',
+    ])
+      expect(loaded, unused).not.toContain(unused);
   });
 });
 

@@ -110,17 +110,21 @@ export class CliSandbox {
 
   /** Stops processes started here, any `ferry serve --detach` of this FERRY_HOME, and removes the folder. */
   async cleanup(): Promise<void> {
+    let signalled = this.children.size > 0;
     const serverJson = path.join(this.home, 'server.json');
     if (existsSync(serverJson)) {
       try {
         const { pid } = JSON.parse(readFileSync(serverJson, 'utf8')) as { pid: number };
         process.kill(-pid, 'SIGTERM');
+        signalled = true;
       } catch {
         // already gone
       }
     }
     await Promise.all([...this.children].map((child) => stopChild(child)));
-    await new Promise((r) => setTimeout(r, 300));
+    // A grace period for what was just signalled (a server's workers) to let go of the folder; with
+    // nothing signalled (every command ran to completion) there is nothing to wait for.
+    if (signalled) await new Promise((r) => setTimeout(r, 300));
     rmSync(this.root, { recursive: true, force: true });
   }
 }

@@ -431,6 +431,23 @@ def f():
     expect(output.ok).toBe(true);
     expect(output.endpoints[0].config.name).toBe('w');
   });
+
+  it('reports the interpreter it ran on: its version and the binary behind the command', async () => {
+    const root = project({
+      'w.py': 'from ferry import Endpoint\n\n@Endpoint(name="w")\ndef w():\n    pass\n',
+    });
+    const [version, executable] = execFileSync(
+      'python3',
+      ['-c', 'import sys; print("%d.%d" % sys.version_info[:2]); print(sys.executable)'],
+      { encoding: 'utf8' },
+    )
+      .trim()
+      .split('\n');
+    const result = await scanProject({ projectDir: root });
+    expect(result.python).toEqual({ version, executable });
+    // The binary, not the command: the build starts it directly (no shim such as pyenv's again).
+    expect(path.isAbsolute(result.python.executable)).toBe(true);
+  });
 });
 
 describe('scanProject: errors name file:line', () => {
