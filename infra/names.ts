@@ -112,6 +112,7 @@ export const platformExportNames = {
   publicSubnetIds: 'Ferry-PublicSubnetIds',
   publicSubnetRouteTableIds: 'Ferry-PublicSubnetRouteTableIds',
   instanceSecurityGroupId: 'Ferry-InstanceSecurityGroupId',
+  loadBalancerSecurityGroupId: 'Ferry-LoadBalancerSecurityGroupId',
   jobsTableName: 'Ferry-JobsTableName',
   jobsTableArn: 'Ferry-JobsTableArn',
   chunksTableName: 'Ferry-ChunksTableName',

@@ -21,7 +21,9 @@
  *   Ferry-AvailabilityZones                      comma-separated, `platformAzCount` of them
  *   Ferry-PublicSubnetIds                        comma-separated, same order as the zones
  *   Ferry-PublicSubnetRouteTableIds              comma-separated, same order
- *   Ferry-InstanceSecurityGroupId                the ECS hosts' security group
+ *   Ferry-InstanceSecurityGroupId                the ECS hosts' security group (no longer imported:
+ *                                                app stacks of older Ferry versions still do)
+ *   Ferry-LoadBalancerSecurityGroupId            the group every ALB carries to reach the hosts
  *   Ferry-<Jobs|Chunks|Control|Workers>TableName / …TableArn   the four DynamoDB tables
  *   Ferry-AlarmTopicArn                          the SNS topic of every alarm (constructs/alarms.ts)
  *   Ferry-WebhookQueueUrl / Ferry-WebhookQueueArn  where agents hand final-status webhooks
@@ -82,8 +84,12 @@ export interface TableRef {
 export interface PlatformRefs {
   readonly vpc: ec2.IVpc;
   readonly cluster: ecs.ICluster;
-  /** The ECS instances' group: no inbound rules but the ones app stacks add for their load balancers. */
-  readonly instanceSecurityGroup: ec2.ISecurityGroup;
+  /**
+   * What a load-balanced endpoint's ALB carries besides its own group: the way to the agents' dynamic
+   * host ports, the same for every ALB, so no app stack adds a rule to the hosts' group
+   * (PlatformStack.hostsFromLoadBalancers).
+   */
+  readonly loadBalancerSecurityGroup: ec2.ISecurityGroup;
   readonly jobsTable: TableRef;
   readonly chunksTable: TableRef;
   /** Apps, envs, endpoints and hashed API keys (`KEY#<hash>`): load-balanced agents check keys here. */
@@ -119,7 +125,7 @@ export interface PlatformImportsProps {
 export class PlatformImports extends Construct implements PlatformRefs {
   readonly vpc: ec2.IVpc;
   readonly cluster: ecs.ICluster;
-  readonly instanceSecurityGroup: ec2.ISecurityGroup;
+  readonly loadBalancerSecurityGroup: ec2.ISecurityGroup;
   readonly jobsTable: TableRef;
   readonly chunksTable: TableRef;
   readonly controlTable: TableRef;
@@ -154,19 +160,23 @@ export class PlatformImports extends Construct implements PlatformRefs {
       publicSubnetIds: list('publicSubnetIds'),
       publicSubnetRouteTableIds: list('publicSubnetRouteTableIds'),
     });
-    // Not mutable: the host group belongs to the platform. The one rule an app needs (its ALB to the
-    // agent port) is a separate AWS::EC2::SecurityGroupIngress in the app stack (app-stack.ts).
-    this.instanceSecurityGroup = ec2.SecurityGroup.fromSecurityGroupId(
+    // Not mutable: the group and its rules are the platform's, so nothing an app stack does (a
+    // listener, a target group) can add a rule to it.
+    this.loadBalancerSecurityGroup = ec2.SecurityGroup.fromSecurityGroupId(
       this,
-      'InstanceSecurityGroup',
-      value('instanceSecurityGroupId'),
-      { allowAllOutbound: true, mutable: false },
+      'LoadBalancerSecurityGroup',
+      value('loadBalancerSecurityGroupId'),
+      { allowAllOutbound: false, mutable: false },
     );
     this.cluster = ecs.Cluster.fromClusterAttributes(this, 'Cluster', {
       clusterName: value('clusterName'),
       clusterArn: value('clusterArn'),
       vpc: this.vpc,
-      securityGroups: [this.instanceSecurityGroup],
+      // No security groups (the hosts' group is the platform's alone): a bridge-mode service takes
+      // the cluster's as its own, and a listener forwarding to it would then give the ALB's own
+      // group an egress rule to the hosts, a second owner of the way the platform's load balancer
+      // group carries.
+      securityGroups: [],
       hasEc2Capacity: true,
     });
     this.alarmTopic = sns.Topic.fromTopicArn(this, 'AlarmTopic', value('alarmTopicArn'));

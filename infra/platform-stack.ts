@@ -108,6 +108,7 @@ import {
   type TableRef,
 } from './platform-exports.js';
 import { keptWhenStackDeleted } from './retention.js';
+import { ephemeralPorts } from './task-layout.js';
 
 export { clusterName, queueNamePrefix } from './names.js';
 
@@ -365,6 +366,8 @@ export class PlatformStack extends Stack {
   readonly vpc: ec2.Vpc;
   readonly cluster: ecs.Cluster;
   readonly instanceSecurityGroup: ec2.SecurityGroup;
+  /** Every load-balanced endpoint's ALB carries it: its one way to the hosts (hostsFromLoadBalancers). */
+  readonly loadBalancerSecurityGroup: ec2.SecurityGroup;
   readonly tables: Readonly<Record<DynamoTable, dynamodb.Table>>;
   readonly jobsTable: dynamodb.Table;
   readonly chunksTable: dynamodb.Table;
@@ -428,8 +431,8 @@ export class PlatformStack extends Stack {
     // ── Network and compute ───────────────────────────────────────────────────────────────────
     // Public subnets and no NAT gateway: an idle Ferry account costs nothing, and worker hosts pull
     // multi-GB images and model weights, which through a NAT gateway would cost $0.045/GB on top of
-    // its ~$32/month. The hosts take no inbound traffic (instanceSecurityGroup has no rules unless an
-    // app's load balancer adds one); S3 and DynamoDB go through free gateway endpoints.
+    // its ~$32/month. The hosts take no inbound traffic but from the load balancers' group
+    // (hostsFromLoadBalancers); S3 and DynamoDB go through free gateway endpoints.
     const zones = props.availabilityZones?.slice(0, maxPlatformAzs);
     if (zones && zones.length < platformAzCount) {
       throw new FerryError('usage', `The platform needs at least ${platformAzCount} availability zones`, {
@@ -469,9 +472,13 @@ export class PlatformStack extends Stack {
     });
     this.instanceSecurityGroup = new ec2.SecurityGroup(this, 'InstanceSecurityGroup', {
       vpc: this.vpc,
+      // Kept as first deployed: a new GroupDescription replaces the group
+      // (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-ec2-securitygroup.html),
+      // and the hosts' launch templates name it. What the hosts admit is hostsFromLoadBalancers'.
       description: 'Ferry ECS hosts: no inbound except what app load balancers add',
       allowAllOutbound: true,
     });
+    this.loadBalancerSecurityGroup = this.hostsFromLoadBalancers();
     const instanceTypes = [...new Set(props.instanceTypes ?? defaultInstanceTypes())].sort();
     for (const instanceType of instanceTypes) {
       this.addPool(instanceType, props.maxInstancesPerPool ?? 8, props.gpuWarmPoolSize ?? 0);
@@ -624,6 +631,51 @@ export class PlatformStack extends Stack {
   }
 
   /**
+   * The one path to the hosts: a group every load-balanced endpoint's ALB carries besides its own
+   * (infra/constructs/load-balancer.ts), admitted by the hosts' group on the ephemeral range, where
+   * bridge mode publishes the agent's port (task-layout.ts). One rule on the hosts' group whatever
+   * the number of endpoints, apps and environments: a group takes 60 inbound rules by default
+   * (https://docs.aws.amazon.com/vpc/latest/userguide/amazon-vpc-limits.html#vpc-limits-security-groups),
+   * and a rule per ALB made the 61st load-balanced endpoint of the account and region fail its deploy.
+   * A rule that names a group admits the network interfaces that carry it
+   * (https://docs.aws.amazon.com/vpc/latest/userguide/security-group-rules.html#security-group-referencing),
+   * and only ALBs carry this one, so what reaches the hosts is what the per-ALB rules admitted: every
+   * Ferry ALB of the account and region, on that range. The ALB needs the way out as well as the
+   * hosts the way in (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/load-balancer-update-security-groups.html,
+   * "Recommended rules": outbound to the instance security group on the listener and health check
+   * ports; the health check uses the traffic port). The rules of every group on an interface add up
+   * (security-group-rules.html, "When you associate multiple security groups with a resource, the
+   * rules from each security group are aggregated"), so this group owns the egress and the ALB's own
+   * group none.
+   *
+   * The egress is inline: a group created with egress rules of its own gets no allow-all rule
+   * (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-ec2-securitygroup.html),
+   * so this group reaches nothing else from its first second. The hosts' rule is a resource of its
+   * own (AWS::EC2::SecurityGroupIngress), as that page asks of two groups that name each other. The
+   * group has no inbound rule: nothing connects to an ALB through it.
+   */
+  private hostsFromLoadBalancers(): ec2.SecurityGroup {
+    const agentPorts = ec2.Port.tcpRange(ephemeralPorts.from, ephemeralPorts.to);
+    const group = new ec2.SecurityGroup(this, 'LoadBalancerSecurityGroup', {
+      vpc: this.vpc,
+      description: 'Ferry load balancers: to the ECS hosts dynamic ports only',
+      allowAllOutbound: false,
+    });
+    // A group id peer is written inline (a group object would be a separate resource).
+    group.addEgressRule(
+      ec2.Peer.securityGroupId(this.instanceSecurityGroup.securityGroupId),
+      agentPorts,
+      'To the agents (dynamic host ports)',
+    );
+    this.instanceSecurityGroup.addIngressRule(
+      group,
+      agentPorts,
+      'From Ferry load balancers (dynamic host ports)',
+    );
+    return group;
+  }
+
+  /**
    * Every export of platform-exports.ts, under its fixed name, whatever app is synthesized next to this
    * stack; each is also an output, read by the CLI by its id (ApiUrl, BucketName, ControlTableName …).
    * Plus `InstanceTypes` (comma-separated pools), a plain output: it grows with deploys, and an
@@ -653,6 +705,7 @@ export class PlatformStack extends Stack {
         publicSubnets.map((s) => s.routeTable.routeTableId),
       ),
       instanceSecurityGroupId: this.instanceSecurityGroup.securityGroupId,
+      loadBalancerSecurityGroupId: this.loadBalancerSecurityGroup.securityGroupId,
       jobsTableName: this.jobsTable.tableName,
       jobsTableArn: this.jobsTable.tableArn,
       chunksTableName: this.chunksTable.tableName,

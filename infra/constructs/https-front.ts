@@ -17,14 +17,14 @@
  *    (https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/LocationsOfEdgeServers.html#managed-prefix-list),
  *    whose id differs per region: `ferry deploy` looks it up (cli/providers/aws/cloudfront-prefix-list.ts)
  *    and passes it as `cloudFrontPrefixListId`. Without an id (an offline synth) the rule admits any
- *    IPv4, the header alone closes the ALB, and the synth warns.
+ *    IPv4 and the header alone closes the ALB.
  *    Caching is off and every viewer header goes to the origin, Authorization included
  *    (https://repost.aws/knowledge-center/cloudfront-authorization-header). CloudFront waits at most
  *    `originReadTimeoutSec` for the first byte of an answer (60 s unless AWS raises the quota,
  *    https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/DownloadDistValuesOrigin.html),
  *    so a longer handler call needs the domain mode.
  */
-import { Annotations, Duration, RemovalPolicy, Validations } from 'aws-cdk-lib';
+import { Duration, RemovalPolicy, Validations } from 'aws-cdk-lib';
 import * as acm from 'aws-cdk-lib/aws-certificatemanager';
 import * as cloudfront from 'aws-cdk-lib/aws-cloudfront';
 import * as origins from 'aws-cdk-lib/aws-cloudfront-origins';
@@ -85,7 +85,7 @@ export interface HttpsFrontProps {
   https?: LbHttpsOptions | undefined;
   /**
    * Without a domain: the id of `com.amazonaws.global.cloudfront.origin-facing` in the deploy's
-   * region; the ALB then admits port 80 from CloudFront only. Unset: from any IPv4, with a warning.
+   * region; the ALB then admits port 80 from CloudFront only. Unset: from any IPv4 (the rule's description says why).
    */
   cloudFrontPrefixListId?: string | undefined;
 }
@@ -179,12 +179,8 @@ export class HttpsFront extends Construct {
         ec2.Port.tcp(80),
         'Any IPv4: no CloudFront prefix list id at synth (header-checked)',
       );
-      Annotations.of(this).addWarningV2(
-        'ferry:cloudFrontPrefixList',
-        `The ALB of ${props.endpointName} admits port 80 from any IPv4 (the secret header still closes its listener): ` +
-          'no id of the com.amazonaws.global.cloudfront.origin-facing prefix list was given. `ferry deploy` looks it up; ' +
-          'with `npx cdk synth` pass -c ferry:cloudFrontPrefixList=pl-… (docs/security-aws.md#load-balanced-endpoints-over-https).',
-      );
+      // No construct warning: the toolkit reports annotations at error level (CDK_TOOLKIT_E9600), and
+      // this template is only ever synthesized offline to be read (`--synth-only` prints a note).
     }
     const listener = loadBalancer.addListener('Http', {
       port: 80,

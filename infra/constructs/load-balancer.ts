@@ -25,7 +25,7 @@ import { Construct } from 'constructs';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import { scalerFunctionName, wakeAlarmName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
-import { ephemeralPorts, ports } from '../task-layout.js';
+import { ports } from '../task-layout.js';
 import { HttpsFront, type LbHttpsOptions } from './https-front.js';
 
 export interface EndpointLoadBalancerProps {
@@ -49,22 +49,15 @@ export class EndpointLoadBalancer extends Construct {
     super(scope, id);
     const { platform, endpoint, service } = props;
     const { resources } = endpoint;
+    // The ALB's own group: who may reach it (https-front.ts), and nothing else. The way to the
+    // agents is the platform's group, below.
     const securityGroup = new ec2.SecurityGroup(this, 'AlbSecurityGroup', {
       vpc: platform.vpc,
       description: `Ferry ${endpoint.name}: public HTTPS front`,
+      // No egress rule, so CDK writes one that matches no traffic: a group created without any gets
+      // an allow-all one from EC2
+      // (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-ec2-securitygroup.html).
       allowAllOutbound: false,
-    });
-    // The agent's host port is dynamic (bridge mode, task-layout.ts): the ephemeral range.
-    const agentPorts = ec2.Port.tcpRange(ephemeralPorts.from, ephemeralPorts.to);
-    securityGroup.addEgressRule(platform.instanceSecurityGroup, agentPorts, 'To the agents');
-    // The rule lives in this stack (deleted with it) but opens the platform's host group to this ALB only.
-    new ec2.CfnSecurityGroupIngress(this, 'HostIngress', {
-      groupId: platform.instanceSecurityGroup.securityGroupId,
-      sourceSecurityGroupId: securityGroup.securityGroupId,
-      ipProtocol: 'tcp',
-      fromPort: ephemeralPorts.from,
-      toPort: ephemeralPorts.to,
-      description: `Ferry ${endpoint.name} ALB to its agents (dynamic host ports)`,
     });
     Validations.of(securityGroup).acknowledge({
       id: 'AwsSolutions-EC23',
@@ -83,6 +76,12 @@ export class EndpointLoadBalancer extends Construct {
         Math.min(4000, Math.max(60, Math.ceil(resources.executionTimeoutMs / 1000))),
       ),
     });
+    // The way to the agents' dynamic host ports (bridge mode, task-layout.ts), the same group on every
+    // Ferry ALB: the hosts' group admits it with one rule, however many load-balanced endpoints the
+    // account has (PlatformStack.hostsFromLoadBalancers). The rules of an interface's groups add up
+    // (https://docs.aws.amazon.com/vpc/latest/userguide/security-group-rules.html); an interface takes
+    // 5 groups by default (https://docs.aws.amazon.com/vpc/latest/userguide/amazon-vpc-limits.html#vpc-limits-security-groups).
+    alb.addSecurityGroup(platform.loadBalancerSecurityGroup);
     Validations.of(alb).acknowledge({
       id: 'AwsSolutions-ELB2',
       reason:

@@ -579,13 +579,35 @@ describe('load-balanced endpoint', () => {
     for (const container of queue) expect(envOf(container).FERRY_LB_SECRET_FILE).toBeUndefined();
   });
 
-  it('opens the ECS hosts only to its own ALB', () => {
-    const ingress = Object.values(template.findResources('AWS::EC2::SecurityGroupIngress'));
-    expect(ingress).toHaveLength(1);
-    expect(ingress[0]!.Properties.SourceSecurityGroupId).toEqual({
-      'Fn::GetAtt': [idOf(endpoint('lb_worker').loadBalancer!.connections.securityGroups[0]!), 'GroupId'],
-    });
-    expect(ingress[0]!.Properties.CidrIp).toBeUndefined();
+  it("reaches the hosts through the platform's load balancer group, adding no rule to a platform group", () => {
+    // Its own group (who may reach the ALB) and the platform's (the way to the agents,
+    // PlatformStack.hostsFromLoadBalancers); the rules of both add up on the ALB's interfaces
+    // (https://docs.aws.amazon.com/vpc/latest/userguide/security-group-rules.html).
+    const alb = endpoint('lb_worker').loadBalancer!;
+    const own = alb.connections.securityGroups[0]!;
+    expect(template.toJSON().Resources[idOf(alb)].Properties.SecurityGroups).toEqual([
+      { 'Fn::GetAtt': [idOf(own), 'GroupId'] },
+      { 'Fn::ImportValue': platformExportNames.loadBalancerSecurityGroupId },
+    ]);
+    // Every rule of the stack is its ALB's own group's, none the hosts' or the shared group's.
+    for (const type of ['AWS::EC2::SecurityGroupIngress', 'AWS::EC2::SecurityGroupEgress']) {
+      for (const rule of Object.values(template.findResources(type))) {
+        expect(rule.Properties.GroupId).toEqual({ 'Fn::GetAtt': [idOf(own), 'GroupId'] });
+      }
+    }
+    // The own group reaches nothing: its one egress rule is CDK's that matches no traffic, which
+    // keeps EC2 from giving a new group an allow-all rule
+    // (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-ec2-securitygroup.html).
+    expect(template.toJSON().Resources[idOf(own)].Properties.SecurityGroupEgress).toEqual([
+      {
+        CidrIp: '255.255.255.255/32',
+        Description: 'Disallow all traffic',
+        IpProtocol: 'icmp',
+        FromPort: 252,
+        ToPort: 86,
+      },
+    ]);
+    expect(template.findResources('AWS::EC2::SecurityGroupEgress')).toEqual({});
   });
 });
 

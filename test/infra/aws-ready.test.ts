@@ -335,13 +335,36 @@ describe('9. task networking', () => {
     }
   });
 
-  it('the hosts take the dynamic port range from each load balancer only', () => {
-    const ingress = Object.values(app.findResources('AWS::EC2::SecurityGroupIngress'));
-    expect(ingress).toHaveLength(3);
-    for (const rule of ingress) {
-      expect(rule.Properties).toMatchObject({ FromPort: ephemeralPorts.from, ToPort: ephemeralPorts.to });
-      expect(rule.Properties.SourceSecurityGroupId).toBeDefined();
-      expect(rule.Properties.CidrIp).toBeUndefined();
+  it("the hosts take the dynamic port range from the load balancers' group only: one rule for three ALBs", () => {
+    // A group takes 60 inbound rules by default
+    // (https://docs.aws.amazon.com/vpc/latest/userguide/amazon-vpc-limits.html#vpc-limits-security-groups):
+    // a rule per ALB failed the 61st load-balanced endpoint of an account; one rule never grows.
+    const hostsId = { 'Fn::GetAtt': [idOf(built.platform.instanceSecurityGroup), 'GroupId'] };
+    const hostRules = Object.values(platform.findResources('AWS::EC2::SecurityGroupIngress'))
+      .map((r) => r.Properties)
+      .filter((rule) => JSON.stringify(rule.GroupId) === JSON.stringify(hostsId));
+    expect(hostRules).toEqual([
+      expect.objectContaining({
+        SourceSecurityGroupId: { 'Fn::GetAtt': [idOf(built.platform.loadBalancerSecurityGroup), 'GroupId'] },
+        IpProtocol: 'tcp',
+        FromPort: ephemeralPorts.from,
+        ToPort: ephemeralPorts.to,
+      }),
+    ]);
+    // The three ALBs each carry that group besides their own, and the app stack adds no rule to a
+    // platform group (only the ALBs' own groups' rules, whose GroupId is a group of this stack).
+    const lb = built.appStack.endpoints.filter((e) => e.kind === 'lb');
+    expect(lb).toHaveLength(3);
+    for (const e of lb) {
+      expect(resource(app, e.loadBalancer!).Properties.SecurityGroups).toEqual([
+        { 'Fn::GetAtt': [idOf(e.loadBalancer!.connections.securityGroups[0]!), 'GroupId'] },
+        { 'Fn::ImportValue': 'Ferry-LoadBalancerSecurityGroupId' },
+      ]);
+    }
+    for (const type of ['AWS::EC2::SecurityGroupIngress', 'AWS::EC2::SecurityGroupEgress']) {
+      for (const rule of Object.values(app.findResources(type))) {
+        expect(JSON.stringify(rule.Properties.GroupId)).not.toContain('Fn::ImportValue');
+      }
     }
   });
 });

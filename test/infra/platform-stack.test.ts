@@ -17,6 +17,7 @@ import {
   payloadsPrefix,
   webhookTiming,
 } from '../../infra/platform-stack.js';
+import { ephemeralPorts } from '../../infra/task-layout.js';
 import { sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
 import { actionsOf, resourcesFor, statementsOf } from './iam.js';
 
@@ -335,9 +336,55 @@ describe('compute', () => {
     }
   });
 
-  it('gives the ECS hosts a security group with no inbound rule', () => {
-    const sg = template.toJSON().Resources[logicalId(platform.instanceSecurityGroup)];
-    expect(sg.Properties.SecurityGroupIngress).toBeUndefined();
+  it("admits into the hosts only the load balancers' group, on the dynamic host ports, with one rule", () => {
+    // Bridge mode publishes the agent's port on the ephemeral range (task-layout.ts); the ALBs
+    // reach it through the platform's group, so the hosts' group holds one rule however many
+    // load-balanced endpoints the account has: a group takes 60 inbound rules by default
+    // (https://docs.aws.amazon.com/vpc/latest/userguide/amazon-vpc-limits.html#vpc-limits-security-groups).
+    const hosts = template.toJSON().Resources[logicalId(platform.instanceSecurityGroup)];
+    expect(hosts.Properties.SecurityGroupIngress).toBeUndefined();
+    const hostsId = { 'Fn::GetAtt': [logicalId(platform.instanceSecurityGroup), 'GroupId'] };
+    const balancersId = { 'Fn::GetAtt': [logicalId(platform.loadBalancerSecurityGroup), 'GroupId'] };
+    const into = (groupId: unknown) =>
+      Object.values(template.findResources('AWS::EC2::SecurityGroupIngress'))
+        .map((r) => r.Properties)
+        .filter((rule) => JSON.stringify(rule.GroupId) === JSON.stringify(groupId));
+    expect(into(hostsId)).toEqual([
+      {
+        GroupId: hostsId,
+        SourceSecurityGroupId: balancersId,
+        IpProtocol: 'tcp',
+        FromPort: ephemeralPorts.from,
+        ToPort: ephemeralPorts.to,
+        Description: expect.any(String),
+      },
+    ]);
+    // Nothing connects to an ALB through the shared group: no inbound rule, inline or separate.
+    const balancers = template.toJSON().Resources[logicalId(platform.loadBalancerSecurityGroup)];
+    expect(balancers.Properties.SecurityGroupIngress).toBeUndefined();
+    expect(into(balancersId)).toEqual([]);
+  });
+
+  it("lets the load balancers' group reach the hosts' dynamic ports and nothing else", () => {
+    const balancers = template.toJSON().Resources[logicalId(platform.loadBalancerSecurityGroup)];
+    // Inline: a group created with egress rules of its own gets no allow-all rule
+    // (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-ec2-securitygroup.html).
+    expect(balancers.Properties.SecurityGroupEgress).toEqual([
+      {
+        DestinationSecurityGroupId: { 'Fn::GetAtt': [logicalId(platform.instanceSecurityGroup), 'GroupId'] },
+        IpProtocol: 'tcp',
+        FromPort: ephemeralPorts.from,
+        ToPort: ephemeralPorts.to,
+        Description: expect.any(String),
+      },
+    ]);
+    const balancersId = JSON.stringify({
+      'Fn::GetAtt': [logicalId(platform.loadBalancerSecurityGroup), 'GroupId'],
+    });
+    const separate = Object.values(template.findResources('AWS::EC2::SecurityGroupEgress')).filter(
+      (r) => JSON.stringify(r.Properties.GroupId) === balancersId,
+    );
+    expect(separate).toEqual([]);
   });
 
   it('refuses an endpoint whose instance type has no pool, with a hint', () => {
@@ -748,6 +795,11 @@ describe('outputs', () => {
     template.hasOutput('ClusterName', {
       Value: { Ref: logicalId(platform.cluster) },
       Export: { Name: 'Ferry-ClusterName' },
+    });
+    // Literal: app stacks import it, and CloudFormation refuses to change or delete an export in use.
+    template.hasOutput('LoadBalancerSecurityGroupId', {
+      Value: { 'Fn::GetAtt': [logicalId(platform.loadBalancerSecurityGroup), 'GroupId'] },
+      Export: { Name: 'Ferry-LoadBalancerSecurityGroupId' },
     });
     const pool = template.toJSON().Outputs.Poolg5xlargeCapacityProvider;
     expect(pool.Export).toEqual({ Name: 'Ferry-Pool-g5-xlarge-CapacityProvider' });

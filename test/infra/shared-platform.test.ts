@@ -35,7 +35,7 @@ interface CfnTemplate {
 const manifestOf = (app: string, endpoints: Manifest['endpoints']): Manifest =>
   manifestSchema.parse({ ...sampleManifest, app, endpoints });
 
-/** App A: a g5 GPU queue endpoint and a load-balanced CPU endpoint (VPC, subnets, host group). */
+/** App A: a g5 GPU queue endpoint and a load-balanced CPU endpoint (VPC, subnets, ALB group). */
 const manifestA = manifestOf('alpha', [gpuEndpoint, lbEndpoint]);
 /** App B: one CPU queue endpoint on a shape nobody else uses (m7i.xlarge). */
 const manifestB = manifestOf('beta', [
@@ -177,14 +177,19 @@ describe('two apps, one platform', () => {
     expect(betaImports.filter((n) => String(n).startsWith('Ferry-Pool-'))).toEqual([
       poolExportName('m7i.xlarge'),
     ]);
-    // A's load balancer reads the VPC, its subnets and the host group from the platform too.
+    // A's load balancer reads the VPC, its subnets and the load balancers' group from the platform
+    // too; the hosts' group stays the platform's alone (PlatformStack.hostsFromLoadBalancers).
     for (const name of [
       platformExportNames.vpcId,
       platformExportNames.publicSubnetIds,
-      platformExportNames.instanceSecurityGroupId,
+      platformExportNames.loadBalancerSecurityGroupId,
     ]) {
       expect(alphaImports).toContain(name);
     }
+    for (const imports of [alphaImports, betaImports]) {
+      expect(imports).not.toContain(platformExportNames.instanceSecurityGroupId);
+    }
+    expect(betaImports).not.toContain(platformExportNames.loadBalancerSecurityGroupId);
   });
 
   it('app stacks hold no reference to a platform resource other than by export name', () => {
