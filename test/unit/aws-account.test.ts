@@ -30,13 +30,10 @@ import {
   type StackLookup,
 } from '../../cli/providers/toolkit.js';
 import { FerryError } from '../../core/errors.js';
+import { awsError } from '../support/aws-provider.js';
 
 const lines: string[] = [];
 const reporter = { line: (text: string) => lines.push(text) } as never;
-
-function awsError(name: string, message: string): Error {
-  return Object.assign(new Error(message), { name });
-}
 
 describe('ECS service-linked role', () => {
   it('asks IAM to create it for ecs.amazonaws.com', async () => {

@@ -10,9 +10,7 @@
  * commands; the synth is real (through the recording fake toolkit) and the records live in DynamoDB
  * Local.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
+import { readFileSync } from 'node:fs';
 import {
   type AvailabilityZone,
   DescribeAvailabilityZonesCommand,
@@ -21,14 +19,13 @@ import {
   type DescribeManagedPrefixListsCommandOutput,
   type ManagedPrefixList,
 } from '@aws-sdk/client-ec2';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   cloudFrontOriginFacingList,
   cloudFrontPrefixListId,
   needsCloudFrontPrefixList,
 } from '../../cli/providers/aws/cloudfront-prefix-list.js';
 import type { Ec2Like } from '../../cli/providers/aws/zones.js';
-import { AwsProvider } from '../../cli/providers/aws.js';
 import {
   type FakeToolkitState,
   RecordingToolkit,
@@ -36,13 +33,11 @@ import {
   type SynthesizedAssembly,
   type ToolkitEventHandler,
 } from '../../cli/providers/toolkit.js';
-import { MemoryCallTokens } from '../../core/adapters/aws/secrets.js';
 import { exitCode, FerryError } from '../../core/errors.js';
 import type { Manifest } from '../../core/manifest.js';
-import type { EndpointRecord } from '../../core/ports.js';
-import { appStackName, endpointIdFor, platformStackName } from '../../infra/names.js';
+import { appStackName, platformStackName } from '../../infra/names.js';
 import { cpuEndpoint, lbEndpoint, sampleManifest } from '../infra/fixtures.js';
-import { type AwsFixture, startAwsFixture } from '../support/emulators.js';
+import { awsError, awsProviderHarness, deployedRecord } from '../support/aws-provider.js';
 
 /** What EC2 answers for the list in us-east-1. */
 const cloudFrontList: ManagedPrefixList = {
@@ -88,10 +83,6 @@ class FakeEc2 implements Ec2Like {
   prefixListCalls(): DescribeManagedPrefixListsCommand[] {
     return this.calls.filter((c) => c instanceof DescribeManagedPrefixListsCommand);
   }
-}
-
-function awsError(name: string, message: string): Error {
-  return Object.assign(new Error(message), { name });
 }
 
 async function failure(promise: Promise<unknown>): Promise<FerryError> {
@@ -202,62 +193,19 @@ function port80Sources(template: Record<string, unknown>): unknown[] {
 }
 
 describe('ferry deploy --provider aws: the ALBs behind CloudFront (real synth, fake CloudFormation)', () => {
-  let fixture: AwsFixture;
-  let root = '';
-  let stateFile = '';
   const lines: string[] = [];
   const reporter = { line: (text: string) => lines.push(text) } as never;
   const app = 'front';
   const env = 'production';
   const manifest: Manifest = { ...sampleManifest, app, endpoints: [lbEndpoint] };
-  const record: EndpointRecord = {
-    id: endpointIdFor(app, env, lbEndpoint.name),
-    app,
-    env,
-    name: lbEndpoint.name,
-    kind: 'lb',
-    config: { endpoint: lbEndpoint, pythonVersion: sampleManifest.pythonVersion },
-    fingerprint: sampleManifest.sourceFingerprint,
-    artifactKey: `artifacts/${app}/${env}/x.tar.gz`,
-    createdAt: 1,
-    updatedAt: 1,
-  };
+  const record = deployedRecord(app, env, lbEndpoint);
 
+  const harness = awsProviderHarness({ region: 'us-east-1', reporter, scratchPrefix: 'ferry-cf-prefix-' });
   const providerWith = (ec2: FakeEc2, toolkit: CapturingToolkit, env: NodeJS.ProcessEnv = {}) =>
-    new AwsProvider({
-      env: { FERRY_AWS_IMAGE_REGISTRY: '123456789012.dkr.ecr.us-east-1.amazonaws.com', ...env },
-      projectDir: root,
-      stateDir: path.join(root, '.ferry'),
-      reporter,
-      toolkit,
-      lookup: toolkit,
-      clients: { doc: fixture.doc, s3: fixture.s3, close: () => {} },
-      callTokens: new MemoryCallTokens(),
-      ec2,
-    });
-
-  beforeAll(async () => {
-    fixture = await startAwsFixture();
-    root = mkdtempSync(path.join(tmpdir(), 'ferry-cf-prefix-'));
-    stateFile = path.join(root, 'fake-toolkit.json');
-    const initial: FakeToolkitState = {
-      stacks: {},
-      platformOutputs: {
-        ApiUrl: 'https://abc123.execute-api.us-east-1.amazonaws.com/api/v2',
-        BucketName: fixture.bucket,
-        ControlTableName: fixture.tables.control,
-      },
-      calls: [],
-    };
-    writeFileSync(stateFile, JSON.stringify(initial));
-  }, 180_000);
-  afterAll(async () => {
-    await fixture?.stop();
-    if (root) rmSync(root, { recursive: true, force: true });
-  });
+    harness.provider(ec2, toolkit, { env });
 
   it('a refused lookup stops the first deploy before anything is deployed (exit 2)', async () => {
-    const toolkit = new CapturingToolkit(stateFile);
+    const toolkit = new CapturingToolkit(harness.stateFile);
     const ec2 = new FakeEc2(
       awsError('UnauthorizedOperation', 'You are not authorized to perform this operation.'),
     );
@@ -265,12 +213,12 @@ describe('ferry deploy --provider aws: the ALBs behind CloudFront (real synth, f
     expect(exitCode(error)).toBe(2);
     expect(error.hint).toContain('ec2:DescribeManagedPrefixLists');
     expect(toolkit.appTemplates).toHaveLength(0);
-    const state = JSON.parse(readFileSync(stateFile, 'utf8')) as FakeToolkitState;
+    const state = JSON.parse(readFileSync(harness.stateFile, 'utf8')) as FakeToolkitState;
     expect(state.calls).toHaveLength(0);
   }, 240_000);
 
   it('the deployed ALB admits port 80 from the looked-up list only; one lookup per process', async () => {
-    const toolkit = new CapturingToolkit(stateFile);
+    const toolkit = new CapturingToolkit(harness.stateFile);
     const ec2 = new FakeEc2([{ PrefixLists: [cloudFrontList] }]);
     const provider = providerWith(ec2, toolkit);
     await provider.prepare({ manifest, env, reporter });
@@ -282,7 +230,7 @@ describe('ferry deploy --provider aws: the ALBs behind CloudFront (real synth, f
   }, 240_000);
 
   it('a later deploy in a region without the list is refused before the stack changes', async () => {
-    const toolkit = new CapturingToolkit(stateFile);
+    const toolkit = new CapturingToolkit(harness.stateFile);
     const error = await failure(
       providerWith(new FakeEc2([{ PrefixLists: [] }]), toolkit).provision([record], {
         app,
@@ -297,7 +245,7 @@ describe('ferry deploy --provider aws: the ALBs behind CloudFront (real synth, f
   }, 240_000);
 
   it('with a domain there is no CloudFront and no lookup: the ALB is public on 443 and 80', async () => {
-    const toolkit = new CapturingToolkit(stateFile);
+    const toolkit = new CapturingToolkit(harness.stateFile);
     const ec2 = new FakeEc2(awsError('UnauthorizedOperation', 'never asked'));
     await providerWith(ec2, toolkit, { FERRY_AWS_DOMAIN: 'example.com' }).provision([record], {
       app,
@@ -310,7 +258,7 @@ describe('ferry deploy --provider aws: the ALBs behind CloudFront (real synth, f
   }, 240_000);
 
   it('--synth-only stays offline: no EC2 call, and it says the deploy narrows port 80', async () => {
-    const toolkit = new CapturingToolkit(stateFile);
+    const toolkit = new CapturingToolkit(harness.stateFile);
     const ec2 = new FakeEc2(awsError('UnauthorizedOperation', 'never asked'));
     lines.length = 0;
     const { stacks } = await providerWith(ec2, toolkit).synthOnly({ manifest, app, env, reporter });

@@ -6,17 +6,14 @@
  * error. EC2 is an injected stand-in that records the exact SDK commands; the synth is real (through
  * the recording fake toolkit) and the records live in DynamoDB Local.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
+import { readFileSync, writeFileSync } from 'node:fs';
 import {
   type AvailabilityZone,
   DescribeAvailabilityZonesCommand,
   type DescribeAvailabilityZonesCommandOutput,
 } from '@aws-sdk/client-ec2';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { type Ec2Like, platformZones, regionZones } from '../../cli/providers/aws/zones.js';
-import { AwsProvider } from '../../cli/providers/aws.js';
 import {
   type FakeToolkitState,
   RecordingToolkit,
@@ -24,13 +21,11 @@ import {
   type SynthesizedAssembly,
   type ToolkitEventHandler,
 } from '../../cli/providers/toolkit.js';
-import { MemoryCallTokens } from '../../core/adapters/aws/secrets.js';
 import { exitCode, FerryError } from '../../core/errors.js';
 import type { Manifest } from '../../core/manifest.js';
-import type { EndpointRecord } from '../../core/ports.js';
-import { endpointIdFor, platformStackName } from '../../infra/names.js';
+import { platformStackName } from '../../infra/names.js';
 import { cpuEndpoint, sampleManifest } from '../infra/fixtures.js';
-import { type AwsFixture, startAwsFixture } from '../support/emulators.js';
+import { awsError, awsProviderHarness, deployedRecord } from '../support/aws-provider.js';
 
 const zone = (name: string, over: Partial<AvailabilityZone> = {}): AvailabilityZone => ({
   ZoneName: name,
@@ -59,10 +54,6 @@ class FakeEc2 implements Ec2Like {
     if (this.zones instanceof Error) throw this.zones;
     return { AvailabilityZones: this.zones, $metadata: {} };
   }
-}
-
-function awsError(name: string, message: string): Error {
-  return Object.assign(new Error(message), { name });
 }
 
 const lines: string[] = [];
@@ -189,61 +180,17 @@ const subnetZones = (template: Record<string, unknown>): unknown[] =>
     .sort();
 
 describe('ferry deploy --provider aws: zones of the platform VPC (real synth, fake CloudFormation)', () => {
-  let fixture: AwsFixture;
-  let root = '';
-  let stateFile = '';
   const app = 'zones';
   const env = 'production';
   const manifest: Manifest = { ...sampleManifest, app, endpoints: [cpuEndpoint] };
-  const record: EndpointRecord = {
-    id: endpointIdFor(app, env, cpuEndpoint.name),
-    app,
-    env,
-    name: cpuEndpoint.name,
-    kind: 'queue',
-    config: { endpoint: cpuEndpoint, pythonVersion: sampleManifest.pythonVersion },
-    fingerprint: sampleManifest.sourceFingerprint,
-    artifactKey: `artifacts/${app}/${env}/x.tar.gz`,
-    createdAt: 1,
-    updatedAt: 1,
-  };
+  const record = deployedRecord(app, env, cpuEndpoint);
 
+  const harness = awsProviderHarness({ region: 'us-west-2', reporter, scratchPrefix: 'ferry-zones-' });
   const providerWith = (ec2: FakeEc2, toolkit: CapturingToolkit, extra: { refreshZones?: boolean } = {}) =>
-    new AwsProvider({
-      env: { FERRY_AWS_IMAGE_REGISTRY: '123456789012.dkr.ecr.us-west-2.amazonaws.com' },
-      projectDir: root,
-      stateDir: path.join(root, '.ferry'),
-      reporter,
-      toolkit,
-      lookup: toolkit,
-      clients: { doc: fixture.doc, s3: fixture.s3, close: () => {} },
-      callTokens: new MemoryCallTokens(),
-      ec2,
-      ...extra,
-    });
-
-  beforeAll(async () => {
-    fixture = await startAwsFixture();
-    root = mkdtempSync(path.join(tmpdir(), 'ferry-zones-'));
-    stateFile = path.join(root, 'fake-toolkit.json');
-    const initial: FakeToolkitState = {
-      stacks: {},
-      platformOutputs: {
-        ApiUrl: 'https://abc123.execute-api.us-west-2.amazonaws.com/api/v2',
-        BucketName: fixture.bucket,
-        ControlTableName: fixture.tables.control,
-      },
-      calls: [],
-    };
-    writeFileSync(stateFile, JSON.stringify(initial));
-  }, 180_000);
-  afterAll(async () => {
-    await fixture?.stop();
-    if (root) rmSync(root, { recursive: true, force: true });
-  });
+    harness.provider(ec2, toolkit, extra);
 
   it('a DescribeAvailabilityZones permission error stops the first deploy before anything is deployed', async () => {
-    const toolkit = new CapturingToolkit(stateFile);
+    const toolkit = new CapturingToolkit(harness.stateFile);
     const ec2 = new FakeEc2(
       awsError('UnauthorizedOperation', 'You are not authorized to perform this operation.'),
     );
@@ -256,7 +203,7 @@ describe('ferry deploy --provider aws: zones of the platform VPC (real synth, fa
   }, 240_000);
 
   it('first deploy: the platform subnets lie in the zones EC2 lists', async () => {
-    const toolkit = new CapturingToolkit(stateFile);
+    const toolkit = new CapturingToolkit(harness.stateFile);
     const ec2 = new FakeEc2(threeZones);
     await providerWith(ec2, toolkit).prepare({ manifest, env, reporter });
     expect(ec2.calls).toHaveLength(1);
@@ -270,7 +217,7 @@ describe('ferry deploy --provider aws: zones of the platform VPC (real synth, fa
   }, 240_000);
 
   it('a later deploy keeps those zones although EC2 now lists a fourth', async () => {
-    const toolkit = new CapturingToolkit(stateFile);
+    const toolkit = new CapturingToolkit(harness.stateFile);
     const ec2 = new FakeEc2([...threeZones, zone('us-west-2d')]);
     const provider = providerWith(ec2, toolkit);
     await provider.prepare({ manifest, env, reporter });
@@ -281,7 +228,7 @@ describe('ferry deploy --provider aws: zones of the platform VPC (real synth, fa
   }, 240_000);
 
   it('--refresh-zones moves the platform to the region’s current zones', async () => {
-    const toolkit = new CapturingToolkit(stateFile);
+    const toolkit = new CapturingToolkit(harness.stateFile);
     const ec2 = new FakeEc2([...threeZones, zone('us-west-2d')]);
     const provider = providerWith(ec2, toolkit, { refreshZones: true });
     await provider.prepare({ manifest, env, reporter });

@@ -1,0 +1,109 @@
+/**
+ * An AwsProvider as `ferry deploy --provider aws` builds it, for tests of what a deploy asks AWS
+ * before it deploys (EC2's zones and prefix lists): its records in DynamoDB Local and S3 through the
+ * emulators, CloudFormation played by a recording fake toolkit (its state file says the platform is
+ * deployed), and EC2 an injected stand-in. The synth is real.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll } from 'vitest';
+import type { Reporter } from '../../cli/io.js';
+import type { Ec2Like } from '../../cli/providers/aws/zones.js';
+import { AwsProvider, type AwsProviderOptions } from '../../cli/providers/aws.js';
+import type { FakeToolkitState, RecordingToolkit } from '../../cli/providers/toolkit.js';
+import { MemoryCallTokens } from '../../core/adapters/aws/secrets.js';
+import type { ManifestEndpoint } from '../../core/manifest.js';
+import type { EndpointRecord } from '../../core/ports.js';
+import { endpointIdFor } from '../../infra/names.js';
+import { sampleManifest } from '../infra/fixtures.js';
+import { type AwsFixture, startAwsFixture } from './emulators.js';
+
+/** An error as the AWS SDK throws it: its `name` is the service's error code. */
+export function awsError(name: string, message: string): Error {
+  return Object.assign(new Error(message), { name });
+}
+
+/** The record a deploy of `endpoint` (of the sample manifest) to `app`/`env` leaves. */
+export function deployedRecord(app: string, env: string, endpoint: ManifestEndpoint): EndpointRecord {
+  return {
+    id: endpointIdFor(app, env, endpoint.name),
+    app,
+    env,
+    name: endpoint.name,
+    kind: endpoint.kind,
+    config: { endpoint, pythonVersion: sampleManifest.pythonVersion },
+    fingerprint: sampleManifest.sourceFingerprint,
+    artifactKey: `artifacts/${app}/${env}/x.tar.gz`,
+    createdAt: 1,
+    updatedAt: 1,
+  };
+}
+
+export interface AwsProviderHarness {
+  /** The recording toolkit's state file (its stacks, and the calls it was asked). */
+  readonly stateFile: string;
+  /** A provider in `region` over the fixture; `env` adds to its environment. */
+  provider(
+    ec2: Ec2Like,
+    toolkit: RecordingToolkit,
+    more?: { env?: NodeJS.ProcessEnv } & Pick<AwsProviderOptions, 'refreshZones'>,
+  ): AwsProvider;
+}
+
+/**
+ * Starts the emulators and a scratch project before the describe's tests and ends both after them;
+ * call it in the describe's body.
+ */
+export function awsProviderHarness(options: {
+  region: string;
+  reporter: Reporter;
+  /** Names the scratch folder, so a leftover one says which test left it. */
+  scratchPrefix: string;
+}): AwsProviderHarness {
+  let fixture: AwsFixture | undefined;
+  let root = '';
+  let stateFile = '';
+  beforeAll(async () => {
+    fixture = await startAwsFixture();
+    root = mkdtempSync(path.join(tmpdir(), options.scratchPrefix));
+    stateFile = path.join(root, 'fake-toolkit.json');
+    const initial: FakeToolkitState = {
+      stacks: {},
+      platformOutputs: {
+        ApiUrl: `https://abc123.execute-api.${options.region}.amazonaws.com/api/v2`,
+        BucketName: fixture.bucket,
+        ControlTableName: fixture.tables.control,
+      },
+      calls: [],
+    };
+    writeFileSync(stateFile, JSON.stringify(initial));
+  }, 180_000);
+  afterAll(async () => {
+    await fixture?.stop();
+    if (root) rmSync(root, { recursive: true, force: true });
+  });
+  return {
+    get stateFile() {
+      return stateFile;
+    },
+    provider(ec2, toolkit, more = {}) {
+      if (!fixture) throw new Error('awsProviderHarness: the provider is for tests, after beforeAll');
+      return new AwsProvider({
+        env: {
+          FERRY_AWS_IMAGE_REGISTRY: `123456789012.dkr.ecr.${options.region}.amazonaws.com`,
+          ...more.env,
+        },
+        projectDir: root,
+        stateDir: path.join(root, '.ferry'),
+        reporter: options.reporter,
+        toolkit,
+        lookup: toolkit,
+        clients: { doc: fixture.doc, s3: fixture.s3, close: () => {} },
+        callTokens: new MemoryCallTokens(),
+        ec2,
+        refreshZones: more.refreshZones,
+      });
+    },
+  };
+}
