@@ -84,13 +84,29 @@ export function apiKeyFromUser(env: NodeJS.ProcessEnv, projectDir: string): KeyF
   return undefined;
 }
 
-/** The app name from a folder: its base name, made safe for records and URLs. */
+/**
+ * The app name from a folder: its base name, made a valid app name (core/deployment.ts
+ * checkRecordName). The `ferry`
+ * Python package derives the same (worker-image/python/ferry/client.py app_name_of), so a script in
+ * the folder calls the app the CLI deployed.
+ */
 export function appNameOf(dir: string): string {
   const name = path
     .basename(path.resolve(dir))
     .replace(/[^A-Za-z0-9_-]+/g, '-')
-    .replace(/^[-_]+/, '');
+    .replace(/^[-_]+/, '')
+    .slice(0, 63);
   return name || 'app';
+}
+
+/**
+ * The app a command run in `projectDir` acts on: `--app`, else `.ferry/config.json`'s app, else the
+ * folder's (appNameOf). Every command and `ferry dev` take it from here, in the order the `ferry`
+ * Python package looks (FERRY_APP aside: client.py Platform.from_environ). Commands that create the
+ * app check the name (checkRecordName); the others look up whatever was given.
+ */
+export function projectAppName(projectDir: string, flag?: unknown): string {
+  return typeof flag === 'string' ? flag : (readProjectConfig(projectDir).app ?? appNameOf(projectDir));
 }
 
 /** The repository root of this Ferry install (works from cli/ sources and from dist/cli/). */

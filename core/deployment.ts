@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { FerryError } from './errors.js';
+import { FerryError, usage } from './errors.js';
 import { manifestEndpointSchema, pythonVersions } from './manifest.js';
 import type { EndpointRecord } from './ports.js';
 
@@ -24,6 +24,31 @@ export const endpointConfigSchema = z
   })
   .strict();
 export type EndpointConfig = z.infer<typeof endpointConfigSchema>;
+
+/**
+ * The names apps and environments may have, on every provider: they become parts of URLs
+ * (`/v2/by-name/<app>/<env>/<name>`), artifact keys, secret names and AWS resource and stack names
+ * (infra/names.ts). An app is named like an endpoint (core/endpoint-spec.ts); an environment may also
+ * hold dots (`prod.1`).
+ */
+export const recordNameRules = {
+  app: { pattern: /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/, chars: 'letters, digits, _ and -' },
+  environment: { pattern: /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, chars: 'letters, digits, ., _ and -' },
+} as const;
+
+/**
+ * `name` when an app or environment may have it, else a usage error (exit 2). Checked where a name is
+ * chosen (deploy, `ferry dev`, `env create`, `app create`, `secrets`), not where one is read, so a
+ * record made before the check can still be shown and deleted.
+ */
+export function checkRecordName(what: keyof typeof recordNameRules, name: string): string {
+  const rule = recordNameRules[what];
+  if (rule.pattern.test(name)) return name;
+  throw usage(
+    `${JSON.stringify(name)} is not a valid ${what} name`,
+    `Use 1 to 63 ${rule.chars}, starting with a letter or digit${what === 'app' ? ' (--app, or `app` in .ferry/config.json)' : ' (--env)'}.`,
+  );
+}
 
 export function endpointConfigOf(record: EndpointRecord): EndpointConfig {
   const parsed = endpointConfigSchema.safeParse(record.config);

@@ -5,28 +5,19 @@
  * from the same prefix (functions/wiring.ts), so there is one owner per name.
  */
 import { createHash } from 'node:crypto';
+import { checkRecordName } from '../core/deployment.js';
 import { FerryError } from '../core/errors.js';
 
 /** The shared platform stack, one per account and region. */
 export const platformStackName = 'FerryPlatform';
 
-/** App names: what `ferry init` and the build manifest accept (core/manifest.ts endpoint names alike). */
-export const appNamePattern = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
-/** Environment names: the same, plus dots (`prod.1`). */
-export const envNamePattern = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
-
-/** A FerryError (exit 2) unless `app` and `env` are names the AWS provider can deploy. */
+/**
+ * A FerryError (exit 2) unless `app` and `env` are names an app and an environment may have
+ * (core/deployment.ts recordNameRules, which the names below rely on).
+ */
 export function checkAppEnvNames(app: string, env: string): void {
-  if (!appNamePattern.test(app)) {
-    throw new FerryError('usage', `App name ${JSON.stringify(app)} is not allowed on AWS`, {
-      hint: 'Use 1-63 letters, digits, "-" or "_", starting with a letter or digit (set `app` in ferry.toml or --app).',
-    });
-  }
-  if (!envNamePattern.test(env)) {
-    throw new FerryError('usage', `Environment name ${JSON.stringify(env)} is not allowed on AWS`, {
-      hint: 'Use 1-63 letters, digits, ".", "-" or "_", starting with a letter or digit (--env).',
-    });
-  }
+  checkRecordName('app', app);
+  checkRecordName('environment', env);
 }
 
 /**

@@ -1,6 +1,6 @@
 /** `ferry build`: buildProject with its progress on stderr, the result on stdout. */
 import { buildProject } from '../build/index.js';
-import { appNameOf, readProjectConfig } from '../config.js';
+import { projectAppName } from '../config.js';
 import type { CliContext } from '../context.js';
 import { buildEventPrinter } from '../deploy/run.js';
 import { formatBytes } from '../io.js';
@@ -23,7 +23,7 @@ export const buildCommand = (ctx: CliContext) =>
         .example('$0 build --python-version 3.12 --json', 'Build for Python 3.12 and print the manifest'),
     handler: async (argv) => {
       const projectDir = ctx.io.cwd;
-      const app = argv.app ?? readProjectConfig(projectDir).app ?? appNameOf(projectDir);
+      const app = projectAppName(projectDir, argv.app);
       ctx.reporter.line(`Building ${app}`);
       const result = await buildProject({
         ...buildOptionsFrom(argv, ctx.io.env),

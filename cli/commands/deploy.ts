@@ -1,10 +1,11 @@
 /** `ferry deploy`: build, resolve the environment, upload, provision, configure (docs/architecture.md#the-cli). */
 import { spawnSync } from 'node:child_process';
 import type { CommandModule } from 'yargs';
+import { checkRecordName } from '../../core/deployment.js';
 import { FerryError, usage } from '../../core/errors.js';
 import { dockerBuildCommands } from '../../worker-image/images.js';
 import { buildProject } from '../build/index.js';
-import { appNameOf, ferryVersion, readProjectConfig } from '../config.js';
+import { ferryVersion, projectAppName } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { defaultEnvironment, previewPlan, shellLine } from '../deploy/plan.js';
 import { buildEventPrinter, deployProject, printDeploySummary } from '../deploy/run.js';
@@ -208,7 +209,9 @@ export const deployCommand = (ctx: CliContext): CommandModule =>
         .example('$0 deploy --env staging --exclude scipy', 'Deploy to staging without scipy'),
     handler: async (argv) => {
       const projectDir = ctx.io.cwd;
-      const app = argv.app ?? readProjectConfig(projectDir).app ?? appNameOf(projectDir);
+      // Checked before the build: a deploy creates the app and environment it names.
+      const app = checkRecordName('app', projectAppName(projectDir, argv.app));
+      if (typeof argv.env === 'string') checkRecordName('environment', argv.env);
       if (argv.preview) return preview(ctx, argv, app);
       if (argv['synth-only']) return synthOnly(ctx, argv, app);
       await withProvider(

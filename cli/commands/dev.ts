@@ -7,10 +7,10 @@ import type { FSWatcher } from 'chokidar';
 import type { FastifyInstance } from 'fastify';
 import type { CommandModule } from 'yargs';
 import type { LocalPlatformOptions } from '../../core/adapters/local/platform.js';
-import { livePrefix } from '../../core/deployment.js';
+import { checkRecordName, livePrefix } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import { defaultPort } from '../../core/limits.js';
-import { apiKeyFromUser, appNameOf, ferryPythonPath, installRoot, readProjectConfig } from '../config.js';
+import { apiKeyFromUser, ferryPythonPath, installRoot, projectAppName } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { devStartFailureCodes, startFailureOf } from '../dev/failures.js';
@@ -27,7 +27,7 @@ import { buildOptionsFrom, defineCommand } from './shared.js';
  */
 async function devOnAws(ctx: CliContext, yes: boolean): Promise<void> {
   const projectDir = ctx.io.cwd;
-  const app = readProjectConfig(projectDir).app ?? appNameOf(projectDir);
+  const app = checkRecordName('app', projectAppName(projectDir));
   ctx.reporter.line(`Provisioning ${livePrefix}endpoints of ${app} in environment 'dev' on AWS`);
   await withProvider(
     ctx,
@@ -66,6 +66,8 @@ interface DevArgs {
 async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
   const projectDir = ctx.io.cwd;
   const say = (line: string) => ctx.reporter.line(line);
+  // The live endpoints are recorded in this app (devApp): a name no app may have stops here.
+  checkRecordName('app', devApp(projectDir));
   const key = apiKeyFromUser(ctx.io.env, projectDir);
   if (!key) {
     throw new FerryError('unauthorized', 'FERRY_API_KEY is not set: `ferry dev` requires it', {

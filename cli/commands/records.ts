@@ -7,10 +7,10 @@
 import { randomBytes } from 'node:crypto';
 import type { Argv, CommandModule } from 'yargs';
 import { describeScope, hashKey, newSecret, scopeOf } from '../../core/auth.js';
-import { endpointNameSchema } from '../../core/endpoint-spec.js';
+import { checkRecordName } from '../../core/deployment.js';
 import { FerryError, notFound, usage } from '../../core/errors.js';
 import type { EndpointRecord } from '../../core/ports.js';
-import { appNameOf, readProjectConfig } from '../config.js';
+import { projectAppName } from '../config.js';
 import { type CliContext, withProvider } from '../context.js';
 import { ask, confirm } from '../io.js';
 import type { Provider } from '../providers/types.js';
@@ -19,7 +19,7 @@ import { defineCommand, jsonFlag } from './shared.js';
 const iso = (ms: number | undefined) => (ms === undefined ? '-' : new Date(ms).toISOString());
 
 function defaultApp(ctx: CliContext, flag: unknown): string {
-  return typeof flag === 'string' ? flag : (readProjectConfig(ctx.io.cwd).app ?? appNameOf(ctx.io.cwd));
+  return projectAppName(ctx.io.cwd, flag);
 }
 
 function appFlag<T>(y: Argv<T>) {
@@ -150,8 +150,8 @@ export const envCommand = (ctx: CliContext): CommandModule =>
           builder: (y2) => appFlag(y2).positional('name', { type: 'string', demandOption: true }),
           handler: (argv) =>
             withProvider(ctx, argv.provider, async (provider) => {
-              const app = defaultApp(ctx, argv.app);
-              const name = argv.name;
+              const app = checkRecordName('app', defaultApp(ctx, argv.app));
+              const name = checkRecordName('environment', argv.name);
               if (!(await provider.control.getApp(app))) {
                 await provider.control.putApp({ name: app, createdAt: Date.now() });
                 ctx.reporter.line(`Created app '${app}'`);
@@ -269,14 +269,7 @@ export const appCommand = (ctx: CliContext): CommandModule =>
           builder: (y2) => y2.positional('name', { type: 'string', demandOption: true }),
           handler: (argv) =>
             withProvider(ctx, argv.provider, async (provider) => {
-              const name = argv.name;
-              // App names follow the endpoint-name rule: both end up in AWS resource names.
-              if (!endpointNameSchema.safeParse(name).success) {
-                throw usage(
-                  `'${name}' is not a valid app name`,
-                  'Use letters, digits, _ and - (at most 63).',
-                );
-              }
+              const name = checkRecordName('app', argv.name);
               if (await provider.control.getApp(name))
                 throw new FerryError('conflict', `App '${name}' already exists`);
               await provider.control.putApp({ name, createdAt: Date.now() });

@@ -10,8 +10,9 @@ import type { Argv, CommandModule } from 'yargs';
 import { securePrivateDir } from '../../core/adapters/local/home.js';
 import { checkSecretName, type SecretStore } from '../../core/adapters/local/secrets.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
+import { checkRecordName } from '../../core/deployment.js';
 import { notFound, usage } from '../../core/errors.js';
-import { appNameOf, ferryHome, readProjectConfig } from '../config.js';
+import { ferryHome, projectAppName } from '../config.js';
 import { type CliContext, providerName } from '../context.js';
 import type { CliIo } from '../io.js';
 import { jsonFlag } from './shared.js';
@@ -54,8 +55,8 @@ function scopeFlags<T>(y: Argv<T>) {
 }
 
 const scopeOf = (ctx: CliContext, argv: { app?: unknown; env?: unknown }) => ({
-  app: typeof argv.app === 'string' ? argv.app : (readProjectConfig(ctx.io.cwd).app ?? appNameOf(ctx.io.cwd)),
-  env: String(argv.env ?? 'dev'),
+  app: checkRecordName('app', projectAppName(ctx.io.cwd, argv.app)),
+  env: checkRecordName('environment', String(argv.env ?? 'dev')),
 });
 
 /**

@@ -15,11 +15,13 @@ import { listShippedFiles } from '../build/files.js';
 import { sourceFingerprint } from '../build/fingerprint.js';
 import { resolvePythonVersion } from '../build/index.js';
 import { scanProject } from '../build/scan.js';
+import { projectAppName } from '../config.js';
 
 const resourcesSchema = z.record(z.string(), z.object({ id: z.string(), configHash: z.string() }).strict());
 export type DevResources = z.infer<typeof resourcesSchema>;
 
-export const devApp = (projectDir: string) => path.basename(path.resolve(projectDir));
+/** The app `ferry dev` records its live endpoints in: the one `ferry deploy` would use (projectAppName). */
+export const devApp = (projectDir: string) => projectAppName(projectDir);
 export const devEnv = 'dev';
 
 export interface ScanSnapshot {

@@ -184,7 +184,7 @@ export async function usableStack(
       throw new FerryError(
         'usage',
         `Stack ${stack} belongs to ${who}, not ${owner.app}/${owner.env}: refusing to deploy over it`,
-        { hint: 'Pick another app name (--app, or `app` in ferry.toml) or environment (--env).' },
+        { hint: 'Pick another app name (--app, or `app` in .ferry/config.json) or environment (--env).' },
       );
     }
   }

@@ -69,6 +69,32 @@ describe('ferry errors', () => {
     }
   });
 
+  it('an app or environment name no record may have is refused before anything is built or written: exit 2', async () => {
+    for (const args of [
+      ['deploy', '--no-serve', '--env', ''],
+      ['deploy', '--no-serve', '--env', 'bad env'],
+      ['deploy', '--no-serve', '--env', 'a/b'],
+      ['deploy', '--no-serve', '--app', 'shop.v2'],
+      ['deploy', '--preview', '--env', 'bad env'],
+      ['env', 'create', 'bad env', '--app', 'errs'],
+      ['app', 'create', 'x'.repeat(64)],
+      ['secrets', 'set', 'TOKEN', '--env', 'bad env'],
+    ]) {
+      const result = await sandbox.run(args, { cwd: project, input: 'value\n' });
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr).toMatch(/^Error: ".*" is not a valid (app|environment) name\n/);
+      expect(result.stderr).toContain('hint: Use 1 to 63 letters, digits');
+      expect(result.stderr, args.join(' ')).not.toContain('[1/5] Build');
+      noStack(result.stderr);
+    }
+    const names = async (args: string[]) =>
+      (JSON.parse((await sandbox.run([...args, '--json'])).stdout) as Array<{ name: string }>).map(
+        (r) => r.name,
+      );
+    expect(await names(['env', 'list', '--app', 'errs'])).toEqual(['dev', 'staging']);
+    expect(await names(['app', 'list'])).toEqual(['errs']);
+  });
+
   it('--provider aws without a region fails clearly (exit 1, no stack trace)', async () => {
     const result = await sandbox.run(['app', 'list', '--provider', 'aws'], {
       env: { AWS_REGION: undefined, AWS_DEFAULT_REGION: undefined, AWS_PROFILE: undefined },

@@ -81,7 +81,8 @@ describe('remote calls under ferry dev', () => {
   afterAll(() => sandbox.cleanup());
 
   it('the same script reaches the live endpoints through the dev server', async () => {
-    const project = path.join(sandbox.root, 'devcalls');
+    // A folder name the app rule rewrites (dev.calls → dev-calls): the script and ferry dev must agree.
+    const project = path.join(sandbox.root, 'dev.calls');
     cpSync(fixture, project, { recursive: true });
     writeFileSync(path.join(project, '.env'), `FERRY_API_KEY=${apiKey}\n`);
     const started = await sandbox.start(
