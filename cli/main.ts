@@ -52,6 +52,9 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
     .wrap(Math.min(110, process.stdout.columns || 100))
     .exitProcess(false)
     .fail((message, error) => {
+      // yargs's own errors (a coerce that threw, cli/commands/shared.ts portFlag) are the user's to fix.
+      if (error?.name === 'YError')
+        throw usage(error.message, 'Run `ferry --help` (or `ferry <command> --help`).');
       if (error) throw error;
       if (message?.startsWith('Did you mean')) {
         throw usage(

@@ -18,7 +18,7 @@ import { DevResourcesFile, devApp, imageNotInDev, LiveEndpoints, scanForDev } fr
 import { DevVenvs } from '../dev/venvs.js';
 import { confirm } from '../io.js';
 import { untilStopped } from './serve.js';
-import { buildOptionsFrom, defineCommand } from './shared.js';
+import { buildOptionsFrom, defineCommand, portFlag } from './shared.js';
 
 /**
  * `ferry dev --provider aws`: the project's endpoints as `live-` endpoints of the app's `dev`
@@ -249,12 +249,7 @@ export const devCommand = (ctx: CliContext): CommandModule =>
     builder: (y) =>
       y
         .option('host', { type: 'string', default: 'localhost', describe: 'Bind address' })
-        .option('port', {
-          alias: 'p',
-          type: 'number',
-          default: defaultPort,
-          describe: 'Port; the next free one when taken',
-        })
+        .option('port', portFlag({ default: defaultPort, describe: 'Port; the next free one when taken' }))
         .option('reload', {
           type: 'boolean',
           default: true,

@@ -15,7 +15,7 @@ import type { CliContext } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { defaultServePort, LocalProvider, localApiKey } from '../providers/local.js';
 import { readServerInfo, runningServer, serverInfoPath, startDetached } from '../serve.js';
-import { defineCommand } from './shared.js';
+import { defineCommand, portFlag } from './shared.js';
 
 export async function startServing(
   ctx: CliContext,
@@ -187,13 +187,14 @@ export const serveCommand = (ctx: CliContext): CommandModule =>
     builder: (y) =>
       y
         .option('host', { type: 'string', default: '127.0.0.1', describe: 'Bind address' })
-        .option('port', {
-          alias: 'p',
-          type: 'number',
-          default: defaultServePort(ctx.io.env),
-          defaultDescription: '8888 (or FERRY_PORT)',
-          describe: 'Port (0 picks a free one)',
-        })
+        .option(
+          'port',
+          portFlag({
+            default: defaultServePort(ctx.io.env),
+            defaultDescription: '8888 (or FERRY_PORT)',
+            describe: 'Port (0 picks a free one)',
+          }),
+        )
         .option('detach', {
           type: 'boolean',
           default: false,
@@ -282,6 +283,9 @@ export const quickstartCommand = (ctx: CliContext): CommandModule =>
     builder: (y) =>
       y
         .option('host', { type: 'string', default: '127.0.0.1' })
-        .option('port', { alias: 'p', type: 'number', default: defaultServePort(ctx.io.env) }),
+        .option(
+          'port',
+          portFlag({ default: defaultServePort(ctx.io.env), describe: 'Port (0 picks a free one)' }),
+        ),
     handler: (argv) => quickstart(ctx, argv),
   });

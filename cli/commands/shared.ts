@@ -74,6 +74,29 @@ export function buildOptionsFrom(argv: BuildArgv, env: NodeJS.ProcessEnv): Omit<
   };
 }
 
+/**
+ * A port to listen on: a whole number from 0 (the OS picks a free one) to 65535. Anything else is a
+ * usage error (exit 2) here, where yargs reads it, not a listen() failure reported as Ferry's bug.
+ * yargs hands on only the message of what a coerce throws (cli/main.ts makes it a usage error), so
+ * the message says what to give.
+ */
+export function portFlag(options: { default: number; describe: string; defaultDescription?: string }) {
+  return {
+    alias: 'p',
+    type: 'number',
+    ...options,
+    coerce: (value: unknown): number => {
+      if (typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= 65_535) return value;
+      const what = Array.isArray(value)
+        ? '--port is given more than once'
+        : Number.isNaN(value)
+          ? '--port needs a number'
+          : `--port ${String(value)} is not a port`;
+      throw usage(`${what}: give a whole number from 1 to 65535, or 0 for any free port`);
+    },
+  } as const;
+}
+
 export const jsonFlag = {
   type: 'boolean',
   default: false,

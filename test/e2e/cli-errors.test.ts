@@ -60,11 +60,17 @@ describe('ferry errors', () => {
       ['serve', '--worker-uids', '5-10'],
       ['serve', '--worker-uids', 'lots'],
       ['serve', '--worker-user', 'nobody', '--worker-uids', '200000-200099'],
+      // Ports: refused where the flag is read, not by listen() as if Ferry had a bug.
+      ['serve', '--port', '99999'],
+      ['serve', '--port', '8000', '--port', '8001'],
+      ['dev', '--port', 'abc'],
+      ['console', '--port', '-1'],
     ]) {
       const result = await sandbox.run(args, { cwd: project });
       expect(result.code, args.join(' ')).toBe(2);
       expect(result.stderr).toMatch(/^Error: /);
       expect(result.stderr).toContain('hint:');
+      expect(result.stderr).not.toContain('looks like a bug');
       noStack(result.stderr);
     }
   });
