@@ -150,6 +150,8 @@ interface EndpointState {
   nextStartAt: number;
   problem?: EndpointProblem;
   lines: string[];
+  /** The problem is unconfigured's (what a worker needs is missing), not a worker's exit. */
+  unconfigured?: boolean;
 }
 
 /** What the scaling policy (core/scaling.ts) needs beside what the supervisor knows of its workers. */
@@ -549,6 +551,27 @@ export class WorkerSupervisor implements WorkerLedger {
   /** A new deployment: whatever made the endpoint fail or back off may be fixed. */
   redeployed(endpointId: string): void {
     this.endpoints.delete(endpointId);
+  }
+
+  /**
+   * What the endpoint's workers need to start cannot be given them (a `secrets=` name with no value,
+   * core/adapters/local/pool.ts): no worker is started, so it is failing as if none could start.
+   * Health says why and queued jobs end FAILED at once rather than wait out their TTL (called again
+   * on every pass while it lasts, for jobs that arrived since). `undefined`: the configuration is
+   * complete again, and a failing state set here is cleared.
+   */
+  async unconfigured(endpointId: string, reason: string | undefined): Promise<void> {
+    if (reason === undefined) {
+      if (this.endpoints.get(endpointId)?.unconfigured) this.endpoints.delete(endpointId);
+      return;
+    }
+    const state = this.endpoint(endpointId);
+    if (!state.unconfigured || state.problem?.reason !== reason) {
+      state.unconfigured = true;
+      state.problem = { state: 'failing', reason, lines: [], sinceMs: this.clock.now() };
+      this.options.log.error(`endpoint ${endpointId} is failing: ${reason}`);
+    }
+    await this.rejectQueued(endpointId);
   }
 
   problem(endpointId: string): EndpointProblem | undefined {

@@ -358,6 +358,39 @@ describe('lifecycle', () => {
     expect((await supervisor.counts('a')).problem).toBeUndefined();
   });
 
+  it('an endpoint its pool cannot configure (a secret with no value) is failing until it can; its own problem only is cleared', async () => {
+    const { supervisor, started, plan, clock, rejected } = setup();
+    const reason =
+      'secrets not set: HF_TOKEN (printf %s "$VALUE" | ferry secrets set HF_TOKEN --app a --env e)';
+    await supervisor.unconfigured('a', reason);
+    expect((await supervisor.counts('a')).problem).toMatchObject({ state: 'failing', reason, lines: [] });
+    expect(rejected).toEqual([`The endpoint's workers cannot start: ${reason}`]);
+    // Every pass while it lasts fails the jobs that arrived since; the problem keeps its start.
+    const since = (await supervisor.counts('a')).problem?.sinceMs;
+    clock.advance(1_000);
+    await supervisor.unconfigured('a', reason);
+    expect(rejected).toHaveLength(2);
+    expect((await supervisor.counts('a')).problem?.sinceMs).toBe(since);
+    await supervisor.unconfigured('a', undefined);
+    expect((await supervisor.counts('a')).problem).toBeUndefined();
+    await supervisor.tick('a', plan(1, 1));
+    expect(started).toHaveLength(1);
+
+    // A complete configuration does not clear what workers' exits decided.
+    supervisor.output('b', 'SyntaxError: invalid syntax');
+    for (let i = 0; i < 3; i++) {
+      await supervisor.tick('b', plan(1, 1));
+      await supervisor.exited(started.filter((w) => w.endpointId === 'b')[i]!.workerId, {
+        code: 2,
+        signal: null,
+      });
+      clock.advance(10_000);
+    }
+    expect((await supervisor.counts('b')).problem).toMatchObject({ state: 'failing' });
+    await supervisor.unconfigured('b', undefined);
+    expect((await supervisor.counts('b')).problem).toMatchObject({ state: 'failing' });
+  });
+
   it('with a shared record, failed starts count across supervisors (one per ECS task) and contact clears them', async () => {
     // What DynamoControlStore keeps on AWS, in memory; the writes are recorded to show who writes.
     let shared: StartFailures | undefined;

@@ -180,13 +180,22 @@ export class LocalWorkers {
     for (const record of records) {
       seen.add(record.id);
       let spec: PoolSpec;
+      const pool = this.pools.get(record.id);
       try {
         spec = await this.specOf(record);
       } catch (error) {
-        this.options.log.error(`endpoint ${record.name} (${record.id}): ${(error as Error).message}`);
+        const message = (error as Error).message;
+        // Never started: nothing serves it until the user completes it (a secret, say), and health
+        // and its queued jobs say so. A running pool keeps its last complete spec meanwhile.
+        if (!pool && FerryError.is(error)) {
+          const hint = error.hint ? ` (${error.hint})` : '';
+          await this.options.supervisor.unconfigured(record.id, `${message}${hint}`);
+        } else {
+          this.options.log.error(`endpoint ${record.name} (${record.id}): ${message}`);
+        }
         continue;
       }
-      const pool = this.pools.get(record.id);
+      if (!pool) await this.options.supervisor.unconfigured(record.id, undefined);
       if (!pool) {
         const created = new EndpointPool(spec, this.options, this.gpus);
         this.pools.set(record.id, created);

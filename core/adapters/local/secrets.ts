@@ -141,7 +141,7 @@ export class LocalSecretStore implements SecretStore {
     }
     if (missing.length > 0) {
       throw new FerryError('failed', `secrets not set: ${missing.join(', ')}`, {
-        hint: `ferry secrets set ${missing[0]} --app ${scope.app} --env ${scope.env}`,
+        hint: `printf %s "$VALUE" | ferry secrets set ${missing[0]} --app ${scope.app} --env ${scope.env}`,
       });
     }
     return out;

@@ -1,0 +1,71 @@
+/**
+ * An endpoint deployed with a `secrets=` name that has no value yet (docs/security.md, "Secrets"):
+ * the pool cannot give its workers what they need, so none starts. The endpoint is failing until the
+ * value is set: health says which secret and how to set it, and a job ends FAILED with that at once
+ * instead of waiting out its TTL in the queue (the pool used to log the error every second and leave
+ * jobs IN_QUEUE). Setting the value is enough: the next pass starts a worker that sees it. A real
+ * platform, a real static scan and a real Python worker.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { scanProject } from '../../cli/build/scan.js';
+import { recordFor } from '../support/endpoints.js';
+import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
+
+const project = mkdtempSync(join(tmpdir(), 'ferry-missing-secret-'));
+writeFileSync(
+  join(project, 'app.py'),
+  [
+    'import os',
+    'from ferry import Endpoint',
+    '',
+    '@Endpoint(name="needs", cpu="1-2", workers=(0, 1), secrets=["HF_TOKEN"])',
+    'def needs(x=1):',
+    '    return {"token": os.environ.get("HF_TOKEN")}',
+    '',
+  ].join('\n'),
+);
+
+let platform: TestPlatform;
+const scope = { app: 'test', env: 'production' };
+const hint = 'ferry secrets set HF_TOKEN --app test --env production';
+
+beforeAll(async () => {
+  platform = await startTestPlatform({
+    workers: { ferryPythonPath: resolve('worker-image/python'), tickMs: 100, reconcileIntervalMs: 200 },
+  });
+  const { endpoints } = await scanProject({ projectDir: project });
+  await platform.db.control.putEndpoint(recordFor(endpoints[0]!, project));
+  await platform.workers!.reconcile();
+}, 60_000);
+
+afterAll(async () => {
+  await platform?.stop();
+  rmSync(project, { recursive: true, force: true });
+});
+
+describe('a secret the endpoint declares has no value', () => {
+  it('the endpoint is failing: health names the secret and the command, a job ends FAILED at once', async () => {
+    const health = await call(platform.baseUrl, 'GET', '/needs/health');
+    expect(health.body.problem).toMatchObject({ state: 'failing' });
+    expect(health.body.problem.reason).toContain('secrets not set: HF_TOKEN');
+    expect(health.body.problem.reason).toContain(hint);
+    const started = Date.now();
+    const job = await call(platform.baseUrl, 'POST', '/needs/runsync?wait=30000', { input: {} });
+    expect(job.body.status).toBe('FAILED');
+    expect(job.body.error).toContain('secrets not set: HF_TOKEN');
+    // Ended by the endpoint's state, not by the 30 s wait running out.
+    expect(Date.now() - started).toBeLessThan(15_000);
+  }, 60_000);
+
+  it('setting the value is enough: the next job runs in a worker that sees it, and health is clear', async () => {
+    const secrets = platform.db.openSecrets(join(platform.dataDir, 'secrets.key'));
+    await secrets.set(scope, 'HF_TOKEN', 'hf_value');
+    const job = await call(platform.baseUrl, 'POST', '/needs/runsync?wait=60000', { input: {} });
+    expect(job.body).toMatchObject({ status: 'COMPLETED', output: { token: 'hf_value' } });
+    const health = await call(platform.baseUrl, 'GET', '/needs/health');
+    expect(health.body.problem).toBeUndefined();
+  }, 90_000);
+});
