@@ -6,6 +6,7 @@
  */
 import { stat } from 'node:fs/promises';
 import { FerryError, usage } from '../../core/errors.js';
+import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { type BuildEvent, type BuildOptions, type BuildResult, buildProject } from '../build/index.js';
 import { formatBytes, formatMs, type Reporter } from '../io.js';
@@ -85,6 +86,30 @@ async function stageOf<T>(
   return result;
 }
 
+/**
+ * Says which `secrets=` names have no value in the target environment: such an endpoint starts no
+ * worker, and is failing, until they are set (docs/security.md, "Secrets"). A warning, not a refusal:
+ * the value may well be set right after the deploy.
+ */
+async function warnOfMissingSecrets(
+  provider: Provider,
+  scope: { app: string; env: string },
+  endpoints: readonly ManifestEndpoint[],
+  reporter: Reporter,
+): Promise<void> {
+  if (!provider.secretNames || !endpoints.some((e) => (e.resources.secrets ?? []).length > 0)) return;
+  const have = new Set(await provider.secretNames(scope));
+  for (const endpoint of endpoints) {
+    for (const name of endpoint.resources.secrets ?? []) {
+      if (have.has(name)) continue;
+      reporter.line(
+        `  warning: '${endpoint.name}' needs secret ${name}, which has no value in ${scope.app}/${scope.env}: ` +
+          `its workers start once it is set (printf %s "$VALUE" | ferry secrets set ${name} --app ${scope.app} --env ${scope.env})`,
+      );
+    }
+  }
+}
+
 export async function deployProject(options: DeployOptions): Promise<DeployResult> {
   const { provider, reporter, app } = options;
 
@@ -157,6 +182,7 @@ export async function deployProject(options: DeployOptions): Promise<DeployResul
       ...(provider.newEndpointId ? { newId: (name: string) => provider.newEndpointId!(app, env, name) } : {}),
       nowMs: Date.now(),
     });
+    await warnOfMissingSecrets(provider, { app, env }, manifest.endpoints, reporter);
     await provider.provision([...plan.create, ...plan.update], {
       app,
       env,

@@ -75,6 +75,8 @@ export class LocalProvider implements Provider {
   readonly blobs: BlobStore;
   readonly #close: () => Promise<void>;
   readonly #fixedUrl: string | undefined;
+  /** Which `secrets=` names have a value (names only: listing needs no key). */
+  readonly secretNames?: (scope: { app: string; env: string }) => Promise<string[]>;
   #url: string | undefined;
 
   constructor(private readonly options: LocalProviderOptions) {
@@ -89,6 +91,8 @@ export class LocalProvider implements Provider {
       const blobs = new FileBlobStore(path.join(options.home, 'blobs'));
       this.control = db.control;
       this.blobs = blobs;
+      const secrets = db.openSecrets(path.join(options.home, 'secrets.key'));
+      this.secretNames = async (scope) => (await secrets.list(scope)).map((s) => s.name);
       this.#close = async () => {
         await blobs.close();
         await db.close();

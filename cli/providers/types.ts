@@ -61,6 +61,12 @@ export interface Provider {
   destroy(records: EndpointRecord[]): Promise<DestroyResult>;
   /** Removes what an environment left behind besides its endpoints (AWS: its stack). */
   destroyEnvironment?(app: string, env: string): Promise<void>;
+  /**
+   * The `secrets=` names that have a value in an app environment, so a deploy can say which ones its
+   * endpoints still miss. Absent where the deploy cannot read them (AWS: that would need
+   * secretsmanager:ListSecrets of whoever deploys).
+   */
+  secretNames?(scope: { app: string; env: string }): Promise<string[]>;
   /** Base URL of an endpoint: `/v2/<id>` for queue-based ones, the route prefix for load-balanced ones. */
   endpointUrl(record: EndpointRecord): string;
   /** Makes sure something serves the endpoints (may start it). */

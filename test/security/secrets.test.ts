@@ -5,7 +5,7 @@
  * stand-in that keeps each secret's deletion state as AWS documents it: fakeSecretsManager below).
  */
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Readable, Writable } from 'node:stream';
@@ -108,6 +108,35 @@ describe('ferry secrets (CLI binary)', () => {
     expect(run(['secrets', 'list', '--app', 'shop', '--env', 'prod', '--json']).stdout.trim()).toBe('[]');
     for (const text of outputs) expect(text).not.toContain(value);
   });
+});
+
+describe('ferry deploy of an endpoint whose secret has no value', () => {
+  it('warns on stderr, naming the endpoint, the secret and the command; a set one is not named', () => {
+    const home = tempDir();
+    const project = join(home, 'shop');
+    mkdirSync(project);
+    writeFileSync(
+      join(project, 'app.py'),
+      'from ferry import Endpoint\n\n@Endpoint(name="needs", cpu="1-2", secrets=["HF_TOKEN", "SET_ONE"])\ndef needs():\n    return {}\n',
+    );
+    const ferry = (args: string[], input?: string) =>
+      spawnSync(process.execPath, [resolve('bin/ferry.js'), ...args], {
+        input,
+        encoding: 'utf8',
+        env: { ...process.env, FERRY_HOME: home },
+        cwd: project,
+      });
+    expect(ferry(['secrets', 'set', 'SET_ONE', '--env', 'production'], 'v').status).toBe(0);
+    const deploy = ferry(['deploy', '--no-serve']);
+    expect(deploy.status, deploy.stderr).toBe(0);
+    expect(deploy.stderr).toContain(
+      "warning: 'needs' needs secret HF_TOKEN, which has no value in shop/production: its workers start once it is set " +
+        '(printf %s "$VALUE" | ferry secrets set HF_TOKEN --app shop --env production)',
+    );
+    expect(deploy.stderr).not.toContain('secret SET_ONE');
+    expect(ferry(['secrets', 'set', 'HF_TOKEN', '--env', 'production'], 'v').status).toBe(0);
+    expect(ferry(['deploy', '--no-serve']).stderr).not.toContain('warning:');
+  }, 60_000);
 });
 
 describe('Secrets Manager store', () => {
