@@ -35,6 +35,17 @@
  * minutes). Before it would lower such an endpoint to 0, the scaler reads the service's tasks and keeps
  * those still within their boot allowance (`bootingOf` in core/scaling.ts; `bootAllowanceOf` here).
  *
+ * What stops it launching tasks that cannot start: a task of the cluster that stops with stopCode
+ * TaskFailedToStart (an image that cannot be pulled, a `secrets=` name with no Secrets Manager secret:
+ * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/stopped-task-error-codes.html) reaches
+ * this function from the same EventBridge rule that tells the alarm topic (infra/constructs/alarms.ts,
+ * "ECS Task State Change", its `group` `service:<service name>`:
+ * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs_task_events.html). No agent ever ran
+ * in such a task, so no supervisor counts it: `recordTaskStartFailure` adds it to the endpoint's run of
+ * failed starts, the same count the agents keep, and at the supervisor's `maxFailedStarts` marks the
+ * endpoint failing with ECS's reason. Then this run wants no task, and the sweeper ends the queued
+ * jobs with that reason instead of leaving them to their time-to-live; a deploy clears it.
+ *
  * UpdateService: https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_UpdateService.html
  * DescribeServices (at most 10 services per call):
  * https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_DescribeServices.html
@@ -49,6 +60,7 @@ import {
 import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
 import { z } from 'zod';
 import { endpointConfigOf } from '../core/deployment.js';
+import { defaultSupervisorSettings } from '../core/supervisor.js';
 import { PendingWork } from '../core/pending-work.js';
 import type {
   ChangeFeed,
@@ -113,9 +125,65 @@ export function scalerEventOf(event: unknown): ScalerEvent {
   return {};
 }
 
+/** A task that stopped before it ran (TaskFailedToStart), as EventBridge delivers it. */
+const taskStartFailureSchema = z.object({
+  source: z.literal('aws.ecs'),
+  'detail-type': z.literal('ECS Task State Change'),
+  detail: z.object({
+    group: z.string(),
+    stopCode: z.literal('TaskFailedToStart'),
+    stoppedReason: z.string().optional(),
+    containers: z.array(z.object({ name: z.string().optional(), reason: z.string().optional() })).optional(),
+  }),
+});
+
+export interface TaskStartFailure {
+  endpointId: string;
+  /** ECS's stoppedReason (ResourceInitializationError: …, CannotPullContainerError: …). */
+  reason: string;
+  /** The containers' own reasons, as `name: reason`. */
+  lines: string[];
+}
+
+/** The failed start an event reports for one of the endpoints' services (`<prefix><endpointId>`). */
+export function taskStartFailureOf(event: unknown, serviceNamePrefix: string): TaskStartFailure | undefined {
+  const parsed = taskStartFailureSchema.safeParse(event);
+  if (!parsed.success) return undefined;
+  const { group, stoppedReason, containers } = parsed.data.detail;
+  const servicePrefix = `service:${serviceNamePrefix}`;
+  if (!group.startsWith(servicePrefix) || group.length === servicePrefix.length) return undefined;
+  return {
+    endpointId: group.slice(servicePrefix.length),
+    reason: stoppedReason ?? 'no reason given',
+    lines: (containers ?? []).flatMap((c) => (c.reason ? [`${c.name ?? 'container'}: ${c.reason}`] : [])),
+  };
+}
+
+/**
+ * One more failed start in the endpoint's run, and the endpoint failing once the run reaches
+ * `maxFailedStarts` (the rule core/supervisor.ts applies to workers that die before contact).
+ */
+export async function recordTaskStartFailure(
+  deps: Pick<ScalerDeps, 'control' | 'clock' | 'log'>,
+  failure: TaskStartFailure,
+  maxFailedStarts = defaultSupervisorSettings.maxFailedStarts,
+): Promise<void> {
+  const { control } = deps;
+  if (!control.addFailedStart || !control.markFailing) return;
+  const run = await control.addFailedStart(failure.endpointId);
+  deps.log?.({ msg: 'ferry task failed to start', endpointId: failure.endpointId, run, reason: failure.reason });
+  if (run < maxFailedStarts) return;
+  await control.markFailing(failure.endpointId, {
+    state: 'failing',
+    reason: `${run} tasks in a row could not start (${failure.reason}); fix it and redeploy`,
+    lines: failure.lines,
+    sinceMs: deps.clock.now(),
+  });
+}
+
 export interface ScalerDeps {
   control: Pick<ControlStore, 'listEndpoints' | 'getEndpoint'> &
-    Partial<Pick<StartFailureRecord, 'startFailures'>>;
+    Partial<Pick<StartFailureRecord, 'startFailures' | 'addFailedStart' | 'markFailing'>>;
   queue: Pick<JobQueue, 'depth'>;
   /** The jobs IN_QUEUE at most (the count items of DynamoJobStore): what caps the queue's depth. */
   jobs: QueuedJobCount;
@@ -324,8 +392,14 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
 }
 
 export function createScaler(deps: () => ScalerDeps) {
-  return async (event: unknown): Promise<EndpointScaleReport[]> =>
-    scaleEndpoints(deps(), scalerEventOf(event));
+  return async (event: unknown): Promise<EndpointScaleReport[]> => {
+    const resolved = deps();
+    const failed = taskStartFailureOf(event, resolved.serviceNamePrefix);
+    if (!failed) return scaleEndpoints(resolved, scalerEventOf(event));
+    await recordTaskStartFailure(resolved, failed);
+    // Its count again: failing now, it wants no task.
+    return scaleEndpoints(resolved, { endpointId: failed.endpointId });
+  };
 }
 
 // ── the nudge ────────────────────────────────────────────────────────────────────────────────────

@@ -604,6 +604,12 @@ export class PlatformStack extends Stack {
     // ── Observability ─────────────────────────────────────────────────────────────────────────
     this.images = new ImageRegistry(this, 'Images', { bucket: this.bucket });
     this.alarms = new AlarmTopic(this, 'Alarms', { clusterArn: this.cluster.clusterArn });
+    // A task that could not start counts as a failed start of its endpoint: no agent ran in it to
+    // count it (functions/scaler.ts recordTaskStartFailure). Retried: a lost event is a start not
+    // counted, and the next failed task counts again.
+    this.alarms.taskStartFailures.addTarget(
+      new eventsTargets.LambdaFunction(this.scalerFunction, { retryAttempts: 2 }),
+    );
     this.observability();
 
     // ── Outputs and exports ───────────────────────────────────────────────────────────────────
@@ -1099,6 +1105,15 @@ export class PlatformStack extends Stack {
     const role = fn.role as iam.Role;
     const { control, workers } = dynamoSchema;
     allowTable(role, this.controlTable, ['dynamodb:GetItem']);
+    // A task that could not start: one more failed start of its endpoint, and the verdict at the
+    // run's limit (functions/scaler.ts recordTaskStartFailure), on STARTS# items only.
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ['dynamodb:UpdateItem'],
+        resources: [this.controlTable.tableArn],
+        conditions: leadingKeysCondition([startFailuresKey('*').pk]),
+      }),
+    );
     allowIndexes(role, this.controlTable, ['dynamodb:Query'], [control.indexes.byKind.indexName]);
     allowIndexes(role, this.workersTable, ['dynamodb:Query'], [workers.indexes.byEndpoint.indexName]);
     // How many jobs are IN_QUEUE at most (functions/scaler.ts urgentDemand): the endpoints' count

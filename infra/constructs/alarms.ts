@@ -28,6 +28,8 @@ export interface AlarmTopicProps {
 
 export class AlarmTopic extends Construct {
   readonly topic: sns.Topic;
+  /** Tasks of the cluster that stopped before they ran; the scaler counts them too (functions/scaler.ts). */
+  readonly taskStartFailures: events.Rule;
 
   constructor(scope: Construct, id: string, props: AlarmTopicProps) {
     super(scope, id);
@@ -38,7 +40,7 @@ export class AlarmTopic extends Construct {
         'CloudWatch alarms and EventBridge cannot publish to a topic under the AWS-managed SNS key; alarm texts hold no secrets.',
     });
     const target = new eventsTargets.SnsTopic(this.topic);
-    new events.Rule(this, 'TaskStartFailures', {
+    this.taskStartFailures = new events.Rule(this, 'TaskStartFailures', {
       description: 'Ferry: a worker task stopped because its image could not be pulled or it could not start',
       eventPattern: {
         source: ['aws.ecs'],

@@ -16,6 +16,7 @@ import { once } from 'node:events';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { FilterLogEventsCommand } from '@aws-sdk/client-cloudwatch-logs';
+import { UpdateItemCommand } from '@aws-sdk/client-dynamodb';
 import {
   DescribeServicesCommand,
   DescribeTasksCommand,
@@ -37,7 +38,7 @@ import {
 } from '../../core/adapters/aws/webhook-queue.js';
 import { hashKey } from '../../core/auth.js';
 import { systemClock } from '../../core/clock.js';
-import { scaleEndpoints } from '../../functions/scaler.js';
+import { createScaler, scaleEndpoints } from '../../functions/scaler.js';
 import { createSweeper, sweepTiming } from '../../functions/sweeper.js';
 import { createWebhookHandler } from '../../functions/webhooks.js';
 import { type AwsClients, buildPlatform, type Platform } from '../../functions/wiring.js';
@@ -566,6 +567,45 @@ describe('the scaler function with its own role', () => {
       );
       expect(onJobs.length).toBeGreaterThan(0);
       expect(onJobs.flatMap((d) => d.keys).every((k) => k.endsWith('#COUNTS'))).toBe(true);
+
+      // Tasks that could not start (a secrets= name with no secret), as EventBridge hands them over
+      // (infra/constructs/alarms.ts): each counts as a failed start of its endpoint, and the third
+      // makes it failing, so the scaler wants no task for it, with no call refused.
+      const failedStart = {
+        version: '0',
+        source: 'aws.ecs',
+        'detail-type': 'ECS Task State Change',
+        detail: {
+          clusterArn: arnOf.cluster('ferry'),
+          group: 'service:ferry-scale',
+          lastStatus: 'STOPPED',
+          desiredStatus: 'STOPPED',
+          stopCode: 'TaskFailedToStart',
+          stoppedReason:
+            'ResourceInitializationError: unable to pull secrets or registry auth: retrieve secret from ferry/box/production/HF_TOKEN',
+          containers: [{ name: 'worker', lastStatus: 'STOPPED' }],
+        },
+      };
+      const scaler = createScaler(() => deps);
+      for (let i = 1; i <= 3; i++) {
+        const [report] = await scaler(failedStart);
+        expect(report?.decision?.desired, `after failed start ${i}`).toEqual(i < 3 ? expect.any(Number) : 0);
+      }
+      const starts = await box.lambda.control.startFailures('scale');
+      expect(starts?.failedStarts).toBe(3);
+      expect(starts?.problem).toMatchObject({ state: 'failing' });
+      expect(starts?.problem?.reason).toContain('ferry/box/production/HF_TOKEN');
+      expect(gates.scaler.denied()).toEqual([]);
+      expectExercised(gates.scaler, ['dynamodb:UpdateItem']);
+      // Its writes reach STARTS# items only: not a key's item, say.
+      const forged = new UpdateItemCommand({
+        TableName: box.fixture.tables.control,
+        Key: { pk: { S: `KEY#${hashKey('forged')}` }, sk: { S: 'KEY' } },
+        UpdateExpression: 'SET body = :b',
+        ExpressionAttributeValues: { ':b': { S: '{}' } },
+      });
+      await expect(gatedClients(gates.scaler, box.fixture).dynamo.send(forged)).rejects.toMatchObject(denied);
+      await box.lambda.control.clearStartFailures('scale');
 
       // No job, no write of a table, no service outside Ferry's.
       const jobId = (await call('POST', '/v2/scale/run', { input: { n: 3 } })).body.id;

@@ -27,6 +27,7 @@ import {
   type ScalerDeps,
   scaleEndpoints,
   scalerEventOf,
+  taskStartFailureOf,
 } from '../../functions/scaler.js';
 import { wakeAlarmName } from '../../infra/names.js';
 import { defaultHealthCheckGraceSec } from '../../infra/task-layout.js';
@@ -569,5 +570,55 @@ describe('the nudge', () => {
     await nudged.submit(ep, { input: {} }, { sync: false });
     await feed.settled();
     expect(desiredOf(ep)).toBe(1);
+  });
+});
+
+describe('a task that stopped before it ran (EventBridge "ECS Task State Change")', () => {
+  // The shape of https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs_task_events.html.
+  const event = (detail: Record<string, unknown>) => ({
+    version: '0',
+    source: 'aws.ecs',
+    'detail-type': 'ECS Task State Change',
+    detail: {
+      clusterArn: 'arn:aws:ecs:eu-west-1:1:cluster/ferry',
+      group: 'service:ferry-ep1abc',
+      lastStatus: 'STOPPED',
+      stopCode: 'TaskFailedToStart',
+      stoppedReason: 'CannotPullContainerError: pull image manifest has been retried 5 time(s)',
+      containers: [
+        { name: 'worker', reason: 'CannotPullContainerError: not found' },
+        { name: 'agent', lastStatus: 'STOPPED' },
+      ],
+      ...detail,
+    },
+  });
+
+  it('names the endpoint of the service, ECS reason and the containers’ own', () => {
+    expect(taskStartFailureOf(event({}), 'ferry-')).toEqual({
+      endpointId: 'ep1abc',
+      reason: 'CannotPullContainerError: pull image manifest has been retried 5 time(s)',
+      lines: ['worker: CannotPullContainerError: not found'],
+    });
+  });
+
+  it('is nothing for a task of no Ferry service, another stop code, or another event', () => {
+    for (const other of [
+      event({ group: 'service:billing' }),
+      event({ group: 'family:ferry-ep1abc' }),
+      event({ group: 'service:ferry-' }),
+      event({ stopCode: 'EssentialContainerExited' }),
+      { source: 'aws.ecs', 'detail-type': 'ECS Container Instance State Change', detail: {} },
+      { endpointId: 'ep1abc' },
+    ]) {
+      expect(taskStartFailureOf(other, 'ferry-')).toBeUndefined();
+    }
+  });
+
+  it('is not taken for a schedule run or a nudge by scalerEventOf’s callers: the events differ', () => {
+    // createScaler asks taskStartFailureOf first; the scheduled event has no detail of this shape.
+    expect(
+      taskStartFailureOf({ source: 'aws.events', 'detail-type': 'Scheduled Event', detail: {} }, 'ferry-'),
+    ).toBeUndefined();
+    expect(scalerEventOf(event({}))).toEqual({});
   });
 });

@@ -19,6 +19,7 @@ import { integrationTiming } from '../../infra/platform-stack.js';
 import { defaultHealthCheckGraceSec, ephemeralPorts, ports } from '../../infra/task-layout.js';
 import { workerImages } from '../../worker-image/images.js';
 import { stubFunctionsDir } from './fixtures.js';
+import { statementsOf } from './iam.js';
 
 const repo = path.resolve(import.meta.dirname, '../..');
 const registry = '123456789012.dkr.ecr.us-east-1.amazonaws.com';
@@ -312,6 +313,34 @@ describe('8. runtime and alarms', () => {
     for (const rule of [ecs, asg]) expect(rule.Properties.Targets[0].Arn).toEqual(topicRef);
     // EventBridge may publish: the topic policy names events.amazonaws.com.
     expect(JSON.stringify(platform.findResources('AWS::SNS::TopicPolicy'))).toContain('events.amazonaws.com');
+  });
+
+  it('a task that failed to start also reaches the scaler, which counts it against its endpoint', () => {
+    const [ruleId, ecs] = Object.entries(platform.findResources('AWS::Events::Rule')).find(
+      ([, r]) => r.Properties.EventPattern?.source?.[0] === 'aws.ecs',
+    )!;
+    const scalerArn = { 'Fn::GetAtt': [idOf(built.platform.scalerFunction), 'Arn'] };
+    const target = (ecs.Properties.Targets as Array<Record<string, unknown>>).find(
+      (t) => JSON.stringify(t.Arn) === JSON.stringify(scalerArn),
+    );
+    // Retried: a lost event is a failed start not counted.
+    expect(target).toMatchObject({ RetryPolicy: { MaximumRetryAttempts: 2 } });
+    // EventBridge may invoke it for this rule only.
+    const permissions = Object.values(platform.findResources('AWS::Lambda::Permission')).filter(
+      (p) =>
+        p.Properties.Principal === 'events.amazonaws.com' &&
+        JSON.stringify(p.Properties.FunctionName) === JSON.stringify(scalerArn),
+    );
+    expect(permissions.map((p) => p.Properties.SourceArn)).toContainEqual({ 'Fn::GetAtt': [ruleId, 'Arn'] });
+    // Its one write of a table: UpdateItem on STARTS# items of the control table.
+    const writes = statementsOf(platform, built.platform.scalerFunction.role!).filter((s) =>
+      [s.Action].flat().some((a: string) => /^dynamodb:(Put|Update|Delete|BatchWrite|TransactWrite)/.test(a)),
+    );
+    expect(writes).toHaveLength(1);
+    expect(writes[0]).toMatchObject({
+      Action: 'dynamodb:UpdateItem',
+      Condition: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['STARTS#*'] } },
+    });
   });
 });
 

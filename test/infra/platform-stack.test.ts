@@ -703,17 +703,21 @@ describe('least privilege', () => {
         JSON.stringify({ 'Fn::Join': ['', JSON.parse(services)] }),
       ]);
     }
-    // Reads only: no job, chunk or payload access, nothing that writes a table or sends a message.
-    // Of the jobs table, the count items on byEndpointExpiry only (how many jobs are IN_QUEUE at most).
+    // Reads only, but for a task that could not start (functions/scaler.ts recordTaskStartFailure):
+    // UpdateItem of STARTS# items of the control table. No job, chunk or payload access, no other
+    // write of a table, no message sent. Of the jobs table, the count items on byEndpointExpiry only
+    // (how many jobs are IN_QUEUE at most).
     const all = actionsOf(statements);
-    for (const write of [
-      'dynamodb:PutItem',
-      'dynamodb:UpdateItem',
-      'dynamodb:DeleteItem',
-      'sqs:SendMessage',
-    ]) {
+    for (const write of ['dynamodb:PutItem', 'dynamodb:DeleteItem', 'sqs:SendMessage']) {
       expect(all).not.toContain(write);
     }
+    const updates = statements.filter((st) => [st.Action].flat().includes('dynamodb:UpdateItem'));
+    expect(updates).toHaveLength(1);
+    expect(JSON.stringify(updates[0]!.Resource)).toContain(logicalId(platform.controlTable));
+    expect(updates[0]!.Condition).toEqual({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['STARTS#*'] },
+      Null: { 'dynamodb:LeadingKeys': 'false' },
+    });
     expect(all.filter((a) => a.startsWith('s3:'))).toEqual([]);
     const onJobs = statements.filter((st) => JSON.stringify(st).includes(logicalId(platform.jobsTable)));
     expect(onJobs).toHaveLength(1);
