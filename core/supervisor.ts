@@ -150,7 +150,7 @@ interface EndpointState {
   nextStartAt: number;
   problem?: EndpointProblem;
   lines: string[];
-  /** The problem is unconfigured's (what a worker needs is missing), not a worker's exit. */
+  /** `problem` was set by `unconfigured` (what workers need is missing), not by a worker's exit. */
   unconfigured?: boolean;
 }
 

@@ -195,8 +195,8 @@ export class LocalWorkers {
         }
         continue;
       }
-      if (!pool) await this.options.supervisor.unconfigured(record.id, undefined);
       if (!pool) {
+        await this.options.supervisor.unconfigured(record.id, undefined);
         const created = new EndpointPool(spec, this.options, this.gpus);
         this.pools.set(record.id, created);
         created.start();
