@@ -11,9 +11,16 @@ import type { EndpointProblem } from '../../core/ports.js';
 /** ferry.worker's start-failure exit codes (worker-image/python/ferry/worker.py). */
 export const devStartFailureCodes = [1, 2] as const;
 
-/** The worker's last lines when the endpoint is failing to start, else undefined. */
+/**
+ * Why the endpoint is failing to start, else undefined: the worker's last lines, or the reason where
+ * no worker ran (a secret with no value: WorkerSupervisor.unconfigured).
+ */
 export const startFailureOf = (problem: EndpointProblem | undefined): string | undefined =>
-  problem?.state === 'failing' ? problem.lines.join('\n') : undefined;
+  problem?.state !== 'failing'
+    ? undefined
+    : problem.lines.length > 0
+      ? problem.lines.join('\n')
+      : problem.reason;
 
 /** What the request answers: the error and the worker's last lines, without the noise. */
 export function startFailureMessage(endpoint: string, output: string): string {

@@ -4,15 +4,16 @@
  * value is set: health says which secret and how to set it, and a job ends FAILED with that at once
  * instead of waiting out its TTL in the queue (the pool used to log the error every second and leave
  * jobs IN_QUEUE). Setting the value is enough: the next pass starts a worker that sees it. A real
- * platform, a real static scan and a real Python worker.
+ * platform, a real static scan and a real Python worker; under `ferry dev`, the real CLI.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scanProject } from '../../cli/build/scan.js';
 import { recordFor } from '../support/endpoints.js';
 import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
+import { CliSandbox } from './cli-support.js';
 
 const project = mkdtempSync(join(tmpdir(), 'ferry-missing-secret-'));
 writeFileSync(
@@ -68,4 +69,32 @@ describe('a secret the endpoint declares has no value', () => {
     const health = await call(platform.baseUrl, 'GET', '/needs/health');
     expect(health.body.problem).toBeUndefined();
   }, 90_000);
+});
+
+describe('under ferry dev', () => {
+  const sandbox = new CliSandbox();
+  afterAll(() => sandbox.cleanup());
+
+  it('a call answers at once with the secret to set, not a blank start failure', async () => {
+    const dev = join(sandbox.root, 'devsecret');
+    mkdirSync(dev);
+    copyFileSync(join(project, 'app.py'), join(dev, 'app.py'));
+    writeFileSync(join(dev, '.env'), 'FERRY_API_KEY=fy_dev_key\n');
+    const started = await sandbox.start(
+      ['dev', '--host', '127.0.0.1', '--port', '0', '--no-reload'],
+      /Ferry dev server at (http:\/\/\S+)/,
+      { cwd: dev },
+    );
+    const response = await fetch(`${started.match[1]}/app/runsync`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ input: {} }),
+      signal: AbortSignal.timeout(30_000),
+    });
+    expect(response.status).toBe(502);
+    const { error } = (await response.json()) as { error: string };
+    expect(error).toContain('The worker of needs failed to start');
+    expect(error).toContain('secrets not set: HF_TOKEN');
+    expect(error).toContain('ferry secrets set HF_TOKEN --app devsecret --env dev');
+  }, 120_000);
 });
