@@ -60,7 +60,6 @@ import {
 import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
 import { z } from 'zod';
 import { endpointConfigOf } from '../core/deployment.js';
-import { defaultSupervisorSettings } from '../core/supervisor.js';
 import { PendingWork } from '../core/pending-work.js';
 import type {
   ChangeFeed,
@@ -82,6 +81,7 @@ import {
   type TaskStart,
   workerLoadOf,
 } from '../core/scaling.js';
+import { defaultSupervisorSettings } from '../core/supervisor.js';
 import { placementFor } from '../infra/gpu.js';
 import { wakeAlarmPrefix } from '../infra/names.js';
 import { healthCheckGraceSecOf } from '../infra/task-layout.js';
@@ -171,7 +171,12 @@ export async function recordTaskStartFailure(
   const { control } = deps;
   if (!control.addFailedStart || !control.markFailing) return;
   const run = await control.addFailedStart(failure.endpointId);
-  deps.log?.({ msg: 'ferry task failed to start', endpointId: failure.endpointId, run, reason: failure.reason });
+  deps.log?.({
+    msg: 'ferry task failed to start',
+    endpointId: failure.endpointId,
+    run,
+    reason: failure.reason,
+  });
   if (run < maxFailedStarts) return;
   await control.markFailing(failure.endpointId, {
     state: 'failing',
