@@ -7,6 +7,7 @@
  *
  * The CLI command wraps this and prints the progress events; every problem is a FerryError.
  */
+import { existsSync, statSync } from 'node:fs';
 import { copyFile, mkdir, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { FerryError, usage } from '../../core/errors.js';
@@ -272,11 +273,27 @@ function resolveBuildDir(projectDir: string, stateDir: string, buildDir: string 
   return resolved;
 }
 
+/**
+ * Where the artifact goes: a bare name under .ferry/, a path from the project folder, or an absolute
+ * one. The build first removes what is there, so the name must be an archive's (`.tar.gz`, `.tgz`):
+ * `-o app.py` or `-o ./cpu_worker.py` would otherwise replace a source file with the archive, and
+ * `-o .` named the .ferry folder itself.
+ */
 function resolveOutput(projectDir: string, stateDir: string, output: string | undefined): string {
   if (output === undefined) return path.join(stateDir, defaultArtifactName);
-  if (path.isAbsolute(output)) return output;
-  if (!output.includes('/') && !output.includes(path.sep)) return path.join(stateDir, output);
-  return path.resolve(projectDir, output);
+  const resolved = path.isAbsolute(output)
+    ? output
+    : !output.includes('/') && !output.includes(path.sep)
+      ? path.join(stateDir, output)
+      : path.resolve(projectDir, output);
+  const archive = /\.(tar\.gz|tgz)$/.test(output);
+  if (!archive || (existsSync(resolved) && statSync(resolved).isDirectory())) {
+    throw usage(
+      `--output ${JSON.stringify(output)} does not name an archive file: the artifact is a gzipped tar, written over what is there`,
+      'Give a file name ending in .tar.gz (or .tgz), such as artifact.tar.gz or dist/app.tar.gz.',
+    );
+  }
+  return resolved;
 }
 
 /**

@@ -19,7 +19,7 @@ export function buildFlags<T>(y: Argv<T>) {
       alias: 'o',
       type: 'string',
       default: 'artifact.tar.gz',
-      describe: 'Artifact archive name',
+      describe: 'Artifact archive name (.tar.gz or .tgz; a bare name goes under .ferry/)',
     })
     .option('python-version', {
       type: 'string',

@@ -274,6 +274,29 @@ describe('buildProject', () => {
     });
   });
 
+  it('refuses an output that is not an archive name (exit 2) before it writes anything, leaving sources as they were', async () => {
+    const projectDir = makeProject();
+    const source = readFileSync(path.join(projectDir, 'cpu_worker.py'), 'utf8');
+    for (const output of ['./cpu_worker.py', 'cpu_worker.py', '.', '..', '', 'dist/']) {
+      const error = await buildProject(options(projectDir, { output })).catch((e: unknown) => e);
+      expect(FerryError.is(error), output).toBe(true);
+      expect((error as FerryError).code).toBe('usage');
+      expect((error as FerryError).message).toContain(
+        `--output ${JSON.stringify(output)} does not name an archive file`,
+      );
+    }
+    // A folder named like an archive is no file to write over either.
+    mkdirSync(path.join(projectDir, 'looks.tar.gz'));
+    const folder = await buildProject(options(projectDir, { output: './looks.tar.gz' })).catch(
+      (e: unknown) => e,
+    );
+    expect((folder as FerryError).code).toBe('usage');
+    expect(readFileSync(path.join(projectDir, 'cpu_worker.py'), 'utf8')).toBe(source);
+    expect(existsSync(path.join(projectDir, '.ferry', 'build'))).toBe(false);
+    const tgz = await buildProject(options(projectDir, { output: 'dist/app.tgz' }));
+    expect(tgz.artifactPath).toBe(path.join(projectDir, 'dist', 'app.tgz'));
+  });
+
   it('stages in buildDir and writes nothing into the project when buildDir and output are outside it', async () => {
     const projectDir = makeProject();
     const before = (await listShippedFiles({ projectDir })).files;
