@@ -23,6 +23,18 @@ export function templateFiles(): Array<{ source: string; target: string }> {
     .map((name) => ({ source: path.join(dir, name), target: renames[name] ?? name }));
 }
 
+/** Why the folder could not be made or written, as the user's to fix (exit 2); other errors as they are. */
+function cannotCreate(name: string, error: unknown): unknown {
+  const why: Record<string, string> = {
+    ENOTDIR: 'a part of its path is a file, not a folder',
+    EACCES: 'permission denied',
+    EPERM: 'permission denied',
+    EROFS: 'the file system is read-only',
+  };
+  const reason = why[(error as NodeJS.ErrnoException)?.code ?? ''];
+  return reason ? usage(`Cannot create ${name}: ${reason}`, 'Choose a folder you can write to.') : error;
+}
+
 export async function initProject(ctx: CliContext, name: string | undefined, force: boolean): Promise<void> {
   if (!name)
     throw usage(
@@ -45,10 +57,14 @@ export async function initProject(ctx: CliContext, name: string | undefined, for
       });
     }
   }
-  mkdirSync(target, { recursive: true });
-  for (const file of files) {
-    const content = readFileSync(file.source, 'utf8').replaceAll('{{project_name}}', projectName);
-    writeFileSync(path.join(target, file.target), content);
+  try {
+    mkdirSync(target, { recursive: true });
+    for (const file of files) {
+      const content = readFileSync(file.source, 'utf8').replaceAll('{{project_name}}', projectName);
+      writeFileSync(path.join(target, file.target), content);
+    }
+  } catch (error) {
+    throw cannotCreate(name, error);
   }
   ctx.reporter.line(`✓ Created ${projectName} in ${target}`);
   for (const file of files)

@@ -75,4 +75,16 @@ describe('ferry init', () => {
     expect(result.stderr).toContain('hint:');
     expect(result.stderr).not.toMatch(/\n\s+at /);
   });
+
+  it('into a path through a file is a usage error (exit 2) that says so, not a bug report', async () => {
+    writeFileSync(path.join(sandbox.root, 'a-file'), 'x');
+    for (const name of ['a-file', 'a-file/sub']) {
+      const result = await sandbox.run(['init', name]);
+      expect(result.code, name).toBe(2);
+      expect(result.stderr).toMatch(
+        /^Error: (a-file is not a folder|Cannot create a-file\/sub: a part of its path is a file)/,
+      );
+      expect(result.stderr).not.toContain('looks like a bug');
+    }
+  });
 });
