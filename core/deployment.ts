@@ -38,8 +38,8 @@ export const recordNameRules = {
 
 /**
  * `name` when an app or environment may have it, else a usage error (exit 2). Checked where a name is
- * chosen (deploy, `ferry dev`, `env create`, `app create`, `secrets`), not where one is read, so a
- * record made before the check can still be shown and deleted.
+ * chosen (deploy, `ferry dev`, `env create`, `app create`, `secrets`, `keys create`), not where one is
+ * read, so a record made before the check can still be shown and deleted.
  */
 export function checkRecordName(what: keyof typeof recordNameRules, name: string): string {
   const rule = recordNameRules[what];

@@ -458,8 +458,9 @@ export const keysCommand = (ctx: CliContext): CommandModule =>
               .option('json', jsonFlag),
           handler: (argv) =>
             withProvider(ctx, argv.provider, async (provider) => {
-              const app = argv.app;
-              const env = argv.env;
+              // A scope no app or environment can have would make a key that reaches nothing.
+              const app = argv.app === undefined ? undefined : checkRecordName('app', argv.app);
+              const env = argv.env === undefined ? undefined : checkRecordName('environment', argv.env);
               if (env !== undefined && app === undefined) {
                 throw usage('--env needs --app', 'Example: ferry keys create --app my-app --env prod');
               }

@@ -85,6 +85,7 @@ describe('ferry errors', () => {
       ['env', 'create', 'bad env', '--app', 'errs'],
       ['app', 'create', 'x'.repeat(64)],
       ['secrets', 'set', 'TOKEN', '--env', 'bad env'],
+      ['keys', 'create', '--app', 'bad app'],
     ]) {
       const result = await sandbox.run(args, { cwd: project, input: 'value\n' });
       expect(result.code, args.join(' ')).toBe(2);
