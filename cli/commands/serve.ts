@@ -4,7 +4,7 @@
  * once /v2 answers. `ferry quickstart` (what `npm start` runs) also deploys examples/hello into it.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { CommandModule } from 'yargs';
 import type { LocalPlatformOptions, startLocalPlatform } from '../../core/adapters/local/platform.js';
@@ -14,7 +14,7 @@ import { apiKeyFromUser, ferryHome, ferryPythonPath, installRoot } from '../conf
 import type { CliContext } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { defaultServePort, LocalProvider, localApiKey } from '../providers/local.js';
-import { readServerInfo, runningServer, serverInfoPath, startDetached } from '../serve.js';
+import { answers, readServerInfo, runningServer, serverInfoPath, startDetached } from '../serve.js';
 import { defineCommand, portFlag } from './shared.js';
 
 export async function startServing(
@@ -82,10 +82,74 @@ function writeServerInfo(home: string, url: string): () => void {
   };
 }
 
+/**
+ * Whether server.json's pid is still that `ferry serve`: the platform answers at its URL, or (Linux)
+ * the process's command line is a `serve`. A pid alone could be another process's by now.
+ */
+async function stillServing(info: { pid: number; url: string }): Promise<boolean> {
+  if (!alive(info.pid)) return false;
+  if (await answers(info.url)) return true;
+  try {
+    return readFileSync(`/proc/${info.pid}/cmdline`, 'utf8').split('\0').includes('serve');
+  } catch {
+    return false;
+  }
+}
+
+/** Whether a process is still there (signal 0 asks, sending nothing). */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * `ferry serve --stop`: the platform of this FERRY_HOME (server.json) is asked to stop as Ctrl+C asks
+ * (SIGTERM to its process group: it stops its workers itself), and killed with its group if it is
+ * still there after `graceMs`. Nothing serving is no error: the wanted state holds.
+ */
+async function stopServing(ctx: CliContext, graceMs = 20_000): Promise<void> {
+  const home = ferryHome(ctx.io.env);
+  const info = readServerInfo(home);
+  if (!info || !(await stillServing(info))) {
+    rmSync(serverInfoPath(home), { force: true });
+    ctx.reporter.line(`No platform serves ${home}`);
+    return;
+  }
+  const signal = (name: NodeJS.Signals) => {
+    try {
+      process.kill(-info.pid, name);
+    } catch {
+      // The group is gone already.
+    }
+  };
+  ctx.reporter.line(`Stopping ferry serve (pid ${info.pid}) at ${info.url}…`);
+  signal('SIGTERM');
+  const deadline = Date.now() + graceMs;
+  while (alive(info.pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  if (alive(info.pid)) {
+    ctx.reporter.line(`  it did not stop within ${graceMs / 1000} s: killing its process group`);
+    signal('SIGKILL');
+  }
+  rmSync(serverInfoPath(home), { force: true });
+  ctx.reporter.line(`✓ Stopped ferry serve (pid ${info.pid})`);
+}
+
 async function serve(
   ctx: CliContext,
-  argv: { host: string; port: number; detach: boolean; 'worker-user'?: string; 'worker-uids'?: string },
+  argv: {
+    host: string;
+    port: number;
+    detach: boolean;
+    stop: boolean;
+    'worker-user'?: string;
+    'worker-uids'?: string;
+  },
 ): Promise<void> {
+  if (argv.stop) return stopServing(ctx);
   const home = ferryHome(ctx.io.env);
   // Checked before anything starts, in the foreground too: a detached server must not come up
   // without the isolation it was asked for.
@@ -98,7 +162,7 @@ async function serve(
       return;
     }
     throw new FerryError('conflict', `A platform already serves ${home} at ${running}`, {
-      hint: `Stop it (pid ${readServerInfo(home)?.pid}) or use another FERRY_HOME.`,
+      hint: 'Stop it with `ferry serve --stop`, or use another FERRY_HOME.',
     });
   }
   if (argv.detach) {
@@ -200,6 +264,11 @@ export const serveCommand = (ctx: CliContext): CommandModule =>
           default: false,
           describe: 'Run in the background; logs in FERRY_HOME/serve.log',
         })
+        .option('stop', {
+          type: 'boolean',
+          default: false,
+          describe: 'Stop the platform running in the background for this FERRY_HOME',
+        })
         .option('worker-user', {
           type: 'string',
           describe: 'Run workers as this OS user, out of reach of FERRY_HOME (needs root)',
@@ -212,7 +281,8 @@ export const serveCommand = (ctx: CliContext): CommandModule =>
         .example('$0 serve', 'Serve on 127.0.0.1:8888 until Ctrl+C')
         .example('sudo $0 serve --worker-user ferry-worker', 'Workers as their own OS user')
         .example('sudo $0 serve --worker-uids 200000-265535', 'Each endpoint as its own OS user')
-        .example('$0 serve --detach', 'Start it in the background'),
+        .example('$0 serve --detach', 'Start it in the background')
+        .example('$0 serve --stop', 'Stop the one in the background'),
     handler: (argv) => serve(ctx, argv),
   });
 
