@@ -86,9 +86,8 @@ export function apiKeyFromUser(env: NodeJS.ProcessEnv, projectDir: string): KeyF
 
 /**
  * The app name from a folder: its base name, made a valid app name (core/deployment.ts
- * checkRecordName). The `ferry`
- * Python package derives the same (worker-image/python/ferry/client.py app_name_of), so a script in
- * the folder calls the app the CLI deployed.
+ * checkRecordName). The `ferry` Python package derives the same (worker-image/python/ferry/client.py
+ * app_name_of), so a script in the folder calls the app the CLI deployed.
  */
 export function appNameOf(dir: string): string {
   const name = path

@@ -10,7 +10,7 @@ import type { LocalPlatformOptions } from '../../core/adapters/local/platform.js
 import { checkRecordName, livePrefix } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import { defaultPort } from '../../core/limits.js';
-import { apiKeyFromUser, ferryPythonPath, installRoot, projectAppName } from '../config.js';
+import { apiKeyFromUser, ferryPythonPath, installRoot } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { devStartFailureCodes, startFailureOf } from '../dev/failures.js';
@@ -27,7 +27,7 @@ import { buildOptionsFrom, defineCommand, portFlag } from './shared.js';
  */
 async function devOnAws(ctx: CliContext, yes: boolean): Promise<void> {
   const projectDir = ctx.io.cwd;
-  const app = checkRecordName('app', projectAppName(projectDir));
+  const app = checkRecordName('app', devApp(projectDir));
   ctx.reporter.line(`Provisioning ${livePrefix}endpoints of ${app} in environment 'dev' on AWS`);
   await withProvider(
     ctx,
@@ -66,8 +66,8 @@ interface DevArgs {
 async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
   const projectDir = ctx.io.cwd;
   const say = (line: string) => ctx.reporter.line(line);
-  // The live endpoints are recorded in this app (devApp): a name no app may have stops here.
-  checkRecordName('app', devApp(projectDir));
+  // The live endpoints are recorded in this app, read once: a name no app may have stops here.
+  const liveApp = checkRecordName('app', devApp(projectDir));
   const key = apiKeyFromUser(ctx.io.env, projectDir);
   if (!key) {
     throw new FerryError('unauthorized', 'FERRY_API_KEY is not set: `ferry dev` requires it', {
@@ -100,7 +100,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
   let liveRef: LiveEndpoints | undefined;
   const platformOptions: LocalPlatformOptions = {
     beforeResolve: async (app, _env, name) => {
-      if (liveRef && app === devApp(projectDir) && liveRef.endpoint(name)) await liveRef.ensure(name);
+      if (liveRef && app === liveApp && liveRef.endpoint(name)) await liveRef.ensure(name);
     },
     dataDir: path.join(projectDir, '.ferry'),
     host: '127.0.0.1',

@@ -18,10 +18,6 @@ import { defineCommand, jsonFlag } from './shared.js';
 
 const iso = (ms: number | undefined) => (ms === undefined ? '-' : new Date(ms).toISOString());
 
-function defaultApp(ctx: CliContext, flag: unknown): string {
-  return projectAppName(ctx.io.cwd, flag);
-}
-
 function appFlag<T>(y: Argv<T>) {
   return y.option('app', {
     alias: 'a',
@@ -114,7 +110,7 @@ export const envCommand = (ctx: CliContext): CommandModule =>
           builder: (y2) => appFlag(y2).option('json', jsonFlag),
           handler: (argv) =>
             withProvider(ctx, argv.provider, async (provider) => {
-              const app = defaultApp(ctx, argv.app);
+              const app = projectAppName(ctx.io.cwd, argv.app);
               if (!(await provider.control.getApp(app))) {
                 throw new FerryError('not_found', `No app named '${app}'`, {
                   hint: 'Run `ferry deploy` to create it, or pass --app.',
@@ -150,7 +146,7 @@ export const envCommand = (ctx: CliContext): CommandModule =>
           builder: (y2) => appFlag(y2).positional('name', { type: 'string', demandOption: true }),
           handler: (argv) =>
             withProvider(ctx, argv.provider, async (provider) => {
-              const app = checkRecordName('app', defaultApp(ctx, argv.app));
+              const app = checkRecordName('app', projectAppName(ctx.io.cwd, argv.app));
               const name = checkRecordName('environment', argv.name);
               if (!(await provider.control.getApp(app))) {
                 await provider.control.putApp({ name: app, createdAt: Date.now() });
@@ -170,7 +166,7 @@ export const envCommand = (ctx: CliContext): CommandModule =>
             appFlag(y2).positional('name', { type: 'string', demandOption: true }).option('json', jsonFlag),
           handler: (argv) =>
             withProvider(ctx, argv.provider, async (provider) => {
-              const app = defaultApp(ctx, argv.app);
+              const app = projectAppName(ctx.io.cwd, argv.app);
               const env = await provider.control.getEnvironment(app, argv.name);
               if (!env) throw notFound(`No environment '${argv.name}' in app '${app}'`);
               const endpoints = (await provider.control.listEndpoints({ app, env: env.name })).map((r) =>
@@ -201,7 +197,7 @@ export const envCommand = (ctx: CliContext): CommandModule =>
             appFlag(y2).positional('name', { type: 'string', demandOption: true }).option('force', forceFlag),
           handler: (argv) =>
             withProvider(ctx, argv.provider, async (provider) => {
-              const app = defaultApp(ctx, argv.app);
+              const app = projectAppName(ctx.io.cwd, argv.app);
               const name = argv.name;
               if (!(await provider.control.getEnvironment(app, name)))
                 throw notFound(`No environment '${name}' in app '${app}'`);
@@ -386,7 +382,7 @@ export const undeployCommand = (ctx: CliContext): CommandModule =>
           if (name) throw usage('Give an endpoint name or --all, not both');
           // Run inside a project, --all means that project's app; every app only when asked.
           const everywhere = argv.everywhere && typeof argv.app !== 'string';
-          const scope = everywhere ? filter : { ...filter, app: defaultApp(ctx, argv.app) };
+          const scope = everywhere ? filter : { ...filter, app: projectAppName(ctx.io.cwd, argv.app) };
           const endpoints = await provider.control.listEndpoints(scope);
           if (endpoints.length === 0) {
             return ctx.reporter.out(

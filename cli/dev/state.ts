@@ -88,6 +88,8 @@ export const imageNotInDev = (endpoint: Pick<ManifestEndpoint, 'name' | 'image'>
 /** Provisioning of live endpoints, serialized per name (two first calls make one record). */
 export class LiveEndpoints {
   #snapshot: ScanSnapshot;
+  /** The app of the live records, read once (devApp reads .ferry/config.json). */
+  readonly #app: string;
   readonly #inflight = new Map<string, Promise<EndpointRecord>>();
   readonly #provisioned = new Set<string>();
 
@@ -105,6 +107,7 @@ export class LiveEndpoints {
     },
   ) {
     this.#snapshot = options.snapshot;
+    this.#app = devApp(options.projectDir);
   }
 
   get snapshot(): ScanSnapshot {
@@ -133,7 +136,7 @@ export class LiveEndpoints {
     const cachedId = resources[name]?.id;
     const previous =
       (cachedId ? await this.options.control.getEndpoint(cachedId) : undefined) ??
-      (await this.options.control.listEndpoints({ app: devApp(this.options.projectDir), env: devEnv })).find(
+      (await this.options.control.listEndpoints({ app: this.#app, env: devEnv })).find(
         (r) => r.name === liveName,
       );
     const command = await this.options.workerCommand?.(endpoint);
@@ -146,7 +149,7 @@ export class LiveEndpoints {
     const nowMs = Date.now();
     const record: EndpointRecord = {
       id: previous?.id ?? cachedId ?? newEndpointId(liveName),
-      app: devApp(this.options.projectDir),
+      app: this.#app,
       env: devEnv,
       name: liveName,
       kind: endpoint.kind,
@@ -161,7 +164,7 @@ export class LiveEndpoints {
       JSON.stringify(previous.config) === JSON.stringify(record.config);
     const outcome: ProvisionOutcome = previous === undefined ? 'created' : same ? 'unchanged' : 'updated';
     if (outcome !== 'unchanged') {
-      const app = devApp(this.options.projectDir);
+      const app = this.#app;
       if (!(await this.options.control.getApp(app)))
         await this.options.control.putApp({ name: app, createdAt: nowMs });
       if (!(await this.options.control.getEnvironment(app, devEnv))) {
