@@ -14,7 +14,7 @@ import { defaultPort } from '../../core/limits.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import { apiKeyFromUser } from '../config.js';
 import type { Reporter } from '../io.js';
-import { runningServer, startDetached } from '../serve.js';
+import { readServerInfo, runningServer, startDetached } from '../serve.js';
 import type { DestroyResult, Provider, ServingState } from './types.js';
 
 export interface LocalProviderOptions {
@@ -27,9 +27,7 @@ export interface LocalProviderOptions {
 
 export function defaultServePort(env: NodeJS.ProcessEnv): number {
   const port = Number(env.FERRY_PORT);
-  return env.FERRY_PORT !== undefined && Number.isInteger(port) && port >= 0 && port < 65536
-    ? port
-    : defaultPort;
+  return env.FERRY_PORT && Number.isInteger(port) && port >= 0 && port < 65536 ? port : defaultPort;
 }
 
 /**
@@ -144,7 +142,13 @@ export class LocalProvider implements Provider {
   }
 
   endpointUrl(record: EndpointRecord): string {
-    const base = this.#fixedUrl ?? this.#url ?? `http://127.0.0.1:${defaultServePort(this.options.env)}`;
+    // Listings (`env get`, `undeploy list`) do not probe the server: the URL the running (or last)
+    // `ferry serve` recorded is its port, which `--port` may have set to another than FERRY_PORT's.
+    const base =
+      this.#fixedUrl ??
+      this.#url ??
+      readServerInfo(this.options.home)?.url ??
+      `http://127.0.0.1:${defaultServePort(this.options.env)}`;
     return record.kind === 'lb' ? `${base}/lb/${record.id}` : `${base}/v2/${record.id}`;
   }
 

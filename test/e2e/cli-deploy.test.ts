@@ -439,6 +439,14 @@ describe('deploy → the printed curl line works against the served platform', (
     expect(await response.json()).toMatchObject({ status: 'success', echo: { n: 1 } });
     const anonymous = await fetch(`${lbUrl}/health`);
     expect(anonymous.status).toBe(401);
+    // Listings name the port the platform serves on (FERRY_PORT is 0 here: it picked a free one),
+    // not the port FERRY_PORT or the default would give.
+    const listed = await sandbox.run(['undeploy', 'list', '--json'], { cwd: project });
+    expect(listed.code, listed.stderr).toBe(0);
+    const lbListed = (JSON.parse(listed.stdout) as { name: string; url: string }[]).find(
+      (e) => e.name === 'lb_worker',
+    );
+    expect(lbListed?.url).toBe(lbUrl);
   });
 });
 
