@@ -12,6 +12,7 @@ import { copyFile, mkdir, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { FerryError, usage } from '../../core/errors.js';
 import { type Manifest, type ManifestEndpoint, manifestSchema, pythonVersions } from '../../core/manifest.js';
+import { countOf } from '../io.js';
 import { packArtifact } from './artifact.js';
 import { installDependencies, listInstalled, normalizeName, resolveDependencies } from './deps.js';
 import { type BuildEvent, type NowMs, type ProgressSink, stage } from './events.js';
@@ -131,7 +132,7 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
       emit({ type: 'endpoints', names: result.endpoints.map((e) => e.name) });
       return result;
     },
-    (result) => `${result.endpoints.length} endpoints`,
+    (result) => countOf(result.endpoints.length, 'endpoint'),
   );
 
   const pythonVersion = resolvePythonVersion(

@@ -16,7 +16,7 @@ import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { devStartFailureCodes, startFailureOf } from '../dev/failures.js';
 import { DevResourcesFile, devApp, imageNotInDev, LiveEndpoints, scanForDev } from '../dev/state.js';
 import { DevVenvs } from '../dev/venvs.js';
-import { confirm } from '../io.js';
+import { confirm, countOf } from '../io.js';
 import { untilStopped } from './serve.js';
 import { buildOptionsFrom, defineCommand, portFlag } from './shared.js';
 
@@ -205,7 +205,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
           server = undefined;
           await old?.close();
           server = await start();
-          say(`↻ reloaded (${snapshot.endpoints.length} endpoints)`);
+          say(`↻ reloaded (${countOf(snapshot.endpoints.length, 'endpoint')})`);
         } catch (error) {
           say(`reload failed: ${(error as Error).message}`);
         }

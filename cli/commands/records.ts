@@ -12,7 +12,7 @@ import { FerryError, notFound, usage } from '../../core/errors.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { projectAppName } from '../config.js';
 import { type CliContext, withProvider } from '../context.js';
-import { ask, confirm } from '../io.js';
+import { ask, confirm, countOf } from '../io.js';
 import type { Provider } from '../providers/types.js';
 import { defineCommand, jsonFlag } from './shared.js';
 
@@ -64,7 +64,7 @@ async function removeEndpoints(ctx: CliContext, provider: Provider, records: End
   if (result.failed.length > 0) {
     throw new FerryError(
       'failed',
-      `${what}: ${result.failed.length} of ${records.length} endpoints could not be removed: ${result.failed
+      `${what}: ${result.failed.length} of ${countOf(records.length, 'endpoint')} could not be removed: ${result.failed
         .map((f) => `${f.record.name} (${f.record.id}): ${f.error}`)
         .join('; ')}`,
       { hint: 'Nothing else was deleted; run the command again.' },
@@ -205,13 +205,13 @@ export const envCommand = (ctx: CliContext): CommandModule =>
               await confirmOrForce(
                 ctx,
                 Boolean(argv.force),
-                `Delete environment '${name}' of '${app}' and its ${endpoints.length} endpoints?`,
+                `Delete environment '${name}' of '${app}' and its ${countOf(endpoints.length, 'endpoint')}?`,
               );
               await removeEndpoints(ctx, provider, endpoints, `Environment '${name}' was kept`);
               await destroyEnvironment(provider, app, name, `Environment '${name}' was kept`);
               await provider.control.deleteEnvironment(app, name);
               ctx.reporter.out(
-                `✓ Deleted environment '${name}' of app '${app}' (${endpoints.length} endpoints removed)`,
+                `✓ Deleted environment '${name}' of app '${app}' (${countOf(endpoints.length, 'endpoint')} removed)`,
               );
             }),
         })
@@ -317,7 +317,7 @@ export const appCommand = (ctx: CliContext): CommandModule =>
               await confirmOrForce(
                 ctx,
                 Boolean(argv.force),
-                `Delete app '${name}', its environments and ${endpoints.length} endpoints?`,
+                `Delete app '${name}', its environments and ${countOf(endpoints.length, 'endpoint')}?`,
               );
               await removeEndpoints(ctx, provider, endpoints, `App '${name}' was kept`);
               for (const env of await provider.control.listEnvironments(name)) {
@@ -325,7 +325,7 @@ export const appCommand = (ctx: CliContext): CommandModule =>
                 await provider.control.deleteEnvironment(name, env.name);
               }
               await provider.control.deleteApp(name);
-              ctx.reporter.out(`✓ Deleted app '${name}' (${endpoints.length} endpoints removed)`);
+              ctx.reporter.out(`✓ Deleted app '${name}' (${countOf(endpoints.length, 'endpoint')} removed)`);
             }),
         })
         .demandCommand(1, 'Choose a command: list, create, get or delete')
@@ -392,7 +392,7 @@ export const undeployCommand = (ctx: CliContext): CommandModule =>
           if (!argv.force) {
             const where = everywhere ? 'in every app' : `of app '${scope.app}'`;
             ctx.reporter.line(
-              `This removes ${endpoints.length} endpoints ${where}: ${endpoints.map((e) => `${e.name} (${e.env})`).join(', ')}`,
+              `This removes ${countOf(endpoints.length, 'endpoint')} ${where}: ${endpoints.map((e) => `${e.name} (${e.env})`).join(', ')}`,
             );
             const typed = await ask(ctx.io, 'Type DELETE ALL to confirm: ');
             if (typed !== 'DELETE ALL') {
@@ -403,7 +403,7 @@ export const undeployCommand = (ctx: CliContext): CommandModule =>
           }
           const deleted = await removeEndpoints(ctx, provider, endpoints, 'Undeploy incomplete');
           if (argv.json) return ctx.reporter.json(deleted.map((r) => ({ id: r.id, name: r.name })));
-          return ctx.reporter.out(`✓ Removed ${deleted.length} endpoints`);
+          return ctx.reporter.out(`✓ Removed ${countOf(deleted.length, 'endpoint')}`);
         }
         if (!name)
           throw usage(

@@ -9,7 +9,7 @@ import { FerryError, usage } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { type BuildEvent, type BuildOptions, type BuildResult, buildProject } from '../build/index.js';
-import { formatBytes, formatMs, type Reporter } from '../io.js';
+import { countOf, formatBytes, formatMs, type Reporter } from '../io.js';
 import type { Provider } from '../providers/types.js';
 import { artifactKeyOf, curlExample, type EndpointPlan, planEndpoints, resolveEnvironment } from './plan.js';
 
@@ -269,7 +269,7 @@ export function printDeploySummary(reporter: Reporter, result: DeployResult, jso
     reporter.json(result);
     return;
   }
-  reporter.out(`✓ Deployed ${result.app} to ${result.env} (${result.endpoints.length} endpoints)`);
+  reporter.out(`✓ Deployed ${result.app} to ${result.env} (${countOf(result.endpoints.length, 'endpoint')})`);
   const width = Math.max(...result.endpoints.map((e) => e.name.length));
   for (const endpoint of result.endpoints) {
     if (endpoint.kind === 'lb') {

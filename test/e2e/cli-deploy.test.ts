@@ -118,6 +118,7 @@ describe('deploy and the control records (--no-serve)', () => {
     expect(otherApp.code, otherApp.stderr).toBe(0);
     const all = await sandbox.run(['undeploy', '--all'], { cwd: project, input: 'DELETE ALL\n' });
     expect(all.code, all.stderr).toBe(0);
+    expect(all.stdout).toContain('✓ Removed 1 endpoint\n');
     expect(all.stderr).toContain(`of app '${path.basename(project)}'`);
     const left = await json(['undeploy', 'list']);
     expect(left.length).toBeGreaterThan(0);
@@ -136,6 +137,7 @@ describe('deploy and the control records (--no-serve)', () => {
     expect(await json(['undeploy', 'list'])).toHaveLength(4);
     const envDelete = await sandbox.run(['env', 'delete', 'staging', '--force'], { cwd: project });
     expect(envDelete.code, envDelete.stderr).toBe(0);
+    expect(envDelete.stdout).toContain('(2 endpoints removed)');
     const left = await json(['undeploy', 'list']);
     expect(left.map((e: { env: string }) => e.env)).toEqual(['production', 'production']);
     expect((await json(['env', 'list'])).map((e: { name: string }) => e.name)).toEqual(['production']);
