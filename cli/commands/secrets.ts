@@ -31,12 +31,19 @@ async function withSecretStore<T>(
   const provider = providerName(ctx, typeof flag === 'string' ? flag : undefined);
   if (provider === 'aws') {
     // The AWS SDK only for --provider aws: every command loads this module (the command table).
-    const [sdk, { SecretsManagerSecretStore }] = await Promise.all([
+    const [sdk, { SecretsManagerSecretStore }, { checkAwsConfiguration }] = await Promise.all([
       import('@aws-sdk/client-secrets-manager'),
       import('../../core/adapters/aws/secrets.js'),
+      import('../providers/aws/clients.js'),
     ]);
-    const client = options.awsClient?.() ?? new sdk.SecretsManagerClient({});
-    return fn(new SecretsManagerSecretStore(client));
+    if (options.awsClient) return fn(new SecretsManagerSecretStore(options.awsClient()));
+    const client = new sdk.SecretsManagerClient({});
+    try {
+      await checkAwsConfiguration(client.config);
+      return await fn(new SecretsManagerSecretStore(client));
+    } finally {
+      client.destroy();
+    }
   }
   const home = ferryHome(ctx.io.env);
   securePrivateDir(home);

@@ -42,7 +42,7 @@ import { agentBundleDir } from '../../worker-image/images.js';
 import { apiKeyFromUser, ferryVersion, installRoot } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
 import type { Reporter } from '../io.js';
-import { type AwsClients, awsClientsFromEnv } from './aws/clients.js';
+import { type AwsClients, awsClientsFromEnv, checkAwsConfiguration } from './aws/clients.js';
 import { cloudFrontPrefixListId, needsCloudFrontPrefixList } from './aws/cloudfront-prefix-list.js';
 import { lazyPort } from './aws/lazy-port.js';
 import { manifestFromRecords } from './aws/manifest.js';
@@ -96,6 +96,7 @@ export {
   awsClientsFromEnv,
   awsEndpointInfoSchema,
   awsInfoOf,
+  checkAwsConfiguration,
   integrationTimeoutFrom,
   lbHttpsFrom,
   manifestFromRecords,

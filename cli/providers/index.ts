@@ -68,12 +68,18 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
     // deploy's own output, so it is off unless the user set the variable themselves.
     process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
     // Loaded only here: the AWS SDK clients and the CDK toolkit are large.
-    const [{ AwsProvider, awsClientsFromEnv }, { toolkitFromEnv }] = await Promise.all([
-      import('./aws.js'),
-      import('./toolkit.js'),
-    ]);
+    const [{ AwsProvider, awsClientsFromEnv, checkAwsConfiguration }, { toolkitFromEnv }] = await Promise.all(
+      [import('./aws.js'), import('./toolkit.js')],
+    );
     const { io, reporter } = options;
     if (!io || !reporter) throw new FerryError('failed', 'The AWS provider needs the command I/O');
+    const clients = awsClientsFromEnv(options.env);
+    try {
+      await checkAwsConfiguration(clients.s3.config);
+    } catch (error) {
+      clients.close();
+      throw error;
+    }
     const { toolkit, lookup } = toolkitFromEnv(options.env, async (question, kind) => {
       if (options.yes) return true;
       if (!io.interactive) {
@@ -94,7 +100,7 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
       reporter,
       toolkit,
       lookup,
-      clients: awsClientsFromEnv(options.env),
+      clients,
       // The recording fake toolkit (tests) talks to no AWS account, so there is no role to check,
       // and call keys' values go to a file beside its state (their records still go to the
       // control table).

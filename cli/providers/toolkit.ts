@@ -464,12 +464,8 @@ export class CloudFormationLookup implements StackLookup {
   }
 }
 
+/** A region or credentials missing altogether never reach here: openProvider checks them first (checkAwsConfiguration). */
 function lookupFailure(stackName: string, error: unknown): FerryError {
-  if (/region is missing/i.test((error as Error).message ?? '')) {
-    return new FerryError('failed', 'No AWS region is set', {
-      hint: 'Set AWS_REGION (or a region in your AWS profile), and AWS credentials.',
-    });
-  }
   return new FerryError(
     'failed',
     `Cannot read the CloudFormation stack ${stackName}: ${(error as Error).message}`,

@@ -102,12 +102,43 @@ describe('ferry errors', () => {
     expect(await names(['app', 'list'])).toEqual(['errs']);
   });
 
-  it('--provider aws without a region fails clearly (exit 1, no stack trace)', async () => {
-    const result = await sandbox.run(['app', 'list', '--provider', 'aws'], {
-      env: { AWS_REGION: undefined, AWS_DEFAULT_REGION: undefined, AWS_PROFILE: undefined },
-    });
-    expect(result.code).toBe(1);
-    expect(result.stderr).toContain('No AWS region is set');
-    noStack(result.stderr);
+  it('--provider aws without a region or credentials: exit 2 with the way to set them, before anything is built', async () => {
+    // No region and no credentials from any source of the SDK's chains: environment, ~/.aws files,
+    // instance metadata.
+    const noAws = {
+      AWS_REGION: undefined,
+      AWS_DEFAULT_REGION: undefined,
+      AWS_PROFILE: undefined,
+      AWS_ACCESS_KEY_ID: undefined,
+      AWS_SECRET_ACCESS_KEY: undefined,
+      AWS_SESSION_TOKEN: undefined,
+      AWS_CONFIG_FILE: path.join(sandbox.root, 'no-aws-config'),
+      AWS_SHARED_CREDENTIALS_FILE: path.join(sandbox.root, 'no-aws-credentials'),
+      AWS_EC2_METADATA_DISABLED: 'true',
+    };
+    const list = await sandbox.run(['app', 'list', '--provider', 'aws'], { env: noAws });
+    expect(list.code).toBe(2);
+    expect(list.stderr).toContain('Error: No AWS region is configured\n');
+    expect(list.stderr).toContain('export AWS_REGION=');
+    noStack(list.stderr);
+
+    const deploy = await sandbox.run(['deploy', '--provider', 'aws'], { cwd: project, env: noAws });
+    expect(deploy.code).toBe(2);
+    expect(deploy.stderr).toContain('Error: No AWS region is configured\n');
+    expect(deploy.stderr).not.toContain('[1/5]');
+
+    for (const args of [
+      ['deploy', '--provider', 'aws'],
+      ['secrets', 'list', '--provider', 'aws'],
+    ]) {
+      const result = await sandbox.run(args, { cwd: project, env: { ...noAws, AWS_REGION: 'eu-west-1' } });
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr).toContain(
+        'Error: No usable AWS credentials: Could not load credentials from any providers',
+      );
+      expect(result.stderr).toContain('aws configure');
+      expect(result.stderr).not.toContain('[1/5]');
+      noStack(result.stderr);
+    }
   });
 });
