@@ -132,6 +132,8 @@ const taskStartFailureSchema = z.object({
   detail: z.object({
     group: z.string(),
     stopCode: z.literal('TaskFailedToStart'),
+    /** The instance ECS placed the task on; absent when it never found one. */
+    containerInstanceArn: z.string().optional(),
     stoppedReason: z.string().optional(),
     containers: z.array(z.object({ name: z.string().optional(), reason: z.string().optional() })).optional(),
   }),
@@ -145,13 +147,30 @@ export interface TaskStartFailure {
   lines: string[];
 }
 
-/** The failed start an event reports for one of the endpoints' services (`<prefix><endpointId>`). */
+/**
+ * ECS's reasons for a task it could not place or hand to an instance: no instance with the CPU,
+ * memory or GPUs it asks for (`TaskFailedToStart: RESOURCE:…`), an instance whose agent is
+ * disconnected (`TaskFailedToStart: AGENT`), a placement constraint
+ * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/api_failures_messages.html).
+ */
+const placementReason = /^TaskFailedToStart: (RESOURCE|AGENT)\b|placement constraint/i;
+
+/**
+ * The failed start an event reports for one of the endpoints' services (`<prefix><endpointId>`),
+ * when the endpoint caused it: the task was on an instance (its image pull and its secrets happen
+ * there) and ECS names no placement reason. A task that never got an instance waited for capacity
+ * (PROVISIONING, "provisioning tasks will wait for capacity for between 10 and 30 minutes before
+ * transitioning to stopped", https://aws.amazon.com/blogs/containers/deep-dive-on-amazon-ecs-cluster-auto-scaling/):
+ * a GPU shortage, the account's instance quota or a full pool, which the next deploy would not fix,
+ * so it must not make the endpoint failing.
+ */
 export function taskStartFailureOf(event: unknown, serviceNamePrefix: string): TaskStartFailure | undefined {
   const parsed = taskStartFailureSchema.safeParse(event);
   if (!parsed.success) return undefined;
-  const { group, stoppedReason, containers } = parsed.data.detail;
+  const { group, stoppedReason, containers, containerInstanceArn } = parsed.data.detail;
   const servicePrefix = `service:${serviceNamePrefix}`;
   if (!group.startsWith(servicePrefix) || group.length === servicePrefix.length) return undefined;
+  if (!containerInstanceArn || placementReason.test(stoppedReason ?? '')) return undefined;
   return {
     endpointId: group.slice(servicePrefix.length),
     reason: stoppedReason ?? 'no reason given',

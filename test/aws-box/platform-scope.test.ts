@@ -577,6 +577,7 @@ describe('the scaler function with its own role', () => {
         'detail-type': 'ECS Task State Change',
         detail: {
           clusterArn: arnOf.cluster('ferry'),
+          containerInstanceArn: `${arnOf.cluster('ferry').replace(':cluster/', ':container-instance/')}/0a1b2c`,
           group: 'service:ferry-scale',
           lastStatus: 'STOPPED',
           desiredStatus: 'STOPPED',

@@ -581,6 +581,7 @@ describe('a task that stopped before it ran (EventBridge "ECS Task State Change"
     'detail-type': 'ECS Task State Change',
     detail: {
       clusterArn: 'arn:aws:ecs:eu-west-1:1:cluster/ferry',
+      containerInstanceArn: 'arn:aws:ecs:eu-west-1:1:container-instance/ferry/0a1b2c',
       group: 'service:ferry-ep1abc',
       lastStatus: 'STOPPED',
       stopCode: 'TaskFailedToStart',
@@ -612,6 +613,26 @@ describe('a task that stopped before it ran (EventBridge "ECS Task State Change"
     ]) {
       expect(taskStartFailureOf(other, 'ferry-')).toBeUndefined();
     }
+  });
+
+  it('is nothing for a task ECS could not place: no capacity is not the endpoint’s fault', () => {
+    // Never on an instance: it waited in PROVISIONING until ECS stopped it.
+    expect(taskStartFailureOf(event({ containerInstanceArn: undefined }), 'ferry-')).toBeUndefined();
+    for (const stoppedReason of [
+      'TaskFailedToStart: RESOURCE:GPU',
+      'TaskFailedToStart: RESOURCE:MEMORY',
+      'TaskFailedToStart: AGENT',
+      'TaskFailedToStart: MemberOf placement constraint unsatisfied.',
+    ]) {
+      expect(taskStartFailureOf(event({ stoppedReason }), 'ferry-'), stoppedReason).toBeUndefined();
+    }
+    // A secret that is missing is the endpoint's, on an instance like an image that cannot be pulled.
+    expect(
+      taskStartFailureOf(
+        event({ stoppedReason: 'ResourceInitializationError: unable to pull secrets or registry auth' }),
+        'ferry-',
+      )?.endpointId,
+    ).toBe('ep1abc');
   });
 
   it('is not taken for a schedule run or a nudge by scalerEventOf’s callers: the events differ', () => {
