@@ -82,7 +82,7 @@ import {
   workerLoadOf,
 } from '../core/scaling.js';
 import { defaultSupervisorSettings } from '../core/supervisor.js';
-import { placementFor } from '../infra/gpu.js';
+import { placementFor, poolMaxInstances } from '../infra/gpu.js';
 import { wakeAlarmPrefix } from '../infra/names.js';
 import { healthCheckGraceSecOf } from '../infra/task-layout.js';
 import { scalerDepsFromEnv } from './wiring.js';
@@ -317,7 +317,13 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
     const service = `${deps.serviceNamePrefix}${record.id}`;
     try {
       const { endpoint } = endpointConfigOf(record);
-      const settings = scalingSettingsOf(endpoint.resources);
+      // Never more tasks than the endpoint's pool has instances: the rest would wait in PROVISIONING.
+      const { min, max, ...policy } = scalingSettingsOf(endpoint.resources);
+      const settings = {
+        ...policy,
+        min: Math.min(min, poolMaxInstances),
+        max: Math.min(max, poolMaxInstances),
+      };
       const now = deps.clock.now();
       const isQueue = endpoint.kind === 'queue';
       const [depth, queued, registered, starts] = await Promise.all([

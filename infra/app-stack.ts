@@ -35,7 +35,7 @@ import type { LbHttpsOptions } from './constructs/https-front.js';
 import { EndpointLoadBalancer } from './constructs/load-balancer.js';
 import { EndpointQueues } from './constructs/queues.js';
 import { EndpointService, type WorkerImages } from './constructs/service.js';
-import { type Placement, placementFor } from './gpu.js';
+import { type Placement, placementFor, poolFitOf } from './gpu.js';
 import { PlatformImports, type PlatformImportsProps, type PlatformRefs } from './platform-exports.js';
 import { checkTemplateResources } from './template-limits.js';
 
@@ -183,6 +183,8 @@ export class AppEnvironmentStack extends Stack {
         `Endpoint "${endpoint.name}": workers min ${resources.workersMin} exceeds max ${resources.workersMax}`,
       );
     }
+    const fit = poolFitOf(endpoint);
+    if (fit.error) throw fit.error;
     // An image endpoint's worker is its image: it names no function of ours (docs/python.md).
     if (endpoint.kind === 'queue' && !endpoint.target && !endpoint.image) {
       throw new FerryError('bad_request', `Queue endpoint "${endpoint.name}" names no function or class`);

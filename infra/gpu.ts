@@ -237,6 +237,48 @@ export function placementFor(resources: Pick<Resources, 'gpu' | 'cpu' | 'gpuCoun
   return { kind: 'gpu', gpuModel: model, shape: gpuInstanceFor(model, resources.gpuCount) };
 }
 
+/**
+ * The most instances of one capacity pool (its Auto Scaling group's MaxSize), shared by every
+ * endpoint of every app placed on that instance type. A worker reserves its whole instance
+ * (workerMemoryReservationMiB), so this is also the most workers of that type at once. A task asked
+ * for beyond it never leaves PROVISIONING: "If the Auto Scaling group is unable to scale out to
+ * accommodate the number of tasks run, the tasks will fail to transition beyond the PROVISIONING
+ * state" (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/asg-capacity-providers.html),
+ * and a cluster holds at most 100 such tasks. So the scaler never asks one endpoint for more
+ * (functions/scaler.ts) and a deploy refuses a `workers` minimum above it (poolFitOf).
+ */
+export const poolMaxInstances = 8;
+
+/**
+ * What an endpoint's `workers=(min, max)` can get from its pool: an error when the minimum cannot
+ * run at all, a warning when the maximum is out of reach.
+ */
+export function poolFitOf(endpoint: {
+  name: string;
+  resources: Pick<Resources, 'gpu' | 'cpu' | 'gpuCount' | 'workersMin' | 'workersMax'>;
+}): { error?: FerryError; warning?: string } {
+  const { instanceType } = placementFor(endpoint.resources).shape;
+  const { workersMin, workersMax } = endpoint.resources;
+  const pool = `its ${instanceType} pool holds ${poolMaxInstances} instances (one worker each, shared by every app on ${instanceType})`;
+  if (workersMin > poolMaxInstances) {
+    return {
+      error: new FerryError(
+        'usage',
+        `Endpoint "${endpoint.name}": workers min ${workersMin} can never run: ${pool}`,
+        {
+          hint: `Lower the minimum of workers=(min, max) to ${poolMaxInstances} or less.`,
+        },
+      ),
+    };
+  }
+  if (workersMax > poolMaxInstances) {
+    return {
+      warning: `${endpoint.name}: workers max ${workersMax}, but ${pool}: at most ${poolMaxInstances} run at once`,
+    };
+  }
+  return {};
+}
+
 /** Every instance type a set of endpoints needs, sorted and without repeats (the platform's pools). */
 export function instanceTypesFor(
   resources: readonly Pick<Resources, 'gpu' | 'cpu' | 'gpuCount'>[],

@@ -89,6 +89,7 @@ import {
   equivalentInstanceTypes,
   gpuInstanceFor,
   isGpuInstanceType,
+  poolMaxInstances,
 } from './gpu.js';
 import { leadingKeysCondition } from './leading-keys.js';
 import {
@@ -179,8 +180,6 @@ export interface PlatformStackProps extends StackProps {
    * manifest). Pools cost nothing at zero instances. Default: the `any` GPU and the default CPU shape.
    */
   instanceTypes?: readonly string[];
-  /** Upper bound of each pool's Auto Scaling group. */
-  maxInstancesPerPool?: number;
   /**
    * Stopped GPU instances kept ready beside each GPU pool (an EC2 Auto Scaling warm pool): a scale-out
    * starts one of them (already booted once, image cached) instead of launching a fresh instance.
@@ -481,7 +480,7 @@ export class PlatformStack extends Stack {
     this.loadBalancerSecurityGroup = this.hostsFromLoadBalancers();
     const instanceTypes = [...new Set(props.instanceTypes ?? defaultInstanceTypes())].sort();
     for (const instanceType of instanceTypes) {
-      this.addPool(instanceType, props.maxInstancesPerPool ?? 8, props.gpuWarmPoolSize ?? 0);
+      this.addPool(instanceType, poolMaxInstances, props.gpuWarmPoolSize ?? 0);
     }
 
     // ── Functions ─────────────────────────────────────────────────────────────────────────────

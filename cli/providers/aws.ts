@@ -225,6 +225,12 @@ export class AwsProvider implements Provider {
   async prepare(input: PrepareInput): Promise<void> {
     const { reporter } = input;
     checkAppEnvNames(input.manifest.app, input.env ?? 'production');
+    const { poolFitOf } = await import('../../infra/gpu.js');
+    for (const endpoint of input.manifest.endpoints) {
+      const fit = poolFitOf(endpoint);
+      if (fit.error) throw fit.error;
+      if (fit.warning) reporter.line(`  warning: ${fit.warning}`);
+    }
     if (this.options.iam) await ensureEcsServiceLinkedRole(this.options.iam, reporter);
     const described = await this.#usableStack(platformStackName, reporter);
     if (described) {

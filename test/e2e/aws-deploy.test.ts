@@ -19,6 +19,7 @@ import { FileCallTokens } from '../../core/adapters/aws/secrets.js';
 import { callTokenSecretName, legacyCallTokenSecretName } from '../../core/call-keys.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { appStackName } from '../../infra/app-stack.js';
+import { poolMaxInstances } from '../../infra/gpu.js';
 import { type AwsFixture, fakeAwsConfig, startAwsFixture } from '../support/emulators.js';
 import { CliSandbox, deployStages } from './cli-support.js';
 
@@ -437,6 +438,43 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     expect(result.stderr).toContain('ferry deploy -e <env>');
     expect(state().calls.slice(count)).toEqual([]);
     expect(await records('wide')).toEqual([]);
+  }, 240_000);
+
+  it('refuses (exit 2, nothing deployed) workers a capacity pool can never hold; warns of a maximum out of reach', async () => {
+    expect((await sandbox.run(['init', 'big'])).code).toBe(0);
+    const big = path.join(sandbox.root, 'big');
+    for (const file of ['cpu_worker.py', 'gpu_worker.py', 'lb_worker.py']) rmSync(path.join(big, file));
+    const endpointFile = (workers: string) =>
+      writeFileSync(
+        path.join(big, 'big.py'),
+        [
+          'from ferry import Endpoint',
+          '',
+          '',
+          `@Endpoint(name="big", gpu="A10G", workers=${workers})`,
+          'def big(x: int) -> int:',
+          '    return x',
+          '',
+        ].join('\n'),
+      );
+    editState((s) => {
+      s.stacks.FerryPlatform = { ...s.platformOutputs };
+      delete s.statuses;
+    });
+    endpointFile(`(${poolMaxInstances + 1}, 20)`);
+    const count = state().calls.length;
+    const refused = await ferry(['deploy', '--yes', '--env', 'production'], {}, big);
+    expect(refused.code, refused.stderr).toBe(2);
+    expect(refused.stderr).toContain(`Endpoint "big": workers min ${poolMaxInstances + 1} can never run`);
+    expect(state().calls.slice(count)).toEqual([]);
+    expect(await records('big')).toEqual([]);
+
+    endpointFile('(0, 20)');
+    const warned = await ferry(['deploy', '--yes', '--env', 'production'], {}, big);
+    expect(warned.code, warned.stderr).toBe(0);
+    expect(warned.stderr).toContain(
+      `warning: big: workers max 20, but its g5.xlarge pool holds ${poolMaxInstances} instances`,
+    );
   }, 240_000);
 });
 

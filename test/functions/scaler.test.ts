@@ -29,6 +29,7 @@ import {
   scalerEventOf,
   taskStartFailureOf,
 } from '../../functions/scaler.js';
+import { poolMaxInstances } from '../../infra/gpu.js';
 import { wakeAlarmName } from '../../infra/names.js';
 import { defaultHealthCheckGraceSec } from '../../infra/task-layout.js';
 import { sampleResources } from '../infra/fixtures.js';
@@ -200,6 +201,18 @@ beforeEach(async () => {
 const desiredOf = (id: string) => ecs.services.get(`ferry-${id}`);
 
 describe('scaler', () => {
+  it('never asks for more tasks than the endpoint’s pool has instances, whatever workers= says', async () => {
+    // The rest would wait in PROVISIONING for an instance the pool cannot launch (infra/gpu.ts).
+    const ep = await deploy('queue', true, { workersMin: 0, workersMax: 20 });
+    for (let i = 0; i < 40; i++) await engine.submit(ep, { input: { i } }, { sync: false });
+    await scaleEndpoints(deps, {});
+    expect(desiredOf(ep)).toBe(poolMaxInstances);
+    // A record deployed before the deploy check refused such a minimum.
+    const pinned = await deploy('queue', true, { workersMin: 12, workersMax: 12 });
+    await scaleEndpoints(deps, {});
+    expect(desiredOf(pinned)).toBe(poolMaxInstances);
+  });
+
   it('a burst of 50 on workers=(0,3) asks for exactly 3, once, however often it runs', async () => {
     const ep = await deploy();
     for (let i = 0; i < 50; i++) await engine.submit(ep, { input: { i } }, { sync: false });

@@ -15,11 +15,11 @@ import {
   leaseTiming,
   ports,
 } from '../../infra/app-stack.js';
-import { gpuInstanceFor, workerMemoryReservationMiB } from '../../infra/gpu.js';
+import { gpuInstanceFor, poolFitOf, poolMaxInstances, workerMemoryReservationMiB } from '../../infra/gpu.js';
 import { platformExportNames, poolExportName } from '../../infra/platform-exports.js';
 import { drainMs, stopTimeoutSec } from '../../infra/task-layout.js';
 import { type AgentMode, requiredAgentVariables } from '../../worker-image/agent/config.js';
-import { lbEndpoint, sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
+import { lbEndpoint, sampleImages, sampleManifest, sampleResources, stubFunctionsDir } from './fixtures.js';
 import { actionsOf, resourcesFor, statementsOf } from './iam.js';
 
 let built: FerryApp;
@@ -627,6 +627,42 @@ describe('bad manifests', () => {
           nag: false,
         }),
       ).toThrowError(FerryError);
+    } finally {
+      fns.cleanup();
+    }
+  });
+});
+
+describe('workers and the capacity pool', () => {
+  it('refuses a minimum its pool cannot hold (usage, with the cap), warns of a maximum out of reach', () => {
+    const endpoint = (workersMin: number, workersMax: number) => ({
+      name: 'big',
+      resources: { ...sampleResources, gpu: ['A10G' as const], workersMin, workersMax },
+    });
+    expect(poolFitOf(endpoint(0, poolMaxInstances))).toEqual({});
+    expect(poolFitOf(endpoint(1, 20)).warning).toBe(
+      `big: workers max 20, but its g5.xlarge pool holds ${poolMaxInstances} instances (one worker each, shared by every app on g5.xlarge): at most ${poolMaxInstances} run at once`,
+    );
+    const refused = poolFitOf(endpoint(poolMaxInstances + 1, 20)).error;
+    expect(refused?.code).toBe('usage');
+    expect(refused?.message).toContain(`workers min ${poolMaxInstances + 1} can never run`);
+    expect(refused?.hint).toContain(`to ${poolMaxInstances} or less`);
+
+    const fns = stubFunctionsDir();
+    try {
+      const bad = structuredClone(sampleManifest);
+      bad.endpoints[0]!.resources.workersMin = poolMaxInstances + 1;
+      bad.endpoints[0]!.resources.workersMax = 20;
+      expect(() =>
+        buildApp({
+          manifest: bad,
+          env: 'dev',
+          functionsCodeDir: fns.dir,
+          artifact: { key: 'a' },
+          images: sampleImages,
+          nag: false,
+        }),
+      ).toThrowError(/can never run/);
     } finally {
       fns.cleanup();
     }

@@ -8,6 +8,7 @@ import { limits } from '../../core/limits.js';
 import { functionEntries } from '../../functions/bundle.js';
 import { functionEnvSchema } from '../../functions/wiring.js';
 import { buildApp } from '../../infra/app.js';
+import { poolMaxInstances } from '../../infra/gpu.js';
 import { platformAzCount, platformExportNames, poolExportName } from '../../infra/platform-exports.js';
 import {
   integrationTimeoutSec,
@@ -199,6 +200,10 @@ describe('compute', () => {
       }),
     });
     template.allResourcesProperties('AWS::AutoScaling::AutoScalingGroup', { MinSize: '0' });
+    // The cap the scaler and the deploy check hold endpoints to (infra/gpu.ts poolMaxInstances).
+    template.allResourcesProperties('AWS::AutoScaling::AutoScalingGroup', {
+      MaxSize: String(poolMaxInstances),
+    });
     template.hasResourceProperties('AWS::EC2::LaunchTemplate', {
       LaunchTemplateData: Match.objectLike({ InstanceType: 'g5.xlarge' }),
     });
