@@ -735,9 +735,18 @@ export class JobEngine {
     return moved;
   }
 
-  /** Fails every queued job of an endpoint that cannot start a worker (the supervisor decides). */
-  async rejectQueued(endpointId: string, error: string): Promise<number> {
-    return (await this.endQueued(endpointId, () => ({ ...this.finalPatch('FAILED'), error }))).ended;
+  /**
+   * Fails every queued job of an endpoint that cannot start a worker (the supervisor decides). With
+   * `budgetMs` (the AWS sweeper's share of its run) it starts no batch after that long; the next run
+   * fails the rest.
+   */
+  async rejectQueued(
+    endpointId: string,
+    error: string,
+    options: { budgetMs?: number } = {},
+  ): Promise<number> {
+    const until = options.budgetMs === undefined ? undefined : this.clock.now() + options.budgetMs;
+    return (await this.endQueued(endpointId, () => ({ ...this.finalPatch('FAILED'), error }), until)).ended;
   }
 
   /**

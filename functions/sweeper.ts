@@ -28,6 +28,11 @@ export interface SweepReport {
 
 /** What the sweeper leaves itself to finish webhooks and return, of its 55 s timeout. */
 const returnMarginMs = 2_000;
+/**
+ * What failing a failing endpoint's backlog leaves for the webhooks of the jobs it failed: a
+ * backlog of tens of thousands ran the function into its timeout, every minute, before any webhook.
+ */
+const webhookShareMs = 15_000;
 
 export const sweepTiming = {
   /** The schedule (infra/platform-stack.ts SweepEveryMinute). */
@@ -69,10 +74,13 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
     // An endpoint the agents marked failing gets no worker until a deploy (the scaler wants 0): jobs
     // that reach it meanwhile end now with the reason, as the local supervisor's tick ends them.
     let notStartable = 0;
+    const remainingMs = () => context?.getRemainingTimeInMillis?.() ?? 30_000;
     for (const endpointId of queueEndpoints) {
       const problem = (await control.startFailures(endpointId))?.problem;
       if (problem?.state === 'failing') {
-        notStartable += await engine.rejectQueued(endpointId, queuedJobsFailure(problem));
+        notStartable += await engine.rejectQueued(endpointId, queuedJobsFailure(problem), {
+          budgetMs: Math.max(0, remainingMs() - webhookShareMs - returnMarginMs),
+        });
       }
     }
     // Requeued jobs of an endpoint left with no worker nudged the scaler: send that before returning.

@@ -38,6 +38,34 @@ describe('sweeper', () => {
     log.mockRestore();
   });
 
+  it('fails a failing endpoint’s backlog within its share of the run, leaving time for the webhooks', async () => {
+    const rejectQueued = vi.fn(
+      async (_endpointId: string, _error: string, _options?: { budgetMs?: number }) => 500,
+    );
+    const platform = {
+      engine: {
+        sweep: async () => ({ requeued: 0, failed: 0, timedOut: 0, expired: 0 }),
+        resendWaiting: async () => 0,
+        rejectQueued,
+      },
+      jobs: { deleteExpired: async () => 0 },
+      control: {
+        listEndpoints: async () => [{ id: 'broken', kind: 'queue' }],
+        startFailures: async () => ({
+          failedStarts: 3,
+          problem: { state: 'failing', reason: 'image gone', lines: [], sinceMs: 0 },
+        }),
+      },
+      deadLetters: { take: async () => [] },
+      webhooks: { idle: async () => {} },
+    } as unknown as Platform;
+    const log = vi.spyOn(console, 'log').mockImplementation(() => {});
+    const report = await createSweeper(() => platform)(undefined, { getRemainingTimeInMillis: () => 50_000 });
+    log.mockRestore();
+    expect(report.notStartable).toBe(500);
+    expect(rejectQueued.mock.calls[0]![2]).toEqual({ budgetMs: 50_000 - 15_000 - 2_000 });
+  });
+
   it('does not return before the webhooks the sweep started are delivered', async () => {
     const events: string[] = [];
     let deliver: () => void = () => {};

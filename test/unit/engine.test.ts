@@ -361,6 +361,14 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       expect((await engine.health(ep)).jobs.inQueue).toBe(0);
     });
 
+    it('rejectQueued (a failing endpoint, the AWS sweeper) keeps to its budget the same way', async () => {
+      await submit(700);
+      expect(await engine.rejectQueued(ep, 'broken', { budgetMs: 0 })).toBe(500);
+      expect((await engine.health(ep)).jobs.inQueue).toBe(200);
+      expect(await engine.rejectQueued(ep, 'broken', { budgetMs: 0 })).toBe(200);
+      expect((await engine.health(ep)).jobs).toMatchObject({ inQueue: 0, failed: 700 });
+    });
+
     it('with time left, or with no budget (the embedded platform), ends the whole backlog in one call', async () => {
       await submit(1_100);
       expect(await engine.purge(ep, { budgetMs: 25_000 })).toEqual({ removed: 1_100, status: 'completed' });
