@@ -8,7 +8,7 @@
  */
 import { randomFillSync } from 'node:crypto';
 import { v7 as timeOrderedUuid } from 'uuid';
-import { conflict, FerryError, notFound } from './errors.js';
+import { conflict, FerryError, messageOf, notFound } from './errors.js';
 import {
   canMove,
   isFinal,
@@ -85,6 +85,8 @@ export interface EngineDeps {
    * depth alone would refuse a submit.
    */
   queued?: QueuedJobCount;
+  /** Where a job whose queue message could not be sent is reported (it is stored; see `enqueue`). */
+  warn?: (line: string) => void;
   settings?: Partial<EngineSettings>;
 }
 
@@ -158,6 +160,7 @@ export class JobEngine {
   private readonly clock: Clock;
   private readonly webhooks: WebhookSender | undefined;
   private readonly createQueued: ((job: Job) => Promise<void>) | undefined;
+  private readonly warn: ((line: string) => void) | undefined;
   private readonly takeQueued: EngineDeps['takeQueued'];
   private readonly newId: (endpointId: string) => string;
   private readonly queued: QueuedJobCount | undefined;
@@ -171,6 +174,7 @@ export class JobEngine {
     this.clock = deps.clock;
     this.webhooks = deps.webhooks;
     this.createQueued = deps.createQueued;
+    this.warn = deps.warn;
     this.takeQueued = deps.takeQueued;
     this.queued = deps.queued;
     // Time-ordered (UUID v7: a millisecond timestamp, then random bits), so a store keyed by job id
@@ -227,12 +231,24 @@ export class JobEngine {
     return job;
   }
 
-  /** Stores the job and queues it (or hands it to a waiting take). */
+  /**
+   * Stores the job and queues it (or hands it to a waiting take). Where the two are separate stores
+   * (AWS: DynamoDB, then SQS) the stored job is the promise: a message that cannot be sent (the SDK's
+   * own retries spent) is sent again by the sweeper once the job has waited `staleQueuedMs`
+   * (resendWaiting). Answering 5xx for it told the client the call failed while the job still ran
+   * later, and the client's retry ran it twice.
+   */
   private async enqueue(job: Job): Promise<void> {
     if (this.createQueued) await this.createQueued(job);
     else {
       await this.jobs.create(job);
-      await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
+      try {
+        await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
+      } catch (error) {
+        this.warn?.(
+          `job ${job.id} is stored but its queue message was not sent (${messageOf(error)}); the sweeper sends it again`,
+        );
+      }
     }
     this.changes.notify(endpointKey(job.endpointId));
   }

@@ -260,6 +260,7 @@ export function buildPlatform(options: PlatformOptions): Platform {
     newId: (endpointId) => endpointScopedJobId(endpointId, `${randomUUID()}-u1`),
     // SQS counts the messages of cancelled and purged jobs until a worker drops them.
     queued: jobs,
+    warn: (line) => console.error(`ferry: ${line}`),
   });
   const payloads = new S3PayloadStore({
     client: clients.s3,

@@ -6,6 +6,8 @@
 import { CreateQueueCommand, GetQueueAttributesCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { FakeClock } from '../../core/clock.js';
+import { silentLogger } from '../../core/log.js';
+import { createApiHandler } from '../../functions/api.js';
 import { createSweeper, sweepTiming } from '../../functions/sweeper.js';
 import { buildPlatform, type Platform, parseFunctionEnv } from '../../functions/wiring.js';
 import {
@@ -119,6 +121,83 @@ describe('sweeper on emulators', () => {
     // Running jobs are never re-sent.
     clock.advance(sweepTiming.staleQueuedMs);
     expect((await sweep()).resent).toBe(0);
+  });
+
+  it('a /run whose SendMessage fails answers 200 with the stored job, which the sweeper then queues', async () => {
+    // SQS can fail a send (InternalFailure, 500:
+    // https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/CommonErrors.html). A 5xx
+    // told the client the call failed while its job still ran later; the client's retry ran it twice.
+    const sqs = sqsClientFor(fixture.fauxqs.endpoint);
+    clients.push(sqs);
+    const realSend = sqs.send.bind(sqs) as (command: unknown) => Promise<unknown>;
+    let failSends = 1;
+    (sqs as unknown as { send: (command: unknown) => Promise<unknown> }).send = async (command) => {
+      if (command instanceof SendMessageCommand && failSends > 0) {
+        failSends--;
+        throw Object.assign(new Error('We encountered an internal error. Please try again.'), {
+          name: 'InternalFailure',
+          $metadata: { httpStatusCode: 500 },
+        });
+      }
+      return realSend(command);
+    };
+    const flaky = buildPlatform({
+      env: parseFunctionEnv({
+        FERRY_JOBS_TABLE: fixture.tables.jobs,
+        FERRY_CHUNKS_TABLE: fixture.tables.chunks,
+        FERRY_CONTROL_TABLE: fixture.tables.control,
+        FERRY_WORKERS_TABLE: fixture.tables.workers,
+        FERRY_BUCKET: fixture.bucket,
+        FERRY_QUEUE_NAME_PREFIX: 'ferry-',
+        FERRY_WEBHOOK_QUEUE_URL: fixture.webhookQueueUrl,
+      }),
+      clients: {
+        dynamo: dynamoClientFor(fixture.dynamo.endpoint),
+        sqs,
+        s3: s3ClientFor(fixture.fauxqs.endpoint),
+      },
+      clock,
+      auth: {
+        isClientKey: async () => true,
+        clientKeyScope: async () => ({}),
+        workerAccess: async () => 'unknown' as const,
+      },
+    });
+    const warned = vi.spyOn(console, 'error').mockImplementation(() => {});
+    const api = createApiHandler(() => flaky, silentLogger);
+    const answer = await api(
+      {
+        httpMethod: 'POST',
+        path: `/v2/${endpointId}/run`,
+        headers: { authorization: 'Bearer k', 'content-type': 'application/json' },
+        multiValueHeaders: {},
+        queryStringParameters: null,
+        multiValueQueryStringParameters: null,
+        pathParameters: null,
+        body: JSON.stringify({ input: { charge: 42 } }),
+        isBase64Encoded: false,
+        requestContext: { requestId: 'r1' },
+      } as never,
+      { getRemainingTimeInMillis: () => 20_000, awsRequestId: 'a' } as never,
+    );
+    expect(answer.statusCode).toBe(200);
+    const { id, status } = JSON.parse(answer.body) as { id: string; status: string };
+    expect(status).toBe('IN_QUEUE');
+    expect(failSends).toBe(0);
+    expect(String(warned.mock.calls.at(-1)?.[0])).toContain(
+      `job ${id} is stored but its queue message was not sent`,
+    );
+    warned.mockRestore();
+    expect((await flaky.jobs.get(id, clock.now()))?.status).toBe('IN_QUEUE');
+    expect(
+      (await flaky.queue.receive(endpointId, { max: 10, visibilityMs: 0, waitMs: 0 })).map((m) => m.jobId),
+    ).not.toContain(id);
+    // The sweeper sends it once it has waited staleQueuedMs.
+    clock.advance(sweepTiming.staleQueuedMs);
+    expect((await sweep()).resent).toBeGreaterThanOrEqual(1);
+    const messages = await platform.queue.receive(endpointId, { max: 10, visibilityMs: 30_000, waitMs: 0 });
+    expect(messages.map((m) => m.jobId)).toContain(id);
+    for (const m of messages) await platform.queue.ack(endpointId, m.receipt);
   });
 
   it('fails a job whose message was dead-lettered, with the reason, and deletes the dead letter', async () => {
