@@ -383,7 +383,11 @@ export class JobEngine {
         const chunks = await this.jobs.drainStream(jobId);
         const remaining = deadline - this.clock.now();
         if (chunks.length > 0 || isFinal(job.status) || remaining <= 0 || signal?.aborted) {
-          return { id: job.id, status: job.status, stream: chunks };
+          // Clients stop polling at a final status: while a bounded drain left chunks, the job still
+          // streams, whatever its own status.
+          const more =
+            isFinal(job.status) && chunks.length > 0 && (await this.jobs.streamPending?.(jobId)) === true;
+          return { id: job.id, status: more ? 'IN_PROGRESS' : job.status, stream: chunks };
         }
         await watch.changed(remaining, signal);
       }

@@ -83,8 +83,14 @@ export interface JobStore {
   listExpiredUnfinished(nowMs: number, limit: number): Promise<Job[]>;
   /** Appends stream chunk outputs in order. */
   appendStream(jobId: string, outputs: unknown[]): Promise<void>;
-  /** The chunks not handed out before, oldest first; each chunk is handed out once. */
+  /**
+   * The chunks not handed out before, oldest first; each chunk is handed out once. A store whose
+   * answers have a size bound (AWS: one Lambda response) hands out a bounded part of a long backlog
+   * and says with `streamPending` that more is there.
+   */
   drainStream(jobId: string): Promise<unknown[]>;
+  /** Whether chunks are left that a drain has not handed out (only where a drain is bounded). */
+  streamPending?(jobId: string): Promise<boolean>;
   /** Drops every chunk of a job (retry starts a clean run). */
   clearStream(jobId: string): Promise<void>;
   counts(endpointId: string, nowMs: number): Promise<JobCounts>;

@@ -5,6 +5,7 @@
  * endpoint's agent sidecar; one real Python worker at the end.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { streamDrainChunks } from '../../core/adapters/aws/dynamo/job-item.js';
 import { S3PayloadStore } from '../../functions/payloads.js';
 import type { Agent } from '../../worker-image/agent/agent.js';
 import { type PythonWorker, startPythonWorker } from '../agent/helpers.js';
@@ -175,6 +176,28 @@ describe('big bodies through the 10 MB / 6 MB front door', () => {
     }
     expect(seen).toEqual([{ output: chunk }, { output: 'end' }]);
   });
+
+  it('a stream backlog longer than one answer comes in parts, and the job streams until the last', async () => {
+    // The worker is done before the client reads: every chunk waits. Clients stop at a final status,
+    // so the answers say IN_PROGRESS while a part is left (core/engine.ts stream).
+    const chunks = Array.from({ length: streamDrainChunks + 150 }, (_, i) => `t${i}`);
+    const run = await call('POST', '/main/run', { input: { chunks } });
+    expect((await untilFinal('main', run.body.id)).body.status).toBe('COMPLETED');
+    const answers: { status: string; count: number }[] = [];
+    const seen: unknown[] = [];
+    for (let i = 0; i < 10; i++) {
+      const r = await call('POST', `/main/stream/${run.body.id}`);
+      expect(r.status).toBe(200);
+      answers.push({ status: r.body.status, count: r.body.stream.length });
+      seen.push(...r.body.stream);
+      if (r.body.status === 'COMPLETED') break;
+    }
+    expect(answers).toEqual([
+      { status: 'IN_PROGRESS', count: streamDrainChunks },
+      { status: 'COMPLETED', count: 150 },
+    ]);
+    expect(seen).toEqual(chunks.map((output) => ({ output })));
+  }, 120_000);
 
   it('a request over 6 MB is a 413 at the Lambda cap, over 10 MB at API Gateway', async () => {
     const six = await call('POST', '/idle/run', { input: { blob: 'x'.repeat(6 * MB + 1) } });

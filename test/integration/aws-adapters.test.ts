@@ -15,6 +15,11 @@ import { DeleteObjectCommand, HeadObjectCommand, ListObjectsV2Command } from '@a
 import { GetQueueAttributesCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  streamDrainBlobs,
+  streamDrainBytes,
+  streamDrainChunks,
+} from '../../core/adapters/aws/dynamo/job-item.js';
 import { createTables, dynamoSchema } from '../../core/adapters/aws/dynamo.js';
 import type { Job } from '../../core/job.js';
 import { makeJob } from '../contract/helpers.js';
@@ -177,6 +182,51 @@ describe('DynamoJobStore: values over the 400 KB item limit', () => {
     // Handed-out chunks are deleted, blobs included.
     expect(await payloadKeys(j.id)).toEqual([]);
   });
+
+  it('hands out a long backlog in parts one Lambda answer can carry, and says while more is left', async () => {
+    // A /stream answer is one Lambda response (6 MB,
+    // https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html): a drain of all of a
+    // long backlog could not be sent, and the chunks it had already deleted were lost.
+    const jobs = aws.jobs();
+    const drainAll = async (jobId: string) => {
+      const parts: number[] = [];
+      const chunks: unknown[] = [];
+      for (;;) {
+        const part = await jobs.drainStream(jobId);
+        chunks.push(...part);
+        const pending = await jobs.streamPending(jobId);
+        parts.push(part.length);
+        if (!pending) return { parts, chunks };
+      }
+    };
+
+    const tokens = job();
+    await jobs.create(tokens);
+    const many = Array.from({ length: streamDrainChunks * 2 + 500 }, (_, i) => ({ t: i }));
+    for (let i = 0; i < many.length; i += 500) await jobs.appendStream(tokens.id, many.slice(i, i + 500));
+    const drained = await drainAll(tokens.id);
+    expect(drained.parts).toEqual([streamDrainChunks, streamDrainChunks, 500]);
+    expect(drained.chunks).toEqual(many);
+    expect(await jobs.drainStream(tokens.id)).toEqual([]);
+
+    const inline = job();
+    await jobs.create(inline);
+    const wide = Array.from({ length: 10 }, () => bigValue(250 * 1024));
+    await jobs.appendStream(inline.id, wide);
+    const byBytes = await drainAll(inline.id);
+    // 250 KB each: eight fit in streamDrainBytes, the ninth would not.
+    expect(byBytes.parts).toEqual([Math.floor(streamDrainBytes / (250 * 1024 + 11)), 2]);
+    expect(byBytes.chunks).toEqual(wide);
+
+    const blobs = job();
+    await jobs.create(blobs);
+    const huge = Array.from({ length: streamDrainBlobs + 2 }, () => bigValue(400 * 1024));
+    await jobs.appendStream(blobs.id, huge);
+    const byBlobs = await drainAll(blobs.id);
+    expect(byBlobs.parts).toEqual([streamDrainBlobs, 2]);
+    expect(byBlobs.chunks).toEqual(huge);
+    expect(await payloadKeys(blobs.id)).toEqual([]);
+  }, 120_000);
 
   it('keeps every job item under 400 KB even when several fields are just under their budgets', async () => {
     const jobs = aws.jobs();

@@ -43,6 +43,15 @@ export type BigField = keyof typeof inlineBudgetBytes;
 export const bigFields = Object.keys(inlineBudgetBytes) as BigField[];
 /** A stream chunk item holds one chunk, so it may use more of the 400 KB. */
 export const streamChunkInlineBytes = 300 * KB;
+/**
+ * One /stream answer's share of a backlog, so it fits one Lambda response (6 MB, JSON inside JSON:
+ * escaping can double it) and one function's memory: inline chunks up to this many bytes, at most
+ * `streamDrainBlobs` chunks kept in S3 (payloads.ts moves those to URLs first), at most
+ * `streamDrainChunks` chunks. Always at least one chunk. The rest waits for the next poll.
+ */
+export const streamDrainBytes = 2 * 1024 * KB;
+export const streamDrainBlobs = 4;
+export const streamDrainChunks = 1_000;
 
 /**
  * Count items (./counts.ts) tally jobs by the bucket their expiresAt falls in: so many ms per bucket.

@@ -63,8 +63,18 @@ import {
   shardsOf,
   storedBigOf,
   streamChunkInlineBytes,
+  streamDrainBlobs,
+  streamDrainBytes,
+  streamDrainChunks,
 } from './job-item.js';
 import { type DynamoTableNames, dynamoSchema, type IndexSpec } from './schema.js';
+
+/** The inline JSON bytes of stream chunk items (a chunk kept in S3 counts 0 here). */
+const chunkBytesOf = (rows: Item[]): number =>
+  rows.reduce(
+    (sum, row) => sum + (typeof row.chunkJson === 'string' ? Buffer.byteLength(row.chunkJson) : 0),
+    0,
+  );
 
 /** The big fields a read without the input decodes (JobReadOptions). */
 const withoutInput = bigFields.filter((field) => field !== 'input');
@@ -452,17 +462,39 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       const cursor = (meta.cursor as number | undefined) ?? 0;
       const nextSeq = (meta.nextSeq as number | undefined) ?? 0;
       if (cursor >= nextSeq) return [];
-      const rows = await queryAll(this.doc, {
-        TableName: this.chunksTable,
-        KeyConditionExpression: 'jobId = :job AND seq BETWEEN :from AND :to',
-        ExpressionAttributeValues: { ':job': jobId, ':from': cursor + 1, ':to': nextSeq },
-        ConsistentRead: true,
-      });
-      // Only the contiguous run: a reserved seq not written yet holds back the ones after it.
+      const rows = await queryAll(
+        this.doc,
+        {
+          TableName: this.chunksTable,
+          KeyConditionExpression: 'jobId = :job AND seq BETWEEN :from AND :to',
+          ExpressionAttributeValues: {
+            ':job': jobId,
+            ':from': cursor + 1,
+            ':to': Math.min(nextSeq, cursor + streamDrainChunks),
+          },
+          ConsistentRead: true,
+        },
+        // Pages of up to 1 MB: no more of them than one answer can carry.
+        (items) => chunkBytesOf(items) > streamDrainBytes,
+      );
+      // Only the contiguous run: a reserved seq not written yet holds back the ones after it. And
+      // only what one answer can carry (streamDrainBytes): the cursor moves past what is returned,
+      // never past chunks an answer too big to send would have lost.
       const run: Item[] = [];
+      let bytes = 0;
+      let blobs = 0;
       for (const row of rows) {
         if (row.seq !== cursor + 1 + run.length) break;
+        const rowBytes = chunkBytesOf([row]);
+        const rowBlobs = typeof row.chunkRef === 'string' ? 1 : 0;
+        const full =
+          run.length >= streamDrainChunks ||
+          bytes + rowBytes > streamDrainBytes ||
+          blobs + rowBlobs > streamDrainBlobs;
+        if (run.length > 0 && full) break;
         run.push(row);
+        bytes += rowBytes;
+        blobs += rowBlobs;
       }
       if (run.length === 0) return [];
       // Read the values before claiming them, so a failed blob read loses nothing. A skipped seq
@@ -477,6 +509,18 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       if (values.length > 0) return values;
     }
     throw new FerryError('failed', `Could not drain the stream of ${jobId}: too much contention`);
+  }
+
+  async streamPending(jobId: string): Promise<boolean> {
+    const meta = (
+      await this.doc.send(
+        new GetCommand({ TableName: this.chunksTable, Key: { jobId, seq: 0 }, ConsistentRead: true }),
+      )
+    ).Item as Item | undefined;
+    return (
+      meta !== undefined &&
+      ((meta.cursor as number | undefined) ?? 0) < ((meta.nextSeq as number | undefined) ?? 0)
+    );
   }
 
   async clearStream(jobId: string): Promise<void> {
