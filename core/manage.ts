@@ -15,7 +15,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import type { ApiRequest, ApiResponse } from './api.js';
+import type { ApiRequest, ApiResponse, PayloadStore } from './api.js';
 import { type Authenticator, authorizeOperator } from './auth.js';
 import { endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
@@ -85,6 +85,11 @@ export interface ManageApiOptions {
   /** A worker not heard from for this long is not listed. */
   workerStaleMs?: number;
   log?: Logger;
+  /**
+   * Where a job's detail is made to fit a capped response (AWS: 6 MB per Lambda answer), as the v2
+   * routes' answers are: a big input or output becomes a presigned URL.
+   */
+  payloads?: Pick<PayloadStore, 'fitResponse'>;
 }
 
 const statusList = z
@@ -372,7 +377,8 @@ export class ManageApi {
     if (!job || job.endpointId !== endpointId)
       throw notFound(`Job ${jobId} not found (or its results expired)`);
     const logs = await this.options.logs.read({ endpointId, jobId, limit: 1000 });
-    return { ...jobDetailOf(job, now, true), logs: logs.lines.map(wireLine), logsNext: logs.next };
+    const detail = { ...jobDetailOf(job, now, true), logs: logs.lines.map(wireLine), logsNext: logs.next };
+    return this.options.payloads ? this.options.payloads.fitResponse(detail) : detail;
   }
 
   private async logs(req: ApiRequest, endpointId: string) {

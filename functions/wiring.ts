@@ -274,7 +274,17 @@ export function buildPlatform(options: PlatformOptions): Platform {
       ? new CloudWatchLogStore({ client: clients.logs, logGroup: env.FERRY_LOG_GROUP })
       : { append: async () => {}, read: async (query) => ({ lines: [], next: query.after ?? '' }) };
   // Workers as the agents mirror them into the registry (byEndpoint index, no Scan).
-  const manage = new ManageApi({ engine, jobs, queue, control, workers, logs, auth, now: () => clock.now() });
+  const manage = new ManageApi({
+    engine,
+    jobs,
+    queue,
+    control,
+    workers,
+    logs,
+    auth,
+    payloads,
+    now: () => clock.now(),
+  });
   const deadLetters = sqsDeadLetters(clients.sqs, env.FERRY_QUEUE_NAME_PREFIX);
   return {
     env,

@@ -199,6 +199,19 @@ describe('big bodies through the 10 MB / 6 MB front door', () => {
     expect(seen).toEqual(chunks.map((output) => ({ output })));
   }, 120_000);
 
+  it('the console’s job detail of a job over 6 MB answers 200, its output a URL', async () => {
+    // Input and output of 3.2 MB each: the detail carries both, over one Lambda answer.
+    const big = 'd'.repeat(3.2 * MB);
+    const run = await call('POST', '/main/run', { input: { echo: { big } } });
+    expect(run.status).toBe(200);
+    expect((await untilFinal('main', run.body.id)).body.status).toBe('COMPLETED');
+    const detail = await call('GET', `/manage/v1/endpoints/main/jobs/${run.body.id}`);
+    expect(detail.status, JSON.stringify(detail.body).slice(0, 300)).toBe(200);
+    expect(detail.body.outputTooLarge).toBe(true);
+    const fetched = await fetch(detail.body.output.outputUrl);
+    expect(((await fetched.json()) as { big: string }).big).toBe(big);
+  });
+
   it('a request over 6 MB is a 413 at the Lambda cap, over 10 MB at API Gateway', async () => {
     const six = await call('POST', '/idle/run', { input: { blob: 'x'.repeat(6 * MB + 1) } });
     expect(six.status).toBe(413);
