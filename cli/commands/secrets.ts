@@ -10,16 +10,68 @@ import type { Argv, CommandModule } from 'yargs';
 import { securePrivateDir } from '../../core/adapters/local/home.js';
 import { checkSecretName, type SecretStore } from '../../core/adapters/local/secrets.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
-import { checkRecordName } from '../../core/deployment.js';
-import { notFound, usage } from '../../core/errors.js';
+import { checkRecordName, endpointConfigOf } from '../../core/deployment.js';
+import { FerryError, messageOf, notFound, usage } from '../../core/errors.js';
+import type { ControlStore, StartFailureRecord } from '../../core/ports.js';
 import { ferryHome, projectAppName } from '../config.js';
-import { type CliContext, providerName } from '../context.js';
+import { type CliContext, providerName, withProvider } from '../context.js';
 import type { CliIo } from '../io.js';
 import { jsonFlag } from './shared.js';
+
+/** The records `secrets set --provider aws` reads and clears failing verdicts in. */
+export type FailingVerdicts = Pick<ControlStore, 'listEndpoints'> &
+  Pick<StartFailureRecord, 'startFailures' | 'clearStartFailures'>;
 
 export interface SecretsCommandOptions {
   /** The Secrets Manager client for `--provider aws` (tests inject one). */
   awsClient?: () => Pick<SecretsManagerClient, 'send'>;
+  /** The platform's control records for `--provider aws` (tests inject DynamoDB Local's). */
+  awsControl?: () => FailingVerdicts;
+}
+
+/**
+ * On AWS an endpoint whose tasks could not start three times is failing until something may have
+ * fixed it (docs/aws.md#failing-endpoints): a deploy, or the secret it lacked. So setting a secret
+ * clears the verdict of the scope's endpoints that list it, and the scaler starts their tasks again.
+ * Locally the pool's next pass does the same (WorkerSupervisor.unconfigured). Answers their names.
+ */
+export async function clearFailingFor(
+  control: FailingVerdicts,
+  scope: { app: string; env: string },
+  name: string,
+): Promise<string[]> {
+  const cleared: string[] = [];
+  for (const record of await control.listEndpoints(scope)) {
+    if (!(endpointConfigOf(record).endpoint.resources.secrets ?? []).includes(name)) continue;
+    if ((await control.startFailures(record.id))?.problem?.state !== 'failing') continue;
+    await control.clearStartFailures(record.id);
+    cleared.push(record.name);
+  }
+  return cleared;
+}
+
+async function retryFailingOnAws(
+  ctx: CliContext,
+  options: SecretsCommandOptions,
+  scope: { app: string; env: string },
+  name: string,
+): Promise<void> {
+  try {
+    const cleared = options.awsControl
+      ? await clearFailingFor(options.awsControl(), scope, name)
+      : await withProvider(ctx, 'aws', (provider) =>
+          clearFailingFor(provider.control as ControlStore & FailingVerdicts, scope, name),
+        );
+    for (const endpoint of cleared) {
+      ctx.reporter.line(`  ↻ ${endpoint} was failing; cleared: its tasks start again with ${name}`);
+    }
+  } catch (error) {
+    // No platform yet (a secret set before the first deploy) has no verdict to clear.
+    if (FerryError.is(error) && error.code === 'not_found') return;
+    ctx.reporter.line(
+      `  warning: could not check for endpoints failing without ${name} (${messageOf(error)}); a deploy clears them`,
+    );
+  }
 }
 
 async function withSecretStore<T>(
@@ -126,6 +178,9 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
             throw usage(`No value for ${name}`, `Pipe it in: printf %s "$VALUE" | ferry secrets set ${name}`);
           }
           await withSecretStore(ctx, argv.provider, options, (store) => store.set(scope, name, value));
+          if (providerName(ctx, argv.provider as string | undefined) === 'aws') {
+            await retryFailingOnAws(ctx, options, scope, name);
+          }
           if (argv.json) return ctx.reporter.json({ ...scope, name, set: true });
           ctx.reporter.out(`✓ Set ${name} for ${scope.app}/${scope.env}`);
         },

@@ -26,10 +26,14 @@ import {
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import yargs from 'yargs';
-import { secretsCommand } from '../../cli/commands/secrets.js';
+import { type SecretsCommandOptions, secretsCommand } from '../../cli/commands/secrets.js';
 import { createContext } from '../../cli/context.js';
 import { SecretsManagerCallTokens, SecretsManagerSecretStore } from '../../core/adapters/aws/secrets.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
+import type { EndpointRecord } from '../../core/ports.js';
+import { sampleManifest, sampleResources } from '../infra/fixtures.js';
+import { startAwsFixture } from '../support/emulators.js';
+import { recordFor } from '../support/endpoints.js';
 
 const dirs: string[] = [];
 const tempDir = () => {
@@ -138,6 +142,84 @@ describe('ferry deploy of an endpoint whose secret has no value', () => {
     expect(ferry(['deploy', '--no-serve']).stderr).not.toContain('warning:');
   }, 60_000);
 });
+
+describe('ferry secrets set --provider aws and an endpoint failing for want of it', () => {
+  it('clears the failing verdict of the scope’s endpoints that list the secret, and only theirs', async () => {
+    const aws = await startAwsFixture();
+    try {
+      const control = aws.control();
+      const endpoint = (name: string, secrets: string[]): EndpointRecord => ({
+        ...recordFor(
+          { ...sampleManifest.endpoints[0]!, name, resources: { ...sampleResources, secrets } },
+          '/nowhere',
+          `${name}0000000000`,
+        ),
+        app: 'shop',
+        env: 'prod',
+      });
+      const needs = endpoint('needs', ['HF_TOKEN']);
+      const other = endpoint('other', ['OTHER']);
+      const failing = {
+        state: 'failing' as const,
+        reason: 'ResourceInitializationError: unable to pull secrets',
+        lines: [],
+        sinceMs: 1,
+      };
+      for (const record of [needs, other]) {
+        await control.putEndpoint(record);
+        for (let i = 0; i < 3; i++) await control.addFailedStart(record.id);
+        await control.markFailing(record.id, failing);
+      }
+      const sm = fakeSecretsManager();
+      const cli = secretsCli({ awsClient: () => sm.client, awsControl: () => control }, tempDir());
+      const { stderr } = await cli(
+        ['secrets', 'set', 'HF_TOKEN', '--app', 'shop', '--env', 'prod', '--provider', 'aws'],
+        `${value}\n`,
+      );
+      expect(stderr).toContain('↻ needs was failing; cleared: its tasks start again with HF_TOKEN');
+      expect(await control.startFailures(needs.id)).toBeUndefined();
+      expect((await control.startFailures(other.id))?.problem?.state).toBe('failing');
+    } finally {
+      await aws.stop();
+    }
+  }, 120_000);
+});
+
+/** `ferry secrets …` in process, with the command's injected AWS parts; answers what it printed. */
+function secretsCli(options: SecretsCommandOptions, cwd: string) {
+  return async (args: string[], input = '') => {
+    let stdout = '';
+    let stderr = '';
+    const sink = (append: (text: string) => void) =>
+      new Writable({
+        write(chunk, _encoding, done) {
+          append(chunk.toString());
+          done();
+        },
+      });
+    const ctx = createContext({
+      stdout: sink((text) => {
+        stdout += text;
+      }),
+      stderr: sink((text) => {
+        stderr += text;
+      }),
+      stdin: Readable.from([input]),
+      interactive: false,
+      env: { FERRY_HOME: cwd },
+      cwd,
+    });
+    await yargs(args)
+      .option('provider', { type: 'string' })
+      .command(secretsCommand(ctx, options))
+      .exitProcess(false)
+      .fail((message, error) => {
+        throw error ?? new Error(message);
+      })
+      .parseAsync();
+    return { stdout, stderr };
+  };
+}
 
 describe('Secrets Manager store', () => {
   it('puts the value, creating the secret ferry/<app>/<env>/<NAME> the first time', async () => {
@@ -279,40 +361,14 @@ describe('Secrets Manager store', () => {
   it('ferry secrets delete then set --provider aws: the set succeeds and the new value is what Secrets Manager holds', async () => {
     const sm = fakeSecretsManager();
     const cwd = tempDir();
-    const cli = async (args: string[], input = '') => {
-      let stdout = '';
-      const stdoutSink = new Writable({
-        write(chunk, _encoding, done) {
-          stdout += chunk.toString();
-          done();
-        },
-      });
-      const stderr = new Writable({ write: (_chunk, _encoding, done) => done() });
-      const ctx = createContext({
-        stdout: stdoutSink,
-        stderr,
-        stdin: Readable.from([input]),
-        interactive: false,
-        env: { FERRY_HOME: cwd },
-        cwd,
-      });
-      await yargs(args)
-        .option('provider', { type: 'string' })
-        .command(secretsCommand(ctx, { awsClient: () => sm.client }))
-        .exitProcess(false)
-        .fail((message, error) => {
-          throw error ?? new Error(message);
-        })
-        .parseAsync();
-      return stdout;
-    };
+    const cli = secretsCli({ awsClient: () => sm.client }, cwd);
     const flags = ['--app', 'shop', '--env', 'prod', '--provider', 'aws'];
     await cli(['secrets', 'set', 'HF_TOKEN', ...flags], `${value}\n`);
     await cli(['secrets', 'delete', 'HF_TOKEN', ...flags]);
     await cli(['secrets', 'set', 'HF_TOKEN', ...flags, '--json'], `${value}-rotated\n`);
     const got = await sm.client.send(new GetSecretValueCommand({ SecretId: 'ferry/shop/prod/HF_TOKEN' }));
     expect(got.SecretString).toBe(`${value}-rotated`);
-    expect(JSON.parse(await cli(['secrets', 'list', ...flags, '--json']))).toEqual([
+    expect(JSON.parse((await cli(['secrets', 'list', ...flags, '--json'])).stdout)).toEqual([
       { name: 'HF_TOKEN', updatedAt: expect.any(String) },
     ]);
   });
