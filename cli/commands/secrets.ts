@@ -12,14 +12,15 @@ import { checkSecretName, type SecretStore } from '../../core/adapters/local/sec
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { checkRecordName, endpointConfigOf } from '../../core/deployment.js';
 import { FerryError, messageOf, notFound, usage } from '../../core/errors.js';
-import type { ControlStore, StartFailureRecord } from '../../core/ports.js';
+import type { ControlStore, EnvironmentRecord, StartFailureRecord } from '../../core/ports.js';
 import { ferryHome, projectAppName } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
+import { resolveEnvironment } from '../deploy/plan.js';
 import type { CliIo } from '../io.js';
 import { jsonFlag } from './shared.js';
 
-/** The records `secrets set --provider aws` reads and clears failing verdicts in. */
-export type FailingVerdicts = Pick<ControlStore, 'listEndpoints'> &
+/** The records `secrets` reads on AWS: the app's environments, and failing verdicts to clear. */
+export type FailingVerdicts = Pick<ControlStore, 'listEndpoints' | 'listEnvironments'> &
   Pick<StartFailureRecord, 'startFailures' | 'clearStartFailures'>;
 
 export interface SecretsCommandOptions {
@@ -110,13 +111,48 @@ async function withSecretStore<T>(
 function scopeFlags<T>(y: Argv<T>) {
   return y
     .option('app', { alias: 'a', type: 'string', describe: 'App name (default: this folder’s app)' })
-    .option('env', { alias: 'e', type: 'string', default: 'dev', describe: 'Environment' });
+    .option('env', {
+      alias: 'e',
+      type: 'string',
+      describe:
+        'Environment (default: the one `ferry deploy` would pick: the app’s only one, else production)',
+    });
 }
 
-const scopeOf = (ctx: CliContext, argv: { app?: unknown; env?: unknown }) => ({
-  app: checkRecordName('app', projectAppName(ctx.io.cwd, argv.app)),
-  env: checkRecordName('environment', String(argv.env ?? 'dev')),
-});
+/**
+ * The app environment a command acts on. Without `--env`, the one `ferry deploy` would deploy to
+ * (resolveEnvironment: the app's only environment, production when it has none, and a usage
+ * error naming them when it has several), so a secret set before or after a plain `ferry deploy`
+ * lands where that deploy's workers read it. It defaulted to `dev`, which no plain deploy uses.
+ */
+async function scopeOf(
+  ctx: CliContext,
+  argv: { app?: unknown; env?: unknown; provider?: unknown },
+  options: SecretsCommandOptions,
+): Promise<{ app: string; env: string }> {
+  const app = checkRecordName('app', projectAppName(ctx.io.cwd, argv.app));
+  if (typeof argv.env === 'string') return { app, env: checkRecordName('environment', argv.env) };
+  const envNames = (await environmentsOf(ctx, argv.provider, app, options)).map((e) => e.name);
+  const { env } = resolveEnvironment({ appExists: envNames.length > 0, envNames, requested: undefined });
+  return { app, env };
+}
+
+async function environmentsOf(
+  ctx: CliContext,
+  flag: unknown,
+  app: string,
+  options: SecretsCommandOptions,
+): Promise<EnvironmentRecord[]> {
+  const provider = providerName(ctx, typeof flag === 'string' ? flag : undefined);
+  if (provider === 'aws' && options.awsControl) return options.awsControl().listEnvironments(app);
+  try {
+    return await withProvider(ctx, provider, (opened) => opened.control.listEnvironments(app));
+  } catch (error) {
+    // No AWS platform yet: no environment either.
+    if (FerryError.is(error) && error.code === 'not_found') return [];
+    throw error;
+  }
+}
 
 /**
  * The value: all of stdin when it is piped (one trailing newline dropped), else a prompt on the
@@ -172,7 +208,7 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
         handler: async (argv) => {
           const name = String(argv.name);
           checkSecretName(name);
-          const scope = scopeOf(ctx, argv);
+          const scope = await scopeOf(ctx, argv, options);
           const value = await readSecretValue(ctx.io, name);
           if (value.length === 0) {
             throw usage(`No value for ${name}`, `Pipe it in: printf %s "$VALUE" | ferry secrets set ${name}`);
@@ -190,7 +226,7 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
         describe: 'List secret names (never values)',
         builder: (y2) => scopeFlags(y2).option('json', jsonFlag),
         handler: async (argv) => {
-          const scope = scopeOf(ctx, argv);
+          const scope = await scopeOf(ctx, argv, options);
           const names = await withSecretStore(ctx, argv.provider, options, (store) => store.list(scope));
           if (argv.json) {
             return ctx.reporter.json(
@@ -208,7 +244,7 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
           scopeFlags(y2.positional('name', { type: 'string', demandOption: true })).option('json', jsonFlag),
         handler: async (argv) => {
           const name = String(argv.name);
-          const scope = scopeOf(ctx, argv);
+          const scope = await scopeOf(ctx, argv, options);
           const deleted = await withSecretStore(ctx, argv.provider, options, (store) =>
             store.delete(scope, name),
           );

@@ -130,7 +130,10 @@ describe('ferry deploy of an endpoint whose secret has no value', () => {
         env: { ...process.env, FERRY_HOME: home },
         cwd: project,
       });
-    expect(ferry(['secrets', 'set', 'SET_ONE', '--env', 'production'], 'v').status).toBe(0);
+    // Before any deploy, with no --env: where a plain `ferry deploy` goes (it defaulted to dev).
+    const early = ferry(['secrets', 'set', 'SET_ONE'], 'v');
+    expect(early.status, early.stderr).toBe(0);
+    expect(early.stdout).toContain('✓ Set SET_ONE for shop/production');
     const deploy = ferry(['deploy', '--no-serve']);
     expect(deploy.status, deploy.stderr).toBe(0);
     expect(deploy.stderr).toContain(
@@ -138,8 +141,15 @@ describe('ferry deploy of an endpoint whose secret has no value', () => {
         '(printf %s "$VALUE" | ferry secrets set HF_TOKEN --app shop --env production)',
     );
     expect(deploy.stderr).not.toContain('secret SET_ONE');
-    expect(ferry(['secrets', 'set', 'HF_TOKEN', '--env', 'production'], 'v').status).toBe(0);
+    // After it, with no --env: the app's only environment.
+    expect(ferry(['secrets', 'set', 'HF_TOKEN'], 'v').stdout).toContain('✓ Set HF_TOKEN for shop/production');
     expect(ferry(['deploy', '--no-serve']).stderr).not.toContain('warning:');
+    // Two environments: it asks which, as deploy does.
+    expect(ferry(['env', 'create', 'staging']).status).toBe(0);
+    const which = ferry(['secrets', 'list']);
+    expect(which.status).toBe(1);
+    expect(which.stderr).toContain('Multiple environments found: production, staging');
+    expect(which.stderr).toContain('--env');
   }, 60_000);
 });
 
