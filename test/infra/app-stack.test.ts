@@ -7,6 +7,7 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callTokenSecretName } from '../../core/call-keys.js';
 import { FerryError } from '../../core/errors.js';
+import type { ManifestEndpoint } from '../../core/manifest.js';
 import { buildApp, type FerryApp } from '../../infra/app.js';
 import {
   artifactMount,
@@ -612,29 +613,34 @@ describe('load-balanced endpoint', () => {
 });
 
 describe('bad manifests', () => {
-  it('fail with a FerryError, not a crash', () => {
+  /** Builds the app from the sample manifest with `edit` applied to its first endpoint's resources. */
+  const buildWith = (edit: (resources: ManifestEndpoint['resources']) => void) => {
     const fns = stubFunctionsDir();
     try {
       const bad = structuredClone(sampleManifest);
-      bad.endpoints[0]!.resources.workersMin = 9;
-      expect(() =>
-        buildApp({
-          manifest: bad,
-          env: 'dev',
-          functionsCodeDir: fns.dir,
-          artifact: { key: 'a' },
-          images: sampleImages,
-          nag: false,
-        }),
-      ).toThrowError(FerryError);
+      edit(bad.endpoints[0]!.resources);
+      return buildApp({
+        manifest: bad,
+        env: 'dev',
+        functionsCodeDir: fns.dir,
+        artifact: { key: 'a' },
+        images: sampleImages,
+        nag: false,
+      });
     } finally {
       fns.cleanup();
     }
-  });
-});
+  };
 
-describe('workers and the capacity pool', () => {
-  it('refuses a minimum its pool cannot hold (usage, with the cap), warns of a maximum out of reach', () => {
+  it('fail with a FerryError, not a crash', () => {
+    expect(() =>
+      buildWith((resources) => {
+        resources.workersMin = 9;
+      }),
+    ).toThrowError(FerryError);
+  });
+
+  it('refuse a workers minimum its pool cannot hold (usage, with the cap); a maximum out of reach is a warning', () => {
     const endpoint = (workersMin: number, workersMax: number) => ({
       name: 'big',
       resources: { ...sampleResources, gpu: ['A10G' as const], workersMin, workersMax },
@@ -647,25 +653,12 @@ describe('workers and the capacity pool', () => {
     expect(refused?.code).toBe('usage');
     expect(refused?.message).toContain(`workers min ${poolMaxInstances + 1} can never run`);
     expect(refused?.hint).toContain(`to ${poolMaxInstances} or less`);
-
-    const fns = stubFunctionsDir();
-    try {
-      const bad = structuredClone(sampleManifest);
-      bad.endpoints[0]!.resources.workersMin = poolMaxInstances + 1;
-      bad.endpoints[0]!.resources.workersMax = 20;
-      expect(() =>
-        buildApp({
-          manifest: bad,
-          env: 'dev',
-          functionsCodeDir: fns.dir,
-          artifact: { key: 'a' },
-          images: sampleImages,
-          nag: false,
-        }),
-      ).toThrowError(/can never run/);
-    } finally {
-      fns.cleanup();
-    }
+    expect(() =>
+      buildWith((resources) => {
+        resources.workersMin = poolMaxInstances + 1;
+        resources.workersMax = 20;
+      }),
+    ).toThrowError(/can never run/);
   });
 });
 

@@ -24,6 +24,18 @@ const clock = new FakeClock();
 const endpointId = 'orphans0000000';
 const clients: { destroy(): void }[] = [];
 
+/** The functions' environment over the emulators' tables, bucket and queues. */
+const functionEnv = () =>
+  parseFunctionEnv({
+    FERRY_JOBS_TABLE: fixture.tables.jobs,
+    FERRY_CHUNKS_TABLE: fixture.tables.chunks,
+    FERRY_CONTROL_TABLE: fixture.tables.control,
+    FERRY_WORKERS_TABLE: fixture.tables.workers,
+    FERRY_BUCKET: fixture.bucket,
+    FERRY_QUEUE_NAME_PREFIX: 'ferry-',
+    FERRY_WEBHOOK_QUEUE_URL: fixture.webhookQueueUrl,
+  });
+
 async function visible(queueUrl: string): Promise<number> {
   const { Attributes } = await fixture.sqs.send(
     new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['ApproximateNumberOfMessages'] }),
@@ -33,15 +45,7 @@ async function visible(queueUrl: string): Promise<number> {
 
 beforeAll(async () => {
   fixture = await startAwsFixture({ ttl: false });
-  const env = parseFunctionEnv({
-    FERRY_JOBS_TABLE: fixture.tables.jobs,
-    FERRY_CHUNKS_TABLE: fixture.tables.chunks,
-    FERRY_CONTROL_TABLE: fixture.tables.control,
-    FERRY_WORKERS_TABLE: fixture.tables.workers,
-    FERRY_BUCKET: fixture.bucket,
-    FERRY_QUEUE_NAME_PREFIX: 'ferry-',
-    FERRY_WEBHOOK_QUEUE_URL: fixture.webhookQueueUrl,
-  });
+  const env = functionEnv();
   const lambdaClients = {
     dynamo: dynamoClientFor(fixture.dynamo.endpoint),
     sqs: sqsClientFor(fixture.fauxqs.endpoint),
@@ -142,15 +146,7 @@ describe('sweeper on emulators', () => {
       return realSend(command);
     };
     const flaky = buildPlatform({
-      env: parseFunctionEnv({
-        FERRY_JOBS_TABLE: fixture.tables.jobs,
-        FERRY_CHUNKS_TABLE: fixture.tables.chunks,
-        FERRY_CONTROL_TABLE: fixture.tables.control,
-        FERRY_WORKERS_TABLE: fixture.tables.workers,
-        FERRY_BUCKET: fixture.bucket,
-        FERRY_QUEUE_NAME_PREFIX: 'ferry-',
-        FERRY_WEBHOOK_QUEUE_URL: fixture.webhookQueueUrl,
-      }),
+      env: functionEnv(),
       clients: {
         dynamo: dynamoClientFor(fixture.dynamo.endpoint),
         sqs,
