@@ -2,7 +2,7 @@
 import { usage } from '../core/errors.js';
 import { type ProviderName, providerNames, readProjectConfig } from './config.js';
 import { type CliIo, Reporter } from './io.js';
-import { openProvider } from './providers/index.js';
+import { type OpenProviderOptions, openProvider } from './providers/index.js';
 import type { Provider } from './providers/types.js';
 
 export interface CliContext {
@@ -27,7 +27,7 @@ export async function withProvider<T>(
   ctx: CliContext,
   flag: string | undefined,
   fn: (provider: Provider) => Promise<T>,
-  options: { yes?: boolean; bootstrap?: boolean; alarmEmail?: string; refreshZones?: boolean } = {},
+  options: Pick<OpenProviderOptions, 'yes' | 'bootstrap' | 'alarmEmail' | 'refreshZones' | 'offline'> = {},
 ): Promise<T> {
   const provider = await openProvider(providerName(ctx, flag), {
     env: ctx.io.env,

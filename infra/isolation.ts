@@ -25,7 +25,7 @@
  *    (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-envvar-secrets-manager.html).
  */
 
-import { Aws, RemovalPolicy, Validations } from 'aws-cdk-lib';
+import { Aws, RemovalPolicy, Stack, Validations } from 'aws-cdk-lib';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
@@ -39,6 +39,7 @@ import { callTokenSecretName, callTokenVariable } from '../core/call-keys.js';
 import { FerryError } from '../core/errors.js';
 import { endpointJobIdPatterns } from '../core/job.js';
 import { leadingKeysCondition } from './leading-keys.js';
+import { clusterName, serviceName } from './names.js';
 import type { TableRef } from './platform-exports.js';
 import { allowTellingMissing, blobPrefix, keyLookupStatement, payloadsPrefix } from './platform-stack.js';
 
@@ -137,6 +138,22 @@ export class EndpointAgentAccess extends Construct {
         conditions: leadingKeysCondition(keys.startFailures),
       }),
     );
+    if (props.kind === 'queue') {
+      // Which task definition its own service's deployment runs, so a busy task steps aside for a
+      // deploy (worker-image/agent/superseded.ts): its service only, read only.
+      this.role.addToPolicy(
+        new iam.PolicyStatement({
+          actions: ['ecs:DescribeServices'],
+          resources: [
+            Stack.of(this).formatArn({
+              service: 'ecs',
+              resource: 'service',
+              resourceName: `${clusterName}/${serviceName(props.endpointId)}`,
+            }),
+          ],
+        }),
+      );
+    }
     if (props.kind === 'lb') {
       // Client keys: KEY#<hash> items of the control table.
       this.role.addToPolicy(keyLookupStatement(props.tables.control));

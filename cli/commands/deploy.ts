@@ -140,17 +140,22 @@ async function synthOnly(ctx: CliContext, argv: OfflineArgv, app: string): Promi
   const built = await buildStep(ctx, argv, app);
   const env = typeof argv.env === 'string' ? argv.env : defaultEnvironment;
   ctx.reporter.line(`[2/2] Synthesize (environment ${env}; offline)`);
-  await withProvider(ctx, 'aws', async (provider) => {
-    const result = await (provider as AwsProvider).synthOnly({
-      manifest: built.manifest,
-      app,
-      env,
-      reporter: ctx.reporter,
-    });
-    if (argv.json) return ctx.reporter.json(result);
-    ctx.reporter.out(`✓ Synthesized ${result.stacks.length} stacks into ${result.directory}`);
-    for (const stack of result.stacks) ctx.reporter.out(`  ${stack.name}  ${stack.template}`);
-  });
+  await withProvider(
+    ctx,
+    'aws',
+    async (provider) => {
+      const result = await (provider as AwsProvider).synthOnly({
+        manifest: built.manifest,
+        app,
+        env,
+        reporter: ctx.reporter,
+      });
+      if (argv.json) return ctx.reporter.json(result);
+      ctx.reporter.out(`✓ Synthesized ${result.stacks.length} stacks into ${result.directory}`);
+      for (const stack of result.stacks) ctx.reporter.out(`  ${stack.name}  ${stack.template}`);
+    },
+    { offline: true },
+  );
 }
 
 export const deployCommand = (ctx: CliContext): CommandModule =>

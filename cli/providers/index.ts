@@ -21,6 +21,8 @@ export interface OpenProviderOptions {
   alarmEmail?: string;
   /** AWS: move the platform VPC to the region's current availability zones (`--refresh-zones`). */
   refreshZones?: boolean;
+  /** AWS: no call will be made (`--synth-only`), so no region or credentials are needed. */
+  offline?: boolean;
 }
 
 /** IAM, ECR, CodeBuild, SNS and EC2 clients from the usual credential chain (loaded only for real deploys). */
@@ -75,7 +77,7 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
     if (!io || !reporter) throw new FerryError('failed', 'The AWS provider needs the command I/O');
     const clients = awsClientsFromEnv(options.env);
     try {
-      await checkAwsConfiguration(clients.s3.config);
+      if (!options.offline) await checkAwsConfiguration(clients.s3.config);
     } catch (error) {
       clients.close();
       throw error;

@@ -230,6 +230,40 @@ describe('drain (SIGTERM)', () => {
     expect(health.workers).toEqual({ idle: 0, running: 0 }); // the registry forgot this task
   });
 
+  it('retire (a deploy replaced the task definition): no new take, the held job runs to its end, then it leaves 0', async () => {
+    const endpointId = newEndpoint();
+    // A drain period shorter than the job: retiring has no deadline of its own, the job's end is it.
+    const agent = await startAgent(endpointId, { drainMs: 500 });
+    const worker = handWorker(agent, endpointId);
+    const running = await api.engine.submit(endpointId, { input: { method: 'echo' } }, { sync: false });
+    expect((await worker.take()).job?.id).toBe(running.id);
+    let left: number | undefined;
+    void agent.leaving.then((code) => {
+      left = code;
+    });
+
+    agent.retire('a deploy replaced this task definition');
+    const waiting = await api.engine.submit(endpointId, { input: { method: 'echo' } }, { sync: false });
+    expect((await worker.take()).status).toBe(204);
+    await sleep(1_500);
+    expect(left).toBeUndefined(); // still running its job, past the drain period
+    expect((await api.engine.status(endpointId, running.id)).status).toBe('IN_PROGRESS');
+    expect(await worker.ping([running.id])).toBe(200);
+
+    const done = await fetch(
+      `${agent.url}/v2/${endpointId}/job-done/${encodeURIComponent(agent.workerId)}/${running.id}?isStream=false`,
+      {
+        method: 'POST',
+        headers: { authorization: agent.workerToken, 'content-type': 'application/json' },
+        body: JSON.stringify({ output: 'finished' }),
+      },
+    );
+    expect(done.status).toBe(200);
+    expect(await agent.leaving).toBe(0);
+    expect((await api.engine.status(endpointId, running.id)).status).toBe('COMPLETED');
+    expect((await api.engine.status(endpointId, waiting.id)).status).toBe('IN_QUEUE');
+  });
+
   it('requeues what is still held at the drain deadline', async () => {
     const endpointId = newEndpoint();
     const agent = await startAgent(endpointId, { drainMs: 1_000 });

@@ -142,6 +142,20 @@ const statusOf = async (endpointId: string, id: string) => {
 };
 
 describe("an agent with its endpoint's role", () => {
+  it('may describe its own ECS service (superseded.ts) and no other, and update none', () => {
+    const access = (action: string, service: string) => ({
+      action,
+      resource: arnOf.service('ferry', `ferry-${service}`),
+      leadingKeys: [],
+    });
+    expect(gate.policy.allows(access('ecs:DescribeServices', mine))).toBe(true);
+    expect(gate.policy.allows(access('ecs:DescribeServices', theirs))).toBe(false);
+    expect(gate.policy.allows(access('ecs:UpdateService', mine))).toBe(false);
+    // The load-balanced agent has no deployment to watch (its protection ends between requests).
+    const lb = agentPolicy(mine, 'lb', box.fixture.tables, box.fixture.bucket, box.fixture.webhookQueueUrl);
+    expect(lb.allows(access('ecs:DescribeServices', mine))).toBe(false);
+  });
+
   it("counts, marks and clears its own endpoint's failed starts (one STARTS# key), every call allowed", async () => {
     const doc = DynamoDBDocumentClient.from(clients.dynamo!, {
       marshallOptions: { removeUndefinedValues: true },

@@ -197,6 +197,8 @@ export interface Agent {
    * exit was asked for (ecsWorker.ts); otherwise it counts as a crash, or a failed start before contact.
    */
   workerExited(how: WorkerExit): Promise<void>;
+  /** A deploy replaced this task's definition: no new job; leaves with 0 once the held ones end. */
+  retire(why: string): void;
   /** Resolves once held jobs finished or were requeued; the same promise when called again. */
   drain(): Promise<void>;
   close(): Promise<void>;
@@ -553,6 +555,16 @@ class AgentServer implements Agent {
   }
 
   // ── drain and close ───────────────────────────────────────────────────────────────────────────
+
+  /**
+   * A deploy replaced this task's definition (superseded.ts): no new job; the ones held run to their
+   * end, then the agent leaves with 0 (the supervisor's stop once the worker holds nothing), its
+   * protection goes off with the drain, and ECS starts a task of the new definition.
+   */
+  retire(why: string): void {
+    this.log.info(`${why}: taking no new job; leaving once the ${this.held().length} held finish`);
+    this.supervisor.drain(this.workerId);
+  }
 
   drain(): Promise<void> {
     return this.drainer.start();

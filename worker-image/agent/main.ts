@@ -17,6 +17,7 @@
 import { randomUUID } from 'node:crypto';
 import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { ECSClient } from '@aws-sdk/client-ecs';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { CloudWatchLogStore } from '../../core/adapters/aws/cloudwatch-logs.js';
@@ -26,6 +27,7 @@ import { QueuedWebhookSender } from '../../core/adapters/aws/webhook-queue.js';
 import { systemClock } from '../../core/clock.js';
 import { messageOf } from '../../core/errors.js';
 import type { StartGrace } from '../../core/supervisor.js';
+import { serviceName } from '../../infra/names.js';
 import { startAgent } from './agent.js';
 import { downloadArtifact, readLbSecret, writeLbSecret } from './artifact.js';
 import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } from './config.js';
@@ -34,6 +36,7 @@ import { type WorkerExit, watchWorkerContainer } from './ecsWorker.js';
 import { startLbAgent } from './lb.js';
 import { agentLog } from './log.js';
 import type { EcsProtectionOptions } from './protection.js';
+import { watchSuperseded } from './superseded.js';
 
 /**
  * Task scale-in protection on ECS (protection.ts): on while the task is busy, off once it has been
@@ -80,11 +83,15 @@ async function untilLeaving(
     leaving: Promise<number>;
     workerStarted(atMs: number): void;
     workerExited(how: WorkerExit): Promise<void>;
+    /** A deploy replaced this task's definition (superseded.ts): step aside once the work is done. */
+    retire?(why: string): void;
   },
   stopAsked: Promise<void>,
+  ecs?: ECSClient,
 ): Promise<number> {
   const watching = new AbortController();
   const metadataUri = env.ECS_CONTAINER_METADATA_URI_V4;
+  const warn = (message: string) => process.stderr.write(`ferry-agent: ${message}\n`);
   const watched = metadataUri
     ? watchWorkerContainer({
         metadataUri,
@@ -93,12 +100,25 @@ async function untilLeaving(
         signal: watching.signal,
         onStarted: (atMs) => agent.workerStarted(atMs),
         onExit: (how) => agent.workerExited(how),
-        warn: (message) => process.stderr.write(`ferry-agent: ${message}\n`),
+        warn,
       })
     : Promise.resolve();
+  const retire = agent.retire?.bind(agent);
+  const superseded =
+    metadataUri && ecs && retire
+      ? watchSuperseded({
+          ecs,
+          metadataUri,
+          serviceName: serviceName(env.FERRY_ENDPOINT_ID),
+          clock: systemClock,
+          signal: watching.signal,
+          onSuperseded: (primary) => retire(`a deploy replaced this task's definition (now ${primary})`),
+          warn,
+        })
+      : Promise.resolve();
   const code = await Promise.race([stopAsked.then(() => 0), agent.leaving]);
   watching.abort();
-  await watched;
+  await Promise.all([watched, superseded]);
   return code;
 }
 
@@ -113,6 +133,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     sqs: new SQSClient({ region, credentials, useQueueUrlAsEndpoint: false }),
     s3: new S3Client({ region, credentials, ...s3ClientConfig }),
   };
+  const ecs = new ECSClient({ region, credentials });
   const lowUrl = env.FERRY_QUEUE_URL_LOW ?? env.FERRY_QUEUE_URL;
   const logsClient = new CloudWatchLogsClient({ region, credentials });
   const agent = await startAgent({
@@ -163,11 +184,12 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     ...taskProtectionOf(env),
   });
   // SIGTERM from ECS, or the supervisor wants this task replaced (refresh_worker, a dead worker).
-  const code = await untilLeaving(env, agent, stopAsked);
+  const code = await untilLeaving(env, agent, stopAsked, ecs);
   await agent.drain();
   await agent.close();
   for (const client of Object.values(clients)) client.destroy();
   logsClient.destroy();
+  ecs.destroy();
   return code;
 }
 
