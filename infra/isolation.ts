@@ -138,22 +138,20 @@ export class EndpointAgentAccess extends Construct {
         conditions: leadingKeysCondition(keys.startFailures),
       }),
     );
-    if (props.kind === 'queue') {
-      // Which task definition its own service's deployment runs, so a busy task steps aside for a
-      // deploy (worker-image/agent/superseded.ts): its service only, read only.
-      this.role.addToPolicy(
-        new iam.PolicyStatement({
-          actions: ['ecs:DescribeServices'],
-          resources: [
-            Stack.of(this).formatArn({
-              service: 'ecs',
-              resource: 'service',
-              resourceName: `${clusterName}/${serviceName(props.endpointId)}`,
-            }),
-          ],
-        }),
-      );
-    }
+    // Which task definition its own service's deployment runs, so a busy task steps aside for a
+    // deploy (worker-image/agent/superseded.ts): its service only, read only.
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['ecs:DescribeServices'],
+        resources: [
+          Stack.of(this).formatArn({
+            service: 'ecs',
+            resource: 'service',
+            resourceName: `${clusterName}/${serviceName(props.endpointId)}`,
+          }),
+        ],
+      }),
+    );
     if (props.kind === 'lb') {
       // Client keys: KEY#<hash> items of the control table.
       this.role.addToPolicy(keyLookupStatement(props.tables.control));

@@ -251,6 +251,29 @@ describe('task scale-in protection of a load-balanced task', () => {
     expect((await slow).status).toBe(200);
   });
 
+  it('retire (a deploy replaced the task definition): protection goes off and stays off, requests still served', async () => {
+    const { ecs, worker, agent, tick, call } = await setup();
+    const slow = call('/slow');
+    await eventually('the worker to hold the request', () => (worker.held.length === 1 ? true : undefined));
+    await eventually('protection on', () => (ons(ecs.puts).length === 1 ? true : undefined));
+
+    agent.retire('a deploy replaced this task definition');
+    await eventually('protection off', () => (offs(ecs.puts).length === 1 ? true : undefined));
+    // Busy again and again: never protected again, and the request in flight still ends well.
+    const another = call('/slow');
+    await eventually('the worker to hold both', () => (worker.held.length === 2 ? true : undefined));
+    await tick(60_000);
+    await tick(31 * 60_000);
+    worker.release();
+    worker.release();
+    expect((await slow).status).toBe(200);
+    expect((await another).status).toBe(200);
+    expect((await call('/fast')).status).toBe(200);
+    await tick(1_000);
+    expect(ons(ecs.puts)).toHaveLength(1);
+    expect(offs(ecs.puts)).toHaveLength(1);
+  });
+
   it('releases protection when the agent closes (SIGTERM) after its requests end', async () => {
     const { ecs, worker, agent, call, close } = await setup();
     const slow = call('/slow');

@@ -151,9 +151,10 @@ describe("an agent with its endpoint's role", () => {
     expect(gate.policy.allows(access('ecs:DescribeServices', mine))).toBe(true);
     expect(gate.policy.allows(access('ecs:DescribeServices', theirs))).toBe(false);
     expect(gate.policy.allows(access('ecs:UpdateService', mine))).toBe(false);
-    // The load-balanced agent has no deployment to watch (its protection ends between requests).
+    // The load-balanced agent watches its deployment the same way.
     const lb = agentPolicy(mine, 'lb', box.fixture.tables, box.fixture.bucket, box.fixture.webhookQueueUrl);
-    expect(lb.allows(access('ecs:DescribeServices', mine))).toBe(false);
+    expect(lb.allows(access('ecs:DescribeServices', mine))).toBe(true);
+    expect(lb.allows(access('ecs:DescribeServices', theirs))).toBe(false);
   });
 
   it("counts, marks and clears its own endpoint's failed starts (one STARTS# key), every call allowed", async () => {

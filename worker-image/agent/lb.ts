@@ -140,6 +140,11 @@ export interface LbAgent {
   workerStarted(atMs: number): void;
   /** The worker container ended (ECS task metadata, ecsWorker.ts). */
   workerExited(how: WorkerExit): Promise<void>;
+  /**
+   * A deploy replaced this task's definition (superseded.ts): protection goes off and stays off, so
+   * the deployment may stop the task; requests are still served until it does (the ALB drains them).
+   */
+  retire(why: string): void;
   /** Stops taking connections and waits for requests in flight (at most `waitMs`); twice is fine. */
   close(waitMs?: number): Promise<void>;
 }
@@ -178,6 +183,8 @@ class LbAgentServer implements LbAgent {
   private reporting: Promise<void> = Promise.resolve();
   private reportTimer: NodeJS.Timeout | undefined;
   private readonly protection: TaskProtection | undefined;
+  /** Superseded by a deploy: protection is never asked for again (retire). */
+  private retired = false;
   /** Stops the protection ticks on close. */
   private readonly closing = new AbortController();
   private ticking: Promise<void> | undefined;
@@ -241,7 +248,7 @@ class LbAgentServer implements LbAgent {
     // The supervisor's start grace; protection renewed before it lapses, released once idle long enough.
     this.ticking = tickEvery(this.clock, this.options.tickMs ?? 1_000, this.closing.signal, async () => {
       await this.supervisor.tick(this.options.endpointId);
-      this.protection?.tick();
+      if (!this.retired) this.protection?.tick();
     });
   }
 
@@ -296,8 +303,17 @@ class LbAgentServer implements LbAgent {
     this.lastBusyAt = this.clock.now();
     if ((before === 0) !== (this.inFlight === 0)) {
       this.report();
-      this.protection?.tick();
+      if (!this.retired) this.protection?.tick();
     }
+  }
+
+  retire(why: string): void {
+    if (this.retired) return;
+    this.retired = true;
+    this.log.info(`${why}: task protection off, so the deployment may replace this task`);
+    void this.protection?.release().catch((error) => {
+      this.log.warn(`releasing task protection: ${messageOf(error)}`);
+    });
   }
 
   /**

@@ -195,7 +195,9 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
 
 async function runLb(env: LbAgentEnv): Promise<number> {
   const stopAsked = signalled();
-  const dynamo = new DynamoDBClient({ region: env.AWS_REGION, credentials: agentCredentials(env) });
+  const credentials = agentCredentials(env);
+  const dynamo = new DynamoDBClient({ region: env.AWS_REGION, credentials });
+  const ecs = new ECSClient({ region: env.AWS_REGION, credentials });
   const doc = documentClient(dynamo);
   // API keys (KEY#…) and the endpoint's run of failed worker starts (STARTS#<id>): infra/isolation.ts.
   const control = new DynamoControlStore({ doc, table: env.FERRY_CONTROL_TABLE });
@@ -217,9 +219,10 @@ async function runLb(env: LbAgentEnv): Promise<number> {
     ...taskProtectionOf(env),
     ...startGraceOf(env),
   });
-  const code = await untilLeaving(env, agent, stopAsked);
+  const code = await untilLeaving(env, agent, stopAsked, ecs);
   await agent.close(env.FERRY_DRAIN_MS);
   dynamo.destroy();
+  ecs.destroy();
   return code;
 }
 
