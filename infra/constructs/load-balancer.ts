@@ -22,6 +22,7 @@ import type * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as elbv2 from 'aws-cdk-lib/aws-elasticloadbalancingv2';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { Construct } from 'constructs';
+import { limits } from '../../core/limits.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import { scalerFunctionName, wakeAlarmName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
@@ -71,9 +72,13 @@ export class EndpointLoadBalancer extends Construct {
       securityGroup,
       vpcSubnets: { subnetType: ec2.SubnetType.PUBLIC },
       dropInvalidHeaderFields: true,
-      // Long handler calls (model inference) must not be cut at the 60 s default.
+      // Long handler calls (model inference) must not be cut at the 60 s default. An endpoint that
+      // sets no execution_timeout (0) has the platform's default, as its queue jobs do.
       idleTimeout: Duration.seconds(
-        Math.min(4000, Math.max(60, Math.ceil(resources.executionTimeoutMs / 1000))),
+        Math.min(
+          4000,
+          Math.max(60, Math.ceil((resources.executionTimeoutMs || limits.executionTimeoutDefaultMs) / 1000)),
+        ),
       ),
     });
     // The way to the agents' dynamic host ports (bridge mode, task-layout.ts), the same group on every

@@ -2,11 +2,12 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Stack } from 'aws-cdk-lib';
-import { Template } from 'aws-cdk-lib/assertions';
+import { Match, Template } from 'aws-cdk-lib/assertions';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callTokenSecretName } from '../../core/call-keys.js';
 import { FerryError } from '../../core/errors.js';
+import { limits } from '../../core/limits.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import { buildApp, type FerryApp } from '../../infra/app.js';
 import {
@@ -525,7 +526,13 @@ describe('load-balanced endpoint', () => {
     template.resourceCountIs('AWS::ElasticLoadBalancingV2::LoadBalancer', 1);
     template.hasResourceProperties('AWS::ElasticLoadBalancingV2::LoadBalancer', {
       Scheme: 'internet-facing',
+      // The fixture sets no execution_timeout (0): the platform's default, not the ALB's 60 s
+      // (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/edit-load-balancer-attributes.html).
+      LoadBalancerAttributes: Match.arrayWith([
+        { Key: 'idle_timeout.timeout_seconds', Value: String(limits.executionTimeoutDefaultMs / 1000) },
+      ]),
     });
+    expect(lbEndpoint.resources.executionTimeoutMs).toBe(0);
     template.hasResourceProperties('AWS::ElasticLoadBalancingV2::Listener', { Port: 80, Protocol: 'HTTP' });
     template.hasResourceProperties('AWS::ElasticLoadBalancingV2::TargetGroup', {
       HealthCheckPath: '/ping',
