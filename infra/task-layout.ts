@@ -77,6 +77,19 @@ export function healthCheckGraceSecOf(
 }
 
 /**
+ * A load-balanced endpoint's ALB idle timeout: its execution timeout (0: the platform's default), at
+ * least the ALB's 60 s and at most its 4000 s, so a long handler call is not cut
+ * (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/edit-load-balancer-attributes.html).
+ * The agent keeps idle connections longer than this (lb.ts): "configure the idle timeout of your
+ * application to be larger than the idle timeout configured for the load balancer", else the ALB may
+ * reuse a connection the target is closing and answer 502.
+ */
+export function albIdleTimeoutSec(resources: { executionTimeoutMs: number }): number {
+  const executionSec = Math.ceil((resources.executionTimeoutMs || limits.executionTimeoutDefaultMs) / 1000);
+  return Math.min(4000, Math.max(60, executionSec));
+}
+
+/**
  * Bridge networking gives every container its own network namespace; a container port published with
  * host port 0 gets a free port of the instance's ephemeral range (the kernel's ip_local_port_range,
  * 32768-60999 on Amazon Linux 2023, or 49153-65535), so tasks never fight over a host port

@@ -22,11 +22,10 @@ import type * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as elbv2 from 'aws-cdk-lib/aws-elasticloadbalancingv2';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { Construct } from 'constructs';
-import { limits } from '../../core/limits.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import { scalerFunctionName, wakeAlarmName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
-import { ports } from '../task-layout.js';
+import { albIdleTimeoutSec, ports } from '../task-layout.js';
 import { HttpsFront, type LbHttpsOptions } from './https-front.js';
 
 export interface EndpointLoadBalancerProps {
@@ -72,14 +71,8 @@ export class EndpointLoadBalancer extends Construct {
       securityGroup,
       vpcSubnets: { subnetType: ec2.SubnetType.PUBLIC },
       dropInvalidHeaderFields: true,
-      // Long handler calls (model inference) must not be cut at the 60 s default. An endpoint that
-      // sets no execution_timeout (0) has the platform's default, as its queue jobs do.
-      idleTimeout: Duration.seconds(
-        Math.min(
-          4000,
-          Math.max(60, Math.ceil((resources.executionTimeoutMs || limits.executionTimeoutDefaultMs) / 1000)),
-        ),
-      ),
+      // Long handler calls (model inference) must not be cut at the 60 s default.
+      idleTimeout: Duration.seconds(albIdleTimeoutSec(resources)),
     });
     // The way to the agents' dynamic host ports (bridge mode, task-layout.ts), the same group on every
     // Ferry ALB: the hosts' group admits it with one rule, however many load-balanced endpoints the

@@ -45,6 +45,7 @@ import type { PlatformRefs } from '../platform-exports.js';
 import { blobPrefix } from '../platform-stack.js';
 import {
   agentEntryPoint,
+  albIdleTimeoutSec,
   artifactMount,
   drainMs,
   healthCheckGraceSecOf,
@@ -449,6 +450,10 @@ export class EndpointService extends Construct {
       FERRY_AGENT_PORT: String(ports.lbPublic),
       // Task scale-in protection while requests are in flight, and this long after (lb.ts).
       FERRY_IDLE_TIMEOUT_SEC: String(resources.idleTimeoutSec),
+      // Idle connections outlive the ALB's (task-layout.ts albIdleTimeoutSec).
+      FERRY_LB_IDLE_TIMEOUT_SEC: String(albIdleTimeoutSec(resources)),
+      // SIGTERM lets requests in flight finish within the container's stopTimeout, as a queue drain does.
+      FERRY_DRAIN_MS: String(drainMs),
       // The service's health check grace: a worker that has not answered /ping by then is killed as a
       // failed start and the agent leaves (lb.ts), before the ALB's failed checks would stop the task.
       FERRY_HEALTH_CHECK_GRACE_SEC: String(healthCheckGraceSecOf(endpoint.resources, props.placement.kind)),

@@ -11,7 +11,7 @@
  */
 import { once } from 'node:events';
 import { createServer, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, connect } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { hashKey } from '../../core/auth.js';
 import { FakeClock } from '../../core/clock.js';
@@ -273,6 +273,45 @@ describe('task scale-in protection of a load-balanced task', () => {
     expect(ons(ecs.puts)).toHaveLength(1);
     expect(offs(ecs.puts)).toHaveLength(1);
   });
+
+  it('keeps an idle connection open past Node’s 5 s default when told the ALB’s idle timeout', async () => {
+    // "configure the idle timeout of your application to be larger than the idle timeout configured
+    // for the load balancer", else the ALB reuses a closing connection and answers 502
+    // (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/edit-load-balancer-attributes.html).
+    const worker = await standInWorker();
+    const agent = await startLbAgent({
+      endpointId: 'lbep',
+      control,
+      workerPort: worker.port,
+      host: '127.0.0.1',
+      port: 0,
+      log: memoryLog(),
+      upstreamIdleMs: 1_000,
+    });
+    cleanups.push(() => agent.close(1_000));
+    const { port } = new URL(agent.url);
+    const socket = connect(Number(port), '127.0.0.1');
+    cleanups.push(() => void socket.destroy());
+    let answer = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => {
+      answer += chunk;
+    });
+    let closedAt: number | undefined;
+    socket.on('close', () => {
+      closedAt = Date.now();
+    });
+    await once(socket, 'connect');
+    socket.write(`GET /fast HTTP/1.1\r\nHost: alb\r\nAuthorization: Bearer ${apiKey}\r\n\r\n`);
+    await eventually('the answer', () => (answer.includes('fast') ? true : undefined));
+    const answeredAt = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, 5_500));
+    expect(closedAt, 'closed after Node’s default 5 s').toBeUndefined();
+    await eventually('the agent to close it after the ALB’s idle timeout and 5 s', () =>
+      closedAt !== undefined ? true : undefined,
+    );
+    expect(closedAt! - answeredAt).toBeGreaterThanOrEqual(5_900);
+  }, 20_000);
 
   it('releases protection when the agent closes (SIGTERM) after its requests end', async () => {
     const { ecs, worker, agent, call, close } = await setup();

@@ -553,6 +553,11 @@ describe('load-balanced endpoint', () => {
       FERRY_WORKER_HOST: 'worker',
       // Task scale-in protection lasts this long after the last request (worker-image/agent/lb.ts).
       FERRY_IDLE_TIMEOUT_SEC: String(lbEndpoint.resources.idleTimeoutSec),
+      // Its idle connections outlive the ALB's, whose idle timeout is this
+      // (the LoadBalancerAttributes of 'is an internet-facing ALB…' above).
+      FERRY_LB_IDLE_TIMEOUT_SEC: String(limits.executionTimeoutDefaultMs / 1000),
+      // Requests in flight at SIGTERM get the container's stopTimeout, less the margin, to finish.
+      FERRY_DRAIN_MS: String(drainMs),
     });
     expect(worker).toMatchObject({
       FERRY_MODE: 'lb',

@@ -254,7 +254,12 @@ describe('the load-balanced agent role', () => {
       'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${endpointId}-*`] },
       Null: { 'dynamodb:LeadingKeys': 'false' },
     });
-    expect(statements).toHaveLength(3);
+    // Besides: KEY# reads, its STARTS# item, and describing its own service (superseded.ts).
+    expect(statements).toHaveLength(4);
+    const ecsReads = only(statements, 'ecs:DescribeServices');
+    expect(ecsReads).toHaveLength(1);
+    expect(actionsOf(ecsReads)).toEqual(['ecs:DescribeServices']);
+    expect(JSON.stringify(ecsReads[0]!.Resource)).toContain(`:service/ferry/ferry-${endpointId}`);
   });
 
   it("counts its endpoint's failed worker starts on exactly its STARTS# key, as a queue agent does", () => {

@@ -133,6 +133,13 @@ export const lbAgentEnvSchema = z.object({
   FERRY_KEY_CACHE_MS: ms.max(300_000, 'must be at most 300000').default(30_000),
   /** How long SIGTERM lets requests in flight finish (ALB deregistration is 30 s). */
   FERRY_DRAIN_MS: ms.max(120_000, 'must be at most 120000 (ECS stopTimeout max)').default(30_000),
+  /** The ALB's idle timeout: idle connections are kept longer (infra/task-layout.ts albIdleTimeoutSec). */
+  FERRY_LB_IDLE_TIMEOUT_SEC: z.coerce
+    .number()
+    .int('must be an integer')
+    .min(1, 'must be >= 1')
+    .max(4000, 'must be at most 4000 (the ALB maximum)')
+    .optional(),
   ...taskProtectionEnv,
   ...workerContainerEnv,
 });

@@ -108,6 +108,8 @@ export interface LbAgentOptions {
   ecs?: EcsProtectionOptions;
   /** How often protection is renewed or released, and the start grace checked (default 1 s). */
   tickMs?: number;
+  /** The ALB's idle timeout: idle keep-alive connections are kept 5 s longer (Node's default is 5 s). */
+  upstreamIdleMs?: number;
   /**
    * Where the endpoint's run of failed worker starts is shared by its tasks (the control table);
    * without it the run lives in this agent only, which a replaced task forgets.
@@ -195,6 +197,11 @@ class LbAgentServer implements LbAgent {
   readonly leaving: Promise<number>;
 
   constructor(private readonly options: LbAgentOptions) {
+    if (options.upstreamIdleMs !== undefined) {
+      // The ALB reuses idle connections for up to its idle timeout; one the agent closed first is a 502.
+      this.server.keepAliveTimeout = options.upstreamIdleMs + 5_000;
+      this.server.headersTimeout = this.server.keepAliveTimeout + 1_000;
+    }
     this.log = options.log ?? agentLog;
     this.clock = options.clock ?? systemClock;
     this.lastBusyAt = this.clock.now();

@@ -213,6 +213,7 @@ async function runLb(env: LbAgentEnv): Promise<number> {
     host: env.FERRY_AGENT_HOST,
     port: env.FERRY_AGENT_PORT,
     keyCacheMs: env.FERRY_KEY_CACHE_MS,
+    ...(env.FERRY_LB_IDLE_TIMEOUT_SEC ? { upstreamIdleMs: env.FERRY_LB_IDLE_TIMEOUT_SEC * 1000 } : {}),
     ...(env.FERRY_WORKERS_TABLE
       ? { registry: new DynamoWorkerRegistry({ doc, table: env.FERRY_WORKERS_TABLE }) }
       : {}),
