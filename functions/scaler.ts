@@ -50,6 +50,8 @@
  * DescribeServices (at most 10 services per call):
  * https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_DescribeServices.html
  */
+
+import { type CloudWatchClient, DescribeAlarmsCommand } from '@aws-sdk/client-cloudwatch';
 import {
   DescribeServicesCommand,
   DescribeTasksCommand,
@@ -220,7 +222,43 @@ export interface ScalerDeps {
   clock: Clock;
   /** Registry records older than this are workers gone (the engine's workerStaleMs). */
   workerStaleMs: number;
+  /** The load-balanced endpoints whose wake-up alarm is in ALARM now (turnedAwayOf). */
+  turnedAway?: () => Promise<Set<string>>;
   log?: (line: Record<string, unknown>) => void;
+}
+
+/**
+ * The endpoints whose load balancer turns requests away right now: their wake-up alarm is in ALARM.
+ * An alarm acts only when its state changes ("not performed again if the condition persists",
+ * https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarm-actions.html),
+ * so under clients that keep retrying it stays in ALARM and wakes the scaler once. When that wake-up
+ * lapsed (a GPU that took longer than its boot allowance, a failing verdict a deploy cleared), the
+ * endpoint stayed at zero for as long as the retries went on. The scheduled run asks the alarms
+ * instead (DescribeAlarms by name prefix and state; the scaler may describe `ferry-wake-*` alarms
+ * only, infra/platform-stack.ts).
+ */
+export function turnedAwayOf(cloudwatch: Pick<CloudWatchClient, 'send'>): () => Promise<Set<string>> {
+  return async () => {
+    const ids = new Set<string>();
+    let token: string | undefined;
+    do {
+      const page = await cloudwatch.send(
+        new DescribeAlarmsCommand({
+          AlarmNamePrefix: wakeAlarmPrefix,
+          AlarmTypes: ['MetricAlarm'],
+          StateValue: 'ALARM',
+          MaxRecords: 100,
+          NextToken: token,
+        }),
+      );
+      for (const alarm of page.MetricAlarms ?? []) {
+        if (alarm.AlarmName?.startsWith(wakeAlarmPrefix))
+          ids.add(alarm.AlarmName.slice(wakeAlarmPrefix.length));
+      }
+      token = page.NextToken;
+    } while (token);
+    return ids;
+  };
 }
 
 export interface EndpointScaleReport {
@@ -310,6 +348,15 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
   const records = event.endpointId
     ? [await deps.control.getEndpoint(event.endpointId)].filter((r) => r !== undefined)
     : await deps.control.listEndpoints();
+  // The schedule's run: requests turned away now count as one waiting request each endpoint.
+  let turnedAway = new Set<string>();
+  if (!event.endpointId && deps.turnedAway) {
+    try {
+      turnedAway = await deps.turnedAway();
+    } catch (error) {
+      deps.log?.({ msg: 'ferry scaler: reading the wake-up alarms', error: (error as Error).message });
+    }
+  }
   const plans: EndpointScaleReport[] = [];
   // Load-balanced endpoints: what the policy was asked, to ask again with the tasks still booting.
   const lbInputs = new Map<EndpointScaleReport, { input: ScalingInput; allowance: BootAllowance }>();
@@ -340,7 +387,7 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
       const input: ScalingInput = {
         ...settings,
         urgentQueuedJobs: urgentDemand(depth.urgent, queued, nudged ? settings.maxConcurrency : 0),
-        waitingRequests: nudged ? (event.waitingRequests ?? 0) : 0,
+        waitingRequests: nudged ? (event.waitingRequests ?? 0) : turnedAway.has(record.id) ? 1 : 0,
         workers: registered.map(workerLoadOf),
         nowMs: now,
         ...(failing ? { failing: true } : {}),

@@ -5,6 +5,7 @@
  */
 
 import { randomUUID } from 'node:crypto';
+import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
 import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { ECSClient } from '@aws-sdk/client-ecs';
@@ -39,7 +40,7 @@ import { endpointScopedJobId } from '../core/job.js';
 import { ManageApi } from '../core/manage.js';
 import type { ChangeFeed, Clock, LogStore } from '../core/ports.js';
 import { S3PayloadStore } from './payloads.js';
-import { lambdaInvoker, NudgingChangeFeed, type ScalerDeps } from './scaler.js';
+import { lambdaInvoker, NudgingChangeFeed, type ScalerDeps, turnedAwayOf } from './scaler.js';
 
 const positiveMs = (fallback: number) => z.coerce.number().int().positive().default(fallback);
 const url = z.string().url().optional();
@@ -349,6 +350,7 @@ export function scalerDepsFromEnv(): ScalerDeps {
       jobs: platform.jobs,
       workers: platform.workers,
       ecs: new ECSClient({}),
+      turnedAway: turnedAwayOf(new CloudWatchClient({})),
       cluster,
       serviceNamePrefix: platform.env.FERRY_SERVICE_NAME_PREFIX,
       clock: systemClock,

@@ -98,6 +98,7 @@ import {
   queueNamePrefix,
   scalerFunctionName,
   serviceNamePrefix,
+  wakeAlarmPrefix,
 } from './names.js';
 import {
   maxPlatformAzs,
@@ -1138,6 +1139,22 @@ export class PlatformStack extends Stack {
         resources: [services],
       }),
     );
+    // Which load-balanced endpoints turn requests away now (functions/scaler.ts turnedAwayOf): their
+    // wake-up alarms only. A narrower scope than * leaves out composite alarms, which these are not
+    // (https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_DescribeAlarms.html).
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['cloudwatch:DescribeAlarms'],
+        resources: [
+          Stack.of(this).formatArn({
+            service: 'cloudwatch',
+            resource: 'alarm',
+            resourceName: `${wakeAlarmPrefix}*`,
+            arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+          }),
+        ],
+      }),
+    );
     // A load-balanced endpoint about to go to 0 with tasks no worker reported for: their ages, to keep
     // the ones still booting (functions/scaler.ts serviceTasks). ListTasks is authorized on the
     // cluster through the ecs:cluster condition key; DescribeTasks on the cluster's tasks
@@ -1163,6 +1180,11 @@ export class PlatformStack extends Stack {
       }),
     );
     Validations.of(fn).acknowledge(
+      {
+        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:cloudwatch:<AWS::Region>:<AWS::AccountId>:alarm:${wakeAlarmPrefix}*]`,
+        reason:
+          'Wake-up alarms are created by app stacks, one per load-balanced endpoint; read only, by prefix.',
+      },
       {
         id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:service/${clusterName}/${serviceNamePrefix}*]`,
         reason:

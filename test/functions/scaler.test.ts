@@ -28,6 +28,7 @@ import {
   scaleEndpoints,
   scalerEventOf,
   taskStartFailureOf,
+  turnedAwayOf,
 } from '../../functions/scaler.js';
 import { poolMaxInstances } from '../../infra/gpu.js';
 import { wakeAlarmName } from '../../infra/names.js';
@@ -285,6 +286,43 @@ describe('scaler', () => {
     for (let i = 0; i < 12; i++) await deploy();
     await scaleEndpoints(deps, {});
     expect(ecs.describeBatches.sort()).toEqual([10, 2].sort());
+  });
+
+  it('load-balanced: the schedule wakes an endpoint whose wake-up alarm is still in ALARM (clients still turned away)', async () => {
+    // The alarm acted once, when it went to ALARM; retries keep it there and it acts no more
+    // (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarm-actions.html).
+    const waiting = await deploy('lb');
+    const quiet = await deploy('lb');
+    const pages = [
+      { MetricAlarms: [{ AlarmName: `ferry-wake-${waiting}` }], NextToken: 't1' },
+      { MetricAlarms: [{ AlarmName: 'ferry-wake-someone-else' }] },
+    ];
+    const asked: unknown[] = [];
+    const cloudwatch = {
+      send: async (command: { input: unknown }) => {
+        asked.push(command.input);
+        return pages.shift()!;
+      },
+    };
+    await scaleEndpoints({ ...deps, turnedAway: turnedAwayOf(cloudwatch as never) }, {});
+    expect(desiredOf(waiting)).toBe(1);
+    expect(desiredOf(quiet)).toBe(0);
+    expect(asked).toEqual([
+      expect.objectContaining({ AlarmNamePrefix: 'ferry-wake-', StateValue: 'ALARM', NextToken: undefined }),
+      expect.objectContaining({ AlarmNamePrefix: 'ferry-wake-', StateValue: 'ALARM', NextToken: 't1' }),
+    ]);
+    // CloudWatch out of reach: the run goes on without it.
+    const failing = await deploy('lb');
+    await scaleEndpoints(
+      {
+        ...deps,
+        turnedAway: async () => {
+          throw new Error('AccessDenied');
+        },
+      },
+      {},
+    );
+    expect(desiredOf(failing)).toBe(0);
   });
 
   it('load-balanced: a waiting request scales from zero; in-flight requests keep the worker; back to min after idle', async () => {

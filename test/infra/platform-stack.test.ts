@@ -708,6 +708,11 @@ describe('least privilege', () => {
         JSON.stringify({ 'Fn::Join': ['', JSON.parse(services)] }),
       ]);
     }
+    // Of CloudWatch, the wake-up alarms' states only (functions/scaler.ts turnedAwayOf).
+    expect(actionsOf(statements).filter((a) => a.startsWith('cloudwatch:'))).toEqual([
+      'cloudwatch:DescribeAlarms',
+    ]);
+    expect(resourcesFor(statements, 'cloudwatch:DescribeAlarms').join()).toContain(':alarm:ferry-wake-*');
     // Reads only, but for a task that could not start (functions/scaler.ts recordTaskStartFailure):
     // UpdateItem of STARTS# items of the control table. No job, chunk or payload access, no other
     // write of a table, no message sent. Of the jobs table, the count items on byEndpointExpiry only
