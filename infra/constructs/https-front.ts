@@ -98,6 +98,9 @@ export const hostLabel = (endpointName: string): string =>
     .replace(/^-+|-+$/g, '')
     .slice(0, 63);
 
+/** The error codes CloudFront caches and lets a distribution set a caching time for. */
+const cachedErrorCodes = [400, 403, 404, 405, 414, 416, 500, 501, 502, 503, 504];
+
 export class HttpsFront extends Construct {
   /** What clients use: always https. */
   readonly url: string;
@@ -209,6 +212,11 @@ export class HttpsFront extends Construct {
         cachePolicy: cloudfront.CachePolicy.CACHING_DISABLED,
         originRequestPolicy: cloudfront.OriginRequestPolicy.ALL_VIEWER_EXCEPT_HOST_HEADER,
       },
+      // "CloudFront caches error responses for a default duration of 10 seconds", whatever the
+      // cache policy (https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/custom-error-pages-expiration.html):
+      // a 503 at zero or a 502 while a worker boots would be served on after the worker is ready, and
+      // one caller's 403 to the next caller of the same path. None is cached.
+      errorResponses: cachedErrorCodes.map((httpStatus) => ({ httpStatus, ttl: Duration.seconds(0) })),
       // No minimumProtocolVersion: with the default cloudfront.net certificate it has no effect (the
       // policy is fixed by CloudFront) and CDK warns; a custom domain (https.domainName) pins TLS 1.2.
     });

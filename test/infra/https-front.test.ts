@@ -148,6 +148,21 @@ describe('without a domain: CloudFront in front', () => {
     expect(JSON.stringify(header.HeaderValue)).toContain('{{resolve:secretsmanager:');
   });
 
+  it('caches no error answer (CloudFront keeps them 10 s by default, whatever the cache policy)', () => {
+    const distribution = Object.values(template.findResources('AWS::CloudFront::Distribution'))[0]!;
+    const errors = distribution.Properties.DistributionConfig.CustomErrorResponses as {
+      ErrorCode: number;
+      ErrorCachingMinTTL: number;
+      ResponseCode?: number;
+    }[];
+    expect(errors.map((e) => e.ErrorCode)).toEqual([400, 403, 404, 405, 414, 416, 500, 501, 502, 503, 504]);
+    for (const error of errors) {
+      expect(error.ErrorCachingMinTTL).toBe(0);
+      // The origin's own answer goes through: no page or status of CloudFront's replaces it.
+      expect(error.ResponseCode).toBeUndefined();
+    }
+  });
+
   it('closes the ALB to anyone without the header: port 80 answers 403, only the header rule forwards', () => {
     const all = listeners(template);
     expect(all).toHaveLength(1);
