@@ -559,6 +559,22 @@ export class PlatformStack extends Stack {
       retryAttempts: 0,
     });
     this.grantScaler(this.scalerFunction);
+    // Every load-balanced endpoint's wake-up alarm may invoke the scaler: one statement for all of
+    // them, by alarm name pattern. One per endpoint (what an alarm action adds in its app stack)
+    // filled the function's resource-based policy, 20 KB and not raisable
+    // (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html), at about 40 endpoints
+    // in the account, and the next deploy failed.
+    this.scalerFunction.addPermission('WakeAlarms', {
+      principal: new iam.ServicePrincipal('lambda.alarms.cloudwatch.amazonaws.com'),
+      action: 'lambda:InvokeFunction',
+      sourceAccount: Stack.of(this).account,
+      sourceArn: Stack.of(this).formatArn({
+        service: 'cloudwatch',
+        resource: 'alarm',
+        resourceName: `${wakeAlarmPrefix}*`,
+        arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+      }),
+    });
 
     this.webhookFunction = this.fn('WebhookDelivery', code, handlers.webhooks, {
       timeout: Duration.seconds(webhookTiming.functionTimeoutSec),

@@ -111,7 +111,9 @@ export class EndpointLoadBalancer extends Construct {
         resourceName: scalerFunctionName,
         arnFormat: ArnFormat.COLON_RESOURCE_NAME,
       }),
-      sameEnvironment: true,
+      // The platform grants every wake-up alarm at once (PlatformStack, WakeAlarms): an alarm action
+      // adds no permission of its own (no sameEnvironment, so the import cannot add one).
+      skipPermissions: true,
     });
     const turnedAway = alb.metrics.httpCodeElb(elbv2.HttpCodeElb.ELB_503_COUNT, {
       period: Duration.minutes(1),

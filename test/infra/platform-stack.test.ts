@@ -708,6 +708,16 @@ describe('least privilege', () => {
         JSON.stringify({ 'Fn::Join': ['', JSON.parse(services)] }),
       ]);
     }
+    // CloudWatch may invoke it for wake-up alarms of this account, all of them in one statement.
+    const wake = Object.values(template.findResources('AWS::Lambda::Permission')).filter(
+      (p) => p.Properties.Principal === 'lambda.alarms.cloudwatch.amazonaws.com',
+    );
+    expect(wake).toHaveLength(1);
+    expect(wake[0]!.Properties).toMatchObject({
+      Action: 'lambda:InvokeFunction',
+      SourceAccount: { Ref: 'AWS::AccountId' },
+    });
+    expect(JSON.stringify(wake[0]!.Properties.SourceArn)).toContain(':alarm:ferry-wake-*');
     // Of CloudWatch, the wake-up alarms' states only (functions/scaler.ts turnedAwayOf).
     expect(actionsOf(statements).filter((a) => a.startsWith('cloudwatch:'))).toEqual([
       'cloudwatch:DescribeAlarms',

@@ -115,17 +115,18 @@ describe('resources per endpoint (docs/aws.md "How many endpoints an environment
     expect(one - 21).toBe(2);
   });
 
-  it('a load-balanced endpoint declares 20 behind CloudFront, 18 with a domain, 19 with its Route 53 zone', () => {
+  it('a load-balanced endpoint declares 19 behind CloudFront, 17 with a domain, 18 with its Route 53 zone', () => {
     // No rule of its own to the hosts: its ALB carries the platform's load balancer group
-    // (infra/constructs/load-balancer.ts), so neither an ingress on the hosts' group nor an egress.
-    expect(resourcesOf([queue(0), loadBalanced(0)]) - one).toBe(20);
+    // (infra/constructs/load-balancer.ts), so neither an ingress on the hosts' group nor an egress; and
+    // no Lambda permission for its wake-up alarm (the platform's one covers them all).
+    expect(resourcesOf([queue(0), loadBalanced(0)]) - one).toBe(19);
     // Synthesized offline (no prefix list id), its port-80 rule is inline in its group: one fewer.
     const offline = { cloudFrontPrefixListId: undefined };
-    expect(resourcesOf([queue(0), loadBalanced(0)], offline) - resourcesOf([queue(0)], offline)).toBe(19);
+    expect(resourcesOf([queue(0), loadBalanced(0)], offline) - resourcesOf([queue(0)], offline)).toBe(18);
     const domain = { https: { domainName: 'example.com' } };
-    expect(resourcesOf([queue(0), loadBalanced(0)], domain) - resourcesOf([queue(0)], domain)).toBe(18);
+    expect(resourcesOf([queue(0), loadBalanced(0)], domain) - resourcesOf([queue(0)], domain)).toBe(17);
     const zone = { https: { domainName: 'example.com', hostedZoneId: 'Z0123456789' } };
-    expect(resourcesOf([queue(0), loadBalanced(0)], zone) - resourcesOf([queue(0)], zone)).toBe(19);
+    expect(resourcesOf([queue(0), loadBalanced(0)], zone) - resourcesOf([queue(0)], zone)).toBe(18);
   });
 
   it('the count made before synthesis is the template’s, plus the CDKMetadata resource synthesis adds', () => {
@@ -192,8 +193,8 @@ describe('dynamic references per endpoint (docs/aws.md "How many endpoints an en
     expect(dynamicReferenceCount(app?.template)).toBe(maxDynamicReferences);
   });
 
-  it('21 are refused at synth, within 500 resources (423): the count, the excess and the way out', () => {
-    expect(templateResourceCount(build(many(21, loadBalanced), cliContext).appStack)).toBe(423);
+  it('21 are refused at synth, within 500 resources (402): the count, the excess and the way out', () => {
+    expect(templateResourceCount(build(many(21, loadBalanced), cliContext).appStack)).toBe(402);
     expect(synthesizeError(many(21, loadBalanced))).toMatchObject({
       name: 'FerryError',
       code: 'usage',
