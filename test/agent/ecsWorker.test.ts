@@ -137,3 +137,26 @@ it('reports the worker container’s start once, at its StartedAt (its image may
   });
   expect(starts).toEqual([Date.parse(startedAt)]);
 });
+
+it('says once that ECS is stopping the task while the worker still runs, so the agent stops handing out jobs', async () => {
+  // ECS signals the worker first (it depends on the agent), and a worker that ignores SIGTERM would
+  // go on taking jobs its stopTimeout then cuts off.
+  const uri = await metadataServer([
+    () => task('RUNNING'),
+    () => task('RUNNING', undefined, 'STOPPED'),
+    () => task('RUNNING', undefined, 'STOPPED'),
+    () => task('STOPPED', 0, 'STOPPED'),
+  ]);
+  const events: string[] = [];
+  await watchWorkerContainer({
+    metadataUri: uri,
+    containerName: 'worker',
+    clock: systemClock,
+    signal: new AbortController().signal,
+    pollMs: 20,
+    onTaskStopping: () => void events.push('task stopping'),
+    onExit: (how) => void events.push(`exit ${how.code} taskStopping=${how.taskStopping}`),
+    warn: () => {},
+  });
+  expect(events).toEqual(['task stopping', 'exit 0 taskStopping=true']);
+});

@@ -34,6 +34,13 @@ export interface WorkerContainerWatch {
   onExit(how: WorkerExit): void | Promise<void>;
   /** The worker container is running, since `atMs` (its `StartedAt`); called once. */
   onStarted?(atMs: number): void;
+  /**
+   * ECS is stopping the task (its DesiredStatus is STOPPED) while the worker still runs; called once.
+   * The worker is signalled before the agent (the reverse of their start order), and a worker that
+   * does not stop taking jobs on SIGTERM (a RunPod-SDK image, a handler run as PID 1) would take jobs
+   * its stopTimeout then cuts off: the agent stops handing them out now.
+   */
+  onTaskStopping?(): void;
   warn(message: string): void;
   pollMs?: number;
   fetch?: typeof fetch;
@@ -63,6 +70,7 @@ export async function watchWorkerContainer(watch: WorkerContainerWatch): Promise
   const get = watch.fetch ?? fetch;
   let lastProblem = '';
   let seenRunning = false;
+  let seenStopping = false;
   /** One read of the task's metadata; true once the worker's exit was reported. */
   const look = async (): Promise<boolean> => {
     try {
@@ -77,6 +85,10 @@ export async function watchWorkerContainer(watch: WorkerContainerWatch): Promise
           taskStopping: task.DesiredStatus === 'STOPPED',
         });
         return true;
+      }
+      if (task.DesiredStatus === 'STOPPED' && !seenStopping) {
+        seenStopping = true;
+        watch.onTaskStopping?.();
       }
       if (container?.KnownStatus === 'RUNNING' && !seenRunning) {
         seenRunning = true;

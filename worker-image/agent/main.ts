@@ -85,6 +85,8 @@ async function untilLeaving(
     workerExited(how: WorkerExit): Promise<void>;
     /** A deploy replaced this task's definition (superseded.ts): step aside once the work is done. */
     retire?(why: string): void;
+    /** ECS is stopping the task: no new work from now (ecsWorker.ts onTaskStopping). */
+    drain?(): Promise<void>;
   },
   stopAsked: Promise<void>,
   ecs?: ECSClient,
@@ -100,6 +102,10 @@ async function untilLeaving(
         signal: watching.signal,
         onStarted: (atMs) => agent.workerStarted(atMs),
         onExit: (how) => agent.workerExited(how),
+        // The queue agent's drain: what SIGTERM would start, begun as soon as the stop is decided.
+        onTaskStopping: () => {
+          agent.drain?.().catch((error: unknown) => warn(`draining: ${messageOf(error)}`));
+        },
         warn,
       })
     : Promise.resolve();
