@@ -117,6 +117,8 @@ async function setup(answers: Answer[] = []) {
     tickMs: 1_000,
     ecs: { agentUri, fetch: ecs.fetch, protectionMinutes: minutes, protectionOffAfterMs: offAfterMs },
   });
+  // Ready before the first request: until then requests are answered 503 (a worker still starting).
+  expect((await fetch(`${agent.url}/ping`)).status).toBe(200);
   let closed = false;
   const close = async () => {
     if (closed) return;
@@ -289,6 +291,7 @@ describe('task scale-in protection of a load-balanced task', () => {
       upstreamIdleMs: 1_000,
     });
     cleanups.push(() => agent.close(1_000));
+    expect((await fetch(`${agent.url}/ping`)).status).toBe(200);
     const { port } = new URL(agent.url);
     const socket = connect(Number(port), '127.0.0.1');
     cleanups.push(() => void socket.destroy());

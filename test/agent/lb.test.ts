@@ -126,6 +126,17 @@ describe('load-balanced agent', () => {
       const before = await call('/ping');
       expect(before.status).toBe(503);
       expect(await before.json()).toEqual({ error: 'The worker is not ready' });
+      // A keyed request meanwhile (the ALB fails open to a booting target): 503 with Retry-After,
+      // as with no target at all, not the 502 of a worker that does not listen yet.
+      const early = await call('/process', {
+        method: 'POST',
+        headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+        body: '{}',
+      });
+      expect(early.status).toBe(503);
+      expect(early.headers.get('retry-after')).toBe('5');
+      expect(await early.json()).toEqual({ error: 'The worker is starting; retry shortly' });
+      expect(agent.serving).toBe(0);
 
       worker = startWorker(port);
       await untilServing(

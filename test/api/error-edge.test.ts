@@ -193,19 +193,26 @@ describe('the error edge', () => {
     expect(unavailable.status).toBe(503);
     expectMasked(unavailable.status, await unavailable.text(), log);
 
+    // A worker that was ready (its /ping answered) and is gone: the proxy's failure, masked.
     const key = { id: 'k1', name: 'k', hash: hashKey('k'), createdAt: 0 };
+    const brief = createServer((_req, res) => res.end('ok'));
+    await new Promise<void>((resolve) => brief.listen(0, '127.0.0.1', resolve));
+    const briefPort = (brief.address() as AddressInfo).port;
     const noWorker = await startLbAgent({
       endpointId: 'lbep',
       control: { findApiKeyByHash: async () => key },
-      workerPort,
+      workerPort: briefPort,
       host: '127.0.0.1',
       port: 0,
       log,
     });
     cleanups.push(() => noWorker.close(1_000));
+    expect((await fetch(`${noWorker.url}/ping`)).status).toBe(200);
+    brief.closeAllConnections();
+    await new Promise((resolve) => brief.close(resolve));
     const gone = await fetch(`${noWorker.url}/items/1`, { headers: { authorization: 'k' } });
     expect(gone.status).toBe(502);
-    expectMasked(gone.status, await gone.text(), log, String(workerPort));
+    expectMasked(gone.status, await gone.text(), log, String(briefPort));
   });
 
   it('API Gateway shim: the function throws', async () => {

@@ -534,6 +534,7 @@ describe('load-balanced endpoint', () => {
     template.hasResourceProperties('AWS::ElasticLoadBalancingV2::Listener', { Port: 80, Protocol: 'HTTP' });
     template.hasResourceProperties('AWS::ElasticLoadBalancingV2::TargetGroup', {
       HealthCheckPath: '/ping',
+      HealthyThresholdCount: 2,
       TargetType: 'instance',
       Port: ports.lbPublic,
     });

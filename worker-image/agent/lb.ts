@@ -389,6 +389,17 @@ class LbAgentServer implements LbAgent {
         req.resume();
         return;
       }
+      if (this.supervisor.phase(this.workerId) === 'starting') {
+        // "If a target group contains only unhealthy registered targets, the load balancer routes
+        // requests to all those targets" (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/target-group-health-checks.html):
+        // while the worker boots (a model load: minutes), requests reach this agent. A 503 with
+        // Retry-After, as the ALB answers with no target at all, not a 502 from a worker that does not
+        // listen yet; and not counted in flight, so it neither protects the task nor keeps it busy.
+        res.setHeader('retry-after', String(startingRetryAfterSec));
+        reply(res, 503, { error: 'The worker is starting; retry shortly' });
+        req.resume();
+        return;
+      }
       this.track(1);
       res.on('close', () => this.track(-1));
       this.proxy(req, res);
@@ -500,6 +511,9 @@ function forwardable(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
   }
   return out;
 }
+
+/** What a request to a worker still starting is told to wait before it retries. */
+const startingRetryAfterSec = 5;
 
 function reply(res: ServerResponse, statusCode: number, body: unknown): void {
   if (res.headersSent || res.destroyed) {
