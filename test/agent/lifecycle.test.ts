@@ -173,6 +173,23 @@ describe('ECS task scale-in protection', () => {
   });
 });
 
+describe('task protection at the take', () => {
+  it('is on before the worker gets its first job, not at the next tick', async () => {
+    const endpointId = newEndpoint();
+    const ecs = await fakeEcsAgent();
+    // Ticks far apart: only the take itself can have asked.
+    const agent = await startAgent(endpointId, {
+      tickMs: 60_000,
+      ecs: { agentUri: ecs.uri, protectionMinutes: 30, protectionOffAfterMs: 0 },
+    });
+    const worker = handWorker(agent, endpointId);
+    const job = await api.engine.submit(endpointId, { input: { method: 'echo' } }, { sync: false });
+    const taken = await worker.take();
+    expect(taken.job?.id).toBe(job.id);
+    expect(ecs.requests.map((r) => r.body)).toEqual([{ ProtectionEnabled: true, ExpiresInMinutes: 30 }]);
+  });
+});
+
 describe('task protection through idle_timeout', () => {
   it('stays on after the last job until the worker has been idle for protectionOffAfterMs', async () => {
     const endpointId = newEndpoint();

@@ -504,6 +504,14 @@ class AgentServer implements Agent {
     const response = isTake
       ? await this.drainer.take(() => this.api.handle(apiRequest))
       : await this.api.handle(apiRequest);
+    if (isTake && response.statusCode === 200 && this.protection) {
+      // Protected before the worker has the job, not at the next tick: a scale-in in between picked
+      // this task as unprotected and cut the job it had just claimed ("a protected task" is never
+      // chosen, https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html).
+      // A task already protected asks nothing.
+      this.protection.tick();
+      await this.protection.settled();
+    }
     if (response.statusCode === 200 && this.options.metricsOut) {
       for (const jobId of endedJobs(route, segments, response)) void this.reportEnded(jobId);
     }
