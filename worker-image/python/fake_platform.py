@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 POLL_HOLD_SEC = 0.5  # short long-polls keep the tests fast
+TAKE_SETTLE_SEC = 0.01
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -148,6 +149,11 @@ class FakePlatform:
         }
         if call["auth"] != self.api_key:
             return self._reply(req, 401, {"error": "bad worker token"})
+        if op in ("job-take", "job-take-batch"):
+            # A take on a kept-alive connection is read at once; a result written just before it on a
+            # new connection waits for the accept and its handler thread. Recorded a moment later,
+            # the calls list the order the worker sent them in, which is what the tests check.
+            time.sleep(TAKE_SETTLE_SEC)
         with self.cond:
             self.calls.append(call)
             if op == "job-done-batch":

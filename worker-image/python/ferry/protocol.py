@@ -217,6 +217,11 @@ class WorkerApi:
         batches = self._batches
         return batches is not None and batches.starting and not batches.sending.done()
 
+    def requests_connecting(self):
+        """Whether a request of the loop waits for a new connection, so it is not on the wire yet."""
+        connections = self.loop_connections
+        return connections is not None and connections.connecting > 0
+
     async def _done_one(self, job_id, is_stream, body):
         url = self._job_url(self.done_url, job_id, "true" if is_stream else "false")
         return await self._post_async(url, None, job_id, "job-done", body)

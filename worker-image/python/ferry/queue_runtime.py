@@ -336,6 +336,13 @@ class QueueRuntime:
                 await asyncio.sleep(0)
                 while self._on_loop and self.api.results_leaving():
                     await asyncio.sleep(0)
+                # A result whose request opens a new connection (in a thread) is not on the wire
+                # yet: the take on an idle connection would overtake it. Connects are quick; a
+                # second is the most this waits for one.
+                for _ in range(1000):
+                    if not (self._on_loop and self.api.requests_connecting()):
+                        break
+                    await asyncio.sleep(0.001)
 
     def _start(self, job):
         run = JobRun(job)

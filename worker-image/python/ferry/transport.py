@@ -304,6 +304,7 @@ class LoopConnections:
         self._connections = connections
         self._blocking = blocking
         self._idle = _Idle(connections._clock)
+        self.connecting = 0  # requests waiting for a new connection (opened in a thread): not sent yet
 
     async def request(self, method, url, body=None, headers=None, timeout=30.0):
         """(status, body bytes) of one request; OSError (ResponseError for a bad answer, TimeoutError
@@ -314,7 +315,11 @@ class LoopConnections:
         conn = self._idle.take(key)
         reused = conn is not None
         if conn is None:
-            conn = await self._new(key, timeout)
+            self.connecting += 1
+            try:
+                conn = await self._new(key, timeout)
+            finally:
+                self.connecting -= 1
         try:
             try:
                 status, data, keep = await conn.exchange(head, body, method, timeout)
