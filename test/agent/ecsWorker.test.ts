@@ -7,7 +7,11 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, expect, it } from 'vitest';
 import { systemClock } from '../../core/clock.js';
-import { watchWorkerContainer } from '../../worker-image/agent/ecsWorker.js';
+import {
+  type WorkerContainerWatch,
+  type WorkerExit,
+  watchWorkerContainer,
+} from '../../worker-image/agent/ecsWorker.js';
 
 const closers: (() => void)[] = [];
 afterEach(() => {
@@ -38,9 +42,15 @@ const task = (status: string, exitCode?: number, taskDesired = 'RUNNING') => ({
   },
 });
 
-/** Watches until the worker container is seen STOPPED: the exits reported and the warnings. */
-async function watchToTheEnd(metadataUri: string) {
-  const exits: unknown[] = [];
+/**
+ * Watches until the worker container is seen STOPPED: the exits reported and the warnings. `hooks`:
+ * the watch's other callbacks (its start, the task stopping), or an `onExit` of the test's own.
+ */
+async function watchToTheEnd(
+  metadataUri: string,
+  hooks: Partial<Pick<WorkerContainerWatch, 'onStarted' | 'onTaskStopping' | 'onExit'>> = {},
+) {
+  const exits: WorkerExit[] = [];
   const warnings: string[] = [];
   await watchWorkerContainer({
     metadataUri,
@@ -50,6 +60,7 @@ async function watchToTheEnd(metadataUri: string) {
     pollMs: 20,
     onExit: (how) => void exits.push(how),
     warn: (m) => warnings.push(m),
+    ...hooks,
   });
   return { exits, warnings };
 }
@@ -125,16 +136,7 @@ it('reports the worker container’s start once, at its StartedAt (its image may
     () => task('STOPPED', 0),
   ]);
   const starts: number[] = [];
-  await watchWorkerContainer({
-    metadataUri: uri,
-    containerName: 'worker',
-    clock: systemClock,
-    signal: new AbortController().signal,
-    pollMs: 20,
-    onStarted: (atMs) => starts.push(atMs),
-    onExit: () => {},
-    warn: () => {},
-  });
+  await watchToTheEnd(uri, { onStarted: (atMs) => void starts.push(atMs) });
   expect(starts).toEqual([Date.parse(startedAt)]);
 });
 
@@ -148,15 +150,9 @@ it('says once that ECS is stopping the task while the worker still runs, so the 
     () => task('STOPPED', 0, 'STOPPED'),
   ]);
   const events: string[] = [];
-  await watchWorkerContainer({
-    metadataUri: uri,
-    containerName: 'worker',
-    clock: systemClock,
-    signal: new AbortController().signal,
-    pollMs: 20,
+  await watchToTheEnd(uri, {
     onTaskStopping: () => void events.push('task stopping'),
     onExit: (how) => void events.push(`exit ${how.code} taskStopping=${how.taskStopping}`),
-    warn: () => {},
   });
   expect(events).toEqual(['task stopping', 'exit 0 taskStopping=true']);
 });
