@@ -7,6 +7,7 @@ can queue jobs, ask for stops and wait for what the worker sent.
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -35,6 +36,7 @@ class FakePlatform:
         self.to_stop = []
         self.calls = []  # every request: dict(op, path, query, body, auth, content_type)
         self.connections = 0  # TCP connections accepted (workers keep theirs alive)
+        self._sockets = []  # the accepted connections, for crash()
         self.done_hold_sec = 0.0  # hold every job-done answer this long (a slow platform)
         platform = self
 
@@ -45,6 +47,7 @@ class FakePlatform:
                 super().setup()
                 with platform.cond:
                     platform.connections += 1
+                    platform._sockets.append(self.connection)
 
             def do_GET(self):
                 platform._handle(self, "GET")
@@ -64,6 +67,18 @@ class FakePlatform:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+    def crash(self):
+        """Gone at once, as an agent container that died: kept-alive connections are cut too, and
+        new ones are refused."""
+        self.close()
+        with self.cond:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     # -- what the platform would set in the worker's environment --------------------------------
 

@@ -77,6 +77,7 @@ APP = textwrap.dedent(
 
 
     def slow(seconds):
+        print(f"sleeping {seconds} s")
         time.sleep(seconds)
         return {"slept": seconds}
     '''
@@ -303,6 +304,21 @@ class FunctionWorkerTest(unittest.TestCase):
         self.assertEqual(worker.wait_exit(), 0)
         self.assertEqual(self.platform.done_for("job-slow", timeout=1)["body"], {"output": {"slept": 1}})
         self.assertIn("received SIGTERM", worker.output)
+
+    def test_sigterm_after_the_platform_died_leaves_the_running_job_at_once(self):
+        # On ECS the agent container died and ECS is stopping the task: the result could not be
+        # delivered, and running on through the grace period would overlap the copy the platform
+        # starts when the lease lapses. The ping interval (10 s) and the grace (60 s) are long, so
+        # only the ping SIGTERM sends at once can end this wait within the few seconds allowed.
+        worker = self.start("slow", FERRY_GRACE_MS="60000")
+        self.platform.add_job("job-stuck", {"seconds": 60})
+        worker.wait_output("[job-stuck] sleeping 60 s")
+        self.platform.crash()
+        worker.terminate()
+        self.assertEqual(worker.wait_exit(timeout=8), 0)
+        self.assertIn("the platform refuses connections", worker.output)
+        self.assertIn("exiting with 1 job(s) still running", worker.output)
+        self.assertEqual(self.platform.of("job-done"), [])
 
     def test_missing_target_is_a_startup_error(self):
         worker = self.start("nope")

@@ -29,7 +29,10 @@ A stop request for a job whose result is already being sent is ignored: nothing 
 SIGTERM/SIGINT: stop taking jobs, keep pinging, let running jobs finish for up to FERRY_GRACE_MS,
 exit 0. A job-take request still in flight is abandoned (the take loop is cancelled, which closes
 its connection); a job the platform might hand out afterwards goes back to the queue when its
-lease lapses.
+lease lapses. If the platform refuses connections while the worker stops (on ECS: the agent
+container died, which is why ECS is stopping the task), the running jobs are left at once: their
+results could not be delivered, and finishing them through the grace period would only run them
+beside the copies the platform starts when their leases lapse (60 s, under a 110 s grace).
 """
 
 import asyncio
@@ -229,6 +232,7 @@ class QueueRuntime:
         self.held = frozenset()  # snapshot for the ping thread; replaced, never mutated
         self._progress_q = queue_mod.Queue()
         self._ping_stop = threading.Event()
+        self._ping_now = threading.Event()  # a ping at once (shutdown asks whether the platform is there)
         # Enough idle threads for every slot's handler and request plus the take, stop and progress calls.
         self.threads = DaemonThreads(max_idle=2 * max_concurrency + 8)
         # A job-take started before this module was imported (worker.py, for a quick cold start).
@@ -253,6 +257,7 @@ class QueueRuntime:
     async def run(self):
         self.loop = asyncio.get_running_loop()
         self.stopping = asyncio.Event()
+        self.platform_gone = asyncio.Event()  # it refused a connection while stopping (_ping_loop)
         self.slot_free = asyncio.Event()
         # job-take and job-done on the loop itself when the api can (WorkerApi; not standalone's LocalJobs).
         self._on_loop = hasattr(self.api, "bind_loop")
@@ -274,9 +279,10 @@ class QueueRuntime:
         tasks = [run.task for run in self.running.values() if run.task is not None]
         if tasks:
             self.say(f"waiting up to {self.grace_sec:g} s for {len(tasks)} running job(s)")
-            await asyncio.wait(tasks, timeout=self.grace_sec)
+            await self._until_finished_or_platform_gone(tasks)
         stop_task.cancel()
         self._ping_stop.set()
+        self._ping_now.set()
         if self._on_loop:
             self.api.loop_connections.close()
         self.completions.flush()
@@ -285,15 +291,30 @@ class QueueRuntime:
             self.say(f"exiting with {left} job(s) still running")
         return left
 
-    def _begin_refresh(self, job_id):
+    async def _until_finished_or_platform_gone(self, tasks):
+        """Wait for the running jobs, up to the grace period; no longer once the platform is gone."""
+        finished = asyncio.ensure_future(asyncio.wait(tasks, timeout=self.grace_sec))
+        gone = asyncio.ensure_future(self.platform_gone.wait())
+        await asyncio.wait([finished, gone], return_when=asyncio.FIRST_COMPLETED)
+        gone.cancel()
+        if not finished.done():
+            finished.cancel()
+            self.say(
+                "the platform refuses connections: results cannot be delivered, so the running jobs "
+                "are left to go back to the queue when their leases lapse"
+            )
+
+    def _begin_stopping(self, why):
         if not self.stopping.is_set():
-            self.say(f"job {job_id} asked for refresh_worker: finishing, then exiting for a fresh worker")
+            self.say(why)
             self.stopping.set()
+            self._ping_now.set()
+
+    def _begin_refresh(self, job_id):
+        self._begin_stopping(f"job {job_id} asked for refresh_worker: finishing, then exiting for a fresh worker")
 
     def _begin_shutdown(self, sig):
-        if not self.stopping.is_set():
-            self.say(f"received {signal.Signals(sig).name}: no new jobs, finishing running ones")
-            self.stopping.set()
+        self._begin_stopping(f"received {signal.Signals(sig).name}: no new jobs, finishing running ones")
 
     async def _pause(self, seconds):
         """Sleep, but wake at once on shutdown."""
@@ -577,7 +598,15 @@ class QueueRuntime:
         while True:
             try:
                 self.api.ping(sorted(self.held), timeout)
+            except ConnectionRefusedError as exc:
+                # Nothing listens where the platform was. While stopping that is final: on ECS the
+                # agent container is gone for good (a task's containers are not restarted).
+                self.say(f"ping failed: {type(exc).__name__}: {exc}")
+                if self.stopping.is_set():
+                    self.loop.call_soon_threadsafe(self.platform_gone.set)
             except Exception as exc:  # noqa: BLE001 - a missed ping only shortens the lease
                 self.say(f"ping failed: {type(exc).__name__}: {exc}")
-            if self._ping_stop.wait(self.ping_interval_sec):
+            self._ping_now.wait(self.ping_interval_sec)
+            self._ping_now.clear()
+            if self._ping_stop.is_set():
                 return
