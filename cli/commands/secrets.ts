@@ -12,7 +12,7 @@ import { checkSecretName, type SecretStore } from '../../core/adapters/local/sec
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { checkRecordName, endpointConfigOf } from '../../core/deployment.js';
 import { FerryError, messageOf, notFound, usage } from '../../core/errors.js';
-import type { ControlStore, EnvironmentRecord, StartFailureRecord } from '../../core/ports.js';
+import type { ControlStore, StartFailureRecord } from '../../core/ports.js';
 import { ferryHome, projectAppName } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { resolveEnvironment } from '../deploy/plan.js';
@@ -51,37 +51,67 @@ export async function clearFailingFor(
   return cleared;
 }
 
-async function retryFailingOnAws(
+/** Runs a function with the control records (`undefined`: no platform yet), opening them if need be. */
+type WithRecords = <T>(fn: (control: FailingVerdicts | undefined) => Promise<T>) => Promise<T>;
+
+/**
+ * Clears what `clearFailingFor` clears and says so. Only a warning when that fails: the secret is
+ * set, and a deploy clears the verdicts too.
+ */
+async function retryFailing(
   ctx: CliContext,
-  options: SecretsCommandOptions,
   scope: { app: string; env: string },
   name: string,
+  withRecords: WithRecords,
 ): Promise<void> {
   try {
-    const cleared = options.awsControl
-      ? await clearFailingFor(options.awsControl(), scope, name)
-      : await withProvider(ctx, 'aws', (provider) =>
-          clearFailingFor(provider.control as ControlStore & FailingVerdicts, scope, name),
-        );
+    const cleared = await withRecords(async (control) =>
+      control ? clearFailingFor(control, scope, name) : [],
+    );
     for (const endpoint of cleared) {
       ctx.reporter.line(`  ↻ ${endpoint} was failing; cleared: its tasks start again with ${name}`);
     }
   } catch (error) {
-    // No platform yet (a secret set before the first deploy) has no verdict to clear.
-    if (FerryError.is(error) && error.code === 'not_found') return;
     ctx.reporter.line(
       `  warning: could not check for endpoints failing without ${name} (${messageOf(error)}); a deploy clears them`,
     );
   }
 }
 
+/** The provider a command acts on: `--provider`, else FERRY_PROVIDER, else local. */
+const providerOf = (ctx: CliContext, flag: unknown): string =>
+  providerName(ctx, typeof flag === 'string' ? flag : undefined);
+
+/**
+ * Runs `fn` with the provider's control records, open while it runs (tests inject AWS's).
+ * Before the first AWS deploy there is no platform, so no environment and no verdict: `fn` gets
+ * `undefined`. A not-found that `fn` itself throws (no such secret) is the command's answer.
+ */
+async function withControl<T>(
+  ctx: CliContext,
+  provider: string,
+  options: SecretsCommandOptions,
+  fn: (control: FailingVerdicts | undefined) => Promise<T>,
+): Promise<T> {
+  if (provider === 'aws' && options.awsControl) return fn(options.awsControl());
+  let opened = false;
+  try {
+    return await withProvider(ctx, provider, (platform) => {
+      opened = true;
+      return fn(platform.control as ControlStore & FailingVerdicts);
+    });
+  } catch (error) {
+    if (!opened && FerryError.is(error) && error.code === 'not_found') return fn(undefined);
+    throw error;
+  }
+}
+
 async function withSecretStore<T>(
   ctx: CliContext,
-  flag: unknown,
+  provider: string,
   options: SecretsCommandOptions,
   fn: (store: SecretStore) => Promise<T>,
 ): Promise<T> {
-  const provider = providerName(ctx, typeof flag === 'string' ? flag : undefined);
   if (provider === 'aws') {
     // The AWS SDK only for --provider aws: every command loads this module (the command table).
     const [sdk, { SecretsManagerSecretStore }, { checkAwsConfiguration }] = await Promise.all([
@@ -120,38 +150,25 @@ function scopeFlags<T>(y: Argv<T>) {
 }
 
 /**
- * The app environment a command acts on. Without `--env`, the one `ferry deploy` would deploy to
- * (resolveEnvironment: the app's only environment, production when it has none, and a usage
- * error naming them when it has several), so a secret set before or after a plain `ferry deploy`
- * lands where that deploy's workers read it. It defaulted to `dev`, which no plain deploy uses.
+ * Runs `fn` in the app environment a command acts on. Without `--env`, the one `ferry deploy` would
+ * deploy to (resolveEnvironment: the app's only environment, production when it has none, and a
+ * usage error naming them when it has several), so a secret set before or after a plain `ferry
+ * deploy` lands where that deploy's workers read it. It defaulted to `dev`, which no plain deploy
+ * uses. Only then are the control records opened, and `fn` gets them (`records`) for further use.
  */
-async function scopeOf(
+async function withScope<T>(
   ctx: CliContext,
   argv: { app?: unknown; env?: unknown; provider?: unknown },
   options: SecretsCommandOptions,
-): Promise<{ app: string; env: string }> {
+  fn: (scope: { app: string; env: string }, records?: WithRecords) => Promise<T>,
+): Promise<T> {
   const app = checkRecordName('app', projectAppName(ctx.io.cwd, argv.app));
-  if (typeof argv.env === 'string') return { app, env: checkRecordName('environment', argv.env) };
-  const envNames = (await environmentsOf(ctx, argv.provider, app, options)).map((e) => e.name);
-  const { env } = resolveEnvironment({ appExists: envNames.length > 0, envNames, requested: undefined });
-  return { app, env };
-}
-
-async function environmentsOf(
-  ctx: CliContext,
-  flag: unknown,
-  app: string,
-  options: SecretsCommandOptions,
-): Promise<EnvironmentRecord[]> {
-  const provider = providerName(ctx, typeof flag === 'string' ? flag : undefined);
-  if (provider === 'aws' && options.awsControl) return options.awsControl().listEnvironments(app);
-  try {
-    return await withProvider(ctx, provider, (opened) => opened.control.listEnvironments(app));
-  } catch (error) {
-    // No AWS platform yet: no environment either.
-    if (FerryError.is(error) && error.code === 'not_found') return [];
-    throw error;
-  }
+  if (typeof argv.env === 'string') return fn({ app, env: checkRecordName('environment', argv.env) });
+  return withControl(ctx, providerOf(ctx, argv.provider), options, async (control) => {
+    const envNames = control ? (await control.listEnvironments(app)).map((e) => e.name) : [];
+    const { env } = resolveEnvironment({ appExists: envNames.length > 0, envNames, requested: undefined });
+    return fn({ app, env }, (use) => use(control));
+  });
 }
 
 /**
@@ -208,15 +225,26 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
         handler: async (argv) => {
           const name = String(argv.name);
           checkSecretName(name);
-          const scope = await scopeOf(ctx, argv, options);
-          const value = await readSecretValue(ctx.io, name);
-          if (value.length === 0) {
-            throw usage(`No value for ${name}`, `Pipe it in: printf %s "$VALUE" | ferry secrets set ${name}`);
-          }
-          await withSecretStore(ctx, argv.provider, options, (store) => store.set(scope, name, value));
-          if (providerName(ctx, argv.provider as string | undefined) === 'aws') {
-            await retryFailingOnAws(ctx, options, scope, name);
-          }
+          const provider = providerOf(ctx, argv.provider);
+          const scope = await withScope(ctx, argv, options, async (scope, records) => {
+            const value = await readSecretValue(ctx.io, name);
+            if (value.length === 0) {
+              throw usage(
+                `No value for ${name}`,
+                `Pipe it in: printf %s "$VALUE" | ferry secrets set ${name}`,
+              );
+            }
+            await withSecretStore(ctx, provider, options, (store) => store.set(scope, name, value));
+            if (provider === 'aws') {
+              await retryFailing(
+                ctx,
+                scope,
+                name,
+                records ?? ((use) => withControl(ctx, provider, options, use)),
+              );
+            }
+            return scope;
+          });
           if (argv.json) return ctx.reporter.json({ ...scope, name, set: true });
           ctx.reporter.out(`✓ Set ${name} for ${scope.app}/${scope.env}`);
         },
@@ -226,8 +254,10 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
         describe: 'List secret names (never values)',
         builder: (y2) => scopeFlags(y2).option('json', jsonFlag),
         handler: async (argv) => {
-          const scope = await scopeOf(ctx, argv, options);
-          const names = await withSecretStore(ctx, argv.provider, options, (store) => store.list(scope));
+          const [scope, names] = await withScope(ctx, argv, options, async (scope) => [
+            scope,
+            await withSecretStore(ctx, providerOf(ctx, argv.provider), options, (store) => store.list(scope)),
+          ]);
           if (argv.json) {
             return ctx.reporter.json(
               names.map((s) => ({ name: s.name, updatedAt: new Date(s.updatedAt).toISOString() })),
@@ -244,10 +274,12 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
           scopeFlags(y2.positional('name', { type: 'string', demandOption: true })).option('json', jsonFlag),
         handler: async (argv) => {
           const name = String(argv.name);
-          const scope = await scopeOf(ctx, argv, options);
-          const deleted = await withSecretStore(ctx, argv.provider, options, (store) =>
-            store.delete(scope, name),
-          );
+          const [scope, deleted] = await withScope(ctx, argv, options, async (scope) => [
+            scope,
+            await withSecretStore(ctx, providerOf(ctx, argv.provider), options, (store) =>
+              store.delete(scope, name),
+            ),
+          ]);
           if (!deleted) throw notFound(`No secret ${name} for ${scope.app}/${scope.env}`);
           if (argv.json) return ctx.reporter.json({ ...scope, name, deleted: true });
           ctx.reporter.out(`✓ Deleted ${name} of ${scope.app}/${scope.env}`);
