@@ -1,5 +1,6 @@
 """End to end: `python -m ferry.worker` against a fake worker-protocol server (fake_platform.py)."""
 
+import errno
 import json
 import os
 import shutil
@@ -9,6 +10,7 @@ import time
 import unittest
 
 from fake_platform import FakePlatform, WorkerProcess
+from ferry.queue_runtime import nothing_there
 
 APP = textwrap.dedent(
     '''
@@ -319,6 +321,14 @@ class FunctionWorkerTest(unittest.TestCase):
         self.assertIn("the platform refuses connections", worker.output)
         self.assertIn("exiting with 1 job(s) still running", worker.output)
         self.assertEqual(self.platform.of("job-done"), [])
+
+    def test_what_counts_as_the_platform_being_gone(self):
+        self.assertTrue(nothing_there(ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")))
+        # A linked container's address once it stopped (ECS bridge networking).
+        self.assertTrue(nothing_there(OSError(errno.EHOSTUNREACH, "No route to host")))
+        self.assertFalse(nothing_there(TimeoutError("timed out")))
+        self.assertFalse(nothing_there(ConnectionResetError(errno.ECONNRESET, "reset")))
+        self.assertFalse(nothing_there(ValueError("bad answer")))
 
     def test_missing_target_is_a_startup_error(self):
         worker = self.start("nope")

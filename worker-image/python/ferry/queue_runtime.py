@@ -37,6 +37,7 @@ beside the copies the platform starts when their leases lapse (60 s, under a 110
 
 import asyncio
 import contextvars
+import errno
 import inspect
 import json
 import os
@@ -190,6 +191,14 @@ def _without_runtime_frames(exc):
     while tb is not None and os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == _PACKAGE_DIR:
         tb = tb.tb_next
     return exc.with_traceback(tb) if tb is not None else exc
+
+
+def nothing_there(exc):
+    """Whether a request failed because nothing is where the platform was: a refused connection
+    (locally: no process listens), or no route to the address (on ECS the agent is a linked
+    container on the host's bridge: once it stops, its address answers nothing). A timeout is not
+    this: a busy platform times out too."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
 
 
 class JobRun:
@@ -598,14 +607,12 @@ class QueueRuntime:
         while True:
             try:
                 self.api.ping(sorted(self.held), timeout)
-            except ConnectionRefusedError as exc:
-                # Nothing listens where the platform was. While stopping that is final: on ECS the
-                # agent container is gone for good (a task's containers are not restarted).
-                self.say(f"ping failed: {type(exc).__name__}: {exc}")
-                if self.stopping.is_set():
-                    self.loop.call_soon_threadsafe(self.platform_gone.set)
             except Exception as exc:  # noqa: BLE001 - a missed ping only shortens the lease
                 self.say(f"ping failed: {type(exc).__name__}: {exc}")
+                # While stopping, nothing there is final: on ECS the agent container is gone for
+                # good (a task's containers are not restarted).
+                if self.stopping.is_set() and nothing_there(exc):
+                    self.loop.call_soon_threadsafe(self.platform_gone.set)
             self._ping_now.wait(self.ping_interval_sec)
             self._ping_now.clear()
             if self._ping_stop.is_set():
