@@ -103,7 +103,7 @@ export class EndpointAgentAccess extends Construct {
     super(scope, id);
     const keys = endpointKeyPatterns(props.endpointId);
     this.externalId = new secretsmanager.Secret(this, 'ExternalId', {
-      description: `Ferry ${props.appName}/${props.envName}/${props.endpointName}: sts:ExternalId of the agent role (agent container only)`,
+      description: `Ferry ${props.appName}/${props.envName}/${props.endpointName}: sts:ExternalId of the agent role (init and agent containers only)`,
       // ExternalId allows [\w+=,.@:/-]: letters and digits only.
       generateSecretString: { passwordLength: 64, excludePunctuation: true, includeSpace: false },
       removalPolicy: RemovalPolicy.DESTROY,
@@ -258,8 +258,12 @@ export class EndpointAgentAccess extends Construct {
     return { FERRY_AGENT_ROLE_ARN: this.role.roleArn };
   }
 
-  /** The agent container's secrets: the external id (never in the worker container). */
-  get secrets(): Record<string, ecs.Secret> {
+  /**
+   * The external id, as an ECS secret of the task's init container, which writes it to the agent's
+   * own volume (task-layout.ts agentMount): never in the worker container, and never in a container
+   * the worker links to.
+   */
+  get initSecrets(): Record<string, ecs.Secret> {
     return { FERRY_AGENT_EXTERNAL_ID: ecs.Secret.fromSecretsManager(this.externalId) };
   }
 }

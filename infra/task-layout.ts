@@ -48,6 +48,20 @@ export const artifactMount = {
 };
 
 /**
+ * The agent's own task volume: the init container writes the agent role's external id there, and
+ * only the agent mounts it besides. Not the artifact volume, which the worker mounts; not an ECS
+ * secret of the agent container either: a queue task's worker links to the agent, and a Docker
+ * link hands the linking container every variable of the linked one ("all environment variables
+ * originating from Docker within a container are made available to any container that links to
+ * it", https://docs.docker.com/engine/network/links/), ECS's secrets included.
+ */
+export const agentMount = {
+  volume: 'ferry-agent',
+  path: '/ferry-agent',
+  externalIdFile: '/ferry-agent/external-id',
+};
+
+/**
  * How long ECS waits after SIGTERM before SIGKILL; the agent's drain (FERRY_DRAIN_MS) must end
  * before it. 120 s is the ceiling AWS documents for Fargate; it documents none for EC2 tasks, and a
  * job cut here is requeued, so a longer drain would only delay a stopping task (scale-in waits for

@@ -45,6 +45,7 @@ import type { PlatformRefs } from '../platform-exports.js';
 import { blobPrefix } from '../platform-stack.js';
 import {
   agentEntryPoint,
+  agentMount,
   albIdleTimeoutSec,
   artifactMount,
   drainMs,
@@ -143,10 +144,12 @@ export class EndpointService extends Construct {
       networkMode: ecs.NetworkMode.BRIDGE,
       taskRole,
     });
-    // A fresh, task-scoped directory (ECS-managed bind mount, deleted with the task).
+    // Fresh, task-scoped directories (ECS-managed bind mounts, deleted with the task).
     taskDefinition.addVolume({ name: artifactMount.volume });
+    taskDefinition.addVolume({ name: agentMount.volume });
 
-    const { agentEnv, workerEnv, agentSecrets, workerSecrets, agentRole } = this.environments(taskRole);
+    const { agentEnv, workerEnv, agentSecrets, workerSecrets, initSecrets, agentRole } =
+      this.environments(taskRole);
     this.agentRole = agentRole;
 
     const agentImage = this.containerImage('AgentImage', props.images.agent);
@@ -170,14 +173,17 @@ export class EndpointService extends Construct {
         FERRY_ARTIFACT_PATH: artifactMount.file,
         // The task's secret for the agent → worker hop, drawn here so both find it when they start.
         ...(endpoint.kind === 'lb' ? { FERRY_LB_SECRET_FILE: artifactMount.lbSecretFile } : {}),
+        // Where the agent role's external id goes (task-layout.ts agentMount).
+        FERRY_AGENT_EXTERNAL_ID_FILE: agentMount.externalIdFile,
       },
+      // Nothing links to this container, and it runs no user code.
+      secrets: initSecrets,
       logging: containerLogs(props.logGroup, `${endpoint.name}/artifact`),
     });
-    artifact.addMountPoints({
-      sourceVolume: artifactMount.volume,
-      containerPath: artifactMount.path,
-      readOnly: false,
-    });
+    artifact.addMountPoints(
+      { sourceVolume: artifactMount.volume, containerPath: artifactMount.path, readOnly: false },
+      { sourceVolume: agentMount.volume, containerPath: agentMount.path, readOnly: false },
+    );
     const agent = taskDefinition.addContainer('agent', {
       image: agentImage,
       entryPoint,
@@ -190,6 +196,7 @@ export class EndpointService extends Construct {
       // hostPort 0: ECS picks a free host port and registers it with the target group.
       ...(endpoint.kind === 'lb' ? { portMappings: [{ containerPort: ports.lbPublic, hostPort: 0 }] } : {}),
     });
+    agent.addMountPoints({ sourceVolume: agentMount.volume, containerPath: agentMount.path, readOnly: true });
     // An image endpoint's worker is the user's prebuilt RunPod-protocol image (docs/python.md, image
     // endpoints); the agent beside it is the same, and speaks to it through RUNPOD_WEBHOOK_*.
     const image =
@@ -285,6 +292,8 @@ export class EndpointService extends Construct {
     workerEnv: Record<string, string>;
     agentSecrets: Record<string, ecs.Secret>;
     workerSecrets: Record<string, ecs.Secret>;
+    /** The init container's: the agent role's external id, which it hands the agent in a file. */
+    initSecrets: Record<string, ecs.Secret>;
     agentRole: iam.Role;
   } {
     const { props } = this;
@@ -340,7 +349,12 @@ export class EndpointService extends Construct {
       FERRY_EXECUTION_TIMEOUT_MS: String(resources.executionTimeoutMs),
     };
     // ECS on EC2 does not set AWS_REGION in containers; the agent's SDK clients need it.
-    const agentBase = { ...common, AWS_REGION: Aws.REGION };
+    const agentBase = {
+      ...common,
+      ...access.environment,
+      AWS_REGION: Aws.REGION,
+      FERRY_AGENT_EXTERNAL_ID_FILE: agentMount.externalIdFile,
+    };
     // The worker's entrypoint unpacks this (worker-image/entrypoint.sh), then runs FERRY_MODULE.
     // Plus what the Python client needs to call other endpoints by name (docs/python.md, remote calls):
     // the platform's API and this endpoint's own name (a call to itself runs in place).
@@ -378,7 +392,6 @@ export class EndpointService extends Construct {
       });
       const agentEnv = {
         ...agentBase,
-        ...access.environment,
         FERRY_AGENT_MODE: 'queue',
         FERRY_JOBS_TABLE: platform.jobsTable.tableName,
         FERRY_CHUNKS_TABLE: platform.chunksTable.tableName,
@@ -431,15 +444,17 @@ export class EndpointService extends Construct {
         agentEnv,
         workerEnv,
         agentRole: access.role,
-        agentSecrets: { ...access.secrets, ...token.agentSecrets },
+        // The worker holds this token itself (RUNPOD_AI_API_KEY): its link to the agent, which
+        // hands it the agent's variables, shows it nothing new.
+        agentSecrets: token.agentSecrets,
         workerSecrets: { ...workerUserSecrets, ...token.workerSecrets },
+        initSecrets: access.initSecrets,
       };
     }
     // With its role (infra/isolation.ts): KEY#<hash> items of the control table, and its own worker
     // record (requests in flight for the scaler, worker-image/agent/lb.ts).
     const agentEnv = {
       ...agentBase,
-      ...access.environment,
       FERRY_AGENT_MODE: 'lb',
       FERRY_CONTROL_TABLE: platform.controlTable.tableName,
       FERRY_WORKERS_TABLE: platform.workersTable.tableName,
@@ -474,8 +489,9 @@ export class EndpointService extends Construct {
       agentEnv,
       workerEnv,
       agentRole: access.role,
-      agentSecrets: access.secrets,
+      agentSecrets: {},
       workerSecrets: workerUserSecrets,
+      initSecrets: access.initSecrets,
     };
   }
 

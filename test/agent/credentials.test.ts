@@ -1,11 +1,15 @@
 /**
- * The agent assumes its endpoint's role with the external id only its container holds
+ * The agent assumes its endpoint's role with the external id only it and the init container hold
  * (worker-image/agent/credentials.ts). STS here is a local HTTP server that records the AssumeRole
  * call and answers it the way STS does (query protocol, XML), so the test sees the exact request.
  */
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { writeTaskSecret } from '../../worker-image/agent/artifact.js';
 import { agentCredentials, agentSessionSec } from '../../worker-image/agent/credentials.js';
 
 const assumeRoleResponse = `<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
@@ -52,7 +56,7 @@ afterEach(async () => {
 
 describe('agentCredentials', () => {
   it('assumes the agent role with the external id and returns that session', async () => {
-    const provider = agentCredentials(
+    const provider = await agentCredentials(
       {
         AWS_REGION: 'us-east-1',
         FERRY_ENDPOINT_ID: 'abcdefghij0123',
@@ -77,8 +81,37 @@ describe('agentCredentials', () => {
     expect(call.get('DurationSeconds')).toBe(String(agentSessionSec));
   });
 
-  it('leaves the default chain alone when no role is configured (tests, local runs)', () => {
-    expect(agentCredentials({ AWS_REGION: 'us-east-1', FERRY_ENDPOINT_ID: 'ep' })).toBeUndefined();
+  it('on ECS reads the external id from the file the init container wrote to the agent volume', async () => {
+    // What the init container does with its ECS secret (worker-image/agent/main.ts runArtifact):
+    // no container the worker links to holds the id in its environment (infra/task-layout.ts agentMount).
+    const file = join(mkdtempSync(join(tmpdir(), 'ferry-agent-volume-')), 'external-id');
+    await writeTaskSecret(file, 'written-by-the-init-container');
+    const provider = await agentCredentials(
+      {
+        AWS_REGION: 'us-east-1',
+        FERRY_ENDPOINT_ID: 'ep1',
+        FERRY_AGENT_ROLE_ARN: 'arn:aws:iam::123456789012:role/agent',
+        FERRY_AGENT_EXTERNAL_ID_FILE: file,
+      },
+      { stsEndpoint: endpoint },
+    );
+    await provider!();
+    expect(bodies.map((b) => b.get('ExternalId'))).toEqual(['written-by-the-init-container']);
+    rmSync(dirname(file), { recursive: true, force: true });
+  });
+
+  it('refuses to start without that file, naming it', async () => {
+    const env = {
+      AWS_REGION: 'us-east-1',
+      FERRY_ENDPOINT_ID: 'ep1',
+      FERRY_AGENT_ROLE_ARN: 'arn:aws:iam::123456789012:role/agent',
+      FERRY_AGENT_EXTERNAL_ID_FILE: join(tmpdir(), 'ferry-no-such-volume', 'external-id'),
+    };
+    await expect(agentCredentials(env)).rejects.toThrow(/FERRY_AGENT_EXTERNAL_ID_FILE .* cannot be read/);
+  });
+
+  it('leaves the default chain alone when no role is configured (tests, local runs)', async () => {
+    expect(await agentCredentials({ AWS_REGION: 'us-east-1', FERRY_ENDPOINT_ID: 'ep' })).toBeUndefined();
     expect(bodies).toHaveLength(0);
   });
 });

@@ -15,7 +15,7 @@ import { hashKey } from '../../core/auth.js';
 import { startOnChildPort } from '../../core/child-port.js';
 import { FerryError } from '../../core/errors.js';
 import type { ControlStore } from '../../core/ports.js';
-import { downloadArtifact, readLbSecret, writeLbSecret } from '../../worker-image/agent/artifact.js';
+import { downloadArtifact, readTaskSecret, writeLbSecret } from '../../worker-image/agent/artifact.js';
 import { type LbAgent, startLbAgent } from '../../worker-image/agent/lb.js';
 import { type AwsFixture, freePort, s3ClientFor, startAwsFixture } from '../support/emulators.js';
 import { arnOf, IamGate, Policy } from '../support/iam-gate.js';
@@ -89,7 +89,7 @@ beforeAll(async () => {
   }
   secretFile = join(scratch, 'lb-secret');
   await writeLbSecret(secretFile);
-  workerSecret = await readLbSecret(secretFile);
+  workerSecret = await readTaskSecret(secretFile, 'FERRY_LB_SECRET_FILE');
 }, 90_000);
 
 /** The agent under test, in front of a worker to be on `port`. */

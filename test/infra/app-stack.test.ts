@@ -70,6 +70,8 @@ interface ContainerDefinition {
   MemoryReservation?: number;
   EntryPoint?: string[];
   LogConfiguration?: { LogDriver: string; Options: Record<string, unknown> };
+  Links?: string[];
+  Secrets?: { Name: string; ValueFrom: unknown }[];
 }
 const containersOf = (e: DeployedEndpoint): ContainerDefinition[] =>
   template.toJSON().Resources[idOf(e.taskDefinition)].Properties.ContainerDefinitions;
@@ -232,9 +234,11 @@ describe('tasks', () => {
       expect(byName('worker').MountPoints).toEqual([
         { SourceVolume: artifactMount.volume, ContainerPath: artifactMount.path, ReadOnly: true },
       ]);
-      expect(byName('artifact').MountPoints).toEqual([
-        { SourceVolume: artifactMount.volume, ContainerPath: artifactMount.path, ReadOnly: false },
-      ]);
+      expect(byName('artifact').MountPoints).toContainEqual({
+        SourceVolume: artifactMount.volume,
+        ContainerPath: artifactMount.path,
+        ReadOnly: false,
+      });
       expect(envOf(byName('worker')).FERRY_ARTIFACT_PATH).toBe(artifactMount.file);
       expect(envOf(byName('artifact')).FERRY_ARTIFACT_PATH).toBe(artifactMount.file);
       // The agent image's own entry point, tini first: the task's entryPoint replaces the image's.
@@ -323,12 +327,50 @@ describe('worker tokens and secrets (docs/security-aws.md)', () => {
     const containers = containersOf(endpoint('gpu_worker'));
     const agent = containers.find((c) => c.Name === 'agent')!;
     const worker = containers.find((c) => c.Name === 'worker')!;
-    expect(secretsOf(agent)).toEqual(['FERRY_AGENT_EXTERNAL_ID', 'FERRY_WORKER_TOKEN']);
+    expect(secretsOf(agent)).toEqual(['FERRY_WORKER_TOKEN']);
     expect(secretsOf(worker)).toEqual(['FERRY_CALL_TOKEN', 'RUNPOD_AI_API_KEY']);
     for (const c of containers) {
       expect(Object.keys(envOf(c))).not.toContain('FERRY_WORKER_TOKEN');
       expect(Object.keys(envOf(c))).not.toContain('RUNPOD_AI_API_KEY');
       expect(Object.keys(envOf(c))).not.toContain('FERRY_AGENT_EXTERNAL_ID');
+    }
+  });
+
+  // A Docker link hands the linking container every variable of the linked one, ECS secrets
+  // included (https://docs.docker.com/engine/network/links/): a queue worker (user code) links to
+  // its agent. A load-balanced agent links to its worker the other way: platform code, which may.
+  it('a link shows the worker no secret it does not already hold', () => {
+    const workerLinks = built.appStack.endpoints.flatMap((e) => {
+      const containers = containersOf(e);
+      return containers
+        .filter((from) => from.Name === 'worker')
+        .flatMap((from) => (from.Links ?? []).map((link) => ({ e, containers, from, link })));
+    });
+    expect(workerLinks.map(({ e }) => e.name).sort()).toEqual(['cpu_worker', 'gpu_worker']);
+    for (const { e, containers, from, link } of workerLinks) {
+      const linked = containers.find((c) => c.Name === link.split(':')[0])!;
+      const held = new Set((from.Secrets ?? []).map((x) => JSON.stringify(x.ValueFrom)));
+      for (const secret of linked.Secrets ?? []) {
+        expect(held.has(JSON.stringify(secret.ValueFrom)), `${e.name}: ${secret.Name}`).toBe(true);
+      }
+    }
+  });
+
+  it("hand the agent role's external id to the init container, which writes it where only the agent reads it", () => {
+    for (const e of built.appStack.endpoints) {
+      const containers = containersOf(e);
+      const byName = (name: string) => containers.find((c) => c.Name === name)!;
+      expect(secretsOf(byName('artifact')), e.name).toEqual(['FERRY_AGENT_EXTERNAL_ID']);
+      for (const name of ['agent', 'worker'])
+        expect(secretsOf(byName(name))).not.toContain('FERRY_AGENT_EXTERNAL_ID');
+      const file = envOf(byName('artifact')).FERRY_AGENT_EXTERNAL_ID_FILE;
+      expect(file).toBe(envOf(byName('agent')).FERRY_AGENT_EXTERNAL_ID_FILE);
+      const mountsOf = (name: string) =>
+        (byName(name).MountPoints ?? []).filter((m) => String(file).startsWith(`${m.ContainerPath}/`));
+      expect(mountsOf('artifact')).toMatchObject([{ SourceVolume: 'ferry-agent', ReadOnly: false }]);
+      expect(mountsOf('agent')).toMatchObject([{ SourceVolume: 'ferry-agent', ReadOnly: true }]);
+      expect(mountsOf('worker')).toEqual([]);
+      expect((byName('worker').MountPoints ?? []).map((m) => m.SourceVolume)).not.toContain('ferry-agent');
     }
   });
 
@@ -574,16 +616,20 @@ describe('load-balanced endpoint', () => {
     const secretFile = artifactMount.lbSecretFile;
     // The init container writes it into the task's own volume (worker-image/agent/artifact.ts)…
     expect(envOf(byName('artifact')).FERRY_LB_SECRET_FILE).toBe(secretFile);
-    expect(byName('artifact').MountPoints).toEqual([
-      { SourceVolume: artifactMount.volume, ContainerPath: artifactMount.path, ReadOnly: false },
-    ]);
+    expect(byName('artifact').MountPoints).toContainEqual({
+      SourceVolume: artifactMount.volume,
+      ContainerPath: artifactMount.path,
+      ReadOnly: false,
+    });
     // …and both read it from there, read-only, after it exited 0: the agent sends it, the worker
     // answers only requests carrying it (the worker's port is open on the host's Docker bridge).
     for (const name of ['agent', 'worker']) {
       expect([name, envOf(byName(name)).FERRY_LB_SECRET_FILE]).toEqual([name, secretFile]);
-      expect(byName(name).MountPoints).toEqual([
-        { SourceVolume: artifactMount.volume, ContainerPath: artifactMount.path, ReadOnly: true },
-      ]);
+      expect(byName(name).MountPoints).toContainEqual({
+        SourceVolume: artifactMount.volume,
+        ContainerPath: artifactMount.path,
+        ReadOnly: true,
+      });
       expect(byName(name).DependsOn).toContainEqual({ ContainerName: 'artifact', Condition: 'SUCCESS' });
     }
     // A queue endpoint's task has no such hop: its worker calls its agent with its worker token.

@@ -59,11 +59,17 @@ function build(kind: 'queue' | 'lb' = 'queue') {
     taskRole,
   });
   const image = ecs.ContainerImage.fromRegistry('example/agent');
+  taskDefinition.addContainer('artifact', {
+    image,
+    memoryReservationMiB: 128,
+    essential: false,
+    secrets: { ...access.initSecrets },
+  });
   taskDefinition.addContainer('agent', {
     image,
     memoryReservationMiB: 128,
     environment: { ...access.environment },
-    secrets: { ...access.secrets, ...token.agentSecrets },
+    secrets: { ...token.agentSecrets },
   });
   const workerEnv = { MODEL: 'tiny' };
   taskDefinition.addContainer('worker', {
@@ -283,8 +289,9 @@ describe('secrets in the task definition', () => {
   const secretNames = (name: string) => (byName(name).Secrets ?? []).map((s) => s.Name).sort();
   const envNames = (name: string) => (byName(name).Environment ?? []).map((e) => e.Name);
 
-  it('hands the external id to the agent container only', () => {
-    expect(secretNames('agent')).toEqual(['FERRY_AGENT_EXTERNAL_ID', 'FERRY_WORKER_TOKEN']);
+  it('hands the external id to the init container only', () => {
+    expect(secretNames('artifact')).toEqual(['FERRY_AGENT_EXTERNAL_ID']);
+    expect(secretNames('agent')).toEqual(['FERRY_WORKER_TOKEN']);
     expect(secretNames('worker')).not.toContain('FERRY_AGENT_EXTERNAL_ID');
   });
 

@@ -87,12 +87,20 @@ export async function downloadArtifact(options: ArtifactDownload): Promise<numbe
 /**
  * A load-balanced task's secret for the agent → worker hop (core/auth.ts lbSecretHeader), drawn by
  * the init container into the task's own volume before the worker and the agent start: only this
- * task's containers mount it, and a new task draws a new one. World-readable like the artifact, for
- * a worker that runs as another user.
+ * task's containers mount it, and a new task draws a new one.
  */
 export async function writeLbSecret(path: string): Promise<void> {
+  await writeTaskSecret(path, randomBytes(32).toString('base64url'));
+}
+
+/**
+ * Hands a secret to another container of the task in a file of a task volume, which only the
+ * containers meant to read it mount (infra/task-layout.ts). World-readable like the artifact, for a
+ * reader that runs as another user than this container.
+ */
+export async function writeTaskSecret(path: string, value: string): Promise<void> {
   const part = `${path}.part-${randomBytes(4).toString('hex')}`;
-  await writeFile(part, `${randomBytes(32).toString('base64url')}\n`, { mode: 0o644 });
+  await writeFile(part, `${value}\n`, { mode: 0o644 });
   await publishWhole(part, path);
 }
 
@@ -106,17 +114,17 @@ async function publishWhole(part: string, path: string): Promise<void> {
   await rename(part, path);
 }
 
-/** The secret writeLbSecret wrote; a missing or empty file is a configuration error. */
-export async function readLbSecret(path: string): Promise<string> {
+/**
+ * The secret writeTaskSecret wrote, for the variable naming its file; a missing or empty file is a
+ * configuration error.
+ */
+export async function readTaskSecret(path: string, variable: string): Promise<string> {
   let secret: string;
   try {
     secret = (await readFile(path, 'utf8')).trim();
   } catch (error) {
-    throw new FerryError(
-      'failed',
-      `FERRY_LB_SECRET_FILE ${path} cannot be read: ${(error as Error).message}`,
-    );
+    throw new FerryError('failed', `${variable} ${path} cannot be read: ${(error as Error).message}`);
   }
-  if (!secret) throw new FerryError('failed', `FERRY_LB_SECRET_FILE ${path} is empty`);
+  if (!secret) throw new FerryError('failed', `${variable} ${path} is empty`);
   return secret;
 }

@@ -30,7 +30,12 @@ const base = {
   AWS_REGION: text,
   /** The endpoint's scoped agent role and its external id (credentials.ts); absent: default chain. */
   FERRY_AGENT_ROLE_ARN: text.optional(),
+  /**
+   * On ECS only the init container gets the id (an ECS secret); it writes it to this file of the
+   * agent's own volume, which the agents read (infra/task-layout.ts agentMount).
+   */
   FERRY_AGENT_EXTERNAL_ID: text.optional(),
+  FERRY_AGENT_EXTERNAL_ID_FILE: text.optional(),
 };
 
 /** Where the app artifact is and where it goes (artifact mode; the stack's init container). */

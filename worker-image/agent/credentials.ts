@@ -6,8 +6,10 @@
  * (https://docs.aws.amazon.com/AmazonECS/latest/bestpracticesguide/security-iam-roles.html). The
  * worker container runs user code, so the task role holds nothing of the platform. The agent's
  * permissions live in a second role whose trust policy demands an external id; that id reaches the
- * agent container alone, as an ECS container secret (`secrets` are per container:
- * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-envvar-secrets-manager.html).
+ * task's init container alone, as an ECS container secret (`secrets` are per container:
+ * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-envvar-secrets-manager.html),
+ * which writes it to a volume only the agent mounts besides (infra/task-layout.ts agentMount: a
+ * secret of the agent container would reach the worker, which links to it).
  * The agent calls sts:AssumeRole with the task role's credentials and that id; the worker, holding
  * the same task-role credentials but not the id, is refused by STS.
  *
@@ -16,6 +18,7 @@
  * the session before it expires.
  */
 import { fromTemporaryCredentials } from '@aws-sdk/credential-providers';
+import { readTaskSecret } from './artifact.js';
 
 type CredentialProvider = ReturnType<typeof fromTemporaryCredentials>;
 
@@ -24,8 +27,10 @@ export interface AgentRoleEnv {
   FERRY_ENDPOINT_ID: string;
   /** The endpoint's agent role (the stack sets it; absent outside ECS: default credentials). */
   FERRY_AGENT_ROLE_ARN?: string | undefined;
-  /** The role's sts:ExternalId, injected into the agent container only as an ECS secret. */
+  /** The role's sts:ExternalId, where the environment may hold it (outside ECS). */
   FERRY_AGENT_EXTERNAL_ID?: string | undefined;
+  /** On ECS: the file the init container wrote it to (infra/task-layout.ts agentMount). */
+  FERRY_AGENT_EXTERNAL_ID_FILE?: string | undefined;
 }
 
 /** One hour: the most a chained role session may last. */
@@ -35,15 +40,18 @@ export const agentSessionSec = 3600;
  * Credentials of the agent role, or undefined (the SDK's default chain) when the environment names
  * none. `stsEndpoint` is for tests.
  */
-export function agentCredentials(
+export async function agentCredentials(
   env: AgentRoleEnv,
   options: { stsEndpoint?: string } = {},
-): CredentialProvider | undefined {
+): Promise<CredentialProvider | undefined> {
   if (!env.FERRY_AGENT_ROLE_ARN) return undefined;
+  const externalId = env.FERRY_AGENT_EXTERNAL_ID_FILE
+    ? await readTaskSecret(env.FERRY_AGENT_EXTERNAL_ID_FILE, 'FERRY_AGENT_EXTERNAL_ID_FILE')
+    : env.FERRY_AGENT_EXTERNAL_ID;
   return fromTemporaryCredentials({
     params: {
       RoleArn: env.FERRY_AGENT_ROLE_ARN,
-      ...(env.FERRY_AGENT_EXTERNAL_ID ? { ExternalId: env.FERRY_AGENT_EXTERNAL_ID } : {}),
+      ...(externalId ? { ExternalId: externalId } : {}),
       // CloudTrail names the endpoint whose agent acted.
       RoleSessionName: `ferry-agent-${env.FERRY_ENDPOINT_ID}`.slice(0, 64),
       DurationSeconds: agentSessionSec,

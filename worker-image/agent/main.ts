@@ -29,7 +29,7 @@ import { messageOf } from '../../core/errors.js';
 import type { StartGrace } from '../../core/supervisor.js';
 import { serviceName } from '../../infra/names.js';
 import { startAgent } from './agent.js';
-import { downloadArtifact, readLbSecret, writeLbSecret } from './artifact.js';
+import { downloadArtifact, readTaskSecret, writeLbSecret, writeTaskSecret } from './artifact.js';
 import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } from './config.js';
 import { agentCredentials } from './credentials.js';
 import { type WorkerExit, watchWorkerContainer } from './ecsWorker.js';
@@ -131,7 +131,7 @@ async function untilLeaving(
 async function runQueue(env: QueueAgentEnv): Promise<number> {
   const stopAsked = signalled();
   const region = env.AWS_REGION;
-  const credentials = agentCredentials(env);
+  const credentials = await agentCredentials(env);
   const clients = {
     dynamo: new DynamoDBClient({ region, credentials }),
     // Address SQS at the client's endpoint (AWS_ENDPOINT_URL_SQS when set, else the regional one),
@@ -201,7 +201,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
 
 async function runLb(env: LbAgentEnv): Promise<number> {
   const stopAsked = signalled();
-  const credentials = agentCredentials(env);
+  const credentials = await agentCredentials(env);
   const dynamo = new DynamoDBClient({ region: env.AWS_REGION, credentials });
   const ecs = new ECSClient({ region: env.AWS_REGION, credentials });
   const doc = documentClient(dynamo);
@@ -215,7 +215,9 @@ async function runLb(env: LbAgentEnv): Promise<number> {
     starts: control,
     workerPort: env.FERRY_PORT,
     workerHost: env.FERRY_WORKER_HOST,
-    ...(env.FERRY_LB_SECRET_FILE ? { workerSecret: await readLbSecret(env.FERRY_LB_SECRET_FILE) } : {}),
+    ...(env.FERRY_LB_SECRET_FILE
+      ? { workerSecret: await readTaskSecret(env.FERRY_LB_SECRET_FILE, 'FERRY_LB_SECRET_FILE') }
+      : {}),
     host: env.FERRY_AGENT_HOST,
     port: env.FERRY_AGENT_PORT,
     keyCacheMs: env.FERRY_KEY_CACHE_MS,
@@ -244,6 +246,9 @@ async function runArtifact(env: ArtifactEnv): Promise<number> {
     });
     process.stderr.write(`ferry-agent: artifact ready at ${env.FERRY_ARTIFACT_PATH} (${bytes} bytes)\n`);
     if (env.FERRY_LB_SECRET_FILE) await writeLbSecret(env.FERRY_LB_SECRET_FILE);
+    if (env.FERRY_AGENT_EXTERNAL_ID_FILE && env.FERRY_AGENT_EXTERNAL_ID) {
+      await writeTaskSecret(env.FERRY_AGENT_EXTERNAL_ID_FILE, env.FERRY_AGENT_EXTERNAL_ID);
+    }
     return 0;
   } finally {
     s3.destroy();
