@@ -360,6 +360,9 @@ export const ecsConfigLines = [
   'ECS_ENABLE_TASK_IAM_ROLE=true',
   'ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST=true',
   'ECS_AWSVPC_BLOCK_IMDS=true',
+  // No task of the platform runs privileged (which would also ignore infra/constructs/service.ts's
+  // dropped capabilities); the agent refuses any that asks.
+  'ECS_DISABLE_PRIVILEGED=true',
 ];
 
 export class PlatformStack extends Stack {

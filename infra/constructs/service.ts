@@ -152,6 +152,18 @@ export class EndpointService extends Construct {
       this.environments(taskRole);
     this.agentRole = agentRole;
 
+    // No raw sockets in any container. Docker's default capabilities include NET_RAW, and with it a
+    // container on the host's bridge can forge ARP and read or alter other tasks' plain-HTTP traffic
+    // on the same host: worker tokens, jobs, the ALB's requests to a load-balanced agent with the
+    // callers' API keys ("When the add request parameter and the drop request parameter are both
+    // empty, … the container capabilities are all of the default Docker capabilities",
+    // https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-ecs-taskdefinition-kernelcapabilities.html).
+    // Pools are shared by every app of the platform, so a task's neighbours may be anyone's.
+    const withoutRawSockets = (id: string): ecs.LinuxParameters => {
+      const linux = new ecs.LinuxParameters(this, id);
+      linux.dropCapabilities(ecs.Capability.NET_RAW);
+      return linux;
+    };
     const agentImage = this.containerImage('AgentImage', props.images.agent);
     // Every worker base image ships Node and the agent bundle (worker-image/Dockerfile.*), so the
     // agent may run from the same image as the worker: only the entry point differs.
@@ -178,6 +190,7 @@ export class EndpointService extends Construct {
       },
       // Nothing links to this container, and it runs no user code.
       secrets: initSecrets,
+      linuxParameters: withoutRawSockets('ArtifactLinux'),
       logging: containerLogs(props.logGroup, `${endpoint.name}/artifact`),
     });
     artifact.addMountPoints(
@@ -191,6 +204,7 @@ export class EndpointService extends Construct {
       memoryReservationMiB: agentMemoryMiB,
       environment: agentEnv,
       secrets: agentSecrets,
+      linuxParameters: withoutRawSockets('AgentLinux'),
       stopTimeout: Duration.seconds(stopTimeoutSec),
       logging: containerLogs(props.logGroup, `${endpoint.name}/agent`),
       // hostPort 0: ECS picks a free host port and registers it with the target group.
@@ -211,6 +225,7 @@ export class EndpointService extends Construct {
       ...(placement.kind === 'gpu' ? { gpuCount: resources.gpuCount } : {}),
       environment: workerEnv,
       secrets: workerSecrets,
+      linuxParameters: withoutRawSockets('WorkerLinux'),
       stopTimeout: Duration.seconds(stopTimeoutSec),
       logging: containerLogs(props.logGroup, `${endpoint.name}/worker`),
     });

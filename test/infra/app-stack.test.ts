@@ -19,6 +19,7 @@ import {
 } from '../../infra/app-stack.js';
 import { gpuInstanceFor, poolFitOf, poolMaxInstances, workerMemoryReservationMiB } from '../../infra/gpu.js';
 import { platformExportNames, poolExportName } from '../../infra/platform-exports.js';
+import { ecsConfigLines } from '../../infra/platform-stack.js';
 import { drainMs, stopTimeoutSec } from '../../infra/task-layout.js';
 import { type AgentMode, requiredAgentVariables } from '../../worker-image/agent/config.js';
 import { lbEndpoint, sampleImages, sampleManifest, sampleResources, stubFunctionsDir } from './fixtures.js';
@@ -72,6 +73,8 @@ interface ContainerDefinition {
   LogConfiguration?: { LogDriver: string; Options: Record<string, unknown> };
   Links?: string[];
   Secrets?: { Name: string; ValueFrom: unknown }[];
+  LinuxParameters?: { Capabilities?: { Add?: string[]; Drop?: string[] } };
+  Privileged?: boolean;
 }
 const containersOf = (e: DeployedEndpoint): ContainerDefinition[] =>
   template.toJSON().Resources[idOf(e.taskDefinition)].Properties.ContainerDefinitions;
@@ -354,6 +357,22 @@ describe('worker tokens and secrets (docs/security-aws.md)', () => {
         expect(held.has(JSON.stringify(secret.ValueFrom)), `${e.name}: ${secret.Name}`).toBe(true);
       }
     }
+  });
+
+  // With NET_RAW a container on the host's bridge can forge ARP and read other tasks' traffic.
+  it('give no container raw sockets, privileges or added capabilities', () => {
+    for (const e of built.appStack.endpoints) {
+      for (const c of containersOf(e)) {
+        expect([e.name, c.Name, c.LinuxParameters?.Capabilities?.Drop]).toEqual([
+          e.name,
+          c.Name,
+          ['NET_RAW'],
+        ]);
+        expect(c.LinuxParameters?.Capabilities?.Add).toBeUndefined();
+        expect(c.Privileged).toBeUndefined();
+      }
+    }
+    expect(ecsConfigLines).toContain('ECS_DISABLE_PRIVILEGED=true');
   });
 
   it("hand the agent role's external id to the init container, which writes it where only the agent reads it", () => {
