@@ -10,6 +10,9 @@
  * - the connection goes to the address that was checked (the socket's DNS lookup is pinned to it),
  *   so a second answer from the resolver (DNS rebinding) cannot switch it;
  * - redirects are never followed: a 3xx is a failed attempt;
+ * - an attempt has one deadline (limits.webhookTimeoutMs) for all of it: the lookup, the connection,
+ *   the upload and the answer. Node's `timeout` option is an idle timeout only, so a receiver that
+ *   sent a byte now and then held an attempt for as long as it liked;
  * - with an outbox (the local platform's SQLite table), pending deliveries and their retries survive
  *   a restart.
  */
@@ -104,11 +107,14 @@ export interface WebhookTarget {
 
 /**
  * Checks a webhook URL and resolves it to the one address the delivery will connect to. Throws a
- * FerryError saying why it is refused.
+ * FerryError saying why: `bad_request` when the target is refused (a malformed URL, an address the
+ * policy forbids), which no retry can change; `bad_gateway` when its name does not resolve now; or
+ * the signal's reason once `signal` fires, since a lookup cannot be cancelled, only no longer waited
+ * for.
  */
 export async function resolveWebhookTarget(
   rawUrl: string,
-  options: { allow?: readonly string[]; resolve?: Resolve } = {},
+  options: { allow?: readonly string[]; resolve?: Resolve; signal?: AbortSignal } = {},
 ): Promise<WebhookTarget> {
   let url: URL;
   try {
@@ -125,10 +131,17 @@ export async function resolveWebhookTarget(
   const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase();
   const resolved = ipaddr.isValid(host)
     ? [{ address: host, family: ipaddr.parse(host).kind() === 'ipv4' ? 4 : 6 }]
-    : await (options.resolve ?? systemResolve)(host).catch((error: Error) => {
-        throw new FerryError('bad_request', `Webhook host ${host} does not resolve: ${error.message}`);
+    : await unlessAborted((options.resolve ?? systemResolve)(host), options.signal).catch((error: Error) => {
+        if (options.signal?.aborted) throw error;
+        // Not a refusal, whatever the resolver said (EAI_AGAIN, a timeout, even ENOTFOUND): RunPod
+        // retries a webhook that got no 2xx for any reason (docs/api.md: 2 retries, 10 s apart),
+        // and a name that does not resolve now may in 10 s (a record just created, a resolver
+        // hiccup). Two more lookups cost nothing; a dropped webhook is lost for good.
+        throw new FerryError('bad_gateway', `Webhook host ${host} does not resolve: ${error.message}`, {
+          cause: error,
+        });
       });
-  if (resolved.length === 0) throw new FerryError('bad_request', `Webhook host ${host} has no address`);
+  if (resolved.length === 0) throw new FerryError('bad_gateway', `Webhook host ${host} has no address`);
   const hostAllowed = allow.hosts.has(host);
   // Every address must pass, not only the one we pick: a resolver that mixes public and internal
   // answers is what a rebinding attack looks like.
@@ -145,16 +158,26 @@ export async function resolveWebhookTarget(
   return { url, address: first.address, family: first.family === 6 ? 6 : 4 };
 }
 
+/** `work`'s answer, or the signal's reason as soon as it fires (`work` is left running, unwatched). */
+function unlessAborted<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return work;
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
 /**
  * One POST to an already checked target. The socket's lookup answers with the checked address, so no
  * second resolution happens; TLS still verifies the certificate against the URL's host name. A
- * redirect is returned as its status, never followed.
+ * redirect is returned as its status, never followed. `signal` ends it wherever it is (connecting,
+ * uploading, waiting for the headers); once the status is in, the rest of the answer is read until
+ * it ends or the signal fires, and the status stands either way: the receiver has said what it did
+ * with the webhook.
  */
-export function postToTarget(
-  target: WebhookTarget,
-  body: string,
-  options: { timeoutMs: number; signal?: AbortSignal },
-): Promise<number> {
+export function postToTarget(target: WebhookTarget, body: string, signal: AbortSignal): Promise<number> {
   const pinned: LookupFunction = (_hostname, lookupOptions, callback) => {
     if ((lookupOptions as { all?: boolean }).all) {
       (callback as unknown as (e: null, a: { address: string; family: number }[]) => void)(null, [
@@ -170,15 +193,16 @@ export function postToTarget(
         method: 'POST',
         headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
         lookup: pinned,
-        timeout: options.timeoutMs,
-        signal: options.signal,
+        signal,
       },
       (res) => {
+        const status = res.statusCode ?? 0;
+        // A body cut short by the signal errors here; the status is the answer all the same.
+        res.on('error', () => {});
+        res.on('close', () => resolve(status));
         res.resume();
-        resolve(res.statusCode ?? 0);
       },
     );
-    req.on('timeout', () => req.destroy(new Error(`no answer within ${options.timeoutMs} ms`)));
     req.on('error', reject);
     req.end(body);
   });
@@ -290,8 +314,10 @@ export class HttpWebhookSender implements WebhookSender {
     }
   }
 
-  private attempt(url: string, body: string, attempt: number): Promise<boolean> {
-    return attemptWebhook(url, body, attempt, { ...this.options, signal: this.stop.signal });
+  /** True when the delivery is over: delivered, or refused for good. */
+  private async attempt(url: string, body: string, attempt: number): Promise<boolean> {
+    const outcome = await attemptWebhook(url, body, attempt, { ...this.options, signal: this.stop.signal });
+    return outcome === 'delivered' || outcome === 'refused';
   }
 }
 
@@ -304,35 +330,50 @@ export interface WebhookAttemptOptions {
   /** Hosts and address ranges that may be private (local development). */
   allow?: readonly string[];
   resolve?: Resolve;
+  /** The caller giving up (a platform stopping, a function near its timeout): the attempt is abandoned. */
   signal?: AbortSignal;
 }
 
 /**
- * One checked POST of a delivery; true when the delivery is over (the receiver answered 2xx, or the
- * target is refused: a refused target stays refused, so it gets no retries). Never throws.
+ * How an attempt ended. `delivered`: the receiver answered 2xx. `refused`: the target is refused
+ * (resolveWebhookTarget's `bad_request`), and stays refused, so it gets no retries. `failed`: any
+ * other answer or failure, the deadline's included; retried while attempts are left. `abandoned`:
+ * the caller's signal fired before the receiver answered, so the attempt does not count.
  */
+export type WebhookAttemptOutcome = 'delivered' | 'refused' | 'failed' | 'abandoned';
+
+/** One checked POST of a delivery, within its deadline (options.timeoutMs). Never throws. */
 export async function attemptWebhook(
   url: string,
   body: string,
   attempt: number,
   options: WebhookAttemptOptions = {},
-): Promise<boolean> {
+): Promise<WebhookAttemptOutcome> {
   const of = `(attempt ${attempt}/${options.attempts ?? limits.webhookAttempts})`;
+  const timeoutMs = options.timeoutMs ?? limits.webhookTimeoutMs;
+  const deadline = AbortSignal.timeout(timeoutMs);
+  const signal = options.signal ? AbortSignal.any([options.signal, deadline]) : deadline;
   try {
-    const target = await resolveWebhookTarget(url, { allow: options.allow, resolve: options.resolve });
-    const status = await postToTarget(target, body, {
-      timeoutMs: options.timeoutMs ?? limits.webhookTimeoutMs,
-      signal: options.signal,
+    const target = await resolveWebhookTarget(url, {
+      allow: options.allow,
+      resolve: options.resolve,
+      signal,
     });
-    if (status >= 200 && status < 300) return true;
+    const status = await postToTarget(target, body, signal);
+    if (status >= 200 && status < 300) return 'delivered';
     options.log?.warn(
       `webhook ${redact(url)} answered ${status}${status >= 300 && status < 400 ? ' (redirects are not followed)' : ''} ${of}`,
     );
   } catch (error) {
-    options.log?.warn(`webhook ${redact(url)} failed: ${(error as Error).message} ${of}`);
-    if (FerryError.is(error) && error.code === 'bad_request') return true;
+    if (options.signal?.aborted) {
+      options.log?.warn(`webhook ${redact(url)} abandoned: the caller stopped waiting ${of}`);
+      return 'abandoned';
+    }
+    const reason = deadline.aborted ? `no answer within ${timeoutMs} ms` : (error as Error).message;
+    options.log?.warn(`webhook ${redact(url)} failed: ${reason} ${of}`);
+    if (FerryError.is(error) && error.code === 'bad_request') return 'refused';
   }
-  return false;
+  return 'failed';
 }
 
 /** Webhook URLs often carry tokens in their query; logs keep only the origin and path. */

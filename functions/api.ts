@@ -24,7 +24,7 @@ import { stringifyJsonExact } from '../core/json.js';
 import { type Logger, stderrLogger } from '../core/log.js';
 import { managePrefix } from '../core/manage.js';
 import { lambdaPayloadBytes } from './payloads.js';
-import { type Platform, platformFromEnv, settleWebhooks } from './wiring.js';
+import { deadlineSignal, type Platform, platformFromEnv, settleWebhooks } from './wiring.js';
 
 /** Answer this long before the function's timeout, so a capped wait still gets its 200 out. */
 const answerMarginMs = 1_500;
@@ -121,17 +121,6 @@ function errorResult(error: unknown, edge: ErrorEdge): APIGatewayProxyResult {
 const requestIdOf = (event: APIGatewayProxyEvent | undefined, context: Context | undefined): string =>
   event?.requestContext?.requestId ?? context?.awsRequestId ?? randomUUID();
 
-/** A signal that fires when the caller's signal does, or `answerMarginMs` before the function times out. */
-function deadlineSignal(
-  context: Context | undefined,
-  signal: AbortSignal | undefined,
-): AbortSignal | undefined {
-  const remainingMs = context?.getRemainingTimeInMillis?.();
-  if (remainingMs === undefined) return signal;
-  const timeout = AbortSignal.timeout(Math.max(1, remainingMs - answerMarginMs));
-  return signal ? AbortSignal.any([signal, timeout]) : timeout;
-}
-
 export type ApiHandler = (event: APIGatewayProxyEvent, context: Context) => Promise<APIGatewayProxyResult>;
 
 /**
@@ -149,7 +138,7 @@ export function createApiHandler(platform: () => Platform, log: Logger = stderrL
       },
     })
     .handler(async (event, context, options) => {
-      const request = requestOf(event, deadlineSignal(context, options?.signal));
+      const request = requestOf(event, deadlineSignal(context, answerMarginMs, options?.signal));
       const edge = { requestId: requestIdOf(event, context), log };
       const { api, manage, webhooks } = platform();
       const response = await (request.path.startsWith(`${managePrefix}/`) ? manage : api).handle(request);

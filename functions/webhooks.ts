@@ -4,15 +4,30 @@
  * queue 10 s later (core/adapters/aws/webhook-queue.ts). It needs no table: its role reaches the
  * webhook queue and the bodies under `payloads/webhooks/`, nothing else.
  */
-import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { S3BlobStore } from '../core/adapters/aws/s3.js';
 import { deliverWebhookRecords, type WebhookDeliveryOptions } from '../core/adapters/aws/webhook-queue.js';
-import { clientsFromEnv, parseFunctionEnv } from './wiring.js';
+import { clientsFromEnv, deadlineSignal, parseFunctionEnv } from './wiring.js';
 
-export type WebhookHandler = (event: SQSEvent) => Promise<SQSBatchResponse>;
+/**
+ * What the function keeps of its timeout after abandoning the attempts still under way: to queue
+ * the retries of attempts that failed just before, and to answer. A timeout would be a function
+ * error, which gives back the whole batch, the delivered records too
+ * (https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html).
+ */
+export const returnMarginMs = 1_000;
+
+export type WebhookHandler = (
+  event: SQSEvent,
+  context?: Pick<Context, 'getRemainingTimeInMillis'>,
+) => Promise<SQSBatchResponse>;
 
 export function createWebhookHandler(options: () => WebhookDeliveryOptions): WebhookHandler {
-  return (event) => deliverWebhookRecords(event.Records, options());
+  return (event, context) =>
+    deliverWebhookRecords(event.Records, {
+      ...options(),
+      signal: deadlineSignal(context, returnMarginMs),
+    });
 }
 
 let containerOptions: WebhookDeliveryOptions | undefined;

@@ -17,6 +17,7 @@ import {
   ReceiveMessageCommand,
   SQSClient,
 } from '@aws-sdk/client-sqs';
+import type { Context } from 'aws-lambda';
 import { z } from 'zod';
 import { CloudWatchLogStore } from '../core/adapters/aws/cloudwatch-logs.js';
 import {
@@ -359,6 +360,21 @@ export function scalerDepsFromEnv(): ScalerDeps {
     };
   }
   return containerScaler;
+}
+
+/**
+ * A signal that fires when `signal` does, or `marginMs` before the function times out; undefined
+ * without either (a handler called without a Lambda context).
+ */
+export function deadlineSignal(
+  context: Pick<Context, 'getRemainingTimeInMillis'> | undefined,
+  marginMs: number,
+  signal?: AbortSignal,
+): AbortSignal | undefined {
+  const remainingMs = context?.getRemainingTimeInMillis?.();
+  if (remainingMs === undefined) return signal;
+  const timeout = AbortSignal.timeout(Math.max(1, remainingMs - marginMs));
+  return signal ? AbortSignal.any([signal, timeout]) : timeout;
 }
 
 /**

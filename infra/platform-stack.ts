@@ -146,8 +146,11 @@ export const maxWaitMs = 25_000;
 /** FERRY_POLL_MS: how often a waiting request re-reads DynamoDB. */
 export const pollMs = 500;
 /**
- * The webhook function and its queue. An attempt waits up to limits.webhookTimeoutMs (10 s) and a
- * batch's attempts run side by side, so 30 s covers a batch of receivers that all hang.
+ * The webhook function and its queue. An attempt ends by limits.webhookTimeoutMs (10 s, a deadline
+ * for its lookup, connection, upload and answer: core/webhooks.ts) and a batch's attempts run side by
+ * side, so 30 s covers a batch of receivers that all hang. Work still under way near the timeout (S3
+ * or SQS slow) is abandoned and only its records go back (functions/webhooks.ts), since a timeout
+ * would give back the whole batch.
  */
 export const webhookTiming = {
   functionTimeoutSec: 30,

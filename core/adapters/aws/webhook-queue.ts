@@ -141,7 +141,7 @@ export class QueuedWebhookSender implements WebhookSender {
   }
 }
 
-export interface WebhookDeliveryOptions extends Omit<WebhookAttemptOptions, 'signal'> {
+export interface WebhookDeliveryOptions extends WebhookAttemptOptions {
   sqs: Pick<SQSClient, 'send'>;
   /** The webhook queue, where retries go. */
   queueUrl: string;
@@ -166,6 +166,12 @@ function messageOf(record: SQSRecord): WebhookMessage | undefined {
  * hangs until its timeout holds up no other). Failed attempts with attempts left go back to the queue
  * as a delayed message; the answer lists the records that could not be handled (partial batch
  * response: https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html).
+ *
+ * `signal` is the function's own deadline (functions/webhooks.ts). When it fires, the attempts still
+ * under way are abandoned and only their records are listed: they come back after the visibility
+ * timeout for the same attempt, their bodies kept. Running into the timeout instead is a function
+ * error, which gives the whole batch back, the records already delivered included (same page): every
+ * other receiver in the batch would get its webhook again, and every queued retry would fork.
  */
 export async function deliverWebhookRecords(
   records: readonly SQSRecord[],
@@ -188,8 +194,9 @@ export async function deliverWebhookRecords(
           return undefined;
         }
         const text = typeof body === 'string' ? body : Buffer.from(body).toString('utf8');
-        const over = await attemptWebhook(message.url, text, message.attempt, { ...options, attempts });
-        if (!over && message.attempt < attempts) {
+        const outcome = await attemptWebhook(message.url, text, message.attempt, { ...options, attempts });
+        if (outcome === 'abandoned') return { itemIdentifier: record.messageId };
+        if (outcome === 'failed' && message.attempt < attempts) {
           await options.sqs.send(
             messageCommand(options.queueUrl, { ...message, attempt: message.attempt + 1 }, delaySeconds),
           );
