@@ -85,7 +85,10 @@ export interface EngineDeps {
    * depth alone would refuse a submit.
    */
   queued?: QueuedJobCount;
-  /** Where a job whose queue message could not be sent is reported (it is stored; see `enqueue`). */
+  /**
+   * Where a job whose queue message could not be sent is reported (it is stored; see `enqueue`), and
+   * a job a sweep could not move (`sweepOne`).
+   */
   warn?: (line: string) => void;
   settings?: Partial<EngineSettings>;
 }
@@ -629,31 +632,61 @@ export class JobEngine {
   /**
    * Housekeeping, run on a timer by the platform (and by a scheduled Lambda on AWS): lapsed leases go
    * back to the queue (or fail after maxAttempts), overrunning jobs time out, jobs past policy.ttl stop.
+   *
+   * The jobs are listed without their inputs, and one that a move ends is read whole just before it
+   * only when it has a webhook (`asListed`): listing 500 jobs with their inputs (on AWS an S3 GET each
+   * for a big one) ran the sweeper Lambda out of memory on a backlog of 10 MB inputs, every run, and
+   * then no lease lapsed and no job expired anywhere.
    */
   async sweep(): Promise<{ requeued: number; failed: number; timedOut: number; expired: number }> {
     const now = this.clock.now();
     const tally = { requeued: 0, failed: 0, timedOut: 0, expired: 0 };
-    for (const job of await this.jobs.listOverdue(now, 500)) {
-      if (overran(job, now)) {
-        const moved = await this.tryMove(job, 'timeOut', () => this.timedOutPatch(job));
-        if (moved) tally.timedOut++;
-      } else {
-        const outcome = await this.lapse(job);
-        if (outcome) tally[outcome]++;
-      }
+    for (const listed of await this.jobs.listOverdue(now, 500, noInput)) {
+      await this.sweepOne(listed, async () => {
+        if (overran(listed, now)) {
+          const job = await this.asListed(listed);
+          const moved = job && (await this.tryMove(job, 'timeOut', () => this.timedOutPatch(job)));
+          if (moved) tally.timedOut++;
+        } else {
+          const outcome = await this.lapse(listed);
+          if (outcome) tally[outcome]++;
+        }
+      });
     }
-    for (const job of await this.jobs.listExpiredUnfinished(now, 500)) {
-      // Past policy.ttl the job reads as 404 already; this stops its worker and frees the queue slot.
-      const move: Move = job.status === 'IN_QUEUE' ? 'purge' : 'timeOut';
-      const moved = await this.tryMove(job, move, () => ({
-        status: move === 'purge' ? 'CANCELLED' : 'TIMED_OUT',
-        error: `The job's time-to-live of ${job.policy.ttlMs} ms ran out`,
-        finishedAt: now,
-        leaseUntil: undefined,
-      }));
-      if (moved) tally.expired++;
+    for (const listed of await this.jobs.listExpiredUnfinished(now, 500, noInput)) {
+      await this.sweepOne(listed, async () => {
+        const job = await this.asListed(listed);
+        if (!job) return;
+        // Past policy.ttl the job reads as 404 already, and stays so: this stops its worker, frees
+        // the queue slot and sends its webhook. It keeps its expiresAt (withRetention gives a final
+        // move without one a retention from now), so it never reads again as CANCELLED or TIMED_OUT
+        // after a 404, and deleteExpired removes it.
+        const move: Move = job.status === 'IN_QUEUE' ? 'purge' : 'timeOut';
+        const moved = await this.tryMove(job, move, () => ({
+          status: move === 'purge' ? 'CANCELLED' : 'TIMED_OUT',
+          error: `The job's time-to-live of ${job.policy.ttlMs} ms ran out`,
+          finishedAt: now,
+          leaseUntil: undefined,
+          expiresAt: job.expiresAt,
+        }));
+        if (moved) tally.expired++;
+      });
     }
     return tally;
+  }
+
+  /**
+   * One job's step of a sweep. A job whose step throws (a payload removed outside Ferry, a write
+   * refused) is reported and left for the next sweep: one such job must not stop the sweep of all the
+   * others, nor, on AWS, the rest of the sweeper's run, which hands the webhooks of the jobs it
+   * ended to their queue.
+   */
+  private async sweepOne(job: Job, step: () => Promise<void>): Promise<void> {
+    try {
+      await step();
+    } catch (error) {
+      this.warn?.(`job ${job.id} left for the next sweep: ${messageOf(error)}`);
+    }
   }
 
   /**
@@ -732,7 +765,14 @@ export class JobEngine {
   async workerGone(endpointId: string, workerId: string, reason?: string): Promise<number> {
     let moved = 0;
     const failures: unknown[] = [];
-    const running = await this.listForMoves(endpointId, 'IN_PROGRESS', 10_000);
+    // Without inputs: lapse reads a job whole only when failing it sends a webhook.
+    const running = await this.jobs.listByStatus(
+      endpointId,
+      'IN_PROGRESS',
+      this.clock.now(),
+      10_000,
+      noInput,
+    );
     for (const listed of running) {
       // A ping racing this (it renews the lease, bumping the version) must not keep the job held.
       let job: Job | undefined = listed;
@@ -742,7 +782,7 @@ export class JobEngine {
             moved++;
             break;
           }
-          job = await this.jobs.get(listed.id, this.clock.now());
+          job = await this.jobs.get(listed.id, this.clock.now(), noInput);
         }
       } catch (error) {
         // One job's failure must not leave the worker's other jobs held until their leases lapse.
@@ -838,8 +878,24 @@ export class JobEngine {
   }
 
   /**
-   * readForMove for a list: the jobs without their inputs (a purge of 500 queued image jobs fetched
-   * 500 S3 objects it never used), those with a webhook read again whole.
+   * A job a list handed out without its input, as a move that ends it needs it (readForMove for a
+   * listed job): read again whole when it has a webhook, which carries the input; undefined when it
+   * is gone or moved on since it was listed. The move was decided on the listing, so a job that
+   * changed meanwhile (taken, its lease renewed) is left out, as the listing's own compare-and-set
+   * would have lost. Read as of a moment before it expired: `get` hides a job past its expiresAt,
+   * and listExpiredUnfinished lists exactly those.
+   */
+  private async asListed(listed: Job): Promise<Job | undefined> {
+    if (!listed.webhook) return listed;
+    const job = await this.jobs.get(listed.id, listed.expiresAt - 1);
+    return job?.version === listed.version ? job : undefined;
+  }
+
+  /**
+   * The jobs of a batch move (endQueued) as `asListed` reads them: listed without their inputs (a
+   * purge of 500 queued image jobs fetched 500 S3 objects it never used), those with a webhook read
+   * again whole, `wholeReadsAtOnce` at a time: a batch of 500 webhook jobs with big inputs started
+   * 500 S3 GETs at once.
    */
   private async listForMoves(
     endpointId: string,
@@ -849,7 +905,7 @@ export class JobEngine {
   ): Promise<Job[]> {
     const now = this.clock.now();
     const listed = await this.jobs.listByStatus(endpointId, status, now, limit, { ...noInput, createdFrom });
-    const jobs = await Promise.all(listed.map((job) => (job.webhook ? this.jobs.get(job.id, now) : job)));
+    const jobs = await mapAtMost(listed, wholeReadsAtOnce, (job) => this.asListed(job));
     return jobs.filter((job): job is Job => job !== undefined);
   }
 
@@ -951,10 +1007,15 @@ export class JobEngine {
     }
   }
 
-  /** The holder of a running job is gone: queue it again, or fail it once it used its attempts. */
+  /**
+   * The holder of a running job is gone: queue it again, or fail it once it used its attempts. `job`
+   * as a list hands it out, without its input: only failing it may send a webhook (`asListed`).
+   */
   private async lapse(job: Job, reason?: string): Promise<'requeued' | 'failed' | undefined> {
     if (job.attempt >= this.settings.maxAttempts) {
-      const moved = await this.tryMove(job, 'fail', () => ({
+      const whole = await this.asListed(job);
+      if (!whole) return undefined;
+      const moved = await this.tryMove(whole, 'fail', () => ({
         ...this.finalPatch('FAILED'),
         // No worker holds it any more; should the silent one come back, job-stop tells it to let go.
         workerId: undefined,
@@ -1064,6 +1125,30 @@ export class JobEngine {
 function mustStop(job: Job | undefined, workerId: string, endpointId: string): boolean {
   if (!job || job.endpointId !== endpointId || job.workerId !== workerId) return true;
   return job.status !== 'IN_PROGRESS' && job.status !== 'COMPLETED' && job.status !== 'FAILED';
+}
+
+/**
+ * How many jobs of a batch move are read whole at once (listForMoves): each may carry an input of
+ * megabytes (on AWS an S3 GET).
+ */
+const wholeReadsAtOnce = 8;
+
+/** `fn` of each item, at most `lanes` running at once, answered in the items' order. */
+async function mapAtMost<T, R>(
+  items: readonly T[],
+  lanes: number,
+  fn: (item: T) => Promise<R>,
+): Promise<R[]> {
+  const results = new Array<R>(items.length);
+  let next = 0;
+  const lane = async () => {
+    while (next < items.length) {
+      const at = next++;
+      results[at] = await fn(items[at] as T);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(lanes, items.length) }, lane));
+  return results;
 }
 
 /** A running job whose execution timeout has passed at `nowMs`. */

@@ -77,10 +77,20 @@ export interface JobStore {
     limit: number,
     options?: ListByStatusOptions,
   ): Promise<Job[]>;
-  /** IN_PROGRESS jobs (any endpoint) whose lease lapsed or whose execution timeout passed at `nowMs`. */
-  listOverdue(nowMs: number, limit: number): Promise<Job[]>;
-  /** Jobs not in a final status whose expiresAt has passed (get hides them); the engine stops them. */
-  listExpiredUnfinished(nowMs: number, limit: number): Promise<Job[]>;
+  /**
+   * IN_PROGRESS jobs (any endpoint) whose lease lapsed or whose execution timeout passed at `nowMs`;
+   * `options.input` as in `get`.
+   */
+  listOverdue(nowMs: number, limit: number, options?: Pick<JobReadOptions, 'input'>): Promise<Job[]>;
+  /**
+   * Jobs not in a final status whose expiresAt has passed (get hides them); the engine stops them.
+   * `options.input` as in `get`.
+   */
+  listExpiredUnfinished(
+    nowMs: number,
+    limit: number,
+    options?: Pick<JobReadOptions, 'input'>,
+  ): Promise<Job[]>;
   /** Appends stream chunk outputs in order. */
   appendStream(jobId: string, outputs: unknown[]): Promise<void>;
   /**

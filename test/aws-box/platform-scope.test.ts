@@ -343,9 +343,11 @@ describe('the sweeper function with its own role', () => {
     const sweepAgent = await box.agentFor('sweep');
     const silent = new ProtocolWorker(sweepAgent.url, 'sweep', sweepAgent.workerToken, sweepAgent.workerId);
     // Its timeout outlasts the sweep's clock, so the lapsed lease requeues it (and nudges the scaler).
+    // Its webhook carries the input: the sweep that ends it past its ttl reads it (s3:GetObject).
     const held = await call('POST', '/v2/sweep/run', {
       input: { blob: 'h'.repeat(200 * 1024) },
       policy: { executionTimeout: 3_600_000 },
+      webhook: 'https://hooks.example.com/held',
     });
     expect((await silent.take())?.id).toBe(held.body.id);
     // A job left waiting, and one whose message was dead-lettered.
@@ -427,13 +429,19 @@ describe('the sweeper function with its own role', () => {
 });
 
 describe('the sweeper and a payload that is gone for good (S3 tells a missing key only to a role that may list the bucket)', () => {
-  it('leaves the job out of its sweep with a warning and requeues the others; no call refused', async () => {
+  it('leaves the job out of its sweep with a warning and moves the others; no call refused', async () => {
     await box.addEndpoint('gone', recordFor({ ...gpuEndpoint, name: 'gone' }, '/nowhere', 'gone').config);
     const agent = await box.agentFor('gone');
     const silent = new ProtocolWorker(agent.url, 'gone', agent.workerToken, agent.workerId);
     const policy = { executionTimeout: 3_600_000 };
-    // Both taken by a worker that then goes silent; one's input (an S3 object) is removed outside Ferry.
-    const broken = await call('POST', '/v2/gone/run', { input: { blob: 'g'.repeat(200 * 1024) }, policy });
+    // Both taken by a worker that then goes silent; one's input (an S3 object) is removed outside
+    // Ferry. That one overran its execution timeout and has a webhook, which carries the input: the
+    // sweep that times it out reads it whole (a requeue, or a job without a webhook, reads no input).
+    const broken = await call('POST', '/v2/gone/run', {
+      input: { blob: 'g'.repeat(200 * 1024) },
+      policy: { executionTimeout: 5_000 },
+      webhook: 'https://hooks.example.com/gone',
+    });
     const fine = await call('POST', '/v2/gone/run', { input: { n: 'fine' }, policy });
     const taken = [(await silent.take())?.id, (await silent.take())?.id];
     expect(taken.sort()).toEqual([broken.body.id, fine.body.id].sort());
@@ -452,7 +460,8 @@ describe('the sweeper and a payload that is gone for good (S3 tells a missing ke
       clock,
     });
     const warnings: string[] = [];
-    const warn = vi.spyOn(console, 'warn').mockImplementation((line: string) => void warnings.push(line));
+    // The engine reports a job it could not move on stderr (functions/wiring.ts).
+    const warn = vi.spyOn(console, 'error').mockImplementation((line: string) => void warnings.push(line));
     const quiet = vi.spyOn(console, 'log').mockImplementation(() => {});
     const deniedBefore = gates.sweeper.denied().length;
     try {
@@ -462,7 +471,13 @@ describe('the sweeper and a payload that is gone for good (S3 tells a missing ke
       )();
       expect(swept.requeued).toBeGreaterThanOrEqual(1);
       expect((await box.lambda.jobs.get(fine.body.id, clock.now()))?.status).toBe('IN_QUEUE');
-      expect(warnings.join('\n')).toContain(`job ${broken.body.id} left out of a list`);
+      // Read as missing (a 404), not refused: the sweep says so and leaves the job for the next one.
+      expect(warnings.join('\n')).toContain(
+        `job ${broken.body.id} left for the next sweep: A stored payload is missing`,
+      );
+      expect((await box.lambda.jobs.get(broken.body.id, clock.now(), { input: false }))?.status).toBe(
+        'IN_PROGRESS',
+      );
     } finally {
       warn.mockRestore();
       quiet.mockRestore();

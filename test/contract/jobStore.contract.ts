@@ -382,6 +382,46 @@ export function describeJobStoreContract(
         expect(await expiredUnfinished(t0 + 1_000)).toEqual([queued.id]);
       });
 
+      it('lists overdue and expired jobs without their inputs when asked; an update of one keeps the stored input', async () => {
+        // A small input and one over DynamoDB's inline budget (an S3 object there).
+        for (const input of [{ small: true }, { big: 'x'.repeat(200 * 1024) }]) {
+          const lapsed = job({
+            input,
+            status: 'IN_PROGRESS',
+            startedAt: t0,
+            workerId: 'w1',
+            leaseUntil: t0 + 500,
+          });
+          const expired = job({ input, expiresAt: t0 + 500 });
+          for (const j of [lapsed, expired]) await jobs.create(j);
+          const mine = (list: Job[]) => list.filter((j) => j.id === lapsed.id || j.id === expired.id);
+
+          const [overdue] = mine(await jobs.listOverdue(t0 + 1_000, 1_000, { input: false }));
+          const [unfinished] = mine(await jobs.listExpiredUnfinished(t0 + 1_000, 1_000, { input: false }));
+          expect(overdue).toEqual({ ...lapsed, input: undefined, version: 1 });
+          expect(unfinished).toEqual({ ...expired, input: undefined, version: 1 });
+          expect('input' in (overdue as Job) || 'input' in (unfinished as Job)).toBe(false);
+          // Without options, as ever: whole.
+          expect(mine(await jobs.listOverdue(t0 + 1_000, 1_000))).toEqual([{ ...lapsed, version: 1 }]);
+          expect(mine(await jobs.listExpiredUnfinished(t0 + 1_000, 1_000))).toEqual([
+            { ...expired, version: 1 },
+          ]);
+
+          const requeued = await jobs.update(overdue as Job, {
+            status: 'IN_QUEUE',
+            workerId: undefined,
+            leaseUntil: undefined,
+          });
+          const cancelled = await jobs.update(unfinished as Job, {
+            status: 'CANCELLED',
+            finishedAt: t0 + 1_000,
+          });
+          expect(requeued.ok && cancelled.ok).toBe(true);
+          expect((await jobs.get(lapsed.id, t0))?.input).toEqual(input);
+          expect((await jobs.get(expired.id, t0))?.input).toEqual(input);
+        }
+      });
+
       it('counts the unexpired jobs of one endpoint by status (failed includes TIMED_OUT)', async () => {
         const statuses = [
           'IN_QUEUE',

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { DescribeTimeToLiveCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DeleteObjectCommand, HeadObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { GetQueueAttributesCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
-import { GetCommand, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { GetCommand, PutCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   streamDrainBlobs,
@@ -22,6 +22,7 @@ import {
 } from '../../core/adapters/aws/dynamo/job-item.js';
 import { createTables, dynamoSchema } from '../../core/adapters/aws/dynamo.js';
 import type { Job } from '../../core/job.js';
+import { limits } from '../../core/limits.js';
 import { makeJob } from '../contract/helpers.js';
 import { type AwsFixture, fakeAwsConfig, startAwsFixture } from '../support/emulators.js';
 
@@ -181,6 +182,27 @@ describe('DynamoJobStore: values over the 400 KB item limit', () => {
     expect(await jobs.drainStream(j.id)).toEqual([]);
     // Handed-out chunks are deleted, blobs included.
     expect(await payloadKeys(j.id)).toEqual([]);
+  });
+
+  it('keeps stream chunks and their meta at least as long as their job may be kept (limits.jobLifetimeMaxMs)', async () => {
+    // TTL deletes in no order: a chunk gone before its job would stop every drain at the gap.
+    const jobs = aws.jobs();
+    const j = job();
+    await jobs.create(j);
+    await jobs.appendStream(j.id, [{ i: 0 }, bigValue(400 * 1024)]);
+    await jobs.appendStream(j.id, [{ i: 2 }]);
+    const { Items = [] } = await aws.doc.send(
+      new QueryCommand({
+        TableName: aws.tables.chunks,
+        KeyConditionExpression: 'jobId = :job',
+        ExpressionAttributeValues: { ':job': j.id },
+      }),
+    );
+    expect(Items.map((item) => item.seq)).toEqual([0, 1, 2, 3]);
+    for (const item of Items)
+      expect(item[dynamoSchema.chunks.ttlAttribute] * 1000).toBeGreaterThanOrEqual(
+        j.createdAt + limits.jobLifetimeMaxMs,
+      );
   });
 
   it('hands out a long backlog in parts one Lambda answer can carry, and says while more is left', async () => {

@@ -20,6 +20,7 @@ import { FakeClock, systemClock } from '../../core/clock.js';
 import { type EngineDeps, JobEngine } from '../../core/engine.js';
 import type { Job } from '../../core/job.js';
 import type { BlobStore, JobCounts, JobPatch, JobStore } from '../../core/ports.js';
+import type { RunRequest } from '../../core/schemas.js';
 import { makeJob } from '../contract/helpers.js';
 import { type AwsFixture, dynamoClientFor, startAwsFixture } from '../support/emulators.js';
 
@@ -475,6 +476,90 @@ describe('purge and a dead worker do not read the inputs back', () => {
       expect(store.blobReads).toEqual([]);
       const [again] = await engine.take(other, 'w2', 1, 0);
       expect(again).toMatchObject({ id, input: bigInput });
+    } finally {
+      store.close();
+    }
+  });
+});
+
+describe('the sweep does not read the inputs back', () => {
+  it('requeues and ends jobs with 300 KB inputs (S3 objects) reading none; a webhook job it ends reads its own, which the webhook carries', async () => {
+    const store = countedStore();
+    const sent: { url: string; body: Record<string, unknown> }[] = [];
+    const clock = new FakeClock(Date.now());
+    const engine = engineFor(store, {
+      clock,
+      settings: { leaseMs: 60_000 },
+      webhooks: { send: (url, body) => sent.push({ url, body: body as Record<string, unknown> }) },
+    });
+    const input = { image: 'x'.repeat(300 * 1024) };
+    const prefix = `io-sweep-${clock.now()}`;
+    /** A job of its own endpoint (take hands out that one), taken by w1 when `taken`. */
+    const submit = async (name: string, request: Omit<RunRequest, 'input'>, taken: boolean) => {
+      const endpointId = `${prefix}-${name}`;
+      const { id } = await engine.submit(endpointId, { input, ...request }, { sync: false });
+      if (taken) expect(await engine.take(endpointId, 'w1', 1, 0)).toMatchObject([{ id, input }]);
+      return id;
+    };
+    const ttl = { policy: { ttl: 10_000 } };
+    try {
+      // Past their ttl while queued, and running on a worker that went silent: no webhooks.
+      const expired = [await submit('expired-a', ttl, false), await submit('expired-b', ttl, false)];
+      const lapsed = [await submit('lapsed-a', {}, true), await submit('lapsed-b', {}, true)];
+      clock.advance(60_001);
+      store.reset();
+      const swept = await engine.sweep();
+      expect(store.blobReads).toEqual([]);
+      expect(swept.requeued).toBeGreaterThanOrEqual(2);
+      expect(swept.expired).toBeGreaterThanOrEqual(2);
+      for (const id of lapsed)
+        expect(await store.jobs.get(id, clock.now())).toMatchObject({
+          status: 'IN_QUEUE',
+          input,
+          attempt: 1,
+        });
+      for (const id of expired) {
+        // Past its ttl the job reads as 404, and the sweep that cancels it keeps it so.
+        expect(await store.jobs.get(id, clock.now())).toBeUndefined();
+        expect(await store.jobs.listExpiredUnfinished(clock.now(), 1_000)).not.toContainEqual(
+          expect.objectContaining({ id }),
+        );
+      }
+
+      // With webhooks: one past its ttl, one past its execution timeout, one whose lease lapsed.
+      const hook = 'https://example.test/hook';
+      const hookExpired = await submit('hook-expired', { webhook: hook, ...ttl }, false);
+      const hookOverran = await submit(
+        'hook-overran',
+        { webhook: hook, policy: { executionTimeout: 5_000 } },
+        true,
+      );
+      const hookLapsed = await submit('hook-lapsed', { webhook: hook }, true);
+      clock.advance(60_001);
+      store.reset();
+      await engine.sweep();
+      // Only the two it ended, each read once: the requeued one sends no webhook.
+      expect(store.blobReads).toHaveLength(2);
+      for (const id of [hookExpired, hookOverran])
+        expect(store.blobReads.filter((key) => key.includes(id))).toHaveLength(1);
+      expect(sent).toEqual([
+        {
+          url: hook,
+          body: expect.objectContaining({ id: hookOverran, status: 'TIMED_OUT', input, webhook: hook }),
+        },
+        {
+          url: hook,
+          body: expect.objectContaining({
+            id: hookExpired,
+            status: 'CANCELLED',
+            input,
+            webhook: hook,
+            error: "The job's time-to-live of 10000 ms ran out",
+          }),
+        },
+      ]);
+      expect(await store.jobs.get(hookExpired, clock.now())).toBeUndefined();
+      expect(await store.jobs.get(hookLapsed, clock.now())).toMatchObject({ status: 'IN_QUEUE', input });
     } finally {
       store.close();
     }

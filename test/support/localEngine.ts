@@ -1,27 +1,34 @@
 /**
  * A JobEngine over a real local SQLite database, wired as the local platform wires it
  * (core/adapters/local/platform.ts): the store's one-write submit and take. `composedTake` leaves
- * those two out, so the engine composes them from queue and store calls as it does on AWS.
+ * those two out, so the engine composes them from queue and store calls as it does on AWS. `jobs`
+ * stands in for the database's job store (a test's wrapper around it).
  */
 import type { LocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { LocalChangeFeed } from '../../core/changes.js';
 import type { FakeClock } from '../../core/clock.js';
-import { type EngineSettings, JobEngine } from '../../core/engine.js';
-import type { ChangeFeed } from '../../core/ports.js';
+import { type EngineDeps, type EngineSettings, JobEngine } from '../../core/engine.js';
+import type { ChangeFeed, JobStore } from '../../core/ports.js';
 
 export function localEngine(
   db: LocalDatabase,
   clock: FakeClock,
   settings: Partial<EngineSettings>,
-  options: { composedTake?: boolean; changes?: ChangeFeed } = {},
+  options: {
+    composedTake?: boolean;
+    changes?: ChangeFeed;
+    jobs?: JobStore;
+  } & Pick<EngineDeps, 'webhooks' | 'warn'> = {},
 ): JobEngine {
   return new JobEngine({
-    jobs: db.jobs,
+    jobs: options.jobs ?? db.jobs,
     queue: db.queue,
     workers: db.workers,
     changes: options.changes ?? new LocalChangeFeed(clock),
     clock,
     settings,
+    webhooks: options.webhooks,
+    warn: options.warn,
     ...(options.composedTake
       ? {}
       : {

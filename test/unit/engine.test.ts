@@ -8,10 +8,10 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type LocalDatabase, openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
-import { JobEngine, splitChunk } from '../../core/engine.js';
+import { type EngineDeps, JobEngine, splitChunk } from '../../core/engine.js';
 import { JsonText, parseJsonExact, stringifyJsonExact } from '../../core/json.js';
 import { limits } from '../../core/limits.js';
-import type { JobReadOptions } from '../../core/ports.js';
+import type { JobReadOptions, JobStore } from '../../core/ports.js';
 import { localEngine } from '../support/localEngine.js';
 
 const ep = 'ep';
@@ -24,6 +24,16 @@ afterEach(async () => {
 });
 
 const minutes = (m: number) => m * 60_000;
+
+/** `target` with the methods of `own` in place of its own. */
+const over = <T extends object>(target: T, own: Partial<T>): T =>
+  new Proxy(target, {
+    get(store, key) {
+      if (key in own) return own[key as keyof T];
+      const value = Reflect.get(store, key);
+      return typeof value === 'function' ? value.bind(store) : value;
+    },
+  });
 
 async function runAndFinish(sync = false, waitMs?: number) {
   const job = await engine.submit(ep, { input: {} }, { sync, waitMs });
@@ -125,6 +135,135 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       await engine.sweep();
       expect(await engine.jobsToStop(ep, 'w1', 0)).toEqual([job.id]);
     });
+
+    it('a job the sweep ends past its ttl still reads as 404, sends its webhook once and is deleted', async () => {
+      const sent: { url: string; body: unknown }[] = [];
+      engine = localEngine(
+        db,
+        clock,
+        { leaseMs: 30_000, maxAttempts: 2 },
+        { composedTake: take === 'composed', webhooks: { send: (url, body) => sent.push({ url, body }) } },
+      );
+      const policy = { ttl: 10_000 };
+      const running = await engine.submit(
+        ep,
+        { input: { n: 'running' }, webhook: 'https://example.test/running', policy },
+        { sync: false },
+      );
+      await engine.take(ep, 'w1', 1, 0);
+      const queued = await engine.submit(
+        ep,
+        { input: { n: 'queued' }, webhook: 'https://example.test/queued', policy },
+        { sync: false },
+      );
+      clock.advance(10_000);
+      for (const job of [running, queued])
+        await expect(engine.status(ep, job.id)).rejects.toMatchObject({ code: 'not_found' });
+
+      expect((await engine.sweep()).expired).toBe(2);
+      // A client polling /status saw 404 at the ttl: the job never comes back, not even as ended.
+      for (const job of [running, queued])
+        await expect(engine.status(ep, job.id)).rejects.toMatchObject({ code: 'not_found' });
+      clock.advance(minutes(1));
+      for (const job of [running, queued])
+        await expect(engine.status(ep, job.id)).rejects.toMatchObject({ code: 'not_found' });
+      expect(await engine.jobsToStop(ep, 'w1', 0)).toEqual([running.id]);
+      expect((await engine.sweep()).expired).toBe(0);
+      expect(sent).toEqual([
+        {
+          url: 'https://example.test/running',
+          body: expect.objectContaining({ id: running.id, status: 'TIMED_OUT', input: { n: 'running' } }),
+        },
+        {
+          url: 'https://example.test/queued',
+          body: expect.objectContaining({ id: queued.id, status: 'CANCELLED', input: { n: 'queued' } }),
+        },
+      ]);
+      expect(await db.jobs.deleteExpired(clock.now(), 10)).toBe(2);
+    });
+  });
+
+  describe('sweeps and batch moves on jobs listed without their inputs', () => {
+    const hook = 'https://example.test/hook';
+    const withStore = (jobs: JobStore, extra: Pick<EngineDeps, 'warn' | 'webhooks'> = {}) =>
+      localEngine(
+        db,
+        clock,
+        { leaseMs: 30_000, maxAttempts: 2 },
+        { composedTake: take === 'composed', jobs, ...extra },
+      );
+
+    it('a job whose move throws is reported and left for the next sweep; the others are still swept', async () => {
+      const ids = [];
+      for (let i = 0; i < 3; i++) ids.push((await engine.submit(ep, { input: {} }, { sync: false })).id);
+      await engine.take(ep, 'w1', 3, 0);
+      const [broken] = ids as [string];
+      const warnings: string[] = [];
+      engine = withStore(
+        over(db.jobs, {
+          update: async (current, patch) => {
+            if (current.id === broken) throw new Error('write refused');
+            return db.jobs.update(current, patch);
+          },
+        }),
+        { warn: (line) => warnings.push(line) },
+      );
+      clock.advance(30_000);
+      expect(await engine.sweep()).toMatchObject({ requeued: 2 });
+      expect(warnings).toEqual([`job ${broken} left for the next sweep: write refused`]);
+      expect((await engine.status(ep, broken)).status).toBe('IN_PROGRESS');
+      for (const id of ids.slice(1)) expect((await engine.status(ep, id)).status).toBe('IN_QUEUE');
+    });
+
+    it('purge leaves a job with a webhook that a worker took between its listing and its whole read', async () => {
+      const sent: unknown[] = [];
+      let raced = false;
+      engine = withStore(
+        over(db.jobs, {
+          get: async (jobId, nowMs, options) => {
+            // The whole read (no options) of the listed job: a worker takes it just before.
+            if (options === undefined && !raced) {
+              raced = true;
+              expect(await engine.take(ep, 'w1', 1, 0)).toMatchObject([{ id: jobId }]);
+            }
+            return db.jobs.get(jobId, nowMs, options);
+          },
+        }),
+        { webhooks: { send: (_url, body) => sent.push(body) } },
+      );
+      const job = await engine.submit(ep, { input: {}, webhook: hook }, { sync: false });
+      expect(await engine.purge(ep)).toEqual({ removed: 0, status: 'completed' });
+      // Purge cancels queued jobs only: running ones keep running.
+      expect((await engine.status(ep, job.id)).status).toBe('IN_PROGRESS');
+      expect(await engine.jobsToStop(ep, 'w1', 0)).toEqual([]);
+      expect(sent).toEqual([]);
+    });
+
+    it('a purge reads its webhook jobs whole a few at a time, and each webhook carries its input', async () => {
+      let reading = 0;
+      let mostAtOnce = 0;
+      const sent: { id: string; input?: unknown }[] = [];
+      engine = withStore(
+        over(db.jobs, {
+          get: async (jobId, nowMs, options) => {
+            reading++;
+            mostAtOnce = Math.max(mostAtOnce, reading);
+            // Yield, so that reads started side by side overlap (SQLite answers at once).
+            await new Promise((resolve) => setImmediate(resolve));
+            reading--;
+            return db.jobs.get(jobId, nowMs, options);
+          },
+        }),
+        { webhooks: { send: (_url, body) => sent.push(body as never) } },
+      );
+      const ids = [];
+      for (let i = 0; i < 40; i++)
+        ids.push((await engine.submit(ep, { input: { i }, webhook: hook }, { sync: false })).id);
+      expect(await engine.purge(ep)).toEqual({ removed: 40, status: 'completed' });
+      expect(mostAtOnce).toBeGreaterThan(1);
+      expect(mostAtOnce).toBeLessThanOrEqual(8);
+      expect(sent.map((body) => [body.id, body.input])).toEqual(ids.map((id, i) => [id, { i }]));
+    });
   });
 
   describe('JSON the engine turns into text keeps integers beyond 2^53 exact (core/json.ts)', () => {
@@ -189,15 +328,6 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       // once refused the Query on DynamoDB's chunks table that a clear needs.
       const order: string[] = [];
       let refuse = true;
-      /** `target` with the methods of `own` in place of its own. */
-      const over = <T extends object>(target: T, own: Partial<T>): T =>
-        new Proxy(target, {
-          get(store, key) {
-            if (key in own) return own[key as keyof T];
-            const value = Reflect.get(store, key);
-            return typeof value === 'function' ? value.bind(store) : value;
-          },
-        });
       const jobs = over(db.jobs, {
         clearStream: async (jobId) => {
           order.push(`clear ${jobId}`);

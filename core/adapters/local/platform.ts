@@ -147,6 +147,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     changes,
     clock,
     webhooks,
+    warn: (line) => log.warn(line),
     settings: options.settings,
   });
   supervisor.attach({ engine });

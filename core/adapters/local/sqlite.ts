@@ -834,27 +834,31 @@ class SqliteJobStore implements JobStore {
     return rows.length > limit && last ? { jobs, next: encodeJobCursor(last) } : { jobs };
   }
 
-  async listOverdue(nowMs: number, limit: number): Promise<Job[]> {
+  async listOverdue(nowMs: number, limit: number, options?: Pick<JobReadOptions, 'input'>): Promise<Job[]> {
     const rows = prepared<[{ now: number; limit: number }], JobRow>(
       this.db,
       `${selectJobs('jobs_running')}
          WHERE status = 'IN_PROGRESS' AND (lease_until <= @now OR run_deadline <= @now)
          ORDER BY created_at, rowid LIMIT @limit`,
     ).all({ now: nowMs, limit: checkLimit(limit) });
-    return rows.map((row) => this.#jobOf(row));
+    return rows.map((row) => this.#jobOf(row, options?.input));
   }
 
   /**
    * Not-final jobs whose expiresAt passed (policy.ttl ran out before they ended). `get` already hides
    * them, so this is how the engine still finds them to stop and finalise them.
    */
-  async listExpiredUnfinished(nowMs: number, limit: number): Promise<Job[]> {
+  async listExpiredUnfinished(
+    nowMs: number,
+    limit: number,
+    options?: Pick<JobReadOptions, 'input'>,
+  ): Promise<Job[]> {
     const rows = prepared<[number, number], JobRow>(
       this.db,
       `${selectJobs()} WHERE status IN ('IN_QUEUE', 'IN_PROGRESS') AND expires_at <= ?
          ORDER BY expires_at, rowid LIMIT ?`,
     ).all(nowMs, checkLimit(limit));
-    return rows.map((row) => this.#jobOf(row));
+    return rows.map((row) => this.#jobOf(row, options?.input));
   }
 
   async appendStream(jobId: string, outputs: unknown[]): Promise<void> {

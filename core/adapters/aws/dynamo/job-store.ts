@@ -14,6 +14,7 @@ import {
   jobStatuses,
   readsInput,
 } from '../../../job.js';
+import { limits } from '../../../limits.js';
 import type {
   BlobStore,
   JobChange,
@@ -81,8 +82,14 @@ const withoutInput = bigFields.filter((field) => field !== 'input');
 
 /** An item as DynamoDB's API hands it back (a failed condition's ALL_OLD). */
 type RawItem = Record<string, AttributeValue>;
-/** Stream chunks and their meta: the longest policy.ttl (7 d) plus a day. */
-const streamLifeSec = 8 * daySec;
+/**
+ * The TTL of stream chunks and their meta, from each append: a day past the longest a job is kept
+ * (limits.jobLifetimeMaxMs from its submission, which comes before any append). TTL deletes expired
+ * items in no order it promises (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html),
+ * and a drain stops at the first missing seq: a chunk gone while its job can still be read would
+ * hide every chunk after it.
+ */
+const streamLifeSec = toSec(limits.jobLifetimeMaxMs) + daySec;
 /**
  * TransactWriteItems' limits (updateMany): 100 actions, and 4 MB of items together, of which the
  * job Puts take at most 3.5 MB here: the rest is room for the count items and the expressions,
@@ -397,7 +404,7 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    * Running jobs whose lease lapsed or whose execution timeout passed: one Query per shard of the
    * sparse `byStatusOverdue` index (overdueAt <= now), merged oldest deadline first.
    */
-  async listOverdue(nowMs: number, limit: number): Promise<Job[]> {
+  async listOverdue(nowMs: number, limit: number, options?: Pick<JobReadOptions, 'input'>): Promise<Job[]> {
     checkLimit(limit);
     const items = await this.queryShards(
       ['IN_PROGRESS'],
@@ -407,11 +414,20 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       limit,
     );
     items.sort((a, b) => (a.overdueAt as number) - (b.overdueAt as number));
-    return this.jobsFound(dynamoSchema.jobs.indexes.byStatusOverdue, items.slice(0, limit));
+    return this.jobsFound(
+      dynamoSchema.jobs.indexes.byStatusOverdue,
+      items.slice(0, limit),
+      undefined,
+      options?.input,
+    );
   }
 
   /** Unfinished jobs whose expiresAt passed (policy.ttl ran out): `get` hides them, the engine stops them. */
-  async listExpiredUnfinished(nowMs: number, limit: number): Promise<Job[]> {
+  async listExpiredUnfinished(
+    nowMs: number,
+    limit: number,
+    options?: Pick<JobReadOptions, 'input'>,
+  ): Promise<Job[]> {
     checkLimit(limit);
     const items = await this.queryShards(
       ['IN_QUEUE', 'IN_PROGRESS'],
@@ -421,7 +437,12 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       limit,
     );
     items.sort((a, b) => (a.expiresAt as number) - (b.expiresAt as number));
-    return this.jobsFound(dynamoSchema.jobs.indexes.byStatusExpiry, items.slice(0, limit));
+    return this.jobsFound(
+      dynamoSchema.jobs.indexes.byStatusExpiry,
+      items.slice(0, limit),
+      undefined,
+      options?.input,
+    );
   }
 
   /**
