@@ -36,6 +36,7 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as logs from 'aws-cdk-lib/aws-logs';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
+import { jobLogStreamPrefix } from '../../core/adapters/aws/cloudwatch-logs.js';
 import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
 import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/protocol.js';
 import { agentMemoryMiB, artifactInitMemoryMiB, type Placement, workerMemoryReservationMiB } from '../gpu.js';
@@ -392,14 +393,14 @@ export class EndpointService extends Construct {
             Stack.of(this).formatArn({
               service: 'logs',
               resource: 'log-group',
-              resourceName: `${jobLogGroupName}:log-stream:${endpointId}/*`,
+              resourceName: `${jobLogGroupName}:log-stream:${jobLogStreamPrefix(endpointId)}*`,
               arnFormat: ArnFormat.COLON_RESOURCE_NAME,
             }),
           ],
         }),
       );
       Validations.of(access.role).acknowledge({
-        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:${jobLogGroupName}:log-stream:${endpointId}/*]`,
+        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:${jobLogGroupName}:log-stream:${jobLogStreamPrefix(endpointId)}*]`,
         reason: "Each task creates its own log stream under its endpoint's prefix; the grant stops there.",
       });
       const token = new EndpointWorkerToken(this, 'WorkerToken', {

@@ -2,7 +2,7 @@
  * An in-memory CloudWatch Logs for tests: the three calls CloudWatchLogStore makes, with the rules
  * of the real service that matter to it (PutLogEvents: the group and stream must exist, events in
  * chronological order, at most 10,000 events and 1,048,576 bytes counting 26 per event; FilterLogEvents:
- * JSON filter patterns of `$.field = "value"` terms joined by &&, startTime inclusive, pages). No
+ * a stream name prefix, JSON filter patterns of `$.field = "value"` terms joined by &&, startTime inclusive, pages). No
  * emulator for CloudWatch Logs runs here, so the AWS SDK's own command objects come in and the
  * answers have the SDK's shapes: the adapter is tested up to the SDK call.
  */
@@ -88,10 +88,19 @@ export class FakeCloudWatchLogs {
     }
     if (command instanceof FilterLogEventsCommand) {
       this.calls.push('FilterLogEvents');
-      const { logGroupName, filterPattern, startTime, limit = 10_000, nextToken } = command.input;
+      const {
+        logGroupName,
+        logStreamNamePrefix,
+        filterPattern,
+        startTime,
+        limit = 10_000,
+        nextToken,
+      } = command.input;
       this.group(logGroupName!);
       const terms = parsePattern(filterPattern ?? '');
       const matching = this.events(logGroupName!).filter((e) => {
+        if (logStreamNamePrefix !== undefined && !e.logStreamName.startsWith(logStreamNamePrefix))
+          return false;
         if (startTime !== undefined && e.timestamp < startTime) return false;
         let value: Record<string, unknown>;
         try {

@@ -65,6 +65,22 @@ describe('CloudWatchLogStore', () => {
     expect(fake.calls.filter((c) => c === 'CreateLogStream')).toHaveLength(1);
   });
 
+  it("reads an endpoint's lines from its own streams only: a line that names another endpoint is not that endpoint's", async () => {
+    const fake = new FakeCloudWatchLogs(['/g']);
+    // The attacker's agent may write only its own streams (`attacker/…`), but the event is its to shape.
+    const attacker = new CloudWatchLogStore({
+      client: fake.asClient(),
+      logGroup: '/g',
+      logStream: 'attacker/1',
+    });
+    const victim = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', logStream: 'victim/1' });
+    await victim.append([{ ...line(5, 'real'), endpointId: 'victim' }]);
+    await attacker.append([{ ...line(6, 'forged'), endpointId: 'victim' }]);
+    const reader = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g' });
+    const read = await reader.read({ endpointId: 'victim', jobId: 'job-1', limit: 10 });
+    expect(read.lines.map((l) => l.text)).toEqual(['real']);
+  });
+
   it('never puts a quote or backslash of an id into a filter pattern', async () => {
     const fake = new FakeCloudWatchLogs(['/g']);
     const reader = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g' });

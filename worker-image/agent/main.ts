@@ -20,7 +20,7 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { ECSClient } from '@aws-sdk/client-ecs';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
-import { CloudWatchLogStore } from '../../core/adapters/aws/cloudwatch-logs.js';
+import { CloudWatchLogStore, jobLogStreamPrefix } from '../../core/adapters/aws/cloudwatch-logs.js';
 import { DynamoControlStore, DynamoWorkerRegistry, documentClient } from '../../core/adapters/aws/dynamo.js';
 import { S3BlobStore, s3ClientConfig } from '../../core/adapters/aws/s3.js';
 import { QueuedWebhookSender } from '../../core/adapters/aws/webhook-queue.js';
@@ -183,7 +183,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
             client: logsClient,
             logGroup: env.FERRY_LOG_GROUP,
             // One stream per task: writers never share a stream.
-            logStream: `${env.FERRY_ENDPOINT_ID}/${randomUUID()}`,
+            logStream: `${jobLogStreamPrefix(env.FERRY_ENDPOINT_ID)}${randomUUID()}`,
           }),
         }
       : {}),

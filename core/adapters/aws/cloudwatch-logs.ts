@@ -32,6 +32,15 @@ export const putLogEventsLimits = {
   spanMs: 24 * 3_600_000,
 } as const;
 
+/**
+ * Every log stream of an endpoint's writers starts with this; an agent may write only such streams
+ * (its role's grant, infra/constructs/service.ts). So the stream name, not the event's own
+ * `endpointId`, which is whatever the writer put there, says whose line it is, and a read filters by
+ * it: an agent that wrote `{"endpointId": "<another>"}` into its own stream must not forge lines in
+ * another endpoint's job logs.
+ */
+export const jobLogStreamPrefix = (endpointId: string): string => `${endpointId}/`;
+
 /** Ids that go into a filter pattern as they are (quotes or backslashes would change its meaning). */
 const safeId = /^[A-Za-z0-9._:-]{1,256}$/;
 
@@ -88,6 +97,9 @@ export class CloudWatchLogStore implements LogStore {
       const page = await this.options.client.send(
         new FilterLogEventsCommand({
           logGroupName: this.options.logGroup,
+          // "Filters the results to include only events from log streams that have names starting
+          // with this prefix" (https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_FilterLogEvents.html).
+          logStreamNamePrefix: jobLogStreamPrefix(query.endpointId),
           filterPattern,
           startTime,
           limit: Math.min(10_000, query.limit - lines.length + seen.size),
