@@ -11,8 +11,8 @@
  * Runtime `nodejs24.x` (infra/platform-stack.ts). infra/ points each function's code at `outdir` with these handler names.
  */
 import { existsSync } from 'node:fs';
-import { readFile, rm, stat, writeFile } from 'node:fs/promises';
-import { dirname, join, resolve } from 'node:path';
+import { mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { dirname, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type BuildOptions, build, version as esbuildVersion } from 'esbuild';
 import { sourceFingerprint } from '../cli/build/fingerprint.js';
@@ -64,12 +64,41 @@ export async function bundleFunctions(
     entryPoints: Object.fromEntries(names.map((name) => [name, join(sourceDir(), `${name}.ts`)])),
     outdir,
     // Paths in the bundles' comments and the metafile are from the Ferry root, not from wherever
-    // the command runs: the same sources give the same bundles in every project.
+    // the command runs; rootRelativeMap does the same for the source maps, so the same sources give
+    // the same bundles in every project.
     absWorkingDir: root,
     metafile: true,
+    write: false,
   });
+  await mkdir(outdir, { recursive: true });
+  for (const file of result.outputFiles) {
+    await writeFile(
+      file.path,
+      file.path.endsWith('.map') ? rootRelativeMap(file.text, file.path, root) : file.contents,
+    );
+  }
   if (cacheFile) await recordInputs(cacheFile, root, outdir, Object.keys(result.metafile.inputs).sort());
   return files;
+}
+
+/**
+ * A source map whose `sources` are from the Ferry root instead of from the map's folder. esbuild
+ * writes them relative to the output folder whatever `absWorkingDir` says, so a bundle written under
+ * another project (another depth) got another map, and the platform's Lambda code, which is hashed
+ * from the folder's content (Code.fromAsset, AssetHashType SOURCE:
+ * https://docs.aws.amazon.com/cdk/api/v2/docs/aws-cdk-lib.AssetHashType.html), another S3 key:
+ * every deploy from another folder updated FerryPlatform. Rewriting the map, not hashing around it,
+ * keeps the asset hash honest (it still covers the map) and the stack traces readable: the sources
+ * are embedded (`sourcesContent`), and on Lambda they read as `/var/task/functions/api.ts`.
+ */
+function rootRelativeMap(text: string, mapFile: string, root: string): string {
+  const map = JSON.parse(text) as { sources: string[] };
+  map.sources = map.sources.map((source) =>
+    relative(root, resolve(dirname(mapFile), source))
+      .split(sep)
+      .join('/'),
+  );
+  return JSON.stringify(map);
 }
 
 /** Everything but the paths: part of the cache key, so a change of any option rebuilds. */
@@ -87,7 +116,7 @@ const bundleOptions = {
 
 /** What `bundleFunctions` records in its cache file. */
 interface BundleStamp {
-  /** esbuild's version, the options and the content of every input (bundleInputsKey). */
+  /** esbuild's version, the options, the maps' form and the content of every input (bundleInputsKey). */
   key: string;
   /** The Ferry root the inputs are relative to, and the folder the bundles went to. */
   root: string;
@@ -118,10 +147,19 @@ function settingsFiles(root: string, inputs: readonly string[]): string[] {
   return ['package.json', 'tsconfig.json', ...trees].filter((file) => existsSync(resolve(root, file)));
 }
 
-/** esbuild's version, the options, and the sha256 of the paths and contents of the files read. */
+/**
+ * How the maps' `sources` are written (rootRelativeMap), in the cache key: bundles a Ferry before it
+ * cached have maps that depend on their folder, and are rebuilt.
+ */
+const mapSources = 'from the Ferry root';
+
+/**
+ * esbuild's version, the options, how the maps are written, and the sha256 of the paths and contents
+ * of the files read.
+ */
 export async function bundleInputsKey(root: string, inputs: readonly string[]): Promise<string> {
   const fingerprint = await sourceFingerprint(root, [...inputs, ...settingsFiles(root, inputs)]);
-  return JSON.stringify({ esbuild: esbuildVersion, options: bundleOptions, fingerprint });
+  return JSON.stringify({ esbuild: esbuildVersion, options: bundleOptions, fingerprint, maps: mapSources });
 }
 
 async function outputStats(outdir: string): Promise<BundleStamp['outputs']> {

@@ -491,6 +491,8 @@ export class PlatformStack extends Stack {
     }
 
     // ── Functions ─────────────────────────────────────────────────────────────────────────────
+    // Hashed from the folder's content, so its S3 key is the same from every project only because the
+    // bundles are (functions/bundle.ts rootRelativeMap).
     const code = lambda.Code.fromAsset(props.functionsCodeDir);
     // Every function gets the whole environment: the bundles share functions/wiring.ts, which parses
     // all of it. Names are not secrets; what a function may touch is decided by IAM below.

@@ -34,6 +34,8 @@ export interface ToolkitEvent {
   /** Resources of `stack` finished so far, and how many there are (when CloudFormation says). */
   completed?: number;
   total?: number;
+  /** A resource event's ResourceStatusReason (e.g. the DNS record a certificate waits for). */
+  reason?: string;
 }
 export type ToolkitEventHandler = (event: ToolkitEvent) => void;
 
@@ -185,7 +187,13 @@ export function toolkitEventOf(message: IoMessageLike): ToolkitEvent | undefined
       // stack activity: one CloudFormation event, with progress {completed, total}
       const progress = data.progress as { completed?: number; total?: number } | undefined;
       const event = data.event as
-        | { LogicalResourceId?: string; ResourceStatus?: string; ResourceType?: string; StackName?: string }
+        | {
+            LogicalResourceId?: string;
+            ResourceStatus?: string;
+            ResourceStatusReason?: string;
+            ResourceType?: string;
+            StackName?: string;
+          }
         | undefined;
       return {
         type: 'resources',
@@ -194,6 +202,7 @@ export function toolkitEventOf(message: IoMessageLike): ToolkitEvent | undefined
           `${event?.ResourceStatus ?? ''} ${event?.ResourceType ?? ''} ${event?.LogicalResourceId ?? ''}`.trim(),
         ...(progress?.completed !== undefined ? { completed: progress.completed } : {}),
         ...(progress?.total !== undefined ? { total: progress.total } : {}),
+        ...(event?.ResourceStatusReason ? { reason: event.ResourceStatusReason } : {}),
       };
     }
     case 'CDK_TOOLKIT_I5900': // deploy result

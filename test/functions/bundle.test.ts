@@ -1,12 +1,16 @@
 /**
  * The Lambda bundles: esbuild writes one .mjs per function (functionEntries) into a temp folder, and
  * each one imports on its own (outside the repo, so no node_modules to lean on) and exports `handler`.
- * With a cache file, a run on the same sources keeps the bundles it finds (the CLI's deploys).
+ * With a cache file, a run on the same sources keeps the bundles it finds (the CLI's deploys). The
+ * bundles, source maps included, do not depend on where they are written, so the platform's Lambda
+ * code keeps its S3 key whatever project folder a deploy runs from.
  */
 import { appendFileSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { App } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   bundleFunctions,
@@ -14,6 +18,7 @@ import {
   bundlesAreCurrent,
   functionEntries,
 } from '../../functions/bundle.js';
+import { PlatformStack } from '../../infra/platform-stack.js';
 
 let dir: string;
 let outdir: string;
@@ -86,6 +91,18 @@ describe('bundleFunctions with a cache file', () => {
     expect(bundleFiles().map((file) => statSync(file).mtimeMs)).toEqual(written);
   });
 
+  it('is out of date when recorded before the source maps were written from the Ferry root', async () => {
+    const text = readFileSync(cacheFile, 'utf8');
+    const record = JSON.parse(text) as { key: string };
+    expect(await bundlesAreCurrent(outdir, cacheFile)).toBe(true);
+    // The key an older Ferry wrote: esbuild's version, the options and the fingerprint, nothing on
+    // the maps, whose `sources` then depended on the folder they were written to.
+    const { maps: _, ...older } = JSON.parse(record.key) as Record<string, unknown>;
+    writeFileSync(cacheFile, JSON.stringify({ ...record, key: JSON.stringify(older) }));
+    expect(await bundlesAreCurrent(outdir, cacheFile)).toBe(false);
+    writeFileSync(cacheFile, text);
+  });
+
   it('is out of date once a recorded source reads differently, or a bundle was changed', async () => {
     const record = JSON.parse(readFileSync(cacheFile, 'utf8')) as {
       root: string;
@@ -109,4 +126,33 @@ describe('bundleFunctions with a cache file', () => {
     appendFileSync(join(outdir, 'api.mjs'), '\n// edited\n');
     expect(await bundlesAreCurrent(outdir, cacheFile)).toBe(false);
   });
+});
+
+describe('bundles written at another path depth', () => {
+  /** Each platform function's handler → its Code.S3Key, from a platform synthesized on `codeDir`. */
+  const codeKeys = (codeDir: string) => {
+    const stack = new PlatformStack(new App(), 'FerryPlatform', { functionsCodeDir: codeDir });
+    const handlers = new Set<string>(Object.values(functionEntries));
+    const keys: Record<string, unknown> = {};
+    for (const fn of Object.values(Template.fromStack(stack).findResources('AWS::Lambda::Function'))) {
+      const { Handler, Code } = fn.Properties as { Handler: string; Code: { S3Key: unknown } };
+      if (handlers.has(Handler)) keys[Handler] = Code.S3Key;
+    }
+    return keys;
+  };
+
+  it('give the platform the same Lambda code (S3Key), source maps included', async () => {
+    // Two projects' `.ferry/aws/functions`, at different depths: esbuild writes the maps' `sources`
+    // relative to the output folder.
+    const shallow = join(dir, 'app', '.ferry', 'aws', 'functions');
+    const deeper = join(dir, 'team', 'other', 'app', '.ferry', 'aws', 'functions');
+    await bundleFunctions(shallow);
+    await bundleFunctions(deeper);
+    const keys = codeKeys(shallow);
+    expect(Object.keys(keys).sort()).toEqual(Object.values(functionEntries).sort());
+    expect(codeKeys(deeper)).toEqual(keys);
+    // The sources read from the Ferry root, where functions/ lives.
+    const map = JSON.parse(readFileSync(join(shallow, 'api.mjs.map'), 'utf8')) as { sources: string[] };
+    expect(map.sources).toContain('functions/api.ts');
+  }, 300_000);
 });
