@@ -16,9 +16,11 @@
  *    https://docs.aws.amazon.com/IAM/latest/APIReference/API_CreateServiceLinkedRole.html
  *    https://docs.aws.amazon.com/IAM/latest/APIReference/API_GetRole.html
  *  - A stack CloudFormation can deploy over (usableStack): none, or one that is neither dead
- *    (ROLLBACK_COMPLETE after a failed first deploy), nor never created (REVIEW_IN_PROGRESS), nor
- *    busy with another operation, nor another app's; and, when it must be created again right
- *    after a delete, SQS's queue names released.
+ *    (ROLLBACK_COMPLETE after a failed first deploy, DELETE_FAILED after a failed undeploy), nor
+ *    never created (REVIEW_IN_PROGRESS), nor busy with another operation, nor another app's.
+ *  - SQS's queue names released (waitForQueueNames) before a deploy creates queues of names its
+ *    stack deleted moments ago: an undeploy, of the stack or of some of its endpoints, or a
+ *    rolled-back deploy.
  */
 import {
   CreateServiceLinkedRoleCommand,
@@ -130,7 +132,8 @@ export interface StackPorts {
 }
 
 /** Why a stack in this state is deleted before a deploy, or undefined when it is not. */
-function replacedBecause(status: string): string | undefined {
+export function replacedBecause(status: string): string | undefined {
+  if (status === 'DELETE_FAILED') return 'an earlier delete of it could not delete some of its resources';
   if (deadStackStatuses.has(status)) return 'an earlier first deploy failed and rolled back';
   if (uncreatedStackStatuses.has(status)) {
     return 'an earlier first deploy stopped before CloudFormation created anything';
@@ -151,14 +154,13 @@ export function stackBusyError(stack: string, status: string): FerryError {
 
 /**
  * The stack as it stands, ready to deploy over: undefined when there is none, also after deleting one
- * left in ROLLBACK_COMPLETE (CloudFormation cannot update such a stack, only delete it) or in
- * REVIEW_IN_PROGRESS (never created; deleted rather than created over, so no later step reads a
- * stack without outputs). Refuses (exit 2) a stack another operation is running on. With `owner`,
- * refuses (exit 2) a stack whose ownership tags name another app/environment, or none. Before a
- * stack is created again, waits until SQS lets its queue names be reused.
+ * left in ROLLBACK_COMPLETE or DELETE_FAILED (CloudFormation cannot update such a stack, only delete
+ * it) or in REVIEW_IN_PROGRESS (never created; deleted rather than created over, so no later step
+ * reads a stack without outputs). Refuses (exit 2) a stack another operation is running on. With
+ * `owner`, refuses (exit 2) a stack whose ownership tags name another app/environment, or none.
  */
 export async function usableStack(
-  ports: StackPorts,
+  ports: Pick<StackPorts, 'lookup' | 'toolkit'>,
   stack: string,
   options: { reporter: Reporter; onEvent: ToolkitEventHandler; owner?: { app: string; env: string } },
 ): Promise<StackDescription | undefined> {
@@ -169,7 +171,7 @@ export async function usableStack(
     reporter.line(
       `  stack ${stack} is in ${described.status} (${because}): deleting it, then deploying it again`,
     );
-    await ports.toolkit.destroy([stack], options.onEvent);
+    await deleteBeforeRedeploy(ports, stack, options.onEvent);
     described = undefined;
   }
   if (described && isBusyStackStatus(described.status)) throw stackBusyError(stack, described.status);
@@ -188,17 +190,69 @@ export async function usableStack(
       );
     }
   }
-  if (!described) {
-    const deletedAt = await ports.lookup.queuesDeletedAtMs(stack);
-    const waitMs = deletedAt === undefined ? 0 : deletedAt + queueNameReuseMs - ports.clock.nowMs();
-    if (waitMs > 0) {
-      reporter.line(
-        `  waiting ${Math.ceil(waitMs / 1000)} s: stack ${stack} was deleted moments ago, and SQS reuses a queue name only 60 s after that queue was deleted`,
-      );
-      await ports.clock.sleep(waitMs);
-    }
-  }
   return described;
+}
+
+/**
+ * Deletes a dead stack. When CloudFormation cannot delete some of its resources again, it says which
+ * and why (their DELETE_FAILED events), and how to delete the stack without them: DeleteStack's
+ * RetainResources, "for stacks in the DELETE_FAILED state"
+ * (https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_DeleteStack.html).
+ */
+async function deleteBeforeRedeploy(
+  ports: Pick<StackPorts, 'lookup' | 'toolkit'>,
+  stack: string,
+  onEvent: ToolkitEventHandler,
+): Promise<void> {
+  try {
+    await ports.toolkit.destroy([stack], onEvent);
+  } catch (error) {
+    // The events are a better answer than the toolkit's; without them, the toolkit's stands.
+    const failures = await ports.lookup.deleteFailures(stack).catch(() => []);
+    if (failures.length === 0) throw error;
+    const ids = failures.map((f) => f.logicalId).join(' ');
+    throw new FerryError(
+      'failed',
+      `Stack ${stack} could not be deleted, so it cannot be deployed again. CloudFormation could not delete:\n${failures
+        .map((f) => `  ${f.logicalId} (${f.type}): ${f.reason}`)
+        .join('\n')}`,
+      {
+        hint:
+          'Remove what holds them (above), then run the command again. Or delete the stack and keep them: ' +
+          `\`aws cloudformation delete-stack --stack-name ${stack} --retain-resources ${ids}\` ` +
+          "(CloudFormation's option to retain resources of a stack in DELETE_FAILED); what it keeps is yours to delete.",
+        cause: error,
+      },
+    );
+  }
+}
+
+/**
+ * Waits until SQS lets a deploy of `stack` create queues of these names: 60 s (+ skew) after the
+ * stack last deleted one of them. Endpoint queue names are fixed and endpoint ids deterministic
+ * (infra/names.ts), so deploying an endpoint again asks for the very names its undeploy deleted:
+ * the whole stack's delete (`live` false), an update without some endpoints (its queues go in
+ * UPDATE_COMPLETE_CLEANUP_IN_PROGRESS), or the rollback of a deploy that added some. Without the
+ * wait, CreateQueue fails and the deploy rolls back.
+ */
+export async function waitForQueueNames(
+  ports: Pick<StackPorts, 'lookup' | 'clock'>,
+  stack: string,
+  options: { queueNames: readonly string[]; live: boolean; reporter: Reporter },
+): Promise<void> {
+  const { queueNames, live, reporter } = options;
+  if (queueNames.length === 0) return;
+  const sinceMs = ports.clock.nowMs() - queueNameReuseMs;
+  const deletedAt = await ports.lookup.queuesDeletedAtMs(stack, { queueNames, sinceMs, live });
+  const waitMs = deletedAt === undefined ? 0 : deletedAt + queueNameReuseMs - ports.clock.nowMs();
+  if (waitMs <= 0) return;
+  const what = live
+    ? `stack ${stack} deleted queues that this deploy creates again moments ago (an undeploy of endpoints, or a rolled-back deploy)`
+    : `stack ${stack} was deleted moments ago`;
+  reporter.line(
+    `  waiting ${Math.ceil(waitMs / 1000)} s: ${what}, and SQS reuses a queue name only 60 s after that queue was deleted`,
+  );
+  await ports.clock.sleep(waitMs);
 }
 
 export interface SnsLike {

@@ -67,10 +67,13 @@ import { type Ec2Like, platformZones } from './aws/zones.js';
 import {
   ensureEcsServiceLinkedRole,
   type IamLike,
+  replacedBecause,
   type SnsLike,
+  type StackPorts,
   stackBusyError,
   subscribeAlarmEmail,
   usableStack,
+  waitForQueueNames,
 } from './aws-account.js';
 import {
   buildContextKey,
@@ -83,7 +86,7 @@ import {
   writeBuildContext,
 } from './aws-images.js';
 import type { CdkToolkit, StackLookup, StackOutputs, SynthesizedAssembly } from './toolkit.js';
-import { deadStackStatuses, isBusyStackStatus, uncreatedStackStatuses } from './toolkit.js';
+import { deadStackStatuses, isBusyStackStatus, queueNamesOf, uncreatedStackStatuses } from './toolkit.js';
 import type { DestroyResult, PrepareInput, Provider, ProvisionContext, ServingState } from './types.js';
 
 // Stack names come from infra/names.ts, which loads no CDK code.
@@ -172,7 +175,7 @@ export class AwsProvider implements Provider {
     if (described && deadStackStatuses.has(described.status)) {
       throw new FerryError(
         'not_found',
-        `The Ferry platform stack ${platformStackName} is in ${described.status}: its first deploy failed and rolled back`,
+        `The Ferry platform stack ${platformStackName} is in ${described.status}: ${replacedBecause(described.status)}`,
         {
           hint: 'Run `ferry deploy --provider aws` in a project: it deletes the failed stack and creates it again.',
         },
@@ -259,11 +262,7 @@ export class AwsProvider implements Provider {
         reporter.line('  bootstrapping the account/region for the CDK (CDKToolkit stack)');
         await this.options.toolkit.bootstrap(assembly, eventPrinter(reporter));
       }
-      const deployed = await this.options.toolkit.deploy(
-        assembly,
-        [platformStackName],
-        eventPrinter(reporter),
-      );
+      const deployed = await this.#deploy(assembly, [{ name: platformStackName, live: false }], reporter);
       this.#platform = parsePlatformOutputs(deployed[platformStackName] ?? {});
     } finally {
       await assembly.dispose();
@@ -382,15 +381,39 @@ export class AwsProvider implements Provider {
     return this.#cloudFrontPrefixList;
   }
 
+  #stackPorts(): StackPorts {
+    return {
+      lookup: this.options.lookup,
+      toolkit: this.options.toolkit,
+      clock: this.options.clock ?? foregroundClock,
+    };
+  }
+
   #usableStack(stack: string, reporter: Reporter, owner?: { app: string; env: string }) {
-    return usableStack(
-      {
-        lookup: this.options.lookup,
-        toolkit: this.options.toolkit,
-        clock: this.options.clock ?? foregroundClock,
-      },
-      stack,
-      { reporter, onEvent: eventPrinter(reporter), ...(owner ? { owner } : {}) },
+    return usableStack(this.#stackPorts(), stack, {
+      reporter,
+      onEvent: eventPrinter(reporter),
+      ...(owner ? { owner } : {}),
+    });
+  }
+
+  /**
+   * Deploys the assembly's stacks once SQS lets them create their queues (waitForQueueNames). `live`:
+   * the stack exists (usableStack found it).
+   */
+  async #deploy(
+    assembly: SynthesizedAssembly,
+    stacks: ReadonlyArray<{ name: string; live: boolean }>,
+    reporter: Reporter,
+  ): Promise<Record<string, StackOutputs>> {
+    for (const { name, live } of stacks) {
+      const queueNames = queueNamesOf(assembly.template(name));
+      await waitForQueueNames(this.#stackPorts(), name, { queueNames, live, reporter });
+    }
+    return this.options.toolkit.deploy(
+      assembly,
+      stacks.map((s) => s.name),
+      eventPrinter(reporter),
     );
   }
 
@@ -519,7 +542,7 @@ export class AwsProvider implements Provider {
       .map((r) => endpointConfigSchema.safeParse(r.config))
       .flatMap((parsed) => (parsed.success ? [parsed.data.endpoint.resources] : []));
     const stack = appStackName(app, env);
-    await this.#usableStack(stack, reporter, { app, env });
+    const live = (await this.#usableStack(stack, reporter, { app, env })) !== undefined;
     const assembly = await this.#synth({
       manifest,
       app,
@@ -534,16 +557,21 @@ export class AwsProvider implements Provider {
       cloudFrontPrefixListId: await this.#cloudFrontPrefixListId(manifest, reporter),
       endpointIds: Object.fromEntries(records.map((r) => [r.name, r.id])),
       // An endpoint record is written once its stack deployed (provision), so this environment's
-      // records name the services that exist: their desired count stays the scaler's.
-      servicesCreated: deployed.filter((r) => r.app === app && r.env === env).map((r) => r.id),
+      // records name the services that exist: their desired count stays the scaler's. Unless the
+      // stack is gone (a failed undeploy keeps the records, and usableStack deletes the stack it
+      // left in DELETE_FAILED): its services are created again, and must state 0 (ECS starts 1).
+      servicesCreated: live ? deployed.filter((r) => r.app === app && r.env === env).map((r) => r.id) : [],
       callKeyIds,
     });
     let outputs: Record<string, StackOutputs>;
     try {
-      outputs = await this.options.toolkit.deploy(
+      outputs = await this.#deploy(
         assembly,
-        [platformStackName, stack],
-        eventPrinter(reporter),
+        [
+          { name: platformStackName, live: true },
+          { name: stack, live },
+        ],
+        reporter,
       );
     } finally {
       await assembly.dispose();

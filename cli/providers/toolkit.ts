@@ -82,21 +82,55 @@ export interface StackLookup {
   /** The stack's status, outputs and tags, or undefined when there is no such stack. */
   describe(stackName: string): Promise<StackDescription | undefined>;
   /**
-   * When the last deleted stack of this name finished deleting its SQS queues (epoch ms), or
-   * undefined when no deleted stack of that name had any. SQS refuses a queue name for 60 s after
-   * the queue with that name was deleted, so a redeploy right after an undeploy must wait that out.
+   * When the stack last deleted an SQS queue of one of `queueNames` (epoch ms), among its events
+   * since `sinceMs`; undefined when it deleted none. `live`: the stack exists and its own events are
+   * read (an update that removed endpoints, a rolled-back deploy that added some); otherwise those of
+   * the newest deleted stack of the name. SQS refuses a queue name for 60 s after the queue of that
+   * name was deleted, and a deploy that creates it again must wait that out (aws-account.ts).
    */
-  queuesDeletedAtMs(stackName: string): Promise<number | undefined>;
+  queuesDeletedAtMs(
+    stackName: string,
+    query: { queueNames: readonly string[]; sinceMs: number; live: boolean },
+  ): Promise<number | undefined>;
+  /** The resources the stack's last delete could not delete, each with CloudFormation's reason. */
+  deleteFailures(stackName: string): Promise<DeleteFailure[]>;
   close(): void;
 }
 
+/** A resource a stack delete left behind (its DELETE_FAILED event). */
+export interface DeleteFailure {
+  logicalId: string;
+  type: string;
+  reason: string;
+}
+
 /**
- * A stack in one of these states can neither be updated nor used: its creation failed and rolled
- * back. CloudFormation's only way on is to delete it and create it again
+ * The queue names a template gives its queues. Endpoint queues have fixed names (infra/names.ts
+ * queueName); a queue without one gets a name CloudFormation makes unique, which no rule about
+ * reusing names touches.
+ */
+export function queueNamesOf(template: Record<string, unknown>): string[] {
+  return Object.values((template.Resources ?? {}) as Record<string, Resource>)
+    .filter((r) => r.Type === 'AWS::SQS::Queue')
+    .map((r) => r.Properties?.QueueName)
+    .filter((n): n is string => typeof n === 'string')
+    .sort();
+}
+
+/**
+ * A stack in one of these states can neither be updated nor used, and CloudFormation's only way on
+ * is to delete it (and create it again). ROLLBACK_*: its creation failed and rolled back
  * (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/troubleshooting.html#troubleshooting-errors-update-rollback-failed
  * and https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_Stack.html, StackStatus).
+ * DELETE_FAILED: a delete stopped at resources it could not delete; "you can't work with or update
+ * the stack. Delete the stack again or view the stack events"
+ * (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/view-stack-events.html).
  */
-export const deadStackStatuses: ReadonlySet<string> = new Set(['ROLLBACK_COMPLETE', 'ROLLBACK_FAILED']);
+export const deadStackStatuses: ReadonlySet<string> = new Set([
+  'ROLLBACK_COMPLETE',
+  'ROLLBACK_FAILED',
+  'DELETE_FAILED',
+]);
 
 /**
  * A stack in REVIEW_IN_PROGRESS was never created: a CREATE change set made it, "an expected StackId
@@ -425,44 +459,94 @@ export class CloudFormationLookup implements StackLookup {
   }
 
   /**
-   * ListStacks keeps deleted stacks (with their ids) for 90 days, and DescribeStackEvents by stack id
-   * still answers for them (https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_ListStacks.html).
-   * Looks at the newest deleted stack of the name only, and at most a few pages of each.
+   * A live stack's events are read by its name. A deleted one's by its id: ListStacks keeps deleted
+   * stacks (with their ids) for 90 days, and DescribeStackEvents by stack id still answers for them
+   * (https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_ListStacks.html); the
+   * newest deleted stack of the name only, found in at most a few pages.
    */
-  async queuesDeletedAtMs(stackName: string): Promise<number | undefined> {
+  async queuesDeletedAtMs(
+    stackName: string,
+    query: { queueNames: readonly string[]; sinceMs: number; live: boolean },
+  ): Promise<number | undefined> {
+    if (query.queueNames.length === 0) return undefined;
     try {
-      let newest: { id: string; deletedMs: number } | undefined;
+      const stackId = query.live ? stackName : await this.#newestDeletedStackId(stackName);
+      if (!stackId) return undefined;
+      const names = new Set(query.queueNames);
+      let latest: number | undefined;
       let token: string | undefined;
       for (let page = 0; page < 5; page++) {
-        const listed: ListStacksCommandOutput = await this.client.send(
-          new ListStacksCommand({ StackStatusFilter: ['DELETE_COMPLETE'], NextToken: token }),
-        );
-        for (const summary of listed.StackSummaries ?? []) {
-          if (summary.StackName !== stackName || !summary.StackId) continue;
-          const deletedMs = summary.DeletionTime?.getTime() ?? 0;
-          if (!newest || deletedMs > newest.deletedMs) newest = { id: summary.StackId, deletedMs };
-        }
-        token = listed.NextToken;
-        if (!token) break;
-      }
-      if (!newest) return undefined;
-      let latest: number | undefined;
-      token = undefined;
-      for (let page = 0; page < 5; page++) {
         const events: DescribeStackEventsCommandOutput = await this.client.send(
-          new DescribeStackEventsCommand({ StackName: newest.id, NextToken: token }),
+          new DescribeStackEventsCommand({ StackName: stackId, NextToken: token }),
         );
         for (const event of events.StackEvents ?? []) {
-          if (event.ResourceType !== 'AWS::SQS::Queue' || event.ResourceStatus !== 'DELETE_COMPLETE')
-            continue;
           const at = event.Timestamp?.getTime();
-          if (at !== undefined && (latest === undefined || at > latest)) latest = at;
+          if (at === undefined) continue;
+          // Events come newest first: the rest are older still.
+          if (at < query.sinceMs) return latest;
+          if (
+            event.ResourceType === 'AWS::SQS::Queue' &&
+            event.ResourceStatus === 'DELETE_COMPLETE' &&
+            names.has(queueNameOfPhysicalId(event.PhysicalResourceId ?? '')) &&
+            (latest === undefined || at > latest)
+          ) {
+            latest = at;
+          }
         }
         token = events.NextToken;
-        // Events come newest first: once queue deletions were seen, older pages hold none later.
-        if (!token || latest !== undefined) break;
+        if (!token) break;
       }
       return latest;
+    } catch (error) {
+      throw lookupFailure(stackName, error);
+    }
+  }
+
+  async #newestDeletedStackId(stackName: string): Promise<string | undefined> {
+    let newest: { id: string; deletedMs: number } | undefined;
+    let token: string | undefined;
+    for (let page = 0; page < 5; page++) {
+      const listed: ListStacksCommandOutput = await this.client.send(
+        new ListStacksCommand({ StackStatusFilter: ['DELETE_COMPLETE'], NextToken: token }),
+      );
+      for (const summary of listed.StackSummaries ?? []) {
+        if (summary.StackName !== stackName || !summary.StackId) continue;
+        const deletedMs = summary.DeletionTime?.getTime() ?? 0;
+        if (!newest || deletedMs > newest.deletedMs) newest = { id: summary.StackId, deletedMs };
+      }
+      token = listed.NextToken;
+      if (!token) break;
+    }
+    return newest?.id;
+  }
+
+  /**
+   * The DELETE_FAILED events of the stack's resources since its last delete began (the stack's own
+   * DELETE_IN_PROGRESS event), the newest per resource; a few pages at most.
+   */
+  async deleteFailures(stackName: string): Promise<DeleteFailure[]> {
+    try {
+      const failures = new Map<string, DeleteFailure>();
+      let token: string | undefined;
+      for (let page = 0; page < 5; page++) {
+        const events: DescribeStackEventsCommandOutput = await this.client.send(
+          new DescribeStackEventsCommand({ StackName: stackName, NextToken: token }),
+        );
+        for (const event of events.StackEvents ?? []) {
+          const logicalId = event.LogicalResourceId ?? '';
+          const ofStack = event.ResourceType === 'AWS::CloudFormation::Stack' && logicalId === stackName;
+          if (ofStack && event.ResourceStatus === 'DELETE_IN_PROGRESS') return [...failures.values()];
+          if (ofStack || event.ResourceStatus !== 'DELETE_FAILED' || failures.has(logicalId)) continue;
+          failures.set(logicalId, {
+            logicalId,
+            type: event.ResourceType ?? 'unknown type',
+            reason: event.ResourceStatusReason ?? 'no reason given',
+          });
+        }
+        token = events.NextToken;
+        if (!token) break;
+      }
+      return [...failures.values()];
     } catch (error) {
       throw lookupFailure(stackName, error);
     }
@@ -472,6 +556,9 @@ export class CloudFormationLookup implements StackLookup {
     this.client.destroy();
   }
 }
+
+/** An SQS queue's physical id is its URL, which ends in its name. */
+const queueNameOfPhysicalId = (physicalId: string) => physicalId.slice(physicalId.lastIndexOf('/') + 1);
 
 /** A region or credentials missing altogether never reach here: openProvider checks them first (checkAwsConfiguration). */
 function lookupFailure(stackName: string, error: unknown): FerryError {
@@ -500,8 +587,10 @@ export interface FakeToolkitState {
   statuses?: Record<string, string>;
   /** Stack tags, by name (deploys record the tags of the template's stack here). */
   tags?: Record<string, Record<string, string>>;
-  /** When a deleted stack of that name finished deleting its queues (epoch ms). */
-  queuesDeletedAtMs?: Record<string, number>;
+  /** Queues a stack (live, or deleted under that name) deleted: their names and when (epoch ms). */
+  queueDeletions?: Record<string, Array<{ queueName: string; atMs: number }>>;
+  /** What the last failed delete of a stack could not delete (its DELETE_FAILED events). */
+  deleteFailures?: Record<string, DeleteFailure[]>;
   calls: FakeToolkitCall[];
 }
 
@@ -545,16 +634,11 @@ export function summarizeTemplate(template: Record<string, unknown>): TemplateSu
         endpoints.set(id, { name, id, kind });
     }
   }
-  const queueNames = resources
-    .filter((r) => r.Type === 'AWS::SQS::Queue')
-    .map((r) => r.Properties?.QueueName)
-    .filter((n): n is string => typeof n === 'string')
-    .sort();
   return {
     resourceCount: resources.length,
     fingerprints: [...fingerprints].sort(),
     endpoints: [...endpoints.values()].sort((a, b) => a.name.localeCompare(b.name)),
-    queueNames,
+    queueNames: queueNamesOf(template),
   };
 }
 
@@ -678,8 +762,18 @@ export class RecordingToolkit implements CdkToolkit, StackLookup {
     };
   }
 
-  async queuesDeletedAtMs(stackName: string): Promise<number | undefined> {
-    return this.read().queuesDeletedAtMs?.[stackName];
+  async queuesDeletedAtMs(
+    stackName: string,
+    query: { queueNames: readonly string[]; sinceMs: number },
+  ): Promise<number | undefined> {
+    const times = (this.read().queueDeletions?.[stackName] ?? [])
+      .filter((d) => query.queueNames.includes(d.queueName) && d.atMs >= query.sinceMs)
+      .map((d) => d.atMs);
+    return times.length > 0 ? Math.max(...times) : undefined;
+  }
+
+  async deleteFailures(stackName: string): Promise<DeleteFailure[]> {
+    return this.read().deleteFailures?.[stackName] ?? [];
   }
 
   close(): void {}

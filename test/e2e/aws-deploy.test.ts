@@ -402,6 +402,71 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     expect(state().statuses?.FerryPlatform).toBeUndefined();
   }, 240_000);
 
+  it('a stack left in DELETE_FAILED that cannot be deleted again: each resource and why, how to keep them, exit 1, nothing deployed', async () => {
+    // A failed undeploy (`ferry env delete`) keeps the records and leaves the stack in DELETE_FAILED
+    // (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/view-stack-events.html).
+    const reason = 'Target group is currently in use by a listener or a rule';
+    editState((s) => {
+      s.statuses = { [STAGING]: 'DELETE_FAILED' };
+      s.failDestroy = [STAGING];
+      s.deleteFailures = {
+        [STAGING]: [
+          {
+            logicalId: 'LbWorkerTargetGroup1F2E3D',
+            type: 'AWS::ElasticLoadBalancingV2::TargetGroup',
+            reason,
+          },
+        ],
+      };
+    });
+    const before = await records('shop', 'staging');
+    const count = state().calls.length;
+    const result = await ferry(['deploy', '--yes', '--env', 'staging']);
+    expect(result.code, result.stderr).toBe(1);
+    expect(result.stderr).toContain(`stack ${STAGING} is in DELETE_FAILED`);
+    expect(result.stderr).toContain(`Error: Stack ${STAGING} could not be deleted`);
+    expect(result.stderr).toContain(
+      `  LbWorkerTargetGroup1F2E3D (AWS::ElasticLoadBalancingV2::TargetGroup): ${reason}`,
+    );
+    expect(result.stderr).toContain(
+      `hint: Remove what holds them (above), then run the command again. Or delete the stack and keep them: \`aws cloudformation delete-stack --stack-name ${STAGING} --retain-resources LbWorkerTargetGroup1F2E3D\``,
+    );
+    expect(
+      state()
+        .calls.slice(count)
+        .map((c) => [c.op, c.stacks]),
+    ).toEqual([['destroy', [STAGING]]]);
+    expect(await records('shop', 'staging')).toEqual(before);
+  }, 240_000);
+
+  it('deletes a stack left in DELETE_FAILED, says so, and creates its services again at 0 tasks although their records remain', async () => {
+    editState((s) => {
+      delete s.failDestroy;
+      delete s.deleteFailures;
+    });
+    expect(await records('shop', 'staging')).toHaveLength(3);
+    const count = state().calls.length;
+    const result = await ferry(['deploy', '--yes', '--env', 'staging']);
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain(`stack ${STAGING} is in DELETE_FAILED`);
+    expect(
+      state()
+        .calls.slice(count)
+        .map((c) => [c.op, c.stacks]),
+    ).toEqual([
+      ['destroy', [STAGING]],
+      ['deploy', ['FerryPlatform', STAGING]],
+    ]);
+    expect(state().statuses?.[STAGING]).toBeUndefined();
+    // The services are new again: a template without a count would start one task each (ECS's
+    // default), a GPU instance per GPU endpoint.
+    const template = readFileSync(
+      path.join(project, '.ferry', 'cdk.out', `${STAGING}.template.json`),
+      'utf8',
+    );
+    expect(desiredCounts(template)).toEqual([0, 0, 0]);
+  }, 240_000);
+
   it('refuses (exit 2, nothing deployed) an environment past 60 dynamic references: 21 load-balanced endpoints behind CloudFront', async () => {
     // CloudFormation resolves at most 60 per template
     // (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/dynamic-references.html); each

@@ -1,8 +1,9 @@
 /**
  * An AwsProvider as `ferry deploy --provider aws` builds it, for tests of what a deploy asks AWS
- * before it deploys (EC2's zones and prefix lists): its records in DynamoDB Local and S3 through the
- * emulators, CloudFormation played by a recording fake toolkit (its state file says the platform is
- * deployed), and EC2 an injected stand-in. The synth is real.
+ * before it deploys (EC2's zones and prefix lists, CloudFormation's stack events): its records in
+ * DynamoDB Local and S3 through the emulators, CloudFormation played by a recording fake toolkit (its
+ * state file says the platform is deployed) or a given lookup, and EC2 an injected stand-in. The
+ * synth is real.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,7 +12,7 @@ import { afterAll, beforeAll } from 'vitest';
 import type { Reporter } from '../../cli/io.js';
 import type { Ec2Like } from '../../cli/providers/aws/zones.js';
 import { AwsProvider, type AwsProviderOptions } from '../../cli/providers/aws.js';
-import type { FakeToolkitState, RecordingToolkit } from '../../cli/providers/toolkit.js';
+import type { FakeToolkitState, RecordingToolkit, StackLookup } from '../../cli/providers/toolkit.js';
 import { MemoryCallTokens } from '../../core/adapters/aws/secrets.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { EndpointRecord } from '../../core/ports.js';
@@ -43,11 +44,14 @@ export function deployedRecord(app: string, env: string, endpoint: ManifestEndpo
 export interface AwsProviderHarness {
   /** The recording toolkit's state file (its stacks, and the calls it was asked). */
   readonly stateFile: string;
-  /** A provider in `region` over the fixture; `env` adds to its environment. */
+  /** A provider in `region` over the fixture; `env` adds to its environment; `lookup` default: `toolkit`. */
   provider(
     ec2: Ec2Like,
     toolkit: RecordingToolkit,
-    more?: { env?: NodeJS.ProcessEnv } & Pick<AwsProviderOptions, 'refreshZones'>,
+    more?: { env?: NodeJS.ProcessEnv; lookup?: StackLookup } & Pick<
+      AwsProviderOptions,
+      'refreshZones' | 'clock'
+    >,
   ): AwsProvider;
 }
 
@@ -98,11 +102,12 @@ export function awsProviderHarness(options: {
         stateDir: path.join(root, '.ferry'),
         reporter: options.reporter,
         toolkit,
-        lookup: toolkit,
+        lookup: more.lookup ?? toolkit,
         clients: { doc: fixture.doc, s3: fixture.s3, close: () => {} },
         callTokens: new MemoryCallTokens(),
         ec2,
         refreshZones: more.refreshZones,
+        ...(more.clock ? { clock: more.clock } : {}),
       });
     },
   };

@@ -1,18 +1,24 @@
 /**
  * What `ferry deploy --provider aws` checks in the account before deploying: the ECS service-linked
- * role (also for a deployer that may not create it), stacks left in ROLLBACK_COMPLETE or
- * REVIEW_IN_PROGRESS, stacks another deploy is working on, stacks another app owns, SQS's 60 s
- * queue-name reuse rule.
- * The IAM and CloudFormation clients are injected stand-ins that record the exact SDK commands.
+ * role (also for a deployer that may not create it), stacks left in ROLLBACK_COMPLETE, DELETE_FAILED
+ * or REVIEW_IN_PROGRESS, stacks another deploy is working on, stacks another app owns, SQS's 60 s
+ * queue-name reuse rule (after a stack's delete, and after an update or rollback that deleted queues:
+ * https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_CreateQueue.html).
+ * The IAM and CloudFormation clients are injected stand-ins that record the exact SDK commands; time
+ * is a FakeClock.
  */
+import { readFileSync, writeFileSync } from 'node:fs';
 import {
   DescribeStackEventsCommand,
   DescribeStacksCommand,
   ListStacksCommand,
+  type ResourceStatus,
+  type StackEvent,
 } from '@aws-sdk/client-cloudformation';
 import { CreateServiceLinkedRoleCommand, GetRoleCommand } from '@aws-sdk/client-iam';
 import { SubscribeCommand } from '@aws-sdk/client-sns';
 import { describe, expect, it } from 'vitest';
+import type { Ec2Like } from '../../cli/providers/aws/zones.js';
 import {
   ensureEcsServiceLinkedRole,
   type IamLike,
@@ -21,16 +27,26 @@ import {
   type StackPorts,
   subscribeAlarmEmail,
   usableStack,
+  waitForQueueNames,
 } from '../../cli/providers/aws-account.js';
 import {
   type CdkToolkit,
   type CloudFormationLike,
   CloudFormationLookup,
+  type DeleteFailure,
+  type FakeToolkitState,
+  RecordingToolkit,
   type StackDescription,
   type StackLookup,
+  type StackOutputs,
+  type SynthesizedAssembly,
+  type ToolkitEventHandler,
 } from '../../cli/providers/toolkit.js';
-import { FerryError } from '../../core/errors.js';
-import { awsError } from '../support/aws-provider.js';
+import { FakeClock } from '../../core/clock.js';
+import { exitCode, FerryError } from '../../core/errors.js';
+import { appStackName, platformStackName, queueName } from '../../infra/names.js';
+import { cpuEndpoint } from '../infra/fixtures.js';
+import { awsError, awsProviderHarness, deployedRecord } from '../support/aws-provider.js';
 
 const lines: string[] = [];
 const reporter = { line: (text: string) => lines.push(text) } as never;
@@ -128,36 +144,85 @@ describe('ECS service-linked role', () => {
   });
 });
 
-/** A lookup and toolkit over a map of stacks; records destroys. */
-function fakeStacks(stacks: Record<string, StackDescription>, deletedAt: Record<string, number> = {}) {
+/**
+ * A lookup and toolkit over a map of stacks; records destroys. The deletes of `failDestroy` fail as
+ * the toolkit's do, and `deleteFailures` is what the stack's events then say.
+ */
+function fakeStacks(
+  stacks: Record<string, StackDescription>,
+  more: { failDestroy?: string[]; deleteFailures?: Record<string, DeleteFailure[]> } = {},
+) {
   const destroyed: string[][] = [];
-  const slept: number[] = [];
-  let now = 1_000_000;
   const lookup: StackLookup = {
     outputs: async (name) => stacks[name]?.outputs,
     describe: async (name) => stacks[name],
-    queuesDeletedAtMs: async (name) => deletedAt[name],
+    queuesDeletedAtMs: async () => undefined,
+    deleteFailures: async (name) => more.deleteFailures?.[name] ?? [],
     close: () => {},
   };
   const toolkit = {
     destroy: async (names: readonly string[]) => {
       destroyed.push([...names]);
-      for (const name of names) delete stacks[name];
+      for (const name of names) {
+        if (more.failDestroy?.includes(name)) {
+          throw new FerryError('failed', `Destroying of ${name} failed: ${name} is in DELETE_FAILED`, {
+            hint: 'See the CloudFormation events above (or in the AWS console) for the resource that failed.',
+          });
+        }
+        delete stacks[name];
+      }
     },
   } as unknown as CdkToolkit;
-  const ports: StackPorts = {
-    lookup,
-    toolkit,
-    clock: {
-      nowMs: () => now,
-      sleep: async (ms) => {
+  const ports: Pick<StackPorts, 'lookup' | 'toolkit'> = { lookup, toolkit };
+  return { ports, destroyed };
+}
+
+/** A CloudFormation client answering `responses(command)`; records the commands. */
+function cloudFormation(responses: (command: unknown) => unknown): {
+  cfn: CloudFormationLike;
+  sent: unknown[];
+} {
+  const sent: unknown[] = [];
+  const cfn = {
+    send: async (command: unknown) => {
+      sent.push(command);
+      return responses(command);
+    },
+    destroy: () => {},
+  } as unknown as CloudFormationLike;
+  return { cfn, sent };
+}
+
+/** The repo's FakeClock behind the provider's clock port: a sleep is recorded and moves time on. */
+function fakeClock() {
+  const clock = new FakeClock();
+  const slept: number[] = [];
+  return {
+    clock,
+    slept,
+    port: {
+      nowMs: () => clock.now(),
+      sleep: async (ms: number) => {
         slept.push(ms);
-        now += ms;
+        clock.advance(ms);
       },
     },
   };
-  return { ports, destroyed, slept, now: () => now };
 }
+
+const queueUrl = (name: string) => `https://sqs.us-east-1.amazonaws.com/123456789012/${name}`;
+
+/** The event of a queue's delete, `ageMs` before `nowMs`. */
+const queueDeleted = (name: string, nowMs: number, ageMs: number): StackEvent => ({
+  StackId: 'arn:aws:cloudformation:us-east-1:123456789012:stack/Ferry-x/1',
+  StackName: 'Ferry-x',
+  EventId: `${name}-${ageMs}`,
+  LogicalResourceId: 'Queue',
+  ResourceType: 'AWS::SQS::Queue',
+  ResourceStatus: 'DELETE_COMPLETE',
+  PhysicalResourceId: queueUrl(name),
+  Timestamp: new Date(nowMs - ageMs),
+});
 
 const options = (owner?: { app: string; env: string }) => ({
   reporter,
@@ -180,6 +245,61 @@ describe('usableStack', () => {
     expect(destroyed).toEqual([['Ferry-shop-production-1']]);
     expect(lines.join('\n')).toContain('is in ROLLBACK_COMPLETE');
     expect(lines.join('\n')).toContain('deleting it, then deploying it again');
+  });
+
+  it('deletes a stack left in DELETE_FAILED (a failed undeploy), says so, and treats it as absent', async () => {
+    lines.length = 0;
+    const { ports, destroyed } = fakeStacks({
+      'Ferry-shop-staging-1': {
+        status: 'DELETE_FAILED',
+        outputs: {},
+        tags: { 'ferry:app': 'shop', 'ferry:env': 'staging' },
+      },
+    });
+    const found = await usableStack(ports, 'Ferry-shop-staging-1', options({ app: 'shop', env: 'staging' }));
+    expect(found).toBeUndefined();
+    expect(destroyed).toEqual([['Ferry-shop-staging-1']]);
+    expect(lines.join('\n')).toContain(
+      'stack Ferry-shop-staging-1 is in DELETE_FAILED (an earlier delete of it could not delete some of its resources): deleting it, then deploying it again',
+    );
+  });
+
+  it('when the delete fails again: each resource left and why (its events), how to keep them, exit 1', async () => {
+    const failures: DeleteFailure[] = [
+      {
+        logicalId: 'LbWorkerTargetGroup1F2E3D',
+        type: 'AWS::ElasticLoadBalancingV2::TargetGroup',
+        reason: 'Target group is currently in use by a listener or a rule',
+      },
+      {
+        logicalId: 'GpuWorkerQueue4C5D6E',
+        type: 'AWS::SQS::Queue',
+        reason: 'User is not authorized to perform: sqs:DeleteQueue',
+      },
+    ];
+    const { ports, destroyed } = fakeStacks(
+      { 'Ferry-x': { status: 'DELETE_FAILED', outputs: {}, tags: {} } },
+      { failDestroy: ['Ferry-x'], deleteFailures: { 'Ferry-x': failures } },
+    );
+    const error = await usableStack(ports, 'Ferry-x', options()).catch((e: unknown) => e);
+    expect(FerryError.is(error)).toBe(true);
+    expect(exitCode(error)).toBe(1);
+    const { message, hint } = error as FerryError;
+    expect(message).toContain('Stack Ferry-x could not be deleted');
+    for (const f of failures) expect(message).toContain(`\n  ${f.logicalId} (${f.type}): ${f.reason}`);
+    expect(hint).toContain(
+      '`aws cloudformation delete-stack --stack-name Ferry-x --retain-resources LbWorkerTargetGroup1F2E3D GpuWorkerQueue4C5D6E`',
+    );
+    expect(destroyed).toEqual([['Ferry-x']]);
+  });
+
+  it('when the delete fails again and its events name no resource, the toolkit’s error stands', async () => {
+    const { ports } = fakeStacks(
+      { 'Ferry-x': { status: 'DELETE_FAILED', outputs: {}, tags: {} } },
+      { failDestroy: ['Ferry-x'] },
+    );
+    const error = await usableStack(ports, 'Ferry-x', options()).catch((e: unknown) => e);
+    expect((error as FerryError).message).toBe('Destroying of Ferry-x failed: Ferry-x is in DELETE_FAILED');
   });
 
   it('deletes a stack left in REVIEW_IN_PROGRESS (never created), says so, and treats it as absent', async () => {
@@ -243,32 +363,83 @@ describe('usableStack', () => {
     const { ports } = fakeStacks({ 'Ferry-x': mine });
     expect(await usableStack(ports, 'Ferry-x', options({ app: 'ml', env: 'prod' }))).toEqual(mine);
   });
+});
 
-  it('waits until 60 s (+ skew) after the old stack deleted its queues, and not when that is past', async () => {
+describe('waitForQueueNames', () => {
+  const names = ['ferry-ep1', 'ferry-ep1-dlq'];
+
+  /** Waits for `names` over CloudFormation answering `events` for the stack; what it slept and sent. */
+  async function waitOver(live: boolean, events: (nowMs: number) => StackEvent[]) {
     lines.length = 0;
-    const recent = fakeStacks({}, { 'Ferry-x': 1_000_000 - 20_000 });
-    await usableStack(recent.ports, 'Ferry-x', options());
-    expect(recent.slept).toEqual([queueNameReuseMs - 20_000]);
-    expect(lines.join('\n')).toContain('SQS reuses a queue name only 60 s after');
-    const old = fakeStacks({}, { 'Ferry-x': 1_000_000 - 120_000 });
-    await usableStack(old.ports, 'Ferry-x', options());
+    const time = fakeClock();
+    const { cfn, sent } = cloudFormation((command) => {
+      if (command instanceof ListStacksCommand) {
+        return { StackSummaries: [{ StackName: 'Ferry-x', StackId: 'id-x', DeletionTime: new Date(0) }] };
+      }
+      return { StackEvents: events(time.clock.now()), NextToken: 'more' };
+    });
+    const lookup = new CloudFormationLookup(cfn);
+    await waitForQueueNames({ lookup, clock: time.port }, 'Ferry-x', { queueNames: names, live, reporter });
+    return { slept: time.slept, sent };
+  }
+
+  it('a live stack that deleted a queue of these names 20 s ago (an undeploy of an endpoint): waits the other 45 s, saying why', async () => {
+    const { slept, sent } = await waitOver(true, (now) => [
+      queueDeleted('ferry-ep1', now, 20_000),
+      queueDeleted('ferry-ep1-dlq', now, 25_000),
+      queueDeleted('ferry-ep1', now, 90_000),
+    ]);
+    expect(slept).toEqual([queueNameReuseMs - 20_000]);
+    expect(lines.join('\n')).toContain(
+      'waiting 45 s: stack Ferry-x deleted queues that this deploy creates again moments ago (an undeploy of endpoints, or a rolled-back deploy), and SQS reuses a queue name only 60 s after that queue was deleted',
+    );
+    // Its own events, by name; the page reached events older than 65 s, so no further page.
+    expect(sent).toHaveLength(1);
+    expect((sent[0] as DescribeStackEventsCommand).input).toEqual({ StackName: 'Ferry-x' });
+  });
+
+  it('does not wait for queues of other names, nor for deletions more than 65 s ago', async () => {
+    const others = await waitOver(true, (now) => [
+      queueDeleted('ferry-ep12', now, 10_000),
+      queueDeleted('ferry-ep2', now, 20_000),
+      { ...queueDeleted('ferry-ep1', now, 5_000), ResourceStatus: 'DELETE_IN_PROGRESS' },
+    ]);
+    expect(others.slept).toEqual([]);
+    const old = await waitOver(true, (now) => [queueDeleted('ferry-ep1', now, queueNameReuseMs + 1_000)]);
     expect(old.slept).toEqual([]);
+    expect(old.sent).toHaveLength(1);
+    expect(lines).toEqual([]);
+  });
+
+  it('a deleted stack: reads the newest deleted stack of the name, and waits until 60 s (+ skew) after its queues went', async () => {
+    const { slept, sent } = await waitOver(false, (now) => [queueDeleted('ferry-ep1', now, 20_000)]);
+    expect(slept).toEqual([queueNameReuseMs - 20_000]);
+    expect(lines.join('\n')).toContain(
+      'stack Ferry-x was deleted moments ago, and SQS reuses a queue name only 60 s after',
+    );
+    expect(sent[0]).toBeInstanceOf(ListStacksCommand);
+    expect((sent[1] as DescribeStackEventsCommand).input.StackName).toBe('id-x');
+  });
+
+  it('a stack without named queues asks nothing', async () => {
+    const time = fakeClock();
+    const { cfn, sent } = cloudFormation(() => {
+      throw new Error('not asked');
+    });
+    const lookup = new CloudFormationLookup(cfn);
+    await waitForQueueNames({ lookup, clock: time.port }, 'FerryPlatform', {
+      queueNames: [],
+      live: true,
+      reporter,
+    });
+    expect(sent).toEqual([]);
+    expect(time.slept).toEqual([]);
   });
 });
 
 describe('CloudFormationLookup', () => {
   const at = (iso: string) => new Date(iso);
-  function client(responses: (command: unknown) => unknown): { cfn: CloudFormationLike; sent: unknown[] } {
-    const sent: unknown[] = [];
-    const cfn = {
-      send: async (command: unknown) => {
-        sent.push(command);
-        return responses(command);
-      },
-      destroy: () => {},
-    } as unknown as CloudFormationLike;
-    return { cfn, sent };
-  }
+  const client = cloudFormation;
 
   it('describes status, outputs and tags; "does not exist" is undefined', async () => {
     const { cfn } = client((command) => {
@@ -315,26 +486,91 @@ describe('CloudFormationLookup', () => {
           {
             ResourceType: 'AWS::SQS::Queue',
             ResourceStatus: 'DELETE_COMPLETE',
+            PhysicalResourceId: queueUrl('ferry-other'),
+            Timestamp: at('2026-01-02T00:04:30Z'),
+          },
+          {
+            ResourceType: 'AWS::SQS::Queue',
+            ResourceStatus: 'DELETE_COMPLETE',
+            PhysicalResourceId: queueUrl('ferry-a1'),
             Timestamp: at('2026-01-02T00:04:00Z'),
           },
           {
             ResourceType: 'AWS::SQS::Queue',
             ResourceStatus: 'DELETE_COMPLETE',
+            PhysicalResourceId: queueUrl('ferry-a1-dlq'),
             Timestamp: at('2026-01-02T00:03:00Z'),
           },
           {
             ResourceType: 'AWS::SQS::Queue',
             ResourceStatus: 'DELETE_IN_PROGRESS',
-            Timestamp: at('2026-01-02T00:04:30Z'),
+            PhysicalResourceId: queueUrl('ferry-a1'),
+            Timestamp: at('2026-01-02T00:03:50Z'),
           },
         ],
       };
     });
     const lookup = new CloudFormationLookup(cfn);
-    expect(await lookup.queuesDeletedAtMs('Ferry-a')).toBe(at('2026-01-02T00:04:00Z').getTime());
+    const query = {
+      queueNames: ['ferry-a1', 'ferry-a1-dlq'],
+      sinceMs: at('2026-01-02T00:00:00Z').getTime(),
+      live: false,
+    };
+    expect(await lookup.queuesDeletedAtMs('Ferry-a', query)).toBe(at('2026-01-02T00:04:00Z').getTime());
     expect((sent[0] as ListStacksCommand).input.StackStatusFilter).toEqual(['DELETE_COMPLETE']);
     expect(sent[1]).toBeInstanceOf(DescribeStackEventsCommand);
-    expect(await lookup.queuesDeletedAtMs('Ferry-none')).toBeUndefined();
+    expect(await lookup.queuesDeletedAtMs('Ferry-none', query)).toBeUndefined();
+  });
+
+  it('finds the resources the last delete of a stack could not delete, and why', async () => {
+    const event = (logicalId: string, type: string, status: string, reason?: string): StackEvent => ({
+      StackId: 'arn:aws:cloudformation:us-east-1:123456789012:stack/Ferry-a/1',
+      StackName: 'Ferry-a',
+      EventId: `${logicalId}-${status}-${reason ?? ''}`,
+      LogicalResourceId: logicalId,
+      ResourceType: type,
+      ResourceStatus: status as ResourceStatus,
+      ...(reason ? { ResourceStatusReason: reason } : {}),
+      Timestamp: at('2026-01-02T00:00:00Z'),
+    });
+    const stackType = 'AWS::CloudFormation::Stack';
+    const tg = 'AWS::ElasticLoadBalancingV2::TargetGroup';
+    const pages = [
+      {
+        StackEvents: [
+          event('Ferry-a', stackType, 'DELETE_FAILED', 'The following resource(s) failed to delete: [Tg]. '),
+          event('Tg', tg, 'DELETE_FAILED', 'Target group is currently in use by a listener or a rule'),
+          event('Queue', 'AWS::SQS::Queue', 'DELETE_COMPLETE'),
+        ],
+        NextToken: '1',
+      },
+      {
+        StackEvents: [
+          event('Tg', tg, 'DELETE_FAILED', 'an earlier try of the same delete'),
+          event('Bucket', 'AWS::S3::Bucket', 'DELETE_FAILED'),
+          event('Ferry-a', stackType, 'DELETE_IN_PROGRESS', 'User Initiated'),
+          // An earlier delete, which a later one got past.
+          event('Role', 'AWS::IAM::Role', 'DELETE_FAILED', 'long since deleted'),
+        ],
+        NextToken: '2',
+      },
+    ];
+    const { cfn, sent } = client((command) => {
+      const token = (command as DescribeStackEventsCommand).input.NextToken;
+      return pages[token ? Number(token) : 0];
+    });
+    expect(await new CloudFormationLookup(cfn).deleteFailures('Ferry-a')).toEqual([
+      {
+        logicalId: 'Tg',
+        type: tg,
+        reason: 'Target group is currently in use by a listener or a rule',
+      },
+      { logicalId: 'Bucket', type: 'AWS::S3::Bucket', reason: 'no reason given' },
+    ]);
+    expect(sent.map((c) => (c as DescribeStackEventsCommand).input)).toEqual([
+      { StackName: 'Ferry-a' },
+      { StackName: 'Ferry-a', NextToken: '1' },
+    ]);
   });
 
   it('sends DescribeStacks by name', async () => {
@@ -343,6 +579,100 @@ describe('CloudFormationLookup', () => {
     expect(sent[0]).toBeInstanceOf(DescribeStacksCommand);
     expect((sent[0] as DescribeStacksCommand).input).toEqual({ StackName: 'FerryPlatform' });
   });
+});
+
+describe('ferry deploy over a live stack waits out the queue names it deleted (real synth, fake CloudFormation)', () => {
+  // `ferry undeploy ep` (other endpoints remain) deletes ep's queues in the update's cleanup; a
+  // deploy of ep within a minute asks SQS for the same names (its id is deterministic).
+  const timeline: string[] = [];
+  const reporter = { line: (text: string) => timeline.push(text) } as never;
+  const app = 'again';
+  const env = 'production';
+  const stack = appStackName(app, env);
+  const record = deployedRecord(app, env, cpuEndpoint);
+  const harness = awsProviderHarness({ region: 'us-east-1', reporter, scratchPrefix: 'ferry-queue-names-' });
+
+  /** The recording toolkit, marking its deploys in the timeline. */
+  class TimelineToolkit extends RecordingToolkit {
+    override async deploy(
+      assembly: SynthesizedAssembly,
+      stackNames: readonly string[],
+      onEvent: ToolkitEventHandler,
+    ): Promise<Record<string, StackOutputs>> {
+      timeline.push(`deploy ${stackNames.join(' ')}`);
+      return super.deploy(assembly, stackNames, onEvent);
+    }
+  }
+
+  /** CloudFormation: the stacks as the recording toolkit has them; the events from a stand-in client. */
+  class EventsLookup extends CloudFormationLookup {
+    constructor(
+      private readonly stacks: RecordingToolkit,
+      cfn: CloudFormationLike,
+    ) {
+      super(cfn);
+    }
+    override describe(name: string): Promise<StackDescription | undefined> {
+      return this.stacks.describe(name);
+    }
+  }
+
+  const zonesEc2 = {
+    send: async () => ({
+      AvailabilityZones: ['a', 'b', 'c'].map((z) => ({
+        ZoneName: `us-east-1${z}`,
+        ZoneType: 'availability-zone',
+        State: 'available',
+        OptInStatus: 'opt-in-not-required',
+      })),
+    }),
+  } as unknown as Ec2Like;
+
+  /** Deploys the endpoint over its live stack, whose events show these queue deletions. */
+  async function deployAfter(deleted: Array<{ name: string; ageMs: number }>) {
+    const state = JSON.parse(readFileSync(harness.stateFile, 'utf8')) as FakeToolkitState;
+    state.stacks[platformStackName] = { ...state.platformOutputs };
+    state.stacks[stack] ??= {};
+    state.tags = { ...state.tags, [stack]: { 'ferry:app': app, 'ferry:env': env } };
+    writeFileSync(harness.stateFile, JSON.stringify(state));
+    timeline.length = 0;
+    const time = fakeClock();
+    const { cfn, sent } = cloudFormation((command) => {
+      expect(command).toBeInstanceOf(DescribeStackEventsCommand);
+      return { StackEvents: deleted.map((d) => queueDeleted(d.name, time.clock.now(), d.ageMs)) };
+    });
+    const toolkit = new TimelineToolkit(harness.stateFile);
+    const provider = harness.provider(zonesEc2, toolkit, {
+      lookup: new EventsLookup(toolkit, cfn),
+      clock: time.port,
+    });
+    await provider.provision([record], { app, env, all: [record], reporter });
+    return { slept: time.slept, sent };
+  }
+
+  it('its queues deleted 20 s ago: waits the other 45 s, says why, then deploys', async () => {
+    const { slept, sent } = await deployAfter([
+      { name: queueName(record.id, 'urgent'), ageMs: 20_000 },
+      { name: queueName(record.id, 'urgent-dlq'), ageMs: 21_000 },
+    ]);
+    expect(slept).toEqual([45_000]);
+    const waiting = timeline.findIndex((line) =>
+      line.includes(`waiting 45 s: stack ${stack} deleted queues that this deploy creates again`),
+    );
+    expect(waiting).toBeGreaterThanOrEqual(0);
+    expect(timeline.indexOf(`deploy ${platformStackName} ${stack}`)).toBeGreaterThan(waiting);
+    // The app stack's own events; the platform's queues have no fixed names, so it is not asked.
+    expect(sent.map((c) => (c as DescribeStackEventsCommand).input.StackName)).toEqual([stack]);
+  }, 240_000);
+
+  it('no wait for deleted queues of other names, or deleted more than 65 s ago', async () => {
+    const other = await deployAfter([{ name: queueName('someotherid', 'urgent'), ageMs: 20_000 }]);
+    expect(other.slept).toEqual([]);
+    expect(timeline).toContain(`deploy ${platformStackName} ${stack}`);
+    const old = await deployAfter([{ name: queueName(record.id, 'urgent'), ageMs: 66_000 }]);
+    expect(old.slept).toEqual([]);
+    expect(timeline.some((line) => line.includes('waiting'))).toBe(false);
+  }, 240_000);
 });
 
 describe('--alarm-email', () => {
