@@ -62,12 +62,14 @@ async function removeEndpoints(ctx: CliContext, provider: Provider, records: End
   const result = await provider.destroy(records);
   for (const record of result.deleted) ctx.reporter.line(`  - removed ${record.name} (${record.id})`);
   if (result.failed.length > 0) {
+    // The failures' own hints say how to fix them; without one, trying again is the way.
+    const hints = [...new Set(result.failed.flatMap((f) => (f.hint ? [f.hint] : [])))];
     throw new FerryError(
       'failed',
       `${what}: ${result.failed.length} of ${countOf(records.length, 'endpoint')} could not be removed: ${result.failed
         .map((f) => `${f.record.name} (${f.record.id}): ${f.error}`)
         .join('; ')}`,
-      { hint: 'Nothing else was deleted; run the command again.' },
+      { hint: `Nothing else was deleted. ${hints.length > 0 ? hints.join(' ') : 'Run the command again.'}` },
     );
   }
   return result.deleted;
@@ -353,88 +355,102 @@ export const undeployCommand = (ctx: CliContext): CommandModule =>
           describe: "With --all: every app's endpoints, not only this folder's app",
         })
         .option('force', forceFlag)
+        .option('yes', {
+          alias: 'y',
+          type: 'boolean',
+          default: false,
+          // Removing some of an environment's endpoints deploys its stack again, with this Ferry's
+          // templates: IAM changes they bring need approval as in `ferry deploy`.
+          describe: 'AWS: approve IAM/security changes without asking (needed without a terminal)',
+        })
         .option('json', jsonFlag)
         .example('$0 undeploy list', 'Endpoints of every app')
         .example('$0 undeploy cpu_worker --env staging', 'Remove one endpoint')
         .example('$0 undeploy --all --force', "Remove this folder's app's endpoints without asking")
-        .example('$0 undeploy --all --everywhere', 'Remove the endpoints of every app'),
+        .example('$0 undeploy --all --everywhere', 'Remove the endpoints of every app')
+        .example('$0 undeploy old_ep --env prod --force --yes', 'Remove one endpoint from CI, no terminal'),
     handler: (argv) =>
-      withProvider(ctx, argv.provider, async (provider) => {
-        const name = argv.name;
-        const filter = {
-          ...(typeof argv.app === 'string' ? { app: argv.app } : {}),
-          ...(typeof argv.env === 'string' ? { env: argv.env } : {}),
-        };
-        if (name === 'list') {
-          const endpoints = (await provider.control.listEndpoints(filter)).map((r) =>
-            endpointView(provider, r),
-          );
-          if (argv.json) return ctx.reporter.json(endpoints);
-          if (endpoints.length === 0) return ctx.reporter.out('No endpoints deployed.');
-          for (const line of table([
-            ['NAME', 'ID', 'APP', 'ENV', 'KIND', 'URL'],
-            ...endpoints.map((e) => [e.name, e.id, e.app, e.env, e.kind, e.url]),
-          ]))
-            ctx.reporter.out(line);
-          return;
-        }
-        if (argv.all) {
-          if (name) throw usage('Give an endpoint name or --all, not both');
-          // Run inside a project, --all means that project's app; every app only when asked.
-          const everywhere = argv.everywhere && typeof argv.app !== 'string';
-          const scope = everywhere ? filter : { ...filter, app: projectAppName(ctx.io.cwd, argv.app) };
-          const endpoints = await provider.control.listEndpoints(scope);
-          if (endpoints.length === 0) {
-            return ctx.reporter.out(
-              everywhere ? 'No endpoints to remove.' : `No endpoints of app '${scope.app}' to remove.`,
+      withProvider(
+        ctx,
+        argv.provider,
+        async (provider) => {
+          const name = argv.name;
+          const filter = {
+            ...(typeof argv.app === 'string' ? { app: argv.app } : {}),
+            ...(typeof argv.env === 'string' ? { env: argv.env } : {}),
+          };
+          if (name === 'list') {
+            const endpoints = (await provider.control.listEndpoints(filter)).map((r) =>
+              endpointView(provider, r),
             );
+            if (argv.json) return ctx.reporter.json(endpoints);
+            if (endpoints.length === 0) return ctx.reporter.out('No endpoints deployed.');
+            for (const line of table([
+              ['NAME', 'ID', 'APP', 'ENV', 'KIND', 'URL'],
+              ...endpoints.map((e) => [e.name, e.id, e.app, e.env, e.kind, e.url]),
+            ]))
+              ctx.reporter.out(line);
+            return;
           }
-          if (!argv.force) {
-            const where = everywhere ? 'in every app' : `of app '${scope.app}'`;
-            ctx.reporter.line(
-              `This removes ${countOf(endpoints.length, 'endpoint')} ${where}: ${endpoints.map((e) => `${e.name} (${e.env})`).join(', ')}`,
-            );
-            const typed = await ask(ctx.io, 'Type DELETE ALL to confirm: ');
-            if (typed !== 'DELETE ALL') {
-              throw new FerryError('failed', 'Cancelled: nothing was deleted', {
-                hint: 'Type DELETE ALL exactly, or pass --force.',
-              });
+          if (argv.all) {
+            if (name) throw usage('Give an endpoint name or --all, not both');
+            // Run inside a project, --all means that project's app; every app only when asked.
+            const everywhere = argv.everywhere && typeof argv.app !== 'string';
+            const scope = everywhere ? filter : { ...filter, app: projectAppName(ctx.io.cwd, argv.app) };
+            const endpoints = await provider.control.listEndpoints(scope);
+            if (endpoints.length === 0) {
+              return ctx.reporter.out(
+                everywhere ? 'No endpoints to remove.' : `No endpoints of app '${scope.app}' to remove.`,
+              );
             }
+            if (!argv.force) {
+              const where = everywhere ? 'in every app' : `of app '${scope.app}'`;
+              ctx.reporter.line(
+                `This removes ${countOf(endpoints.length, 'endpoint')} ${where}: ${endpoints.map((e) => `${e.name} (${e.env})`).join(', ')}`,
+              );
+              const typed = await ask(ctx.io, 'Type DELETE ALL to confirm: ');
+              if (typed !== 'DELETE ALL') {
+                throw new FerryError('failed', 'Cancelled: nothing was deleted', {
+                  hint: 'Type DELETE ALL exactly, or pass --force.',
+                });
+              }
+            }
+            const deleted = await removeEndpoints(ctx, provider, endpoints, 'Undeploy incomplete');
+            if (argv.json) return ctx.reporter.json(deleted.map((r) => ({ id: r.id, name: r.name })));
+            return ctx.reporter.out(`✓ Removed ${countOf(deleted.length, 'endpoint')}`);
           }
-          const deleted = await removeEndpoints(ctx, provider, endpoints, 'Undeploy incomplete');
-          if (argv.json) return ctx.reporter.json(deleted.map((r) => ({ id: r.id, name: r.name })));
-          return ctx.reporter.out(`✓ Removed ${countOf(deleted.length, 'endpoint')}`);
-        }
-        if (!name)
-          throw usage(
-            'Which endpoint?',
-            'Run `ferry undeploy list`, then `ferry undeploy <name>`, or use --all.',
+          if (!name)
+            throw usage(
+              'Which endpoint?',
+              'Run `ferry undeploy list`, then `ferry undeploy <name>`, or use --all.',
+            );
+          const byId = await provider.control.getEndpoint(name);
+          const matches = byId
+            ? [byId]
+            : (await provider.control.listEndpoints(filter)).filter((e) => e.name === name);
+          if (matches.length === 0) {
+            throw new FerryError('not_found', `No deployed endpoint named '${name}'`, {
+              hint: 'See `ferry undeploy list`.',
+            });
+          }
+          if (matches.length > 1) {
+            throw usage(
+              `'${name}' is deployed in several places: ${matches.map((m) => `${m.app}/${m.env}`).join(', ')}`,
+              'Choose with --app and --env.',
+            );
+          }
+          const target = matches[0]!;
+          await confirmOrForce(
+            ctx,
+            Boolean(argv.force),
+            `Remove endpoint '${target.name}' (${target.id}) of ${target.app}/${target.env}?`,
           );
-        const byId = await provider.control.getEndpoint(name);
-        const matches = byId
-          ? [byId]
-          : (await provider.control.listEndpoints(filter)).filter((e) => e.name === name);
-        if (matches.length === 0) {
-          throw new FerryError('not_found', `No deployed endpoint named '${name}'`, {
-            hint: 'See `ferry undeploy list`.',
-          });
-        }
-        if (matches.length > 1) {
-          throw usage(
-            `'${name}' is deployed in several places: ${matches.map((m) => `${m.app}/${m.env}`).join(', ')}`,
-            'Choose with --app and --env.',
-          );
-        }
-        const target = matches[0]!;
-        await confirmOrForce(
-          ctx,
-          Boolean(argv.force),
-          `Remove endpoint '${target.name}' (${target.id}) of ${target.app}/${target.env}?`,
-        );
-        await removeEndpoints(ctx, provider, [target], 'Undeploy failed');
-        if (argv.json) return ctx.reporter.json({ id: target.id, name: target.name });
-        ctx.reporter.out(`✓ Removed ${target.name} (${target.id})`);
-      }),
+          await removeEndpoints(ctx, provider, [target], 'Undeploy failed');
+          if (argv.json) return ctx.reporter.json({ id: target.id, name: target.name });
+          ctx.reporter.out(`✓ Removed ${target.name} (${target.id})`);
+        },
+        { yes: Boolean(argv.yes) },
+      ),
   });
 
 export const keysCommand = (ctx: CliContext): CommandModule =>

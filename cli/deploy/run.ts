@@ -217,7 +217,9 @@ export async function deployProject(options: DeployOptions): Promise<DeployResul
       }
     }
     const envRecord = await provider.control.getEnvironment(app, env);
+    // Kept: what the provider saved on the record while provisioning (AWS: the stack's settings).
     await provider.control.putEnvironment({
+      ...envRecord,
       app,
       name: env,
       createdAt: envRecord?.createdAt ?? Date.now(),

@@ -25,6 +25,7 @@ import {
 import { DescribeImagesCommand, type DescribeImagesCommandOutput } from '@aws-sdk/client-ecr';
 import * as tar from 'tar';
 import { FerryError } from '../../core/errors.js';
+import type { WorkerImages } from '../../infra/app-stack.js';
 import { imageBuildPrefix } from '../../infra/names.js';
 import {
   agentBundleDir,
@@ -66,6 +67,28 @@ export function neededImages(
   if (accelerators.has('cpu')) out.push(split(baseImageFor('cpu', version, pythonVersion), 'base-cpu'));
   if (accelerators.has('gpu')) out.push(split(baseImageFor('gpu', version, pythonVersion), 'base-gpu'));
   return out;
+}
+
+/**
+ * The images a stack of these accelerators pulls from `registry`, as ECR repository and tag, out of
+ * `images` as an earlier deploy resolved them (aws/records.ts): the agent always, a worker per
+ * accelerator used. Images elsewhere (the user's own registry) are left out, as a deploy leaves them.
+ */
+export function imagesIn(
+  registry: string,
+  images: WorkerImages,
+  accelerators: ReadonlySet<'cpu' | 'gpu'>,
+): NeededImage[] {
+  const used: Array<[kind: string, image: string]> = [['agent', images.agent]];
+  if (accelerators.has('cpu')) used.push(['base-cpu', images.cpuWorker]);
+  if (accelerators.has('gpu')) used.push(['base-gpu', images.gpuWorker]);
+  const prefix = registryImage(registry, '');
+  return used.flatMap(([kind, image]) => {
+    if (!image.startsWith(prefix)) return [];
+    const name = image.slice(prefix.length);
+    const colon = name.lastIndexOf(':');
+    return colon > 0 ? [{ kind, repository: name.slice(0, colon), tag: name.slice(colon + 1) }] : [];
+  });
 }
 
 /** The images of `needed` whose tag is not in ECR (DescribeImages answers ImageNotFoundException). */

@@ -37,6 +37,7 @@ import { FerryError } from '../../core/errors.js';
 import type { Manifest } from '../../core/manifest.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import type { WorkerImages } from '../../infra/app-stack.js';
+import type { LbHttpsOptions } from '../../infra/constructs/https-front.js';
 import { appStackName, checkAppEnvNames, endpointIdFor, platformStackName } from '../../infra/names.js';
 import { agentBundleDir } from '../../worker-image/images.js';
 import { apiKeyFromUser, ferryVersion, installRoot } from '../config.js';
@@ -58,12 +59,15 @@ import { eventPrinter } from './aws/progress.js';
 import {
   type AwsEndpointInfo,
   type AwsEndpointRecord,
+  type AwsEnvironmentRecord,
+  type AwsEnvironmentSettings,
   awsEndpointInfoSchema,
   awsInfoOf,
+  awsSettingsOf,
   endpointsOutputSchema,
 } from './aws/records.js';
 import { integrationTimeoutFrom, lbHttpsFrom, workerImagesFrom } from './aws/settings.js';
-import { type Ec2Like, platformZones } from './aws/zones.js';
+import { deployedZones, type Ec2Like, platformZones } from './aws/zones.js';
 import {
   ensureEcsServiceLinkedRole,
   type IamLike,
@@ -81,6 +85,7 @@ import {
   type CodeBuildLike,
   type EcrLike,
   imagesAt,
+  imagesIn,
   missingImages,
   neededImages,
   writeBuildContext,
@@ -247,15 +252,17 @@ export class AwsProvider implements Provider {
     );
     const images = this.#images(input.manifest.pythonVersion, reporter);
     const env = input.env ?? 'production';
+    const https = lbHttpsFrom(this.options.env, this.options.projectDir);
     const assembly = await this.#synth({
       manifest: input.manifest,
       app: input.manifest.app,
       env,
       artifactKey: artifactKeyOf(input.manifest.app, env, input.manifest.sourceFingerprint),
       images,
+      https,
       instanceTypes: await platformInstanceTypes(input.manifest.endpoints.map((e) => e.resources)),
       availabilityZones: await this.#platformZones(reporter),
-      cloudFrontPrefixListId: await this.#cloudFrontPrefixListId(input.manifest, reporter),
+      cloudFrontPrefixListId: await this.#cloudFrontPrefixListId(input.manifest, https, reporter),
     });
     try {
       if (this.options.bootstrap) {
@@ -299,9 +306,14 @@ export class AwsProvider implements Provider {
 
   /**
    * The images of a deploy (cli/providers/aws-images.ts): the user's, or the platform registry's,
-   * building missing tags in CodeBuild; exit 2 when there is no way to usable images.
+   * building missing tags in CodeBuild unless `build` is false; exit 2 when there is no way to usable
+   * images.
    */
-  async #deployImages(manifest: Manifest, reporter: Reporter): Promise<WorkerImages> {
+  async #deployImages(
+    manifest: Manifest,
+    reporter: Reporter,
+    options: { build: boolean },
+  ): Promise<WorkerImages> {
     const configured = workerImagesFrom(this.options.env, this.options.projectDir, manifest.pythonVersion);
     if (configured.fromRegistry) return configured.images;
     const platform = await this.platform();
@@ -314,12 +326,15 @@ export class AwsProvider implements Provider {
       });
     }
     const version = ferryVersion();
-    const { placementFor } = await import('../../infra/gpu.js');
-    const accelerators = new Set(manifest.endpoints.map((e) => placementFor(e.resources).kind));
-    const needed = neededImages(accelerators, version, manifest.pythonVersion);
+    const needed = neededImages(await acceleratorsOf(manifest), version, manifest.pythonVersion);
     const missing = await missingImages(this.options.ecr, needed);
     if (missing.length > 0) {
       const names = missing.map((m) => `${m.repository}:${m.tag}`).join(', ');
+      if (!options.build) {
+        throw new FerryError('usage', `No usable worker images: ${names} not in ${platform.ImageRegistry}`, {
+          hint: `Removing endpoints never builds images. ${fix}, or deploy the environment again in its project (the deploy builds them).`,
+        });
+      }
       const mayBuild = this.options.env.FERRY_AWS_IMAGE_BUILD !== 'never';
       if (!mayBuild || !platform.ImageBuildProject || !this.options.codebuild) {
         throw new FerryError('usage', `No usable worker images: ${names} not in ${platform.ImageRegistry}`, {
@@ -363,17 +378,16 @@ export class AwsProvider implements Provider {
 
   /**
    * The id of CloudFront's origin-facing prefix list, when `manifest` has load-balanced endpoints
-   * behind CloudFront (no domain) and there is an EC2 client; asked once per process. A failed lookup
-   * stops the deploy before anything is deployed (aws/cloudfront-prefix-list.ts).
+   * behind CloudFront (no domain in `https`) and there is an EC2 client; asked once per process. A
+   * failed lookup stops the deploy before anything is deployed (aws/cloudfront-prefix-list.ts).
    */
-  async #cloudFrontPrefixListId(manifest: Manifest, reporter: Reporter): Promise<string | undefined> {
+  async #cloudFrontPrefixListId(
+    manifest: Manifest,
+    https: LbHttpsOptions | undefined,
+    reporter: Reporter,
+  ): Promise<string | undefined> {
     const { ec2 } = this.options;
-    if (
-      !ec2 ||
-      !needsCloudFrontPrefixList(manifest, lbHttpsFrom(this.options.env, this.options.projectDir))
-    ) {
-      return undefined;
-    }
+    if (!ec2 || !needsCloudFrontPrefixList(manifest, https)) return undefined;
     if (!this.#cloudFrontPrefixList) {
       this.#cloudFrontPrefixList = cloudFrontPrefixListId(ec2);
       reporter.line(`  CloudFront origin-facing prefix list: ${await this.#cloudFrontPrefixList}`);
@@ -437,6 +451,8 @@ export class AwsProvider implements Provider {
     env: string;
     artifactKey: string;
     images: WorkerImages;
+    /** HTTPS of load-balanced endpoints (aws/settings.ts lbHttpsFrom); none: CloudFront. */
+    https: LbHttpsOptions | undefined;
     instanceTypes: string[];
     /** The platform VPC's zones; none: CDK's two `Fn::GetAZs` picks (offline synth). */
     availabilityZones?: string[] | undefined;
@@ -453,7 +469,7 @@ export class AwsProvider implements Provider {
   }): Promise<SynthesizedAssembly> {
     const functionsCodeDir = await this.#functions();
     const { synthesize } = await loadInfra();
-    const https = lbHttpsFrom(this.options.env, this.options.projectDir);
+    const { https } = input;
     return this.options.toolkit.synth(
       ({ outdir, context }) =>
         synthesize({
@@ -484,18 +500,20 @@ export class AwsProvider implements Provider {
     directory: string;
     stacks: Array<{ name: string; template: string }>;
   }> {
+    const https = lbHttpsFrom(this.options.env, this.options.projectDir);
     const assembly = await this.#synth({
       manifest: input.manifest,
       app: input.app,
       env: input.env,
       artifactKey: artifactKeyOf(input.app, input.env, input.manifest.sourceFingerprint),
       images: this.#images(input.manifest.pythonVersion, input.reporter),
+      https,
       instanceTypes: await platformInstanceTypes(input.manifest.endpoints.map((e) => e.resources)),
       cfnValidate: true,
     });
     // Offline: no EC2 call, so the template cannot name CloudFront's prefix list (its id differs per
     // region); the deploy looks it up and narrows the rule (infra/constructs/https-front.ts).
-    if (needsCloudFrontPrefixList(input.manifest, lbHttpsFrom(this.options.env, this.options.projectDir))) {
+    if (needsCloudFrontPrefixList(input.manifest, https)) {
       input.reporter.line(
         "  note: in these templates the ALBs of load-balanced endpoints admit port 80 from any IPv4 (the secret header still closes them); `ferry deploy` looks up the region's CloudFront origin-facing prefix list and admits only that",
       );
@@ -516,23 +534,29 @@ export class AwsProvider implements Provider {
   // ── environments ──────────────────────────────────────────────────────────────────────────────
 
   /**
-   * Deploys one environment's stack with exactly `records` (and the platform first, which the
-   * toolkit skips when unchanged); returns the records with where each endpoint now is. The
-   * endpoints in `rotate` (created or changed) get a new call key; the old ones stop working once the
-   * stack, and so every task that held them, has been replaced (core/call-keys.ts).
+   * Deploys one environment's stack with exactly `records`; returns the records with where each
+   * endpoint now is, and saves on the environment's record the settings it deployed with
+   * (aws/records.ts). The endpoints in `rotate` (created or changed) get a new call key; the old ones
+   * stop working once the stack, and so every task that held them, has been replaced
+   * (core/call-keys.ts).
+   *
+   * `from: 'deployer'` (a deploy): the settings of the deployer's shell and project folder, images
+   * built when missing, and the platform deployed first (the toolkit skips it when unchanged).
+   * `from: 'record'` (removing endpoints): the settings the stack was last deployed with, and the
+   * stack alone (#recordedSettings says why).
    */
   async #deployEnvironment(
     app: string,
     env: string,
     records: readonly EndpointRecord[],
     reporter: Reporter,
-    rotate: ReadonlySet<string> = new Set(),
+    options: { from: 'deployer' | 'record'; rotate?: ReadonlySet<string> },
   ): Promise<AwsEndpointRecord[]> {
     const platform = await this.platform();
     const callKeyIds = await prepareCallKeys(
       { control: await this.#control(), secrets: this.options.callTokens, nowMs: () => Date.now() },
       records,
-      rotate,
+      options.rotate ?? new Set(),
     );
     const manifest = manifestFromRecords(app, records);
     const artifactKey = records[0]!.artifactKey ?? artifactKeyOf(app, env, manifest.sourceFingerprint);
@@ -543,18 +567,32 @@ export class AwsProvider implements Provider {
       .flatMap((parsed) => (parsed.success ? [parsed.data.endpoint.resources] : []));
     const stack = appStackName(app, env);
     const live = (await this.#usableStack(stack, reporter, { app, env })) !== undefined;
+    const deployer = options.from === 'deployer';
+    let settings: AwsEnvironmentSettings;
+    if (deployer) {
+      const https = lbHttpsFrom(this.options.env, this.options.projectDir);
+      const images = await this.#deployImages(manifest, reporter, { build: true });
+      settings = { ...(https ? { https } : {}), images };
+    } else {
+      settings = await this.#recordedSettings(app, env, manifest, reporter);
+    }
+    // The stacks this deploy updates: the platform is left alone when endpoints are only removed.
+    const stacks = [...(deployer ? [{ name: platformStackName, live: true }] : []), { name: stack, live }];
     const assembly = await this.#synth({
       manifest,
       app,
       env,
       artifactKey,
-      images: await this.#deployImages(manifest, reporter),
+      images: settings.images,
+      https: settings.https,
       instanceTypes: await platformInstanceTypes(
         [...deployedElsewhere, ...manifest.endpoints.map((e) => e.resources)],
         platformPools(platform),
       ),
-      availabilityZones: await this.#platformZones(reporter),
-      cloudFrontPrefixListId: await this.#cloudFrontPrefixListId(manifest, reporter),
+      // An app stack imports as many subnets as the platform has zones: the deployed platform's when
+      // it is not deployed with it (none named: an older platform on CDK's default two).
+      availabilityZones: deployer ? await this.#platformZones(reporter) : deployedZones(platform),
+      cloudFrontPrefixListId: await this.#cloudFrontPrefixListId(manifest, settings.https, reporter),
       endpointIds: Object.fromEntries(records.map((r) => [r.name, r.id])),
       // An endpoint record is written once its stack deployed (provision), so this environment's
       // records name the services that exist: their desired count stays the scaler's. Unless the
@@ -565,14 +603,19 @@ export class AwsProvider implements Provider {
     });
     let outputs: Record<string, StackOutputs>;
     try {
-      outputs = await this.#deploy(
-        assembly,
-        [
-          { name: platformStackName, live: true },
-          { name: stack, live },
-        ],
-        reporter,
-      );
+      outputs = await this.#deploy(assembly, stacks, reporter);
+    } catch (error) {
+      // This Ferry's app stack reads a platform export that the deployed platform, from an older
+      // Ferry, lacks (infra/platform-exports.ts), and the platform is not deployed here: say how on.
+      if (!deployer && /No export named/i.test((error as Error).message ?? '')) {
+        throw new FerryError('failed', (error as Error).message, {
+          hint:
+            `The ${platformStackName} stack is older than this Ferry. Run the command with the Ferry version ` +
+            'that deployed it, or deploy a project with this version first (`ferry deploy --provider aws` updates the platform).',
+          cause: error,
+        });
+      }
+      throw error;
     } finally {
       await assembly.dispose();
     }
@@ -617,9 +660,64 @@ export class AwsProvider implements Provider {
       await retireCallKeys(control, record.id, callKeyIds[record.name]!);
       await this.#deleteLegacyCallTokenSecret(record, reporter);
     }
+    // What the stack is now built from, for the next undeploy of one of its endpoints. The deploy
+    // creates the record first (cli/deploy/run.ts); a missing one is made here rather than lose them.
+    const envRecord = await control.getEnvironment(app, env);
+    const saved: AwsEnvironmentRecord = {
+      ...(envRecord ?? { app, name: env, createdAt: Date.now() }),
+      aws: settings,
+    };
+    await control.putEnvironment(saved);
     this.#deployed.set(stack, new Set(records.map((r) => r.id)));
     this.#destroyed.delete(stack);
     return located;
+  }
+
+  /**
+   * The settings `app`/`env`'s stack was last deployed with (aws/records.ts), so removing some of its
+   * endpoints changes nothing else, wherever it is run from. The platform is not deployed with it:
+   * it is shared by every app, its template follows the deployer's Ferry version and
+   * FERRY_AWS_INTEGRATION_TIMEOUT_SEC, and it already has what the remaining endpoints use (they
+   * were deployed with it, and pools are never pruned). Images are looked up in ECR but never built.
+   * A record from before the settings were saved: the deployer's, as before, with a warning that
+   * says where they are read from (the deploy then saves them).
+   */
+  async #recordedSettings(
+    app: string,
+    env: string,
+    manifest: Manifest,
+    reporter: Reporter,
+  ): Promise<AwsEnvironmentSettings> {
+    const saved = awsSettingsOf(await (await this.#control()).getEnvironment(app, env));
+    if (!saved) {
+      reporter.line(
+        `  warning: ${app}/${env} has no saved deploy settings (an earlier Ferry deployed it): its stack is rebuilt with ` +
+          `the HTTPS and image settings of this shell and ${path.join(this.options.projectDir, '.env')} ` +
+          '(FERRY_AWS_DOMAIN, FERRY_AWS_CERTIFICATE_ARN, FERRY_AWS_HOSTED_ZONE_ID; FERRY_AWS_IMAGE_REGISTRY, ' +
+          "FERRY_AWS_GPU_IMAGE, FERRY_AWS_CPU_IMAGE, FERRY_AWS_AGENT_IMAGE, else the platform registry's images of this " +
+          "Ferry version). Run this in the environment's project, or deploy it once with this Ferry, which saves them.",
+      );
+      const https = lbHttpsFrom(this.options.env, this.options.projectDir);
+      const images = await this.#deployImages(manifest, reporter, { build: false });
+      return { ...(https ? { https } : {}), images };
+    }
+    const platform = await this.platform();
+    if (platform.ImageRegistry && this.options.ecr) {
+      const used = imagesIn(platform.ImageRegistry, saved.images, await acceleratorsOf(manifest));
+      const missing = await missingImages(this.options.ecr, used);
+      if (missing.length > 0) {
+        throw new FerryError(
+          'usage',
+          `${app}/${env} was deployed with images that are no longer in ${platform.ImageRegistry}: ${missing
+            .map((m) => `${m.repository}:${m.tag}`)
+            .join(', ')}`,
+          {
+            hint: `Removing endpoints never builds images. Deploy the environment again in its project (\`ferry deploy --provider aws --env ${env}\` builds the images it needs and saves them), then run this again.`,
+          },
+        );
+      }
+    }
+    return saved;
   }
 
   /**
@@ -649,13 +747,10 @@ export class AwsProvider implements Provider {
       );
     }
     if (context.all.length === 0) return;
-    const located = await this.#deployEnvironment(
-      context.app,
-      context.env,
-      context.all,
-      context.reporter,
-      new Set(changed.map((r) => r.id)),
-    );
+    const located = await this.#deployEnvironment(context.app, context.env, context.all, context.reporter, {
+      from: 'deployer',
+      rotate: new Set(changed.map((r) => r.id)),
+    });
     const control = await this.#control();
     for (const record of located) await control.putEndpoint(record);
   }
@@ -688,7 +783,9 @@ export class AwsProvider implements Provider {
           this.options.reporter.line(
             `  updating stack ${stack} without ${group.map((r) => r.name).join(', ')}`,
           );
-          const located = await this.#deployEnvironment(app, env, remaining, this.options.reporter);
+          const located = await this.#deployEnvironment(app, env, remaining, this.options.reporter, {
+            from: 'record',
+          });
           for (const record of located) await control.putEndpoint(record);
         }
         for (const record of group) {
@@ -699,7 +796,8 @@ export class AwsProvider implements Provider {
         }
       } catch (error) {
         const message = FerryError.is(error) ? error.message : (error as Error).message;
-        for (const record of group) result.failed.push({ record, error: message });
+        const hint = FerryError.is(error) ? error.hint : undefined;
+        for (const record of group) result.failed.push({ record, error: message, ...(hint ? { hint } : {}) });
       }
     }
     return result;
@@ -751,4 +849,10 @@ export class AwsProvider implements Provider {
     this.options.lookup.close();
     this.options.ec2?.destroy?.();
   }
+}
+
+/** The accelerators `manifest`'s endpoints run on: which worker images its stack pulls. */
+async function acceleratorsOf(manifest: Manifest): Promise<Set<'cpu' | 'gpu'>> {
+  const { placementFor } = await import('../../infra/gpu.js');
+  return new Set(manifest.endpoints.map((e) => placementFor(e.resources).kind));
 }

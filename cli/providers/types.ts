@@ -10,7 +10,8 @@ import type { Reporter } from '../io.js';
 
 export interface DestroyResult {
   deleted: EndpointRecord[];
-  failed: Array<{ record: EndpointRecord; error: string }>;
+  /** `hint`: how to fix it, when the failure says (a FerryError's hint). */
+  failed: Array<{ record: EndpointRecord; error: string; hint?: string }>;
 }
 
 export interface ServingState {

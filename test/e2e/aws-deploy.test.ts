@@ -5,9 +5,10 @@
  * FERRY_S3_ENDPOINT). What is real: the CLI, the build, the CDK synth of both stacks, the control
  * table and the bucket.
  */
-import { appendFileSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { AwsEnvironmentRecord } from '../../cli/providers/aws/records.js';
 import {
   type AwsEndpointRecord,
   appStackName as cliAppStackName,
@@ -26,6 +27,23 @@ import { CliSandbox, deployStages } from './cli-support.js';
 const apiUrl = 'https://abc123.execute-api.us-east-1.amazonaws.com/api/v2';
 const PROD = appStackName('shop', 'production');
 const STAGING = appStackName('shop', 'staging');
+
+type TemplateResources = Record<string, { Type: string; Properties: Record<string, unknown> }>;
+
+/**
+ * The resource types of a synthesized template, and the images its task definitions name (as JSON:
+ * an ECR image is an `Fn::Join` of account, region and repository).
+ */
+const templateView = (file: string) => {
+  const resources = Object.values(JSON.parse(readFileSync(file, 'utf8')).Resources as TemplateResources);
+  const images = resources
+    .filter((r) => r.Type === 'AWS::ECS::TaskDefinition')
+    .flatMap((r) => (r.Properties.ContainerDefinitions as Array<{ Image: unknown }>).map((c) => c.Image));
+  return {
+    types: new Set(resources.map((r) => r.Type)),
+    images: [...new Set(images.map((image) => JSON.stringify(image)))].sort(),
+  };
+};
 
 /** The DesiredCount of each ECS service in a synthesized template. */
 const desiredCounts = (template: string): unknown[] =>
@@ -267,10 +285,25 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
   });
 
   it('undeploy NAME redeploys the stack without it, then deletes its record', async () => {
+    // Staging as an earlier Ferry left it: no deploy settings on its record. The undeploy takes this
+    // folder's, as that Ferry did, says so, and saves them.
+    const control = fixture.control();
+    const { aws: _saved, ...earlier } = (await control.getEnvironment(
+      'shop',
+      'staging',
+    )) as AwsEnvironmentRecord;
+    await control.putEnvironment(earlier);
     const result = await ferry(['undeploy', 'cpu_worker', '--env', 'staging', '--force']);
     expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain('warning: shop/staging has no saved deploy settings');
+    expect(result.stderr).toContain(`this shell and ${path.join(project, '.env')}`);
+    expect(
+      ((await control.getEnvironment('shop', 'staging')) as AwsEnvironmentRecord).aws?.images,
+    ).toBeDefined();
     const call = state().calls.at(-1)!;
     expect(call.op).toBe('deploy');
+    // The app stack alone: the shared platform is not the undeploy's to change.
+    expect(call.stacks).toEqual([STAGING]);
     expect(call.summaries![STAGING]!.endpoints.map((e) => e.name)).toEqual(['gpu_worker', 'lb_worker']);
     expect((await records('shop', 'staging')).map((e) => e.name)).toEqual(['gpu_worker', 'lb_worker']);
     // Its workers' call key is revoked; the others stay.
@@ -285,6 +318,75 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
       'ferry-call/shop/staging/gpu_worker/key',
       'ferry-call/shop/staging/lb_worker/key',
     ]);
+  });
+
+  describe('undeploy from another folder, shell and machine', () => {
+    const EDGE = appStackName('edge', 'prod');
+    // The deployer's registry, in the project's .env; the remover's shell names another.
+    const [deployerAccount, removerAccount] = ['111111111111', '222222222222'];
+    const registryOf = (account: string) => `${account}.dkr.ecr.us-east-1.amazonaws.com`;
+    let elsewhere = '';
+    let deployed: ReturnType<typeof templateView>;
+    const edgeTemplate = (dir: string) => path.join(dir, '.ferry', 'cdk.out', `${EDGE}.template.json`);
+    const undeploy = (name: string, ...flags: string[]) =>
+      ferry(
+        ['undeploy', name, '--app', 'edge', '--env', 'prod', '--force', ...flags],
+        { FERRY_AWS_IMAGE_REGISTRY: registryOf(removerAccount) },
+        elsewhere,
+      );
+
+    beforeAll(async () => {
+      // Deployed from the project, whose .env puts the load-balanced endpoints under a domain.
+      const dotEnv = path.join(project, '.env');
+      writeFileSync(
+        dotEnv,
+        `FERRY_AWS_DOMAIN=api.example.com\nFERRY_AWS_HOSTED_ZONE_ID=Z0123456789ABCDEFGHIJ\nFERRY_AWS_IMAGE_REGISTRY=${registryOf(deployerAccount)}\n`,
+      );
+      try {
+        const result = await ferry(['deploy', '--yes', '--app', 'edge', '--env', 'prod'], {
+          FERRY_AWS_IMAGE_REGISTRY: undefined,
+        });
+        expect(result.code, result.stderr).toBe(0);
+      } finally {
+        rmSync(dotEnv);
+      }
+      deployed = templateView(edgeTemplate(project));
+      expect(deployed.types).toContain('AWS::CertificateManager::Certificate');
+      expect(deployed.types).not.toContain('AWS::CloudFront::Distribution');
+      expect(deployed.images.length).toBeGreaterThan(0);
+      expect(deployed.images.every((image) => image.includes(deployerAccount))).toBe(true);
+      // An empty folder: no .env, no project.
+      elsewhere = path.join(sandbox.root, 'elsewhere');
+      mkdirSync(elsewhere);
+    }, 300_000);
+
+    it('keeps the domain (no CloudFront), the images and the platform as the deploy left them', async () => {
+      const count = state().calls.length;
+      const result = await undeploy('cpu_worker');
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stderr).not.toContain('no saved deploy settings');
+      expect(
+        state()
+          .calls.slice(count)
+          .map((c) => [c.op, c.stacks]),
+      ).toEqual([['deploy', [EDGE]]]);
+      expect((await records('edge', 'prod')).map((e) => e.name)).toEqual(['gpu_worker', 'lb_worker']);
+      const after = templateView(edgeTemplate(elsewhere));
+      expect(after.types).toContain('AWS::CertificateManager::Certificate');
+      expect(after.types).not.toContain('AWS::CloudFront::Distribution');
+      expect(after.images.length).toBeGreaterThan(0);
+      expect(after.images.every((image) => deployed.images.includes(image))).toBe(true);
+      expect(after.images.join()).not.toContain(removerAccount);
+    });
+
+    it('undeploy --yes approves IAM changes as deploy --yes does, for a run without a terminal', async () => {
+      const result = await undeploy('gpu_worker', '--yes');
+      expect(result.code, result.stderr).toBe(0);
+      expect((await records('edge', 'prod')).map((e) => e.name)).toEqual(['lb_worker']);
+      const after = templateView(edgeTemplate(elsewhere));
+      expect(after.types).toContain('AWS::CertificateManager::Certificate');
+      expect(after.images.every((image) => deployed.images.includes(image))).toBe(true);
+    });
   });
 
   it('env delete destroys the environment stack once, then removes the records', async () => {

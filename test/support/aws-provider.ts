@@ -2,8 +2,8 @@
  * An AwsProvider as `ferry deploy --provider aws` builds it, for tests of what a deploy asks AWS
  * before it deploys (EC2's zones and prefix lists, CloudFormation's stack events): its records in
  * DynamoDB Local and S3 through the emulators, CloudFormation played by a recording fake toolkit (its
- * state file says the platform is deployed) or a given lookup, and EC2 an injected stand-in. The
- * synth is real.
+ * state file says the platform is deployed) or a given lookup, and EC2 (and ECR, CodeBuild) injected
+ * stand-ins. The synth is real.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -50,7 +50,7 @@ export interface AwsProviderHarness {
     toolkit: RecordingToolkit,
     more?: { env?: NodeJS.ProcessEnv; lookup?: StackLookup } & Pick<
       AwsProviderOptions,
-      'refreshZones' | 'clock'
+      'refreshZones' | 'clock' | 'ecr' | 'codebuild'
     >,
   ): AwsProvider;
 }
@@ -108,6 +108,8 @@ export function awsProviderHarness(options: {
         ec2,
         refreshZones: more.refreshZones,
         ...(more.clock ? { clock: more.clock } : {}),
+        ...(more.ecr ? { ecr: more.ecr } : {}),
+        ...(more.codebuild ? { codebuild: more.codebuild } : {}),
       });
     },
   };
