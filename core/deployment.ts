@@ -61,6 +61,17 @@ export function endpointConfigOf(record: EndpointRecord): EndpointConfig {
 }
 
 /**
+ * The DNS record a load-balanced endpoint's host needs and Ferry does not create: its domain was given
+ * without a Route 53 hosted zone (infra/constructs/https-front.ts), so the user makes it at their DNS
+ * provider. A CNAME to the ALB's DNS name is how a name outside Route 53 reaches an ALB
+ * (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/application-load-balancers.html#dns-name).
+ */
+export const dnsRecordSchema = z
+  .object({ name: z.string(), type: z.literal('CNAME'), value: z.string() })
+  .strict();
+export type DnsRecord = z.infer<typeof dnsRecordSchema>;
+
+/**
  * Where an endpoint deployed on AWS is, kept on its record as `aws` (the control store saves the
  * record as JSON, so the field travels; EndpointRecord.config stays the strict EndpointConfig).
  * Written by the AWS provider (cli/providers/aws.ts); read by it and by the API's name route.
@@ -72,6 +83,8 @@ export const awsEndpointInfoSchema = z
     url: z.string(),
     queueUrl: z.string().optional(),
     lowQueueUrl: z.string().optional(),
+    /** Load-balanced, with a domain and no hosted zone: the record its URL waits for. */
+    dnsRecord: dnsRecordSchema.optional(),
   })
   .strict();
 export type AwsEndpointInfo = z.infer<typeof awsEndpointInfoSchema>;

@@ -27,6 +27,7 @@ import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
+import type { DnsRecord } from '../core/deployment.js';
 import { workersInOrder } from '../core/endpoint-spec.js';
 import { FerryError } from '../core/errors.js';
 import type { Manifest, ManifestEndpoint } from '../core/manifest.js';
@@ -89,6 +90,8 @@ export interface EndpointOutput {
   url?: string;
   queueUrl?: string;
   lowQueueUrl?: string;
+  /** Load-balanced, a domain without a hosted zone: the record the user creates (https-front.ts). */
+  dnsRecord?: DnsRecord;
 }
 
 export interface DeployedEndpoint {
@@ -110,6 +113,8 @@ export interface DeployedEndpoint {
   loadBalancer?: elbv2.ApplicationLoadBalancer;
   /** Load-balanced: the https address clients use (infra/constructs/https-front.ts). */
   url?: string;
+  /** Load-balanced, a domain without a hosted zone: the DNS record `url` waits for. */
+  dnsRecord?: DnsRecord;
 }
 
 export class AppEnvironmentStack extends Stack {
@@ -153,7 +158,7 @@ export class AppEnvironmentStack extends Stack {
       })),
     });
     new CfnOutput(this, 'Endpoints', {
-      description: 'JSON list of {name, id, kind, url?, queueUrl?, lowQueueUrl?} for the CLI',
+      description: 'JSON list of {name, id, kind, url?, queueUrl?, lowQueueUrl?, dnsRecord?} for the CLI',
       value: Stack.of(this).toJsonString(
         this.endpoints.map(
           (e): EndpointOutput => ({
@@ -163,6 +168,7 @@ export class AppEnvironmentStack extends Stack {
             ...(e.url ? { url: e.url } : {}),
             ...(e.queue ? { queueUrl: e.queue.queueUrl } : {}),
             ...(e.lowQueue ? { lowQueueUrl: e.lowQueue.queueUrl } : {}),
+            ...(e.dnsRecord ? { dnsRecord: e.dnsRecord } : {}),
           }),
         ),
       ),
@@ -240,7 +246,7 @@ export class AppEnvironmentStack extends Stack {
         lowDeadLetterQueue: queues.lowDeadLetterQueue,
       };
     }
-    const { loadBalancer, url } = new EndpointLoadBalancer(this, `${prefix}-LoadBalancer`, {
+    const { loadBalancer, url, dnsRecord } = new EndpointLoadBalancer(this, `${prefix}-LoadBalancer`, {
       endpoint,
       endpointId,
       platform: this.platform,
@@ -248,6 +254,6 @@ export class AppEnvironmentStack extends Stack {
       https: props.https,
       cloudFrontPrefixListId: props.cloudFrontPrefixListId,
     });
-    return { ...deployed, loadBalancer, url };
+    return { ...deployed, loadBalancer, url, ...(dnsRecord ? { dnsRecord } : {}) };
   }
 }

@@ -5,6 +5,7 @@
  * empty deploy is an error (flash#365 printed success having made nothing).
  */
 import { stat } from 'node:fs/promises';
+import type { DnsRecord } from '../../core/deployment.js';
 import { FerryError, usage } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { EndpointRecord } from '../../core/ports.js';
@@ -67,6 +68,8 @@ export interface DeployResult {
     kind: string;
     url: string;
     routes?: string[];
+    /** A record the user must create at their DNS provider before `url` resolves (Provider.dnsRecord). */
+    dnsRecord?: DnsRecord;
     change: string;
   }>;
   removed: Array<{ id: string; name: string }>;
@@ -239,12 +242,14 @@ export async function deployProject(options: DeployOptions): Promise<DeployResul
   const endpoints = deployed.map((record) => {
     const routes = (record.config as { endpoint?: { routes?: Array<{ method: string; path: string }> } })
       .endpoint?.routes;
+    const dnsRecord = provider.dnsRecord?.(record);
     return {
       id: record.id,
       name: record.name,
       kind: record.kind,
       url: provider.endpointUrl(record),
       ...(record.kind === 'lb' ? { routes: (routes ?? []).map((r) => `${r.method} ${r.path}`) } : {}),
+      ...(dnsRecord ? { dnsRecord } : {}),
       change: plan.create.includes(record)
         ? 'created'
         : plan.update.includes(record)
@@ -277,6 +282,13 @@ export function printDeploySummary(reporter: Reporter, result: DeployResult, jso
     if (endpoint.kind === 'lb') {
       reporter.out(`  ${endpoint.name.padEnd(width)}  ${endpoint.url}  (load-balanced)`);
       for (const route of endpoint.routes ?? []) reporter.out(`  ${' '.repeat(width)}    ${route}`);
+      // Beside its URL: the URL does not resolve until the user creates this record.
+      const dns = endpoint.dnsRecord;
+      if (dns) {
+        reporter.out(
+          `  ${' '.repeat(width)}    DNS: create ${dns.type} ${dns.name} → ${dns.value} at your DNS provider; the URL resolves once it exists`,
+        );
+      }
     } else {
       reporter.out(`  ${endpoint.name.padEnd(width)}  ${endpoint.url}  (queue)`);
     }

@@ -32,7 +32,7 @@ import {
   revokeCallKeys,
 } from '../../core/call-keys.js';
 import { foregroundClock } from '../../core/clock.js';
-import { endpointConfigSchema } from '../../core/deployment.js';
+import { type DnsRecord, endpointConfigSchema } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import type { Manifest } from '../../core/manifest.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
@@ -164,6 +164,8 @@ export class AwsProvider implements Provider {
   readonly #deployed = new Map<string, Set<string>>();
   readonly #destroyed = new Set<string>();
   readonly #urls = new Map<string, string>();
+  /** What the last deploy's `Endpoints` output said each endpoint's URL waits for in DNS. */
+  readonly #dnsRecords = new Map<string, DnsRecord>();
 
   constructor(private readonly options: AwsProviderOptions) {
     this.#stateDir = options.stateDir ?? path.join(options.projectDir, '.ferry');
@@ -645,6 +647,8 @@ export class AwsProvider implements Provider {
       if (!url)
         throw new FerryError('failed', `Stack ${stack} gives no URL for ${record.name} (${record.id})`);
       this.#urls.set(record.id, url);
+      if (out.dnsRecord) this.#dnsRecords.set(record.id, out.dnsRecord);
+      else this.#dnsRecords.delete(record.id);
       return {
         ...record,
         aws: {
@@ -652,6 +656,7 @@ export class AwsProvider implements Provider {
           url,
           ...(out.queueUrl ? { queueUrl: out.queueUrl } : {}),
           ...(out.lowQueueUrl ? { lowQueueUrl: out.lowQueueUrl } : {}),
+          ...(out.dnsRecord ? { dnsRecord: out.dnsRecord } : {}),
         },
       };
     });
@@ -821,6 +826,10 @@ export class AwsProvider implements Provider {
     if (record.kind === 'queue' && this.#platform)
       return `${this.#platform.ApiUrl.replace(/\/+$/, '')}/${record.id}`;
     return '(not deployed)';
+  }
+
+  dnsRecord(record: EndpointRecord): DnsRecord | undefined {
+    return this.#dnsRecords.get(record.id) ?? awsInfoOf(record)?.dnsRecord;
   }
 
   async ensureServing(): Promise<ServingState> {

@@ -642,16 +642,44 @@ export function summarizeTemplate(template: Record<string, unknown>): TemplateSu
   };
 }
 
-/** Fake outputs of an app stack: the `Endpoints` JSON the real stack exports, from the template. */
-function fakeAppOutputs(summary: TemplateSummary): StackOutputs {
-  const endpoints = summary.endpoints.map((e) =>
-    e.kind === 'queue'
+/**
+ * The template's own `Endpoints` output as CloudFormation would resolve it, by endpoint id: an ALB's
+ * DNS name becomes a made-up `<logical id>.us-east-1.elb.amazonaws.com`, any other intrinsic `fake`.
+ */
+function resolvedEndpointsOutput(template: Record<string, unknown>): Map<string, Record<string, unknown>> {
+  const value = (template.Outputs as Record<string, { Value?: unknown }> | undefined)?.Endpoints?.Value;
+  const text = (part: unknown): string => {
+    if (typeof part === 'string') return part;
+    const intrinsic = part as { 'Fn::Join'?: [string, unknown[]]; 'Fn::GetAtt'?: [string, string] };
+    if (intrinsic['Fn::Join']) return intrinsic['Fn::Join'][1].map(text).join(intrinsic['Fn::Join'][0]);
+    const getAtt = intrinsic['Fn::GetAtt'];
+    if (getAtt?.[1] === 'DNSName') return `${getAtt[0].toLowerCase()}.us-east-1.elb.amazonaws.com`;
+    return 'fake';
+  };
+  if (value === undefined) return new Map();
+  const listed = JSON.parse(text(value)) as Array<Record<string, unknown> & { id: string }>;
+  return new Map(listed.map((e) => [e.id, e]));
+}
+
+/**
+ * Fake outputs of an app stack: the `Endpoints` JSON the real stack exports, from the template
+ * (made-up URLs; a DNS record for the user where the template's output lists one).
+ */
+function fakeAppOutputs(summary: TemplateSummary, template: Record<string, unknown>): StackOutputs {
+  const real = resolvedEndpointsOutput(template);
+  const endpoints = summary.endpoints.map((e) => {
+    const dnsRecord = real.get(e.id)?.dnsRecord;
+    return e.kind === 'queue'
       ? {
           ...e,
           queueUrl: `https://sqs.us-east-1.amazonaws.com/123456789012/ferry-${e.id}`,
         }
-      : { ...e, url: `http://ferry-${e.id}.us-east-1.elb.amazonaws.com` },
-  );
+      : {
+          ...e,
+          url: `http://ferry-${e.id}.us-east-1.elb.amazonaws.com`,
+          ...(dnsRecord ? { dnsRecord } : {}),
+        };
+  });
   return { Endpoints: JSON.stringify(endpoints) };
 }
 
@@ -684,7 +712,8 @@ export class RecordingToolkit implements CdkToolkit, StackLookup {
     const outputs: Record<string, StackOutputs> = {};
     try {
       for (const [index, name] of stackNames.entries()) {
-        const summary = summarizeTemplate(assembly.template(name));
+        const template = assembly.template(name);
+        const summary = summarizeTemplate(template);
         summaries[name] = summary;
         onEvent({
           type: 'stack',
@@ -704,7 +733,8 @@ export class RecordingToolkit implements CdkToolkit, StackLookup {
             `Deploying of ${name} failed: The stack named ${name} failed creation (fake toolkit)`,
           );
         }
-        outputs[name] = name === 'FerryPlatform' ? { ...state.platformOutputs } : fakeAppOutputs(summary);
+        outputs[name] =
+          name === 'FerryPlatform' ? { ...state.platformOutputs } : fakeAppOutputs(summary, template);
         state.stacks[name] = outputs[name];
         if (state.statuses) delete state.statuses[name];
         const tags = assembly.tags?.(name);

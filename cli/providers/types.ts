@@ -3,6 +3,7 @@
  * SQLite file and serves them with `ferry serve`; the AWS provider (infra issue) keeps them in
  * DynamoDB and provisions CloudFormation stacks. Commands only talk to this interface.
  */
+import type { DnsRecord } from '../../core/deployment.js';
 import type { Manifest } from '../../core/manifest.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import type { ProviderName } from '../config.js';
@@ -70,6 +71,11 @@ export interface Provider {
   secretNames?(scope: { app: string; env: string }): Promise<string[]>;
   /** Base URL of an endpoint: `/v2/<id>` for queue-based ones, the route prefix for load-balanced ones. */
   endpointUrl(record: EndpointRecord): string;
+  /**
+   * The DNS record the endpoint's URL needs and the deploy could not create, for the user to make at
+   * their DNS provider. AWS: a load-balanced endpoint under a domain without a hosted zone. Absent: never any.
+   */
+  dnsRecord?(record: EndpointRecord): DnsRecord | undefined;
   /** Makes sure something serves the endpoints (may start it). */
   ensureServing(reporter: Reporter): Promise<ServingState>;
   /** Whether the endpoints are served right now, and where. */

@@ -34,6 +34,7 @@ import * as route53 from 'aws-cdk-lib/aws-route53';
 import * as route53Targets from 'aws-cdk-lib/aws-route53-targets';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct } from 'constructs';
+import type { DnsRecord } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 
 /** `ferry deploy`'s HTTPS options for load-balanced endpoints on AWS. */
@@ -104,6 +105,12 @@ const cachedErrorCodes = [400, 403, 404, 405, 414, 416, 500, 501, 502, 503, 504]
 export class HttpsFront extends Construct {
   /** What clients use: always https. */
   readonly url: string;
+  /**
+   * A domain without a hosted zone: the record the user must create at their DNS provider for `url`
+   * to resolve (nothing here can write it), a CNAME to the ALB's DNS name
+   * (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/application-load-balancers.html#dns-name).
+   */
+  readonly dnsRecord?: DnsRecord;
   readonly distribution?: cloudfront.Distribution;
 
   constructor(scope: Construct, id: string, props: HttpsFrontProps) {
@@ -148,6 +155,8 @@ export class HttpsFront extends Construct {
           recordName: host,
           target: route53.RecordTarget.fromAlias(new route53Targets.LoadBalancerTarget(loadBalancer)),
         });
+      } else {
+        this.dnsRecord = { name: host, type: 'CNAME', value: loadBalancer.loadBalancerDnsName };
       }
       this.url = `https://${host}`;
       return;

@@ -22,6 +22,7 @@ import type * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as elbv2 from 'aws-cdk-lib/aws-elasticloadbalancingv2';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { Construct } from 'constructs';
+import type { DnsRecord } from '../../core/deployment.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import { scalerFunctionName, wakeAlarmName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
@@ -44,6 +45,8 @@ export class EndpointLoadBalancer extends Construct {
   readonly securityGroup: ec2.SecurityGroup;
   /** The https address clients use. */
   readonly url: string;
+  /** The DNS record the user must create for `url` (a domain without a hosted zone; https-front.ts). */
+  readonly dnsRecord?: DnsRecord;
 
   constructor(scope: Construct, id: string, props: EndpointLoadBalancerProps) {
     super(scope, id);
@@ -103,14 +106,16 @@ export class EndpointLoadBalancer extends Construct {
       },
     });
     service.attachToApplicationTargetGroup(targetGroup);
-    this.url = new HttpsFront(this, 'Https', {
+    const front = new HttpsFront(this, 'Https', {
       endpointName: endpoint.name,
       loadBalancer: alb,
       securityGroup,
       targetGroup,
       https: props.https,
       cloudFrontPrefixListId: props.cloudFrontPrefixListId,
-    }).url;
+    });
+    this.url = front.url;
+    if (front.dnsRecord) this.dnsRecord = front.dnsRecord;
 
     // The platform's scaler, by its fixed name (the platform stack is deployed first).
     const scaler = lambda.Function.fromFunctionAttributes(this, 'Scaler', {

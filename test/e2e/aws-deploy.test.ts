@@ -168,6 +168,8 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
       }
     }
     expect(result.stdout).toContain('POST /process');
+    // CloudFront's name resolves by itself: no DNS record for the user to create.
+    expect(result.stdout).not.toContain('at your DNS provider');
     expect(result.stdout).toMatch(
       new RegExp(
         `curl -X POST ${apiUrl.replace(/\./g, '\\.')}/\\S+/runsync -H "Authorization: Bearer \\$FERRY_API_KEY"`,
@@ -347,6 +349,8 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
           FERRY_AWS_IMAGE_REGISTRY: undefined,
         });
         expect(result.code, result.stderr).toBe(0);
+        // The hosted zone got the alias: nothing for the user to create.
+        expect(result.stdout).not.toContain('at your DNS provider');
       } finally {
         rmSync(dotEnv);
       }
@@ -388,6 +392,50 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
       expect(after.images.every((image) => deployed.images.includes(image))).toBe(true);
     });
   });
+
+  it('a domain without a hosted zone: says which CNAME to create for the URL, in the listing and in --json', async () => {
+    const DNS = appStackName('dns', 'prod');
+    const dotEnv = path.join(project, '.env');
+    writeFileSync(dotEnv, 'FERRY_AWS_DOMAIN=api.example.com\n');
+    try {
+      const deploy = (...flags: string[]) =>
+        ferry(['deploy', '--yes', '--app', 'dns', '--env', 'prod', ...flags]);
+      const result = await deploy();
+      expect(result.code, result.stderr).toBe(0);
+      // The fake resolves the template's own output: the ALB's DNS name is its logical id's.
+      const template = JSON.parse(
+        readFileSync(path.join(project, '.ferry', 'cdk.out', `${DNS}.template.json`), 'utf8'),
+      ) as { Resources: TemplateResources };
+      const albs = Object.entries(template.Resources).filter(
+        ([, r]) => r.Type === 'AWS::ElasticLoadBalancingV2::LoadBalancer',
+      );
+      expect(albs).toHaveLength(1);
+      const dnsRecord = {
+        name: 'lb-worker.api.example.com',
+        type: 'CNAME',
+        value: `${albs[0]![0].toLowerCase()}.us-east-1.elb.amazonaws.com`,
+      };
+      expect(result.stdout).toContain(
+        `DNS: create CNAME ${dnsRecord.name} → ${dnsRecord.value} at your DNS provider; the URL resolves once it exists`,
+      );
+      // Once, for the load-balanced endpoint only.
+      expect(result.stdout.split('at your DNS provider')).toHaveLength(2);
+      const lb = (await records('dns', 'prod')).find((e) => e.kind === 'lb')!;
+      expect(lb.aws?.dnsRecord).toEqual(dnsRecord);
+
+      const json = await deploy('--json');
+      expect(json.code, json.stderr).toBe(0);
+      const listed = (JSON.parse(json.stdout) as { endpoints: Array<{ name: string; dnsRecord?: unknown }> })
+        .endpoints;
+      expect(listed.map((e) => [e.name, e.dnsRecord])).toEqual([
+        ['cpu_worker', undefined],
+        ['gpu_worker', undefined],
+        ['lb_worker', dnsRecord],
+      ]);
+    } finally {
+      rmSync(dotEnv);
+    }
+  }, 300_000);
 
   it('env delete destroys the environment stack once, then removes the records', async () => {
     const count = state().calls.length;

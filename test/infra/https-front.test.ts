@@ -59,6 +59,17 @@ function synth(
   return { template: Template.fromStack(built.appStack), url };
 }
 
+/** An intrinsic inside the Endpoints output's JSON text, written so that tests can look for it. */
+const token = (intrinsic: unknown): string => `<${JSON.stringify(intrinsic)}>`;
+
+/** The app stack's `Endpoints` output as text: its `Fn::Join` pieces joined, intrinsics as `token`s. */
+function endpointsOutput(template: TemplateType): string {
+  const value = template.toJSON().Outputs.Endpoints.Value as string | { 'Fn::Join': [string, unknown[]] };
+  if (typeof value === 'string') return value;
+  const [separator, parts] = value['Fn::Join'];
+  return parts.map((part) => (typeof part === 'string' ? part : token(part))).join(separator);
+}
+
 interface Rule {
   IpProtocol: string;
   FromPort?: number;
@@ -367,11 +378,37 @@ describe('with a domain: an ACM certificate on the ALB', () => {
     }
   });
 
+  it('lists no DNS record for the user in the Endpoints output: the zone has the alias', () => {
+    expect(endpointsOutput(template)).not.toContain('dnsRecord');
+  });
+
   it('uses a certificate the user already has instead of requesting one', () => {
     const arn = 'arn:aws:acm:us-east-1:123456789012:certificate/11111111-2222-3333-4444-555555555555';
     const given = synth({ domainName: 'example.com', certificateArn: arn });
     given.template.resourceCountIs('AWS::CertificateManager::Certificate', 0);
     const https = listeners(given.template).find((l) => l.Port === 443)!;
     expect(https.Certificates).toEqual([{ CertificateArn: arn }]);
+  });
+});
+
+describe('with a domain and no hosted zone: the user creates the DNS record', () => {
+  const { template, url } = synth({ domainName: 'example.com' });
+
+  it('creates no record, and lists a CNAME from the host to the ALB in the Endpoints output', () => {
+    template.resourceCountIs('AWS::Route53::RecordSet', 0);
+    const albs = Object.keys(template.findResources('AWS::ElasticLoadBalancingV2::LoadBalancer'));
+    expect(albs).toHaveLength(1);
+    // A CNAME to the ALB's DNS name reaches it from a name outside Route 53
+    // (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/application-load-balancers.html#dns-name).
+    expect(url).toBe('https://lb-worker.example.com');
+    expect(endpointsOutput(template)).toContain(
+      `"dnsRecord":{"name":"lb-worker.example.com","type":"CNAME","value":"${token({ 'Fn::GetAtt': [albs[0]!, 'DNSName'] })}"}`,
+    );
+  });
+});
+
+describe('without a domain (CloudFront)', () => {
+  it('lists no DNS record for the user in the Endpoints output', () => {
+    expect(endpointsOutput(synth().template)).not.toContain('dnsRecord');
   });
 });

@@ -3,6 +3,7 @@
  * it. And what an environment's record keeps of the deploy that built its stack.
  */
 import { z } from 'zod';
+import { dnsRecordSchema } from '../../../core/deployment.js';
 import { FerryError } from '../../../core/errors.js';
 import type { EnvironmentRecord } from '../../../core/ports.js';
 
@@ -15,6 +16,7 @@ export const endpointsOutputSchema = z.array(
     url: z.string().optional(),
     queueUrl: z.string().optional(),
     lowQueueUrl: z.string().optional(),
+    dnsRecord: dnsRecordSchema.optional(),
   }),
 );
 
