@@ -11,6 +11,7 @@ import { defaultEnvironment, previewPlan, shellLine } from '../deploy/plan.js';
 import { buildEventPrinter, deployProject, printDeploySummary } from '../deploy/run.js';
 import type { AwsProvider } from '../providers/aws.js';
 import {
+  approveFlag,
   type BuildArgv,
   buildFlags,
   buildOptionsFrom,
@@ -187,12 +188,7 @@ export const deployCommand = (ctx: CliContext): CommandModule =>
           default: false,
           describe: 'AWS: write the CloudFormation templates to .ferry/cdk.out and stop (offline)',
         })
-        .option('yes', {
-          alias: 'y',
-          type: 'boolean',
-          default: false,
-          describe: 'AWS: approve IAM/security changes without asking (needed without a terminal)',
-        })
+        .option('yes', approveFlag)
         .option('bootstrap', {
           type: 'boolean',
           default: false,

@@ -18,7 +18,7 @@ import { DevResourcesFile, devApp, imageNotInDev, LiveEndpoints, scanForDev } fr
 import { DevVenvs } from '../dev/venvs.js';
 import { confirm, countOf } from '../io.js';
 import { untilStopped } from './serve.js';
-import { buildOptionsFrom, defineCommand, portFlag } from './shared.js';
+import { approveFlag, buildOptionsFrom, defineCommand, portFlag } from './shared.js';
 
 /**
  * `ferry dev --provider aws`: the project's endpoints as `live-` endpoints of the app's `dev`
@@ -266,12 +266,7 @@ export const devCommand = (ctx: CliContext): CommandModule =>
           describe:
             "Install each endpoint's dependencies=[...] into a venv under .ferry/venvs (--no-deps: use your Python as it is)",
         })
-        .option('yes', {
-          alias: 'y',
-          type: 'boolean',
-          default: false,
-          describe: 'AWS: approve IAM/security changes without asking',
-        })
+        .option('yes', approveFlag)
         .example('$0 dev', 'http://localhost:8888, Swagger UI at /docs')
         .example('$0 dev --port 9000 --auto-provision', 'Start every endpoint at once'),
     handler: (argv) =>

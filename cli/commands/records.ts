@@ -14,7 +14,7 @@ import { projectAppName } from '../config.js';
 import { type CliContext, withProvider } from '../context.js';
 import { ask, confirm, countOf } from '../io.js';
 import type { Provider } from '../providers/types.js';
-import { defineCommand, jsonFlag } from './shared.js';
+import { approveFlag, defineCommand, jsonFlag } from './shared.js';
 
 const iso = (ms: number | undefined) => (ms === undefined ? '-' : new Date(ms).toISOString());
 
@@ -355,14 +355,9 @@ export const undeployCommand = (ctx: CliContext): CommandModule =>
           describe: "With --all: every app's endpoints, not only this folder's app",
         })
         .option('force', forceFlag)
-        .option('yes', {
-          alias: 'y',
-          type: 'boolean',
-          default: false,
-          // Removing some of an environment's endpoints deploys its stack again, with this Ferry's
-          // templates: IAM changes they bring need approval as in `ferry deploy`.
-          describe: 'AWS: approve IAM/security changes without asking (needed without a terminal)',
-        })
+        // Removing some of an environment's endpoints deploys its stack again, with this Ferry's
+        // templates: IAM changes they bring need approval as in `ferry deploy`.
+        .option('yes', approveFlag)
         .option('json', jsonFlag)
         .example('$0 undeploy list', 'Endpoints of every app')
         .example('$0 undeploy cpu_worker --env staging', 'Remove one endpoint')

@@ -97,6 +97,17 @@ export function portFlag(options: { default: number; describe: string; defaultDe
   } as const;
 }
 
+/**
+ * `--yes`: approves the IAM and security changes a stack deploy brings (AWS), as a terminal prompt
+ * would; without a terminal, the only way on.
+ */
+export const approveFlag = {
+  alias: 'y',
+  type: 'boolean',
+  default: false,
+  describe: 'AWS: approve IAM/security changes without asking (needed without a terminal)',
+} as const;
+
 export const jsonFlag = {
   type: 'boolean',
   default: false,
