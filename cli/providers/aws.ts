@@ -570,14 +570,9 @@ export class AwsProvider implements Provider {
     const stack = appStackName(app, env);
     const live = (await this.#usableStack(stack, reporter, { app, env })) !== undefined;
     const deployer = options.from === 'deployer';
-    let settings: AwsEnvironmentSettings;
-    if (deployer) {
-      const https = lbHttpsFrom(this.options.env, this.options.projectDir);
-      const images = await this.#deployImages(manifest, reporter, { build: true });
-      settings = { ...(https ? { https } : {}), images };
-    } else {
-      settings = await this.#recordedSettings(app, env, manifest, reporter);
-    }
+    const settings = deployer
+      ? await this.#deployerSettings(manifest, reporter, { build: true })
+      : await this.#recordedSettings(app, env, manifest, reporter);
     // The stacks this deploy updates: the platform is left alone when endpoints are only removed.
     const stacks = [...(deployer ? [{ name: platformStackName, live: true }] : []), { name: stack, live }];
     const assembly = await this.#synth({
@@ -678,6 +673,17 @@ export class AwsProvider implements Provider {
     return located;
   }
 
+  /** The settings of the deployer's shell and project folder (aws/settings.ts), as a deploy takes them. */
+  async #deployerSettings(
+    manifest: Manifest,
+    reporter: Reporter,
+    options: { build: boolean },
+  ): Promise<AwsEnvironmentSettings> {
+    const https = lbHttpsFrom(this.options.env, this.options.projectDir);
+    const images = await this.#deployImages(manifest, reporter, options);
+    return { ...(https ? { https } : {}), images };
+  }
+
   /**
    * The settings `app`/`env`'s stack was last deployed with (aws/records.ts), so removing some of its
    * endpoints changes nothing else, wherever it is run from. The platform is not deployed with it:
@@ -702,9 +708,7 @@ export class AwsProvider implements Provider {
           "FERRY_AWS_GPU_IMAGE, FERRY_AWS_CPU_IMAGE, FERRY_AWS_AGENT_IMAGE, else the platform registry's images of this " +
           "Ferry version). Run this in the environment's project, or deploy it once with this Ferry, which saves them.",
       );
-      const https = lbHttpsFrom(this.options.env, this.options.projectDir);
-      const images = await this.#deployImages(manifest, reporter, { build: false });
-      return { ...(https ? { https } : {}), images };
+      return this.#deployerSettings(manifest, reporter, { build: false });
     }
     const platform = await this.platform();
     if (platform.ImageRegistry && this.options.ecr) {

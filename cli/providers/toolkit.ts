@@ -23,6 +23,7 @@ import {
   type DescribeStacksCommandOutput,
   ListStacksCommand,
   type ListStacksCommandOutput,
+  type StackEvent,
 } from '@aws-sdk/client-cloudformation';
 import { FerryError } from '../../core/errors.js';
 
@@ -474,31 +475,36 @@ export class CloudFormationLookup implements StackLookup {
       if (!stackId) return undefined;
       const names = new Set(query.queueNames);
       let latest: number | undefined;
-      let token: string | undefined;
-      for (let page = 0; page < 5; page++) {
-        const events: DescribeStackEventsCommandOutput = await this.client.send(
-          new DescribeStackEventsCommand({ StackName: stackId, NextToken: token }),
-        );
-        for (const event of events.StackEvents ?? []) {
-          const at = event.Timestamp?.getTime();
-          if (at === undefined) continue;
-          // Events come newest first: the rest are older still.
-          if (at < query.sinceMs) return latest;
-          if (
-            event.ResourceType === 'AWS::SQS::Queue' &&
-            event.ResourceStatus === 'DELETE_COMPLETE' &&
-            names.has(queueNameOfPhysicalId(event.PhysicalResourceId ?? '')) &&
-            (latest === undefined || at > latest)
-          ) {
-            latest = at;
-          }
+      for await (const event of this.#events(stackId)) {
+        const at = event.Timestamp?.getTime();
+        if (at === undefined) continue;
+        // Events come newest first: the rest are older still.
+        if (at < query.sinceMs) return latest;
+        if (
+          event.ResourceType === 'AWS::SQS::Queue' &&
+          event.ResourceStatus === 'DELETE_COMPLETE' &&
+          names.has(queueNameOfPhysicalId(event.PhysicalResourceId ?? '')) &&
+          (latest === undefined || at > latest)
+        ) {
+          latest = at;
         }
-        token = events.NextToken;
-        if (!token) break;
       }
       return latest;
     } catch (error) {
       throw lookupFailure(stackName, error);
+    }
+  }
+
+  /** A stack's events (by name, or by id for a deleted one), newest first, from a few pages at most. */
+  async *#events(stackNameOrId: string): AsyncGenerator<StackEvent> {
+    let token: string | undefined;
+    for (let page = 0; page < 5; page++) {
+      const events: DescribeStackEventsCommandOutput = await this.client.send(
+        new DescribeStackEventsCommand({ StackName: stackNameOrId, NextToken: token }),
+      );
+      yield* events.StackEvents ?? [];
+      token = events.NextToken;
+      if (!token) return;
     }
   }
 
@@ -527,24 +533,16 @@ export class CloudFormationLookup implements StackLookup {
   async deleteFailures(stackName: string): Promise<DeleteFailure[]> {
     try {
       const failures = new Map<string, DeleteFailure>();
-      let token: string | undefined;
-      for (let page = 0; page < 5; page++) {
-        const events: DescribeStackEventsCommandOutput = await this.client.send(
-          new DescribeStackEventsCommand({ StackName: stackName, NextToken: token }),
-        );
-        for (const event of events.StackEvents ?? []) {
-          const logicalId = event.LogicalResourceId ?? '';
-          const ofStack = event.ResourceType === 'AWS::CloudFormation::Stack' && logicalId === stackName;
-          if (ofStack && event.ResourceStatus === 'DELETE_IN_PROGRESS') return [...failures.values()];
-          if (ofStack || event.ResourceStatus !== 'DELETE_FAILED' || failures.has(logicalId)) continue;
-          failures.set(logicalId, {
-            logicalId,
-            type: event.ResourceType ?? 'unknown type',
-            reason: event.ResourceStatusReason ?? 'no reason given',
-          });
-        }
-        token = events.NextToken;
-        if (!token) break;
+      for await (const event of this.#events(stackName)) {
+        const logicalId = event.LogicalResourceId ?? '';
+        const ofStack = event.ResourceType === 'AWS::CloudFormation::Stack' && logicalId === stackName;
+        if (ofStack && event.ResourceStatus === 'DELETE_IN_PROGRESS') break;
+        if (ofStack || event.ResourceStatus !== 'DELETE_FAILED' || failures.has(logicalId)) continue;
+        failures.set(logicalId, {
+          logicalId,
+          type: event.ResourceType ?? 'unknown type',
+          reason: event.ResourceStatusReason ?? 'no reason given',
+        });
       }
       return [...failures.values()];
     } catch (error) {
