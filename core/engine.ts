@@ -8,6 +8,7 @@
  */
 import { randomFillSync } from 'node:crypto';
 import { v7 as timeOrderedUuid } from 'uuid';
+import { mapAtMost } from './concurrency.js';
 import { conflict, FerryError, messageOf, notFound } from './errors.js';
 import {
   canMove,
@@ -1132,24 +1133,6 @@ function mustStop(job: Job | undefined, workerId: string, endpointId: string): b
  * megabytes (on AWS an S3 GET).
  */
 const wholeReadsAtOnce = 8;
-
-/** `fn` of each item, at most `lanes` running at once, answered in the items' order. */
-async function mapAtMost<T, R>(
-  items: readonly T[],
-  lanes: number,
-  fn: (item: T) => Promise<R>,
-): Promise<R[]> {
-  const results = new Array<R>(items.length);
-  let next = 0;
-  const lane = async () => {
-    while (next < items.length) {
-      const at = next++;
-      results[at] = await fn(items[at] as T);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(lanes, items.length) }, lane));
-  return results;
-}
 
 /** A running job whose execution timeout has passed at `nowMs`. */
 const overran = (job: Job, nowMs: number): boolean =>

@@ -7,6 +7,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
+import { mapAtMost } from '../../core/concurrency.js';
 import { type EndpointConfig, livePrefix, newEndpointId } from '../../core/deployment.js';
 import { badRequest } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
@@ -207,20 +208,13 @@ export class LiveEndpoints {
   async ensureAll(concurrency = 3): Promise<Array<{ name: string; error?: string }>> {
     // Image endpoints are listed at startup with why they do not run here (imageNotInDev).
     const names = this.#snapshot.endpoints.filter((e) => e.image === undefined).map((e) => e.name);
-    const results: Array<{ name: string; error?: string }> = [];
-    let next = 0;
-    const lane = async () => {
-      while (next < names.length) {
-        const name = names[next++]!;
-        try {
-          await this.ensure(name);
-          results.push({ name });
-        } catch (error) {
-          results.push({ name, error: (error as Error).message });
-        }
+    return mapAtMost(names, concurrency, async (name): Promise<{ name: string; error?: string }> => {
+      try {
+        await this.ensure(name);
+        return { name };
+      } catch (error) {
+        return { name, error: (error as Error).message };
       }
-    };
-    await Promise.all(Array.from({ length: Math.min(concurrency, names.length) }, lane));
-    return results;
+    });
   }
 }
