@@ -318,6 +318,9 @@ describe('load-balanced agent', () => {
       log,
     });
     try {
+      // Ready before the first request (its /ping heard the worker; no key, no lookup): until then a
+      // new agent answers 503 "starting", and its own probe may not have run yet.
+      expect((await fetch(`${cached.url}/ping`)).status).toBe(200);
       for (let i = 0; i < 3; i++) {
         const r = await fetch(`${cached.url}/items/1`, { headers: { authorization: `Bearer ${apiKey}` } });
         expect(r.status).toBe(200);

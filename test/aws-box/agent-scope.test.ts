@@ -554,6 +554,8 @@ describe("a load-balanced endpoint's agent with its endpoint's role", () => {
     const { port: workerPort } = await listen(worker, '127.0.0.1', 0);
     const healthy = await lbAgent(`${mine}-lb1`, workerPort);
     try {
+      // Ready before the first request: until the worker's first answer, a request gets 503 "starting".
+      expect((await fetch(`${healthy.url}/ping`)).status).toBe(200);
       const answer = await fetch(`${healthy.url}/hello`, {
         headers: { authorization: `Bearer ${boxApiKey}` },
       });
