@@ -639,11 +639,17 @@ export class JobEngine {
    * for a big one) ran the sweeper Lambda out of memory on a backlog of 10 MB inputs, every run, and
    * then no lease lapsed and no job expired anywhere.
    */
-  async sweep(): Promise<{ requeued: number; failed: number; timedOut: number; expired: number }> {
+  async sweep(): Promise<{
+    requeued: number;
+    failed: number;
+    timedOut: number;
+    expired: number;
+    left: number;
+  }> {
     const now = this.clock.now();
-    const tally = { requeued: 0, failed: 0, timedOut: 0, expired: 0 };
+    const tally = { requeued: 0, failed: 0, timedOut: 0, expired: 0, left: 0 };
     for (const listed of await this.jobs.listOverdue(now, 500, noInput)) {
-      await this.sweepOne(listed, async () => {
+      tally.left += await this.sweepOne(listed, async () => {
         if (overran(listed, now)) {
           const job = await this.asListed(listed);
           const moved = job && (await this.tryMove(job, 'timeOut', () => this.timedOutPatch(job)));
@@ -655,7 +661,7 @@ export class JobEngine {
       });
     }
     for (const listed of await this.jobs.listExpiredUnfinished(now, 500, noInput)) {
-      await this.sweepOne(listed, async () => {
+      tally.left += await this.sweepOne(listed, async () => {
         const job = await this.asListed(listed);
         if (!job) return;
         // Past policy.ttl the job reads as 404 already, and stays so: this stops its worker, frees
@@ -680,13 +686,15 @@ export class JobEngine {
    * One job's step of a sweep. A job whose step throws (a payload removed outside Ferry, a write
    * refused) is reported and left for the next sweep: one such job must not stop the sweep of all the
    * others, nor, on AWS, the rest of the sweeper's run, which hands the webhooks of the jobs it
-   * ended to their queue.
+   * ended to their queue. Answers 1 for a job left, 0 otherwise (the sweep's `left`).
    */
-  private async sweepOne(job: Job, step: () => Promise<void>): Promise<void> {
+  private async sweepOne(job: Job, step: () => Promise<void>): Promise<0 | 1> {
     try {
       await step();
+      return 0;
     } catch (error) {
       this.warn?.(`job ${job.id} left for the next sweep: ${messageOf(error)}`);
+      return 1;
     }
   }
 

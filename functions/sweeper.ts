@@ -19,6 +19,8 @@ export interface SweepReport {
   failed: number;
   timedOut: number;
   expired: number;
+  /** Jobs whose move threw (each logged with its reason), left for the next run. */
+  left: number;
   deleted: number;
   resent: number;
   deadLettered: number;
@@ -92,6 +94,15 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
     const report = { ...swept, deleted, resent, deadLettered, notStartable };
     // One line per run for CloudWatch Logs Insights; counts only, never job contents.
     console.log(JSON.stringify({ msg: 'ferry sweep', ...report }));
+    // A job the sweep could not move is left for the next run, so that it does not stop the rest;
+    // the run still fails once all the rest is done, because the SweeperErrors alarm reads the
+    // function's Errors metric, which counts "exceptions that your code throws"
+    // (https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics-types.html): a job that stays
+    // stuck fails every run and raises it. The schedule and the function retry nothing (retryAttempts 0).
+    if (report.left > 0)
+      throw new Error(
+        `${report.left} job(s) could not be swept and were left for the next run; this run's log names each with its reason`,
+      );
     return report;
   };
 }

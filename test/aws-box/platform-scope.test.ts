@@ -462,14 +462,21 @@ describe('the sweeper and a payload that is gone for good (S3 tells a missing ke
     const warnings: string[] = [];
     // The engine reports a job it could not move on stderr (functions/wiring.ts).
     const warn = vi.spyOn(console, 'error').mockImplementation((line: string) => void warnings.push(line));
-    const quiet = vi.spyOn(console, 'log').mockImplementation(() => {});
+    const reports: string[] = [];
+    const quiet = vi.spyOn(console, 'log').mockImplementation((line: string) => void reports.push(line));
     const deniedBefore = gates.sweeper.denied().length;
     try {
-      const swept = await createSweeper(
-        () => platform,
-        () => clock.now(),
-      )();
-      expect(swept.requeued).toBeGreaterThanOrEqual(1);
+      // The run does the rest, then fails, so that the SweeperErrors alarm (Lambda's Errors metric)
+      // hears of the job it left.
+      await expect(
+        createSweeper(
+          () => platform,
+          () => clock.now(),
+        )(),
+      ).rejects.toThrow('1 job(s) could not be swept and were left for the next run');
+      const report = reports.map((line) => JSON.parse(line)).find((r) => r.msg === 'ferry sweep');
+      expect(report).toMatchObject({ left: 1 });
+      expect(report.requeued).toBeGreaterThanOrEqual(1);
       expect((await box.lambda.jobs.get(fine.body.id, clock.now()))?.status).toBe('IN_QUEUE');
       // Read as missing (a 404), not refused: the sweep says so and leaves the job for the next one.
       expect(warnings.join('\n')).toContain(

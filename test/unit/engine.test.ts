@@ -209,7 +209,7 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
         { warn: (line) => warnings.push(line) },
       );
       clock.advance(30_000);
-      expect(await engine.sweep()).toMatchObject({ requeued: 2 });
+      expect(await engine.sweep()).toMatchObject({ requeued: 2, left: 1 });
       expect(warnings).toEqual([`job ${broken} left for the next sweep: write refused`]);
       expect((await engine.status(ep, broken)).status).toBe('IN_PROGRESS');
       for (const id of ids.slice(1)) expect((await engine.status(ep, id)).status).toBe('IN_QUEUE');
