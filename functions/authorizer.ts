@@ -29,6 +29,7 @@ import {
   scopeCovers,
   scopeOf,
 } from '../core/auth.js';
+import { anyEnv, byNameSegment } from '../core/names.js';
 import type { ControlStore } from '../core/ports.js';
 import { platformFromEnv } from './wiring.js';
 
@@ -47,10 +48,16 @@ function allow(resource: string | string[]): APIGatewayAuthorizerResult['policyD
 
 /**
  * What a key may invoke. An unscoped key: the whole stage. A scoped key (docs/security.md): the v2
- * routes of the endpoints its scope covers (scopeCovers, the same rule the API applies again), listed
- * one by one so the cached answer is right for every route the key calls; an endpoint deployed later
- * is reachable once the authorizer cache entry expires. A scope that covers no endpoint yet still gets
- * an Allow for a path nothing serves, because an empty Resource list is not a valid policy.
+ * routes of the endpoints its scope covers by id (scopeCovers, the same rule the API applies again),
+ * listed one by one so the cached answer is right for every route the key calls (an endpoint deployed
+ * later is reachable by id once the authorizer cache entry expires); and every name route under its
+ * app (and environment, or `-`). Names are allowed by prefix, not listed: a name may resolve to a
+ * record of another name (`ferry dev` records `live-<name>`, core/names.ts resolveByName) or to none,
+ * and the API must answer that as it does locally (the endpoint, or 404 "not deployed"), not API
+ * Gateway with a 403 for a path the list lacks. The API checks the scope again on the record it
+ * resolves, so `-` cannot reach an environment outside the scope. API Gateway matches the policy
+ * against the request's method ARN, whose path is the request's own
+ * (https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-lambda-authorizer-output.html).
  */
 export async function allowedResources(
   stage: string,
@@ -59,22 +66,17 @@ export async function allowedResources(
 ): Promise<string[]> {
   if (scope.app === undefined) return [stage];
   const base = stage.slice(0, -1);
-  const endpoints = (
-    await control.listEndpoints({ app: scope.app, ...(scope.env ? { env: scope.env } : {}) })
-  )
+  const byId = (await control.listEndpoints({ app: scope.app, ...(scope.env ? { env: scope.env } : {}) }))
     .filter((endpoint) => scopeCovers(scope, endpoint))
     .flatMap((endpoint) => [
       `${base}*/v2/${endpoint.id}/*`,
       // GET /v2/<id>: the endpoint's lookup by id (core/api.ts byId).
       `${base}*/v2/${endpoint.id}`,
-      // The name route (core/names.ts), with its environment or `-`; the API resolves the name and
-      // applies scopeCovers again, so `-` cannot reach an environment outside the scope.
-      ...[endpoint.env, '-'].flatMap((env) => {
-        const byName = `${base}*/v2/by-name/${endpoint.app}/${env}/${endpoint.name}`;
-        return [byName, `${byName}/*`];
-      }),
     ]);
-  return endpoints.length > 0 ? endpoints : [`${base}*/v2/-none-/*`];
+  const byName = (scope.env === undefined ? [''] : [`/${scope.env}`, `/${anyEnv}`]).map(
+    (env) => `${base}*/v2/${byNameSegment}/${scope.app}${env}/*`,
+  );
+  return [...byId, ...byName];
 }
 
 function headerOf(event: APIGatewayRequestAuthorizerEvent, name: string): string | undefined {

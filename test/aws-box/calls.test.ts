@@ -141,6 +141,28 @@ describe('a worker calls another endpoint of its app on AWS', () => {
     expect((await recentJobs('elsewhere')).jobs).toHaveLength(0);
   });
 
+  it('finds a `ferry dev` endpoint by its bare name, and answers a name not deployed 404, as locally', async () => {
+    const token = tokenOf(caller);
+    // `ferry dev --provider aws` records its endpoints as `live-<name>` (core/names.ts resolveByName):
+    // code calls them by the bare name, which the key's policy must reach though no record bears it.
+    const live = await box.addEndpoint('live-helper');
+    const started = await call('POST', '/v2/by-name/box/production/helper/run', token, { input: { x: 5 } });
+    expect({ status: started.status, body: started.body }).toEqual({
+      status: 200,
+      body: { id: expect.any(String), status: 'IN_QUEUE' },
+    });
+    expect((await recentJobs(live.id)).jobs.map((j) => j.id)).toEqual([started.body.id]);
+    const resolved = await call('GET', '/v2/by-name/box/-/helper', token);
+    expect(resolved.status).toBe(200);
+    expect(resolved.body).toMatchObject({ id: live.id });
+    // A name nothing bears: the API's 404 that says so (the Python client's EndpointNotDeployed).
+    const missing = await call('POST', '/v2/by-name/box/production/nope/run', token, { input: {} });
+    expect(missing.status).toBe(404);
+    expect(missing.body.error).toContain(
+      "Endpoint 'nope' is not deployed in app 'box', environment 'production'",
+    );
+  });
+
   it('stops working once the endpoint is undeployed', async () => {
     const token = tokenOf(caller);
     await revokeCallKeys({ control: box.lambda.control, secrets }, caller);
