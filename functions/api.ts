@@ -23,7 +23,7 @@ import { badRequest, type ErrorEdge, internal, toHttpResponse } from '../core/er
 import { stringifyJsonExact } from '../core/json.js';
 import { type Logger, stderrLogger } from '../core/log.js';
 import { managePrefix } from '../core/manage.js';
-import { lambdaPayloadBytes } from './payloads.js';
+import { envelopeBytes, fitsLambdaResponse, lambdaPayloadBytes } from './payloads.js';
 import { deadlineSignal, type Platform, platformFromEnv, settleWebhooks } from './wiring.js';
 
 /** Answer this long before the function's timeout, so a capped wait still gets its 200 out. */
@@ -102,8 +102,8 @@ export function resultOf(response: ApiResponse, edge: ErrorEdge): APIGatewayProx
   const body = stringifyJsonExact(response.body);
   // Last line of defence: the payload store shrinks outputs, but a response Lambda cannot return
   // would reach the client as API Gateway's bare 502: answer in the API's error shape instead.
-  if (Buffer.byteLength(body) > lambdaPayloadBytes - 16 * 1024) {
-    const size = Buffer.byteLength(body);
+  if (!fitsLambdaResponse(body, lambdaPayloadBytes - envelopeBytes)) {
+    const size = Buffer.byteLength(JSON.stringify(body));
     return errorResult(
       internal(`The answer is ${size} bytes, more than a Lambda response may carry (6 MB)`),
       edge,

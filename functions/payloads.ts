@@ -18,8 +18,21 @@ import { parseJsonExact, stringifyJsonExact } from '../core/json.js';
 
 /** Lambda's synchronous invocation cap, on the request event and on the response (6 MB). */
 export const lambdaPayloadBytes = 6 * 1024 * 1024;
+
+/**
+ * Whether a response body of this text fits in `maxBytes` of a Lambda response. The body travels as
+ * a JSON string inside the response document, so its escaping counts too: a body of quotes and
+ * backslashes doubles, a control character becomes six bytes (`\u0001`), the most any UTF-16 unit
+ * grows; under a sixth of the limit nothing can make it too big, which spares most answers a second
+ * stringify.
+ */
+export function fitsLambdaResponse(body: string, maxBytes: number): boolean {
+  if (body.length * 6 <= maxBytes) return true;
+  return Buffer.byteLength(JSON.stringify(body)) <= maxBytes;
+}
+
 /** Room for the response envelope (`statusCode`, headers) around the body. */
-const envelopeBytes = 16 * 1024;
+export const envelopeBytes = 16 * 1024;
 
 const uploadRefPattern =
   /^payloads\/uploads\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.json$/;
@@ -121,10 +134,7 @@ export class S3PayloadStore implements PayloadStore {
   }
 
   private fits(body: unknown): boolean {
-    // The body travels as a JSON string inside the Lambda response, so its escaping counts too.
-    const json = JSON.stringify(body) ?? '';
-    if (json.length * 3 <= this.maxResponseBytes) return true;
-    return Buffer.byteLength(JSON.stringify(json)) <= this.maxResponseBytes;
+    return fitsLambdaResponse(JSON.stringify(body) ?? '', this.maxResponseBytes);
   }
 
   private async publish(

@@ -163,6 +163,27 @@ describe('api handler', () => {
     expect(lines.join('')).toContain('10.0.0.1');
   });
 
+  it('measures an answer as Lambda carries it, escaped inside the response: a 4 MB body of quotes is over 6 MB', async () => {
+    const spy = vi.spyOn(process.stderr, 'write').mockImplementation(() => true);
+    try {
+      // 2 M quotes: a 4 MB body (`\"` each), 8 MB once escaped again as the response document's body
+      // string. Lambda would refuse it, and API Gateway answer its bare 502: the API's own 500 instead.
+      const quotes = { logs: '"'.repeat(2 * 1024 * 1024) };
+      const { handler } = recording(async () => ({ statusCode: 200, body: quotes }));
+      const r = await handler(event(), context());
+      expect(r.statusCode).toBe(500);
+      expect(JSON.parse(r.body)).toEqual({ error: 'internal error', requestId: expect.any(String) });
+      // As much plain text fits, and goes out whole.
+      const plain = { logs: 'a'.repeat(4 * 1024 * 1024) };
+      const { handler: fine } = recording(async () => ({ statusCode: 200, body: plain }));
+      const ok = await fine(event(), context());
+      expect(ok.statusCode).toBe(200);
+      expect(JSON.parse(ok.body)).toEqual(plain);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
   it('aborts the wait 1.5 s before the function would time out', async () => {
     const { seen, handler } = recording(
       async (req) =>
