@@ -86,6 +86,9 @@ export const notFound = (message: string) => new FerryError('not_found', message
 export const conflict = (message: string) => new FerryError('conflict', message);
 /** The 401 of a missing or unknown key, on every front door (the local API, API Gateway, the shim). */
 export const missingKeyMessage = 'Missing or invalid API key';
+/** What API Gateway answers (404) for a path outside the API's two roots, which it routes nowhere. */
+export const noRouteMessage =
+  'No such route: the job API is under /v2/, the management API under /manage/v1/';
 export const unauthorized = (message = missingKeyMessage) => new FerryError('unauthorized', message);
 export const forbidden = (message: string) => new FerryError('forbidden', message);
 export const tooLarge = (message: string, hint?: string) => new FerryError('too_large', message, { hint });

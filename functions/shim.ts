@@ -3,6 +3,7 @@
  * handlers: a dev and test tool, not a production server. Each HTTP request goes the way it would on
  * AWS:
  *
+ *   path outside /v2/ and /manage/v1/ ────────▶ 404 {"error": noRouteMessage} (no resource there)
  *   body > 10 MB ─────────────────────────────▶ 413 (API Gateway's payload cap)
  *   proxy event > 6 MB ───────────────────────▶ 413 (Lambda's invocation cap)
  *   no Authorization header ──────────────────▶ 401 (the authorizer's identity source is missing)
@@ -29,7 +30,7 @@ import type {
   Context,
 } from 'aws-lambda';
 import { outOfScopeMessage } from '../core/auth.js';
-import { FerryError, internal, missingKeyMessage, toHttpResponse } from '../core/errors.js';
+import { FerryError, internal, missingKeyMessage, noRouteMessage, toHttpResponse } from '../core/errors.js';
 import { type Logger, stderrLogger } from '../core/log.js';
 import type { ApiHandler } from './api.js';
 import type { AuthorizerHandler } from './authorizer.js';
@@ -111,6 +112,13 @@ export async function startShim(options: ShimOptions): Promise<Shim> {
 }
 
 async function serve(req: IncomingMessage, res: ServerResponse, options: ShimOptions): Promise<void> {
+  // The stack's only resources are /v2/{proxy+} and /manage/v1/{proxy+} (infra/platform-stack.ts).
+  const path = (req.url ?? '/').split('?')[0]!;
+  if (!path.startsWith('/v2/') && !path.startsWith('/manage/v1/')) {
+    req.resume();
+    errorJson(res, 404, noRouteMessage);
+    return;
+  }
   const body = await readBody(req, apiGatewayPayloadBytes);
   if (body === 'too large') {
     errorJson(res, 413, `Request body is over the ${apiGatewayPayloadBytes} bytes API Gateway takes`);

@@ -75,7 +75,7 @@ import {
 } from '../core/adapters/aws/dynamo.js';
 import { webhookBodyPrefix } from '../core/adapters/aws/webhook-queue.js';
 import { outOfScopeMessage } from '../core/auth.js';
-import { FerryError, missingKeyMessage } from '../core/errors.js';
+import { FerryError, missingKeyMessage, noRouteMessage } from '../core/errors.js';
 import { limits } from '../core/limits.js';
 import { functionEntries } from '../functions/bundle.js';
 import { AlarmTopic } from './constructs/alarms.js';
@@ -1339,6 +1339,11 @@ export class PlatformStack extends Stack {
         id: 'AwsSolutions-COG4',
         reason: 'Clients authenticate with Ferry API keys (docs/api.md), checked by a Lambda authorizer.',
       },
+      {
+        id: 'AwsSolutions-APIG2',
+        reason:
+          'Two greedy proxy methods carry every route; the API function validates each body and path (zod), with the errors of docs/api.md.',
+      },
     );
 
     // Errors keep the one body shape of the API, `{"error": "..."}` (docs/api.md#errors), even when API
@@ -1362,25 +1367,36 @@ export class PlatformStack extends Stack {
         'application/json': '{"error":"Request body is larger than API Gateway accepts (10 MB)"}',
       },
     });
+    // A path outside /v2 and /manage/v1 (every path under them reaches the function, which answers an
+    // unknown route 404 itself): API Gateway's answer for "a method or resource that does not exist" is
+    // 403 "Missing Authentication Token" by default (MISSING_AUTHENTICATION_TOKEN, "including the cases
+    // when the client attempts to invoke an unsupported API method or resource",
+    // https://docs.aws.amazon.com/apigateway/latest/developerguide/supported-gateway-response-types.html);
+    // the API's answer is the 404 of an unknown route (docs/api.md#errors). No message of API
+    // Gateway's is passed on: for a request with an Authorization header it quotes the header back.
+    api.addGatewayResponse('NoRoute', {
+      type: apigw.ResponseType.MISSING_AUTHENTICATION_TOKEN,
+      statusCode: '404',
+      templates: { 'application/json': JSON.stringify({ error: noRouteMessage }) },
+    });
     api.addGatewayResponse('Default4xx', {
       type: apigw.ResponseType.DEFAULT_4XX,
       templates: { 'application/json': '{"error":$context.error.messageString}' },
     });
+    // A 5xx API Gateway makes itself (the authorizer failed, which it does on purpose when a key cannot
+    // be checked; the integration timed out; Lambda throttled or failed) answers as the function's own
+    // 5xx does: "internal error" and the request id, the one the function logs with
+    // (event.requestContext.requestId). `$context.error.messageString` is a JSON null for a failed
+    // authorizer, and API Gateway's own wording otherwise.
     api.addGatewayResponse('Default5xx', {
       type: apigw.ResponseType.DEFAULT_5XX,
-      templates: { 'application/json': '{"error":$context.error.messageString}' },
+      templates: { 'application/json': '{"error":"internal error","requestId":"$context.requestId"}' },
     });
 
     const authorizer = new apigw.RequestAuthorizer(this, 'ApiKeyAuthorizer', {
       handler: this.authorizerFunction,
       identitySources: [apigw.IdentitySource.header('Authorization')],
       resultsCacheTtl: Duration.minutes(1),
-    });
-    // Path parameters are checked here; bodies have no API Gateway model (the functions validate them
-    // with zod), so body validation is on but has nothing to enforce.
-    const validator = api.addRequestValidator('Validator', {
-      validateRequestParameters: true,
-      validateRequestBody: true,
     });
 
     // One function serves every route (functions/api.ts routes by path), so one integration and one
@@ -1390,50 +1406,18 @@ export class PlatformStack extends Stack {
       timeout: Duration.seconds(this.timing.integrationTimeoutSec),
       scopePermissionToMethod: false,
     });
-
-    const v2 = api.root.addResource('v2');
-    const endpoint = v2.addResource('{endpointId}');
-    const route = (path: string[], methods: string[]): void => {
-      let resource: apigw.IResource = endpoint;
-      for (const part of path) resource = resource.getResource(part) ?? resource.addResource(part);
-      const requestParameters: Record<string, boolean> = { 'method.request.path.endpointId': true };
-      if (path.includes('{jobId}')) requestParameters['method.request.path.jobId'] = true;
-      for (const method of methods) {
-        resource.addMethod(method, integration, {
-          authorizer,
-          authorizationType: apigw.AuthorizationType.CUSTOM,
-          requestValidator: validator,
-          requestParameters,
-        });
-      }
-    };
-    // The client routes of core/api.ts. Worker routes are not exposed: workers talk to their agent.
-    route([], ['GET']); // the endpoint's lookup by id: its kind, and a load-balanced one's URL
-    route(['run'], ['POST']);
-    route(['runsync'], ['POST']);
-    route(['status', '{jobId}'], ['GET', 'POST']);
-    route(['status-sync', '{jobId}'], ['GET', 'POST']);
-    route(['stream', '{jobId}'], ['GET', 'POST']);
-    route(['cancel', '{jobId}'], ['POST']);
-    route(['retry', '{jobId}'], ['POST']);
-    route(['purge-queue'], ['POST']);
-    route(['health'], ['GET']);
-    // The claim-check for bodies over API Gateway's 10 MB / Lambda's 6 MB (functions/payloads.ts).
-    route(['uploads'], ['POST']);
-    // Endpoints by name (core/names.ts): `/v2/by-name/<app>/<env>/<endpoint>[/<route>]`, same authorizer.
-    // A literal `by-name` beside `{endpointId}` wins over the variable (API Gateway matches literal
-    // path parts first), and one greedy proxy carries every route; the function routes by path
-    // (core/api.ts). https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-method-settings-method-request.html
-    const byName = v2.addResource('by-name').addResource('{proxy+}');
-    for (const method of ['GET', 'POST']) {
-      byName.addMethod(method, integration, {
+    // Every method of every path under /v2 (the client routes of core/api.ts, by id and by name) and
+    // under /manage/v1 (core/manage.ts) goes to the function behind the key authorizer: the function
+    // routes by method and path, as the local server does, so an unknown route or method is its 404
+    // `{"error"}`, not API Gateway's 403 for a resource or method it lacks. Worker routes reach it too
+    // and answer 401 (it takes no worker token; workers talk to their agent). The authorizer's policy
+    // is matched against the request's own method and path either way.
+    for (const root of [api.root.addResource('v2'), api.root.addResource('manage').addResource('v1')]) {
+      root.addResource('{proxy+}').addMethod('ANY', integration, {
         authorizer,
         authorizationType: apigw.AuthorizationType.CUSTOM,
       });
     }
-    // The management API (core/manage.ts): GET only, same authorizer; the function routes by path.
-    const manage = api.root.addResource('manage').addResource('v1').addResource('{proxy+}');
-    manage.addMethod('GET', integration, { authorizer, authorizationType: apigw.AuthorizationType.CUSTOM });
     return api;
   }
 

@@ -148,11 +148,22 @@ describe('v2 rows through the Lambda handlers', () => {
     expect(take.body.error).toMatch(/API key/);
   });
 
-  it('unknown endpoint, job and route are 404 {error}', async () => {
+  it('unknown endpoint, job, route and method are 404 {error}', async () => {
     for (const path of ['/nope/health', '/main/status/no-such-job', '/main/no-such-route']) {
       const r = await call('GET', path);
       expect(r.status).toBe(404);
       expect(typeof r.body.error).toBe('string');
+    }
+    // A method the route does not take reaches the function too (one ANY proxy, infra/platform-stack.ts).
+    for (const [method, path] of [
+      ['DELETE', '/main/run'],
+      ['GET', '/main/cancel/some-job'],
+    ] as const) {
+      const r = await call(method, path);
+      expect({ status: r.status, body: r.body }).toEqual({
+        status: 404,
+        body: { error: `No route for ${method} /v2${path}` },
+      });
     }
   });
 });

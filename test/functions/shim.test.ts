@@ -6,7 +6,7 @@
 import type { APIGatewayProxyEvent, APIGatewayProxyResult } from 'aws-lambda';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { hashKey, outOfScopeMessage } from '../../core/auth.js';
-import { missingKeyMessage } from '../../core/errors.js';
+import { missingKeyMessage, noRouteMessage } from '../../core/errors.js';
 import type { ApiKeyRecord, ControlStore } from '../../core/ports.js';
 import type { ApiHandler } from '../../functions/api.js';
 import { type AuthorizerHandler, createAuthorizer } from '../../functions/authorizer.js';
@@ -151,6 +151,29 @@ describe('API Gateway shim', () => {
       });
       expect(events).toHaveLength(0);
     });
+  });
+
+  it('404 {error} off the two roots the stack routes (/v2/, /manage/v1/), key or not; the api never runs', async () => {
+    const url = await start();
+    for (const path of ['/', '/v1/ep/run', '/v2', '/manage/v2/endpoints', '/lb/ep/predict']) {
+      for (const headers of [{}, { authorization: 'Bearer fy_some-key' }] as Record<string, string>[]) {
+        const r = await fetch(`${url}${path}`, { method: 'POST', headers, body: '{}' });
+        expect({ path, status: r.status, body: await r.json() }).toEqual({
+          path,
+          status: 404,
+          body: { error: noRouteMessage },
+        });
+      }
+    }
+    expect(events).toHaveLength(0);
+    for (const path of ['/v2/ep/anything', '/manage/v1/anything'])
+      expect(
+        (await fetch(`${url}${path}`, { method: 'DELETE', headers: { authorization: 'k' } })).status,
+      ).toBe(200);
+    expect(events.map((e) => `${e.httpMethod} ${e.path}`)).toEqual([
+      'DELETE /v2/ep/anything',
+      'DELETE /manage/v1/anything',
+    ]);
   });
 
   it('413 {error} over the 6 MB Lambda cap and over the 10 MB API Gateway cap', async () => {

@@ -3,7 +3,7 @@ import { Match, Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dynamoSchema, stopSignalKey, type TableSpec } from '../../core/adapters/aws/dynamo.js';
 import { outOfScopeMessage } from '../../core/auth.js';
-import { FerryError, missingKeyMessage } from '../../core/errors.js';
+import { FerryError, missingKeyMessage, noRouteMessage } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import { functionEntries } from '../../functions/bundle.js';
 import { functionEnvSchema } from '../../functions/wiring.js';
@@ -406,71 +406,27 @@ describe('API', () => {
     });
   });
 
-  it('puts every v2 route behind the authorizer, with GET and POST where the API takes both', () => {
-    const methods = Object.values(template.findResources('AWS::ApiGateway::Method'));
-    // 14 v2 methods (GET /v2/{endpointId} among them), GET and POST /v2/by-name/{proxy+}, and GET
-    // /manage/v1/{proxy+} (test/infra/observability.test.ts).
-    expect(methods).toHaveLength(17);
-    for (const method of methods) expect(method.Properties.AuthorizationType).toBe('CUSTOM');
-    const resources = template.findResources('AWS::ApiGateway::Resource');
-    const parts = Object.values(resources).map((r) => r.Properties.PathPart);
-    for (const part of [
-      'v2',
-      '{endpointId}',
-      'run',
-      'runsync',
-      'status',
-      'status-sync',
-      'stream',
-      'cancel',
-    ]) {
-      expect(parts).toContain(part);
-    }
-    for (const part of ['retry', 'purge-queue', 'health', 'uploads', '{jobId}'])
-      expect(parts).toContain(part);
-    const statusSync = Object.entries(resources).find(([, r]) => r.Properties.PathPart === 'status-sync')![0];
-    const jobId = Object.entries(resources).find(
-      ([, r]) =>
-        r.Properties.PathPart === '{jobId}' && JSON.stringify(r.Properties.ParentId).includes(statusSync),
-    )![0];
-    const verbs = methods
-      .filter((m) => m.Properties.ResourceId.Ref === jobId)
-      .map((m) => m.Properties.HttpMethod);
-    expect(verbs.sort()).toEqual(['GET', 'POST']);
-    // The lookup by id (core/api.ts byId): GET on the endpoint's own resource, its id a checked parameter.
-    const endpoint = Object.entries(resources).find(([, r]) => r.Properties.PathPart === '{endpointId}')![0];
-    const lookup = methods.filter((m) => m.Properties.ResourceId.Ref === endpoint);
-    expect(lookup.map((m) => m.Properties.HttpMethod)).toEqual(['GET']);
-    expect(lookup[0]!.Properties.RequestParameters).toEqual({ 'method.request.path.endpointId': true });
-  });
-
-  it('routes /v2/by-name/{proxy+} (GET and POST) to the API function, beside /v2/{endpointId}', () => {
+  it('sends every method of every path under /v2 and /manage/v1 to the API function, behind the authorizer', () => {
+    // The function routes by method and path (core/api.ts, core/manage.ts), as the local server does:
+    // an unknown route or method under them is its 404 {"error"}, not API Gateway's 403 for a
+    // resource or method it lacks ("Missing Authentication Token", or with an Authorization header
+    // a SigV4 complaint quoting the header back).
     const resources = Object.entries(template.findResources('AWS::ApiGateway::Resource'));
-    const idOf = (part: string, parent?: string) =>
-      resources.find(
-        ([, r]) =>
-          r.Properties.PathPart === part &&
-          (parent === undefined || JSON.stringify(r.Properties.ParentId).includes(`"${parent}"`)),
-      )?.[0];
-    const v2 = idOf('v2')!;
-    const byName = idOf('by-name', v2);
-    expect(byName).toBeDefined();
-    expect(idOf('{endpointId}', v2)).toBeDefined();
-    const proxy = idOf('{proxy+}', byName);
-    expect(proxy).toBeDefined();
-    const methods = Object.values(template.findResources('AWS::ApiGateway::Method')).filter(
-      (m) => m.Properties.ResourceId.Ref === proxy,
-    );
-    expect(methods.map((m) => m.Properties.HttpMethod).sort()).toEqual(['GET', 'POST']);
-    const runMethod = Object.values(template.findResources('AWS::ApiGateway::Method')).find(
-      (m) => m.Properties.ResourceId.Ref === idOf('run'),
-    )!;
-    for (const m of methods) {
-      expect(m.Properties.AuthorizationType).toBe('CUSTOM');
-      expect(m.Properties.AuthorizerId).toEqual(runMethod.Properties.AuthorizerId);
-      // The same Lambda proxy integration as the id routes: one function serves both.
-      expect(m.Properties.Integration.Type).toBe('AWS_PROXY');
-      expect(m.Properties.Integration.Uri).toEqual(runMethod.Properties.Integration.Uri);
+    const pathOf = (id: string): string => {
+      const resource = resources.find(([logical]) => logical === id)?.[1];
+      if (!resource) return '';
+      const parent = resource.Properties.ParentId as { Ref?: string };
+      return `${parent.Ref ? pathOf(parent.Ref) : ''}/${resource.Properties.PathPart}`;
+    };
+    const methods = Object.values(template.findResources('AWS::ApiGateway::Method'));
+    const routes = methods.map((m) => `${m.Properties.HttpMethod} ${pathOf(m.Properties.ResourceId.Ref)}`);
+    expect(routes.sort()).toEqual(['ANY /manage/v1/{proxy+}', 'ANY /v2/{proxy+}']);
+    const [first] = methods;
+    for (const method of methods) {
+      expect(method.Properties.AuthorizationType).toBe('CUSTOM');
+      expect(method.Properties.AuthorizerId).toEqual(first!.Properties.AuthorizerId);
+      expect(method.Properties.Integration.Type).toBe('AWS_PROXY');
+      expect(method.Properties.Integration.Uri).toEqual(first!.Properties.Integration.Uri);
     }
   });
 
@@ -523,7 +479,7 @@ describe('API', () => {
     expect(api.Timeout).toBeLessThan(integrationTimeoutSec);
   });
 
-  it('answers gateway-made errors in the API error shape: 401 for a missing or unknown key, 403 outside its scope', () => {
+  it('answers gateway-made errors in the API error shape: 401 for a missing or unknown key, 403 outside its scope, 404 off the API, 5xx masked', () => {
     const responses = Object.values(template.findResources('AWS::ApiGateway::GatewayResponse')).map(
       (r) =>
         r.Properties as {
@@ -547,6 +503,21 @@ describe('API', () => {
         ResponseTemplates: { 'application/json': JSON.stringify({ error: outOfScopeMessage }) },
       }),
     ]);
+    // A path outside /v2 and /manage/v1, which has no resource: 404, none of API Gateway's words.
+    expect(byType('MISSING_AUTHENTICATION_TOKEN')).toEqual([
+      expect.objectContaining({
+        StatusCode: '404',
+        ResponseTemplates: { 'application/json': JSON.stringify({ error: noRouteMessage }) },
+      }),
+    ]);
+    // Every 5xx API Gateway makes (a failed authorizer, an integration timeout, a throttled function):
+    // the API's own 5xx shape with the request id the function logs, not `{"error": null}`.
+    const [fiveHundreds] = byType('DEFAULT_5XX');
+    const body = fiveHundreds!.ResponseTemplates['application/json']!;
+    expect(JSON.parse(body.replace('$context.requestId', 'r-1'))).toEqual({
+      error: 'internal error',
+      requestId: 'r-1',
+    });
   });
 });
 
