@@ -207,13 +207,15 @@ describe('task protection through idle_timeout', () => {
     await eventually('protection to be turned on', () => (ecs.requests.length > 0 ? true : undefined));
     const view = await api.engine.statusSync(endpointId, job.id, 20_000);
     expect(view.status).toBe('COMPLETED');
-    const finishedAt = Date.now();
+    // When the job ended by the record, not when the status poll above woke (up to its interval later).
+    const { finishedAt } = (await aws.jobs().get(job.id, Date.now()))!;
     const off = await eventually('protection to be turned off', () =>
       ecs.requests.find((r) => (r.body as { ProtectionEnabled?: boolean }).ProtectionEnabled === false),
     );
     // Not before the idle window is over (the scaling policy keeps the worker that long), whatever
-    // the machine's speed: a slow machine only makes the gap longer.
-    expect(off.at! - finishedAt).toBeGreaterThanOrEqual(offAfterMs - 500);
+    // the machine's speed: a slow machine only makes the gap longer. The idle window starts when the
+    // agent lets go of the job, which is just before it stamps finishedAt (a registry write apart).
+    expect(off.at! - finishedAt!).toBeGreaterThanOrEqual(offAfterMs - 500);
   });
 });
 
@@ -410,7 +412,8 @@ describe('the bundled agent (main.ts)', () => {
       );
       return { child, port };
     });
-    const exited = once(child, 'exit') as Promise<[number | null, string | null]>;
+    // 'close', not 'exit': stderr is read below, and only 'close' comes after it has all been read.
+    const exited = once(child, 'close') as Promise<[number | null, string | null]>;
 
     const job = await api.engine.submit(endpointId, { input: { method: 'echo' } }, { sync: false });
     const base = `http://127.0.0.1:${port}/v2/${endpointId}`;

@@ -18,6 +18,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startOnChildPort } from '../../core/child-port.js';
 import { defaultSupervisorSettings } from '../../core/supervisor.js';
 import { bundleAgent } from '../../worker-image/agent/bundle.js';
 import { eventually } from '../agent/helpers.js';
@@ -126,7 +127,7 @@ async function oneTask(
   stopWhen?: (agentOutput: string) => Promise<boolean> | boolean,
   options: { graceSec?: number; agentFirst?: boolean; pullMs?: number } = {},
 ): Promise<{ code: number | null; stderr: string; workerStartedAt: number }> {
-  const [workerPort, agentPort] = (await freePorts(2)) as [number, number];
+  const [workerPort] = (await freePorts(1)) as [number];
   const task: { desired: string; worker?: ChildProcess } = { desired: 'RUNNING' };
   let workerStartedAt = Date.now();
   const startTheWorker = () => {
@@ -137,38 +138,57 @@ async function oneTask(
   const pulled = options.pullMs
     ? new Promise<ChildProcess>((resolve) => setTimeout(() => resolve(startTheWorker()), options.pullMs))
     : Promise.resolve(startTheWorker());
-  const agent = spawn(process.execPath, [agentFile], {
-    env: {
-      PATH: process.env.PATH ?? '',
-      FERRY_AGENT_MODE: 'lb',
-      FERRY_ENDPOINT_ID: endpointId,
-      FERRY_APP: 'box',
-      FERRY_ENV: 'production',
-      FERRY_CONTROL_TABLE: box.fixture.tables.control,
-      FERRY_WORKERS_TABLE: box.fixture.tables.workers,
-      FERRY_PORT: String(workerPort),
-      FERRY_WORKER_HOST: '127.0.0.1',
-      FERRY_AGENT_HOST: '127.0.0.1',
-      FERRY_AGENT_PORT: String(agentPort),
-      FERRY_DRAIN_MS: '1000',
-      ECS_CONTAINER_METADATA_URI_V4: await metadataEndpoint(task),
-      AWS_REGION: fakeAwsConfig.region,
-      AWS_ACCESS_KEY_ID: fakeAwsConfig.credentials.accessKeyId,
-      AWS_SECRET_ACCESS_KEY: fakeAwsConfig.credentials.secretAccessKey,
-      AWS_ENDPOINT_URL_DYNAMODB: box.fixture.dynamo.endpoint,
-      ...(options.graceSec ? { FERRY_HEALTH_CHECK_GRACE_SEC: String(options.graceSec) } : {}),
-    },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  cleanups.push(() => {
-    if (agent.exitCode === null && agent.signalCode === null) agent.kill('SIGKILL');
-  });
+  const metadataUri = await metadataEndpoint(task);
   let stderr = '';
-  agent.stderr.setEncoding('utf8');
-  agent.stderr.on('data', (data: string) => {
-    stderr += data;
+  // The agent binds a port picked here, free but not held: should another server take it first, the
+  // agent exits before it serves (EADDRINUSE, having counted nothing) and starts again on another.
+  const { agent, exited } = await startOnChildPort(async (agentPort) => {
+    const agent = spawn(process.execPath, [agentFile], {
+      env: {
+        PATH: process.env.PATH ?? '',
+        FERRY_AGENT_MODE: 'lb',
+        FERRY_ENDPOINT_ID: endpointId,
+        FERRY_APP: 'box',
+        FERRY_ENV: 'production',
+        FERRY_CONTROL_TABLE: box.fixture.tables.control,
+        FERRY_WORKERS_TABLE: box.fixture.tables.workers,
+        FERRY_PORT: String(workerPort),
+        FERRY_WORKER_HOST: '127.0.0.1',
+        FERRY_AGENT_HOST: '127.0.0.1',
+        FERRY_AGENT_PORT: String(agentPort),
+        FERRY_DRAIN_MS: '1000',
+        ECS_CONTAINER_METADATA_URI_V4: metadataUri,
+        AWS_REGION: fakeAwsConfig.region,
+        AWS_ACCESS_KEY_ID: fakeAwsConfig.credentials.accessKeyId,
+        AWS_SECRET_ACCESS_KEY: fakeAwsConfig.credentials.secretAccessKey,
+        AWS_ENDPOINT_URL_DYNAMODB: box.fixture.dynamo.endpoint,
+        ...(options.graceSec ? { FERRY_HEALTH_CHECK_GRACE_SEC: String(options.graceSec) } : {}),
+      },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    cleanups.push(() => {
+      if (agent.exitCode === null && agent.signalCode === null) agent.kill('SIGKILL');
+    });
+    stderr = '';
+    agent.stderr.setEncoding('utf8');
+    agent.stderr.on('data', (data: string) => {
+      stderr += data;
+    });
+    // 'close', not 'exit': what it printed is read from `stderr`, and only 'close' comes after all of
+    // it. Listened for from the start: a broken worker can make the agent leave right after it serves.
+    const exited = once(agent, 'close') as Promise<[number | null]>;
+    await new Promise<void>((resolve, reject) => {
+      const served = () => stderr.includes('serving load-balanced endpoint');
+      agent.stderr.on('data', () => {
+        if (served()) resolve();
+      });
+      void exited.then(([code]) => {
+        if (served()) resolve();
+        else reject(new Error(`the agent exited (code ${code}) before it served:\n${stderr}`));
+      });
+    });
+    return { agent, exited };
   });
-  const exited = once(agent, 'exit') as Promise<[number | null]>;
   if (stopWhen) {
     await eventually(
       'the moment to stop the task',

@@ -76,7 +76,10 @@ describe('v2 rows through the Lambda handlers', () => {
     const tookMs = Date.now() - started;
     expect(r.status).toBe(200);
     expect(r.body).toEqual({ id: expect.stringMatching(/^sync-/), status: expect.stringMatching(/IN_/) });
-    expect(tookMs).toBeLessThan(maxWaitMs + 1_500);
+    // Well before the 60 s asked for: the cap plus the round trips through the shim, the authorizer,
+    // DynamoDB Local and SQS, which take seconds on a busy machine. That it is the cap and not the
+    // job's end that answered, the status IN_ above says.
+    expect(tookMs).toBeLessThan(maxWaitMs + 5_000);
     const done = await untilFinal('main', r.body.id);
     expect(done.body).toMatchObject({ status: 'COMPLETED', output: 'late' });
   });

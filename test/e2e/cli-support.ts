@@ -137,17 +137,36 @@ export function killGroup(child: ChildProcess, signal: NodeJS.Signals = 'SIGKILL
   }
 }
 
-/** SIGINT (Ctrl+C) the group; SIGKILL if it is still there after 10 s. Resolves with the exit code. */
-export function stopChild(child: ChildProcess, signal: NodeJS.Signals = 'SIGINT'): Promise<number | null> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode);
-  return new Promise((resolve) => {
+/**
+ * SIGINT (Ctrl+C) the group; SIGKILL if it is still there after 10 s. Resolves with the exit code
+ * once what it printed has been read too: callers check its last lines.
+ */
+export async function stopChild(
+  child: ChildProcess,
+  signal: NodeJS.Signals = 'SIGINT',
+): Promise<number | null> {
+  if (child.exitCode === null && child.signalCode === null) {
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     const timer = setTimeout(() => killGroup(child), 10_000);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      resolve(code);
-    });
     killGroup(child, signal);
-  });
+    await exited;
+    clearTimeout(timer);
+  }
+  // 'exit' can come before the last of its output has been read, 'close' comes after. Bounded: a
+  // process it started outside its group could hold its stdout or stderr open.
+  const drained = [child.stdout, child.stderr].every(
+    (stream) => !stream || stream.readableEnded || stream.destroyed,
+  );
+  if (!drained) {
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, 2_000);
+      child.once('close', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+  return child.exitCode;
 }
 
 /** The five deploy stages (docs/architecture.md#the-cli), as `ferry deploy` prints them on stderr. */

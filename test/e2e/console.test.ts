@@ -79,7 +79,7 @@ describe('console', () => {
     await page.goto(`${platform.url}/console`);
     await page.fill('#api-key', 'fy_not_a_key');
     await page.click('#sign-in');
-    await expect.poll(() => page.textContent('#sign-in-error')).toContain('refused');
+    await expect.poll(() => page.textContent('#sign-in-error'), { timeout: 30_000 }).toContain('refused');
     expect(await page.evaluate('sessionStorage.getItem("ferry.apiKey")')).toBeNull();
     await shot('signin');
   });
@@ -127,7 +127,7 @@ describe('console', () => {
     await expect
       .poll(() => page.textContent('#job-error'), { timeout: 30_000 })
       .toContain('boom: shown in the browser');
-    await expect.poll(() => page.textContent('#job-logs')).toContain('about to fail');
+    await expect.poll(() => page.textContent('#job-logs'), { timeout: 30_000 }).toContain('about to fail');
     await shot('failed');
   });
 
@@ -136,19 +136,21 @@ describe('console', () => {
     await page.waitForSelector('#jobs tbody tr[data-job]');
     await page.selectOption('#status-filter', 'COMPLETED');
     await expect
-      .poll(() => page.$$eval('#jobs tbody tr .badge', (b) => b.map((x) => x.textContent)))
+      .poll(() => page.$$eval('#jobs tbody tr .badge', (b) => b.map((x) => x.textContent)), {
+        timeout: 30_000,
+      })
       .toEqual(['COMPLETED']);
     await shot('jobs');
     await page.click('button[data-tab="workers"]');
     await page.waitForSelector('#workers tbody tr');
     await page.click('button[data-tab="charts"]');
     // uPlot draws on canvas: four panels, each with its legend.
-    await expect.poll(() => page.$$eval('#charts canvas', (c) => c.length)).toBe(4);
+    await expect.poll(() => page.$$eval('#charts canvas', (c) => c.length), { timeout: 30_000 }).toBe(4);
     await page.goto(`${platform.url}/console#/`);
     await page.waitForSelector('#endpoints tr[data-endpoint="chatty"]');
     await shot('endpoints');
     await page.goto(`${platform.url}/console#/e/chatty/charts`);
-    await expect.poll(() => page.$$eval('#charts canvas', (c) => c.length)).toBe(4);
+    await expect.poll(() => page.$$eval('#charts canvas', (c) => c.length), { timeout: 30_000 }).toBe(4);
     await shot('charts');
   });
 

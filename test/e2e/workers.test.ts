@@ -16,11 +16,14 @@ let platform: TestPlatform;
 let base: string;
 let scratch: string;
 
+/** The first value `ok` accepts; throws with the last one seen once `timeoutMs` is over. */
 const until = async <T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 20_000): Promise<T> => {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe();
-    if (ok(value) || Date.now() > deadline) return value;
+    if (ok(value)) return value;
+    if (Date.now() > deadline)
+      throw new Error(`not there after ${timeoutMs} ms; last seen: ${JSON.stringify(value)}`);
     await new Promise((r) => setTimeout(r, 100));
   }
 };

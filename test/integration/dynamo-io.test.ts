@@ -356,14 +356,17 @@ describe('runsync, status-sync and stream waits do not read the input back', () 
       // No worker: runsync polls until its wait runs out and answers {id, status}.
       const view = await engine.runSync(endpointId, { input: bigInput }, 300, undefined);
       expect(view).toEqual({ id: view.id, status: 'IN_QUEUE' });
-      expect(store.count('GetItem')).toBeGreaterThan(5);
+      // It re-read the job (each a GetItem) without its input. How many times depends on the
+      // emulator's speed on a busy machine, so only that it came back to it.
+      expect(store.count('GetItem')).toBeGreaterThanOrEqual(2);
       expect(store.blobReads).toEqual([]);
 
       // status-sync that runs out: the view of an unfinished job shows its input, read once at the end.
       store.reset();
       const unfinished = await engine.statusSync(endpointId, view.id, 200);
       expect(unfinished).toMatchObject({ status: 'IN_QUEUE', input: bigInput });
-      expect(store.count('GetItem')).toBeGreaterThan(3);
+      // At least two reads in the loop, then the view's read with the input.
+      expect(store.count('GetItem')).toBeGreaterThanOrEqual(3);
       expect(store.blobReads.length).toBe(1);
 
       // A worker takes it (that read fetches the input) and finishes it while status-sync waits.
