@@ -310,3 +310,16 @@ export function workerMemoryReservationMiB(shape: InstanceShape): number {
   const headroomMiB = Math.max(1024, Math.ceil(totalMiB * 0.1));
   return totalMiB - headroomMiB - agentMemoryMiB - artifactInitMemoryMiB;
 }
+
+/**
+ * The worker's /dev/shm, half its memory reservation. Docker gives a container 64 MiB unless told
+ * (`sharedMemorySize` "maps to the --shm-size option to docker run",
+ * https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_LinuxParameters.html), and GPU code
+ * lives in it: PyTorch's DataLoader workers hand batches over shared memory, NCCL moves tensors
+ * between the GPUs of one host through it, so a multi-GPU model (vLLM's tensor parallelism) or a
+ * loader with workers dies with a bus error on 64 MiB. A tmpfs holds memory only as it is written,
+ * and what it holds counts as the container's, so this is a ceiling, not a reservation.
+ */
+export function workerSharedMemoryMiB(shape: InstanceShape): number {
+  return Math.floor(workerMemoryReservationMiB(shape) / 2);
+}

@@ -39,7 +39,13 @@ import { Construct } from 'constructs';
 import { jobLogStreamPrefix } from '../../core/adapters/aws/cloudwatch-logs.js';
 import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
 import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/protocol.js';
-import { agentMemoryMiB, artifactInitMemoryMiB, type Placement, workerMemoryReservationMiB } from '../gpu.js';
+import {
+  agentMemoryMiB,
+  artifactInitMemoryMiB,
+  type Placement,
+  workerMemoryReservationMiB,
+  workerSharedMemoryMiB,
+} from '../gpu.js';
 import { callKeySecret, EndpointAgentAccess, EndpointWorkerToken, userSecrets } from '../isolation.js';
 import { clusterName, jobLogGroupName, serviceName } from '../names.js';
 import type { PlatformRefs } from '../platform-exports.js';
@@ -160,8 +166,8 @@ export class EndpointService extends Construct {
     // empty, … the container capabilities are all of the default Docker capabilities",
     // https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-ecs-taskdefinition-kernelcapabilities.html).
     // Pools are shared by every app of the platform, so a task's neighbours may be anyone's.
-    const withoutRawSockets = (id: string): ecs.LinuxParameters => {
-      const linux = new ecs.LinuxParameters(this, id);
+    const withoutRawSockets = (id: string, sharedMemorySize?: number): ecs.LinuxParameters => {
+      const linux = new ecs.LinuxParameters(this, id, sharedMemorySize ? { sharedMemorySize } : {});
       linux.dropCapabilities(ecs.Capability.NET_RAW);
       return linux;
     };
@@ -226,7 +232,7 @@ export class EndpointService extends Construct {
       ...(placement.kind === 'gpu' ? { gpuCount: resources.gpuCount } : {}),
       environment: workerEnv,
       secrets: workerSecrets,
-      linuxParameters: withoutRawSockets('WorkerLinux'),
+      linuxParameters: withoutRawSockets('WorkerLinux', workerSharedMemoryMiB(placement.shape)),
       stopTimeout: Duration.seconds(stopTimeoutSec),
       logging: containerLogs(props.logGroup, `${endpoint.name}/worker`),
     });

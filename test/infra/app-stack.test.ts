@@ -17,7 +17,13 @@ import {
   leaseTiming,
   ports,
 } from '../../infra/app-stack.js';
-import { gpuInstanceFor, poolFitOf, poolMaxInstances, workerMemoryReservationMiB } from '../../infra/gpu.js';
+import {
+  gpuInstanceFor,
+  poolFitOf,
+  poolMaxInstances,
+  workerMemoryReservationMiB,
+  workerSharedMemoryMiB,
+} from '../../infra/gpu.js';
 import { platformExportNames, poolExportName } from '../../infra/platform-exports.js';
 import { ecsConfigLines } from '../../infra/platform-stack.js';
 import { drainMs, stopTimeoutSec } from '../../infra/task-layout.js';
@@ -73,7 +79,7 @@ interface ContainerDefinition {
   LogConfiguration?: { LogDriver: string; Options: Record<string, unknown> };
   Links?: string[];
   Secrets?: { Name: string; ValueFrom: unknown }[];
-  LinuxParameters?: { Capabilities?: { Add?: string[]; Drop?: string[] } };
+  LinuxParameters?: { Capabilities?: { Add?: string[]; Drop?: string[] }; SharedMemorySize?: number };
   Privileged?: boolean;
 }
 const containersOf = (e: DeployedEndpoint): ContainerDefinition[] =>
@@ -280,6 +286,21 @@ describe('tasks', () => {
     const shape = gpuInstanceFor('A10G', 1);
     expect(worker.MemoryReservation).toBe(workerMemoryReservationMiB(shape));
     expect(worker.MemoryReservation!).toBeGreaterThan((shape.memoryGiB * 1024) / 2);
+  });
+
+  it("give the worker a /dev/shm of half its memory, not Docker's 64 MiB (DataLoader workers, NCCL)", () => {
+    for (const e of built.appStack.endpoints) {
+      for (const c of containersOf(e)) {
+        const shm = c.LinuxParameters?.SharedMemorySize;
+        if (c.Name !== 'worker') expect([e.name, c.Name, shm]).toEqual([e.name, c.Name, undefined]);
+        else {
+          expect(shm, e.name).toBe(Math.floor(c.MemoryReservation! / 2));
+          expect(shm!, e.name).toBeGreaterThanOrEqual(1024);
+        }
+      }
+    }
+    const shape = gpuInstanceFor('A10G', 1);
+    expect(workerSharedMemoryMiB(shape)).toBe(Math.floor(workerMemoryReservationMiB(shape) / 2));
   });
 
   it('carry the source fingerprint and endpoint identity, so a code-only change rolls the service', () => {
