@@ -401,7 +401,7 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       const [retaken] = await engine.take(ep, 'w2', 1, 0);
       await engine.done(ep, 'w2', retaken!.id, { output: 'on time' });
       clock.advance(30_000);
-      expect(await engine.sweep()).toEqual({ requeued: 0, failed: 0, timedOut: 0, expired: 0 });
+      expect(await engine.sweep()).toEqual({ requeued: 0, failed: 0, timedOut: 0, expired: 0, left: 0 });
       expect(await engine.status(ep, job.id)).toMatchObject({ status: 'COMPLETED', output: 'on time' });
     });
   });
