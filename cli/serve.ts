@@ -4,6 +4,7 @@
  */
 import { spawn } from 'node:child_process';
 import { existsSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
 import path from 'node:path';
 import { z } from 'zod';
 import { privateFileMode, securePrivateDir } from '../core/adapters/local/home.js';
@@ -92,5 +93,21 @@ export async function startDetached(options: DetachOptions): Promise<ServerInfo>
     : '';
   throw new FerryError('failed', `ferry serve did not start${tail ? `:\n${tail}` : ''}`, {
     hint: `See ${logPath}, or run \`ferry serve\` in another terminal.`,
+  });
+}
+
+/** `port` if it is free on `host`, else the next free one (up to 20 tries); 0 stays 0. */
+export async function nextFreePort(host: string, port: number): Promise<number> {
+  if (port === 0) return 0;
+  for (let candidate = port; candidate < port + 20; candidate++) {
+    const free = await new Promise<boolean>((resolve) => {
+      const probe = createServer();
+      probe.once('error', () => resolve(false));
+      probe.listen({ host, port: candidate }, () => probe.close(() => resolve(true)));
+    });
+    if (free) return candidate;
+  }
+  throw new FerryError('failed', `No free port between ${port} and ${port + 19} on ${host}`, {
+    hint: 'Pass --port <n>.',
   });
 }

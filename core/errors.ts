@@ -45,13 +45,17 @@ const httpStatusByCode: Record<ErrorCode, number> = {
   gateway_timeout: 504,
 };
 
-/** CLI exit codes: 2 for what the user can fix by typing something else, 1 for everything else. */
+/**
+ * CLI exit codes: 2 for what the user can fix by typing something else (a malformed argument, a key
+ * that is missing or not the one, a name that names nothing, a name already taken), 1 for everything
+ * else (a failure on the way, a refusal the user did not cause).
+ */
 const exitCodeByCode: Record<ErrorCode, number> = {
   bad_request: 2,
-  unauthorized: 1,
-  forbidden: 1,
-  not_found: 1,
-  conflict: 1,
+  unauthorized: 2,
+  forbidden: 2,
+  not_found: 2,
+  conflict: 2,
   too_large: 1,
   too_many_requests: 1,
   usage: 2,
@@ -82,7 +86,8 @@ export class FerryError extends Error {
 
 export const badRequest = (message: string, hint?: string) =>
   new FerryError('bad_request', message, { hint });
-export const notFound = (message: string) => new FerryError('not_found', message);
+export const notFound = (message: string, hint?: string) =>
+  new FerryError('not_found', message, hint === undefined ? {} : { hint });
 export const conflict = (message: string) => new FerryError('conflict', message);
 /** The 401 of a missing or unknown key, on every front door (the local API, API Gateway, the shim). */
 export const missingKeyMessage = 'Missing or invalid API key';

@@ -17,6 +17,7 @@ import { devStartFailureCodes, startFailureOf } from '../dev/failures.js';
 import { DevResourcesFile, devApp, imageNotInDev, LiveEndpoints, scanForDev } from '../dev/state.js';
 import { DevVenvs } from '../dev/venvs.js';
 import { confirm, countOf } from '../io.js';
+import { nextFreePort } from '../serve.js';
 import { untilStopped } from './serve.js';
 import { approveFlag, buildOptionsFrom, defineCommand, portFlag } from './shared.js';
 
@@ -79,7 +80,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
   const [
     { startLocalPlatform },
     { webhookAllowFromEnv },
-    { createDevServer, devRoutes, nextFreePort },
+    { createDevServer, devRoutes },
     { default: chokidar },
   ] = await Promise.all([
     import('../../core/adapters/local/platform.js'),

@@ -16,6 +16,10 @@ import { ask, confirm, countOf } from '../io.js';
 import type { Provider } from '../providers/types.js';
 import { approveFlag, defineCommand, jsonFlag } from './shared.js';
 
+/** Where a name that names nothing (or is taken) can be checked: the lists of what there is. */
+const appListHint = 'See the apps with `ferry app list`.';
+const envListHint = (app: string) => `See its environments with \`ferry env list --app ${app}\`.`;
+
 const iso = (ms: number | undefined) => (ms === undefined ? '-' : new Date(ms).toISOString());
 
 function appFlag<T>(y: Argv<T>) {
@@ -155,7 +159,9 @@ export const envCommand = (ctx: CliContext): CommandModule =>
                 ctx.reporter.line(`Created app '${app}'`);
               }
               if (await provider.control.getEnvironment(app, name)) {
-                throw new FerryError('conflict', `Environment '${name}' already exists in app '${app}'`);
+                throw new FerryError('conflict', `Environment '${name}' already exists in app '${app}'`, {
+                  hint: envListHint(app),
+                });
               }
               await provider.control.putEnvironment({ app, name, createdAt: Date.now() });
               ctx.reporter.out(`✓ Created environment '${name}' in app '${app}'`);
@@ -170,7 +176,7 @@ export const envCommand = (ctx: CliContext): CommandModule =>
             withProvider(ctx, argv.provider, async (provider) => {
               const app = projectAppName(ctx.io.cwd, argv.app);
               const env = await provider.control.getEnvironment(app, argv.name);
-              if (!env) throw notFound(`No environment '${argv.name}' in app '${app}'`);
+              if (!env) throw notFound(`No environment '${argv.name}' in app '${app}'`, envListHint(app));
               const endpoints = (await provider.control.listEndpoints({ app, env: env.name })).map((r) =>
                 endpointView(provider, r),
               );
@@ -202,7 +208,7 @@ export const envCommand = (ctx: CliContext): CommandModule =>
               const app = projectAppName(ctx.io.cwd, argv.app);
               const name = argv.name;
               if (!(await provider.control.getEnvironment(app, name)))
-                throw notFound(`No environment '${name}' in app '${app}'`);
+                throw notFound(`No environment '${name}' in app '${app}'`, envListHint(app));
               const endpoints = await provider.control.listEndpoints({ app, env: name });
               await confirmOrForce(
                 ctx,
@@ -269,7 +275,7 @@ export const appCommand = (ctx: CliContext): CommandModule =>
             withProvider(ctx, argv.provider, async (provider) => {
               const name = checkRecordName('app', argv.name);
               if (await provider.control.getApp(name))
-                throw new FerryError('conflict', `App '${name}' already exists`);
+                throw new FerryError('conflict', `App '${name}' already exists`, { hint: appListHint });
               await provider.control.putApp({ name, createdAt: Date.now() });
               ctx.reporter.out(`✓ Created app '${name}'`);
             }),
@@ -283,7 +289,7 @@ export const appCommand = (ctx: CliContext): CommandModule =>
             withProvider(ctx, argv.provider, async (provider) => {
               const name = argv.name;
               const app = await provider.control.getApp(name);
-              if (!app) throw notFound(`No app named '${name}'`);
+              if (!app) throw notFound(`No app named '${name}'`, appListHint);
               const envs = await provider.control.listEnvironments(name);
               const endpoints = await provider.control.listEndpoints({ app: name });
               const view = {
@@ -314,7 +320,8 @@ export const appCommand = (ctx: CliContext): CommandModule =>
           handler: (argv) =>
             withProvider(ctx, argv.provider, async (provider) => {
               const name = argv.name;
-              if (!(await provider.control.getApp(name))) throw notFound(`No app named '${name}'`);
+              if (!(await provider.control.getApp(name)))
+                throw notFound(`No app named '${name}'`, appListHint);
               const endpoints = await provider.control.listEndpoints({ app: name });
               await confirmOrForce(
                 ctx,
@@ -394,6 +401,8 @@ export const undeployCommand = (ctx: CliContext): CommandModule =>
             const scope = everywhere ? filter : { ...filter, app: projectAppName(ctx.io.cwd, argv.app) };
             const endpoints = await provider.control.listEndpoints(scope);
             if (endpoints.length === 0) {
+              // stdout is data: a script asking for JSON gets the empty list of what was removed.
+              if (argv.json) return ctx.reporter.json([]);
               return ctx.reporter.out(
                 everywhere ? 'No endpoints to remove.' : `No endpoints of app '${scope.app}' to remove.`,
               );

@@ -280,7 +280,11 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
               store.delete(scope, name),
             ),
           ]);
-          if (!deleted) throw notFound(`No secret ${name} for ${scope.app}/${scope.env}`);
+          if (!deleted)
+            throw notFound(
+              `No secret ${name} for ${scope.app}/${scope.env}`,
+              'See them with `ferry secrets list`.',
+            );
           if (argv.json) return ctx.reporter.json({ ...scope, name, deleted: true });
           ctx.reporter.out(`✓ Deleted ${name} of ${scope.app}/${scope.env}`);
         },

@@ -31,7 +31,7 @@ export function resolveEnvironment(input: {
   }
   if (input.envNames.length === 0) return { env: defaultEnvironment, createApp: false, createEnv: true };
   if (input.envNames.length === 1) return { env: input.envNames[0]!, createApp: false, createEnv: false };
-  throw new FerryError('failed', `Multiple environments found: ${[...input.envNames].sort().join(', ')}`, {
+  throw new FerryError('usage', `Multiple environments found: ${[...input.envNames].sort().join(', ')}`, {
     hint: 'Choose one with --env <name>',
   });
 }

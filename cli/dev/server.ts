@@ -6,7 +6,6 @@
  * No Authorization header here; the server adds the key when it calls the platform.
  */
 
-import { createServer } from 'node:net';
 import swagger, { type SwaggerTransformObject } from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
@@ -344,20 +343,4 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
     void reply.code(502).send({ error: message });
   });
   return app;
-}
-
-/** `port` if it is free on `host`, else the next free one (up to 20 tries); 0 stays 0. */
-export async function nextFreePort(host: string, port: number): Promise<number> {
-  if (port === 0) return 0;
-  for (let candidate = port; candidate < port + 20; candidate++) {
-    const free = await new Promise<boolean>((resolve) => {
-      const probe = createServer();
-      probe.once('error', () => resolve(false));
-      probe.listen({ host, port: candidate }, () => probe.close(() => resolve(true)));
-    });
-    if (free) return candidate;
-  }
-  throw new FerryError('failed', `No free port between ${port} and ${port + 19} on ${host}`, {
-    hint: 'Pass --port <n>.',
-  });
 }

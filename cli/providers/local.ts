@@ -14,7 +14,7 @@ import { defaultPort } from '../../core/limits.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import { apiKeyFromUser } from '../config.js';
 import type { Reporter } from '../io.js';
-import { readServerInfo, runningServer, startDetached } from '../serve.js';
+import { nextFreePort, readServerInfo, runningServer, startDetached } from '../serve.js';
 import type { DestroyResult, Provider, ServingState } from './types.js';
 
 export interface LocalProviderOptions {
@@ -162,11 +162,12 @@ export class LocalProvider implements Provider {
     const url = await this.serving();
     if (url) return { url, started: false };
     reporter.line(`  no platform answers for ${this.options.home}; starting \`ferry serve --detach\``);
-    const info = await startDetached({
-      home: this.options.home,
-      port: defaultServePort(this.options.env),
-      env: this.options.env,
-    });
+    // FERRY_PORT names the port; otherwise the default, or the next free one after it, as `ferry dev`
+    // picks its own: `ferry dev` (the step before a deploy) holds 8888 while it runs.
+    const port = this.options.env.FERRY_PORT
+      ? defaultServePort(this.options.env)
+      : await nextFreePort('127.0.0.1', defaultServePort(this.options.env));
+    const info = await startDetached({ home: this.options.home, port, env: this.options.env });
     this.#url = info.url;
     reporter.line(
       `  started ferry serve (pid ${info.pid}) at ${info.url}; logs in ${path.join(this.options.home, 'serve.log')}`,

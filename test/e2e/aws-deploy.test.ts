@@ -120,9 +120,9 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     expect(cliAppStackName('my_app', 'prod.1')).toBe(appStackName('my_app', 'prod.1'));
   });
 
-  it('says so, and exits 1, when the account has no platform yet', async () => {
+  it('says so, and exits 2, when the account has no platform yet', async () => {
     const result = await ferry(['app', 'list']);
-    expect(result.code).toBe(1);
+    expect(result.code).toBe(2);
     expect(result.stderr).toContain('No Ferry platform in this AWS account and region');
     expect(result.stderr).toContain('ferry deploy --provider aws');
   });
@@ -238,7 +238,7 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     expect(state().calls.at(-1)!.stacks).toEqual(['FerryPlatform', STAGING]);
     const count = state().calls.length;
     const result = await ferry(['deploy', '--yes']);
-    expect(result.code).toBe(1);
+    expect(result.code).toBe(2);
     expect(result.stderr).toContain('Error: Multiple environments found: production, staging');
     expect(state().calls).toHaveLength(count);
   });
@@ -534,7 +534,7 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
       s.statuses = { FerryPlatform: 'REVIEW_IN_PROGRESS' };
     });
     const listed = await ferry(['app', 'list']);
-    expect(listed.code).toBe(1);
+    expect(listed.code).toBe(2);
     expect(listed.stderr).toContain('No Ferry platform in this AWS account and region');
     const count = state().calls.length;
     const result = await ferry(['deploy', '--yes', '--env', 'staging']);

@@ -107,8 +107,10 @@ describe('deploy and the control records (--no-serve)', () => {
     const one = await sandbox.run(['undeploy', 'gpu_worker', '--force'], { cwd: project });
     expect(one.code, one.stderr).toBe(0);
     expect((await json(['undeploy', 'list'])).map((e: { name: string }) => e.name)).toEqual(['cpu_worker']);
+    // A name that names nothing: the user's to fix, exit 2 with where to look.
     const missing = await sandbox.run(['undeploy', 'gpu_worker', '--force'], { cwd: project });
-    expect(missing.code).toBe(1);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('See `ferry undeploy list`');
     const declined = await sandbox.run(['undeploy', '--all'], { cwd: project, input: 'delete all\n' });
     expect(declined.code).toBe(1);
     expect(declined.stderr).toContain('Type DELETE ALL to confirm');
@@ -126,6 +128,8 @@ describe('deploy and the control records (--no-serve)', () => {
     const everywhere = await sandbox.run(['undeploy', '--all', '--everywhere', '--force'], { cwd: project });
     expect(everywhere.code, everywhere.stderr).toBe(0);
     expect(await json(['undeploy', 'list'])).toEqual([]);
+    // Nothing left: with --json, the empty list of what was removed, not a sentence on stdout.
+    expect(await json(['undeploy', '--all', '--force'])).toEqual([]);
     expect((await sandbox.run(['app', 'delete', 'neighbour', '--force'], { cwd: project })).code).toBe(0);
   });
 
@@ -146,7 +150,8 @@ describe('deploy and the control records (--no-serve)', () => {
     expect(await json(['undeploy', 'list'])).toEqual([]);
     expect(await json(['app', 'list'])).toEqual([]);
     const gone = await sandbox.run(['app', 'get', 'shop'], { cwd: project });
-    expect(gone.code).toBe(1);
+    expect(gone.code).toBe(2);
+    expect(gone.stderr).toContain("No app named 'shop'\n  hint: See the apps with `ferry app list`.");
   });
 
   it('keys create (printed once), list, revoke', async () => {
@@ -159,7 +164,7 @@ describe('deploy and the control records (--no-serve)', () => {
     expect(JSON.stringify(list)).not.toContain(created.stdout.trim());
     expect((await sandbox.run(['keys', 'revoke', key.id])).code).toBe(0);
     expect((await json(['keys', 'list'])).some((k: { id: string }) => k.id === key.id)).toBe(false);
-    expect((await sandbox.run(['keys', 'revoke', key.id])).code).toBe(1);
+    expect((await sandbox.run(['keys', 'revoke', key.id])).code).toBe(2);
   });
 });
 

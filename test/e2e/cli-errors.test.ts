@@ -16,11 +16,11 @@ afterAll(() => sandbox.cleanup());
 const noStack = (stderr: string) => expect(stderr).not.toMatch(/\n\s+at .+:\d+:\d+/);
 
 describe('ferry errors', () => {
-  it('deploy with several environments and no --env: "Error: Multiple environments found: a, b", exit 1', async () => {
+  it('deploy with several environments and no --env: "Error: Multiple environments found: a, b", exit 2', async () => {
     expect((await sandbox.run(['env', 'create', 'staging', '--app', 'errs'])).code).toBe(0);
     expect((await sandbox.run(['env', 'create', 'dev', '--app', 'errs'])).code).toBe(0);
     const result = await sandbox.run(['deploy', '--no-serve'], { cwd: project });
-    expect(result.code).toBe(1);
+    expect(result.code).toBe(2);
     expect(result.stderr).toContain('Error: Multiple environments found: dev, staging\n');
     expect(result.stderr).toContain('hint: Choose one with --env <name>');
     expect(result.stdout).not.toContain('Deployed');
@@ -43,9 +43,9 @@ describe('ferry errors', () => {
     expect(result.stderr).toContain('Overwrite them? [y/N]');
   });
 
-  it('dev without FERRY_API_KEY (environment or .env) fails clearly, exit 1', async () => {
+  it('dev without FERRY_API_KEY (environment or .env) fails clearly, exit 2', async () => {
     const result = await sandbox.run(['dev', '--port', '0'], { cwd: project });
-    expect(result.code).toBe(1);
+    expect(result.code).toBe(2);
     expect(result.stderr).toContain('Error: FERRY_API_KEY is not set');
     expect(result.stderr).toContain('hint: Copy .env.example to .env');
     noStack(result.stderr);

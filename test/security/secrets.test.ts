@@ -147,7 +147,7 @@ describe('ferry deploy of an endpoint whose secret has no value', () => {
     // Two environments: it asks which, as deploy does.
     expect(ferry(['env', 'create', 'staging']).status).toBe(0);
     const which = ferry(['secrets', 'list']);
-    expect(which.status).toBe(1);
+    expect(which.status).toBe(2);
     expect(which.stderr).toContain('Multiple environments found: production, staging');
     expect(which.stderr).toContain('--env');
   }, 60_000);
