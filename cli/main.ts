@@ -22,6 +22,40 @@ function version(): string {
   }
 }
 
+/**
+ * What yargs hands a .fail() handler as its third argument: its usage instance (typed as Argv in
+ * @types/yargs), which holds the failing command's usage line and subcommands. Read defensively.
+ */
+interface FailContext {
+  getUsage?: () => Array<[string, string]>;
+  getCommands?: () => Array<[string, ...unknown[]]>;
+}
+
+/**
+ * yargs' "Not enough non-option arguments: got 0, need at least 1" names neither the command nor what
+ * it lacks. The usage line yargs builds from the command's definition ("$0 env create <name>") names
+ * both, so the error can say "`ferry env create` needs <name>". Undefined when the message is another
+ * one (or yargs', localized) or the usage line does not tell, so the caller keeps yargs' own message.
+ */
+function missingPositional(message: string, context: unknown): FerryError | undefined {
+  const counts = /^Not enough non-option arguments: got (\d+), need at least \d+$/.exec(message);
+  const ctx = context as FailContext | undefined;
+  const usageLine = typeof ctx?.getUsage === 'function' ? ctx.getUsage()[0]?.[0] : undefined;
+  if (!counts || typeof usageLine !== 'string' || !usageLine.startsWith('$0 ')) return undefined;
+  const words = usageLine.slice(3).trim().split(/\s+/);
+  const command = words.filter((w) => !/^[<[]/.test(w)).join(' ');
+  const missing = words.filter((w) => w.startsWith('<')).slice(Number(counts[1]));
+  if (command === '' || missing.length === 0) return undefined;
+  const help = `Run \`ferry ${command} --help\`.`;
+  // A command group (`env <command>`): its subcommands are the choices.
+  const subcommands =
+    typeof ctx?.getCommands === 'function' ? ctx.getCommands().map(([c]) => c.split(' ')[0]) : [];
+  if (subcommands.length > 0 && missing.length === 1 && missing[0] === '<command>') {
+    return usage(`\`ferry ${command}\` needs a command: ${subcommands.join(', ')}`, help);
+  }
+  return usage(`\`ferry ${command}\` needs ${missing.join(' ')}`, help);
+}
+
 /** Runs the CLI; resolves with the exit code instead of exiting (tests call it in-process). */
 export async function run(args: string[], io: CliIo = processIo()): Promise<number> {
   const ctx = createContext(io);
@@ -51,11 +85,13 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
     .version(version())
     .wrap(Math.min(110, process.stdout.columns || 100))
     .exitProcess(false)
-    .fail((message, error) => {
+    .fail((message, error, context) => {
       // yargs's own errors (a coerce that threw, cli/commands/shared.ts portFlag) are the user's to fix.
       if (error?.name === 'YError')
         throw usage(error.message, 'Run `ferry --help` (or `ferry <command> --help`).');
       if (error) throw error;
+      const missing = message ? missingPositional(message, context) : undefined;
+      if (missing) throw missing;
       if (message?.startsWith('Did you mean')) {
         throw usage(
           `Unknown command '${args.find((a) => !a.startsWith('-')) ?? ''}'`,

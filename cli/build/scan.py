@@ -69,6 +69,116 @@ IMAGE_RE = re.compile(r"^[a-z0-9][A-Za-z0-9._/:-]*(@sha256:[a-f0-9]{64})?$")
 IMAGE_IGNORED_KWARGS = {"dependencies", "system_dependencies", "python_version"}
 
 
+# PEP 508 requirement strings for `dependencies=[...]`, checked here because pip meets a malformed one
+# with a traceback (an unparsable marker raises InvalidMarker inside pip). Regexes rather than
+# `packaging`, which is not in the standard library and may be missing from the user's python3.
+REQ_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+# A PEP 440 version as written (any case, separators, leading v). After `===` (arbitrary equality)
+# PEP 440 allows any string, and pip takes it (answering "no matching distribution" if none is).
+REQ_VERSION = (
+    r"v?(?:[0-9]+!)?[0-9]+(?:\.[0-9]+)*"
+    r"(?:[-_.]?(?:alpha|beta|preview|pre|a|b|c|rc)[-_.]?[0-9]*)?"
+    r"(?:-[0-9]+|[-_.]?(?:post|rev|r)[-_.]?[0-9]*)?"
+    r"(?:[-_.]?dev[-_.]?[0-9]*)?"
+    r"(?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?"
+)
+REQ_SPECIFIER = (
+    r"(?:===\s*[^\s,;()]+|(?:==|!=)\s*v?(?:[0-9]+!)?[0-9]+(?:\.[0-9]+)*\.\*|(?:~=|==|!=|<=|>=|<|>)\s*%s)"
+    % REQ_VERSION
+)
+REQ_SPECIFIERS = r"%s(?:\s*,\s*%s)*" % (REQ_SPECIFIER, REQ_SPECIFIER)
+REQ_URL = r"[A-Za-z][A-Za-z0-9+.-]*://\S+"
+# Everything before the `;`: name and [extras], then `@ url`, specifiers, or specifiers in parentheses.
+REQ_PREFIX = r"\s*{name}\s*(?:\[\s*(?:{name}(?:\s*,\s*{name})*)?\s*\])?\s*".format(name=REQ_NAME)
+REQ_PREFIX_RE = re.compile(REQ_PREFIX)
+REQ_HEAD_RE = re.compile(
+    r"{prefix}(?:@\s*{url}|\(\s*{specs}\s*\)|{specs})?\s*".format(prefix=REQ_PREFIX, url=REQ_URL, specs=REQ_SPECIFIERS),
+    re.IGNORECASE,
+)
+REQ_URL_RE = re.compile(REQ_URL)
+# The archive names pip installs from a file (pip/_internal/utils/filetypes.py).
+REQ_ARCHIVE_RE = re.compile(r"\.(whl|zip|tar|tar\.gz|tgz|tar\.bz2|tbz|tar\.xz|txz|tlz|tar\.lz|tar\.lzma)$", re.IGNORECASE)
+# The marker grammar as packaging parses it; the variables are the ones pip evaluates.
+MARKER_WS = re.compile(r"\s*")
+MARKER_VAR = re.compile(
+    r"""'[^']*'|"[^"]*"|\b(?:python_version|python_full_version|os[._]name|sys[._]platform|platform_(?:release|system)"""
+    r"""|platform[._](?:version|machine|python_implementation)|python_implementation|implementation_(?:name|version)|extra)\b"""
+)
+MARKER_OP = re.compile(r"===|==|~=|!=|<=|>=|<|>|\bin\b|\bnot\s+in\b")
+MARKER_BOOL = re.compile(r"\b(?:and|or)\b")
+MARKER_OPEN, MARKER_CLOSE = re.compile(r"\("), re.compile(r"\)")
+
+
+def marker_ok(text: str) -> bool:
+    """Whether `text` parses as a PEP 508 environment marker, such as `python_version < "3.11"`."""
+    pos = [0]
+
+    def take(pattern) -> bool:
+        found = pattern.match(text, MARKER_WS.match(text, pos[0]).end())
+        if found:
+            pos[0] = found.end()
+        return found is not None
+
+    def atom() -> bool:
+        if take(MARKER_OPEN):
+            return expression() and take(MARKER_CLOSE)
+        return take(MARKER_VAR) and take(MARKER_OP) and take(MARKER_VAR)
+
+    def expression() -> bool:
+        if not atom():
+            return False
+        while take(MARKER_BOOL):
+            if not atom():
+                return False
+        return True
+
+    try:
+        ok = expression()
+    except RecursionError:
+        return False
+    return ok and MARKER_WS.match(text, pos[0]).end() == len(text)
+
+
+def requirement_problem(spec: str) -> str | None:
+    """Why pip could not take `spec` as a requirement, or None. Beside PEP 508 this accepts what the
+    build passes on to pip unchanged (cli/build/deps.ts): a bare URL (`git+https://...#egg=name`) and a
+    local path or archive, each with an optional marker."""
+    bare_url = REQ_URL_RE.match(spec) is not None
+    # Where pip itself splits off the marker: at "; " after a bare URL (a URL may hold ';'), else at ';'.
+    head, sep, marker = spec.partition("; " if bare_url else ";")
+    problem = head_problem(head.strip(), bare_url)
+    if problem or not sep:
+        return problem
+    if not marker.strip():
+        return "nothing follows ';' where an environment marker belongs"
+    if not marker_ok(marker.strip()):
+        return "%r is not an environment marker such as python_version < \"3.12\"" % marker.strip()
+    return None
+
+
+def head_problem(head: str, bare_url: bool) -> str | None:
+    """requirement_problem for the part before the marker."""
+    if bare_url:
+        return None if REQ_URL_RE.fullmatch(head) else "a URL cannot contain spaces"
+    if REQ_HEAD_RE.fullmatch(head):
+        return None
+    # pip's own test for a path (pip/_internal/req/constructors.py): a separator, a leading dot or an
+    # archive name, unless what comes before an '@' is no path: then it is `name @ url`.
+    def looks_like_path(text: str) -> bool:
+        return text.startswith(".") or "/" in text or "\\" in text
+
+    if ("@" not in head or looks_like_path(head.split("@", 1)[0])) and (looks_like_path(head) or REQ_ARCHIVE_RE.search(head)):
+        return None
+    # Name the part that went wrong, when the name itself reads fine.
+    prefix = REQ_PREFIX_RE.match(head)
+    rest = head[prefix.end() :] if prefix else ""
+    if rest.startswith("@"):
+        return "%r is not a URL such as https://host/pkg.whl" % rest[1:].strip()
+    if rest[:1] in ("<", ">", "=", "!", "~", "("):
+        return "%r is not a list of version specifiers such as >=2.1,<3 or ==2.*" % rest
+    return "expected a package name with optional [extras] and version specifiers, or name @ URL"
+
+
 class ScanError(Exception):
     def __init__(self, file: str, line: int, message: str) -> None:
         super().__init__(message)
@@ -424,6 +534,14 @@ class FileScanner:
         if cpu is not None and "gpu_count" in raw and gpu_count != 1:
             bad("Endpoint '%s': gpu_count applies to GPU endpoints only, and this one sets cpu" % name)
         max_concurrency = int_param("max_concurrency", 1, 1, None)
+        dependencies = str_list("dependencies")
+        for dependency in dependencies:
+            problem = requirement_problem(dependency)
+            if problem:
+                bad(
+                    "Endpoint '%s': dependency %r is not a valid requirement (%s); write a pip requirement "
+                    "such as \"torch>=2.1\" or \"pillow\"" % (name, dependency, problem)
+                )
         python_version = raw.get("python_version")
         if python_version is not None and python_version not in PYTHON_VERSIONS:
             bad("Endpoint '%s': python_version must be one of %s (got %r)" % (name, ", ".join(PYTHON_VERSIONS), python_version))
@@ -440,7 +558,7 @@ class FileScanner:
             "healthCheckGraceSec": int_param("health_check_grace", 0, 0, 7200),
             "env": env,
             "secrets": secrets,
-            "dependencies": str_list("dependencies"),
+            "dependencies": dependencies,
             "systemDependencies": str_list("system_dependencies"),
             "pythonVersion": python_version,
         }

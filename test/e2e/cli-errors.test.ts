@@ -75,6 +75,25 @@ describe('ferry errors', () => {
     }
   });
 
+  it("a missing positional names the command and what it needs: exit 2, with the command's --help", async () => {
+    for (const [args, command, needs] of [
+      [['env', 'create'], 'env create', 'needs <name>'],
+      [['keys', 'revoke', '--app', 'errs'], 'keys revoke', 'needs <id>'],
+      [['logs'], 'logs', 'needs <endpoint>'],
+      [['env'], 'env', 'needs a command: list, create, get, delete'],
+    ] as const) {
+      const result = await sandbox.run([...args], { cwd: project });
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr).toBe(
+        `Error: \`ferry ${command}\` ${needs}\n  hint: Run \`ferry ${command} --help\`.\n`,
+      );
+    }
+    // Other yargs messages stay as they were.
+    const extra = await sandbox.run(['env', 'create', 'a', 'b'], { cwd: project });
+    expect(extra.code).toBe(2);
+    expect(extra.stderr).toContain('Error: Unknown argument: b\n');
+  });
+
   it('an app or environment name no record may have is refused before anything is built or written: exit 2', async () => {
     for (const args of [
       ['deploy', '--no-serve', '--env', ''],

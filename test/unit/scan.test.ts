@@ -509,6 +509,55 @@ describe('scanProject: errors name file:line', () => {
     expect(message).toContain(expected);
   });
 
+  it('accepts every form of dependencies=[...] that pip takes, unchanged', async () => {
+    const forms = [
+      'pillow',
+      'torch>=2.1',
+      'Flash_Attn.Extra-Pkg',
+      'numpy==2.*',
+      'requests[socks, security]>=2.31,<3',
+      'foo~=1.4.2',
+      'foo===1.0.post1',
+      'legacy===bar!!',
+      'foo!=1.5.*, >1.0rc1, <=2.0.dev3',
+      'foo (>=1.0)',
+      'torch==2.1.0+cu121',
+      'foo==1!2.0',
+      'uvloop; sys_platform != "win32" and (python_version >= "3.8" or os_name == \'posix\')',
+      "foo>=1 ; platform_machine not in 'arm64 aarch64'",
+      "foo; 'linux' in sys_platform",
+      'mypkg @ https://example.com/wheels/mypkg-1.0-py3-none-any.whl',
+      'mypkg[gpu] @ file:///opt/wheels/mypkg-1.0-py3-none-any.whl ; python_version < "3.13"',
+      'git+https://github.com/org/repo.git@v1.2#egg=repo',
+      'https://example.com/wheels/mypkg-1.0-py3-none-any.whl; python_version >= "3.10"',
+      './wheels/local-1.0-py3-none-any.whl',
+      'vendor/local_pkg',
+    ];
+    const root = project({
+      'w.py': `from ferry import Endpoint\n\n@Endpoint(name="w", dependencies=${JSON.stringify(forms)})\ndef w():\n    pass\n`,
+    });
+    const [endpoint] = (await scanProject({ projectDir: root })).endpoints;
+    expect(endpoint?.resources.dependencies).toEqual(forms);
+  });
+
+  // pip meets these with a traceback (an unparsable marker) or with an error that names no file:line.
+  it.each([
+    ['foo>=bar!!', "'>=bar!!' is not a list of version specifiers"],
+    ['not a req ;;', 'expected a package name'],
+    ['torch ;;', "';' is not an environment marker"],
+    ['torch; python_versoin < "3.12"', 'is not an environment marker'],
+    ['mypkg @ ./local', "'./local' is not a URL"],
+  ])('rejects the dependency %j, naming file:line and the string', async (dependency, reason) => {
+    const message = await scanError({
+      'pkg/w.py': `from ferry import Endpoint\n\n@Endpoint(name="w", dependencies=["pillow", ${JSON.stringify(dependency)}])\ndef w():\n    pass\n`,
+    });
+    expect(message).toContain(
+      `pkg/w.py:3: Endpoint 'w': dependency '${dependency}' is not a valid requirement`,
+    );
+    expect(message).toContain(reason);
+    expect(message).toContain('a pip requirement such as "torch>=2.1" or "pillow"');
+  });
+
   it('rejects reserved, duplicate and parameterless routes, and an unnamed or routeless LB endpoint', async () => {
     const head = 'from ferry import Endpoint\napi = Endpoint(name="api")\n';
     expect(await scanError({ 'lb.py': `${head}\n@api.get("/ping")\ndef p():\n    pass\n` })).toContain(
