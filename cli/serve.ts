@@ -8,7 +8,7 @@ import { createServer } from 'node:net';
 import path from 'node:path';
 import { z } from 'zod';
 import { privateFileMode, securePrivateDir } from '../core/adapters/local/home.js';
-import { FerryError } from '../core/errors.js';
+import { FerryError, usage } from '../core/errors.js';
 import { ferryBin } from './config.js';
 
 const serverInfoSchema = z.object({ pid: z.number().int(), url: z.string(), startedAt: z.number() }).strict();
@@ -96,13 +96,38 @@ export async function startDetached(options: DetachOptions): Promise<ServerInfo>
   });
 }
 
+/**
+ * A listen failure, as the person who picked the address can fix it: a port in use, a --host that is
+ * no address of this machine (a typo, another machine's), a low port without privileges. Anything
+ * else is returned as it is.
+ */
+export function listenFailure(error: unknown, host: string, port: number): unknown {
+  const code = (error as NodeJS.ErrnoException).code;
+  if (code === 'EADDRINUSE')
+    return new FerryError('failed', `Port ${port} on ${host} is in use`, { hint: 'Pass --port <n>.' });
+  if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EAI_AGAIN')
+    return usage(
+      `Cannot listen on ${host}: it is not an address of this machine`,
+      'Pass --host 127.0.0.1 (this machine only) or --host 0.0.0.0 (every interface).',
+    );
+  if (code === 'EACCES')
+    return usage(
+      `Listening on port ${port} needs privileges this process lacks`,
+      'Pass --port 1024 or above.',
+    );
+  return error;
+}
+
 /** `port` if it is free on `host`, else the next free one (up to 20 tries); 0 stays 0. */
 export async function nextFreePort(host: string, port: number): Promise<number> {
   if (port === 0) return 0;
   for (let candidate = port; candidate < port + 20; candidate++) {
-    const free = await new Promise<boolean>((resolve) => {
+    const free = await new Promise<boolean>((resolve, reject) => {
       const probe = createServer();
-      probe.once('error', () => resolve(false));
+      // Only a taken port means "try the next one"; a bad host or a privileged port is final.
+      probe.once('error', (error: NodeJS.ErrnoException) =>
+        error.code === 'EADDRINUSE' ? resolve(false) : reject(listenFailure(error, host, candidate)),
+      );
       probe.listen({ host, port: candidate }, () => probe.close(() => resolve(true)));
     });
     if (free) return candidate;

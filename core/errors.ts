@@ -86,8 +86,7 @@ export class FerryError extends Error {
 
 export const badRequest = (message: string, hint?: string) =>
   new FerryError('bad_request', message, { hint });
-export const notFound = (message: string, hint?: string) =>
-  new FerryError('not_found', message, hint === undefined ? {} : { hint });
+export const notFound = (message: string, hint?: string) => new FerryError('not_found', message, { hint });
 export const conflict = (message: string) => new FerryError('conflict', message);
 /** The 401 of a missing or unknown key, on every front door (the local API, API Gateway, the shim). */
 export const missingKeyMessage = 'Missing or invalid API key';

@@ -1,4 +1,5 @@
 /** `ferry build`: buildProject with its progress on stderr, the result on stdout. */
+import { checkRecordName } from '../../core/deployment.js';
 import { buildProject } from '../build/index.js';
 import { projectAppName } from '../config.js';
 import type { CliContext } from '../context.js';
@@ -23,7 +24,8 @@ export const buildCommand = (ctx: CliContext) =>
         .example('$0 build --python-version 3.12 --json', 'Build for Python 3.12 and print the manifest'),
     handler: async (argv) => {
       const projectDir = ctx.io.cwd;
-      const app = projectAppName(projectDir, argv.app);
+      // The name goes into the manifest that deploy records: refused here as deploy would refuse it.
+      const app = checkRecordName('app', projectAppName(projectDir, argv.app));
       ctx.reporter.line(`Building ${app}`);
       const result = await buildProject({
         ...buildOptionsFrom(argv, ctx.io.env),

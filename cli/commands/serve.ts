@@ -14,7 +14,14 @@ import { apiKeyFromUser, ferryHome, ferryPythonPath, installRoot } from '../conf
 import type { CliContext } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { defaultServePort, LocalProvider, localApiKey } from '../providers/local.js';
-import { answers, readServerInfo, runningServer, serverInfoPath, startDetached } from '../serve.js';
+import {
+  answers,
+  listenFailure,
+  readServerInfo,
+  runningServer,
+  serverInfoPath,
+  startDetached,
+} from '../serve.js';
 import { defineCommand, portFlag } from './shared.js';
 
 export async function startServing(
@@ -52,12 +59,7 @@ export async function startServing(
   try {
     platform = await platformModule.startLocalPlatform(platformOptions);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'EADDRINUSE') {
-      throw new FerryError('failed', `Port ${options.port} on ${options.host} is in use`, {
-        hint: 'Pass --port <n>.',
-      });
-    }
-    throw error;
+    throw listenFailure(error, options.host, options.port);
   }
   const key = await localApiKey(options.dataDir, platform.db.control, ctx.io.env, ctx.io.cwd);
   return { platform, key };

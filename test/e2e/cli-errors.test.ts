@@ -1,4 +1,5 @@
 /** The CLI error cases (docs/architecture.md#the-cli), through the real binary: message, hint, exit code. */
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CliSandbox } from './cli-support.js';
@@ -75,6 +76,22 @@ describe('ferry errors', () => {
     }
   });
 
+  it('a FERRY_HOME that cannot be a folder, or a --host not on this machine: exit 2, not "a bug in Ferry"', async () => {
+    const file = path.join(project, 'not-a-folder');
+    writeFileSync(file, 'x');
+    for (const home of [file, path.join(file, 'below')]) {
+      const result = await sandbox.run(['app', 'list'], { cwd: project, env: { FERRY_HOME: home } });
+      expect(result.code, result.stderr).toBe(2);
+      expect(result.stderr).toContain(`Error: Cannot use ${home} as Ferry's folder`);
+      expect(result.stderr).toContain('hint: Set FERRY_HOME to a folder you can write');
+    }
+    const serve = await sandbox.run(['serve', '--host', '203.0.113.1', '--port', '0'], { cwd: project });
+    expect(serve.code, serve.stderr).toBe(2);
+    expect(serve.stderr).toContain(
+      'Error: Cannot listen on 203.0.113.1: it is not an address of this machine',
+    );
+  });
+
   it("a missing positional names the command and what it needs: exit 2, with the command's --help", async () => {
     for (const [args, command, needs] of [
       [['env', 'create'], 'env create', 'needs <name>'],
@@ -105,6 +122,7 @@ describe('ferry errors', () => {
       ['app', 'create', 'x'.repeat(64)],
       ['secrets', 'set', 'TOKEN', '--env', 'bad env'],
       ['keys', 'create', '--app', 'bad app'],
+      ['build', '--app', 'Bad App'],
     ]) {
       const result = await sandbox.run(args, { cwd: project, input: 'value\n' });
       expect(result.code, args.join(' ')).toBe(2);

@@ -7,6 +7,7 @@ import { createServer, type Server } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { nextFreePort } from '../../cli/serve.js';
 import { pickChildPort } from '../../core/child-port.js';
+import { exitCode, FerryError } from '../../core/errors.js';
 
 const held: Server[] = [];
 
@@ -38,5 +39,17 @@ describe('nextFreePort', () => {
     await Promise.all(held.splice(0).map((server) => new Promise((resolve) => server.close(resolve))));
     expect(await nextFreePort('127.0.0.1', port)).toBe(port);
     expect(await nextFreePort('127.0.0.1', 0)).toBe(0);
+  });
+
+  it('refuses a host that is no address of this machine, exit 2, rather than calling every port busy', async () => {
+    // 203.0.113.1 is TEST-NET-3 (RFC 5737): never an address of this machine.
+    for (const host of ['203.0.113.1', 'nosuch.invalid']) {
+      const error = await nextFreePort(host, 20_000).catch((e: unknown) => e);
+      expect(FerryError.is(error), host).toBe(true);
+      expect((error as FerryError).message).toBe(
+        `Cannot listen on ${host}: it is not an address of this machine`,
+      );
+      expect(exitCode(error)).toBe(2);
+    }
   });
 });

@@ -17,7 +17,23 @@ const privateFiles = ['ferry.db', 'ferry.db-wal', 'ferry.db-shm', 'api-key', 'se
 
 /** Creates `dir` as 0700 (or tightens it) and tightens the private files already in it. */
 export function securePrivateDir(dir: string): void {
-  mkdirSync(dir, { recursive: true, mode: privateDirMode });
+  try {
+    mkdirSync(dir, { recursive: true, mode: privateDirMode });
+  } catch (error) {
+    // A path the user chose (FERRY_HOME) that cannot be a folder: a file is there or above it, or
+    // it lies where this user may not write. Theirs to fix, not a bug of ours.
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST' || code === 'ENOTDIR' || code === 'EACCES' || code === 'EROFS') {
+      throw new FerryError(
+        'usage',
+        `Cannot use ${dir} as Ferry's folder (${code}: ${code === 'EACCES' || code === 'EROFS' ? 'not writable' : 'a file is in the way'})`,
+        {
+          hint: 'Set FERRY_HOME to a folder you can write, or unset it to use ~/.ferry.',
+        },
+      );
+    }
+    throw error;
+  }
   tighten(dir, privateDirMode);
   for (const name of privateFiles) {
     const file = join(dir, name);
