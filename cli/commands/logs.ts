@@ -24,6 +24,8 @@ interface LogsArgs {
 }
 
 async function logs(ctx: CliContext, args: LogsArgs): Promise<void> {
+  // The command line first: a bad --since is the user's to fix whether or not a server is up.
+  const since = args.since !== undefined ? sinceMs(args.since, Date.now()) : undefined;
   await withProvider(ctx, args.provider, async (provider) => {
     const url = await provider.serving();
     if (!url) {
@@ -37,7 +39,7 @@ async function logs(ctx: CliContext, args: LogsArgs): Promise<void> {
       client,
       endpoint: record,
       job: args.job,
-      sinceMs: args.since !== undefined ? sinceMs(args.since, Date.now()) : undefined,
+      sinceMs: since,
       follow: args.follow,
       json: args.json,
       pollMs: args['poll-ms'],

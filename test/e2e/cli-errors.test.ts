@@ -92,6 +92,14 @@ describe('ferry errors', () => {
     );
   });
 
+  it('logs checks --since before it looks for a server', async () => {
+    const result = await sandbox.run(['logs', 'cpu_worker', '--since', 'garbage'], { cwd: project });
+    expect(result.code, result.stderr).toBe(2);
+    expect(result.stderr).toContain(
+      "Error: --since takes a duration like 10m, 2h or 1d, or a date; got 'garbage'",
+    );
+  });
+
   it("a missing positional names the command and what it needs: exit 2, with the command's --help", async () => {
     for (const [args, command, needs] of [
       [['env', 'create'], 'env create', 'needs <name>'],
