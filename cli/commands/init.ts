@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSy
 import path from 'node:path';
 import type { CommandModule } from 'yargs';
 import { FerryError, usage } from '../../core/errors.js';
-import { templatesDir } from '../config.js';
+import { appNameOf, templatesDir } from '../config.js';
 import type { CliContext } from '../context.js';
 import { confirm } from '../io.js';
 import { sdkInstallHint } from './sdk.js';
@@ -46,6 +46,9 @@ export async function initProject(ctx: CliContext, name: string | undefined, for
     throw usage(`${name} is not a folder`);
   }
   const projectName = path.basename(target);
+  // What the project is called in its files: the folder's app name (appNameOf), ending in a letter or
+  // digit, so pyproject.toml's name is one pip accepts (PEP 508); "My Project" wrote itself there as is.
+  const appName = appNameOf(target).replace(/[-_]+$/, '') || 'app';
   const files = templateFiles();
   const conflicts = files.filter((f) => existsSync(path.join(target, f.target))).map((f) => f.target);
   if (conflicts.length > 0 && !force) {
@@ -60,13 +63,15 @@ export async function initProject(ctx: CliContext, name: string | undefined, for
   try {
     mkdirSync(target, { recursive: true });
     for (const file of files) {
-      const content = readFileSync(file.source, 'utf8').replaceAll('{{project_name}}', projectName);
+      const content = readFileSync(file.source, 'utf8').replaceAll('{{project_name}}', appName);
       writeFileSync(path.join(target, file.target), content);
     }
   } catch (error) {
     throw cannotCreate(name, error);
   }
   ctx.reporter.line(`✓ Created ${projectName} in ${target}`);
+  if (appName !== projectName)
+    ctx.reporter.line(`  named ${appName} in its files (a name holds letters, digits, _ and -)`);
   for (const file of files)
     ctx.reporter.line(`  ${file.target}${conflicts.includes(file.target) ? '  (overwritten)' : ''}`);
   ctx.reporter.line('');

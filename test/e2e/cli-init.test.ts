@@ -68,6 +68,18 @@ describe('ferry init', () => {
     expect(readFileSync(path.join(dir, 'pyproject.toml'), 'utf8')).toContain('name = "here-proj"');
   });
 
+  it('a folder name that is no app or package name: the files get the app name a deploy takes', async () => {
+    const result = await sandbox.run(['init', 'My Project!']);
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain('named My-Project in its files');
+    // pip takes it (PEP 508: letters, digits, . _ -, ending in a letter or digit).
+    const toml = readFileSync(path.join(sandbox.root, 'My Project!', 'pyproject.toml'), 'utf8');
+    expect(toml).toContain('name = "My-Project"');
+    expect(readFileSync(path.join(sandbox.root, 'My Project!', 'README.md'), 'utf8')).toMatch(
+      /^# My-Project\n/,
+    );
+  });
+
   it('without a name is a usage error (exit 2) with a hint', async () => {
     const result = await sandbox.run(['init']);
     expect(result.code).toBe(2);
