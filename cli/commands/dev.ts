@@ -69,12 +69,6 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
   const say = (line: string) => ctx.reporter.line(line);
   // The live endpoints are recorded in this app, read once: a name no app may have stops here.
   const liveApp = checkRecordName('app', devApp(projectDir));
-  const key = apiKeyFromUser(ctx.io.env, projectDir);
-  if (!key) {
-    throw new FerryError('unauthorized', 'FERRY_API_KEY is not set: `ferry dev` requires it', {
-      hint: 'Copy .env.example to .env and set FERRY_API_KEY (any value works locally), or export FERRY_API_KEY.',
-    });
-  }
   // Loaded here rather than at the top: every command loads this module (the command table), and the
   // platform, the dev server (Fastify, Swagger) and the watcher would add their load time to each one.
   const [
@@ -93,6 +87,13 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
   if (snapshot.endpoints.length === 0) {
     throw new FerryError('bad_request', 'No endpoints found in this folder', {
       hint: 'Mark a function with @Endpoint(name=...) (from ferry import Endpoint), or run `ferry init`.',
+    });
+  }
+  // After the scan: in a folder that is no project, that is what to fix first.
+  const key = apiKeyFromUser(ctx.io.env, projectDir);
+  if (!key) {
+    throw new FerryError('unauthorized', 'FERRY_API_KEY is not set: `ferry dev` requires it', {
+      hint: 'Copy .env.example to .env and set FERRY_API_KEY (any value works locally), or export FERRY_API_KEY.',
     });
   }
 

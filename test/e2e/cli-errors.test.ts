@@ -1,5 +1,5 @@
 /** The CLI error cases (docs/architecture.md#the-cli), through the real binary: message, hint, exit code. */
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CliSandbox } from './cli-support.js';
@@ -50,6 +50,12 @@ describe('ferry errors', () => {
     expect(result.stderr).toContain('Error: FERRY_API_KEY is not set');
     expect(result.stderr).toContain('hint: Copy .env.example to .env');
     noStack(result.stderr);
+    // In a folder that is no project, that comes first: the key would not help.
+    const empty = path.join(sandbox.root, 'no-project');
+    mkdirSync(empty);
+    const elsewhere = await sandbox.run(['dev', '--port', '0'], { cwd: empty });
+    expect(elsewhere.code).toBe(2);
+    expect(elsewhere.stderr).toContain('Error: No endpoints found in this folder');
   });
 
   it('unknown flags, commands and bad values are usage errors: exit 2, message and hint', async () => {
