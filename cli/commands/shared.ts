@@ -84,6 +84,8 @@ export function portFlag(options: { default: number; describe: string; defaultDe
   return {
     alias: 'p',
     type: 'number',
+    // `--port` with nothing after it is a mistake, not "the default".
+    requiresArg: true,
     ...options,
     coerce: (value: unknown): number => {
       if (typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= 65_535) return value;

@@ -72,6 +72,7 @@ describe('ferry errors', () => {
       ['serve', '--port', '8000', '--port', '8001'],
       ['dev', '--port', 'abc'],
       ['console', '--port', '-1'],
+      ['dev', '--port'],
     ]) {
       const result = await sandbox.run(args, { cwd: project });
       expect(result.code, args.join(' ')).toBe(2);
