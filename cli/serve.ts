@@ -3,7 +3,7 @@
  * probes it and, when nothing answers, starts `ferry serve --detach`, which returns once /v2 answers.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, openSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { z } from 'zod';
@@ -59,6 +59,8 @@ export interface DetachOptions {
 export async function startDetached(options: DetachOptions): Promise<ServerInfo> {
   securePrivateDir(options.home);
   const logPath = path.join(options.home, 'serve.log');
+  // Where this start's lines begin: the log keeps earlier runs, whose errors are not this one's.
+  const logStart = existsSync(logPath) ? statSync(logPath).size : 0;
   rmSync(serverInfoPath(options.home), { force: true });
   const log = openSync(logPath, 'a', privateFileMode);
   const args = [ferryBin(), 'serve', '--port', String(options.port)];
@@ -89,7 +91,7 @@ export async function startDetached(options: DetachOptions): Promise<ServerInfo>
     }
   }
   const tail = existsSync(logPath)
-    ? readFileSync(logPath, 'utf8').trim().split('\n').slice(-8).join('\n')
+    ? readFileSync(logPath).subarray(logStart).toString('utf8').trim().split('\n').slice(-8).join('\n')
     : '';
   throw new FerryError('failed', `ferry serve did not start${tail ? `:\n${tail}` : ''}`, {
     hint: `See ${logPath}, or run \`ferry serve\` in another terminal.`,
