@@ -94,6 +94,15 @@ export interface EngineDeps {
   settings?: Partial<EngineSettings>;
 }
 
+/** What one sweep moved, and the jobs it left because their move threw (`sweepOne`). */
+export interface SweepTally {
+  requeued: number;
+  failed: number;
+  timedOut: number;
+  expired: number;
+  left: number;
+}
+
 export interface SubmitOptions {
   sync: boolean;
   /** The runsync wait, which decides how long a sync job's result is kept. */
@@ -639,15 +648,9 @@ export class JobEngine {
    * for a big one) ran the sweeper Lambda out of memory on a backlog of 10 MB inputs, every run, and
    * then no lease lapsed and no job expired anywhere.
    */
-  async sweep(): Promise<{
-    requeued: number;
-    failed: number;
-    timedOut: number;
-    expired: number;
-    left: number;
-  }> {
+  async sweep(): Promise<SweepTally> {
     const now = this.clock.now();
-    const tally = { requeued: 0, failed: 0, timedOut: 0, expired: 0, left: 0 };
+    const tally: SweepTally = { requeued: 0, failed: 0, timedOut: 0, expired: 0, left: 0 };
     for (const listed of await this.jobs.listOverdue(now, 500, noInput)) {
       tally.left += await this.sweepOne(listed, async () => {
         if (overran(listed, now)) {

@@ -87,7 +87,7 @@ export class FerryError extends Error {
 export const badRequest = (message: string, hint?: string) =>
   new FerryError('bad_request', message, { hint });
 export const notFound = (message: string, hint?: string) => new FerryError('not_found', message, { hint });
-export const conflict = (message: string) => new FerryError('conflict', message);
+export const conflict = (message: string, hint?: string) => new FerryError('conflict', message, { hint });
 /** The 401 of a missing or unknown key, on every front door (the local API, API Gateway, the shim). */
 export const missingKeyMessage = 'Missing or invalid API key';
 /** What API Gateway answers (404) for a path outside the API's two roots, which it routes nowhere. */

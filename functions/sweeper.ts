@@ -10,17 +10,12 @@
  *  - Jobs whose message went to a dead-letter queue (received `maxReceiveCount` times without a
  *    claim) end FAILED with the reason, and the dead letter is deleted.
  */
+import type { SweepTally } from '../core/engine.js';
 import { queuedJobsFailure } from '../core/supervisor.js';
 import type { Platform } from './wiring.js';
 import { platformFromEnv, settleWebhooks } from './wiring.js';
 
-export interface SweepReport {
-  requeued: number;
-  failed: number;
-  timedOut: number;
-  expired: number;
-  /** Jobs whose move threw (each logged with its reason), left for the next run. */
-  left: number;
+export interface SweepReport extends SweepTally {
   deleted: number;
   resent: number;
   deadLettered: number;

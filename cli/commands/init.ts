@@ -6,6 +6,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { CommandModule } from 'yargs';
+import { unusableFolderReason } from '../../core/adapters/local/home.js';
 import { FerryError, usage } from '../../core/errors.js';
 import { appNameOf, templatesDir } from '../config.js';
 import type { CliContext } from '../context.js';
@@ -25,13 +26,7 @@ export function templateFiles(): Array<{ source: string; target: string }> {
 
 /** Why the folder could not be made or written, as the user's to fix (exit 2); other errors as they are. */
 function cannotCreate(name: string, error: unknown): unknown {
-  const why: Record<string, string> = {
-    ENOTDIR: 'a part of its path is a file, not a folder',
-    EACCES: 'permission denied',
-    EPERM: 'permission denied',
-    EROFS: 'the file system is read-only',
-  };
-  const reason = why[(error as NodeJS.ErrnoException)?.code ?? ''];
+  const reason = unusableFolderReason(error);
   return reason ? usage(`Cannot create ${name}: ${reason}`, 'Choose a folder you can write to.') : error;
 }
 

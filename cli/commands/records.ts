@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import type { Argv, CommandModule } from 'yargs';
 import { describeScope, hashKey, newSecret, scopeOf } from '../../core/auth.js';
 import { checkRecordName } from '../../core/deployment.js';
-import { FerryError, notFound, usage } from '../../core/errors.js';
+import { conflict, FerryError, notFound, usage } from '../../core/errors.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { projectAppName } from '../config.js';
 import { type CliContext, withProvider } from '../context.js';
@@ -159,9 +159,7 @@ export const envCommand = (ctx: CliContext): CommandModule =>
                 ctx.reporter.line(`Created app '${app}'`);
               }
               if (await provider.control.getEnvironment(app, name)) {
-                throw new FerryError('conflict', `Environment '${name}' already exists in app '${app}'`, {
-                  hint: envListHint(app),
-                });
+                throw conflict(`Environment '${name}' already exists in app '${app}'`, envListHint(app));
               }
               await provider.control.putEnvironment({ app, name, createdAt: Date.now() });
               ctx.reporter.out(`✓ Created environment '${name}' in app '${app}'`);
@@ -275,7 +273,7 @@ export const appCommand = (ctx: CliContext): CommandModule =>
             withProvider(ctx, argv.provider, async (provider) => {
               const name = checkRecordName('app', argv.name);
               if (await provider.control.getApp(name))
-                throw new FerryError('conflict', `App '${name}' already exists`, { hint: appListHint });
+                throw conflict(`App '${name}' already exists`, appListHint);
               await provider.control.putApp({ name, createdAt: Date.now() });
               ctx.reporter.out(`✓ Created app '${name}'`);
             }),

@@ -166,7 +166,7 @@ export class LocalProvider implements Provider {
     // picks its own: `ferry dev` (the step before a deploy) holds 8888 while it runs.
     const port = this.options.env.FERRY_PORT
       ? defaultServePort(this.options.env)
-      : await nextFreePort('127.0.0.1', defaultServePort(this.options.env));
+      : await nextFreePort('127.0.0.1', defaultPort);
     const info = await startDetached({ home: this.options.home, port, env: this.options.env });
     this.#url = info.url;
     reporter.line(

@@ -166,7 +166,8 @@ export class EndpointService extends Construct {
     // empty, … the container capabilities are all of the default Docker capabilities",
     // https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-ecs-taskdefinition-kernelcapabilities.html).
     // Pools are shared by every app of the platform, so a task's neighbours may be anyone's.
-    const withoutRawSockets = (id: string, sharedMemorySize?: number): ecs.LinuxParameters => {
+    // The worker's container also gets its /dev/shm here (workerSharedMemoryMiB).
+    const linuxParameters = (id: string, sharedMemorySize?: number): ecs.LinuxParameters => {
       const linux = new ecs.LinuxParameters(this, id, sharedMemorySize ? { sharedMemorySize } : {});
       linux.dropCapabilities(ecs.Capability.NET_RAW);
       return linux;
@@ -197,7 +198,7 @@ export class EndpointService extends Construct {
       },
       // Nothing links to this container, and it runs no user code.
       secrets: initSecrets,
-      linuxParameters: withoutRawSockets('ArtifactLinux'),
+      linuxParameters: linuxParameters('ArtifactLinux'),
       logging: containerLogs(props.logGroup, `${endpoint.name}/artifact`),
     });
     artifact.addMountPoints(
@@ -211,7 +212,7 @@ export class EndpointService extends Construct {
       memoryReservationMiB: agentMemoryMiB,
       environment: agentEnv,
       secrets: agentSecrets,
-      linuxParameters: withoutRawSockets('AgentLinux'),
+      linuxParameters: linuxParameters('AgentLinux'),
       stopTimeout: Duration.seconds(stopTimeoutSec),
       logging: containerLogs(props.logGroup, `${endpoint.name}/agent`),
       // hostPort 0: ECS picks a free host port and registers it with the target group.
@@ -232,7 +233,7 @@ export class EndpointService extends Construct {
       ...(placement.kind === 'gpu' ? { gpuCount: resources.gpuCount } : {}),
       environment: workerEnv,
       secrets: workerSecrets,
-      linuxParameters: withoutRawSockets('WorkerLinux', workerSharedMemoryMiB(placement.shape)),
+      linuxParameters: linuxParameters('WorkerLinux', workerSharedMemoryMiB(placement.shape)),
       stopTimeout: Duration.seconds(stopTimeoutSec),
       logging: containerLogs(props.logGroup, `${endpoint.name}/worker`),
     });

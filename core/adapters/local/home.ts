@@ -7,7 +7,7 @@
  */
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { FerryError } from '../../errors.js';
+import { FerryError, usage } from '../../errors.js';
 
 export const privateDirMode = 0o700;
 export const privateFileMode = 0o600;
@@ -15,23 +15,33 @@ export const privateFileMode = 0o600;
 /** Files under FERRY_HOME that hold secrets or every tenant's data. */
 const privateFiles = ['ferry.db', 'ferry.db-wal', 'ferry.db-shm', 'api-key', 'secrets.key'];
 
+/**
+ * Why a folder could not be made or written, when that is for the person who chose its path to fix
+ * (a file in the way, no permission, a read-only file system); undefined for anything else.
+ */
+export function unusableFolderReason(error: unknown): string | undefined {
+  const why: Record<string, string> = {
+    EEXIST: 'a file is in the way',
+    ENOTDIR: 'a part of its path is a file, not a folder',
+    EACCES: 'permission denied',
+    EPERM: 'permission denied',
+    EROFS: 'the file system is read-only',
+  };
+  return why[(error as NodeJS.ErrnoException)?.code ?? ''];
+}
+
 /** Creates `dir` as 0700 (or tightens it) and tightens the private files already in it. */
 export function securePrivateDir(dir: string): void {
   try {
     mkdirSync(dir, { recursive: true, mode: privateDirMode });
   } catch (error) {
-    // A path the user chose (FERRY_HOME) that cannot be a folder: a file is there or above it, or
-    // it lies where this user may not write. Theirs to fix, not a bug of ours.
-    const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'EEXIST' || code === 'ENOTDIR' || code === 'EACCES' || code === 'EROFS') {
-      throw new FerryError(
-        'usage',
-        `Cannot use ${dir} as Ferry's folder (${code}: ${code === 'EACCES' || code === 'EROFS' ? 'not writable' : 'a file is in the way'})`,
-        {
-          hint: 'Set FERRY_HOME to a folder you can write, or unset it to use ~/.ferry.',
-        },
+    // A path the user chose (FERRY_HOME): theirs to fix, not a bug of ours.
+    const reason = unusableFolderReason(error);
+    if (reason)
+      throw usage(
+        `Cannot use ${dir} as Ferry's folder: ${reason}`,
+        'Set FERRY_HOME to a folder you can write, or unset it to use ~/.ferry.',
       );
-    }
     throw error;
   }
   tighten(dir, privateDirMode);
