@@ -10,6 +10,7 @@ import { FileBlobStore } from '../../core/adapters/local/files.js';
 import { securePrivateDir } from '../../core/adapters/local/home.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { hashKey, newSecret } from '../../core/auth.js';
+import { usage } from '../../core/errors.js';
 import { defaultPort } from '../../core/limits.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import { apiKeyFromUser } from '../config.js';
@@ -25,9 +26,19 @@ export interface LocalProviderOptions {
   stores?: { control: ControlStore; blobs: BlobStore; url: string };
 }
 
+/**
+ * FERRY_PORT, else 8888. A FERRY_PORT that is not a port is the user's mistake, said at once: quietly
+ * serving on 8888 instead leaves their clients knocking on the port they set.
+ */
 export function defaultServePort(env: NodeJS.ProcessEnv): number {
-  const port = Number(env.FERRY_PORT);
-  return env.FERRY_PORT && Number.isInteger(port) && port >= 0 && port < 65536 ? port : defaultPort;
+  const value = env.FERRY_PORT?.trim();
+  if (!value) return defaultPort;
+  const port = Number(value);
+  if (/^\d+$/.test(value) && port <= 65_535) return port;
+  throw usage(
+    `FERRY_PORT=${JSON.stringify(env.FERRY_PORT)} is not a port`,
+    'Set it to a whole number from 1 to 65535 (0 picks any free port), or unset it for 8888.',
+  );
 }
 
 /**
@@ -164,7 +175,7 @@ export class LocalProvider implements Provider {
     reporter.line(`  no platform answers for ${this.options.home}; starting \`ferry serve --detach\``);
     // FERRY_PORT names the port; otherwise the default, or the next free one after it, as `ferry dev`
     // picks its own: `ferry dev` (the step before a deploy) holds 8888 while it runs.
-    const port = this.options.env.FERRY_PORT
+    const port = this.options.env.FERRY_PORT?.trim()
       ? defaultServePort(this.options.env)
       : await nextFreePort('127.0.0.1', defaultPort);
     const info = await startDetached({ home: this.options.home, port, env: this.options.env });

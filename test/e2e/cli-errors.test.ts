@@ -84,7 +84,7 @@ describe('ferry errors', () => {
     }
   });
 
-  it('a FERRY_HOME that cannot be a folder, or a --host not on this machine: exit 2, not "a bug in Ferry"', async () => {
+  it('a FERRY_HOME that cannot be a folder, a FERRY_PORT that is no port, or a --host not on this machine: exit 2, not "a bug in Ferry"', async () => {
     const file = path.join(project, 'not-a-folder');
     writeFileSync(file, 'x');
     for (const home of [file, path.join(file, 'below')]) {
@@ -92,6 +92,15 @@ describe('ferry errors', () => {
       expect(result.code, result.stderr).toBe(2);
       expect(result.stderr).toContain(`Error: Cannot use ${home} as Ferry's folder`);
       expect(result.stderr).toContain('hint: Set FERRY_HOME to a folder you can write');
+    }
+    // FERRY_PORT is read wherever a platform would listen: a value that is no port is said, not
+    // swapped for 8888 behind the user's back.
+    for (const args of [['serve'], ['deploy', '--env', 'dev']]) {
+      const result = await sandbox.run(args, { cwd: project, env: { FERRY_PORT: '88a8' } });
+      expect(result.code, `${args.join(' ')}: ${result.stderr}`).toBe(2);
+      expect(result.stderr).toContain('Error: FERRY_PORT="88a8" is not a port');
+      expect(result.stderr).toContain('hint: Set it to a whole number from 1 to 65535');
+      noStack(result.stderr);
     }
     const serve = await sandbox.run(['serve', '--host', '203.0.113.1', '--port', '0'], { cwd: project });
     expect(serve.code, serve.stderr).toBe(2);
