@@ -209,6 +209,15 @@ describe('ferry errors', () => {
     expect(deploy.stderr).toContain('Error: No AWS region is configured\n');
     expect(deploy.stderr).not.toContain('[1/5]');
 
+    // A region the SDK cannot use is a typo to fix, not a missing setting.
+    const typo = await sandbox.run(['app', 'list', '--provider', 'aws'], {
+      env: { ...noAws, AWS_REGION: 'us east' },
+    });
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toContain('Error: The AWS region "us east" is not a region name\n');
+    expect(typo.stderr).toContain('fix AWS_REGION');
+    noStack(typo.stderr);
+
     for (const args of [
       ['deploy', '--provider', 'aws'],
       ['secrets', 'list', '--provider', 'aws'],

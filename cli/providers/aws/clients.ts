@@ -48,7 +48,15 @@ export async function checkAwsConfiguration(config: {
   let region: string;
   try {
     region = await config.region();
-  } catch {
+  } catch (error) {
+    // The SDK refuses a region that cannot be part of a host name ("us east") with the value quoted;
+    // that is a typo to point at, not a missing setting.
+    const given = /region="([^"]+)"/.exec((error as Error)?.message ?? '')?.[1];
+    if (given)
+      throw usage(
+        `The AWS region "${given}" is not a region name`,
+        'Regions look like us-east-1 or eu-west-1: fix AWS_REGION (or AWS_DEFAULT_REGION, or the profile\'s region in ~/.aws/config), then run the command again.',
+      );
     throw usage(
       'No AWS region is configured',
       'Set one for this shell (export AWS_REGION=us-east-1) or in ~/.aws/config (`aws configure`), then run the command again.',
