@@ -272,6 +272,19 @@ export interface EndpointScaleReport {
   /** Whether UpdateService was called. */
   updated: boolean;
   error?: string;
+  /**
+   * The endpoint has a record but no ECS service: its stack is being created or deleted. Expected
+   * for minutes around a deploy, so not a failure of the run (`failedScales`).
+   */
+  noService?: true;
+}
+
+/**
+ * The endpoints a run tried and failed to scale (its inputs unreadable, UpdateService refused).
+ * One endpoint's trouble does not stop the others, but the run must still fail, or nothing sees it.
+ */
+export function failedScales(reports: readonly EndpointScaleReport[]): EndpointScaleReport[] {
+  return reports.filter((r) => r.error !== undefined && !r.noService);
 }
 
 /**
@@ -422,6 +435,7 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
     if (plan.was === undefined) {
       // Deployed but its stack is not there (yet, or any more): nothing to scale.
       plan.error = `no active ECS service ${plan.service} in cluster ${deps.cluster}`;
+      plan.noService = true;
       continue;
     }
     const lb = lbInputs.get(plan);
@@ -472,10 +486,25 @@ export function createScaler(deps: () => ScalerDeps) {
   return async (event: unknown): Promise<EndpointScaleReport[]> => {
     const resolved = deps();
     const failed = taskStartFailureOf(event, resolved.serviceNamePrefix);
-    if (!failed) return scaleEndpoints(resolved, scalerEventOf(event));
-    await recordTaskStartFailure(resolved, failed);
-    // Its count again: failing now, it wants no task.
-    return scaleEndpoints(resolved, { endpointId: failed.endpointId });
+    if (failed) await recordTaskStartFailure(resolved, failed);
+    // A recorded failed start: its count again (failing now, it wants no task).
+    const reports = await scaleEndpoints(
+      resolved,
+      failed ? { endpointId: failed.endpointId } : scalerEventOf(event),
+    );
+    // Every endpoint was tried and each one's reason logged; the run now fails if one could not be
+    // scaled, because the ScalerErrors alarm reads the function's Errors metric, which counts
+    // "exceptions that your code throws" (https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics-types.html).
+    // Caught and only logged, an endpoint whose UpdateService is refused kept its jobs queued with no
+    // signal anywhere. Nothing retries the run (retryAttempts 0), so a recorded failed start is not
+    // counted twice; the next scheduled run tries again.
+    const unscaled = failedScales(reports);
+    if (unscaled.length > 0) {
+      throw new Error(
+        `${unscaled.length} endpoint(s) could not be scaled (${unscaled.map((r) => r.endpointId).join(', ')}); this run's log names each with its reason`,
+      );
+    }
+    return reports;
   };
 }
 

@@ -46,6 +46,8 @@ export const ownershipTags = { app: 'ferry:app', env: 'ferry:env' } as const;
 
 /** Every queue of every app is named with this prefix, so platform functions can be granted them all. */
 export const queueNamePrefix = 'ferry-';
+/** The prefix as a CloudWatch search token (`QueueName=ferry`): search splits names at `-`. */
+export const queueNameToken = queueNamePrefix.replace(/-$/, '');
 
 /** Which of an endpoint's four queues. */
 export type QueueRole = 'urgent' | 'urgent-dlq' | 'low' | 'low-dlq';

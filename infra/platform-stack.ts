@@ -96,6 +96,7 @@ import {
   clusterName,
   jobLogGroupName,
   queueNamePrefix,
+  queueNameToken,
   scalerFunctionName,
   serviceNamePrefix,
   wakeAlarmPrefix,
@@ -1446,16 +1447,30 @@ export class PlatformStack extends Stack {
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     }).addAlarmAction(notify);
+    // The scaler tries every endpoint, then fails the run when one could not be scaled
+    // (functions/scaler.ts failedScales): it runs every minute, so three failures in five minutes is
+    // an endpoint stuck, not a blip.
+    new cloudwatch.Alarm(this, 'ScalerErrorsAlarm', {
+      alarmDescription:
+        'Ferry: the scaler failed (an endpoint could not be scaled: its jobs wait with no worker started)',
+      metric: this.scalerFunction.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
+      threshold: 3,
+      evaluationPeriods: 1,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    }).addAlarmAction(notify);
 
     const dashboard = new cloudwatch.Dashboard(this, 'Dashboard', {
       dashboardName: regionalDashboardName('Ferry'),
     });
     // App queues are found by name: the platform template must not reference app stacks. A message
     // is deleted as soon as a worker claims its job, so the age of the oldest message is the longest
-    // wait for a worker.
+    // wait for a worker. `QueueName=ferry` is a partial match on the name's token: a quoted value
+    // "finds the exact string" only, so `QueueName="ferry-"` matched no queue
+    // (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/search-expression-syntax.html).
     const search = (metricName: string, filter: string, label: string) =>
       new cloudwatch.MathExpression({
-        expression: `SEARCH('{AWS/SQS,QueueName} MetricName="${metricName}" QueueName="${queueNamePrefix}" ${filter}', 'Maximum', 60)`,
+        expression: `SEARCH('{AWS/SQS,QueueName} MetricName="${metricName}" QueueName=${queueNameToken} ${filter}', 'Maximum', 60)`,
         usingMetrics: {},
         label,
         period: Duration.minutes(1),
@@ -1469,17 +1484,23 @@ export class PlatformStack extends Stack {
       }),
       new cloudwatch.GraphWidget({
         title: 'Oldest waiting job (s)',
-        left: [search('ApproximateAgeOfOldestMessage', '', 'Oldest message')],
+        left: [search('ApproximateAgeOfOldestMessage', 'NOT QueueName=dlq', 'Oldest message')],
         width: 12,
       }),
       new cloudwatch.GraphWidget({
         title: 'Function errors',
-        left: [this.apiFunction, this.authorizerFunction, this.sweeperFunction].map((f) => f.metricErrors()),
+        left: [
+          this.apiFunction,
+          this.authorizerFunction,
+          this.sweeperFunction,
+          this.scalerFunction,
+          this.webhookFunction,
+        ].map((f) => f.metricErrors()),
         width: 12,
       }),
       new cloudwatch.GraphWidget({
         title: 'Dead-letter queues',
-        left: [search('ApproximateNumberOfMessagesVisible', 'dlq', 'DLQ depth')],
+        left: [search('ApproximateNumberOfMessagesVisible', 'QueueName=dlq', 'DLQ depth')],
         width: 12,
       }),
     );

@@ -2,7 +2,8 @@
  * One SNS topic every Ferry alarm and failure notice goes to, so a team subscribes once
  * (`ferry deploy --alarm-email`, or any SNS subscription). What reaches it:
  *
- *  - the platform's CloudWatch alarms (API 5xx, sweeper errors) and every app stack's DLQ alarms;
+ *  - the platform's CloudWatch alarms (API 5xx, sweeper and scaler errors) and every app stack's DLQ
+ *    alarms;
  *  - ECS tasks of the Ferry cluster that stopped before they ran: stopCode TaskFailedToStart, which
  *    is what an image that cannot be pulled (CannotPullContainerError) or a task that cannot be set
  *    up (ResourceInitializationError) ends with (EventBridge "ECS Task State Change":
@@ -16,9 +17,10 @@
  * under the AWS-managed SNS key (https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html),
  * a customer key costs $1/month idle, and alarm texts carry no secrets. Publishing needs TLS.
  */
-import { Validations } from 'aws-cdk-lib';
+import { Aws, Validations } from 'aws-cdk-lib';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as eventsTargets from 'aws-cdk-lib/aws-events-targets';
+import * as iam from 'aws-cdk-lib/aws-iam';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import { Construct } from 'constructs';
 
@@ -39,6 +41,24 @@ export class AlarmTopic extends Construct {
       reason:
         'CloudWatch alarms and EventBridge cannot publish to a topic under the AWS-managed SNS key; alarm texts hold no secrets.',
     });
+    // The topic's policy (TLS only, EventBridge's grant) replaces SNS's default one, which let the
+    // account's own sources publish; without this statement every alarm's action fails with "Resource:
+    // arn:aws:cloudwatch:...:alarm:ALARM_NAME is not authorized to perform: SNS:Publish", in the
+    // alarm's history only (https://repost.aws/knowledge-center/cloudwatch-receive-sns-for-alarm-trigger).
+    // Fenced to this account's alarms in this region, by the condition that page shows.
+    this.topic.addToResourcePolicy(
+      new iam.PolicyStatement({
+        sid: 'CloudWatchAlarmsOfThisAccount',
+        principals: [new iam.ServicePrincipal('cloudwatch.amazonaws.com')],
+        actions: ['sns:Publish'],
+        resources: [this.topic.topicArn],
+        conditions: {
+          ArnLike: {
+            'aws:SourceArn': `arn:${Aws.PARTITION}:cloudwatch:${Aws.REGION}:${Aws.ACCOUNT_ID}:alarm:*`,
+          },
+        },
+      }),
+    );
     const target = new eventsTargets.SnsTopic(this.topic);
     this.taskStartFailures = new events.Rule(this, 'TaskStartFailures', {
       description: 'Ferry: a worker task stopped because its image could not be pulled or it could not start',

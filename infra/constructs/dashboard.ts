@@ -94,19 +94,23 @@ export class EnvironmentDashboard extends Construct {
         }),
       );
       const widgets: cloudwatch.IWidget[] = [];
+      // Per second whatever the graph's period: the dashboard's periods follow its time range (CDK's
+      // PeriodOverride.AUTO, the default), so a fixed `/ 60` overstated a day's view 5 to 60 times.
+      // PERIOD(m) "returns the period of the metric in seconds"
+      // (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html).
       if (endpoint.queue) {
         widgets.push(
           new cloudwatch.GraphWidget({
             title: `${endpoint.name}: jobs/s`,
             left: [
               new cloudwatch.MathExpression({
-                expression: 'ended / 60',
+                expression: 'ended / PERIOD(ended)',
                 usingMetrics: { ended: ferry(jobMetricNames.ended, endpoint.id, 'Sum') },
                 label: 'ended/s',
                 period: minute,
               }),
               new cloudwatch.MathExpression({
-                expression: 'failed / 60',
+                expression: 'failed / PERIOD(failed)',
                 usingMetrics: { failed: ferry(jobMetricNames.failed, endpoint.id, 'Sum') },
                 label: 'failed/s',
                 period: minute,

@@ -22,6 +22,7 @@ import { JobEngine } from '../../core/engine.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { ControlStore } from '../../core/ports.js';
 import {
+  createScaler,
   NudgingChangeFeed,
   provisionAllowanceMs,
   type ScalerDeps,
@@ -79,6 +80,8 @@ class FakeEcs {
   readonly listed: string[] = [];
   /** Set to refuse ListTasks, as ECS does to a role without ecs:ListTasks. */
   refuseListTasks = false;
+  /** Services whose UpdateService is refused (a throttle, a policy that denies it). */
+  readonly refuseUpdate = new Set<string>();
   private nextTask = 0;
 
   constructor(private readonly clock: FakeClock) {}
@@ -123,6 +126,8 @@ class FakeEcs {
     }
     if (command instanceof UpdateServiceCommand) {
       const { service, desiredCount } = command.input;
+      if (this.refuseUpdate.has(service!))
+        throw new Error(`AccessDeniedException: not authorized to perform ecs:UpdateService on ${service}`);
       this.updates.push({ service: service!, desiredCount: desiredCount! });
       this.services.set(service!, desiredCount!);
       const tasks = this.tasks.get(service!) ?? [];
@@ -280,6 +285,27 @@ describe('scaler', () => {
     expect(desiredOf(quiet)).toBe(0);
     expect(reports.find((r) => r.endpointId === orphan)?.error).toMatch(/no active ECS service/);
     expect(ecs.updates.map((u) => u.service)).toEqual([`ferry-${busy}`]);
+  });
+
+  it('the run fails after scaling the rest when an endpoint could not be scaled, so the ScalerErrors alarm sees it', async () => {
+    const refused = await deploy();
+    const fine = await deploy();
+    const orphan = await deploy('queue', false);
+    for (const ep of [refused, fine, orphan]) await engine.submit(ep, { input: {} }, { sync: false });
+    ecs.refuseUpdate.add(`ferry-${refused}`);
+    const logged: Array<Record<string, unknown>> = [];
+    const run = createScaler(() => ({ ...deps, log: (line) => logged.push(line) }));
+    await expect(run({})).rejects.toThrow(`1 endpoint(s) could not be scaled (${refused})`);
+    // The others were scaled, and the refused one's reason is in its log line.
+    expect(desiredOf(fine)).toBe(1);
+    expect(logged.find((l) => l.endpointId === refused)?.error).toMatch(
+      /not authorized to perform ecs:UpdateService/,
+    );
+    // A service that is not there (a stack being created or deleted) fails no run.
+    ecs.refuseUpdate.clear();
+    const reports = await run({});
+    expect(reports.find((r) => r.endpointId === orphan)?.noService).toBe(true);
+    expect(desiredOf(refused)).toBe(1);
   });
 
   it('describes services ten at a time', async () => {

@@ -133,6 +133,15 @@ describe('dashboard', () => {
       expect(body, needle).toContain(needle);
   });
 
+  it('jobs/s divides by the graph’s own period, which follows the dashboard’s time range', () => {
+    const body = JSON.stringify(
+      Object.values(app.findResources('AWS::CloudWatch::Dashboard'))[0]!.Properties.DashboardBody,
+    );
+    expect(body).toContain('ended / PERIOD(ended)');
+    expect(body).toContain('failed / PERIOD(failed)');
+    expect(body).not.toMatch(/(ended|failed) \/ 60/);
+  });
+
   it('counts tasks that failed to start from ECS events', () => {
     app.hasResourceProperties('AWS::Events::Rule', {
       EventPattern: Match.objectLike({

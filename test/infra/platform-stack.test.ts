@@ -927,16 +927,79 @@ describe('operations', () => {
     }
   });
 
-  it('alarms on API 5xx and on sweeper errors', () => {
+  it('alarms on API 5xx and on sweeper and scaler errors', () => {
     template.hasResourceProperties('AWS::CloudWatch::Alarm', {
       MetricName: '5XXError',
       Namespace: 'AWS/ApiGateway',
     });
-    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
-      MetricName: 'Errors',
-      Dimensions: [{ Name: 'FunctionName', Value: { Ref: logicalId(platform.sweeperFunction) } }],
-    });
+    // The scaler fails its run when an endpoint could not be scaled (functions/scaler.ts).
+    for (const fn of [platform.sweeperFunction, platform.scalerFunction]) {
+      template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+        MetricName: 'Errors',
+        Dimensions: [{ Name: 'FunctionName', Value: { Ref: logicalId(fn) } }],
+      });
+    }
     template.resourceCountIs('AWS::CloudWatch::Dashboard', 1);
+  });
+
+  it('CloudWatch may publish this account’s alarms to the topic: its policy replaced the default one', () => {
+    // Without it: "Resource: arn:aws:cloudwatch:...:alarm:ALARM_NAME is not authorized to perform:
+    // SNS:Publish" (https://repost.aws/knowledge-center/cloudwatch-receive-sns-for-alarm-trigger).
+    const topic = { Ref: logicalId(platform.alarms.topic) };
+    const policies = Object.values(template.findResources('AWS::SNS::TopicPolicy')).filter((p) =>
+      JSON.stringify(p.Properties.Topics).includes(JSON.stringify(topic)),
+    );
+    expect(policies).toHaveLength(1);
+    const statements = policies[0]!.Properties.PolicyDocument.Statement as Array<Record<string, any>>;
+    const alarms = statements.filter((st) => st.Principal?.Service === 'cloudwatch.amazonaws.com');
+    expect(alarms).toEqual([
+      expect.objectContaining({
+        Effect: 'Allow',
+        Action: 'sns:Publish',
+        Resource: topic,
+        Condition: {
+          ArnLike: {
+            'aws:SourceArn': {
+              'Fn::Join': [
+                '',
+                [
+                  'arn:',
+                  { Ref: 'AWS::Partition' },
+                  ':cloudwatch:',
+                  { Ref: 'AWS::Region' },
+                  ':',
+                  { Ref: 'AWS::AccountId' },
+                  ':alarm:*',
+                ],
+              ],
+            },
+          },
+        },
+      }),
+    ]);
+    // Every alarm of the platform acts on that topic (the app stacks' DLQ alarms import it).
+    const actions = Object.values(template.findResources('AWS::CloudWatch::Alarm')).flatMap(
+      (a) => a.Properties.AlarmActions ?? [],
+    );
+    expect(actions.length).toBeGreaterThan(0);
+    for (const action of actions) expect(action).toEqual(topic);
+  });
+
+  it('the platform dashboard finds every app queue by its name token, and graphs every function’s errors', () => {
+    const [dashboard] = Object.values(template.findResources('AWS::CloudWatch::Dashboard'));
+    const body = JSON.stringify(dashboard!.Properties.DashboardBody);
+    // A quoted value is an exact match: "ferry-" matched no queue.
+    expect(body).not.toContain('QueueName=\\"ferry-\\"');
+    expect(body).toContain('QueueName=ferry NOT QueueName=dlq');
+    expect(body).toContain('QueueName=ferry QueueName=dlq');
+    for (const fn of [
+      platform.apiFunction,
+      platform.authorizerFunction,
+      platform.sweeperFunction,
+      platform.scalerFunction,
+      platform.webhookFunction,
+    ])
+      expect(body).toContain(logicalId(fn));
   });
 });
 
