@@ -65,7 +65,7 @@ export function runProcess(command: string, args: string[], options: RunOptions 
       if (error.code === 'ENOENT') {
         reject(
           new FerryError('failed', `Cannot run ${command}: it was not found`, {
-            hint: 'Install Python 3.10+ or pass the interpreter to use (option `python`).',
+            hint: 'Install Python 3.10+, or name an interpreter that exists (`--python PATH` on the commands that take it).',
             cause: error,
           }),
         );
