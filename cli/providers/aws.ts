@@ -1,4 +1,21 @@
 /**
+ * The endpoints an environment keeps once `leaving` is gone, as its stack must be rebuilt from. Listed
+ * through an index (eventually consistent), then each read by key, strongly: a record deleted moments
+ * ago (the undeploy just before this one) may still be listed, and must not bring its endpoint back.
+ */
+async function endpointsLeft(
+  control: ControlStore,
+  app: string,
+  env: string,
+  leaving: readonly EndpointRecord[],
+): Promise<EndpointRecord[]> {
+  const gone = new Set(leaving.map((r) => r.id));
+  const listed = (await control.listEndpoints({ app, env })).filter((r) => !gone.has(r.id));
+  const current = await Promise.all(listed.map((r) => control.getEndpoint(r.id)));
+  return current.filter((r): r is EndpointRecord => r !== undefined);
+}
+
+/**
  * The AWS provider: endpoints live in CloudFormation stacks in the user's account, records in the
  * platform's DynamoDB control table (so every machine of the team sees the same apps — flash kept
  * them in one laptop's .flash/resources.pkl), artifacts in the platform bucket.
@@ -776,19 +793,24 @@ export class AwsProvider implements Provider {
       const { app, env } = group[0]!;
       const stack = appStackName(app, env);
       try {
-        const leaving = new Set(group.map((r) => r.id));
-        const remaining = (await control.listEndpoints({ app, env })).filter((r) => !leaving.has(r.id));
-        const alreadyDeployed = this.#deployed.get(stack);
-        const upToDate =
-          alreadyDeployed !== undefined &&
-          alreadyDeployed.size === remaining.length &&
-          remaining.every((r) => alreadyDeployed.has(r.id));
-        if (remaining.length === 0) {
+        // This process deployed the stack moments ago without them (a deploy that also removes
+        // endpoints): it is already what it should be. It must not be rebuilt from the listing, which
+        // reads an index: "All reads from GSIs and streams are eventually consistent ... the responses
+        // may not reflect the results of a recently completed write operation"
+        // (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.ReadConsistency.html),
+        // so the records that deploy just wrote could be missing, and the stack redeployed without
+        // them (or destroyed, for a renamed only endpoint) while the deploy reported success.
+        const deployedNow = this.#deployed.get(stack);
+        const upToDate = deployedNow !== undefined && group.every((r) => !deployedNow.has(r.id));
+        const remaining = upToDate ? [] : await endpointsLeft(control, app, env, group);
+        if (upToDate) {
+          // Nothing to change in the stack; the records go below.
+        } else if (remaining.length === 0) {
           this.options.reporter.line(`  destroying stack ${stack}`);
           await this.options.toolkit.destroy([stack], eventPrinter(this.options.reporter));
           this.#destroyed.add(stack);
           this.#deployed.delete(stack);
-        } else if (!upToDate) {
+        } else {
           this.options.reporter.line(
             `  updating stack ${stack} without ${group.map((r) => r.name).join(', ')}`,
           );
