@@ -55,7 +55,7 @@ export async function checkAwsConfiguration(config: {
     if (given)
       throw usage(
         `The AWS region "${given}" is not a region name`,
-        'Regions look like us-east-1 or eu-west-1: fix AWS_REGION (or AWS_DEFAULT_REGION, or the profile\'s region in ~/.aws/config), then run the command again.',
+        "Regions look like us-east-1 or eu-west-1: fix AWS_REGION (or AWS_DEFAULT_REGION, or the profile's region in ~/.aws/config), then run the command again.",
       );
     throw usage(
       'No AWS region is configured',
