@@ -6,8 +6,9 @@
  * load-balanced agent check it with the one scope rule, core/auth.ts scopeCovers), and handed to the
  * worker container as the ECS secret FERRY_CALL_TOKEN, which the Python client reads first.
  *
- * Lifecycle: a deploy that creates or changes an endpoint mints a new key and retires the older ones
- * once the stack is deployed (the old tasks are gone by then); undeploy deletes them and the secret.
+ * Lifecycle: a deploy that creates an endpoint mints a key, and one that changes it a new key when
+ * its key is 10 minutes old or more (callKeyRotationMinAgeMs says why), retiring the older ones once
+ * the stack is deployed (the old tasks are gone by then); undeploy deletes them and the secret.
  * The local provider uses HMAC call tokens instead (core/names.ts): it has no secret store to hand
  * them out with.
  */
@@ -89,11 +90,26 @@ export async function issueCallKey(
 }
 
 /**
+ * The youngest key a changed endpoint's deploy replaces. What a key grants never changes with a
+ * deploy (its scope is the endpoint's app and environment, core/auth.ts scopeCovers), so a new one on
+ * a change is hygiene only: a key the old code may have leaked dies with it. Each new key is a new
+ * version of the endpoint's secret, and Secrets Manager keeps up with one every 10 minutes, no more:
+ * "Secrets Manager removes unlabeled versions when there are more than 100, but it does not remove
+ * versions created less than 24 hours ago. If you update the secret value more than once every 10
+ * minutes, you create more versions than Secrets Manager removes, and you will reach the quota for
+ * secret versions" (https://docs.aws.amazon.com/secretsmanager/latest/userguide/reference_limits.html).
+ * A CI pipeline deploying every few minutes would reach it and every deploy would then fail, so a
+ * changed endpoint whose key is younger keeps it; the next change after that replaces it.
+ */
+export const callKeyRotationMinAgeMs = 10 * 60_000;
+
+/**
  * The call key each endpoint's tasks will run with, by endpoint name: a new one for the endpoints in
- * `rotate`, for any without one, and for any whose secret is missing (deployed by a Ferry that named
- * it otherwise, or deleted by hand: the key's value is known only to that secret, so it cannot be
- * written again), else the newest recorded. The key id goes into the worker's task definition
- * (FERRY_CALL_KEY_ID), so a new key rolls the tasks that hold the old one.
+ * `rotate` whose key is at least `callKeyRotationMinAgeMs` old, for any without one, and for any
+ * whose secret is missing (deployed by a Ferry that named it otherwise, or deleted by hand: the key's
+ * value is known only to that secret, so it cannot be written again), else the newest recorded. The
+ * key id goes into the worker's task definition (FERRY_CALL_KEY_ID), so a new key rolls the tasks
+ * that hold the old one.
  */
 export async function prepareCallKeys(
   deps: {
@@ -110,7 +126,7 @@ export async function prepareCallKeys(
     const current = callKeysIn(keys, endpoint.id).at(-1);
     const keep =
       current !== undefined &&
-      !rotate.has(endpoint.id) &&
+      (!rotate.has(endpoint.id) || deps.nowMs() - current.createdAt < callKeyRotationMinAgeMs) &&
       (await deps.secrets.exists(callTokenSecretName(endpoint)));
     out[endpoint.name] = keep ? current.id : (await issueCallKey(deps, endpoint)).id;
   }

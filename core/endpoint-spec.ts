@@ -28,6 +28,36 @@ export const cpuPattern = '^([1-9][0-9]*)-([1-9][0-9]*)$';
 export const envNamePattern = '^[A-Za-z_][A-Za-z0-9_]*$';
 /** A container image reference, `[registry/]repository[:tag][@sha256:digest]`: no spaces, no shell characters. */
 export const imagePattern = '^[a-z0-9][A-Za-z0-9._/:-]*(@sha256:[a-f0-9]{64})?$';
+/**
+ * Variables the platform sets in a worker's environment itself: Ferry's own namespace (FERRY_APP,
+ * FERRY_CALL_TOKEN, ...) and the RunPod worker protocol's names (core/adapters/local/pool.ts,
+ * infra/constructs/service.ts); an entry ending in `_` is a prefix. An `env` key among them is
+ * refused: on AWS FERRY_CALL_TOKEN and RUNPOD_AI_API_KEY are ECS secrets of the worker container,
+ * and ECS refuses a container whose variable is in both `environment` and `secrets` ("The secret name
+ * must be unique and not shared with any new or existing environment variables set on the
+ * container"), so the stack's deploy failed and rolled back; the others were overridden without a
+ * word. Other RUNPOD_ names (RUNPOD_DEBUG_LEVEL, read by RunPod's SDK) stay the user's to set.
+ * Compared without case, as secret names are (core/adapters/local/secrets.ts).
+ */
+export const platformEnvNames = [
+  'FERRY_',
+  'RUNPOD_WEBHOOK_',
+  'RUNPOD_AI_API_KEY',
+  'RUNPOD_ENDPOINT_ID',
+  'RUNPOD_PING_INTERVAL',
+  'RUNPOD_POD_ID',
+] as const;
+
+/** The entry of platformEnvNames that `name` is (or starts with, for a prefix), if any. */
+export const platformEnvNameOf = (name: string): string | undefined => {
+  const upper = name.toUpperCase();
+  return platformEnvNames.find((entry) => (entry.endsWith('_') ? upper.startsWith(entry) : upper === entry));
+};
+
+/** Why an `env` key is refused: the one wording of the scanner, the package and the schema. */
+export const platformEnvKeyProblem = (key: string, entry: string): string =>
+  `env key ${key} is one the platform sets in every worker itself (${entry.endsWith('_') ? `${entry}*` : entry}): a secret goes in secrets=, a setting under another name`;
+
 /** Parameters about our code and its packages: an image endpoint's image brings its own. */
 export const imageExcludedParameters = ['dependencies', 'system_dependencies', 'python_version'] as const;
 
@@ -78,6 +108,10 @@ export const endpointSpecSchema = z
     }
     if (Array.isArray(spec.gpu) && spec.gpu.includes('any') && spec.gpu.length > 1) {
       issue('gpu "any" cannot be combined with specific models');
+    }
+    for (const key of Object.keys(spec.env ?? {})) {
+      const entry = platformEnvNameOf(key);
+      if (entry) issue(platformEnvKeyProblem(key, entry));
     }
     if (Array.isArray(spec.workers) && !workersInOrder(spec.workers[0], spec.workers[1])) {
       issue('workers=(min, max) needs min <= max');

@@ -29,7 +29,7 @@ import { checkPrefixListId, type LbHttpsOptions } from './constructs/https-front
 import { instanceTypesFor } from './gpu.js';
 import { appStackName, ownershipTags, platformStackName } from './names.js';
 import { defaultInstanceTypes, PlatformStack } from './platform-stack.js';
-import { checkSynthesizedTemplate } from './template-limits.js';
+import { checkSynthesizedTemplate, checkTaskDefinitionSizes } from './template-limits.js';
 
 export { platformStackName } from './names.js';
 
@@ -161,17 +161,24 @@ export function synthesize(options: SynthesizeOptions): CloudAssembly {
 
 /**
  * `app.synth()`, then the quotas CloudFormation applies to the app environment's template that only
- * the synthesized template shows (dynamic references, bytes; infra/template-limits.ts): a template
- * CloudFormation would refuse is a usage error here, before anything is deployed.
+ * the synthesized template shows (dynamic references, bytes; infra/template-limits.ts), and ECS's
+ * size of each task definition: a template CloudFormation or ECS would refuse is a usage error here,
+ * before anything is deployed.
  */
 function synthesizeChecked({ app, appStack }: FerryApp, options: SynthesizeOptions): CloudAssembly {
   const assembly = app.synth();
   const artifact = assembly.getStackArtifact(appStack.artifactId);
+  const environment = {
+    app: options.app ?? options.manifest.app,
+    env: options.env,
+    endpoints: appStack.endpoints.length,
+  };
   checkSynthesizedTemplate(
     // The file is what the toolkit uploads for CloudFormation to read (its size is the quota's).
     { template: artifact.template, bytes: statSync(artifact.templateFullPath).size },
-    { app: options.app ?? options.manifest.app, env: options.env, endpoints: appStack.endpoints.length },
+    environment,
   );
+  checkTaskDefinitionSizes(artifact.template, environment);
   return assembly;
 }
 

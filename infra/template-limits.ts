@@ -23,8 +23,10 @@
  *
  * The last two are counted on the synthesized template (`checkSynthesizedTemplate`, called by
  * infra/app.ts after `app.synth()`): the references and the bytes exist only once CDK has written it.
+ * So is ECS's size of each task definition (`checkTaskDefinitionSizes`, below).
  */
 import { CfnResource, type Stack } from 'aws-cdk-lib';
+import { platformEnvNameOf } from '../core/endpoint-spec.js';
 import { usage } from '../core/errors.js';
 
 export const maxTemplateResources = 500;
@@ -137,5 +139,108 @@ export function checkSynthesizedTemplate(
   throw usage(
     `The template of ${app}/${env} (${endpoints} endpoints) holds ${over.join(', and ')}`,
     splitHint,
+  );
+}
+
+/**
+ * What ECS takes in one task definition: "Task definition size", 64 KiB, not adjustable ("The
+ * maximum size, in KiB, of a task definition",
+ * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/service-quotas.html). CloudFormation
+ * does not check it: a bigger one synthesizes and deploys until RegisterTaskDefinition refuses it
+ * and the stack rolls back. Nearly all of an endpoint's task definition is fixed by Ferry (a few
+ * KiB); what can grow without bound is the user's `env`, which lands in the worker container's
+ * environment.
+ */
+export const maxTaskDefinitionBytes = 64 * 1024;
+
+/**
+ * What a CloudFormation token in a task definition weighs once resolved: the ARNs, queue URLs and
+ * names it stands for (an ARN of a Ferry secret, role or log group is under 200 bytes). Counted at
+ * this much rather than at its own JSON, so the estimate never falls below the registered size for
+ * a token's sake.
+ */
+const resolvedTokenBytes = 256;
+
+const isIntrinsic = (value: object): boolean => {
+  const keys = Object.keys(value);
+  return keys.length === 1 && (keys[0] === 'Ref' || keys[0]!.startsWith('Fn::'));
+};
+
+/**
+ * The bytes `value` takes in the JSON ECS registers: strings, numbers and structure as written, each
+ * CloudFormation token as `resolvedTokenBytes`, and an `Fn::Join` as its literal parts plus its
+ * tokens (it resolves to one string).
+ */
+export function resolvedJsonBytes(value: unknown): number {
+  if (value === null || typeof value !== 'object') return Buffer.byteLength(JSON.stringify(value) ?? '');
+  if (Array.isArray(value)) {
+    return 2 + Math.max(0, value.length - 1) + value.reduce((n: number, v) => n + resolvedJsonBytes(v), 0);
+  }
+  if (isIntrinsic(value)) {
+    const join = (value as Record<string, unknown>)['Fn::Join'];
+    if (Array.isArray(join) && typeof join[0] === 'string' && Array.isArray(join[1])) {
+      const parts = join[1] as unknown[];
+      const literal = parts
+        .map((p) => (typeof p === 'string' ? JSON.stringify(p).slice(1, -1) : ''))
+        .join('');
+      const tokens = parts.filter((p) => typeof p !== 'string').length;
+      return (
+        2 +
+        Buffer.byteLength(literal) +
+        join[0].length * Math.max(0, parts.length - 1) +
+        tokens * resolvedTokenBytes
+      );
+    }
+    return resolvedTokenBytes;
+  }
+  const entries = Object.entries(value);
+  return (
+    2 +
+    Math.max(0, entries.length - 1) +
+    entries.reduce((n, [k, v]) => n + Buffer.byteLength(JSON.stringify(k)) + 1 + resolvedJsonBytes(v), 0)
+  );
+}
+
+interface TaskDefinitionResource {
+  Type: string;
+  Properties?: {
+    ContainerDefinitions?: { Name?: string; Environment?: { Name: string; Value: unknown }[] }[];
+  };
+}
+
+/**
+ * Throws a usage error (exit 2) for each task definition of the synthesized app stack whose
+ * container definitions weigh more than ECS registers (`resolvedJsonBytes`, an estimate: the rest
+ * of a task definition, its family, roles and volumes, is a few hundred bytes), naming the endpoint
+ * (its FERRY_ENDPOINT) and its biggest environment values.
+ */
+export function checkTaskDefinitionSizes(template: unknown, environment: TemplateEnvironment): void {
+  const resources = ((template as { Resources?: Record<string, TaskDefinitionResource> }).Resources ??
+    {}) as Record<string, TaskDefinitionResource>;
+  const over: string[] = [];
+  for (const [logicalId, resource] of Object.entries(resources)) {
+    if (resource.Type !== 'AWS::ECS::TaskDefinition') continue;
+    const containers = resource.Properties?.ContainerDefinitions ?? [];
+    const bytes = resolvedJsonBytes(containers);
+    if (bytes <= maxTaskDefinitionBytes) continue;
+    const variables = containers.flatMap((c) => c.Environment ?? []);
+    const endpoint = variables.find((v) => v.Name === 'FERRY_ENDPOINT')?.Value;
+    // The user's own: the platform's variables (platformEnvNames) are not theirs to shrink.
+    const biggest = variables
+      .filter((v) => platformEnvNameOf(v.Name) === undefined)
+      .map((v) => ({ name: v.Name, bytes: resolvedJsonBytes(v.Value) - 2 }))
+      .sort((a, b) => b.bytes - a.bytes)
+      .slice(0, 3)
+      .map((v) => `${v.name} (${v.bytes.toLocaleString('en-US')} bytes)`);
+    over.push(
+      `'${typeof endpoint === 'string' ? endpoint : logicalId}' needs a task definition of about ${bytes.toLocaleString('en-US')} bytes, ` +
+        `over the ${maxTaskDefinitionBytes.toLocaleString('en-US')} (64 KiB) ECS registers; its biggest env values: ${biggest.join(', ')}`,
+    );
+  }
+  if (over.length === 0) return;
+  throw usage(
+    `${environment.app}/${environment.env}: ${over.join('; ')}`,
+    'Keep env= values small: ship big configuration as a file in the project (it travels with the code), ' +
+      'or as a secret (`ferry secrets set`, named in secrets=), which the task definition names by ARN only.',
   );
 }

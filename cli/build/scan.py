@@ -43,6 +43,23 @@ RESERVED_PATHS = {"/ping"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 CPU_RE = re.compile(r"^([1-9][0-9]*)-([1-9][0-9]*)$")  # core/endpoint-spec.ts owns this rule
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Variables the platform sets in every worker itself (an entry ending in _ is a prefix; compared
+# without case): an env key may not be one. core/endpoint-spec.ts (platformEnvNames) owns the rule
+# and says why; worker-image/python/test_endpoint_spec.py keeps the copies equal.
+PLATFORM_ENV_NAMES = (
+    "FERRY_",
+    "RUNPOD_WEBHOOK_",
+    "RUNPOD_AI_API_KEY",
+    "RUNPOD_ENDPOINT_ID",
+    "RUNPOD_PING_INTERVAL",
+    "RUNPOD_POD_ID",
+)
+
+
+def platform_env_name_of(key):
+    """The entry of PLATFORM_ENV_NAMES that `key` is (or starts with, for a prefix), if any."""
+    upper = key.upper()
+    return next((e for e in PLATFORM_ENV_NAMES if (upper.startswith(e) if e.endswith("_") else upper == e)), None)
 PATH_PARAM_RE = re.compile(r"\{([^{}]*)\}")
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PATH_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._~!$&'()*+,;=:@%-]*$")
@@ -524,6 +541,12 @@ class FileScanner:
         for key in env:
             if not ENV_NAME_RE.match(key):
                 bad("Endpoint '%s': env key %r is not an environment variable name" % (name, key))
+            entry = platform_env_name_of(key)
+            if entry:
+                bad(
+                    "Endpoint '%s': env key %s is one the platform sets in every worker itself (%s): a secret "
+                    "goes in secrets=, a setting under another name" % (name, key, entry + "*" if entry.endswith("_") else entry)
+                )
         secrets = str_list("secrets")
         for secret in secrets:
             if not ENV_NAME_RE.match(secret):

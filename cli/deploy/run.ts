@@ -6,7 +6,7 @@
  */
 import { stat } from 'node:fs/promises';
 import type { DnsRecord } from '../../core/deployment.js';
-import { FerryError, usage } from '../../core/errors.js';
+import { FerryError, messageOf, usage } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { type BuildEvent, type BuildOptions, type BuildResult, buildProject } from '../build/index.js';
@@ -92,16 +92,26 @@ async function stageOf<T>(
 /**
  * Says which `secrets=` names have no value in the target environment: such an endpoint starts no
  * worker, and is failing, until they are set (docs/security.md, "Secrets"). A warning, not a refusal:
- * the value may well be set right after the deploy.
+ * the value may well be set right after the deploy. Nor does a failed look-up stop the deploy (on
+ * AWS, a deployer without secretsmanager:ListSecrets): it says it could not check.
  */
-async function warnOfMissingSecrets(
-  provider: Provider,
+export async function warnOfMissingSecrets(
+  provider: Pick<Provider, 'secretNames'>,
   scope: { app: string; env: string },
   endpoints: readonly ManifestEndpoint[],
   reporter: Reporter,
 ): Promise<void> {
   if (!provider.secretNames || !endpoints.some((e) => (e.resources.secrets ?? []).length > 0)) return;
-  const have = new Set(await provider.secretNames(scope));
+  let have: Set<string>;
+  try {
+    have = new Set(await provider.secretNames(scope));
+  } catch (error) {
+    reporter.line(
+      `  warning: could not check that the endpoints' secrets have values in ${scope.app}/${scope.env} (${messageOf(error)}); ` +
+        `\`ferry secrets list --app ${scope.app} --env ${scope.env}\` shows which do`,
+    );
+    return;
+  }
   for (const endpoint of endpoints) {
     for (const name of endpoint.resources.secrets ?? []) {
       if (have.has(name)) continue;

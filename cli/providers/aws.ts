@@ -40,6 +40,7 @@ import path from 'node:path';
 import type { z } from 'zod';
 import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
 import { S3BlobStore } from '../../core/adapters/aws/s3.js';
+import type { SecretStore } from '../../core/adapters/local/secrets.js';
 import {
   type CallTokenSecrets,
   deleteLegacyCallTokenSecret,
@@ -153,6 +154,12 @@ export interface AwsProviderOptions {
   /** Where each endpoint's call key goes for its workers (core/call-keys.ts): Secrets Manager. */
   callTokens: CallTokenSecrets;
   /**
+   * The user's `secrets=` values (`ferry/<app>/<env>/<NAME>`, core/adapters/aws/secrets.ts), listed
+   * so a deploy can warn of a name without one (`secretNames`). None (the recording fake toolkit):
+   * no warning.
+   */
+  secrets?: Pick<SecretStore, 'list'>;
+  /**
    * EC2, for the region's availability zones on the platform's first deploy (aws/zones.ts) and for
    * CloudFront's origin-facing prefix list when load-balanced endpoints have no domain
    * (aws/cloudfront-prefix-list.ts). None (the recording fake toolkit): neither is looked up.
@@ -184,8 +191,20 @@ export class AwsProvider implements Provider {
   /** What the last deploy's `Endpoints` output said each endpoint's URL waits for in DNS. */
   readonly #dnsRecords = new Map<string, DnsRecord>();
 
+  /**
+   * The `secrets=` names with a value in an app environment. On AWS a task whose secret is missing
+   * never starts: ECS reads secrets when it starts the container ("Sensitive data is injected into
+   * your container when the container is initially started",
+   * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-envvar-secrets-manager.html),
+   * and after three such starts the endpoint is failing (docs/aws.md#failing-endpoints). Needs
+   * secretsmanager:ListSecrets, as `ferry secrets list` does.
+   */
+  readonly secretNames?: (scope: { app: string; env: string }) => Promise<string[]>;
+
   constructor(private readonly options: AwsProviderOptions) {
     this.#stateDir = options.stateDir ?? path.join(options.projectDir, '.ferry');
+    const { secrets } = options;
+    if (secrets) this.secretNames = async (scope) => (await secrets.list(scope)).map((s) => s.name);
     this.control = lazyPort(() => this.#control());
     this.blobs = lazyPort(() => this.#blobs());
   }

@@ -34,7 +34,7 @@ async function realAccountClients(reporter: Reporter) {
     { SNSClient },
     { ec2OnFirstUse },
     { SecretsManagerClient },
-    { SecretsManagerCallTokens },
+    { SecretsManagerCallTokens, SecretsManagerSecretStore },
   ] = await Promise.all([
     import('./aws-account.js'),
     import('@aws-sdk/client-ecr'),
@@ -44,11 +44,14 @@ async function realAccountClients(reporter: Reporter) {
     import('@aws-sdk/client-secrets-manager'),
     import('../../core/adapters/aws/secrets.js'),
   ]);
+  const secretsManager = new SecretsManagerClient({});
   return {
     // Waits out a deletion of the same secret by an undeploy moments ago, with progress.
-    callTokens: new SecretsManagerCallTokens(new SecretsManagerClient({}), {
+    callTokens: new SecretsManagerCallTokens(secretsManager, {
       onWait: (text) => reporter.line(text),
     }),
+    // The deploy's warning of a `secrets=` name with no value (cli/deploy/run.ts).
+    secrets: new SecretsManagerSecretStore(secretsManager),
     iam: iamFromEnv(),
     sns: new SNSClient({}) as unknown as import('./aws-account.js').SnsLike,
     ecr: new ECRClient({}) as unknown as import('./aws-images.js').EcrLike,

@@ -65,8 +65,9 @@ export interface Provider {
   destroyEnvironment?(app: string, env: string): Promise<void>;
   /**
    * The `secrets=` names that have a value in an app environment, so a deploy can say which ones its
-   * endpoints still miss. Absent where the deploy cannot read them (AWS: that would need
-   * secretsmanager:ListSecrets of whoever deploys).
+   * endpoints still miss. Absent where there is nothing to ask (AWS's recording fake toolkit). AWS
+   * asks Secrets Manager (secretsmanager:ListSecrets); a refusal is a warning of the deploy, not a
+   * failure (cli/deploy/run.ts warnOfMissingSecrets).
    */
   secretNames?(scope: { app: string; env: string }): Promise<string[]>;
   /** Base URL of an endpoint: `/v2/<id>` for queue-based ones, the route prefix for load-balanced ones. */

@@ -6,6 +6,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { MemoryCallTokens } from '../../core/adapters/aws/secrets.js';
 import { hashKey } from '../../core/auth.js';
 import {
+  callKeyRotationMinAgeMs,
   callTokenSecretName,
   issueCallKey,
   prepareCallKeys,
@@ -182,7 +183,8 @@ describe('call keys (core/call-keys.ts): what a worker may call with its key', (
   });
 
   it('stops working when the endpoint is undeployed, and after a rotation only the new key works', async () => {
-    const deps = { control: store, secrets, nowMs: () => 6 };
+    // Past the 10 minutes a key is kept through changes (callKeyRotationMinAgeMs): it was issued at 5.
+    const deps = { control: store, secrets, nowMs: () => 5 + callKeyRotationMinAgeMs };
     const old = secrets.values.get(callTokenSecretName(endpoints[0]!))!;
     const ids = await prepareCallKeys(deps, [endpoints[0]!], new Set(['callerid1']));
     const fresh = secrets.values.get(callTokenSecretName(endpoints[0]!))!;

@@ -414,6 +414,43 @@ describe('worker tokens and secrets (docs/security-aws.md)', () => {
     }
   });
 
+  // ECS registers no container whose variable is in both its environment and its secrets, so the
+  // stack's deploy would fail and roll back (core/endpoint-spec.ts platformEnvNames says where).
+  it('give no container a name in both its environment and its secrets, with user env and secrets set', () => {
+    const fns = stubFunctionsDir();
+    cleanups.push(fns.cleanup);
+    const manifest = structuredClone(sampleManifest);
+    for (const e of manifest.endpoints) {
+      e.resources.env = { ...e.resources.env, MODEL: 'm', AWS_DEFAULT_REGION: 'eu-west-1' };
+      e.resources.secrets = ['HF_TOKEN'];
+    }
+    const app = buildApp({
+      manifest,
+      env: 'dev',
+      functionsCodeDir: fns.dir,
+      artifact: { key: 'a' },
+      images: sampleImages,
+      callKeyIds: Object.fromEntries(manifest.endpoints.map((e) => [e.name, 'call-0a1b2c3d'])),
+      nag: false,
+    });
+    const resources = Template.fromStack(app.appStack).toJSON().Resources as Record<
+      string,
+      { Type: string; Properties: { ContainerDefinitions?: ContainerDefinition[] } }
+    >;
+    const containers = Object.values(resources)
+      .filter((r) => r.Type === 'AWS::ECS::TaskDefinition')
+      .flatMap((r) => r.Properties.ContainerDefinitions ?? []);
+    expect(containers.length).toBeGreaterThanOrEqual(3 * manifest.endpoints.length);
+    for (const c of containers) {
+      const environment = new Set((c.Environment ?? []).map((v) => v.Name));
+      expect(
+        (c.Secrets ?? []).map((x) => x.Name).filter((name) => environment.has(name)),
+        c.Name,
+      ).toEqual([]);
+    }
+    expect(containers.some((c) => (c.Secrets ?? []).some((x) => x.Name === 'HF_TOKEN'))).toBe(true);
+  });
+
   it('leave no token-like value in any container environment', () => {
     for (const e of built.appStack.endpoints) {
       for (const c of containersOf(e)) {

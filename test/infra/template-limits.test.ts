@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { exitCode as exitCodeFor, FerryError } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import { manifestSchema } from '../../core/manifest.js';
 import { buildApp, type SynthesizeOptions, synthesize } from '../../infra/app.js';
@@ -21,6 +22,7 @@ import {
   maxDynamicReferences,
   maxTemplateBytes,
   maxTemplateResources,
+  resolvedJsonBytes,
   templateResourceCount,
 } from '../../infra/template-limits.js';
 import {
@@ -226,5 +228,47 @@ describe('template bytes', () => {
         /^The template of demo\/dev \(3 endpoints\) holds [\d,]+ bytes, [\d,]+ over the 1,000,000 \(1 MB\)/,
       ),
     });
+  });
+});
+
+// ECS's "Task definition size" quota, 64 KiB, not adjustable
+// (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/service-quotas.html); CloudFormation
+// does not check it, so a task definition past it failed the deploy at RegisterTaskDefinition.
+describe('task definition size (infra/template-limits.ts checkTaskDefinitionSizes)', () => {
+  const withEnv = (env: Record<string, string>): ManifestEndpoint => ({
+    ...cpuEndpoint,
+    name: 'big_env',
+    resources: { ...cpuEndpoint.resources, env },
+  });
+
+  it('a queue and a load-balanced endpoint weigh a few KiB each, far under 64 KiB', () => {
+    const { artifact } = appTemplateOf([queue(0), loadBalanced(0)]);
+    const resources = artifact.template.Resources as Record<
+      string,
+      { Type: string; Properties: Record<string, unknown> }
+    >;
+    const sizes = Object.values(resources)
+      .filter((r) => r.Type === 'AWS::ECS::TaskDefinition')
+      .map((r) => resolvedJsonBytes(r.Properties.ContainerDefinitions));
+    expect(sizes).toHaveLength(2);
+    for (const bytes of sizes) {
+      expect(bytes).toBeGreaterThan(2_000);
+      expect(bytes).toBeLessThan(16 * 1024);
+    }
+  });
+
+  it('a 70,000-byte env value is refused at synth (exit 2), naming the endpoint and the value', () => {
+    const error = synthesizeError([queue(0), withEnv({ SMALL: 'x', MODEL_CONFIG: 'x'.repeat(70_000) })]);
+    expect(FerryError.is(error)).toBe(true);
+    expect((error as FerryError).code).toBe('usage');
+    expect(exitCodeFor(error)).toBe(2);
+    expect((error as FerryError).message).toMatch(
+      /^demo\/dev: 'big_env' needs a task definition of about [\d,]+ bytes, over the 65,536 \(64 KiB\) ECS registers; its biggest env values: MODEL_CONFIG \(70,000 bytes\), /,
+    );
+    expect((error as FerryError).hint).toContain('ferry secrets set');
+  });
+
+  it('env values that fit pass', () => {
+    expect(synthesizeError([queue(0), withEnv({ MODEL_CONFIG: 'x'.repeat(40_000) })])).toBeUndefined();
   });
 });

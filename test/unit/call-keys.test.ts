@@ -107,3 +107,58 @@ describe('moving from the name of earlier versions', () => {
     expect([...secrets.values.keys()]).toEqual([callTokenSecretName(endpoint('other'))]);
   });
 });
+
+// Secrets Manager: "If you update the secret value more than once every 10 minutes, you create more
+// versions than Secrets Manager removes, and you will reach the quota for secret versions"
+// (https://docs.aws.amazon.com/secretsmanager/latest/userguide/reference_limits.html).
+describe('rotation on a changed endpoint', () => {
+  const minute = 60_000;
+  /** Deploys `ep` as changed (in `rotate`) at `atMs`, with its secret in place; answers its key id. */
+  async function changedDeploy(atMs: number, store: ReturnType<typeof keyStore>, secrets: MemoryCallTokens) {
+    const ep = endpoint('api');
+    const ids = await prepareCallKeys(
+      { control: store.control, secrets, nowMs: () => atMs },
+      [ep],
+      new Set([ep.id]),
+    );
+    return ids.api!;
+  }
+
+  it('keeps a key younger than 10 minutes: a CI deploying every few minutes writes no new secret version', async () => {
+    const store = keyStore();
+    const secrets = new MemoryCallTokens();
+    let puts = 0;
+    const put = secrets.put.bind(secrets);
+    secrets.put = async (name, value) => {
+      puts++;
+      await put(name, value);
+    };
+    const first = await changedDeploy(0, store, secrets);
+    expect(puts).toBe(1);
+    // Code-only changes 2, 5 and 9.99 minutes later: the same key, no write.
+    for (const atMs of [2 * minute, 5 * minute, 10 * minute - 1]) {
+      expect(await changedDeploy(atMs, store, secrets)).toBe(first);
+    }
+    expect(puts).toBe(1);
+    expect(store.keys).toHaveLength(1);
+  });
+
+  it('replaces a key 10 minutes old or more, as before', async () => {
+    const store = keyStore();
+    const secrets = new MemoryCallTokens();
+    const first = await changedDeploy(0, store, secrets);
+    const second = await changedDeploy(10 * minute, store, secrets);
+    expect(second).not.toBe(first);
+    // The age that counts is the newest key's.
+    expect(await changedDeploy(15 * minute, store, secrets)).toBe(second);
+    expect(await changedDeploy(20 * minute, store, secrets)).not.toBe(second);
+  });
+
+  it('a young key whose secret is gone is replaced all the same: its value exists nowhere else', async () => {
+    const store = keyStore();
+    const secrets = new MemoryCallTokens();
+    const first = await changedDeploy(0, store, secrets);
+    secrets.values.clear();
+    expect(await changedDeploy(minute, store, secrets)).not.toBe(first);
+  });
+});

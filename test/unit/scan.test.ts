@@ -485,6 +485,16 @@ describe('scanProject: errors name file:line', () => {
       '@Endpoint(name="w", env={"A-B": "1"})',
       "env key 'A-B' is not an environment variable name",
     ],
+    [
+      'an env key the platform sets',
+      '@Endpoint(name="w", env={"FERRY_CALL_TOKEN": "x"})',
+      'env key FERRY_CALL_TOKEN is one the platform sets in every worker itself (FERRY_*)',
+    ],
+    [
+      'an env key of the worker protocol',
+      '@Endpoint(name="w", env={"RUNPOD_AI_API_KEY": "x"})',
+      'env key RUNPOD_AI_API_KEY is one the platform sets in every worker itself (RUNPOD_AI_API_KEY)',
+    ],
     ['a bad cpu', '@Endpoint(name="w", cpu="lots")', 'cpu must be "<vCPUs>-<GiB>"'],
     [
       'min over max workers',

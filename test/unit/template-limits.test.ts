@@ -10,9 +10,12 @@
 import { describe, expect, it } from 'vitest';
 import {
   checkSynthesizedTemplate,
+  checkTaskDefinitionSizes,
   dynamicReferenceCount,
   maxDynamicReferences,
+  maxTaskDefinitionBytes,
   maxTemplateBytes,
+  resolvedJsonBytes,
 } from '../../infra/template-limits.js';
 
 /** CDK's `secret.secretValue.unsafeUnwrap()`: the reference cut around the secret's Ref. */
@@ -89,5 +92,70 @@ describe('template bytes', () => {
     expect(() =>
       checkSynthesizedTemplate({ template: templateWith(65), bytes: 1_250_000 }, environment),
     ).toThrow(/65 dynamic references .*, 5 over the 60 .*, and 1,250,000 bytes, 250,000 over/);
+  });
+});
+
+/** A template with one endpoint's task definition, its worker holding `env` (as CDK writes it). */
+const taskTemplate = (env: Record<string, string>) => ({
+  Resources: {
+    TaskDef: {
+      Type: 'AWS::ECS::TaskDefinition',
+      Properties: {
+        ContainerDefinitions: [
+          {
+            Name: 'worker',
+            Environment: [
+              { Name: 'FERRY_ENDPOINT', Value: 'embedder' },
+              ...Object.entries(env).map(([Name, Value]) => ({ Name, Value })),
+            ],
+            Secrets: [
+              {
+                Name: 'HF_TOKEN',
+                ValueFrom: { 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':x']] },
+              },
+            ],
+          },
+        ],
+      },
+    },
+  },
+});
+
+// ECS: "Task definition size", 64 KiB, not adjustable
+// (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/service-quotas.html).
+describe('task definition size', () => {
+  it('weighs plain JSON as written, each token as a resolved ARN (256 bytes), a Join as its parts', () => {
+    expect(resolvedJsonBytes({ a: 'bc', d: [1, true] })).toBe(
+      JSON.stringify({ a: 'bc', d: [1, true] }).length,
+    );
+    expect(resolvedJsonBytes({ Ref: 'X' })).toBe(256);
+    expect(resolvedJsonBytes({ 'Fn::GetAtt': ['Q', 'Arn'] })).toBe(256);
+    // "arn:" + token + ":x" resolves to one string: its quotes, 6 literal bytes and one token.
+    expect(resolvedJsonBytes({ 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':x']] })).toBe(
+      2 + 6 + 256,
+    );
+    expect(resolvedJsonBytes({ 'Fn::Join': ['-', ['a', 'b', 'c']] })).toBe(JSON.stringify('a-b-c').length);
+  });
+
+  it('passes a task definition up to 64 KiB; refuses one over it (exit 2), naming the endpoint and its biggest env values', () => {
+    expect(maxTaskDefinitionBytes).toBe(65_536);
+    expect(() =>
+      checkTaskDefinitionSizes(taskTemplate({ CONFIG: 'x'.repeat(60_000) }), environment),
+    ).not.toThrow();
+    let caught: unknown;
+    try {
+      checkTaskDefinitionSizes(
+        taskTemplate({ A: 'x'.repeat(40_000), B: 'y'.repeat(30_000), C: 'z', D: 'zz' }),
+        environment,
+      );
+    } catch (error) {
+      caught = error;
+    }
+    expect(caught).toMatchObject({ name: 'FerryError', code: 'usage' });
+    const message = (caught as Error).message;
+    expect(message).toMatch(
+      /^demo\/dev: 'embedder' needs a task definition of about [\d,]+ bytes, over the 65,536 \(64 KiB\)/,
+    );
+    expect(message).toContain('its biggest env values: A (40,000 bytes), B (30,000 bytes), D (2 bytes)');
   });
 });

@@ -60,6 +60,14 @@ class EndpointSpecTest(unittest.TestCase):
         self.assertEqual(sorted(self.scan.IMAGE_IGNORED_KWARGS), names)
         self.assertEqual(sorted(ferry_endpoint.IMAGE_EXCLUDED_PARAMETERS), names)
 
+    def test_platform_env_names_are_the_specs(self):
+        spec = (REPO / "core" / "endpoint-spec.ts").read_text()
+        listed = spec.split("platformEnvNames = [", 1)[1].split("]", 1)[0]
+        names = [n.strip().strip("'") for n in listed.split(",") if n.strip()]
+        self.assertGreater(len(names), 1)
+        self.assertEqual(list(self.scan.PLATFORM_ENV_NAMES), names)
+        self.assertEqual(list(ferry_endpoint.PLATFORM_ENV_NAMES), names)
+
     def test_enums_are_the_schema_enums(self):
         gpu_names = self.prop("gpu")["anyOf"][0]["anyOf"][0]["enum"]
         self.assertEqual(list(self.scan.GPU_MODELS), gpu_names)

@@ -29,6 +29,23 @@ _NO_DATA = object()
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _CPU_RE = re.compile(r"^([1-9][0-9]*)-([1-9][0-9]*)$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Variables the platform sets in every worker itself (an entry ending in _ is a prefix; compared
+# without case): an env key may not be one. core/endpoint-spec.ts (platformEnvNames) owns the rule
+# and says why; worker-image/python/test_endpoint_spec.py keeps the copies equal.
+PLATFORM_ENV_NAMES = (
+    "FERRY_",
+    "RUNPOD_WEBHOOK_",
+    "RUNPOD_AI_API_KEY",
+    "RUNPOD_ENDPOINT_ID",
+    "RUNPOD_PING_INTERVAL",
+    "RUNPOD_POD_ID",
+)
+
+
+def platform_env_name_of(key):
+    """The entry of PLATFORM_ENV_NAMES that `key` is (or starts with, for a prefix), if any."""
+    upper = key.upper()
+    return next((e for e in PLATFORM_ENV_NAMES if (upper.startswith(e) if e.endswith("_") else upper == e)), None)
 # Image endpoints (core/endpoint-spec.ts imagePattern, imageExcludedParameters).
 _IMAGE_RE = re.compile(r"^[a-z0-9][A-Za-z0-9._/:-]*(@sha256:[a-f0-9]{64})?$")
 IMAGE_EXCLUDED_PARAMETERS = ("dependencies", "system_dependencies", "python_version")
@@ -146,6 +163,13 @@ def _check_env(env):
     for key, value in env.items():
         if not isinstance(key, str) or not _ENV_NAME_RE.match(key):
             raise ValueError(f"env keys must be environment variable names, got {key!r}")
+        entry = platform_env_name_of(key)
+        if entry:
+            shown = entry + "*" if entry.endswith("_") else entry
+            raise ValueError(
+                f"env key {key} is one the platform sets in every worker itself ({shown}): a secret goes in "
+                "secrets=, a setting under another name"
+            )
         if not isinstance(value, str):
             raise TypeError(f"env values must be strings, got {value!r} for {key!r}")
     return dict(env)
