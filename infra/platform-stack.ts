@@ -94,6 +94,7 @@ import {
 import { leadingKeysCondition } from './leading-keys.js';
 import {
   clusterName,
+  imageBuildPrefix,
   jobLogGroupName,
   queueNamePrefix,
   queueNameToken,
@@ -130,6 +131,8 @@ export const payloadsPrefix = `${blobPrefix}payloads/`;
  */
 export const payloadExpiryDays = Math.ceil(limits.jobLifetimeMaxMs / 86_400_000) + 1;
 export const artifactsPrefix = 'artifacts/';
+/** The bucket's rule for the image build contexts under `image-builds/` (imageBuildPrefix). */
+export const imageBuildExpiryDays = 7;
 /**
  * The control table's API-key items: partition key `KEY#<sha256 hex>` (DynamoControlStore). The
  * authorizer and load-balanced agents may read only this partition range (dynamodb:LeadingKeys).
@@ -357,9 +360,20 @@ export const defaultInstanceTypes = (): string[] => [
  * been fulfilled": https://github.com/aws/amazon-ecs-agent/pull/2730, the agent's README lists it).
  * The worker's image is the big one (torch), so it is pulled while the artifact downloads instead of
  * after: a cold start pays the longer of the two, not their sum.
+ *
+ * ECS_IMAGE_PULL_BEHAVIOR=once: a host pulls an image the first time a task needs it and starts later
+ * tasks from its copy ("The image is pulled remotely only if it wasn't pulled by a previous task on
+ * the same container instance or if the cached image was removed by the automated image cleanup
+ * process. Otherwise, the cached image on the instance is used"), as fast as prefer-cached, which
+ * Ferry used before. prefer-cached keeps every image for good ("Automated image cleanup is turned off
+ * for the container to ensure that the cached image isn't removed":
+ * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/pull-behavior.html), and a GPU host is
+ * long-lived and shared by every app: the multi-GB worker images of each Ferry version and each
+ * image endpoint piled up on it until a pull failed for want of disk. Ferry's tags never change
+ * (immutable ECR tags, docs/aws.md#images), so a cached copy is never stale.
  */
 export const ecsConfigLines = [
-  'ECS_IMAGE_PULL_BEHAVIOR=prefer-cached',
+  'ECS_IMAGE_PULL_BEHAVIOR=once',
   'ECS_PULL_DEPENDENT_CONTAINERS_UPFRONT=true',
   'ECS_ENABLE_TASK_IAM_ROLE=true',
   'ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST=true',
@@ -425,6 +439,13 @@ export class PlatformStack extends Stack {
       lifecycleRules: [
         // A backstop only: the sweeper deletes a job's blobs with the job (deleteExpired).
         { id: 'expire-payloads', prefix: payloadsPrefix, expiration: Duration.days(payloadExpiryDays) },
+        // Image build contexts (cli/providers/aws-images.ts) are read once, by a build that CodeBuild
+        // stops after its 2-hour timeout (infra/constructs/images.ts); nothing reads them later.
+        {
+          id: 'expire-image-builds',
+          prefix: imageBuildPrefix,
+          expiration: Duration.days(imageBuildExpiryDays),
+        },
         { id: 'abort-incomplete-uploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
       ],
     });

@@ -25,7 +25,9 @@ import {
 import { DescribeImagesCommand, type DescribeImagesCommandOutput } from '@aws-sdk/client-ecr';
 import * as tar from 'tar';
 import { FerryError } from '../../core/errors.js';
+import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { WorkerImages } from '../../infra/app-stack.js';
+import { placementFor } from '../../infra/gpu.js';
 import { imageBuildPrefix } from '../../infra/names.js';
 import {
   agentBundleDir,
@@ -51,6 +53,18 @@ export interface NeededImage {
   kind: string;
   repository: string;
   tag: string;
+}
+
+/**
+ * The accelerators whose Ferry base image `endpoints` run on. An image endpoint (`Endpoint(image=...)`)
+ * runs its own image in the worker container (infra/constructs/service.ts), so it needs no base: only
+ * the agent, which every endpoint has. A project of image endpoints alone then neither looks up nor
+ * builds the multi-GB bases.
+ */
+export function acceleratorsOf(
+  endpoints: readonly Pick<ManifestEndpoint, 'image' | 'resources'>[],
+): Set<'cpu' | 'gpu'> {
+  return new Set(endpoints.filter((e) => e.image === undefined).map((e) => placementFor(e.resources).kind));
 }
 
 /** The kinds an app needs: the agent always, a base per accelerator its endpoints use. */

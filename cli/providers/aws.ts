@@ -98,6 +98,7 @@ import {
   waitForQueueNames,
 } from './aws-account.js';
 import {
+  acceleratorsOf,
   buildContextKey,
   buildMissingImages,
   type CodeBuildLike,
@@ -364,7 +365,7 @@ export class AwsProvider implements Provider {
       });
     }
     const version = ferryVersion();
-    const needed = neededImages(await acceleratorsOf(manifest), version, manifest.pythonVersion);
+    const needed = neededImages(acceleratorsOf(manifest.endpoints), version, manifest.pythonVersion);
     const missing = await missingImages(this.options.ecr, needed);
     if (missing.length > 0) {
       const names = missing.map((m) => `${m.repository}:${m.tag}`).join(', ');
@@ -748,7 +749,7 @@ export class AwsProvider implements Provider {
     }
     const platform = await this.platform();
     if (platform.ImageRegistry && this.options.ecr) {
-      const used = imagesIn(platform.ImageRegistry, saved.images, await acceleratorsOf(manifest));
+      const used = imagesIn(platform.ImageRegistry, saved.images, acceleratorsOf(manifest.endpoints));
       const missing = await missingImages(this.options.ecr, used);
       if (missing.length > 0) {
         throw new FerryError(
@@ -903,10 +904,4 @@ export class AwsProvider implements Provider {
     this.options.lookup.close();
     this.options.ec2?.destroy?.();
   }
-}
-
-/** The accelerators `manifest`'s endpoints run on: which worker images its stack pulls. */
-async function acceleratorsOf(manifest: Manifest): Promise<Set<'cpu' | 'gpu'>> {
-  const { placementFor } = await import('../../infra/gpu.js');
-  return new Set(manifest.endpoints.map((e) => placementFor(e.resources).kind));
 }

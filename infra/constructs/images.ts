@@ -3,8 +3,13 @@
  * the deploying machine:
  *
  *  - One ECR repository per image kind of worker-image/images.ts (`ferry/agent`,
- *    `ferry/worker-base-cpu`, …), private, scanned on push, immutable tags (a tag names one Ferry
- *    version's build: `ferry deploy` checks a tag exists and never needs it to change). A lifecycle
+ *    `ferry/worker-base-cpu`, …), private, immutable tags (a tag names one Ferry version's build:
+ *    `ferry deploy` checks a tag exists and never needs it to change). No repository-level scan
+ *    setting: AWS deprecates it ("The PutImageScanningConfiguration API is being deprecated, in favor
+ *    of specifying the image scanning configuration at the registry level":
+ *    https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_PutImageScanningConfiguration.html),
+ *    and Ferry reads no scan results; an account that wants scans sets them on its registry, where
+ *    they cover these repositories too. A lifecycle
  *    rule expires untagged images only (untaggedImageDays). Kept when the platform is deleted (images
  *    take tens of minutes to rebuild, and ECR refuses to delete a repository that still holds
  *    images anyway: https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_DeleteRepository.html),
@@ -53,7 +58,6 @@ export class ImageRegistry extends Construct {
     for (const image of workerImages) {
       const repository = new ecr.Repository(this, `Repo-${image.kind}`, {
         repositoryName: image.repository,
-        imageScanOnPush: true,
         imageTagMutability: ecr.TagMutability.IMMUTABLE,
         encryption: ecr.RepositoryEncryption.AES_256,
         removalPolicy: keptWhenStackDeleted,

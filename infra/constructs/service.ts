@@ -549,18 +549,67 @@ export class EndpointService extends Construct {
     );
   }
 
-  /** ECR URIs get pull permissions on their repository; anything else is pulled as public. */
+  /**
+   * ECR URIs get pull permissions on their repository (ecrRepositoryOf); anything else is pulled
+   * as public. The task pulls the URI exactly as given: ContainerImage.fromEcrRepository would rebuild
+   * it from the ARN as `dkr.ecr.<region>.<URL suffix>`, turning a FIPS or dual-stack host into the
+   * standard one.
+   */
   private containerImage(id: string, uri: string): ecs.ContainerImage {
-    const match = /^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?\/([^:@]+)(?:[:@](.+))?$/.exec(
-      uri,
-    );
-    if (!match) return ecs.ContainerImage.fromRegistry(uri);
-    const [, account, region, repositoryName, tagOrDigest] = match;
-    const partition = uri.includes('.amazonaws.com.cn') ? 'aws-cn' : 'aws';
-    const repository = ecr.Repository.fromRepositoryAttributes(this, id, {
-      repositoryName: repositoryName!,
-      repositoryArn: `arn:${partition}:ecr:${region}:${account}:repository/${repositoryName}`,
-    });
-    return ecs.ContainerImage.fromEcrRepository(repository, tagOrDigest ?? 'latest');
+    const repository = ecrRepositoryOf(uri);
+    if (repository === undefined) return ecs.ContainerImage.fromRegistry(uri);
+    return new EcrUriImage(uri, ecr.Repository.fromRepositoryAttributes(this, id, repository));
   }
+}
+
+/**
+ * The image `uri` itself, with ECR pull rights on `repository` for the task's execution role (what
+ * ECS pulls with), as ContainerImage.fromEcrRepository grants them.
+ */
+class EcrUriImage extends ecs.ContainerImage {
+  constructor(
+    private readonly uri: string,
+    private readonly repository: ecr.IRepository,
+  ) {
+    super();
+  }
+
+  bind(_scope: Construct, container: ecs.ContainerDefinition): ecs.ContainerImageConfig {
+    this.repository.grantPull(container.taskDefinition.obtainExecutionRole());
+    return { imageName: this.uri };
+  }
+}
+
+/**
+ * An ECR image registry host: `<account>.dkr.ecr.<region>.amazonaws.com` (`.com.cn` in China), its
+ * FIPS form `dkr.ecr-fips.<region>.amazonaws.com`, and the dual-stack `dkr-ecr.<region>.on.aws` and
+ * `dkr-ecr-fips.<region>.on.aws` (the OCI and Docker client endpoints of
+ * https://docs.aws.amazon.com/general/latest/gr/ecr.html; "OCI and Docker client requests:
+ * <registry-id>.dkr-ecr.<aws-region>.on.aws",
+ * https://docs.aws.amazon.com/AmazonECR/latest/userguide/ecr-requests.html).
+ */
+const ecrImageUri =
+  /^(\d{12})\.(?:dkr\.ecr(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?|dkr-ecr(?:-fips)?\.([a-z0-9-]+)\.on\.aws)\/([^:@]+)(?:[:@].+)?$/;
+
+/** The ECR repository `uri` names, or undefined when it is not an ECR image URI. */
+export function ecrRepositoryOf(uri: string): { repositoryName: string; repositoryArn: string } | undefined {
+  const match = ecrImageUri.exec(uri);
+  if (!match) return undefined;
+  const [, account, region, dualStackRegion, repositoryName] = match;
+  const where = (region ?? dualStackRegion)!;
+  return {
+    repositoryName: repositoryName!,
+    repositoryArn: `arn:${partitionOfRegion(where)}:ecr:${where}:${account}:repository/${repositoryName}`,
+  };
+}
+
+/**
+ * The ARN partition of a region: "aws - AWS Regions; aws-cn - China Regions; aws-us-gov - AWS
+ * GovCloud (US) Regions" (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference-arns.html),
+ * whose region codes start `cn-` and `us-gov-`.
+ */
+export function partitionOfRegion(region: string): 'aws' | 'aws-cn' | 'aws-us-gov' {
+  if (region.startsWith('cn-')) return 'aws-cn';
+  if (region.startsWith('us-gov-')) return 'aws-us-gov';
+  return 'aws';
 }

@@ -909,3 +909,72 @@ describe('image endpoints (docs/python.md)', () => {
     }
   });
 });
+
+describe('ECR pull rights for the images a task names (infra/constructs/service.ts)', () => {
+  // The OCI and Docker client endpoints of https://docs.aws.amazon.com/general/latest/gr/ecr.html
+  // (dkr.ecr, dkr.ecr-fips, dkr-ecr and dkr-ecr-fips), and the partitions of
+  // https://docs.aws.amazon.com/IAM/latest/UserGuide/reference-arns.html.
+  const digest = `sha256:${'ab'.repeat(32)}`;
+  const cases = [
+    {
+      name: 'govcloud',
+      image: '123456789012.dkr.ecr.us-gov-west-1.amazonaws.com/team/gov:1',
+      arn: 'arn:aws-us-gov:ecr:us-gov-west-1:123456789012:repository/team/gov',
+    },
+    {
+      name: 'fips',
+      image: '123456789012.dkr.ecr-fips.us-east-1.amazonaws.com/team/fips:1',
+      arn: 'arn:aws:ecr:us-east-1:123456789012:repository/team/fips',
+    },
+    {
+      name: 'dual_stack',
+      image: `123456789012.dkr-ecr.eu-west-1.on.aws/team/v6@${digest}`,
+      arn: 'arn:aws:ecr:eu-west-1:123456789012:repository/team/v6',
+    },
+    {
+      name: 'dual_stack_fips',
+      image: '123456789012.dkr-ecr-fips.us-east-2.on.aws/v6fips:2',
+      arn: 'arn:aws:ecr:us-east-2:123456789012:repository/v6fips',
+    },
+    {
+      name: 'china',
+      image: '123456789012.dkr.ecr.cn-north-1.amazonaws.com.cn/team/cn:1',
+      arn: 'arn:aws-cn:ecr:cn-north-1:123456789012:repository/team/cn',
+    },
+  ];
+
+  it('grant the execution role a pull on the repository of every ECR host form, and pull the URI as given', () => {
+    const fns = stubFunctionsDir();
+    try {
+      const manifest = structuredClone(sampleManifest);
+      const { target: _target, ...base } = manifest.endpoints.find((e) => e.name === 'gpu_worker')!;
+      for (const c of cases) manifest.endpoints.push({ ...base, name: c.name, image: c.image });
+      const app = buildApp({
+        manifest,
+        env: 'dev',
+        functionsCodeDir: fns.dir,
+        artifact: { key: 'a' },
+        images: sampleImages,
+        nag: false,
+      });
+      const stackTemplate = Template.fromStack(app.appStack);
+      for (const c of cases) {
+        const e = app.appStack.endpoints.find((x) => x.name === c.name)!;
+        const worker = (
+          stackTemplate.toJSON().Resources[idOf(e.taskDefinition)].Properties
+            .ContainerDefinitions as (ContainerDefinition & { Image?: unknown })[]
+        ).find((x) => x.Name === 'worker')!;
+        // As given: rebuilt from the ARN it would name the standard dkr.ecr host instead.
+        expect(worker.Image, c.name).toBe(c.image);
+        const statements = statementsOf(stackTemplate, e.taskDefinition.executionRole!);
+        expect(resourcesFor(statements, 'ecr:BatchGetImage'), c.name).toContain(JSON.stringify(c.arn));
+        expect(resourcesFor(statements, 'ecr:GetDownloadUrlForLayer'), c.name).toContain(
+          JSON.stringify(c.arn),
+        );
+        expect(resourcesFor(statements, 'ecr:GetAuthorizationToken'), c.name).toContain('"*"');
+      }
+    } finally {
+      fns.cleanup();
+    }
+  });
+});

@@ -130,7 +130,7 @@ describe('the fresh project', () => {
 });
 
 describe('1. images', () => {
-  it('the platform has one private, scanned, immutable ECR repository per image kind, kept on delete but not on a failed create', () => {
+  it('the platform has one private, immutable ECR repository per image kind, kept on delete but not on a failed create', () => {
     const repos = platform.findResources('AWS::ECR::Repository');
     expect(
       Object.values(repos)
@@ -138,7 +138,10 @@ describe('1. images', () => {
         .sort(),
     ).toEqual(workerImages.map((i) => i.repository).sort());
     for (const repo of Object.values(repos)) {
-      expect(repo.Properties.ImageScanningConfiguration).toEqual({ ScanOnPush: true });
+      // No repository-level scanning: "The PutImageScanningConfiguration API is being deprecated, in
+      // favor of specifying the image scanning configuration at the registry level"
+      // (https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_PutImageScanningConfiguration.html).
+      expect(repo.Properties.ImageScanningConfiguration).toBeUndefined();
       expect(repo.Properties.ImageTagMutability).toBe('IMMUTABLE');
       // Fixed names: one left behind by a rolled-back first create failed every retry on its name.
       expect(repo.DeletionPolicy).toBe('RetainExceptOnCreate');

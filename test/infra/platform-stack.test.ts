@@ -9,8 +9,10 @@ import { functionEntries } from '../../functions/bundle.js';
 import { functionEnvSchema } from '../../functions/wiring.js';
 import { buildApp } from '../../infra/app.js';
 import { poolMaxInstances } from '../../infra/gpu.js';
+import { imageBuildPrefix } from '../../infra/names.js';
 import { platformAzCount, platformExportNames, poolExportName } from '../../infra/platform-exports.js';
 import {
+  imageBuildExpiryDays,
   integrationTimeoutSec,
   maxWaitMs,
   PlatformStack,
@@ -155,7 +157,29 @@ describe('bucket', () => {
     const rules = Object.values(template.findResources('AWS::S3::Bucket'))[0]!.Properties
       .LifecycleConfiguration.Rules as { Prefix?: string; ExpirationInDays?: number }[];
     // Nothing expires artifacts/ (or the whole bucket).
-    expect(rules.filter((r) => r.ExpirationInDays !== undefined).map((r) => r.Prefix)).toEqual(['payloads/']);
+    expect(rules.filter((r) => r.ExpirationInDays !== undefined).map((r) => r.Prefix)).toEqual([
+      'payloads/',
+      'image-builds/',
+    ]);
+  });
+
+  it('expires image build contexts, which only the build that follows the upload reads', () => {
+    // cli/providers/aws-images.ts writes one per build under image-builds/; the build reads it in its
+    // pre_build phase and CodeBuild stops a build at the project's timeout.
+    template.hasResourceProperties('AWS::S3::Bucket', {
+      LifecycleConfiguration: {
+        Rules: Match.arrayWith([
+          Match.objectLike({
+            Prefix: imageBuildPrefix,
+            ExpirationInDays: imageBuildExpiryDays,
+            Status: 'Enabled',
+          }),
+        ]),
+      },
+    });
+    const timeoutMinutes = Object.values(template.findResources('AWS::CodeBuild::Project'))[0]!.Properties
+      .TimeoutInMinutes as number;
+    expect(imageBuildExpiryDays * 24 * 60).toBeGreaterThan(timeoutMinutes);
   });
 
   it('is kept on stack delete, not when its first create rolls back (infra/retention.ts)', () => {
@@ -1021,6 +1045,20 @@ describe('ECS hosts keep the instance metadata service from tasks (docs/security
       expect(JSON.stringify(lt.Properties.LaunchTemplateData.UserData)).toContain(
         'echo ECS_AWSVPC_BLOCK_IMDS=true >> /etc/ecs/ecs.config',
       );
+    }
+  });
+
+  // "prefer-cached: ... Automated image cleanup is turned off for the container to ensure that the
+  // cached image isn't removed"; "once: ... pulled remotely only if it wasn't pulled by a previous task
+  // on the same container instance or if the cached image was removed by the automated image cleanup
+  // process" (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/pull-behavior.html).
+  it('reuse a pulled image but leave image cleanup on, so old worker images do not fill the disk', () => {
+    for (const lt of Object.values(template.findResources('AWS::EC2::LaunchTemplate'))) {
+      const userData = JSON.stringify(lt.Properties.LaunchTemplateData.UserData);
+      expect(userData).toContain('echo ECS_IMAGE_PULL_BEHAVIOR=once >> /etc/ecs/ecs.config');
+      expect(userData).not.toContain('prefer-cached');
+      // Nothing turns the agent's image cleanup off either.
+      expect(userData).not.toContain('ECS_DISABLE_IMAGE_CLEANUP');
     }
   });
 

@@ -12,6 +12,7 @@ import { BatchGetBuildsCommand, StartBuildCommand } from '@aws-sdk/client-codebu
 import { DescribeImagesCommand } from '@aws-sdk/client-ecr';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
+  acceleratorsOf,
   buildMissingImages,
   buildScript,
   type CodeBuildLike,
@@ -43,6 +44,31 @@ describe('neededImages / missingImages', () => {
       'base-cpu',
       'base-gpu',
     ]);
+  });
+
+  it("needs no base image for image endpoints: their worker container runs the endpoint's own image", () => {
+    const resources = {
+      gpuCount: 1,
+      workersMin: 0,
+      workersMax: 1,
+      idleTimeoutSec: 60,
+      executionTimeoutMs: 0,
+      maxConcurrency: 1,
+      env: {},
+      dependencies: [],
+      systemDependencies: [],
+    };
+    const vllm = { image: 'vllm/vllm-openai:v0.6.3', resources: { ...resources, gpu: ['A10G' as const] } };
+    const tool = { image: 'example/tool:1', resources: { ...resources, cpu: '2-4' } };
+    const onlyImages = acceleratorsOf([vllm, tool]);
+    expect([...onlyImages]).toEqual([]);
+    expect(neededImages(onlyImages, '0.1.0', '3.12').map((i) => `${i.repository}:${i.tag}`)).toEqual([
+      'ferry/agent:0.1.0',
+    ]);
+    // An endpoint of Ferry's own runtime beside them still needs its base, and only that one.
+    const cpuWorker = { resources: { ...resources, cpu: '2-4' } };
+    expect([...acceleratorsOf([vllm, cpuWorker])]).toEqual(['cpu']);
+    expect([...acceleratorsOf([{ resources: { ...resources, gpu: ['any' as const] } }])]).toEqual(['gpu']);
   });
 
   it('asks ECR for each tag; ImageNotFound and RepositoryNotFound mean missing, other errors fail', async () => {

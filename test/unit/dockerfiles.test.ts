@@ -83,6 +83,27 @@ function globalArgs(instructions: Instruction[]): Record<string, string | undefi
   return vars;
 }
 
+/**
+ * The registry docker pulls `ref` from: its first component when that names a host (a `.` or a `:` in
+ * it, or `localhost`), else Docker Hub: "If omitted, Docker defaults to Docker Hub (`docker.io`)"
+ * (https://docs.docker.com/reference/cli/docker/image/tag/).
+ */
+function registryOf(ref: string): string {
+  const [first, ...rest] = ref.split('/');
+  if (rest.length > 0 && (/[.:]/.test(first!) || first === 'localhost')) return first!;
+  return 'docker.io';
+}
+
+/** The `# syntax=` parser directive, if any: directives come only before the first comment or instruction. */
+function syntaxDirective(text: string): string | undefined {
+  for (const line of text.split('\n')) {
+    const directive = /^#\s*(\w+)\s*=\s*(\S+)\s*$/.exec(line);
+    if (!directive) return undefined;
+    if (directive[1]!.toLowerCase() === 'syntax') return directive[2];
+  }
+  return undefined;
+}
+
 const dockerfiles = readdirSync(workerImageDir)
   .filter((name) => name.startsWith('Dockerfile'))
   .sort();
@@ -123,6 +144,25 @@ describe('parseDockerfile', () => {
   });
 });
 
+describe('registryOf / syntaxDirective', () => {
+  it('reads a bare name as Docker Hub and a first component with a dot, a port or localhost as a host', () => {
+    expect(registryOf('node:22')).toBe('docker.io');
+    expect(registryOf('nvidia/cuda:12.4.1-runtime-ubuntu22.04')).toBe('docker.io');
+    expect(registryOf('docker/dockerfile:1.7')).toBe('docker.io');
+    expect(registryOf('public.ecr.aws/docker/library/node:22')).toBe('public.ecr.aws');
+    expect(registryOf('nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04')).toBe('nvcr.io');
+    expect(registryOf('localhost:5000/x:1')).toBe('localhost:5000');
+    expect(registryOf('localhost/x:1')).toBe('localhost');
+  });
+
+  it('finds # syntax= among the leading directives only', () => {
+    expect(syntaxDirective('# syntax=docker/dockerfile:1.7\n#\nFROM a:1\n')).toBe('docker/dockerfile:1.7');
+    expect(syntaxDirective('# escape=`\n# syntax = x.io/f:1\nFROM a:1\n')).toBe('x.io/f:1');
+    expect(syntaxDirective('# a comment\n# syntax=docker/dockerfile:1.7\nFROM a:1\n')).toBeUndefined();
+    expect(syntaxDirective('FROM a:1\n')).toBeUndefined();
+  });
+});
+
 describe('worker Dockerfiles', () => {
   it('are exactly the ones in the images table', () => {
     expect(dockerfiles.map((name) => `worker-image/${name}`)).toEqual(
@@ -153,6 +193,27 @@ describe('worker Dockerfiles', () => {
           const tag = /:([^/@]+)(@sha256:[0-9a-f]{64})?$/.exec(withoutRegistryPort)?.[1];
           expect(tag, `line ${from.line}: ${image} has no tag`).toBeDefined();
           expect(tag, `line ${from.line}: ${image}`).not.toMatch(/^latest$/i);
+        }
+        if (as?.toUpperCase() === 'AS' && alias !== undefined) stages.push(alias);
+      }
+    });
+
+    // Docker Hub allows anonymous pulls only "100 per IPv4 address or IPv6 /64 subnet" per 6 hours
+    // (https://docs.docker.com/docker-hub/usage/pulls/), and the CodeBuild hosts that build these
+    // images share their addresses: worker-image/README.md, "Registries".
+    it('pulls nothing from Docker Hub: every FROM and any # syntax= names another registry', () => {
+      const syntax = syntaxDirective(text);
+      if (syntax !== undefined) expect(registryOf(syntax), `# syntax=${syntax}`).not.toBe('docker.io');
+      const vars = globalArgs(instructions);
+      const stages: string[] = [];
+      // Ferry's own images (a model image's BASE_IMAGE) are built first, into the local image store.
+      const ownRepositories = workerImages.map((i) => i.repository);
+      for (const from of instructions.filter((i) => i.keyword === 'FROM')) {
+        const [imageRef, as, alias] = from.args.split(' ');
+        const image = substitute(imageRef!, vars);
+        const own = ownRepositories.includes(image.replace(/[:@].*$/, ''));
+        if (!stages.includes(image) && !own) {
+          expect(registryOf(image), `line ${from.line}: ${image}`).not.toBe('docker.io');
         }
         if (as?.toUpperCase() === 'AS' && alias !== undefined) stages.push(alias);
       }
@@ -231,7 +292,11 @@ describe('worker Dockerfiles', () => {
       expect(copies).toContain('worker-image/agent/dist/agent.mjs /opt/ferry/agent/agent.mjs');
       expect(copies).toContain('--from=node /usr/local/bin/node /usr/local/bin/node');
       expect(copies.some((c) => c.includes('worker-image/entrypoint.sh'))).toBe(true);
-      expect(instructions.find((i) => i.keyword === 'FROM' && /^node:22\./.test(i.args))).toBeDefined();
+      expect(
+        instructions.find(
+          (i) => i.keyword === 'FROM' && /^public\.ecr\.aws\/docker\/library\/node:22\./.test(i.args),
+        ),
+      ).toBeDefined();
       expect(instructions.some((i) => i.keyword === 'HEALTHCHECK')).toBe(true);
     });
 
