@@ -7,6 +7,16 @@ import { FerryError } from '../core/errors.js';
 import { managePrefix, type WireLogLine } from '../core/manage.js';
 import type { EndpointRecord } from '../core/ports.js';
 
+/** The platform is busy (429, or 503): try again after `retryAfterMs` (its Retry-After). */
+export class BusyError extends FerryError {
+  constructor(
+    message: string,
+    readonly retryAfterMs: number,
+  ) {
+    super('too_many_requests', message);
+  }
+}
+
 export class ManageClient {
   constructor(
     /** The platform's origin, e.g. `http://127.0.0.1:8888` or `https://abc.execute-api.../prod`. */
@@ -42,6 +52,10 @@ export class ManageClient {
     }
     if (!response.ok) {
       const message = (body as { error?: string } | undefined)?.error ?? `HTTP ${response.status}`;
+      if (response.status === 429 || response.status === 503) {
+        const seconds = Number(response.headers.get('retry-after'));
+        throw new BusyError(message, Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 5_000);
+      }
       const code =
         response.status === 401
           ? 'unauthorized'
@@ -57,8 +71,12 @@ export class ManageClient {
     return body as T;
   }
 
-  logs(endpointId: string, query: { job?: string; since?: number; after?: string; limit?: number }) {
-    return this.get<{ lines: WireLogLine[]; next: string }>(
+  logs(
+    endpointId: string,
+    query: { job?: string; since?: number; after?: string; limit?: number; follow?: '1' },
+  ) {
+    // `more` and `ended` are absent from a platform older than this client.
+    return this.get<{ lines: WireLogLine[]; next: string; more?: boolean; ended?: boolean }>(
       `/endpoints/${encodeURIComponent(endpointId)}/logs`,
       query,
     );

@@ -10,6 +10,8 @@ const signOut = document.getElementById('sign-out');
 const finals = new Set(['COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT']);
 let timers = [];
 let charts = [];
+// Bumped when the page changes, so a poll of the page left behind stops.
+let pageId = 0;
 
 // ── tiny DOM helpers ────────────────────────────────────────────────────────────────────────────
 
@@ -43,7 +45,32 @@ function every(fn, periodMs) {
   timers.push(setInterval(fn, periodMs));
 }
 
+/**
+ * Like `every`, but the next call is scheduled when this one is done, `fn` returning false stops
+ * it, and a busy platform (429/503: on AWS, CloudWatch Logs' read quota, 5 a second for the whole
+ * account) is waited out for its Retry-After, then twice as long each time, up to a minute.
+ */
+function poll(fn, periodMs) {
+  const mine = pageId;
+  const slot = timers.push(undefined) - 1;
+  let busyMs = 0;
+  const tick = async () => {
+    if (mine !== pageId) return;
+    let again = true;
+    try {
+      again = (await fn()) !== false;
+      busyMs = 0;
+    } catch (error) {
+      if (error instanceof Busy) busyMs = Math.min(60_000, Math.max(error.retryAfterMs, busyMs * 2));
+    }
+    if (again && mine === pageId) timers[slot] = setTimeout(tick, busyMs || periodMs);
+  };
+  tick();
+}
+
 function clearPage() {
+  pageId++;
+  // clearInterval also clears a setTimeout (one list of timers in the HTML standard).
   for (const t of timers) clearInterval(t);
   timers = [];
   for (const c of charts) c.destroy();
@@ -64,6 +91,14 @@ function setCrumbs(...parts) {
 
 class Unauthorized extends Error {}
 
+/** 429/503: the platform asks us to come back later. */
+class Busy extends Error {
+  constructor(message, retryAfterMs) {
+    super(message);
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
 async function api(path, options = {}) {
   const key = sessionStorage.getItem(keyName);
   const response = await fetch(path, {
@@ -77,6 +112,10 @@ async function api(path, options = {}) {
   const text = await response.text();
   const body = text ? JSON.parse(text) : undefined;
   if (response.status === 401) throw new Unauthorized(body?.error ?? 'Key refused');
+  if (response.status === 429 || response.status === 503) {
+    const seconds = Number(response.headers.get('retry-after'));
+    throw new Busy(body?.error ?? `HTTP ${response.status}`, seconds > 0 ? seconds * 1000 : 5000);
+  }
   if (!response.ok) throw new Error(body?.error ?? `HTTP ${response.status}`);
   return body;
 }
@@ -488,18 +527,21 @@ function logsTab(content, endpoint) {
   const pre = el('pre', { class: 'logs', id: 'endpoint-logs' });
   content.append(pre);
   let after;
-  every(async () => {
+  // follow: the API hands out only lines that can no longer be overtaken by a late one (on AWS,
+  // 10 s old), so `next` never passes a line. Every 3 s: each read is a CloudWatch Logs call on AWS.
+  poll(async () => {
     const page = await manage(`/endpoints/${encodeURIComponent(endpoint.id)}/logs`, {
       after,
       since: after ? undefined : Date.now() - 3_600_000,
       limit: 1000,
+      follow: 1,
     }).catch(handle);
     after = page.next;
     logLines(
       pre,
       page.lines.map((l) => ({ ...l, text: l.jobId ? `[${l.jobId}] ${l.text}` : l.text })),
     );
-  }, 1500);
+  }, 3000);
 }
 
 /** The runtime's error is JSON (type, message, traceback); anything else is shown as it is. */
@@ -535,9 +577,8 @@ async function jobPage(endpointId, jobId) {
   const pre = el('pre', { class: 'logs', id: 'job-logs' });
   main.append(el('h1', {}, 'Job ', jobId), facts, io, el('h2', {}, 'Logs'), pre);
   let after;
-  let done = false;
+  let logsEnded = false;
   const refresh = async () => {
-    if (done) return;
     const job = await manage(`${base}/jobs/${encodeURIComponent(jobId)}`).catch(handle);
     facts.replaceChildren(
       ...[
@@ -561,16 +602,19 @@ async function jobPage(endpointId, jobId) {
     );
     if (after === undefined) {
       after = job.logsNext;
+      logsEnded = job.logsEnded === true;
       logLines(pre, job.logs);
-    } else {
-      const page = await manage(`${base}/logs`, { job: jobId, after }).catch(handle);
+    } else if (!logsEnded) {
+      const page = await manage(`${base}/logs`, { job: jobId, after, follow: 1 }).catch(handle);
       after = page.next;
+      logsEnded = page.ended === true;
       logLines(pre, page.lines);
     }
-    // One more read after the job ends picks up its last lines; then the page stops polling.
-    if (finals.has(job.status)) done = true;
+    // The page stops once the job has ended and the API says its lines are all out (on AWS a few
+    // seconds after the end, when no late line can come any more).
+    return !(finals.has(job.status) && logsEnded);
   };
-  every(refresh, 1000);
+  poll(refresh, 2500);
 }
 
 // ── routing ─────────────────────────────────────────────────────────────────────────────────────
@@ -579,7 +623,8 @@ function handle(error) {
   if (error instanceof Unauthorized) {
     sessionStorage.removeItem(keyName);
     signInPage('Your key was refused; sign in again.');
-  } else {
+    // A busy platform (429/503) is waited out by `poll`, not shown.
+  } else if (!(error instanceof Busy)) {
     main.prepend(el('p', { class: 'error' }, error.message));
   }
   throw error;

@@ -53,9 +53,6 @@ export interface ApiResponse {
   headers?: Record<string, string>;
 }
 
-/** Seconds a client is told to wait after a 429 (docs/api.md#errors). */
-export const retryAfterSec = 5;
-
 /**
  * Big bodies through an object store, for front doors with payload caps (AWS: API Gateway 10 MB,
  * Lambda 6 MB per request and response; docs/api.md#aws-front-door). Optional: without it the API
@@ -204,11 +201,7 @@ export class V2Api {
     try {
       return await this.dispatch(req);
     } catch (error) {
-      const response = this.errorAnswer(req, error, `${req.method} ${req.path}`);
-      // A 429 tells the client when to come back (docs/api.md#errors).
-      return response.statusCode === 429
-        ? { ...response, headers: { 'retry-after': String(retryAfterSec) } }
-        : response;
+      return this.errorAnswer(req, error, `${req.method} ${req.path}`);
     }
   }
 

@@ -108,10 +108,15 @@ export function exitCode(error: unknown): number {
   return FerryError.is(error) ? exitCodeByCode[error.code] : 1;
 }
 
+/** Seconds a client is told to wait after a 429 (docs/api.md#errors). */
+export const retryAfterSec = 5;
+
 /** An error answer of the HTTP API: `{"error"}` for 4xx, `{"error": "internal error", "requestId"}` for 5xx. */
 export interface ErrorResponse {
   statusCode: number;
   body: { error: string; requestId?: string };
+  /** `retry-after` on a 429: when to come back (docs/api.md#errors). */
+  headers?: Record<string, string>;
 }
 
 export interface ErrorEdge {
@@ -129,6 +134,13 @@ export interface ErrorEdge {
  */
 export function toHttpResponse(error: unknown, edge: ErrorEdge): ErrorResponse {
   const statusCode = httpStatus(error);
+  // A 429 tells the client when to come back (docs/api.md#errors), whichever API answers it.
+  if (statusCode === 429)
+    return {
+      statusCode,
+      body: { error: (error as FerryError).message },
+      headers: { 'retry-after': String(retryAfterSec) },
+    };
   if (statusCode < 500) return { statusCode, body: { error: (error as FerryError).message } };
   edge.log.error(`request ${edge.requestId}${edge.what ? ` (${edge.what})` : ''} failed: ${detailOf(error)}`);
   return { statusCode, body: { error: 'internal error', requestId: edge.requestId } };

@@ -114,8 +114,27 @@ const logsQuerySchema = z
     since: epochMs.optional(),
     after: z.string().max(4096).optional(),
     limit: z.coerce.number().int().min(1).max(5000).optional(),
+    follow: z.enum(['0', '1']).optional(),
   })
   .strict();
+
+/**
+ * How far a job's log read reaches before its createdAt and past its finishedAt. Its lines are
+ * stamped by the worker's clock, its times by the API's and the agent's; the runtime flushes a job's
+ * lines before it posts the result (docs/observability.md), so a line outside the job's life is
+ * only a clock's error. Without the bounds a read of a job that has printed nothing yet scanned
+ * every stored line of the endpoint (two weeks on AWS), once a second per open console page.
+ */
+export const jobLogClockMarginMs = 5_000;
+
+/** The time range of a job's lines: its life, with the margin above; open-ended while it runs. */
+function jobLogWindow(job: Job): { sinceMs: number; untilMs: number | undefined } {
+  return {
+    sinceMs: Math.max(0, job.createdAt - jobLogClockMarginMs),
+    untilMs:
+      isFinal(job.status) && job.finishedAt !== undefined ? job.finishedAt + jobLogClockMarginMs : undefined,
+  };
+}
 
 const metricsQuerySchema = z
   .object({
@@ -376,28 +395,44 @@ export class ManageApi {
     const job = await this.options.jobs.get(jobId, now);
     if (!job || job.endpointId !== endpointId)
       throw notFound(`Job ${jobId} not found (or its results expired)`);
-    const logs = await this.options.logs.read({ endpointId, jobId, limit: 1000 });
-    const detail = { ...jobDetailOf(job, now, true), logs: logs.lines.map(wireLine), logsNext: logs.next };
+    // Read as a follower would: the console follows a running job's lines from `logsNext`.
+    const logs = await this.options.logs.read({
+      endpointId,
+      jobId,
+      ...jobLogWindow(job),
+      follow: true,
+      limit: 1000,
+    });
+    const detail = {
+      ...jobDetailOf(job, now, true),
+      logs: logs.lines.map(wireLine),
+      logsNext: logs.next,
+      logsEnded: logs.ended,
+    };
     return this.options.payloads ? this.options.payloads.fitResponse(detail) : detail;
   }
 
   private async logs(req: ApiRequest, endpointId: string) {
     const q = parseOr400(logsQuerySchema, req.query, 'query');
     await this.record(endpointId);
+    let window: { sinceMs?: number | undefined; untilMs?: number | undefined } = {};
     if (q.job !== undefined) {
       const job = await this.options.jobs.get(q.job, this.now());
       // A job's lines live as long as the job: an expired or foreign job has none to show.
       if (!job || job.endpointId !== endpointId)
         throw notFound(`Job ${q.job} not found (or its results expired)`);
+      window = jobLogWindow(job);
     }
     const page = await this.options.logs.read({
       endpointId,
       jobId: q.job,
-      sinceMs: q.since,
+      sinceMs: Math.max(q.since ?? 0, window.sinceMs ?? 0) || undefined,
+      untilMs: window.untilMs,
       after: q.after,
+      follow: q.follow === '1',
       limit: q.limit ?? 500,
     });
-    return { lines: page.lines.map(wireLine), next: page.next };
+    return { lines: page.lines.map(wireLine), next: page.next, more: page.more, ended: page.ended };
   }
 
   private async workerList(req: ApiRequest, endpointId: string) {
@@ -499,6 +534,7 @@ const answers = (description: string) => ({
   '400': err,
   '401': err,
   '404': err,
+  '429': err,
 });
 const q = (name: string, description: string, type = 'string') => ({
   name,
@@ -561,8 +597,12 @@ export const manageOpenApi = {
           q('since', 'Written at or after (epoch ms)', 'integer'),
           q('after', "The previous read's `next`: only newer lines (follow)"),
           q('limit', 'At most this many lines, 1-5000 (500)', 'integer'),
+          q(
+            'follow',
+            '1 when you will read on with `next`: on AWS only lines older than 10 s, so none arriving late is passed over',
+          ),
         ],
-        '{lines: [...], next}',
+        '{lines: [...], next, more (read on at once), ended (a finished job: no line can follow)}',
       ),
     },
     [`${managePrefix}/endpoints/{id}/workers`]: {

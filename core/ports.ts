@@ -436,9 +436,28 @@ export interface LogQuery {
   jobId?: string | undefined;
   /** Lines written at or after this moment. */
   sinceMs?: number | undefined;
+  /** Lines written at or before this moment: the read has an end (a finished job's lines). */
+  untilMs?: number | undefined;
   /** The `next` of an earlier read: only lines stored after it (for --follow). Opaque. */
   after?: string | undefined;
+  /**
+   * The caller reads on with `next` (`ferry logs --follow`, the console). A store whose lines can
+   * arrive out of order (CloudWatch: each task writes its own stream, late) then hands out only
+   * lines whose place is final, so `next` never passes a line that is still on its way; a one-shot
+   * read gets every line up to now instead, and its `next` may pass such a line.
+   */
+  follow?: boolean | undefined;
   limit: number;
+}
+
+export interface LogPage {
+  lines: LogLine[];
+  /** Where the next read resumes (opaque). */
+  next: string;
+  /** The read stopped before the end of what it could hand out now (page full, work capped): read on at once. */
+  more: boolean;
+  /** The query has an end (`untilMs`) and every line up to it was handed out: reading on finds nothing. */
+  ended: boolean;
 }
 
 /**
@@ -447,5 +466,5 @@ export interface LogQuery {
  */
 export interface LogStore {
   append(lines: readonly LogLine[]): Promise<void>;
-  read(query: LogQuery): Promise<{ lines: LogLine[]; next: string }>;
+  read(query: LogQuery): Promise<LogPage>;
 }

@@ -114,7 +114,11 @@ export function resultOf(response: ApiResponse, edge: ErrorEdge): APIGatewayProx
 
 function errorResult(error: unknown, edge: ErrorEdge): APIGatewayProxyResult {
   const answer = toHttpResponse(error, edge);
-  return { statusCode: answer.statusCode, headers: jsonHeaders, body: JSON.stringify(answer.body) };
+  return {
+    statusCode: answer.statusCode,
+    headers: { ...jsonHeaders, ...answer.headers },
+    body: JSON.stringify(answer.body),
+  };
 }
 
 /** The id clients see in a 5xx: API Gateway's request id, else the invocation's. */

@@ -274,7 +274,15 @@ export function buildPlatform(options: PlatformOptions): Platform {
   const logs: LogStore =
     env.FERRY_LOG_GROUP && clients.logs
       ? new CloudWatchLogStore({ client: clients.logs, logGroup: env.FERRY_LOG_GROUP })
-      : { append: async () => {}, read: async (query) => ({ lines: [], next: query.after ?? '' }) };
+      : {
+          append: async () => {},
+          read: async (query) => ({
+            lines: [],
+            next: query.after ?? '',
+            more: false,
+            ended: query.untilMs !== undefined,
+          }),
+        };
   // Workers as the agents mirror them into the registry (byEndpoint index, no Scan).
   const manage = new ManageApi({
     engine,

@@ -8,7 +8,7 @@ import { FerryError } from '../../core/errors.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import type { CliContext } from '../context.js';
 import { withProvider } from '../context.js';
-import { formatLine, ManageClient, resolveEndpoint, sinceMs } from '../manage-client.js';
+import { BusyError, formatLine, ManageClient, resolveEndpoint, sinceMs } from '../manage-client.js';
 import { jsonFlag } from './shared.js';
 
 interface LogsArgs {
@@ -48,9 +48,15 @@ async function logs(ctx: CliContext, args: LogsArgs): Promise<void> {
   });
 }
 
+/** How often in a row a one-shot `ferry logs` waits out a busy platform before it gives up. */
+const busyTriesOneShot = 6;
+
 /**
  * What `ferry logs` prints: every line from the start (or `sinceMs`), then, with `follow`, new ones
  * as they come (polling with the API's cursor, so none is printed twice), until `signal` aborts.
+ * A follower asks for `follow` reads from the first one: their `next` never passes a line that
+ * arrives late (docs/observability.md). A busy platform (429/503, e.g. CloudWatch Logs' read quota
+ * on AWS) is waited out for its Retry-After.
  */
 export async function printLogs(options: {
   client: ManageClient;
@@ -66,23 +72,48 @@ export async function printLogs(options: {
   const { client, endpoint } = options;
   const pageSize = 1000;
   let after: string | undefined;
+  let busy = 0;
   while (!options.signal?.aborted) {
-    const page = await client.logs(endpoint.id, {
-      job: options.job,
-      since: options.sinceMs,
-      after,
-      limit: pageSize,
-    });
+    let page: Awaited<ReturnType<ManageClient['logs']>>;
+    try {
+      page = await client.logs(endpoint.id, {
+        job: options.job,
+        since: options.sinceMs,
+        after,
+        limit: pageSize,
+        ...(options.follow ? { follow: '1' as const } : {}),
+      });
+      busy = 0;
+    } catch (error) {
+      if (!(error instanceof BusyError) || (!options.follow && ++busy > busyTriesOneShot)) throw error;
+      await pause(error.retryAfterMs, options.signal);
+      continue;
+    }
     for (const line of page.lines) {
       options.write(
         options.json ? JSON.stringify({ endpointId: endpoint.id, ...line }) : formatLine(line, endpoint.name),
       );
     }
     after = page.next;
-    if (page.lines.length === pageSize) continue;
-    if (!options.follow) return;
-    await new Promise((resolve) => setTimeout(resolve, options.pollMs));
+    // Read on at once while the API says there is more (a platform without `more`: a full page).
+    if (page.more ?? page.lines.length === pageSize) continue;
+    // A finished job's lines are all out: nothing more to follow.
+    if (!options.follow || page.ended) return;
+    await pause(options.pollMs, options.signal);
   }
+}
+
+/** Waits `ms`, or less when `signal` aborts. */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+  });
 }
 
 export const logsCommand = (ctx: CliContext): CommandModule => ({
@@ -99,7 +130,7 @@ export const logsCommand = (ctx: CliContext): CommandModule => ({
       })
       .option('app', { type: 'string', describe: 'Pick the endpoint of this app when names repeat' })
       .option('env', { type: 'string', describe: 'Pick the endpoint of this environment when names repeat' })
-      .option('poll-ms', { type: 'number', default: 1_000, hidden: true })
+      .option('poll-ms', { type: 'number', default: 2_000, hidden: true })
       .option('json', jsonFlag)
       .example('$0 logs hello --job 3f2a…', "One job's output")
       .example('$0 logs hello -f --since 10m', 'The last ten minutes, then follow'),

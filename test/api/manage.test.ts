@@ -326,11 +326,12 @@ describe('refusals', () => {
     const queued = (await call(v2, 'POST', '/quiet/run', { input: {} })).body as { id: string };
     const chattyJob = await runToEnd('chatty', { lines: 0 });
     const token = platform.protocolWorker('quiet', 'w1').token;
+    // Stamped now: a job's lines are read within its life (jobLogWindow, core/manage.ts).
     const post = (endpoint: string, authorization: string, jobId = queued.id, stream = 'stdout') =>
       fetch(`${v2}/${endpoint}/job-log/w1`, {
         method: 'POST',
         headers: { authorization, 'content-type': 'application/json' },
-        body: JSON.stringify({ lines: [{ jobId, atMs: 1, stream, text: 'forged' }] }),
+        body: JSON.stringify({ lines: [{ jobId, atMs: Date.now(), stream, text: 'forged' }] }),
       });
     expect((await post('quiet', 'Bearer fy_test_key_for_loopback_only')).status).toBe(401);
     expect((await post('chatty', token)).status).toBe(403); // quiet's worker token on chatty

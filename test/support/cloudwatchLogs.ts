@@ -2,7 +2,9 @@
  * An in-memory CloudWatch Logs for tests: the three calls CloudWatchLogStore makes, with the rules
  * of the real service that matter to it (PutLogEvents: the group and stream must exist, events in
  * chronological order, at most 10,000 events and 1,048,576 bytes counting 26 per event; FilterLogEvents:
- * a stream name prefix, JSON filter patterns of `$.field = "value"` terms joined by &&, startTime inclusive, pages). No
+ * a stream name prefix, JSON filter patterns of `$.field = "value"` terms joined by &&, startTime and
+ * endTime inclusive, events in order of timestamp and then of ingestion, pages; ThrottlingException
+ * when a test asks for it with `throttleFilter`). No
  * emulator for CloudWatch Logs runs here, so the AWS SDK's own command objects come in and the
  * answers have the SDK's shapes: the adapter is tested up to the SDK call.
  */
@@ -31,6 +33,10 @@ class AwsLikeError extends Error {
 export class FakeCloudWatchLogs {
   readonly groups = new Map<string, Map<string, StoredEvent[]>>();
   readonly calls: string[] = [];
+  /** Every FilterLogEvents call's input, in order. */
+  readonly filterInputs: FilterLogEventsCommand['input'][] = [];
+  /** How many of the coming FilterLogEvents calls answer ThrottlingException (the account's 5 TPS quota). */
+  throttleFilter = 0;
   private nextId = 1;
 
   constructor(groups: string[]) {
@@ -46,7 +52,11 @@ export class FakeCloudWatchLogs {
   }
 
   events(group: string): StoredEvent[] {
-    return [...(this.groups.get(group)?.values() ?? [])].flat().sort((a, b) => a.timestamp - b.timestamp);
+    // "sorted by event timestamp, the timestamp when the event was ingested by CloudWatch Logs, and
+    // the ID of the PutLogEvents request" (API_FilterLogEvents): here ids are given in ingestion order.
+    return [...(this.groups.get(group)?.values() ?? [])]
+      .flat()
+      .sort((a, b) => a.timestamp - b.timestamp || a.eventId.localeCompare(b.eventId));
   }
 
   async send(command: unknown): Promise<unknown> {
@@ -88,11 +98,17 @@ export class FakeCloudWatchLogs {
     }
     if (command instanceof FilterLogEventsCommand) {
       this.calls.push('FilterLogEvents');
+      this.filterInputs.push(command.input);
+      if (this.throttleFilter > 0) {
+        this.throttleFilter--;
+        throw new AwsLikeError('ThrottlingException', 'Rate exceeded');
+      }
       const {
         logGroupName,
         logStreamNamePrefix,
         filterPattern,
         startTime,
+        endTime,
         limit = 10_000,
         nextToken,
       } = command.input;
@@ -102,6 +118,7 @@ export class FakeCloudWatchLogs {
         if (logStreamNamePrefix !== undefined && !e.logStreamName.startsWith(logStreamNamePrefix))
           return false;
         if (startTime !== undefined && e.timestamp < startTime) return false;
+        if (endTime !== undefined && e.timestamp > endTime) return false;
         let value: Record<string, unknown>;
         try {
           value = JSON.parse(e.message) as Record<string, unknown>;

@@ -8,12 +8,22 @@ import { resolveEndpoint, sinceMs } from '../../cli/manage-client.js';
 import {
   batchesOf,
   CloudWatchLogStore,
+  filterCallsPerRead,
+  followSettleMs,
   putLogEventsLimits,
 } from '../../core/adapters/aws/cloudwatch-logs.js';
+import type { ApiRequest } from '../../core/api.js';
+import type { Authenticator } from '../../core/auth.js';
 import type { Job } from '../../core/job.js';
-import { metricsOf, percentile } from '../../core/manage.js';
+import {
+  jobLogClockMarginMs,
+  ManageApi,
+  type ManageApiOptions,
+  metricsOf,
+  percentile,
+} from '../../core/manage.js';
 import { jobMetricsLine } from '../../core/metrics.js';
-import type { EndpointRecord, LogLine } from '../../core/ports.js';
+import type { EndpointRecord, LogLine, LogQuery, LogStore } from '../../core/ports.js';
 import { FakeCloudWatchLogs } from '../support/cloudwatchLogs.js';
 
 const line = (atMs: number, text = 'x', jobId = 'job-1'): LogLine => ({
@@ -89,6 +99,167 @@ describe('CloudWatchLogStore', () => {
     await expect(reader.read({ endpointId: 'ep', after: 'not-a-cursor', limit: 5 })).rejects.toThrow(
       /cursor/,
     );
+  });
+});
+
+/** Reads on with `next` while the store says `more`, as `ferry logs` does; fails instead of looping. */
+async function readAll(store: LogStore, query: Omit<LogQuery, 'after'>, after?: string) {
+  const lines: LogLine[] = [];
+  let next = after;
+  for (let reads = 1; ; reads++) {
+    if (reads > 50) throw new Error(`still reading after 50 reads (${lines.length} lines so far)`);
+    const page = await store.read({ ...query, after: next });
+    lines.push(...page.lines);
+    next = page.next;
+    // A store from before `more` is read on while its pages are full, as `ferry logs` did.
+    if (!(page.more ?? page.lines.length === query.limit)) return { lines, next, reads };
+  }
+}
+
+describe('CloudWatchLogStore cursor', () => {
+  it('hands out every line of a millisecond with 1500 lines exactly once, and the paging ends', async () => {
+    // One print() of many lines: the runtime stamps each with the same millisecond (ferry/logs.py).
+    const fake = new FakeCloudWatchLogs(['/g']);
+    const writer = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', logStream: 'ep/1' });
+    await writer.append(Array.from({ length: 1500 }, (_, i) => line(5, `line ${i}`)));
+    await writer.append([line(6, 'after')]);
+    const reader = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', now: () => 60_000 });
+    for (const follow of [false, true]) {
+      const { lines } = await readAll(reader, { endpointId: 'ep', jobId: 'job-1', limit: 1000, follow });
+      expect(lines.map((l) => l.text)).toEqual([
+        ...Array.from({ length: 1500 }, (_, i) => `line ${i}`),
+        'after',
+      ]);
+    }
+  });
+
+  it('a page that ends inside a millisecond resumes there by count, also from a cursor of the old format', async () => {
+    const fake = new FakeCloudWatchLogs(['/g']);
+    const writer = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', logStream: 'ep/1' });
+    await writer.append(Array.from({ length: 150 }, (_, i) => line(5, `line ${i}`)));
+    const reader = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', now: () => 60_000 });
+    // The cursor the store handed out before: `{t, ids}` with the last 100 ids of the first 120 lines.
+    const ids = fake
+      .events('/g')
+      .slice(20, 120)
+      .map((e) => e.eventId);
+    const old = Buffer.from(JSON.stringify({ t: 5, ids })).toString('base64url');
+    const rest = await reader.read({ endpointId: 'ep', jobId: 'job-1', after: old, limit: 1000 });
+    // 100 ids read as "the first 100 of that millisecond": lines 100..149 (20 of them twice, none lost).
+    expect(rest.lines.map((l) => l.text)).toEqual(Array.from({ length: 50 }, (_, i) => `line ${100 + i}`));
+    const none = await reader.read({ endpointId: 'ep', jobId: 'job-1', after: rest.next, limit: 1000 });
+    expect(none.lines).toEqual([]);
+  });
+
+  it('a follower hands out a line only once it has settled, so a late one from another stream is not passed over', async () => {
+    const fake = new FakeCloudWatchLogs(['/g']);
+    const a = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', logStream: 'ep/a' });
+    const b = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', logStream: 'ep/b' });
+    let now = 1_500;
+    const reader = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', now: () => now });
+    // Task B's batch lands first; task A's, stamped earlier, a moment later (each task batches).
+    await b.append([line(1_000, 'B@1000')]);
+    const first = await reader.read({ endpointId: 'ep', limit: 100, follow: true });
+    await a.append([line(400, 'A@400'), line(900, 'A@900')]);
+    now = 1_000 + followSettleMs + 1;
+    const second = await reader.read({ endpointId: 'ep', after: first.next, limit: 100, follow: true });
+    expect([...first.lines, ...second.lines].map((l) => l.text)).toEqual(['A@400', 'A@900', 'B@1000']);
+    // Nothing newer than the settle margin was asked for.
+    for (const input of fake.filterInputs) expect(input.endTime).toBeLessThanOrEqual(now - followSettleMs);
+    // A one-shot read shows the newest lines at once.
+    const shot = await reader.read({ endpointId: 'ep', limit: 100 });
+    expect(shot.lines.map((l) => l.text)).toEqual(['A@400', 'A@900', 'B@1000']);
+  });
+
+  it('caps the FilterLogEvents calls of one read and goes on where the scan stopped', async () => {
+    const fake = new FakeCloudWatchLogs(['/g']);
+    const writer = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', logStream: 'ep/1' });
+    await writer.append(Array.from({ length: 30 }, (_, i) => line(i, `l${i}`)));
+    const reader = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', now: () => 60_000 });
+    // A stand-in for a long scan: every FilterLogEvents page holds one event, 30 pages in all.
+    const client = fake.asClient();
+    const send = client.send.bind(client);
+    (client as { send: unknown }).send = (command: { input: { limit?: number } }) => {
+      command.input.limit = 1;
+      return send(command as never);
+    };
+    const sparse = new CloudWatchLogStore({ client, logGroup: '/g', now: () => 60_000 });
+    const before = fake.calls.length;
+    const first = await sparse.read({ endpointId: 'ep', limit: 1000 });
+    expect(fake.calls.length - before).toBe(filterCallsPerRead);
+    expect(first.more).toBe(true);
+    const { lines } = await readAll(sparse, { endpointId: 'ep', limit: 1000 }, first.next);
+    expect([...first.lines, ...lines].map((l) => l.text)).toEqual(
+      (await reader.read({ endpointId: 'ep', limit: 1000 })).lines.map((l) => l.text),
+    );
+    expect(first.lines.length + lines.length).toBe(30);
+  });
+});
+
+describe("a job's logs through the management API", () => {
+  const createdAt = 1_000_000;
+  const job = (over: Partial<Job> = {}) =>
+    ({
+      id: 'job-1',
+      endpointId: 'ep',
+      status: 'IN_PROGRESS',
+      createdAt,
+      startedAt: createdAt + 10,
+      expiresAt: createdAt + 3_600_000,
+      attempt: 1,
+      retries: 0,
+      ...over,
+    }) as Job;
+
+  function manageWith(fake: FakeCloudWatchLogs, current: Job, nowMs: number) {
+    const options = {
+      logs: new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', now: () => nowMs }),
+      jobs: { get: async () => current },
+      control: { getEndpoint: async (id: string) => ({ id }) },
+      auth: { clientKeyScope: async () => ({}) } as unknown as Authenticator,
+      now: () => nowMs,
+      log: { info: () => {}, warn: () => {}, error: () => {} },
+    } as unknown as ManageApiOptions;
+    return new ManageApi(options);
+  }
+  const get = (url: string): ApiRequest => ({
+    method: 'GET',
+    path: url.split('?')[0]!,
+    query: Object.fromEntries(new URL(url, 'http://x').searchParams),
+    headers: { authorization: 'Bearer fy_any' },
+    body: undefined,
+  });
+
+  it("reads only from the job's creation on, and up to its end once it has ended", async () => {
+    const fake = new FakeCloudWatchLogs(['/g']);
+    const writer = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', logStream: 'ep/1' });
+    await writer.append([line(createdAt + 20, 'during')]);
+    const running = manageWith(fake, job(), createdAt + 60_000);
+    const detail = await running.handle(get('/manage/v1/endpoints/ep/jobs/job-1'));
+    expect(detail.statusCode).toBe(200);
+    expect(detail.body).toMatchObject({ logs: [{ text: 'during' }], logsEnded: false });
+    const logs = await running.handle(get('/manage/v1/endpoints/ep/logs?job=job-1&follow=1'));
+    expect((logs.body as { lines: { text: string }[] }).lines.map((l) => l.text)).toEqual(['during']);
+    const finishedAt = createdAt + 30_000;
+    const ended = manageWith(fake, job({ status: 'COMPLETED', finishedAt }), finishedAt + 60_000);
+    const done = await ended.handle(get('/manage/v1/endpoints/ep/logs?job=job-1&follow=1'));
+    expect(done.body).toMatchObject({ lines: [{ text: 'during' }], more: false, ended: true });
+    expect(fake.filterInputs.length).toBeGreaterThan(0);
+    for (const input of fake.filterInputs) {
+      expect(input.startTime).toBeGreaterThanOrEqual(createdAt - jobLogClockMarginMs);
+    }
+    expect(fake.filterInputs.at(-1)!.endTime).toBe(finishedAt + jobLogClockMarginMs);
+  });
+
+  it('a throttled FilterLogEvents answers 429 with Retry-After and no internals, not a 500', async () => {
+    const fake = new FakeCloudWatchLogs(['/g']);
+    const manage = manageWith(fake, job(), createdAt + 60_000);
+    fake.throttleFilter = 1;
+    const answer = await manage.handle(get('/manage/v1/endpoints/ep/logs?job=job-1'));
+    expect(answer.statusCode).toBe(429);
+    expect(answer.headers).toEqual({ 'retry-after': '5' });
+    expect(answer.body).toEqual({ error: expect.stringMatching(/^Too many log reads.*try again in 5 s$/) });
+    expect(JSON.stringify(answer.body)).not.toMatch(/ThrottlingException|\/g|Rate exceeded/);
   });
 });
 

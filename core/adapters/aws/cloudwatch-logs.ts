@@ -18,11 +18,12 @@ import {
   type CloudWatchLogsClient,
   CreateLogStreamCommand,
   FilterLogEventsCommand,
+  type FilterLogEventsCommandOutput,
   type InputLogEvent,
   PutLogEventsCommand,
 } from '@aws-sdk/client-cloudwatch-logs';
-import { badRequest } from '../../errors.js';
-import type { LogLine, LogQuery, LogStore } from '../../ports.js';
+import { badRequest, FerryError, retryAfterSec } from '../../errors.js';
+import type { LogLine, LogPage, LogQuery, LogStore } from '../../ports.js';
 
 /** PutLogEvents' limits (see above). */
 export const putLogEventsLimits = {
@@ -44,11 +45,52 @@ export const jobLogStreamPrefix = (endpointId: string): string => `${endpointId}
 /** Ids that go into a filter pattern as they are (quotes or backslashes would change its meaning). */
 const safeId = /^[A-Za-z0-9._:-]{1,256}$/;
 
+/**
+ * How long after a line's timestamp a follower waits before handing it out. Each task writes its own
+ * stream, after the runtime's batching (0.5 s, ferry/logs.py), the agent's PutLogEvents and the few
+ * seconds CloudWatch takes to make an event searchable (docs/observability.md); and PutLogEvents
+ * takes events stamped long before (only "Events older than 14 days or preceding the log group's
+ * retention period are rejected", API reference above), so across streams lines do not arrive in
+ * timestamp order. A follower that moved its cursor to the newest line it saw would
+ * pass over a line another task stamped earlier but delivered later; one that reads only up to
+ * `now - followSettleMs` does not, unless a line is that late. 10 s is about twice what the path
+ * above takes when nothing is wrong; a live view shows lines that much later.
+ */
+export const followSettleMs = 10_000;
+
+/**
+ * FilterLogEvents calls one read makes at most; the read then answers `more` with a cursor that goes
+ * on where the scan stopped. FilterLogEvents has "a default quota of 5 transactions per second (TPS)
+ * per account or AWS Region", a hard limit that does "not qualify for a limit increase"
+ * (https://repost.aws/knowledge-center/cloudwatch-logs-throttling), shared by every reader in the
+ * account; and a scan of a sparse range may take many calls, since "This operation can return empty
+ * results while there are more log events available through the token"
+ * (https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_FilterLogEvents.html).
+ */
+export const filterCallsPerRead = 4;
+
+/** FilterLogEvents' own page cap: "up to 10,000 log events" (API reference above). */
+const filterPageEvents = 10_000;
+
+/**
+ * Where a read resumes. FilterLogEvents returns events "sorted by event timestamp, the timestamp when
+ * the event was ingested by CloudWatch Logs, and the ID of the PutLogEvents request" (API reference
+ * above): within one millisecond the events already handed out come first, and a later read from
+ * that millisecond (startTime is inclusive) skips the first `n` of them. A count, not the events'
+ * ids: one `print()` of many lines stamps them all with the same millisecond, and a capped id list
+ * made a page that ended inside such a millisecond start over at its first lines, for ever.
+ */
 interface Cursor {
-  /** The last event's timestamp; the next read starts there (FilterLogEvents' startTime is inclusive). */
+  /** The timestamp the next read starts at. */
   t: number;
-  /** The events at exactly `t` already handed out, so they are not repeated. */
-  ids: string[];
+  /** How many events at `t` were handed out already (skipped by the next read). */
+  n: number;
+  /**
+   * A scan the call cap stopped between pages: FilterLogEvents' nextToken ("The token expires after
+   * 24 hours") with the time range it belongs to. The next read goes on with it instead of scanning
+   * again from `t`.
+   */
+  scan?: { token: string; from?: number | undefined; to?: number | undefined };
 }
 
 export interface CloudWatchLogStoreOptions {
@@ -56,7 +98,12 @@ export interface CloudWatchLogStoreOptions {
   logGroup: string;
   /** This writer's stream (created on first write); readers need none. */
   logStream?: string;
+  /** The clock reads are settled against (tests pass a fake one). */
+  now?: () => number;
 }
+
+/** Errors with which CloudWatch Logs says "too many calls" (https://repost.aws/knowledge-center/cloudwatch-logs-throttling). */
+const throttlingErrors = new Set(['ThrottlingException', 'RequestLimitExceeded']);
 
 export class CloudWatchLogStore implements LogStore {
   private streamReady: Promise<void> | undefined;
@@ -79,49 +126,107 @@ export class CloudWatchLogStore implements LogStore {
     }
   }
 
-  async read(query: LogQuery): Promise<{ lines: LogLine[]; next: string }> {
+  async read(query: LogQuery): Promise<LogPage> {
     const cursor = decodeCursor(query.after);
     if (!safeId.test(query.endpointId) || (query.jobId !== undefined && !safeId.test(query.jobId))) {
-      return { lines: [], next: query.after ?? '' };
+      return { lines: [], next: query.after ?? '', more: false, ended: query.untilMs !== undefined };
     }
     const filterPattern =
       query.jobId !== undefined
         ? `{ ($.endpointId = "${query.endpointId}") && ($.jobId = "${query.jobId}") }`
         : `{ $.endpointId = "${query.endpointId}" }`;
-    const startTime = Math.max(cursor?.t ?? 0, query.sinceMs ?? 0) || undefined;
-    const seen = new Set(cursor?.ids ?? []);
+    // Events up to here are where they will stay in FilterLogEvents' order.
+    const settled = (this.options.now ?? Date.now)() - followSettleMs;
+    const end = query.follow ? Math.min(query.untilMs ?? settled, settled) : query.untilMs;
+    const fresh = {
+      from: Math.max(cursor?.t ?? 0, query.sinceMs ?? 0) || undefined,
+      to: end,
+    };
+    let range = cursor?.scan ?? fresh;
+    let nextToken = cursor?.scan?.token;
+    // A fresh scan from the cursor's millisecond passes over the events handed out there already.
+    let skip = nextToken === undefined && cursor && (range.from ?? 0) <= cursor.t ? cursor.n : 0;
+    let at: { t: number; n: number } | undefined = cursor && { t: cursor.t, n: cursor.n };
     const lines: LogLine[] = [];
-    let last: Cursor | undefined = cursor;
-    let nextToken: string | undefined;
-    do {
-      const page = await this.options.client.send(
-        new FilterLogEventsCommand({
-          logGroupName: this.options.logGroup,
-          // "Filters the results to include only events from log streams that have names starting
-          // with this prefix" (https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_FilterLogEvents.html).
-          logStreamNamePrefix: jobLogStreamPrefix(query.endpointId),
-          filterPattern,
-          startTime,
-          limit: Math.min(10_000, query.limit - lines.length + seen.size),
-          nextToken,
-        }),
-      );
-      for (const event of page.events ?? []) {
-        if (event.eventId && cursor && event.timestamp === cursor.t && seen.has(event.eventId)) continue;
-        const line = lineOf(event.message, event.timestamp);
-        if (!line) continue;
-        lines.push(line);
-        const t = event.timestamp ?? 0;
-        // Ids at the same millisecond, so a resumed read skips them (bounded: the cursor travels in a URL).
-        last = {
-          t,
-          ids: last && last.t === t ? [...last.ids, event.eventId ?? ''].slice(-100) : [event.eventId ?? ''],
-        };
-        if (lines.length >= query.limit) break;
+    let calls = 0;
+    let answered = 0;
+    while (range.to === undefined || range.from === undefined || range.from <= range.to) {
+      // The cap: a read that has not found its end answers what it has and where to go on.
+      if (calls >= filterCallsPerRead)
+        return { lines, next: encodeCursor(at, nextToken, range), more: true, ended: false };
+      let page: FilterLogEventsCommandOutput;
+      try {
+        calls++;
+        page = await this.options.client.send(
+          new FilterLogEventsCommand({
+            logGroupName: this.options.logGroup,
+            // "Filters the results to include only events from log streams that have names starting
+            // with this prefix" (https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_FilterLogEvents.html).
+            logStreamNamePrefix: jobLogStreamPrefix(query.endpointId),
+            filterPattern,
+            startTime: range.from,
+            // "Events with a timestamp later than this time are not returned" (API reference above).
+            endTime: range.to,
+            limit: Math.min(filterPageEvents, query.limit - lines.length + skip),
+            nextToken,
+          }),
+        );
+        answered++;
+      } catch (error) {
+        const name = (error as { name?: string } | undefined)?.name ?? '';
+        if (answered === 0 && nextToken !== undefined && name === 'InvalidParameterException') {
+          // The cursor's token expired ("after 24 hours"): scan again from the cursor's place.
+          range = fresh;
+          nextToken = undefined;
+          skip = cursor && (range.from ?? 0) <= cursor.t ? cursor.n : 0;
+          continue;
+        }
+        if (!throttlingErrors.has(name)) throw error;
+        // What was read before the quota ran out goes out; the caller reads on later.
+        if (answered > 0)
+          return { lines, next: encodeCursor(at, nextToken, range), more: true, ended: false };
+        throw new FerryError(
+          'too_many_requests',
+          `Too many log reads in this AWS account right now (CloudWatch Logs allows 5 a second); try again in ${retryAfterSec} s`,
+          { cause: error },
+        );
       }
+      const events = page.events ?? [];
+      let taken = 0;
+      for (const event of events) {
+        if (lines.length >= query.limit) break;
+        taken++;
+        const t = event.timestamp ?? 0;
+        if (skip > 0 && cursor && t === cursor.t) {
+          skip--;
+          continue;
+        }
+        skip = 0;
+        at = at && at.t === t ? { t, n: at.n + 1 } : { t, n: 1 };
+        const line = lineOf(event.message, event.timestamp);
+        if (line) lines.push(line);
+      }
+      // The page is full inside a FilterLogEvents page: its token would pass over the rest of that
+      // page, so the next read starts from `at` instead.
+      if (taken < events.length) return { lines, next: encodeCursor(at), more: true, ended: false };
       nextToken = page.nextToken;
-    } while (nextToken && lines.length < query.limit);
-    return { lines, next: last ? encodeCursor(last) : (query.after ?? '') };
+      if (!nextToken) break;
+      if (lines.length >= query.limit)
+        return { lines, next: encodeCursor(at, nextToken, range), more: true, ended: false };
+    }
+    // The scan reached its end. Up to a settled end there is nothing left to find, so the next read
+    // starts after it: a follower's poll then scans only what arrived since, not the whole range again.
+    const scannedTo = range.to;
+    if (scannedTo !== undefined && scannedTo <= settled && (!at || at.t <= scannedTo)) {
+      at = { t: scannedTo + 1, n: 0 };
+    }
+    const ended = query.untilMs !== undefined && (scannedTo ?? Number.POSITIVE_INFINITY) >= query.untilMs;
+    return {
+      lines,
+      next: encodeCursor(at) || (query.after ?? ''),
+      more: false,
+      ended: ended && query.untilMs! <= settled,
+    };
   }
 
   private ensureStream(stream: string): Promise<void> {
@@ -195,20 +300,40 @@ export function batchesOf(lines: readonly LogLine[]): InputLogEvent[][] {
   return batches;
 }
 
-function encodeCursor(cursor: Cursor): string {
+function encodeCursor(
+  at: { t: number; n: number } | undefined,
+  token?: string,
+  range?: { from?: number | undefined; to?: number | undefined },
+): string {
+  if (!at && token === undefined) return '';
+  const cursor: Cursor = {
+    t: at?.t ?? range?.from ?? 0,
+    n: at?.n ?? 0,
+    ...(token !== undefined ? { scan: { token, from: range?.from, to: range?.to } } : {}),
+  };
   return Buffer.from(JSON.stringify(cursor)).toString('base64url');
 }
 
+const optionalMs = (value: unknown) => value === undefined || Number.isSafeInteger(value);
+
+/** A cursor this store handed out; one from before counts (`{t, ids}`) reads as `n = ids.length`. */
 function decodeCursor(after: string | undefined): Cursor | undefined {
   if (after === undefined || after === '') return undefined;
   try {
-    const value = JSON.parse(Buffer.from(after, 'base64url').toString('utf8')) as Cursor;
-    if (
-      Number.isSafeInteger(value.t) &&
-      Array.isArray(value.ids) &&
-      value.ids.every((id) => typeof id === 'string')
-    )
-      return { t: value.t, ids: value.ids.slice(-100) };
+    const value = JSON.parse(Buffer.from(after, 'base64url').toString('utf8')) as Partial<Cursor> & {
+      ids?: unknown;
+    };
+    if (!Number.isSafeInteger(value.t)) throw new Error('no t');
+    // The ids of the events at `t` it had handed out: the first ones there, up to 100 of them.
+    if (Array.isArray(value.ids)) return { t: value.t!, n: value.ids.length };
+    if (!Number.isSafeInteger(value.n) || value.n! < 0) throw new Error('no n');
+    const scan = value.scan;
+    if (scan !== undefined) {
+      if (typeof scan.token !== 'string' || !optionalMs(scan.from) || !optionalMs(scan.to))
+        throw new Error('bad scan');
+      return { t: value.t!, n: value.n!, scan: { token: scan.token, from: scan.from, to: scan.to } };
+    }
+    return { t: value.t!, n: value.n! };
   } catch {
     // fall through
   }

@@ -128,7 +128,10 @@ export async function createHttpServer(options: {
           return reply.send(response.body);
         } catch (error) {
           const answer = toHttpResponse(error, { requestId: request.id, log, what: `${request.method} lb` });
-          return reply.code(answer.statusCode).send(answer.body);
+          return reply
+            .code(answer.statusCode)
+            .headers(answer.headers ?? {})
+            .send(answer.body);
         }
       },
     });

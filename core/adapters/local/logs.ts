@@ -5,7 +5,7 @@
  */
 import type Database from 'better-sqlite3';
 import { badRequest } from '../../errors.js';
-import type { LogLine, LogQuery, LogStore } from '../../ports.js';
+import type { LogLine, LogPage, LogQuery, LogStore } from '../../ports.js';
 
 interface LogRow {
   seq: number;
@@ -36,12 +36,12 @@ export class SqliteLogStore implements LogStore {
       'INSERT INTO logs (endpoint_id, worker_id, job_id, at_ms, stream, text) VALUES (?, ?, ?, ?, ?, ?)',
     );
     this.#insertMany = db.transaction((lines: readonly LogLine[]) => this.#insertLines(lines));
-    this.#byJob = db.prepare<[string, string, number, number, number], LogRow>(
+    this.#byJob = db.prepare<[string, string, number, number, number, number], LogRow>(
       `SELECT * FROM logs INDEXED BY logs_of_jobs
-       WHERE job_id = ? AND endpoint_id = ? AND seq > ? AND at_ms >= ? ORDER BY seq LIMIT ?`,
+       WHERE job_id = ? AND endpoint_id = ? AND seq > ? AND at_ms >= ? AND at_ms <= ? ORDER BY seq LIMIT ?`,
     );
-    this.#byEndpoint = db.prepare<[string, number, number, number], LogRow>(
-      `SELECT * FROM logs WHERE endpoint_id = ? AND seq > ? AND at_ms >= ? ORDER BY seq LIMIT ?`,
+    this.#byEndpoint = db.prepare<[string, number, number, number, number], LogRow>(
+      `SELECT * FROM logs WHERE endpoint_id = ? AND seq > ? AND at_ms >= ? AND at_ms <= ? ORDER BY seq LIMIT ?`,
     );
     this.#last = db.prepare<[], { seq: number | null }>('SELECT MAX(seq) AS seq FROM logs');
   }
@@ -58,15 +58,26 @@ export class SqliteLogStore implements LogStore {
     else this.#insertMany.immediate(lines);
   }
 
-  async read(query: LogQuery): Promise<{ lines: LogLine[]; next: string }> {
+  /**
+   * `follow` changes nothing here: lines are numbered (`seq`) as they are stored, so a cursor past
+   * one line is past every line stored before it, whatever their timestamps.
+   */
+  async read(query: LogQuery): Promise<LogPage> {
     const after = cursorOf(query.after);
     const since = query.sinceMs ?? 0;
+    const until = query.untilMs ?? Number.MAX_SAFE_INTEGER;
     const rows =
       query.jobId !== undefined
-        ? this.#byJob.all(query.jobId, query.endpointId, after, since, query.limit)
-        : this.#byEndpoint.all(query.endpointId, after, since, query.limit);
+        ? this.#byJob.all(query.jobId, query.endpointId, after, since, until, query.limit)
+        : this.#byEndpoint.all(query.endpointId, after, since, until, query.limit);
     const lastSeq = rows.at(-1)?.seq ?? after;
-    return { lines: rows.map(lineOf), next: String(lastSeq) };
+    const more = rows.length === query.limit;
+    return {
+      lines: rows.map(lineOf),
+      next: String(lastSeq),
+      more,
+      ended: query.untilMs !== undefined && !more,
+    };
   }
 
   /** The cursor of "from now on" (`ferry logs --follow` with no history wanted). */
