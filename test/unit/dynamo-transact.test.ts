@@ -17,6 +17,7 @@ import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { describe, expect, it } from 'vitest';
 import { itemOf } from '../../core/adapters/aws/dynamo/job-item.js';
 import {
+  backoffDelayMs,
   cancellationReasons,
   DynamoJobStore,
   failedCondition,
@@ -105,6 +106,16 @@ describe('transact', () => {
     await expect(transact(client.doc, items)).rejects.toBe(throttled);
     expect(client.sends()).toBe(1);
     expect(cancellationReasons(throttled)).toBeUndefined();
+  });
+});
+
+describe('the wait before a resend', () => {
+  it('is a random share of an exponential ceiling, so writers refused together do not return together', () => {
+    expect(backoffDelayMs(1, () => 0)).toBe(0);
+    expect(backoffDelayMs(1, () => 0.999)).toBe(99);
+    expect(backoffDelayMs(8, () => 0.999)).toBe(12_787);
+    // Two writers refused in the same moment draw different waits.
+    expect(backoffDelayMs(3, () => 0.2)).not.toBe(backoffDelayMs(3, () => 0.7));
   });
 });
 

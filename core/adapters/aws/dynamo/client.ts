@@ -61,12 +61,22 @@ export async function queryAll(
 }
 
 /**
- * How long to wait before resending what DynamoDB refused or left unprocessed (throttling, conflicts),
- * or give up.
+ * How long to wait before resend `attempt` (1, 2, ...): a random time up to an exponential ceiling
+ * (100 ms, 200 ms, ... 12.8 s), "full jitter". The writers that DynamoDB refused together (a
+ * transaction conflict on an endpoint's count items, throttling of one partition) were in step; with
+ * a fixed delay they came back in step and collided again, every attempt, until they gave up.
+ */
+export function backoffDelayMs(attempt: number, random: () => number = Math.random): number {
+  return Math.floor(random() * 50 * 2 ** attempt);
+}
+
+/**
+ * Waits before resending what DynamoDB refused or left unprocessed (throttling, conflicts), or gives
+ * up after the eighth resend.
  */
 async function backoff(attempt: number, what: string): Promise<void> {
   if (attempt > 8) throw new FerryError('failed', `DynamoDB kept refusing ${what}`);
-  if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 50 * 2 ** attempt));
+  if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, backoffDelayMs(attempt)));
 }
 
 /** BatchWrite in groups of 25, resending what DynamoDB left unprocessed with backoff. */
