@@ -10,7 +10,7 @@
  * for outputs, content-addressed so a client polling /status re-uses one object instead of one per poll.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { HeadObjectCommand, type S3Client } from '@aws-sdk/client-s3';
+import type { S3Client } from '@aws-sdk/client-s3';
 import { S3BlobStore } from '../core/adapters/aws/s3.js';
 import type { PayloadStore } from '../core/api.js';
 import { badRequest, tooLarge } from '../core/errors.js';
@@ -59,7 +59,7 @@ export class S3PayloadStore implements PayloadStore {
   private readonly outputUrlSec: number;
   private readonly maxResponseBytes: number;
 
-  constructor(private readonly options: S3PayloadStoreOptions) {
+  constructor(options: S3PayloadStoreOptions) {
     this.blobs = new S3BlobStore({ client: options.client, bucket: options.bucket, prefix: options.prefix });
     this.uploadUrlSec = options.uploadUrlSec ?? 900;
     this.outputUrlSec = options.outputUrlSec ?? 3600;
@@ -79,18 +79,18 @@ export class S3PayloadStore implements PayloadStore {
         `Invalid inputRef ${JSON.stringify(inputRef.slice(0, 200))}: use the inputRef that POST /uploads returned`,
       );
     }
-    const sizeBytes = await this.sizeOf(inputRef);
-    if (sizeBytes === undefined) {
+    // At most one byte past the cap is read: a presigned PUT cannot cap what a client sends, and it
+    // may send again, bigger, while this reads (getAtMost).
+    const read = await this.blobs.getAtMost(inputRef, maxBytes);
+    if (!read) {
       throw badRequest(`Nothing was uploaded to ${inputRef}: PUT the input JSON to its uploadUrl first`);
     }
-    // Checked before the download: a presigned PUT cannot cap what a client sends.
-    if (sizeBytes > maxBytes) {
-      throw tooLarge(`The upload at ${inputRef} is ${sizeBytes} bytes; this route takes at most ${maxBytes}`);
+    if (read.sizeBytes > maxBytes || read.bytes.length > maxBytes) {
+      throw tooLarge(
+        `The upload at ${inputRef} is ${Math.max(read.sizeBytes, read.bytes.length)} bytes; this route takes at most ${maxBytes}`,
+      );
     }
-    const bytes = await this.blobs.get(inputRef);
-    if (!bytes)
-      throw badRequest(`Nothing was uploaded to ${inputRef}: PUT the input JSON to its uploadUrl first`);
-    const value = parseJsonExact(Buffer.from(bytes), `The upload at ${inputRef}`);
+    const value = parseJsonExact(Buffer.from(read.bytes), `The upload at ${inputRef}`);
     if (typeof value !== 'object' || value === null || Array.isArray(value)) {
       throw badRequest(`The upload at ${inputRef} must be a JSON object (it becomes the job's input)`);
     }
@@ -150,21 +150,6 @@ export class S3PayloadStore implements PayloadStore {
       [name]: await this.blobs.presignGet(key, this.outputUrlSec),
       sizeBytes: Buffer.byteLength(json),
     };
-  }
-
-  private async sizeOf(ref: string): Promise<number | undefined> {
-    try {
-      const head = await this.options.client.send(
-        new HeadObjectCommand({ Bucket: this.options.bucket, Key: (this.options.prefix ?? '') + ref }),
-      );
-      return head.ContentLength ?? 0;
-    } catch (error) {
-      const status = (error as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
-      if (status === 404 || (error as Error).name === 'NotFound' || (error as Error).name === 'NoSuchKey') {
-        return undefined;
-      }
-      throw error;
-    }
   }
 }
 

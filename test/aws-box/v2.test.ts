@@ -4,6 +4,13 @@
  * and a protocol worker on the
  * endpoint's agent sidecar; one real Python worker at the end.
  */
+import {
+  type GetObjectCommand,
+  type GetObjectCommandOutput,
+  HeadObjectCommand,
+  PutObjectCommand,
+  type S3Client,
+} from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { streamDrainChunks } from '../../core/adapters/aws/dynamo/job-item.js';
 import { S3PayloadStore } from '../../functions/payloads.js';
@@ -306,6 +313,46 @@ describe('big bodies through the 10 MB / 6 MB front door', () => {
     // Queued, so status shows the input: with every digit.
     const status = await call('GET', `/idle/status/${run.body.id}`);
     expect(status.text).toContain('"input":{"seed":18446744073709551615}');
+  });
+});
+
+describe('reading an upload', () => {
+  // A presigned PUT may be used again until it expires
+  // (https://docs.aws.amazon.com/AmazonS3/latest/userguide/using-presigned-url.html): the object read
+  // may be bigger than it was a moment before.
+  it('reads at most one byte past the cap, whatever size the object had when last looked at', async () => {
+    const ref = `payloads/uploads/${'0'.repeat(8)}-0000-4000-8000-${'0'.repeat(12)}.json`;
+    await box.fixture.s3.send(
+      new PutObjectCommand({
+        Bucket: box.fixture.bucket,
+        Key: `ferry/${ref}`,
+        Body: JSON.stringify({ blob: 'b'.repeat(64 * KB) }),
+      }),
+    );
+    const received: number[] = [];
+    const client = {
+      send: async (command: unknown) => {
+        // The object as it was before the client PUT it again: small.
+        if (command instanceof HeadObjectCommand) return { ContentLength: 10 };
+        const answer = (await box.fixture.s3.send(command as GetObjectCommand)) as GetObjectCommandOutput;
+        const bytes = await answer.Body!.transformToByteArray();
+        received.push(bytes.length);
+        return { ...answer, Body: { transformToByteArray: async () => bytes } };
+      },
+    } as unknown as S3Client;
+    const payloads = new S3PayloadStore({ client, bucket: box.fixture.bucket, prefix: 'ferry/' });
+    await expect(payloads.readInput(ref, 4 * KB)).rejects.toThrow(
+      /is \d+ bytes; this route takes at most 4096/,
+    );
+    expect(received).toEqual([4 * KB + 1]);
+  });
+
+  it('an empty upload is a 400 about its JSON, not an error of the ranged read', async () => {
+    const upload = await call('POST', '/idle/uploads');
+    await fetch(upload.body.uploadUrl, { method: 'PUT', body: '' });
+    const r = await call('POST', '/idle/run', { inputRef: upload.body.inputRef });
+    expect(r.status).toBe(400);
+    expect(r.body.error).toMatch(/JSON/);
   });
 });
 

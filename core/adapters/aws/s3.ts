@@ -165,6 +165,33 @@ export class S3BlobStore implements BlobStore {
     }
   }
 
+  /**
+   * The first `maxBytes + 1` bytes of `key` and its whole size, in one ranged GET, or undefined when
+   * it is missing. For objects a client writes through a presigned PUT, which it may write again,
+   * bigger, up to the URL's expiry ("You can use the presigned URL multiple times, up to the
+   * expiration date and time": https://docs.aws.amazon.com/AmazonS3/latest/userguide/using-presigned-url.html):
+   * a size read first and a whole GET after could read far more than was checked into memory.
+   * An empty object answers a range with 416 InvalidRange ("The requested range is not satisfiable").
+   */
+  async getAtMost(
+    key: string,
+    maxBytes: number,
+  ): Promise<{ bytes: Uint8Array; sizeBytes: number } | undefined> {
+    try {
+      const result = await this.client.send(
+        new GetObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key), Range: `bytes=0-${maxBytes}` }),
+      );
+      const bytes = result.Body ? await result.Body.transformToByteArray() : new Uint8Array();
+      // "bytes 0-N/TOTAL" when the range applied; a server that sent the whole object says nothing.
+      const total = /\/(\d+)$/.exec(result.ContentRange ?? '')?.[1];
+      return { bytes, sizeBytes: total === undefined ? bytes.length : Number(total) };
+    } catch (error) {
+      if (isMissing(error)) return undefined;
+      if ((error as Error).name === 'InvalidRange') return { bytes: new Uint8Array(), sizeBytes: 0 };
+      throw error;
+    }
+  }
+
   async exists(key: string): Promise<boolean> {
     try {
       await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key) }));
