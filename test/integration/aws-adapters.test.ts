@@ -291,6 +291,25 @@ describe('DynamoJobStore: expired items that TTL has not deleted', () => {
     expect(await rawItem(expired.id)).toBeDefined();
   });
 
+  it('gives finished jobs with objects in S3 a day of TTL grace, so the sweeper deletes their objects with them', async () => {
+    // TTL runs no code when it deletes an item: one it took before a sweep left its objects behind.
+    const jobs = aws.jobs();
+    const now = Date.now();
+    const bucketEnd = (Math.floor(now / 300_000) + 1) * 300_000;
+    const small = makeJob({ createdAt: now - 1_000, expiresAt: now, status: 'COMPLETED' });
+    const big = makeJob({
+      createdAt: now - 1_000,
+      expiresAt: now,
+      status: 'COMPLETED',
+      input: bigValue(200 * 1024),
+    });
+    await jobs.create(small);
+    await jobs.create(big);
+    expect((await rawItem(big.id))?.inputRef).toMatch(/^payloads\//);
+    expect((await rawItem(small.id))?.expiresAtSec).toBe(bucketEnd / 1000);
+    expect((await rawItem(big.id))?.expiresAtSec).toBe(bucketEnd / 1000 + 86_400);
+  });
+
   it('gives unfinished jobs a day of TTL grace so the engine can still stop them', async () => {
     const jobs = aws.jobs();
     const now = Date.now();

@@ -30,6 +30,14 @@ const KB = 1024;
 export const daySec = 24 * 3600;
 /** Unfinished jobs stay a day past expiresAt so the engine finds them to stop (../dynamo.ts). */
 const unfinishedGraceSec = daySec;
+/**
+ * Finished jobs with payloads in S3 stay a day longer too: their objects are deleted with the job by
+ * the sweeper (deleteExpired, a bounded number each minute), and TTL runs no code when it deletes an
+ * item (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html), so an
+ * item TTL took first left its objects to the bucket's 15-day backstop rule, long past the job's
+ * retention, whenever more jobs expired than a sweep deletes. Reads already hide it past expiresAt.
+ */
+const blobsGraceSec = daySec;
 
 /** Per-field inline budgets; together 376 KB, leaving room for the other attributes under 400 KB. */
 export const inlineBudgetBytes = {
@@ -121,7 +129,7 @@ export function itemOf(job: Job, big: Partial<Record<BigField, Stored>>): Item {
     // A finished job stays at least until its count bucket ends: health takes back the jobs that
     // expired in the current bucket by reading them, so TTL must not drop one before (./counts.ts).
     expiresAtSec: isFinal(job.status)
-      ? toSec(bucketStartOf(job.expiresAt) + countBucketMs)
+      ? toSec(bucketStartOf(job.expiresAt) + countBucketMs) + (refsOf(big).length > 0 ? blobsGraceSec : 0)
       : toSec(job.expiresAt) + unfinishedGraceSec,
   };
   for (const field of bigFields) {
