@@ -8,10 +8,12 @@
  * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/WorkingWithItems.html#WorkingWithItems.AtomicCounters).
  * DynamoDB Local never loses an answer: `LosingHandler` forwards a request, lets DynamoDB Local
  * apply it, then drops the answer and throws ECONNRESET, which the SDK retries
- * (NODEJS_TIMEOUT_ERROR_CODES in @smithy/core's retry classification).
+ * (NODEJS_TIMEOUT_ERROR_CODES in @smithy/core's retry classification). Nor does it throttle or fail:
+ * `LosingHandler` answers requests it is told to refuse with the error DynamoDB would send, without
+ * forwarding them.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { NodeHttpHandler } from '@smithy/node-http-handler';
@@ -31,7 +33,8 @@ afterAll(async () => {
 
 /**
  * The SDK's HTTP handler, except that the answer to the next request of each operation named in
- * `loseNext` is dropped after DynamoDB Local applied the request.
+ * `loseNext` is dropped after DynamoDB Local applied the request, and the requests of an operation
+ * named in `refuse` are answered with an error and never reach DynamoDB Local.
  */
 class LosingHandler extends NodeHttpHandler {
   /** The `x-amz-target` of every request sent, in order (retries included). */
@@ -40,11 +43,22 @@ class LosingHandler extends NodeHttpHandler {
   readonly bodies: Record<string, unknown>[] = [];
   /** The targets whose answer was dropped. */
   readonly lost: string[] = [];
+  /** The targets answered with an error by `refuse`, in order. */
+  readonly refused: string[] = [];
   private readonly armed: string[] = [];
+  private readonly refusals = new Map<string, { type: string; status: number }>();
 
   /** Drops the answer of the next request of `operation` (PutItem, UpdateItem, TransactWriteItems…). */
   loseNext(operation: string): void {
     this.armed.push(`DynamoDB_20120810.${operation}`);
+  }
+
+  /**
+   * From now on answers each request of `operation` (except one whose answer `loseNext` drops) with
+   * the DynamoDB error `type` at HTTP `status`, as DynamoDB's JSON protocol sends errors.
+   */
+  refuse(operation: string, type: string, status: number): void {
+    this.refusals.set(`DynamoDB_20120810.${operation}`, { type, status });
   }
 
   override async handle(...args: Parameters<NodeHttpHandler['handle']>) {
@@ -53,8 +67,20 @@ class LosingHandler extends NodeHttpHandler {
     this.sent.push(target);
     const body = request.body as string | Uint8Array;
     this.bodies.push(JSON.parse(typeof body === 'string' ? body : new TextDecoder().decode(body)));
-    const answer = await super.handle(...args);
     const at = this.armed.indexOf(target);
+    const refusal = this.refusals.get(target);
+    if (at < 0 && refusal) {
+      this.refused.push(target);
+      const error = { __type: `com.amazonaws.dynamodb.v20120810#${refusal.type}`, message: refusal.type };
+      return {
+        response: {
+          statusCode: refusal.status,
+          headers: { 'content-type': 'application/x-amz-json-1.0', 'x-amzn-requestid': randomUUID() },
+          body: Readable.from([Buffer.from(JSON.stringify(error))]),
+        },
+      };
+    }
+    const answer = await super.handle(...args);
     if (at < 0) return answer;
     this.armed.splice(at, 1);
     this.lost.push(target);
@@ -65,14 +91,14 @@ class LosingHandler extends NodeHttpHandler {
 }
 
 /** A job store whose DynamoDB client loses the answers its handler is told to lose. */
-function losingStore(blobs: BlobStore = aws.blobs('ferry/')) {
+function losingStore(blobs: BlobStore = aws.blobs('ferry/'), warn?: (message: string) => void) {
   const handler = new LosingHandler();
   const client = new DynamoDBClient({
     ...fakeAwsConfig,
     endpoint: aws.dynamo.endpoint,
     requestHandler: handler,
   });
-  const jobs = new DynamoJobStore({ doc: documentClient(client), tables: aws.tables, blobs });
+  const jobs = new DynamoJobStore({ doc: documentClient(client), tables: aws.tables, blobs, warn });
   const sends = (operation: string) =>
     handler.sent.filter((target) => target === `DynamoDB_20120810.${operation}`).length;
   return { jobs, handler, sends, close: () => client.destroy() };
@@ -146,6 +172,179 @@ describe('a job write whose answer is lost lands once and answers ok', () => {
       expect(tokens[1]).toBe(tokens[0]);
       expect(result.ok).toBe(true);
       expect(await store.jobs.counts(job.endpointId, now)).toMatchObject({ inQueue: 0, inProgress: 1 });
+    } finally {
+      store.close();
+    }
+  });
+});
+
+/** The S3 blob store, with the keys of the blobs put through it (a job's payloads have random keys). */
+function recordingBlobs() {
+  const s3 = aws.blobs('ferry/');
+  const keys: string[] = [];
+  const blobs: BlobStore = Object.assign(Object.create(s3) as BlobStore, {
+    put: async (key: string, bytes: Uint8Array) => {
+      keys.push(key);
+      await s3.put(key, bytes);
+    },
+  });
+  return { blobs, keys, exists: (key: string) => s3.exists(key) };
+}
+
+/** An IN_PROGRESS job of its own endpoint with a 200 KB input (an S3 blob), created and read back. */
+async function runningJob(store: ReturnType<typeof losingStore>, nowMs: number) {
+  const job = makeJob({
+    endpointId: `lost-${randomUUID()}`,
+    createdAt: nowMs,
+    status: 'IN_PROGRESS',
+    workerId: 'w1',
+    input: bigValue(200 * 1024),
+  });
+  await store.jobs.create(job);
+  return (await store.jobs.get(job.id, nowMs))!;
+}
+
+describe('a job write that landed though its retries failed keeps its blobs', () => {
+  // The SDK re-sends a TransactWriteItems whose answer it lost with the same ClientRequestToken; when
+  // its retries meet TransactionInProgressException (the first attempt not finished yet), a 5xx or
+  // throttling, the call fails though the first attempt committed. The job item then points at the
+  // blobs this write uploaded: dropping them loses the job's input or output.
+  // https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
+  it('create() of a queued job (a transaction with its counts), retries answered TransactionInProgressException', async () => {
+    const store = losingStore();
+    try {
+      const now = Date.now();
+      const input = bigValue(200 * 1024);
+      const job = makeJob({ endpointId: `lost-${randomUUID()}`, createdAt: now, input });
+      store.handler.loseNext('TransactWriteItems');
+      store.handler.refuse('TransactWriteItems', 'TransactionInProgressException', 400);
+      await store.jobs.create(job);
+      expect(store.handler.lost).toEqual(['DynamoDB_20120810.TransactWriteItems']);
+      expect(store.handler.refused.length).toBeGreaterThan(0);
+      expect(await aws.jobs().get(job.id, now)).toMatchObject({ id: job.id, version: 1, input });
+      expect(await aws.jobs().counts(job.endpointId, now)).toMatchObject({ inQueue: 1 });
+    } finally {
+      store.close();
+    }
+  });
+
+  it('update() to COMPLETED with a 200 KB output, retries answered 500: ok, and the job reads whole', async () => {
+    const store = losingStore();
+    try {
+      const now = Date.now();
+      const current = await runningJob(store, now);
+      const output = bigValue(200 * 1024);
+      store.handler.loseNext('TransactWriteItems');
+      store.handler.refuse('TransactWriteItems', 'InternalServerError', 500);
+      const result = await store.jobs.update(current, { status: 'COMPLETED', output });
+      expect(store.handler.lost).toEqual(['DynamoDB_20120810.TransactWriteItems']);
+      expect(store.handler.refused.length).toBeGreaterThan(0);
+      expect(result).toMatchObject({ ok: true, job: { status: 'COMPLETED', version: current.version + 1 } });
+      expect(await aws.jobs().get(current.id, now)).toMatchObject({
+        status: 'COMPLETED',
+        version: current.version + 1,
+        input: current.input,
+        output,
+      });
+      expect(await aws.jobs().counts(current.endpointId, now)).toMatchObject({ inProgress: 0, completed: 1 });
+    } finally {
+      store.close();
+    }
+  });
+
+  it('updateMany() to COMPLETED with a 200 KB output, retries answered TransactionInProgressException', async () => {
+    const store = losingStore();
+    try {
+      const now = Date.now();
+      const current = await runningJob(store, now);
+      const output = bigValue(200 * 1024);
+      store.handler.loseNext('TransactWriteItems');
+      store.handler.refuse('TransactWriteItems', 'TransactionInProgressException', 400);
+      const [result] = await store.jobs.updateMany([{ current, patch: { status: 'COMPLETED', output } }]);
+      expect(store.handler.lost).toEqual(['DynamoDB_20120810.TransactWriteItems']);
+      expect(result).toMatchObject({ ok: true, job: { status: 'COMPLETED' } });
+      expect(await aws.jobs().get(current.id, now)).toMatchObject({
+        status: 'COMPLETED',
+        input: current.input,
+        output,
+      });
+    } finally {
+      store.close();
+    }
+  });
+
+  it('update() whose re-read fails too: the error is thrown, the blobs stay, the job reads whole', async () => {
+    const recording = recordingBlobs();
+    const warnings: string[] = [];
+    const store = losingStore(recording.blobs, (message) => warnings.push(message));
+    try {
+      const now = Date.now();
+      const current = await runningJob(store, now);
+      const output = bigValue(200 * 1024);
+      store.handler.loseNext('TransactWriteItems');
+      store.handler.refuse('TransactWriteItems', 'InternalServerError', 500);
+      store.handler.refuse('GetItem', 'InternalServerError', 500);
+      await expect(store.jobs.update(current, { status: 'COMPLETED', output })).rejects.toMatchObject({
+        name: 'InternalServerError',
+      });
+      const outputKey = recording.keys.at(-1) as string;
+      expect(await recording.exists(outputKey)).toBe(true);
+      // Through a client that does not fail: the write had landed.
+      expect(await aws.jobs().get(current.id, now)).toMatchObject({ status: 'COMPLETED', output });
+      expect(warnings).toEqual([
+        expect.stringContaining(`could not tell whether a write of job ${current.id}`),
+      ]);
+    } finally {
+      store.close();
+    }
+  });
+});
+
+describe('a job write that did not land', () => {
+  it('update() refused with 500 on every attempt: the error is thrown and its blob removed', async () => {
+    // Holds on the old code as well: a guard that the re-read does not keep what nothing points at.
+    const recording = recordingBlobs();
+    const store = losingStore(recording.blobs);
+    try {
+      const now = Date.now();
+      const current = await runningJob(store, now);
+      const [inputKey] = recording.keys as [string];
+      store.handler.refuse('TransactWriteItems', 'InternalServerError', 500);
+      await expect(
+        store.jobs.update(current, { status: 'COMPLETED', output: bigValue(200 * 1024) }),
+      ).rejects.toMatchObject({ name: 'InternalServerError' });
+      expect(store.handler.lost).toEqual([]);
+      const outputKey = recording.keys.at(-1) as string;
+      expect(outputKey).not.toBe(inputKey);
+      expect(await recording.exists(outputKey)).toBe(false);
+      expect(await recording.exists(inputKey)).toBe(true);
+      expect(await aws.jobs().get(current.id, now)).toMatchObject({
+        status: 'IN_PROGRESS',
+        version: current.version,
+        input: current.input,
+      });
+    } finally {
+      store.close();
+    }
+  });
+
+  it('create() whose transaction is still in progress (TransactionInProgressException, not landed yet): the blob stays', async () => {
+    // The transaction may still commit after the re-read: its input blob must outlive that. Left
+    // alone, the bucket's expire-payloads rule removes it (infra/platform-stack.ts).
+    const recording = recordingBlobs();
+    const store = losingStore(recording.blobs);
+    try {
+      const now = Date.now();
+      const job = makeJob({
+        endpointId: `lost-${randomUUID()}`,
+        createdAt: now,
+        input: bigValue(200 * 1024),
+      });
+      store.handler.refuse('TransactWriteItems', 'TransactionInProgressException', 400);
+      await expect(store.jobs.create(job)).rejects.toMatchObject({ name: 'TransactionInProgressException' });
+      expect(await aws.jobs().get(job.id, now)).toBeUndefined();
+      expect(recording.keys).toHaveLength(1);
+      expect(await recording.exists(recording.keys[0] as string)).toBe(true);
     } finally {
       store.close();
     }

@@ -240,6 +240,31 @@ export function failedCondition(
   return { item: (error as { Item?: Record<string, AttributeValue> }).Item };
 }
 
+/**
+ * What a write that threw `error` did to the table, as far as the error alone tells:
+ *
+ * - 'refused': nothing, whatever attempt came before. A failed condition; a cancelled transaction
+ *   (its actions are all or nothing, and a retry of a token whose first attempt committed answers
+ *   success, not a cancellation: `transact`); a request DynamoDB found invalid, as it would have
+ *   found every attempt of the same request.
+ * - 'pending': the transaction of this request token is still in progress, and may yet commit.
+ *   AWS: "The transaction with the given request token is already in progress", with settings that
+ *   "help ensure that the client retries will trigger completion of the ongoing TransactWriteItems
+ *   request" (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html,
+ *   Errors: TransactionInProgressException).
+ * - 'unknown': anything else (throttling, a 5xx, a timeout, a reset connection). The SDK re-sends
+ *   a request whose answer it lost, so an earlier attempt may have been applied before the last
+ *   one failed ("If an UpdateItem operation fails, the application could simply retry the
+ *   operation. This would risk updating the counter twice",
+ *   https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/WorkingWithItems.html#WorkingWithItems.AtomicCounters).
+ */
+export function writeOutcome(error: unknown): 'refused' | 'pending' | 'unknown' {
+  const name = errorName(error);
+  if (name === 'TransactionInProgressException') return 'pending';
+  const refused = ['ConditionalCheckFailedException', 'TransactionCanceledException', 'ValidationException'];
+  return name !== undefined && refused.includes(name) ? 'refused' : 'unknown';
+}
+
 /** Where an adapter of one table finds it: the document client (documentClient) and the table name. */
 export interface TableOptions {
   doc: DynamoDBDocumentClient;

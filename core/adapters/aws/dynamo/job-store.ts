@@ -40,6 +40,7 @@ import {
   toSec,
   transact,
   writeAtomically,
+  writeOutcome,
 } from './client.js';
 import {
   type Counted,
@@ -143,7 +144,8 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
   /**
    * One conditional PutItem; in one transaction with its count items when the job counts
    * (./counts.ts). A failed condition whose item carries this write's `writeId` is this write,
-   * landed on a first attempt whose answer was lost (`wroteIt`), not a job that already existed.
+   * landed on a first attempt whose answer was lost (`wroteIt`), not a job that already existed;
+   * any other error may hide such a write too (`landedAnyway`).
    */
   async create(job: Job): Promise<void> {
     const stored: Job = { ...job, version: 1 };
@@ -158,9 +160,12 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       await writeAtomically(this.doc, { Put: put }, countUpdates(this.jobsTable, [[undefined, stored]]));
     } catch (error) {
       const failed = failedCondition(error);
-      if (failed && wroteIt(put, failed.item)) return;
+      if (failed && wroteIt(put, failed.item?.writeId?.S)) return;
       // Not the blobs the job as it is now points at (as in `unstage`).
-      const kept = failed?.item ? refsOf(storedBigOf(unmarshall(failed.item) as Item)) : [];
+      const kept = failed
+        ? refsOf(storedBigOf(failed.item ? (unmarshall(failed.item) as Item) : {}))
+        : await this.landedAnyway(error, [put]);
+      if (kept === 'landed') return;
       await this.dropBlobs(refsOf(big).filter((ref) => !kept.includes(ref)));
       if (failed) throw conflict(`A job with id ${job.id} already exists`);
       throw error;
@@ -181,7 +186,8 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    * decides again without a GetItem either. When the write changes what the job counts as in health
    * (status, retries, expiry), the PutItem and the count updates go in one transaction (./counts.ts).
    * A failed condition whose item carries this write's `writeId` is this write, landed on a first
-   * attempt whose answer was lost (`settled`).
+   * attempt whose answer was lost (`settled`); any other error may hide such a write too
+   * (`landedAnyway`).
    */
   async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
     const staged = await this.stage(current, patch);
@@ -191,11 +197,12 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       await writeAtomically(this.doc, { Put: staged.put }, counts);
     } catch (error) {
       const failed = failedCondition(error);
-      if (!failed) {
-        await this.unstage(staged);
+      if (failed) return this.settled(staged, failed.item);
+      const kept = await this.landedAnyway(error, [staged.put]);
+      if (kept !== 'landed') {
+        await this.unstage(staged, kept);
         throw error;
       }
-      return this.settled(staged, failed.item);
     }
     return this.landed(staged);
   }
@@ -239,15 +246,21 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
               const failed = failedCondition(error, at);
               return failed ? [{ at, item: failed.item }] : [];
             });
-            if (failedAt.length === 0) {
-              await Promise.all(pending.map(({ staged }) => this.unstage(staged)));
+            if (failedAt.length > 0) {
+              for (const { at, item } of failedAt.reverse()) {
+                const [{ index, staged }] = pending.splice(at, 1) as [{ index: number; staged: Staged }];
+                answers[index] = await this.settled(staged, item);
+              }
+              continue;
+            }
+            const kept = await this.landedAnyway(
+              error,
+              batch.map(({ staged }) => staged.put),
+            );
+            if (kept !== 'landed') {
+              await Promise.all(pending.map(({ staged }) => this.unstage(staged, kept)));
               throw error;
             }
-            for (const { at, item } of failedAt.reverse()) {
-              const [{ index, staged }] = pending.splice(at, 1) as [{ index: number; staged: Staged }];
-              answers[index] = await this.settled(staged, item);
-            }
-            continue;
           }
           pending.splice(0, batch.length);
           for (const { index, staged } of batch) answers[index] = await this.landed(staged);
@@ -697,7 +710,38 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/WorkingWithItems.html#WorkingWithItems.AtomicCounters
    */
   private settled(staged: Staged, old: RawItem | undefined): Promise<JobUpdate> {
-    return wroteIt(staged.put, old) ? this.landed(staged) : this.lost(staged, old);
+    return wroteIt(staged.put, old?.writeId?.S) ? this.landed(staged) : this.lost(staged, old);
+  }
+
+  /**
+   * Whether the write of `puts` (one Put, or the job Puts of one transaction), which failed with
+   * `error` and not with a failed condition, landed all the same: an error that is no refusal
+   * (`writeOutcome`) may come after an attempt DynamoDB applied, and dropping the blobs of a write
+   * that landed leaves a job pointing at nothing (its input or output lost for good). So the items
+   * are read again by key, strongly consistent: one that carries its put's `writeId` is this write
+   * ('landed'; a transaction lands whole). Otherwise the blob refs the items point at now, which the
+   * caller's cleanup keeps (as in `unstage`).
+   *
+   * Throws `error` and drops nothing when it cannot tell: the read failed, or the transaction is
+   * still in progress and may commit after the read. Those blobs are orphans at worst, which the
+   * bucket's `expire-payloads` rule removes (infra/platform-stack.ts).
+   */
+  private async landedAnyway(error: unknown, puts: readonly { Item: Item }[]): Promise<'landed' | string[]> {
+    const outcome = writeOutcome(error);
+    if (outcome === 'refused') return [];
+    let items: (Item | undefined)[];
+    try {
+      items = await Promise.all(puts.map((put) => this.readItem(put.Item.jobId as string)));
+    } catch (readError) {
+      this.warn(
+        `ferry: could not tell whether a write of job ${String(puts[0]?.Item.jobId)} landed ` +
+          `(${String(readError)}); its new blobs are left to the bucket's lifecycle rule`,
+      );
+      throw error;
+    }
+    if (items.some((item, at) => wroteIt(puts[at] as { Item: Item }, item?.writeId))) return 'landed';
+    if (outcome === 'pending') throw error;
+    return items.flatMap((item) => (item ? refsOf(storedBigOf(item)) : []));
   }
 
   /** The write lost its race: the job as `old` (the failed condition's item) says it is now. */
@@ -1130,11 +1174,10 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
 }
 
 /**
- * Whether `old` (a failed condition's item, raw) is the item `put` wrote: it carries the put's
- * `writeId`, a random token no other write shares.
+ * Whether an item whose `writeId` is `token` is the item `put` wrote: the put's `writeId` is a
+ * random token no other write shares.
  */
-function wroteIt(put: { Item: Item }, old: RawItem | undefined): boolean {
-  const token = old?.writeId?.S;
+function wroteIt(put: { Item: Item }, token: unknown): boolean {
   return token !== undefined && token === put.Item.writeId;
 }
 
