@@ -21,6 +21,7 @@ import { pathToFileURL } from 'node:url';
 import { App, Validations } from 'aws-cdk-lib';
 import type { CloudAssembly } from 'aws-cdk-lib/cx-api';
 import { AwsSolutionsChecks } from 'cdk-nag';
+import { ferryVersion } from '../cli/config.js';
 import { FerryError } from '../core/errors.js';
 import { type Manifest, manifestSchema } from '../core/manifest.js';
 import { parseOr400 } from '../core/schemas.js';
@@ -28,6 +29,7 @@ import { AppEnvironmentStack, type WorkerImages } from './app-stack.js';
 import { checkPrefixListId, type LbHttpsOptions } from './constructs/https-front.js';
 import { instanceTypesFor } from './gpu.js';
 import { appStackName, ownershipTags, platformStackName } from './names.js';
+import { gpuWarmPoolSizeOf } from './platform-settings.js';
 import { defaultInstanceTypes, PlatformStack } from './platform-stack.js';
 import { checkSynthesizedTemplate, checkTaskDefinitionSizes } from './template-limits.js';
 
@@ -82,6 +84,11 @@ export interface SynthesizeOptions {
   cloudFrontPrefixListId?: string;
   /** The REST API's integration timeout (s); 29 unless the account's quota was raised (docs/aws.md). */
   integrationTimeoutSec?: number;
+  /**
+   * The Ferry version that builds the platform, output as `FerryVersion`: the CLI refuses to deploy
+   * the platform with an older Ferry than the one that last did (cli/providers/aws/platform.ts).
+   */
+  ferryVersion?: string;
   outdir?: string;
   /** CDK context (toolkit-lib's builder hands one over). */
   context?: Record<string, unknown>;
@@ -124,6 +131,7 @@ export function buildApp(
     ...(options.gpuWarmPoolSize ? { gpuWarmPoolSize: options.gpuWarmPoolSize } : {}),
     ...(options.availabilityZones ? { availabilityZones: options.availabilityZones } : {}),
     ...(options.integrationTimeoutSec ? { integrationTimeoutSec: options.integrationTimeoutSec } : {}),
+    ...(options.ferryVersion ? { ferryVersion: options.ferryVersion } : {}),
     description: 'Ferry platform: v2 job API, tables, bucket, ECS cluster',
   });
   const appStack = new AppEnvironmentStack(app, appStackName(appName, options.env), {
@@ -223,6 +231,7 @@ export function optionsFromContext(app: App): SynthesizeOptions {
     },
     ...(instanceTypes ? { instanceTypes: instanceTypes.split(',').map((s) => s.trim()) } : {}),
     ...(gpuWarmPoolSize ? { gpuWarmPoolSize: warmPoolSizeOf(gpuWarmPoolSize) } : {}),
+    ferryVersion: ferryVersion(),
     ...(availabilityZones
       ? {
           availabilityZones: availabilityZones
@@ -242,19 +251,12 @@ export function optionsFromContext(app: App): SynthesizeOptions {
   };
 }
 
-function warmPoolSizeOf(value: string): number {
-  const size = Number(value);
-  if (!Number.isInteger(size) || size < 0 || size > 100) {
-    throw new FerryError(
-      'usage',
-      `ferry:gpuWarmPoolSize must be a whole number from 0 to 100, got "${value}"`,
-      {
-        hint: 'Pass -c ferry:gpuWarmPoolSize=1 to keep one stopped GPU instance ready per GPU pool.',
-      },
-    );
-  }
-  return size;
-}
+const warmPoolSizeOf = (value: string): number =>
+  gpuWarmPoolSizeOf(
+    value,
+    'ferry:gpuWarmPoolSize',
+    'Pass -c ferry:gpuWarmPoolSize=1 to keep one stopped GPU instance ready per GPU pool.',
+  );
 
 function main(): void {
   const app = new App({ context: { ...ferryContext } });

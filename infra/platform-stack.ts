@@ -111,6 +111,7 @@ import {
   poolExportName,
   type TableRef,
 } from './platform-exports.js';
+import { platformSettingOutputs } from './platform-settings.js';
 import { keptWhenStackDeleted } from './retention.js';
 import { ephemeralPorts } from './task-layout.js';
 
@@ -202,6 +203,8 @@ export interface PlatformStackProps extends StackProps {
    * account's "Maximum integration timeout in milliseconds" quota is raised (integrationTimeout).
    */
   integrationTimeoutSec?: number;
+  /** The Ferry version deploying the stack, output as `FerryVersion` (infra/platform-settings.ts). */
+  ferryVersion?: string;
 }
 
 /**
@@ -407,6 +410,8 @@ export class PlatformStack extends Stack {
   readonly images: ImageRegistry;
   readonly alarms: AlarmTopic;
   readonly timing: ReturnType<typeof integrationTiming>;
+  /** Stopped GPU instances per GPU pool (PlatformStackProps.gpuWarmPoolSize). */
+  readonly gpuWarmPoolSize: number;
   private readonly pools = new Map<string, ecs.AsgCapacityProvider>();
 
   constructor(scope: Construct, id: string, props: PlatformStackProps) {
@@ -508,8 +513,9 @@ export class PlatformStack extends Stack {
     });
     this.loadBalancerSecurityGroup = this.hostsFromLoadBalancers();
     const instanceTypes = [...new Set(props.instanceTypes ?? defaultInstanceTypes())].sort();
+    this.gpuWarmPoolSize = props.gpuWarmPoolSize ?? 0;
     for (const instanceType of instanceTypes) {
-      this.addPool(instanceType, poolMaxInstances, props.gpuWarmPoolSize ?? 0);
+      this.addPool(instanceType, poolMaxInstances, this.gpuWarmPoolSize);
     }
 
     // ── Functions ─────────────────────────────────────────────────────────────────────────────
@@ -659,7 +665,7 @@ export class PlatformStack extends Stack {
     this.observability();
 
     // ── Outputs and exports ───────────────────────────────────────────────────────────────────
-    this.exportAll();
+    this.exportAll(props.ferryVersion);
   }
 
   capacityProviderFor(instanceType: string): ecs.AsgCapacityProvider {
@@ -731,9 +737,10 @@ export class PlatformStack extends Stack {
    * Every export of platform-exports.ts, under its fixed name, whatever app is synthesized next to this
    * stack; each is also an output, read by the CLI by its id (ApiUrl, BucketName, ControlTableName …).
    * Plus `InstanceTypes` (comma-separated pools), a plain output: it grows with deploys, and an
-   * exported value could not change while imported.
+   * exported value could not change while imported. And the platform-wide settings
+   * (infra/platform-settings.ts), plain outputs too.
    */
-  private exportAll(): void {
+  private exportAll(ferryVersion: string | undefined): void {
     const publicSubnets = this.vpc.publicSubnets;
     const values: Record<PlatformExportKey, string> = {
       apiUrl: this.api.urlForPath('/v2'),
@@ -804,6 +811,24 @@ export class PlatformStack extends Stack {
       description: 'Instance types with a capacity pool, comma-separated (the CLI keeps them all)',
       value: this.instanceTypes.join(','),
     });
+    // The account-wide settings this template was built with: the next deploy, from any app or shell,
+    // keeps them unless its deployer sets one (infra/platform-settings.ts says why).
+    new CfnOutput(this, platformSettingOutputs.integrationTimeoutSec, {
+      description:
+        'API Gateway integration timeout (s); a deploy keeps it unless FERRY_AWS_INTEGRATION_TIMEOUT_SEC is set',
+      value: String(this.timing.integrationTimeoutSec),
+    });
+    new CfnOutput(this, platformSettingOutputs.gpuWarmPoolSize, {
+      description:
+        'Stopped GPU instances per GPU pool; a deploy keeps it unless FERRY_AWS_GPU_WARM_POOL_SIZE is set',
+      value: String(this.gpuWarmPoolSize),
+    });
+    if (ferryVersion) {
+      new CfnOutput(this, platformSettingOutputs.ferryVersion, {
+        description: 'Ferry version that deployed this stack (an older Ferry refuses to deploy over it)',
+        value: ferryVersion,
+      });
+    }
   }
 
   /** One table of `dynamoSchema`: its keys, GSIs (with their projections, as createTables makes them), TTL. */

@@ -17,7 +17,8 @@
  *    https://docs.aws.amazon.com/IAM/latest/APIReference/API_GetRole.html
  *  - A stack CloudFormation can deploy over (usableStack): none, or one that is neither dead
  *    (ROLLBACK_COMPLETE after a failed first deploy, DELETE_FAILED after a failed undeploy), nor
- *    never created (REVIEW_IN_PROGRESS), nor busy with another operation, nor another app's.
+ *    never created (REVIEW_IN_PROGRESS), nor busy with another operation, nor stuck in a failed
+ *    rollback (UPDATE_ROLLBACK_FAILED: the fix is named, never run), nor another app's.
  *  - SQS's queue names released (waitForQueueNames) before a deploy creates queues of names its
  *    stack deleted moments ago: an undeploy, of the stack or of some of its endpoints, or a
  *    rolled-back deploy.
@@ -37,6 +38,7 @@ import {
   type CdkToolkit,
   deadStackStatuses,
   isBusyStackStatus,
+  rollbackFailedStatus,
   type StackDescription,
   type StackLookup,
   type ToolkitEventHandler,
@@ -156,7 +158,8 @@ export function stackBusyError(stack: string, status: string): FerryError {
  * The stack as it stands, ready to deploy over: undefined when there is none, also after deleting one
  * left in ROLLBACK_COMPLETE or DELETE_FAILED (CloudFormation cannot update such a stack, only delete
  * it) or in REVIEW_IN_PROGRESS (never created; deleted rather than created over, so no later step
- * reads a stack without outputs). Refuses (exit 2) a stack another operation is running on. With
+ * reads a stack without outputs). Refuses (exit 2) a stack another operation is running on, and one in
+ * UPDATE_ROLLBACK_FAILED (rollbackFailedError, with the command that unblocks it). With
  * `owner`, refuses (exit 2) a stack whose ownership tags name another app/environment, or none.
  */
 export async function usableStack(
@@ -174,6 +177,7 @@ export async function usableStack(
     await deleteBeforeRedeploy(ports, stack, options.onEvent);
     described = undefined;
   }
+  if (described?.status === rollbackFailedStatus) throw await rollbackFailedError(ports, stack);
   if (described && isBusyStackStatus(described.status)) throw stackBusyError(stack, described.status);
   if (described && owner) {
     const app = described.tags[ownershipTags.app];
@@ -191,6 +195,42 @@ export async function usableStack(
     }
   }
   return described;
+}
+
+/**
+ * A stack in UPDATE_ROLLBACK_FAILED: an update failed, and so did its rollback. CloudFormation refuses
+ * to update it ("You can't update a stack that is in the UPDATE_ROLLBACK_FAILED state",
+ * https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/using-cfn-updating-stacks-continueupdaterollback.html),
+ * so toolkit-lib's change set would fail with a message that says nothing of the way on. That way is
+ * ContinueUpdateRollback, which brings the stack back to UPDATE_ROLLBACK_COMPLETE; its ResourcesToSkip
+ * takes only resources "in the UPDATE_FAILED state because a rollback failed", and a skipped
+ * resource is left "inconsistent with the state of the resources in the stack template"
+ * (https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_ContinueUpdateRollback.html).
+ * Ferry names the command and never runs it: what stopped the rollback (a resource deleted or changed
+ * by hand, a missing permission) may need fixing first, and skipping is the owner's decision.
+ */
+async function rollbackFailedError(ports: Pick<StackPorts, 'lookup'>, stack: string): Promise<FerryError> {
+  // The events name the resources to skip; without them, the command without the option stands.
+  const failures = await ports.lookup.rollbackFailures(stack).catch(() => []);
+  const command = `aws cloudformation continue-update-rollback --stack-name ${stack}`;
+  const listed =
+    failures.length > 0
+      ? ` CloudFormation could not roll back:\n${failures.map((f) => `  ${f.logicalId} (${f.type}): ${f.reason}`).join('\n')}`
+      : '';
+  const skip =
+    failures.length > 0
+      ? ` If they cannot be fixed, skip them: \`${command} --resources-to-skip ${failures.map((f) => f.logicalId).join(' ')}\` ` +
+        '(CloudFormation then leaves them as they are, which may differ from the template until a later deploy changes them).'
+      : '';
+  return new FerryError(
+    'usage',
+    `Stack ${stack} is in ${rollbackFailedStatus}: an update of it failed and so did its rollback, and CloudFormation updates it again only once the rollback is continued.${listed}`,
+    {
+      hint:
+        `Fix what stopped the rollback (see the stack's events), then run \`${command}\`.${skip} ` +
+        'Once the stack is in UPDATE_ROLLBACK_COMPLETE, run this command again.',
+    },
+  );
 }
 
 /**

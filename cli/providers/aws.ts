@@ -66,12 +66,15 @@ import { cloudFrontPrefixListId, needsCloudFrontPrefixList } from './aws/cloudfr
 import { lazyPort } from './aws/lazy-port.js';
 import { manifestFromRecords } from './aws/manifest.js';
 import {
+  checkPlatformVersion,
   loadInfra,
   type PlatformOutputs,
+  type PlatformSettings,
   parsePlatformOutputs,
   platformInstanceTypes,
   platformOutputsSchema,
   platformPools,
+  platformSettings,
 } from './aws/platform.js';
 import { eventPrinter } from './aws/progress.js';
 import {
@@ -282,6 +285,8 @@ export class AwsProvider implements Provider {
     const described = await this.#usableStack(platformStackName, reporter);
     if (described) {
       this.#platform = parsePlatformOutputs(described.outputs);
+      // Before anything is built or uploaded: this deploy deploys the platform too.
+      checkPlatformVersion(this.#platform, ferryVersion());
       reporter.line(`  platform ${platformStackName}: ${this.#platform.ApiUrl}`);
       await this.#subscribeAlarms(reporter);
       return;
@@ -302,6 +307,7 @@ export class AwsProvider implements Provider {
       instanceTypes: await platformInstanceTypes(input.manifest.endpoints.map((e) => e.resources)),
       availabilityZones: await this.#platformZones(reporter),
       cloudFrontPrefixListId: await this.#cloudFrontPrefixListId(input.manifest, https, reporter),
+      platformSettings: platformSettings(undefined, this.options.env),
     });
     try {
       if (this.options.bootstrap) {
@@ -493,6 +499,8 @@ export class AwsProvider implements Provider {
     /** HTTPS of load-balanced endpoints (aws/settings.ts lbHttpsFrom); none: CloudFront. */
     https: LbHttpsOptions | undefined;
     instanceTypes: string[];
+    /** The platform-wide settings (aws/platform.ts platformSettings). */
+    platformSettings: PlatformSettings;
     /** The platform VPC's zones; none: CDK's two `Fn::GetAZs` picks (offline synth). */
     availabilityZones?: string[] | undefined;
     /** CloudFront's origin-facing prefix list; none: the ALBs admit any IPv4 on 80 (offline synth). */
@@ -526,7 +534,8 @@ export class AwsProvider implements Provider {
           ...(input.callKeyIds ? { callKeyIds: input.callKeyIds } : {}),
           cfnValidate: input.cfnValidate ?? false,
           ...(https ? { https } : {}),
-          ...integrationTimeoutFrom(this.options.env),
+          ...input.platformSettings,
+          ferryVersion: ferryVersion(),
           ...(outdir ? { outdir } : {}),
           ...(context ? { context } : {}),
         }),
@@ -548,6 +557,8 @@ export class AwsProvider implements Provider {
       images: this.#images(input.manifest.pythonVersion, input.reporter),
       https,
       instanceTypes: await platformInstanceTypes(input.manifest.endpoints.map((e) => e.resources)),
+      // Offline: the shell's settings, else the defaults (the deployed platform's are not read).
+      platformSettings: platformSettings(undefined, this.options.env),
       cfnValidate: true,
     });
     // Offline: no EC2 call, so the template cannot name CloudFront's prefix list (its id differs per
@@ -627,6 +638,9 @@ export class AwsProvider implements Provider {
       // it is not deployed with it (none named: an older platform on CDK's default two).
       availabilityZones: deployer ? await this.#platformZones(reporter) : deployedZones(platform),
       cloudFrontPrefixListId: await this.#cloudFrontPrefixListId(manifest, settings.https, reporter),
+      // The deployed platform's, unless the deployer's shell sets one: said only when the platform
+      // is deployed with it.
+      platformSettings: platformSettings(platform, this.options.env, deployer ? reporter : undefined),
       endpointIds: Object.fromEntries(records.map((r) => [r.name, r.id])),
       // An endpoint record is written once its stack deployed (provision), so this environment's
       // records name the services that exist: their desired count stays the scaler's. Unless the
@@ -724,9 +738,8 @@ export class AwsProvider implements Provider {
   /**
    * The settings `app`/`env`'s stack was last deployed with (aws/records.ts), so removing some of its
    * endpoints changes nothing else, wherever it is run from. The platform is not deployed with it:
-   * it is shared by every app, its template follows the deployer's Ferry version and
-   * FERRY_AWS_INTEGRATION_TIMEOUT_SEC, and it already has what the remaining endpoints use (they
-   * were deployed with it, and pools are never pruned). Images are looked up in ECR but never built.
+   * it is shared by every app, its template follows the deployer's Ferry version, and it already
+   * has what the remaining endpoints use (they were deployed with it, and pools are never pruned). Images are looked up in ECR but never built.
    * A record from before the settings were saved: the deployer's, as before, with a warning that
    * says where they are read from (the deploy then saves them).
    */

@@ -528,6 +528,49 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     });
   }, 240_000);
 
+  it('refuses (exit 2, nothing deployed) a platform stuck in UPDATE_ROLLBACK_FAILED, naming the command that unblocks it', async () => {
+    // CloudFormation refuses to update such a stack until its rollback is continued
+    // (https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_ContinueUpdateRollback.html).
+    editState((s) => {
+      s.statuses = { FerryPlatform: 'UPDATE_ROLLBACK_FAILED' };
+      s.rollbackFailures = {
+        FerryPlatform: [
+          { logicalId: 'ApiFunction', type: 'AWS::Lambda::Function', reason: 'Function not found' },
+        ],
+      };
+    });
+    const count = state().calls.length;
+    const result = await ferry(['deploy', '--yes', '--env', 'staging']);
+    expect(result.code, result.stderr).toBe(2);
+    expect(result.stderr).toContain('Stack FerryPlatform is in UPDATE_ROLLBACK_FAILED');
+    expect(result.stderr).toContain(
+      'aws cloudformation continue-update-rollback --stack-name FerryPlatform --resources-to-skip ApiFunction',
+    );
+    expect(state().calls.slice(count)).toEqual([]);
+    editState((s) => {
+      delete s.statuses;
+      delete s.rollbackFailures;
+    });
+  }, 240_000);
+
+  it('refuses (exit 2, nothing deployed) to deploy a platform a newer Ferry deployed', async () => {
+    const platform = state().stacks.FerryPlatform!;
+    editState((s) => {
+      s.stacks.FerryPlatform = { ...platform, FerryVersion: '999.0.0' };
+      s.platformOutputs = { ...s.platformOutputs, FerryVersion: '999.0.0' };
+    });
+    const count = state().calls.length;
+    const result = await ferry(['deploy', '--yes', '--env', 'staging']);
+    expect(result.code, result.stderr).toBe(2);
+    expect(result.stderr).toMatch(/FerryPlatform was deployed by Ferry 999\.0\.0, newer than this Ferry \d/);
+    expect(result.stderr).toContain('Upgrade Ferry');
+    expect(state().calls.slice(count)).toEqual([]);
+    editState((s) => {
+      s.stacks.FerryPlatform = platform;
+      delete s.platformOutputs.FerryVersion;
+    });
+  }, 240_000);
+
   it('takes a platform stack left in REVIEW_IN_PROGRESS (never created) as none: deletes it and creates it', async () => {
     // A first deploy stopped at its approval prompt: CloudFormation has the stack's id and a change
     // set, no resources and no outputs.

@@ -270,6 +270,27 @@ describe('compute', () => {
     expect(mixed[0]!.Properties.NewInstancesProtectedFromScaleIn).toBe(true);
   });
 
+  it('says the platform-wide settings it was built with, and its Ferry version, in outputs (infra/platform-settings.ts)', () => {
+    template.hasOutput('IntegrationTimeoutSec', { Value: '29' });
+    template.hasOutput('GpuWarmPoolSize', { Value: '0' });
+    // Only a stack given its version says one (the CLI and `npx cdk` always give it: infra/app.ts).
+    expect(Object.keys(template.findOutputs('FerryVersion'))).toEqual([]);
+    const fns = stubFunctionsDir();
+    try {
+      const raised = Template.fromStack(
+        new PlatformStack(new App(), 'FerryPlatform', {
+          functionsCodeDir: fns.dir,
+          integrationTimeoutSec: 120,
+          ferryVersion: '1.2.3',
+        }),
+      );
+      raised.hasOutput('IntegrationTimeoutSec', { Value: '120' });
+      raised.hasOutput('FerryVersion', { Value: '1.2.3' });
+    } finally {
+      fns.cleanup();
+    }
+  });
+
   it('keeps no warm pool unless asked; with gpuWarmPoolSize, stopped GPU instances beside GPU pools only', () => {
     template.resourceCountIs('AWS::AutoScaling::WarmPool', 0);
     const fns = stubFunctionsDir();
@@ -281,6 +302,8 @@ describe('compute', () => {
       });
       const warmTemplate = Template.fromStack(warm);
       warmTemplate.resourceCountIs('AWS::AutoScaling::WarmPool', 1);
+      // Said in an output, so the next deploy keeps it (cli/providers/aws/platform.ts platformSettings).
+      warmTemplate.hasOutput('GpuWarmPoolSize', { Value: '1' });
       warmTemplate.hasResourceProperties('AWS::AutoScaling::WarmPool', {
         MinSize: 1,
         MaxGroupPreparedCapacity: 1,

@@ -150,7 +150,11 @@ describe('ECS service-linked role', () => {
  */
 function fakeStacks(
   stacks: Record<string, StackDescription>,
-  more: { failDestroy?: string[]; deleteFailures?: Record<string, DeleteFailure[]> } = {},
+  more: {
+    failDestroy?: string[];
+    deleteFailures?: Record<string, DeleteFailure[]>;
+    rollbackFailures?: Record<string, DeleteFailure[]>;
+  } = {},
 ) {
   const destroyed: string[][] = [];
   const lookup: StackLookup = {
@@ -158,6 +162,7 @@ function fakeStacks(
     describe: async (name) => stacks[name],
     queuesDeletedAtMs: async () => undefined,
     deleteFailures: async (name) => more.deleteFailures?.[name] ?? [],
+    rollbackFailures: async (name) => more.rollbackFailures?.[name] ?? [],
     close: () => {},
   };
   const toolkit = {
@@ -570,6 +575,48 @@ describe('CloudFormationLookup', () => {
     expect(sent.map((c) => (c as DescribeStackEventsCommand).input)).toEqual([
       { StackName: 'Ferry-a' },
       { StackName: 'Ferry-a', NextToken: '1' },
+    ]);
+  });
+
+  it('finds the resources the last update rollback of a stack could not roll back (ContinueUpdateRollback skips only those)', async () => {
+    const event = (logicalId: string, type: string, status: string, reason?: string): StackEvent => ({
+      StackId: 'arn:aws:cloudformation:us-east-1:123456789012:stack/FerryPlatform/1',
+      StackName: 'FerryPlatform',
+      EventId: `${logicalId}-${status}-${reason ?? ''}`,
+      LogicalResourceId: logicalId,
+      ResourceType: type,
+      ResourceStatus: status as ResourceStatus,
+      ...(reason ? { ResourceStatusReason: reason } : {}),
+      Timestamp: at('2026-01-02T00:00:00Z'),
+    });
+    const stackType = 'AWS::CloudFormation::Stack';
+    const fn = 'AWS::Lambda::Function';
+    const { cfn } = client(() => ({
+      StackEvents: [
+        event(
+          'FerryPlatform',
+          stackType,
+          'UPDATE_ROLLBACK_FAILED',
+          'The following resource(s) failed to update: [ApiFunction].',
+        ),
+        event('ApiFunction', fn, 'UPDATE_FAILED', 'Resource handler returned message: "Function not found"'),
+        event('Queue', 'AWS::SQS::Queue', 'UPDATE_COMPLETE'),
+        event(
+          'FerryPlatform',
+          stackType,
+          'UPDATE_ROLLBACK_IN_PROGRESS',
+          'The following resource(s) failed to update: [Role].',
+        ),
+        // The update's own failure, which started the rollback: not one ResourcesToSkip takes.
+        event('Role', 'AWS::IAM::Role', 'UPDATE_FAILED', 'Access denied'),
+      ],
+    }));
+    expect(await new CloudFormationLookup(cfn).rollbackFailures('FerryPlatform')).toEqual([
+      {
+        logicalId: 'ApiFunction',
+        type: fn,
+        reason: 'Resource handler returned message: "Function not found"',
+      },
     ]);
   });
 

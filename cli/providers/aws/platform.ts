@@ -6,7 +6,10 @@ import { z } from 'zod';
 import { FerryError } from '../../../core/errors.js';
 import type { Resources } from '../../../core/manifest.js';
 import { platformStackName } from '../../../infra/names.js';
+import { platformSettingOutputs } from '../../../infra/platform-settings.js';
+import type { Reporter } from '../../io.js';
 import type { StackOutputs } from '../toolkit.js';
+import { gpuWarmPoolSizeFrom, integrationTimeoutFrom } from './settings.js';
 
 /**
  * The CDK app and the Lambda bundler, loaded on first use: aws-cdk-lib, cdk-nag and esbuild take a
@@ -41,6 +44,12 @@ export const platformOutputsSchema = z.object({
   AvailabilityZones: z.string().optional(),
   /** The alarm topic (exported as Ferry-AlarmTopicArn). */
   AlarmTopicArn: z.string().optional(),
+  /** How long runsync waits hold a request (ms), from the integration timeout. */
+  RunsyncMaxWaitMs: z.string().optional(),
+  /** The platform-wide settings (infra/platform-settings.ts; absent on platforms of older versions). */
+  [platformSettingOutputs.ferryVersion]: z.string().optional(),
+  [platformSettingOutputs.integrationTimeoutSec]: z.string().optional(),
+  [platformSettingOutputs.gpuWarmPoolSize]: z.string().optional(),
 });
 export type PlatformOutputs = z.infer<typeof platformOutputsSchema>;
 
@@ -76,4 +85,114 @@ export function parsePlatformOutputs(outputs: StackOutputs): PlatformOutputs {
     );
   }
   return parsed.data;
+}
+
+/**
+ * `a` against `b` as semantic versions (https://semver.org, "Precedence"): negative when `a` is older,
+ * 0 when equal, positive when newer; build metadata is ignored. undefined when either is no version.
+ */
+export function compareVersions(a: string, b: string): number | undefined {
+  const parse = (v: string) =>
+    /^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$/.exec(v.trim());
+  const [pa, pb] = [parse(a), parse(b)];
+  if (!pa || !pb) return undefined;
+  for (let i = 1; i <= 3; i++) {
+    const diff = Number(pa[i]) - Number(pb[i]);
+    if (diff !== 0) return diff;
+  }
+  // A pre-release is older than its release; between two, identifier by identifier.
+  const [ra, rb] = [pa[4], pb[4]];
+  if (ra === undefined || rb === undefined) return (ra === undefined ? 1 : 0) - (rb === undefined ? 1 : 0);
+  const [ia, ib] = [ra.split('.'), rb.split('.')];
+  for (let i = 0; i < Math.min(ia.length, ib.length); i++) {
+    const [x, y] = [ia[i]!, ib[i]!];
+    if (x === y) continue;
+    const [nx, ny] = [/^\d+$/.test(x), /^\d+$/.test(y)];
+    if (nx && ny) return Number(x) - Number(y);
+    if (nx !== ny) return nx ? -1 : 1;
+    return x < y ? -1 : 1;
+  }
+  return ia.length - ib.length;
+}
+
+/**
+ * Refuses (exit 2) to deploy the shared platform with a Ferry older than the one that last deployed
+ * it: every `ferry deploy` deploys FerryPlatform from the deployer's own Ferry, and an older one would
+ * put its older Lambdas and template under every app in the account. A platform without the output
+ * was deployed by a Ferry from before it, older than any that writes it: this one may update it.
+ */
+export function checkPlatformVersion(platform: PlatformOutputs, version: string): void {
+  const deployed = platform[platformSettingOutputs.ferryVersion];
+  if (!deployed || (compareVersions(deployed, version) ?? 0) <= 0) return;
+  throw new FerryError(
+    'usage',
+    `${platformStackName} was deployed by Ferry ${deployed}, newer than this Ferry ${version}: deploying it with this one would downgrade the platform of every app in this account and region`,
+    {
+      hint: `Upgrade Ferry to ${deployed} or later (the one your teammates or CI use), then deploy again.`,
+    },
+  );
+}
+
+/** The platform-wide settings a synth builds FerryPlatform with (infra/platform-settings.ts). */
+export interface PlatformSettings {
+  integrationTimeoutSec?: number;
+  gpuWarmPoolSize?: number;
+}
+
+/**
+ * The platform-wide settings of a deploy: the deployed platform's (its outputs), unless the
+ * deployer's shell sets one (FERRY_AWS_INTEGRATION_TIMEOUT_SEC, FERRY_AWS_GPU_WARM_POOL_SIZE), which
+ * then wins; with `reporter`, each value the shell changes is said. Without this, every deploy from a
+ * shell that lacks the variable (a teammate, CI, another app) set the platform back to the default:
+ * the account's runsync wait to 29 s, its warm pools to none. No platform yet: the shell's, else the
+ * defaults.
+ *
+ * An older platform has no IntegrationTimeoutSec output; its RunsyncMaxWaitMs still tells the timeout
+ * when below RunPod's 90 s (infra/platform-stack.ts integrationTiming: wait = timeout - 4 s). Its warm
+ * pool size is not in its outputs at all: `ferry deploy` never set one before (only `npx cdk` did).
+ */
+export function platformSettings(
+  deployed: PlatformOutputs | undefined,
+  env: NodeJS.ProcessEnv,
+  reporter?: Reporter,
+): PlatformSettings {
+  const kept = deployed ? deployedSettings(deployed) : {};
+  const shell = { ...integrationTimeoutFrom(env), ...gpuWarmPoolSizeFrom(env) };
+  if (deployed && reporter) {
+    const said = { integrationTimeoutSec: 'integration timeout (s)', gpuWarmPoolSize: 'GPU warm pool size' };
+    const variable = {
+      integrationTimeoutSec: 'FERRY_AWS_INTEGRATION_TIMEOUT_SEC',
+      gpuWarmPoolSize: 'FERRY_AWS_GPU_WARM_POOL_SIZE',
+    };
+    const defaults = { integrationTimeoutSec: 29, gpuWarmPoolSize: 0 };
+    for (const key of Object.keys(said) as Array<keyof PlatformSettings>) {
+      const [now, next] = [kept[key] ?? defaults[key], shell[key]];
+      if (next !== undefined && next !== now) {
+        reporter.line(
+          `  ${variable[key]}=${next}: the platform's ${said[key]} changes from ${now} to ${next}, for every app in this account and region`,
+        );
+      }
+    }
+    if (kept.integrationTimeoutSec === undefined && shell.integrationTimeoutSec === undefined) {
+      reporter.line(
+        `  warning: ${platformStackName} does not say its integration timeout (an older Ferry deployed it): ` +
+          'it is deployed with 29 s unless FERRY_AWS_INTEGRATION_TIMEOUT_SEC is set to the value it was deployed with',
+      );
+    }
+  }
+  return { ...kept, ...shell };
+}
+
+/** The settings the deployed platform says it was built with (its outputs; see platformSettings). */
+function deployedSettings(platform: PlatformOutputs): PlatformSettings {
+  const whole = (value: string | undefined) =>
+    value !== undefined && /^\d+$/.test(value.trim()) ? Number(value) : undefined;
+  const warm = whole(platform[platformSettingOutputs.gpuWarmPoolSize]);
+  let timeout = whole(platform[platformSettingOutputs.integrationTimeoutSec]);
+  const waitMs = whole(platform.RunsyncMaxWaitMs);
+  if (timeout === undefined && waitMs !== undefined && waitMs < 90_000) timeout = waitMs / 1000 + 4;
+  return {
+    ...(timeout !== undefined && Number.isInteger(timeout) ? { integrationTimeoutSec: timeout } : {}),
+    ...(warm !== undefined ? { gpuWarmPoolSize: warm } : {}),
+  };
 }

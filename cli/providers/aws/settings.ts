@@ -2,6 +2,7 @@
 import { FerryError, usage } from '../../../core/errors.js';
 import type { WorkerImages } from '../../../infra/app-stack.js';
 import type { LbHttpsOptions } from '../../../infra/constructs/https-front.js';
+import { gpuWarmPoolSizeOf } from '../../../infra/platform-settings.js';
 import { agentImage, baseImageFor } from '../../../worker-image/images.js';
 import { ferryVersion, readDotEnv } from '../../config.js';
 
@@ -61,7 +62,8 @@ export function lbHttpsFrom(env: NodeJS.ProcessEnv, projectDir: string): LbHttps
 
 /**
  * FERRY_AWS_INTEGRATION_TIMEOUT_SEC: the API Gateway integration timeout this account's quota allows
- * (docs/aws.md "runsync"). Every deploy must pass the same value, since the platform is shared.
+ * (docs/aws.md "runsync"). Platform-wide, so read from the shell only, never a project's .env: a
+ * deploy that does not set it keeps the deployed platform's value (aws/platform.ts platformSettings).
  */
 export function integrationTimeoutFrom(env: NodeJS.ProcessEnv): { integrationTimeoutSec?: number } {
   const raw = env.FERRY_AWS_INTEGRATION_TIMEOUT_SEC?.trim();
@@ -77,4 +79,21 @@ export function integrationTimeoutFrom(env: NodeJS.ProcessEnv): { integrationTim
     );
   }
   return { integrationTimeoutSec: value };
+}
+
+/**
+ * FERRY_AWS_GPU_WARM_POOL_SIZE: stopped GPU instances kept ready per GPU pool (infra/platform-stack.ts
+ * gpuWarmPoolSize; `-c ferry:gpuWarmPoolSize` with `npx cdk`). Platform-wide like the integration
+ * timeout, and read the same way: the shell only; unset keeps the deployed platform's value.
+ */
+export function gpuWarmPoolSizeFrom(env: NodeJS.ProcessEnv): { gpuWarmPoolSize?: number } {
+  const raw = env.FERRY_AWS_GPU_WARM_POOL_SIZE?.trim();
+  if (!raw) return {};
+  return {
+    gpuWarmPoolSize: gpuWarmPoolSizeOf(
+      raw,
+      'FERRY_AWS_GPU_WARM_POOL_SIZE',
+      'Leave it unset (the platform keeps its warm pool), or set 0 to remove the warm pool, 1 to keep one stopped GPU instance ready per GPU pool.',
+    ),
+  };
 }
