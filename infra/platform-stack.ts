@@ -1485,26 +1485,28 @@ export class PlatformStack extends Stack {
       'Ferry: a webhook was given up (the webhook function could not handle its message 5 times)',
       this.alarms.topic,
     );
-    new cloudwatch.Alarm(this, 'SweeperErrorsAlarm', {
-      alarmDescription: 'Ferry: the sweeper failed (lapsed leases are not requeued while it fails)',
-      metric: this.sweeperFunction.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
-      threshold: 3,
-      evaluationPeriods: 1,
-      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-    }).addAlarmAction(notify);
-    // The scaler tries every endpoint, then fails the run when one could not be scaled
-    // (functions/scaler.ts failedScales): it runs every minute, so three failures in five minutes is
-    // an endpoint stuck, not a blip.
-    new cloudwatch.Alarm(this, 'ScalerErrorsAlarm', {
-      alarmDescription:
-        'Ferry: the scaler failed (an endpoint could not be scaled: its jobs wait with no worker started)',
-      metric: this.scalerFunction.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
-      threshold: 3,
-      evaluationPeriods: 1,
-      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-    }).addAlarmAction(notify);
+    // The scheduled functions fail a run for work they had to leave (the sweeper: a job it could not
+    // move; the scaler: an endpoint it could not scale, functions/scaler.ts failedScales). Both run
+    // every minute, so three failed runs in five minutes is something stuck, not a blip.
+    const failingRuns = (id: string, fn: lambda.Function, alarmDescription: string) =>
+      new cloudwatch.Alarm(this, id, {
+        alarmDescription,
+        metric: fn.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
+        threshold: 3,
+        evaluationPeriods: 1,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }).addAlarmAction(notify);
+    failingRuns(
+      'SweeperErrorsAlarm',
+      this.sweeperFunction,
+      'Ferry: the sweeper failed (lapsed leases are not requeued while it fails)',
+    );
+    failingRuns(
+      'ScalerErrorsAlarm',
+      this.scalerFunction,
+      'Ferry: the scaler failed (an endpoint could not be scaled: its jobs wait with no worker started)',
+    );
 
     const dashboard = new cloudwatch.Dashboard(this, 'Dashboard', {
       dashboardName: regionalDashboardName('Ferry'),
