@@ -300,8 +300,8 @@ describe('the api and authorizer functions, each with its own role', () => {
       'sqs:SendMessage',
       'sqs:GetQueueAttributes',
       's3:PutObject',
+      // An upload is read with one ranged GetObject (functions/payloads.ts), no HeadObject first.
       's3:GetObject',
-      's3:HeadObject',
       's3:CopyObject',
       'logs:FilterLogEvents',
       'lambda:Invoke',
