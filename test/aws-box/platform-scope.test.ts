@@ -231,7 +231,7 @@ describe('the api and authorizer functions, each with its own role', () => {
     const bigRun = await call('POST', '/v2/main/run', { input: { echo: big } });
     expect((await untilFinal('main', bigRun.body.id)).output).toBe(big);
 
-    // uploads + inputRef: the presigned PUT, the HeadObject of the run, the read of the input.
+    // uploads + inputRef: the presigned PUT, the ranged read of the input by the run.
     const upload = await call('POST', '/v2/main/uploads');
     expect(upload.status).toBe(200);
     expect((await fetch(upload.body.uploadUrl, { method: 'PUT', body: '{"echo":"uploaded"}' })).status).toBe(
