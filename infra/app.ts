@@ -10,7 +10,8 @@
  *      -c ferry:functionsDir=<bundles dir> -c ferry:artifactKey=artifacts/<app>/<env>/<fp>.tar.gz
  *      -c ferry:gpuWorkerImage=… -c ferry:cpuWorkerImage=… -c ferry:agentImage=…
  *      (optional: ferry:app, ferry:artifactBucket, ferry:instanceTypes=a,b, ferry:gpuWarmPoolSize=N,
- *      ferry:availabilityZones=a,b,c, ferry:cloudFrontPrefixList=pl-…)
+ *      ferry:availabilityZones=a,b,c, ferry:instanceTypeZones=g5.xlarge:a,b;m7i.large:a,b,c,
+ *      ferry:cloudFrontPrefixList=pl-…)
  *
  * Stacks are environment-agnostic (no account/region): no lookups, so synth runs offline with no
  * credentials; the region comes from the deploying credentials.
@@ -31,6 +32,7 @@ import { instanceTypesFor } from './gpu.js';
 import { appStackName, ownershipTags, platformStackName } from './names.js';
 import { gpuWarmPoolSizeOf } from './platform-settings.js';
 import { defaultInstanceTypes, PlatformStack } from './platform-stack.js';
+import { type InstanceTypeZones, parseInstanceTypeZones } from './pool-zones.js';
 import { checkSynthesizedTemplate, checkTaskDefinitionSizes } from './template-limits.js';
 
 export { platformStackName } from './names.js';
@@ -65,6 +67,11 @@ export interface SynthesizeOptions {
   gpuWarmPoolSize?: number;
   /** The region's zones for the platform VPC (PlatformStackProps.availabilityZones); default two. */
   availabilityZones?: readonly string[];
+  /**
+   * The zones that offer each pool's instance types (PlatformStackProps.instanceTypeZones; the CLI
+   * asks EC2, cli/providers/aws/zones.ts); default none known: every pool spans every zone.
+   */
+  instanceTypeZones?: InstanceTypeZones;
   endpointIds?: Readonly<Record<string, string>>;
   /**
    * Endpoints whose service an earlier deploy of this environment created (AppEnvironmentStackProps
@@ -130,6 +137,7 @@ export function buildApp(
     instanceTypes,
     ...(options.gpuWarmPoolSize ? { gpuWarmPoolSize: options.gpuWarmPoolSize } : {}),
     ...(options.availabilityZones ? { availabilityZones: options.availabilityZones } : {}),
+    ...(options.instanceTypeZones ? { instanceTypeZones: options.instanceTypeZones } : {}),
     ...(options.integrationTimeoutSec ? { integrationTimeoutSec: options.integrationTimeoutSec } : {}),
     ...(options.ferryVersion ? { ferryVersion: options.ferryVersion } : {}),
     description: 'Ferry platform: v2 job API, tables, bucket, ECS cluster',
@@ -217,6 +225,7 @@ export function optionsFromContext(app: App): SynthesizeOptions {
   const instanceTypes = get('instanceTypes');
   const gpuWarmPoolSize = get('gpuWarmPoolSize');
   const availabilityZones = get('availabilityZones');
+  const instanceTypeZones = get('instanceTypeZones');
   const cloudFrontPrefixList = get('cloudFrontPrefixList');
   return {
     manifest,
@@ -239,6 +248,9 @@ export function optionsFromContext(app: App): SynthesizeOptions {
             .map((s) => s.trim())
             .filter(Boolean),
         }
+      : {}),
+    ...(instanceTypeZones
+      ? { instanceTypeZones: parseInstanceTypeZones(instanceTypeZones, 'ferry:instanceTypeZones') }
       : {}),
     ...(cloudFrontPrefixList
       ? {

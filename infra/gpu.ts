@@ -143,6 +143,18 @@ export function equivalentInstanceTypes(instanceType: string): string[] {
 }
 
 /**
+ * The instance types a pool of `instanceType` launches (platform-stack.ts `addPool`): its equivalents,
+ * unless it is a GPU pool with a warm pool, which cannot sit on a mixed-instances group (PutWarmPool
+ * refuses one: https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_PutWarmPool.html) and so
+ * keeps to its first type.
+ */
+export function poolInstanceTypes(instanceType: string, gpuWarmPoolSize: number): string[] {
+  return isGpuInstanceType(instanceType) && gpuWarmPoolSize > 0
+    ? [instanceType]
+    : equivalentInstanceTypes(instanceType);
+}
+
+/**
  * `gpu='any'` (or neither gpu nor cpu): A10G. 24 GB of GPU memory runs most open models, and g5 is
  * offered in more regions than g6/g6e, so a first deploy is least likely to hit capacity errors.
  */

@@ -89,6 +89,7 @@ import {
   equivalentInstanceTypes,
   gpuInstanceFor,
   isGpuInstanceType,
+  poolInstanceTypes,
   poolMaxInstances,
 } from './gpu.js';
 import { leadingKeysCondition } from './leading-keys.js';
@@ -112,6 +113,12 @@ import {
   type TableRef,
 } from './platform-exports.js';
 import { platformSettingOutputs } from './platform-settings.js';
+import {
+  formatInstanceTypeZones,
+  type InstanceTypeZones,
+  instanceTypeZonesOutput,
+  poolZones,
+} from './pool-zones.js';
 import { keptWhenStackDeleted } from './retention.js';
 import { ephemeralPorts } from './task-layout.js';
 
@@ -184,6 +191,13 @@ export interface PlatformStackProps extends StackProps {
    * find capacity. Default: two zones, as before.
    */
   availabilityZones?: readonly string[];
+  /**
+   * The zones that offer each instance type (EC2 DescribeInstanceTypeOfferings, asked by the CLI:
+   * cli/providers/aws/zones.ts; `-c ferry:instanceTypeZones=…`). With zone names, each pool's Auto
+   * Scaling group spans only the zones offering one of its types (pool-zones.ts says why). Default:
+   * none known, every pool spans every zone.
+   */
+  instanceTypeZones?: InstanceTypeZones;
   /**
    * Instance types to make ECS capacity pools for (gpu.ts `instanceTypesFor` over every deployed
    * manifest). Pools cost nothing at zero instances. Default: the `any` GPU and the default CPU shape.
@@ -413,6 +427,10 @@ export class PlatformStack extends Stack {
   /** Stopped GPU instances per GPU pool (PlatformStackProps.gpuWarmPoolSize). */
   readonly gpuWarmPoolSize: number;
   private readonly pools = new Map<string, ecs.AsgCapacityProvider>();
+  /** The VPC's zone names; undefined: CDK's `Fn::GetAZs` picks, no names at synth. */
+  private readonly platformZones: readonly string[] | undefined;
+  /** PlatformStackProps.instanceTypeZones: where each pool's group may launch (pool-zones.ts). */
+  private readonly instanceTypeZones: InstanceTypeZones | undefined;
 
   constructor(scope: Construct, id: string, props: PlatformStackProps) {
     super(scope, id, props);
@@ -514,6 +532,8 @@ export class PlatformStack extends Stack {
     this.loadBalancerSecurityGroup = this.hostsFromLoadBalancers();
     const instanceTypes = [...new Set(props.instanceTypes ?? defaultInstanceTypes())].sort();
     this.gpuWarmPoolSize = props.gpuWarmPoolSize ?? 0;
+    this.platformZones = zones;
+    this.instanceTypeZones = props.instanceTypeZones;
     for (const instanceType of instanceTypes) {
       this.addPool(instanceType, poolMaxInstances, this.gpuWarmPoolSize);
     }
@@ -811,6 +831,14 @@ export class PlatformStack extends Stack {
       description: 'Instance types with a capacity pool, comma-separated (the CLI keeps them all)',
       value: this.instanceTypes.join(','),
     });
+    const placedBy = this.placedBy();
+    if (placedBy) {
+      new CfnOutput(this, instanceTypeZonesOutput, {
+        description:
+          "Zones of the platform that offer each pool's instance types (EC2 DescribeInstanceTypeOfferings); pools launch only there",
+        value: placedBy,
+      });
+    }
     // The account-wide settings this template was built with: the next deploy, from any app or shell,
     // keeps them unless its deployer sets one (infra/platform-settings.ts says why).
     new CfnOutput(this, platformSettingOutputs.integrationTimeoutSec, {
@@ -829,6 +857,23 @@ export class PlatformStack extends Stack {
         value: ferryVersion,
       });
     }
+  }
+
+  /**
+   * The offerings the pools were placed by, within the platform's zones, for every type a pool may
+   * launch (with or without a warm pool): the `InstanceTypeZones` output the CLI reads back
+   * (pool-zones.ts). None when no offering or no zone name is known.
+   */
+  private placedBy(): string | undefined {
+    const zones = this.platformZones;
+    const known = this.instanceTypeZones;
+    if (!zones || !known) return undefined;
+    const recorded: Record<string, string[]> = {};
+    for (const type of new Set(this.instanceTypes.flatMap(equivalentInstanceTypes))) {
+      const offered = known[type];
+      if (offered) recorded[type] = zones.filter((zone) => offered.includes(zone));
+    }
+    return Object.keys(recorded).length > 0 ? formatInstanceTypeZones(recorded) : undefined;
   }
 
   /** One table of `dynamoSchema`: its keys, GSIs (with their projections, as createTables makes them), TTL. */
@@ -903,13 +948,18 @@ export class PlatformStack extends Stack {
     // only when it cannot, e.g. on InsufficientInstanceCapacity
     // (https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-mixed-instances-groups.html,
     // https://docs.aws.amazon.com/autoscaling/ec2/userguide/allocation-strategies.html).
-    // A warm pool cannot sit on a mixed-instances group (PutWarmPool refuses one:
-    // https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_PutWarmPool.html), so a warm pool
-    // keeps the pool to its first type.
-    const types = warm ? [instanceType] : equivalentInstanceTypes(instanceType);
+    // A warm pool keeps the pool to its first type (gpu.ts poolInstanceTypes).
+    const types = poolInstanceTypes(instanceType, warmPoolSize);
+    // Only the zones that offer one of the pool's types (pool-zones.ts: a launch in another zone
+    // fails and alarms). Not known, or none of them (a pool the CLI refuses to add; one the platform
+    // already has keeps what it had): every zone. The VPC, ALBs and exports keep every zone.
+    const offered = poolZones(types, this.platformZones, this.instanceTypeZones);
     const asg = new autoscaling.AutoScalingGroup(this, `${id}-Asg`, {
       vpc: this.vpc,
-      vpcSubnets: { subnetType: ec2.SubnetType.PUBLIC },
+      vpcSubnets:
+        offered && offered.length > 0
+          ? { subnets: this.vpc.publicSubnets.filter((s) => offered.includes(s.availabilityZone)) }
+          : { subnetType: ec2.SubnetType.PUBLIC },
       ...(types.length > 1
         ? {
             mixedInstancesPolicy: {

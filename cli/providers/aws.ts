@@ -57,6 +57,7 @@ import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.j
 import type { WorkerImages } from '../../infra/app-stack.js';
 import type { LbHttpsOptions } from '../../infra/constructs/https-front.js';
 import { appStackName, checkAppEnvNames, endpointIdFor, platformStackName } from '../../infra/names.js';
+import type { InstanceTypeZones } from '../../infra/pool-zones.js';
 import { agentBundleDir } from '../../worker-image/images.js';
 import { apiKeyFromUser, ferryVersion, installRoot } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
@@ -88,7 +89,7 @@ import {
   endpointsOutputSchema,
 } from './aws/records.js';
 import { integrationTimeoutFrom, lbHttpsFrom, workerImagesFrom } from './aws/settings.js';
-import { deployedZones, type Ec2Like, platformZones } from './aws/zones.js';
+import { deployedOfferings, deployedZones, type Ec2Like, platformZones, poolOfferings } from './aws/zones.js';
 import {
   ensureEcsServiceLinkedRole,
   type IamLike,
@@ -164,7 +165,8 @@ export interface AwsProviderOptions {
    */
   secrets?: Pick<SecretStore, 'list'>;
   /**
-   * EC2, for the region's availability zones on the platform's first deploy (aws/zones.ts) and for
+   * EC2, for the region's availability zones on the platform's first deploy (aws/zones.ts), for the
+   * zones that offer a pool's instance types when the platform has not recorded them (same), and for
    * CloudFront's origin-facing prefix list when load-balanced endpoints have no domain
    * (aws/cloudfront-prefix-list.ts). None (the recording fake toolkit): neither is looked up.
    */
@@ -186,6 +188,8 @@ export class AwsProvider implements Provider {
   #functionsDir: Promise<string> | undefined;
   /** The platform's zones for this process's synths, decided once (aws/zones.ts). */
   #zones: Promise<string[] | undefined> | undefined;
+  /** Instance type offerings known to this process's synths (aws/zones.ts poolOfferings). */
+  #offerings: InstanceTypeZones | undefined;
   /** CloudFront's origin-facing prefix list id in this region, looked up once (aws/cloudfront-prefix-list.ts). */
   #cloudFrontPrefixList: Promise<string> | undefined;
   /** Endpoint ids each stack was deployed with by this process (a following destroy may skip work). */
@@ -297,6 +301,9 @@ export class AwsProvider implements Provider {
     const images = this.#images(input.manifest.pythonVersion, reporter);
     const env = input.env ?? 'production';
     const https = lbHttpsFrom(this.options.env, this.options.projectDir);
+    const instanceTypes = await platformInstanceTypes(input.manifest.endpoints.map((e) => e.resources));
+    const availabilityZones = await this.#platformZones(reporter);
+    const settings = platformSettings(undefined, this.options.env);
     const assembly = await this.#synth({
       manifest: input.manifest,
       app: input.manifest.app,
@@ -304,10 +311,11 @@ export class AwsProvider implements Provider {
       artifactKey: artifactKeyOf(input.manifest.app, env, input.manifest.sourceFingerprint),
       images,
       https,
-      instanceTypes: await platformInstanceTypes(input.manifest.endpoints.map((e) => e.resources)),
-      availabilityZones: await this.#platformZones(reporter),
+      instanceTypes,
+      availabilityZones,
+      instanceTypeZones: await this.#poolOfferings(availabilityZones, instanceTypes, settings, reporter),
       cloudFrontPrefixListId: await this.#cloudFrontPrefixListId(input.manifest, https, reporter),
-      platformSettings: platformSettings(undefined, this.options.env),
+      platformSettings: settings,
     });
     try {
       if (this.options.bootstrap) {
@@ -422,6 +430,30 @@ export class AwsProvider implements Provider {
   }
 
   /**
+   * Where the platform's pools may launch (aws/zones.ts poolOfferings): what the platform recorded
+   * plus what this process asked EC2, which later synths of this process reuse.
+   */
+  async #poolOfferings(
+    zones: string[] | undefined,
+    pools: readonly string[],
+    settings: PlatformSettings,
+    reporter: Reporter,
+  ): Promise<InstanceTypeZones | undefined> {
+    const offerings = await poolOfferings({
+      ...(this.options.ec2 ? { ec2: this.options.ec2 } : {}),
+      ...(this.#platform ? { deployed: this.#platform } : {}),
+      ...(this.options.refreshZones ? { refresh: true } : {}),
+      ...(this.#offerings ? { asked: this.#offerings } : {}),
+      zones,
+      pools,
+      gpuWarmPoolSize: settings.gpuWarmPoolSize ?? 0,
+      reporter,
+    });
+    if (offerings) this.#offerings = offerings;
+    return offerings;
+  }
+
+  /**
    * The id of CloudFront's origin-facing prefix list, when `manifest` has load-balanced endpoints
    * behind CloudFront (no domain in `https`) and there is an EC2 client; asked once per process. A
    * failed lookup stops the deploy before anything is deployed (aws/cloudfront-prefix-list.ts).
@@ -503,6 +535,8 @@ export class AwsProvider implements Provider {
     platformSettings: PlatformSettings;
     /** The platform VPC's zones; none: CDK's two `Fn::GetAZs` picks (offline synth). */
     availabilityZones?: string[] | undefined;
+    /** The zones offering each pool's types (infra/pool-zones.ts); none: every pool spans every zone. */
+    instanceTypeZones?: InstanceTypeZones | undefined;
     /** CloudFront's origin-facing prefix list; none: the ALBs admit any IPv4 on 80 (offline synth). */
     cloudFrontPrefixListId?: string | undefined;
     endpointIds?: Record<string, string>;
@@ -528,6 +562,7 @@ export class AwsProvider implements Provider {
           images: input.images,
           instanceTypes: input.instanceTypes,
           ...(input.availabilityZones ? { availabilityZones: input.availabilityZones } : {}),
+          ...(input.instanceTypeZones ? { instanceTypeZones: input.instanceTypeZones } : {}),
           ...(input.cloudFrontPrefixListId ? { cloudFrontPrefixListId: input.cloudFrontPrefixListId } : {}),
           ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
           ...(input.servicesCreated ? { servicesCreated: input.servicesCreated } : {}),
@@ -623,6 +658,16 @@ export class AwsProvider implements Provider {
       : await this.#recordedSettings(app, env, manifest, reporter);
     // The stacks this deploy updates: the platform is left alone when endpoints are only removed.
     const stacks = [...(deployer ? [{ name: platformStackName, live: true }] : []), { name: stack, live }];
+    const instanceTypes = await platformInstanceTypes(
+      [...deployedElsewhere, ...manifest.endpoints.map((e) => e.resources)],
+      platformPools(platform),
+    );
+    // An app stack imports as many subnets as the platform has zones: the deployed platform's when
+    // it is not deployed with it (none named: an older platform on CDK's default two).
+    const availabilityZones = deployer ? await this.#platformZones(reporter) : deployedZones(platform);
+    // The deployed platform's, unless the deployer's shell sets one: said only when the platform
+    // is deployed with it.
+    const shared = platformSettings(platform, this.options.env, deployer ? reporter : undefined);
     const assembly = await this.#synth({
       manifest,
       app,
@@ -630,17 +675,15 @@ export class AwsProvider implements Provider {
       artifactKey,
       images: settings.images,
       https: settings.https,
-      instanceTypes: await platformInstanceTypes(
-        [...deployedElsewhere, ...manifest.endpoints.map((e) => e.resources)],
-        platformPools(platform),
-      ),
-      // An app stack imports as many subnets as the platform has zones: the deployed platform's when
-      // it is not deployed with it (none named: an older platform on CDK's default two).
-      availabilityZones: deployer ? await this.#platformZones(reporter) : deployedZones(platform),
+      instanceTypes,
+      availabilityZones,
+      // Where each pool may launch: asked of EC2 for pools it was never asked about when the platform
+      // is deployed with this stack; else as the platform recorded it (aws/zones.ts poolOfferings).
+      instanceTypeZones: deployer
+        ? await this.#poolOfferings(availabilityZones, instanceTypes, shared, reporter)
+        : deployedOfferings(platform),
       cloudFrontPrefixListId: await this.#cloudFrontPrefixListId(manifest, settings.https, reporter),
-      // The deployed platform's, unless the deployer's shell sets one: said only when the platform
-      // is deployed with it.
-      platformSettings: platformSettings(platform, this.options.env, deployer ? reporter : undefined),
+      platformSettings: shared,
       endpointIds: Object.fromEntries(records.map((r) => [r.name, r.id])),
       // An endpoint record is written once its stack deployed (provision), so this environment's
       // records name the services that exist: their desired count stays the scaler's. Unless the

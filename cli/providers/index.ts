@@ -56,8 +56,9 @@ async function realAccountClients(reporter: Reporter) {
     sns: new SNSClient({}) as unknown as import('./aws-account.js').SnsLike,
     ecr: new ECRClient({}) as unknown as import('./aws-images.js').EcrLike,
     codebuild: new CodeBuildClient({}) as unknown as import('./aws-images.js').CodeBuildLike,
-    // Loaded on first use: only a platform's first deploy (or --refresh-zones) and a deploy with
-    // load-balanced endpoints behind CloudFront ask EC2.
+    // Loaded on first use: only a platform's first deploy (or --refresh-zones), a deploy that adds a
+    // pool whose offerings the platform has not recorded, and a deploy with load-balanced endpoints
+    // behind CloudFront ask EC2.
     ec2: ec2OnFirstUse(),
   };
 }

@@ -388,6 +388,64 @@ describe('compute', () => {
     }
   });
 
+  it("puts each pool's Auto Scaling group only in the zones that offer one of its types; the VPC and CPU pools keep every zone", () => {
+    // A launch in a zone that does not offer the type fails ("Your requested instance type (…) is not
+    // supported in your requested Availability Zone (…)"), alarms as a capacity problem and delays the
+    // cold start before the group "will attempt to launch in another healthy Availability Zone
+    // instead" (https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_AvailabilityZoneDistribution.html).
+    const zones = ['us-west-2a', 'us-west-2b', 'us-west-2c'];
+    const offerings = {
+      // The g5 pool launches g5.xlarge, then g5.2xlarge, g5.4xlarge (gpu.ts): us-west-2c offers none.
+      'g5.xlarge': ['us-west-2a', 'us-west-2d'],
+      'g5.2xlarge': ['us-west-2b'],
+      'g5.4xlarge': [],
+      'm7i.large': ['us-west-2a', 'us-west-2b', 'us-west-2c', 'us-west-2d'],
+    };
+    const fns = stubFunctionsDir();
+    try {
+      const stackWith = (more: { gpuWarmPoolSize?: number; offered?: boolean } = {}) =>
+        Template.fromStack(
+          new PlatformStack(new App(), 'FerryPlatform', {
+            functionsCodeDir: fns.dir,
+            instanceTypes: ['g5.xlarge', 'm7i.large'],
+            availabilityZones: zones,
+            ...(more.offered === false ? {} : { instanceTypeZones: offerings }),
+            ...(more.gpuWarmPoolSize ? { gpuWarmPoolSize: more.gpuWarmPoolSize } : {}),
+          }),
+        );
+      const asgZones = (placed: Template, pool: string): string[] => {
+        const json = placed.toJSON();
+        const [asg, ...more] = Object.entries(
+          placed.findResources('AWS::AutoScaling::AutoScalingGroup'),
+        ).filter(([id]) => id.startsWith(`Pool${pool.replace(/\./g, '')}Asg`));
+        expect(asg).toBeDefined();
+        expect(more).toHaveLength(0);
+        return (asg![1].Properties.VPCZoneIdentifier as Array<{ Ref: string }>)
+          .map((subnet) => json.Resources[subnet.Ref].Properties.AvailabilityZone as string)
+          .sort();
+      };
+      const placed = stackWith();
+      expect(asgZones(placed, 'g5.xlarge')).toEqual(['us-west-2a', 'us-west-2b']);
+      expect(asgZones(placed, 'm7i.large')).toEqual(zones);
+      // The VPC (and so the ALBs and the exported subnet list) keeps every zone.
+      placed.resourceCountIs('AWS::EC2::Subnet', 3);
+      // A warm pool keeps the group to g5.xlarge (PutWarmPool refuses a mixed-instances group).
+      expect(asgZones(stackWith({ gpuWarmPoolSize: 1 }), 'g5.xlarge')).toEqual(['us-west-2a']);
+      // Offerings not known (offline synth): every zone, as before.
+      expect(asgZones(stackWith({ offered: false }), 'g5.xlarge')).toEqual(zones);
+      // What the next deploy reads back, within the platform's zones; a plain output, not an export
+      // (it changes as pools are added, and an imported export cannot change).
+      placed.hasOutput('InstanceTypeZones', {
+        Value:
+          'g5.2xlarge:us-west-2b;g5.4xlarge:;g5.xlarge:us-west-2a;m7i.large:us-west-2a,us-west-2b,us-west-2c',
+      });
+      expect(placed.toJSON().Outputs.InstanceTypeZones.Export).toBeUndefined();
+      expect(stackWith({ offered: false }).toJSON().Outputs.InstanceTypeZones).toBeUndefined();
+    } finally {
+      fns.cleanup();
+    }
+  });
+
   it("admits into the hosts only the load balancers' group, on the dynamic host ports, with one rule", () => {
     // Bridge mode publishes the agent's port on the ephemeral range (task-layout.ts); the ALBs
     // reach it through the platform's group, so the hosts' group holds one rule however many

@@ -8,6 +8,11 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import {
+  type _InstanceType,
+  DescribeInstanceTypeOfferingsCommand,
+  type DescribeInstanceTypeOfferingsCommandOutput,
+} from '@aws-sdk/client-ec2';
 import { afterAll, beforeAll } from 'vitest';
 import type { Reporter } from '../../cli/io.js';
 import type { Ec2Like } from '../../cli/providers/aws/zones.js';
@@ -19,6 +24,41 @@ import type { EndpointRecord } from '../../core/ports.js';
 import { endpointIdFor } from '../../infra/names.js';
 import { sampleManifest } from '../infra/fixtures.js';
 import { type AwsFixture, startAwsFixture } from './emulators.js';
+
+/**
+ * EC2's DescribeInstanceTypeOfferings answer that offers every type the command's `instance-type`
+ * filter names in each of `zones`, on one page: for fakes of tests that are not about which zones
+ * offer a type (aws/zones.ts asks it when the platform has not recorded a pool's offerings).
+ */
+export function offeredEverywhere(
+  command: DescribeInstanceTypeOfferingsCommand,
+  zones: readonly string[],
+): DescribeInstanceTypeOfferingsCommandOutput {
+  const types = command.input.Filters?.find((f) => f.Name === 'instance-type')?.Values ?? [];
+  return {
+    InstanceTypeOfferings: types.flatMap((type) =>
+      zones.map((zone) => ({
+        InstanceType: type as _InstanceType,
+        LocationType: 'availability-zone' as const,
+        Location: zone,
+      })),
+    ),
+    $metadata: {},
+  };
+}
+
+/**
+ * EC2 asked only which zones offer the pools' types (answered: all of `zones`); any other call
+ * throws: the platform names its zones and no endpoint sits behind CloudFront.
+ */
+export function offeringsOnlyEc2(zones: readonly string[]): Ec2Like {
+  return {
+    send: async (command: unknown) => {
+      if (command instanceof DescribeInstanceTypeOfferingsCommand) return offeredEverywhere(command, zones);
+      throw new Error(`EC2 was asked: ${(command as object).constructor.name}`);
+    },
+  } as unknown as Ec2Like;
+}
 
 /** An error as the AWS SDK throws it: its `name` is the service's error code. */
 export function awsError(name: string, message: string): Error {

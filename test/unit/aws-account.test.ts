@@ -15,6 +15,7 @@ import {
   type ResourceStatus,
   type StackEvent,
 } from '@aws-sdk/client-cloudformation';
+import { DescribeInstanceTypeOfferingsCommand } from '@aws-sdk/client-ec2';
 import { CreateServiceLinkedRoleCommand, GetRoleCommand } from '@aws-sdk/client-iam';
 import { SubscribeCommand } from '@aws-sdk/client-sns';
 import { describe, expect, it } from 'vitest';
@@ -46,7 +47,7 @@ import { FakeClock } from '../../core/clock.js';
 import { exitCode, FerryError } from '../../core/errors.js';
 import { appStackName, platformStackName, queueName } from '../../infra/names.js';
 import { cpuEndpoint } from '../infra/fixtures.js';
-import { awsError, awsProviderHarness, deployedRecord } from '../support/aws-provider.js';
+import { awsError, awsProviderHarness, deployedRecord, offeredEverywhere } from '../support/aws-provider.js';
 
 const lines: string[] = [];
 const reporter = { line: (text: string) => lines.push(text) } as never;
@@ -664,15 +665,19 @@ describe('ferry deploy over a live stack waits out the queue names it deleted (r
     }
   }
 
+  const zoneNames = ['a', 'b', 'c'].map((z) => `us-east-1${z}`);
   const zonesEc2 = {
-    send: async () => ({
-      AvailabilityZones: ['a', 'b', 'c'].map((z) => ({
-        ZoneName: `us-east-1${z}`,
-        ZoneType: 'availability-zone',
-        State: 'available',
-        OptInStatus: 'opt-in-not-required',
-      })),
-    }),
+    send: async (command: unknown) =>
+      command instanceof DescribeInstanceTypeOfferingsCommand
+        ? offeredEverywhere(command, zoneNames)
+        : {
+            AvailabilityZones: zoneNames.map((ZoneName) => ({
+              ZoneName,
+              ZoneType: 'availability-zone',
+              State: 'available',
+              OptInStatus: 'opt-in-not-required',
+            })),
+          },
   } as unknown as Ec2Like;
 
   /** Deploys the endpoint over its live stack, whose events show these queue deletions. */

@@ -15,6 +15,8 @@ import {
   type AvailabilityZone,
   DescribeAvailabilityZonesCommand,
   type DescribeAvailabilityZonesCommandOutput,
+  DescribeInstanceTypeOfferingsCommand,
+  type DescribeInstanceTypeOfferingsCommandOutput,
   DescribeManagedPrefixListsCommand,
   type DescribeManagedPrefixListsCommandOutput,
   type ManagedPrefixList,
@@ -37,7 +39,7 @@ import { exitCode, FerryError } from '../../core/errors.js';
 import type { Manifest } from '../../core/manifest.js';
 import { appStackName, platformStackName } from '../../infra/names.js';
 import { cpuEndpoint, lbEndpoint, sampleManifest } from '../infra/fixtures.js';
-import { awsError, awsProviderHarness, deployedRecord } from '../support/aws-provider.js';
+import { awsError, awsProviderHarness, deployedRecord, offeredEverywhere } from '../support/aws-provider.js';
 
 /** What EC2 answers for the list in us-east-1. */
 const cloudFrontList: ManagedPrefixList = {
@@ -54,9 +56,16 @@ const cloudFrontList: ManagedPrefixList = {
 
 type Answer = Partial<DescribeManagedPrefixListsCommandOutput>;
 
-/** EC2 for both calls the CLI makes: zones, and the prefix lists page by page (or an error). */
+/**
+ * EC2 for the calls the CLI makes: zones, the pools' offerings (every type in every zone), and the
+ * prefix lists page by page (or an error).
+ */
 class FakeEc2 implements Ec2Like {
-  readonly calls: Array<DescribeAvailabilityZonesCommand | DescribeManagedPrefixListsCommand> = [];
+  readonly calls: Array<
+    | DescribeAvailabilityZonesCommand
+    | DescribeInstanceTypeOfferingsCommand
+    | DescribeManagedPrefixListsCommand
+  > = [];
   constructor(
     private readonly pages: Answer[] | Error,
     private readonly zones: AvailabilityZone[] = ['a', 'b', 'c'].map((z) => ({
@@ -67,13 +76,27 @@ class FakeEc2 implements Ec2Like {
     })),
   ) {}
   send(command: DescribeAvailabilityZonesCommand): Promise<DescribeAvailabilityZonesCommandOutput>;
+  send(command: DescribeInstanceTypeOfferingsCommand): Promise<DescribeInstanceTypeOfferingsCommandOutput>;
   send(command: DescribeManagedPrefixListsCommand): Promise<DescribeManagedPrefixListsCommandOutput>;
   async send(
-    command: DescribeAvailabilityZonesCommand | DescribeManagedPrefixListsCommand,
-  ): Promise<DescribeAvailabilityZonesCommandOutput | DescribeManagedPrefixListsCommandOutput> {
+    command:
+      | DescribeAvailabilityZonesCommand
+      | DescribeInstanceTypeOfferingsCommand
+      | DescribeManagedPrefixListsCommand,
+  ): Promise<
+    | DescribeAvailabilityZonesCommandOutput
+    | DescribeInstanceTypeOfferingsCommandOutput
+    | DescribeManagedPrefixListsCommandOutput
+  > {
     this.calls.push(command);
     if (command instanceof DescribeAvailabilityZonesCommand) {
       return { AvailabilityZones: this.zones, $metadata: {} };
+    }
+    if (command instanceof DescribeInstanceTypeOfferingsCommand) {
+      return offeredEverywhere(
+        command,
+        this.zones.map((zone) => zone.ZoneName!),
+      );
     }
     if (this.pages instanceof Error) throw this.pages;
     const token = command.input.NextToken;

@@ -15,13 +15,9 @@ import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { appStackName, platformStackName } from '../../infra/names.js';
 import { cpuEndpoint, gpuEndpoint } from '../infra/fixtures.js';
-import { awsProviderHarness, deployedRecord } from '../support/aws-provider.js';
+import { awsProviderHarness, deployedRecord, offeringsOnlyEc2 } from '../support/aws-provider.js';
 
-const noEc2: Ec2Like = {
-  send: async () => {
-    throw new Error('EC2 was asked');
-  },
-} as unknown as Ec2Like;
+const noEc2: Ec2Like = offeringsOnlyEc2(['us-east-1a', 'us-east-1b']);
 
 describe('the stack is built from what was deployed, not from a lagging index', () => {
   const reporter = { line: () => {} } as never;

@@ -16,14 +16,10 @@ import { type FakeToolkitState, RecordingToolkit, type StackOutputs } from '../.
 import { exitCode, FerryError } from '../../core/errors.js';
 import { platformStackName } from '../../infra/names.js';
 import { cpuEndpoint, gpuEndpoint, sampleManifest } from '../infra/fixtures.js';
-import { awsProviderHarness, deployedRecord } from '../support/aws-provider.js';
+import { awsProviderHarness, deployedRecord, offeringsOnlyEc2 } from '../support/aws-provider.js';
 
-/** EC2 is never asked: the platform names its zones and no endpoint sits behind CloudFront. */
-const noEc2: Ec2Like = {
-  send: async () => {
-    throw new Error('EC2 was asked');
-  },
-} as unknown as Ec2Like;
+/** EC2 is asked only which zones offer the pools (the platform names its zones; no endpoint is behind CloudFront). */
+const noEc2: Ec2Like = offeringsOnlyEc2(['us-east-1a', 'us-east-1b']);
 
 type Resources = Record<string, { Type: string; Properties: Record<string, unknown> }>;
 

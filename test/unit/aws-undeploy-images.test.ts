@@ -24,7 +24,7 @@ import { FerryError } from '../../core/errors.js';
 import { platformStackName } from '../../infra/names.js';
 import { agentImage, baseImageFor } from '../../worker-image/images.js';
 import { cpuEndpoint, gpuEndpoint, sampleManifest } from '../infra/fixtures.js';
-import { awsError, awsProviderHarness, deployedRecord } from '../support/aws-provider.js';
+import { awsError, awsProviderHarness, deployedRecord, offeringsOnlyEc2 } from '../support/aws-provider.js';
 
 const registry = '123456789012.dkr.ecr.us-east-1.amazonaws.com';
 
@@ -55,12 +55,8 @@ function refusingCodeBuild(calls: unknown[]): CodeBuildLike {
   } as unknown as CodeBuildLike;
 }
 
-/** EC2 is never asked: the platform names its zones and no endpoint sits behind CloudFront. */
-const noEc2: Ec2Like = {
-  send: async () => {
-    throw new Error('EC2 was asked');
-  },
-} as unknown as Ec2Like;
+/** EC2 is asked only which zones offer the pools (the platform names its zones; no endpoint is behind CloudFront). */
+const noEc2: Ec2Like = offeringsOnlyEc2(['us-east-1a', 'us-east-1b']);
 
 /** CloudFormation refusing the app stack as it does when an import has no export. */
 class NoExportToolkit extends RecordingToolkit {

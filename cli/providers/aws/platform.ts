@@ -7,6 +7,7 @@ import { FerryError } from '../../../core/errors.js';
 import type { Resources } from '../../../core/manifest.js';
 import { platformStackName } from '../../../infra/names.js';
 import { platformSettingOutputs } from '../../../infra/platform-settings.js';
+import { instanceTypeZonesOutput } from '../../../infra/pool-zones.js';
 import type { Reporter } from '../../io.js';
 import type { StackOutputs } from '../toolkit.js';
 import { gpuWarmPoolSizeFrom, integrationTimeoutFrom } from './settings.js';
@@ -42,6 +43,11 @@ export const platformOutputsSchema = z.object({
   ImageBuildProject: z.string().optional(),
   /** The VPC's zones, comma-separated (exported as Ferry-AvailabilityZones; aws/zones.ts reuses them). */
   AvailabilityZones: z.string().optional(),
+  /**
+   * The zones of the platform that offer each pool's types, `type:zone,zone;…` (infra/pool-zones.ts;
+   * a plain output; aws/zones.ts poolOfferings reuses it). Absent on older platforms.
+   */
+  [instanceTypeZonesOutput]: z.string().optional(),
   /** The alarm topic (exported as Ferry-AlarmTopicArn). */
   AlarmTopicArn: z.string().optional(),
   /** How long runsync waits hold a request (ms), from the integration timeout. */
