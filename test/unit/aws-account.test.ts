@@ -446,6 +446,19 @@ describe('waitForQueueNames', () => {
 describe('CloudFormationLookup', () => {
   const at = (iso: string) => new Date(iso);
   const client = cloudFormation;
+  /** A resource's event in `stack`'s history, as DescribeStackEvents lists it. */
+  const eventOf =
+    (stack: string) =>
+    (logicalId: string, type: string, status: string, reason?: string): StackEvent => ({
+      StackId: `arn:aws:cloudformation:us-east-1:123456789012:stack/${stack}/1`,
+      StackName: stack,
+      EventId: `${logicalId}-${status}-${reason ?? ''}`,
+      LogicalResourceId: logicalId,
+      ResourceType: type,
+      ResourceStatus: status as ResourceStatus,
+      ...(reason ? { ResourceStatusReason: reason } : {}),
+      Timestamp: at('2026-01-02T00:00:00Z'),
+    });
 
   it('describes status, outputs and tags; "does not exist" is undefined', async () => {
     const { cfn } = client((command) => {
@@ -529,16 +542,7 @@ describe('CloudFormationLookup', () => {
   });
 
   it('finds the resources the last delete of a stack could not delete, and why', async () => {
-    const event = (logicalId: string, type: string, status: string, reason?: string): StackEvent => ({
-      StackId: 'arn:aws:cloudformation:us-east-1:123456789012:stack/Ferry-a/1',
-      StackName: 'Ferry-a',
-      EventId: `${logicalId}-${status}-${reason ?? ''}`,
-      LogicalResourceId: logicalId,
-      ResourceType: type,
-      ResourceStatus: status as ResourceStatus,
-      ...(reason ? { ResourceStatusReason: reason } : {}),
-      Timestamp: at('2026-01-02T00:00:00Z'),
-    });
+    const event = eventOf('Ferry-a');
     const stackType = 'AWS::CloudFormation::Stack';
     const tg = 'AWS::ElasticLoadBalancingV2::TargetGroup';
     const pages = [
@@ -580,16 +584,7 @@ describe('CloudFormationLookup', () => {
   });
 
   it('finds the resources the last update rollback of a stack could not roll back (ContinueUpdateRollback skips only those)', async () => {
-    const event = (logicalId: string, type: string, status: string, reason?: string): StackEvent => ({
-      StackId: 'arn:aws:cloudformation:us-east-1:123456789012:stack/FerryPlatform/1',
-      StackName: 'FerryPlatform',
-      EventId: `${logicalId}-${status}-${reason ?? ''}`,
-      LogicalResourceId: logicalId,
-      ResourceType: type,
-      ResourceStatus: status as ResourceStatus,
-      ...(reason ? { ResourceStatusReason: reason } : {}),
-      Timestamp: at('2026-01-02T00:00:00Z'),
-    });
+    const event = eventOf('FerryPlatform');
     const stackType = 'AWS::CloudFormation::Stack';
     const fn = 'AWS::Lambda::Function';
     const { cfn } = client(() => ({

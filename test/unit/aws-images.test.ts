@@ -24,6 +24,7 @@ import {
 } from '../../cli/providers/aws-images.js';
 import { FerryError } from '../../core/errors.js';
 import { bundleAgent } from '../../worker-image/agent/bundle.js';
+import { sampleResources } from '../infra/fixtures.js';
 
 const repo = path.resolve(import.meta.dirname, '../..');
 const lines: string[] = [];
@@ -47,17 +48,7 @@ describe('neededImages / missingImages', () => {
   });
 
   it("needs no base image for image endpoints: their worker container runs the endpoint's own image", () => {
-    const resources = {
-      gpuCount: 1,
-      workersMin: 0,
-      workersMax: 1,
-      idleTimeoutSec: 60,
-      executionTimeoutMs: 0,
-      maxConcurrency: 1,
-      env: {},
-      dependencies: [],
-      systemDependencies: [],
-    };
+    const resources = sampleResources;
     const vllm = { image: 'vllm/vllm-openai:v0.6.3', resources: { ...resources, gpu: ['A10G' as const] } };
     const tool = { image: 'example/tool:1', resources: { ...resources, cpu: '2-4' } };
     const onlyImages = acceleratorsOf([vllm, tool]);
