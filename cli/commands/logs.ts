@@ -3,6 +3,7 @@
  * jobs' and its workers' own), or one job's, through the management API (docs/observability.md).
  * stdout carries the lines (JSON lines with --json); --follow polls for new ones until Ctrl+C.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { CommandModule } from 'yargs';
 import { FerryError } from '../../core/errors.js';
 import type { EndpointRecord } from '../../core/ports.js';
@@ -103,18 +104,9 @@ export async function printLogs(options: {
   }
 }
 
-/** Waits `ms`, or less when `signal` aborts. */
-function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener('abort', done, { once: true });
-    function done() {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    }
-  });
-}
+/** Waits `ms`, or less when `signal` aborts (the loop then ends at its check). */
+const pause = (ms: number, signal: AbortSignal | undefined): Promise<void> =>
+  sleep(ms, undefined, { signal }).catch(() => {});
 
 export const logsCommand = (ctx: CliContext): CommandModule => ({
   command: 'logs <endpoint>',
