@@ -99,6 +99,7 @@ function percentile(sorted: number[], p: number): number {
 async function latency(clients: number, seconds: number, once: () => Promise<unknown>) {
   const samples: number[] = [];
   let errors = 0;
+  let firstError: unknown;
   const warmUntil = performance.now() + 500;
   const endAt = warmUntil + seconds * 1000;
   await Promise.all(
@@ -108,12 +109,19 @@ async function latency(clients: number, seconds: number, once: () => Promise<unk
         try {
           await once();
           if (began >= warmUntil) samples.push(performance.now() - began);
-        } catch {
+        } catch (error) {
           errors++;
+          firstError ??= error;
         }
       }
     }),
   );
+  // A figure made of failed calls measures the failure, not the system: the run stops instead.
+  if (errors > 0) {
+    throw new Error(
+      `${errors} of ${errors + samples.length} calls at ${clients} clients failed, the first: ${(firstError as Error).message}`,
+    );
+  }
   samples.sort((a, b) => a - b);
   return {
     clients,
@@ -156,6 +164,12 @@ async function postJson(
   return parsed;
 }
 
+/** One runsync of the echo input, which must end COMPLETED (a failed job answers fast, and 200). */
+async function runsyncOnce(url: string, headers: Record<string, string>): Promise<void> {
+  const answer = await postJson(url, { input: { x: 1 } }, headers);
+  if (answer.status !== 'COMPLETED') throw new Error(`runsync ended ${answer.status}`);
+}
+
 /** The echo input: a short text, or `payloadBytes` of it for the large-input point of the curve. */
 const echoText = (payloadBytes: number) => (payloadBytes > 0 ? 'x'.repeat(payloadBytes) : 'echo me');
 
@@ -170,7 +184,8 @@ async function runJobs(
   clients: number,
   text: string,
 ) {
-  const before = (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed as number;
+  const health = async () => (await api(url, 'GET', `/${endpointId}/health`)).body;
+  const before = (await health()).jobs as { completed: number; failed: number };
   const poster = jsonPoster(url, { authorization: `Bearer ${benchKey}` }, clients);
   const began = performance.now();
   let next = 0;
@@ -189,8 +204,14 @@ async function runJobs(
   }
   const submittedMs = performance.now() - began;
   for (;;) {
-    const done = (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed - before;
-    if (done >= next) break;
+    const now = await health();
+    // Every job must complete: a failed one would never count, and the wait would never end.
+    if (now.jobs.failed > before.failed) {
+      throw new Error(
+        `${now.jobs.failed - before.failed} ${endpointId} jobs failed${now.problem ? `: ${now.problem.reason}` : ''}`,
+      );
+    }
+    if (now.jobs.completed - before.completed >= next) break;
     await pause(50);
   }
   return { submittedMs, ms: performance.now() - began };
@@ -607,7 +628,6 @@ async function main(): Promise<void> {
     apiKey: benchKey,
     workerWaitMs: 20_000,
     nodeArgs: profile ? ['--cpu-prof', '--cpu-prof-dir', profDir] : [],
-    endpoints: ['tsecho'],
     project: {
       ...echoProject(),
       resources: {
@@ -622,6 +642,16 @@ async function main(): Promise<void> {
       },
     },
   });
+  // The engine alone, for the TypeScript protocol worker: a platform of its own, because a platform
+  // that runs worker pools holds a record with no build configuration (what an outside worker's
+  // endpoint is here) as failing and fails its jobs.
+  const tsDataDir = mkdtempSync(join(tmpdir(), 'ferry-bench-ts-'));
+  const tsChild = await startPlatformChild({
+    dataDir: tsDataDir,
+    apiKey: benchKey,
+    workerWaitMs: 20_000,
+    endpoints: ['tsecho'],
+  });
   const auth = { authorization: `Bearer ${benchKey}` };
   try {
     await waitWorkers(child.url, 'echo', pyWorkers);
@@ -630,12 +660,12 @@ async function main(): Promise<void> {
     // expire after a minute (docs/api.md#retention) and would leave the count mid-run.
     // Engine + TS worker, then the Python pool, then the pool with a 64 KB input.
     if (only.has('a')) {
-      const tsThroughputWorker = new CountingWorker(child.target('tsecho'), 'tsecho', {
-        workerId: child.target('tsecho').workerId,
+      const tsThroughputWorker = new CountingWorker(tsChild.target('tsecho'), 'tsecho', {
+        workerId: tsChild.target('tsecho').workerId,
         concurrency,
       });
       tsThroughputWorker.start();
-      throughput.ferryTs = await ferryThroughput(child.url, 'tsecho', jobs, concurrency, 0, child.pid);
+      throughput.ferryTs = await ferryThroughput(tsChild.url, 'tsecho', jobs, concurrency, 0, tsChild.pid);
       await tsThroughputWorker.stop();
       say(`ferry throughput (TS worker): ${JSON.stringify(throughput.ferryTs)}`);
       throughput.ferryPython = await ferryThroughput(child.url, 'echo', jobs, concurrency, 0, child.pid);
@@ -652,8 +682,8 @@ async function main(): Promise<void> {
     }
     // (b) runsync latency through the platform: TS protocol worker, then the Python pool.
     if (only.has('b')) {
-      const tsWorker = new CountingWorker(child.target('tsecho'), 'tsecho', {
-        workerId: child.target('tsecho').workerId,
+      const tsWorker = new CountingWorker(tsChild.target('tsecho'), 'tsecho', {
+        workerId: tsChild.target('tsecho').workerId,
         concurrency: 64,
       });
       tsWorker.start();
@@ -662,7 +692,7 @@ async function main(): Promise<void> {
       for (const clients of levels) {
         tsLatency.push(
           await latency(clients, levelSeconds, () =>
-            postJson(`${child.url}/v2/tsecho/runsync?wait=60000`, { input: { x: 1 } }, auth),
+            runsyncOnce(`${tsChild.url}/v2/tsecho/runsync?wait=60000`, auth),
           ),
         );
         say(`ferry runsync (TS worker) ${clients} clients: ${JSON.stringify(tsLatency.at(-1))}`);
@@ -670,7 +700,7 @@ async function main(): Promise<void> {
       for (const clients of levels) {
         pyLatency.push(
           await latency(clients, levelSeconds, () =>
-            postJson(`${child.url}/v2/echo/runsync?wait=60000`, { input: { x: 1 } }, auth),
+            runsyncOnce(`${child.url}/v2/echo/runsync?wait=60000`, auth),
           ),
         );
         say(`ferry runsync (Python worker) ${clients} clients: ${JSON.stringify(pyLatency.at(-1))}`);
@@ -705,8 +735,9 @@ async function main(): Promise<void> {
       results.coldStartMs = coldMs;
     }
   } finally {
-    await child.stop();
+    await Promise.all([child.stop(), tsChild.stop()]);
     rmSync(dataDir, { recursive: true, force: true });
+    rmSync(tsDataDir, { recursive: true, force: true });
   }
 
   if (only.has('a')) {

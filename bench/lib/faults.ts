@@ -22,6 +22,8 @@ export interface ApiBody {
   removed: number;
   jobs: { completed: number; failed: number; inProgress: number; inQueue: number; retried: number };
   workers: { idle: number; running: number };
+  /** Health's account of a failing endpoint. */
+  problem?: { reason: string };
 }
 
 export async function api(
