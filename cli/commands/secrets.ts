@@ -5,6 +5,7 @@
  */
 import path from 'node:path';
 import type { Readable } from 'node:stream';
+import type { ECSClient } from '@aws-sdk/client-ecs';
 import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Argv, CommandModule } from 'yargs';
 import { securePrivateDir } from '../../core/adapters/local/home.js';
@@ -12,7 +13,8 @@ import { checkSecretName, type SecretStore } from '../../core/adapters/local/sec
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { checkRecordName, endpointConfigOf } from '../../core/deployment.js';
 import { FerryError, messageOf, notFound, usage } from '../../core/errors.js';
-import type { ControlStore, StartFailureRecord } from '../../core/ports.js';
+import type { ControlStore, EndpointRecord, StartFailureRecord } from '../../core/ports.js';
+import { clusterName, serviceName } from '../../infra/names.js';
 import { ferryHome, projectAppName } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { resolveEnvironment } from '../deploy/plan.js';
@@ -28,22 +30,30 @@ export interface SecretsCommandOptions {
   awsClient?: () => Pick<SecretsManagerClient, 'send'>;
   /** The platform's control records for `--provider aws` (tests inject DynamoDB Local's). */
   awsControl?: () => FailingVerdicts;
+  /** The ECS client that restarts tasks after `secrets set --provider aws` (tests inject one). */
+  awsEcs?: () => Pick<ECSClient, 'send'>;
+}
+
+/** The scope's endpoints whose `secrets=` list `name`. */
+async function endpointsUsing(
+  control: Pick<FailingVerdicts, 'listEndpoints'>,
+  scope: { app: string; env: string },
+  name: string,
+): Promise<EndpointRecord[]> {
+  return (await control.listEndpoints(scope)).filter((record) =>
+    (endpointConfigOf(record).endpoint.resources.secrets ?? []).includes(name),
+  );
 }
 
 /**
  * On AWS an endpoint whose tasks could not start three times is failing until something may have
  * fixed it (docs/aws.md#failing-endpoints): a deploy, or the secret it lacked. So setting a secret
- * clears the verdict of the scope's endpoints that list it, and the scaler starts their tasks again.
+ * clears the verdict of the endpoints that list it, and the scaler starts their tasks again.
  * Locally the pool's next pass does the same (WorkerSupervisor.unconfigured). Answers their names.
  */
-export async function clearFailingFor(
-  control: FailingVerdicts,
-  scope: { app: string; env: string },
-  name: string,
-): Promise<string[]> {
+async function clearFailing(control: FailingVerdicts, endpoints: EndpointRecord[]): Promise<string[]> {
   const cleared: string[] = [];
-  for (const record of await control.listEndpoints(scope)) {
-    if (!(endpointConfigOf(record).endpoint.resources.secrets ?? []).includes(name)) continue;
+  for (const record of endpoints) {
     if ((await control.startFailures(record.id))?.problem?.state !== 'failing') continue;
     await control.clearStartFailures(record.id);
     cleared.push(record.name);
@@ -54,27 +64,100 @@ export async function clearFailingFor(
 /** Runs a function with the control records (`undefined`: no platform yet), opening them if need be. */
 type WithRecords = <T>(fn: (control: FailingVerdicts | undefined) => Promise<T>) => Promise<T>;
 
+/** ECS's answers for a service that is not running: nothing to restart (its stack is not there). */
+const notRunning = new Set([
+  'ServiceNotFoundException',
+  'ServiceNotActiveException',
+  'ClusterNotFoundException',
+]);
+
 /**
- * Clears what `clearFailingFor` clears and says so. Only a warning when that fails: the secret is
- * set, and a deploy clears the verdicts too.
+ * ECS hands a task its secrets when the task starts, and a running task "will not receive the
+ * updated value automatically": its service must start fresh tasks, a forced new deployment
+ * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-envvar-secrets-manager.html).
+ * So after a set, the services of the endpoints that list the secret are restarted that way, as the
+ * local pool rolls its workers when a value changes (the pool spec's key holds a digest of them). A
+ * task holding a job keeps its scale-in protection, which deployments honour too
+ * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html): it
+ * finishes the job before it stops. Answers the endpoints restarted and the ones that could not be;
+ * one whose service is not there (its stack is not deployed yet) is neither.
  */
-async function retryFailing(
+export async function restartTasksUsing(
+  ecs: Pick<ECSClient, 'send'>,
+  endpoints: EndpointRecord[],
+): Promise<{ restarted: string[]; failed: { endpoint: EndpointRecord; message: string }[] }> {
+  const { UpdateServiceCommand } = await import('@aws-sdk/client-ecs');
+  const restarted: string[] = [];
+  const failed: { endpoint: EndpointRecord; message: string }[] = [];
+  for (const endpoint of endpoints) {
+    try {
+      await ecs.send(
+        new UpdateServiceCommand({
+          cluster: clusterName,
+          service: serviceName(endpoint.id),
+          forceNewDeployment: true,
+        }),
+      );
+      restarted.push(endpoint.name);
+    } catch (error) {
+      if (!notRunning.has((error as Error).name)) failed.push({ endpoint, message: messageOf(error) });
+    }
+  }
+  return { restarted, failed };
+}
+
+/**
+ * After `secrets set --provider aws`: the endpoints that list the secret are cleared of a failing
+ * verdict and, unless `ecsOf` is undefined (--no-restart), their tasks restart. Each step says what
+ * it did; a failure only warns, since the secret is set. Answers the endpoints restarted.
+ */
+async function reachEndpointsUsing(
   ctx: CliContext,
   scope: { app: string; env: string },
   name: string,
   withRecords: WithRecords,
-): Promise<void> {
+  ecsOf: (() => Promise<{ ecs: Pick<ECSClient, 'send'>; done: () => void }>) | undefined,
+): Promise<string[]> {
+  let users: EndpointRecord[];
   try {
-    const cleared = await withRecords(async (control) =>
-      control ? clearFailingFor(control, scope, name) : [],
+    users = await withRecords(async (control) => {
+      if (!control) return [];
+      const found = await endpointsUsing(control, scope, name);
+      for (const endpoint of await clearFailing(control, found)) {
+        ctx.reporter.line(`  ↻ ${endpoint} was failing; cleared: its tasks start again with ${name}`);
+      }
+      return found;
+    });
+  } catch (error) {
+    ctx.reporter.line(
+      `  warning: could not check for endpoints that use ${name} (${messageOf(error)}); a deploy clears failing ones, and running tasks read it when they next start`,
     );
-    for (const endpoint of cleared) {
-      ctx.reporter.line(`  ↻ ${endpoint} was failing; cleared: its tasks start again with ${name}`);
+    return [];
+  }
+  if (!ecsOf || users.length === 0) return [];
+  try {
+    const { ecs, done } = await ecsOf();
+    try {
+      const { restarted, failed } = await restartTasksUsing(ecs, users);
+      for (const endpoint of restarted) {
+        ctx.reporter.line(
+          `  ↻ ${endpoint}: its tasks restart to read the new ${name} (a task holding a job finishes it first)`,
+        );
+      }
+      for (const { endpoint, message } of failed) {
+        ctx.reporter.line(
+          `  warning: could not restart the tasks of ${endpoint.name} (${message}); they read the new ${name} when they next start, or now after: aws ecs update-service --cluster ${clusterName} --service ${serviceName(endpoint.id)} --force-new-deployment`,
+        );
+      }
+      return restarted;
+    } finally {
+      done();
     }
   } catch (error) {
     ctx.reporter.line(
-      `  warning: could not check for endpoints failing without ${name} (${messageOf(error)}); a deploy clears them`,
+      `  warning: could not restart tasks (${messageOf(error)}); they read the new ${name} when they next start`,
     );
+    return [];
   }
 }
 
@@ -136,6 +219,16 @@ async function withSecretStore<T>(
   } finally {
     await db.close();
   }
+}
+
+/** The ECS client for `--provider aws` restarts, and how to let it go. */
+async function ecsFor(
+  options: SecretsCommandOptions,
+): Promise<{ ecs: Pick<ECSClient, 'send'>; done: () => void }> {
+  if (options.awsEcs) return { ecs: options.awsEcs(), done: () => {} };
+  const { ECSClient } = await import('@aws-sdk/client-ecs');
+  const client = new ECSClient({});
+  return { ecs: client, done: () => client.destroy() };
 }
 
 function scopeFlags<T>(y: Argv<T>) {
@@ -221,11 +314,19 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
         command: 'set <name>',
         describe: 'Set a secret from stdin or a prompt (never from the command line)',
         builder: (y2) =>
-          scopeFlags(y2.positional('name', { type: 'string', demandOption: true })).option('json', jsonFlag),
+          scopeFlags(y2.positional('name', { type: 'string', demandOption: true }))
+            .option('restart', {
+              type: 'boolean',
+              default: true,
+              describe:
+                'On AWS, restart the tasks of endpoints that use the secret so they read the new value (--no-restart: they read it when they next start)',
+            })
+            .option('json', jsonFlag),
         handler: async (argv) => {
           const name = String(argv.name);
           checkSecretName(name);
           const provider = providerOf(ctx, argv.provider);
+          let restarted: string[] | undefined;
           const scope = await withScope(ctx, argv, options, async (scope, records) => {
             const value = await readSecretValue(ctx.io, name);
             if (value.length === 0) {
@@ -236,16 +337,18 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
             }
             await withSecretStore(ctx, provider, options, (store) => store.set(scope, name, value));
             if (provider === 'aws') {
-              await retryFailing(
+              restarted = await reachEndpointsUsing(
                 ctx,
                 scope,
                 name,
                 records ?? ((use) => withControl(ctx, provider, options, use)),
+                argv.restart ? () => ecsFor(options) : undefined,
               );
             }
             return scope;
           });
-          if (argv.json) return ctx.reporter.json({ ...scope, name, set: true });
+          if (argv.json)
+            return ctx.reporter.json({ ...scope, name, set: true, ...(restarted ? { restarted } : {}) });
           ctx.reporter.out(`✓ Set ${name} for ${scope.app}/${scope.env}`);
         },
       })

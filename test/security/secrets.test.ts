@@ -9,6 +9,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Readable, Writable } from 'node:stream';
+import { AccessDeniedException, ServiceNotFoundException, UpdateServiceCommand } from '@aws-sdk/client-ecs';
 import {
   CreateSecretCommand,
   DeleteSecretCommand,
@@ -181,7 +182,11 @@ describe('ferry secrets set --provider aws and an endpoint failing for want of i
         await control.markFailing(record.id, failing);
       }
       const sm = fakeSecretsManager();
-      const cli = secretsCli({ awsClient: () => sm.client, awsControl: () => control }, tempDir());
+      const ecs = fakeEcs();
+      const cli = secretsCli(
+        { awsClient: () => sm.client, awsControl: () => control, awsEcs: () => ecs.client },
+        tempDir(),
+      );
       const { stderr } = await cli(
         ['secrets', 'set', 'HF_TOKEN', '--app', 'shop', '--env', 'prod', '--provider', 'aws'],
         `${value}\n`,
@@ -189,11 +194,101 @@ describe('ferry secrets set --provider aws and an endpoint failing for want of i
       expect(stderr).toContain('↻ needs was failing; cleared: its tasks start again with HF_TOKEN');
       expect(await control.startFailures(needs.id)).toBeUndefined();
       expect((await control.startFailures(other.id))?.problem?.state).toBe('failing');
+      expect(ecs.forced).toEqual([`ferry-${needs.id}`]);
+    } finally {
+      await aws.stop();
+    }
+  }, 120_000);
+
+  it('restarts the running tasks of the endpoints that list it (ECS reads secrets at task start only); --no-restart leaves them', async () => {
+    const aws = await startAwsFixture();
+    try {
+      const control = aws.control();
+      const endpoint = (name: string, env: string, secrets: string[]): EndpointRecord => ({
+        ...recordFor(
+          { ...sampleManifest.endpoints[0]!, name, resources: { ...sampleResources, secrets } },
+          '/nowhere',
+          `${name}0000000000`,
+        ),
+        app: 'shop',
+        env,
+      });
+      const running = endpoint('running', 'prod', ['HF_TOKEN', 'OTHER']);
+      const notYet = endpoint('notyet', 'prod', ['HF_TOKEN']);
+      const refused = endpoint('refused', 'prod', ['HF_TOKEN']);
+      const unrelated = endpoint('unrelated', 'prod', ['OTHER']);
+      const elsewhere = endpoint('elsewhere', 'staging', ['HF_TOKEN']);
+      for (const record of [running, notYet, refused, unrelated, elsewhere])
+        await control.putEndpoint(record);
+      const sm = fakeSecretsManager();
+      // ECS as UpdateService answers: a service whose stack is not deployed yet is not found, and a
+      // caller without ecs:UpdateService on it is refused.
+      const ecs = fakeEcs({
+        [`ferry-${notYet.id}`]: new ServiceNotFoundException({
+          message: 'Service not found.',
+          $metadata: {},
+        }),
+        [`ferry-${refused.id}`]: new AccessDeniedException({
+          message: 'User is not authorized to perform: ecs:UpdateService',
+          $metadata: {},
+        }),
+      });
+      const cli = secretsCli(
+        { awsClient: () => sm.client, awsControl: () => control, awsEcs: () => ecs.client },
+        tempDir(),
+      );
+      const flags = ['--app', 'shop', '--env', 'prod', '--provider', 'aws'];
+      const set = await cli(['secrets', 'set', 'HF_TOKEN', ...flags, '--json'], `${value}\n`);
+      expect(ecs.forced).toEqual([`ferry-${running.id}`]);
+      expect(ecs.sent.every((c) => c.cluster === 'ferry' && c.forceNewDeployment === true)).toBe(true);
+      expect(JSON.parse(set.stdout)).toEqual({
+        app: 'shop',
+        env: 'prod',
+        name: 'HF_TOKEN',
+        set: true,
+        restarted: ['running'],
+      });
+      expect(set.stderr).toContain('↻ running: its tasks restart to read the new HF_TOKEN');
+      expect(set.stderr).not.toContain('notyet');
+      expect(set.stderr).toContain(
+        `warning: could not restart the tasks of refused (User is not authorized to perform: ecs:UpdateService)`,
+      );
+      expect(set.stderr).toContain(
+        `aws ecs update-service --cluster ferry --service ferry-${refused.id} --force-new-deployment`,
+      );
+      expect(set.stderr).not.toContain(value);
+      expect(sm.valueOf('ferry/shop/prod/HF_TOKEN')).toBe(value);
+
+      ecs.sent.length = 0;
+      const quiet = await cli(['secrets', 'set', 'HF_TOKEN', ...flags, '--no-restart'], `${value}-2\n`);
+      expect(ecs.sent).toEqual([]);
+      expect(quiet.stderr).not.toContain('restart');
+      expect(sm.valueOf('ferry/shop/prod/HF_TOKEN')).toBe(`${value}-2`);
     } finally {
       await aws.stop();
     }
   }, 120_000);
 });
+
+/**
+ * ECS's UpdateService for the restart after a set: records each call's input, and answers `refusals`
+ * by service name with the error ECS would send.
+ */
+function fakeEcs(refusals: Record<string, Error> = {}) {
+  const sent: { cluster?: string; service?: string; forceNewDeployment?: boolean }[] = [];
+  const forced: string[] = [];
+  const client = {
+    send: (async (command: unknown) => {
+      if (!(command instanceof UpdateServiceCommand)) throw new Error('only UpdateService is expected');
+      sent.push(command.input);
+      const refusal = refusals[command.input.service ?? ''];
+      if (refusal) throw refusal;
+      forced.push(command.input.service!);
+      return {};
+    }) as never,
+  };
+  return { client, sent, forced };
+}
 
 /** `ferry secrets …` in process, with the command's injected AWS parts; answers what it printed. */
 function secretsCli(options: SecretsCommandOptions, cwd: string) {
