@@ -98,15 +98,29 @@ export async function startDetached(options: DetachOptions): Promise<ServerInfo>
   });
 }
 
+/** What named a port: the user's FERRY_PORT, the --port flag, or nothing (8888). */
+export type PortSetting = 'FERRY_PORT' | '--port' | 'default';
+
 /**
  * A listen failure, as the person who picked the address can fix it: a port in use, a --host that is
- * no address of this machine (a typo, another machine's), a low port without privileges. Anything
- * else is returned as it is.
+ * no address of this machine (a typo, another machine's), a low port without privileges. Each is a
+ * usage error (exit 2): another port or host fixes it. `portSetBy` is where the port came from, so
+ * the hint names the setting to change. Anything else is returned as it is.
  */
-export function listenFailure(error: unknown, host: string, port: number): unknown {
+export function listenFailure(
+  error: unknown,
+  host: string,
+  port: number,
+  portSetBy: PortSetting = '--port',
+): unknown {
   const code = (error as NodeJS.ErrnoException).code;
   if (code === 'EADDRINUSE')
-    return new FerryError('failed', `Port ${port} on ${host} is in use`, { hint: 'Pass --port <n>.' });
+    return usage(
+      `Port ${port} on ${host} is in use`,
+      portSetBy === 'FERRY_PORT'
+        ? `Stop what listens on port ${port}, or set FERRY_PORT to another port (unset, 8888 or the next free one is used).`
+        : 'Pass --port <n>.',
+    );
   if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EAI_AGAIN')
     return usage(
       `Cannot listen on ${host}: it is not an address of this machine`,
@@ -115,7 +129,7 @@ export function listenFailure(error: unknown, host: string, port: number): unkno
   if (code === 'EACCES')
     return usage(
       `Listening on port ${port} needs privileges this process lacks`,
-      'Pass --port 1024 or above.',
+      portSetBy === 'FERRY_PORT' ? 'Set FERRY_PORT to 1024 or above.' : 'Pass --port 1024 or above.',
     );
   return error;
 }

@@ -9,7 +9,6 @@ import type { CommandModule } from 'yargs';
 import type { LocalPlatformOptions } from '../../core/adapters/local/platform.js';
 import { checkRecordName, livePrefix } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
-import { defaultPort } from '../../core/limits.js';
 import { apiKeyFromUser, ferryPythonPath, installRoot } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
@@ -17,7 +16,8 @@ import { devStartFailureCodes, startFailureOf } from '../dev/failures.js';
 import { DevResourcesFile, devApp, imageNotInDev, LiveEndpoints, scanForDev } from '../dev/state.js';
 import { DevVenvs } from '../dev/venvs.js';
 import { confirm, countOf } from '../io.js';
-import { nextFreePort } from '../serve.js';
+import { portToListenOn, requestedPort } from '../providers/local.js';
+import { listenFailure } from '../serve.js';
 import { untilStopped } from './serve.js';
 import { approveFlag, buildOptionsFrom, defineCommand, portFlag } from './shared.js';
 
@@ -58,7 +58,8 @@ async function devOnAws(ctx: CliContext, yes: boolean): Promise<void> {
 
 interface DevArgs {
   host: string;
-  port: number;
+  /** --port, when given: it wins over FERRY_PORT. */
+  port: number | undefined;
   reload: boolean;
   autoProvision: boolean;
   deps: boolean;
@@ -67,6 +68,8 @@ interface DevArgs {
 async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
   const projectDir = ctx.io.cwd;
   const say = (line: string) => ctx.reporter.line(line);
+  // Read before anything starts: a FERRY_PORT that is no port is the first thing to fix.
+  const portChoice = requestedPort(ctx.io.env, args.port);
   // The live endpoints are recorded in this app, read once: a name no app may have stops here.
   const liveApp = checkRecordName('app', devApp(projectDir));
   // Loaded here rather than at the top: every command loads this module (the command table), and the
@@ -163,8 +166,9 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
       }
     }
 
-    const port = await nextFreePort(args.host, args.port);
-    if (port !== args.port && args.port !== 0) say(`Port ${args.port} is in use; using ${port}`);
+    const port = await portToListenOn(args.host, portChoice);
+    if (port !== portChoice.port && portChoice.port !== 0)
+      say(`Port ${portChoice.port} is in use; using ${port}`);
     // A reload listens again on the port the first start got (with --port 0, a random one).
     let boundPort = port;
     const start = async () => {
@@ -175,7 +179,12 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
         apiKey: key.key,
         log: say,
       });
-      await next.listen({ host: args.host, port: boundPort });
+      try {
+        await next.listen({ host: args.host, port: boundPort });
+      } catch (error) {
+        await next.close();
+        throw listenFailure(error, args.host, boundPort, portChoice.setBy);
+      }
       const address = next.server.address();
       boundPort = typeof address === 'object' && address ? address.port : boundPort;
       return next;
@@ -251,7 +260,13 @@ export const devCommand = (ctx: CliContext): CommandModule =>
     builder: (y) =>
       y
         .option('host', { type: 'string', default: 'localhost', describe: 'Bind address' })
-        .option('port', portFlag({ default: defaultPort, describe: 'Port; the next free one when taken' }))
+        .option(
+          'port',
+          portFlag({
+            defaultDescription: 'FERRY_PORT (exactly), else 8888',
+            describe: 'Port; the next free one when taken',
+          }),
+        )
         .option('reload', {
           type: 'boolean',
           default: true,

@@ -78,9 +78,12 @@ export function buildOptionsFrom(argv: BuildArgv, env: NodeJS.ProcessEnv): Omit<
  * A port to listen on: a whole number from 0 (the OS picks a free one) to 65535. Anything else is a
  * usage error (exit 2) here, where yargs reads it, not a listen() failure reported as Ferry's bug.
  * yargs hands on only the message of what a coerce throws (cli/main.ts makes it a usage error), so
- * the message says what to give.
+ * the message says what to give. Without a default the flag is undefined when not given (`ferry dev`
+ * then reads FERRY_PORT).
  */
-export function portFlag(options: { default: number; describe: string; defaultDescription?: string }) {
+export function portFlag<Options extends { default?: number; describe: string; defaultDescription?: string }>(
+  options: Options,
+) {
   return {
     alias: 'p',
     type: 'number',

@@ -15,7 +15,7 @@ import { defaultPort } from '../../core/limits.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import { apiKeyFromUser } from '../config.js';
 import type { Reporter } from '../io.js';
-import { nextFreePort, readServerInfo, runningServer, startDetached } from '../serve.js';
+import { nextFreePort, type PortSetting, readServerInfo, runningServer, startDetached } from '../serve.js';
 import type { DestroyResult, Provider, ServingState } from './types.js';
 
 export interface LocalProviderOptions {
@@ -39,6 +39,37 @@ export function defaultServePort(env: NodeJS.ProcessEnv): number {
     `FERRY_PORT=${JSON.stringify(env.FERRY_PORT)} is not a port`,
     'Set it to a whole number from 1 to 65535 (0 picks any free port), or unset it for 8888.',
   );
+}
+
+/** The port a platform started here asks for, and what named it (which says whether it may move). */
+export interface PortChoice {
+  port: number;
+  setBy: PortSetting;
+}
+
+/**
+ * The port `ferry dev` or the `ferry serve --detach` a local deploy starts asks for: --port (`flag`),
+ * else FERRY_PORT, else 8888. Throws at once for a FERRY_PORT that is no port, --port or not, as
+ * `ferry serve` does: the clients that read it are as lost either way. Called before a command
+ * starts anything.
+ */
+export function requestedPort(env: NodeJS.ProcessEnv, flag?: number): PortChoice {
+  const fromEnv = defaultServePort(env);
+  if (flag !== undefined) return { port: flag, setBy: '--port' };
+  return env.FERRY_PORT?.trim()
+    ? { port: fromEnv, setBy: 'FERRY_PORT' }
+    : { port: fromEnv, setBy: 'default' };
+}
+
+/**
+ * The port to listen on for `choice`. FERRY_PORT's is taken exactly: the user's clients (and the
+ * Python client's default URL) knock there, so moving to another would leave them calling nothing;
+ * when it is taken, the listen fails (listenFailure says so). --port's and the default move to the
+ * next free port: `ferry dev` holds 8888 while it runs, and a second one or a deploy beside it should
+ * still start.
+ */
+export function portToListenOn(host: string, choice: PortChoice): Promise<number> {
+  return choice.setBy === 'FERRY_PORT' ? Promise.resolve(choice.port) : nextFreePort(host, choice.port);
 }
 
 /**
@@ -173,11 +204,7 @@ export class LocalProvider implements Provider {
     const url = await this.serving();
     if (url) return { url, started: false };
     reporter.line(`  no platform answers for ${this.options.home}; starting \`ferry serve --detach\``);
-    // FERRY_PORT names the port; otherwise the default, or the next free one after it, as `ferry dev`
-    // picks its own: `ferry dev` (the step before a deploy) holds 8888 while it runs.
-    const port = this.options.env.FERRY_PORT?.trim()
-      ? defaultServePort(this.options.env)
-      : await nextFreePort('127.0.0.1', defaultPort);
+    const port = await portToListenOn('127.0.0.1', requestedPort(this.options.env));
     const info = await startDetached({ home: this.options.home, port, env: this.options.env });
     this.#url = info.url;
     reporter.line(

@@ -1,10 +1,13 @@
 /**
- * `ferry dev --auto-provision` (docs/api.md#limits): every endpoint is provisioned at startup, and more than
- * five ask for confirmation first (no answer means no: each starts on its first call instead).
+ * `ferry dev` startup: --auto-provision (docs/api.md#limits) provisions every endpoint at startup, and
+ * more than five ask for confirmation first (no answer means no: each starts on its first call
+ * instead); without --port the dev server listens on FERRY_PORT exactly, as a local deploy does.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import path from 'node:path';
 import { afterAll, expect, it } from 'vitest';
+import { pickChildPort } from '../../core/child-port.js';
 import { CliSandbox, stopChild } from './cli-support.js';
 
 const sandbox = new CliSandbox();
@@ -50,4 +53,51 @@ it('asks before provisioning more than five, and no answer means no', async () =
   expect(stderr).toContain('each endpoint starts on its first call');
   expect(resources(dir)).toEqual([]);
   await stopChild(started.child);
+});
+
+const noStack = (stderr: string) => expect(stderr).not.toMatch(/\n\s+at .+:\d+:\d+/);
+
+it('listens on the port FERRY_PORT names when no --port is given', async () => {
+  const dir = project('ferry-port', 1);
+  const port = await pickChildPort({ host: '127.0.0.1' });
+  const started = await sandbox.start(
+    ['dev', '--host', '127.0.0.1', '--no-reload'],
+    /Ferry dev server at (http:\/\/\S+)/,
+    { cwd: dir, env: { FERRY_PORT: String(port) } },
+  );
+  expect(started.match[1]).toBe(`http://127.0.0.1:${port}`);
+  expect((await fetch(`http://127.0.0.1:${port}/`)).status).toBe(200);
+  await stopChild(started.child);
+});
+
+it('refuses a FERRY_PORT that is taken, or no port: exit 2 with a hint, no stack', async () => {
+  const dir = project('ferry-port-bad', 1);
+  const taken = createServer();
+  const port = await pickChildPort({ host: '127.0.0.1' });
+  await new Promise<void>((resolve) => taken.listen(port, '127.0.0.1', resolve));
+  try {
+    const busy = await sandbox.run(['dev', '--host', '127.0.0.1', '--no-reload'], {
+      cwd: dir,
+      env: { FERRY_PORT: String(port) },
+      timeoutMs: 30_000,
+    });
+    expect(busy.code, busy.stderr).toBe(2);
+    expect(busy.stderr).toContain(`Error: Port ${port} on 127.0.0.1 is in use`);
+    expect(busy.stderr).toContain(
+      `hint: Stop what listens on port ${port}, or set FERRY_PORT to another port`,
+    );
+    expect(busy.stdout).not.toContain('Ferry dev server at');
+    noStack(busy.stderr);
+  } finally {
+    await new Promise((resolve) => taken.close(resolve));
+  }
+  const bad = await sandbox.run(['dev', '--no-reload'], {
+    cwd: dir,
+    env: { FERRY_PORT: 'abc' },
+    timeoutMs: 30_000,
+  });
+  expect(bad.code, bad.stderr).toBe(2);
+  expect(bad.stderr).toBe(
+    'Error: FERRY_PORT="abc" is not a port\n  hint: Set it to a whole number from 1 to 65535 (0 picks any free port), or unset it for 8888.\n',
+  );
 });

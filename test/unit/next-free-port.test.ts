@@ -1,13 +1,17 @@
 /**
  * nextFreePort (cli/serve.ts): how `ferry dev` picks its port, and how a local deploy picks the port
  * of the `ferry serve --detach` it starts when none runs, so a deploy beside a running `ferry dev`
- * (which holds the default port) starts on the next one instead of failing.
+ * (which holds the default port) starts on the next one instead of failing. requestedPort and
+ * portToListenOn (cli/providers/local.ts) are the rule both follow: --port, else FERRY_PORT (taken
+ * exactly), else 8888 or the next free port.
  */
 import { createServer, type Server } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { nextFreePort } from '../../cli/serve.js';
+import { portToListenOn, requestedPort } from '../../cli/providers/local.js';
+import { listenFailure, nextFreePort } from '../../cli/serve.js';
 import { pickChildPort } from '../../core/child-port.js';
 import { exitCode, FerryError } from '../../core/errors.js';
+import { defaultPort } from '../../core/limits.js';
 
 const held: Server[] = [];
 
@@ -51,5 +55,62 @@ describe('nextFreePort', () => {
       );
       expect(exitCode(error)).toBe(2);
     }
+  });
+});
+
+describe('requestedPort and portToListenOn', () => {
+  it('takes --port over FERRY_PORT, FERRY_PORT over 8888', () => {
+    expect(requestedPort({ FERRY_PORT: '9100' }, 9200)).toEqual({ port: 9200, setBy: '--port' });
+    expect(requestedPort({ FERRY_PORT: ' 9100 ' })).toEqual({ port: 9100, setBy: 'FERRY_PORT' });
+    expect(requestedPort({ FERRY_PORT: '0' })).toEqual({ port: 0, setBy: 'FERRY_PORT' });
+    expect(requestedPort({})).toEqual({ port: defaultPort, setBy: 'default' });
+    expect(requestedPort({ FERRY_PORT: '  ' })).toEqual({ port: defaultPort, setBy: 'default' });
+  });
+
+  it('refuses a FERRY_PORT that is no port, exit 2, with --port given too (as `ferry serve` does)', () => {
+    for (const [value, flag] of [
+      ['abc', undefined],
+      ['88a8', undefined],
+      ['-1', undefined],
+      ['65536', undefined],
+      ['1.5', undefined],
+      ['abc', 9200],
+    ] as const) {
+      let error: unknown;
+      try {
+        requestedPort({ FERRY_PORT: value }, flag);
+      } catch (thrown) {
+        error = thrown;
+      }
+      expect(FerryError.is(error), value).toBe(true);
+      expect((error as FerryError).message).toBe(`FERRY_PORT=${JSON.stringify(value)} is not a port`);
+      expect((error as FerryError).hint).toContain('Set it to a whole number from 1 to 65535');
+      expect(exitCode(error)).toBe(2);
+    }
+  });
+
+  it("listens on FERRY_PORT's port even when it is taken; --port's and the default's move on", async () => {
+    let port = 0;
+    for (let tries = 0; tries < 20 && port === 0; tries++) {
+      const candidate = await pickChildPort({ host: '127.0.0.1' });
+      if ((await nextFreePort('127.0.0.1', candidate + 1)) === candidate + 1 && (await hold(candidate)))
+        port = candidate;
+    }
+    expect(port).toBeGreaterThan(0);
+    // Taken: FERRY_PORT's stays (the listen then fails, below), the others move to the next one.
+    expect(await portToListenOn('127.0.0.1', requestedPort({ FERRY_PORT: String(port) }))).toBe(port);
+    expect(await portToListenOn('127.0.0.1', requestedPort({ FERRY_PORT: '1' }, port))).toBe(port + 1);
+    expect(await portToListenOn('127.0.0.1', { port, setBy: 'default' })).toBe(port + 1);
+  });
+
+  it("says a taken port is the user's to change, exit 2, naming the setting that chose it", () => {
+    const inUse = Object.assign(new Error('listen EADDRINUSE'), { code: 'EADDRINUSE' });
+    const fromEnv = listenFailure(inUse, '127.0.0.1', 9100, 'FERRY_PORT') as FerryError;
+    expect(fromEnv.message).toBe('Port 9100 on 127.0.0.1 is in use');
+    expect(fromEnv.hint).toContain('Stop what listens on port 9100, or set FERRY_PORT to another port');
+    expect(exitCode(fromEnv)).toBe(2);
+    const fromFlag = listenFailure(inUse, '127.0.0.1', 9100) as FerryError;
+    expect(fromFlag.hint).toBe('Pass --port <n>.');
+    expect(exitCode(fromFlag)).toBe(2);
   });
 });
