@@ -26,6 +26,8 @@ export interface Requirement {
   name: string;
   /** Where it came from, for messages: `requirements.txt:3` or `endpoint 'gpu-worker'`. */
   origin: string;
+  /** The requirements file and line it is written on; none for an endpoint's `dependencies`. */
+  source?: { file: string; line: number };
   /** Declared by an endpoint's `dependencies=[...]`, that is asked for by name. */
   declared: boolean;
 }
@@ -108,8 +110,17 @@ export function parseRequirementsFile(
       continue;
     }
     // Per-requirement options such as --hash only make sense to pip's hash-checking mode; drop them.
-    const spec = line.replace(/\s+--[a-z-]+(=\S+)?/g, '').trim();
-    result.requirements.push({ spec, name: requirementName(spec), origin: where, declared: false });
+    // pip ends the requirement where the first word starting with '-' begins (break_args_options in
+    // pip/_internal/req/req_file.py), so `--hash sha256:...` goes whole, its value too.
+    const optionsAt = line.search(/\s-/);
+    const spec = optionsAt === -1 ? line : line.slice(0, optionsAt).trim();
+    result.requirements.push({
+      spec,
+      name: requirementName(spec),
+      origin: where,
+      source: { file: origin, line: lineNo },
+      declared: false,
+    });
   }
   return result;
 }
@@ -137,15 +148,24 @@ export interface ResolveOptions {
   onProgress: ProgressSink;
 }
 
+/**
+ * The project's requirements.txt (and the files it includes with -r), or nothing without one. The
+ * scan hands each requirement to scan.py, which checks it as it checks dependencies=[...]
+ * (`requirement_problem`), so a malformed line stops the build at file:line before pip sees it.
+ */
+export function projectRequirements(projectDir: string): RequirementsFile {
+  const file = path.join(projectDir, 'requirements.txt');
+  return existsSync(file)
+    ? parseRequirementsFile(file, 'requirements.txt')
+    : { requirements: [], pipArgs: [], warnings: [] };
+}
+
 export const baseImageReason = 'base image';
 export const userExcludeReason = '--exclude';
 
 export function resolveDependencies(options: ResolveOptions): ResolvedDependencies {
   const emit = options.onProgress;
-  const requirementsPath = path.join(options.projectDir, 'requirements.txt');
-  const fromFile = existsSync(requirementsPath)
-    ? parseRequirementsFile(requirementsPath, 'requirements.txt')
-    : { requirements: [], pipArgs: [], warnings: [] };
+  const fromFile = projectRequirements(options.projectDir);
   for (const message of fromFile.warnings) emit({ type: 'warning', message });
 
   const all: Requirement[] = [...fromFile.requirements];

@@ -1,13 +1,15 @@
 """Static scanner for `ferry build`: finds the project's @Endpoint declarations without running user code.
 
-Usage: python3 scan.py <project_dir> [--files-from -]
+Usage: python3 scan.py <project_dir> [--input -]
 
 Prints one JSON object to stdout: {"ok": true, "files": [...], "endpoints": [...], "warnings": [...]}
 or {"ok": false, "errors": [{"file", "line", "message"}]}, either with "python": {"version": "3.11",
 "executable": sys.executable}. Every file is parsed with `ast` only; user
 code is never imported or executed, so a project builds without torch (or anything else) installed.
-With `--files-from -` the list of project-relative .py paths to scan is read as JSON from stdin (the
-build passes the files that ship); otherwise the project is walked with the built-in skip list.
+With `--input -` a JSON object is read from stdin: "files", the project-relative .py paths to scan
+(the build passes the files that ship; without it the project is walked with the built-in skip
+list), and "requirements", the requirement lines of requirements.txt as cli/build/deps.ts reads them
+([{"file", "line", "spec"}]), each checked as a dependencies=[...] entry is (requirement_problem).
 
 Kept compatible with Python 3.8+ (it runs under whatever python3 the user has).
 """
@@ -86,9 +88,10 @@ IMAGE_RE = re.compile(r"^[a-z0-9][A-Za-z0-9._/:-]*(@sha256:[a-f0-9]{64})?$")
 IMAGE_IGNORED_KWARGS = {"dependencies", "system_dependencies", "python_version"}
 
 
-# PEP 508 requirement strings for `dependencies=[...]`, checked here because pip meets a malformed one
-# with a traceback (an unparsable marker raises InvalidMarker inside pip). Regexes rather than
-# `packaging`, which is not in the standard library and may be missing from the user's python3.
+# PEP 508 requirement strings for `dependencies=[...]` and requirements.txt lines (the build hands
+# those over: --input), checked here because pip meets a malformed one with a traceback (an
+# unparsable marker raises InvalidMarker inside pip). Regexes rather than `packaging`, which is not
+# in the standard library and may be missing from the user's python3.
 REQ_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 # A PEP 440 version as written (any case, separators, leading v). After `===` (arbitrary equality)
 # PEP 440 allows any string, and pip takes it (answering "no matching distribution" if none is).
@@ -758,7 +761,7 @@ class FileScanner:
             record["routes"].append(dict(info, method=method, path=path, line=node.lineno))
 
 
-def scan(root: str, files: list) -> dict:
+def scan(root: str, files: list, requirements: list = ()) -> dict:
     errors, warnings, endpoints, file_records = [], [], [], []
     for rel in files:
         path = os.path.join(root, rel)
@@ -801,6 +804,18 @@ def scan(root: str, files: list) -> dict:
             )
         else:
             seen[name] = endpoint
+    for requirement in requirements:
+        problem = requirement_problem(requirement["spec"])
+        if problem:
+            errors.append(
+                {
+                    "file": requirement["file"],
+                    "line": requirement["line"],
+                    "message": "%r is not a valid requirement (%s); write a pip requirement such as \"torch>=2.1\" or "
+                    "\"pillow\", a pip option such as --index-url <url>, or # before a comment"
+                    % (requirement["spec"], problem),
+                }
+            )
     if errors:
         return {"ok": False, "errors": errors}
     for endpoint in endpoints:
@@ -811,18 +826,18 @@ def scan(root: str, files: list) -> dict:
 
 def main(argv: list) -> int:
     if len(argv) < 2:
-        sys.stderr.write("usage: scan.py <project_dir> [--files-from -]\n")
+        sys.stderr.write("usage: scan.py <project_dir> [--input -]\n")
         return 2
     root = os.path.abspath(argv[1])
     if not os.path.isdir(root):
         sys.stderr.write("not a directory: %s\n" % argv[1])
         return 2
-    if "--files-from" in argv[2:]:
-        files = json.loads(sys.stdin.read())
-        files = [f for f in files if isinstance(f, str) and f.endswith(".py")]
+    given = json.loads(sys.stdin.read()) if "--input" in argv[2:] else {}
+    if "files" in given:
+        files = [f for f in given["files"] if isinstance(f, str) and f.endswith(".py")]
     else:
         files = walk_project(root)
-    result = scan(root, sorted(files))
+    result = scan(root, sorted(files), given.get("requirements", []))
     # The interpreter that ran the scan, so the build needs no second start of it to learn its version,
     # and runs its later steps (import check, pip) on this binary rather than through a shim again.
     result["python"] = {"version": "%d.%d" % sys.version_info[:2], "executable": sys.executable or None}

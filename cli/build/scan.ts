@@ -16,6 +16,7 @@ import {
   routeSchema,
   targetSchema,
 } from '../../core/manifest.js';
+import { projectRequirements } from './deps.js';
 import { runProcess, tail } from './process.js';
 
 const locationSchema = z.object({ file: z.string(), line: z.number().int(), message: z.string() }).strict();
@@ -130,12 +131,19 @@ export function scannerPath(): string {
   return found;
 }
 
+/**
+ * Scans the project's endpoints, and checks its requirements.txt lines with the PEP 508 rule scan.py
+ * applies to dependencies=[...]: one rule, in one place, and no second Python start for the build.
+ * This file reads the lines (comments, options, -r includes); scan.py judges each requirement.
+ */
 export async function scanProject(options: ScanOptions): Promise<ScanResult> {
   const python = options.python ?? 'python3';
-  const args = [scannerPath(), options.projectDir];
-  if (options.files) args.push('--files-from', '-');
-  const result = await runProcess(python, args, {
-    stdin: options.files ? JSON.stringify(options.files) : '',
+  const requirements = projectRequirements(options.projectDir).requirements.flatMap((requirement) =>
+    requirement.source ? [{ ...requirement.source, spec: requirement.spec }] : [],
+  );
+  const input = { ...(options.files ? { files: options.files } : {}), requirements };
+  const result = await runProcess(python, [scannerPath(), options.projectDir, '--input', '-'], {
+    stdin: JSON.stringify(input),
     timeoutMs: 120_000,
     signal: options.signal,
   });

@@ -109,6 +109,27 @@ describe('ferry errors', () => {
     );
   });
 
+  it('a malformed requirements.txt line stops build and dev at requirements.txt:LINE, exit 2, before pip', async () => {
+    expect((await sandbox.run(['init', 'reqs'])).code).toBe(0);
+    const reqs = path.join(sandbox.root, 'reqs');
+    writeFileSync(
+      path.join(reqs, 'requirements.txt'),
+      '# deps\n--index-url https://pypi.org/simple\nrequests ;;\n',
+    );
+    for (const args of [['build'], ['dev', '--no-reload']]) {
+      const result = await sandbox.run(args, { cwd: reqs, timeoutMs: 30_000 });
+      expect(result.code, `${args.join(' ')}: ${result.stderr}`).toBe(2);
+      expect(result.stderr).toContain(
+        `requirements.txt:3: 'requests ;;' is not a valid requirement (';' is not an environment marker`,
+      );
+      expect(result.stderr).toContain('write a pip requirement such as "torch>=2.1" or "pillow"');
+      expect(result.stderr).toContain('hint: ');
+      expect(result.stderr).not.toContain('Traceback');
+      expect(result.stderr).not.toContain('pip could not install');
+      noStack(result.stderr);
+    }
+  });
+
   it("a platform that cannot start for a deploy shows this start's log lines, not an earlier run's", async () => {
     mkdirSync(sandbox.home, { recursive: true });
     writeFileSync(path.join(sandbox.home, 'serve.log'), 'Error: an old failure of another day\n');

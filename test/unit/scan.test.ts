@@ -568,6 +568,77 @@ describe('scanProject: errors name file:line', () => {
     expect(message).toContain('a pip requirement such as "torch>=2.1" or "pillow"');
   });
 
+  const endpointFile = 'from ferry import Endpoint\n\n@Endpoint(name="w")\ndef w():\n    pass\n';
+
+  it('accepts every requirements.txt line pip takes: the same rule as dependencies=[...]', async () => {
+    const lines = [
+      '# runtime deps',
+      '',
+      '--index-url https://pypi.org/simple',
+      '--extra-index-url=https://example.com/simple',
+      '-i https://mirror.example.com/simple',
+      '-c constraints.txt',
+      '--constraint constraints.txt',
+      '-f ./wheels',
+      '--pre',
+      '--no-binary :all:',
+      '-r more.txt',
+      'pillow',
+      'requests[socks, security]>=2.31,<3  # a trailing comment',
+      'uvloop; sys_platform != "win32" and python_version >= "3.8"',
+      'legacy===bar!!',
+      'foo (>=1.0)',
+      'torch==2.1.0+cu121 --hash=sha256:0123 --hash sha256:4567',
+      'numpy==2.* \\',
+      '    --hash=sha256:89ab',
+      'mypkg @ https://example.com/wheels/mypkg-1.0-py3-none-any.whl ; python_version < "3.13"',
+      'git+https://github.com/org/repo.git@v1.2#egg=repo',
+      'https://example.com/wheels/other-1.0-py3-none-any.whl; python_version >= "3.10"',
+      './wheels/local-1.0-py3-none-any.whl',
+      'vendor/local_pkg',
+      '/opt/wheels/abs-1.0.tar.gz',
+    ];
+    const root = project({
+      'w.py': endpointFile,
+      'requirements.txt': `${lines.join('\n')}\n`,
+      'more.txt': 'tinydep==1.0\n',
+      'constraints.txt': '',
+    });
+    expect((await scanProject({ projectDir: root })).endpoints.map((e) => e.name)).toEqual(['w']);
+    // The files the build scans (scanProject's files option) check requirements.txt too.
+    expect((await scanProject({ projectDir: root, files: ['w.py'] })).endpoints).toHaveLength(1);
+  });
+
+  // pip meets these with a traceback (an unparsable marker) or "Invalid requirement" and exit 1.
+  it.each([
+    ['torch ;;', "';' is not an environment marker"],
+    ['torch; python_versoin < "3.12"', 'is not an environment marker'],
+    ['foo>=bar!!', "'>=bar!!' is not a list of version specifiers"],
+    ['not a requirement', 'expected a package name'],
+    ['mypkg @ ./local', "'./local' is not a URL"],
+  ])('refuses the requirements.txt line %j at requirements.txt:LINE', async (line, reason) => {
+    const message = await scanError({
+      'w.py': endpointFile,
+      'requirements.txt': `# deps\npillow\n\n${line}  # why\n`,
+    });
+    expect(message).toContain(`requirements.txt:4: '${line}' is not a valid requirement (`);
+    expect(message).toContain(reason);
+    expect(message).toContain('write a pip requirement such as "torch>=2.1" or "pillow"');
+  });
+
+  it('names the included file and the first line of a continued one, with every problem at once', async () => {
+    const message = await scanError({
+      'w.py': endpointFile,
+      'requirements.txt': 'pillow\n-r deps/more.txt\nfoo >= \\\n  1.0 ;;\n',
+      'deps/more.txt': 'ok-pkg\n\nbad pkg\n',
+      'bad.py': 'from ferry import Endpoint\n\n@Endpoint(name="b", gpu="nope")\ndef b():\n    pass\n',
+    });
+    expect(message).toContain('The project has 3 problems');
+    expect(message).toContain("deps/more.txt:3: 'bad pkg' is not a valid requirement");
+    expect(message).toContain("requirements.txt:3: 'foo >=   1.0 ;;' is not a valid requirement");
+    expect(message).toContain("bad.py:3: Endpoint 'b': unknown gpu 'nope'");
+  });
+
   it('rejects reserved, duplicate and parameterless routes, and an unnamed or routeless LB endpoint', async () => {
     const head = 'from ferry import Endpoint\napi = Endpoint(name="api")\n';
     expect(await scanError({ 'lb.py': `${head}\n@api.get("/ping")\ndef p():\n    pass\n` })).toContain(

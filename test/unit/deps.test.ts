@@ -1,0 +1,109 @@
+/**
+ * parseRequirementsFile and projectRequirements (cli/build/deps.ts): how requirements.txt is read
+ * before scan.py checks each requirement (test/unit/scan.test.ts) and pip installs them: what each
+ * line hands on, and the file and line a message names.
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { parseRequirementsFile, projectRequirements } from '../../cli/build/deps.js';
+import { FerryError } from '../../core/errors.js';
+
+const tempDirs: string[] = [];
+
+function project(files: Record<string, string>): string {
+  const root = mkdtempSync(path.join(tmpdir(), 'deps-'));
+  tempDirs.push(root);
+  for (const [rel, content] of Object.entries(files)) {
+    mkdirSync(path.dirname(path.join(root, rel)), { recursive: true });
+    writeFileSync(path.join(root, rel), content);
+  }
+  return root;
+}
+
+afterAll(() => {
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+});
+
+describe('parseRequirementsFile', () => {
+  it('hands on each requirement with the file and line it is written on; options and comments are no requirement', () => {
+    const root = project({
+      'requirements.txt': [
+        '# comment',
+        '',
+        '--index-url https://pypi.org/simple',
+        '-c constraints.txt',
+        '-r deps/more.txt',
+        'pillow  # trailing comment',
+        'numpy==2.* \\',
+        '    --hash=sha256:89ab',
+        'uvloop; sys_platform != "win32"',
+      ].join('\n'),
+      'deps/more.txt': '\ntinydep==1.0\n',
+    });
+    const parsed = parseRequirementsFile(path.join(root, 'requirements.txt'), 'requirements.txt');
+    expect(parsed.requirements.map(({ spec, origin, source }) => ({ spec, origin, source }))).toEqual([
+      {
+        spec: 'tinydep==1.0',
+        origin: path.join('deps', 'more.txt:2'),
+        source: { file: path.join('deps', 'more.txt'), line: 2 },
+      },
+      { spec: 'pillow', origin: 'requirements.txt:6', source: { file: 'requirements.txt', line: 6 } },
+      { spec: 'numpy==2.*', origin: 'requirements.txt:7', source: { file: 'requirements.txt', line: 7 } },
+      {
+        spec: 'uvloop; sys_platform != "win32"',
+        origin: 'requirements.txt:9',
+        source: { file: 'requirements.txt', line: 9 },
+      },
+    ]);
+    expect(parsed.pipArgs).toEqual([
+      '--index-url',
+      'https://pypi.org/simple',
+      '-c',
+      path.join(root, 'constraints.txt'),
+    ]);
+  });
+
+  it("ends a requirement where pip does, at the first word starting with '-': an option's value goes too", () => {
+    const root = project({
+      'requirements.txt':
+        'torch==2.1.0 --hash=sha256:0123 --hash sha256:4567\nfoo @ https://example.com/foo-1.0-py3-none-any.whl --hash sha256:89\n',
+    });
+    const parsed = parseRequirementsFile(path.join(root, 'requirements.txt'), 'requirements.txt');
+    expect(parsed.requirements.map((r) => r.spec)).toEqual([
+      'torch==2.1.0',
+      'foo @ https://example.com/foo-1.0-py3-none-any.whl',
+    ]);
+  });
+
+  it('keeps refusing an editable install: it cannot go into an artifact', () => {
+    const root = project({ 'requirements.txt': 'pillow\n-e ./local\n' });
+    const error = (() => {
+      try {
+        parseRequirementsFile(path.join(root, 'requirements.txt'), 'requirements.txt');
+      } catch (thrown) {
+        return thrown;
+      }
+    })();
+    expect(FerryError.is(error)).toBe(true);
+    expect((error as FerryError).message).toBe(
+      'requirements.txt:2: editable installs (-e) cannot go into a deployment artifact',
+    );
+  });
+});
+
+describe('projectRequirements', () => {
+  it("reads the project's requirements.txt, or nothing without one", () => {
+    expect(projectRequirements(project({ 'w.py': '' }))).toEqual({
+      requirements: [],
+      pipArgs: [],
+      warnings: [],
+    });
+    const parsed = projectRequirements(project({ 'requirements.txt': 'pillow\n--no-binary :all:\n' }));
+    expect(parsed.requirements.map((r) => r.origin)).toEqual(['requirements.txt:1']);
+    expect(parsed.warnings).toEqual([
+      'requirements.txt:2: ignoring the option "--no-binary :all:" (not supported in a build)',
+    ]);
+  });
+});
