@@ -248,6 +248,52 @@ async function ferryThroughput(
   };
 }
 
+/**
+ * The HTTP ceiling: the bare Fastify echo route (the latency floor's child) driven by the same client,
+ * concurrency and body as Ferry's /run, with no job behind it. The job API costs every job at least
+ * one such request (/run), so no platform behind it can exceed this figure on the same machine: it
+ * tells whether an aim set against a peer that needs no HTTP (BullMQ) is reachable here at all.
+ */
+async function httpCeiling(n: number, clients: number) {
+  const floorChild = await startPlatformChild({ dataDir: '--floor', apiKey: '' });
+  const text = echoText(0);
+  const post = async (more: (sent: number) => boolean) => {
+    const poster = jsonPoster(floorChild.url, {}, clients);
+    let sent = 0;
+    try {
+      await Promise.all(
+        Array.from({ length: clients }, async () => {
+          while (more(sent)) {
+            sent++;
+            const r = await poster.post('/echo', { input: { i: sent, text } });
+            if (r.status !== 200) throw new Error(`the floor answered ${r.status}`);
+          }
+        }),
+      );
+    } finally {
+      await poster.close();
+    }
+  };
+  try {
+    const warmUntil = performance.now() + warmUpSeconds * 1000;
+    await post(() => performance.now() < warmUntil);
+    const cpuBefore = cpuMs(floorChild.pid);
+    const began = performance.now();
+    await post((sent) => sent < n);
+    const ms = performance.now() - began;
+    const cpuAfter = cpuMs(floorChild.pid);
+    return {
+      jobs: n,
+      ms: Math.round(ms),
+      perSec: round((n * 1000) / ms),
+      serverCpuMsPerRequest:
+        cpuBefore === undefined || cpuAfter === undefined ? undefined : round((cpuAfter - cpuBefore) / n, 3),
+    };
+  } finally {
+    await floorChild.stop();
+  }
+}
+
 /** CPU ms used so far by the platform child and by its worker processes. */
 function cpuOf(pid: number): { platform: number | undefined; workers: number } {
   return { platform: cpuMs(pid), workers: descendantsCpuMs(pid) };
@@ -749,6 +795,9 @@ async function main(): Promise<void> {
       (throughput.ferryCurve as unknown[]).push(point);
     }
 
+    throughput.httpCeiling = await httpCeiling(jobs, concurrency);
+    say(`HTTP ceiling (bare Fastify echo, same client): ${JSON.stringify(throughput.httpCeiling)}`);
+
     const bull = prepareBullmq();
     if (bull.ok) {
       try {
@@ -887,6 +936,8 @@ interface Results {
     celeryBig?: Rate;
     celeryCurve?: (Rate & { processes: number })[];
     celerySkipped?: string;
+    /** The bare Fastify echo route under the same client: what one HTTP request per job allows here. */
+    httpCeiling?: { perSec: number; ms: number; serverCpuMsPerRequest?: number };
   };
   memory?: Awaited<ReturnType<typeof deepQueue>>;
   profile?: { fn: string; pct: number }[];
@@ -919,6 +970,7 @@ ${row('Ferry engine alone, TypeScript protocol worker', t.ferryTs)}
 ${row('BullMQ 5 on Redis (Node worker, same concurrency)', t.bullmq, t.bullmqSkipped)}
 ${row('BullMQ 5 on Redis with its append-only file (appendfsync everysec)', t.bullmqDurable, t.bullmqSkipped)}
 ${row('Celery 5 on Redis (Python workers, same concurrency)', t.celery, t.celerySkipped)}
+${t.httpCeiling ? `| HTTP ceiling: a bare Fastify echo route, same client, no job behind it | ${t.httpCeiling.perSec} | ${ratio(t.httpCeiling.perSec, bull)} | ${ratio(t.httpCeiling.perSec, cel)} |` : ''}
 
 Ferry's figure includes HTTP for every submission (/run), every take and every job-done, and a durable
 SQLite commit before each answer (an acknowledged job survives kill -9 of the platform); BullMQ's
@@ -929,7 +981,7 @@ producer is its Python client (${concurrency} threads) and its workers are \`cel
 processes, as many as Ferry's pool has, each running ceil(${concurrency} / processes) tasks at once; a Celery
 job counts when its result is in the Redis result backend.
 
-Cost curve, same ${concurrency} concurrency spread over more Python processes (jobs/s):
+${ceilingParagraph(t)}Cost curve, same ${concurrency} concurrency spread over more Python processes (jobs/s):
 
 | Python worker processes | Ferry | Celery | Ferry / Celery |
 |---|---|---|---|
@@ -938,6 +990,26 @@ ${curveRows.join('\n')}
 CPU per job (user + system from /proc, ms; far steadier than jobs/s on a shared machine): the platform process ${cpuLine(t.ferryPython)} with the Python pool, ${cpuLine(t.ferryTs)} with the TypeScript worker, ${cpuLine(t.ferryPythonBig)} with the ${bigInputBytes / 1024} KB input${t.ferryCurve.map((f) => `, ${cpuLine(f)} with ${f.workers} processes`).join('')}; the Python worker processes ${t.ferryPython.workersCpuMsPerJob ?? 'n/a'} ms; the bench client (its /run loop and health polls) ${t.ferryPython.clientCpuMsPerJob ?? 'n/a'} ms.
 
 A ${bigInputBytes / 1024} KB input (${bigJobs} jobs, ${pyWorkers} Python processes): Ferry ${t.ferryPythonBig.perSec} jobs/s, BullMQ ${t.bullmqBig?.perSec ?? 'n/a'} (${ratio(t.ferryPythonBig.perSec, t.bullmqBig?.perSec)}), Celery ${t.celeryBig?.perSec ?? 'n/a'} (${ratio(t.ferryPythonBig.perSec, t.celeryBig?.perSec)}).
+`;
+}
+
+/**
+ * Whether the BullMQ aim is within what the job API's one HTTP request per job allows on this machine:
+ * Ferry's /run is at least the ceiling's request, so 0.5× BullMQ above the ceiling is out of reach for
+ * any platform behind that API, whatever it does after the request arrives.
+ */
+function ceilingParagraph(t: NonNullable<Results['throughput']>): string {
+  const ceiling = t.httpCeiling;
+  const bull = t.bullmq?.perSec;
+  if (!ceiling || !bull) return '';
+  const needed = round(bull / 2);
+  const share = round(t.ferryPython.perSec / ceiling.perSec, 2);
+  const reach =
+    ceiling.perSec < needed
+      ? `below the ${needed} jobs/s that 0.5× BullMQ needs: on this machine no platform that answers one HTTP request per job can meet that aim`
+      : `above the ${needed} jobs/s that 0.5× BullMQ needs`;
+  return `The HTTP ceiling (${ceiling.perSec} requests/s, the bare route's server ${ceiling.serverCpuMsPerRequest ?? 'n/a'} ms of CPU per request) is ${reach}. Ferry + Python pool runs at ${share}× the ceiling, with a durable job, a worker's take and its job-done behind each request.
+
 `;
 }
 
