@@ -95,6 +95,26 @@ async function destroyEnvironment(provider: Provider, app: string, env: string, 
   }
 }
 
+/**
+ * Secrets belong to the user, not to the environment's records, so deleting an environment keeps
+ * them: a later environment of the same name gets them again, and on AWS each costs a monthly fee.
+ * Says which were kept and how to remove them. Only a note: a store that cannot be listed (AWS
+ * without secretsmanager:ListSecrets) says nothing.
+ */
+async function noteKeptSecrets(ctx: CliContext, provider: Provider, app: string, env: string): Promise<void> {
+  let names: string[];
+  try {
+    names = (await provider.secretNames?.({ app, env })) ?? [];
+  } catch {
+    return;
+  }
+  if (names.length === 0) return;
+  const where = provider.name === 'local' ? '' : ` --provider ${provider.name}`;
+  ctx.reporter.line(
+    `  kept ${countOf(names.length, 'secret')} of ${app}/${env} (${names.join(', ')}): a new '${env}' environment gets them; remove one with \`ferry secrets delete NAME --app ${app} --env ${env}${where}\``,
+  );
+}
+
 async function confirmOrForce(ctx: CliContext, force: boolean, question: string): Promise<void> {
   if (force) return;
   if (!(await confirm(ctx.io, question))) {
@@ -216,6 +236,7 @@ export const envCommand = (ctx: CliContext): CommandModule =>
               await removeEndpoints(ctx, provider, endpoints, `Environment '${name}' was kept`);
               await destroyEnvironment(provider, app, name, `Environment '${name}' was kept`);
               await provider.control.deleteEnvironment(app, name);
+              await noteKeptSecrets(ctx, provider, app, name);
               ctx.reporter.out(
                 `✓ Deleted environment '${name}' of app '${app}' (${countOf(endpoints.length, 'endpoint')} removed)`,
               );
@@ -330,6 +351,7 @@ export const appCommand = (ctx: CliContext): CommandModule =>
               for (const env of await provider.control.listEnvironments(name)) {
                 await destroyEnvironment(provider, name, env.name, `App '${name}' was kept`);
                 await provider.control.deleteEnvironment(name, env.name);
+                await noteKeptSecrets(ctx, provider, name, env.name);
               }
               await provider.control.deleteApp(name);
               ctx.reporter.out(`✓ Deleted app '${name}' (${countOf(endpoints.length, 'endpoint')} removed)`);

@@ -139,14 +139,29 @@ describe('deploy and the control records (--no-serve)', () => {
       0,
     );
     expect(await json(['undeploy', 'list'])).toHaveLength(4);
+    // Secrets are the user's: deleting an environment keeps them, and says so.
+    for (const env of ['staging', 'production']) {
+      const set = await sandbox.run(['secrets', 'set', 'HF_TOKEN', '--env', env], {
+        cwd: project,
+        input: 'v\n',
+      });
+      expect(set.code, set.stderr).toBe(0);
+    }
     const envDelete = await sandbox.run(['env', 'delete', 'staging', '--force'], { cwd: project });
     expect(envDelete.code, envDelete.stderr).toBe(0);
     expect(envDelete.stdout).toContain('(2 endpoints removed)');
+    expect(envDelete.stderr).toContain(
+      "kept 1 secret of shop/staging (HF_TOKEN): a new 'staging' environment gets them; remove one with `ferry secrets delete NAME --app shop --env staging`",
+    );
+    expect((await sandbox.run(['secrets', 'list', '--env', 'staging'], { cwd: project })).stdout).toBe(
+      'HF_TOKEN\n',
+    );
     const left = await json(['undeploy', 'list']);
     expect(left.map((e: { env: string }) => e.env)).toEqual(['production', 'production']);
     expect((await json(['env', 'list'])).map((e: { name: string }) => e.name)).toEqual(['production']);
     const appDelete = await sandbox.run(['app', 'delete', 'shop', '--force'], { cwd: project });
     expect(appDelete.code, appDelete.stderr).toBe(0);
+    expect(appDelete.stderr).toContain('kept 1 secret of shop/production (HF_TOKEN)');
     expect(await json(['undeploy', 'list'])).toEqual([]);
     expect(await json(['app', 'list'])).toEqual([]);
     const gone = await sandbox.run(['app', 'get', 'shop'], { cwd: project });
