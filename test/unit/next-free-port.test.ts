@@ -25,20 +25,26 @@ async function hold(port: number): Promise<boolean> {
   return bound;
 }
 
+/**
+ * A port held by this test whose next one is free, picked where nothing else picks (below the
+ * ephemeral range).
+ */
+async function heldPortWithFreeNext(): Promise<number> {
+  for (let tries = 0; tries < 20; tries++) {
+    const candidate = await pickChildPort({ host: '127.0.0.1' });
+    if ((await nextFreePort('127.0.0.1', candidate + 1)) === candidate + 1 && (await hold(candidate)))
+      return candidate;
+  }
+  throw new Error('no port with a free next one in 20 tries');
+}
+
 afterEach(async () => {
   for (const server of held.splice(0)) await new Promise((resolve) => server.close(resolve));
 });
 
 describe('nextFreePort', () => {
   it('answers the port when it is free, else the next free one after it', async () => {
-    // A port whose next one is free too, picked where nothing else picks (below the ephemeral range).
-    let port = 0;
-    for (let tries = 0; tries < 20 && port === 0; tries++) {
-      const candidate = await pickChildPort({ host: '127.0.0.1' });
-      if ((await nextFreePort('127.0.0.1', candidate + 1)) === candidate + 1 && (await hold(candidate)))
-        port = candidate;
-    }
-    expect(port).toBeGreaterThan(0);
+    const port = await heldPortWithFreeNext();
     expect(await nextFreePort('127.0.0.1', port)).toBe(port + 1);
     await Promise.all(held.splice(0).map((server) => new Promise((resolve) => server.close(resolve))));
     expect(await nextFreePort('127.0.0.1', port)).toBe(port);
@@ -90,13 +96,7 @@ describe('requestedPort and portToListenOn', () => {
   });
 
   it("listens on FERRY_PORT's port even when it is taken; --port's and the default's move on", async () => {
-    let port = 0;
-    for (let tries = 0; tries < 20 && port === 0; tries++) {
-      const candidate = await pickChildPort({ host: '127.0.0.1' });
-      if ((await nextFreePort('127.0.0.1', candidate + 1)) === candidate + 1 && (await hold(candidate)))
-        port = candidate;
-    }
-    expect(port).toBeGreaterThan(0);
+    const port = await heldPortWithFreeNext();
     // Taken: FERRY_PORT's stays (the listen then fails, below), the others move to the next one.
     expect(await portToListenOn('127.0.0.1', requestedPort({ FERRY_PORT: String(port) }))).toBe(port);
     expect(await portToListenOn('127.0.0.1', requestedPort({ FERRY_PORT: '1' }, port))).toBe(port + 1);
