@@ -5,13 +5,20 @@
 import type { DescribeServicesCommand } from '@aws-sdk/client-ecs';
 import { describe, expect, it } from 'vitest';
 import { FakeClock } from '../../core/clock.js';
-import { watchSuperseded } from '../../worker-image/agent/superseded.js';
+import { clockMarginMs, watchSuperseded } from '../../worker-image/agent/superseded.js';
 
 const cluster = 'arn:aws:ecs:eu-west-1:123456789012:cluster/ferry';
 const definition = (revision: number) =>
   `arn:aws:ecs:eu-west-1:123456789012:task-definition/FerryShopProdGen:${revision}`;
 
-function setup(primaryRevisions: (number | Error)[]) {
+/** The task's own times in the metadata answer, and the PRIMARY deployment's creation time. */
+interface Times {
+  pullStartedAt?: string;
+  containersCreatedAt?: string[];
+  deployedAt?: (look: number) => Date | undefined;
+}
+
+function setup(primaryRevisions: (number | Error)[], times: Times = {}) {
   const clock = new FakeClock();
   const stop = new AbortController();
   const asked: { cluster?: string; services?: string[] }[] = [];
@@ -21,8 +28,10 @@ function setup(primaryRevisions: (number | Error)[]) {
   const ecs = {
     send: async (command: DescribeServicesCommand) => {
       asked.push(command.input);
-      const next = primaryRevisions[Math.min(looks++, primaryRevisions.length - 1)]!;
+      const look = looks++;
+      const next = primaryRevisions[Math.min(look, primaryRevisions.length - 1)]!;
       if (next instanceof Error) throw next;
+      const createdAt = times.deployedAt?.(look);
       return {
         $metadata: {},
         services: [
@@ -30,7 +39,12 @@ function setup(primaryRevisions: (number | Error)[]) {
             deployments: [
               // During a rollout the old one is ACTIVE beside the PRIMARY.
               { status: 'ACTIVE', taskDefinition: definition(7) },
-              { status: 'PRIMARY', taskDefinition: definition(next) },
+              {
+                status: 'PRIMARY',
+                id: `ecs-svc/${1000 + look}`,
+                taskDefinition: definition(next),
+                ...(createdAt ? { createdAt } : {}),
+              },
             ],
           },
         ],
@@ -44,6 +58,8 @@ function setup(primaryRevisions: (number | Error)[]) {
         Family: 'FerryShopProdGen',
         Revision: '7',
         DesiredStatus: 'RUNNING',
+        ...(times.pullStartedAt ? { PullStartedAt: times.pullStartedAt } : {}),
+        Containers: (times.containersCreatedAt ?? []).map((CreatedAt) => ({ CreatedAt })),
       }),
     )) as typeof fetch;
   const watching = watchSuperseded({
@@ -79,7 +95,7 @@ describe('the deployment check of a queue agent', () => {
   it('calls onSuperseded once when the PRIMARY deployment runs another revision, then stops looking', async () => {
     const t = setup([7, 8]);
     for (let i = 0; i < 4; i++) await t.minute();
-    expect(t.superseded).toEqual([definition(8)]);
+    expect(t.superseded).toEqual([`a deploy replaced this task's definition (now ${definition(8)})`]);
     await t.watching;
     const asked = t.asked.length;
     await t.minute();
@@ -93,7 +109,39 @@ describe('the deployment check of a queue agent', () => {
     const t = setup([refused, refused, refused, 8]);
     for (let i = 0; i < 6; i++) await t.minute();
     expect(t.warnings).toEqual(['deployment check: not authorized to perform: ecs:DescribeServices']);
-    expect(t.superseded).toEqual([definition(8)]);
+    expect(t.superseded).toEqual([`a deploy replaced this task's definition (now ${definition(8)})`]);
+    await t.watching;
+  });
+
+  // A forced new deployment (ferry secrets set) keeps the definition: the task's own times tell.
+  it('steps aside for a newer deployment of its own definition (a forced one), made after the task', async () => {
+    const madeAt = '2026-11-28T10:00:00.000Z';
+    const forcedAt = new Date('2026-11-28T11:00:00.000Z');
+    const t = setup([7], {
+      pullStartedAt: madeAt,
+      containersCreatedAt: ['2026-11-28T10:00:05.000Z'],
+      // The deployment that started the task, then the forced one from the third look on.
+      deployedAt: (look) => (look < 2 ? new Date('2026-11-28T09:59:58.000Z') : forcedAt),
+    });
+    for (let i = 0; i < 2; i++) await t.minute();
+    expect(t.superseded).toEqual([]);
+    for (let i = 0; i < 2; i++) await t.minute();
+    expect(t.superseded).toEqual([
+      `a newer deployment of this task's definition started (ecs-svc/1002, created ${forcedAt.toISOString()})`,
+    ]);
+    await t.watching;
+  });
+
+  it("stays for the deployment that started it, within the clock margin, and reads a cached image's containers", async () => {
+    // No pull (the image was cached): the containers' CreatedAt is the task's time. ECS's clock may
+    // put the deployment a little after the task's own clock says it was made.
+    const t = setup([7], {
+      containersCreatedAt: ['2026-11-28T10:00:05.000Z', '2026-11-28T10:00:04.000Z'],
+      deployedAt: () => new Date(Date.parse('2026-11-28T10:00:04.000Z') + clockMarginMs - 1_000),
+    });
+    for (let i = 0; i < 4; i++) await t.minute();
+    expect(t.superseded).toEqual([]);
+    t.stop.abort();
     await t.watching;
   });
 });

@@ -118,7 +118,7 @@ async function untilLeaving(
           serviceName: serviceName(env.FERRY_ENDPOINT_ID),
           clock: systemClock,
           signal: watching.signal,
-          onSuperseded: (primary) => retire(`a deploy replaced this task's definition (now ${primary})`),
+          onSuperseded: (reason) => retire(reason),
           warn,
         })
       : Promise.resolve();
