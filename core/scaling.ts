@@ -15,12 +15,16 @@
  *   to several workers the way a "+1 every minute the queue is not empty" alarm does.
  * - A worker is kept while it holds anything and for idle_timeout after it last held something; only
  *   then may it stop. So the count never drops below the workers that must be kept.
- * - The count stays within [min, max]. max wins over everything: if busy workers outnumber a lowered
- *   max, the count is max and nobody busy is named to stop (the actuator lets them finish: locally the
- *   pool does not stop them, on AWS task scale-in protection keeps ECS from stopping them).
- * - A failing endpoint (its workers die before their first contact, core/supervisor.ts) wants 0 workers,
- *   whatever min and the queue say: a new worker would run the same broken code, and on AWS each try
- *   is a GPU instance billed while it boots and crashes. A deploy clears the state.
+ * - The count stays within [min, max], except that it never falls below the workers holding
+ *   something: if busy workers outnumber a lowered max, the count is theirs, and no new one starts.
+ *   On AWS a count below the protected tasks blocks their protection: ECS refuses to set or renew it
+ *   with DEPLOYMENT_BLOCKED, "the service has more protected tasks than the desired count of tasks"
+ *   (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html), so
+ *   a long job's protection lapsed and ECS stopped its task mid-job.
+ * - A failing endpoint (its workers die before their first contact, core/supervisor.ts) wants no new
+ *   worker, whatever min and the queue say: a new worker would run the same broken code, and on AWS
+ *   each try is a GPU instance billed while it boots and crashes. Workers still holding something
+ *   (tasks of the code before a broken deploy) stay to finish it. A deploy clears the state.
  * - Where the rest says 0, workers still booting within their boot allowance are kept (`booting`,
  *   counted by `bootingOf`). A load-balanced endpoint woken from zero needs this: the request that woke
  *   it is stored nowhere (its ALB answered 503 and the alarm fires once), so nothing else says the task
@@ -89,10 +93,12 @@ export function decideScale(input: ScalingInput): ScalingDecision {
   const perWorker = Math.max(1, Math.floor(input.maxConcurrency));
   let held = 0;
   let kept = 0;
+  let busy = 0;
   const idle: WorkerLoad[] = [];
   for (const worker of input.workers) {
     const holding = Math.max(0, worker.heldJobs) + Math.max(0, worker.inFlightRequests);
     held += holding;
+    if (holding > 0) busy++;
     if (holding > 0 || input.nowMs - worker.lastBusyAtMs < input.idleTimeoutMs) kept++;
     else idle.push(worker);
   }
@@ -104,9 +110,9 @@ export function decideScale(input: ScalingInput): ScalingDecision {
       .filter((w) => Math.max(0, w.heldJobs) + Math.max(0, w.inFlightRequests) === 0)
       .map((w) => w.workerId)
       .sort();
-    return { desired: 0, mayStop, demand, kept: input.workers.length - mayStop.length };
+    return { desired: busy, mayStop, demand, kept: input.workers.length - mayStop.length };
   }
-  const upWanted = Math.min(max, Math.max(min, needed, kept));
+  const upWanted = Math.max(busy, Math.min(max, Math.max(min, needed, kept)));
   // Nothing wants a worker, but some are on their way: keep them through their boot allowance.
   const desired = upWanted > 0 ? upWanted : Math.min(max, Math.max(0, Math.floor(input.booting ?? 0)));
   // Up workers beyond the desired count go, longest idle first, and only ones that are past their

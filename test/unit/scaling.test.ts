@@ -75,9 +75,10 @@ const cases: Case[] = [
     mayStop: ['b', 'c'],
   },
   {
-    name: 'a busy worker is never named, even when max is lowered below it',
-    input: { urgentQueuedJobs: 0, max: 1, workers: [w('a', 1), w('b', 1), w('c', 0, idleTimeoutMs)] },
-    desired: 1,
+    // On AWS a count below the protected tasks makes ECS refuse their protection (DEPLOYMENT_BLOCKED).
+    name: 'busy workers are never named, and the count never falls below them, even under a lowered max',
+    input: { urgentQueuedJobs: 3, max: 1, workers: [w('a', 1), w('b', 1), w('c', 0, idleTimeoutMs)] },
+    desired: 2,
     mayStop: ['c'],
   },
   {
@@ -129,9 +130,9 @@ const cases: Case[] = [
     mayStop: [],
   },
   {
-    name: 'a failing endpoint lets every worker holding nothing go, even inside its idle_timeout',
+    name: 'a failing endpoint lets every worker holding nothing go, even inside its idle_timeout, and counts the busy one',
     input: { urgentQueuedJobs: 1, failing: true, workers: [w('b', 0, 1_000), w('a', 0, 0), w('c', 1)] },
-    desired: 0,
+    desired: 1,
     mayStop: ['a', 'b'],
   },
   {
@@ -201,7 +202,9 @@ describe('decideScale', () => {
         for (let min = 0; min <= max; min++) {
           const workers = [w('a', 1), w('b', 0, 0, 1), w('c', 0, idleTimeoutMs * 2), w('d', 0, 1)];
           const d = decideScale({ ...base, urgentQueuedJobs: queued, min, max, workers });
-          expect(d.desired).toBeLessThanOrEqual(max);
+          // Within max, except that the two workers holding something are always counted.
+          expect(d.desired).toBeLessThanOrEqual(Math.max(max, 2));
+          expect(d.desired).toBeGreaterThanOrEqual(2);
           expect(d.desired).toBeGreaterThanOrEqual(min);
           for (const id of d.mayStop) expect(['c']).toContain(id);
         }
