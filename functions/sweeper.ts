@@ -11,6 +11,7 @@
  *    claim) end FAILED with the reason, and the dead letter is deleted.
  */
 import type { SweepTally } from '../core/engine.js';
+import { messageOf } from '../core/errors.js';
 import { queuedJobsFailure } from '../core/supervisor.js';
 import type { Platform } from './wiring.js';
 import { platformFromEnv, settleWebhooks } from './wiring.js';
@@ -49,46 +50,74 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
     context?: { getRemainingTimeInMillis?: () => number },
   ): Promise<SweepReport> => {
     const { engine, jobs, webhooks, control, deadLetters } = platform();
-    const swept = await engine.sweep();
-    const deleted = await jobs.deleteExpired(nowMs(), sweepTiming.expiredDeleteLimit);
-    const queueEndpoints = (await control.listEndpoints()).filter((e) => e.kind === 'queue').map((e) => e.id);
-    const resent = await engine.resendWaiting(queueEndpoints, {
-      staleMs: sweepTiming.staleQueuedMs,
-      periodMs: sweepTiming.periodMs,
-      limit: sweepTiming.resendLimit,
-    });
-    let deadLettered = 0;
-    for (const endpointId of queueEndpoints) {
-      for (const letter of await deadLetters.take(endpointId, sweepTiming.deadLetterLimit)) {
-        const failed = await engine.failDeadLettered(
-          letter.jobId,
-          'The job could not be handed to a worker: its queue message was received 5 times without being claimed (dead-lettered)',
-        );
-        if (failed) deadLettered++;
-        await letter.remove();
-      }
-    }
-    // An endpoint the agents marked failing gets no worker until a deploy (the scaler wants 0): jobs
-    // that reach it meanwhile end now with the reason, as the local supervisor's tick ends them.
-    let notStartable = 0;
     const remainingMs = () => context?.getRemainingTimeInMillis?.() ?? 30_000;
-    for (const endpointId of queueEndpoints) {
-      const problem = (await control.startFailures(endpointId))?.problem;
-      if (problem?.state === 'failing') {
-        notStartable += await engine.rejectQueued(endpointId, queuedJobsFailure(problem), {
-          budgetMs: Math.max(0, remainingMs() - webhookShareMs - returnMarginMs),
-        });
+    // Each endpoint's steps run on their own: one whose queue is gone (a stack deleted by hand, an
+    // undeploy that failed and kept the records) answers QueueDoesNotExist, which must not stop the
+    // resends, dead letters and rejections of every endpoint after it. The run fails at its end.
+    const failures: string[] = [];
+    const forEach = async (
+      what: string,
+      endpointIds: readonly string[],
+      step: (id: string) => Promise<void>,
+    ) => {
+      for (const endpointId of endpointIds) {
+        try {
+          await step(endpointId);
+        } catch (error) {
+          failures.push(`${what} of ${endpointId}: ${messageOf(error)}`);
+        }
       }
+    };
+    let report: SweepReport;
+    try {
+      const swept = await engine.sweep();
+      const deleted = await jobs.deleteExpired(nowMs(), sweepTiming.expiredDeleteLimit);
+      const queueEndpoints = (await control.listEndpoints())
+        .filter((e) => e.kind === 'queue')
+        .map((e) => e.id);
+      let resent = 0;
+      await forEach('resending waiting jobs', queueEndpoints, async (endpointId) => {
+        resent += await engine.resendWaiting([endpointId], {
+          staleMs: sweepTiming.staleQueuedMs,
+          periodMs: sweepTiming.periodMs,
+          limit: sweepTiming.resendLimit,
+        });
+      });
+      let deadLettered = 0;
+      await forEach('reading dead letters', queueEndpoints, async (endpointId) => {
+        for (const letter of await deadLetters.take(endpointId, sweepTiming.deadLetterLimit)) {
+          const failed = await engine.failDeadLettered(
+            letter.jobId,
+            'The job could not be handed to a worker: its queue message was received 5 times without being claimed (dead-lettered)',
+          );
+          if (failed) deadLettered++;
+          await letter.remove();
+        }
+      });
+      // An endpoint the agents marked failing gets no new worker until a deploy: jobs that reach it
+      // meanwhile end now with the reason, as the local supervisor's tick ends them.
+      let notStartable = 0;
+      await forEach('failing the queued jobs', queueEndpoints, async (endpointId) => {
+        const problem = (await control.startFailures(endpointId))?.problem;
+        if (problem?.state === 'failing') {
+          notStartable += await engine.rejectQueued(endpointId, queuedJobsFailure(problem), {
+            budgetMs: Math.max(0, remainingMs() - webhookShareMs - returnMarginMs),
+          });
+        }
+      });
+      report = { ...swept, deleted, resent, deadLettered, notStartable };
+    } finally {
+      // Whatever failed above, what the run did start goes out before it returns (a Lambda
+      // environment is frozen once the handler returns). Requeued jobs of an endpoint left with no
+      // worker nudged the scaler; timed-out and requeued jobs signal their workers' agents to stop
+      // them; jobs the sweep ended (timed out, failed) notify their webhooks.
+      await platform().nudges?.settled();
+      await platform().stopSignals?.settled();
+      await settleWebhooks(webhooks, remainingMs() - returnMarginMs);
     }
-    // Requeued jobs of an endpoint left with no worker nudged the scaler: send that before returning.
-    await platform().nudges?.settled();
-    // Timed-out and requeued jobs signal their workers' agents to stop them (stop signals).
-    await platform().stopSignals?.settled();
-    // Jobs the sweep ended (timed out, failed) notify their webhooks: deliver before returning.
-    await settleWebhooks(webhooks, (context?.getRemainingTimeInMillis?.() ?? 30_000) - returnMarginMs);
-    const report = { ...swept, deleted, resent, deadLettered, notStartable };
     // One line per run for CloudWatch Logs Insights; counts only, never job contents.
-    console.log(JSON.stringify({ msg: 'ferry sweep', ...report }));
+    console.log(JSON.stringify({ msg: 'ferry sweep', ...report, failedSteps: failures.length }));
+    for (const failure of failures) console.error(`ferry sweep: ${failure}`);
     // A job the sweep could not move is left for the next run, so that it does not stop the rest;
     // the run still fails once all the rest is done, because the SweeperErrors alarm reads the
     // function's Errors metric, which counts "exceptions that your code throws"
@@ -97,6 +126,10 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
     if (report.left > 0)
       throw new Error(
         `${report.left} job(s) could not be swept and were left for the next run; this run's log names each with its reason`,
+      );
+    if (failures.length > 0)
+      throw new Error(
+        `${failures.length} endpoint step(s) of the sweep failed, the rest ran: ${failures.join('; ')}`,
       );
     return report;
   };

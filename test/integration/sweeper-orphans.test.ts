@@ -3,7 +3,12 @@
  * message of a job left IN_QUEUE (its send failed, or the message was lost), once per staleness
  * window, and fails a job whose message was dead-lettered, with the reason, deleting the dead letter.
  */
-import { CreateQueueCommand, GetQueueAttributesCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
+import {
+  CreateQueueCommand,
+  DeleteQueueCommand,
+  GetQueueAttributesCommand,
+  SendMessageCommand,
+} from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { FakeClock } from '../../core/clock.js';
 import { silentLogger } from '../../core/log.js';
@@ -222,5 +227,58 @@ describe('sweeper on emulators', () => {
     expect((await sweep()).deadLettered).toBe(0);
     expect(await visible(dlq)).toBe(0);
     expect((await platform.jobs.get(job.id, clock.now()))?.error).toBe(failed?.error);
+  });
+
+  it("an endpoint whose queue is gone does not stop the other endpoints' resends and dead letters; the run fails last", async () => {
+    // A stack deleted by hand, or an undeploy that failed and kept the records: the record lists an
+    // endpoint whose queues answer QueueDoesNotExist. It sorts first (app 'aaa'), so before the fix
+    // its resend threw and the run stopped before any other endpoint.
+    const goneId = 'gone0000000000';
+    for (const name of [goneId, `${goneId}-low`, `${goneId}-dlq`, `${goneId}-low-dlq`]) {
+      await fixture.sqs.send(new CreateQueueCommand({ QueueName: `ferry-${name}` }));
+    }
+    await platform.control.putEndpoint({
+      id: goneId,
+      app: 'aaa',
+      env: 'production',
+      name: 'gone',
+      kind: 'queue',
+      createdAt: clock.now(),
+      updatedAt: clock.now(),
+    } as never);
+    await platform.engine.submit(goneId, { input: { n: 3 } }, { sync: false });
+    const mine = await platform.engine.submit(endpointId, { input: { n: 4 } }, { sync: false });
+    const urgentUrl = (await fixture.sqs.send(new CreateQueueCommand({ QueueName: `ferry-${endpointId}` })))
+      .QueueUrl!;
+    for (const id of [endpointId, goneId]) {
+      await platform.queue
+        .receive(id, { max: 10, visibilityMs: 0, waitMs: 0 })
+        .then((ms) => Promise.all(ms.map((m) => platform.queue.ack(id, m.receipt))));
+    }
+    for (const name of [goneId, `${goneId}-low`, `${goneId}-dlq`, `${goneId}-low-dlq`]) {
+      const { QueueUrl } = await fixture.sqs.send(new CreateQueueCommand({ QueueName: `ferry-${name}` }));
+      await fixture.sqs.send(new DeleteQueueCommand({ QueueUrl }));
+    }
+    const dlq = (await fixture.sqs.send(new CreateQueueCommand({ QueueName: `ferry-${endpointId}-dlq` })))
+      .QueueUrl!;
+    const dead = await platform.engine.submit(endpointId, { input: { n: 5 } }, { sync: false });
+    await fixture.sqs.send(
+      new SendMessageCommand({
+        QueueUrl: dlq,
+        MessageBody: JSON.stringify({ jobId: dead.id, endpointId, lowPriority: false }),
+      }),
+    );
+    clock.advance(sweepTiming.staleQueuedMs);
+    const errors = vi.spyOn(console, 'error').mockImplementation(() => {});
+    await expect(sweep()).rejects.toThrow(`resending waiting jobs of ${goneId}`);
+    errors.mockRestore();
+    // The other endpoint was swept all the same: its waiting job sent again, its dead letter handled.
+    const messages = await platform.queue.receive(endpointId, { max: 10, visibilityMs: 30_000, waitMs: 0 });
+    expect(messages.map((m) => m.jobId)).toContain(mine.id);
+    for (const m of messages) await platform.queue.ack(endpointId, m.receipt);
+    expect((await platform.jobs.get(dead.id, clock.now()))?.status).toBe('FAILED');
+    expect(await visible(dlq)).toBe(0);
+    expect(urgentUrl).toContain(endpointId);
+    await platform.control.deleteEndpoint(goneId);
   });
 });
