@@ -93,7 +93,16 @@ export class EndpointLoadBalancer extends Construct {
       port: ports.lbPublic,
       protocol: elbv2.ApplicationProtocol.HTTP,
       targetType: elbv2.TargetType.INSTANCE,
-      deregistrationDelay: Duration.seconds(30),
+      // A deregistering target keeps its requests in flight until they end or the delay passes: "the
+      // amount of time that the load balancer waits to move the target to the UNUSED state"
+      // (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/load-balancer-connection-draining.html,
+      // "Do not set the value to 5 seconds when you have a service with long-lived requests"). 30 s cut
+      // every request still running 30 s into a deploy or a scale-in; the longest a request may run
+      // is the ALB's idle timeout (3600 s is the attribute's most). A target with no request in
+      // flight and no connection is released at once, and the agent closes its idle connections as
+      // soon as ECS starts stopping its task (worker-image/agent/lb.ts drain), so an idle task is not
+      // held for the delay.
+      deregistrationDelay: Duration.seconds(Math.min(3600, albIdleTimeoutSec(resources))),
       // Back in service after 2 passing checks, not the default 5 (75 s of a ready worker unused):
       // "When the health checks exceed HealthyThresholdCount consecutive successes, the load balancer
       // puts the target back in service"

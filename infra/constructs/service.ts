@@ -280,10 +280,16 @@ export class EndpointService extends Construct {
       // Zero at create; the scaler Lambda owns the count from then on, so a later template states
       // none (a stated count is sent on every update of the service: AppEnvironmentStackProps.servicesCreated).
       ...(props.serviceCreated ? {} : { desiredCount: 0 }),
-      // Old workers may stop before new ones start: queue jobs wait (or requeue when a lease lapses),
-      // and no second GPU host is needed to roll.
-      minHealthyPercent: 0,
-      maxHealthyPercent: 100,
+      // Queue endpoints: old workers may stop before new ones start: queue jobs wait (or requeue when a
+      // lease lapses), and no second GPU host is needed to roll. Load-balanced endpoints have nowhere
+      // to keep a request: stopping every idle task first left the ALB answering 503 until the new
+      // ones loaded their model and passed two health checks, on every deploy and every
+      // `ferry secrets set`. So they start the new tasks first: "minimumHealthyPercent represents a
+      // lower limit on the number of your service's tasks that must remain in the RUNNING state
+      // during a deployment" (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_DeploymentConfiguration.html),
+      // which needs room for one more task per running one while it rolls.
+      minHealthyPercent: endpoint.kind === 'lb' ? 100 : 0,
+      maxHealthyPercent: endpoint.kind === 'lb' ? 200 : 100,
       // The strategy alone keeps tasks on the pool's hosts (its group launches the pool's type or, when
       // that type has no capacity, a fallback of the same GPU: infra/gpu.ts equivalentInstanceTypes).
       // No placement constraint: one on the instance type would leave tasks PENDING on a fallback

@@ -6,6 +6,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { Agent as HttpAgent, request as httpRequest } from 'node:http';
+import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -347,6 +349,47 @@ describe('load-balanced agent', () => {
       expect(await r.json()).toHaveProperty('error');
     } finally {
       await broken.close(1_000);
+    }
+  });
+
+  it('once ECS stops its task, closes idle keep-alive connections and each answer closes its own, so the ALB drain ends with the last request', async () => {
+    const draining = await startAgentFor(workerPort);
+    const keepAlive = new HttpAgent({ keepAlive: true, maxSockets: 1 });
+    const get = () =>
+      new Promise<{ status: number; connection: string | undefined; socket: Socket }>((resolve, reject) => {
+        const req = httpRequest(`${draining.url}/items/7`, {
+          agent: keepAlive,
+          headers: { authorization: apiKey },
+        });
+        req.on('response', (res) => {
+          res.resume();
+          res.on('end', () =>
+            resolve({ status: res.statusCode ?? 0, connection: res.headers.connection, socket: req.socket! }),
+          );
+        });
+        req.on('error', reject);
+        req.end();
+      });
+    try {
+      // Ready first (its /ping heard the worker): until then a new agent answers 503 "starting".
+      expect((await fetch(`${draining.url}/ping`)).status).toBe(200);
+      const before = await get();
+      expect(before.status).toBe(200);
+      expect(before.connection).toBe('keep-alive');
+      // The ALB's connection, idle between requests: it stays open until the agent is told.
+      const closed = once(before.socket, 'close');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(before.socket.destroyed).toBe(false);
+      await draining.drain();
+      await closed;
+      // A request already on its way (or a health check) is still answered, and closes its connection.
+      const during = await get();
+      expect(during.status).toBe(200);
+      expect(during.connection).toBe('close');
+      await once(during.socket, 'close');
+    } finally {
+      keepAlive.destroy();
+      await draining.close(1_000);
     }
   });
 });

@@ -465,15 +465,22 @@ describe('worker tokens and secrets (docs/security-aws.md)', () => {
 });
 
 describe('services and scaling', () => {
-  it('start at zero tasks on their capacity provider, free to replace every task', () => {
+  it('start at zero tasks on their capacity provider; queue services replace every task, load-balanced ones start the new first', () => {
     const services = Object.values(template.findResources('AWS::ECS::Service'));
     expect(services).toHaveLength(3);
     for (const service of services) {
       expect(service.Properties.DesiredCount).toBe(0);
-      expect(service.Properties.DeploymentConfiguration.MinimumHealthyPercent).toBe(0);
       expect(service.Properties.CapacityProviderStrategy).toHaveLength(1);
       expect(service.Properties.LaunchType).toBeUndefined();
     }
+    const deployment = (name: string) =>
+      template.toJSON().Resources[idOf(endpoint(name).service)].Properties.DeploymentConfiguration;
+    // Queue jobs wait in their queue while a task rolls.
+    for (const name of ['gpu_worker', 'cpu_worker']) {
+      expect(deployment(name)).toMatchObject({ MinimumHealthyPercent: 0, MaximumPercent: 100 });
+    }
+    // A request has nowhere to wait: the old tasks serve until the new ones pass their checks.
+    expect(deployment('lb_worker')).toMatchObject({ MinimumHealthyPercent: 100, MaximumPercent: 200 });
   });
 
   it('place tasks on any host of their pool, the fallback types included: no placement constraint', () => {
@@ -656,6 +663,13 @@ describe('load-balanced endpoint', () => {
       HealthyThresholdCount: 2,
       TargetType: 'instance',
       Port: ports.lbPublic,
+      // A deregistering task keeps its requests for as long as the ALB lets one run (was 30 s).
+      TargetGroupAttributes: Match.arrayWith([
+        {
+          Key: 'deregistration_delay.timeout_seconds',
+          Value: String(limits.executionTimeoutDefaultMs / 1000),
+        },
+      ]),
     });
   });
 

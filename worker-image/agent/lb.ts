@@ -147,6 +147,8 @@ export interface LbAgent {
    * the deployment may stop the task; requests are still served until it does (the ALB drains them).
    */
   retire(why: string): void;
+  /** ECS is stopping the task: connections close once their requests end (see the class). */
+  drain(): Promise<void>;
   /** Stops taking connections and waits for requests in flight (at most `waitMs`); twice is fine. */
   close(waitMs?: number): Promise<void>;
 }
@@ -187,6 +189,8 @@ class LbAgentServer implements LbAgent {
   private readonly protection: TaskProtection | undefined;
   /** Superseded by a deploy: protection is never asked for again (retire). */
   private retired = false;
+  /** ECS is stopping the task and the ALB draining it: no connection is kept after its answer (drain). */
+  private stopping = false;
   /** Stops the protection ticks on close. */
   private readonly closing = new AbortController();
   private ticking: Promise<void> | undefined;
@@ -352,6 +356,8 @@ class LbAgentServer implements LbAgent {
   }
 
   private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    // Draining: this answer is the connection's last (Node closes it after a `connection: close`).
+    if (this.stopping) res.setHeader('connection', 'close');
     try {
       const path = (req.url ?? '/').split('?')[0];
       if (req.method === 'GET' && path === '/ping') {
@@ -472,6 +478,26 @@ class LbAgentServer implements LbAgent {
       this.report();
     }
     return true;
+  }
+
+  /**
+   * ECS is stopping this task (its DesiredStatus is STOPPED, ecsWorker.ts onTaskStopping), so the ALB
+   * is draining it. ECS waits "for the load balancer to report that the keep alive connection is
+   * closed (the target is in an UNUSED state)", and the ALB completes a deregistration at once only
+   * for a target with "no in-flight requests and no active connections"; its idle keep-alive
+   * connections otherwise last up to its idle timeout, which is also the deregistration delay
+   * (infra/constructs/load-balancer.ts). So the idle ones close now and every answer from here on
+   * closes its own: the drain ends with the last request, and an idle task goes at once.
+   * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/load-balancer-connection-draining.html;
+   * https://docs.aws.amazon.com/elasticloadbalancing/latest/application/edit-target-group-attributes.html#deregistration-delay)
+   */
+  drain(): Promise<void> {
+    if (!this.stopping) {
+      this.stopping = true;
+      this.log.info('ECS is stopping this task: connections close as their requests end');
+      this.server.closeIdleConnections();
+    }
+    return Promise.resolve();
   }
 
   close(waitMs = 10_000): Promise<void> {
