@@ -464,7 +464,16 @@ export class AwsProvider implements Provider {
     reporter: Reporter,
   ): Promise<string | undefined> {
     const { ec2 } = this.options;
-    if (!ec2 || !needsCloudFrontPrefixList(manifest, https)) return undefined;
+    if (!needsCloudFrontPrefixList(manifest, https)) return undefined;
+    if (!this.#cloudFrontPrefixList) {
+      // The no-domain front: CloudFront reaches the internet-facing ALB over HTTP, the ALB having no
+      // certificate of its own. AWS: "Require HTTPS to improve the security of this solution"
+      // (https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/restrict-access-to-load-balancer.html).
+      reporter.line(
+        '  warning: load-balanced endpoints without a domain: CloudFront reaches their load balancer over plain HTTP, so API keys and payloads cross that leg unencrypted; set FERRY_AWS_DOMAIN for real traffic (docs/security-aws.md "Load-balanced endpoints over HTTPS")',
+      );
+    }
+    if (!ec2) return undefined;
     if (!this.#cloudFrontPrefixList) {
       this.#cloudFrontPrefixList = cloudFrontPrefixListId(ec2);
       reporter.line(`  CloudFront origin-facing prefix list: ${await this.#cloudFrontPrefixList}`);

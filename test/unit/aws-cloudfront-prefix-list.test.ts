@@ -242,6 +242,7 @@ describe('ferry deploy --provider aws: the ALBs behind CloudFront (real synth, f
 
   it('the deployed ALB admits port 80 from the looked-up list only; one lookup per process', async () => {
     const toolkit = new CapturingToolkit(harness.stateFile);
+    lines.length = 0;
     const ec2 = new FakeEc2([{ PrefixLists: [cloudFrontList] }]);
     const provider = providerWith(ec2, toolkit);
     await provider.prepare({ manifest, env, reporter });
@@ -250,6 +251,11 @@ describe('ferry deploy --provider aws: the ALBs behind CloudFront (real synth, f
     expect(toolkit.appTemplates).toHaveLength(1);
     expect(port80Sources(toolkit.appTemplates[0]!)).toEqual(['pl-3b927c52']);
     expect(lines.join('\n')).toContain('CloudFront origin-facing prefix list: pl-3b927c52');
+    // The leg from CloudFront to the ALB is plain HTTP without a domain: said once, with the fix.
+    const warnings = lines.filter((line) => line.includes('without a domain'));
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toContain('plain HTTP');
+    expect(warnings[0]).toContain('FERRY_AWS_DOMAIN');
   }, 240_000);
 
   it('a later deploy in a region without the list is refused before the stack changes', async () => {
@@ -269,6 +275,7 @@ describe('ferry deploy --provider aws: the ALBs behind CloudFront (real synth, f
 
   it('with a domain there is no CloudFront and no lookup: the ALB is public on 443 and 80', async () => {
     const toolkit = new CapturingToolkit(harness.stateFile);
+    lines.length = 0;
     const ec2 = new FakeEc2(awsError('UnauthorizedOperation', 'never asked'));
     await providerWith(ec2, toolkit, { FERRY_AWS_DOMAIN: 'example.com' }).provision([record], {
       app,
@@ -278,6 +285,7 @@ describe('ferry deploy --provider aws: the ALBs behind CloudFront (real synth, f
     });
     expect(ec2.prefixListCalls()).toHaveLength(0);
     expect(port80Sources(toolkit.appTemplates[0]!)).toEqual(['0.0.0.0/0']);
+    expect(lines.join('\n')).not.toContain('without a domain');
   }, 240_000);
 
   it('--synth-only stays offline: no EC2 call, and it says the deploy narrows port 80', async () => {
