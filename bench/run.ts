@@ -186,22 +186,12 @@ async function runJobs(
 ) {
   const health = async () => (await api(url, 'GET', `/${endpointId}/health`)).body;
   const before = (await health()).jobs as { completed: number; failed: number };
-  const poster = jsonPoster(url, { authorization: `Bearer ${benchKey}` }, clients);
   const began = performance.now();
-  let next = 0;
-  try {
-    await Promise.all(
-      Array.from({ length: clients }, async () => {
-        while (more(next)) {
-          next++;
-          const r = await poster.post(`/v2/${endpointId}/run`, { input: { i: next, text } });
-          if (r.status !== 200) throw new Error(`/run answered ${r.status}: ${JSON.stringify(r.body)}`);
-        }
-      }),
-    );
-  } finally {
-    await poster.close();
-  }
+  const next = await postInLoops(url, { authorization: `Bearer ${benchKey}` }, `/v2/${endpointId}/run`, {
+    clients,
+    more,
+    text,
+  });
   const submittedMs = performance.now() - began;
   for (;;) {
     const now = await health();
@@ -215,6 +205,35 @@ async function runJobs(
     await pause(50);
   }
   return { submittedMs, ms: performance.now() - began };
+}
+
+/**
+ * `clients` loops, each posting the echo body `{input: {i, text}}` to `path` and waiting for its
+ * answer before the next, while `more(sent)`; one keep-alive socket per loop. Answers how many were
+ * sent; any answer but 200 stops the run.
+ */
+async function postInLoops(
+  baseUrl: string,
+  headers: Record<string, string>,
+  path: string,
+  load: { clients: number; more: (sent: number) => boolean; text: string },
+): Promise<number> {
+  const poster = jsonPoster(baseUrl, headers, load.clients);
+  let sent = 0;
+  try {
+    await Promise.all(
+      Array.from({ length: load.clients }, async () => {
+        while (load.more(sent)) {
+          sent++;
+          const r = await poster.post(path, { input: { i: sent, text: load.text } });
+          if (r.status !== 200) throw new Error(`${path} answered ${r.status}: ${JSON.stringify(r.body)}`);
+        }
+      }),
+    );
+  } finally {
+    await poster.close();
+  }
+  return sent;
 }
 
 /** `n` jobs through /run → COMPLETED after an untimed warm-up (warmUpSeconds), with CPU per job. */
@@ -256,24 +275,8 @@ async function ferryThroughput(
  */
 async function httpCeiling(n: number, clients: number) {
   const floorChild = await startPlatformChild({ dataDir: '--floor', apiKey: '' });
-  const text = echoText(0);
-  const post = async (more: (sent: number) => boolean) => {
-    const poster = jsonPoster(floorChild.url, {}, clients);
-    let sent = 0;
-    try {
-      await Promise.all(
-        Array.from({ length: clients }, async () => {
-          while (more(sent)) {
-            sent++;
-            const r = await poster.post('/echo', { input: { i: sent, text } });
-            if (r.status !== 200) throw new Error(`the floor answered ${r.status}`);
-          }
-        }),
-      );
-    } finally {
-      await poster.close();
-    }
-  };
+  const post = (more: (sent: number) => boolean) =>
+    postInLoops(floorChild.url, {}, '/echo', { clients, more, text: echoText(0) });
   try {
     const warmUntil = performance.now() + warmUpSeconds * 1000;
     await post(() => performance.now() < warmUntil);

@@ -58,19 +58,24 @@ beforeAll(async () => {
   };
   clients.push(...Object.values(lambdaClients));
   platform = buildPlatform({ env, clients: lambdaClients, clock });
-  for (const name of [endpointId, `${endpointId}-low`, `${endpointId}-dlq`, `${endpointId}-low-dlq`]) {
-    await fixture.sqs.send(new CreateQueueCommand({ QueueName: `ferry-${name}` }));
-  }
+  await queueEndpoint(endpointId, 'shop', 'gen');
+}, 120_000);
+
+/** A queue endpoint's record and its four queues (urgent, low, and their dead-letter queues). */
+async function queueEndpoint(id: string, app: string, name: string): Promise<string[]> {
+  const queues = [id, `${id}-low`, `${id}-dlq`, `${id}-low-dlq`].map((q) => `ferry-${q}`);
+  for (const QueueName of queues) await fixture.sqs.send(new CreateQueueCommand({ QueueName }));
   await platform.control.putEndpoint({
-    id: endpointId,
-    app: 'shop',
+    id,
+    app,
     env: 'production',
-    name: 'gen',
+    name,
     kind: 'queue',
     createdAt: clock.now(),
     updatedAt: clock.now(),
   } as never);
-}, 120_000);
+  return queues;
+}
 afterAll(async () => {
   for (const c of clients) c.destroy();
   await fixture?.stop();
@@ -234,18 +239,7 @@ describe('sweeper on emulators', () => {
     // endpoint whose queues answer QueueDoesNotExist. It sorts first (app 'aaa'), so before the fix
     // its resend threw and the run stopped before any other endpoint.
     const goneId = 'gone0000000000';
-    for (const name of [goneId, `${goneId}-low`, `${goneId}-dlq`, `${goneId}-low-dlq`]) {
-      await fixture.sqs.send(new CreateQueueCommand({ QueueName: `ferry-${name}` }));
-    }
-    await platform.control.putEndpoint({
-      id: goneId,
-      app: 'aaa',
-      env: 'production',
-      name: 'gone',
-      kind: 'queue',
-      createdAt: clock.now(),
-      updatedAt: clock.now(),
-    } as never);
+    const goneQueues = await queueEndpoint(goneId, 'aaa', 'gone');
     await platform.engine.submit(goneId, { input: { n: 3 } }, { sync: false });
     const mine = await platform.engine.submit(endpointId, { input: { n: 4 } }, { sync: false });
     const urgentUrl = (await fixture.sqs.send(new CreateQueueCommand({ QueueName: `ferry-${endpointId}` })))
@@ -255,8 +249,8 @@ describe('sweeper on emulators', () => {
         .receive(id, { max: 10, visibilityMs: 0, waitMs: 0 })
         .then((ms) => Promise.all(ms.map((m) => platform.queue.ack(id, m.receipt))));
     }
-    for (const name of [goneId, `${goneId}-low`, `${goneId}-dlq`, `${goneId}-low-dlq`]) {
-      const { QueueUrl } = await fixture.sqs.send(new CreateQueueCommand({ QueueName: `ferry-${name}` }));
+    for (const QueueName of goneQueues) {
+      const { QueueUrl } = await fixture.sqs.send(new CreateQueueCommand({ QueueName }));
       await fixture.sqs.send(new DeleteQueueCommand({ QueueUrl }));
     }
     const dlq = (await fixture.sqs.send(new CreateQueueCommand({ QueueName: `ferry-${endpointId}-dlq` })))
