@@ -263,7 +263,7 @@ export class JobEngine {
         );
       }
     }
-    this.changes.notify(endpointKey(job.endpointId));
+    this.changes.notify(endpointKey(job.endpointId), { queuedLowPriority: job.policy.lowPriority === true });
   }
 
   /** Waits until the job ends or `waitMs` runs out; an unfinished job answers `{id, status}`. */
@@ -1062,7 +1062,9 @@ export class JobEngine {
     } finally {
       await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
       this.forgetRoom(job.endpointId);
-      this.changes.notify(endpointKey(job.endpointId));
+      this.changes.notify(endpointKey(job.endpointId), {
+        queuedLowPriority: job.policy.lowPriority === true,
+      });
     }
   }
 

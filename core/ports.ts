@@ -410,7 +410,13 @@ export interface Clock {
  */
 export interface ChangeFeed {
   watch(key: string): Watch;
-  notify(key: string): void;
+  /** `key` changed; `detail` says how, for a feed that acts on it (the AWS scaler nudge). */
+  notify(key: string, detail?: ChangeDetail): void;
+}
+
+/** What a notify says beyond its key: a job was queued, of this priority. */
+export interface ChangeDetail {
+  queuedLowPriority?: boolean;
 }
 
 export interface Watch {

@@ -64,6 +64,7 @@ import { z } from 'zod';
 import { endpointConfigOf } from '../core/deployment.js';
 import { PendingWork } from '../core/pending-work.js';
 import type {
+  ChangeDetail,
   ChangeFeed,
   Clock,
   ControlStore,
@@ -95,6 +96,8 @@ export const scalerEventSchema = z
     endpointId: z.string().min(1).optional(),
     /** Load-balanced requests that found no worker (the wake-up alarm's nudge). */
     waitingRequests: z.number().int().min(0).optional(),
+    /** An urgent job was just queued (the API's nudge, NudgingChangeFeed): demand is at least one. */
+    urgentJob: z.literal(true).optional(),
   })
   .strict();
 export type ScalerEvent = z.infer<typeof scalerEventSchema>;
@@ -289,6 +292,10 @@ export function failedScales(reports: readonly EndpointScaleReport[]): EndpointS
 
 /**
  * The urgent jobs the policy scales for: the queue's urgent depth, capped by the jobs still IN_QUEUE.
+ * A nudge for an urgent job counts it even when the depth does not show it yet: the queue attributes
+ * "may not achieve consistency until at least 1 minute after the producers stop sending messages"
+ * (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_GetQueueAttributes.html),
+ * and a depth of 0 read right after the submit left the first job for the next scheduled run.
  * A message outlives its job when the job is cancelled, purged or failed while it waits (SQS deletes
  * a message only with the receipt of a receive: a worker's take drops it then), so after a
  * purge-queue or a failing endpoint's redeploy the depth alone would start up to `max` GPU tasks for
@@ -399,7 +406,11 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
       const nudged = event.endpointId === record.id;
       const input: ScalingInput = {
         ...settings,
-        urgentQueuedJobs: urgentDemand(depth.urgent, queued, nudged ? settings.maxConcurrency : 0),
+        urgentQueuedJobs: urgentDemand(
+          nudged && event.urgentJob ? Math.max(depth.urgent, 1) : depth.urgent,
+          queued,
+          nudged ? settings.maxConcurrency : 0,
+        ),
         waitingRequests: nudged ? (event.waitingRequests ?? 0) : turnedAway.has(record.id) ? 1 : 0,
         workers: registered.map(workerLoadOf),
         nowMs: now,
@@ -545,9 +556,12 @@ export class NudgingChangeFeed implements ChangeFeed {
     return this.options.inner.watch(key);
   }
 
-  notify(key: string): void {
-    this.options.inner.notify(key);
+  notify(key: string, detail?: ChangeDetail): void {
+    this.options.inner.notify(key, detail);
     if (!key.startsWith(endpointKeyPrefix)) return;
+    // Low-priority jobs never scale an endpoint up (core/scaling.ts): no nudge, and no quiet period
+    // that would swallow an urgent job's nudge right after.
+    if (detail?.queuedLowPriority) return;
     const endpointId = key.slice(endpointKeyPrefix.length);
     const now = this.options.clock.now();
     const last = this.answered.get(endpointId);
@@ -580,7 +594,7 @@ export function lambdaInvoker(lambda: Pick<LambdaClient, 'send'>, functionName: 
       new InvokeCommand({
         FunctionName: functionName,
         InvocationType: 'Event',
-        Payload: Buffer.from(JSON.stringify({ endpointId })),
+        Payload: Buffer.from(JSON.stringify({ endpointId, urgentJob: true } satisfies ScalerEvent)),
       }),
     );
   };

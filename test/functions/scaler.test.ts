@@ -15,6 +15,7 @@ import {
   ListTasksCommand,
   UpdateServiceCommand,
 } from '@aws-sdk/client-ecs';
+import type { InvokeCommand } from '@aws-sdk/client-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
@@ -23,6 +24,7 @@ import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { ControlStore } from '../../core/ports.js';
 import {
   createScaler,
+  lambdaInvoker,
   NudgingChangeFeed,
   provisionAllowanceMs,
   type ScalerDeps,
@@ -561,6 +563,41 @@ describe('the nudge', () => {
     await nudged.submit(ep, { input: {} }, { sync: false });
     await feed.settled();
     expect(invoked).toEqual([ep, ep]);
+  });
+
+  it('a low-priority submit invokes nothing (such jobs never scale up), and does not hold back the urgent one after it', async () => {
+    const ep = await deploy();
+    const { invoked, feed, engine: nudged } = nudgeFeed();
+    await nudged.submit(ep, { input: {}, policy: { lowPriority: true } }, { sync: false });
+    await feed.settled();
+    expect(invoked).toEqual([]);
+    await nudged.submit(ep, { input: {} }, { sync: false });
+    await feed.settled();
+    expect(invoked).toEqual([ep]);
+  });
+
+  it('the invoke says an urgent job was queued, which the scaler counts when the queue depth lags', async () => {
+    const sent: unknown[] = [];
+    await lambdaInvoker(
+      { send: async (command: unknown) => sent.push(command) } as never,
+      'ferry-scaler',
+    )('ep1');
+    const input = (sent[0] as InvokeCommand).input;
+    expect(input).toMatchObject({ FunctionName: 'ferry-scaler', InvocationType: 'Event' });
+    expect(JSON.parse(Buffer.from(input.Payload as Uint8Array).toString())).toEqual({
+      endpointId: 'ep1',
+      urgentJob: true,
+    });
+
+    const ep = await deploy();
+    await engine.submit(ep, { input: {} }, { sync: false });
+    // The queue's attributes "may not achieve consistency until at least 1 minute after the
+    // producers stop sending messages" (GetQueueAttributes): a read right after the send says 0.
+    const lagging = { ...deps, queue: { ...deps.queue, depth: async () => ({ urgent: 0, visible: 0 }) } };
+    await scaleEndpoints(lagging, { endpointId: ep });
+    expect(ecs.updates).toEqual([]);
+    await scaleEndpoints(lagging, { endpointId: ep, urgentJob: true });
+    expect(desiredOf(ep)).toBe(1);
   });
 
   it('does not invoke the scaler while the endpoint has a live worker', async () => {
