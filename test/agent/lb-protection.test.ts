@@ -17,6 +17,7 @@ import { hashKey } from '../../core/auth.js';
 import { FakeClock } from '../../core/clock.js';
 import type { ApiKeyLookup } from '../../core/ports.js';
 import { type LbAgent, startLbAgent } from '../../worker-image/agent/lb.js';
+import { deploymentBlockedRetryMs } from '../../worker-image/agent/protection.js';
 import { eventually, memoryLog } from './helpers.js';
 
 const apiKey = 'fy_lb-protection-key-0123456789';
@@ -40,7 +41,7 @@ interface Put {
   atMs: number;
 }
 
-type Answer = '500' | 'throw' | 'failure' | 'not json';
+type Answer = '500' | 'throw' | 'failure' | 'blocked' | 'not json';
 const taskArn = 'arn:aws:ecs:us-east-1:123456789012:task/ferry/0123456789abcdef';
 
 /**
@@ -64,6 +65,11 @@ function fakeEcsAgent(clock: FakeClock, answers: Answer[] = []) {
     if (answer === 'failure') {
       // A task outside a service, among others (API_UpdateTaskProtection.html): still HTTP 200.
       const failure = { Arn: taskArn, Detail: null, Reason: 'TASK_NOT_VALID' };
+      return new Response(JSON.stringify({ failure }), { status: 200 });
+    }
+    if (answer === 'blocked') {
+      // More protected tasks than the service's desired count (task-scale-in-protection.html).
+      const failure = { Arn: taskArn, Detail: null, Reason: 'DEPLOYMENT_BLOCKED' };
       return new Response(JSON.stringify({ failure }), { status: 200 });
     }
     if (answer === 'not json') return new Response('<html>gateway</html>', { status: 200 });
@@ -247,6 +253,30 @@ describe('task scale-in protection of a load-balanced task', () => {
     expect(warnings[1]).toContain('not JSON');
     // The third answer is the ECS agent's success: protected now, nothing more within the term.
     await tick(1_000);
+    await tick(10 * 60_000);
+    expect(ecs.puts).toHaveLength(3);
+    worker.release();
+    expect((await slow).status).toBe(200);
+  });
+
+  it('DEPLOYMENT_BLOCKED: tries again every 30 s instead of every tick, and says so once', async () => {
+    const { ecs, worker, log, tick, call } = await setup(['blocked', 'blocked']);
+    const slow = call('/slow');
+    await eventually('the first attempt', () => (ecs.puts.length === 1 ? true : undefined));
+    for (let i = 0; i < 5; i++) await tick(1_000);
+    expect(ecs.puts).toHaveLength(1);
+    await tick(deploymentBlockedRetryMs - 5_000);
+    await eventually('the second attempt', () => (ecs.puts.length === 2 ? true : undefined));
+    await tick(1_000);
+    expect(ecs.puts).toHaveLength(2);
+    await tick(deploymentBlockedRetryMs);
+    await eventually('the third attempt', () => (ecs.puts.length === 3 ? true : undefined));
+    expect(ons(ecs.puts)).toHaveLength(3);
+    const warnings = log.lines.filter((l) => l.startsWith('warn task protection on'));
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toContain('DEPLOYMENT_BLOCKED');
+    expect(warnings[0]).toContain('more protected tasks than its desired count');
+    // The third answer is a success: protected, and nothing more within the term.
     await tick(10 * 60_000);
     expect(ecs.puts).toHaveLength(3);
     worker.release();

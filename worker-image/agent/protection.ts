@@ -58,8 +58,18 @@ export interface EcsProtectionOptions {
   protectionOffAfterMs?: number;
 }
 
+/**
+ * How long the agent waits after UpdateTaskProtection answers DEPLOYMENT_BLOCKED: "the service has
+ * more protected tasks than the desired count of tasks for the service", and the listed ways out
+ * are to wait for a protection to expire, release one, or raise the desired count
+ * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html). None
+ * of them happens within a second, and every try is an ECS API call of the account, so the agent
+ * tries again this much later instead of at every tick, and says so once.
+ */
+export const deploymentBlockedRetryMs = 30_000;
+
 export class TaskProtection {
-  private readonly state = { on: false, renewAt: 0, idleSince: 0 };
+  private readonly state = { on: false, renewAt: 0, idleSince: 0, blockedUntil: 0, blockedSaid: false };
   private protecting: Promise<void> | undefined;
 
   constructor(
@@ -106,6 +116,7 @@ export class TaskProtection {
     // Still inside the idle window after a job: keep renewing, or a long idle_timeout could outlast
     // the protection's own term.
     const keep = this.busy() || (this.state.on && idleMs < offAfterMs);
+    if (keep && now < this.state.blockedUntil) return;
     const minutes = Math.min(2_880, Math.max(1, Math.round(ecs.protectionMinutes ?? 60)));
     if (keep && (!this.state.on || now >= this.state.renewAt)) {
       if (await this.put({ ProtectionEnabled: true, ExpiresInMinutes: minutes })) {
@@ -137,10 +148,21 @@ export class TaskProtection {
       // HTTP 200 is not enough: a failure of UpdateTaskProtection comes back as 200 too. Only the
       // state asked for counts; anything else is retried on the next tick like a non-ok answer.
       const refusal = protectionRefusal(text, body.ProtectionEnabled);
+      if (refusal?.startsWith('failure DEPLOYMENT_BLOCKED')) {
+        this.state.blockedUntil = this.clock.now() + deploymentBlockedRetryMs;
+        if (!this.state.blockedSaid) {
+          this.state.blockedSaid = true;
+          this.log.warn(
+            `task protection on: HTTP 200 with ${refusal}: the service has more protected tasks than its desired count; trying again every ${deploymentBlockedRetryMs / 1000} s`,
+          );
+        }
+        return false;
+      }
       if (refusal) {
         this.log.warn(`task protection ${body.ProtectionEnabled ? 'on' : 'off'}: HTTP 200 with ${refusal}`);
         return false;
       }
+      this.state.blockedSaid = false;
       return true;
     } catch (error) {
       const text = messageOf(error);
