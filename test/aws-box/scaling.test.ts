@@ -94,19 +94,21 @@ describe('scale from zero through the api Lambda', () => {
     services.set('ferry-zero', 0);
     const response = await run('zero', { input: { n: 1 } });
     expect(response.status).toBe(200);
-    expect(invokes).toContainEqual({ endpointId: 'zero' });
+    expect(invokes).toContainEqual({ endpointId: 'zero', urgentJob: true });
     expect(updates).toEqual([{ service: 'ferry-zero', desiredCount: 1 }]);
     // More jobs right after: the nudge is not repeated within its quiet period, and a second one
     // would ask for the same absolute count anyway.
     for (let i = 0; i < 3; i++) expect((await run('zero', { input: { n: i } })).status).toBe(200);
-    expect(invokes.filter((p) => JSON.stringify(p) === '{"endpointId":"zero"}')).toHaveLength(1);
+    expect(
+      invokes.filter((p) => JSON.stringify(p) === '{"endpointId":"zero","urgentJob":true}'),
+    ).toHaveLength(1);
   });
 
-  it('low-priority work nudges the scaler but starts nothing', async () => {
+  it('low-priority work nudges nothing and starts nothing (such jobs never scale up)', async () => {
     await box.addEndpoint('lowonly', recordFor(queueEndpoint('lowonly'), '/nowhere', 'lowonly').config);
     services.set('ferry-lowonly', 0);
     expect((await run('lowonly', { input: {}, policy: { lowPriority: true } })).status).toBe(200);
-    expect(invokes).toContainEqual({ endpointId: 'lowonly' });
+    expect(invokes.filter((p) => (p as { endpointId?: string }).endpointId === 'lowonly')).toEqual([]);
     expect(updates.filter((u) => u.service === 'ferry-lowonly')).toEqual([]);
   });
 });
