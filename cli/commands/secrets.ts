@@ -82,7 +82,7 @@ const notRunning = new Set([
  * finishes the job before it stops. Answers the endpoints restarted and the ones that could not be;
  * one whose service is not there (its stack is not deployed yet) is neither.
  */
-export async function restartTasksUsing(
+async function restartTasksUsing(
   ecs: Pick<ECSClient, 'send'>,
   endpoints: EndpointRecord[],
 ): Promise<{ restarted: string[]; failed: { endpoint: EndpointRecord; message: string }[] }> {

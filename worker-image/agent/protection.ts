@@ -30,23 +30,34 @@ const protectionAnswerSchema = z.object({
   error: z.object({ Code: z.string().nullish(), Message: z.string().nullish() }).nullish(),
 });
 
-/** Why an answer of HTTP 200 is not the state asked for; undefined when it is. */
-function protectionRefusal(text: string, enabled: boolean): string | undefined {
+/**
+ * Why an answer of HTTP 200 is not the state asked for (with the failure's Reason when ECS gave
+ * one); undefined when it is.
+ */
+function protectionRefusal(
+  text: string,
+  enabled: boolean,
+): { message: string; failureReason?: string | undefined } | undefined {
   let json: unknown;
   try {
     json = JSON.parse(text);
   } catch {
-    return `an answer that is not JSON: ${text.slice(0, 200)}`;
+    return { message: `an answer that is not JSON: ${text.slice(0, 200)}` };
   }
   const parsed = protectionAnswerSchema.safeParse(json);
-  if (!parsed.success) return `an answer of an unknown shape: ${text.slice(0, 200)}`;
+  if (!parsed.success) return { message: `an answer of an unknown shape: ${text.slice(0, 200)}` };
   const { protection, failure, error } = parsed.data;
   if (protection?.ProtectionEnabled === enabled) return undefined;
   // The reason and detail only: the ARN names the task, which the log stream already does.
-  if (failure)
-    return `failure ${failure.Reason ?? 'without a reason'}${failure.Detail ? ` (${failure.Detail})` : ''}`;
-  if (error) return `error ${error.Code ?? 'without a code'}${error.Message ? `: ${error.Message}` : ''}`;
-  return `an answer without ProtectionEnabled=${enabled}: ${text.slice(0, 200)}`;
+  if (failure) {
+    return {
+      message: `failure ${failure.Reason ?? 'without a reason'}${failure.Detail ? ` (${failure.Detail})` : ''}`,
+      failureReason: failure.Reason ?? undefined,
+    };
+  }
+  if (error)
+    return { message: `error ${error.Code ?? 'without a code'}${error.Message ? `: ${error.Message}` : ''}` };
+  return { message: `an answer without ProtectionEnabled=${enabled}: ${text.slice(0, 200)}` };
 }
 
 export interface EcsProtectionOptions {
@@ -148,18 +159,20 @@ export class TaskProtection {
       // HTTP 200 is not enough: a failure of UpdateTaskProtection comes back as 200 too. Only the
       // state asked for counts; anything else is retried on the next tick like a non-ok answer.
       const refusal = protectionRefusal(text, body.ProtectionEnabled);
-      if (refusal?.startsWith('failure DEPLOYMENT_BLOCKED')) {
+      if (refusal?.failureReason === 'DEPLOYMENT_BLOCKED') {
         this.state.blockedUntil = this.clock.now() + deploymentBlockedRetryMs;
         if (!this.state.blockedSaid) {
           this.state.blockedSaid = true;
           this.log.warn(
-            `task protection on: HTTP 200 with ${refusal}: the service has more protected tasks than its desired count; trying again every ${deploymentBlockedRetryMs / 1000} s`,
+            `task protection on: HTTP 200 with ${refusal.message}: the service has more protected tasks than its desired count; trying again every ${deploymentBlockedRetryMs / 1000} s`,
           );
         }
         return false;
       }
       if (refusal) {
-        this.log.warn(`task protection ${body.ProtectionEnabled ? 'on' : 'off'}: HTTP 200 with ${refusal}`);
+        this.log.warn(
+          `task protection ${body.ProtectionEnabled ? 'on' : 'off'}: HTTP 200 with ${refusal.message}`,
+        );
         return false;
       }
       this.state.blockedSaid = false;
