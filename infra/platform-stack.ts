@@ -361,6 +361,38 @@ export const defaultInstanceTypes = (): string[] => [
 ];
 
 /**
+ * User data that cloud-init runs at every boot, not only the first: the launch template's script
+ * (the ecs.config lines above, and the ECS_CLUSTER line CDK adds to the same part, which is the
+ * default one) behind a cloud-config part that sets `scripts-user` to `always`.
+ *
+ * Why, for warm-pool hosts: "As soon as an instance finishes launching into the warm pool, Amazon EC2
+ * Auto Scaling stops or hibernates the instance. Amazon EC2 Auto Scaling does not wait for user data
+ * to finish running", and "by default, cloud-init runs user data only on the first boot", so an
+ * interrupted script does not run again when the instance leaves the pool
+ * (https://docs.aws.amazon.com/autoscaling/ec2/userguide/warm-pool-instance-lifecycle.html). A host
+ * whose ecs.config lost its ECS_CLUSTER line would start its agent into the `default` cluster: InService
+ * to Auto Scaling, never given a Ferry task, and kept from scale-in by the new-instance protection
+ * that only ECS lifts. Running the script at every boot is one of the three ways out that page lists
+ * (the others: a lifecycle hook the instance completes itself, which needs
+ * autoscaling:CompleteLifecycleAction on the host role, or a custom AMI), in the form AWS gives for
+ * it (https://repost.aws/knowledge-center/execute-user-data-ec2; the list replaces the AMI's final
+ * modules, which an ECS host does not use). The ECS agent's unit starts after cloud-init's final
+ * stage, so the lines are written before it reads them. A second run appends the same lines again:
+ * ecs.config is read as variables, and the repeats carry the same values.
+ */
+function everyBoot(script: ec2.UserData): ec2.UserData {
+  const userData = new ec2.MultipartUserData();
+  userData.addPart(
+    ec2.MultipartBody.fromRawBody({
+      contentType: 'text/cloud-config; charset="us-ascii"',
+      body: '#cloud-config\ncloud_final_modules:\n- [scripts-user, always]\n',
+    }),
+  );
+  userData.addUserDataPart(script, ec2.MultipartBody.SHELL_SCRIPT, true);
+  return userData;
+}
+
+/**
  * ecs.config lines for every instance. Tasks use bridge networking (infra/task-layout.ts), where the
  * instance metadata service is kept from containers by IMDSv2 with a hop limit of 1 (launch template):
  * the extra hop of the bridge drops the token response
@@ -906,7 +938,7 @@ export class PlatformStack extends Stack {
     const gpu = isGpuInstanceType(instanceType);
     const warm = gpu && warmPoolSize > 0;
     const id = `Pool-${instanceType.replace(/\./g, '-')}`;
-    const userData = ec2.UserData.forLinux();
+    const script = ec2.UserData.forLinux();
     const lines = [
       ...ecsConfigLines,
       ...(gpu ? ['ECS_ENABLE_GPU_SUPPORT=true'] : []),
@@ -914,7 +946,8 @@ export class PlatformStack extends Stack {
       // (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/using-warm-pool.html).
       ...(warm ? ['ECS_WARM_POOLS_CHECK=true'] : []),
     ];
-    userData.addCommands(...lines.map((line) => `echo ${line} >> /etc/ecs/ecs.config`));
+    script.addCommands(...lines.map((line) => `echo ${line} >> /etc/ecs/ecs.config`));
+    const userData = warm ? everyBoot(script) : script;
     const role = new iam.Role(this, `${id}-InstanceRole`, {
       assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com'),
       description: `Ferry ECS host (${instanceType})`,

@@ -315,6 +315,23 @@ describe('compute', () => {
         JSON.stringify(t).includes('g5.xlarge'),
       );
       expect(JSON.stringify(gpuTemplate)).toContain('ECS_WARM_POOLS_CHECK=true');
+      // Auto Scaling stops a warm-pool instance without waiting for its user data, and cloud-init runs
+      // user data once: the script runs at every boot, so the boot that leaves the pool writes the
+      // ecs.config lines (ECS_CLUSTER included, CDK's line in the same part) before the agent starts.
+      const [head, shellPart] = userDataParts(gpuTemplate);
+      expect(head).toMatch(/^Content-Type: multipart\/mixed; boundary=/);
+      expect(head).toContain('Content-Type: text/cloud-config');
+      expect(head).toContain('#cloud-config\ncloud_final_modules:\n- [scripts-user, always]\n');
+      expect(head).toContain('Content-Type: text/x-shellscript');
+      expect(shellPart).toMatch(/^#!\/bin\/bash\n/);
+      for (const line of ['ECS_WARM_POOLS_CHECK=true', 'ECS_ENABLE_GPU_SUPPORT=true', 'ECS_CLUSTER=']) {
+        expect(shellPart).toContain(`echo ${line}`);
+      }
+      // A host outside a warm pool boots once into service: its user data stays a plain script.
+      const cpuTemplate = Object.values(warmTemplate.findResources('AWS::EC2::LaunchTemplate')).find((t) =>
+        JSON.stringify(t).includes('m7i.large'),
+      );
+      expect(JSON.stringify(cpuTemplate)).not.toContain('cloud_final_modules');
       // A warm pool cannot sit on a mixed-instances group (PutWarmPool refuses it): one type only.
       warmTemplate.allResourcesProperties('AWS::AutoScaling::AutoScalingGroup', {
         MixedInstancesPolicy: Match.absent(),
@@ -1151,3 +1168,20 @@ describe('ECS hosts keep the instance metadata service from tasks (docs/security
     }
   });
 });
+
+/**
+ * A launch template's user data as [the text before the first intrinsic (the MIME head and parts for a
+ * multipart), the shell script part's own text with the cluster reference left as an empty string].
+ */
+function userDataParts(launchTemplate: unknown): [string, string] {
+  const userData = (launchTemplate as { Properties: { LaunchTemplateData: { UserData: unknown } } })
+    .Properties.LaunchTemplateData.UserData as { 'Fn::Base64': { 'Fn::Join': [string, unknown[]] } };
+  const [head, script] = userData['Fn::Base64']['Fn::Join'][1] as [
+    string,
+    { 'Fn::Base64': { 'Fn::Join': [string, unknown[]] } },
+  ];
+  const scriptText = script['Fn::Base64']['Fn::Join'][1]
+    .map((piece) => (typeof piece === 'string' ? piece : ''))
+    .join('');
+  return [head, scriptText];
+}
