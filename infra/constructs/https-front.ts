@@ -215,6 +215,17 @@ export class HttpsFront extends Construct {
           protocolPolicy: cloudfront.OriginProtocolPolicy.HTTP_ONLY,
           customHeaders: { [originHeaderName]: headerValue },
           readTimeout: Duration.seconds(originReadTimeoutSec),
+          // One attempt. The attempts CloudFront makes to connect are also the times it sends a GET or
+          // HEAD again when the origin does not answer within the read timeout: "If your origin times
+          // out, CloudFront resets the response timeout and tries again based on the configured number
+          // of retries" (AWS's announcement of the response completion timeout, 2025-07-30; the
+          // Developer Guide's "Origin response timeout",
+          // https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/RequestAndResponseBehaviorCustomOrigin.html).
+          // At the default 3, a GET handler slower than the read timeout ran three times on the
+          // workers (a GPU call each) before the client got its 504, three read timeouts later. A POST
+          // is never sent again. What one attempt gives up: a second try when a connection to the ALB
+          // cannot be made, which the client's own retry covers.
+          connectionAttempts: 1,
         }),
         viewerProtocolPolicy: cloudfront.ViewerProtocolPolicy.REDIRECT_TO_HTTPS,
         allowedMethods: cloudfront.AllowedMethods.ALLOW_ALL,

@@ -24,6 +24,7 @@ import type { LbHttpsOptions } from '../../infra/constructs/https-front.js';
 import {
   cloudFrontPrefixListWeight,
   originHeaderName,
+  originReadTimeoutSec,
   securityGroupRulesQuota,
 } from '../../infra/constructs/https-front.js';
 import { lbEndpoint, sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
@@ -157,6 +158,15 @@ describe('without a domain: CloudFront in front', () => {
       (h: { HeaderName: string }) => h.HeaderName === originHeaderName,
     );
     expect(JSON.stringify(header.HeaderValue)).toContain('{{resolve:secretsmanager:');
+  });
+
+  it('sends each request to the ALB once: no second GET after a read timeout (a second handler run)', () => {
+    const distribution = Object.values(template.findResources('AWS::CloudFront::Distribution'))[0]!;
+    const [origin] = distribution.Properties.DistributionConfig.Origins;
+    expect(origin.ConnectionAttempts).toBe(1);
+    expect(origin.CustomOriginConfig.OriginReadTimeout).toBe(originReadTimeoutSec);
+    // No cap on the whole answer: a streamed answer may run past the read timeout between its parts.
+    expect(origin.ResponseCompletionTimeout).toBeUndefined();
   });
 
   it('caches no error answer (CloudFront keeps them 10 s by default, whatever the cache policy)', () => {
