@@ -122,12 +122,20 @@ export class Reporter {
 }
 
 /**
- * Reads one answer line from stdin. No TTY and nothing piped, or end of input, reads as the empty
- * answer, so a prompt in CI declines instead of hanging.
+ * How long a prompt waits for its answer when stdin is not a terminal. An answer piped in (`echo y |`)
+ * is there at once; a pipe that stays open and silent (a CI runner, a parent process that never
+ * writes) would otherwise hold the command for ever.
+ */
+export const pipedAnswerWaitMs = 10_000;
+
+/**
+ * Reads one answer line from stdin. End of input reads as the empty answer, and so does silence on a
+ * stdin that is not a terminal for `pipedAnswerWaitMs`, so a prompt in CI declines instead of hanging.
  */
 export async function ask(io: CliIo, question: string, timeoutMs = 0): Promise<string> {
   io.stderr.write(question);
   const stdin = io.stdin as Readable & { isTTY?: boolean };
+  const waitMs = timeoutMs > 0 ? timeoutMs : stdin.isTTY ? 0 : pipedAnswerWaitMs;
   return new Promise((resolve) => {
     let buffer = '';
     let timer: NodeJS.Timeout | undefined;
@@ -149,7 +157,12 @@ export async function ask(io: CliIo, question: string, timeoutMs = 0): Promise<s
     stdin.on('data', onData);
     stdin.once('end', onEnd);
     stdin.once('error', onEnd);
-    if (timeoutMs > 0) timer = setTimeout(() => finish(''), timeoutMs);
+    if (waitMs > 0) {
+      timer = setTimeout(() => {
+        if (!stdin.isTTY) io.stderr.write(`\n(no answer on stdin within ${formatMs(waitMs)}: taken as none)`);
+        finish('');
+      }, waitMs);
+    }
     stdin.resume();
   });
 }
