@@ -10,8 +10,8 @@
  *      -c ferry:functionsDir=<bundles dir> -c ferry:artifactKey=artifacts/<app>/<env>/<fp>.tar.gz
  *      -c ferry:gpuWorkerImage=… -c ferry:cpuWorkerImage=… -c ferry:agentImage=…
  *      (optional: ferry:app, ferry:artifactBucket, ferry:instanceTypes=a,b, ferry:gpuWarmPoolSize=N,
- *      ferry:availabilityZones=a,b,c, ferry:instanceTypeZones=g5.xlarge:a,b;m7i.large:a,b,c,
- *      ferry:cloudFrontPrefixList=pl-…)
+ *      ferry:gpuScaleOutStep=N, ferry:availabilityZones=a,b,c,
+ *      ferry:instanceTypeZones=g5.xlarge:a,b;m7i.large:a,b,c, ferry:cloudFrontPrefixList=pl-…)
  *
  * Stacks are environment-agnostic (no account/region): no lookups, so synth runs offline with no
  * credentials; the region comes from the deploying credentials.
@@ -30,7 +30,7 @@ import { AppEnvironmentStack, type WorkerImages } from './app-stack.js';
 import { checkPrefixListId, type LbHttpsOptions } from './constructs/https-front.js';
 import { instanceTypesFor } from './gpu.js';
 import { appStackName, ownershipTags, platformStackName } from './names.js';
-import { gpuWarmPoolSizeOf } from './platform-settings.js';
+import { gpuPoolSettingsFrom } from './platform-settings.js';
 import { defaultInstanceTypes, PlatformStack } from './platform-stack.js';
 import { type InstanceTypeZones, parseInstanceTypeZones } from './pool-zones.js';
 import { checkSynthesizedTemplate, checkTaskDefinitionSizes } from './template-limits.js';
@@ -65,6 +65,8 @@ export interface SynthesizeOptions {
   instanceTypes?: readonly string[];
   /** Stopped GPU instances kept ready per GPU pool (PlatformStackProps.gpuWarmPoolSize); default 0. */
   gpuWarmPoolSize?: number;
+  /** GPU hosts per managed scale-out round (PlatformStackProps.gpuScaleOutStep); default 1. */
+  gpuScaleOutStep?: number;
   /** The region's zones for the platform VPC (PlatformStackProps.availabilityZones); default two. */
   availabilityZones?: readonly string[];
   /**
@@ -136,6 +138,7 @@ export function buildApp(
     functionsCodeDir: options.functionsCodeDir,
     instanceTypes,
     ...(options.gpuWarmPoolSize ? { gpuWarmPoolSize: options.gpuWarmPoolSize } : {}),
+    ...(options.gpuScaleOutStep ? { gpuScaleOutStep: options.gpuScaleOutStep } : {}),
     ...(options.availabilityZones ? { availabilityZones: options.availabilityZones } : {}),
     ...(options.instanceTypeZones ? { instanceTypeZones: options.instanceTypeZones } : {}),
     ...(options.integrationTimeoutSec ? { integrationTimeoutSec: options.integrationTimeoutSec } : {}),
@@ -223,7 +226,6 @@ export function optionsFromContext(app: App): SynthesizeOptions {
   const bucketName = get('artifactBucket');
   const app_ = get('app');
   const instanceTypes = get('instanceTypes');
-  const gpuWarmPoolSize = get('gpuWarmPoolSize');
   const availabilityZones = get('availabilityZones');
   const instanceTypeZones = get('instanceTypeZones');
   const cloudFrontPrefixList = get('cloudFrontPrefixList');
@@ -239,7 +241,7 @@ export function optionsFromContext(app: App): SynthesizeOptions {
       agent: need('agentImage'),
     },
     ...(instanceTypes ? { instanceTypes: instanceTypes.split(',').map((s) => s.trim()) } : {}),
-    ...(gpuWarmPoolSize ? { gpuWarmPoolSize: warmPoolSizeOf(gpuWarmPoolSize) } : {}),
+    ...gpuPoolSettingsFrom('context', get),
     ferryVersion: ferryVersion(),
     ...(availabilityZones
       ? {
@@ -262,13 +264,6 @@ export function optionsFromContext(app: App): SynthesizeOptions {
       : {}),
   };
 }
-
-const warmPoolSizeOf = (value: string): number =>
-  gpuWarmPoolSizeOf(
-    value,
-    'ferry:gpuWarmPoolSize',
-    'Pass -c ferry:gpuWarmPoolSize=1 to keep one stopped GPU instance ready per GPU pool.',
-  );
 
 function main(): void {
   const app = new App({ context: { ...ferryContext } });

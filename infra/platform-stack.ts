@@ -112,7 +112,7 @@ import {
   poolExportName,
   type TableRef,
 } from './platform-exports.js';
-import { platformSettingOutputs } from './platform-settings.js';
+import { gpuPoolSettings, platformSettingOutputs } from './platform-settings.js';
 import {
   formatInstanceTypeZones,
   type InstanceTypeZones,
@@ -209,6 +209,12 @@ export interface PlatformStackProps extends StackProps {
    * Costs their EBS volumes while stopped. Default 0: no warm pool. docs/scaling.md has the numbers.
    */
   gpuWarmPoolSize?: number;
+  /**
+   * GPU hosts each scale-out round of ECS managed scaling adds to a GPU pool (its capacity provider's
+   * minimumScalingStepSize). Default 1: a burst that needs N hosts gets them one round at a time; N
+   * starts them at once, at the cost of hosts a smaller need leaves idle. docs/scaling.md says more.
+   */
+  gpuScaleOutStep?: number;
   handlers?: Partial<FunctionHandlers>;
   /** API Gateway stage; clients use `<api url>/v2` as the base. */
   stageName?: string;
@@ -458,6 +464,8 @@ export class PlatformStack extends Stack {
   readonly timing: ReturnType<typeof integrationTiming>;
   /** Stopped GPU instances per GPU pool (PlatformStackProps.gpuWarmPoolSize). */
   readonly gpuWarmPoolSize: number;
+  /** GPU hosts per managed scale-out round of each GPU pool (PlatformStackProps.gpuScaleOutStep). */
+  readonly gpuScaleOutStep: number;
   private readonly pools = new Map<string, ecs.AsgCapacityProvider>();
   /** The VPC's zone names; undefined: CDK's `Fn::GetAZs` picks, no names at synth. */
   private readonly platformZones: readonly string[] | undefined;
@@ -564,10 +572,11 @@ export class PlatformStack extends Stack {
     this.loadBalancerSecurityGroup = this.hostsFromLoadBalancers();
     const instanceTypes = [...new Set(props.instanceTypes ?? defaultInstanceTypes())].sort();
     this.gpuWarmPoolSize = props.gpuWarmPoolSize ?? 0;
+    this.gpuScaleOutStep = props.gpuScaleOutStep ?? 1;
     this.platformZones = zones;
     this.instanceTypeZones = props.instanceTypeZones;
     for (const instanceType of instanceTypes) {
-      this.addPool(instanceType, poolMaxInstances, this.gpuWarmPoolSize);
+      this.addPool(instanceType, poolMaxInstances, this.gpuWarmPoolSize, this.gpuScaleOutStep);
     }
 
     // ── Functions ─────────────────────────────────────────────────────────────────────────────
@@ -883,6 +892,11 @@ export class PlatformStack extends Stack {
         'Stopped GPU instances per GPU pool; a deploy keeps it unless FERRY_AWS_GPU_WARM_POOL_SIZE is set',
       value: String(this.gpuWarmPoolSize),
     });
+    new CfnOutput(this, platformSettingOutputs.gpuScaleOutStep, {
+      description:
+        'GPU hosts per managed scale-out round of each GPU pool; a deploy keeps it unless FERRY_AWS_GPU_SCALE_OUT_STEP is set',
+      value: String(this.gpuScaleOutStep),
+    });
     if (ferryVersion) {
       new CfnOutput(this, platformSettingOutputs.ferryVersion, {
         description: 'Ferry version that deployed this stack (an older Ferry refuses to deploy over it)',
@@ -934,9 +948,15 @@ export class PlatformStack extends Stack {
     return table;
   }
 
-  private addPool(instanceType: string, maxInstances: number, warmPoolSize: number): void {
+  private addPool(
+    instanceType: string,
+    maxInstances: number,
+    warmPoolSize: number,
+    scaleOutStep: number,
+  ): void {
     const gpu = isGpuInstanceType(instanceType);
     const warm = gpu && warmPoolSize > 0;
+    const step = gpu ? scaleOutStep : 1;
     const id = `Pool-${instanceType.replace(/\./g, '-')}`;
     const script = ec2.UserData.forLinux();
     const lines = [
@@ -1037,6 +1057,20 @@ export class PlatformStack extends Stack {
       // instances for tasks waiting in PROVISIONING and removes empty ones.
       enableManagedScaling: true,
       targetCapacityPercent: 100,
+      // How many hosts a scale-out round adds (minimumScalingStepSize). A pool's group mostly spans
+      // several zones, and a GPU pool's may mix types; for such a group "Amazon ECS will scale up by the exact minimum
+      // scaling step size value and will ignore both the maximum scaling step size as well as the
+      // capacity demand" (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ManagedScaling.html),
+      // so at ECS's default of 1 a burst that needs eight hosts gets them one round at a time.
+      // GPU pools only take gpuScaleOutStep: a GPU round costs minutes (first boot, a 10+ GB image)
+      // and a burst waits on it; CPU pools keep 1, so the GPU setting never starts idle CPU hosts.
+      // At 1 nothing is said (ECS's default when omitted; older platforms' templates stay as they
+      // were). Above 1 the maximum is said too, at the API's highest value (both take 1-10000), so it
+      // is never below the minimum whichever default applies: the API reference says 10000 when
+      // omitted, CDK's props say 1000, an older CloudFormation page said 1, and CDK checks neither.
+      ...(step > 1
+        ? { minimumScalingStepSize: step, maximumScalingStepSize: gpuPoolSettings.gpuScaleOutStep.max }
+        : {}),
       // On: ECS protects every instance that runs a task from the ASG's scale-in, and lifts it once
       // the instance is empty, so an instance is only terminated when no worker is on it
       // (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/managed-termination-protection.html).

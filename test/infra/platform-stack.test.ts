@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { App } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -7,7 +10,7 @@ import { FerryError, missingKeyMessage, noRouteMessage } from '../../core/errors
 import { limits } from '../../core/limits.js';
 import { functionEntries } from '../../functions/bundle.js';
 import { functionEnvSchema } from '../../functions/wiring.js';
-import { buildApp } from '../../infra/app.js';
+import { buildApp, ferryContext, optionsFromContext } from '../../infra/app.js';
 import { poolMaxInstances } from '../../infra/gpu.js';
 import { imageBuildPrefix } from '../../infra/names.js';
 import { platformAzCount, platformExportNames, poolExportName } from '../../infra/platform-exports.js';
@@ -338,6 +341,94 @@ describe('compute', () => {
       });
     } finally {
       fns.cleanup();
+    }
+  });
+
+  it("leaves managed scaling's scale-out step to ECS unless asked; with gpuScaleOutStep N, N hosts per round in GPU pools only", () => {
+    /** Each pool's ManagedScaling, by the instance type in its capacity provider's logical id. */
+    const stepsOf = (built: Template) =>
+      Object.fromEntries(
+        ['g5.xlarge', 'm7i.large'].map((pool) => {
+          const providers = Object.entries(built.findResources('AWS::ECS::CapacityProvider')).filter(([id]) =>
+            id.startsWith(`Pool${pool.replace(/\./g, '')}Provider`),
+          );
+          expect(providers, pool).toHaveLength(1);
+          const scaling = providers[0]![1].Properties.AutoScalingGroupProvider.ManagedScaling;
+          return [pool, { min: scaling.MinimumScalingStepSize, max: scaling.MaximumScalingStepSize }];
+        }),
+      );
+    // Default: neither step in the template (ECS then adds 1 host per round), and the output says 1.
+    expect(stepsOf(template)).toEqual({
+      'g5.xlarge': { min: undefined, max: undefined },
+      'm7i.large': { min: undefined, max: undefined },
+    });
+    template.hasOutput('GpuScaleOutStep', { Value: '1' });
+    const fns = stubFunctionsDir();
+    try {
+      const stepped = Template.fromStack(
+        new PlatformStack(new App(), 'FerryPlatform', {
+          functionsCodeDir: fns.dir,
+          instanceTypes: ['g5.xlarge', 'm7i.large'],
+          gpuScaleOutStep: 4,
+        }),
+      );
+      // The GPU pool adds 4 hosts per round; its maximum stays at the API's highest (never below the
+      // minimum). The CPU pool keeps ECS's default.
+      expect(stepsOf(stepped)).toEqual({
+        'g5.xlarge': { min: 4, max: 10_000 },
+        'm7i.large': { min: undefined, max: undefined },
+      });
+      stepped.allResourcesProperties('AWS::ECS::CapacityProvider', {
+        AutoScalingGroupProvider: Match.objectLike({
+          ManagedScaling: Match.objectLike({ Status: 'ENABLED', TargetCapacity: 100 }),
+        }),
+      });
+      // Said in an output, so the next deploy keeps it (cli/providers/aws/platform.ts platformSettings).
+      stepped.hasOutput('GpuScaleOutStep', { Value: '4' });
+    } finally {
+      fns.cleanup();
+    }
+  });
+
+  it('takes the scale-out step from CDK context too (`npx cdk -c ferry:gpuScaleOutStep=N`), checked the same way', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ferry-step-ctx-'));
+    const fns = stubFunctionsDir();
+    try {
+      const manifestPath = join(dir, 'ferry_manifest.json');
+      writeFileSync(manifestPath, JSON.stringify(sampleManifest));
+      const context = (extra: Record<string, string>) =>
+        new App({
+          context: {
+            ...ferryContext,
+            'ferry:manifest': manifestPath,
+            'ferry:env': 'dev',
+            'ferry:functionsDir': fns.dir,
+            'ferry:artifactKey': 'artifacts/demo/dev/fff.tar.gz',
+            'ferry:gpuWorkerImage': sampleImages.gpuWorker,
+            'ferry:cpuWorkerImage': sampleImages.cpuWorker,
+            'ferry:agentImage': sampleImages.agent,
+            ...extra,
+          },
+        });
+      expect(optionsFromContext(context({})).gpuScaleOutStep).toBeUndefined();
+      const app = context({ 'ferry:gpuScaleOutStep': '6' });
+      const options = optionsFromContext(app);
+      expect(options.gpuScaleOutStep).toBe(6);
+      expect(buildApp(options, app).platform.gpuScaleOutStep).toBe(6);
+      let error: unknown;
+      try {
+        optionsFromContext(context({ 'ferry:gpuScaleOutStep': '0' }));
+      } catch (e) {
+        error = e;
+      }
+      expect(FerryError.is(error)).toBe(true);
+      expect((error as FerryError).message).toBe(
+        'ferry:gpuScaleOutStep must be a whole number from 1 to 10000, got "0"',
+      );
+      expect((error as FerryError).hint).toContain('-c ferry:gpuScaleOutStep=N');
+    } finally {
+      fns.cleanup();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

@@ -14,6 +14,7 @@ import { compareVersions } from '../../cli/providers/aws/platform.js';
 import type { Ec2Like } from '../../cli/providers/aws/zones.js';
 import { type FakeToolkitState, RecordingToolkit, type StackOutputs } from '../../cli/providers/toolkit.js';
 import { exitCode, FerryError } from '../../core/errors.js';
+import { isGpuInstanceType } from '../../infra/gpu.js';
 import { platformStackName } from '../../infra/names.js';
 import { cpuEndpoint, gpuEndpoint, sampleManifest } from '../infra/fixtures.js';
 import { awsProviderHarness, deployedRecord, offeringsOnlyEc2 } from '../support/aws-provider.js';
@@ -68,7 +69,10 @@ describe('the shared platform across deployers (real synth, fake CloudFormation)
     }
   }
 
-  /** What the last synth built the platform with: its integration timeouts, warm pools and outputs. */
+  /**
+   * What the last synth built the platform with: its integration timeouts, warm pools, the scale-out
+   * steps of its GPU and CPU pools (MinimumScalingStepSize; absent: ECS's 1) and its outputs.
+   */
   function platformTemplate() {
     const dir = path.join(path.dirname(harness.stateFile), '.ferry', 'cdk.out');
     const template = JSON.parse(
@@ -88,13 +92,30 @@ describe('the shared platform across deployers (real synth, fake CloudFormation)
       .filter((r) => r.Type === 'AWS::AutoScaling::WarmPool')
       .map((r) => r.Properties.MinSize);
     const outputs = Object.fromEntries(Object.entries(template.Outputs).map(([k, v]) => [k, v.Value]));
-    return { timeouts: [...timeouts], warmPools, outputs };
+    const steps = { gpu: new Set<unknown>(), cpu: new Set<unknown>() };
+    for (const pool of String(outputs.InstanceTypes).split(',')) {
+      const provider = Object.entries(template.Resources).find(
+        ([id, r]) =>
+          r.Type === 'AWS::ECS::CapacityProvider' && id.startsWith(`Pool${pool.replace(/\./g, '')}Provider`),
+      )![1];
+      const scaling = (
+        provider.Properties.AutoScalingGroupProvider as { ManagedScaling: Record<string, unknown> }
+      ).ManagedScaling;
+      steps[isGpuInstanceType(pool) ? 'gpu' : 'cpu'].add(scaling.MinimumScalingStepSize);
+    }
+    return {
+      timeouts: [...timeouts],
+      warmPools,
+      steps: { gpu: [...steps.gpu], cpu: [...steps.cpu] },
+      outputs,
+    };
   }
 
   it('keeps the deployed platform-wide settings when the shell sets none', async () => {
     platformDeployedWith({
       IntegrationTimeoutSec: '120',
       GpuWarmPoolSize: '2',
+      GpuScaleOutStep: '4',
       FerryVersion: ferryVersion(),
     });
     lines.length = 0;
@@ -103,10 +124,12 @@ describe('the shared platform across deployers (real synth, fake CloudFormation)
     expect(built.timeouts).toEqual([120_000]);
     expect(built.warmPools.length).toBeGreaterThan(0);
     expect(new Set(built.warmPools)).toEqual(new Set([2]));
+    expect(built.steps).toEqual({ gpu: [4], cpu: [undefined] });
     // The platform says what it was built with, for the next deploy.
     expect(built.outputs).toMatchObject({
       IntegrationTimeoutSec: '120',
       GpuWarmPoolSize: '2',
+      GpuScaleOutStep: '4',
       FerryVersion: ferryVersion(),
     });
     expect(lines.join('\n')).not.toContain('changes from');
@@ -116,20 +139,33 @@ describe('the shared platform across deployers (real synth, fake CloudFormation)
     platformDeployedWith({
       IntegrationTimeoutSec: '120',
       GpuWarmPoolSize: '2',
+      GpuScaleOutStep: '4',
       FerryVersion: ferryVersion(),
     });
     lines.length = 0;
-    await deploy({ FERRY_AWS_INTEGRATION_TIMEOUT_SEC: '60', FERRY_AWS_GPU_WARM_POOL_SIZE: '0' });
+    await deploy({
+      FERRY_AWS_INTEGRATION_TIMEOUT_SEC: '60',
+      FERRY_AWS_GPU_WARM_POOL_SIZE: '0',
+      FERRY_AWS_GPU_SCALE_OUT_STEP: '1',
+    });
     const built = platformTemplate();
     expect(built.timeouts).toEqual([60_000]);
     expect(built.warmPools).toEqual([]);
-    expect(built.outputs).toMatchObject({ IntegrationTimeoutSec: '60', GpuWarmPoolSize: '0' });
+    expect(built.steps).toEqual({ gpu: [undefined], cpu: [undefined] });
+    expect(built.outputs).toMatchObject({
+      IntegrationTimeoutSec: '60',
+      GpuWarmPoolSize: '0',
+      GpuScaleOutStep: '1',
+    });
     const said = lines.join('\n');
     expect(said).toContain(
       "FERRY_AWS_INTEGRATION_TIMEOUT_SEC=60: the platform's integration timeout (s) changes from 120 to 60",
     );
     expect(said).toContain(
       "FERRY_AWS_GPU_WARM_POOL_SIZE=0: the platform's GPU warm pool size changes from 2 to 0",
+    );
+    expect(said).toContain(
+      "FERRY_AWS_GPU_SCALE_OUT_STEP=1: the platform's GPU scale-out step changes from 4 to 1, for every app in this account and region",
     );
   }, 240_000);
 
@@ -140,6 +176,32 @@ describe('the shared platform across deployers (real synth, fake CloudFormation)
     const bad = await deploy({ FERRY_AWS_GPU_WARM_POOL_SIZE: 'lots' }).catch((e: unknown) => e);
     expect(exitCode(bad)).toBe(2);
     expect((bad as FerryError).message).toContain('FERRY_AWS_GPU_WARM_POOL_SIZE must be a whole number');
+  }, 240_000);
+
+  it('gives the scale-out step the same route: FERRY_AWS_GPU_SCALE_OUT_STEP, kept by later deploys, checked', async () => {
+    platformDeployedWith({ FerryVersion: ferryVersion() });
+    lines.length = 0;
+    await deploy({ FERRY_AWS_GPU_SCALE_OUT_STEP: '3' });
+    let built = platformTemplate();
+    expect(built.steps).toEqual({ gpu: [3], cpu: [undefined] });
+    expect(built.outputs).toMatchObject({ GpuScaleOutStep: '3' });
+    // A platform without the output had ECS's default, 1: the change is said.
+    expect(lines.join('\n')).toContain(
+      "FERRY_AWS_GPU_SCALE_OUT_STEP=3: the platform's GPU scale-out step changes from 1 to 3",
+    );
+    // The next deploy, from a shell without the variable, keeps it.
+    platformDeployedWith({ FerryVersion: ferryVersion(), GpuScaleOutStep: '3' });
+    await deploy();
+    built = platformTemplate();
+    expect(built.steps).toEqual({ gpu: [3], cpu: [undefined] });
+    for (const value of ['0', '2.5', 'lots', '1e3', '10001']) {
+      const bad = await deploy({ FERRY_AWS_GPU_SCALE_OUT_STEP: value }).catch((e: unknown) => e);
+      expect(exitCode(bad), value).toBe(2);
+      expect((bad as FerryError).message).toBe(
+        `FERRY_AWS_GPU_SCALE_OUT_STEP must be a whole number from 1 to 10000, got "${value}"`,
+      );
+      expect((bad as FerryError).hint).toContain('Leave it unset (the platform keeps its step)');
+    }
   }, 240_000);
 
   it('an older platform without the outputs: its timeout from RunsyncMaxWaitMs, kept', async () => {

@@ -6,11 +6,15 @@ import { z } from 'zod';
 import { FerryError } from '../../../core/errors.js';
 import type { Resources } from '../../../core/manifest.js';
 import { platformStackName } from '../../../infra/names.js';
-import { platformSettingOutputs } from '../../../infra/platform-settings.js';
+import {
+  type GpuPoolSettings,
+  gpuPoolSettings,
+  platformSettingOutputs,
+} from '../../../infra/platform-settings.js';
 import { instanceTypeZonesOutput } from '../../../infra/pool-zones.js';
 import type { Reporter } from '../../io.js';
 import type { StackOutputs } from '../toolkit.js';
-import { gpuWarmPoolSizeFrom, integrationTimeoutFrom } from './settings.js';
+import { gpuPoolSettingsFromShell, integrationTimeoutFrom } from './settings.js';
 
 /**
  * The CDK app and the Lambda bundler, loaded on first use: aws-cdk-lib, cdk-nag and esbuild take a
@@ -56,6 +60,7 @@ export const platformOutputsSchema = z.object({
   [platformSettingOutputs.ferryVersion]: z.string().optional(),
   [platformSettingOutputs.integrationTimeoutSec]: z.string().optional(),
   [platformSettingOutputs.gpuWarmPoolSize]: z.string().optional(),
+  [platformSettingOutputs.gpuScaleOutStep]: z.string().optional(),
 });
 export type PlatformOutputs = z.infer<typeof platformOutputsSchema>;
 
@@ -140,22 +145,30 @@ export function checkPlatformVersion(platform: PlatformOutputs, version: string)
 }
 
 /** The platform-wide settings a synth builds FerryPlatform with (infra/platform-settings.ts). */
-export interface PlatformSettings {
-  integrationTimeoutSec?: number;
-  gpuWarmPoolSize?: number;
-}
+export type PlatformSettings = { integrationTimeoutSec?: number } & GpuPoolSettings;
+
+/** Each platform-wide setting's variable, what a deploy that changes it calls it, and its default. */
+const settingWords: Record<keyof PlatformSettings, { variable: string; title: string; fallback: number }> = {
+  integrationTimeoutSec: {
+    variable: 'FERRY_AWS_INTEGRATION_TIMEOUT_SEC',
+    title: 'integration timeout (s)',
+    fallback: 29,
+  },
+  ...gpuPoolSettings,
+};
 
 /**
  * The platform-wide settings of a deploy: the deployed platform's (its outputs), unless the
- * deployer's shell sets one (FERRY_AWS_INTEGRATION_TIMEOUT_SEC, FERRY_AWS_GPU_WARM_POOL_SIZE), which
- * then wins; with `reporter`, each value the shell changes is said. Without this, every deploy from a
- * shell that lacks the variable (a teammate, CI, another app) set the platform back to the default:
- * the account's runsync wait to 29 s, its warm pools to none. No platform yet: the shell's, else the
- * defaults.
+ * deployer's shell sets one (FERRY_AWS_INTEGRATION_TIMEOUT_SEC, FERRY_AWS_GPU_WARM_POOL_SIZE,
+ * FERRY_AWS_GPU_SCALE_OUT_STEP), which then wins; with `reporter`, each value the shell changes is
+ * said. Without this, every deploy from a shell that lacks the variable (a teammate, CI, another app)
+ * set the platform back to the default: the account's runsync wait to 29 s, its warm pools to none.
+ * No platform yet: the shell's, else the defaults.
  *
  * An older platform has no IntegrationTimeoutSec output; its RunsyncMaxWaitMs still tells the timeout
- * when below RunPod's 90 s (infra/platform-stack.ts integrationTiming: wait = timeout - 4 s). Its warm
- * pool size is not in its outputs at all: `ferry deploy` never set one before (only `npx cdk` did).
+ * when below RunPod's 90 s (infra/platform-stack.ts integrationTiming: wait = timeout - 4 s). Its GPU
+ * pool settings are not in its outputs at all: `ferry deploy` never set them before (only `npx cdk`
+ * could set the warm pool), so each is its default unless the shell sets it.
  */
 export function platformSettings(
   deployed: PlatformOutputs | undefined,
@@ -163,19 +176,14 @@ export function platformSettings(
   reporter?: Reporter,
 ): PlatformSettings {
   const kept = deployed ? deployedSettings(deployed) : {};
-  const shell = { ...integrationTimeoutFrom(env), ...gpuWarmPoolSizeFrom(env) };
+  const shell: PlatformSettings = { ...integrationTimeoutFrom(env), ...gpuPoolSettingsFromShell(env) };
   if (deployed && reporter) {
-    const said = { integrationTimeoutSec: 'integration timeout (s)', gpuWarmPoolSize: 'GPU warm pool size' };
-    const variable = {
-      integrationTimeoutSec: 'FERRY_AWS_INTEGRATION_TIMEOUT_SEC',
-      gpuWarmPoolSize: 'FERRY_AWS_GPU_WARM_POOL_SIZE',
-    };
-    const defaults = { integrationTimeoutSec: 29, gpuWarmPoolSize: 0 };
-    for (const key of Object.keys(said) as Array<keyof PlatformSettings>) {
-      const [now, next] = [kept[key] ?? defaults[key], shell[key]];
+    for (const key of Object.keys(settingWords) as Array<keyof PlatformSettings>) {
+      const { variable, title, fallback } = settingWords[key];
+      const [now, next] = [kept[key] ?? fallback, shell[key]];
       if (next !== undefined && next !== now) {
         reporter.line(
-          `  ${variable[key]}=${next}: the platform's ${said[key]} changes from ${now} to ${next}, for every app in this account and region`,
+          `  ${variable}=${next}: the platform's ${title} changes from ${now} to ${next}, for every app in this account and region`,
         );
       }
     }
@@ -193,12 +201,14 @@ export function platformSettings(
 function deployedSettings(platform: PlatformOutputs): PlatformSettings {
   const whole = (value: string | undefined) =>
     value !== undefined && /^\d+$/.test(value.trim()) ? Number(value) : undefined;
-  const warm = whole(platform[platformSettingOutputs.gpuWarmPoolSize]);
   let timeout = whole(platform[platformSettingOutputs.integrationTimeoutSec]);
   const waitMs = whole(platform.RunsyncMaxWaitMs);
   if (timeout === undefined && waitMs !== undefined && waitMs < 90_000) timeout = waitMs / 1000 + 4;
-  return {
-    ...(timeout !== undefined && Number.isInteger(timeout) ? { integrationTimeoutSec: timeout } : {}),
-    ...(warm !== undefined ? { gpuWarmPoolSize: warm } : {}),
-  };
+  const settings: PlatformSettings =
+    timeout !== undefined && Number.isInteger(timeout) ? { integrationTimeoutSec: timeout } : {};
+  for (const key of Object.keys(gpuPoolSettings) as Array<keyof GpuPoolSettings>) {
+    const value = whole(platform[platformSettingOutputs[key]]);
+    if (value !== undefined) settings[key] = value;
+  }
+  return settings;
 }

@@ -2,7 +2,7 @@
 import { FerryError, usage } from '../../../core/errors.js';
 import type { WorkerImages } from '../../../infra/app-stack.js';
 import type { LbHttpsOptions } from '../../../infra/constructs/https-front.js';
-import { gpuWarmPoolSizeOf } from '../../../infra/platform-settings.js';
+import { type GpuPoolSettings, gpuPoolSettingsFrom } from '../../../infra/platform-settings.js';
 import { agentImage, baseImageFor } from '../../../worker-image/images.js';
 import { ferryVersion, readDotEnv } from '../../config.js';
 
@@ -82,18 +82,11 @@ export function integrationTimeoutFrom(env: NodeJS.ProcessEnv): { integrationTim
 }
 
 /**
- * FERRY_AWS_GPU_WARM_POOL_SIZE: stopped GPU instances kept ready per GPU pool (infra/platform-stack.ts
- * gpuWarmPoolSize; `-c ferry:gpuWarmPoolSize` with `npx cdk`). Platform-wide like the integration
- * timeout, and read the same way: the shell only; unset keeps the deployed platform's value.
+ * The GPU pools' settings from the deployer's shell (infra/platform-settings.ts gpuPoolSettings:
+ * FERRY_AWS_GPU_WARM_POOL_SIZE, FERRY_AWS_GPU_SCALE_OUT_STEP; `-c ferry:<key>` with `npx cdk`).
+ * Platform-wide like the integration timeout, and read the same way: the shell only; one left unset
+ * keeps the deployed platform's value.
  */
-export function gpuWarmPoolSizeFrom(env: NodeJS.ProcessEnv): { gpuWarmPoolSize?: number } {
-  const raw = env.FERRY_AWS_GPU_WARM_POOL_SIZE?.trim();
-  if (!raw) return {};
-  return {
-    gpuWarmPoolSize: gpuWarmPoolSizeOf(
-      raw,
-      'FERRY_AWS_GPU_WARM_POOL_SIZE',
-      'Leave it unset (the platform keeps its warm pool), or set 0 to remove the warm pool, 1 to keep one stopped GPU instance ready per GPU pool.',
-    ),
-  };
+export function gpuPoolSettingsFromShell(env: NodeJS.ProcessEnv): GpuPoolSettings {
+  return gpuPoolSettingsFrom('shell', (_key, variable) => env[variable]);
 }
