@@ -47,7 +47,11 @@ export async function runningServer(home: string): Promise<string | undefined> {
 export interface DetachOptions {
   home: string;
   host?: string;
-  port: number;
+  /**
+   * The port and what named it. FERRY_PORT's is handed on as FERRY_PORT rather than --port, so the
+   * server names the setting the user actually used when the port is taken.
+   */
+  port: PortChoice;
   env: NodeJS.ProcessEnv;
   /** More `ferry serve` flags for the background server (worker isolation). */
   serveArgs?: string[];
@@ -55,7 +59,11 @@ export interface DetachOptions {
   waitMs?: number;
 }
 
-/** Starts `ferry serve` in its own process group, logging to FERRY_HOME/serve.log; resolves with its URL. */
+/**
+ * Starts `ferry serve` in its own process group, logging to FERRY_HOME/serve.log; resolves with its
+ * URL. A server that exits 2 refused what it was given (a port taken since it was checked, a --host
+ * not on this machine): its error and hint are the user's, rethrown as the usage error they are.
+ */
 export async function startDetached(options: DetachOptions): Promise<ServerInfo> {
   securePrivateDir(options.home);
   const logPath = path.join(options.home, 'serve.log');
@@ -63,25 +71,33 @@ export async function startDetached(options: DetachOptions): Promise<ServerInfo>
   const logStart = existsSync(logPath) ? statSync(logPath).size : 0;
   rmSync(serverInfoPath(options.home), { force: true });
   const log = openSync(logPath, 'a', privateFileMode);
-  const args = [ferryBin(), 'serve', '--port', String(options.port)];
+  const fromEnv = options.port.setBy === 'FERRY_PORT';
+  const args = [ferryBin(), 'serve', ...(fromEnv ? [] : ['--port', String(options.port.port)])];
   if (options.host) args.push('--host', options.host);
   args.push(...(options.serveArgs ?? []));
   const child = spawn(process.execPath, args, {
     detached: true,
     stdio: ['ignore', log, log],
-    env: { ...options.env, FERRY_HOME: options.home },
+    env: {
+      ...options.env,
+      FERRY_HOME: options.home,
+      ...(fromEnv ? { FERRY_PORT: String(options.port.port) } : {}),
+    },
   });
   let exited: number | null | undefined;
-  child.once('exit', (code) => {
-    exited = code;
-  });
+  const exit = new Promise<void>((resolve) =>
+    child.once('exit', (code) => {
+      exited = code;
+      resolve();
+    }),
+  );
   child.unref();
   const deadline = Date.now() + (options.waitMs ?? 30_000);
   while (Date.now() < deadline) {
     if (exited !== undefined) break;
     const info = readServerInfo(options.home);
     if (info && info.pid === child.pid && (await answers(info.url))) return info;
-    await new Promise((resolve) => setTimeout(resolve, 150));
+    await Promise.race([exit, new Promise((resolve) => setTimeout(resolve, 150))]);
   }
   if (exited === undefined && child.pid) {
     try {
@@ -90,16 +106,40 @@ export async function startDetached(options: DetachOptions): Promise<ServerInfo>
       // already gone
     }
   }
-  const tail = existsSync(logPath)
-    ? readFileSync(logPath).subarray(logStart).toString('utf8').trim().split('\n').slice(-8).join('\n')
-    : '';
+  const lines = existsSync(logPath)
+    ? readFileSync(logPath).subarray(logStart).toString('utf8').trim().split('\n')
+    : [];
+  // Exit 2: the user's mistake (cli/main.ts), said in its last lines.
+  const refused = exited === 2 ? usageErrorIn(lines) : undefined;
+  if (refused) throw refused;
+  const tail = lines.slice(-8).join('\n');
   throw new FerryError('failed', `ferry serve did not start${tail ? `:\n${tail}` : ''}`, {
     hint: `See ${logPath}, or run \`ferry serve\` in another terminal.`,
   });
 }
 
+/**
+ * The usage error a `ferry` process printed (cli/main.ts: `Error: <message>`, then `  hint: <hint>`),
+ * from the last `Error: ` line of its output; undefined when there is none.
+ */
+function usageErrorIn(lines: string[]): FerryError | undefined {
+  const start = lines.findLastIndex((line) => line.startsWith('Error: '));
+  if (start < 0) return undefined;
+  const rest = lines.slice(start);
+  const hintAt = rest.findIndex((line) => line.startsWith('  hint: '));
+  const message = (hintAt < 0 ? rest : rest.slice(0, hintAt)).join('\n').slice('Error: '.length);
+  const hint = hintAt < 0 ? undefined : rest.slice(hintAt).join('\n').slice('  hint: '.length);
+  return usage(message, hint);
+}
+
 /** What named a port: the user's FERRY_PORT, the --port flag, or nothing (8888). */
 export type PortSetting = 'FERRY_PORT' | '--port' | 'default';
+
+/** The port a platform started here asks for, and what named it (which says whether it may move). */
+export interface PortChoice {
+  port: number;
+  setBy: PortSetting;
+}
 
 /**
  * A listen failure, as the person who picked the address can fix it: a port in use, a --host that is
@@ -134,19 +174,36 @@ export function listenFailure(
   return error;
 }
 
+/**
+ * Whether `port` on `host` can be listened on now: undefined when it can (0 always can), else the
+ * listen's error. A check only: another process may still take the port before it is listened on.
+ */
+function listenError(host: string, port: number): Promise<NodeJS.ErrnoException | undefined> {
+  if (port === 0) return Promise.resolve(undefined);
+  return new Promise((resolve) => {
+    const probe = createServer();
+    probe.once('error', (error: NodeJS.ErrnoException) => resolve(error));
+    probe.listen({ host, port }, () => probe.close(() => resolve(undefined)));
+  });
+}
+
+/**
+ * Refuses, before anything expensive starts, a port that cannot be listened on now, with the error
+ * the listen would give (listenFailure, naming the setting in `choice`).
+ */
+export async function checkListenable(host: string, choice: PortChoice): Promise<void> {
+  const error = await listenError(host, choice.port);
+  if (error) throw listenFailure(error, host, choice.port, choice.setBy);
+}
+
 /** `port` if it is free on `host`, else the next free one (up to 20 tries); 0 stays 0. */
 export async function nextFreePort(host: string, port: number): Promise<number> {
   if (port === 0) return 0;
   for (let candidate = port; candidate < port + 20; candidate++) {
-    const free = await new Promise<boolean>((resolve, reject) => {
-      const probe = createServer();
-      // Only a taken port means "try the next one"; a bad host or a privileged port is final.
-      probe.once('error', (error: NodeJS.ErrnoException) =>
-        error.code === 'EADDRINUSE' ? resolve(false) : reject(listenFailure(error, host, candidate)),
-      );
-      probe.listen({ host, port: candidate }, () => probe.close(() => resolve(true)));
-    });
-    if (free) return candidate;
+    const error = await listenError(host, candidate);
+    if (!error) return candidate;
+    // Only a taken port means "try the next one"; a bad host or a privileged port is final.
+    if (error.code !== 'EADDRINUSE') throw listenFailure(error, host, candidate);
   }
   throw new FerryError('failed', `No free port between ${port} and ${port + 19} on ${host}`, {
     hint: 'Pass --port <n>.',

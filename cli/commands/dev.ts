@@ -100,6 +100,12 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     });
   }
 
+  // Before the platform starts (workers, builds): a taken FERRY_PORT exits 2 with nothing started;
+  // --port's and the default's move to the next free one. A port taken after this is said at listen.
+  const port = await portToListenOn(args.host, portChoice);
+  if (port !== portChoice.port && portChoice.port !== 0)
+    say(`Port ${portChoice.port} is in use; using ${port}`);
+
   // Set once the live records exist; a by-name call (a script, or one worker calling another
   // endpoint's function) provisions its endpoint first, like the dev server's own routes do.
   let liveRef: LiveEndpoints | undefined;
@@ -166,9 +172,6 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
       }
     }
 
-    const port = await portToListenOn(args.host, portChoice);
-    if (port !== portChoice.port && portChoice.port !== 0)
-      say(`Port ${portChoice.port} is in use; using ${port}`);
     // A reload listens again on the port the first start got (with --port 0, a random one).
     let boundPort = port;
     const start = async () => {

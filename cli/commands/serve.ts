@@ -13,10 +13,11 @@ import { stderrLogger } from '../../core/log.js';
 import { apiKeyFromUser, ferryHome, ferryPythonPath, installRoot } from '../config.js';
 import type { CliContext } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
-import { defaultServePort, LocalProvider, localApiKey } from '../providers/local.js';
+import { LocalProvider, localApiKey, requestedPort } from '../providers/local.js';
 import {
   answers,
   listenFailure,
+  type PortChoice,
   readServerInfo,
   runningServer,
   serverInfoPath,
@@ -28,7 +29,8 @@ export async function startServing(
   ctx: CliContext,
   options: {
     host: string;
-    port: number;
+    /** The port, and what named it: a taken one's hint names that setting. */
+    port: PortChoice;
     dataDir: string;
     workerUser?: { uid: number; gid: number };
     workerUids?: { first: number; last: number };
@@ -44,7 +46,7 @@ export async function startServing(
   const platformOptions: LocalPlatformOptions = {
     dataDir: options.dataDir,
     host: options.host,
-    port: options.port,
+    port: options.port.port,
     log: stderrLogger,
     workers: {
       ferryPythonPath: ferryPythonPath(),
@@ -59,7 +61,7 @@ export async function startServing(
   try {
     platform = await platformModule.startLocalPlatform(platformOptions);
   } catch (error) {
-    throw listenFailure(error, options.host, options.port);
+    throw listenFailure(error, options.host, options.port.port, options.port.setBy);
   }
   const key = await localApiKey(options.dataDir, platform.db.control, ctx.io.env, ctx.io.cwd);
   return { platform, key };
@@ -144,7 +146,8 @@ async function serve(
   ctx: CliContext,
   argv: {
     host: string;
-    port: number;
+    /** --port, when given: it wins over FERRY_PORT. */
+    port: number | undefined;
     detach: boolean;
     stop: boolean;
     'worker-user'?: string;
@@ -152,6 +155,7 @@ async function serve(
   },
 ): Promise<void> {
   if (argv.stop) return stopServing(ctx);
+  const port = requestedPort(ctx.io.env, argv.port);
   const home = ferryHome(ctx.io.env);
   // Checked before anything starts, in the foreground too: a detached server must not come up
   // without the isolation it was asked for.
@@ -171,7 +175,7 @@ async function serve(
     const info = await startDetached({
       home,
       host: argv.host,
-      port: argv.port,
+      port,
       env: ctx.io.env,
       serveArgs: isolation.args,
     });
@@ -183,7 +187,7 @@ async function serve(
   }
   const { platform, key } = await startServing(ctx, {
     host: argv.host,
-    port: argv.port,
+    port,
     dataDir: home,
     ...isolation.options,
   });
@@ -256,8 +260,7 @@ export const serveCommand = (ctx: CliContext): CommandModule =>
         .option(
           'port',
           portFlag({
-            default: defaultServePort(ctx.io.env),
-            defaultDescription: '8888 (or FERRY_PORT)',
+            defaultDescription: 'FERRY_PORT, else 8888',
             describe: 'Port (0 picks a free one)',
           }),
         )
@@ -288,13 +291,14 @@ export const serveCommand = (ctx: CliContext): CommandModule =>
     handler: (argv) => serve(ctx, argv),
   });
 
-async function quickstart(ctx: CliContext, argv: { host: string; port: number }): Promise<void> {
+async function quickstart(ctx: CliContext, argv: { host: string; port: number | undefined }): Promise<void> {
+  const port = requestedPort(ctx.io.env, argv.port);
   const home = ferryHome(ctx.io.env);
   const projectDir = path.join(installRoot(), 'examples', 'hello');
   if (!existsSync(path.join(projectDir, 'hello.py'))) {
     throw new FerryError('failed', `The example ${projectDir}/hello.py is missing from this install`);
   }
-  const { platform, key } = await startServing(ctx, { host: argv.host, port: argv.port, dataDir: home });
+  const { platform, key } = await startServing(ctx, { host: argv.host, port, dataDir: home });
   const forget = writeServerInfo(home, platform.url);
   try {
     const provider = new LocalProvider({
@@ -357,7 +361,7 @@ export const quickstartCommand = (ctx: CliContext): CommandModule =>
         .option('host', { type: 'string', default: '127.0.0.1' })
         .option(
           'port',
-          portFlag({ default: defaultServePort(ctx.io.env), describe: 'Port (0 picks a free one)' }),
+          portFlag({ defaultDescription: 'FERRY_PORT, else 8888', describe: 'Port (0 picks a free one)' }),
         ),
     handler: (argv) => quickstart(ctx, argv),
   });

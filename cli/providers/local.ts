@@ -15,7 +15,14 @@ import { defaultPort } from '../../core/limits.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import { apiKeyFromUser } from '../config.js';
 import type { Reporter } from '../io.js';
-import { nextFreePort, type PortSetting, readServerInfo, runningServer, startDetached } from '../serve.js';
+import {
+  checkListenable,
+  nextFreePort,
+  type PortChoice,
+  readServerInfo,
+  runningServer,
+  startDetached,
+} from '../serve.js';
 import type { DestroyResult, Provider, ServingState } from './types.js';
 
 export interface LocalProviderOptions {
@@ -41,12 +48,6 @@ export function defaultServePort(env: NodeJS.ProcessEnv): number {
   );
 }
 
-/** The port a platform started here asks for, and what named it (which says whether it may move). */
-export interface PortChoice {
-  port: number;
-  setBy: PortSetting;
-}
-
 /**
  * The port `ferry dev` or the `ferry serve --detach` a local deploy starts asks for: --port (`flag`),
  * else FERRY_PORT, else 8888. Throws at once for a FERRY_PORT that is no port, --port or not, as
@@ -62,14 +63,17 @@ export function requestedPort(env: NodeJS.ProcessEnv, flag?: number): PortChoice
 }
 
 /**
- * The port to listen on for `choice`. FERRY_PORT's is taken exactly: the user's clients (and the
- * Python client's default URL) knock there, so moving to another would leave them calling nothing;
- * when it is taken, the listen fails (listenFailure says so). --port's and the default move to the
- * next free port: `ferry dev` holds 8888 while it runs, and a second one or a deploy beside it should
- * still start.
+ * The port to listen on for `choice`, asked before anything expensive starts. FERRY_PORT's is taken
+ * exactly: the user's clients (and the Python client's default URL) knock there, so moving to another
+ * would leave them calling nothing; when it cannot be listened on now, this throws the usage error the
+ * listen would give (listenFailure, naming FERRY_PORT). --port's and the default move to the next
+ * free port: `ferry dev` holds 8888 while it runs, and a second one or a deploy beside it should still
+ * start. A check, not a hold: the listen itself still reports a port taken since.
  */
-export function portToListenOn(host: string, choice: PortChoice): Promise<number> {
-  return choice.setBy === 'FERRY_PORT' ? Promise.resolve(choice.port) : nextFreePort(host, choice.port);
+export async function portToListenOn(host: string, choice: PortChoice): Promise<number> {
+  if (choice.setBy !== 'FERRY_PORT') return nextFreePort(host, choice.port);
+  await checkListenable(host, choice);
+  return choice.port;
 }
 
 /**
@@ -204,8 +208,15 @@ export class LocalProvider implements Provider {
     const url = await this.serving();
     if (url) return { url, started: false };
     reporter.line(`  no platform answers for ${this.options.home}; starting \`ferry serve --detach\``);
-    const port = await portToListenOn('127.0.0.1', requestedPort(this.options.env));
-    const info = await startDetached({ home: this.options.home, port, env: this.options.env });
+    // Refused here, before a server is detached, when FERRY_PORT's port is taken; a server that loses
+    // the port after this check exits 2 with the same error, which startDetached passes on.
+    const choice = requestedPort(this.options.env);
+    const port = await portToListenOn('127.0.0.1', choice);
+    const info = await startDetached({
+      home: this.options.home,
+      port: { port, setBy: choice.setBy },
+      env: this.options.env,
+    });
     this.#url = info.url;
     reporter.line(
       `  started ferry serve (pid ${info.pid}) at ${info.url}; logs in ${path.join(this.options.home, 'serve.log')}`,

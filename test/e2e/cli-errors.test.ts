@@ -1,6 +1,5 @@
 /** The CLI error cases (docs/architecture.md#the-cli), through the real binary: message, hint, exit code. */
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { type AddressInfo, createServer } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CliSandbox } from './cli-support.js';
@@ -129,26 +128,6 @@ describe('ferry errors', () => {
       noStack(result.stderr);
     }
   });
-
-  it("a platform that cannot start for a deploy shows this start's log lines, not an earlier run's", async () => {
-    mkdirSync(sandbox.home, { recursive: true });
-    writeFileSync(path.join(sandbox.home, 'serve.log'), 'Error: an old failure of another day\n');
-    const taken = createServer();
-    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
-    const { port } = taken.address() as AddressInfo;
-    try {
-      const result = await sandbox.run(['deploy', '--env', 'dev'], {
-        cwd: project,
-        env: { FERRY_PORT: String(port) },
-      });
-      expect(result.code, result.stderr).not.toBe(0);
-      expect(result.stderr).toContain('ferry serve did not start');
-      expect(result.stderr).toContain(`Port ${port} on 127.0.0.1 is in use`);
-      expect(result.stderr).not.toContain('an old failure');
-    } finally {
-      await new Promise((resolve) => taken.close(resolve));
-    }
-  }, 120_000);
 
   it('logs checks --since before it looks for a server', async () => {
     const result = await sandbox.run(['logs', 'cpu_worker', '--since', 'garbage'], { cwd: project });

@@ -37,6 +37,8 @@ export class CliSandbox {
       input?: string;
       env?: Record<string, string | undefined>;
       timeoutMs?: number;
+      /** Hears of the process once started (its pid leads its process group). */
+      onSpawn?: (child: ChildProcess) => void;
     } = {},
   ): Promise<RunResult> {
     const child = spawn(process.execPath, [ferryBin, ...args], {
@@ -46,6 +48,7 @@ export class CliSandbox {
       detached: true,
     });
     this.children.add(child);
+    options.onSpawn?.(child);
     let stdout = '';
     let stderr = '';
     child.stdout!.on('data', (d) => {

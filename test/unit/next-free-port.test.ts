@@ -3,7 +3,7 @@
  * of the `ferry serve --detach` it starts when none runs, so a deploy beside a running `ferry dev`
  * (which holds the default port) starts on the next one instead of failing. requestedPort and
  * portToListenOn (cli/providers/local.ts) are the rule both follow: --port, else FERRY_PORT (taken
- * exactly), else 8888 or the next free port.
+ * exactly, and refused before anything starts when it is in use), else 8888 or the next free port.
  */
 import { createServer, type Server } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -95,12 +95,20 @@ describe('requestedPort and portToListenOn', () => {
     }
   });
 
-  it("listens on FERRY_PORT's port even when it is taken; --port's and the default's move on", async () => {
+  it("refuses FERRY_PORT's port when it is taken, exit 2 naming FERRY_PORT; --port's and the default's move on", async () => {
     const port = await heldPortWithFreeNext();
-    // Taken: FERRY_PORT's stays (the listen then fails, below), the others move to the next one.
-    expect(await portToListenOn('127.0.0.1', requestedPort({ FERRY_PORT: String(port) }))).toBe(port);
+    const error = await portToListenOn('127.0.0.1', requestedPort({ FERRY_PORT: String(port) })).catch(
+      (e: unknown) => e,
+    );
+    expect(FerryError.is(error)).toBe(true);
+    expect((error as FerryError).message).toBe(`Port ${port} on 127.0.0.1 is in use`);
+    expect((error as FerryError).hint).toContain(`Stop what listens on port ${port}, or set FERRY_PORT`);
+    expect(exitCode(error)).toBe(2);
     expect(await portToListenOn('127.0.0.1', requestedPort({ FERRY_PORT: '1' }, port))).toBe(port + 1);
     expect(await portToListenOn('127.0.0.1', { port, setBy: 'default' })).toBe(port + 1);
+    // Free: FERRY_PORT's is taken exactly, never moved.
+    expect(await portToListenOn('127.0.0.1', requestedPort({ FERRY_PORT: String(port + 1) }))).toBe(port + 1);
+    expect(await portToListenOn('127.0.0.1', requestedPort({ FERRY_PORT: '0' }))).toBe(0);
   });
 
   it("says a taken port is the user's to change, exit 2, naming the setting that chose it", () => {
