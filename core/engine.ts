@@ -339,12 +339,12 @@ export class JobEngine {
   /**
    * Jobs waiting, counted up to `cap`: the queue's depth, or, when that reaches the cap and the store
    * counts its queued jobs itself (`queued`), the smaller of the two, so messages left by ended jobs
-   * never hold the endpoint at 429.
+   * never hold the endpoint at 429. Both count jobs of either priority: the cap holds for all.
    */
   private async waiting(endpointId: string, cap: number): Promise<number> {
     const depth = (await this.queue.depth(endpointId, { atMost: cap })).visible;
     if (depth < cap || !this.queued) return depth;
-    return Math.min(depth, await this.queued.queuedAtMost(endpointId, this.clock.now()));
+    return Math.min(depth, (await this.queued.queuedAtMost(endpointId, this.clock.now())).all);
   }
 
   /** A job went back to the queue outside `submit`: the next submit counts the backlog again. */

@@ -149,10 +149,6 @@ export interface ReceiveOptions {
   signal?: AbortSignal | undefined;
 }
 
-/**
- * How many jobs of an endpoint are IN_QUEUE at most, from the job store's records (the AWS scaler
- * reads it beside the queue's depth, whose messages outlive cancelled and purged jobs).
- */
 export interface ListByStatusOptions extends Pick<JobReadOptions, 'input'> {
   /**
    * Only jobs created at or after this time (ms). A caller that walks a backlog in batches (purge)
@@ -163,8 +159,19 @@ export interface ListByStatusOptions extends Pick<JobReadOptions, 'input'> {
   createdFrom?: number;
 }
 
+/** Upper bounds of an endpoint's IN_QUEUE jobs: all of them, and the urgent ones (not policy.lowPriority). */
+export interface QueuedCounts {
+  all: number;
+  urgent: number;
+}
+
+/**
+ * How many jobs of an endpoint are IN_QUEUE at most, from the job store's records: read beside the
+ * queue's depth, whose messages outlive cancelled and purged jobs. The AWS scaler caps the urgent
+ * queue's depth with `urgent`, the engine's queue cap the whole depth with `all`.
+ */
 export interface QueuedJobCount {
-  queuedAtMost(endpointId: string, nowMs: number): Promise<number>;
+  queuedAtMost(endpointId: string, nowMs: number): Promise<QueuedCounts>;
 }
 
 /** Dispatch only: the JobStore is the source of truth, a message is a hint that a job may be ready. */

@@ -214,7 +214,7 @@ export interface ScalerDeps {
   control: Pick<ControlStore, 'listEndpoints' | 'getEndpoint'> &
     Partial<Pick<StartFailureRecord, 'startFailures' | 'addFailedStart' | 'markFailing'>>;
   queue: Pick<JobQueue, 'depth'>;
-  /** The jobs IN_QUEUE at most (the count items of DynamoJobStore): what caps the queue's depth. */
+  /** The jobs IN_QUEUE at most (the count items of DynamoJobStore): the urgent ones cap the urgent depth. */
   jobs: QueuedJobCount;
   workers: Pick<WorkerRegistry, 'list'>;
   ecs: Pick<ECSClient, 'send'>;
@@ -291,20 +291,25 @@ export function failedScales(reports: readonly EndpointScaleReport[]): EndpointS
 }
 
 /**
- * The urgent jobs the policy scales for: the queue's urgent depth, capped by the jobs still IN_QUEUE.
- * A nudge for an urgent job counts it even when the depth does not show it yet: the queue attributes
- * "may not achieve consistency until at least 1 minute after the producers stop sending messages"
+ * The urgent jobs the policy scales for: the queue's urgent depth, capped by the urgent jobs still
+ * IN_QUEUE (`QueuedCounts.urgent`). A nudge for an urgent job counts it even when the depth does not
+ * show it yet: the queue attributes "may not achieve consistency until at least 1 minute after the
+ * producers stop sending messages"
  * (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_GetQueueAttributes.html),
  * and a depth of 0 read right after the submit left the first job for the next scheduled run.
  * A message outlives its job when the job is cancelled, purged or failed while it waits (SQS deletes
  * a message only with the receipt of a receive: a worker's take drops it then), so after a
  * purge-queue or a failing endpoint's redeploy the depth alone would start up to `max` GPU tasks for
- * messages no job is behind. The count read lags the writes a little (a GSI,
+ * messages no job is behind. The cap counts urgent jobs only, as the depth does: capped by every
+ * queued job, a cancelled urgent job's message started a GPU task for the low-priority jobs waiting
+ * beside it, which never start one. Jobs queued before the counts knew their priority count as
+ * urgent until they leave the queue (`readQueuedAtMost`, core/adapters/aws/dynamo/counts.ts).
+ * The count read lags the writes a little (a GSI,
  * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/GSI.html#GSI.Reads), which only
  * matters to a nudge sent by the submit itself: it may count one worker's worth (`lagSlack`) more.
  */
-export function urgentDemand(queueUrgent: number, queuedAtMost: number, lagSlack: number): number {
-  return Math.min(queueUrgent, queuedAtMost + lagSlack);
+export function urgentDemand(queueUrgent: number, urgentQueuedAtMost: number, lagSlack: number): number {
+  return Math.min(queueUrgent, urgentQueuedAtMost + lagSlack);
 }
 
 /**
@@ -397,7 +402,7 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
         isQueue
           ? deps.queue.depth(record.id, { atMost: settings.max * settings.maxConcurrency })
           : Promise.resolve({ urgent: 0, visible: 0 }),
-        isQueue ? deps.jobs.queuedAtMost(record.id, now) : Promise.resolve(0),
+        isQueue ? deps.jobs.queuedAtMost(record.id, now) : Promise.resolve({ all: 0, urgent: 0 }),
         deps.workers.list(record.id, now - deps.workerStaleMs),
         deps.control.startFailures?.(record.id),
       ]);
@@ -408,7 +413,7 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
         ...settings,
         urgentQueuedJobs: urgentDemand(
           nudged && event.urgentJob ? Math.max(depth.urgent, 1) : depth.urgent,
-          queued,
+          queued.urgent,
           nudged ? settings.maxConcurrency : 0,
         ),
         waitingRequests: nudged ? (event.waitingRequests ?? 0) : turnedAway.has(record.id) ? 1 : 0,

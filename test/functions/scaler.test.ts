@@ -651,12 +651,30 @@ describe('the nudge', () => {
     expect(desiredOf(ep)).toBe(1);
   });
 
+  it('a cancelled urgent job’s message starts no worker for the low-priority jobs queued beside it', async () => {
+    const ep = await deploy();
+    const urgent = await engine.submit(ep, { input: {} }, { sync: false });
+    for (let i = 0; i < 3; i++)
+      await engine.submit(ep, { input: { i }, policy: { lowPriority: true } }, { sync: false });
+    await engine.cancel(ep, urgent.id);
+    // The cancelled job's message stays in the urgent queue; three jobs are IN_QUEUE, none urgent.
+    expect((await aws.queue().depth(ep)).urgent).toBe(1);
+    expect(await aws.jobs().queuedAtMost(ep, clock.now())).toEqual({ all: 3, urgent: 0 });
+    const [report] = await scaleEndpoints(deps, {});
+    expect(report!.decision).toMatchObject({ desired: 0, demand: 0 });
+    expect(ecs.updates).toEqual([]);
+    // An urgent job among them still starts one.
+    await engine.submit(ep, { input: {} }, { sync: false });
+    await scaleEndpoints(deps, {});
+    expect(desiredOf(ep)).toBe(1);
+  });
+
   it('a nudge scales from zero even when the count read has not caught up with the submit yet', async () => {
     const ep = await deploy();
     await engine.submit(ep, { input: {} }, { sync: false });
     // The count items are read from a GSI, which lags the write a little on AWS (DynamoDB Local does
     // not): a read that still says 0 IN_QUEUE.
-    const lagging = { ...deps, jobs: { queuedAtMost: async () => 0 } };
+    const lagging = { ...deps, jobs: { queuedAtMost: async () => ({ all: 0, urgent: 0 }) } };
     await scaleEndpoints(lagging, {});
     expect(ecs.updates).toEqual([]);
     await scaleEndpoints(lagging, { endpointId: ep });

@@ -12,8 +12,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GetCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { shardOf } from '../../core/adapters/aws/dynamo/job-item.js';
-import { DynamoJobStore, documentClient, statusShardCount } from '../../core/adapters/aws/dynamo.js';
+import { type Counted, countedOfJob, countUpdates } from '../../core/adapters/aws/dynamo/counts.js';
+import { itemOf, shardOf } from '../../core/adapters/aws/dynamo/job-item.js';
+import {
+  DynamoJobStore,
+  documentClient,
+  statusShardCount,
+  transact,
+} from '../../core/adapters/aws/dynamo.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { LocalChangeFeed, PollingChangeFeed } from '../../core/changes.js';
 import { FakeClock, systemClock } from '../../core/clock.js';
@@ -99,13 +105,14 @@ describe('DynamoDB calls per job transition', () => {
           Update?: { Key: { jobId: string }; UpdateExpression: string };
         }[];
       };
-      // The job, then its one count item (same bucket, same shard): IN_QUEUE -1, IN_PROGRESS +1.
-      expect(TransactItems.map((item) => Object.keys(item)[0])).toEqual(['Put', 'Update']);
+      // The job, then its count items (same bucket, same shard): IN_QUEUE -1 in its lane's (an
+      // urgent job), IN_PROGRESS +1 in the main one.
+      expect(TransactItems.map((item) => Object.keys(item)[0])).toEqual(['Put', 'Update', 'Update']);
       expect(TransactItems[0]?.Put?.Item.jobId).toBe(job.id);
-      expect(TransactItems[1]?.Update?.Key.jobId).toMatch(/-#counts#\d+#\d$/);
-      expect(TransactItems[1]?.Update?.UpdateExpression).toMatch(
-        /ADD inQueue :inQueue, inProgress :inProgress$/,
-      );
+      expect(TransactItems[1]?.Update?.Key.jobId).toMatch(/-#counts#\d+#\d#urgent$/);
+      expect(TransactItems[1]?.Update?.UpdateExpression).toMatch(/ADD inQueue :inQueue$/);
+      expect(TransactItems[2]?.Update?.Key.jobId).toMatch(/-#counts#\d+#\d$/);
+      expect(TransactItems[2]?.Update?.UpdateExpression).toMatch(/ADD inProgress :inProgress$/);
     } finally {
       store.close();
     }
@@ -797,6 +804,182 @@ describe('counts stay right through every move, judged by the SQLite store', () 
   });
 });
 
+describe("the urgent count (the scaler's cap) follows each job's priority", () => {
+  const ttl = 600_000;
+  /** Jobs of one endpoint, urgent or low-priority, expiring within one bucket of `t0`. */
+  function scenario(name: string) {
+    const t0 = bucketAligned(Date.now()) + 3_600_000;
+    const endpointId = `io${t0}${name}`;
+    const job = (n: string, lowPriority: boolean) =>
+      makeJob({
+        id: `${endpointId}-${n}`,
+        endpointId,
+        createdAt: t0,
+        expiresAt: t0 + ttl,
+        policy: { executionTimeoutMs: 600_000, ttlMs: ttl, lowPriority },
+      });
+    return { t0, endpointId, job };
+  }
+  /** A compare-and-set on the job as the store hands it out now. */
+  const move = async (jobs: JobStore, id: string, patch: JobPatch) => {
+    const result = await jobs.update((await jobs.get(id, 0))!, patch);
+    expect(result.ok).toBe(true);
+  };
+  const taking = (t0: number): JobPatch => ({
+    status: 'IN_PROGRESS',
+    workerId: 'w1',
+    startedAt: t0,
+    attempt: 1,
+  });
+  const failing = (t0: number): JobPatch => ({
+    status: 'FAILED',
+    error: 'boom',
+    finishedAt: t0,
+    expiresAt: t0 + 2 * ttl,
+  });
+  const retrying = (t0: number): JobPatch => ({
+    status: 'IN_QUEUE',
+    retries: 1,
+    error: undefined,
+    finishedAt: undefined,
+    // A fresh TTL in another count bucket.
+    expiresAt: t0 + 2 * ttl + 5_000,
+  });
+
+  /**
+   * A write as a Ferry from before count lanes makes it (an agent not yet redeployed): the job item
+   * without `countLane`, its counts moved in the main count item alone.
+   */
+  async function writeUnlaned(before: Job | undefined, after: Job) {
+    const client = dynamoClientFor(aws.dynamo.endpoint);
+    try {
+      const item = itemOf(after, { input: { json: JSON.stringify(after.input) } });
+      delete item.countLane;
+      const unlaned = (job: Job): Counted => ({ ...countedOfJob(job), lane: undefined });
+      await transact(documentClient(client), [
+        { Put: { TableName: aws.tables.jobs, Item: item } },
+        ...countUpdates(aws.tables.jobs, [[before && unlaned(before), unlaned(after)]]),
+      ]);
+    } finally {
+      client.destroy();
+    }
+  }
+
+  it('through submits, takes, cancels, requeues, retries and a purge of both priorities', async () => {
+    const store = countedStore();
+    const { t0, endpointId, job } = scenario('lanes');
+    const queued = () => store.jobs.queuedAtMost(endpointId, t0);
+    try {
+      for (const n of ['u1', 'u2']) await store.jobs.create(job(n, false));
+      for (const n of ['l1', 'l2', 'l3']) await store.jobs.create(job(n, true));
+      expect(await queued()).toEqual({ all: 5, urgent: 2 });
+
+      await move(store.jobs, `${endpointId}-u1`, taking(t0));
+      await move(store.jobs, `${endpointId}-l1`, taking(t0));
+      expect(await queued()).toEqual({ all: 3, urgent: 1 });
+
+      // Cancelled while queued, given as a copy the store did not hand out (it reads the item for
+      // what the job counts as): low-priority jobs wait, no urgent one does.
+      const u2 = (await store.jobs.get(`${endpointId}-u2`, 0))!;
+      store.reset();
+      expect((await store.jobs.update({ ...u2 }, { status: 'CANCELLED', finishedAt: t0 })).ok).toBe(true);
+      expect(store.calls).toEqual(['GetItem', 'TransactWriteItems']);
+      expect(await queued()).toEqual({ all: 2, urgent: 0 });
+
+      // A lapsed lease puts each back in the queue, each in its own lane.
+      await move(store.jobs, `${endpointId}-u1`, { status: 'IN_QUEUE', workerId: undefined });
+      await move(store.jobs, `${endpointId}-l1`, { status: 'IN_QUEUE', workerId: undefined });
+      expect(await queued()).toEqual({ all: 4, urgent: 1 });
+
+      // Failed, then retried into another count bucket.
+      for (const n of ['u1', 'l1']) await move(store.jobs, `${endpointId}-${n}`, taking(t0));
+      expect(await queued()).toEqual({ all: 2, urgent: 0 });
+      for (const n of ['u1', 'l1']) await move(store.jobs, `${endpointId}-${n}`, failing(t0));
+      await move(store.jobs, `${endpointId}-l1`, retrying(t0));
+      expect(await queued()).toEqual({ all: 3, urgent: 0 });
+      await move(store.jobs, `${endpointId}-u1`, retrying(t0));
+      expect(await queued()).toEqual({ all: 4, urgent: 1 });
+      // Health sums both lanes with the rest.
+      expect(await store.jobs.counts(endpointId, t0)).toMatchObject({
+        inQueue: 4,
+        inProgress: 0,
+        retried: 2,
+      });
+
+      // A purge: one updateMany, its count deltas summed per item.
+      const all = await store.jobs.listByStatus(endpointId, 'IN_QUEUE', t0, 100);
+      expect(all).toHaveLength(4);
+      const purged = await store.jobs.updateMany(
+        all.map((current) => ({ current, patch: { status: 'CANCELLED', finishedAt: t0 } })),
+      );
+      expect(purged.every((answer) => answer.ok)).toBe(true);
+      expect(await queued()).toEqual({ all: 0, urgent: 0 });
+      expect(await store.jobs.counts(endpointId, t0)).toMatchObject({ inQueue: 0, inProgress: 0 });
+      // The one Query on the count items, as before.
+      store.reset();
+      await queued();
+      expect(store.calls).toEqual(['Query']);
+    } finally {
+      store.close();
+    }
+  });
+
+  it('jobs written before lanes count as urgent while queued, leave the main count item, and take their lane on a requeue', async () => {
+    const store = countedStore();
+    const { t0, endpointId, job } = scenario('legacy');
+    const queued = () => store.jobs.queuedAtMost(endpointId, t0);
+    try {
+      const [oldUrgent, oldLow] = [job('ou', false), job('ol', true)];
+      await writeUnlaned(undefined, oldUrgent);
+      await writeUnlaned(undefined, oldLow);
+      // Their counts do not say their priority: both count as urgent (as every queued job did).
+      expect(await queued()).toEqual({ all: 2, urgent: 2 });
+
+      // This store moves them out of the main count item they were counted in.
+      await move(store.jobs, oldLow.id, taking(t0));
+      expect(await queued()).toEqual({ all: 1, urgent: 1 });
+      await move(store.jobs, oldUrgent.id, { status: 'CANCELLED', finishedAt: t0 });
+      expect(await queued()).toEqual({ all: 0, urgent: 0 });
+      await store.jobs.create(job('u', false));
+      expect(await queued()).toEqual({ all: 1, urgent: 1 });
+
+      // Requeued by this store, the old low-priority job is in the low lane from then on.
+      await move(store.jobs, oldLow.id, { status: 'IN_QUEUE', workerId: undefined });
+      expect(await queued()).toEqual({ all: 2, urgent: 1 });
+      await move(store.jobs, oldLow.id, taking(t0));
+      expect(await queued()).toEqual({ all: 1, urgent: 1 });
+      expect(await store.jobs.counts(endpointId, t0)).toMatchObject({ inQueue: 1, inProgress: 1 });
+    } finally {
+      store.close();
+    }
+  });
+
+  it('an older Ferry taking a low-priority job (out of the main count item) never hides an urgent one', async () => {
+    const store = countedStore();
+    const { t0, endpointId, job } = scenario('skew');
+    const queued = () => store.jobs.queuedAtMost(endpointId, t0);
+    try {
+      const low = job('l', true);
+      await store.jobs.create(low);
+      await store.jobs.create(job('u', false));
+      expect(await queued()).toEqual({ all: 2, urgent: 1 });
+      // Its lane still counts the job it took; the main items sum to -1.
+      await writeUnlaned(low, { ...low, status: 'IN_PROGRESS', workerId: 'w1', startedAt: t0, version: 2 });
+      expect(await queued()).toEqual({ all: 1, urgent: 1 });
+      // This store finishes it from the item the older one wrote (no lane), and the counts agree.
+      await move(store.jobs, low.id, { status: 'COMPLETED', finishedAt: t0, expiresAt: t0 + 2 * ttl });
+      expect(await store.jobs.counts(endpointId, t0)).toMatchObject({
+        inQueue: 1,
+        inProgress: 0,
+        completed: 1,
+      });
+      expect(await queued()).toEqual({ all: 1, urgent: 1 });
+    } finally {
+      store.close();
+    }
+  });
+});
+
 describe('health through the engine on DynamoDB Local and SQS (fauxqs)', () => {
   it('counts right after run, take, done, fail, cancel, retry and purge', async () => {
     const store = countedStore();
@@ -866,7 +1049,8 @@ describe('count items under concurrent moves', () => {
         retried: 0,
       });
 
-      // The count items: one per shard in the jobs' bucket, each with a TTL a day past the bucket's end.
+      // The count items: two per shard in the jobs' bucket (the main one, the urgent lane's), each
+      // with a TTL a day past the bucket's end.
       const client = dynamoClientFor(aws.dynamo.endpoint);
       try {
         const { Items } = await documentClient(client).send(
@@ -879,7 +1063,8 @@ describe('count items under concurrent moves', () => {
         );
         const bucketEnd = bucketAligned(expiresAt) + 300_000;
         expect(Items?.length).toBeGreaterThan(0);
-        expect(Items!.length).toBeLessThanOrEqual(statusShardCount);
+        expect(Items!.length).toBeLessThanOrEqual(2 * statusShardCount);
+        expect(Items!.every((item) => /-#counts#\d+#\d(#urgent)?$/.test(item.jobId as string))).toBe(true);
         for (const item of Items!) {
           // Not a job: `get` reads a count item as absent.
           expect(await store.jobs.get(item.jobId as string, 0)).toBeUndefined();

@@ -63,4 +63,15 @@ describe('the queue cap counts queued jobs, not the messages of ended ones', () 
     // counts) admits the submit.
     expect(await submitAnswer(engineOf({ jobs, queued: jobs }), endpointId)).toBe('ok');
   });
+
+  it('counts queued jobs of both priorities: low-priority jobs fill it too', async () => {
+    const endpointId = `cap${Date.now()}low`;
+    const jobs = aws.jobs();
+    const engine = engineOf({ jobs, queued: jobs });
+    for (let i = 0; i < cap; i++)
+      await engine.submit(endpointId, { input: { i }, policy: { lowPriority: true } }, { sync: false });
+    // None of them is urgent, and the cap holds all the same.
+    expect(await jobs.queuedAtMost(endpointId, Date.now())).toEqual({ all: cap, urgent: 0 });
+    expect(await submitAnswer(engineOf({ jobs, queued: jobs }), endpointId)).toBe('too_many_requests');
+  });
 });

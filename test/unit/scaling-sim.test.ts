@@ -589,7 +589,7 @@ class LbSim {
         getEndpoint: async (id: string) => (id === this.endpoint.id ? this.endpoint : undefined),
       },
       queue: { depth: async () => ({ urgent: 0, visible: 0 }) },
-      jobs: { queuedAtMost: async () => 0 },
+      jobs: { queuedAtMost: async () => ({ all: 0, urgent: 0 }) },
       workers: {
         list: async (): Promise<WorkerRecord[]> =>
           this.live()

@@ -9,6 +9,7 @@
  *
  *   jobs     jobId                 one item per job (big fields go to the BlobStore), and the
  *                                  endpoints' count items `<endpointId>-#counts#<bucket>#<shard>`
+ *                                  (queued jobs: `…#<shard>#urgent` and `…#low`)
  *   chunks   jobId + seq           seq 0 = the job's stream meta {nextSeq, cursor, and the tokens
  *                                  lastAppend, drainedBy}; seq ≥ 1 = chunks (or `skipped` marks)
  *   control  pk + sk               APP#<app> · ENV#<app>#<env> · EP#<id> · KEY#<hash> · KEYID#<id>

@@ -27,26 +27,64 @@
  *  - Shards (`statusShardCount`, by the job id as in job-item.ts) spread the writes of a busy
  *    endpoint over several count items: two transactions on one item at once conflict, and the
  *    loser is retried (`transact`).
+ *  - Lanes: a queued job's `inQueue` is counted in a count item of its priority's lane, keyed
+ *    `<endpointId>-#counts#<bucket>#<shard>#urgent` or `…#low` (`CountLane`, job-item.ts), so the
+ *    scaler can tell the urgent jobs waiting (low-priority ones never start a worker) from one Query
+ *    as before; every other count stays in the main item. Items, not a new attribute: the key is
+ *    always in the index, and an existing index's projection cannot change. The job item records
+ *    its lane (`countLane`), and a move takes the job out of the item it was counted in. A job item
+ *    without one (written before lanes existed, or by an older Ferry, whose writes know only the
+ *    main item) is counted in the main item, and `readQueuedAtMost` counts those as urgent.
  *
  * Both queries read the `byEndpointExpiry` GSI, which is eventually consistent: a transition a
  * moment ago may show a moment later. Health is a view, and the counts themselves never drift.
  */
 import type { DynamoDBDocumentClient, TransactWriteCommandInput } from '@aws-sdk/lib-dynamodb';
 import { healthCountOf, type Job, type JobStatus } from '../../../job.js';
-import type { JobCounts } from '../../../ports.js';
+import type { JobCounts, QueuedCounts } from '../../../ports.js';
 import { type Item, queryAll, toSec } from './client.js';
-import { bucketStartOf, countBucketMs, countFields, daySec, shardOf } from './job-item.js';
+import {
+  bucketStartOf,
+  type CountLane,
+  countBucketMs,
+  countFields,
+  countLaneOf,
+  daySec,
+  shardOf,
+} from './job-item.js';
 import { dynamoSchema } from './schema.js';
 
 type TransactItem = NonNullable<TransactWriteCommandInput['TransactItems']>[number];
 type CountField = (typeof countFields)[number];
 type Tally = Partial<Record<CountField, number>>;
 
-/** What decides where and how a job counts. */
-export type Counted = Pick<Job, 'id' | 'endpointId' | 'status' | 'retries' | 'expiresAt'>;
+/**
+ * What decides where and how a job counts. `lane`: the count item its `inQueue` is in, that of its
+ * lane, or the main one (undefined) for a job item without `countLane`.
+ */
+export type Counted = Pick<Job, 'id' | 'endpointId' | 'status' | 'retries' | 'expiresAt'> & {
+  lane: CountLane | undefined;
+};
+
+/** How a job counts once this store writes it: its queued count in its priority's lane. */
+export const countedOfJob = (job: Job): Counted => ({
+  id: job.id,
+  endpointId: job.endpointId,
+  status: job.status,
+  retries: job.retries,
+  expiresAt: job.expiresAt,
+  lane: countLaneOf(job),
+});
 
 /** The partition key of an endpoint's count items in the byEndpointExpiry index. */
 const countsPartition = (endpointId: string): string => `${endpointId}#COUNTS`;
+
+/** The lane a count item counts the queued jobs of, by its key; undefined for a main item. */
+function laneOfCountItem(key: string): CountLane | undefined {
+  if (key.endsWith('#urgent')) return 'urgent';
+  if (key.endsWith('#low')) return 'low';
+  return undefined;
+}
 
 /** What one job adds to its endpoint's counts while it is unexpired. */
 function tallyOf(job: Pick<Counted, 'status' | 'retries'>): Tally {
@@ -62,19 +100,23 @@ export type CountMove = readonly [before: Counted | undefined, after: Counted | 
 
 /**
  * The count-item updates that turn the counts of each move's `before` into those of its `after`:
- * none when nothing a job counts as changed, else one per count item touched (two when a job's
- * expiry moved to another bucket), the moves' deltas on one item summed into one ADD (a transaction
- * may not touch an item twice).
+ * none when nothing a job counts as changed, else one per count item touched (a job's main item and
+ * its lane's when it leaves or enters the queue, two main items when its expiry moved to another
+ * bucket), the moves' deltas on one item summed into one ADD (a transaction may not touch an item
+ * twice).
  */
 export function countUpdates(table: string, moves: readonly CountMove[]): TransactItem[] {
   const deltas = new Map<string, { job: Counted; tally: Record<string, number> }>();
   const add = (job: Counted | undefined, sign: 1 | -1) => {
     if (!job) return;
-    const key = `${job.endpointId}-#counts#${bucketStartOf(job.expiresAt)}#${shardOf(job.id)}`;
-    const entry = deltas.get(key) ?? { job, tally: {} };
-    for (const [field, n] of Object.entries(tallyOf(job)))
+    const main = `${job.endpointId}-#counts#${bucketStartOf(job.expiresAt)}#${shardOf(job.id)}`;
+    for (const [field, n] of Object.entries(tallyOf(job))) {
+      // A queued job is counted in its lane's item (undefined: in the main one, as before lanes).
+      const key = field === 'inQueue' && job.lane ? `${main}#${job.lane}` : main;
+      const entry = deltas.get(key) ?? { job, tally: {} };
       entry.tally[field] = (entry.tally[field] ?? 0) + sign * n;
-    deltas.set(key, entry);
+      deltas.set(key, entry);
+    }
   };
   for (const [before, after] of moves) {
     add(before, -1);
@@ -119,21 +161,29 @@ function countItemsOf(doc: DynamoDBDocumentClient, table: string, endpointId: st
 }
 
 /**
- * An upper bound of the endpoint's IN_QUEUE jobs at `nowMs`, from its count items alone (one Query
- * on the `<endpointId>#COUNTS` partition, what the scaler is allowed to read): jobs of the current
- * bucket that already expired are still in it.
+ * Upper bounds of the endpoint's IN_QUEUE jobs at `nowMs`, all of them and the urgent ones, from its
+ * count items alone (one Query on the `<endpointId>#COUNTS` partition, what the scaler is allowed to
+ * read): jobs of the current bucket that already expired are still in them.
+ *
+ * `urgent` is the urgent lane plus the main items' queued jobs, whose priority the counts do not
+ * know: jobs written before lanes existed count as urgent until they leave the queue (as every
+ * queued job did before), never as none. An older Ferry's move (an agent not yet redeployed) takes
+ * a laned job out of the main item, which knows no lanes: the lane it left still counts it, and the
+ * main items may sum below their own jobs (taken as 0). So an urgent job in its lane is never
+ * missed; a stale urgent count only asks for a worker more, and never more than `all`.
  */
 export async function readQueuedAtMost(
   doc: DynamoDBDocumentClient,
   table: string,
   endpointId: string,
   nowMs: number,
-): Promise<number> {
-  let queued = 0;
+): Promise<QueuedCounts> {
+  const queued = { urgent: 0, low: 0, main: 0 };
   for (const item of await countItemsOf(doc, table, endpointId, nowMs)) {
-    queued += (item.inQueue as number | undefined) ?? 0;
+    queued[laneOfCountItem(item.jobId as string) ?? 'main'] += (item.inQueue as number | undefined) ?? 0;
   }
-  return Math.max(0, queued);
+  const all = Math.max(0, queued.urgent + queued.low + queued.main);
+  return { all, urgent: Math.min(all, Math.max(0, queued.urgent) + Math.max(0, queued.main)) };
 }
 
 /** The scaler's grant: the count partitions of the byEndpointExpiry index, never a job's items. */

@@ -70,6 +70,17 @@ export const countBucketMs = 5 * 60_000;
 /** The first ms of the bucket `atMs` falls in. */
 export const bucketStartOf = (atMs: number): number => Math.floor(atMs / countBucketMs) * countBucketMs;
 
+/**
+ * Which count item holds a queued job's `inQueue` (./counts.ts): the urgent or the low-priority one of
+ * its bucket and shard, by `policy.lowPriority`. Each job item says which in its `countLane`
+ * attribute, so a later move takes the job out of the item it was counted in; an item without one
+ * was written before lanes existed (or by an older Ferry), and its job is counted in the main count
+ * item. The priority never changes, so a job's lane changes only when such an item is written again.
+ */
+export type CountLane = 'urgent' | 'low';
+export const countLaneOf = (job: Pick<Job, 'policy'>): CountLane =>
+  job.policy?.lowPriority === true ? 'low' : 'urgent';
+
 /** A big field as stored: inline JSON, or a pointer to the blob holding the JSON. */
 export type Stored = { json: string } | { ref: string };
 
@@ -126,6 +137,7 @@ export function itemOf(job: Job, big: Partial<Record<BigField, Stored>>): Item {
     retries: job.retries,
     endpointStatus: `${job.endpointId}#${job.status}`,
     statusShard: `${job.status}#${shardOf(job.id)}`,
+    countLane: countLaneOf(job),
     // A finished job stays at least until its count bucket ends: health takes back the jobs that
     // expired in the current bucket by reading them, so TTL must not drop one before (./counts.ts).
     expiresAtSec: isFinal(job.status)

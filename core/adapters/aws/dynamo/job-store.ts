@@ -25,6 +25,7 @@ import type {
   JobUpdate,
   LeaseRenewal,
   ListByStatusOptions,
+  QueuedCounts,
   QueuedJobCount,
   RecentJobsQuery,
 } from '../../../ports.js';
@@ -45,6 +46,7 @@ import {
 import {
   type Counted,
   type CountMove,
+  countedOfJob,
   countUpdates,
   readCounts,
   readQueuedAtMost,
@@ -54,6 +56,7 @@ import {
   type BigField,
   bigFields,
   bucketStartOf,
+  type CountLane,
   daySec,
   inlineBudgetBytes,
   itemOf,
@@ -126,6 +129,12 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    */
   private readonly storedBig = new WeakMap<Job, Partial<Record<BigField, Stored>>>();
   /**
+   * Beside `storedBig`, and set with it: the lane each such job's item counts it in when queued
+   * (`countLane`; undefined for an item without one, counted in the main count item), which the
+   * next move takes it out of (./counts.ts).
+   */
+  private readonly countLanes = new WeakMap<Job, CountLane | undefined>();
+  /**
    * The nextSeq of each stream as this store last set or saw it: where its next reservation
    * starts (`reserveSeqs`), so an append is one UpdateItem and no read. A guess only: a stale one
    * fails the condition, which hands back the meta item as it is. The most recently used streams.
@@ -157,7 +166,11 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       ReturnValuesOnConditionCheckFailure: 'ALL_OLD' as const,
     };
     try {
-      await writeAtomically(this.doc, { Put: put }, countUpdates(this.jobsTable, [[undefined, stored]]));
+      await writeAtomically(
+        this.doc,
+        { Put: put },
+        countUpdates(this.jobsTable, [[undefined, countedOfJob(stored)]]),
+      );
     } catch (error) {
       const failed = failedCondition(error);
       if (failed && wroteIt(put, failed.item?.writeId?.S)) return;
@@ -192,7 +205,7 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
   async update(current: Job, patch: JobPatch): Promise<JobUpdate> {
     const staged = await this.stage(current, patch);
     if ('ok' in staged) return staged;
-    const counts = countUpdates(this.jobsTable, [[staged.before, staged.written]]);
+    const counts = countUpdates(this.jobsTable, [[staged.before, staged.after]]);
     try {
       await writeAtomically(this.doc, { Put: staged.put }, counts);
     } catch (error) {
@@ -236,7 +249,7 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
         while (pending.length > 0) {
           const batch = this.transactionOf(pending);
           try {
-            const moves = batch.map(({ staged }): CountMove => [staged.before, staged.written]);
+            const moves = batch.map(({ staged }): CountMove => [staged.before, staged.after]);
             await transact(this.doc, [
               ...batch.map(({ staged }) => ({ Put: staged.put })),
               ...countUpdates(this.jobsTable, moves),
@@ -587,8 +600,11 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     return readCounts(this.doc, this.jobsTable, endpointId, nowMs);
   }
 
-  /** At least the endpoint's IN_QUEUE jobs, from its count items only (the scaler's read, ./counts.ts). */
-  queuedAtMost(endpointId: string, nowMs: number): Promise<number> {
+  /**
+   * At least the endpoint's IN_QUEUE jobs, all and the urgent ones, from its count items only (the
+   * scaler's read, ./counts.ts).
+   */
+  queuedAtMost(endpointId: string, nowMs: number): Promise<QueuedCounts> {
     return readQueuedAtMost(this.doc, this.jobsTable, endpointId, nowMs);
   }
 
@@ -652,8 +668,9 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    */
   private async stage(current: Job, patch: JobPatch): Promise<Staged | JobUpdate> {
     const expectedVersion = current.version;
-    // What the stored job counts as: the version condition makes it `current`'s.
-    let before: Counted = current;
+    // What the stored job counts as: the version condition makes it `current`'s, in the lane its
+    // item was written with.
+    let before: Counted = { ...countedOfJob(current), lane: this.countLanes.get(current) };
     let big = this.storedBig.get(current);
     if (!big) {
       // A job this store did not hand out: read how its big fields are stored.
@@ -691,14 +708,15 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       ExpressionAttributeValues: { ':expected': expectedVersion },
       ReturnValuesOnConditionCheckFailure: 'ALL_OLD' as const,
     };
-    return { before, written, oldBig: big, newBig, patchedBig, put };
+    return { before, after: countedOfJob(written), written, oldBig: big, newBig, patchedBig, put };
   }
 
   /** The write landed: the replaced blobs go (a reader that got the old item re-reads). */
   private async landed(staged: Staged): Promise<JobUpdate> {
-    const { written, oldBig, newBig, patchedBig } = staged;
+    const { after, written, oldBig, newBig, patchedBig } = staged;
     await this.dropBlobs(patchedBig.flatMap((field) => refsOf({ [field]: oldBig[field] })));
     this.storedBig.set(written, newBig);
+    this.countLanes.set(written, after.lane);
     return { ok: true, job: written };
   }
 
@@ -771,7 +789,7 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     while (end < pending.length) {
       const next = pending[end] as T;
       const size = Buffer.byteLength(JSON.stringify(next.staged.put.Item));
-      const moves = pending.slice(0, end + 1).map(({ staged }): CountMove => [staged.before, staged.written]);
+      const moves = pending.slice(0, end + 1).map(({ staged }): CountMove => [staged.before, staged.after]);
       const actions = end + 1 + countUpdates(this.jobsTable, moves).length;
       if (end > 0 && (actions > transactionMaxActions || bytes + size > transactionMaxBytes)) break;
       bytes += size;
@@ -904,6 +922,7 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     const big = storedBigOf(item);
     const job = await this.decode(small, big, fields);
     this.storedBig.set(job, big);
+    this.countLanes.set(job, countLaneOfItem(item));
     return job;
   }
 
@@ -1181,7 +1200,11 @@ function wroteIt(put: { Item: Item }, token: unknown): boolean {
   return token !== undefined && token === put.Item.writeId;
 }
 
-/** What a job item (or a byStatusExpiry index item, which carries the same attributes) counts as. */
+/**
+ * What a job item (or a byStatusExpiry index item, which carries the same attributes) counts as. That
+ * index does not project `countLane`, which only a queued job's count depends on: deleteExpired
+ * reads final jobs.
+ */
 function countedOf(item: Item): Counted {
   return {
     id: item.jobId as string,
@@ -1189,12 +1212,20 @@ function countedOf(item: Item): Counted {
     status: (item.status as JobStatus | undefined) ?? statusOfShard(item.statusShard as string),
     retries: (item.retries as number | undefined) ?? 0,
     expiresAt: item.expiresAt as number,
+    lane: countLaneOfItem(item),
   };
+}
+
+/** The lane a job item's queued count is in; undefined (the main count item) for an item without one. */
+function countLaneOfItem(item: Item): CountLane | undefined {
+  return item.countLane === 'urgent' || item.countLane === 'low' ? item.countLane : undefined;
 }
 
 /** A compare-and-set ready to send (DynamoJobStore.stage). */
 interface Staged {
   before: Counted;
+  /** How `written` counts. */
+  after: Counted;
   written: Job;
   oldBig: Partial<Record<BigField, Stored>>;
   newBig: Partial<Record<BigField, Stored>>;
