@@ -5,9 +5,13 @@
  *                                                                  then /run {"inputRef": ...}
  *   response ◀── Lambda 6 MB ◀── V2Api                              too big: output → {"outputUrl": ...}
  *
- * Objects live under `payloads/` in the platform bucket (the same lifecycle rule as the job store's
- * big fields cleans them up): `payloads/uploads/<uuid>.json` for inputs, `payloads/outputs/<job>/<sha256>.json`
- * for outputs, content-addressed so a client polling /status re-uses one object instead of one per poll.
+ * Objects live under `payloads/` in the platform bucket: `payloads/uploads/<uuid>.json` for inputs,
+ * `payloads/outputs/<job>/<sha256>.json` for outputs, content-addressed so a client polling /status
+ * re-uses one object instead of one per poll. Neither belongs to a job's record (the job store keeps
+ * its own copy of an input), so the sweeper's delete of an expired job leaves them: their own
+ * lifecycle rule removes them `payloadCopyExpiryDays` after they were written (infra/platform-stack.ts),
+ * instead of the 15-day backstop of `payloads/`, and an output copy older than `outputCopyReuseMs` is
+ * written again before a URL is signed for it, so no URL outlives its object.
  */
 import { createHash, randomUUID } from 'node:crypto';
 import type { S3Client } from '@aws-sdk/client-s3';
@@ -31,6 +35,21 @@ export function fitsLambdaResponse(body: string, maxBytes: number): boolean {
   return Buffer.byteLength(JSON.stringify(body)) <= maxBytes;
 }
 
+/**
+ * Days after which S3 removes upload and output copies (the lifecycle rule of `payloads/uploads/` and
+ * `payloads/outputs/`). An upload is read by the /run that names it, minutes after its 15-minute URL
+ * was signed; an output copy serves a job's result, which is kept 30 minutes after the job ends
+ * (docs/api.md#retention). S3 counts days from an object's creation, rounded up to midnight UTC
+ * (https://docs.aws.amazon.com/AmazonS3/latest/userguide/intro-lifecycle-rules.html).
+ */
+export const payloadCopyExpiryDays = 2;
+
+/**
+ * An output copy written longer ago than this is written again before a URL is signed for it: the
+ * copy then has at least a day left before its rule may remove it, more than any URL's hour.
+ */
+export const outputCopyReuseMs = 24 * 3_600_000;
+
 /** Room for the response envelope (`statusCode`, headers) around the body. */
 export const envelopeBytes = 16 * 1024;
 
@@ -49,6 +68,8 @@ export interface S3PayloadStoreOptions {
   outputUrlSec?: number;
   /** A body whose JSON, embedded in the Lambda response, would be bigger than this is shrunk. */
   maxResponseBytes?: number;
+  /** The time (ms), for the age of an output copy; `Date.now` unless a test moves it. */
+  now?: () => number;
 }
 
 type Json = Record<string, unknown>;
@@ -58,12 +79,14 @@ export class S3PayloadStore implements PayloadStore {
   private readonly uploadUrlSec: number;
   private readonly outputUrlSec: number;
   private readonly maxResponseBytes: number;
+  private readonly now: () => number;
 
   constructor(options: S3PayloadStoreOptions) {
     this.blobs = new S3BlobStore({ client: options.client, bucket: options.bucket, prefix: options.prefix });
     this.uploadUrlSec = options.uploadUrlSec ?? 900;
     this.outputUrlSec = options.outputUrlSec ?? 3600;
     this.maxResponseBytes = options.maxResponseBytes ?? lambdaPayloadBytes - envelopeBytes;
+    this.now = options.now ?? Date.now;
   }
 
   async createUpload(): Promise<{ uploadUrl: string; inputRef: string; expiresInSec: number }> {
@@ -145,7 +168,11 @@ export class S3PayloadStore implements PayloadStore {
     const json = stringifyJsonExact(value) ?? 'null';
     const digest = createHash('sha256').update(json).digest('hex');
     const key = `payloads/outputs/${encodeURIComponent(jobId)}/${digest}.json`;
-    if (!(await this.blobs.exists(key))) await this.blobs.put(key, Buffer.from(json, 'utf8'));
+    const writtenAt = await this.blobs.modifiedAt(key);
+    // Missing (never written, or removed by its rule), or near the end of its rule: written anew.
+    if (writtenAt === undefined || this.now() - writtenAt > outputCopyReuseMs) {
+      await this.blobs.put(key, Buffer.from(json, 'utf8'));
+    }
     return {
       [name]: await this.blobs.presignGet(key, this.outputUrlSec),
       sizeBytes: Buffer.byteLength(json),

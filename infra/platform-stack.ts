@@ -78,6 +78,7 @@ import { outOfScopeMessage } from '../core/auth.js';
 import { FerryError, missingKeyMessage, noRouteMessage } from '../core/errors.js';
 import { limits } from '../core/limits.js';
 import { functionEntries } from '../functions/bundle.js';
+import { payloadCopyExpiryDays } from '../functions/payloads.js';
 import { AlarmTopic } from './constructs/alarms.js';
 import { regionalDashboardName } from './constructs/dashboard.js';
 import { ImageRegistry } from './constructs/images.js';
@@ -502,6 +503,14 @@ export class PlatformStack extends Stack {
       lifecycleRules: [
         // A backstop only: the sweeper deletes a job's blobs with the job (deleteExpired).
         { id: 'expire-payloads', prefix: payloadsPrefix, expiration: Duration.days(payloadExpiryDays) },
+        // Uploads and output copies belong to no job record, so nothing deletes them with their job:
+        // they go days sooner (functions/payloads.ts). Where two expirations overlap, "the shorter
+        // expiration policy is honored" (https://docs.aws.amazon.com/AmazonS3/latest/userguide/lifecycle-conflicts.html).
+        ...(['uploads', 'outputs'] as const).map((copies) => ({
+          id: `expire-payload-${copies}`,
+          prefix: `${payloadsPrefix}${copies}/`,
+          expiration: Duration.days(payloadCopyExpiryDays),
+        })),
         // Image build contexts (cli/providers/aws-images.ts) are read once, by a build that CodeBuild
         // stops after its 2-hour timeout (infra/constructs/images.ts); nothing reads them later.
         {
@@ -634,12 +643,18 @@ export class PlatformStack extends Stack {
     // A failed run is not retried: Lambda's default would run it again a minute later, beside the
     // next scheduled run (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html);
     // the next run does the same work anyway. The schedules' own `retryAttempts: 0` is EventBridge's,
-    // which covers only failures to invoke.
+    // which covers only failures to invoke. Nor is a throttled invoke kept: "For throttling errors
+    // (429) and system errors (500-series), Lambda returns the event to the queue and attempts to run
+    // the function again for up to 6 hours" (same page), so after the account's concurrency ran out,
+    // hours of stale scheduled runs and nudges (an urgent-job nudge counts one job whatever the queue
+    // says) would all run at once. A minute, the least Lambda takes (60 to 21600 s): the next
+    // scheduled run is never further away.
     this.sweeperFunction = this.fn('Sweeper', code, handlers.sweeper, {
       // The schedule is a minute; a sweep that runs longer would overlap the next one.
       timeout: Duration.seconds(55),
       environment,
       retryAttempts: 0,
+      maxEventAge: Duration.minutes(1),
     });
     this.grantSweeper(this.sweeperFunction);
     new events.Rule(this, 'SweepEveryMinute', {
@@ -654,6 +669,7 @@ export class PlatformStack extends Stack {
       environment,
       functionName: scalerFunctionName,
       retryAttempts: 0,
+      maxEventAge: Duration.minutes(1),
     });
     this.grantScaler(this.scalerFunction);
     // Every load-balanced endpoint's wake-up alarm may invoke the scaler: one statement for all of
@@ -1113,11 +1129,14 @@ export class PlatformStack extends Stack {
       functionName?: string;
       /** Lambda's own retries of a failed asynchronous invoke (its default is 2). */
       retryAttempts?: number;
+      /** How long Lambda keeps an asynchronous invoke it could not run yet (its default is 6 hours). */
+      maxEventAge?: Duration;
     },
   ): lambda.Function {
     const fn = new lambda.Function(this, id, {
       ...(options.functionName ? { functionName: options.functionName } : {}),
       ...(options.retryAttempts === undefined ? {} : { retryAttempts: options.retryAttempts }),
+      ...(options.maxEventAge === undefined ? {} : { maxEventAge: options.maxEventAge }),
       // Node.js 24: AWS supports it past 2027 (22 is deprecated on 30 April 2027,
       // https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtimes.html); the bundles target node24.
       runtime: lambda.Runtime.NODEJS_24_X,

@@ -13,7 +13,7 @@ import {
 } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { streamDrainChunks } from '../../core/adapters/aws/dynamo/job-item.js';
-import { S3PayloadStore } from '../../functions/payloads.js';
+import { outputCopyReuseMs, S3PayloadStore } from '../../functions/payloads.js';
 import type { Agent } from '../../worker-image/agent/agent.js';
 import { type PythonWorker, startPythonWorker } from '../agent/helpers.js';
 import { ProtocolWorker } from '../support/protocolWorker.js';
@@ -380,6 +380,41 @@ describe('response fitting', () => {
     // Small answers are untouched (the same object comes back).
     const small = { id: 'job-2', status: 'COMPLETED', output: 'ok' };
     expect(await payloads.fitResponse(small)).toBe(small);
+  });
+});
+
+describe('output copies', () => {
+  it('are reused for a day, then written again before a URL is signed, so none is signed near its removal', async () => {
+    const puts: string[] = [];
+    const client = {
+      send: (command: unknown) => {
+        if (command instanceof PutObjectCommand) puts.push(String(command.input.Key));
+        return box.fixture.s3.send(command as PutObjectCommand);
+      },
+      config: box.fixture.s3.config,
+      middlewareStack: box.fixture.s3.middlewareStack,
+    } as unknown as S3Client;
+    let now = Date.now();
+    const payloads = new S3PayloadStore({
+      client,
+      bucket: box.fixture.bucket,
+      prefix: 'ferry/',
+      maxResponseBytes: 4 * KB,
+      now: () => now,
+    });
+    const answer = { id: `copies-${Date.now()}`, status: 'COMPLETED', output: 'c'.repeat(8 * KB) };
+    const first = (await payloads.fitResponse(answer)) as { output: { outputUrl: string } };
+    expect(puts).toHaveLength(1);
+    // A poll an hour later re-uses the copy (content-addressed: the same key).
+    now += 3_600_000;
+    await payloads.fitResponse(answer);
+    expect(puts).toHaveLength(1);
+    // Past outputCopyReuseMs the copy is written again: its lifecycle rule counts from the new write.
+    now += outputCopyReuseMs;
+    const later = (await payloads.fitResponse(answer)) as { output: { outputUrl: string } };
+    expect(puts).toEqual([puts[0], puts[0]]);
+    expect(await (await fetch(later.output.outputUrl)).json()).toBe(answer.output);
+    expect(first.output.outputUrl).toMatch(/^http/);
   });
 });
 

@@ -9,6 +9,7 @@ import { outOfScopeMessage } from '../../core/auth.js';
 import { FerryError, missingKeyMessage, noRouteMessage } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import { functionEntries } from '../../functions/bundle.js';
+import { outputCopyReuseMs, payloadCopyExpiryDays } from '../../functions/payloads.js';
 import { functionEnvSchema } from '../../functions/wiring.js';
 import { buildApp, ferryContext, optionsFromContext } from '../../infra/app.js';
 import { poolMaxInstances } from '../../infra/gpu.js';
@@ -162,8 +163,25 @@ describe('bucket', () => {
     // Nothing expires artifacts/ (or the whole bucket).
     expect(rules.filter((r) => r.ExpirationInDays !== undefined).map((r) => r.Prefix)).toEqual([
       'payloads/',
+      'payloads/uploads/',
+      'payloads/outputs/',
       'image-builds/',
     ]);
+  });
+
+  it('removes upload and output copies within days, which no job record owns and no sweep deletes', () => {
+    const rules = Object.values(template.findResources('AWS::S3::Bucket'))[0]!.Properties
+      .LifecycleConfiguration.Rules as { Prefix?: string; ExpirationInDays?: number; Status: string }[];
+    for (const prefix of ['payloads/uploads/', 'payloads/outputs/']) {
+      expect(rules.find((r) => r.Prefix === prefix)).toMatchObject({
+        ExpirationInDays: payloadCopyExpiryDays,
+        Status: 'Enabled',
+      });
+    }
+    // Shorter than the backstop (S3 honours the shorter of two overlapping expirations), and a copy
+    // is written again when older than outputCopyReuseMs, so a signed URL (an hour) never outlives it.
+    expect(payloadCopyExpiryDays).toBeLessThan(payloadExpiryDays);
+    expect(outputCopyReuseMs + 3_600_000).toBeLessThan(payloadCopyExpiryDays * 86_400_000);
   });
 
   it('expires image build contexts, which only the build that follows the upload reads', () => {
@@ -1128,14 +1146,15 @@ describe('operations', () => {
     expect(api.Environment.Variables.FERRY_SCALER_FUNCTION).toBe('ferry-scaler');
   });
 
-  it('does not let Lambda retry a failed sweep or scaler run beside the next scheduled one', () => {
-    // Lambda retries a failed asynchronous invoke twice by default
-    // (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html); the
-    // schedules' RetryPolicy is EventBridge's and covers only failures to invoke.
+  it('does not let Lambda retry a failed sweep or scaler run beside the next scheduled one, nor keep a throttled one', () => {
+    // Lambda retries a failed asynchronous invoke twice by default, and keeps a throttled one for up
+    // to 6 hours (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html);
+    // the schedules' RetryPolicy is EventBridge's and covers only failures to invoke.
     for (const fn of [platform.sweeperFunction, platform.scalerFunction]) {
       template.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
         FunctionName: { Ref: logicalId(fn) },
         MaximumRetryAttempts: 0,
+        MaximumEventAgeInSeconds: 60,
       });
     }
   });

@@ -192,14 +192,21 @@ export class S3BlobStore implements BlobStore {
     }
   }
 
-  async exists(key: string): Promise<boolean> {
+  /** When the object was last written (ms, S3's Last-Modified), or undefined when there is none. */
+  async modifiedAt(key: string): Promise<number | undefined> {
     try {
-      await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key) }));
-      return true;
+      const head = await this.client.send(
+        new HeadObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key) }),
+      );
+      return head.LastModified?.getTime() ?? 0;
     } catch (error) {
-      if (isMissing(error)) return false;
+      if (isMissing(error)) return undefined;
       throw error;
     }
+  }
+
+  async exists(key: string): Promise<boolean> {
+    return (await this.modifiedAt(key)) !== undefined;
   }
 
   /**
