@@ -354,7 +354,8 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
       })
       .command({
         command: 'list',
-        describe: 'List secret names (never values)',
+        describe:
+          'List secret names (never values); on AWS a set or delete may take up to five minutes to show (ListSecrets is eventually consistent)',
         builder: (y2) => scopeFlags(y2).option('json', jsonFlag),
         handler: async (argv) => {
           const [scope, names] = await withScope(ctx, argv, options, async (scope) => [

@@ -93,28 +93,30 @@ async function stageOf<T>(
  * Says which `secrets=` names have no value in the target environment: such an endpoint starts no
  * worker, and is failing, until they are set (docs/security.md, "Secrets"). A warning, not a refusal:
  * the value may well be set right after the deploy. Nor does a failed look-up stop the deploy (on
- * AWS, a deployer without secretsmanager:ListSecrets): it says it could not check.
+ * AWS, a deployer without secretsmanager:DescribeSecret): it says it could not check, and why.
  */
 export async function warnOfMissingSecrets(
-  provider: Pick<Provider, 'secretNames'>,
+  provider: Pick<Provider, 'missingSecrets'>,
   scope: { app: string; env: string },
   endpoints: readonly ManifestEndpoint[],
   reporter: Reporter,
 ): Promise<void> {
-  if (!provider.secretNames || !endpoints.some((e) => (e.resources.secrets ?? []).length > 0)) return;
-  let have: Set<string>;
+  const needed = endpoints.flatMap((e) => e.resources.secrets ?? []);
+  if (!provider.missingSecrets || needed.length === 0) return;
+  let missing: Set<string>;
   try {
-    have = new Set(await provider.secretNames(scope));
+    missing = new Set(await provider.missingSecrets(scope, needed));
   } catch (error) {
+    const hint = FerryError.is(error) && error.hint ? `. ${error.hint}` : '';
     reporter.line(
       `  warning: could not check that the endpoints' secrets have values in ${scope.app}/${scope.env} (${messageOf(error)}); ` +
-        `\`ferry secrets list --app ${scope.app} --env ${scope.env}\` shows which do`,
+        `\`ferry secrets list --app ${scope.app} --env ${scope.env}\` shows which do${hint}`,
     );
     return;
   }
   for (const endpoint of endpoints) {
     for (const name of endpoint.resources.secrets ?? []) {
-      if (have.has(name)) continue;
+      if (!missing.has(name)) continue;
       reporter.line(
         `  warning: '${endpoint.name}' needs secret ${name}, which has no value in ${scope.app}/${scope.env}: ` +
           `its workers start once it is set (printf %s "$VALUE" | ferry secrets set ${name} --app ${scope.app} --env ${scope.env})`,

@@ -40,7 +40,7 @@ import path from 'node:path';
 import type { z } from 'zod';
 import { DynamoControlStore } from '../../core/adapters/aws/dynamo.js';
 import { S3BlobStore } from '../../core/adapters/aws/s3.js';
-import type { SecretStore } from '../../core/adapters/local/secrets.js';
+import type { SecretsManagerSecretStore } from '../../core/adapters/aws/secrets.js';
 import {
   type CallTokenSecrets,
   deleteLegacyCallTokenSecret,
@@ -159,11 +159,11 @@ export interface AwsProviderOptions {
   /** Where each endpoint's call key goes for its workers (core/call-keys.ts): Secrets Manager. */
   callTokens: CallTokenSecrets;
   /**
-   * The user's `secrets=` values (`ferry/<app>/<env>/<NAME>`, core/adapters/aws/secrets.ts), listed
-   * so a deploy can warn of a name without one (`secretNames`). None (the recording fake toolkit):
-   * no warning.
+   * The user's `secrets=` values (`ferry/<app>/<env>/<NAME>`, core/adapters/aws/secrets.ts): looked
+   * up by name so a deploy can warn of a name without one (`missingSecrets`), and listed
+   * (`secretNames`). None (the recording fake toolkit): no warning.
    */
-  secrets?: Pick<SecretStore, 'list'>;
+  secrets?: Pick<SecretsManagerSecretStore, 'list' | 'missing'>;
   /**
    * EC2, for the region's availability zones on the platform's first deploy (aws/zones.ts), for the
    * zones that offer a pool's instance types when the platform has not recorded them (same), and for
@@ -200,19 +200,33 @@ export class AwsProvider implements Provider {
   readonly #dnsRecords = new Map<string, DnsRecord>();
 
   /**
-   * The `secrets=` names with a value in an app environment. On AWS a task whose secret is missing
+   * The `secrets=` names with a value in an app environment, from ListSecrets (needs
+   * secretsmanager:ListSecrets, as `ferry secrets list` does), which may lag five minutes behind a
+   * change: for notes only (`ferry env delete`'s kept secrets).
+   */
+  readonly secretNames?: (scope: { app: string; env: string }) => Promise<string[]>;
+
+  /**
+   * Which of `names` have no value in an app environment now. On AWS a task whose secret is missing
    * never starts: ECS reads secrets when it starts the container ("Sensitive data is injected into
    * your container when the container is initially started",
    * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-envvar-secrets-manager.html),
-   * and after three such starts the endpoint is failing (docs/aws.md#failing-endpoints). Needs
-   * secretsmanager:ListSecrets, as `ferry secrets list` does.
+   * and after three such starts the endpoint is failing (docs/aws.md#failing-endpoints). One
+   * DescribeSecret per name (secretsmanager:DescribeSecret on ferry/*), which sees a `ferry secrets
+   * set` or `delete` of a moment ago where ListSecrets may not (SecretsManagerSecretStore.missing).
    */
-  readonly secretNames?: (scope: { app: string; env: string }) => Promise<string[]>;
+  readonly missingSecrets?: (
+    scope: { app: string; env: string },
+    names: readonly string[],
+  ) => Promise<string[]>;
 
   constructor(private readonly options: AwsProviderOptions) {
     this.#stateDir = options.stateDir ?? path.join(options.projectDir, '.ferry');
     const { secrets } = options;
-    if (secrets) this.secretNames = async (scope) => (await secrets.list(scope)).map((s) => s.name);
+    if (secrets) {
+      this.secretNames = async (scope) => (await secrets.list(scope)).map((s) => s.name);
+      this.missingSecrets = (scope, names) => secrets.missing(scope, names);
+    }
     this.control = lazyPort(() => this.#control());
     this.blobs = lazyPort(() => this.#blobs());
   }

@@ -121,6 +121,11 @@ export class LocalProvider implements Provider {
   readonly #fixedUrl: string | undefined;
   /** Which `secrets=` names have a value (names only: listing needs no key). */
   readonly secretNames?: (scope: { app: string; env: string }) => Promise<string[]>;
+  /** Which of `names` have none (the same listing: the local store is consistent at once). */
+  readonly missingSecrets?: (
+    scope: { app: string; env: string },
+    names: readonly string[],
+  ) => Promise<string[]>;
   #url: string | undefined;
 
   constructor(private readonly options: LocalProviderOptions) {
@@ -137,6 +142,10 @@ export class LocalProvider implements Provider {
       this.blobs = blobs;
       const secrets = db.openSecrets(path.join(options.home, 'secrets.key'));
       this.secretNames = async (scope) => (await secrets.list(scope)).map((s) => s.name);
+      this.missingSecrets = async (scope, names) => {
+        const have = new Set((await secrets.list(scope)).map((s) => s.name));
+        return [...new Set(names)].filter((name) => !have.has(name));
+      };
       this.#close = async () => {
         await blobs.close();
         await db.close();

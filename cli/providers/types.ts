@@ -64,12 +64,19 @@ export interface Provider {
   /** Removes what an environment left behind besides its endpoints (AWS: its stack). */
   destroyEnvironment?(app: string, env: string): Promise<void>;
   /**
-   * The `secrets=` names that have a value in an app environment, so a deploy can say which ones its
-   * endpoints still miss. Absent where there is nothing to ask (AWS's recording fake toolkit). AWS
-   * asks Secrets Manager (secretsmanager:ListSecrets); a refusal is a warning of the deploy, not a
-   * failure (cli/deploy/run.ts warnOfMissingSecrets).
+   * The `secrets=` names that have a value in an app environment (`ferry env delete` names the ones
+   * it keeps). Absent where there is nothing to ask (AWS's recording fake toolkit). AWS lists them
+   * (secretsmanager:ListSecrets), which may lag five minutes behind a change: not for `missingSecrets`.
    */
   secretNames?(scope: { app: string; env: string }): Promise<string[]>;
+  /**
+   * Which of `names` have no value in an app environment now, so a deploy can say which ones its
+   * endpoints still miss. Absent where there is nothing to ask (AWS's recording fake toolkit). AWS
+   * asks Secrets Manager for each name (secretsmanager:DescribeSecret; a secret scheduled for deletion
+   * has no value); a refusal is a warning of the deploy, not a failure (cli/deploy/run.ts
+   * warnOfMissingSecrets).
+   */
+  missingSecrets?(scope: { app: string; env: string }, names: readonly string[]): Promise<string[]>;
   /** Base URL of an endpoint: `/v2/<id>` for queue-based ones, the route prefix for load-balanced ones. */
   endpointUrl(record: EndpointRecord): string;
   /**

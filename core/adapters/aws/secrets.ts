@@ -35,6 +35,27 @@ const isNotFound = (error: unknown) =>
   error instanceof ResourceNotFoundException || (error as Error).name === 'ResourceNotFoundException';
 
 /**
+ * Whether secret `id` is there for a task to read: the one answer to "does this secret exist" for
+ * user secrets and call keys alike. DescribeSecret, not ListSecrets: "ListSecrets might not reflect
+ * changes from the last five minutes. You can get more recent information for a specific secret by
+ * calling DescribeSecret" (https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_ListSecrets.html).
+ * A secret scheduled for deletion still answers, with its DeletedDate
+ * (https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_DescribeSecret.html), and ECS
+ * could not read it then (GetSecretValue refuses a secret marked for deletion): no. No secret
+ * (ResourceNotFoundException): no. Any other answer (AccessDeniedException without
+ * secretsmanager:DescribeSecret, a throttle) is thrown as it came.
+ */
+export async function secretExists(client: Pick<SecretsManagerClient, 'send'>, id: string): Promise<boolean> {
+  try {
+    const described = await client.send(new DescribeSecretCommand({ SecretId: id }));
+    return described.DeletedDate === undefined;
+  } catch (error) {
+    if (isNotFound(error)) return false;
+    throw error;
+  }
+}
+
+/**
  * A write that meets a deletion Secrets Manager has not finished waits for it. DeleteSecret with
  * ForceDeleteWithoutRecovery returns at once and deletes in the background: "If you delete a secret
  * and then immediately create a secret with the same name, use appropriate back off and retry
@@ -168,6 +189,13 @@ export class SecretsManagerSecretStore implements SecretStore {
     );
   }
 
+  /**
+   * The environment's secrets, from ListSecrets: the only call that enumerates them, and eventually
+   * consistent ("ListSecrets might not reflect changes from the last five minutes",
+   * https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_ListSecrets.html), so a
+   * secret set or deleted moments ago may be missing from it, or still in it. `ferry secrets list`
+   * says so; a deploy's check of the names its endpoints need asks `missing` instead.
+   */
   async list(scope: SecretScope): Promise<SecretListing[]> {
     const prefix = awsSecretName(scope, '');
     const out: SecretListing[] = [];
@@ -188,6 +216,35 @@ export class SecretsManagerSecretStore implements SecretStore {
       token = page.NextToken;
     } while (token);
     return out.sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  /**
+   * Which of `names` have no value in the environment, as a task starting now would find them: no
+   * secret, or one scheduled for deletion (`ferry secrets delete`). One DescribeSecret per name
+   * (secretExists), not ListSecrets, which may lag five minutes behind a `set` or a `delete`. Needs
+   * secretsmanager:DescribeSecret on `ferry/*`; a look-up that fails (refused, throttled) throws,
+   * naming the secret, and the deploy's warning says it could not check.
+   */
+  async missing(scope: SecretScope, names: readonly string[]): Promise<string[]> {
+    const unique = [...new Set(names)];
+    const found = await Promise.all(
+      unique.map(async (name) => {
+        const id = awsSecretName(scope, name);
+        try {
+          return await secretExists(this.client, id);
+        } catch (error) {
+          throw new FerryError('failed', `Cannot look up secret ${id}: ${(error as Error).message}`, {
+            ...((error as Error).name === 'AccessDeniedException'
+              ? {
+                  hint: 'The deploying identity needs secretsmanager:DescribeSecret on ferry/* (docs/security-aws.md, "Secrets").',
+                }
+              : {}),
+            cause: error,
+          });
+        }
+      }),
+    );
+    return unique.filter((_, i) => !found[i]);
   }
 
   /**
@@ -243,17 +300,11 @@ export class SecretsManagerCallTokens implements CallTokenSecrets {
     );
   }
 
-  /**
-   * DescribeSecret: a secret scheduled for deletion still answers, with its DeletedDate
-   * (https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_DescribeSecret.html), and
-   * ECS could not read it then (GetSecretValue refuses a secret marked for deletion).
-   */
+  /** secretExists: there, and not scheduled for deletion. */
   async exists(name: string): Promise<boolean> {
     try {
-      const described = await this.client.send(new DescribeSecretCommand({ SecretId: name }));
-      return described.DeletedDate === undefined;
+      return await secretExists(this.client, name);
     } catch (error) {
-      if (isNotFound(error)) return false;
       throw new FerryError('failed', `Cannot look up secret ${name}: ${(error as Error).message}`, {
         hint: 'The deploying identity needs secretsmanager:DescribeSecret on ferry-call/* (docs/security-aws.md, "Call keys").',
         cause: error,
