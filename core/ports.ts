@@ -377,6 +377,28 @@ export interface StartFailureRecord {
   clearStartFailures(endpointId: string): Promise<void>;
 }
 
+/** What counting one ECS task's failed start did (`TaskStartFailureRecord`): the run as it is now. */
+export interface TaskStartCount extends StartFailures {
+  /**
+   * Whether this call added the task. False when the task was counted before (another copy of its
+   * event, or a write of this call the SDK sent again after it landed) or the run had already
+   * reached `atMost`: nothing changed, and `failedStarts` and `problem` are the item as it is.
+   */
+  counted: boolean;
+}
+
+/**
+ * The failed starts the scaler counts from ECS's task events (functions/scaler.ts
+ * `recordTaskStartFailure`), on the same run the agents keep (`StartFailureRecord`). ECS sends its
+ * events at least once and Lambda may hand one event to the function more than once, so the run
+ * remembers which tasks it counted and counts each task once. A deploy or a worker's contact clears
+ * the run (`clearStartFailures`), the tasks it remembered with it.
+ */
+export interface TaskStartFailureRecord {
+  /** Adds the task's failed start once, while the run is below `atMost`; answers the run. */
+  addTaskStartFailure(endpointId: string, taskArn: string, atMost: number): Promise<TaskStartCount>;
+}
+
 /**
  * The one record of which jobs each worker holds, fed by the engine's worker moves. The worker
  * supervisor (core/supervisor.ts) is the real one; `RegistryLedger` only reads and writes the shared

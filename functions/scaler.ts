@@ -44,7 +44,9 @@
  * in such a task, so no supervisor counts it: `recordTaskStartFailure` adds it to the endpoint's run of
  * failed starts, the same count the agents keep, and at the supervisor's `maxFailedStarts` marks the
  * endpoint failing with ECS's reason. Then this run wants no task, and the sweeper ends the queued
- * jobs with that reason instead of leaving them to their time-to-live; a deploy clears it.
+ * jobs with that reason instead of leaving them to their time-to-live; a deploy clears it. Each task
+ * counts once, by its ARN, however many copies of its event ECS and Lambda deliver, and a task of an
+ * older deployment of the service not at all.
  *
  * UpdateService: https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_UpdateService.html
  * DescribeServices (at most 10 services per call):
@@ -71,6 +73,7 @@ import type {
   JobQueue,
   QueuedJobCount,
   StartFailureRecord,
+  TaskStartFailureRecord,
   Watch,
   WorkerRegistry,
 } from '../core/ports.js';
@@ -135,6 +138,10 @@ const taskStartFailureSchema = z.object({
   source: z.literal('aws.ecs'),
   'detail-type': z.literal('ECS Task State Change'),
   detail: z.object({
+    /** The task: each one counts once, however many copies of its event arrive. */
+    taskArn: z.string().min(1),
+    /** For a task a service started, the ID of the service's deployment that started it. */
+    startedBy: z.string().optional(),
     group: z.string(),
     stopCode: z.literal('TaskFailedToStart'),
     /** The instance ECS placed the task on; absent when it never found one. */
@@ -146,6 +153,9 @@ const taskStartFailureSchema = z.object({
 
 export interface TaskStartFailure {
   endpointId: string;
+  taskArn: string;
+  /** The deployment of the endpoint's service that started the task (`ecs-svc/…`), when ECS says. */
+  startedBy?: string | undefined;
   /** ECS's stoppedReason (ResourceInitializationError: …, CannotPullContainerError: …). */
   reason: string;
   /** The containers' own reasons, as `name: reason`. */
@@ -172,36 +182,100 @@ const placementReason = /^TaskFailedToStart: (RESOURCE|AGENT)\b|placement constr
 export function taskStartFailureOf(event: unknown, serviceNamePrefix: string): TaskStartFailure | undefined {
   const parsed = taskStartFailureSchema.safeParse(event);
   if (!parsed.success) return undefined;
-  const { group, stoppedReason, containers, containerInstanceArn } = parsed.data.detail;
+  const { taskArn, startedBy, group, stoppedReason, containers, containerInstanceArn } = parsed.data.detail;
   const servicePrefix = `service:${serviceNamePrefix}`;
   if (!group.startsWith(servicePrefix) || group.length === servicePrefix.length) return undefined;
   if (!containerInstanceArn || placementReason.test(stoppedReason ?? '')) return undefined;
   return {
     endpointId: group.slice(servicePrefix.length),
+    taskArn,
+    ...(startedBy ? { startedBy } : {}),
     reason: stoppedReason ?? 'no reason given',
     lines: (containers ?? []).flatMap((c) => (c.reason ? [`${c.name ?? 'container'}: ${c.reason}`] : [])),
   };
 }
 
 /**
+ * Why a failed task's event is not the endpoint's concern any more, or undefined when it is (or
+ * nothing says otherwise). A deploy clears the run (DynamoControlStore `putEndpoint`), the tasks it
+ * counted with it, so a copy of an event that arrives after the deploy (EventBridge tries a failed
+ * hand-over again for up to a day; Lambda's queue delivers at least once and keeps a throttled
+ * invoke of this function a minute, infra/platform-stack.ts maxEventAge,
+ * https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html) would count
+ * again against the new code. ECS names the deployment that started a service's task: "If the task
+ * is started by an Amazon ECS service, then the startedBy parameter contains the deployment ID of the
+ * service that starts it" (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_Task.html;
+ * the event's `detail` carries the task's fields). A deploy that changes the service (new code: a
+ * new task definition) and `ferry secrets set` (a forced new deployment, cli/commands/secrets.ts)
+ * make a new PRIMARY deployment, "the most recent deployment of a service"
+ * (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_Deployment.html), so a task that
+ * another deployment started ran the old code or the old secrets and is not counted. One
+ * DescribeServices call of the endpoint's service (the scaler's role may describe `ferry-*`
+ * services), on a failed start only. A service that is gone (the endpoint was destroyed) has nothing
+ * to count for. When the read fails, or the event or the service names no deployment, the task
+ * counts, as before. What it cannot tell: a deploy that left the service as it was keeps its
+ * deployment (as does a worker's contact, which also clears the run), so a copy of an event from
+ * before it that arrives after it counts, once, in the new run.
+ */
+async function notCurrentDeployment(
+  deps: Pick<ScalerDeps, 'ecs' | 'cluster' | 'serviceNamePrefix' | 'log'>,
+  failure: TaskStartFailure,
+): Promise<string | undefined> {
+  if (!failure.startedBy) return undefined;
+  const serviceName = `${deps.serviceNamePrefix}${failure.endpointId}`;
+  try {
+    const described = await deps.ecs.send(
+      new DescribeServicesCommand({ cluster: deps.cluster, services: [serviceName] }),
+    );
+    const service = described.services?.find((s) => s.serviceName === serviceName && s.status === 'ACTIVE');
+    if (!service) return `no active ECS service ${serviceName} in cluster ${deps.cluster}`;
+    const primary = service.deployments?.find((d) => d.status === 'PRIMARY')?.id;
+    if (!primary || primary === failure.startedBy) return undefined;
+    return `started by deployment ${failure.startedBy}, not the service's current one (${primary})`;
+  } catch (error) {
+    deps.log?.({
+      msg: 'ferry scaler: reading the deployment of a task that failed to start',
+      endpointId: failure.endpointId,
+      error: (error as Error).message,
+    });
+    return undefined;
+  }
+}
+
+/**
  * One more failed start in the endpoint's run, and the endpoint failing once the run reaches
- * `maxFailedStarts` (the rule core/supervisor.ts applies to workers that die before contact).
+ * `maxFailedStarts` (the rule core/supervisor.ts applies to workers that die before contact). Each
+ * task counts once, however many copies of its event arrive (`addTaskStartFailure`), and a task of
+ * an older deployment of the service not at all (`notCurrentDeployment`). The verdict is written
+ * when the run is at the threshold and the item has none, whether this call counted the task or a
+ * copy of its event did: a copy then completes a verdict that an earlier run counted but did not
+ * write (it stopped between the two writes), and never rewrites one.
  */
 export async function recordTaskStartFailure(
-  deps: Pick<ScalerDeps, 'control' | 'clock' | 'log'>,
+  deps: Pick<ScalerDeps, 'control' | 'clock' | 'log' | 'ecs' | 'cluster' | 'serviceNamePrefix'>,
   failure: TaskStartFailure,
   maxFailedStarts = defaultSupervisorSettings.maxFailedStarts,
 ): Promise<void> {
   const { control } = deps;
-  if (!control.addFailedStart || !control.markFailing) return;
-  const run = await control.addFailedStart(failure.endpointId);
-  deps.log?.({
+  if (!control.addTaskStartFailure || !control.markFailing) return;
+  const line = {
     msg: 'ferry task failed to start',
     endpointId: failure.endpointId,
-    run,
+    taskArn: failure.taskArn,
     reason: failure.reason,
-  });
-  if (run < maxFailedStarts) return;
+  };
+  const ignored = await notCurrentDeployment(deps, failure);
+  if (ignored) {
+    deps.log?.({ ...line, counted: false, ignored });
+    return;
+  }
+  const {
+    failedStarts: run,
+    counted,
+    problem,
+  } = await control.addTaskStartFailure(failure.endpointId, failure.taskArn, maxFailedStarts);
+  deps.log?.({ ...line, run, counted });
+  if (run < maxFailedStarts || problem?.state === 'failing') return;
   await control.markFailing(failure.endpointId, {
     state: 'failing',
     reason: `${run} tasks in a row could not start (${failure.reason}); fix it and redeploy`,
@@ -212,7 +286,7 @@ export async function recordTaskStartFailure(
 
 export interface ScalerDeps {
   control: Pick<ControlStore, 'listEndpoints' | 'getEndpoint'> &
-    Partial<Pick<StartFailureRecord, 'startFailures' | 'addFailedStart' | 'markFailing'>>;
+    Partial<Pick<StartFailureRecord, 'startFailures' | 'markFailing'> & TaskStartFailureRecord>;
   queue: Pick<JobQueue, 'depth'>;
   /** The jobs IN_QUEUE at most (the count items of DynamoJobStore): the urgent ones cap the urgent depth. */
   jobs: QueuedJobCount;
@@ -512,8 +586,9 @@ export function createScaler(deps: () => ScalerDeps) {
     // scaled, because the ScalerErrors alarm reads the function's Errors metric, which counts
     // "exceptions that your code throws" (https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics-types.html).
     // Caught and only logged, an endpoint whose UpdateService is refused kept its jobs queued with no
-    // signal anywhere. Nothing retries the run (retryAttempts 0), so a recorded failed start is not
-    // counted twice; the next scheduled run tries again.
+    // signal anywhere. Nothing retries the run (retryAttempts 0); the next scheduled run tries again.
+    // A copy of the event (a retry, or ECS's and Lambda's at-least-once delivery) would not count its
+    // task twice anyway (recordTaskStartFailure).
     const unscaled = failedScales(reports);
     if (unscaled.length > 0) {
       throw new Error(

@@ -735,7 +735,8 @@ export class PlatformStack extends Stack {
     this.alarms = new AlarmTopic(this, 'Alarms', { clusterArn: this.cluster.clusterArn });
     // A task that could not start counts as a failed start of its endpoint: no agent ran in it to
     // count it (functions/scaler.ts recordTaskStartFailure). Retried: a lost event is a start not
-    // counted, and the next failed task counts again.
+    // counted, and the next failed task counts again; a copy of an event (a retry, or ECS's and
+    // Lambda's at-least-once delivery) counts its task no second time.
     this.alarms.taskStartFailures.addTarget(
       new eventsTargets.LambdaFunction(this.scalerFunction, { retryAttempts: 2 }),
     );

@@ -513,6 +513,7 @@ describe('the scaler function with its own role', () => {
               serviceName,
               status: 'ACTIVE',
               desiredCount: serviceName === 'ferry-wake' ? 1 : 0,
+              deployments: [{ id: 'ecs-svc/1', status: 'PRIMARY' }],
             })),
           };
         }
@@ -591,14 +592,17 @@ describe('the scaler function with its own role', () => {
       expect(onJobs.flatMap((d) => d.keys).every((k) => k.endsWith('#COUNTS'))).toBe(true);
 
       // Tasks that could not start (a secrets= name with no secret), as EventBridge hands them over
-      // (infra/constructs/alarms.ts): each counts as a failed start of its endpoint, and the third
-      // makes it failing, so the scaler wants no task for it, with no call refused.
-      const failedStart = {
+      // (infra/constructs/alarms.ts): each task counts once as a failed start of its endpoint (a copy
+      // of an event does not), and the third makes it failing, so the scaler wants no task for it,
+      // with no call refused.
+      const failedStart = (task: string) => ({
         version: '0',
         source: 'aws.ecs',
         'detail-type': 'ECS Task State Change',
         detail: {
           clusterArn: arnOf.cluster('ferry'),
+          taskArn: arnOf.task('ferry', task),
+          startedBy: 'ecs-svc/1',
           containerInstanceArn: `${arnOf.cluster('ferry').replace(':cluster/', ':container-instance/')}/0a1b2c`,
           group: 'service:ferry-scale',
           lastStatus: 'STOPPED',
@@ -608,10 +612,11 @@ describe('the scaler function with its own role', () => {
             'ResourceInitializationError: unable to pull secrets or registry auth: retrieve secret from ferry/box/production/HF_TOKEN',
           containers: [{ name: 'worker', lastStatus: 'STOPPED' }],
         },
-      };
+      });
       const scaler = createScaler(() => deps);
+      await scaler(failedStart('failed1'));
       for (let i = 1; i <= 3; i++) {
-        const [report] = await scaler(failedStart);
+        const [report] = await scaler(failedStart(`failed${i}`));
         expect(report?.decision?.desired, `after failed start ${i}`).toEqual(i < 3 ? expect.any(Number) : 0);
       }
       const starts = await box.lambda.control.startFailures('scale');

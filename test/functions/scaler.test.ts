@@ -16,12 +16,13 @@ import {
   UpdateServiceCommand,
 } from '@aws-sdk/client-ecs';
 import type { InvokeCommand } from '@aws-sdk/client-lambda';
+import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { type DynamoControlStore, startFailuresKey } from '../../core/adapters/aws/dynamo.js';
 import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
 import { JobEngine } from '../../core/engine.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
-import type { ControlStore } from '../../core/ports.js';
 import {
   createScaler,
   lambdaInvoker,
@@ -84,7 +85,26 @@ class FakeEcs {
   refuseListTasks = false;
   /** Services whose UpdateService is refused (a throttle, a policy that denies it). */
   readonly refuseUpdate = new Set<string>();
+  /** Each service's PRIMARY deployment (`ecs-svc/…`): a deploy that changes the service makes a new one. */
+  private readonly primaries = new Map<string, string>();
   private nextTask = 0;
+  private nextDeployment = 0;
+
+  /** The ID of the service's PRIMARY deployment, which starts its tasks (their `startedBy`). */
+  deploymentOf(service: string): string {
+    let id = this.primaries.get(service);
+    if (!id) {
+      id = `ecs-svc/${9_000_000 + ++this.nextDeployment}`;
+      this.primaries.set(service, id);
+    }
+    return id;
+  }
+
+  /** A new task definition or a forced new deployment: a new PRIMARY deployment. */
+  newDeployment(service: string): string {
+    this.primaries.delete(service);
+    return this.deploymentOf(service);
+  }
 
   constructor(private readonly clock: FakeClock) {}
 
@@ -122,7 +142,12 @@ class FakeEcs {
       return {
         services: names
           .filter((n) => this.services.has(n))
-          .map((n) => ({ serviceName: n, status: 'ACTIVE', desiredCount: this.services.get(n) })),
+          .map((n) => ({
+            serviceName: n,
+            status: 'ACTIVE',
+            desiredCount: this.services.get(n),
+            deployments: [{ id: this.deploymentOf(n), status: 'PRIMARY' }],
+          })),
         failures: names.filter((n) => !this.services.has(n)).map((n) => ({ arn: n, reason: 'MISSING' })),
       };
     }
@@ -153,7 +178,7 @@ class FakeEcs {
 }
 
 let aws: AwsFixture;
-let control: ControlStore;
+let control: DynamoControlStore;
 let clock: FakeClock;
 let engine: JobEngine;
 let ecs: FakeEcs;
@@ -714,6 +739,8 @@ describe('a task that stopped before it ran (EventBridge "ECS Task State Change"
     detail: {
       clusterArn: 'arn:aws:ecs:eu-west-1:1:cluster/ferry',
       containerInstanceArn: 'arn:aws:ecs:eu-west-1:1:container-instance/ferry/0a1b2c',
+      taskArn: 'arn:aws:ecs:eu-west-1:1:task/ferry/5f1e2d',
+      startedBy: 'ecs-svc/9223370545345641169',
       group: 'service:ferry-ep1abc',
       lastStatus: 'STOPPED',
       stopCode: 'TaskFailedToStart',
@@ -729,6 +756,8 @@ describe('a task that stopped before it ran (EventBridge "ECS Task State Change"
   it('names the endpoint of the service, ECS reason and the containers’ own', () => {
     expect(taskStartFailureOf(event({}), 'ferry-')).toEqual({
       endpointId: 'ep1abc',
+      taskArn: 'arn:aws:ecs:eu-west-1:1:task/ferry/5f1e2d',
+      startedBy: 'ecs-svc/9223370545345641169',
       reason: 'CannotPullContainerError: pull image manifest has been retried 5 time(s)',
       lines: ['worker: CannotPullContainerError: not found'],
     });
@@ -740,6 +769,8 @@ describe('a task that stopped before it ran (EventBridge "ECS Task State Change"
       event({ group: 'family:ferry-ep1abc' }),
       event({ group: 'service:ferry-' }),
       event({ stopCode: 'EssentialContainerExited' }),
+      // No task to count once: ECS always names it.
+      event({ taskArn: undefined }),
       { source: 'aws.ecs', 'detail-type': 'ECS Container Instance State Change', detail: {} },
       { endpointId: 'ep1abc' },
     ]) {
@@ -773,5 +804,151 @@ describe('a task that stopped before it ran (EventBridge "ECS Task State Change"
       taskStartFailureOf({ source: 'aws.events', 'detail-type': 'Scheduled Event', detail: {} }, 'ferry-'),
     ).toBeUndefined();
     expect(scalerEventOf(event({}))).toEqual({});
+  });
+});
+
+describe('failed starts from ECS events, each task counted once (DynamoDB Local)', () => {
+  // ECS sends its events "on an at least once basis. This means you might receive multiple copies
+  // of a given event" (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs_cwet_handling.html),
+  // and Lambda may hand the function "the same event from Lambda multiple times"
+  // (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html).
+  const failedTask = (
+    endpointId: string,
+    task: string,
+    startedBy = ecs.deploymentOf(`ferry-${endpointId}`),
+  ) => ({
+    version: '0',
+    id: `event-${task}`,
+    source: 'aws.ecs',
+    'detail-type': 'ECS Task State Change',
+    detail: {
+      clusterArn: 'arn:aws:ecs:eu-west-1:1:cluster/ferry',
+      containerInstanceArn: 'arn:aws:ecs:eu-west-1:1:container-instance/ferry/0a1b2c',
+      taskArn: `arn:aws:ecs:eu-west-1:1:task/ferry/${task}`,
+      startedBy,
+      group: `service:ferry-${endpointId}`,
+      lastStatus: 'STOPPED',
+      stopCode: 'TaskFailedToStart',
+      stoppedReason: 'ResourceInitializationError: unable to pull secrets or registry auth',
+      containers: [{ name: 'worker', lastStatus: 'STOPPED' }],
+      version: 3,
+    },
+  });
+  const lines: Record<string, unknown>[] = [];
+  const scaler = () => createScaler(() => ({ ...deps, log: (line) => lines.push(line) }));
+  beforeEach(() => {
+    lines.length = 0;
+  });
+
+  it('the same event delivered twice counts once; another task counts again', async () => {
+    const ep = await deploy();
+    const run = scaler();
+    const copy = failedTask(ep, 't1');
+    await run(copy);
+    await run(structuredClone(copy));
+    expect(await control.startFailures(ep)).toEqual({ failedStarts: 1 });
+    expect(lines.filter((l) => l.msg === 'ferry task failed to start')).toMatchObject([
+      { taskArn: copy.detail.taskArn, run: 1, counted: true },
+      { taskArn: copy.detail.taskArn, run: 1, counted: false },
+    ]);
+    await run(failedTask(ep, 't2'));
+    expect(await control.startFailures(ep)).toEqual({ failedStarts: 2 });
+  });
+
+  it('three tasks make the endpoint failing; a copy of the third and a fourth task change nothing', async () => {
+    const ep = await deploy();
+    const run = scaler();
+    for (const task of ['t1', 't2', 't3']) await run(failedTask(ep, task));
+    const failing = await control.startFailures(ep);
+    expect(failing).toMatchObject({ failedStarts: 3, problem: { state: 'failing' } });
+    expect(failing?.problem?.reason).toContain('3 tasks in a row could not start');
+    expect(desiredOf(ep)).toBe(0);
+    clock.advance(60_000);
+    // Neither throws, neither counts, and the verdict stays as it was written (its time included).
+    const [report] = await run(failedTask(ep, 't3'));
+    await run(failedTask(ep, 't4'));
+    expect(report?.decision?.desired).toBe(0);
+    expect(await control.startFailures(ep)).toEqual(failing);
+  });
+
+  it('a copy of the third task’s event writes the verdict an earlier run counted but did not write', async () => {
+    const ep = await deploy();
+    // A run that counted the third task and stopped before its verdict (a timeout, a crash).
+    for (const task of ['t1', 't2', 't3']) {
+      await control.addTaskStartFailure(ep, `arn:aws:ecs:eu-west-1:1:task/ferry/${task}`, 3);
+    }
+    expect(await control.startFailures(ep)).toEqual({ failedStarts: 3 });
+    await scaler()(failedTask(ep, 't3'));
+    expect(await control.startFailures(ep)).toMatchObject({ failedStarts: 3, problem: { state: 'failing' } });
+  });
+
+  it('after a deploy with a new deployment, late copies of the old tasks’ events do not count again', async () => {
+    const ep = await deploy();
+    const service = `ferry-${ep}`;
+    const run = scaler();
+    const old = [failedTask(ep, 't1'), failedTask(ep, 't2')];
+    for (const event of old) await run(event);
+    expect(await control.startFailures(ep)).toEqual({ failedStarts: 2 });
+    // The deploy: CloudFormation updates the service (a new PRIMARY deployment), then the record is
+    // written, which clears the run and the tasks it had counted.
+    ecs.newDeployment(service);
+    await control.putEndpoint((await control.getEndpoint(ep))!);
+    expect(await control.startFailures(ep)).toBeUndefined();
+    // Lambda retries throttled events for hours: copies from before the deploy arrive now.
+    for (const event of old) await run(structuredClone(event));
+    expect(await control.startFailures(ep)).toBeUndefined();
+    expect(lines.filter((l) => l.ignored)).toHaveLength(2);
+    expect(String(lines.find((l) => l.ignored)?.ignored)).toContain("not the service's current one");
+    // A task of the new deployment counts.
+    await run(failedTask(ep, 't3'));
+    expect(await control.startFailures(ep)).toEqual({ failedStarts: 1 });
+  });
+
+  it('a deploy that left the service as it was: a late copy counts, once (what the deployment cannot tell)', async () => {
+    const ep = await deploy();
+    const run = scaler();
+    const event = failedTask(ep, 't1');
+    await run(event);
+    await control.putEndpoint((await control.getEndpoint(ep))!);
+    await run(structuredClone(event));
+    await run(structuredClone(event));
+    expect(await control.startFailures(ep)).toEqual({ failedStarts: 1 });
+  });
+
+  it('a task of a service that is gone counts nothing; without startedBy or a deployment to compare, it counts', async () => {
+    const run = scaler();
+    const gone = await deploy('queue', false);
+    await run(failedTask(gone, 't1', 'ecs-svc/1'));
+    expect(await control.startFailures(gone)).toBeUndefined();
+    const ep = await deploy();
+    const { startedBy: _, ...detail } = failedTask(ep, 't2').detail;
+    await run({ ...failedTask(ep, 't2'), detail });
+    expect(await control.startFailures(ep)).toEqual({ failedStarts: 1 });
+  });
+
+  it('the store: one count per task ARN, none past the threshold, and a cleared run counts a task again', async () => {
+    const ep = `store-${Math.random().toString(36).slice(2, 8)}`;
+    const arn = (t: string) => `arn:aws:ecs:eu-west-1:1:task/ferry/${t}`;
+    expect(await control.addTaskStartFailure(ep, arn('a'), 3)).toEqual({ failedStarts: 1, counted: true });
+    expect(await control.addTaskStartFailure(ep, arn('a'), 3)).toEqual({ failedStarts: 1, counted: false });
+    // The agents' own count goes on the same run (a worker that died before contact).
+    expect(await control.addFailedStart(ep)).toBe(2);
+    expect(await control.addTaskStartFailure(ep, arn('b'), 3)).toEqual({ failedStarts: 3, counted: true });
+    expect(await control.addTaskStartFailure(ep, arn('c'), 3)).toEqual({ failedStarts: 3, counted: false });
+    const problem = { state: 'failing' as const, reason: 'r', lines: [], sinceMs: 1 };
+    await control.markFailing(ep, problem);
+    expect(await control.addTaskStartFailure(ep, arn('b'), 3)).toEqual({
+      failedStarts: 3,
+      counted: false,
+      problem,
+    });
+    // Two tasks in the set, never more than the threshold: the item stays small.
+    const item = await aws.doc.send(
+      new GetCommand({ TableName: aws.tables.control, Key: startFailuresKey(ep), ConsistentRead: true }),
+    );
+    expect([...(item.Item!.countedTasks as Set<string>)].sort()).toEqual([arn('a'), arn('b')]);
+    await control.clearStartFailures(ep);
+    expect(await control.addTaskStartFailure(ep, arn('a'), 3)).toEqual({ failedStarts: 1, counted: true });
+    await control.clearStartFailures(ep);
   });
 });

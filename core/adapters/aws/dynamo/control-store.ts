@@ -1,5 +1,6 @@
 /** ControlStore on DynamoDB: the `control` table of `dynamoSchema`. */
 import { UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { unmarshall } from '@aws-sdk/util-dynamodb';
 import { conflict } from '../../../errors.js';
 import type {
   ApiKeyRecord,
@@ -10,8 +11,18 @@ import type {
   EnvironmentRecord,
   StartFailureRecord,
   StartFailures,
+  TaskStartCount,
+  TaskStartFailureRecord,
 } from '../../../ports.js';
-import { BodyTableAdapter, compare, errorName, type TableOptions, transact } from './client.js';
+import {
+  BodyTableAdapter,
+  compare,
+  errorName,
+  failedCondition,
+  type Item,
+  type TableOptions,
+  transact,
+} from './client.js';
 import { dynamoSchema } from './schema.js';
 
 /** Components are URI-encoded so a '#' inside a name never splits a key the wrong way. */
@@ -27,13 +38,23 @@ export const startFailuresKey = (endpointId: string) => ({ pk: `STARTS#${enc(end
 
 export type DynamoControlStoreOptions = TableOptions;
 
+/** A `STARTS#` item as the run it holds (its `countedTasks` are the store's own business). */
+function startFailuresOf(item: Item): StartFailures {
+  const problem =
+    typeof item.problem === 'string' ? (JSON.parse(item.problem) as EndpointProblem) : undefined;
+  return { failedStarts: Number(item.failedStarts ?? 0), ...(problem ? { problem } : {}) };
+}
+
 /**
  * One item per record, keyed for its get (`APP#<app>`, `ENV#<app>#<env>`, `EP#<id>`, `KEY#<hash>`,
  * `KEYID#<id>`), listed through the `byKind` GSI. An API key is two items written in one transaction:
  * `KEY#<hash>` (the lookup on every request, and the uniqueness of the hash) and `KEYID#<id>` (list
  * and delete by id). Deleting an app or environment does not cascade (the CLI removes the parts first).
  */
-export class DynamoControlStore extends BodyTableAdapter implements ControlStore, StartFailureRecord {
+export class DynamoControlStore
+  extends BodyTableAdapter
+  implements ControlStore, StartFailureRecord, TaskStartFailureRecord
+{
   async putApp(app: AppRecord): Promise<void> {
     await this.put(`APP#${enc(app.name)}`, 'APP', app, 'APP', app.name);
   }
@@ -77,10 +98,7 @@ export class DynamoControlStore extends BodyTableAdapter implements ControlStore
 
   async startFailures(endpointId: string): Promise<StartFailures | undefined> {
     const item = await this.table.getItem(startFailuresKey(endpointId));
-    if (!item) return undefined;
-    const problem =
-      typeof item.problem === 'string' ? (JSON.parse(item.problem) as EndpointProblem) : undefined;
-    return { failedStarts: Number(item.failedStarts ?? 0), ...(problem ? { problem } : {}) };
+    return item ? startFailuresOf(item) : undefined;
   }
 
   async addFailedStart(endpointId: string): Promise<number> {
@@ -95,6 +113,54 @@ export class DynamoControlStore extends BodyTableAdapter implements ControlStore
       }),
     );
     return Number(result.Attributes?.failedStarts ?? 1);
+  }
+
+  /**
+   * The scaler's count of a task that could not start (functions/scaler.ts recordTaskStartFailure),
+   * once per task: the item keeps the ARNs of the tasks it counted in a string set, `countedTasks`,
+   * and the ADD is conditional on the task's ARN not being in it. ECS sends its events "on an at
+   * least once basis. This means you might receive multiple copies of a given event"
+   * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs_cwet_handling.html), and Lambda
+   * may hand the function "the same event from Lambda multiple times"
+   * (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html): counted per
+   * copy, one or two transient failures made the endpoint failing until the next deploy.
+   *
+   * Only while the run is below `atMost` (the threshold that makes the endpoint failing): past it one
+   * more changes nothing, and the set holds at most `atMost` ARNs (about 100 bytes each), whatever ECS
+   * starts before the scaler's count of 0 lands. A refused ADD answers the item as it is
+   * (ReturnValuesOnConditionCheckFailure ALL_OLD, no second read), so the caller still writes a
+   * verdict that is due and missing: its own earlier call that counted the task but stopped before
+   * the verdict, or a first attempt of this write that landed and whose answer the SDK lost (the SDK
+   * sends it again, and the copy finds the ARN in the set). A deploy or a worker's contact deletes
+   * the item, the set with it (`clearStartFailures`).
+   */
+  async addTaskStartFailure(endpointId: string, taskArn: string, atMost: number): Promise<TaskStartCount> {
+    try {
+      const result = await this.table.doc.send(
+        new UpdateCommand({
+          TableName: this.table.name,
+          Key: startFailuresKey(endpointId),
+          UpdateExpression: 'ADD failedStarts :one, countedTasks :tasks',
+          ConditionExpression:
+            '(attribute_not_exists(countedTasks) OR NOT contains(countedTasks, :task)) AND ' +
+            '(attribute_not_exists(failedStarts) OR failedStarts < :atMost)',
+          ExpressionAttributeValues: {
+            ':one': 1,
+            // A JavaScript Set of strings is a DynamoDB string set (SS) to the document client.
+            ':tasks': new Set([taskArn]),
+            ':task': taskArn,
+            ':atMost': atMost,
+          },
+          ReturnValues: 'ALL_NEW',
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        }),
+      );
+      return { ...startFailuresOf(result.Attributes ?? {}), counted: true };
+    } catch (error) {
+      const failed = failedCondition(error);
+      if (!failed) throw error;
+      return { ...startFailuresOf(failed.item ? (unmarshall(failed.item) as Item) : {}), counted: false };
+    }
   }
 
   async markFailing(endpointId: string, problem: EndpointProblem): Promise<void> {
