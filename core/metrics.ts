@@ -16,6 +16,33 @@ export const jobMetricNames = {
   executionMs: 'ExecutionMs',
 } as const;
 
+/** The metric of an endpoint's tasks that could not start, as the scaler counts them (functions/scaler.ts). */
+export const taskStartFailureMetricName = 'TaskStartFailures';
+
+/**
+ * The EMF fields that make a log line of the scaler (a JSON object, as its `log` prints it) one
+ * failed start of the endpoint in the `Ferry` namespace, by EndpointId: CloudWatch extracts it from
+ * the function's own log group, so the dashboard graphs failed starts without a per-endpoint
+ * EventBridge rule (300 rules per bus and account: one per endpoint capped the endpoints an account
+ * could deploy, infra/constructs/dashboard.ts).
+ */
+export function taskStartFailureFields(endpointId: string, nowMs: number): Record<string, unknown> {
+  return {
+    _aws: {
+      Timestamp: nowMs,
+      CloudWatchMetrics: [
+        {
+          Namespace: metricsNamespace,
+          Dimensions: [['EndpointId']],
+          Metrics: [{ Name: taskStartFailureMetricName, Unit: 'Count' }],
+        },
+      ],
+    },
+    EndpointId: endpointId,
+    [taskStartFailureMetricName]: 1,
+  };
+}
+
 /** The EMF document for one ended job, or undefined while it has not ended. */
 export function jobMetricsLine(endpointId: string, view: JobView, nowMs: number): string | undefined {
   if (!['COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED'].includes(view.status)) return undefined;

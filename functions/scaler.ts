@@ -64,6 +64,7 @@ import {
 import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
 import { z } from 'zod';
 import { endpointConfigOf } from '../core/deployment.js';
+import { taskStartFailureFields } from '../core/metrics.js';
 import { PendingWork } from '../core/pending-work.js';
 import type {
   ChangeDetail,
@@ -274,7 +275,13 @@ export async function recordTaskStartFailure(
     counted,
     problem,
   } = await control.addTaskStartFailure(failure.endpointId, failure.taskArn, maxFailedStarts);
-  deps.log?.({ ...line, run, counted });
+  // A task counted here is one point of the dashboard's failed starts (an EMF line; copies add none).
+  deps.log?.({
+    ...line,
+    run,
+    counted,
+    ...(counted ? taskStartFailureFields(failure.endpointId, deps.clock.now()) : {}),
+  });
   if (run < maxFailedStarts || problem?.state === 'failing') return;
   await control.markFailing(failure.endpointId, {
     state: 'failing',

@@ -10,17 +10,20 @@
  *   - GPU utilization: the CloudWatch agent's nvidia_smi_utilization_gpu, when the GPU instances run
  *     the agent with its NVIDIA GPU metrics (empty otherwise; the AMI does not ship it turned on)
  *     https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch-Agent-NVIDIA-GPU.html
- *   - failed launches: an EventBridge rule matching ECS "Task State Change" events with stopCode
- *     TaskFailedToStart, counted by AWS/Events TriggeredRules for the rule (not verified on AWS)
- *     https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs_task_events.html
+ *   - failed launches: the `Ferry` TaskStartFailures metric the scaler prints (EMF, core/metrics.ts)
+ *     for each task it counts as a failed start of the endpoint (the platform's one rule on ECS
+ *     "Task State Change" events with stopCode TaskFailedToStart hands them to it,
+ *     https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs_task_events.html). Not a rule
+ *     per endpoint: EventBridge allows 300 rules per event bus, 100 in some regions
+ *     (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-quota.html), and one per endpoint
+ *     on the default bus made the deploy of about the 297th endpoint of an account fail.
  */
 import { Aws, Duration } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as ecs from 'aws-cdk-lib/aws-ecs';
-import * as events from 'aws-cdk-lib/aws-events';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { jobMetricNames, metricsNamespace } from '../../core/metrics.js';
+import { jobMetricNames, metricsNamespace, taskStartFailureMetricName } from '../../core/metrics.js';
 
 /**
  * A dashboard name that holds the region, `<base>-<region>` (e.g. `Ferry-us-east-1`): "All dashboards
@@ -63,19 +66,6 @@ export class EnvironmentDashboard extends Construct {
         period: minute,
       });
     for (const endpoint of props.endpoints) {
-      // No target: the rule exists to be counted (AWS/Events TriggeredRules by RuleName).
-      const failedLaunches = new events.Rule(this, `${endpoint.name}-FailedLaunches`, {
-        description: `Ferry: tasks of ${endpoint.name} that failed to start`,
-        eventPattern: {
-          source: ['aws.ecs'],
-          detailType: ['ECS Task State Change'],
-          detail: {
-            lastStatus: ['STOPPED'],
-            stopCode: ['TaskFailedToStart'],
-            group: [`service:${endpoint.service.serviceName}`],
-          },
-        },
-      });
       const services = { ClusterName: props.clusterName, ServiceName: endpoint.service.serviceName };
       const insights = (metricName: string, label: string) =>
         new cloudwatch.Metric({
@@ -147,9 +137,9 @@ export class EnvironmentDashboard extends Construct {
           title: `${endpoint.name}: failed launches`,
           left: [
             new cloudwatch.Metric({
-              namespace: 'AWS/Events',
-              metricName: 'TriggeredRules',
-              dimensionsMap: { RuleName: failedLaunches.ruleName },
+              namespace: metricsNamespace,
+              metricName: taskStartFailureMetricName,
+              dimensionsMap: { EndpointId: endpoint.id },
               statistic: 'Sum',
               period: Duration.minutes(5),
               label: 'tasks that failed to start',

@@ -23,6 +23,7 @@ import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
 import { JobEngine } from '../../core/engine.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
+import { metricsNamespace, taskStartFailureMetricName } from '../../core/metrics.js';
 import {
   createScaler,
   lambdaInvoker,
@@ -853,6 +854,33 @@ describe('failed starts from ECS events, each task counted once (DynamoDB Local)
     ]);
     await run(failedTask(ep, 't2'));
     expect(await control.startFailures(ep)).toEqual({ failedStarts: 2 });
+  });
+
+  it('a counted task is one point of the dashboard’s failed starts (an EMF line); a copy adds none', async () => {
+    const ep = await deploy();
+    const run = scaler();
+    const copy = failedTask(ep, 't1');
+    await run(copy);
+    await run(structuredClone(copy));
+    const [counted, again] = lines.filter((l) => l.msg === 'ferry task failed to start');
+    // CloudWatch extracts it from the scaler's log group: a JSON line with the `_aws` directive,
+    // the dimension's value and the metric's value at the top level.
+    expect(counted).toMatchObject({
+      _aws: {
+        CloudWatchMetrics: [
+          {
+            Namespace: metricsNamespace,
+            Dimensions: [['EndpointId']],
+            Metrics: [{ Name: taskStartFailureMetricName, Unit: 'Count' }],
+          },
+        ],
+      },
+      EndpointId: ep,
+      [taskStartFailureMetricName]: 1,
+    });
+    expect(typeof (counted!._aws as { Timestamp: unknown }).Timestamp).toBe('number');
+    expect(again).not.toHaveProperty('_aws');
+    expect(again).not.toHaveProperty(taskStartFailureMetricName);
   });
 
   it('three tasks make the endpoint failing; a copy of the third and a fourth task change nothing', async () => {

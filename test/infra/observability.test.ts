@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { metricsNamespace, taskStartFailureMetricName } from '../../core/metrics.js';
 import { buildApp, type FerryApp } from '../../infra/app.js';
 import { jobLogGroupName } from '../../infra/names.js';
 import { sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
@@ -128,7 +129,7 @@ describe('dashboard', () => {
       'RunningTaskCount',
       'DesiredTaskCount',
       'nvidia_smi_utilization_gpu',
-      'TriggeredRules',
+      'TaskStartFailures',
     ])
       expect(body, needle).toContain(needle);
   });
@@ -142,8 +143,17 @@ describe('dashboard', () => {
     expect(body).not.toMatch(/(ended|failed) \/ 60/);
   });
 
-  it('counts tasks that failed to start from ECS events', () => {
-    app.hasResourceProperties('AWS::Events::Rule', {
+  it('graphs failed starts from the scaler’s metric, with no EventBridge rule per endpoint (300 per bus)', () => {
+    // An app stack adds no rule: each would count against the account's 300 rules on the default bus.
+    app.resourceCountIs('AWS::Events::Rule', 0);
+    const body = JSON.stringify(
+      Object.values(app.findResources('AWS::CloudWatch::Dashboard'))[0]!.Properties.DashboardBody,
+    );
+    // The body is a JSON string inside the template: its quotes come escaped.
+    expect(body).toContain(`\\"${metricsNamespace}\\",\\"${taskStartFailureMetricName}\\",\\"EndpointId\\"`);
+    expect(body).not.toContain('TriggeredRules');
+    // The platform's one rule on ECS task events hands failed starts to the scaler, which counts them.
+    platform.hasResourceProperties('AWS::Events::Rule', {
       EventPattern: Match.objectLike({
         source: ['aws.ecs'],
         'detail-type': ['ECS Task State Change'],
