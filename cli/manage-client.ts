@@ -125,9 +125,14 @@ export function sinceMs(value: string, nowMs: number): number {
   throw new FerryError('usage', `--since takes a duration like 10m, 2h or 1d, or a date; got '${value}'`);
 }
 
-/** One line for a terminal: time, where it came from, the text. */
+/**
+ * One line for a terminal: time, where it came from, the text. A worker's own line names the worker
+ * (on AWS, a task's container names itself and the task: `worker <task id>`, `agent <task id>`).
+ */
 export function formatLine(line: WireLogLine, label: string): string {
   const time = new Date(line.atMs).toISOString().slice(11, 23);
-  const where = line.jobId ? `${label} ${line.jobId}` : `${label} worker ${line.workerId}`;
+  const where = line.jobId
+    ? `${label} ${line.jobId}`
+    : `${label} ${line.container ?? 'worker'} ${line.workerId}`;
   return `${time} [${where}] ${line.text}`;
 }

@@ -515,7 +515,7 @@ function logLines(pre, lines) {
       el(
         'span',
         { class: 't' },
-        `${new Date(line.atMs).toISOString().slice(11, 23)} ${line.jobId ? '' : `[worker ${line.workerId}] `}`,
+        `${new Date(line.atMs).toISOString().slice(11, 23)} ${line.jobId ? '' : `[${line.container ?? 'worker'} ${line.workerId}] `}`,
       ),
       el('span', { class: line.stream }, `${line.text}\n`),
     );

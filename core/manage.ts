@@ -511,6 +511,7 @@ export function wireLine(line: LogLine) {
     workerId: line.workerId,
     ...(line.jobId !== undefined ? { jobId: line.jobId } : {}),
     stream: line.stream,
+    ...(line.container !== undefined ? { container: line.container } : {}),
     text: line.text,
   };
 }

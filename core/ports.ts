@@ -459,11 +459,21 @@ export interface LogLine {
   /** When the line was written, epoch ms. */
   atMs: number;
   endpointId: string;
+  /** The worker that wrote it; a container's own line on AWS: its ECS task id. */
   workerId: string;
   jobId?: string | undefined;
   stream: 'stdout' | 'stderr';
+  /**
+   * A line a container of an ECS task printed outside any job (AWS: what its `awslogs` driver ships,
+   * core/adapters/aws/cloudwatch-logs.ts): which of the task's containers. Absent on job lines and
+   * on a local worker's own lines, which are the worker's.
+   */
+  container?: TaskContainer | undefined;
   text: string;
 }
+
+/** The containers of an endpoint's ECS task (infra/constructs/service.ts). */
+export type TaskContainer = 'artifact' | 'agent' | 'worker';
 
 export interface LogQuery {
   endpointId: string;

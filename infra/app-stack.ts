@@ -20,11 +20,10 @@
  * message only comes back if an agent died between receive and delete; after `maxReceiveCount`
  * such receives it goes to the DLQ.
  */
-import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
+import { CfnOutput, Stack, type StackProps } from 'aws-cdk-lib';
 import type * as ecs from 'aws-cdk-lib/aws-ecs';
 import type * as elbv2 from 'aws-cdk-lib/aws-elasticloadbalancingv2';
 import type * as iam from 'aws-cdk-lib/aws-iam';
-import * as logs from 'aws-cdk-lib/aws-logs';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
 import type { DnsRecord } from '../core/deployment.js';
@@ -121,7 +120,6 @@ export class AppEnvironmentStack extends Stack {
   readonly endpoints: readonly DeployedEndpoint[];
   /** The platform, imported (every value a `Fn::ImportValue` of a name in platform-exports.ts). */
   readonly platform: PlatformRefs;
-  private readonly logGroup: logs.LogGroup;
   private readonly platformBucketName: string;
   private readonly artifactBucketName: string;
 
@@ -141,10 +139,6 @@ export class AppEnvironmentStack extends Stack {
     this.platform = new PlatformImports(this, 'Platform', props.platform);
     this.platformBucketName = this.platform.bucketName;
     this.artifactBucketName = props.artifact.bucketName ?? this.platformBucketName;
-    this.logGroup = new logs.LogGroup(this, 'Logs', {
-      retention: logs.RetentionDays.ONE_MONTH,
-      removalPolicy: RemovalPolicy.DESTROY,
-    });
     this.endpoints = props.manifest.endpoints.map((endpoint) => this.addEndpoint(endpoint));
     new EnvironmentDashboard(this, 'Observability', {
       dashboardName: regionalDashboardName(id.replace(/[^A-Za-z0-9_-]/g, '-')),
@@ -222,7 +216,6 @@ export class AppEnvironmentStack extends Stack {
       platformBucketName: this.platformBucketName,
       artifact: { bucketName: this.artifactBucketName, key: props.artifact.key },
       images: props.images,
-      logGroup: this.logGroup,
       ...(queues ? { queues } : {}),
       ...(props.callKeyIds?.[endpoint.name] ? { callKeyId: props.callKeyIds[endpoint.name] } : {}),
       serviceCreated: props.servicesCreated?.includes(endpointId) ?? false,

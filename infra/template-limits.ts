@@ -4,7 +4,7 @@
  * the way out, instead of failing at CloudFormation minutes into a deploy. The quotas
  * (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cloudformation-limits.html):
  *
- *  - 500 resources. Each endpoint declares about 21 (queues, roles, secrets, task definition,
+ *  - 500 resources. Each endpoint declares about 20 (queues, roles, secrets, task definition,
  *    service, alarms, and for a load-balanced one its ALB and front; measured in
  *    test/infra/template-limits.test.ts, docs/aws.md "How many endpoints an environment fits").
  *    Counted once the stack is built, before synthesis: CDK's own count at synthesis fails with a

@@ -33,10 +33,9 @@ import { ArnFormat, Aws, Duration, Size, Stack, Validations } from 'aws-cdk-lib'
 import * as ecr from 'aws-cdk-lib/aws-ecr';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as iam from 'aws-cdk-lib/aws-iam';
-import type * as logs from 'aws-cdk-lib/aws-logs';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { jobLogStreamPrefix } from '../../core/adapters/aws/cloudwatch-logs.js';
+import { containerLogStreamPrefix, jobLogStreamPrefix } from '../../core/adapters/aws/cloudwatch-logs.js';
 import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
 import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/protocol.js';
 import {
@@ -86,7 +85,6 @@ export interface EndpointServiceProps {
   /** Where the artifact is. */
   artifact: { bucketName: string; key: string };
   images: WorkerImages;
-  logGroup: logs.ILogGroup;
   /** Queue endpoints: the urgent and low-priority queues the agent receives from. */
   queues?: { queue: sqs.IQueue; lowQueue: sqs.IQueue };
   /** The call key the workers hold now (core/call-keys.ts); its value is in Secrets Manager. */
@@ -96,20 +94,43 @@ export interface EndpointServiceProps {
 }
 
 /**
- * A container's output to CloudWatch Logs, never blocking it. In blocking mode a slow CloudWatch
- * stalls the container's writes to stdout, and the agent's pings and lease renewals with them; the
- * mode otherwise follows the account's defaultLogDriverMode setting
+ * A container's output to CloudWatch Logs through the ECS `awslogs` driver: into the platform's
+ * job-log group, where `ferry logs` reads it beside the endpoint's job lines
+ * (core/adapters/aws/cloudwatch-logs.ts `streamOf`). The stream prefix is the endpoint's id, so the
+ * driver names each stream `<endpointId>/<container name>/<task id>` ("If you specify a prefix with
+ * this option, then the log stream takes the following format: prefix-name/container-name/ecs-task-id",
+ * https://docs.aws.amazon.com/cdk/api/v2/docs/aws-cdk-lib.aws_ecs.AwsLogDriverProps.html, after
+ * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/using_awslogs.html), under the
+ * endpoint's own prefix. The driver writes with the task's execution role, which may write only
+ * those streams (`allowContainerLogs`).
+ *
+ * Not CDK's `LogDrivers.awsLogs`: it grants the execution role CreateLogStream and PutLogEvents on
+ * the whole log group (`arn:…:log-group:<name>:*`), every endpoint's streams of it.
+ *
+ * Never blocking the container: in blocking mode a slow CloudWatch stalls the container's writes to
+ * stdout, and the agent's pings and lease renewals with them; the mode otherwise follows the
+ * account's defaultLogDriverMode setting
  * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-account-settings.html). Lines
  * past a full 25 MiB buffer are dropped (metric lines included, core/metrics.ts); job logs do not
  * depend on them (they go through job-log).
  */
-function containerLogs(logGroup: logs.ILogGroup, streamPrefix: string): ecs.LogDriver {
-  return ecs.LogDrivers.awsLogs({
-    logGroup,
-    streamPrefix,
-    mode: ecs.AwsLogDriverMode.NON_BLOCKING,
-    maxBufferSize: Size.mebibytes(25),
-  });
+class ContainerLogs extends ecs.LogDriver {
+  constructor(private readonly endpointId: string) {
+    super();
+  }
+
+  bind(scope: Construct, _container: ecs.ContainerDefinition): ecs.LogDriverConfig {
+    return {
+      logDriver: 'awslogs',
+      options: {
+        'awslogs-group': jobLogGroupName,
+        'awslogs-stream-prefix': containerLogStreamPrefix(this.endpointId),
+        'awslogs-region': Stack.of(scope).region,
+        mode: 'non-blocking',
+        'max-buffer-size': `${Size.mebibytes(25).toBytes()}b`,
+      },
+    };
+  }
 }
 
 export class EndpointService extends Construct {
@@ -172,6 +193,8 @@ export class EndpointService extends Construct {
       linux.dropCapabilities(ecs.Capability.NET_RAW);
       return linux;
     };
+    const containerLogs = new ContainerLogs(endpointId);
+    this.allowContainerLogs(taskDefinition);
     const agentImage = this.containerImage('AgentImage', props.images.agent);
     // Every worker base image ships Node and the agent bundle (worker-image/Dockerfile.*), so the
     // agent may run from the same image as the worker: only the entry point differs.
@@ -199,7 +222,7 @@ export class EndpointService extends Construct {
       // Nothing links to this container, and it runs no user code.
       secrets: initSecrets,
       linuxParameters: linuxParameters('ArtifactLinux'),
-      logging: containerLogs(props.logGroup, `${endpoint.name}/artifact`),
+      logging: containerLogs,
     });
     artifact.addMountPoints(
       { sourceVolume: artifactMount.volume, containerPath: artifactMount.path, readOnly: false },
@@ -214,7 +237,7 @@ export class EndpointService extends Construct {
       secrets: agentSecrets,
       linuxParameters: linuxParameters('AgentLinux'),
       stopTimeout: Duration.seconds(stopTimeoutSec),
-      logging: containerLogs(props.logGroup, `${endpoint.name}/agent`),
+      logging: containerLogs,
       // hostPort 0: ECS picks a free host port and registers it with the target group.
       ...(endpoint.kind === 'lb' ? { portMappings: [{ containerPort: ports.lbPublic, hostPort: 0 }] } : {}),
     });
@@ -235,7 +258,7 @@ export class EndpointService extends Construct {
       secrets: workerSecrets,
       linuxParameters: linuxParameters('WorkerLinux', workerSharedMemoryMiB(placement.shape)),
       stopTimeout: Duration.seconds(stopTimeoutSec),
-      logging: containerLogs(props.logGroup, `${endpoint.name}/worker`),
+      logging: containerLogs,
     });
     worker.addMountPoints({
       sourceVolume: artifactMount.volume,
@@ -522,6 +545,42 @@ export class EndpointService extends Construct {
       workerSecrets: workerUserSecrets,
       initSecrets: access.initSecrets,
     };
+  }
+
+  /**
+   * The awslogs driver writes with the task's execution role ("The task execution role grants the
+   * Amazon ECS container and Fargate agents permission to make AWS API calls on your behalf", among
+   * them to send container logs to CloudWatch Logs,
+   * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task_execution_IAM_role.html): it may
+   * create and write this endpoint's streams of the job-log group and no others. IAM authorizes both
+   * calls on the stream's ARN, `…:log-group:<group>:log-stream:<stream>` (as AccessDenied answers
+   * name it: "not authorized to perform: logs:CreateLogStream on resource:
+   * arn:aws:logs:…:log-group:<group>:log-stream:<prefix>/<container>/<task id>"); the agent role's
+   * grant of the same streams rests on that too.
+   */
+  private allowContainerLogs(taskDefinition: ecs.TaskDefinition): void {
+    const { endpointId } = this.props;
+    const executionRole = taskDefinition.obtainExecutionRole();
+    // `<endpointId>/*`: the driver's `<endpointId>/<container>/<task id>` (and the agent's own streams).
+    const streams = `${jobLogGroupName}:log-stream:${jobLogStreamPrefix(endpointId)}*`;
+    executionRole.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
+        resources: [
+          Stack.of(this).formatArn({
+            service: 'logs',
+            resource: 'log-group',
+            resourceName: streams,
+            arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+          }),
+        ],
+      }),
+    );
+    Validations.of(executionRole).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:${streams}]`,
+      reason:
+        "ECS names each task's streams with its task id, known only at run time; the grant stops at this endpoint's prefix.",
+    });
   }
 
   /** The ECS agent endpoint's task-protection call acts with the task role, on this cluster's tasks. */

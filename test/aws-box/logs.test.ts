@@ -3,11 +3,18 @@
  * the agent's job-log route into CloudWatch Logs (in memory, reached through the AWS SDK's commands),
  * one JSON event per line with the job id as a field; `ferry logs --job` (printLogs over the
  * management API of the API Lambda, behind the API Gateway shim and its authorizer) prints them.
+ * What a worker container prints outside a job (a real worker's failed import), shipped into the
+ * same group as the ECS awslogs driver would, `ferry logs` prints too, and `--job` does not.
  * Job lists come from DynamoDB Local through the byEndpointStatus index.
  */
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { printLogs } from '../../cli/commands/logs.js';
 import { ManageClient } from '../../cli/manage-client.js';
+import { jobMetricsLine } from '../../core/metrics.js';
 import { jobLogGroupName } from '../../infra/names.js';
 import { type PythonWorker, startPythonWorker } from '../agent/helpers.js';
 import { type AwsBox, boxApiKey, shimCall, startAwsBox, untilFinished } from './box.js';
@@ -96,6 +103,87 @@ describe('job logs on AWS', () => {
     const lines = out.map((l) => JSON.parse(l) as { jobId: string; text: string });
     expect(lines.map((l) => l.jobId)).toEqual([jobId, jobId, second.id, second.id]);
     expect(new Set(out).size).toBe(4);
+  });
+
+  it('ferry logs shows what a worker container printed outside any job (a failed import), as the awslogs driver ships it; --job does not', async () => {
+    // A real worker whose module fails at import, after printing a look-alike of one of its agent's
+    // job lines for the job above. Its start is not reported to the agent: only its output matters here.
+    const app = mkdtempSync(join(tmpdir(), 'ferry-box-broken-'));
+    writeFileSync(
+      join(app, 'broken.py'),
+      [
+        'import json, os',
+        'print(json.dumps({"endpointId": "talk", "workerId": "w", "jobId": os.environ["LOOKALIKE_JOB"], "stream": "stdout", "text": "not a job line"}), flush=True)',
+        'raise RuntimeError("CUDA driver not found")',
+        '',
+      ].join('\n'),
+    );
+    const broken = startPythonWorker(await box.agentFor('talk'), 'Fixture', {
+      app: { dir: app, module: 'broken' },
+      env: { FERRY_WEBHOOK_POST_STARTUP: '', LOOKALIKE_JOB: jobId },
+    });
+    await once(broken.child, 'exit');
+    rmSync(app, { recursive: true, force: true });
+    const printed = broken.output
+      .join('')
+      .split('\n')
+      .filter((l) => l !== '');
+    expect(printed.join('\n')).toContain('RuntimeError: CUDA driver not found');
+    expect(printed.some((line) => JSON.parse(line.startsWith('{') ? line : '{}').jobId === jobId)).toBe(true);
+    // ECS's part: the awslogs driver, with the endpoint's id as its stream prefix
+    // (infra/constructs/service.ts), ships each line of each container to `talk/<container>/<task id>`.
+    const task = '0123456789abcdef0123456789abcdef';
+    const at = Date.now();
+    await box.cloudWatchLogs.awslogs(
+      jobLogGroupName,
+      `talk/worker/${task}`,
+      printed.map((text) => ({ atMs: at, text })),
+    );
+    const emf = jobMetricsLine(
+      'talk',
+      { id: jobId, status: 'COMPLETED', delayTime: 1, executionTime: 2 } as Parameters<
+        typeof jobMetricsLine
+      >[1],
+      at,
+    )!;
+    await box.cloudWatchLogs.awslogs(jobLogGroupName, `talk/agent/${task}`, [
+      { atMs: at, text: emf },
+      { atMs: at + 1, text: 'ferry-agent: the worker exited with code 2' },
+    ]);
+
+    const out: string[] = [];
+    await printLogs({
+      client,
+      endpoint: { id: 'talk', name: 'talk' },
+      sinceMs: at,
+      follow: false,
+      json: false,
+      pollMs: 100,
+      write: (line) => out.push(line),
+    });
+    const shown = out.map((line) => line.replace(/^\d\d:\d\d:\d\d\.\d{3} /, ''));
+    expect(shown).toEqual([
+      ...printed.map((text) => `[talk worker ${task}] ${text}`),
+      `[talk agent ${task}] ferry-agent: the worker exited with code 2`,
+    ]);
+
+    // The job's own lines only: the worker's JSON with the job's id is not one of them.
+    const jobOut: string[] = [];
+    await printLogs({
+      client,
+      endpoint: { id: 'talk', name: 'talk' },
+      job: jobId,
+      follow: false,
+      json: true,
+      pollMs: 100,
+      write: (line) => jobOut.push(line),
+    });
+    const jobLines = jobOut.map((l) => JSON.parse(l) as { jobId?: string; text: string; container?: string });
+    expect(jobLines.map((l) => l.text)).toEqual([
+      'hello from the handler, Box',
+      expect.stringContaining('and a warning for Box'),
+    ]);
+    expect(jobLines.every((l) => l.jobId === jobId && l.container === undefined)).toBe(true);
   });
 
   it('the job detail carries its logs, input and output', async () => {

@@ -1,19 +1,39 @@
 /**
  * The observability resources, as CloudFormation sees them: the job-log group and who may touch it
- * (agents write their own endpoint's streams, the API Lambda only reads), the management API route
+ * (agents and their tasks' awslogs driver write their own endpoint's streams, the API Lambda only
+ * reads), the management API route
  * behind the key authorizer, the management API's DynamoDB reads through indexes (no Scan), and the
  * per-environment dashboard with its failed-launch counter.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Stack } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
+import type * as ecs from 'aws-cdk-lib/aws-ecs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  containerLogStreamPrefix,
+  jobLogStreamPrefix,
+  taskContainers,
+} from '../../core/adapters/aws/cloudwatch-logs.js';
 import { metricsNamespace, taskStartFailureMetricName } from '../../core/metrics.js';
 import { buildApp, type FerryApp } from '../../infra/app.js';
 import { jobLogGroupName } from '../../infra/names.js';
+import { account, Policy, region } from '../support/iam-gate.js';
 import { sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
 import { actionsOf, resourcesFor, statementsOf } from './iam.js';
+
+interface ContainerDefinition {
+  Name: string;
+  LogConfiguration?: unknown;
+}
+
+/** The container definitions of a task definition, as synthesized. */
+function containersOf(taskDefinition: ecs.TaskDefinition): ContainerDefinition[] {
+  const id = Stack.of(taskDefinition).getLogicalId(taskDefinition.node.defaultChild as ecs.CfnTaskDefinition);
+  return app.toJSON().Resources[id].Properties.ContainerDefinitions as ContainerDefinition[];
+}
 
 let built: FerryApp;
 let app: Template;
@@ -68,6 +88,75 @@ describe('job logs', () => {
       expect(resources[0]).toContain(`${jobLogGroupName}:log-stream:${endpoint.id}/*`);
       expect(actionsOf(statements)).not.toContain('logs:FilterLogEvents');
     }
+  });
+
+  it("every container's own output goes to the job-log group under its endpoint's id, never blocking", () => {
+    for (const endpoint of built.appStack.endpoints) {
+      const containers = containersOf(endpoint.taskDefinition);
+      // The names the reader knows a container stream by (`<endpointId>/<container>/<task id>`).
+      expect(containers.map((c) => c.Name).sort()).toEqual([...taskContainers].sort());
+      for (const c of containers) {
+        expect(c.LogConfiguration, `${endpoint.name} ${c.Name}`).toEqual({
+          LogDriver: 'awslogs',
+          Options: {
+            'awslogs-group': jobLogGroupName,
+            'awslogs-stream-prefix': endpoint.id,
+            'awslogs-region': { Ref: 'AWS::Region' },
+            mode: 'non-blocking',
+            'max-buffer-size': '26214400b',
+          },
+        });
+      }
+      // The driver's streams are under the prefix a read of the endpoint scans.
+      expect(
+        `${containerLogStreamPrefix(endpoint.id)}/worker/t`.startsWith(jobLogStreamPrefix(endpoint.id)),
+      ).toBe(true);
+    }
+  });
+
+  it("the execution role (the awslogs driver's) may create and write its own endpoint's streams and no other's", () => {
+    const [mine, other] = built.appStack.endpoints;
+    expect(other).toBeDefined();
+    for (const endpoint of built.appStack.endpoints) {
+      const statements = statementsOf(app, endpoint.taskDefinition.executionRole!).filter((s) =>
+        actionsOf([s]).some((a) => a.startsWith('logs:') || a.includes('*')),
+      );
+      expect(actionsOf(statements).sort()).toEqual(['logs:CreateLogStream', 'logs:PutLogEvents']);
+      for (const action of ['logs:CreateLogStream', 'logs:PutLogEvents']) {
+        const resources = resourcesFor(statements, action);
+        expect(resources).toHaveLength(1);
+        expect(resources[0]).toContain(`log-group:${jobLogGroupName}:log-stream:${endpoint.id}/*"`);
+      }
+    }
+    // Evaluated as IAM does (the stream's ARN: "…:log-group:<group>:log-stream:<stream>").
+    const policy = new Policy(
+      statementsOf(app, mine!.taskDefinition.executionRole!).filter((s) =>
+        actionsOf([s]).some((a) => a.startsWith('logs:')),
+      ),
+    );
+    const stream = (name: string) =>
+      `arn:aws:logs:${region}:${account}:log-group:${jobLogGroupName}:log-stream:${name}`;
+    const task = '0123456789abcdef0123456789abcdef';
+    for (const action of ['logs:CreateLogStream', 'logs:PutLogEvents']) {
+      const allows = (name: string) => policy.allows({ action, resource: stream(name), leadingKeys: [] });
+      for (const container of taskContainers)
+        expect(allows(`${mine!.id}/${container}/${task}`), action).toBe(true);
+      expect(allows(`${other!.id}/worker/${task}`), action).toBe(false);
+      expect(allows(`${other!.id}/${task}`), action).toBe(false);
+      // Another endpoint whose id starts with this one's.
+      expect(allows(`${mine!.id}x/worker/${task}`), action).toBe(false);
+      expect(
+        policy.allows({
+          action,
+          resource: `arn:aws:logs:${region}:${account}:log-group:${jobLogGroupName}`,
+          leadingKeys: [],
+        }),
+      ).toBe(false);
+    }
+  });
+
+  it('the app environment keeps no log group of its own: its containers write the platform’s', () => {
+    expect(Object.keys(app.findResources('AWS::Logs::LogGroup'))).toEqual([]);
   });
 
   it('the management API reads DynamoDB through indexes only, never a Scan', () => {

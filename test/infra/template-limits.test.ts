@@ -111,24 +111,24 @@ describe('resources per endpoint (docs/aws.md "How many endpoints an environment
     one = resourcesOf([queue(0)]);
   });
 
-  it('a queue endpoint declares 21, CPU or GPU; the stack itself 2 (log group, dashboard)', () => {
-    expect(resourcesOf([queue(0), queue(1)]) - one).toBe(21);
-    expect(resourcesOf([queue(0), queue(1, gpuEndpoint)]) - one).toBe(21);
-    expect(one - 21).toBe(2);
+  it('a queue endpoint declares 20, CPU or GPU; the stack itself 1 (its dashboard: its containers log to the platform’s group)', () => {
+    expect(resourcesOf([queue(0), queue(1)]) - one).toBe(20);
+    expect(resourcesOf([queue(0), queue(1, gpuEndpoint)]) - one).toBe(20);
+    expect(one - 20).toBe(1);
   });
 
-  it('a load-balanced endpoint declares 19 behind CloudFront, 17 with a domain, 18 with its Route 53 zone', () => {
+  it('a load-balanced endpoint declares 18 behind CloudFront, 16 with a domain, 17 with its Route 53 zone', () => {
     // No rule of its own to the hosts: its ALB carries the platform's load balancer group
     // (infra/constructs/load-balancer.ts), so neither an ingress on the hosts' group nor an egress; and
     // no Lambda permission for its wake-up alarm (the platform's one covers them all).
-    expect(resourcesOf([queue(0), loadBalanced(0)]) - one).toBe(19);
+    expect(resourcesOf([queue(0), loadBalanced(0)]) - one).toBe(18);
     // Synthesized offline (no prefix list id), its port-80 rule is inline in its group: one fewer.
     const offline = { cloudFrontPrefixListId: undefined };
-    expect(resourcesOf([queue(0), loadBalanced(0)], offline) - resourcesOf([queue(0)], offline)).toBe(18);
+    expect(resourcesOf([queue(0), loadBalanced(0)], offline) - resourcesOf([queue(0)], offline)).toBe(17);
     const domain = { https: { domainName: 'example.com' } };
-    expect(resourcesOf([queue(0), loadBalanced(0)], domain) - resourcesOf([queue(0)], domain)).toBe(17);
+    expect(resourcesOf([queue(0), loadBalanced(0)], domain) - resourcesOf([queue(0)], domain)).toBe(16);
     const zone = { https: { domainName: 'example.com', hostedZoneId: 'Z0123456789' } };
-    expect(resourcesOf([queue(0), loadBalanced(0)], zone) - resourcesOf([queue(0)], zone)).toBe(18);
+    expect(resourcesOf([queue(0), loadBalanced(0)], zone) - resourcesOf([queue(0)], zone)).toBe(17);
   });
 
   it('the count made before synthesis is the template’s, plus the CDKMetadata resource synthesis adds', () => {
@@ -141,19 +141,19 @@ describe('resources per endpoint (docs/aws.md "How many endpoints an environment
 });
 
 describe('an environment past 500 resources', () => {
-  it('23 queue endpoints (486 resources with CDKMetadata) synthesize, in under 1 MB', () => {
-    const built = build(many(23, queue), { context: { 'aws:cdk:version-reporting': true } });
-    expect(templateResourceCount(built.appStack)).toBe(486);
+  it('24 queue endpoints (482 resources with CDKMetadata) synthesize, in under 1 MB', () => {
+    const built = build(many(24, queue), { context: { 'aws:cdk:version-reporting': true } });
+    expect(templateResourceCount(built.appStack)).toBe(482);
     const artifact = built.app.synth().getStackArtifact(built.appStack.artifactId);
     expect(Object.keys(artifact.template.Resources).length).toBeLessThanOrEqual(maxTemplateResources);
     // The most endpoints 500 resources hold: the size quota is not what limits plain declarations.
     expect(statSync(artifact.templateFullPath).size).toBeLessThan(maxTemplateBytes);
   });
 
-  it('24 are refused while the stacks are built: the count, the limit and the way out', () => {
+  it('25 are refused while the stacks are built: the count, the limit and the way out', () => {
     let error: unknown;
     try {
-      build(many(24, queue));
+      build(many(25, queue));
     } catch (caught) {
       error = caught;
     }
@@ -161,7 +161,7 @@ describe('an environment past 500 resources', () => {
       name: 'FerryError',
       code: 'usage',
       message: expect.stringMatching(
-        /demo\/dev needs 507 CloudFormation resources for its 24 endpoints.*500/,
+        /demo\/dev needs 502 CloudFormation resources for its 25 endpoints.*500/,
       ),
       hint: expect.stringContaining('ferry deploy -e'),
     });
@@ -195,8 +195,8 @@ describe('dynamic references per endpoint (docs/aws.md "How many endpoints an en
     expect(dynamicReferenceCount(app?.template)).toBe(maxDynamicReferences);
   });
 
-  it('21 are refused at synth, within 500 resources (402): the count, the excess and the way out', () => {
-    expect(templateResourceCount(build(many(21, loadBalanced), cliContext).appStack)).toBe(402);
+  it('21 are refused at synth, within 500 resources (380): the count, the excess and the way out', () => {
+    expect(templateResourceCount(build(many(21, loadBalanced), cliContext).appStack)).toBe(380);
     expect(synthesizeError(many(21, loadBalanced))).toMatchObject({
       name: 'FerryError',
       code: 'usage',

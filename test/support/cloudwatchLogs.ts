@@ -2,9 +2,11 @@
  * An in-memory CloudWatch Logs for tests: the three calls CloudWatchLogStore makes, with the rules
  * of the real service that matter to it (PutLogEvents: the group and stream must exist, events in
  * chronological order, at most 10,000 events and 1,048,576 bytes counting 26 per event; FilterLogEvents:
- * a stream name prefix, JSON filter patterns of `$.field = "value"` terms joined by &&, startTime and
- * endTime inclusive, events in order of timestamp and then of ingestion, pages; ThrottlingException
- * when a test asks for it with `throttleFilter`). No
+ * a stream name prefix, JSON filter patterns of `$.field = "value"` terms joined by && (which no
+ * event that is not a JSON object matches), no pattern matching every event, startTime and
+ * endTime inclusive, events in order of timestamp and then of ingestion, each with its stream's
+ * name, pages; ThrottlingException when a test asks for it with `throttleFilter`). `awslogs` plays
+ * the ECS awslogs driver: a container's raw lines into a stream it names. No
  * emulator for CloudWatch Logs runs here, so the AWS SDK's own command objects come in and the
  * answers have the SDK's shapes: the adapter is tested up to the SDK call.
  */
@@ -49,6 +51,27 @@ export class FakeCloudWatchLogs {
       send: (command: unknown) => this.send(command),
       destroy: () => {},
     } as unknown as CloudWatchLogsClient;
+  }
+
+  /**
+   * What the ECS `awslogs` driver does with a container's output: each line, as printed, one event of
+   * the stream `<awslogs-stream-prefix>/<container name>/<task id>`, created on first use (through
+   * the same CreateLogStream and PutLogEvents rules as any writer).
+   */
+  async awslogs(
+    group: string,
+    logStreamName: string,
+    lines: { atMs: number; text: string }[],
+  ): Promise<void> {
+    if (!this.group(group).has(logStreamName))
+      await this.send(new CreateLogStreamCommand({ logGroupName: group, logStreamName }));
+    await this.send(
+      new PutLogEventsCommand({
+        logGroupName: group,
+        logStreamName,
+        logEvents: lines.map((l) => ({ timestamp: l.atMs, message: l.text })),
+      }),
+    );
   }
 
   events(group: string): StoredEvent[] {
@@ -113,18 +136,21 @@ export class FakeCloudWatchLogs {
         nextToken,
       } = command.input;
       this.group(logGroupName!);
-      const terms = parsePattern(filterPattern ?? '');
+      // "If not provided, all the events are matched" (API_FilterLogEvents).
+      const terms = filterPattern ? parsePattern(filterPattern) : undefined;
       const matching = this.events(logGroupName!).filter((e) => {
         if (logStreamNamePrefix !== undefined && !e.logStreamName.startsWith(logStreamNamePrefix))
           return false;
         if (startTime !== undefined && e.timestamp < startTime) return false;
         if (endTime !== undefined && e.timestamp > endTime) return false;
+        if (!terms) return true;
         let value: Record<string, unknown>;
         try {
           value = JSON.parse(e.message) as Record<string, unknown>;
         } catch {
           return false;
         }
+        if (value === null || typeof value !== 'object') return false;
         return terms.every(([field, wanted]) => value[field] === wanted);
       });
       const offset = nextToken ? Number(nextToken) : 0;

@@ -4,7 +4,7 @@
  * buckets and percentiles, and the CLI's --since and endpoint-name rules.
  */
 import { describe, expect, it } from 'vitest';
-import { resolveEndpoint, sinceMs } from '../../cli/manage-client.js';
+import { formatLine, resolveEndpoint, sinceMs } from '../../cli/manage-client.js';
 import {
   batchesOf,
   CloudWatchLogStore,
@@ -98,6 +98,161 @@ describe('CloudWatchLogStore', () => {
     expect(fake.calls).toEqual([]);
     await expect(reader.read({ endpointId: 'ep', after: 'not-a-cursor', limit: 5 })).rejects.toThrow(
       /cursor/,
+    );
+  });
+});
+
+describe("an endpoint's containers' own output (the ECS awslogs driver, into the same group)", () => {
+  // What ECS names the streams (`<awslogs-stream-prefix = endpoint id>/<container>/<task id>`).
+  const task = '0123456789abcdef0123456789abcdef';
+  const agentJobStream = 'ep/8b1f4a2e-7c3d-4e5f-9a0b-1c2d3e4f5a6b';
+  const jobLine = (atMs: number, text: string, jobId = 'job-1'): LogLine => ({
+    atMs,
+    endpointId: 'ep',
+    workerId: 'ep-a1b2c3',
+    jobId,
+    stream: 'stdout',
+    text,
+  });
+  const emf = jobMetricsLine(
+    'ep',
+    { id: 'job-1', status: 'COMPLETED', delayTime: 3, executionTime: 4 } as Parameters<
+      typeof jobMetricsLine
+    >[1],
+    10,
+  )!;
+  // A worker whose handler prints what looks like one of its agent's job lines, for job-1.
+  const lookalike = JSON.stringify({
+    endpointId: 'ep',
+    workerId: 'ep-a1b2c3',
+    jobId: 'job-1',
+    stream: 'stdout',
+    text: 'not a job line',
+  });
+
+  async function seeded() {
+    const fake = new FakeCloudWatchLogs(['/g']);
+    const agent = new CloudWatchLogStore({
+      client: fake.asClient(),
+      logGroup: '/g',
+      logStream: agentJobStream,
+    });
+    await agent.append([jobLine(5, 'job says hi'), jobLine(9, 'job says bye')]);
+    await fake.awslogs('/g', `ep/worker/${task}`, [
+      { atMs: 6, text: 'Traceback (most recent call last):' },
+      { atMs: 6, text: '  File "/ferry/app/main.py", line 1, in <module>' },
+      { atMs: 7, text: "ModuleNotFoundError: No module named 'torchh'" },
+      { atMs: 8, text: lookalike },
+      { atMs: 8, text: '{"_aws": {"a user": "printed this"}}' },
+    ]);
+    await fake.awslogs('/g', `ep/agent/${task}`, [
+      { atMs: 10, text: emf },
+      { atMs: 11, text: 'ferry-agent: the worker exited with code 1 before it took a job' },
+    ]);
+    await fake.awslogs('/g', `ep/artifact/${task}`, [{ atMs: 4, text: 'ferry-agent: artifact ready' }]);
+    return {
+      fake,
+      reader: new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', now: () => 60_000 }),
+    };
+  }
+
+  it("an endpoint's read has its jobs' lines and its containers' raw lines, in time order, each with its container and task", async () => {
+    const { reader } = await seeded();
+    const { lines } = await readAll(reader, { endpointId: 'ep', limit: 100 });
+    expect(lines).toEqual([
+      {
+        atMs: 4,
+        endpointId: 'ep',
+        workerId: task,
+        stream: 'stdout',
+        container: 'artifact',
+        text: 'ferry-agent: artifact ready',
+      },
+      { ...jobLine(5, 'job says hi') },
+      {
+        atMs: 6,
+        endpointId: 'ep',
+        workerId: task,
+        stream: 'stdout',
+        container: 'worker',
+        text: 'Traceback (most recent call last):',
+      },
+      {
+        atMs: 6,
+        endpointId: 'ep',
+        workerId: task,
+        stream: 'stdout',
+        container: 'worker',
+        text: '  File "/ferry/app/main.py", line 1, in <module>',
+      },
+      {
+        atMs: 7,
+        endpointId: 'ep',
+        workerId: task,
+        stream: 'stdout',
+        container: 'worker',
+        text: "ModuleNotFoundError: No module named 'torchh'",
+      },
+      // The worker's JSON is its own output, shown as printed: not a job line, however it looks.
+      { atMs: 8, endpointId: 'ep', workerId: task, stream: 'stdout', container: 'worker', text: lookalike },
+      // Only the agent's metric lines are left out: a worker's output is never hidden by its content.
+      {
+        atMs: 8,
+        endpointId: 'ep',
+        workerId: task,
+        stream: 'stdout',
+        container: 'worker',
+        text: '{"_aws": {"a user": "printed this"}}',
+      },
+      { ...jobLine(9, 'job says bye') },
+      {
+        atMs: 11,
+        endpointId: 'ep',
+        workerId: task,
+        stream: 'stdout',
+        container: 'agent',
+        text: 'ferry-agent: the worker exited with code 1 before it took a job',
+      },
+    ]);
+  });
+
+  it("a job's read has only its agent's lines: a worker's JSON with that job id and the agent's metric line are not", async () => {
+    const { reader, fake } = await seeded();
+    const { lines } = await readAll(reader, { endpointId: 'ep', jobId: 'job-1', limit: 100 });
+    expect(lines.map((l) => l.text)).toEqual(['job says hi', 'job says bye']);
+    expect(lines.every((l) => l.jobId === 'job-1' && l.container === undefined)).toBe(true);
+    // The JSON filter pattern matched the worker's look-alike; its stream left it out.
+    expect(fake.filterInputs.at(-1)?.filterPattern).toContain('$.jobId = "job-1"');
+  });
+
+  it("another endpoint's streams are never read, nor a stream of the endpoint that neither writer names so", async () => {
+    const { fake } = await seeded();
+    // `ep2` shares the letters `ep`; `other` is another endpoint, whose agent claims to be `ep`.
+    await fake.awslogs('/g', `ep2/worker/${task}`, [{ atMs: 5, text: 'ep2 worker' }]);
+    await fake.awslogs('/g', `other/worker/${task}`, [{ atMs: 5, text: 'other worker' }]);
+    const other = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', logStream: 'other/1' });
+    await other.append([{ ...jobLine(5, 'other forged'), endpointId: 'ep' }]);
+    await fake.awslogs('/g', `ep/sidecar/${task}`, [{ atMs: 5, text: 'unknown container' }]);
+    await fake.awslogs('/g', `ep/worker/${task}/x`, [{ atMs: 5, text: 'too deep' }]);
+    const reader = new CloudWatchLogStore({ client: fake.asClient(), logGroup: '/g', now: () => 60_000 });
+    const { lines } = await readAll(reader, { endpointId: 'ep', limit: 100 });
+    expect(lines).toHaveLength(9);
+    for (const text of ['ep2 worker', 'other worker', 'other forged', 'unknown container', 'too deep'])
+      expect(lines.map((l) => l.text)).not.toContain(text);
+    expect(fake.filterInputs.every((input) => input.logStreamNamePrefix === 'ep/')).toBe(true);
+    const theirs = await readAll(reader, { endpointId: 'ep2', limit: 100 });
+    expect(theirs.lines.map((l) => l.text)).toEqual(['ep2 worker']);
+  });
+
+  it("ferry logs prints a container line as it prints a local worker's own: `[<endpoint> worker <id>]`", () => {
+    expect(
+      formatLine({ atMs: 0, workerId: task, stream: 'stdout', container: 'worker', text: 'boom' }, 'hello'),
+    ).toBe(`00:00:00.000 [hello worker ${task}] boom`);
+    expect(
+      formatLine({ atMs: 0, workerId: task, stream: 'stdout', container: 'agent', text: 'x' }, 'hello'),
+    ).toBe(`00:00:00.000 [hello agent ${task}] x`);
+    expect(formatLine({ atMs: 0, workerId: 'w-1', stream: 'stderr', text: 'local' }, 'hello')).toBe(
+      '00:00:00.000 [hello worker w-1] local',
     );
   });
 });

@@ -1,11 +1,23 @@
 /**
  * Job and worker logs in CloudWatch Logs (docs/observability.md). One log group for the platform's
- * job output; each writer (an agent, one per ECS task) has its own log stream. Every event is one
- * JSON object — `{"endpointId", "workerId", "jobId", "stream", "text"}` — so Logs Insights discovers
- * the fields and `filter jobId = "…"` works without parsing
- * (https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/CWL_AnalyzeLogData-discoverable-fields.html),
- * and FilterLogEvents takes a JSON filter pattern `{ $.jobId = "…" }`
- * (https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/FilterAndPatternSyntax.html).
+ * output, with two kinds of stream under each endpoint's prefix `<endpointId>/`:
+ *
+ * - job lines: each writer (an agent, one per ECS task) has its own stream `<endpointId>/<uuid>`.
+ *   Every event is one JSON object — `{"endpointId", "workerId", "jobId", "stream", "text"}` — so
+ *   Logs Insights discovers the fields and `filter jobId = "…"` works without parsing
+ *   (https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/CWL_AnalyzeLogData-discoverable-fields.html),
+ *   and FilterLogEvents takes a JSON filter pattern `{ $.jobId = "…" }`
+ *   (https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/FilterAndPatternSyntax.html).
+ * - the task's containers' own output (an import error before the runtime starts, a crash, an image
+ *   endpoint's server, everything of a load-balanced endpoint): the ECS `awslogs` driver, with
+ *   `awslogs-stream-prefix` the endpoint id, writes it raw, a line an event, to
+ *   `<endpointId>/<container name>/<ECS task id>` ("the log stream takes the following format:
+ *   prefix-name/container-name/ecs-task-id",
+ *   https://docs.aws.amazon.com/cdk/api/v2/docs/aws-cdk-lib.aws_ecs.AwsLogDriverProps.html, quoting
+ *   https://docs.aws.amazon.com/AmazonECS/latest/developerguide/using_awslogs.html).
+ *
+ * A read tells the two apart by the stream's name, never by the event: user code decides what the
+ * worker container prints, JSON that looks like a job line included (`streamOf`).
  *
  * Retention: the log group's retention (infra/) is the longest a job's result is kept; reads go
  * through the management API, which shows a job's lines only while the job itself is readable.
@@ -23,7 +35,7 @@ import {
   PutLogEventsCommand,
 } from '@aws-sdk/client-cloudwatch-logs';
 import { badRequest, FerryError, retryAfterSec } from '../../errors.js';
-import type { LogLine, LogPage, LogQuery, LogStore } from '../../ports.js';
+import type { LogLine, LogPage, LogQuery, LogStore, TaskContainer } from '../../ports.js';
 
 /** PutLogEvents' limits (see above). */
 export const putLogEventsLimits = {
@@ -34,13 +46,45 @@ export const putLogEventsLimits = {
 } as const;
 
 /**
- * Every log stream of an endpoint's writers starts with this; an agent may write only such streams
- * (its role's grant, infra/constructs/service.ts). So the stream name, not the event's own
- * `endpointId`, which is whatever the writer put there, says whose line it is, and a read filters by
- * it: an agent that wrote `{"endpointId": "<another>"}` into its own stream must not forge lines in
- * another endpoint's job logs.
+ * Every log stream of an endpoint's writers starts with this; its agent and its tasks' awslogs driver
+ * may write only such streams (the agent role's and the execution role's grants,
+ * infra/constructs/service.ts). So the stream name, not the event's own `endpointId`, which is
+ * whatever the writer put there, says whose line it is, and a read filters by it: an agent that wrote
+ * `{"endpointId": "<another>"}` into its own stream must not forge lines in another endpoint's logs.
  */
 export const jobLogStreamPrefix = (endpointId: string): string => `${endpointId}/`;
+
+/** The containers of an endpoint's ECS task, by their names in the task definition (infra/constructs/service.ts). */
+export const taskContainers: readonly TaskContainer[] = ['artifact', 'agent', 'worker'];
+
+/**
+ * The `awslogs-stream-prefix` of an endpoint's containers (infra/constructs/service.ts): the driver
+ * names each stream `<prefix>/<container name>/<task id>`, so they fall under
+ * `jobLogStreamPrefix(endpointId)`, beside the agents' job-line streams, and IAM fences both alike.
+ */
+export const containerLogStreamPrefix = (endpointId: string): string => endpointId;
+
+/**
+ * What a stream of `endpointId` holds, by its name: `job` for an agent's stream of JSON job lines
+ * (`<endpointId>/<one segment>`, as worker-image/agent/main.ts names it), `container` for the
+ * awslogs driver's stream of a task's container (`<endpointId>/<container>/<task id>`), undefined
+ * for anything else (not read). Only the platform's writers name streams: the awslogs driver (the
+ * task's execution role) and the agent (its scoped role), both fenced to the endpoint's prefix, so no
+ * user code can put a line into a stream of the other kind.
+ */
+export function streamOf(
+  endpointId: string,
+  logStreamName: string | undefined,
+): { kind: 'job' } | { kind: 'container'; container: TaskContainer; taskId: string } | undefined {
+  const prefix = jobLogStreamPrefix(endpointId);
+  if (!logStreamName?.startsWith(prefix)) return undefined;
+  const parts = logStreamName.slice(prefix.length).split('/');
+  if (parts.length === 1 && parts[0]) return { kind: 'job' };
+  const [container, taskId] = parts;
+  if (parts.length === 2 && taskId && taskContainers.includes(container as TaskContainer))
+    return { kind: 'container', container: container as TaskContainer, taskId };
+  return undefined;
+}
 
 /** Ids that go into a filter pattern as they are (quotes or backslashes would change its meaning). */
 const safeId = /^[A-Za-z0-9._:-]{1,256}$/;
@@ -131,10 +175,14 @@ export class CloudWatchLogStore implements LogStore {
     if (!safeId.test(query.endpointId) || (query.jobId !== undefined && !safeId.test(query.jobId))) {
       return { lines: [], next: query.after ?? '', more: false, ended: query.untilMs !== undefined };
     }
+    // A job's lines: its agent's JSON events (a container's raw line never matches a JSON pattern;
+    // one that prints JSON with this job id is left out by its stream, below). An endpoint's: every
+    // event of its streams ("If not provided, all the events are matched", API reference below),
+    // the containers' raw lines too; what each event is, its stream's name says.
     const filterPattern =
       query.jobId !== undefined
         ? `{ ($.endpointId = "${query.endpointId}") && ($.jobId = "${query.jobId}") }`
-        : `{ $.endpointId = "${query.endpointId}" }`;
+        : undefined;
     // Events up to here are where they will stay in FilterLogEvents' order.
     const settled = (this.options.now ?? Date.now)() - followSettleMs;
     const end = query.follow ? Math.min(query.untilMs ?? settled, settled) : query.untilMs;
@@ -203,7 +251,7 @@ export class CloudWatchLogStore implements LogStore {
         }
         skip = 0;
         at = at && at.t === t ? { t, n: at.n + 1 } : { t, n: 1 };
-        const line = lineOf(event.message, event.timestamp);
+        const line = lineOf(query, event);
         if (line) lines.push(line);
       }
       // The page is full inside a FilterLogEvents page: its token would pass over the rest of that
@@ -255,21 +303,64 @@ export function messageOf(line: LogLine): string {
   });
 }
 
-function lineOf(message: string | undefined, timestamp: number | undefined): LogLine | undefined {
-  try {
-    const value = JSON.parse(message ?? '') as Partial<LogLine>;
-    if (typeof value.endpointId !== 'string' || typeof value.text !== 'string') return undefined;
+/**
+ * The line an event of the query's streams stands for, or undefined when it is not one to show: an
+ * event of a stream `streamOf` does not know; on an agent's stream, one that is not a job line of
+ * this endpoint (and job); on a container's stream, every event of a job's read, and the agent
+ * container's EMF metric lines (core/metrics.ts, one per ended job; only the agent prints them, so
+ * only its container's are left out: a worker's output is shown as it was printed).
+ */
+function lineOf(
+  query: Pick<LogQuery, 'endpointId' | 'jobId'>,
+  event: { logStreamName?: string | undefined; message?: string | undefined; timestamp?: number | undefined },
+): LogLine | undefined {
+  const stream = streamOf(query.endpointId, event.logStreamName);
+  const message = event.message ?? '';
+  const atMs = event.timestamp ?? 0;
+  if (stream?.kind === 'container') {
+    if (query.jobId !== undefined) return undefined;
+    if (stream.container === 'agent' && isMetricsLine(message)) return undefined;
+    // awslogs keeps no mark of stdout or stderr: each line of either is an event like any other.
     return {
-      atMs: timestamp ?? 0,
-      endpointId: value.endpointId,
-      workerId: String(value.workerId ?? ''),
-      ...(typeof value.jobId === 'string' ? { jobId: value.jobId } : {}),
-      stream: value.stream === 'stderr' ? 'stderr' : 'stdout',
-      text: value.text,
+      atMs,
+      endpointId: query.endpointId,
+      workerId: stream.taskId,
+      stream: 'stdout',
+      container: stream.container,
+      text: message,
     };
+  }
+  if (stream?.kind !== 'job') return undefined;
+  const value = parsed(message) as Partial<LogLine> | undefined;
+  // Whatever an agent wrote into its event: the stream fences it to its own endpoint's lines.
+  if (value?.endpointId !== query.endpointId || typeof value.text !== 'string') return undefined;
+  if (query.jobId !== undefined && value.jobId !== query.jobId) return undefined;
+  return {
+    atMs,
+    endpointId: value.endpointId,
+    workerId: String(value.workerId ?? ''),
+    ...(typeof value.jobId === 'string' ? { jobId: value.jobId } : {}),
+    stream: value.stream === 'stderr' ? 'stderr' : 'stdout',
+    text: value.text,
+  };
+}
+
+/** An event's message as a JSON object, or undefined. */
+function parsed(message: string): Record<string, unknown> | undefined {
+  try {
+    const value: unknown = JSON.parse(message);
+    return value !== null && typeof value === 'object' && !Array.isArray(value)
+      ? (value as Record<string, unknown>)
+      : undefined;
   } catch {
     return undefined;
   }
+}
+
+/** An embedded-metric-format document: a JSON object with the `_aws` metadata key (core/metrics.ts). */
+function isMetricsLine(message: string): boolean {
+  const doc = message.trimStart().startsWith('{') ? parsed(message) : undefined;
+  return doc !== undefined && Object.hasOwn(doc, '_aws');
 }
 
 /** Lines as PutLogEvents batches: sorted by time, within the count, byte and 24 h limits. */
