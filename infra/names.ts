@@ -137,6 +137,16 @@ export function outputIdOf(exportName: string): string {
 export const imageBuildPrefix = 'image-builds/';
 
 /**
+ * How long the image CodeBuild project lets a build wait in the queue before it gives up
+ * (QueuedTimeoutInMinutes, 5 to 480; CodeBuild's default is 8 hours). A build queues while the
+ * account's concurrent builds are taken: "If the build project does not have a concurrent build limit
+ * set, builds are queued if the number of running builds reaches the concurrent build limit for the
+ * platform and compute type" (https://docs.aws.amazon.com/codebuild/latest/userguide/builds-working.html).
+ * The deploy waiting on it says so after a minute (cli/providers/aws-images.ts runImageBuild).
+ */
+export const imageBuildQueuedMinutes = 60;
+
+/**
  * A stable endpoint id: the same app, environment and endpoint name always get the same id, so a
  * redeploy keeps client URLs. 14 lowercase letters and digits, like RunPod's: no '-', so
  * IAM can scope an agent to keys that start with its id (infra/isolation.ts).

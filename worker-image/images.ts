@@ -9,9 +9,17 @@
  *   ferry/agent:<version>                          Dockerfile.agent  (Node and agent.mjs only; the
  *                                                  agent, artifact-init and LB-proxy containers)
  *
+ * Those are the local names (`ferry images build`, `ferry deploy --preview`). The platform's ECR
+ * registry names content instead: `<version>-<hash>[-py<python>]`, the hash over everything that goes
+ * into the image (imageContentHashes), so a change to the agent or the runtime is a new tag that a
+ * deploy builds, while the version alone stayed 0.1.0 through hundreds of such changes.
+ *
  * Every command runs from the repository root: the Dockerfiles COPY worker-image/python/ferry and the
  * agent bundle by their repository paths.
  */
+import { createHash } from 'node:crypto';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import path from 'node:path';
 import { FerryError } from '../core/errors.js';
 import { pythonVersions } from '../core/manifest.js';
 
@@ -31,8 +39,23 @@ export interface WorkerImageKind {
   from?: string;
   /** Build args other than PYTHON_VERSION and BASE_IMAGE, which are derived. */
   buildArgs: Readonly<Record<string, string>>;
+  /**
+   * What its Dockerfile COPYs from the build context (repository paths; a folder is taken whole).
+   * The build context CodeBuild gets and the content hash of the image's tag are both made of these
+   * and the Dockerfile (imageInputFiles), and test/unit/dockerfiles.test.ts holds them to the COPY lines.
+   */
+  copies: readonly string[];
   description: string;
 }
+
+/** What the base images COPY: the runtime, the agent bundle, the entrypoint and its helpers. */
+const baseCopies = [
+  'worker-image/python/ferry',
+  'worker-image/agent/dist/agent.mjs',
+  'worker-image/entrypoint.sh',
+  'worker-image/unpack_artifact.py',
+  'worker-image/healthcheck.sh',
+] as const;
 
 export const workerImages: readonly WorkerImageKind[] = [
   {
@@ -42,6 +65,7 @@ export const workerImages: readonly WorkerImageKind[] = [
     category: 'agent',
     accelerator: 'cpu',
     buildArgs: {},
+    copies: ['worker-image/agent/dist/agent.mjs'],
     description:
       'The agent alone (Node 22 and agent.mjs, tens of MB): queue sidecar, LB key check, artifact init',
   },
@@ -52,6 +76,7 @@ export const workerImages: readonly WorkerImageKind[] = [
     category: 'base',
     accelerator: 'cpu',
     buildArgs: {},
+    copies: baseCopies,
     description:
       'CPU workers: torch/torchvision/torchaudio CPU wheels, numpy, triton (amd64), ferry runtime, agent',
   },
@@ -62,6 +87,7 @@ export const workerImages: readonly WorkerImageKind[] = [
     category: 'base',
     accelerator: 'gpu',
     buildArgs: { CUDA_WHEELS: 'cu124' },
+    copies: baseCopies,
     description: 'GPU workers: CUDA 12.4 runtime, torch cu124 wheels, numpy, triton, ferry runtime, agent',
   },
   {
@@ -72,6 +98,7 @@ export const workerImages: readonly WorkerImageKind[] = [
     accelerator: 'gpu',
     from: 'base-gpu',
     buildArgs: { MODEL_ID: 'stabilityai/sdxl-turbo', MODEL_REVISION: 'main' },
+    copies: [],
     description: 'The GPU base with SDXL-Turbo (fp16) in the Hugging Face cache at HF_HOME',
   },
 ];
@@ -111,24 +138,59 @@ export function findImageKind(kind: string): WorkerImageKind {
   return found;
 }
 
-/** `ferry/worker-base-gpu:0.1.0-py3.12`; the agent has no Python: `ferry/agent:0.1.0`. */
-export function imageTag(kind: string, version: string, pythonVersion: string): string {
+/**
+ * Each kind's content hash (imageContentHashes): given, a tag names its image's content,
+ * `<version>-<hash>[-py<python>]`; absent, the local version-only name.
+ */
+export type ContentHashes = Readonly<Record<string, string>>;
+
+/**
+ * `ferry/worker-base-gpu:0.1.0-py3.12`; the agent has no Python: `ferry/agent:0.1.0`. With the
+ * content hashes: `ferry/worker-base-gpu:0.1.0-3f9c2a7d41b0-py3.12`, `ferry/agent:0.1.0-8e1d…`. The one
+ * function that names a tag: the deploy's lookups, the build script and the stack's image URIs all
+ * come through here.
+ */
+export function imageTag(
+  kind: string,
+  version: string,
+  pythonVersion: string,
+  content?: ContentHashes,
+): string {
   const image = findImageKind(kind);
-  if (image.category === 'agent') return `${image.repository}:${checkVersion(version)}`;
-  return `${image.repository}:${checkVersion(version)}-py${checkPythonVersion(pythonVersion)}`;
+  let tag = checkVersion(version);
+  if (content !== undefined) {
+    const hash = content[kind];
+    if (hash === undefined || !/^[0-9a-f]{12}$/.test(hash)) {
+      throw new FerryError('failed', `No content hash for the ${kind} image`);
+    }
+    tag += `-${hash}`;
+  }
+  if (image.category !== 'agent') tag += `-py${checkPythonVersion(pythonVersion)}`;
+  if (tag.length > 128) {
+    throw new FerryError(
+      'usage',
+      `Image tag ${tag} is longer than docker's 128 characters: use a shorter version`,
+    );
+  }
+  return `${image.repository}:${tag}`;
 }
 
 /** The agent's image (the same for every Python version). */
-export function agentImage(version: string): string {
-  return imageTag('agent', version, defaultPythonVersion);
+export function agentImage(version: string, content?: ContentHashes): string {
+  return imageTag('agent', version, defaultPythonVersion, content);
 }
 
 /** Where the agent bundle must be before any docker build (the Dockerfiles COPY it). */
 export const agentBundleDir = 'worker-image/agent/dist';
 
 /** The base image a worker of this accelerator runs on (the image the CLI deploys user code into). */
-export function baseImageFor(accelerator: 'cpu' | 'gpu', version: string, pythonVersion: string): string {
-  return imageTag(accelerator === 'cpu' ? 'base-cpu' : 'base-gpu', version, pythonVersion);
+export function baseImageFor(
+  accelerator: 'cpu' | 'gpu',
+  version: string,
+  pythonVersion: string,
+  content?: ContentHashes,
+): string {
+  return imageTag(accelerator === 'cpu' ? 'base-cpu' : 'base-gpu', version, pythonVersion, content);
 }
 
 /**
@@ -139,7 +201,7 @@ export function baseImageFor(accelerator: 'cpu' | 'gpu', version: string, python
  * build && ferry images push` on an Apple-silicon machine would push arm64 images that no host can
  * run, under tags ECR keeps immutable
  * (https://docs.aws.amazon.com/AmazonECR/latest/userguide/image-tag-mutability.html), while a deploy
- * checks only that a tag exists. The same tag runs locally under `ferry deploy --preview`
+ * checks only that a tag exists. The platform is part of every content hash. The same tag runs locally under `ferry deploy --preview`
  * (emulated on arm64): one tag, one architecture.
  * https://docs.docker.com/reference/cli/docker/buildx/build/#platform
  */
@@ -152,6 +214,23 @@ export interface BuildOptions {
   buildArgs?: Readonly<Record<string, Readonly<Record<string, string>>>>;
   /** The docker executable. */
   docker?: string;
+  /** Content-addressed tags (imageContentHashes) instead of the version-only local names. */
+  content?: ContentHashes;
+}
+
+/** The build args of `image`, BASE_IMAGE named as `content` names it: one owner for the command and the hash. */
+function buildArgsOf(
+  image: WorkerImageKind,
+  version: string,
+  pythonVersion: string,
+  content?: ContentHashes,
+): Record<string, string> {
+  const args: Record<string, string> =
+    image.category === 'agent'
+      ? { ...image.buildArgs }
+      : { PYTHON_VERSION: pythonVersion, ...image.buildArgs };
+  if (image.from !== undefined) args.BASE_IMAGE = imageTag(image.from, version, pythonVersion, content);
+  return args;
 }
 
 /**
@@ -166,13 +245,13 @@ export function dockerBuildCommands(
 ): string[][] {
   checkVersion(version);
   checkPythonVersion(pythonVersion);
+  if (options.content !== undefined && options.buildArgs !== undefined) {
+    // A content tag covers the table's build args only: extra ones would build other content under it.
+    throw new FerryError('usage', 'Extra build args cannot be combined with content-addressed tags');
+  }
   const selected = options.kinds === undefined ? workerImages : options.kinds.map(findImageKind);
   return buildOrder(selected).map((image) => {
-    const args: Record<string, string> =
-      image.category === 'agent'
-        ? { ...image.buildArgs }
-        : { PYTHON_VERSION: pythonVersion, ...image.buildArgs };
-    if (image.from !== undefined) args.BASE_IMAGE = imageTag(image.from, version, pythonVersion);
+    const args = buildArgsOf(image, version, pythonVersion, options.content);
     Object.assign(args, options.buildArgs?.[image.kind] ?? {});
     const argv = [
       options.docker ?? 'docker',
@@ -183,7 +262,7 @@ export function dockerBuildCommands(
       image.dockerfile,
     ];
     for (const [name, value] of Object.entries(args)) argv.push('--build-arg', `${name}=${value}`);
-    argv.push('--tag', imageTag(image.kind, version, pythonVersion), '.');
+    argv.push('--tag', imageTag(image.kind, version, pythonVersion, options.content), '.');
     return argv;
   });
 }
@@ -200,6 +279,76 @@ function buildOrder(images: readonly WorkerImageKind[]): WorkerImageKind[] {
     ordered.push(...pending.splice(index, 1));
   }
   return ordered;
+}
+
+/** Caches Python writes beside the runtime when it runs locally: never image content. */
+const notContent = (name: string) => name === '__pycache__' || name.endsWith('.pyc');
+
+/**
+ * The repository-relative files that go into `kind`'s image: its Dockerfile and what it COPYs, each
+ * folder expanded to its files (no `__pycache__`, no `.pyc`), sorted. The one list both the CodeBuild
+ * context (cli/providers/aws-images.ts writeBuildContext) and the content hash are made of.
+ */
+export function imageInputFiles(root: string, kind: string): string[] {
+  const image = findImageKind(kind);
+  const files: string[] = [];
+  const add = (relative: string): void => {
+    const absolute = path.join(root, relative);
+    let stat: ReturnType<typeof statSync>;
+    try {
+      stat = statSync(absolute);
+    } catch (error) {
+      throw new FerryError(
+        'failed',
+        `${relative}, which the ${kind} image is built from, is missing in ${root}`,
+        {
+          hint:
+            relative === `${agentBundleDir}/agent.mjs`
+              ? 'Bundle the agent first (`ferry images build` does; a deploy does itself).'
+              : 'This Ferry install is incomplete: check out or install it again.',
+          cause: error,
+        },
+      );
+    }
+    if (!stat.isDirectory()) {
+      files.push(relative);
+      return;
+    }
+    for (const entry of readdirSync(absolute)) {
+      if (!notContent(entry)) add(path.posix.join(relative, entry));
+    }
+  };
+  add(image.dockerfile);
+  for (const copied of image.copies) add(copied);
+  return [...new Set(files)].sort();
+}
+
+/**
+ * Each kind's content hash: the first 12 hex digits of a SHA-256 over exactly what goes into its
+ * image: the platform, its build args (BASE_IMAGE names the base by its own content tag, so a model
+ * image follows its base), and the path and bytes of every file of imageInputFiles in sorted order.
+ * Never mtimes, modes or the order a folder lists its files in: the same checkout gives the same
+ * tags on every machine, and one changed byte a new tag.
+ */
+export function imageContentHashes(root: string, version: string, pythonVersion: string): ContentHashes {
+  checkVersion(version);
+  checkPythonVersion(pythonVersion);
+  const hashes: Record<string, string> = {};
+  for (const image of buildOrder(workerImages)) {
+    const hash = createHash('sha256');
+    const field = (value: unknown) => hash.update(`${JSON.stringify(value)}\n`);
+    field(['ferry-image-content', 1]);
+    field(['platform', imagePlatform]);
+    const args = buildArgsOf(image, version, pythonVersion, hashes);
+    field(['args', Object.entries(args).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))]);
+    for (const file of imageInputFiles(root, image.kind)) {
+      const bytes = readFileSync(path.join(root, file));
+      field(['file', file, bytes.length]);
+      hash.update(bytes);
+    }
+    hashes[image.kind] = hash.digest('hex').slice(0, 12);
+  }
+  return hashes;
 }
 
 /** `<registry>/<image>`, e.g. `123456789012.dkr.ecr.us-east-1.amazonaws.com/ferry/agent:0.1.0`. */

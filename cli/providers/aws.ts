@@ -58,7 +58,6 @@ import type { WorkerImages } from '../../infra/app-stack.js';
 import type { LbHttpsOptions } from '../../infra/constructs/https-front.js';
 import { appStackName, checkAppEnvNames, endpointIdFor, platformStackName } from '../../infra/names.js';
 import type { InstanceTypeZones } from '../../infra/pool-zones.js';
-import { agentBundleDir } from '../../worker-image/images.js';
 import { apiKeyFromUser, ferryVersion, installRoot } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
 import type { Reporter } from '../io.js';
@@ -111,6 +110,7 @@ import {
   imagesIn,
   missingImages,
   neededImages,
+  platformImageContent,
   writeBuildContext,
 } from './aws-images.js';
 import type { CdkToolkit, StackLookup, StackOutputs, SynthesizedAssembly } from './toolkit.js';
@@ -393,7 +393,10 @@ export class AwsProvider implements Provider {
       });
     }
     const version = ferryVersion();
-    const needed = neededImages(acceleratorsOf(manifest.endpoints), version, manifest.pythonVersion);
+    const root = installRoot();
+    // The tags name the images' content, the agent bundle included: bundle before naming them.
+    const content = await platformImageContent(root, version, manifest.pythonVersion);
+    const needed = neededImages(acceleratorsOf(manifest.endpoints), version, manifest.pythonVersion, content);
     const missing = await missingImages(this.options.ecr, needed);
     if (missing.length > 0) {
       const names = missing.map((m) => `${m.repository}:${m.tag}`).join(', ');
@@ -409,13 +412,10 @@ export class AwsProvider implements Provider {
         });
       }
       reporter.line(`  images missing from ${platform.ImageRegistry}: ${names}`);
-      const { bundleAgent } = await import('../../worker-image/agent/bundle.js');
-      const root = installRoot();
-      await bundleAgent(path.join(root, agentBundleDir));
       const dir = path.join(this.#stateDir, 'aws');
       mkdirSync(dir, { recursive: true });
       const file = path.join(dir, 'image-context.tar.gz');
-      await writeBuildContext(root, file, missing, version, manifest.pythonVersion);
+      await writeBuildContext(root, file, missing, version, manifest.pythonVersion, content);
       const clock = this.options.clock ?? foregroundClock;
       const key = buildContextKey(version, manifest.pythonVersion, clock.nowMs());
       await (await this.#blobs()).putFile(key, file);
@@ -429,7 +429,7 @@ export class AwsProvider implements Provider {
         clock,
       });
     }
-    return imagesAt(platform.ImageRegistry, version, manifest.pythonVersion);
+    return imagesAt(platform.ImageRegistry, version, manifest.pythonVersion, content);
   }
 
   /** The zones the platform is synthesized with: its own once deployed (aws/zones.ts). */

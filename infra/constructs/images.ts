@@ -3,9 +3,11 @@
  * the deploying machine:
  *
  *  - One ECR repository per image kind of worker-image/images.ts (`ferry/agent`,
- *    `ferry/worker-base-cpu`, …), private, immutable tags (a tag names one Ferry version's build:
- *    `ferry deploy` checks a tag exists and never needs it to change). No repository-level scan
- *    setting: AWS deprecates it ("The PutImageScanningConfiguration API is being deprecated, in favor
+ *    `ferry/worker-base-cpu`, …), private, immutable tags. A tag names its image's content
+ *    (`<version>-<hash>[-py<python>]`, worker-image/images.ts imageContentHashes), so it never needs to
+ *    change: `ferry deploy` checks the tag exists, and hosts that cached it (ECS_IMAGE_PULL_BEHAVIOR=once)
+ *    run what it names. Changed agent or runtime code is a new tag, which the deploy builds. No
+ *    repository-level scan setting: AWS deprecates it ("The PutImageScanningConfiguration API is being deprecated, in favor
  *    of specifying the image scanning configuration at the registry level":
  *    https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_PutImageScanningConfiguration.html),
  *    and Ferry reads no scan results; an account that wants scans sets them on its registry, where
@@ -20,7 +22,13 @@
  *    to the platform bucket under `image-builds/`, starts the build with FERRY_CONTEXT_KEY, and follows
  *    it. The build runs docker (privileged mode, required for docker builds:
  *    https://docs.aws.amazon.com/codebuild/latest/userguide/sample-docker.html), logs in to ECR and
- *    pushes.
+ *    pushes. It also logs in to ECR Public, where the Dockerfiles' node and python come from: its
+ *    anonymous pulls are limited per IP address ("For unauthenticated customers, Amazon ECR Public
+ *    supports up to 500GB of data per month":
+ *    https://docs.aws.amazon.com/AmazonECR/latest/public/public-service-quotas.html), and CodeBuild
+ *    hosts share their addresses with other accounts' builds (`toomanyrequests: Rate exceeded`,
+ *    aws/aws-cdk#23923). A build waits at most imageBuildQueuedMinutes in the queue (CodeBuild's
+ *    default is 8 hours), and a deploy says why while it waits (cli/providers/aws-images.ts).
  */
 import { Aws, Duration, RemovalPolicy, Stack, Validations } from 'aws-cdk-lib';
 import * as codebuild from 'aws-cdk-lib/aws-codebuild';
@@ -30,7 +38,7 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import type * as s3 from 'aws-cdk-lib/aws-s3';
 import { Construct } from 'constructs';
 import { workerImages } from '../../worker-image/images.js';
-import { imageBuildPrefix } from '../names.js';
+import { imageBuildPrefix, imageBuildQueuedMinutes } from '../names.js';
 import { keptWhenStackDeleted } from '../retention.js';
 
 /**
@@ -41,6 +49,10 @@ import { keptWhenStackDeleted } from '../retention.js';
  * versions ago, and its next task on a new host failed to pull (docs/aws.md "Images").
  */
 export const untaggedImageDays = 1;
+
+/** The pre_build line that logs docker in to ECR Public (us-east-1 only), and goes on where it cannot. */
+export const ecrPublicLogin =
+  'aws ecr-public get-login-password --region us-east-1 | docker login --username AWS --password-stdin public.ecr.aws || true';
 
 export interface ImageRegistryProps {
   bucket: s3.IBucket;
@@ -88,6 +100,7 @@ export class ImageRegistry extends Construct {
         computeType: codebuild.ComputeType.LARGE,
       },
       timeout: Duration.hours(2),
+      queuedTimeout: Duration.minutes(imageBuildQueuedMinutes),
       logging: { cloudWatch: { logGroup } },
       environmentVariables: {
         FERRY_BUCKET: { value: props.bucket.bucketName },
@@ -104,6 +117,13 @@ export class ImageRegistry extends Construct {
               'aws s3 cp "s3://$FERRY_BUCKET/$FERRY_CONTEXT_KEY" context.tar.gz',
               'mkdir context && tar -xzf context.tar.gz -C context',
               'aws ecr get-login-password --region "$AWS_REGION" | docker login --username AWS --password-stdin "$FERRY_REGISTRY"',
+              // ECR Public, authenticated: its anonymous pulls are limited per IP, shared by every
+              // build on the host. "When authenticating to a public registry, always authenticate to
+              // the us-east-1 Region" (https://docs.aws.amazon.com/AmazonECR/latest/public/public-registry-auth.html).
+              // `|| true`: where it cannot (ECR Public "is not available in China Regions":
+              // https://docs.amazonaws.cn/en_us/aws/latest/userguide/ecr-public.html; GovCloud), the
+              // pulls stay anonymous, as before.
+              ecrPublicLogin,
             ],
           },
           // The script is generated from worker-image/images.ts: build, tag, push per missing image.
@@ -128,6 +148,8 @@ export class ImageRegistry extends Construct {
           'ecr:UploadLayerPart',
           'ecr:CompleteLayerUpload',
           'ecr:PutImage',
+          // The build script skips a tag another build pushed meanwhile (cli/providers/aws-images.ts buildScript).
+          'ecr:DescribeImages',
         ],
         resources: [...repositories.values()].map((r) => r.repositoryArn),
       }),
@@ -135,13 +157,23 @@ export class ImageRegistry extends Construct {
     role.addToPrincipalPolicy(
       new iam.PolicyStatement({ actions: ['ecr:GetAuthorizationToken'], resources: ['*'] }),
     );
+    // `aws ecr-public get-login-password` "requires the 'ecr-public:GetAuthorizationToken' and
+    // 'sts:GetServiceBearerToken' permissions"
+    // (https://docs.aws.amazon.com/cli/latest/reference/ecr-public/get-login-password.html); neither
+    // has a resource to scope to.
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ['ecr-public:GetAuthorizationToken', 'sts:GetServiceBearerToken'],
+        resources: ['*'],
+      }),
+    );
     const bucketId = Stack.of(this).getLogicalId(props.bucket.node.defaultChild as never);
     const projectId = Stack.of(this).getLogicalId(this.buildProject.node.defaultChild as never);
     Validations.of(role).acknowledge(
       {
         id: 'AwsSolutions-IAM5[Resource::*]',
         reason:
-          'ecr:GetAuthorizationToken has no resource-level scoping (docker login); pushes are limited to the Ferry repositories.',
+          'ecr:GetAuthorizationToken, ecr-public:GetAuthorizationToken and sts:GetServiceBearerToken have no resource-level scoping (docker login to ECR and ECR Public); pushes and lookups are limited to the Ferry repositories.',
       },
       {
         id: `AwsSolutions-IAM5[Resource::<${bucketId}.Arn>/${imageBuildPrefix}*]`,

@@ -5,7 +5,7 @@
  * No docker engine here: the docker lines are checked against the files they name.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -37,7 +37,8 @@ describe('ferry images --dry-run', () => {
     const files = execFileSync('git', ['ls-files', '-co', '--exclude-standard', '-z'], { cwd: repo })
       .toString()
       .split('\0')
-      .filter((f) => f !== '' && existsSync(path.join(repo, f)));
+      // A worktree's node_modules may be a symlink git lists as untracked: it is linked below.
+      .filter((f) => f !== '' && f !== 'node_modules' && existsSync(path.join(repo, f)));
     for (const file of files) {
       mkdirSync(path.dirname(path.join(clean, file)), { recursive: true });
       cpSync(path.join(repo, file), path.join(clean, file));
@@ -60,6 +61,22 @@ describe('ferry images --dry-run', () => {
     expect(bundled.status, bundled.stderr).toBe(0);
     const agent = path.join(clean, 'worker-image/agent/dist/agent.mjs');
     expect(existsSync(agent)).toBe(true);
+    // The same bytes from another working directory: on AWS the images' tags are a hash of this file
+    // (worker-image/images.ts imageContentHashes), and esbuild writes module paths relative to its
+    // working directory into the bundle.
+    const elsewhere = mkdtempSync(path.join(tmpdir(), 'ferry-bundle-cwd-'));
+    try {
+      const cwd = path.join(elsewhere, 'a', 'b');
+      mkdirSync(cwd, { recursive: true });
+      const again = spawnSync(process.execPath, [path.join(clean, rest[0]!), path.join(elsewhere, 'out')], {
+        cwd,
+        encoding: 'utf8',
+      });
+      expect(again.status, again.stderr).toBe(0);
+      expect(readFileSync(path.join(elsewhere, 'out', 'agent.mjs')).equals(readFileSync(agent))).toBe(true);
+    } finally {
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
     // The bundle runs: with no configuration the agent exits 2 and names what is missing.
     const ran = spawnSync(process.execPath, [agent], { env: { PATH: process.env.PATH }, encoding: 'utf8' });
     expect(ran.status).toBe(2);

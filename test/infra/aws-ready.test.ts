@@ -14,12 +14,13 @@ import { templatesDir } from '../../cli/config.js';
 import { type Manifest, manifestSchema } from '../../core/manifest.js';
 import { buildApp, type FerryApp } from '../../infra/app.js';
 import type { DeployedEndpoint } from '../../infra/app-stack.js';
-import { appStackName, ownershipTags, queueName } from '../../infra/names.js';
+import { ecrPublicLogin } from '../../infra/constructs/images.js';
+import { appStackName, imageBuildQueuedMinutes, ownershipTags, queueName } from '../../infra/names.js';
 import { integrationTiming } from '../../infra/platform-stack.js';
 import { defaultHealthCheckGraceSec, ephemeralPorts, ports } from '../../infra/task-layout.js';
 import { workerImages } from '../../worker-image/images.js';
 import { stubFunctionsDir } from './fixtures.js';
-import { statementsOf } from './iam.js';
+import { actionsOf, resourcesFor, statementsOf } from './iam.js';
 
 const repo = path.resolve(import.meta.dirname, '../..');
 const registry = '123456789012.dkr.ecr.us-east-1.amazonaws.com';
@@ -174,6 +175,40 @@ describe('1. images', () => {
     for (const repo of built.platform.images.repositories.values()) expect(policies).toContain(idOf(repo));
     platform.hasOutput('ImageRegistry', Match.anyValue());
     platform.hasOutput('ImageBuildProject', { Value: { Ref: idOf(built.platform.images.buildProject) } });
+  });
+
+  it('the build logs in to ECR Public (us-east-1), and goes on where it cannot: anonymous pulls are limited per IP', () => {
+    const project = resource(platform, built.platform.images.buildProject);
+    const spec = JSON.parse(project.Properties.Source.BuildSpec) as {
+      phases: { pre_build: { commands: string[] }; build: { commands: string[] } };
+    };
+    const pre = spec.phases.pre_build.commands;
+    expect(pre).toContain(
+      'aws ecr-public get-login-password --region us-east-1 | docker login --username AWS --password-stdin public.ecr.aws || true',
+    );
+    expect(pre).toContain(ecrPublicLogin);
+    // Before the build script, after the context is there.
+    expect(pre.indexOf(ecrPublicLogin)).toBeGreaterThan(pre.findIndex((c) => c.includes('tar -xzf')));
+    const statements = statementsOf(platform, built.platform.images.buildProject.role!);
+    for (const action of ['ecr-public:GetAuthorizationToken', 'sts:GetServiceBearerToken']) {
+      expect(resourcesFor(statements, action), action).toEqual(['"*"']);
+    }
+  });
+
+  it('the build may look up tags (ecr:DescribeImages) in the Ferry repositories only', () => {
+    const statements = statementsOf(platform, built.platform.images.buildProject.role!);
+    const repositories = [...built.platform.images.repositories.values()].map((r) =>
+      JSON.stringify({ 'Fn::GetAtt': [idOf(r), 'Arn'] }),
+    );
+    expect(resourcesFor(statements, 'ecr:DescribeImages').sort()).toEqual(repositories.sort());
+    expect(actionsOf(statements.filter((st) => st.Resource === '*'))).not.toContain('ecr:DescribeImages');
+  });
+
+  it("a build waits at most 60 minutes in CodeBuild's queue (its default is 8 hours)", () => {
+    const project = resource(platform, built.platform.images.buildProject);
+    expect(imageBuildQueuedMinutes).toBe(60);
+    expect(project.Properties.QueuedTimeoutInMinutes).toBe(60);
+    expect(project.Properties.TimeoutInMinutes).toBe(120);
   });
 
   it('the agent and artifact containers run the small agent image, not a worker base image', () => {

@@ -186,7 +186,8 @@ describe('bucket', () => {
 
   it('expires image build contexts, which only the build that follows the upload reads', () => {
     // cli/providers/aws-images.ts writes one per build under image-builds/; the build reads it in its
-    // pre_build phase and CodeBuild stops a build at the project's timeout.
+    // pre_build phase, after at most the project's queued timeout, and CodeBuild stops a build at the
+    // project's timeout.
     template.hasResourceProperties('AWS::S3::Bucket', {
       LifecycleConfiguration: {
         Rules: Match.arrayWith([
@@ -198,9 +199,13 @@ describe('bucket', () => {
         ]),
       },
     });
-    const timeoutMinutes = Object.values(template.findResources('AWS::CodeBuild::Project'))[0]!.Properties
-      .TimeoutInMinutes as number;
-    expect(imageBuildExpiryDays * 24 * 60).toBeGreaterThan(timeoutMinutes);
+    const project = Object.values(template.findResources('AWS::CodeBuild::Project'))[0]!.Properties;
+    const { TimeoutInMinutes: timeoutMinutes, QueuedTimeoutInMinutes: queuedMinutes } = project as {
+      TimeoutInMinutes: number;
+      QueuedTimeoutInMinutes: number;
+    };
+    expect(queuedMinutes).toBe(60);
+    expect(imageBuildExpiryDays * 24 * 60).toBeGreaterThan(queuedMinutes + timeoutMinutes);
   });
 
   it('is kept on stack delete, not when its first create rolls back (infra/retention.ts)', () => {

@@ -4,8 +4,17 @@
  * another deploy pushed, CodeBuild's build quota, the build context and script.
  * ECR and CodeBuild are injected stand-ins recording the exact commands; the clock is fake.
  */
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import {
+  chmodSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { BatchGetBuildsCommand, StartBuildCommand } from '@aws-sdk/client-codebuild';
@@ -17,14 +26,27 @@ import {
   buildScript,
   type CodeBuildLike,
   type EcrLike,
+  imagesAt,
   missingImages,
   neededImages,
+  platformImageContent,
   runImageBuild,
   writeBuildContext,
 } from '../../cli/providers/aws-images.js';
 import { FerryError } from '../../core/errors.js';
-import { bundleAgent } from '../../worker-image/agent/bundle.js';
+import { imageBuildQueuedMinutes } from '../../infra/names.js';
+import { type ContentHashes, imageContentHashes, imageInputFiles } from '../../worker-image/images.js';
 import { sampleResources } from '../infra/fixtures.js';
+
+/** Stand-in content hashes: each image's tag is `<version>-<hash>[-py<python>]`. */
+const content: ContentHashes = {
+  agent: 'a9e17c00a9e1',
+  'base-cpu': 'c0c0c0c0c0c0',
+  'base-gpu': '96a096a096a0',
+  'sdxl-turbo': '5d115d115d11',
+};
+const agentTag = 'ferry/agent:0.1.0-a9e17c00a9e1';
+const gpuTag = 'ferry/worker-base-gpu:0.1.0-96a096a096a0-py3.12';
 
 const repo = path.resolve(import.meta.dirname, '../..');
 const lines: string[] = [];
@@ -36,11 +58,10 @@ afterAll(() => {
 
 describe('neededImages / missingImages', () => {
   it('needs the agent always and a base per accelerator used', () => {
-    expect(neededImages(new Set(['gpu']), '0.1.0', '3.12').map((i) => `${i.repository}:${i.tag}`)).toEqual([
-      'ferry/agent:0.1.0',
-      'ferry/worker-base-gpu:0.1.0-py3.12',
-    ]);
-    expect(neededImages(new Set(['cpu', 'gpu']), '0.1.0', '3.11').map((i) => i.kind)).toEqual([
+    expect(
+      neededImages(new Set(['gpu']), '0.1.0', '3.12', content).map((i) => `${i.repository}:${i.tag}`),
+    ).toEqual([agentTag, gpuTag]);
+    expect(neededImages(new Set(['cpu', 'gpu']), '0.1.0', '3.11', content).map((i) => i.kind)).toEqual([
       'agent',
       'base-cpu',
       'base-gpu',
@@ -53,9 +74,9 @@ describe('neededImages / missingImages', () => {
     const tool = { image: 'example/tool:1', resources: { ...resources, cpu: '2-4' } };
     const onlyImages = acceleratorsOf([vllm, tool]);
     expect([...onlyImages]).toEqual([]);
-    expect(neededImages(onlyImages, '0.1.0', '3.12').map((i) => `${i.repository}:${i.tag}`)).toEqual([
-      'ferry/agent:0.1.0',
-    ]);
+    expect(neededImages(onlyImages, '0.1.0', '3.12', content).map((i) => `${i.repository}:${i.tag}`)).toEqual(
+      [agentTag],
+    );
     // An endpoint of Ferry's own runtime beside them still needs its base, and only that one.
     const cpuWorker = { resources: { ...resources, cpu: '2-4' } };
     expect([...acceleratorsOf([vllm, cpuWorker])]).toEqual(['cpu']);
@@ -73,11 +94,11 @@ describe('neededImages / missingImages', () => {
         return { imageDetails: [{}] } as never;
       },
     };
-    const needed = neededImages(new Set(['gpu']), '0.1.0', '3.12');
+    const needed = neededImages(new Set(['gpu']), '0.1.0', '3.12', content);
     expect((await missingImages(ecr, needed)).map((m) => m.kind)).toEqual(['base-gpu']);
     expect(sent.map((c) => c.input)).toEqual([
-      { repositoryName: 'ferry/agent', imageIds: [{ imageTag: '0.1.0' }] },
-      { repositoryName: 'ferry/worker-base-gpu', imageIds: [{ imageTag: '0.1.0-py3.12' }] },
+      { repositoryName: 'ferry/agent', imageIds: [{ imageTag: '0.1.0-a9e17c00a9e1' }] },
+      { repositoryName: 'ferry/worker-base-gpu', imageIds: [{ imageTag: '0.1.0-96a096a096a0-py3.12' }] },
     ]);
     expect(sent[0]).toBeInstanceOf(DescribeImagesCommand);
     const denied: EcrLike = {
@@ -171,7 +192,7 @@ describe('a failed build, and a build CodeBuild will not start', () => {
       };
     }) as never,
   };
-  const needed = neededImages(new Set(['gpu']), '0.1.0', '3.12');
+  const needed = neededImages(new Set(['gpu']), '0.1.0', '3.12', content);
   /** ECR answering DescribeImages from a set of `repository:tag` that exist. */
   const ecrWith = (present: Set<string>) => {
     const asked: string[] = [];
@@ -202,16 +223,16 @@ describe('a failed build, and a build CodeBuild will not start', () => {
     // ECR's immutable tag and the build ended FAILED.
     const { ecr, asked } = ecrWith(new Set(needed.map((m) => `${m.repository}:${m.tag}`)));
     await run(ecr);
-    expect(asked).toEqual(['ferry/agent:0.1.0', 'ferry/worker-base-gpu:0.1.0-py3.12']);
+    expect(asked).toEqual([agentTag, gpuTag]);
     expect(lines.at(-1)).toContain('every image it was to push is in ECR now');
   });
 
   it("fails with the build's log link and what is still missing otherwise", async () => {
-    const { ecr } = ecrWith(new Set(['ferry/agent:0.1.0']));
+    const { ecr } = ecrWith(new Set([agentTag]));
     const error = await run(ecr).catch((e: unknown) => e);
     expect(FerryError.is(error)).toBe(true);
     expect((error as FerryError).message).toContain('ended FAILED');
-    expect((error as FerryError).message).toContain('still missing: ferry/worker-base-gpu:0.1.0-py3.12');
+    expect((error as FerryError).message).toContain(`still missing: ${gpuTag}`);
     expect((error as FerryError).hint).toContain('https://logs');
   });
 
@@ -242,13 +263,13 @@ describe('a failed build, and a build CodeBuild will not start', () => {
 });
 
 describe('the build context', () => {
-  it('holds the Dockerfiles of the missing images, their inputs and a script that builds, tags and pushes them', async () => {
-    await bundleAgent(path.join(repo, 'worker-image/agent/dist'));
+  it('holds the files the missing images are made of and a script that builds, tags and pushes them', async () => {
+    const hashes = await platformImageContent(repo, '0.1.0', '3.12');
     const dir = mkdtempSync(path.join(tmpdir(), 'ferry-ctx-'));
     dirs.push(dir);
-    const missing = neededImages(new Set(['cpu']), '0.1.0', '3.12');
+    const missing = neededImages(new Set(['cpu']), '0.1.0', '3.12', hashes);
     const file = path.join(dir, 'context.tar.gz');
-    await writeBuildContext(repo, file, missing, '0.1.0', '3.12');
+    await writeBuildContext(repo, file, missing, '0.1.0', '3.12', hashes);
     const out = path.join(dir, 'out');
     execFileSync('mkdir', ['-p', out]);
     execFileSync('tar', ['-xzf', file, '-C', out]);
@@ -263,21 +284,222 @@ describe('the build context', () => {
       expect(existsSync(path.join(out, f)), f).toBe(true);
     }
     expect(existsSync(path.join(out, 'worker-image/Dockerfile.gpu'))).toBe(false);
+    // Exactly the files the tags hash, and those files hash to the same tags in the context.
+    const listed = execFileSync('tar', ['-tzf', file], { encoding: 'utf8' })
+      .split('\n')
+      .map((l) => l.replace(/^\.\//, ''))
+      .filter((l) => l !== '' && !l.endsWith('/') && l !== 'ferry-build-images.sh');
+    expect(listed.sort()).toEqual(
+      [...new Set([...imageInputFiles(repo, 'agent'), ...imageInputFiles(repo, 'base-cpu')])].sort(),
+    );
+    // The other kinds' Dockerfiles, so every hash can be taken; the agent's and the CPU base's read none of them.
+    for (const other of ['Dockerfile.gpu', 'Dockerfile.model-sdxl-turbo']) {
+      cpSync(path.join(repo, 'worker-image', other), path.join(out, 'worker-image', other));
+    }
+    const inContext = imageContentHashes(out, '0.1.0', '3.12');
+    expect([inContext.agent, inContext['base-cpu']]).toEqual([hashes.agent, hashes['base-cpu']]);
     const script = readFileSync(path.join(out, 'ferry-build-images.sh'), 'utf8');
-    expect(script).toBe(buildScript(missing, '0.1.0', '3.12'));
-    expect(script.split('\n')).toEqual([
-      '#!/bin/sh',
-      'set -eu',
-      'REGISTRY="$1"',
-      'docker build --platform linux/amd64 --file worker-image/Dockerfile.agent --tag ferry/agent:0.1.0 .',
-      'docker tag ferry/agent:0.1.0 "$REGISTRY/ferry/agent:0.1.0"',
-      'docker push "$REGISTRY/ferry/agent:0.1.0"',
-      'docker build --platform linux/amd64 --file worker-image/Dockerfile.cpu --build-arg PYTHON_VERSION=3.12 --tag ferry/worker-base-cpu:0.1.0-py3.12 .',
-      'docker tag ferry/worker-base-cpu:0.1.0-py3.12 "$REGISTRY/ferry/worker-base-cpu:0.1.0-py3.12"',
-      'docker push "$REGISTRY/ferry/worker-base-cpu:0.1.0-py3.12"',
-      '',
-    ]);
+    expect(script).toBe(buildScript(missing, '0.1.0', '3.12', hashes));
+    const agent = `ferry/agent:0.1.0-${hashes.agent}`;
+    const cpu = `ferry/worker-base-cpu:0.1.0-${hashes['base-cpu']}-py3.12`;
+    expect(script).toContain(
+      `  docker build --platform linux/amd64 --file worker-image/Dockerfile.agent --tag ${agent} .\n  push ${agent} ferry/agent 0.1.0-${hashes.agent}\n`,
+    );
+    expect(script).toContain(
+      `  docker build --platform linux/amd64 --file worker-image/Dockerfile.cpu --build-arg PYTHON_VERSION=3.12 --tag ${cpu} .\n`,
+    );
     // The script is valid sh.
     execFileSync('sh', ['-n', path.join(out, 'ferry-build-images.sh')]);
   }, 60_000);
+
+  it("names in the script the tags the deploy looks up and the stack's image URIs name", () => {
+    const registry = '123456789012.dkr.ecr.us-east-1.amazonaws.com';
+    const needed = neededImages(new Set(['cpu', 'gpu']), '0.1.0', '3.12', content);
+    const script = buildScript(needed, '0.1.0', '3.12', content);
+    const pushed = [...script.matchAll(/^ {2}push (\S+) (\S+) (\S+)$/gm)].map((m) => {
+      expect(m[1]).toBe(`${m[2]}:${m[3]}`);
+      return `${registry}/${m[1]}`;
+    });
+    const built = [...script.matchAll(/--tag (\S+) \.$/gm)].map((m) => `${registry}/${m[1]}`);
+    const at = imagesAt(registry, '0.1.0', '3.12', content);
+    expect(pushed).toEqual([at.agent, at.cpuWorker, at.gpuWorker]);
+    expect(built).toEqual(pushed);
+    expect(needed.map((n) => `${registry}/${n.repository}:${n.tag}`)).toEqual(pushed);
+  });
+});
+
+/**
+ * The generated script, run by sh with a fake `docker` and `aws` first on PATH. ECR is a file of
+ * `repository:tag` lines; the fake docker records its calls and, for a push listed in `conflict`,
+ * does what ECR does when another build's push of the same tag won: the tag is there now, and this
+ * push is refused.
+ */
+describe('the build script under sh', () => {
+  function runScript(options: { inEcr?: string[]; conflict?: string[]; failPush?: string[] }) {
+    const dir = mkdtempSync(path.join(tmpdir(), 'ferry-script-'));
+    dirs.push(dir);
+    const bin = path.join(dir, 'bin');
+    mkdirSync(bin);
+    const ecrFile = path.join(dir, 'ecr');
+    const calls = path.join(dir, 'calls');
+    writeFileSync(ecrFile, (options.inEcr ?? []).map((i) => `${i}\n`).join(''));
+    writeFileSync(path.join(dir, 'conflict'), (options.conflict ?? []).map((i) => `${i}\n`).join(''));
+    writeFileSync(path.join(dir, 'fail'), (options.failPush ?? []).map((i) => `${i}\n`).join(''));
+    writeFileSync(calls, '');
+    writeFileSync(
+      path.join(bin, 'aws'),
+      `#!/bin/sh
+echo "aws $*" >> "${calls}"
+# aws ecr describe-images --repository-name R --image-ids imageTag=T
+[ "$1 $2" = "ecr describe-images" ] || exit 2
+repo="$4"; tag="\${6#imageTag=}"
+grep -qx "$repo:$tag" "${ecrFile}" && { echo '{"imageDetails":[{}]}'; exit 0; }
+echo "An error occurred (ImageNotFoundException) when calling the DescribeImages operation" >&2
+exit 254
+`,
+    );
+    writeFileSync(
+      path.join(bin, 'docker'),
+      `#!/bin/sh
+echo "docker $*" >> "${calls}"
+if [ "$1" = push ]; then
+  image="\${2#REG/}"
+  if grep -qx "$image" "${path.join(dir, 'conflict')}"; then
+    echo "$image" >> "${ecrFile}"
+    echo "tag invalid: The image tag already exists in the repository and cannot be overwritten because the repository is immutable." >&2
+    exit 1
+  fi
+  if grep -qx "$image" "${path.join(dir, 'fail')}"; then echo "connection reset" >&2; exit 1; fi
+  echo "$image" >> "${ecrFile}"
+fi
+exit 0
+`,
+    );
+    chmodSync(path.join(bin, 'aws'), 0o755);
+    chmodSync(path.join(bin, 'docker'), 0o755);
+    const needed = neededImages(new Set(['cpu', 'gpu']), '0.1.0', '3.12', content);
+    const script = path.join(dir, 'ferry-build-images.sh');
+    writeFileSync(script, buildScript(needed, '0.1.0', '3.12', content));
+    const result = spawnSync('sh', [script, 'REG'], {
+      cwd: dir,
+      encoding: 'utf8',
+      env: { PATH: `${bin}:${process.env.PATH ?? ''}` },
+      timeout: 20_000,
+    });
+    const lines = readFileSync(calls, 'utf8').split('\n').filter(Boolean);
+    return {
+      status: result.status,
+      output: `${result.stdout}${result.stderr}`,
+      built: lines.filter((l) => l.startsWith('docker build')).map((l) => /--tag (\S+)/.exec(l)![1]),
+      pushed: lines.filter((l) => l.startsWith('docker push')).map((l) => l.slice('docker push REG/'.length)),
+      ecr: readFileSync(ecrFile, 'utf8').split('\n').filter(Boolean),
+    };
+  }
+  const cpuTag = 'ferry/worker-base-cpu:0.1.0-c0c0c0c0c0c0-py3.12';
+
+  it('builds and pushes every image that is not in ECR', () => {
+    const run = runScript({});
+    expect(run.status, run.output).toBe(0);
+    expect(run.built).toEqual([agentTag, cpuTag, gpuTag]);
+    expect(run.pushed).toEqual([agentTag, cpuTag, gpuTag]);
+  });
+
+  it('skips the agent another deploy pushed since this one looked, and still builds the base images', () => {
+    const run = runScript({ inEcr: [agentTag] });
+    expect(run.status, run.output).toBe(0);
+    expect(run.built).toEqual([cpuTag, gpuTag]);
+    expect(run.pushed).toEqual([cpuTag, gpuTag]);
+    expect(run.output).toContain(`REG/${agentTag} is in ECR already: not built`);
+  });
+
+  it('goes on to the base images when the agent push is refused because the tag is there now (ImageTagAlreadyExists)', () => {
+    const run = runScript({ conflict: [agentTag] });
+    expect(run.status, run.output).toBe(0);
+    expect(run.built).toEqual([agentTag, cpuTag, gpuTag]);
+    expect(run.pushed).toEqual([agentTag, cpuTag, gpuTag]);
+    expect(run.ecr.sort()).toEqual([agentTag, cpuTag, gpuTag].sort());
+    expect(run.output).toContain('was pushed by another build meanwhile');
+  });
+
+  it('fails on a push that fails while the tag is still not in ECR', () => {
+    const run = runScript({ failPush: [cpuTag] });
+    expect(run.status).not.toBe(0);
+    expect(run.pushed).toEqual([agentTag, cpuTag]);
+    expect(run.built).toEqual([agentTag, cpuTag]);
+  });
+});
+
+describe('following the build', () => {
+  it('fails clearly when CodeBuild answers that it has no such build (buildsNotFound)', async () => {
+    let polls = 0;
+    const client: CodeBuildLike = {
+      send: (async (command: unknown) => {
+        if (command instanceof StartBuildCommand) return { build: { id: 'ferry-images:9' } };
+        // A cap, so the loop that never ends shows as a failure rather than a hung test.
+        if (++polls > 20) throw new Error('still polling a build CodeBuild does not know');
+        return { builds: [], buildsNotFound: ['ferry-images:9'] };
+      }) as never,
+    };
+    const error = await runImageBuild({
+      codebuild: client,
+      project: 'p',
+      contextKey: 'k',
+      reporter,
+      clock: { sleep: async () => {} },
+    }).catch((e: unknown) => e);
+    expect(FerryError.is(error), String(error)).toBe(true);
+    expect((error as FerryError).message).toContain('CodeBuild has no build ferry-images:9');
+    expect(polls).toBe(1);
+  });
+
+  it('says after a minute in the queue why the deploy waits and what to do, once', async () => {
+    lines.length = 0;
+    const statuses = [
+      ...Array.from({ length: 8 }, () => ({ currentPhase: 'QUEUED', buildStatus: 'IN_PROGRESS' })),
+      { currentPhase: 'COMPLETED', buildStatus: 'SUCCEEDED' },
+    ];
+    let polls = 0;
+    const client: CodeBuildLike = {
+      send: (async (command: unknown) => {
+        if (command instanceof StartBuildCommand) return { build: { id: 'ferry-images:3' } };
+        return { builds: [{ id: 'ferry-images:3', ...statuses[Math.min(polls++, statuses.length - 1)] }] };
+      }) as never,
+    };
+    const slept: number[] = [];
+    await runImageBuild({
+      codebuild: client,
+      project: 'p',
+      contextKey: 'k',
+      reporter,
+      clock: { sleep: async (ms) => void slept.push(ms) },
+      pollMs: 15_000,
+    });
+    const hints = lines.filter((l) => l.includes('still queued'));
+    expect(hints).toHaveLength(1);
+    expect(hints[0]).toContain('concurrently running builds');
+    expect(hints[0]).toContain(`${imageBuildQueuedMinutes} min`);
+    // Said once 60 s of polls had passed queued: after the fourth sleep.
+    const at = lines.indexOf(hints[0]!);
+    expect(lines.slice(0, at).filter((l) => l.includes('image build: queued'))).toHaveLength(1);
+    expect(slept.length).toBe(8);
+  });
+
+  it('a build that timed out in the queue says it never left it, with what to do', async () => {
+    const client: CodeBuildLike = {
+      send: (async (command: unknown) => {
+        if (command instanceof StartBuildCommand) return { build: { id: 'ferry-images:4' } };
+        return { builds: [{ id: 'ferry-images:4', currentPhase: 'QUEUED', buildStatus: 'TIMED_OUT' }] };
+      }) as never,
+    };
+    const error = await runImageBuild({
+      codebuild: client,
+      project: 'p',
+      contextKey: 'k',
+      reporter,
+      clock: { sleep: async () => {} },
+    }).catch((e: unknown) => e);
+    expect((error as FerryError).message).toContain('ended TIMED_OUT');
+    expect((error as FerryError).hint).toContain('never left the queue');
+    expect((error as FerryError).hint).toContain('concurrently running builds');
+  });
 });

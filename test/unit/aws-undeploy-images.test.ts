@@ -7,6 +7,7 @@
  * DynamoDB Local. The remover's shell names no image settings, as on a teammate's machine or in CI.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
 import type { DescribeImagesCommand, DescribeImagesCommandOutput } from '@aws-sdk/client-ecr';
 import { describe, expect, it } from 'vitest';
 import { ferryVersion } from '../../cli/config.js';
@@ -22,7 +23,7 @@ import {
 } from '../../cli/providers/toolkit.js';
 import { FerryError } from '../../core/errors.js';
 import { platformStackName } from '../../infra/names.js';
-import { agentImage, baseImageFor } from '../../worker-image/images.js';
+import { agentImage, baseImageFor, imageContentHashes } from '../../worker-image/images.js';
 import { cpuEndpoint, gpuEndpoint, sampleManifest } from '../infra/fixtures.js';
 import { awsError, awsProviderHarness, deployedRecord, offeringsOnlyEc2 } from '../support/aws-provider.js';
 
@@ -113,7 +114,14 @@ describe('undeploy on AWS: the saved images, never a build (real synth, fake Clo
   it('a saved image gone from ECR stops the removal with the fix: no build, no deploy, the endpoint kept', async () => {
     await deployed();
     const saved = (await provider().control.getEnvironment(app, env)) as AwsEnvironmentRecord;
-    expect(saved.aws?.images.agent).toBe(`${registry}/${agentImage(ferryVersion())}`);
+    // The platform registry's tags name the images' content: the deploy bundled the agent in this install.
+    const content = imageContentHashes(
+      path.resolve(import.meta.dirname, '../..'),
+      ferryVersion(),
+      sampleManifest.pythonVersion,
+    );
+    expect(saved.aws?.images.agent).toBe(`${registry}/${agentImage(ferryVersion(), content)}`);
+    expect(saved.aws?.images.agent).not.toBe(`${registry}/${agentImage(ferryVersion())}`);
     ecr.gone = true;
     ecr.asked.length = 0;
     const calls = state().calls.length;
@@ -124,7 +132,10 @@ describe('undeploy on AWS: the saved images, never a build (real synth, fake Clo
     expect(result.failed[0]!.hint).toContain('never builds images');
     // The images gpu_worker, which stays, runs on: its worker base and the agent.
     expect(ecr.asked.sort()).toEqual(
-      [agentImage(ferryVersion()), baseImageFor('gpu', ferryVersion(), sampleManifest.pythonVersion)].sort(),
+      [
+        agentImage(ferryVersion(), content),
+        baseImageFor('gpu', ferryVersion(), sampleManifest.pythonVersion, content),
+      ].sort(),
     );
     expect(builds).toEqual([]);
     expect(state().calls).toHaveLength(calls);

@@ -317,6 +317,26 @@ describe('worker Dockerfiles', () => {
   });
 });
 
+describe('the image table', () => {
+  it("names in `copies` exactly what each Dockerfile COPYs from the context: the build context and the content tag's hash are made of them", () => {
+    for (const image of workerImages) {
+      const instructions = parsed.get(path.basename(image.dockerfile))!;
+      const sources = instructions
+        .filter((i) => i.keyword === 'COPY' && !/--from=/.test(i.args))
+        .flatMap((copy) =>
+          copy.args
+            .split(' ')
+            .filter((w) => !w.startsWith('--'))
+            .slice(0, -1),
+        );
+      expect([...new Set(sources)].sort(), image.kind).toEqual([...image.copies].sort());
+      // Nothing else of the context reaches an image: no ADD, no bind mounts of it.
+      expect(instructions.some((i) => i.keyword === 'ADD')).toBe(false);
+      expect(instructions.some((i) => /--mount=type=bind/.test(i.args))).toBe(false);
+    }
+  });
+});
+
 describe('dockerBuildCommands', () => {
   it('builds every kind, bases first, with the tags of docs/architecture.md#worker-images', () => {
     const commands = dockerBuildCommands('0.1.0', '3.12');

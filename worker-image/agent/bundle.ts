@@ -1,8 +1,13 @@
 /**
  * Bundles the agent into one ESM file, `agent.mjs`, with its dependencies (AWS SDK, zod) inlined, so
  * the image needs Node and this file only. Target node22: the images ship Node 22.
+ *
+ * The same install gives the same bytes wherever it is run from: the images' tags on AWS are a hash
+ * of this file (worker-image/images.ts imageContentHashes), and esbuild writes each module's path,
+ * relative to its working directory, as a comment above its code. So the working directory is the
+ * install root, not the caller's.
  */
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
@@ -18,13 +23,18 @@ export function agentSourceDir(): string {
   return join(here, '..', '..', '..', 'worker-image', 'agent');
 }
 
-/** Writes `<outdir>/agent.mjs` and returns its path. */
+/**
+ * Writes `<outdir>/agent.mjs` and returns its path. Written whole under another name and renamed:
+ * two deploys bundling at once never read (hash, pack) a half-written file.
+ */
 export async function bundleAgent(outdir: string): Promise<string> {
   mkdirSync(outdir, { recursive: true });
   const outfile = join(outdir, 'agent.mjs');
-  await build({
+  const result = await build({
     entryPoints: [join(agentSourceDir(), 'main.ts')],
+    absWorkingDir: resolve(agentSourceDir(), '..', '..'),
     outfile,
+    write: false,
     bundle: true,
     platform: 'node',
     target: 'node22',
@@ -36,6 +46,15 @@ export async function bundleAgent(outdir: string): Promise<string> {
       js: "import { createRequire as __ferryRequire } from 'node:module'; const require = __ferryRequire(import.meta.url);",
     },
   });
+  const output = result.outputFiles.find((file) => resolve(file.path) === resolve(outfile));
+  if (output === undefined) throw new Error(`esbuild produced no ${outfile}`);
+  const partial = `${outfile}.${process.pid}.${Date.now()}.partial`;
+  try {
+    writeFileSync(partial, output.contents);
+    renameSync(partial, outfile);
+  } finally {
+    rmSync(partial, { force: true });
+  }
   return outfile;
 }
 
