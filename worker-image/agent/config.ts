@@ -47,6 +47,11 @@ export const artifactEnvSchema = z.object({
   /** The file the worker's entrypoint reads (a shared task volume). */
   FERRY_ARTIFACT_PATH: text,
   /**
+   * How long the download may receive nothing before its connection is cut and the download resumed
+   * (artifact.ts artifactStallMs, 30000). The stacks leave it unset; a knob for tests and odd links.
+   */
+  FERRY_ARTIFACT_STALL_MS: z.coerce.number().int('must be an integer').min(1, 'must be >= 1').optional(),
+  /**
    * Load-balanced endpoints: where to write the task's secret for the agent → worker hop (the same
    * shared volume; the agent and the worker read it, core/auth.ts lbSecretHeader).
    */

@@ -29,7 +29,13 @@ import { messageOf } from '../../core/errors.js';
 import type { StartGrace } from '../../core/supervisor.js';
 import { serviceName } from '../../infra/names.js';
 import { startAgent } from './agent.js';
-import { downloadArtifact, readTaskSecret, writeLbSecret, writeTaskSecret } from './artifact.js';
+import {
+  artifactS3Config,
+  downloadArtifact,
+  readTaskSecret,
+  writeLbSecret,
+  writeTaskSecret,
+} from './artifact.js';
 import { type ArtifactEnv, type LbAgentEnv, parseAgentEnv, type QueueAgentEnv } from './config.js';
 import { agentCredentials } from './credentials.js';
 import { type WorkerExit, watchWorkerContainer } from './ecsWorker.js';
@@ -236,13 +242,16 @@ async function runLb(env: LbAgentEnv): Promise<number> {
 }
 
 async function runArtifact(env: ArtifactEnv): Promise<number> {
-  const s3 = new S3Client({ region: env.AWS_REGION, ...s3ClientConfig });
+  // Its socket timeout cuts a stalled connection; downloadArtifact resumes, at most a few times, then
+  // fails, and main exits 1: the task stops instead of holding its host with no agent running.
+  const s3 = new S3Client({ region: env.AWS_REGION, ...artifactS3Config(env.FERRY_ARTIFACT_STALL_MS) });
   try {
     const bytes = await downloadArtifact({
       s3,
       bucket: env.FERRY_ARTIFACT_BUCKET,
       key: env.FERRY_ARTIFACT_KEY,
       path: env.FERRY_ARTIFACT_PATH,
+      log: (line) => process.stderr.write(`ferry-agent: ${line}\n`),
     });
     process.stderr.write(`ferry-agent: artifact ready at ${env.FERRY_ARTIFACT_PATH} (${bytes} bytes)\n`);
     if (env.FERRY_LB_SECRET_FILE) await writeLbSecret(env.FERRY_LB_SECRET_FILE);
