@@ -99,6 +99,15 @@ export interface SynthesizeOptions {
    */
   ferryVersion?: string;
   outdir?: string;
+  /**
+   * Termination protection of each stack, as the deployed stack has it (the CLI reads
+   * EnableTerminationProtection before it synthesizes; default off, as for a new stack). toolkit-lib
+   * sets every stack it deploys to its artifact's value (deploy-stack.js updateTerminationProtection:
+   * UpdateTerminationProtection whenever the deployed stack's differs), so a stack synthesized without
+   * it had the protection an administrator set turned off by the next deploy. Ferry never turns it
+   * on or off itself.
+   */
+  terminationProtection?: { platform?: boolean; app?: boolean };
   /** CDK context (toolkit-lib's builder hands one over). */
   context?: Record<string, unknown>;
   /** cdk-nag AwsSolutions checks (default on): synth throws "Validation failed" on a finding. */
@@ -144,6 +153,7 @@ export function buildApp(
     ...(options.integrationTimeoutSec ? { integrationTimeoutSec: options.integrationTimeoutSec } : {}),
     ...(options.ferryVersion ? { ferryVersion: options.ferryVersion } : {}),
     description: 'Ferry platform: v2 job API, tables, bucket, ECS cluster',
+    terminationProtection: options.terminationProtection?.platform ?? false,
   });
   const appStack = new AppEnvironmentStack(app, appStackName(appName, options.env), {
     appName,
@@ -159,6 +169,7 @@ export function buildApp(
     ...(options.https ? { https: options.https } : {}),
     ...(options.cloudFrontPrefixListId ? { cloudFrontPrefixListId: options.cloudFrontPrefixListId } : {}),
     description: `Ferry ${appName}/${options.env}`,
+    terminationProtection: options.terminationProtection?.app ?? false,
     // Who owns the stack: the CLI refuses to deploy over a stack whose tags name another app/env.
     // CloudFormation copies stack tags to the resources that take tags.
     tags: { [ownershipTags.app]: appName, [ownershipTags.env]: options.env },

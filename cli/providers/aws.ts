@@ -88,10 +88,15 @@ import {
   endpointsOutputSchema,
 } from './aws/records.js';
 import { integrationTimeoutFrom, lbHttpsFrom, workerImagesFrom } from './aws/settings.js';
+import { ThrottleTolerantToolkit } from './aws/throttled.js';
 import { deployedOfferings, deployedZones, type Ec2Like, platformZones, poolOfferings } from './aws/zones.js';
 import {
+  checkPlatformCreatable,
+  type EcrRepositoriesLike,
   ensureEcsServiceLinkedRole,
+  heldForReviewMs,
   type IamLike,
+  platformDeleteFailedHint,
   replacedBecause,
   type SnsLike,
   type StackPorts,
@@ -155,6 +160,11 @@ export interface AwsProviderOptions {
   alarmEmail?: string;
   /** ECR and CodeBuild, for the platform's images (none: only user-configured images work). */
   ecr?: EcrLike;
+  /**
+   * ECR again, for the repositories a deleted platform kept, before the platform is created
+   * (aws-account.ts checkPlatformCreatable). None (the recording fake toolkit): not checked.
+   */
+  ecrRepositories?: EcrRepositoriesLike;
   codebuild?: CodeBuildLike;
   /** Where each endpoint's call key goes for its workers (core/call-keys.ts): Secrets Manager. */
   callTokens: CallTokenSecrets;
@@ -182,6 +192,8 @@ export class AwsProvider implements Provider {
   readonly control: ControlStore;
   readonly blobs: BlobStore;
   readonly #stateDir: string;
+  /** The toolkit, with a deploy or destroy failed by a throttled events read checked (aws/throttled.ts). */
+  readonly #toolkit: CdkToolkit;
   #platform: PlatformOutputs | undefined;
   #controlStore: DynamoControlStore | undefined;
   #blobStore: S3BlobStore | undefined;
@@ -190,6 +202,12 @@ export class AwsProvider implements Provider {
   #zones: Promise<string[] | undefined> | undefined;
   /** Instance type offerings known to this process's synths (aws/zones.ts poolOfferings). */
   #offerings: InstanceTypeZones | undefined;
+  /**
+   * Whether the deployed platform stack has termination protection on (EnableTerminationProtection),
+   * as read before its deploy: the platform is synthesized with the same, so no deploy turns it off
+   * (infra/app.ts terminationProtection). Undefined: not read yet.
+   */
+  #platformProtected: boolean | undefined;
   /** CloudFront's origin-facing prefix list id in this region, looked up once (aws/cloudfront-prefix-list.ts). */
   #cloudFrontPrefixList: Promise<string> | undefined;
   /** Endpoint ids each stack was deployed with by this process (a following destroy may skip work). */
@@ -222,6 +240,7 @@ export class AwsProvider implements Provider {
 
   constructor(private readonly options: AwsProviderOptions) {
     this.#stateDir = options.stateDir ?? path.join(options.projectDir, '.ferry');
+    this.#toolkit = new ThrottleTolerantToolkit(options.toolkit, options.lookup);
     const { secrets } = options;
     if (secrets) {
       this.secretNames = async (scope) => (await secrets.list(scope)).map((s) => s.name);
@@ -242,12 +261,23 @@ export class AwsProvider implements Provider {
         'not_found',
         `The Ferry platform stack ${platformStackName} is in ${described.status}: ${replacedBecause(described.status)}`,
         {
-          hint: 'Run `ferry deploy --provider aws` in a project: it deletes the failed stack and creates it again.',
+          // A platform whose delete failed is not deleted and created again by a deploy (usableStack).
+          hint:
+            described.status === 'DELETE_FAILED'
+              ? platformDeleteFailedHint(platformStackName)
+              : 'Run `ferry deploy --provider aws` in a project: it deletes the failed stack and creates it again.',
         },
       );
     }
-    // A platform stack that was never created (REVIEW_IN_PROGRESS) is no platform; one that is
-    // being created has no outputs yet (an update keeps its outputs, and reading them is fine).
+    // A platform stack that was never created (REVIEW_IN_PROGRESS) is no platform, unless it was made
+    // minutes ago: another first deploy, at its approval prompt, is creating it (heldForReviewMs). One
+    // that is being created has no outputs yet (an update keeps its outputs, and reading them is fine).
+    if (
+      described &&
+      heldForReviewMs(described, (this.options.clock ?? foregroundClock).nowMs()) !== undefined
+    ) {
+      throw stackBusyError(platformStackName, described.status);
+    }
     const created = described && !uncreatedStackStatuses.has(described.status) ? described : undefined;
     if (
       created &&
@@ -301,6 +331,8 @@ export class AwsProvider implements Provider {
     }
     if (this.options.iam) await ensureEcsServiceLinkedRole(this.options.iam, reporter);
     const described = await this.#usableStack(platformStackName, reporter);
+    // None yet: it is created unprotected, as CloudFormation creates a stack by default.
+    this.#platformProtected = described?.terminationProtection ?? false;
     if (described) {
       this.#platform = parsePlatformOutputs(described.outputs);
       // Before anything is built or uploaded: this deploy deploys the platform too.
@@ -309,6 +341,8 @@ export class AwsProvider implements Provider {
       await this.#subscribeAlarms(reporter);
       return;
     }
+    // Before anything is built: a create that fails on kept repositories fails every time.
+    if (this.options.ecrRepositories) await checkPlatformCreatable(this.options.ecrRepositories, reporter);
     reporter.line(
       `  no ${platformStackName} stack in this account/region yet: creating it (first deploy; about 10 minutes)`,
     );
@@ -330,11 +364,12 @@ export class AwsProvider implements Provider {
       instanceTypeZones: await this.#poolOfferings(availabilityZones, instanceTypes, settings, reporter),
       cloudFrontPrefixListId: await this.#cloudFrontPrefixListId(input.manifest, https, reporter),
       platformSettings: settings,
+      terminationProtection: { platform: false, app: false },
     });
     try {
       if (this.options.bootstrap) {
         reporter.line('  bootstrapping the account/region for the CDK (CDKToolkit stack)');
-        await this.options.toolkit.bootstrap(assembly, eventPrinter(reporter));
+        await this.#toolkit.bootstrap(assembly, eventPrinter(reporter));
       }
       const deployed = await this.#deploy(assembly, [{ name: platformStackName, live: false }], reporter);
       this.#platform = parsePlatformOutputs(deployed[platformStackName] ?? {});
@@ -498,9 +533,16 @@ export class AwsProvider implements Provider {
   #stackPorts(): StackPorts {
     return {
       lookup: this.options.lookup,
-      toolkit: this.options.toolkit,
+      toolkit: this.#toolkit,
       clock: this.options.clock ?? foregroundClock,
     };
+  }
+
+  /** The deployed platform's termination protection (#platformProtected), read once if need be. */
+  async #platformProtection(): Promise<boolean> {
+    this.#platformProtected ??=
+      (await this.options.lookup.describe(platformStackName))?.terminationProtection ?? false;
+    return this.#platformProtected;
   }
 
   #usableStack(stack: string, reporter: Reporter, owner?: { app: string; env: string }) {
@@ -524,7 +566,7 @@ export class AwsProvider implements Provider {
       const queueNames = queueNamesOf(assembly.template(name));
       await waitForQueueNames(this.#stackPorts(), name, { queueNames, live, reporter });
     }
-    return this.options.toolkit.deploy(
+    return this.#toolkit.deploy(
       assembly,
       stacks.map((s) => s.name),
       eventPrinter(reporter),
@@ -570,11 +612,13 @@ export class AwsProvider implements Provider {
      * for reading the templates, runs it; a deploy does not (warnings only, about Ferry's templates).
      */
     cfnValidate?: boolean;
+    /** As the deployed stacks have it (infra/app.ts terminationProtection); none: off. */
+    terminationProtection?: { platform: boolean; app: boolean };
   }): Promise<SynthesizedAssembly> {
     const functionsCodeDir = await this.#functions();
     const { synthesize } = await loadInfra();
     const { https } = input;
-    return this.options.toolkit.synth(
+    return this.#toolkit.synth(
       ({ outdir, context }) =>
         synthesize({
           manifest: input.manifest,
@@ -591,6 +635,7 @@ export class AwsProvider implements Provider {
           ...(input.servicesCreated ? { servicesCreated: input.servicesCreated } : {}),
           ...(input.callKeyIds ? { callKeyIds: input.callKeyIds } : {}),
           cfnValidate: input.cfnValidate ?? false,
+          ...(input.terminationProtection ? { terminationProtection: input.terminationProtection } : {}),
           ...(https ? { https } : {}),
           ...input.platformSettings,
           ferryVersion: ferryVersion(),
@@ -674,7 +719,8 @@ export class AwsProvider implements Provider {
       .map((r) => endpointConfigSchema.safeParse(r.config))
       .flatMap((parsed) => (parsed.success ? [parsed.data.endpoint.resources] : []));
     const stack = appStackName(app, env);
-    const live = (await this.#usableStack(stack, reporter, { app, env })) !== undefined;
+    const current = await this.#usableStack(stack, reporter, { app, env });
+    const live = current !== undefined;
     const deployer = options.from === 'deployer';
     const settings = deployer
       ? await this.#deployerSettings(manifest, reporter, { build: true })
@@ -714,6 +760,12 @@ export class AwsProvider implements Provider {
       // left in DELETE_FAILED): its services are created again, and must state 0 (ECS starts 1).
       servicesCreated: live ? deployed.filter((r) => r.app === app && r.env === env).map((r) => r.id) : [],
       callKeyIds,
+      // Each stack keeps the termination protection it has (a new one: off); the platform's counts
+      // only when it is deployed here.
+      terminationProtection: {
+        platform: deployer ? await this.#platformProtection() : false,
+        app: current?.terminationProtection ?? false,
+      },
     });
     let outputs: Record<string, StackOutputs>;
     try {
@@ -906,7 +958,7 @@ export class AwsProvider implements Provider {
           // Nothing to change in the stack; the records go below.
         } else if (remaining.length === 0) {
           this.options.reporter.line(`  destroying stack ${stack}`);
-          await this.options.toolkit.destroy([stack], eventPrinter(this.options.reporter));
+          await this.#toolkit.destroy([stack], eventPrinter(this.options.reporter));
           this.#destroyed.add(stack);
           this.#deployed.delete(stack);
         } else {
@@ -937,7 +989,7 @@ export class AwsProvider implements Provider {
   async destroyEnvironment(app: string, env: string): Promise<void> {
     const stack = appStackName(app, env);
     if (this.#destroyed.has(stack)) return;
-    await this.options.toolkit.destroy([stack], eventPrinter(this.options.reporter));
+    await this.#toolkit.destroy([stack], eventPrinter(this.options.reporter));
     this.#destroyed.add(stack);
   }
 

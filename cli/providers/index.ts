@@ -45,6 +45,7 @@ async function realAccountClients(reporter: Reporter) {
     import('../../core/adapters/aws/secrets.js'),
   ]);
   const secretsManager = new SecretsManagerClient({});
+  const ecr = new ECRClient({});
   return {
     // Waits out a deletion of the same secret by an undeploy moments ago, with progress.
     callTokens: new SecretsManagerCallTokens(secretsManager, {
@@ -54,7 +55,8 @@ async function realAccountClients(reporter: Reporter) {
     secrets: new SecretsManagerSecretStore(secretsManager),
     iam: iamFromEnv(),
     sns: new SNSClient({}) as unknown as import('./aws-account.js').SnsLike,
-    ecr: new ECRClient({}) as unknown as import('./aws-images.js').EcrLike,
+    ecr: ecr as unknown as import('./aws-images.js').EcrLike,
+    ecrRepositories: ecr as unknown as import('./aws-account.js').EcrRepositoriesLike,
     codebuild: new CodeBuildClient({}) as unknown as import('./aws-images.js').CodeBuildLike,
     // Loaded on first use: only a platform's first deploy (or --refresh-zones), a deploy that adds a
     // pool whose offerings the platform has not recorded, and a deploy with load-balanced endpoints

@@ -18,6 +18,8 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import {
   CloudFormationClient,
+  DescribeChangeSetCommand,
+  type DescribeChangeSetCommandOutput,
   DescribeStackEventsCommand,
   type DescribeStackEventsCommandOutput,
   DescribeStacksCommand,
@@ -48,6 +50,8 @@ export interface SynthesizedAssembly {
   template(stackName: string): Record<string, unknown>;
   /** The stack-level tags the assembly's manifest gives the stack (CloudFormation applies them). */
   tags?(stackName: string): Record<string, string>;
+  /** The termination protection the assembly's manifest gives the stack (toolkit-lib sets it so). */
+  terminationProtection?(stackName: string): boolean;
   dispose(): Promise<void>;
 }
 
@@ -56,6 +60,11 @@ export type AssemblyBuilder = (props: { outdir?: string; context?: Record<string
 
 export type StackOutputs = Record<string, string>;
 
+export interface DeployOptions {
+  /** The name of each stack's change set (default: a new uniqueChangeSetName). */
+  changeSetName?: string;
+}
+
 export interface CdkToolkit {
   synth(builder: AssemblyBuilder, options: { outdir: string }): Promise<SynthesizedAssembly>;
   /** Deploys exactly these stacks, in dependency order; resolves with each one's outputs. */
@@ -63,6 +72,7 @@ export interface CdkToolkit {
     assembly: SynthesizedAssembly,
     stackNames: readonly string[],
     onEvent: ToolkitEventHandler,
+    options?: DeployOptions,
   ): Promise<Record<string, StackOutputs>>;
   /** Deletes the stacks; by name needs no template (a stack a teammate deployed). */
   destroy(target: SynthesizedAssembly | readonly string[], onEvent: ToolkitEventHandler): Promise<void>;
@@ -76,6 +86,15 @@ export interface StackDescription {
   status: string;
   outputs: StackOutputs;
   tags: Record<string, string>;
+  /**
+   * EnableTerminationProtection: while it is on, "If a user attempts to delete a stack with
+   * termination protection enabled, the deletion fails"
+   * (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/using-cfn-protect-stacks.html).
+   * Someone set it on the stack (Ferry never does); deploys keep it as it is (infra/app.ts).
+   */
+  terminationProtection?: boolean;
+  /** CreationTime (epoch ms): for a stack in REVIEW_IN_PROGRESS, when its CREATE change set made it. */
+  createdMs?: number;
 }
 
 export interface StackLookup {
@@ -101,6 +120,12 @@ export interface StackLookup {
    * with CloudFormation's reason: what ContinueUpdateRollback may be told to skip.
    */
   rollbackFailures(stackName: string): Promise<ResourceFailure[]>;
+  /**
+   * The ExecutionStatus of the stack's change set `changeSetName` (EXECUTE_COMPLETE once executed and
+   * its operation completed; EXECUTE_FAILED, AVAILABLE, ...), or undefined when there is no such
+   * change set (aws/throttled.ts).
+   */
+  changeSetExecution(stackName: string, changeSetName: string): Promise<string | undefined>;
   close(): void;
 }
 
@@ -155,14 +180,16 @@ export const deadStackStatuses: ReadonlySet<string> = new Set([
  * approval prompt, or a change set that failed validation)
  * (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/view-stack-events.html#cfn-console-view-stack-data-resources-status-codes).
  * It has no outputs and nothing to keep; the CDK treats it as a stack that does not exist
- * (toolkit-lib's deploy-stack.js creates over it), and so does Ferry.
+ * (toolkit-lib's deploy-stack.js creates over it), and so does Ferry, once it is old enough: a
+ * REVIEW_IN_PROGRESS stack made minutes ago is most likely another first deploy waiting at its
+ * approval prompt, busy rather than abandoned (aws-account.ts reviewHeldMs).
  */
 export const uncreatedStackStatuses: ReadonlySet<string> = new Set(['REVIEW_IN_PROGRESS']);
 
 /**
  * CloudFormation is working on the stack (a deploy, an undeploy, a rollback, a cleanup): it refuses
- * another operation until that ends. REVIEW_IN_PROGRESS ends in _IN_PROGRESS too, but waits for
- * nobody (uncreatedStackStatuses).
+ * another operation until that ends. REVIEW_IN_PROGRESS ends in _IN_PROGRESS too, but CloudFormation
+ * does nothing there; whether a deployer still holds it is told by its age (uncreatedStackStatuses).
  */
 export const isBusyStackStatus = (status: string): boolean =>
   status.endsWith('_IN_PROGRESS') && !uncreatedStackStatuses.has(status);
@@ -177,7 +204,12 @@ export type Approver = (question: string, kind: 'security' | 'rollback') => Prom
 
 interface AssemblyLike {
   directory: string;
-  stacks: ReadonlyArray<{ stackName: string; template: unknown; tags?: Record<string, string> }>;
+  stacks: ReadonlyArray<{
+    stackName: string;
+    template: unknown;
+    tags?: Record<string, string>;
+    terminationProtection?: boolean;
+  }>;
 }
 
 function assemblyView(asm: AssemblyLike, dispose: () => Promise<void>): SynthesizedAssembly {
@@ -192,6 +224,9 @@ function assemblyView(asm: AssemblyLike, dispose: () => Promise<void>): Synthesi
     },
     tags(stackName) {
       return { ...asm.stacks.find((s) => s.stackName === stackName)?.tags };
+    },
+    terminationProtection(stackName) {
+      return asm.stacks.find((s) => s.stackName === stackName)?.terminationProtection === true;
     },
     dispose,
   };
@@ -270,12 +305,22 @@ function toolkitFailure(action: string, stacks: readonly string[], error: unknow
   const message = stripAnsi((error as Error)?.message ?? String(error));
   const bootstrap = /bootstrap/i.test(message);
   const credentials = /credential|ExpiredToken|could not load|Unable to resolve AWS account/i.test(message);
+  // CloudFormation refuses to delete a stack with termination protection on
+  // (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/using-cfn-protect-stacks.html).
+  const terminationProtection = /TerminationProtection/i.test(message);
   return new FerryError('failed', `${action} of ${stacks.join(', ')} failed: ${message}`, {
-    hint: bootstrap
-      ? 'The account/region is not bootstrapped for the CDK: run `npx cdk bootstrap` once (or `ferry deploy --provider aws --bootstrap`).'
-      : credentials
-        ? 'Set AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) and AWS_REGION.'
-        : 'See the CloudFormation events above (or in the AWS console) for the resource that failed.',
+    hint: terminationProtection
+      ? `Termination protection is on: someone protected the stack from deletion. If it may go, turn it off (${stacks
+          .map(
+            (stack) =>
+              `\`aws cloudformation update-termination-protection --no-enable-termination-protection --stack-name ${stack}\``,
+          )
+          .join(', ')}), then run the command again.`
+      : bootstrap
+        ? 'The account/region is not bootstrapped for the CDK: run `npx cdk bootstrap` once (or `ferry deploy --provider aws --bootstrap`).'
+        : credentials
+          ? 'Set AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) and AWS_REGION.'
+          : 'See the CloudFormation events above (or in the AWS console) for the resource that failed.',
     cause: error,
   });
 }
@@ -357,12 +402,16 @@ export class LibToolkit implements CdkToolkit {
     assembly: SynthesizedAssembly,
     stackNames: readonly string[],
     onEvent: ToolkitEventHandler,
+    options: DeployOptions = {},
   ): Promise<Record<string, StackOutputs>> {
     const lib = await import('@aws-cdk/toolkit-lib');
     const toolkit = await this.#toolkit;
     this.#onEvent = onEvent;
     try {
-      const result = await toolkit.deploy(cachedOf(assembly), deployOptionsFor(lib, stackNames));
+      const result = await toolkit.deploy(
+        cachedOf(assembly),
+        deployOptionsFor(lib, stackNames, options.changeSetName),
+      );
       return Object.fromEntries(result.stacks.map((s) => [s.stackName, { ...s.outputs }]));
     } catch (error) {
       throw toolkitFailure('Deploying', stackNames, error);
@@ -394,6 +443,7 @@ export class LibToolkit implements CdkToolkit {
           patterns: [...names],
           expand: lib.ExpandStackSelection.NONE,
         },
+        stackEventPollingInterval: stackEventPollingMs,
       });
     } catch (error) {
       throw toolkitFailure('Destroying', names, error);
@@ -407,13 +457,33 @@ export class LibToolkit implements CdkToolkit {
     const toolkit = await this.#toolkit;
     this.#onEvent = onEvent;
     try {
-      await toolkit.bootstrap(lib.BootstrapEnvironments.fromCloudAssemblySource(cachedOf(assembly)));
+      const environments = bootstrapEnvironmentNames(cachedOf(assembly).cloudAssembly.stacks);
+      await toolkit.bootstrap(lib.BootstrapEnvironments.fromList(environments));
     } catch (error) {
       throw toolkitFailure('Bootstrapping', ['CDKToolkit'], error);
     } finally {
       this.#onEvent = () => {};
     }
   }
+}
+
+/**
+ * The environments `cdk bootstrap` should bootstrap for these stacks: each one once. toolkit-lib's
+ * `BootstrapEnvironments.fromCloudAssemblySource` hands over one environment per stack, without
+ * de-duplication (actions/bootstrap/index.js: `stackCollection.stackArtifacts.map(stack =>
+ * stack.environment)`), and `Toolkit.bootstrap` bootstraps them all at once (toolkit.js:
+ * `Promise.all(bootstrapEnvironments.map(...))`). Ferry's two stacks are environment-agnostic, both
+ * `aws://unknown-account/unknown-region`, which the credentials resolve to the same account and
+ * region (sdk-provider.js resolveEnvironment): two concurrent creates of CDKToolkit, and the second
+ * fails with "AlreadyExistsException: Stack [CDKToolkit] already exists"
+ * (https://github.com/aws/aws-cdk/issues/65; the CDK CLI de-duplicates its environments since
+ * https://github.com/aws/aws-cdk/pull/625). `BootstrapEnvironments.fromList` takes these names as
+ * they are (`aws://<account>/<region>`, unknown parts resolved the same way).
+ */
+export function bootstrapEnvironmentNames(
+  stacks: ReadonlyArray<{ readonly environment: { readonly name: string } }>,
+): string[] {
+  return [...new Set(stacks.map((stack) => stack.environment.name))];
 }
 
 /**
@@ -428,6 +498,16 @@ export class LibToolkit implements CdkToolkit {
  */
 export const uniqueChangeSetName = (): string => `ferry-${randomUUID()}`;
 
+/**
+ * How often toolkit-lib reads a deploying or deleting stack's events and status: 5 s, not its 2 s
+ * default (stack-activity-monitor.js `pollingInterval = 2_000`; DeployOptions and DestroyOptions
+ * `stackEventPollingInterval`). DescribeStackEvents and DescribeStacks share CloudFormation's
+ * account-wide rate, and toolkit-lib 1.40.1 fails an operation that already succeeded when its last
+ * events read is throttled (aws/throttled.ts says how Ferry copes); fewer reads, fewer throttles.
+ * Progress lines come in 5 s steps.
+ */
+export const stackEventPollingMs = 5_000;
+
 /** toolkit-lib's deploy options: exactly these stacks, each through a change set of this deploy's own. */
 export function deployOptionsFor(
   lib: Pick<typeof import('@aws-cdk/toolkit-lib'), 'StackSelectionStrategy' | 'ExpandStackSelection'>,
@@ -441,6 +521,7 @@ export function deployOptionsFor(
       expand: lib.ExpandStackSelection.NONE,
     },
     deploymentMethod: { method: 'change-set', changeSetName },
+    stackEventPollingInterval: stackEventPollingMs,
   };
 }
 
@@ -458,6 +539,7 @@ function cachedOf(assembly: SynthesizedAssembly): import('@aws-cdk/toolkit-lib')
 /** The CloudFormation calls the lookup makes (the SDK client, or a test's stand-in). */
 export interface CloudFormationLike {
   send(command: DescribeStacksCommand): Promise<DescribeStacksCommandOutput>;
+  send(command: DescribeChangeSetCommand): Promise<DescribeChangeSetCommandOutput>;
   send(command: ListStacksCommand): Promise<ListStacksCommandOutput>;
   send(command: DescribeStackEventsCommand): Promise<DescribeStackEventsCommandOutput>;
   destroy(): void;
@@ -482,6 +564,8 @@ export class CloudFormationLookup implements StackLookup {
       if (!stack || stack.StackStatus === 'DELETE_COMPLETE') return undefined;
       return {
         status: stack.StackStatus ?? 'UNKNOWN',
+        terminationProtection: stack.EnableTerminationProtection === true,
+        ...(stack.CreationTime ? { createdMs: stack.CreationTime.getTime() } : {}),
         outputs: Object.fromEntries(
           (stack.Outputs ?? [])
             .filter((o) => o.OutputKey !== undefined)
@@ -609,6 +693,27 @@ export class CloudFormationLookup implements StackLookup {
     }
   }
 
+  /**
+   * DescribeChangeSet's ExecutionStatus: EXECUTE_COMPLETE once the change set was executed and its
+   * stack operation completed (ChangeSetNotFound, or no such stack: undefined)
+   * (https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_DescribeChangeSet.html).
+   */
+  async changeSetExecution(stackName: string, changeSetName: string): Promise<string | undefined> {
+    try {
+      const described = await this.client.send(
+        new DescribeChangeSetCommand({ StackName: stackName, ChangeSetName: changeSetName }),
+      );
+      return described.ExecutionStatus ?? 'UNAVAILABLE';
+    } catch (error) {
+      if (
+        (error as Error).name === 'ChangeSetNotFoundException' ||
+        /does not exist/i.test((error as Error).message ?? '')
+      )
+        return undefined;
+      throw lookupFailure(stackName, error);
+    }
+  }
+
   close(): void {
     this.client.destroy();
   }
@@ -644,18 +749,36 @@ export interface FakeToolkitState {
   statuses?: Record<string, string>;
   /** Stack tags, by name (deploys record the tags of the template's stack here). */
   tags?: Record<string, Record<string, string>>;
+  /**
+   * Stacks with termination protection on, by name. A deploy sets it to the artifact's value, as
+   * toolkit-lib does (deploy-stack.js updateTerminationProtection).
+   */
+  terminationProtection?: Record<string, boolean>;
   /** Queues a stack (live, or deleted under that name) deleted: their names and when (epoch ms). */
   queueDeletions?: Record<string, Array<{ queueName: string; atMs: number }>>;
   /** What the last failed delete of a stack could not delete (its DELETE_FAILED events). */
   deleteFailures?: Record<string, DeleteFailure[]>;
   /** What the last failed rollback of a stack could not roll back (its UPDATE_FAILED events). */
   rollbackFailures?: Record<string, ResourceFailure[]>;
+  /**
+   * Stacks whose next deploy CloudFormation carries out, leaving the stack in the given status
+   * (UPDATE_COMPLETE: deployed; UPDATE_ROLLBACK_COMPLETE: rolled back), after which the deploy fails
+   * as toolkit-lib's does when its last events read is throttled ("Throttling: Rate exceeded",
+   * aws/throttled.ts). Used once.
+   */
+  throttleDeploy?: Record<string, string>;
+  /** Stacks whose next destroy deletes them, then fails as a throttled events read does. Used once. */
+  throttleDestroy?: string[];
+  /** The last change set each deploy executed on a stack, and how it ended. */
+  changeSets?: Record<string, { name: string; executionStatus: 'EXECUTE_COMPLETE' | 'EXECUTE_FAILED' }>;
   calls: FakeToolkitCall[];
 }
 
 export interface FakeToolkitCall {
   op: 'deploy' | 'destroy' | 'bootstrap';
   stacks: string[];
+  /** deploy: the change set name it was given. */
+  changeSetName?: string;
   /** deploy: per stack, what its template says (read from the real synthesized template). */
   summaries?: Record<string, TemplateSummary>;
 }
@@ -765,8 +888,10 @@ export class RecordingToolkit implements CdkToolkit, StackLookup {
     assembly: SynthesizedAssembly,
     stackNames: readonly string[],
     onEvent: ToolkitEventHandler,
+    options: DeployOptions = {},
   ): Promise<Record<string, StackOutputs>> {
     const state = this.read();
+    const changeSetName = options.changeSetName ?? uniqueChangeSetName();
     const summaries: Record<string, TemplateSummary> = {};
     const outputs: Record<string, StackOutputs> = {};
     try {
@@ -792,17 +917,49 @@ export class RecordingToolkit implements CdkToolkit, StackLookup {
             `Deploying of ${name} failed: The stack named ${name} failed creation (fake toolkit)`,
           );
         }
+        const throttledAt = state.throttleDeploy?.[name];
+        if (throttledAt !== undefined) {
+          delete state.throttleDeploy?.[name];
+          const deployed = throttledAt === 'CREATE_COMPLETE' || throttledAt === 'UPDATE_COMPLETE';
+          if (deployed) {
+            state.stacks[name] =
+              name === 'FerryPlatform' ? { ...state.platformOutputs } : fakeAppOutputs(summary, template);
+          }
+          state.statuses = { ...state.statuses, [name]: throttledAt };
+          state.changeSets = {
+            ...state.changeSets,
+            [name]: {
+              name: changeSetName,
+              executionStatus: deployed ? 'EXECUTE_COMPLETE' : 'EXECUTE_FAILED',
+            },
+          };
+          // As toolkit-lib words it (toolkit.js) once toolkitFailure wrapped it, the SDK's error as the cause.
+          const throttled = Object.assign(new Error('Rate exceeded'), { name: 'Throttling' });
+          throw new FerryError(
+            'failed',
+            `Deploying of ${stackNames.join(', ')} failed: ❌  ${name} failed: Throttling: Rate exceeded (fake toolkit)`,
+            { cause: throttled },
+          );
+        }
         outputs[name] =
           name === 'FerryPlatform' ? { ...state.platformOutputs } : fakeAppOutputs(summary, template);
         state.stacks[name] = outputs[name];
         if (state.statuses) delete state.statuses[name];
+        state.changeSets = {
+          ...state.changeSets,
+          [name]: { name: changeSetName, executionStatus: 'EXECUTE_COMPLETE' },
+        };
         const tags = assembly.tags?.(name);
         if (tags && Object.keys(tags).length > 0) state.tags = { ...state.tags, [name]: tags };
+        const protection = assembly.terminationProtection?.(name) ?? false;
+        if (protection || state.terminationProtection?.[name] !== undefined) {
+          state.terminationProtection = { ...state.terminationProtection, [name]: protection };
+        }
         onEvent({ type: 'done', stack: name, message: `${name}: deployed` });
       }
       return outputs;
     } finally {
-      state.calls.push({ op: 'deploy', stacks: [...stackNames], summaries });
+      state.calls.push({ op: 'deploy', stacks: [...stackNames], changeSetName, summaries });
       this.write(state);
     }
   }
@@ -819,9 +976,23 @@ export class RecordingToolkit implements CdkToolkit, StackLookup {
         if (state.failDestroy?.includes(name)) {
           throw new FerryError('failed', `Destroying of ${name} failed: DELETE_FAILED (fake toolkit)`);
         }
+        if (state.terminationProtection?.[name]) {
+          throw new FerryError(
+            'failed',
+            `Destroying of ${name} failed: Stack [${name}] cannot be deleted while TerminationProtection is enabled (fake toolkit)`,
+          );
+        }
         delete state.stacks[name];
         if (state.statuses) delete state.statuses[name];
         if (state.tags) delete state.tags[name];
+        if (state.throttleDestroy?.includes(name)) {
+          state.throttleDestroy = state.throttleDestroy.filter((n) => n !== name);
+          throw new FerryError(
+            'failed',
+            `Destroying of ${names.join(', ')} failed: Throttling: Rate exceeded (fake toolkit)`,
+            { cause: Object.assign(new Error('Rate exceeded'), { name: 'Throttling' }) },
+          );
+        }
         onEvent({ type: 'done', stack: name, message: `${name}: destroyed` });
       }
     } finally {
@@ -848,6 +1019,7 @@ export class RecordingToolkit implements CdkToolkit, StackLookup {
       status: status ?? 'CREATE_COMPLETE',
       outputs: outputs ?? {},
       tags: state.tags?.[stackName] ?? {},
+      terminationProtection: state.terminationProtection?.[stackName] ?? false,
     };
   }
 
@@ -867,6 +1039,11 @@ export class RecordingToolkit implements CdkToolkit, StackLookup {
 
   async rollbackFailures(stackName: string): Promise<ResourceFailure[]> {
     return this.read().rollbackFailures?.[stackName] ?? [];
+  }
+
+  async changeSetExecution(stackName: string, changeSetName: string): Promise<string | undefined> {
+    const last = this.read().changeSets?.[stackName];
+    return last?.name === changeSetName ? last.executionStatus : undefined;
   }
 
   close(): void {}

@@ -7,8 +7,11 @@
  * The IAM and CloudFormation clients are injected stand-ins that record the exact SDK commands; time
  * is a FakeClock.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import {
+  DescribeChangeSetCommand,
   DescribeStackEventsCommand,
   DescribeStacksCommand,
   ListStacksCommand,
@@ -20,9 +23,13 @@ import { CreateServiceLinkedRoleCommand, GetRoleCommand } from '@aws-sdk/client-
 import { SubscribeCommand } from '@aws-sdk/client-sns';
 import { describe, expect, it } from 'vitest';
 import type { Ec2Like } from '../../cli/providers/aws/zones.js';
+import { AwsProvider } from '../../cli/providers/aws.js';
 import {
+  checkPlatformCreatable,
+  type EcrRepositoriesLike,
   ensureEcsServiceLinkedRole,
   type IamLike,
+  platformRepositoryNames,
   queueNameReuseMs,
   type SnsLike,
   type StackPorts,
@@ -43,10 +50,11 @@ import {
   type SynthesizedAssembly,
   type ToolkitEventHandler,
 } from '../../cli/providers/toolkit.js';
+import { MemoryCallTokens } from '../../core/adapters/aws/secrets.js';
 import { FakeClock } from '../../core/clock.js';
 import { exitCode, FerryError } from '../../core/errors.js';
 import { appStackName, platformStackName, queueName } from '../../infra/names.js';
-import { cpuEndpoint } from '../infra/fixtures.js';
+import { cpuEndpoint, sampleManifest } from '../infra/fixtures.js';
 import { awsError, awsProviderHarness, deployedRecord, offeredEverywhere } from '../support/aws-provider.js';
 
 const lines: string[] = [];
@@ -164,6 +172,7 @@ function fakeStacks(
     queuesDeletedAtMs: async () => undefined,
     deleteFailures: async (name) => more.deleteFailures?.[name] ?? [],
     rollbackFailures: async (name) => more.rollbackFailures?.[name] ?? [],
+    changeSetExecution: async () => undefined,
     close: () => {},
   };
   const toolkit = {
@@ -369,6 +378,140 @@ describe('usableStack', () => {
     const { ports } = fakeStacks({ 'Ferry-x': mine });
     expect(await usableStack(ports, 'Ferry-x', options({ app: 'ml', env: 'prod' }))).toEqual(mine);
   });
+
+  it('never deletes FerryPlatform in DELETE_FAILED: refuses (exit 2) with what is left and the steps of a fresh platform', async () => {
+    const failures: DeleteFailure[] = [
+      {
+        logicalId: 'PoolGpuAsg1A2B3C',
+        type: 'AWS::AutoScaling::AutoScalingGroup',
+        reason: 'Instances are protected from scale-in',
+      },
+    ];
+    const { ports, destroyed } = fakeStacks(
+      { FerryPlatform: { status: 'DELETE_FAILED', outputs: {}, tags: {} } },
+      { deleteFailures: { FerryPlatform: failures } },
+    );
+    const error = await usableStack(ports, 'FerryPlatform', options()).catch((e: unknown) => e);
+    expect(FerryError.is(error)).toBe(true);
+    expect(exitCode(error)).toBe(2);
+    const { message, hint } = error as FerryError;
+    expect(message).toContain('Stack FerryPlatform is in DELETE_FAILED');
+    expect(message).toContain(
+      '\n  PoolGpuAsg1A2B3C (AWS::AutoScaling::AutoScalingGroup): Instances are protected from scale-in',
+    );
+    expect(hint).toContain('`aws cloudformation delete-stack --stack-name FerryPlatform`');
+    for (const name of [
+      'ferry/agent',
+      'ferry/worker-base-cpu',
+      'ferry/worker-base-gpu',
+      'ferry/worker-sdxl-turbo',
+    ]) {
+      expect(hint).toContain(`\`aws ecr delete-repository --repository-name ${name} --force\``);
+    }
+    expect(hint).toContain('ferry keys create --provider aws');
+    expect(destroyed).toEqual([]);
+    // A failed first create of the platform is still deleted and created again: RetainExceptOnCreate
+    // deleted what it kept when the create rolled back (infra/retention.ts).
+    const first = fakeStacks({ FerryPlatform: { status: 'ROLLBACK_COMPLETE', outputs: {}, tags: {} } });
+    expect(await usableStack(first.ports, 'FerryPlatform', options())).toBeUndefined();
+    expect(first.destroyed).toEqual([['FerryPlatform']]);
+  });
+
+  it('REVIEW_IN_PROGRESS made minutes ago is another first deploy at its prompt: refused (exit 2), not deleted; after 30 min it is abandoned and deleted', async () => {
+    const time = fakeClock();
+    const now = time.clock.now();
+    const recent = fakeStacks({
+      FerryPlatform: { status: 'REVIEW_IN_PROGRESS', outputs: {}, tags: {}, createdMs: now - 5 * 60_000 },
+    });
+    const error = await usableStack({ ...recent.ports, clock: time.port }, 'FerryPlatform', options()).catch(
+      (e: unknown) => e,
+    );
+    expect(FerryError.is(error)).toBe(true);
+    expect(exitCode(error)).toBe(2);
+    expect((error as FerryError).message).toBe(
+      'Stack FerryPlatform is in REVIEW_IN_PROGRESS since 5 min ago: another first deploy of this stack is in progress (its change set waits for approval, or is being executed)',
+    );
+    expect((error as FerryError).hint).toContain(
+      '`aws cloudformation delete-stack --stack-name FerryPlatform`',
+    );
+    expect(recent.destroyed).toEqual([]);
+    const old = fakeStacks({
+      'Ferry-x': { status: 'REVIEW_IN_PROGRESS', outputs: {}, tags: {}, createdMs: now - 31 * 60_000 },
+    });
+    expect(await usableStack({ ...old.ports, clock: time.port }, 'Ferry-x', options())).toBeUndefined();
+    expect(old.destroyed).toEqual([['Ferry-x']]);
+  });
+
+  it.each(['ROLLBACK_COMPLETE', 'DELETE_FAILED', 'REVIEW_IN_PROGRESS'])(
+    'a stack in %s with termination protection on is not deleted: refused (exit 2) with the command that turns it off',
+    async (status) => {
+      const { ports, destroyed } = fakeStacks({
+        'Ferry-x': { status, outputs: {}, tags: {}, terminationProtection: true, createdMs: 0 },
+      });
+      const error = await usableStack(ports, 'Ferry-x', options()).catch((e: unknown) => e);
+      expect(FerryError.is(error)).toBe(true);
+      expect(exitCode(error)).toBe(2);
+      expect((error as FerryError).message).toContain(`Stack Ferry-x is in ${status}`);
+      expect((error as FerryError).message).toContain('termination protection on');
+      expect((error as FerryError).hint).toContain(
+        '`aws cloudformation update-termination-protection --no-enable-termination-protection --stack-name Ferry-x`',
+      );
+      expect(destroyed).toEqual([]);
+    },
+  );
+});
+
+describe('checkPlatformCreatable', () => {
+  /** ECR knowing the repositories `present`; records what it was asked. */
+  function ecrWith(present: readonly string[], fail?: Error) {
+    const asked: string[][] = [];
+    const ecr: EcrRepositoriesLike = {
+      send: async (command) => {
+        asked.push(command.input.repositoryNames ?? []);
+        if (fail) throw fail;
+        const name = command.input.repositoryNames?.[0] ?? '';
+        if (!present.includes(name)) {
+          throw awsError('RepositoryNotFoundException', `The repository with name '${name}' does not exist`);
+        }
+        return { repositories: [{ repositoryName: name }] } as never;
+      },
+    };
+    return { ecr, asked };
+  }
+
+  it('stops (exit 2) with the delete commands when repositories a deleted platform kept are there', async () => {
+    const { ecr, asked } = ecrWith(['ferry/agent', 'ferry/worker-base-gpu']);
+    const error = await checkPlatformCreatable(ecr, reporter).catch((e: unknown) => e);
+    expect(FerryError.is(error)).toBe(true);
+    expect(exitCode(error)).toBe(2);
+    expect((error as FerryError).message).toContain(
+      'FerryPlatform is to be created, but ECR repositories of its fixed names exist: ferry/agent, ferry/worker-base-gpu',
+    );
+    expect((error as FerryError).hint).toContain(
+      '`aws ecr delete-repository --repository-name ferry/agent --force`, `aws ecr delete-repository --repository-name ferry/worker-base-gpu --force`',
+    );
+    expect((error as FerryError).hint).not.toContain('ferry/worker-base-cpu');
+    // One name per call: DescribeRepositories fails the whole call on any missing name.
+    expect(asked).toEqual(platformRepositoryNames.map((name) => [name]));
+    expect(platformRepositoryNames).toEqual([
+      'ferry/agent',
+      'ferry/worker-base-cpu',
+      'ferry/worker-base-gpu',
+      'ferry/worker-sdxl-turbo',
+    ]);
+  });
+
+  it('none there: goes on; ECR refusing the read: a warning, and goes on', async () => {
+    await checkPlatformCreatable(ecrWith([]).ecr, reporter);
+    lines.length = 0;
+    const denied = ecrWith(
+      [],
+      awsError('AccessDeniedException', 'not authorized to perform: ecr:DescribeRepositories'),
+    );
+    await checkPlatformCreatable(denied.ecr, reporter);
+    expect(denied.asked).toHaveLength(1);
+    expect(lines.join('\n')).toContain('warning: cannot check for ECR repositories a deleted platform kept');
+  });
 });
 
 describe('waitForQueueNames', () => {
@@ -475,12 +618,34 @@ describe('CloudFormationLookup', () => {
       };
     });
     const lookup = new CloudFormationLookup(cfn);
-    expect(await lookup.describe('FerryPlatform')).toEqual({
+    expect(await lookup.describe('FerryPlatform')).toMatchObject({
       status: 'ROLLBACK_COMPLETE',
       outputs: { ApiUrl: 'https://x' },
       tags: { 'ferry:app': 'shop' },
     });
     expect(await lookup.describe('gone')).toBeUndefined();
+  });
+
+  it('reads termination protection (EnableTerminationProtection) and when the stack was made (CreationTime)', async () => {
+    const created = at('2026-01-02T03:04:05Z');
+    const { cfn } = client((command) => ({
+      Stacks: [
+        {
+          StackStatus: 'UPDATE_COMPLETE',
+          EnableTerminationProtection: (command as DescribeStacksCommand).input.StackName === 'FerryPlatform',
+          CreationTime: created,
+        },
+      ],
+    }));
+    const lookup = new CloudFormationLookup(cfn);
+    expect(await lookup.describe('FerryPlatform')).toEqual({
+      status: 'UPDATE_COMPLETE',
+      terminationProtection: true,
+      createdMs: created.getTime(),
+      outputs: {},
+      tags: {},
+    });
+    expect((await lookup.describe('Ferry-x'))?.terminationProtection).toBe(false);
   });
 
   it('finds when the newest deleted stack of the name deleted its last queue', async () => {
@@ -616,6 +781,27 @@ describe('CloudFormationLookup', () => {
     ]);
   });
 
+  it('reads the ExecutionStatus of a change set by stack and name; one that does not exist is undefined', async () => {
+    const { cfn, sent } = client((command) => {
+      const input = (command as DescribeChangeSetCommand).input;
+      if (input.ChangeSetName === 'ferry-gone') {
+        throw awsError('ChangeSetNotFoundException', 'ChangeSet [ferry-gone] does not exist');
+      }
+      return {
+        ExecutionStatus: input.ChangeSetName === 'ferry-done' ? 'EXECUTE_COMPLETE' : 'EXECUTE_FAILED',
+      };
+    });
+    const lookup = new CloudFormationLookup(cfn);
+    expect(await lookup.changeSetExecution('FerryPlatform', 'ferry-done')).toBe('EXECUTE_COMPLETE');
+    expect(await lookup.changeSetExecution('FerryPlatform', 'ferry-failed')).toBe('EXECUTE_FAILED');
+    expect(await lookup.changeSetExecution('FerryPlatform', 'ferry-gone')).toBeUndefined();
+    expect(sent[0]).toBeInstanceOf(DescribeChangeSetCommand);
+    expect((sent[0] as DescribeChangeSetCommand).input).toEqual({
+      StackName: 'FerryPlatform',
+      ChangeSetName: 'ferry-done',
+    });
+  });
+
   it('sends DescribeStacks by name', async () => {
     const { cfn, sent } = client(() => ({ Stacks: [] }));
     await new CloudFormationLookup(cfn).outputs('FerryPlatform');
@@ -720,6 +906,99 @@ describe('ferry deploy over a live stack waits out the queue names it deleted (r
     expect(old.slept).toEqual([]);
     expect(timeline.some((line) => line.includes('waiting'))).toBe(false);
   }, 240_000);
+});
+
+describe('ferry deploy creating the platform where a deleted platform kept its repositories', () => {
+  it('stops (exit 2) with the delete commands before anything is built, synthesized or deployed', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'ferry-kept-repos-'));
+    try {
+      const stateFile = path.join(dir, 'fake-toolkit.json');
+      const initial: FakeToolkitState = { stacks: {}, platformOutputs: {}, calls: [] };
+      writeFileSync(stateFile, JSON.stringify(initial));
+      const toolkit = new RecordingToolkit(stateFile);
+      const synths: unknown[] = [];
+      const synth = toolkit.synth.bind(toolkit);
+      toolkit.synth = async (...args) => {
+        synths.push(args);
+        return synth(...args);
+      };
+      const ecr: EcrRepositoriesLike = {
+        send: async (command) => {
+          const name = command.input.repositoryNames?.[0];
+          if (name !== 'ferry/worker-base-cpu')
+            throw awsError('RepositoryNotFoundException', 'no such repository');
+          return { repositories: [{ repositoryName: name }] } as never;
+        },
+      };
+      const provider = new AwsProvider({
+        env: { FERRY_AWS_IMAGE_REGISTRY: '123456789012.dkr.ecr.us-east-1.amazonaws.com' },
+        projectDir: dir,
+        stateDir: path.join(dir, '.ferry'),
+        reporter,
+        toolkit,
+        lookup: toolkit,
+        clients: { doc: {} as never, s3: {} as never, close: () => {} },
+        callTokens: new MemoryCallTokens(),
+        ecrRepositories: ecr,
+      });
+      const error = await provider
+        .prepare({ manifest: sampleManifest, env: 'production', reporter })
+        .catch((e: unknown) => e);
+      expect(FerryError.is(error)).toBe(true);
+      expect(exitCode(error)).toBe(2);
+      expect((error as FerryError).message).toContain(
+        'ECR repositories of its fixed names exist: ferry/worker-base-cpu',
+      );
+      expect((error as FerryError).hint).toContain(
+        '`aws ecr delete-repository --repository-name ferry/worker-base-cpu --force`',
+      );
+      expect(synths).toEqual([]);
+      expect((JSON.parse(readFileSync(stateFile, 'utf8')) as FakeToolkitState).calls).toEqual([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 240_000);
+});
+
+describe('commands that read the platform', () => {
+  /** A provider over `stacks` (no deploy happens: these only read the platform). */
+  function providerOver(stacks: Record<string, StackDescription>, nowMs = 0) {
+    const { ports } = fakeStacks(stacks);
+    return new AwsProvider({
+      env: {},
+      projectDir: tmpdir(),
+      reporter,
+      toolkit: ports.toolkit,
+      lookup: ports.lookup,
+      clients: { doc: {} as never, s3: {} as never, close: () => {} },
+      callTokens: new MemoryCallTokens(),
+      clock: { nowMs: () => nowMs, sleep: async () => {} },
+    });
+  }
+
+  it('a platform in DELETE_FAILED: the steps to finish the delete and deploy fresh, not "ferry deploy deletes it"; one made minutes ago in REVIEW_IN_PROGRESS: busy', async () => {
+    const failed = await providerOver({ FerryPlatform: { status: 'DELETE_FAILED', outputs: {}, tags: {} } })
+      .platform()
+      .catch((e: unknown) => e);
+    expect((failed as FerryError).hint).toContain(
+      '`aws cloudformation delete-stack --stack-name FerryPlatform`',
+    );
+    expect((failed as FerryError).hint).toContain(
+      '`aws ecr delete-repository --repository-name ferry/agent --force`',
+    );
+    expect((failed as FerryError).hint).not.toContain('it deletes the failed stack');
+    const nowMs = 10 * 3_600_000;
+    const held = await providerOver(
+      { FerryPlatform: { status: 'REVIEW_IN_PROGRESS', outputs: {}, tags: {}, createdMs: nowMs - 60_000 } },
+      nowMs,
+    )
+      .platform()
+      .catch((e: unknown) => e);
+    expect(exitCode(held)).toBe(2);
+    expect((held as FerryError).message).toContain(
+      'Stack FerryPlatform is in REVIEW_IN_PROGRESS: another deploy',
+    );
+  });
 });
 
 describe('--alarm-email', () => {

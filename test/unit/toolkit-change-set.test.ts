@@ -8,6 +8,7 @@
 import { describe, expect, it, vi } from 'vitest';
 
 const deployCalls = vi.hoisted(() => [] as Array<{ options: Record<string, unknown> }>);
+const destroyCalls = vi.hoisted(() => [] as Array<{ options: Record<string, unknown> }>);
 
 vi.mock('@aws-cdk/toolkit-lib', () => ({
   StackSelectionStrategy: { PATTERN_MUST_MATCH: 'pattern-must-match' },
@@ -16,6 +17,12 @@ vi.mock('@aws-cdk/toolkit-lib', () => ({
     async deploy(_source: unknown, options: Record<string, unknown>) {
       deployCalls.push({ options });
       return { stacks: [] };
+    }
+    async fromAssemblyBuilder() {
+      return {};
+    }
+    async destroy(_source: unknown, options: Record<string, unknown>) {
+      destroyCalls.push({ options });
     }
   },
 }));
@@ -55,5 +62,21 @@ describe('LibToolkit.deploy change sets', () => {
       patterns: ['FerryPlatform', 'Ferry-shop-production-12345678'],
       expand: 'none',
     });
+  });
+});
+
+describe('LibToolkit polling', () => {
+  it('reads stack events every 5 s, not toolkit-lib’s 2 s, on deploy and destroy (fewer throttled reads: aws/throttled.ts)', async () => {
+    const toolkit = new LibToolkit({ approve: async () => true });
+    deployCalls.length = 0;
+    await toolkit.deploy(assembly, ['FerryPlatform'], () => {}, { changeSetName: 'ferry-given' });
+    expect(deployCalls[0]!.options.stackEventPollingInterval).toBe(5_000);
+    // A change set name the caller gives is the one toolkit-lib gets.
+    expect(deployCalls[0]!.options.deploymentMethod).toEqual({
+      method: 'change-set',
+      changeSetName: 'ferry-given',
+    });
+    await toolkit.destroy(['Ferry-shop-production-12345678'], () => {});
+    expect(destroyCalls[0]!.options.stackEventPollingInterval).toBe(5_000);
   });
 });
