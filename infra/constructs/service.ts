@@ -422,23 +422,10 @@ export class EndpointService extends Construct {
     if (props.queues) {
       const { queue, lowQueue } = props.queues;
       // Job output into the job-log group, in this endpoint's own streams only (`<endpointId>/…`).
-      access.role.addToPolicy(
-        new iam.PolicyStatement({
-          actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
-          resources: [
-            Stack.of(this).formatArn({
-              service: 'logs',
-              resource: 'log-group',
-              resourceName: `${jobLogGroupName}:log-stream:${jobLogStreamPrefix(endpointId)}*`,
-              arnFormat: ArnFormat.COLON_RESOURCE_NAME,
-            }),
-          ],
-        }),
+      this.allowEndpointLogStreams(
+        access.role,
+        "Each task creates its own log stream under its endpoint's prefix; the grant stops there.",
       );
-      Validations.of(access.role).acknowledge({
-        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:${jobLogGroupName}:log-stream:${jobLogStreamPrefix(endpointId)}*]`,
-        reason: "Each task creates its own log stream under its endpoint's prefix; the grant stops there.",
-      });
       const token = new EndpointWorkerToken(this, 'WorkerToken', {
         description: `Ferry ${props.appName}/${props.envName}/${endpoint.name}: worker token (agent and worker containers)`,
       });
@@ -559,11 +546,20 @@ export class EndpointService extends Construct {
    * grant of the same streams rests on that too.
    */
   private allowContainerLogs(taskDefinition: ecs.TaskDefinition): void {
-    const { endpointId } = this.props;
-    const executionRole = taskDefinition.obtainExecutionRole();
     // `<endpointId>/*`: the driver's `<endpointId>/<container>/<task id>` (and the agent's own streams).
-    const streams = `${jobLogGroupName}:log-stream:${jobLogStreamPrefix(endpointId)}*`;
-    executionRole.addToPrincipalPolicy(
+    this.allowEndpointLogStreams(
+      taskDefinition.obtainExecutionRole(),
+      "ECS names each task's streams with its task id, known only at run time; the grant stops at this endpoint's prefix.",
+    );
+  }
+
+  /**
+   * CreateLogStream and PutLogEvents on this endpoint's streams of the job-log group, `<endpointId>/*`,
+   * and no others: the one grant the agent role and the execution role (the awslogs driver) share.
+   */
+  private allowEndpointLogStreams(role: iam.IRole, why: string): void {
+    const streams = `${jobLogGroupName}:log-stream:${jobLogStreamPrefix(this.props.endpointId)}*`;
+    role.addToPrincipalPolicy(
       new iam.PolicyStatement({
         actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
         resources: [
@@ -576,10 +572,9 @@ export class EndpointService extends Construct {
         ],
       }),
     );
-    Validations.of(executionRole).acknowledge({
+    Validations.of(role).acknowledge({
       id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:${streams}]`,
-      reason:
-        "ECS names each task's streams with its task id, known only at run time; the grant stops at this endpoint's prefix.",
+      reason: why,
     });
   }
 

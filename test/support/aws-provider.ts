@@ -48,6 +48,26 @@ export function offeredEverywhere(
 }
 
 /**
+ * EC2 answering a deploy's zone questions for a region with `zones`, all available and offering
+ * every type: DescribeAvailabilityZones and DescribeInstanceTypeOfferings (aws/zones.ts).
+ */
+export function zonesEc2(zones: readonly string[]): Ec2Like {
+  return {
+    send: async (command: unknown) =>
+      command instanceof DescribeInstanceTypeOfferingsCommand
+        ? offeredEverywhere(command, zones)
+        : {
+            AvailabilityZones: zones.map((ZoneName) => ({
+              ZoneName,
+              ZoneType: 'availability-zone',
+              State: 'available',
+              OptInStatus: 'opt-in-not-required',
+            })),
+          },
+  } as unknown as Ec2Like;
+}
+
+/**
  * EC2 asked only which zones offer the pools' types (answered: all of `zones`); any other call
  * throws: the platform names its zones and no endpoint sits behind CloudFront.
  */

@@ -18,11 +18,9 @@ import {
   type ResourceStatus,
   type StackEvent,
 } from '@aws-sdk/client-cloudformation';
-import { DescribeInstanceTypeOfferingsCommand } from '@aws-sdk/client-ec2';
 import { CreateServiceLinkedRoleCommand, GetRoleCommand } from '@aws-sdk/client-iam';
 import { SubscribeCommand } from '@aws-sdk/client-sns';
 import { describe, expect, it } from 'vitest';
-import type { Ec2Like } from '../../cli/providers/aws/zones.js';
 import { AwsProvider } from '../../cli/providers/aws.js';
 import {
   checkPlatformCreatable,
@@ -55,7 +53,12 @@ import { FakeClock } from '../../core/clock.js';
 import { exitCode, FerryError } from '../../core/errors.js';
 import { appStackName, platformStackName, queueName } from '../../infra/names.js';
 import { cpuEndpoint, sampleManifest } from '../infra/fixtures.js';
-import { awsError, awsProviderHarness, deployedRecord, offeredEverywhere } from '../support/aws-provider.js';
+import {
+  awsError,
+  awsProviderHarness,
+  deployedRecord,
+  zonesEc2 as zonesEc2For,
+} from '../support/aws-provider.js';
 
 const lines: string[] = [];
 const reporter = { line: (text: string) => lines.push(text) } as never;
@@ -847,19 +850,7 @@ describe('ferry deploy over a live stack waits out the queue names it deleted (r
   }
 
   const zoneNames = ['a', 'b', 'c'].map((z) => `us-east-1${z}`);
-  const zonesEc2 = {
-    send: async (command: unknown) =>
-      command instanceof DescribeInstanceTypeOfferingsCommand
-        ? offeredEverywhere(command, zoneNames)
-        : {
-            AvailabilityZones: zoneNames.map((ZoneName) => ({
-              ZoneName,
-              ZoneType: 'availability-zone',
-              State: 'available',
-              OptInStatus: 'opt-in-not-required',
-            })),
-          },
-  } as unknown as Ec2Like;
+  const zonesEc2 = zonesEc2For(zoneNames);
 
   /** Deploys the endpoint over its live stack, whose events show these queue deletions. */
   async function deployAfter(deleted: Array<{ name: string; ageMs: number }>) {

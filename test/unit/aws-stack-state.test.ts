@@ -12,10 +12,8 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { DescribeInstanceTypeOfferingsCommand } from '@aws-sdk/client-ec2';
 import { describe, expect, it } from 'vitest';
 import { isThrottling, ThrottleTolerantToolkit } from '../../cli/providers/aws/throttled.js';
-import type { Ec2Like } from '../../cli/providers/aws/zones.js';
 import {
   type CdkToolkit,
   type FakeToolkitState,
@@ -26,25 +24,13 @@ import {
 import { FerryError } from '../../core/errors.js';
 import { appStackName, platformStackName } from '../../infra/names.js';
 import { cpuEndpoint, sampleManifest } from '../infra/fixtures.js';
-import { awsProviderHarness, deployedRecord, offeredEverywhere } from '../support/aws-provider.js';
+import { awsProviderHarness, deployedRecord, zonesEc2 as zonesEc2For } from '../support/aws-provider.js';
 
 const lines: string[] = [];
 const reporter = { line: (text: string) => lines.push(text) } as never;
 
 const zoneNames = ['a', 'b', 'c'].map((z) => `us-east-1${z}`);
-const zonesEc2 = {
-  send: async (command: unknown) =>
-    command instanceof DescribeInstanceTypeOfferingsCommand
-      ? offeredEverywhere(command, zoneNames)
-      : {
-          AvailabilityZones: zoneNames.map((ZoneName) => ({
-            ZoneName,
-            ZoneType: 'availability-zone',
-            State: 'available',
-            OptInStatus: 'opt-in-not-required',
-          })),
-        },
-} as unknown as Ec2Like;
+const zonesEc2 = zonesEc2For(zoneNames);
 
 describe('deploys over the deployed stacks (real synth, fake CloudFormation)', () => {
   const harness = awsProviderHarness({ region: 'us-east-1', reporter, scratchPrefix: 'ferry-stack-state-' });
