@@ -27,6 +27,45 @@ export const taskStartFailureMetricName = 'TaskStartFailures';
  * could deploy, infra/constructs/dashboard.ts).
  */
 export function taskStartFailureFields(endpointId: string, nowMs: number): Record<string, unknown> {
+  return endpointMetricFields(endpointId, nowMs, [
+    { name: taskStartFailureMetricName, unit: 'Count', value: 1 },
+  ]);
+}
+
+/** The EMF document for one ended job, or undefined while it has not ended. */
+export function jobMetricsLine(endpointId: string, view: JobView, nowMs: number): string | undefined {
+  if (!['COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED'].includes(view.status)) return undefined;
+  const failed = view.status === 'FAILED' || view.status === 'TIMED_OUT' ? 1 : 0;
+  const metrics: EndpointMetric[] = [
+    { name: jobMetricNames.ended, unit: 'Count', value: 1 },
+    { name: jobMetricNames.failed, unit: 'Count', value: failed },
+  ];
+  if (view.delayTime !== undefined) {
+    metrics.push({ name: jobMetricNames.delayMs, unit: 'Milliseconds', value: view.delayTime });
+  }
+  if (view.executionTime !== undefined) {
+    metrics.push({ name: jobMetricNames.executionMs, unit: 'Milliseconds', value: view.executionTime });
+  }
+  const { _aws, EndpointId, ...values } = endpointMetricFields(endpointId, nowMs, metrics);
+  return JSON.stringify({ _aws, EndpointId, jobId: view.id, status: view.status, ...values });
+}
+
+interface EndpointMetric {
+  name: string;
+  unit: 'Count' | 'Milliseconds';
+  value: number;
+}
+
+/**
+ * The EMF fields of `metrics` in the `Ferry` namespace by EndpointId: the `_aws` directive, the
+ * dimension's value and each metric's value at the top level, as the format asks. The one shape of
+ * every metric line Ferry prints (the agent's per job, the scaler's per failed start).
+ */
+function endpointMetricFields(
+  endpointId: string,
+  nowMs: number,
+  metrics: readonly EndpointMetric[],
+): Record<string, unknown> {
   return {
     _aws: {
       Timestamp: nowMs,
@@ -34,40 +73,11 @@ export function taskStartFailureFields(endpointId: string, nowMs: number): Recor
         {
           Namespace: metricsNamespace,
           Dimensions: [['EndpointId']],
-          Metrics: [{ Name: taskStartFailureMetricName, Unit: 'Count' }],
+          Metrics: metrics.map(({ name, unit }) => ({ Name: name, Unit: unit })),
         },
       ],
     },
     EndpointId: endpointId,
-    [taskStartFailureMetricName]: 1,
+    ...Object.fromEntries(metrics.map(({ name, value }) => [name, value])),
   };
-}
-
-/** The EMF document for one ended job, or undefined while it has not ended. */
-export function jobMetricsLine(endpointId: string, view: JobView, nowMs: number): string | undefined {
-  if (!['COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED'].includes(view.status)) return undefined;
-  const failed = view.status === 'FAILED' || view.status === 'TIMED_OUT' ? 1 : 0;
-  const metrics: { Name: string; Unit: string }[] = [
-    { Name: jobMetricNames.ended, Unit: 'Count' },
-    { Name: jobMetricNames.failed, Unit: 'Count' },
-  ];
-  const values: Record<string, number> = { [jobMetricNames.ended]: 1, [jobMetricNames.failed]: failed };
-  if (view.delayTime !== undefined) {
-    metrics.push({ Name: jobMetricNames.delayMs, Unit: 'Milliseconds' });
-    values[jobMetricNames.delayMs] = view.delayTime;
-  }
-  if (view.executionTime !== undefined) {
-    metrics.push({ Name: jobMetricNames.executionMs, Unit: 'Milliseconds' });
-    values[jobMetricNames.executionMs] = view.executionTime;
-  }
-  return JSON.stringify({
-    _aws: {
-      Timestamp: nowMs,
-      CloudWatchMetrics: [{ Namespace: metricsNamespace, Dimensions: [['EndpointId']], Metrics: metrics }],
-    },
-    EndpointId: endpointId,
-    jobId: view.id,
-    status: view.status,
-    ...values,
-  });
 }
