@@ -1,8 +1,11 @@
 /**
- * The local job store writes only the query columns a move changed (SQLite rewrites every index
- * holding an assigned column). This checks that after every kind of move the columns the queries
- * filter on still say what the stored job says, read back through a second connection to the file;
- * and that a job's input is written once, in job_inputs, never again in the row every move rewrites.
+ * The local job store keeps each field a move changes in a column of its own and writes only the
+ * columns a move changed (SQLite rewrites every index holding an assigned column); the job's JSON
+ * body holds what it keeps from its submit and is not written again by a take, a ping or a done.
+ * This checks, through a second connection to the file, that after every kind of move the columns
+ * say what the store reads back, that the body holds none of those fields and is rewritten only by a
+ * move that changes one of its own (?ttl), that a job's input is written once, in job_inputs, and
+ * that files written by the earlier layouts open with every job as it was.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -41,65 +44,103 @@ interface Row {
   expires_at: number;
   lease_until: number | null;
   started_at: number | null;
+  finished_at: number | null;
+  worker_id: string | null;
+  attempt: number;
   run_deadline: number | null;
   retries: number;
   version: number;
+  output: string | null;
+  error: string | null;
   body: string;
 }
 
-/** The row's columns, and the same columns as the stored body says they should be. */
-function columnsOf(jobId: string) {
-  const row = raw
+/** The fields stored in columns, so never in the body. */
+const movingFields = [
+  'status',
+  'createdAt',
+  'expiresAt',
+  'leaseUntil',
+  'startedAt',
+  'finishedAt',
+  'workerId',
+  'attempt',
+  'retries',
+  'version',
+  'output',
+  'error',
+  'input',
+];
+
+const rowOf = (jobId: string) =>
+  raw
     .prepare<[string], Row>(
-      `SELECT status, created_at, expires_at, lease_until, started_at, run_deadline, retries, version, body
-         FROM jobs WHERE id = ?`,
+      `SELECT status, created_at, expires_at, lease_until, started_at, finished_at, worker_id, attempt,
+         run_deadline, retries, version, output, error, body FROM jobs WHERE id = ?`,
     )
     .get(jobId)!;
-  const job = JSON.parse(row.body) as Job;
-  const { body: _body, ...columns } = row;
+
+/** The row's columns, and the same columns as the job the store reads back says they should be. */
+async function columnsOf(jobId: string) {
+  const { body, ...columns } = rowOf(jobId);
+  const job = (await db.jobs.get(jobId, 0))!;
   const expected = {
     status: job.status,
     created_at: job.createdAt,
     expires_at: job.expiresAt,
     lease_until: job.leaseUntil ?? null,
     started_at: job.startedAt ?? null,
+    finished_at: job.finishedAt ?? null,
+    worker_id: job.workerId ?? null,
+    attempt: job.attempt,
     run_deadline: runDeadlineOf(job) ?? null,
     retries: job.retries,
     version: job.version,
+    output: job.output === undefined ? null : JSON.stringify(job.output),
+    error: job.error ?? null,
   };
-  return { columns, expected };
+  return { columns, expected, body };
 }
 
-it('after every move the query columns match the stored job', async () => {
+it('after every move the columns match the stored job, and only a move of a body field rewrites the body', async () => {
   const { id } = await engine.submit(ep, { input: { n: 1 } }, { sync: false, executionTimeoutMs: 60_000 });
-  const check = (step: string) => {
-    const { columns, expected } = columnsOf(id);
+  const submitted = rowOf(id).body;
+  const check = async (step: string, bodyAs = submitted) => {
+    const { columns, expected, body } = await columnsOf(id);
     expect({ step, ...columns }).toEqual({ step, ...expected });
+    expect({ step, fields: Object.keys(JSON.parse(body)).filter((f) => movingFields.includes(f)) }).toEqual({
+      step,
+      fields: [],
+    });
+    expect({ step, body }).toEqual({ step, body: bodyAs });
   };
-  check('submit');
+  await check('submit');
   clock.advance(1_000);
   await engine.take(ep, 'w1', 1, 0);
-  check('take');
+  await check('take');
   clock.advance(1_000);
   await engine.ping(ep, 'w1', [id]);
-  check('ping');
+  await check('ping');
   clock.advance(30_000);
   await engine.sweep();
-  check('lease lapsed: requeued');
+  await check('lease lapsed: requeued');
   await engine.take(ep, 'w2', 1, 0);
-  check('taken again');
+  await check('taken again');
   await engine.done(ep, 'w2', id, { status: 'IN_PROGRESS', output: 'half' });
-  check('progress');
+  await check('progress');
   await engine.done(ep, 'w2', id, { error: 'boom' });
-  check('failed');
+  await check('failed');
+  // ?ttl changes the job's retention, a field of the body.
   await engine.status(ep, id, 5_000);
-  check('?ttl');
+  const afterTtl = rowOf(id).body;
+  expect(JSON.parse(afterTtl)).toMatchObject({ retentionMs: 5_000 });
+  await check('?ttl', afterTtl);
   clock.advance(1_000);
   await engine.retry(ep, id);
-  check('retry');
+  await check('retry', afterTtl);
   await engine.cancel(ep, id);
-  check('cancel');
-  expect(columnsOf(id).columns).toMatchObject({ status: 'CANCELLED', retries: 1, lease_until: null });
+  await check('cancel', afterTtl);
+  expect(rowOf(id)).toMatchObject({ status: 'CANCELLED', retries: 1, lease_until: null, output: null });
 });
 
 const inputRows = (jobId: string) =>
@@ -114,7 +155,7 @@ it('keeps the input out of the row every move rewrites: written once, read back 
   expect(taken).toMatchObject({ id, input });
   await engine.done(ep, 'w1', id, { output: { ok: true } });
   expect(bodyOf(id)).not.toHaveProperty('input');
-  expect(bodyOf(id)).toMatchObject({ id, status: 'COMPLETED', version: 3 });
+  expect(rowOf(id)).toMatchObject({ status: 'COMPLETED', version: 3, output: '{"ok":true}' });
   expect(inputRows(id)).toEqual([{ input: JSON.stringify(input) }]);
   expect((await db.jobs.get(id, clock.now()))?.input).toEqual(input);
   expect((await db.jobs.listByStatus(ep, 'COMPLETED', clock.now(), 10)).map((j) => j.input)).toEqual([input]);
@@ -124,20 +165,85 @@ it('keeps the input out of the row every move rewrites: written once, read back 
   expect(inputRows(id)).toEqual([]);
 });
 
-it('moves the inputs of a schema-1 file (input inside jobs.body) into job_inputs when it opens', async () => {
-  const { id } = await engine.submit(ep, { input: { n: 7 } }, { sync: false, executionTimeoutMs: 60_000 });
-  const file = join(dir, 'ferry.db');
-  await db.close();
-  // What schema 1 left on disk: the input inside the body, no job_inputs rows, user_version 1.
+/**
+ * The jobs table as schemas 1 and 2 wrote it: the query columns, and the whole job in the body
+ * (schema 1 with its input in it too).
+ */
+function writeOldLayout(file: string, schema: 1 | 2, job: Job): void {
   const old = new Database(file);
-  old.prepare(`UPDATE jobs SET body = json_set(body, '$.input', json('{"n":7}')) WHERE id = ?`).run(id);
-  old.exec('DELETE FROM job_inputs');
-  old.pragma('user_version = 1');
+  old.exec(`CREATE TABLE jobs (id TEXT PRIMARY KEY, endpoint_id TEXT NOT NULL, status TEXT NOT NULL,
+    created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, lease_until INTEGER, started_at INTEGER,
+    run_deadline INTEGER, retries INTEGER NOT NULL, version INTEGER NOT NULL, body TEXT NOT NULL)`);
+  if (schema === 2)
+    old.exec('CREATE TABLE job_inputs (job_id TEXT PRIMARY KEY, input TEXT NOT NULL) WITHOUT ROWID');
+  const { input, ...rest } = job;
+  old
+    .prepare(
+      `INSERT INTO jobs VALUES (@id, @endpointId, @status, @createdAt, @expiresAt, @leaseUntil, @startedAt,
+         @runDeadline, @retries, @version, @body)`,
+    )
+    .run({
+      ...job,
+      input: undefined,
+      leaseUntil: job.leaseUntil ?? null,
+      startedAt: job.startedAt ?? null,
+      runDeadline: runDeadlineOf(job) ?? null,
+      body: JSON.stringify(schema === 1 ? job : rest),
+    });
+  if (schema === 2) old.prepare('INSERT INTO job_inputs VALUES (?, ?)').run(job.id, JSON.stringify(input));
+  old.pragma(`user_version = ${schema}`);
   old.close();
+}
 
-  db = openLocalDatabase(file, { clock });
-  expect((await db.jobs.get(id, clock.now()))?.input).toEqual({ n: 7 });
-  expect(bodyOf(id)).not.toHaveProperty('input');
-  expect(inputRows(id)).toEqual([{ input: '{"n":7}' }]);
-  expect(raw.pragma('user_version', { simple: true })).toBe(2);
+const oldJob = (id: string): Job => ({
+  id,
+  endpointId: ep,
+  status: 'COMPLETED',
+  input: { n: 7, seed: '\u0000ferry-int:18446744073709551615' },
+  webhook: 'https://example.test/hook',
+  policy: { executionTimeoutMs: 60_000, ttlMs: 86_400_000, lowPriority: false },
+  sync: false,
+  retentionMs: 1_800_000,
+  createdAt: 1_000,
+  startedAt: 2_000,
+  finishedAt: 3_000,
+  expiresAt: 1_803_000,
+  // An integer beyond 2^53 as its marker, a float and an escaped quote: kept as written.
+  output: { seed: '\u0000ferry-int:18446744073709551615', f: 0.1, e: 1.5e300, s: 'a "q"' },
+  error: 'partly "failed"',
+  workerId: 'w-9',
+  attempt: 2,
+  retries: 1,
+  version: 4,
 });
+
+for (const schema of [1, 2] as const) {
+  it(`opens a schema-${schema} file with each job as it was, its moving fields in columns`, async () => {
+    await db.close();
+    raw.close();
+    const file = join(dir, `schema-${schema}.db`);
+    const job = oldJob('old-1');
+    writeOldLayout(file, schema, job);
+
+    db = openLocalDatabase(file, { clock });
+    raw = new Database(file, { readonly: true });
+    expect(await db.jobs.get(job.id, 0)).toEqual(job);
+    expect(Object.keys(bodyOf(job.id)).sort()).toEqual(
+      ['endpointId', 'id', 'policy', 'retentionMs', 'sync', 'webhook'].sort(),
+    );
+    expect(rowOf(job.id)).toMatchObject({
+      finished_at: 3_000,
+      worker_id: 'w-9',
+      attempt: 2,
+      output: JSON.stringify(job.output),
+      error: 'partly "failed"',
+    });
+    expect(inputRows(job.id)).toEqual([{ input: JSON.stringify(job.input) }]);
+    expect(raw.pragma('user_version', { simple: true })).toBe(3);
+    // The columns it gained are a move's to write like any other's; its body stays as it was moved.
+    const body = rowOf(job.id).body;
+    const moved = await db.jobs.update(job, { status: 'IN_QUEUE', output: undefined, error: undefined });
+    expect(moved.ok).toBe(true);
+    expect(rowOf(job.id)).toMatchObject({ status: 'IN_QUEUE', output: null, error: null, version: 5, body });
+  });
+}

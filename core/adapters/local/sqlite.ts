@@ -149,8 +149,11 @@ function prepared<P extends unknown[] = unknown[], R = unknown>(
 /** The reason a napping receive is woken with (abort() without one builds a DOMException). */
 const woken = Object.freeze({ reason: 'a message arrived' });
 
-/** 2: inputs moved out of `jobs.body` into `job_inputs` (migrateInputsApart). */
-const schemaVersion = 2;
+/**
+ * 2: inputs moved out of `jobs.body` into `job_inputs` (migrateInputsApart). 3: the fields moves
+ * change moved out of `jobs.body` into columns of their own (migrateMovingFieldsApart).
+ */
+const schemaVersion = 3;
 
 const schema = `
 CREATE TABLE IF NOT EXISTS jobs (
@@ -165,8 +168,15 @@ CREATE TABLE IF NOT EXISTS jobs (
   run_deadline INTEGER,
   retries INTEGER NOT NULL,
   version INTEGER NOT NULL,
-  -- The whole job as JSON; the columns above are copies of the fields that queries filter on.
-  body TEXT NOT NULL
+  -- The fields a job keeps from its submit (id, endpoint, policy, webhook...) as JSON. Every field a
+  -- move changes has a column (jobFieldColumns), so a take or a done writes columns only.
+  body TEXT NOT NULL,
+  finished_at INTEGER,
+  worker_id TEXT,
+  attempt INTEGER NOT NULL DEFAULT 0,
+  -- JSON text.
+  output TEXT,
+  error TEXT
 );
 -- By endpoint and status, oldest first; expires_at and retries ride along so health's counts read the
 -- index alone (a covering index) instead of each job's row: 100 000 retained jobs took about 70 ms of
@@ -328,6 +338,30 @@ function migrateInputsApart(db: Db): void {
            UPDATE jobs SET body = json_remove(body, '$.input') WHERE body -> '$.input' IS NOT NULL;`);
 }
 
+/**
+ * Schema 2 kept the whole job but its input in jobs.body; schema 3 keeps the fields moves change in
+ * columns (jobFieldColumns). Adds the columns a schema-2 file lacks and moves those fields out of
+ * each body, in the transaction that sets the new version. SQLite's `->` hands a value back as the
+ * JSON text it was written as (integer markers and number spellings included).
+ */
+function migrateMovingFieldsApart(db: Db): void {
+  const present = new Set(db.prepare("SELECT name FROM pragma_table_info('jobs')").pluck().all());
+  const added = [
+    ['finished_at', 'INTEGER'],
+    ['worker_id', 'TEXT'],
+    ['attempt', 'INTEGER NOT NULL DEFAULT 0'],
+    ['output', 'TEXT'],
+    ['error', 'TEXT'],
+  ];
+  for (const [column, type] of added) {
+    if (!present.has(column)) db.exec(`ALTER TABLE jobs ADD COLUMN ${column} ${type}`);
+  }
+  const movingPaths = Object.keys(jobFieldColumns).map((field) => `'$.${field}'`);
+  db.exec(`UPDATE jobs SET finished_at = body ->> '$.finishedAt', worker_id = body ->> '$.workerId',
+             attempt = coalesce(body ->> '$.attempt', 0), output = body -> '$.output', error = body ->> '$.error',
+             body = json_remove(body, ${movingPaths.join(', ')})`);
+}
+
 /** How every connection of the platform's database is set up (openLocalDatabase). */
 export function configureConnection(
   db: Db,
@@ -381,6 +415,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     db.transaction(() => {
       db.exec(schema);
       if (version < 2) migrateInputsApart(db);
+      if (version < 3) migrateMovingFieldsApart(db);
       db.pragma(`user_version = ${schemaVersion}`);
     }).immediate();
   } catch (error) {
@@ -598,18 +633,56 @@ class ParkedTakes {
 
 // ── jobs ──────────────────────────────────────────────────────────────────────────────────────────
 
+/**
+ * The job's fields that moves change, each in a column of its own (output as JSON text): a take or a
+ * done then writes a few columns instead of the job's whole JSON body again (with a 64 KB output in
+ * it, at every later move). The body holds the rest, fixed since the submit, except for a patch
+ * that names one of them (jobBodyOf).
+ */
+const jobFieldColumns = {
+  status: 'status',
+  createdAt: 'created_at',
+  expiresAt: 'expires_at',
+  leaseUntil: 'lease_until',
+  startedAt: 'started_at',
+  finishedAt: 'finished_at',
+  workerId: 'worker_id',
+  attempt: 'attempt',
+  retries: 'retries',
+  version: 'version',
+  output: 'output',
+  error: 'error',
+} as const satisfies Partial<Record<keyof Job, string>>;
+
 interface JobRow {
   body: string;
-  /** From job_inputs (LEFT JOIN): null for a job stored without an input. */
-  input: string | null;
+  status: JobStatus;
+  created_at: number;
+  expires_at: number;
+  lease_until: number | null;
+  started_at: number | null;
+  finished_at: number | null;
+  worker_id: string | null;
+  attempt: number;
+  retries: number;
+  version: number;
+  output: string | null;
+  error: string | null;
+  /** From job_inputs (LEFT JOIN): null for a job stored without an input; absent when not read. */
+  input?: string | null;
 }
+
+/** What a job is read from: its body and the columns of its moving fields (JobRow). */
+const jobRowColumns = ['body', ...Object.values(jobFieldColumns)]
+  .map((column) => `jobs.${column}`)
+  .join(', ');
 
 /**
  * The start of every query that reads jobs: the row and its input in one statement. Conditions,
  * INDEXED BY and ORDER BY name jobs' own columns (job_inputs has only job_id and input, no rowid).
  */
 const selectJobs = (indexedBy = '') =>
-  `SELECT jobs.body, job_inputs.input FROM jobs ${indexedBy ? `INDEXED BY ${indexedBy} ` : ''}` +
+  `SELECT ${jobRowColumns}, job_inputs.input FROM jobs ${indexedBy ? `INDEXED BY ${indexedBy} ` : ''}` +
   'LEFT JOIN job_inputs ON job_inputs.job_id = jobs.id';
 
 function checkLimit(limit: number): number {
@@ -617,11 +690,25 @@ function checkLimit(limit: number): number {
   return limit;
 }
 
-/** The row of `jobs`: the query columns, and the job as JSON without its input (job_inputs has it). */
+/** Whether `field` is kept in the job's body rather than a column of its own (input is in neither). */
+const inBody = (field: string) => field !== 'input' && !(field in jobFieldColumns);
+
+/** Whether a patch changes a field of the body (the identity is not a patch's to change: patched). */
+function patchesBody(patch: JobPatch): boolean {
+  for (const field in patch) if (inBody(field) && field !== 'id' && field !== 'endpointId') return true;
+  return false;
+}
+
+/** The job's body: its fields without a column of their own, as JSON (the input is in job_inputs). */
+function jobBodyOf(job: Job): string {
+  const fixed: Record<string, unknown> = {};
+  for (const [field, value] of Object.entries(job)) if (inBody(field)) fixed[field] = value;
+  return JSON.stringify(fixed);
+}
+
+/** The row of `jobs` for an insert: every column. */
 function jobColumns(job: Job) {
-  // The copy without the input only when there is one: most moves carry none.
-  const body = JSON.stringify(job.input === undefined ? job : { ...job, input: undefined });
-  return { ...queryColumns(job), body };
+  return { ...queryColumns(job), output: outputText(job.output), body: jobBodyOf(job) };
 }
 
 /** `current` with `patch` applied and the next version (what a compare-and-set writes). */
@@ -646,7 +733,7 @@ function patched(current: Job, patch: JobPatch): Job {
   return next as unknown as Job;
 }
 
-/** The columns queries filter on, copied out of the job. */
+/** The row's columns but its body, copied out of the job (output as the value: outputText writes it). */
 function queryColumns(job: Job) {
   return {
     id: job.id,
@@ -656,21 +743,34 @@ function queryColumns(job: Job) {
     expires_at: job.expiresAt,
     lease_until: job.leaseUntil ?? null,
     started_at: job.startedAt ?? null,
+    finished_at: job.finishedAt ?? null,
+    worker_id: job.workerId ?? null,
+    attempt: job.attempt,
     run_deadline: runDeadlineOf(job) ?? null,
     retries: job.retries,
     version: job.version,
+    output: job.output,
+    error: job.error ?? null,
   };
 }
 
-/** The query columns a move may change (id and endpoint_id never do; version and body always). */
+/** The output column: the output as JSON text, null when the job has none. */
+const outputText = (output: unknown) => (output === undefined ? null : JSON.stringify(output));
+
+/** The columns a move may change (id and endpoint_id never do; version always does). */
 const movableColumns = [
   'status',
   'created_at',
   'expires_at',
   'lease_until',
   'started_at',
+  'finished_at',
+  'worker_id',
+  'attempt',
   'run_deadline',
   'retries',
+  'output',
+  'error',
 ] as const;
 
 class SqliteJobStore implements JobStore {
@@ -687,18 +787,18 @@ class SqliteJobStore implements JobStore {
     private readonly group: GroupCommit,
   ) {
     this.#insert = db.prepare(
-      `INSERT OR IGNORE INTO jobs (id, endpoint_id, status, created_at, expires_at, lease_until, started_at, run_deadline, retries, version, body)
-       VALUES (@id, @endpoint_id, @status, @created_at, @expires_at, @lease_until, @started_at, @run_deadline, @retries, @version, @body)`,
+      `INSERT OR IGNORE INTO jobs (id, endpoint_id, status, created_at, expires_at, lease_until, started_at,
+         finished_at, worker_id, attempt, run_deadline, retries, version, output, error, body)
+       VALUES (@id, @endpoint_id, @status, @created_at, @expires_at, @lease_until, @started_at,
+         @finished_at, @worker_id, @attempt, @run_deadline, @retries, @version, @output, @error, @body)`,
     );
     this.#insertInput = db.prepare('INSERT OR REPLACE INTO job_inputs (job_id, input) VALUES (?, ?)');
     this.#get = db.prepare<[string], JobRow>(`${selectJobs()} WHERE jobs.id = ?`);
-    this.#getBody = db.prepare<[string], { body: string }>('SELECT body FROM jobs WHERE id = ?');
-    // The right-hand sides read the row as it was, so body's version matches the column's.
+    this.#getBody = db.prepare<[string], JobRow>(`SELECT ${jobRowColumns} FROM jobs WHERE id = ?`);
     this.#renew = db.prepare(
-      `UPDATE jobs SET lease_until = @lease, version = version + 1,
-         body = json_set(body, '$.leaseUntil', @lease, '$.version', version + 1)
+      `UPDATE jobs SET lease_until = @lease, version = version + 1
        WHERE id = @id AND endpoint_id = @endpoint AND status = 'IN_PROGRESS' AND expires_at > @now
-         AND json_extract(body, '$.workerId') = @worker`,
+         AND worker_id = @worker`,
     );
     const insertChunk = db.prepare('INSERT INTO stream_chunks (job_id, output) VALUES (?, ?)');
     this.#appendTx = db.transaction((jobId: string, outputs: unknown[]) => {
@@ -734,7 +834,19 @@ class SqliteJobStore implements JobStore {
    */
   #jobOf(row: JobRow, input: JobReadOptions['input'] = true, asText = false): Job {
     const job = JSON.parse(row.body) as Job;
-    if (row.input !== null && readsInput(input, job.status)) {
+    job.status = row.status;
+    job.createdAt = row.created_at;
+    job.expiresAt = row.expires_at;
+    if (row.lease_until !== null) job.leaseUntil = row.lease_until;
+    if (row.started_at !== null) job.startedAt = row.started_at;
+    if (row.finished_at !== null) job.finishedAt = row.finished_at;
+    if (row.worker_id !== null) job.workerId = row.worker_id;
+    job.attempt = row.attempt;
+    job.retries = row.retries;
+    job.version = row.version;
+    if (row.output !== null) job.output = JSON.parse(row.output);
+    if (row.error !== null) job.error = row.error;
+    if (row.input != null && readsInput(input, job.status)) {
       job.input = asText ? new JsonText(row.input) : JSON.parse(row.input);
     }
     return job;
@@ -751,7 +863,7 @@ class SqliteJobStore implements JobStore {
   /** The stored job without its input: job_inputs is not read (writeSync leaves it as it is). */
   #bodyOf(jobId: string): Job | undefined {
     const row = this.#getBody.get(jobId);
-    return row ? (JSON.parse(row.body) as Job) : undefined;
+    return row ? this.#jobOf(row, false) : undefined;
   }
 
   /** The stored job, expired or not; its input as `input` and `asText` want it (#jobOf). */
@@ -770,22 +882,28 @@ class SqliteJobStore implements JobStore {
   }
 
   /**
-   * The UPDATE for the query columns that changed (version and body always do). SQLite rewrites
-   * every index that holds a column the statement assigns, changed or not: assigning them all
-   * rewrote all five indexes on every move. One prepared statement per set of changed columns.
+   * The UPDATE for the columns that changed (version always does), and the body only when the patch
+   * names a field kept there. SQLite rewrites every index that holds a column the statement assigns,
+   * changed or not: assigning them all rewrote all five indexes on every move. One prepared statement
+   * per set of changed columns.
    */
-  #updateOf(before: ReturnType<typeof queryColumns>, after: ReturnType<typeof queryColumns>) {
-    const changed = movableColumns.filter((column) => before[column] !== after[column]);
-    const sets = [...changed, 'version', 'body'].map((column) => `${column} = @${column}`).join(', ');
+  #updateOf(changed: readonly string[], rewritesBody: boolean) {
+    const columns = [...changed, 'version', ...(rewritesBody ? ['body'] : [])];
+    const sets = columns.map((column) => `${column} = @${column}`).join(', ');
     return prepared(this.db, `UPDATE jobs SET ${sets} WHERE id = @id AND version = @expected`);
   }
 
   /** The compare-and-set itself, for callers already inside a write (GroupCommit gives each one a savepoint). */
   writeSync(current: Job, patch: JobPatch): JobUpdate {
     const written = patched(current, patch);
-    const columns = jobColumns(written);
-    const result = this.#updateOf(queryColumns(current), columns).run({
-      ...columns,
+    const before = queryColumns(current);
+    const after = queryColumns(written);
+    const changed = movableColumns.filter((column) => before[column] !== after[column]);
+    const rewritesBody = patchesBody(patch);
+    const result = this.#updateOf(changed, rewritesBody).run({
+      ...after,
+      output: changed.includes('output') ? outputText(after.output) : null,
+      body: rewritesBody ? jobBodyOf(written) : null,
       expected: current.version,
     });
     if (result.changes !== 1) return { ok: false, current: this.getSync(current.id) };
