@@ -40,7 +40,10 @@
  * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/stopped-task-error-codes.html) reaches
  * this function from the same EventBridge rule that tells the alarm topic (infra/constructs/alarms.ts,
  * "ECS Task State Change", its `group` `service:<service name>`:
- * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs_task_events.html). No agent ever ran
+ * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs_task_events.html); so does a task
+ * whose artifact download (the init container) exited non-zero, from a rule of its own
+ * (infra/platform-stack.ts): the agent and the worker wait for that container's SUCCESS and never
+ * start, under a stop code ECS does not document for it. No agent ever ran
  * in such a task, so no supervisor counts it: `recordTaskStartFailure` adds it to the endpoint's run of
  * failed starts, the same count the agents keep, and at the supervisor's `maxFailedStarts` marks the
  * endpoint failing with ECS's reason. Then this run wants no task, and the sweeper ends the queued
@@ -74,6 +77,7 @@ import type {
   JobQueue,
   QueuedJobCount,
   StartFailureRecord,
+  TaskContainer,
   TaskStartFailureRecord,
   Watch,
   WorkerRegistry,
@@ -134,7 +138,13 @@ export function scalerEventOf(event: unknown): ScalerEvent {
   return {};
 }
 
-/** A task that stopped before it ran (TaskFailedToStart), as EventBridge delivers it. */
+/**
+ * A task that stopped before it ran, as EventBridge delivers it: TaskFailedToStart, or a task whose
+ * init container (the artifact download) exited non-zero, so neither the agent nor the worker, which
+ * wait for its SUCCESS, ever started. ECS documents no stop code for the second case (the agent's
+ * container dependency fails, the essential agent never runs), so both codes a task that never ran
+ * can stop with are read, and the init container's own exit code decides for EssentialContainerExited.
+ */
 const taskStartFailureSchema = z.object({
   source: z.literal('aws.ecs'),
   'detail-type': z.literal('ECS Task State Change'),
@@ -144,13 +154,24 @@ const taskStartFailureSchema = z.object({
     /** For a task a service started, the ID of the service's deployment that started it. */
     startedBy: z.string().optional(),
     group: z.string(),
-    stopCode: z.literal('TaskFailedToStart'),
+    stopCode: z.enum(['TaskFailedToStart', 'EssentialContainerExited']),
     /** The instance ECS placed the task on; absent when it never found one. */
     containerInstanceArn: z.string().optional(),
     stoppedReason: z.string().optional(),
-    containers: z.array(z.object({ name: z.string().optional(), reason: z.string().optional() })).optional(),
+    containers: z
+      .array(
+        z.object({
+          name: z.string().optional(),
+          reason: z.string().optional(),
+          exitCode: z.number().optional(),
+        }),
+      )
+      .optional(),
   }),
 });
+
+/** The init container of every endpoint task (infra/constructs/service.ts): the artifact download. */
+const initContainer: TaskContainer = 'artifact';
 
 export interface TaskStartFailure {
   endpointId: string;
@@ -183,15 +204,22 @@ const placementReason = /^TaskFailedToStart: (RESOURCE|AGENT)\b|placement constr
 export function taskStartFailureOf(event: unknown, serviceNamePrefix: string): TaskStartFailure | undefined {
   const parsed = taskStartFailureSchema.safeParse(event);
   if (!parsed.success) return undefined;
-  const { taskArn, startedBy, group, stoppedReason, containers, containerInstanceArn } = parsed.data.detail;
+  const { taskArn, startedBy, group, stopCode, stoppedReason, containers, containerInstanceArn } =
+    parsed.data.detail;
   const servicePrefix = `service:${serviceNamePrefix}`;
   if (!group.startsWith(servicePrefix) || group.length === servicePrefix.length) return undefined;
   if (!containerInstanceArn || placementReason.test(stoppedReason ?? '')) return undefined;
+  const initExit = containers?.find((c) => c.name === initContainer)?.exitCode;
+  const initFailed = initExit !== undefined && initExit !== 0;
+  // Any other essential exit is a task that ran: its agent saw the worker and counted what it had to.
+  if (stopCode === 'EssentialContainerExited' && !initFailed) return undefined;
   return {
     endpointId: group.slice(servicePrefix.length),
     taskArn,
     ...(startedBy ? { startedBy } : {}),
-    reason: stoppedReason ?? 'no reason given',
+    reason: initFailed
+      ? `the artifact download exited ${initExit} before the worker could start; \`ferry logs\` shows its output`
+      : (stoppedReason ?? 'no reason given'),
     lines: (containers ?? []).flatMap((c) => (c.reason ? [`${c.name ?? 'container'}: ${c.reason}`] : [])),
   };
 }

@@ -77,6 +77,7 @@ import { webhookBodyPrefix } from '../core/adapters/aws/webhook-queue.js';
 import { outOfScopeMessage } from '../core/auth.js';
 import { FerryError, missingKeyMessage, noRouteMessage } from '../core/errors.js';
 import { limits } from '../core/limits.js';
+import type { TaskContainer } from '../core/ports.js';
 import { functionEntries } from '../functions/bundle.js';
 import { payloadCopyExpiryDays } from '../functions/payloads.js';
 import { AlarmTopic } from './constructs/alarms.js';
@@ -462,6 +463,8 @@ export class PlatformStack extends Stack {
   readonly webhookDeadLetters: sqs.Queue;
   readonly images: ImageRegistry;
   readonly alarms: AlarmTopic;
+  /** Tasks whose artifact download failed, to the scaler (a failed start of their endpoint). */
+  readonly taskInitFailures: events.Rule;
   readonly timing: ReturnType<typeof integrationTiming>;
   /** Stopped GPU instances per GPU pool (PlatformStackProps.gpuWarmPoolSize). */
   readonly gpuWarmPoolSize: number;
@@ -737,9 +740,30 @@ export class PlatformStack extends Stack {
     // count it (functions/scaler.ts recordTaskStartFailure). Retried: a lost event is a start not
     // counted, and the next failed task counts again; a copy of an event (a retry, or ECS's and
     // Lambda's at-least-once delivery) counts its task no second time.
-    this.alarms.taskStartFailures.addTarget(
-      new eventsTargets.LambdaFunction(this.scalerFunction, { retryAttempts: 2 }),
-    );
+    const countsFailedStart = new eventsTargets.LambdaFunction(this.scalerFunction, { retryAttempts: 2 });
+    this.alarms.taskStartFailures.addTarget(countsFailedStart);
+    // A task whose artifact download (the init container) exited non-zero never ran its agent or
+    // worker either, but ECS documents no stop code for it: this rule hands the scaler such tasks
+    // stopped as EssentialContainerExited (the essential agent's dependency on the init container
+    // failed), and the scaler checks the init container's exit code itself (taskStartFailureOf);
+    // TaskFailedToStart comes through the rule above. The containers condition may match fields of
+    // two different containers (EventBridge documents no per-element matching for arrays of objects,
+    // https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-event-patterns-arrays.html): at
+    // worst a task that ran and crashed reaches the scaler, which counts nothing for it.
+    this.taskInitFailures = new events.Rule(this, 'TaskInitFailures', {
+      description: 'Ferry: a worker task stopped because its artifact download (init container) failed',
+      eventPattern: {
+        source: ['aws.ecs'],
+        detailType: ['ECS Task State Change'],
+        detail: {
+          clusterArn: [this.cluster.clusterArn],
+          lastStatus: ['STOPPED'],
+          stopCode: ['EssentialContainerExited'],
+          containers: { name: ['artifact' satisfies TaskContainer], exitCode: [{ 'anything-but': 0 }] },
+        },
+      },
+      targets: [countsFailedStart],
+    });
     this.observability();
 
     // ── Outputs and exports ───────────────────────────────────────────────────────────────────

@@ -37,6 +37,7 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { containerLogStreamPrefix, jobLogStreamPrefix } from '../../core/adapters/aws/cloudwatch-logs.js';
 import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
+import type { TaskContainer } from '../../core/ports.js';
 import { placeholderWorkerId, workerProtocolEnv } from '../../worker-image/agent/protocol.js';
 import {
   agentMemoryMiB,
@@ -199,7 +200,7 @@ export class EndpointService extends Construct {
     // Every worker base image ships Node and the agent bundle (worker-image/Dockerfile.*), so the
     // agent may run from the same image as the worker: only the entry point differs.
     const entryPoint = [...agentEntryPoint];
-    const artifact = taskDefinition.addContainer('artifact', {
+    const artifact = taskDefinition.addContainer('artifact' satisfies TaskContainer, {
       image: agentImage,
       entryPoint,
       essential: false,
@@ -228,7 +229,7 @@ export class EndpointService extends Construct {
       { sourceVolume: artifactMount.volume, containerPath: artifactMount.path, readOnly: false },
       { sourceVolume: agentMount.volume, containerPath: agentMount.path, readOnly: false },
     );
-    const agent = taskDefinition.addContainer('agent', {
+    const agent = taskDefinition.addContainer('agent' satisfies TaskContainer, {
       image: agentImage,
       entryPoint,
       essential: true,
@@ -246,7 +247,7 @@ export class EndpointService extends Construct {
     // endpoints); the agent beside it is the same, and speaks to it through RUNPOD_WEBHOOK_*.
     const image =
       endpoint.image ?? (placement.kind === 'gpu' ? props.images.gpuWorker : props.images.cpuWorker);
-    const worker = taskDefinition.addContainer('worker', {
+    const worker = taskDefinition.addContainer('worker' satisfies TaskContainer, {
       image: this.containerImage('WorkerImage', image),
       // Not essential: its exit alone must not stop the task before the agent has seen it (a crash,
       // or a failed start counted on the endpoint: worker-image/agent/ecsWorker.ts). The agent, which

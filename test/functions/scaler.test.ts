@@ -779,6 +779,48 @@ describe('a task that stopped before it ran (EventBridge "ECS Task State Change"
     }
   });
 
+  // The init container (the artifact download) exited non-zero: the agent and the worker wait for its
+  // SUCCESS and never start. ECS documents no stop code for this, so it may come as either.
+  const initFailed = (stopCode: string, artifactExit: number, others: Record<string, unknown>[] = []) =>
+    event({
+      stopCode,
+      stoppedReason: 'Essential container in task exited',
+      containers: [
+        { name: 'artifact', lastStatus: 'STOPPED', exitCode: artifactExit },
+        { name: 'agent', lastStatus: 'STOPPED' },
+        { name: 'worker', lastStatus: 'STOPPED' },
+        ...others,
+      ],
+    });
+
+  it('counts a task whose artifact download exited non-zero, under either stop code, naming the download', () => {
+    for (const stopCode of ['EssentialContainerExited', 'TaskFailedToStart']) {
+      expect(taskStartFailureOf(initFailed(stopCode, 1), 'ferry-'), stopCode).toMatchObject({
+        endpointId: 'ep1abc',
+        taskArn: 'arn:aws:ecs:eu-west-1:1:task/ferry/5f1e2d',
+        reason: 'the artifact download exited 1 before the worker could start; `ferry logs` shows its output',
+      });
+    }
+  });
+
+  it('is nothing for a task that ran, or one the scheduler stopped during its download', () => {
+    // The download succeeded, then the agent or the worker ended: the agent saw it and counted.
+    const ran = event({
+      stopCode: 'EssentialContainerExited',
+      stoppedReason: 'Essential container in task exited',
+      containers: [
+        { name: 'artifact', lastStatus: 'STOPPED', exitCode: 0 },
+        { name: 'agent', lastStatus: 'STOPPED', exitCode: 1 },
+        { name: 'worker', lastStatus: 'STOPPED', exitCode: 137 },
+      ],
+    });
+    expect(taskStartFailureOf(ran, 'ferry-')).toBeUndefined();
+    // Scale-in or a deploy stopped the task mid-download: SIGTERM's exit is not the endpoint's fault.
+    for (const stopCode of ['ServiceSchedulerInitiated', 'UserInitiated', 'SpotInterruption']) {
+      expect(taskStartFailureOf(initFailed(stopCode, 143), 'ferry-'), stopCode).toBeUndefined();
+    }
+  });
+
   it('is nothing for a task ECS could not place: no capacity is not the endpoint’s fault', () => {
     // Never on an instance: it waited in PROVISIONING until ECS stopped it.
     expect(taskStartFailureOf(event({ containerInstanceArn: undefined }), 'ferry-')).toBeUndefined();
@@ -839,6 +881,31 @@ describe('failed starts from ECS events, each task counted once (DynamoDB Local)
   const scaler = () => createScaler(() => ({ ...deps, log: (line) => lines.push(line) }));
   beforeEach(() => {
     lines.length = 0;
+  });
+
+  it('three tasks whose artifact download failed make the endpoint failing, with the download named', async () => {
+    const ep = await deploy();
+    const run = scaler();
+    for (const task of ['t1', 't2', 't3']) {
+      const failed = failedTask(ep, task);
+      await run({
+        ...failed,
+        detail: {
+          ...failed.detail,
+          stopCode: 'EssentialContainerExited',
+          stoppedReason: 'Essential container in task exited',
+          containers: [
+            { name: 'artifact', lastStatus: 'STOPPED', exitCode: 1 },
+            { name: 'agent', lastStatus: 'STOPPED' },
+            { name: 'worker', lastStatus: 'STOPPED' },
+          ],
+        },
+      });
+    }
+    const failing = await control.startFailures(ep);
+    expect(failing).toMatchObject({ failedStarts: 3, problem: { state: 'failing' } });
+    expect(failing?.problem?.reason).toContain('the artifact download exited 1');
+    expect(desiredOf(ep)).toBe(0);
   });
 
   it('the same event delivered twice counts once; another task counts again', async () => {

@@ -341,7 +341,7 @@ describe('8. runtime and alarms', () => {
       (r) => r.Properties.EventPattern,
     );
     const topicRef = { Ref: idOf(built.platform.alarms.topic) };
-    const ecs = rules.find((r) => r.Properties.EventPattern.source?.[0] === 'aws.ecs')!;
+    const ecs = rules.find((r) => r.Properties.EventPattern.detail?.stopCode?.[0] === 'TaskFailedToStart')!;
     expect(ecs.Properties.EventPattern).toMatchObject({
       'detail-type': ['ECS Task State Change'],
       detail: { lastStatus: ['STOPPED'], stopCode: ['TaskFailedToStart'] },
@@ -355,7 +355,7 @@ describe('8. runtime and alarms', () => {
 
   it('a task that failed to start also reaches the scaler, which counts it against its endpoint', () => {
     const [ruleId, ecs] = Object.entries(platform.findResources('AWS::Events::Rule')).find(
-      ([, r]) => r.Properties.EventPattern?.source?.[0] === 'aws.ecs',
+      ([, r]) => r.Properties.EventPattern?.detail?.stopCode?.[0] === 'TaskFailedToStart',
     )!;
     const scalerArn = { 'Fn::GetAtt': [idOf(built.platform.scalerFunction), 'Arn'] };
     const target = (ecs.Properties.Targets as Array<Record<string, unknown>>).find(
@@ -383,6 +383,45 @@ describe('8. runtime and alarms', () => {
 });
 
 describe('9. task networking', () => {
+  it('a task whose artifact download failed reaches the scaler alone, from a rule of its own', () => {
+    const rules = Object.entries(platform.findResources('AWS::Events::Rule')).filter(
+      ([, r]) => r.Properties.EventPattern?.source?.[0] === 'aws.ecs',
+    );
+    expect(rules).toHaveLength(2);
+    const [ruleId, init] = rules.find(([, r]) => r.Properties.EventPattern.detail.containers)!;
+    expect(init.Properties.EventPattern).toEqual({
+      source: ['aws.ecs'],
+      'detail-type': ['ECS Task State Change'],
+      detail: {
+        clusterArn: [{ 'Fn::GetAtt': [idOf(built.platform.cluster), 'Arn'] }],
+        lastStatus: ['STOPPED'],
+        stopCode: ['EssentialContainerExited'],
+        containers: { name: ['artifact'], exitCode: [{ 'anything-but': 0 }] },
+      },
+    });
+    // The init container's name is the one the task definitions give it.
+    const definitions = Object.values(app.findResources('AWS::ECS::TaskDefinition'));
+    expect(definitions.length).toBeGreaterThan(0);
+    for (const definition of definitions) {
+      const artifact = definition.Properties.ContainerDefinitions.find(
+        (c: { Name: string }) => c.Name === 'artifact',
+      );
+      expect(artifact).toMatchObject({ Essential: false });
+    }
+    // Only the scaler hears it (a crash of a task that ran may match too: no email for it), retried.
+    const scalerArn = { 'Fn::GetAtt': [idOf(built.platform.scalerFunction), 'Arn'] };
+    expect(init.Properties.Targets).toHaveLength(1);
+    expect(init.Properties.Targets[0]).toMatchObject({
+      Arn: scalerArn,
+      RetryPolicy: { MaximumRetryAttempts: 2 },
+    });
+    const permissions = Object.values(platform.findResources('AWS::Lambda::Permission')).filter(
+      (p) =>
+        p.Properties.Principal === 'events.amazonaws.com' &&
+        JSON.stringify(p.Properties.FunctionName) === JSON.stringify(scalerArn),
+    );
+    expect(permissions.map((p) => p.Properties.SourceArn)).toContainEqual({ 'Fn::GetAtt': [ruleId, 'Arn'] });
+  });
   it('bridge mode: own namespaces, links by name, no fixed host port anywhere', () => {
     for (const e of built.appStack.endpoints) {
       expect(resource(app, e.taskDefinition).Properties.NetworkMode).toBe('bridge');
