@@ -163,7 +163,7 @@ const taskStartFailureSchema = z.object({
         z.object({
           name: z.string().optional(),
           reason: z.string().optional(),
-          exitCode: z.number().optional(),
+          exitCode: z.number().nullish(),
         }),
       )
       .optional(),
@@ -210,7 +210,7 @@ export function taskStartFailureOf(event: unknown, serviceNamePrefix: string): T
   if (!group.startsWith(servicePrefix) || group.length === servicePrefix.length) return undefined;
   if (!containerInstanceArn || placementReason.test(stoppedReason ?? '')) return undefined;
   const initExit = containers?.find((c) => c.name === initContainer)?.exitCode;
-  const initFailed = initExit !== undefined && initExit !== 0;
+  const initFailed = initExit !== undefined && initExit !== null && initExit !== 0;
   // Any other essential exit is a task that ran: its agent saw the worker and counted what it had to.
   if (stopCode === 'EssentialContainerExited' && !initFailed) return undefined;
   return {

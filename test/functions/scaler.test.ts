@@ -821,6 +821,24 @@ describe('a task that stopped before it ran (EventBridge "ECS Task State Change"
     }
   });
 
+  it('reads a container whose exit code is null as one that did not exit: a failed start still counts', () => {
+    const nulls = event({
+      containers: [
+        { name: 'artifact', lastStatus: 'STOPPED', exitCode: null },
+        { name: 'worker', reason: 'CannotPullContainerError: not found', exitCode: null },
+      ],
+    });
+    expect(taskStartFailureOf(nulls, 'ferry-')).toMatchObject({
+      reason: 'CannotPullContainerError: pull image manifest has been retried 5 time(s)',
+    });
+    expect(
+      taskStartFailureOf(
+        { ...nulls, detail: { ...nulls.detail, stopCode: 'EssentialContainerExited' } },
+        'ferry-',
+      ),
+    ).toBeUndefined();
+  });
+
   it('is nothing for a task ECS could not place: no capacity is not the endpoint’s fault', () => {
     // Never on an instance: it waited in PROVISIONING until ECS stopped it.
     expect(taskStartFailureOf(event({ containerInstanceArn: undefined }), 'ferry-')).toBeUndefined();
