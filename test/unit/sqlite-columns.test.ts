@@ -15,6 +15,7 @@ import { afterEach, beforeEach, expect, it } from 'vitest';
 import { type LocalDatabase, openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { FakeClock } from '../../core/clock.js';
 import type { JobEngine } from '../../core/engine.js';
+import { FerryError } from '../../core/errors.js';
 import { type Job, runDeadlineOf } from '../../core/job.js';
 import { localEngine } from '../support/localEngine.js';
 
@@ -247,3 +248,24 @@ for (const schema of [1, 2] as const) {
     expect(rowOf(job.id)).toMatchObject({ status: 'IN_QUEUE', output: null, error: null, version: 5, body });
   });
 }
+
+it('refuses a file a newer Ferry wrote as the user’s error (exit 2) with the way on, and leaves it as it was', async () => {
+  await db.close();
+  raw.close();
+  const file = join(dir, 'newer.db');
+  const newer = new Database(file);
+  newer.pragma('user_version = 99');
+  newer.close();
+  let refused: unknown;
+  try {
+    openLocalDatabase(file, { clock });
+  } catch (error) {
+    refused = error;
+  }
+  expect(refused).toBeInstanceOf(FerryError);
+  expect(refused).toMatchObject({ code: 'usage', hint: expect.stringContaining('Upgrade Ferry') });
+  expect((refused as Error).message).toContain('schema 99; this one reads up to 3');
+  raw = new Database(file, { readonly: true });
+  expect(raw.pragma('user_version', { simple: true })).toBe(99);
+  db = openLocalDatabase(join(dir, 'other.db'), { clock });
+});

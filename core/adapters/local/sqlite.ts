@@ -22,7 +22,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { systemClock } from '../../clock.js';
-import { conflict, FerryError, internal } from '../../errors.js';
+import { conflict, FerryError, internal, usage } from '../../errors.js';
 import {
   decodeJobCursor,
   encodeJobCursor,
@@ -407,7 +407,11 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     configureConnection(db, options.synchronous);
     const version = db.pragma('user_version', { simple: true }) as number;
     if (version > schemaVersion) {
-      throw new Error(`The database ${path} was written by a newer Ferry (schema ${version}); upgrade Ferry`);
+      // The user's situation, not a bug: an older Ferry run on a FERRY_HOME a newer one has migrated.
+      throw usage(
+        `The database ${path} was written by a newer Ferry (schema ${version}; this one reads up to ${schemaVersion})`,
+        'Upgrade Ferry to the version that wrote it, or point FERRY_HOME at another folder.',
+      );
     }
     enableIncrementalVacuum(db);
     // After the VACUUM above: with temp_store = MEMORY its copy of the whole file would be in memory.
