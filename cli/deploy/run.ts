@@ -128,6 +128,7 @@ export async function warnOfMissingSecrets(
 export async function deployProject(options: DeployOptions): Promise<DeployResult> {
   const { provider, reporter, app } = options;
 
+  if (options.serve) await provider.checkServable?.();
   const built: BuildResult = await stageOf(reporter, 1, 'Build', () =>
     buildProject({
       ...options.build,

@@ -213,6 +213,16 @@ export class LocalProvider implements Provider {
     return this.#url;
   }
 
+  /**
+   * The check ensureServing makes before it detaches a server, made before the build: a FERRY_PORT
+   * taken now fails the deploy at once (exit 2) instead of after the build and upload. ensureServing
+   * checks again, since the port may be taken in between.
+   */
+  async checkServable(): Promise<void> {
+    if (await this.serving()) return;
+    await portToListenOn('127.0.0.1', requestedPort(this.options.env));
+  }
+
   async ensureServing(reporter: Reporter): Promise<ServingState> {
     const url = await this.serving();
     if (url) return { url, started: false };

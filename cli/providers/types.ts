@@ -86,6 +86,11 @@ export interface Provider {
   dnsRecord?(record: EndpointRecord): DnsRecord | undefined;
   /** Makes sure something serves the endpoints (may start it). */
   ensureServing(reporter: Reporter): Promise<ServingState>;
+  /**
+   * Refuses now what ensureServing would refuse after the build and upload (a local FERRY_PORT that
+   * is taken), so a deploy fails before its slow stages. Absent: nothing to check early.
+   */
+  checkServable?(): Promise<void>;
   /** Whether the endpoints are served right now, and where. */
   serving(): Promise<string | undefined>;
   /** A client API key that the served endpoints accept, and where it came from. */

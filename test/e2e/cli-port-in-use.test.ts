@@ -1,7 +1,7 @@
 /**
  * A port in use is the user's to change, through the real binary, whichever command met it: exit 2,
  * `Error: Port N on HOST is in use`, and a hint naming the setting that chose the port (FERRY_PORT,
- * or --port). A local deploy finds it before it detaches a server; a detached server that loses the
+ * or --port). A local deploy finds it before it builds anything; a detached server that loses the
  * port anyway exits 2 and its caller says the same; `ferry dev` finds it before its platform starts.
  * Each port is held by a listener of this test's own, picked free at run time.
  */
@@ -58,7 +58,7 @@ function groupAlive(pid: number): boolean {
   }
 }
 
-it('a local deploy finds a taken FERRY_PORT before it starts a server: exit 2, FERRY_PORT named', async () => {
+it('a local deploy finds a taken FERRY_PORT before it builds anything: exit 2, FERRY_PORT named', async () => {
   const port = await busyPort();
   mkdirSync(sandbox.home, { recursive: true });
   const serveLog = path.join(sandbox.home, 'serve.log');
@@ -69,6 +69,9 @@ it('a local deploy finds a taken FERRY_PORT before it starts a server: exit 2, F
   });
   refusedTaken(result, port, fromFerryPort(port));
   expect(result.stderr).not.toContain('an old');
+  // Found before the build: nothing was built, uploaded or recorded first.
+  expect(result.stderr).not.toContain('[1/5] Build');
+  expect(existsSync(path.join(project, '.ferry', 'artifact.tar.gz'))).toBe(false);
   // No server was detached: none wrote to the log or recorded itself.
   expect(readFileSync(serveLog, 'utf8')).toBe('Error: an old failure of another day\n  hint: an old hint\n');
   expect(existsSync(path.join(sandbox.home, 'server.json'))).toBe(false);
