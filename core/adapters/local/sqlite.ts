@@ -761,21 +761,19 @@ function queryColumns(job: Job) {
 /** The output column: the output as JSON text, null when the job has none. */
 const outputText = (output: unknown) => (output === undefined ? null : JSON.stringify(output));
 
-/** The columns a move may change (id and endpoint_id never do; version always does). */
-const movableColumns = [
-  'status',
-  'created_at',
-  'expires_at',
-  'lease_until',
-  'started_at',
-  'finished_at',
-  'worker_id',
-  'attempt',
+/** The column of each moving field (jobFieldColumns). */
+type FieldColumn = (typeof jobFieldColumns)[keyof typeof jobFieldColumns];
+
+/**
+ * The columns a move may change: every moving field's but version (always written), and run_deadline
+ * (started_at + the policy's timeout). Derived, so a field added to jobFieldColumns is written too.
+ */
+const movableColumns: readonly (Exclude<FieldColumn, 'version'> | 'run_deadline')[] = [
+  ...Object.values(jobFieldColumns).filter(
+    (column): column is Exclude<FieldColumn, 'version'> => column !== 'version',
+  ),
   'run_deadline',
-  'retries',
-  'output',
-  'error',
-] as const;
+];
 
 class SqliteJobStore implements JobStore {
   readonly #insert;
