@@ -77,7 +77,6 @@ import type {
   JobQueue,
   QueuedJobCount,
   StartFailureRecord,
-  TaskContainer,
   TaskStartFailureRecord,
   Watch,
   WorkerRegistry,
@@ -95,7 +94,7 @@ import {
 import { defaultSupervisorSettings } from '../core/supervisor.js';
 import { placementFor, poolMaxInstances } from '../infra/gpu.js';
 import { wakeAlarmPrefix } from '../infra/names.js';
-import { healthCheckGraceSecOf } from '../infra/task-layout.js';
+import { healthCheckGraceSecOf, initContainer } from '../infra/task-layout.js';
 import { scalerDepsFromEnv } from './wiring.js';
 
 /** What one run scales: every endpoint (the schedule), or one (a nudge). */
@@ -169,9 +168,6 @@ const taskStartFailureSchema = z.object({
       .optional(),
   }),
 });
-
-/** The init container of every endpoint task (infra/constructs/service.ts): the artifact download. */
-const initContainer: TaskContainer = 'artifact';
 
 export interface TaskStartFailure {
   endpointId: string;

@@ -77,7 +77,6 @@ import { webhookBodyPrefix } from '../core/adapters/aws/webhook-queue.js';
 import { outOfScopeMessage } from '../core/auth.js';
 import { FerryError, missingKeyMessage, noRouteMessage } from '../core/errors.js';
 import { limits } from '../core/limits.js';
-import type { TaskContainer } from '../core/ports.js';
 import { functionEntries } from '../functions/bundle.js';
 import { payloadCopyExpiryDays } from '../functions/payloads.js';
 import { AlarmTopic } from './constructs/alarms.js';
@@ -122,7 +121,7 @@ import {
   poolZones,
 } from './pool-zones.js';
 import { keptWhenStackDeleted } from './retention.js';
-import { ephemeralPorts } from './task-layout.js';
+import { ephemeralPorts, initContainer } from './task-layout.js';
 
 export { clusterName, queueNamePrefix } from './names.js';
 
@@ -759,7 +758,7 @@ export class PlatformStack extends Stack {
           clusterArn: [this.cluster.clusterArn],
           lastStatus: ['STOPPED'],
           stopCode: ['EssentialContainerExited'],
-          containers: { name: ['artifact' satisfies TaskContainer], exitCode: [{ 'anything-but': 0 }] },
+          containers: { name: [initContainer], exitCode: [{ 'anything-but': 0 }] },
         },
       },
       targets: [countsFailedStart],

@@ -4,6 +4,14 @@
  * tests that read it back.
  */
 import { limits } from '../core/limits.js';
+import type { TaskContainer } from '../core/ports.js';
+
+/**
+ * The init container of every endpoint task: the artifact download, which the agent and the worker
+ * wait for (SUCCESS). The platform's rule for its failures and the scaler match it by this name in
+ * ECS's task events (functions/scaler.ts taskStartFailureOf).
+ */
+export const initContainer: TaskContainer = 'artifact';
 
 /**
  * How the agent starts (worker-image/agent/bundle.ts writes agent.mjs), as the agent image's own

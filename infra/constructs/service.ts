@@ -57,6 +57,7 @@ import {
   artifactMount,
   drainMs,
   healthCheckGraceSecOf,
+  initContainer,
   leaseTiming,
   linkNames,
   ports,
@@ -200,7 +201,7 @@ export class EndpointService extends Construct {
     // Every worker base image ships Node and the agent bundle (worker-image/Dockerfile.*), so the
     // agent may run from the same image as the worker: only the entry point differs.
     const entryPoint = [...agentEntryPoint];
-    const artifact = taskDefinition.addContainer('artifact' satisfies TaskContainer, {
+    const artifact = taskDefinition.addContainer(initContainer, {
       image: agentImage,
       entryPoint,
       essential: false,
