@@ -158,7 +158,7 @@ export function listenFailure(
     return usage(
       `Port ${port} on ${host} is in use`,
       portSetBy === 'FERRY_PORT'
-        ? `Stop what listens on port ${port}, or set FERRY_PORT to another port (unset, 8888 or the next free one is used).`
+        ? `Stop what listens on port ${port}, or set FERRY_PORT to another port (or unset it for the default, 8888).`
         : 'Pass --port <n>.',
     );
   if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EAI_AGAIN')

@@ -36,7 +36,7 @@ async function busyPort(): Promise<number> {
 }
 
 const fromFerryPort = (port: number) =>
-  `  hint: Stop what listens on port ${port}, or set FERRY_PORT to another port (unset, 8888 or the next free one is used).\n`;
+  `  hint: Stop what listens on port ${port}, or set FERRY_PORT to another port (or unset it for the default, 8888).\n`;
 
 /** The usage error of a taken port, and nothing else on stderr after it: no stack, no log dump. */
 function refusedTaken(result: RunResult, port: number, hint: string): void {
