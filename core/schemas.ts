@@ -96,7 +96,7 @@ export const jobLogSchema = z
         z
           .object({
             jobId: z.string().min(1).max(256),
-            atMs: z.number().int().nonnegative(),
+            atMs: z.preprocess(roundedIfMarker, z.number().int().nonnegative()),
             stream: z.enum(['stdout', 'stderr']),
             text: z.string(),
           })

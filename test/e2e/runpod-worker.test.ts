@@ -66,6 +66,22 @@ it('gets and answers a 64-bit integer with every digit (core/json.ts)', async ()
   expect(text).toContain('"output":{"seed":18446744073709551615,"next":18446744073709551616}');
 });
 
+it('gets whole floats as floats, and answers them as floats (core/json.ts)', async () => {
+  const response = await fetch(`${platform.baseUrl}/runpod-style/runsync`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${testApiKey}`, 'content-type': 'application/json' },
+    body: '{"input":{"floats":[1.0,-0.0,1e2,2.5,3]}}',
+  });
+  // As text: JSON.parse here would write 2.0 as 2 again.
+  const text = await response.text();
+  expect(response.status).toBe(200);
+  expect(text).toContain('"status":"COMPLETED"');
+  // Python's own json.dumps wrote the doubles as 2.0, -0.0, 200.0: they come back as it wrote them.
+  expect(text).toContain(
+    '"output":{"types":["float","float","float","float","int"],"doubled":[2.0,-0.0,200.0,5.0,6]}',
+  );
+});
+
 it('streams a generator and aggregates it', async () => {
   const { body } = await call(platform.baseUrl, 'POST', '/runpod-style/run', {
     input: { text: 'a b c', stream: true },

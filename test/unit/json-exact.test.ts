@@ -1,10 +1,12 @@
 /**
- * JSON in and out exactly (core/json.ts): integers beyond 2^53 keep their digits from a request body
- * to every answer, through the stores' own JSON; nothing else changes, and the marker text is refused.
+ * JSON in and out exactly (core/json.ts): integers beyond 2^53 keep their digits, and whole floats
+ * (1.0, 1e2, -0.0) their fraction or exponent, from a request body to every answer, through the
+ * stores' own JSON; nothing else changes, and the marker text is refused.
  */
 import { describe, expect, it } from 'vitest';
 import { FerryError } from '../../core/errors.js';
 import { JsonText, parseJsonExact, stringifyJsonExact } from '../../core/json.js';
+import { parseOr400, policySchema } from '../../core/schemas.js';
 
 const parse = (text: string) => parseJsonExact(Buffer.from(text), 'Request body');
 /** In, through a store's JSON.stringify / JSON.parse, and out again. */
@@ -63,6 +65,42 @@ describe('integers beyond 2^53', () => {
   });
 });
 
+describe('floats whose value is whole', () => {
+  it('keep the literal they came as, so Python reads a float again (JSON.stringify wrote 1.0 as 1)', () => {
+    for (const text of [
+      '{"scale":1.0,"weights":[1.0,0.0,-0.0,2.5,1],"e":[1e2,1E2,3.2e10,-4.0e+3,1.5e-400]}',
+      '{"big":12345678901234567890.0,"nines":0.99999999999999999999,"tiny":1.0000000000000001}',
+      '[1.0]',
+      '-0.0',
+      // After text of two, three and four bytes a character: the way out counts bytes, not characters.
+      '{"s":"é☃ 😀","f":1.0,"t":"\\"1.0","g":[2.0]}',
+    ]) {
+      expect(roundTrip(text)).toBe(text);
+    }
+    // JSON.parse and JSON.stringify alone: what a Python handler then read as ints.
+    expect(JSON.stringify(JSON.parse('[1.0,-0.0,1e2]'))).toBe('[1,0,100]');
+  });
+
+  it('leave every other number a number: fractions, exponents that are not whole, 1e21 and up', () => {
+    expect(parse('{"v":[0.5,2.5,0.12345678901234568,123456789012.5,0.9,1e-7,1e300,1e21,-7]}')).toEqual({
+      v: [0.5, 2.5, 0.12345678901234568, 123456789012.5, 0.9, 1e-7, 1e300, 1e21, -7],
+    });
+    expect(roundTrip('{"v":[0.5,0.9,1e-7,1e+300,1e21]}')).toBe('{"v":[0.5,0.9,1e-7,1e+300,1e+21]}');
+  });
+
+  it('still read as the number they are where the API takes a number (a policy)', () => {
+    const body = parse('{"policy":{"ttl":60000.0,"executionTimeout":1e5}}') as { policy: unknown };
+    expect(parseOr400(policySchema, body.policy, 'policy')).toEqual({ ttl: 60000, executionTimeout: 100000 });
+  });
+
+  it('do not turn text that is not JSON into JSON, and are refused as marker text', () => {
+    refused('{"a":01.0}', /not valid JSON/);
+    refused('{"a":1.}', /not valid JSON/);
+    refused('{"a":-}', /not valid JSON/);
+    refused('{"s":"\\u0000ferry-int:1.0"}', /reserved/);
+  });
+});
+
 describe('the marker text', () => {
   it('is refused where JSON comes in, as a whole string, inside one, or in a key', () => {
     refused('{"s":"\\u0000ferry-int:5"}', /reserved/);
@@ -82,6 +120,9 @@ describe('the marker text', () => {
     // A log line (worker output, never parsed on the way in) holding the text inside a string.
     const text = stringifyJsonExact({ line: 'x"\u0000ferry-int:5', n: 1 });
     expect(JSON.parse(text)).toEqual({ line: 'x"\u0000ferry-int:5', n: 1 });
+    // Nor as a key (a body cannot hold one; an object built inside the platform could).
+    const keyed = stringifyJsonExact({ '\u0000ferry-int:5': 1, n: '\u0000ferry-int:2.0' });
+    expect(keyed).toBe('{"\\u0000ferry-int:5":1,"n":2.0}');
   });
 });
 
