@@ -571,6 +571,15 @@ class FileScanner:
         python_version = raw.get("python_version")
         if python_version is not None and python_version not in PYTHON_VERSIONS:
             bad("Endpoint '%s': python_version must be one of %s (got %r)" % (name, ", ".join(PYTHON_VERSIONS), python_version))
+        system_dependencies = str_list("system_dependencies")
+        if system_dependencies:
+            # Accepted as Flash accepts it, but nothing installs system packages: say so where the
+            # user can act, rather than let the first call fail on a missing binary.
+            self.warnings.append({"file": self.rel, "line": call.lineno, "message": (
+                "Endpoint '%s': system_dependencies %s are not installed by Ferry: locally they come "
+                "from this machine, and Ferry's AWS worker images (slim Python, or CUDA runtime for "
+                "GPUs) do not have them; to run with them on AWS, build an image that has them and "
+                "declare an image endpoint (image=...)" % (name, ", ".join(system_dependencies)))})
         return {
             "name": name,
             "gpu": gpus,
@@ -585,7 +594,7 @@ class FileScanner:
             "env": env,
             "secrets": secrets,
             "dependencies": dependencies,
-            "systemDependencies": str_list("system_dependencies"),
+            "systemDependencies": system_dependencies,
             "pythonVersion": python_version,
         }
 

@@ -114,6 +114,12 @@ async def agen(prompt):
     });
     expect(result.lines.get('agen')).toEqual({ file: 'workers/fns.py', line: 20 });
     expect(result.files.find((f) => f.path === 'workers/fns.py')!.imports).toContain('ferry');
+    // Recorded, but nothing installs them: the build says so where the endpoint is declared.
+    expect(result.warnings).toEqual([
+      expect.stringMatching(
+        /^workers\/fns\.py:20: Endpoint 'agen': system_dependencies ffmpeg are not installed by Ferry: .*image=/,
+      ),
+    ]);
   });
 
   it('finds class endpoints with one or several public methods, and `import ferry` spelled out', async () => {
