@@ -299,7 +299,7 @@ describe('big bodies through the 10 MB / 6 MB front door', () => {
     expect(r.body.error).toMatch(/not valid JSON/);
   });
 
-  it('an upload passes the checks a body does: __proto__ refused, a 64-bit integer exact (core/json.ts)', async () => {
+  it('an upload passes the checks a body does: __proto__ refused, a 64-bit integer and a whole float exact (core/json.ts)', async () => {
     const proto = await call('POST', '/idle/uploads');
     await fetch(proto.body.uploadUrl, { method: 'PUT', body: '{"__proto__":{"admin":true}}' });
     const refused = await call('POST', '/idle/run', { inputRef: proto.body.inputRef });
@@ -307,12 +307,12 @@ describe('big bodies through the 10 MB / 6 MB front door', () => {
     expect(refused.body.error).toBe('JSON keys named "__proto__" are not accepted');
 
     const seed = await call('POST', '/idle/uploads');
-    await fetch(seed.body.uploadUrl, { method: 'PUT', body: '{"seed":18446744073709551615}' });
+    await fetch(seed.body.uploadUrl, { method: 'PUT', body: '{"seed":18446744073709551615,"scale":1.0}' });
     const run = await call('POST', '/idle/run', { inputRef: seed.body.inputRef });
     expect(run.body.status).toBe('IN_QUEUE');
-    // Queued, so status shows the input: with every digit.
+    // Queued, so status shows the input: with every digit, and the float still a float.
     const status = await call('GET', `/idle/status/${run.body.id}`);
-    expect(status.text).toContain('"input":{"seed":18446744073709551615}');
+    expect(status.text).toContain('"input":{"seed":18446744073709551615,"scale":1.0}');
   });
 });
 
