@@ -15,6 +15,7 @@
  * found on the way out is always one of these. Python's json module (the worker side and RunPod's
  * clients) reads the literal back as the same integer, or the same float.
  */
+import { isUtf8 } from 'node:buffer';
 import { badRequest, FerryError } from './errors.js';
 
 /** What a marker string starts with: a NUL, which JSON text can only carry escaped, then a name. */
@@ -63,10 +64,12 @@ const tooDeep = (depth: number) =>
 /**
  * The JSON `bytes` hold, parsed, with the number literals JSON.stringify would not write back as
  * they read (an integer beyond 2^53, a whole float) as marker strings. 400 (naming `what`,
- * e.g. "Request body") for text that is not JSON, nested deeper than maxJsonDepth, or not storable
- * as received.
+ * e.g. "Request body") for bytes that are not UTF-8, text that is not JSON, nesting deeper than
+ * maxJsonDepth, or a value not storable as received.
  */
 export function parseJsonExact(bytes: Buffer, what: string): unknown {
+  // JSON travels as UTF-8 (RFC 8259, section 8.1); decoding other bytes would store U+FFFD in their place.
+  if (!isUtf8(bytes)) throw badRequest(`${what} is not valid UTF-8`);
   const shape = jsonShape(bytes);
   if (shape.depth > maxJsonDepth) throw tooDeep(shape.depth);
   const text = markChangingNumbers(bytes, shape.changing);

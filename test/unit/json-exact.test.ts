@@ -60,6 +60,16 @@ describe('integers beyond 2^53', () => {
     refused('[1 12345678901234567890]', /not valid JSON/);
   });
 
+  it('refuse bytes that are not UTF-8 rather than store U+FFFD in their place', () => {
+    expect(() =>
+      parseJsonExact(
+        Buffer.from([0x7b, 0x22, 0x61, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d]),
+        'Request body',
+      ),
+    ).toThrow(/Request body is not valid UTF-8/);
+    expect(parse('{"a":"é☃ 😀"}')).toEqual({ a: 'é☃ 😀' });
+  });
+
   it('still refuse a number beyond double range', () => {
     refused(`{"n":${'9'.repeat(400)}}`, /too large to store/);
   });
