@@ -353,6 +353,7 @@ export class AwsProvider implements Provider {
     const availabilityZones = await this.#platformZones(reporter);
     const settings = platformSettings(undefined, this.options.env);
     const assembly = await this.#synth({
+      reporter,
       manifest: input.manifest,
       app: input.manifest.app,
       env,
@@ -614,35 +615,41 @@ export class AwsProvider implements Provider {
     cfnValidate?: boolean;
     /** As the deployed stacks have it (infra/app.ts terminationProtection); none: off. */
     terminationProtection?: { platform: boolean; app: boolean };
+    /** Where each phase shows (a synth takes tens of seconds on a small machine, first time). */
+    reporter: Reporter;
   }): Promise<SynthesizedAssembly> {
-    const functionsCodeDir = await this.#functions();
+    const functionsCodeDir = await input.reporter.step('Bundle the platform functions', () =>
+      this.#functions(),
+    );
     const { synthesize } = await loadInfra();
     const { https } = input;
-    return this.#toolkit.synth(
-      ({ outdir, context }) =>
-        synthesize({
-          manifest: input.manifest,
-          app: input.app,
-          env: input.env,
-          functionsCodeDir,
-          artifact: { key: input.artifactKey },
-          images: input.images,
-          instanceTypes: input.instanceTypes,
-          ...(input.availabilityZones ? { availabilityZones: input.availabilityZones } : {}),
-          ...(input.instanceTypeZones ? { instanceTypeZones: input.instanceTypeZones } : {}),
-          ...(input.cloudFrontPrefixListId ? { cloudFrontPrefixListId: input.cloudFrontPrefixListId } : {}),
-          ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
-          ...(input.servicesCreated ? { servicesCreated: input.servicesCreated } : {}),
-          ...(input.callKeyIds ? { callKeyIds: input.callKeyIds } : {}),
-          cfnValidate: input.cfnValidate ?? false,
-          ...(input.terminationProtection ? { terminationProtection: input.terminationProtection } : {}),
-          ...(https ? { https } : {}),
-          ...input.platformSettings,
-          ferryVersion: ferryVersion(),
-          ...(outdir ? { outdir } : {}),
-          ...(context ? { context } : {}),
-        }),
-      { outdir: this.assemblyDir },
+    return input.reporter.step('Synthesize the CloudFormation templates', () =>
+      this.#toolkit.synth(
+        ({ outdir, context }) =>
+          synthesize({
+            manifest: input.manifest,
+            app: input.app,
+            env: input.env,
+            functionsCodeDir,
+            artifact: { key: input.artifactKey },
+            images: input.images,
+            instanceTypes: input.instanceTypes,
+            ...(input.availabilityZones ? { availabilityZones: input.availabilityZones } : {}),
+            ...(input.instanceTypeZones ? { instanceTypeZones: input.instanceTypeZones } : {}),
+            ...(input.cloudFrontPrefixListId ? { cloudFrontPrefixListId: input.cloudFrontPrefixListId } : {}),
+            ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
+            ...(input.servicesCreated ? { servicesCreated: input.servicesCreated } : {}),
+            ...(input.callKeyIds ? { callKeyIds: input.callKeyIds } : {}),
+            cfnValidate: input.cfnValidate ?? false,
+            ...(input.terminationProtection ? { terminationProtection: input.terminationProtection } : {}),
+            ...(https ? { https } : {}),
+            ...input.platformSettings,
+            ferryVersion: ferryVersion(),
+            ...(outdir ? { outdir } : {}),
+            ...(context ? { context } : {}),
+          }),
+        { outdir: this.assemblyDir },
+      ),
     );
   }
 
@@ -653,6 +660,7 @@ export class AwsProvider implements Provider {
   }> {
     const https = lbHttpsFrom(this.options.env, this.options.projectDir);
     const assembly = await this.#synth({
+      reporter: input.reporter,
       manifest: input.manifest,
       app: input.app,
       env: input.env,
@@ -738,6 +746,7 @@ export class AwsProvider implements Provider {
     // is deployed with it.
     const shared = platformSettings(platform, this.options.env, deployer ? reporter : undefined);
     const assembly = await this.#synth({
+      reporter,
       manifest,
       app,
       env,
