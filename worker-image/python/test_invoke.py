@@ -174,6 +174,15 @@ class ErrorFormatTest(unittest.TestCase):
         with self.assertRaises(OutputError):
             to_json_bytes({"output": float("nan")})
 
+    def test_a_lone_surrogate_goes_back_as_the_escape_it_came_as(self):
+        # json.loads('"\\ud800"') is valid JSON that UTF-8 cannot encode as it is.
+        value = json.loads('{"text": "\\ud800 é"}')
+        body = to_json_bytes({"output": value})
+        self.assertEqual(body, b'{"output": {"text": "\\ud800 \\u00e9"}}')
+        self.assertEqual(json.loads(body), {"output": value})
+        # The common path stays UTF-8 text, not escapes.
+        self.assertEqual(to_json_bytes({"output": "é"}), '{"output": "é"}'.encode())
+
 
 class LogRoutingTest(unittest.TestCase):
     def setUp(self):

@@ -118,6 +118,10 @@ class LoadBalancedWorkerTest(unittest.TestCase):
         self.assertEqual(status, 400)
         self.assertIn("not valid JSON", body["error"])
 
+    def test_a_lone_surrogate_in_the_body_comes_back_as_its_escape(self):
+        status, body = request(self.base, "POST", "/process", raw=b'{"input_data": {"a": "\\ud800"}}')
+        self.assertEqual((status, body), (200, {"received": {"a": "\ud800"}, "keys": 1}))
+
     def test_missing_param_is_400(self):
         status, body = request(self.base, "POST", "/process", {"other": 1})
         self.assertEqual(status, 400)

@@ -49,6 +49,14 @@ class LogShipperTest(unittest.TestCase):
         self.assertEqual(echo.getvalue(), "")  # shipped lines are not echoed twice
         shipper.close()
 
+    def test_a_line_with_a_lone_surrogate_is_shipped_as_its_escape(self):
+        route, echo = FakeRoute(), io.StringIO()
+        shipper = logs.LogShipper(route, echo, interval_s=60)
+        shipper.add("job-5", "stdout", "half a pair: \ud800", 1)
+        shipper.flush()
+        self.assertEqual([line["text"] for line in route.lines()], ["half a pair: \ud800"])
+        shipper.close()
+
     def test_a_platform_without_the_route_gets_the_lines_on_stderr(self):
         route, echo = FakeRoute(404), io.StringIO()
         shipper = logs.LogShipper(route, echo, interval_s=60)

@@ -136,6 +136,11 @@ class QueueWorkerTest(unittest.TestCase):
         done = self.run_job("job-shout", {"method": "shout", "text": "hey"})
         self.assertEqual(done["body"], {"output": "HEY"})
 
+    def test_a_lone_surrogate_in_the_input_comes_back_in_the_result(self):
+        # "\ud800" is valid JSON text; Python reads it as a str that UTF-8 cannot encode.
+        done = self.run_job("job-surrogate", {"method": "shout", "text": "a\ud800"})
+        self.assertEqual(done["body"], {"output": "A\ud800"})
+
     def test_generator_streams_chunks_then_aggregate(self):
         done = self.run_job("job-count", {"method": "count", "n": 3})
         self.assertEqual(done["query"]["isStream"], "true")

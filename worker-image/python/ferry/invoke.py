@@ -213,11 +213,23 @@ class OutputError(TypeError):
 
 
 def to_json_bytes(body):
-    # allow_nan=False: NaN is not JSON and the server would reject the whole result.
+    """`body` as the UTF-8 JSON text the platform takes: every body this package sends with user
+    data in it (job-done, job-done-batch, job-stream, progress updates, shipped log lines, the
+    load-balanced answers) is written here. allow_nan=False: NaN is not JSON and the platform
+    would refuse the whole result.
+
+    A str may hold a lone surrogate (json.loads makes one of the valid JSON text "\\ud800"), which
+    UTF-8 cannot encode: such a body is written with ensure_ascii=True instead, which gives it back
+    as the same \\ud800 escape. ensure_ascii=False stays the common path (a shorter text, and a
+    faster one for non-ASCII text)."""
     try:
-        return json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        text = json.dumps(body, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise OutputError(f"the handler's result is not JSON serializable: {exc}") from None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(body, allow_nan=False).encode("ascii")
 
 
 def check_jsonable(value, what):

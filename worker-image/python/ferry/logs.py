@@ -14,12 +14,13 @@ output goes to the worker's stderr without a prefix.
 
 import contextvars
 import io
-import json
 import os
 import re
 import sys
 import threading
 import time
+
+from .invoke import to_json_bytes
 
 _current = contextvars.ContextVar("ferry_job_log", default=None)
 _echo_lock = threading.Lock()
@@ -208,7 +209,7 @@ class LogShipper:
         if not self.enabled:
             self._echo_lines(batch)
             return
-        body = json.dumps({"lines": batch}, ensure_ascii=False).encode("utf-8")
+        body = to_json_bytes({"lines": batch})
         try:
             status = self._post(body)
         except (OSError, ValueError) as exc:
