@@ -163,6 +163,14 @@ class ErrorFormatTest(unittest.TestCase):
         info = json.loads(error_body(InputError("input is wrong"), "w")["error"])
         self.assertEqual((info["error_message"], info["error_traceback"]), ("input is wrong", ""))
 
+    def test_output_errors_carry_no_traceback(self):
+        try:
+            to_json_bytes({"output": {1, 2}})
+        except OutputError as exc:
+            info = json.loads(error_body(exc, "w")["error"])
+        self.assertIn("the handler's result is not JSON serializable", info["error_message"])
+        self.assertEqual(info["error_traceback"], "")
+
     def test_empty_message_falls_back_to_the_type(self):
         info = json.loads(error_body(KeyError(), "w")["error"])
         self.assertEqual(info["error_message"], "KeyError")

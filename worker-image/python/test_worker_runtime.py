@@ -71,6 +71,10 @@ APP = textwrap.dedent(
         def unserializable(self):
             return {"a set": {1, 2}}
 
+        def yields_unserializable(self):
+            yield "fine"
+            yield {"a set": {1, 2}}
+
 
     @Endpoint(name="hello")
     def hello(name="world", *, job):
@@ -194,6 +198,11 @@ class QueueWorkerTest(unittest.TestCase):
     def test_unserializable_output_fails_clearly(self):
         info = self.error_of(self.run_job("job-set", {"method": "unserializable"}))
         self.assertIn("not JSON serializable", info["error_message"])
+        # What was wrong is the result, not a line of code: no traceback of Ferry's own frames.
+        self.assertEqual(info["error_traceback"], "")
+        info = self.error_of(self.run_job("job-yields-set", {"method": "yields_unserializable"}))
+        self.assertIn("a yielded value is not JSON serializable", info["error_message"])
+        self.assertEqual(info["error_traceback"], "")
 
     def test_handler_cancelling_itself_fails_the_job(self):
         info = self.error_of(self.run_job("job-selfcancel", {"method": "cancels_itself"}))

@@ -203,8 +203,10 @@ def error_info(exc, worker_id, with_traceback=True):
 
 
 def error_body(exc, worker_id):
-    """The job-done body for a failed job: `error` is a JSON *string*, as RunPod's SDK sends it."""
-    with_tb = not isinstance(exc, InputError)
+    """The job-done body for a failed job: `error` is a JSON *string*, as RunPod's SDK sends it.
+    The input not fitting the handler (InputError) or its result not being JSON (OutputError) is
+    said by the message alone: their tracebacks are this package's frames, not the user's code."""
+    with_tb = not isinstance(exc, (InputError, OutputError))
     return {"error": json.dumps(error_info(exc, worker_id, with_tb), ensure_ascii=False)}
 
 

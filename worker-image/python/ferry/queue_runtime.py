@@ -479,6 +479,9 @@ class QueueRuntime:
         return await self._blocking(ctx.run, self._run_sync, run)
 
     def _failure(self, exc):
+        if isinstance(exc, OutputError):  # a yielded value that is not JSON: said, without our frames
+            print(f"ferry: {exc}", file=sys.stderr)
+            return error_body(exc, self.worker_id)
         exc = _without_runtime_frames(exc)
         traceback.print_exception(type(exc), exc, exc.__traceback__)  # into the job's log
         return error_body(exc, self.worker_id)
