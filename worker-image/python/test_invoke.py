@@ -262,6 +262,24 @@ class RouterTest(unittest.TestCase):
         self.assertEqual(status, 400)
         self.assertIn("must be a JSON object", body["error"])
 
+    def test_a_body_nested_too_deep_is_400_naming_the_limit(self):
+        for body in (b'{"a":' + b"[" * 100000 + b"]" * 100000 + b"}", b"{" + b'"a":[' * 512 + b"]" * 512 + b"}"):
+            status, answer = self.router.handle("POST", "/echo", body)
+            self.assertEqual(status, 400)
+            self.assertIn("at most 512 levels are accepted", answer["error"])
+        self.assertIn("nested 513 levels deep", answer["error"])
+        # 512 levels pass; brackets inside strings are not nesting.
+        deep = b'{"a":' + b"[" * 511 + b"]" * 511 + b', "s": "' + b"[" * 600 + b'"}'
+        self.assertEqual(self.router.handle("POST", "/echo", deep)[0], 200)
+
+    def test_numbers_json_does_not_have_are_400_naming_them(self):
+        for token in ("NaN", "Infinity", "-Infinity", "1e400", "-1E+400"):
+            status, answer = self.router.handle("POST", "/echo", b'{"x": [1.5, %s]}' % token.encode())
+            self.assertEqual(status, 400, token)
+            self.assertIn("not valid JSON", answer["error"])
+            self.assertIn(token, answer["error"])
+        self.assertEqual(self.router.handle("POST", "/echo", b'{"x": [1e308, -2.5e-400]}'), (200, {"x": [1e308, -0.0]}))
+
     def test_generators_are_collected(self):
         self.assertEqual(self.router.handle("GET", "/stream", b""), (200, [1, 2]))
 

@@ -122,6 +122,18 @@ class LoadBalancedWorkerTest(unittest.TestCase):
         status, body = request(self.base, "POST", "/process", raw=b'{"input_data": {"a": "\\ud800"}}')
         self.assertEqual((status, body), (200, {"received": {"a": "\ud800"}, "keys": 1}))
 
+    def test_a_body_nested_too_deep_is_400_not_a_dropped_request(self):
+        raw = b'{"input_data":' + b"[" * 100000 + b"]" * 100000 + b"}"
+        status, body = request(self.base, "POST", "/process", raw=raw, headers={"Content-Type": "text/plain"})
+        self.assertEqual(status, 400)
+        self.assertIn("at most 512 levels are accepted", body["error"])
+        self.assertEqual(request(self.base, "GET", "/ping")[0], 200)
+
+    def test_not_a_number_is_400_not_a_500_on_the_way_out(self):
+        status, body = request(self.base, "POST", "/process", raw=b'{"input_data": {"x": NaN}}')
+        self.assertEqual(status, 400)
+        self.assertIn("NaN", body["error"])
+
     def test_missing_param_is_400(self):
         status, body = request(self.base, "POST", "/process", {"other": 1})
         self.assertEqual(status, 400)

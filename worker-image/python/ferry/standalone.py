@@ -20,7 +20,7 @@ import time
 import urllib.parse
 import uuid
 
-from .lb import BadRequest
+from .lb import BadRequest, parse_json_body
 
 # No platform bounds a preview job: a request waits for its job however long it takes, and only
 # shutdown ends the wait. The take poll wakes this often to notice that nothing is queued.
@@ -142,10 +142,7 @@ def parse_runsync(body):
     """The job input from a /runsync body, or BadRequest 400."""
     if not body:
         raise BadRequest(400, 'send a JSON body {"input": {...}}')
-    try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise BadRequest(400, f"request body is not valid JSON: {exc}") from None
+    data = parse_json_body(body)
     if not isinstance(data, dict) or "input" not in data:
         raise BadRequest(400, 'request body must be a JSON object with an "input" field: {"input": {...}}')
     return data["input"]
