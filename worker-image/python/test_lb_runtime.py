@@ -134,6 +134,24 @@ class LoadBalancedWorkerTest(unittest.TestCase):
         self.assertEqual(status, 400)
         self.assertIn("NaN", body["error"])
 
+    def test_head_answers_as_get_without_the_body(self):
+        for path in ("/ping", "/items/42?q=red"):
+            with self.subTest(path=path):
+                status, get_body = request(self.base, "GET", path)
+                req = urllib.request.Request(self.base + path, method="HEAD")
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    self.assertEqual(resp.status, status)
+                    self.assertEqual(resp.headers["Content-Type"], "application/json")
+                    self.assertEqual(int(resp.headers["Content-Length"]), len(json.dumps(get_body, ensure_ascii=False)))
+                    self.assertEqual(resp.read(), b"")
+        # A HEAD where there is no GET route is refused like any other method.
+        req = urllib.request.Request(self.base + "/process", method="HEAD")
+        with self.assertRaises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(req, timeout=10)
+        self.assertEqual(caught.exception.code, 405)
+        # The connection stays usable: the next request on the server still answers.
+        self.assertEqual(request(self.base, "GET", "/items/7"), (200, {"item_id": 7, "q": None}))
+
     def test_missing_param_is_400(self):
         status, body = request(self.base, "POST", "/process", {"other": 1})
         self.assertEqual(status, 400)

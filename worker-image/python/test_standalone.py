@@ -149,6 +149,8 @@ class StandaloneClassTargetTest(unittest.TestCase):
 
     def test_ping(self):
         self.assertEqual(request(self.base, "GET", "/ping"), (200, {"status": "healthy"}))
+        with urllib.request.urlopen(urllib.request.Request(self.base + "/ping", method="HEAD"), timeout=10) as resp:
+            self.assertEqual((resp.status, resp.read()), (200, b""))
 
     def test_sync_method(self):
         body = self.runsync({"method": "add", "a": 2, "b": 3})

@@ -4,10 +4,10 @@ A request is bound like a queue job: the JSON body (or, when there is no body, t
 plus the path parameters become keyword arguments. Strings from the path and query are converted
 when the parameter is annotated int, float or bool. Answers are JSON: 200 with the return value,
 400/404/405/413 with {"error": ...} for bad requests, 500 {"error": <message>} when the handler
-raises (traceback to stderr). GET /ping is the platform's health check. A body is read as JSON
-whatever its content type: nested deeper than MAX_JSON_DEPTH, or holding NaN, Infinity or a number
-beyond a float (1e400), it is a 400. There is deliberately no route that runs code sent by the
-caller.
+raises (traceback to stderr). GET /ping is the platform's health check. HEAD answers as GET does,
+without the body. A body is read as JSON whatever its content type: nested deeper than
+MAX_JSON_DEPTH, or holding NaN, Infinity or a number beyond a float (1e400), it is a 400. There is
+deliberately no route that runs code sent by the caller.
 
 With a front-door secret (config.py FERRY_LB_SECRET / FERRY_LB_SECRET_FILE), every request, /ping
 included, must carry it in FRONT_DOOR_HEADER: the platform's front door checked the caller's API key
@@ -152,13 +152,15 @@ class Router:
         self.loop = loop
 
     def find(self, method, path):
-        """(route, path params) or BadRequest 404/405."""
+        """(route, path params) or BadRequest 404/405. HEAD runs the GET route (the server sends
+        its status and headers, not its body), as Starlette does."""
+        wanted = "GET" if method == "HEAD" else method
         allowed = []
         for route in self.routes:
             params = route.match(path)
             if params is None:
                 continue
-            if route.method == method:
+            if route.method == wanted:
                 return route, {k: urllib.parse.unquote(v) for k, v in params.items()}
             allowed.append(route.method)
         if allowed:
@@ -218,7 +220,7 @@ class Router:
         """(status, JSON-able body) for one request."""
         parts = urllib.parse.urlsplit(raw_path)
         path = parts.path or "/"
-        if path == "/ping" and method == "GET":
+        if path == "/ping" and method in ("GET", "HEAD"):
             return 200, {"status": "healthy"}
         try:
             route, params = self.find(method, path)
@@ -288,11 +290,12 @@ def make_server(router, host, port, say, front_door_secret=None):
                 status, data = 500, to_json_bytes({"error": str(exc)})
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Content-Length", str(len(data)))  # a HEAD's too: the GET body's length
             self.end_headers()
-            self.wfile.write(data)
+            if self.command != "HEAD":
+                self.wfile.write(data)
 
-        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+        do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
         def log_request(self, code="-", size="-"):
             line = f'{self.address_string()} "{self.requestline}" {code}'

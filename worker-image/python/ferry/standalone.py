@@ -157,8 +157,8 @@ class StandaloneRouter:
     def handle(self, method, raw_path, body):
         path = urllib.parse.urlsplit(raw_path).path or "/"
         if path == "/ping":
-            if method != "GET":
-                return 405, {"error": f"method {method} not allowed for /ping; allowed: GET"}
+            if method not in ("GET", "HEAD"):
+                return 405, {"error": f"method {method} not allowed for /ping; allowed: GET, HEAD"}
             return 200, {"status": "healthy"}
         if path != "/runsync":
             return 404, {"error": f"no route for {method} {path}; this worker serves POST /runsync and GET /ping"}
