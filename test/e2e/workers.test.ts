@@ -231,6 +231,25 @@ describe('load-balanced endpoints', () => {
     expect(noKey.status).toBe(401);
   });
 
+  it('a body nested too deep is a 400 from the worker, and HEAD answers as GET without a body', async () => {
+    const lb = `${platform.url}/lb/lb`;
+    const authorization = `Bearer ${testApiKey}`;
+    // Not a JSON content type, so the front door forwards it unchecked; the worker reads it as JSON.
+    const deep = await fetch(`${lb}/process`, {
+      method: 'POST',
+      headers: { authorization, 'content-type': 'text/plain' },
+      body: `{"input_data":${'['.repeat(100_000)}${']'.repeat(100_000)}}`,
+    });
+    expect(deep.status).toBe(400);
+    expect(((await deep.json()) as { error: string }).error).toContain('at most 512 levels are accepted');
+    // HEAD was a 501 text/html from the worker. (The worker's Content-Length, the GET body's, does
+    // not come through: the front door forwards the content type only.)
+    const head = await fetch(`${lb}/items/42?q=x`, { method: 'HEAD', headers: { authorization } });
+    expect(head.status).toBe(200);
+    expect(head.headers.get('content-type')).toBe('application/json');
+    expect(await head.text()).toBe('');
+  });
+
   it("refuses requests that reach the worker's own port around the front door", async () => {
     // Through the front door first: a worker serves now, and its port is the last one it logged.
     const through = await fetch(`${platform.url}/lb/lb/items/7`, {
