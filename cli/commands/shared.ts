@@ -5,12 +5,16 @@ import { pythonVersions } from '../../core/manifest.js';
 import type { BuildOptions } from '../build/index.js';
 
 export function buildFlags<T>(y: Argv<T>) {
+  // yargs reads `--no-deps` as `deps: false` (boolean negation), so `deps` must be a known option too,
+  // or .strict() (cli/main.ts) rejects `--no-deps` as "Unknown argument: deps". Hidden: help documents
+  // `--no-deps`; buildOptionsFrom reads both.
   return y
     .option('no-deps', {
       type: 'boolean',
       default: false,
       describe: 'Skip transitive dependencies during install',
     })
+    .option('deps', { type: 'boolean', hidden: true })
     .option('exclude', {
       type: 'string',
       describe: 'Packages to leave out of the artifact (comma-separated)',
