@@ -9,6 +9,7 @@ import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { exitCode, FerryError, usage } from '../core/errors.js';
 import { commandTable } from './commands/index.js';
+import { flagErrorOf } from './commands/shared.js';
 import { installRoot, providerNames } from './config.js';
 import { createContext } from './context.js';
 import { type CliIo, processIo } from './io.js';
@@ -88,7 +89,10 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
     .fail((message, error, context) => {
       // yargs's own errors (a coerce that threw, cli/commands/shared.ts portFlag) are the user's to fix.
       if (error?.name === 'YError')
-        throw usage(error.message, 'Run `ferry --help` (or `ferry <command> --help`).');
+        throw (
+          flagErrorOf(error.message) ??
+          usage(error.message, 'Run `ferry --help` (or `ferry <command> --help`).')
+        );
       if (error) throw error;
       const missing = message ? missingPositional(message, context) : undefined;
       if (missing) throw missing;

@@ -10,7 +10,7 @@ import { installRoot } from '../config.js';
 import { type CliContext, withProvider } from '../context.js';
 import { ManageClient } from '../manage-client.js';
 import { untilStopped } from './serve.js';
-import { portFlag } from './shared.js';
+import { hostFlag, portFlag } from './shared.js';
 
 interface ConsoleArgs {
   provider?: string;
@@ -51,7 +51,7 @@ export const consoleCommand = (ctx: CliContext): CommandModule => ({
   describe: 'Open the web console (endpoints, jobs, logs, workers, charts)',
   builder: (y) =>
     y
-      .option('host', { type: 'string', default: '127.0.0.1', describe: 'Bind address (--provider aws)' })
+      .option('host', hostFlag({ default: '127.0.0.1', describe: 'Bind address (--provider aws)' }))
       .option('port', portFlag({ default: 8787, describe: 'Port (--provider aws; 0 picks one)' }))
       .example('$0 console', "The local platform's console URL")
       .example('$0 console --provider aws', 'Serve the console for your AWS platform on localhost'),

@@ -19,7 +19,7 @@ import { confirm, countOf } from '../io.js';
 import { portToListenOn, requestedPort } from '../providers/local.js';
 import { listenFailure } from '../serve.js';
 import { untilStopped } from './serve.js';
-import { approveFlag, buildOptionsFrom, defineCommand, portFlag } from './shared.js';
+import { approveFlag, buildOptionsFrom, defineCommand, hostFlag, portFlag } from './shared.js';
 
 /**
  * `ferry dev --provider aws`: the project's endpoints as `live-` endpoints of the app's `dev`
@@ -262,7 +262,7 @@ export const devCommand = (ctx: CliContext): CommandModule =>
     describe: 'Run the project locally with a dev server and Swagger UI',
     builder: (y) =>
       y
-        .option('host', { type: 'string', default: 'localhost', describe: 'Bind address' })
+        .option('host', hostFlag({ default: 'localhost', describe: 'Bind address' }))
         .option(
           'port',
           portFlag({

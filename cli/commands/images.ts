@@ -23,6 +23,7 @@ import {
 import { ferryVersion, installRoot } from '../config.js';
 import type { CliContext } from '../context.js';
 import { shellLine } from '../deploy/plan.js';
+import { nonBlankFlag } from './shared.js';
 
 /** What `ferry deploy --provider aws` needs: the agent and the two bases (model images are opt-in). */
 export const defaultImageKinds = ['agent', 'base-cpu', 'base-gpu'] as const;
@@ -98,7 +99,13 @@ const common = (y: import('yargs').Argv) =>
       describe: 'Image tag version',
       defaultDescription: "this Ferry's version",
     })
-    .option('docker', { type: 'string', describe: 'The docker executable', default: 'docker' })
+    .option(
+      'docker',
+      nonBlankFlag('docker', 'Name the docker executable (--docker docker), or leave --docker out.', {
+        describe: 'The docker executable',
+        default: 'docker',
+      }),
+    )
     .option('dry-run', {
       type: 'boolean',
       default: false,

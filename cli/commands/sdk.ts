@@ -7,15 +7,23 @@ import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { CommandModule } from 'yargs';
-import { FerryError } from '../../core/errors.js';
+import { FerryError, usage } from '../../core/errors.js';
 import { runProcess } from '../build/process.js';
 import { ferryPythonPath } from '../config.js';
 import type { CliContext } from '../context.js';
+import { nonBlankFlag } from './shared.js';
 
 /** The interpreter a user means by "my Python": the active virtualenv's, else python3 on PATH. */
 export function activePython(env: NodeJS.ProcessEnv): string {
   return env.VIRTUAL_ENV ? path.join(env.VIRTUAL_ENV, 'bin', 'python') : 'python3';
 }
+
+const pythonHint =
+  'Give the path of a Python 3 interpreter (--python .venv/bin/python), or leave --python out to use the active virtualenv, else python3.';
+
+/** runProcess's error for a program that does not exist (ENOENT). */
+const isNotFound = (error: unknown): boolean =>
+  FerryError.is(error) && (error.cause as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';
 
 /** The one command `ferry init` and the docs print. */
 export const sdkInstallHint = () => `ferry sdk install    # or: pip install ${ferryPythonPath()}`;
@@ -62,10 +70,12 @@ export const sdkCommand = (ctx: CliContext): CommandModule => ({
   builder: (y) =>
     y
       .positional('action', { choices: ['install', 'path'] as const, describe: 'install | path' })
-      .option('python', {
-        type: 'string',
-        describe: 'Interpreter (default: the active virtualenv, else python3)',
-      })
+      .option(
+        'python',
+        nonBlankFlag('python', pythonHint, {
+          describe: 'Interpreter (default: the active virtualenv, else python3)',
+        }),
+      )
       .option('offline', {
         type: 'boolean',
         default: false,
@@ -78,10 +88,12 @@ export const sdkCommand = (ctx: CliContext): CommandModule => ({
       ctx.reporter.out(ferryPythonPath());
       return;
     }
-    await install(
-      ctx,
-      (argv.python as string | undefined) ?? activePython(ctx.io.env),
-      Boolean(argv.offline),
-    );
+    const given = argv.python as string | undefined;
+    await install(ctx, given ?? activePython(ctx.io.env), Boolean(argv.offline)).catch((error: unknown) => {
+      // An interpreter named with --python that is not there is the user's path to fix.
+      if (given !== undefined && isNotFound(error))
+        throw usage(`--python ${given} was not found`, pythonHint);
+      throw error;
+    });
   },
 });

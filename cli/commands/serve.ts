@@ -23,7 +23,7 @@ import {
   serverInfoPath,
   startDetached,
 } from '../serve.js';
-import { defineCommand, portFlag } from './shared.js';
+import { defineCommand, hostFlag, portFlag } from './shared.js';
 
 export async function startServing(
   ctx: CliContext,
@@ -256,7 +256,7 @@ export const serveCommand = (ctx: CliContext): CommandModule =>
     describe: 'Run the local platform (API, queue, workers) for deployed endpoints',
     builder: (y) =>
       y
-        .option('host', { type: 'string', default: '127.0.0.1', describe: 'Bind address' })
+        .option('host', hostFlag({ default: '127.0.0.1', describe: 'Bind address' }))
         .option(
           'port',
           portFlag({
@@ -358,7 +358,7 @@ export const quickstartCommand = (ctx: CliContext): CommandModule =>
     describe: false,
     builder: (y) =>
       y
-        .option('host', { type: 'string', default: '127.0.0.1' })
+        .option('host', hostFlag({ default: '127.0.0.1', describe: 'Bind address' }))
         .option(
           'port',
           portFlag({ defaultDescription: 'FERRY_PORT, else 8888', describe: 'Port (0 picks a free one)' }),

@@ -1,6 +1,6 @@
 /** Flags that several commands share, declared once. */
 import type { Argv, CommandModule } from 'yargs';
-import { usage } from '../../core/errors.js';
+import { type FerryError, usage } from '../../core/errors.js';
 import { pythonVersions } from '../../core/manifest.js';
 import type { BuildOptions } from '../build/index.js';
 
@@ -79,31 +79,85 @@ export function buildOptionsFrom(argv: BuildArgv, env: NodeJS.ProcessEnv): Omit<
 }
 
 /**
+ * What a flag's coerce threw, by message. yargs hands on only the message of what a coerce throws
+ * (as a YError); cli/main.ts looks the message up here, so the user sees the hint too.
+ */
+const flagErrors = new Map<string, FerryError>();
+
+/** Throws a usage error from a flag's coerce, hint and all (see flagErrors). */
+function flagError(message: string, hint: string): never {
+  const error = usage(message, hint);
+  flagErrors.set(message, error);
+  throw error;
+}
+
+/** The usage error a flag's coerce threw with this message, if one did. */
+export function flagErrorOf(message: string): FerryError | undefined {
+  return flagErrors.get(message);
+}
+
+const portHint = 'Give a whole number from 1 to 65535, or 0 for any free port: --port 8888.';
+
+/**
  * A port to listen on: a whole number from 0 (the OS picks a free one) to 65535. Anything else is a
  * usage error (exit 2) here, where yargs reads it, not a listen() failure reported as Ferry's bug.
- * yargs hands on only the message of what a coerce throws (cli/main.ts makes it a usage error), so
- * the message says what to give. Without a default the flag is undefined when not given (`ferry dev`
- * then reads FERRY_PORT).
+ * Read as a string: yargs' number type turns an empty `--port ""` or `--port=` into 0, any free
+ * port, which must be asked for with 0 itself. Without a default the flag is undefined when not
+ * given (`ferry dev` then reads FERRY_PORT).
  */
 export function portFlag<Options extends { default?: number; describe: string; defaultDescription?: string }>(
   options: Options,
 ) {
   return {
     alias: 'p',
-    type: 'number',
+    type: 'string',
     // `--port` with nothing after it is a mistake, not "the default".
     requiresArg: true,
     ...options,
     coerce: (value: unknown): number => {
-      if (typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= 65_535) return value;
-      const what = Array.isArray(value)
-        ? '--port is given more than once'
-        : Number.isNaN(value)
-          ? '--port needs a number'
-          : `--port ${String(value)} is not a port`;
-      throw usage(`${what}: give a whole number from 1 to 65535, or 0 for any free port`);
+      if (Array.isArray(value)) flagError('--port is given more than once', portHint);
+      const text = typeof value === 'number' ? String(value) : typeof value === 'string' ? value.trim() : '';
+      if (text === '') flagError('--port is empty', portHint);
+      if (!/^\d+$/.test(text)) flagError(`--port ${String(value)} is not a port`, portHint);
+      const port = Number(text);
+      if (port > 65_535) flagError(`--port ${text} is not a port`, portHint);
+      return port;
     },
   } as const;
+}
+
+/**
+ * A string flag that names something (an address, a file, a program): empty or blank is a mistake
+ * (an unset variable in a script), not "the default" nor a name to try. The value is trimmed.
+ */
+export function nonBlankFlag<Options extends { describe: string; default?: string; type?: 'string' }>(
+  name: string,
+  hint: string,
+  options: Options,
+) {
+  return {
+    type: 'string',
+    requiresArg: true,
+    ...options,
+    coerce: (value: unknown): string => {
+      if (Array.isArray(value)) flagError(`--${name} is given more than once`, hint);
+      const text = typeof value === 'string' ? value.trim() : '';
+      if (text === '') flagError(`--${name} is empty`, hint);
+      return text;
+    },
+  } as const;
+}
+
+/**
+ * An address to listen on. An empty or blank one is a mistake: listen() reads it as every interface
+ * (0.0.0.0), which must be asked for by name, not reached by an empty variable in a script.
+ */
+export function hostFlag(options: { default: string; describe: string }) {
+  return nonBlankFlag(
+    'host',
+    'Give the address to listen on: --host 127.0.0.1 for this machine only, or --host 0.0.0.0 for every interface.',
+    options,
+  );
 }
 
 /**

@@ -43,3 +43,51 @@ describe('--no-deps on build and deploy', () => {
     }
   }, 120_000);
 });
+
+describe('flags given empty', () => {
+  it('--host "" (serve, dev) is refused: it would listen on every interface', async () => {
+    for (const args of [
+      ['serve', '--host', ''],
+      ['serve', '--host', '  '],
+      ['dev', '--host', ''],
+    ]) {
+      const result = await sandbox.run(args, {
+        cwd: project,
+        env: { FERRY_API_KEY: 'k' },
+        timeoutMs: 20_000,
+      });
+      expectUsage(result, '--host is empty', '--host 127.0.0.1');
+      expect(result.stderr).toContain('--host 0.0.0.0');
+    }
+  });
+
+  it('--port "" and --port= are refused, not read as 0 (any free port)', async () => {
+    for (const args of [
+      ['dev', '--port', ''],
+      ['serve', '--port='],
+    ]) {
+      const result = await sandbox.run(args, {
+        cwd: project,
+        env: { FERRY_API_KEY: 'k' },
+        timeoutMs: 20_000,
+      });
+      expectUsage(result, '--port is empty', 'or 0 for any free port');
+    }
+    const word = await sandbox.run(['serve', '--port', 'abc'], { timeoutMs: 20_000 });
+    expectUsage(word, '--port abc is not a port', 'from 1 to 65535');
+  });
+
+  it('sdk install --python "" and images build --docker "" are usage errors; a --python that is not there too', async () => {
+    expectUsage(await sandbox.run(['sdk', 'install', '--python', '']), '--python is empty', '--python');
+    expectUsage(
+      await sandbox.run(['images', 'build', '--docker', '', '--dry-run']),
+      '--docker is empty',
+      '--docker docker',
+    );
+    expectUsage(
+      await sandbox.run(['sdk', 'install', '--python', '/nonexistent/python']),
+      '--python /nonexistent/python was not found',
+      'leave --python out',
+    );
+  });
+});
