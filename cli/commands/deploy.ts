@@ -81,7 +81,10 @@ async function preview(ctx: CliContext, argv: OfflineArgv, app: string): Promise
   ctx.reporter.line('[2/2] Preview (one container per endpoint, one shared network)');
   for (const skipped of plan.notRun)
     ctx.reporter.line(`  ${skipped.name} [${skipped.image}]: ${skipped.reason}`);
-  for (const command of plan.commands) ctx.reporter.out(shellLine(command));
+  // The plan is the data: the commands as shell lines, or with --json the whole plan (commands and
+  // cleanup as argv arrays, endpoints with URL and curl), as one JSON document and nothing else.
+  if (argv.json) ctx.reporter.json(plan);
+  else for (const command of plan.commands) ctx.reporter.out(shellLine(command));
   const problem = dockerProblem(ctx.io.env);
   if (problem) throw problem;
 

@@ -123,7 +123,11 @@ export const logsCommand = (ctx: CliContext): CommandModule => ({
       .option('app', { type: 'string', describe: 'Pick the endpoint of this app when names repeat' })
       .option('env', { type: 'string', describe: 'Pick the endpoint of this environment when names repeat' })
       .option('poll-ms', { type: 'number', default: 2_000, hidden: true })
-      .option('json', jsonFlag)
+      .option('json', {
+        ...jsonFlag,
+        // A stream: one object per log line, printed as it comes (--follow), not one document.
+        describe: 'Print JSON Lines (one object per line) on stdout',
+      })
       .example('$0 logs hello --job 3f2a…', "One job's output")
       .example('$0 logs hello -f --since 10m', 'The last ten minutes, then follow'),
   handler: (argv) => logs(ctx, argv as unknown as LogsArgs),

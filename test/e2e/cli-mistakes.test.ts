@@ -3,6 +3,8 @@
  * cannot write, prompts without a terminal, `--json` that must print only JSON. Each is exit 2 with a
  * one-line hint (docs/architecture.md#the-cli), never "a bug in Ferry" nor a stack trace.
  */
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, symlinkSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CliSandbox, type RunResult } from './cli-support.js';
@@ -89,5 +91,27 @@ describe('flags given empty', () => {
       '--python /nonexistent/python was not found',
       'leave --python out',
     );
+  });
+});
+
+describe('--json prints only JSON on stdout', () => {
+  it('deploy --preview --json: the plan as one JSON document, even when Docker is missing', async () => {
+    // A PATH with python3 only (the build needs it): no docker.
+    const bin = path.join(sandbox.root, 'bin-python-only');
+    mkdirSync(bin);
+    const python = execFileSync('python3', ['-c', 'import sys; print(sys.executable)'], { encoding: 'utf8' });
+    symlinkSync(python.trim(), path.join(bin, 'python3'));
+    const result = await sandbox.run(['deploy', '--preview', '--json'], { cwd: project, env: { PATH: bin } });
+    expect(result.code, result.stderr).toBe(1);
+    expect(result.stderr).toContain('--preview needs Docker');
+    const plan = JSON.parse(result.stdout) as { commands: string[][]; endpoints: { url: string }[] };
+    expect(plan.commands[0]?.slice(0, 3)).toEqual(['docker', 'network', 'create']);
+    expect(plan.commands.length).toBeGreaterThan(1);
+    expect(plan.endpoints.length).toBeGreaterThan(0);
+  }, 120_000);
+
+  it('logs --help says --json prints JSON Lines', async () => {
+    const help = await sandbox.run(['logs', '--help']);
+    expect(help.stdout).toContain('JSON Lines (one object per line)');
   });
 });
