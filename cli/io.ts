@@ -4,6 +4,7 @@
  * logs and tests read the same story a person sees.
  */
 import type { Readable, Writable } from 'node:stream';
+import { usage } from '../core/errors.js';
 
 export interface CliIo {
   stdout: Writable;
@@ -131,44 +132,66 @@ export const pipedAnswerWaitMs = 10_000;
 /**
  * Reads one answer line from stdin. End of input reads as the empty answer, and so does silence on a
  * stdin that is not a terminal for `pipedAnswerWaitMs`, so a prompt in CI declines instead of hanging.
+ *
+ * Without a terminal, no answer at all (stdin ends, or stays silent, before a line comes) is not a
+ * "no" but a question nobody could see: unless `unanswered` is 'decline', that is a usage error (exit
+ * 2) that names the way on without a question (`--force`, or an answer piped in), instead of
+ * "Cancelled". A line piped in (`echo y |`, even an empty one) is an answer as on a terminal.
  */
-export async function ask(io: CliIo, question: string, timeoutMs = 0): Promise<string> {
+export async function ask(
+  io: CliIo,
+  question: string,
+  options: { timeoutMs?: number; unanswered?: 'refuse' | 'decline' } = {},
+): Promise<string> {
   io.stderr.write(question);
   const stdin = io.stdin as Readable & { isTTY?: boolean };
+  const timeoutMs = options.timeoutMs ?? 0;
   const waitMs = timeoutMs > 0 ? timeoutMs : stdin.isTTY ? 0 : pipedAnswerWaitMs;
-  return new Promise((resolve) => {
+  const answered = await new Promise<string | undefined>((resolve) => {
     let buffer = '';
     let timer: NodeJS.Timeout | undefined;
-    const finish = (answer: string) => {
+    const finish = (answer: string | undefined) => {
       stdin.off('data', onData);
       stdin.off('end', onEnd);
       stdin.off('error', onEnd);
       if (timer) clearTimeout(timer);
       stdin.pause();
       io.stderr.write('\n');
-      resolve(answer.trim());
+      resolve(answer?.trim());
     };
     const onData = (chunk: Buffer | string) => {
       buffer += chunk.toString();
       const newline = buffer.indexOf('\n');
       if (newline >= 0) finish(buffer.slice(0, newline));
     };
-    const onEnd = () => finish(buffer);
+    // Some text before the end (`printf y |`) is an answer; nothing at all is none.
+    const onEnd = () => finish(buffer === '' ? undefined : buffer);
     stdin.on('data', onData);
     stdin.once('end', onEnd);
     stdin.once('error', onEnd);
     if (waitMs > 0) {
       timer = setTimeout(() => {
         if (!stdin.isTTY) io.stderr.write(`\n(no answer on stdin within ${formatMs(waitMs)}: taken as none)`);
-        finish('');
+        finish(undefined);
       }, waitMs);
     }
     stdin.resume();
   });
+  if (answered === undefined && !stdin.isTTY && options.unanswered !== 'decline') {
+    throw usage(
+      'This needs confirmation, and stdin is not a terminal: no answer came',
+      'Pass --force (-f) to go ahead without a question, or pipe the answer into stdin.',
+    );
+  }
+  return answered ?? '';
 }
 
-/** `[y/N]`: anything but y/yes is No. */
-export async function confirm(io: CliIo, question: string): Promise<boolean> {
-  const answer = await ask(io, `${question} [y/N] `);
+/** `[y/N]`: anything but y/yes is No. No answer without a terminal: see ask. */
+export async function confirm(
+  io: CliIo,
+  question: string,
+  options: { unanswered?: 'refuse' | 'decline' } = {},
+): Promise<boolean> {
+  const answer = await ask(io, `${question} [y/N] `, options);
   return /^y(es)?$/i.test(answer);
 }

@@ -161,7 +161,10 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
 
     if (args.autoProvision) {
       const count = snapshot.endpoints.length;
-      if (count > 5 && !(await confirm(ctx.io, `Provision all ${count} endpoints now?`))) {
+      if (
+        count > 5 &&
+        !(await confirm(ctx.io, `Provision all ${count} endpoints now?`, { unanswered: 'decline' }))
+      ) {
         say('Not provisioning at startup: each endpoint starts on its first call.');
       } else {
         say(`Provisioning ${count} endpoints (at most 3 at a time)…`);

@@ -100,7 +100,7 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
         );
       }
       reporter.line(question);
-      return confirm(io, 'Deploy these changes?');
+      return confirm(io, 'Deploy these changes?', { unanswered: 'decline' });
     });
     return new AwsProvider({
       env: options.env,

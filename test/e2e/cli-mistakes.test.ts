@@ -115,3 +115,24 @@ describe('--json prints only JSON on stdout', () => {
     expect(help.stdout).toContain('JSON Lines (one object per line)');
   });
 });
+
+describe('prompts without a terminal', () => {
+  it('init over existing files, undeploy NAME, undeploy --all and app delete need --force when nothing answers', async () => {
+    const init = await sandbox.run(['init', 'mistakes']);
+    expectUsage(init, /Error: .*needs confirmation/, '--force');
+    expect(init.stderr).not.toContain('Cancelled');
+    expect((await sandbox.run(['deploy', '--no-serve'], { cwd: project })).code).toBe(0);
+    for (const args of [
+      ['undeploy', 'cpu_worker'],
+      ['undeploy', '--all'],
+      ['app', 'delete', 'mistakes'],
+    ]) {
+      const result = await sandbox.run(args, { cwd: project });
+      expectUsage(result, /Error: .*needs confirmation/, '--force');
+    }
+    // An answer piped in is still an answer: "n" declines (exit 1), nothing removed.
+    const declined = await sandbox.run(['undeploy', 'cpu_worker'], { cwd: project, input: 'n\n' });
+    expect(declined.code).toBe(1);
+    expect(declined.stderr).toContain('Cancelled');
+  }, 120_000);
+});
