@@ -113,7 +113,8 @@ export function resolveEndpoint(
 
 /** `10m`, `90s`, `2h`, `1d` or an ISO date → epoch ms (relative to `nowMs`). */
 export function sinceMs(value: string, nowMs: number): number {
-  const relative = /^(\d+)(ms|s|m|h|d)$/.exec(value.trim());
+  // `-5m` (five minutes ago) reads as 5m: the minus says what `--since` means anyway.
+  const relative = /^-?(\d+)(ms|s|m|h|d)$/.exec(value.trim());
   if (relative) {
     const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[
       relative[2] as 'ms' | 's' | 'm' | 'h' | 'd'
@@ -122,7 +123,9 @@ export function sinceMs(value: string, nowMs: number): number {
   }
   const absolute = Date.parse(value);
   if (Number.isFinite(absolute)) return absolute;
-  throw new FerryError('usage', `--since takes a duration like 10m, 2h or 1d, or a date; got '${value}'`);
+  throw new FerryError('usage', `--since takes a duration like 10m, 2h or 1d, or a date; got '${value}'`, {
+    hint: 'For example --since 10m (the last ten minutes) or --since 2026-01-31T09:00:00Z.',
+  });
 }
 
 /**

@@ -133,6 +133,7 @@ export function findImageKind(kind: string): WorkerImageKind {
     throw new FerryError(
       'usage',
       `Unknown worker image kind ${JSON.stringify(kind)}; known: ${workerImages.map((i) => i.kind).join(', ')}`,
+      { hint: 'Pass one or more of the known kinds, comma-separated: --kind base-cpu,agent.' },
     );
   }
   return found;

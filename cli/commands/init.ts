@@ -38,7 +38,10 @@ export async function initProject(ctx: CliContext, name: string | undefined, for
     );
   const target = path.resolve(ctx.io.cwd, name);
   if (existsSync(target) && !statSync(target).isDirectory()) {
-    throw usage(`${name} is not a folder`);
+    throw usage(
+      `${name} is not a folder`,
+      'Name a new folder (or an existing one) for the project: ferry init my-project.',
+    );
   }
   const projectName = path.basename(target);
   // What the project is called in its files: the folder's app name (appNameOf), ending in a letter or

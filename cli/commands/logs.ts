@@ -45,6 +45,14 @@ async function logs(ctx: CliContext, args: LogsArgs): Promise<void> {
       json: args.json,
       pollMs: args['poll-ms'],
       write: (line) => ctx.io.stdout.write(`${line}\n`),
+    }).catch((error: unknown) => {
+      // The endpoint was found above: a 404 now is the --job id.
+      if (args.job !== undefined && FerryError.is(error) && error.code === 'not_found' && !error.hint) {
+        throw new FerryError('not_found', error.message, {
+          hint: `Give the id that /run returned for a job of ${record.name}; a job's lines are kept as long as its results.`,
+        });
+      }
+      throw error;
     });
   });
 }
@@ -118,6 +126,8 @@ export const logsCommand = (ctx: CliContext): CommandModule => ({
       .option('follow', { alias: 'f', type: 'boolean', default: false, describe: 'Keep printing new lines' })
       .option('since', {
         type: 'string',
+        // `--since -5m` is read as its value (5m ago), not as the flags -5 and -m.
+        requiresArg: true,
         describe: 'Only lines from this far back (10m, 2h, 1d) or this date',
       })
       .option('app', { type: 'string', describe: 'Pick the endpoint of this app when names repeat' })

@@ -415,7 +415,11 @@ export const undeployCommand = (ctx: CliContext): CommandModule =>
             return;
           }
           if (argv.all) {
-            if (name) throw usage('Give an endpoint name or --all, not both');
+            if (name)
+              throw usage(
+                'Give an endpoint name or --all, not both',
+                `\`ferry undeploy ${name}\` removes that endpoint; \`ferry undeploy --all\` removes every endpoint of the app.`,
+              );
             // Run inside a project, --all means that project's app; every app only when asked.
             const everywhere = argv.everywhere && typeof argv.app !== 'string';
             const scope = everywhere ? filter : { ...filter, app: projectAppName(ctx.io.cwd, argv.app) };

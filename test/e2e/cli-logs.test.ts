@@ -83,6 +83,20 @@ describe('ferry logs', () => {
       env: { FERRY_API_KEY: apiKey },
     });
     expect(since.code).toBe(2);
+    expect(since.stderr).toContain('hint: For example --since 10m');
+    // `-5m` is its value (five minutes ago), not the flags -5 and -m.
+    const minus = await sandbox.run(['logs', 'chatty', '--since', '-5m'], {
+      cwd: project,
+      env: { FERRY_API_KEY: apiKey },
+    });
+    expect(minus.code, minus.stderr).toBe(0);
+    const job = await sandbox.run(['logs', 'chatty', '--job', 'nope'], {
+      cwd: project,
+      env: { FERRY_API_KEY: apiKey },
+    });
+    expect(job.code).toBe(2);
+    expect(job.stderr).toContain('Error: Job nope not found');
+    expect(job.stderr).toContain('hint: Give the id that /run returned');
   });
 });
 

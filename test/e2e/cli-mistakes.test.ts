@@ -4,7 +4,7 @@
  * one-line hint (docs/architecture.md#the-cli), never "a bug in Ferry" nor a stack trace.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, symlinkSync } from 'node:fs';
+import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CliSandbox, type RunResult } from './cli-support.js';
@@ -135,4 +135,36 @@ describe('prompts without a terminal', () => {
     expect(declined.code).toBe(1);
     expect(declined.stderr).toContain('Cancelled');
   }, 120_000);
+});
+
+describe('usage errors carry a hint', () => {
+  it('secrets set with a reserved prefix, or a value over 64 KiB', async () => {
+    expectUsage(
+      await sandbox.run(['secrets', 'set', 'FERRY_X', '--app', 'mistakes', '--env', 'production'], {
+        input: 'v',
+      }),
+      "Secret name 'FERRY_X' uses a reserved prefix",
+      'MY_FERRY_X',
+    );
+    expectUsage(
+      await sandbox.run(['secrets', 'set', 'BIG', '--app', 'mistakes', '--env', 'production'], {
+        input: 'x'.repeat(65 * 1024),
+      }),
+      'A secret value is at most 65536 bytes',
+    );
+  });
+
+  it('images build --kind nope, undeploy NAME --all, init on a file', async () => {
+    expectUsage(
+      await sandbox.run(['images', 'build', '--kind', 'nope', '--dry-run']),
+      'Unknown worker image kind "nope"',
+      '--kind base-cpu',
+    );
+    expectUsage(
+      await sandbox.run(['undeploy', 'cpu_worker', '--all'], { cwd: project }),
+      'Give an endpoint name or --all, not both',
+    );
+    writeFileSync(path.join(sandbox.root, 'afile'), '');
+    expectUsage(await sandbox.run(['init', 'afile']), 'afile is not a folder', 'ferry init my-project');
+  });
 });

@@ -25,6 +25,7 @@ import {
   type SecretScope,
   type SecretStore,
   secretValueMaxBytes,
+  secretValueTooLarge,
 } from '../local/secrets.js';
 
 /** The Secrets Manager name of one endpoint secret; the app stack uses the same function. */
@@ -168,9 +169,7 @@ export class SecretsManagerSecretStore implements SecretStore {
 
   async set(scope: SecretScope, name: string, value: string): Promise<void> {
     checkSecretName(name);
-    if (Buffer.byteLength(value) > secretValueMaxBytes) {
-      throw new FerryError('usage', `A secret value is at most ${secretValueMaxBytes} bytes`);
-    }
+    if (Buffer.byteLength(value) > secretValueMaxBytes) throw secretValueTooLarge();
     // `ferry secrets delete` leaves the secret in its recovery window (delete, below), where every
     // write of the name is refused; setting it again means the user wants it back with this value,
     // so it is restored and written (writeSecretOnce), as the call keys' secrets already are.
