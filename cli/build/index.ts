@@ -10,6 +10,7 @@
 import { existsSync, statSync } from 'node:fs';
 import { copyFile, mkdir, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
+import { unusableFolderReason, unusableProjectFolder } from '../../core/adapters/local/home.js';
 import { FerryError, usage } from '../../core/errors.js';
 import { type Manifest, type ManifestEndpoint, manifestSchema, pythonVersions } from '../../core/manifest.js';
 import { countOf } from '../io.js';
@@ -150,8 +151,15 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
       : endpoint,
   );
 
-  await rm(buildDir, { recursive: true, force: true });
-  await mkdir(buildDir, { recursive: true });
+  try {
+    await rm(buildDir, { recursive: true, force: true });
+    await mkdir(buildDir, { recursive: true });
+  } catch (error) {
+    // A project folder this user may not write (another's checkout, a read-only mount): theirs to fix.
+    const reason = unusableFolderReason(error);
+    if (reason) throw unusableProjectFolder((error as NodeJS.ErrnoException).path ?? buildDir, reason);
+    throw error;
+  }
 
   const deps = await stage(
     'dependencies',

@@ -6,6 +6,7 @@ import path from 'node:path';
 import type { FSWatcher } from 'chokidar';
 import type { FastifyInstance } from 'fastify';
 import type { CommandModule } from 'yargs';
+import { unusableProjectFolder } from '../../core/adapters/local/home.js';
 import type { LocalPlatformOptions } from '../../core/adapters/local/platform.js';
 import { checkRecordName, livePrefix } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
@@ -114,6 +115,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
       if (liveRef && app === liveApp && liveRef.endpoint(name)) await liveRef.ensure(name);
     },
     dataDir: path.join(projectDir, '.ferry'),
+    unusableDataDir: unusableProjectFolder,
     host: '127.0.0.1',
     port: 0,
     apiKey: key.key,

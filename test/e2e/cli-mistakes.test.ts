@@ -3,11 +3,22 @@
  * cannot write, prompts without a terminal, `--json` that must print only JSON. Each is exit 2 with a
  * one-line hint (docs/architecture.md#the-cli), never "a bug in Ferry" nor a stack trace.
  */
-import { execFileSync } from 'node:child_process';
-import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import {
+  chmodSync,
+  chownSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CliSandbox, type RunResult } from './cli-support.js';
+import { CliSandbox, ferryBin, type RunResult } from './cli-support.js';
 
 const sandbox = new CliSandbox();
 let project = '';
@@ -167,4 +178,91 @@ describe('usage errors carry a hint', () => {
     writeFileSync(path.join(sandbox.root, 'afile'), '');
     expectUsage(await sandbox.run(['init', 'afile']), 'afile is not a folder', 'ferry init my-project');
   });
+});
+
+describe('folders Ferry cannot write', () => {
+  /**
+   * Runs ferry as another user (nobody): as root, through setpriv, since root may write anything;
+   * as anyone else, as that user (a folder of mode 0555 is then unwritable already).
+   */
+  const isRoot = process.getuid?.() === 0;
+  const setpriv = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => existsSync(p));
+  const nobody = 65_534;
+  function runAsOther(args: string[], cwd: string, env: Record<string, string>): Promise<RunResult> {
+    const command = isRoot ? setpriv! : process.execPath;
+    const argv = isRoot
+      ? [`--reuid=${nobody}`, `--regid=${nobody}`, '--clear-groups', process.execPath, ferryBin, ...args]
+      : [ferryBin, ...args];
+    // nobody may not reach root's own interpreters (pyenv under /root): the system's come first.
+    const pathVar = isRoot
+      ? `/usr/local/bin:/usr/bin:/bin:${process.env.PATH ?? ''}`
+      : (process.env.PATH ?? '');
+    return new Promise((resolve) => {
+      const child = spawn(command, argv, {
+        cwd,
+        env: { ...process.env, FERRY_PORT: '0', PATH: pathVar, HOME: cwd, ...env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (d) => {
+        stdout += d;
+      });
+      child.stderr.on('data', (d) => {
+        stderr += d;
+      });
+      child.on('close', (code) => resolve({ code, stdout, stderr }));
+    });
+  }
+
+  it.skipIf(isRoot && !setpriv)(
+    'build, deploy and dev in a project folder the user cannot write: "Cannot write <project>/.ferry", exit 2',
+    async () => {
+      const base = mkdtempSync(path.join(tmpdir(), 'ferry-readonly-'));
+      try {
+        chmodSync(base, 0o755);
+        const readOnly = path.join(base, 'readonly');
+        cpSync(project, readOnly, { recursive: true });
+        rmSync(path.join(readOnly, '.ferry'), { recursive: true, force: true });
+        const home = path.join(base, 'home');
+        mkdirSync(home);
+        if (isRoot) chownSync(home, nobody, nobody);
+        else chmodSync(readOnly, 0o555);
+        const env = { FERRY_HOME: home, FERRY_API_KEY: 'k' };
+        for (const args of [['build'], ['deploy', '--no-serve'], ['dev', '--port', '0']]) {
+          const result = await runAsOther(args, readOnly, env);
+          expectUsage(result, `Cannot write ${path.join(readOnly, '.ferry')}`, /permissions/);
+          // FERRY_HOME is fine: the hint is the project folder's.
+          expect(result.stderr).not.toContain('FERRY_HOME');
+        }
+      } finally {
+        chmodSync(base, 0o700);
+        rmSync(base, { recursive: true, force: true });
+      }
+    },
+    120_000,
+  );
+
+  it.skipIf(!isRoot || !setpriv)(
+    "a FERRY_HOME the user can write but does not own (root's, mode 0777): a usage error, not a failed chmod",
+    async () => {
+      const base = mkdtempSync(path.join(tmpdir(), 'ferry-foreign-home-'));
+      try {
+        chmodSync(base, 0o755);
+        const home = path.join(base, 'home');
+        mkdirSync(home);
+        chmodSync(home, 0o777);
+        const own = path.join(base, 'project');
+        cpSync(project, own, { recursive: true });
+        rmSync(path.join(own, '.ferry'), { recursive: true, force: true });
+        execFileSync('chown', ['-R', `${nobody}:${nobody}`, own]);
+        const result = await runAsOther(['deploy', '--no-serve'], own, { FERRY_HOME: home });
+        expectUsage(result, `Cannot use ${home} as Ferry's folder`, 'FERRY_HOME');
+        expect(result.stderr).toContain('belongs to another user');
+      } finally {
+        rmSync(base, { recursive: true, force: true });
+      }
+    },
+    120_000,
+  );
 });

@@ -30,24 +30,48 @@ export function unusableFolderReason(error: unknown): string | undefined {
   return why[(error as NodeJS.ErrnoException)?.code ?? ''];
 }
 
-/** Creates `dir` as 0700 (or tightens it) and tightens the private files already in it. */
-export function securePrivateDir(dir: string): void {
+/** A folder of Ferry's that cannot be made or made private, and what to do about it. */
+export type UnusableFolder = (dir: string, reason: string) => FerryError;
+
+/** FERRY_HOME (or ~/.ferry): a path the user chose, so choosing another is the way out. */
+export const unusableFerryHome: UnusableFolder = (dir, reason) =>
+  usage(
+    `Cannot use ${dir} as Ferry's folder: ${reason}`,
+    'Set FERRY_HOME to a folder you can write (and own), or unset it to use ~/.ferry.',
+  );
+
+/**
+ * A project's .ferry folder (builds, `ferry dev`'s state): FERRY_HOME has nothing to do with it; the
+ * project folder's permissions do.
+ */
+export const unusableProjectFolder: UnusableFolder = (dir, reason) =>
+  usage(
+    `Cannot write ${dir}: ${reason}`,
+    `Fix the permissions of ${dirname(dir)} so that you can write it, or run Ferry from a copy of the project that you own.`,
+  );
+
+/**
+ * Creates `dir` as 0700 (or tightens it) and tightens the private files already in it. A folder that
+ * cannot be made, or made private (one of another user's: only its owner may chmod it), is the
+ * user's to fix: `unusable` says how (by default: FERRY_HOME's way).
+ */
+export function securePrivateDir(dir: string, unusable: UnusableFolder = unusableFerryHome): void {
   try {
     mkdirSync(dir, { recursive: true, mode: privateDirMode });
+    tighten(dir, privateDirMode);
+    for (const name of privateFiles) {
+      const file = join(dir, name);
+      if (existsSync(file)) tighten(file, privateFileMode);
+    }
   } catch (error) {
-    // A path the user chose (FERRY_HOME): theirs to fix, not a bug of ours.
-    const reason = unusableFolderReason(error);
-    if (reason)
-      throw usage(
-        `Cannot use ${dir} as Ferry's folder: ${reason}`,
-        'Set FERRY_HOME to a folder you can write, or unset it to use ~/.ferry.',
-      );
+    const code = (error as NodeJS.ErrnoException)?.code;
+    const notOwner = code === 'EPERM' && (error as NodeJS.ErrnoException).syscall === 'chmod';
+    const where = (error as NodeJS.ErrnoException).path ?? dir;
+    const reason = notOwner
+      ? `${where === dir ? 'it' : where} belongs to another user, and only its owner may make it private (chmod)`
+      : unusableFolderReason(error);
+    if (reason) throw unusable(dir, reason);
     throw error;
-  }
-  tighten(dir, privateDirMode);
-  for (const name of privateFiles) {
-    const file = join(dir, name);
-    if (existsSync(file)) tighten(file, privateFileMode);
   }
 }
 

@@ -21,7 +21,7 @@ import { type SupervisorSettings, type WorkerIdentity, WorkerSupervisor } from '
 import { HttpWebhookSender } from '../../webhooks.js';
 import { FileBlobStore } from './files.js';
 import type { FrontDoorLimits } from './guard.js';
-import { assertReachableByWorkers, securePrivateDir } from './home.js';
+import { assertReachableByWorkers, securePrivateDir, type UnusableFolder } from './home.js';
 import { createHttpServer } from './http.js';
 import { LocalWorkers, type LocalWorkersOptions } from './pool.js';
 import { openLocalDatabase } from './sqlite.js';
@@ -29,6 +29,8 @@ import { openLocalDatabase } from './sqlite.js';
 export interface LocalPlatformOptions {
   /** The state folder, usually `<project>/.ferry`. */
   dataDir: string;
+  /** What to tell the user when dataDir cannot be made or made private (default: FERRY_HOME's fix). */
+  unusableDataDir?: UnusableFolder;
   host?: string;
   /** 0 picks a free port. */
   port?: number;
@@ -114,7 +116,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   // Workers run as other users cannot enter FERRY_HOME (0700): their code is unpacked beside it.
   const runtimeDir = workerUserOf ? `${options.dataDir}-runtime` : join(options.dataDir, 'runtime');
   if (workerUserOf) assertReachableByWorkers(runtimeDir);
-  securePrivateDir(options.dataDir);
+  securePrivateDir(options.dataDir, options.unusableDataDir);
   const db = openLocalDatabase(join(options.dataDir, 'ferry.db'), { clock });
   const blobs = new FileBlobStore(join(options.dataDir, 'blobs'));
   const secretStore = db.openSecrets(join(options.dataDir, 'secrets.key'));
