@@ -9,7 +9,6 @@
  * purpose); a failure inside an installed package's own code (a Linux wheel on a Mac) is a warning.
  */
 import { existsSync } from 'node:fs';
-import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { FerryError } from '../../core/errors.js';
@@ -81,7 +80,11 @@ export async function checkImports(options: {
     timeoutMs: 180_000,
     ...(options.signal ? { signal: options.signal } : {}),
     env: {
-      PYTHONPATH: [options.stagedDir, ferryPythonPath()].join(path.delimiter),
+      // The checker puts these first on sys.path itself: joined into PYTHONPATH, a folder with the
+      // path delimiter (':') in its name would split into two that do not exist. The user's own
+      // PYTHONPATH is cleared: a worker does not have it.
+      PYTHONPATH: '',
+      FERRY_CHECK_PATH: JSON.stringify([options.stagedDir, ferryPythonPath()]),
       FERRY_CHECK_ROOT: options.stagedDir,
       FERRY_CHECK_PROJECT_FILES: JSON.stringify(options.projectFiles),
       // Not inside a worker: decorators return remote wrappers, nothing is called.

@@ -1,6 +1,8 @@
 """Build-time import check: imports each endpoint module the way a worker will, and reports.
 
-Usage: python import_check.py <module> [<module> ...]   (PYTHONPATH: the staged artifact, then ferry)
+Usage: python import_check.py <module> [<module> ...]
+(FERRY_CHECK_PATH: a JSON list of folders to put first on sys.path: the staged artifact, then ferry.
+Not PYTHONPATH, which cannot hold a folder with ':' in its name.)
 
 Prints one JSON object: {"results": [{"module", "ok", "type"?, "message"?, "missing"?, "inPackage"?,
 "traceback"?}]}. `missing` is the top-level name of a module that was not found; `inPackage` says the
@@ -37,6 +39,7 @@ def check(module, project_files):
 
 
 def main(argv):
+    sys.path[0:0] = json.loads(os.environ.get("FERRY_CHECK_PATH", "[]"))
     root = os.environ.get("FERRY_CHECK_ROOT", os.getcwd())
     listed = json.loads(os.environ.get("FERRY_CHECK_PROJECT_FILES", "[]"))
     project_files = {os.path.abspath(os.path.join(root, p)) for p in listed}

@@ -180,6 +180,17 @@ describe('usage errors carry a hint', () => {
   });
 });
 
+describe('a ":" in the project path', () => {
+  it('builds a project whose folder has a ":" in its name (PYTHONPATH cannot hold it)', async () => {
+    const colon = path.join(sandbox.root, 'with:colon');
+    cpSync(project, colon, { recursive: true });
+    rmSync(path.join(colon, '.ferry'), { recursive: true, force: true });
+    const build = await sandbox.run(['build'], { cwd: colon });
+    expect(build.code, build.stderr).toBe(0);
+    expect(build.stderr).not.toContain('ModuleNotFoundError');
+  }, 120_000);
+});
+
 describe('folders Ferry cannot write', () => {
   /**
    * Runs ferry as another user (nobody): as root, through setpriv, since root may write anything;
