@@ -71,7 +71,7 @@ export const limits = {
   /** Inactivity on a socket, answer included: above the longest wait a request may ask for. */
   socketIdleTimeoutMs: 330_000,
   maxConnections: 1_000,
-  /** Client requests per API key (per address without a key) per window; 429 with Retry-After above. */
+  /** Client requests per API key (per address without a valid key) per window; 429 with Retry-After above. */
   rateLimitRequests: 2_000,
   rateLimitWindowMs: 10_000,
   /** Jobs waiting in one endpoint's queue; /run and /runsync answer 429 above it. */

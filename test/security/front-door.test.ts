@@ -3,7 +3,8 @@
  * key each announce a 20 MB body and send it slowly, while slow-header and slow-body sockets try to
  * hold connections open. The server's resident memory (read from /proc) stays under 150 MB, every
  * attacking socket is closed by the server, and a client with a key is served meanwhile. Also: the
- * per-key rate limit and the per-endpoint queue cap answer 429 with Retry-After.
+ * per-key rate limit and the per-endpoint queue cap answer 429 with Retry-After; keys the platform
+ * does not know count against the caller's address.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 
@@ -196,5 +197,20 @@ describe('front door under a pre-auth slow-body attack', () => {
       await fetch(`${server.url}/v2/${endpoint.id}/health`, { headers: { authorization: apiKey } })
     ).json()) as { jobs: { inQueue: number } };
     expect(health.jobs.inQueue).toBe(2);
+  }, 30_000);
+});
+
+describe('front door answers', () => {
+  it('counts requests with keys it does not know against the address, not a bucket per key', async () => {
+    const server = await startChild({ frontDoor: { rateLimitRequests: 3, rateLimitWindowMs: 60_000 } });
+    const health = (key: string) =>
+      fetch(`${server.url}/v2/${endpoint.id}/health`, { headers: { authorization: `Bearer ${key}` } });
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) statuses.push((await health(`fy_made_up_${i}`)).status);
+    expect(statuses).toEqual([401, 401, 401, 429, 429]);
+    // A known key keeps its own bucket, untouched by the address's.
+    const known: number[] = [];
+    for (let i = 0; i < 4; i++) known.push((await health(apiKey)).status);
+    expect(known).toEqual([200, 200, 200, 429]);
   }, 30_000);
 });

@@ -5,7 +5,7 @@
  *   the body is read; otherwise it gets 401 and its socket is closed, so unauthenticated uploads cost
  *   no memory whatever their size or speed.
  * - Header, request and idle timeouts close slow or silent sockets; a connection cap bounds sockets.
- * - Client requests are rate limited per API key (per address without one): 429 with Retry-After.
+ * - Client requests are rate limited per API key (per address without a known one): 429 with Retry-After.
  *
  * Which key may call which route is still decided by the API (core/api.ts); this is only the cheap
  * check that keeps bodies of strangers out.
@@ -86,10 +86,12 @@ export async function installGuards(app: FastifyInstance, guard: FrontDoorGuard 
     global: true,
     max: l.rateLimitRequests,
     timeWindow: l.rateLimitWindowMs,
-    keyGenerator: (request) => {
+    keyGenerator: async (request) => {
       const key = credentialOf(request.headers.authorization);
-      // The digest, so the limiter's memory never holds a key.
-      return key ? `key:${hashKey(key)}` : `ip:${request.ip}`;
+      // Only a key the platform knows has a bucket of its own (the digest, so the limiter's memory
+      // never holds a key); an unknown one counts against its address like no key, or a client
+      // trying one made-up key per request would never be limited.
+      return key && (await guard.knows(key)) ? `key:${hashKey(key)}` : `ip:${request.ip}`;
     },
     allowList: async (request) => {
       const key = credentialOf(request.headers.authorization);
