@@ -175,7 +175,11 @@ export class KeyAuthenticator implements Authenticator {
        * without `workers`) no call token is valid.
        */
       callTokenSecret?: string;
-      /** How long a key lookup is remembered; revocation takes effect after at most this long. */
+      /**
+       * How long a key lookup is remembered (5 s by default); revocation takes effect after at most
+       * this long. 0: every check reads the store (the local platform's, where a lookup is one
+       * indexed SQLite read and `ferry keys revoke` writes from another process).
+       */
       cacheMs?: number;
     },
   ) {}
@@ -198,13 +202,15 @@ export class KeyAuthenticator implements Authenticator {
     if ((this.options.staticKeyHashes ?? []).some((hash) => sameSecret(key, hash))) return {};
     if (!this.options.control) return undefined;
     const hash = hashKey(key);
-    const cached = this.cache.get(hash);
+    const cacheMs = this.options.cacheMs ?? 5_000;
     const now = Date.now();
+    const cached = cacheMs > 0 ? this.cache.get(hash) : undefined;
     if (cached && cached.untilMs > now) return cached.scope;
     const record = await this.options.control.findApiKeyByHash(hash);
     const scope = record !== undefined && sameSecret(key, record.hash) ? scopeOf(record) : undefined;
+    if (cacheMs <= 0) return scope;
     if (this.cache.size > 10_000) this.cache.clear();
-    this.cache.set(hash, { scope, untilMs: now + (this.options.cacheMs ?? 5_000) });
+    this.cache.set(hash, { scope, untilMs: now + cacheMs });
     return scope;
   }
 

@@ -163,6 +163,9 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     staticKeyHashes: options.apiKey ? [hashKey(options.apiKey)] : [],
     workers: supervisor,
     callTokenSecret,
+    // Revoked means refused on the next request: `ferry keys revoke` deletes the key from this
+    // SQLite file in another process, and the lookup is one indexed read, so nothing is remembered.
+    cacheMs: 0,
   });
   const onLog = options.onLog;
   const logs: LogStore = onLog
