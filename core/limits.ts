@@ -6,6 +6,13 @@ export const limits = {
   runBodyBytes: 10 * 1024 * 1024,
   /** `/runsync` request body. */
   runsyncBodyBytes: 20 * 1024 * 1024,
+  /**
+   * A load-balanced request's body (`/lb/<endpoint id>/...`), refused with 413 by the front door
+   * before anything reaches the worker. Ferry's Python LB runtime (worker-image/python/ferry/lb.py
+   * MAX_BODY_BYTES) has the same limit, so the front door answers before that worker would; a custom
+   * worker image keeps its own limits under this one (test/unit/lb-body-limit.test.ts).
+   */
+  lbBodyBytes: 20 * 1024 * 1024,
   /** A worker's job-done body; RunPod answers 400 above ~20 MB (worker-comfyui#129). */
   jobDoneBodyBytes: 20 * 1024 * 1024,
   /** Results in one job-done-batch (the ferry runtime's; the body is under jobDoneBodyBytes too). */

@@ -4,7 +4,8 @@
  * hold connections open. The server's resident memory (read from /proc) stays under 150 MB, every
  * attacking socket is closed by the server, and a client with a key is served meanwhile. Also: the
  * per-key rate limit and the per-endpoint queue cap answer 429 with Retry-After; keys the platform
- * does not know count against the caller's address.
+ * does not know count against the caller's address. A /run body over /run's limit is a 413 naming
+ * that limit.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 
@@ -212,5 +213,18 @@ describe('front door answers', () => {
     const known: number[] = [];
     for (let i = 0; i < 4; i++) known.push((await health(apiKey)).status);
     expect(known).toEqual([200, 200, 200, 429]);
+  }, 30_000);
+
+  it("answers a body over /run's limit with a 413 that names /run's limit", async () => {
+    const server = await startChild({});
+    const response = await fetch(`${server.url}/v2/${endpoint.id}/run`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ input: { blob: 'x'.repeat(22 * 1024 * 1024) } }),
+    });
+    expect(response.status).toBe(413);
+    const body = (await response.json()) as Record<string, string>;
+    expect(Object.keys(body)).toEqual(['error']);
+    expect(body.error).toMatch(/takes at most 10485760 bytes/);
   }, 30_000);
 });

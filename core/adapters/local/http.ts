@@ -24,8 +24,65 @@ export interface LbFrontDoor {
   forward(endpointId: string, request: LbRequest): Promise<LbResponse>;
 }
 
-/** Above every route limit, so the API itself answers 413/400 with the route's own message. */
+/**
+ * The server's cap, for the routes without a limit of their own here: above the worker's job-done
+ * limit, so an over-limit result still reaches the API, which fails the job with the reason
+ * (docs/security.md). /run, /runsync and /lb have their own limits; a body over a route's limit never
+ * reaches its handler, and the 413 names that limit (`request.routeOptions.bodyLimit`).
+ */
 const bodyLimitBytes = limits.runsyncBodyBytes + 1024 * 1024;
+
+const methods = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'];
+
+/**
+ * How much of a body over its route's limit is still read (and dropped, never kept) so that the
+ * client, which is still sending, hears the 413: most clients (fetch, Python requests) read no
+ * answer before their upload is done, and a socket closed under them is a broken pipe, not a 413.
+ * Past this the socket is closed unread. Only callers with a known key get this far (guard.ts).
+ */
+const overLimitReadBytes = 64 * 1024 * 1024;
+
+const tooLargeError = (): Error => Object.assign(new Error('Request body too large'), { statusCode: 413 });
+
+/**
+ * Every body as raw bytes, up to the route's limit (`request.routeOptions.bodyLimit`); the 413 is
+ * answered once the body has been read through, or at once past overLimitReadBytes.
+ */
+function readBody(
+  request: FastifyRequest,
+  payload: NodeJS.ReadableStream,
+  done: (error: Error | null, body?: Buffer) => void,
+): void {
+  const limit = request.routeOptions.bodyLimit;
+  if (Number(request.headers['content-length']) > overLimitReadBytes) {
+    done(tooLargeError());
+    return;
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  const onData = (chunk: Buffer | string): void => {
+    const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+    size += bytes.length;
+    if (size <= limit) {
+      chunks.push(bytes);
+      return;
+    }
+    chunks.length = 0;
+    if (size > overLimitReadBytes) finish(tooLargeError());
+  };
+  const finish = (error: Error | null | undefined): void => {
+    payload.removeListener('data', onData);
+    payload.removeListener('end', finish);
+    payload.removeListener('error', finish);
+    if (error) done(error);
+    else if (size > limit) done(tooLargeError());
+    else done(null, Buffer.concat(chunks, size));
+  };
+  payload.on('data', onData);
+  payload.on('end', finish);
+  payload.on('error', finish);
+  payload.resume();
+}
 
 export async function createHttpServer(options: {
   api: V2Api;
@@ -52,9 +109,7 @@ export async function createHttpServer(options: {
   });
   await installGuards(app, options.guard);
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: bodyLimitBytes }, (_req, body, done) => {
-    done(null, body);
-  });
+  app.addContentTypeParser('*', readBody);
 
   const forward = async (request: FastifyRequest, reply: FastifyReply) => {
     // Only a client that leaves early aborts: creating the abort error on every finished response
@@ -92,16 +147,31 @@ export async function createHttpServer(options: {
     if (response.statusCode === 204) return reply.send();
     return reply.type('application/json').send(stringifyJsonExact(response.body));
   };
-  app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url: '/v2/*', handler: forward });
-  if (options.manage)
-    app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url: '/manage/v1/*', handler: forward });
+  app.route({ method: methods, url: '/v2/*', handler: forward });
+  // The client submits, at the API's own limits (core/api.ts): a body over one is never handed over.
+  app.route({
+    method: methods,
+    url: '/v2/:endpointId/run',
+    bodyLimit: limits.runBodyBytes,
+    handler: forward,
+  });
+  app.route({
+    method: methods,
+    url: '/v2/:endpointId/runsync',
+    bodyLimit: limits.runsyncBodyBytes,
+    handler: forward,
+  });
+  if (options.manage) app.route({ method: methods, url: '/manage/v1/*', handler: forward });
   if (options.consoleDir) registerConsole(app, options.consoleDir);
 
   const lb = options.lb;
   if (lb) {
     app.route({
-      method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'],
+      method: methods,
       url: '/lb/:endpointId/*',
+      // The platform's limit, checked before anything is forwarded: a worker that refused the body
+      // unread would break the upload, and the client would get a 502 instead of this 413.
+      bodyLimit: limits.lbBodyBytes,
       handler: async (request, reply) => {
         try {
           const { endpointId } = request.params as { endpointId: string };
@@ -152,7 +222,9 @@ export async function createHttpServer(options: {
       return reply.code(answer.statusCode).send(answer.body);
     }
     const message =
-      statusCode === 413 ? `Request body is over the ${limits.runsyncBodyBytes}-byte limit` : error.message;
+      statusCode === 413
+        ? `Request body is over the limit of ${request.method} ${request.url.split('?', 1)[0]}: it takes at most ${request.routeOptions.bodyLimit} bytes`
+        : error.message;
     return reply.code(statusCode).send({ error: message });
   });
   return app;
