@@ -3,9 +3,10 @@
  * key each announce a 20 MB body and send it slowly, while slow-header and slow-body sockets try to
  * hold connections open. The server's resident memory (read from /proc) stays under 150 MB, every
  * attacking socket is closed by the server, and a client with a key is served meanwhile. Also: the
- * per-key rate limit and the per-endpoint queue cap answer 429 with Retry-After; keys the platform
- * does not know count against the caller's address. A /run body over /run's limit is a 413 naming
- * that limit.
+ * per-key rate limit and the per-endpoint queue cap answer 429 with Retry-After. Keys the platform
+ * does not know count against the caller's address; a /run body over /run's limit is a 413 naming
+ * that limit; what Node's HTTP parser refuses (malformed HTTP, a URL or header over 16 KB) is answered
+ * with the one-field error shape, and the socket is closed.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 
@@ -94,6 +95,32 @@ function attacker(port: number, head: string, chunk?: Buffer, everyMs = 50) {
   });
   void closed.then(() => clearInterval(timer));
   return { closed, received: () => received, destroy: () => socket.destroy() };
+}
+
+/** Sends `request` as raw bytes and reads until the server closes the socket (rejects if it stays open). */
+function rawExchange(port: number, request: Buffer): Promise<{ status: number; body: unknown }> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`no close within 5 s; got: ${Buffer.concat(chunks).toString('latin1')}`));
+    }, 5_000);
+    socket.on('data', (data: Buffer) => chunks.push(data));
+    socket.on('error', () => undefined);
+    socket.once('connect', () => socket.write(request));
+    socket.once('close', () => {
+      clearTimeout(timer);
+      const text = Buffer.concat(chunks).toString('utf8');
+      const [head, body] = text.split('\r\n\r\n', 2) as [string, string | undefined];
+      const status = Number(/^HTTP\/1\.1 (\d{3}) /.exec(head)?.[1] ?? 0);
+      let parsed: unknown = body;
+      try {
+        parsed = JSON.parse(body ?? '');
+      } catch {}
+      resolve({ status, body: parsed });
+    });
+  });
 }
 
 describe('front door under a pre-auth slow-body attack', () => {
@@ -226,5 +253,67 @@ describe('front door answers', () => {
     const body = (await response.json()) as Record<string, string>;
     expect(Object.keys(body)).toEqual(['error']);
     expect(body.error).toMatch(/takes at most 10485760 bytes/);
+  }, 30_000);
+
+  it('answers what the HTTP parser refuses with one {"error"} field, and closes the socket', async () => {
+    const server = await startChild({});
+    const path = `/v2/${endpoint.id}/status/x`;
+    const cases: [string, Buffer, number, RegExp][] = [
+      [
+        'raw non-ASCII in the query',
+        Buffer.from(`GET ${path}?x=é HTTP/1.1\r\nHost: x\r\n\r\n`, 'utf8'),
+        400,
+        /Malformed HTTP request/,
+      ],
+      [
+        'a URL over 16 KB',
+        Buffer.from(`GET ${path}?x=${'a'.repeat(17 * 1024)} HTTP/1.1\r\nHost: x\r\n\r\n`),
+        431,
+        /over the 16384-byte limit/,
+      ],
+      [
+        'a header over 16 KB',
+        Buffer.from(`GET ${path} HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(17 * 1024)}\r\n\r\n`),
+        431,
+        /over the 16384-byte limit/,
+      ],
+      [
+        'a duplicate Content-Length',
+        Buffer.from(
+          `POST /v2/${endpoint.id}/run HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}`,
+        ),
+        400,
+        /Malformed HTTP request/,
+      ],
+      [
+        'a control character in a header',
+        Buffer.from(`GET ${path} HTTP/1.1\r\nHost: x\r\nX-A: a\x01b\r\n\r\n`),
+        400,
+        /Malformed HTTP request/,
+      ],
+    ];
+    for (const [name, request, status, message] of cases) {
+      const answer = await rawExchange(server.port, request);
+      expect({ name, status: answer.status }).toEqual({ name, status });
+      expect(Object.keys(answer.body as object), name).toEqual(['error']);
+      expect((answer.body as { error: string }).error, name).toMatch(message);
+    }
+    // What Fastify answers itself keeps the same shape: no route, and a body that is not JSON.
+    const noRoute = await fetch(`${server.url}/nowhere`);
+    expect(noRoute.status).toBe(404);
+    expect(Object.keys((await noRoute.json()) as object)).toEqual(['error']);
+    const notJson = await fetch(`${server.url}/v2/${endpoint.id}/run`, {
+      method: 'POST',
+      headers: { authorization: apiKey, 'content-type': 'application/json' },
+      body: '{not json',
+    });
+    expect(notJson.status).toBe(400);
+    expect(Object.keys((await notJson.json()) as object)).toEqual(['error']);
+    const oddType = await fetch(`${server.url}/v2/${endpoint.id}/run`, {
+      method: 'POST',
+      headers: { authorization: apiKey, 'content-type': 'application/x-made-up' },
+      body: JSON.stringify({ input: {} }),
+    });
+    expect(oddType.status).toBe(200);
   }, 30_000);
 });

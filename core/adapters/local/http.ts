@@ -4,6 +4,8 @@
  * JSON labelled `application/x-www-form-urlencoded` and each route has its own size limit.
  */
 import { randomUUID } from 'node:crypto';
+import { maxHeaderSize, STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { ApiRequest, V2Api } from '../../api.js';
 import { type Authenticator, authorizeClient, credentialOf } from '../../auth.js';
@@ -84,6 +86,51 @@ function readBody(
   payload.resume();
 }
 
+/**
+ * What Node's HTTP parser refuses before there is a request (malformed HTTP, a URL or headers over
+ * Node's limit, a request that took too long to arrive): the status Node itself would answer, with
+ * the API's one error shape (docs/api.md#errors).
+ */
+function clientErrorAnswer(error: { code?: string; reason?: string }): {
+  statusCode: number;
+  error: string;
+} {
+  switch (error.code) {
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return { statusCode: 408, error: 'The request did not arrive in time' };
+    case 'HPE_HEADER_OVERFLOW':
+      return {
+        statusCode: 431,
+        error: `The request's URL and headers are over the ${maxHeaderSize}-byte limit`,
+      };
+    case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
+      return { statusCode: 413, error: "The request's chunk extensions are over the limit" };
+    default:
+      return {
+        statusCode: 400,
+        error: `Malformed HTTP request${error.reason ? `: ${error.reason}` : ''}`,
+      };
+  }
+}
+
+/**
+ * Node's clientError listener: writes the answer on the socket (there is no request to answer) and
+ * closes it, as Node requires; nothing is read from it after the error.
+ */
+function onClientError(error: Error & { code?: string; reason?: string }, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const { statusCode, error: message } = clientErrorAnswer(error);
+  const body = JSON.stringify({ error: message });
+  socket.end(
+    `HTTP/1.1 ${statusCode} ${STATUS_CODES[statusCode]}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    () => socket.destroy(),
+  );
+}
 export async function createHttpServer(options: {
   api: V2Api;
   lb?: LbFrontDoor;
@@ -102,6 +149,7 @@ export async function createHttpServer(options: {
     genReqId: () => randomUUID(),
     bodyLimit: bodyLimitBytes,
     forceCloseConnections: true,
+    clientErrorHandler: onClientError,
     // A URL that does not percent-decode (`/status/%E0%A4%A`) gets the API's one error shape too.
     frameworkErrors: (error, _request, reply) => {
       (reply as FastifyReply).code(400).send({ error: `Bad request: ${error.message}` });
