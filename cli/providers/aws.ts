@@ -254,6 +254,25 @@ export class AwsProvider implements Provider {
 
   /** The platform's outputs; a clear error when this account/region has none yet. */
   async platform(): Promise<PlatformOutputs> {
+    const platform = await this.#deployedPlatform();
+    if (!platform) {
+      throw new FerryError(
+        'not_found',
+        `No Ferry platform in this AWS account and region (stack ${platformStackName})`,
+        {
+          hint: 'Run `ferry deploy --provider aws` in a project: the first deploy creates it. Check AWS_REGION/AWS_PROFILE.',
+        },
+      );
+    }
+    return platform;
+  }
+
+  /**
+   * The platform's outputs, read from its stack once per process; undefined when this account and
+   * region has none (no stack, or one never created). A platform that cannot be used (a failed
+   * delete, a stack being created) is an error that says what to do.
+   */
+  async #deployedPlatform(): Promise<PlatformOutputs | undefined> {
     if (this.#platform) return this.#platform;
     const described = await this.options.lookup.describe(platformStackName);
     if (described && deadStackStatuses.has(described.status)) {
@@ -287,15 +306,7 @@ export class AwsProvider implements Provider {
       throw stackBusyError(platformStackName, created.status);
     }
     const outputs = created?.outputs;
-    if (!outputs) {
-      throw new FerryError(
-        'not_found',
-        `No Ferry platform in this AWS account and region (stack ${platformStackName})`,
-        {
-          hint: 'Run `ferry deploy --provider aws` in a project: the first deploy creates it. Check AWS_REGION/AWS_PROFILE.',
-        },
-      );
-    }
+    if (!outputs) return undefined;
     this.#platform = parsePlatformOutputs(outputs);
     return this.#platform;
   }
@@ -1022,8 +1033,12 @@ export class AwsProvider implements Provider {
     return { url: (await this.platform()).ApiUrl, started: false };
   }
 
+  /**
+   * The platform's API URL, read from the platform stack's outputs (`ferry console` and `ferry logs`
+   * ask before anything else has read them); undefined when no platform is deployed here.
+   */
   async serving(): Promise<string | undefined> {
-    return this.#platform?.ApiUrl;
+    return (await this.#deployedPlatform())?.ApiUrl;
   }
 
   async apiKey(): Promise<{ key: string; source: string }> {

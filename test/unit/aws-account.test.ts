@@ -990,6 +990,32 @@ describe('commands that read the platform', () => {
       'Stack FerryPlatform is in REVIEW_IN_PROGRESS: another deploy',
     );
   });
+
+  it('serving() (what `ferry console` and `ferry logs` ask first) reads the platform stack: its ApiUrl, or nothing where there is no platform', async () => {
+    const apiUrl = 'https://abc123.execute-api.us-east-1.amazonaws.com/api/v2';
+    const deployed = providerOver({
+      FerryPlatform: {
+        status: 'UPDATE_COMPLETE',
+        outputs: { ApiUrl: apiUrl, BucketName: 'bucket', ControlTableName: 'control' },
+        tags: {},
+      },
+    });
+    expect(await deployed.serving()).toBe(apiUrl);
+    expect(await providerOver({}).serving()).toBeUndefined();
+    // Never created (REVIEW_IN_PROGRESS long ago, no outputs): no platform either.
+    const uncreated = providerOver(
+      { FerryPlatform: { status: 'REVIEW_IN_PROGRESS', outputs: {}, tags: {}, createdMs: 0 } },
+      10 * 3_600_000,
+    );
+    expect(await uncreated.serving()).toBeUndefined();
+    // One that cannot be used says why, rather than "deploy first".
+    const failed = await providerOver({ FerryPlatform: { status: 'DELETE_FAILED', outputs: {}, tags: {} } })
+      .serving()
+      .catch((e: unknown) => e);
+    expect((failed as FerryError).hint).toContain(
+      '`aws cloudformation delete-stack --stack-name FerryPlatform`',
+    );
+  });
 });
 
 describe('--alarm-email', () => {
