@@ -86,7 +86,9 @@ export function apiKeyFromUser(env: NodeJS.ProcessEnv, projectDir: string): KeyF
 
 /**
  * The app name from a folder: its base name, made a valid app name (core/deployment.ts
- * checkRecordName). The `ferry` Python package derives the same (worker-image/python/ferry/client.py
+ * checkRecordName) that also ends in a letter or digit, so `ferry init` can write it into
+ * pyproject.toml as a name pip accepts (PEP 508) and every command calls the app the same ("ünï" is
+ * `n`, never `n-`). The `ferry` Python package derives the same (worker-image/python/ferry/client.py
  * app_name_of), so a script in the folder calls the app the CLI deployed.
  */
 export function appNameOf(dir: string): string {
@@ -94,7 +96,8 @@ export function appNameOf(dir: string): string {
     .basename(path.resolve(dir))
     .replace(/[^A-Za-z0-9_-]+/g, '-')
     .replace(/^[-_]+/, '')
-    .slice(0, 63);
+    .slice(0, 63)
+    .replace(/[-_]+$/, '');
   return name || 'app';
 }
 

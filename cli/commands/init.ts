@@ -44,9 +44,9 @@ export async function initProject(ctx: CliContext, name: string | undefined, for
     );
   }
   const projectName = path.basename(target);
-  // What the project is called in its files: the folder's app name (appNameOf), ending in a letter or
-  // digit, so pyproject.toml's name is one pip accepts (PEP 508); "My Project" wrote itself there as is.
-  const appName = appNameOf(target).replace(/[-_]+$/, '') || 'app';
+  // What the project is called in its files: the folder's app name (appNameOf, which every command
+  // uses too), so pyproject.toml's name is one pip accepts (PEP 508); "My Project" wrote itself there as is.
+  const appName = appNameOf(target);
   const files = templateFiles();
   const conflicts = files.filter((f) => existsSync(path.join(target, f.target))).map((f) => f.target);
   if (conflicts.length > 0 && !force) {

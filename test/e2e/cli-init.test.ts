@@ -80,6 +80,18 @@ describe('ferry init', () => {
     );
   });
 
+  it('the name it gives in the files is the app every other command takes in the folder', async () => {
+    const result = await sandbox.run(['init', 'ünï']);
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain('named n in its files');
+    const dir = path.join(sandbox.root, 'ünï');
+    expect(readFileSync(path.join(dir, 'pyproject.toml'), 'utf8')).toContain('name = "n"');
+    // Nothing deployed yet: the command names the app it looked for, `n` (it was `n-`).
+    const envs = await sandbox.run(['env', 'list'], { cwd: dir });
+    expect(envs.code).toBe(2);
+    expect(envs.stderr).toContain("No app named 'n'\n");
+  });
+
   it('without a name is a usage error (exit 2) with a hint', async () => {
     const result = await sandbox.run(['init']);
     expect(result.code).toBe(2);

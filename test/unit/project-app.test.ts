@@ -30,6 +30,9 @@ const folders = [
   '...',
   'a'.repeat(100),
   `x${'.'.repeat(70)}y`,
+  'ünï',
+  'shop_',
+  `${'a'.repeat(62)}.b`,
 ];
 
 /** What the Python package answers for each folder, from one python3 run. */
@@ -54,7 +57,13 @@ describe('the app of a project folder', () => {
     const fromCli = dirs.map(appNameOf);
     expect(pythonAppNames(dirs)).toEqual(fromCli);
     expect(fromCli.slice(0, 3)).toEqual(['shop', 'my-demo', 'my-project']);
-    for (const name of fromCli) expect(checkRecordName('app', name)).toBe(name);
+    // Ending in a letter or digit, as `ferry init` names the project in its files: "ünï" is `n`
+    // there and to `ferry build`/`deploy` alike, never `n-`.
+    expect(fromCli.slice(-3)).toEqual(['n', 'shop', 'a'.repeat(62)]);
+    for (const name of fromCli) {
+      expect(checkRecordName('app', name)).toBe(name);
+      expect(name).toMatch(/[A-Za-z0-9]$/);
+    }
   });
 
   it('is --app first, then .ferry/config.json, then the folder; ferry dev uses the same', () => {

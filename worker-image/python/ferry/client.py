@@ -101,7 +101,7 @@ def _dotenv(path):
 def app_name_of(directory):
     """The app name of a project folder, as the CLI derives it (cli/config.ts appNameOf)."""
     name = re.sub(r"[^A-Za-z0-9_-]+", "-", os.path.basename(os.path.abspath(directory)))
-    return re.sub(r"^[-_]+", "", name)[:63] or "app"
+    return re.sub(r"[-_]+$", "", re.sub(r"^[-_]+", "", name)[:63]) or "app"
 
 
 class Platform:
