@@ -4,7 +4,7 @@
  *   project state  <project>/.ferry/: config.json (provider), build output, dev state
  *   API key        FERRY_API_KEY in the environment, then the project's .env, then FERRY_HOME/api-key
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -109,6 +109,21 @@ export function appNameOf(dir: string): string {
  */
 export function projectAppName(projectDir: string, flag?: unknown): string {
   return typeof flag === 'string' ? flag : (readProjectConfig(projectDir).app ?? appNameOf(projectDir));
+}
+
+/**
+ * Whether `dir` looks like a project folder: it has `.ferry/config.json`, a pyproject.toml or
+ * requirements.txt, or a Python file. A command that defaults to the folder's app (projectAppName)
+ * where that is safe, and otherwise looks across apps, asks this (`ferry undeploy NAME`).
+ */
+export function looksLikeProject(dir: string): boolean {
+  if (['pyproject.toml', 'requirements.txt'].some((f) => existsSync(path.join(dir, f)))) return true;
+  if (existsSync(path.join(dir, '.ferry', 'config.json'))) return true;
+  try {
+    return readdirSync(dir).some((f) => f.endsWith('.py'));
+  } catch {
+    return false;
+  }
 }
 
 /** The repository root of this Ferry install (works from cli/ sources and from dist/cli/). */

@@ -83,6 +83,33 @@ export class ManageClient {
   }
 }
 
+/** What `--app`/`--env` narrowed a lookup to, in words: "app 'shop', environment 'prod'". */
+export function scopeWords(scope: { app?: string | undefined; env?: string | undefined }): string {
+  return [
+    ...(scope.app !== undefined ? [`app '${scope.app}'`] : []),
+    ...(scope.env !== undefined ? [`environment '${scope.env}'`] : []),
+  ].join(', ');
+}
+
+/**
+ * A name that names no endpoint where `scope` looked, but names `elsewhere`: a usage error (exit 2)
+ * that says where it is and how to address it there, rather than that it names nothing.
+ */
+export function notInScope(
+  wanted: string,
+  scope: { app?: string | undefined; env?: string | undefined },
+  elsewhere: readonly EndpointRecord[],
+): FerryError {
+  const apps = [...new Set(elsewhere.map((r) => r.app))];
+  const how =
+    apps.length === 1
+      ? `pass --app ${apps[0]}${scope.env !== undefined ? ' and its --env' : ''}, or an id`
+      : 'pass its --app (and --env), or an id';
+  return new FerryError('usage', `No endpoint named '${wanted}' in ${scopeWords(scope)}`, {
+    hint: `'${wanted}' is deployed in ${elsewhere.map((r) => `${r.app}/${r.env} (${r.id})`).join(', ')}: ${how}.`,
+  });
+}
+
 /** An endpoint by id, or by name when exactly one endpoint has it (else a usage error that lists them). */
 export function resolveEndpoint(
   records: readonly EndpointRecord[],
@@ -91,14 +118,16 @@ export function resolveEndpoint(
 ): EndpointRecord {
   const byId = records.find((r) => r.id === wanted);
   if (byId) return byId;
-  const named = records.filter(
+  const anywhere = records.filter((r) => r.name === wanted || r.name === `live-${wanted}`);
+  const named = anywhere.filter(
     (r) =>
-      (r.name === wanted || r.name === `live-${wanted}`) &&
       (filter.app === undefined || r.app === filter.app) &&
       (filter.env === undefined || r.env === filter.env),
   );
   if (named.length === 1) return named[0]!;
   if (named.length === 0) {
+    // The name is right, --app or --env is not: say so, and where the name is.
+    if (anywhere.length > 0) throw notInScope(wanted, filter, anywhere);
     throw new FerryError('usage', `No endpoint has the id or name '${wanted}'`, {
       hint:
         records.length > 0

@@ -10,9 +10,10 @@ import { describeScope, hashKey, newSecret, scopeOf } from '../../core/auth.js';
 import { checkRecordName } from '../../core/deployment.js';
 import { conflict, FerryError, notFound, usage } from '../../core/errors.js';
 import type { EndpointRecord } from '../../core/ports.js';
-import { projectAppName } from '../config.js';
+import { looksLikeProject, projectAppName } from '../config.js';
 import { type CliContext, withProvider } from '../context.js';
 import { ask, confirm, countOf } from '../io.js';
+import { notInScope } from '../manage-client.js';
 import type { Provider } from '../providers/types.js';
 import { approveFlag, defineCommand, jsonFlag } from './shared.js';
 
@@ -363,6 +364,18 @@ export const appCommand = (ctx: CliContext): CommandModule =>
     handler: () => {},
   });
 
+/**
+ * The app `ferry undeploy NAME` looks for NAME in: --app; else, run in a project folder (or one whose
+ * app is deployed), the folder's app (projectAppName), so a name never removes another app's endpoint
+ * of that name; else none: every app, where a name in several is refused as ambiguous.
+ */
+async function undeployApp(ctx: CliContext, provider: Provider, flag: unknown): Promise<string | undefined> {
+  if (typeof flag === 'string') return flag;
+  const folderApp = projectAppName(ctx.io.cwd);
+  if (looksLikeProject(ctx.io.cwd) || (await provider.control.getApp(folderApp))) return folderApp;
+  return undefined;
+}
+
 export const undeployCommand = (ctx: CliContext): CommandModule =>
   defineCommand({
     command: 'undeploy [name]',
@@ -452,19 +465,32 @@ export const undeployCommand = (ctx: CliContext): CommandModule =>
               'Which endpoint?',
               'Run `ferry undeploy list`, then `ferry undeploy <name>`, or use --all.',
             );
+          // An id addresses any endpoint. A name is looked up in --app, else in the folder's app when
+          // run in a project (as --help says), else across apps; never in another app by default.
           const byId = await provider.control.getEndpoint(name);
+          const app = byId ? undefined : await undeployApp(ctx, provider, argv.app);
+          const scope = { ...filter, ...(app !== undefined ? { app } : {}) };
+          const named = byId ? [] : (await provider.control.listEndpoints()).filter((e) => e.name === name);
           const matches = byId
             ? [byId]
-            : (await provider.control.listEndpoints(filter)).filter((e) => e.name === name);
+            : named.filter(
+                (e) =>
+                  (scope.app === undefined || e.app === scope.app) &&
+                  (scope.env === undefined || e.env === scope.env),
+              );
           if (matches.length === 0) {
+            if (named.length > 0) throw notInScope(name, scope, named);
             throw new FerryError('not_found', `No deployed endpoint named '${name}'`, {
               hint: 'See `ferry undeploy list`.',
             });
           }
           if (matches.length > 1) {
+            const apps = new Set(matches.map((m) => m.app));
             throw usage(
-              `'${name}' is deployed in several places: ${matches.map((m) => `${m.app}/${m.env}`).join(', ')}`,
-              'Choose with --app and --env.',
+              `'${name}' is deployed in several places: ${matches.map((m) => `${m.app}/${m.env} (${m.id})`).join(', ')}`,
+              apps.size > 1
+                ? 'Choose with --app (and --env), or give an id.'
+                : 'Choose with --env, or give an id.',
             );
           }
           const target = matches[0]!;

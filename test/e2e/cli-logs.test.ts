@@ -78,6 +78,16 @@ describe('ferry logs', () => {
     const unknown = await sandbox.run(['logs', 'nope'], { cwd: project, env: { FERRY_API_KEY: apiKey } });
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain('hint:');
+    // The name is right and --app is not: said so, with where the name is, not "no such name".
+    const otherApp = await sandbox.run(['logs', 'chatty', '--app', 'nope'], {
+      cwd: project,
+      env: { FERRY_API_KEY: apiKey },
+    });
+    expect(otherApp.code).toBe(2);
+    expect(otherApp.stderr).toContain("Error: No endpoint named 'chatty' in app 'nope'\n");
+    expect(otherApp.stderr).toMatch(
+      /hint: 'chatty' is deployed in observe\/production \(\S+\): pass --app observe, or an id\./,
+    );
     const since = await sandbox.run(['logs', 'chatty', '--since', 'yesterday-ish'], {
       cwd: project,
       env: { FERRY_API_KEY: apiKey },

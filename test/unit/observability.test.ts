@@ -477,5 +477,9 @@ describe('CLI rules', () => {
     expect(() => resolveEndpoint(records, 'twin')).toThrow(/Several/);
     expect(resolveEndpoint(records, 'twin', { app: 'b' }).id).toBe('e4');
     expect(() => resolveEndpoint(records, 'nope')).toThrow(/No endpoint/);
+    // The name is right, --app is not: said so, and where the name is.
+    expect(() => resolveEndpoint(records, 'hello', { app: 'zz' })).toThrow(
+      "No endpoint named 'hello' in app 'zz'",
+    );
   });
 });

@@ -1,0 +1,99 @@
+/**
+ * The control-record commands through the real binary on the local provider, where several apps are
+ * deployed from copies of one project: `ferry undeploy NAME` acts on the folder's app (as its --help
+ * says), never on another app's endpoint of the same name; `keys create --name` and `env list --app`
+ * refuse the user's mistakes with exit 2 and a hint that fits.
+ */
+import { cpSync, mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CliSandbox } from './cli-support.js';
+
+const sandbox = new CliSandbox();
+afterAll(() => sandbox.cleanup());
+
+const noStack = (stderr: string) => expect(stderr).not.toMatch(/\n\s+at .+:\d+:\d+/);
+
+interface Listed {
+  id: string;
+  name: string;
+  app: string;
+  env: string;
+}
+
+describe('ferry undeploy NAME with the same project deployed as two apps', () => {
+  const x1 = path.join(sandbox.root, 'x1');
+  const x2 = path.join(sandbox.root, 'x2');
+  /** A folder that is no project. */
+  const outside = path.join(sandbox.root, 'elsewhere');
+  const list = async (): Promise<Listed[]> => {
+    const result = await sandbox.run(['undeploy', 'list', '--json'], { cwd: outside });
+    expect(result.code, result.stderr).toBe(0);
+    return JSON.parse(result.stdout) as Listed[];
+  };
+  const idOf = async (app: string, name: string) =>
+    (await list()).find((e) => e.app === app && e.name === name)?.id;
+
+  beforeAll(async () => {
+    expect((await sandbox.run(['init', 'x1'])).code).toBe(0);
+    cpSync(x1, x2, { recursive: true });
+    mkdirSync(outside);
+    for (const dir of [x1, x2]) {
+      const deploy = await sandbox.run(['deploy', '--no-serve'], { cwd: dir });
+      expect(deploy.code, deploy.stderr).toBe(0);
+    }
+  }, 120_000);
+
+  it("in a project folder, a name is looked up in the folder's app only: another app's endpoint stays", async () => {
+    const x2Gpu = (await idOf('x2', 'gpu_worker'))!;
+    const byId = await sandbox.run(['undeploy', x2Gpu, '--force'], { cwd: outside });
+    expect(byId.code, byId.stderr).toBe(0);
+
+    const gone = await sandbox.run(['undeploy', 'gpu_worker', '--force'], { cwd: x2 });
+    expect(gone.code).toBe(2);
+    expect(gone.stderr).toContain("Error: No endpoint named 'gpu_worker' in app 'x2'\n");
+    expect(gone.stderr).toMatch(
+      /hint: 'gpu_worker' is deployed in x1\/production \(gpu-worker-\S+\): pass --app x1/,
+    );
+    expect(gone.stdout).toBe('');
+    noStack(gone.stderr);
+    expect(await idOf('x1', 'gpu_worker')).toBeDefined();
+
+    // --env alone narrows within the folder's app: x2's, not a choice between x1 and x2.
+    const x2Cpu = (await idOf('x2', 'cpu_worker'))!;
+    const one = await sandbox.run(['undeploy', 'cpu_worker', '--env', 'production', '--force'], { cwd: x2 });
+    expect(one.code, one.stderr).toBe(0);
+    expect(one.stdout).toBe(`✓ Removed cpu_worker (${x2Cpu})\n`);
+    expect(await idOf('x1', 'cpu_worker')).toBeDefined();
+
+    // --app names another app explicitly, and an id addresses any endpoint.
+    const x1Cpu = (await idOf('x1', 'cpu_worker'))!;
+    const other = await sandbox.run(['undeploy', x1Cpu, '--force'], { cwd: x2 });
+    expect(other.code, other.stderr).toBe(0);
+    expect(other.stdout).toBe(`✓ Removed cpu_worker (${x1Cpu})\n`);
+    const x1Gpu = (await idOf('x1', 'gpu_worker'))!;
+    const named = await sandbox.run(['undeploy', 'gpu_worker', '--app', 'x1', '--force'], { cwd: x2 });
+    expect(named.code, named.stderr).toBe(0);
+    expect(named.stdout).toBe(`✓ Removed gpu_worker (${x1Gpu})\n`);
+  });
+
+  it('outside a project, a name is looked up in every app, and one that several apps have is refused (exit 2)', async () => {
+    const twice = await sandbox.run(['undeploy', 'lb_worker', '--force'], { cwd: outside });
+    expect(twice.code).toBe(2);
+    expect(twice.stderr).toMatch(
+      /Error: 'lb_worker' is deployed in several places: x1\/production \(lb-worker-\S+\), x2\/production \(lb-worker-\S+\)\n/,
+    );
+    expect(twice.stderr).toContain('hint: Choose with --app (and --env), or give an id.');
+    noStack(twice.stderr);
+    expect((await list()).filter((e) => e.name === 'lb_worker')).toHaveLength(2);
+    const x2Lb = (await idOf('x2', 'lb_worker'))!;
+    const chosen = await sandbox.run(['undeploy', 'lb_worker', '--app', 'x2', '--force'], { cwd: outside });
+    expect(chosen.code, chosen.stderr).toBe(0);
+    expect(chosen.stdout).toBe(`✓ Removed lb_worker (${x2Lb})\n`);
+    // Now only x1 has one: a name that one app has is found there, as before.
+    const x1Lb = (await idOf('x1', 'lb_worker'))!;
+    const only = await sandbox.run(['undeploy', 'lb_worker', '--force'], { cwd: outside });
+    expect(only.code, only.stderr).toBe(0);
+    expect(only.stdout).toBe(`✓ Removed lb_worker (${x1Lb})\n`);
+  });
+});
