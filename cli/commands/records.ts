@@ -507,6 +507,30 @@ export const undeployCommand = (ctx: CliContext): CommandModule =>
       ),
   });
 
+/**
+ * The most characters a key's label may have: as many as an app or environment name
+ * (core/deployment.ts recordNameRules), enough for a label and short enough for `keys list`'s table.
+ */
+const keyLabelMaxLength = 63;
+
+/**
+ * `--name` as a key's label: any text, trimmed, that is not blank, fits the table (at most
+ * keyLabelMaxLength characters) and keeps it on one line (no control characters); else a usage error
+ * (exit 2). Absent: `cli`.
+ */
+function keyLabel(given: string | undefined): string {
+  if (given === undefined) return 'cli';
+  const label = given.trim();
+  const hint = `Give a label of 1 to ${keyLabelMaxLength} characters, e.g. --name ci.`;
+  if (label === '') throw usage('--name needs a label: it was empty', hint);
+  if ([...label].length > keyLabelMaxLength)
+    throw usage(`--name is ${[...label].length} characters long: at most ${keyLabelMaxLength}`, hint);
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it finds
+  if (/[\u0000-\u001f\u007f]/.test(label))
+    throw usage(`--name ${JSON.stringify(label)} holds a tab, newline or other control character`, hint);
+  return label;
+}
+
 export const keysCommand = (ctx: CliContext): CommandModule =>
   defineCommand({
     command: 'keys <command>',
@@ -518,7 +542,8 @@ export const keysCommand = (ctx: CliContext): CommandModule =>
           describe: 'Create an API key (printed once)',
           builder: (y2) =>
             y2
-              .option('name', { type: 'string', default: 'cli', describe: 'A label' })
+              // No yargs default: with one, a bare `--name` silently became it.
+              .option('name', { type: 'string', describe: 'A label', defaultDescription: 'cli' })
               .option('app', { type: 'string', describe: 'Only this app’s endpoints (default: every app)' })
               .option('env', { type: 'string', describe: 'Only this environment of --app' })
               .option('json', jsonFlag),
@@ -530,10 +555,11 @@ export const keysCommand = (ctx: CliContext): CommandModule =>
               if (env !== undefined && app === undefined) {
                 throw usage('--env needs --app', 'Example: ferry keys create --app my-app --env prod');
               }
+              const name = keyLabel(argv.name);
               const key = newSecret('fy');
               const record = {
                 id: `key-${randomBytes(4).toString('hex')}`,
-                name: argv.name,
+                name,
                 hash: hashKey(key),
                 createdAt: Date.now(),
                 ...(app !== undefined ? { app } : {}),

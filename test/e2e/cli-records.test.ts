@@ -97,3 +97,36 @@ describe('ferry undeploy NAME with the same project deployed as two apps', () =>
     expect(only.stdout).toBe(`✓ Removed lb_worker (${x1Lb})\n`);
   });
 });
+
+describe('record commands refuse the user’s mistakes with a hint that fits', () => {
+  it('keys create --name: blank, bare, too long or with a newline is exit 2; the label is kept trimmed', async () => {
+    for (const [args, message] of [
+      [['--name', ''], 'Error: --name needs a label: it was empty\n'],
+      [['--name', '   '], 'Error: --name needs a label: it was empty\n'],
+      [['--name'], 'Error: --name needs a label: it was empty\n'],
+      [['--name', 'x'.repeat(5000)], 'Error: --name is 5000 characters long: at most 63\n'],
+      [['--name', 'two\nlines'], 'holds a tab, newline or other control character\n'],
+    ] as const) {
+      const result = await sandbox.run(['keys', 'create', ...args]);
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr).toContain(message);
+      expect(result.stderr).toContain('hint: Give a label of 1 to 63 characters, e.g. --name ci.');
+      expect(result.stdout).toBe('');
+      noStack(result.stderr);
+    }
+    const listed = async () =>
+      JSON.parse((await sandbox.run(['keys', 'list', '--json'])).stdout) as Array<{ name: string }>;
+    // Only the default key of FERRY_HOME (made on first use): none of the above was stored.
+    expect((await listed()).map((k) => k.name).filter((n) => !n.startsWith('default'))).toEqual([]);
+    for (const args of [['--name', '  ci deploys  '], ['--name', 'y'.repeat(63)], []]) {
+      const result = await sandbox.run(['keys', 'create', ...args]);
+      expect(result.code, result.stderr).toBe(0);
+    }
+    expect(
+      (await listed())
+        .map((k) => k.name)
+        .filter((n) => !n.startsWith('default'))
+        .sort(),
+    ).toEqual(['ci deploys', 'cli', 'y'.repeat(63)]);
+  });
+});
