@@ -139,8 +139,12 @@ export const envCommand = (ctx: CliContext): CommandModule =>
             withProvider(ctx, argv.provider, async (provider) => {
               const app = projectAppName(ctx.io.cwd, argv.app);
               if (!(await provider.control.getApp(app))) {
+                // Named by --app: where the apps are; else the folder's app, not deployed yet.
                 throw new FerryError('not_found', `No app named '${app}'`, {
-                  hint: 'Run `ferry deploy` to create it, or pass --app.',
+                  hint:
+                    typeof argv.app === 'string'
+                      ? appListHint
+                      : 'Run `ferry deploy` to create it, or pass --app.',
                 });
               }
               const envs = await provider.control.listEnvironments(app);

@@ -129,4 +129,16 @@ describe('record commands refuse the user’s mistakes with a hint that fits', (
         .sort(),
     ).toEqual(['ci deploys', 'cli', 'y'.repeat(63)]);
   });
+
+  it('env list --app NAME of no app: the hint lists the apps rather than saying to pass --app', async () => {
+    const result = await sandbox.run(['env', 'list', '--app', 'bad name']);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toBe(
+      "Error: No app named 'bad name'\n  hint: See the apps with `ferry app list`.\n",
+    );
+    // Without --app (the folder's app): deploy it, or name another.
+    const folder = await sandbox.run(['env', 'list']);
+    expect(folder.code).toBe(2);
+    expect(folder.stderr).toContain('hint: Run `ferry deploy` to create it, or pass --app.');
+  });
 });
