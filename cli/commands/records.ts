@@ -385,7 +385,14 @@ export const undeployCommand = (ctx: CliContext): CommandModule =>
     command: 'undeploy [name]',
     describe: 'Remove deployed endpoints (`undeploy list` lists them)',
     builder: (y) =>
-      appFlag(y)
+      y
+        // Where a name is looked up (undeployApp); --all outside a project: the folder name's app.
+        .option('app', {
+          alias: 'a',
+          type: 'string',
+          describe: 'App name',
+          defaultDescription: 'the folder name; for a NAME outside a project, every app',
+        })
         .positional('name', { type: 'string', describe: 'Endpoint name or id, or `list`' })
         .option('env', { alias: 'e', type: 'string', describe: 'Environment (when the name is in several)' })
         .option('all', {

@@ -78,6 +78,8 @@ describe('ferry undeploy NAME with the same project deployed as two apps', () =>
   });
 
   it('outside a project, a name is looked up in every app, and one that several apps have is refused (exit 2)', async () => {
+    const help = await sandbox.run(['undeploy', '--help'], { cwd: outside });
+    expect(help.stdout).toContain('[default: the folder name; for a NAME outside a project, every app]');
     const twice = await sandbox.run(['undeploy', 'lb_worker', '--force'], { cwd: outside });
     expect(twice.code).toBe(2);
     expect(twice.stderr).toMatch(
