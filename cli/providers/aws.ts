@@ -626,41 +626,40 @@ export class AwsProvider implements Provider {
     cfnValidate?: boolean;
     /** As the deployed stacks have it (infra/app.ts terminationProtection); none: off. */
     terminationProtection?: { platform: boolean; app: boolean };
-    /** Where each phase shows (a synth takes tens of seconds on a small machine, first time). */
+    /** Where each phase is said (a synth takes tens of seconds on a small machine). */
     reporter: Reporter;
   }): Promise<SynthesizedAssembly> {
-    const functionsCodeDir = await input.reporter.step('Bundle the platform functions', () =>
-      this.#functions(),
-    );
+    // Each phase says what it is doing: together they take tens of seconds on a small machine.
+    input.reporter.line('  bundling the platform functions…');
+    const functionsCodeDir = await this.#functions();
     const { synthesize } = await loadInfra();
     const { https } = input;
-    return input.reporter.step('Synthesize the CloudFormation templates', () =>
-      this.#toolkit.synth(
-        ({ outdir, context }) =>
-          synthesize({
-            manifest: input.manifest,
-            app: input.app,
-            env: input.env,
-            functionsCodeDir,
-            artifact: { key: input.artifactKey },
-            images: input.images,
-            instanceTypes: input.instanceTypes,
-            ...(input.availabilityZones ? { availabilityZones: input.availabilityZones } : {}),
-            ...(input.instanceTypeZones ? { instanceTypeZones: input.instanceTypeZones } : {}),
-            ...(input.cloudFrontPrefixListId ? { cloudFrontPrefixListId: input.cloudFrontPrefixListId } : {}),
-            ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
-            ...(input.servicesCreated ? { servicesCreated: input.servicesCreated } : {}),
-            ...(input.callKeyIds ? { callKeyIds: input.callKeyIds } : {}),
-            cfnValidate: input.cfnValidate ?? false,
-            ...(input.terminationProtection ? { terminationProtection: input.terminationProtection } : {}),
-            ...(https ? { https } : {}),
-            ...input.platformSettings,
-            ferryVersion: ferryVersion(),
-            ...(outdir ? { outdir } : {}),
-            ...(context ? { context } : {}),
-          }),
-        { outdir: this.assemblyDir },
-      ),
+    input.reporter.line('  synthesizing the CloudFormation templates…');
+    return this.#toolkit.synth(
+      ({ outdir, context }) =>
+        synthesize({
+          manifest: input.manifest,
+          app: input.app,
+          env: input.env,
+          functionsCodeDir,
+          artifact: { key: input.artifactKey },
+          images: input.images,
+          instanceTypes: input.instanceTypes,
+          ...(input.availabilityZones ? { availabilityZones: input.availabilityZones } : {}),
+          ...(input.instanceTypeZones ? { instanceTypeZones: input.instanceTypeZones } : {}),
+          ...(input.cloudFrontPrefixListId ? { cloudFrontPrefixListId: input.cloudFrontPrefixListId } : {}),
+          ...(input.endpointIds ? { endpointIds: input.endpointIds } : {}),
+          ...(input.servicesCreated ? { servicesCreated: input.servicesCreated } : {}),
+          ...(input.callKeyIds ? { callKeyIds: input.callKeyIds } : {}),
+          cfnValidate: input.cfnValidate ?? false,
+          ...(input.terminationProtection ? { terminationProtection: input.terminationProtection } : {}),
+          ...(https ? { https } : {}),
+          ...input.platformSettings,
+          ferryVersion: ferryVersion(),
+          ...(outdir ? { outdir } : {}),
+          ...(context ? { context } : {}),
+        }),
+      { outdir: this.assemblyDir },
     );
   }
 

@@ -33,10 +33,10 @@ describe('ferry init', () => {
     expect(result.stderr).toContain('ferry dev');
   });
 
-  it('lists conflicts and keeps every file when the answer is n (or empty)', async () => {
+  it('lists conflicts and keeps every file when the answer is n (or an empty line), or when none comes', async () => {
     const dir = path.join(sandbox.root, 'my-app');
     writeFileSync(path.join(dir, 'cpu_worker.py'), 'mine\n');
-    for (const input of ['n\n', '']) {
+    for (const input of ['n\n', '\n']) {
       const result = await sandbox.run(['init', 'my-app'], { input });
       expect(result.code).toBe(1);
       expect(result.stderr).toContain('cpu_worker.py');
@@ -44,6 +44,12 @@ describe('ferry init', () => {
       expect(result.stderr).toContain('Error: Nothing written');
       expect(readFileSync(path.join(dir, 'cpu_worker.py'), 'utf8')).toBe('mine\n');
     }
+    // No answer at all and no terminal (stdin closed): the user's to fix with --force, exit 2.
+    const unanswered = await sandbox.run(['init', 'my-app'], { input: '' });
+    expect(unanswered.code).toBe(2);
+    expect(unanswered.stderr).toContain('cpu_worker.py');
+    expect(unanswered.stderr).toContain('--force');
+    expect(readFileSync(path.join(dir, 'cpu_worker.py'), 'utf8')).toBe('mine\n');
   });
 
   it('overwrites after y, and with --force / -f without asking', async () => {
