@@ -27,8 +27,16 @@ class ResultBodyTest(unittest.TestCase):
     def test_a_non_string_error_becomes_a_string(self):
         self.assertEqual(result_body({"error": {"code": 3}}), {"error": '{"code": 3}'})
 
-    def test_a_falsy_error_is_ordinary_output(self):
-        self.assertEqual(result_body({"error": None, "x": 1}), {"output": {"error": None, "x": 1}})
+    def test_a_falsy_error_is_taken_out_of_the_output(self):
+        # RunPod's SDK pops "error" whatever its value; only a truthy one fails the job.
+        self.assertEqual(result_body({"error": None, "x": 1}), {"output": {"x": 1}})
+        self.assertEqual(result_body({"error": "", "x": 1}), {"output": {"x": 1}})
+        self.assertEqual(result_body({"error": None}), {})
+
+    def test_an_empty_dict_sends_no_output(self):
+        # As RunPod's SDK: an output that ends up {} is dropped, and the job completes without one.
+        self.assertEqual(result_body({}), {})
+        self.assertEqual(result_body({"refresh_worker": False}), {})
 
 
 class StreamChunkTest(unittest.TestCase):

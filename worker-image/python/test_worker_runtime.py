@@ -75,6 +75,12 @@ APP = textwrap.dedent(
             yield "fine"
             yield {"a set": {1, 2}}
 
+        def empty(self):
+            return {}
+
+        def null_error(self):
+            return {"error": None, "a": 1}
+
 
     @Endpoint(name="hello")
     def hello(name="world", *, job):
@@ -165,6 +171,11 @@ class QueueWorkerTest(unittest.TestCase):
         info = self.error_of(done)
         self.assertEqual(info["error_message"], "stream broke")
         self.assertEqual(len(self.platform.of("job-stream", "job-half")), 1)
+
+    def test_an_empty_or_falsy_error_result_is_shaped_as_runpod_does(self):
+        # rp_job.py run_job pops "error" whatever its value and drops an output that ends up {}.
+        self.assertEqual(self.run_job("job-empty", {"method": "empty"})["body"], {})
+        self.assertEqual(self.run_job("job-nullerr", {"method": "null_error"})["body"], {"output": {"a": 1}})
 
     def test_exception_is_reported_in_runpod_format(self):
         done = self.run_job("job-boom", {"method": "boom", "message": "it broke"})

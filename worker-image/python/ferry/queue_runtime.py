@@ -167,22 +167,21 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def result_body(result):
-    """The job-done body for a handler's return value. As with RunPod's SDK, a dict carrying a
-    truthy "error" fails the job with that message; the rest of the dict, if any, stays as output.
-    A "refresh_worker" key is taken out of the output; when truthy the body carries "stopPod": true,
-    which asks the platform for a fresh worker before the next job (docs/workers.md)."""
-    if isinstance(result, dict) and (result.get("error") or "refresh_worker" in result):
-        rest = {k: v for k, v in result.items() if k not in ("error", "refresh_worker")}
-        error = result.get("error")
-        body = {}
-        if error:
-            body["error"] = error if isinstance(error, str) else json.dumps(error, default=str)
-        if rest or not (error or result.get("refresh_worker")):
-            body["output"] = rest
-        if result.get("refresh_worker"):
-            body["stopPod"] = True
-        return body
-    return {"output": result}
+    """The job-done body for a handler's return value, shaped as RunPod's SDK shapes it (rp_job.py
+    run_job). A dict loses its "error" and "refresh_worker" keys: a truthy "error" fails the job with
+    that message, a truthy "refresh_worker" adds "stopPod": true, which asks the platform for a fresh
+    worker before the next job (docs/workers.md); whatever is left is the output, and an output that
+    ends up {} is left out (so {} and {"error": None} send no output at all)."""
+    if not isinstance(result, dict):
+        return {"output": result}
+    rest = {k: v for k, v in result.items() if k not in ("error", "refresh_worker")}
+    error = result.get("error")
+    body = {"output": rest} if rest else {}
+    if error:
+        body["error"] = error if isinstance(error, str) else json.dumps(error, default=str)
+    if result.get("refresh_worker"):
+        body["stopPod"] = True
+    return body
 
 
 def _without_runtime_frames(exc):
