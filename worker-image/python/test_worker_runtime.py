@@ -75,6 +75,19 @@ APP = textwrap.dedent(
             yield "fine"
             yield {"a set": {1, 2}}
 
+        def yields_error(self):
+            yield "one"
+            yield {"error": "gen failed", "partial": 1}
+            yield "never"
+
+        async def yields_error_async(self):
+            yield "a"
+            yield {"error": {"code": 7}}
+            yield "never"
+
+        def yields_falsy_error(self):
+            yield {"error": None, "x": 1}
+
         def empty(self):
             return {}
 
@@ -171,6 +184,20 @@ class QueueWorkerTest(unittest.TestCase):
         info = self.error_of(done)
         self.assertEqual(info["error_message"], "stream broke")
         self.assertEqual(len(self.platform.of("job-stream", "job-half")), 1)
+
+    def test_a_yielded_error_ends_the_stream_and_fails_the_job(self):
+        # RunPod's SDK (rp_job.py handle_job): a yielded dict with a truthy "error" is not streamed,
+        # ends the stream, and the job fails with {"error": str(error)}.
+        done = self.run_job("job-yerr", {"method": "yields_error"})
+        self.assertEqual(done["query"]["isStream"], "true")
+        self.assertEqual(done["body"], {"error": "gen failed"})
+        self.assertEqual([c["body"] for c in self.platform.of("job-stream", "job-yerr")], [{"output": "one"}])
+        done = self.run_job("job-ayerr", {"method": "yields_error_async"})
+        self.assertEqual(done["body"], {"error": str({"code": 7})})
+        self.assertEqual([c["body"] for c in self.platform.of("job-stream", "job-ayerr")], [{"output": "a"}])
+        # A falsy "error" is an ordinary chunk.
+        done = self.run_job("job-yfalsy", {"method": "yields_falsy_error"})
+        self.assertEqual(done["body"], {"output": [{"error": None, "x": 1}]})
 
     def test_an_empty_or_falsy_error_result_is_shaped_as_runpod_does(self):
         # rp_job.py run_job pops "error" whatever its value and drops an output that ends up {}.

@@ -184,6 +184,15 @@ def result_body(result):
     return body
 
 
+def yielded_error(value):
+    """The job-done body that ends a stream, for a yielded value that is a dict with a truthy "error";
+    None for any other value. As RunPod's SDK (rp_job.py handle_job): that value is not streamed,
+    the generator is left, and the job fails with {"error": str(value["error"])}."""
+    if isinstance(value, dict) and value.get("error"):
+        return {"error": str(value["error"])}
+    return None
+
+
 def _without_runtime_frames(exc):
     """Drop this package's own frames from the top of a handler's traceback: users read their code."""
     tb = exc.__traceback__
@@ -488,7 +497,12 @@ class QueueRuntime:
     async def _drain_async_gen(self, run):
         outputs = []
         try:
-            async for value in run.fn(**run.kwargs):
+            gen = run.fn(**run.kwargs)
+            async for value in gen:
+                error = yielded_error(value)
+                if error is not None:
+                    await gen.aclose()
+                    return error
                 check_jsonable(value, "a yielded value")
                 outputs.append(value)
                 await self._blocking(self.api.stream, run.id, value)
@@ -534,6 +548,10 @@ class QueueRuntime:
                     if stop.value is not None:
                         return result_body(stop.value)
                     break
+                error = yielded_error(value)
+                if error is not None:
+                    gen.close()
+                    return error
                 check_jsonable(value, "a yielded value")
                 outputs.append(value)
                 self.api.stream(run.id, value)
