@@ -10,6 +10,7 @@ import tempfile
 import threading
 import unittest
 
+import ferry
 from ferry import Endpoint, logs
 from ferry.invoke import (
     ASYNC,
@@ -152,8 +153,9 @@ class ErrorFormatTest(unittest.TestCase):
         self.assertEqual(list(body), ["error"])
         info = json.loads(body["error"])
         self.assertEqual(
-            set(info), {"error_type", "error_message", "error_traceback", "hostname", "worker_id"}
+            set(info), {"error_type", "error_message", "error_traceback", "hostname", "worker_id", "runpod_version"}
         )
+        self.assertEqual(info["runpod_version"], f"ferry-{ferry.__version__}")
         self.assertEqual(info["error_type"], "<class 'ValueError'>")
         self.assertEqual(info["error_message"], "bad value")
         self.assertIn('raise ValueError("bad value")', info["error_traceback"])
@@ -171,9 +173,17 @@ class ErrorFormatTest(unittest.TestCase):
         self.assertIn("the handler's result is not JSON serializable", info["error_message"])
         self.assertEqual(info["error_traceback"], "")
 
-    def test_empty_message_falls_back_to_the_type(self):
+    def test_empty_message_stays_empty_as_in_runpods_record(self):
+        # RunPod's SDK sends str(err): "" for `raise KeyError()`; error_type still names the kind.
         info = json.loads(error_body(KeyError(), "w")["error"])
-        self.assertEqual(info["error_message"], "KeyError")
+        self.assertEqual(info["error_message"], "")
+        self.assertEqual(info["error_type"], "<class 'KeyError'>")
+
+    def test_a_remote_error_without_a_message_names_the_type(self):
+        from ferry.client import RemoteError
+
+        err = RemoteError("ep", "j1", "FAILED", error_body(KeyError(), "w")["error"])
+        self.assertEqual(str(err), "job j1 on ep ended FAILED: KeyError")
 
     def test_results_must_be_json(self):
         self.assertEqual(json.loads(to_json_bytes({"output": "é"})), {"output": "é"})

@@ -94,6 +94,9 @@ APP = textwrap.dedent(
         def null_error(self):
             return {"error": None, "a": 1}
 
+        def raises_bare(self):
+            raise KeyError()
+
 
     @Endpoint(name="hello")
     def hello(name="world", *, job):
@@ -204,6 +207,12 @@ class QueueWorkerTest(unittest.TestCase):
         self.assertEqual(self.run_job("job-empty", {"method": "empty"})["body"], {})
         self.assertEqual(self.run_job("job-nullerr", {"method": "null_error"})["body"], {"output": {"a": 1}})
 
+    def test_an_exception_without_a_message_is_recorded_as_runpod_does(self):
+        info = self.error_of(self.run_job("job-bare", {"method": "raises_bare"}))
+        self.assertEqual(info["error_message"], "")
+        self.assertEqual(info["error_type"], "<class 'KeyError'>")
+        self.assertTrue(info["runpod_version"].startswith("ferry-"))
+
     def test_exception_is_reported_in_runpod_format(self):
         done = self.run_job("job-boom", {"method": "boom", "message": "it broke"})
         self.assertEqual(done["query"]["isStream"], "false")
@@ -244,7 +253,7 @@ class QueueWorkerTest(unittest.TestCase):
 
     def test_handler_cancelling_itself_fails_the_job(self):
         info = self.error_of(self.run_job("job-selfcancel", {"method": "cancels_itself"}))
-        self.assertEqual(info["error_message"], "CancelledError")
+        self.assertEqual(info["error_type"], "<class 'asyncio.exceptions.CancelledError'>")
 
     def test_progress_updates_arrive_before_result(self):
         done = self.run_job("job-steps", {"method": "steps", "n": 3})

@@ -67,7 +67,11 @@ class RemoteError(Exception):
             self.error_type = record.get("error_type")
             self.error_message = record.get("error_message")
             self.error_traceback = record.get("error_traceback")
-        detail = self.error_message or status
+        # `raise KeyError()` has an empty message (RunPod's record keeps str(exc)): name the type then.
+        kind = self.error_type
+        if isinstance(kind, str) and kind.startswith("<class '") and kind.endswith("'>"):
+            kind = kind[len("<class '"):-2]
+        detail = self.error_message or kind or status
         super().__init__(f"job {job_id} on {endpoint} ended {status}: {detail}")
 
 

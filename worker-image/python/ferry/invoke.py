@@ -187,18 +187,28 @@ def hostname():
     return os.environ.get("RUNPOD_POD_HOSTNAME") or socket.gethostname()
 
 
+def runtime_version():
+    """What the error record's "runpod_version" says: the worker SDK that wrote it, here Ferry's runtime."""
+    from . import __version__  # at call time: the package is fully imported by then
+
+    return f"ferry-{__version__}"
+
+
 def error_info(exc, worker_id, with_traceback=True):
-    """RunPod's error record (rp_job.py): the server keeps it as the job's `error` string."""
+    """RunPod's error record (rp_job.py run_job): the server keeps it as the job's `error` string.
+    As there, error_message is str(exc), which is "" for `raise KeyError()`: error_type still says
+    what was raised."""
     if with_traceback and exc.__traceback__ is not None:
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     else:
         tb = ""
     return {
         "error_type": str(type(exc)),
-        "error_message": str(exc) or type(exc).__name__,
+        "error_message": str(exc),
         "error_traceback": tb,
         "hostname": hostname(),
         "worker_id": worker_id,
+        "runpod_version": runtime_version(),
     }
 
 
