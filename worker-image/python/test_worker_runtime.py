@@ -108,6 +108,12 @@ APP = textwrap.dedent(
         print(f"sleeping {seconds} s")
         time.sleep(seconds)
         return {"slept": seconds}
+
+
+    def slow_or_refresh(seconds=0, refresh=False):
+        print(f"sleeping {seconds} s")
+        time.sleep(seconds)
+        return {"slept": seconds, "refresh_worker": refresh}
     '''
 )
 
@@ -382,6 +388,34 @@ class FunctionWorkerTest(unittest.TestCase):
         self.assertIn("the platform refuses connections", worker.output)
         self.assertIn("exiting with 1 job(s) still running", worker.output)
         self.assertEqual(self.platform.of("job-done"), [])
+
+    def _refresh_beside(self, long_seconds, **extra):
+        """A worker with 2 slots runs a long job; a short job beside it returns refresh_worker."""
+        worker = self.start("slow_or_refresh", FERRY_MAX_CONCURRENCY="2", RUNPOD_PING_INTERVAL="100", **extra)
+        self.platform.add_job("job-long", {"seconds": long_seconds})
+        worker.wait_output(f"[job-long] sleeping {long_seconds} s")
+        self.platform.add_job("job-refresh", {"refresh": True})
+        self.assertEqual(self.platform.done_for("job-refresh")["body"], {"output": {"slept": 0}, "stopPod": True})
+        return worker
+
+    def test_refresh_worker_lets_the_jobs_beside_it_finish_however_long(self):
+        # RunPod's SDK only adds stopPod to that job's result and goes on running the others; the
+        # platform stops the worker once it holds nothing. The grace period (a SIGTERM's) is not
+        # what a refresh waits for: the long job outlasts it and still delivers its result.
+        worker = self._refresh_beside(2.5, FERRY_GRACE_MS="300")
+        self.assertEqual(worker.wait_exit(timeout=15), 0)
+        self.assertEqual(self.platform.done_for("job-long", timeout=1)["body"], {"output": {"slept": 2.5}})
+        self.assertIn("running job(s) to finish before exiting for a fresh worker", worker.output)
+        self.assertNotIn("still running", worker.output)
+
+    def test_sigterm_during_a_refresh_gives_the_running_jobs_the_grace_period(self):
+        worker = self._refresh_beside(60, FERRY_GRACE_MS="300")
+        worker.wait_output("before exiting for a fresh worker")
+        worker.terminate()
+        self.assertEqual(worker.wait_exit(timeout=8), 0)
+        self.assertIn("received SIGTERM: running jobs have up to 0.3 s to finish", worker.output)
+        self.assertIn("exiting with 1 job(s) still running", worker.output)
+        self.assertEqual(self.platform.of("job-done", "job-long"), [])
 
     def test_what_counts_as_the_platform_being_gone(self):
         self.assertTrue(nothing_there(ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")))

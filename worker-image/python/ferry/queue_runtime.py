@@ -26,6 +26,10 @@ it returns, and the platform kills the process after its grace period. The excep
 and cleared under the job's lock, so it never reaches a pooled thread after the job has left it.
 A stop request for a job whose result is already being sent is ignored: nothing is left to stop.
 
+refresh_worker (a job-done carrying stopPod): stop taking jobs, keep pinging, let every running job
+finish however long it runs (each has its own execution timeout, which the platform enforces by
+stopping it), exit 0. A SIGTERM meanwhile puts the jobs still running under the grace period below.
+
 SIGTERM/SIGINT: stop taking jobs, keep pinging, let running jobs finish for up to FERRY_GRACE_MS,
 exit 0. A job-take request still in flight is abandoned (the take loop is cancelled, which closes
 its connection); a job the platform might hand out afterwards goes back to the queue when its
@@ -274,6 +278,7 @@ class QueueRuntime:
     async def run(self):
         self.loop = asyncio.get_running_loop()
         self.stopping = asyncio.Event()
+        self.shutdown_asked = asyncio.Event()  # SIGTERM/SIGINT (else the stop is a refresh_worker's)
         self.platform_gone = asyncio.Event()  # it refused a connection while stopping (_ping_loop)
         self.slot_free = asyncio.Event()
         # job-take and job-done on the loop itself when the api can (WorkerApi; not standalone's LocalJobs).
@@ -294,6 +299,12 @@ class QueueRuntime:
         await self.stopping.wait()
         take_task.cancel()
         tasks = [run.task for run in self.running.values() if run.task is not None]
+        if tasks and not self.shutdown_asked.is_set():
+            # refresh_worker: the platform stops this worker once it holds nothing, and each job has
+            # its own execution timeout (the platform stops the job), so every job runs to its end.
+            self.say(f"waiting for {len(tasks)} running job(s) to finish before exiting for a fresh worker")
+            await self._until_finished_or_shutdown(tasks)
+            tasks = [task for task in tasks if not task.done()]
         if tasks:
             self.say(f"waiting up to {self.grace_sec:g} s for {len(tasks)} running job(s)")
             await self._until_finished_or_platform_gone(tasks)
@@ -307,6 +318,17 @@ class QueueRuntime:
         if left:
             self.say(f"exiting with {left} job(s) still running")
         return left
+
+    async def _until_finished_or_shutdown(self, tasks):
+        """Wait for every running job, with no time limit; no longer once SIGTERM comes (the grace
+        period applies from then) or the platform is gone (its results cannot be delivered)."""
+        finished = asyncio.ensure_future(asyncio.wait(tasks))
+        ended = [asyncio.ensure_future(self.shutdown_asked.wait()), asyncio.ensure_future(self.platform_gone.wait())]
+        await asyncio.wait([finished, *ended], return_when=asyncio.FIRST_COMPLETED)
+        for waiter in ended:
+            waiter.cancel()
+        if not finished.done():
+            finished.cancel()
 
     async def _until_finished_or_platform_gone(self, tasks):
         """Wait for the running jobs, up to the grace period; no longer once the platform is gone."""
@@ -328,10 +350,15 @@ class QueueRuntime:
             self._ping_now.set()
 
     def _begin_refresh(self, job_id):
-        self._begin_stopping(f"job {job_id} asked for refresh_worker: finishing, then exiting for a fresh worker")
+        self._begin_stopping(
+            f"job {job_id} asked for refresh_worker: no new jobs, finishing running ones, then exiting for a fresh worker")
 
     def _begin_shutdown(self, sig):
-        self._begin_stopping(f"received {signal.Signals(sig).name}: no new jobs, finishing running ones")
+        name = signal.Signals(sig).name
+        if self.stopping.is_set() and not self.shutdown_asked.is_set():
+            self.say(f"received {name}: running jobs have up to {self.grace_sec:g} s to finish")
+        self.shutdown_asked.set()
+        self._begin_stopping(f"received {name}: no new jobs, finishing running ones")
 
     async def _pause(self, seconds):
         """Sleep, but wake at once on shutdown."""
