@@ -38,6 +38,7 @@ class FakePlatform:
         self.connections = 0  # TCP connections accepted (workers keep theirs alive)
         self._sockets = []  # the accepted connections, for crash()
         self.done_hold_sec = 0.0  # hold every job-done answer this long (a slow platform)
+        self.done_limit_bytes = None  # job-done bodies over this are refused with 413, unread (as the platform's)
         platform = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -150,6 +151,7 @@ class FakePlatform:
         length = int(req.headers.get("Content-Length") or 0)
         raw = req.rfile.read(length) if length else b""
         op = segs[2] if len(segs) > 2 else ""
+        over_limit = op == "job-done" and self.done_limit_bytes is not None and len(raw) > self.done_limit_bytes
         call = {
             "op": op,
             "method": method,
@@ -157,7 +159,8 @@ class FakePlatform:
             "worker": segs[3] if len(segs) > 3 else None,
             "job_id": urllib.parse.unquote(segs[4]) if len(segs) > 4 else None,
             "query": query,
-            "body": json.loads(raw) if raw else None,
+            "body": json.loads(raw) if raw and not over_limit else None,
+            "bytes": len(raw),
             "auth": req.headers.get("Authorization"),
             "content_type": req.headers.get("Content-Type"),
             "at": time.monotonic(),
@@ -194,6 +197,9 @@ class FakePlatform:
                 self.cond.wait_for(lambda: self.to_stop, POLL_HOLD_SEC)
                 ids, self.to_stop = self.to_stop, []
             return self._reply(req, 200, {"jobsToStop": ids}) if ids else self._reply(req, 204, None)
+        if over_limit:
+            return self._reply(req, 413, {"error": f"Request body is over the limit of POST {parts.path}: "
+                                                   f"it takes at most {self.done_limit_bytes} bytes"})
         if op == "job-done" and self.done_hold_sec:
             time.sleep(self.done_hold_sec)
         return self._reply(req, 200, {})

@@ -110,6 +110,10 @@ APP = textwrap.dedent(
         return {"slept": seconds}
 
 
+    def big(n):
+        return "x" * n
+
+
     def slow_or_refresh(seconds=0, refresh=False):
         print(f"sleeping {seconds} s")
         time.sleep(seconds)
@@ -416,6 +420,26 @@ class FunctionWorkerTest(unittest.TestCase):
         self.assertIn("received SIGTERM: running jobs have up to 0.3 s to finish", worker.output)
         self.assertIn("exiting with 1 job(s) still running", worker.output)
         self.assertEqual(self.platform.of("job-done", "job-long"), [])
+
+    def test_a_result_over_the_platforms_limit_fails_the_job_with_the_reason(self):
+        # The platform refuses it with 413 (the job stays IN_PROGRESS): without another job-done it
+        # would run again on each lease lapse and end as "stopped responding".
+        self.platform.done_limit_bytes = 50_000
+        worker = self.start("big")
+        self.platform.add_job("job-big", {"n": 70_000})
+        done = self.platform.wait_for(
+            lambda calls: [c for c in calls if c["op"] == "job-done" and c["job_id"] == "job-big"][1:],
+            what="a second job-done for job-big",
+        )[0]
+        [refused] = [c for c in self.platform.of("job-done", "job-big") if c["body"] is None]
+        size = refused["bytes"]
+        self.assertEqual(size, len(b'{"output": ""}') + 70_000)
+        self.assertEqual(done["query"]["isStream"], "false")
+        self.assertEqual(set(done["body"]), {"error"})
+        self.assertIn(f"the handler's result of {size} bytes is over the platform's limit", done["body"]["error"])
+        self.assertIn("it takes at most 50000 bytes", done["body"]["error"])
+        worker.wait_output("job job-big failed")
+        self.assertEqual(len(self.platform.of("job-done", "job-big")), 2)
 
     def test_what_counts_as_the_platform_being_gone(self):
         self.assertTrue(nothing_there(ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")))

@@ -33,6 +33,29 @@ class RateLimited(Exception):
     """429 from a poll: the caller sleeps 5 s."""
 
 
+class Refused:
+    """What a POST returns when the platform refused it (4xx): falsy, as any POST not taken, with the
+    status and the platform's reason (its answer's "error", else the answer's start)."""
+
+    __slots__ = ("status", "reason")
+
+    def __init__(self, status, data):
+        self.status = status
+        reason = None
+        try:
+            parsed = json.loads(data)
+            reason = parsed.get("error") if isinstance(parsed, dict) else None
+        except (ValueError, TypeError):
+            pass
+        self.reason = reason if isinstance(reason, str) and reason else _snippet(data)
+
+    def __bool__(self):
+        return False
+
+    def __repr__(self):
+        return f"Refused({self.status}, {self.reason!r})"
+
+
 class ProtocolError(Exception):
     """A non-success answer or an unreadable body."""
 
@@ -106,6 +129,7 @@ class WorkerApi:
             taken = _taken(status)
             if taken is False:
                 self._say_refused(what, job_id, status, data)
+                return Refused(status, data)
             if taken is not None:
                 return taken
             problem = f"HTTP {status} {_snippet(data)}"
@@ -199,7 +223,8 @@ class WorkerApi:
         return [i for i in ids if isinstance(i, str)]
 
     def done(self, job_id, payload, is_stream, body=None):
-        """`body`: `payload` already encoded (to_json_bytes), so a big result is encoded once."""
+        """`body`: `payload` already encoded (to_json_bytes), so a big result is encoded once. True when
+        the platform took it; else falsy: False, or Refused with why."""
         url = self._job_url(self.done_url, job_id, "true" if is_stream else "false")
         return self._post(url, payload, job_id, "job-done", body)
 

@@ -63,7 +63,7 @@ from .invoke import (
     kind_of,
     to_json_bytes,
 )
-from .protocol import RateLimited
+from .protocol import RateLimited, Refused
 
 
 class JobStopped(BaseException):
@@ -186,6 +186,15 @@ def result_body(result):
     if result.get("refresh_worker"):
         body["stopPod"] = True
     return body
+
+
+def too_large_body(size, reason):
+    """The job-done body that fails a job whose result the platform refused as too large (413); the
+    platform's reason names its limit."""
+    return {
+        "error": f"the handler's result of {size} bytes is over the platform's limit ({reason}); "
+        "return large outputs as a URL (upload them from the handler)"
+    }
 
 
 def yielded_error(value):
@@ -486,6 +495,11 @@ class QueueRuntime:
                 if log.shipped:
                     await self._blocking(self.log_shipper.flush)
             ok = await self._done(run.id, payload, is_stream, body)
+            if isinstance(ok, Refused) and ok.status == 413:
+                # Too big for the platform: left so, the job would stay IN_PROGRESS, run again each
+                # time its lease lapses, and end as a worker that stopped responding. It fails now.
+                payload = too_large_body(len(body), ok.reason)
+                ok = await self._done(run.id, payload, is_stream, to_json_bytes(payload))
             failed = "error" in payload
             line = (f"job {run.id} {'failed' if failed else 'completed'} in {time.monotonic() - started:.2f} s"
                     + ("" if ok else " (result not delivered)"))
