@@ -242,12 +242,13 @@ describe('load-balanced endpoints', () => {
     });
     expect(deep.status).toBe(400);
     expect(((await deep.json()) as { error: string }).error).toContain('at most 512 levels are accepted');
-    // HEAD was a 501 text/html from the worker. (The worker's Content-Length, the GET body's, does
-    // not come through: the front door forwards the content type only.)
+    // HEAD was a 501 text/html from the worker; now the GET's status and headers, length included.
     const head = await fetch(`${lb}/items/42?q=x`, { method: 'HEAD', headers: { authorization } });
     expect(head.status).toBe(200);
     expect(head.headers.get('content-type')).toBe('application/json');
     expect(await head.text()).toBe('');
+    const get = await fetch(`${lb}/items/42?q=x`, { headers: { authorization } });
+    expect(head.headers.get('content-length')).toBe(String((await get.arrayBuffer()).byteLength));
   });
 
   it("refuses requests that reach the worker's own port around the front door", async () => {

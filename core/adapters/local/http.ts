@@ -215,7 +215,9 @@ export async function createHttpServer(options: {
   const lb = options.lb;
   if (lb) {
     app.route({
-      method: methods,
+      // HEAD declared, not left to Fastify's generated HEAD route, which sets Content-Length to the
+      // empty body's 0: the worker's answer carries the GET body's length (pool.ts forward).
+      method: [...methods, 'HEAD'],
       url: '/lb/:endpointId/*',
       // The platform's limit, checked before anything is forwarded: a worker that refused the body
       // unread would break the upload, and the client would get a 502 instead of this 413.

@@ -669,6 +669,9 @@ export class EndpointPool {
       const headers: Record<string, string> = {};
       const type = response.headers.get('content-type');
       if (type) headers['content-type'] = type;
+      // A HEAD answer has no body to measure: the length is the worker's (its GET body's, RFC 9110).
+      const length = request.method === 'HEAD' ? response.headers.get('content-length') : null;
+      if (length) headers['content-length'] = length;
       return { statusCode: response.status, headers, body: Buffer.from(await response.arrayBuffer()) };
     } catch (error) {
       throw new FerryError(
