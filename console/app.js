@@ -7,6 +7,7 @@ const keyName = 'ferry.apiKey';
 const main = document.getElementById('main');
 const crumbs = document.getElementById('crumbs');
 const signOut = document.getElementById('sign-out');
+const problem = document.getElementById('problem');
 const finals = new Set(['COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT']);
 let timers = [];
 let charts = [];
@@ -76,6 +77,21 @@ function clearPage() {
   for (const c of charts) c.destroy();
   charts = [];
   main.replaceChildren();
+  report(undefined);
+}
+
+/**
+ * The one place a failed call is shown: a banner above the page, replaced by the next problem (never
+ * added to), the page's figures dimmed as stale, and both gone when a call succeeds again (`api`) or
+ * the page changes. `undefined` clears it.
+ */
+function report(error) {
+  problem.textContent =
+    error instanceof Unreachable
+      ? 'Cannot reach the platform; what is shown may be out of date.'
+      : (error?.message ?? '');
+  problem.hidden = !error;
+  main.classList.toggle('stale', Boolean(error));
 }
 
 function setCrumbs(...parts) {
@@ -91,6 +107,9 @@ function setCrumbs(...parts) {
 
 class Unauthorized extends Error {}
 
+/** fetch itself failed: the platform is down or the network is. */
+class Unreachable extends Error {}
+
 /** 429/503: the platform asks us to come back later. */
 class Busy extends Error {
   constructor(message, retryAfterMs) {
@@ -101,14 +120,20 @@ class Busy extends Error {
 
 async function api(path, options = {}) {
   const key = sessionStorage.getItem(keyName);
-  const response = await fetch(path, {
-    ...options,
-    headers: {
-      authorization: `Bearer ${key}`,
-      'content-type': 'application/json',
-      ...(options.headers ?? {}),
-    },
-  });
+  const mine = pageId;
+  let response;
+  try {
+    response = await fetch(path, {
+      ...options,
+      headers: {
+        authorization: `Bearer ${key}`,
+        'content-type': 'application/json',
+        ...(options.headers ?? {}),
+      },
+    });
+  } catch {
+    throw new Unreachable('Cannot reach the platform.');
+  }
   const text = await response.text();
   const body = text ? JSON.parse(text) : undefined;
   if (response.status === 401) throw new Unauthorized(body?.error ?? 'Key refused');
@@ -117,6 +142,8 @@ async function api(path, options = {}) {
     throw new Busy(body?.error ?? `HTTP ${response.status}`, seconds > 0 ? seconds * 1000 : 5000);
   }
   if (!response.ok) throw new Error(body?.error ?? `HTTP ${response.status}`);
+  // An answer clears the banner, unless the page it was for has been left since.
+  if (mine === pageId) report(undefined);
   return body;
 }
 
@@ -625,7 +652,7 @@ function handle(error) {
     signInPage('Your key was refused; sign in again.');
     // A busy platform (429/503) is waited out by `poll`, not shown.
   } else if (!(error instanceof Busy)) {
-    main.prepend(el('p', { class: 'error' }, error.message));
+    report(error);
   }
   throw error;
 }

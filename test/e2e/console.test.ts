@@ -177,6 +177,28 @@ describe('console', () => {
     }
   });
 
+  it('says once that the platform cannot be reached, and clears it when it answers again', async () => {
+    await page.goto(`${platform.url}/console#/`);
+    await page.waitForSelector('#endpoints tr[data-endpoint="hello"]');
+    // fetch fails in the browser as it does with the platform down.
+    await page.route('**/manage/v1/**', (r) => r.abort('connectionrefused'));
+    const shown = () =>
+      page.$$eval('.error', (els) => els.filter((e) => e.checkVisibility()).map((e) => e.textContent));
+    try {
+      await expect
+        .poll(shown, { timeout: 10_000 })
+        .toEqual([expect.stringContaining('Cannot reach the platform')]);
+      // Several polls later (every 2 s): still one banner, and the table marked as stale.
+      await page.waitForTimeout(5_000);
+      expect(await shown()).toEqual([expect.stringContaining('out of date')]);
+      expect(await page.getAttribute('#main', 'class')).toContain('stale');
+    } finally {
+      await page.unroute('**/manage/v1/**');
+    }
+    await expect.poll(shown, { timeout: 10_000 }).toEqual([]);
+    expect(await page.getAttribute('#main', 'class')).not.toContain('stale');
+  });
+
   it('signing out forgets the key', async () => {
     await page.click('#sign-out');
     await page.waitForSelector('#api-key');
