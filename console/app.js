@@ -41,15 +41,12 @@ const ms = (value) =>
 const when = (epochMs) => (epochMs ? new Date(epochMs).toLocaleTimeString() : '–');
 const json = (value) => (value === undefined ? '–' : JSON.stringify(value, null, 2));
 
-function every(fn, periodMs) {
-  fn();
-  timers.push(setInterval(fn, periodMs));
-}
-
 /**
- * Like `every`, but the next call is scheduled when this one is done, `fn` returning false stops
- * it, and a busy platform (429/503: on AWS, CloudWatch Logs' read quota, 5 a second for the whole
- * account) is waited out for its Retry-After, then twice as long each time, up to a minute.
+ * Calls `fn` now and again `periodMs` after each call is done, while the page is the same. `fn`
+ * returning false stops it, and so does a 404 (the job or endpoint is gone: asking again cannot
+ * bring it back; `report` has said so once). A busy platform (429/503: on AWS, CloudWatch Logs'
+ * read quota, 5 a second for the whole account) is waited out for its Retry-After, then twice as
+ * long each time, up to a minute.
  */
 function poll(fn, periodMs) {
   const mine = pageId;
@@ -63,6 +60,7 @@ function poll(fn, periodMs) {
       busyMs = 0;
     } catch (error) {
       if (error instanceof Busy) busyMs = Math.min(60_000, Math.max(error.retryAfterMs, busyMs * 2));
+      if (error instanceof NotFound) again = false;
     }
     if (again && mine === pageId) timers[slot] = setTimeout(tick, busyMs || periodMs);
   };
@@ -110,6 +108,9 @@ class Unauthorized extends Error {}
 /** fetch itself failed: the platform is down or the network is. */
 class Unreachable extends Error {}
 
+/** 404: the endpoint or job is not there (or no more: a job's results expire). */
+class NotFound extends Error {}
+
 /** 429/503: the platform asks us to come back later. */
 class Busy extends Error {
   constructor(message, retryAfterMs) {
@@ -141,6 +142,7 @@ async function api(path, options = {}) {
     const seconds = Number(response.headers.get('retry-after'));
     throw new Busy(body?.error ?? `HTTP ${response.status}`, seconds > 0 ? seconds * 1000 : 5000);
   }
+  if (response.status === 404) throw new NotFound(body?.error ?? 'Not found');
   if (!response.ok) throw new Error(body?.error ?? `HTTP ${response.status}`);
   // An answer clears the banner, unless the page it was for has been left since.
   if (mine === pageId) report(undefined);
@@ -218,7 +220,7 @@ async function endpointsPage() {
       body,
     ),
   );
-  every(async () => {
+  poll(async () => {
     const { endpoints } = await manage('/endpoints').catch(handle);
     body.replaceChildren(
       ...endpoints.map((e) => {
@@ -356,7 +358,7 @@ function jobsTab(content, endpoint) {
     el('div', { class: 'row' }, more),
   );
   // Live while on the first page.
-  every(() => (next === undefined || body.children.length <= 25 ? load(false) : undefined), 3000);
+  poll(() => (next === undefined || body.children.length <= 25 ? load(false) : undefined), 3000);
 }
 
 function requestTab(content, endpoint) {
@@ -434,7 +436,7 @@ function workersTab(content, endpoint) {
       body,
     ),
   );
-  every(async () => {
+  poll(async () => {
     const { workers } = await manage(`/endpoints/${encodeURIComponent(endpoint.id)}/workers`).catch(handle);
     body.replaceChildren(
       ...(workers.length === 0
@@ -533,7 +535,7 @@ function chartsTab(content, endpoint) {
     });
   };
   hours.addEventListener('change', draw);
-  every(draw, 15000);
+  poll(draw, 15000);
 }
 
 function logLines(pre, lines) {

@@ -199,6 +199,24 @@ describe('console', () => {
     expect(await page.getAttribute('#main', 'class')).not.toContain('stale');
   });
 
+  it('stops asking for a job that is not there', async () => {
+    let asked = 0;
+    const count = (r: { url(): string }) => {
+      if (r.url().includes('/jobs/no-such-job')) asked++;
+    };
+    page.on('request', count);
+    try {
+      await page.goto(`${platform.url}/console#/e/hello/jobs/no-such-job`);
+      await expect.poll(() => page.innerText('body'), { timeout: 10_000 }).toContain('not found');
+      // Past two more polls (every 2.5 s): no more asking, the message shown once.
+      await page.waitForTimeout(6_000);
+      expect(asked).toBe(1);
+      expect(await page.$$eval('.error', (els) => els.filter((e) => e.checkVisibility()).length)).toBe(1);
+    } finally {
+      page.off('request', count);
+    }
+  });
+
   it('signing out forgets the key', async () => {
     await page.click('#sign-out');
     await page.waitForSelector('#api-key');
