@@ -306,8 +306,15 @@ function jobsTab(content, endpoint) {
     ),
   );
   const body = el('tbody');
-  const more = el('button', { class: 'secondary', hidden: true }, 'Older');
+  const more = el('button', { class: 'secondary', id: 'jobs-older', hidden: true }, 'Older');
+  const newest = el('button', { class: 'secondary', id: 'jobs-newest', hidden: true }, 'Newest');
   let next;
+  // The table is live (the newest page, every 3 s) until the user asks for Older jobs; then it
+  // keeps what was loaded until Newest or another status filter brings the live page back.
+  let paged = false;
+  // Only the latest load fills the table: a live refresh still on its way when Older was clicked
+  // must not replace the older rows.
+  let loads = 0;
   const row = (job) =>
     el(
       'tr',
@@ -325,11 +332,15 @@ function jobsTab(content, endpoint) {
       el('td', { class: 'muted' }, job.workerId ?? ''),
     );
   const load = async (append) => {
+    const mine = ++loads;
+    paged = append;
+    newest.hidden = !paged;
     const page = await manage(`/endpoints/${encodeURIComponent(endpoint.id)}/jobs`, {
       status: status.value,
       limit: 25,
       cursor: append ? next : undefined,
     }).catch(handle);
+    if (mine !== loads) return;
     next = page.next;
     more.hidden = !next;
     if (append) body.append(...page.jobs.map(row));
@@ -337,6 +348,7 @@ function jobsTab(content, endpoint) {
   };
   status.addEventListener('change', () => load(false));
   more.addEventListener('click', () => load(true));
+  newest.addEventListener('click', () => load(false));
   content.append(
     el('div', { class: 'row' }, status),
     el(
@@ -355,10 +367,9 @@ function jobsTab(content, endpoint) {
       ),
       body,
     ),
-    el('div', { class: 'row' }, more),
+    el('div', { class: 'row' }, more, newest),
   );
-  // Live while on the first page.
-  poll(() => (next === undefined || body.children.length <= 25 ? load(false) : undefined), 3000);
+  poll(() => (paged ? undefined : load(false)), 3000);
 }
 
 function requestTab(content, endpoint) {

@@ -12,7 +12,7 @@ import { type BrowserContext, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scanProject } from '../../cli/build/scan.js';
 import { recordFor } from '../support/endpoints.js';
-import { startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
+import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
 
 const chromiumPath = '/usr/bin/chromium';
 let platform: TestPlatform;
@@ -175,6 +175,23 @@ describe('console', () => {
       await platform.db.control.deleteEndpoint('broken-api');
       await platform.workers!.reconcile();
     }
+  });
+
+  it('keeps the older jobs it was asked for until Newest', async () => {
+    for (let i = 0; i < 30; i++) {
+      const { status } = await call(platform.baseUrl, 'POST', '/hello/run', { input: { name: `n${i}` } });
+      expect(status).toBe(200);
+    }
+    await page.goto(`${platform.url}/console#/e/hello/jobs`);
+    const rows = () => page.$$eval('#jobs tbody tr[data-job]', (r) => r.length);
+    await expect.poll(rows, { timeout: 30_000 }).toBe(25);
+    await page.click('button:text("Older")');
+    await expect.poll(rows, { timeout: 30_000 }).toBe(30);
+    // Past the live refresh (every 3 s): the rows asked for stay.
+    await page.waitForTimeout(4_000);
+    expect(await rows()).toBe(30);
+    await page.click('#jobs-newest');
+    await expect.poll(rows, { timeout: 30_000 }).toBe(25);
   });
 
   it('says once that the platform cannot be reached, and clears it when it answers again', async () => {
