@@ -673,7 +673,19 @@ function handle(error) {
 function route() {
   if (!sessionStorage.getItem(keyName)) return signInPage();
   signOut.hidden = false;
-  const parts = location.hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeURIComponent);
+  let parts;
+  try {
+    parts = location.hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeURIComponent);
+  } catch {
+    // A broken %-escape (a truncated or hand-edited link).
+    clearPage();
+    setCrumbs({ text: 'Endpoints', href: '#/' });
+    main.append(
+      el('p', { class: 'error', id: 'bad-address' }, 'Not a valid console address.'),
+      el('a', { href: '#/' }, 'Go to the endpoints'),
+    );
+    return;
+  }
   const go =
     parts[0] === 'e' && parts[1]
       ? parts[2] === 'jobs' && parts[3]

@@ -234,6 +234,18 @@ describe('console', () => {
     }
   });
 
+  it('says an address is not valid, with a way back', async () => {
+    await page.goto(`${platform.url}/console#/e/chatty/workers`);
+    await page.waitForSelector('#workers');
+    await page.goto(`${platform.url}/console#/e/%E0%A4%A`);
+    await expect
+      .poll(() => page.textContent('#main'), { timeout: 10_000 })
+      .toContain('Not a valid console address');
+    expect(await page.getAttribute('#main a', 'href')).toBe('#/');
+    await page.click('#main a');
+    await page.waitForSelector('#endpoints tr[data-endpoint="hello"]');
+  });
+
   it('signing out forgets the key', async () => {
     await page.click('#sign-out');
     await page.waitForSelector('#api-key');
