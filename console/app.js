@@ -75,6 +75,7 @@ function clearPage() {
   for (const c of charts) c.destroy();
   charts = [];
   main.replaceChildren();
+  crumbs.replaceChildren();
   report(undefined);
 }
 
@@ -258,11 +259,20 @@ async function endpointsPage() {
   }, 2000);
 }
 
+/** The tabs of an endpoint's page, in their order, by the name the address gives them. */
+const tabs = new Map([
+  ['jobs', jobsTab],
+  ['request', requestTab],
+  ['workers', workersTab],
+  ['charts', chartsTab],
+  ['logs', logsTab],
+]);
+
 async function endpointPage(id, tab) {
   clearPage();
+  setCrumbs({ text: 'Endpoints', href: '#/' }, { text: id });
   const endpoint = await manage(`/endpoints/${encodeURIComponent(id)}`).catch(handle);
   setCrumbs({ text: 'Endpoints', href: '#/' }, { text: endpoint.name });
-  const tabs = ['jobs', 'request', 'workers', 'charts', 'logs'];
   const content = el('div');
   main.append(
     el(
@@ -275,7 +285,7 @@ async function endpointPage(id, tab) {
     el(
       'div',
       { class: 'tabs' },
-      tabs.map((t) =>
+      [...tabs.keys()].map((t) =>
         el(
           'button',
           {
@@ -289,11 +299,9 @@ async function endpointPage(id, tab) {
     ),
     content,
   );
-  if (tab === 'jobs') jobsTab(content, endpoint);
-  else if (tab === 'request') requestTab(content, endpoint);
-  else if (tab === 'workers') workersTab(content, endpoint);
-  else if (tab === 'charts') chartsTab(content, endpoint);
-  else logsTab(content, endpoint);
+  const show = tabs.get(tab);
+  if (show) show(content, endpoint);
+  else content.append(el('p', { class: 'error', id: 'no-such-tab' }, `No such tab: ${tab}`));
 }
 
 function jobsTab(content, endpoint) {

@@ -246,6 +246,32 @@ describe('console', () => {
     await page.waitForSelector('#endpoints tr[data-endpoint="hello"]');
   });
 
+  it('says a tab is unknown, names the endpoint it looks for, and names its own icon', async () => {
+    const refused: string[] = [];
+    const note = (m: { text(): string }) => {
+      if (m.text().includes('Content Security Policy')) refused.push(m.text());
+    };
+    page.on('console', note);
+    try {
+      await page.goto(`${platform.url}/console#/e/hello/bogus`);
+      await page.reload();
+      await expect.poll(() => page.textContent('#main'), { timeout: 10_000 }).toContain('No such tab: bogus');
+      expect(await page.$$eval('.tabs button.on', (b) => b.length)).toBe(0);
+      // A page that names its icon is not asked for /favicon.ico (a 404 on every load), and the
+      // policy lets the browser use it.
+      expect(await page.getAttribute('link[rel="icon"]', 'href')).toBe('data:,');
+      expect(refused).toEqual([]);
+      await page.goto(`${platform.url}/console#/e/chatty/workers`);
+      await page.waitForSelector('#workers');
+      await page.goto(`${platform.url}/console#/e/no-such-endpoint`);
+      await expect.poll(() => page.innerText('body'), { timeout: 10_000 }).toContain('not found');
+      expect(await page.textContent('#crumbs')).toContain('no-such-endpoint');
+      expect(await page.textContent('#crumbs')).not.toContain('chatty');
+    } finally {
+      page.off('console', note);
+    }
+  });
+
   it('signing out forgets the key', async () => {
     await page.click('#sign-out');
     await page.waitForSelector('#api-key');
