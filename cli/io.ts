@@ -130,8 +130,8 @@ export class Reporter {
 export const pipedAnswerWaitMs = 10_000;
 
 /**
- * Reads one answer line from stdin. End of input reads as the empty answer, and so does silence on a
- * stdin that is not a terminal for `pipedAnswerWaitMs`, so a prompt in CI declines instead of hanging.
+ * Reads one answer line from stdin. End of input, or silence on a stdin that is not a terminal for
+ * `pipedAnswerWaitMs`, is no answer, so a prompt in CI never hangs.
  *
  * Without a terminal, no answer at all (stdin ends, or stays silent, before a line comes) is not a
  * "no" but a question nobody could see: unless `unanswered` is 'decline', that is a usage error (exit
