@@ -3,7 +3,7 @@
  * load-balanced endpoint, until Ctrl+C. `--detach` runs it in the background (serve.log) and returns
  * once /v2 answers. `ferry quickstart` (what `npm start` runs) also deploys examples/hello into it.
  */
-import { execFileSync } from 'node:child_process';
+import { type ExecFileSyncOptionsWithStringEncoding, execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { CommandModule } from 'yargs';
@@ -241,9 +241,14 @@ export function uidRange(text: string): { first: number; last: number } {
 
 /** uid and gid of a user name (or numeric id), via id(1); a usage error when it does not exist. */
 export function osUser(name: string): { uid: number; gid: number } {
+  // id's own complaint ("no such user") is not shown: the usage error below says it once.
+  const quiet: ExecFileSyncOptionsWithStringEncoding = {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+  };
   try {
-    const uid = Number(execFileSync('id', ['-u', name], { encoding: 'utf8' }).trim());
-    const gid = Number(execFileSync('id', ['-g', name], { encoding: 'utf8' }).trim());
+    const uid = Number(execFileSync('id', ['-u', name], quiet).trim());
+    const gid = Number(execFileSync('id', ['-g', name], quiet).trim());
     return { uid, gid };
   } catch {
     throw usage(`No OS user '${name}'`, 'Create one first, e.g. useradd --system ferry-worker');

@@ -67,6 +67,8 @@ describe('ferry errors', () => {
       ['serve', '--worker-uids', '5-10'],
       ['serve', '--worker-uids', 'lots'],
       ['serve', '--worker-user', 'nobody', '--worker-uids', '200000-200099'],
+      // No such user: the error alone, without id(1)'s own line before it.
+      ['serve', '--worker-user', 'no-such-user-of-ferry'],
       // Ports: refused where the flag is read, not by listen() as if Ferry had a bug.
       ['serve', '--port', '99999'],
       ['serve', '--port', '8000', '--port', '8001'],
