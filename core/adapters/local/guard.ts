@@ -11,7 +11,7 @@
  * check that keeps bodies of strangers out.
  */
 import rateLimit from '@fastify/rate-limit';
-import type { FastifyInstance, FastifyServerOptions } from 'fastify';
+import type { FastifyInstance, FastifyRequest, FastifyServerOptions } from 'fastify';
 import { credentialOf, hashKey } from '../../auth.js';
 import { missingKeyMessage } from '../../errors.js';
 import { limits } from '../../limits.js';
@@ -73,10 +73,22 @@ export async function installGuards(app: FastifyInstance, guard: FrontDoorGuard 
   app.server.maxConnections = l.maxConnections;
   if (!guard) return;
 
+  // Whether the request's credential is one the platform knows, asked once per request: the body
+  // check below and the limiter's key both need it, and a created key's answer is a SQLite read.
+  const known = new WeakMap<FastifyRequest, Promise<boolean>>();
+  const knowsCaller = (request: FastifyRequest): Promise<boolean> => {
+    let answer = known.get(request);
+    if (!answer) {
+      const key = credentialOf(request.headers.authorization);
+      answer = key ? guard.knows(key) : Promise.resolve(false);
+      known.set(request, answer);
+    }
+    return answer;
+  };
+
   app.addHook('onRequest', async (request, reply) => {
     if (!hasBody(request.headers)) return;
-    const key = credentialOf(request.headers.authorization);
-    if (key && (await guard.knows(key))) return;
+    if (await knowsCaller(request)) return;
     // Closing the socket after the answer drops the rest of the body unread.
     reply.header('connection', 'close');
     return reply.code(401).send({ error: missingKeyMessage });
@@ -87,11 +99,11 @@ export async function installGuards(app: FastifyInstance, guard: FrontDoorGuard 
     max: l.rateLimitRequests,
     timeWindow: l.rateLimitWindowMs,
     keyGenerator: async (request) => {
-      const key = credentialOf(request.headers.authorization);
       // Only a key the platform knows has a bucket of its own (the digest, so the limiter's memory
       // never holds a key); an unknown one counts against its address like no key, or a client
       // trying one made-up key per request would never be limited.
-      return key && (await guard.knows(key)) ? `key:${hashKey(key)}` : `ip:${request.ip}`;
+      const key = credentialOf(request.headers.authorization);
+      return key && (await knowsCaller(request)) ? `key:${hashKey(key)}` : `ip:${request.ip}`;
     },
     allowList: async (request) => {
       const key = credentialOf(request.headers.authorization);
