@@ -96,6 +96,17 @@ export function flagErrorOf(message: string): FerryError | undefined {
   return flagErrors.get(message);
 }
 
+/**
+ * A flag's one value, trimmed (a number as its digits): given twice, or empty or blank, it is a usage
+ * error with `hint`. What every flag coerce here checks first.
+ */
+function oneValue(name: string, value: unknown, hint: string): string {
+  if (Array.isArray(value)) flagError(`--${name} is given more than once`, hint);
+  const text = typeof value === 'number' ? String(value) : typeof value === 'string' ? value.trim() : '';
+  if (text === '') flagError(`--${name} is empty`, hint);
+  return text;
+}
+
 const portHint = 'Give a whole number from 1 to 65535, or 0 for any free port: --port 8888.';
 
 /**
@@ -115,9 +126,7 @@ export function portFlag<Options extends { default?: number; describe: string; d
     requiresArg: true,
     ...options,
     coerce: (value: unknown): number => {
-      if (Array.isArray(value)) flagError('--port is given more than once', portHint);
-      const text = typeof value === 'number' ? String(value) : typeof value === 'string' ? value.trim() : '';
-      if (text === '') flagError('--port is empty', portHint);
+      const text = oneValue('port', value, portHint);
       if (!/^\d+$/.test(text)) flagError(`--port ${String(value)} is not a port`, portHint);
       const port = Number(text);
       if (port > 65_535) flagError(`--port ${text} is not a port`, portHint);
@@ -139,12 +148,7 @@ export function nonBlankFlag<Options extends { describe: string; default?: strin
     type: 'string',
     requiresArg: true,
     ...options,
-    coerce: (value: unknown): string => {
-      if (Array.isArray(value)) flagError(`--${name} is given more than once`, hint);
-      const text = typeof value === 'string' ? value.trim() : '';
-      if (text === '') flagError(`--${name} is empty`, hint);
-      return text;
-    },
+    coerce: (value: unknown): string => oneValue(name, value, hint),
   } as const;
 }
 
