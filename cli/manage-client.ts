@@ -83,6 +83,17 @@ export class ManageClient {
   }
 }
 
+/** Whether `record` is in the app and environment `scope` names (an unnamed one is any). */
+export function inScope(
+  record: Pick<EndpointRecord, 'app' | 'env'>,
+  scope: { app?: string | undefined; env?: string | undefined },
+): boolean {
+  return (
+    (scope.app === undefined || record.app === scope.app) &&
+    (scope.env === undefined || record.env === scope.env)
+  );
+}
+
 /** What `--app`/`--env` narrowed a lookup to, in words: "app 'shop', environment 'prod'". */
 export function scopeWords(scope: { app?: string | undefined; env?: string | undefined }): string {
   return [
@@ -119,11 +130,7 @@ export function resolveEndpoint(
   const byId = records.find((r) => r.id === wanted);
   if (byId) return byId;
   const anywhere = records.filter((r) => r.name === wanted || r.name === `live-${wanted}`);
-  const named = anywhere.filter(
-    (r) =>
-      (filter.app === undefined || r.app === filter.app) &&
-      (filter.env === undefined || r.env === filter.env),
-  );
+  const named = anywhere.filter((r) => inScope(r, filter));
   if (named.length === 1) return named[0]!;
   if (named.length === 0) {
     // The name is right, --app or --env is not: say so, and where the name is.

@@ -13,7 +13,7 @@ import type { EndpointRecord } from '../../core/ports.js';
 import { looksLikeProject, projectAppName } from '../config.js';
 import { type CliContext, withProvider } from '../context.js';
 import { ask, confirm, countOf } from '../io.js';
-import { notInScope } from '../manage-client.js';
+import { inScope, notInScope } from '../manage-client.js';
 import type { Provider } from '../providers/types.js';
 import { approveFlag, defineCommand, jsonFlag } from './shared.js';
 
@@ -482,13 +482,7 @@ export const undeployCommand = (ctx: CliContext): CommandModule =>
           const app = byId ? undefined : await undeployApp(ctx, provider, argv.app);
           const scope = { ...filter, ...(app !== undefined ? { app } : {}) };
           const named = byId ? [] : (await provider.control.listEndpoints()).filter((e) => e.name === name);
-          const matches = byId
-            ? [byId]
-            : named.filter(
-                (e) =>
-                  (scope.app === undefined || e.app === scope.app) &&
-                  (scope.env === undefined || e.env === scope.env),
-              );
+          const matches = byId ? [byId] : named.filter((e) => inScope(e, scope));
           if (matches.length === 0) {
             if (named.length > 0) throw notInScope(name, scope, named);
             throw new FerryError('not_found', `No deployed endpoint named '${name}'`, {
