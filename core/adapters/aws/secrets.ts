@@ -21,11 +21,10 @@ import { foregroundClock } from '../../clock.js';
 import { FerryError } from '../../errors.js';
 import {
   checkSecretName,
+  checkSecretValue,
   type SecretListing,
   type SecretScope,
   type SecretStore,
-  secretValueMaxBytes,
-  secretValueTooLarge,
 } from '../local/secrets.js';
 
 /** The Secrets Manager name of one endpoint secret; the app stack uses the same function. */
@@ -169,7 +168,7 @@ export class SecretsManagerSecretStore implements SecretStore {
 
   async set(scope: SecretScope, name: string, value: string): Promise<void> {
     checkSecretName(name);
-    if (Buffer.byteLength(value) > secretValueMaxBytes) throw secretValueTooLarge();
+    checkSecretValue(value);
     // `ferry secrets delete` leaves the secret in its recovery window (delete, below), where every
     // write of the name is refused; setting it again means the user wants it back with this value,
     // so it is restored and written (writeSecretOnce), as the call keys' secrets already are.

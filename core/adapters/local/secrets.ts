@@ -20,11 +20,14 @@ export const secretValueMaxBytes = 64 * 1024;
 /** Variable names a secret may not take: the platform's own (both providers). */
 export const reservedSecretPrefixes = ['FERRY_', 'RUNPOD_', 'AWS_', 'ECS_'] as const;
 
-/** A value over secretValueMaxBytes (both providers): it becomes an environment variable. */
-export const secretValueTooLarge = () =>
-  new FerryError('usage', `A secret value is at most ${secretValueMaxBytes} bytes`, {
-    hint: 'Keep larger data in a file or object storage, and put its location (or a key to it) in the secret.',
-  });
+/** A usage error for a value over secretValueMaxBytes (both providers): it becomes an environment variable. */
+export function checkSecretValue(value: string): void {
+  if (Buffer.byteLength(value) > secretValueMaxBytes) {
+    throw new FerryError('usage', `A secret value is at most ${secretValueMaxBytes} bytes`, {
+      hint: 'Keep larger data in a file or object storage, and put its location (or a key to it) in the secret.',
+    });
+  }
+}
 
 export function checkSecretName(name: string): void {
   if (!secretNamePattern.test(name)) {
@@ -85,7 +88,7 @@ export class LocalSecretStore implements SecretStore {
 
   async set(scope: SecretScope, name: string, value: string): Promise<void> {
     checkSecretName(name);
-    if (Buffer.byteLength(value) > secretValueMaxBytes) throw secretValueTooLarge();
+    checkSecretValue(value);
     const nonce = randomBytes(nonceBytes);
     const cipher = createCipheriv('aes-256-gcm', this.key(true), nonce);
     cipher.setAAD(aad(scope, name));
