@@ -312,11 +312,16 @@ class QueueRuntime:
             # refresh_worker: the platform stops this worker once it holds nothing, and each job has
             # its own execution timeout (the platform stops the job), so every job runs to its end.
             self.say(f"waiting for {len(tasks)} running job(s) to finish before exiting for a fresh worker")
-            await self._until_finished_or_shutdown(tasks)
+            # No longer once SIGTERM comes: the grace period applies from then.
+            await self._until_finished(tasks, interrupted_by=(self.shutdown_asked,))
             tasks = [task for task in tasks if not task.done()]
         if tasks:
             self.say(f"waiting up to {self.grace_sec:g} s for {len(tasks)} running job(s)")
-            await self._until_finished_or_platform_gone(tasks)
+            if not await self._until_finished(tasks, timeout=self.grace_sec):
+                self.say(
+                    "the platform refuses connections: results cannot be delivered, so the running jobs "
+                    "are left to go back to the queue when their leases lapse"
+                )
         stop_task.cancel()
         self._ping_stop.set()
         self._ping_now.set()
@@ -328,29 +333,19 @@ class QueueRuntime:
             self.say(f"exiting with {left} job(s) still running")
         return left
 
-    async def _until_finished_or_shutdown(self, tasks):
-        """Wait for every running job, with no time limit; no longer once SIGTERM comes (the grace
-        period applies from then) or the platform is gone (its results cannot be delivered)."""
-        finished = asyncio.ensure_future(asyncio.wait(tasks))
-        ended = [asyncio.ensure_future(self.shutdown_asked.wait()), asyncio.ensure_future(self.platform_gone.wait())]
+    async def _until_finished(self, tasks, timeout=None, interrupted_by=()):
+        """Wait for the running jobs, up to `timeout` (None: however long they run); no longer once
+        the platform is gone (their results cannot be delivered) or an event of `interrupted_by` is
+        set. Whether the wait ended on its own (every job done, or the timeout)."""
+        finished = asyncio.ensure_future(asyncio.wait(tasks, timeout=timeout))
+        ended = [asyncio.ensure_future(event.wait()) for event in (self.platform_gone, *interrupted_by)]
         await asyncio.wait([finished, *ended], return_when=asyncio.FIRST_COMPLETED)
         for waiter in ended:
             waiter.cancel()
-        if not finished.done():
-            finished.cancel()
-
-    async def _until_finished_or_platform_gone(self, tasks):
-        """Wait for the running jobs, up to the grace period; no longer once the platform is gone."""
-        finished = asyncio.ensure_future(asyncio.wait(tasks, timeout=self.grace_sec))
-        gone = asyncio.ensure_future(self.platform_gone.wait())
-        await asyncio.wait([finished, gone], return_when=asyncio.FIRST_COMPLETED)
-        gone.cancel()
-        if not finished.done():
-            finished.cancel()
-            self.say(
-                "the platform refuses connections: results cannot be delivered, so the running jobs "
-                "are left to go back to the queue when their leases lapse"
-            )
+        if finished.done():
+            return True
+        finished.cancel()
+        return False
 
     def _begin_stopping(self, why):
         if not self.stopping.is_set():
