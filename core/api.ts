@@ -39,6 +39,12 @@ export interface ApiRequest {
   query: Record<string, string | undefined>;
   headers: Record<string, string | string[] | undefined>;
   body: Buffer | undefined;
+  /**
+   * The size of a body over its route's limit that the front door read through and dropped (`body` is
+   * then undefined). Only job-done gets one: it fails the job with the reason instead of leaving it to
+   * run again (core/adapters/local/http.ts).
+   */
+  droppedBodyBytes?: number;
   /** Aborts when the client goes away, so long polls stop early. */
   signal?: AbortSignal;
   /** The edge's id for this request (API Gateway's, or one it made up); a fresh uuid when absent. */
@@ -460,7 +466,7 @@ export class V2Api {
   }
 
   private async jobDone({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
-    const size = req.body?.length ?? 0;
+    const size = req.droppedBodyBytes ?? req.body?.length ?? 0;
     if (size > limits.jobDoneBodyBytes) {
       // The job fails now, with the reason: left running it would be retried and end as "stopped
       // responding" (issue 13).

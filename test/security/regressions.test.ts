@@ -41,6 +41,22 @@ describe('issue 13 correctness rows', () => {
     expect(status.body).toMatchObject({ status: 'FAILED', error: expect.stringMatching(/over the/) });
   });
 
+  it('a job-done over the server cap fails the job too, with the job-done limit named', async () => {
+    // RunPod's SDK sends a result however big: past the HTTP layer's cap for other routes (21 MiB) the
+    // job was left running until its lease lapsed, and the 413 named that cap.
+    const { id, worker } = await freshEndpoint();
+    const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });
+    await worker.take();
+    const answer = await worker.done(body.id, { output: 'x'.repeat(25 * 1024 * 1024) });
+    expect(answer.status).toBe(400);
+    expect(answer.body.error).toMatch(/over the 20971520-byte limit/);
+    const status = await call(base, 'GET', `/${id}/status/${body.id}`);
+    expect(status.body).toMatchObject({
+      status: 'FAILED',
+      error: expect.stringMatching(/over the 20971520/),
+    });
+  });
+
   it('drops the stream chunks of an earlier attempt when the job is queued again', async () => {
     const { id, worker } = await freshEndpoint();
     const { body } = await call(base, 'POST', `/${id}/run`, { input: {} });

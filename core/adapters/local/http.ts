@@ -27,10 +27,10 @@ export interface LbFrontDoor {
 }
 
 /**
- * The server's cap, for the routes without a limit of their own here: above the worker's job-done
- * limit, so an over-limit result still reaches the API, which fails the job with the reason
- * (docs/security.md). /run, /runsync and /lb have their own limits; a body over a route's limit never
- * reaches its handler, and the 413 names that limit (`request.routeOptions.bodyLimit`).
+ * The server's cap, for the routes without a limit of their own here. /run, /runsync and /lb have
+ * their own limits; a body over a route's limit never reaches its handler, and the 413 names that
+ * limit (`request.routeOptions.bodyLimit`). job-done has its own too, but its handler hears of an
+ * over-limit body (DroppedBody).
  */
 const bodyLimitBytes = limits.runsyncBodyBytes + 1024 * 1024;
 
@@ -43,6 +43,18 @@ const methods = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'];
  * Past this the socket is closed unread. Only callers with a known key get this far (guard.ts).
  */
 const overLimitReadBytes = 64 * 1024 * 1024;
+
+/** A worker's result: the one route whose handler hears of a body over its limit (DroppedBody). */
+const jobDoneUrl = '/v2/:endpointId/job-done/:worker/:id';
+
+/**
+ * What job-done gets for a body over its limit: the size, the bytes dropped. The job fails with the
+ * reason (docs/security.md); a 413 alone would leave it running until its lease lapsed, then run it
+ * again. Past overLimitReadBytes the body is not read through, and that 413 is all there is.
+ */
+class DroppedBody {
+  constructor(readonly bytes: number) {}
+}
 
 const tooLargeError = (): Error => Object.assign(new Error('Request body too large'), { statusCode: 413 });
 
@@ -77,7 +89,10 @@ function readBody(
     payload.removeListener('end', finish);
     payload.removeListener('error', finish);
     if (error) done(error);
-    else if (size > limit) done(tooLargeError());
+    else if (size > limit)
+      request.routeOptions.url === jobDoneUrl
+        ? done(null, new DroppedBody(size) as unknown as Buffer)
+        : done(tooLargeError());
     else done(null, Buffer.concat(chunks, size));
   };
   payload.on('data', onData);
@@ -177,6 +192,7 @@ export async function createHttpServer(options: {
       query: singleValues(request.query as Record<string, string | string[] | undefined>),
       headers: request.headers,
       body: Buffer.isBuffer(request.body) ? request.body : undefined,
+      droppedBodyBytes: request.body instanceof DroppedBody ? request.body.bytes : undefined,
       get signal() {
         if (!abort) {
           abort = new AbortController();
@@ -207,6 +223,13 @@ export async function createHttpServer(options: {
     method: methods,
     url: '/v2/:endpointId/runsync',
     bodyLimit: limits.runsyncBodyBytes,
+    handler: forward,
+  });
+  // A worker's result, at the worker protocol's limit; one over it fails its job (DroppedBody).
+  app.route({
+    method: methods,
+    url: jobDoneUrl,
+    bodyLimit: limits.jobDoneBodyBytes,
     handler: forward,
   });
   if (options.manage) app.route({ method: methods, url: '/manage/v1/*', handler: forward });
