@@ -93,6 +93,15 @@ export const missingKeyMessage = 'Missing or invalid API key';
 /** What API Gateway answers (404) for a path outside the API's two roots, which it routes nowhere. */
 export const noRouteMessage =
   'No such route: the job API is under /v2/, the management API under /manage/v1/';
+/**
+ * A body too big for the AWS front door to hand the function: the whole Lambda event, the body in
+ * it as an escaped JSON string, must fit Lambda's 6 MB. API Gateway's REQUEST_TOO_LARGE answer and
+ * the local shim that stands in for it say the same (docs/api.md#aws-front-door).
+ */
+export const inlineBodyTooLargeMessage =
+  'Request body is over what the API takes inline on AWS (6 MB for the whole request, its JSON ' +
+  'escaping included): upload big inputs with POST /v2/<endpoint>/uploads and send ' +
+  '{"inputRef": ...} in place of "input"';
 export const unauthorized = (message = missingKeyMessage) => new FerryError('unauthorized', message);
 export const forbidden = (message: string) => new FerryError('forbidden', message);
 export const tooLarge = (message: string, hint?: string) => new FerryError('too_large', message, { hint });

@@ -30,7 +30,14 @@ import type {
   Context,
 } from 'aws-lambda';
 import { outOfScopeMessage } from '../core/auth.js';
-import { FerryError, internal, missingKeyMessage, noRouteMessage, toHttpResponse } from '../core/errors.js';
+import {
+  FerryError,
+  inlineBodyTooLargeMessage,
+  internal,
+  missingKeyMessage,
+  noRouteMessage,
+  toHttpResponse,
+} from '../core/errors.js';
 import { type Logger, stderrLogger } from '../core/log.js';
 import type { ApiHandler } from './api.js';
 import type { AuthorizerHandler } from './authorizer.js';
@@ -127,12 +134,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, options: ShimOpt
   const event = proxyEvent(req, body, options.stage ?? 'local');
   const eventBytes = Buffer.byteLength(JSON.stringify(event));
   if (eventBytes > lambdaPayloadBytes) {
-    errorJson(
-      res,
-      413,
-      `Request of ${eventBytes} bytes is over the 6 MB an AWS Lambda invocation takes: ` +
-        'upload big inputs with POST /v2/<endpoint>/uploads and send {"inputRef": ...}',
-    );
+    errorJson(res, 413, inlineBodyTooLargeMessage);
     return;
   }
 

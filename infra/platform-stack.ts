@@ -75,7 +75,7 @@ import {
 } from '../core/adapters/aws/dynamo.js';
 import { webhookBodyPrefix } from '../core/adapters/aws/webhook-queue.js';
 import { outOfScopeMessage } from '../core/auth.js';
-import { FerryError, missingKeyMessage, noRouteMessage } from '../core/errors.js';
+import { FerryError, inlineBodyTooLargeMessage, missingKeyMessage, noRouteMessage } from '../core/errors.js';
 import { limits } from '../core/limits.js';
 import { functionEntries } from '../functions/bundle.js';
 import { payloadCopyExpiryDays } from '../functions/payloads.js';
@@ -1567,12 +1567,18 @@ export class PlatformStack extends Stack {
       statusCode: '403',
       templates: { 'application/json': JSON.stringify({ error: outOfScopeMessage }) },
     });
+    // REQUEST_TOO_LARGE is "the gateway response for the request too large error"
+    // (https://docs.aws.amazon.com/apigateway/latest/developerguide/supported-gateway-response-types.html).
+    // A body under API Gateway's 10 MB can still be too large: the proxy event that carries it must
+    // fit Lambda's 6 MB synchronous payload ("For synchronous invocations, the maximum payload size is
+    // 6 MB", https://docs.aws.amazon.com/lambda/latest/dg/API_Invoke.html), so the answer names the
+    // uploads route, not the 10 MB. Unverified on a real account: a public report shows this case as
+    // a 413 {"message": "Request Too Long"}, which suggests API Gateway may not apply a customized
+    // REQUEST_TOO_LARGE template; docs/api.md#aws-front-door tells clients to go by the 413.
     api.addGatewayResponse('TooLarge', {
       type: apigw.ResponseType.REQUEST_TOO_LARGE,
       statusCode: '413',
-      templates: {
-        'application/json': '{"error":"Request body is larger than API Gateway accepts (10 MB)"}',
-      },
+      templates: { 'application/json': JSON.stringify({ error: inlineBodyTooLargeMessage }) },
     });
     // A path outside /v2 and /manage/v1 (every path under them reaches the function, which answers an
     // unknown route 404 itself): API Gateway's answer for "a method or resource that does not exist" is

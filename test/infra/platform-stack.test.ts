@@ -6,7 +6,12 @@ import { Match, Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dynamoSchema, stopSignalKey, type TableSpec } from '../../core/adapters/aws/dynamo.js';
 import { outOfScopeMessage } from '../../core/auth.js';
-import { FerryError, missingKeyMessage, noRouteMessage } from '../../core/errors.js';
+import {
+  FerryError,
+  inlineBodyTooLargeMessage,
+  missingKeyMessage,
+  noRouteMessage,
+} from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import { functionEntries } from '../../functions/bundle.js';
 import { outputCopyReuseMs, payloadCopyExpiryDays } from '../../functions/payloads.js';
@@ -746,6 +751,14 @@ describe('API', () => {
         ResponseTemplates: { 'application/json': JSON.stringify({ error: noRouteMessage }) },
       }),
     ]);
+    // A body whose Lambda event is over 6 MB (under API Gateway's own 10 MB): the uploads route is named.
+    expect(byType('REQUEST_TOO_LARGE')).toEqual([
+      expect.objectContaining({
+        StatusCode: '413',
+        ResponseTemplates: { 'application/json': JSON.stringify({ error: inlineBodyTooLargeMessage }) },
+      }),
+    ]);
+    expect(inlineBodyTooLargeMessage).toMatch(/6 MB.*\/uploads.*inputRef/);
     // Every 5xx API Gateway makes (a failed authorizer, an integration timeout, a throttled function):
     // the API's own 5xx shape with the request id the function logs, not `{"error": null}`.
     const [fiveHundreds] = byType('DEFAULT_5XX');
