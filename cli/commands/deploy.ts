@@ -216,6 +216,17 @@ export const deployCommand = (ctx: CliContext): CommandModule =>
       // Checked before the build: a deploy creates the app and environment it names.
       const app = checkRecordName('app', projectAppName(projectDir, argv.app));
       if (typeof argv.env === 'string') checkRecordName('environment', argv.env);
+      const awsOnly = (['bootstrap', 'refresh-zones', 'alarm-email'] as const).filter(
+        (flag) => argv[flag] !== undefined && argv[flag] !== false,
+      );
+      if (awsOnly.length > 0 && (argv.preview || providerName(ctx, argv.provider) !== 'aws')) {
+        throw usage(
+          `--${awsOnly[0]} is for --provider aws`,
+          argv.preview
+            ? 'A --preview runs containers on this machine; leave the AWS flags out.'
+            : 'Add --provider aws, or leave the flag out to deploy on this machine.',
+        );
+      }
       if (argv.preview) return preview(ctx, argv, app);
       if (argv['synth-only']) return synthOnly(ctx, argv, app);
       await withProvider(

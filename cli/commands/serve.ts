@@ -154,7 +154,17 @@ async function serve(
     'worker-uids'?: string;
   },
 ): Promise<void> {
-  if (argv.stop) return stopServing(ctx);
+  if (argv.stop) {
+    const other = (['detach', 'worker-user', 'worker-uids', 'port'] as const).find(
+      (flag) => argv[flag] !== undefined && argv[flag] !== false,
+    );
+    if (other)
+      throw usage(
+        `--stop takes no --${other}`,
+        'Run `ferry serve --stop` alone; it stops the platform of this FERRY_HOME.',
+      );
+    return stopServing(ctx);
+  }
   const port = requestedPort(ctx.io.env, argv.port);
   const home = ferryHome(ctx.io.env);
   // Checked before anything starts, in the foreground too: a detached server must not come up

@@ -105,6 +105,30 @@ describe('flags given empty', () => {
   });
 });
 
+describe('flags that do nothing where they are given', () => {
+  it('the AWS-only deploy flags on the local provider or --preview, and serve --stop with other flags', async () => {
+    for (const [args, flag] of [
+      [['deploy', '--bootstrap'], 'bootstrap'],
+      [['deploy', '--refresh-zones'], 'refresh-zones'],
+      [['deploy', '--alarm-email', 'ops@example.com'], 'alarm-email'],
+      [['deploy', '--provider', 'local', '--alarm-email', 'ops@example.com'], 'alarm-email'],
+    ] as const) {
+      const result = await sandbox.run([...args, '--no-serve'], { cwd: project, timeoutMs: 20_000 });
+      expectUsage(result, `--${flag} is for --provider aws`, 'Add --provider aws');
+      expect(result.stderr).not.toContain('Deploying');
+    }
+    const preview = await sandbox.run(['deploy', '--preview', '--provider', 'aws', '--bootstrap'], {
+      cwd: project,
+      timeoutMs: 20_000,
+    });
+    expectUsage(preview, '--bootstrap is for --provider aws', 'A --preview runs containers');
+    for (const flag of [['--detach'], ['--worker-user', 'nobody'], ['--port', '9999']]) {
+      const result = await sandbox.run(['serve', '--stop', ...flag], { timeoutMs: 20_000 });
+      expectUsage(result, `--stop takes no ${flag[0]}`, 'ferry serve --stop');
+    }
+  });
+});
+
 describe('--json prints only JSON on stdout', () => {
   it('deploy --preview --json: the plan as one JSON document, even when Docker is missing', async () => {
     // A PATH with python3 only (the build needs it): no docker.
