@@ -219,9 +219,12 @@ class Job:
     def done(self):
         return bool(self.last) and self.last.get("status") in _FINAL
 
-    def wait(self, timeout=None):
-        """The final status record; RemoteTimeout (after cancelling) when `timeout` seconds pass."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def wait(self, timeout=None, *, deadline=None):
+        """The final status record; RemoteTimeout (after cancelling) when `timeout` seconds pass.
+        `deadline` (a time.monotonic() value) ends the wait instead, for a caller that has already
+        spent part of its `timeout`."""
+        if deadline is None and timeout is not None:
+            deadline = time.monotonic() + timeout
         record = self.last if self.done else None
         while record is None or record.get("status") not in _FINAL:
             wait_ms = _POLL_WAIT_MS
@@ -235,9 +238,9 @@ class Job:
             self.last = record
         return record
 
-    def output(self, timeout=None):
+    def output(self, timeout=None, *, deadline=None):
         """The job's output; RemoteError when it failed, RemoteTimeout when `timeout` runs out."""
-        record = self.wait(timeout)
+        record = self.wait(timeout, deadline=deadline)
         if record.get("status") != "COMPLETED":
             raise RemoteError(self.client.label, self.id, record.get("status"), record.get("error"))
         return record.get("output")
@@ -303,12 +306,14 @@ class EndpointClient:
         return Job(self, record["id"], record.get("status"))
 
     def runsync(self, input=None, timeout=DEFAULT_CALL_TIMEOUT_S):
-        """Submit and wait: the output, RemoteError on failure, RemoteTimeout after `timeout` seconds."""
+        """Submit and wait: the output, RemoteError on failure, RemoteTimeout after `timeout` seconds
+        in all (the runsync's own wait counts against it)."""
+        deadline = time.monotonic() + timeout
         wait_ms = max(1000, min(_POLL_WAIT_MS, int(timeout * 1000)))
         _, record = self.call("POST", "runsync", {"input": {} if input is None else input}, {"wait": wait_ms})
         job = Job(self, record["id"], record.get("status"))
         job.last = record
-        return job.output(timeout)
+        return job.output(timeout, deadline=deadline)
 
     def status(self, job_id):
         return Job(self, job_id).status()
