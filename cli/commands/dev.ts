@@ -2,6 +2,7 @@
  * `ferry dev` (hidden alias `run`): an in-process platform with state in the project's .ferry/,
  * worker pools running the code on disk, and the dev server (docs/api.md#the-dev-server) in front of it.
  */
+import { createServer, type Server } from 'node:http';
 import path from 'node:path';
 import type { FSWatcher } from 'chokidar';
 import type { FastifyInstance } from 'fastify';
@@ -142,6 +143,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
   if (!args.deps) say('--no-deps: workers use your Python as it is; dependencies=[...] are not installed.');
   const pools = platform.workers;
   let server: FastifyInstance | undefined;
+  let listener: Server | undefined;
   let watcher: FSWatcher | undefined;
   try {
     const live = new LiveEndpoints({
@@ -177,9 +179,10 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
       }
     }
 
-    // A reload listens again on the port the first start got (with --port 0, a random one).
-    let boundPort = port;
-    const start = async () => {
+    // One listener for the whole session: a reload builds the routes anew and swaps them in behind
+    // it, so the port never closes, and a request in flight (a runsync: up to 90 s) finishes on the
+    // routes it started with while new requests get the new ones.
+    const routesOf = async () => {
       const next = await createDevServer({
         live,
         startFailure: (endpointId) => startFailureOf(platform.supervisor.problem(endpointId)),
@@ -187,17 +190,23 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
         apiKey: key.key,
         log: say,
       });
-      try {
-        await next.listen({ host: args.host, port: boundPort });
-      } catch (error) {
-        await next.close();
-        throw listenFailure(error, args.host, boundPort, portChoice.setBy);
-      }
-      const address = next.server.address();
-      boundPort = typeof address === 'object' && address ? address.port : boundPort;
+      await next.ready();
       return next;
     };
-    server = await start();
+    server = await routesOf();
+    listener = createServer((request, response) => server?.routing(request, response));
+    const listening = listener;
+    await new Promise<void>((resolve, reject) => {
+      listening.once('error', reject);
+      listening.listen({ host: args.host, port }, () => {
+        listening.off('error', reject);
+        resolve();
+      });
+    }).catch((error: unknown) => {
+      throw listenFailure(error, args.host, port, portChoice.setBy);
+    });
+    const address = listener.address();
+    const boundPort = typeof address === 'object' && address ? address.port : port;
     const base = `http://${args.host.includes(':') ? `[${args.host}]` : args.host}:${boundPort}`;
     ctx.reporter.out(`Ferry dev server at ${base}  (docs: ${base}/docs)`);
     ctx.reporter.out(`Console at ${platform.url}/console  (sign in with your FERRY_API_KEY)`);
@@ -221,9 +230,8 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
           const removed = await live.apply(snapshot);
           for (const name of removed) say(`- removed live-${name}: no longer in the project`);
           const old = server;
-          server = undefined;
+          server = await routesOf();
           await old?.close();
-          server = await start();
           say(`↻ reloaded (${countOf(snapshot.endpoints.length, 'endpoint')})`);
         } catch (error) {
           say(`reload failed: ${(error as Error).message}`);
@@ -255,6 +263,8 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     say('Stopping the dev server and its workers…');
   } finally {
     await watcher?.close();
+    // Requests in flight finish first (close waits for them), as they did when Fastify listened.
+    if (listener?.listening) await new Promise((resolve) => listener?.close(resolve));
     await server?.close();
     await platform.close();
   }

@@ -225,6 +225,39 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
     });
   });
 
+  it('keeps its port open through a reload while a request is in flight, which finishes', async () => {
+    writeFileSync(
+      path.join(project, 'slow.py'),
+      'import time\nfrom ferry import Endpoint\n\n\n@Endpoint(name="slow", cpu="1-2")\ndef slow(seconds: float):\n    print("slow started", flush=True)\n    time.sleep(seconds)\n    return "slept"\n',
+    );
+    await until('the slow endpoint', async () => {
+      const response = await fetch(`${base}/slow/runsync`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ input: { seconds: 0 } }),
+      });
+      return response.status === 200 ? true : undefined;
+    });
+    const reloadsBefore = output().stderr.split('↻ reloaded').length;
+    let settled = false;
+    const inFlight = post(`${base}/slow/runsync`, { input: { seconds: 8 } }).finally(() => {
+      settled = true;
+    });
+    await until('the slow job to start', async () =>
+      output().stderr.split('slow started').length >= 3 ? true : undefined,
+    );
+    const file = path.join(project, 'app.py');
+    writeFileSync(file, `${readFileSync(file, 'utf8')}\n# edited while a request runs\n`);
+    // Before, the reload closed the port and waited for the request: refused until it ended.
+    await until('the reload', async () =>
+      output().stderr.split('↻ reloaded').length > reloadsBefore ? true : undefined,
+    );
+    const during = await fetch(`${base}/openapi.json`);
+    expect(during.status).toBe(200);
+    expect(settled).toBe(false);
+    expect((await inFlight).body).toMatchObject({ status: 'COMPLETED', output: 'slept' });
+  });
+
   it('--no-deps leaves dependencies out: the worker runs in your Python as it is', async () => {
     expect(await stopChild(dev)).toBe(0);
     const other = makeProject('nodeps');
