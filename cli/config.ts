@@ -84,6 +84,28 @@ export function apiKeyFromUser(env: NodeJS.ProcessEnv, projectDir: string): KeyF
   return undefined;
 }
 
+/** `text` as one POSIX shell word, exactly (single quotes; a quote inside as '\\''). */
+export const shellQuote = (text: string): string => `'${text.replace(/'/g, `'\\''`)}'`;
+
+/**
+ * The shell word a printed curl line sends as the key, so the line works where it is pasted with
+ * the key the CLI uses (apiKeyFromUser, then `keyFile`) and never prints the key: $FERRY_API_KEY when
+ * the environment has it; from the project's .env, the line read with sed (keys hold no quotes or
+ * spaces, which are dropped); otherwise
+ * `keyFile` read (the local provider's FERRY_HOME/api-key). With none of them (AWS, no key yet),
+ * $FERRY_API_KEY, the name `ferry keys create` tells the user to set.
+ */
+export function apiKeyInShell(env: NodeJS.ProcessEnv, projectDir: string, keyFile?: string): string {
+  const fromUser = apiKeyFromUser(env, projectDir);
+  if (fromUser?.source === '.env') {
+    // Read, never run: a .env is not always valid shell (`NAME=two words` would run `words`).
+    const dotEnv = shellQuote(path.join(path.resolve(projectDir), '.env'));
+    return `$(sed -nE 's/[[:space:]]+#.*$//; s/^[[:space:]]*(export[[:space:]]+)?FERRY_API_KEY=//p' ${dotEnv} | tail -n 1 | tr -d '\\042\\047 \\r')`;
+  }
+  if (!fromUser && keyFile) return `$(cat ${shellQuote(keyFile)})`;
+  return '$FERRY_API_KEY';
+}
+
 /**
  * The app name from a folder: its base name, made a valid app name (core/deployment.ts
  * checkRecordName) that also ends in a letter or digit, so `ferry init` can write it into

@@ -5,7 +5,7 @@
  */
 import { type EndpointConfig, newEndpointId } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
-import type { Manifest, ManifestEndpoint } from '../../core/manifest.js';
+import type { Manifest, ManifestEndpoint, Route } from '../../core/manifest.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { baseImageFor } from '../../worker-image/images.js';
 
@@ -109,16 +109,35 @@ export function planEndpoints(input: {
 export const artifactKeyOf = (app: string, env: string, fingerprint: string) =>
   `artifacts/${app}/${env}/${fingerprint}.tar.gz`;
 
-/** Example request bodies: the first route/target parameters, with placeholder values. */
-function sampleInput(params: readonly string[] | undefined): Record<string, unknown> {
-  const sample: Record<string, unknown> = {};
-  for (const param of (params ?? []).filter((p) => !p.startsWith('*') && p !== 'self').slice(0, 2)) {
-    sample[param] = param === 'input_data' ? { message: 'hello' } : 'world';
-  }
+/** What sampleInput reads of a scanned callable. */
+type SampledCallable = Pick<Route, 'name' | 'params' | 'inputs'>;
+
+/**
+ * The example request body of a printed curl line (deploy's and --preview's; `ferry dev` fills in
+ * none): a placeholder for each required parameter and nothing for one with a default, which the
+ * handler fills itself (a placeholder there may be the wrong type: `sleep=0` given "world"). The
+ * scanner's `inputs` say which are required and leave out the runtime's keyword-only `job`, which the
+ * worker refuses as an input key (ferry/invoke.py); a manifest without them falls back to the names,
+ * less `job`. A class endpoint with several methods names its first in "method" (ferry/invoke.py
+ * _pick_method).
+ */
+export function sampleInput(
+  callable: (SampledCallable & { methods?: SampledCallable[] }) | undefined,
+): Record<string, unknown> {
+  const methods = callable?.methods ?? [];
+  const sample: Record<string, unknown> = methods.length > 1 ? { method: methods[0]!.name } : {};
+  const source = methods[0] ?? callable;
+  const names = source?.inputs
+    ? source.inputs.filter((i) => i.required).map((i) => i.name)
+    : (source?.params ?? []).filter((p) => !p.startsWith('*') && p !== 'self' && p !== 'job');
+  for (const name of names) sample[name] = name === 'input_data' ? { message: 'hello' } : 'world';
   return sample;
 }
 
-/** One curl line that works: the first queue endpoint's runsync, else the first POST route. */
+/**
+ * One curl line that works: the first queue endpoint's runsync, else the first POST route. `keyVar`
+ * is the shell word that gives the key where the line is pasted (Provider.apiKeyInShell).
+ */
 export function curlExample(
   records: readonly EndpointRecord[],
   urlOf: (record: EndpointRecord) => string,
@@ -128,14 +147,14 @@ export function curlExample(
   const queue = records.find((r) => r.kind === 'queue');
   if (queue) {
     const endpoint = (queue.config as unknown as EndpointConfig).endpoint;
-    const body = JSON.stringify({ input: sampleInput(endpoint?.target?.params) });
+    const body = JSON.stringify({ input: sampleInput(endpoint?.target) });
     return `curl -X POST ${urlOf(queue)}/runsync ${auth} -d '${body}'`;
   }
   for (const record of records) {
     const endpoint = (record.config as unknown as EndpointConfig).endpoint;
     const route = endpoint?.routes?.find((r) => r.method === 'POST' && !r.path.includes('{'));
     if (route) {
-      const body = JSON.stringify(sampleInput(route.params));
+      const body = JSON.stringify(sampleInput(route));
       return `curl -X POST ${urlOf(record)}${route.path} ${auth} -d '${body}'`;
     }
   }
@@ -223,7 +242,7 @@ export function previewEnv(endpoint: ManifestEndpoint): Record<string, string> {
 export function previewCurl(endpoint: ManifestEndpoint, url: string): string {
   const json = `-H 'Content-Type: application/json'`;
   if (endpoint.kind === 'queue') {
-    const body = JSON.stringify({ input: sampleInput(endpoint.target?.params) });
+    const body = JSON.stringify({ input: sampleInput(endpoint.target) });
     return `curl -X POST ${url}/runsync ${json} -d '${body}'`;
   }
   const route = endpoint.routes?.[0];
@@ -232,7 +251,7 @@ export function previewCurl(endpoint: ManifestEndpoint, url: string): string {
   const routePath = route.path.replace(/\{([^}]*)\}/g, (_m, name: string) => encodeURIComponent(name));
   if (route.method === 'GET' || route.method === 'DELETE')
     return `curl -X ${route.method} ${url}${routePath}`;
-  return `curl -X ${route.method} ${url}${routePath} ${json} -d '${JSON.stringify(sampleInput(route.params))}'`;
+  return `curl -X ${route.method} ${url}${routePath} ${json} -d '${JSON.stringify(sampleInput(route))}'`;
 }
 
 /**

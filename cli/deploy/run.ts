@@ -279,7 +279,7 @@ export async function deployProject(options: DeployOptions): Promise<DeployResul
     servedAt,
     endpoints,
     removed: plan.remove.map((r) => ({ id: r.id, name: r.name })),
-    curl: curlExample(deployed, (r) => provider.endpointUrl(r)),
+    curl: curlExample(deployed, (r) => provider.endpointUrl(r), await provider.apiKeyInShell()),
   };
 }
 

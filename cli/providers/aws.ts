@@ -58,7 +58,7 @@ import type { WorkerImages } from '../../infra/app-stack.js';
 import type { LbHttpsOptions } from '../../infra/constructs/https-front.js';
 import { appStackName, checkAppEnvNames, endpointIdFor, platformStackName } from '../../infra/names.js';
 import type { InstanceTypeZones } from '../../infra/pool-zones.js';
-import { apiKeyFromUser, ferryVersion, installRoot } from '../config.js';
+import { apiKeyFromUser, apiKeyInShell, ferryVersion, installRoot } from '../config.js';
 import { artifactKeyOf } from '../deploy/plan.js';
 import type { Reporter } from '../io.js';
 import { type AwsClients, awsClientsFromEnv, checkAwsConfiguration } from './aws/clients.js';
@@ -1051,6 +1051,11 @@ export class AwsProvider implements Provider {
       key: fromUser.key,
       source: fromUser.source === 'environment' ? 'FERRY_API_KEY' : '.env FERRY_API_KEY',
     };
+  }
+
+  /** The key is the user's only (apiKey): $FERRY_API_KEY, or the .env that holds it. */
+  async apiKeyInShell(): Promise<string> {
+    return apiKeyInShell(this.options.env, this.options.projectDir);
   }
 
   async close(): Promise<void> {

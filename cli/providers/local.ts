@@ -13,7 +13,7 @@ import { hashKey, newSecret } from '../../core/auth.js';
 import { usage } from '../../core/errors.js';
 import { defaultPort } from '../../core/limits.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
-import { apiKeyFromUser } from '../config.js';
+import { apiKeyFromUser, apiKeyInShell } from '../config.js';
 import type { Reporter } from '../io.js';
 import {
   checkListenable,
@@ -245,6 +245,14 @@ export class LocalProvider implements Provider {
 
   apiKey(): Promise<{ key: string; source: string }> {
     return localApiKey(this.options.home, this.control, this.options.env, this.options.projectDir);
+  }
+
+  async apiKeyInShell(): Promise<string> {
+    const { env, projectDir, home } = this.options;
+    if (apiKeyFromUser(env, projectDir)) return apiKeyInShell(env, projectDir);
+    // FERRY_HOME/api-key, created and accepted by the platform here if it is not yet.
+    await this.apiKey();
+    return apiKeyInShell(env, projectDir, path.join(home, 'api-key'));
   }
 
   close(): Promise<void> {

@@ -95,5 +95,10 @@ export interface Provider {
   serving(): Promise<string | undefined>;
   /** A client API key that the served endpoints accept, and where it came from. */
   apiKey(): Promise<{ key: string; source: string }>;
+  /**
+   * The shell word for that key in a printed curl line (config.ts apiKeyInShell): one that works
+   * where the line is pasted, without the key itself.
+   */
+  apiKeyInShell(): Promise<string>;
   close(): Promise<void>;
 }

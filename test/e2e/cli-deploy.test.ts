@@ -59,7 +59,11 @@ describe('deploy and the control records (--no-serve)', () => {
     expect(result.stdout).toMatch(/lb_worker\s+http:\/\/\S+\/lb\/lb-worker-[0-9a-f]{8}/);
     expect(result.stdout).toContain('POST /process');
     expect(result.stdout).toContain('GET /health');
-    expect(result.stdout).toMatch(/curl -X POST \S+\/runsync -H "Authorization: Bearer \$FERRY_API_KEY"/);
+    // No FERRY_API_KEY here: the line reads the key from FERRY_HOME/api-key where it is pasted.
+    expect(result.stdout).toMatch(
+      /curl -X POST \S+\/runsync -H "Authorization: Bearer \$\(cat '[^']+\/api-key'\)"/,
+    );
+    expect(result.stdout).not.toContain(readFileSync(path.join(sandbox.home, 'api-key'), 'utf8').trim());
 
     const apps = await json(['app', 'list']);
     expect(apps).toEqual([
@@ -469,6 +473,26 @@ describe('deploy → the printed curl line works against the served platform', (
       (e) => e.name === 'lb_worker',
     );
     expect(lbListed?.url).toBe(lbUrl);
+
+    // Without FERRY_API_KEY in the environment the key is FERRY_HOME/api-key's: the printed line,
+    // pasted into a shell that has no FERRY_API_KEY either, still answers (it was a 401).
+    const keyless = await sandbox.run(['deploy'], { cwd: project });
+    expect(keyless.code, keyless.stderr).toBe(0);
+    const keylessCurl = keyless.stdout.split('\n').find((line) => line.trim().startsWith('curl '));
+    expect(keylessCurl).toContain(`$(cat '${path.join(sandbox.home, 'api-key')}')`);
+    const shellEnv: NodeJS.ProcessEnv = { ...process.env };
+    delete shellEnv.FERRY_API_KEY;
+    const keylessRun = await run(
+      'bash',
+      ['-c', `${keylessCurl!.trim()} -s --max-time 60 -w '\n%{http_code}'`],
+      { env: shellEnv },
+    );
+    const [body, status] = keylessRun.stdout.trim().split('\n') as [string, string];
+    expect(status).toBe('200');
+    expect(JSON.parse(body)).toMatchObject({
+      status: 'COMPLETED',
+      output: { message: 'Hello from the CPU worker: hello' },
+    });
   });
 });
 
