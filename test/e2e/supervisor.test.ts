@@ -386,6 +386,8 @@ def envspy():
         'FERRY_ENDPOINT_NAME',
         // Where the runtime ships job log lines (docs/observability.md): a worker route, no secret.
         'FERRY_WEBHOOK_POST_LOG',
+        // "stderr": keep a marked copy of each job line there until it is sent (no secret).
+        'FERRY_LOG_BACKUP',
         // Where the runtime posts the results of several jobs at once (a worker route, no secret).
         'FERRY_WEBHOOK_POST_OUTPUT_BATCH',
       ]).toContain(name);

@@ -141,6 +141,30 @@ describe('stopping jobs', () => {
     );
     expect(done.body).toMatchObject({ status: 'COMPLETED', output: 'second try' });
   });
+
+  it("the line a job printed just before its worker died is in the job's log, once", async () => {
+    const marker = join(scratch, 'dies-marker');
+    const { body } = await call(base, 'POST', '/dies/run', { input: { marker } });
+    const done = await until(
+      () => call(base, 'GET', `/dies/status/${body.id}`),
+      (r) => r.body.status === 'COMPLETED',
+    );
+    expect(done.body.output).toBe('second try');
+    const texts = async () => {
+      const r = await call(platform.url, 'GET', `/manage/v1/endpoints/dies/logs?job=${body.id}`);
+      return (r.body.lines as { text: string; jobId?: string }[]).map((line) => line.text);
+    };
+    const lines = await until(texts, (t) => t.includes('second try'));
+    expect(lines.filter((text) => text === 'about to crash dies-marker')).toHaveLength(1);
+    expect(lines.filter((text) => text === 'second try')).toHaveLength(1);
+    // Kept out of the worker's own lines: the endpoint's log holds each line once.
+    const all = await call(platform.url, 'GET', '/manage/v1/endpoints/dies/logs');
+    const texts2 = (all.body.lines as { text: string }[]).map((line) => line.text);
+    expect(texts2.filter((text) => text.includes('about to crash'))).toHaveLength(1);
+    expect(texts2.filter((text) => text.includes('::ferry-log'))).toHaveLength(0);
+    // Nor are the marked copies the pool keeps until lines are sent worker lines in the terminal.
+    expect(platform.workers!.pool('dies')!.recentLogs().join('\n')).not.toContain('::ferry-log');
+  });
 });
 
 describe('job-done-batch', () => {

@@ -49,6 +49,23 @@ class LogShipperTest(unittest.TestCase):
         self.assertEqual(echo.getvalue(), "")  # shipped lines are not echoed twice
         shipper.close()
 
+    def test_with_backup_each_line_is_marked_on_stderr_until_its_batch_is_sent(self):
+        route, echo = FakeRoute(), io.StringIO()
+        shipper = logs.LogShipper(route, echo, interval_s=60, backup=True)
+        log = logs.JobLog("job-1", echo, shipper=shipper)
+        log.write("about to crash\nsecond\n", "stdout")
+        marks = echo.getvalue().splitlines()
+        self.assertEqual([m.split(" ", 3)[:3] for m in marks], [["::ferry-log", "line", "1"],
+                                                                 ["::ferry-log", "line", "2"]])
+        self.assertEqual(json.loads(marks[0].split(" ", 3)[3])["text"], "about to crash")
+        self.assertEqual(route.lines(), [])  # not sent yet: a crash now leaves only the marks
+        shipper.flush()
+        self.assertEqual(echo.getvalue().splitlines()[2:], ["::ferry-log sent 2"])
+        self.assertEqual([line["text"] for line in route.lines()], ["about to crash", "second"])
+        shipper.flush()  # nothing new: nothing more said
+        self.assertEqual(len(echo.getvalue().splitlines()), 3)
+        shipper.close()
+
     def test_a_line_with_a_lone_surrogate_is_shipped_as_its_escape(self):
         route, echo = FakeRoute(), io.StringIO()
         shipper = logs.LogShipper(route, echo, interval_s=60)

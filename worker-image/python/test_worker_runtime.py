@@ -114,6 +114,12 @@ APP = textwrap.dedent(
         return "x" * n
 
 
+    def dies(code=3):
+        print("about to crash", flush=True)
+        import os
+        os._exit(code)
+
+
     def slow_or_refresh(seconds=0, refresh=False):
         print(f"sleeping {seconds} s")
         time.sleep(seconds)
@@ -365,6 +371,45 @@ class FunctionWorkerTest(unittest.TestCase):
         # max_concurrency 1: single job-take, never the batch route.
         self.assertEqual(self.platform.of("job-take-batch"), [])
         self.assertEqual(self.platform.of("job-take")[0]["query"]["job_in_progress"], "0")
+
+    def _log_url(self):
+        return f"http://127.0.0.1:{self.platform.port}/v2/{self.platform.endpoint_id}/job-log/wB"
+
+    def _marks(self, output):
+        return [line.split(" ", 3)[1:] for line in output.splitlines() if line.startswith("::ferry-log ")]
+
+    def test_a_shipped_line_is_kept_on_stderr_until_it_is_sent(self):
+        # FERRY_LOG_BACKUP=stderr (the local platform reads its workers' stderr): each job line is
+        # also written there, marked, and a "sent" follows once its batch went out.
+        worker = self.start("hello", FERRY_WEBHOOK_POST_LOG=self._log_url(), FERRY_LOG_BACKUP="stderr")
+        self.platform.add_job("job-1", {"name": "ada"})
+        self.platform.done_for("job-1")
+        [call] = self.platform.of("job-log")
+        self.assertEqual([line["text"] for line in call["body"]["lines"]], ["hi from hello to ada"])
+        worker.wait_output("::ferry-log sent 1")
+        [line, sent] = self._marks(worker.output)
+        self.assertEqual(line[:2], ["line", "1"])
+        self.assertEqual(json.loads(line[2]), call["body"]["lines"][0])
+        self.assertEqual(sent, ["sent", "1"])
+        self.assertNotIn("[job-1] hi from hello", worker.output)  # shipped: no unmarked echo
+
+    def test_a_line_printed_just_before_the_process_dies_is_left_on_stderr(self):
+        worker = self.start("dies", FERRY_WEBHOOK_POST_LOG=self._log_url(), FERRY_LOG_BACKUP="stderr")
+        self.platform.add_job("job-dies", {})
+        self.assertEqual(worker.wait_exit(), 3)
+        # The shipper's batch died with the process; the marked copy is what the platform records.
+        self.assertEqual(self.platform.of("job-log"), [])
+        [line] = self._marks(worker.output)
+        self.assertEqual(line[:2], ["line", "1"])
+        self.assertEqual(json.loads(line[2])["text"], "about to crash")
+        self.assertEqual(json.loads(line[2])["jobId"], "job-dies")
+
+    def test_without_the_backup_setting_nothing_is_marked(self):
+        worker = self.start("hello", FERRY_WEBHOOK_POST_LOG=self._log_url())
+        self.platform.add_job("job-1", {"name": "ada"})
+        self.platform.done_for("job-1")
+        self.platform.wait_for(lambda calls: [c for c in calls if c["op"] == "job-log"], what="job-log")
+        self.assertNotIn("::ferry-log", worker.output)
 
     def test_sigterm_lets_the_running_job_finish_then_exits_0(self):
         worker = self.start("slow", RUNPOD_PING_INTERVAL="100")

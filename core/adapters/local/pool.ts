@@ -31,6 +31,7 @@ import type { Logger } from '../../log.js';
 import type { BlobStore, ChangeFeed, ControlStore, EndpointRecord, JobQueue, LogStore } from '../../ports.js';
 import type { ScalePlan, WorkerActuator, WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 import { extractArtifact } from './artifact.js';
+import { JobLineBackup } from './line-backup.js';
 
 /** The shortest time between two pool ticks that submits woke (see start()). */
 const minTickGapMs = 50;
@@ -492,8 +493,11 @@ export class EndpointPool {
       RUNPOD_POD_ID: workerId,
       RUNPOD_ENDPOINT_ID: this.endpointId,
       RUNPOD_PING_INTERVAL: String(this.options.pingIntervalMs ?? 1_000),
-      // The ferry runtime ships each job's output lines here (docs/observability.md).
-      ...(this.options.logs ? { FERRY_WEBHOOK_POST_LOG: `${base}/job-log/${workerId}` } : {}),
+      // The ferry runtime ships each job's output lines here (docs/observability.md), and keeps a
+      // copy on its stderr until they are sent, which the pool records if it dies first (line-backup.ts).
+      ...(this.options.logs
+        ? { FERRY_WEBHOOK_POST_LOG: `${base}/job-log/${workerId}`, FERRY_LOG_BACKUP: 'stderr' }
+        : {}),
       FERRY_APP_DIR: this.spec.codeDir,
       FERRY_MODULE: endpoint.module,
       FERRY_MAX_CONCURRENCY: String(this.resources.maxConcurrency),
@@ -557,6 +561,9 @@ export class EndpointPool {
         ...this.spec.user,
       });
       proc.child = child;
+      const backup = new JobLineBackup();
+      // After 'exit', once its pipes are read to the end: the worker's last lines are all in.
+      const drained = new Promise<void>((resolve) => child.once('close', () => resolve()));
       for (const [name, stream] of [
         ['stdout', child.stdout],
         ['stderr', child.stderr],
@@ -564,8 +571,10 @@ export class EndpointPool {
         let partial = '';
         stream?.setEncoding('utf8');
         stream?.on('data', (data: string) => {
-          const lines = (partial + data).split('\n');
-          partial = lines.pop() ?? '';
+          const all = (partial + data).split('\n');
+          partial = all.pop() ?? '';
+          // Job lines the runtime keeps here until they are sent are no lines of the worker's own.
+          const lines = name === 'stderr' ? all.filter((line) => !backup.take(line)) : all;
           for (const line of lines) {
             this.note(`${prefix} ${line}`);
             this.supervisor.output(this.endpointId, line);
@@ -585,7 +594,12 @@ export class EndpointPool {
         child.on('exit', (code, signal) => {
           // Whatever the leader left behind in its group goes with it.
           killGroup(child);
-          resolve({ code, signal });
+          // Job lines it printed but never sent (a crash) are recorded before its exit is reported,
+          // so the job's log and the endpoint's last lines hold them when the job fails or retries.
+          const late = new Promise<void>((r) => setTimeout(r, 1_000).unref());
+          void Promise.race([drained, late])
+            .then(() => this.recordUnsent(backup, workerId))
+            .finally(() => resolve({ code, signal }));
         });
       });
     };
@@ -626,6 +640,14 @@ export class EndpointPool {
     }
     this.procs.set(workerId, proc);
     return proc;
+  }
+
+  /** The job lines a worker that is gone printed and never sent (line-backup.ts): stored once, here. */
+  private async recordUnsent(backup: JobLineBackup, workerId: string): Promise<void> {
+    const lines = backup.unsent(this.endpointId, workerId, new Set(this.supervisor.heldBy(workerId)));
+    if (lines.length === 0) return;
+    for (const line of lines) this.supervisor.output(this.endpointId, `[${line.jobId}] ${line.text}`);
+    await this.options.logs?.append(lines).catch(() => {});
   }
 
   private claimGpus(): number[] {

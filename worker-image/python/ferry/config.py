@@ -99,6 +99,9 @@ class Config:
             self.api_key = environ.get("RUNPOD_AI_API_KEY", "")
             # Ferry's job-log route; absent on RunPod, where job output stays on stderr.
             self.post_log_url = environ.get("FERRY_WEBHOOK_POST_LOG", "").strip() or None
+            # "stderr": the platform reads our stderr, and keeps a shipped line's copy there until it
+            # is sent (ferry/logs.py), so a crash loses none. The local platform sets it.
+            self.log_backup = environ.get("FERRY_LOG_BACKUP", "").strip() == "stderr"
             # Ferry's job-done-batch route; absent on RunPod, where each result has its own job-done.
             self.post_output_batch_url = environ.get("FERRY_WEBHOOK_POST_OUTPUT_BATCH", "").strip() or None
 

@@ -8,12 +8,19 @@ LogShipper, with its time and stream) when the platform offers one; otherwise, o
 answers 404 (an older platform, or RunPod), it is echoed to the worker's real stderr as
 ``[job_id] line``. When FERRY_LOG_DIR is set it is also appended to ``<dir>/<job_id>.log``.
 
+With FERRY_LOG_BACKUP=stderr (the local platform sets it: it reads its workers' stderr) each shipped
+line is also written to the real stderr, marked (``::ferry-log line <seq> <json>``), and once its batch
+has been sent a ``::ferry-log sent <seq>`` says so. The platform keeps the marked lines not yet said
+sent and records them itself only if the process dies first (os._exit, a segfault, kill -9): the lines
+a job printed just before it crashed are not lost with the shipper's batch, and are stored once.
+
 Threads that a handler starts itself do not inherit the context (before Python 3.14); their
 output goes to the worker's stderr without a prefix.
 """
 
 import contextvars
 import io
+import json
 import os
 import re
 import sys
@@ -24,6 +31,9 @@ from .invoke import to_json_bytes
 
 _current = contextvars.ContextVar("ferry_job_log", default=None)
 _echo_lock = threading.Lock()
+
+# What starts a job line's backup copy on stderr, and the note that lines were sent (FERRY_LOG_BACKUP).
+BACKUP_MARK = "::ferry-log"
 
 
 def safe_file_name(job_id):
@@ -160,9 +170,12 @@ class LogShipper:
     logs must never hold up a job.
     """
 
-    def __init__(self, post, echo, interval_s=0.5, max_lines=500):
+    def __init__(self, post, echo, interval_s=0.5, max_lines=500, backup=False):
         self._post = post  # post(body bytes) -> HTTP status; raises OSError when it cannot
         self._echo = echo
+        # FERRY_LOG_BACKUP=stderr: each line also goes to `echo` marked, until its batch is sent.
+        self._backup = backup
+        self._seq = 0
         self._interval_s = interval_s
         self._max_lines = max_lines
         self._pending = []
@@ -175,8 +188,14 @@ class LogShipper:
         self._thread.start()
 
     def add(self, job_id, stream, text, at_ms):
+        line = {"jobId": job_id, "atMs": at_ms, "stream": stream, "text": text}
         with self._cond:
-            self._pending.append({"jobId": job_id, "atMs": at_ms, "stream": stream, "text": text})
+            self._seq += 1
+            self._pending.append(line)
+            if self._backup:
+                # Under the lock: the platform reads the marks in sequence order, each line before
+                # the "sent" that covers it.
+                _write_echo(self._echo, f"{BACKUP_MARK} line {self._seq} {json.dumps(line)}\n")
             if len(self._pending) >= self._max_lines:
                 self._cond.notify()
 
@@ -185,8 +204,12 @@ class LogShipper:
         with self._send_lock:
             with self._cond:
                 batch, self._pending = self._pending, []
+                last = self._seq
             for start in range(0, len(batch), self._max_lines):
                 self._send(batch[start:start + self._max_lines])
+            if self._backup and batch:
+                # Delivered, echoed or dropped (said once): the platform keeps them no longer.
+                _write_echo(self._echo, f"{BACKUP_MARK} sent {last}\n")
 
     def close(self):
         with self._cond:

@@ -207,7 +207,7 @@ def _log_shipper(config, echo):
         status, _data = connections.request("POST", url, body, headers, 10.0)
         return status
 
-    return LogShipper(post, echo)
+    return LogShipper(post, echo, backup=config.log_backup)
 
 
 def serve_standalone(config, handler, endpoint, say, echo):
