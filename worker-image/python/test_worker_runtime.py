@@ -504,6 +504,40 @@ class FunctionWorkerTest(unittest.TestCase):
         self.assertEqual(worker.wait_exit(), 2)
         self.assertIn("FERRY_MODULE 'not_there' was not found", worker.output)
 
+    def test_a_module_the_endpoint_imports_that_is_missing_names_its_file_and_line(self):
+        with open(os.path.join(self.tmp, "g.py"), "w") as f:
+            f.write("import helper2\n\n\ndef h():\n    return 1\n")
+        with open(os.path.join(self.tmp, "helper2.py"), "w") as f:
+            f.write("import requestz\n")
+        worker = self.start("h", FERRY_MODULE="g")
+        self.assertEqual(worker.wait_exit(), 2)
+        out = worker.output
+        self.assertIn("FERRY_MODULE 'g' failed to import: No module named 'requestz'", out)
+        self.assertIn(f'File "{os.path.join(self.tmp, "g.py")}", line 1', out)
+        self.assertIn(f'File "{os.path.join(self.tmp, "helper2.py")}", line 1', out)
+        self.assertIn("import requestz", out)
+        self.assertIn("ModuleNotFoundError: No module named 'requestz'", out)
+        # The user's own frames only: not importlib's, not the runtime's.
+        self.assertNotIn("<frozen", out)
+        self.assertNotIn("ferry/config.py", out)
+        self.assertNotIn("importlib", out)
+
+    def test_a_missing_submodule_of_the_endpoints_package_is_not_the_module_missing(self):
+        os.makedirs(os.path.join(self.tmp, "pkg"))
+        open(os.path.join(self.tmp, "pkg", "__init__.py"), "w").close()
+        with open(os.path.join(self.tmp, "pkg", "mod.py"), "w") as f:
+            f.write("import pkg.gone\n")
+        worker = self.start("h", FERRY_MODULE="pkg.mod")
+        self.assertEqual(worker.wait_exit(), 2)
+        self.assertIn("FERRY_MODULE 'pkg.mod' failed to import: No module named 'pkg.gone'", worker.output)
+        self.assertIn(f'File "{os.path.join(self.tmp, "pkg", "mod.py")}", line 1', worker.output)
+
+    def test_the_endpoint_module_itself_missing_is_one_short_line(self):
+        worker = self.start("hello", FERRY_MODULE="not_there.sub")
+        self.assertEqual(worker.wait_exit(), 2)
+        self.assertIn("FERRY_MODULE 'not_there.sub' was not found", worker.output)
+        self.assertNotIn("Traceback", worker.output)
+
     def _startup_url(self):
         return f"http://127.0.0.1:{self.platform.port}/v2/{self.platform.endpoint_id}/startup-failed/wB"
 

@@ -119,10 +119,12 @@ def import_user_module(config):
     try:
         return importlib.import_module(config.module)
     except ModuleNotFoundError as exc:
-        if exc.name and config.module.split(".")[0] == exc.name.split(".")[0]:
+        # FERRY_MODULE itself (or a package on its way) is missing: that is the whole story, no
+        # traceback. A module it imports is missing: the traceback says which file and line.
+        if exc.name and (config.module == exc.name or config.module.startswith(exc.name + ".")):
             raise ConfigError(
                 f"FERRY_MODULE {config.module!r} was not found in FERRY_APP_DIR {config.app_dir!r}"
-            ) from exc
+            ) from None
         raise ConfigError(f"FERRY_MODULE {config.module!r} failed to import: {exc}") from exc
     except BaseException as exc:  # noqa: BLE001 - user code can raise anything at import, even SystemExit
         raise ConfigError(f"FERRY_MODULE {config.module!r} failed to import: {type(exc).__name__}: {exc}") from exc

@@ -59,12 +59,32 @@ def _report_startup_failure(environ, text):
         pass
 
 
+def _user_traceback(exc):
+    """A missing import's traceback without the frames of importlib and of this runtime: the user's
+    own files and lines, from the endpoint module down to the import that failed."""
+    import importlib
+
+    runtime = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (logs, importlib))
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith("<") and not os.path.abspath(frame.filename).startswith(runtime)
+    ]
+    if not frames:
+        return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return ("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
+            + "".join(traceback.format_exception_only(type(exc), exc)))
+
+
 def _startup_error(say, exc, environ=None):
     say(f"startup failed: {exc}")
     text = f"startup failed: {exc}\n"
     cause = exc.__cause__
-    if cause is not None and not isinstance(cause, ModuleNotFoundError):
-        detail = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+    if cause is not None:
+        if isinstance(cause, ModuleNotFoundError):
+            detail = _user_traceback(cause)
+        else:
+            detail = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
         sys.stderr.write(detail)
         text += detail
     if environ is not None:
