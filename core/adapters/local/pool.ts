@@ -128,7 +128,7 @@ export class LocalWorkers {
   private readonly pools = new Map<string, EndpointPool>();
   /** Per endpoint: the OS user its workers run as, with their folders prepared (runAsOf). */
   private readonly runAs = new Map<string, Pick<PoolSpec, 'user' | 'home'>>();
-  private readonly gpus: number;
+  private readonly gpus: GpuSlots;
   private reconciling: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
@@ -136,7 +136,7 @@ export class LocalWorkers {
   private readonly options: LocalWorkersOptions;
 
   constructor(options: LocalWorkersOptions) {
-    this.gpus = options.gpuCount ?? detectGpus();
+    this.gpus = new GpuSlots(options.gpuCount ?? detectGpus());
     // Resolved once: a version-manager shim in front of python3 (pyenv) costs ~100 ms per start.
     this.options = { ...options, python: options.python ?? resolvePython() };
     options.supervisor.attach({ actuator: this.actuator });
@@ -336,8 +336,10 @@ export class EndpointPool {
   constructor(
     public spec: PoolSpec,
     private readonly options: LocalWorkersOptions,
-    private readonly gpuTotal: number,
-  ) {}
+    private readonly gpus: GpuSlots,
+  ) {
+    gpus.join(this);
+  }
 
   get endpointId(): string {
     return this.spec.record.id;
@@ -432,6 +434,9 @@ export class EndpointPool {
   }
 
   private async tick(): Promise<void> {
+    const tooMany = this.gpuShortfall();
+    // Never satisfiable on this machine: failing, with the reason in health, rather than on the CPU.
+    if (tooMany) await this.supervisor.unconfigured(this.endpointId, tooMany);
     const { workersMax: max, maxConcurrency } = this.resources;
     // The queue is the one input the supervisor does not know; counting stops where it no longer
     // changes the answer.
@@ -444,11 +449,12 @@ export class EndpointPool {
   /** What the scaling policy (core/scaling.ts, applied by the supervisor) reads for this endpoint. */
   private plan(urgentQueuedJobs: number, waitingRequests = 0): ScalePlan {
     const r = this.resources;
+    const room = this.gpuRoom();
     return {
       urgentQueuedJobs,
       waitingRequests,
-      min: r.workersMin,
-      max: r.workersMax,
+      min: Math.min(r.workersMin, room),
+      max: Math.min(r.workersMax, room),
       maxConcurrency: r.maxConcurrency,
       idleMs: r.idleTimeoutSec * 1000,
       kind: this.isLb ? 'lb' : 'queue',
@@ -481,7 +487,7 @@ export class EndpointPool {
         .filter(Boolean)
         .join(delimiter),
       PYTHONUNBUFFERED: '1',
-      // Without a GPU (or with too few free) the worker runs on CPU.
+      // Its gpu_count GPUs (plan() starts it only when they are free); none on a machine without GPUs.
       CUDA_VISIBLE_DEVICES: gpus.join(','),
       RUNPOD_WEBHOOK_GET_JOB: `${base}/job-take/${workerId}?gpu=${gpus.length > 0 ? 'local' : 'none'}`,
       RUNPOD_WEBHOOK_POST_OUTPUT: `${base}/job-done/${workerId}/$ID?gpu=none`,
@@ -650,12 +656,50 @@ export class EndpointPool {
     await this.options.logs?.append(lines).catch(() => {});
   }
 
+  /** The GPUs one worker needs here: gpu_count on a machine with GPUs, else none (it runs on the CPU). */
+  private get gpusNeeded(): number {
+    return this.resources.gpu && this.gpus.total > 0 ? this.resources.gpuCount : 0;
+  }
+
+  /** Why no worker of this endpoint can ever get its GPUs here, or undefined. */
+  private gpuShortfall(): string | undefined {
+    const needed = this.gpusNeeded;
+    if (needed <= this.gpus.total) return undefined;
+    return (
+      `it needs gpu_count=${needed} GPUs per worker and this machine has ${this.gpus.total} ` +
+      '(nvidia-smi -L); lower gpu_count or run it on a machine with enough GPUs'
+    );
+  }
+
+  /**
+   * How many workers of this endpoint may serve now: as on a GPU pool, a worker starts only when its
+   * gpu_count GPUs are free (of every endpoint's workers on this machine), and jobs wait in the queue
+   * meanwhile. Unbounded when it needs no GPU.
+   */
+  private gpuRoom(): number {
+    const needed = this.gpusNeeded;
+    if (needed === 0) return Number.POSITIVE_INFINITY;
+    if (needed > this.gpus.total) return 0;
+    return this.size + Math.floor(this.gpus.free().length / needed);
+  }
+
+  /** The GPUs this pool's live workers hold; undefined once it is closed and none is left. */
+  gpusHeld(): number[] | undefined {
+    if (this.abort.signal.aborted && this.procs.size === 0) return undefined;
+    return [...this.procs.values()].flatMap((p) => p.gpus);
+  }
+
   private claimGpus(): number[] {
-    const wanted = this.resources.gpu ? this.resources.gpuCount : 0;
-    if (wanted === 0 || this.gpuTotal === 0) return [];
-    const taken = new Set([...this.procs.values()].flatMap((p) => p.gpus));
-    const free = Array.from({ length: this.gpuTotal }, (_, i) => i).filter((i) => !taken.has(i));
-    return free.length >= wanted ? free.slice(0, wanted) : [];
+    const wanted = this.gpusNeeded;
+    if (wanted === 0) return [];
+    const free = this.gpus.free();
+    if (free.length < wanted) {
+      // plan() starts none without its GPUs free; should one start anyway, it is said, not hidden.
+      this.options.log.warn(
+        `endpoint ${this.spec.record.name}: a worker starts with ${free.length} of the ${wanted} GPUs it needs (the others are in use)`,
+      );
+    }
+    return free.slice(0, wanted);
   }
 
   async forward(request: LbRequest): Promise<LbResponse> {
@@ -750,6 +794,31 @@ export function workerBaseEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
     if (allowed.has(key) || allowedPrefixes.some((prefix) => key.startsWith(prefix))) out[key] = value;
   }
   return out;
+}
+
+/**
+ * The machine's GPUs, shared by every endpoint's pool: a worker holds its gpu_count of them from its
+ * start until its process is gone (it is then out of its pool's workers).
+ */
+export class GpuSlots {
+  private readonly pools = new Set<EndpointPool>();
+
+  constructor(readonly total: number) {}
+
+  join(pool: EndpointPool): void {
+    this.pools.add(pool);
+  }
+
+  /** The GPUs no live worker holds, lowest first. */
+  free(): number[] {
+    const taken = new Set<number>();
+    for (const pool of this.pools) {
+      const held = pool.gpusHeld();
+      if (held === undefined) this.pools.delete(pool);
+      else for (const gpu of held) taken.add(gpu);
+    }
+    return Array.from({ length: this.total }, (_, i) => i).filter((gpu) => !taken.has(gpu));
+  }
 }
 
 /** SIGTERM (or another signal) to the group leader only: it drains, its helpers keep running meanwhile. */
