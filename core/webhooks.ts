@@ -55,10 +55,19 @@ export type Resolve = (hostname: string) => Promise<{ address: string; family: n
 
 const systemResolve: Resolve = (hostname) => dnsLookup(hostname, { all: true, verbatim: true });
 
-/** Public unicast only; IPv4-mapped IPv6 addresses are judged as the IPv4 address they carry. */
+/** IPv6's global unicast block: ipaddr.js calls what is left of ::/0 'unicast' too (e.g. ::/96). */
+const globalUnicastV6 = ipaddr.parseCIDR('2000::/3') as [ipaddr.IPv6, number];
+
+/**
+ * Public unicast only; IPv4-mapped IPv6 addresses are judged as the IPv4 address they carry. An IPv6
+ * address must also be global unicast (2000::/3): the deprecated IPv4-compatible `::127.0.0.1`
+ * (::/96) is 'unicast' to ipaddr.js, and some hosts route it to the IPv4 address it carries.
+ */
 export function isPublicAddress(address: string): boolean {
   if (!ipaddr.isValid(address)) return false;
-  return ipaddr.process(address).range() === 'unicast';
+  const ip = ipaddr.process(address);
+  if (ip.range() !== 'unicast') return false;
+  return ip.kind() === 'ipv4' || (ip as ipaddr.IPv6).match(globalUnicastV6);
 }
 
 /**

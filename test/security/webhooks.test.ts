@@ -92,6 +92,8 @@ describe('webhook SSRF table', () => {
     ['literal metadata', 'http://169.254.169.254/latest/meta-data/'],
     ['literal IPv6 loopback', 'http://[::1]/hook'],
     ['literal IPv4-mapped IPv6', 'http://[::ffff:7f00:1]/hook'],
+    ['literal IPv4-compatible loopback (::/96)', 'http://[::127.0.0.1]/hook'],
+    ['literal IPv4-compatible metadata (::/96)', 'http://[::a9fe:a9fe]/hook'],
     ['hex IPv4 loopback', 'http://0x7f.0.0.1/hook'],
     ['decimal IPv4 loopback', 'http://2130706433/hook'],
     ['unspecified', 'http://0.0.0.0/hook'],
