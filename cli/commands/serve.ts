@@ -170,6 +170,8 @@ async function serve(
   // Checked before anything starts, in the foreground too: a detached server must not come up
   // without the isolation it was asked for.
   const isolation = workerIsolation(argv);
+  const asRoot = rootWithoutIsolation(process.getuid?.(), isolation.args);
+  if (asRoot) ctx.reporter.line(asRoot);
   const running = await runningServer(home);
   if (running) {
     if (argv.detach) {
@@ -233,6 +235,20 @@ export function workerIsolation(argv: { 'worker-user'?: string; 'worker-uids'?: 
   }
   if (user !== undefined) return { options: { workerUser: osUser(user) }, args: ['--worker-user', user] };
   return { options: { workerUids: uidRange(uids!) }, args: ['--worker-uids', uids!] };
+}
+
+/**
+ * The warning for a platform started as root with neither isolation flag: endpoint code then runs as
+ * root too, and can read FERRY_HOME (every key, the database) and other workers' environments
+ * (docs/security.md). Said, not refused: a container that runs everything as root is common.
+ */
+export function rootWithoutIsolation(uid: number | undefined, isolationArgs: string[]): string | undefined {
+  if (uid !== 0 || isolationArgs.length > 0) return undefined;
+  return (
+    'warning: serving as root without --worker-uids or --worker-user: endpoint code runs as root and can ' +
+    "read FERRY_HOME's keys and database and other endpoints' secrets. " +
+    'Run `sudo ferry serve --worker-uids 200000-265535` to give each endpoint a user of its own.'
+  );
 }
 
 /** `FIRST-LAST`, e.g. `200000-265535`: uids no account on this machine uses. */
