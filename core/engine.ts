@@ -31,6 +31,7 @@ import type {
   JobQueue,
   JobReadOptions,
   JobStore,
+  JobUpdate,
   QueuedJobCount,
   StartFailureRecord,
   TakenJob,
@@ -71,6 +72,15 @@ export interface EngineDeps {
    * (SQLite), so a crash between the two cannot leave a job nobody will ever take.
    */
   createQueued?: (job: Job) => Promise<void>;
+  /**
+   * A move back to IN_QUEUE (a compare-and-set, as JobStore.update), the clear of the job's stream
+   * chunks and its queue message in one transaction where the stores share a database (SQLite). Two
+   * writes left a window: a closed database or a crash between them (a platform stopped while a
+   * worker's exit was being handled) left the job IN_QUEUE with no message, which locally nothing
+   * ever takes. Without it the engine composes the move, JobStore.clearStream and JobQueue.send
+   * (AWS, whose sweeper sends a lost message again: resendWaiting).
+   */
+  requeueQueued?: (current: Job, patch: JobPatch) => Promise<JobUpdate>;
   /**
    * Receives, claims and acknowledges in one write where the stores share a database (SQLite): one
    * commit per take instead of three. Without it `take` composes queue.receive, a compare-and-set
@@ -173,6 +183,7 @@ export class JobEngine {
   private readonly clock: Clock;
   private readonly webhooks: WebhookSender | undefined;
   private readonly createQueued: ((job: Job) => Promise<void>) | undefined;
+  private readonly requeueQueued: EngineDeps['requeueQueued'];
   private readonly warn: ((line: string) => void) | undefined;
   private readonly takeQueued: EngineDeps['takeQueued'];
   private readonly newId: (endpointId: string) => string;
@@ -187,6 +198,7 @@ export class JobEngine {
     this.clock = deps.clock;
     this.webhooks = deps.webhooks;
     this.createQueued = deps.createQueued;
+    this.requeueQueued = deps.requeueQueued;
     this.warn = deps.warn;
     this.takeQueued = deps.takeQueued;
     this.queued = deps.queued;
@@ -963,7 +975,7 @@ export class JobEngine {
       if (workerId !== undefined && current.workerId !== workerId) {
         throw conflict(`Job ${job.id} is no longer held by worker ${workerId}`);
       }
-      const result = await this.jobs.update(current, this.withRetention(current, patch(current)));
+      const result = await this.write(current, this.withRetention(current, patch(current)));
       if (result.ok) {
         this.afterWrite(current, result.job);
         return result.job;
@@ -975,10 +987,21 @@ export class JobEngine {
   /** Like move, but a job that moved on meanwhile is simply skipped (sweeps and purge). */
   private async tryMove(job: Job, move: Move, patch: (current: Job) => JobPatch): Promise<Job | undefined> {
     if (!canMove(move, job.status)) return undefined;
-    const result = await this.jobs.update(job, this.withRetention(job, patch(job)));
+    const result = await this.write(job, this.withRetention(job, patch(job)));
     if (!result.ok) return undefined;
     this.afterWrite(job, result.job);
     return result.job;
+  }
+
+  /**
+   * JobStore.update, except that a move back to IN_QUEUE goes with its queue message (and the clear
+   * of the old attempt's chunks) in the same transaction where the store can (requeueQueued); the
+   * caller then calls `requeued`, which sends them itself only where it cannot.
+   */
+  private write(current: Job, patch: JobPatch): Promise<JobUpdate> {
+    return patch.status === 'IN_QUEUE' && this.requeueQueued
+      ? this.requeueQueued(current, patch)
+      : this.jobs.update(current, patch);
   }
 
   /** A change that is not a status move (e.g. `?ttl=`), retried on lost races. */
@@ -1047,20 +1070,22 @@ export class JobEngine {
   }
 
   /**
-   * After a move back to IN_QUEUE: the old attempt's chunks go, then the job's message. Clear first:
-   * once the message is out a worker may take the job and stream, and a clear landing after that
-   * would drop the new attempt's chunks (on DynamoDB it moves the read cursor past everything
+   * After a move back to IN_QUEUE: the old attempt's chunks go, then the job's message. With
+   * requeueQueued both were written with the move, in its transaction (`write`). Otherwise clear
+   * first: once the message is out a worker may take the job and stream, and a clear landing after
+   * that would drop the new attempt's chunks (on DynamoDB it moves the read cursor past everything
    * appended so far). Send in `finally`: the job is IN_QUEUE already, and without its message it
-   * would wait for the sweeper's resend on AWS (functions/sweeper.ts) and forever locally; a failed
-   * clear costs at most old chunks reaching the client twice, and its error still reaches the caller
-   * after the send.
+   * would wait for the sweeper's resend on AWS (functions/sweeper.ts); a failed clear costs at most
+   * old chunks reaching the client twice, and its error still reaches the caller after the send.
    */
   private async requeued(job: Job): Promise<void> {
     try {
       // The next attempt streams from the start: chunks of this one must not reach the client twice.
-      await this.jobs.clearStream(job.id);
+      if (!this.requeueQueued) await this.jobs.clearStream(job.id);
     } finally {
-      await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
+      if (!this.requeueQueued) {
+        await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
+      }
       this.forgetRoom(job.endpointId);
       this.changes.notify(endpointKey(job.endpointId), {
         queuedLowPriority: job.policy.lowPriority === true,
@@ -1077,7 +1102,10 @@ export class JobEngine {
       attempt: job.attempt - 1,
     }));
     if (back) {
-      await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
+      // With requeueQueued the message went with the move (`write`).
+      if (!this.requeueQueued) {
+        await this.queue.send(job.endpointId, job.id, { lowPriority: job.policy.lowPriority });
+      }
       this.forgetRoom(job.endpointId);
     }
   }

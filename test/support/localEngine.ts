@@ -1,8 +1,8 @@
 /**
  * A JobEngine over a real local SQLite database, wired as the local platform wires it
- * (core/adapters/local/platform.ts): the store's one-write submit and take. `composedTake` leaves
- * those two out, so the engine composes them from queue and store calls as it does on AWS. `jobs`
- * stands in for the database's job store (a test's wrapper around it).
+ * (core/adapters/local/platform.ts): the store's one-write submit, take and requeue. `composedTake`
+ * leaves those out, so the engine composes them from queue and store calls as it does on AWS. `jobs`
+ * stands in for the database's job store (a test's wrapper around it; the requeue is then composed).
  */
 import type { LocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { LocalChangeFeed } from '../../core/changes.js';
@@ -34,6 +34,8 @@ export function localEngine(
       : {
           createQueued: (job) => db.createQueued(job),
           takeQueued: (endpointId, options) => db.takeQueued(endpointId, options),
+          // Not under a test's wrapper of the job store: it would not see the requeue's write.
+          ...(options.jobs ? {} : { requeueQueued: db.requeueQueued }),
         }),
   });
 }

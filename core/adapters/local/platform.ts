@@ -145,6 +145,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     workers: db.workers,
     ledger: supervisor,
     createQueued: (job) => db.createQueued(job),
+    requeueQueued: (current, patch) => db.requeueQueued(current, patch),
     takeQueued: (endpointId, options) => db.takeQueued(endpointId, options),
     changes,
     clock,
@@ -154,8 +155,9 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   });
   supervisor.attach({ engine });
   // Workers of an earlier run of this platform are gone (their tokens died with it): their jobs go
-  // back to the queue now rather than when their leases lapse.
-  await requeueOrphans(db, engine);
+  // back to the queue now rather than when their leases lapse; and a queued job without its message
+  // is queued again.
+  await requeueOrphans(db, engine, log);
   // Workers' call tokens (remote calls by name, core/names.ts) are HMACs under this run's secret.
   const callTokenSecret = randomBytes(32).toString('base64url');
   const auth = new KeyAuthenticator({
@@ -338,9 +340,24 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   };
 }
 
-/** Every job still IN_PROGRESS at start belongs to a worker of an earlier run: requeue it now. */
-async function requeueOrphans(db: ReturnType<typeof openLocalDatabase>, engine: JobEngine): Promise<void> {
+/**
+ * Every job still IN_PROGRESS at start belongs to a worker of an earlier run: requeue it now. And an
+ * IN_QUEUE job with no queue message would never be taken (an earlier Ferry stopped while a worker's
+ * exit was being handled could leave one: its move back to the queue was written, the message was
+ * not): it gets its message.
+ */
+async function requeueOrphans(
+  db: ReturnType<typeof openLocalDatabase>,
+  engine: JobEngine,
+  log: Logger,
+): Promise<void> {
   for (const endpoint of await db.control.listEndpoints()) {
+    const stranded = await db.requeueStranded(endpoint.id, Date.now());
+    if (stranded.length > 0) {
+      log.warn(
+        `endpoint ${endpoint.name} (${endpoint.id}): ${stranded.length} queued job(s) had no queue message; queued again`,
+      );
+    }
     const running = await db.jobs.listByStatus(endpoint.id, 'IN_PROGRESS', Date.now(), 10_000);
     const holders = new Set(running.flatMap((job) => (job.workerId ? [job.workerId] : [])));
     for (const workerId of holders) {

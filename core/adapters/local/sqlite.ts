@@ -304,6 +304,19 @@ export interface LocalDatabase {
   createQueued(job: Job): Promise<void>;
   /** Receive, claim and acknowledge in one transaction, as a long poll (EngineDeps.takeQueued). */
   takeQueued(endpointId: string, options: TakeQueuedOptions): Promise<TakenJob[]>;
+  /**
+   * A move back to IN_QUEUE, the clear of the job's stream chunks and its queue message in one
+   * transaction (EngineDeps.requeueQueued): the message is written only when the move is, and
+   * neither when either fails.
+   */
+  requeueQueued(current: Job, patch: JobPatch): Promise<JobUpdate>;
+  /**
+   * Queues again every unexpired IN_QUEUE job of the endpoint that has no queue message, and answers
+   * their ids. Nothing takes such a job, so it waited for its time-to-live: a platform before
+   * requeueQueued could leave one when it was stopped while a worker's exit was being handled. The
+   * platform calls it at start.
+   */
+  requeueStranded(endpointId: string, nowMs: number): Promise<string[]>;
   /** Pending webhook deliveries (core/webhooks.ts). */
   outbox: SqliteWebhookOutbox;
   /** Closes the connection (the stores' own `close` do not). Closing twice is fine. */
@@ -475,6 +488,13 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
       if (taken.length >= options.max || messages.length < want) return taken;
     }
   };
+  const strandedJobs = db.prepare<[string, number, string], { id: string; low_priority: number | null }>(
+    `SELECT id, json_extract(body, '$.policy.lowPriority') AS low_priority
+       FROM jobs INDEXED BY jobs_of_endpoint_by_status
+       WHERE endpoint_id = ? AND status = 'IN_QUEUE' AND expires_at > ?
+         AND id NOT IN (SELECT job_id FROM queue WHERE endpoint_id = ?)
+       ORDER BY created_at, rowid`,
+  );
   const givenUid = db.prepare<[string], { uid: number }>('SELECT uid FROM worker_uids WHERE endpoint_id = ?');
   const lastUid = db.prepare<[number, number], { uid: number | null }>(
     'SELECT MAX(uid) AS uid FROM worker_uids WHERE uid BETWEEN ? AND ?',
@@ -519,6 +539,29 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
       }
       if (handed) handed.settle(true);
       else queue.wake(job.endpointId);
+    },
+    async requeueQueued(current: Job, patch: JobPatch) {
+      const result = await group.run(() => {
+        const written = jobs.writeSync(current, patch);
+        if (written.ok && written.job.status === 'IN_QUEUE') {
+          // The next attempt streams from the start: chunks of this one must not reach the client twice.
+          jobs.clearStreamSync(current.id);
+          queue.insertSync(current.endpointId, current.id, current.policy.lowPriority === true);
+        }
+        return written;
+      });
+      if (result.ok) queue.wake(current.endpointId);
+      return result;
+    },
+    async requeueStranded(endpointId: string, nowMs: number) {
+      const ids = await group.run(() =>
+        strandedJobs.all(endpointId, nowMs, endpointId).map((row) => {
+          queue.insertSync(endpointId, row.id, row.low_priority === 1);
+          return row.id;
+        }),
+      );
+      if (ids.length > 0) queue.wake(endpointId);
+      return ids;
     },
     async takeQueued(endpointId: string, options: TakeQueuedOptions) {
       const take: ParkedTake = { options, handed: [], wake: () => {} };
@@ -1002,6 +1045,11 @@ class SqliteJobStore implements JobStore {
   }
 
   async clearStream(jobId: string): Promise<void> {
+    this.clearStreamSync(jobId);
+  }
+
+  /** The delete itself, for callers that wrap it in a transaction with other writes. */
+  clearStreamSync(jobId: string): void {
     prepared(this.db, 'DELETE FROM stream_chunks WHERE job_id = ?').run(jobId);
   }
 
