@@ -444,6 +444,19 @@ export class WorkerSupervisor implements WorkerLedger {
     if (entry.held.size === 0 && entry.inFlight === 0) this.sendStop(entry);
   }
 
+  /**
+   * The platform is shutting down: the worker is asked to leave now (SIGTERM to its leader), busy or
+   * not, so its runtime finishes its jobs or leaves them within its grace period (docs/workers.md);
+   * its exit is a planned one, never a crash or a failed start, and the jobs it still holds go back
+   * to the queue. The actuator kills what is left once its shutdown grace is over.
+   */
+  shutdown(workerId: string): void {
+    const entry = this.workers.get(workerId);
+    if (!entry || entry.phase === 'gone') return;
+    entry.phase = 'draining';
+    this.sendStop(entry);
+  }
+
   phase(workerId: string): WorkerPhase | undefined {
     return this.workers.get(workerId)?.phase;
   }

@@ -336,6 +336,19 @@ describe('lifecycle', () => {
     expect((await supervisor.counts('a')).problem?.retryAtMs).toBe(clock.now() + 2_000);
   });
 
+  it('shutdown stops a busy worker at once; its exit, even by SIGKILL after the grace, is no crash', async () => {
+    const { supervisor, started, plan, gone, actions } = setup();
+    await supervisor.tick('a', plan(1, 1));
+    const w = started[0]!;
+    await supervisor.mayTake('a', w.workerId);
+    await supervisor.taken('a', w.workerId, ['j1']);
+    supervisor.shutdown(w.workerId);
+    expect(actions).toContain(`stop ${w.workerId}`); // SIGTERM although it holds a job
+    await supervisor.exited(w.workerId, { code: null, signal: 'SIGKILL' });
+    expect(gone).toEqual([`${w.workerId}: Worker ${w.workerId} was stopped`]);
+    expect((await supervisor.counts('a')).problem).toBeUndefined();
+  });
+
   it('workers that die before any contact mark the endpoint failing; queued jobs fail; a redeploy clears it', async () => {
     const { supervisor, started, plan, clock, rejected } = setup();
     supervisor.output('a', 'ModuleNotFoundError: No module named nope');

@@ -81,6 +81,11 @@ export interface LocalWorkersOptions {
   /** The call token (core/names.ts) the worker `workerId` uses for remote calls by name. */
   callToken?: (workerId: string) => string;
   /**
+   * How long a worker told to leave at shutdown (the platform closing, its endpoint removed) may
+   * finish before its group is killed; 5 s by default.
+   */
+  shutdownGraceMs?: number;
+  /**
    * Where a load-balanced worker's ports come from (core/child-port.ts's pickChildPort by default); a
    * test hands out one that is taken.
    */
@@ -98,6 +103,7 @@ interface WorkerProcess {
   child: ChildProcess;
   /** The spec version it runs; a newer one rolls it. */
   generation: number;
+  /** Resolves once its leader exited and the supervisor has handled the exit (its jobs requeued). */
   exited: Promise<void>;
   gpus: number[];
   /** Load-balanced workers: where they serve, and whether /ping answered. */
@@ -332,6 +338,8 @@ export class EndpointPool {
   private loop: Promise<void> | undefined;
   private rr = 0;
   private readonly recent: string[] = [];
+  /** Exits the supervisor is still handling (their workers are no longer in `procs`). */
+  private readonly reports = new Set<Promise<void>>();
 
   constructor(
     public spec: PoolSpec,
@@ -421,16 +429,25 @@ export class EndpointPool {
     this.options.changes.notify(endpointKey(this.endpointId));
   }
 
+  /**
+   * Stops every worker: SIGTERM now, busy or not, so the ferry runtime finishes its jobs or leaves
+   * them within its grace; SIGKILL to what is left after shutdownGraceMs (closing does not wait out a
+   * long drain). Resolves once every exit was handled by the supervisor, its jobs back in the queue:
+   * the platform closes the database after this.
+   */
   async close(): Promise<void> {
     this.abort.abort();
     await this.loop;
-    for (const proc of this.procs.values()) this.supervisor.drain(proc.identity.workerId);
-    // Closing does not wait out a long drain: what still runs after a short grace is killed.
+    for (const proc of this.procs.values()) this.supervisor.shutdown(proc.identity.workerId);
     const deadline = setTimeout(() => {
-      for (const proc of this.procs.values()) killGroup(proc.child);
-    }, 5_000);
+      for (const proc of this.procs.values()) {
+        this.note(`[${this.spec.record.name} ${proc.identity.workerId.slice(-8)}] still running: killing it`);
+        killGroup(proc.child);
+      }
+    }, this.options.shutdownGraceMs ?? 5_000);
     await Promise.all([...this.procs.values()].map((p) => p.exited));
     clearTimeout(deadline);
+    await Promise.all(this.reports);
   }
 
   private async tick(): Promise<void> {
@@ -540,11 +557,18 @@ export class EndpointPool {
     /** The worker is gone for good: the supervisor hears of it, and decides what follows. */
     const reportGone = ({ code, signal }: ChildExit): void => {
       this.procs.delete(workerId);
-      gone();
       this.note(`${prefix} exited (${signal ?? `code ${code}`})`);
-      void this.supervisor.exited(workerId, { code, signal }).finally(() => {
-        this.options.changes.notify(endpointKey(this.endpointId));
-      });
+      // `exited` resolves only once the supervisor is done (its jobs requeued): close() awaits it, and
+      // the platform closed the database under a requeue that had not finished.
+      const report = this.supervisor
+        .exited(workerId, { code, signal })
+        .catch((error) => this.options.log.error(`worker ${workerId}'s exit: ${(error as Error).message}`))
+        .finally(() => {
+          this.reports.delete(report);
+          gone();
+          this.options.changes.notify(endpointKey(this.endpointId));
+        });
+      this.reports.add(report);
     };
     /** Spawns the worker's process group; resolves when its leader exits (its group killed with it). */
     const launchWith = (port?: number): Promise<ChildExit> => {

@@ -1,0 +1,149 @@
+/**
+ * Stopping workers the way `ferry serve` and `ferry dev` do, with real Python workers and the real
+ * SQLite file: a platform closed (Ctrl+C, SIGTERM) while a job runs sends its worker SIGTERM, counts
+ * no crash, and leaves the job queued with its message, so the next start on the same database runs
+ * it to the end (README: a job that got an id survives the platform).
+ */
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { scanProject } from '../../cli/build/scan.js';
+import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
+import { recordFor } from '../support/endpoints.js';
+import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
+
+let scratch: string;
+const running: TestPlatform[] = [];
+/** Process groups of workers a test saw (killed at the end in case a test failed half way). */
+const groups: number[] = [];
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+async function until<T>(
+  what: string,
+  probe: () => Promise<T> | T,
+  ok: (v: T) => boolean,
+  timeoutMs = 30_000,
+) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (ok(value)) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(value)}`);
+    await sleep(100);
+  }
+}
+
+/** A platform with worker pools on `dataDir`, its log lines (what `ferry serve` prints) in `lines`. */
+async function start(dataDir: string, lines: string[]): Promise<TestPlatform> {
+  const platform = await startTestPlatform({
+    dataDir,
+    log: {
+      info: (m) => lines.push(m),
+      warn: (m) => lines.push(m),
+      error: (m) => lines.push(m),
+    },
+    workerWaitMs: 2_000,
+    workers: {
+      ferryPythonPath: resolve('worker-image/python'),
+      tickMs: 100,
+      reconcileIntervalMs: 300,
+      pingIntervalMs: 500,
+      shutdownGraceMs: 2_000,
+    },
+  });
+  running.push(platform);
+  return platform;
+}
+
+async function deploy(platform: TestPlatform, name: string, source: string) {
+  const dir = join(scratch, name);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'app.py'), source);
+  const { endpoints } = await scanProject({ projectDir: dir });
+  for (const endpoint of endpoints) await platform.db.control.putEndpoint(recordFor(endpoint, dir));
+  await platform.workers!.reconcile();
+}
+
+async function stop(platform: TestPlatform) {
+  await platform.stop(false);
+  running.splice(running.indexOf(platform), 1);
+}
+
+beforeAll(() => {
+  scratch = mkdtempSync(join(tmpdir(), 'ferry-platform-stop-'));
+});
+
+afterAll(async () => {
+  for (const platform of running) await platform.stop(false).catch(() => {});
+  for (const pgid of groups) {
+    try {
+      process.kill(-pgid, 'SIGKILL');
+    } catch {
+      // gone, as it should be
+    }
+  }
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+describe('stopping the platform while a job runs', () => {
+  it('the worker gets SIGTERM, no crash is counted, and the job runs to the end after a restart on the same database', async () => {
+    const dataDir = join(scratch, 'home');
+    const mark = join(scratch, 'first-attempt');
+    const lines: string[] = [];
+    const first = await start(dataDir, lines);
+    await deploy(
+      first,
+      'slow',
+      `import os, time
+from ferry import Endpoint
+
+@Endpoint(name="slow", cpu="1-2", workers=(0, 1), idle_timeout=30)
+def slow(mark, seconds=60):
+    # The first attempt outlasts the shutdown grace; the one after the restart ends at once.
+    if os.path.exists(mark):
+        return {"attempt": "again"}
+    with open(mark, "w") as f:
+        f.write(str(os.getpgid(0)))
+    time.sleep(seconds)
+    return {"attempt": "first"}
+`,
+    );
+    const base = first.baseUrl;
+    const jobId = (await call(base, 'POST', '/slow/run', { input: { mark } })).body.id as string;
+    const pgid = Number(
+      await until(
+        'the job to start',
+        () => (existsSync(mark) ? readFileSync(mark, 'utf8') : ''),
+        (t) => t !== '',
+      ),
+    );
+    groups.push(pgid);
+
+    // What `ferry serve` does on Ctrl+C or SIGTERM (cli/commands/serve.ts).
+    await stop(first);
+    const said = lines.join('\n');
+    // The ferry runtime heard SIGTERM (it prints so), so it could finish or leave its job itself.
+    expect(said).toMatch(/received SIGTERM/);
+    expect(said).not.toMatch(/crash\(es\) in a row/);
+    expect(said).not.toMatch(/requeueing the jobs of/);
+
+    // On disk: back in the queue with its message (before, IN_QUEUE with no message: never taken).
+    const db = openLocalDatabase(join(dataDir, 'ferry.db'));
+    try {
+      expect((await db.jobs.get(jobId, Date.now()))?.status).toBe('IN_QUEUE');
+      expect((await db.queue.depth('slow')).visible).toBe(1);
+    } finally {
+      await db.close();
+    }
+
+    const again = await start(dataDir, []);
+    const view = await until(
+      `job ${jobId} to end`,
+      async () => (await call(again.baseUrl, 'GET', `/slow/status/${jobId}`)).body,
+      (b) => ['COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'].includes(b.status),
+    );
+    expect(view).toMatchObject({ status: 'COMPLETED', output: { attempt: 'again' } });
+    await stop(again);
+  }, 90_000);
+});
