@@ -500,6 +500,11 @@ export class WorkerSupervisor implements WorkerLedger {
     const now = this.clock.now();
     this.bury(entry);
     const cause = how.signal ? `signal ${how.signal}` : `code ${how.code}`;
+    // Asked to leave, or killed for overstaying: a replacement may start at once.
+    const planned = asked || entry.killed === 'overstayed';
+    // An exit nobody asked for backs off before its jobs go back: the requeue wakes the pool, whose
+    // tick started the replacement at once while the next start time was set only after it.
+    if (!planned) this.backOff(endpointId, workerId, cause, now, entry.startedAt);
     if (entry.kind === 'queue' && this.engine) {
       const reason = asked
         ? `Worker ${workerId} was stopped`
@@ -509,8 +514,7 @@ export class WorkerSupervisor implements WorkerLedger {
       });
     }
     await this.options.registry?.remove(workerId).catch(() => {});
-    // Asked to leave, or killed for overstaying: a replacement may start at once.
-    if (asked || entry.killed === 'overstayed') return;
+    if (planned) return;
     const state = this.endpoint(endpointId);
     const lines = [...state.lines];
     if (!contacted) {
@@ -536,7 +540,19 @@ export class WorkerSupervisor implements WorkerLedger {
         return;
       }
     }
-    state.crashes = now - entry.startedAt >= this.settings.healthyAfterMs ? 1 : state.crashes + 1;
+    if (state.problem?.state === 'backoff')
+      this.options.log.warn(`endpoint ${endpointId}: ${state.problem.reason}`);
+  }
+
+  /**
+   * A worker exited unasked (a crash, or a failed start short of failing): the next start waits
+   * 1 s, 2 s, 4 s… (up to backoffMaxMs). Health says why; `exited` logs it once it knows the exit
+   * did not make the endpoint failing.
+   */
+  private backOff(endpointId: string, workerId: string, cause: string, now: number, startedAt: number): void {
+    const state = this.endpoint(endpointId);
+    const lines = [...state.lines];
+    state.crashes = now - startedAt >= this.settings.healthyAfterMs ? 1 : state.crashes + 1;
     const backoffMs = Math.min(
       this.settings.backoffMaxMs,
       this.settings.backoffBaseMs * 2 ** (state.crashes - 1),
@@ -549,7 +565,6 @@ export class WorkerSupervisor implements WorkerLedger {
       sinceMs: now,
       retryAtMs: state.nextStartAt,
     };
-    this.options.log.warn(`endpoint ${endpointId}: ${state.problem.reason}`);
   }
 
   /**

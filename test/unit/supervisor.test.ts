@@ -11,7 +11,11 @@ import { type SupervisedEngine, type WorkerIdentity, WorkerSupervisor } from '..
 
 function setup(
   settings: Partial<WorkerSupervisor['settings']> = {},
-  options: { stopMayBeDue?: (workerId: string) => Promise<boolean> } = {},
+  options: {
+    stopMayBeDue?: (workerId: string) => Promise<boolean>;
+    /** Runs inside engine.workerGone, as its requeue's wake of the pool runs a tick there. */
+    duringGone?: () => Promise<void>;
+  } = {},
 ) {
   const clock = new FakeClock();
   const actions: string[] = [];
@@ -24,6 +28,7 @@ function setup(
   const engine: SupervisedEngine = {
     workerGone: async (_e, workerId, reason) => {
       gone.push(`${workerId}: ${reason}`);
+      await duringGone?.();
       return 0;
     },
     jobsToStop: async () => {
@@ -39,10 +44,11 @@ function setup(
       return 1;
     },
   };
+  const { duringGone, ...supervisorOptions } = options;
   const supervisor = new WorkerSupervisor({
     clock,
     log: silentLogger,
-    ...options,
+    ...supervisorOptions,
     settings: {
       stopGraceMs: 1_000,
       drainMs: 5_000,
@@ -347,6 +353,48 @@ describe('lifecycle', () => {
     await supervisor.exited(w.workerId, { code: null, signal: 'SIGKILL' });
     expect(gone).toEqual([`${w.workerId}: Worker ${w.workerId} was stopped`]);
     expect((await supervisor.counts('a')).problem).toBeUndefined();
+  });
+
+  it('the backoff holds for a start the requeue of the crashed worker’s jobs wakes', async () => {
+    // The requeue wakes the pool, whose tick ran before the next start time was set: every other
+    // crash restarted at once, while the log said "next start in 1000 ms".
+    const plan = {
+      urgentQueuedJobs: 1,
+      min: 0,
+      max: 1,
+      maxConcurrency: 1,
+      idleMs: 10_000,
+      kind: 'queue' as const,
+    };
+    const ticked: number[] = [];
+    const t = setup(
+      {},
+      {
+        duringGone: async () => {
+          await t.supervisor.tick('a', plan);
+          ticked.push(t.started.length);
+        },
+      },
+    );
+    const { supervisor, started, clock } = t;
+    const crash = async (expectedDelayMs: number) => {
+      await supervisor.tick('a', plan);
+      const w = started.at(-1)!;
+      await supervisor.mayTake('a', w.workerId);
+      await supervisor.taken('a', w.workerId, ['j1']);
+      const before = started.length;
+      await supervisor.exited(w.workerId, { code: 1, signal: null });
+      expect(ticked.at(-1)).toBe(before); // the tick inside the requeue started nothing
+      clock.advance(expectedDelayMs - 1);
+      await supervisor.tick('a', plan);
+      expect(started).toHaveLength(before); // still backing off
+      clock.advance(1);
+    };
+    await crash(1_000);
+    await crash(2_000);
+    await crash(4_000);
+    await supervisor.tick('a', plan);
+    expect(started).toHaveLength(4);
   });
 
   it('workers that die before any contact mark the endpoint failing; queued jobs fail; a redeploy clears it', async () => {
