@@ -2,7 +2,8 @@
  * Stopping workers the way `ferry serve` and `ferry dev` do, with real Python workers and the real
  * SQLite file: a platform closed (Ctrl+C, SIGTERM) while a job runs sends its worker SIGTERM, counts
  * no crash, and leaves the job queued with its message, so the next start on the same database runs
- * it to the end (README: a job that got an id survives the platform).
+ * it to the end (README: a job that got an id survives the platform); an endpoint removed (its file
+ * deleted under `ferry dev`, an undeploy) has its idle worker stopped with SIGTERM, not killed.
  */
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -146,4 +147,48 @@ def slow(mark, seconds=60):
     expect(view).toMatchObject({ status: 'COMPLETED', output: { attempt: 'again' } });
     await stop(again);
   }, 90_000);
+});
+
+describe('removing an endpoint', () => {
+  it('stops its idle worker with SIGTERM (its atexit handlers run), not a SIGKILL after a wait', async () => {
+    const dataDir = join(scratch, 'home-remove');
+    const atexitMark = join(scratch, 'atexit');
+    const lines: string[] = [];
+    const platform = await start(dataDir, lines);
+    await deploy(
+      platform,
+      'leaver',
+      `import atexit, os
+from ferry import Endpoint
+
+def _left():
+    with open(${JSON.stringify(atexitMark)}, "w") as f:
+        f.write("atexit")
+
+atexit.register(_left)
+
+@Endpoint(name="leaver", cpu="1-2", workers=(1, 1), idle_timeout=30)
+def leaver():
+    return os.getpgid(0)
+`,
+    );
+    const pgid = (await call(platform.baseUrl, 'POST', '/leaver/runsync', { input: {} })).body
+      .output as number;
+    groups.push(pgid);
+    await until(
+      'an idle worker',
+      async () => (await call(platform.baseUrl, 'GET', '/leaver/health')).body.workers,
+      (w) => w?.idle === 1,
+    );
+
+    // What `ferry dev` does when the endpoint's file goes, and undeploy on `ferry serve`.
+    const removedAt = Date.now();
+    await platform.db.control.deleteEndpoint('leaver');
+    await platform.workers!.reconcile();
+    expect(readFileSync(atexitMark, 'utf8')).toBe('atexit');
+    // Stopped, not killed after the shutdown grace (2 s here, 5 s by default).
+    expect(Date.now() - removedAt).toBeLessThan(2_000);
+    expect(lines.join('\n')).not.toMatch(/still running: killing it/);
+    await stop(platform);
+  }, 60_000);
 });

@@ -132,6 +132,8 @@ interface PoolSpec {
 
 export class LocalWorkers {
   private readonly pools = new Map<string, EndpointPool>();
+  /** Pools of removed endpoints while they close: their workers still get their signals (procOf). */
+  private readonly closing = new Set<EndpointPool>();
   /** Per endpoint: the OS user its workers run as, with their folders prepared (runAsOf). */
   private readonly runAs = new Map<string, Pick<PoolSpec, 'user' | 'home'>>();
   private readonly gpus: GpuSlots;
@@ -156,7 +158,7 @@ export class LocalWorkers {
   };
 
   private procOf(workerId: string) {
-    for (const pool of this.pools.values()) {
+    for (const pool of [...this.pools.values(), ...this.closing]) {
       const proc = pool.proc(workerId);
       if (proc) return proc;
     }
@@ -214,9 +216,16 @@ export class LocalWorkers {
     }
     for (const [id, pool] of this.pools) {
       if (!seen.has(id)) {
+        // No new worker starts for it (actuator.start reads `pools`), but its workers are still found
+        // while it closes: removed from both first, they were never sent SIGTERM and were killed.
         this.pools.delete(id);
         this.runAs.delete(id);
-        await pool.close();
+        this.closing.add(pool);
+        try {
+          await pool.close();
+        } finally {
+          this.closing.delete(pool);
+        }
       }
     }
   }
