@@ -37,6 +37,33 @@ export async function answers(url: string, timeoutMs = 1_500): Promise<boolean> 
   }
 }
 
+/**
+ * Whether a process is still there (signal 0 asks, sending nothing). The rule for every pid a Ferry
+ * file records (server.json, a project's .ferry/dev.json): EPERM is another user's live process.
+ */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Whether the command line of `pid` has one of `words` as an argument (Linux: /proc/<pid>/cmdline),
+ * e.g. `serve`: a recorded pid that is alive may be another process's by now. Undefined where the
+ * command line cannot be read (no /proc, or the process is gone).
+ */
+export function commandLineHas(pid: number, words: readonly string[]): boolean | undefined {
+  try {
+    const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    return words.some((word) => args.includes(word));
+  } catch {
+    return undefined;
+  }
+}
+
 /** The URL of a platform serving FERRY_HOME, or undefined. */
 export async function runningServer(home: string): Promise<string | undefined> {
   const info = readServerInfo(home);

@@ -11,15 +11,23 @@ import { unusableProjectFolder } from '../../core/adapters/local/home.js';
 import type { LocalPlatformOptions } from '../../core/adapters/local/platform.js';
 import { checkRecordName, livePrefix } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
-import { apiKeyFromUser, ferryPythonPath, installRoot } from '../config.js';
+import { apiKeyFromUser, ferryPythonPath, installRoot, type KeyFromUser } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { devStartFailureCodes, startFailureOf } from '../dev/failures.js';
-import { DevResourcesFile, devApp, imageNotInDev, LiveEndpoints, scanForDev } from '../dev/state.js';
+import { type DevLock, takeDevLock } from '../dev/lock.js';
+import {
+  DevResourcesFile,
+  devApp,
+  imageNotInDev,
+  LiveEndpoints,
+  type ScanSnapshot,
+  scanForDev,
+} from '../dev/state.js';
 import { DevVenvs } from '../dev/venvs.js';
 import { confirm, countOf } from '../io.js';
 import { portToListenOn, requestedPort } from '../providers/local.js';
-import { listenFailure } from '../serve.js';
+import { listenFailure, type PortChoice } from '../serve.js';
 import { untilStopped } from './serve.js';
 import { approveFlag, buildOptionsFrom, defineCommand, hostFlag, portFlag } from './shared.js';
 
@@ -74,20 +82,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
   const portChoice = requestedPort(ctx.io.env, args.port);
   // The live endpoints are recorded in this app, read once: a name no app may have stops here.
   const liveApp = checkRecordName('app', devApp(projectDir));
-  // Loaded here rather than at the top: every command loads this module (the command table), and the
-  // platform, the dev server (Fastify, Swagger) and the watcher would add their load time to each one.
-  const [
-    { startLocalPlatform },
-    { webhookAllowFromEnv },
-    { createDevServer, devRoutes },
-    { default: chokidar },
-  ] = await Promise.all([
-    import('../../core/adapters/local/platform.js'),
-    import('../../core/webhooks.js'),
-    import('../dev/server.js'),
-    import('chokidar'),
-  ]);
-  let snapshot = await scanForDev(projectDir);
+  const snapshot = await scanForDev(projectDir);
   for (const warning of snapshot.warnings) say(`warning: ${warning}`);
   if (snapshot.endpoints.length === 0) {
     throw new FerryError('bad_request', 'No endpoints found in this folder', {
@@ -101,6 +96,46 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
       hint: 'Copy .env.example to .env and set FERRY_API_KEY (any value works locally), or export FERRY_API_KEY.',
     });
   }
+
+  // One dev per project, taken before anything opens .ferry/ferry.db: a second one's platform would
+  // requeue the first's running jobs as orphans at its start, and they would run twice.
+  const lock = takeDevLock(projectDir);
+  try {
+    await serveDev(ctx, args, { projectDir, portChoice, liveApp, snapshot, key, lock });
+  } finally {
+    lock.release();
+  }
+}
+
+/** `ferry dev` once it holds the project's lock: the platform, the dev server, the watcher. */
+async function serveDev(
+  ctx: CliContext,
+  args: DevArgs,
+  started: {
+    projectDir: string;
+    portChoice: PortChoice;
+    liveApp: string;
+    snapshot: ScanSnapshot;
+    key: KeyFromUser;
+    lock: DevLock;
+  },
+): Promise<void> {
+  const { projectDir, portChoice, liveApp, key, lock } = started;
+  let snapshot = started.snapshot;
+  const say = (line: string) => ctx.reporter.line(line);
+  // Loaded here rather than at the top: every command loads this module (the command table), and the
+  // platform, the dev server (Fastify, Swagger) and the watcher would add their load time to each one.
+  const [
+    { startLocalPlatform },
+    { webhookAllowFromEnv },
+    { createDevServer, devRoutes },
+    { default: chokidar },
+  ] = await Promise.all([
+    import('../../core/adapters/local/platform.js'),
+    import('../../core/webhooks.js'),
+    import('../dev/server.js'),
+    import('chokidar'),
+  ]);
 
   // Before the platform starts (workers, builds): a taken FERRY_PORT exits 2 with nothing started;
   // --port's and the default's move to the next free one. A port taken after this is said at listen.
@@ -208,6 +243,10 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
     const address = listener.address();
     const boundPort = typeof address === 'object' && address ? address.port : port;
     const base = `http://${args.host.includes(':') ? `[${args.host}]` : args.host}:${boundPort}`;
+    lock.listening({ url: base, platformUrl: platform.url });
+    // Listen before printing: whoever reads the output may press Ctrl+C (or send SIGTERM) as soon as
+    // it appears, and the workers and the lock are let go of only on the way out through here.
+    const stopped = untilStopped();
     ctx.reporter.out(`Ferry dev server at ${base}  (docs: ${base}/docs)`);
     ctx.reporter.out(`Console at ${platform.url}/console  (sign in with your FERRY_API_KEY)`);
     for (const route of devRoutes(snapshot.endpoints))
@@ -259,7 +298,7 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
       });
       watcher.on('error', (error) => say(`warning: file watching: ${(error as Error).message}`));
     }
-    await untilStopped();
+    await stopped;
     say('Stopping the dev server and its workers…');
   } finally {
     await watcher?.close();

@@ -4,7 +4,7 @@
  * once /v2 answers. `ferry quickstart` (what `npm start` runs) also deploys examples/hello into it.
  */
 import { type ExecFileSyncOptionsWithStringEncoding, execFileSync } from 'node:child_process';
-import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { CommandModule } from 'yargs';
 import type { LocalPlatformOptions, startLocalPlatform } from '../../core/adapters/local/platform.js';
@@ -16,8 +16,10 @@ import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { LocalProvider, localApiKey, requestedPort } from '../providers/local.js';
 import {
   answers,
+  commandLineHas,
   listenFailure,
   type PortChoice,
+  processAlive,
   readServerInfo,
   runningServer,
   serverInfoPath,
@@ -91,23 +93,9 @@ function writeServerInfo(home: string, url: string): () => void {
  * the process's command line is a `serve`. A pid alone could be another process's by now.
  */
 async function stillServing(info: { pid: number; url: string }): Promise<boolean> {
-  if (!alive(info.pid)) return false;
+  if (!processAlive(info.pid)) return false;
   if (await answers(info.url)) return true;
-  try {
-    return readFileSync(`/proc/${info.pid}/cmdline`, 'utf8').split('\0').includes('serve');
-  } catch {
-    return false;
-  }
-}
-
-/** Whether a process is still there (signal 0 asks, sending nothing). */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
+  return commandLineHas(info.pid, ['serve']) === true;
 }
 
 /**
@@ -133,8 +121,8 @@ async function stopServing(ctx: CliContext, graceMs = 20_000): Promise<void> {
   ctx.reporter.line(`Stopping ferry serve (pid ${info.pid}) at ${info.url}…`);
   signal('SIGTERM');
   const deadline = Date.now() + graceMs;
-  while (alive(info.pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-  if (alive(info.pid)) {
+  while (processAlive(info.pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  if (processAlive(info.pid)) {
     ctx.reporter.line(`  it did not stop within ${graceMs / 1000} s: killing its process group`);
     signal('SIGKILL');
   }

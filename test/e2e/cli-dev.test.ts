@@ -1,11 +1,12 @@
 /**
  * `ferry dev` through the real binary: init → dev → the dev server's routes run the project's code
  * in real Python workers (queue runsync, a load-balanced route), /docs, reload on a .py change,
- * and Ctrl+C stopping everything with exit 0.
+ * and Ctrl+C stopping everything with exit 0. One `ferry dev` per project: a second one in the same
+ * folder exits 2 naming the first, and the lock (.ferry/dev.json) goes with the process that held it.
  */
 
-import type { ChildProcess } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { type ChildProcess, spawnSync } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CliSandbox, stopChild } from './cli-support.js';
@@ -138,8 +139,45 @@ describe('ferry dev', () => {
     expect(output().stderr).toContain(`~ updated live-cpu_worker (${resources.cpu_worker.id})`);
   });
 
+  it('a second ferry dev in the same folder exits 2 naming the first, which keeps serving', async () => {
+    // Its platform would share .ferry/ferry.db and requeue the first's running jobs at its start.
+    const second = await sandbox.run(['dev', '--host', '127.0.0.1', '--port', '0'], {
+      cwd: project,
+      timeoutMs: 30_000,
+    });
+    expect(second.code, second.stderr).toBe(2);
+    expect(second.stderr).toContain(
+      `Error: ferry dev is already running for this project at ${base} (pid ${dev.pid})`,
+    );
+    expect(second.stderr).toMatch(/\n {2}hint: .*stop it/);
+    expect(second.stdout).toBe('');
+    const result = await post(`${base}/cpu_worker/runsync`, { input: { input_data: { message: 'still' } } });
+    expect(result.body.output.message).toBe('Reloaded worker: still');
+  });
+
   it('Ctrl+C stops the server and exits 0', async () => {
     expect(await stopChild(dev, 'SIGINT')).toBe(0);
     await expect(fetch(`${base}/`)).rejects.toThrow();
   });
+
+  it('lets go of the lock when it stops, and takes over one whose process is gone', async () => {
+    const lock = path.join(project, '.ferry', 'dev.json');
+    expect(existsSync(lock)).toBe(false);
+    const args = ['dev', '--host', '127.0.0.1', '--port', '0', '--no-reload'];
+    const ready = /Ferry dev server at (http:\/\/\S+)/;
+    const again = await sandbox.start(args, ready, { cwd: project });
+    expect(JSON.parse(readFileSync(lock, 'utf8'))).toMatchObject({
+      pid: again.child.pid,
+      url: again.match[1],
+    });
+    expect(await stopChild(again.child, 'SIGTERM')).toBe(0);
+    expect(existsSync(lock)).toBe(false);
+    // What a `kill -9` or a crash leaves behind: a lock naming a process that is gone.
+    const gone = spawnSync(process.execPath, ['-e', '']).pid;
+    writeFileSync(lock, JSON.stringify({ pid: gone, startedAt: Date.now(), url: 'http://127.0.0.1:1' }));
+    const taken = await sandbox.start(args, ready, { cwd: project });
+    expect(JSON.parse(readFileSync(lock, 'utf8')).pid).toBe(taken.child.pid);
+    expect(await stopChild(taken.child)).toBe(0);
+    expect(existsSync(lock)).toBe(false);
+  }, 120_000);
 });
