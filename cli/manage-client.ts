@@ -1,7 +1,7 @@
 /**
  * The CLI's client of the management API (core/manage.ts): `ferry logs` and `ferry dev` read job
- * logs through it, the same way for both providers (local: the running `ferry serve`; AWS: the API
- * Gateway in front of the API Lambda).
+ * logs through it, the same way for both providers (local: the running `ferry serve`, or the platform
+ * of the `ferry dev` running in the project folder; AWS: the API Gateway in front of the API Lambda).
  */
 import { FerryError } from '../core/errors.js';
 import { managePrefix, type WireLogLine } from '../core/manage.js';
@@ -71,6 +71,11 @@ export class ManageClient {
     return body as T;
   }
 
+  /** The platform's endpoints (their id, name, app and environment, with health and scaling state). */
+  endpoints() {
+    return this.get<{ endpoints: EndpointName[] }>('/endpoints');
+  }
+
   logs(
     endpointId: string,
     query: { job?: string; since?: number; after?: string; limit?: number; follow?: '1' },
@@ -82,6 +87,9 @@ export class ManageClient {
     );
   }
 }
+
+/** What names an endpoint: enough to find one by id or name (resolveEndpoint). */
+export type EndpointName = Pick<EndpointRecord, 'id' | 'name' | 'app' | 'env'>;
 
 /** Whether `record` is in the app and environment `scope` names (an unnamed one is any). */
 export function inScope(
@@ -109,7 +117,7 @@ export function scopeWords(scope: { app?: string | undefined; env?: string | und
 export function notInScope(
   wanted: string,
   scope: { app?: string | undefined; env?: string | undefined },
-  elsewhere: readonly EndpointRecord[],
+  elsewhere: readonly EndpointName[],
 ): FerryError {
   const apps = [...new Set(elsewhere.map((r) => r.app))];
   const how =
@@ -121,15 +129,19 @@ export function notInScope(
   });
 }
 
+/** Whether `wanted` is the endpoint's name (a `ferry dev` endpoint's without its `live-` prefix too). */
+export const namedAs = (record: EndpointName, wanted: string): boolean =>
+  record.name === wanted || record.name === `live-${wanted}`;
+
 /** An endpoint by id, or by name when exactly one endpoint has it (else a usage error that lists them). */
-export function resolveEndpoint(
-  records: readonly EndpointRecord[],
+export function resolveEndpoint<R extends EndpointName>(
+  records: readonly R[],
   wanted: string,
   filter: { app?: string; env?: string } = {},
-): EndpointRecord {
+): R {
   const byId = records.find((r) => r.id === wanted);
   if (byId) return byId;
-  const anywhere = records.filter((r) => r.name === wanted || r.name === `live-${wanted}`);
+  const anywhere = records.filter((r) => namedAs(r, wanted));
   const named = anywhere.filter((r) => inScope(r, filter));
   if (named.length === 1) return named[0]!;
   if (named.length === 0) {

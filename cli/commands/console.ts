@@ -1,13 +1,15 @@
 /**
  * `ferry console`: where the web console is (docs/observability.md). Locally `ferry serve` and
- * `ferry dev` serve it themselves, so this prints its URL; with `--provider aws` it serves the same
- * console on localhost against the platform in your AWS account until Ctrl+C.
+ * `ferry dev` serve it themselves, so this prints its URL (in the folder where `ferry dev` runs, its
+ * console's); with `--provider aws` it serves the same console on localhost against the platform in
+ * your AWS account until Ctrl+C.
  */
 import path from 'node:path';
 import type { CommandModule } from 'yargs';
 import { FerryError } from '../../core/errors.js';
 import { installRoot } from '../config.js';
-import { type CliContext, withProvider } from '../context.js';
+import { type CliContext, providerName, withProvider } from '../context.js';
+import { runningDev } from '../dev/lock.js';
 import { ManageClient } from '../manage-client.js';
 import { untilStopped } from './serve.js';
 import { hostFlag, portFlag } from './shared.js';
@@ -19,11 +21,22 @@ interface ConsoleArgs {
 }
 
 async function consoleCommandHandler(ctx: CliContext, args: ConsoleArgs): Promise<void> {
+  // `ferry dev` serves the console of its own platform (state in the project's .ferry): in the folder
+  // where it runs, that is the one meant.
+  const dev = providerName(ctx, args.provider) === 'local' ? runningDev(ctx.io.cwd) : undefined;
+  if (dev?.platformUrl) {
+    ctx.reporter.out(`${dev.platformUrl}/console`);
+    ctx.reporter.line(`The console of \`ferry dev\` in this folder; sign in with its FERRY_API_KEY.`);
+    return;
+  }
   await withProvider(ctx, args.provider, async (provider) => {
     const url = await provider.serving();
     if (!url) {
       throw new FerryError('failed', 'Nothing serves these endpoints right now', {
-        hint: provider.name === 'local' ? 'Start it with `ferry serve` (or `ferry dev`).' : 'Deploy first.',
+        hint:
+          provider.name === 'local'
+            ? "Start it with `ferry serve`; for `ferry dev`'s console, run this in the folder where it runs."
+            : 'Deploy first.',
       });
     }
     if (provider.name === 'local') {

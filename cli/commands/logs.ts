@@ -1,15 +1,25 @@
 /**
  * `ferry logs ENDPOINT [--job ID] [--follow] [--since 10m] [--json]`: an endpoint's log lines (its
- * jobs' and its workers' own), or one job's, through the management API (docs/observability.md).
+ * jobs' and its workers' own), or one job's, through the management API (docs/observability.md): of
+ * the `ferry dev` running in this folder, or of the platform serving FERRY_HOME (AWS: the account's).
  * stdout carries the lines (JSON lines with --json); --follow polls for new ones until Ctrl+C.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CommandModule } from 'yargs';
 import { FerryError } from '../../core/errors.js';
 import type { EndpointRecord } from '../../core/ports.js';
-import type { CliContext } from '../context.js';
-import { withProvider } from '../context.js';
-import { BusyError, formatLine, ManageClient, resolveEndpoint, sinceMs } from '../manage-client.js';
+import { apiKeyFromUser, ferryHome } from '../config.js';
+import { type CliContext, providerName, withProvider } from '../context.js';
+import { runningDev } from '../dev/lock.js';
+import {
+  BusyError,
+  type EndpointName,
+  formatLine,
+  ManageClient,
+  namedAs,
+  resolveEndpoint,
+  sinceMs,
+} from '../manage-client.js';
 import { jsonFlag } from './shared.js';
 
 interface LogsArgs {
@@ -27,16 +37,8 @@ interface LogsArgs {
 async function logs(ctx: CliContext, args: LogsArgs): Promise<void> {
   // The command line first: a bad --since is the user's to fix whether or not a server is up.
   const since = args.since !== undefined ? sinceMs(args.since, Date.now()) : undefined;
-  await withProvider(ctx, args.provider, async (provider) => {
-    const url = await provider.serving();
-    if (!url) {
-      throw new FerryError('failed', 'Nothing serves these endpoints right now', {
-        hint: provider.name === 'local' ? 'Start it with `ferry serve` (or `ferry dev`).' : 'Deploy first.',
-      });
-    }
-    const record = resolveEndpoint(await provider.control.listEndpoints(), args.endpoint, args);
-    const client = new ManageClient(ManageClient.originOf(url), (await provider.apiKey()).key);
-    await printLogs({
+  const print = (client: ManageClient, record: EndpointName) =>
+    printLogs({
       client,
       endpoint: record,
       job: args.job,
@@ -46,7 +48,7 @@ async function logs(ctx: CliContext, args: LogsArgs): Promise<void> {
       pollMs: args['poll-ms'],
       write: (line) => ctx.io.stdout.write(`${line}\n`),
     }).catch((error: unknown) => {
-      // The endpoint was found above: a 404 now is the --job id.
+      // The endpoint was found: a 404 now is the --job id.
       if (args.job !== undefined && FerryError.is(error) && error.code === 'not_found' && !error.hint) {
         throw new FerryError('not_found', error.message, {
           hint: `Give the id that /run returned for a job of ${record.name}; a job's lines are kept as long as its results.`,
@@ -54,6 +56,39 @@ async function logs(ctx: CliContext, args: LogsArgs): Promise<void> {
       }
       throw error;
     });
+  const local = providerName(ctx, args.provider) === 'local';
+  // `ferry dev` keeps its platform in the project's .ferry, not in FERRY_HOME: in the folder where it
+  // runs, its endpoints are the ones meant (a name it does not have is looked up in FERRY_HOME's).
+  const dev = local ? runningDev(ctx.io.cwd) : undefined;
+  if (dev?.platformUrl) {
+    const key = apiKeyFromUser(ctx.io.env, ctx.io.cwd);
+    if (!key) {
+      throw new FerryError(
+        'unauthorized',
+        `FERRY_API_KEY is not set: \`ferry logs\` needs it to read \`ferry dev\`'s logs`,
+        {
+          hint: 'Set it (or .env FERRY_API_KEY) to the key that `ferry dev` runs with.',
+        },
+      );
+    }
+    const client = new ManageClient(dev.platformUrl, key.key);
+    const { endpoints } = await client.endpoints();
+    if (endpoints.some((r) => r.id === args.endpoint || namedAs(r, args.endpoint)))
+      return print(client, resolveEndpoint(endpoints, args.endpoint, args));
+  }
+  await withProvider(ctx, args.provider, async (provider) => {
+    const url = await provider.serving();
+    if (!url) {
+      throw new FerryError('failed', 'Nothing serves these endpoints right now', {
+        hint: !local
+          ? 'Deploy first.'
+          : dev
+            ? `\`ferry dev\` here (pid ${dev.pid}) has no endpoint '${args.endpoint}', and no \`ferry serve\` runs for ${ferryHome(ctx.io.env)}.`
+            : "Start it with `ferry serve`; for `ferry dev`'s endpoints, run this in the folder where it runs.",
+      });
+    }
+    const record = resolveEndpoint(await provider.control.listEndpoints(), args.endpoint, args);
+    await print(new ManageClient(ManageClient.originOf(url), (await provider.apiKey()).key), record);
   });
 }
 

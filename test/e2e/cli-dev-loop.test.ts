@@ -4,7 +4,8 @@
  * terminal, 400 JSON for a body that is not JSON, one route per public method of a class, typed
  * OpenAPI at /openapi.json, reload after atomic saves (write + rename) and new files, and a worker
  * that cannot import answering the request at once with its error; an image endpoint listed with
- * why it does not run, and calls to it answered at once.
+ * why it does not run, and calls to it answered at once; `ferry logs` and `ferry console` in the
+ * project folder reaching dev's platform.
  */
 import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
@@ -123,6 +124,22 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
       // `ferry dev` prints each job's log lines as `[<endpoint> <job id>] text` (docs/observability.md).
       /\[hello [^\]]+-u1\] handler saw bob/.test(output().stderr) ? true : undefined,
     );
+  });
+
+  it("`ferry logs` and `ferry console` in the project folder find ferry dev's platform", async () => {
+    // Its platform keeps its state in the project's .ferry, not in FERRY_HOME; the key is the .env's.
+    const logs = await sandbox.run(['logs', 'hello'], { cwd: project });
+    expect(logs.code, logs.stderr).toBe(0);
+    expect(logs.stdout).toMatch(/\[live-hello [^\]]+-u1\] handler saw bob/);
+    const consoleUrl = /Console at (\S+)/.exec(output().stdout)![1];
+    const console = await sandbox.run(['console'], { cwd: project });
+    expect(console.code, console.stderr).toBe(0);
+    expect(console.stdout.trim()).toBe(consoleUrl);
+    // Elsewhere nothing serves it: the hint says where to run it.
+    const elsewhere = await sandbox.run(['logs', 'hello'], { cwd: sandbox.root });
+    expect(elsewhere.code).toBe(1);
+    expect(elsewhere.stderr).toContain('Nothing serves these endpoints right now');
+    expect(elsewhere.stderr).toContain("for `ferry dev`'s endpoints, run this in the folder where it runs");
   });
 
   it('answers 400 JSON to a body that is not JSON', async () => {
