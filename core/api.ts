@@ -104,7 +104,17 @@ interface RouteContext {
   endpointId: string;
   endpoint: EndpointRecord;
   params: string[];
+  /** A worker's call token calls (KeyScope.callFrom): the endpoint whose workers hold it. */
+  callFrom?: string | undefined;
 }
+
+/**
+ * What a worker's call token (KeyScope.callFrom) may do on a client route. User code holds it, so it
+ * reaches what a remote call needs (docs/python.md#remote-calls) and no more (docs/security.md):
+ * `allowed`, the route as a client key has it (a submit records who made it, Job.submittedBy);
+ * `own-job`, only a job its own endpoint submitted, any other reading as unknown (404); absent, 403.
+ */
+type CallTokenRule = 'allowed' | 'own-job';
 
 interface Route {
   methods: string[];
@@ -112,6 +122,8 @@ interface Route {
   pattern: string[];
   caller: 'client' | 'worker';
   handler: Handler;
+  /** Client routes only: what a call token may do here; absent, nothing (403). */
+  callToken?: CallTokenRule;
 }
 
 const ok = (body: unknown): ApiResponse => ({ statusCode: 200, body });
@@ -125,20 +137,60 @@ export class V2Api {
     const post = ['POST'];
     const either = ['GET', 'POST'];
     this.routes = [
-      { methods: post, pattern: ['run'], caller: 'client', handler: (c) => this.run(c) },
-      { methods: post, pattern: ['runsync'], caller: 'client', handler: (c) => this.runSync(c) },
-      { methods: either, pattern: ['status', ':id'], caller: 'client', handler: (c) => this.status(c) },
+      {
+        methods: post,
+        pattern: ['run'],
+        caller: 'client',
+        handler: (c) => this.run(c),
+        callToken: 'allowed',
+      },
+      {
+        methods: post,
+        pattern: ['runsync'],
+        caller: 'client',
+        handler: (c) => this.runSync(c),
+        callToken: 'allowed',
+      },
+      {
+        methods: either,
+        pattern: ['status', ':id'],
+        caller: 'client',
+        handler: (c) => this.status(c),
+        callToken: 'own-job',
+      },
       {
         methods: either,
         pattern: ['status-sync', ':id'],
         caller: 'client',
         handler: (c) => this.statusSync(c),
+        callToken: 'own-job',
       },
-      { methods: either, pattern: ['stream', ':id'], caller: 'client', handler: (c) => this.stream(c) },
-      { methods: post, pattern: ['cancel', ':id'], caller: 'client', handler: (c) => this.cancel(c) },
+      {
+        methods: either,
+        pattern: ['stream', ':id'],
+        caller: 'client',
+        handler: (c) => this.stream(c),
+        callToken: 'own-job',
+      },
+      {
+        methods: post,
+        pattern: ['cancel', ':id'],
+        caller: 'client',
+        handler: (c) => this.cancel(c),
+        callToken: 'own-job',
+      },
+      // Retry runs another caller's input again, purge-queue cancels every caller's queued jobs: a
+      // call token has neither (callTokenRefusal).
       { methods: post, pattern: ['retry', ':id'], caller: 'client', handler: (c) => this.retry(c) },
       { methods: post, pattern: ['purge-queue'], caller: 'client', handler: (c) => this.purge(c) },
-      { methods: get, pattern: ['health'], caller: 'client', handler: (c) => this.health(c) },
+      // Counts of jobs and workers only, no job's data: the Python client's EndpointClient.health.
+      {
+        methods: get,
+        pattern: ['health'],
+        caller: 'client',
+        handler: (c) => this.health(c),
+        callToken: 'allowed',
+      },
       ...(options.payloads
         ? [
             {
@@ -146,6 +198,8 @@ export class V2Api {
               pattern: ['uploads'],
               caller: 'client' as const,
               handler: (c: RouteContext) => this.upload(c),
+              // A big input's upload, which only a later submit (with this token) reads.
+              callToken: 'allowed' as const,
             },
           ]
         : []),
@@ -307,7 +361,16 @@ export class V2Api {
       }
       const endpoint = await this.queueEndpoint(endpointId);
       if (scope) assertScopeCovers(scope, endpoint);
-      return route.handler({ req, endpointId, endpoint, params });
+      const callFrom = scope?.callFrom;
+      if (callFrom !== undefined) {
+        const refusal = callTokenRefusal(route, req);
+        if (refusal !== undefined) throw forbidden(refusal);
+        // Another caller's job (a client key's, another endpoint's call token's) reads as unknown.
+        if (route.callToken === 'own-job') {
+          await this.options.engine.mustBeSubmittedBy(endpointId, params[0]!, callFrom);
+        }
+      }
+      return route.handler({ req, endpointId, endpoint, params, callFrom });
     }
     throw notFound(`No route for ${req.method} ${req.path}`);
   }
@@ -353,21 +416,23 @@ export class V2Api {
 
   // ── client routes ─────────────────────────────────────────────────────────────────────────────
 
-  private async run({ req, endpointId, endpoint }: RouteContext): Promise<ApiResponse> {
+  private async run({ req, endpointId, endpoint, callFrom }: RouteContext): Promise<ApiResponse> {
     const request = await this.runRequest(req, limits.runBodyBytes, '/run');
     const job = await this.options.engine.submit(endpointId, request, {
       sync: false,
       executionTimeoutMs: this.endpointTimeoutMs(endpoint),
+      submittedBy: callFrom,
     });
     return ok({ id: job.id, status: job.status });
   }
 
-  private async runSync({ req, endpointId, endpoint }: RouteContext): Promise<ApiResponse> {
+  private async runSync({ req, endpointId, endpoint, callFrom }: RouteContext): Promise<ApiResponse> {
     const waitMs =
       queryInt(req.query.wait, 'wait', limits.waitMinMs, limits.waitMaxMs) ?? limits.runsyncDefaultWaitMs;
     const request = await this.runRequest(req, limits.runsyncBodyBytes, '/runsync');
     const view = await this.options.engine.runSync(endpointId, request, this.capWait(waitMs), req.signal, {
       executionTimeoutMs: this.endpointTimeoutMs(endpoint),
+      submittedBy: callFrom,
     });
     return this.fitted(view);
   }
@@ -534,6 +599,22 @@ export class V2Api {
     await this.options.engine.ping(endpointId, params[0]!, ids);
     return ok({});
   }
+}
+
+/**
+ * Why a worker's call token may not call `route` as `req` asks (the 403's message), or undefined when
+ * it may. Decided before any job is read, so a refusal says nothing about the job it names.
+ */
+function callTokenRefusal(route: Route, req: ApiRequest): string | undefined {
+  const what =
+    route.callToken === undefined
+      ? `call ${route.pattern[0]}`
+      : route.pattern[0] === 'status' && req.query.ttl !== undefined
+        ? "set how long a job's result is kept (status ?ttl=)"
+        : undefined;
+  return what === undefined
+    ? undefined
+    : `A worker's call token may not ${what}: it may submit jobs to the endpoints of its app and environment and follow the jobs it submitted; use a client API key`;
 }
 
 /** The execution timeout of an endpoint record, by record object (records are not changed in place). */

@@ -80,10 +80,19 @@ export type WorkerAccess = ReturnType<WorkerCredentials['verify']>;
 export interface KeyScope {
   app?: string | undefined;
   env?: string | undefined;
+  /**
+   * Set for a worker's call token (a local HMAC token, core/names.ts, or an AWS call key,
+   * core/call-keys.ts): the endpoint whose workers hold it. Such a key may submit to the endpoints of
+   * its app and environment and follow the jobs it submitted, nothing more (core/api.ts CallTokenRule,
+   * docs/security.md).
+   */
+  callFrom?: string | undefined;
 }
 
-export const scopeOf = (record: Pick<ApiKeyRecord, 'app' | 'env'>): KeyScope =>
-  record.app ? { app: record.app, ...(record.env ? { env: record.env } : {}) } : {};
+export const scopeOf = (record: Pick<ApiKeyRecord, 'app' | 'env' | 'endpointId'>): KeyScope => ({
+  ...(record.app ? { app: record.app, ...(record.env ? { env: record.env } : {}) } : {}),
+  ...(record.endpointId ? { callFrom: record.endpointId } : {}),
+});
 
 /** The one rule for key scopes (both front doors and the AWS authorizer call it). */
 export function scopeCovers(scope: KeyScope, target: { app: string; env: string }): boolean {
@@ -140,7 +149,7 @@ export async function authorizeOperator(
 ): Promise<void> {
   const scope = await auth.clientKeyScope(credentialOf(header));
   if (!scope) throw unauthorized();
-  if (scope.app !== undefined) {
+  if (scope.app !== undefined || scope.callFrom !== undefined) {
     throw forbidden(
       `This API key (${describeScope(scope)}) may not read the management API, which spans every app; use a key of every app (ferry keys create without --app)`,
     );
@@ -196,7 +205,7 @@ export class KeyAuthenticator implements Authenticator {
       const endpointId = this.options.workers?.liveEndpointOf?.(caller);
       const own =
         endpointId === undefined ? undefined : await this.options.control?.getEndpoint?.(endpointId);
-      return own ? { app: own.app, env: own.env } : undefined;
+      return own ? { app: own.app, env: own.env, callFrom: own.id } : undefined;
     }
     // Keys given by configuration (FERRY_API_KEY) are the operator's: every app.
     if ((this.options.staticKeyHashes ?? []).some((hash) => sameSecret(key, hash))) return {};

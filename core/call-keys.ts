@@ -4,7 +4,9 @@
  * client API key scoped to the endpoint's app and environment, minted by `ferry deploy`, recorded
  * hashed in the control table like any other key (so the REST authorizer, the API and the
  * load-balanced agent check it with the one scope rule, core/auth.ts scopeCovers), and handed to the
- * worker container as the ECS secret FERRY_CALL_TOKEN, which the Python client reads first.
+ * worker container as the ECS secret FERRY_CALL_TOKEN, which the Python client reads first. Its
+ * record's endpointId makes it a call token to the API (KeyScope.callFrom): it submits and follows
+ * the jobs it submitted, nothing more (core/api.ts CallTokenRule).
  *
  * Lifecycle: a deploy that creates an endpoint mints a key, and one that changes it a new key when
  * its key is 10 minutes old or more (callKeyRotationMinAgeMs says why), retiring the older ones once

@@ -119,6 +119,8 @@ export interface SubmitOptions {
   waitMs?: number;
   /** The endpoint's own execution timeout; 0 or absent means the platform default. */
   executionTimeoutMs?: number;
+  /** A call token's submit: the endpoint whose workers hold it (Job.submittedBy). */
+  submittedBy?: string | undefined;
 }
 
 /** What a worker receives from job-take (RunPod passes the job dict to the handler as it is). */
@@ -253,6 +255,7 @@ export class JobEngine {
       retries: 0,
       version: 1,
     };
+    if (options.submittedBy !== undefined) job.submittedBy = options.submittedBy;
     return job;
   }
 
@@ -367,6 +370,17 @@ export class JobEngine {
   /** 404 unless `jobId` is an unexpired job of this endpoint. Reads no input (job-log's check). */
   async mustExist(endpointId: string, jobId: string): Promise<void> {
     await this.mustGet(endpointId, jobId, noInput);
+  }
+
+  /**
+   * 404 unless `jobId` is an unexpired job of this endpoint that the call token of `submitter`'s
+   * workers submitted (Job.submittedBy): another caller's job reads as unknown, so a call token
+   * learns nothing of it, not even that it exists. Reads no input. A job's submitter never changes,
+   * so checking before the route's own read leaves no race.
+   */
+  async mustBeSubmittedBy(endpointId: string, jobId: string, submitter: string): Promise<void> {
+    const job = await this.jobs.get(jobId, this.clock.now(), noInput);
+    this.ofEndpoint(endpointId, jobId, job?.submittedBy === submitter ? job : undefined);
   }
 
   /**

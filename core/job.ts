@@ -128,6 +128,13 @@ export interface Job {
   policy: JobPolicy;
   /** Submitted through /runsync. */
   sync: boolean;
+  /**
+   * The endpoint whose workers submitted it with their call token (a remote call, docs/python.md),
+   * absent for a client key's submit. Set at the submit and never changed by a move (retry keeps it):
+   * a call token may read and cancel only the jobs its own endpoint submitted (core/api.ts). Not in
+   * the job's view.
+   */
+  submittedBy?: string | undefined;
   /** How long results stay readable after the job ends. */
   retentionMs: number;
   createdAt: number;

@@ -6,7 +6,8 @@
  * Caller credentials: a client API key, within its scope (core/auth.ts scopeCovers). A local worker
  * gets a *call token* (FERRY_CALL_TOKEN), an HMAC of its worker id under a platform secret, which the
  * authenticator treats as a client key scoped to its endpoint's app and environment for as long as
- * the supervisor (core/supervisor.ts) counts that worker as live. On AWS workers get call keys
+ * the supervisor (core/supervisor.ts) counts that worker as live, narrowed to submitting and to the
+ * jobs its endpoint submitted (KeyScope.callFrom, core/api.ts CallTokenRule). On AWS workers get call keys
  * instead (core/call-keys.ts).
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';

@@ -12,7 +12,7 @@
  * "Unauthorized" is cached. Nothing here relies on either: a new key is a fresh random value.
  *
  * The key is never logged, nor put in the context: only the key's id travels on, as `principalId` and
- * `context.keyId`. A key scoped to an app or environment gets only its endpoints' routes
+ * `context.keyId` (and a call key's endpoint, `context.callFrom`). A key scoped to an app or environment gets only its endpoints' routes
  * (allowedResources); the API checks the scope again on every call (core/auth.ts authorizeClient).
  * A failed lookup throws, which API Gateway answers with a 500 (fail closed).
  *
@@ -107,6 +107,9 @@ export function createAuthorizer(control: () => ControlStore): AuthorizerHandler
         keyId: record.id,
         keyName: record.name,
         ...(scope.app !== undefined ? { keyScope: describeScope(scope) } : {}),
+        // A worker's call key (core/call-keys.ts): the endpoint whose workers hold it. For the logs;
+        // the API reads it again off the key's record (KeyScope.callFrom), never off this context.
+        ...(scope.callFrom !== undefined ? { callFrom: scope.callFrom } : {}),
       },
     };
   };

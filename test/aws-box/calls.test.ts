@@ -116,6 +116,56 @@ describe('a worker calls another endpoint of its app on AWS', () => {
     const recent = await recentJobs(callee.id);
     expect(recent.jobs).toHaveLength(1);
     expect(recent.jobs[0]).toMatchObject({ endpointId: callee.id, status: 'COMPLETED', input: { x: 21 } });
+    // Submitted with the caller's call key: the job keeps who submitted it (core/api.ts CallTokenRule).
+    expect(recent.jobs[0]!.submittedBy).toBe(caller.id);
+    const view = await call('GET', `/v2/${callee.id}/status/${recent.jobs[0]!.id}`, boxApiKey);
+    expect(view.body).toMatchObject({ status: 'COMPLETED', output: { value: 42 } });
+    expect(view.body).not.toHaveProperty('submittedBy');
+  });
+
+  it("follows only the jobs it submitted; another caller's are unknown, purge-queue, retry and ?ttl= refused", async () => {
+    const token = tokenOf(caller);
+    // A job of the callee submitted with a client key, and one submitted with the caller's key.
+    const theirs = await call('POST', `/v2/${callee.id}/run`, boxApiKey, { input: { x: 4 } });
+    const mine = await call('POST', `/v2/${callee.id}/run`, token, { input: { x: 5 } });
+    expect([theirs.status, mine.status]).toEqual([200, 200]);
+    const theirsId = theirs.body.id as string;
+    const mineId = mine.body.id as string;
+    expect((await untilFinished(box, callee.id, theirsId)).status).toBe('COMPLETED');
+    const notFound = { error: `Job ${theirsId} not found (or its results expired)` };
+    for (const [method, url] of [
+      ['GET', `/v2/${callee.id}/status/${theirsId}`],
+      ['POST', `/v2/${callee.id}/status-sync/${theirsId}?wait=1000`],
+      ['GET', `/v2/${callee.id}/stream/${theirsId}?wait=0`],
+      ['POST', `/v2/${callee.id}/cancel/${theirsId}`],
+      ['GET', `/v2/by-name/box/production/callee/status/${theirsId}`],
+    ] as const) {
+      const r = await call(method, url, token);
+      expect({ status: r.status, body: r.body }, `${method} ${url}`).toEqual({ status: 404, body: notFound });
+    }
+    for (const [method, url] of [
+      ['POST', `/v2/${callee.id}/purge-queue`],
+      ['POST', `/v2/${callee.id}/retry/${theirsId}`],
+      ['GET', `/v2/${callee.id}/status/${theirsId}?ttl=1`],
+      ['GET', `/v2/${callee.id}/status/${mineId}?ttl=1`],
+    ] as const) {
+      const r = await call(method, url, token);
+      expect(r.status, `${method} ${url}`).toBe(403);
+      expect(r.body.error).toMatch(/^A worker's call token may not /);
+    }
+    // The client key still reads its job, whose result the refused ?ttl=1 left in place.
+    const kept = await call('GET', `/v2/${callee.id}/status/${theirsId}`, boxApiKey);
+    expect({ status: kept.status, output: kept.body.output }).toMatchObject({
+      status: 200,
+      output: { value: 8 },
+    });
+    // Its own job: status-sync and status answer as for a client key.
+    const done = await call('POST', `/v2/${callee.id}/status-sync/${mineId}?wait=3000`, token);
+    expect(done.status).toBe(200);
+    const status = await call('GET', `/v2/${callee.id}/status/${mineId}`, token);
+    expect({ status: status.status, id: status.body.id }).toEqual({ status: 200, id: mineId });
+    // Its cancel reaches the job: a finished one answers 409, as it does a client key.
+    expect((await call('POST', `/v2/${callee.id}/cancel/${mineId}`, token)).status).toBe(409);
   });
 
   it("reaches only its own app's environment with the worker's key", async () => {

@@ -292,6 +292,31 @@ export function describeJobStoreContract(
         expect(result.endpointId).toBe(endpointId);
         expect((await jobs.get(j.id, t0))?.endpointId).toBe(endpointId);
       });
+
+      it("keeps who submitted a job (a call token's endpoint) through its moves, read with or without input", async () => {
+        const j = job({ submittedBy: 'callerep' });
+        await jobs.create(j);
+        let current = written(
+          await jobs.update(await stored(j.id), { status: 'IN_PROGRESS', workerId: 'w1', startedAt: t0 + 1 }),
+        );
+        current = written(await jobs.update(current, { status: 'FAILED', finishedAt: t0 + 2, error: 'x' }));
+        current = written(
+          await jobs.update(current, {
+            status: 'IN_QUEUE',
+            error: undefined,
+            workerId: undefined,
+            retries: 1,
+          }),
+        );
+        expect(current.submittedBy).toBe('callerep');
+        expect((await jobs.get(j.id, t0))?.submittedBy).toBe('callerep');
+        expect((await jobs.get(j.id, t0, { input: false }))?.submittedBy).toBe('callerep');
+        expect((await jobs.listByStatus(endpointId, 'IN_QUEUE', t0, 10))[0]?.submittedBy).toBe('callerep');
+        // A client key's job has none.
+        const plain = job();
+        await jobs.create(plain);
+        expect(await jobs.get(plain.id, t0)).not.toHaveProperty('submittedBy');
+      });
     });
 
     describe('queries', () => {

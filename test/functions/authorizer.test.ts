@@ -154,6 +154,11 @@ describe('call keys (core/call-keys.ts): what a worker may call with its key', (
     const token = secrets.values.get(callTokenSecretName(endpoints[0]!))!;
     expect(token).toMatch(/^fy_/);
     expect(JSON.stringify(keys)).not.toContain(token);
+    // The context names the endpoint whose workers hold it (the API reads it off the key's record).
+    const decision = await createAuthorizer(() => store)(
+      event({ Authorization: `Bearer ${token}` }, arn('POST', 'v2/calleeid2/run')),
+    );
+    expect(decision.context).toMatchObject({ keyId: record.id, callFrom: 'callerid1' });
   });
 
   it.each([
