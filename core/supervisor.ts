@@ -149,7 +149,8 @@ interface EndpointState {
   failedStarts: number;
   nextStartAt: number;
   problem?: EndpointProblem;
-  lines: string[];
+  /** The last lines its workers printed, each with the worker that printed it (`linesOf`). */
+  lines: { workerId: string; line: string }[];
   /** `problem` was set by `unconfigured` (what workers need is missing), not by a worker's exit. */
   unconfigured?: boolean;
 }
@@ -476,10 +477,20 @@ export class WorkerSupervisor implements WorkerLedger {
   }
 
   /** A line the worker printed; the last few explain a crash or a failed start. */
-  output(endpointId: string, line: string): void {
+  output(endpointId: string, workerId: string, line: string): void {
     const state = this.endpoint(endpointId);
-    state.lines.push(line);
+    state.lines.push({ workerId, line });
     if (state.lines.length > this.settings.keptLines) state.lines.shift();
+  }
+
+  /**
+   * The last lines `workerId` printed, for the report of its exit: not a sibling's, nor those of the
+   * worker before it (a healthy one's "stopped" read as the cause of the next one's failed start).
+   */
+  private linesOf(endpointId: string, workerId: string): string[] {
+    return this.endpoint(endpointId)
+      .lines.filter((l) => l.workerId === workerId)
+      .map((l) => l.line);
   }
 
   /**
@@ -516,7 +527,7 @@ export class WorkerSupervisor implements WorkerLedger {
     await this.options.registry?.remove(workerId).catch(() => {});
     if (planned) return;
     const state = this.endpoint(endpointId);
-    const lines = [...state.lines];
+    const lines = this.linesOf(endpointId, workerId);
     if (!contacted) {
       state.failedStarts = await this.countFailedStart(endpointId, state.failedStarts);
       const cannotStart = how.code !== null && this.settings.startFailureCodes.includes(how.code);
@@ -551,7 +562,7 @@ export class WorkerSupervisor implements WorkerLedger {
    */
   private backOff(endpointId: string, workerId: string, cause: string, now: number, startedAt: number): void {
     const state = this.endpoint(endpointId);
-    const lines = [...state.lines];
+    const lines = this.linesOf(endpointId, workerId);
     state.crashes = now - startedAt >= this.settings.healthyAfterMs ? 1 : state.crashes + 1;
     const backoffMs = Math.min(
       this.settings.backoffMaxMs,
@@ -642,7 +653,7 @@ export class WorkerSupervisor implements WorkerLedger {
         entry.kind === 'lb'
           ? `the worker did not answer GET /ping within its health check grace (${graceSec} s): is its server listening on FERRY_PORT?`
           : `the worker made no contact (no job-take or ping) within its start grace (${graceSec} s): is its import or model load stuck?`;
-      this.output(endpointId, line);
+      this.output(endpointId, entry.identity.workerId, line);
       this.kill(entry, line, 'silent-start');
       return;
     }

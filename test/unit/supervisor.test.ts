@@ -399,9 +399,9 @@ describe('lifecycle', () => {
 
   it('workers that die before any contact mark the endpoint failing; queued jobs fail; a redeploy clears it', async () => {
     const { supervisor, started, plan, clock, rejected } = setup();
-    supervisor.output('a', 'ModuleNotFoundError: No module named nope');
     for (let i = 0; i < 3; i++) {
       await supervisor.tick('a', plan(1, 1));
+      supervisor.output('a', started[i]!.workerId, 'ModuleNotFoundError: No module named nope');
       await supervisor.exited(started[i]!.workerId, { code: 2, signal: null });
       clock.advance(10_000);
     }
@@ -438,10 +438,11 @@ describe('lifecycle', () => {
     expect(started).toHaveLength(1);
 
     // A complete configuration does not clear what workers' exits decided.
-    supervisor.output('b', 'SyntaxError: invalid syntax');
     for (let i = 0; i < 3; i++) {
       await supervisor.tick('b', plan(1, 1));
-      await supervisor.exited(started.filter((w) => w.endpointId === 'b')[i]!.workerId, {
+      const worker = started.filter((w) => w.endpointId === 'b')[i]!;
+      supervisor.output('b', worker.workerId, 'SyntaxError: invalid syntax');
+      await supervisor.exited(worker.workerId, {
         code: 2,
         signal: null,
       });
@@ -507,7 +508,7 @@ describe('lifecycle', () => {
     }
     expect(shared?.failedStarts).toBe(2);
     const third = await task(3);
-    third.supervisor.output('a', 'ModuleNotFoundError: No module named nope');
+    third.supervisor.output('a', third.identity.workerId, 'ModuleNotFoundError: No module named nope');
     await third.supervisor.exited(third.identity.workerId, { code: 2, signal: null });
     expect(shared?.problem).toMatchObject({
       state: 'failing',
@@ -538,10 +539,28 @@ describe('lifecycle', () => {
     expect((await supervisor.counts('a')).problem?.state).toBe('failing');
   });
 
+  it("a worker's exit is reported with its own last lines, not the worker's before it", async () => {
+    const { supervisor, started, plan } = setup({ startFailureCodes: [2] });
+    await supervisor.tick('a', plan(1, 1));
+    const healthy = started[0]!.workerId;
+    await supervisor.mayTake('a', healthy);
+    supervisor.output('a', healthy, 'ferry worker: received SIGTERM');
+    supervisor.drain(healthy);
+    await supervisor.exited(healthy, { code: 0, signal: null });
+    await supervisor.tick('a', plan(1, 1));
+    const broken = started[1]!.workerId;
+    supervisor.output('a', broken, "ModuleNotFoundError: No module named 'nope'");
+    await supervisor.exited(broken, { code: 2, signal: null });
+    expect((await supervisor.counts('a')).problem).toMatchObject({
+      state: 'failing',
+      lines: ["ModuleNotFoundError: No module named 'nope'"],
+    });
+  });
+
   it('with startFailureCodes, one such exit before contact is failing at once; other exits back off', async () => {
     const { supervisor, started, plan, rejected } = setup({ startFailureCodes: [1, 2] });
-    supervisor.output('a', 'ImportError: cannot import name x');
     await supervisor.tick('a', plan(1, 1));
+    supervisor.output('a', started[0]!.workerId, 'ImportError: cannot import name x');
     await supervisor.exited(started[0]!.workerId, { code: 2, signal: null });
     expect((await supervisor.counts('a')).problem).toMatchObject({
       state: 'failing',

@@ -544,7 +544,8 @@ class AgentServer implements Agent {
     if (!parsed.success) {
       return { statusCode: 400, body: { error: 'Expected {"lines": [string, ...]} (at most 50 lines)' } };
     }
-    for (const line of parsed.data.lines) this.supervisor.output(this.endpointId, line.slice(0, 2_000));
+    for (const line of parsed.data.lines)
+      this.supervisor.output(this.endpointId, this.workerId, line.slice(0, 2_000));
     return { statusCode: 204, body: undefined };
   }
 

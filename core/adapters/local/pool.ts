@@ -616,7 +616,7 @@ export class EndpointPool {
           const lines = name === 'stderr' ? all.filter((line) => !backup.take(line)) : all;
           for (const line of lines) {
             this.note(`${prefix} ${line}`);
-            this.supervisor.output(this.endpointId, line);
+            this.supervisor.output(this.endpointId, workerId, line);
           }
           const atMs = Date.now();
           void this.options.logs
@@ -685,7 +685,8 @@ export class EndpointPool {
   private async recordUnsent(backup: JobLineBackup, workerId: string): Promise<void> {
     const lines = backup.unsent(this.endpointId, workerId, new Set(this.supervisor.heldBy(workerId)));
     if (lines.length === 0) return;
-    for (const line of lines) this.supervisor.output(this.endpointId, `[${line.jobId}] ${line.text}`);
+    for (const line of lines)
+      this.supervisor.output(this.endpointId, workerId, `[${line.jobId}] ${line.text}`);
     await this.options.logs?.append(lines).catch(() => {});
   }
 
