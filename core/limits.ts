@@ -88,6 +88,15 @@ export const limits = {
   artifactBytes: 1.5 * 1024 * 1024 * 1024,
 } as const;
 
+/**
+ * How much of a body over its route's limit a front door still reads, and drops, so that the client,
+ * which is still sending, hears the 413 (or job-done's 400): most clients (fetch, Python requests)
+ * read no answer before their upload is done, and a socket closed under them is a broken pipe, not an
+ * answer. Past this the socket is closed unread. Only callers with a known credential get this far.
+ * The one rule is core/request-body.ts readLimitedBody, used by the local front door and the agent.
+ */
+export const overLimitReadBytes = 64 * 1024 * 1024;
+
 /** Packages every base image ships, so the artifact build leaves them out. */
 export const baseImagePackages = ['torch', 'torchvision', 'torchaudio', 'numpy', 'triton'] as const;
 

@@ -487,7 +487,9 @@ class AgentServer implements Agent {
       segments[4] = encodeURIComponent(this.workerId);
     }
     const isTake = route === 'job-take' || route === 'job-take-batch';
-    const body = await readBody(req);
+    // job-done over its limit still reaches the API, which fails the job with the reason (core/api.ts).
+    const { body, droppedBodyBytes } =
+      route === 'job-done' ? await readBody(req, limits.jobDoneBodyBytes, true) : await readBody(req);
     const query: Record<string, string | undefined> = {};
     for (const key of new Set(url.searchParams.keys())) query[key] = url.searchParams.getAll(key).join(',');
     const apiRequest: ApiRequest = {
@@ -496,6 +498,7 @@ class AgentServer implements Agent {
       query,
       headers: req.headers,
       body,
+      ...(droppedBodyBytes === undefined ? {} : { droppedBodyBytes }),
       signal: isTake
         ? AbortSignal.any([signal, this.drainer.signal, this.closing.signal])
         : AbortSignal.any([signal, this.closing.signal]),
@@ -536,7 +539,7 @@ class AgentServer implements Agent {
     }
     let body: unknown;
     try {
-      body = JSON.parse((await readBody(req))?.toString('utf8') ?? '');
+      body = JSON.parse((await readBody(req)).body?.toString('utf8') ?? '');
     } catch {
       body = undefined;
     }

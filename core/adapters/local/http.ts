@@ -15,6 +15,7 @@ import { limits } from '../../limits.js';
 import { type Logger, stderrLogger } from '../../log.js';
 import type { ManageApi } from '../../manage.js';
 import type { EndpointRecord } from '../../ports.js';
+import { readLimitedBody } from '../../request-body.js';
 import { registerConsole } from './console.js';
 import { type FrontDoorGuard, frontDoorLimits, installGuards, serverOptions } from './guard.js';
 import type { LbRequest, LbResponse } from './pool.js';
@@ -36,21 +37,14 @@ const bodyLimitBytes = limits.runsyncBodyBytes + 1024 * 1024;
 
 const methods = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'];
 
-/**
- * How much of a body over its route's limit is still read (and dropped, never kept) so that the
- * client, which is still sending, hears the 413: most clients (fetch, Python requests) read no
- * answer before their upload is done, and a socket closed under them is a broken pipe, not a 413.
- * Past this the socket is closed unread. Only callers with a known key get this far (guard.ts).
- */
-const overLimitReadBytes = 64 * 1024 * 1024;
-
 /** A worker's result: the one route whose handler hears of a body over its limit (DroppedBody). */
 const jobDoneUrl = '/v2/:endpointId/job-done/:worker/:id';
 
 /**
  * What job-done gets for a body over its limit: the size, the bytes dropped. The job fails with the
  * reason (docs/security.md); a 413 alone would leave it running until its lease lapsed, then run it
- * again. Past overLimitReadBytes the body is not read through, and that 413 is all there is.
+ * again. Past overLimitReadBytes (core/limits.ts) the body is not read through, and that 413 is all
+ * there is.
  */
 class DroppedBody {
   constructor(readonly bytes: number) {}
@@ -59,46 +53,24 @@ class DroppedBody {
 const tooLargeError = (): Error => Object.assign(new Error('Request body too large'), { statusCode: 413 });
 
 /**
- * Every body as raw bytes, up to the route's limit (`request.routeOptions.bodyLimit`); the 413 is
- * answered once the body has been read through, or at once past overLimitReadBytes.
+ * Every body as raw bytes, up to the route's limit (`request.routeOptions.bodyLimit`), by the rule of
+ * core/request-body.ts: the 413 is answered once the body has been read through, or at once past
+ * overLimitReadBytes.
  */
 function readBody(
   request: FastifyRequest,
   payload: NodeJS.ReadableStream,
   done: (error: Error | null, body?: Buffer) => void,
 ): void {
-  const limit = request.routeOptions.bodyLimit;
-  if (Number(request.headers['content-length']) > overLimitReadBytes) {
-    done(tooLargeError());
-    return;
-  }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  const onData = (chunk: Buffer | string): void => {
-    const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
-    size += bytes.length;
-    if (size <= limit) {
-      chunks.push(bytes);
-      return;
-    }
-    chunks.length = 0;
-    if (size > overLimitReadBytes) finish(tooLargeError());
-  };
-  const finish = (error: Error | null | undefined): void => {
-    payload.removeListener('data', onData);
-    payload.removeListener('end', finish);
-    payload.removeListener('error', finish);
-    if (error) done(error);
-    else if (size > limit)
-      request.routeOptions.url === jobDoneUrl
-        ? done(null, new DroppedBody(size) as unknown as Buffer)
-        : done(tooLargeError());
-    else done(null, Buffer.concat(chunks, size));
-  };
-  payload.on('data', onData);
-  payload.on('end', finish);
-  payload.on('error', finish);
-  payload.resume();
+  readLimitedBody(payload, request.headers, request.routeOptions.bodyLimit).then(
+    (result) => {
+      if (result.kind === 'body') done(null, result.body ?? Buffer.alloc(0));
+      else if (result.kind === 'over' && request.routeOptions.url === jobDoneUrl)
+        done(null, new DroppedBody(result.bytes) as unknown as Buffer);
+      else done(tooLargeError());
+    },
+    (error: Error) => done(error),
+  );
 }
 
 /**
