@@ -1,5 +1,5 @@
 /**
- * Request bodies under a limit, shared by every Node front door: the local
+ * Request bodies under a limit, and the Node server limits, shared by every Node front door: the local
  * one (core/adapters/local/http.ts, guard.ts) and the AWS agent (worker-image/agent). One rule for a
  * body over its route's limit (docs/security.md):
  *
@@ -10,8 +10,8 @@
  *
  * No dependency beyond node: the agent's bundle includes this file.
  */
-import type { IncomingHttpHeaders } from 'node:http';
-import { overLimitReadBytes } from './limits.js';
+import type { IncomingHttpHeaders, Server } from 'node:http';
+import { limits, overLimitReadBytes } from './limits.js';
 
 export type LimitedBody =
   /** Within the limit; undefined when there was none. */
@@ -20,6 +20,14 @@ export type LimitedBody =
   | { kind: 'over'; bytes: number }
   /** Past overLimitReadBytes: left unread; the socket must be closed. */
   | { kind: 'cut' };
+
+/** Whether a request carries a body (a Content-Length other than 0, or any Transfer-Encoding). */
+export function hasBody(headers: IncomingHttpHeaders): boolean {
+  return (
+    (headers['content-length'] !== undefined && headers['content-length'] !== '0') ||
+    headers['transfer-encoding'] !== undefined
+  );
+}
 
 /** Reads `stream` (a request, or Fastify's payload) under `limitBytes`, by the rule above. */
 export function readLimitedBody(
@@ -65,4 +73,57 @@ export function readLimitedBody(
     stream.on('close', onClose);
     stream.resume();
   });
+}
+
+/**
+ * How long a client may take to send its headers and its whole request, how long an idle keep-alive
+ * socket stays open, inactivity on a socket, and how many sockets are open at once (core/limits.ts).
+ * Waiting for an answer is not sending, so long polls are unaffected.
+ */
+export interface ServerLimits {
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+  keepAliveTimeoutMs: number;
+  socketIdleTimeoutMs: number;
+  maxConnections: number;
+}
+
+export const defaultServerLimits: ServerLimits = {
+  headersTimeoutMs: limits.headersTimeoutMs,
+  requestTimeoutMs: limits.requestTimeoutMs,
+  keepAliveTimeoutMs: limits.keepAliveTimeoutMs,
+  socketIdleTimeoutMs: limits.socketIdleTimeoutMs,
+  maxConnections: limits.maxConnections,
+};
+
+/**
+ * Node checks header and request deadlines on this interval (30 s by default), so it bounds how late
+ * a timeout closes a socket. Only settable when the server is built.
+ */
+export function connectionsCheckingIntervalMs(l: Pick<ServerLimits, 'headersTimeoutMs'>): number {
+  return Math.max(100, Math.min(1_000, l.headersTimeoutMs / 2));
+}
+
+/**
+ * The options of node:http createServer for these limits; `applyServerLimits` sets the rest on the
+ * server it made.
+ */
+export function nodeServerOptions(l: ServerLimits = defaultServerLimits): {
+  headersTimeout: number;
+  requestTimeout: number;
+  keepAliveTimeout: number;
+  connectionsCheckingInterval: number;
+} {
+  return {
+    headersTimeout: l.headersTimeoutMs,
+    requestTimeout: l.requestTimeoutMs,
+    keepAliveTimeout: l.keepAliveTimeoutMs,
+    connectionsCheckingInterval: connectionsCheckingIntervalMs(l),
+  };
+}
+
+/** Sets the limits a node:http server takes after it is built: the socket idle timeout and the cap. */
+export function applyServerLimits(server: Server, l: ServerLimits = defaultServerLimits): void {
+  server.timeout = l.socketIdleTimeoutMs;
+  server.maxConnections = l.maxConnections;
 }

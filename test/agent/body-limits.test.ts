@@ -4,12 +4,17 @@
  *
  * - job-done over limits.jobDoneBodyBytes fails its job at once with the size (400), read through
  *   and dropped, instead of a 413 that left the job running until its lease lapsed, three times;
- * - past overLimitReadBytes the body is not read: 413 at once, connection closed.
+ * - a request without a known worker token is answered 401 before one byte of its body is read, and
+ *   its connection closed: anything on the Docker bridge can reach the agent's port;
+ * - past overLimitReadBytes even the worker's own body is not read: 413 at once, connection closed;
+ * - Node's header/request/idle timeouts and the connection cap are the local front door's.
  */
 import { randomUUID } from 'node:crypto';
+import type { Server } from 'node:http';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { limits, overLimitReadBytes } from '../../core/limits.js';
+import { startupFailureRoute } from '../../worker-image/agent/protocol.js';
 import { type AwsFixture, startAwsFixture } from '../support/emulators.js';
 import { agentOn, apiEngine, memoryLog } from './helpers.js';
 
@@ -119,12 +124,46 @@ describe('request bodies on the queue agent', () => {
     expect(agentHandle.agent.held()).toEqual([]);
   });
 
-  it('cuts a body past overLimitReadBytes: 413 at once, connection closed', async () => {
+  it('answers 401 to large bodies without a known worker token before reading them, and closes', async () => {
+    const size = String(20 * 1024 * 1024);
+    const callers: Record<string, string>[] = [{}, { authorization: 'fyw_not-this-task-0123456789' }];
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        headersOnly(
+          i % 2 === 0
+            ? `/v2/${endpointId}/job-done/${worker()}/job-${i}?agent=1`
+            : `/v2/${endpointId}/job-stream/${worker()}/job-${i}?agent=1`,
+          { 'content-length': size, 'content-type': 'application/json', ...callers[i % 2] },
+        ),
+      ),
+    );
+    for (const answer of answers) {
+      expect(answer.status).toBe(401);
+      expect(answer.head).toContain('connection: close');
+      expect(JSON.parse(answer.body)).toEqual({ error: 'Missing or invalid API key' });
+    }
+    // The startup-failure route checks the token first too.
+    const startup = await headersOnly(`/v2/${endpointId}/${startupFailureRoute}/${worker()}`, {
+      'content-length': size,
+    });
+    expect(startup.status).toBe(401);
+  });
+
+  it("cuts even the worker's own body past overLimitReadBytes: 413 at once, connection closed", async () => {
     const answer = await headersOnly(`/v2/${endpointId}/job-done/${worker()}/some-job?agent=1`, {
       authorization: agentHandle.agent.workerToken,
       'content-length': String(overLimitReadBytes + 1),
     });
     expect(answer.status).toBe(413);
     expect(answer.head).toContain('connection: close');
+  });
+
+  it("sets the local front door's timeouts and connection cap", () => {
+    const server = (agentHandle.agent as unknown as { server: Server }).server;
+    expect(server.headersTimeout).toBe(limits.headersTimeoutMs);
+    expect(server.requestTimeout).toBe(limits.requestTimeoutMs);
+    expect(server.keepAliveTimeout).toBe(limits.keepAliveTimeoutMs);
+    expect(server.timeout).toBe(limits.socketIdleTimeoutMs);
+    expect(server.maxConnections).toBe(limits.maxConnections);
   });
 });

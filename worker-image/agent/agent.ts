@@ -83,14 +83,15 @@ import { S3BlobStore } from '../../core/adapters/aws/s3.js';
 import { type QueueUrlFor, SqsJobQueue } from '../../core/adapters/aws/sqs.js';
 import { StopSignalChangeFeed } from '../../core/adapters/aws/stop-signals.js';
 import { type ApiRequest, type ApiResponse, V2Api } from '../../core/api.js';
-import { type Authenticator, newSecret } from '../../core/auth.js';
+import { type Authenticator, credentialOf, newSecret } from '../../core/auth.js';
 import { systemClock } from '../../core/clock.js';
 import { JobEngine, type WebhookSender, workerKey } from '../../core/engine.js';
-import { messageOf, toHttpResponse } from '../../core/errors.js';
+import { messageOf, missingKeyMessage, toHttpResponse } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import type { Logger } from '../../core/log.js';
 import { jobMetricsLine } from '../../core/metrics.js';
 import type { Clock, LogStore, Watch } from '../../core/ports.js';
+import { applyServerLimits, nodeServerOptions } from '../../core/request-body.js';
 import { type StartGrace, WorkerSupervisor } from '../../core/supervisor.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
 import { drainMs as taskDrainMs } from '../../infra/task-layout.js';
@@ -233,7 +234,11 @@ class AgentServer implements Agent {
   private readonly auth: Authenticator;
   private readonly webhooks: WebhookSender & { idle(): Promise<void> };
   private readonly ownWebhooks: HttpWebhookSender | undefined;
-  private readonly server = createServer((req, res) => void this.serve(req, res));
+  /**
+   * Node's header, request and idle timeouts and the connection cap of the local front door
+   * (core/limits.ts): slow or silent sockets on the Docker bridge are closed, and their number bounded.
+   */
+  private readonly server = createServer(nodeServerOptions(), (req, res) => void this.serve(req, res));
   private readonly supervisor: WorkerSupervisor;
   private leave: (code: number) => void = () => {};
   readonly leaving: Promise<number>;
@@ -251,6 +256,7 @@ class AgentServer implements Agent {
     this.log = options.log ?? agentLog;
     this.workerToken = options.workerToken ?? process.env.FERRY_WORKER_TOKEN ?? newSecret('fyw');
     this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
+    applyServerLimits(this.server);
     const leaseMs = options.leaseMs ?? limits.leaseMs;
     this.protection = options.ecs
       ? new TaskProtection(options.ecs, this.clock, this.log, () => this.held().length > 0)
@@ -486,6 +492,14 @@ class AgentServer implements Agent {
     if (safeDecode(segments[4] ?? '') === placeholderWorkerId(this.endpointId)) {
       segments[4] = encodeURIComponent(this.workerId);
     }
+    // The token before the body: an unknown caller (anything on the Docker bridge can reach this
+    // port) is answered 401 without one byte of its body read, and its connection closed (send).
+    if (
+      this.supervisor.verify(credentialOf(req.headers.authorization), this.endpointId, this.workerId) ===
+      'unknown'
+    ) {
+      return { statusCode: 401, body: { error: missingKeyMessage } };
+    }
     const isTake = route === 'job-take' || route === 'job-take-batch';
     // job-done over its limit still reaches the API, which fails the job with the reason (core/api.ts).
     const { body, droppedBodyBytes } =
@@ -529,9 +543,7 @@ class AgentServer implements Agent {
    */
   private async startupFailure(req: IncomingMessage, rawWorkerId: string): Promise<ApiResponse> {
     const workerId = rawWorkerId === placeholderWorkerId(this.endpointId) ? this.workerId : rawWorkerId;
-    const header = req.headers.authorization;
-    const token = header?.replace(/^Bearer\s+/i, '');
-    const access = this.supervisor.verify(token, this.endpointId, workerId);
+    const access = this.supervisor.verify(credentialOf(req.headers.authorization), this.endpointId, workerId);
     if (access !== 'ok') {
       return access === 'unknown'
         ? { statusCode: 401, body: { error: 'Unknown worker token' } }

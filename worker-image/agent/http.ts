@@ -33,8 +33,8 @@ export async function readBody(
 }
 
 /**
- * Writes the answer. One given before the request's body was read to its end (a 404, a body past
- * overLimitReadBytes) closes the connection, so the rest is never read.
+ * Writes the answer. One given before the request's body was read to its end (a 401 to an unknown
+ * token, a 404, a body past overLimitReadBytes) closes the connection, so the rest is never read.
  */
 export function send(res: ServerResponse, response: ApiResponse): void {
   if (res.headersSent || res.destroyed) return;

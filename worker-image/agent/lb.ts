@@ -65,6 +65,7 @@ import { systemClock } from '../../core/clock.js';
 import { FerryError, messageOf, toHttpResponse } from '../../core/errors.js';
 import type { Logger } from '../../core/log.js';
 import type { ApiKeyLookup, Clock, StartFailureRecord, WorkerRegistry } from '../../core/ports.js';
+import { applyServerLimits, nodeServerOptions } from '../../core/request-body.js';
 import { type StartGrace, WorkerSupervisor } from '../../core/supervisor.js';
 import type { WorkerExit } from './ecsWorker.js';
 import { listen } from './listen.js';
@@ -178,7 +179,8 @@ class LbAgentServer implements LbAgent {
   private readonly workerHost: string;
   /** lbSecretHeader with the worker's secret, sent on every request to the worker. */
   private readonly secretHeader: Record<string, string>;
-  private readonly server = createServer((req, res) => void this.serve(req, res));
+  /** Node's timeouts and connection cap of the local front door (core/limits.ts). */
+  private readonly server = createServer(nodeServerOptions(), (req, res) => void this.serve(req, res));
   private closed: Promise<void> | undefined;
   private inFlight = 0;
   private lastBusyAt: number;
@@ -201,6 +203,7 @@ class LbAgentServer implements LbAgent {
   readonly leaving: Promise<number>;
 
   constructor(private readonly options: LbAgentOptions) {
+    applyServerLimits(this.server);
     if (options.upstreamIdleMs !== undefined) {
       // The ALB reuses idle connections for up to its idle timeout; one the agent closed first is a 502.
       this.server.keepAliveTimeout = options.upstreamIdleMs + 5_000;

@@ -15,23 +15,21 @@ import type { FastifyInstance, FastifyRequest, FastifyServerOptions } from 'fast
 import { credentialOf, hashKey } from '../../auth.js';
 import { missingKeyMessage } from '../../errors.js';
 import { limits } from '../../limits.js';
+import {
+  connectionsCheckingIntervalMs,
+  defaultServerLimits,
+  hasBody,
+  type ServerLimits,
+} from '../../request-body.js';
 
-export interface FrontDoorLimits {
-  headersTimeoutMs: number;
-  requestTimeoutMs: number;
-  keepAliveTimeoutMs: number;
-  socketIdleTimeoutMs: number;
-  maxConnections: number;
+/** The server's limits (shared with the AWS agent, core/request-body.ts) and the client rate limit. */
+export interface FrontDoorLimits extends ServerLimits {
   rateLimitRequests: number;
   rateLimitWindowMs: number;
 }
 
 export const defaultFrontDoorLimits: FrontDoorLimits = {
-  headersTimeoutMs: limits.headersTimeoutMs,
-  requestTimeoutMs: limits.requestTimeoutMs,
-  keepAliveTimeoutMs: limits.keepAliveTimeoutMs,
-  socketIdleTimeoutMs: limits.socketIdleTimeoutMs,
-  maxConnections: limits.maxConnections,
+  ...defaultServerLimits,
   rateLimitRequests: limits.rateLimitRequests,
   rateLimitWindowMs: limits.rateLimitWindowMs,
 };
@@ -54,18 +52,12 @@ export function serverOptions(l: FrontDoorLimits): Partial<FastifyServerOptions>
     requestTimeout: l.requestTimeoutMs,
     keepAliveTimeout: l.keepAliveTimeoutMs,
     connectionTimeout: l.socketIdleTimeoutMs,
-    // Node checks header and request deadlines on this interval (30 s by default), so it bounds how
-    // late a timeout closes a socket.
     http: {
       headersTimeout: l.headersTimeoutMs,
-      connectionsCheckingInterval: Math.max(100, Math.min(1_000, l.headersTimeoutMs / 2)),
+      connectionsCheckingInterval: connectionsCheckingIntervalMs(l),
     },
   } as Partial<FastifyServerOptions>;
 }
-
-const hasBody = (headers: Record<string, string | string[] | undefined>): boolean =>
-  (headers['content-length'] !== undefined && headers['content-length'] !== '0') ||
-  headers['transfer-encoding'] !== undefined;
 
 /** Must be awaited before routes are added: the rate limiter attaches itself to routes as they are added. */
 export async function installGuards(app: FastifyInstance, guard: FrontDoorGuard | undefined): Promise<void> {
