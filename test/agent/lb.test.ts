@@ -6,8 +6,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { Agent as HttpAgent, request as httpRequest } from 'node:http';
-import type { Socket } from 'node:net';
+import { createServer, Agent as HttpAgent, request as httpRequest } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashKey } from '../../core/auth.js';
 import { startOnChildPort } from '../../core/child-port.js';
 import { FerryError } from '../../core/errors.js';
+import { limits } from '../../core/limits.js';
 import type { ControlStore } from '../../core/ports.js';
 import { downloadArtifact, readTaskSecret, writeLbSecret } from '../../worker-image/agent/artifact.js';
 import { type LbAgent, startLbAgent } from '../../worker-image/agent/lb.js';
@@ -193,6 +194,121 @@ describe('load-balanced agent', () => {
     const get = await call('/items/42?q=x', { headers: { authorization: apiKey } });
     expect(get.status).toBe(200);
     expect(await get.json()).toEqual({ id: '42', q: 'x' });
+  });
+
+  it('sends a chunked body (no Content-Length) to the worker with its Content-Length', async () => {
+    // Ferry's Python LB runtime answers 411 to a body without a Content-Length.
+    const text = JSON.stringify({ input_data: { n: 'chunked' } });
+    const post = await call('/process', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+      body: new ReadableStream({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode(text.slice(0, 10)));
+          controller.enqueue(new TextEncoder().encode(text.slice(10)));
+          controller.close();
+        },
+      }),
+      duplex: 'half',
+    } as RequestInit);
+    expect(post.status).toBe(200);
+    expect(await post.json()).toEqual({ got: { n: 'chunked' } });
+  });
+
+  it('answers 413 naming the limit to a body over limits.lbBodyBytes; the worker never sees it', async () => {
+    const seen: { method: string; url: string; headers: Record<string, unknown>; bytes: number }[] = [];
+    const standIn = createServer((req, res) => {
+      let bytes = 0;
+      req.on('data', (chunk: Buffer) => {
+        bytes += chunk.length;
+      });
+      req.on('end', () => {
+        if (req.url !== '/ping')
+          seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, bytes });
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ bytes }));
+      });
+    });
+    standIn.listen(0, '127.0.0.1');
+    await once(standIn, 'listening');
+    const limited = await startLbAgent({
+      endpointId: 'lbep',
+      control: aws.control(),
+      workerPort: (standIn.address() as AddressInfo).port,
+      host: '127.0.0.1',
+      port: 0,
+      readyProbeMs: 100,
+      log,
+    });
+    try {
+      await eventually('the stand-in worker to be up', async () =>
+        (await fetch(`${limited.url}/ping`)).status === 200 ? true : undefined,
+      );
+      const headers = { authorization: `Bearer ${apiKey}`, 'content-type': 'application/octet-stream' };
+      const over = await fetch(`${limited.url}/upload`, {
+        method: 'POST',
+        headers,
+        body: Buffer.alloc(25 * 1024 * 1024, 1),
+      });
+      expect(over.status).toBe(413);
+      expect(((await over.json()) as { error: string }).error).toBe(
+        `Request body is over the limit of POST /upload: it takes at most ${limits.lbBodyBytes} bytes`,
+      );
+      // Chunked, so only counting tells.
+      const chunk = Buffer.alloc(1024 * 1024, 2);
+      let sent = 0;
+      const overChunked = await fetch(`${limited.url}/upload`, {
+        method: 'POST',
+        headers,
+        body: new ReadableStream({
+          pull(controller) {
+            if (sent >= limits.lbBodyBytes + chunk.length) controller.close();
+            else controller.enqueue(chunk);
+            sent += chunk.length;
+          },
+        }),
+        duplex: 'half',
+      } as RequestInit);
+      expect(overChunked.status).toBe(413);
+      expect(seen).toEqual([]);
+
+      // Within the limit, chunked: buffered and sent with its Content-Length.
+      const within = await fetch(`${limited.url}/upload?x=1`, {
+        method: 'POST',
+        headers,
+        body: new ReadableStream({
+          start(controller) {
+            controller.enqueue(chunk);
+            controller.enqueue(chunk);
+            controller.close();
+          },
+        }),
+        duplex: 'half',
+      } as RequestInit);
+      expect(within.status).toBe(200);
+      expect(await within.json()).toEqual({ bytes: 2 * chunk.length });
+      // At the limit with a Content-Length: streamed through as before.
+      const atLimit = await fetch(`${limited.url}/upload`, {
+        method: 'PUT',
+        headers,
+        body: Buffer.alloc(limits.lbBodyBytes, 3),
+      });
+      expect(await atLimit.json()).toEqual({ bytes: limits.lbBodyBytes });
+      expect(
+        seen.map(({ method, url, headers, bytes }) => [
+          method,
+          url,
+          headers['content-length'],
+          headers['transfer-encoding'],
+          bytes,
+        ]),
+      ).toEqual([
+        ['POST', '/upload?x=1', String(2 * chunk.length), undefined, 2 * chunk.length],
+        ['PUT', '/upload', String(limits.lbBodyBytes), undefined, limits.lbBodyBytes],
+      ]);
+    } finally {
+      await limited.close(1_000);
+      standIn.close();
+    }
   });
 
   it('reports its load to the workers table: busy while a request runs, idle with lastBusyAt after', async () => {

@@ -63,9 +63,10 @@ import {
 } from '../../core/auth.js';
 import { systemClock } from '../../core/clock.js';
 import { FerryError, messageOf, toHttpResponse } from '../../core/errors.js';
+import { limits } from '../../core/limits.js';
 import type { Logger } from '../../core/log.js';
 import type { ApiKeyLookup, Clock, StartFailureRecord, WorkerRegistry } from '../../core/ports.js';
-import { applyServerLimits, nodeServerOptions } from '../../core/request-body.js';
+import { applyServerLimits, hasBody, nodeServerOptions, readLimitedBody } from '../../core/request-body.js';
 import { type StartGrace, WorkerSupervisor } from '../../core/supervisor.js';
 import type { WorkerExit } from './ecsWorker.js';
 import { listen } from './listen.js';
@@ -411,7 +412,7 @@ class LbAgentServer implements LbAgent {
       }
       this.track(1);
       res.on('close', () => this.track(-1));
-      this.proxy(req, res);
+      await this.proxy(req, res);
     } catch (error) {
       this.fail(req, res, error);
     }
@@ -424,8 +425,36 @@ class LbAgentServer implements LbAgent {
     reply(res, answer.statusCode, answer.body);
   }
 
-  private proxy(req: IncomingMessage, res: ServerResponse): void {
+  /**
+   * Forwards the request to the worker. A body over limits.lbBodyBytes never reaches it: 413, as from
+   * the local front door, once the body has been read through and dropped (so the client, still
+   * sending, hears it), or at once with the connection closed past overLimitReadBytes
+   * (core/request-body.ts). A body of known length within the limit streams through; one without
+   * (chunked) is buffered up to the limit and sent with its Content-Length, as the local pool does:
+   * Ferry's Python LB runtime answers 411 to a body without one.
+   */
+  private async proxy(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    let body: Buffer | undefined;
+    const length = req.headers['content-length'];
+    if (Number(length) > limits.lbBodyBytes || (length === undefined && hasBody(req.headers))) {
+      const read = await readLimitedBody(req, req.headers, limits.lbBodyBytes).catch(() => undefined);
+      if (!read) {
+        // The client left before its body ended: nobody to answer.
+        res.destroy();
+        return;
+      }
+      if (read.kind !== 'body') {
+        if (read.kind === 'cut') res.setHeader('connection', 'close');
+        const path = (req.url ?? '/').split('?')[0];
+        reply(res, 413, {
+          error: `Request body is over the limit of ${req.method} ${path}: it takes at most ${limits.lbBodyBytes} bytes`,
+        });
+        return;
+      }
+      body = read.body ?? Buffer.alloc(0);
+    }
     const headers = forwardable(req.headers);
+    if (body) headers['content-length'] = String(body.length);
     delete headers.authorization;
     delete headers[lbSecretHeader];
     Object.assign(headers, this.secretHeader);
@@ -457,7 +486,8 @@ class LbAgentServer implements LbAgent {
     res.on('close', () => {
       if (!res.writableFinished) upstream.destroy();
     });
-    req.pipe(upstream);
+    if (body) upstream.end(body);
+    else req.pipe(upstream);
   }
 
   /** Whether the worker's /ping answers 200 now; the first 200 is the worker's contact. */
