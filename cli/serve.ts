@@ -16,14 +16,18 @@ export type ServerInfo = z.infer<typeof serverInfoSchema>;
 
 export const serverInfoPath = (home: string) => path.join(home, 'server.json');
 
-export function readServerInfo(home: string): ServerInfo | undefined {
-  const file = serverInfoPath(home);
+/** A small state file (server.json, .ferry/dev.json): undefined when it is missing or not what it should be. */
+export function readStateFile<T>(file: string, schema: z.ZodType<T>): T | undefined {
   if (!existsSync(file)) return undefined;
   try {
-    return serverInfoSchema.parse(JSON.parse(readFileSync(file, 'utf8')));
+    return schema.parse(JSON.parse(readFileSync(file, 'utf8')));
   } catch {
     return undefined;
   }
+}
+
+export function readServerInfo(home: string): ServerInfo | undefined {
+  return readStateFile(serverInfoPath(home), serverInfoSchema);
 }
 
 /** True when an HTTP server answers at `url` (any status: the v2 API answers 401/404 without a key). */

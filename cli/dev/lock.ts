@@ -4,12 +4,12 @@
  * would share .ferry/ferry.db, and the second's start requeues the first's running jobs as orphans,
  * so they would run twice. A lock whose process is gone (killed, a crash) is taken over.
  */
-import { existsSync, linkSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { linkSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
 import { securePrivateDir, unusableProjectFolder } from '../../core/adapters/local/home.js';
 import { usage } from '../../core/errors.js';
-import { commandLineHas, processAlive } from '../serve.js';
+import { commandLineHas, processAlive, readStateFile } from '../serve.js';
 
 const devLockSchema = z
   .object({
@@ -26,13 +26,7 @@ export type DevLockInfo = z.infer<typeof devLockSchema>;
 export const devLockPath = (projectDir: string) => path.join(projectDir, '.ferry', 'dev.json');
 
 function readDevLock(projectDir: string): DevLockInfo | undefined {
-  const file = devLockPath(projectDir);
-  if (!existsSync(file)) return undefined;
-  try {
-    return devLockSchema.parse(JSON.parse(readFileSync(file, 'utf8')));
-  } catch {
-    return undefined;
-  }
+  return readStateFile(devLockPath(projectDir), devLockSchema);
 }
 
 /**

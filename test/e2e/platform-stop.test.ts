@@ -13,27 +13,12 @@ import { scanProject } from '../../cli/build/scan.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { recordFor } from '../support/endpoints.js';
 import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
+import { until } from '../support/until.js';
 
 let scratch: string;
 const running: TestPlatform[] = [];
 /** Process groups of workers a test saw (killed at the end in case a test failed half way). */
 const groups: number[] = [];
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-async function until<T>(
-  what: string,
-  probe: () => Promise<T> | T,
-  ok: (v: T) => boolean,
-  timeoutMs = 30_000,
-) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (ok(value)) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(value)}`);
-    await sleep(100);
-  }
-}
 
 /** A platform with worker pools on `dataDir`, its log lines (what `ferry serve` prints) in `lines`. */
 async function start(dataDir: string, lines: string[]): Promise<TestPlatform> {

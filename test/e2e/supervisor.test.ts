@@ -22,6 +22,7 @@ import type { EndpointConfig } from '../../core/deployment.js';
 import { sampleResources } from '../infra/fixtures.js';
 import { recordFor } from '../support/endpoints.js';
 import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
+import { until } from '../support/until.js';
 
 const leaseMs = 4_000;
 const maxAttempts = 2;
@@ -33,22 +34,6 @@ let scratch: string;
 const seenMax = new Map<string, number>();
 let sampling: NodeJS.Timeout | undefined;
 const logLines: string[] = [];
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-async function until<T>(
-  what: string,
-  probe: () => Promise<T> | T,
-  ok: (v: T) => boolean,
-  timeoutMs = 30_000,
-) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (ok(value)) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(value)}`);
-    await sleep(100);
-  }
-}
 
 /** Pids of every live process in a process group (from /proc; zombies count as gone). */
 function groupMembers(pgid: number): number[] {
