@@ -158,8 +158,8 @@ async function serve(
   // Checked before anything starts, in the foreground too: a detached server must not come up
   // without the isolation it was asked for.
   const isolation = workerIsolation(argv);
+  // Said once the platform is up: a start that fails reports this start's log lines, its error first.
   const asRoot = rootWithoutIsolation(process.getuid?.(), isolation.args);
-  if (asRoot) ctx.reporter.line(asRoot);
   const running = await runningServer(home);
   if (running) {
     if (argv.detach) {
@@ -182,6 +182,7 @@ async function serve(
     ctx.reporter.line(
       `✓ ferry serve runs in the background (pid ${info.pid}); logs in ${path.join(home, 'serve.log')}`,
     );
+    if (asRoot) ctx.reporter.line(asRoot);
     ctx.reporter.out(info.url);
     return;
   }
@@ -195,6 +196,7 @@ async function serve(
   ctx.reporter.out(`Ferry platform at ${platform.url}  (state in ${home})`);
   ctx.reporter.out(`API key from ${key.source}; console at ${platform.url}/console`);
   ctx.reporter.out('Ctrl+C stops it and its workers.');
+  if (asRoot) ctx.reporter.line(asRoot);
   await untilStopped();
   ctx.reporter.line('Stopping…');
   forget();
