@@ -3,6 +3,7 @@
  * logs through it, the same way for both providers (local: the running `ferry serve`, or the platform
  * of the `ferry dev` running in the project folder; AWS: the API Gateway in front of the API Lambda).
  */
+import { livePrefix } from '../core/deployment.js';
 import { FerryError } from '../core/errors.js';
 import { managePrefix, type WireLogLine } from '../core/manage.js';
 import type { EndpointRecord } from '../core/ports.js';
@@ -131,7 +132,7 @@ export function notInScope(
 
 /** Whether `wanted` is the endpoint's name (a `ferry dev` endpoint's without its `live-` prefix too). */
 export const namedAs = (record: EndpointName, wanted: string): boolean =>
-  record.name === wanted || record.name === `live-${wanted}`;
+  record.name === wanted || record.name === `${livePrefix}${wanted}`;
 
 /** An endpoint by id, or by name when exactly one endpoint has it (else a usage error that lists them). */
 export function resolveEndpoint<R extends EndpointName>(

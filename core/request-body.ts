@@ -21,6 +21,15 @@ export type LimitedBody =
   /** Past overLimitReadBytes: left unread; the socket must be closed. */
   | { kind: 'cut' };
 
+/** The 413's message for a body over its route's limit, the same from every front door. */
+export function overLimitMessage(
+  method: string | undefined,
+  url: string | undefined,
+  limitBytes: number,
+): string {
+  return `Request body is over the limit of ${method} ${(url ?? '/').split('?', 1)[0]}: it takes at most ${limitBytes} bytes`;
+}
+
 /** Whether a request carries a body (a Content-Length other than 0, or any Transfer-Encoding). */
 export function hasBody(headers: IncomingHttpHeaders): boolean {
   return (

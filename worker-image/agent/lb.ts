@@ -66,7 +66,13 @@ import { FerryError, messageOf, toHttpResponse } from '../../core/errors.js';
 import { limits } from '../../core/limits.js';
 import type { Logger } from '../../core/log.js';
 import type { ApiKeyLookup, Clock, StartFailureRecord, WorkerRegistry } from '../../core/ports.js';
-import { applyServerLimits, hasBody, nodeServerOptions, readLimitedBody } from '../../core/request-body.js';
+import {
+  applyServerLimits,
+  hasBody,
+  nodeServerOptions,
+  overLimitMessage,
+  readLimitedBody,
+} from '../../core/request-body.js';
 import { type StartGrace, WorkerSupervisor } from '../../core/supervisor.js';
 import type { WorkerExit } from './ecsWorker.js';
 import { listen } from './listen.js';
@@ -445,10 +451,7 @@ class LbAgentServer implements LbAgent {
       }
       if (read.kind !== 'body') {
         if (read.kind === 'cut') res.setHeader('connection', 'close');
-        const path = (req.url ?? '/').split('?')[0];
-        reply(res, 413, {
-          error: `Request body is over the limit of ${req.method} ${path}: it takes at most ${limits.lbBodyBytes} bytes`,
-        });
+        reply(res, 413, { error: overLimitMessage(req.method, req.url, limits.lbBodyBytes) });
         return;
       }
       body = read.body ?? Buffer.alloc(0);

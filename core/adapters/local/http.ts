@@ -15,7 +15,7 @@ import { limits } from '../../limits.js';
 import { type Logger, stderrLogger } from '../../log.js';
 import type { ManageApi } from '../../manage.js';
 import type { EndpointRecord } from '../../ports.js';
-import { readLimitedBody } from '../../request-body.js';
+import { overLimitMessage, readLimitedBody } from '../../request-body.js';
 import { registerConsole } from './console.js';
 import { type FrontDoorGuard, frontDoorLimits, installGuards, serverOptions } from './guard.js';
 import type { LbRequest, LbResponse } from './pool.js';
@@ -268,7 +268,7 @@ export async function createHttpServer(options: {
     }
     const message =
       statusCode === 413
-        ? `Request body is over the limit of ${request.method} ${request.url.split('?', 1)[0]}: it takes at most ${request.routeOptions.bodyLimit} bytes`
+        ? overLimitMessage(request.method, request.url, request.routeOptions.bodyLimit)
         : error.message;
     return reply.code(statusCode).send({ error: message });
   });
