@@ -47,7 +47,10 @@ class StreamChunkTest(unittest.TestCase):
     def test_a_spec_chunk_goes_as_it_is(self):
         chunk = {"output": {"text": ["a"]}, "metrics": {"stream_index": 0}}
         self.assertEqual(stream_chunk(chunk), chunk)
-        self.assertEqual(stream_chunk({"output": 1}), {"output": 1})
+
+    def test_a_yielded_output_dict_is_wrapped_like_runpod(self):
+        # RunPod's SDK (rp_job.py run_job_generator) wraps it too: clients read {"output": 1} back.
+        self.assertEqual(stream_chunk({"output": 1}), {"output": {"output": 1}})
 
     def test_other_dicts_with_output_are_wrapped(self):
         self.assertEqual(stream_chunk({"output": 1, "extra": 2}), {"output": {"output": 1, "extra": 2}})

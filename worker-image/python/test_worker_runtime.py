@@ -85,6 +85,10 @@ APP = textwrap.dedent(
             yield {"error": {"code": 7}}
             yield "never"
 
+        def yields_outputs(self, n):
+            for i in range(n):
+                yield {"output": i}
+
         def yields_falsy_error(self):
             yield {"error": None, "x": 1}
 
@@ -196,6 +200,14 @@ class QueueWorkerTest(unittest.TestCase):
         done = self.run_job("job-acount", {"method": "acount", "n": 3})
         self.assertEqual(done["body"], {"output": [0, 10, 20]})
         self.assertEqual([c["body"]["output"] for c in self.platform.of("job-stream", "job-acount")], [0, 10, 20])
+
+    def test_a_yielded_output_dict_is_streamed_and_aggregated_as_runpod_does(self):
+        # RunPod's SDK (rp_job.py) posts {"output": <the yield>} per yield and aggregates the yields
+        # as they are: a yielded {"output": i} is not taken for a chunk of its own.
+        done = self.run_job("job-youts", {"method": "yields_outputs", "n": 2})
+        self.assertEqual(done["body"], {"output": [{"output": 0}, {"output": 1}]})
+        chunks = [c["body"] for c in self.platform.of("job-stream", "job-youts")]
+        self.assertEqual(chunks, [{"output": {"output": 0}}, {"output": {"output": 1}}])
 
     def test_generator_error_ends_stream_with_error(self):
         done = self.run_job("job-half", {"method": "half_stream"})

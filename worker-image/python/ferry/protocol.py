@@ -378,10 +378,13 @@ class TakeAhead:
 
 
 def stream_chunk(value):
-    """The job-stream body for one yielded value. RunPod wraps every yield as {"output": value}; a
-    yielded dict that already is a stream chunk (docs/api.md#stream-chunks) ({"output", "metrics"}) goes as it is,
-    so clients see its metrics beside its output."""
-    if isinstance(value, dict) and "output" in value and set(value) <= {"output", "metrics"}:
+    """The job-stream body for one yielded value. RunPod's SDK wraps every yield as {"output": value}
+    (rp_job.py run_job_generator), a yielded {"output": x} included: its chunk is
+    {"output": {"output": x}} and clients read {"output": x}. The one exception is a yield that is a
+    whole spec chunk with metrics (docs/api.md#stream-chunks), {"output", "metrics"} and nothing
+    else: it goes as it is, so clients see its metrics beside its output, which RunPod's wrapping
+    could not show."""
+    if isinstance(value, dict) and set(value) == {"output", "metrics"}:
         return value
     return {"output": value}
 
