@@ -185,6 +185,15 @@ class ErrorFormatTest(unittest.TestCase):
         err = RemoteError("ep", "j1", "FAILED", error_body(KeyError(), "w")["error"])
         self.assertEqual(str(err), "job j1 on ep ended FAILED: KeyError")
 
+    def test_a_remote_error_from_a_returned_error_object_says_that_object(self):
+        from ferry.client import RemoteError
+        from ferry.queue_runtime import result_body
+
+        # A handler returned {"error": {"code": 7}}: the job's error is that object's JSON text.
+        err = RemoteError("ep", "j1", "FAILED", result_body({"error": {"code": 7}})["error"])
+        self.assertEqual(str(err), 'job j1 on ep ended FAILED: {"code": 7}')
+        self.assertEqual(err.error_message, '{"code": 7}')
+
     def test_results_must_be_json(self):
         self.assertEqual(json.loads(to_json_bytes({"output": "é"})), {"output": "é"})
         with self.assertRaises(OutputError):

@@ -63,7 +63,9 @@ class RemoteError(Exception):
                 record = json.loads(error)
             except ValueError:
                 record = None
-        if isinstance(record, dict):
+        # Only RunPod's record: a handler's own {"error": {...}} reaches us as that object's JSON
+        # text (ferry/queue_runtime.py result_body), and its text is then the message.
+        if isinstance(record, dict) and ("error_type" in record or "error_message" in record):
             self.error_type = record.get("error_type")
             self.error_message = record.get("error_message")
             self.error_traceback = record.get("error_traceback")
