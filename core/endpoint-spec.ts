@@ -46,6 +46,7 @@ export const platformEnvNames = [
   'RUNPOD_ENDPOINT_ID',
   'RUNPOD_PING_INTERVAL',
   'RUNPOD_POD_ID',
+  'RUNPOD_POD_HOSTNAME',
 ] as const;
 
 /** The entry of platformEnvNames that `name` is (or starts with, for a prefix), if any. */

@@ -104,5 +104,9 @@ it('streams a generator and aggregates it', async () => {
 it('reports an exception as FAILED with the SDK error format', async () => {
   const r = await call(platform.baseUrl, 'POST', '/runpod-style/runsync', { input: { text: 'explode' } });
   expect(r.body.status).toBe('FAILED');
-  expect(JSON.parse(r.body.error)).toMatchObject({ error_message: 'handler exploded' });
+  const record = JSON.parse(r.body.error);
+  expect(record).toMatchObject({ error_message: 'handler exploded' });
+  // RUNPOD_POD_HOSTNAME is set (the SDK writes "unknown" without it): the worker's id, as RUNPOD_POD_ID.
+  expect(record.hostname).toBe(record.worker_id);
+  expect(record.hostname).toBe(r.body.workerId);
 });

@@ -45,6 +45,10 @@ export function workerProtocolEnv(options: {
     FERRY_WEBHOOK_POST_STARTUP: `${base}/${startupFailureRoute}/${worker}?agent=1`,
     RUNPOD_AI_API_KEY: options.workerToken,
     RUNPOD_POD_ID: options.workerId,
+    // RunPod's SDK puts it in a failed job's error record ("hostname"; "unknown" without it). A
+    // RunPod pod's hostname is its pod id plus a suffix: the worker id is the nearest Ferry has (on
+    // AWS the stack's placeholder, as RUNPOD_POD_ID; a task's own hostname is not known to the stack).
+    RUNPOD_POD_HOSTNAME: options.workerId,
     RUNPOD_ENDPOINT_ID: options.endpointId,
     RUNPOD_PING_INTERVAL: String(options.pingIntervalMs ?? 10_000),
     FERRY_MODE: 'queue',

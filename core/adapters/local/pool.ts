@@ -523,6 +523,8 @@ export class EndpointPool {
       FERRY_WEBHOOK_POST_OUTPUT_BATCH: `${base}/job-done-batch/${workerId}`,
       RUNPOD_AI_API_KEY: identity.token,
       RUNPOD_POD_ID: workerId,
+      // As the agent's (worker-image/agent/protocol.ts): RunPod's SDK reports it in error records.
+      RUNPOD_POD_HOSTNAME: workerId,
       RUNPOD_ENDPOINT_ID: this.endpointId,
       RUNPOD_PING_INTERVAL: String(this.options.pingIntervalMs ?? 1_000),
       // The ferry runtime ships each job's output lines here (docs/observability.md), and keeps a
