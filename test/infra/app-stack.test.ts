@@ -334,8 +334,8 @@ describe('tasks', () => {
     expect(worker.FERRY_WEBHOOK_POST_OUTPUT_BATCH).toBe(`${base}/job-done-batch/${e.id}-worker?agent=1`);
     expect(worker.RUNPOD_AI_API_KEY).toBe(agent.FERRY_WORKER_TOKEN);
     expect(worker.RUNPOD_POD_ID).toBeDefined();
-    // RunPod's SDK writes it into error records: the placeholder worker id, as RUNPOD_POD_ID.
-    expect(worker.RUNPOD_POD_HOSTNAME).toBe(`${e.id}-worker`);
+    // Not the placeholder worker id: the ferry runtime reports the container's own hostname instead.
+    expect(worker.RUNPOD_POD_HOSTNAME).toBeUndefined();
     expect(worker.RUNPOD_ENDPOINT_ID).toBe(e.id);
     expect(worker).toMatchObject({
       FERRY_MODE: 'queue',

@@ -45,10 +45,9 @@ export function workerProtocolEnv(options: {
     FERRY_WEBHOOK_POST_STARTUP: `${base}/${startupFailureRoute}/${worker}?agent=1`,
     RUNPOD_AI_API_KEY: options.workerToken,
     RUNPOD_POD_ID: options.workerId,
-    // RunPod's SDK puts it in a failed job's error record ("hostname"; "unknown" without it). A
-    // RunPod pod's hostname is its pod id plus a suffix: the worker id is the nearest Ferry has (on
-    // AWS the stack's placeholder, as RUNPOD_POD_ID; a task's own hostname is not known to the stack).
-    RUNPOD_POD_HOSTNAME: options.workerId,
+    // No RUNPOD_POD_HOSTNAME here, unlike the local pool: the stack could only give it the placeholder
+    // worker id (a task's own hostname is not known to it), and the ferry runtime's error records then
+    // lost the container's real hostname (socket.gethostname(), its fallback) for that placeholder.
     RUNPOD_ENDPOINT_ID: options.endpointId,
     RUNPOD_PING_INTERVAL: String(options.pingIntervalMs ?? 10_000),
     FERRY_MODE: 'queue',
