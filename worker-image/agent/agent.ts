@@ -87,6 +87,7 @@ import { type Authenticator, credentialOf, newSecret } from '../../core/auth.js'
 import { systemClock } from '../../core/clock.js';
 import { JobEngine, type WebhookSender, workerKey } from '../../core/engine.js';
 import { messageOf, missingKeyMessage, toHttpResponse } from '../../core/errors.js';
+import { isFinal } from '../../core/job.js';
 import { limits } from '../../core/limits.js';
 import type { Logger } from '../../core/log.js';
 import { jobMetricsLine } from '../../core/metrics.js';
@@ -613,12 +614,23 @@ class AgentServer implements Agent {
   }
 }
 
-/** The jobs a worker request answered 200 ended: job-done's own, or each job-done-batch job taken. */
+/**
+ * The jobs a worker request answered 200 ended: job-done's own, or each job-done-batch job taken,
+ * when the answer's status is final. A progress update (job-done with status IN_PROGRESS) is answered
+ * 200 too, with IN_PROGRESS; counted as well, its metrics line was written whenever the status read
+ * that follows found the job ended, which a final job-done racing it made true: one job, two lines.
+ * The final move is conditional (a second one is a 409), so only one answer per job says final.
+ */
 function endedJobs(route: string, segments: string[], response: ApiResponse): string[] {
-  if (route === 'job-done') return [safeDecode(segments[5] ?? '')];
+  if (route === 'job-done') {
+    const { status } = (response.body ?? {}) as { status?: string };
+    return status !== undefined && isFinal(status) ? [safeDecode(segments[5] ?? '')] : [];
+  }
   if (route !== 'job-done-batch') return [];
-  const { jobs } = response.body as { jobs: { id: string; statusCode: number }[] };
-  return jobs.filter((job) => job.statusCode === 200).map((job) => job.id);
+  const { jobs } = response.body as { jobs: { id: string; statusCode: number; status?: string }[] };
+  return jobs
+    .filter((job) => job.statusCode === 200 && job.status !== undefined && isFinal(job.status))
+    .map((job) => job.id);
 }
 
 function envMs(name: string): number | undefined {
