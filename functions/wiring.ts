@@ -13,6 +13,7 @@ import { LambdaClient } from '@aws-sdk/client-lambda';
 import { S3Client } from '@aws-sdk/client-s3';
 import {
   DeleteMessageCommand,
+  GetQueueAttributesCommand,
   GetQueueUrlCommand,
   ReceiveMessageCommand,
   SQSClient,
@@ -139,8 +140,26 @@ export interface DeadLetters {
   take(endpointId: string, max: number): Promise<Array<{ jobId: string; remove(): Promise<void> }>>;
 }
 
-/** DeadLetters over SQS: `ferry-<id>-dlq` and `ferry-<id>-low-dlq` (infra/names.ts). */
-export function sqsDeadLetters(sqs: SQSClient, prefix: string): DeadLetters {
+/**
+ * DeadLetters over SQS: `ferry-<id>-dlq` and `ferry-<id>-low-dlq` (infra/names.ts).
+ *
+ * A dead-letter queue is read with a long poll, never a short one. A short poll (WaitTimeSeconds 0)
+ * "queries only a subset of the servers (based on a weighted random distribution)" and can answer
+ * empty while messages wait; a long poll queries all of them and so eliminates "false empty
+ * responses" (Amazon SQS short and long polling, SQS Developer Guide). Read with short polls and
+ * stopped at the first empty answer, a dead letter could wait one run or several before its job
+ * failed. A long poll returns as soon as a message is there, and waits its whole WaitTimeSeconds
+ * only when the queue is empty: so an empty answer ends the read, and each read ends with one such
+ * wait (`waitSec`, the 1-second minimum).
+ *
+ * That wait is not spent on a dead-letter queue whose ApproximateNumberOfMessages is 0: nearly all
+ * of them, nearly always, and a 1 s wait on each, serially, would take most of the sweeper's minute
+ * with a few dozen endpoints. The count is approximate and may lag ("may not achieve consistency
+ * until at least 1 minute after the producers stop sending messages", GetQueueAttributes): a letter
+ * it does not count yet is read by a later run, once the count shows it; it is never lost, since a
+ * dead letter stays for the queue's retention (14 days, infra/constructs/queues.ts).
+ */
+export function sqsDeadLetters(sqs: SQSClient, prefix: string, waitSec = 1): DeadLetters {
   const urls = queueUrls(sqs, prefix);
   return {
     async take(endpointId, max) {
@@ -152,12 +171,17 @@ export function sqsDeadLetters(sqs: SQSClient, prefix: string): DeadLetters {
         } catch {
           continue; // an endpoint deployed before its DLQ existed, or being deleted
         }
+        if (out.length >= max) break;
+        const { Attributes } = await sqs.send(
+          new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['ApproximateNumberOfMessages'] }),
+        );
+        if (Number(Attributes?.ApproximateNumberOfMessages ?? 0) === 0) continue;
         while (out.length < max) {
           const { Messages } = await sqs.send(
             new ReceiveMessageCommand({
               QueueUrl: url,
               MaxNumberOfMessages: Math.min(10, max - out.length),
-              WaitTimeSeconds: 0,
+              WaitTimeSeconds: waitSec,
               VisibilityTimeout: 60,
             }),
           );

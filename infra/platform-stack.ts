@@ -1291,8 +1291,15 @@ export class PlatformStack extends Stack {
     // clearStream of a deleted job: meta Update, Query, BatchWrite deletes.
     allowTable(role, this.chunksTable, ['dynamodb:Query', 'dynamodb:UpdateItem', 'dynamodb:BatchWriteItem']);
     // A lapsed lease, or a job left waiting, goes back to the queue with a new message; dead
-    // letters are read and deleted (functions/sweeper.ts).
-    this.allowQueues(fn, ['sqs:SendMessage', 'sqs:GetQueueUrl', 'sqs:ReceiveMessage', 'sqs:DeleteMessage']);
+    // letters are counted (GetQueueAttributes: a long poll only where the count says something),
+    // read and deleted (functions/wiring.ts sqsDeadLetters).
+    this.allowQueues(fn, [
+      'sqs:SendMessage',
+      'sqs:GetQueueUrl',
+      'sqs:GetQueueAttributes',
+      'sqs:ReceiveMessage',
+      'sqs:DeleteMessage',
+    ]);
     // An endpoint whose workers cannot start: its STARTS# item only (its queued jobs end FAILED).
     role.addToPolicy(
       new iam.PolicyStatement({

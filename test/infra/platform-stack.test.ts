@@ -868,9 +868,9 @@ describe('least privilege', () => {
     expect(queries).toContain(`/index/${dynamoSchema.jobs.indexes.byStatusExpiry.indexName}`);
     expect(resourcesFor(statements, 'dynamodb:DeleteItem')).toEqual([arnOf(platform.jobsTable)]);
     expect(actionsOf(statements)).toContain('sqs:SendMessage');
-    // Dead letters are read and deleted; waiting jobs found per endpoint (functions/sweeper.ts).
+    // Dead letters are counted, read and deleted; waiting jobs found per endpoint (functions/sweeper.ts).
     expect(actionsOf(statements)).toEqual(
-      expect.arrayContaining(['sqs:ReceiveMessage', 'sqs:DeleteMessage']),
+      expect.arrayContaining(['sqs:GetQueueAttributes', 'sqs:ReceiveMessage', 'sqs:DeleteMessage']),
     );
     expect(queries).toContain(`/index/${dynamoSchema.jobs.indexes.byEndpointStatus.indexName}`);
     // Of the control table the kind index (which endpoints exist) and, of its items, only the STARTS#
