@@ -28,7 +28,9 @@
  * - Where the rest says 0, workers still booting within their boot allowance are kept (`booting`,
  *   counted by `bootingOf`). A load-balanced endpoint woken from zero needs this: the request that woke
  *   it is stored nowhere (its ALB answered 503 and the alarm fires once), so nothing else says the task
- *   now booting is wanted. Queue jobs wait in the queue, so a queue endpoint's demand outlives the boot.
+ *   now booting is wanted. Queue jobs wait in the queue, so a queue endpoint's demand outlives the
+ *   boot, but SQS's count of them lags the sends by up to a minute or more: while it still reads 0,
+ *   the scaler passes `booting` for a queue endpoint too (functions/scaler.ts).
  */
 
 import type { WorkerRecord } from './ports.js';
@@ -65,7 +67,8 @@ export interface ScalingInput {
    * Workers started for the endpoint that are not up yet and still within their boot allowance
    * (`bootingOf`). They keep the count from going to 0, and only that: above 0 the demand that started
    * them is still visible to the policy (held or waiting), so it decides alone. On AWS the scaler
-   * passes it for load-balanced endpoints (functions/scaler.ts); the local pool holds a waiting
+   * passes it for load-balanced endpoints, and for queue endpoints whose store counts urgent jobs the
+   * queue's lagging depth may not show yet (functions/scaler.ts); the local pool holds a waiting
    * request at its front door until a worker is ready, so its demand never vanishes and it passes none.
    */
   booting?: number;

@@ -35,6 +35,15 @@
  * minutes). Before it would lower such an endpoint to 0, the scaler reads the service's tasks and keeps
  * those still within their boot allowance (`bootingOf` in core/scaling.ts; `bootAllowanceOf` here).
  *
+ * A queue endpoint needs the same while its queue's count hides the job that woke it. SQS's
+ * ApproximateNumberOfMessages "may not achieve consistency until at least 1 minute after the producers
+ * stop sending messages" (GetQueueAttributes), and the urgent demand is the depth capped by the job
+ * store's count (`urgentDemand`), so a depth still reading 0 makes it 0: the scheduled run right after
+ * the /run nudge that started a task for the job lowered the endpoint back to 0, ECS stopped the task
+ * mid-boot, and the next run started another, the cold start paid again (test/unit/scaling-sim.test.ts,
+ * the lagging-count day). So when the store still counts urgent jobs waiting, booting tasks are kept
+ * the same way; when it counts none, nothing is read and the answer stands.
+ *
  * What stops it launching tasks that cannot start: a task of the cluster that stops with stopCode
  * TaskFailedToStart (an image that cannot be pulled, a `secrets=` name with no Secrets Manager secret:
  * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/stopped-task-error-codes.html) reaches
@@ -488,8 +497,9 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
     }
   }
   const plans: EndpointScaleReport[] = [];
-  // Load-balanced endpoints: what the policy was asked, to ask again with the tasks still booting.
-  const lbInputs = new Map<EndpointScaleReport, { input: ScalingInput; allowance: BootAllowance }>();
+  // Load-balanced endpoints, and queue endpoints with urgent jobs in the store: what the policy was
+  // asked, to ask again with the tasks still booting.
+  const bootInputs = new Map<EndpointScaleReport, { input: ScalingInput; allowance: BootAllowance }>();
   for (const record of records) {
     const service = `${deps.serviceNamePrefix}${record.id}`;
     try {
@@ -532,8 +542,10 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
         decision: decideScale(input),
         updated: false,
       };
-      // Queue endpoints need no boot allowance: their jobs wait in the queue until a worker takes them.
-      if (!isQueue && !failing) lbInputs.set(plan, { input, allowance: bootAllowanceOf(endpoint.resources) });
+      // A queue endpoint's jobs wait in the queue until a worker takes them, so its booting tasks
+      // matter only while the store counts urgent jobs the lagging depth may not show yet.
+      if (!failing && (!isQueue || queued.urgent > 0))
+        bootInputs.set(plan, { input, allowance: bootAllowanceOf(endpoint.resources) });
       plans.push(plan);
     } catch (error) {
       plans.push({ endpointId: record.id, service, updated: false, error: (error as Error).message });
@@ -559,14 +571,14 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
       plan.noService = true;
       continue;
     }
-    const lb = lbInputs.get(plan);
-    // About to put a load-balanced endpoint at 0 while it has tasks no worker has reported for: they
-    // may be booting for the request that woke it. Only then are its tasks read (two more calls).
-    if (lb && plan.decision!.desired === 0 && plan.was > lb.input.workers.length) {
+    const boot = bootInputs.get(plan);
+    // About to put an endpoint at 0 while it has tasks no worker has reported for: they may be
+    // booting for the request or job that woke it. Only then are its tasks read (two more calls).
+    if (boot && plan.decision!.desired === 0 && plan.was > boot.input.workers.length) {
       try {
         const tasks = await serviceTasks(deps, plan.service);
-        plan.booting = bootingOf(tasks, lb.input.workers.length, lb.allowance, lb.input.nowMs);
-        if (plan.booting > 0) plan.decision = decideScale({ ...lb.input, booting: plan.booting });
+        plan.booting = bootingOf(tasks, boot.input.workers.length, boot.allowance, boot.input.nowMs);
+        if (plan.booting > 0) plan.decision = decideScale({ ...boot.input, booting: plan.booting });
       } catch (error) {
         // Without the tasks the policy's answer stands; the line below says why.
         plan.error = `reading the tasks of ${plan.service}: ${(error as Error).message}`;

@@ -731,3 +731,279 @@ describe('a load-balanced day through the scaler, the ALB, the wake-up alarm and
     expect(blind.desiredLog.map((e) => e.desired)).toEqual([1, 0, 1, 0]);
   });
 });
+
+/**
+ * A queue endpoint through the scaler itself (scaleEndpoints) while SQS's counts lag. What AWS
+ * documents: ApproximateNumberOfMessages and the other Approximate* attributes "may not achieve
+ * consistency until at least 1 minute after the producers stop sending messages"
+ * (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_GetQueueAttributes.html),
+ * and they are approximate "because of the distributed architecture of Amazon SQS". The model: the
+ * depth the scaler reads is the true count of waiting messages as it was `lagMs` ago (a minute; 0
+ * for what fauxqs answers). The job store's count of urgent jobs IN_QUEUE (DynamoDB count items) is
+ * exact here. Workers take a waiting job the second they run (a long poll answers at once).
+ */
+interface LagJob {
+  id: number;
+  submittedAt: number;
+  durationMs: number;
+  state: 'queued' | 'held' | 'done';
+  startedAt?: number;
+}
+
+interface LagTask {
+  id: number;
+  state: 'pending' | 'running' | 'stopped';
+  createdAt: number;
+  readyAt: number;
+  startedAt?: number;
+  held: Set<number>;
+  lastBusyAt: number;
+  stoppedAt?: number;
+}
+
+const lagSettings = { max: 3, idleTimeoutMs: 5 * minute, coldStartMs: 6 * minute };
+
+class QueueLagSim {
+  readonly clock = new FakeClock(0);
+  readonly jobs: LagJob[] = [];
+  readonly tasks: LagTask[] = [];
+  desired = 0;
+  readonly desiredLog: { atMs: number; desired: number }[] = [];
+  readonly violations: string[] = [];
+  readonly errors: string[] = [];
+  /** The true number of waiting messages at each second, for the lagging depth. */
+  private readonly waitingAt: number[] = [];
+  private nextTaskId = 1;
+  private nudged = false;
+  private readonly endpoint = recordFor(
+    {
+      name: 'q',
+      kind: 'queue',
+      file: 'main.py',
+      module: 'main',
+      target: { name: 'handler', type: 'function', isAsync: false, isGenerator: false, params: ['job'] },
+      resources: {
+        ...sampleResources,
+        workersMin: 0,
+        workersMax: lagSettings.max,
+        maxConcurrency: 1,
+        idleTimeoutSec: lagSettings.idleTimeoutMs / second,
+      },
+      configHash: 'h',
+    } as ManifestEndpoint,
+    '/nowhere',
+    'q',
+  );
+  private readonly service = 'ferry-q';
+
+  constructor(readonly lagMs: number) {}
+
+  get now(): number {
+    return this.clock.now();
+  }
+
+  live(): LagTask[] {
+    return this.tasks.filter((t) => t.state !== 'stopped');
+  }
+
+  running(): LagTask[] {
+    return this.tasks.filter((t) => t.state === 'running');
+  }
+
+  waiting(): number {
+    return this.jobs.filter((j) => j.state === 'queued').length;
+  }
+
+  submit(count: number, durationMs = 20 * second): void {
+    for (let i = 0; i < count; i++) {
+      this.jobs.push({ id: this.jobs.length, submittedAt: this.now, durationMs, state: 'queued' });
+    }
+    // The API's nudge: an urgent job for an endpoint with no worker invokes the scaler at once.
+    if (this.running().length === 0) this.nudged = true;
+  }
+
+  async run(untilMs: number, script: Map<number, (sim: QueueLagSim) => void>): Promise<void> {
+    while (this.now <= untilMs) {
+      script.get(this.now)?.(this);
+      await this.step();
+      this.clock.advance(second);
+    }
+  }
+
+  private async step(): Promise<void> {
+    const now = this.now;
+    for (const task of this.running()) {
+      for (const id of [...task.held]) {
+        const job = this.jobs[id]!;
+        if (now - job.startedAt! >= job.durationMs) {
+          job.state = 'done';
+          task.held.delete(id);
+          task.lastBusyAt = now;
+        }
+      }
+    }
+    for (const task of this.live()) {
+      if (task.state === 'pending' && now >= task.readyAt) {
+        task.state = 'running';
+        task.startedAt = now;
+        task.lastBusyAt = now;
+      }
+    }
+    for (const task of this.running()) {
+      const job = task.held.size === 0 ? this.jobs.find((j) => j.state === 'queued') : undefined;
+      if (!job) continue;
+      job.state = 'held';
+      job.startedAt = now;
+      task.held.add(job.id);
+      task.lastBusyAt = now;
+    }
+    this.waitingAt[now / second] = this.waiting();
+    if (this.nudged) {
+      this.nudged = false;
+      await this.scale({ endpointId: this.endpoint.id, urgentJob: true });
+    }
+    if (now % minute === 0)
+      await this.scale({ source: 'aws.events', 'detail-type': 'Scheduled Event', detail: {} });
+    this.reconcile();
+  }
+
+  private async scale(event: unknown): Promise<void> {
+    const reports = await scaleEndpoints(this.deps(), scalerEventOf(event));
+    for (const r of reports) if (r.error) this.errors.push(r.error);
+  }
+
+  /** What the scaler reads: the lagging depth, the store's exact count, the workers, ECS. */
+  private deps(): ScalerDeps {
+    const lagged = () => this.waitingAt[Math.max(0, (this.now - this.lagMs) / second)] ?? 0;
+    return {
+      control: {
+        listEndpoints: async () => [this.endpoint],
+        getEndpoint: async (id: string) => (id === this.endpoint.id ? this.endpoint : undefined),
+      },
+      queue: { depth: async () => ({ urgent: lagged(), visible: lagged() }) },
+      jobs: { queuedAtMost: async () => ({ all: this.waiting(), urgent: this.waiting() }) },
+      workers: {
+        list: async (): Promise<WorkerRecord[]> =>
+          this.running().map((t) => ({
+            workerId: `t${t.id}`,
+            endpointId: this.endpoint.id,
+            state: t.held.size > 0 ? 'running' : 'idle',
+            jobIds: [...t.held].map(String),
+            lastSeenAt: this.now,
+            lastBusyAt: t.held.size > 0 ? this.now : t.lastBusyAt,
+          })),
+      },
+      ecs: {
+        send: (async (command: unknown) => {
+          if (command instanceof DescribeServicesCommand) {
+            return {
+              services: [{ serviceName: this.service, status: 'ACTIVE', desiredCount: this.desired }],
+            };
+          }
+          if (command instanceof UpdateServiceCommand) {
+            this.desired = command.input.desiredCount!;
+            this.desiredLog.push({ atMs: this.now, desired: this.desired });
+            return {};
+          }
+          if (command instanceof ListTasksCommand) {
+            return { taskArns: this.live().map((t) => `task/ferry/${t.id}`) };
+          }
+          if (command instanceof DescribeTasksCommand) {
+            const ids = new Set(command.input.tasks);
+            return {
+              tasks: this.live()
+                .filter((t) => ids.has(`task/ferry/${t.id}`))
+                .map((t) => ({
+                  createdAt: new Date(t.createdAt),
+                  ...(t.startedAt !== undefined ? { startedAt: new Date(t.startedAt) } : {}),
+                })),
+            };
+          }
+          throw new Error('unexpected ECS command');
+        }) as ScalerDeps['ecs']['send'],
+      },
+      cluster: 'ferry',
+      serviceNamePrefix: 'ferry-',
+      clock: this.clock,
+      workerStaleMs: 180 * second,
+    };
+  }
+
+  /** The ECS service scheduler (as in the first day's model): pending tasks go first, protected ones never. */
+  private reconcile(): void {
+    const now = this.now;
+    for (let i = this.live().length; i < this.desired; i++) {
+      this.tasks.push({
+        id: this.nextTaskId++,
+        state: 'pending',
+        createdAt: now,
+        readyAt: now + lagSettings.coldStartMs,
+        held: new Set(),
+        lastBusyAt: now,
+      });
+    }
+    let surplus = this.live().length - this.desired;
+    const protectedTask = (t: LagTask) => t.held.size > 0 || now - t.lastBusyAt < lagSettings.idleTimeoutMs;
+    const candidates = [
+      ...this.live().filter((t) => t.state === 'pending'),
+      ...this.live().filter((t) => t.state === 'running' && !protectedTask(t)),
+    ];
+    for (const task of candidates) {
+      if (surplus-- <= 0) break;
+      if (task.state === 'pending' && this.waiting() > 0) {
+        this.violations.push(
+          `${now}: task ${task.id} stopped mid-boot while ${this.waiting()} job(s) waited`,
+        );
+      }
+      task.state = 'stopped';
+      task.stoppedAt = now;
+    }
+    if (this.desired > lagSettings.max) this.violations.push(`${now}: desired ${this.desired} > max`);
+  }
+}
+
+function lagDay(): Map<number, (sim: QueueLagSim) => void> {
+  const script = new Map<number, (sim: QueueLagSim) => void>();
+  // 01:00:30 one job on the endpoint at zero: the nudge starts a task, the next run reads the depth.
+  script.set(at(1, 0, 30), (sim) => sim.submit(1));
+  // 03:00:30 a burst of 12: the depth keeps counting them for a minute after the workers took them.
+  script.set(at(3, 0, 30), (sim) => sim.submit(12));
+  return script;
+}
+
+describe('a queue endpoint through the scaler while SQS’s counts lag a minute behind', async () => {
+  for (const lagMs of [0, minute]) {
+    describe(lagMs === 0 ? 'exact counts (what fauxqs answers)' : 'counts a minute old', async () => {
+      const sim = new QueueLagSim(lagMs);
+      await sim.run(at(5), lagDay());
+
+      it('never stops a task mid-boot while a job waits for it, and runs every job', () => {
+        expect(sim.errors).toEqual([]);
+        expect(sim.violations).toEqual([]);
+        expect(sim.jobs.filter((j) => j.state !== 'done').map((j) => j.id)).toEqual([]);
+      });
+
+      it('one job from zero starts one task, and it starts the job one cold start after the submit', () => {
+        expect(sim.tasks.filter((t) => t.createdAt >= at(1) && t.createdAt < at(2))).toHaveLength(1);
+        const job = sim.jobs[0]!;
+        expect(job.startedAt! - job.submittedAt).toBeLessThanOrEqual(lagSettings.coldStartMs);
+      });
+
+      it('does not thrash: rises to max for the burst and comes down once, no task started after the last job began', () => {
+        const counts = sim.desiredLog.filter((e) => e.atMs >= at(3) && e.atMs < at(4)).map((e) => e.desired);
+        const top = counts.indexOf(lagSettings.max);
+        expect(top).toBeGreaterThanOrEqual(0);
+        // Up (maybe by the nudge's 1 first), then down: never lowered and raised again.
+        expect(counts.slice(0, top + 1)).toEqual([...counts.slice(0, top + 1)].sort((a, b) => a - b));
+        expect(counts.slice(top)).toEqual([...counts.slice(top)].sort((a, b) => b - a));
+        const lastStart = Math.max(...sim.jobs.map((j) => j.startedAt!));
+        expect(sim.tasks.filter((t) => t.createdAt > lastStart)).toEqual([]);
+      });
+
+      it('goes back to zero once idle for idle_timeout', () => {
+        expect(sim.desired).toBe(0);
+        expect(sim.live()).toEqual([]);
+      });
+    });
+  }
+});
