@@ -279,7 +279,13 @@ export class EndpointService extends Construct {
       condition: ecs.ContainerDependencyCondition.SUCCESS,
     });
     if (endpoint.kind === 'queue') {
-      // The worker calls the agent: it links to it (so starts after it).
+      // The worker calls the agent: it links to it (so starts after it). START "validates that a
+      // dependent container is started", not that it listens yet
+      // (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDependency.html), so
+      // the worker's first takes may be refused; its runtime retries those quietly
+      // (worker-image/python/ferry/queue_runtime.py). HEALTHY would wait for a task-definition health
+      // check on the agent, whose probes run every `interval` (5 s at least): a few seconds more on
+      // every cold start, for a race the retry already covers.
       worker.addLink(agent, linkNames.agent);
       worker.addContainerDependencies({
         container: agent,

@@ -2,6 +2,7 @@
 done_async, QueueRuntime): against a real local HTTP server, and a runtime whose jobs cross no thread."""
 
 import asyncio
+import errno
 import io
 import json
 import re
@@ -337,13 +338,13 @@ APP_KINDS = {
 class RuntimeOnTheLoopTest(unittest.TestCase):
     """A QueueRuntime in this process against the fake platform: which calls left the loop."""
 
-    def run_jobs(self, source, count, log_shipper=None, on_api=None, batch=False):
+    def run_jobs(self, source, count, log_shipper=None, on_api=None, batch=False, said=None):
         namespace = {}
         exec(source, namespace)  # noqa: S102 - the test's own handler
         platform = FakePlatform()
         self.addCleanup(platform.close)
         env = platform.env("w1")
-        said = []
+        said = [] if said is None else said
         api = WorkerApi(env["RUNPOD_WEBHOOK_GET_JOB"], env["RUNPOD_WEBHOOK_POST_OUTPUT"],
                         env["RUNPOD_WEBHOOK_POST_STREAM"], env["RUNPOD_WEBHOOK_PING"], platform.api_key, "w1",
                         said.append,
@@ -469,6 +470,27 @@ class RuntimeOnTheLoopTest(unittest.TestCase):
             left = self.run_jobs(source, 12, shipper)
         self.assertEqual(sorted(shipped), sorted((f"job-{i}", False) for i in range(0, 12, 3)))
         self.assertEqual(left.count("flush"), 4)  # only the jobs that logged wait for the shipper
+
+    def test_takes_refused_while_the_agent_comes_up_are_retried_without_a_word(self):
+        # On ECS the worker may start before the agent beside it listens (its START dependency waits
+        # for the agent's container to be started only): the first takes find nothing there.
+        refused = []
+
+        def refuse_first_takes(api):
+            plain = api.take_async
+
+            async def take_async(*args):
+                if len(refused) < 3:
+                    refused.append(args)
+                    raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+                return await plain(*args)
+
+            api.take_async = take_async
+
+        said = []
+        self.run_jobs(APP_KINDS["async"], 2, on_api=refuse_first_takes, said=said)
+        self.assertEqual(len(refused), 3)
+        self.assertEqual([line for line in said if "job-take failed" in line], [])
 
     def test_shutdown_abandons_a_take_in_flight(self):
         server = _Server()

@@ -214,6 +214,12 @@ def _without_runtime_frames(exc):
     return exc.with_traceback(tb) if tb is not None else exc
 
 
+# A job-take refused before the platform ever answered is retried after STARTUP_RETRY_SEC without a
+# word, up to STARTUP_REFUSALS times (10 s in all): the agent beside the worker may not listen yet.
+STARTUP_RETRY_SEC = 0.1
+STARTUP_REFUSALS = 100
+
+
 def nothing_there(exc):
     """Whether a request failed because nothing is where the platform was: a refused connection
     (locally: no process listens), or no route to the address (on ECS the agent is a linked
@@ -268,6 +274,13 @@ class QueueRuntime:
         # A job-take started before this module was imported (worker.py, for a quick cold start).
         self._first_take = first_take
         self._on_loop = False  # job-take and job-done from the loop (set in run())
+        # Until the platform first answers a job-take, a refused connection is the agent still coming
+        # up, not trouble: on ECS the worker container waits for the agent's container dependency
+        # condition START, which "validates that a dependent container is started" (ECS
+        # ContainerDependency), not that it listens yet. Those takes are retried quickly and quietly,
+        # STARTUP_REFUSALS times at most; after that, or once contact was made, each failure is said.
+        self._contact = False
+        self._startup_refusals_left = STARTUP_REFUSALS
 
     def _blocking(self, fn, *args):
         return run_blocking(self.loop, fn, *args, threads=self.threads)
@@ -392,9 +405,14 @@ class QueueRuntime:
                 await self._pause(5)
                 continue
             except Exception as exc:  # noqa: BLE001 - network trouble: log, back off, retry
+                if not self._contact and self._startup_refusals_left > 0 and nothing_there(exc):
+                    self._startup_refusals_left -= 1
+                    await self._pause(STARTUP_RETRY_SEC)
+                    continue
                 self.say(f"job-take failed: {type(exc).__name__}: {exc}")
                 await self._pause(1)
                 continue
+            self._contact = True
             for job in jobs:
                 self._start(job)
             if jobs:
