@@ -149,8 +149,9 @@ export interface DeadLetters {
  * responses" (Amazon SQS short and long polling, SQS Developer Guide). Read with short polls and
  * stopped at the first empty answer, a dead letter could wait one run or several before its job
  * failed. A long poll returns as soon as a message is there, and waits its whole WaitTimeSeconds
- * only when the queue is empty: so an empty answer ends the read, and each read ends with one such
- * wait (`waitSec`, the 1-second minimum).
+ * (`waitSec`, the 1-second minimum) only when the queue is empty, so an empty answer ends the read.
+ * The read stops as well once it has as many letters as the count said: no wait at all when the
+ * count was right; what it did not count yet is left for the next run.
  *
  * That wait is not spent on a dead-letter queue whose ApproximateNumberOfMessages is 0: nearly all
  * of them, nearly always, and a 1 s wait on each, serially, would take most of the sweeper's minute
@@ -175,17 +176,18 @@ export function sqsDeadLetters(sqs: SQSClient, prefix: string, waitSec = 1): Dea
         const { Attributes } = await sqs.send(
           new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['ApproximateNumberOfMessages'] }),
         );
-        if (Number(Attributes?.ApproximateNumberOfMessages ?? 0) === 0) continue;
-        while (out.length < max) {
+        let left = Math.min(Number(Attributes?.ApproximateNumberOfMessages ?? 0), max - out.length);
+        while (left > 0) {
           const { Messages } = await sqs.send(
             new ReceiveMessageCommand({
               QueueUrl: url,
-              MaxNumberOfMessages: Math.min(10, max - out.length),
+              MaxNumberOfMessages: Math.min(10, left),
               WaitTimeSeconds: waitSec,
               VisibilityTimeout: 60,
             }),
           );
           if (!Messages || Messages.length === 0) break;
+          left -= Messages.length;
           for (const message of Messages) {
             let jobId: string | undefined;
             try {

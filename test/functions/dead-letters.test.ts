@@ -16,12 +16,25 @@ describe('reading dead letters', () => {
     sqs.put('ferry-ep-dlq', letter('job-u'));
     sqs.put('ferry-ep-low-dlq', letter('job-l'));
     const dead = sqsDeadLetters(sqs.client, 'ferry-');
+    const startMs = sqs.now();
     const taken = await dead.take('ep', 100);
     expect(taken.map((t) => t.jobId)).toEqual(['job-u', 'job-l']);
     for (const t of taken) await t.remove();
     expect(sqs.count('ferry-ep-dlq') + sqs.count('ferry-ep-low-dlq')).toBe(0);
-    // The reads were long polls, each queue's ending on the one empty answer it waited for.
+    // The reads were long polls, and none waited: each stopped once it had what the count said.
     expect(sqs.requests.every((r) => r.waitSec >= 1)).toBe(true);
+    expect(sqs.now()).toBe(startMs);
+  });
+
+  it('ends a read whose count said more than there is on the long poll’s empty answer, after its 1 s', async () => {
+    // The count lags: it still says 3 where one letter is left.
+    const sqs = sampledSqs({ approximate: (_queue, visible) => (visible > 0 ? 3 : 0) });
+    sqs.put('ferry-ep-dlq', letter('job-1'));
+    const startMs = sqs.now();
+    const taken = await sqsDeadLetters(sqs.client, 'ferry-').take('ep', 100);
+    expect(taken.map((t) => t.jobId)).toEqual(['job-1']);
+    expect(sqs.requests.map((r) => r.got)).toEqual([1, 0]);
+    expect(sqs.now() - startMs).toBe(1_000);
   });
 
   it('takes up to max, across receives of 10, and leaves the rest for the next run', async () => {

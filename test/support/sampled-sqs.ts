@@ -13,7 +13,7 @@
  *    moves the fake clock on, and a message `arriving` within it ends the wait at its arrival.
  *
  * Only what Ferry's adapters send is answered: GetQueueUrl, GetQueueAttributes
- * (ApproximateNumberOfMessages, exact here), ReceiveMessage, DeleteMessage,
+ * (ApproximateNumberOfMessages, exact unless `approximate` says otherwise), ReceiveMessage, DeleteMessage,
  * ChangeMessageVisibilityBatch and SendMessage. `requests` lists each receive, for tests that check
  * which queue was polled how.
  */
@@ -54,6 +54,11 @@ export function sampledSqs(
     startMs?: number;
     /** Told each time the fake clock moves (a test with code on Date.now moves Date with it). */
     onAdvance?: (nowMs: number) => void;
+    /**
+     * ApproximateNumberOfMessages from the true visible count; default: exact. SQS's may lag "at
+     * least 1 minute after the producers stop sending messages" (GetQueueAttributes), either way.
+     */
+    approximate?: (queue: string, visible: number) => number;
   } = {},
 ): SampledSqs {
   const shortPollSees = options.shortPollSees ?? (() => false);
@@ -111,9 +116,9 @@ export function sampledSqs(
     async send(command: unknown): Promise<unknown> {
       if (command instanceof GetQueueUrlCommand) return { QueueUrl: urlOf(command.input.QueueName!) };
       if (command instanceof GetQueueAttributesCommand) {
-        return {
-          Attributes: { ApproximateNumberOfMessages: String(visible(nameOf(command.input.QueueUrl)).length) },
-        };
+        const name = nameOf(command.input.QueueUrl);
+        const count = options.approximate?.(name, visible(name).length) ?? visible(name).length;
+        return { Attributes: { ApproximateNumberOfMessages: String(count) } };
       }
       if (command instanceof ReceiveMessageCommand) return receive(command.input);
       if (command instanceof DeleteMessageCommand) {
