@@ -573,13 +573,19 @@ export class V2Api {
     return ok({});
   }
 
-  /** A batch of output lines (docs/observability.md); each job must be one of this endpoint's. */
+  /**
+   * A batch of output lines (docs/observability.md); each job must be one this worker ran (holds, or
+   * held when it ended): a worker token writes into no other job's log, not even its endpoint's.
+   */
   private readonly jobLog = async ({ req, endpointId, params }: RouteContext): Promise<ApiResponse> => {
     const { lines } = parseOr400(jobLogSchema, workerBody(req), 'job-log body');
+    const workerId = params[0]!;
     for (const jobId of new Set(lines.map((line) => line.jobId))) {
-      await this.options.engine.mustExist(endpointId, jobId).catch((error: unknown) => {
+      await this.options.engine.mustHaveRun(endpointId, jobId, workerId).catch((error: unknown) => {
         throw FerryError.is(error) && error.code === 'not_found'
-          ? badRequest(`Job ${jobId} is not a job of endpoint ${endpointId}`)
+          ? badRequest(
+              `Job ${jobId} is not a job that worker ${workerId} of endpoint ${endpointId} runs or ran`,
+            )
           : error;
       });
     }
@@ -587,7 +593,7 @@ export class V2Api {
       lines.map((line) => ({
         ...line,
         endpointId,
-        workerId: params[0]!,
+        workerId,
         text: line.text.slice(0, limits.logLineChars),
       })),
     );

@@ -367,9 +367,17 @@ export class JobEngine {
     this.#capRoom.delete(endpointId);
   }
 
-  /** 404 unless `jobId` is an unexpired job of this endpoint. Reads no input (job-log's check). */
-  async mustExist(endpointId: string, jobId: string): Promise<void> {
-    await this.mustGet(endpointId, jobId, noInput);
+  /**
+   * 404 unless `jobId` is an unexpired job of this endpoint that `workerId` took and still has, or had
+   * when the job ended (job-log's check): a worker adds lines to the jobs it ran, never to another
+   * job of its endpoint. Not only IN_PROGRESS: a handler that is cancelled or times out prints until
+   * it is stopped, and the runtime ships those last lines after the job ended. A job taken from the
+   * worker (requeued, or failed once its lease lapsed) has no workerId and reads as unknown, as do
+   * other workers' jobs. Reads no input.
+   */
+  async mustHaveRun(endpointId: string, jobId: string, workerId: string): Promise<void> {
+    const job = await this.jobs.get(jobId, this.clock.now(), noInput);
+    this.ofEndpoint(endpointId, jobId, job?.workerId === workerId ? job : undefined);
   }
 
   /**

@@ -321,27 +321,55 @@ describe('refusals', () => {
     expect((await call(manage, 'POST', '/endpoints', {})).status).toBe(404);
   });
 
-  it("job-log takes this worker's token only, and only this endpoint's jobs", async () => {
-    // A queue with no pool of its own: the test plays its worker (protocolWorker adopts one).
-    const queued = (await call(v2, 'POST', '/quiet/run', { input: {} })).body as { id: string };
+  it("job-log takes this worker's token only, and only for jobs this worker ran", async () => {
+    // A queue with no pool of its own: the test plays its workers (protocolWorker adopts them).
+    const w1 = platform.protocolWorker('quiet', 'w1');
+    const w2 = platform.protocolWorker('quiet', 'w2');
+    const submit = async () => (await call(v2, 'POST', '/quiet/run', { input: {} })).body.id as string;
+    // One at a time, so each take gets the job just submitted.
+    const mine = await submit();
+    expect((await w1.take())?.id).toBe(mine);
+    const theirs = await submit();
+    expect((await w2.take())?.id).toBe(theirs);
+    const queued = await submit();
     const chattyJob = await runToEnd('chatty', { lines: 0 });
-    const token = platform.protocolWorker('quiet', 'w1').token;
     // Stamped now: a job's lines are read within its life (jobLogWindow, core/manage.ts).
-    const post = (endpoint: string, authorization: string, jobId = queued.id, stream = 'stdout') =>
+    const post = (endpoint: string, authorization: string, jobIds = [mine], stream = 'stdout') =>
       fetch(`${v2}/${endpoint}/job-log/w1`, {
         method: 'POST',
         headers: { authorization, 'content-type': 'application/json' },
-        body: JSON.stringify({ lines: [{ jobId, atMs: Date.now(), stream, text: 'forged' }] }),
+        body: JSON.stringify({
+          lines: jobIds.map((jobId) => ({ jobId, atMs: Date.now(), stream, text: `by w1 into ${jobId}` })),
+        }),
       });
-    expect((await post('quiet', 'Bearer fy_test_key_for_loopback_only')).status).toBe(401);
-    expect((await post('chatty', token)).status).toBe(403); // quiet's worker token on chatty
-    expect((await post('quiet', token, chattyJob.id)).status).toBe(400); // chatty's job
-    expect((await post('quiet', token, 'nope')).status).toBe(400);
-    expect((await post('quiet', token, queued.id, 'video')).status).toBe(400);
-    expect((await post('quiet', token)).status).toBe(200);
-    const lines = (await call(manage, 'GET', `/endpoints/quiet/logs?job=${queued.id}`)).body.lines;
-    expect(lines.map((l: { text: string; workerId: string }) => [l.text, l.workerId])).toEqual([
-      ['forged', 'w1'],
+    const refused = async (response: Response, status: number) => {
+      expect(response.status).toBe(status);
+      expect(await response.json()).toEqual({ error: expect.any(String) });
+    };
+    await refused(await post('quiet', 'Bearer fy_test_key_for_loopback_only'), 401);
+    await refused(await post('chatty', w1.token), 403); // quiet's worker token on chatty
+    await refused(await post('quiet', w1.token, [chattyJob.id]), 400); // chatty's job
+    await refused(await post('quiet', w1.token, ['nope']), 400);
+    await refused(await post('quiet', w1.token, [mine], 'video'), 400);
+    // Jobs of its own endpoint that it does not run: another worker's, and one nobody took yet.
+    await refused(await post('quiet', w1.token, [theirs]), 400);
+    await refused(await post('quiet', w1.token, [queued]), 400);
+    // A batch with one such line is refused whole: nothing of it is stored.
+    await refused(await post('quiet', w1.token, [mine, theirs]), 400);
+    expect((await post('quiet', w1.token)).status).toBe(200);
+    // A cancelled handler prints until it is stopped; the runtime ships those lines after the end.
+    expect((await call(v2, 'POST', `/quiet/cancel/${mine}`)).body.status).toBe('CANCELLED');
+    expect((await post('quiet', w1.token)).status).toBe(200);
+    const linesOf = async (jobId: string) =>
+      (await call(manage, 'GET', `/endpoints/quiet/logs?job=${jobId}`)).body.lines.map(
+        (l: { text: string; workerId: string }) => [l.text, l.workerId],
+      );
+    expect(await linesOf(mine)).toEqual([
+      [`by w1 into ${mine}`, 'w1'],
+      [`by w1 into ${mine}`, 'w1'],
     ]);
+    expect(await linesOf(theirs)).toEqual([]);
+    expect(await linesOf(queued)).toEqual([]);
+    await w2.done(theirs, { output: 'done' });
   });
 });
