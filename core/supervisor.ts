@@ -80,6 +80,11 @@ export interface SupervisorSettings {
    * request fails with the error instead of waiting out the backoff; default none.
    */
   startFailureCodes: readonly number[];
+  /**
+   * What a failing endpoint's reason tells its owner to do. A deployed endpoint runs the code it was
+   * deployed with, so the fix is a redeploy; `ferry dev` reloads on save, so there it says so.
+   */
+  startFailureFix: string;
   /** A ping that leaves out a job taken this recently may have been composed before the take. */
   pingSettleMs: number;
   /** How long a refused job-take is held before its empty answer, so a worker does not spin. */
@@ -96,6 +101,7 @@ export const defaultSupervisorSettings: SupervisorSettings = {
   healthyAfterMs: 60_000,
   maxFailedStarts: 3,
   startFailureCodes: [],
+  startFailureFix: 'fix the code and redeploy',
   pingSettleMs: 5_000,
   refusedTakeHoldMs: 1_000,
   keptLines: 20,
@@ -202,6 +208,11 @@ export interface WorkerSupervisorOptions {
    * answers from its stop signal (core/adapters/aws/stop-signals.ts).
    */
   stopMayBeDue?: (workerId: string) => Promise<boolean>;
+  /**
+   * The name its log lines call an endpoint by, where the caller knows one the user would recognise
+   * (`ferry dev`: the function's name, not the internal id); undefined or absent: the id.
+   */
+  nameOf?: (endpointId: string) => string | undefined;
 }
 
 export class WorkerSupervisor implements WorkerLedger {
@@ -535,24 +546,28 @@ export class WorkerSupervisor implements WorkerLedger {
         state.problem = {
           state: 'failing',
           reason: cannotStart
-            ? `its worker could not start (exit ${cause}); fix the code and redeploy`
-            : `${state.failedStarts} workers in a row exited (${cause}) before taking a job; fix the code and redeploy`,
+            ? `its worker could not start (exit ${cause}); ${this.settings.startFailureFix}`
+            : `${state.failedStarts} workers in a row exited (${cause}) before taking a job; ${this.settings.startFailureFix}`,
           lines,
           sinceMs: now,
         };
         const tail = lines.length > 0 ? `; its last lines:\n${lines.map((l) => `  ${l}`).join('\n')}` : '';
-        this.options.log.error(`endpoint ${endpointId} is failing: ${state.problem.reason}${tail}`);
+        this.options.log.error(
+          `endpoint ${this.nameOf(endpointId)} is failing: ${state.problem.reason}${tail}`,
+        );
         await this.options.starts
           ?.markFailing(endpointId, state.problem)
           .catch((error) =>
-            this.options.log.warn(`recording that ${endpointId} is failing: ${messageOf(error)}`),
+            this.options.log.warn(
+              `recording that ${this.nameOf(endpointId)} is failing: ${messageOf(error)}`,
+            ),
           );
         await this.rejectQueued(endpointId);
         return;
       }
     }
     if (state.problem?.state === 'backoff')
-      this.options.log.warn(`endpoint ${endpointId}: ${state.problem.reason}`);
+      this.options.log.warn(`endpoint ${this.nameOf(endpointId)}: ${state.problem.reason}`);
   }
 
   /**
@@ -608,9 +623,14 @@ export class WorkerSupervisor implements WorkerLedger {
     if (!state.unconfigured || state.problem?.reason !== reason) {
       state.unconfigured = true;
       state.problem = { state: 'failing', reason, lines: [], sinceMs: this.clock.now() };
-      this.options.log.error(`endpoint ${endpointId} is failing: ${reason}`);
+      this.options.log.error(`endpoint ${this.nameOf(endpointId)} is failing: ${reason}`);
     }
     await this.rejectQueued(endpointId);
+  }
+
+  /** What log lines call the endpoint (WorkerSupervisorOptions.nameOf). */
+  private nameOf(endpointId: string): string {
+    return this.options.nameOf?.(endpointId) ?? endpointId;
   }
 
   problem(endpointId: string): EndpointProblem | undefined {
@@ -751,7 +771,9 @@ export class WorkerSupervisor implements WorkerLedger {
       void this.options.starts
         ?.clearStartFailures(endpointId)
         .catch((error) =>
-          this.options.log.warn(`clearing the failed starts of ${endpointId}: ${messageOf(error)}`),
+          this.options.log.warn(
+            `clearing the failed starts of ${this.nameOf(endpointId)}: ${messageOf(error)}`,
+          ),
         );
     }
     state.failedStarts = 0;
@@ -764,7 +786,7 @@ export class WorkerSupervisor implements WorkerLedger {
     try {
       return await starts.addFailedStart(endpointId);
     } catch (error) {
-      this.options.log.warn(`counting a failed start of ${endpointId}: ${messageOf(error)}`);
+      this.options.log.warn(`counting a failed start of ${this.nameOf(endpointId)}: ${messageOf(error)}`);
       return local + 1;
     }
   }
@@ -814,7 +836,9 @@ export class WorkerSupervisor implements WorkerLedger {
     if (!this.engine || problem?.state !== 'failing') return;
     await this.engine
       .rejectQueued(endpointId, queuedJobsFailure(problem))
-      .catch((error) => this.options.log.warn(`failing queued jobs of ${endpointId}: ${messageOf(error)}`));
+      .catch((error) =>
+        this.options.log.warn(`failing queued jobs of ${this.nameOf(endpointId)}: ${messageOf(error)}`),
+      );
   }
 
   /**

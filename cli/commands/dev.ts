@@ -14,7 +14,7 @@ import { FerryError } from '../../core/errors.js';
 import { apiKeyFromUser, ferryPythonPath, installRoot, type KeyFromUser } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
-import { devStartFailureCodes, startFailureOf } from '../dev/failures.js';
+import { devStartFailureCodes, devStartFailureFix, startFailureOf } from '../dev/failures.js';
 import { type DevLock, takeDevLock } from '../dev/lock.js';
 import {
   DevResourcesFile,
@@ -166,8 +166,10 @@ async function serveDev(
       ferryPythonPath: ferryPythonPath(),
     },
     // A worker that cannot start (import error, missing package) fails its endpoint at the first
-    // exit, so the request answers with the error at once (cli/dev/failures.ts).
-    supervisor: { startFailureCodes: devStartFailureCodes },
+    // exit, so the request answers with the error at once (cli/dev/failures.ts). A save reloads the
+    // code, so that is the fix to tell; and the endpoint is the function's name, not its id.
+    supervisor: { startFailureCodes: devStartFailureCodes, startFailureFix: devStartFailureFix },
+    endpointNameOf: (endpointId) => endpointNames.get(endpointId),
     webhookAllow: webhookAllowFromEnv(ctx.io.env),
     // info carries the workers' own output (print() lines), prefixed by endpoint and worker.
     log: { info: say, warn: (m) => say(`warning: ${m}`), error: (m) => say(`error: ${m}`) },

@@ -11,6 +11,9 @@ import type { EndpointProblem } from '../../core/ports.js';
 /** ferry.worker's start-failure exit codes (worker-image/python/ferry/worker.py). */
 export const devStartFailureCodes = [1, 2] as const;
 
+/** What a failing endpoint's reason says to do under `ferry dev`, which reloads on every save. */
+export const devStartFailureFix = 'fix the code and save it: ferry dev reloads it';
+
 /**
  * Why the endpoint is failing to start, else undefined: the worker's last lines, or the reason where
  * no worker ran (a secret with no value: WorkerSupervisor.unconfigured).

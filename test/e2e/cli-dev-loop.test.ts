@@ -181,6 +181,11 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
     expect(result.body.error).toContain('The worker of broken failed to start');
     expect(result.body.error).toContain('module_that_is_not_installed_xyz');
     expect(output().stderr).toContain('The worker of broken failed to start');
+    // Under dev a save reloads the code: that is the fix to tell, naming the endpoint as written.
+    expect(output().stderr).toMatch(
+      /error: endpoint broken is failing: its worker could not start \(exit code \d\); fix the code and save it: ferry dev reloads it/,
+    );
+    expect(output().stderr).not.toContain('redeploy');
     // Answered at once from then on too, until the code changes.
     const again = await post(`${base}/broken/runsync`, { input: {} });
     expect(again.body.error).toContain('module_that_is_not_installed_xyz');

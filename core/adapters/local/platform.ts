@@ -83,6 +83,8 @@ export interface LocalPlatformOptions {
   };
   /** The worker lifecycle policy's settings (backoff, failed starts…); tests shorten them. */
   supervisor?: Partial<SupervisorSettings>;
+  /** What the supervisor's log lines call an endpoint (WorkerSupervisorOptions.nameOf); else its id. */
+  endpointNameOf?: (endpointId: string) => string | undefined;
 }
 
 export type LocalPlatform = Awaited<ReturnType<typeof startLocalPlatform>>;
@@ -133,6 +135,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   const supervisor = new WorkerSupervisor({
     clock,
     log,
+    ...(options.endpointNameOf ? { nameOf: options.endpointNameOf } : {}),
     settings: {
       ...(options.workers?.stopGraceMs !== undefined ? { stopGraceMs: options.workers.stopGraceMs } : {}),
       ...(options.workers?.drainMs !== undefined ? { drainMs: options.workers.drainMs } : {}),
