@@ -9,7 +9,7 @@ import type { CommandModule } from 'yargs';
 import { FerryError } from '../../core/errors.js';
 import { installRoot } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
-import { runningDev } from '../dev/lock.js';
+import { runningDevAbove } from '../dev/lock.js';
 import { ManageClient } from '../manage-client.js';
 import { untilStopped } from './serve.js';
 import { hostFlag, portFlag } from './shared.js';
@@ -22,11 +22,11 @@ interface ConsoleArgs {
 
 async function consoleCommandHandler(ctx: CliContext, args: ConsoleArgs): Promise<void> {
   // `ferry dev` serves the console of its own platform (state in the project's .ferry): in the folder
-  // where it runs, that is the one meant.
-  const dev = providerName(ctx, args.provider) === 'local' ? runningDev(ctx.io.cwd) : undefined;
+  // where it runs, or below it, that is the one meant.
+  const dev = providerName(ctx, args.provider) === 'local' ? runningDevAbove(ctx.io.cwd) : undefined;
   if (dev?.platformUrl) {
     ctx.reporter.out(`${dev.platformUrl}/console`);
-    ctx.reporter.line(`The console of \`ferry dev\` in this folder; sign in with its FERRY_API_KEY.`);
+    ctx.reporter.line(`The console of \`ferry dev\` in ${dev.projectDir}; sign in with its FERRY_API_KEY.`);
     return;
   }
   await withProvider(ctx, args.provider, async (provider) => {
@@ -35,7 +35,7 @@ async function consoleCommandHandler(ctx: CliContext, args: ConsoleArgs): Promis
       throw new FerryError('failed', 'Nothing serves these endpoints right now', {
         hint:
           provider.name === 'local'
-            ? "Start it with `ferry serve`; for `ferry dev`'s console, run this in the folder where it runs."
+            ? "Start it with `ferry serve`; for `ferry dev`'s console, run this in the folder where it runs (or below it)."
             : 'Deploy first.',
       });
     }

@@ -10,7 +10,7 @@ import { FerryError } from '../../core/errors.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { apiKeyFromUser, ferryHome } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
-import { runningDev } from '../dev/lock.js';
+import { runningDevAbove } from '../dev/lock.js';
 import {
   BusyError,
   type EndpointName,
@@ -58,10 +58,11 @@ async function logs(ctx: CliContext, args: LogsArgs): Promise<void> {
     });
   const local = providerName(ctx, args.provider) === 'local';
   // `ferry dev` keeps its platform in the project's .ferry, not in FERRY_HOME: in the folder where it
-  // runs, its endpoints are the ones meant (a name it does not have is looked up in FERRY_HOME's).
-  const dev = local ? runningDev(ctx.io.cwd) : undefined;
+  // runs, or below it, its endpoints are the ones meant (a name it does not have is looked up in
+  // FERRY_HOME's). Its key is the one it runs with: the environment's, else its project's .env.
+  const dev = local ? runningDevAbove(ctx.io.cwd) : undefined;
   if (dev?.platformUrl) {
-    const key = apiKeyFromUser(ctx.io.env, ctx.io.cwd);
+    const key = apiKeyFromUser(ctx.io.env, dev.projectDir);
     if (!key) {
       throw new FerryError(
         'unauthorized',
@@ -83,8 +84,8 @@ async function logs(ctx: CliContext, args: LogsArgs): Promise<void> {
         hint: !local
           ? 'Deploy first.'
           : dev
-            ? `\`ferry dev\` here (pid ${dev.pid}) has no endpoint '${args.endpoint}', and no \`ferry serve\` runs for ${ferryHome(ctx.io.env)}.`
-            : "Start it with `ferry serve`; for `ferry dev`'s endpoints, run this in the folder where it runs.",
+            ? `\`ferry dev\` in ${dev.projectDir} (pid ${dev.pid}) has no endpoint '${args.endpoint}', and no \`ferry serve\` runs for ${ferryHome(ctx.io.env)}.`
+            : "Start it with `ferry serve`; for `ferry dev`'s endpoints, run this in the folder where it runs (or below it).",
       });
     }
     const record = resolveEndpoint(await provider.control.listEndpoints(), args.endpoint, args);

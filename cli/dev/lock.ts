@@ -40,6 +40,20 @@ export function runningDev(projectDir: string): DevLockInfo | undefined {
   return lock;
 }
 
+/**
+ * The `ferry dev` serving the project that `dir` is in: the nearest folder from `dir` up whose lock
+ * names a running one, and that folder. `ferry logs` and `ferry console` run from a subfolder of the
+ * project (its package, its tests) mean the dev running at the project's root, as a shell prompt in
+ * a subfolder of a git repository means the repository.
+ */
+export function runningDevAbove(dir: string): (DevLockInfo & { projectDir: string }) | undefined {
+  for (let folder = path.resolve(dir); ; folder = path.dirname(folder)) {
+    const dev = runningDev(folder);
+    if (dev) return { ...dev, projectDir: folder };
+    if (path.dirname(folder) === folder) return undefined;
+  }
+}
+
 export interface DevLock {
   /** Records where the dev server and its platform listen. */
   listening(urls: { url: string; platformUrl: string }): void;

@@ -5,7 +5,7 @@
  * OpenAPI at /openapi.json, reload after atomic saves (write + rename) and new files, and a worker
  * that cannot import answering the request at once with its error; an image endpoint listed with
  * why it does not run, and calls to it answered at once; `ferry logs` and `ferry console` in the
- * project folder reaching dev's platform.
+ * project folder, and in a folder below it, reaching dev's platform.
  */
 import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
@@ -126,7 +126,7 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
     );
   });
 
-  it("`ferry logs` and `ferry console` in the project folder find ferry dev's platform", async () => {
+  it("`ferry logs` and `ferry console` in the project folder, or below it, find ferry dev's platform", async () => {
     // Its platform keeps its state in the project's .ferry, not in FERRY_HOME; the key is the .env's.
     const logs = await sandbox.run(['logs', 'hello'], { cwd: project });
     expect(logs.code, logs.stderr).toBe(0);
@@ -135,6 +135,15 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
     const console = await sandbox.run(['console'], { cwd: project });
     expect(console.code, console.stderr).toBe(0);
     expect(console.stdout.trim()).toBe(consoleUrl);
+    // From a folder below the project's, the same dev (and the key in the project's .env).
+    const below = path.join(project, 'pkg', 'deeper');
+    mkdirSync(below, { recursive: true });
+    const logsBelow = await sandbox.run(['logs', 'hello'], { cwd: below });
+    expect(logsBelow.code, logsBelow.stderr).toBe(0);
+    expect(logsBelow.stdout).toMatch(/\[live-hello [^\]]+-u1\] handler saw bob/);
+    const consoleBelow = await sandbox.run(['console'], { cwd: below });
+    expect(consoleBelow.code, consoleBelow.stderr).toBe(0);
+    expect(consoleBelow.stdout.trim()).toBe(consoleUrl);
     // Elsewhere nothing serves it: the hint says where to run it.
     const elsewhere = await sandbox.run(['logs', 'hello'], { cwd: sandbox.root });
     expect(elsewhere.code).toBe(1);
