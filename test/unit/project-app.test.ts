@@ -33,6 +33,10 @@ const folders = [
   'ünï',
   'shop_',
   `${'a'.repeat(62)}.b`,
+  'my app!',
+  '__x__',
+  '123',
+  '!!!',
 ];
 
 /** What the Python package answers for each folder, from one python3 run. */
@@ -59,7 +63,9 @@ describe('the app of a project folder', () => {
     expect(fromCli.slice(0, 3)).toEqual(['shop', 'my-demo', 'my-project']);
     // Ending in a letter or digit, as `ferry init` names the project in its files: "ünï" is `n`
     // there and to `ferry build`/`deploy` alike, never `n-`.
-    expect(fromCli.slice(-3)).toEqual(['n', 'shop', 'a'.repeat(62)]);
+    expect(fromCli.slice(-7, -4)).toEqual(['n', 'shop', 'a'.repeat(62)]);
+    // Punctuation, underscores around the name, digits only, and nothing usable at all.
+    expect(fromCli.slice(-4)).toEqual(['my-app', 'x', '123', 'app']);
     for (const name of fromCli) {
       expect(checkRecordName('app', name)).toBe(name);
       expect(name).toMatch(/[A-Za-z0-9]$/);
