@@ -7,6 +7,7 @@
  */
 import Fastify from 'fastify';
 import { registerConsole } from '../core/adapters/local/console.js';
+import { houseClientErrors, noRoute } from '../core/adapters/local/http.js';
 import { limits } from '../core/limits.js';
 
 export interface ConsoleProxy {
@@ -28,6 +29,8 @@ export async function startConsoleProxy(options: {
     logger: false,
     bodyLimit: limits.runsyncBodyBytes + 1024 * 1024,
     forceCloseConnections: true,
+    // The console reads `{"error"}` from every answer, the API's shape: also what never reaches a route.
+    ...houseClientErrors,
   });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
@@ -66,6 +69,13 @@ export async function startConsoleProxy(options: {
   app.route({ method: methods, url: '/manage/v1/*', handler: forward });
   app.route({ method: methods, url: '/v2/*', handler: forward });
   app.get('/', async (_request, reply) => reply.redirect('/console'));
+  app.setNotFoundHandler(noRoute);
+  // What Fastify refuses itself (a body over bodyLimit, a bad Content-Length) keeps its 4xx in our
+  // shape; anything else is this proxy's failure.
+  app.setErrorHandler((error: { statusCode?: number; message: string }, _request, reply) => {
+    const client = error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500;
+    return reply.code(client ? error.statusCode! : 500).send({ error: error.message });
+  });
   await app.listen({ host: options.host, port: options.port });
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : options.port;

@@ -15,6 +15,7 @@ import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { rawExchange } from '../support/raw-http.js';
 
 const fixture = join(import.meta.dirname, 'fixtures', 'platform-child.mjs');
 const apiKey = 'fy_front_door_test_key';
@@ -95,32 +96,6 @@ function attacker(port: number, head: string, chunk?: Buffer, everyMs = 50) {
   });
   void closed.then(() => clearInterval(timer));
   return { closed, received: () => received, destroy: () => socket.destroy() };
-}
-
-/** Sends `request` as raw bytes and reads until the server closes the socket (rejects if it stays open). */
-function rawExchange(port: number, request: Buffer): Promise<{ status: number; body: unknown }> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1');
-    const chunks: Buffer[] = [];
-    const timer = setTimeout(() => {
-      socket.destroy();
-      reject(new Error(`no close within 5 s; got: ${Buffer.concat(chunks).toString('latin1')}`));
-    }, 5_000);
-    socket.on('data', (data: Buffer) => chunks.push(data));
-    socket.on('error', () => undefined);
-    socket.once('connect', () => socket.write(request));
-    socket.once('close', () => {
-      clearTimeout(timer);
-      const text = Buffer.concat(chunks).toString('utf8');
-      const [head, body] = text.split('\r\n\r\n', 2) as [string, string | undefined];
-      const status = Number(/^HTTP\/1\.1 (\d{3}) /.exec(head)?.[1] ?? 0);
-      let parsed: unknown = body;
-      try {
-        parsed = JSON.parse(body ?? '');
-      } catch {}
-      resolve({ status, body: parsed });
-    });
-  });
 }
 
 describe('front door under a pre-auth slow-body attack', () => {

@@ -6,7 +6,12 @@
 import { randomUUID } from 'node:crypto';
 import { maxHeaderSize, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
-import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, {
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  type FastifyServerOptions,
+} from 'fastify';
 import type { ApiRequest, V2Api } from '../../api.js';
 import { type Authenticator, authorizeClient, credentialOf } from '../../auth.js';
 import { badRequest, internal, notFound, toHttpResponse, unauthorized } from '../../errors.js';
@@ -118,6 +123,24 @@ function onClientError(error: Error & { code?: string; reason?: string }, socket
     () => socket.destroy(),
   );
 }
+/**
+ * Fastify options that answer what never reaches a route with the API's one error shape
+ * (docs/api.md#errors): what Node's HTTP parser refuses (onClientError), and a URL that does not
+ * percent-decode (`/status/%E0%A4%A`). Every Fastify server Ferry listens with takes them, so no
+ * client meets Fastify's own `{statusCode, error, message}` body.
+ */
+export const houseClientErrors = {
+  clientErrorHandler: onClientError,
+  frameworkErrors: (error: Error, _request: FastifyRequest, reply: FastifyReply) => {
+    reply.code(400).send({ error: `Bad request: ${error.message}` });
+  },
+} satisfies Pick<FastifyServerOptions, 'clientErrorHandler' | 'frameworkErrors'>;
+
+/** The API's answer to a path no route serves (Fastify's own 404 body is another shape). */
+export function noRoute(request: FastifyRequest, reply: FastifyReply): void {
+  reply.code(404).send({ error: `No route for ${request.method} ${request.url.split('?', 1)[0]}` });
+}
+
 export async function createHttpServer(options: {
   api: V2Api;
   lb?: LbFrontDoor;
@@ -136,11 +159,7 @@ export async function createHttpServer(options: {
     genReqId: () => randomUUID(),
     bodyLimit: bodyLimitBytes,
     forceCloseConnections: true,
-    clientErrorHandler: onClientError,
-    // A URL that does not percent-decode (`/status/%E0%A4%A`) gets the API's one error shape too.
-    frameworkErrors: (error, _request, reply) => {
-      (reply as FastifyReply).code(400).send({ error: `Bad request: ${error.message}` });
-    },
+    ...houseClientErrors,
   });
   await installGuards(app, options.guard);
   app.removeAllContentTypeParsers();
@@ -252,9 +271,7 @@ export async function createHttpServer(options: {
     });
   }
 
-  app.setNotFoundHandler((request, reply) => {
-    reply.code(404).send({ error: `No route for ${request.method} ${request.url.split('?', 1)[0]}` });
-  });
+  app.setNotFoundHandler(noRoute);
   // Fastify's own errors (body over the limit, bad content length, ...) keep its status but take our shape.
   app.setErrorHandler((error: { statusCode?: number; message: string }, request, reply) => {
     const statusCode = error.statusCode;
