@@ -2,7 +2,7 @@
  * `ferry dev` (hidden alias `run`): an in-process platform with state in the project's .ferry/,
  * worker pools running the code on disk, and the dev server (docs/api.md#the-dev-server) in front of it.
  */
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import path from 'node:path';
 import type { FSWatcher } from 'chokidar';
 import type { FastifyInstance } from 'fastify';
@@ -128,7 +128,7 @@ async function serveDev(
   const [
     { startLocalPlatform },
     { webhookAllowFromEnv },
-    { createDevServer, devRoutes },
+    { createDevListener, createDevServer, devRoutes },
     { default: chokidar },
   ] = await Promise.all([
     import('../../core/adapters/local/platform.js'),
@@ -231,7 +231,7 @@ async function serveDev(
       return next;
     };
     server = await routesOf();
-    listener = createServer((request, response) => server?.routing(request, response));
+    listener = createDevListener((request, response) => server?.routing(request, response));
     const listening = listener;
     await new Promise<void>((resolve, reject) => {
       listening.once('error', reject);

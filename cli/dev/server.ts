@@ -6,9 +6,11 @@
  * No Authorization header here; the server adds the key when it calls the platform.
  */
 
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import swagger, { type SwaggerTransformObject } from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { houseClientErrors, noRoute } from '../../core/adapters/local/http.js';
 import { FerryError, httpStatus, messageOf } from '../../core/errors.js';
 import { isFinal } from '../../core/job.js';
 import { parseJsonExact, stringifyJsonExact } from '../../core/json.js';
@@ -217,8 +219,21 @@ async function proxyRoute(
   return reply.send(result.text);
 }
 
+/**
+ * The session's one listener (cli/commands/dev.ts swaps the routes behind it on reload). What Node's
+ * parser refuses never reaches the routes: it is answered in the API's {"error"} shape, as the
+ * platform's front door answers it, not with Node's bare 400.
+ */
+export function createDevListener(
+  route: (request: IncomingMessage, response: ServerResponse) => void,
+): Server {
+  const listener = createServer(route);
+  listener.on('clientError', houseClientErrors.clientErrorHandler);
+  return listener;
+}
+
 export async function createDevServer(options: DevServerOptions): Promise<FastifyInstance> {
-  const app = Fastify({ logger: false });
+  const app = Fastify({ logger: false, frameworkErrors: houseClientErrors.frameworkErrors });
   // JSON in and out as the platform's front door takes and answers it: integers beyond 2^53 exact
   // (core/json.ts), the same 400s for JSON it would refuse.
   app.removeContentTypeParser('application/json');
@@ -330,6 +345,7 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
     app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url, ...hidden, handler: passThrough });
   // The OpenAPI document at the path tools look for first, beside Swagger UI's /docs/json.
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  app.setNotFoundHandler(noRoute);
   app.setErrorHandler((error, _request, reply) => {
     const message = messageOf(error);
     // The client's mistakes (a body that is not JSON, too large; a call ferry dev cannot serve) keep

@@ -11,6 +11,7 @@ import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { rawExchange } from '../support/raw-http.js';
 import { writeWheel } from '../support/wheels.js';
 import { CliSandbox, stopChild } from './cli-support.js';
 
@@ -94,6 +95,11 @@ const post = async (url: string, body: unknown) => {
   return { status: response.status, body: (await response.json()) as Record<string, any> };
 };
 
+const get = async (url: string) => {
+  const response = await fetch(url);
+  return { status: response.status, body: (await response.json()) as Record<string, any> };
+};
+
 async function until<T>(what: string, probe: () => Promise<T | undefined>, tries = 120): Promise<T> {
   for (let i = 0; i < tries; i++) {
     // The server restarts on a reload: a refused or reset connection means "not yet".
@@ -155,6 +161,19 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
     const result = await post(`${base}/app/hello/runsync`, '{"input": ');
     expect(result.status).toBe(400);
     expect(result.body.error).toEqual(expect.any(String));
+  });
+
+  it('answers a malformed request, an undecodable URL and an unknown path in the {"error"} shape', async () => {
+    const port = Number(new URL(base).port);
+    const malformed = await rawExchange(port, Buffer.from('GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n'));
+    expect(malformed.status).toBe(400);
+    expect(Object.keys(malformed.body as object)).toEqual(['error']);
+    const undecodable = await get(`${base}/app/%E0%A4%A`);
+    expect(undecodable.status).toBe(400);
+    expect(Object.keys(undecodable.body)).toEqual(['error']);
+    const unknown = await get(`${base}/nothing/here`);
+    expect(unknown.status).toBe(404);
+    expect(unknown.body).toEqual({ error: 'No route for GET /nothing/here' });
   });
 
   it('gives a class one route per public method', async () => {
