@@ -57,6 +57,37 @@ function missingPositional(message: string, context: unknown): FerryError | unde
   return usage(`\`ferry ${command}\` needs ${missing.join(' ')}`, help);
 }
 
+/**
+ * A word that is not a command of the group it was typed in. yargs says only "Did you mean list?"
+ * (or the group's own "Choose a command" line), and the first word of the command line is not the
+ * unknown one in `ferry env lst`: the group's usage line ("$0 env <command>") tells how many words
+ * named the group, and the next positional is the unknown one. Undefined when that word is a command
+ * of the group, or the failing command has no subcommands (a leaf's "Unknown argument").
+ */
+function unknownCommand(message: string, context: unknown, args: readonly string[]): FerryError | undefined {
+  const ctx = context as FailContext | undefined;
+  const choices =
+    typeof ctx?.getCommands === 'function' ? ctx.getCommands().map(([c]) => c.split(' ')[0]) : [];
+  if (choices.length === 0) return undefined;
+  const usageLine = typeof ctx?.getUsage === 'function' ? ctx.getUsage()[0]?.[0] : undefined;
+  const group =
+    typeof usageLine === 'string' && usageLine.startsWith('$0 ')
+      ? (usageLine.slice(3).split('\n')[0] ?? '')
+          .trim()
+          .split(/\s+/)
+          .filter((w) => !/^[<[]/.test(w))
+      : [];
+  // Positionals as typed, less the value of the one global option that takes one (--provider aws).
+  const words = args.filter((a, i) => !a.startsWith('-') && args[i - 1] !== '--provider');
+  if (group.some((w, i) => words[i] !== w)) return undefined;
+  const word = words[group.length];
+  if (word === undefined || choices.includes(word)) return undefined;
+  const where = group.length > 0 ? ` for \`ferry ${group.join(' ')}\`` : '';
+  const suggestion = message.startsWith('Did you mean') ? `${message} ` : '';
+  const help = group.length > 0 ? `\`ferry ${group.join(' ')} --help\`` : '`ferry --help`';
+  return usage(`Unknown command '${word}'${where}`, `${suggestion}Run ${help}.`);
+}
+
 /** Runs the CLI; resolves with the exit code instead of exiting (tests call it in-process). */
 export async function run(args: string[], io: CliIo = processIo()): Promise<number> {
   const ctx = createContext(io);
@@ -96,12 +127,8 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
       if (error) throw error;
       const missing = message ? missingPositional(message, context) : undefined;
       if (missing) throw missing;
-      if (message?.startsWith('Did you mean')) {
-        throw usage(
-          `Unknown command '${args.find((a) => !a.startsWith('-')) ?? ''}'`,
-          `${message} Run \`ferry --help\`.`,
-        );
-      }
+      const unknown = message ? unknownCommand(message, context, args) : undefined;
+      if (unknown) throw unknown;
       throw usage(message ?? 'Invalid command line', 'Run `ferry --help` (or `ferry <command> --help`).');
     });
   try {

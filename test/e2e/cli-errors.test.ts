@@ -139,6 +139,33 @@ describe('ferry errors', () => {
     );
   });
 
+  it("an unknown command names the word that is unknown and the group it was typed in, with that group's --help", async () => {
+    for (const [args, message, hint] of [
+      [['deplyo'], "Unknown command 'deplyo'", 'Did you mean deploy? Run `ferry --help`.'],
+      [['env', 'lst'], "Unknown command 'lst' for `ferry env`", 'Did you mean list? Run `ferry env --help`.'],
+      [
+        ['env', 'delet', 'staging'],
+        "Unknown command 'delet' for `ferry env`",
+        'Did you mean delete? Run `ferry env --help`.',
+      ],
+      [
+        ['--provider', 'local', 'app', 'lst'],
+        "Unknown command 'lst' for `ferry app`",
+        'Did you mean list? Run `ferry app --help`.',
+      ],
+      [['app', 'zzzqq'], "Unknown command 'zzzqq' for `ferry app`", 'Run `ferry app --help`.'],
+      [
+        ['keys', 'lst'],
+        "Unknown command 'lst' for `ferry keys`",
+        'Did you mean list? Run `ferry keys --help`.',
+      ],
+    ] as const) {
+      const result = await sandbox.run([...args], { cwd: project });
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr).toBe(`Error: ${message}\n  hint: ${hint}\n`);
+    }
+  });
+
   it("a missing positional names the command and what it needs: exit 2, with the command's --help", async () => {
     for (const [args, command, needs] of [
       [['env', 'create'], 'env create', 'needs <name>'],
