@@ -115,7 +115,8 @@ type SampledCallable = Pick<Route, 'name' | 'params' | 'inputs'>;
 
 /**
  * The example request body of a printed curl line (deploy's and --preview's; `ferry dev` fills in
- * none): a placeholder for each required parameter and nothing for one with a default, which the
+ * none): a placeholder for each required parameter, of its type hint's JSON type (a string when it
+ * has none), and nothing for one with a default, which the
  * handler fills itself (a placeholder there may be the wrong type: `sleep=0` given "world"). The
  * scanner's `inputs` say which are required and leave out the runtime's keyword-only `job`, which the
  * worker refuses as an input key (ferry/invoke.py); a manifest without them falls back to the names,
@@ -128,11 +129,36 @@ export function sampleInput(
   const methods = callable?.methods ?? [];
   const sample: Record<string, unknown> = methods.length > 1 ? { method: methods[0]!.name } : {};
   const source = methods[0] ?? callable;
-  const names = source?.inputs
-    ? source.inputs.filter((i) => i.required).map((i) => i.name)
-    : (source?.params ?? []).filter((p) => !p.startsWith('*') && p !== 'self' && p !== 'job');
-  for (const name of names) sample[name] = name === 'input_data' ? { message: 'hello' } : 'world';
+  const wanted: Array<{ name: string; type?: InputType }> = source?.inputs
+    ? source.inputs.filter((i) => i.required)
+    : (source?.params ?? [])
+        .filter((p) => !p.startsWith('*') && p !== 'self' && p !== 'job')
+        .map((name) => ({ name }));
+  for (const { name, type } of wanted)
+    sample[name] = name === 'input_data' ? { message: 'hello' } : placeholderOf(type);
   return sample;
+}
+
+type InputType = NonNullable<NonNullable<SampledCallable['inputs']>[number]['type']>;
+
+/**
+ * A placeholder of the parameter's hinted JSON type: `add(a: int, b: int)` given "world" twice
+ * concatenates strings, and `mul(a: int, b: int)` fails, so the printed line would not work.
+ */
+function placeholderOf(type: InputType | undefined): unknown {
+  switch (type) {
+    case 'integer':
+    case 'number':
+      return 1;
+    case 'boolean':
+      return true;
+    case 'object':
+      return {};
+    case 'array':
+      return [];
+    default:
+      return 'world';
+  }
 }
 
 /**

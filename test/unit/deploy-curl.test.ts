@@ -82,6 +82,36 @@ def go(item, count: int = 1):
     expect(sampleInput(byName.api!.routes![0])).toEqual({ item: 'world' });
   });
 
+  it('gives each placeholder its type hint\'s JSON type: add(a: int, b: int) is sent numbers, not "world"', async () => {
+    const root = tempDir();
+    writeFileSync(
+      path.join(root, 'fns.py'),
+      `from typing import Optional
+from ferry import Endpoint
+
+@Endpoint(name="add", cpu="2-8")
+def add(a: int, b: int) -> dict:
+    return {"sum": a + b}
+
+@Endpoint(name="typed", cpu="2-8")
+def typed(x: float, flag: bool, opts: dict, items: list[str], text: str, label: Optional[str], other):
+    return x
+`,
+    );
+    const manifest = await scanProject({ projectDir: root });
+    const byName = Object.fromEntries(manifest.endpoints.map((e) => [e.name, e]));
+    expect(sampleInput(byName.add!.target)).toEqual({ a: 1, b: 1 });
+    expect(sampleInput(byName.typed!.target)).toEqual({
+      x: 1,
+      flag: true,
+      opts: {},
+      items: [],
+      text: 'world',
+      label: 'world',
+      other: 'world',
+    });
+  });
+
   it('a manifest without inputs (older scanner) still never sends job', () => {
     expect(sampleInput({ name: 'f', params: ['self', 'prompt', 'job'] })).toEqual({ prompt: 'world' });
     expect(sampleInput(undefined)).toEqual({});
