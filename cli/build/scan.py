@@ -461,6 +461,8 @@ class FileScanner:
         for kw in call.keywords:
             if kw.arg is None:
                 self.fail(kw.value, "Endpoint arguments must be written out, not unpacked with **")
+            if kw.arg not in KNOWN_KWARGS and names.flash_parameter_message(kw.arg):
+                self.fail(kw.value, names.flash_parameter_message(kw.arg))
             if kw.arg not in KNOWN_KWARGS:
                 self.fail(kw.value, "unknown Endpoint parameter '%s' (known: %s)" % (kw.arg, ", ".join(sorted(KNOWN_KWARGS))))
             if kw.arg in raw:

@@ -513,7 +513,24 @@ describe('scanProject: errors name file:line', () => {
       '@Endpoint(name="w", idle_timeout=0)',
       'idle_timeout must be a whole number 1 to 3600',
     ],
-    ['an unknown parameter', '@Endpoint(name="w", memory=4)', "unknown Endpoint parameter 'memory'"],
+    ['an unknown parameter', '@Endpoint(name="w", colour=4)', "unknown Endpoint parameter 'colour'"],
+    // Flash's parameters (and memory, which Flash users write) name what Ferry does instead.
+    [
+      "Flash's flashboot",
+      '@Endpoint(name="w", flashboot=True)',
+      "Endpoint has no parameter 'flashboot' in Ferry: Flash's FlashBoot has no Ferry counterpart; keep a worker warm with workers=(1, N)",
+    ],
+    [
+      "Flash's datacenter",
+      '@Endpoint(name="w", datacenter="EU-RO-1")',
+      "Endpoint has no parameter 'datacenter' in Ferry: Ferry deploys to one AWS region",
+    ],
+    [
+      "Flash's scaler_value",
+      '@Endpoint(name="w", scaler_value=4)',
+      "no parameter 'scaler_value' in Ferry: Ferry scales every endpoint on its queue",
+    ],
+    ['a memory size', '@Endpoint(name="w", memory=4)', 'memory is part of cpu="<vCPUs>-<GiB>"'],
     ['an unsupported python', '@Endpoint(name="w", python_version="3.9")', 'python_version must be one of'],
     ['a bad name', '@Endpoint(name="no spaces")', "Endpoint name 'no spaces' is not valid"],
     ['a bare decorator', '@Endpoint', 'call Endpoint when decorating'],

@@ -115,6 +115,15 @@ class ValidationTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             Endpoint("x", "A100")
 
+    def test_flash_parameters_are_refused_naming_what_ferry_does_instead(self):
+        # The same message as `ferry build` (ferry/names.py owns it): a Flash project moved over
+        # with its imports changed hears why, not Python's bare "unexpected keyword argument".
+        self.assertRejects(TypeError, "no parameter 'flashboot' in Ferry: Flash's FlashBoot has no Ferry counterpart", flashboot=True)
+        self.assertRejects(TypeError, "no parameter 'volume' in Ferry: Ferry has no network volumes", volume=None)
+        self.assertRejects(TypeError, "no parameter 'min_cuda_version' in Ferry", min_cuda_version="12.8")
+        self.assertRejects(TypeError, 'memory is part of cpu="<vCPUs>-<GiB>"', memory=8)
+        self.assertRejects(TypeError, "unexpected keyword argument 'colour'", colour="red")
+
 
 class QueueDecoratorTest(unittest.TestCase):
     def test_outside_its_worker_a_function_becomes_remote_and_carries_the_endpoint(self):

@@ -246,7 +246,13 @@ class Endpoint:
         id=None,
         image=None,
         health_check_grace=0,
+        **others,
     ):
+        for parameter in others:
+            # Flash's own parameters get the message that says what Ferry does instead.
+            raise TypeError(
+                names.flash_parameter_message(parameter) or f"Endpoint() got an unexpected keyword argument {parameter!r}"
+            )
         self.name = None if name is None else _check_name(name)
         # Client modes (docs/python.md): id= talks to an existing endpoint; image= is an endpoint that
         # runs a prebuilt RunPod-compatible image, deployed by `ferry deploy` and called by name.

@@ -139,3 +139,16 @@ def unknown_gpu_hint():
 
 def unknown_cpu_hint():
     return "Flash CPU instance names are accepted too: " + ", ".join(known_cpu_names())
+
+
+FLASH_ONLY_PARAMETERS = dict(TABLE["flashOnlyParameters"])
+
+
+def flash_parameter_message(name):
+    """Why Flash's Endpoint parameter `name` is refused, naming what Ferry does instead; None when
+    `name` is not one of Flash's. Ignoring one silently would deploy something other than what the
+    code says (flash-style code is refused at build time and at import, with this one message)."""
+    hint = FLASH_ONLY_PARAMETERS.get(name)
+    if hint is None:
+        return None
+    return "Endpoint has no parameter '%s' in Ferry: %s" % (name, hint)
