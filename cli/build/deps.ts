@@ -237,6 +237,22 @@ export interface InstallOptions {
   python?: string;
   timeoutMs?: number;
   signal?: AbortSignal;
+  /** pip's steps as they happen (pipProgressOf), for the build's progress. */
+  onProgress?: (text: string) => void;
+}
+
+/**
+ * The line of pip's output worth showing while it runs, shortened; undefined for the rest. pip is
+ * quiet for as long as it fetches (minutes for big wheels, and longer while it retries an index it
+ * cannot reach), so without these a build sat on "dependencies…" with no sign of life.
+ */
+export function pipProgressOf(line: string): string | undefined {
+  const text = line.trim();
+  if (/^(Collecting|Downloading|Processing|Using cached|Installing collected packages)\b/.test(text))
+    return text;
+  const retry = /^WARNING: Retrying \(.*: (\S+)$/.exec(text);
+  if (retry) return `retrying ${retry[1]}: the package index did not answer`;
+  return undefined;
 }
 
 /** pip install of manylinux x86_64 binary wheels for the target Python into the build dir. */
@@ -269,9 +285,18 @@ export async function installDependencies(options: InstallOptions): Promise<void
     ...(options.pipArgs ?? []),
     ...options.requirements,
   ];
+  const onProgress = options.onProgress;
   const result = await runProcess(python, args, {
     timeoutMs: options.timeoutMs ?? 600_000,
     signal: options.signal,
+    ...(onProgress
+      ? {
+          onLine: (line: string) => {
+            const text = pipProgressOf(line);
+            if (text) onProgress(text);
+          },
+        }
+      : {}),
   });
   if (result.exitCode !== 0) {
     throw new FerryError(

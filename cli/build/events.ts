@@ -10,6 +10,8 @@ export type BuildEvent =
   | { type: 'files'; shippedCount: number; pythonCount: number }
   | { type: 'endpoints'; names: string[] }
   | { type: 'packages-installed'; packages: Array<{ name: string; version: string }> }
+  /** One step of pip while it runs (fetching a package, retrying the index): a long install is not silent. */
+  | { type: 'dependency-progress'; text: string }
   | { type: 'package-excluded'; name: string; reason: string }
   | { type: 'warning'; message: string };
 

@@ -180,6 +180,7 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
         pipArgs: [...resolved.pipArgs, ...(options.pipArgs ?? [])],
         python: interpreter,
         ...(options.signal ? { signal: options.signal } : {}),
+        onProgress: (text) => emit({ type: 'dependency-progress', text }),
       });
       // pip ran into an empty build dir, so every top-level entry now is pip's; sources come after.
       const installed = await listInstalled(buildDir);

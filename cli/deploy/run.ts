@@ -32,6 +32,9 @@ export function buildEventPrinter(reporter: Reporter): (event: BuildEvent) => vo
       case 'packages-installed':
         for (const pkg of event.packages) reporter.line(`    installed ${pkg.name}==${pkg.version}`);
         break;
+      case 'dependency-progress':
+        reporter.line(`    pip: ${event.text}`);
+        break;
       case 'package-excluded':
         reporter.line(`    excluded ${event.name}: ${event.reason}`);
         break;

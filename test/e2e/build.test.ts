@@ -214,6 +214,15 @@ describe('buildProject', () => {
     });
     const finished = opts.events.filter((e) => e.type === 'stage-finished').map((e) => e.stage);
     expect(finished).toEqual(['files', 'scan', 'dependencies', 'artifact']);
+    // pip's steps are shown while it runs, inside the dependencies stage, not only its result after.
+    const pip = opts.events.flatMap((e, i) =>
+      e.type === 'dependency-progress' ? [{ text: e.text, i }] : [],
+    );
+    expect(pip.map((p) => p.text)).toEqual(
+      expect.arrayContaining([expect.stringMatching(/^Processing .*tinydep-1\.0\.0.*\.whl/)]),
+    );
+    const installedAt = opts.events.findIndex((e) => e.type === 'packages-installed');
+    for (const { i } of pip) expect(i).toBeLessThan(installedAt);
   });
 
   it('changes the fingerprint when a shipped file changes, not when an ignored one does', async () => {

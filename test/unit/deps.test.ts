@@ -7,7 +7,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { parseRequirementsFile, projectRequirements } from '../../cli/build/deps.js';
+import { parseRequirementsFile, pipProgressOf, projectRequirements } from '../../cli/build/deps.js';
 import { FerryError } from '../../core/errors.js';
 
 const tempDirs: string[] = [];
@@ -105,5 +105,24 @@ describe('projectRequirements', () => {
     expect(parsed.warnings).toEqual([
       'requirements.txt:2: ignoring the option "--no-binary :all:" (not supported in a build)',
     ]);
+  });
+});
+
+describe('pipProgressOf: the pip lines a build shows while pip runs', () => {
+  it('keeps the fetch and install steps, shortens a retry of the index, and drops the rest', () => {
+    expect(pipProgressOf('Collecting requests')).toBe('Collecting requests');
+    expect(pipProgressOf('  Downloading requests-2.34.2-py3-none-any.whl (64 kB)')).toBe(
+      'Downloading requests-2.34.2-py3-none-any.whl (64 kB)',
+    );
+    expect(pipProgressOf('Installing collected packages: urllib3, requests')).toBe(
+      'Installing collected packages: urllib3, requests',
+    );
+    expect(
+      pipProgressOf(
+        "WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f87>: Failed to establish a new connection: [Errno -2] Name or service not known')': /simple/requests/",
+      ),
+    ).toBe('retrying /simple/requests/: the package index did not answer');
+    expect(pipProgressOf('Looking in indexes: https://pypi.org/simple')).toBeUndefined();
+    expect(pipProgressOf('  Requirement already satisfied: idna in ./x')).toBeUndefined();
   });
 });
