@@ -13,6 +13,7 @@ import { flagErrorOf } from './commands/shared.js';
 import { installRoot, providerNames } from './config.js';
 import { createContext } from './context.js';
 import { type CliIo, processIo } from './io.js';
+import { awsAccessHint, isAwsSdkError } from './providers/aws/access.js';
 
 function version(): string {
   try {
@@ -141,7 +142,11 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
       if (error.hint) io.stderr.write(`  hint: ${error.hint}\n`);
     } else {
       io.stderr.write(`Error: ${(error as Error)?.message ?? String(error)}\n`);
-      if (io.env.FERRY_DEBUG) io.stderr.write(`${(error as Error)?.stack ?? ''}\n`);
+      // An AWS call that never reached AWS, or was refused its credentials, is the machine's or the
+      // account's to fix, not a bug of Ferry's.
+      const awsHint = isAwsSdkError(error) ? awsAccessHint(error) : undefined;
+      if (awsHint) io.stderr.write(`  hint: ${awsHint}\n`);
+      else if (io.env.FERRY_DEBUG) io.stderr.write(`${(error as Error)?.stack ?? ''}\n`);
       else io.stderr.write('  hint: this looks like a bug in Ferry; set FERRY_DEBUG=1 for details.\n');
     }
     return code;

@@ -29,6 +29,7 @@ import {
   type StackEvent,
 } from '@aws-sdk/client-cloudformation';
 import { FerryError } from '../../core/errors.js';
+import { awsAccessHint, credentialsHint, stripAnsi } from './aws/access.js';
 
 /** What the provider shows of the toolkit's work: one event per stage, stack and resource step. */
 export interface ToolkitEvent {
@@ -252,10 +253,6 @@ interface IoMessageLike {
   defaultResponse?: unknown;
 }
 
-// We ask for color: false; this strips any color a message still carries.
-const ansiColor = new RegExp(`${String.fromCharCode(27)}\\[[0-9;]*m`, 'g');
-const stripAnsi = (text: string) => text.replace(ansiColor, '');
-
 /** One line from a toolkit message, or undefined for the chatter (debug, trace, most info). */
 export function toolkitEventOf(message: IoMessageLike): ToolkitEvent | undefined {
   const text = stripAnsi(message.message).trim();
@@ -304,7 +301,7 @@ export function toolkitEventOf(message: IoMessageLike): ToolkitEvent | undefined
 function toolkitFailure(action: string, stacks: readonly string[], error: unknown): FerryError {
   const message = stripAnsi((error as Error)?.message ?? String(error));
   const bootstrap = /bootstrap/i.test(message);
-  const credentials = /credential|ExpiredToken|could not load|Unable to resolve AWS account/i.test(message);
+  const access = awsAccessHint(error);
   // CloudFormation refuses to delete a stack with termination protection on
   // (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/using-cfn-protect-stacks.html).
   const terminationProtection = /TerminationProtection/i.test(message);
@@ -318,9 +315,8 @@ function toolkitFailure(action: string, stacks: readonly string[], error: unknow
           .join(', ')}), then run the command again.`
       : bootstrap
         ? 'The account/region is not bootstrapped for the CDK: run `npx cdk bootstrap` once (or `ferry deploy --provider aws --bootstrap`).'
-        : credentials
-          ? 'Set AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) and AWS_REGION.'
-          : 'See the CloudFormation events above (or in the AWS console) for the resource that failed.',
+        : (access ??
+          'See the CloudFormation events above (or in the AWS console) for the resource that failed.'),
     cause: error,
   });
 }
@@ -727,10 +723,7 @@ function lookupFailure(stackName: string, error: unknown): FerryError {
   return new FerryError(
     'failed',
     `Cannot read the CloudFormation stack ${stackName}: ${(error as Error).message}`,
-    {
-      hint: 'Set AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) and AWS_REGION.',
-      cause: error,
-    },
+    { hint: awsAccessHint(error) ?? credentialsHint, cause: error },
   );
 }
 

@@ -2,6 +2,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { closedPort } from '../support/closed-port.js';
 import { CliSandbox } from './cli-support.js';
 
 const sandbox = new CliSandbox();
@@ -246,6 +247,24 @@ describe('ferry errors', () => {
     expect(typo.stderr).toContain('Error: The AWS region "us east" is not a region name\n');
     expect(typo.stderr).toContain('fix AWS_REGION');
     noStack(typo.stderr);
+
+    // Region and credentials set, AWS out of reach (here a closed loopback port; offline, a name
+    // that does not resolve): the hint is the network, not the credentials that are there.
+    const unreachable = await sandbox.run(['app', 'list', '--provider', 'aws'], {
+      env: {
+        ...noAws,
+        AWS_REGION: 'eu-west-1',
+        AWS_ACCESS_KEY_ID: 'AKIAEXAMPLE',
+        AWS_SECRET_ACCESS_KEY: 'example',
+        AWS_ENDPOINT_URL: `http://127.0.0.1:${await closedPort()}`,
+        AWS_MAX_ATTEMPTS: '1',
+      },
+    });
+    expect(unreachable.code).toBe(1);
+    expect(unreachable.stderr).toContain('ECONNREFUSED');
+    expect(unreachable.stderr).toContain("hint: AWS did not answer: check this machine's network");
+    expect(unreachable.stderr).not.toContain('Set AWS credentials');
+    noStack(unreachable.stderr);
 
     for (const args of [
       ['deploy', '--provider', 'aws'],
