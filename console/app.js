@@ -557,7 +557,12 @@ function chartsTab(content, endpoint) {
   poll(draw, 15000);
 }
 
+/**
+ * Appends log lines. The box follows the newest line only while the reader is at its bottom: one
+ * who scrolled up to read an earlier line keeps their place when the next poll comes in.
+ */
 function logLines(pre, lines) {
+  const atBottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 24;
   for (const line of lines) {
     pre.append(
       el(
@@ -568,7 +573,7 @@ function logLines(pre, lines) {
       el('span', { class: line.stream }, `${line.text}\n`),
     );
   }
-  pre.scrollTop = pre.scrollHeight;
+  if (atBottom) pre.scrollTop = pre.scrollHeight;
 }
 
 function logsTab(content, endpoint) {

@@ -272,6 +272,30 @@ describe('console', () => {
     }
   });
 
+  it('keeps the logs where the reader scrolled while new polls come in', async () => {
+    const { status, body } = await call(platform.baseUrl, 'POST', '/chatty/runsync', {
+      input: { name: 'Scroll', lines: 300 },
+    });
+    expect([status, body.status]).toEqual([200, 'COMPLETED']);
+    await page.goto(`${platform.url}/console#/e/chatty/logs`);
+    await expect
+      .poll(() => page.textContent('#endpoint-logs'), { timeout: 30_000 })
+      .toContain('working on Scroll: step 299');
+    // Following the newest line while at the bottom.
+    expect(
+      await page.$eval('#endpoint-logs', (pre) => pre.scrollHeight - pre.scrollTop - pre.clientHeight),
+    ).toBeLessThan(24);
+    await page.$eval('#endpoint-logs', (pre) => {
+      pre.scrollTop = 0;
+    });
+    // Polls are one after another: the second read after the scroll is sent only once the first
+    // one's lines are in the box.
+    const logRead = (r: { url(): string }) => r.url().includes('/manage/v1/endpoints/chatty/logs');
+    await page.waitForRequest(logRead);
+    await page.waitForRequest(logRead);
+    expect(await page.$eval('#endpoint-logs', (pre) => pre.scrollTop)).toBe(0);
+  });
+
   it('signing out forgets the key', async () => {
     await page.click('#sign-out');
     await page.waitForSelector('#api-key');
