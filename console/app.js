@@ -271,37 +271,52 @@ const tabs = new Map([
 async function endpointPage(id, tab) {
   clearPage();
   setCrumbs({ text: 'Endpoints', href: '#/' }, { text: id });
-  const endpoint = await manage(`/endpoints/${encodeURIComponent(id)}`).catch(handle);
-  setCrumbs({ text: 'Endpoints', href: '#/' }, { text: endpoint.name });
-  const content = el('div');
-  main.append(
-    el(
-      'h1',
-      {},
-      endpoint.name,
-      ' ',
-      el('span', { class: 'muted' }, `${endpoint.id} · ${endpoint.app}/${endpoint.env}`),
-    ),
-    el(
-      'div',
-      { class: 'tabs' },
-      [...tabs.keys()].map((t) =>
-        el(
-          'button',
-          {
-            class: t === tab ? 'on' : '',
-            'data-tab': t,
-            onclick: () => (location.hash = `#/e/${encodeURIComponent(id)}/${t}`),
-          },
-          t[0].toUpperCase() + t.slice(1),
+  // Why its workers cannot start (docs/workers.md), while they cannot: above every tab.
+  const trouble = el('p', { class: 'error', id: 'endpoint-problem', hidden: true });
+  let shown = false;
+  // Read again every 5 s: a first read that failed (platform out of reach, a 5xx) is tried again
+  // until the page can be drawn, and the problem line follows the endpoint's state.
+  poll(async () => {
+    const endpoint = await manage(`/endpoints/${encodeURIComponent(id)}`).catch(handle);
+    const problem = endpoint.health?.problem ?? endpoint.problem;
+    trouble.hidden = !problem;
+    trouble.textContent = problem
+      ? `${problem.state === 'failing' ? 'Workers cannot start' : 'Workers keep crashing; restarts are delayed'}: ${problem.reason}`
+      : '';
+    if (shown) return;
+    shown = true;
+    setCrumbs({ text: 'Endpoints', href: '#/' }, { text: endpoint.name });
+    const content = el('div');
+    main.append(
+      el(
+        'h1',
+        {},
+        endpoint.name,
+        ' ',
+        el('span', { class: 'muted' }, `${endpoint.id} · ${endpoint.app}/${endpoint.env}`),
+      ),
+      trouble,
+      el(
+        'div',
+        { class: 'tabs' },
+        [...tabs.keys()].map((t) =>
+          el(
+            'button',
+            {
+              class: t === tab ? 'on' : '',
+              'data-tab': t,
+              onclick: () => (location.hash = `#/e/${encodeURIComponent(id)}/${t}`),
+            },
+            t[0].toUpperCase() + t.slice(1),
+          ),
         ),
       ),
-    ),
-    content,
-  );
-  const show = tabs.get(tab);
-  if (show) show(content, endpoint);
-  else content.append(el('p', { class: 'error', id: 'no-such-tab' }, `No such tab: ${tab}`));
+      content,
+    );
+    const show = tabs.get(tab);
+    if (show) show(content, endpoint);
+    else content.append(el('p', { class: 'error', id: 'no-such-tab' }, `No such tab: ${tab}`));
+  }, 5000);
 }
 
 function jobsTab(content, endpoint) {

@@ -171,6 +171,14 @@ describe('console', () => {
       expect(await page.getAttribute(cell, 'title')).toMatch(/workers in a row exited/);
       // The working endpoints still show their worker counts.
       expect(await page.textContent('#endpoints tr[data-endpoint="chatty"] td:last-child')).toMatch(/^\d/);
+      // The endpoint's own page says why, in words, above its tabs.
+      await page.click('#endpoints tr[data-endpoint="broken-api"]');
+      await expect
+        .poll(() => page.textContent('#endpoint-problem'), { timeout: 30_000 })
+        .toMatch(/^Workers cannot start: .*workers in a row exited/);
+      await page.goto(`${platform.url}/console#/e/chatty/jobs`);
+      await page.waitForSelector('#jobs');
+      expect(await page.isVisible('#endpoint-problem')).toBe(false);
     } finally {
       await platform.db.control.deleteEndpoint('broken-api');
       await platform.workers!.reconcile();
@@ -214,6 +222,22 @@ describe('console', () => {
     }
     await expect.poll(shown, { timeout: 10_000 }).toEqual([]);
     expect(await page.getAttribute('#main', 'class')).not.toContain('stale');
+  });
+
+  it("draws an endpoint's page once the platform answers again", async () => {
+    await page.goto(`${platform.url}/console#/`);
+    await page.waitForSelector('#endpoints tr[data-endpoint="chatty"]');
+    await page.route('**/manage/v1/endpoints/chatty', (r) => r.abort('connectionrefused'));
+    try {
+      await page.goto(`${platform.url}/console#/e/chatty/jobs`);
+      await expect
+        .poll(() => page.textContent('#problem'), { timeout: 10_000 })
+        .toContain('Cannot reach the platform');
+    } finally {
+      await page.unroute('**/manage/v1/endpoints/chatty');
+    }
+    await page.waitForSelector('#jobs tbody tr[data-job]');
+    expect(await page.isVisible('#problem')).toBe(false);
   });
 
   it('stops asking for a job that is not there', async () => {
