@@ -136,15 +136,26 @@ async function api(path, options = {}) {
   } catch {
     throw new Unreachable('Cannot reach the platform.');
   }
-  const text = await response.text();
-  const body = text ? JSON.parse(text) : undefined;
+  const text = await response.text().catch(() => '');
+  // A proxy or gateway in between may answer an HTML page or nothing: then the status says it.
+  let body;
+  try {
+    body = text ? JSON.parse(text) : undefined;
+  } catch {
+    if (response.ok) throw new Error(`The platform answered ${path} with something that is not JSON.`);
+  }
   if (response.status === 401) throw new Unauthorized(body?.error ?? 'Key refused');
   if (response.status === 429 || response.status === 503) {
     const seconds = Number(response.headers.get('retry-after'));
     throw new Busy(body?.error ?? `HTTP ${response.status}`, seconds > 0 ? seconds * 1000 : 5000);
   }
   if (response.status === 404) throw new NotFound(body?.error ?? 'Not found');
-  if (!response.ok) throw new Error(body?.error ?? `HTTP ${response.status}`);
+  if (!response.ok)
+    throw new Error(
+      body?.error ??
+        body?.message ??
+        `The platform answered HTTP ${response.status}${response.statusText ? ` ${response.statusText}` : ''}.`,
+    );
   // An answer clears the banner, unless the page it was for has been left since.
   if (mine === pageId) report(undefined);
   return body;

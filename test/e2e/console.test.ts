@@ -240,6 +240,27 @@ describe('console', () => {
     expect(await page.isVisible('#problem')).toBe(false);
   });
 
+  it("says a gateway's HTML error page as its status, and clears it when the platform answers", async () => {
+    await page.goto(`${platform.url}/console#/`);
+    await page.waitForSelector('#endpoints tr[data-endpoint="hello"]');
+    await page.route('**/manage/v1/endpoints', (r) =>
+      r.fulfill({
+        status: 502,
+        contentType: 'text/html',
+        body: '<html><body><h1>502 Bad Gateway</h1></body></html>',
+      }),
+    );
+    try {
+      await expect
+        .poll(() => page.textContent('#problem'), { timeout: 10_000 })
+        .toContain('The platform answered HTTP 502');
+      expect(await page.textContent('#problem')).not.toContain('JSON');
+    } finally {
+      await page.unroute('**/manage/v1/endpoints');
+    }
+    await expect.poll(() => page.isVisible('#problem'), { timeout: 10_000 }).toBe(false);
+  });
+
   it('stops asking for a job that is not there', async () => {
     let asked = 0;
     const count = (r: { url(): string }) => {
