@@ -31,6 +31,9 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+/** One muted row across a table: what is loading, or that there is nothing to show. */
+const note = (columns, text) =>
+  el('tr', { class: 'note' }, el('td', { colspan: columns, class: 'muted' }, text));
 const badge = (status) => el('span', { class: `badge ${status}` }, status);
 const ms = (value) =>
   value === undefined || value === null
@@ -212,7 +215,7 @@ function signInPage(message) {
 async function endpointsPage() {
   clearPage();
   setCrumbs({ text: 'Endpoints' });
-  const body = el('tbody');
+  const body = el('tbody', {}, note(9, 'Loading…'));
   main.append(
     el('h1', {}, 'Endpoints'),
     el(
@@ -234,6 +237,10 @@ async function endpointsPage() {
   );
   poll(async () => {
     const { endpoints } = await manage('/endpoints').catch(handle);
+    if (endpoints.length === 0) {
+      body.replaceChildren(note(9, 'No endpoints yet: deploy a project to this platform (ferry deploy).'));
+      return;
+    }
     body.replaceChildren(
       ...endpoints.map((e) => {
         const h = e.health;
@@ -339,7 +346,7 @@ function jobsTab(content, endpoint) {
       el('option', { value: s }, s),
     ),
   );
-  const body = el('tbody');
+  const body = el('tbody', {}, note(6, 'Loading…'));
   const more = el('button', { class: 'secondary', id: 'jobs-older', hidden: true }, 'Older');
   const newest = el('button', { class: 'secondary', id: 'jobs-newest', hidden: true }, 'Newest');
   let next;
@@ -378,6 +385,15 @@ function jobsTab(content, endpoint) {
     next = page.next;
     more.hidden = !next;
     if (append) body.append(...page.jobs.map(row));
+    else if (page.jobs.length === 0)
+      body.replaceChildren(
+        note(
+          6,
+          status.value
+            ? `No ${status.value} jobs (a finished job is listed until its results expire).`
+            : 'No jobs yet (a finished job is listed until its results expire).',
+        ),
+      );
     else body.replaceChildren(...page.jobs.map(row));
   };
   status.addEventListener('change', () => load(false));
@@ -464,7 +480,7 @@ function requestTab(content, endpoint) {
 }
 
 function workersTab(content, endpoint) {
-  const body = el('tbody');
+  const body = el('tbody', {}, note(4, 'Loading…'));
   content.append(
     el(
       'table',
@@ -589,6 +605,7 @@ function chartsTab(content, endpoint) {
  */
 function logLines(pre, lines) {
   const atBottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 24;
+  if (lines.length > 0) pre.querySelector('.placeholder')?.remove();
   for (const line of lines) {
     pre.append(
       el(
@@ -603,7 +620,11 @@ function logLines(pre, lines) {
 }
 
 function logsTab(content, endpoint) {
-  const pre = el('pre', { class: 'logs', id: 'endpoint-logs' });
+  const pre = el(
+    'pre',
+    { class: 'logs', id: 'endpoint-logs' },
+    el('span', { class: 'placeholder' }, 'No log lines in the last hour yet; new ones show up here.'),
+  );
   content.append(pre);
   let after;
   // follow: the API hands out only lines that can no longer be overtaken by a late one (on AWS,
@@ -653,12 +674,16 @@ async function jobPage(endpointId, jobId) {
   );
   const facts = el('div', { class: 'card kv', id: 'job-facts' });
   const io = el('div', { class: 'grid' });
-  const pre = el('pre', { class: 'logs', id: 'job-logs' });
+  const pre = el('pre', { class: 'logs', id: 'job-logs' }, el('span', { class: 'placeholder' }, 'Loading…'));
   main.append(el('h1', {}, 'Job ', jobId), facts, io, el('h2', {}, 'Logs'), pre);
   let after;
   let logsEnded = false;
   const refresh = async () => {
-    const job = await manage(`${base}/jobs/${encodeURIComponent(jobId)}`).catch(handle);
+    const job = await manage(`${base}/jobs/${encodeURIComponent(jobId)}`).catch((error) => {
+      // Gone (or never there): the banner says so, with no empty boxes under it.
+      if (error instanceof NotFound) for (const part of main.children) part.hidden = part.tagName !== 'H1';
+      return handle(error);
+    });
     facts.replaceChildren(
       ...[
         el('div', {}, el('b', {}, 'Status'), el('span', { id: 'job-status' }, badge(job.status))),
@@ -691,6 +716,9 @@ async function jobPage(endpointId, jobId) {
     }
     // The page stops once the job has ended and the API says its lines are all out (on AWS a few
     // seconds after the end, when no late line can come any more).
+    const placeholder = pre.querySelector('.placeholder');
+    if (placeholder)
+      placeholder.textContent = finals.has(job.status) && logsEnded ? 'No log lines.' : 'No log lines yet.';
     return !(finals.has(job.status) && logsEnded);
   };
   poll(refresh, 2500);

@@ -185,6 +185,16 @@ describe('console', () => {
     }
   });
 
+  it('says when a list has nothing to show', async () => {
+    await page.goto(`${platform.url}/console#/e/chatty/jobs`);
+    await page.waitForSelector('#jobs tbody tr[data-job]');
+    await page.selectOption('#status-filter', 'TIMED_OUT');
+    await expect
+      .poll(() => page.textContent('#jobs tbody'), { timeout: 30_000 })
+      .toContain('No TIMED_OUT jobs');
+    expect(await page.$$eval('#jobs tbody tr[data-job]', (r) => r.length)).toBe(0);
+  });
+
   it('keeps the older jobs it was asked for until Newest', async () => {
     for (let i = 0; i < 30; i++) {
       const { status } = await call(platform.baseUrl, 'POST', '/hello/run', { input: { name: `n${i}` } });
@@ -270,6 +280,9 @@ describe('console', () => {
     try {
       await page.goto(`${platform.url}/console#/e/hello/jobs/no-such-job`);
       await expect.poll(() => page.innerText('body'), { timeout: 10_000 }).toContain('not found');
+      // No empty boxes under the banner.
+      expect(await page.isVisible('#job-facts')).toBe(false);
+      expect(await page.isVisible('#job-logs')).toBe(false);
       // Past two more polls (every 2.5 s): no more asking, the message shown once.
       await page.waitForTimeout(6_000);
       expect(asked).toBe(1);
