@@ -450,12 +450,28 @@ function requestTab(content, endpoint) {
       const status = el('span', { id: 'request-status' }, badge(job.status));
       const result = el('pre', { id: 'request-output' }, json(job.output ?? job.error));
       out.replaceChildren(el('div', { class: 'row' }, 'Job ', link, status), result);
+      // Watched while this page is shown (leaving it stops the asking), at most once a second
+      // (status-sync answers at once where it cannot wait), through an outage or a busy platform.
+      const watching = pageId;
       while (!finals.has(job.status)) {
-        job = await api(
-          `/v2/${encodeURIComponent(endpoint.id)}/status-sync/${encodeURIComponent(job.id)}?wait=5000`,
-          { method: 'POST' },
-        );
-        status.replaceChildren(badge(job.status));
+        if (watching !== pageId) return;
+        const askedAt = Date.now();
+        try {
+          job = await api(
+            `/v2/${encodeURIComponent(endpoint.id)}/status-sync/${encodeURIComponent(job.id)}?wait=5000`,
+            { method: 'POST' },
+          );
+          status.replaceChildren(badge(job.status));
+        } catch (error) {
+          if (error instanceof Unauthorized) return handle(error);
+          if (!(error instanceof Unreachable || error instanceof Busy)) throw error;
+          status.replaceChildren(
+            badge(job.status),
+            el('span', { class: 'muted' }, ` ${error.message} Still watching…`),
+          );
+        }
+        if (!finals.has(job.status) && Date.now() - askedAt < 1000)
+          await new Promise((resolve) => setTimeout(resolve, 1000));
       }
       result.textContent = json(job.status === 'COMPLETED' ? job.output : job.error);
     } catch (error) {

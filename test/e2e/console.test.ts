@@ -195,6 +195,37 @@ describe('console', () => {
     expect(await page.$$eval('#jobs tbody tr[data-job]', (r) => r.length)).toBe(0);
   });
 
+  it('stops watching a sent job once its page is left', async () => {
+    let asked = 0;
+    // A job that never ends, answered at once (as where status-sync cannot wait).
+    await page.route('**/v2/chatty/status-sync/**', (r) => {
+      asked++;
+      return r.fulfill({
+        status: 200,
+        contentType: 'application/json',
+        body: '{"id":"x","status":"IN_PROGRESS"}',
+      });
+    });
+    try {
+      await page.goto(`${platform.url}/console#/e/chatty/request`);
+      await page.fill('#request-input', '{"input": {"name": "Left"}}');
+      await page.click('#send-run');
+      await expect.poll(() => asked, { timeout: 30_000 }).toBeGreaterThan(0);
+      await page.goto(`${platform.url}/console#/`);
+      const endpointsRead = (r: { url(): string }) => r.url().endsWith('/manage/v1/endpoints');
+      await page.waitForRequest(endpointsRead);
+      await page.waitForRequest(endpointsRead);
+      const then = asked;
+      // Two more reads of the list (every 2 s): no more asking about the job.
+      await page.waitForRequest(endpointsRead);
+      await page.waitForRequest(endpointsRead);
+      expect(asked).toBe(then);
+      expect(then).toBeLessThan(10);
+    } finally {
+      await page.unroute('**/v2/chatty/status-sync/**');
+    }
+  });
+
   it('keeps the older jobs it was asked for until Newest', async () => {
     for (let i = 0; i < 30; i++) {
       const { status } = await call(platform.baseUrl, 'POST', '/hello/run', { input: { name: `n${i}` } });
