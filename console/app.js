@@ -716,10 +716,23 @@ async function jobPage(endpointId, jobId) {
         job.error ? errorView(job.error) : null,
       ].filter(Boolean),
     );
-    io.replaceChildren(
-      el('div', {}, el('h2', {}, 'Input'), el('pre', {}, json(job.input))),
-      el('div', {}, el('h2', {}, 'Output'), el('pre', { id: 'job-output' }, json(job.output))),
-    );
+    // Drawn once, then only a text that changed is written: redrawn on every poll, a running job's
+    // input and output lost the reader's scroll position and text selection every 2.5 s.
+    if (!io.firstChild) {
+      io.replaceChildren(
+        el('div', {}, el('h2', {}, 'Input'), el('pre', { id: 'job-input' }, json(job.input))),
+        el('div', {}, el('h2', {}, 'Output'), el('pre', { id: 'job-output' }, json(job.output))),
+      );
+    } else {
+      for (const [id, value] of [
+        ['job-input', job.input],
+        ['job-output', job.output],
+      ]) {
+        const box = io.querySelector(`#${id}`);
+        const text = json(value);
+        if (box.textContent !== text) box.textContent = text;
+      }
+    }
     if (after === undefined) {
       after = job.logsNext;
       logsEnded = job.logsEnded === true;

@@ -385,6 +385,26 @@ describe('console', () => {
     expect(await page.$eval('#endpoint-logs', (pre) => pre.scrollTop)).toBe(0);
   });
 
+  it("keeps a running job's input and output boxes across polls, and writes the output once it comes", async () => {
+    const { status, body } = await call(platform.baseUrl, 'POST', '/chatty/run', {
+      input: { name: 'Steady', pause: 6 },
+    });
+    expect(status).toBe(200);
+    const jobRead = (r: { url(): string }) => r.url().includes(`/jobs/${body.id}`);
+    await page.goto(`${platform.url}/console#/e/chatty/jobs/${body.id}`);
+    await expect.poll(() => page.textContent('#job-input'), { timeout: 30_000 }).toContain('Steady');
+    // A mark on each box, gone if a poll draws the box anew.
+    await page.$$eval('#job-input, #job-output', (boxes) => {
+      for (const box of boxes) box.dataset.mark = 'kept';
+    });
+    await page.waitForRequest(jobRead);
+    await page.waitForRequest(jobRead);
+    expect(await page.$$eval('#job-input, #job-output', (boxes) => boxes.map((b) => b.dataset.mark))).toEqual(
+      ['kept', 'kept'],
+    );
+    await expect.poll(() => page.textContent('#job-output'), { timeout: 30_000 }).toContain('Hello, Steady!');
+  });
+
   it('signing out forgets the key', async () => {
     await page.click('#sign-out');
     await page.waitForSelector('#api-key');
