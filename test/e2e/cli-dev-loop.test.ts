@@ -5,15 +5,16 @@
  * OpenAPI at /openapi.json, reload after atomic saves (write + rename) and new files, and a worker
  * that cannot import answering the request at once with its error; an image endpoint listed with
  * why it does not run, and calls to it answered at once; `ferry logs` and `ferry console` in the
- * project folder, and in a folder below it, reaching dev's platform.
+ * project folder, and in a folder below it, reaching dev's platform, as a Python script run there
+ * does (no FERRY_API_URL, no FERRY_PORT: dev's lock says where it listens).
  */
-import type { ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rawExchange } from '../support/raw-http.js';
 import { writeWheel } from '../support/wheels.js';
-import { CliSandbox, stopChild } from './cli-support.js';
+import { CliSandbox, repoRoot, stopChild } from './cli-support.js';
 
 const sandbox = new CliSandbox();
 let project = '';
@@ -155,6 +156,32 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
     expect(elsewhere.code).toBe(1);
     expect(elsewhere.stderr).toContain('Nothing serves these endpoints right now');
     expect(elsewhere.stderr).toContain("for `ferry dev`'s endpoints, run this in the folder where it runs");
+  });
+
+  it('a Python script in the project, or below it, calls the running dev wherever it listens', () => {
+    // The dev server took a free port (not 8888), and its platform another: the client reads
+    // .ferry/dev.json, as `ferry logs` does.
+    const below = path.join(project, 'pkg', 'script');
+    mkdirSync(below, { recursive: true });
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      PYTHONPATH: path.join(repoRoot, 'worker-image', 'python'),
+      FERRY_API_KEY: 'fy_dev_loop',
+    };
+    delete env.FERRY_API_URL;
+    delete env.FERRY_PORT;
+    const script =
+      'from ferry.client import Platform\n' +
+      'platform = Platform.from_environ()\n' +
+      'print(platform.request("GET", "/v2/by-name/loop/-/hello")[1]["name"])\n';
+    const result = spawnSync('python3', ['-c', script], {
+      cwd: below,
+      env,
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    expect(result.stderr).toBe('');
+    expect(result.stdout.trim()).toBe('live-hello');
   });
 
   it('answers 400 JSON to a body that is not JSON', async () => {

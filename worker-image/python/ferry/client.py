@@ -110,10 +110,49 @@ def app_name_of(directory):
     return re.sub(r"[-_]+$", "", re.sub(r"^[-_]+", "", name)[:63]) or "app"
 
 
+def _process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True
+    except (OSError, OverflowError, ValueError):
+        return False
+    return True
+
+
+def running_dev_above(directory):
+    """The lock (.ferry/dev.json, cli/dev/lock.ts) of the `ferry dev` serving the project that
+    `directory` is in: the nearest folder from `directory` up whose lock names a running one (its pid
+    alive and, where /proc tells, a `ferry dev` or `ferry run`), as the CLI's `runningDevAbove`; None
+    when there is none."""
+    folder = os.path.abspath(directory)
+    while True:
+        try:
+            with open(os.path.join(folder, ".ferry", "dev.json"), encoding="utf-8") as handle:
+                lock = json.load(handle)
+        except (OSError, ValueError):
+            lock = None
+        pid = lock.get("pid") if isinstance(lock, dict) else None
+        if isinstance(pid, int) and not isinstance(pid, bool) and _process_alive(pid):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    args = handle.read().split(b"\0")
+            except OSError:
+                args = None
+            if args is None or b"dev" in args or b"run" in args:
+                return lock
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
 class Platform:
     """Connection settings. `Platform.from_environ()` is what remote calls use:
 
-    * url: FERRY_API_URL, else http://127.0.0.1:8888 (`ferry serve` and `ferry dev`)
+    * url: FERRY_API_URL, else http://127.0.0.1:$FERRY_PORT, else the platform of the `ferry dev`
+      running for the project (its .ferry/dev.json, in the current folder or one above), else
+      http://127.0.0.1:8888 (`ferry serve`)
     * key: FERRY_CALL_TOKEN (every worker's own key: an HMAC call token locally, a call key minted
       by `ferry deploy` on AWS), FERRY_API_KEY, RUNPOD_API_KEY, FERRY_API_KEY in ./.env, then
       FERRY_HOME/api-key
@@ -133,8 +172,13 @@ class Platform:
         cwd = cwd or os.getcwd()
         dotenv = _dotenv(os.path.join(cwd, ".env"))
         url = environ.get("FERRY_API_URL") or dotenv.get("FERRY_API_URL")
+        if not url and environ.get("FERRY_PORT"):
+            url = f"http://127.0.0.1:{environ['FERRY_PORT']}"
         if not url:
-            url = f"http://127.0.0.1:{environ.get('FERRY_PORT') or DEFAULT_PORT}"
+            dev = running_dev_above(cwd)
+            url = dev.get("platformUrl") if dev else None
+            if not isinstance(url, str) or not url:
+                url = f"http://127.0.0.1:{DEFAULT_PORT}"
         key = (
             environ.get("FERRY_CALL_TOKEN")
             or environ.get("FERRY_API_KEY")
@@ -181,7 +225,8 @@ class Platform:
             reason = getattr(exc, "reason", exc)
             raise FerryClientError(
                 f"cannot reach the Ferry platform at {self.url}: {reason} "
-                "(start it with `ferry serve` or `ferry dev`, or set FERRY_API_URL)"
+                "(start it with `ferry serve` or `ferry dev`, or set FERRY_API_URL to its URL, "
+                "or FERRY_PORT to its port on 127.0.0.1)"
             ) from None
         try:
             parsed = json.loads(text) if text else None
