@@ -286,6 +286,10 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
     endpoints: options.live.snapshot.endpoints.map((e) => ({ name: e.name, kind: e.kind, file: e.file })),
     routes: routes.map((r) => `${r.method} ${r.path}`),
   }));
+  // Flash's dev server answers it too (load balancers and scripts wait on it).
+  app.get('/ping', { schema: { summary: 'Liveness check', tags: ['dev server'] } }, async () => ({
+    status: 'healthy',
+  }));
   for (const route of routes) {
     const schema: Record<string, unknown> = {
       summary: route.summary ?? `${route.endpoint}`,

@@ -6,7 +6,7 @@
  * that cannot import answering the request at once with its error; an image endpoint listed with
  * why it does not run, and calls to it answered at once; `ferry logs` and `ferry console` in the
  * project folder, and in a folder below it, reaching dev's platform, as a Python script run there
- * does (no FERRY_API_URL, no FERRY_PORT: dev's lock says where it listens).
+ * does (no FERRY_API_URL, no FERRY_PORT: dev's lock says where it listens); GET /ping.
  */
 import { type ChildProcess, spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
@@ -182,6 +182,12 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
     });
     expect(result.stderr).toBe('');
     expect(result.stdout.trim()).toBe('live-hello');
+  });
+
+  it("answers GET /ping as Flash's dev server does", async () => {
+    expect(await get(`${base}/ping`)).toEqual({ status: 200, body: { status: 'healthy' } });
+    const spec = (await (await fetch(`${base}/openapi.json`)).json()) as any;
+    expect(spec.paths['/ping'].get.tags).toEqual(['dev server']);
   });
 
   it('answers 400 JSON to a body that is not JSON', async () => {
