@@ -20,7 +20,7 @@ import { type BuildEvent, type NowMs, type ProgressSink, stage } from './events.
 import { checkLocalImports, listShippedFiles } from './files.js';
 import { sourceFingerprint } from './fingerprint.js';
 import { checkImports } from './importCheck.js';
-import { scanProject, withConfigHash } from './scan.js';
+import { noEndpointsFound, scanProject, withConfigHash } from './scan.js';
 
 export type { BuildEvent, BuildStage, ProgressSink } from './events.js';
 
@@ -120,9 +120,11 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
       });
       for (const message of result.warnings) emit({ type: 'warning', message });
       if (result.endpoints.length === 0) {
-        throw new FerryError('bad_request', 'No endpoints found: nothing would be deployed', {
-          hint: 'Mark a function with @Endpoint(name=...) (from ferry import Endpoint), or check that its file is not ignored.',
-        });
+        throw noEndpointsFound(
+          result.files,
+          'No endpoints found: nothing would be deployed',
+          'Mark a function with @Endpoint(name=...) (from ferry import Endpoint), or check that its file is not ignored.',
+        );
       }
       checkLocalImports({
         projectDir,

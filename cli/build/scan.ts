@@ -16,6 +16,7 @@ import {
   routeSchema,
   targetSchema,
 } from '../../core/manifest.js';
+import { countOf } from '../io.js';
 import { projectRequirements } from './deps.js';
 import { runProcess, tail } from './process.js';
 
@@ -175,6 +176,33 @@ export async function scanProject(options: ScanOptions): Promise<ScanResult> {
     warnings: parsed.warnings.map((w) => `${w.file}:${w.line}: ${w.message}`),
     python: { version: parsed.python.version, executable: parsed.python.executable || python },
   };
+}
+
+/** Flash's package, under its name now and its old one: a file that imports it declares Flash's endpoints. */
+const flashPackages = ['runpod_flash', 'tetra_rp'];
+
+/**
+ * The error for a project where the scan found no endpoint (`ferry build`'s and `ferry dev`'s
+ * `message`). When scanned files import Flash's package instead of ferry (`from runpod_flash import
+ * Endpoint`), that is the reason, and the message and hint say so: the scan only sees ferry's Endpoint.
+ */
+export function noEndpointsFound(files: readonly ScannedFile[], message: string, hint: string): FerryError {
+  const importers = files.flatMap((file) => {
+    const flash = flashPackages.find((pkg) => file.imports.some((i) => i === pkg || i.startsWith(`${pkg}.`)));
+    return flash ? [{ file: file.path, flash }] : [];
+  });
+  if (importers.length === 0) return new FerryError('bad_request', message, { hint });
+  const named = importers.slice(0, 3).map((i) => i.file);
+  const more = importers.length - named.length;
+  const which = more > 0 ? `${named.join(', ')} and ${countOf(more, 'more file')}` : named.join(', ');
+  const packages = [...new Set(importers.map((i) => i.flash))].join(' and ');
+  return new FerryError(
+    'bad_request',
+    `${message}: ${which} ${importers.length === 1 ? 'imports' : 'import'} from ${packages}, not ferry`,
+    {
+      hint: `Change the import to \`from ferry import Endpoint\`: Ferry finds the endpoints that ferry's Endpoint declares.`,
+    },
+  );
 }
 
 export function moduleOf(file: string): string {

@@ -11,6 +11,7 @@ import { unusableProjectFolder } from '../../core/adapters/local/home.js';
 import type { LocalPlatformOptions } from '../../core/adapters/local/platform.js';
 import { checkRecordName, livePrefix } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
+import { noEndpointsFound } from '../build/scan.js';
 import { apiKeyFromUser, ferryPythonPath, installRoot, type KeyFromUser } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
@@ -85,9 +86,11 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
   const snapshot = await scanForDev(projectDir);
   for (const warning of snapshot.warnings) say(`warning: ${warning}`);
   if (snapshot.endpoints.length === 0) {
-    throw new FerryError('bad_request', 'No endpoints found in this folder', {
-      hint: 'Mark a function with @Endpoint(name=...) (from ferry import Endpoint), or run `ferry init`.',
-    });
+    throw noEndpointsFound(
+      snapshot.files,
+      'No endpoints found in this folder',
+      'Mark a function with @Endpoint(name=...) (from ferry import Endpoint), or run `ferry init`.',
+    );
   }
   // After the scan: in a folder that is no project, that is what to fix first.
   const key = apiKeyFromUser(ctx.io.env, projectDir);

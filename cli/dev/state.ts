@@ -15,7 +15,7 @@ import type { ControlStore, EndpointRecord } from '../../core/ports.js';
 import { listShippedFiles } from '../build/files.js';
 import { sourceFingerprint } from '../build/fingerprint.js';
 import { resolvePythonVersion } from '../build/index.js';
-import { scanProject } from '../build/scan.js';
+import { type ScannedFile, scanProject } from '../build/scan.js';
 import { projectAppName } from '../config.js';
 
 const resourcesSchema = z.record(z.string(), z.object({ id: z.string(), configHash: z.string() }).strict());
@@ -30,6 +30,8 @@ export interface ScanSnapshot {
   pythonVersion: EndpointConfig['pythonVersion'];
   fingerprint: string;
   warnings: string[];
+  /** What the scan read of each file (its imports). */
+  files: ScannedFile[];
 }
 
 export async function scanForDev(projectDir: string, python = 'python3'): Promise<ScanSnapshot> {
@@ -51,6 +53,7 @@ export async function scanForDev(projectDir: string, python = 'python3'): Promis
     pythonVersion,
     fingerprint: await sourceFingerprint(projectDir, shipped.files),
     warnings: [...shipped.warnings, ...scanned.warnings],
+    files: scanned.files,
   };
 }
 

@@ -459,6 +459,23 @@ def classify(image):
     const error = await buildProject(options(projectDir)).catch((e: unknown) => e);
     expect((error as FerryError).message).toContain('No endpoints found');
   });
+
+  it("names the files that import Flash's package instead of ferry, and the fix", async () => {
+    const projectDir = tempDir('flash-');
+    writeFiles(projectDir, {
+      'gpu_worker.py':
+        'from runpod_flash import Endpoint, GpuType\n\n@Endpoint(name="w", gpu=GpuType.L4)\ndef f(x):\n    return x\n',
+      'old.py': 'import tetra_rp\n',
+      'main.py': 'print("hi")\n',
+    });
+    const error = (await buildProject(options(projectDir)).catch((e: unknown) => e)) as FerryError;
+    expect(error.message).toBe(
+      'No endpoints found: nothing would be deployed: gpu_worker.py, old.py import from runpod_flash and tetra_rp, not ferry',
+    );
+    expect(error.hint).toBe(
+      "Change the import to `from ferry import Endpoint`: Ferry finds the endpoints that ferry's Endpoint declares.",
+    );
+  });
 });
 
 describe('listShippedFiles and sourceFingerprint', () => {

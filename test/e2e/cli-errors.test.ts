@@ -59,6 +59,21 @@ describe('ferry errors', () => {
     expect(elsewhere.stderr).toContain('Error: No endpoints found in this folder');
   });
 
+  it("dev in a project written for Flash (from runpod_flash import Endpoint) says to import ferry's, exit 2", async () => {
+    const flash = path.join(sandbox.root, 'flash-project');
+    mkdirSync(flash);
+    writeFileSync(
+      path.join(flash, 'gpu_worker.py'),
+      'from runpod_flash import Endpoint\n\n@Endpoint(name="w")\ndef f(x):\n    return x\n',
+    );
+    const result = await sandbox.run(['dev', '--port', '0'], { cwd: flash });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toBe(
+      'Error: No endpoints found in this folder: gpu_worker.py imports from runpod_flash, not ferry\n' +
+        "  hint: Change the import to `from ferry import Endpoint`: Ferry finds the endpoints that ferry's Endpoint declares.\n",
+    );
+  });
+
   it('unknown flags, commands and bad values are usage errors: exit 2, message and hint', async () => {
     for (const args of [
       ['deploy', '--bogus'],
