@@ -70,14 +70,7 @@ function unknownCommand(message: string, context: unknown, args: readonly string
   const choices =
     typeof ctx?.getCommands === 'function' ? ctx.getCommands().map(([c]) => c.split(' ')[0]) : [];
   if (choices.length === 0) return undefined;
-  const usageLine = typeof ctx?.getUsage === 'function' ? ctx.getUsage()[0]?.[0] : undefined;
-  const group =
-    typeof usageLine === 'string' && usageLine.startsWith('$0 ')
-      ? (usageLine.slice(3).split('\n')[0] ?? '')
-          .trim()
-          .split(/\s+/)
-          .filter((w) => !/^[<[]/.test(w))
-      : [];
+  const group = failingCommand(context);
   // Positionals as typed, less the value of the one global option that takes one (--provider aws).
   const words = args.filter((a, i) => !a.startsWith('-') && args[i - 1] !== '--provider');
   if (group.some((w, i) => words[i] !== w)) return undefined;
@@ -87,6 +80,41 @@ function unknownCommand(message: string, context: unknown, args: readonly string
   const suggestion = message.startsWith('Did you mean') ? `${message} ` : '';
   const help = group.length > 0 ? `\`ferry ${group.join(' ')} --help\`` : '`ferry --help`';
   return usage(`Unknown command '${word}'${where}`, `${suggestion}Run ${help}.`);
+}
+
+/** The words that name the failing command (`['env', 'create']`), from its usage line; [] at the top. */
+function failingCommand(context: unknown): string[] {
+  const ctx = context as FailContext | undefined;
+  const usageLine = typeof ctx?.getUsage === 'function' ? ctx.getUsage()[0]?.[0] : undefined;
+  return typeof usageLine === 'string' && usageLine.startsWith('$0 ')
+    ? (usageLine.slice(3).split('\n')[0] ?? '')
+        .trim()
+        .split(/\s+/)
+        .filter((w) => w !== '' && !/^[<[]/.test(w))
+    : [];
+}
+
+/** The hint of a usage error: the failing command's own help. */
+function helpHint(context: unknown): string {
+  const command = failingCommand(context);
+  return `Run \`ferry ${[...command, '--help'].join(' ')}\`.`;
+}
+
+/**
+ * yargs' "Unknown argument: bogus" (or "Unknown arguments: a, b") with each flag as it was typed
+ * (`--bogus`, `-b`); other messages as they are.
+ */
+function withFlagsAsTyped(message: string, args: readonly string[]): string {
+  const unknown = /^(Unknown arguments?): (.*)$/s.exec(message);
+  if (!unknown) return message;
+  const typed = unknown[2]!.split(', ').map((name) => {
+    const kebab = name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+    const found = args.find((a) =>
+      [name, kebab].some((n) => a === `--${n}` || a.startsWith(`--${n}=`) || a === `-${n}`),
+    );
+    return found ? found.split('=')[0]! : name;
+  });
+  return `${unknown[1]}: ${typed.join(', ')}`;
 }
 
 /** Runs the CLI; resolves with the exit code instead of exiting (tests call it in-process). */
@@ -121,16 +149,13 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
     .fail((message, error, context) => {
       // yargs's own errors (a coerce that threw, cli/commands/shared.ts portFlag) are the user's to fix.
       if (error?.name === 'YError')
-        throw (
-          flagErrorOf(error.message) ??
-          usage(error.message, 'Run `ferry --help` (or `ferry <command> --help`).')
-        );
+        throw flagErrorOf(error.message) ?? usage(error.message, helpHint(context));
       if (error) throw error;
       const missing = message ? missingPositional(message, context) : undefined;
       if (missing) throw missing;
       const unknown = message ? unknownCommand(message, context, args) : undefined;
       if (unknown) throw unknown;
-      throw usage(message ?? 'Invalid command line', 'Run `ferry --help` (or `ferry <command> --help`).');
+      throw usage(message ? withFlagsAsTyped(message, args) : 'Invalid command line', helpHint(context));
     });
   try {
     await parser.parseAsync();

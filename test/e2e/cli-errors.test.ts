@@ -74,6 +74,23 @@ describe('ferry errors', () => {
     );
   });
 
+  it("a bad flag or value names the flag as typed and the failing command's own help", async () => {
+    const bogus = await sandbox.run(['deploy', '--bogus'], { cwd: project });
+    expect(bogus.code).toBe(2);
+    expect(bogus.stderr).toBe('Error: Unknown argument: --bogus\n  hint: Run `ferry deploy --help`.\n');
+    const nested = await sandbox.run(['env', 'create', 'x', '--nope=1', '-z'], { cwd: project });
+    expect(nested.code).toBe(2);
+    expect(nested.stderr).toBe(
+      'Error: Unknown arguments: --nope, -z\n  hint: Run `ferry env create --help`.\n',
+    );
+    const value = await sandbox.run(['build', '--python-version', '2.7'], { cwd: project });
+    expect(value.code).toBe(2);
+    expect(value.stderr).toBe(
+      'Error: Invalid values:\n  Argument: python-version, Given: "2.7", Choices: "3.10", "3.11", "3.12", "3.13"\n' +
+        '  hint: Run `ferry build --help`.\n',
+    );
+  });
+
   it('unknown flags, commands and bad values are usage errors: exit 2, message and hint', async () => {
     for (const args of [
       ['deploy', '--bogus'],
