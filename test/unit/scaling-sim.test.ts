@@ -465,6 +465,49 @@ const lbSettings = {
   patienceMs: 15 * minute,
 };
 
+/** What the simulated ECS reads and sets of a simulated day: its desired count, and its live tasks' times. */
+interface EcsSide {
+  desired: number;
+  readonly desiredLog: { atMs: number; desired: number }[];
+  readonly now: number;
+  /** False refuses ListTasks, as ECS does to a role without ecs:ListTasks. */
+  readonly tasksReadable?: boolean;
+  live(): { id: number; createdAt: number; startedAt?: number }[];
+}
+
+/** The ECS calls the scaler makes, answered from a simulated day's service and tasks (both days use it). */
+function simulatedEcs(side: EcsSide, service: string): ScalerDeps['ecs'] {
+  return {
+    send: (async (command: unknown) => {
+      if (command instanceof DescribeServicesCommand) {
+        return { services: [{ serviceName: service, status: 'ACTIVE', desiredCount: side.desired }] };
+      }
+      if (command instanceof UpdateServiceCommand) {
+        side.desired = command.input.desiredCount!;
+        side.desiredLog.push({ atMs: side.now, desired: side.desired });
+        return {};
+      }
+      if (command instanceof ListTasksCommand) {
+        if (side.tasksReadable === false) throw new Error('AccessDeniedException: ecs:ListTasks');
+        return { taskArns: side.live().map((t) => `task/ferry/${t.id}`) };
+      }
+      if (command instanceof DescribeTasksCommand) {
+        const ids = new Set(command.input.tasks);
+        return {
+          tasks: side
+            .live()
+            .filter((t) => ids.has(`task/ferry/${t.id}`))
+            .map((t) => ({
+              createdAt: new Date(t.createdAt),
+              ...(t.startedAt !== undefined ? { startedAt: new Date(t.startedAt) } : {}),
+            })),
+        };
+      }
+      throw new Error('unexpected ECS command');
+    }) as ScalerDeps['ecs']['send'],
+  };
+}
+
 class LbSim {
   readonly clock = new FakeClock(0);
   readonly tasks: LbTask[] = [];
@@ -604,36 +647,7 @@ class LbSim {
               lastBusyAt: t.inFlight.length > 0 ? this.now : t.lastBusyAt,
             })),
       },
-      ecs: {
-        send: (async (command: unknown) => {
-          if (command instanceof DescribeServicesCommand) {
-            return {
-              services: [{ serviceName: this.service, status: 'ACTIVE', desiredCount: this.desired }],
-            };
-          }
-          if (command instanceof UpdateServiceCommand) {
-            this.desired = command.input.desiredCount!;
-            this.desiredLog.push({ atMs: this.now, desired: this.desired });
-            return {};
-          }
-          if (command instanceof ListTasksCommand) {
-            if (!this.tasksReadable) throw new Error('AccessDeniedException: ecs:ListTasks');
-            return { taskArns: this.live().map((t) => `task/ferry/${t.id}`) };
-          }
-          if (command instanceof DescribeTasksCommand) {
-            const ids = new Set(command.input.tasks);
-            return {
-              tasks: this.live()
-                .filter((t) => ids.has(`task/ferry/${t.id}`))
-                .map((t) => ({
-                  createdAt: new Date(t.createdAt),
-                  ...(t.startedAt !== undefined ? { startedAt: new Date(t.startedAt) } : {}),
-                })),
-            };
-          }
-          throw new Error('unexpected ECS command');
-        }) as ScalerDeps['ecs']['send'],
-      },
+      ecs: simulatedEcs(this, this.service),
       cluster: 'ferry',
       serviceNamePrefix: 'ferry-',
       clock: this.clock,
@@ -893,35 +907,7 @@ class QueueLagSim {
             lastBusyAt: t.held.size > 0 ? this.now : t.lastBusyAt,
           })),
       },
-      ecs: {
-        send: (async (command: unknown) => {
-          if (command instanceof DescribeServicesCommand) {
-            return {
-              services: [{ serviceName: this.service, status: 'ACTIVE', desiredCount: this.desired }],
-            };
-          }
-          if (command instanceof UpdateServiceCommand) {
-            this.desired = command.input.desiredCount!;
-            this.desiredLog.push({ atMs: this.now, desired: this.desired });
-            return {};
-          }
-          if (command instanceof ListTasksCommand) {
-            return { taskArns: this.live().map((t) => `task/ferry/${t.id}`) };
-          }
-          if (command instanceof DescribeTasksCommand) {
-            const ids = new Set(command.input.tasks);
-            return {
-              tasks: this.live()
-                .filter((t) => ids.has(`task/ferry/${t.id}`))
-                .map((t) => ({
-                  createdAt: new Date(t.createdAt),
-                  ...(t.startedAt !== undefined ? { startedAt: new Date(t.startedAt) } : {}),
-                })),
-            };
-          }
-          throw new Error('unexpected ECS command');
-        }) as ScalerDeps['ecs']['send'],
-      },
+      ecs: simulatedEcs(this, this.service),
       cluster: 'ferry',
       serviceNamePrefix: 'ferry-',
       clock: this.clock,
