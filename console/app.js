@@ -41,7 +41,27 @@ const ms = (value) =>
     : value < 1000
       ? `${value} ms`
       : `${(value / 1000).toFixed(2)} s`;
-const when = (epochMs) => (epochMs ? new Date(epochMs).toLocaleTimeString() : '–');
+/**
+ * A moment as a <time>: today's as the time only, any other day's with its date in front (and its
+ * year when not this one), so a job kept for days does not read as today's; the full ISO time in
+ * its title.
+ */
+function when(epochMs) {
+  if (!epochMs) return '–';
+  const at = new Date(epochMs);
+  const now = new Date();
+  const time = at.toLocaleTimeString();
+  const text =
+    at.toDateString() === now.toDateString()
+      ? time
+      : `${at.toLocaleDateString(undefined, {
+          month: 'short',
+          day: 'numeric',
+          ...(at.getFullYear() === now.getFullYear() ? {} : { year: 'numeric' }),
+        })} ${time}`;
+  const iso = at.toISOString();
+  return el('time', { datetime: iso, title: iso }, text);
+}
 const json = (value) => (value === undefined ? '–' : JSON.stringify(value, null, 2));
 
 /**

@@ -140,6 +140,14 @@ describe('console', () => {
         timeout: 30_000,
       })
       .toEqual(['COMPLETED']);
+    // Today's jobs: the time only, the full ISO time in the title.
+    const [shown, iso, time] = await page.$eval('#jobs tbody tr[data-job] time', (t) => [
+      t.textContent,
+      t.getAttribute('title'),
+      new Date(t.getAttribute('datetime') ?? '').toLocaleTimeString(),
+    ]);
+    expect(shown).toBe(time);
+    expect(iso).toMatch(/^\d{4}-\d\d-\d\dT/);
     await shot('jobs');
     await page.click('button[data-tab="workers"]');
     await page.waitForSelector('#workers tbody tr');
@@ -403,6 +411,41 @@ describe('console', () => {
       ['kept', 'kept'],
     );
     await expect.poll(() => page.textContent('#job-output'), { timeout: 30_000 }).toContain('Hello, Steady!');
+  });
+
+  it('shows a job kept for days with its date', async () => {
+    const createdAt = Date.now() - 3 * 86_400_000;
+    const job = {
+      id: 'kept-for-days',
+      status: 'COMPLETED',
+      createdAt,
+      delayMs: 12,
+      executionMs: 340,
+      attempt: 1,
+      input: { name: 'Old' },
+      output: 'Hello, Old!',
+      logs: [],
+      logsEnded: true,
+    };
+    await page.route('**/manage/v1/endpoints/chatty/jobs/kept-for-days', (r) =>
+      r.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(job) }),
+    );
+    try {
+      await page.goto(`${platform.url}/console#/e/chatty/jobs/kept-for-days`);
+      await expect.poll(() => page.textContent('#job-status'), { timeout: 10_000 }).toBe('COMPLETED');
+      // Not today: the date in front of the time, the full ISO time in the title.
+      const [date, time] = await page.evaluate(
+        (t) => [
+          new Date(t).toLocaleDateString(undefined, { month: 'short', day: 'numeric' }),
+          new Date(t).toLocaleTimeString(),
+        ],
+        createdAt,
+      );
+      expect(await page.textContent('#job-facts time')).toBe(`${date} ${time}`);
+      expect(await page.getAttribute('#job-facts time', 'title')).toBe(new Date(createdAt).toISOString());
+    } finally {
+      await page.unroute('**/manage/v1/endpoints/chatty/jobs/kept-for-days');
+    }
   });
 
   it('signing out forgets the key', async () => {
