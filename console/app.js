@@ -265,7 +265,8 @@ async function endpointsPage() {
       ...endpoints.map((e) => {
         const h = e.health;
         const workers = h ? h.workers.running + h.workers.idle : undefined;
-        // Workers that cannot start (docs/workers.md): the verdict's reason is in the tooltip.
+        // Workers that cannot start (docs/workers.md): the verdict, and its reason under it as text
+        // (cut short by the stylesheet, the whole of it in the title).
         const problem = h?.problem ?? e.problem;
         return el(
           'tr',
@@ -284,9 +285,12 @@ async function endpointsPage() {
           el('td', { class: 'num' }, h ? h.jobs.failed : '–'),
           el(
             'td',
-            { class: 'num', ...(problem ? { title: problem.reason } : {}) },
+            { class: 'num' },
             problem
-              ? problem.state
+              ? [
+                  el('span', { class: `badge ${problem.state}` }, problem.state),
+                  el('span', { class: 'reason', title: problem.reason }, problem.reason),
+                ]
               : workers === undefined
                 ? '–'
                 : `${workers}${e.scaling ? ` (${e.scaling.workersMin}–${e.scaling.workersMax})` : ''}`,

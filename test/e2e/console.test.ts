@@ -162,7 +162,7 @@ describe('console', () => {
     await shot('charts');
   });
 
-  it('marks an endpoint whose workers cannot start as failing, its reason on hover', async () => {
+  it('marks an endpoint whose workers cannot start as failing, its reason shown', async () => {
     const projectDir = join(apps, 'broken');
     mkdirSync(projectDir);
     writeFileSync(
@@ -175,8 +175,15 @@ describe('console', () => {
     try {
       await page.goto(`${platform.url}/console#/`);
       const cell = '#endpoints tr[data-endpoint="broken-api"] td:last-child';
-      await expect.poll(() => page.textContent(cell), { timeout: 30_000 }).toBe('failing');
-      expect(await page.getAttribute(cell, 'title')).toMatch(/workers in a row exited/);
+      await expect
+        .poll(() => page.$$eval(`${cell} .badge`, (b) => b.map((x) => x.textContent)), { timeout: 30_000 })
+        .toEqual(['failing']);
+      // The reason as text in the list (not only a tooltip: touch and keyboard reach it too), the
+      // whole of it in its title.
+      const reason = `${cell} .reason`;
+      expect(await page.isVisible(reason)).toBe(true);
+      expect(await page.innerText(reason)).toMatch(/workers in a row exited/);
+      expect(await page.getAttribute(reason, 'title')).toBe(await page.textContent(reason));
       // The working endpoints still show their worker counts.
       expect(await page.textContent('#endpoints tr[data-endpoint="chatty"] td:last-child')).toMatch(/^\d/);
       // The endpoint's own page says why, in words, above its tabs.
