@@ -707,11 +707,14 @@ function errorView(error) {
 async function jobPage(endpointId, jobId) {
   clearPage();
   const base = `/endpoints/${encodeURIComponent(endpointId)}`;
-  setCrumbs(
-    { text: 'Endpoints', href: '#/' },
-    { text: endpointId, href: `#/e/${encodeURIComponent(endpointId)}` },
-    { text: jobId },
-  );
+  const crumbsWith = (endpointName) =>
+    setCrumbs(
+      { text: 'Endpoints', href: '#/' },
+      { text: endpointName, href: `#/e/${encodeURIComponent(endpointId)}` },
+      { text: jobId },
+    );
+  crumbsWith(endpointId);
+  let named = false;
   const facts = el('div', { class: 'card kv', id: 'job-facts' });
   const io = el('div', { class: 'grid' });
   const pre = el('pre', { class: 'logs', id: 'job-logs' }, el('span', { class: 'placeholder' }, 'Loading…'));
@@ -719,6 +722,17 @@ async function jobPage(endpointId, jobId) {
   let after;
   let logsEnded = false;
   const refresh = async () => {
+    // The endpoint's name in the crumbs (its id until it is read). Read before the job, and quietly:
+    // the job's answer is the one that sets or clears the banner.
+    if (!named) {
+      const endpoint = await manage(base).catch((error) => {
+        if (error instanceof NotFound) named = true;
+      });
+      if (endpoint) {
+        named = true;
+        crumbsWith(endpoint.name);
+      }
+    }
     const job = await manage(`${base}/jobs/${encodeURIComponent(jobId)}`).catch((error) => {
       // Gone (or never there): the banner says so, with no empty boxes under it.
       if (error instanceof NotFound) for (const part of main.children) part.hidden = part.tagName !== 'H1';

@@ -420,7 +420,7 @@ describe('console', () => {
     await expect.poll(() => page.textContent('#job-output'), { timeout: 30_000 }).toContain('Hello, Steady!');
   });
 
-  it('shows a job kept for days with its date', async () => {
+  it('shows a job kept for days with its date, and its endpoint by name', async () => {
     const createdAt = Date.now() - 3 * 86_400_000;
     const job = {
       id: 'kept-for-days',
@@ -437,6 +437,11 @@ describe('console', () => {
     await page.route('**/manage/v1/endpoints/chatty/jobs/kept-for-days', (r) =>
       r.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(job) }),
     );
+    // The example's name is its id: here the endpoint answers another name.
+    await page.route('**/manage/v1/endpoints/chatty', async (r) => {
+      const response = await r.fetch();
+      r.fulfill({ response, json: { ...(await response.json()), name: 'Chatty display' } });
+    });
     try {
       await page.goto(`${platform.url}/console#/e/chatty/jobs/kept-for-days`);
       await expect.poll(() => page.textContent('#job-status'), { timeout: 10_000 }).toBe('COMPLETED');
@@ -450,7 +455,17 @@ describe('console', () => {
       );
       expect(await page.textContent('#job-facts time')).toBe(`${date} ${time}`);
       expect(await page.getAttribute('#job-facts time', 'title')).toBe(new Date(createdAt).toISOString());
+      // The crumbs name the endpoint by its name, the link still by its id.
+      await expect
+        .poll(() => page.$$eval('#crumbs a', (a) => a.map((x) => [x.textContent, x.getAttribute('href')])), {
+          timeout: 10_000,
+        })
+        .toEqual([
+          ['Endpoints', '#/'],
+          ['Chatty display', '#/e/chatty'],
+        ]);
     } finally {
+      await page.unroute('**/manage/v1/endpoints/chatty');
       await page.unroute('**/manage/v1/endpoints/chatty/jobs/kept-for-days');
     }
   });
