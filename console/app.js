@@ -35,12 +35,15 @@ function el(tag, attrs = {}, ...children) {
 const note = (columns, text) =>
   el('tr', { class: 'note' }, el('td', { colspan: columns, class: 'muted' }, text));
 const badge = (status) => el('span', { class: `badge ${status}` }, status);
-const ms = (value) =>
-  value === undefined || value === null
-    ? '–'
-    : value < 1000
-      ? `${value} ms`
-      : `${(value / 1000).toFixed(2)} s`;
+/** A duration: ms under a second, seconds under a minute, then minutes and seconds, then hours and minutes. */
+function ms(value) {
+  if (value === undefined || value === null) return '–';
+  if (value < 1000) return `${value} ms`;
+  if (value < 60_000) return `${(value / 1000).toFixed(2)} s`;
+  const seconds = Math.floor(value / 1000);
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
+  return `${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`;
+}
 /**
  * A moment as a <time>: today's as the time only, any other day's with its date in front (and its
  * year when not this one), so a job kept for days does not read as today's; the full ISO time in

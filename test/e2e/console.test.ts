@@ -420,14 +420,14 @@ describe('console', () => {
     await expect.poll(() => page.textContent('#job-output'), { timeout: 30_000 }).toContain('Hello, Steady!');
   });
 
-  it('shows a job kept for days with its date, and its endpoint by name', async () => {
+  it('shows a job kept for days with its date, its endpoint by name, and long timings in minutes and hours', async () => {
     const createdAt = Date.now() - 3 * 86_400_000;
     const job = {
       id: 'kept-for-days',
       status: 'COMPLETED',
       createdAt,
-      delayMs: 12,
-      executionMs: 340,
+      delayMs: 3_720_000,
+      executionMs: 600_000,
       attempt: 1,
       input: { name: 'Old' },
       output: 'Hello, Old!',
@@ -455,6 +455,15 @@ describe('console', () => {
       );
       expect(await page.textContent('#job-facts time')).toBe(`${date} ${time}`);
       expect(await page.getAttribute('#job-facts time', 'title')).toBe(new Date(createdAt).toISOString());
+      // Past a minute: minutes and seconds; past an hour: hours and minutes.
+      const fact = (name: string) =>
+        page.$$eval(
+          '#job-facts > div',
+          (divs, n) => divs.find((d) => d.firstChild?.textContent === n)?.lastChild?.textContent,
+          name,
+        );
+      expect(await fact('Execution')).toBe('10 min 0 s');
+      expect(await fact('Delay')).toBe('1 h 2 min');
       // The crumbs name the endpoint by its name, the link still by its id.
       await expect
         .poll(() => page.$$eval('#crumbs a', (a) => a.map((x) => [x.textContent, x.getAttribute('href')])), {
