@@ -752,7 +752,7 @@ async function jobPage(endpointId, jobId) {
           'div',
           {},
           el('b', {}, 'Attempts'),
-          `${job.attempt}${job.retries ? ` (retried ${job.retries}×)` : ''}`,
+          `${job.attempt ?? '–'}${job.retries ? ` (retried ${job.retries}×)` : ''}`,
         ),
         job.error ? errorView(job.error) : null,
       ].filter(Boolean),

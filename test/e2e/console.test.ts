@@ -420,7 +420,7 @@ describe('console', () => {
     await expect.poll(() => page.textContent('#job-output'), { timeout: 30_000 }).toContain('Hello, Steady!');
   });
 
-  it('shows a job kept for days with its date, its endpoint by name, and long timings in minutes and hours', async () => {
+  it('shows a job kept for days with its date, its endpoint by name, long timings in minutes and hours, and no attempt as –', async () => {
     const createdAt = Date.now() - 3 * 86_400_000;
     const job = {
       id: 'kept-for-days',
@@ -428,7 +428,7 @@ describe('console', () => {
       createdAt,
       delayMs: 3_720_000,
       executionMs: 600_000,
-      attempt: 1,
+      // No attempt in the record: the page says –, not "undefined".
       input: { name: 'Old' },
       output: 'Hello, Old!',
       logs: [],
@@ -464,6 +464,7 @@ describe('console', () => {
         );
       expect(await fact('Execution')).toBe('10 min 0 s');
       expect(await fact('Delay')).toBe('1 h 2 min');
+      expect(await fact('Attempts')).toBe('–');
       // The crumbs name the endpoint by its name, the link still by its id.
       await expect
         .poll(() => page.$$eval('#crumbs a', (a) => a.map((x) => [x.textContent, x.getAttribute('href')])), {
