@@ -41,17 +41,14 @@ interface FailContext {
  */
 function missingPositional(message: string, context: unknown): FerryError | undefined {
   const counts = /^Not enough non-option arguments: got (\d+), need at least \d+$/.exec(message);
-  const ctx = context as FailContext | undefined;
-  const usageLine = typeof ctx?.getUsage === 'function' ? ctx.getUsage()[0]?.[0] : undefined;
-  if (!counts || typeof usageLine !== 'string' || !usageLine.startsWith('$0 ')) return undefined;
-  const words = usageLine.slice(3).trim().split(/\s+/);
-  const command = words.filter((w) => !/^[<[]/.test(w)).join(' ');
+  const words = usageWords(context);
+  if (!counts || !words) return undefined;
+  const command = failingCommand(context).join(' ');
   const missing = words.filter((w) => w.startsWith('<')).slice(Number(counts[1]));
   if (command === '' || missing.length === 0) return undefined;
-  const help = `Run \`ferry ${command} --help\`.`;
+  const help = helpHint(context);
   // A command group (`env <command>`): its subcommands are the choices.
-  const subcommands =
-    typeof ctx?.getCommands === 'function' ? ctx.getCommands().map(([c]) => c.split(' ')[0]) : [];
+  const subcommands = subcommandsOf(context);
   if (subcommands.length > 0 && missing.length === 1 && missing[0] === '<command>') {
     return usage(`\`ferry ${command}\` needs a command: ${subcommands.join(', ')}`, help);
   }
@@ -66,9 +63,7 @@ function missingPositional(message: string, context: unknown): FerryError | unde
  * of the group, or the failing command has no subcommands (a leaf's "Unknown argument").
  */
 function unknownCommand(message: string, context: unknown, args: readonly string[]): FerryError | undefined {
-  const ctx = context as FailContext | undefined;
-  const choices =
-    typeof ctx?.getCommands === 'function' ? ctx.getCommands().map(([c]) => c.split(' ')[0]) : [];
+  const choices = subcommandsOf(context);
   if (choices.length === 0) return undefined;
   const group = failingCommand(context);
   // Positionals as typed, less the value of the one global option that takes one (--provider aws).
@@ -78,20 +73,32 @@ function unknownCommand(message: string, context: unknown, args: readonly string
   if (word === undefined || choices.includes(word)) return undefined;
   const where = group.length > 0 ? ` for \`ferry ${group.join(' ')}\`` : '';
   const suggestion = message.startsWith('Did you mean') ? `${message} ` : '';
-  const help = group.length > 0 ? `\`ferry ${group.join(' ')} --help\`` : '`ferry --help`';
-  return usage(`Unknown command '${word}'${where}`, `${suggestion}Run ${help}.`);
+  return usage(`Unknown command '${word}'${where}`, `${suggestion}${helpHint(context)}`);
+}
+
+/**
+ * The words of the failing command's usage line after `$0` (`['env', 'create', '<name>']`): the
+ * command's name and its positionals. Undefined when yargs gives no such line.
+ */
+function usageWords(context: unknown): string[] | undefined {
+  const ctx = context as FailContext | undefined;
+  const usageLine = typeof ctx?.getUsage === 'function' ? ctx.getUsage()[0]?.[0] : undefined;
+  if (typeof usageLine !== 'string' || !usageLine.startsWith('$0 ')) return undefined;
+  return (usageLine.slice(3).split('\n')[0] ?? '')
+    .trim()
+    .split(/\s+/)
+    .filter((w) => w !== '');
 }
 
 /** The words that name the failing command (`['env', 'create']`), from its usage line; [] at the top. */
 function failingCommand(context: unknown): string[] {
+  return (usageWords(context) ?? []).filter((w) => !/^[<[]/.test(w));
+}
+
+/** The failing command's subcommands (`ferry env`'s list, create, ...); [] for a leaf. */
+function subcommandsOf(context: unknown): string[] {
   const ctx = context as FailContext | undefined;
-  const usageLine = typeof ctx?.getUsage === 'function' ? ctx.getUsage()[0]?.[0] : undefined;
-  return typeof usageLine === 'string' && usageLine.startsWith('$0 ')
-    ? (usageLine.slice(3).split('\n')[0] ?? '')
-        .trim()
-        .split(/\s+/)
-        .filter((w) => w !== '' && !/^[<[]/.test(w))
-    : [];
+  return typeof ctx?.getCommands === 'function' ? ctx.getCommands().map(([c]) => c.split(' ')[0]!) : [];
 }
 
 /** The hint of a usage error: the failing command's own help. */
