@@ -1,14 +1,38 @@
 /**
- * Job metrics as CloudWatch Embedded Metric Format (docs/observability.md): one JSON log line per
- * ended job that CloudWatch turns into metrics in the `Ferry` namespace, by EndpointId — no
- * PutMetricData call and no extra IAM. The agent prints it to stdout, which the awslogs driver ships.
- * Format: https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html
+ * Job metrics as log lines (docs/observability.md): one JSON line per ended job, which the agent
+ * prints to stdout (the awslogs driver ships it to the agent container's stream of the job-log
+ * group), and the fields of the scaler's line per failed start. The CloudWatch dashboard
+ * (infra/constructs/dashboard.ts) reads them with Logs Insights, from those streams by name.
+ *
+ * Plain JSON, not CloudWatch's embedded metric format (EMF), and read from the log by stream, not as
+ * metrics: a metric in CloudWatch says nothing of who wrote it, and a worker can write one. CloudWatch
+ * Logs extracts an EMF document from any event of a Standard-class log group, by its content: "When
+ * calling PutLogEvents, you have the option to include the following HTTP header, which tells
+ * CloudWatch Logs the metrics should be extracted, but it's not required. x-amzn-logs-format:
+ * json/emf" ("Using the PutLogEvents API to send manually-created embedded metric format logs",
+ * https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Generation_PutLogEvents.html;
+ * the header was a MUST until January 2023, and the awslogs driver never sends it). The worker
+ * container's output reaches the job-log group through the same awslogs driver as the agent's, so
+ * when these lines were EMF (`_aws`, namespace `Ferry`, dimension EndpointId), a worker that printed
+ * a line of that shape, with any endpoint's id, counted in that endpoint's graphs. Nothing in a
+ * document tells a writer apart (a namespace or a dimension a worker can read, it can print), and
+ * the group cannot leave extraction out and still serve `ferry logs`: the Infrequent Access class
+ * extracts no metrics, but FilterLogEvents, every `ferry logs` read, is refused on it
+ * (InvalidOperationException "FilterLogEvents is not supported for this log class"; "Log classes",
+ * https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/CloudWatch_Logs_Log_Classes.html). The
+ * stream a line is in is what no worker chooses: the driver names it after the container
+ * (`<endpointId>/<container>/<task id>`) and IAM fences who writes it (infra/constructs/service.ts).
  */
 import type { JobView } from './job.js';
 
-export const metricsNamespace = 'Ferry';
+/**
+ * The key that marks a Ferry metrics line, with what it counts (`job`, `taskStartFailure`): how
+ * `ferry logs` knows the agent's lines to leave out (core/adapters/aws/cloudwatch-logs.ts) and what
+ * the dashboard's queries pick (infra/constructs/dashboard.ts). Never `_aws`: see above.
+ */
+export const metricsLineKey = 'ferryMetrics';
 
-/** The metric names the dashboard (infra/constructs/dashboard.ts) reads. */
+/** The fields the dashboard (infra/constructs/dashboard.ts) reads. */
 export const jobMetricNames = {
   ended: 'JobsEnded',
   failed: 'JobsFailed',
@@ -16,68 +40,32 @@ export const jobMetricNames = {
   executionMs: 'ExecutionMs',
 } as const;
 
-/** The metric of an endpoint's tasks that could not start, as the scaler counts them (functions/scaler.ts). */
+/** The field of an endpoint's tasks that could not start, as the scaler counts them (functions/scaler.ts). */
 export const taskStartFailureMetricName = 'TaskStartFailures';
 
 /**
- * The EMF fields that make a log line of the scaler (a JSON object, as its `log` prints it) one
- * failed start of the endpoint in the `Ferry` namespace, by EndpointId: CloudWatch extracts it from
- * the function's own log group, so the dashboard graphs failed starts without a per-endpoint
+ * The fields that make a log line of the scaler (a JSON object, as its `log` prints it) one failed
+ * start of the endpoint: the dashboard counts them in the scaler's own log group (`scalerLogGroupName`,
+ * infra/names.ts), which only the scaler writes, so it graphs failed starts without a per-endpoint
  * EventBridge rule (300 rules per bus and account: one per endpoint capped the endpoints an account
  * could deploy, infra/constructs/dashboard.ts).
  */
-export function taskStartFailureFields(endpointId: string, nowMs: number): Record<string, unknown> {
-  return endpointMetricFields(endpointId, nowMs, [
-    { name: taskStartFailureMetricName, unit: 'Count', value: 1 },
-  ]);
+export function taskStartFailureFields(endpointId: string): Record<string, unknown> {
+  return { [metricsLineKey]: 'taskStartFailure', EndpointId: endpointId, [taskStartFailureMetricName]: 1 };
 }
 
-/** The EMF document for one ended job, or undefined while it has not ended. */
-export function jobMetricsLine(endpointId: string, view: JobView, nowMs: number): string | undefined {
+/** The metrics line for one ended job, or undefined while it has not ended. */
+export function jobMetricsLine(endpointId: string, view: JobView): string | undefined {
   if (!['COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED'].includes(view.status)) return undefined;
   const failed = view.status === 'FAILED' || view.status === 'TIMED_OUT' ? 1 : 0;
-  const metrics: EndpointMetric[] = [
-    { name: jobMetricNames.ended, unit: 'Count', value: 1 },
-    { name: jobMetricNames.failed, unit: 'Count', value: failed },
-  ];
-  if (view.delayTime !== undefined) {
-    metrics.push({ name: jobMetricNames.delayMs, unit: 'Milliseconds', value: view.delayTime });
-  }
-  if (view.executionTime !== undefined) {
-    metrics.push({ name: jobMetricNames.executionMs, unit: 'Milliseconds', value: view.executionTime });
-  }
-  const { _aws, EndpointId, ...values } = endpointMetricFields(endpointId, nowMs, metrics);
-  return JSON.stringify({ _aws, EndpointId, jobId: view.id, status: view.status, ...values });
-}
-
-interface EndpointMetric {
-  name: string;
-  unit: 'Count' | 'Milliseconds';
-  value: number;
-}
-
-/**
- * The EMF fields of `metrics` in the `Ferry` namespace by EndpointId: the `_aws` directive, the
- * dimension's value and each metric's value at the top level, as the format asks. The one shape of
- * every metric line Ferry prints (the agent's per job, the scaler's per failed start).
- */
-function endpointMetricFields(
-  endpointId: string,
-  nowMs: number,
-  metrics: readonly EndpointMetric[],
-): Record<string, unknown> {
-  return {
-    _aws: {
-      Timestamp: nowMs,
-      CloudWatchMetrics: [
-        {
-          Namespace: metricsNamespace,
-          Dimensions: [['EndpointId']],
-          Metrics: metrics.map(({ name, unit }) => ({ Name: name, Unit: unit })),
-        },
-      ],
-    },
+  return JSON.stringify({
+    [metricsLineKey]: 'job',
     EndpointId: endpointId,
-    ...Object.fromEntries(metrics.map(({ name, value }) => [name, value])),
-  };
+    jobId: view.id,
+    status: view.status,
+    [jobMetricNames.ended]: 1,
+    [jobMetricNames.failed]: failed,
+    ...(view.delayTime !== undefined ? { [jobMetricNames.delayMs]: view.delayTime } : {}),
+    ...(view.executionTime !== undefined ? { [jobMetricNames.executionMs]: view.executionTime } : {}),
+  });
 }

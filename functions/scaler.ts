@@ -308,12 +308,12 @@ export async function recordTaskStartFailure(
     counted,
     problem,
   } = await control.addTaskStartFailure(failure.endpointId, failure.taskArn, maxFailedStarts);
-  // A task counted here is one point of the dashboard's failed starts (an EMF line; copies add none).
+  // A task counted here is one point of the dashboard's failed starts (core/metrics.ts; copies add none).
   deps.log?.({
     ...line,
     run,
     counted,
-    ...(counted ? taskStartFailureFields(failure.endpointId, deps.clock.now()) : {}),
+    ...(counted ? taskStartFailureFields(failure.endpointId) : {}),
   });
   if (run < maxFailedStarts || problem?.state === 'failing') return;
   await control.markFailing(failure.endpointId, {

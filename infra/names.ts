@@ -76,6 +76,12 @@ export function serviceName(endpointId: string): string {
 /** The platform's scaler function, by a fixed name app stacks can point alarms at. */
 export const scalerFunctionName = 'ferry-scaler';
 
+/**
+ * The scaler's log group, by a fixed name, so an app stack's dashboard counts its failed-start lines
+ * (core/metrics.ts) with no cross-stack reference. Only the scaler writes it.
+ */
+export const scalerLogGroupName = `/ferry/${scalerFunctionName}`;
+
 /** A load-balanced endpoint's wake-up alarm; the scaler takes the endpoint id from the name. */
 export const wakeAlarmPrefix = 'ferry-wake-';
 

@@ -101,6 +101,7 @@ import {
   queueNamePrefix,
   queueNameToken,
   scalerFunctionName,
+  scalerLogGroupName,
   serviceNamePrefix,
   wakeAlarmPrefix,
 } from './names.js';
@@ -147,7 +148,6 @@ export const imageBuildExpiryDays = 7;
  * authorizer and load-balanced agents may read only this partition range (dynamodb:LeadingKeys).
  */
 export const apiKeyLeadingKey = 'KEY#*';
-export const metricsNamespace = 'Ferry';
 
 /**
  * API Gateway REST gives up on an integration after 29 s unless a quota increase is granted
@@ -670,6 +670,8 @@ export class PlatformStack extends Stack {
       timeout: Duration.seconds(55),
       environment,
       functionName: scalerFunctionName,
+      // The dashboards count its failed-start lines there (infra/constructs/dashboard.ts).
+      logGroupName: scalerLogGroupName,
       retryAttempts: 0,
       maxEventAge: Duration.minutes(1),
     });
@@ -1151,6 +1153,8 @@ export class PlatformStack extends Stack {
       timeout: Duration;
       environment: Record<string, string>;
       functionName?: string;
+      /** The function's log group, by name (CloudFormation names it otherwise). */
+      logGroupName?: string;
       /** Lambda's own retries of a failed asynchronous invoke (its default is 2). */
       retryAttempts?: number;
       /** How long Lambda keeps an asynchronous invoke it could not run yet (its default is 6 hours). */
@@ -1171,6 +1175,7 @@ export class PlatformStack extends Stack {
       timeout: options.timeout,
       environment: options.environment,
       logGroup: new logs.LogGroup(this, `${id}-Logs`, {
+        ...(options.logGroupName ? { logGroupName: options.logGroupName } : {}),
         retention: logs.RetentionDays.ONE_MONTH,
         removalPolicy: RemovalPolicy.DESTROY,
       }),

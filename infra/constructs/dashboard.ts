@@ -1,8 +1,11 @@
 /**
- * The CloudWatch dashboard of one app environment (docs/observability.md): per endpoint, jobs/s,
- * delay and execution p50/p95, queue age, running vs desired workers, GPU utilization and failed
- * launches. Sources:
- *   - jobs, delay, execution: the `Ferry` EMF metrics the agent prints per ended job (core/metrics.ts)
+ * The CloudWatch dashboard of one app environment (docs/observability.md): per endpoint, jobs ended
+ * and failed, delay and execution p50/p95, queue age, running vs desired workers, GPU utilization and
+ * failed launches. Sources:
+ *   - jobs, delay, execution: the metrics line the agent prints per ended job (core/metrics.ts), read
+ *     by Logs Insights from the agent container's streams only (`containerStreamRegex`): the worker
+ *     container writes to the same log group, and its lines must never count (core/metrics.ts says
+ *     why these are not CloudWatch metrics)
  *   - queue age: SQS ApproximateAgeOfOldestMessage (a message is deleted as soon as a job is claimed,
  *     so it is the longest wait for a worker)
  *   - running vs desired: Container Insights (the platform's cluster has it on), by service
@@ -10,20 +13,27 @@
  *   - GPU utilization: the CloudWatch agent's nvidia_smi_utilization_gpu, when the GPU instances run
  *     the agent with its NVIDIA GPU metrics (empty otherwise; the AMI does not ship it turned on)
  *     https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch-Agent-NVIDIA-GPU.html
- *   - failed launches: the `Ferry` TaskStartFailures metric the scaler prints (EMF, core/metrics.ts)
- *     for each task it counts as a failed start of the endpoint (the platform's one rule on ECS
- *     "Task State Change" events with stopCode TaskFailedToStart hands them to it,
+ *   - failed launches: the line the scaler logs for each task it counts as a failed start of the
+ *     endpoint (core/metrics.ts), read by Logs Insights from the scaler's own log group, which only
+ *     it writes (the platform's one rule on ECS "Task State Change" events with stopCode
+ *     TaskFailedToStart hands them to it,
  *     https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs_task_events.html). Not a rule
  *     per endpoint: EventBridge allows 300 rules per event bus, 100 in some regions
  *     (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-quota.html), and one per endpoint
  *     on the default bus made the deploy of about the 297th endpoint of an account fail.
+ *
+ * A Logs Insights widget runs its query on each view of the dashboard, and Logs Insights is charged
+ * by the data a query scans (https://aws.amazon.com/cloudwatch/pricing/): the job-log group over the
+ * dashboard's time range, worker output included, or the scaler's group.
  */
 import { Aws, Duration } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import type * as ecs from 'aws-cdk-lib/aws-ecs';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { jobMetricNames, metricsNamespace, taskStartFailureMetricName } from '../../core/metrics.js';
+import { containerStreamRegex } from '../../core/adapters/aws/cloudwatch-logs.js';
+import { jobMetricNames, metricsLineKey, taskStartFailureMetricName } from '../../core/metrics.js';
+import { jobLogGroupName, scalerLogGroupName } from '../names.js';
 
 /**
  * A dashboard name that holds the region, `<base>-<region>` (e.g. `Ferry-us-east-1`): "All dashboards
@@ -57,13 +67,18 @@ export class EnvironmentDashboard extends Construct {
     super(scope, id);
     this.dashboard = new cloudwatch.Dashboard(this, 'Dashboard', { dashboardName: props.dashboardName });
     const minute = Duration.minutes(1);
-    const ferry = (metricName: string, endpointId: string, statistic: string) =>
-      new cloudwatch.Metric({
-        namespace: metricsNamespace,
-        metricName,
-        dimensionsMap: { EndpointId: endpointId },
-        statistic,
-        period: minute,
+    // A Logs Insights line chart of the agent's metrics lines of one endpoint, in 5-minute bins
+    // whatever the dashboard's time range (a week's view is 2016 points).
+    const agentLines = (endpointId: string, title: string, stats: string) =>
+      new cloudwatch.LogQueryWidget({
+        title,
+        logGroupNames: [jobLogGroupName],
+        queryLines: [
+          `filter @logStream like /${containerStreamRegex(endpointId, 'agent')}/ and ${metricsLineKey} = "job"`,
+          `stats ${stats} by bin(5m)`,
+        ],
+        view: cloudwatch.LogQueryVisualizationType.LINE,
+        width: 8,
       });
     for (const endpoint of props.endpoints) {
       const services = { ClusterName: props.clusterName, ServiceName: endpoint.service.serviceName };
@@ -84,40 +99,24 @@ export class EnvironmentDashboard extends Construct {
         }),
       );
       const widgets: cloudwatch.IWidget[] = [];
-      // Per second whatever the graph's period: the dashboard's periods follow its time range (CDK's
-      // PeriodOverride.AUTO, the default), so a fixed `/ 60` overstated a day's view 5 to 60 times.
-      // PERIOD(m) "returns the period of the metric in seconds"
-      // (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html).
       if (endpoint.queue) {
+        const { ended, failed, delayMs, executionMs } = jobMetricNames;
         widgets.push(
-          new cloudwatch.GraphWidget({
-            title: `${endpoint.name}: jobs/s`,
-            left: [
-              new cloudwatch.MathExpression({
-                expression: 'ended / PERIOD(ended)',
-                usingMetrics: { ended: ferry(jobMetricNames.ended, endpoint.id, 'Sum') },
-                label: 'ended/s',
-                period: minute,
-              }),
-              new cloudwatch.MathExpression({
-                expression: 'failed / PERIOD(failed)',
-                usingMetrics: { failed: ferry(jobMetricNames.failed, endpoint.id, 'Sum') },
-                label: 'failed/s',
-                period: minute,
-              }),
-            ],
-            width: 8,
-          }),
-          new cloudwatch.GraphWidget({
-            title: `${endpoint.name}: delay and execution (ms)`,
-            left: [
-              ferry(jobMetricNames.delayMs, endpoint.id, 'p50').with({ label: 'delay p50' }),
-              ferry(jobMetricNames.delayMs, endpoint.id, 'p95').with({ label: 'delay p95' }),
-              ferry(jobMetricNames.executionMs, endpoint.id, 'p50').with({ label: 'execution p50' }),
-              ferry(jobMetricNames.executionMs, endpoint.id, 'p95').with({ label: 'execution p95' }),
-            ],
-            width: 8,
-          }),
+          agentLines(
+            endpoint.id,
+            `${endpoint.name}: jobs ended and failed per 5 min`,
+            `sum(${ended}) as ended, sum(${failed}) as failed`,
+          ),
+          agentLines(
+            endpoint.id,
+            `${endpoint.name}: delay and execution (ms)`,
+            [
+              `pct(${delayMs}, 50) as delay_p50`,
+              `pct(${delayMs}, 95) as delay_p95`,
+              `pct(${executionMs}, 50) as execution_p50`,
+              `pct(${executionMs}, 95) as execution_p95`,
+            ].join(', '),
+          ),
           new cloudwatch.GraphWidget({
             title: `${endpoint.name}: queue age (s)`,
             left: [
@@ -133,18 +132,16 @@ export class EnvironmentDashboard extends Construct {
           left: [insights('RunningTaskCount', 'running'), insights('DesiredTaskCount', 'desired')],
           width: 8,
         }),
-        new cloudwatch.GraphWidget({
-          title: `${endpoint.name}: failed launches`,
-          left: [
-            new cloudwatch.Metric({
-              namespace: metricsNamespace,
-              metricName: taskStartFailureMetricName,
-              dimensionsMap: { EndpointId: endpoint.id },
-              statistic: 'Sum',
-              period: Duration.minutes(5),
-              label: 'tasks that failed to start',
-            }),
+        // The scaler logs through Lambda's text format (time, request id and level before the JSON),
+        // so the line is matched as text; JSON.stringify writes no spaces.
+        new cloudwatch.LogQueryWidget({
+          title: `${endpoint.name}: failed launches per 5 min`,
+          logGroupNames: [scalerLogGroupName],
+          queryLines: [
+            `filter @message like /"${metricsLineKey}":"taskStartFailure"/ and @message like /"EndpointId":"${endpoint.id}"/`,
+            `stats count(*) as ${taskStartFailureMetricName} by bin(5m)`,
           ],
+          view: cloudwatch.LogQueryVisualizationType.LINE,
           width: 8,
         }),
       );

@@ -139,15 +139,14 @@ describe('job logs on AWS', () => {
       `talk/worker/${task}`,
       printed.map((text) => ({ atMs: at, text })),
     );
-    const emf = jobMetricsLine(
-      'talk',
-      { id: jobId, status: 'COMPLETED', delayTime: 1, executionTime: 2 } as Parameters<
-        typeof jobMetricsLine
-      >[1],
-      at,
-    )!;
+    const metricsLine = jobMetricsLine('talk', {
+      id: jobId,
+      status: 'COMPLETED',
+      delayTime: 1,
+      executionTime: 2,
+    } as Parameters<typeof jobMetricsLine>[1])!;
     await box.cloudWatchLogs.awslogs(jobLogGroupName, `talk/agent/${task}`, [
-      { atMs: at, text: emf },
+      { atMs: at, text: metricsLine },
       { atMs: at + 1, text: 'ferry-agent: the worker exited with code 2' },
     ]);
 

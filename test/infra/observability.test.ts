@@ -14,12 +14,13 @@ import type * as ecs from 'aws-cdk-lib/aws-ecs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   containerLogStreamPrefix,
+  containerStreamRegex,
   jobLogStreamPrefix,
   taskContainers,
 } from '../../core/adapters/aws/cloudwatch-logs.js';
-import { metricsNamespace, taskStartFailureMetricName } from '../../core/metrics.js';
+import { metricsLineKey, taskStartFailureMetricName } from '../../core/metrics.js';
 import { buildApp, type FerryApp } from '../../infra/app.js';
-import { jobLogGroupName } from '../../infra/names.js';
+import { jobLogGroupName, scalerFunctionName, scalerLogGroupName } from '../../infra/names.js';
 import { account, Policy, region } from '../support/iam-gate.js';
 import { sampleImages, sampleManifest, stubFunctionsDir } from './fixtures.js';
 import { actionsOf, resourcesFor, statementsOf } from './iam.js';
@@ -33,6 +34,22 @@ interface ContainerDefinition {
 function containersOf(taskDefinition: ecs.TaskDefinition): ContainerDefinition[] {
   const id = Stack.of(taskDefinition).getLogicalId(taskDefinition.node.defaultChild as ecs.CfnTaskDefinition);
   return app.toJSON().Resources[id].Properties.ContainerDefinitions as ContainerDefinition[];
+}
+
+interface Widget {
+  type: string;
+  properties: { title?: string; query?: string; metrics?: unknown[] };
+}
+
+/**
+ * The app dashboard's widgets, as CloudWatch reads its body: the body is an Fn::Join of text and
+ * tokens (the region, the services' names), which stand in here as `TOKEN`.
+ */
+function dashboardWidgets(): Widget[] {
+  const [dashboard] = Object.values(app.findResources('AWS::CloudWatch::Dashboard'));
+  const body = dashboard!.Properties.DashboardBody as { 'Fn::Join': [string, unknown[]] };
+  const text = body['Fn::Join'][1].map((part) => (typeof part === 'string' ? part : 'TOKEN')).join('');
+  return (JSON.parse(text) as { widgets: Widget[] }).widgets;
 }
 
 let built: FerryApp;
@@ -213,7 +230,7 @@ describe('dashboard', () => {
       'JobsEnded',
       'DelayMs',
       'ExecutionMs',
-      'p95',
+      'pct(',
       'ApproximateAgeOfOldestMessage',
       'RunningTaskCount',
       'DesiredTaskCount',
@@ -223,24 +240,59 @@ describe('dashboard', () => {
       expect(body, needle).toContain(needle);
   });
 
-  it('jobs/s divides by the graph’s own period, which follows the dashboard’s time range', () => {
-    const body = JSON.stringify(
-      Object.values(app.findResources('AWS::CloudWatch::Dashboard'))[0]!.Properties.DashboardBody,
-    );
-    expect(body).toContain('ended / PERIOD(ended)');
-    expect(body).toContain('failed / PERIOD(failed)');
-    expect(body).not.toMatch(/(ended|failed) \/ 60/);
+  // A worker can print any line into the job-log group, and CloudWatch extracts a line in the
+  // embedded metric format as a metric whoever wrote it (core/metrics.ts): so no graph reads a
+  // metric a worker could write, and the jobs' graphs read the agent container's streams by name.
+  it('graphs jobs from the agent container’s own streams and no metric a worker could print', () => {
+    const widgets = dashboardWidgets();
+    const metricNamespaces = widgets
+      .flatMap((w) => (w.properties.metrics ?? []) as unknown[][])
+      .map((metric) => metric[0])
+      .filter((namespace) => typeof namespace === 'string');
+    // SQS's own, and Container Insights' and the CloudWatch agent's (docs/security-aws.md says what
+    // is left of those); none of Ferry's.
+    expect([...new Set(metricNamespaces)].sort()).toEqual(['AWS/SQS', 'ECS/ContainerInsights']);
+    expect(JSON.stringify(widgets)).not.toContain('"Ferry"');
+    for (const endpoint of built.appStack.endpoints.filter((e) => e.queue)) {
+      const queries = widgets
+        .filter((w) => w.type === 'log' && w.properties.query?.includes(`SOURCE '${jobLogGroupName}'`))
+        .map((w) => w.properties.query!)
+        .filter((query) => query.includes(containerStreamRegex(endpoint.id, 'agent')));
+      expect(queries, endpoint.name).toHaveLength(2);
+      for (const query of queries) {
+        expect(query).toContain(
+          `filter @logStream like /${containerStreamRegex(endpoint.id, 'agent')}/ and ${metricsLineKey} = "job"`,
+        );
+      }
+      // The worker's streams of the same endpoint are not the agent's.
+      const agentStreams = new RegExp(containerStreamRegex(endpoint.id, 'agent'));
+      expect(agentStreams.test(`${endpoint.id}/agent/0123abcd`)).toBe(true);
+      expect(agentStreams.test(`${endpoint.id}/worker/0123abcd`)).toBe(false);
+    }
   });
 
-  it('graphs failed starts from the scaler’s metric, with no EventBridge rule per endpoint (300 per bus)', () => {
+  it('graphs failed starts from the scaler’s own log group, with no EventBridge rule per endpoint (300 per bus)', () => {
     // An app stack adds no rule: each would count against the account's 300 rules on the default bus.
     app.resourceCountIs('AWS::Events::Rule', 0);
-    const body = JSON.stringify(
-      Object.values(app.findResources('AWS::CloudWatch::Dashboard'))[0]!.Properties.DashboardBody,
+    const widgets = dashboardWidgets();
+    for (const endpoint of built.appStack.endpoints) {
+      const [query, ...others] = widgets
+        .map((w) => w.properties.query ?? '')
+        .filter((q) => q.includes(`"EndpointId":"${endpoint.id}"`));
+      expect(others).toEqual([]);
+      expect(query).toContain(`SOURCE '${scalerLogGroupName}'`);
+      expect(query).toContain(`"${metricsLineKey}":"taskStartFailure"`);
+      expect(query).toContain(`as ${taskStartFailureMetricName}`);
+    }
+    expect(JSON.stringify(widgets)).not.toContain('TriggeredRules');
+    // The scaler writes that group, by its fixed name, and nothing else is granted it.
+    const scaler = Object.values(platform.findResources('AWS::Lambda::Function')).find(
+      (fn) => fn.Properties.FunctionName === scalerFunctionName,
     );
-    // The body is a JSON string inside the template: its quotes come escaped.
-    expect(body).toContain(`\\"${metricsNamespace}\\",\\"${taskStartFailureMetricName}\\",\\"EndpointId\\"`);
-    expect(body).not.toContain('TriggeredRules');
+    const [groupId] = Object.entries(platform.findResources('AWS::Logs::LogGroup')).find(
+      ([, group]) => group.Properties.LogGroupName === scalerLogGroupName,
+    )!;
+    expect(scaler!.Properties.LoggingConfig).toEqual({ LogGroup: { Ref: groupId } });
     // The platform's one rule on ECS task events hands failed starts to the scaler, which counts them.
     platform.hasResourceProperties('AWS::Events::Rule', {
       EventPattern: Match.objectLike({

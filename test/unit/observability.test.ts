@@ -1,6 +1,6 @@
 /**
  * The pure parts of observability: PutLogEvents batching within AWS's limits, the CloudWatch read
- * cursor (no line twice, even at the same millisecond), the EMF job-metrics line, the time-series
+ * cursor (no line twice, even at the same millisecond), the job-metrics line, the time-series
  * buckets and percentiles, and the CLI's --since and endpoint-name rules.
  */
 import { describe, expect, it } from 'vitest';
@@ -8,9 +8,11 @@ import { formatLine, resolveEndpoint, sinceMs } from '../../cli/manage-client.js
 import {
   batchesOf,
   CloudWatchLogStore,
+  containerStreamRegex,
   filterCallsPerRead,
   followSettleMs,
   putLogEventsLimits,
+  streamOf,
 } from '../../core/adapters/aws/cloudwatch-logs.js';
 import type { ApiRequest } from '../../core/api.js';
 import type { Authenticator } from '../../core/auth.js';
@@ -22,7 +24,7 @@ import {
   metricsOf,
   percentile,
 } from '../../core/manage.js';
-import { jobMetricsLine } from '../../core/metrics.js';
+import { jobMetricsLine, metricsLineKey } from '../../core/metrics.js';
 import type { EndpointRecord, LogLine, LogQuery, LogStore } from '../../core/ports.js';
 import { FakeCloudWatchLogs } from '../support/cloudwatchLogs.js';
 
@@ -114,13 +116,12 @@ describe("an endpoint's containers' own output (the ECS awslogs driver, into the
     stream: 'stdout',
     text,
   });
-  const emf = jobMetricsLine(
-    'ep',
-    { id: 'job-1', status: 'COMPLETED', delayTime: 3, executionTime: 4 } as Parameters<
-      typeof jobMetricsLine
-    >[1],
-    10,
-  )!;
+  const metricsLine = jobMetricsLine('ep', {
+    id: 'job-1',
+    status: 'COMPLETED',
+    delayTime: 3,
+    executionTime: 4,
+  } as Parameters<typeof jobMetricsLine>[1])!;
   // A worker whose handler prints what looks like one of its agent's job lines, for job-1.
   const lookalike = JSON.stringify({
     endpointId: 'ep',
@@ -146,7 +147,7 @@ describe("an endpoint's containers' own output (the ECS awslogs driver, into the
       { atMs: 8, text: '{"_aws": {"a user": "printed this"}}' },
     ]);
     await fake.awslogs('/g', `ep/agent/${task}`, [
-      { atMs: 10, text: emf },
+      { atMs: 10, text: metricsLine },
       { atMs: 11, text: 'ferry-agent: the worker exited with code 1 before it took a job' },
     ]);
     await fake.awslogs('/g', `ep/artifact/${task}`, [{ atMs: 4, text: 'ferry-agent: artifact ready' }]);
@@ -418,20 +419,45 @@ describe("a job's logs through the management API", () => {
   });
 });
 
-describe('job metrics (EMF)', () => {
+describe('job metrics', () => {
   it('one line per ended job with delay and execution, by EndpointId', () => {
     const doc = JSON.parse(
-      jobMetricsLine('ep', { id: 'j', status: 'FAILED', delayTime: 12, executionTime: 340 }, 1_000)!,
+      jobMetricsLine('ep', { id: 'j', status: 'FAILED', delayTime: 12, executionTime: 340 })!,
     );
-    expect(doc._aws.CloudWatchMetrics[0]).toMatchObject({ Namespace: 'Ferry', Dimensions: [['EndpointId']] });
-    expect(doc).toMatchObject({
+    expect(doc).toEqual({
+      [metricsLineKey]: 'job',
       EndpointId: 'ep',
+      jobId: 'j',
+      status: 'FAILED',
       JobsEnded: 1,
       JobsFailed: 1,
       DelayMs: 12,
       ExecutionMs: 340,
     });
-    expect(jobMetricsLine('ep', { id: 'j', status: 'IN_PROGRESS' }, 1_000)).toBeUndefined();
+    expect(jobMetricsLine('ep', { id: 'j', status: 'IN_PROGRESS' })).toBeUndefined();
+  });
+
+  // CloudWatch Logs makes a metric of any event of the job-log group shaped as an embedded metric
+  // format document, whoever printed it (core/metrics.ts): a worker's line would count as much as
+  // the agent's. Ferry's lines are plain JSON, read by the dashboard from the agent's streams only.
+  it('is no embedded-metric-format document: CloudWatch makes no metric of it', () => {
+    const doc = JSON.parse(jobMetricsLine('ep', { id: 'j', status: 'COMPLETED' })!);
+    expect(doc).not.toHaveProperty('_aws');
+    expect(JSON.stringify(doc)).not.toContain('CloudWatchMetrics');
+  });
+
+  it("the dashboard's agent streams are the agent container's of that endpoint, never its worker's or another endpoint's", () => {
+    const agent = new RegExp(containerStreamRegex('ep', 'agent'));
+    expect(agent.test('ep/agent/0123abcd')).toBe(true);
+    expect(agent.test('ep/worker/0123abcd')).toBe(false);
+    expect(agent.test('xep/agent/0123abcd')).toBe(false);
+    expect(agent.test('ep/0d9c2c1e-agent')).toBe(false);
+    // The same names streamOf reads as the agent container's.
+    expect(streamOf('ep', 'ep/agent/0123abcd')).toEqual({
+      kind: 'container',
+      container: 'agent',
+      taskId: '0123abcd',
+    });
   });
 });
 

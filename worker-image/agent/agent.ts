@@ -170,7 +170,7 @@ export interface AgentOptions {
   webhooks?: WebhookSender & { idle(): Promise<void> };
   /** Where the worker's job-log lines go (CloudWatch Logs on AWS); without it job-log is a 404. */
   logs?: LogStore;
-  /** Where each ended job's metrics line goes (EMF, core/metrics.ts); main.ts passes stdout. */
+  /** Where each ended job's metrics line goes (core/metrics.ts); main.ts passes stdout. */
   metricsOut?: (line: string) => void;
   clock?: Clock;
   log?: Logger;
@@ -568,11 +568,7 @@ class AgentServer implements Agent {
   /** The ended job's delay and execution time as metrics (the CloudWatch dashboard's source). */
   private async reportEnded(jobId: string): Promise<void> {
     try {
-      const line = jobMetricsLine(
-        this.endpointId,
-        await this.engine.status(this.endpointId, jobId),
-        this.clock.now(),
-      );
+      const line = jobMetricsLine(this.endpointId, await this.engine.status(this.endpointId, jobId));
       if (line) this.options.metricsOut?.(line);
     } catch (error) {
       this.log.warn(`job metrics for ${jobId}: ${messageOf(error)}`);

@@ -181,7 +181,8 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
           }),
         }
       : {}),
-    // One EMF line per ended job on stdout: the awslogs driver ships it, CloudWatch makes metrics.
+    // One metrics line per ended job on stdout: the awslogs driver ships it to the agent container's
+    // stream, where the dashboard's queries read it (core/metrics.ts).
     metricsOut: (line) => process.stdout.write(`${line}\n`),
     ...(env.FERRY_LOG_GROUP
       ? {
@@ -284,7 +285,7 @@ async function main(): Promise<number> {
 }
 
 /**
- * Leave by setting the exit code and letting the event loop empty, so stdout (the EMF metric lines)
+ * Leave by setting the exit code and letting the event loop empty, so stdout (the metrics lines)
  * and stderr are flushed. Everything the agent opened is closed by then; the unref'd timer is only a
  * backstop for a socket an SDK client left open, so a drained task never outlives ECS's stopTimeout.
  */

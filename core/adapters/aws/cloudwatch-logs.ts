@@ -35,6 +35,7 @@ import {
   PutLogEventsCommand,
 } from '@aws-sdk/client-cloudwatch-logs';
 import { badRequest, FerryError, retryAfterSec } from '../../errors.js';
+import { metricsLineKey } from '../../metrics.js';
 import type { LogLine, LogPage, LogQuery, LogStore, TaskContainer } from '../../ports.js';
 
 /** PutLogEvents' limits (see above). */
@@ -84,6 +85,19 @@ export function streamOf(
   if (parts.length === 2 && taskId && taskContainers.includes(container as TaskContainer))
     return { kind: 'container', container: container as TaskContainer, taskId };
   return undefined;
+}
+
+/**
+ * The regular expression (its source, for Logs Insights' `filter @logStream like /…/`) that matches
+ * the awslogs streams of one container of the endpoint's tasks and nothing else: anchored, so
+ * another endpoint whose id ends with this one's does not match, and with the container's segment, so
+ * the worker's streams never match the agent's. The infra dashboard picks the agent's metrics lines
+ * with it (core/metrics.ts): a worker chooses what it prints, never the stream it lands in. Endpoint
+ * ids are lowercase letters and digits (checked at synth), nothing a regular expression reads as an
+ * operator.
+ */
+export function containerStreamRegex(endpointId: string, container: TaskContainer): string {
+  return `^${containerLogStreamPrefix(endpointId)}\\/${container}\\/`;
 }
 
 /** Ids that go into a filter pattern as they are (quotes or backslashes would change its meaning). */
@@ -307,7 +321,7 @@ export function messageOf(line: LogLine): string {
  * The line an event of the query's streams stands for, or undefined when it is not one to show: an
  * event of a stream `streamOf` does not know; on an agent's stream, one that is not a job line of
  * this endpoint (and job); on a container's stream, every event of a job's read, and the agent
- * container's EMF metric lines (core/metrics.ts, one per ended job; only the agent prints them, so
+ * container's metrics lines (core/metrics.ts, one per ended job; only the agent prints them, so
  * only its container's are left out: a worker's output is shown as it was printed).
  */
 function lineOf(
@@ -357,10 +371,10 @@ function parsed(message: string): Record<string, unknown> | undefined {
   }
 }
 
-/** An embedded-metric-format document: a JSON object with the `_aws` metadata key (core/metrics.ts). */
+/** A metrics line of the agent's: a JSON object with `metricsLineKey` (core/metrics.ts). */
 function isMetricsLine(message: string): boolean {
   const doc = message.trimStart().startsWith('{') ? parsed(message) : undefined;
-  return doc !== undefined && Object.hasOwn(doc, '_aws');
+  return doc !== undefined && Object.hasOwn(doc, metricsLineKey);
 }
 
 /** Lines as PutLogEvents batches: sorted by time, within the count, byte and 24 h limits. */
