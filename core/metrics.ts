@@ -16,10 +16,12 @@
  * when these lines were EMF (`_aws`, namespace `Ferry`, dimension EndpointId), a worker that printed
  * a line of that shape, with any endpoint's id, counted in that endpoint's graphs. Nothing in a
  * document tells a writer apart (a namespace or a dimension a worker can read, it can print), and
- * the group cannot leave extraction out and still serve `ferry logs`: the Infrequent Access class
- * extracts no metrics, but FilterLogEvents, every `ferry logs` read, is refused on it
- * (InvalidOperationException "FilterLogEvents is not supported for this log class"; "Log classes",
- * https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/CloudWatch_Logs_Log_Classes.html). The
+ * the group cannot leave extraction out and still serve `ferry logs`: the Infrequent Access class is
+ * for logs that need none of "Live Tail, metric extraction, alarming, or data protection" (AWS's
+ * launch note, "Amazon CloudWatch Logs now offers Infrequent Access log class"; features by class:
+ * https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/CloudWatch_Logs_Log_Classes.html), but
+ * FilterLogEvents, every `ferry logs` read, is refused on such a group (InvalidOperationException
+ * "FilterLogEvents is not supported for this log class", as CloudWatch Logs answers it). The
  * stream a line is in is what no worker chooses: the driver names it after the container
  * (`<endpointId>/<container>/<task id>`) and IAM fences who writes it (infra/constructs/service.ts).
  */
