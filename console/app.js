@@ -13,6 +13,9 @@ let timers = [];
 let charts = [];
 // Bumped when the page changes, so a poll of the page left behind stops.
 let pageId = 0;
+// Aborted when the key is forgotten (`forgetKey`): the calls then in flight are dropped, so none
+// goes on to a next call without a key.
+let session = new AbortController();
 
 // ── tiny DOM helpers ────────────────────────────────────────────────────────────────────────────
 
@@ -138,6 +141,9 @@ class Unreachable extends Error {}
 /** 404: the endpoint or job is not there (or no more: a job's results expire). */
 class NotFound extends Error {}
 
+/** The key was forgotten (signed out, or refused) while the call was due or on its way. */
+class SignedOut extends Error {}
+
 /** 429/503: the platform asks us to come back later. */
 class Busy extends Error {
   constructor(message, retryAfterMs) {
@@ -148,11 +154,15 @@ class Busy extends Error {
 
 async function api(path, options = {}) {
   const key = sessionStorage.getItem(keyName);
+  const { signal } = session;
+  // Never sent without a key (it would go out as "Bearer null").
+  if (!key || signal.aborted) throw new SignedOut('Signed out.');
   const mine = pageId;
   let response;
   try {
     response = await fetch(path, {
       ...options,
+      signal,
       headers: {
         authorization: `Bearer ${key}`,
         'content-type': 'application/json',
@@ -160,9 +170,10 @@ async function api(path, options = {}) {
       },
     });
   } catch {
-    throw new Unreachable('Cannot reach the platform.');
+    throw signal.aborted ? new SignedOut('Signed out.') : new Unreachable('Cannot reach the platform.');
   }
   const text = await response.text().catch(() => '');
+  if (signal.aborted) throw new SignedOut('Signed out.');
   // A proxy or gateway in between may answer an HTML page or nothing: then the status says it.
   let body;
   try {
@@ -213,7 +224,7 @@ function signInPage(message) {
           await manage('/endpoints');
           route();
         } catch (error) {
-          sessionStorage.removeItem(keyName);
+          forgetKey();
           problem.textContent = error instanceof Unauthorized ? 'That key was refused.' : error.message;
         }
       },
@@ -798,13 +809,21 @@ async function jobPage(endpointId, jobId) {
 
 function handle(error) {
   if (error instanceof Unauthorized) {
-    sessionStorage.removeItem(keyName);
+    forgetKey();
     signInPage('Your key was refused; sign in again.');
-    // A busy platform (429/503) is waited out by `poll`, not shown.
-  } else if (!(error instanceof Busy)) {
+    // A busy platform (429/503) is waited out by `poll`, not shown; a call dropped at sign-out has
+    // nothing to say on the sign-in page.
+  } else if (!(error instanceof Busy || error instanceof SignedOut)) {
     report(error);
   }
   throw error;
+}
+
+/** Forgets the key and drops the calls still on their way with it (`api` sends none without one). */
+function forgetKey() {
+  sessionStorage.removeItem(keyName);
+  session.abort();
+  session = new AbortController();
 }
 
 function route() {
@@ -833,7 +852,7 @@ function route() {
 }
 
 signOut.addEventListener('click', () => {
-  sessionStorage.removeItem(keyName);
+  forgetKey();
   location.hash = '#/';
   signInPage();
 });

@@ -8,7 +8,7 @@
 import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
-import { type BrowserContext, chromium, type Page } from 'playwright-core';
+import { type BrowserContext, chromium, type Page, type Request } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scanProject } from '../../cli/build/scan.js';
 import { recordFor } from '../support/endpoints.js';
@@ -477,6 +477,55 @@ describe('console', () => {
     } finally {
       await page.unroute('**/manage/v1/endpoints/chatty');
       await page.unroute('**/manage/v1/endpoints/chatty/jobs/kept-for-days');
+    }
+  });
+
+  it('sends no call without the key when signing out while a poll is on its way', async () => {
+    const { body } = await call(platform.baseUrl, 'POST', '/hello/runsync', { input: { name: 'Out' } });
+    const sent: string[] = [];
+    const record = (r: Request) => {
+      if (/^\/(manage\/v1|v2)\//.test(new URL(r.url()).pathname))
+        sent.push(`${r.headers().authorization} ${new URL(r.url()).pathname}`);
+    };
+    // A job page's poll reads the endpoint (its name), then the job: the first read is held until
+    // the user has signed out.
+    let held: Request | undefined;
+    let release = () => {};
+    const released = new Promise<void>((r) => {
+      release = r;
+    });
+    await page.route('**/manage/v1/endpoints/hello', async (r) => {
+      held = r.request();
+      await released;
+      await r.continue().catch(() => {});
+    });
+    page.on('request', record);
+    try {
+      await page.goto(`${platform.url}/console#/e/hello/jobs/${body.id}`);
+      await expect.poll(() => held !== undefined, { timeout: 30_000 }).toBe(true);
+      const over = new Promise<void>((resolve) => {
+        const done = (r: Request) => r === held && resolve();
+        page.on('requestfinished', done);
+        page.on('requestfailed', done);
+      });
+      await page.click('#sign-out');
+      await page.waitForSelector('#api-key');
+      release();
+      await over;
+      // Signed in again and two reads of the list later, nothing went out without the key, and the
+      // sign-in page never said the key was refused.
+      expect(await page.textContent('#sign-in-error')).toBe('');
+      await page.fill('#api-key', testApiKey);
+      await page.click('#sign-in');
+      const endpointsRead = (r: { url(): string }) => r.url().endsWith('/manage/v1/endpoints');
+      await page.waitForRequest(endpointsRead);
+      await page.waitForRequest(endpointsRead);
+      expect(sent.filter((line) => !line.startsWith(`Bearer ${testApiKey} `))).toEqual([]);
+      expect(sent.length).toBeGreaterThan(2);
+    } finally {
+      page.off('request', record);
+      release();
+      await page.unroute('**/manage/v1/endpoints/hello');
     }
   });
 
