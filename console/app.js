@@ -76,13 +76,21 @@ const json = (value) => (value === undefined ? '–' : JSON.stringify(value, nul
  * bring it back; `report` has said so once). A busy platform (429/503: on AWS, CloudWatch Logs'
  * read quota, 5 a second for the whole account) is waited out for its Retry-After, then twice as
  * long each time, up to a minute.
+ *
+ * Returns `again()`, which calls `fn` as one of the poll's calls: at once, or once the call in
+ * flight is done, or when a busy platform's wait is over. So what the user asks for (a chart's
+ * range) fails, waits and draws as the poll does, and never races a poll's call.
  */
 function poll(fn, periodMs) {
   const mine = pageId;
   const slot = timers.push(undefined) - 1;
   let busyMs = 0;
+  let running = false;
+  let asked = false;
   const tick = async () => {
     if (mine !== pageId) return;
+    running = true;
+    asked = false;
     let again = true;
     try {
       again = (await fn()) !== false;
@@ -91,9 +99,18 @@ function poll(fn, periodMs) {
       if (error instanceof Busy) busyMs = Math.min(60_000, Math.max(error.retryAfterMs, busyMs * 2));
       if (error instanceof NotFound) again = false;
     }
-    if (again && mine === pageId) timers[slot] = setTimeout(tick, busyMs || periodMs);
+    running = false;
+    if ((again || asked) && mine === pageId)
+      timers[slot] = setTimeout(tick, busyMs || (asked ? 0 : periodMs));
   };
   tick();
+  return () => {
+    if (running || busyMs) asked = true;
+    else {
+      clearTimeout(timers[slot]);
+      tick();
+    }
+  };
 }
 
 function clearPage() {
@@ -649,8 +666,7 @@ function chartsTab(content, endpoint) {
       );
     });
   };
-  hours.addEventListener('change', draw);
-  poll(draw, 15000);
+  hours.addEventListener('change', poll(draw, 15000));
 }
 
 /**

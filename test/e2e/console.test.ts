@@ -15,6 +15,15 @@ import { recordFor } from '../support/endpoints.js';
 import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
 
 const chromiumPath = '/usr/bin/chromium';
+const chromiumArgs = [
+  '--no-sandbox',
+  '--headless',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--no-first-run',
+];
 let platform: TestPlatform;
 let browser: BrowserContext;
 let page: Page;
@@ -51,15 +60,7 @@ beforeAll(async () => {
   // A fresh profile folder per run (playwright passes it as --user-data-dir).
   browser = await chromium.launchPersistentContext(profile, {
     executablePath: chromiumPath,
-    args: [
-      '--no-sandbox',
-      '--headless',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-    ],
+    args: chromiumArgs,
     viewport: { width: 1280, height: 800 },
   });
   page = browser.pages()[0] ?? (await browser.newPage());
@@ -477,6 +478,40 @@ describe('console', () => {
     } finally {
       await page.unroute('**/manage/v1/endpoints/chatty');
       await page.unroute('**/manage/v1/endpoints/chatty/jobs/kept-for-days');
+    }
+  });
+
+  it('draws a changed chart range as a poll draws: a busy platform waited out, then its failure shown', async () => {
+    // A browser of its own (it signs in) with a fake clock, so the poll's own next read (15 s on)
+    // cannot stand in for the range change's. Not a tab of the shared browser: a clock installed in
+    // one tab is installed in every tab of its browser context.
+    const other = await chromium.launch({ executablePath: chromiumPath, args: chromiumArgs });
+    const tab = await other.newPage();
+    let asked = 0;
+    await tab.route('**/manage/v1/endpoints/chatty/metrics?hours=24', (r) => {
+      asked++;
+      return asked === 1
+        ? r.fulfill({ status: 429, headers: { 'retry-after': '1' }, json: { error: 'Too many reads' } })
+        : r.fulfill({ status: 500, json: { error: 'The metrics read failed' } });
+    });
+    try {
+      await tab.clock.install();
+      await tab.goto(`${platform.url}/console#/e/chatty/charts`);
+      await tab.fill('#api-key', testApiKey);
+      await tab.click('#sign-in');
+      await expect.poll(() => tab.$$eval('#charts canvas', (c) => c.length), { timeout: 30_000 }).toBe(4);
+      await tab.clock.pauseAt(await tab.evaluate(() => Date.now() + 100));
+      await tab.selectOption('#hours', '24');
+      await expect.poll(() => asked, { timeout: 10_000 }).toBe(1);
+      // Its Retry-After (1 s) later, and well before the poll's own next read, it is read again.
+      for (let s = 0; s < 5 && asked < 2; s++) await tab.clock.runFor(1000);
+      expect(asked).toBe(2);
+      await expect
+        .poll(() => tab.textContent('#problem'), { timeout: 10_000 })
+        .toBe('The metrics read failed');
+      expect(await tab.isVisible('#problem')).toBe(true);
+    } finally {
+      await other.close();
     }
   });
 
