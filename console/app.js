@@ -749,6 +749,28 @@ async function jobPage(endpointId, jobId) {
   const io = el('div', { class: 'grid' });
   const pre = el('pre', { class: 'logs', id: 'job-logs' }, el('span', { class: 'placeholder' }, 'Loading…'));
   main.append(el('h1', {}, 'Job ', jobId), facts, io, el('h2', {}, 'Logs'), pre);
+  // Shown while the job can still be cancelled: core/job.ts moves IN_QUEUE and IN_PROGRESS to
+  // CANCELLED, the statuses that are not final. Made once, so a poll redrawing the facts keeps it
+  // and what a refused cancel said.
+  const cancel = el('button', { class: 'secondary small', id: 'job-cancel', type: 'button' }, 'Cancel');
+  const refused = el('span', { class: 'error', id: 'job-cancel-error' });
+  cancel.addEventListener('click', async () => {
+    if (!confirm(`Cancel job ${jobId}?`)) return;
+    cancel.disabled = true;
+    refused.textContent = '';
+    try {
+      const job = await api(`/v2/${encodeURIComponent(endpointId)}/cancel/${encodeURIComponent(jobId)}`, {
+        method: 'POST',
+      });
+      facts.querySelector('#job-status')?.replaceChildren(badge(job.status));
+      if (finals.has(job.status)) cancel.remove();
+    } catch (error) {
+      if (error instanceof Unauthorized || error instanceof SignedOut) return handle(error);
+      refused.textContent = `Not cancelled: ${error.message}`;
+    } finally {
+      cancel.disabled = false;
+    }
+  });
   let after;
   let logsEnded = false;
   const refresh = async () => {
@@ -770,7 +792,14 @@ async function jobPage(endpointId, jobId) {
     });
     facts.replaceChildren(
       ...[
-        el('div', {}, el('b', {}, 'Status'), el('span', { id: 'job-status' }, badge(job.status))),
+        el(
+          'div',
+          {},
+          el('b', {}, 'Status'),
+          el('span', { id: 'job-status' }, badge(job.status)),
+          finals.has(job.status) ? null : cancel,
+          refused,
+        ),
         el('div', {}, el('b', {}, 'Created'), when(job.createdAt)),
         el('div', {}, el('b', {}, 'Delay'), ms(job.delayMs)),
         el('div', {}, el('b', {}, 'Execution'), ms(job.executionMs)),

@@ -116,6 +116,8 @@ describe('console', () => {
       .toContain('working on Browser: step 2');
     expect(await page.textContent('#job-logs')).toContain('careful, Browser');
     expect(await page.textContent('#job-status')).toBe('COMPLETED');
+    // An ended job cannot be cancelled: no Cancel.
+    expect(await page.isVisible('#job-cancel')).toBe(false);
     await shot('job');
   });
 
@@ -478,6 +480,78 @@ describe('console', () => {
     } finally {
       await page.unroute('**/manage/v1/endpoints/chatty');
       await page.unroute('**/manage/v1/endpoints/chatty/jobs/kept-for-days');
+    }
+  });
+
+  it('cancels a running job from its page once the user confirms, and offers no Cancel once it ended', async () => {
+    const { status, body } = await call(platform.baseUrl, 'POST', '/chatty/run', {
+      input: { name: 'Patient', lines: 2, pause: 120 },
+    });
+    expect(status).toBe(200);
+    const cancels: string[] = [];
+    const count = (r: Request) => {
+      if (r.url().includes('/cancel/')) cancels.push(`${r.method()} ${new URL(r.url()).pathname}`);
+    };
+    page.on('request', count);
+    try {
+      await page.goto(`${platform.url}/console#/e/chatty/jobs/${body.id}`);
+      await expect
+        .poll(() => page.textContent('#job-logs'), { timeout: 30_000 })
+        .toContain('working on Patient: step 1');
+      expect(await page.textContent('#job-status')).toBe('IN_PROGRESS');
+      // Answered no: nothing is sent, and the page polls on with the job running.
+      page.once('dialog', (d) => d.dismiss());
+      await page.click('#job-cancel');
+      await page.waitForRequest((r) => r.url().includes(`/jobs/${body.id}`));
+      expect(cancels).toEqual([]);
+      let asked = '';
+      page.once('dialog', (d) => {
+        asked = d.message();
+        return d.accept();
+      });
+      await page.click('#job-cancel');
+      await expect.poll(() => page.textContent('#job-status'), { timeout: 30_000 }).toBe('CANCELLED');
+      expect(asked).toContain(body.id);
+      expect(cancels).toEqual([`POST /v2/chatty/cancel/${body.id}`]);
+      expect(await page.isVisible('#job-cancel')).toBe(false);
+      expect((await call(platform.baseUrl, 'GET', `/chatty/status/${body.id}`)).body.status).toBe(
+        'CANCELLED',
+      );
+    } finally {
+      page.off('request', count);
+    }
+  });
+
+  it("says why the platform refused a cancel, in the page's error style", async () => {
+    const { status, body } = await call(platform.baseUrl, 'POST', '/hello/runsync', {
+      input: { name: 'Done' },
+    });
+    expect([status, body.status]).toEqual([200, 'COMPLETED']);
+    // The page is told the job still runs (as when it ended after the page read it); the platform,
+    // which knows better, refuses the cancel.
+    const jobRead = `**/manage/v1/endpoints/hello/jobs/${body.id}`;
+    await page.route(jobRead, async (r) => {
+      const response = await r.fetch();
+      // A read still on its way when the test unroutes has been let through already.
+      await r
+        .fulfill({ response, json: { ...(await response.json()), status: 'IN_PROGRESS' } })
+        .catch(() => {});
+    });
+    try {
+      await page.goto(`${platform.url}/console#/e/hello/jobs/${body.id}`);
+      await page.waitForSelector('#job-cancel');
+      page.once('dialog', (d) => d.accept());
+      await page.click('#job-cancel');
+      const refused = '#job-facts .error#job-cancel-error';
+      await expect.poll(() => page.textContent(refused), { timeout: 30_000 }).toContain('Not cancelled');
+      expect(await page.textContent(refused)).toContain('COMPLETED');
+      expect(await page.isVisible(refused)).toBe(true);
+      // What it said stays through the polls that follow.
+      await page.waitForRequest((r) => r.url().includes(`/jobs/${body.id}`));
+      await page.waitForRequest((r) => r.url().includes(`/jobs/${body.id}`));
+      expect(await page.textContent(refused)).toContain('Not cancelled');
+    } finally {
+      await page.unroute(jobRead);
     }
   });
 
