@@ -118,7 +118,6 @@ describe('console', () => {
     expect(await page.textContent('#job-status')).toBe('COMPLETED');
     // An ended job cannot be cancelled: no Cancel.
     expect(await page.isVisible('#job-cancel')).toBe(false);
-    await shot('job');
   });
 
   it("shows a failed job's error", async () => {
@@ -157,9 +156,6 @@ describe('console', () => {
     await page.click('button[data-tab="charts"]');
     // uPlot draws on canvas: four panels, each with its legend.
     await expect.poll(() => page.$$eval('#charts canvas', (c) => c.length), { timeout: 30_000 }).toBe(4);
-    await page.goto(`${platform.url}/console#/`);
-    await page.waitForSelector('#endpoints tr[data-endpoint="chatty"]');
-    await shot('endpoints');
     await page.goto(`${platform.url}/console#/e/chatty/charts`);
     await expect.poll(() => page.$$eval('#charts canvas', (c) => c.length), { timeout: 30_000 }).toBe(4);
     await shot('charts');
@@ -189,6 +185,7 @@ describe('console', () => {
       expect(await page.getAttribute(reason, 'title')).toBe(await page.textContent(reason));
       // The working endpoints still show their worker counts.
       expect(await page.textContent('#endpoints tr[data-endpoint="chatty"] td:last-child')).toMatch(/^\d/);
+      await shot('endpoints');
       // The endpoint's own page says why, in words, above its tabs.
       await page.click('#endpoints tr[data-endpoint="broken-api"]');
       await expect
@@ -499,6 +496,7 @@ describe('console', () => {
         .poll(() => page.textContent('#job-logs'), { timeout: 30_000 })
         .toContain('working on Patient: step 1');
       expect(await page.textContent('#job-status')).toBe('IN_PROGRESS');
+      await shot('job');
       // Answered no: nothing is sent, and the page polls on with the job running.
       page.once('dialog', (d) => d.dismiss());
       await page.click('#job-cancel');
