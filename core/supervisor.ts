@@ -209,8 +209,9 @@ export interface WorkerSupervisorOptions {
    */
   stopMayBeDue?: (workerId: string) => Promise<boolean>;
   /**
-   * The name its log lines call an endpoint by, where the caller knows one the user would recognise
-   * (`ferry dev`: the function's name, not the internal id); undefined or absent: the id.
+   * The name its log lines call an endpoint by: users read names, not internal ids (`ferry dev`: the
+   * function's; `ferry serve`: the deployed record's; the AWS agents: FERRY_ENDPOINT). Undefined or
+   * absent: the id.
    */
   nameOf?: (endpointId: string) => string | undefined;
 }

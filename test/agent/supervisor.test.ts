@@ -41,7 +41,13 @@ afterAll(async () => {
 async function startTask(endpointId: string) {
   const log = memoryLog();
   const exits: number[] = [];
-  const handle = await agentOn(aws, endpointId, { log, maxAttempts, exit: (code) => exits.push(code) });
+  const handle = await agentOn(aws, endpointId, {
+    log,
+    maxAttempts,
+    // FERRY_ENDPOINT, as the app stack sets it: the supervisor's lines name the endpoint by it.
+    endpointName: endpointNameOf(endpointId),
+    exit: (code) => exits.push(code),
+  });
   const worker = startPythonWorker(handle.agent, 'Fixture', { reportExit: true });
   cleanups.push(async () => {
     await worker.stop();
@@ -51,6 +57,8 @@ async function startTask(endpointId: string) {
 }
 
 const newEndpoint = () => `sup-${randomUUID().slice(0, 8)}`;
+/** The name its owner gave it, unlike its id. */
+const endpointNameOf = (endpointId: string) => `named_${endpointId.slice(4)}`;
 const finalOf = (endpointId: string, jobId: string, waitMs = 30_000) =>
   engine.statusSync(endpointId, jobId, waitMs);
 
@@ -65,6 +73,10 @@ describe('the supervisor through the agent', () => {
       { sync: false },
     );
     expect(await task.agent.leaving).toBe(1);
+    // Its log names the endpoint, not its id.
+    expect(task.log.lines.join('\n')).toMatch(
+      new RegExp(`endpoint ${endpointNameOf(endpointId)}: worker \\S+ exited \\(code 9\\)`),
+    );
     // Requeued on the exit, not after the (default one-minute) lease.
     const view = await engine.status(endpointId, job.id);
     expect(view.status).toBe('IN_QUEUE');

@@ -148,6 +148,8 @@ async function oneTask(
         PATH: process.env.PATH ?? '',
         FERRY_AGENT_MODE: 'lb',
         FERRY_ENDPOINT_ID: endpointId,
+        // As the app stack sets it: the agent's supervisor lines name the endpoint by it.
+        FERRY_ENDPOINT: lbEndpoint.name,
         FERRY_APP: 'box',
         FERRY_ENV: 'production',
         FERRY_CONTROL_TABLE: box.fixture.tables.control,
@@ -237,6 +239,8 @@ describe('a load-balanced worker that cannot start, task after task', () => {
       expect(code, stderr).toBe(1);
       expect(stderr).toContain('the worker exited (code 2)');
       if (n < threshold) expect(await runs()).toEqual({ failedStarts: n });
+      // Its log names the endpoint as its owner does, not by the id.
+      else expect(stderr).toContain(`endpoint ${lbEndpoint.name} is failing: ${threshold} workers in a row`);
     }
     expect((await runs())?.problem).toMatchObject({
       state: 'failing',

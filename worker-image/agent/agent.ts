@@ -119,6 +119,8 @@ export type AgentTables = Pick<DynamoTableNames, 'jobs' | 'chunks' | 'workers'> 
 
 export interface AgentOptions {
   endpointId: string;
+  /** The endpoint's name (FERRY_ENDPOINT): what the supervisor's log lines call it; absent: its id. */
+  endpointName?: string;
   /** Injected so tests use the emulators; the agent never destroys them. */
   clients: { dynamo: DynamoDBClient; sqs: SQSClient; s3: S3Client };
   tables: AgentTables;
@@ -297,6 +299,7 @@ class AgentServer implements Agent {
     this.supervisor = new WorkerSupervisor({
       clock: this.clock,
       log: this.log,
+      nameOf: () => options.endpointName,
       registry: workers,
       ...(starts ? { starts } : {}),
       // The tick reads the held jobs only when the stop signal moved (or a stop is already pending).

@@ -27,6 +27,8 @@ export type AgentMode = (typeof agentModes)[number];
 
 const base = {
   FERRY_ENDPOINT_ID: text,
+  /** The endpoint's name (the stack sets it); the supervisor's log lines say it rather than the id. */
+  FERRY_ENDPOINT: text.optional(),
   AWS_REGION: text,
   /** The endpoint's scoped agent role and its external id (credentials.ts); absent: default chain. */
   FERRY_AGENT_ROLE_ARN: text.optional(),

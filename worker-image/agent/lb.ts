@@ -82,6 +82,8 @@ import { tickEvery } from './ticker.js';
 
 export interface LbAgentOptions {
   endpointId: string;
+  /** The endpoint's name (FERRY_ENDPOINT): what the supervisor's log lines call it; absent: its id. */
+  endpointName?: string;
   /**
    * The endpoint's app and environment (FERRY_APP, FERRY_ENV): a key scoped to another app or
    * environment answers 403 (core/auth.ts scopeCovers). Without them only unscoped keys pass.
@@ -235,6 +237,7 @@ class LbAgentServer implements LbAgent {
     this.supervisor = new WorkerSupervisor({
       clock: this.clock,
       log: this.log,
+      nameOf: () => options.endpointName,
       ...(options.starts ? { starts: options.starts } : {}),
       // ECS starts and stops the worker container; the one decision the supervisor makes here is a
       // kill for silence past the start grace, which this task carries out by leaving.

@@ -150,6 +150,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
   const logsClient = new CloudWatchLogsClient({ region, credentials });
   const agent = await startAgent({
     endpointId: env.FERRY_ENDPOINT_ID,
+    endpointName: env.FERRY_ENDPOINT,
     clients,
     tables: {
       jobs: env.FERRY_JOBS_TABLE,
@@ -216,6 +217,7 @@ async function runLb(env: LbAgentEnv): Promise<number> {
   const control = new DynamoControlStore({ doc, table: env.FERRY_CONTROL_TABLE });
   const agent = await startLbAgent({
     endpointId: env.FERRY_ENDPOINT_ID,
+    endpointName: env.FERRY_ENDPOINT,
     app: env.FERRY_APP,
     env: env.FERRY_ENV,
     control,

@@ -83,7 +83,10 @@ export interface LocalPlatformOptions {
   };
   /** The worker lifecycle policy's settings (backoff, failed starts…); tests shorten them. */
   supervisor?: Partial<SupervisorSettings>;
-  /** What the supervisor's log lines call an endpoint (WorkerSupervisorOptions.nameOf); else its id. */
+  /**
+   * What the supervisor's log lines call an endpoint (WorkerSupervisorOptions.nameOf); else the name
+   * it was deployed with.
+   */
   endpointNameOf?: (endpointId: string) => string | undefined;
 }
 
@@ -131,11 +134,14 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     outbox: db.outbox,
   });
   webhooks.start(Math.min(options.webhookRetryDelayMs ?? 1_000, 1_000));
+  // Started once the front door listens (below); the supervisor reads endpoint names from it.
+  let pools: LocalWorkers | undefined;
   // Worker identity, the lifecycle policy and who holds which job: one owner (docs/workers.md).
   const supervisor = new WorkerSupervisor({
     clock,
     log,
-    ...(options.endpointNameOf ? { nameOf: options.endpointNameOf } : {}),
+    // Users read names, not ids: the caller's (`ferry dev`: the function's), else the record's.
+    nameOf: (endpointId) => options.endpointNameOf?.(endpointId) ?? pools?.nameOf(endpointId),
     settings: {
       ...(options.workers?.stopGraceMs !== undefined ? { stopGraceMs: options.workers.stopGraceMs } : {}),
       ...(options.workers?.drainMs !== undefined ? { drainMs: options.workers.drainMs } : {}),
@@ -218,7 +224,6 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   });
   // Any live worker's token, whatever it is for: 'unknown' is the supervisor's answer for no worker.
   const isLiveWorkerToken = (key: string) => supervisor.verify(key, '', '') !== 'unknown';
-  let pools: LocalWorkers | undefined;
   const server = await createHttpServer({
     api,
     manage,

@@ -136,6 +136,8 @@ export class LocalWorkers {
   private readonly closing = new Set<EndpointPool>();
   /** Per endpoint: the OS user its workers run as, with their folders prepared (runAsOf). */
   private readonly runAs = new Map<string, Pick<PoolSpec, 'user' | 'home'>>();
+  /** Each endpoint's name, from the records the last pass read (nameOf). */
+  private names = new Map<string, string>();
   private readonly gpus: GpuSlots;
   private reconciling: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
@@ -185,6 +187,7 @@ export class LocalWorkers {
   private async doReconcile(): Promise<void> {
     if (this.closed) return;
     const records = await this.options.control.listEndpoints();
+    this.names = new Map(records.map((record) => [record.id, record.name]));
     const seen = new Set<string>();
     for (const record of records) {
       seen.add(record.id);
@@ -232,6 +235,11 @@ export class LocalWorkers {
 
   pool(endpointId: string): EndpointPool | undefined {
     return this.pools.get(endpointId);
+  }
+
+  /** The endpoint's name as its owner deployed it (what the supervisor's lines call it). */
+  nameOf(endpointId: string): string | undefined {
+    return this.names.get(endpointId);
   }
 
   /** Proxies one request to a load-balanced endpoint's workers. */
