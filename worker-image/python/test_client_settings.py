@@ -6,8 +6,9 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
-from ferry.client import FerryClientError, Platform
+from ferry.client import DEV_START_WAIT_S, FerryClientError, Platform, dev_platform_url
 
 
 class FromEnvironTest(unittest.TestCase):
@@ -66,9 +67,13 @@ class RunningDevTest(unittest.TestCase):
         self.tmp.cleanup()
 
     def lock(self, folder, pid, platform_url="http://127.0.0.1:45123"):
+        """As cli/dev/lock.ts writes it; platform_url None: as taken, before the dev listens."""
         os.makedirs(os.path.join(folder, ".ferry"), exist_ok=True)
+        info = {"pid": pid, "startedAt": 1}
+        if platform_url is not None:
+            info.update(url="http://127.0.0.1:45122", platformUrl=platform_url)
         with open(os.path.join(folder, ".ferry", "dev.json"), "w", encoding="utf-8") as handle:
-            json.dump({"pid": pid, "startedAt": 1, "url": "http://127.0.0.1:45122", "platformUrl": platform_url}, handle)
+            json.dump(info, handle)
 
     def settings(self, cwd, **environ):
         return Platform.from_environ({"FERRY_HOME": self.home, "FERRY_API_KEY": "k", **environ}, cwd=cwd)
@@ -93,6 +98,53 @@ class RunningDevTest(unittest.TestCase):
         self.assertEqual(self.settings(self.project).url, "http://127.0.0.1:8888")
         other = self.sleeper()
         self.lock(self.project, other.pid)
+        self.assertEqual(self.settings(self.project).url, "http://127.0.0.1:8888")
+
+    def fake_time(self, on_sleep=lambda: None):
+        """A clock that moves only when slept on; `on_sleep` runs at each sleep (the dev meanwhile)."""
+        now = [0.0]
+        sleeps = []
+
+        def sleep(seconds):
+            sleeps.append(seconds)
+            now[0] += seconds
+            on_sleep()
+
+        return (lambda: now[0]), sleep, sleeps
+
+    def test_a_dev_still_starting_is_waited_for_until_it_writes_its_platform_url(self):
+        self.lock(self.project, self.dev.pid, None)
+        monotonic, sleep, sleeps = self.fake_time(lambda: self.lock(self.project, self.dev.pid, "http://127.0.0.1:45321"))
+        url = dev_platform_url(os.path.join(self.project, "pkg"), monotonic=monotonic, sleep=sleep)
+        self.assertEqual(url, "http://127.0.0.1:45321")
+        self.assertEqual(len(sleeps), 1)
+
+    def test_a_script_started_right_after_ferry_dev_calls_that_devs_platform(self):
+        # Platform.from_environ, as a remote call makes it: the URL the dev writes while it waits.
+        self.lock(self.project, self.dev.pid, None)
+        written = mock.Mock(side_effect=lambda _s: self.lock(self.project, self.dev.pid, "http://127.0.0.1:45321"))
+        with mock.patch("time.sleep", written):
+            self.assertEqual(self.settings(self.project).url, "http://127.0.0.1:45321")
+        written.assert_called_once()
+
+    def test_a_dev_that_never_writes_its_url_ends_the_wait_with_what_to_do(self):
+        self.lock(self.project, self.dev.pid, None)
+        monotonic, sleep, sleeps = self.fake_time()
+        with self.assertRaises(FerryClientError) as raised:
+            dev_platform_url(self.project, monotonic=monotonic, sleep=sleep)
+        message = str(raised.exception)
+        self.assertIn(f"`ferry dev` (pid {self.dev.pid}) is still starting", message)
+        self.assertIn("FERRY_API_URL", message)
+        # Bounded: it gave up once the wait was over, not before, and never slept past it.
+        self.assertGreaterEqual(sum(sleeps), DEV_START_WAIT_S)
+        self.assertLess(sum(sleeps), DEV_START_WAIT_S + 1)
+
+    def test_no_dev_or_a_dev_gone_while_starting_means_no_wait(self):
+        monotonic, sleep, sleeps = self.fake_time()
+        self.assertIsNone(dev_platform_url(self.project, monotonic=monotonic, sleep=sleep))
+        self.lock(self.project, self.gone_pid(), None)
+        self.assertIsNone(dev_platform_url(self.project, monotonic=monotonic, sleep=sleep))
+        self.assertEqual(sleeps, [])
         self.assertEqual(self.settings(self.project).url, "http://127.0.0.1:8888")
 
     def test_the_api_url_and_the_port_win_over_the_dev(self):

@@ -25,6 +25,9 @@ import urllib.parse
 import urllib.request
 
 DEFAULT_PORT = 8888
+# How long a script started beside a `ferry dev` that is still starting waits for its platform's URL
+# (cli/dev/lock.ts writes the lock first, the URL once the dev server listens).
+DEV_START_WAIT_S = 10.0
 # How long a remote call waits for its output unless the endpoint or FERRY_CALL_TIMEOUT says otherwise.
 DEFAULT_CALL_TIMEOUT_S = 600.0
 # One long poll of runsync / status-sync; the platform caps it (5 minutes locally, less on AWS).
@@ -147,12 +150,37 @@ def running_dev_above(directory):
         folder = parent
 
 
+def dev_platform_url(directory, wait_s=DEV_START_WAIT_S, monotonic=None, sleep=None):
+    """The platform URL of the `ferry dev` serving `directory` (running_dev_above), or None when none
+    runs. A dev still starting has written its lock but not yet the URL: that is waited for, up to
+    `wait_s`, rather than calling the default port, where this dev's platform is not. `monotonic`
+    and `sleep`: time.monotonic and time.sleep unless a test gives its own."""
+    monotonic = monotonic or time.monotonic
+    sleep = sleep or time.sleep
+    deadline = monotonic() + wait_s
+    while True:
+        dev = running_dev_above(directory)
+        if dev is None:
+            return None
+        url = dev.get("platformUrl")
+        if isinstance(url, str) and url:
+            return url
+        if monotonic() >= deadline:
+            raise FerryClientError(
+                f"`ferry dev` (pid {dev.get('pid')}) is still starting: its .ferry/dev.json has no "
+                f"platform URL after {wait_s:g} s. Run this again once it prints "
+                "'Ferry dev server at …', or set FERRY_API_URL to the platform's URL"
+            )
+        sleep(0.1)
+
+
 class Platform:
     """Connection settings. `Platform.from_environ()` is what remote calls use:
 
     * url: FERRY_API_URL, else http://127.0.0.1:$FERRY_PORT, else the platform of the `ferry dev`
-      running for the project (its .ferry/dev.json, in the current folder or one above), else
-      http://127.0.0.1:8888 (`ferry serve`)
+      running for the project (its .ferry/dev.json, in the current folder or one above; waited for
+      up to DEV_START_WAIT_S while that dev is still starting), else http://127.0.0.1:8888
+      (`ferry serve`)
     * key: FERRY_CALL_TOKEN (every worker's own key: an HMAC call token locally, a call key minted
       by `ferry deploy` on AWS), FERRY_API_KEY, RUNPOD_API_KEY, FERRY_API_KEY in ./.env, then
       FERRY_HOME/api-key
@@ -175,10 +203,7 @@ class Platform:
         if not url and environ.get("FERRY_PORT"):
             url = f"http://127.0.0.1:{environ['FERRY_PORT']}"
         if not url:
-            dev = running_dev_above(cwd)
-            url = dev.get("platformUrl") if dev else None
-            if not isinstance(url, str) or not url:
-                url = f"http://127.0.0.1:{DEFAULT_PORT}"
+            url = dev_platform_url(cwd) or f"http://127.0.0.1:{DEFAULT_PORT}"
         key = (
             environ.get("FERRY_CALL_TOKEN")
             or environ.get("FERRY_API_KEY")
