@@ -128,6 +128,13 @@ interface Route {
 
 const ok = (body: unknown): ApiResponse => ({ statusCode: 200, body });
 
+/**
+ * The methods of a GET that only reads (the endpoint lookups by id and by name, status, health): HEAD
+ * answers as that GET does, and the HTTP edge sends no body (RFC 9110 §9.3.2). Never job-take(-batch),
+ * whose GET claims jobs a HEAD would drop, nor stream, whose GET drains the chunks it answers with.
+ */
+const readMethods = ['GET', 'HEAD'];
+
 export class V2Api {
   private readonly routes: Route[];
   private readonly endpoints = new Map<string, { record: EndpointRecord | undefined; untilMs: number }>();
@@ -135,6 +142,7 @@ export class V2Api {
   constructor(private readonly options: ApiOptions) {
     const get = ['GET'];
     const post = ['POST'];
+    const readOrPost = [...readMethods, 'POST'];
     const either = ['GET', 'POST'];
     this.routes = [
       {
@@ -152,14 +160,14 @@ export class V2Api {
         callToken: 'allowed',
       },
       {
-        methods: either,
+        methods: readOrPost,
         pattern: ['status', ':id'],
         caller: 'client',
         handler: (c) => this.status(c),
         callToken: 'own-job',
       },
       {
-        methods: either,
+        methods: readOrPost,
         pattern: ['status-sync', ':id'],
         caller: 'client',
         handler: (c) => this.statusSync(c),
@@ -185,7 +193,7 @@ export class V2Api {
       { methods: post, pattern: ['purge-queue'], caller: 'client', handler: (c) => this.purge(c) },
       // Counts of jobs and workers only, no job's data: the Python client's EndpointClient.health.
       {
-        methods: get,
+        methods: readMethods,
         pattern: ['health'],
         caller: 'client',
         handler: (c) => this.health(c),
@@ -277,7 +285,12 @@ export class V2Api {
   private async dispatch(req: ApiRequest): Promise<ApiResponse> {
     const segments = req.path.split('/').filter((s) => s.length > 0);
     const method = req.method.toUpperCase();
-    if (segments[0] === 'v2' && segments.length === 2 && segments[1] !== byNameSegment && method === 'GET') {
+    if (
+      segments[0] === 'v2' &&
+      segments.length === 2 &&
+      segments[1] !== byNameSegment &&
+      readMethods.includes(method)
+    ) {
       return this.byId(req, decodeURIComponent(segments[1]!));
     }
     if (segments[0] !== 'v2' || segments.length < 3) throw notFound(`No route for ${req.method} ${req.path}`);
@@ -310,7 +323,7 @@ export class V2Api {
     assertScopeCovers(scope, record);
     const rest = segments.slice(3);
     if (rest.length > 0) return this.route(req, method, record.id, rest, scope);
-    if (method !== 'GET') throw notFound(`No route for ${req.method} ${req.path}`);
+    if (!readMethods.includes(method)) throw notFound(`No route for ${req.method} ${req.path}`);
     return ok(resolutionOf(record));
   }
 

@@ -119,6 +119,24 @@ describe('v2 rows through the Lambda handlers', () => {
     expect(mainHealth.body.workers.idle + mainHealth.body.workers.running).toBeGreaterThanOrEqual(1);
   });
 
+  it('HEAD on a GET that only reads answers its status and type with no body (the ANY method routes it)', async () => {
+    for (const [path, status] of [
+      ['/purge/health', 200],
+      ['/purge', 200],
+      ['/by-name/box/-/purge', 200],
+      ['/idle/status/no-such-job', 404],
+    ] as const) {
+      const get = await fetch(`${box.baseUrl}${path}`, { headers: { authorization: `Bearer ${boxApiKey}` } });
+      const head = await fetch(`${box.baseUrl}${path}`, {
+        method: 'HEAD',
+        headers: { authorization: `Bearer ${boxApiKey}` },
+      });
+      expect([get.status, head.status], path).toEqual([status, status]);
+      expect(head.headers.get('content-type'), path).toBe(get.headers.get('content-type'));
+      expect(await head.text(), path).toBe('');
+    }
+  });
+
   it.each([
     ['no body', undefined, /JSON object/],
     ['invalid JSON', '{"input":', /not valid JSON/],

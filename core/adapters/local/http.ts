@@ -40,7 +40,9 @@ export interface LbFrontDoor {
  */
 const bodyLimitBytes = limits.runsyncBodyBytes + 1024 * 1024;
 
-const methods = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'];
+// HEAD reaches the routers, which answer it where a GET only reads (core/api.ts readMethods) and
+// 404 elsewhere: they know which GETs have side effects (a job-take claims jobs), Fastify does not.
+const methods = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH'];
 
 /** A worker's result: the one route whose handler hears of a body over its limit (DroppedBody). */
 const jobDoneUrl = '/v2/:endpointId/job-done/:worker/:id';
@@ -229,9 +231,8 @@ export async function createHttpServer(options: {
   const lb = options.lb;
   if (lb) {
     app.route({
-      // HEAD declared, not left to Fastify's generated HEAD route, which sets Content-Length to the
-      // empty body's 0: the worker's answer carries the GET body's length (pool.ts forward).
-      method: [...methods, 'HEAD'],
+      // With HEAD (methods): the worker's answer carries the GET body's length (pool.ts forward).
+      method: methods,
       url: '/lb/:endpointId/*',
       // The platform's limit, checked before anything is forwarded: a worker that refused the body
       // unread would break the upload, and the client would get a 502 instead of this 413.
