@@ -123,6 +123,17 @@ export interface SubmitOptions {
   submittedBy?: string | undefined;
 }
 
+/** How a worker went (JobEngine.workerGone). */
+export interface WorkerGone {
+  /**
+   * The platform stopped it (`ferry dev` reloading, `ferry serve` or `ferry dev` shutting down, its
+   * endpoint removed, a scale-in or drain): the jobs it held go back to the queue without counting an
+   * attempt. A worker that exited on its own (a crash, a segfault, an OOM kill) leaves this unset:
+   * each of its jobs used an attempt.
+   */
+  stopped?: boolean;
+}
+
 /** What a worker receives from job-take (RunPod passes the job dict to the handler as it is). */
 export interface WorkerJob {
   id: string;
@@ -806,9 +817,14 @@ export class JobEngine {
 
   /**
    * A worker process is known to be gone (the local pool saw it exit): its jobs go back to the queue
-   * now instead of when their leases lapse.
+   * now instead of when their leases lapse. Each such requeue counts an attempt, unless `how.stopped`.
    */
-  async workerGone(endpointId: string, workerId: string, reason?: string): Promise<number> {
+  async workerGone(
+    endpointId: string,
+    workerId: string,
+    reason?: string,
+    how: WorkerGone = {},
+  ): Promise<number> {
     let moved = 0;
     const failures: unknown[] = [];
     // Without inputs: lapse reads a job whole only when failing it sends a webhook.
@@ -824,7 +840,7 @@ export class JobEngine {
       let job: Job | undefined = listed;
       try {
         while (job?.status === 'IN_PROGRESS' && job.workerId === workerId) {
-          if (await this.lapse(job, reason)) {
+          if (await this.lapse(job, reason, how.stopped === true)) {
             moved++;
             break;
           }
@@ -1067,9 +1083,15 @@ export class JobEngine {
   /**
    * The holder of a running job is gone: queue it again, or fail it once it used its attempts. `job`
    * as a list hands it out, without its input: only failing it may send a webhook (`asListed`).
+   * `stopped`: the platform stopped the holder (WorkerGone.stopped), which is not the job's failure:
+   * it goes back to the queue with the attempt its take counted given back, however many it used.
    */
-  private async lapse(job: Job, reason?: string): Promise<'requeued' | 'failed' | undefined> {
-    if (job.attempt >= this.settings.maxAttempts) {
+  private async lapse(
+    job: Job,
+    reason?: string,
+    stopped = false,
+  ): Promise<'requeued' | 'failed' | undefined> {
+    if (!stopped && job.attempt >= this.settings.maxAttempts) {
       const whole = await this.asListed(job);
       if (!whole) return undefined;
       const moved = await this.tryMove(whole, 'fail', () => ({
@@ -1080,15 +1102,25 @@ export class JobEngine {
       }));
       return moved ? 'failed' : undefined;
     }
-    const moved = await this.tryMove(job, 'requeue', () => ({
+    const moved = await this.tryMove(job, 'requeue', () => this.requeuePatch(job, !stopped));
+    if (!moved) return undefined;
+    await this.requeued(job);
+    return 'requeued';
+  }
+
+  /**
+   * A running job back to IN_QUEUE. `counted`: the attempt its take counted stays counted (its
+   * holder stopped responding or crashed); otherwise it is given back, as nothing the job did ended
+   * it (a take nobody received, a worker the platform stopped), so its next take is the same attempt.
+   */
+  private requeuePatch(job: Job, counted: boolean): JobPatch {
+    return {
       status: 'IN_QUEUE',
       workerId: undefined,
       leaseUntil: undefined,
       startedAt: undefined,
-    }));
-    if (!moved) return undefined;
-    await this.requeued(job);
-    return 'requeued';
+      ...(counted ? {} : { attempt: Math.max(0, job.attempt - 1) }),
+    };
   }
 
   /**
@@ -1116,13 +1148,7 @@ export class JobEngine {
   }
 
   private async release(job: Job): Promise<void> {
-    const back = await this.tryMove(job, 'requeue', () => ({
-      status: 'IN_QUEUE',
-      workerId: undefined,
-      leaseUntil: undefined,
-      startedAt: undefined,
-      attempt: job.attempt - 1,
-    }));
+    const back = await this.tryMove(job, 'requeue', () => this.requeuePatch(job, false));
     if (back) {
       // With requeueQueued the message went with the move (`write`).
       if (!this.requeueQueued) {

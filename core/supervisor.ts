@@ -21,6 +21,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { hashKey, newSecret } from './auth.js';
+import type { WorkerGone } from './engine.js';
 import { messageOf } from './errors.js';
 import type { Logger } from './log.js';
 import type {
@@ -55,7 +56,7 @@ export interface WorkerActuator {
 
 /** The engine moves the supervisor needs (a narrow view, so the engine can depend on the ledger). */
 export interface SupervisedEngine {
-  workerGone(endpointId: string, workerId: string, reason?: string): Promise<number>;
+  workerGone(endpointId: string, workerId: string, reason?: string, how?: WorkerGone): Promise<number>;
   jobsToStop(endpointId: string, workerId: string, waitMs: number): Promise<string[]>;
   timeOutIfOverdue(endpointId: string, jobId: string): Promise<{ timedOut: boolean; deadlineMs?: number }>;
   rejectQueued(endpointId: string, error: string): Promise<number>;
@@ -532,7 +533,8 @@ export class WorkerSupervisor implements WorkerLedger {
       const reason = asked
         ? `Worker ${workerId} was stopped`
         : `Worker ${workerId} exited (${cause}) while running the job`;
-      await this.engine.workerGone(endpointId, workerId, reason).catch((error) => {
+      // A stop asked for is the platform's choice, not the job's failure: no attempt is counted.
+      await this.engine.workerGone(endpointId, workerId, reason, { stopped: asked }).catch((error) => {
         this.options.log.warn(`requeueing the jobs of ${workerId}: ${messageOf(error)}`);
       });
     }

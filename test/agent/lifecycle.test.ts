@@ -283,7 +283,7 @@ describe('drain (SIGTERM)', () => {
     expect((await api.engine.status(endpointId, waiting.id)).status).toBe('IN_QUEUE');
   });
 
-  it('requeues what is still held at the drain deadline', async () => {
+  it('requeues what is still held at the drain deadline, using none of its attempts', async () => {
     const endpointId = newEndpoint();
     const agent = await startAgent(endpointId, { drainMs: 1_000 });
     const worker = handWorker(agent, endpointId);
@@ -297,6 +297,9 @@ describe('drain (SIGTERM)', () => {
     expect(Date.now() - started).toBeGreaterThanOrEqual(900);
     expect(Date.now() - started).toBeLessThan(6_000);
     expect((await api.engine.status(endpointId, job.id)).status).toBe('IN_QUEUE');
+    // The drain is the platform's stop (ECS stopping the task, a deploy), not the job's failure: the
+    // attempt its take counted is given back.
+    expect((await aws.jobs().get(job.id, Date.now()))?.attempt).toBe(0);
     expect(agent.held()).toEqual([]);
   });
 });

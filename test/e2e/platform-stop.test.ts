@@ -2,7 +2,8 @@
  * Stopping workers the way `ferry serve` and `ferry dev` do, with real Python workers and the real
  * SQLite file: a platform closed (Ctrl+C, SIGTERM) while a job runs sends its worker SIGTERM, counts
  * no crash, and leaves the job queued with its message, so the next start on the same database runs
- * it to the end (README: a job that got an id survives the platform); an endpoint removed (its file
+ * it to the end (README: a job that got an id survives the platform), with none of its attempts used
+ * by such stops, while a crash of the worker's own still uses one; an endpoint removed (its file
  * deleted under `ferry dev`, an undeploy) has its idle worker stopped with SIGTERM, not killed.
  */
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -132,6 +133,54 @@ def slow(mark, seconds=60):
     expect(view).toMatchObject({ status: 'COMPLETED', output: { attempt: 'again' } });
     await stop(again);
   }, 90_000);
+});
+
+describe("stops the platform chose are not the job's failure", () => {
+  it('three stops during a long job use none of its attempts; a crash of its own still uses one', async () => {
+    const dataDir = join(scratch, 'home-attempts');
+    const runs = join(scratch, 'runs');
+    const source = `import os, time
+from ferry import Endpoint
+
+@Endpoint(name="long", cpu="1-2", workers=(0, 1), idle_timeout=30)
+def long(runs):
+    n = int(open(runs).read()) + 1 if os.path.exists(runs) else 1
+    with open(runs, "w") as f:
+        f.write(str(n))
+    if n <= 3:
+        time.sleep(60)  # stopped by the platform meanwhile
+    if n == 4:
+        os._exit(1)  # the worker crashes on its own
+    return {"runs": n}
+`;
+    const runsSoFar = () => (existsSync(runs) ? Number(readFileSync(runs, 'utf8')) : 0);
+    let platform = await start(dataDir, []);
+    await deploy(platform, 'long', source);
+    const jobId = (await call(platform.baseUrl, 'POST', '/long/run', { input: { runs } })).body.id as string;
+    // The platform's default of 3 attempts: with each stop counted, the third stop failed the job.
+    for (let round = 1; round <= 3; round++) {
+      await until(`run ${round} to start`, runsSoFar, (n) => n === round, 60_000);
+      // What `ferry serve` and `ferry dev` do on Ctrl+C: SIGTERM, then SIGKILL after the grace.
+      await stop(platform);
+      const db = openLocalDatabase(join(dataDir, 'ferry.db'));
+      try {
+        expect(await db.jobs.get(jobId, Date.now())).toMatchObject({ status: 'IN_QUEUE', attempt: 0 });
+      } finally {
+        await db.close();
+      }
+      platform = await start(dataDir, []);
+    }
+    const view = await until(
+      `job ${jobId} to end`,
+      async () => (await call(platform.baseUrl, 'GET', `/long/status/${jobId}`)).body,
+      (b) => ['COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'].includes(b.status),
+      60_000,
+    );
+    expect(view).toMatchObject({ status: 'COMPLETED', output: { runs: 5 } });
+    // Run 4's crash counted, and run 5's take: two attempts.
+    expect((await platform.db.jobs.get(jobId, Date.now()))?.attempt).toBe(2);
+    await stop(platform);
+  }, 180_000);
 });
 
 describe('removing an endpoint', () => {

@@ -379,6 +379,44 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       expect((await engine.take(ep, 'w2', 2, 0)).map((j) => j.id).sort()).toEqual(ids);
     });
 
+    it('a worker the platform stopped: its job goes back without using an attempt, however many stops', async () => {
+      // maxAttempts is 2 here: three stops (three saves under `ferry dev`) would fail a counted job.
+      const job = await engine.submit(ep, { input: {} }, { sync: false });
+      for (const worker of ['w1', 'w2', 'w3']) {
+        expect((await engine.take(ep, worker, 1, 0)).map((j) => j.id)).toEqual([job.id]);
+        clock.advance(1_000);
+        expect(await engine.workerGone(ep, worker, `Worker ${worker} was stopped`, { stopped: true })).toBe(
+          1,
+        );
+        const stored = await db.jobs.get(job.id, clock.now());
+        expect(stored).toMatchObject({ status: 'IN_QUEUE', attempt: 0 });
+      }
+      // The next take is its first attempt; a crash then counts it, as before.
+      await engine.take(ep, 'w4', 1, 0);
+      expect((await db.jobs.get(job.id, clock.now()))?.attempt).toBe(1);
+      expect(await engine.workerGone(ep, 'w4', 'Worker w4 exited (code 1) while running the job')).toBe(1);
+      expect((await db.jobs.get(job.id, clock.now()))?.attempt).toBe(1);
+      await engine.take(ep, 'w5', 1, 0);
+      await engine.workerGone(ep, 'w5', 'Worker w5 exited (code 1) while running the job');
+      expect(await engine.status(ep, job.id)).toMatchObject({
+        status: 'FAILED',
+        error: 'Worker w5 exited (code 1) while running the job; the job was tried 2 times',
+      });
+    });
+
+    it('a stop on its last attempt queues the job again rather than failing it', async () => {
+      const job = await engine.submit(ep, { input: {} }, { sync: false });
+      await engine.take(ep, 'w1', 1, 0);
+      await engine.workerGone(ep, 'w1', 'Worker w1 exited (signal SIGSEGV) while running the job');
+      await engine.take(ep, 'w2', 1, 0);
+      expect((await db.jobs.get(job.id, clock.now()))?.attempt).toBe(2);
+      await engine.workerGone(ep, 'w2', 'Worker w2 was stopped', { stopped: true });
+      expect(await db.jobs.get(job.id, clock.now())).toMatchObject({ status: 'IN_QUEUE', attempt: 1 });
+      const [again] = await engine.take(ep, 'w3', 1, 0);
+      await engine.done(ep, 'w3', again!.id, { output: 'ok' });
+      expect(await engine.status(ep, job.id)).toMatchObject({ status: 'COMPLETED', output: 'ok' });
+    });
+
     it('ping renews the lease', async () => {
       const job = await engine.submit(ep, { input: {} }, { sync: false });
       await engine.take(ep, 'w1', 1, 0);

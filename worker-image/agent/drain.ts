@@ -79,8 +79,9 @@ export class Drain {
     }
     const left = held();
     try {
-      // Requeues anything this worker still runs and buries it: its token and registry entry go.
-      await supervisor.exited(workerId, { code: 0, signal: 'SIGTERM' });
+      // Requeues anything this worker still runs and buries it: its token and registry entry go. A
+      // drain is the platform's stop (ECS stopping the task, a deploy), so no attempt is counted.
+      await supervisor.exited(workerId, { code: 0, signal: 'SIGTERM', asked: true });
       if (left.length > 0) log.warn(`drain deadline: ${left.length} job(s) went back to the queue`);
     } catch (error) {
       log.warn(`releasing held jobs: ${messageOf(error)}`);
