@@ -88,6 +88,11 @@ export interface ApiOptions {
   maxWaitMs?: number;
   /** How long worker long polls (job-take, job-stop) are held. */
   workerWaitMs?: number;
+  /**
+   * The AWS agent: its endpoint's max_concurrency (FERRY_MAX_CONCURRENCY), which its pinned record
+   * (worker-image/agent/ports.ts) does not carry. Elsewhere the endpoint's record says.
+   */
+  workerMaxConcurrency?: number;
   streamWaitMs?: number;
   /** How long an endpoint lookup is remembered. */
   endpointCacheMs?: number;
@@ -418,13 +423,15 @@ export class V2Api {
   }
 
   private endpointTimeoutMs(record: EndpointRecord): number | undefined {
-    // Parsed once per record the endpoint cache holds, not on every /run.
-    if (timeoutOfRecord.has(record)) return timeoutOfRecord.get(record);
-    const parsed = endpointConfigSchema.safeParse(record.config);
-    const value = parsed.success ? parsed.data.endpoint.resources.executionTimeoutMs : 0;
-    const timeoutMs = value > 0 ? value : undefined;
-    timeoutOfRecord.set(record, timeoutMs);
-    return timeoutMs;
+    return settingsOf(record).executionTimeoutMs;
+  }
+
+  /**
+   * The endpoint's max_concurrency, which job-take holds each worker to (JobEngine.take): the agent's
+   * own (ApiOptions.workerMaxConcurrency), else the record's; undefined when neither says.
+   */
+  private maxConcurrencyOf(record: EndpointRecord): number | undefined {
+    return this.options.workerMaxConcurrency ?? settingsOf(record).maxConcurrency;
   }
 
   // ── client routes ─────────────────────────────────────────────────────────────────────────────
@@ -523,7 +530,10 @@ export class V2Api {
     return this.capWait(this.options.workerWaitMs ?? limits.workerPollWaitMs);
   }
 
-  private async take({ req, endpointId, params }: RouteContext, batch: boolean): Promise<ApiResponse> {
+  private async take(
+    { req, endpointId, endpoint, params }: RouteContext,
+    batch: boolean,
+  ): Promise<ApiResponse> {
     const max = batch ? (queryInt(req.query.batch_size, 'batch_size', 1, 100) ?? 1) : 1;
     // Written out by stringifyJsonExact, which puts each input in as the text the store holds.
     const jobs = await this.options.engine.take(
@@ -533,6 +543,7 @@ export class V2Api {
       this.workerWaitMs(),
       req.signal,
       true,
+      this.maxConcurrencyOf(endpoint),
     );
     if (jobs.length === 0) return { statusCode: 204 };
     return ok(batch ? jobs : jobs[0]);
@@ -636,8 +647,30 @@ function callTokenRefusal(route: Route, req: ApiRequest): string | undefined {
     : `A worker's call token may not ${what}: it may submit jobs to the endpoints of its app and environment and follow the jobs it submitted; use a client API key`;
 }
 
-/** The execution timeout of an endpoint record, by record object (records are not changed in place). */
-const timeoutOfRecord = new WeakMap<EndpointRecord, number | undefined>();
+/** What the API reads of an endpoint's configuration; undefined where the record does not say. */
+interface RecordSettings {
+  executionTimeoutMs: number | undefined;
+  maxConcurrency: number | undefined;
+}
+
+/** RecordSettings by record object (records are not changed in place). */
+const settingsOfRecord = new WeakMap<EndpointRecord, RecordSettings>();
+
+/** Parsed once per record the endpoint cache holds, not on every /run or job-take. */
+function settingsOf(record: EndpointRecord): RecordSettings {
+  let settings = settingsOfRecord.get(record);
+  if (!settings) {
+    const parsed = endpointConfigSchema.safeParse(record.config);
+    const resources = parsed.success ? parsed.data.endpoint.resources : undefined;
+    settings = {
+      executionTimeoutMs:
+        resources && resources.executionTimeoutMs > 0 ? resources.executionTimeoutMs : undefined,
+      maxConcurrency: resources?.maxConcurrency,
+    };
+    settingsOfRecord.set(record, settings);
+  }
+  return settings;
+}
 
 /**
  * What a lookup of an endpoint answers (by name or by id): who it is, its kind, and for a

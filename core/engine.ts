@@ -163,6 +163,11 @@ export const jobKey = (jobId: string) => `job:${jobId}`;
  */
 export const jobEndKey = (jobId: string) => `job-end:${jobId}`;
 export const workerKey = (workerId: string) => `worker:${workerId}`;
+/**
+ * Notified when a worker may have room under its max_concurrency again (a job let go): what its take
+ * waits on at the cap. Not `workerKey`, whose every notify is a stop signal (on AWS a write).
+ */
+export const workerRoomKey = (workerId: string) => `worker-room:${workerId}`;
 /** Notified whenever an endpoint's queue grows, so local worker pools can scale. */
 export const endpointKey = (endpointId: string) => `endpoint:${endpointId}`;
 
@@ -203,6 +208,8 @@ export class JobEngine {
   private readonly queued: QueuedJobCount | undefined;
   /** Per endpoint, submits admitted without counting the backlog again (see `admit`). */
   readonly #capRoom = new Map<string, number>();
+  /** Workers with a take under a max_concurrency counting its room or claiming (`roomFor`). */
+  readonly #taking = new Set<string>();
 
   constructor(deps: EngineDeps) {
     this.jobs = deps.jobs;
@@ -525,6 +532,8 @@ export class JobEngine {
   /**
    * Long poll for up to `max` jobs; [] when `waitMs` runs out. `inputAsText`: inputs may come as the
    * store's JSON text (JsonText, TakeQueuedOptions.inputAsText), for a caller that only writes them out.
+   * `maxConcurrency`: the endpoint's max_concurrency, which caps what the worker holds at once, the
+   * jobs it holds already included (`roomFor`); absent, no cap.
    */
   async take(
     endpointId: string,
@@ -533,10 +542,84 @@ export class JobEngine {
     waitMs: number,
     signal?: AbortSignal,
     inputAsText = false,
+    maxConcurrency?: number,
   ): Promise<WorkerJob[]> {
     const deadline = this.clock.now() + waitMs;
     // A draining or retiring worker gets nothing new (the ledger holds the answer a moment).
     if (!(await this.ledger.mayTake(endpointId, workerId))) return [];
+    if (maxConcurrency === undefined)
+      return this.takeUpTo(endpointId, workerId, max, deadline, signal, inputAsText);
+    const room = await this.roomFor(
+      workerId,
+      Math.min(max, maxConcurrency),
+      maxConcurrency,
+      deadline,
+      signal,
+    );
+    if (room === 0) return [];
+    try {
+      return await this.takeUpTo(endpointId, workerId, room, deadline, signal, inputAsText);
+    } finally {
+      // What it claimed is in the ledger now: another take of this worker may count its room.
+      this.#taking.delete(workerId);
+      this.changes.notify(workerRoomKey(workerId));
+    }
+  }
+
+  /**
+   * How many of `max` jobs the worker may take now under its endpoint's max_concurrency: those it
+   * holds count (the ledger's; one whose result is on its way counts until its job-done lands). At
+   * the cap it waits until the worker lets a job go (job-done, or a ping that no longer lists it): a
+   * worker that asks again at once on an empty answer (RunPod's SDK asks for as many as its own
+   * concurrency_modifier says) must not spin, and one whose result is on its way gets its next job as
+   * soon as that result lands, not a long poll later. 0 when `deadline` passes (or the caller leaves)
+   * first. Above 0 the worker is marked as taking (#taking) until the caller's claim is in the
+   * ledger: a second take of the same worker meanwhile waits, so two takes never both count the
+   * same free room.
+   */
+  private async roomFor(
+    workerId: string,
+    max: number,
+    maxConcurrency: number,
+    deadline: number,
+    signal: AbortSignal | undefined,
+  ): Promise<number> {
+    let watch: Watch | undefined;
+    try {
+      for (;;) {
+        if (!this.#taking.has(workerId)) {
+          this.#taking.add(workerId);
+          let free = 0;
+          try {
+            free = maxConcurrency - (await this.ledger.held(workerId)).length;
+          } finally {
+            if (free <= 0) this.#taking.delete(workerId);
+          }
+          if (free > 0) return Math.min(max, free);
+        }
+        const remaining = deadline - this.clock.now();
+        if (remaining <= 0 || signal?.aborted) return 0;
+        // Watch, then look again, then wait: a job let go in between is not missed.
+        if (!watch) {
+          watch = this.changes.watch(workerRoomKey(workerId));
+          continue;
+        }
+        await watch.changed(remaining, signal);
+      }
+    } finally {
+      watch?.close();
+    }
+  }
+
+  /** `take` past its checks: long polls until up to `max` jobs are claimed for the worker, or `deadline`. */
+  private async takeUpTo(
+    endpointId: string,
+    workerId: string,
+    max: number,
+    deadline: number,
+    signal: AbortSignal | undefined,
+    inputAsText: boolean,
+  ): Promise<WorkerJob[]> {
     for (;;) {
       const remaining = Math.max(0, deadline - this.clock.now());
       const taken = await this.receiveAndClaim(endpointId, workerId, max, remaining, signal, inputAsText);
@@ -632,6 +715,8 @@ export class JobEngine {
     // Let go of the job in the registry first: a job-stop poll that wakes meanwhile must not find the
     // job it just finished still listed and tell the worker to stop it.
     await this.ledger.released(endpointId, workerId, jobId, { refresh: body.stopPod === true });
+    // A take of this worker waiting at its max_concurrency may go on (roomFor).
+    this.changes.notify(workerRoomKey(workerId));
     const ended = await this.move(job, failed ? 'fail' : 'complete', patch, workerId);
     return { status: ended.status };
   }
@@ -655,6 +740,8 @@ export class JobEngine {
     for (const jobId of jobIds)
       await this.jobs.renewLease({ jobId, endpointId, workerId, leaseUntil, nowMs: now });
     await this.ledger.pinged(endpointId, workerId, jobIds);
+    // The ledger lets go of held jobs the ping no longer lists: room for a waiting take (roomFor).
+    this.changes.notify(workerRoomKey(workerId));
   }
 
   /** job-stop long poll: the jobs this worker holds that it must stop (cancelled, timed out, expired). */

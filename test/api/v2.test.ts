@@ -5,6 +5,8 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { EndpointConfig } from '../../core/deployment.js';
+import { cpuEndpoint } from '../infra/fixtures.js';
 import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
 
 let platform: TestPlatform;
@@ -298,6 +300,29 @@ describe('worker protocol', () => {
     for (let i = 0; i < 4; i++) await call(base, 'POST', `/${id}/run`, { input: { i } });
     const batch = await worker.takeBatch(3);
     expect(batch.map((j) => j.input.i)).toEqual([0, 1, 2]);
+  });
+
+  it("job-take-batch hands a worker at most the endpoint's max_concurrency, the jobs it holds included", async () => {
+    const config: EndpointConfig = {
+      endpoint: { ...cpuEndpoint, resources: { ...cpuEndpoint.resources, maxConcurrency: 2 } },
+      pythonVersion: '3.11',
+    };
+    const { id, worker } = await freshEndpoint(config);
+    for (let i = 0; i < 5; i++) await call(base, 'POST', `/${id}/run`, { input: { i } });
+    // A RunPod-SDK worker asks for as many as its own concurrency_modifier says.
+    const first = await worker.takeBatch(10);
+    expect(first.map((j) => j.input.i)).toEqual([0, 1]);
+    // At the cap the take is held, not answered empty at once (the SDK would ask again at once) ...
+    const next = worker.takeBatch(10);
+    // ... until the worker lets a job go: then it gets one job, not the rest of the queue.
+    expect((await worker.done(first[0]!.id, { output: 'ok' })).status).toBe(200);
+    expect((await next).map((j) => j.input.i)).toEqual([2]);
+    // Another worker of the endpoint still finds the rest.
+    expect((await platform.protocolWorker(id).takeBatch(10)).map((j) => j.input.i)).toEqual([3, 4]);
+    // A plain job-take at the cap claims nothing; its wait ends with a 204.
+    await call(base, 'POST', `/${id}/run`, { input: { i: 5 } });
+    expect(await worker.take()).toBeUndefined();
+    expect((await call(base, 'GET', `/${id}/health`)).body.jobs.inQueue).toBe(1);
   });
 
   it('a job-take whose worker hung up claims nothing: the next job goes to the next take', async () => {

@@ -545,6 +545,62 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
     });
   });
 
+  describe("max_concurrency caps what a worker holds (the take's last argument)", () => {
+    const submitMany = async (count: number) => {
+      for (let i = 0; i < count; i++) await engine.submit(ep, { input: { i } }, { sync: false });
+    };
+    const turns = async () => {
+      for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
+    };
+
+    it('a take gets max_concurrency less what the worker holds; at the cap it waits for a job let go, with no clock movement', async () => {
+      await submitMany(5);
+      const first = await engine.take(ep, 'w1', 10, 0, undefined, false, 3);
+      expect(first).toHaveLength(3);
+      let answered = false;
+      const next = engine.take(ep, 'w1', 10, 60_000, undefined, false, 3).finally(() => {
+        answered = true;
+      });
+      await turns();
+      // Held, not answered empty at once: RunPod's SDK would ask again at once.
+      expect(answered).toBe(false);
+      await engine.done(ep, 'w1', first[0]!.id, { output: 'ok' });
+      expect(await next).toHaveLength(1);
+      // Another worker of the endpoint gets the rest.
+      expect(await engine.take(ep, 'w2', 10, 0, undefined, false, 3)).toHaveLength(1);
+    });
+
+    it('at the cap a take claims nothing and ends empty when its wait runs out', async () => {
+      await submitMany(2);
+      expect(await engine.take(ep, 'w1', 5, 0, undefined, false, 1)).toHaveLength(1);
+      const next = engine.take(ep, 'w1', 5, 10_000, undefined, false, 1);
+      await turns();
+      clock.advance(10_000);
+      expect(await next).toEqual([]);
+      expect(await engine.take(ep, 'w2', 5, 0, undefined, false, 1)).toHaveLength(1);
+    });
+
+    it('a ping that no longer lists a job frees its room', async () => {
+      await submitMany(2);
+      const [held] = await engine.take(ep, 'w1', 5, 0, undefined, false, 1);
+      const next = engine.take(ep, 'w1', 5, 60_000, undefined, false, 1);
+      await turns();
+      // The worker dropped the job (say, it was cancelled and stopped): its ping leaves it out.
+      await engine.cancel(ep, held!.id);
+      await engine.ping(ep, 'w1', []);
+      expect(await next).toHaveLength(1);
+    });
+
+    it('two takes of one worker at once never hold more than max_concurrency together', async () => {
+      await submitMany(6);
+      const [a, b] = await Promise.all([
+        engine.take(ep, 'w1', 3, 0, undefined, false, 2),
+        engine.take(ep, 'w1', 3, 0, undefined, false, 2),
+      ]);
+      expect(a!.length + b!.length).toBe(2);
+    });
+  });
+
   describe('long polls wake on change, not on a timer', () => {
     it('runSync returns as soon as the worker finishes, with no clock movement', async () => {
       const pending = engine.runSync(ep, { input: {} }, 90_000, undefined);

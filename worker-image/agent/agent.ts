@@ -143,6 +143,11 @@ export interface AgentOptions {
   maxAttempts?: number;
   /** How long job-take and job-stop are held (default and max 20 s). */
   workerWaitMs?: number;
+  /**
+   * The endpoint's max_concurrency (FERRY_MAX_CONCURRENCY): the worker holds at most this many jobs at
+   * once, whatever batch it asks for (core/engine.ts take); absent, no cap.
+   */
+  maxConcurrency?: number;
   /** How often waits re-read DynamoDB for changes made elsewhere (cancel from a Lambda); 500 ms. */
   pollMs?: number;
   /** How often held jobs are re-read even when no stop signal came (StopSignalChangeFeed; 15 s). */
@@ -376,6 +381,7 @@ class AgentServer implements Agent {
       auth: this.auth,
       workerWaitMs: waitMs,
       maxWaitMs: waitMs,
+      ...(options.maxConcurrency ? { workerMaxConcurrency: options.maxConcurrency } : {}),
       ...(options.logs ? { logs: options.logs } : {}),
       log: this.log,
     });

@@ -106,6 +106,11 @@ export const queueAgentEnvSchema = z.object({
    * itself, retrying in memory.
    */
   FERRY_WEBHOOK_QUEUE_URL: url.optional(),
+  /**
+   * The endpoint's max_concurrency (the app stack sets it for both containers): the worker is handed
+   * at most this many jobs at once (core/engine.ts take). Absent: no cap.
+   */
+  FERRY_MAX_CONCURRENCY: z.coerce.number().int('must be an integer').min(1, 'must be >= 1').optional(),
   /** Generated when absent (then only a worker started with agent.workerEnv() knows it). */
   FERRY_WORKER_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
   /** The CloudWatch Logs group for job output (docs/observability.md); without it job-log is a 404. */

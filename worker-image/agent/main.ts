@@ -165,6 +165,7 @@ async function runQueue(env: QueueAgentEnv): Promise<number> {
     port: env.FERRY_AGENT_PORT,
     ...(env.FERRY_WORKER_TOKEN ? { workerToken: env.FERRY_WORKER_TOKEN } : {}),
     ...(env.FERRY_LEASE_SEC ? { leaseMs: env.FERRY_LEASE_SEC * 1000 } : {}),
+    ...(env.FERRY_MAX_CONCURRENCY ? { maxConcurrency: env.FERRY_MAX_CONCURRENCY } : {}),
     ...(env.FERRY_STOP_GRACE_MS !== undefined ? { stopGraceMs: env.FERRY_STOP_GRACE_MS } : {}),
     drainMs: env.FERRY_DRAIN_MS,
     ...startGraceOf(env),
