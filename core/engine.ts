@@ -550,6 +550,7 @@ export class JobEngine {
     if (maxConcurrency === undefined)
       return this.takeUpTo(endpointId, workerId, max, deadline, signal, inputAsText);
     const room = await this.roomFor(
+      endpointId,
       workerId,
       Math.min(max, maxConcurrency),
       maxConcurrency,
@@ -573,11 +574,12 @@ export class JobEngine {
    * worker that asks again at once on an empty answer (RunPod's SDK asks for as many as its own
    * concurrency_modifier says) must not spin, and one whose result is on its way gets its next job as
    * soon as that result lands, not a long poll later. 0 when `deadline` passes (or the caller leaves)
-   * first. Above 0 the worker is marked as taking (#taking) until the caller's claim is in the
+   * first, or once the worker may take no more (draining, retiring). Above 0 the worker is marked as taking (#taking) until the caller's claim is in the
    * ledger: a second take of the same worker meanwhile waits, so two takes never both count the
    * same free room.
    */
   private async roomFor(
+    endpointId: string,
     workerId: string,
     max: number,
     maxConcurrency: number,
@@ -605,6 +607,8 @@ export class JobEngine {
           continue;
         }
         await watch.changed(remaining, signal);
+        // Told to drain or retire while it waited (a reload, a scale-in): it takes nothing more.
+        if (!(await this.ledger.mayTake(endpointId, workerId))) return 0;
       }
     } finally {
       watch?.close();

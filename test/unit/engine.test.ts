@@ -11,7 +11,9 @@ import { FakeClock } from '../../core/clock.js';
 import { type EngineDeps, JobEngine, splitChunk } from '../../core/engine.js';
 import { JsonText, parseJsonExact, stringifyJsonExact } from '../../core/json.js';
 import { limits } from '../../core/limits.js';
+import { silentLogger } from '../../core/log.js';
 import type { JobReadOptions, JobStore } from '../../core/ports.js';
+import { WorkerSupervisor } from '../../core/supervisor.js';
 import { localEngine } from '../support/localEngine.js';
 
 const ep = 'ep';
@@ -589,6 +591,35 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       await engine.cancel(ep, held!.id);
       await engine.ping(ep, 'w1', []);
       expect(await next).toHaveLength(1);
+    });
+
+    it('a take waiting at the cap takes nothing once its worker is drained meanwhile (a reload, a scale-in)', async () => {
+      const supervisor = new WorkerSupervisor({
+        clock,
+        log: silentLogger,
+        settings: { refusedTakeHoldMs: 0 },
+      });
+      engine = new JobEngine({
+        jobs: db.jobs,
+        queue: db.queue,
+        workers: db.workers,
+        ledger: supervisor,
+        changes: new LocalChangeFeed(clock),
+        clock,
+        settings: { leaseMs: 30_000 },
+      });
+      const { workerId } = supervisor.adoptNew(ep);
+      await submitMany(2);
+      const [held] = await engine.take(ep, workerId, 5, 0, undefined, false, 1);
+      const next = engine.take(ep, workerId, 5, 60_000, undefined, false, 1);
+      await turns();
+      supervisor.drain(workerId);
+      await engine.done(ep, workerId, held!.id, { output: 'ok' });
+      await turns();
+      clock.advance(0);
+      expect(await next).toEqual([]);
+      // The job it left is there for another worker.
+      expect(await engine.take(ep, supervisor.adoptNew(ep).workerId, 5, 0)).toHaveLength(1);
     });
 
     it('two takes of one worker at once never hold more than max_concurrency together', async () => {
