@@ -54,6 +54,11 @@ describe('agent configuration', () => {
     expect(parsed.env.FERRY_DRAIN_MS).toBe(110_000);
     expect(parsed.env.FERRY_AGENT_HOST).toBe('127.0.0.1');
     expect(parsed.env.ECS_AGENT_URI).toBeUndefined();
+    // No cap unless the stack gives the endpoint's max_concurrency.
+    expect(parsed.env.FERRY_MAX_CONCURRENCY).toBeUndefined();
+    const capped = parseAgentEnv({ ...good, FERRY_MAX_CONCURRENCY: '4' });
+    if (!capped.ok || capped.env.FERRY_AGENT_MODE !== 'queue') throw new Error('expected queue mode');
+    expect(capped.env.FERRY_MAX_CONCURRENCY).toBe(4);
   });
 
   it('names each bad variable', () => {
@@ -63,6 +68,7 @@ describe('agent configuration', () => {
       FERRY_QUEUE_URL: 'not a url',
       FERRY_DRAIN_MS: '200000',
       FERRY_BUCKET: '',
+      FERRY_MAX_CONCURRENCY: '0',
     });
     expect(parsed.ok).toBe(false);
     if (parsed.ok) return;
@@ -70,6 +76,7 @@ describe('agent configuration', () => {
     expect(parsed.problems.join('\n')).toMatch(/FERRY_QUEUE_URL must be a URL/);
     expect(parsed.problems.join('\n')).toMatch(/FERRY_DRAIN_MS must be at most 120000/);
     expect(parsed.problems.join('\n')).toMatch(/FERRY_BUCKET is required/);
+    expect(parsed.problems.join('\n')).toMatch(/FERRY_MAX_CONCURRENCY must be >= 1/);
   });
 
   it('reads lb mode: the control table and the worker port, listening beyond loopback', () => {

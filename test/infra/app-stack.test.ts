@@ -545,6 +545,11 @@ describe('services and scaling', () => {
     const agent = containersOf(endpoint('cpu_worker')).find((c) => c.Name === 'agent')!;
     expect(envOf(agent).FERRY_IDLE_TIMEOUT_SEC).toBe('300');
   });
+
+  it("tell a queue agent the endpoint's max_concurrency, which it holds each take to (core/engine.ts take)", () => {
+    const agent = containersOf(endpoint('cpu_worker')).find((c) => c.Name === 'agent')!;
+    expect(envOf(agent).FERRY_MAX_CONCURRENCY).toBe('4');
+  });
 });
 
 describe('task roles', () => {
