@@ -533,8 +533,11 @@ export class WorkerSupervisor implements WorkerLedger {
       const reason = asked
         ? `Worker ${workerId} was stopped`
         : `Worker ${workerId} exited (${cause}) while running the job`;
-      // A stop asked for is the platform's choice, not the job's failure: no attempt is counted.
-      await this.engine.workerGone(endpointId, workerId, reason, { stopped: asked }).catch((error) => {
+      // A stop the platform sent (or ECS's stop of the task) is its choice, not the job's failure: no
+      // attempt is counted. A retiring worker (refresh_worker) that dies before its stop was sent
+      // died on its own, with jobs of its own still running: those count.
+      const stopped = how.asked === true || entry.stopSentAt !== undefined;
+      await this.engine.workerGone(endpointId, workerId, reason, { stopped }).catch((error) => {
         this.options.log.warn(`requeueing the jobs of ${workerId}: ${messageOf(error)}`);
       });
     }

@@ -21,13 +21,16 @@ function setup(
   const actions: string[] = [];
   const started: WorkerIdentity[] = [];
   const gone: string[] = [];
+  /** Per workerGone, whether it was told the platform stopped the worker (no attempt counted). */
+  const goneStopped: boolean[] = [];
   const rejected: string[] = [];
   const timeoutChecks: string[] = [];
   let toStop: string[] = [];
   let stopReads = 0;
   const engine: SupervisedEngine = {
-    workerGone: async (_e, workerId, reason) => {
+    workerGone: async (_e, workerId, reason, how) => {
       gone.push(`${workerId}: ${reason}`);
+      goneStopped.push(how?.stopped === true);
       await duringGone?.();
       return 0;
     },
@@ -85,6 +88,7 @@ function setup(
     actions,
     started,
     gone,
+    goneStopped,
     rejected,
     timeoutChecks,
     plan,
@@ -210,6 +214,23 @@ describe('lifecycle', () => {
     await supervisor.tick('a', plan(1, 1));
     expect(started).toHaveLength(2);
     expect(started[1]!.workerId).not.toBe(w.workerId);
+  });
+
+  it('a job requeued from a worker the platform stopped counts no attempt; one that died on its own, retiring or not, counts', async () => {
+    const { supervisor, started, plan, goneStopped, clock } = setup();
+    await supervisor.tick('a', plan(2, 2));
+    const [stoppedOne, retiring] = started;
+    await supervisor.taken('a', stoppedOne!.workerId, ['j1']);
+    // Shutdown: the stop is sent to it (then it exits, below).
+    supervisor.shutdown(stoppedOne!.workerId);
+    // A refresh_worker job ended while another of its jobs still runs; the worker then crashes before
+    // its stop could be sent (it still holds j3).
+    await supervisor.taken('a', retiring!.workerId, ['j2', 'j3']);
+    await supervisor.released('a', retiring!.workerId, 'j2', { refresh: true });
+    clock.advance(1);
+    await supervisor.exited(retiring!.workerId, { code: null, signal: 'SIGSEGV' });
+    await supervisor.exited(stoppedOne!.workerId, { code: null, signal: 'SIGTERM' });
+    expect(goneStopped).toEqual([false, true]);
   });
 
   it('a stopped job kept past the grace period kills the worker; a drain past its deadline too', async () => {
