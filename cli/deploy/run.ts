@@ -128,9 +128,26 @@ export async function warnOfMissingSecrets(
   }
 }
 
+/**
+ * The refusal of environment resolution (several environments and no `--env`) before the build, which
+ * can take minutes, rather than after it. Stage 2 decides again after `prepare`: records that cannot
+ * be read yet (AWS before its first deploy: no platform, so no records) are left to it.
+ */
+async function refuseAmbiguousEnvironment(provider: Provider, app: string, requested: string | undefined) {
+  if (requested !== undefined) return;
+  let envNames: string[];
+  try {
+    envNames = (await provider.control.listEnvironments(app)).map((e) => e.name);
+  } catch {
+    return;
+  }
+  resolveEnvironment({ appExists: envNames.length > 0, envNames, requested });
+}
+
 export async function deployProject(options: DeployOptions): Promise<DeployResult> {
   const { provider, reporter, app } = options;
 
+  await refuseAmbiguousEnvironment(provider, app, options.env);
   if (options.serve) await provider.checkServable?.();
   const built: BuildResult = await stageOf(reporter, 1, 'Build', () =>
     buildProject({

@@ -235,13 +235,14 @@ describe('ferry --provider aws (fake toolkit, emulated records and bucket)', () 
     }
   });
 
-  it('with several environments and no --env: the spec error, and nothing deployed', async () => {
+  it('with several environments and no --env: the spec error before the build, and nothing deployed', async () => {
     expect((await ferry(['deploy', '--yes', '--env', 'staging'])).code).toBe(0);
     expect(state().calls.at(-1)!.stacks).toEqual(['FerryPlatform', STAGING]);
     const count = state().calls.length;
     const result = await ferry(['deploy', '--yes']);
     expect(result.code).toBe(2);
     expect(result.stderr).toContain('Error: Multiple environments found: production, staging');
+    expect(result.stderr).not.toContain('[1/5] Build');
     expect(state().calls).toHaveLength(count);
   });
 

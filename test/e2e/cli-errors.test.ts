@@ -1,5 +1,5 @@
 /** The CLI error cases (docs/architecture.md#the-cli), through the real binary: message, hint, exit code. */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closedPort } from '../support/closed-port.js';
@@ -18,7 +18,7 @@ afterAll(() => sandbox.cleanup());
 const noStack = (stderr: string) => expect(stderr).not.toMatch(/\n\s+at .+:\d+:\d+/);
 
 describe('ferry errors', () => {
-  it('deploy with several environments and no --env: "Error: Multiple environments found: a, b", exit 2', async () => {
+  it('deploy with several environments and no --env: "Error: Multiple environments found: a, b", exit 2, before the build', async () => {
     expect((await sandbox.run(['env', 'create', 'staging', '--app', 'errs'])).code).toBe(0);
     expect((await sandbox.run(['env', 'create', 'dev', '--app', 'errs'])).code).toBe(0);
     const result = await sandbox.run(['deploy', '--no-serve'], { cwd: project });
@@ -26,6 +26,9 @@ describe('ferry errors', () => {
     expect(result.stderr).toContain('Error: Multiple environments found: dev, staging\n');
     expect(result.stderr).toContain('hint: Choose one with --env <name>');
     expect(result.stdout).not.toContain('Deployed');
+    // Refused before the build, which can take minutes: no build stage, no artifact.
+    expect(result.stderr).not.toContain('[1/5] Build');
+    expect(existsSync(path.join(project, '.ferry', 'artifact.tar.gz'))).toBe(false);
     noStack(result.stderr);
   });
 
