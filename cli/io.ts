@@ -34,6 +34,21 @@ export function formatMs(ms: number): string {
 /** `1 endpoint`, `3 endpoints`: a count with its noun in the number it needs. */
 export const countOf = (n: number, noun: string): string => `${n} ${noun}${n === 1 ? '' : 's'}`;
 
+/**
+ * Rows as lines of aligned columns: each column as wide as its widest cell, two spaces between. The
+ * one table of the CLI's listings (`app list`, `env get`, the build summary, ...).
+ */
+export function table(rows: string[][]): string[] {
+  if (rows.length === 0) return [];
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
+  return rows.map((r) =>
+    r
+      .map((cell, i) => cell.padEnd(widths[i]!))
+      .join('  ')
+      .trimEnd(),
+  );
+}
+
 export function formatBytes(bytes: number): string {
   if (bytes < 1024) return `${bytes} B`;
   if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KB`;

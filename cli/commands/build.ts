@@ -4,7 +4,7 @@ import { buildProject } from '../build/index.js';
 import { projectAppName } from '../config.js';
 import type { CliContext } from '../context.js';
 import { buildEventPrinter } from '../deploy/run.js';
-import { formatBytes } from '../io.js';
+import { formatBytes, table } from '../io.js';
 import { buildFlags, buildOptionsFrom, defineCommand, jsonFlag } from './shared.js';
 
 export const buildCommand = (ctx: CliContext) =>
@@ -43,8 +43,8 @@ export const buildCommand = (ctx: CliContext) =>
         return;
       }
       ctx.reporter.out(`✓ Built ${result.artifactPath} (${formatBytes(result.artifactBytes)})`);
-      for (const endpoint of result.manifest.endpoints)
-        ctx.reporter.out(`  ${endpoint.name}  (${endpoint.kind}, ${endpoint.file})`);
+      const endpoints = result.manifest.endpoints.map((e) => [e.name, `(${e.kind}, ${e.file})`]);
+      for (const line of table(endpoints)) ctx.reporter.out(`  ${line}`);
       for (const excluded of result.manifest.dependencies.excluded)
         ctx.reporter.out(`  excluded ${excluded.name}: ${excluded.reason}`);
     },

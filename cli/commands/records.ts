@@ -12,7 +12,7 @@ import { conflict, FerryError, notFound, usage } from '../../core/errors.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { looksLikeProject, projectAppName } from '../config.js';
 import { type CliContext, withProvider } from '../context.js';
-import { ask, confirm, countOf } from '../io.js';
+import { ask, confirm, countOf, table } from '../io.js';
 import { inScope, notInScope } from '../manage-client.js';
 import type { Provider } from '../providers/types.js';
 import { approveFlag, defineCommand, jsonFlag } from './shared.js';
@@ -38,16 +38,6 @@ const forceFlag = {
   default: false,
   describe: 'Do not ask for confirmation',
 } as const;
-
-function table(rows: string[][]): string[] {
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
-  return rows.map((r) =>
-    r
-      .map((cell, i) => cell.padEnd(widths[i]!))
-      .join('  ')
-      .trimEnd(),
-  );
-}
 
 function endpointView(provider: Provider, record: EndpointRecord) {
   return {
@@ -214,11 +204,16 @@ export const envCommand = (ctx: CliContext): CommandModule =>
               };
               if (argv.json) return ctx.reporter.json(view);
               ctx.reporter.out(`Environment ${env.name} of app ${app}`);
-              ctx.reporter.out(`  build     ${view.fingerprint ?? '-'}`);
-              ctx.reporter.out(`  deployed  ${view.deployedAt ?? '-'}`);
-              if (endpoints.length === 0)
-                ctx.reporter.out(`  no endpoints: run \`ferry deploy --env ${env.name}\``);
-              for (const e of endpoints) ctx.reporter.out(`  ${e.name}  ${e.kind}  ${e.url}`);
+              const lines = table([
+                ['build', view.fingerprint ?? '-'],
+                ['deployed', view.deployedAt ?? '-'],
+              ]);
+              if (endpoints.length > 0)
+                lines.push(
+                  ...table([['ENDPOINT', 'KIND', 'URL'], ...endpoints.map((e) => [e.name, e.kind, e.url])]),
+                );
+              else lines.push(`no endpoints: run \`ferry deploy --env ${env.name}\``);
+              for (const line of lines) ctx.reporter.out(`  ${line}`);
             }),
         })
         .command({
@@ -328,12 +323,23 @@ export const appCommand = (ctx: CliContext): CommandModule =>
               };
               if (argv.json) return ctx.reporter.json(view);
               ctx.reporter.out(`App ${name} (created ${view.createdAt})`);
-              for (const env of view.environments) {
-                ctx.reporter.out(
-                  `  ${env.name}  build ${(env.fingerprint ?? '-').slice(0, 12)}  deployed ${env.deployedAt ?? '-'}`,
-                );
-                for (const e of env.endpoints) ctx.reporter.out(`    ${e.name}  ${e.kind}  ${e.url}`);
-              }
+              const environments = view.environments.map((env) => [
+                env.name,
+                (env.fingerprint ?? '-').slice(0, 12),
+                env.deployedAt ?? '-',
+              ]);
+              const deployed = view.environments.flatMap((env) =>
+                env.endpoints.map((e) => [e.name, env.name, e.kind, e.url]),
+              );
+              const lines = [
+                ...(environments.length > 0
+                  ? table([['ENVIRONMENT', 'BUILD', 'DEPLOYED'], ...environments])
+                  : []),
+                ...(deployed.length > 0
+                  ? table([['ENDPOINT', 'ENVIRONMENT', 'KIND', 'URL'], ...deployed])
+                  : []),
+              ];
+              for (const line of lines) ctx.reporter.out(`  ${line}`);
             }),
         })
         .command({

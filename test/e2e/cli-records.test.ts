@@ -144,3 +144,56 @@ describe('record commands refuse the user’s mistakes with a hint that fits', (
     expect(folder.stderr).toContain('hint: Run `ferry deploy` to create it, or pass --app.');
   });
 });
+
+/**
+ * Where each column of a table line starts: the first character after a run of two or more spaces
+ * (cells hold at most single spaces: `(queue, gpu_worker.py)`).
+ */
+const columnStarts = (line: string) => [...line.matchAll(/ {2,}(?=\S)/g)].map((m) => m.index + m[0].length);
+
+/** The lines of `text` whose first cell is one of `firsts` (after the indent). */
+const rowsOf = (text: string, firsts: readonly string[]) =>
+  text.split('\n').filter((line) => firsts.includes(line.trim().split(/\s+/)[0] ?? ''));
+
+/** Every row has as many columns as the first, each starting where the first row's does. */
+function expectAligned(rows: string[], columns: number): void {
+  expect(rows.length, rows.join('\n')).toBeGreaterThan(1);
+  for (const row of rows) {
+    expect(columnStarts(row), rows.join('\n')).toEqual(columnStarts(rows[0]!));
+    expect(columnStarts(row)).toHaveLength(columns);
+  }
+}
+
+describe('app get, env get and the build summary print their columns aligned', () => {
+  const project = path.join(sandbox.root, 'cols');
+  // The names `ferry init` gives the example endpoints: of two lengths, lb (load-balanced) and queue.
+  const endpoints = ['lb_worker', 'gpu_worker', 'cpu_worker'];
+
+  beforeAll(async () => {
+    expect((await sandbox.run(['init', 'cols'])).code).toBe(0);
+    const deploy = await sandbox.run(['deploy', '--no-serve'], { cwd: project });
+    expect(deploy.code, deploy.stderr).toBe(0);
+    // A second environment with a shorter name and no build.
+    expect((await sandbox.run(['env', 'create', 'qa', '--app', 'cols'])).code).toBe(0);
+  }, 120_000);
+
+  it('ferry build: the endpoint rows', async () => {
+    const build = await sandbox.run(['build'], { cwd: project });
+    expect(build.code, build.stderr).toBe(0);
+    expectAligned(rowsOf(build.stdout, endpoints), 2);
+  }, 120_000);
+
+  it('ferry env get: the build and deployed rows, and the endpoint rows under their header', async () => {
+    const env = await sandbox.run(['env', 'get', 'production', '--app', 'cols']);
+    expect(env.code, env.stderr).toBe(0);
+    expectAligned(rowsOf(env.stdout, ['build', 'deployed']), 2);
+    expectAligned(rowsOf(env.stdout, ['ENDPOINT', ...endpoints]), 3);
+  });
+
+  it('ferry app get: the environment rows and the endpoint rows, each under their header', async () => {
+    const app = await sandbox.run(['app', 'get', 'cols']);
+    expect(app.code, app.stderr).toBe(0);
+    expectAligned(rowsOf(app.stdout, ['ENVIRONMENT', 'production', 'qa']), 3);
+    expectAligned(rowsOf(app.stdout, ['ENDPOINT', ...endpoints]), 4);
+  });
+});
