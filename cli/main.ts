@@ -12,6 +12,7 @@ import { commandTable } from './commands/index.js';
 import { flagErrorOf } from './commands/shared.js';
 import { installRoot, providerNames } from './config.js';
 import { createContext } from './context.js';
+import { shellLine } from './deploy/plan.js';
 import { type CliIo, processIo } from './io.js';
 import { awsAccessHint, isAwsSdkError } from './providers/aws/access.js';
 
@@ -59,21 +60,73 @@ function missingPositional(message: string, context: unknown): FerryError | unde
  * A word that is not a command of the group it was typed in. yargs says only "Did you mean list?"
  * (or the group's own "Choose a command" line), and the first word of the command line is not the
  * unknown one in `ferry env lst`: the group's usage line ("$0 env <command>") tells how many words
- * named the group, and the next positional is the unknown one. Undefined when that word is a command
+ * named the group, and the next positional (a word no option took as its value: wordsOf) is the
+ * unknown one, `lst` in `ferry env --app shop lst` too. Undefined when that word is a command
  * of the group, or the failing command has no subcommands (a leaf's "Unknown argument").
  */
 function unknownCommand(message: string, context: unknown, args: readonly string[]): FerryError | undefined {
   const choices = subcommandsOf(context);
   if (choices.length === 0) return undefined;
   const group = failingCommand(context);
-  // Positionals as typed, less the value of the one global option that takes one (--provider aws).
-  const words = args.filter((a, i) => !a.startsWith('-') && args[i - 1] !== '--provider');
+  const words = wordsOf(args)
+    .filter((w) => w.option === undefined)
+    .map((w) => w.word);
   if (group.some((w, i) => words[i] !== w)) return undefined;
   const word = words[group.length];
   if (word === undefined || choices.includes(word)) return undefined;
   const where = group.length > 0 ? ` for \`ferry ${group.join(' ')}\`` : '';
   const suggestion = message.startsWith('Did you mean') ? `${message} ` : '';
   return usage(`Unknown command '${word}'${where}`, `${suggestion}${helpHint(context)}`);
+}
+
+/**
+ * A command of the failing group that yargs took as the value of an option typed before it:
+ * `ferry app --json list` is `json: 'list'` and no command, since the group does not know that its
+ * commands' --json takes no value (each command declares its own options; yargs reads an option it
+ * does not know as taking the next word). Nor can anything here know it, so the command line is
+ * refused, naming the form that works: the command first, then its options (`ferry app list --json`).
+ * Undefined when no command word was taken so.
+ */
+function commandTakenAsValue(context: unknown, args: readonly string[]): FerryError | undefined {
+  const choices = subcommandsOf(context);
+  const group = failingCommand(context);
+  const words = wordsOf(args);
+  const free = words.filter((w) => w.option === undefined);
+  if (choices.length === 0 || group.some((w, i) => free[i]?.word !== w)) return undefined;
+  // The words between the group's own and the next word no option took: where its command goes.
+  const afterGroup = words.slice(group.length === 0 ? 0 : words.indexOf(free[group.length - 1]!) + 1);
+  const next = afterGroup.findIndex((w) => w.option === undefined);
+  const taken = afterGroup
+    .slice(0, next < 0 ? undefined : next)
+    .find((w) => w.option !== undefined && choices.includes(w.word));
+  if (!taken?.option) return undefined;
+  // The form that works: every word no option took, the command among them, then the options.
+  const first = new Set(words.filter((w) => w === taken || w.option === undefined).map((w) => w.index));
+  const reordered = [...args.filter((_, i) => first.has(i)), ...args.filter((_, i) => !first.has(i))];
+  const where = group.length > 0 ? ` of \`ferry ${group.join(' ')}\`` : '';
+  return usage(
+    `'${taken.word}' after ${taken.option} was read as the value of ${taken.option}, not as the command${where}`,
+    `Give the command before its options: \`ferry ${shellLine(reordered)}\`. ${helpHint(context)}`,
+  );
+}
+
+/** The options yargs knows everywhere that take no value. */
+const noValue = new Set(['--help', '-h', '--version']);
+
+/**
+ * The words of a command line that are no option, as yargs reads them where a command group fails:
+ * there it knows only the global options, and an option it does not know takes the next word as its
+ * value (`--app shop`), unless written `--app=shop` or `--no-app`, or it is --help or --version. Each
+ * word with its index in `args`, and the option that took it, if one did.
+ */
+function wordsOf(args: readonly string[]): Array<{ word: string; index: number; option?: string }> {
+  const isOption = (arg: string | undefined) => arg !== undefined && /^-./.test(arg);
+  return args.flatMap((word, index) => {
+    if (isOption(word)) return [];
+    const before = args[index - 1];
+    const takes = isOption(before) && !/=|^--no-/.test(before!) && !noValue.has(before!);
+    return [takes ? { word, index, option: before! } : { word, index }];
+  });
 }
 
 /**
@@ -158,6 +211,8 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
       if (error?.name === 'YError')
         throw flagErrorOf(error.message) ?? usage(error.message, helpHint(context));
       if (error) throw error;
+      const taken = commandTakenAsValue(context, args);
+      if (taken) throw taken;
       const missing = message ? missingPositional(message, context) : undefined;
       if (missing) throw missing;
       const unknown = message ? unknownCommand(message, context, args) : undefined;

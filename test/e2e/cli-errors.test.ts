@@ -195,10 +195,53 @@ describe('ferry errors', () => {
         "Unknown command 'lst' for `ferry keys`",
         'Did you mean list? Run `ferry keys --help`.',
       ],
+      // An option's value before the command is not the unknown word.
+      [
+        ['env', '--app', 'myapp', 'lst'],
+        "Unknown command 'lst' for `ferry env`",
+        'Did you mean list? Run `ferry env --help`.',
+      ],
+      [
+        ['env', '-a', 'myapp', '--provider', 'local', 'lst'],
+        "Unknown command 'lst' for `ferry env`",
+        'Did you mean list? Run `ferry env --help`.',
+      ],
     ] as const) {
       const result = await sandbox.run([...args], { cwd: project });
       expect(result.code, args.join(' ')).toBe(2);
       expect(result.stderr).toBe(`Error: ${message}\n  hint: ${hint}\n`);
+    }
+  });
+
+  it("an option before a group's command: its value stays its own, and a command it took as its value is refused naming the form that works", async () => {
+    // --app takes a value: the next free word is the command.
+    const valued = await sandbox.run(['env', '--app', 'myapp', 'get', 'nope'], { cwd: project });
+    expect(valued.code).toBe(2);
+    expect(valued.stderr).toBe(
+      "Error: No environment 'nope' in app 'myapp'\n  hint: See its environments with `ferry env list --app myapp`.\n",
+    );
+    // A group cannot know that its commands' --json or --force take none: yargs took the command.
+    for (const [args, message, hint] of [
+      [
+        ['app', '--json', 'list'],
+        "'list' after --json was read as the value of --json, not as the command of `ferry app`",
+        'Give the command before its options: `ferry app list --json`. Run `ferry app --help`.',
+      ],
+      [
+        ['env', '--app', 'my app', '--force', 'delete', 'staging'],
+        "'delete' after --force was read as the value of --force, not as the command of `ferry env`",
+        "Give the command before its options: `ferry env delete staging --app 'my app' --force`. Run `ferry env --help`.",
+      ],
+      [
+        ['--json', 'keys', 'list'],
+        "'keys' after --json was read as the value of --json, not as the command",
+        'Give the command before its options: `ferry keys list --json`. Run `ferry --help`.',
+      ],
+    ] as const) {
+      const result = await sandbox.run([...args], { cwd: project });
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr).toBe(`Error: ${message}\n  hint: ${hint}\n`);
+      expect(result.stdout).toBe('');
     }
   });
 
