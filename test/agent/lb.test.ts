@@ -311,6 +311,41 @@ describe('load-balanced agent', () => {
     }
   });
 
+  it("gives the client the worker's own answer when the worker refuses an upload unread and resets the connection", async () => {
+    // A custom image's server that answers 413 from the headers alone, then closes with the body unread.
+    const port = await freePort();
+    const early = spawn('python3', [join(repo, 'test', 'fixtures', 'early-answer', 'server.py')], {
+      env: { PATH: process.env.PATH ?? '', FERRY_HOST: '127.0.0.1', FERRY_PORT: String(port) },
+      stdio: 'ignore',
+    });
+    const limited = await startLbAgent({
+      endpointId: 'lbep',
+      control: aws.control(),
+      workerPort: port,
+      host: '127.0.0.1',
+      port: 0,
+      readyProbeMs: 100,
+      log,
+    });
+    try {
+      await eventually('the early-answer worker to be up', async () =>
+        (await fetch(`${limited.url}/ping`)).status === 200 ? true : undefined,
+      );
+      // Within limits.lbBodyBytes, and more than the loopback buffers hold: still being sent at the reset.
+      const answer = await fetch(`${limited.url}/upload`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/octet-stream' },
+        body: Buffer.alloc(15 * 1024 * 1024, 1),
+      });
+      expect(answer.status).toBe(413);
+      expect(answer.headers.get('x-worker')).toBe('early-answer');
+      expect(await answer.json()).toEqual({ error: 'this worker takes at most 1 MiB' });
+    } finally {
+      await limited.close(1_000);
+      await stopWorker(early);
+    }
+  });
+
   it('reports its load to the workers table: busy while a request runs, idle with lastBusyAt after', async () => {
     const registry = aws.workers();
     const reporting = await startLbAgent({
