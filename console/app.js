@@ -747,6 +747,8 @@ async function jobPage(endpointId, jobId) {
   let named = false;
   const facts = el('div', { class: 'card kv', id: 'job-facts' });
   const io = el('div', { class: 'grid' });
+  const inputBox = el('pre', { id: 'job-input' });
+  const outputBox = el('pre', { id: 'job-output' });
   const pre = el('pre', { class: 'logs', id: 'job-logs' }, el('span', { class: 'placeholder' }, 'Loading…'));
   main.append(el('h1', {}, 'Job ', jobId), facts, io, el('h2', {}, 'Logs'), pre);
   // Shown while the job can still be cancelled: core/job.ts moves IN_QUEUE and IN_PROGRESS to
@@ -813,22 +815,20 @@ async function jobPage(endpointId, jobId) {
         job.error ? errorView(job.error) : null,
       ].filter(Boolean),
     );
-    // Drawn once, then only a text that changed is written: redrawn on every poll, a running job's
-    // input and output lost the reader's scroll position and text selection every 2.5 s.
+    // Shown from the first read on, then only a text that changed is written: redrawn on every poll,
+    // a running job's input and output lost the reader's scroll position and text selection every 2.5 s.
     if (!io.firstChild) {
-      io.replaceChildren(
-        el('div', {}, el('h2', {}, 'Input'), el('pre', { id: 'job-input' }, json(job.input))),
-        el('div', {}, el('h2', {}, 'Output'), el('pre', { id: 'job-output' }, json(job.output))),
+      io.append(
+        el('div', {}, el('h2', {}, 'Input'), inputBox),
+        el('div', {}, el('h2', {}, 'Output'), outputBox),
       );
-    } else {
-      for (const [id, value] of [
-        ['job-input', job.input],
-        ['job-output', job.output],
-      ]) {
-        const box = io.querySelector(`#${id}`);
-        const text = json(value);
-        if (box.textContent !== text) box.textContent = text;
-      }
+    }
+    for (const [box, value] of [
+      [inputBox, job.input],
+      [outputBox, job.output],
+    ]) {
+      const text = json(value);
+      if (box.textContent !== text) box.textContent = text;
     }
     if (after === undefined) {
       after = job.logsNext;

@@ -574,9 +574,9 @@ export class JobEngine {
    * worker that asks again at once on an empty answer (RunPod's SDK asks for as many as its own
    * concurrency_modifier says) must not spin, and one whose result is on its way gets its next job as
    * soon as that result lands, not a long poll later. 0 when `deadline` passes (or the caller leaves)
-   * first, or once the worker may take no more (draining, retiring). Above 0 the worker is marked as taking (#taking) until the caller's claim is in the
-   * ledger: a second take of the same worker meanwhile waits, so two takes never both count the
-   * same free room.
+   * first, or once the worker may take no more (draining, retiring). Above 0 the worker is marked as
+   * taking (#taking) until the caller's claim is in the ledger: a second take of the same worker
+   * meanwhile waits, so two takes never both count the same free room.
    */
   private async roomFor(
     endpointId: string,
