@@ -1,5 +1,6 @@
 """Where remote calls find the platform and the key (ferry.client.Platform.from_environ)."""
 
+import asyncio
 import json
 import os
 import subprocess
@@ -8,6 +9,7 @@ import tempfile
 import unittest
 from unittest import mock
 
+from ferry import Endpoint
 from ferry.client import DEV_START_WAIT_S, FerryClientError, Platform, dev_platform_url
 
 
@@ -138,6 +140,36 @@ class RunningDevTest(unittest.TestCase):
         # Bounded: it gave up once the wait was over, not before, and never slept past it.
         self.assertGreaterEqual(sum(sleeps), DEV_START_WAIT_S)
         self.assertLess(sum(sleeps), DEV_START_WAIT_S + 1)
+
+    def test_an_awaited_call_waits_for_a_starting_dev_off_the_callers_event_loop(self):
+        # `await fn(x)` builds its client in the call's thread (client._in_thread), so a dev still
+        # starting is waited for there while the caller's loop runs on. Here a coroutine on that loop
+        # is what finishes the dev's start: a wait on the loop would end in "still starting" after
+        # DEV_START_WAIT_S, not in a call to the URL the dev wrote (nothing listens on port 9).
+        self.lock(self.project, self.dev.pid, None)
+        environ = {"FERRY_HOME": self.home, "FERRY_API_KEY": "k", "FERRY_APP": "app"}
+        with mock.patch.dict(os.environ, environ, clear=True):
+
+            @Endpoint(name="far")
+            def far(x):
+                return x
+
+            async def call_while_dev_starts():
+                call = asyncio.ensure_future(far(1))
+                await asyncio.sleep(0.05)
+                self.lock(self.project, self.dev.pid, "http://127.0.0.1:9")
+                with self.assertRaises(FerryClientError) as raised:
+                    await call
+                return str(raised.exception)
+
+            cwd = os.getcwd()
+            os.chdir(self.project)
+            try:
+                message = asyncio.run(call_while_dev_starts())
+            finally:
+                os.chdir(cwd)
+        self.assertIn("127.0.0.1:9", message)
+        self.assertNotIn("still starting", message)
 
     def test_no_dev_or_a_dev_gone_while_starting_means_no_wait(self):
         monotonic, sleep, sleeps = self.fake_time()
