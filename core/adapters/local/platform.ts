@@ -349,10 +349,13 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
 }
 
 /**
- * Every job still IN_PROGRESS at start belongs to a worker of an earlier run: requeue it now. And an
- * IN_QUEUE job with no queue message would never be taken (an earlier Ferry stopped while a worker's
- * exit was being handled could leave one: its move back to the queue was written, the message was
- * not): it gets its message.
+ * Every job still IN_PROGRESS at start belongs to a worker of an earlier run: requeue it now. That
+ * requeue counts an attempt, unlike a stop the platform sends at a clean shutdown: a run that ended
+ * without one was killed or crashed, and the job it held may be what brought it down (a worker that
+ * exhausts the machine's memory can get the platform OOM-killed), so it must not come back for ever
+ * (limits.maxAttempts). And an IN_QUEUE job with no queue message would never be taken (an earlier
+ * Ferry stopped while a worker's exit was being handled could leave one: its move back to the queue
+ * was written, the message was not): it gets its message.
  */
 async function requeueOrphans(
   db: ReturnType<typeof openLocalDatabase>,
