@@ -5,6 +5,7 @@
  * chunks) have no HEAD, and a HEAD there claims nothing.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FakeClock } from '../../core/clock.js';
 import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
 
 let platform: TestPlatform;
@@ -92,5 +93,37 @@ describe('no HEAD where a GET has side effects', () => {
     expect(head.status).toBe(404);
     // And on the other methods a GET-only route has, as before.
     expect((await send('GET', `/${endpointId}/stream/${job.body.id}?wait=0`)).status).toBe(200);
+  });
+});
+
+describe('status ?ttl= on HEAD', () => {
+  it('sets how long the result is kept, as the GET does (docs/api.md: HEAD is the GET without its body)', async () => {
+    const clock = new FakeClock();
+    const timed = await startTestPlatform({ clock });
+    try {
+      await timed.addEndpoint(endpointId);
+      const url = (path: string) => `${timed.baseUrl}/${endpointId}${path}`;
+      const cancelled = async () => {
+        const job = await call(timed.baseUrl, 'POST', `/${endpointId}/run`, { input: {} });
+        expect((await call(timed.baseUrl, 'POST', `/${endpointId}/cancel/${job.body.id}`)).status).toBe(200);
+        return job.body.id as string;
+      };
+      const kept = await cancelled();
+      const left = await cancelled();
+      const hour = 3_600_000;
+      const head = await fetch(url(`/status/${kept}?ttl=${2 * hour}`), {
+        method: 'HEAD',
+        headers: { authorization: `Bearer ${testApiKey}` },
+      });
+      expect(head.status).toBe(200);
+      // Past a /run result's own retention (limits.runRetentionMs, 30 minutes), short of the two hours.
+      clock.advance(hour);
+      expect((await call(timed.baseUrl, 'GET', `/${endpointId}/status/${kept}`)).body.status).toBe(
+        'CANCELLED',
+      );
+      expect((await call(timed.baseUrl, 'GET', `/${endpointId}/status/${left}`)).status).toBe(404);
+    } finally {
+      await timed.stop();
+    }
   });
 });
