@@ -127,9 +127,10 @@ export interface SubmitOptions {
 export interface WorkerGone {
   /**
    * The platform stopped it (`ferry dev` reloading, `ferry serve` or `ferry dev` shutting down, its
-   * endpoint removed, a scale-in or drain): the jobs it held go back to the queue without counting an
-   * attempt. A worker that exited on its own (a crash, a segfault, an OOM kill) leaves this unset:
-   * each of its jobs used an attempt.
+   * endpoint removed, a scale-in or drain, or a kill for keeping a job it was told to stop): the jobs
+   * it held go back to the queue without counting an attempt. A worker that exited on its own (a
+   * crash, a segfault, an OOM kill) leaves this unset: each of its jobs used an attempt. The
+   * supervisor decides which (`WorkerSupervisor.departureOf`).
    */
   stopped?: boolean;
 }

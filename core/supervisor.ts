@@ -140,11 +140,11 @@ interface WorkerEntry {
   /** When stop() was sent. */
   stopSentAt?: number;
   /**
-   * Why this supervisor killed it: it overstayed (kept a stopped job, or did not leave when asked; a
-   * replacement may start at once), or it made no contact within its start grace (a failed start, as
-   * if it had exited on its own).
+   * Why this supervisor killed it: it overstayed (kept a stopped job, or did not leave when asked: the
+   * platform's choice, `departureOf`), or it made no contact within its start grace (a failed start,
+   * as if it had exited on its own). `why` is the line its kill was logged with.
    */
-  killed?: 'overstayed' | 'silent-start';
+  killed?: { cause: 'overstayed' | 'silent-start'; why: string };
   /** Whether this supervisor's actuator started it (the agent adopts one ECS started). */
   actuated: boolean;
   /** The last registry write, to skip writes while nothing but the time changed. */
@@ -507,6 +507,30 @@ export class WorkerSupervisor implements WorkerLedger {
   }
 
   /**
+   * Whose choice a worker's exit was, the one rule `exited` derives everything from:
+   * - `asked`: the platform asked it to leave (its stop was sent, or `how.asked`: ECS stopped the
+   *   task). Not the endpoint's trouble, and its jobs use no attempt.
+   * - `overstayed`: this supervisor killed it for keeping a stopped job past stopGraceMs or not
+   *   leaving within drainMs of its stop. The kill was the platform's, so the same as `asked`.
+   * - `retired`: it asked for a refresh (refresh_worker) and exited before its stop was sent. Leaving
+   *   was its plan, so no backoff; but jobs it still ran were cut by its own exit, and each used an
+   *   attempt.
+   * - `own`: anything else (a crash, an OOM kill, a segfault; a kill for no contact within its start
+   *   grace, a failed start as if it had exited): backoff or a failed start, and an attempt each.
+   * A stop sent comes before a kill for silence: a worker drained while starting that never made
+   * contact was still asked to go.
+   */
+  private departureOf(
+    entry: WorkerEntry,
+    how: { asked?: boolean },
+  ): 'asked' | 'overstayed' | 'retired' | 'own' {
+    if (entry.killed?.cause === 'overstayed') return 'overstayed';
+    if (how.asked === true || entry.stopSentAt !== undefined) return 'asked';
+    if (entry.phase === 'retiring') return 'retired';
+    return 'own';
+  }
+
+  /**
    * The worker's process (group) ended. Its token dies, its jobs go back to the queue now, and an
    * exit nobody asked for counts towards backoff or, before any contact, towards failing. `asked`:
    * its stop was asked for outside this supervisor (ECS stopping the whole task, worker-image/agent).
@@ -519,24 +543,29 @@ export class WorkerSupervisor implements WorkerLedger {
     // Reported once: a second report (the drain after the container's exit) changes nothing.
     if (!entry || entry.phase === 'gone') return;
     const endpointId = entry.identity.endpointId;
-    const asked = how.asked === true || entry.stopSentAt !== undefined || entry.phase === 'retiring';
+    const departure = this.departureOf(entry, how);
     const contacted = entry.contactAt !== undefined;
     const now = this.clock.now();
     this.bury(entry);
     const cause = how.signal ? `signal ${how.signal}` : `code ${how.code}`;
-    // Asked to leave, or killed for overstaying: a replacement may start at once.
-    const planned = asked || entry.killed === 'overstayed';
+    // Only an exit of its own says something is wrong with the endpoint; after any other a
+    // replacement may start at once.
+    const planned = departure !== 'own';
     // An exit nobody asked for backs off before its jobs go back: the requeue wakes the pool, whose
     // tick started the replacement at once while the next start time was set only after it.
     if (!planned) this.backOff(endpointId, workerId, cause, now, entry.startedAt);
     if (entry.kind === 'queue' && this.engine) {
-      const reason = asked
-        ? `Worker ${workerId} was stopped`
-        : `Worker ${workerId} exited (${cause}) while running the job`;
-      // A stop the platform sent (or ECS's stop of the task) is its choice, not the job's failure: no
-      // attempt is counted. A retiring worker (refresh_worker) that dies before its stop was sent
-      // died on its own, with jobs of its own still running: those count.
-      const stopped = how.asked === true || entry.stopSentAt !== undefined;
+      const reason =
+        departure === 'overstayed'
+          ? `Worker ${workerId} was stopped: ${entry.killed?.why}`
+          : departure === 'own'
+            ? `Worker ${workerId} exited (${cause}) while running the job`
+            : `Worker ${workerId} was stopped`;
+      // The platform ended the worker, so the jobs it still ran did not fail: they go back without
+      // using an attempt. This cannot loop on the job an overstaying worker kept: that job is
+      // CANCELLED or TIMED_OUT (or another worker's) by then, and workerGone moves only the jobs
+      // IN_PROGRESS on this worker, so each such kill ends a stopped job for good.
+      const stopped = departure === 'asked' || departure === 'overstayed';
       await this.engine.workerGone(endpointId, workerId, reason, { stopped }).catch((error) => {
         this.options.log.warn(`requeueing the jobs of ${workerId}: ${messageOf(error)}`);
       });
@@ -819,9 +848,9 @@ export class WorkerSupervisor implements WorkerLedger {
     this.actuator?.stop(entry.identity.workerId);
   }
 
-  private kill(entry: WorkerEntry, why: string, cause: NonNullable<WorkerEntry['killed']>): void {
+  private kill(entry: WorkerEntry, why: string, cause: NonNullable<WorkerEntry['killed']>['cause']): void {
     if (entry.killed) return;
-    entry.killed = cause;
+    entry.killed = { cause, why };
     this.options.log.warn(`killing worker ${entry.identity.workerId}: ${why}`);
     this.actuator?.kill(entry.identity.workerId, why);
   }

@@ -3,7 +3,8 @@
  * SQLite file: a platform closed (Ctrl+C, SIGTERM) while a job runs sends its worker SIGTERM, counts
  * no crash, and leaves the job queued with its message, so the next start on the same database runs
  * it to the end (README: a job that got an id survives the platform), with none of its attempts used
- * by such stops, while a crash of the worker's own still uses one; an endpoint removed (its file
+ * by such stops, while a crash of the worker's own still uses one; a worker killed for keeping a
+ * cancelled job hands its other job back without using an attempt; an endpoint removed (its file
  * deleted under `ferry dev`, an undeploy) has its idle worker stopped with SIGTERM, not killed.
  */
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -21,8 +22,15 @@ const running: TestPlatform[] = [];
 /** Process groups of workers a test saw (killed at the end in case a test failed half way). */
 const groups: number[] = [];
 
-/** A platform with worker pools on `dataDir`, its log lines (what `ferry serve` prints) in `lines`. */
-async function start(dataDir: string, lines: string[]): Promise<TestPlatform> {
+/**
+ * A platform with worker pools on `dataDir`, its log lines (what `ferry serve` prints) in `lines`;
+ * `workers` overrides the pools' settings.
+ */
+async function start(
+  dataDir: string,
+  lines: string[],
+  workers: Partial<NonNullable<Parameters<typeof startTestPlatform>[0]>['workers']> = {},
+): Promise<TestPlatform> {
   const platform = await startTestPlatform({
     dataDir,
     log: {
@@ -37,6 +45,7 @@ async function start(dataDir: string, lines: string[]): Promise<TestPlatform> {
       reconcileIntervalMs: 300,
       pingIntervalMs: 500,
       shutdownGraceMs: 2_000,
+      ...workers,
     },
   });
   running.push(platform);
@@ -181,6 +190,71 @@ def long(runs):
     expect((await platform.db.jobs.get(jobId, Date.now()))?.attempt).toBe(2);
     await stop(platform);
   }, 180_000);
+});
+
+describe('a worker killed for keeping a cancelled job', () => {
+  it('hands its other job back without using an attempt, and that job completes on a new worker', async () => {
+    const dataDir = join(scratch, 'home-kept');
+    const keptRuns = join(scratch, 'kept-runs');
+    const longRuns = join(scratch, 'long-runs');
+    const lines: string[] = [];
+    // stopGraceMs: how long the cancelled job may be kept before the worker is killed.
+    const platform = await start(dataDir, lines, { stopGraceMs: 1_000 });
+    await deploy(
+      platform,
+      'pair',
+      `import os, time
+from ferry import Endpoint
+
+@Endpoint(name="pair", cpu="1-2", workers=(0, 1), max_concurrency=2, idle_timeout=30)
+def pair(runs):
+    n = int(open(runs).read()) + 1 if os.path.exists(runs) else 1
+    with open(runs, "w") as f:
+        f.write(str(n))
+    if n == 1:
+        # One call into C: the stop the runtime raises in this thread waits for it to return, so a
+        # cancel is ignored (queue_runtime.py); for the long job, the first run outlasts the kill.
+        time.sleep(60)
+    return {"runs": n}
+`,
+    );
+    const base = platform.baseUrl;
+    const runsOf = (file: string) => (existsSync(file) ? Number(readFileSync(file, 'utf8')) : 0);
+    const kept = (await call(base, 'POST', '/pair/run', { input: { runs: keptRuns } })).body.id as string;
+    await until(
+      'the kept job to start',
+      () => runsOf(keptRuns),
+      (n) => n === 1,
+    );
+    const long = (await call(base, 'POST', '/pair/run', { input: { runs: longRuns } })).body.id as string;
+    await until(
+      'the long job to start beside it',
+      () => runsOf(longRuns),
+      (n) => n === 1,
+    );
+    const workerOf = async (jobId: string) => (await platform.db.jobs.get(jobId, Date.now()))?.workerId;
+    const first = await workerOf(long);
+    expect(await workerOf(kept)).toBe(first);
+
+    expect((await call(base, 'POST', `/pair/cancel/${kept}`)).body.status).toBe('CANCELLED');
+    const view = await until(
+      `job ${long} to end`,
+      async () => (await call(base, 'GET', `/pair/status/${long}`)).body,
+      (b) => ['COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'].includes(b.status),
+      60_000,
+    );
+    expect(view).toMatchObject({ status: 'COMPLETED', output: { runs: 2 } });
+    expect(lines.join('\n')).toContain(`killing worker ${first}: it kept stopped job ${kept}`);
+    const done = await platform.db.jobs.get(long, Date.now());
+    expect(done?.workerId).not.toBe(first);
+    // Only its take on the new worker counts: the kill was the platform's, not the job's failure
+    // (before, 2: the kill used one of its attempts).
+    expect(done?.attempt).toBe(1);
+    // The kept job stays cancelled: handing the others back free does not bring it back.
+    expect((await call(base, 'GET', `/pair/status/${kept}`)).body.status).toBe('CANCELLED');
+    expect(runsOf(keptRuns)).toBe(1);
+    await stop(platform);
+  }, 120_000);
 });
 
 describe('removing an endpoint', () => {

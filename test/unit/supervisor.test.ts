@@ -233,6 +233,70 @@ describe('lifecycle', () => {
     expect(goneStopped).toEqual([false, true]);
   });
 
+  it('a worker killed for keeping a stopped job hands back its other jobs without using an attempt, and says why', async () => {
+    const { supervisor, started, plan, actions, clock, setStops, gone, goneStopped } = setup();
+    await supervisor.tick('a', plan(1, 1));
+    const w = started[0]!;
+    await supervisor.mayTake('a', w.workerId);
+    // max_concurrency 2: j1 is cancelled and kept (a handler stuck in C code), j2 runs on, healthy.
+    await supervisor.taken('a', w.workerId, ['j1', 'j2']);
+    setStops(['j1']);
+    await supervisor.tick('a');
+    clock.advance(1_000);
+    await supervisor.tick('a');
+    expect(actions).toContain(`kill ${w.workerId}`);
+    await supervisor.exited(w.workerId, { code: null, signal: 'SIGKILL' });
+    expect(goneStopped).toEqual([true]);
+    expect(gone).toEqual([
+      `${w.workerId}: Worker ${w.workerId} was stopped: it kept stopped job j1 for 1000 ms`,
+    ]);
+    // The platform's kill, not a crash: no backoff, and a replacement starts at once.
+    expect((await supervisor.counts('a')).problem).toBeUndefined();
+    await supervisor.tick('a', plan(1, 1));
+    expect(started).toHaveLength(2);
+  });
+
+  it('a worker killed for not leaving within drainMs of its stop hands back the job it held without using an attempt, and says why', async () => {
+    const { supervisor, started, plan, actions, clock, gone, goneStopped } = setup();
+    await supervisor.tick('a', plan(1, 1));
+    const w = started[0]!;
+    await supervisor.mayTake('a', w.workerId);
+    await supervisor.taken('a', w.workerId, ['j1']);
+    supervisor.shutdown(w.workerId);
+    clock.advance(5_000);
+    await supervisor.tick('a');
+    expect(actions).toContain(`kill ${w.workerId}`);
+    await supervisor.exited(w.workerId, { code: null, signal: 'SIGKILL' });
+    expect(goneStopped).toEqual([true]);
+    expect(gone).toEqual([
+      `${w.workerId}: Worker ${w.workerId} was stopped: it did not leave within 5000 ms of being asked to`,
+    ]);
+    expect((await supervisor.counts('a')).problem).toBeUndefined();
+  });
+
+  it('a worker that crashes while holding jobs still uses an attempt of each, beside one killed for a kept job', async () => {
+    const { supervisor, started, plan, clock, setStops, gone, goneStopped } = setup();
+    await supervisor.tick('a', plan(2, 2));
+    const [crashing, keeping] = started;
+    await supervisor.mayTake('a', crashing!.workerId);
+    await supervisor.mayTake('a', keeping!.workerId);
+    await supervisor.taken('a', crashing!.workerId, ['j1', 'j2']);
+    await supervisor.taken('a', keeping!.workerId, ['j3', 'j4']);
+    // j1 is cancelled too; its worker crashes within the grace, before any kill.
+    setStops(['j1', 'j3']);
+    await supervisor.tick('a');
+    await supervisor.exited(crashing!.workerId, { code: null, signal: 'SIGSEGV' });
+    expect((await supervisor.counts('a')).problem).toMatchObject({ state: 'backoff' });
+    clock.advance(1_000);
+    await supervisor.tick('a');
+    await supervisor.exited(keeping!.workerId, { code: null, signal: 'SIGKILL' });
+    expect(goneStopped).toEqual([false, true]);
+    expect(gone).toEqual([
+      `${crashing!.workerId}: Worker ${crashing!.workerId} exited (signal SIGSEGV) while running the job`,
+      `${keeping!.workerId}: Worker ${keeping!.workerId} was stopped: it kept stopped job j3 for 1000 ms`,
+    ]);
+  });
+
   it('a stopped job kept past the grace period kills the worker; a drain past its deadline too', async () => {
     const { supervisor, started, plan, actions, clock, setStops } = setup();
     await supervisor.tick('a', plan(2));
