@@ -325,8 +325,9 @@ export class WorkerSupervisor implements WorkerLedger {
     const entry = this.live(endpointId, workerId);
     if (!entry) return false;
     this.contact(entry);
-    if (entry.phase === 'ready') return true;
-    // Draining or retiring: hold the empty answer a moment, since workers ask again at once.
+    // A worker this supervisor killed is on its way out: a job taken now would only be cut off.
+    if (entry.phase === 'ready' && !entry.killed) return true;
+    // Draining, retiring or killed: hold the empty answer a moment, since workers ask again at once.
     await this.clock.sleep(this.settings.refusedTakeHoldMs, this.closing.signal);
     return false;
   }

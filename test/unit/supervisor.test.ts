@@ -245,6 +245,10 @@ describe('lifecycle', () => {
     clock.advance(1_000);
     await supervisor.tick('a');
     expect(actions).toContain(`kill ${w.workerId}`);
+    // Between the kill and the exit it gets no more jobs for the kill to cut off.
+    const take = supervisor.mayTake('a', w.workerId);
+    clock.advance(60_000);
+    expect(await take).toBe(false);
     await supervisor.exited(w.workerId, { code: null, signal: 'SIGKILL' });
     expect(goneStopped).toEqual([true]);
     expect(gone).toEqual([
