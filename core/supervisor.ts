@@ -556,12 +556,15 @@ export class WorkerSupervisor implements WorkerLedger {
     // tick started the replacement at once while the next start time was set only after it.
     if (!planned) this.backOff(endpointId, workerId, cause, now, entry.startedAt);
     if (entry.kind === 'queue' && this.engine) {
+      // A job that later fails for its attempts shows the last of these in its error.
       const reason =
         departure === 'overstayed'
           ? `Worker ${workerId} was stopped: ${entry.killed?.why}`
-          : departure === 'own'
-            ? `Worker ${workerId} exited (${cause}) while running the job`
-            : `Worker ${workerId} was stopped`;
+          : departure === 'asked'
+            ? `Worker ${workerId} was stopped`
+            : departure === 'retired'
+              ? `Worker ${workerId} exited (${cause}) after asking to be replaced (refresh_worker), while running the job`
+              : `Worker ${workerId} exited (${cause}) while running the job`;
       // The platform ended the worker, so the jobs it still ran did not fail: they go back without
       // using an attempt. This cannot loop on the job an overstaying worker kept: that job is
       // CANCELLED or TIMED_OUT (or another worker's) by then, and workerGone moves only the jobs

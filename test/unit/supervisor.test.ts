@@ -217,7 +217,7 @@ describe('lifecycle', () => {
   });
 
   it('a job requeued from a worker the platform stopped counts no attempt; one that died on its own, retiring or not, counts', async () => {
-    const { supervisor, started, plan, goneStopped, clock } = setup();
+    const { supervisor, started, plan, goneStopped, gone, clock } = setup();
     await supervisor.tick('a', plan(2, 2));
     const [stoppedOne, retiring] = started;
     await supervisor.taken('a', stoppedOne!.workerId, ['j1']);
@@ -231,6 +231,11 @@ describe('lifecycle', () => {
     await supervisor.exited(retiring!.workerId, { code: null, signal: 'SIGSEGV' });
     await supervisor.exited(stoppedOne!.workerId, { code: null, signal: 'SIGTERM' });
     expect(goneStopped).toEqual([false, true]);
+    // The reason a job shows if it fails for its attempts says which exit it was.
+    expect(gone).toEqual([
+      `${retiring!.workerId}: Worker ${retiring!.workerId} exited (signal SIGSEGV) after asking to be replaced (refresh_worker), while running the job`,
+      `${stoppedOne!.workerId}: Worker ${stoppedOne!.workerId} was stopped`,
+    ]);
   });
 
   it('a worker killed for keeping a stopped job hands back its other jobs without using an attempt, and says why', async () => {
