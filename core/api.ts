@@ -30,6 +30,7 @@ import {
   queryInt,
   type RunRequest,
   runRequestSchema,
+  uploadRequestSchema,
 } from './schemas.js';
 
 export interface ApiRequest {
@@ -65,8 +66,14 @@ export interface ApiResponse {
  * has no `uploads` route, `inputRef` is an unknown field and responses go out as they are.
  */
 export interface PayloadStore {
-  /** A presigned PUT for a JSON input, and the `inputRef` that names it in a later /run or /runsync. */
-  createUpload(endpointId: string): Promise<{ uploadUrl: string; inputRef: string; expiresInSec: number }>;
+  /**
+   * A presigned PUT for a JSON input of exactly `sizeBytes` bytes, and the `inputRef` that names it in
+   * a later /run or /runsync.
+   */
+  createUpload(
+    endpointId: string,
+    sizeBytes: number,
+  ): Promise<{ uploadUrl: string; inputRef: string; expiresInSec: number; sizeBytes: number }>;
   /** The JSON object stored at `inputRef`: 400 when missing or not an object, 413 over `maxBytes`. */
   readInput(inputRef: string, maxBytes: number): Promise<Record<string, unknown>>;
   /** A client answer made to fit the front door's response cap (big outputs become presigned URLs). */
@@ -477,8 +484,11 @@ export class V2Api {
     return ok(this.options.payloads ? await this.options.payloads.fitResponse(body) : body);
   }
 
-  private async upload({ endpointId }: RouteContext): Promise<ApiResponse> {
-    return ok(await this.options.payloads!.createUpload(endpointId));
+  private async upload({ req, endpointId }: RouteContext): Promise<ApiResponse> {
+    // No body is the old call (before sizeBytes): the schema's answer says what to send.
+    const body = req.body && req.body.length > 0 ? parseJsonExact(req.body, 'Request body') : undefined;
+    const { sizeBytes } = parseOr400(uploadRequestSchema, body, 'POST uploads body');
+    return ok(await this.options.payloads!.createUpload(endpointId, sizeBytes));
   }
 
   private async status({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {

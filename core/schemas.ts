@@ -55,6 +55,37 @@ export const runRequestSchema = z
   .strict();
 export type RunRequest = z.infer<typeof runRequestSchema>;
 
+/**
+ * The most bytes an upload may hold: the largest input /run or /runsync reads through an `inputRef`
+ * (each hands its own body limit to PayloadStore.readInput).
+ */
+export const uploadMaxBytes = Math.max(limits.runBodyBytes, limits.runsyncBodyBytes);
+
+const sendSizeBytes = `send {"sizeBytes": <bytes of the JSON you will PUT>}, a whole number from 1 to ${uploadMaxBytes}`;
+
+/**
+ * The body of POST uploads (AWS; docs/api.md#aws-front-door): the exact length of the PUT to come,
+ * which the upload URL signs, so S3 takes no object of any other size through it.
+ */
+export const uploadRequestSchema = z
+  .object(
+    {
+      sizeBytes: z.preprocess(
+        roundedIfMarker,
+        z
+          .number({ error: sendSizeBytes })
+          .int(sendSizeBytes)
+          .min(1, sendSizeBytes)
+          .max(
+            uploadMaxBytes,
+            `${sendSizeBytes} (the most /runsync reads from an upload; /run reads ${limits.runBodyBytes})`,
+          ),
+      ),
+    },
+    { error: sendSizeBytes },
+  )
+  .strict();
+
 /** What a worker posts to job-done: a result, an error, or a progress update (`status: IN_PROGRESS`). */
 export const jobDoneSchema = z
   .object({

@@ -89,10 +89,13 @@ export class S3PayloadStore implements PayloadStore {
     this.now = options.now ?? Date.now;
   }
 
-  async createUpload(): Promise<{ uploadUrl: string; inputRef: string; expiresInSec: number }> {
+  async createUpload(
+    _endpointId: string,
+    sizeBytes: number,
+  ): Promise<{ uploadUrl: string; inputRef: string; expiresInSec: number; sizeBytes: number }> {
     const inputRef = `payloads/uploads/${randomUUID()}.json`;
-    const uploadUrl = await this.blobs.presignPut(inputRef, this.uploadUrlSec);
-    return { uploadUrl, inputRef, expiresInSec: this.uploadUrlSec };
+    const uploadUrl = await this.blobs.presignPut(inputRef, this.uploadUrlSec, sizeBytes);
+    return { uploadUrl, inputRef, expiresInSec: this.uploadUrlSec, sizeBytes };
   }
 
   async readInput(inputRef: string, maxBytes: number): Promise<Record<string, unknown>> {
@@ -102,8 +105,9 @@ export class S3PayloadStore implements PayloadStore {
         `Invalid inputRef ${JSON.stringify(inputRef.slice(0, 200))}: use the inputRef that POST /uploads returned`,
       );
     }
-    // At most one byte past the cap is read: a presigned PUT cannot cap what a client sends, and it
-    // may send again, bigger, while this reads (getAtMost).
+    // At most one byte past the cap is read: the URL takes only the size POST uploads was given, which
+    // may be over this route's cap (uploadMaxBytes is the larger route's), and into memory goes no
+    // more than the cap whatever the object holds (getAtMost).
     const read = await this.blobs.getAtMost(inputRef, maxBytes);
     if (!read) {
       throw badRequest(`Nothing was uploaded to ${inputRef}: PUT the input JSON to its uploadUrl first`);

@@ -232,11 +232,10 @@ describe('the api and authorizer functions, each with its own role', () => {
     expect((await untilFinal('main', bigRun.body.id)).output).toBe(big);
 
     // uploads + inputRef: the presigned PUT, the ranged read of the input by the run.
-    const upload = await call('POST', '/v2/main/uploads');
+    const input = '{"echo":"uploaded"}';
+    const upload = await call('POST', '/v2/main/uploads', { sizeBytes: input.length });
     expect(upload.status).toBe(200);
-    expect((await fetch(upload.body.uploadUrl, { method: 'PUT', body: '{"echo":"uploaded"}' })).status).toBe(
-      200,
-    );
+    expect((await fetch(upload.body.uploadUrl, { method: 'PUT', body: input })).status).toBe(200);
     const uploaded = await call('POST', '/v2/main/run', { inputRef: upload.body.inputRef });
     expect(uploaded.status).toBe(200);
     expect((await untilFinal('main', uploaded.body.id)).output).toBe('uploaded');

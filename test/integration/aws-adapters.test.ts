@@ -429,7 +429,7 @@ describe('S3BlobStore', () => {
     const blobs = aws.blobs('presign/');
     const key = `claims/${randomUUID()}.json`;
     const body = JSON.stringify({ input: { prompt: 'a cat' } });
-    const putUrl = await blobs.presignPut(key, 300);
+    const putUrl = await blobs.presignPut(key, 300, Buffer.byteLength(body));
     expect(putUrl).toContain('X-Amz-Signature=');
     const put = await fetch(putUrl, { method: 'PUT', body });
     expect(put.status).toBe(200);
@@ -443,7 +443,7 @@ describe('S3BlobStore', () => {
   it('refuses a presign lifetime outside 1 s – 7 days', async () => {
     const blobs = aws.blobs();
     await expect(blobs.presignGet('k', 0)).rejects.toMatchObject({ code: 'internal' });
-    await expect(blobs.presignPut('k', 8 * 24 * 3600)).rejects.toMatchObject({ code: 'internal' });
+    await expect(blobs.presignPut('k', 8 * 24 * 3600, 1)).rejects.toMatchObject({ code: 'internal' });
   });
 
   it('uploads a 20 MB file in 8 MB parts with progress after each part', async () => {

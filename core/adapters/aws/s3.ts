@@ -167,10 +167,11 @@ export class S3BlobStore implements BlobStore {
 
   /**
    * The first `maxBytes + 1` bytes of `key` and its whole size, in one ranged GET, or undefined when
-   * it is missing. For objects a client writes through a presigned PUT, which it may write again,
-   * bigger, up to the URL's expiry ("You can use the presigned URL multiple times, up to the
-   * expiration date and time": https://docs.aws.amazon.com/AmazonS3/latest/userguide/using-presigned-url.html):
-   * a size read first and a whole GET after could read far more than was checked into memory.
+   * it is missing. For objects a client writes through a presigned PUT, which it may write again up
+   * to the URL's expiry ("You can use the presigned URL multiple times, up to the expiration date and
+   * time": https://docs.aws.amazon.com/AmazonS3/latest/userguide/using-presigned-url.html): a size
+   * read first and a whole GET after would trust the object not to change between them (S3 holds
+   * such a PUT to its signed size; a store that checks no signature holds it to nothing).
    * An empty object answers a range with 416 InvalidRange ("The requested range is not satisfiable").
    */
   async getAtMost(
@@ -233,14 +234,22 @@ export class S3BlobStore implements BlobStore {
   }
 
   /**
-   * A URL a client PUTs a body to without credentials: the claim-check for request bodies larger than
-   * API Gateway (10 MB) or Lambda (6 MB) take.
+   * A URL a client PUTs a body of exactly `sizeBytes` bytes to without credentials: the claim-check
+   * for request bodies larger than API Gateway (10 MB) or Lambda (6 MB) take.
+   *
+   * The URL signs Content-Length: S3 computes a presigned request's signature over the headers that
+   * X-Amz-SignedHeaders names, with the values the request carries, and refuses the request (403
+   * SignatureDoesNotMatch) when it differs
+   * (https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-query-string-auth.html). Unsigned, any
+   * key holder could store up to S3's 5 GB per PUT, as often as the URL lives. `ContentLength` puts
+   * the header on the request the presigner signs; `signableHeaders` keeps it signed even if the
+   * signer (@smithy/signature-v4) lists it among the headers it leaves out, which it does not today.
    */
-  async presignPut(key: string, expiresSec: number): Promise<string> {
+  async presignPut(key: string, expiresSec: number, sizeBytes: number): Promise<string> {
     return getSignedUrl(
       this.client,
-      new PutObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key) }),
-      { expiresIn: presignSeconds(expiresSec) },
+      new PutObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key), ContentLength: sizeBytes }),
+      { expiresIn: presignSeconds(expiresSec), signableHeaders: new Set(['content-length']) },
     );
   }
 
