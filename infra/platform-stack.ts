@@ -1253,7 +1253,7 @@ export class PlatformStack extends Stack {
     // HeadObject is authorized by s3:GetObject (there is no s3:HeadObject action). Presigned PUT and
     // GET URLs act with this role, so it needs Put/Get itself. Delete: a replaced big field's blob.
     // Reading payloads includes telling a missing one (allowTellingMissing): POST /run with an
-    // inputRef nothing was uploaded to is a clear 400, not a 500 (functions/payloads.ts sizeOf).
+    // inputRef nothing was uploaded to is a clear 400, not a 500 (S3PayloadStore.readInput).
     this.allowPayloads(fn, ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
   }
 
