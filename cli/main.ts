@@ -5,7 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import yargs from 'yargs';
+import yargs, { type Options } from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { exitCode, FerryError, usage } from '../core/errors.js';
 import { commandTable } from './commands/index.js';
@@ -59,50 +59,81 @@ function missingPositional(message: string, context: unknown): FerryError | unde
 /**
  * A word that is not a command of the group it was typed in. yargs says only "Did you mean list?"
  * (or the group's own "Choose a command" line), and the first word of the command line is not the
- * unknown one in `ferry env lst`: the group's usage line ("$0 env <command>") tells how many words
- * named the group, and the next positional (a word no option took as its value: wordsOf) is the
- * unknown one, `lst` in `ferry env --app shop lst` too. Undefined when that word is a command
- * of the group, or the failing command has no subcommands (a leaf's "Unknown argument").
+ * unknown one in `ferry env lst`: the next word no option took after the group's own (afterGroup)
+ * is, `lst` in `ferry env --app shop lst` and in `ferry env --json lst` too. Undefined when that word
+ * is a command of the group, or the failing command has no subcommands (a leaf's "Unknown argument").
  */
-function unknownCommand(message: string, context: unknown, args: readonly string[]): FerryError | undefined {
+function unknownCommand(
+  context: unknown,
+  args: readonly string[],
+  rules: OptionRules,
+): FerryError | undefined {
   const choices = subcommandsOf(context);
-  if (choices.length === 0) return undefined;
+  const word = afterGroup(context, args, rules.declared)?.find((w) => w.option === undefined)?.word;
+  if (choices.length === 0 || word === undefined || choices.includes(word)) return undefined;
   const group = failingCommand(context);
-  const words = wordsOf(args)
-    .filter((w) => w.option === undefined)
-    .map((w) => w.word);
-  if (group.some((w, i) => words[i] !== w)) return undefined;
-  const word = words[group.length];
-  if (word === undefined || choices.includes(word)) return undefined;
   const where = group.length > 0 ? ` for \`ferry ${group.join(' ')}\`` : '';
-  const suggestion = message.startsWith('Did you mean') ? `${message} ` : '';
-  return usage(`Unknown command '${word}'${where}`, `${suggestion}${helpHint(context)}`);
+  const suggestion = recommendation(word, choices);
+  return usage(
+    `Unknown command '${word}'${where}`,
+    `${suggestion ? `${suggestion} ` : ''}${helpHint(context)}`,
+  );
 }
 
 /**
- * A command of the failing group that yargs took as the value of an option typed before it:
- * `ferry app --json list` is `json: 'list'` and no command, since the group does not know that its
- * commands' --json takes no value (each command declares its own options; yargs reads an option it
- * does not know as taking the next word). Nor can anything here know it, so the command line is
- * refused, naming the form that works: the command first, then its options (`ferry app list --json`).
+ * yargs' own "Did you mean list?" for a word among the group's commands, asked of a parser that knows
+ * only their names: the failing parse recommends nothing where it read the word as an option's value
+ * (`ferry env --json lst`). Undefined when no command is close.
+ */
+function recommendation(word: string, choices: readonly string[]): string | undefined {
+  let said: string | undefined;
+  yargs([word])
+    .command(choices.map((command) => ({ command, describe: false as const, handler: () => {} })))
+    .recommendCommands()
+    .exitProcess(false)
+    .fail((message) => {
+      said ??= message;
+    })
+    .parse();
+  return said?.startsWith('Did you mean') ? said : undefined;
+}
+
+/**
+ * A command of the failing group that yargs took as the value of an option typed before it. Where a
+ * group fails yargs knows only the group's own options: it reads any other as taking the next word,
+ * so `ferry app --json list` is `json: 'list'` and no command, though the group's commands declare
+ * --json as taking none (OptionRules). The command line is refused, naming the form that works: the
+ * command first, then its options (`ferry app list --json`). An option that does take a value keeps
+ * it (`ferry env --app list lst`: the app 'list', then the command), unless no word is left for the
+ * command (`ferry env --app list`): then the form that works gives the option a value to fill in.
  * Undefined when no command word was taken so.
  */
-function commandTakenAsValue(context: unknown, args: readonly string[]): FerryError | undefined {
+function commandTakenAsValue(
+  context: unknown,
+  args: readonly string[],
+  rules: OptionRules,
+): FerryError | undefined {
   const choices = subcommandsOf(context);
+  const after = afterGroup(context, args, rules.declared);
+  if (choices.length === 0 || !after) return undefined;
+  const command = after.find((w) => w.option === undefined);
+  const taken = command
+    ? { ...command, option: wordsOf(args, rules.yargs).find((w) => w.index === command.index)?.option }
+    : after.find((w) => w.option !== undefined && choices.includes(w.word));
+  if (!taken?.option || !choices.includes(taken.word)) return undefined;
+  // The form that works: the words no option took, the command among them (or after them), then the
+  // options with their values, a value to fill in where the command was one.
+  const free = new Set(
+    wordsOf(args, rules.declared)
+      .filter((w) => w.option === undefined)
+      .map((w) => w.index),
+  );
+  const options = args.flatMap((arg, i) => {
+    if (free.has(i)) return [];
+    return command || i !== taken.index ? [arg] : [rules.name(taken.option!).toUpperCase()];
+  });
+  const reordered = [...args.filter((_, i) => free.has(i)), ...(command ? [] : [taken.word]), ...options];
   const group = failingCommand(context);
-  const words = wordsOf(args);
-  const free = words.filter((w) => w.option === undefined);
-  if (choices.length === 0 || group.some((w, i) => free[i]?.word !== w)) return undefined;
-  // The words between the group's own and the next word no option took: where its command goes.
-  const afterGroup = words.slice(group.length === 0 ? 0 : words.indexOf(free[group.length - 1]!) + 1);
-  const next = afterGroup.findIndex((w) => w.option === undefined);
-  const taken = afterGroup
-    .slice(0, next < 0 ? undefined : next)
-    .find((w) => w.option !== undefined && choices.includes(w.word));
-  if (!taken?.option) return undefined;
-  // The form that works: every word no option took, the command among them, then the options.
-  const first = new Set(words.filter((w) => w === taken || w.option === undefined).map((w) => w.index));
-  const reordered = [...args.filter((_, i) => first.has(i)), ...args.filter((_, i) => !first.has(i))];
   const where = group.length > 0 ? ` of \`ferry ${group.join(' ')}\`` : '';
   return usage(
     `'${taken.word}' after ${taken.option} was read as the value of ${taken.option}, not as the command${where}`,
@@ -110,23 +141,112 @@ function commandTakenAsValue(context: unknown, args: readonly string[]): FerryEr
   );
 }
 
-/** The options yargs knows everywhere that take no value. */
-const noValue = new Set(['--help', '-h', '--version']);
+/** A word of a command line that is no option: its index in the line, and the option that took it, if one did. */
+interface Word {
+  word: string;
+  index: number;
+  option?: string;
+}
 
 /**
- * The words of a command line that are no option, as yargs reads them where a command group fails:
- * there it knows only the global options, and an option it does not know takes the next word as its
- * value (`--app shop`), unless written `--app=shop` or `--no-app`, or it is --help or --version. Each
- * word with its index in `args`, and the option that took it, if one did.
+ * The words after the failing group's own (`shop`, taken by --app, and `lst` in `ferry env --app shop
+ * lst`), as wordsOf reads them with `takesValue`: the group's words are the first ones no option
+ * took. Undefined when they are not the group's (yargs failed elsewhere than where its words say).
  */
-function wordsOf(args: readonly string[]): Array<{ word: string; index: number; option?: string }> {
+function afterGroup(
+  context: unknown,
+  args: readonly string[],
+  takesValue: (option: string) => boolean,
+): Word[] | undefined {
+  const group = failingCommand(context);
+  const words = wordsOf(args, takesValue);
+  const free = words.filter((w) => w.option === undefined);
+  if (group.some((w, i) => free[i]?.word !== w)) return undefined;
+  return group.length === 0 ? words : words.slice(words.indexOf(free[group.length - 1]!) + 1);
+}
+
+/**
+ * The words of a command line that are no option, each with its index in `args` and the option that
+ * took it as its value, if one did: an option takes the next word unless written `--app=shop` or
+ * `--no-app`, or `takesValue` says it takes none.
+ */
+function wordsOf(args: readonly string[], takesValue: (option: string) => boolean): Word[] {
   const isOption = (arg: string | undefined) => arg !== undefined && /^-./.test(arg);
   return args.flatMap((word, index) => {
     if (isOption(word)) return [];
     const before = args[index - 1];
-    const takes = isOption(before) && !/=|^--no-/.test(before!) && !noValue.has(before!);
+    const takes = isOption(before) && !/=|^--no-/.test(before!) && takesValue(before!);
     return [takes ? { word, index, option: before! } : { word, index }];
   });
+}
+
+/** What yargs' getOptions() holds of an instance's declared options (not in @types/yargs). */
+interface DeclaredOptions {
+  key: Record<string, unknown>;
+  boolean: string[];
+  count: string[];
+  alias: Record<string, string[]>;
+}
+
+/**
+ * The parts of the yargs instance that say what the failing group's commands declare: its command
+ * handlers, reached through yargs' internal methods (not in @types/yargs either). Read defensively.
+ */
+interface YargsInstance {
+  getOptions?: () => DeclaredOptions;
+  getInternalMethods?: () => {
+    getCommandInstance?: () => { getCommandHandlers?: () => Record<string, { builder?: unknown }> };
+  };
+}
+
+/**
+ * Whether an option typed before a group's command (`--app`, `-f`) takes the next word as its value,
+ * read two ways. `yargs`: as yargs read it where the group failed, knowing only the group's own
+ * options (the global --provider, --help); any other takes a value. `declared`: as the group's
+ * commands declare it, which is what the user meant: --json and --force take none, --app takes one.
+ * An option that every declaration makes a boolean (or a count) takes none; one nothing declares is
+ * read as yargs reads it. `name` is an option's long name (`-a` is app).
+ */
+interface OptionRules {
+  yargs: (option: string) => boolean;
+  declared: (option: string) => boolean;
+  name: (option: string) => string;
+}
+
+/** The OptionRules of the group that failed in `parser`, from the declarations yargs holds. */
+function optionRules(parser: unknown): OptionRules {
+  const instance = parser as YargsInstance;
+  const own = typeof instance.getOptions === 'function' ? [instance.getOptions()] : [];
+  const handlers = instance.getInternalMethods?.().getCommandInstance?.().getCommandHandlers?.() ?? {};
+  // Each command's builder declares its options on an instance of its own, as yargs does once the
+  // command is chosen.
+  const commands = Object.values(handlers).map(({ builder }) => {
+    const probe = yargs([]);
+    if (typeof builder === 'function') builder(probe);
+    else if (builder && typeof builder === 'object') probe.options(builder as Record<string, Options>);
+    return (probe as unknown as Required<YargsInstance>).getOptions();
+  });
+  const bare = (option: string) => option.replace(/^--?/, '');
+  const takesValue = (declarations: DeclaredOptions[]) => (option: string) => {
+    const name = bare(option);
+    const declaring = declarations.filter((d) => Object.hasOwn(d.key, name));
+    return (
+      declaring.length === 0 || declaring.some((d) => !d.boolean.includes(name) && !d.count.includes(name))
+    );
+  };
+  const all = [...own, ...commands];
+  return {
+    yargs: takesValue(own),
+    declared: takesValue(all),
+    name: (option) => {
+      const name = bare(option);
+      for (const { alias } of all) {
+        const long = Object.keys(alias).find((key) => alias[key]!.includes(name) && key.length > 1);
+        if (long) return long;
+      }
+      return name;
+    },
+  };
 }
 
 /**
@@ -211,12 +331,14 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
       if (error?.name === 'YError')
         throw flagErrorOf(error.message) ?? usage(error.message, helpHint(context));
       if (error) throw error;
-      const taken = commandTakenAsValue(context, args);
+      const rules = optionRules(parser);
+      const taken = commandTakenAsValue(context, args, rules);
       if (taken) throw taken;
+      // Before missingPositional: yargs lacks the command in `ferry env --json lst`, the user typed one.
+      const unknown = unknownCommand(context, args, rules);
+      if (unknown) throw unknown;
       const missing = message ? missingPositional(message, context) : undefined;
       if (missing) throw missing;
-      const unknown = message ? unknownCommand(message, context, args) : undefined;
-      if (unknown) throw unknown;
       throw usage(message ? withFlagsAsTyped(message, args) : 'Invalid command line', helpHint(context));
     });
   try {

@@ -206,6 +206,29 @@ describe('ferry errors', () => {
         "Unknown command 'lst' for `ferry env`",
         'Did you mean list? Run `ferry env --help`.',
       ],
+      // An option that takes no value (the group's commands declare --json a boolean) takes no word.
+      [
+        ['env', '--json', 'lst'],
+        "Unknown command 'lst' for `ferry env`",
+        'Did you mean list? Run `ferry env --help`.',
+      ],
+      [
+        ['app', '--json', 'lst'],
+        "Unknown command 'lst' for `ferry app`",
+        'Did you mean list? Run `ferry app --help`.',
+      ],
+      [['app', '--force', 'zzzqq'], "Unknown command 'zzzqq' for `ferry app`", 'Run `ferry app --help`.'],
+      // --app takes a value, even a command's name: the word left after it is the command.
+      [
+        ['env', '--app', 'list', 'lst'],
+        "Unknown command 'lst' for `ferry env`",
+        'Did you mean list? Run `ferry env --help`.',
+      ],
+      [
+        ['env', '-a', 'list', '--json', 'lst'],
+        "Unknown command 'lst' for `ferry env`",
+        'Did you mean list? Run `ferry env --help`.',
+      ],
     ] as const) {
       const result = await sandbox.run([...args], { cwd: project });
       expect(result.code, args.join(' ')).toBe(2);
@@ -220,12 +243,35 @@ describe('ferry errors', () => {
     expect(valued.stderr).toBe(
       "Error: No environment 'nope' in app 'myapp'\n  hint: See its environments with `ferry env list --app myapp`.\n",
     );
-    // A group cannot know that its commands' --json or --force take none: yargs took the command.
+    // ...even when the value is a command's name, when another word is left for the command.
+    const named = await sandbox.run(['env', '--app', 'list', 'get', 'prod'], { cwd: project });
+    expect(named.code).toBe(2);
+    expect(named.stderr).toBe(
+      "Error: No environment 'prod' in app 'list'\n  hint: See its environments with `ferry env list --app list`.\n",
+    );
+    // yargs, where the group fails, does not know that its commands' --json or --force take none: it
+    // took the command.
     for (const [args, message, hint] of [
       [
         ['app', '--json', 'list'],
         "'list' after --json was read as the value of --json, not as the command of `ferry app`",
         'Give the command before its options: `ferry app list --json`. Run `ferry app --help`.',
+      ],
+      [
+        ['env', '--json', 'list'],
+        "'list' after --json was read as the value of --json, not as the command of `ferry env`",
+        'Give the command before its options: `ferry env list --json`. Run `ferry env --help`.',
+      ],
+      // No word is left for the command: the option that takes a value took it, and gets one to fill in.
+      [
+        ['env', '--app', 'list'],
+        "'list' after --app was read as the value of --app, not as the command of `ferry env`",
+        'Give the command before its options: `ferry env list --app APP`. Run `ferry env --help`.',
+      ],
+      [
+        ['env', '-a', 'list', '--json'],
+        "'list' after -a was read as the value of -a, not as the command of `ferry env`",
+        'Give the command before its options: `ferry env list -a APP --json`. Run `ferry env --help`.',
       ],
       [
         ['env', '--app', 'my app', '--force', 'delete', 'staging'],
@@ -242,6 +288,11 @@ describe('ferry errors', () => {
       expect(result.code, args.join(' ')).toBe(2);
       expect(result.stderr).toBe(`Error: ${message}\n  hint: ${hint}\n`);
       expect(result.stdout).toBe('');
+      // The form the hint gives is a command line the CLI reads: no usage error of its words.
+      const line = /`ferry ([^`]+)`/.exec(hint)![1]!;
+      const words = line.match(/'[^']*'|\S+/g)!.map((w) => w.replace(/^'(.*)'$/, '$1'));
+      const suggested = await sandbox.run(words, { cwd: project });
+      expect(suggested.stderr, line).not.toMatch(/read as the value|Unknown (command|argument)|needs /);
     }
   });
 
@@ -251,6 +302,9 @@ describe('ferry errors', () => {
       [['keys', 'revoke', '--app', 'errs'], 'keys revoke', 'needs <id>'],
       [['logs'], 'logs', 'needs <endpoint>'],
       [['env'], 'env', 'needs a command: list, create, get, delete'],
+      [['env', '--json'], 'env', 'needs a command: list, create, get, delete'],
+      // --app takes a value: 'lst' is the app's name, not a command.
+      [['env', '--app', 'lst'], 'env', 'needs a command: list, create, get, delete'],
     ] as const) {
       const result = await sandbox.run([...args], { cwd: project });
       expect(result.code, args.join(' ')).toBe(2);
