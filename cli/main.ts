@@ -121,18 +121,28 @@ function commandTakenAsValue(
     ? { ...command, option: wordsOf(args, rules.yargs).find((w) => w.index === command.index)?.option }
     : after.find((w) => w.option !== undefined && choices.includes(w.word));
   if (!taken?.option || !choices.includes(taken.word)) return undefined;
-  // The form that works: the words no option took, the command among them (or after them), then the
-  // options with their values, a value to fill in where the command was one.
+  // The form that works: the words no option took, the command among them (or after them), a value
+  // to fill in for each positional it demands that no word gives, then the options with their
+  // values, a value to fill in where the command was one.
   const free = new Set(
     wordsOf(args, rules.declared)
       .filter((w) => w.option === undefined)
       .map((w) => w.index),
   );
+  const given = command ? [...free].filter((i) => i > command.index).length : 0;
+  const demanded = demandedOf(context, taken.word)
+    .slice(given)
+    .map((name) => name.toUpperCase());
   const options = args.flatMap((arg, i) => {
     if (free.has(i)) return [];
     return command || i !== taken.index ? [arg] : [rules.name(taken.option!).toUpperCase()];
   });
-  const reordered = [...args.filter((_, i) => free.has(i)), ...(command ? [] : [taken.word]), ...options];
+  const reordered = [
+    ...args.filter((_, i) => free.has(i)),
+    ...(command ? [] : [taken.word]),
+    ...demanded,
+    ...options,
+  ];
   const group = failingCommand(context);
   const where = group.length > 0 ? ` of \`ferry ${group.join(' ')}\`` : '';
   return usage(
@@ -268,10 +278,21 @@ function failingCommand(context: unknown): string[] {
   return (usageWords(context) ?? []).filter((w) => !/^[<[]/.test(w));
 }
 
+/** The failing command's subcommands, each as the words of its definition (`['get', '<name>']`). */
+function subcommandLines(context: unknown): string[][] {
+  const ctx = context as FailContext | undefined;
+  return typeof ctx?.getCommands === 'function' ? ctx.getCommands().map(([c]) => c.split(' ')) : [];
+}
+
 /** The failing command's subcommands (`ferry env`'s list, create, ...); [] for a leaf. */
 function subcommandsOf(context: unknown): string[] {
-  const ctx = context as FailContext | undefined;
-  return typeof ctx?.getCommands === 'function' ? ctx.getCommands().map(([c]) => c.split(' ')[0]!) : [];
+  return subcommandLines(context).map(([name]) => name!);
+}
+
+/** The positionals a subcommand of the failing command demands (`get <name>`: `['name']`). */
+function demandedOf(context: unknown, command: string): string[] {
+  const words = subcommandLines(context).find(([name]) => name === command) ?? [];
+  return words.flatMap((w) => /^<([^.>]+)(\.\.)?>$/.exec(w)?.[1] ?? []);
 }
 
 /** The hint of a usage error: the failing command's own help. */

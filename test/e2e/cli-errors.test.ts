@@ -262,6 +262,12 @@ describe('ferry errors', () => {
         "'list' after --json was read as the value of --json, not as the command of `ferry env`",
         'Give the command before its options: `ferry env list --json`. Run `ferry env --help`.',
       ],
+      // A positional the command demands and no word gives gets a value to fill in.
+      [
+        ['app', '--json', 'get'],
+        "'get' after --json was read as the value of --json, not as the command of `ferry app`",
+        'Give the command before its options: `ferry app get NAME --json`. Run `ferry app --help`.',
+      ],
       // No word is left for the command: the option that takes a value took it, and gets one to fill in.
       [
         ['env', '--app', 'list'],
