@@ -1,8 +1,9 @@
 /**
  * Job metrics as log lines (docs/observability.md): one JSON line per ended job, which the agent
  * prints to stdout (the awslogs driver ships it to the agent container's stream of the job-log
- * group), and the fields of the scaler's line per failed start. The CloudWatch dashboard
- * (infra/constructs/dashboard.ts) reads them with Logs Insights, from those streams by name.
+ * group), and the fields of the scaler's lines per failed start and per endpoint's service counts.
+ * The CloudWatch dashboard (infra/constructs/dashboard.ts) reads them with Logs Insights, from those
+ * streams by name and from the scaler's own log group.
  *
  * Plain JSON, not CloudWatch's embedded metric format (EMF), and read from the log by stream, not as
  * metrics: a metric in CloudWatch says nothing of who wrote it, and a worker can write one. CloudWatch
@@ -28,9 +29,10 @@
 import type { JobView } from './job.js';
 
 /**
- * The key that marks a Ferry metrics line, with what it counts (`job`, `taskStartFailure`): how
- * `ferry logs` knows the agent's lines to leave out (core/adapters/aws/cloudwatch-logs.ts) and what
- * the dashboard's queries pick (infra/constructs/dashboard.ts). Never `_aws`: see above.
+ * The key that marks a Ferry metrics line, with what it counts (`job`, `taskStartFailure`,
+ * `serviceTasks`): how `ferry logs` knows the agent's lines to leave out
+ * (core/adapters/aws/cloudwatch-logs.ts) and what the dashboard's queries pick
+ * (infra/constructs/dashboard.ts). Never `_aws`: see above.
  */
 export const metricsLineKey = 'ferryMetrics';
 
@@ -54,6 +56,55 @@ export const taskStartFailureMetricName = 'TaskStartFailures';
  */
 export function taskStartFailureFields(endpointId: string): Record<string, unknown> {
   return { [metricsLineKey]: 'taskStartFailure', EndpointId: endpointId, [taskStartFailureMetricName]: 1 };
+}
+
+/** An endpoint's ECS service counts, as one scaler run read and left them (functions/scaler.ts). */
+export interface ServiceTaskCounts {
+  /** The service's desiredCount once the run is done: the one it set, or the one it left. */
+  desired: number;
+  /** The service's runningCount and pendingCount as DescribeServices answered in the run. */
+  running: number;
+  pending: number;
+}
+
+/** The fields of the scaler's service counts that the dashboard's workers graph reads. */
+export const serviceTaskMetricNames = {
+  desired: 'DesiredTasks',
+  running: 'RunningTasks',
+  pending: 'PendingTasks',
+} as const;
+
+/**
+ * The fields that make the scaler's line of an endpoint (a JSON object, as its `log` prints it) one
+ * point of the endpoint's workers graph, running vs desired: the dashboard reads them in the scaler's
+ * own log group, which only the scaler writes, where it read Container Insights' task counts before,
+ * a namespace any worker could add points to with one embedded-metric line (see above). The order is
+ * the one `serviceTasksQuery` reads.
+ */
+export function serviceTasksFields(endpointId: string, counts: ServiceTaskCounts): Record<string, unknown> {
+  return {
+    [metricsLineKey]: 'serviceTasks',
+    EndpointId: endpointId,
+    [serviceTaskMetricNames.desired]: counts.desired,
+    [serviceTaskMetricNames.running]: counts.running,
+    [serviceTaskMetricNames.pending]: counts.pending,
+  };
+}
+
+/**
+ * The Logs Insights lines that graph one endpoint's service counts from the scaler's log group, the
+ * highest of each per minute (the scaler's schedule; a nudge adds a run between). The scaler logs
+ * through Lambda's text format (time, request id and level before the JSON), so the line is matched
+ * and its counts parsed as text; JSON.stringify writes no spaces and `serviceTasksFields` fixes the
+ * order.
+ */
+export function serviceTasksQuery(endpointId: string): string[] {
+  const { desired, running, pending } = serviceTaskMetricNames;
+  return [
+    `filter @message like /"${metricsLineKey}":"serviceTasks","EndpointId":"${endpointId}"/`,
+    `parse @message /"${desired}":(?<desiredTasks>\\d+),"${running}":(?<runningTasks>\\d+),"${pending}":(?<pendingTasks>\\d+)/`,
+    'stats max(runningTasks) as running, max(desiredTasks) as desired, max(pendingTasks) as pending by bin(1m)',
+  ];
 }
 
 /** The metrics line for one ended job, or undefined while it has not ended. */

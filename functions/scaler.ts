@@ -76,7 +76,7 @@ import {
 import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
 import { z } from 'zod';
 import { endpointConfigOf } from '../core/deployment.js';
-import { taskStartFailureFields } from '../core/metrics.js';
+import { serviceTasksFields, taskStartFailureFields } from '../core/metrics.js';
 import { PendingWork } from '../core/pending-work.js';
 import type {
   ChangeDetail,
@@ -383,6 +383,8 @@ export interface EndpointScaleReport {
   service: string;
   /** desiredCount before this run; undefined when the service was not found. */
   was?: number | undefined;
+  /** The service's runningCount and pendingCount as this run's DescribeServices answered. */
+  tasks?: { running: number; pending: number };
   decision?: ScalingDecision;
   /** Tasks kept through their boot allowance (load-balanced endpoints the policy put at 0). */
   booting?: number;
@@ -551,8 +553,12 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
       plans.push({ endpointId: record.id, service, updated: false, error: (error as Error).message });
     }
   }
-  // Current counts, ten services per call (the API's limit).
-  const current = new Map<string, number>();
+  // Current counts, ten services per call (the API's limit). A Service's desiredCount is what the
+  // service scheduler is asked to keep, runningCount "the number of tasks in the cluster that are in
+  // the RUNNING state" and pendingCount those in PENDING
+  // (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_Service.html): the dashboard's
+  // workers graph (serviceTasksFields), read here at no extra call.
+  const current = new Map<string, { desired: number; running: number; pending: number }>();
   const wanted = plans.filter((p) => p.decision);
   for (let i = 0; i < wanted.length; i += 10) {
     const batch = wanted.slice(i, i + 10).map((p) => p.service);
@@ -560,11 +566,18 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
       new DescribeServicesCommand({ cluster: deps.cluster, services: batch }),
     );
     for (const s of described.services ?? []) {
-      if (s.serviceName && s.status === 'ACTIVE') current.set(s.serviceName, s.desiredCount ?? 0);
+      if (s.serviceName && s.status === 'ACTIVE')
+        current.set(s.serviceName, {
+          desired: s.desiredCount ?? 0,
+          running: s.runningCount ?? 0,
+          pending: s.pendingCount ?? 0,
+        });
     }
   }
   for (const plan of wanted) {
-    plan.was = current.get(plan.service);
+    const counts = current.get(plan.service);
+    plan.was = counts?.desired;
+    if (counts) plan.tasks = { running: counts.running, pending: counts.pending };
     if (plan.was === undefined) {
       // Deployed but its stack is not there (yet, or any more): nothing to scale.
       plan.error = `no active ECS service ${plan.service} in cluster ${deps.cluster}`;
@@ -599,7 +612,16 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
     }
   }
   for (const plan of plans) {
-    // One line per endpoint for CloudWatch Logs Insights: counts only.
+    // One line per endpoint for CloudWatch Logs Insights: counts only. With the service's counts it
+    // is also a point of the dashboard's workers graph (core/metrics.ts): the desiredCount this run
+    // set, or left when it called nothing or UpdateService was refused.
+    const tasks =
+      plan.tasks && plan.was !== undefined
+        ? serviceTasksFields(plan.endpointId, {
+            desired: plan.updated ? plan.decision!.desired : plan.was,
+            ...plan.tasks,
+          })
+        : {};
     deps.log?.({
       msg: 'ferry scale',
       endpointId: plan.endpointId,
@@ -610,6 +632,7 @@ export async function scaleEndpoints(deps: ScalerDeps, event: ScalerEvent): Prom
       ...(plan.booting !== undefined ? { booting: plan.booting } : {}),
       updated: plan.updated,
       ...(plan.error ? { error: plan.error } : {}),
+      ...tasks,
     });
   }
   return plans;

@@ -142,11 +142,9 @@ export class AppEnvironmentStack extends Stack {
     this.endpoints = props.manifest.endpoints.map((endpoint) => this.addEndpoint(endpoint));
     new EnvironmentDashboard(this, 'Observability', {
       dashboardName: regionalDashboardName(id.replace(/[^A-Za-z0-9_-]/g, '-')),
-      clusterName: this.platform.cluster.clusterName,
       endpoints: this.endpoints.map((e) => ({
         name: e.name,
         id: e.id,
-        service: e.service,
         queue: e.queue,
         gpu: e.placement.kind === 'gpu',
       })),

@@ -8,8 +8,10 @@
  *     why these are not CloudWatch metrics)
  *   - queue age: SQS ApproximateAgeOfOldestMessage (a message is deleted as soon as a job is claimed,
  *     so it is the longest wait for a worker)
- *   - running vs desired: Container Insights (the platform's cluster has it on), by service
- *     https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/Container-Insights-metrics-ECS.html
+ *   - running vs desired: the service's counts the scaler logs on each run (core/metrics.ts
+ *     serviceTasksFields), read by Logs Insights from the scaler's own log group. Not Container
+ *     Insights' RunningTaskCount and DesiredTaskCount: an ordinary namespace, to which a worker adds
+ *     points for any service with one embedded-metric line printed to its stdout (core/metrics.ts)
  *   - GPU utilization: the CloudWatch agent's nvidia_smi_utilization_gpu, when the GPU instances run
  *     the agent with its NVIDIA GPU metrics (empty otherwise; the AMI does not ship it turned on)
  *     https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch-Agent-NVIDIA-GPU.html
@@ -28,11 +30,15 @@
  */
 import { Aws, Duration } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
-import type * as ecs from 'aws-cdk-lib/aws-ecs';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { containerStreamRegex } from '../../core/adapters/aws/cloudwatch-logs.js';
-import { jobMetricNames, metricsLineKey, taskStartFailureMetricName } from '../../core/metrics.js';
+import {
+  jobMetricNames,
+  metricsLineKey,
+  serviceTasksQuery,
+  taskStartFailureMetricName,
+} from '../../core/metrics.js';
 import { jobLogGroupName, scalerLogGroupName } from '../names.js';
 
 /**
@@ -48,7 +54,6 @@ export const regionalDashboardName = (base: string): string => `${base.slice(0, 
 export interface DashboardEndpoint {
   name: string;
   id: string;
-  service: ecs.Ec2Service;
   queue?: sqs.IQueue | undefined;
   gpu: boolean;
 }
@@ -56,7 +61,6 @@ export interface DashboardEndpoint {
 export interface EnvironmentDashboardProps {
   /** The full name (regionalDashboardName). */
   dashboardName: string;
-  clusterName: string;
   endpoints: readonly DashboardEndpoint[];
 }
 
@@ -81,16 +85,6 @@ export class EnvironmentDashboard extends Construct {
         width: 8,
       });
     for (const endpoint of props.endpoints) {
-      const services = { ClusterName: props.clusterName, ServiceName: endpoint.service.serviceName };
-      const insights = (metricName: string, label: string) =>
-        new cloudwatch.Metric({
-          namespace: 'ECS/ContainerInsights',
-          metricName,
-          dimensionsMap: services,
-          statistic: 'Average',
-          period: minute,
-          label,
-        });
       this.dashboard.addWidgets(
         new cloudwatch.TextWidget({
           markdown: `## ${endpoint.name} \`${endpoint.id}\``,
@@ -127,9 +121,11 @@ export class EnvironmentDashboard extends Construct {
         );
       }
       widgets.push(
-        new cloudwatch.GraphWidget({
+        new cloudwatch.LogQueryWidget({
           title: `${endpoint.name}: workers running vs desired`,
-          left: [insights('RunningTaskCount', 'running'), insights('DesiredTaskCount', 'desired')],
+          logGroupNames: [scalerLogGroupName],
+          queryLines: serviceTasksQuery(endpoint.id),
+          view: cloudwatch.LogQueryVisualizationType.LINE,
           width: 8,
         }),
         // The scaler logs through Lambda's text format (time, request id and level before the JSON),

@@ -23,13 +23,19 @@ import { LocalChangeFeed } from '../../core/changes.js';
 import { FakeClock } from '../../core/clock.js';
 import { JobEngine } from '../../core/engine.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
-import { metricsLineKey, taskStartFailureMetricName } from '../../core/metrics.js';
+import {
+  metricsLineKey,
+  serviceTasksFields,
+  serviceTasksQuery,
+  taskStartFailureMetricName,
+} from '../../core/metrics.js';
 import {
   createScaler,
   lambdaInvoker,
   NudgingChangeFeed,
   provisionAllowanceMs,
   type ScalerDeps,
+  type ScalerEvent,
   scaleEndpoints,
   scalerEventOf,
   taskStartFailureOf,
@@ -147,6 +153,9 @@ class FakeEcs {
             serviceName: n,
             status: 'ACTIVE',
             desiredCount: this.services.get(n),
+            // Tasks placed and started count as running; the others wait (PENDING).
+            runningCount: (this.tasks.get(n) ?? []).filter((t) => t.startedAt).length,
+            pendingCount: (this.tasks.get(n) ?? []).filter((t) => !t.startedAt).length,
             deployments: [{ id: this.deploymentOf(n), status: 'PRIMARY' }],
           })),
         failures: names.filter((n) => !this.services.has(n)).map((n) => ({ arn: n, reason: 'MISSING' })),
@@ -334,6 +343,59 @@ describe('scaler', () => {
     const reports = await run({});
     expect(reports.find((r) => r.endpointId === orphan)?.noService).toBe(true);
     expect(desiredOf(refused)).toBe(1);
+  });
+
+  // The dashboard's workers graph reads these lines in the scaler's own log group (core/metrics.ts),
+  // not Container Insights' task counts, which a worker's printed line could add to.
+  it('prints each endpoint’s service counts as DescribeServices gave them, with the desiredCount it set or left', async () => {
+    const ep = await deploy();
+    const refused = await deploy();
+    const orphan = await deploy('queue', false);
+    for (let i = 0; i < 2; i++) await engine.submit(ep, { input: { i } }, { sync: false });
+    await engine.submit(refused, { input: {} }, { sync: false });
+    await engine.submit(orphan, { input: {} }, { sync: false });
+    ecs.refuseUpdate.add(`ferry-${refused}`);
+    const logged: Array<Record<string, unknown>> = [];
+    const run = (event: ScalerEvent) => scaleEndpoints({ ...deps, log: (line) => logged.push(line) }, event);
+    const countsOf = (id: string) => {
+      const lines = logged.filter((l) => l.endpointId === id);
+      expect(lines).toHaveLength(1);
+      return lines[0]!;
+    };
+    await run({});
+    expect(countsOf(ep)).toMatchObject(serviceTasksFields(ep, { desired: 2, running: 0, pending: 0 }));
+    expect(desiredOf(ep)).toBe(2);
+    // UpdateService refused: the count the service kept, not the one the policy wanted.
+    expect(countsOf(refused)).toMatchObject({ desired: 1, updated: false });
+    expect(countsOf(refused)).toMatchObject(
+      serviceTasksFields(refused, { desired: 0, running: 0, pending: 0 }),
+    );
+    // No service, no counts to graph.
+    expect(countsOf(orphan)).not.toHaveProperty(metricsLineKey);
+    // One of the two tasks found an instance: running 1, pending 1, and the count left at 2.
+    ecs.start(`ferry-${ep}`);
+    clock.advance(60_000);
+    logged.length = 0;
+    await run({ endpointId: ep });
+    const line = countsOf(ep);
+    expect(line).toMatchObject(serviceTasksFields(ep, { desired: 2, running: 1, pending: 1 }));
+    expect(line).not.toHaveProperty('_aws');
+    // The dashboard's query reads it as the scaler's function prints it (functions/wiring.ts: JSON
+    // after Lambda's text prefix), for this endpoint only.
+    const printed = `2026-01-01T00:00:00.000Z\t0c3f7b9e-request\tINFO\t${JSON.stringify(line)}`;
+    // The regular expressions of its `filter` and `parse` lines (`/…/`; the stats line has none).
+    const patterns = (id: string) =>
+      serviceTasksQuery(id)
+        .slice(0, 2)
+        .map((q) => new RegExp(q.slice(q.indexOf('/') + 1, q.lastIndexOf('/'))));
+    const [filter, parse] = patterns(ep);
+    expect(filter!.test(printed)).toBe(true);
+    expect(printed.match(parse!)?.groups).toEqual({
+      desiredTasks: '2',
+      runningTasks: '1',
+      pendingTasks: '1',
+    });
+    expect(patterns(refused)[0]!.test(printed)).toBe(false);
   });
 
   it('describes services ten at a time', async () => {

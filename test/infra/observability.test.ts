@@ -18,7 +18,7 @@ import {
   jobLogStreamPrefix,
   taskContainers,
 } from '../../core/adapters/aws/cloudwatch-logs.js';
-import { metricsLineKey, taskStartFailureMetricName } from '../../core/metrics.js';
+import { metricsLineKey, serviceTaskMetricNames, taskStartFailureMetricName } from '../../core/metrics.js';
 import { buildApp, type FerryApp } from '../../infra/app.js';
 import { jobLogGroupName, scalerFunctionName, scalerLogGroupName } from '../../infra/names.js';
 import { account, Policy, region } from '../support/iam-gate.js';
@@ -232,8 +232,8 @@ describe('dashboard', () => {
       'ExecutionMs',
       'pct(',
       'ApproximateAgeOfOldestMessage',
-      'RunningTaskCount',
-      'DesiredTaskCount',
+      serviceTaskMetricNames.running,
+      serviceTaskMetricNames.desired,
       'nvidia_smi_utilization_gpu',
       'TaskStartFailures',
     ])
@@ -249,9 +249,9 @@ describe('dashboard', () => {
       .flatMap((w) => (w.properties.metrics ?? []) as unknown[][])
       .map((metric) => metric[0])
       .filter((namespace) => typeof namespace === 'string');
-    // SQS's own, and Container Insights' and the CloudWatch agent's (docs/security-aws.md says what
-    // is left of those); none of Ferry's.
-    expect([...new Set(metricNamespaces)].sort()).toEqual(['AWS/SQS', 'ECS/ContainerInsights']);
+    // SQS's own (an `AWS/` namespace, closed to such lines); the CloudWatch agent's GPU graph is a
+    // search expression (below); none of Ferry's.
+    expect([...new Set(metricNamespaces)].sort()).toEqual(['AWS/SQS']);
     expect(JSON.stringify(widgets)).not.toContain('"Ferry"');
     for (const endpoint of built.appStack.endpoints.filter((e) => e.queue)) {
       const queries = widgets
@@ -271,6 +271,43 @@ describe('dashboard', () => {
     }
   });
 
+  // Container Insights' RunningTaskCount and DesiredTaskCount are an ordinary namespace: one
+  // embedded-metric line a worker prints, with any service's dimensions, adds a point to them
+  // (docs/security-aws.md, "What is left"). The scaler logs the counts DescribeServices gave it.
+  it('graphs workers running vs desired from the scaler’s own log group, filtered on the endpoint, and reads no Container Insights metric', () => {
+    const widgets = dashboardWidgets();
+    for (const endpoint of built.appStack.endpoints) {
+      const [widget, ...others] = widgets.filter(
+        (w) => w.properties.title === `${endpoint.name}: workers running vs desired`,
+      );
+      expect(others).toEqual([]);
+      expect(widget!.type).toBe('log');
+      const query = widget!.properties.query!;
+      expect(query).toContain(`SOURCE '${scalerLogGroupName}'`);
+      expect(query).not.toContain(jobLogGroupName);
+      expect(query).toContain(
+        `filter @message like /"${metricsLineKey}":"serviceTasks","EndpointId":"${endpoint.id}"/`,
+      );
+      expect(query).toContain('max(runningTasks) as running, max(desiredTasks) as desired');
+      expect(query).toContain('by bin(1m)');
+    }
+    // No widget reads Container Insights, and the only other metric source, the CloudWatch agent's
+    // GPU utilization, is on the GPU endpoints' rows only.
+    const body = JSON.stringify(widgets);
+    expect(body).not.toContain('ContainerInsights');
+    expect(body).not.toContain('TaskCount');
+    const gpuNames = built.appStack.endpoints.filter((e) => e.placement.kind === 'gpu').map((e) => e.name);
+    expect(gpuNames).not.toEqual([]);
+    const agentWidgets = widgets.filter((w) => JSON.stringify(w).includes('CWAgent'));
+    expect(agentWidgets.map((w) => w.properties.title).sort()).toEqual(
+      gpuNames.map((name) => `${name}: GPU utilization (%)`).sort(),
+    );
+    for (const w of widgets.filter((w) => w.type === 'metric' && !agentWidgets.includes(w))) {
+      for (const metric of (w.properties.metrics ?? []) as unknown[][])
+        expect(metric[0], w.properties.title).toBe('AWS/SQS');
+    }
+  });
+
   it('graphs failed starts from the scaler’s own log group, with no EventBridge rule per endpoint (300 per bus)', () => {
     // An app stack adds no rule: each would count against the account's 300 rules on the default bus.
     app.resourceCountIs('AWS::Events::Rule', 0);
@@ -278,7 +315,7 @@ describe('dashboard', () => {
     for (const endpoint of built.appStack.endpoints) {
       const [query, ...others] = widgets
         .map((w) => w.properties.query ?? '')
-        .filter((q) => q.includes(`"EndpointId":"${endpoint.id}"`));
+        .filter((q) => q.includes(`"EndpointId":"${endpoint.id}"`) && q.includes('taskStartFailure'));
       expect(others).toEqual([]);
       expect(query).toContain(`SOURCE '${scalerLogGroupName}'`);
       expect(query).toContain(`"${metricsLineKey}":"taskStartFailure"`);

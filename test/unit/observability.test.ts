@@ -24,7 +24,7 @@ import {
   metricsOf,
   percentile,
 } from '../../core/manage.js';
-import { jobMetricsLine, metricsLineKey } from '../../core/metrics.js';
+import { jobMetricsLine, metricsLineKey, serviceTasksFields } from '../../core/metrics.js';
 import type { EndpointRecord, LogLine, LogQuery, LogStore } from '../../core/ports.js';
 import { FakeCloudWatchLogs } from '../support/cloudwatchLogs.js';
 
@@ -442,6 +442,22 @@ describe('job metrics', () => {
   // the agent's. Ferry's lines are plain JSON, read by the dashboard from the agent's streams only.
   it('is no embedded-metric-format document: CloudWatch makes no metric of it', () => {
     const doc = JSON.parse(jobMetricsLine('ep', { id: 'j', status: 'COMPLETED' })!);
+    expect(doc).not.toHaveProperty('_aws');
+    expect(JSON.stringify(doc)).not.toContain('CloudWatchMetrics');
+  });
+
+  // The scaler's service counts are read from its own log group; were they an embedded-metric
+  // document, they would be a metric again, in a namespace a worker's printed line can add to.
+  it('the scaler’s service counts are plain JSON marked as Ferry’s metrics, no embedded-metric-format document', () => {
+    const fields = serviceTasksFields('ep', { desired: 3, running: 2, pending: 1 });
+    expect(fields).toEqual({
+      [metricsLineKey]: 'serviceTasks',
+      EndpointId: 'ep',
+      DesiredTasks: 3,
+      RunningTasks: 2,
+      PendingTasks: 1,
+    });
+    const doc = JSON.parse(JSON.stringify({ msg: 'ferry scale', endpointId: 'ep', ...fields }));
     expect(doc).not.toHaveProperty('_aws');
     expect(JSON.stringify(doc)).not.toContain('CloudWatchMetrics');
   });
