@@ -570,6 +570,8 @@ export class PlatformStack extends Stack {
     this.cluster = new ecs.Cluster(this, 'Cluster', {
       clusterName,
       vpc: this.vpc,
+      // For ECS's console and the operator's own alarms; nothing of Ferry reads it, since a worker's
+      // printed line can add points to it (docs/observability.md).
       containerInsightsV2: ecs.ContainerInsights.ENABLED,
     });
     this.instanceSecurityGroup = new ec2.SecurityGroup(this, 'InstanceSecurityGroup', {
