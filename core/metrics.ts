@@ -58,6 +58,17 @@ export function taskStartFailureFields(endpointId: string): Record<string, unkno
   return { [metricsLineKey]: 'taskStartFailure', EndpointId: endpointId, [taskStartFailureMetricName]: 1 };
 }
 
+/**
+ * The Logs Insights lines that count one endpoint's failed starts per 5 minutes from the scaler's log
+ * group, one line each (`taskStartFailureFields`). Matched as text, as `serviceTasksQuery` says why.
+ */
+export function taskStartFailuresQuery(endpointId: string): string[] {
+  return [
+    `filter @message like /"${metricsLineKey}":"taskStartFailure"/ and @message like /"EndpointId":"${endpointId}"/`,
+    `stats count(*) as ${taskStartFailureMetricName} by bin(5m)`,
+  ];
+}
+
 /** An endpoint's ECS service counts, as one scaler run read and left them (functions/scaler.ts). */
 export interface ServiceTaskCounts {
   /** The service's desiredCount once the run is done: the one it set, or the one it left. */

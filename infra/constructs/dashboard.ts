@@ -37,7 +37,7 @@ import {
   jobMetricNames,
   metricsLineKey,
   serviceTasksQuery,
-  taskStartFailureMetricName,
+  taskStartFailuresQuery,
 } from '../../core/metrics.js';
 import { jobLogGroupName, scalerLogGroupName } from '../names.js';
 
@@ -128,15 +128,10 @@ export class EnvironmentDashboard extends Construct {
           view: cloudwatch.LogQueryVisualizationType.LINE,
           width: 8,
         }),
-        // The scaler logs through Lambda's text format (time, request id and level before the JSON),
-        // so the line is matched as text; JSON.stringify writes no spaces.
         new cloudwatch.LogQueryWidget({
           title: `${endpoint.name}: failed launches per 5 min`,
           logGroupNames: [scalerLogGroupName],
-          queryLines: [
-            `filter @message like /"${metricsLineKey}":"taskStartFailure"/ and @message like /"EndpointId":"${endpoint.id}"/`,
-            `stats count(*) as ${taskStartFailureMetricName} by bin(5m)`,
-          ],
+          queryLines: taskStartFailuresQuery(endpoint.id),
           view: cloudwatch.LogQueryVisualizationType.LINE,
           width: 8,
         }),
