@@ -290,12 +290,10 @@ def leaver():
     );
 
     // What `ferry dev` does when the endpoint's file goes, and undeploy on `ferry serve`.
-    const removedAt = Date.now();
     await platform.db.control.deleteEndpoint('leaver');
     await platform.workers!.reconcile();
     expect(readFileSync(atexitMark, 'utf8')).toBe('atexit');
-    // Stopped, not killed after the shutdown grace (2 s here, 5 s by default).
-    expect(Date.now() - removedAt).toBeLessThan(2_000);
+    // Stopped, not killed after the shutdown grace (2 s here, 5 s by default): a kill says so.
     expect(lines.join('\n')).not.toMatch(/still running: killing it/);
     await stop(platform);
   }, 60_000);
