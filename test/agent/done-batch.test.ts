@@ -5,15 +5,16 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ApiRequest, V2Api } from '../../core/api.js';
 import { type AwsFixture, startAwsFixture } from '../support/emulators.js';
 import {
   agentOn,
   apiEngine,
+  completeNaps,
   eventually,
   memoryLog,
   type PythonWorker,
   startPythonWorker,
+  watchAgentApi,
 } from './helpers.js';
 
 const endpointId = `batch-${randomUUID().slice(0, 8)}`;
@@ -28,13 +29,8 @@ let worker: PythonWorker;
 beforeAll(async () => {
   aws = await startAwsFixture();
   agentHandle = await agentOn(aws, endpointId, { log, metricsOut: (line) => metrics.push(line) });
-  // Which worker routes the agent served: its V2Api is private, so the test wraps that one object.
-  const agentApi = (agentHandle.agent as unknown as { api: V2Api }).api;
-  const handle = agentApi.handle.bind(agentApi);
-  agentApi.handle = (req: ApiRequest) => {
-    routes.push(req.path.split('/')[3] ?? '');
-    return handle(req);
-  };
+  // Which worker routes the agent served.
+  watchAgentApi(agentHandle.agent, (req) => routes.push(req.path.split('/')[3] ?? ''));
   api = apiEngine(aws);
   worker = startPythonWorker(agentHandle.agent, 'Fixture', { env: { FERRY_MAX_CONCURRENCY: '8' } });
 });
@@ -55,16 +51,13 @@ describe('job-done-batch through the agent', () => {
   });
 
   it('ends every job with its own output, in fewer requests than jobs, one metrics line each', async () => {
-    const jobs = await Promise.all(
-      Array.from({ length: 8 }, (_, i) =>
-        api.engine.submit(endpointId, { input: { method: 'nap', seconds: 0.2 + i / 1000 } }, { sync: false }),
-      ),
+    const jobs = await completeNaps(
+      api,
+      endpointId,
+      8,
+      0.2,
+      () => `${log.lines.join('\n')}\n${worker.output.join('')}`,
     );
-    for (const [i, job] of jobs.entries()) {
-      const view = await api.engine.statusSync(endpointId, job.id, 30_000);
-      expect(view.status, `${log.lines.join('\n')}\n${worker.output.join('')}`).toBe('COMPLETED');
-      expect(view.output).toEqual({ rested: 0.2 + i / 1000 });
-    }
     const done = routes.filter((route) => route.startsWith('job-done'));
     expect(done).toContain('job-done-batch');
     expect(done.length).toBeLessThan(jobs.length);

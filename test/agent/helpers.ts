@@ -7,7 +7,9 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { expect } from 'vitest';
 import { StopSignallingChangeFeed } from '../../core/adapters/aws/stop-signals.js';
+import type { ApiRequest, ApiResponse, V2Api } from '../../core/api.js';
 import { PollingChangeFeed } from '../../core/changes.js';
 import { systemClock } from '../../core/clock.js';
 import { JobEngine } from '../../core/engine.js';
@@ -75,6 +77,49 @@ export function apiEngine(aws: AwsFixture): { engine: JobEngine; close(): void }
     clock: systemClock,
   });
   return { engine, close: () => polling.close() };
+}
+
+/**
+ * Calls `seen` with each request the agent's API answered, and its answer. The agent's V2Api is
+ * private: a test that counts the worker routes it served wraps that one object.
+ */
+export function watchAgentApi(agent: Agent, seen: (req: ApiRequest, response: ApiResponse) => void): void {
+  const agentApi = (agent as unknown as { api: V2Api }).api;
+  const handle = agentApi.handle.bind(agentApi);
+  agentApi.handle = async (req: ApiRequest) => {
+    const response = await handle(req);
+    seen(req, response);
+    return response;
+  };
+}
+
+/**
+ * Submits `count` jobs of the fixture's `nap`, the i-th for `seconds + i / 1000` s (so each output
+ * names its own job), and waits for each to end COMPLETED with that output; `diagnostics` is what a
+ * failure prints (the agent's log, the worker's output). The jobs, in order.
+ */
+export async function completeNaps(
+  api: ReturnType<typeof apiEngine>,
+  endpointId: string,
+  count: number,
+  seconds: number,
+  diagnostics: () => string,
+): Promise<Array<{ id: string }>> {
+  const jobs = await Promise.all(
+    Array.from({ length: count }, (_, i) =>
+      api.engine.submit(
+        endpointId,
+        { input: { method: 'nap', seconds: seconds + i / 1000 } },
+        { sync: false },
+      ),
+    ),
+  );
+  for (const [i, job] of jobs.entries()) {
+    const view = await api.engine.statusSync(endpointId, job.id, 30_000);
+    expect(view.status, diagnostics()).toBe('COMPLETED');
+    expect(view.output).toEqual({ rested: seconds + i / 1000 });
+  }
+  return jobs;
 }
 
 export interface PythonWorker {

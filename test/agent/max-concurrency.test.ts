@@ -6,9 +6,16 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ApiRequest, V2Api } from '../../core/api.js';
 import { type AwsFixture, startAwsFixture } from '../support/emulators.js';
-import { agentOn, apiEngine, memoryLog, type PythonWorker, startPythonWorker } from './helpers.js';
+import {
+  agentOn,
+  apiEngine,
+  completeNaps,
+  memoryLog,
+  type PythonWorker,
+  startPythonWorker,
+  watchAgentApi,
+} from './helpers.js';
 
 const endpointId = `cap-${randomUUID().slice(0, 8)}`;
 const log = memoryLog();
@@ -23,18 +30,13 @@ beforeAll(async () => {
   aws = await startAwsFixture();
   agentHandle = await agentOn(aws, endpointId, { log, maxConcurrency: 2 });
   const agent = agentHandle.agent;
-  // The agent's V2Api is private: the test wraps that one object to see each take's answer.
-  const agentApi = (agent as unknown as { api: V2Api }).api;
-  const handle = agentApi.handle.bind(agentApi);
-  agentApi.handle = async (req: ApiRequest) => {
-    const response = await handle(req);
+  watchAgentApi(agent, (req, response) => {
     if ((req.path.split('/')[3] ?? '').startsWith('job-take')) {
       const body = response.body;
       const handed = response.statusCode === 200 ? (Array.isArray(body) ? body.length : 1) : 0;
       takes.push({ handed, held: agent.held().length });
     }
-    return response;
-  };
+  });
   api = apiEngine(aws);
   worker = startPythonWorker(agent, 'Fixture', { env: { FERRY_MAX_CONCURRENCY: '8' } });
 });
@@ -48,16 +50,13 @@ afterAll(async () => {
 
 describe("the endpoint's max_concurrency on AWS", () => {
   it('a worker asking for 8 holds at most 2 at once, and every job completes', async () => {
-    const jobs = await Promise.all(
-      Array.from({ length: 6 }, (_, i) =>
-        api.engine.submit(endpointId, { input: { method: 'nap', seconds: 0.3 + i / 1000 } }, { sync: false }),
-      ),
+    const jobs = await completeNaps(
+      api,
+      endpointId,
+      6,
+      0.3,
+      () => `${log.lines.join('\n')}\n${worker.output.join('')}`,
     );
-    for (const [i, job] of jobs.entries()) {
-      const view = await api.engine.statusSync(endpointId, job.id, 30_000);
-      expect(view.status, `${log.lines.join('\n')}\n${worker.output.join('')}`).toBe('COMPLETED');
-      expect(view.output).toEqual({ rested: 0.3 + i / 1000 });
-    }
     const handedOut = takes.filter((take) => take.handed > 0);
     expect(handedOut.reduce((sum, take) => sum + take.handed, 0)).toBe(jobs.length);
     expect(Math.max(...handedOut.map((take) => take.held))).toBeLessThanOrEqual(2);
