@@ -8,10 +8,9 @@ import path from 'node:path';
 import type { CommandModule } from 'yargs';
 import { unusableFolderReason } from '../../core/adapters/local/home.js';
 import { FerryError, usage } from '../../core/errors.js';
-import { appNameOf, templatesDir } from '../config.js';
+import { appNameOf, ferryPythonPath, templatesDir } from '../config.js';
 import type { CliContext } from '../context.js';
 import { confirm } from '../io.js';
-import { sdkInstallHint } from './sdk.js';
 
 /** Template file name → project file name (dotfiles are stored without the dot so packagers keep them). */
 const renames: Record<string, string> = { 'env.example': '.env.example', gitignore: '.gitignore' };
@@ -76,14 +75,15 @@ export async function initProject(ctx: CliContext, name: string | undefined, for
   ctx.reporter.line('Next steps:');
   if (target !== path.resolve(ctx.io.cwd))
     ctx.reporter.line(`  cd ${path.relative(ctx.io.cwd, target) || '.'}`);
-  ctx.reporter.line(
-    '  cp .env.example .env        # then set FERRY_API_KEY (any value works for `ferry dev`)',
-  );
-  ctx.reporter.line(`  ${sdkInstallHint()}`);
-  ctx.reporter.line('  ferry dev                   # http://localhost:8888/docs');
-  ctx.reporter.line(
-    '  ferry deploy                # serve it with `ferry serve`, or on AWS with --provider aws',
-  );
+  // One column for the comments, so the lines read as a list of commands to copy.
+  const steps: Array<[command: string, why: string]> = [
+    ['cp .env.example .env', 'then set FERRY_API_KEY (any value works for `ferry dev`)'],
+    ['ferry sdk install', `or: pip install ${ferryPythonPath()}`],
+    ['ferry dev', 'http://localhost:8888/docs'],
+    ['ferry deploy', 'serve it with `ferry serve`, or on AWS with --provider aws'],
+  ];
+  const width = Math.max(...steps.map(([command]) => command.length)) + 2;
+  for (const [command, why] of steps) ctx.reporter.line(`  ${command.padEnd(width)}# ${why}`);
 }
 
 export const initCommand = (ctx: CliContext): CommandModule => ({

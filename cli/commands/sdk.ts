@@ -25,9 +25,6 @@ const pythonHint =
 const isNotFound = (error: unknown): boolean =>
   FerryError.is(error) && (error.cause as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';
 
-/** The one command `ferry init` and the docs print. */
-export const sdkInstallHint = () => `ferry sdk install    # or: pip install ${ferryPythonPath()}`;
-
 async function install(ctx: CliContext, python: string, offline: boolean): Promise<void> {
   const staging = mkdtempSync(path.join(tmpdir(), 'ferry-sdk-'));
   try {

@@ -31,6 +31,18 @@ describe('ferry init', () => {
     expect(readFileSync(path.join(dir, 'gpu_worker.py'), 'utf8')).toContain('except ImportError');
     expect(result.stdout).toBe('');
     expect(result.stderr).toContain('ferry dev');
+    // The next steps are commands to copy, their comments in one column.
+    const steps = result.stderr
+      .slice(result.stderr.indexOf('Next steps:'))
+      .split('\n')
+      .filter((l) => l.includes(' # '));
+    expect(steps.map((l) => l.split('# ')[0].trimEnd())).toEqual([
+      '  cp .env.example .env',
+      '  ferry sdk install',
+      '  ferry dev',
+      '  ferry deploy',
+    ]);
+    expect(new Set(steps.map((l) => l.indexOf('# '))).size).toBe(1);
   });
 
   it('lists conflicts and keeps every file when the answer is n (or an empty line), or when none comes', async () => {
