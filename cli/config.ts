@@ -74,13 +74,15 @@ export interface KeyFromUser {
   source: 'environment' | '.env';
 }
 
+/** A .env value left as the template wrote it (`...`, `your-key`), which is no key. */
+export const isPlaceholderKey = (value: string): boolean => /^your[_-]/i.test(value) || value === '...';
+
 /** FERRY_API_KEY from the environment, then the project's .env; undefined when neither has one. */
 export function apiKeyFromUser(env: NodeJS.ProcessEnv, projectDir: string): KeyFromUser | undefined {
   const fromEnv = env.FERRY_API_KEY?.trim();
   if (fromEnv) return { key: fromEnv, source: 'environment' };
   const fromFile = readDotEnv(projectDir).FERRY_API_KEY?.trim();
-  if (fromFile && !/^your[_-]/i.test(fromFile) && fromFile !== '...')
-    return { key: fromFile, source: '.env' };
+  if (fromFile && !isPlaceholderKey(fromFile)) return { key: fromFile, source: '.env' };
   return undefined;
 }
 

@@ -12,7 +12,14 @@ import type { LocalPlatformOptions } from '../../core/adapters/local/platform.js
 import { checkRecordName, livePrefix } from '../../core/deployment.js';
 import { FerryError } from '../../core/errors.js';
 import { noEndpointsFound } from '../build/scan.js';
-import { apiKeyFromUser, ferryPythonPath, installRoot, type KeyFromUser } from '../config.js';
+import {
+  apiKeyFromUser,
+  ferryPythonPath,
+  installRoot,
+  isPlaceholderKey,
+  type KeyFromUser,
+  readDotEnv,
+} from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
 import { devStartFailureCodes, devStartFailureFix, startFailureOf } from '../dev/failures.js';
@@ -95,6 +102,14 @@ async function dev(ctx: CliContext, args: DevArgs): Promise<void> {
   // After the scan: in a folder that is no project, that is what to fix first.
   const key = apiKeyFromUser(ctx.io.env, projectDir);
   if (!key) {
+    // A copied .env.example still holds the template's placeholder: "not set" would send the user
+    // looking for a line that is there.
+    const inDotEnv = readDotEnv(projectDir).FERRY_API_KEY?.trim();
+    if (inDotEnv && isPlaceholderKey(inDotEnv)) {
+      throw new FerryError('unauthorized', `FERRY_API_KEY in .env is still the placeholder '${inDotEnv}'`, {
+        hint: 'Set it to a key of your own in .env (any value works locally), or export FERRY_API_KEY.',
+      });
+    }
     throw new FerryError('unauthorized', 'FERRY_API_KEY is not set: `ferry dev` requires it', {
       hint: 'Copy .env.example to .env and set FERRY_API_KEY (any value works locally), or export FERRY_API_KEY.',
     });

@@ -1,5 +1,5 @@
 /** The CLI error cases (docs/architecture.md#the-cli), through the real binary: message, hint, exit code. */
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closedPort } from '../support/closed-port.js';
@@ -54,6 +54,13 @@ describe('ferry errors', () => {
     expect(result.stderr).toContain('Error: FERRY_API_KEY is not set');
     expect(result.stderr).toContain('hint: Copy .env.example to .env');
     noStack(result.stderr);
+    // .env.example copied as it is: the line is there, holding the template's placeholder.
+    copyFileSync(path.join(project, '.env.example'), path.join(project, '.env'));
+    const copied = await sandbox.run(['dev', '--port', '0'], { cwd: project });
+    rmSync(path.join(project, '.env'));
+    expect(copied.code).toBe(2);
+    expect(copied.stderr).toContain("Error: FERRY_API_KEY in .env is still the placeholder '...'");
+    expect(copied.stderr).toContain('hint: Set it to a key of your own in .env');
     // In a folder that is no project, that comes first: the key would not help.
     const empty = path.join(sandbox.root, 'no-project');
     mkdirSync(empty);

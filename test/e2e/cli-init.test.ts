@@ -36,7 +36,7 @@ describe('ferry init', () => {
       .slice(result.stderr.indexOf('Next steps:'))
       .split('\n')
       .filter((l) => l.includes(' # '));
-    expect(steps.map((l) => l.split('# ')[0].trimEnd())).toEqual([
+    expect(steps.map((l) => l.slice(0, l.indexOf('# ')).trimEnd())).toEqual([
       '  cp .env.example .env',
       '  ferry sdk install',
       '  ferry dev',
