@@ -2,7 +2,7 @@
  * The dev server (docs/api.md#the-dev-server), on Fastify with a Swagger UI at /docs. Routes come from the scan:
  *   POST /<module>/runsync             one queue endpoint in the file ({input} wrapper)
  *   POST /<module>/<function>/runsync  several in one file
- *   <METHOD> /<module><route path>     load-balanced routes, direct JSON, proxied to the live endpoint
+ *   <METHOD> /<module><route path>     load-balanced routes, passed to the live endpoint as they came
  * No Authorization header here; the server adds the key when it calls the platform.
  */
 
@@ -10,12 +10,14 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import swagger, { type SwaggerTransformObject } from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { houseClientErrors, noRoute } from '../../core/adapters/local/http.js';
+import { houseClientErrors, noRoute, readBody } from '../../core/adapters/local/http.js';
 import { FerryError, httpStatus, messageOf } from '../../core/errors.js';
 import { isFinal } from '../../core/job.js';
 import { parseJsonExact, stringifyJsonExact } from '../../core/json.js';
+import { limits } from '../../core/limits.js';
 import { manageOpenApi, managePrefix } from '../../core/manage.js';
 import type { ManifestEndpoint, Route } from '../../core/manifest.js';
+import { overLimitMessage } from '../../core/request-body.js';
 import { startFailureMessage } from './failures.js';
 import type { LiveEndpoints } from './state.js';
 
@@ -144,13 +146,46 @@ async function callPlatform(options: DevServerOptions, method: string, path: str
   return { status: response.status, body: json, text, contentType: response.headers.get('content-type') };
 }
 
+/** The request's bytes, whatever their content type; undefined without a body. */
+const rawBody = (request: FastifyRequest): Buffer | undefined =>
+  Buffer.isBuffer(request.body) && request.body.length > 0 ? request.body : undefined;
+
+/**
+ * A request passed on to the platform as it came: its bytes and content type (a load-balanced
+ * worker may take any body, not only JSON), and the answer's bytes as they came back.
+ */
+async function forwardRaw(
+  options: DevServerOptions,
+  request: FastifyRequest,
+  path: string,
+  authorization: string | undefined,
+) {
+  const headers: Record<string, string> = {};
+  if (authorization) headers.authorization = authorization;
+  const type = request.headers['content-type'];
+  if (type) headers['content-type'] = type;
+  const body = rawBody(request);
+  const response = await fetch(`${options.platformUrl}${path}`, {
+    method: request.method,
+    headers,
+    ...(body && request.method !== 'GET' && request.method !== 'HEAD' ? { body } : {}),
+  });
+  return {
+    status: response.status,
+    contentType: response.headers.get('content-type'),
+    body: Buffer.from(await response.arrayBuffer()),
+  };
+}
+
 async function runQueueJob(
   options: DevServerOptions,
   route: DevRoute,
   request: FastifyRequest,
   reply: FastifyReply,
 ) {
-  const body = request.body as { input?: unknown } | undefined;
+  // JSON whatever its label, as the platform's /run reads it (curl -d sends it as a form).
+  const bytes = rawBody(request);
+  const body = (bytes ? parseJsonExact(bytes, 'Request body') : undefined) as { input?: unknown } | undefined;
   if (
     !body ||
     typeof body !== 'object' ||
@@ -203,20 +238,14 @@ async function proxyRoute(
   const failed = options.startFailure?.(record.id);
   if (failed !== undefined) return startFailed(options, route, reply, failed);
   const suffix = request.url.slice(route.prefix.length) || '/';
-  const hasBody = request.method !== 'GET' && request.method !== 'DELETE' && request.body !== undefined;
   // The local front door fails the request when its worker exits before it is ready.
-  const result = await callPlatform(
-    options,
-    request.method,
-    `/lb/${record.id}${suffix}`,
-    hasBody ? request.body : undefined,
-  );
+  const result = await forwardRaw(options, request, `/lb/${record.id}${suffix}`, `Bearer ${options.apiKey}`);
   const cannotStart = result.status >= 500 ? options.startFailure?.(record.id) : undefined;
   if (cannotStart !== undefined) return startFailed(options, route, reply, cannotStart);
   options.log(`${route.method} ${route.path} → ${result.status}`);
   reply.code(result.status);
   if (result.contentType) reply.header('content-type', result.contentType);
-  return reply.send(result.text);
+  return reply.send(result.body);
 }
 
 /**
@@ -233,17 +262,18 @@ export function createDevListener(
 }
 
 export async function createDevServer(options: DevServerOptions): Promise<FastifyInstance> {
-  const app = Fastify({ logger: false, frameworkErrors: houseClientErrors.frameworkErrors });
-  // JSON in and out as the platform's front door takes and answers it: integers beyond 2^53 exact
-  // (core/json.ts), the same 400s for JSON it would refuse.
-  app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) => {
-    try {
-      done(null, parseJsonExact(body as Buffer, 'Request body'));
-    } catch (error) {
-      done(error as Error, undefined);
-    }
+  const app = Fastify({
+    logger: false,
+    frameworkErrors: houseClientErrors.frameworkErrors,
+    // The platform's largest body (/runsync, /lb); each route below has the limit of the platform
+    // route it calls, so the dev server refuses what the platform would, and nothing less.
+    bodyLimit: Math.max(limits.runsyncBodyBytes, limits.lbBodyBytes),
   });
+  // Bodies stay bytes whatever their content type, as at the platform's front door: a queue route
+  // reads them as JSON (integers beyond 2^53 exact, core/json.ts; the same 400s), the rest pass on.
+  // The platform's reader: a body over its route's limit is read through, so the client hears the 413.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', readBody);
   app.setReplySerializer((payload) => stringifyJsonExact(payload));
   // Schemas here document the routes for Swagger; the handlers check input themselves and answer {error}.
   app.setValidatorCompiler(() => () => true);
@@ -311,6 +341,8 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
       app.route({
         method: route.method,
         url: route.path,
+        // A queue route submits a /run; a load-balanced one is an /lb request.
+        bodyLimit: route.kind === 'queue' ? limits.runBodyBytes : limits.lbBodyBytes,
         schema,
         handler: (request, reply) =>
           route.kind === 'queue'
@@ -331,18 +363,10 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
   // Scripts and other services reach the live endpoints here too, with their own key: the v2 API
   // (by id or by name, docs/python.md) and load-balanced routes, passed through to the platform.
   const passThrough = async (request: FastifyRequest, reply: FastifyReply) => {
-    const headers: Record<string, string> = {};
-    if (request.headers.authorization) headers.authorization = request.headers.authorization;
-    if (request.body !== undefined) headers['content-type'] = 'application/json';
-    const response = await fetch(`${options.platformUrl}${request.url}`, {
-      method: request.method,
-      headers,
-      ...(request.body !== undefined ? { body: stringifyJsonExact(request.body) } : {}),
-    });
-    reply.code(response.status);
-    const type = response.headers.get('content-type');
-    if (type) reply.header('content-type', type);
-    return reply.send(Buffer.from(await response.arrayBuffer()));
+    const result = await forwardRaw(options, request, request.url, request.headers.authorization);
+    reply.code(result.status);
+    if (result.contentType) reply.header('content-type', result.contentType);
+    return reply.send(result.body);
   };
   const hidden = { schema: { hide: true } };
   for (const url of ['/v2/*', '/lb/*'])
@@ -350,11 +374,17 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
   // The OpenAPI document at the path tools look for first, beside Swagger UI's /docs/json.
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   app.setNotFoundHandler(noRoute);
-  app.setErrorHandler((error, _request, reply) => {
+  app.setErrorHandler((error, request, reply) => {
     const message = messageOf(error);
     // The client's mistakes (a body that is not JSON, too large; a call ferry dev cannot serve) keep
     // their 4xx; the rest is ours.
     const status = FerryError.is(error) ? httpStatus(error) : (error as { statusCode?: number }).statusCode;
+    if (status === 413) {
+      void reply
+        .code(413)
+        .send({ error: overLimitMessage(request.method, request.url, request.routeOptions.bodyLimit) });
+      return;
+    }
     if (status !== undefined && status >= 400 && status < 500) {
       void reply.code(status).send({ error: message });
       return;

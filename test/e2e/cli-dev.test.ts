@@ -94,13 +94,63 @@ describe('ferry dev', () => {
     expect(response.status).toBe(200);
     // As text (the worker's own, spaces and all): JSON.parse here would round what came back.
     expect(await response.text()).toMatch(/"seed": ?18446744073709551615[,}]/);
-    const refused = await fetch(`${base}/lb_worker/process`, {
+    // A job's input, as the platform's /run refuses it; a load-balanced body goes to the worker as it came.
+    const refused = await fetch(`${base}/cpu_worker/runsync`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: '{"input_data":{"__proto__":{"admin":true}}}',
+      body: '{"input":{"input_data":{"__proto__":{"admin":true}}}}',
     });
     expect(refused.status).toBe(400);
     expect(await refused.json()).toEqual({ error: 'JSON keys named "__proto__" are not accepted' });
+  });
+
+  it("reads a body as JSON whatever its label, up to the platform's own limits, as the platform does", async () => {
+    const body = (message: string) => JSON.stringify({ input: { input_data: { message } } });
+    // curl -d labels JSON as a form; RunPod's SDK does too; text/plain is fetch's label for a string.
+    for (const type of ['application/x-www-form-urlencoded', 'text/plain;charset=UTF-8']) {
+      const queued = await fetch(`${base}/cpu_worker/runsync`, {
+        method: 'POST',
+        headers: { 'content-type': type },
+        body: body('labelled'),
+      });
+      expect(queued.status, type).toBe(200);
+      expect(((await queued.json()) as any).output.message).toBe('Hello from the CPU worker: labelled');
+      const direct = await fetch(`${base}/lb_worker/process`, {
+        method: 'POST',
+        headers: { 'content-type': type },
+        body: '{"input_data":{"n":3}}',
+      });
+      expect(direct.status, type).toBe(200);
+      expect(await direct.json()).toMatchObject({ status: 'success', echo: { n: 3 } });
+      // The v2 API passed through, with the platform key, by the endpoint's id.
+      const { id } = JSON.parse(
+        readFileSync(path.join(project, '.ferry', 'resources.json'), 'utf8'),
+      ).cpu_worker;
+      const v2 = await fetch(`${base}/v2/${id}/runsync`, {
+        method: 'POST',
+        headers: { 'content-type': type, authorization: 'Bearer fy_dev_local' },
+        body: body('by id'),
+      });
+      expect(v2.status, type).toBe(200);
+      expect(((await v2.json()) as any).output.message).toBe('Hello from the CPU worker: by id');
+    }
+    // 2 MB: over Fastify's default 1 MiB, well within /run's 10 MiB.
+    const large = 'x'.repeat(2_000_000);
+    const big = await fetch(`${base}/cpu_worker/runsync`, { method: 'POST', body: body(large) });
+    expect(big.status).toBe(200);
+    expect(((await big.json()) as any).output.message).toBe(`Hello from the CPU worker: ${large}`);
+    const bigDirect = await post(`${base}/lb_worker/process`, { input_data: { large } });
+    expect(bigDirect.status).toBe(200);
+    expect(bigDirect.body.echo.large).toBe(large);
+    // Over /run's limit: the 413 names the route called and the limit, as the platform's does.
+    const over = await fetch(`${base}/cpu_worker/runsync`, {
+      method: 'POST',
+      body: body('x'.repeat(10_485_760)),
+    });
+    expect(over.status).toBe(413);
+    expect(await over.json()).toEqual({
+      error: 'Request body is over the limit of POST /cpu_worker/runsync: it takes at most 10485760 bytes',
+    });
   });
 
   it('serves Swagger UI at /docs with docstring summaries', async () => {

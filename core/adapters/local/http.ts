@@ -64,7 +64,7 @@ const tooLargeError = (): Error => Object.assign(new Error('Request body too lar
  * core/request-body.ts: the 413 is answered once the body has been read through, or at once past
  * overLimitReadBytes.
  */
-function readBody(
+export function readBody(
   request: FastifyRequest,
   payload: NodeJS.ReadableStream,
   done: (error: Error | null, body?: Buffer) => void,
