@@ -44,16 +44,21 @@ function missingPositional(message: string, context: unknown): FerryError | unde
   const counts = /^Not enough non-option arguments: got (\d+), need at least \d+$/.exec(message);
   const words = usageWords(context);
   if (!counts || !words) return undefined;
-  const command = failingCommand(context).join(' ');
+  const command = failingCommand(context);
   const missing = words.filter((w) => w.startsWith('<')).slice(Number(counts[1]));
-  if (command === '' || missing.length === 0) return undefined;
+  if (command.length === 0 || missing.length === 0) return undefined;
   const help = helpHint(context);
   // A command group (`env <command>`): its subcommands are the choices.
   const subcommands = subcommandsOf(context);
   if (subcommands.length > 0 && missing.length === 1 && missing[0] === '<command>') {
-    return usage(`\`ferry ${command}\` needs a command: ${subcommands.join(', ')}`, help);
+    return usage(needsCommand(command, subcommands), help);
   }
-  return usage(`\`ferry ${command}\` needs ${missing.join(' ')}`, help);
+  return usage(`\`ferry ${command.join(' ')}\` needs ${missing.join(' ')}`, help);
+}
+
+/** What a group given no command says, wherever that is found: "`ferry env` needs a command: list, …". */
+function needsCommand(group: readonly string[], subcommands: readonly string[]): string {
+  return `\`ferry ${group.join(' ')}\` needs a command: ${subcommands.join(', ')}`;
 }
 
 /**
@@ -71,19 +76,32 @@ function unknownCommand(
   const choices = subcommandsOf(context);
   const word = afterGroup(context, args, rules.declared)?.find((w) => w.option === undefined)?.word;
   if (choices.length === 0 || word === undefined || choices.includes(word)) return undefined;
-  const group = failingCommand(context);
+  return notACommand(word, failingCommand(context), choices, helpHint(context));
+}
+
+/**
+ * "Unknown command 'lst' for `ferry env`", with yargs' "Did you mean list?" where a command is close
+ * and `hint` after it. `also` names what else is wrong on the same line (an unknown option).
+ */
+function notACommand(
+  word: string,
+  group: readonly string[],
+  choices: readonly string[],
+  hint: string,
+  also = '',
+): FerryError {
   const where = group.length > 0 ? ` for \`ferry ${group.join(' ')}\`` : '';
-  const suggestion = recommendation(word, choices);
+  const close = recommendation(word, choices);
   return usage(
-    `Unknown command '${word}'${where}`,
-    `${suggestion ? `${suggestion} ` : ''}${helpHint(context)}`,
+    `Unknown command '${word}'${where}${also}`,
+    `${close ? `Did you mean ${close}? ` : ''}${hint}`,
   );
 }
 
 /**
- * yargs' own "Did you mean list?" for a word among the group's commands, asked of a parser that knows
- * only their names: the failing parse recommends nothing where it read the word as an option's value
- * (`ferry env --json lst`). Undefined when no command is close.
+ * The command yargs' own "Did you mean list?" names for a word among the group's commands, asked of a
+ * parser that knows only their names: the failing parse recommends nothing where it read the word as
+ * an option's value (`ferry env --json lst`). Undefined when no command is close.
  */
 function recommendation(word: string, choices: readonly string[]): string | undefined {
   let said: string | undefined;
@@ -95,7 +113,71 @@ function recommendation(word: string, choices: readonly string[]): string | unde
       said ??= message;
     })
     .parse();
-  return said?.startsWith('Did you mean') ? said : undefined;
+  const close = /^Did you mean (.+)\?$/.exec(said ?? '')?.[1];
+  return close !== undefined && choices.includes(close) ? close : undefined;
+}
+
+/**
+ * Options that no command below the failing group declares (`--bogus` in `ferry env --bogus lst`),
+ * named as yargs names them on a command that does not take them ("Unknown argument: --bogus"), so
+ * the line says the same wherever the option was typed: `ferry env --bogus list` as `ferry env list
+ * --bogus`. An unknown option takes no word, so the command after it is found too, and the one that
+ * does not take the option is the one whose help the hint gives (`ferry app --force list`: list
+ * takes no --force, app delete does). A word that is not a command is named with it (`ferry env
+ * --bogus lst` as `ferry env lst --bogus`). Undefined when every option is declared where it was
+ * typed, or the failing command has no subcommands (yargs' own "Unknown argument" says it there).
+ */
+function unknownOption(
+  context: unknown,
+  args: readonly string[],
+  rules: OptionRules,
+): FerryError | undefined {
+  const group = failingCommand(context);
+  const after = afterGroup(context, args, (option) => rules.known(option) && rules.declared(option));
+  if (rules.commands.length === 0 || !after) return undefined;
+  const walked = walk(
+    rules.commands,
+    after.filter((w) => w.option === undefined).map((w) => w.word),
+  );
+  const last = walked.path.at(-1);
+  const scope = last ? [last] : rules.commands;
+  const options = args.slice(0, endOfOptions(args)).filter((a) => /^-[^-\d]|^--[^-]/.test(a));
+  const unknown = [...new Set(options.filter((o) => !rules.known(o, scope)).map((o) => o.split('=')[0]!))];
+  if (unknown.length === 0) return undefined;
+  const named = `argument${unknown.length > 1 ? 's' : ''}`;
+  const command = [...group, ...walked.path.map((c) => c.words[0]!)];
+  const help = `Run \`ferry ${[...command, '--help'].join(' ')}\`.`;
+  if (walked.stray !== undefined) {
+    const choices = (last?.commands ?? rules.commands).map((c) => c.words[0]!);
+    return notACommand(walked.stray, command, choices, help, `, and unknown ${named} ${unknown.join(', ')}`);
+  }
+  return usage(`Unknown ${named}: ${unknown.join(', ')}`, help);
+}
+
+/** Where a command line's options end: at `--`, after which every word is a positional. */
+function endOfOptions(args: readonly string[]): number {
+  const end = args.indexOf('--');
+  return end === -1 ? args.length : end;
+}
+
+/**
+ * The commands `words` name from `commands` down (`env`, then `list`), the word that names none where
+ * a group wants one (`lst`), and the words left for the last command's positionals.
+ */
+function walk(
+  commands: readonly CommandDeclaration[],
+  words: readonly string[],
+): { path: CommandDeclaration[]; stray?: string; rest: string[] } {
+  const path: CommandDeclaration[] = [];
+  let choices = commands;
+  for (const [i, word] of words.entries()) {
+    if (choices.length === 0) return { path, rest: words.slice(i) };
+    const next = choices.find((c) => c.words[0] === word);
+    if (!next) return { path, stray: word, rest: words.slice(i + 1) };
+    path.push(next);
+    choices = next.commands;
+  }
+  return { path, rest: [] };
 }
 
 /**
@@ -105,8 +187,11 @@ function recommendation(word: string, choices: readonly string[]): string | unde
  * --json as taking none (OptionRules). The command line is refused, naming the form that works: the
  * command first, then its options (`ferry app list --json`). An option that does take a value keeps
  * it (`ferry env --app list lst`: the app 'list', then the command), unless no word is left for the
- * command (`ferry env --app list`): then the form that works gives the option a value to fill in.
- * Undefined when no command word was taken so.
+ * command (`ferry env --app list`): then the form that works gives the option a value to fill in, its
+ * choices where it has some (`--provider local|aws`). Where the command is a group, the form names its
+ * command too: the one the user meant (`ferry --json env lst`: `ferry env list --json`), or each one
+ * that takes the options when none was typed (`ferry --json keys`). Undefined when no command word
+ * was taken so.
  */
 function commandTakenAsValue(
   context: unknown,
@@ -121,6 +206,8 @@ function commandTakenAsValue(
     ? { ...command, option: wordsOf(args, rules.yargs).find((w) => w.index === command.index)?.option }
     : after.find((w) => w.option !== undefined && choices.includes(w.word));
   if (!taken?.option || !choices.includes(taken.word)) return undefined;
+  const option = taken.option;
+  const group = failingCommand(context);
   // The form that works: the words no option took, the command among them (or after them), a value
   // to fill in for each positional it demands that no word gives, then the options with their
   // values, a value to fill in where the command was one.
@@ -129,26 +216,72 @@ function commandTakenAsValue(
       .filter((w) => w.option === undefined)
       .map((w) => w.index),
   );
-  const given = command ? [...free].filter((i) => i > command.index).length : 0;
-  const demanded = demandedOf(context, taken.word)
-    .slice(given)
-    .map((name) => name.toUpperCase());
-  const options = args.flatMap((arg, i) => {
+  const options = args.flatMap<Shown>((arg, i) => {
     if (free.has(i)) return [];
-    return command || i !== taken.index ? [arg] : [rules.name(taken.option!).toUpperCase()];
+    return command || i !== taken.index ? [arg] : [{ fill: rules.placeholder(option) }];
   });
-  const reordered = [
-    ...args.filter((_, i) => free.has(i)),
-    ...(command ? [] : [taken.word]),
-    ...demanded,
-    ...options,
-  ];
-  const group = failingCommand(context);
+  const words = [...args.filter((_, i) => free.has(i)), ...(command ? [] : [taken.word])];
+  const walked = walk(rules.commands, words.slice(group.length));
+  const formOf = (commandWords: readonly string[], demanded: readonly string[]) =>
+    `\`ferry ${shown([...commandWords, ...demanded.map((name) => ({ fill: name.toUpperCase() })), ...options])}\``;
+  // A form names a command that takes every option typed: one that does not would refuse it.
+  const typed = options.filter((o): o is string => typeof o === 'string' && /^-/.test(o));
+  const takesTyped = (c: CommandDeclaration) => typed.every((o) => rules.known(o, [c]));
+  const inGroup = [...group, ...walked.path.map((c) => c.words[0]!)];
+  const groupHelp = `Run \`ferry ${[...inGroup, '--help'].join(' ')}\`.`;
+  const subchoices = walked.path.at(-1)!.commands.map((c) => c.words[0]!);
+  if (walked.stray !== undefined) {
+    // A group's command the user mistyped (`lst`): the form that works has the one it is close to.
+    const stray = words.lastIndexOf(walked.stray);
+    const close = recommendation(walked.stray, subchoices);
+    const corrected = words.map((w, i) => (i === stray ? (close ?? w) : w));
+    const meant = walk(rules.commands, corrected.slice(group.length));
+    const form =
+      close !== undefined && takesTyped(meant.path.at(-1)!)
+        ? `Give the command before its options: ${formOf(corrected, demandedBy(meant))}. `
+        : '';
+    return notACommand(walked.stray, inGroup, subchoices, `${form}${groupHelp}`);
+  }
+  const last = walked.path.at(-1)!;
+  if (last.commands.length > 0) {
+    // A group and no command of it: each of its commands that takes the options typed.
+    const forms = last.commands
+      .filter(takesTyped)
+      .map((c) => formOf([...words, c.words[0]!], demandedBy({ path: [c], rest: [] })));
+    return usage(
+      needsCommand(inGroup, subchoices),
+      forms.length > 0 ? `Give the command before its options: ${listed(forms)}. ${groupHelp}` : groupHelp,
+    );
+  }
   const where = group.length > 0 ? ` of \`ferry ${group.join(' ')}\`` : '';
+  const form = `Give the command before its options: ${formOf(words, demandedBy(walked))}. ${helpHint(context)}`;
+  // An option that takes no value took the command only because yargs did not know it: say where
+  // it goes, not that 'list' was its value.
+  if (!rules.declared(option))
+    return usage(`${option} came before the command '${taken.word}'${where}`, form);
   return usage(
-    `'${taken.word}' after ${taken.option} was read as the value of ${taken.option}, not as the command${where}`,
-    `Give the command before its options: \`ferry ${shellLine(reordered)}\`. ${helpHint(context)}`,
+    `'${taken.word}' after ${option} was read as the value of ${option}, not as the command${where}`,
+    form,
   );
+}
+
+/** "a", "a or b", "a, b or c". */
+function listed(items: readonly string[]): string {
+  return items.length > 1 ? `${items.slice(0, -1).join(', ')} or ${items.at(-1)}` : (items[0] ?? '');
+}
+
+/** The positionals the last command walked demands that no word left gives (`get <name>`: `['name']`). */
+function demandedBy(walked: { path: CommandDeclaration[]; rest: readonly string[] }): string[] {
+  const words = walked.path.at(-1)?.words.slice(1) ?? [];
+  return words.flatMap((w) => /^<([^.>]+)(\.\.)?>$/.exec(w)?.[1] ?? []).slice(walked.rest.length);
+}
+
+/** A word of a suggested command line: as typed (quoted for the shell where needed), or a value to fill in. */
+type Shown = string | { fill: string };
+
+/** A suggested command line: typed words quoted for the shell, values to fill in as they are (`local|aws`). */
+function shown(words: readonly Shown[]): string {
+  return words.map((w) => (typeof w === 'string' ? shellLine([w]) : w.fill)).join(' ');
 }
 
 /** A word of a command line that is no option: its index in the line, and the option that took it, if one did. */
@@ -196,6 +329,7 @@ interface DeclaredOptions {
   boolean: string[];
   count: string[];
   alias: Record<string, string[]>;
+  choices: Record<string, unknown[]>;
 }
 
 /**
@@ -205,8 +339,17 @@ interface DeclaredOptions {
 interface YargsInstance {
   getOptions?: () => DeclaredOptions;
   getInternalMethods?: () => {
-    getCommandInstance?: () => { getCommandHandlers?: () => Record<string, { builder?: unknown }> };
+    getCommandInstance?: () => {
+      getCommandHandlers?: () => Record<string, { original?: string; builder?: unknown }>;
+    };
   };
+}
+
+/** A command below the failing group: its definition's words (`['get', '<name>']`), its options and its own commands. */
+interface CommandDeclaration {
+  words: string[];
+  options: DeclaredOptions;
+  commands: CommandDeclaration[];
 }
 
 /**
@@ -215,28 +358,28 @@ interface YargsInstance {
  * options (the global --provider, --help); any other takes a value. `declared`: as the group's
  * commands declare it, which is what the user meant: --json and --force take none, --app takes one.
  * An option that every declaration makes a boolean (or a count) takes none; one nothing declares is
- * read as yargs reads it. `name` is an option's long name (`-a` is app).
+ * read as yargs reads it. `name` is an option's long name (`-a` is app), `placeholder` the value to
+ * fill in for it (its choices, `local|aws`, else its name, `APP`). `known`: whether the group's own
+ * options or one of `commands` (all the group's, by default) or a command below them declares it.
+ * `commands`: the group's commands, each with the commands below it.
  */
 interface OptionRules {
   yargs: (option: string) => boolean;
   declared: (option: string) => boolean;
   name: (option: string) => string;
+  placeholder: (option: string) => string;
+  known: (option: string, commands?: readonly CommandDeclaration[]) => boolean;
+  commands: CommandDeclaration[];
 }
 
 /** The OptionRules of the group that failed in `parser`, from the declarations yargs holds. */
 function optionRules(parser: unknown): OptionRules {
   const instance = parser as YargsInstance;
   const own = typeof instance.getOptions === 'function' ? [instance.getOptions()] : [];
-  const handlers = instance.getInternalMethods?.().getCommandInstance?.().getCommandHandlers?.() ?? {};
-  // Each command's builder declares its options on an instance of its own, as yargs does once the
-  // command is chosen.
-  const commands = Object.values(handlers).map(({ builder }) => {
-    const probe = yargs([]);
-    if (typeof builder === 'function') builder(probe);
-    else if (builder && typeof builder === 'object') probe.options(builder as Record<string, Options>);
-    return (probe as unknown as Required<YargsInstance>).getOptions();
-  });
-  const bare = (option: string) => option.replace(/^--?/, '');
+  const commands = declarationsBelow(instance);
+  const below = (list: readonly CommandDeclaration[]): DeclaredOptions[] =>
+    list.flatMap((c) => [c.options, ...below(c.commands)]);
+  const bare = (option: string) => option.replace(/^--?/, '').split('=')[0]!;
   const takesValue = (declarations: DeclaredOptions[]) => (option: string) => {
     const name = bare(option);
     const declaring = declarations.filter((d) => Object.hasOwn(d.key, name));
@@ -244,19 +387,59 @@ function optionRules(parser: unknown): OptionRules {
       declaring.length === 0 || declaring.some((d) => !d.boolean.includes(name) && !d.count.includes(name))
     );
   };
-  const all = [...own, ...commands];
+  // yargs reads --no-app as app: false and --dry-run as dryRun too; `-fa` is -f and -a.
+  const declares = (d: DeclaredOptions, option: string) => {
+    const name = bare(option);
+    const names = /^-[^-]/.test(option) ? [...name] : [name];
+    const has = (n: string) =>
+      Object.hasOwn(d.key, n) ||
+      Object.hasOwn(d.alias, n) ||
+      Object.values(d.alias).some((a) => a.includes(n));
+    return names.every((n) =>
+      [n, n.replace(/^no-/, ''), n.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)].some(has),
+    );
+  };
+  const all = [...own, ...below(commands)];
+  const long = (option: string) => {
+    const name = bare(option);
+    for (const { alias } of all) {
+      const found = Object.keys(alias).find((key) => alias[key]!.includes(name) && key.length > 1);
+      if (found) return found;
+    }
+    return name;
+  };
   return {
     yargs: takesValue(own),
     declared: takesValue(all),
-    name: (option) => {
-      const name = bare(option);
-      for (const { alias } of all) {
-        const long = Object.keys(alias).find((key) => alias[key]!.includes(name) && key.length > 1);
-        if (long) return long;
-      }
-      return name;
+    name: long,
+    placeholder: (option) => {
+      const name = long(option);
+      const choices = all.find((d) => Array.isArray(d.choices?.[name]))?.choices[name];
+      return choices ? choices.join('|') : name.toUpperCase();
     },
+    known: (option, list = commands) => [...own, ...below(list)].some((d) => declares(d, option)),
+    commands,
   };
+}
+
+/**
+ * The commands an instance holds, each declared as yargs declares it once the command is chosen:
+ * its builder run on an instance of its own, whose commands are read the same way.
+ */
+function declarationsBelow(instance: YargsInstance): CommandDeclaration[] {
+  const handlers = instance.getInternalMethods?.().getCommandInstance?.().getCommandHandlers?.() ?? {};
+  // A command's aliases name the same handler.
+  return [...new Set(Object.values(handlers))].map(({ original, builder }) => {
+    const probe = yargs([]);
+    if (typeof builder === 'function') builder(probe);
+    else if (builder && typeof builder === 'object') probe.options(builder as Record<string, Options>);
+    const declared = probe as unknown as Required<YargsInstance>;
+    return {
+      words: (original ?? '').split(' ').filter((w) => w !== ''),
+      options: declared.getOptions(),
+      commands: declarationsBelow(declared),
+    };
+  });
 }
 
 /**
@@ -287,12 +470,6 @@ function subcommandLines(context: unknown): string[][] {
 /** The failing command's subcommands (`ferry env`'s list, create, ...); [] for a leaf. */
 function subcommandsOf(context: unknown): string[] {
   return subcommandLines(context).map(([name]) => name!);
-}
-
-/** The positionals a subcommand of the failing command demands (`get <name>`: `['name']`). */
-function demandedOf(context: unknown, command: string): string[] {
-  const words = subcommandLines(context).find(([name]) => name === command) ?? [];
-  return words.flatMap((w) => /^<([^.>]+)(\.\.)?>$/.exec(w)?.[1] ?? []);
 }
 
 /** The hint of a usage error: the failing command's own help. */
@@ -353,6 +530,9 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
         throw flagErrorOf(error.message) ?? usage(error.message, helpHint(context));
       if (error) throw error;
       const rules = optionRules(parser);
+      // First: an option nothing declares would be refused by any form the others suggest.
+      const option = unknownOption(context, args, rules);
+      if (option) throw option;
       const taken = commandTakenAsValue(context, args, rules);
       if (taken) throw taken;
       // Before missingPositional: yargs lacks the command in `ferry env --json lst`, the user typed one.

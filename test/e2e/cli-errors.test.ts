@@ -17,6 +17,22 @@ afterAll(() => sandbox.cleanup());
 
 const noStack = (stderr: string) => expect(stderr).not.toMatch(/\n\s+at .+:\d+:\d+/);
 
+/**
+ * No region and no credentials from any source of the AWS SDK's chains (environment, ~/.aws files,
+ * instance metadata): --provider aws stops at once.
+ */
+const offlineAws = {
+  AWS_REGION: undefined,
+  AWS_DEFAULT_REGION: undefined,
+  AWS_PROFILE: undefined,
+  AWS_ACCESS_KEY_ID: undefined,
+  AWS_SECRET_ACCESS_KEY: undefined,
+  AWS_SESSION_TOKEN: undefined,
+  AWS_CONFIG_FILE: '/nonexistent/ferry-aws-config',
+  AWS_SHARED_CREDENTIALS_FILE: '/nonexistent/ferry-aws-credentials',
+  AWS_EC2_METADATA_DISABLED: 'true',
+};
+
 describe('ferry errors', () => {
   it('deploy with several environments and no --env: "Error: Multiple environments found: a, b", exit 2, before the build', async () => {
     expect((await sandbox.run(['env', 'create', 'staging', '--app', 'errs'])).code).toBe(0);
@@ -257,22 +273,22 @@ describe('ferry errors', () => {
       "Error: No environment 'prod' in app 'list'\n  hint: See its environments with `ferry env list --app list`.\n",
     );
     // yargs, where the group fails, does not know that its commands' --json or --force take none: it
-    // took the command.
+    // took the command, and the error says where the option goes, not that the command was its value.
     for (const [args, message, hint] of [
       [
         ['app', '--json', 'list'],
-        "'list' after --json was read as the value of --json, not as the command of `ferry app`",
+        "--json came before the command 'list' of `ferry app`",
         'Give the command before its options: `ferry app list --json`. Run `ferry app --help`.',
       ],
       [
         ['env', '--json', 'list'],
-        "'list' after --json was read as the value of --json, not as the command of `ferry env`",
+        "--json came before the command 'list' of `ferry env`",
         'Give the command before its options: `ferry env list --json`. Run `ferry env --help`.',
       ],
       // A positional the command demands and no word gives gets a value to fill in.
       [
         ['app', '--json', 'get'],
-        "'get' after --json was read as the value of --json, not as the command of `ferry app`",
+        "--json came before the command 'get' of `ferry app`",
         'Give the command before its options: `ferry app get NAME --json`. Run `ferry app --help`.',
       ],
       // No word is left for the command: the option that takes a value took it, and gets one to fill in.
@@ -288,24 +304,115 @@ describe('ferry errors', () => {
       ],
       [
         ['env', '--app', 'my app', '--force', 'delete', 'staging'],
-        "'delete' after --force was read as the value of --force, not as the command of `ferry env`",
+        "--force came before the command 'delete' of `ferry env`",
         "Give the command before its options: `ferry env delete staging --app 'my app' --force`. Run `ferry env --help`.",
       ],
       [
         ['--json', 'keys', 'list'],
-        "'keys' after --json was read as the value of --json, not as the command",
+        "--json came before the command 'keys'",
         'Give the command before its options: `ferry keys list --json`. Run `ferry --help`.',
+      ],
+      // The command taken is a group and the word after it no command of it: the form that works
+      // has the command that word is close to, as the group's own unknown-command error says.
+      [
+        ['--json', 'env', 'lst'],
+        "Unknown command 'lst' for `ferry env`",
+        'Did you mean list? Give the command before its options: `ferry env list --json`. Run `ferry env --help`.',
+      ],
+      [
+        ['--json', 'app', 'gt'],
+        "Unknown command 'gt' for `ferry app`",
+        'Did you mean get? Give the command before its options: `ferry app get NAME --json`. Run `ferry app --help`.',
+      ],
+      // ...unless that command takes no such option: env delete takes no --json.
+      [
+        ['--json', 'env', 'delet', 'staging'],
+        "Unknown command 'delet' for `ferry env`",
+        'Did you mean delete? Run `ferry env --help`.',
+      ],
+      // No word after the group: its commands, as `ferry keys` alone names them, and the form of
+      // each that takes the options typed.
+      [
+        ['--json', 'keys'],
+        '`ferry keys` needs a command: create, list, revoke',
+        'Give the command before its options: `ferry keys create --json`, `ferry keys list --json` or `ferry keys revoke ID --json`. Run `ferry keys --help`.',
+      ],
+      [
+        ['--json', 'env'],
+        '`ferry env` needs a command: list, create, get, delete',
+        'Give the command before its options: `ferry env list --json` or `ferry env get NAME --json`. Run `ferry env --help`.',
+      ],
+      // The value to fill in for an option with choices names them.
+      [
+        ['env', '--provider', 'list'],
+        "'list' after --provider was read as the value of --provider, not as the command of `ferry env`",
+        'Give the command before its options: `ferry env list --provider local|aws`. Run `ferry env --help`.',
       ],
     ] as const) {
       const result = await sandbox.run([...args], { cwd: project });
       expect(result.code, args.join(' ')).toBe(2);
       expect(result.stderr).toBe(`Error: ${message}\n  hint: ${hint}\n`);
       expect(result.stdout).toBe('');
-      // The form the hint gives is a command line the CLI reads: no usage error of its words.
-      const line = /`ferry ([^`]+)`/.exec(hint)![1]!;
-      const words = line.match(/'[^']*'|\S+/g)!.map((w) => w.replace(/^'(.*)'$/, '$1'));
-      const suggested = await sandbox.run(words, { cwd: project });
-      expect(suggested.stderr, line).not.toMatch(/read as the value|Unknown (command|argument)|needs /);
+      // Each form the hint gives is a command line the CLI reads: no usage error of its words, for
+      // each of an option's choices (`local|aws`). Offline: --provider aws stops at the missing region.
+      for (const [, line] of hint.matchAll(/`ferry ([^`]+)`/g)) {
+        if (line!.endsWith('--help')) continue;
+        const words = line!.match(/'[^']*'|\S+/g)!.map((w) => w.replace(/^'(.*)'$/, '$1'));
+        const choices = words.find((w) => /^\w+(\|\w+)+$/.test(w));
+        for (const choice of choices ? choices.split('|') : [undefined]) {
+          const suggested = await sandbox.run(
+            words.map((w) => (w === choices ? choice! : w)),
+            { cwd: project, env: offlineAws },
+          );
+          expect(suggested.stderr, `${line} (${choice})`).not.toMatch(
+            /read as the value|came before the command|Unknown (command|argument)|needs /,
+          );
+        }
+      }
+    }
+  });
+
+  it('an option no command declares is named wherever it was typed, with the unknown command beside it', async () => {
+    for (const [lines, message, hint] of [
+      [
+        [
+          ['env', '--bogus', 'lst'],
+          ['env', 'lst', '--bogus'],
+        ],
+        "Unknown command 'lst' for `ferry env`, and unknown argument --bogus",
+        'Did you mean list? Run `ferry env --help`.',
+      ],
+      [
+        [
+          ['env', '--bogus', 'list'],
+          ['env', 'list', '--bogus'],
+        ],
+        'Unknown argument: --bogus',
+        'Run `ferry env list --help`.',
+      ],
+      [
+        [
+          ['--bogus', '-z', 'env'],
+          ['env', '--bogus', '-z'],
+        ],
+        'Unknown arguments: --bogus, -z',
+        'Run `ferry env --help`.',
+      ],
+      // --force is app delete's: app list takes none, before its name as after it.
+      [
+        [
+          ['app', '--force', 'list'],
+          ['app', 'list', '--force'],
+        ],
+        'Unknown argument: --force',
+        'Run `ferry app list --help`.',
+      ],
+    ] as const) {
+      for (const args of lines) {
+        const result = await sandbox.run([...args], { cwd: project });
+        expect(result.code, args.join(' ')).toBe(2);
+        expect(result.stderr, args.join(' ')).toBe(`Error: ${message}\n  hint: ${hint}\n`);
+      }
     }
   });
 
@@ -360,19 +467,7 @@ describe('ferry errors', () => {
   });
 
   it('--provider aws without a region or credentials: exit 2 with the way to set them, before anything is built', async () => {
-    // No region and no credentials from any source of the SDK's chains: environment, ~/.aws files,
-    // instance metadata.
-    const noAws = {
-      AWS_REGION: undefined,
-      AWS_DEFAULT_REGION: undefined,
-      AWS_PROFILE: undefined,
-      AWS_ACCESS_KEY_ID: undefined,
-      AWS_SECRET_ACCESS_KEY: undefined,
-      AWS_SESSION_TOKEN: undefined,
-      AWS_CONFIG_FILE: path.join(sandbox.root, 'no-aws-config'),
-      AWS_SHARED_CREDENTIALS_FILE: path.join(sandbox.root, 'no-aws-credentials'),
-      AWS_EC2_METADATA_DISABLED: 'true',
-    };
+    const noAws = offlineAws;
     const list = await sandbox.run(['app', 'list', '--provider', 'aws'], { env: noAws });
     expect(list.code).toBe(2);
     expect(list.stderr).toContain('Error: No AWS region is configured\n');
