@@ -2,7 +2,8 @@
 
 A request is bound like a queue job: the JSON body (or, when there is no body, the query string)
 plus the path parameters become keyword arguments. Strings from the path and query are converted
-when the parameter is annotated int, float or bool. Answers are JSON: 200 with the return value,
+when the parameter is annotated int, float or bool. A query parameter the function does not take is
+left out (_takes). Answers are JSON: 200 with the return value,
 400/404/405/413 with {"error": ...} for bad requests, 500 {"error": <message>} when the handler
 raises (traceback to stderr). GET /ping is the platform's health check. HEAD answers as GET does,
 without the body. A body is read as JSON whatever its content type: nested deeper than
@@ -168,6 +169,10 @@ class Router:
         raise BadRequest(404, f"no route for {method} {path}")
 
     def build_kwargs(self, route, path_params, query, body):
+        try:
+            signature = inspect.signature(route.fn)
+        except (TypeError, ValueError):
+            signature = None
         if body:
             data = parse_json_body(body)
             if not isinstance(data, dict):
@@ -176,17 +181,14 @@ class Router:
         else:
             kwargs = {}
             for key, values in urllib.parse.parse_qs(query, keep_blank_values=True).items():
-                kwargs[key] = values[0] if len(values) == 1 else values
+                if _takes(signature, key):
+                    kwargs[key] = values[0] if len(values) == 1 else values
             from_strings = set(kwargs)
         for key, value in path_params.items():
             if key in kwargs and kwargs[key] != value:
                 raise BadRequest(400, f"parameter {key!r} is given both in the path and the request")
             kwargs[key] = value
             from_strings.add(key)
-        try:
-            signature = inspect.signature(route.fn)
-        except (TypeError, ValueError):
-            signature = None
         if signature is not None:
             for key in from_strings:
                 param = signature.parameters.get(key)
@@ -232,6 +234,16 @@ class Router:
         except Exception as exc:  # noqa: BLE001 - a handler failure is a 500, the server lives
             traceback.print_exception(type(exc), exc, exc.__traceback__)
             return 500, {"error": str(exc) or type(exc).__name__}
+
+
+def _takes(signature, name):
+    """Whether a query parameter goes to the function: one it names, or any with **kwargs. Others are
+    left out, as web frameworks (Flash's FastAPI among them) leave them: a cache-buster or a tracking
+    parameter on a GET must not turn it into a 400. A JSON body stays bound whole, like a job's input."""
+    if signature is None:
+        return True
+    params = signature.parameters
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 async def _collect_async(agen):
