@@ -4,7 +4,14 @@
  * providers answer byte for byte alike (docs/api.md, docs/architecture.md#worker-protocol).
  */
 import { randomUUID } from 'node:crypto';
-import { type Authenticator, assertScopeCovers, credentialOf, type KeyScope } from './auth.js';
+import {
+  type Authenticator,
+  credentialOf,
+  endpointNotFound,
+  endpointWithinScope,
+  type KeyScope,
+  scopeCovers,
+} from './auth.js';
 import { awsInfoOf, endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
 import {
@@ -313,7 +320,8 @@ export class V2Api {
   /**
    * `/v2/by-name/<app>/<env>/<endpoint>[/<route>]` (core/names.ts, docs/python.md): GET without a
    * route answers the resolution (id, kind); with one, that client route of the resolved endpoint.
-   * The key is checked first, and its scope against the endpoint found (403 outside it).
+   * The key is checked first, and its scope against the endpoint found (outside it, the 404 of an
+   * unknown endpoint: endpointWithinScope).
    */
   private async byName(req: ApiRequest, method: string, segments: string[]): Promise<ApiResponse> {
     if (segments.length < 3) throw notFound(`No route for ${req.method} ${req.path}`);
@@ -328,11 +336,16 @@ export class V2Api {
     // A key scoped elsewhere is refused before the lookup, which could provision (`ferry dev`) and
     // would tell whether the endpoint exists. With '-' left, only the app is known until the record
     // is found (checked again below), so only the app is checked here.
-    const asked = wanted === anyEnv ? (scope.env ?? anyEnv) : wanted;
-    assertScopeCovers(scope, { id: `${app}/${wanted}/${name}`, app, env: asked });
+    const asked = `${app}/${env}/${name}`;
+    if (!scopeCovers(scope, { app, env: wanted === anyEnv ? (scope.env ?? anyEnv) : wanted })) {
+      throw endpointNotFound(scope, asked);
+    }
     await this.options.beforeResolve?.(app, wanted, name);
-    const record = await resolveByName(this.options.control, app, wanted, name);
-    assertScopeCovers(scope, record);
+    const record = endpointWithinScope(
+      scope,
+      asked,
+      await resolveByName(this.options.control, app, wanted, name),
+    );
     const rest = segments.slice(3);
     if (rest.length > 0) return this.route(req, method, record.id, rest, scope);
     if (!readMethods.includes(method)) throw notFound(`No route for ${req.method} ${req.path}`);
@@ -342,13 +355,11 @@ export class V2Api {
   /**
    * `GET /v2/<endpointId>`: the answer by-name gives, for a caller that has the id (the SDK's
    * `Endpoint(id=…)`): above all where a load-balanced endpoint's routes are. Key first (401), then
-   * the lookup (404), then the key's scope (403), as on the endpoint's other routes.
+   * the endpoint as the key may see it (404), as on the endpoint's other routes.
    */
   private async byId(req: ApiRequest, endpointId: string): Promise<ApiResponse> {
     const scope = await this.clientScope(req);
-    const record = await this.endpointRecord(endpointId);
-    assertScopeCovers(scope, record);
-    return ok(resolutionOf(record));
+    return ok(resolutionOf(endpointWithinScope(scope, endpointId, await this.endpointRecord(endpointId))));
   }
 
   /** The scope of the request's client key; 401 when it carries none (checked before any lookup). */
@@ -373,7 +384,8 @@ export class V2Api {
       const params = route.pattern.flatMap((p, i) =>
         p.startsWith(':') ? [decodeURIComponent(rest[i]!)] : [],
       );
-      // A client key is checked (401) before the endpoint is looked up (404), its scope after (403).
+      // A client key is checked (401) before the endpoint is looked up, and one outside the key's
+      // scope answers as an unknown one (404), before its kind (400) or any job is read.
       let scope: KeyScope | undefined;
       if (route.caller === 'client') {
         scope = knownScope ?? (await this.clientScope(req));
@@ -384,8 +396,9 @@ export class V2Api {
         if (access === 'unknown') throw unauthorized();
         if (access === 'mismatch') throw forbidden('This worker token is not for this endpoint and worker');
       }
-      const endpoint = await this.queueEndpoint(endpointId);
-      if (scope) assertScopeCovers(scope, endpoint);
+      const endpoint = queueEndpoint(
+        endpointWithinScope(scope ?? {}, endpointId, await this.endpointRecord(endpointId)),
+      );
       const callFrom = scope?.callFrom;
       if (callFrom !== undefined) {
         const refusal = callTokenRefusal(route, req);
@@ -400,17 +413,8 @@ export class V2Api {
     throw notFound(`No route for ${req.method} ${req.path}`);
   }
 
-  /** The endpoint a /v2 route names: queue-based only (load-balanced ones are called on their URL). */
-  private async queueEndpoint(endpointId: string): Promise<EndpointRecord> {
-    const record = await this.endpointRecord(endpointId);
-    if (record.kind !== 'queue') {
-      throw badRequest(`Endpoint ${endpointId} is load-balanced: call its routes on its own URL, not /v2/`);
-    }
-    return record;
-  }
-
-  /** The endpoint's record, held for endpointCacheMs (2 s) between reads; 404 when there is none. */
-  private async endpointRecord(endpointId: string): Promise<EndpointRecord> {
+  /** The endpoint's record, held for endpointCacheMs (2 s) between reads; undefined when there is none. */
+  private async endpointRecord(endpointId: string): Promise<EndpointRecord | undefined> {
     const now = Date.now();
     let cached = this.endpoints.get(endpointId);
     if (!cached || cached.untilMs <= now) {
@@ -421,7 +425,6 @@ export class V2Api {
       if (this.endpoints.size > 10_000) this.endpoints.clear();
       this.endpoints.set(endpointId, cached);
     }
-    if (!cached.record) throw notFound(`Endpoint ${endpointId} not found`);
     return cached.record;
   }
 
@@ -667,6 +670,14 @@ interface RecordSettings {
 const settingsOfRecord = new WeakMap<EndpointRecord, RecordSettings>();
 
 /** Parsed once per record the endpoint cache holds, not on every /run or job-take. */
+/** The endpoint a /v2 route names: queue-based only (load-balanced ones are called on their URL). */
+function queueEndpoint(record: EndpointRecord): EndpointRecord {
+  if (record.kind !== 'queue') {
+    throw badRequest(`Endpoint ${record.id} is load-balanced: call its routes on its own URL, not /v2/`);
+  }
+  return record;
+}
+
 function settingsOf(record: EndpointRecord): RecordSettings {
   let settings = settingsOfRecord.get(record);
   if (!settings) {

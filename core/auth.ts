@@ -4,7 +4,7 @@
  * worker token cannot call the client API (docs/architecture.md#worker-protocol).
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { forbidden, unauthorized } from './errors.js';
+import { type FerryError, forbidden, notFound, unauthorized } from './errors.js';
 import { callerOfToken } from './names.js';
 import type { ApiKeyLookup, ApiKeyRecord, EndpointLookup } from './ports.js';
 
@@ -94,7 +94,7 @@ export const scopeOf = (record: Pick<ApiKeyRecord, 'app' | 'env' | 'endpointId'>
   ...(record.endpointId ? { callFrom: record.endpointId } : {}),
 });
 
-/** The one rule for key scopes (both front doors and the AWS authorizer call it). */
+/** The one rule for key scopes (both front doors' APIs, and the AWS load-balanced agent, call it). */
 export function scopeCovers(scope: KeyScope, target: { app: string; env: string }): boolean {
   if (scope.app === undefined) return true;
   if (scope.app !== target.app) return false;
@@ -107,33 +107,50 @@ export function describeScope(scope: KeyScope): string {
 }
 
 /**
- * A client call to one endpoint: 401 without a known key, 403 when the key's scope does not reach the
- * endpoint's app and environment. Both front doors call this before anything is read or written.
+ * A client call to one endpoint: 401 without a known key (before the lookup), then the endpoint as the
+ * key may see it (endpointWithinScope). The local /lb front door calls this before anything is read or written.
  */
-export async function authorizeClient(
+export async function authorizeClient<T extends { app: string; env: string }>(
   auth: Authenticator,
   header: string | string[] | undefined,
-  endpoint: { id: string; app: string; env: string },
-): Promise<KeyScope> {
+  asked: string,
+  lookup: () => Promise<T | undefined>,
+): Promise<T> {
   const scope = await auth.clientKeyScope(credentialOf(header));
   if (!scope) throw unauthorized();
-  assertScopeCovers(scope, endpoint);
-  return scope;
+  return endpointWithinScope(scope, asked, await lookup());
 }
 
 /**
- * The 403 API Gateway answers itself when a known key calls outside its scope (the authorizer's
- * cached policy does not cover the route), a gateway response with no request to read: the local
- * API's own 403 (assertScopeCovers) names the scope and the endpoint.
+ * The 403 API Gateway answers itself when a known key calls a route its policy leaves out (a scoped
+ * key or a call key on the management API, functions/authorizer.ts), a gateway response with no
+ * request to read: the local API's own 403 (authorizeOperator) says the same in more words.
  */
 export const outOfScopeMessage =
   "This API key's scope (an app, or an app environment) does not cover this route";
 
-/** 403 when a known key's scope does not reach the endpoint (for a caller that has the scope already). */
-export function assertScopeCovers(scope: KeyScope, endpoint: { id: string; app: string; env: string }): void {
-  if (!scopeCovers(scope, endpoint)) {
-    throw forbidden(`This API key (${describeScope(scope)}) may not call endpoint ${endpoint.id}`);
-  }
+/**
+ * The 404 for an endpoint `asked` (its id, or `<app>/<env>/<name>`) that the key cannot see. A scoped
+ * key gets the same answer for an endpoint outside its scope as for one that does not exist, so it
+ * cannot learn which endpoints other apps have (docs/security.md#api-key-scopes); its message says
+ * the scope, which the caller knows already. A key of every app gets the plain not-found.
+ */
+export function endpointNotFound(scope: KeyScope, asked: string): FerryError {
+  if (scope.app === undefined) return notFound(`Endpoint ${asked} not found`);
+  return notFound(`Endpoint ${asked} not found within this API key's scope (${describeScope(scope)})`);
+}
+
+/**
+ * The one rule for an endpoint a client key names (both front doors: core/api.ts, /lb): the record
+ * when there is one and the key's scope covers it, else endpointNotFound. Worker routes pass `{}`.
+ */
+export function endpointWithinScope<T extends { app: string; env: string }>(
+  scope: KeyScope,
+  asked: string,
+  record: T | undefined,
+): T {
+  if (record !== undefined && scopeCovers(scope, record)) return record;
+  throw endpointNotFound(scope, asked);
 }
 
 /**

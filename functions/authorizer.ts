@@ -5,31 +5,22 @@
  * Gateway caches per key (identity source `method.request.header.Authorization`) is right for every
  * route. A missing or unknown key throws "Unauthorized", which API Gateway answers with 401 (its
  * UNAUTHORIZED gateway response); a route outside a known key's Allow is an implicit deny, which it
- * answers with 403 (ACCESS_DENIED), as the local API answers
+ * answers with 403 (ACCESS_DENIED): a scoped key on the management API, as the local API answers
  * (https://docs.aws.amazon.com/apigateway/latest/developerguide/apigateway-use-lambda-authorizer.html,
  * https://repost.aws/knowledge-center/api-gateway-403-error-lambda-authorizer). The first page says
  * API Gateway caches a returned policy for the authorizer's TTL; it does not say whether a thrown
  * "Unauthorized" is cached. Nothing here relies on either: a new key is a fresh random value.
  *
  * The key is never logged, nor put in the context: only the key's id travels on, as `principalId` and
- * `context.keyId` (and a call key's endpoint, `context.callFrom`). A key scoped to an app or environment gets only its endpoints' routes
- * (allowedResources); the API checks the scope again on every call (core/auth.ts authorizeClient).
+ * `context.keyId` (and a call key's endpoint, `context.callFrom`). A key scoped to an app or
+ * environment gets the v2 routes only (allowedResources); the API checks its scope on every call.
  * A failed lookup throws, which API Gateway answers with a 500 (fail closed).
  *
  * The stack gives both gateway responses the API's one error shape, `{"error": ...}`
  * (missingKeyMessage, outOfScopeMessage); the local shim answers the same.
  */
 import type { APIGatewayAuthorizerResult, APIGatewayRequestAuthorizerEvent } from 'aws-lambda';
-import {
-  credentialOf,
-  describeScope,
-  hashKey,
-  type KeyScope,
-  sameSecret,
-  scopeCovers,
-  scopeOf,
-} from '../core/auth.js';
-import { anyEnv, byNameSegment } from '../core/names.js';
+import { credentialOf, describeScope, hashKey, type KeyScope, sameSecret, scopeOf } from '../core/auth.js';
 import type { ControlStore } from '../core/ports.js';
 import { platformFromEnv } from './wiring.js';
 
@@ -39,7 +30,7 @@ export function stageWildcard(methodArn: string): string | undefined {
   return match ? `${match[1]}/*` : undefined;
 }
 
-function allow(resource: string | string[]): APIGatewayAuthorizerResult['policyDocument'] {
+function allow(resource: string): APIGatewayAuthorizerResult['policyDocument'] {
   return {
     Version: '2012-10-17',
     Statement: [{ Action: 'execute-api:Invoke', Effect: 'Allow', Resource: resource }],
@@ -47,36 +38,18 @@ function allow(resource: string | string[]): APIGatewayAuthorizerResult['policyD
 }
 
 /**
- * What a key may invoke. An unscoped key: the whole stage. A scoped key (docs/security.md): the v2
- * routes of the endpoints its scope covers by id (scopeCovers, the same rule the API applies again),
- * listed one by one so the cached answer is right for every route the key calls (an endpoint deployed
- * later is reachable by id once the authorizer cache entry expires); and every name route under its
- * app (and environment, or `-`). Names are allowed by prefix, not listed: a name may resolve to a
- * record of another name (`ferry dev` records `live-<name>`, core/names.ts resolveByName) or to none,
- * and the API must answer that as it does locally (the endpoint, or 404 "not deployed"), not API
- * Gateway with a 403 for a path the list lacks. The API checks the scope again on the record it
- * resolves, so `-` cannot reach an environment outside the scope. API Gateway matches the policy
- * against the request's method ARN, whose path is the request's own
+ * What a key may invoke. An unscoped key: the whole stage. A scoped key (docs/security.md): every v2
+ * route, and nothing outside /v2/ (the management API spans apps: API Gateway answers 403 there). The
+ * API decides which endpoints a scoped key sees, with the one rule both front doors apply
+ * (core/auth.ts endpointWithinScope): outside the scope, the same 404 as an endpoint that does not
+ * exist. A policy that listed the key's endpoints would have API Gateway answer 403 for those
+ * outside it and for unknown ones, where the local API answers 404, and would keep an endpoint
+ * deployed since the key's policy was cached out of reach until the cache entry expired. API Gateway
+ * matches the policy against the request's method ARN, whose path is the request's own
  * (https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-lambda-authorizer-output.html).
  */
-export async function allowedResources(
-  stage: string,
-  scope: KeyScope,
-  control: Pick<ControlStore, 'listEndpoints'>,
-): Promise<string[]> {
-  if (scope.app === undefined) return [stage];
-  const base = stage.slice(0, -1);
-  const byId = (await control.listEndpoints({ app: scope.app, ...(scope.env ? { env: scope.env } : {}) }))
-    .filter((endpoint) => scopeCovers(scope, endpoint))
-    .flatMap((endpoint) => [
-      `${base}*/v2/${endpoint.id}/*`,
-      // GET /v2/<id>: the endpoint's lookup by id (core/api.ts byId).
-      `${base}*/v2/${endpoint.id}`,
-    ]);
-  const byName = (scope.env === undefined ? [''] : [`/${scope.env}`, `/${anyEnv}`]).map(
-    (env) => `${base}*/v2/${byNameSegment}/${scope.app}${env}/*`,
-  );
-  return [...byId, ...byName];
+export function allowedResources(stage: string, scope: KeyScope): string {
+  return scope.app === undefined ? stage : `${stage.slice(0, -1)}*/v2/*`;
 }
 
 function headerOf(event: APIGatewayRequestAuthorizerEvent, name: string): string | undefined {
@@ -99,10 +72,9 @@ export function createAuthorizer(control: () => ControlStore): AuthorizerHandler
     const record = await control().findApiKeyByHash(hashKey(key));
     if (!record || !sameSecret(key, record.hash)) throw new Error('Unauthorized');
     const scope = scopeOf(record);
-    const resources = await allowedResources(stage, scope, control());
     return {
       principalId: record.id,
-      policyDocument: allow(resources.length === 1 ? resources[0]! : resources),
+      policyDocument: allow(allowedResources(stage, scope)),
       context: {
         keyId: record.id,
         keyName: record.name,

@@ -1259,18 +1259,12 @@ export class PlatformStack extends Stack {
     this.allowPayloads(fn, ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
   }
 
-  /** The authorizer (and load-balanced agents) read API keys and nothing else of the control table. */
+  /**
+   * The authorizer reads API keys and nothing else of the control table: a scoped key's policy is the
+   * same for every key (functions/authorizer.ts allowedResources), so it lists no endpoints.
+   */
   private grantKeyLookup(role: iam.Role): void {
     role.addToPolicy(keyLookupStatement(this.controlTable));
-    // A scoped key's Allow lists its endpoints (functions/authorizer.ts allowedResources): Query on
-    // the byKind index for endpoint items only (the index's partition key is the item kind).
-    role.addToPolicy(
-      new iam.PolicyStatement({
-        actions: ['dynamodb:Query'],
-        resources: [`${this.controlTable.tableArn}/index/${dynamoSchema.control.indexes.byKind.indexName}`],
-        conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['EP'] } },
-      }),
-    );
   }
 
   /** The sweeper: JobEngine.sweep and DynamoJobStore.deleteExpired. */
@@ -1569,8 +1563,8 @@ export class PlatformStack extends Stack {
 
     // Errors keep the one body shape of the API, `{"error": "..."}` (docs/api.md#errors), even when API
     // Gateway answers by itself: 401 for a missing or unknown key (the authorizer threw
-    // "Unauthorized"), 403 for a known key outside its scope (its policy does not cover the route),
-    // as the local API answers.
+    // "Unauthorized"), 403 for a scoped key on the management API (its policy covers /v2 only,
+    // functions/authorizer.ts), as the local API answers.
     api.addGatewayResponse('Unauthorized', {
       type: apigw.ResponseType.UNAUTHORIZED,
       statusCode: '401',

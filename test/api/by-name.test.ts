@@ -153,7 +153,7 @@ describe("a worker's call token", () => {
     expect(own.body.id).toBe('shop-sum-1');
   });
 
-  it('is a key scoped to its app and environment: 403 outside it, by name or by id; 401 on worker routes', async () => {
+  it('is a key scoped to its app and environment: outside it 404 as for no endpoint, by name or by id; 401 on worker routes', async () => {
     const otherApp = await call(
       base,
       'POST',
@@ -161,11 +161,11 @@ describe("a worker's call token", () => {
       { input: {} },
       token('shop-sum-1'),
     );
-    expect(otherApp.status).toBe(403);
+    expect(otherApp.status).toBe(404);
     // Refused before the lookup: the answer names what was asked, not the other app's endpoint id,
     // and is the same whether that endpoint exists or not.
-    expect(otherApp.body.error).toMatch(
-      /app shop, environment production\) may not call endpoint bank\/production\/vault$/,
+    expect(otherApp.body.error).toBe(
+      "Endpoint bank/production/vault not found within this API key's scope (app shop, environment production)",
     );
     const missing = await call(
       base,
@@ -174,13 +174,13 @@ describe("a worker's call token", () => {
       { input: {} },
       token('shop-sum-1'),
     );
-    expect(missing.status).toBe(403);
+    expect(missing.status).toBe(404);
     const otherEnv = await call(base, 'GET', '/by-name/shop/staging/other', undefined, token('shop-sum-1'));
-    expect(otherEnv.status).toBe(403);
+    expect(otherEnv.status).toBe(404);
     const byId = await call(base, 'POST', '/bank-vault-1/run', { input: {} }, token('shop-sum-1'));
-    expect(byId.status).toBe(403);
+    expect(byId.status).toBe(404);
     const lookup = await call(base, 'GET', '/bank-vault-1', undefined, token('shop-sum-1'));
-    expect(lookup.status).toBe(403);
+    expect(lookup.status).toBe(404);
     expect((await call(base, 'GET', '/shop-api-1', undefined, token('shop-sum-1'))).body.kind).toBe('lb');
     const ownById = await call(base, 'POST', '/shop-sum-1/run', { input: {} }, token('shop-api-1'));
     expect(ownById.status).toBe(200);

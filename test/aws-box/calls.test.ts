@@ -174,13 +174,16 @@ describe('a worker calls another endpoint of its app on AWS', () => {
       (await call('POST', '/v2/by-name/box/production/callee/run', token, { input: { x: 1 } })).status,
     ).toBe(200);
     expect((await call('POST', `/v2/${callee.id}/run`, token, { input: { x: 2 } })).status).toBe(200);
-    // Refused. The key is known, so outside its policy (another app, management) API Gateway answers
-    // 403, as the local API does. A worker route is inside the policy (`v2/<callee>/*`) and the api
-    // Lambda, which takes no worker token, answers 401 (the shim routes every path to it; API Gateway
-    // has no worker route at all, infra/platform-stack.ts).
+    // Refused. Another app's endpoint answers as one that does not exist (404), as the local API
+    // answers; the management API, outside the key's policy, is API Gateway's 403, as the local API
+    // answers it too. A worker route is inside the policy (`v2/*`) and the api Lambda, which takes
+    // no worker token, answers 401 (the shim routes every path to it; API Gateway has no worker
+    // route at all, infra/platform-stack.ts).
+    const hidden = (asked: string) =>
+      `Endpoint ${asked} not found within this API key's scope (app box, environment production)`;
     for (const [method, url, status, error] of [
-      ['POST', '/v2/elsewhere/run', 403, outOfScopeMessage],
-      ['POST', '/v2/by-name/other/production/callee/run', 403, outOfScopeMessage],
+      ['POST', '/v2/elsewhere/run', 404, hidden('elsewhere')],
+      ['POST', '/v2/by-name/other/production/callee/run', 404, hidden('other/production/callee')],
       ['GET', '/manage/v1/endpoints', 403, outOfScopeMessage],
       ['GET', '/manage/v1/keys', 403, outOfScopeMessage],
       ['GET', `/v2/${callee.id}/job-take/${callee.id}-w1`, 401, missingKeyMessage],

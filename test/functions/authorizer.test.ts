@@ -161,6 +161,8 @@ describe('call keys (core/call-keys.ts): what a worker may call with its key', (
     expect(decision.context).toMatchObject({ keyId: record.id, callFrom: 'callerid1' });
   });
 
+  // Every v2 route reaches the API, which answers an endpoint outside the key's scope as one that
+  // does not exist (core/auth.ts endpointWithinScope): a 403 here would tell the two apart.
   it.each([
     ['by id', 'v2/calleeid2/run'],
     ['by id, its own endpoint', 'v2/callerid1/runsync'],
@@ -168,20 +170,18 @@ describe('call keys (core/call-keys.ts): what a worker may call with its key', (
     ['by name, env "-"', 'v2/by-name/shop/-/callee/runsync'],
     ['status by name', 'v2/by-name/shop/prod/callee/status/j1'],
     ['the lookup by id', 'v2/calleeid2'],
-  ])('allows the same app and environment (%s)', async (_name, path) => {
+    ['another environment, by id', 'v2/stagingid3/run'],
+    ['another app, by name', 'v2/by-name/blog/prod/callee/run'],
+    ['another app, the lookup by id', 'v2/otherid4'],
+    ['an endpoint that does not exist', 'v2/nosuchid/run'],
+  ])('lets the API answer %s', async (_name, path) => {
     expect(await decide(path)).toBe(true);
   });
 
   it.each([
-    ['another environment, by id', 'v2/stagingid3/run'],
-    ['another environment, by name', 'v2/by-name/shop/staging/callee/run'],
-    ['another app, by id', 'v2/otherid4/run'],
-    ['another app, by name', 'v2/by-name/blog/prod/callee/run'],
-    ['another app, the lookup by id', 'v2/otherid4'],
-    ['a lookup by id that is the start of a listed one', 'v2/calleeid'],
     ['management: endpoints', 'manage/v1/endpoints'],
     ['management: keys', 'manage/v1/keys'],
-    ['an endpoint that does not exist', 'v2/nosuchid/run'],
+    ['a path that only starts like v2', 'v2x/calleeid2/run'],
   ])('leaves out %s (a known key: API Gateway answers 403)', async (_name, path) => {
     expect(await decide(path)).toBe(false);
     expect(await decide(path, 'GET')).toBe(false);

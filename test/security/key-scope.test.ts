@@ -1,7 +1,8 @@
 /**
- * API keys scoped to every app, one app, or one app environment (docs/security.md): the wrong scope
- * is refused with 403 on every client route of both front doors (the local server, /v2 and /lb, and
- * the AWS authorizer's policy), and nothing changes.
+ * API keys scoped to every app, one app, or one app environment (docs/security.md): on every client
+ * route of the local server (/v2 and /lb) an endpoint outside the scope answers as one that does not
+ * exist (404), and nothing changes; the management API answers 403; the AWS authorizer's policy lets
+ * a scoped key reach the v2 routes only, where the API applies the same rule.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,6 +13,7 @@ import { type LocalPlatform, startLocalPlatform } from '../../core/adapters/loca
 import { hashKey } from '../../core/auth.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { createAuthorizer } from '../../functions/authorizer.js';
+import { hiddenPairs, rawAnswer } from '../support/key-scope.js';
 
 const endpoint = (id: string, app: string, env: string, kind: 'queue' | 'lb' = 'queue'): EndpointRecord => ({
   id,
@@ -104,14 +106,16 @@ describe('scoped API keys on the local front door', () => {
     for (const wrongKey of [keys.blog]) {
       for (const [method, path, body] of clientRoutes(shopProd.id, jobId)) {
         const answer = await call(wrongKey, method, path, body);
-        expect([method, path, answer.status]).toEqual([method, path, 403]);
-        expect(answer.body.error).toMatch(/may not call endpoint shop-prod-ep/);
+        expect([method, path, answer.status]).toEqual([method, path, 404]);
+        expect(answer.body.error).toBe(
+          "Endpoint shop-prod-ep not found within this API key's scope (app blog)",
+        );
       }
     }
     // A key for shop/prod may not call shop/dev.
     for (const [method, path, body] of clientRoutes(shopDev.id, jobId)) {
       const answer = await call(keys.shopProd, method, path, body);
-      expect([method, path, answer.status]).toEqual([method, path, 403]);
+      expect([method, path, answer.status]).toEqual([method, path, 404]);
     }
     // Nothing changed: the job is still queued and the queue holds exactly it.
     expect((await call(keys.all, 'GET', `/v2/${shopProd.id}/status/${jobId}`)).body.status).toBe('IN_QUEUE');
@@ -119,6 +123,34 @@ describe('scoped API keys on the local front door', () => {
     expect(
       ((await call(keys.all, 'GET', `/v2/${shopDev.id}/health`)).body.jobs as { inQueue: number }).inQueue,
     ).toBe(0);
+  });
+
+  it('answers an endpoint of another app, by id and by name, and its jobs, as one that does not exist', async () => {
+    const job = await call(keys.all, 'POST', `/v2/${shopProd.id}/run`, { input: { n: 2 } });
+    expect(job.status).toBe(200);
+    for (const [key, scope] of [
+      [keys.blog, 'app blog'],
+      [keys.shopProd, 'app shop, environment prod'],
+    ] as const) {
+      const target = key === keys.blog ? shopProd : shopDev;
+      for (const { label, existing, unknown, swap } of hiddenPairs(target, job.body.id as string)) {
+        const seen = await rawAnswer(platform.url, key, existing);
+        const other = await rawAnswer(platform.url, key, unknown);
+        expect(seen.status, label).toBe(404);
+        expect(JSON.parse(seen.text).error, label).toContain(
+          `not found within this API key's scope (${scope})`,
+        );
+        expect(seen, label).toEqual(
+          swap ? { ...other, text: other.text.replaceAll(swap[0], swap[1]) } : other,
+        );
+      }
+    }
+    expect(resolving).toEqual([]);
+    // A key of every app keeps the plain not-found.
+    expect(await call(keys.all, 'GET', '/v2/nosuchendpoint9/health')).toEqual({
+      status: 404,
+      body: { error: 'Endpoint nosuchendpoint9 not found' },
+    });
   });
 
   it('lets the right scope through', async () => {
@@ -162,8 +194,8 @@ describe('scoped API keys on the local front door', () => {
   it("refuses a by-name call outside the key's scope before anything is provisioned for it", async () => {
     for (const path of ['/v2/by-name/shop/prod/shop-prod-ep', '/v2/by-name/shop/-/shop-prod-ep/health']) {
       const refused = await call(keys.blog, 'GET', path);
-      expect(refused.status, path).toBe(403);
-      expect(refused.body.error).toMatch(/may not call/);
+      expect(refused.status, path).toBe(404);
+      expect(refused.body.error).toMatch(/not found within this API key's scope/);
     }
     expect(resolving).toEqual([]);
     const allowed = await call(keys.shop, 'GET', '/v2/by-name/shop/prod/shop-prod-ep');
@@ -172,8 +204,13 @@ describe('scoped API keys on the local front door', () => {
   });
 
   it('applies the same rule on /lb routes', async () => {
-    const wrong = await call(keys.shop, 'POST', `/lb/${blogLb.id}/predict`, { x: 1 });
-    expect(wrong.status).toBe(403);
+    const wrong = await rawAnswer(platform.url, keys.shop, ['POST', `/lb/${blogLb.id}/predict`, { x: 1 }]);
+    const unknown = await rawAnswer(platform.url, keys.shop, ['POST', '/lb/nosuchlb/predict', { x: 1 }]);
+    expect(wrong.status).toBe(404);
+    expect(wrong).toEqual({ ...unknown, text: unknown.text.replaceAll('nosuchlb', blogLb.id) });
+    // Another app's queue endpoint too: not its kind's 400, which would tell that it exists.
+    const queue = await rawAnswer(platform.url, keys.blog, ['POST', `/lb/${shopProd.id}/predict`, { x: 1 }]);
+    expect(queue.status).toBe(404);
     expect((await call('fy_unknown', 'GET', `/lb/${blogLb.id}/predict`)).status).toBe(401);
   });
 });
@@ -193,25 +230,15 @@ describe('scoped API keys on the AWS authorizer', () => {
     expect(result.policyDocument.Statement[0]).toMatchObject({ Effect: 'Allow', Resource: `${stage}*` });
   });
 
-  it('allows a scoped key only the routes of the endpoints its scope covers, and names under its app', async () => {
-    // Each covered endpoint by id (its routes, and its lookup GET /v2/<id>).
-    const routesOf = (e: { id: string }) => [`${stage}*/v2/${e.id}/*`, `${stage}*/v2/${e.id}`];
-    // Names by prefix: a name may resolve to `live-<name>` (ferry dev) or to nothing (a 404 the API
-    // gives), and the API checks the scope again on the record it finds.
-    const shop = await authorize(keys.shop);
-    expect(shop.policyDocument.Statement[0]).toMatchObject({
-      Effect: 'Allow',
-      Resource: [...routesOf(shopDev), ...routesOf(shopProd), `${stage}*/v2/by-name/shop/*`],
+  it('allows a scoped key the v2 routes only, where the API answers its scope (404 outside it)', async () => {
+    for (const key of [keys.shop, keys.shopProd, keys.blog]) {
+      const decision = await authorize(key);
+      expect(decision.policyDocument.Statement).toEqual([
+        { Action: 'execute-api:Invoke', Effect: 'Allow', Resource: `${stage}*/v2/*` },
+      ]);
+    }
+    expect((await authorize(keys.shopProd)).context).toMatchObject({
+      keyScope: 'app shop, environment prod',
     });
-    const shopProdOnly = await authorize(keys.shopProd);
-    expect(shopProdOnly.policyDocument.Statement[0]).toMatchObject({
-      Resource: [...routesOf(shopProd), `${stage}*/v2/by-name/shop/prod/*`, `${stage}*/v2/by-name/shop/-/*`],
-    });
-    // Nothing of another app, by id or by name.
-    const blogOnly = JSON.stringify((await authorize(keys.blog)).policyDocument);
-    expect(blogOnly).not.toContain('/shop/');
-    expect(blogOnly).not.toContain(shopProd.id);
-    expect(JSON.stringify(shop.policyDocument)).not.toContain('/blog/');
-    expect(shopProdOnly.context).toMatchObject({ keyScope: 'app shop, environment prod' });
   });
 });

@@ -13,8 +13,8 @@ import Fastify, {
   type FastifyServerOptions,
 } from 'fastify';
 import type { ApiRequest, V2Api } from '../../api.js';
-import { type Authenticator, authorizeClient, credentialOf } from '../../auth.js';
-import { badRequest, internal, notFound, toHttpResponse, unauthorized } from '../../errors.js';
+import { type Authenticator, authorizeClient } from '../../auth.js';
+import { badRequest, internal, toHttpResponse } from '../../errors.js';
 import { assertJsonDepth, stringifyJsonExact } from '../../json.js';
 import { limits } from '../../limits.js';
 import { type Logger, stderrLogger } from '../../log.js';
@@ -307,17 +307,17 @@ function singleValues(
   return out;
 }
 
-/** Key (401), endpoint (404, 400 when it is a queue endpoint), then the key's scope (403). */
+/**
+ * Key (401), the endpoint as the key may see it (404 when unknown or outside its scope), then its
+ * kind (400 for a queue endpoint), as the v2 API orders them (core/api.ts).
+ */
 async function authorizeLb(lb: LbFrontDoor, header: string | undefined, endpointId: string): Promise<void> {
-  if (!(await lb.auth.isClientKey(credentialOf(header)))) throw unauthorized();
-  const record = await lb.endpoint(endpointId);
-  if (!record) throw notFound(`Endpoint ${endpointId} not found`);
+  const record = await authorizeClient(lb.auth, header, endpointId, () => lb.endpoint(endpointId));
   if (record.kind !== 'lb') {
     throw badRequest(
       `Endpoint ${endpointId} is a queue endpoint: call it on /v2/${endpointId}/run or /runsync`,
     );
   }
-  await authorizeClient(lb.auth, header, record);
 }
 
 /**
