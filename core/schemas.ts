@@ -143,10 +143,13 @@ export function parseOr400<T>(schema: z.ZodType<T>, value: unknown, what: string
   if (result.success) return result.data;
   const issue = result.error.issues[0]!;
   const at = issue.path.length > 0 ? ` at '${issue.path.join('.')}'` : '';
-  const message =
-    issue.code === 'unrecognized_keys'
-      ? `unknown field ${issue.keys.map((k) => `'${k}'`).join(', ')}`
-      : issue.message;
+  let message = issue.message;
+  if (issue.code === 'unrecognized_keys') {
+    // The unknown field is named; when the schema says what to send (its own `error`, as POST
+    // uploads' does), that follows, as in its other 400s. zod's own wording adds nothing to the name.
+    const unknown = `unknown field ${issue.keys.map((k) => `'${k}'`).join(', ')}`;
+    message = message.startsWith('Unrecognized key') ? unknown : `${unknown}; ${message}`;
+  }
   throw badRequest(`Invalid ${what}${at}: ${message}`);
 }
 

@@ -313,13 +313,17 @@ describe('big bodies through the 10 MB / 6 MB front door', () => {
     expect(((await input.json()) as { blob: string }).blob).toHaveLength(7 * MB);
   });
 
-  it('POST uploads without a body, with a size of 0 or over the largest input a route takes, is a 400 naming sizeBytes', async () => {
+  it('POST uploads without a body, with a size of 0 or over the largest input a route takes, or an unknown field, is a 400 naming sizeBytes', async () => {
     const asked = [
       await call('POST', '/idle/uploads'),
       await call('POST', '/idle/uploads', { sizeBytes: 0 }),
       await call('POST', '/idle/uploads', { sizeBytes: 1.5 }),
       await call('POST', '/idle/uploads', { sizeBytes: uploadMaxBytes + 1 }),
+      await call('POST', '/idle/uploads', { sizeBytes: 5, surprise: 1 }),
     ];
+    expect(asked.at(-1)!.body.error).toMatch(
+      /unknown field 'surprise'; send \{"sizeBytes": .*from 1 to \d+$/,
+    );
     for (const answer of asked) {
       expect(answer.status, answer.text).toBe(400);
       expect(answer.body.error).toMatch(/send \{"sizeBytes": <bytes of the JSON you will PUT>\}/);
