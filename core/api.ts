@@ -669,7 +669,6 @@ interface RecordSettings {
 /** RecordSettings by record object (records are not changed in place). */
 const settingsOfRecord = new WeakMap<EndpointRecord, RecordSettings>();
 
-/** Parsed once per record the endpoint cache holds, not on every /run or job-take. */
 /** The endpoint a /v2 route names: queue-based only (load-balanced ones are called on their URL). */
 function queueEndpoint(record: EndpointRecord): EndpointRecord {
   if (record.kind !== 'queue') {
@@ -678,6 +677,7 @@ function queueEndpoint(record: EndpointRecord): EndpointRecord {
   return record;
 }
 
+/** Parsed once per record the endpoint cache holds, not on every /run or job-take. */
 function settingsOf(record: EndpointRecord): RecordSettings {
   let settings = settingsOfRecord.get(record);
   if (!settings) {
