@@ -7,6 +7,7 @@ import io
 import json
 import re
 import sys
+import threading
 import unittest
 import urllib.parse
 from unittest import mock
@@ -148,6 +149,65 @@ class LoopConnectionsTest(LoopTest):
 
         _run(main())
         self.assertTrue(self.server.hold_ended.wait(5), "the abandoned request's connection was not closed")
+
+    def test_request_cancelled_while_its_connection_opens_closes_that_connection(self):
+        # A thread opens the connection: the job-take in flight when the worker stops can be
+        # cancelled before the socket reaches the loop, which left that socket open (a
+        # ResourceWarning once collected).
+        entered, gate = threading.Event(), threading.Event()
+        openers, opened = [], []
+        connect = self.conns._connect
+
+        def gated_connect(key, timeout):
+            openers.append(threading.current_thread())
+            entered.set()
+            gate.wait(10)
+            sock = connect(key, timeout)
+            self.addCleanup(sock.close)  # the old code's leak must not outlive the test
+            opened.append(sock)
+            return sock
+
+        async def main():
+            conns = self.bind()
+            loop = asyncio.get_running_loop()
+            with mock.patch.object(self.conns, "_connect", gated_connect):
+                task = asyncio.ensure_future(conns.request("GET", self.server.url + "/x"))
+                await loop.run_in_executor(None, entered.wait, 10)
+                task.cancel()
+                with self.assertRaises(asyncio.CancelledError):
+                    await task
+                gate.set()
+                await loop.run_in_executor(None, openers[0].join, 10)
+            conns.close()
+
+        _run(main())
+        self.assertEqual(len(opened), 1)
+        self.assertEqual(opened[0].fileno(), -1, "the socket opened for the cancelled request was left open")
+        self.assertEqual(self.server.requests, [])
+
+    def test_request_cancelled_before_its_opened_connection_reached_the_loop_closes_that_connection(self):
+        # The thread has connected, but the loop has not taken the socket yet when the request goes.
+        opened = []
+
+        def connected_not_delivered(fn, *args):
+            sock = fn(*args)
+            self.addCleanup(sock.close)  # the old code's leak must not outlive the test
+            opened.append(sock)
+            return asyncio.get_running_loop().create_future()
+
+        async def main():
+            conns = self.bind()
+            conns._blocking = connected_not_delivered
+            task = asyncio.ensure_future(conns.request("GET", self.server.url + "/x"))
+            while not opened:
+                await asyncio.sleep(0)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            conns.close()
+
+        _run(main())
+        self.assertEqual(opened[0].fileno(), -1, "the socket opened for the cancelled request was left open")
 
     def test_garbage_answer_is_a_response_error(self):
         url = _serve_garbage_once(self)

@@ -342,13 +342,53 @@ class LoopConnections:
         self._idle.close()
 
     async def _new(self, key, timeout):
-        sock = await self._blocking(self._connections._connect, key, timeout)
+        opening = _Opening(self._connections, key, timeout)
+        try:
+            sock = await self._blocking(opening._connect)
+        except BaseException:
+            opening.abandon()
+            raise
         try:
             _transport, conn = await self._loop.create_connection(lambda: _LoopConn(self._loop), sock=sock)
         except BaseException:
             sock.close()
             raise
         return conn
+
+
+class _Opening:
+    """A connection a thread opens for the loop. The thread connects whether or not the request is
+    still wanted: cancelled meanwhile (the job-take in flight when the worker stops), the request
+    leaves, and the socket is closed wherever it is, never dropped open. The thread checks as well,
+    since the loop that would have received the socket may be closed by then."""
+
+    __slots__ = ("_connections", "_key", "_timeout", "_lock", "_sock", "_abandoned")
+
+    def __init__(self, connections, key, timeout):
+        self._connections = connections
+        self._key = key
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._sock = None  # the socket opened, for abandon() to close
+        self._abandoned = False
+
+    def _connect(self):
+        """In the thread: the connected socket, unless the request was abandoned meanwhile."""
+        sock = self._connections._connect(self._key, self._timeout)
+        with self._lock:
+            if not self._abandoned:
+                self._sock = sock
+                return sock
+        sock.close()
+        raise ConnectionAbortedError("request cancelled while its connection was opened")
+
+    def abandon(self):
+        """On the loop, when the request left before the socket reached it."""
+        with self._lock:
+            self._abandoned = True
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
 
 
 class _LoopConn:
