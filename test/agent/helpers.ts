@@ -8,6 +8,7 @@ import { once } from 'node:events';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
+import type { SqsJobQueue } from '../../core/adapters/aws/sqs.js';
 import { StopSignallingChangeFeed } from '../../core/adapters/aws/stop-signals.js';
 import type { ApiRequest, ApiResponse, V2Api } from '../../core/api.js';
 import { PollingChangeFeed } from '../../core/changes.js';
@@ -91,6 +92,21 @@ export function watchAgentApi(agent: Agent, seen: (req: ApiRequest, response: Ap
     seen(req, response);
     return response;
   };
+}
+
+/**
+ * The receives the agent asks of its queue, each recorded (its endpoint id) as it starts. The agent's
+ * SqsJobQueue is private: a test that checks whether a take reached the queue wraps that one object.
+ */
+export function watchAgentQueue(agent: Agent): string[] {
+  const queue = (agent as unknown as { queue: SqsJobQueue }).queue;
+  const receive = queue.receive.bind(queue);
+  const receives: string[] = [];
+  queue.receive = (endpointId, options) => {
+    receives.push(endpointId);
+    return receive(endpointId, options);
+  };
+  return receives;
 }
 
 /**
