@@ -9,7 +9,7 @@
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -195,16 +195,15 @@ describe('artifact download on a bad connection', () => {
     expect(readdirSync(dirname(path))).toEqual(['artifact.tar.gz']);
   }, 20_000);
 
-  it('fails with a clear error within a bounded time when every attempt stalls, and leaves no file', async () => {
+  it('fails with a clear error when every attempt stalls, each ended by the stall timer, and leaves no file', async () => {
     fake.put(object());
     fake.script = [1, 2, 3].map(() => ({ kind: 'stall', after: 64 * 1024 }) as const);
     const path = fileIn('always-stalls');
-    const started = Date.now();
+    // A stall the timer missed would wait for ever (the test's timeout); the message says the timer
+    // ended the last attempt, and the requests that each earlier one did.
     const failure = await downloadArtifact({ s3, bucket, key, path, attempts: 3, backoffMs: 10 }).catch(
       (error: unknown) => error,
     );
-    // Three stalls of 300 ms and two short pauses; far less than a stalled download's "for ever".
-    expect(Date.now() - started).toBeLessThan(8_000);
     expect(FerryError.is(failure)).toBe(true);
     expect((failure as Error).message).toMatch(
       new RegExp(
@@ -221,11 +220,9 @@ describe('artifact download on a bad connection', () => {
     fake.put(object());
     fake.script = Array.from({ length: 6 }, () => ({ kind: 'silent' }) as const);
     const path = fileIn('silent');
-    const started = Date.now();
     const failure = await downloadArtifact({ s3, bucket, key, path, attempts: 2, backoffMs: 10 }).catch(
       (error: unknown) => error,
     );
-    expect(Date.now() - started).toBeLessThan(10_000);
     expect((failure as Error).message).toMatch(
       /^Cannot download the artifact .*: 2 attempts failed, the last at before any answer: .*timed out after 300 ms/,
     );
@@ -261,16 +258,23 @@ describe('artifact download on a bad connection', () => {
 describe('the init container (bundled agent, artifact mode)', () => {
   let dir: string | undefined;
   let agent: string;
+  /** Preloaded into the agent: says when its event loop empties by itself (never on process.exit()). */
+  let loopWatch: string;
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'ferry-artifact-agent-'));
     agent = await bundleAgent(dir);
+    loopWatch = join(dir, 'loop-watch.cjs');
+    writeFileSync(
+      loopWatch,
+      "process.once('beforeExit', () => process.stderr.write('test: the event loop emptied\\n'));\n",
+    );
   }, 60_000);
   afterAll(() => {
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
   const run = async (path: string) => {
-    const child = spawn(process.execPath, [agent], {
+    const child = spawn(process.execPath, ['--require', loopWatch, agent], {
       env: {
         PATH: process.env.PATH ?? '',
         FERRY_AGENT_MODE: 'artifact',
@@ -291,14 +295,11 @@ describe('the init container (bundled agent, artifact mode)', () => {
     child.stderr.setEncoding('utf8').on('data', (text: string) => {
       stderr += text;
     });
-    let lastLineAt = 0;
-    child.stderr.on('data', () => {
-      lastLineAt = Date.now();
-    });
     const killer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-    const [code] = (await once(child, 'exit')) as [number | null];
+    // 'close', not 'exit': stderr is read below, and only 'close' comes after it has all been read.
+    const [code] = (await once(child, 'close')) as [number | null];
     clearTimeout(killer);
-    return { code, stderr, exitedAfterLastLineMs: Date.now() - lastLineAt };
+    return { code, stderr };
   };
 
   it('resumes after a stall and exits 0 with the whole file', async () => {
@@ -322,13 +323,13 @@ describe('the init container (bundled agent, artifact mode)', () => {
     const path = fileIn('agent-changed');
     // Replace the object once the first GET is in (before the stall is noticed and resumed).
     const replaced = firstRequest().then(() => fake.put(object()));
-    const { code, stderr, exitedAfterLastLineMs } = await run(path);
+    const { code, stderr } = await run(path);
     await replaced;
     expect(code, stderr).toBe(1);
     expect(stderr).toMatch(/ferry-agent: The artifact s3:\/\/.* changed while it was being downloaded/);
     expect(stderr).not.toMatch(/\n\s+at /);
-    // Nothing left open: the event loop empties by itself, well before main.ts's 5 s backstop.
-    expect(exitedAfterLastLineMs).toBeLessThan(4_000);
+    // Nothing left open: the event loop empties by itself, not main.ts's 5 s backstop (process.exit).
+    expect(stderr).toContain('test: the event loop emptied');
     expect(readdirSync(dirname(path))).toEqual([]);
     expect(fake.requests.map((r) => r.status)).toEqual([200, 412]);
   }, 40_000);
