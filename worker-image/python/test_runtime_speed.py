@@ -207,6 +207,23 @@ class TransportTest(unittest.TestCase):
         conns.request("GET", self.server.url + "/x")
         self.assertEqual(conns.opened, 2)
 
+    def test_a_request_that_ends_after_close_closes_its_connection(self):
+        # A request still out when its pool is closed (in the runtime tests, the job-stop long poll
+        # when the test closes the worker's connections) gave its connection back to the closed
+        # pool, where nothing would ever close it.
+        used = []
+        exchange = transport._Conn.exchange
+
+        def closed_meanwhile(conn, *args):
+            used.append(conn)
+            self.conns.close()  # while this request waits for its answer
+            return exchange(conn, *args)
+
+        with mock.patch.object(transport._Conn, "exchange", closed_meanwhile):
+            self.assertEqual(self.conns.request("GET", self.server.url + "/x"), (200, b"echo:"))
+        self.addCleanup(used[0].close)  # the old code's leak must not outlive the test
+        self.assertEqual(used[0].sock.fileno(), -1, "the connection was kept after close()")
+
     def test_garbage_answer_is_a_connection_error(self):
         url = _serve_garbage_once(self)
         with self.assertRaises(ResponseError):

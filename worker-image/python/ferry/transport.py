@@ -89,6 +89,9 @@ class _Idle:
         self._clock = clock
         self._lock = threading.Lock()
         self._conns = {}  # key -> [(conn, last_used), ...]
+        # Once closed, a connection given back is closed: a request still out at close() (a long
+        # poll in a thread) would otherwise leave it in a pool nothing closes again.
+        self._closed = False
 
     def take(self, key):
         """The most recently used connection still fit for a request, or None."""
@@ -113,13 +116,14 @@ class _Idle:
     def give_back(self, key, conn):
         with self._lock:
             conns = self._conns.setdefault(key, [])
-            if len(conns) < MAX_IDLE_PER_HOST:
+            if not self._closed and len(conns) < MAX_IDLE_PER_HOST:
                 conns.append((conn, self._clock()))
                 return
         conn.close()
 
     def close(self):
         with self._lock:
+            self._closed = True
             idle, self._conns = self._conns, {}
         for conns in idle.values():
             for conn, _ in conns:
