@@ -98,7 +98,10 @@ class _Server:
                         server.answered_once.add(self.path)
                         self._send(int(what), b'{"error": "once"}')
                 elif self.path.startswith("/status/"):  # /status/<code>/...
-                    self._send(int(self.path.split("/")[2]), b'{"error": "scripted"}')
+                    status = int(self.path.split("/")[2])
+                    # A 204 has no body (RFC 9110 §15.3.5): one sent anyway is left unread by the
+                    # client, whose close then resets the connection this server still reads.
+                    self._send(status, b"" if status == 204 else b'{"error": "scripted"}')
                 elif self.path.startswith("/hold"):  # no answer; wait for the client to close
                     self.rfile.read(1)
                     server.hold_ended.set()
