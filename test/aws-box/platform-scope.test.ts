@@ -286,7 +286,7 @@ describe('the api and authorizer functions, each with its own role', () => {
       expect((await call('GET', path)).status, path).toBe(200);
     }
 
-    // A key scoped to an app: the authorizer lists that app's endpoints for its Allow.
+    // A key scoped to an app: the authorizer allows it the v2 routes; the API checks its scope.
     expect((await call('GET', '/v2/main/health', undefined, scopedKey)).status).toBe(200);
 
     expect(gates.api.denied()).toEqual([]);
@@ -313,11 +313,12 @@ describe('the api and authorizer functions, each with its own role', () => {
     expectOn(gates.api, 'sqs:SendMessage', webhookQueueArn());
     expectOn(gates.api, 's3:PutObject', `/${webhookBodyPrefix}`);
     expect(used(gates.authorizer, 'dynamodb:GetItem')).toBe(true);
-    expect(used(gates.authorizer, 'dynamodb:Query')).toBe(true);
+    // It reads the key alone: no listing of endpoints for a scoped key's policy any more.
+    expect(used(gates.authorizer, 'dynamodb:Query')).toBe(false);
     expect(nudges.some((payload) => payload.includes('idle'))).toBe(true);
 
     // What they must not reach: the api writes no endpoint record and no worker record (only their
-    // stop signals); the authorizer reads API keys, never an endpoint record.
+    // stop signals); the authorizer reads API keys, never an endpoint record, nor lists them.
     const api = buildPlatform({ env: box.env, clients: gatedClients(gates.api, box.fixture) });
     const authorizer = buildPlatform({ env: box.env, clients: gatedClients(gates.authorizer, box.fixture) });
     try {
@@ -328,6 +329,7 @@ describe('the api and authorizer functions, each with its own role', () => {
       await expect(forgeWorkerRecord(api)).rejects.toMatchObject(denied);
       await expect(authorizer.control.getEndpoint('main')).rejects.toMatchObject(denied);
       await expect(authorizer.control.startFailures('main')).rejects.toMatchObject(denied);
+      await expect(authorizer.control.listEndpoints()).rejects.toMatchObject(denied);
     } finally {
       await api.queue.close();
       await authorizer.queue.close();
