@@ -127,8 +127,8 @@ export interface DevServerOptions {
 }
 
 /**
- * A call to the platform behind. Bodies both ways keep integers beyond 2^53 exact (core/json.ts), as
- * the platform's own front door does; `text` is the answer as it came.
+ * A call to the platform's own JSON API (v2, management) with the dev key. Bodies both ways keep
+ * integers beyond 2^53 exact (core/json.ts), as the platform's own front door does.
  */
 async function callPlatform(options: DevServerOptions, method: string, path: string, body?: unknown) {
   const response = await fetch(`${options.platformUrl}${path}`, {
@@ -141,9 +141,9 @@ async function callPlatform(options: DevServerOptions, method: string, path: str
   try {
     json = text ? parseJsonExact(Buffer.from(text), 'The answer') : undefined;
   } catch {
-    // not JSON (or JSON the platform would refuse, from a load-balanced worker): the text as it is
+    // not JSON (a proxy's error page): the text as it is
   }
-  return { status: response.status, body: json, text, contentType: response.headers.get('content-type') };
+  return { status: response.status, body: json };
 }
 
 /** The request's bytes, whatever their content type; undefined without a body. */
@@ -269,9 +269,9 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
     // route it calls, so the dev server refuses what the platform would, and nothing less.
     bodyLimit: Math.max(limits.runsyncBodyBytes, limits.lbBodyBytes),
   });
-  // Bodies stay bytes whatever their content type, as at the platform's front door: a queue route
-  // reads them as JSON (integers beyond 2^53 exact, core/json.ts; the same 400s), the rest pass on.
-  // The platform's reader: a body over its route's limit is read through, so the client hears the 413.
+  // Bodies stay bytes whatever their content type, read by the platform's own reader (a body over its
+  // route's limit is read through, so the client hears the 413): a queue route reads them as JSON
+  // (integers beyond 2^53 exact, core/json.ts; the same 400s), the rest pass on as they came.
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', readBody);
   app.setReplySerializer((payload) => stringifyJsonExact(payload));
