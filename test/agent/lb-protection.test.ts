@@ -340,6 +340,8 @@ describe('task scale-in protection of a load-balanced task', () => {
     const askedAt = Date.now();
     socket.write(`GET /fast HTTP/1.1\r\nHost: alb\r\nAuthorization: Bearer ${apiKey}\r\n\r\n`);
     await eventually('the answer', () => (answer.includes('fast') ? true : undefined));
+    // What it tells the ALB: the server's own keep-alive limit (10 s, applyServerLimits) would say 10.
+    expect(answer).toMatch(/\r\nKeep-Alive: timeout=6\r\n/i);
     await eventually(
       'the agent to close it after the ALB’s idle timeout and 5 s',
       () => (closedAt !== undefined ? true : undefined),
