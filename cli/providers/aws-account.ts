@@ -41,6 +41,7 @@ import { FerryError } from '../../core/errors.js';
 import { ownershipTags, platformStackName } from '../../infra/names.js';
 import { workerImages } from '../../worker-image/images.js';
 import type { Reporter } from '../io.js';
+import { awsAccessHint } from './aws/access.js';
 import {
   type CdkToolkit,
   deadStackStatuses,
@@ -91,7 +92,9 @@ export async function ensureEcsServiceLinkedRole(
     throw new FerryError(
       'failed',
       `Cannot create or check the ECS service-linked role: ${message ?? String(error)}`,
-      { hint: administratorHint, cause: error },
+      // A call that never reached IAM (no network) or that IAM refused for its credentials is not
+      // fixed by an administrator creating the role: say what is.
+      { hint: awsAccessHint(error) ?? administratorHint, cause: error },
     );
   }
 }
@@ -361,7 +364,7 @@ export async function checkPlatformCreatable(ecr: EcrRepositoriesLike, reporter:
       throw new FerryError(
         'failed',
         `Cannot look up the ECR repository ${name}: ${errorOf(error).message ?? String(error)}`,
-        { cause: error },
+        { hint: awsAccessHint(error), cause: error },
       );
     }
   }

@@ -49,6 +49,7 @@ import {
 } from '../../worker-image/images.js';
 import { shellLine } from '../deploy/plan.js';
 import type { Reporter } from '../io.js';
+import { awsAccessHint } from './aws/access.js';
 
 export interface EcrLike {
   send(command: DescribeImagesCommand): Promise<DescribeImagesCommandOutput>;
@@ -148,9 +149,7 @@ export async function missingImages(ecr: EcrLike, needed: readonly NeededImage[]
         throw new FerryError(
           'failed',
           `Cannot look up ${image.repository}:${image.tag} in ECR: ${(error as Error).message}`,
-          {
-            cause: error,
-          },
+          { hint: awsAccessHint(error), cause: error },
         );
     }
   }

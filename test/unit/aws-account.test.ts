@@ -63,6 +63,10 @@ import {
 const lines: string[] = [];
 const reporter = { line: (text: string) => lines.push(text) } as never;
 
+/** The error an SDK v3 call gets when `host` has no DNS answer (this machine offline). */
+const unreachableAws = (host: string) =>
+  Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND', $metadata: {} });
+
 describe('ECS service-linked role', () => {
   it('asks IAM to create it for ecs.amazonaws.com', async () => {
     const sent: unknown[] = [];
@@ -153,6 +157,25 @@ describe('ECS service-linked role', () => {
     const error = await ensureEcsServiceLinkedRole(iam, reporter).catch((e: unknown) => e);
     expect((error as FerryError).message).toContain('bad day');
     expect((error as FerryError).hint).toContain('create-service-linked-role');
+  });
+
+  it.each([
+    ['no network', unreachableAws('iam.amazonaws.com'), "AWS did not answer: check this machine's network"],
+    [
+      'credentials AWS refused',
+      awsError('InvalidClientTokenId', 'The security token included in the request is invalid.'),
+      'Set AWS credentials',
+    ],
+  ])('with %s, the hint says that, not to ask an administrator for the role', async (_, failure, hint) => {
+    const iam: IamLike = {
+      send: async () => {
+        throw failure;
+      },
+    };
+    const error = await ensureEcsServiceLinkedRole(iam, reporter).catch((e: unknown) => e);
+    expect((error as FerryError).message).toContain('Cannot create or check the ECS service-linked role');
+    expect((error as FerryError).hint).toContain(hint);
+    expect((error as FerryError).hint).not.toContain('administrator');
   });
 });
 
@@ -514,6 +537,15 @@ describe('checkPlatformCreatable', () => {
     await checkPlatformCreatable(denied.ecr, reporter);
     expect(denied.asked).toHaveLength(1);
     expect(lines.join('\n')).toContain('warning: cannot check for ECR repositories a deleted platform kept');
+  });
+
+  it('ECR out of reach: fails with the network hint', async () => {
+    const error = await checkPlatformCreatable(
+      ecrWith([], unreachableAws('api.ecr.us-east-1.amazonaws.com')).ecr,
+      reporter,
+    ).catch((e: unknown) => e);
+    expect((error as FerryError).message).toContain('Cannot look up the ECR repository ferry/agent');
+    expect((error as FerryError).hint).toContain("AWS did not answer: check this machine's network");
   });
 });
 

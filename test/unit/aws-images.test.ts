@@ -107,6 +107,15 @@ describe('neededImages / missingImages', () => {
       },
     };
     await expect(missingImages(denied, needed)).rejects.toThrow(FerryError);
+    const offline: EcrLike = {
+      send: async () => {
+        throw Object.assign(new Error('getaddrinfo ENOTFOUND api.ecr.us-east-1.amazonaws.com'), {
+          code: 'ENOTFOUND',
+        });
+      },
+    };
+    const unreachable = await missingImages(offline, needed).catch((e: unknown) => e);
+    expect((unreachable as FerryError).hint).toContain("AWS did not answer: check this machine's network");
   });
 });
 

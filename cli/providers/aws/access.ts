@@ -29,9 +29,13 @@ export function awsAccessHint(error: unknown): string | undefined {
   if (unreachable.test(typeof code === 'string' ? `${code} ${message}` : message)) {
     return "AWS did not answer: check this machine's network (and HTTPS_PROXY if it needs one), and that AWS_REGION names a region.";
   }
+  // AWS's refusal is in the error's name, the SDK's copy of AWS's error code ("InvalidClientTokenId",
+  // with the message "The security token included in the request is invalid."); the messages of the
+  // SDK's own credential chain name it in words.
+  const name = (error as { name?: unknown })?.name;
   if (
     /credential|ExpiredToken|could not load|Unable to resolve AWS account|InvalidClientTokenId|SignatureDoesNotMatch|UnrecognizedClient/i.test(
-      message,
+      typeof name === 'string' ? `${name} ${message}` : message,
     )
   )
     return credentialsHint;
