@@ -68,6 +68,21 @@ describe('remote calls after ferry deploy (local provider)', () => {
     const apiUrl = /(http:\/\/127\.0\.0\.1:\d+)\/lb\//.exec(deploy.stdout)![1]!;
     const out = await runScript(project, apiUrl);
     expectRemoteResults(out);
+    // With neither FERRY_API_URL nor FERRY_PORT, a script finds the `ferry serve` of its FERRY_HOME
+    // wherever it listens (here a port picked at start), as the CLI does: not 127.0.0.1:8888.
+    const found = await run(
+      'python3',
+      ['-c', 'from ferry.client import Platform; print(Platform.from_environ().url)'],
+      {
+        cwd: project,
+        env: sandbox.env({
+          PYTHONPATH: path.join(repoRoot, 'worker-image', 'python'),
+          FERRY_PORT: undefined,
+          FERRY_API_URL: undefined,
+        }),
+      },
+    );
+    expect(found.stdout.trim()).toBe(apiUrl);
     // The callee's endpoint recorded the job the caller's worker sent it.
     const health = await fetch(`${apiUrl}/v2/${out.ids.callee}/health`, {
       headers: { authorization: `Bearer ${apiKey}` },

@@ -184,6 +184,29 @@ class RunningDevTest(unittest.TestCase):
         self.assertEqual(self.settings(self.project, FERRY_API_URL="http://h:1").url, "http://h:1")
         self.assertEqual(self.settings(self.project, FERRY_PORT="45555").url, "http://127.0.0.1:45555")
 
+    def serve_info(self, pid, url="http://127.0.0.1:45600"):
+        """FERRY_HOME/server.json as `ferry serve` writes it (cli/commands/serve.ts)."""
+        with open(os.path.join(self.home, "server.json"), "w", encoding="utf-8") as handle:
+            json.dump({"pid": pid, "url": url, "startedAt": 1}, handle)
+
+    def test_without_a_dev_the_ferry_serve_of_ferry_home_wherever_it_listens(self):
+        serve = self.sleeper("serve")
+        self.serve_info(serve.pid)
+        self.assertEqual(self.settings(self.tmp.name).url, "http://127.0.0.1:45600")
+        # The project's running dev comes first; FERRY_PORT before both.
+        self.lock(self.project, self.dev.pid)
+        self.assertEqual(self.settings(self.project).url, "http://127.0.0.1:45123")
+        self.assertEqual(self.settings(self.tmp.name, FERRY_PORT="45555").url, "http://127.0.0.1:45555")
+
+    def test_a_server_json_whose_serve_is_gone_or_another_program_is_ignored(self):
+        self.serve_info(self.gone_pid())
+        self.assertEqual(self.settings(self.tmp.name).url, "http://127.0.0.1:8888")
+        self.serve_info(self.sleeper().pid)
+        self.assertEqual(self.settings(self.tmp.name).url, "http://127.0.0.1:8888")
+        with open(os.path.join(self.home, "server.json"), "w", encoding="utf-8") as handle:
+            handle.write("not json")
+        self.assertEqual(self.settings(self.tmp.name).url, "http://127.0.0.1:8888")
+
     def test_unreachable_names_the_settings_that_point_elsewhere(self):
         with self.assertRaises(FerryClientError) as raised:
             Platform("http://127.0.0.1:1", "k").request("GET", "/v2/x/health", timeout=5)

@@ -174,13 +174,38 @@ def dev_platform_url(directory, wait_s=DEV_START_WAIT_S, monotonic=None, sleep=N
         sleep(0.1)
 
 
+def serve_platform_url(home):
+    """The URL of the `ferry serve` (or `ferry quickstart`) serving FERRY_HOME `home`, from the
+    server.json it writes (cli/commands/serve.ts), or None when none runs: its pid alive and, where
+    /proc tells, a `serve` or `quickstart`, since a recorded pid may be another process's by now.
+    Without it a platform started on another port (`ferry serve -p 9000`) was out of a script's reach
+    although the CLI finds it."""
+    try:
+        with open(os.path.join(home, "server.json"), encoding="utf-8") as handle:
+            info = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    pid = info.get("pid") if isinstance(info, dict) else None
+    url = info.get("url") if isinstance(info, dict) else None
+    if not (isinstance(pid, int) and not isinstance(pid, bool) and isinstance(url, str) and url):
+        return None
+    if not _process_alive(pid):
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            args = handle.read().split(b"\0")
+    except OSError:
+        return url
+    return url if b"serve" in args or b"quickstart" in args else None
+
+
 class Platform:
     """Connection settings. `Platform.from_environ()` is what remote calls use:
 
     * url: FERRY_API_URL, else http://127.0.0.1:$FERRY_PORT, else the platform of the `ferry dev`
       running for the project (its .ferry/dev.json, in the current folder or one above; waited for
-      up to DEV_START_WAIT_S while that dev is still starting), else http://127.0.0.1:8888
-      (`ferry serve`)
+      up to DEV_START_WAIT_S while that dev is still starting), else the `ferry serve` running for
+      FERRY_HOME (its server.json), else http://127.0.0.1:8888
     * key: FERRY_CALL_TOKEN (every worker's own key: an HMAC call token locally, a call key minted
       by `ferry deploy` on AWS), FERRY_API_KEY, RUNPOD_API_KEY, FERRY_API_KEY in ./.env, then
       FERRY_HOME/api-key
@@ -202,8 +227,9 @@ class Platform:
         url = environ.get("FERRY_API_URL") or dotenv.get("FERRY_API_URL")
         if not url and environ.get("FERRY_PORT"):
             url = f"http://127.0.0.1:{environ['FERRY_PORT']}"
+        home = environ.get("FERRY_HOME") or os.path.join(os.path.expanduser("~"), ".ferry")
         if not url:
-            url = dev_platform_url(cwd) or f"http://127.0.0.1:{DEFAULT_PORT}"
+            url = dev_platform_url(cwd) or serve_platform_url(home) or f"http://127.0.0.1:{DEFAULT_PORT}"
         key = (
             environ.get("FERRY_CALL_TOKEN")
             or environ.get("FERRY_API_KEY")
@@ -211,7 +237,6 @@ class Platform:
             or dotenv.get("FERRY_API_KEY")
         )
         if not key:
-            home = environ.get("FERRY_HOME") or os.path.join(os.path.expanduser("~"), ".ferry")
             try:
                 with open(os.path.join(home, "api-key"), encoding="utf-8") as handle:
                     key = handle.read().strip() or None
