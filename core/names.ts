@@ -64,9 +64,11 @@ export async function resolveByName(
   }
   const envs = [...new Set(found.map((r) => r.env))].sort();
   if (envs.length > 1) {
+    // The API's answer is the message alone ({"error"}), and a Python call is what reaches this
+    // route most: the message itself says how to name the environment there and in the URL.
     throw badRequest(
-      `Endpoint '${name}' of app '${app}' is deployed in several environments (${envs.join(', ')}): name one`,
-      'Set FERRY_ENV to one of them.',
+      `Endpoint '${name}' of app '${app}' is deployed in several environments (${envs.join(', ')}): ` +
+        `name one (FERRY_ENV=${envs[0]} for a Python call; /v2/by-name/${app}/${envs[0]}/${name} in a URL)`,
     );
   }
   // Deployed beats live when both exist in one environment (a `ferry deploy --env dev` next to dev).

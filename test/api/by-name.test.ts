@@ -121,6 +121,9 @@ describe('by-name resolution', () => {
     const ambiguous = await call(base, 'GET', '/by-name/lab/-/two');
     expect(ambiguous.status).toBe(400);
     expect(ambiguous.body.error).toMatch(/several environments \(a, b\)/);
+    // What to do is in the message: the API's body carries nothing else.
+    expect(ambiguous.body.error).toContain('name one (FERRY_ENV=a for a Python call;');
+    expect(ambiguous.body.error).toMatch(/\/v2\/by-name\/[^/]+\/a\/[^/ ]+ in a URL\)$/);
   });
 
   it("needs a client key: none, a wrong one and a worker's own token are 401", async () => {
