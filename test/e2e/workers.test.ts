@@ -253,6 +253,11 @@ describe('load-balanced endpoints', () => {
     expect(await get.json()).toEqual({ id: '42', q: 'x' });
     const noKey = await fetch(`${lb}/process`, { method: 'POST', body: '{}' });
     expect(noKey.status).toBe(401);
+    // A method the route does not take: 405 with the Allow header a 405 must carry (RFC 9110).
+    const wrongMethod = await fetch(`${lb}/process`, { headers });
+    expect(wrongMethod.status).toBe(405);
+    expect(wrongMethod.headers.get('allow')).toBe('POST');
+    expect(await wrongMethod.json()).toEqual({ error: 'method GET not allowed for /process; allowed: POST' });
   });
 
   it('a body nested too deep is a 400 from the worker, and HEAD answers as GET without a body', async () => {

@@ -113,10 +113,18 @@ class LoadBalancedWorkerTest(unittest.TestCase):
         self.assertEqual(status, 404)
         self.assertIn("no route for GET /nope", body["error"])
 
-    def test_wrong_method_is_405(self):
-        status, body = request(self.base, "GET", "/process")
-        self.assertEqual(status, 405)
-        self.assertIn("allowed: POST", body["error"])
+    def test_wrong_method_is_405_with_the_allow_header(self):
+        # RFC 9110 15.5.6: a 405 carries Allow, as Starlette's (Flash's FastAPI) does.
+        for method, path, allowed in (("GET", "/process", "POST"), ("DELETE", "/items/42", "GET, HEAD")):
+            with self.subTest(method=method, path=path):
+                req = urllib.request.Request(self.base + path, method=method)
+                with self.assertRaises(urllib.error.HTTPError) as caught:
+                    urllib.request.urlopen(req, timeout=10)
+                self.assertEqual(caught.exception.code, 405)
+                self.assertEqual(caught.exception.headers["Allow"], allowed)
+                body = json.loads(caught.exception.read())
+                caught.exception.close()
+                self.assertEqual(body["error"], f"method {method} not allowed for {path}; allowed: {allowed}")
 
     def test_bad_json_is_400(self):
         status, body = request(self.base, "POST", "/process", raw=b"{not json")

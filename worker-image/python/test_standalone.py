@@ -236,8 +236,14 @@ class StandaloneClassTargetTest(unittest.TestCase):
             self.assertIn(expected, body["error"])
 
     def test_other_routes(self):
-        self.assertEqual(request(self.base, "GET", "/runsync")[0], 405)
-        self.assertEqual(request(self.base, "POST", "/ping")[0], 405)
+        for method, path, allowed in (("GET", "/runsync", "POST"), ("POST", "/ping", "GET, HEAD")):
+            with self.subTest(method=method, path=path):
+                req = urllib.request.Request(self.base + path, data=b"{}" if method == "POST" else None, method=method)
+                with self.assertRaises(urllib.error.HTTPError) as caught:
+                    urllib.request.urlopen(req, timeout=10)
+                self.assertEqual(caught.exception.code, 405)
+                self.assertEqual(caught.exception.headers["Allow"], allowed)
+                caught.exception.close()
         self.assertEqual(request(self.base, "POST", "/run", {"input": {}})[0], 404)
 
     def test_no_code_execution_route(self):

@@ -782,6 +782,9 @@ export class EndpointPool {
       // A HEAD answer has no body to measure: the length is the worker's (its GET body's, RFC 9110).
       const length = request.method === 'HEAD' ? response.headers.get('content-length') : null;
       if (length) headers['content-length'] = length;
+      // A 405's methods (RFC 9110: a 405 must carry Allow), as the AWS agent passes them on too.
+      const allow = response.status === 405 ? response.headers.get('allow') : null;
+      if (allow) headers.allow = allow;
       return { statusCode: response.status, headers, body: Buffer.from(await response.arrayBuffer()) };
     } catch (error) {
       throw new FerryError(

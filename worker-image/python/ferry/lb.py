@@ -38,9 +38,24 @@ FRONT_DOOR_HEADER = "X-Ferry-Lb-Secret"
 
 
 class BadRequest(Exception):
-    def __init__(self, status, message):
+    def __init__(self, status, message, headers=None):
         super().__init__(message)
         self.status = status
+        self.headers = headers
+
+    def answer(self):
+        """What a router's handle returns for it: (status, {"error"}), and its headers if it has any."""
+        body = {"error": str(self)}
+        return (self.status, body, self.headers) if self.headers else (self.status, body)
+
+
+def method_not_allowed(method, path, allowed):
+    """The 405 for `path`, which takes only the methods `allowed`: with the Allow header a 405 must
+    carry (RFC 9110, 15.5.6), which Starlette (Flash's FastAPI) sends too. HEAD is served by a GET
+    route, so it is allowed wherever GET is."""
+    methods = sorted(set(allowed) | ({"HEAD"} if "GET" in allowed else set()))
+    listed = ", ".join(methods)
+    return BadRequest(405, f"method {method} not allowed for {path}; allowed: {listed}", {"Allow": listed})
 
 
 def _convert(value, annotation, name):
@@ -165,7 +180,7 @@ class Router:
                 return route, {k: urllib.parse.unquote(v) for k, v in params.items()}
             allowed.append(route.method)
         if allowed:
-            raise BadRequest(405, f"method {method} not allowed for {path}; allowed: {', '.join(sorted(allowed))}")
+            raise method_not_allowed(method, path, allowed)
         raise BadRequest(404, f"no route for {method} {path}")
 
     def build_kwargs(self, route, path_params, query, body):
@@ -219,7 +234,8 @@ class Router:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def handle(self, method, raw_path, body):
-        """(status, JSON-able body) for one request."""
+        """(status, JSON-able body) for one request, or (status, body, headers) for an answer that
+        needs headers of its own (a 405's Allow)."""
         parts = urllib.parse.urlsplit(raw_path)
         path = parts.path or "/"
         if path == "/ping" and method in ("GET", "HEAD"):
@@ -228,7 +244,7 @@ class Router:
             route, params = self.find(method, path)
             kwargs = self.build_kwargs(route, params, parts.query, body)
         except BadRequest as exc:
-            return exc.status, {"error": str(exc)}
+            return exc.answer()
         try:
             return 200, self.call(route, kwargs)
         except Exception as exc:  # noqa: BLE001 - a handler failure is a 500, the server lives
@@ -291,10 +307,10 @@ def make_server(router, host, port, say, front_door_secret=None):
                     self.close_connection = True
                     return self._reply(413, {"error": f"request body over {MAX_BODY_BYTES} bytes"})
                 body = self.rfile.read(size)
-            status, payload = router.handle(method, self.path, body.strip())
-            self._reply(status, payload)
+            status, payload, *headers = router.handle(method, self.path, body.strip())
+            self._reply(status, payload, *headers)
 
-        def _reply(self, status, payload):
+        def _reply(self, status, payload, headers=None):
             try:
                 data = to_json_bytes(payload)
             except OutputError as exc:
@@ -303,6 +319,8 @@ def make_server(router, host, port, say, front_door_secret=None):
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))  # a HEAD's too: the GET body's length
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)

@@ -20,7 +20,7 @@ import time
 import urllib.parse
 import uuid
 
-from .lb import BadRequest, parse_json_body
+from .lb import BadRequest, method_not_allowed, parse_json_body
 
 # No platform bounds a preview job: a request waits for its job however long it takes, and only
 # shutdown ends the wait. The take poll wakes this often to notice that nothing is queued.
@@ -149,7 +149,7 @@ def parse_runsync(body):
 
 
 class StandaloneRouter:
-    """The `router` lb.make_server expects: handle(method, raw_path, body) → (status, body)."""
+    """The `router` lb.make_server expects: handle(method, raw_path, body) → (status, body[, headers])."""
 
     def __init__(self, jobs):
         self.jobs = jobs
@@ -158,16 +158,16 @@ class StandaloneRouter:
         path = urllib.parse.urlsplit(raw_path).path or "/"
         if path == "/ping":
             if method not in ("GET", "HEAD"):
-                return 405, {"error": f"method {method} not allowed for /ping; allowed: GET, HEAD"}
+                return method_not_allowed(method, path, ["GET"]).answer()
             return 200, {"status": "healthy"}
         if path != "/runsync":
             return 404, {"error": f"no route for {method} {path}; this worker serves POST /runsync and GET /ping"}
         if method != "POST":
-            return 405, {"error": f"method {method} not allowed for /runsync; allowed: POST"}
+            return method_not_allowed(method, path, ["POST"]).answer()
         try:
             job_input = parse_runsync(body)
         except BadRequest as exc:
-            return exc.status, {"error": str(exc)}
+            return exc.answer()
         try:
             pending = self.jobs.submit(job_input)
             pending.done.wait()
