@@ -23,8 +23,12 @@ export const limits = {
   runsyncDefaultWaitMs: 90_000,
   waitMinMs: 1_000,
   waitMaxMs: 300_000,
-  /** How long `/stream` holds a request open when nothing new has arrived. */
-  streamWaitMs: 10_000,
+  /**
+   * How long `/stream` holds a request open when nothing new has arrived: well inside runpod-python's
+   * 10 s read timeout on each `Job.stream()` GET (a hold near it ended in a ReadTimeout, and lost any
+   * chunk handed out meanwhile), yet long enough that runpod-sdk, which polls with no sleep, does not spin.
+   */
+  streamWaitMs: 5_000,
   /** How long job-take and job-stop hold a worker's request open (the RunPod SDK gives up after 90 s). */
   workerPollWaitMs: 30_000,
 
