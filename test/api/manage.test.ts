@@ -6,7 +6,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { scanProject } from '../../cli/build/scan.js';
 import { recordFor } from '../support/endpoints.js';
 import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
@@ -322,20 +322,33 @@ describe('refusals', () => {
   });
 
   it("job-log takes this worker's token only, and only for jobs this worker ran", async () => {
-    // A queue with no pool of its own: the test plays its workers (protocolWorker adopts them).
-    const w1 = platform.protocolWorker('quiet', 'w1');
-    const w2 = platform.protocolWorker('quiet', 'w2');
-    const submit = async () => (await call(v2, 'POST', '/quiet/run', { input: {} })).body.id as string;
+    // A platform with no worker pools: the test plays every worker (protocolWorker adopts them). On
+    // the shared one, the pools' reconcile fails the queued jobs of an endpoint it cannot run, which
+    // raced the takes below.
+    const own = await startTestPlatform({ workerWaitMs: 5_000 });
+    onTestFinished(() => own.stop());
+    const ownV2 = own.baseUrl;
+    const ownManage = `${own.url}/manage/v1`;
+    await own.addEndpoint('quiet');
+    await own.addEndpoint('other');
+    const w1 = own.protocolWorker('quiet', 'w1');
+    const w2 = own.protocolWorker('quiet', 'w2');
+    const submit = async (endpoint = 'quiet') =>
+      (await call(ownV2, 'POST', `/${endpoint}/run`, { input: {} })).body.id as string;
     // One at a time, so each take gets the job just submitted.
     const mine = await submit();
     expect((await w1.take())?.id).toBe(mine);
     const theirs = await submit();
     expect((await w2.take())?.id).toBe(theirs);
     const queued = await submit();
-    const chattyJob = await runToEnd('chatty', { lines: 0 });
+    // A finished job of another endpoint.
+    const otherWorker = own.protocolWorker('other', 'wo');
+    const otherJob = await submit('other');
+    expect((await otherWorker.take())?.id).toBe(otherJob);
+    expect((await otherWorker.done(otherJob, { output: 'done' })).status).toBe(200);
     // Stamped now: a job's lines are read within its life (jobLogWindow, core/manage.ts).
     const post = (endpoint: string, authorization: string, jobIds = [mine], stream = 'stdout') =>
-      fetch(`${v2}/${endpoint}/job-log/w1`, {
+      fetch(`${ownV2}/${endpoint}/job-log/w1`, {
         method: 'POST',
         headers: { authorization, 'content-type': 'application/json' },
         body: JSON.stringify({
@@ -347,8 +360,8 @@ describe('refusals', () => {
       expect(await response.json()).toEqual({ error: expect.any(String) });
     };
     await refused(await post('quiet', 'Bearer fy_test_key_for_loopback_only'), 401);
-    await refused(await post('chatty', w1.token), 403); // quiet's worker token on chatty
-    await refused(await post('quiet', w1.token, [chattyJob.id]), 400); // chatty's job
+    await refused(await post('other', w1.token), 403); // quiet's worker token on other
+    await refused(await post('quiet', w1.token, [otherJob]), 400); // other's job
     await refused(await post('quiet', w1.token, ['nope']), 400);
     await refused(await post('quiet', w1.token, [mine], 'video'), 400);
     // Jobs of its own endpoint that it does not run: another worker's, and one nobody took yet.
@@ -358,10 +371,10 @@ describe('refusals', () => {
     await refused(await post('quiet', w1.token, [mine, theirs]), 400);
     expect((await post('quiet', w1.token)).status).toBe(200);
     // A cancelled handler prints until it is stopped; the runtime ships those lines after the end.
-    expect((await call(v2, 'POST', `/quiet/cancel/${mine}`)).body.status).toBe('CANCELLED');
+    expect((await call(ownV2, 'POST', `/quiet/cancel/${mine}`)).body.status).toBe('CANCELLED');
     expect((await post('quiet', w1.token)).status).toBe(200);
     const linesOf = async (jobId: string) =>
-      (await call(manage, 'GET', `/endpoints/quiet/logs?job=${jobId}`)).body.lines.map(
+      (await call(ownManage, 'GET', `/endpoints/quiet/logs?job=${jobId}`)).body.lines.map(
         (l: { text: string; workerId: string }) => [l.text, l.workerId],
       );
     expect(await linesOf(mine)).toEqual([
