@@ -615,14 +615,22 @@ export const keysCommand = (ctx: CliContext): CommandModule =>
           handler: (argv) =>
             withProvider(ctx, argv.provider, async (provider) => {
               const id = argv.id;
-              if (!(await provider.control.listApiKeys()).some((k) => k.id === id)) {
+              const record = (await provider.control.listApiKeys()).find((k) => k.id === id);
+              if (!record) {
                 throw new FerryError('not_found', `No API key with id '${id}'`, {
                   hint: 'See `ferry keys list`.',
                 });
               }
               await provider.control.deleteApiKey(id);
-              if (argv.json) return ctx.reporter.json({ id, revoked: true });
+              const removedFile = provider.forgetKeyFile?.(record.hash);
+              if (argv.json)
+                return ctx.reporter.json({ id, revoked: true, ...(removedFile ? { removedFile } : {}) });
               ctx.reporter.out(`✓ Revoked ${id}`);
+              if (removedFile) {
+                ctx.reporter.line(
+                  `  removed ${removedFile}, which held it; the next \`ferry serve\` or \`ferry deploy\` makes a new one`,
+                );
+              }
             }),
         })
         .demandCommand(1, 'Choose a command: create, list or revoke')

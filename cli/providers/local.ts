@@ -76,6 +76,20 @@ export async function portToListenOn(host: string, choice: PortChoice): Promise<
   return choice.port;
 }
 
+const keyFilePath = (home: string) => path.join(home, 'api-key');
+
+/**
+ * Removes FERRY_HOME/api-key when it holds the key of `hash` (a revoked one), and says where it was:
+ * localApiKey registers the file's key whenever it finds it unknown, so a revoked default key left in
+ * the file was accepted again by the next serve or deploy. With the file gone they make a new one.
+ */
+export function forgetKeyFile(home: string, hash: string): string | undefined {
+  const file = keyFilePath(home);
+  if (!existsSync(file) || hashKey(readFileSync(file, 'utf8').trim()) !== hash) return undefined;
+  rmSync(file, { force: true });
+  return file;
+}
+
 /**
  * The key of this FERRY_HOME: FERRY_API_KEY (environment or .env) wins; otherwise FERRY_HOME/api-key,
  * created on first use (0600) and stored hashed in the control store so a served platform accepts it.
@@ -93,7 +107,7 @@ export async function localApiKey(
       source: fromUser.source === 'environment' ? 'FERRY_API_KEY' : '.env FERRY_API_KEY',
     };
   }
-  const file = path.join(home, 'api-key');
+  const file = keyFilePath(home);
   let key = existsSync(file) ? readFileSync(file, 'utf8').trim() : '';
   if (!key) {
     securePrivateDir(home);
@@ -252,7 +266,11 @@ export class LocalProvider implements Provider {
     if (apiKeyFromUser(env, projectDir)) return apiKeyInShell(env, projectDir);
     // FERRY_HOME/api-key, created and accepted by the platform here if it is not yet.
     await this.apiKey();
-    return apiKeyInShell(env, projectDir, path.join(home, 'api-key'));
+    return apiKeyInShell(env, projectDir, keyFilePath(home));
+  }
+
+  forgetKeyFile(hash: string): string | undefined {
+    return forgetKeyFile(this.options.home, hash);
   }
 
   close(): Promise<void> {

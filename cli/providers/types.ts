@@ -100,5 +100,11 @@ export interface Provider {
    * where the line is pasted, without the key itself.
    */
   apiKeyInShell(): Promise<string>;
+  /**
+   * After `ferry keys revoke`: a file that holds the revoked key, removed so nothing registers it
+   * again, and its path. Local: FERRY_HOME/api-key, which the next serve or deploy would otherwise
+   * accept anew (localApiKey). Absent, or undefined: no file held it.
+   */
+  forgetKeyFile?(hash: string): string | undefined;
   close(): Promise<void>;
 }

@@ -185,6 +185,25 @@ describe('deploy and the control records (--no-serve)', () => {
     expect((await json(['keys', 'list'])).some((k: { id: string }) => k.id === key.id)).toBe(false);
     expect((await sandbox.run(['keys', 'revoke', key.id])).code).toBe(2);
   });
+
+  it('revoking the default key removes FERRY_HOME/api-key, so the next deploy makes a new key, not the revoked one', async () => {
+    expect((await sandbox.run(['deploy', '--no-serve'], { cwd: project })).code).toBe(0);
+    const file = path.join(sandbox.home, 'api-key');
+    const revokedKey = readFileSync(file, 'utf8').trim();
+    const isDefault = (k: { name: string }) => k.name === 'default (FERRY_HOME/api-key)';
+    const revoked = (await json(['keys', 'list'])).filter(isDefault);
+    expect(revoked).toHaveLength(1);
+    const revoke = await sandbox.run(['keys', 'revoke', revoked[0].id]);
+    expect(revoke.code, revoke.stderr).toBe(0);
+    expect(revoke.stderr).toContain(`removed ${file}, which held it`);
+    expect(existsSync(file)).toBe(false);
+    // Before, the file kept the key and the next deploy (or serve) registered it again.
+    expect((await sandbox.run(['deploy', '--no-serve'], { cwd: project })).code).toBe(0);
+    expect(readFileSync(file, 'utf8').trim()).not.toBe(revokedKey);
+    const now = (await json(['keys', 'list'])).filter(isDefault);
+    expect(now.map((k: { id: string }) => k.id)).not.toContain(revoked[0].id);
+    expect(now).toHaveLength(1);
+  });
 });
 
 // This machine has the docker CLI and no engine; where an engine answers, these paths cannot be seen.
