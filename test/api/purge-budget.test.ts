@@ -4,47 +4,14 @@
  * answer 504 with no count. The API hands maxWaitMs to Engine.purge as its budget (the engine's
  * rules are in test/unit/engine.test.ts); the embedded platform sets none and purges all at once.
  */
-import { afterEach, describe, expect, it } from 'vitest';
-import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
-import { V2Api } from '../../core/api.js';
-import { FakeClock } from '../../core/clock.js';
-import type { ControlStore, EndpointRecord } from '../../core/ports.js';
-import { localEngine } from '../support/localEngine.js';
-
-const allowClients = {
-  isClientKey: async () => true,
-  clientKeyScope: async () => ({}),
-  workerAccess: async () => 'unknown' as const,
-};
-const control = {
-  getEndpoint: async (id: string) => ({ id, app: 'a', env: 'e', name: 'n', kind: 'queue' }) as EndpointRecord,
-} as unknown as ControlStore;
-
-const closers: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  while (closers.length > 0) await closers.pop()!();
-});
+import { describe, expect, it } from 'vitest';
+import { memoryApi } from '../support/memory-api.js';
 
 async function apiOver(maxWaitMs: number | undefined, queued: number) {
-  const clock = new FakeClock();
-  const db = openLocalDatabase(':memory:', { clock });
-  closers.push(() => db.close());
-  const engine = localEngine(db, clock, {});
+  const { engine, request } = memoryApi(maxWaitMs === undefined ? {} : { maxWaitMs });
   for (let i = 0; i < queued; i++) await engine.submit('ep', { input: { i } }, { sync: false });
-  const api = new V2Api({
-    engine,
-    control,
-    auth: allowClients,
-    ...(maxWaitMs === undefined ? {} : { maxWaitMs }),
-  });
   const purge = async () => {
-    const answer = await api.handle({
-      method: 'POST',
-      path: '/v2/ep/purge-queue',
-      query: {},
-      headers: { authorization: 'Bearer k' },
-      body: undefined,
-    });
+    const answer = await request('POST', '/v2/ep/purge-queue');
     expect(answer.statusCode).toBe(200);
     return answer.body;
   };

@@ -4,47 +4,19 @@
  * a hold near 10 s ends in a ReadTimeout whenever a job waits in the queue or between two chunks that
  * long, and a chunk handed out to a request the client gave up on is lost (each chunk goes out once).
  * runpod-sdk (JavaScript) polls with no sleep between calls, so the hold must not be short either.
- * The API over a real SQLite engine on a fake clock, as purge-budget.test.ts drives it.
+ * The API over a real SQLite engine on a fake clock (test/support/memory-api.ts).
  */
-import { afterEach, describe, expect, it } from 'vitest';
-import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
-import { V2Api } from '../../core/api.js';
-import { FakeClock } from '../../core/clock.js';
-import type { ControlStore, EndpointRecord } from '../../core/ports.js';
-import { localEngine } from '../support/localEngine.js';
+import { describe, expect, it } from 'vitest';
+import { memoryApi } from '../support/memory-api.js';
 
 /** runpod-python's read timeout on the GET of `Job.stream()`. */
 const runpodPythonReadTimeoutMs = 10_000;
 
-const allowClients = {
-  isClientKey: async () => true,
-  clientKeyScope: async () => ({}),
-  workerAccess: async () => 'unknown' as const,
-};
-const control = {
-  getEndpoint: async (id: string) => ({ id, app: 'a', env: 'e', name: 'n', kind: 'queue' }) as EndpointRecord,
-} as unknown as ControlStore;
-
-const closers: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  while (closers.length > 0) await closers.pop()!();
-});
-
 /** A GET of /stream with no ?wait= on a job that stays queued, once the engine holds it. */
 async function heldStream() {
-  const clock = new FakeClock();
-  const db = openLocalDatabase(':memory:', { clock });
-  closers.push(() => db.close());
-  const engine = localEngine(db, clock, {});
+  const { clock, engine, request } = memoryApi();
   const job = await engine.submit('ep', { input: {} }, { sync: false });
-  const api = new V2Api({ engine, control, auth: allowClients });
-  const answer = api.handle({
-    method: 'GET',
-    path: `/v2/ep/stream/${job.id}`,
-    query: {},
-    headers: { authorization: 'Bearer k' },
-    body: undefined,
-  });
+  const answer = request('GET', `/v2/ep/stream/${job.id}`);
   // The engine's only sleep is this request's hold (no worker, no background loop).
   while (clock.pendingSleeps() === 0) await new Promise((r) => setImmediate(r));
   return { clock, answer, jobId: job.id };
