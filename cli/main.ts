@@ -46,19 +46,20 @@ function missingPositional(message: string, context: unknown): FerryError | unde
   if (!counts || !words) return undefined;
   const command = failingCommand(context);
   const missing = words.filter((w) => w.startsWith('<')).slice(Number(counts[1]));
-  if (command.length === 0 || missing.length === 0) return undefined;
+  if (missing.length === 0) return undefined;
   const help = helpHint(context);
-  // A command group (`env <command>`): its subcommands are the choices.
+  // A command group (`env <command>`, or `ferry` itself): its subcommands are the choices.
   const subcommands = subcommandsOf(context);
   if (subcommands.length > 0 && missing.length === 1 && missing[0] === '<command>') {
     return usage(needsCommand(command, subcommands), help);
   }
+  if (command.length === 0) return undefined;
   return usage(`\`ferry ${command.join(' ')}\` needs ${missing.join(' ')}`, help);
 }
 
 /** What a group given no command says, wherever that is found: "`ferry env` needs a command: list, …". */
 function needsCommand(group: readonly string[], subcommands: readonly string[]): string {
-  return `\`ferry ${group.join(' ')}\` needs a command: ${subcommands.join(', ')}`;
+  return `\`${['ferry', ...group].join(' ')}\` needs a command: ${subcommands.join(', ')}`;
 }
 
 /**
@@ -511,7 +512,8 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
       defaultDescription: 'local (or "provider" in .ferry/config.json)',
     })
     .command(commandTable(ctx))
-    .demandCommand(1, 'Choose a command')
+    // yargs' own message, which missingPositional reads as any group's: "`ferry` needs a command: init, …".
+    .demandCommand(1)
     .strict()
     .recommendCommands()
     .example('$0 init my-project', 'Create a project with example endpoints')

@@ -438,6 +438,19 @@ describe('ferry errors', () => {
     expect(extra.stderr).toContain('Error: Unknown argument: b\n');
   });
 
+  it('ferry with no command, or options alone, names its commands; an unknown option alone is named: exit 2', async () => {
+    for (const args of [[], ['--json'], ['--provider', 'local']]) {
+      const result = await sandbox.run(args, { cwd: project });
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr, args.join(' ')).toMatch(
+        /^Error: `ferry` needs a command: init, dev, build, deploy, env, app, [a-z, ]+\n {2}hint: Run `ferry --help`\.\n$/,
+      );
+    }
+    const bogus = await sandbox.run(['--bogus'], { cwd: project });
+    expect(bogus.code).toBe(2);
+    expect(bogus.stderr).toBe('Error: Unknown argument: --bogus\n  hint: Run `ferry --help`.\n');
+  });
+
   it('an app or environment name no record may have is refused before anything is built or written: exit 2', async () => {
     for (const args of [
       ['deploy', '--no-serve', '--env', ''],
