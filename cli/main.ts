@@ -155,6 +155,45 @@ function unknownOption(
   return usage(`Unknown ${named}: ${unknown.join(', ')}`, help);
 }
 
+/**
+ * A command typed after `--` (`ferry -- env list`, `ferry env -- list`): yargs reads every word after
+ * `--` as a positional, never as a command, so the group that wants one gets none (and `ferry` itself,
+ * whose demandCommand counts those words, would run nothing and exit 0). The hint gives the line with
+ * `--` left out, the command first and the options typed before `--` after it, where that line names a
+ * command that takes them. Undefined when a command word comes before `--`, no word after it, or the
+ * failing command has no subcommands (a leaf's positionals may come after `--`).
+ */
+function commandAfterEndOfOptions(
+  group: readonly string[],
+  args: readonly string[],
+  rules: OptionRules,
+  help: string,
+): FerryError | undefined {
+  const end = args.indexOf('--');
+  const after = args.slice(end + 1);
+  if (end === -1 || after.length === 0 || rules.commands.length === 0) return undefined;
+  const before = args.slice(0, end);
+  const free = wordsOf(before, rules.declared).filter((w) => w.option === undefined);
+  if (free.length > group.length) return undefined;
+  const groupWords = new Set(free.map((w) => w.index));
+  const options = before.filter((_, i) => !groupWords.has(i));
+  const walked = walk(rules.commands, after);
+  const last = walked.path.at(-1);
+  const positionals = last?.words.slice(1) ?? [];
+  const works =
+    last !== undefined &&
+    walked.stray === undefined &&
+    last.commands.length === 0 &&
+    after.every((w) => !w.startsWith('-')) &&
+    (walked.rest.length <= positionals.length || positionals.some((w) => w.includes('..'))) &&
+    options.every((o) => !o.startsWith('-') || rules.known(o, [last]));
+  const form = works
+    ? `Leave out --: \`ferry ${shown([...group, ...after, ...demandedBy(walked).map((name) => ({ fill: name.toUpperCase() })), ...options])}\`. `
+    : '';
+  const where = group.length > 0 ? ` of \`ferry ${group.join(' ')}\`` : '';
+  return usage(`'${after[0]}' after -- was read as an argument, not as a command${where}`, `${form}${help}`);
+}
+
 /** Where a command line's options end: at `--`, after which every word is a positional. */
 function endOfOptions(args: readonly string[]): number {
   const end = args.indexOf('--');
@@ -514,6 +553,16 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
     .command(commandTable(ctx))
     // yargs' own message, which missingPositional reads as any group's: "`ferry` needs a command: init, …".
     .demandCommand(1)
+    // Reached only where yargs ran no command and failed nothing: words after `--`, which
+    // demandCommand counts, were all the command line had.
+    .check((argv) => {
+      const error =
+        argv.help || argv.version
+          ? undefined
+          : commandAfterEndOfOptions([], args, optionRules(parser), 'Run `ferry --help`.');
+      if (error) throw error;
+      return true;
+    }, false)
     .strict()
     .recommendCommands()
     .example('$0 init my-project', 'Create a project with example endpoints')
@@ -532,14 +581,18 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
         throw flagErrorOf(error.message) ?? usage(error.message, helpHint(context));
       if (error) throw error;
       const rules = optionRules(parser);
+      // The words after `--` are no command, and no option's value: none of these reads them.
+      const options = args.slice(0, endOfOptions(args));
       // First: an option nothing declares would be refused by any form the others suggest.
-      const option = unknownOption(context, args, rules);
+      const option = unknownOption(context, options, rules);
       if (option) throw option;
-      const taken = commandTakenAsValue(context, args, rules);
+      const taken = commandTakenAsValue(context, options, rules);
       if (taken) throw taken;
       // Before missingPositional: yargs lacks the command in `ferry env --json lst`, the user typed one.
-      const unknown = unknownCommand(context, args, rules);
+      const unknown = unknownCommand(context, options, rules);
       if (unknown) throw unknown;
+      const afterEnd = commandAfterEndOfOptions(failingCommand(context), args, rules, helpHint(context));
+      if (afterEnd) throw afterEnd;
       const missing = message ? missingPositional(message, context) : undefined;
       if (missing) throw missing;
       throw usage(message ? withFlagsAsTyped(message, args) : 'Invalid command line', helpHint(context));

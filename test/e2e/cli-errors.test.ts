@@ -33,6 +33,27 @@ const offlineAws = {
   AWS_EC2_METADATA_DISABLED: 'true',
 };
 
+/**
+ * Each form a hint gives is a command line the CLI reads: no usage error of its words, for each of an
+ * option's choices (`local|aws`). Offline: --provider aws stops at the missing region.
+ */
+async function expectFormsRead(hint: string): Promise<void> {
+  for (const [, line] of hint.matchAll(/`ferry ([^`]+)`/g)) {
+    if (line!.endsWith('--help')) continue;
+    const words = line!.match(/'[^']*'|\S+/g)!.map((w) => w.replace(/^'(.*)'$/, '$1'));
+    const choices = words.find((w) => /^\w+(\|\w+)+$/.test(w));
+    for (const choice of choices ? choices.split('|') : [undefined]) {
+      const suggested = await sandbox.run(
+        words.map((w) => (w === choices ? choice! : w)),
+        { cwd: project, env: offlineAws },
+      );
+      expect(suggested.stderr, `${line} (${choice})`).not.toMatch(
+        /read as (the value|an argument)|came before the command|Unknown (command|argument)|needs /,
+      );
+    }
+  }
+}
+
 describe('ferry errors', () => {
   it('deploy with several environments and no --env: "Error: Multiple environments found: a, b", exit 2, before the build', async () => {
     expect((await sandbox.run(['env', 'create', 'staging', '--app', 'errs'])).code).toBe(0);
@@ -353,22 +374,38 @@ describe('ferry errors', () => {
       expect(result.code, args.join(' ')).toBe(2);
       expect(result.stderr).toBe(`Error: ${message}\n  hint: ${hint}\n`);
       expect(result.stdout).toBe('');
-      // Each form the hint gives is a command line the CLI reads: no usage error of its words, for
-      // each of an option's choices (`local|aws`). Offline: --provider aws stops at the missing region.
-      for (const [, line] of hint.matchAll(/`ferry ([^`]+)`/g)) {
-        if (line!.endsWith('--help')) continue;
-        const words = line!.match(/'[^']*'|\S+/g)!.map((w) => w.replace(/^'(.*)'$/, '$1'));
-        const choices = words.find((w) => /^\w+(\|\w+)+$/.test(w));
-        for (const choice of choices ? choices.split('|') : [undefined]) {
-          const suggested = await sandbox.run(
-            words.map((w) => (w === choices ? choice! : w)),
-            { cwd: project, env: offlineAws },
-          );
-          expect(suggested.stderr, `${line} (${choice})`).not.toMatch(
-            /read as the value|came before the command|Unknown (command|argument)|needs /,
-          );
-        }
-      }
+      await expectFormsRead(hint);
+    }
+  });
+
+  it('a command after -- is refused, not skipped: words after -- are arguments, and the hint gives the line without it', async () => {
+    for (const [args, message, hint] of [
+      [
+        ['--', 'env', 'list'],
+        "'env' after -- was read as an argument, not as a command",
+        'Leave out --: `ferry env list`. Run `ferry --help`.',
+      ],
+      [
+        ['--json', '--', 'keys', 'list'],
+        "'keys' after -- was read as an argument, not as a command",
+        'Leave out --: `ferry keys list --json`. Run `ferry --help`.',
+      ],
+      [
+        ['env', '--app', 'errs', '--', 'get', 'staging'],
+        "'get' after -- was read as an argument, not as a command of `ferry env`",
+        'Leave out --: `ferry env get staging --app errs`. Run `ferry env --help`.',
+      ],
+      [
+        ['--', 'frobnicate'],
+        "'frobnicate' after -- was read as an argument, not as a command",
+        'Run `ferry --help`.',
+      ],
+    ] as const) {
+      const result = await sandbox.run([...args], { cwd: project });
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr).toBe(`Error: ${message}\n  hint: ${hint}\n`);
+      expect(result.stdout).toBe('');
+      await expectFormsRead(hint);
     }
   });
 
