@@ -125,8 +125,10 @@ function recommendation(word: string, choices: readonly string[]): string | unde
  * --bogus`. An unknown option takes no word, so the command after it is found too, and the one that
  * does not take the option is the one whose help the hint gives (`ferry app --force list`: list
  * takes no --force, app delete does). A word that is not a command is named with it (`ferry env
- * --bogus lst` as `ferry env lst --bogus`). Undefined when every option is declared where it was
- * typed, or the failing command has no subcommands (yargs' own "Unknown argument" says it there).
+ * --bogus lst` as `ferry env lst --bogus`). On a command with no subcommands it comes before yargs'
+ * "Not enough non-option arguments" too, which names no option (`ferry images --bogus`; in `ferry
+ * images --bogus build` yargs took `build` as --bogus's value). Undefined when every option is
+ * declared where it was typed.
  */
 function unknownOption(
   context: unknown,
@@ -135,7 +137,7 @@ function unknownOption(
 ): FerryError | undefined {
   const group = failingCommand(context);
   const after = afterGroup(context, args, (option) => rules.known(option) && rules.declared(option));
-  if (rules.commands.length === 0 || !after) return undefined;
+  if (!after) return undefined;
   const walked = walk(
     rules.commands,
     after.filter((w) => w.option === undefined).map((w) => w.word),

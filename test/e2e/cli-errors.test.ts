@@ -453,10 +453,26 @@ describe('ferry errors', () => {
     }
   });
 
+  it('an option the command does not declare is named before the positional it lacks: exit 2', async () => {
+    for (const [args, message, hint] of [
+      [['images', '--bogus'], 'Unknown argument: --bogus', 'Run `ferry images --help`.'],
+      [['sdk', '--bogus'], 'Unknown argument: --bogus', 'Run `ferry sdk --help`.'],
+      // yargs took `build` as the value of --bogus, and said `ferry images` needs <action>.
+      [['images', '--bogus', 'build'], 'Unknown argument: --bogus', 'Run `ferry images --help`.'],
+      [['logs', '--bogus', '-z'], 'Unknown arguments: --bogus, -z', 'Run `ferry logs --help`.'],
+      // keys revoke takes no --app (a key is revoked by id): giving the id would not help.
+      [['keys', 'revoke', '--app', 'errs'], 'Unknown argument: --app', 'Run `ferry keys revoke --help`.'],
+    ] as const) {
+      const result = await sandbox.run([...args], { cwd: project });
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr, args.join(' ')).toBe(`Error: ${message}\n  hint: ${hint}\n`);
+    }
+  });
+
   it("a missing positional names the command and what it needs: exit 2, with the command's --help", async () => {
     for (const [args, command, needs] of [
       [['env', 'create'], 'env create', 'needs <name>'],
-      [['keys', 'revoke', '--app', 'errs'], 'keys revoke', 'needs <id>'],
+      [['keys', 'revoke', '--json'], 'keys revoke', 'needs <id>'],
       [['logs'], 'logs', 'needs <endpoint>'],
       [['env'], 'env', 'needs a command: list, create, get, delete'],
       [['env', '--json'], 'env', 'needs a command: list, create, get, delete'],
