@@ -125,7 +125,9 @@ function recommendation(word: string, choices: readonly string[]): string | unde
  * --bogus`. An unknown option takes no word, so the command after it is found too, and the one that
  * does not take the option is the one whose help the hint gives (`ferry app --force list`: list
  * takes no --force, app delete does). A word that is not a command is named with it (`ferry env
- * --bogus lst` as `ferry env lst --bogus`). On a command with no subcommands it comes before yargs'
+ * --bogus lst` as `ferry env lst --bogus`), and that word is read as the command it is close to, so an
+ * option that command does not take is named too (`ferry --force env lst`: env list takes no --force,
+ * though env delete does). On a command with no subcommands it comes before yargs'
  * "Not enough non-option arguments" too, which names no option (`ferry images --bogus`; in `ferry
  * images --bogus build` yargs took `build` as --bogus's value). Undefined when every option is
  * declared where it was typed.
@@ -143,7 +145,18 @@ function unknownOption(
     after.filter((w) => w.option === undefined).map((w) => w.word),
   );
   const last = walked.path.at(-1);
-  const scope = last ? [last] : rules.commands;
+  const choices = last?.commands ?? rules.commands;
+  // A mistyped command is read as the one it is close to (`lst` as list): with the word corrected,
+  // the line would still be refused for an option that one does not take (`ferry --force env lst`).
+  const close =
+    walked.stray === undefined
+      ? undefined
+      : recommendation(
+          walked.stray,
+          choices.map((c) => c.words[0]!),
+        );
+  const meant = choices.find((c) => c.words[0] === close) ?? last;
+  const scope = meant ? [meant] : rules.commands;
   const options = args.slice(0, endOfOptions(args)).filter((a) => /^-[^-\d]|^--[^-]/.test(a));
   const unknown = [...new Set(options.filter((o) => !rules.known(o, scope)).map((o) => o.split('=')[0]!))];
   if (unknown.length === 0) return undefined;
@@ -151,8 +164,8 @@ function unknownOption(
   const command = [...group, ...walked.path.map((c) => c.words[0]!)];
   const help = `Run \`ferry ${[...command, '--help'].join(' ')}\`.`;
   if (walked.stray !== undefined) {
-    const choices = (last?.commands ?? rules.commands).map((c) => c.words[0]!);
-    return notACommand(walked.stray, command, choices, help, `, and unknown ${named} ${unknown.join(', ')}`);
+    const names = choices.map((c) => c.words[0]!);
+    return notACommand(walked.stray, command, names, help, `, and unknown ${named} ${unknown.join(', ')}`);
   }
   return usage(`Unknown ${named}: ${unknown.join(', ')}`, help);
 }

@@ -345,10 +345,10 @@ describe('ferry errors', () => {
         "Unknown command 'gt' for `ferry app`",
         'Did you mean get? Give the command before its options: `ferry app get NAME --json`. Run `ferry app --help`.',
       ],
-      // ...unless that command takes no such option: env delete takes no --json.
+      // ...unless that command takes no such option: env delete takes no --json, and the error names it.
       [
         ['--json', 'env', 'delet', 'staging'],
-        "Unknown command 'delet' for `ferry env`",
+        "Unknown command 'delet' for `ferry env`, and unknown argument --json",
         'Did you mean delete? Run `ferry env --help`.',
       ],
       // No word after the group: its commands, as `ferry keys` alone names them, and the form of
@@ -434,6 +434,16 @@ describe('ferry errors', () => {
         ],
         'Unknown arguments: --bogus, -z',
         'Run `ferry env --help`.',
+      ],
+      // A mistyped command is read as the one it is close to: env list takes no --force (env delete does).
+      [
+        [
+          ['--force', 'env', 'lst'],
+          ['env', '--force', 'lst'],
+          ['env', 'lst', '--force'],
+        ],
+        "Unknown command 'lst' for `ferry env`, and unknown argument --force",
+        'Did you mean list? Run `ferry env --help`.',
       ],
       // --force is app delete's: app list takes none, before its name as after it.
       [
