@@ -117,6 +117,21 @@ export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
   return routes;
 }
 
+/**
+ * The methods of the routes whose path matches `path` (a `:param` segment matches any), sorted: what a
+ * request to that path with another method may use instead. [] when no route has that path.
+ */
+function allowedMethods(routes: readonly DevRoute[], path: string): string[] {
+  const segments = path.split('/');
+  const matches = (route: DevRoute) => {
+    const pattern = route.path.split('/');
+    return (
+      pattern.length === segments.length && pattern.every((p, i) => p.startsWith(':') || p === segments[i])
+    );
+  };
+  return [...new Set(routes.filter(matches).map((r) => r.method))].sort();
+}
+
 export interface DevServerOptions {
   live: LiveEndpoints;
   /** The worker's last lines while the endpoint cannot start (failures.ts startFailureOf), else undefined. */
@@ -373,7 +388,18 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
     app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url, ...hidden, handler: passThrough });
   // The OpenAPI document at the path tools look for first, beside Swagger UI's /docs/json.
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
-  app.setNotFoundHandler(noRoute);
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?', 1)[0]!;
+    const allowed = allowedMethods(routes, path);
+    if (allowed.length === 0) return noRoute(request, reply);
+    // A named route asked with another method: the 405 the load-balanced runtime answers on the
+    // platform (worker-image/python/ferry/lb.py Router.find), in its words, with the Allow header
+    // HTTP asks of a 405 (HEAD wherever GET is: Fastify answers it).
+    reply.header('allow', [...allowed, ...(allowed.includes('GET') ? ['HEAD'] : [])].join(', '));
+    return reply
+      .code(405)
+      .send({ error: `method ${request.method} not allowed for ${path}; allowed: ${allowed.join(', ')}` });
+  });
   app.setErrorHandler((error, request, reply) => {
     const message = messageOf(error);
     // The client's mistakes (a body that is not JSON, too large; a call ferry dev cannot serve) keep

@@ -85,6 +85,32 @@ describe('ferry dev', () => {
     expect(await health.json()).toEqual({ status: 'healthy' });
   });
 
+  it("a named route asked with another method answers 405 with the Allow header, as the platform's load-balanced runtime does", async () => {
+    for (const [method, route, allowed, allow] of [
+      ['GET', '/lb_worker/process', 'POST', 'POST'],
+      ['DELETE', '/lb_worker/health', 'GET', 'GET, HEAD'],
+      ['GET', '/cpu_worker/runsync', 'POST', 'POST'],
+    ] as const) {
+      const response = await fetch(`${base}${route}`, { method });
+      expect(response.status, `${method} ${route}`).toBe(405);
+      expect(response.headers.get('allow')).toBe(allow);
+      expect(await response.json()).toEqual({
+        error: `method ${method} not allowed for ${route}; allowed: ${allowed}`,
+      });
+    }
+    // The runtime's own answer, through the platform's /lb route (the dev server passes it through).
+    const resources = JSON.parse(readFileSync(path.join(project, '.ferry', 'resources.json'), 'utf8'));
+    const platform = await fetch(`${base}/lb/${resources.lb_worker.id}/process`, {
+      headers: { authorization: 'Bearer fy_dev_local' },
+    });
+    expect(platform.status).toBe(405);
+    expect(await platform.json()).toEqual({ error: 'method GET not allowed for /process; allowed: POST' });
+    // A path no route has stays a 404.
+    const none = await fetch(`${base}/lb_worker/nope`, { method: 'DELETE' });
+    expect(none.status).toBe(404);
+    expect(await none.json()).toEqual({ error: 'No route for DELETE /lb_worker/nope' });
+  });
+
   it('passes a 64-bit integer through with every digit, and refuses the JSON the platform refuses', async () => {
     const response = await fetch(`${base}/lb_worker/process`, {
       method: 'POST',
