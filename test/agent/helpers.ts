@@ -15,6 +15,7 @@ import { PollingChangeFeed } from '../../core/changes.js';
 import { systemClock } from '../../core/clock.js';
 import { JobEngine } from '../../core/engine.js';
 import type { Logger } from '../../core/log.js';
+import type { WorkerSupervisor } from '../../core/supervisor.js';
 import { type Agent, type AgentOptions, startAgent } from '../../worker-image/agent/agent.js';
 import { type AwsFixture, dynamoClientFor } from '../support/emulators.js';
 
@@ -107,6 +108,23 @@ export function watchAgentQueue(agent: Agent): string[] {
     return receive(endpointId, options);
   };
   return receives;
+}
+
+/**
+ * When each of the agent's checks of held jobs (its supervisor's tick, where a stopped job kept past
+ * the grace period ends the worker) began (Date.now()), recorded once it has finished. The agent's
+ * WorkerSupervisor is private: a test that waits for a check wraps that one object.
+ */
+export function watchAgentTicks(agent: Agent): number[] {
+  const supervisor = (agent as unknown as { supervisor: WorkerSupervisor }).supervisor;
+  const tick = supervisor.tick.bind(supervisor);
+  const ticks: number[] = [];
+  supervisor.tick = async (endpointId, plan) => {
+    const began = Date.now();
+    await tick(endpointId, plan);
+    ticks.push(began);
+  };
+  return ticks;
 }
 
 /**

@@ -28,6 +28,7 @@ import {
   startPythonWorker,
   untilServing,
   watchAgentQueue,
+  watchAgentTicks,
 } from './helpers.js';
 
 let aws: AwsFixture;
@@ -74,6 +75,12 @@ function handWorker(agent: Agent, endpointId: string) {
       const ms = Date.now() - started;
       if (response.status !== 200) return { status: response.status, ms };
       return { status: 200, job: (await response.json()) as { id: string }, ms };
+    },
+    /** The jobs its job-stop poll says to stop (what the runtime waits on before it lets go). */
+    async stops(): Promise<string[]> {
+      const response = await fetch(`${base}/job-stop/${id}?agent=1`, { headers });
+      if (response.status !== 200) return [];
+      return ((await response.json()) as { jobsToStop: string[] }).jobsToStop;
     },
     async ping(jobIds: string[]): Promise<number> {
       const response = await fetch(`${base}/ping/${id}?job_id=${jobIds.join(',')}`, { headers });
@@ -351,12 +358,21 @@ describe('a worker that keeps a stopped job', () => {
   it('does not exit while the worker lets go within the grace period', async () => {
     const endpointId = newEndpoint();
     const exits: number[] = [];
-    const agent = await startAgent(endpointId, { stopGraceMs: 1_500, exit: (code) => exits.push(code) });
+    const stopGraceMs = 1_500;
+    const agent = await startAgent(endpointId, { stopGraceMs, exit: (code) => exits.push(code) });
+    const ticks = watchAgentTicks(agent);
     const worker = handWorker(agent, endpointId);
     const job = await api.engine.submit(endpointId, { input: { method: 'echo' } }, { sync: false });
     expect((await worker.take()).job?.id).toBe(job.id);
     await api.engine.cancel(endpointId, job.id);
-    await sleep(400);
+    // The worker lets go once the agent tells it to stop, as the runtime does: no pause of its own,
+    // which a loaded machine could stretch past the grace period.
+    const stops = await eventually('the agent to tell the worker to stop', async () => {
+      const ids = await worker.stops();
+      return ids.length > 0 ? ids : undefined;
+    });
+    expect(stops).toEqual([job.id]);
+    const letGo = Date.now();
     // A late job-done for a stopped job is refused (409) and lets the agent forget it.
     const done = await fetch(`${agent.url}/v2/${endpointId}/job-done/${agent.workerId}/${job.id}?agent=1`, {
       method: 'POST',
@@ -365,7 +381,12 @@ describe('a worker that keeps a stopped job', () => {
     });
     expect(done.status).toBe(409);
     expect(agent.held()).toEqual([]);
-    await sleep(2_000);
+    // Had it kept the job, a check of held jobs would have ended the worker a grace period after the
+    // check that first saw the stop, which can come after the let-go (on the tick after the agent's
+    // next stop-signal poll): a check that began two grace periods after the let-go is past that.
+    await eventually('a check of held jobs past the grace period', () =>
+      ticks.some((began) => began >= letGo + 2 * stopGraceMs) ? true : undefined,
+    );
     expect(exits).toEqual([]);
   });
 });
