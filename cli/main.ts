@@ -184,9 +184,9 @@ function commandAfterEndOfOptions(
   rules: OptionRules,
   help: string,
 ): FerryError | undefined {
-  const end = args.indexOf('--');
+  const end = endOfOptions(args);
   const after = args.slice(end + 1);
-  if (end === -1 || after.length === 0 || rules.commands.length === 0) return undefined;
+  if (after.length === 0 || rules.commands.length === 0) return undefined;
   const before = args.slice(0, end);
   const free = wordsOf(before, rules.declared).filter((w) => w.option === undefined);
   if (free.length > group.length) return undefined;
