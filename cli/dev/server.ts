@@ -185,11 +185,13 @@ async function forwardRaw(
     headers,
     ...(body && request.method !== 'GET' && request.method !== 'HEAD' ? { body } : {}),
   });
-  return {
-    status: response.status,
-    contentType: response.headers.get('content-type'),
-    body: Buffer.from(await response.arrayBuffer()),
-  };
+  // The answer's type, and a 405's Allow (the methods the route takes), as the platform sent them.
+  const passed: Record<string, string> = {};
+  for (const name of ['content-type', 'allow']) {
+    const value = response.headers.get(name);
+    if (value) passed[name] = value;
+  }
+  return { status: response.status, headers: passed, body: Buffer.from(await response.arrayBuffer()) };
 }
 
 async function runQueueJob(
@@ -258,9 +260,7 @@ async function proxyRoute(
   const cannotStart = result.status >= 500 ? options.startFailure?.(record.id) : undefined;
   if (cannotStart !== undefined) return startFailed(options, route, reply, cannotStart);
   options.log(`${route.method} ${route.path} → ${result.status}`);
-  reply.code(result.status);
-  if (result.contentType) reply.header('content-type', result.contentType);
-  return reply.send(result.body);
+  return reply.code(result.status).headers(result.headers).send(result.body);
 }
 
 /**
@@ -379,9 +379,7 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
   // (by id or by name, docs/python.md) and load-balanced routes, passed through to the platform.
   const passThrough = async (request: FastifyRequest, reply: FastifyReply) => {
     const result = await forwardRaw(options, request, request.url, request.headers.authorization);
-    reply.code(result.status);
-    if (result.contentType) reply.header('content-type', result.contentType);
-    return reply.send(result.body);
+    return reply.code(result.status).headers(result.headers).send(result.body);
   };
   const hidden = { schema: { hide: true } };
   for (const url of ['/v2/*', '/lb/*'])
@@ -393,12 +391,13 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
     const allowed = allowedMethods(routes, path);
     if (allowed.length === 0) return noRoute(request, reply);
     // A named route asked with another method: the 405 the load-balanced runtime answers on the
-    // platform (worker-image/python/ferry/lb.py Router.find), in its words, with the Allow header
-    // HTTP asks of a 405 (HEAD wherever GET is: Fastify answers it).
-    reply.header('allow', [...allowed, ...(allowed.includes('GET') ? ['HEAD'] : [])].join(', '));
+    // platform (worker-image/python/ferry/lb.py method_not_allowed), in its words, with the Allow
+    // header HTTP asks of a 405 (HEAD wherever GET is: Fastify answers it, as the runtime does).
+    const listed = [...allowed, ...(allowed.includes('GET') ? ['HEAD'] : [])].sort().join(', ');
+    reply.header('allow', listed);
     return reply
       .code(405)
-      .send({ error: `method ${request.method} not allowed for ${path}; allowed: ${allowed.join(', ')}` });
+      .send({ error: `method ${request.method} not allowed for ${path}; allowed: ${listed}` });
   });
   app.setErrorHandler((error, request, reply) => {
     const message = messageOf(error);

@@ -86,14 +86,14 @@ describe('ferry dev', () => {
   });
 
   it("a named route asked with another method answers 405 with the Allow header, as the platform's load-balanced runtime does", async () => {
-    for (const [method, route, allowed, allow] of [
-      ['GET', '/lb_worker/process', 'POST', 'POST'],
-      ['DELETE', '/lb_worker/health', 'GET', 'GET, HEAD'],
-      ['GET', '/cpu_worker/runsync', 'POST', 'POST'],
+    for (const [method, route, allowed] of [
+      ['GET', '/lb_worker/process', 'POST'],
+      ['DELETE', '/lb_worker/health', 'GET, HEAD'],
+      ['GET', '/cpu_worker/runsync', 'POST'],
     ] as const) {
       const response = await fetch(`${base}${route}`, { method });
       expect(response.status, `${method} ${route}`).toBe(405);
-      expect(response.headers.get('allow')).toBe(allow);
+      expect(response.headers.get('allow')).toBe(allowed);
       expect(await response.json()).toEqual({
         error: `method ${method} not allowed for ${route}; allowed: ${allowed}`,
       });
@@ -104,7 +104,16 @@ describe('ferry dev', () => {
       headers: { authorization: 'Bearer fy_dev_local' },
     });
     expect(platform.status).toBe(405);
+    expect(platform.headers.get('allow')).toBe('POST');
     expect(await platform.json()).toEqual({ error: 'method GET not allowed for /process; allowed: POST' });
+    const platformGet = await fetch(`${base}/lb/${resources.lb_worker.id}/health`, {
+      method: 'DELETE',
+      headers: { authorization: 'Bearer fy_dev_local' },
+    });
+    expect(platformGet.headers.get('allow')).toBe('GET, HEAD');
+    expect(await platformGet.json()).toEqual({
+      error: 'method DELETE not allowed for /health; allowed: GET, HEAD',
+    });
     // A path no route has stays a 404.
     const none = await fetch(`${base}/lb_worker/nope`, { method: 'DELETE' });
     expect(none.status).toBe(404);
