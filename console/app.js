@@ -236,7 +236,14 @@ function signInPage(message) {
     {
       onsubmit: async (event) => {
         event.preventDefault();
-        sessionStorage.setItem(keyName, input.value.trim());
+        const key = input.value.trim();
+        // Nothing typed: said here, where \`api\` would refuse to send it and say "Signed out."
+        if (!key) {
+          problem.textContent = 'Enter an API key first (ferry keys create makes one).';
+          input.focus();
+          return;
+        }
+        sessionStorage.setItem(keyName, key);
         try {
           await manage('/endpoints');
           route();

@@ -76,6 +76,25 @@ afterAll(async () => {
 });
 
 describe('console', () => {
+  it('asks for a key when none was typed, and sends nothing', async () => {
+    const sent: string[] = [];
+    const record = (r: Request) => {
+      if (new URL(r.url()).pathname.startsWith('/manage/')) sent.push(r.url());
+    };
+    page.on('request', record);
+    try {
+      await page.goto(`${platform.url}/console`);
+      await page.fill('#api-key', '   ');
+      await page.click('#sign-in');
+      await expect
+        .poll(() => page.textContent('#sign-in-error'), { timeout: 10_000 })
+        .toBe('Enter an API key first (ferry keys create makes one).');
+      expect(sent).toEqual([]);
+    } finally {
+      page.off('request', record);
+    }
+  });
+
   it('refuses a wrong key', async () => {
     await page.goto(`${platform.url}/console`);
     await page.fill('#api-key', 'fy_not_a_key');
