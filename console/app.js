@@ -510,7 +510,12 @@ function requestTab(content, endpoint) {
         job.id,
       );
       const status = el('span', { id: 'request-status' }, badge(job.status));
-      const result = el('pre', { id: 'request-output' }, json(job.output ?? job.error));
+      // As the job's page shows them: the output, or the error read as the runtime wrote it (its
+      // type, message and traceback), where a JSON string of that JSON was shown before.
+      const result = el('div', { id: 'request-output', class: 'kv' });
+      const showResult = () =>
+        result.replaceChildren(job.error ? errorView(job.error) : el('pre', {}, json(job.output)));
+      showResult();
       out.replaceChildren(el('div', { class: 'row' }, 'Job ', link, status), result);
       // Watched while this page is shown (leaving it stops the asking), at most once a second
       // (status-sync answers at once where it cannot wait), through an outage or a busy platform.
@@ -535,7 +540,7 @@ function requestTab(content, endpoint) {
         if (!finals.has(job.status) && Date.now() - askedAt < 1000)
           await new Promise((resolve) => setTimeout(resolve, 1000));
       }
-      result.textContent = json(job.status === 'COMPLETED' ? job.output : job.error);
+      showResult();
     } catch (error) {
       out.replaceChildren(el('p', { class: 'error' }, error.message));
     }

@@ -144,6 +144,13 @@ describe('console', () => {
     await page.fill('#request-input', '{"input": {"why": "shown in the browser"}}');
     await page.click('#send-runsync');
     await expect.poll(() => page.textContent('#request-status'), { timeout: 30_000 }).toBe('FAILED');
+    // The request box shows the error as the job's page does (type, message, traceback), not the
+    // runtime's JSON as an escaped string.
+    expect(await page.textContent('#request-output #job-error')).toBe(
+      'ValueError: boom: shown in the browser',
+    );
+    expect(await page.textContent('#request-output pre')).toContain('Traceback (most recent call last)');
+    expect(await page.textContent('#request-output')).not.toContain('error_type');
     await page.click('#request-job');
     await expect
       .poll(() => page.textContent('#job-error'), { timeout: 30_000 })
