@@ -187,6 +187,48 @@ describe('console', () => {
     await shot('charts');
   });
 
+  it("draws each chart's y axis as wide as its longest label", async () => {
+    // A 100-minute p95: its label, 6,000,000 (ms), is wider than the 60 px the axis had.
+    const t = Math.floor(Date.now() / 1000);
+    const series = (v: number) => [v, v, v];
+    const metrics = {
+      fromMs: (t - 60) * 1000,
+      stepSec: 30,
+      t: [t - 60, t - 30, t],
+      jobsPerSec: series(0.5),
+      failedPerSec: series(0),
+      executionP50Ms: series(1_000),
+      executionP95Ms: series(6_000_000),
+      delayP50Ms: series(5),
+      delayP95Ms: series(10),
+      queueDepth: series(0),
+      workers: series(1),
+      truncated: false,
+    };
+    await page.route('**/manage/v1/endpoints/chatty/metrics?*', (r) => r.fulfill({ json: metrics }));
+    try {
+      // From another page: the one before may be these charts already, drawn from the real series.
+      await page.goto(`${platform.url}/console#/e/chatty/workers`);
+      await page.click('button[data-tab="charts"]');
+      await expect.poll(() => page.$$eval('#charts canvas', (c) => c.length), { timeout: 30_000 }).toBe(4);
+      // uPlot writes each axis's size as its element's width (the y axis is the second); the labels
+      // are drawn on the canvas in its default axis font, right-aligned past the ticks (10 px) and
+      // their gap (5 px).
+      const axisPx = await page.$$eval(
+        '#charts .chart:nth-child(2) .u-axis',
+        (axes) => axes[1]?.getBoundingClientRect().width,
+      );
+      const labelPx = await page.evaluate(`(() => {
+        const ctx = document.createElement('canvas').getContext('2d');
+        ctx.font = '12px system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "Noto Sans", sans-serif';
+        return ctx.measureText('6,000,000').width;
+      })()`);
+      expect(axisPx).toBeGreaterThanOrEqual(Number(labelPx) + 15);
+    } finally {
+      await page.unroute('**/manage/v1/endpoints/chatty/metrics?*');
+    }
+  });
+
   it('marks an endpoint whose workers cannot start as failing, its reason shown', async () => {
     const projectDir = join(apps, 'broken');
     mkdirSync(projectDir);
