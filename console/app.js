@@ -37,6 +37,8 @@ function el(tag, attrs = {}, ...children) {
 /** One muted row across a table: what is loading, or that there is nothing to show. */
 const note = (columns, text) =>
   el('tr', { class: 'note' }, el('td', { colspan: columns, class: 'muted' }, text));
+/** A table in a box of its own that scrolls sideways in a window narrower than it: the page never does. */
+const wide = (table) => el('div', { class: 'wide' }, table);
 const badge = (status) => el('span', { class: `badge ${status}` }, status);
 /** A duration: ms under a second, seconds under a minute, then minutes and seconds, then hours and minutes. */
 function ms(value) {
@@ -276,21 +278,23 @@ async function endpointsPage() {
   const body = el('tbody', {}, note(9, 'Loading…'));
   main.append(
     el('h1', {}, 'Endpoints'),
-    el(
-      'table',
-      { id: 'endpoints' },
+    wide(
       el(
-        'thead',
-        {},
+        'table',
+        { id: 'endpoints' },
         el(
-          'tr',
+          'thead',
           {},
-          ['Name', 'Id', 'App / env', 'Kind', 'In queue', 'Running', 'Completed', 'Failed', 'Workers'].map(
-            (h, i) => el('th', { class: i >= 4 ? 'num' : '' }, h),
+          el(
+            'tr',
+            {},
+            ['Name', 'Id', 'App / env', 'Kind', 'In queue', 'Running', 'Completed', 'Failed', 'Workers'].map(
+              (h, i) => el('th', { class: i >= 4 ? 'num' : '' }, h),
+            ),
           ),
         ),
+        body,
       ),
-      body,
     ),
   );
   poll(async () => {
@@ -463,21 +467,23 @@ function jobsTab(content, endpoint) {
   newest.addEventListener('click', () => load(false));
   content.append(
     el('div', { class: 'row' }, status),
-    el(
-      'table',
-      { id: 'jobs' },
+    wide(
       el(
-        'thead',
-        {},
+        'table',
+        { id: 'jobs' },
         el(
-          'tr',
+          'thead',
           {},
-          ['Job', 'Status', 'Created', 'Delay', 'Execution', 'Worker'].map((h, i) =>
-            el('th', { class: i === 3 || i === 4 ? 'num' : '' }, h),
+          el(
+            'tr',
+            {},
+            ['Job', 'Status', 'Created', 'Delay', 'Execution', 'Worker'].map((h, i) =>
+              el('th', { class: i === 3 || i === 4 ? 'num' : '' }, h),
+            ),
           ),
         ),
+        body,
       ),
-      body,
     ),
     el('div', { class: 'row' }, more, newest),
   );
@@ -565,19 +571,21 @@ function requestTab(content, endpoint) {
 function workersTab(content, endpoint) {
   const body = el('tbody', {}, note(4, 'Loading…'));
   content.append(
-    el(
-      'table',
-      { id: 'workers' },
+    wide(
       el(
-        'thead',
-        {},
+        'table',
+        { id: 'workers' },
         el(
-          'tr',
+          'thead',
           {},
-          ['Worker', 'State', 'Holds jobs', 'Last seen'].map((h) => el('th', {}, h)),
+          el(
+            'tr',
+            {},
+            ['Worker', 'State', 'Holds jobs', 'Last seen'].map((h) => el('th', {}, h)),
+          ),
         ),
+        body,
       ),
-      body,
     ),
   );
   poll(async () => {

@@ -229,6 +229,34 @@ describe('console', () => {
     }
   });
 
+  it('fits a 375 px wide window: no page scrolls sideways, a wide table scrolls in its own box', async () => {
+    await page.setViewportSize({ width: 375, height: 740 });
+    const sideways = () =>
+      page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth');
+    try {
+      await page.goto(`${platform.url}/console#/`);
+      await page.waitForSelector('#endpoints tr[data-endpoint="chatty"]');
+      expect(await sideways()).toBe(0);
+      // The table is wider than the window: its box scrolls.
+      expect(
+        await page.$eval('#endpoints', (t) => t.parentElement!.scrollWidth > t.parentElement!.clientWidth),
+      ).toBe(true);
+      await page.goto(`${platform.url}/console#/e/chatty/jobs`);
+      await page.waitForSelector('#jobs tbody tr[data-job]');
+      expect(await sideways()).toBe(0);
+      // Every tab is in the window, none past its right edge.
+      const tabsRight = await page.$$eval('.tabs button', (b) =>
+        b.map((x) => x.getBoundingClientRect().right),
+      );
+      expect(Math.max(...tabsRight)).toBeLessThanOrEqual(375);
+      await page.click('button[data-tab="charts"]');
+      await expect.poll(() => page.$$eval('#charts canvas', (c) => c.length), { timeout: 30_000 }).toBe(4);
+      expect(await sideways()).toBe(0);
+    } finally {
+      await page.setViewportSize({ width: 1280, height: 800 });
+    }
+  });
+
   it('marks an endpoint whose workers cannot start as failing, its reason shown', async () => {
     const projectDir = join(apps, 'broken');
     mkdirSync(projectDir);
