@@ -352,6 +352,7 @@ const tabs = new Map([
   ['logs', logsTab],
 ]);
 
+/** `tab`: the one the address names; without one, the first the endpoint has. */
 async function endpointPage(id, tab) {
   clearPage();
   setCrumbs({ text: 'Endpoints', href: '#/' }, { text: id });
@@ -370,6 +371,10 @@ async function endpointPage(id, tab) {
     if (shown) return;
     shown = true;
     setCrumbs({ text: 'Endpoints', href: '#/' }, { text: endpoint.name });
+    // A load-balanced endpoint takes no jobs (its routes answer on its own URL): a Jobs, Request or
+    // Charts tab would show nothing, or offer a /run the platform refuses.
+    const offered = endpoint.kind === 'lb' ? ['workers', 'logs'] : [...tabs.keys()];
+    const showing = tab ?? offered[0];
     const content = el('div');
     main.append(
       el(
@@ -383,11 +388,11 @@ async function endpointPage(id, tab) {
       el(
         'div',
         { class: 'tabs' },
-        [...tabs.keys()].map((t) =>
+        offered.map((t) =>
           el(
             'button',
             {
-              class: t === tab ? 'on' : '',
+              class: t === showing ? 'on' : '',
               'data-tab': t,
               onclick: () => (location.hash = `#/e/${encodeURIComponent(id)}/${t}`),
             },
@@ -397,9 +402,17 @@ async function endpointPage(id, tab) {
       ),
       content,
     );
-    const show = tabs.get(tab);
-    if (show) show(content, endpoint);
-    else content.append(el('p', { class: 'error', id: 'no-such-tab' }, `No such tab: ${tab}`));
+    if (offered.includes(showing)) tabs.get(showing)(content, endpoint);
+    else
+      content.append(
+        el(
+          'p',
+          { class: 'error', id: 'no-such-tab' },
+          tabs.has(showing)
+            ? `${endpoint.name} is load-balanced: it takes no jobs, so it has no ${showing} tab. Call its routes on its own URL.`
+            : `No such tab: ${showing}`,
+        ),
+      );
   }, 5000);
 }
 
@@ -926,7 +939,7 @@ function route() {
     parts[0] === 'e' && parts[1]
       ? parts[2] === 'jobs' && parts[3]
         ? jobPage(parts[1], parts[3])
-        : endpointPage(parts[1], parts[2] ?? 'jobs')
+        : endpointPage(parts[1], parts[2])
       : endpointsPage();
   go.catch(() => {});
 }

@@ -472,6 +472,29 @@ describe('console', () => {
     }
   });
 
+  it('offers a load-balanced endpoint only the tabs it has: its workers and logs, no jobs', async () => {
+    const tabNames = () => page.$$eval('.tabs button', (b) => b.map((x) => x.textContent));
+    await page.goto(`${platform.url}/console#/`);
+    await page.click('#endpoints tr[data-endpoint="hello-api"]');
+    await expect.poll(tabNames, { timeout: 10_000 }).toEqual(['Workers', 'Logs']);
+    expect(await page.textContent('.tabs button.on')).toBe('Workers');
+    await page.waitForSelector('#workers');
+    // An address of a tab it has not (a link from a queue endpoint's page) says why.
+    await page.goto(`${platform.url}/console#/e/hello-api/request`);
+    await expect
+      .poll(() => page.textContent('#no-such-tab'), { timeout: 10_000 })
+      .toBe(
+        'hello-api is load-balanced: it takes no jobs, so it has no request tab. Call its routes on its own URL.',
+      );
+    expect(await page.isVisible('#request-input')).toBe(false);
+    // A queue endpoint has all five, Jobs first.
+    await page.goto(`${platform.url}/console#/e/hello`);
+    await expect
+      .poll(tabNames, { timeout: 10_000 })
+      .toEqual(['Jobs', 'Request', 'Workers', 'Charts', 'Logs']);
+    expect(await page.textContent('.tabs button.on')).toBe('Jobs');
+  });
+
   it('keeps the logs where the reader scrolled while new polls come in', async () => {
     const { status, body } = await call(platform.baseUrl, 'POST', '/chatty/runsync', {
       input: { name: 'Scroll', lines: 300 },
