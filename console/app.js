@@ -70,6 +70,18 @@ function when(epochMs) {
   const iso = at.toISOString();
   return el('time', { datetime: iso, title: iso }, text);
 }
+/**
+ * A log line's time of day to the millisecond, in the reader's time zone as every other time on the
+ * page: in UTC, with nothing to say so, a job created at 14:03 had lines at 13:03 in Berlin.
+ */
+const clock = (epochMs) =>
+  new Date(epochMs).toLocaleTimeString(undefined, {
+    hour: '2-digit',
+    minute: '2-digit',
+    second: '2-digit',
+    fractionalSecondDigits: 3,
+    hourCycle: 'h23',
+  });
 const json = (value) => (value === undefined ? '–' : JSON.stringify(value, null, 2));
 
 /**
@@ -728,8 +740,8 @@ function logLines(pre, lines) {
     pre.append(
       el(
         'span',
-        { class: 't' },
-        `${new Date(line.atMs).toISOString().slice(11, 23)} ${line.jobId ? '' : `[${line.container ?? 'worker'} ${line.workerId}] `}`,
+        { class: 't', title: new Date(line.atMs).toISOString() },
+        `${clock(line.atMs)} ${line.jobId ? '' : `[${line.container ?? 'worker'} ${line.workerId}] `}`,
       ),
       el('span', { class: line.stream }, `${line.text}\n`),
     );

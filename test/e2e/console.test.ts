@@ -495,6 +495,29 @@ describe('console', () => {
     expect(await page.textContent('.tabs button.on')).toBe('Jobs');
   });
 
+  it("shows log lines' times in the reader's time zone, as the job's other times", async () => {
+    const { status, body } = await call(platform.baseUrl, 'POST', '/chatty/runsync', {
+      input: { name: 'Zone', lines: 1 },
+    });
+    expect([status, body.status]).toEqual([200, 'COMPLETED']);
+    const job = await call(`${platform.url}/manage/v1`, 'GET', `/endpoints/chatty/jobs/${body.id}`);
+    const atMs: number = job.body.logs[0].atMs;
+    // India: UTC+5:30 all year (no summer time), so its clock differs from UTC in hours and minutes.
+    const other = await chromium.launch({ executablePath: chromiumPath, args: chromiumArgs });
+    try {
+      const tab = await (await other.newContext({ timezoneId: 'Asia/Kolkata', locale: 'en-US' })).newPage();
+      await tab.goto(`${platform.url}/console#/e/chatty/jobs/${body.id}`);
+      await tab.fill('#api-key', testApiKey);
+      await tab.click('#sign-in');
+      await expect.poll(() => tab.textContent('#job-logs'), { timeout: 30_000 }).toContain('working on Zone');
+      const kolkata = new Date(atMs + 5.5 * 3_600_000).toISOString().slice(11, 23);
+      expect(await tab.textContent('#job-logs .t')).toBe(`${kolkata} `);
+      expect(await tab.getAttribute('#job-logs .t', 'title')).toBe(new Date(atMs).toISOString());
+    } finally {
+      await other.close();
+    }
+  });
+
   it('keeps the logs where the reader scrolled while new polls come in', async () => {
     const { status, body } = await call(platform.baseUrl, 'POST', '/chatty/runsync', {
       input: { name: 'Scroll', lines: 300 },
