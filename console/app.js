@@ -437,6 +437,9 @@ function jobsTab(content, endpoint) {
       el('option', { value: s }, s),
     ),
   );
+  // The filter is kept in this page's history entry, so Back from a job's page (or a reload) shows
+  // the list as it was left, not every status again.
+  status.value = history.state?.jobsStatus ?? '';
   const body = el('tbody', {}, note(6, 'Loading…'));
   const more = el('button', { class: 'secondary', id: 'jobs-older', hidden: true }, 'Older');
   const newest = el('button', { class: 'secondary', id: 'jobs-newest', hidden: true }, 'Newest');
@@ -487,7 +490,10 @@ function jobsTab(content, endpoint) {
       );
     else body.replaceChildren(...page.jobs.map(row));
   };
-  status.addEventListener('change', () => load(false));
+  status.addEventListener('change', () => {
+    history.replaceState({ ...history.state, jobsStatus: status.value }, '');
+    load(false);
+  });
   more.addEventListener('click', () => load(true));
   newest.addEventListener('click', () => load(false));
   content.append(

@@ -306,6 +306,26 @@ describe('console', () => {
     expect(await page.$$eval('#jobs tbody tr[data-job]', (r) => r.length)).toBe(0);
   });
 
+  it('keeps the status filter when the user comes Back from a job, and on a reload', async () => {
+    // Into the list anew (the test before left a filter on its own page).
+    await page.goto(`${platform.url}/console#/e/chatty/workers`);
+    await page.click('button[data-tab="jobs"]');
+    await page.waitForSelector('#jobs tbody tr[data-job]');
+    await page.selectOption('#status-filter', 'COMPLETED');
+    const statuses = () =>
+      page.$$eval('#jobs tbody tr .badge', (b) => [...new Set(b.map((x) => x.textContent))]);
+    await expect.poll(statuses, { timeout: 30_000 }).toEqual(['COMPLETED']);
+    await page.click('#jobs tbody tr[data-job]');
+    await page.waitForSelector('#job-status');
+    await page.goBack();
+    await page.waitForSelector('#jobs tbody tr[data-job]');
+    expect(await page.inputValue('#status-filter')).toBe('COMPLETED');
+    await expect.poll(statuses, { timeout: 30_000 }).toEqual(['COMPLETED']);
+    await page.reload();
+    await page.waitForSelector('#jobs tbody tr[data-job]');
+    expect(await page.inputValue('#status-filter')).toBe('COMPLETED');
+  });
+
   it('stops watching a sent job once its page is left', async () => {
     let asked = 0;
     // A job that never ends, answered at once (as where status-sync cannot wait).
