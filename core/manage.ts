@@ -488,7 +488,9 @@ export class ManageApi {
     ]);
     return {
       atMs: nowMs,
-      queueDepth: depth.visible,
+      // The queue's messages outlive cancelled and purged jobs (a worker skips each when it gets
+      // there): counted alone, the chart showed queued work that the endpoint's inQueue did not.
+      queueDepth: Math.min(depth.visible, health.jobs.inQueue),
       workersRunning: health.workers.running,
       workersIdle: health.workers.idle,
     };

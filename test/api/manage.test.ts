@@ -263,6 +263,17 @@ describe('management API', () => {
     expect(body.workers.at(-1)).toEqual(expect.any(Number));
   });
 
+  it("leaves a cancelled job's message out of the charted queue depth, as the endpoint's inQueue does", async () => {
+    // No workers take from it: the queue's messages stay where they are.
+    await platform.addEndpoint('still');
+    const cancelled = (await call(v2, 'POST', '/still/run', { input: {} })).body.id as string;
+    expect((await call(v2, 'POST', `/still/cancel/${cancelled}`)).body.status).toBe('CANCELLED');
+    expect((await call(v2, 'POST', '/still/run', { input: {} })).status).toBe(200);
+    expect((await call(v2, 'GET', '/still/health')).body.jobs.inQueue).toBe(1);
+    const { body } = await call(manage, 'GET', '/endpoints/still/metrics?hours=1');
+    expect(body.queueDepth.at(-1)).toBe(1);
+  });
+
   it('serves its OpenAPI document without a key', async () => {
     const r = await fetch(`${manage}/openapi.json`);
     const doc = (await r.json()) as { paths: Record<string, unknown> };
