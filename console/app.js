@@ -37,6 +37,15 @@ function el(tag, attrs = {}, ...children) {
 /** One muted row across a table: what is loading, or that there is nothing to show. */
 const note = (columns, text) =>
   el('tr', { class: 'note' }, el('td', { colspan: columns, class: 'muted' }, text));
+/**
+ * Puts a live table's new rows in (each poll draws them anew), with the keyboard's focus back on the
+ * link it was on: replaced with its row, it fell back to the page's start every 2 or 3 s.
+ */
+function replaceRows(body, rows) {
+  const href = body.contains(document.activeElement) ? document.activeElement.getAttribute('href') : null;
+  body.replaceChildren(...rows);
+  if (href) [...body.querySelectorAll('a')].find((a) => a.getAttribute('href') === href)?.focus();
+}
 /** A table in a box of its own that scrolls sideways in a window narrower than it: the page never does. */
 const wide = (table) => el('div', { class: 'wide' }, table);
 const badge = (status) => el('span', { class: `badge ${status}` }, status);
@@ -315,21 +324,19 @@ async function endpointsPage() {
       body.replaceChildren(note(9, 'No endpoints yet: deploy a project to this platform (ferry deploy).'));
       return;
     }
-    body.replaceChildren(
-      ...endpoints.map((e) => {
+    replaceRows(
+      body,
+      endpoints.map((e) => {
         const h = e.health;
         const workers = h ? h.workers.running + h.workers.idle : undefined;
         // Workers that cannot start (docs/workers.md): the verdict, and its reason under it as text
         // (cut short by the stylesheet, the whole of it in the title).
         const problem = h?.problem ?? e.problem;
+        const href = `#/e/${encodeURIComponent(e.id)}`;
         return el(
           'tr',
-          {
-            class: 'click',
-            'data-endpoint': e.id,
-            onclick: () => (location.hash = `#/e/${encodeURIComponent(e.id)}`),
-          },
-          el('td', {}, el('b', {}, e.name)),
+          { class: 'click', 'data-endpoint': e.id, onclick: () => (location.hash = href) },
+          el('td', {}, el('a', { href }, el('b', {}, e.name))),
           el('td', { class: 'muted' }, e.id),
           el('td', {}, `${e.app} / ${e.env}`),
           el('td', {}, e.kind),
@@ -450,22 +457,19 @@ function jobsTab(content, endpoint) {
   // Only the latest load fills the table: a live refresh still on its way when Older was clicked
   // must not replace the older rows.
   let loads = 0;
-  const row = (job) =>
-    el(
+  const row = (job) => {
+    const href = `#/e/${encodeURIComponent(endpoint.id)}/jobs/${encodeURIComponent(job.id)}`;
+    return el(
       'tr',
-      {
-        class: 'click',
-        'data-job': job.id,
-        onclick: () =>
-          (location.hash = `#/e/${encodeURIComponent(endpoint.id)}/jobs/${encodeURIComponent(job.id)}`),
-      },
-      el('td', {}, job.id),
+      { class: 'click', 'data-job': job.id, onclick: () => (location.hash = href) },
+      el('td', {}, el('a', { href }, job.id)),
       el('td', {}, badge(job.status)),
       el('td', {}, when(job.createdAt)),
       el('td', { class: 'num' }, ms(job.delayMs)),
       el('td', { class: 'num' }, ms(job.executionMs)),
       el('td', { class: 'muted' }, job.workerId ?? ''),
     );
+  };
   const load = async (append) => {
     const mine = ++loads;
     paged = append;
@@ -488,7 +492,7 @@ function jobsTab(content, endpoint) {
             : 'No jobs yet (a finished job is listed until its results expire).',
         ),
       );
-    else body.replaceChildren(...page.jobs.map(row));
+    else replaceRows(body, page.jobs.map(row));
   };
   status.addEventListener('change', () => {
     history.replaceState({ ...history.state, jobsStatus: status.value }, '');

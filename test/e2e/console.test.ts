@@ -296,6 +296,25 @@ describe('console', () => {
     }
   });
 
+  it('opens an endpoint and a job from the keyboard, the focus kept through the live redraws', async () => {
+    const focused = () => page.evaluate('document.activeElement?.getAttribute("href")');
+    const endpointsRead = (r: { url(): string }) => r.url().endsWith('/manage/v1/endpoints');
+    await page.goto(`${platform.url}/console#/`);
+    await page.waitForSelector('#endpoints tr[data-endpoint="chatty"]');
+    await page.focus('#endpoints tr[data-endpoint="chatty"] a');
+    // A read is sent once the one before has drawn its rows anew: two reads on, the list was redrawn
+    // under the focus at least once.
+    await page.waitForRequest(endpointsRead);
+    await page.waitForRequest(endpointsRead);
+    expect(await focused()).toBe('#/e/chatty');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('#jobs tbody tr[data-job]');
+    const job = await page.getAttribute('#jobs tbody tr[data-job]', 'data-job');
+    await page.focus('#jobs tbody tr[data-job] a');
+    await page.keyboard.press('Enter');
+    await expect.poll(() => page.textContent('h1'), { timeout: 10_000 }).toBe(`Job ${job}`);
+  });
+
   it('says when a list has nothing to show', async () => {
     await page.goto(`${platform.url}/console#/e/chatty/jobs`);
     await page.waitForSelector('#jobs tbody tr[data-job]');
