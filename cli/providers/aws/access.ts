@@ -30,8 +30,9 @@ export function awsAccessHint(error: unknown): string | undefined {
     return "AWS did not answer: check this machine's network (and HTTPS_PROXY if it needs one), and that AWS_REGION names a region.";
   }
   // AWS's refusal is in the error's name, the SDK's copy of AWS's error code ("InvalidClientTokenId",
-  // with the message "The security token included in the request is invalid."); the messages of the
-  // SDK's own credential chain name it in words.
+  // with the message "The security token included in the request is invalid."; the common errors of
+  // every Query API: https://docs.aws.amazon.com/IAM/latest/APIReference/CommonErrors.html); the
+  // messages of the SDK's own credential chain name it in words.
   const name = (error as { name?: unknown })?.name;
   if (
     /credential|ExpiredToken|could not load|Unable to resolve AWS account|InvalidClientTokenId|SignatureDoesNotMatch|UnrecognizedClient/i.test(
