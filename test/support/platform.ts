@@ -20,6 +20,11 @@ export async function startTestPlatform(options: Partial<LocalPlatformOptions> =
     ...options,
     dataDir,
   });
+  /**
+   * A queue endpoint whose workers the test plays (protocolWorker). Its record is no configuration a
+   * pool can run: on a platform started with `workers`, the pools' reconcile marks it failing and
+   * fails its queued jobs, racing the test's takes; use a platform without pools for it.
+   */
   const addEndpoint = async (id: string, config: Record<string, unknown> = {}) => {
     const record: EndpointRecord = {
       id,
