@@ -54,6 +54,15 @@ async function expectFormsRead(hint: string): Promise<void> {
   }
 }
 
+/** `args` exits 2 with exactly this message and hint on stderr, nothing on stdout, and the hint's forms read. */
+async function expectRefused(args: readonly string[], message: string, hint: string): Promise<void> {
+  const result = await sandbox.run([...args], { cwd: project });
+  expect(result.code, args.join(' ')).toBe(2);
+  expect(result.stderr).toBe(`Error: ${message}\n  hint: ${hint}\n`);
+  expect(result.stdout).toBe('');
+  await expectFormsRead(hint);
+}
+
 describe('ferry errors', () => {
   it('deploy with several environments and no --env: "Error: Multiple environments found: a, b", exit 2, before the build', async () => {
     expect((await sandbox.run(['env', 'create', 'staging', '--app', 'errs'])).code).toBe(0);
@@ -370,11 +379,7 @@ describe('ferry errors', () => {
         'Give the command before its options: `ferry env list --provider local|aws`. Run `ferry env --help`.',
       ],
     ] as const) {
-      const result = await sandbox.run([...args], { cwd: project });
-      expect(result.code, args.join(' ')).toBe(2);
-      expect(result.stderr).toBe(`Error: ${message}\n  hint: ${hint}\n`);
-      expect(result.stdout).toBe('');
-      await expectFormsRead(hint);
+      await expectRefused(args, message, hint);
     }
   });
 
@@ -401,11 +406,7 @@ describe('ferry errors', () => {
         'Run `ferry --help`.',
       ],
     ] as const) {
-      const result = await sandbox.run([...args], { cwd: project });
-      expect(result.code, args.join(' ')).toBe(2);
-      expect(result.stderr).toBe(`Error: ${message}\n  hint: ${hint}\n`);
-      expect(result.stdout).toBe('');
-      await expectFormsRead(hint);
+      await expectRefused(args, message, hint);
     }
   });
 

@@ -123,6 +123,18 @@ def _process_alive(pid):
     return True
 
 
+def _command_line_has(pid, words):
+    """Whether the command line of `pid` has one of `words` (bytes) as an argument (/proc/<pid>/cmdline),
+    as the CLI's commandLineHas: a recorded pid that is alive may be another process's by now. None
+    where the command line cannot be read (no /proc, or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            args = handle.read().split(b"\0")
+    except OSError:
+        return None
+    return any(word in args for word in words)
+
+
 def running_dev_above(directory):
     """The lock (.ferry/dev.json, cli/dev/lock.ts) of the `ferry dev` serving the project that
     `directory` is in: the nearest folder from `directory` up whose lock names a running one (its pid
@@ -137,12 +149,7 @@ def running_dev_above(directory):
             lock = None
         pid = lock.get("pid") if isinstance(lock, dict) else None
         if isinstance(pid, int) and not isinstance(pid, bool) and _process_alive(pid):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                    args = handle.read().split(b"\0")
-            except OSError:
-                args = None
-            if args is None or b"dev" in args or b"run" in args:
+            if _command_line_has(pid, (b"dev", b"run")) is not False:
                 return lock
         parent = os.path.dirname(folder)
         if parent == folder:
@@ -189,14 +196,9 @@ def serve_platform_url(home):
     url = info.get("url") if isinstance(info, dict) else None
     if not (isinstance(pid, int) and not isinstance(pid, bool) and isinstance(url, str) and url):
         return None
-    if not _process_alive(pid):
+    if not _process_alive(pid) or _command_line_has(pid, (b"serve", b"quickstart")) is False:
         return None
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            args = handle.read().split(b"\0")
-    except OSError:
-        return url
-    return url if b"serve" in args or b"quickstart" in args else None
+    return url
 
 
 class Platform:
