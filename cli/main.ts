@@ -9,7 +9,7 @@ import yargs, { type Options } from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { exitCode, FerryError, usage } from '../core/errors.js';
 import { commandTable } from './commands/index.js';
-import { flagErrorOf } from './commands/shared.js';
+import { examples, flagErrorOf } from './commands/shared.js';
 import { installRoot, providerNames } from './config.js';
 import { createContext } from './context.js';
 import { shellLine } from './deploy/plan.js';
@@ -580,15 +580,20 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
     }, false)
     .strict()
     .recommendCommands()
-    .example('$0 init my-project', 'Create a project with example endpoints')
-    .example('$0 dev', 'Serve the project at http://localhost:8888 with Swagger UI at /docs')
-    .example('$0 deploy --env staging', 'Build and deploy to the staging environment')
-    .example('$0 undeploy list', 'Show deployed endpoints')
-    .epilogue('Exit codes: 0 ok, 1 failure, 2 usage. stdout carries data (--json), stderr progress.')
+    .epilogue(
+      examples([
+        ['$0 init my-project', 'Create a project with example endpoints'],
+        ['$0 dev', 'Serve the project at http://localhost:8888 with Swagger UI at /docs'],
+        ['$0 deploy --env staging', 'Build and deploy to the staging environment'],
+        ['$0 undeploy list', 'Show deployed endpoints'],
+      ]),
+    )
+    .epilogue('\nExit codes: 0 ok, 1 failure, 2 usage. stdout carries data (--json), stderr progress.')
     .help()
     .alias('h', 'help')
     .version(version())
-    .wrap(Math.min(110, process.stdout.columns || 100))
+    // A terminal's own width, else COLUMNS as shells set it (`COLUMNS=80 ferry deploy --help | less`).
+    .wrap(Math.min(110, process.stdout.columns || Number(io.env.COLUMNS) || 100))
     .exitProcess(false)
     .fail((message, error, context) => {
       // yargs's own errors (a coerce that threw, cli/commands/shared.ts portFlag) are the user's to fix.

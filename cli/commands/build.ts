@@ -5,7 +5,7 @@ import { projectAppName } from '../config.js';
 import type { CliContext } from '../context.js';
 import { buildEventPrinter } from '../deploy/run.js';
 import { formatBytes, table } from '../io.js';
-import { buildFlags, buildOptionsFrom, defineCommand, jsonFlag } from './shared.js';
+import { buildFlags, buildOptionsFrom, defineCommand, examples, jsonFlag } from './shared.js';
 
 export const buildCommand = (ctx: CliContext) =>
   defineCommand({
@@ -20,8 +20,12 @@ export const buildCommand = (ctx: CliContext) =>
           defaultDescription: 'the folder name',
         })
         .option('json', jsonFlag)
-        .example('$0 build --exclude scipy,pandas', 'Leave two packages out of the artifact')
-        .example('$0 build --python-version 3.12 --json', 'Build for Python 3.12 and print the manifest'),
+        .epilogue(
+          examples([
+            ['$0 build --exclude scipy,pandas', 'Leave two packages out of the artifact'],
+            ['$0 build --python-version 3.12 --json', 'Build for Python 3.12 and print the manifest'],
+          ]),
+        ),
     handler: async (argv) => {
       const projectDir = ctx.io.cwd;
       // The name goes into the manifest that deploy records: refused here as deploy would refuse it.

@@ -12,7 +12,7 @@ import { type CliContext, providerName, withProvider } from '../context.js';
 import { runningDevAbove } from '../dev/lock.js';
 import { ManageClient } from '../manage-client.js';
 import { untilStopped } from './serve.js';
-import { hostFlag, portFlag } from './shared.js';
+import { examples, hostFlag, portFlag } from './shared.js';
 
 interface ConsoleArgs {
   provider?: string;
@@ -66,7 +66,11 @@ export const consoleCommand = (ctx: CliContext): CommandModule => ({
     y
       .option('host', hostFlag({ default: '127.0.0.1', describe: 'Bind address (--provider aws)' }))
       .option('port', portFlag({ default: 8787, describe: 'Port (--provider aws; 0 picks one)' }))
-      .example('$0 console', "The local platform's console URL")
-      .example('$0 console --provider aws', 'Serve the console for your AWS platform on localhost'),
+      .epilogue(
+        examples([
+          ['$0 console', "The local platform's console URL"],
+          ['$0 console --provider aws', 'Serve the console for your AWS platform on localhost'],
+        ]),
+      ),
   handler: (argv) => consoleCommandHandler(ctx, argv as unknown as ConsoleArgs),
 });

@@ -16,6 +16,7 @@ import {
   buildFlags,
   buildOptionsFrom,
   defineCommand,
+  examples,
   type GlobalFlags,
   jsonFlag,
 } from './shared.js';
@@ -208,9 +209,13 @@ export const deployCommand = (ctx: CliContext): CommandModule =>
           describe: 'AWS: subscribe this address to the alarm topic (alarms, image-pull and launch failures)',
         })
         .option('json', jsonFlag)
-        .example('$0 deploy', 'Deploy to the only environment (or create production)')
-        .example('$0 deploy --provider aws --yes', 'Deploy to your AWS account')
-        .example('$0 deploy --env staging --exclude scipy', 'Deploy to staging without scipy'),
+        .epilogue(
+          examples([
+            ['$0 deploy', 'Deploy to the only environment (or create production)'],
+            ['$0 deploy --provider aws --yes', 'Deploy to your AWS account'],
+            ['$0 deploy --env staging --exclude scipy', 'Deploy to staging without scipy'],
+          ]),
+        ),
     handler: async (argv) => {
       const projectDir = ctx.io.cwd;
       // Checked before the build: a deploy creates the app and environment it names.

@@ -37,7 +37,7 @@ import { confirm, countOf } from '../io.js';
 import { portToListenOn, requestedPort } from '../providers/local.js';
 import { listenFailure, type PortChoice } from '../serve.js';
 import { untilStopped } from './serve.js';
-import { approveFlag, buildOptionsFrom, defineCommand, hostFlag, portFlag } from './shared.js';
+import { approveFlag, buildOptionsFrom, defineCommand, examples, hostFlag, portFlag } from './shared.js';
 
 /**
  * `ferry dev --provider aws`: the project's endpoints as `live-` endpoints of the app's `dev`
@@ -361,8 +361,12 @@ export const devCommand = (ctx: CliContext): CommandModule =>
             "Install each endpoint's dependencies=[...] into a venv under .ferry/venvs (--no-deps: use your Python as it is)",
         })
         .option('yes', approveFlag)
-        .example('$0 dev', 'http://localhost:8888, Swagger UI at /docs')
-        .example('$0 dev --port 9000 --auto-provision', 'Start every endpoint at once'),
+        .epilogue(
+          examples([
+            ['$0 dev', 'http://localhost:8888, Swagger UI at /docs'],
+            ['$0 dev --port 9000 --auto-provision', 'Start every endpoint at once'],
+          ]),
+        ),
     handler: (argv) =>
       providerName(ctx, argv.provider) === 'aws'
         ? devOnAws(ctx, Boolean(argv.yes))

@@ -23,7 +23,7 @@ import {
 import { ferryVersion, installRoot } from '../config.js';
 import type { CliContext } from '../context.js';
 import { shellLine } from '../deploy/plan.js';
-import { nonBlankFlag } from './shared.js';
+import { examples, nonBlankFlag } from './shared.js';
 
 /** What `ferry deploy --provider aws` needs: the agent and the two bases (model images are opt-in). */
 export const defaultImageKinds = ['agent', 'base-cpu', 'base-gpu'] as const;
@@ -123,10 +123,14 @@ export const imagesCommand = (ctx: CliContext): CommandModule => ({
         describe: 'push: the ECR registry, <account>.dkr.ecr.<region>.amazonaws.com',
         defaultDescription: 'FERRY_AWS_IMAGE_REGISTRY',
       })
-      .example('$0 images build --dry-run', 'Print the build commands')
-      .example(
-        '$0 images push --registry 123456789012.dkr.ecr.us-east-1.amazonaws.com',
-        'Push to your ECR registry',
+      .epilogue(
+        examples([
+          ['$0 images build --dry-run', 'Print the build commands'],
+          [
+            '$0 images push --registry 123456789012.dkr.ecr.us-east-1.amazonaws.com',
+            'Push to your ECR registry',
+          ],
+        ]),
       ),
   handler: async (argv) => {
     const args = argsOf(argv, ctx.io.env);

@@ -11,6 +11,7 @@ import { FerryError, usage } from '../../core/errors.js';
 import { appNameOf, ferryPythonPath, templatesDir } from '../config.js';
 import type { CliContext } from '../context.js';
 import { confirm } from '../io.js';
+import { examples } from './shared.js';
 
 /** Template file name → project file name (dotfiles are stored without the dot so packagers keep them). */
 const renames: Record<string, string> = { 'env.example': '.env.example', gitignore: '.gitignore' };
@@ -101,7 +102,11 @@ export const initCommand = (ctx: CliContext): CommandModule => ({
         default: false,
         describe: 'Overwrite existing files without asking',
       })
-      .example('$0 init my-project', 'Create ./my-project')
-      .example('$0 init . --force', 'Write the template into this folder, overwriting'),
+      .epilogue(
+        examples([
+          ['$0 init my-project', 'Create ./my-project'],
+          ['$0 init . --force', 'Write the template into this folder, overwriting'],
+        ]),
+      ),
   handler: (argv) => initProject(ctx, argv.project_name as string | undefined, Boolean(argv.force)),
 });

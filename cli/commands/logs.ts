@@ -20,7 +20,7 @@ import {
   resolveEndpoint,
   sinceMs,
 } from '../manage-client.js';
-import { jsonFlag } from './shared.js';
+import { examples, jsonFlag } from './shared.js';
 
 interface LogsArgs {
   endpoint: string;
@@ -174,7 +174,11 @@ export const logsCommand = (ctx: CliContext): CommandModule => ({
         // A stream: one object per log line, printed as it comes (--follow), not one document.
         describe: 'Print JSON Lines (one object per line) on stdout',
       })
-      .example('$0 logs hello --job 3f2a…', "One job's output")
-      .example('$0 logs hello -f --since 10m', 'The last ten minutes, then follow'),
+      .epilogue(
+        examples([
+          ['$0 logs hello --job 3f2a…', "One job's output"],
+          ['$0 logs hello -f --since 10m', 'The last ten minutes, then follow'],
+        ]),
+      ),
   handler: (argv) => logs(ctx, argv as unknown as LogsArgs),
 });

@@ -15,7 +15,7 @@ import { type CliContext, withProvider } from '../context.js';
 import { ask, confirm, countOf, table } from '../io.js';
 import { inScope, notInScope } from '../manage-client.js';
 import type { Provider } from '../providers/types.js';
-import { approveFlag, defineCommand, jsonFlag } from './shared.js';
+import { approveFlag, defineCommand, examples, jsonFlag } from './shared.js';
 
 /** Where a name that names nothing (or is taken) can be checked: the lists of what there is. */
 const appListHint = 'See the apps with `ferry app list`.';
@@ -243,8 +243,12 @@ export const envCommand = (ctx: CliContext): CommandModule =>
             }),
         })
         .demandCommand(1, 'Choose a command: list, create, get or delete')
-        .example('$0 env list --json', 'Environments of this folder’s app')
-        .example('$0 env delete staging --force', 'Remove staging and its endpoints'),
+        .epilogue(
+          examples([
+            ['$0 env list --json', 'Environments of this folder’s app'],
+            ['$0 env delete staging --force', 'Remove staging and its endpoints'],
+          ]),
+        ),
     handler: () => {},
   });
 
@@ -369,8 +373,12 @@ export const appCommand = (ctx: CliContext): CommandModule =>
             }),
         })
         .demandCommand(1, 'Choose a command: list, create, get or delete')
-        .example('$0 app list', 'All apps with their environments')
-        .example('$0 app delete old-app --force', 'Remove an app and everything in it'),
+        .epilogue(
+          examples([
+            ['$0 app list', 'All apps with their environments'],
+            ['$0 app delete old-app --force', 'Remove an app and everything in it'],
+          ]),
+        ),
     handler: () => {},
   });
 
@@ -416,11 +424,15 @@ export const undeployCommand = (ctx: CliContext): CommandModule =>
         // templates: IAM changes they bring need approval as in `ferry deploy`.
         .option('yes', approveFlag)
         .option('json', jsonFlag)
-        .example('$0 undeploy list', 'Endpoints of every app')
-        .example('$0 undeploy cpu_worker --env staging', 'Remove one endpoint')
-        .example('$0 undeploy --all --force', "Remove this folder's app's endpoints without asking")
-        .example('$0 undeploy --all --everywhere', 'Remove the endpoints of every app')
-        .example('$0 undeploy old_ep --env prod --force --yes', 'Remove one endpoint from CI, no terminal'),
+        .epilogue(
+          examples([
+            ['$0 undeploy list', 'Endpoints of every app'],
+            ['$0 undeploy cpu_worker --env staging', 'Remove one endpoint'],
+            ['$0 undeploy --all --force', "Remove this folder's app's endpoints without asking"],
+            ['$0 undeploy --all --everywhere', 'Remove the endpoints of every app'],
+            ['$0 undeploy old_ep --env prod --force --yes', 'Remove one endpoint from CI, no terminal'],
+          ]),
+        ),
     handler: (argv) =>
       withProvider(
         ctx,
@@ -634,10 +646,11 @@ export const keysCommand = (ctx: CliContext): CommandModule =>
             }),
         })
         .demandCommand(1, 'Choose a command: create, list or revoke')
-        .example('$0 keys create --name ci', 'A key for CI, printed once on stdout')
-        .example(
-          '$0 keys create --name shop-prod --app shop --env prod',
-          'A key for one app environment only',
+        .epilogue(
+          examples([
+            ['$0 keys create --name ci', 'A key for CI, printed once on stdout'],
+            ['$0 keys create --name shop-prod --app shop --env prod', 'A key for one app environment only'],
+          ]),
         ),
     handler: () => {},
   });

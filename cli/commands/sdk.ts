@@ -11,7 +11,7 @@ import { FerryError, usage } from '../../core/errors.js';
 import { runProcess } from '../build/process.js';
 import { ferryPythonPath } from '../config.js';
 import type { CliContext } from '../context.js';
-import { nonBlankFlag } from './shared.js';
+import { examples, nonBlankFlag } from './shared.js';
 
 /** The interpreter a user means by "my Python": the active virtualenv's, else python3 on PATH. */
 export function activePython(env: NodeJS.ProcessEnv): string {
@@ -78,8 +78,12 @@ export const sdkCommand = (ctx: CliContext): CommandModule => ({
         default: false,
         describe: "Build with the interpreter's own setuptools (pip --no-build-isolation)",
       })
-      .example('$0 sdk install', 'pip install the package into the active Python')
-      .example('$0 sdk path', 'Print the folder to pip install yourself'),
+      .epilogue(
+        examples([
+          ['$0 sdk install', 'pip install the package into the active Python'],
+          ['$0 sdk path', 'Print the folder to pip install yourself'],
+        ]),
+      ),
   handler: async (argv) => {
     if (argv.action === 'path') {
       ctx.reporter.out(ferryPythonPath());

@@ -19,7 +19,7 @@ import { ferryHome, projectAppName } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { resolveEnvironment } from '../deploy/plan.js';
 import type { CliIo } from '../io.js';
-import { jsonFlag } from './shared.js';
+import { examples, jsonFlag } from './shared.js';
 
 /** The records `secrets` reads on AWS: the app's environments, and failing verdicts to clear. */
 export type FailingVerdicts = Pick<ControlStore, 'listEndpoints' | 'listEnvironments'> &
@@ -394,7 +394,11 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
         },
       })
       .demandCommand(1, 'Choose a command: set, list or delete')
-      .example('printf %s "$HF_TOKEN" | $0 secrets set HF_TOKEN --env prod', 'Set a secret from stdin')
-      .example('$0 secrets list --env prod', 'Names only'),
+      .epilogue(
+        examples([
+          ['printf %s "$HF_TOKEN" | $0 secrets set HF_TOKEN --env prod', 'Set a secret from stdin'],
+          ['$0 secrets list --env prod', 'Names only'],
+        ]),
+      ),
   handler: () => {},
 });

@@ -25,7 +25,7 @@ import {
   serverInfoPath,
   startDetached,
 } from '../serve.js';
-import { defineCommand, hostFlag, portFlag } from './shared.js';
+import { defineCommand, examples, hostFlag, portFlag } from './shared.js';
 
 export async function startServing(
   ctx: CliContext,
@@ -304,11 +304,15 @@ export const serveCommand = (ctx: CliContext): CommandModule =>
           describe:
             'Run each endpoint as a uid of its own from FIRST-LAST, out of reach of FERRY_HOME and of each other (needs root)',
         })
-        .example('$0 serve', 'Serve on 127.0.0.1:8888 until Ctrl+C')
-        .example('sudo $0 serve --worker-user ferry-worker', 'Workers as their own OS user')
-        .example('sudo $0 serve --worker-uids 200000-265535', 'Each endpoint as its own OS user')
-        .example('$0 serve --detach', 'Start it in the background')
-        .example('$0 serve --stop', 'Stop the one in the background'),
+        .epilogue(
+          examples([
+            ['$0 serve', 'Serve on 127.0.0.1:8888 until Ctrl+C'],
+            ['sudo $0 serve --worker-user ferry-worker', 'Workers as their own OS user'],
+            ['sudo $0 serve --worker-uids 200000-265535', 'Each endpoint as its own OS user'],
+            ['$0 serve --detach', 'Start it in the background'],
+            ['$0 serve --stop', 'Stop the one in the background'],
+          ]),
+        ),
     handler: (argv) => serve(ctx, argv),
   });
 

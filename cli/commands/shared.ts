@@ -193,3 +193,16 @@ export interface GlobalFlags {
 export function defineCommand<U>(module: CommandModule<GlobalFlags, U>): CommandModule {
   return module as unknown as CommandModule;
 }
+
+/**
+ * A command's "Examples:" section for its --help, given to yargs as an epilogue: each description
+ * as a `#` line above its command, which stands on a line of its own. yargs' own .example() sets
+ * them side by side with the command column capped at half the terminal, so at 80 columns a longer
+ * command wrapped into the description column and its last word read as a command of its own.
+ */
+export function examples(rows: ReadonlyArray<readonly [command: string, description: string]>): string {
+  return [
+    'Examples:',
+    ...rows.flatMap(([command, description]) => [`  # ${description}`, `  ${command}`]),
+  ].join('\n');
+}

@@ -598,3 +598,42 @@ describe('ferry errors', () => {
     }
   });
 });
+
+describe('--help', () => {
+  it('fits an 80-column terminal, and each example is its description above a command line of its own', async () => {
+    const commands = [
+      [],
+      ['init'],
+      ['dev'],
+      ['build'],
+      ['deploy'],
+      ['serve'],
+      ['logs'],
+      ['sdk'],
+      ['console'],
+      ['images'],
+      ['env'],
+      ['app'],
+      ['undeploy'],
+      ['keys'],
+      ['secrets'],
+    ];
+    for (const command of commands) {
+      const help = await sandbox.run([...command, '--help'], { cwd: project, env: { COLUMNS: '80' } });
+      const name = ['ferry', ...command].join(' ');
+      expect(help.code, name).toBe(0);
+      const lines = help.stdout.split('\n');
+      for (const line of lines) expect(line.length, `${name}: ${line}`).toBeLessThanOrEqual(80);
+      const start = lines.indexOf('Examples:');
+      expect(start, name).toBeGreaterThan(0);
+      const section = lines.slice(start + 1, lines.indexOf('', start));
+      expect(section.length, name).toBeGreaterThan(0);
+      // yargs' side-by-side layout wrapped a long command into the description column, where its last
+      // word ("scipy") read as a command of its own.
+      section.forEach((line, i) => {
+        if (i % 2 === 0) expect(line, name).toMatch(/^ {2}# \S/);
+        else expect(line, name).toMatch(/^ {2}(sudo |printf .* \| )?ferry /);
+      });
+    }
+  });
+});
