@@ -119,7 +119,9 @@ function poll(fn, periodMs) {
       again = (await fn()) !== false;
       busyMs = 0;
     } catch (error) {
-      if (error instanceof Busy) busyMs = Math.min(60_000, Math.max(error.retryAfterMs, busyMs * 2));
+      // Only a busy answer waits longer: any other failure is asked again at the period, where a 500
+      // after a 429 kept the 429's wait and asked again every second.
+      busyMs = error instanceof Busy ? Math.min(60_000, Math.max(error.retryAfterMs, busyMs * 2)) : 0;
       if (error instanceof NotFound) again = false;
     }
     running = false;
