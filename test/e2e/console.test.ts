@@ -416,16 +416,34 @@ describe('console', () => {
       const { status } = await call(platform.baseUrl, 'POST', '/hello/run', { input: { name: `n${i}` } });
       expect(status).toBe(200);
     }
-    await page.goto(`${platform.url}/console#/e/hello/jobs`);
-    const rows = () => page.$$eval('#jobs tbody tr[data-job]', (r) => r.length);
-    await expect.poll(rows, { timeout: 30_000 }).toBe(25);
-    await page.click('button:text("Older")');
-    await expect.poll(rows, { timeout: 30_000 }).toBe(30);
-    // Past the live refresh (every 3 s): the rows asked for stay.
-    await page.waitForTimeout(4_000);
-    expect(await rows()).toBe(30);
-    await page.click('#jobs-newest');
-    await expect.poll(rows, { timeout: 30_000 }).toBe(25);
+    const { other, tab, fetched, pause } = await clockTab(`${platform.url}/console#/e/hello/jobs`);
+    try {
+      const rows = () => tab.$$eval('#jobs tbody tr[data-job]', (r) => r.length);
+      await expect.poll(rows, { timeout: 30_000 }).toBe(25);
+      await pause();
+      await tab.click('button:text("Older")');
+      await expect.poll(rows, { timeout: 30_000 }).toBe(30);
+      // The live page's read (no cursor) and the endpoint page's own read of the endpoint.
+      const reads = async () => {
+        const urls = await fetched();
+        return {
+          live: urls.filter((u) => u.includes('/hello/jobs?') && !u.includes('cursor=')).length,
+          endpoint: urls.filter((u) => u.endsWith('/manage/v1/endpoints/hello')).length,
+        };
+      };
+      const before = await reads();
+      // 10 s on the clock: past three turns of the live refresh (every 3 s) and two of the endpoint
+      // page's poll (every 5 s), which read again (the page's polls did run); the live one did not.
+      await tab.clock.runFor(10_000);
+      const after = await reads();
+      expect(after.endpoint).toBeGreaterThan(before.endpoint);
+      expect(after.live).toBe(before.live);
+      expect(await rows()).toBe(30);
+      await tab.click('#jobs-newest');
+      await expect.poll(rows, { timeout: 30_000 }).toBe(25);
+    } finally {
+      await other.close();
+    }
   });
 
   it('says once that the platform cannot be reached, and clears it when it answers again', async () => {
@@ -439,8 +457,11 @@ describe('console', () => {
       await expect
         .poll(shown, { timeout: 10_000 })
         .toEqual([expect.stringContaining('Cannot reach the platform')]);
-      // Several polls later (every 2 s): still one banner, and the table marked as stale.
-      await page.waitForTimeout(5_000);
+      // Two more reads of the list (one after another, every 2 s): the one before the second has
+      // failed and been shown, and there is still one banner, the table marked as stale.
+      const endpointsRead = (r: { url(): string }) => r.url().endsWith('/manage/v1/endpoints');
+      await page.waitForRequest(endpointsRead);
+      await page.waitForRequest(endpointsRead);
       expect(await shown()).toEqual([expect.stringContaining('out of date')]);
       expect(await page.getAttribute('#main', 'class')).toContain('stale');
     } finally {
@@ -488,23 +509,23 @@ describe('console', () => {
   });
 
   it('stops asking for a job that is not there', async () => {
-    let asked = 0;
-    const count = (r: { url(): string }) => {
-      if (r.url().includes('/jobs/no-such-job')) asked++;
-    };
-    page.on('request', count);
+    const { other, tab, fetched, pause } = await clockTab(
+      `${platform.url}/console#/e/hello/jobs/no-such-job`,
+    );
     try {
-      await page.goto(`${platform.url}/console#/e/hello/jobs/no-such-job`);
-      await expect.poll(() => page.innerText('body'), { timeout: 10_000 }).toContain('not found');
+      await expect.poll(() => tab.innerText('body'), { timeout: 30_000 }).toContain('not found');
+      await pause();
       // No empty boxes under the banner.
-      expect(await page.isVisible('#job-facts')).toBe(false);
-      expect(await page.isVisible('#job-logs')).toBe(false);
-      // Past two more polls (every 2.5 s): no more asking, the message shown once.
-      await page.waitForTimeout(6_000);
-      expect(asked).toBe(1);
-      expect(await page.$$eval('.error', (els) => els.filter((e) => e.checkVisibility()).length)).toBe(1);
+      expect(await tab.isVisible('#job-facts')).toBe(false);
+      expect(await tab.isVisible('#job-logs')).toBe(false);
+      const asked = async () => (await fetched()).filter((u) => u.includes('/jobs/no-such-job')).length;
+      expect(await asked()).toBe(1);
+      // 10 s on the clock, four of the page's polls (every 2.5 s): no more asking, the message shown once.
+      await tab.clock.runFor(10_000);
+      expect(await asked()).toBe(1);
+      expect(await tab.$$eval('.error', (els) => els.filter((e) => e.checkVisibility()).length)).toBe(1);
     } finally {
-      page.off('request', count);
+      await other.close();
     }
   });
 
