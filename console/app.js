@@ -330,7 +330,9 @@ async function endpointsPage() {
       body,
       endpoints.map((e) => {
         const h = e.health;
-        const workers = h ? h.workers.running + h.workers.idle : undefined;
+        // A load-balanced endpoint has no health (it takes no jobs): its workers come beside it.
+        const counted = h?.workers ?? e.workers;
+        const workers = counted ? counted.running + counted.idle : undefined;
         // Workers that cannot start (docs/workers.md): the verdict, and its reason under it as text
         // (cut short by the stylesheet, the whole of it in the title).
         const problem = h?.problem ?? e.problem;

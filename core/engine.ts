@@ -37,6 +37,7 @@ import type {
   TakenJob,
   TakeQueuedOptions,
   Watch,
+  WorkerCounts,
   WorkerLedger,
   WorkerRegistry,
 } from './ports.js';
@@ -521,11 +522,12 @@ export class JobEngine {
   }
 
   /**
-   * Why the endpoint's workers cannot start (backoff, failing), if they cannot: health's `problem`
-   * without its job counts, for an endpoint that has no jobs (a load-balanced one).
+   * Health without its job counts, for an endpoint that has no jobs (a load-balanced one): its
+   * workers, idle and running (serving a request), and why they cannot start (backoff, failing), if
+   * they cannot.
    */
-  async workerProblem(endpointId: string): Promise<EndpointProblem | undefined> {
-    return (await this.ledger.counts(endpointId)).problem;
+  workerCounts(endpointId: string): Promise<WorkerCounts> {
+    return this.ledger.counts(endpointId);
   }
 
   // ── worker side (docs/architecture.md#worker-protocol) ───────────────────────────────────────────────────

@@ -352,9 +352,10 @@ export class ManageApi {
         : undefined,
     };
     if (record.kind !== 'queue') {
-      // A load-balanced endpoint has no jobs; its workers may still fail to start (docs/workers.md).
-      const problem = await this.options.engine.workerProblem(record.id);
-      return { ...base, health: undefined, ...(problem ? { problem } : {}) };
+      // A load-balanced endpoint has no jobs, so no health: its workers beside its summary, and why
+      // they cannot start when they cannot (docs/workers.md).
+      const { idle, running, problem } = await this.options.engine.workerCounts(record.id);
+      return { ...base, health: undefined, workers: { idle, running }, ...(problem ? { problem } : {}) };
     }
     const [health, depth] = await Promise.all([
       this.options.engine.health(record.id),

@@ -567,6 +567,18 @@ describe('console', () => {
     }
   });
 
+  it("counts a load-balanced endpoint's workers in the list, as a queue endpoint's", async () => {
+    // A call starts its worker (it scales from 0), which stays, idle, for its idle timeout (60 s).
+    const { status, body } = await call(platform.url, 'POST', '/lb/hello-api/echo', { said: 'hi' });
+    expect([status, body]).toEqual([200, { echo: { said: 'hi' } }]);
+    await page.goto(`${platform.url}/console#/`);
+    await expect
+      .poll(() => page.textContent('#endpoints tr[data-endpoint="hello-api"] td:last-child'), {
+        timeout: 30_000,
+      })
+      .toBe('1 (0–1)');
+  });
+
   it('offers a load-balanced endpoint only the tabs it has: its workers and logs, no jobs', async () => {
     const tabNames = () => page.$$eval('.tabs button', (b) => b.map((x) => x.textContent));
     await page.goto(`${platform.url}/console#/`);
