@@ -849,6 +849,11 @@ async function jobPage(endpointId, jobId) {
   });
   let after;
   let logsEnded = false;
+  // A streaming job's chunks so far, while it runs and has no output of its own: read from the
+  // management API, which takes none of them (/v2's stream hands each chunk out once, to the job's
+  // client), after the last one read, and appended, a line each, so a poll writes only what is new.
+  let streamNext = 0;
+  let streamed = false;
   const refresh = async () => {
     // The endpoint's name in the crumbs (its id until it is read). Read before the job, and quietly:
     // the job's answer is the one that sets or clears the banner.
@@ -897,9 +902,24 @@ async function jobPage(endpointId, jobId) {
         el('div', {}, el('h2', {}, 'Output'), outputBox),
       );
     }
+    const streaming = job.status === 'IN_PROGRESS' && job.output === undefined;
+    // A retried job streams again from its first chunk: shown in place of the '–' it had meanwhile.
+    if (!streaming) streamed = false;
+    if (streaming) {
+      const read = await manage(`${base}/jobs/${encodeURIComponent(jobId)}/stream`, {
+        after: streamNext,
+      }).catch(handle);
+      streamNext = read.next;
+      if (read.stream.length > 0) {
+        if (!streamed) outputBox.textContent = '';
+        streamed = true;
+        outputBox.append(read.stream.map((chunk) => `${JSON.stringify(chunk?.output)}\n`).join(''));
+      }
+    }
     for (const [box, value] of [
       [inputBox, job.input],
-      [outputBox, job.output],
+      // The chunks stay until the job has an output (its final one, once it ends).
+      ...(streaming && streamed ? [] : [[outputBox, job.output]]),
     ]) {
       const text = json(value);
       if (box.textContent !== text) box.textContent = text;

@@ -19,6 +19,11 @@ export const limits = {
   jobDoneBatchJobs: 100,
   /** A single stream chunk; larger output is split across chunks. */
   streamChunkBytes: 1024 * 1024,
+  /**
+   * The chunks' JSON in one JobStore.readStream (the console's read of a stream), past its first
+   * chunk: as much as one drain answers on AWS (streamDrainBytes, core/adapters/aws/dynamo/job-item.ts).
+   */
+  streamReadBytes: 2 * 1024 * 1024,
 
   runsyncDefaultWaitMs: 90_000,
   waitMinMs: 1_000,

@@ -8,6 +8,7 @@
  *   GET /manage/v1/endpoints/{id}                            one endpoint
  *   GET /manage/v1/endpoints/{id}/jobs?status=&from=&to=&limit=&cursor=   newest first, paged
  *   GET /manage/v1/endpoints/{id}/jobs/{jobId}               input, output, timings, first log lines
+ *   GET /manage/v1/endpoints/{id}/jobs/{jobId}/stream?after=            its stream chunks, none taken
  *   GET /manage/v1/endpoints/{id}/logs?job=&since=&after=&limit=          oldest first, resumable
  *   GET /manage/v1/endpoints/{id}/workers                    workers and the jobs each holds
  *   GET /manage/v1/endpoints/{id}/metrics?hours=&step=       time series
@@ -140,6 +141,12 @@ const metricsQuerySchema = z
   .object({
     hours: z.coerce.number().min(0.05).max(24).optional(),
     step: z.coerce.number().int().min(10).max(3600).optional(),
+  })
+  .strict();
+
+const streamQuerySchema = z
+  .object({
+    after: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
   })
   .strict();
 
@@ -278,6 +285,10 @@ export class ManageApi {
       { pattern: ['endpoints', ':id'], handler: (r, p) => this.endpoint(r, p[0]!) },
       { pattern: ['endpoints', ':id', 'jobs'], handler: (r, p) => this.jobList(r, p[0]!) },
       { pattern: ['endpoints', ':id', 'jobs', ':job'], handler: (r, p) => this.job(r, p[0]!, p[1]!) },
+      {
+        pattern: ['endpoints', ':id', 'jobs', ':job', 'stream'],
+        handler: (r, p) => this.jobStream(r, p[0]!, p[1]!),
+      },
       { pattern: ['endpoints', ':id', 'logs'], handler: (r, p) => this.logs(r, p[0]!) },
       { pattern: ['endpoints', ':id', 'workers'], handler: (r, p) => this.workerList(r, p[0]!) },
       { pattern: ['endpoints', ':id', 'metrics'], handler: (r, p) => this.metrics(r, p[0]!) },
@@ -411,6 +422,21 @@ export class ManageApi {
       logsEnded: logs.ended,
     };
     return this.options.payloads ? this.options.payloads.fitResponse(detail) : detail;
+  }
+
+  /**
+   * A job's stream chunks so far, after the previous read's `next`, without handing any out: /v2's
+   * stream hands each chunk out once, to the job's client, and a read here must never take one
+   * from it (JobStore.readStream).
+   */
+  private async jobStream(req: ApiRequest, endpointId: string, jobId: string) {
+    const q = parseOr400(streamQuerySchema, req.query, 'query');
+    const job = await this.options.jobs.get(jobId, this.now());
+    if (!job || job.endpointId !== endpointId)
+      throw notFound(`Job ${jobId} not found (or its results expired)`);
+    const read = await this.options.jobs.readStream(jobId, q.after ?? 0);
+    const answer = { status: job.status, stream: read.chunks, next: read.next };
+    return this.options.payloads ? this.options.payloads.fitResponse(answer) : answer;
   }
 
   private async logs(req: ApiRequest, endpointId: string) {
@@ -590,6 +616,17 @@ export const manageOpenApi = {
         'One job: input, output, timings and its first log lines',
         [idParam, { name: 'jobId', in: 'path', required: true, schema: { type: 'string' } }],
         'The job',
+      ),
+    },
+    [`${managePrefix}/endpoints/{id}/jobs/{jobId}/stream`]: {
+      get: op(
+        "A job's stream chunks so far, oldest first, without taking them from the job's client (/v2 stream hands each out once)",
+        [
+          idParam,
+          { name: 'jobId', in: 'path', required: true, schema: { type: 'string' } },
+          q('after', "The previous read's `next`: only newer chunks", 'integer'),
+        ],
+        '{status, stream: [chunks], next}',
       ),
     },
     [`${managePrefix}/endpoints/{id}/logs`]: {

@@ -99,6 +99,13 @@ export interface JobStore {
    * and says with `streamPending` that more is there.
    */
   drainStream(jobId: string): Promise<unknown[]>;
+  /**
+   * The chunks after `afterSeq` (0: from the first), oldest first, handed out by a drain or not, and
+   * handing none out: what a reader beside the job's client (the console) may show without taking a
+   * chunk from it. A bounded part of a long stream; `next` is the `afterSeq` of the next read. A
+   * handed-out chunk stays readable until the stream is cleared or its job goes.
+   */
+  readStream(jobId: string, afterSeq: number): Promise<StreamRead>;
   /** Whether chunks are left that a drain has not handed out (only where a drain is bounded). */
   streamPending?(jobId: string): Promise<boolean>;
   /** Drops every chunk of a job (retry starts a clean run). */
@@ -115,6 +122,12 @@ export interface JobStore {
    */
   deleteExpired(nowMs: number, limit: number): Promise<number>;
   close(): Promise<void>;
+}
+
+/** A part of a job's stream as JobStore.readStream reads it. */
+export interface StreamRead {
+  chunks: unknown[];
+  next: number;
 }
 
 export interface LeaseRenewal {

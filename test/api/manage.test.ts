@@ -214,6 +214,12 @@ describe('management API', () => {
     expect(body.delayMs).toBeGreaterThanOrEqual(0);
     expect(body.executionMs).toBeGreaterThanOrEqual(0);
     expect(body.finishedAt).toBeGreaterThanOrEqual(body.startedAt);
+    // It streamed nothing: its stream read (the console's, which takes no chunk) is empty.
+    expect((await call(manage, 'GET', `/endpoints/chatty/jobs/${job.id}/stream`)).body).toEqual({
+      status: 'COMPLETED',
+      stream: [],
+      next: 0,
+    });
   });
 
   it('lists jobs newest first, by status, a page at a time', async () => {
@@ -317,6 +323,8 @@ describe('refusals', () => {
       '/endpoints/chatty/jobs?cursor=zzz',
       '/endpoints/chatty/jobs?colour=red',
       '/endpoints/chatty/logs?after=abc',
+      '/endpoints/chatty/jobs/nope/stream?after=-1',
+      '/endpoints/chatty/jobs/nope/stream?after=abc',
       '/endpoints/chatty/metrics?hours=100',
       '/endpoints?x=1',
     ]) {
@@ -328,6 +336,7 @@ describe('refusals', () => {
       '/endpoints/nope',
       '/endpoints/nope/jobs',
       '/endpoints/chatty/jobs/nope',
+      '/endpoints/chatty/jobs/nope/stream',
       '/endpoints/chatty/logs?job=nope',
       '/nothing',
     ]) {

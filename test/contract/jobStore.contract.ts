@@ -534,6 +534,31 @@ export function describeJobStoreContract(
         }
       });
 
+      it('reads the chunks so far without handing any out, the handed-out ones too, until cleared', async () => {
+        const j = job();
+        await jobs.create(j);
+        expect(await jobs.readStream(j.id, 0)).toEqual({ chunks: [], next: 0 });
+        await jobs.appendStream(j.id, [1, { two: 2 }]);
+        const first = await jobs.readStream(j.id, 0);
+        expect(first.chunks).toEqual([1, { two: 2 }]);
+        // Read, not handed out: the job's client still gets them, and they stay readable after.
+        expect(await jobs.drainStream(j.id)).toEqual([1, { two: 2 }]);
+        await jobs.appendStream(j.id, [3]);
+        expect((await jobs.readStream(j.id, 0)).chunks).toEqual([1, { two: 2 }, 3]);
+        const second = await jobs.readStream(j.id, first.next);
+        expect(second.chunks).toEqual([3]);
+        expect(await jobs.readStream(j.id, second.next)).toEqual({ chunks: [], next: second.next });
+        expect(await jobs.drainStream(j.id)).toEqual([3]);
+        // A retry's clear: the chunks of the attempt before are gone for readers too.
+        await jobs.clearStream(j.id);
+        expect((await jobs.readStream(j.id, 0)).chunks).toEqual([]);
+        await jobs.appendStream(j.id, [4]);
+        expect((await jobs.readStream(j.id, second.next)).chunks).toEqual([4]);
+        expect((await jobs.readStream(j.id, 0)).chunks).toEqual([4]);
+        expect(await jobs.drainStream(j.id)).toEqual([4]);
+        expect(await jobs.readStream(uniqueId('missing'), 0)).toEqual({ chunks: [], next: 0 });
+      });
+
       it('clears every chunk of a job', async () => {
         const j = job();
         await jobs.create(j);
@@ -561,6 +586,7 @@ export function describeJobStoreContract(
           // Gone for real: even a read with an earlier clock finds nothing, and its chunks went too.
           expect(await jobs.get(old.id, t0)).toBeUndefined();
           expect(await jobs.drainStream(old.id)).toEqual([]);
+          expect((await jobs.readStream(old.id, 0)).chunks).toEqual([]);
           expect(await jobs.deleteExpired(t0 + 1_000, 100)).toBe(0);
         }
       });

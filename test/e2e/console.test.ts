@@ -654,7 +654,7 @@ describe('console', () => {
       input: { name: 'Steady', pause: 6 },
     });
     expect(status).toBe(200);
-    const jobRead = (r: { url(): string }) => r.url().includes(`/jobs/${body.id}`);
+    const jobRead = (r: { url(): string }) => r.url().endsWith(`/jobs/${body.id}`);
     await page.goto(`${platform.url}/console#/e/chatty/jobs/${body.id}`);
     await expect.poll(() => page.textContent('#job-input'), { timeout: 30_000 }).toContain('Steady');
     // A mark on each box, gone if a poll draws the box anew.
@@ -667,6 +667,64 @@ describe('console', () => {
       ['kept', 'kept'],
     );
     await expect.poll(() => page.textContent('#job-output'), { timeout: 30_000 }).toContain('Hello, Steady!');
+  });
+
+  it("shows a streaming job's chunks so far while it runs, takes none from its client, then its output", async () => {
+    const projectDir = join(apps, 'streamer');
+    mkdirSync(projectDir);
+    const go = join(projectDir, 'go');
+    writeFileSync(
+      join(projectDir, 'drip.py'),
+      [
+        'import os',
+        'import time',
+        '',
+        'from ferry import Endpoint',
+        '',
+        '',
+        '@Endpoint(name="drip", cpu="1-2", idle_timeout=5)',
+        'def drip(words, last, go):',
+        '    """Yield each word, wait for the file `go`, then yield `last`."""',
+        '    yield from words',
+        '    while not os.path.exists(go):',
+        '        time.sleep(0.05)',
+        '    yield last',
+        '',
+      ].join('\n'),
+    );
+    const { endpoints } = await scanProject({ projectDir });
+    await platform.db.control.putEndpoint(recordFor(endpoints[0]!, projectDir));
+    await platform.workers!.reconcile();
+    try {
+      const { status, body } = await call(platform.baseUrl, 'POST', '/drip/run', {
+        input: { words: ['one', 'two'], last: 'three', go },
+      });
+      expect(status).toBe(200);
+      await page.goto(`${platform.url}/console#/e/drip/jobs/${body.id}`);
+      await expect.poll(() => page.textContent('#job-output'), { timeout: 30_000 }).toBe('"one"\n"two"\n');
+      expect(await page.textContent('#job-status')).toBe('IN_PROGRESS');
+      // The job's client still gets every chunk: the page read them and took none.
+      const read = await call(platform.baseUrl, 'POST', `/drip/stream/${body.id}?wait=0`);
+      expect(read.body.stream).toEqual([{ output: 'one' }, { output: 'two' }]);
+      // Two more of the page's reads (one after another): the chunks shown are not written again.
+      await page.evaluate('window.firstChunk = document.getElementById("job-output").firstChild');
+      const streamRead = (r: { url(): string }) => r.url().includes(`/jobs/${body.id}/stream`);
+      await page.waitForRequest(streamRead);
+      await page.waitForRequest(streamRead);
+      expect(await page.textContent('#job-output')).toBe('"one"\n"two"\n');
+      expect(
+        await page.evaluate('document.getElementById("job-output").firstChild === window.firstChunk'),
+      ).toBe(true);
+      // Ended, the job shows its output: the yields, all three.
+      writeFileSync(go, '');
+      await expect.poll(() => page.textContent('#job-status'), { timeout: 30_000 }).toBe('COMPLETED');
+      await expect
+        .poll(async () => JSON.parse((await page.textContent('#job-output')) ?? ''), { timeout: 10_000 })
+        .toEqual(['one', 'two', 'three']);
+    } finally {
+      await platform.db.control.deleteEndpoint('drip');
+      await platform.workers!.reconcile();
+    }
   });
 
   it('shows a job kept for days with its date, its endpoint by name, long timings in minutes and hours, and no attempt as –', async () => {
@@ -749,7 +807,7 @@ describe('console', () => {
       // Answered no: nothing is sent, and the page polls on with the job running.
       page.once('dialog', (d) => d.dismiss());
       await page.click('#job-cancel');
-      await page.waitForRequest((r) => r.url().includes(`/jobs/${body.id}`));
+      await page.waitForRequest((r) => r.url().endsWith(`/jobs/${body.id}`));
       expect(cancels).toEqual([]);
       let asked = '';
       page.once('dialog', (d) => {
@@ -794,8 +852,8 @@ describe('console', () => {
       expect(await page.textContent(refused)).toContain('COMPLETED');
       expect(await page.isVisible(refused)).toBe(true);
       // What it said stays through the polls that follow.
-      await page.waitForRequest((r) => r.url().includes(`/jobs/${body.id}`));
-      await page.waitForRequest((r) => r.url().includes(`/jobs/${body.id}`));
+      await page.waitForRequest((r) => r.url().endsWith(`/jobs/${body.id}`));
+      await page.waitForRequest((r) => r.url().endsWith(`/jobs/${body.id}`));
       expect(await page.textContent(refused)).toContain('Not cancelled');
     } finally {
       await page.unroute(jobRead);

@@ -180,7 +180,10 @@ describe('DynamoJobStore: values over the 400 KB item limit', () => {
     expect(await payloadKeys(j.id)).toHaveLength(1);
     expect(await jobs.drainStream(j.id)).toEqual([{ i: 0 }, big, { i: 2 }]);
     expect(await jobs.drainStream(j.id)).toEqual([]);
-    // Handed-out chunks are deleted, blobs included.
+    // Handed-out chunks stay for readStream (the console's read) until the stream is cleared, and
+    // then go, blobs included.
+    expect((await jobs.readStream(j.id, 0)).chunks).toEqual([{ i: 0 }, big, { i: 2 }]);
+    await jobs.clearStream(j.id);
     expect(await payloadKeys(j.id)).toEqual([]);
   });
 
@@ -247,6 +250,14 @@ describe('DynamoJobStore: values over the 400 KB item limit', () => {
     const byBlobs = await drainAll(blobs.id);
     expect(byBlobs.parts).toEqual([streamDrainBlobs, 2]);
     expect(byBlobs.chunks).toEqual(huge);
+    // readStream reads in the same parts, and moves nothing.
+    const first = await jobs.readStream(blobs.id, 0);
+    expect(first.chunks).toEqual(huge.slice(0, streamDrainBlobs));
+    expect(await jobs.readStream(blobs.id, first.next)).toEqual({
+      chunks: huge.slice(streamDrainBlobs),
+      next: huge.length,
+    });
+    await jobs.clearStream(blobs.id);
     expect(await payloadKeys(blobs.id)).toEqual([]);
   }, 120_000);
 

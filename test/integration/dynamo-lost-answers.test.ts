@@ -392,7 +392,9 @@ describe('stream chunks survive lost answers', () => {
       expect(await store.jobs.drainStream(jobId)).toEqual([]);
       await store.jobs.appendStream(jobId, ['c']);
       expect(await store.jobs.drainStream(jobId)).toEqual(['c']);
-      // The drained chunks were deleted: only the meta item and none of a, b is left.
+      // The drained chunks stay, once each, for readStream (the console's read), until cleared.
+      expect((await store.jobs.readStream(jobId, 0)).chunks).toEqual(['a', 'b', 'c']);
+      await store.jobs.clearStream(jobId);
       const chunk = await aws.doc.send(
         new GetCommand({ TableName: aws.tables.chunks, Key: { jobId, seq: 1 }, ConsistentRead: true }),
       );

@@ -35,6 +35,7 @@ import {
   runDeadlineOf,
 } from '../../job.js';
 import { JsonText } from '../../json.js';
+import { limits } from '../../limits.js';
 import type {
   ApiKeyRecord,
   AppRecord,
@@ -54,6 +55,7 @@ import type {
   QueueMessage,
   ReceiveOptions,
   RecentJobsQuery,
+  StreamRead,
   TakenJob,
   TakeQueuedOptions,
   WorkerRecord,
@@ -229,6 +231,12 @@ CREATE TABLE IF NOT EXISTS stream_chunks (
   output TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS stream_chunks_by_job ON stream_chunks (job_id, seq);
+-- The last chunk a drain handed out, per job: handed-out chunks stay (readStream shows them) until
+-- the stream is cleared or the job goes. A job without a row has handed out none.
+CREATE TABLE IF NOT EXISTS stream_cursors (
+  job_id TEXT PRIMARY KEY,
+  seq INTEGER NOT NULL
+) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS queue (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -849,15 +857,19 @@ class SqliteJobStore implements JobStore {
     this.#appendTx = db.transaction((jobId: string, outputs: unknown[]) => {
       for (const output of outputs) insertChunk.run(jobId, JSON.stringify(output ?? null));
     });
-    const selectChunks = db.prepare<[string], { seq: number; output: string }>(
-      'SELECT seq, output FROM stream_chunks WHERE job_id = ? ORDER BY seq',
+    const selectChunks = db.prepare<[string, string], { seq: number; output: string }>(
+      `SELECT seq, output FROM stream_chunks WHERE job_id = ?
+         AND seq > coalesce((SELECT seq FROM stream_cursors WHERE job_id = ?), 0) ORDER BY seq`,
     );
-    const deleteUpTo = db.prepare('DELETE FROM stream_chunks WHERE job_id = ? AND seq <= ?');
-    // Handing out = deleting, in one transaction: two drains never see the same chunk.
+    const moveCursor = db.prepare(
+      'INSERT INTO stream_cursors (job_id, seq) VALUES (?, ?) ON CONFLICT (job_id) DO UPDATE SET seq = excluded.seq',
+    );
+    // Handing out = moving the job's cursor past the chunks, in one transaction: two drains never see
+    // the same chunk.
     this.#drainTx = db.transaction((jobId: string): unknown[] => {
-      const rows = selectChunks.all(jobId);
+      const rows = selectChunks.all(jobId, jobId);
       const last = rows.at(-1);
-      if (last) deleteUpTo.run(jobId, last.seq);
+      if (last) moveCursor.run(jobId, last.seq);
       return rows.map((r) => JSON.parse(r.output) as unknown);
     });
   }
@@ -1044,6 +1056,22 @@ class SqliteJobStore implements JobStore {
     return this.#drainTx.immediate(jobId);
   }
 
+  async readStream(jobId: string, afterSeq: number): Promise<StreamRead> {
+    const chunks: unknown[] = [];
+    let next = afterSeq;
+    let bytes = 0;
+    for (const row of prepared<[string, number], { seq: number; output: string }>(
+      this.db,
+      'SELECT seq, output FROM stream_chunks WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT 1000',
+    ).iterate(jobId, afterSeq)) {
+      bytes += row.output.length;
+      if (chunks.length > 0 && bytes > limits.streamReadBytes) break;
+      chunks.push(JSON.parse(row.output));
+      next = row.seq;
+    }
+    return { chunks, next };
+  }
+
   async clearStream(jobId: string): Promise<void> {
     this.clearStreamSync(jobId);
   }
@@ -1051,6 +1079,7 @@ class SqliteJobStore implements JobStore {
   /** The delete itself, for callers that wrap it in a transaction with other writes. */
   clearStreamSync(jobId: string): void {
     prepared(this.db, 'DELETE FROM stream_chunks WHERE job_id = ?').run(jobId);
+    prepared(this.db, 'DELETE FROM stream_cursors WHERE job_id = ?').run(jobId);
   }
 
   /** The unexpired jobs by status, counted as core/job.ts healthCountOf says. */
@@ -1089,6 +1118,7 @@ class SqliteJobStore implements JobStore {
         const inBatch = 'IN (SELECT value FROM json_each(?))';
         prepared(this.db, `DELETE FROM logs INDEXED BY logs_of_jobs WHERE job_id ${inBatch}`).run(batch);
         prepared(this.db, `DELETE FROM stream_chunks WHERE job_id ${inBatch}`).run(batch);
+        prepared(this.db, `DELETE FROM stream_cursors WHERE job_id ${inBatch}`).run(batch);
         prepared(this.db, `DELETE FROM job_inputs WHERE job_id ${inBatch}`).run(batch);
         return prepared(this.db, `DELETE FROM jobs WHERE id ${inBatch}`).run(batch).changes;
       })

@@ -28,6 +28,7 @@ import type {
   QueuedCounts,
   QueuedJobCount,
   RecentJobsQuery,
+  StreamRead,
 } from '../../../ports.js';
 import {
   batchGet,
@@ -473,7 +474,7 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
 
   /**
    * Stream chunks: seq 0 of the job's partition in the chunks table is the meta item
-   * {nextSeq, cursor}. appendStream reserves seqs by a conditional update of nextSeq
+   * {nextSeq, cursor, clearedTo}. appendStream reserves seqs by a conditional update of nextSeq
    * (`reserveSeqs`), then writes the chunks; drainStream hands out the contiguous run after `cursor`
    * and moves the cursor by a conditional update (`moveCursor`), so two drains racing never hand out
    * the same chunk:
@@ -485,6 +486,8 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    * An append that fails after its reservation (an S3 put of a big chunk, a BatchWriteItem that gave
    * up) still throws, but first marks the seqs it reserved and did not write as skipped
    * (`skipSeqs`), which a drain steps over: one failed append must not hold back every later chunk.
+   * A handed-out chunk stays until clearStream (which sets clearedTo) or its job goes: readStream
+   * reads the same runs from a seq of its caller's, and moves nothing.
    */
   async appendStream(jobId: string, outputs: unknown[]): Promise<void> {
     if (outputs.length === 0) return;
@@ -500,62 +503,95 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
 
   async drainStream(jobId: string): Promise<unknown[]> {
     for (let attempt = 0; attempt < 20; attempt++) {
-      const meta = (
-        await this.doc.send(
-          new GetCommand({ TableName: this.chunksTable, Key: { jobId, seq: 0 }, ConsistentRead: true }),
-        )
-      ).Item as Item | undefined;
+      const meta = await this.streamMeta(jobId);
       if (!meta) return [];
-      const cursor = (meta.cursor as number | undefined) ?? 0;
-      const nextSeq = (meta.nextSeq as number | undefined) ?? 0;
-      if (cursor >= nextSeq) return [];
-      const rows = await queryAll(
-        this.doc,
-        {
-          TableName: this.chunksTable,
-          KeyConditionExpression: 'jobId = :job AND seq BETWEEN :from AND :to',
-          ExpressionAttributeValues: {
-            ':job': jobId,
-            ':from': cursor + 1,
-            ':to': Math.min(nextSeq, cursor + streamDrainChunks),
-          },
-          ConsistentRead: true,
-        },
-        // Pages of up to 1 MB: no more of them than one answer can carry.
-        (items) => chunkBytesOf(items) > streamDrainBytes,
-      );
-      // Only the contiguous run: a reserved seq not written yet holds back the ones after it. And
-      // only what one answer can carry (streamDrainBytes): the cursor moves past what is returned,
-      // never past chunks an answer too big to send would have lost.
-      const run: Item[] = [];
-      let bytes = 0;
-      let blobs = 0;
-      for (const row of rows) {
-        if (row.seq !== cursor + 1 + run.length) break;
-        const rowBytes = chunkBytesOf([row]);
-        const rowBlobs = typeof row.chunkRef === 'string' ? 1 : 0;
-        const full =
-          run.length >= streamDrainChunks ||
-          bytes + rowBytes > streamDrainBytes ||
-          blobs + rowBlobs > streamDrainBlobs;
-        if (run.length > 0 && full) break;
-        run.push(row);
-        bytes += rowBytes;
-        blobs += rowBlobs;
-      }
-      if (run.length === 0) return [];
-      // Read the values before claiming them, so a failed blob read loses nothing. A skipped seq
-      // (a failed append's, `skipSeqs`) has none.
-      const values = await Promise.all(
-        run.filter((row) => row.skipped !== true).map((row) => this.chunkValue(row)),
-      );
-      // Not moved: another drain took them; look again.
-      if (!(await this.moveCursor(jobId, cursor, cursor + run.length))) continue;
-      await this.deleteChunks(jobId, run);
+      const { run, values } = await this.runAfter(jobId, meta.cursor, meta.nextSeq);
+      if (run === 0) return [];
+      // Not moved: another drain took them; look again. The chunks stay (readStream shows them)
+      // until the stream is cleared or its job goes (deleteExpired), else with their TTL.
+      if (!(await this.moveCursor(jobId, meta.cursor, meta.cursor + run))) continue;
       // Only skipped seqs: what follows them may be there already.
       if (values.length > 0) return values;
     }
     throw new FerryError('failed', `Could not drain the stream of ${jobId}: too much contention`);
+  }
+
+  async readStream(jobId: string, afterSeq: number): Promise<StreamRead> {
+    const meta = await this.streamMeta(jobId);
+    // Chunks before a clear are gone: the read goes on from the first seq after it.
+    const from = Math.max(afterSeq, meta?.clearedTo ?? 0);
+    if (!meta) return { chunks: [], next: from };
+    const { run, values } = await this.runAfter(jobId, from, meta.nextSeq);
+    return { chunks: values, next: from + run };
+  }
+
+  /** The stream's meta item (seq 0), read consistently; undefined before the first append. */
+  private async streamMeta(
+    jobId: string,
+  ): Promise<{ cursor: number; nextSeq: number; clearedTo: number } | undefined> {
+    const meta = (
+      await this.doc.send(
+        new GetCommand({ TableName: this.chunksTable, Key: { jobId, seq: 0 }, ConsistentRead: true }),
+      )
+    ).Item as Item | undefined;
+    if (!meta) return undefined;
+    return {
+      cursor: (meta.cursor as number | undefined) ?? 0,
+      nextSeq: (meta.nextSeq as number | undefined) ?? 0,
+      clearedTo: (meta.clearedTo as number | undefined) ?? 0,
+    };
+  }
+
+  /**
+   * The contiguous run of chunk items after seq `from` (up to `nextSeq`), as many as one answer can
+   * carry, and the values of those that are not skipped. Only the contiguous run: a reserved seq not
+   * written yet holds back the ones after it. And only what one answer can carry
+   * (streamDrainBytes): a cursor moves past what is returned, never past chunks an answer too big
+   * to send would have lost.
+   */
+  private async runAfter(
+    jobId: string,
+    from: number,
+    nextSeq: number,
+  ): Promise<{ run: number; values: unknown[] }> {
+    if (from >= nextSeq) return { run: 0, values: [] };
+    const rows = await queryAll(
+      this.doc,
+      {
+        TableName: this.chunksTable,
+        KeyConditionExpression: 'jobId = :job AND seq BETWEEN :from AND :to',
+        ExpressionAttributeValues: {
+          ':job': jobId,
+          ':from': from + 1,
+          ':to': Math.min(nextSeq, from + streamDrainChunks),
+        },
+        ConsistentRead: true,
+      },
+      // Pages of up to 1 MB: no more of them than one answer can carry.
+      (items) => chunkBytesOf(items) > streamDrainBytes,
+    );
+    const run: Item[] = [];
+    let bytes = 0;
+    let blobs = 0;
+    for (const row of rows) {
+      if (row.seq !== from + 1 + run.length) break;
+      const rowBytes = chunkBytesOf([row]);
+      const rowBlobs = typeof row.chunkRef === 'string' ? 1 : 0;
+      const full =
+        run.length >= streamDrainChunks ||
+        bytes + rowBytes > streamDrainBytes ||
+        blobs + rowBlobs > streamDrainBlobs;
+      if (run.length > 0 && full) break;
+      run.push(row);
+      bytes += rowBytes;
+      blobs += rowBlobs;
+    }
+    // Read the values before a drain claims them, so a failed blob read loses nothing. A skipped seq
+    // (a failed append's, `skipSeqs`) has none.
+    const values = await Promise.all(
+      run.filter((row) => row.skipped !== true).map((row) => this.chunkValue(row)),
+    );
+    return { run: run.length, values };
   }
 
   async streamPending(jobId: string): Promise<boolean> {
@@ -577,7 +613,7 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
         new UpdateCommand({
           TableName: this.chunksTable,
           Key: { jobId, seq: 0 },
-          UpdateExpression: 'SET #cursor = nextSeq',
+          UpdateExpression: 'SET #cursor = nextSeq, clearedTo = nextSeq',
           ConditionExpression: 'attribute_exists(nextSeq)',
           ExpressionAttributeNames: { '#cursor': 'cursor' },
         }),
@@ -1151,7 +1187,7 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       );
       await this.dropBlobs(rows.flatMap((row) => (typeof row.chunkRef === 'string' ? [row.chunkRef] : [])));
     } catch (error) {
-      // Handed out already (the cursor moved); the leftovers go with the TTL.
+      // Cleared already (the cursor moved past them); the leftovers go with the TTL.
       this.warn(`ferry: could not delete drained stream chunks of ${jobId}: ${String(error)}`);
     }
   }
