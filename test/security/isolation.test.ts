@@ -6,7 +6,17 @@
  * no platform variable or key, sees its own endpoint's secrets only, and reaches no other endpoint's
  * process or code. Needs root to start workers as other users; skipped otherwise.
  */
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  lstatSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { create as createTar } from 'tar';
@@ -30,13 +40,9 @@ const secretValues = { SPY_TOKEN: 'spy-secret-value-1', VICTIM_TOKEN: 'victim-se
 let platform: TestPlatform;
 let dataDir: string;
 
-beforeAll(async () => {
-  if (!isRoot) return;
-  const parent = mkdtempSync(join(tmpdir(), 'ferry-isolation-'));
-  // FERRY_HOME's folder must let the worker users through to FERRY_HOME-runtime beside it.
-  chmodSync(parent, 0o711);
-  dataDir = join(parent, 'home');
-  platform = await startTestPlatform({
+/** The platform on `dataDir`, as `ferry serve --worker-uids` starts it (again, after a restart). */
+const startPlatform = () =>
+  startTestPlatform({
     dataDir,
     workerWaitMs: 5_000,
     workers: {
@@ -48,6 +54,14 @@ beforeAll(async () => {
       python: '/usr/bin/python3',
     },
   });
+
+beforeAll(async () => {
+  if (!isRoot) return;
+  const parent = mkdtempSync(join(tmpdir(), 'ferry-isolation-'));
+  // FERRY_HOME's folder must let the worker users through to FERRY_HOME-runtime beside it.
+  chmodSync(parent, 0o711);
+  dataDir = join(parent, 'home');
+  platform = await startPlatform();
   // The client key file `ferry` keeps in FERRY_HOME.
   writeFileSync(join(dataDir, 'api-key'), `${testApiKey}\n`, { mode: 0o600 });
   chmodSync(join(dataDir, 'api-key'), 0o600);
@@ -190,5 +204,39 @@ describe.runIf(isRoot)('tenant isolation on the local platform (workers as anoth
     const victimCode = join(dir, fingerprint, 'tenants.py');
     expect((await probe('spy', [victimCode])).reads[victimCode]).toBe('PermissionError');
     expect((await probe('victim', [victimCode])).reads[victimCode]).toBe('read');
+  });
+
+  it("gives an endpoint's code no link the platform follows as root: its folder is root's, FERRY_HOME and other endpoints' folders stay out of its reach after a restart", async () => {
+    const spy = await runtimeOf('spy');
+    const victim = await runtimeOf('victim');
+    const victimUid = statSync(join(victim.dir, 'home')).uid;
+    const targets = { home: dataDir, tmp: victim.dir };
+    // The spy's code tries to swap its HOME and temp folder for links to FERRY_HOME and the victim's folder.
+    const answer = await call(platform.baseUrl, 'POST', `/${spy.dir.split('/').pop()}/runsync`, {
+      input: { plant_links: targets },
+    });
+    expect(answer.body.output).toEqual({ planted: { home: 'PermissionError', tmp: 'PermissionError' } });
+    // What an earlier Ferry let it do (the folder was the spy's own): the links are there at a restart.
+    const spyUid = statSync(join(spy.dir, 'home')).uid;
+    await platform.stop(false);
+    chownSync(spy.dir, spyUid, spyUid);
+    chmodSync(spy.dir, 0o700);
+    for (const [name, target] of Object.entries(targets)) {
+      rmSync(join(spy.dir, name), { recursive: true, force: true });
+      symlinkSync(target, join(spy.dir, name));
+    }
+    platform = await startPlatform();
+    const home = statSync(dataDir);
+    expect([home.uid, home.mode & 0o777]).toEqual([0, 0o700]);
+    const victimFolder = statSync(victim.dir);
+    expect([victimFolder.uid, victimFolder.gid, victimFolder.mode & 0o777]).toEqual([0, victimUid, 0o750]);
+    const spyFolder = statSync(spy.dir);
+    expect([spyFolder.uid, spyFolder.gid, spyFolder.mode & 0o777]).toEqual([0, spyUid, 0o750]);
+    for (const name of Object.keys(targets)) {
+      const own = lstatSync(join(spy.dir, name));
+      expect([name, own.isDirectory(), own.uid, own.mode & 0o777]).toEqual([name, true, spyUid, 0o700]);
+    }
+    // And the spy's workers still start, with their HOME and temp folder to write in.
+    expect((await probe('spy')).writes).toEqual({ home: join(spy.dir, 'home'), tmp: join(spy.dir, 'tmp') });
   });
 });

@@ -20,7 +20,17 @@
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  lchownSync,
+  lstatSync,
+  mkdirSync,
+  renameSync,
+  rmSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { lbSecretHeader } from '../../auth.js';
 import { startOnChildPort } from '../../child-port.js';
@@ -260,8 +270,9 @@ export class LocalWorkers {
 
   private async specOf(record: EndpointRecord): Promise<PoolSpec> {
     const config = endpointConfigOf(record);
-    const codeDir = config.codeDir ?? (await this.unpack(record));
+    // The folder first: the code is unpacked into it, out of other users' reach from the start.
     const runAs = this.runAsOf(record.id);
+    const codeDir = config.codeDir ?? (await this.unpack(record));
     const names = config.endpoint.resources.secrets ?? [];
     const secrets = names.length > 0 && this.options.secrets ? await this.options.secrets(record, names) : {};
     const key = JSON.stringify([
@@ -300,20 +311,28 @@ export class LocalWorkers {
   }
 
   /**
-   * With a worker user, the endpoint's runtime folder (its unpacked code, and a home and a temp folder
-   * for its workers) is that user's alone, 0700: with a user per endpoint no endpoint reads another's
-   * code or files, and /tmp, where other users can list what a worker left, is not used.
+   * With a worker user, the endpoint's runtime folder holds its unpacked code, and a home and a temp
+   * folder for its workers (/tmp, where other users can list what a worker left, is not used). The
+   * folder is root's, open to the worker's group only (0750; with --worker-uids a group of the
+   * endpoint's own): no other endpoint reads its code or files, and its own code can put nothing in
+   * it. Root unpacks code and prepares `home` and `tmp` in it, and a link the code left there would be
+   * followed: `home` made a link to FERRY_HOME had root chown FERRY_HOME to the endpoint's user at the
+   * next start. `home` and `tmp` are the user's alone (0700).
    */
   private ownFolder(
     endpointId: string,
     user: { uid: number; gid: number },
   ): { HOME: string; TMPDIR: string } {
     const own = join(this.options.runtimeDir, endpointId);
+    mkdirSync(own, { recursive: true });
+    // Root's before anything in it is looked at: an earlier Ferry gave it to the worker user.
+    ownedFolder(own, { uid: 0, gid: user.gid }, 0o750);
     const folders = { HOME: join(own, 'home'), TMPDIR: join(own, 'tmp') };
-    for (const dir of [own, folders.HOME, folders.TMPDIR]) {
+    for (const dir of [folders.HOME, folders.TMPDIR]) {
+      // A link (or a file) the endpoint's code left in its place is removed, never followed.
+      if (existsSync(dir) && !lstatSync(dir).isDirectory()) unlinkSync(dir);
       mkdirSync(dir, { recursive: true });
-      chownSync(dir, user.uid, user.gid);
-      chmodSync(dir, 0o700);
+      ownedFolder(dir, user, 0o700);
     }
     return folders;
   }
@@ -802,6 +821,16 @@ export class EndpointPool {
     if (this.recent.length > 200) this.recent.shift();
     this.options.log.info(line);
   }
+}
+
+/**
+ * Gives the folder `dir` (never what a link there points to) to `owner` with `mode`. Its parent must
+ * be root's, so nobody swaps it for a link between the check and the chmod.
+ */
+function ownedFolder(dir: string, owner: { uid: number; gid: number }, mode: number): void {
+  if (!lstatSync(dir).isDirectory()) throw new FerryError('failed', `${dir} is not a folder`);
+  lchownSync(dir, owner.uid, owner.gid);
+  chmodSync(dir, mode);
 }
 
 /**
