@@ -533,8 +533,13 @@ export class V2Api {
     return ok(await this.options.engine.purge(endpointId, budgetMs === undefined ? {} : { budgetMs }));
   }
 
-  private async health({ endpointId }: RouteContext): Promise<ApiResponse> {
-    return ok(await this.options.engine.health(endpointId));
+  private async health({ endpointId, callFrom }: RouteContext): Promise<ApiResponse> {
+    const health = await this.options.engine.health(endpointId);
+    if (callFrom === undefined || !health.problem) return ok(health);
+    // A call token reads counts (docs/security.md): the last lines an endpoint's workers printed
+    // may hold its jobs' data (a handler that printed a client's input before it crashed).
+    const { lines: _lines, ...problem } = health.problem;
+    return ok({ ...health, problem });
   }
 
   // ── worker routes (docs/architecture.md#worker-protocol) ─────────────────────────────────────────────────

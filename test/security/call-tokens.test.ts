@@ -141,6 +141,27 @@ describe("a worker's call token on another endpoint of its app and environment",
     expect((await call(base, 'GET', `/${B}/health`, undefined, tokenA)).status).toBe(200);
   });
 
+  it("reads another endpoint's health without the last lines its workers printed, which may hold a client's job", async () => {
+    // A worker of B printed a client's input as the job's line, then crashed: B backs off.
+    const worker = platform.adoptWorker(B);
+    platform.supervisor.output(B, worker.workerId, '[job-1] client input: card=4111-1111');
+    await worker.exited();
+    const client = await call(base, 'GET', `/${B}/health`);
+    expect(client.body.problem).toMatchObject({
+      state: 'backoff',
+      lines: ['[job-1] client input: card=4111-1111'],
+    });
+    const { lines: _lines, ...problem } = client.body.problem as Record<string, unknown>;
+    for (const path of [`/${B}/health`, `/by-name/test/production/${B}/health`]) {
+      const r = await call(base, 'GET', path, undefined, tokenA);
+      expect({ path, status: r.status, body: r.body }).toEqual({
+        path,
+        status: 200,
+        body: { ...client.body, problem },
+      });
+    }
+  });
+
   it('follows a /runsync it submitted that outlived its wait', async () => {
     const r = await call(base, 'POST', `/${B}/runsync?wait=1000`, { input: { sync: 1 } }, tokenA);
     expect(r.status).toBe(200);
