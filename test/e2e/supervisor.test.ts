@@ -329,6 +329,20 @@ def broken():
     expect((await health('broken')).problem).toBeUndefined();
   });
 
+  it('a worker command that cannot be started: the endpoint is failing, saying why, and its job ends FAILED', async () => {
+    const record = runpodStyleRecord('nostart', 1);
+    const command = ['/nonexistent/ferry-python3', '-u', 'handler.py'];
+    await platform.db.control.putEndpoint({ ...record, config: { ...record.config, command } });
+    await platform.workers!.reconcile();
+    const view = await finalOf('nostart', await submit('nostart', {}));
+    expect(view.status).toBe('FAILED');
+    expect(view.error).toMatch(/cannot start/);
+    const h = await health('nostart');
+    expect(h.problem).toMatchObject({ state: 'failing' });
+    expect(h.problem.lines).toEqual(['could not start: spawn /nonexistent/ferry-python3 ENOENT']);
+    // The platform's close (afterAll) waits for no worker that never started.
+  });
+
   it('a handler sees none of the platform secrets or settings in its environment', async () => {
     await deployModule(
       'envspy',

@@ -657,7 +657,15 @@ export class EndpointPool {
       }
       return new Promise<ChildExit>((resolve) => {
         child.on('error', (error) => {
-          this.note(`${prefix} could not start: ${error.message}`);
+          const line = `could not start: ${error.message}`;
+          this.note(`${prefix} ${line}`);
+          // A process that never started (no such program, or one its user may not run) emits no
+          // 'exit': its failed start is reported here, with the reason as its last line, or the
+          // supervisor waited for it for ever and the platform's close never ended.
+          if (child.pid === undefined) {
+            this.supervisor.output(this.endpointId, workerId, line);
+            resolve({ code: null, signal: null });
+          }
         });
         child.on('exit', (code, signal) => {
           // Whatever the leader left behind in its group goes with it.
