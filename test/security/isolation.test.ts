@@ -10,6 +10,7 @@ import {
   chmodSync,
   chownSync,
   lstatSync,
+  mkdirSync,
   mkdtempSync,
   readFileSync,
   rmSync,
@@ -170,6 +171,37 @@ describe.runIf(isRoot)('tenant isolation on the local platform (workers as anoth
       ).rejects.toThrow(`${closed} does not let other users through`);
     } finally {
       rmSync(closed, { recursive: true, force: true });
+    }
+  });
+
+  it("lists no endpoint's folder to workers, other apps' included", async () => {
+    const runtime = `${dataDir}-runtime`;
+    const answer = await call(
+      platform.baseUrl,
+      'POST',
+      `/${(await runtimeOf('spy')).dir.split('/').pop()}/runsync`,
+      {
+        input: { folders: [runtime] },
+      },
+    );
+    expect(answer.body.output).toEqual({ listed: { [runtime]: 'PermissionError' } });
+  });
+
+  it("refuses to start when FERRY_HOME-runtime is another user's folder, naming it", async () => {
+    const parent = mkdtempSync(join(tmpdir(), 'ferry-isolation-taken-'));
+    try {
+      chmodSync(parent, 0o711);
+      const runtime = join(parent, 'home-runtime');
+      mkdirSync(runtime);
+      chownSync(runtime, workerUids.last, workerUids.last);
+      await expect(
+        startTestPlatform({
+          dataDir: join(parent, 'home'),
+          workers: { ferryPythonPath: resolve('worker-image/python'), workerUids },
+        }),
+      ).rejects.toThrow(`Workers' folders cannot be kept in ${runtime}: it is another user's folder`);
+    } finally {
+      rmSync(parent, { recursive: true, force: true });
     }
   });
 

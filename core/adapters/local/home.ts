@@ -5,7 +5,7 @@
  * files are created and tightened on every start when something (an older Ferry, a copy, a umask)
  * left them looser.
  */
-import { chmodSync, closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { FerryError, usage } from '../../errors.js';
 
@@ -108,4 +108,23 @@ export function assertReachableByWorkers(dir: string): void {
     }
     if (dirname(folder) === folder) return;
   }
+}
+
+/**
+ * The folder of the endpoints' own folders (FERRY_HOME-runtime, with a worker user): the platform's,
+ * 0711, so workers pass through to their own folder but list no other endpoint's (their ids and
+ * names, other apps' too). One another user made first is refused, not used: whoever owns it could
+ * swap an endpoint's folder in it for a link that the platform then follows as root.
+ */
+export function secureRuntimeDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o711 });
+  const found = lstatSync(dir);
+  if (!found.isDirectory() || found.uid !== process.getuid?.()) {
+    throw new FerryError(
+      'usage',
+      `Workers' folders cannot be kept in ${dir}: it is ${found.isDirectory() ? "another user's folder" : 'not a folder'}`,
+      { hint: `Remove ${dir} (the platform makes it), or put FERRY_HOME elsewhere` },
+    );
+  }
+  chmodSync(dir, 0o711);
 }

@@ -21,7 +21,7 @@ import { type SupervisorSettings, type WorkerIdentity, WorkerSupervisor } from '
 import { HttpWebhookSender } from '../../webhooks.js';
 import { FileBlobStore } from './files.js';
 import type { FrontDoorLimits } from './guard.js';
-import { assertReachableByWorkers, securePrivateDir, type UnusableFolder } from './home.js';
+import { assertReachableByWorkers, securePrivateDir, secureRuntimeDir, type UnusableFolder } from './home.js';
 import { createHttpServer } from './http.js';
 import { LocalWorkers, type LocalWorkersOptions } from './pool.js';
 import { openLocalDatabase } from './sqlite.js';
@@ -120,7 +120,10 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   );
   // Workers run as other users cannot enter FERRY_HOME (0700): their code is unpacked beside it.
   const runtimeDir = workerUserOf ? `${options.dataDir}-runtime` : join(options.dataDir, 'runtime');
-  if (workerUserOf) assertReachableByWorkers(runtimeDir);
+  if (workerUserOf) {
+    assertReachableByWorkers(runtimeDir);
+    secureRuntimeDir(runtimeDir);
+  }
   securePrivateDir(options.dataDir, options.unusableDataDir);
   const db = openLocalDatabase(join(options.dataDir, 'ferry.db'), { clock });
   const blobs = new FileBlobStore(join(options.dataDir, 'blobs'));
