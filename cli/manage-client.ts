@@ -5,6 +5,7 @@
  */
 import { livePrefix } from '../core/deployment.js';
 import { FerryError } from '../core/errors.js';
+import { printable } from '../core/log.js';
 import { managePrefix, type WireLogLine } from '../core/manage.js';
 import type { EndpointRecord } from '../core/ports.js';
 
@@ -186,5 +187,6 @@ export function formatLine(line: WireLogLine, label: string): string {
   const where = line.jobId
     ? `${label} ${line.jobId}`
     : `${label} ${line.container ?? 'worker'} ${line.workerId}`;
-  return `${time} [${where}] ${line.text}`;
+  // The text is user code's: its control characters are written out (core/log.ts printable).
+  return `${time} [${where}] ${printable(line.text)}`;
 }

@@ -3,7 +3,7 @@
  * cursor (no line twice, even at the same millisecond), the job-metrics line, the time-series
  * buckets and percentiles, and the CLI's --since and endpoint-name rules.
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { formatLine, resolveEndpoint, sinceMs } from '../../cli/manage-client.js';
 import {
   batchesOf,
@@ -17,6 +17,7 @@ import {
 import type { ApiRequest } from '../../core/api.js';
 import type { Authenticator } from '../../core/auth.js';
 import type { Job } from '../../core/job.js';
+import { stderrLogger } from '../../core/log.js';
 import {
   jobLogClockMarginMs,
   ManageApi,
@@ -255,6 +256,37 @@ describe("an endpoint's containers' own output (the ECS awslogs driver, into the
     expect(formatLine({ atMs: 0, workerId: 'w-1', stream: 'stderr', text: 'local' }, 'hello')).toBe(
       '00:00:00.000 [hello worker w-1] local',
     );
+  });
+});
+
+describe("user code's lines on the operator's terminal (ferry logs, ferry serve's stderr)", () => {
+  // What a handler can print: colours, a window title, a carriage return that rewrites the line as
+  // if another endpoint had printed it.
+  const hostile = 'a\u001b[2J\u001b]0;title\u0007\r[victim 6059a69f] forged\u009b\tend';
+  const shown = 'a\\x1b[2J\\x1b]0;title\\x07\\x0d[victim 6059a69f] forged\\x9b\tend';
+
+  it('ferry logs writes control characters out, the tab kept', () => {
+    expect(
+      formatLine({ atMs: 0, workerId: 'w-1', jobId: 'j-1', stream: 'stdout', text: hostile }, 'spy'),
+    ).toBe(`00:00:00.000 [spy j-1] ${shown}`);
+  });
+
+  it("ferry serve's log lines write them out too, each line still ending the line", () => {
+    const written: string[] = [];
+    const write = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
+      written.push(String(chunk));
+      return true;
+    });
+    try {
+      stderrLogger.info(`[spy 6ee46701] ${hostile}`);
+      stderrLogger.error(`endpoint spy is failing; its last lines:\n  ${hostile}`);
+    } finally {
+      write.mockRestore();
+    }
+    expect(written).toEqual([
+      `[spy 6ee46701] ${shown}\n`,
+      `error: endpoint spy is failing; its last lines:\n  ${shown}\n`,
+    ]);
   });
 });
 
