@@ -253,7 +253,9 @@ describe.runIf(isRoot)('tenant isolation on the local platform (workers as anoth
     await platform.stop(false);
     chownSync(spy.dir, spyUid, spyUid);
     chmodSync(spy.dir, 0o700);
-    for (const [name, target] of Object.entries(targets)) {
+    // FERRY_HOME again, and a link to nothing (mkdir would stop at it).
+    const links = { home: dataDir, tmp: join(victim.dir, 'nothing-here') };
+    for (const [name, target] of Object.entries(links)) {
       rmSync(join(spy.dir, name), { recursive: true, force: true });
       symlinkSync(target, join(spy.dir, name));
     }

@@ -330,7 +330,8 @@ export class LocalWorkers {
     const folders = { HOME: join(own, 'home'), TMPDIR: join(own, 'tmp') };
     for (const dir of [folders.HOME, folders.TMPDIR]) {
       // A link (or a file) the endpoint's code left in its place is removed, never followed.
-      if (existsSync(dir) && !lstatSync(dir).isDirectory()) unlinkSync(dir);
+      const found = lstatSync(dir, { throwIfNoEntry: false });
+      if (found && !found.isDirectory()) unlinkSync(dir);
       mkdirSync(dir, { recursive: true });
       ownedFolder(dir, user, 0o700);
     }
