@@ -4,7 +4,9 @@
  * sets). Each handler tries to read the database, the secrets key and the client key file, reports
  * its environment, and looks at every other process (/proc environ, kill -0): it reads nothing, sees
  * no platform variable or key, sees its own endpoint's secrets only, and reaches no other endpoint's
- * process or code. Needs root to start workers as other users; skipped otherwise.
+ * process or code; the spy cannot list the endpoints' folders nor leave links in its own for the
+ * platform to follow as root at a restart. Needs root to start workers as other users; skipped
+ * otherwise.
  */
 import {
   chmodSync,
