@@ -8,6 +8,8 @@
  * platform to follow as root at a restart. Needs root to start workers as other users; skipped
  * otherwise.
  */
+
+import { spawn } from 'node:child_process';
 import {
   chmodSync,
   chownSync,
@@ -25,9 +27,11 @@ import { join, resolve } from 'node:path';
 import { create as createTar } from 'tar';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scanProject } from '../../cli/build/scan.js';
+import { killUidRange } from '../../core/adapters/local/pool.js';
 import { CliSandbox } from '../e2e/cli-support.js';
 import { recordFor } from '../support/endpoints.js';
 import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
+import { until } from '../support/until.js';
 
 const isRoot = process.getuid?.() === 0;
 /** uids no account on a test machine uses; one per endpoint, in the order they first start. */
@@ -92,6 +96,8 @@ beforeAll(async () => {
 afterAll(async () => {
   if (!platform) return;
   await platform.stop(false);
+  // Whatever a failed test left running as a worker uid (a handler's daemon).
+  killUidRange(workerUids);
   rmSync(join(dataDir, '..'), { recursive: true, force: true });
   rmSync(`${dataDir}-runtime`, { recursive: true, force: true });
 });
@@ -115,6 +121,16 @@ async function probe(endpoint: string, paths?: string[]): Promise<Probe> {
   const answer = await call(platform.baseUrl, 'POST', `/${endpoint}/runsync`, { input: { paths: files } });
   expect(answer.body.status, JSON.stringify(answer.body)).toBe('COMPLETED');
   return answer.body.output as Probe;
+}
+
+/** Whether `pid` is a live process (a zombie, killed and not yet reaped, is not). */
+function running(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+  } catch {
+    return false;
+  }
 }
 
 /** The endpoint's own folder beside FERRY_HOME (its code, HOME and TMPDIR), and its record. */
@@ -205,6 +221,36 @@ describe.runIf(isRoot)('tenant isolation on the local platform (workers as anoth
     } finally {
       rmSync(parent, { recursive: true, force: true });
     }
+  });
+
+  it('leaves no process a handler started in a session of its own running once it stops, nor one an earlier run left', async () => {
+    const spy = (await runtimeOf('spy')).dir.split('/').pop();
+    const started = await call(platform.baseUrl, 'POST', `/${spy}/runsync`, { input: { daemon: true } });
+    const daemon = started.body.output.daemon as number;
+    expect(running(daemon)).toBe(true);
+    await platform.stop(false);
+    await until(
+      `process ${daemon} to be gone`,
+      () => running(daemon),
+      (alive) => !alive,
+      10_000,
+    );
+    // One a run killed with -9 left behind: a process of a worker uid when the platform starts.
+    const left = spawn('sleep', ['600'], {
+      uid: workerUids.last,
+      gid: workerUids.last,
+      detached: true,
+      stdio: 'ignore',
+    });
+    left.unref();
+    expect(running(left.pid!)).toBe(true);
+    platform = await startPlatform();
+    await until(
+      `process ${left.pid} to be gone`,
+      () => running(left.pid!),
+      (alive) => !alive,
+      10_000,
+    );
   });
 
   it('ferry serve --detach keeps the isolation it was asked for', async () => {

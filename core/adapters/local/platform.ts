@@ -23,7 +23,7 @@ import { FileBlobStore } from './files.js';
 import type { FrontDoorLimits } from './guard.js';
 import { assertReachableByWorkers, securePrivateDir, secureRuntimeDir, type UnusableFolder } from './home.js';
 import { createHttpServer } from './http.js';
-import { LocalWorkers, type LocalWorkersOptions } from './pool.js';
+import { killUidRange, LocalWorkers, type LocalWorkersOptions } from './pool.js';
 import { openLocalDatabase } from './sqlite.js';
 
 export interface LocalPlatformOptions {
@@ -124,6 +124,9 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     assertReachableByWorkers(runtimeDir);
     secureRuntimeDir(runtimeDir);
   }
+  // What an earlier run's workers left running in a session of their own (killUidRange says why).
+  const workerUids = options.workers?.workerUids;
+  if (workerUids) killUidRange(workerUids);
   securePrivateDir(options.dataDir, options.unusableDataDir);
   const db = openLocalDatabase(join(options.dataDir, 'ferry.db'), { clock });
   const blobs = new FileBlobStore(join(options.dataDir, 'blobs'));
@@ -340,6 +343,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
       closed ??= (async () => {
         clearInterval(sweeper);
         await pools?.close();
+        if (workerUids) killUidRange(workerUids);
         supervisor.close();
         webhooks.close();
         await server.close();

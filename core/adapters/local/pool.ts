@@ -26,6 +26,8 @@ import {
   lchownSync,
   lstatSync,
   mkdirSync,
+  readdirSync,
+  readFileSync,
   renameSync,
   rmSync,
   unlinkSync,
@@ -919,6 +921,35 @@ function killGroup(child: ChildProcess): void {
   } catch {
     // ESRCH: the group is gone already.
   }
+}
+
+/**
+ * SIGKILL to every process whose uid is in `range` (`ferry serve --worker-uids`: uids no account
+ * uses, each an endpoint's). A process a handler started in a session of its own (`setsid`) leaves
+ * its worker's group, so killGroup misses it; the platform calls this when no worker of its own runs
+ * (at start, and once its workers are stopped), so such a process does not outlive the platform,
+ * holding its port for clients' keys while it is down. Without /proc (not Linux) it kills nothing.
+ */
+export function killUidRange(range: { first: number; last: number }): number[] {
+  const killed: number[] = [];
+  let pids: string[];
+  try {
+    pids = readdirSync('/proc').filter((name) => /^\d+$/.test(name));
+  } catch {
+    return killed;
+  }
+  for (const pid of pids) {
+    try {
+      // "Uid:\treal\teffective\tsaved\tfs": any of them in the range is a worker's process.
+      const uids = /^Uid:\s+(.*)$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]?.split(/\s+/);
+      if (!uids?.some((uid) => Number(uid) >= range.first && Number(uid) <= range.last)) continue;
+      process.kill(Number(pid), 'SIGKILL');
+      killed.push(Number(pid));
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return killed;
 }
 
 /** The real interpreter behind `python3` on PATH, or `python3` itself when that cannot be told. */
