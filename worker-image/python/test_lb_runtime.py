@@ -40,6 +40,11 @@ APP = textwrap.dedent(
     @api.delete("/fail")
     def fail():
         raise RuntimeError("route exploded")
+
+
+    @api.delete("/async-fail")
+    async def async_fail():
+        raise ValueError("async route exploded")
     '''
 )
 
@@ -179,6 +184,20 @@ class LoadBalancedWorkerTest(unittest.TestCase):
         status, body = request(self.base, "DELETE", "/fail")
         self.assertEqual((status, body), (500, {"error": "route exploded"}))
         self.worker.wait_output("RuntimeError: route exploded")
+
+    def test_a_failing_route_prints_the_users_frames_not_the_runtimes(self):
+        # What the worker prints is what `ferry dev` shows and `ferry logs` keeps: the user's file and
+        # line, not the runtime's (ferry/lb.py), nor asyncio's and concurrent.futures' that run an
+        # async route on the server's loop.
+        for path, last in (("/fail", "RuntimeError: route exploded"), ("/async-fail", "ValueError: async route exploded")):
+            self.assertEqual(request(self.base, "DELETE", path)[0], 500)
+            out = self.worker.wait_output(last)
+            end = out.rindex(last)
+            printed = out[out.rindex("Traceback", 0, end) : end]
+            self.assertIn(f'File "{os.path.join(self.tmp, "lb_worker.py")}"', printed)
+            self.assertNotIn(os.path.join("ferry", "lb.py"), printed)
+            self.assertNotIn("asyncio", printed)
+            self.assertNotIn("concurrent", printed)
 
     def test_no_code_execution_route(self):
         status, _ = request(self.base, "POST", "/execute", {"function_code": "print(1)"})

@@ -576,6 +576,12 @@ class FunctionWorkerTest(unittest.TestCase):
         text = "\n".join(call["body"]["lines"])
         self.assertIn("Model() failed while starting:", text)
         self.assertIn("RuntimeError: no weights", text)
+        # The user's own frames, from __init__ down: not the runtime's that called it. `ferry dev` answers
+        # the caller with these lines, and health shows them.
+        for shown in (text, worker.output):
+            self.assertIn(f'File "{os.path.join(self.tmp, "bad_init.py")}", line 3, in __init__', shown)
+            self.assertNotIn(os.path.join("ferry", "worker.py"), shown)
+            self.assertNotIn(os.path.join("ferry", "invoke.py"), shown)
 
     def test_startup_error_without_the_route_still_exits(self):
         worker = self.start("hello", FERRY_MODULE="not_there")

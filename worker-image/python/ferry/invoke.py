@@ -11,6 +11,8 @@ wants the whole job (to call ``ferry.progress_update`` or read extra fields) dec
 Keyword-only keeps it explicit: a positional parameter called ``job`` is an ordinary input key.
 """
 
+import asyncio
+import concurrent.futures
 import inspect
 import json
 import os
@@ -192,6 +194,25 @@ def runtime_version():
     from . import __version__  # at call time: the package is fully imported by then
 
     return f"ferry-{__version__}"
+
+
+# Where the frames at the top of a user's traceback come from that are not the user's: this package,
+# and the asyncio and concurrent.futures machinery it runs coroutines through (a load-balanced async
+# route runs on the server's loop and is waited for through a future).
+_RUNTIME_DIRS = tuple(
+    os.path.dirname(os.path.abspath(path)) for path in (__file__, asyncio.__file__, concurrent.futures.__file__)
+)
+
+
+def without_runtime_frames(exc):
+    """`exc` with the runtime's own frames dropped from the top of its traceback, so that it starts at
+    the user's code: a handler that raised, a class's __init__, a load-balanced route. Users read their
+    code; the runtime's paths are the platform's business (and `ferry dev` answers the caller with
+    these lines when a worker cannot start)."""
+    tb = exc.__traceback__
+    while tb is not None and os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) in _RUNTIME_DIRS:
+        tb = tb.tb_next
+    return exc.with_traceback(tb) if tb is not None else exc
 
 
 def error_info(exc, worker_id, with_traceback=True):

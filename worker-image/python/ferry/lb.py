@@ -26,7 +26,7 @@ import traceback
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .invoke import OutputError, to_json_bytes
+from .invoke import OutputError, to_json_bytes, without_runtime_frames
 from .logs import LineBudget
 
 MAX_BODY_BYTES = 20 * 1024 * 1024  # the /runsync payload limit (docs/api.md#limits)
@@ -248,6 +248,7 @@ class Router:
         try:
             return 200, self.call(route, kwargs)
         except Exception as exc:  # noqa: BLE001 - a handler failure is a 500, the server lives
+            exc = without_runtime_frames(exc)
             traceback.print_exception(type(exc), exc, exc.__traceback__)
             return 500, {"error": str(exc) or type(exc).__name__}
 

@@ -44,7 +44,6 @@ import contextvars
 import errno
 import inspect
 import json
-import os
 import queue as queue_mod
 import signal
 import sys
@@ -62,6 +61,7 @@ from .invoke import (
     error_body,
     kind_of,
     to_json_bytes,
+    without_runtime_frames,
 )
 from .protocol import RateLimited, Refused
 
@@ -167,9 +167,6 @@ def clear_pending_exception(thread_id=None):
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
 def result_body(result):
     """The job-done body for a handler's return value, shaped as RunPod's SDK shapes it (rp_job.py
     run_job). A dict loses its "error" and "refresh_worker" keys: a truthy "error" fails the job with
@@ -204,14 +201,6 @@ def yielded_error(value):
     if isinstance(value, dict) and value.get("error"):
         return {"error": str(value["error"])}
     return None
-
-
-def _without_runtime_frames(exc):
-    """Drop this package's own frames from the top of a handler's traceback: users read their code."""
-    tb = exc.__traceback__
-    while tb is not None and os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == _PACKAGE_DIR:
-        tb = tb.tb_next
-    return exc.with_traceback(tb) if tb is not None else exc
 
 
 # A job-take refused before the platform ever answered is retried after STARTUP_RETRY_SEC without a
@@ -544,7 +533,7 @@ class QueueRuntime:
         if isinstance(exc, OutputError):  # a yielded value that is not JSON: said, without our frames
             print(f"ferry: {exc}", file=sys.stderr)
             return error_body(exc, self.worker_id)
-        exc = _without_runtime_frames(exc)
+        exc = without_runtime_frames(exc)
         traceback.print_exception(type(exc), exc, exc.__traceback__)  # into the job's log
         return error_body(exc, self.worker_id)
 

@@ -16,7 +16,7 @@ from . import logs
 from .client import local_target
 from .config import Config, ConfigError, import_user_module, lookup
 from .endpoint import Endpoint
-from .invoke import Handler
+from .invoke import Handler, without_runtime_frames
 
 
 def _sayer(stream):
@@ -146,9 +146,10 @@ def main(environ=None):
 
     try:
         handler.start()
-    except Exception:  # noqa: BLE001 - user __init__ failed: say so plainly, exit 1
+    except Exception as exc:  # noqa: BLE001 - user __init__ failed: say so plainly, exit 1
         say(f"{config.target}() failed while starting:")
-        detail = traceback.format_exc()
+        exc = without_runtime_frames(exc)
+        detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         real_stderr.write(detail)
         _report_startup_failure(environ, f"{config.target}() failed while starting:\n{detail}")
         return 1
