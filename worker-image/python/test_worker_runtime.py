@@ -534,6 +534,31 @@ class FunctionWorkerTest(unittest.TestCase):
         self.assertNotIn("ferry/config.py", out)
         self.assertNotIn("importlib", out)
 
+    def test_any_failure_of_the_endpoints_import_names_the_users_file_and_line_only(self):
+        # A name one module cannot import from another (ImportError, not a missing module), and any
+        # exception at module level: the user's frames, as for a missing import.
+        with open(os.path.join(self.tmp, "helper3.py"), "w") as f:
+            f.write("LIMIT = 1 / 0\n")
+        with open(os.path.join(self.tmp, "h3.py"), "w") as f:
+            f.write("import os\nfrom helper3 import LIMIT\n\n\ndef h():\n    return 1\n")
+        with open(os.path.join(self.tmp, "names.py"), "w") as f:
+            f.write("from os import not_a_name\n\n\ndef h():\n    return 1\n")
+        for module, shown in (
+            ("h3", [("h3.py", 2), ("helper3.py", 1), "ZeroDivisionError: division by zero"]),
+            ("names", [("names.py", 1), "ImportError: cannot import name 'not_a_name' from 'os'"]),
+        ):
+            worker = self.start("h", FERRY_MODULE=module)
+            self.assertEqual(worker.wait_exit(), 2)
+            out = worker.output
+            self.assertIn(f"FERRY_MODULE '{module}' failed to import", out)
+            for what in shown:
+                if isinstance(what, tuple):
+                    what = f'File "{os.path.join(self.tmp, what[0])}", line {what[1]}'
+                self.assertIn(what, out)
+            self.assertNotIn("<frozen", out)
+            self.assertNotIn(os.path.join("ferry", "config.py"), out)
+            self.assertNotIn("importlib", out)
+
     def test_a_missing_submodule_of_the_endpoints_package_is_not_the_module_missing(self):
         os.makedirs(os.path.join(self.tmp, "pkg"))
         open(os.path.join(self.tmp, "pkg", "__init__.py"), "w").close()

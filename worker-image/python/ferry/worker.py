@@ -60,8 +60,9 @@ def _report_startup_failure(environ, text):
 
 
 def _user_traceback(exc):
-    """A missing import's traceback without the frames of importlib and of this runtime: the user's
-    own files and lines, from the endpoint module down to the import that failed."""
+    """An import's traceback without the frames of importlib and of this runtime: the user's own files
+    and lines, from the endpoint module down to the line that raised (a missing import, a name one
+    module cannot import from another, any exception at module level)."""
     import importlib
 
     runtime = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (logs, importlib))
@@ -81,10 +82,7 @@ def _startup_error(say, exc, environ=None):
     text = f"startup failed: {exc}\n"
     cause = exc.__cause__
     if cause is not None:
-        if isinstance(cause, ModuleNotFoundError):
-            detail = _user_traceback(cause)
-        else:
-            detail = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+        detail = _user_traceback(cause)
         sys.stderr.write(detail)
         text += detail
     if environ is not None:
