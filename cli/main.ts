@@ -639,6 +639,15 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
 }
 
 export async function main(): Promise<void> {
+  // A reader that stops early (`ferry undeploy list | head -1`) closes the pipe: what it did not read
+  // is no failure of ours. Node ignores SIGPIPE, so each later write fails with EPIPE, and with no
+  // listener that error crashed the CLI with a stack trace; here it ends the process quietly, as
+  // SIGPIPE ends a Unix tool (stdout carries only data, written as a command ends or as `logs -f`
+  // follows, so nothing is cut off halfway).
+  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code !== 'EPIPE') throw error;
+    process.exit(0);
+  });
   const code = await run(hideBin(process.argv));
   process.exitCode = code;
   // Long-running commands resolve only after their servers closed, so the process normally ends here

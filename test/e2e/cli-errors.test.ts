@@ -220,6 +220,20 @@ describe('ferry errors', () => {
     }
   });
 
+  it('a reader that closes stdout early (`ferry app list | head -1`) ends ferry quietly, exit 0, no stack trace', async () => {
+    for (const args of [
+      ['sdk', 'path'],
+      ['app', 'list'],
+    ]) {
+      // Closed before the child can write anything (starting node takes far longer): its first
+      // write to stdout meets a pipe with no reader, which is what `| head -1` leaves once head is done.
+      const result = await sandbox.run(args, { cwd: project, onSpawn: (child) => child.stdout!.destroy() });
+      expect(result.stderr, args.join(' ')).not.toContain('EPIPE');
+      noStack(result.stderr);
+      expect(result.code, args.join(' ')).toBe(0);
+    }
+  });
+
   it('logs checks --since before it looks for a server', async () => {
     const result = await sandbox.run(['logs', 'cpu_worker', '--since', 'garbage'], { cwd: project });
     expect(result.code, result.stderr).toBe(2);
