@@ -17,7 +17,22 @@ import sys
 import traceback
 
 
-def check(module, project_files):
+def shown_traceback(exc, root):
+    """What the user reads: their own frames, from the endpoint module down to the line that raised,
+    without importlib's (<frozen importlib._bootstrap>, importlib/) or this checker's; and a file of
+    the staged artifact by its path in the project, which is the file to edit (`helper.py`, not
+    `.ferry/build/helper.py`)."""
+    skip = (os.path.dirname(os.path.abspath(importlib.__file__)) + os.sep, os.path.abspath(__file__))
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith("<") and not os.path.abspath(frame.filename).startswith(skip)
+    ]
+    text = "".join(traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc))
+    return text.replace(f'File "{os.path.abspath(root)}{os.sep}', 'File "')
+
+
+def check(module, project_files, root):
     try:
         importlib.import_module(module)
         return {"module": module, "ok": True}
@@ -29,7 +44,7 @@ def check(module, project_files):
             "ok": False,
             "type": type(exc).__name__,
             "message": str(exc),
-            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:]),
+            "traceback": shown_traceback(exc, root),
             # Raised inside an installed package rather than by the project's own code.
             "inPackage": last not in project_files,
         }
@@ -43,7 +58,7 @@ def main(argv):
     root = os.environ.get("FERRY_CHECK_ROOT", os.getcwd())
     listed = json.loads(os.environ.get("FERRY_CHECK_PROJECT_FILES", "[]"))
     project_files = {os.path.abspath(os.path.join(root, p)) for p in listed}
-    results = [check(module, project_files) for module in argv[1:]]
+    results = [check(module, project_files, root) for module in argv[1:]]
     sys.stdout.write(json.dumps({"results": results}) + "\n")
     return 0
 

@@ -33,6 +33,13 @@ describe('import check at build time', () => {
     expect(build.stderr).toContain('An endpoint module cannot be imported');
     expect(build.stderr).toContain('ZeroDivisionError');
     expect(build.stderr).toContain('helper.py');
+    // The user's frames, each file by its path in the project (the file to edit, not its staged copy
+    // under .ferry/build), from the endpoint module down to the line that raised; not importlib's.
+    expect(build.stderr).toContain('File "work.py", line 1, in <module>\n    import helper\n');
+    expect(build.stderr).toContain('File "helper.py", line 1, in <module>\n    VALUE = 1 / 0\n');
+    expect(build.stderr).not.toContain('.ferry');
+    expect(build.stderr).not.toContain('importlib');
+    expect(build.stderr).not.toContain('import_check.py');
     const deploy = await sandbox.run(['deploy', '--no-serve'], { cwd: dir });
     expect(deploy.code).not.toBe(0);
     expect(deploy.stderr).toContain('ZeroDivisionError');
