@@ -30,6 +30,56 @@ class FromEnvironTest(unittest.TestCase):
         p = self.settings(FERRY_CALL_TOKEN="call", FERRY_API_KEY="all", RUNPOD_API_KEY="rp")
         self.assertEqual(p.key, "call")
 
+    def test_the_projects_ferry_key_comes_before_a_runpod_key_kept_for_runpod(self):
+        # A RunPod (Flash) user keeps RUNPOD_API_KEY exported for RunPod itself: the project's .env
+        # FERRY_API_KEY is the key for Ferry, and wins over it; the environment's FERRY_API_KEY over both.
+        with open(os.path.join(self.tmp.name, ".env"), "w", encoding="utf-8") as handle:
+            handle.write("FERRY_API_KEY=project\n")
+        p = self.settings(RUNPOD_API_KEY="rp")
+        self.assertEqual((p.key, p.key_source), ("project", f"FERRY_API_KEY in {os.path.join(self.tmp.name, '.env')}"))
+        p = self.settings(RUNPOD_API_KEY="rp", FERRY_API_KEY="all")
+        self.assertEqual((p.key, p.key_source), ("all", "$FERRY_API_KEY"))
+        os.remove(os.path.join(self.tmp.name, ".env"))
+        p = self.settings(RUNPOD_API_KEY="rp")
+        self.assertEqual((p.key, p.key_source), ("rp", "$RUNPOD_API_KEY"))
+        with open(os.path.join(self.home, "api-key"), "w", encoding="utf-8") as handle:
+            handle.write("fy_home\n")
+        p = self.settings()
+        self.assertEqual((p.key, p.key_source), ("fy_home", os.path.join(self.home, "api-key")))
+
+    def test_a_refused_key_is_named_by_where_it_came_from(self):
+        import http.server
+        import threading
+
+        class Refusing(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - the http.server name
+                body = json.dumps({"error": "Missing or invalid API key"}).encode()
+                self.send_response(401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with self.assertRaises(FerryClientError) as raised:
+            self.settings(FERRY_API_URL=url, RUNPOD_API_KEY="stale").request("GET", "/v2/x/health", timeout=5)
+        self.assertEqual(raised.exception.status, 401)
+        self.assertEqual(
+            str(raised.exception),
+            f"Missing or invalid API key (the key from $RUNPOD_API_KEY was refused by {url}: "
+            "set FERRY_API_KEY to one of its keys)",
+        )
+        with self.assertRaises(FerryClientError) as raised:
+            self.settings(FERRY_API_URL=url).request("GET", "/v2/x/health", timeout=5)
+        self.assertIn("no key was sent: set FERRY_API_KEY", str(raised.exception))
+
     def test_outside_a_worker_the_users_key_and_the_local_default_url(self):
         p = self.settings(FERRY_API_KEY="all")
         self.assertEqual(p.key, "all")

@@ -209,15 +209,18 @@ class Platform:
       up to DEV_START_WAIT_S while that dev is still starting), else the `ferry serve` running for
       FERRY_HOME (its server.json), else http://127.0.0.1:8888
     * key: FERRY_CALL_TOKEN (every worker's own key: an HMAC call token locally, a call key minted
-      by `ferry deploy` on AWS), FERRY_API_KEY, RUNPOD_API_KEY, FERRY_API_KEY in ./.env, then
-      FERRY_HOME/api-key
+      by `ferry deploy` on AWS), FERRY_API_KEY, FERRY_API_KEY in ./.env, RUNPOD_API_KEY, then
+      FERRY_HOME/api-key. The project's own Ferry key comes before RUNPOD_API_KEY, which a RunPod
+      (Flash) user keeps exported for RunPod itself; a refused key is named by where it came from.
     * app: FERRY_APP, else .ferry/config.json's app, else the current folder's name
     * env: FERRY_ENV, else the app's only environment that has the endpoint
     """
 
-    def __init__(self, url, key, app=None, env=None):
+    def __init__(self, url, key, app=None, env=None, key_source=None):
         self.url = url.rstrip("/")
         self.key = key
+        # Where the key came from ("$FERRY_API_KEY", "FERRY_API_KEY in /p/.env", ...): a 401 names it.
+        self.key_source = key_source
         self.app = app
         self.env = env or ANY_ENV
 
@@ -232,18 +235,21 @@ class Platform:
         home = environ.get("FERRY_HOME") or os.path.join(os.path.expanduser("~"), ".ferry")
         if not url:
             url = dev_platform_url(cwd) or serve_platform_url(home) or f"http://127.0.0.1:{DEFAULT_PORT}"
-        key = (
-            environ.get("FERRY_CALL_TOKEN")
-            or environ.get("FERRY_API_KEY")
-            or environ.get("RUNPOD_API_KEY")
-            or dotenv.get("FERRY_API_KEY")
+        found = (
+            ("$FERRY_CALL_TOKEN", environ.get("FERRY_CALL_TOKEN")),
+            ("$FERRY_API_KEY", environ.get("FERRY_API_KEY")),
+            (f"FERRY_API_KEY in {os.path.join(cwd, '.env')}", dotenv.get("FERRY_API_KEY")),
+            ("$RUNPOD_API_KEY", environ.get("RUNPOD_API_KEY")),
         )
+        key_source, key = next(((source, value) for source, value in found if value), (None, None))
         if not key:
+            key_file = os.path.join(home, "api-key")
             try:
-                with open(os.path.join(home, "api-key"), encoding="utf-8") as handle:
+                with open(key_file, encoding="utf-8") as handle:
                     key = handle.read().strip() or None
             except OSError:
                 key = None
+            key_source = key_file if key else None
         app = environ.get("FERRY_APP")
         if not app:
             try:
@@ -251,7 +257,15 @@ class Platform:
                     app = json.load(handle).get("app")
             except (OSError, ValueError, AttributeError):
                 app = None
-        return cls(url, key, app or app_name_of(cwd), environ.get("FERRY_ENV") or ANY_ENV)
+        return cls(url, key, app or app_name_of(cwd), environ.get("FERRY_ENV") or ANY_ENV, key_source)
+
+    def _refused_key(self):
+        """What a 401 adds: which key went, so that a stale one set elsewhere (a RUNPOD_API_KEY kept
+        for RunPod) is seen for what it is, not taken for the FERRY_API_KEY the user set."""
+        if not self.key:
+            return "no key was sent: set FERRY_API_KEY, in the environment or ./.env"
+        source = self.key_source or "this client"
+        return f"the key from {source} was refused by {self.url}: set FERRY_API_KEY to one of its keys"
 
     def request(self, method, path, body=None, query=None, timeout=None, raw=False):
         """(status, parsed JSON or text). Errors (4xx/5xx, unreachable) raise FerryClientError.
@@ -290,7 +304,7 @@ class Platform:
             if status == 404 and "/by-name/" in path:
                 raise EndpointNotDeployed(message, status)
             if status == 401:
-                message += " (set FERRY_API_KEY)"
+                message += f" ({self._refused_key()})"
             raise FerryClientError(message, status)
         return status, parsed
 
