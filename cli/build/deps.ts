@@ -125,7 +125,7 @@ export function parseRequirementsFile(
   return result;
 }
 
-function requirementName(spec: string): string {
+export function requirementName(spec: string): string {
   if (/^(\.|\/|[a-z+]+:\/\/)/i.test(spec)) return spec; // a path or URL: no name to dedupe on
   const match = nameRegex.exec(spec);
   return match ? normalizeName(match[1]!) : spec;
@@ -135,6 +135,8 @@ export interface ResolvedDependencies {
   /** Requirement strings to install, in order. */
   install: string[];
   excluded: Array<{ name: string; reason: string }>;
+  /** The requirements (as written) left out because the base images ship them: torch, numpy, ... */
+  leftToBaseImage: string[];
   /** Every PEP 503 name to keep out of the artifact, including ones pip pulls in transitively. */
   excludeNames: Set<string>;
   pipArgs: string[];
@@ -188,6 +190,7 @@ export function resolveDependencies(options: ResolveOptions): ResolvedDependenci
 
   const install: string[] = [];
   const excluded: Array<{ name: string; reason: string }> = [];
+  const leftToBaseImage: string[] = [];
   for (const [name, group] of byName) {
     const first = group[0]!;
     const declaredBy = group.filter((r) => r.declared).map((r) => r.origin);
@@ -205,8 +208,10 @@ export function resolveDependencies(options: ResolveOptions): ResolvedDependenci
           message:
             `${declaredBy.join(', ')} asks for "${first.spec}", but the base image provides ${name}: ` +
             `the base image's version is used and "${first.spec}" is not installed`,
+          package: name,
         });
       }
+      if (reason === baseImageReason && name !== 'ferry') leftToBaseImage.push(first.spec);
       continue;
     }
     for (const other of group.slice(1)) {
@@ -222,6 +227,7 @@ export function resolveDependencies(options: ResolveOptions): ResolvedDependenci
   return {
     install,
     excluded,
+    leftToBaseImage,
     excludeNames: new Set([...userExcludes, ...baseNames]),
     pipArgs: fromFile.pipArgs,
   };

@@ -13,7 +13,8 @@ export type BuildEvent =
   /** One step of pip while it runs (fetching a package, retrying the index): a long install is not silent. */
   | { type: 'dependency-progress'; text: string }
   | { type: 'package-excluded'; name: string; reason: string }
-  | { type: 'warning'; message: string };
+  /** `package`: the one a base-image warning is about (`ferry dev` installs it where your Python lacks it). */
+  | { type: 'warning'; message: string; package?: string };
 
 export type ProgressSink = (event: BuildEvent) => void;
 

@@ -10,7 +10,7 @@ import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { FerryError } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
-import { resolveDependencies } from '../build/deps.js';
+import { requirementName, resolveDependencies } from '../build/deps.js';
 import { runProcess, tail } from '../build/process.js';
 
 const readyMarker = '.ferry-ready';
@@ -19,6 +19,9 @@ export class DevVenvs {
   readonly #inflight = new Map<string, Promise<string>>();
 
   readonly #said = new Set<string>();
+
+  /** `<python>\0<distribution>` → whether that Python has it (the probe's answers, kept). */
+  readonly #installed = new Map<string, boolean>();
 
   #once(line: string): void {
     if (this.#said.has(line)) return;
@@ -38,17 +41,32 @@ export class DevVenvs {
   async commandFor(endpoint: ManifestEndpoint): Promise<string[] | undefined> {
     // The build's own rules (cli/build/deps.ts): requirements.txt too, and what every base image
     // ships (torch, numpy, ...) left out — your Python's copy is used, as the image's is deployed.
+    const warnings: Array<{ message: string; package?: string }> = [];
     const resolved = resolveDependencies({
       projectDir: this.options.projectDir,
       endpoints: [endpoint],
       onProgress: (event) => {
-        if (event.type === 'warning') this.#once(`note: ${event.message}`);
+        if (event.type === 'warning') warnings.push(event);
       },
     });
-    const deps = [...resolved.install].sort();
+    const python = this.options.python ?? 'python3';
+    // Unless your Python has no copy: here no base image stands behind the worker, which would fail
+    // at `import numpy` although the endpoint asked for numpy (Flash's numpy exclusion broke CPU
+    // endpoints so, its PR #263). Such a package is installed into the venv like any other.
+    const lacking = await this.#lacking(python, resolved.leftToBaseImage.map(requirementName));
+    for (const warning of warnings)
+      if (warning.package === undefined || !lacking.has(warning.package))
+        this.#once(`note: ${warning.message}`);
+    for (const name of lacking)
+      this.#once(
+        `note: ${python} has no ${name}, which the base images ship: ferry dev installs it for the endpoints that ask for it (deployed, the image's copy is used)`,
+      );
+    const deps = [
+      ...resolved.install,
+      ...resolved.leftToBaseImage.filter((spec) => lacking.has(requirementName(spec))),
+    ].sort();
     if (deps.length === 0) return undefined;
     deps.push(...resolved.pipArgs);
-    const python = this.options.python ?? 'python3';
     const key = createHash('sha256')
       .update(JSON.stringify([python, deps]))
       .digest('hex')
@@ -59,6 +77,33 @@ export class DevVenvs {
       this.#inflight.set(key, work);
     }
     return [await work, '-m', 'ferry.worker'];
+  }
+
+  /** Which of `names` (distributions) `python` cannot find; asked once per name. */
+  async #lacking(python: string, names: readonly string[]): Promise<Set<string>> {
+    const unknown = names.filter((name) => !this.#installed.has(`${python}\0${name}`));
+    if (unknown.length > 0) {
+      const probe = await runProcess(
+        python,
+        [
+          '-c',
+          'import importlib.metadata as m, json, sys\n' +
+            'def has(n):\n    try:\n        m.distribution(n)\n        return True\n' +
+            '    except m.PackageNotFoundError:\n        return False\n' +
+            'print(json.dumps({n: has(n) for n in sys.argv[1:]}))',
+          ...unknown,
+        ],
+        { timeoutMs: 60_000 },
+      ).catch(() => undefined);
+      let found: Record<string, boolean> = {};
+      try {
+        found = JSON.parse(probe?.stdout.trim() ?? '') as Record<string, boolean>;
+      } catch {
+        // No answer: take them as installed, as before (the worker's own error will say otherwise).
+      }
+      for (const name of unknown) this.#installed.set(`${python}\0${name}`, found[name] ?? true);
+    }
+    return new Set(names.filter((name) => this.#installed.get(`${python}\0${name}`) === false));
   }
 
   async #create(key: string, python: string, deps: string[], name: string): Promise<string> {

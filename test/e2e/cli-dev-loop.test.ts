@@ -47,6 +47,13 @@ def withdep():
     import tinydep_dev
 
     return tinydep_dev.VALUE
+
+
+@Endpoint(name="withbase", cpu="1-2", dependencies=["triton"])
+def withbase():
+    import triton
+
+    return triton.VALUE
 `;
 
 const broken = `import module_that_is_not_installed_xyz
@@ -87,6 +94,11 @@ async function startDev(dir: string, extra: string[] = []) {
   );
 }
 
+/** Whether this machine's python3 (the one `ferry dev` runs) has the distribution `name`. */
+const pythonHas = (name: string) =>
+  spawnSync('python3', ['-c', `import importlib.metadata as m; m.distribution(${JSON.stringify(name)})`])
+    .status === 0;
+
 const post = async (url: string, body: unknown) => {
   const response = await fetch(url, {
     method: 'POST',
@@ -115,6 +127,9 @@ beforeAll(async () => {
   wheels = path.join(sandbox.root, 'wheels');
   mkdirSync(wheels);
   writeWheel(wheels, { name: 'tinydep-dev', code: 'VALUE = "from the venv"\n' });
+  // A stand-in for a package the base images ship (core/limits.ts baseImagePackages), which this
+  // machine's Python does not have.
+  writeWheel(wheels, { name: 'triton', code: 'VALUE = "stand-in triton"\n' });
   project = makeProject('loop');
   const started = await startDev(project);
   dev = started.child;
@@ -235,6 +250,21 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
     expect(output().stderr).toContain('Installing dependencies of withdep into .ferry/venvs/');
     expect(output().stderr).toMatch(/\[pip withdep\] .*tinydep/);
   });
+
+  it.skipIf(pythonHas('triton'))(
+    'a package the base images ship that your Python lacks is installed into the venv, not left out',
+    async () => {
+      // Deployed, the image's copy is used; under dev no image stands behind the worker, and leaving
+      // it out failed the job at `import triton` although the endpoint asked for it.
+      const result = await post(`${base}/app/withbase/runsync`, { input: {} });
+      expect(result.body, output().stderr).toMatchObject({ status: 'COMPLETED', output: 'stand-in triton' });
+      expect(output().stderr).toContain(
+        "note: python3 has no triton, which the base images ship: ferry dev installs it for the endpoints that ask for it (deployed, the image's copy is used)",
+      );
+      expect(output().stderr).toMatch(/Installing dependencies of withbase into \.ferry\/venvs\/\w+: triton/);
+      expect(output().stderr).not.toContain('"triton" is not installed');
+    },
+  );
 
   it('a worker that cannot import fails the request at once with its error, also on the terminal', async () => {
     const result = await post(`${base}/broken/runsync`, { input: {} });
