@@ -125,6 +125,32 @@ export function parseRequirementsFile(
   return result;
 }
 
+/**
+ * Which of `names` (distributions, as pip names them) `python` does not have installed. Where the
+ * question gets no answer, none: the worker's own import error will tell.
+ */
+export async function distributionsMissing(python: string, names: readonly string[]): Promise<Set<string>> {
+  if (names.length === 0) return new Set();
+  const probe = await runProcess(
+    python,
+    [
+      '-c',
+      'import importlib.metadata as m, json, sys\n' +
+        'def has(n):\n    try:\n        m.distribution(n)\n        return True\n' +
+        '    except m.PackageNotFoundError:\n        return False\n' +
+        'print(json.dumps({n: has(n) for n in sys.argv[1:]}))',
+      ...names,
+    ],
+    { timeoutMs: 60_000 },
+  ).catch(() => undefined);
+  try {
+    const found = JSON.parse(probe?.stdout.trim() ?? '') as Record<string, boolean>;
+    return new Set(names.filter((name) => found[name] === false));
+  } catch {
+    return new Set();
+  }
+}
+
 export function requirementName(spec: string): string {
   if (/^(\.|\/|[a-z+]+:\/\/)/i.test(spec)) return spec; // a path or URL: no name to dedupe on
   const match = nameRegex.exec(spec);

@@ -10,10 +10,13 @@ import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { FerryError } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
-import { requirementName, resolveDependencies } from '../build/deps.js';
+import { distributionsMissing, requirementName, resolveDependencies } from '../build/deps.js';
 import { runProcess, tail } from '../build/process.js';
 
 const readyMarker = '.ferry-ready';
+
+/** What the base images ship that `ferry dev` never installs for you (see commandFor). */
+const torchStack = new Set(['torch', 'torchvision', 'torchaudio', 'triton']);
 
 export class DevVenvs {
   readonly #inflight = new Map<string, Promise<string>>();
@@ -50,10 +53,15 @@ export class DevVenvs {
       },
     });
     const python = this.options.python ?? 'python3';
-    // Unless your Python has no copy: here no base image stands behind the worker, which would fail
-    // at `import numpy` although the endpoint asked for numpy (Flash's numpy exclusion broke CPU
-    // endpoints so, its PR #263). Such a package is installed into the venv like any other.
-    const lacking = await this.#lacking(python, resolved.leftToBaseImage.map(requirementName));
+    // Unless your Python has no numpy: here no base image stands behind the worker, which would fail
+    // at `import numpy` although the endpoint asked for it (Flash's numpy exclusion broke CPU
+    // endpoints so, its PR #263); it is installed into the venv like any other package. The torch
+    // stack stays your Python's to have or lack: gigabytes, and code that asks for it runs without it
+    // here (the `ferry init` template's gpu_worker falls back to the CPU).
+    const lacking = await this.#lacking(
+      python,
+      resolved.leftToBaseImage.map(requirementName).filter((name) => !torchStack.has(name)),
+    );
     for (const warning of warnings)
       if (warning.package === undefined || !lacking.has(warning.package))
         this.#once(`note: ${warning.message}`);
@@ -83,25 +91,8 @@ export class DevVenvs {
   async #lacking(python: string, names: readonly string[]): Promise<Set<string>> {
     const unknown = names.filter((name) => !this.#installed.has(`${python}\0${name}`));
     if (unknown.length > 0) {
-      const probe = await runProcess(
-        python,
-        [
-          '-c',
-          'import importlib.metadata as m, json, sys\n' +
-            'def has(n):\n    try:\n        m.distribution(n)\n        return True\n' +
-            '    except m.PackageNotFoundError:\n        return False\n' +
-            'print(json.dumps({n: has(n) for n in sys.argv[1:]}))',
-          ...unknown,
-        ],
-        { timeoutMs: 60_000 },
-      ).catch(() => undefined);
-      let found: Record<string, boolean> = {};
-      try {
-        found = JSON.parse(probe?.stdout.trim() ?? '') as Record<string, boolean>;
-      } catch {
-        // No answer: take them as installed, as before (the worker's own error will say otherwise).
-      }
-      for (const name of unknown) this.#installed.set(`${python}\0${name}`, found[name] ?? true);
+      const missing = await distributionsMissing(python, unknown);
+      for (const name of unknown) this.#installed.set(`${python}\0${name}`, !missing.has(name));
     }
     return new Set(names.filter((name) => this.#installed.get(`${python}\0${name}`) === false));
   }

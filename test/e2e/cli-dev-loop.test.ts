@@ -47,13 +47,6 @@ def withdep():
     import tinydep_dev
 
     return tinydep_dev.VALUE
-
-
-@Endpoint(name="withbase", cpu="1-2", dependencies=["triton"])
-def withbase():
-    import triton
-
-    return triton.VALUE
 `;
 
 const broken = `import module_that_is_not_installed_xyz
@@ -94,11 +87,6 @@ async function startDev(dir: string, extra: string[] = []) {
   );
 }
 
-/** Whether this machine's python3 (the one `ferry dev` runs) has the distribution `name`. */
-const pythonHas = (name: string) =>
-  spawnSync('python3', ['-c', `import importlib.metadata as m; m.distribution(${JSON.stringify(name)})`])
-    .status === 0;
-
 const post = async (url: string, body: unknown) => {
   const response = await fetch(url, {
     method: 'POST',
@@ -127,9 +115,8 @@ beforeAll(async () => {
   wheels = path.join(sandbox.root, 'wheels');
   mkdirSync(wheels);
   writeWheel(wheels, { name: 'tinydep-dev', code: 'VALUE = "from the venv"\n' });
-  // A stand-in for a package the base images ship (core/limits.ts baseImagePackages), which this
-  // machine's Python does not have.
-  writeWheel(wheels, { name: 'triton', code: 'VALUE = "stand-in triton"\n' });
+  // A stand-in numpy, for a Python that has none (pip takes a real one it finds instead).
+  writeWheel(wheels, { name: 'numpy', code: 'VALUE = "stand-in numpy"\n' });
   project = makeProject('loop');
   const started = await startDev(project);
   dev = started.child;
@@ -251,20 +238,43 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
     expect(output().stderr).toMatch(/\[pip withdep\] .*tinydep/);
   });
 
-  it.skipIf(pythonHas('triton'))(
-    'a package the base images ship that your Python lacks is installed into the venv, not left out',
-    async () => {
-      // Deployed, the image's copy is used; under dev no image stands behind the worker, and leaving
-      // it out failed the job at `import triton` although the endpoint asked for it.
-      const result = await post(`${base}/app/withbase/runsync`, { input: {} });
-      expect(result.body, output().stderr).toMatchObject({ status: 'COMPLETED', output: 'stand-in triton' });
-      expect(output().stderr).toContain(
-        "note: python3 has no triton, which the base images ship: ferry dev installs it for the endpoints that ask for it (deployed, the image's copy is used)",
-      );
-      expect(output().stderr).toMatch(/Installing dependencies of withbase into \.ferry\/venvs\/\w+: triton/);
-      expect(output().stderr).not.toContain('"triton" is not installed');
-    },
-  );
+  it('numpy (which the base images ship) is installed into the venv when your Python has none; torch is not', async () => {
+    // Deployed, the image's copy is used; under dev no image stands behind the worker, and leaving
+    // numpy out failed the job at `import numpy` although the endpoint asked for it. Here python3 is
+    // a fresh venv without numpy.
+    const bare = path.join(sandbox.root, 'bare-python');
+    expect(spawnSync('python3', ['-m', 'venv', bare]).status).toBe(0);
+    const dir = path.join(sandbox.root, 'numpy-project');
+    mkdirSync(dir);
+    writeFileSync(path.join(dir, '.env'), 'FERRY_API_KEY=fy_dev_loop\n');
+    writeFileSync(
+      path.join(dir, 'np.py'),
+      'from ferry import Endpoint\n\n\n@Endpoint(name="np", cpu="1-2", dependencies=["numpy", "torch"])\n' +
+        'def np():\n    import numpy\n\n    return "numpy imported"\n',
+    );
+    const started = await sandbox.start(
+      ['dev', '--host', '127.0.0.1', '--port', '0'],
+      /Ferry dev server at (http:\/\/\S+)/,
+      {
+        cwd: dir,
+        env: {
+          PIP_NO_INDEX: '1',
+          PIP_FIND_LINKS: wheels,
+          PATH: `${path.join(bare, 'bin')}${path.delimiter}${process.env.PATH}`,
+        },
+      },
+    );
+    const result = await post(`${started.match[1]}/np/runsync`, { input: {} });
+    const stderr = started.output().stderr;
+    expect(result.body, stderr).toMatchObject({ status: 'COMPLETED', output: 'numpy imported' });
+    expect(stderr).toContain(
+      "note: python3 has no numpy, which the base images ship: ferry dev installs it for the endpoints that ask for it (deployed, the image's copy is used)",
+    );
+    expect(stderr).toMatch(/Installing dependencies of np into \.ferry\/venvs\/\w+: numpy\n/);
+    expect(stderr).not.toContain('"numpy" is not installed');
+    expect(stderr).toContain('the base image provides torch');
+    expect(await stopChild(started.child)).toBe(0);
+  });
 
   it('a worker that cannot import fails the request at once with its error, also on the terminal', async () => {
     const result = await post(`${base}/broken/runsync`, { input: {} });
