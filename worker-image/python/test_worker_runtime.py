@@ -50,6 +50,9 @@ APP = textwrap.dedent(
         def boom(self, message):
             raise ValueError(message)
 
+        def needs_package(self):
+            import package_nobody_installed_xyz.sub
+
         def spin(self, seconds=30):
             end = time.time() + seconds
             while time.time() < end:
@@ -251,6 +254,14 @@ class QueueWorkerTest(unittest.TestCase):
         self.assertEqual(info["worker_id"], "wA")
         self.assertTrue(info["hostname"])
         self.worker.wait_output("[job-boom] ValueError: it broke")
+
+    def test_a_missing_package_in_a_handler_is_followed_by_where_to_declare_it(self):
+        info = self.error_of(self.run_job("job-nopkg", {"method": "needs_package"}))
+        self.assertEqual(info["error_type"], "<class 'ModuleNotFoundError'>")
+        self.worker.wait_output(
+            "[job-nopkg] ferry: hint: 'package_nobody_installed_xyz' is not installed where this worker runs: "
+            "if it is a package, add it to the endpoint's dependencies=[...] or to requirements.txt"
+        )
 
     def test_unknown_method_names_available_ones(self):
         info = self.error_of(self.run_job("job-unknown", {"method": "fly"}))
@@ -529,6 +540,11 @@ class FunctionWorkerTest(unittest.TestCase):
         self.assertIn(f'File "{os.path.join(self.tmp, "helper2.py")}", line 1', out)
         self.assertIn("import requestz", out)
         self.assertIn("ModuleNotFoundError: No module named 'requestz'", out)
+        self.assertIn(
+            "hint: 'requestz' is not installed where this worker runs: if it is a package, add it to the "
+            "endpoint's dependencies=[...] or to requirements.txt",
+            out,
+        )
         # The user's own frames only: not importlib's, not the runtime's.
         self.assertNotIn("<frozen", out)
         self.assertNotIn("ferry/config.py", out)

@@ -215,6 +215,19 @@ def without_runtime_frames(exc):
     return exc.with_traceback(tb) if tb is not None else exc
 
 
+def missing_package_hint(exc):
+    """The line that follows a missing module's traceback (at import or in a handler), or None: the
+    worker runs only what is installed where it runs, and an endpoint's packages are declared, not
+    found (`ferry dev` and `ferry build` install what is declared)."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    top = exc.name.split(".")[0]
+    return (
+        f"hint: {top!r} is not installed where this worker runs: if it is a package, add it to the "
+        "endpoint's dependencies=[...] or to requirements.txt"
+    )
+
+
 def error_info(exc, worker_id, with_traceback=True):
     """RunPod's error record (rp_job.py run_job): the server keeps it as the job's `error` string.
     As there, error_message is str(exc), which is "" for `raise KeyError()`: error_type still says

@@ -60,6 +60,7 @@ from .invoke import (
     check_jsonable,
     error_body,
     kind_of,
+    missing_package_hint,
     to_json_bytes,
     without_runtime_frames,
 )
@@ -535,6 +536,9 @@ class QueueRuntime:
             return error_body(exc, self.worker_id)
         exc = without_runtime_frames(exc)
         traceback.print_exception(type(exc), exc, exc.__traceback__)  # into the job's log
+        hint = missing_package_hint(exc)
+        if hint is not None:
+            print(f"ferry: {hint}", file=sys.stderr)
         return error_body(exc, self.worker_id)
 
     async def _drain_async_gen(self, run):

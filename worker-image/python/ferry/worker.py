@@ -16,7 +16,7 @@ from . import logs
 from .client import local_target
 from .config import Config, ConfigError, import_user_module, lookup
 from .endpoint import Endpoint
-from .invoke import Handler, without_runtime_frames
+from .invoke import Handler, missing_package_hint, without_runtime_frames
 
 
 def _sayer(stream):
@@ -83,6 +83,9 @@ def _startup_error(say, exc, environ=None):
     cause = exc.__cause__
     if cause is not None:
         detail = _user_traceback(cause)
+        hint = missing_package_hint(cause)
+        if hint is not None:
+            detail += hint + "\n"
         sys.stderr.write(detail)
         text += detail
     if environ is not None:
