@@ -45,6 +45,11 @@ APP = textwrap.dedent(
     @api.delete("/async-fail")
     async def async_fail():
         raise ValueError("async route exploded")
+
+
+    @api.get("/needs-package")
+    def needs_package():
+        import package_nobody_installed_xyz
     '''
 )
 
@@ -198,6 +203,14 @@ class LoadBalancedWorkerTest(unittest.TestCase):
             self.assertNotIn(os.path.join("ferry", "lb.py"), printed)
             self.assertNotIn("asyncio", printed)
             self.assertNotIn("concurrent", printed)
+
+    def test_a_missing_package_in_a_route_is_followed_by_where_to_declare_it(self):
+        status, body = request(self.base, "GET", "/needs-package")
+        self.assertEqual((status, body), (500, {"error": "No module named 'package_nobody_installed_xyz'"}))
+        self.worker.wait_output(
+            "ferry worker: hint: 'package_nobody_installed_xyz' is not installed where this worker runs: "
+            "if it is a package, add it to the endpoint's dependencies=[...] or to requirements.txt"
+        )
 
     def test_no_code_execution_route(self):
         status, _ = request(self.base, "POST", "/execute", {"function_code": "print(1)"})

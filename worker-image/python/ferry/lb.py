@@ -21,12 +21,13 @@ import hmac
 import inspect
 import json
 import math
+import sys
 import threading
 import traceback
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .invoke import OutputError, to_json_bytes, without_runtime_frames
+from .invoke import OutputError, missing_package_hint, to_json_bytes, without_runtime_frames
 from .logs import LineBudget
 
 MAX_BODY_BYTES = 20 * 1024 * 1024  # the /runsync payload limit (docs/api.md#limits)
@@ -250,6 +251,9 @@ class Router:
         except Exception as exc:  # noqa: BLE001 - a handler failure is a 500, the server lives
             exc = without_runtime_frames(exc)
             traceback.print_exception(type(exc), exc, exc.__traceback__)
+            hint = missing_package_hint(exc)
+            if hint is not None:
+                print(f"ferry worker: {hint}", file=sys.stderr)
             return 500, {"error": str(exc) or type(exc).__name__}
 
 
