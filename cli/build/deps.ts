@@ -126,6 +126,13 @@ export function parseRequirementsFile(
 }
 
 /**
+ * What the base images ship that a worker on this machine (`ferry dev`, the local provider) is left
+ * to have or lack: gigabytes, and code that asks for it may run without it (the `ferry init`
+ * template's gpu_worker falls back to the CPU). numpy, the rest of baseImagePackages, is not.
+ */
+export const torchStack: ReadonlySet<string> = new Set(['torch', 'torchvision', 'torchaudio', 'triton']);
+
+/**
  * Which of `names` (distributions, as pip names them) `python` does not have installed. Where the
  * question gets no answer, none: the worker's own import error will tell.
  */

@@ -9,6 +9,7 @@ import type { DnsRecord } from '../../core/deployment.js';
 import { FerryError, messageOf, usage } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { EndpointRecord } from '../../core/ports.js';
+import { baseImageReason, distributionsMissing, requirementName, torchStack } from '../build/deps.js';
 import { type BuildEvent, type BuildOptions, type BuildResult, buildProject } from '../build/index.js';
 import { countOf, formatBytes, formatMs, type Reporter } from '../io.js';
 import type { Provider } from '../providers/types.js';
@@ -144,6 +145,27 @@ async function refuseAmbiguousEnvironment(provider: Provider, app: string, reque
   resolveEnvironment({ appExists: envNames.length > 0, envNames, requested });
 }
 
+/**
+ * The build leaves out what the base images ship, but the local provider runs no image: its workers
+ * run on python3 as it is, and without numpy there every job of an endpoint that asked for it fails
+ * at `import numpy` (the torch stack is left to that Python: see torchStack). Said before anything
+ * is written, with the fix.
+ */
+async function warnOfMissingNumpy(manifest: BuildResult['manifest'], reporter: Reporter): Promise<void> {
+  const left = manifest.dependencies.excluded
+    .filter((e) => e.reason === baseImageReason && e.name !== 'ferry' && !torchStack.has(e.name))
+    .map((e) => e.name);
+  for (const name of await distributionsMissing('python3', left)) {
+    const askers = manifest.endpoints
+      .filter((e) => e.resources.dependencies.some((spec) => requirementName(spec) === name))
+      .map((e) => `'${e.name}'`);
+    const who = askers.length > 0 ? `endpoint ${askers.join(', ')}` : 'requirements.txt';
+    reporter.line(
+      `  warning: ${who} asks for ${name}, which the base images ship; the local provider runs workers on python3, which has no ${name}: install it there (python3 -m pip install ${name}), or their jobs fail at \`import ${name}\``,
+    );
+  }
+}
+
 export async function deployProject(options: DeployOptions): Promise<DeployResult> {
   const { provider, reporter, app } = options;
 
@@ -170,6 +192,8 @@ export async function deployProject(options: DeployOptions): Promise<DeployResul
       'Image endpoints run on --provider aws (docs/python.md, image endpoints). Locally, call the image from a queue function or deploy it with --provider aws.',
     );
   }
+
+  if (provider.name === 'local') await warnOfMissingNumpy(manifest, reporter);
 
   const env = await stageOf(reporter, 2, 'Environment resolution', async () => {
     // AWS: the platform (control table, bucket) must exist before records are read or written.

@@ -10,13 +10,10 @@ import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { FerryError } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
-import { distributionsMissing, requirementName, resolveDependencies } from '../build/deps.js';
+import { distributionsMissing, requirementName, resolveDependencies, torchStack } from '../build/deps.js';
 import { runProcess, tail } from '../build/process.js';
 
 const readyMarker = '.ferry-ready';
-
-/** What the base images ship that `ferry dev` never installs for you (see commandFor). */
-const torchStack = new Set(['torch', 'torchvision', 'torchaudio', 'triton']);
 
 export class DevVenvs {
   readonly #inflight = new Map<string, Promise<string>>();

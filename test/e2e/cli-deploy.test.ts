@@ -173,6 +173,33 @@ describe('deploy and the control records (--no-serve)', () => {
     expect(gone.stderr).toContain("No app named 'shop'\n  hint: See the apps with `ferry app list`.");
   });
 
+  it("warns before anything is written when an endpoint asks for numpy and the local provider's python3 has none", async () => {
+    // The build leaves numpy to the base images, and the local provider runs none: python3 here is a
+    // fresh venv without numpy, as a user's Python may be.
+    const bare = path.join(sandbox.root, 'bare-python');
+    expect(spawnSync('python3', ['-m', 'venv', '--without-pip', bare]).status).toBe(0);
+    const dir = path.join(sandbox.root, 'numpy-app');
+    mkdirSync(dir);
+    writeFileSync(
+      path.join(dir, 'np.py'),
+      'from ferry import Endpoint\n\n\n@Endpoint(name="np", cpu="1-2", dependencies=["numpy", "torch"])\n' +
+        'def np():\n    import numpy\n\n    return 1\n',
+    );
+    const result = await sandbox.run(['deploy', '--no-serve'], {
+      cwd: dir,
+      env: { PATH: `${path.join(bare, 'bin')}${path.delimiter}${process.env.PATH}` },
+    });
+    expect(result.code, result.stderr).toBe(0);
+    const warning =
+      "warning: endpoint 'np' asks for numpy, which the base images ship; the local provider runs workers on python3, which has no numpy: install it there (python3 -m pip install numpy), or their jobs fail at `import numpy`";
+    expect(result.stderr).toContain(warning);
+    expect(result.stderr.indexOf(warning)).toBeLessThan(
+      result.stderr.indexOf('[2/5] Environment resolution'),
+    );
+    // The torch stack is that Python's to have or lack: no warning for it.
+    expect(result.stderr).not.toContain('asks for torch, which the base images ship');
+  });
+
   it('keys create (printed once), list, revoke', async () => {
     const created = await sandbox.run(['keys', 'create', '--name', 'ci']);
     expect(created.code).toBe(0);
