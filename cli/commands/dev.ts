@@ -269,8 +269,9 @@ async function serveDev(
     const stopped = untilStopped();
     ctx.reporter.out(`Ferry dev server at ${base}  (docs: ${base}/docs)`);
     ctx.reporter.out(`Console at ${platform.url}/console  (sign in with your FERRY_API_KEY)`);
-    for (const route of devRoutes(snapshot.endpoints))
-      ctx.reporter.out(`  ${route.method.padEnd(6)} ${base}${route.path}`);
+    const routeLines = (endpoints: typeof snapshot.endpoints) =>
+      devRoutes(endpoints).map((route) => `${route.method.padEnd(6)} ${base}${route.path}`);
+    for (const line of routeLines(snapshot.endpoints)) ctx.reporter.out(`  ${line}`);
     for (const endpoint of snapshot.endpoints)
       if (endpoint.image !== undefined) say(`note: ${imageNotInDev(endpoint)}.`);
     say(`API key from ${key.source}; calls to the dev server need no Authorization header.`);
@@ -285,6 +286,7 @@ async function serveDev(
       let reloading = Promise.resolve();
       const reload = async () => {
         try {
+          const routesBefore = new Set(routeLines(snapshot.endpoints));
           snapshot = await scanForDev(projectDir);
           const removed = await live.apply(snapshot);
           for (const name of removed) say(`- removed live-${name}: no longer in the project`);
@@ -292,6 +294,11 @@ async function serveDev(
           server = await routesOf();
           await old?.close();
           say(`↻ reloaded (${countOf(snapshot.endpoints.length, 'endpoint')})`);
+          // The routes a reload added or took away, as the start listed them: a new endpoint's URL
+          // is on the terminal without a restart, or a look at /docs.
+          const routesAfter = routeLines(snapshot.endpoints);
+          for (const line of routesAfter) if (!routesBefore.has(line)) say(`  + ${line}`);
+          for (const line of routesBefore) if (!routesAfter.includes(line)) say(`  - ${line}`);
         } catch (error) {
           say(`reload failed: ${(error as Error).message}`);
         }

@@ -346,6 +346,10 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
       if (response.status === 404) return undefined;
       return ((await response.json()) as any).output === 'new file' ? true : undefined;
     });
+    // The reload lists the routes it added, as the start listed the first ones.
+    await until('the new routes on the terminal', async () =>
+      output().stderr.includes(`  + POST   ${base}/added/runsync\n`) ? true : undefined,
+    );
   });
 
   it('keeps its port open through a reload while a request is in flight, which finishes', async () => {
