@@ -183,3 +183,47 @@ export async function startOnChildPort<T>(
     }
   }
 }
+
+/** Where a listening socket takes connections to 127.0.0.1, as /proc/net/tcp{,6} print it. */
+const loopbackAddresses = new Set([
+  // IPv4 any and 127.0.0.1 (printed in host byte order: little-endian first).
+  '00000000',
+  '0100007F',
+  '7F000001',
+  // IPv6 any (dual-stack) and the v4-mapped any and 127.0.0.1, little- and big-endian.
+  '00000000000000000000000000000000',
+  '0000000000000000FFFF000000000000',
+  '0000000000000000FFFF00000100007F',
+  '00000000000000000000FFFF00000000',
+  '00000000000000000000FFFF7F000001',
+]);
+
+/**
+ * The uids of the sockets listening where a connection to 127.0.0.1:`port` lands (each LISTEN row of
+ * /proc/net/tcp and tcp6 on that port, bound to 127.0.0.1 or any address); empty when none listens.
+ * Undefined where /proc/net/tcp cannot be read (not Linux). A port's listener cannot be told apart
+ * from its pick by anything else: whoever binds first gets it.
+ */
+export function loopbackListenerUids(
+  port: number,
+  read: (path: string) => string = (path) => readFileSync(path, 'utf8'),
+): number[] | undefined {
+  const tables: string[] = [];
+  for (const path of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    try {
+      tables.push(read(path));
+    } catch {
+      // No tcp6 is a machine without IPv6; no tcp is one without /proc.
+      if (path === '/proc/net/tcp') return undefined;
+    }
+  }
+  const uids: number[] = [];
+  for (const line of tables.flatMap((table) => table.split('\n').slice(1))) {
+    // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+    const fields = line.trim().split(/\s+/);
+    const [address, hexPort] = (fields[1] ?? '').split(':');
+    if (fields[3] !== '0A' || Number.parseInt(hexPort ?? '', 16) !== port) continue;
+    if (loopbackAddresses.has(address ?? '')) uids.push(Number(fields[7]));
+  }
+  return uids;
+}

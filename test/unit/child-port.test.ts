@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import {
   childPortRange,
   ephemeralPortRange,
+  loopbackListenerUids,
   pickChildPort,
   pickChildPorts,
   portTaken,
@@ -105,6 +106,48 @@ describe('portTaken', () => {
     expect(await portTaken(port)).toBe(true);
     await new Promise((resolve) => server.close(resolve));
     expect(await portTaken(port)).toBe(false);
+  });
+});
+
+describe('loopbackListenerUids', () => {
+  const header =
+    '  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n';
+  /** A /proc/net/tcp row: `address:port` in LISTEN (0A) or another state, owned by `uid`. */
+  const row = (local: string, state: string, uid: number) =>
+    `   0: ${local} 00000000:0000 ${state} 00000000:00000000 00:00000000 00000000 ${uid}        0 1045 1 0 100 0 0 10 0\n`;
+  const tables = (tcp: string, tcp6?: string) => (path: string) => {
+    if (path === '/proc/net/tcp') return header + tcp;
+    if (tcp6 === undefined) throw new Error('ENOENT');
+    return header + tcp6;
+  };
+
+  it('names the uid of each socket listening on 127.0.0.1 or any address at that port', () => {
+    const read = tables(
+      row('0100007F:4E20', '0A', 230_001) +
+        // Another port, a connection (01) and another loopback address (127.0.0.2) are not it.
+        row('0100007F:4E21', '0A', 7) +
+        row('0100007F:4E20', '01', 8) +
+        row('0200007F:4E20', '0A', 9),
+      row('00000000000000000000000000000000:4E20', '0A', 65_534) +
+        row('00000000000000000000000001000000:4E20', '0A', 10),
+    );
+    expect(loopbackListenerUids(20_000, read)).toEqual([230_001, 65_534]);
+    expect(loopbackListenerUids(20_002, read)).toEqual([]);
+  });
+
+  it('reads tcp alone on a machine without IPv6, and says nothing without /proc', () => {
+    expect(loopbackListenerUids(20_000, tables(row('00000000:4E20', '0A', 0)))).toEqual([0]);
+    expect(
+      loopbackListenerUids(20_000, () => {
+        throw new Error('ENOENT');
+      }),
+    ).toBeUndefined();
+  });
+
+  it("finds this process's own listener on this machine (Linux)", async () => {
+    const port = await listen();
+    const uids = loopbackListenerUids(port);
+    if (uids !== undefined) expect(uids).toEqual([process.getuid!()]);
   });
 });
 

@@ -35,7 +35,7 @@ import {
 } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { lbSecretHeader } from '../../auth.js';
-import { startOnChildPort } from '../../child-port.js';
+import { loopbackListenerUids, startOnChildPort } from '../../child-port.js';
 import { type EndpointConfig, endpointConfigOf } from '../../deployment.js';
 import { endpointKey } from '../../engine.js';
 import { FerryError } from '../../errors.js';
@@ -589,8 +589,6 @@ export class EndpointPool {
     if (endpoint.kind === 'lb') {
       env.FERRY_MODE = 'lb';
       env.FERRY_VARIABLE = endpoint.variable ?? '';
-      proc.lbSecret = randomBytes(24).toString('base64url');
-      env.FERRY_LB_SECRET = proc.lbSecret;
     } else {
       env.FERRY_MODE = 'queue';
       env.FERRY_TARGET = endpoint.target?.name ?? '';
@@ -617,6 +615,10 @@ export class EndpointPool {
         env.FERRY_HOST = '127.0.0.1';
         env.FERRY_PORT = String(port);
         proc.port = port;
+        // A secret of its own for each try: one a squatter heard despite waitReady's check (a race
+        // with a try's exit) opens no later try's worker.
+        proc.lbSecret = randomBytes(24).toString('base64url');
+        env.FERRY_LB_SECRET = proc.lbSecret;
       }
       const [command, ...args] = this.spec.config.command ?? [
         this.options.python ?? 'python3',
@@ -697,7 +699,10 @@ export class EndpointPool {
               if (starting.signal.aborted) throw new FerryError('failed', 'stopped before it started');
               exit = launchWith(port);
               // Until it answers or exits: one silent past its start grace is the supervisor's to kill.
-              await waitReady(port, proc, exit);
+              await waitReady(port, proc, exit, {
+                uid: this.spec.user?.uid ?? process.getuid?.(),
+                say: (line) => this.note(`${prefix} ${line}`),
+              });
             },
             {
               pick: this.options.pickPort,
@@ -983,21 +988,59 @@ function detectGpus(): number {
 const lbSecretOf = (proc: WorkerProcess): Record<string, string> =>
   proc.lbSecret ? { [lbSecretHeader]: proc.lbSecret } : {};
 
-/** Probes the worker's /ping until it answers; throws once the worker has exited. */
-async function waitReady(port: number, proc: WorkerProcess, exit: Promise<ChildExit>): Promise<void> {
+/**
+ * Probes the worker's /ping until it answers; throws once the worker has exited.
+ *
+ * The port was picked free and handed over, but nothing holds it until the worker binds it, so
+ * another process may have bound it first (under `--worker-uids`, another endpoint's code): /ping,
+ * with the worker's secret, and then clients' requests would go to that process. So no probe goes
+ * out until every socket that takes 127.0.0.1:port is the worker's uid's (loopbackListenerUids,
+ * /proc/net/tcp): one of another uid is a squatter, and the worker is stopped, its try failed, so
+ * startOnChildPort starts it again on another port. Once the worker's socket listens, no other uid
+ * can bind the port until it is closed (the kernel allows a second listener, SO_REUSEPORT, to the
+ * same uid only). The uid, not the worker's process: under --worker-uids a uid is one endpoint's
+ * alone; with one uid for several endpoints (--worker-user, or none) each can read the others'
+ * environment, secret included, anyway. And /proc/net/tcp is readable by any user, where another
+ * uid's /proc/<pid>/fd needs CAP_SYS_PTRACE, which a container's root often lacks. Without /proc
+ * (not Linux) the worker is probed unchecked.
+ */
+async function waitReady(
+  port: number,
+  proc: WorkerProcess,
+  exit: Promise<ChildExit>,
+  owner: { uid: number | undefined; say: (line: string) => void },
+): Promise<void> {
   let exited = false;
   void exit.then(() => {
     exited = true;
   });
+  /** Who listens there: the worker's uid alone ('own'), no one yet ('none'), or another uid. */
+  const listener = (): 'own' | 'none' | number => {
+    const uids = loopbackListenerUids(port);
+    if (uids === undefined || owner.uid === undefined) return 'own';
+    return uids.find((uid) => uid !== owner.uid) ?? (uids.length > 0 ? 'own' : 'none');
+  };
   while (!exited) {
-    try {
-      const response = await fetch(`http://127.0.0.1:${port}/ping`, {
-        headers: lbSecretOf(proc),
-        signal: AbortSignal.timeout(1_000),
-      });
-      if (response.ok) return;
-    } catch {
-      // not listening yet
+    const found = listener();
+    if (typeof found === 'number') {
+      owner.say(
+        `port ${port} is held by a process of another user (uid ${found}): it gets neither the worker's secret nor a request, and this try of the worker is stopped`,
+      );
+      killGroup(proc.child);
+      await exit;
+      throw new FerryError('failed', `port ${port} was taken by a process of another user (uid ${found})`);
+    }
+    if (found === 'own') {
+      try {
+        const response = await fetch(`http://127.0.0.1:${port}/ping`, {
+          headers: lbSecretOf(proc),
+          signal: AbortSignal.timeout(1_000),
+        });
+        // Still the worker's after the answer: it did not exit (and another bind the port) meanwhile.
+        if (response.ok && !exited && listener() === 'own') return;
+      } catch {
+        // not listening yet
+      }
     }
     await new Promise((r) => setTimeout(r, 50));
   }
