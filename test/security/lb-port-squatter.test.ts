@@ -3,11 +3,15 @@
  * another user (under `ferry serve --worker-uids`, another endpoint's code; docs/security.md): an
  * HTTP server that answers 200 to everything, so it would pass the pool's /ping. It must get neither
  * the worker's secret (the probe's lbSecretHeader) nor a client's request, and the endpoint comes up
- * on another port. Needs root to run the squatter as another uid; skipped otherwise.
+ * on another port. And a worker that has exited, its port bound by someone else since: no request
+ * goes there (the pool used to forward to it until it had read the dead worker's output to its end,
+ * up to a second while a process it left behind holds that output open). Needs root to run the
+ * squatter as another uid and the workers as their endpoint's; skipped otherwise.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { chmodSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -16,6 +20,7 @@ import { killUidRange } from '../../core/adapters/local/pool.js';
 import { pickChildPort } from '../../core/child-port.js';
 import { recordFor } from '../support/endpoints.js';
 import { startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
+import { until } from '../support/until.js';
 
 const isRoot = process.getuid?.() === 0;
 /** The endpoint's workers run as a uid of their own, as under `ferry serve --worker-uids`. */
@@ -23,6 +28,7 @@ const workerUids = { first: 230_100, last: 230_199 };
 /** nobody: a uid that is neither the platform's nor the endpoint's. */
 const squatterUid = 65_534;
 const projectDir = resolve('test/e2e/fixtures/workers');
+const diesDir = resolve('test/security/fixtures/lb-dies');
 /** Prints "listening" once bound, then each request's line and headers; answers 200 to all. */
 const squatterSource = `
 import http.server, sys
@@ -87,6 +93,8 @@ beforeAll(async () => {
   const { endpoints } = await scanProject({ projectDir });
   const lb = endpoints.find((endpoint) => endpoint.name === 'lb')!;
   await platform.db.control.putEndpoint(recordFor(lb, projectDir));
+  const [dies] = (await scanProject({ projectDir: diesDir })).endpoints;
+  await platform.db.control.putEndpoint(recordFor(dies!, diesDir));
   await platform.workers!.reconcile();
 });
 
@@ -131,5 +139,37 @@ it.skipIf(!isRoot)(
     const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
     expect(uid).toBeGreaterThanOrEqual(workerUids.first);
     expect(uid).toBeLessThanOrEqual(workerUids.last);
+  },
+);
+
+it.skipIf(!isRoot)(
+  'a worker that has exited gets no more requests, though anyone may have bound its port',
+  async () => {
+    const get = (path: string) =>
+      fetch(`${platform.url}/lb/lb-dies${path}`, { headers: { authorization: `Bearer ${testApiKey}` } });
+    expect((await get('/items/1')).status).toBe(200);
+    const port = picks.at(-1)!;
+    const [pid] = platform.workers!.pool('lb-dies')!.processGroups();
+    await get('/die');
+    // Reaped: the pool has seen it exit, and its port is free.
+    await until(
+      'the worker to be reaped',
+      () => existsSync(`/proc/${pid}`),
+      (alive) => !alive,
+    );
+    const heard: string[] = [];
+    const squatter = createServer((request, response) => {
+      heard.push(`${request.method} ${request.url}`);
+      response.end('{"squatter": true}');
+    });
+    squatter.listen(port, '127.0.0.1');
+    await once(squatter, 'listening');
+    try {
+      const response = await get('/items/2');
+      expect(await response.text()).not.toContain('squatter');
+      expect(heard).toEqual([]);
+    } finally {
+      squatter.close();
+    }
   },
 );

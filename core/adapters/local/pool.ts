@@ -805,6 +805,9 @@ export class EndpointPool {
     this.supervisor.request(proc.identity.workerId, 1);
     try {
       await proc.ready;
+      // Its port is free again once it exited, for anyone to bind: nothing more goes there (its exit
+      // reaches the supervisor only once its output is read, up to a second later).
+      if (hasExited(proc.child)) throw new Error('it has exited');
       const response = await fetch(`http://127.0.0.1:${proc.port}${request.path}`, {
         method: request.method,
         headers: { ...request.headers, ...lbSecretOf(proc) },
@@ -988,6 +991,10 @@ function detectGpus(): number {
 const lbSecretOf = (proc: WorkerProcess): Record<string, string> =>
   proc.lbSecret ? { [lbSecretHeader]: proc.lbSecret } : {};
 
+/** Whether a worker's group leader has exited (its port may be anyone's now). */
+const hasExited = (child: ChildProcess | undefined): boolean =>
+  child !== undefined && (child.exitCode !== null || child.signalCode !== null);
+
 /**
  * Probes the worker's /ping until it answers; throws once the worker has exited.
  *
@@ -998,11 +1005,12 @@ const lbSecretOf = (proc: WorkerProcess): Record<string, string> =>
  * /proc/net/tcp): one of another uid is a squatter, and the worker is stopped, its try failed, so
  * startOnChildPort starts it again on another port. Once the worker's socket listens, no other uid
  * can bind the port until it is closed (the kernel allows a second listener, SO_REUSEPORT, to the
- * same uid only). The uid, not the worker's process: under --worker-uids a uid is one endpoint's
- * alone; with one uid for several endpoints (--worker-user, or none) each can read the others'
- * environment, secret included, anyway. And /proc/net/tcp is readable by any user, where another
- * uid's /proc/<pid>/fd needs CAP_SYS_PTRACE, which a container's root often lacks. Without /proc
- * (not Linux) the worker is probed unchecked.
+ * same uid only), and forward() sends nothing to a worker that has exited. The uid, not the
+ * worker's process: under --worker-uids a uid is one endpoint's alone; with one uid for several
+ * endpoints (--worker-user, or none) each can read the others' environment, secret included,
+ * anyway. And /proc/net/tcp is readable by any user, where another uid's /proc/<pid>/fd needs
+ * CAP_SYS_PTRACE, which a container's root often lacks. Without /proc (not Linux) the worker is
+ * probed unchecked.
  */
 async function waitReady(
   port: number,
