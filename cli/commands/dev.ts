@@ -37,7 +37,15 @@ import { confirm, countOf } from '../io.js';
 import { portToListenOn, requestedPort } from '../providers/local.js';
 import { listenFailure, type PortChoice } from '../serve.js';
 import { untilStopped } from './serve.js';
-import { approveFlag, buildOptionsFrom, defineCommand, examples, hostFlag, portFlag } from './shared.js';
+import {
+  allowOriginFlag,
+  approveFlag,
+  buildOptionsFrom,
+  defineCommand,
+  examples,
+  hostFlag,
+  portFlag,
+} from './shared.js';
 
 /**
  * `ferry dev --provider aws`: the project's endpoints as `live-` endpoints of the app's `dev`
@@ -76,6 +84,8 @@ async function devOnAws(ctx: CliContext, yes: boolean): Promise<void> {
 
 interface DevArgs {
   host: string;
+  /** --allow-origin: web pages of these origins may call the dev server, and their names reach it. */
+  allowOrigins: string[];
   /** --port, when given: it wins over FERRY_PORT. */
   port: number | undefined;
   reload: boolean;
@@ -243,6 +253,7 @@ async function serveDev(
         startFailure: (endpointId) => startFailureOf(platform.supervisor.problem(endpointId)),
         platformUrl: platform.url,
         apiKey: key.key,
+        guard: { listenHost: args.host, allowOrigins: args.allowOrigins },
         log: say,
       });
       await next.ready();
@@ -351,6 +362,7 @@ export const devCommand = (ctx: CliContext): CommandModule =>
             describe: 'Port; the next free one when taken',
           }),
         )
+        .option('allow-origin', allowOriginFlag)
         .option('reload', {
           type: 'boolean',
           default: true,
@@ -372,6 +384,10 @@ export const devCommand = (ctx: CliContext): CommandModule =>
           examples([
             ['$0 dev', 'http://localhost:8888, Swagger UI at /docs'],
             ['$0 dev --port 9000 --auto-provision', 'Start every endpoint at once'],
+            [
+              '$0 dev --host 0.0.0.0 --allow-origin http://devbox.lan:8888',
+              'Reachable from other machines, by address or as devbox.lan',
+            ],
           ]),
         ),
     handler: (argv) =>
@@ -379,6 +395,7 @@ export const devCommand = (ctx: CliContext): CommandModule =>
         ? devOnAws(ctx, Boolean(argv.yes))
         : dev(ctx, {
             host: argv.host,
+            allowOrigins: argv['allow-origin'] ?? [],
             port: argv.port,
             reload: argv.reload !== false,
             autoProvision: Boolean(argv['auto-provision']),

@@ -3,6 +3,7 @@ import type { Argv, CommandModule } from 'yargs';
 import { type FerryError, usage } from '../../core/errors.js';
 import { pythonVersions } from '../../core/manifest.js';
 import type { BuildOptions } from '../build/index.js';
+import { allowedOrigin } from '../dev/site-guard.js';
 
 export function buildFlags<T>(y: Argv<T>) {
   // yargs reads `--no-deps` as `deps: false` (boolean negation), so `deps` must be a known option too,
@@ -163,6 +164,29 @@ export function hostFlag(options: { default: string; describe: string }) {
     options,
   );
 }
+
+const allowOriginHint =
+  'Give an origin as the browser shows it, scheme, name and port: --allow-origin http://devbox.lan:8888.';
+
+/**
+ * `ferry dev --allow-origin ORIGIN` (repeatable): web pages of ORIGIN may call the dev server, and its
+ * name may reach it (cli/dev/site-guard.ts). Each value is an origin, nothing more: a path or a bare
+ * name is a usage error, not a rule that would never match.
+ */
+export const allowOriginFlag = {
+  type: 'string',
+  array: true,
+  requiresArg: true,
+  describe:
+    'Let web pages of this origin call the dev server, and its host name reach it (repeatable); by default only its own pages (/docs) and clients that are not browsers may',
+  coerce: (values: unknown[]): string[] =>
+    values.map((value) => {
+      const text = typeof value === 'string' ? value.trim() : String(value);
+      const origin = allowedOrigin(text);
+      if (origin === undefined) flagError(`--allow-origin ${text} is not an origin`, allowOriginHint);
+      return origin;
+    }),
+} as const;
 
 /**
  * `--yes`: approves the IAM and security changes a stack deploy brings (AWS), as a terminal prompt

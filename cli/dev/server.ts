@@ -3,7 +3,8 @@
  *   POST /<module>/runsync             one queue endpoint in the file ({input} wrapper)
  *   POST /<module>/<function>/runsync  several in one file
  *   <METHOD> /<module><route path>     load-balanced routes, passed to the live endpoint as they came
- * No Authorization header here; the server adds the key when it calls the platform.
+ * No Authorization header here; the server adds the key when it calls the platform. So it answers
+ * only its own pages and clients that are not browsers (site-guard.ts).
  */
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -19,6 +20,7 @@ import { manageOpenApi, managePrefix } from '../../core/manage.js';
 import type { ManifestEndpoint, Route } from '../../core/manifest.js';
 import { overLimitMessage } from '../../core/request-body.js';
 import { startFailureMessage } from './failures.js';
+import { crossSiteRefusal, type SiteGuard } from './site-guard.js';
 import type { LiveEndpoints } from './state.js';
 
 export interface DevRoute {
@@ -138,6 +140,8 @@ export interface DevServerOptions {
   startFailure?: (endpointId: string) => string | undefined;
   platformUrl: string;
   apiKey: string;
+  /** Who may call (site-guard.ts): the server takes no key, so a web page must not reach it. */
+  guard: SiteGuard;
   log: (line: string) => void;
 }
 
@@ -292,6 +296,13 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
   app.setReplySerializer((payload) => stringifyJsonExact(payload));
   // Schemas here document the routes for Swagger; the handlers check input themselves and answer {error}.
   app.setValidatorCompiler(() => () => true);
+  // Before any route, Swagger's included, and before a body is read.
+  app.addHook('onRequest', async (request, reply) => {
+    const refusal = crossSiteRefusal(request.headers, options.guard);
+    if (refusal === undefined) return;
+    options.log(`refused ${request.method} ${request.url.split('?', 1)[0]}: ${refusal}`);
+    return reply.code(403).send({ error: refusal });
+  });
   await app.register(swagger, {
     openapi: {
       info: {

@@ -3,11 +3,16 @@
  * in real Python workers (queue runsync, a load-balanced route), /docs, reload on a .py change,
  * and Ctrl+C stopping everything with exit 0. One `ferry dev` per project: a second one in the same
  * folder exits 2 naming the first, and the lock (.ferry/dev.json) goes with the process that held it.
+ * It takes no key, so a web page of another site, or one rebound to 127.0.0.1, is refused, while
+ * Swagger UI (in Chromium) and clients that are not browsers are served.
  */
 
 import { type ChildProcess, spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CliSandbox, stopChild } from './cli-support.js';
 
@@ -43,6 +48,27 @@ const post = async (url: string, body: unknown) => {
   });
   return { status: response.status, body: (await response.json()) as Record<string, any> };
 };
+
+/**
+ * A request with the headers a browser would send (fetch cannot set Host): what a page of another
+ * site, or one whose name was rebound to 127.0.0.1, makes its visitor's browser send.
+ */
+const browserLike = (
+  url: string,
+  options: { method?: string; headers: OutgoingHttpHeaders; body?: string },
+): Promise<{ status: number; body: any }> =>
+  new Promise((resolve, reject) => {
+    const sent = httpRequest(url, { method: options.method ?? 'GET', headers: options.headers }, (answer) => {
+      let text = '';
+      answer.setEncoding('utf8');
+      answer.on('data', (chunk) => {
+        text += chunk;
+      });
+      answer.on('end', () => resolve({ status: answer.statusCode!, body: JSON.parse(text) }));
+    });
+    sent.on('error', reject);
+    sent.end(options.body);
+  });
 
 describe('ferry dev', () => {
   it('GET / answers health JSON listing the routes', async () => {
@@ -198,6 +224,96 @@ describe('ferry dev', () => {
     expect(spec.paths['/lb_worker/process']!.post!.summary).toBe('Echo the input back with a timestamp.');
   });
 
+  it('refuses what a web page of another site, or one rebound to this machine, makes the browser send', async () => {
+    const { host, port } = new URL(base);
+    const job = JSON.stringify({ input: { input_data: { message: 'from a page' } } });
+    const otherSite = (origin: string) =>
+      `To let pages of ${origin} call it, start it with --allow-origin ${origin}`;
+    // A cross-site "simple" POST (text/plain, or a form): sent with no CORS preflight.
+    for (const [type, origin] of [
+      ['text/plain;charset=UTF-8', 'https://attacker.example'],
+      ['application/x-www-form-urlencoded', 'http://localhost:3000'],
+      ['text/plain', 'null'],
+    ]) {
+      const refused = await browserLike(`${base}/cpu_worker/runsync`, {
+        method: 'POST',
+        headers: { host, origin: origin!, 'sec-fetch-site': 'cross-site', 'content-type': type! },
+        body: job,
+      });
+      expect(refused.status, origin).toBe(403);
+      expect(refused.body.error, origin).toContain(`The request came from a web page at ${origin}`);
+      expect(refused.body.error, origin).toContain(otherSite(origin!));
+    }
+    // A link, an image or a frame of another site: no Origin, but the browser says where it came from.
+    const linked = await browserLike(`${base}/lb_worker/health`, {
+      headers: { host, 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'no-cors' },
+    });
+    expect(linked.status).toBe(403);
+    expect(linked.body.error).toContain('Sec-Fetch-Site: cross-site');
+    // DNS rebinding: the page's own name, now pointing here, so its origin is the Host: it could read
+    // the answers, the management API's jobs (inputs and outputs) among them.
+    for (const path of ['/manage/v1/endpoints', '/docs/json', '/cpu_worker/runsync']) {
+      const rebound = await browserLike(`${base}${path}`, {
+        method: path.endsWith('runsync') ? 'POST' : 'GET',
+        headers: {
+          host: `attacker.example:${port}`,
+          origin: `http://attacker.example:${port}`,
+          'sec-fetch-site': 'same-origin',
+        },
+        ...(path.endsWith('runsync') ? { body: job } : {}),
+      });
+      expect(rebound.status, path).toBe(403);
+      expect(rebound.body.error, path).toContain(
+        `Host 'attacker.example:${port}' is not a name of this machine`,
+      );
+      expect(rebound.body.error, path).toContain(
+        `start it with --allow-origin http://attacker.example:${port}`,
+      );
+    }
+    expect(output().stderr).toContain(
+      'refused POST /cpu_worker/runsync: The request came from a web page at https://attacker.example',
+    );
+    // Its own pages, by each name of this machine, and clients that are not browsers, are served.
+    for (const name of [host, `localhost:${port}`, `[::1]:${port}`]) {
+      const own = await browserLike(`${base}/`, {
+        headers: { host: name, origin: `http://${name}`, 'sec-fetch-site': 'same-origin' },
+      });
+      expect(own.status, name).toBe(200);
+    }
+    const plain = await browserLike(`${base}/ping`, { headers: { host } });
+    expect(plain).toEqual({ status: 200, body: { status: 'healthy' } });
+  });
+
+  it('Swagger UI at /docs, in Chromium, calls the endpoints from its own origin', async () => {
+    const profile = mkdtempSync(path.join(tmpdir(), 'ferry-chromium-'));
+    const browser = await chromium.launchPersistentContext(profile, {
+      executablePath: '/usr/bin/chromium',
+      args: ['--no-sandbox', '--headless', '--disable-gpu', '--no-first-run'],
+    });
+    try {
+      const page = await browser.newPage();
+      await page.goto(`${base}/docs`);
+      // Swagger UI's "Try it out" → Execute on the queue route.
+      const operation = page.locator('#operations-cpu_worker-post_cpu_worker_runsync');
+      await operation.locator('.opblock-summary').click();
+      await operation.getByRole('button', { name: 'Try it out' }).click();
+      await operation
+        .locator('textarea.body-param__text')
+        .fill(JSON.stringify({ input: { input_data: { message: 'from Swagger' } } }));
+      const answered = page.waitForResponse((r) => r.url() === `${base}/cpu_worker/runsync`);
+      await operation.getByRole('button', { name: 'Execute' }).click();
+      const answer = await answered;
+      // What Chromium sent: the page's own origin.
+      const sent = await answer.request().allHeaders();
+      expect(sent.origin).toBe(base);
+      expect(answer.status()).toBe(200);
+      expect(((await answer.json()) as any).output.message).toMatch(/: from Swagger$/);
+    } finally {
+      await browser.close();
+      rmSync(profile, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('records live- endpoints in .ferry/resources.json', () => {
     const resources = JSON.parse(readFileSync(path.join(project, '.ferry', 'resources.json'), 'utf8'));
     expect(resources.cpu_worker.id).toMatch(/^live-cpu-worker-[0-9a-f]{8}$/);
@@ -264,5 +380,55 @@ describe('ferry dev', () => {
     expect(JSON.parse(readFileSync(lock, 'utf8')).pid).toBe(taken.child.pid);
     expect(await stopChild(taken.child)).toBe(0);
     expect(existsSync(lock)).toBe(false);
+  }, 120_000);
+
+  it('--allow-origin lets pages of that origin call it, and its name reach it; a value that is no origin exits 2', async () => {
+    const bad = await sandbox.run(['dev', '--port', '0', '--allow-origin', 'devbox.lan'], {
+      cwd: project,
+      timeoutMs: 30_000,
+    });
+    expect(bad.code, bad.stderr).toBe(2);
+    expect(bad.stderr).toContain('--allow-origin devbox.lan is not an origin');
+    expect(bad.stderr).toContain('hint: Give an origin as the browser shows it');
+    const allowed = await sandbox.start(
+      [
+        'dev',
+        '--host',
+        '127.0.0.1',
+        '--port',
+        '0',
+        '--no-reload',
+        '--allow-origin',
+        'http://devbox.lan:9000/',
+        '--allow-origin',
+        'http://localhost:5173',
+      ],
+      /Ferry dev server at (http:\/\/\S+)/,
+      { cwd: project },
+    );
+    const url = `${allowed.match[1]}/ping`;
+    const healthy = { status: 200, body: { status: 'healthy' } };
+    // Reached as devbox.lan (a forward, a hosts entry), from its own pages.
+    expect(
+      await browserLike(url, {
+        headers: {
+          host: 'devbox.lan:9000',
+          origin: 'http://devbox.lan:9000',
+          'sec-fetch-site': 'same-origin',
+        },
+      }),
+    ).toEqual(healthy);
+    // A front-end's dev server on another port, calling this one from the browser.
+    expect(
+      await browserLike(url, {
+        headers: { host: 'localhost', origin: 'http://localhost:5173', 'sec-fetch-site': 'same-site' },
+      }),
+    ).toEqual(healthy);
+    // Another origin still is refused, and so is a name no flag gave.
+    const other = await browserLike(url, { headers: { host: 'localhost', origin: 'http://localhost:5174' } });
+    expect(other.status).toBe(403);
+    const name = await browserLike(url, { headers: { host: 'devbox2.lan:9000' } });
+    expect(name.status).toBe(403);
+    expect(await stopChild(allowed.child)).toBe(0);
   }, 120_000);
 });
