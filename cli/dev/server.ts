@@ -16,6 +16,7 @@ import { FerryError, httpStatus, messageOf } from '../../core/errors.js';
 import { isFinal } from '../../core/job.js';
 import { parseJsonExact, stringifyJsonExact } from '../../core/json.js';
 import { limits } from '../../core/limits.js';
+import { printable } from '../../core/log.js';
 import { manageOpenApi, managePrefix } from '../../core/manage.js';
 import type { ManifestEndpoint, Route } from '../../core/manifest.js';
 import { overLimitMessage } from '../../core/request-body.js';
@@ -300,7 +301,8 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
   app.addHook('onRequest', async (request, reply) => {
     const refusal = crossSiteRefusal(request.headers, options.guard);
     if (refusal === undefined) return;
-    options.log(`refused ${request.method} ${request.url.split('?', 1)[0]}: ${refusal}`);
+    // The Host and Origin are the caller's words: written out, they cannot rewrite the terminal.
+    options.log(printable(`refused ${request.method} ${request.url.split('?', 1)[0]}: ${refusal}`));
     return reply.code(403).send({ error: refusal });
   });
   await app.register(swagger, {

@@ -273,6 +273,12 @@ describe('ferry dev', () => {
     expect(output().stderr).toContain(
       'refused POST /cpu_worker/runsync: The request came from a web page at https://attacker.example',
     );
+    // The refused line names the caller's Host with its control characters written out (a C1 CSI
+    // here, which some terminals act on): a request cannot rewrite what the developer reads.
+    const escaping = await browserLike(`${base}/ping`, { headers: { host: `evil\u009b2J.example:${port}` } });
+    expect(escaping.status).toBe(403);
+    expect(output().stderr).toContain(`Host 'evil\\x9b2J.example:${port}' is not a name`);
+    expect(output().stderr).not.toContain('\u009b');
     // Its own pages, by each name of this machine, and clients that are not browsers, are served.
     for (const name of [host, `localhost:${port}`, `[::1]:${port}`]) {
       const own = await browserLike(`${base}/`, {
