@@ -595,15 +595,8 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
   }
 
   async streamPending(jobId: string): Promise<boolean> {
-    const meta = (
-      await this.doc.send(
-        new GetCommand({ TableName: this.chunksTable, Key: { jobId, seq: 0 }, ConsistentRead: true }),
-      )
-    ).Item as Item | undefined;
-    return (
-      meta !== undefined &&
-      ((meta.cursor as number | undefined) ?? 0) < ((meta.nextSeq as number | undefined) ?? 0)
-    );
+    const meta = await this.streamMeta(jobId);
+    return meta !== undefined && meta.cursor < meta.nextSeq;
   }
 
   async clearStream(jobId: string): Promise<void> {
