@@ -133,6 +133,13 @@ export function parseRequirementsFile(
 export const torchStack: ReadonlySet<string> = new Set(['torch', 'torchvision', 'torchaudio', 'triton']);
 
 /**
+ * Whether a package the build leaves to the base images must be in the worker's own Python where no
+ * image stands behind it (`ferry dev`, the local provider): numpy; not the torch stack, nor ferry,
+ * which the platform brings.
+ */
+export const workersPythonBrings = (name: string): boolean => name !== 'ferry' && !torchStack.has(name);
+
+/**
  * Which of `names` (distributions, as pip names them) `python` does not have installed. Where the
  * question gets no answer, none: the worker's own import error will tell.
  */

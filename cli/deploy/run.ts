@@ -9,7 +9,12 @@ import type { DnsRecord } from '../../core/deployment.js';
 import { FerryError, messageOf, usage } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
 import type { EndpointRecord } from '../../core/ports.js';
-import { baseImageReason, distributionsMissing, requirementName, torchStack } from '../build/deps.js';
+import {
+  baseImageReason,
+  distributionsMissing,
+  requirementName,
+  workersPythonBrings,
+} from '../build/deps.js';
 import { type BuildEvent, type BuildOptions, type BuildResult, buildProject } from '../build/index.js';
 import { countOf, formatBytes, formatMs, type Reporter } from '../io.js';
 import type { Provider } from '../providers/types.js';
@@ -148,12 +153,12 @@ async function refuseAmbiguousEnvironment(provider: Provider, app: string, reque
 /**
  * The build leaves out what the base images ship, but the local provider runs no image: its workers
  * run on python3 as it is, and without numpy there every job of an endpoint that asked for it fails
- * at `import numpy` (the torch stack is left to that Python: see torchStack). Said before anything
+ * at `import numpy` (the torch stack is left to that Python: see workersPythonBrings). Said before anything
  * is written, with the fix.
  */
 async function warnOfMissingNumpy(manifest: BuildResult['manifest'], reporter: Reporter): Promise<void> {
   const left = manifest.dependencies.excluded
-    .filter((e) => e.reason === baseImageReason && e.name !== 'ferry' && !torchStack.has(e.name))
+    .filter((e) => e.reason === baseImageReason && workersPythonBrings(e.name))
     .map((e) => e.name);
   for (const name of await distributionsMissing('python3', left)) {
     const askers = manifest.endpoints

@@ -10,7 +10,12 @@ import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { FerryError } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
-import { distributionsMissing, requirementName, resolveDependencies, torchStack } from '../build/deps.js';
+import {
+  distributionsMissing,
+  requirementName,
+  resolveDependencies,
+  workersPythonBrings,
+} from '../build/deps.js';
 import { runProcess, tail } from '../build/process.js';
 
 const readyMarker = '.ferry-ready';
@@ -57,7 +62,7 @@ export class DevVenvs {
     // here (the `ferry init` template's gpu_worker falls back to the CPU).
     const lacking = await this.#lacking(
       python,
-      resolved.leftToBaseImage.map(requirementName).filter((name) => !torchStack.has(name)),
+      resolved.leftToBaseImage.map(requirementName).filter(workersPythonBrings),
     );
     for (const warning of warnings)
       if (warning.package === undefined || !lacking.has(warning.package))
