@@ -63,8 +63,21 @@ async function clockTab(address: string) {
     throw error;
   }
   const fetched = () => tab.evaluate<string[]>('window.fetchedByPage');
-  /** Stops the clock: from here on only `tab.clock.runFor` moves it. */
-  const pause = async () => tab.clock.pauseAt(await tab.evaluate<number>('Date.now() + 100'));
+  /**
+   * Stops the clock: from here on only `tab.clock.runFor` moves it. At a moment a second ahead of the
+   * page's clock, taken again should the clock pass it before pauseAt comes: pauseAt refuses a moment
+   * in the past ("Cannot fast-forward to the past"), and 100 ms ahead failed on a loaded host.
+   */
+  const pause = async () => {
+    for (let tries = 1; ; tries++) {
+      const at = await tab.evaluate<number>('Date.now() + 1000');
+      try {
+        return await tab.clock.pauseAt(at);
+      } catch (error) {
+        if (tries >= 5 || !String(error).includes('to the past')) throw error;
+      }
+    }
+  };
   return { other, tab, fetched, pause };
 }
 
