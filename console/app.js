@@ -852,6 +852,7 @@ async function jobPage(endpointId, jobId) {
   // A streaming job's chunks so far, while it runs and has no output of its own: read from the
   // management API, which takes none of them (/v2's stream hands each chunk out once, to the job's
   // client), after the last one read, and appended, a line each, so a poll writes only what is new.
+  // Only for a job the API says `streams`: any other running job's page read it on every poll.
   let streamNext = 0;
   let streamed = false;
   const refresh = async () => {
@@ -902,7 +903,7 @@ async function jobPage(endpointId, jobId) {
         el('div', {}, el('h2', {}, 'Output'), outputBox),
       );
     }
-    const streaming = job.status === 'IN_PROGRESS' && job.output === undefined;
+    const streaming = job.streams === true && job.status === 'IN_PROGRESS' && job.output === undefined;
     // A retried job streams again from its first chunk: shown in place of the '–' it had meanwhile.
     if (!streaming) streamed = false;
     if (streaming) {

@@ -50,6 +50,23 @@ export function checkRecordName(what: keyof typeof recordNameRules, name: string
   );
 }
 
+/**
+ * Whether a job with `input` streams by its endpoint's declaration: the handler it runs (a class
+ * endpoint's method the input names in "method", or its only one, as ferry/invoke.py picks it) is a
+ * generator. Undefined where the declaration does not show that handler: an image endpoint's, or a
+ * worker command of the endpoint's own (a RunPod SDK handler streams whatever the scan found).
+ */
+export function declaredStreaming(config: EndpointConfig, input: unknown): boolean | undefined {
+  const target = config.endpoint.target;
+  if (!target || config.command) return undefined;
+  if (target.type === 'function') return target.isGenerator;
+  const methods = target.methods ?? [];
+  const named =
+    input !== null && typeof input === 'object' ? (input as { method?: unknown }).method : undefined;
+  const method = methods.length === 1 ? methods[0] : methods.find((m) => m.name === named);
+  return method?.isGenerator ?? false;
+}
+
 export function endpointConfigOf(record: EndpointRecord): EndpointConfig {
   const parsed = endpointConfigSchema.safeParse(record.config);
   if (!parsed.success) {

@@ -7,7 +7,7 @@
  *   GET /manage/v1/endpoints                                 every endpoint with health and scaling
  *   GET /manage/v1/endpoints/{id}                            one endpoint
  *   GET /manage/v1/endpoints/{id}/jobs?status=&from=&to=&limit=&cursor=   newest first, paged
- *   GET /manage/v1/endpoints/{id}/jobs/{jobId}               input, output, timings, first log lines
+ *   GET /manage/v1/endpoints/{id}/jobs/{jobId}               input, output, timings, streams, first log lines
  *   GET /manage/v1/endpoints/{id}/jobs/{jobId}/stream?after=            its stream chunks, none taken
  *   GET /manage/v1/endpoints/{id}/logs?job=&since=&after=&limit=          oldest first, resumable
  *   GET /manage/v1/endpoints/{id}/workers                    workers and the jobs each holds
@@ -18,7 +18,7 @@ import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import type { ApiRequest, ApiResponse, PayloadStore } from './api.js';
 import { type Authenticator, authorizeOperator } from './auth.js';
-import { endpointConfigSchema } from './deployment.js';
+import { declaredStreaming, endpointConfigSchema } from './deployment.js';
 import type { JobEngine } from './engine.js';
 import { badRequest, notFound, toHttpResponse } from './errors.js';
 import { isFinal, type Job, type JobStatus, jobStatuses } from './job.js';
@@ -407,21 +407,33 @@ export class ManageApi {
     const job = await this.options.jobs.get(jobId, now);
     if (!job || job.endpointId !== endpointId)
       throw notFound(`Job ${jobId} not found (or its results expired)`);
-    // Read as a follower would: the console follows a running job's lines from `logsNext`.
-    const logs = await this.options.logs.read({
-      endpointId,
-      jobId,
-      ...jobLogWindow(job),
-      follow: true,
-      limit: 1000,
-    });
+    const [logs, streams] = await Promise.all([
+      // Read as a follower would: the console follows a running job's lines from `logsNext`.
+      this.options.logs.read({ endpointId, jobId, ...jobLogWindow(job), follow: true, limit: 1000 }),
+      this.streams(job),
+    ]);
     const detail = {
       ...jobDetailOf(job, now, true),
+      streams,
       logs: logs.lines.map(wireLine),
       logsNext: logs.next,
       logsEnded: logs.ended,
     };
     return this.options.payloads ? this.options.payloads.fitResponse(detail) : detail;
+  }
+
+  /**
+   * Whether the job streams chunks, so the console reads its stream route only then (a read per poll
+   * of every open page of a running job otherwise): by its endpoint's declaration (a generator), and
+   * where the declaration does not show the handler (an image, a command of its own) it may. A
+   * handler declared otherwise streams when it has chunks all the same: a plain def may return a
+   * generator (ferry/queue_runtime.py drains it).
+   */
+  private async streams(job: Job): Promise<boolean> {
+    const record = await this.options.control.getEndpoint(job.endpointId);
+    const config = record && endpointConfigSchema.safeParse(record.config);
+    if ((config?.success ? declaredStreaming(config.data, job.input) : undefined) !== false) return true;
+    return (await this.options.jobs.readStream(job.id, 0)).chunks.length > 0;
   }
 
   /**
@@ -613,7 +625,7 @@ export const manageOpenApi = {
     },
     [`${managePrefix}/endpoints/{id}/jobs/{jobId}`]: {
       get: op(
-        'One job: input, output, timings and its first log lines',
+        'One job: input, output, timings, whether it streams (read its stream route only then) and its first log lines',
         [idParam, { name: 'jobId', in: 'path', required: true, schema: { type: 'string' } }],
         'The job',
       ),

@@ -210,6 +210,8 @@ describe('management API', () => {
       status: 'COMPLETED',
       input: { name: 'Grace', lines: 0 },
       output: { greeting: 'Hello, Grace!' },
+      // Not a generator, and no chunks: the console reads no stream for it.
+      streams: false,
     });
     expect(body.delayMs).toBeGreaterThanOrEqual(0);
     expect(body.executionMs).toBeGreaterThanOrEqual(0);

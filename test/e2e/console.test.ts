@@ -740,6 +740,43 @@ describe('console', () => {
     }
   });
 
+  it('reads no stream for a running job whose handler does not stream, poll after poll', async () => {
+    const { status, body } = await call(platform.baseUrl, 'POST', '/chatty/run', {
+      input: { name: 'Plain', lines: 1, pause: 120 },
+    });
+    expect(status).toBe(200);
+    const { other, tab, fetched, pause } = await clockTab(
+      `${platform.url}/console#/e/chatty/jobs/${body.id}`,
+    );
+    // Counted as the page calls fetch: each poll reads the job, and asks for its stream after that.
+    const reads = async (path: string) =>
+      (await fetched()).filter((u) => u.split('?')[0]!.endsWith(path)).length;
+    try {
+      await expect
+        .poll(() => tab.textContent('#job-logs'), { timeout: 30_000 })
+        .toContain('working on Plain: step 0');
+      expect(await tab.textContent('#job-status')).toBe('IN_PROGRESS');
+      await pause();
+      // Three more reads of the job: the page's polls follow one another, so the two before the last
+      // are done, each with the stream read it would have made.
+      const jobReads = (await reads(`/jobs/${body.id}`)) + 3;
+      await expect
+        .poll(
+          async () => {
+            await tab.clock.runFor(2_500);
+            return reads(`/jobs/${body.id}`);
+          },
+          { timeout: 30_000 },
+        )
+        .toBeGreaterThanOrEqual(jobReads);
+      expect(await tab.textContent('#job-status')).toBe('IN_PROGRESS');
+      expect(await reads(`/jobs/${body.id}/stream`)).toBe(0);
+    } finally {
+      await other.close();
+      await call(platform.baseUrl, 'POST', `/chatty/cancel/${body.id}`);
+    }
+  });
+
   it('shows a job kept for days with its date, its endpoint by name, long timings in minutes and hours, and no attempt as –', async () => {
     const createdAt = Date.now() - 3 * 86_400_000;
     const job = {

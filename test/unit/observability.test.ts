@@ -25,8 +25,10 @@ import {
   metricsOf,
   percentile,
 } from '../../core/manage.js';
+import type { ManifestEndpoint } from '../../core/manifest.js';
 import { jobMetricsLine, metricsLineKey, serviceTasksFields } from '../../core/metrics.js';
 import type { EndpointRecord, LogLine, LogQuery, LogStore } from '../../core/ports.js';
+import { sampleResources } from '../infra/fixtures.js';
 import { FakeCloudWatchLogs } from '../support/cloudwatchLogs.js';
 
 const line = (atMs: number, text = 'x', jobId = 'job-1'): LogLine => ({
@@ -448,6 +450,101 @@ describe("a job's logs through the management API", () => {
     expect(answer.headers).toEqual({ 'retry-after': '5' });
     expect(answer.body).toEqual({ error: expect.stringMatching(/^Too many log reads.*try again in 5 s$/) });
     expect(JSON.stringify(answer.body)).not.toMatch(/ThrottlingException|\/g|Rate exceeded/);
+  });
+});
+
+describe("whether a job streams (its detail's `streams`, which the console reads the stream by)", () => {
+  const callable = { isAsync: false, params: [] };
+  const method = (name: string, isGenerator: boolean) => ({ ...callable, name, isGenerator });
+  const endpoint = (over: Partial<ManifestEndpoint>, command?: string[]): EndpointRecord => ({
+    id: 'ep',
+    app: 'a',
+    env: 'e',
+    name: 'ep',
+    kind: 'queue',
+    config: {
+      endpoint: {
+        name: 'ep',
+        kind: 'queue',
+        file: 'ep.py',
+        module: 'ep',
+        resources: sampleResources,
+        configHash: 'a'.repeat(64),
+        ...over,
+      },
+      pythonVersion: '3.11',
+      ...(command ? { command } : {}),
+    },
+    fingerprint: 'x',
+    createdAt: 1,
+    updatedAt: 1,
+  });
+  const fn = (isGenerator: boolean) => ({
+    target: { ...method('f', isGenerator), type: 'function' as const },
+  });
+  const cls = (...methods: ReturnType<typeof method>[]) => ({
+    target: { ...method('C', false), type: 'class' as const, methods },
+  });
+
+  async function streams(record: EndpointRecord | undefined, input: unknown, chunks: unknown[] = []) {
+    const streamReads: number[] = [];
+    const options = {
+      logs: { read: async () => ({ lines: [], next: undefined, more: false, ended: true }) },
+      jobs: {
+        get: async () => ({
+          id: 'job-1',
+          endpointId: 'ep',
+          status: 'IN_PROGRESS',
+          input,
+          attempt: 1,
+          retries: 0,
+        }),
+        readStream: async (_jobId: string, after: number) => {
+          streamReads.push(after);
+          return { chunks, next: chunks.length };
+        },
+      },
+      control: { getEndpoint: async () => record },
+      auth: { clientKeyScope: async () => ({}) } as unknown as Authenticator,
+      log: { info: () => {}, warn: () => {}, error: () => {} },
+    } as unknown as ManageApiOptions;
+    const answer = await new ManageApi(options).handle({
+      method: 'GET',
+      path: '/manage/v1/endpoints/ep/jobs/job-1',
+      query: {},
+      headers: { authorization: 'Bearer fy_any' },
+      body: undefined,
+    });
+    expect(answer.statusCode).toBe(200);
+    return { streams: (answer.body as { streams: boolean }).streams, streamReads };
+  }
+
+  it('a generator handler streams, by its declaration alone: no read of its chunks', async () => {
+    expect(await streams(endpoint(fn(true)), {})).toEqual({ streams: true, streamReads: [] });
+  });
+
+  it('any other handler streams only once it has chunks (a plain def may return a generator)', async () => {
+    expect(await streams(endpoint(fn(false)), {})).toEqual({ streams: false, streamReads: [0] });
+    expect((await streams(endpoint(fn(false)), {}, [{ output: 'x' }])).streams).toBe(true);
+  });
+
+  it("a class endpoint's job streams as the method it calls: the only one, or the one its input names", async () => {
+    expect((await streams(endpoint(cls(method('gen', true))), {})).streams).toBe(true);
+    const two = endpoint(cls(method('gen', true), method('plain', false)));
+    expect((await streams(two, { method: 'gen' })).streams).toBe(true);
+    expect((await streams(two, { method: 'plain' })).streams).toBe(false);
+    // No method named (the job fails on it): nothing streams.
+    expect((await streams(two, { prompt: 'x' })).streams).toBe(false);
+  });
+
+  it('where the declaration does not show the handler (an image, a command of its own, no record), it may stream', async () => {
+    for (const record of [
+      endpoint({ image: 'runpod/worker-v1-vllm:v2.0.0' }),
+      endpoint(fn(false), ['python3', '-u', 'handler.py']),
+      undefined,
+    ]) {
+      expect(await streams(record, {})).toEqual({ streams: true, streamReads: [] });
+    }
   });
 });
 
