@@ -855,6 +855,10 @@ async function jobPage(endpointId, jobId) {
   // Only for a job the API says `streams`: any other running job's page read it on every poll.
   let streamNext = 0;
   let streamed = false;
+  // The run (a take: its retries, attempt and start) whose chunks are shown. A retried or requeued
+  // job's stream is cleared and starts again: a page that polled past its time back in the queue
+  // wrote the new run's chunks under the old run's.
+  let streamRun;
   const refresh = async () => {
     // The endpoint's name in the crumbs (its id until it is read). Read before the job, and quietly:
     // the job's answer is the one that sets or clears the banner.
@@ -904,8 +908,14 @@ async function jobPage(endpointId, jobId) {
       );
     }
     const streaming = job.streams === true && job.status === 'IN_PROGRESS' && job.output === undefined;
-    // A retried job streams again from its first chunk: shown in place of the '–' it had meanwhile.
-    if (!streaming) streamed = false;
+    // A new run's chunks are read from its first, in place of the old run's ('–' until one comes).
+    // Chunks of a run newer than this job read (a retry in between) are put right by the next poll.
+    const run = `${job.retries}/${job.attempt}/${job.startedAt}`;
+    if (run !== streamRun) {
+      streamRun = run;
+      streamNext = 0;
+      streamed = false;
+    }
     if (streaming) {
       const read = await manage(`${base}/jobs/${encodeURIComponent(jobId)}/stream`, {
         after: streamNext,

@@ -777,6 +777,110 @@ describe('console', () => {
     }
   });
 
+  it("shows a retried streaming job's new run alone: the failed run's chunks go, none twice", async () => {
+    const projectDir = join(apps, 'redo');
+    mkdirSync(projectDir);
+    const marks = join(projectDir, 'marks');
+    mkdirSync(marks);
+    writeFileSync(
+      join(projectDir, 'redo.py'),
+      [
+        'import os',
+        'import time',
+        '',
+        'from ferry import Endpoint',
+        '',
+        '',
+        'def wait_for(path):',
+        '    while not os.path.exists(path):',
+        '        time.sleep(0.05)',
+        '',
+        '',
+        '@Endpoint(name="redo", cpu="1-2", idle_timeout=5)',
+        'def redo(marks):',
+        '    """The first run yields two chunks and fails at `fail`; the next yields one, another at `end`."""',
+        '    first = not os.path.exists(os.path.join(marks, "ran"))',
+        '    open(os.path.join(marks, "ran"), "a").close()',
+        '    if first:',
+        '        yield "old-1"',
+        '        yield "old-2"',
+        '        wait_for(os.path.join(marks, "fail"))',
+        '        raise RuntimeError("the first run fails")',
+        '    yield "new-1"',
+        '    wait_for(os.path.join(marks, "end"))',
+        '    yield "new-2"',
+        '',
+      ].join('\n'),
+    );
+    const { endpoints } = await scanProject({ projectDir });
+    await platform.db.control.putEndpoint(recordFor(endpoints[0]!, projectDir));
+    await platform.workers!.reconcile();
+    const { status, body } = await call(platform.baseUrl, 'POST', '/redo/run', { input: { marks } });
+    expect(status).toBe(200);
+    const { other, tab, fetched, pause } = await clockTab(`${platform.url}/console#/e/redo/jobs/${body.id}`);
+    const jobReads = async () => (await fetched()).filter((u) => u.endsWith(`/jobs/${body.id}`)).length;
+    const stream = async () =>
+      (await call(`${platform.url}/manage/v1`, 'GET', `/endpoints/redo/jobs/${body.id}/stream`)).body;
+    try {
+      await expect.poll(() => tab.textContent('#job-output'), { timeout: 30_000 }).toBe('"old-1"\n"old-2"\n');
+      // The page sees nothing of what follows until its clock runs: not the failure, not the retry's
+      // time in the queue, as a page whose poll came between the two would not.
+      await pause();
+      writeFileSync(join(marks, 'fail'), '');
+      await expect
+        .poll(async () => (await call(platform.baseUrl, 'GET', `/redo/status/${body.id}`)).body.status, {
+          timeout: 30_000,
+        })
+        .toBe('FAILED');
+      expect((await call(platform.baseUrl, 'POST', `/redo/retry/${body.id}`)).status).toBe(200);
+      await expect.poll(stream, { timeout: 30_000 }).toEqual({
+        status: 'IN_PROGRESS',
+        stream: [{ output: 'new-1' }],
+        next: expect.any(Number),
+      });
+      await expect
+        .poll(
+          async () => {
+            await tab.clock.runFor(2_500);
+            return tab.textContent('#job-output');
+          },
+          { timeout: 30_000 },
+        )
+        .toBe('"new-1"\n');
+      // Two more polls write nothing again.
+      const more = (await jobReads()) + 2;
+      await expect
+        .poll(
+          async () => {
+            await tab.clock.runFor(2_500);
+            return jobReads();
+          },
+          { timeout: 30_000 },
+        )
+        .toBeGreaterThanOrEqual(more);
+      expect(await tab.textContent('#job-output')).toBe('"new-1"\n');
+      expect(await tab.textContent('#job-status')).toBe('IN_PROGRESS');
+      // Ended, its output is the new run's yields.
+      writeFileSync(join(marks, 'end'), '');
+      await expect
+        .poll(
+          async () => {
+            await tab.clock.runFor(2_500);
+            return tab.textContent('#job-status');
+          },
+          { timeout: 30_000 },
+        )
+        .toBe('COMPLETED');
+      expect(JSON.parse((await tab.textContent('#job-output')) ?? '')).toEqual(['new-1', 'new-2']);
+    } finally {
+      await other.close();
+      writeFileSync(join(marks, 'fail'), '');
+      writeFileSync(join(marks, 'end'), '');
+      await platform.db.control.deleteEndpoint('redo');
+      await platform.workers!.reconcile();
+    }
+  });
+
   it('shows a job kept for days with its date, its endpoint by name, long timings in minutes and hours, and no attempt as –', async () => {
     const createdAt = Date.now() - 3 * 86_400_000;
     const job = {
