@@ -204,6 +204,8 @@ describe('console', () => {
       .poll(() => page.textContent('#job-error'), { timeout: 30_000 })
       .toContain('boom: shown in the browser');
     await expect.poll(() => page.textContent('#job-logs'), { timeout: 30_000 }).toContain('about to fail');
+    // Ended, it still shows the input it failed on (docs/observability.md says why).
+    expect(JSON.parse((await page.textContent('#job-input')) ?? '')).toEqual({ why: 'shown in the browser' });
     await shot('failed');
   });
 
