@@ -54,7 +54,7 @@ export function checkRecordName(what: keyof typeof recordNameRules, name: string
  * Whether a job with `input` streams by its endpoint's declaration: the handler it runs (a class
  * endpoint's method the input names in "method", or its only one, as ferry/invoke.py picks it) is a
  * generator. Undefined where the declaration does not show that handler: an image endpoint's, or a
- * worker command of the endpoint's own (a RunPod SDK handler streams whatever the scan found).
+ * worker command of the endpoint's own (a RunPod SDK handler.py, whose target the scan never saw).
  */
 export function declaredStreaming(config: EndpointConfig, input: unknown): boolean | undefined {
   const target = config.endpoint.target;
