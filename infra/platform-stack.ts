@@ -1289,7 +1289,7 @@ export class PlatformStack extends Stack {
     );
     // A timed-out, expired or requeued job tells its holder's agent to stop it.
     this.allowStopSignals(role);
-    // clearStream of a deleted job: meta Update, Query, BatchWrite deletes.
+    // A deleted job's stream (Query, BatchWrite deletes), and clearStream of a requeued one (meta Update too).
     allowTable(role, this.chunksTable, ['dynamodb:Query', 'dynamodb:UpdateItem', 'dynamodb:BatchWriteItem']);
     // A lapsed lease, or a job left waiting, goes back to the queue with a new message; dead
     // letters are counted (GetQueueAttributes: a long poll only where the count says something),

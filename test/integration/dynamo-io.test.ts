@@ -10,7 +10,13 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { GetCommand, QueryCommand } from '@aws-sdk/lib-dynamodb';
+import { ListObjectsV2Command } from '@aws-sdk/client-s3';
+import {
+  BatchWriteCommand,
+  type DynamoDBDocumentClient,
+  GetCommand,
+  QueryCommand,
+} from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Counted, countedOfJob, countUpdates } from '../../core/adapters/aws/dynamo/counts.js';
 import { itemOf, shardOf } from '../../core/adapters/aws/dynamo/job-item.js';
@@ -1118,5 +1124,154 @@ describe('lists read from keys-only indexes, then only the jobs they hand out', 
     } finally {
       store.close();
     }
+  });
+});
+
+describe('a stream of several MB: every Query page read, in order, and all of it deleted', () => {
+  // A Query answers at most 1 MB a page, with LastEvaluatedKey while more is left
+  // (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Pagination.html), and
+  // DynamoDB Local pages the same way: these streams span many pages.
+  const chunk = (i: number, bytes: number) => ({ i, pad: 'x'.repeat(bytes) });
+  /** 40 chunks of 200 KB, two of them 400 KB (kept in S3), then 3,000 small ones: about 8 MB. */
+  const longStream = () => [
+    ...Array.from({ length: 40 }, (_, i) => chunk(i, i === 10 || i === 30 ? 400 * 1024 : 200 * 1024)),
+    ...Array.from({ length: 3_000 }, (_, i) => chunk(40 + i, 8)),
+  ];
+  const append = async (jobs: JobStore, jobId: string, chunks: unknown[]) => {
+    for (let i = 0; i < chunks.length; i += 500) await jobs.appendStream(jobId, chunks.slice(i, i + 500));
+  };
+  /** Every item of the job's partition of the chunks table, its meta item (seq 0) included. */
+  const streamItems = async (jobId: string) =>
+    (
+      await aws.doc.send(
+        new QueryCommand({
+          TableName: aws.tables.chunks,
+          KeyConditionExpression: 'jobId = :job',
+          ExpressionAttributeValues: { ':job': jobId },
+          ConsistentRead: true,
+        }),
+      )
+    ).Items ?? [];
+  const blobKeys = async (jobId: string) =>
+    (await aws.s3.send(new ListObjectsV2Command({ Bucket: aws.bucket, Prefix: `ferry/payloads/${jobId}/` })))
+      .Contents ?? [];
+
+  it('readStream and the drain hand out all of it in order, none twice; deleteExpired then leaves no item and no blob of it', async () => {
+    const store = countedStore();
+    try {
+      // Expired before any other job of this file, so deleteExpired(…, 1) takes this one.
+      const job = makeJob({
+        id: `io-${Date.now()}-stream`,
+        createdAt: 0,
+        expiresAt: 100,
+        status: 'COMPLETED',
+      });
+      await store.jobs.create(job);
+      const all = longStream();
+      await append(store.jobs, job.id, all);
+      expect(await blobKeys(job.id)).toHaveLength(2);
+
+      store.reset();
+      const first = await store.jobs.readStream(job.id, 0);
+      // One read's 2 MB of chunks take more than one page.
+      expect(store.count('Query')).toBeGreaterThan(1);
+      const read = [...first.chunks];
+      for (let next = first.next; ; ) {
+        const part = await store.jobs.readStream(job.id, next);
+        if (part.next === next) break;
+        read.push(...part.chunks);
+        next = part.next;
+      }
+      expect(read).toEqual(all);
+
+      const drained: unknown[] = [];
+      for (let part = await store.jobs.drainStream(job.id); part.length > 0; ) {
+        drained.push(...part);
+        part = await store.jobs.drainStream(job.id);
+      }
+      expect(drained).toEqual(all);
+      expect(await store.jobs.streamPending(job.id)).toBe(false);
+
+      store.reset();
+      expect(await store.jobs.deleteExpired(200, 1)).toBe(1);
+      // The sweeper's Query asked for keys and blob refs, not for 8 MB of chunks at once.
+      const chunkQueries = store.calls.flatMap((call, at) =>
+        call === 'Query' && store.inputs[at]?.TableName === aws.tables.chunks ? [at] : [],
+      );
+      expect(chunkQueries.length).toBeGreaterThan(1);
+      for (const at of chunkQueries) {
+        for (const item of (store.outputs[at]?.Items ?? []) as Record<string, unknown>[])
+          expect(Object.keys(item).every((name) => name === 'seq' || name === 'chunkRef')).toBe(true);
+      }
+      // Nothing of the stream is left for TTL, its meta item neither, and no blob.
+      expect(await streamItems(job.id)).toEqual([]);
+      expect(await blobKeys(job.id)).toEqual([]);
+    } finally {
+      store.close();
+    }
+  }, 120_000);
+
+  it("a retry's clear deletes every chunk it skipped, blobs too, and none appended after it", async () => {
+    const jobId = `io-${Date.now()}-clear`;
+    const jobs = aws.jobs();
+    const all = longStream().slice(0, 40);
+    await append(jobs, jobId, all);
+    // The next attempt appends between the clear's move of the meta item and its Query.
+    let raced = false;
+    const answers: Record<string, unknown>[][] = [];
+    const doc = {
+      send: async (command: { input: { TableName?: string } }) => {
+        const query = command instanceof QueryCommand && command.input.TableName === aws.tables.chunks;
+        if (query && !raced) {
+          raced = true;
+          await jobs.appendStream(jobId, [{ next: 'attempt' }]);
+        }
+        const answer = await aws.doc.send(command as QueryCommand);
+        if (query) answers.push((answer.Items ?? []) as Record<string, unknown>[]);
+        return answer;
+      },
+    } as unknown as DynamoDBDocumentClient;
+    await new DynamoJobStore({ doc, tables: aws.tables, blobs: aws.blobs('ferry/') }).clearStream(jobId);
+
+    // Several pages, of keys and blob refs only.
+    expect(answers.length).toBeGreaterThan(1);
+    expect(answers.flat().some((item) => 'chunkJson' in item)).toBe(false);
+    expect((await streamItems(jobId)).map((item) => item.seq)).toEqual([0, all.length + 1]);
+    expect(await blobKeys(jobId)).toEqual([]);
+    expect(await jobs.readStream(jobId, 0)).toEqual({ chunks: [{ next: 'attempt' }], next: all.length + 1 });
+    expect(await jobs.drainStream(jobId)).toEqual([{ next: 'attempt' }]);
+  }, 120_000);
+
+  it('sends again the deletes a BatchWriteItem left unprocessed (throttling), until none is left', async () => {
+    // "If DynamoDB returns any unprocessed items, you should retry the batch operation on those
+    // items ... we strongly recommend that you use an exponential backoff algorithm"
+    // (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchWriteItem.html).
+    // DynamoDB Local never throttles: this client applies half of each of the first batches and
+    // hands the rest back as UnprocessedItems, as DynamoDB does under throttling.
+    const jobId = `io-${Date.now()}-unprocessed`;
+    const jobs = aws.jobs();
+    const all = Array.from({ length: 60 }, (_, i) => chunk(i, 8));
+    await append(jobs, jobId, all);
+    let throttled = 3;
+    const sent: number[] = [];
+    const doc = {
+      send: async (command: object) => {
+        if (!(command instanceof BatchWriteCommand)) return aws.doc.send(command as QueryCommand);
+        const [[table, requests]] = Object.entries(command.input.RequestItems ?? {}) as [[string, unknown[]]];
+        sent.push(requests.length);
+        if (throttled-- <= 0) return aws.doc.send(command);
+        const half = Math.ceil(requests.length / 2);
+        await aws.doc.send(
+          new BatchWriteCommand({ RequestItems: { [table]: requests.slice(0, half) as never } }),
+        );
+        return { UnprocessedItems: { [table]: requests.slice(half) } };
+      },
+    } as unknown as DynamoDBDocumentClient;
+    await new DynamoJobStore({ doc, tables: aws.tables, blobs: aws.blobs('ferry/') }).clearStream(jobId);
+
+    // 60 deletes in groups of 25: the first one sent again with what was left of it (12, 6, 3), the
+    // other two once.
+    expect(sent).toEqual([25, 12, 6, 3, 25, 10]);
+    expect((await streamItems(jobId)).map((item) => item.seq)).toEqual([0]);
   });
 });

@@ -600,28 +600,26 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
   }
 
   async clearStream(jobId: string): Promise<void> {
+    let clearedTo: number;
     try {
       // Skip everything appended so far; seqs keep growing, so nothing is ever reused.
-      await this.doc.send(
+      const { Attributes } = await this.doc.send(
         new UpdateCommand({
           TableName: this.chunksTable,
           Key: { jobId, seq: 0 },
           UpdateExpression: 'SET #cursor = nextSeq, clearedTo = nextSeq',
           ConditionExpression: 'attribute_exists(nextSeq)',
           ExpressionAttributeNames: { '#cursor': 'cursor' },
+          ReturnValues: 'UPDATED_NEW',
         }),
       );
+      clearedTo = Attributes?.clearedTo as number;
     } catch (error) {
       if (isConditionFailure(error)) return; // nothing was ever appended
       throw error;
     }
-    const rows = await queryAll(this.doc, {
-      TableName: this.chunksTable,
-      KeyConditionExpression: 'jobId = :job AND seq > :zero',
-      ExpressionAttributeValues: { ':job': jobId, ':zero': 0 },
-      ConsistentRead: true,
-    });
-    await this.deleteChunks(jobId, rows);
+    // Only the seqs this clear skipped: a chunk appended since (the next attempt's) is no leftover.
+    await this.dropChunks(jobId, 1, clearedTo);
   }
 
   /** Two Queries on the count items and the current bucket, however many jobs the endpoint keeps (./counts.ts). */
@@ -679,7 +677,8 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       }
       deleted++;
       await this.dropBlobs(refsOf(storedBigOf(item)));
-      await this.clearStream(item.jobId as string);
+      // The whole stream, its meta item (seq 0) too: nothing reads it once the job is gone.
+      await this.dropChunks(item.jobId as string, 0);
     }
     return deleted;
   }
@@ -1171,7 +1170,23 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     }
   }
 
-  private async deleteChunks(jobId: string, rows: Item[]): Promise<void> {
+  /**
+   * Deletes the items of the stream of `jobId` from seq `from` to `to` (none: to the end) and their
+   * S3 blobs. The Query reads every page (at most 1 MB each,
+   * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Pagination.html) and asks
+   * for the keys and blob refs only: a long stream's chunks (up to 300 KB each inline) would
+   * otherwise all be held in memory at once (the sweeper's Lambda has 512 MB). The projection
+   * shrinks the answer, not the read units: those count the items' whole size
+   * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html#read-operation-consumption).
+   */
+  private async dropChunks(jobId: string, from: number, to?: number): Promise<void> {
+    const rows = await queryAll(this.doc, {
+      TableName: this.chunksTable,
+      KeyConditionExpression: `jobId = :job AND ${to === undefined ? 'seq >= :from' : 'seq BETWEEN :from AND :to'}`,
+      ExpressionAttributeValues: { ':job': jobId, ':from': from, ...(to === undefined ? {} : { ':to': to }) },
+      ProjectionExpression: 'seq, chunkRef',
+      ConsistentRead: true,
+    });
     try {
       await batchWrite(
         this.doc,
@@ -1180,8 +1195,8 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       );
       await this.dropBlobs(rows.flatMap((row) => (typeof row.chunkRef === 'string' ? [row.chunkRef] : [])));
     } catch (error) {
-      // Cleared already (the cursor moved past them); the leftovers go with the TTL.
-      this.warn(`ferry: could not delete drained stream chunks of ${jobId}: ${String(error)}`);
+      // Nothing reads them (behind clearedTo, or their job is gone); the leftovers go with the TTL.
+      this.warn(`ferry: could not delete stream chunks of ${jobId}: ${String(error)}`);
     }
   }
 
