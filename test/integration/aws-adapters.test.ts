@@ -187,13 +187,16 @@ describe('DynamoJobStore: values over the 400 KB item limit', () => {
     expect(await payloadKeys(j.id)).toEqual([]);
   });
 
-  it('keeps stream chunks and their meta at least as long as their job may be kept (limits.jobLifetimeMaxMs)', async () => {
-    // TTL deletes in no order: a chunk gone before its job would stop every drain at the gap.
+  it('keeps stream chunks and their meta at least as long as their job may be kept (limits.jobLifetimeMaxMs), and a day longer at most', async () => {
+    // TTL deletes in no order: a chunk gone before its job would stop every drain at the gap. And a
+    // job item that TTL took before the sweeper came (which deletes a job's stream with it) leaves
+    // its chunks to their own TTL: bounded, never for ever.
     const jobs = aws.jobs();
     const j = job();
     await jobs.create(j);
     await jobs.appendStream(j.id, [{ i: 0 }, bigValue(400 * 1024)]);
     await jobs.appendStream(j.id, [{ i: 2 }]);
+    const appendedBy = Date.now();
     const { Items = [] } = await aws.doc.send(
       new QueryCommand({
         TableName: aws.tables.chunks,
@@ -202,10 +205,12 @@ describe('DynamoJobStore: values over the 400 KB item limit', () => {
       }),
     );
     expect(Items.map((item) => item.seq)).toEqual([0, 1, 2, 3]);
-    for (const item of Items)
-      expect(item[dynamoSchema.chunks.ttlAttribute] * 1000).toBeGreaterThanOrEqual(
-        j.createdAt + limits.jobLifetimeMaxMs,
-      );
+    for (const item of Items) {
+      const ttlMs = item[dynamoSchema.chunks.ttlAttribute] * 1000;
+      expect(ttlMs).toBeGreaterThanOrEqual(j.createdAt + limits.jobLifetimeMaxMs);
+      // Epoch seconds rounded up: a second more.
+      expect(ttlMs).toBeLessThanOrEqual(appendedBy + limits.jobLifetimeMaxMs + 86_400_000 + 1_000);
+    }
   });
 
   it('hands out a long backlog in parts one Lambda answer can carry, and says while more is left', async () => {

@@ -14,10 +14,11 @@
  * node_modules/@smithy/core/dist-es/submodules/retry/service-error-classification/constants.js).
  */
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { itemOf } from '../../core/adapters/aws/dynamo/job-item.js';
 import {
   backoffDelayMs,
+  batchWrite,
   cancellationReasons,
   DynamoJobStore,
   failedCondition,
@@ -116,6 +117,52 @@ describe('the wait before a resend', () => {
     expect(backoffDelayMs(8, () => 0.999)).toBe(12_787);
     // Two writers refused in the same moment draw different waits.
     expect(backoffDelayMs(3, () => 0.2)).not.toBe(backoffDelayMs(3, () => 0.7));
+  });
+});
+
+describe('batchWrite', () => {
+  // BatchWriteItem answers the writes it could not make (throttling) as UnprocessedItems, with no
+  // error: "If DynamoDB returns any unprocessed items, you should retry the batch operation on those
+  // items ... we strongly recommend that you use an exponential backoff algorithm"
+  // (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchWriteItem.html).
+  const deletes = Array.from({ length: 30 }, (_, seq) => ({ DeleteRequest: { Key: { jobId: 'j', seq } } }));
+  /** A document client that leaves the last `left(n)` writes of its nth BatchWriteItem unprocessed. */
+  function leaving(left: (n: number) => number) {
+    const sent: unknown[][] = [];
+    const doc = {
+      send: async (command: { input: { RequestItems: Record<string, unknown[]> } }) => {
+        const requests = command.input.RequestItems.t ?? [];
+        sent.push(requests);
+        const kept = requests.slice(requests.length - Math.min(left(sent.length), requests.length));
+        return kept.length > 0 ? { UnprocessedItems: { t: kept } } : {};
+      },
+    } as unknown as DynamoDBDocumentClient;
+    return { doc, sent };
+  }
+
+  it('sends again what was left unprocessed, and only that, until nothing is left', async () => {
+    const client = leaving((n) => [10, 4][n - 1] ?? 0);
+    await batchWrite(client.doc, 't', deletes);
+    expect(client.sent.map((requests) => requests.length)).toEqual([25, 10, 4, 5]);
+    expect(client.sent[1]).toEqual(deletes.slice(15, 25));
+    expect(client.sent[2]).toEqual(deletes.slice(21, 25));
+  });
+
+  it('throws, naming the table, when DynamoDB keeps leaving writes unprocessed: none is dropped quietly', async () => {
+    vi.useFakeTimers();
+    try {
+      const client = leaving(() => 1);
+      const done = expect(batchWrite(client.doc, 't', deletes)).rejects.toThrow(
+        'DynamoDB kept refusing writes to t',
+      );
+      // The backoff's waits, up to 12.8 s each, on the fake clock.
+      await vi.runAllTimersAsync();
+      await done;
+      // The first send and eight resends of its last write; the second group is never sent.
+      expect(client.sent).toHaveLength(9);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 
