@@ -20,7 +20,7 @@ import {
   streamDrainBytes,
   streamDrainChunks,
 } from '../../core/adapters/aws/dynamo/job-item.js';
-import { createTables, dynamoSchema } from '../../core/adapters/aws/dynamo.js';
+import { createTables, DynamoJobStore, dynamoSchema } from '../../core/adapters/aws/dynamo.js';
 import type { Job } from '../../core/job.js';
 import { limits } from '../../core/limits.js';
 import { makeJob } from '../contract/helpers.js';
@@ -211,6 +211,32 @@ describe('DynamoJobStore: values over the 400 KB item limit', () => {
       // Epoch seconds rounded up: a second more.
       expect(ttlMs).toBeLessThanOrEqual(appendedBy + limits.jobLifetimeMaxMs + 86_400_000 + 1_000);
     }
+  });
+
+  it("keeps a cleared stream's meta item as long as the retried job may be kept", async () => {
+    // A retry 13 days after the last chunk starts a job kept up to 14 days more (a week queued, then
+    // its retention). Its meta item, with nextSeq and clearedTo, must last as long: once TTL took it,
+    // the next append would number the new attempt's chunks from 1 again, behind the clearedTo a
+    // reader of the stream (the console) goes on from.
+    const day = 86_400_000;
+    let nowMs = Date.now();
+    const jobs = new DynamoJobStore({
+      doc: aws.doc,
+      tables: aws.tables,
+      blobs: aws.blobs('ferry/'),
+      nowMs: () => nowMs,
+    });
+    const jobId = `ep-${randomUUID()}-meta`;
+    await jobs.appendStream(jobId, [{ i: 1 }, { i: 2 }]);
+    nowMs += 13 * day;
+    await jobs.clearStream(jobId);
+    const meta = await aws.doc.send(
+      new GetCommand({ TableName: aws.tables.chunks, Key: { jobId, seq: 0 }, ConsistentRead: true }),
+    );
+    expect(meta.Item?.clearedTo).toBe(2);
+    expect(meta.Item?.[dynamoSchema.chunks.ttlAttribute] * 1000).toBeGreaterThanOrEqual(
+      nowMs + limits.jobLifetimeMaxMs,
+    );
   });
 
   it('hands out a long backlog in parts one Lambda answer can carry, and says while more is left', async () => {

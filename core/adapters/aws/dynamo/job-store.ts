@@ -88,8 +88,9 @@ const withoutInput = bigFields.filter((field) => field !== 'input');
 /** An item as DynamoDB's API hands it back (a failed condition's ALL_OLD). */
 type RawItem = Record<string, AttributeValue>;
 /**
- * The TTL of stream chunks and their meta, from each append: a day past the longest a job is kept
- * (limits.jobLifetimeMaxMs from its submission, which comes before any append). TTL deletes expired
+ * The TTL of stream chunks and their meta, from each append (the meta's also from each clear, which
+ * comes after a retry's new submission): a day past the longest a job is kept (limits.jobLifetimeMaxMs
+ * from its submission, which comes before any append). TTL deletes expired
  * items in no order it promises (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html),
  * and a drain stops at the first missing seq: a chunk gone while its job can still be read would
  * hide every chunk after it.
@@ -602,14 +603,17 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
   async clearStream(jobId: string): Promise<void> {
     let clearedTo: number;
     try {
-      // Skip everything appended so far; seqs keep growing, so nothing is ever reused.
+      // Skip everything appended so far; seqs keep growing, so nothing is ever reused. The meta item
+      // lives on as long as the job a retry starts may: once TTL took it, the next append would
+      // number chunks from 1 again, behind the clearedTo a reader goes on from.
       const { Attributes } = await this.doc.send(
         new UpdateCommand({
           TableName: this.chunksTable,
           Key: { jobId, seq: 0 },
-          UpdateExpression: 'SET #cursor = nextSeq, clearedTo = nextSeq',
+          UpdateExpression: 'SET #cursor = nextSeq, clearedTo = nextSeq, expiresAtSec = :exp',
           ConditionExpression: 'attribute_exists(nextSeq)',
           ExpressionAttributeNames: { '#cursor': 'cursor' },
+          ExpressionAttributeValues: { ':exp': toSec(this.nowMs()) + streamLifeSec },
           ReturnValues: 'UPDATED_NEW',
         }),
       );
