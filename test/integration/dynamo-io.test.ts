@@ -1274,4 +1274,47 @@ describe('a stream of several MB: every Query page read, in order, and all of it
     expect(sent).toEqual([25, 12, 6, 3, 25, 10]);
     expect((await streamItems(jobId)).map((item) => item.seq)).toEqual([0]);
   });
+
+  it("goes on sweeping when a job's chunks cannot be read, leaving them to the TTL with a warning", async () => {
+    // The job item is deleted before its chunks: a failed Query of them must not fail the sweep run
+    // and leave the next expired jobs' chunks behind too.
+    const stamp = Date.now();
+    const failing = makeJob({
+      id: `io-${stamp}-unreadable`,
+      createdAt: 0,
+      expiresAt: 40,
+      status: 'COMPLETED',
+    });
+    const next = makeJob({ id: `io-${stamp}-swept`, createdAt: 0, expiresAt: 41, status: 'COMPLETED' });
+    const jobs = aws.jobs();
+    for (const job of [failing, next]) {
+      await jobs.create(job);
+      await append(jobs, job.id, [chunk(1, 8), chunk(2, 8)]);
+    }
+    const doc = {
+      send: async (command: object) => {
+        const input = (command as QueryCommand).input;
+        if (
+          command instanceof QueryCommand &&
+          input.TableName === aws.tables.chunks &&
+          input.ExpressionAttributeValues?.[':job'] === failing.id
+        )
+          throw new Error('ProvisionedThroughputExceededException');
+        return aws.doc.send(command as QueryCommand);
+      },
+    } as unknown as DynamoDBDocumentClient;
+    const warnings: string[] = [];
+    const store = new DynamoJobStore({
+      doc,
+      tables: aws.tables,
+      blobs: aws.blobs('ferry/'),
+      warn: (message) => warnings.push(message),
+    });
+
+    expect(await store.deleteExpired(50, 2)).toBe(2);
+    expect(warnings).toEqual([expect.stringContaining(`could not delete stream chunks of ${failing.id}`)]);
+    expect(await streamItems(next.id)).toEqual([]);
+    // The unreadable job's chunks are left where the TTL finds them.
+    expect((await streamItems(failing.id)).map((item) => item.seq)).toEqual([0, 1, 2]);
+  });
 });

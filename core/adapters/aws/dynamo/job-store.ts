@@ -1184,14 +1184,18 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html#read-operation-consumption).
    */
   private async dropChunks(jobId: string, from: number, to?: number): Promise<void> {
-    const rows = await queryAll(this.doc, {
-      TableName: this.chunksTable,
-      KeyConditionExpression: `jobId = :job AND ${to === undefined ? 'seq >= :from' : 'seq BETWEEN :from AND :to'}`,
-      ExpressionAttributeValues: { ':job': jobId, ':from': from, ...(to === undefined ? {} : { ':to': to }) },
-      ProjectionExpression: 'seq, chunkRef',
-      ConsistentRead: true,
-    });
     try {
+      const rows = await queryAll(this.doc, {
+        TableName: this.chunksTable,
+        KeyConditionExpression: `jobId = :job AND ${to === undefined ? 'seq >= :from' : 'seq BETWEEN :from AND :to'}`,
+        ExpressionAttributeValues: {
+          ':job': jobId,
+          ':from': from,
+          ...(to === undefined ? {} : { ':to': to }),
+        },
+        ProjectionExpression: 'seq, chunkRef',
+        ConsistentRead: true,
+      });
       await batchWrite(
         this.doc,
         this.chunksTable,
@@ -1199,7 +1203,9 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       );
       await this.dropBlobs(rows.flatMap((row) => (typeof row.chunkRef === 'string' ? [row.chunkRef] : [])));
     } catch (error) {
-      // Nothing reads them (behind clearedTo, or their job is gone); the leftovers go with the TTL.
+      // Nothing reads them (behind clearedTo, or their job is gone), so a failed read or delete costs
+      // only storage: the leftovers go with the TTL and their blobs with the bucket's payload rule,
+      // and a sweep goes on to its next job rather than fail the run with this one already deleted.
       this.warn(`ferry: could not delete stream chunks of ${jobId}: ${String(error)}`);
     }
   }
