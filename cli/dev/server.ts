@@ -21,7 +21,7 @@ import { manageOpenApi, managePrefix } from '../../core/manage.js';
 import type { ManifestEndpoint, Route } from '../../core/manifest.js';
 import { overLimitMessage } from '../../core/request-body.js';
 import { startFailureMessage } from './failures.js';
-import { crossSiteRefusal, type SiteGuard } from './site-guard.js';
+import { corsAnswer, crossSiteRefusal, type SiteGuard } from './site-guard.js';
 import type { LiveEndpoints } from './state.js';
 
 export interface DevRoute {
@@ -304,6 +304,13 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
     // The Host and Origin are the caller's words: written out, they cannot rewrite the terminal.
     options.log(printable(`refused ${request.method} ${request.url.split('?', 1)[0]}: ${refusal}`));
     return reply.code(403).send({ error: refusal });
+  });
+  // An --allow-origin page may read the answers, and ask first for a JSON POST (site-guard.ts).
+  app.addHook('onRequest', async (request, reply) => {
+    const cors = corsAnswer(request.method, request.headers, options.guard);
+    if (cors === undefined) return;
+    reply.headers(cors.headers);
+    if (cors.preflight) return reply.code(204).send();
   });
   await app.register(swagger, {
     openapi: {

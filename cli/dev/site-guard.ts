@@ -83,3 +83,34 @@ export function crossSiteRefusal(headers: IncomingHttpHeaders, guard: SiteGuard)
   }
   return undefined;
 }
+
+/** The request headers a page of an allowed origin may send beyond CORS's safelisted ones. */
+const corsRequestHeaders = ['content-type', 'authorization'];
+
+/**
+ * The CORS answer for a request from an `--allow-origin` origin; undefined for any other request
+ * (without Origin, or from the server's own pages, nothing is needed; other origins are refused
+ * above). Without it the browser sends that page's requests but hides the answers from it, and a
+ * JSON POST, which it asks about first (OPTIONS with Access-Control-Request-Method), is never sent.
+ * The origin is named itself, never `*`. `preflight`: the request is that question, answered 204.
+ */
+export function corsAnswer(
+  method: string,
+  headers: IncomingHttpHeaders,
+  guard: SiteGuard,
+): { preflight: boolean; headers: Record<string, string> } | undefined {
+  const origin = headers.origin;
+  if (origin === undefined || !guard.allowOrigins.includes(origin)) return undefined;
+  const answer: Record<string, string> = { 'access-control-allow-origin': origin, vary: 'Origin' };
+  const asked = headers['access-control-request-method'];
+  if (method !== 'OPTIONS' || asked === undefined) return { preflight: false, headers: answer };
+  answer['access-control-allow-methods'] = 'GET, HEAD, POST, PUT, DELETE, PATCH';
+  const wanted = (headers['access-control-request-headers'] ?? '')
+    .split(',')
+    .map((name) => name.trim().toLowerCase())
+    .filter((name) => corsRequestHeaders.includes(name));
+  if (wanted.length > 0) answer['access-control-allow-headers'] = [...new Set(wanted)].join(', ');
+  // The answer depends on what was asked, not only on Origin.
+  answer.vary = 'Origin, Access-Control-Request-Headers';
+  return { preflight: true, headers: answer };
+}

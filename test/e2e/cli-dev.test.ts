@@ -4,12 +4,13 @@
  * and Ctrl+C stopping everything with exit 0. One `ferry dev` per project: a second one in the same
  * folder exits 2 naming the first, and the lock (.ferry/dev.json) goes with the process that held it.
  * It takes no key, so a web page of another site, or one rebound to 127.0.0.1, is refused, while
- * Swagger UI (in Chromium) and clients that are not browsers are served.
+ * Swagger UI (in Chromium) and clients that are not browsers are served; a page of an --allow-origin
+ * origin, in Chromium, sends JSON and reads the answers (CORS).
  */
 
 import { type ChildProcess, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
+import { createServer, request as httpRequest, type OutgoingHttpHeaders, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -436,5 +437,91 @@ describe('ferry dev', () => {
     const name = await browserLike(url, { headers: { host: 'devbox2.lan:9000' } });
     expect(name.status).toBe(403);
     expect(await stopChild(allowed.child)).toBe(0);
+  }, 120_000);
+
+  it("--allow-origin's pages, in Chromium, POST JSON (preflighted) and read the answer; another origin's page cannot", async () => {
+    // Two pages on ports of their own: one the flag names, one it does not.
+    const pageServer = async (): Promise<{ server: Server; origin: string }> => {
+      const server = createServer((_request, response) => {
+        response.setHeader('content-type', 'text/html');
+        response.end('<!doctype html><title>front-end</title>');
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      return { server, origin: `http://127.0.0.1:${(server.address() as { port: number }).port}` };
+    };
+    const allowedPage = await pageServer();
+    const otherPage = await pageServer();
+    const profile = mkdtempSync(path.join(tmpdir(), 'ferry-chromium-'));
+    const started = await sandbox.start(
+      ['dev', '--host', '127.0.0.1', '--port', '0', '--no-reload', '--allow-origin', allowedPage.origin],
+      /Ferry dev server at (http:\/\/\S+)/,
+      { cwd: project },
+    );
+    const devUrl = started.match[1]!;
+    const browser = await chromium.launchPersistentContext(profile, {
+      executablePath: '/usr/bin/chromium',
+      args: ['--no-sandbox', '--headless', '--disable-gpu', '--no-first-run'],
+    });
+    try {
+      const page = await browser.newPage();
+      // What a front-end does: fetch() with a JSON body, then read the answer.
+      const call = (url: string) =>
+        page.evaluate(async (target) => {
+          try {
+            const response = await fetch(target, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json' },
+              body: JSON.stringify({ input: { input_data: { message: 'from the front-end' } } }),
+            });
+            return { status: response.status, body: await response.json() };
+          } catch (error) {
+            return { failed: String(error) };
+          }
+        }, url);
+      await page.goto(allowedPage.origin);
+      const answered = await call(`${devUrl}/cpu_worker/runsync`);
+      expect(answered).toMatchObject({
+        status: 200,
+        body: { status: 'COMPLETED', output: { message: 'Hello from the CPU worker: from the front-end' } },
+      });
+      await page.goto(otherPage.origin);
+      const refused = await call(`${devUrl}/cpu_worker/runsync`);
+      expect(refused).toEqual({ failed: expect.stringContaining('Failed to fetch') });
+      // Chromium asked first (a JSON POST is not a "simple" request): the question was refused.
+      expect(started.output().stderr).toContain(
+        `refused OPTIONS /cpu_worker/runsync: The request came from a web page at ${otherPage.origin}`,
+      );
+    } finally {
+      await browser.close();
+      rmSync(profile, { recursive: true, force: true });
+      for (const { server } of [allowedPage, otherPage]) server.close();
+    }
+    // Exactly what it answers: the origin itself (never *), what was asked, Vary; and nothing without Origin.
+    const sent = await fetch(`${devUrl}/cpu_worker/runsync`, {
+      method: 'OPTIONS',
+      headers: {
+        origin: allowedPage.origin,
+        'access-control-request-method': 'POST',
+        'access-control-request-headers': 'content-type',
+      },
+    });
+    expect(sent.status).toBe(204);
+    expect(
+      Object.fromEntries([...sent.headers].filter(([name]) => /^(access-control|vary)/.test(name))),
+    ).toEqual({
+      'access-control-allow-origin': allowedPage.origin,
+      'access-control-allow-methods': 'GET, HEAD, POST, PUT, DELETE, PATCH',
+      'access-control-allow-headers': 'content-type',
+      vary: 'Origin, Access-Control-Request-Headers',
+    });
+    const plain = await fetch(`${devUrl}/ping`);
+    expect(plain.headers.get('access-control-allow-origin')).toBeNull();
+    const foreign = await fetch(`${devUrl}/cpu_worker/runsync`, {
+      method: 'OPTIONS',
+      headers: { origin: otherPage.origin, 'access-control-request-method': 'POST' },
+    });
+    expect(foreign.status).toBe(403);
+    expect(foreign.headers.get('access-control-allow-origin')).toBeNull();
+    expect(await stopChild(started.child)).toBe(0);
   }, 120_000);
 });

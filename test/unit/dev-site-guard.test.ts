@@ -1,9 +1,10 @@
 /**
  * The dev server's rule of who may call it (cli/dev/site-guard.ts), on the header spellings the e2e
- * test (test/e2e/cli-dev.test.ts) does not send: default ports, IPv6, case, Hosts that are no host.
+ * test (test/e2e/cli-dev.test.ts) does not send: default ports, IPv6, case, Hosts that are no host;
+ * and the CORS answer an --allow-origin page gets.
  */
 import { describe, expect, it } from 'vitest';
-import { allowedOrigin, crossSiteRefusal } from '../../cli/dev/site-guard.js';
+import { allowedOrigin, corsAnswer, crossSiteRefusal } from '../../cli/dev/site-guard.js';
 
 const local = { listenHost: 'localhost', allowOrigins: [] };
 
@@ -72,5 +73,48 @@ describe('allowedOrigin', () => {
       '*',
     ])
       expect(allowedOrigin(text), text).toBeUndefined();
+  });
+});
+
+describe('corsAnswer', () => {
+  const guard = { listenHost: 'localhost', allowOrigins: ['http://localhost:5173'] };
+  const page = 'http://localhost:5173';
+
+  it("answers an allowed origin's preflight with that origin, the methods, and the headers asked among content-type and authorization", () => {
+    expect(
+      corsAnswer(
+        'OPTIONS',
+        {
+          origin: page,
+          'access-control-request-method': 'POST',
+          'access-control-request-headers': 'Content-Type, x-custom,authorization',
+        },
+        guard,
+      ),
+    ).toEqual({
+      preflight: true,
+      headers: {
+        'access-control-allow-origin': page,
+        'access-control-allow-methods': 'GET, HEAD, POST, PUT, DELETE, PATCH',
+        'access-control-allow-headers': 'content-type, authorization',
+        vary: 'Origin, Access-Control-Request-Headers',
+      },
+    });
+    const bare = corsAnswer('OPTIONS', { origin: page, 'access-control-request-method': 'PUT' }, guard);
+    expect(bare?.preflight).toBe(true);
+    expect(bare?.headers['access-control-allow-headers']).toBeUndefined();
+  });
+
+  it('names the allowed origin on its other requests (an OPTIONS without Access-Control-Request-Method is one), and nothing for the rest', () => {
+    const named = { preflight: false, headers: { 'access-control-allow-origin': page, vary: 'Origin' } };
+    expect(corsAnswer('POST', { origin: page }, guard)).toEqual(named);
+    expect(corsAnswer('OPTIONS', { origin: page }, guard)).toEqual(named);
+    for (const headers of [
+      {},
+      { origin: 'http://localhost:5174', 'access-control-request-method': 'POST' },
+      { origin: 'http://localhost:8888' },
+      { origin: 'null' },
+    ])
+      expect(corsAnswer('OPTIONS', headers, guard), JSON.stringify(headers)).toBeUndefined();
   });
 });
