@@ -281,7 +281,9 @@ async function serveDev(
     ctx.reporter.out(`Ferry dev server at ${base}  (docs: ${base}/docs)`);
     ctx.reporter.out(`Console at ${platform.url}/console  (sign in with your FERRY_API_KEY)`);
     const routeLines = (endpoints: typeof snapshot.endpoints) =>
-      devRoutes(endpoints).map((route) => `${route.method.padEnd(6)} ${base}${route.path}`);
+      devRoutes(endpoints).map(
+        (route) => `${route.method.padEnd(6)} ${base}${route.path}${route.note ? `  (${route.note})` : ''}`,
+      );
     for (const line of routeLines(snapshot.endpoints)) ctx.reporter.out(`  ${line}`);
     for (const endpoint of snapshot.endpoints)
       if (endpoint.image !== undefined) say(`note: ${imageNotInDev(endpoint)}.`);

@@ -1,7 +1,7 @@
 /**
  * The dev server (docs/api.md#the-dev-server), on Fastify with a Swagger UI at /docs. Routes come from the scan:
- *   POST /<module>/runsync             one queue endpoint in the file ({input} wrapper)
- *   POST /<module>/<function>/runsync  several in one file
+ *   POST /<module>/runsync             one callable in the file ({input} wrapper)
+ *   POST /<module>/<function>/runsync  several in one file: each function and class method (devRoutes)
  *   <METHOD> /<module><route path>     load-balanced routes, passed to the live endpoint as they came
  * No Authorization header here; the server adds the key when it calls the platform. So it answers
  * only its own pages and clients that are not browsers (site-guard.ts).
@@ -38,6 +38,8 @@ export interface DevRoute {
   classMethod?: string;
   /** The signature's parameters with types and defaults, for the OpenAPI document. */
   inputs?: CallableInput[];
+  /** Why the route is not named as the others are (a name two callables of the file share). */
+  note?: string;
 }
 
 type CallableInput = NonNullable<Route['inputs']>[number];
@@ -62,46 +64,79 @@ function inputSchema(route: DevRoute): Record<string, unknown> {
 
 const prefixOf = (endpoint: ManifestEndpoint) => `/${endpoint.module.split('.').join('/')}`;
 
-/** The route table from the scanned endpoints (pure, so tests can read it without a server). */
+/** One thing a queue route calls: a function (or an image endpoint), or one public method of a class. */
+interface QueueCallable {
+  endpoint: ManifestEndpoint;
+  /** The function's or the method's name. */
+  name: string;
+  /** The class a method belongs to. */
+  className?: string;
+  /** What the route documents: the function's, or the method's. */
+  doc: Pick<Route, 'summary' | 'params' | 'inputs'>;
+  /** Sent as input["method"]: a class with several methods needs it. */
+  classMethod?: string;
+}
+
+function queueCallables(endpoint: ManifestEndpoint): QueueCallable[] {
+  const target = endpoint.target;
+  const methods = target?.methods ?? [];
+  if (target === undefined || methods.length === 0)
+    return [{ endpoint, name: target?.name ?? endpoint.name, doc: target ?? { params: [] } }];
+  return methods.map((method) => ({
+    endpoint,
+    name: method.name,
+    className: target.name,
+    doc: { ...method, summary: method.summary ?? target.summary },
+    ...(methods.length > 1 ? { classMethod: method.name } : {}),
+  }));
+}
+
+/**
+ * The route table from the scanned endpoints (pure, so tests can read it without a server). Queue
+ * routes are named as Flash's dev server names them: `/<module>/runsync` when the file has one
+ * callable, else `/<module>/<function or method>/runsync` for each of its functions and class methods.
+ * Where two of one file share a name (two classes' methods, or a function and a method), each method
+ * among them keeps its class in the route (`/<module>/<Class>/<method>/runsync`), with a `note` why.
+ */
 export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
   const routes: DevRoute[] = [];
-  const queueCountByFile = new Map<string, number>();
-  for (const e of endpoints)
-    if (e.kind === 'queue') queueCountByFile.set(e.file, (queueCountByFile.get(e.file) ?? 0) + 1);
+  const namesByFile = new Map<string, string[]>();
+  for (const endpoint of endpoints) {
+    if (endpoint.kind !== 'queue') continue;
+    const names = namesByFile.get(endpoint.file) ?? [];
+    names.push(...queueCallables(endpoint).map((c) => c.name));
+    namesByFile.set(endpoint.file, names);
+  }
   for (const endpoint of endpoints) {
     const prefix = prefixOf(endpoint);
     if (endpoint.kind === 'queue') {
-      const several = (queueCountByFile.get(endpoint.file) ?? 0) > 1;
-      const fn = endpoint.target?.name ?? endpoint.name;
-      const methods = endpoint.target?.methods ?? [];
-      if (methods.length > 1) {
-        // A class with several public methods: one route each, like Flash's dev server.
-        const base = several ? `${prefix}/${fn}` : prefix;
-        for (const method of methods) {
-          routes.push({
-            method: 'POST',
-            path: `${base}/${method.name}/runsync`,
-            prefix,
-            endpoint: endpoint.name,
-            kind: 'queue',
-            summary: method.summary,
-            params: method.params,
-            ...(method.inputs ? { inputs: method.inputs } : {}),
-            classMethod: method.name,
-          });
-        }
-        continue;
+      const names = namesByFile.get(endpoint.file) ?? [];
+      for (const callable of queueCallables(endpoint)) {
+        const shared = names.filter((name) => name === callable.name).length > 1;
+        const qualified = shared && callable.className !== undefined;
+        const path =
+          names.length === 1
+            ? `${prefix}/runsync`
+            : qualified
+              ? `${prefix}/${callable.className}/${callable.name}/runsync`
+              : `${prefix}/${callable.name}/runsync`;
+        routes.push({
+          method: 'POST',
+          path,
+          prefix,
+          endpoint: endpoint.name,
+          kind: 'queue',
+          summary: callable.doc.summary,
+          params: callable.doc.params,
+          ...(callable.doc.inputs ? { inputs: callable.doc.inputs } : {}),
+          ...(callable.classMethod ? { classMethod: callable.classMethod } : {}),
+          ...(qualified
+            ? {
+                note: `more than one callable of ${endpoint.file} is named ${callable.name}: ${callable.className}.${callable.name} keeps its class in the route`,
+              }
+            : {}),
+        });
       }
-      routes.push({
-        method: 'POST',
-        path: several ? `${prefix}/${fn}/runsync` : `${prefix}/runsync`,
-        prefix,
-        endpoint: endpoint.name,
-        kind: 'queue',
-        summary: endpoint.target?.summary,
-        params: endpoint.target?.params ?? [],
-        ...(endpoint.target?.inputs ? { inputs: endpoint.target.inputs } : {}),
-      });
     } else {
       for (const route of endpoint.routes ?? []) {
         routes.push({

@@ -1,7 +1,8 @@
 /**
  * The `ferry dev` loop through the real binary and real Python workers: declared dependencies in a
  * venv under .ferry/ (pip progress on the terminal, --no-deps), handler print() lines on the
- * terminal, 400 JSON for a body that is not JSON, one route per public method of a class, typed
+ * terminal, 400 JSON for a body that is not JSON, one route per public method of a class (named as
+ * Flash names it; the class kept where two callables of the file share a name), typed
  * OpenAPI at /openapi.json, reload after atomic saves (write + rename) and new files, and a worker
  * that cannot import answering the request at once with its error; an image endpoint listed with
  * why it does not run, and calls to it answered at once; `ferry logs` and `ferry console` in the
@@ -58,6 +59,33 @@ def broken():
     return 1
 `;
 
+// Two classes with a method of the same name, and a function of that name too.
+const clash = `from ferry import Endpoint
+
+
+@Endpoint(name="clash_a", cpu="1-2")
+class A:
+    def predict(self):
+        return "A.predict"
+
+    def embed(self):
+        return "A.embed"
+
+
+@Endpoint(name="clash_b", cpu="1-2")
+class B:
+    def predict(self):
+        return "B.predict"
+
+    def score(self):
+        return "B.score"
+
+
+@Endpoint(name="clash_fn", cpu="1-2")
+def predict():
+    return "predict"
+`;
+
 function makeProject(name: string): string {
   const dir = path.join(sandbox.root, name);
   mkdirSync(dir, { recursive: true });
@@ -67,6 +95,7 @@ function makeProject(name: string): string {
     path.join(dir, 'brokenlb.py'),
     'import lb_module_that_is_not_installed_xyz\nfrom ferry import Endpoint\n\napi = Endpoint(name="brokenlb", cpu="1-2")\n\n\n@api.post("/go")\ndef go(x: int = 1):\n    return x\n',
   );
+  writeFileSync(path.join(dir, 'clash.py'), clash);
   writeFileSync(
     path.join(dir, 'models.py'),
     'from ferry import Endpoint\n\nvllm = Endpoint(name="vllm", image="vllm/vllm-openai:v0.6.3", gpu="L40S")\n',
@@ -211,11 +240,26 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
     expect(unknown.body).toEqual({ error: 'No route for GET /nothing/here' });
   });
 
-  it('gives a class one route per public method', async () => {
-    const predict = await post(`${base}/app/Model/predict/runsync`, { input: { x: 21 } });
+  it("gives a class one route per public method, named as Flash's: by the method, beside the file's functions", async () => {
+    const predict = await post(`${base}/app/predict/runsync`, { input: { x: 21 } });
     expect(predict.body.output).toEqual({ pred: 42 });
-    const embed = await post(`${base}/app/Model/embed/runsync`, { input: { text: 'abc' } });
+    const embed = await post(`${base}/app/embed/runsync`, { input: { text: 'abc' } });
     expect(embed.body.output).toEqual({ len: 3 });
+    expect(output().stdout).toContain(`  POST   ${base}/app/predict/runsync\n`);
+  });
+
+  it('keeps the class in the routes of methods another callable of the file shares a name with, and says so on start', async () => {
+    for (const cls of ['A', 'B']) {
+      expect(output().stdout).toContain(
+        `  POST   ${base}/clash/${cls}/predict/runsync  (more than one callable of clash.py is named predict: ${cls}.predict keeps its class in the route)\n`,
+      );
+      const result = await post(`${base}/clash/${cls}/predict/runsync`, { input: {} });
+      expect(result.body.output).toBe(`${cls}.predict`);
+    }
+    // The function of that name, and a method whose name is the file's only one, keep the plain route.
+    expect(output().stdout).toContain(`  POST   ${base}/clash/predict/runsync\n`);
+    expect((await post(`${base}/clash/predict/runsync`, { input: {} })).body.output).toBe('predict');
+    expect((await post(`${base}/clash/score/runsync`, { input: {} })).body.output).toBe('B.score');
   });
 
   it('serves typed OpenAPI schemas from the type hints at /openapi.json', async () => {
@@ -228,7 +272,7 @@ describe('ferry dev loop', { timeout: 120_000 }, () => {
       times: { type: 'integer', default: 2 },
       loud: { type: 'boolean', default: false },
     });
-    expect(spec.paths['/app/Model/predict/runsync']).toBeDefined();
+    expect(spec.paths['/app/predict/runsync']).toBeDefined();
   });
 
   it('installs declared dependencies into a venv under .ferry/venvs, with pip output shown', async () => {
