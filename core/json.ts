@@ -93,8 +93,16 @@ export function parseJsonExact(bytes: Buffer, what: string): unknown {
  * a whole float (`"ttl": 60000.0`) is that number. Any other value comes back as it is.
  */
 export function roundedIfMarker(value: unknown): unknown {
-  return typeof value === 'string' && isWholeMarker(value) ? Number(value.slice(intMarker.length)) : value;
+  const literal = markedLiteral(value);
+  return literal === undefined ? value : Number(literal);
 }
+
+/**
+ * The number literal a marker string stands for (`3.0`, `18446744073709551615`), else undefined: what
+ * Python's json module reads it as (a float when it has a point or an exponent, else an int).
+ */
+export const markedLiteral = (value: unknown): string | undefined =>
+  typeof value === 'string' && isWholeMarker(value) ? value.slice(intMarker.length) : undefined;
 
 /**
  * A value as the JSON text a store already holds (written by JSON.stringify, marker strings and all),

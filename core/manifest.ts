@@ -55,7 +55,11 @@ const callableSchema = z
     /** First line of the docstring: the Swagger summary in `ferry dev`. */
     summary: z.string().optional(),
     params: z.array(z.string()),
-    /** Each parameter from the signature: required, JSON type from its hint, literal default (OpenAPI). */
+    /**
+     * Each parameter from the signature: required, JSON type from a plain hint (and nullable when None
+     * is allowed too), literal default. `ferry dev` checks a route's input against them and shows them
+     * in its OpenAPI document (cli/dev/inputs.ts); cli/build/scan.py annotation_schema says which hints.
+     */
     inputs: z
       .array(
         z
@@ -63,11 +67,14 @@ const callableSchema = z
             name: z.string(),
             required: z.boolean(),
             type: z.enum(['integer', 'number', 'string', 'boolean', 'object', 'array']).optional(),
+            nullable: z.literal(true).optional(),
             default: z.unknown().optional(),
           })
           .strict(),
       )
       .optional(),
+    /** The signature has **kwargs: any other input key is an argument too. */
+    varKeywords: z.literal(true).optional(),
   })
   .strict();
 

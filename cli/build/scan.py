@@ -283,36 +283,65 @@ def params_of(fn, drop_first: bool = False) -> list:
 
 JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "dict": "object",
               "Dict": "object", "list": "array", "List": "array", "tuple": "array", "Tuple": "array"}
+# Where a dotted annotation may name one of them: `typing.List`, `builtins.int`. Any other module's
+# `int` or `float` (`np.float`, `torch.float`) is that module's own type, left unchecked.
+TYPE_MODULES = ("typing", "builtins")
 
 
-def json_type(annotation):
-    """The JSON Schema type of a simple annotation (int, str, dict[str, int], Optional[float], ...)."""
+def is_none(node) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def annotation_schema(annotation) -> dict:
+    """What `ferry dev` checks an argument against, and what its OpenAPI document shows: a JSON type
+    for a plain annotation (int, float, str, bool, dict, list, tuple; their generics by the outer type:
+    `dict[str, int]` is an object), with "nullable" when None is allowed too (`Optional[X]`,
+    `Union[X, None]`, `X | None`). {} for anything else: a class of the user's, numpy's types, a union
+    of two types, no annotation; those pass unchecked (docs/python.md, "The ferry dev loop")."""
     if annotation is None:
-        return None
+        return {}
     if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
         try:
             annotation = ast.parse(annotation.value, mode="eval").body
         except SyntaxError:
-            return None
+            return {}
     if isinstance(annotation, ast.Subscript):
-        base = annotation.value
-        name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else None
-        if name == "Optional":
-            return json_type(annotation.slice)
-        annotation = base
+        name = type_name(annotation.value)
+        if name in ("Optional", "Union"):
+            inner = annotation.slice
+            if isinstance(inner, getattr(ast, "Index", ())):  # Python 3.8 wraps it
+                inner = inner.value
+            members = inner.elts if isinstance(inner, ast.Tuple) else [inner]
+            return optional_of(members, nullable=name == "Optional")
+        annotation = annotation.value
     if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
-        sides = [a for a in (annotation.left, annotation.right) if not (isinstance(a, ast.Constant) and a.value is None)]
-        return json_type(sides[0]) if len(sides) == 1 else None
-    if isinstance(annotation, ast.Name):
-        return JSON_TYPES.get(annotation.id)
-    if isinstance(annotation, ast.Attribute):
-        return JSON_TYPES.get(annotation.attr)
+        return optional_of([annotation.left, annotation.right], nullable=False)
+    kind = JSON_TYPES.get(type_name(annotation))
+    return {"type": kind} if kind else {}
+
+
+def optional_of(members, nullable: bool) -> dict:
+    """The schema of a union: one type, and None beside it or not; {} for two types or more."""
+    types = [m for m in members if not is_none(m)]
+    if len(types) != 1:
+        return {}
+    schema = annotation_schema(types[0])
+    return dict(schema, nullable=True) if schema and (nullable or len(types) < len(members)) else schema
+
+
+def type_name(node):
+    """`int` for `int`, `typing.List` for `List`; None for another module's name or any other node."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in TYPE_MODULES:
+        return node.attr
     return None
 
 
 def inputs_of(fn, drop_first: bool = False) -> list:
     """Each parameter as the job input sees it: name, required, JSON type and default when literal.
-    The keyword-only `job` parameter is the runtime's, not an input (ferry/invoke.py)."""
+    The keyword-only `job` parameter is the runtime's, not an input (ferry/invoke.py). A typed
+    parameter whose default is None takes null as well: the handler gets what it would without it."""
     args = fn.args
     positional = list(getattr(args, "posonlyargs", [])) + list(args.args)
     defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
@@ -323,9 +352,9 @@ def inputs_of(fn, drop_first: bool = False) -> list:
     inputs = []
     for arg, default in pairs:
         item = {"name": arg.arg, "required": default is None}
-        kind = json_type(arg.annotation)
-        if kind:
-            item["type"] = kind
+        item.update(annotation_schema(arg.annotation))
+        if "type" in item and is_none(default):
+            item["nullable"] = True
         if default is not None:
             try:
                 value = ast.literal_eval(default)
@@ -345,6 +374,9 @@ def callable_info(fn, drop_first: bool = False) -> dict:
         "params": params_of(fn, drop_first),
         "inputs": inputs_of(fn, drop_first),
     }
+    if fn.args.kwarg is not None:
+        # **kwargs: any other input key is an argument too.
+        info["varKeywords"] = True
     summary = first_doc_line(fn)
     if summary is not None:
         info["summary"] = summary

@@ -21,6 +21,7 @@ import { manageOpenApi, managePrefix } from '../../core/manage.js';
 import type { ManifestEndpoint, Route } from '../../core/manifest.js';
 import { overLimitMessage } from '../../core/request-body.js';
 import { startFailureMessage } from './failures.js';
+import { type CallableInput, inputMismatch, inputSchema } from './inputs.js';
 import { corsAnswer, crossSiteRefusal, type SiteGuard } from './site-guard.js';
 import type { LiveEndpoints } from './state.js';
 
@@ -36,30 +37,12 @@ export interface DevRoute {
   params: string[];
   /** A class endpoint's method this route calls (sent as input["method"]). */
   classMethod?: string;
-  /** The signature's parameters with types and defaults, for the OpenAPI document. */
+  /** The signature's parameters with types and defaults: the OpenAPI document, a queue route's check. */
   inputs?: CallableInput[];
   /** Why the route is not named as the others are (a name two callables of the file share). */
   note?: string;
-}
-
-type CallableInput = NonNullable<Route['inputs']>[number];
-
-/** JSON Schema of a call's arguments: types from the hints, defaults, and what is required. */
-function inputSchema(route: DevRoute): Record<string, unknown> {
-  if (!route.inputs) {
-    return { type: 'object', properties: Object.fromEntries(route.params.map((p) => [p, {}])) };
-  }
-  const properties = Object.fromEntries(
-    route.inputs.map((input) => [
-      input.name,
-      {
-        ...(input.type ? { type: input.type } : {}),
-        ...(input.default !== undefined ? { default: input.default } : {}),
-      },
-    ]),
-  );
-  const required = route.inputs.filter((i) => i.required).map((i) => i.name);
-  return { type: 'object', properties, ...(required.length > 0 ? { required } : {}) };
+  /** The signature has **kwargs. */
+  varKeywords?: true;
 }
 
 const prefixOf = (endpoint: ManifestEndpoint) => `/${endpoint.module.split('.').join('/')}`;
@@ -72,7 +55,7 @@ interface QueueCallable {
   /** The class a method belongs to. */
   className?: string;
   /** What the route documents: the function's, or the method's. */
-  doc: Pick<Route, 'summary' | 'params' | 'inputs'>;
+  doc: Pick<Route, 'summary' | 'params' | 'inputs' | 'varKeywords'>;
   /** Sent as input["method"]: a class with several methods needs it. */
   classMethod?: string;
 }
@@ -129,6 +112,7 @@ export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
           summary: callable.doc.summary,
           params: callable.doc.params,
           ...(callable.doc.inputs ? { inputs: callable.doc.inputs } : {}),
+          ...(callable.doc.varKeywords ? { varKeywords: true } : {}),
           ...(callable.classMethod ? { classMethod: callable.classMethod } : {}),
           ...(qualified
             ? {
@@ -148,6 +132,7 @@ export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
           summary: route.summary,
           params: route.params,
           ...(route.inputs ? { inputs: route.inputs } : {}),
+          ...(route.varKeywords ? { varKeywords: true } : {}),
         });
       }
     }
@@ -248,9 +233,17 @@ async function runQueueJob(
     typeof body !== 'object' ||
     body.input === undefined ||
     body.input === null ||
-    typeof body.input !== 'object'
+    typeof body.input !== 'object' ||
+    Array.isArray(body.input)
   ) {
     return reply.code(400).send({ error: 'The body needs the wrapper {"input": {...}}' });
+  }
+  // Before the endpoint is provisioned and a job made: 422, as Flash's dev server answers it.
+  const callable = route.classMethod ? `${route.endpoint}.${route.classMethod}` : route.endpoint;
+  const mismatch = inputMismatch(route, body.input as Record<string, unknown>, callable);
+  if (mismatch !== undefined) {
+    options.log(`${route.method} ${route.path} → 422 ${mismatch}`);
+    return reply.code(422).send({ error: mismatch });
   }
   const record = await options.live.ensure(route.endpoint);
   const failed = options.startFailure?.(record.id);
@@ -395,7 +388,7 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
       summary: route.summary ?? `${route.endpoint}`,
       tags: [route.prefix.slice(1)],
     };
-    const args = inputSchema(route);
+    const args = inputSchema(route, route.kind === 'queue');
     if (route.method !== 'GET' && route.method !== 'DELETE') {
       schema.body =
         route.kind === 'queue' ? { type: 'object', required: ['input'], properties: { input: args } } : args;

@@ -249,6 +249,42 @@ def patch_item(item_id):
     expect(api.resources.healthCheckGraceSec).toBeUndefined();
   });
 
+  it("records which hints ferry dev checks: plain types, None beside one, **kwargs; another module's int is left alone", async () => {
+    const root = project({
+      'typed.py': `import typing
+import numpy as np
+from typing import Optional, Union, List
+from ferry import Endpoint
+
+@Endpoint(name="typed", cpu="1-2")
+def typed(a: int, b: float = 1.0, c: Optional[str] = None, d: list[int] | None = None,
+          e: "dict[str, int]" = None, f: Union[bool, None] = True, g: Union[int, str] = 1,
+          h: np.float = 1, i: typing.List[int] = [], j=None, k: int | str = 1, m: MyClass = None,
+          *args, job=None, **extra):
+    return a
+`,
+    });
+    const { endpoints } = await scanProject({ projectDir: root });
+    const target = manifestEndpointSchema.parse(endpoints[0]).target!;
+    expect(target.varKeywords).toBe(true);
+    expect(target.inputs).toEqual([
+      { name: 'a', required: true, type: 'integer' },
+      { name: 'b', required: false, type: 'number', default: 1.0 },
+      { name: 'c', required: false, type: 'string', nullable: true, default: null },
+      { name: 'd', required: false, type: 'array', nullable: true, default: null },
+      // A typed parameter whose default is None takes None too.
+      { name: 'e', required: false, type: 'object', nullable: true, default: null },
+      { name: 'f', required: false, type: 'boolean', nullable: true, default: true },
+      // Two types, another module's float, no hint, a class: unchecked.
+      { name: 'g', required: false, default: 1 },
+      { name: 'h', required: false, default: 1 },
+      { name: 'i', required: false, type: 'array', default: [] },
+      { name: 'j', required: false, default: null },
+      { name: 'k', required: false, default: 1 },
+      { name: 'm', required: false, default: null },
+    ]);
+  });
+
   it('skips Endpoint(id=...) clients; records Endpoint(name=, image=) as a queue endpoint with its image', async () => {
     const root = project({
       'calls.py': `from ferry import Endpoint

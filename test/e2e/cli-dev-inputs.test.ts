@@ -1,0 +1,140 @@
+/**
+ * `ferry dev` through the real binary and real Python workers, on what a Flash user sends a queue
+ * route: an input that does not fit the function's signature (a wrong type, a missing or unknown
+ * argument, an empty input) is a 422 {"error"} naming the argument, before any job is made, as Flash's
+ * dev server answers it.
+ */
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CliSandbox } from './cli-support.js';
+
+const sandbox = new CliSandbox();
+let project = '';
+let base = '';
+let output: () => { stdout: string; stderr: string };
+
+const typed = `from typing import Optional
+from ferry import Endpoint
+
+
+@Endpoint(name="typed", cpu="1-2")
+def typed(a: int, b: float = 1.0, c: Optional[str] = None, flag: bool = False, xs: list[int] | None = None):
+    return {"a": a, "b": b, "c": c, "flag": flag, "xs": xs}
+`;
+
+const loose = `from ferry import Endpoint
+
+
+@Endpoint(name="loose", cpu="1-2")
+def loose(n: int, **extra):
+    return {"n": n, "extra": sorted(extra)}
+`;
+
+const single = `from ferry import Endpoint
+
+
+@Endpoint(name="single", cpu="1-2")
+class Single:
+    def predict(self, x: int):
+        return x * 2
+`;
+
+beforeAll(async () => {
+  project = path.join(sandbox.root, 'inputs');
+  mkdirSync(project);
+  writeFileSync(path.join(project, 'typed.py'), typed);
+  writeFileSync(path.join(project, 'loose.py'), loose);
+  writeFileSync(path.join(project, 'single.py'), single);
+  writeFileSync(path.join(project, '.env'), 'FERRY_API_KEY=fy_dev_inputs\n');
+  const started = await sandbox.start(
+    ['dev', '--host', '127.0.0.1', '--port', '0', '--no-deps'],
+    /Ferry dev server at (http:\/\/\S+)/,
+    { cwd: project },
+  );
+  output = started.output;
+  base = started.match[1]!;
+});
+afterAll(() => sandbox.cleanup());
+
+const post = async (url: string, body: string) => {
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body,
+  });
+  return { status: response.status, body: (await response.json()) as Record<string, any> };
+};
+
+/** The jobs of a live endpoint, through the management API the dev server passes on. */
+async function jobsOf(endpoint: string): Promise<unknown[]> {
+  const resources = JSON.parse(readFileSync(path.join(project, '.ferry', 'resources.json'), 'utf8'));
+  const response = await fetch(`${base}/manage/v1/endpoints/${resources[endpoint].id}/jobs`);
+  expect(response.status).toBe(200);
+  return ((await response.json()) as { jobs: unknown[] }).jobs;
+}
+
+describe('ferry dev: a queue route checks its input against the signature', { timeout: 120_000 }, () => {
+  it('answers 422 naming the argument, what it expects and what came, and makes no job', async () => {
+    const good = await post(`${base}/typed/runsync`, '{"input": {"a": 3, "b": 2, "c": null, "xs": [1]}}');
+    expect(good.status).toBe(200);
+    expect(good.body).toMatchObject({
+      status: 'COMPLETED',
+      output: { a: 3, b: 2, c: null, flag: false, xs: [1] },
+    });
+    expect(await jobsOf('typed')).toHaveLength(1);
+
+    for (const [input, error] of [
+      ['{"a": "x"}', `'a' must be int, got str "x"`],
+      ['{"a": "3"}', `'a' must be int, got str "3"`],
+      ['{"a": true}', `'a' must be int, got bool true`],
+      ['{"a": 1, "b": "2.5"}', `'b' must be float, got str "2.5"`],
+      ['{"a": 1, "xs": "1,2"}', `'xs' must be list or None, got str "1,2"`],
+      ['{"b": 2}', `missing required argument 'a' (int)`],
+      ['{}', `missing required argument 'a' (int)`],
+      ['{"a": 1, "zzz": 2}', `unexpected argument 'zzz' (it takes: a, b, c, flag, xs)`],
+    ]) {
+      const result = await post(`${base}/typed/runsync`, `{"input": ${input}}`);
+      expect(result.status, input).toBe(422);
+      expect(result.body, input).toEqual({ error: `The input does not fit typed: ${error}` });
+    }
+    // Before any job was made: the one from the first call is all there is.
+    expect(await jobsOf('typed')).toHaveLength(1);
+    expect(output().stderr).toContain(
+      `POST /typed/runsync → 422 The input does not fit typed: 'a' must be int, got str "x"`,
+    );
+  });
+
+  it('takes any other argument where the function has **kwargs, and still checks the typed ones', async () => {
+    const result = await post(`${base}/loose/runsync`, '{"input": {"n": 1, "extra_one": true}}');
+    expect(result.body).toMatchObject({ status: 'COMPLETED', output: { n: 1, extra: ['extra_one'] } });
+    const wrong = await post(`${base}/loose/runsync`, '{"input": {"n": 1.5}}');
+    expect(wrong).toEqual({
+      status: 422,
+      body: { error: "The input does not fit loose: 'n' must be int, got float 1.5" },
+    });
+  });
+
+  it("checks a class with one public method against that method's arguments", async () => {
+    const result = await post(`${base}/single/runsync`, '{"input": {"x": 21}}');
+    expect(result.body).toMatchObject({ status: 'COMPLETED', output: 42 });
+    const wrong = await post(`${base}/single/runsync`, '{"input": {"x": "21", "self": 1}}');
+    expect(wrong).toEqual({
+      status: 422,
+      body: {
+        error: `The input does not fit single: 'x' must be int, got str "21"; unexpected argument 'self' (it takes: x)`,
+      },
+    });
+  });
+
+  it('shows in /docs what it checks: the types, None where allowed, no other argument', async () => {
+    const spec = (await (await fetch(`${base}/openapi.json`)).json()) as any;
+    const input =
+      spec.paths['/typed/runsync'].post.requestBody.content['application/json'].schema.properties.input;
+    expect(input).toMatchObject({
+      required: ['a'],
+      additionalProperties: false,
+      properties: { a: { type: 'integer' }, c: { type: 'string', nullable: true, default: null } },
+    });
+  });
+});
