@@ -22,7 +22,12 @@ import {
 } from '../config.js';
 import { type CliContext, providerName, withProvider } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
-import { devStartFailureCodes, devStartFailureFix, startFailureOf } from '../dev/failures.js';
+import {
+  devStartFailureCodes,
+  devStartFailureFix,
+  reloadFailureMessage,
+  startFailureOf,
+} from '../dev/failures.js';
 import { type DevLock, takeDevLock } from '../dev/lock.js';
 import {
   DevResourcesFile,
@@ -247,10 +252,14 @@ async function serveDev(
     // One listener for the whole session: a reload builds the routes anew and swaps them in behind
     // it, so the port never closes, and a request in flight (a runsync: up to 90 s) finishes on the
     // routes it started with while new requests get the new ones.
+    // Set while the code on disk does not load (a reload failed): every route answers it, until a
+    // reload succeeds, rather than run the code from before the change.
+    let reloadFailure: string | undefined;
     const routesOf = async () => {
       const next = await createDevServer({
         live,
         startFailure: (endpointId) => startFailureOf(platform.supervisor.problem(endpointId)),
+        reloadFailure: () => reloadFailure,
         platformUrl: platform.url,
         apiKey: key.key,
         guard: { listenHost: args.host, allowOrigins: args.allowOrigins },
@@ -297,15 +306,21 @@ async function serveDev(
     if (args.reload) {
       let timer: NodeJS.Timeout | undefined;
       let reloading = Promise.resolve();
+      // The files changed since the last reload began, for the message of a reload that fails.
+      const changed = new Set<string>();
       const reload = async () => {
+        const files = [...changed].sort();
+        changed.clear();
         try {
           const routesBefore = new Set(routeLines(snapshot.endpoints));
-          snapshot = await scanForDev(projectDir);
-          const removed = await live.apply(snapshot);
+          const next = await scanForDev(projectDir);
+          const removed = await live.apply(next);
+          snapshot = next;
           for (const name of removed) say(`- removed live-${name}: no longer in the project`);
           const old = server;
           server = await routesOf();
           await old?.close();
+          reloadFailure = undefined;
           say(`↻ reloaded (${countOf(snapshot.endpoints.length, 'endpoint')})`);
           // The routes a reload added or took away, as the start listed them: a new endpoint's URL
           // is on the terminal without a restart, or a look at /docs.
@@ -313,7 +328,11 @@ async function serveDev(
           for (const line of routesAfter) if (!routesBefore.has(line)) say(`  + ${line}`);
           for (const line of routesBefore) if (!routesAfter.includes(line)) say(`  - ${line}`);
         } catch (error) {
+          reloadFailure = reloadFailureMessage(files, error);
           say(`reload failed: ${(error as Error).message}`);
+          say(
+            '  Every route answers 503 with this error until a save reloads the code; /docs and /ping still answer.',
+          );
         }
       };
       // chokidar follows what editors do: atomic saves (write a temp file, rename over), renames, new
@@ -331,6 +350,7 @@ async function serveDev(
       });
       watcher.on('all', (_event, file) => {
         if (!file.endsWith('.py')) return;
+        changed.add(path.relative(projectDir, file).split(path.sep).join('/'));
         clearTimeout(timer);
         timer = setTimeout(() => {
           reloading = reloading.then(reload);

@@ -159,6 +159,8 @@ export interface DevServerOptions {
   live: LiveEndpoints;
   /** The worker's last lines while the endpoint cannot start (failures.ts startFailureOf), else undefined. */
   startFailure?: (endpointId: string) => string | undefined;
+  /** Why the last reload failed, until one succeeds (failures.ts reloadFailureMessage), else undefined. */
+  reloadFailure?: () => string | undefined;
   platformUrl: string;
   apiKey: string;
   /** Who may call (site-guard.ts): the server takes no key, so a web page must not reach it. */
@@ -407,10 +409,14 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
         // A queue route submits a /run; a load-balanced one is an /lb request.
         bodyLimit: route.kind === 'queue' ? limits.runBodyBytes : limits.lbBodyBytes,
         schema,
-        handler: (request, reply) =>
-          route.kind === 'queue'
+        handler: (request, reply) => {
+          // The code on disk did not load: the workers would answer with the code from before.
+          const reloadFailed = options.reloadFailure?.();
+          if (reloadFailed !== undefined) return reply.code(503).send({ error: reloadFailed });
+          return route.kind === 'queue'
             ? runQueueJob(options, route, request, reply)
-            : proxyRoute(options, route, request, reply),
+            : proxyRoute(options, route, request, reply);
+        },
       });
     } catch (error) {
       options.log(

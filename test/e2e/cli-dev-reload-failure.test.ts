@@ -1,0 +1,110 @@
+/**
+ * `ferry dev` through the real binary and real Python workers, when a save leaves code that does not
+ * load (a syntax error): every route answers 503 {"error"} naming the file, the error and that the
+ * next save reloads, instead of the old code's answers; /docs, /ping and / still answer; the next
+ * good save serves the new code. Each step waits for the line ferry dev prints, never for time.
+ */
+import type { ChildProcess } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { CliSandbox } from './cli-support.js';
+
+const sandbox = new CliSandbox();
+let project = '';
+let base = '';
+let dev: ChildProcess;
+let output: () => { stdout: string; stderr: string };
+
+const app = (word: string) => `from ferry import Endpoint
+
+
+@Endpoint(name="hello", cpu="1-2")
+def hello(name: str):
+    return f"${word} {name}"
+`;
+
+const api = `from ferry import Endpoint
+
+api = Endpoint(name="api", cpu="1-2")
+
+
+@api.post("/echo")
+def echo(x: int = 1):
+    return {"x": x}
+`;
+
+beforeAll(async () => {
+  project = path.join(sandbox.root, 'reloads');
+  mkdirSync(project);
+  writeFileSync(path.join(project, 'app.py'), app('v1'));
+  writeFileSync(path.join(project, 'api.py'), api);
+  writeFileSync(path.join(project, '.env'), 'FERRY_API_KEY=fy_dev_reload\n');
+  const started = await sandbox.start(
+    ['dev', '--host', '127.0.0.1', '--port', '0', '--no-deps'],
+    /Ferry dev server at (http:\/\/\S+)/,
+    { cwd: project },
+  );
+  dev = started.child;
+  output = started.output;
+  base = started.match[1]!;
+});
+afterAll(() => sandbox.cleanup());
+
+/** The next stderr line of ferry dev that matches, from now on: registered before the save it follows. */
+function nextPrinted(pattern: RegExp): Promise<void> {
+  return new Promise((resolve) => {
+    let seen = '';
+    const onData = (chunk: Buffer) => {
+      seen += chunk.toString();
+      if (!pattern.test(seen)) return;
+      dev.stderr!.off('data', onData);
+      resolve();
+    };
+    dev.stderr!.on('data', onData);
+  });
+}
+
+const post = async (url: string, body: unknown) => {
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: response.status, body: (await response.json()) as Record<string, any> };
+};
+
+it('answers 503 naming the file and the error while the saved code does not load, then serves the next good save', {
+  timeout: 120_000,
+}, async () => {
+  expect((await post(`${base}/app/runsync`, { input: { name: 'a' } })).body.output).toBe('v1 a');
+  expect((await post(`${base}/api/echo`, { x: 2 })).body).toEqual({ x: 2 });
+
+  const failed = nextPrinted(/reload failed[^\n]*\n[^\n]*\n/);
+  writeFileSync(path.join(project, 'app.py'), `${app('v2')}\ndef broken(:\n`);
+  await failed;
+  const message =
+    /^ferry dev could not reload the project after app\.py changed: The project has a problem: app\.py:8: syntax error: invalid syntax \(parsed with Python [0-9.]+\)\. It does not run the code from before that change: fix the code and save, and ferry dev reloads it on the next save\.$/;
+  // Every route, the load-balanced one of the file that still loads too: reloading is all or nothing.
+  const queue = await post(`${base}/app/runsync`, { input: { name: 'a' } });
+  expect(queue.status).toBe(503);
+  expect(queue.body.error).toMatch(message);
+  const lb = await post(`${base}/api/echo`, { x: 2 });
+  expect(lb.status).toBe(503);
+  expect(lb.body.error).toMatch(message);
+  // The dev server itself still answers.
+  expect((await fetch(`${base}/ping`)).status).toBe(200);
+  expect((await fetch(`${base}/docs`)).status).toBe(200);
+  expect(((await (await fetch(`${base}/`)).json()) as { status: string }).status).toBe('ok');
+  expect(output().stderr).toMatch(
+    /reload failed: The project has a problem:\n {2}app\.py:8: syntax error: [^\n]+\n {2}Every route answers 503 with this error until a save reloads the code; \/docs and \/ping still answer\.\n/,
+  );
+
+  const reloaded = nextPrinted(/↻ reloaded/);
+  writeFileSync(path.join(project, 'app.py'), app('v2'));
+  await reloaded;
+  const fixed = await post(`${base}/app/runsync`, { input: { name: 'a' } });
+  expect(fixed).toMatchObject({ status: 200, body: { status: 'COMPLETED', output: 'v2 a' } });
+  expect((await post(`${base}/api/echo`, { x: 3 })).body).toEqual({ x: 3 });
+  expect(readFileSync(path.join(project, 'app.py'), 'utf8')).not.toContain('broken');
+});
