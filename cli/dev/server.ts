@@ -244,7 +244,8 @@ async function runQueueJob(
   const callable = route.classMethod ? `${route.endpoint}.${route.classMethod}` : route.endpoint;
   const mismatch = inputMismatch(route, body.input as Record<string, unknown>, callable);
   if (mismatch !== undefined) {
-    options.log(`${route.method} ${route.path} → 422 ${mismatch}`);
+    // The caller's keys and values, written out: they cannot rewrite the terminal.
+    options.log(printable(`${route.method} ${route.path} → 422 ${mismatch}`));
     return reply.code(422).send({ error: mismatch });
   }
   const record = await options.live.ensure(route.endpoint);

@@ -98,10 +98,16 @@ describe('ferry dev: a queue route checks its input against the signature', { ti
       expect(result.status, input).toBe(422);
       expect(result.body, input).toEqual({ error: `The input does not fit typed: ${error}` });
     }
+    // A key is the caller's words: on the terminal its control characters are written out.
+    const hostile = await post(`${base}/typed/runsync`, '{"input": {"a": 1, "\\u001b[2Jred\\u009b": 2}}');
+    expect(hostile.body.error).toContain("unexpected argument '\u001b[2Jred\u009b'");
     // Before any job was made: the one from the first call is all there is.
     expect(await jobsOf('typed')).toHaveLength(1);
     expect(output().stderr).toContain(
       `POST /typed/runsync → 422 The input does not fit typed: 'a' must be int, got str "x"`,
+    );
+    expect(output().stderr).toContain(
+      "→ 422 The input does not fit typed: unexpected argument '\\x1b[2Jred\\x9b'",
     );
   });
 
