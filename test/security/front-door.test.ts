@@ -5,7 +5,7 @@
  * attacking socket is closed by the server, and a client with a key is served meanwhile. Also: the
  * per-key rate limit and the per-endpoint queue cap answer 429 with Retry-After. Keys the platform
  * does not know count against the caller's address; a /run body over /run's limit is a 413 naming
- * that limit; what Node's HTTP parser refuses (malformed HTTP, a URL or header over 16 KB) is answered
+ * that limit, by id and by name; what Node's HTTP parser refuses (malformed HTTP, a URL or header over 16 KB) is answered
  * with the one-field error shape, and the socket is closed.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -15,6 +15,8 @@ import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { limits } from '../../core/limits.js';
+import { overLimitMessage } from '../../core/request-body.js';
 import { rawExchange } from '../support/raw-http.js';
 
 const fixture = join(import.meta.dirname, 'fixtures', 'platform-child.mjs');
@@ -229,6 +231,28 @@ describe('front door answers', () => {
     expect(Object.keys(body)).toEqual(['error']);
     expect(body.error).toMatch(/takes at most 10485760 bytes/);
   }, 30_000);
+
+  it("answers a by-name submit over its route's limit with the 413 of the same route by id", async () => {
+    const server = await startChild({});
+    const byName = `/v2/by-name/${endpoint.app}/${endpoint.env}/${endpoint.name}`;
+    // Between the route's limit and the server's cap (21 MB), and past the cap.
+    const cases: [string, number, number][] = [
+      ['run', 15, limits.runBodyBytes],
+      ['run', 30, limits.runBodyBytes],
+      ['runsync', 25, limits.runsyncBodyBytes],
+    ];
+    for (const [route, mb, limit] of cases) {
+      const response = await fetch(`${server.url}${byName}/${route}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ input: { blob: 'x'.repeat(mb * 1024 * 1024) } }),
+      });
+      expect({ route, mb, status: response.status }).toEqual({ route, mb, status: 413 });
+      expect(await response.json()).toEqual({
+        error: overLimitMessage('POST', `${byName}/${route}`, limit),
+      });
+    }
+  }, 60_000);
 
   it('answers what the HTTP parser refuses with one {"error"} field, and closes the socket', async () => {
     const server = await startChild({});

@@ -33,8 +33,8 @@ export interface LbFrontDoor {
 }
 
 /**
- * The server's cap, for the routes without a limit of their own here. /run, /runsync and /lb have
- * their own limits; a body over a route's limit never reaches its handler, and the 413 names that
+ * The server's cap, for the routes without a limit of their own here. /run and /runsync (by id and by
+ * name) and /lb have their own limits; a body over a route's limit never reaches its handler, and the 413 names that
  * limit (`request.routeOptions.bodyLimit`). job-done has its own too, but its handler hears of an
  * over-limit body (DroppedBody).
  */
@@ -205,19 +205,17 @@ export async function createHttpServer(options: {
     return reply.type('application/json').send(stringifyJsonExact(response.body));
   };
   app.route({ method: methods, url: '/v2/*', handler: forward });
-  // The client submits, at the API's own limits (core/api.ts): a body over one is never handed over.
-  app.route({
-    method: methods,
-    url: '/v2/:endpointId/run',
-    bodyLimit: limits.runBodyBytes,
-    handler: forward,
-  });
-  app.route({
-    method: methods,
-    url: '/v2/:endpointId/runsync',
-    bodyLimit: limits.runsyncBodyBytes,
-    handler: forward,
-  });
+  // The client submits, by id and by name, at their own limits (docs/api.md#limits): a body over one
+  // is never handed over, and its 413 names that limit, not the server's cap.
+  for (const endpoint of ['/v2/:endpointId', '/v2/by-name/:app/:env/:name']) {
+    app.route({ method: methods, url: `${endpoint}/run`, bodyLimit: limits.runBodyBytes, handler: forward });
+    app.route({
+      method: methods,
+      url: `${endpoint}/runsync`,
+      bodyLimit: limits.runsyncBodyBytes,
+      handler: forward,
+    });
+  }
   // A worker's result, at the worker protocol's limit; one over it fails its job (DroppedBody).
   app.route({
     method: methods,
