@@ -176,7 +176,7 @@ function unknownOption(
  * whose demandCommand counts those words, would run nothing and exit 0). The hint gives the line with
  * `--` left out, the command first and the options typed before `--` after it, where that line names a
  * command that takes them. Undefined when a command word comes before `--`, no word after it, or the
- * failing command has no subcommands (a leaf's positionals may come after `--`).
+ * failing command has no subcommands (argumentsAfterEndOfOptions).
  */
 function commandAfterEndOfOptions(
   group: readonly string[],
@@ -207,6 +207,48 @@ function commandAfterEndOfOptions(
     : '';
   const where = group.length > 0 ? ` of \`ferry ${group.join(' ')}\`` : '';
   return usage(`'${after[0]}' after -- was read as an argument, not as a command${where}`, `${form}${help}`);
+}
+
+/**
+ * Words after `--` on a command that has no commands of its own (`ferry env create -- x`). No ferry
+ * command takes any, and yargs fills no positional from them: it said `<name>` was missing though the
+ * user typed one, and dropped a word after the positionals unsaid (`ferry env create staging -- prod`
+ * created staging). Refused before anything runs; the hint gives the line without `--` where that
+ * line works: each word fills a positional left empty, and none starts with '-' (yargs would read it
+ * as an option, and no name, id or project starts with one). Undefined when no word follows `--`, help
+ * was asked for, or the words before it name no such command (a group's command after `--` is
+ * commandAfterEndOfOptions's; a word that names nothing is yargs').
+ */
+function argumentsAfterEndOfOptions(args: readonly string[], rules: OptionRules): FerryError | undefined {
+  const end = endOfOptions(args);
+  const after = args.slice(end + 1);
+  const before = args.slice(0, end);
+  if (after.length === 0 || before.some((a) => /^(-h|--help|--version)$/.test(a))) return undefined;
+  const words = wordsOf(before, rules.declared);
+  const walked = walk(
+    rules.commands,
+    words.filter((w) => w.option === undefined).map((w) => w.word),
+  );
+  const last = walked.path.at(-1);
+  if (last === undefined || walked.stray !== undefined || last.commands.length > 0) return undefined;
+  const command = walked.path.map((c) => c.words[0]!);
+  const named = `\`ferry ${command.join(' ')}\``;
+  const positionals = last.words.slice(1);
+  const empty = positionals.slice(walked.rest.length);
+  const help = `Run \`ferry ${[...command, '--help'].join(' ')}\`.`;
+  if (empty.length === 0) {
+    const takes =
+      positionals.length === 0 ? 'takes no arguments' : `takes no more than ${positionals.join(' ')}`;
+    return usage(`'${after[0]}' after -- was read as an argument, and ${named} ${takes}`, help);
+  }
+  const message = `'${after[0]}' after -- was read as an argument, not as the ${empty[0]} of ${named}`;
+  if (after.some((w) => w.startsWith('-'))) return usage(message, `No ${empty[0]} starts with '-'. ${help}`);
+  if (after.length > empty.length) return usage(message, help);
+  const options = before.filter((_, i) => !words.some((w) => w.index === i && w.option === undefined));
+  return usage(
+    message,
+    `Leave out --: \`ferry ${shown([...command, ...walked.rest, ...after, ...options])}\`. ${help}`,
+  );
 }
 
 /** Where a command line's options end: at `--`, after which every word is a positional. */
@@ -618,6 +660,9 @@ export async function run(args: string[], io: CliIo = processIo()): Promise<numb
       throw usage(message ? withFlagsAsTyped(message, args) : 'Invalid command line', helpHint(context));
     });
   try {
+    // Only a line with `--` pays for reading every command's declaration.
+    const afterEnd = args.includes('--') ? argumentsAfterEndOfOptions(args, optionRules(parser)) : undefined;
+    if (afterEnd) throw afterEnd;
     await parser.parseAsync();
     return 0;
   } catch (error) {

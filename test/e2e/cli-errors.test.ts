@@ -424,6 +424,49 @@ describe('ferry errors', () => {
     }
   });
 
+  it('words after -- on a command without commands are refused, never taken or dropped: nothing is created', async () => {
+    for (const [args, message, hint] of [
+      [
+        ['env', 'get', '--app', 'errs', '--', 'staging'],
+        "'staging' after -- was read as an argument, not as the <name> of `ferry env get`",
+        'Leave out --: `ferry env get staging --app errs`. Run `ferry env get --help`.',
+      ],
+      [
+        ['env', 'create', '--app', 'errs', '--', '-x'],
+        "'-x' after -- was read as an argument, not as the <name> of `ferry env create`",
+        "No <name> starts with '-'. Run `ferry env create --help`.",
+      ],
+      [
+        ['app', 'create', '--', '-x'],
+        "'-x' after -- was read as an argument, not as the <name> of `ferry app create`",
+        "No <name> starts with '-'. Run `ferry app create --help`.",
+      ],
+      [
+        ['env', 'create', 'dropped', '--app', 'errs', '--', 'prod'],
+        "'prod' after -- was read as an argument, and `ferry env create` takes no more than <name>",
+        'Run `ferry env create --help`.',
+      ],
+      [
+        ['keys', 'revoke', '--', 'k1', 'k2'],
+        "'k1' after -- was read as an argument, not as the <id> of `ferry keys revoke`",
+        'Run `ferry keys revoke --help`.',
+      ],
+      [
+        ['dev', '--', 'x'],
+        "'x' after -- was read as an argument, and `ferry dev` takes no arguments",
+        'Run `ferry dev --help`.',
+      ],
+    ] as const) {
+      await expectRefused(args, message, hint);
+    }
+    const apps = JSON.parse((await sandbox.run(['app', 'list', '--json'], { cwd: project })).stdout) as {
+      name: string;
+      environments: string[];
+    }[];
+    expect(apps.map((a) => a.name)).not.toContain('-x');
+    expect(apps.find((a) => a.name === 'errs')?.environments ?? []).not.toContain('dropped');
+  });
+
   it('an option no command declares is named wherever it was typed, with the unknown command beside it', async () => {
     for (const [lines, message, hint] of [
       [
