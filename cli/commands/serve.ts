@@ -4,7 +4,7 @@
  * once /v2 answers. `ferry quickstart` (what `npm start` runs) also deploys examples/hello into it.
  */
 import { type ExecFileSyncOptionsWithStringEncoding, execFileSync } from 'node:child_process';
-import { existsSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { CommandModule } from 'yargs';
 import type { LocalPlatformOptions, startLocalPlatform } from '../../core/adapters/local/platform.js';
@@ -160,6 +160,7 @@ async function serve(
   const isolation = workerIsolation(argv);
   // Said once the platform is up: a start that fails reports this start's log lines, its error first.
   const asRoot = rootWithoutIsolation(process.getuid?.(), isolation.args);
+  const gpus = gpuDevicesOpenToAll(isolation.options.workerUids !== undefined);
   const running = await runningServer(home);
   if (running) {
     if (argv.detach) {
@@ -183,6 +184,7 @@ async function serve(
       `✓ ferry serve runs in the background (pid ${info.pid}); logs in ${path.join(home, 'serve.log')}`,
     );
     if (asRoot) ctx.reporter.line(asRoot);
+    if (gpus) ctx.reporter.line(gpus);
     ctx.reporter.out(info.url);
     return;
   }
@@ -197,6 +199,7 @@ async function serve(
   ctx.reporter.out(`API key from ${key.source}; console at ${platform.url}/console`);
   ctx.reporter.out('Ctrl+C stops it and its workers.');
   if (asRoot) ctx.reporter.line(asRoot);
+  if (gpus) ctx.reporter.line(gpus);
   await untilStopped();
   ctx.reporter.line('Stopping…');
   forget();
@@ -238,6 +241,39 @@ export function rootWithoutIsolation(uid: number | undefined, isolationArgs: str
     'warning: serving as root without --worker-uids or --worker-user: endpoint code runs as root and can ' +
     "read FERRY_HOME's keys and database and other endpoints' secrets. " +
     'Run `sudo ferry serve --worker-uids 200000-265535` to give each endpoint a user of its own.'
+  );
+}
+
+/**
+ * The warning for `--worker-uids` on a host whose GPU device files (`/dev/nvidia*`, in `devDir`) every
+ * user may open: the driver's default mode is 0666. A worker's CUDA_VISIBLE_DEVICES only says which
+ * GPUs CUDA shows it; the uid that keeps an endpoint out of other endpoints' files and processes does
+ * not keep it off their GPUs, which it can open and use (docs/security.md). Said, not refused: the
+ * operator's fix (a container per endpoint, the device cgroup, tighter device modes) is outside Ferry.
+ */
+export function gpuDevicesOpenToAll(workerUids: boolean, devDir = '/dev'): string | undefined {
+  if (!workerUids) return undefined;
+  let names: string[];
+  try {
+    names = readdirSync(devDir).filter((name) => name.startsWith('nvidia'));
+  } catch {
+    return undefined;
+  }
+  const open = names.filter((name) => {
+    try {
+      // Read or write for others: either opens the device to any uid.
+      return (statSync(path.join(devDir, name)).mode & 0o006) !== 0;
+    } catch {
+      return false;
+    }
+  });
+  if (open.length === 0) return undefined;
+  const shown = open.sort().map((name) => path.join(devDir, name));
+  return (
+    `warning: ${shown.slice(0, 3).join(', ')}${shown.length > 3 ? ` and ${shown.length - 3} more` : ''} ` +
+    "can be opened by every user, so --worker-uids does not keep an endpoint's code off GPUs given to " +
+    'another (CUDA_VISIBLE_DEVICES only picks the GPUs CUDA shows). Run each endpoint in a container of ' +
+    'its own, or limit the devices with the device cgroup (docs/security.md).'
   );
 }
 
