@@ -66,7 +66,13 @@ async function main(): Promise<void> {
     // The fault bench's receivers listen on loopback, which webhooks may only reach when allowed.
     webhookAllow: ['127.0.0.1'],
     // Benchmarks push one key far past the per-key rate limit on purpose: they measure the platform.
-    frontDoor: { rateLimitRequests: Number.MAX_SAFE_INTEGER },
+    // So does the TypeScript protocol worker (FERRY_BENCH_ENDPOINTS): 16 jobs at once on one token and
+    // two requests a job, 25 000 a window, past any worker of the ferry runtime, whose Python pools
+    // keep the default worker limit.
+    frontDoor: {
+      rateLimitRequests: Number.MAX_SAFE_INTEGER,
+      ...(process.env.FERRY_BENCH_ENDPOINTS ? { workerRateLimitRequests: Number.MAX_SAFE_INTEGER } : {}),
+    },
     workers: project
       ? { ferryPythonPath: project.ferryPythonPath, tickMs: 100, reconcileIntervalMs: 500, drainMs: 3_000 }
       : undefined,

@@ -639,6 +639,12 @@ export class V2Api {
 
   private async ping({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
     const ids = (req.query.job_id ?? '').split(',').filter((id) => id.length > 0);
+    // Each id is a lease renewal in the store: a worker lists the jobs it holds, never thousands.
+    if (ids.length > limits.pingJobIds) {
+      throw badRequest(
+        `A ping lists at most ${limits.pingJobIds} job ids (the jobs the worker holds); this one lists ${ids.length}`,
+      );
+    }
     await this.options.engine.ping(endpointId, params[0]!, ids);
     return ok({});
   }

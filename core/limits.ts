@@ -17,6 +17,12 @@ export const limits = {
   jobDoneBodyBytes: 20 * 1024 * 1024,
   /** Results in one job-done-batch (the ferry runtime's; the body is under jobDoneBodyBytes too). */
   jobDoneBatchJobs: 100,
+  /**
+   * Job ids one ping lists (400 above): each renews a lease in the store. A worker lists the jobs it
+   * holds, and a URL of real ids (39 characters and more) fits about 400 in Node's 16 KB of URL and
+   * headers; made-up one-letter ids fit 7 600, which cost the platform 78 ms of CPU per ping.
+   */
+  pingJobIds: 500,
   /** A single stream chunk; larger output is split across chunks. */
   streamChunkBytes: 1024 * 1024,
   /**
@@ -89,6 +95,13 @@ export const limits = {
   maxConnections: 1_000,
   /** Client requests per API key (per address without a valid key) per window; 429 with Retry-After above. */
   rateLimitRequests: 2_000,
+  /**
+   * Requests per worker token per window (429 with Retry-After above; docs/security.md). Measured on
+   * 2 cores: a worker of the ferry runtime in the bench's 2 × 8 pool sent at most 2 000 per window
+   * (it batches takes and results); one worker's code looping on a route that does not wait sent
+   * 52 000 per window and held the platform's CPU.
+   */
+  workerRateLimitRequests: 20_000,
   rateLimitWindowMs: 10_000,
   /** Jobs waiting in one endpoint's queue; /run and /runsync answer 429 above it. */
   queueCapJobs: 100_000,

@@ -5,7 +5,8 @@
  *   the body is read; otherwise it gets 401 and its socket is closed, so unauthenticated uploads cost
  *   no memory whatever their size or speed.
  * - Header, request and idle timeouts close slow or silent sockets; a connection cap bounds sockets.
- * - Client requests are rate limited per API key (per address without a known one): 429 with Retry-After.
+ * - Requests are rate limited per API key (per address without a known one) and, with a limit of
+ *   their own, per worker token: 429 with Retry-After.
  *
  * Which key may call which route is still decided by the API (core/api.ts); this is only the cheap
  * check that keeps bodies of strangers out.
@@ -22,23 +23,26 @@ import {
   type ServerLimits,
 } from '../../request-body.js';
 
-/** The server's limits (shared with the AWS agent, core/request-body.ts) and the client rate limit. */
+/** The server's limits (shared with the AWS agent, core/request-body.ts) and the rate limits. */
 export interface FrontDoorLimits extends ServerLimits {
   rateLimitRequests: number;
+  /** Per worker token, in the same window: workers poll and stream all the time (core/limits.ts). */
+  workerRateLimitRequests: number;
   rateLimitWindowMs: number;
 }
 
 export const defaultFrontDoorLimits: FrontDoorLimits = {
   ...defaultServerLimits,
   rateLimitRequests: limits.rateLimitRequests,
+  workerRateLimitRequests: limits.workerRateLimitRequests,
   rateLimitWindowMs: limits.rateLimitWindowMs,
 };
 
+/** Whose a credential is: a live worker's token, a client key (a call token too), or none the platform knows. */
+export type Caller = 'worker' | 'client' | undefined;
+
 export interface FrontDoorGuard {
-  /** Whether this is a credential the platform knows at all (a client key or a worker token). */
-  knows(key: string): Promise<boolean>;
-  /** Worker credentials poll and stream all the time: the client rate limit does not apply to them. */
-  isWorker(key: string): Promise<boolean>;
+  callerOf(key: string): Promise<Caller>;
   limits?: Partial<FrontDoorLimits>;
 }
 
@@ -59,28 +63,78 @@ export function serverOptions(l: FrontDoorLimits): Partial<FastifyServerOptions>
   } as Partial<FastifyServerOptions>;
 }
 
+/**
+ * Requests per worker token in fixed windows: the worker rate limit. Kept beside the client limiter
+ * (@fastify/rate-limit) rather than in it: a worker request there cost about 15 µs more (its store
+ * round, its x-ratelimit headers), on the path every job takes. O(1), and nothing is allocated per
+ * request once a token has its entry.
+ */
+export class WorkerWindows {
+  private readonly windows = new Map<string, { count: number; startMs: number }>();
+
+  constructor(
+    private readonly max: number,
+    private readonly windowMs: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** Counts a request of `tokenHash`: 0 while within the limit, else the ms until its window ends. */
+  take(tokenHash: string): number {
+    const now = this.now();
+    let window = this.windows.get(tokenHash);
+    if (window === undefined) {
+      // Tokens die with their workers: a bound instead of a sweep.
+      if (this.windows.size >= 10_000) this.windows.clear();
+      window = { count: 0, startMs: now };
+      this.windows.set(tokenHash, window);
+    } else if (now - window.startMs >= this.windowMs) {
+      window.count = 0;
+      window.startMs = now;
+    }
+    window.count++;
+    return window.count > this.max ? window.startMs + this.windowMs - now : 0;
+  }
+}
+
+/** The 429's message, the same for a client key and a worker token. */
+function rateLimitMessage(max: number, windowMs: number, waitMs: number): string {
+  return `Rate limit of ${max} requests per ${Math.round(windowMs / 1000)} s exceeded; retry in ${Math.ceil(waitMs / 1000)} s`;
+}
+
 /** Must be awaited before routes are added: the rate limiter attaches itself to routes as they are added. */
 export async function installGuards(app: FastifyInstance, guard: FrontDoorGuard | undefined): Promise<void> {
   const l = frontDoorLimits(guard);
   app.server.maxConnections = l.maxConnections;
   if (!guard) return;
 
-  // Whether the request's credential is one the platform knows, asked once per request: the body
-  // check below and the limiter's key both need it, and a created key's answer is a SQLite read.
-  const known = new WeakMap<FastifyRequest, Promise<boolean>>();
-  const knowsCaller = (request: FastifyRequest): Promise<boolean> => {
-    let answer = known.get(request);
+  // Whose the request's credential is, asked once per request: the body check, the worker limit
+  // and the client limiter all need it, and a created key's answer is a SQLite read.
+  const callers = new WeakMap<FastifyRequest, Promise<Caller>>();
+  const callerOf = (request: FastifyRequest): Promise<Caller> => {
+    let answer = callers.get(request);
     if (!answer) {
       const key = credentialOf(request.headers.authorization);
-      answer = key ? guard.knows(key) : Promise.resolve(false);
-      known.set(request, answer);
+      answer = key ? guard.callerOf(key) : Promise.resolve(undefined);
+      callers.set(request, answer);
     }
     return answer;
   };
 
+  // A pool at full speed stays far below the worker limit; one endpoint's code looping on its
+  // worker routes cannot take the whole platform (docs/security.md).
+  const workers = new WorkerWindows(l.workerRateLimitRequests, l.rateLimitWindowMs);
   app.addHook('onRequest', async (request, reply) => {
-    if (!hasBody(request.headers)) return;
-    if (await knowsCaller(request)) return;
+    const key = credentialOf(request.headers.authorization);
+    const caller = key === undefined ? undefined : await callerOf(request);
+    if (caller === 'worker') {
+      const waitMs = workers.take(hashKey(key!));
+      if (waitMs === 0) return;
+      reply.header('retry-after', String(Math.ceil(waitMs / 1000)));
+      return reply
+        .code(429)
+        .send({ error: rateLimitMessage(l.workerRateLimitRequests, l.rateLimitWindowMs, waitMs) });
+    }
+    if (caller !== undefined || !hasBody(request.headers)) return;
     // Closing the socket after the answer drops the rest of the body unread.
     reply.header('connection', 'close');
     return reply.code(401).send({ error: missingKeyMessage });
@@ -93,20 +147,17 @@ export async function installGuards(app: FastifyInstance, guard: FrontDoorGuard 
     keyGenerator: async (request) => {
       // Only a key the platform knows has a bucket of its own (the digest, so the limiter's memory
       // never holds a key); an unknown one counts against its address like no key, or a client
-      // trying one made-up key per request would never be limited.
+      // trying one made-up key per request would never be limited. Worker tokens have their own
+      // limit (WorkerWindows, above) and no bucket here.
       const key = credentialOf(request.headers.authorization);
-      return key && (await knowsCaller(request)) ? `key:${hashKey(key)}` : `ip:${request.ip}`;
+      const caller = key === undefined ? undefined : await callerOf(request);
+      if (caller === 'worker') return 'worker';
+      return caller === 'client' ? `key:${hashKey(key!)}` : `ip:${request.ip}`;
     },
-    allowList: async (request) => {
-      const key = credentialOf(request.headers.authorization);
-      return key !== undefined && (await guard.isWorker(key));
-    },
+    allowList: (_request, bucket) => bucket === 'worker',
     errorResponseBuilder: (_request, context) =>
-      Object.assign(
-        new Error(
-          `Rate limit of ${context.max} requests per ${Math.round(l.rateLimitWindowMs / 1000)} s exceeded; retry in ${Math.ceil(context.ttl / 1000)} s`,
-        ),
-        { statusCode: 429 },
-      ),
+      Object.assign(new Error(rateLimitMessage(context.max, l.rateLimitWindowMs, context.ttl)), {
+        statusCode: 429,
+      }),
   });
 }

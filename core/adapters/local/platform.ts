@@ -236,8 +236,8 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     consoleDir: options.consoleDir,
     log,
     guard: {
-      knows: async (key) => isLiveWorkerToken(key) || (await auth.isClientKey(key)),
-      isWorker: async (key) => isLiveWorkerToken(key),
+      callerOf: async (key) =>
+        isLiveWorkerToken(key) ? 'worker' : (await auth.isClientKey(key)) ? 'client' : undefined,
       limits: options.frontDoor,
     },
     lb: {

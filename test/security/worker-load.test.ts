@@ -1,0 +1,93 @@
+/**
+ * What one worker token can make the platform do (docs/security.md, "Front door (local)"). Endpoint
+ * code holds its worker's token, so the worker routes are bounded like the client ones: a ping lists
+ * at most `limits.pingJobIds` job ids (each is a lease renewal in the store; 7 600 made-up one-letter
+ * ids cost 78 ms of the platform's CPU per ping), and worker tokens have a rate limit of their own,
+ * per token, apart from the client keys' buckets. Real platform, real HTTP.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { limits } from '../../core/limits.js';
+import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
+
+const started: { platform: TestPlatform; dataDir: string }[] = [];
+
+async function platformWith(options: Parameters<typeof startTestPlatform>[0] = {}) {
+  const dataDir = mkdtempSync(join(tmpdir(), 'ferry-worker-load-'));
+  const platform = await startTestPlatform({ dataDir, workerWaitMs: 300, ...options });
+  started.push({ platform, dataDir });
+  await platform.addEndpoint('load');
+  return platform;
+}
+
+afterEach(async () => {
+  for (const { platform, dataDir } of started.splice(0)) {
+    await platform.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+async function get(platform: TestPlatform, path: string, authorization: string) {
+  const response = await fetch(`${platform.url}/v2/${path}`, { headers: { authorization } });
+  const text = await response.text();
+  return {
+    status: response.status,
+    retryAfter: response.headers.get('retry-after'),
+    body: text ? (JSON.parse(text) as Record<string, unknown>) : undefined,
+  };
+}
+
+describe('a worker token bounded', () => {
+  it(`refuses a ping of more than ${limits.pingJobIds} job ids with a 400 {"error"}, renewing nothing`, async () => {
+    const platform = await platformWith();
+    const worker = platform.adoptWorker('load');
+    const jobId = (await call(platform.baseUrl, 'POST', '/load/run', { input: {} })).body.id as string;
+    expect((await get(platform, `load/job-take/${worker.workerId}`, worker.token)).status).toBe(200);
+    const before = await platform.db.jobs.get(jobId, Date.now());
+
+    const madeUp = Array.from({ length: limits.pingJobIds }, (_, i) => `j${i}`);
+    const over = await get(
+      platform,
+      `load/ping/${worker.workerId}?job_id=${[jobId, ...madeUp].join(',')}`,
+      worker.token,
+    );
+    expect(over.status).toBe(400);
+    expect(over.body).toEqual({
+      error: `A ping lists at most ${limits.pingJobIds} job ids (the jobs the worker holds); this one lists ${limits.pingJobIds + 1}`,
+    });
+    expect((await platform.db.jobs.get(jobId, Date.now()))?.leaseUntil).toBe(before?.leaseUntil);
+
+    // Up to the cap, a ping is served as before: the held job among made-up ids.
+    const atCap = [jobId, ...madeUp.slice(1)].join(',');
+    expect((await get(platform, `load/ping/${worker.workerId}?job_id=${atCap}`, worker.token)).status).toBe(
+      200,
+    );
+  });
+
+  it('limits each worker token on its own, apart from the client keys', async () => {
+    const platform = await platformWith({
+      frontDoor: { rateLimitRequests: 2, workerRateLimitRequests: 4, rateLimitWindowMs: 60_000 },
+    });
+    const looping = platform.adoptWorker('load');
+    const other = platform.adoptWorker('load');
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++)
+      statuses.push((await get(platform, `load/ping/${looping.workerId}`, looping.token)).status);
+    expect(statuses).toEqual([200, 200, 200, 200, 429]);
+    const refused = await get(platform, `load/job-take/${looping.workerId}`, looping.token);
+    expect(refused.status).toBe(429);
+    expect(Number(refused.retryAfter)).toBeGreaterThan(0);
+    expect(refused.body).toEqual({
+      error: expect.stringMatching(/^Rate limit of 4 requests per 60 s exceeded; retry in \d+ s$/),
+    });
+    // Another worker of the same endpoint has a window of its own; the client keys keep theirs,
+    // which the worker's requests did not count against.
+    expect((await get(platform, `load/ping/${other.workerId}`, other.token)).status).toBe(200);
+    const client: number[] = [];
+    for (let i = 0; i < 3; i++)
+      client.push((await get(platform, 'load/health', `Bearer ${testApiKey}`)).status);
+    expect(client).toEqual([200, 200, 429]);
+  });
+});
