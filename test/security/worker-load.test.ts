@@ -90,4 +90,26 @@ describe('a worker token bounded', () => {
       client.push((await get(platform, 'load/health', `Bearer ${testApiKey}`)).status);
     expect(client).toEqual([200, 200, 429]);
   });
+
+  it("takes a held job's result from a token over its limit: a refused result would be dropped and the job run again", async () => {
+    const platform = await platformWith({
+      frontDoor: { workerRateLimitRequests: 2, rateLimitWindowMs: 60_000 },
+    });
+    const worker = platform.adoptWorker('load');
+    const jobId = (await call(platform.baseUrl, 'POST', '/load/run', { input: {} })).body.id as string;
+    expect((await get(platform, `load/job-take/${worker.workerId}`, worker.token)).status).toBe(200);
+    expect((await get(platform, `load/ping/${worker.workerId}`, worker.token)).status).toBe(200);
+    expect((await get(platform, `load/ping/${worker.workerId}`, worker.token)).status).toBe(429);
+
+    const done = await fetch(`${platform.url}/v2/load/job-done/${worker.workerId}/${jobId}`, {
+      method: 'POST',
+      headers: { authorization: worker.token, 'content-type': 'application/json' },
+      body: JSON.stringify({ output: { ok: true } }),
+    });
+    expect(done.status).toBe(200);
+    expect(await platform.db.jobs.get(jobId, Date.now())).toMatchObject({
+      status: 'COMPLETED',
+      output: { ok: true },
+    });
+  });
 });

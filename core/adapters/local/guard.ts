@@ -96,6 +96,10 @@ export class WorkerWindows {
   }
 }
 
+/** A worker route whose body is a job's result or stream chunk (core/api.ts: job-done, job-done-batch, job-stream). */
+const resultRoute = /^\/v2\/[^/]+\/job-(?:done|done-batch|stream)\//;
+const carriesResult = (url: string): boolean => resultRoute.test(url);
+
 /** The 429's message, the same for a client key and a worker token. */
 function rateLimitMessage(max: number, windowMs: number, waitMs: number): string {
   return `Rate limit of ${max} requests per ${Math.round(windowMs / 1000)} s exceeded; retry in ${Math.ceil(waitMs / 1000)} s`;
@@ -128,7 +132,10 @@ export async function installGuards(app: FastifyInstance, guard: FrontDoorGuard 
     const caller = key === undefined ? undefined : await callerOf(request);
     if (caller === 'worker') {
       const waitMs = workers.take(hashKey(key!));
-      if (waitMs === 0) return;
+      // A result is counted but never refused: RunPod's worker SDK and Ferry's runtime take a 4xx to
+      // a result as final and drop it, and the job would run again once its lease lapsed. The
+      // worker's polls and pings meet the limit instead.
+      if (waitMs === 0 || carriesResult(request.url)) return;
       reply.header('retry-after', String(Math.ceil(waitMs / 1000)));
       return reply
         .code(429)
