@@ -8,7 +8,7 @@ import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { CliSandbox } from './cli-support.js';
+import { CliSandbox, printedOn } from './cli-support.js';
 
 const sandbox = new CliSandbox();
 let project = '';
@@ -51,20 +51,6 @@ beforeAll(async () => {
 });
 afterAll(() => sandbox.cleanup());
 
-/** The next stderr line of ferry dev that matches, from now on: registered before the save it follows. */
-function nextPrinted(pattern: RegExp): Promise<void> {
-  return new Promise((resolve) => {
-    let seen = '';
-    const onData = (chunk: Buffer) => {
-      seen += chunk.toString();
-      if (!pattern.test(seen)) return;
-      dev.stderr!.off('data', onData);
-      resolve();
-    };
-    dev.stderr!.on('data', onData);
-  });
-}
-
 const post = async (url: string, body: unknown) => {
   const response = await fetch(url, {
     method: 'POST',
@@ -80,7 +66,7 @@ it('answers 503 naming the file and the error while the saved code does not load
   expect((await post(`${base}/app/runsync`, { input: { name: 'a' } })).body.output).toBe('v1 a');
   expect((await post(`${base}/api/echo`, { x: 2 })).body).toEqual({ x: 2 });
 
-  const failed = nextPrinted(/reload failed[^\n]*\n[^\n]*\n/);
+  const failed = printedOn(dev, /reload failed[^\n]*\n[^\n]*\n/);
   writeFileSync(path.join(project, 'app.py'), `${app('v2')}\ndef broken(:\n`);
   await failed;
   const message =
@@ -100,7 +86,7 @@ it('answers 503 naming the file and the error while the saved code does not load
     /reload failed: The project has a problem:\n {2}app\.py:8: syntax error: [^\n]+\n {2}Every route answers 503 with this error until a save reloads the code; \/docs and \/ping still answer\.\n/,
   );
 
-  const reloaded = nextPrinted(/↻ reloaded/);
+  const reloaded = printedOn(dev, /↻ reloaded/);
   writeFileSync(path.join(project, 'app.py'), app('v2'));
   await reloaded;
   const fixed = await post(`${base}/app/runsync`, { input: { name: 'a' } });

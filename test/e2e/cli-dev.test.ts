@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CliSandbox, stopChild } from './cli-support.js';
+import { CliSandbox, printedOn, stopChild } from './cli-support.js';
 
 const sandbox = new CliSandbox();
 let project = '';
@@ -49,20 +49,6 @@ const post = async (url: string, body: unknown) => {
   });
   return { status: response.status, body: (await response.json()) as Record<string, any> };
 };
-
-/** Resolves when `child` prints `text` on stderr from now on: on the output's own event, not a poll. */
-const printed = (child: ChildProcess, text: string): Promise<void> =>
-  new Promise((resolve) => {
-    // Bytes, so a character split between two chunks is still found.
-    let seen = Buffer.alloc(0);
-    const listen = (chunk: Buffer) => {
-      seen = Buffer.concat([seen, chunk]);
-      if (!seen.includes(text)) return;
-      child.stderr!.off('data', listen);
-      resolve();
-    };
-    child.stderr!.on('data', listen);
-  });
 
 /**
  * A request with the headers a browser would send (fetch cannot set Host): what a page of another
@@ -342,7 +328,7 @@ describe('ferry dev', () => {
   });
 
   it('reloads on a .py change: the same endpoint runs the new code', async () => {
-    const reloaded = printed(dev, '↻ reloaded');
+    const reloaded = printedOn(dev, '↻ reloaded');
     const file = path.join(project, 'cpu_worker.py');
     writeFileSync(file, readFileSync(file, 'utf8').replace('Hello from the CPU worker', 'Reloaded worker'));
     // The line comes once the endpoint was redeployed and the new routes are in place.

@@ -132,6 +132,24 @@ export class CliSandbox {
   }
 }
 
+/**
+ * Resolves when `child` prints `pattern` (text, or a RegExp over all it printed since) on stderr from
+ * now on: on the output's own event, never a poll. Registered before the action whose line it awaits.
+ */
+export function printedOn(child: ChildProcess, pattern: string | RegExp): Promise<void> {
+  return new Promise((resolve) => {
+    // Bytes, so a character split between two chunks is still found.
+    let seen = Buffer.alloc(0);
+    const listen = (chunk: Buffer) => {
+      seen = Buffer.concat([seen, chunk]);
+      if (typeof pattern === 'string' ? !seen.includes(pattern) : !pattern.test(seen.toString())) return;
+      child.stderr!.off('data', listen);
+      resolve();
+    };
+    child.stderr!.on('data', listen);
+  });
+}
+
 export function killGroup(child: ChildProcess, signal: NodeJS.Signals = 'SIGKILL'): void {
   try {
     if (child.pid) process.kill(-child.pid, signal);
