@@ -7,7 +7,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CliSandbox } from './cli-support.js';
+import { CliSandbox, postJson as post } from './cli-support.js';
 
 const sandbox = new CliSandbox();
 let project = '';
@@ -56,15 +56,6 @@ beforeAll(async () => {
   base = started.match[1]!;
 });
 afterAll(() => sandbox.cleanup());
-
-const post = async (url: string, body: string) => {
-  const response = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body,
-  });
-  return { status: response.status, body: (await response.json()) as Record<string, any> };
-};
 
 /** The jobs of a live endpoint, through the management API the dev server passes on. */
 async function jobsOf(endpoint: string): Promise<unknown[]> {

@@ -15,7 +15,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rawExchange } from '../support/raw-http.js';
 import { writeWheel } from '../support/wheels.js';
-import { CliSandbox, repoRoot, stopChild } from './cli-support.js';
+import { CliSandbox, postJson as post, repoRoot, stopChild } from './cli-support.js';
 
 const sandbox = new CliSandbox();
 let project = '';
@@ -115,15 +115,6 @@ async function startDev(dir: string, extra: string[] = []) {
     },
   );
 }
-
-const post = async (url: string, body: unknown) => {
-  const response = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: typeof body === 'string' ? body : JSON.stringify(body),
-  });
-  return { status: response.status, body: (await response.json()) as Record<string, any> };
-};
 
 const get = async (url: string) => {
   const response = await fetch(url);

@@ -8,7 +8,7 @@ import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { CliSandbox, printedOn } from './cli-support.js';
+import { CliSandbox, postJson as post, printedOn } from './cli-support.js';
 
 const sandbox = new CliSandbox();
 let project = '';
@@ -50,15 +50,6 @@ beforeAll(async () => {
   base = started.match[1]!;
 });
 afterAll(() => sandbox.cleanup());
-
-const post = async (url: string, body: unknown) => {
-  const response = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  return { status: response.status, body: (await response.json()) as Record<string, any> };
-};
 
 it('answers 503 naming the file and the error while the saved code does not load, then serves the next good save', {
   timeout: 120_000,

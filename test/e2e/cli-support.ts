@@ -133,6 +133,19 @@ export class CliSandbox {
 }
 
 /**
+ * POSTs `body` as JSON (a string is sent as it is, for bodies a test writes by hand) and reads the
+ * JSON answer: the dev server's routes, the platform's.
+ */
+export async function postJson(url: string, body: unknown) {
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  return { status: response.status, body: (await response.json()) as Record<string, any> };
+}
+
+/**
  * Resolves when `child` prints `pattern` (text, or a RegExp over all it printed since) on stderr from
  * now on: on the output's own event, never a poll. Registered before the action whose line it awaits.
  */
