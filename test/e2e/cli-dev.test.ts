@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CliSandbox, printedOn, stopChild } from './cli-support.js';
+import { CliSandbox, postJson as post, printedOn, stopChild } from './cli-support.js';
 
 const sandbox = new CliSandbox();
 let project = '';
@@ -40,15 +40,6 @@ beforeAll(async () => {
   base = started.match[1]!;
 });
 afterAll(() => sandbox.cleanup());
-
-const post = async (url: string, body: unknown) => {
-  const response = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  return { status: response.status, body: (await response.json()) as Record<string, any> };
-};
 
 /**
  * A request with the headers a browser would send (fetch cannot set Host): what a page of another
@@ -276,8 +267,11 @@ describe('ferry dev', () => {
     );
     // The refused line names the caller's Host with its control characters written out (a C1 CSI
     // here, which some terminals act on): a request cannot rewrite what the developer reads.
+    // The line is printed as the 403 is sent: awaited on its own event, not on the answer.
+    const refusedLine = printedOn(dev, `Host 'evil\\x9b2J.example:${port}' is not a name`);
     const escaping = await browserLike(`${base}/ping`, { headers: { host: `evil\u009b2J.example:${port}` } });
     expect(escaping.status).toBe(403);
+    await refusedLine;
     expect(output().stderr).toContain(`Host 'evil\\x9b2J.example:${port}' is not a name`);
     expect(output().stderr).not.toContain('\u009b');
     // Its own pages, by each name of this machine, and clients that are not browsers, are served.
