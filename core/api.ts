@@ -617,7 +617,15 @@ export class V2Api {
   private readonly jobLog = async ({ req, endpointId, params }: RouteContext): Promise<ApiResponse> => {
     const { lines } = parseOr400(jobLogSchema, workerBody(req), 'job-log body');
     const workerId = params[0]!;
-    for (const jobId of new Set(lines.map((line) => line.jobId))) {
+    const jobIds = new Set(lines.map((line) => line.jobId));
+    // Each job is a read in the store (on AWS a DynamoDB GetItem): a worker ships the lines of the
+    // few jobs it runs, never a thousand.
+    if (jobIds.size > limits.logBatchJobs) {
+      throw badRequest(
+        `A job-log request carries the lines of at most ${limits.logBatchJobs} jobs; this one names ${jobIds.size}`,
+      );
+    }
+    for (const jobId of jobIds) {
       await this.options.engine.mustHaveRun(endpointId, jobId, workerId).catch((error: unknown) => {
         throw FerryError.is(error) && error.code === 'not_found'
           ? badRequest(

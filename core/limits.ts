@@ -83,6 +83,12 @@ export const limits = {
   /** Lines one job-log request may carry. */
   logBatchLines: 1_000,
   /**
+   * Jobs whose lines one job-log request carries (400 above): each is a read of the job in the store,
+   * as a ping's ids are each a write (pingJobIds). The ferry runtime sends at most 500 lines a batch
+   * (worker-image/python/ferry/logs.py LogShipper), so never more jobs than that.
+   */
+  logBatchJobs: 500,
+  /**
    * The local front door (docs/security.md): how long a client may take to send its headers and its
    * whole request, how long an idle keep-alive socket stays open, and how many sockets are open at
    * once. Waiting for an answer (runsync, long polls) is not sending, so long waits are unaffected.

@@ -2,8 +2,10 @@
  * What one worker token can make the platform do (docs/security.md, "Front door (local)"). Endpoint
  * code holds its worker's token, so the worker routes are bounded like the client ones: a ping lists
  * at most `limits.pingJobIds` job ids (each is a lease renewal in the store; 7 600 made-up one-letter
- * ids cost 78 ms of the platform's CPU per ping), and worker tokens have a rate limit of their own,
- * per token, apart from the client keys' buckets. Real platform, real HTTP.
+ * ids cost 78 ms of the platform's CPU per ping), a job-log batch names at most `limits.logBatchJobs`
+ * jobs (each is a read in the store), and worker tokens have a rate limit of their own, per token,
+ * apart from the client keys' buckets. Real platform, real HTTP. The AWS agent keeps the same
+ * bounds: test/agent/worker-load.test.ts.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -64,6 +66,43 @@ describe('a worker token bounded', () => {
     expect((await get(platform, `load/ping/${worker.workerId}?job_id=${atCap}`, worker.token)).status).toBe(
       200,
     );
+  });
+
+  it(`refuses a job-log batch naming more than ${limits.logBatchJobs} jobs with a 400 {"error"}, storing nothing`, async () => {
+    const platform = await platformWith();
+    const worker = platform.adoptWorker('load');
+    const jobId = (await call(platform.baseUrl, 'POST', '/load/run', { input: {} })).body.id as string;
+    expect((await get(platform, `load/job-take/${worker.workerId}`, worker.token)).status).toBe(200);
+    const post = async (jobIds: string[]) => {
+      const response = await fetch(`${platform.url}/v2/load/job-log/${worker.workerId}`, {
+        method: 'POST',
+        headers: { authorization: worker.token, 'content-type': 'application/json' },
+        body: JSON.stringify({
+          lines: jobIds.map((id) => ({ jobId: id, atMs: Date.now(), stream: 'stdout', text: `into ${id}` })),
+        }),
+      });
+      return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+    };
+
+    // Each job a batch names is a read in the store: one request names at most logBatchJobs.
+    const madeUp = Array.from({ length: limits.logBatchJobs }, (_, i) => `j${i}`);
+    expect(await post([jobId, ...madeUp])).toEqual({
+      status: 400,
+      body: {
+        error: `A job-log request carries the lines of at most ${limits.logBatchJobs} jobs; this one names ${limits.logBatchJobs + 1}`,
+      },
+    });
+    // At the cap the jobs are read, and the first one this worker never ran refuses the batch.
+    const atCap = await post([jobId, ...madeUp.slice(1)]);
+    expect(atCap.status).toBe(400);
+    expect(atCap.body.error).toMatch(/^Job j1 is not a job that worker /);
+    const stored = async () =>
+      (await call(`${platform.url}/manage/v1`, 'GET', `/endpoints/load/logs?job=${jobId}`)).body.lines.map(
+        (line: { text: string }) => line.text,
+      );
+    expect(await stored()).toEqual([]);
+    expect((await post([jobId])).status).toBe(200);
+    expect(await stored()).toEqual([`into ${jobId}`]);
   });
 
   it('limits each worker token on its own, apart from the client keys', async () => {
