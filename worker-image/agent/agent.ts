@@ -83,7 +83,7 @@ import { S3BlobStore } from '../../core/adapters/aws/s3.js';
 import { type QueueUrlFor, SqsJobQueue } from '../../core/adapters/aws/sqs.js';
 import { StopSignalChangeFeed } from '../../core/adapters/aws/stop-signals.js';
 import { type ApiRequest, type ApiResponse, V2Api } from '../../core/api.js';
-import { type Authenticator, credentialOf, newSecret } from '../../core/auth.js';
+import { type Authenticator, credentialOf, hashKey, newSecret } from '../../core/auth.js';
 import { systemClock } from '../../core/clock.js';
 import { JobEngine, type WebhookSender, workerKey } from '../../core/engine.js';
 import { messageOf, missingKeyMessage, toHttpResponse } from '../../core/errors.js';
@@ -95,6 +95,7 @@ import type { Clock, LogStore, Watch } from '../../core/ports.js';
 import { applyServerLimits, nodeServerOptions } from '../../core/request-body.js';
 import { type StartGrace, WorkerSupervisor } from '../../core/supervisor.js';
 import { HttpWebhookSender } from '../../core/webhooks.js';
+import { WorkerWindows } from '../../core/worker-rate.js';
 import { drainMs as taskDrainMs } from '../../infra/task-layout.js';
 import { watchDeadlines } from './deadlines.js';
 import { Drain } from './drain.js';
@@ -163,6 +164,12 @@ export interface AgentOptions {
    * worker whose model load hangs holds its task.
    */
   startGrace?: StartGrace;
+  /**
+   * The worker rate limit (core/worker-rate.ts, as on the local front door): requests per
+   * `rateLimitWindowMs` before a 429; defaults limits.workerRateLimitRequests per limits.rateLimitWindowMs.
+   */
+  workerRateLimitRequests?: number;
+  rateLimitWindowMs?: number;
   /** How long drain() lets held jobs finish (default env FERRY_DRAIN_MS, else 110 s). */
   drainMs?: number;
   /** While draining, how long a job-take is held before its 204 (default 1 s; avoids a busy loop). */
@@ -240,6 +247,17 @@ class AgentServer implements Agent {
   private readonly engine: JobEngine;
   private readonly api: V2Api;
   private readonly auth: Authenticator;
+  /**
+   * The worker's requests per window (core/worker-rate.ts): past the limit its takes, stops, pings
+   * and log batches are answered 429 before they reach SQS or DynamoDB. Neither slows a looping
+   * worker down on its own: a standard queue takes "a nearly unlimited number of API calls per
+   * second" (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/DistributedQueues.html),
+   * an on-demand table bills every request (https://aws.amazon.com/dynamodb/pricing/on-demand/) and
+   * throttles only at the per-table quota shared by every endpoint
+   * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/TroubleshootingThrottlingOnDemand.html).
+   * What the limit leaves: docs/security-aws.md, "What is left".
+   */
+  private readonly rate: WorkerWindows;
   private readonly webhooks: WebhookSender & { idle(): Promise<void> };
   private readonly ownWebhooks: HttpWebhookSender | undefined;
   /**
@@ -265,6 +283,11 @@ class AgentServer implements Agent {
     this.workerToken = options.workerToken ?? process.env.FERRY_WORKER_TOKEN ?? newSecret('fyw');
     this.workerId = options.workerId ?? `${options.endpointId}-${randomBytes(6).toString('hex')}`;
     applyServerLimits(this.server);
+    this.rate = new WorkerWindows(
+      options.workerRateLimitRequests ?? limits.workerRateLimitRequests,
+      options.rateLimitWindowMs ?? limits.rateLimitWindowMs,
+      () => this.clock.now(),
+    );
     const leaseMs = options.leaseMs ?? limits.leaseMs;
     this.protection = options.ecs
       ? new TaskProtection(options.ecs, this.clock, this.log, () => this.held().length > 0)
@@ -504,11 +527,19 @@ class AgentServer implements Agent {
     }
     // The token before the body: an unknown caller (anything on the Docker bridge can reach this
     // port) is answered 401 without one byte of its body read, and its connection closed (send).
-    if (
-      this.supervisor.verify(credentialOf(req.headers.authorization), this.endpointId, this.workerId) ===
-      'unknown'
-    ) {
+    const token = credentialOf(req.headers.authorization);
+    if (this.supervisor.verify(token, this.endpointId, this.workerId) === 'unknown') {
       return { statusCode: 401, body: { error: missingKeyMessage } };
+    }
+    // Counted once the token is known, before the body is read: a refused request costs no read,
+    // no SQS receive and no DynamoDB request.
+    const refused = this.rate.refusal(hashKey(token!), url.pathname);
+    if (refused !== undefined) {
+      return {
+        statusCode: 429,
+        headers: { 'retry-after': String(refused.retryAfterSec) },
+        body: { error: refused.error },
+      };
     }
     const isTake = route === 'job-take' || route === 'job-take-batch';
     // job-done over its limit still reaches the API, which fails the job with the reason (core/api.ts).

@@ -40,13 +40,14 @@ export function send(res: ServerResponse, response: ApiResponse): void {
   if (res.headersSent || res.destroyed) return;
   if (!res.req.complete) res.setHeader('connection', 'close');
   if (response.statusCode === 204 || response.body === undefined) {
-    res.writeHead(response.statusCode).end();
+    res.writeHead(response.statusCode, response.headers).end();
     return;
   }
   // The RunPod SDK insists on exactly application/json for job-take.
   const text = stringifyJsonExact(response.body);
   res
     .writeHead(response.statusCode, {
+      ...response.headers,
       'content-type': 'application/json',
       'content-length': Buffer.byteLength(text),
     })

@@ -22,6 +22,7 @@ import {
   hasBody,
   type ServerLimits,
 } from '../../request-body.js';
+import { rateLimitMessage, WorkerWindows } from '../../worker-rate.js';
 
 /** The server's limits (shared with the AWS agent, core/request-body.ts) and the rate limits. */
 export interface FrontDoorLimits extends ServerLimits {
@@ -63,48 +64,6 @@ export function serverOptions(l: FrontDoorLimits): Partial<FastifyServerOptions>
   } as Partial<FastifyServerOptions>;
 }
 
-/**
- * Requests per worker token in fixed windows: the worker rate limit. Kept beside the client limiter
- * (@fastify/rate-limit) rather than in it: a worker request there cost about 15 µs more (its store
- * round, its x-ratelimit headers), on the path every job takes. O(1), and nothing is allocated per
- * request once a token has its entry.
- */
-export class WorkerWindows {
-  private readonly windows = new Map<string, { count: number; startMs: number }>();
-
-  constructor(
-    private readonly max: number,
-    private readonly windowMs: number,
-    private readonly now: () => number = Date.now,
-  ) {}
-
-  /** Counts a request of `tokenHash`: 0 while within the limit, else the ms until its window ends. */
-  take(tokenHash: string): number {
-    const now = this.now();
-    let window = this.windows.get(tokenHash);
-    if (window === undefined) {
-      // Tokens die with their workers: a bound instead of a sweep.
-      if (this.windows.size >= 10_000) this.windows.clear();
-      window = { count: 0, startMs: now };
-      this.windows.set(tokenHash, window);
-    } else if (now - window.startMs >= this.windowMs) {
-      window.count = 0;
-      window.startMs = now;
-    }
-    window.count++;
-    return window.count > this.max ? window.startMs + this.windowMs - now : 0;
-  }
-}
-
-/** A worker route whose body is a job's result or stream chunk (core/api.ts: job-done, job-done-batch, job-stream). */
-const resultRoute = /^\/v2\/[^/]+\/job-(?:done|done-batch|stream)\//;
-const carriesResult = (url: string): boolean => resultRoute.test(url);
-
-/** The 429's message, the same for a client key and a worker token. */
-function rateLimitMessage(max: number, windowMs: number, waitMs: number): string {
-  return `Rate limit of ${max} requests per ${Math.round(windowMs / 1000)} s exceeded; retry in ${Math.ceil(waitMs / 1000)} s`;
-}
-
 /** Must be awaited before routes are added: the rate limiter attaches itself to routes as they are added. */
 export async function installGuards(app: FastifyInstance, guard: FrontDoorGuard | undefined): Promise<void> {
   const l = frontDoorLimits(guard);
@@ -125,21 +84,18 @@ export async function installGuards(app: FastifyInstance, guard: FrontDoorGuard 
   };
 
   // A pool at full speed stays far below the worker limit; one endpoint's code looping on its
-  // worker routes cannot take the whole platform (docs/security.md).
+  // worker routes cannot take the whole platform (docs/security.md). Kept beside the client limiter
+  // (@fastify/rate-limit) rather than in it: a worker request there cost about 15 µs more (its store
+  // round, its x-ratelimit headers), on the path every job takes.
   const workers = new WorkerWindows(l.workerRateLimitRequests, l.rateLimitWindowMs);
   app.addHook('onRequest', async (request, reply) => {
     const key = credentialOf(request.headers.authorization);
     const caller = key === undefined ? undefined : await callerOf(request);
     if (caller === 'worker') {
-      const waitMs = workers.take(hashKey(key!));
-      // A result is counted but never refused: RunPod's worker SDK and Ferry's runtime take a 4xx to
-      // a result as final and drop it, and the job would run again once its lease lapsed. The
-      // worker's polls and pings meet the limit instead.
-      if (waitMs === 0 || carriesResult(request.url)) return;
-      reply.header('retry-after', String(Math.ceil(waitMs / 1000)));
-      return reply
-        .code(429)
-        .send({ error: rateLimitMessage(l.workerRateLimitRequests, l.rateLimitWindowMs, waitMs) });
+      const refused = workers.refusal(hashKey(key!), request.url);
+      if (refused === undefined) return;
+      reply.header('retry-after', String(refused.retryAfterSec));
+      return reply.code(429).send({ error: refused.error });
     }
     if (caller !== undefined || !hasBody(request.headers)) return;
     // Closing the socket after the answer drops the rest of the body unread.

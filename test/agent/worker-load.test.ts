@@ -1,0 +1,160 @@
+/**
+ * What the worker's token can make the queue agent ask of SQS and DynamoDB, on DynamoDB Local +
+ * fauxqs (docs/security-aws.md, "What is left"): the worker is untrusted code, and each of its
+ * requests the agent serves is SQS and DynamoDB requests the account pays for.
+ *
+ * - The local front door's worker rate limit, by the same rule (core/worker-rate.ts): past it, a take,
+ *   ping or log batch is a 429 with Retry-After that reaches neither the queue nor the API, while a
+ *   held job's result is still taken; the window is counted on the agent's clock (a fake one here).
+ *   A request without the token is a 401 that does not count against the worker's window.
+ * - A job-log batch names at most limits.logBatchJobs jobs (each a DynamoDB read): 400 above.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CloudWatchLogStore } from '../../core/adapters/aws/cloudwatch-logs.js';
+import { FakeClock } from '../../core/clock.js';
+import { limits } from '../../core/limits.js';
+import { FakeCloudWatchLogs } from '../support/cloudwatchLogs.js';
+import { type AwsFixture, startAwsFixture } from '../support/emulators.js';
+import { agentOn, apiEngine, memoryLog, watchAgentApi, watchAgentQueue } from './helpers.js';
+
+const log = memoryLog();
+const logGroup = '/ferry/job-logs';
+const cloudWatch = new FakeCloudWatchLogs([logGroup]);
+// Started at the real time: the API side (apiEngine) reads the agents' jobs on the system clock.
+const clock = new FakeClock(Date.now());
+let aws: AwsFixture;
+let api: ReturnType<typeof apiEngine>;
+
+interface Served {
+  endpointId: string;
+  handle: Awaited<ReturnType<typeof agentOn>>;
+}
+/** The default limits. Both agents have the job-log route, into an in-memory CloudWatch Logs. */
+const logging = { endpointId: `log-${randomUUID().slice(0, 8)}` } as Served;
+/** A rate limit of 3 requests a minute on a fake clock. */
+const limited = { endpointId: `rate-${randomUUID().slice(0, 8)}` } as Served;
+/** The worker routes the limited agent's API served, in order, and the receives it asked of SQS. */
+const served: string[] = [];
+let receives: string[];
+
+beforeAll(async () => {
+  aws = await startAwsFixture();
+  const logsOf = (endpointId: string) =>
+    new CloudWatchLogStore({ client: cloudWatch.asClient(), logGroup, logStream: `${endpointId}/agent` });
+  logging.handle = await agentOn(aws, logging.endpointId, { log, logs: logsOf(logging.endpointId) });
+  limited.handle = await agentOn(aws, limited.endpointId, {
+    log,
+    logs: logsOf(limited.endpointId),
+    clock,
+    workerRateLimitRequests: 3,
+    rateLimitWindowMs: 60_000,
+  });
+  watchAgentApi(limited.handle.agent, (req) => served.push(req.path.split('/')[3] ?? ''));
+  receives = watchAgentQueue(limited.handle.agent);
+  api = apiEngine(aws);
+});
+
+afterAll(async () => {
+  await logging.handle?.close();
+  await limited.handle?.close();
+  api?.close();
+  await aws?.stop();
+});
+
+/** A worker request to `to`'s agent: `route` is the path after the endpoint id, `{worker}` its worker id. */
+async function request(to: Served, route: string, options: { token?: string; body?: unknown } = {}) {
+  const { agent } = to.handle;
+  const path = route.replace('{worker}', encodeURIComponent(agent.workerId));
+  const response = await fetch(`${agent.url}/v2/${to.endpointId}/${path}`, {
+    method: options.body === undefined ? 'GET' : 'POST',
+    headers: { authorization: options.token ?? agent.workerToken, 'content-type': 'application/json' },
+    ...(options.body === undefined ? {} : { body: JSON.stringify(options.body) }),
+  });
+  const text = await response.text();
+  return {
+    status: response.status,
+    retryAfter: response.headers.get('retry-after'),
+    body: text ? (JSON.parse(text) as Record<string, unknown>) : undefined,
+  };
+}
+
+const logLines = (jobIds: string[], atMs: number) => ({
+  lines: jobIds.map((jobId) => ({ jobId, atMs, stream: 'stdout', text: `into ${jobId}` })),
+});
+
+describe("the worker's token on the queue agent", () => {
+  it(`refuses a job-log batch naming more than ${limits.logBatchJobs} jobs with a 400, storing nothing`, async () => {
+    const job = await api.engine.submit(logging.endpointId, { input: {} }, { sync: false });
+    const taken = await request(logging, 'job-take/{worker}?agent=1');
+    expect(taken.status, log.lines.join('\n')).toBe(200);
+    expect(taken.body?.id).toBe(job.id);
+
+    const madeUp = Array.from({ length: limits.logBatchJobs }, (_, i) => `j${i}`);
+    const over = await request(logging, 'job-log/{worker}?agent=1', {
+      body: logLines([job.id, ...madeUp], Date.now()),
+    });
+    expect(over.status).toBe(400);
+    expect(over.body).toEqual({
+      error: `A job-log request carries the lines of at most ${limits.logBatchJobs} jobs; this one names ${limits.logBatchJobs + 1}`,
+    });
+    // At the cap the batch is read job by job, and refused for the first job this worker never ran.
+    const atCap = await request(logging, 'job-log/{worker}?agent=1', {
+      body: logLines([job.id, ...madeUp.slice(1)], Date.now()),
+    });
+    expect(atCap.status).toBe(400);
+    expect(atCap.body?.error).toMatch(/^Job j1 is not a job that worker /);
+    expect(cloudWatch.calls).not.toContain('PutLogEvents');
+
+    const one = await request(logging, 'job-log/{worker}?agent=1', { body: logLines([job.id], Date.now()) });
+    expect(one.status).toBe(200);
+    expect(cloudWatch.calls).toContain('PutLogEvents');
+    const done = await request(logging, `job-done/{worker}/${job.id}?agent=1`, { body: { output: 'done' } });
+    expect(done.status).toBe(200);
+  });
+
+  it('limits its requests per window: a take, ping or log batch past it is a 429 that reaches neither SQS nor the API, a result is still taken', async () => {
+    const job = await api.engine.submit(limited.endpointId, { input: {} }, { sync: false });
+    // Anything on the Docker bridge can reach the agent: its requests without the token are 401 and
+    // leave the worker's window as it was.
+    for (let i = 0; i < 4; i++) {
+      const stranger = await request(limited, 'ping/{worker}?agent=1', { token: 'fyw_not_the_token' });
+      expect(stranger.status).toBe(401);
+    }
+
+    const taken = await request(limited, 'job-take/{worker}?agent=1');
+    expect(taken.status, log.lines.join('\n')).toBe(200);
+    expect(taken.body?.id).toBe(job.id);
+    expect((await request(limited, `ping/{worker}?agent=1&job_id=${job.id}`)).status).toBe(200);
+    expect((await request(limited, `ping/{worker}?agent=1&job_id=${job.id}`)).status).toBe(200);
+
+    clock.advance(15_000);
+    expect(await request(limited, `ping/{worker}?agent=1&job_id=${job.id}`)).toEqual({
+      status: 429,
+      retryAfter: '45',
+      body: { error: 'Rate limit of 3 requests per 60 s exceeded; retry in 45 s' },
+    });
+    expect((await request(limited, 'job-take/{worker}?agent=1')).status).toBe(429);
+    const logged = await request(limited, 'job-log/{worker}?agent=1', {
+      body: logLines([job.id], clock.now()),
+    });
+    expect(logged.status).toBe(429);
+    expect(receives).toHaveLength(1);
+    expect(served).toEqual(['job-take', 'ping', 'ping']);
+
+    // A refused result would be dropped by the worker, and the job run again: it is taken.
+    const done = await request(limited, `job-done/{worker}/${job.id}?agent=1`, {
+      body: { output: { ok: true } },
+    });
+    expect(done.status).toBe(200);
+    expect(await api.engine.status(limited.endpointId, job.id)).toMatchObject({
+      status: 'COMPLETED',
+      output: { ok: true },
+    });
+
+    // The next window on the agent's clock: served again.
+    clock.advance(45_000);
+    expect((await request(limited, 'ping/{worker}?agent=1')).status).toBe(200);
+    expect(served).toEqual(['job-take', 'ping', 'ping', 'job-done', 'ping']);
+  });
+});
