@@ -8,14 +8,19 @@
  *   held job's result is still taken; the window is counted on the agent's clock (a fake one here).
  *   A request without the token is a 401 that does not count against the worker's window.
  * - A job-log batch names at most limits.logBatchJobs jobs (each a DynamoDB read): 400 above.
+ * - A ping renews only the listed jobs the agent's supervisor says its worker holds: each renewal is
+ *   an UpdateItem on the jobs table every endpoint shares, so a ping of ids it does not hold (made-up
+ *   ones, or ids outside its endpoint's form, which its role may not write) makes none, and one that
+ *   lists its held job many times makes one.
  */
 import { randomUUID } from 'node:crypto';
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CloudWatchLogStore } from '../../core/adapters/aws/cloudwatch-logs.js';
 import { FakeClock } from '../../core/clock.js';
 import { limits } from '../../core/limits.js';
 import { FakeCloudWatchLogs } from '../support/cloudwatchLogs.js';
-import { type AwsFixture, startAwsFixture } from '../support/emulators.js';
+import { type AwsFixture, dynamoClientFor, startAwsFixture } from '../support/emulators.js';
 import { agentOn, apiEngine, memoryLog, watchAgentApi, watchAgentQueue } from './helpers.js';
 
 const log = memoryLog();
@@ -37,6 +42,12 @@ const limited = { endpointId: `rate-${randomUUID().slice(0, 8)}` } as Served;
 /** The worker routes the limited agent's API served, in order, and the receives it asked of SQS. */
 const served: string[] = [];
 let receives: string[];
+/** The default limits, on a clock of its own, its DynamoDB client counted (`jobUpdates`). */
+const pinging = { endpointId: `ping-${randomUUID().slice(0, 8)}` } as Served;
+const pingClock = new FakeClock(Date.now());
+let pingDynamo: DynamoDBClient;
+/** The job ids of the UpdateItem calls the pinging agent sent to the jobs table, in order. */
+const jobUpdates: string[] = [];
 
 beforeAll(async () => {
   aws = await startAwsFixture();
@@ -52,12 +63,31 @@ beforeAll(async () => {
   });
   watchAgentApi(limited.handle.agent, (req) => served.push(req.path.split('/')[3] ?? ''));
   receives = watchAgentQueue(limited.handle.agent);
+  pingDynamo = dynamoClientFor(aws.dynamo.endpoint);
+  pingDynamo.middlewareStack.add(
+    (next, context) => async (args) => {
+      // Before or after the document client's marshalling: the key as a string or as { S }.
+      const input = args.input as { TableName?: string; Key?: { jobId?: string | { S?: string } } };
+      const key = input.Key?.jobId;
+      if (context.commandName === 'UpdateItemCommand' && input.TableName === aws.tables.jobs)
+        jobUpdates.push((typeof key === 'string' ? key : key?.S) ?? '?');
+      return next(args);
+    },
+    { step: 'initialize', name: 'countJobUpdates' },
+  );
+  pinging.handle = await agentOn(aws, pinging.endpointId, {
+    log,
+    clock: pingClock,
+    clients: { dynamo: pingDynamo, sqs: aws.sqs, s3: aws.s3 },
+  });
   api = apiEngine(aws);
 });
 
 afterAll(async () => {
   await logging.handle?.close();
   await limited.handle?.close();
+  await pinging.handle?.close();
+  pingDynamo?.destroy();
   api?.close();
   await aws?.stop();
 });
@@ -156,5 +186,43 @@ describe("the worker's token on the queue agent", () => {
     clock.advance(45_000);
     expect((await request(limited, 'ping/{worker}?agent=1')).status).toBe(200);
     expect(served).toEqual(['job-take', 'ping', 'ping', 'job-done', 'ping']);
+  });
+
+  it('renews on a ping only the listed jobs it holds: ids it does not hold cost no DynamoDB write and are answered as before', async () => {
+    const job = await api.engine.submit(pinging.endpointId, { input: {} }, { sync: false });
+    const taken = await request(pinging, 'job-take/{worker}?agent=1');
+    expect(taken.status, log.lines.join('\n')).toBe(200);
+    expect(taken.body?.id).toBe(job.id);
+    const leaseAt = async () => (await aws.jobs().get(job.id, Date.now()))?.leaseUntil;
+    const takenLease = await leaseAt();
+    expect(takenLease).toBe(pingClock.now() + limits.leaseMs);
+
+    // Ids it does not hold: of its endpoint's form, another endpoint's queued job, and ids outside
+    // the form (its role may not write those on AWS). Short, so 500 fit Node's 16 KB request head.
+    const other = await api.engine.submit(logging.endpointId, { input: {} }, { sync: false });
+    const notHeld = [
+      other.id,
+      ...Array.from({ length: limits.pingJobIds - 11 }, (_, i) => `${pinging.endpointId}-${i}`),
+      ...Array.from({ length: 10 }, (_, i) => `elsewhere-${i}`),
+    ];
+    expect(notHeld).toHaveLength(limits.pingJobIds);
+    jobUpdates.splice(0);
+    const ping = await request(pinging, `ping/{worker}?agent=1&job_id=${notHeld.join(',')}`);
+    expect(ping).toEqual({ status: 200, retryAfter: null, body: {} });
+    expect(jobUpdates).toEqual([]);
+    expect(await leaseAt()).toBe(takenLease);
+    expect(await api.engine.status(logging.endpointId, other.id)).toMatchObject({ status: 'IN_QUEUE' });
+
+    // Its held job listed 200 times among 300 it does not hold: one write, and the lease moves on
+    // on the agent's clock.
+    pingClock.advance(10_000);
+    const listed = [...Array.from({ length: 200 }, () => job.id), ...notHeld.slice(0, 300)];
+    const renewed = await request(pinging, `ping/{worker}?agent=1&job_id=${listed.join(',')}`);
+    expect(renewed).toEqual({ status: 200, retryAfter: null, body: {} });
+    expect(jobUpdates).toEqual([job.id]);
+    expect(await leaseAt()).toBe(pingClock.now() + limits.leaseMs);
+
+    const done = await request(pinging, `job-done/{worker}/${job.id}?agent=1`, { body: { output: 'done' } });
+    expect(done.status).toBe(200);
   });
 });

@@ -585,6 +585,19 @@ describe('the sweep does not read the inputs back', () => {
 describe('a ping renews leases with one UpdateItem per job and no read', () => {
   const engineOn = (store: ReturnType<typeof countedStore>, nowMs: number) =>
     engineFor(store, { clock: { now: () => nowMs } as typeof systemClock, settings: { leaseMs: 60_000 } });
+  /**
+   * The engine's ledger here is the registry (RegistryLedger), and a ping renews only the jobs the
+   * ledger says its worker holds: `workerId` is recorded as holding `jobId`, as its take would have.
+   */
+  const holding = (workerId: string, endpointId: string, jobId: string, nowMs: number) =>
+    aws.workers().heartbeat({
+      workerId,
+      endpointId,
+      state: 'running',
+      jobIds: [jobId],
+      lastSeenAt: nowMs,
+      lastBusyAt: nowMs,
+    });
 
   it('writes only leaseUntil, overdueAt and version, and only for the worker that holds the job', async () => {
     const store = countedStore();
@@ -600,6 +613,9 @@ describe('a ping renews leases with one UpdateItem per job and no read', () => {
         leaseUntil: now + 1_000,
       });
       await store.jobs.create(job);
+      // w2 on record as holding it too: the store's own check turns its ping down.
+      await holding('w1', 'io-ping', job.id, now);
+      await holding('w2', 'io-ping', job.id, now);
       store.reset();
       await engineOn(store, now).ping('io-ping', 'w1', [job.id]);
       expect(store.calls).toEqual(['UpdateItem']);
@@ -642,6 +658,7 @@ describe('a ping renews leases with one UpdateItem per job and no read', () => {
         policy: { executionTimeoutMs: 10_000, ttlMs: 86_400_000, lowPriority: false },
       });
       await store.jobs.create(job);
+      await holding('w1', 'io-ping', job.id, now);
       await engineOn(store, now).ping('io-ping', 'w1', [job.id]);
       expect(await store.jobs.get(job.id, now)).toMatchObject({ leaseUntil: now + 60_000, version: 2 });
       // Overdue by its run deadline (now + 10 s), not by the renewed lease (now + 60 s).

@@ -5,12 +5,14 @@
  * ids cost 78 ms of the platform's CPU per ping), a job-log batch names at most `limits.logBatchJobs`
  * jobs (each is a read in the store), and worker tokens have a rate limit of their own, per token,
  * apart from the client keys' buckets. Real platform, real HTTP. The AWS agent keeps the same
- * bounds: test/agent/worker-load.test.ts.
+ * bounds: test/agent/worker-load.test.ts. A ping renews only the listed jobs the worker holds, by the
+ * supervisor's record: a ping costs the store at most one write per held job, whatever it lists.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { FakeClock } from '../../core/clock.js';
 import { limits } from '../../core/limits.js';
 import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
 
@@ -66,6 +68,47 @@ describe('a worker token bounded', () => {
     expect((await get(platform, `load/ping/${worker.workerId}?job_id=${atCap}`, worker.token)).status).toBe(
       200,
     );
+  });
+
+  it('renews on a ping only the listed jobs it holds: ids it does not hold are no write in the store, and the answer is as before', async () => {
+    // Started at the real time: the test reads the jobs on the system clock (expiry).
+    const clock = new FakeClock(Date.now());
+    const platform = await platformWith({ clock });
+    const worker = platform.adoptWorker('load');
+    const jobId = (await call(platform.baseUrl, 'POST', '/load/run', { input: {} })).body.id as string;
+    expect((await get(platform, `load/job-take/${worker.workerId}`, worker.token)).body?.id).toBe(jobId);
+    const queued = (await call(platform.baseUrl, 'POST', '/load/run', { input: {} })).body.id as string;
+    const leaseAt = async () => (await platform.db.jobs.get(jobId, Date.now()))?.leaseUntil;
+    const takenLease = await leaseAt();
+    expect(takenLease).toBe(clock.now() + limits.leaseMs);
+    const renewals: string[] = [];
+    const renewLease = platform.db.jobs.renewLease.bind(platform.db.jobs);
+    platform.db.jobs.renewLease = (lease) => {
+      renewals.push(lease.jobId);
+      return renewLease(lease);
+    };
+
+    const notHeld = [queued, ...Array.from({ length: limits.pingJobIds - 1 }, (_, i) => `j${i}`)];
+    const ping = await get(
+      platform,
+      `load/ping/${worker.workerId}?job_id=${notHeld.join(',')}`,
+      worker.token,
+    );
+    expect(ping).toEqual({ status: 200, retryAfter: null, body: {} });
+    expect(renewals).toEqual([]);
+    expect(await leaseAt()).toBe(takenLease);
+
+    // Its held job listed 200 times among 300 it does not hold: one renewal, the lease moved on.
+    clock.advance(10_000);
+    const listed = [...Array.from({ length: 200 }, () => jobId), ...notHeld.slice(0, 300)];
+    const renewed = await get(
+      platform,
+      `load/ping/${worker.workerId}?job_id=${listed.join(',')}`,
+      worker.token,
+    );
+    expect(renewed).toEqual({ status: 200, retryAfter: null, body: {} });
+    expect(renewals).toEqual([jobId]);
+    expect(await leaseAt()).toBe(clock.now() + limits.leaseMs);
   });
 
   it(`refuses a job-log batch naming more than ${limits.logBatchJobs} jobs with a 400 {"error"}, storing nothing`, async () => {
