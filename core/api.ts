@@ -449,8 +449,7 @@ export class V2Api {
   }
 
   private async runSync({ req, endpointId, endpoint, callFrom }: RouteContext): Promise<ApiResponse> {
-    const waitMs =
-      queryInt(req.query.wait, 'wait', limits.waitMinMs, limits.waitMaxMs) ?? limits.runsyncDefaultWaitMs;
+    const waitMs = syncWaitMs(req.query.wait);
     const request = await this.runRequest(req, limits.runsyncBodyBytes);
     const view = await this.options.engine.runSync(endpointId, request, this.capWait(waitMs), req.signal, {
       executionTimeoutMs: this.endpointTimeoutMs(endpoint),
@@ -497,8 +496,7 @@ export class V2Api {
   }
 
   private async statusSync({ req, endpointId, params }: RouteContext): Promise<ApiResponse> {
-    const waitMs =
-      queryInt(req.query.wait, 'wait', limits.waitMinMs, limits.waitMaxMs) ?? limits.runsyncDefaultWaitMs;
+    const waitMs = syncWaitMs(req.query.wait);
     return this.fitted(
       await this.options.engine.statusSync(endpointId, params[0]!, this.capWait(waitMs), req.signal, true),
     );
@@ -723,6 +721,18 @@ function resolutionOf(record: EndpointRecord) {
  * refuses a body over its route's limit before the API sees it (core/adapters/local/http.ts), and on
  * AWS nothing over 6 MB reaches the function (docs/api.md#aws-front-door).
  */
+/**
+ * `?wait=` of runsync and status-sync (default 90 s). RunPod documents 1000–300000 ms, yet its clients
+ * send numbers outside it: runpod's Go SDK asks `wait=<timeout s × 1000>`, so wait=0 for a 0 s
+ * timeout, and takes any answer but 200 as a failure. A whole number outside the range is brought
+ * into it, as runpod-sdk (JS) does before it sends; anything else (`-5`, `1.5`, `abc`) is a 400.
+ */
+function syncWaitMs(value: string | undefined): number {
+  const asked = queryInt(value, 'wait', 0, Number.POSITIVE_INFINITY);
+  if (asked === undefined) return limits.runsyncDefaultWaitMs;
+  return Math.min(Math.max(asked, limits.waitMinMs), limits.waitMaxMs);
+}
+
 function jsonBody(req: ApiRequest): unknown {
   const body = req.body;
   if (!body || body.length === 0)

@@ -32,6 +32,10 @@ export const limits = {
   streamReadBytes: 2 * 1024 * 1024,
 
   runsyncDefaultWaitMs: 90_000,
+  /**
+   * RunPod's `?wait=` range. runsync's and status-sync's wait is brought into it (core/api.ts
+   * syncWaitMs); stream's may be 0 to waitMaxMs, 400 outside.
+   */
   waitMinMs: 1_000,
   waitMaxMs: 300_000,
   /**

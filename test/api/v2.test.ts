@@ -80,11 +80,22 @@ describe('submission', () => {
     expect(typeof huge.body.error).toBe('string');
   });
 
-  it.each(['999', '300001', 'abc', '-5'])('/runsync?wait=%s is a 400', async (wait) => {
+  it.each(['abc', '-5', '1.5'])('/runsync?wait=%s is a 400', async (wait) => {
     const { id } = await freshEndpoint();
     const r = await call(base, 'POST', `/${id}/runsync?wait=${wait}`, { input: {} });
     expect(r.status).toBe(400);
     expect(r.body.error).toMatch(/wait/);
+  });
+
+  it("/runsync?wait=0, as runpod's Go SDK sends it for a 0 s timeout, is a 200; so is status-sync's", async () => {
+    const { id, worker } = await freshEndpoint();
+    const serving = worker.serve();
+    const r = await call(base, 'POST', `/${id}/runsync?wait=0`, { input: { echo: 'go' } });
+    const polled = await call(base, 'POST', `/${id}/status-sync/${r.body.id}?wait=0`);
+    await serving.stop();
+    expect([r.status, polled.status]).toEqual([200, 200]);
+    expect(r.body.id).toMatch(/^sync-/);
+    expect(polled.body.id).toBe(r.body.id);
   });
 
   it('/runsync that outlasts its wait answers 200 {id, status}', async () => {

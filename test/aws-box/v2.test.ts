@@ -151,8 +151,16 @@ describe('v2 rows through the Lambda handlers', () => {
     expect(r.body.error).toMatch(message);
   });
 
-  it('a wait out of range is a 400; a bad percent-encoding is a 400', async () => {
-    const wait = await call('POST', '/idle/runsync?wait=999', { input: {} });
+  it('a wait out of range is brought into it, one not a whole number is a 400; a bad percent-encoding is a 400', async () => {
+    // runpod's Go SDK sends wait=0 for a 0 s timeout, and takes any answer but 200 as a failure.
+    const zero = await call('POST', '/main/runsync?wait=0', { input: { echo: 'go' } });
+    expect(zero.status).toBe(200);
+    expect(zero.body.id).toMatch(/^sync-/);
+    expect((await untilFinal('main', zero.body.id)).body).toMatchObject({
+      status: 'COMPLETED',
+      output: 'go',
+    });
+    const wait = await call('POST', '/idle/runsync?wait=-5', { input: {} });
     expect(wait.status).toBe(400);
     expect(wait.body.error).toMatch(/wait/);
     const path = await call('GET', '/idle/status/%E0%A4%A');

@@ -25,8 +25,14 @@ export function memoryApi(options: Partial<ApiOptions> = {}) {
   onTestFinished(() => db.close());
   const engine = localEngine(db, clock, {});
   const api = new V2Api({ engine, control: oneQueueEndpoint, auth: everyKeyAClient, ...options });
-  /** A client's request with no body. */
-  const request = (method: string, path: string) =>
-    api.handle({ method, path, query: {}, headers: { authorization: 'Bearer k' }, body: undefined });
+  /** A client's request, with no body unless given one (sent as JSON). */
+  const request = (method: string, path: string, query: Record<string, string> = {}, body?: unknown) =>
+    api.handle({
+      method,
+      path,
+      query,
+      headers: { authorization: 'Bearer k' },
+      body: body === undefined ? undefined : Buffer.from(JSON.stringify(body)),
+    });
   return { clock, engine, api, request };
 }
