@@ -840,6 +840,9 @@ async function jobPage(endpointId, jobId) {
       });
       facts.querySelector('#job-status')?.replaceChildren(badge(job.status));
       if (finals.has(job.status)) cancel.remove();
+      // A job that ended meanwhile answers 200 with the status it ended in (docs/api.md), not CANCELLED.
+      if (job.status !== 'CANCELLED')
+        refused.textContent = `Not cancelled: the job had already ended ${job.status}`;
     } catch (error) {
       if (error instanceof Unauthorized || error instanceof SignedOut) return handle(error);
       refused.textContent = `Not cancelled: ${error.message}`;

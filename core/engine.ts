@@ -463,10 +463,14 @@ export class JobEngine {
     }
   }
 
+  /**
+   * A job that has already ended (before the cancel, or while it raced one) answers with the status
+   * it ended in, not a 409: a client that gave up waiting cancels as the job completes, and
+   * runpod-python, runpod-sdk and runpod's Go SDK all raise on a 409 to a cancel (docs/api.md#cancel).
+   */
   async cancel(endpointId: string, jobId: string): Promise<JobView> {
     const job = this.ofEndpoint(endpointId, jobId, await this.readForMove(jobId));
-    if (job.status === 'CANCELLED') return { id: job.id, status: job.status };
-    const done = await this.move(job, 'cancel', () => this.finalPatch('CANCELLED'));
+    const done = await this.move(job, 'cancel', () => this.finalPatch('CANCELLED'), { endedAnswers: true });
     return { id: done.id, status: done.status };
   }
 
@@ -709,7 +713,7 @@ export class JobEngine {
     const job = this.ofEndpoint(endpointId, jobId, await this.readForMove(jobId));
     if (body.status === 'IN_PROGRESS') {
       // Never let a late progress update overwrite a final state (runpod-python#250).
-      const updated = await this.move(job, 'progress', () => ({ output: body.output }), workerId);
+      const updated = await this.move(job, 'progress', () => ({ output: body.output }), { workerId });
       this.changes.notify(jobKey(jobId));
       return { status: updated.status };
     }
@@ -724,7 +728,7 @@ export class JobEngine {
     await this.ledger.released(endpointId, workerId, jobId, { refresh: body.stopPod === true });
     // A take of this worker waiting at its max_concurrency may go on (roomFor).
     this.changes.notify(workerRoomKey(workerId));
-    const ended = await this.move(job, failed ? 'fail' : 'complete', patch, workerId);
+    const ended = await this.move(job, failed ? 'fail' : 'complete', patch, { workerId });
     return { status: ended.status };
   }
 
@@ -1099,17 +1103,19 @@ export class JobEngine {
 
   /**
    * Applies a legal move with compare-and-set, re-reading after a lost race. Throws 409 when the
-   * job's status (or its holder, for worker moves) no longer allows the move.
+   * job's status (or its holder, `workerId`, for worker moves) no longer allows the move; with
+   * `endedAnswers`, a job that has ended is returned as it is instead.
    */
   private async move(
     job: Job,
     move: Move,
     patch: (current: Job) => JobPatch,
-    workerId?: string,
+    { workerId, endedAnswers = false }: { workerId?: string; endedAnswers?: boolean } = {},
   ): Promise<Job> {
     let current: Job | undefined = job;
     for (;;) {
       if (!current) throw notFound(`Job ${job.id} not found (or its results expired)`);
+      if (endedAnswers && isFinal(current.status)) return current;
       if (!canMove(move, current.status)) {
         throw conflict(`Job ${job.id} is ${current.status}; ${describeMove(move)}`);
       }
@@ -1341,9 +1347,6 @@ function workerJobOf(job: Job): WorkerJob {
 
 function describeMove(move: Move): string {
   switch (move) {
-    case 'cancel':
-    case 'purge':
-      return 'only queued or running jobs can be cancelled';
     case 'retry':
       return 'only FAILED or TIMED_OUT jobs can be retried';
     default:

@@ -77,6 +77,16 @@ export function runSdkSuite(name: string, start: () => Promise<SdkHarness>): voi
       harness.startWorker();
     });
 
+    it('cancel of a job that already ended answers the status it ended in (the SDK throws on a non-2xx)', async () => {
+      // A cancel that comes after the job completed (a client that gave up waiting, a moment late).
+      const done = await endpoint.runSync({ input: { echo: 'finished' } });
+      expect(done).toMatchObject({ status: 'COMPLETED' });
+      const id = (done as { id: string }).id;
+      expect(await endpoint.cancel(id)).toEqual({ id, status: 'COMPLETED' });
+      expect(await endpoint.status(id)).toMatchObject({ id, status: 'COMPLETED', output: 'finished' });
+      await expect(endpoint.cancel('no-such-job')).rejects.toThrow(/404/);
+    });
+
     it('health counts jobs and workers', async () => {
       const health = await endpoint.health();
       expect(health.jobs.completed).toBeGreaterThanOrEqual(4);

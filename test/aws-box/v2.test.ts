@@ -108,6 +108,12 @@ describe('v2 rows through the Lambda handlers', () => {
     const retried = await call('POST', `/main/retry/${failing.body.id}`);
     expect(retried.body).toEqual({ id: failing.body.id, status: 'IN_QUEUE' });
     expect((await untilFinal('main', failing.body.id)).body).toMatchObject({ status: 'FAILED', retries: 1 });
+    // A cancel of the ended job answers the status it ended in (the DynamoDB write is never tried).
+    expect(await call('POST', `/main/cancel/${failing.body.id}`)).toMatchObject({
+      status: 200,
+      body: { id: failing.body.id, status: 'FAILED' },
+    });
+    expect((await call('GET', `/main/status/${failing.body.id}`)).body).toMatchObject({ status: 'FAILED' });
 
     await call('POST', '/purge/run', { input: { n: 1 } });
     await call('POST', '/purge/run', { input: { n: 2 } });

@@ -983,13 +983,13 @@ describe('console', () => {
     }
   });
 
-  it("says why the platform refused a cancel, in the page's error style", async () => {
+  it("says that a job it cancels had already ended, in the page's error style", async () => {
     const { status, body } = await call(platform.baseUrl, 'POST', '/hello/runsync', {
       input: { name: 'Done' },
     });
     expect([status, body.status]).toEqual([200, 'COMPLETED']);
     // The page is told the job still runs (as when it ended after the page read it); the platform,
-    // which knows better, refuses the cancel.
+    // which knows better, answers with the status the job ended in.
     const jobRead = `**/manage/v1/endpoints/hello/jobs/${body.id}`;
     await page.route(jobRead, async (r) => {
       const response = await r.fetch();

@@ -444,7 +444,6 @@ describe('v2 client routes', () => {
     await fc.assert(
       fc.asyncProperty(
         fc.constantFrom(
-          ['POST', `cancel/${seeded.completed}`],
           ['POST', `retry/${seeded.completed}`],
           ['POST', `retry/${seeded.queued}`],
           ['GET', `cancel/${seeded.queued}`],

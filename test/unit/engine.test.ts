@@ -476,6 +476,64 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
     });
   });
 
+  describe('cancel of a job that has ended', () => {
+    // A client that gave up waiting cancels as the job ends; runpod-python, runpod-sdk and runpod's
+    // Go SDK all raise on any answer but 200 to a cancel, so the job's own status is the answer.
+    const ended = {
+      COMPLETED: async (id: string) => engine.done(ep, 'w1', id, { output: 'ok' }),
+      FAILED: async (id: string) => engine.done(ep, 'w1', id, { error: 'boom' }),
+      TIMED_OUT: async () => {
+        clock.advance(limits.executionTimeoutDefaultMs);
+        expect((await engine.sweep()).timedOut).toBe(1);
+      },
+    };
+
+    it.each(Object.keys(ended) as (keyof typeof ended)[])(
+      'answers %s, the status it ended in, and changes nothing',
+      async (status) => {
+        const job = await engine.submit(ep, { input: {} }, { sync: false });
+        await engine.take(ep, 'w1', 1, 0);
+        await ended[status](job.id);
+        const before = await db.jobs.get(job.id, clock.now());
+        expect(await engine.cancel(ep, job.id)).toEqual({ id: job.id, status });
+        expect(await db.jobs.get(job.id, clock.now())).toEqual(before);
+      },
+    );
+
+    it('answers the status the job ended in when its write lost the race to that end', async () => {
+      const job = await engine.submit(ep, { input: {} }, { sync: false });
+      await engine.take(ep, 'w1', 1, 0);
+      const plain = engine;
+      let raced = false;
+      engine = localEngine(
+        db,
+        clock,
+        {},
+        {
+          composedTake: take === 'composed',
+          jobs: over(db.jobs, {
+            update: async (current, patch) => {
+              // The cancel's write, read while the job ran: the worker's result lands just before it.
+              if (patch.status === 'CANCELLED' && !raced) {
+                raced = true;
+                await plain.done(ep, 'w1', job.id, { output: 'ok' });
+              }
+              return db.jobs.update(current, patch);
+            },
+          }),
+        },
+      );
+      expect(await engine.cancel(ep, job.id)).toEqual({ id: job.id, status: 'COMPLETED' });
+      expect(raced).toBe(true);
+      expect(await engine.status(ep, job.id)).toMatchObject({ status: 'COMPLETED', output: 'ok' });
+      expect(await engine.jobsToStop(ep, 'w1', 0)).toEqual([]);
+    });
+
+    it('is still a 404 for a job that does not exist', async () => {
+      await expect(engine.cancel(ep, 'no-such-job')).rejects.toMatchObject({ code: 'not_found' });
+    });
+  });
+
   describe('the stop channel', () => {
     it('does not tell a worker to stop the job it just finished', async () => {
       const job = await engine.submit(ep, { input: {} }, { sync: false });
