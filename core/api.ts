@@ -717,11 +717,6 @@ function resolutionOf(record: EndpointRecord) {
 }
 
 /**
- * The request body as JSON. Its size limit (docs/api.md#limits) is the front door's: the local one
- * refuses a body over its route's limit before the API sees it (core/adapters/local/http.ts), and on
- * AWS nothing over 6 MB reaches the function (docs/api.md#aws-front-door).
- */
-/**
  * `?wait=` of runsync and status-sync (default 90 s). RunPod documents 1000–300000 ms, yet its clients
  * send numbers outside it: runpod's Go SDK asks `wait=<timeout s × 1000>`, so wait=0 for a 0 s
  * timeout, and takes any answer but 200 as a failure. A whole number outside the range is brought
@@ -733,6 +728,11 @@ function syncWaitMs(value: string | undefined): number {
   return Math.min(Math.max(asked, limits.waitMinMs), limits.waitMaxMs);
 }
 
+/**
+ * The request body as JSON. Its size limit (docs/api.md#limits) is the front door's: the local one
+ * refuses a body over its route's limit before the API sees it (core/adapters/local/http.ts), and on
+ * AWS nothing over 6 MB reaches the function (docs/api.md#aws-front-door).
+ */
 function jsonBody(req: ApiRequest): unknown {
   const body = req.body;
   if (!body || body.length === 0)
