@@ -745,20 +745,21 @@ export class JobEngine {
 
   /**
    * ping: renews the leases of the listed jobs that the ledger says the worker holds; it ignores the
-   * other ids, as the store's check would (RunPod's SDK lists the jobs it believes it runs). So a ping
-   * costs the store at most one write per job the worker holds, whatever and however many ids it
-   * lists: on AWS each is an UpdateItem on the jobs table every endpoint shares, and an id outside
-   * the endpoint's form one its agent's role may not write (docs/security-aws.md, "What is left").
+   * other ids, as the store's check would (RunPod's SDK lists the jobs it believes it runs). And only
+   * a lease not taken or renewed in the last twelfth of its length: a worker pings every few seconds
+   * (RunPod's SDK every 10 s), and one pinging in a loop still renews each job once per 5 s of a
+   * 60 s lease, which then never has less than 55 s left. So pings cost the store at most one write
+   * per held job per 5 s, whatever and however often they list: on AWS each is an UpdateItem on the
+   * jobs table every endpoint shares, and an id outside the endpoint's form one its agent's role may
+   * not write (docs/security-aws.md, "What is left").
    */
   async ping(endpointId: string, workerId: string, jobIds: string[]): Promise<void> {
     const now = this.clock.now();
     const leaseUntil = now + this.settings.leaseMs;
-    const listed = new Set(jobIds);
+    const due = await this.ledger.leasesDue(workerId, new Set(jobIds), now, this.settings.leaseMs / 12);
     // No read first: the store checks that the worker still holds the job (docs/aws.md).
-    for (const jobId of await this.ledger.held(workerId)) {
-      if (listed.has(jobId))
-        await this.jobs.renewLease({ jobId, endpointId, workerId, leaseUntil, nowMs: now });
-    }
+    for (const jobId of due)
+      await this.jobs.renewLease({ jobId, endpointId, workerId, leaseUntil, nowMs: now });
     await this.ledger.pinged(endpointId, workerId, jobIds);
     // The ledger lets go of held jobs the ping no longer lists: room for a waiting take (roomFor).
     this.changes.notify(workerRoomKey(workerId));

@@ -37,6 +37,11 @@ export class RegistryLedger implements WorkerLedger {
     return (await this.registry.get(workerId))?.jobIds ?? [];
   }
 
+  /** Every listed job the worker holds: this ledger keeps no renewal times (no worker pings it). */
+  async leasesDue(workerId: string, listed: ReadonlySet<string>): Promise<string[]> {
+    return (await this.held(workerId)).filter((jobId) => listed.has(jobId));
+  }
+
   gone(_endpointId: string, workerId: string): Promise<void> {
     return this.registry.remove(workerId);
   }

@@ -435,6 +435,11 @@ export interface WorkerLedger {
   /** The jobs the worker listed in its ping. */
   pinged(endpointId: string, workerId: string, jobIds: string[]): Promise<void>;
   held(workerId: string): Promise<string[]>;
+  /**
+   * Of the jobs a ping lists, those the worker holds whose lease is due a renewal (not taken or
+   * renewed in the last `gapMs`), each then counted as renewed at `nowMs`.
+   */
+  leasesDue(workerId: string, listed: ReadonlySet<string>, nowMs: number, gapMs: number): Promise<string[]>;
   gone(endpointId: string, workerId: string): Promise<void>;
   counts(endpointId: string): Promise<WorkerCounts>;
 }

@@ -112,6 +112,8 @@ export type WorkerPhase = 'starting' | 'ready' | 'draining' | 'retiring' | 'gone
 
 interface HeldJob {
   takenAt: number;
+  /** When a ping last renewed its lease (leasesDue); the take set it first, at takenAt. */
+  renewedAt?: number;
   /** When a stop (cancel, timeout) was first seen for it. */
   stopSeenAt?: number;
   /** When it runs past its execution timeout, as last known; undefined while not known, or none. */
@@ -387,6 +389,21 @@ export class WorkerSupervisor implements WorkerLedger {
 
   async held(workerId: string): Promise<string[]> {
     return this.heldBy(workerId);
+  }
+
+  async leasesDue(
+    workerId: string,
+    listed: ReadonlySet<string>,
+    nowMs: number,
+    gapMs: number,
+  ): Promise<string[]> {
+    const due: string[] = [];
+    for (const [jobId, held] of this.workers.get(workerId)?.held ?? []) {
+      if (!listed.has(jobId) || nowMs - (held.renewedAt ?? held.takenAt) < gapMs) continue;
+      held.renewedAt = nowMs;
+      due.push(jobId);
+    }
+    return due;
   }
 
   heldBy(workerId: string): string[] {

@@ -59,6 +59,7 @@ function ledgerHolding(jobIds: string[]): WorkerLedger {
     released: async () => {},
     pinged: async () => {},
     held: async () => jobIds,
+    leasesDue: async (_workerId, listed) => jobIds.filter((jobId) => listed.has(jobId)),
     gone: async () => {},
     counts: async () => ({ idle: 0, running: 1, ready: 1, initializing: 0, throttled: 0, unhealthy: 0 }),
   } as WorkerLedger;

@@ -111,6 +111,36 @@ describe('a worker token bounded', () => {
     expect(await leaseAt()).toBe(clock.now() + limits.leaseMs);
   });
 
+  it('renews a held job at most once per twelfth of its lease, however often the worker pings: a ping loop is not a write loop', async () => {
+    const clock = new FakeClock(Date.now());
+    const platform = await platformWith({ clock });
+    const worker = platform.adoptWorker('load');
+    const jobId = (await call(platform.baseUrl, 'POST', '/load/run', { input: {} })).body.id as string;
+    expect((await get(platform, `load/job-take/${worker.workerId}`, worker.token)).body?.id).toBe(jobId);
+    const renewals: number[] = [];
+    const renewLease = platform.db.jobs.renewLease.bind(platform.db.jobs);
+    platform.db.jobs.renewLease = (lease) => {
+      renewals.push(clock.now());
+      return renewLease(lease);
+    };
+    const leaseLeft = async () =>
+      ((await platform.db.jobs.get(jobId, Date.now()))?.leaseUntil ?? 0) - clock.now();
+    const gapMs = limits.leaseMs / 12;
+    const takenAt = clock.now();
+
+    // 50 pings a second for three gaps: one renewal per gap, and the lease never runs short.
+    let least = Number.POSITIVE_INFINITY;
+    for (let i = 0; i < 150 * (gapMs / 1000); i++) {
+      clock.advance(20);
+      expect((await get(platform, `load/ping/${worker.workerId}?job_id=${jobId}`, worker.token)).status).toBe(
+        200,
+      );
+      least = Math.min(least, await leaseLeft());
+    }
+    expect(renewals).toEqual([takenAt + gapMs, takenAt + 2 * gapMs, takenAt + 3 * gapMs]);
+    expect(least).toBeGreaterThanOrEqual(limits.leaseMs - gapMs);
+  });
+
   it(`refuses a job-log batch naming more than ${limits.logBatchJobs} jobs with a 400 {"error"}, storing nothing`, async () => {
     const platform = await platformWith();
     const worker = platform.adoptWorker('load');
