@@ -108,7 +108,11 @@ export interface JobStore {
   readStream(jobId: string, afterSeq: number): Promise<StreamRead>;
   /** Whether chunks are left that a drain has not handed out (only where a drain is bounded). */
   streamPending?(jobId: string): Promise<boolean>;
-  /** Drops every chunk of a job (retry starts a clean run). */
+  /**
+   * Clears a job's stream (retry starts a clean run): no chunk appended so far is handed out or read
+   * again. A store may delete them later: DynamoDB deletes the first few at once, the rest with the
+   * expired job (DynamoJobStore's clearDropChunks says why).
+   */
   clearStream(jobId: string): Promise<void>;
   counts(endpointId: string, nowMs: number): Promise<JobCounts>;
   /**

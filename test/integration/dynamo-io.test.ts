@@ -1228,35 +1228,51 @@ describe('a stream of several MB: every Query page read, in order, and all of it
     }
   }, 120_000);
 
-  it("a retry's clear deletes every chunk it skipped, blobs too, and none appended after it", async () => {
-    const jobId = `io-${Date.now()}-clear`;
+  it("a retry's clear of a long stream is one Query and one BatchWriteItem; the sweeper deletes the rest with the job", async () => {
+    // A clear runs inside the request that requeued the job (the API Lambda's /retry): deleting
+    // all of a long stream there (4,000 BatchWriteItems for 100,000 chunks) outlasted API
+    // Gateway's 29 s (https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html).
+    // It deletes the first 25 chunks it skipped, the rest stay behind clearedTo, where no read
+    // goes, until deleteExpired deletes the expired job's whole stream.
+    const job = makeJob({ id: `io-${Date.now()}-clear`, createdAt: 0, expiresAt: 30, status: 'FAILED' });
     const jobs = aws.jobs();
-    const all = longStream().slice(0, 40);
-    await append(jobs, jobId, all);
+    await jobs.create(job);
+    // 300 chunks, two in S3: one among the first 25 (seq 2), one after them (seq 200).
+    const all = Array.from({ length: 300 }, (_, i) => chunk(i, i === 1 || i === 199 ? 400 * 1024 : 8));
+    await append(jobs, job.id, all);
+    expect(await blobKeys(job.id)).toHaveLength(2);
     // The next attempt appends between the clear's move of the meta item and its Query.
     let raced = false;
+    const sent: string[] = [];
     const answers: Record<string, unknown>[][] = [];
     const doc = {
       send: async (command: { input: { TableName?: string } }) => {
+        sent.push(command.constructor.name);
         const query = command instanceof QueryCommand && command.input.TableName === aws.tables.chunks;
         if (query && !raced) {
           raced = true;
-          await jobs.appendStream(jobId, [{ next: 'attempt' }]);
+          await jobs.appendStream(job.id, [{ next: 'attempt' }]);
         }
         const answer = await aws.doc.send(command as QueryCommand);
         if (query) answers.push((answer.Items ?? []) as Record<string, unknown>[]);
         return answer;
       },
     } as unknown as DynamoDBDocumentClient;
-    await new DynamoJobStore({ doc, tables: aws.tables, blobs: aws.blobs('ferry/') }).clearStream(jobId);
+    await new DynamoJobStore({ doc, tables: aws.tables, blobs: aws.blobs('ferry/') }).clearStream(job.id);
 
-    // Several pages, of keys and blob refs only.
-    expect(answers.length).toBeGreaterThan(1);
+    expect(sent).toEqual(['UpdateCommand', 'QueryCommand', 'BatchWriteCommand']);
+    // Keys and blob refs only.
     expect(answers.flat().some((item) => 'chunkJson' in item)).toBe(false);
-    expect((await streamItems(jobId)).map((item) => item.seq)).toEqual([0, all.length + 1]);
-    expect(await blobKeys(jobId)).toEqual([]);
-    expect(await jobs.readStream(jobId, 0)).toEqual({ chunks: [{ next: 'attempt' }], next: all.length + 1 });
-    expect(await jobs.drainStream(jobId)).toEqual([{ next: 'attempt' }]);
+    const seqsLeft = Array.from({ length: all.length - 25 }, (_, i) => 26 + i);
+    expect((await streamItems(job.id)).map((item) => item.seq)).toEqual([0, ...seqsLeft, all.length + 1]);
+    expect(await blobKeys(job.id)).toHaveLength(1);
+    // Behind clearedTo: no reader sees what is left.
+    expect(await jobs.readStream(job.id, 0)).toEqual({ chunks: [{ next: 'attempt' }], next: all.length + 1 });
+    expect(await jobs.drainStream(job.id)).toEqual([{ next: 'attempt' }]);
+
+    expect(await jobs.deleteExpired(35, 1)).toBe(1);
+    expect(await streamItems(job.id)).toEqual([]);
+    expect(await blobKeys(job.id)).toEqual([]);
   }, 120_000);
 
   it('sends again the deletes a BatchWriteItem left unprocessed (throttling), until none is left', async () => {
@@ -1265,10 +1281,16 @@ describe('a stream of several MB: every Query page read, in order, and all of it
     // (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchWriteItem.html).
     // DynamoDB Local never throttles: this client applies half of each of the first batches and
     // hands the rest back as UnprocessedItems, as DynamoDB does under throttling.
-    const jobId = `io-${Date.now()}-unprocessed`;
+    const job = makeJob({
+      id: `io-${Date.now()}-unprocessed`,
+      createdAt: 0,
+      expiresAt: 20,
+      status: 'COMPLETED',
+    });
     const jobs = aws.jobs();
+    await jobs.create(job);
     const all = Array.from({ length: 60 }, (_, i) => chunk(i, 8));
-    await append(jobs, jobId, all);
+    await append(jobs, job.id, all);
     let throttled = 3;
     const sent: number[] = [];
     const doc = {
@@ -1284,12 +1306,13 @@ describe('a stream of several MB: every Query page read, in order, and all of it
         return { UnprocessedItems: { [table]: requests.slice(half) } };
       },
     } as unknown as DynamoDBDocumentClient;
-    await new DynamoJobStore({ doc, tables: aws.tables, blobs: aws.blobs('ferry/') }).clearStream(jobId);
+    const store = new DynamoJobStore({ doc, tables: aws.tables, blobs: aws.blobs('ferry/') });
+    expect(await store.deleteExpired(25, 1)).toBe(1);
 
-    // 60 deletes in groups of 25: the first one sent again with what was left of it (12, 6, 3), the
-    // other two once.
-    expect(sent).toEqual([25, 12, 6, 3, 25, 10]);
-    expect((await streamItems(jobId)).map((item) => item.seq)).toEqual([0]);
+    // The meta item and 60 chunks in groups of 25: the first one sent again with what was left of
+    // it (12, 6, 3), the other two once.
+    expect(sent).toEqual([25, 12, 6, 3, 25, 11]);
+    expect(await streamItems(job.id)).toEqual([]);
   });
 
   it("goes on sweeping when a job's chunks cannot be read, leaving them to the TTL with a warning", async () => {

@@ -97,6 +97,22 @@ type RawItem = Record<string, AttributeValue>;
  */
 const streamLifeSec = toSec(limits.jobLifetimeMaxMs) + daySec;
 /**
+ * How many of the chunks a clear skipped it deletes itself: one Query page, one BatchWriteItem (25
+ * deletes at most, https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchWriteItem.html)
+ * and their S3 objects' deletes side by side, however long the stream. A clear runs inside the
+ * request that requeued the job (the API Lambda's /retry, the sweeper's requeue of a lapsed lease,
+ * the agent's of a worker that exited), and deleting all of a stream of 100,000 small chunks takes
+ * 4,000 BatchWriteItems one after the other: longer than API Gateway waits for the API Lambda (29 s
+ * by default,
+ * https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html) and than the function's
+ * own timeout (https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html), so the
+ * client got a 504 for a retry that happened. The rest stays behind clearedTo, where no read goes,
+ * until the sweeper deletes the job's whole stream with the expired job (deleteExpired), or else
+ * the chunks' TTL (streamLifeSec) deletes them, typically within a few days of their expiry
+ * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html).
+ */
+const clearDropChunks = 25;
+/**
  * TransactWriteItems' limits (updateMany): 100 actions, and 4 MB of items together, of which the
  * job Puts take at most 3.5 MB here: the rest is room for the count items and the expressions,
  * whichever way "MB" is counted.
@@ -487,8 +503,9 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    * An append that fails after its reservation (an S3 put of a big chunk, a BatchWriteItem that gave
    * up) still throws, but first marks the seqs it reserved and did not write as skipped
    * (`skipSeqs`), which a drain steps over: one failed append must not hold back every later chunk.
-   * A handed-out chunk stays until clearStream (which sets clearedTo) or its job goes: readStream
-   * reads the same runs from a seq of its caller's, and moves nothing.
+   * A handed-out chunk stays until its job goes (deleteExpired) or its TTL: readStream reads the
+   * same runs from a seq of its caller's, and moves nothing. clearStream sets clearedTo, which no
+   * read goes behind, and deletes only the first chunks behind it (clearDropChunks).
    */
   async appendStream(jobId: string, outputs: unknown[]): Promise<void> {
     if (outputs.length === 0) return;
@@ -508,8 +525,9 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       if (!meta) return [];
       const { run, values } = await this.runAfter(jobId, meta.cursor, meta.nextSeq);
       if (run === 0) return [];
-      // Not moved: another drain took them; look again. The chunks stay (readStream shows them)
-      // until the stream is cleared or its job goes (deleteExpired), else with their TTL.
+      // Not moved: another drain (or a clear) moved the cursor; look again. The chunks stay
+      // (readStream shows them) until the stream is cleared, then go with their job
+      // (deleteExpired), else with their TTL.
       if (!(await this.moveCursor(jobId, meta.cursor, meta.cursor + run))) continue;
       // Only skipped seqs: what follows them may be there already.
       if (values.length > 0) return values;
@@ -623,7 +641,8 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       throw error;
     }
     // Only the seqs this clear skipped: a chunk appended since (the next attempt's) is no leftover.
-    await this.dropChunks(jobId, 1, clearedTo);
+    // And only the first of them (clearDropChunks): the rest go with the job or their TTL.
+    await this.dropChunks(jobId, 1, clearedTo, clearDropChunks);
   }
 
   /** Two Queries on the count items and the current bucket, however many jobs the endpoint keeps (./counts.ts). */
@@ -1176,26 +1195,32 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
 
   /**
    * Deletes the items of the stream of `jobId` from seq `from` to `to` (none: to the end) and their
-   * S3 blobs. The Query reads every page (at most 1 MB each,
-   * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Pagination.html) and asks
+   * S3 blobs; with `atMost`, only those of one Query page of at most that many items. Otherwise the
+   * Query reads every page (at most 1 MB each,
+   * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Pagination.html); it asks
    * for the keys and blob refs only: a long stream's chunks (up to 300 KB each inline) would
    * otherwise all be held in memory at once (the sweeper's Lambda has 512 MB). The projection
    * shrinks the answer, not the read units: those count the items' whole size
    * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html#read-operation-consumption).
    */
-  private async dropChunks(jobId: string, from: number, to?: number): Promise<void> {
+  private async dropChunks(jobId: string, from: number, to?: number, atMost?: number): Promise<void> {
     try {
-      const rows = await queryAll(this.doc, {
-        TableName: this.chunksTable,
-        KeyConditionExpression: `jobId = :job AND ${to === undefined ? 'seq >= :from' : 'seq BETWEEN :from AND :to'}`,
-        ExpressionAttributeValues: {
-          ':job': jobId,
-          ':from': from,
-          ...(to === undefined ? {} : { ':to': to }),
+      const rows = await queryAll(
+        this.doc,
+        {
+          TableName: this.chunksTable,
+          KeyConditionExpression: `jobId = :job AND ${to === undefined ? 'seq >= :from' : 'seq BETWEEN :from AND :to'}`,
+          ExpressionAttributeValues: {
+            ':job': jobId,
+            ':from': from,
+            ...(to === undefined ? {} : { ':to': to }),
+          },
+          ProjectionExpression: 'seq, chunkRef',
+          ConsistentRead: true,
+          ...(atMost === undefined ? {} : { Limit: atMost }),
         },
-        ProjectionExpression: 'seq, chunkRef',
-        ConsistentRead: true,
-      });
+        () => atMost !== undefined,
+      );
       await batchWrite(
         this.doc,
         this.chunksTable,
