@@ -1315,6 +1315,67 @@ describe('a stream of several MB: every Query page read, in order, and all of it
     expect(await streamItems(job.id)).toEqual([]);
   });
 
+  it('a read whose S3 chunk a clear or the sweeper deleted after its Query goes on after them, not an error', async () => {
+    // A clear sets clearedTo, then deletes the first chunks behind it and their S3 objects; the
+    // sweeper deletes an expired job's meta item, then its objects. A reader between its Query and
+    // its S3 read found the object gone and failed with MissingBlobError (a 500 to the client).
+    const jobs = aws.jobs();
+    const stream = [chunk(0, 8), chunk(1, 400 * 1024), chunk(2, 8)];
+    /** A store whose first Query of the chunks table runs `race` once DynamoDB answered it. */
+    const racedStore = (race: () => Promise<unknown>) => {
+      let raced = false;
+      const doc = {
+        send: async (command: { input: { TableName?: string } }) => {
+          const answer = await aws.doc.send(command as QueryCommand);
+          if (command instanceof QueryCommand && command.input.TableName === aws.tables.chunks && !raced) {
+            raced = true;
+            await race();
+          }
+          return answer;
+        },
+      } as unknown as DynamoDBDocumentClient;
+      return new DynamoJobStore({ doc, tables: aws.tables, blobs: aws.blobs('ferry/') });
+    };
+    const clearedThenAppended = (jobId: string) => async () => {
+      await jobs.clearStream(jobId);
+      await jobs.appendStream(jobId, [{ next: 'attempt' }]);
+    };
+
+    const read = `io-${Date.now()}-raced-read`;
+    await append(jobs, read, stream);
+    expect(await racedStore(clearedThenAppended(read)).readStream(read, 0)).toEqual({
+      chunks: [{ next: 'attempt' }],
+      next: stream.length + 1,
+    });
+
+    const drained = `io-${Date.now()}-raced-drain`;
+    await append(jobs, drained, stream);
+    expect(await racedStore(clearedThenAppended(drained)).drainStream(drained)).toEqual([
+      { next: 'attempt' },
+    ]);
+
+    const swept = makeJob({
+      id: `io-${Date.now()}-raced-sweep`,
+      createdAt: 0,
+      expiresAt: 10,
+      status: 'COMPLETED',
+    });
+    await jobs.create(swept);
+    await append(jobs, swept.id, stream);
+    expect(await racedStore(() => jobs.deleteExpired(15, 1)).readStream(swept.id, 0)).toEqual({
+      chunks: [],
+      next: 0,
+    });
+    expect(await blobKeys(swept.id)).toEqual([]);
+
+    // An object gone ahead of clearedTo (removed outside Ferry) is lost, and still says so.
+    const lost = `io-${Date.now()}-lost`;
+    await append(jobs, lost, stream);
+    const [object] = await blobKeys(lost);
+    await aws.blobs('ferry/').delete(object!.Key!.slice('ferry/'.length));
+    await expect(jobs.readStream(lost, 0)).rejects.toThrow(/A stored payload is missing/);
+  });
+
   it("goes on sweeping when a job's chunks cannot be read, leaving them to the TTL with a warning", async () => {
     // The job item is deleted before its chunks: a failed Query of them must not fail the sweep run
     // and leave the next expired jobs' chunks behind too.

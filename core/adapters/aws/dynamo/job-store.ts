@@ -523,7 +523,9 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     for (let attempt = 0; attempt < 20; attempt++) {
       const meta = await this.streamMeta(jobId);
       if (!meta) return [];
-      const { run, values } = await this.runAfter(jobId, meta.cursor, meta.nextSeq);
+      const read = await this.runAfter(jobId, meta.cursor, meta.nextSeq);
+      if (!read) continue; // cleared meanwhile: the cursor moved past what was read
+      const { run, values } = read;
       if (run === 0) return [];
       // Not moved: another drain (or a clear) moved the cursor; look again. The chunks stay
       // (readStream shows them) until the stream is cleared, then go with their job
@@ -536,12 +538,15 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
   }
 
   async readStream(jobId: string, afterSeq: number): Promise<StreamRead> {
-    const meta = await this.streamMeta(jobId);
-    // Chunks before a clear are gone: the read goes on from the first seq after it.
-    const from = Math.max(afterSeq, meta?.clearedTo ?? 0);
-    if (!meta) return { chunks: [], next: from };
-    const { run, values } = await this.runAfter(jobId, from, meta.nextSeq);
-    return { chunks: values, next: from + run };
+    // Ends: runAfter answers undefined only when clearedTo moved past `from`, or the stream is gone.
+    for (;;) {
+      const meta = await this.streamMeta(jobId);
+      // Chunks before a clear are gone: the read goes on from the first seq after it.
+      const from = Math.max(afterSeq, meta?.clearedTo ?? 0);
+      if (!meta) return { chunks: [], next: from };
+      const read = await this.runAfter(jobId, from, meta.nextSeq);
+      if (read) return { chunks: read.values, next: from + read.run };
+    }
   }
 
   /** The stream's meta item (seq 0), read consistently; undefined before the first append. */
@@ -566,13 +571,14 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    * carry, and the values of those that are not skipped. Only the contiguous run: a reserved seq not
    * written yet holds back the ones after it. And only what one answer can carry
    * (streamDrainBytes): a cursor moves past what is returned, never past chunks an answer too big
-   * to send would have lost.
+   * to send would have lost. Undefined when a clear (or the sweeper) deleted a chunk's S3 object
+   * after the Query found its item (`clearedBehind`): the caller reads the meta again.
    */
   private async runAfter(
     jobId: string,
     from: number,
     nextSeq: number,
-  ): Promise<{ run: number; values: unknown[] }> {
+  ): Promise<{ run: number; values: unknown[] } | undefined> {
     if (from >= nextSeq) return { run: 0, values: [] };
     const rows = await queryAll(
       this.doc,
@@ -607,10 +613,32 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     }
     // Read the values before a drain claims them, so a failed blob read loses nothing. A skipped seq
     // (a failed append's, `skipSeqs`) has none.
+    const missing: { seq: number; error: MissingBlobError }[] = [];
     const values = await Promise.all(
-      run.filter((row) => row.skipped !== true).map((row) => this.chunkValue(row)),
+      run
+        .filter((row) => row.skipped !== true)
+        .map((row) =>
+          this.chunkValue(row).catch((error: unknown) => {
+            if (!(error instanceof MissingBlobError)) throw error;
+            missing.push({ seq: row.seq as number, error });
+          }),
+        ),
     );
-    return { run: run.length, values };
+    if (missing.length === 0) return { run: run.length, values };
+    if (await this.clearedBehind(jobId, missing)) return undefined;
+    throw missing[0]?.error;
+  }
+
+  /**
+   * Whether every chunk of `missing` (their S3 objects gone) is behind the stream's clearedTo as it
+   * is now, or the stream is gone: a clear sets clearedTo, then deletes the first chunks behind it
+   * and their objects (`dropChunks`), and deleteExpired deletes the meta item before the objects.
+   * A reader between its Query and its S3 reads meets those objects gone; what it was reading is
+   * cleared, not lost. An object missing ahead of clearedTo is lost (removed outside Ferry).
+   */
+  private async clearedBehind(jobId: string, missing: { seq: number }[]): Promise<boolean> {
+    const meta = await this.streamMeta(jobId);
+    return !meta || missing.every(({ seq }) => seq <= meta.clearedTo);
   }
 
   async streamPending(jobId: string): Promise<boolean> {
