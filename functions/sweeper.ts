@@ -40,7 +40,10 @@ export const sweepTiming = {
   /** Per endpoint and run: bounded work, the rest waits for the next minute. */
   resendLimit: 200,
   deadLetterLimit: 100,
-  /** Expired jobs deleted per run (each one a Delete plus its blobs and chunks), oldest first. */
+  /**
+   * Expired jobs deleted per run (each one a Delete plus its blobs and chunks), oldest first; of their
+   * streams, at most DynamoJobStore's sweepDropChunks chunks a run, a longer one over several runs.
+   */
   expiredDeleteLimit: 200,
 } as const;
 

@@ -1272,8 +1272,9 @@ export class PlatformStack extends Stack {
     const role = fn.role as iam.Role;
     const { byStatusOverdue, byStatusExpiry } = dynamoSchema.jobs.indexes;
     // listOverdue, listExpiredUnfinished, deleteExpired query the shard indexes and read the jobs
-    // they hand out by key (BatchGetItem); moves are Get + conditional Put; deleteExpired deletes
-    // conditionally; both with UpdateItem ADDs on count items, in one transaction, when counts move.
+    // they hand out by key (BatchGetItem); moves are Get + conditional Put; deleteExpired claims a
+    // job (a conditional UpdateItem) and deletes it conditionally; both with UpdateItem ADDs on count
+    // items, in one transaction, when counts move.
     allowTable(role, this.jobsTable, [
       'dynamodb:GetItem',
       'dynamodb:BatchGetItem',
@@ -1289,7 +1290,8 @@ export class PlatformStack extends Stack {
     );
     // A timed-out, expired or requeued job tells its holder's agent to stop it.
     this.allowStopSignals(role);
-    // A deleted job's stream (Query, BatchWrite deletes), and clearStream of a requeued one (meta Update too).
+    // A deleted job's stream (meta Update: the clear before its deletes; Query, BatchWrite deletes,
+    // its meta item's too), and clearStream of a requeued one.
     allowTable(role, this.chunksTable, ['dynamodb:Query', 'dynamodb:UpdateItem', 'dynamodb:BatchWriteItem']);
     // A lapsed lease, or a job left waiting, goes back to the queue with a new message; dead
     // letters are counted (GetQueueAttributes: a long poll only where the count says something),

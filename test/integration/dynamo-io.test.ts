@@ -22,6 +22,7 @@ import { type Counted, countedOfJob, countUpdates } from '../../core/adapters/aw
 import { itemOf, shardOf } from '../../core/adapters/aws/dynamo/job-item.js';
 import {
   DynamoJobStore,
+  type DynamoJobStoreOptions,
   documentClient,
   statusShardCount,
   transact,
@@ -47,7 +48,7 @@ afterAll(async () => {
 });
 
 /** A job store whose DynamoDB client records the name of every command it sends. */
-function countedStore() {
+function countedStore(options: Pick<DynamoJobStoreOptions, 'sweepDropChunks'> = {}) {
   const calls: string[] = [];
   const inputs: Record<string, unknown>[] = [];
   const outputs: Record<string, unknown>[] = [];
@@ -72,7 +73,7 @@ function countedStore() {
       return s3.get(key);
     },
   });
-  const jobs = new DynamoJobStore({ doc, tables: aws.tables, blobs });
+  const jobs = new DynamoJobStore({ doc, tables: aws.tables, blobs, ...options });
   const count = (name: string) => calls.filter((call) => call === name).length;
   const reset = () => {
     calls.splice(0);
@@ -1169,6 +1170,10 @@ describe('a stream of several MB: every Query page read, in order, and all of it
         }),
       )
     ).Items ?? [];
+  /** The job's item as it is, expired or not (`get` hides an expired job). */
+  const jobItem = async (jobId: string) =>
+    (await aws.doc.send(new GetCommand({ TableName: aws.tables.jobs, Key: { jobId }, ConsistentRead: true })))
+      .Item;
   const blobKeys = async (jobId: string) =>
     (await aws.s3.send(new ListObjectsV2Command({ Bucket: aws.bucket, Prefix: `ferry/payloads/${jobId}/` })))
       .Contents ?? [];
@@ -1309,9 +1314,9 @@ describe('a stream of several MB: every Query page read, in order, and all of it
     const store = new DynamoJobStore({ doc, tables: aws.tables, blobs: aws.blobs('ferry/') });
     expect(await store.deleteExpired(25, 1)).toBe(1);
 
-    // The meta item and 60 chunks in groups of 25: the first one sent again with what was left of
-    // it (12, 6, 3), the other two once.
-    expect(sent).toEqual([25, 12, 6, 3, 25, 11]);
+    // 60 chunks in groups of 25: the first one sent again with what was left of it (12, 6, 3), the
+    // other two once; then the meta item, once no chunk is left.
+    expect(sent).toEqual([25, 12, 6, 3, 25, 10, 1]);
     expect(await streamItems(job.id)).toEqual([]);
   });
 
@@ -1376,9 +1381,9 @@ describe('a stream of several MB: every Query page read, in order, and all of it
     await expect(jobs.readStream(lost, 0)).rejects.toThrow(/A stored payload is missing/);
   });
 
-  it("goes on sweeping when a job's chunks cannot be read, leaving them to the TTL with a warning", async () => {
-    // The job item is deleted before its chunks: a failed Query of them must not fail the sweep run
-    // and leave the next expired jobs' chunks behind too.
+  it("goes on sweeping when a job's chunks cannot be read, leaving that job for the next run with a warning", async () => {
+    // A failed Query of one job's chunks must not fail the sweep run and leave the next expired
+    // jobs behind too. The job item goes after its stream, so the job stays for the next run.
     const stamp = Date.now();
     const failing = makeJob({
       id: `io-${stamp}-unreadable`,
@@ -1412,10 +1417,90 @@ describe('a stream of several MB: every Query page read, in order, and all of it
       warn: (message) => warnings.push(message),
     });
 
-    expect(await store.deleteExpired(50, 2)).toBe(2);
+    expect(await store.deleteExpired(50, 2)).toBe(1);
     expect(warnings).toEqual([expect.stringContaining(`could not delete stream chunks of ${failing.id}`)]);
     expect(await streamItems(next.id)).toEqual([]);
-    // The unreadable job's chunks are left where the TTL finds them.
+    // The unreadable job is left whole, where the next run finds it and deletes it.
     expect((await streamItems(failing.id)).map((item) => item.seq)).toEqual([0, 1, 2]);
+    expect(await jobItem(failing.id)).toBeDefined();
+    expect(await jobs.deleteExpired(50, 2)).toBe(1);
+    expect(await streamItems(failing.id)).toEqual([]);
+    expect(await jobItem(failing.id)).toBeUndefined();
   });
+
+  it("deletes an expired job's long stream over several runs, a bounded number of chunks a run, the job item last", async () => {
+    // A run deleted a whole stream in one go (4,000 BatchWriteItems one after the other for 100,000
+    // chunks), its job item first: past the sweeper's timeout
+    // (https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html) the rest of that
+    // stream was left to its TTL with nothing pointing at it, and the rest of the run was skipped.
+    // Here a run deletes at most 100 chunks; a job whose stream is not all deleted stays.
+    const store = countedStore({ sweepDropChunks: 100 });
+    try {
+      const stamp = Date.now();
+      // Expired in this order, after every job this file's earlier tests left and deleted.
+      const long = makeJob({ id: `io-${stamp}-long`, createdAt: 0, expiresAt: 60, status: 'COMPLETED' });
+      const bare = makeJob({ id: `io-${stamp}-bare`, createdAt: 0, expiresAt: 61, status: 'FAILED' });
+      const short = makeJob({ id: `io-${stamp}-short`, createdAt: 0, expiresAt: 62, status: 'COMPLETED' });
+      for (const job of [long, bare, short]) await store.jobs.create(job);
+      // 250 chunks, two in S3: one in the first run's 100 (seq 50), the last one (seq 250).
+      const all = Array.from({ length: 250 }, (_, i) => chunk(i, i === 49 || i === 249 ? 400 * 1024 : 8));
+      await append(store.jobs, long.id, all);
+      await append(store.jobs, short.id, [chunk(0, 8), chunk(1, 8)]);
+      expect(await blobKeys(long.id)).toHaveLength(2);
+      // Read before it expired, as a /retry or a `?ttl=` does just before.
+      const readBefore = (await store.jobs.get(long.id, 0))!;
+
+      /** One run: what it answers, and the chunk items (seq ≥ 1) and meta items it deleted. */
+      const run = async () => {
+        store.reset();
+        const deleted = await store.jobs.deleteExpired(70, 10);
+        const keys = store.calls.flatMap((call, at) =>
+          call === 'BatchWriteItem'
+            ? (
+                store.inputs[at] as {
+                  RequestItems: Record<string, { DeleteRequest: { Key: { seq: number } } }[]>;
+                }
+              ).RequestItems[aws.tables.chunks]!.map((request) => request.DeleteRequest.Key.seq)
+            : [],
+        );
+        const chunkQueries = store.inputs.filter(
+          (input, at) => store.calls[at] === 'Query' && input.TableName === aws.tables.chunks,
+        ) as { Limit?: number }[];
+        for (const query of chunkQueries)
+          expect(query.Limit ?? Number.POSITIVE_INFINITY).toBeLessThanOrEqual(100);
+        return {
+          deleted,
+          chunks: keys.filter((seq) => seq > 0).length,
+          metas: keys.filter((seq) => seq === 0).length,
+        };
+      };
+
+      // The long stream takes the first run's 100 deletes: the job without a stream is still
+      // deleted, the short stream waits.
+      expect(await run()).toEqual({ deleted: 1, chunks: 100, metas: 0 });
+      expect(await jobItem(bare.id)).toBeUndefined();
+      for (const job of [long, short]) expect(await jobItem(job.id)).toBeDefined();
+      expect((await streamItems(long.id)).map((item) => item.seq)).toEqual([
+        0,
+        ...Array.from({ length: 150 }, (_, i) => 101 + i),
+      ]);
+      expect(await blobKeys(long.id)).toHaveLength(1);
+      // Cleared before any delete: a reader finds no chunk, rather than a gap.
+      expect(await store.jobs.readStream(long.id, 0)).toEqual({ chunks: [], next: all.length });
+      // A write from before the expiry does not bring back a job whose stream is half deleted.
+      expect((await store.jobs.update(readBefore, { expiresAt: 1_000_000 })).ok).toBe(false);
+
+      expect(await run()).toEqual({ deleted: 0, chunks: 100, metas: 0 });
+      // The last 50 of the long stream and its meta item, then the short stream with the 50 left.
+      expect(await run()).toEqual({ deleted: 2, chunks: 52, metas: 2 });
+      expect(await run()).toEqual({ deleted: 0, chunks: 0, metas: 0 });
+      for (const job of [long, bare, short]) {
+        expect(await jobItem(job.id)).toBeUndefined();
+        expect(await streamItems(job.id)).toEqual([]);
+        expect(await blobKeys(job.id)).toEqual([]);
+      }
+    } finally {
+      store.close();
+    }
+  }, 120_000);
 });

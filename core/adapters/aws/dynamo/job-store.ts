@@ -1,7 +1,7 @@
 /** JobStore on DynamoDB: the `jobs` and `chunks` tables of `dynamoSchema` (../dynamo.ts says why). */
 import { randomUUID } from 'node:crypto';
 import type { AttributeValue } from '@aws-sdk/client-dynamodb';
-import { type DynamoDBDocumentClient, GetCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
+import { type DynamoDBDocumentClient, GetCommand, QueryCommand, UpdateCommand } from '@aws-sdk/lib-dynamodb';
 import { unmarshall } from '@aws-sdk/util-dynamodb';
 import { conflict, FerryError } from '../../../errors.js';
 import {
@@ -107,11 +107,25 @@ const streamLifeSec = toSec(limits.jobLifetimeMaxMs) + daySec;
  * https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html) and than the function's
  * own timeout (https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html), so the
  * client got a 504 for a retry that happened. The rest stays behind clearedTo, where no read goes,
- * until the sweeper deletes the job's whole stream with the expired job (deleteExpired), or else
+ * until the sweeper deletes the job's whole stream with the expired job (deleteExpired, over several
+ * runs for a long one: sweepDropChunks), or else
  * the chunks' TTL (streamLifeSec) deletes them, typically within a few days of their expiry
  * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html).
  */
 const clearDropChunks = 25;
+/**
+ * How many chunk items one deleteExpired (one sweeper run) deletes at most, of all its jobs' streams
+ * together: 200 BatchWriteItems of 25
+ * (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchWriteItem.html), sent one
+ * after the other. The sweeper's function stops at its timeout (55 s, infra/platform-stack.ts;
+ * https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html), and a stream of 100,000
+ * chunks deleted in one go was 4,000 of them: a run that ran out of time there skipped the resends,
+ * dead letters and webhooks that come after deleteExpired (functions/sweeper.ts), and lost the
+ * rest of that stream to its TTL, its job item already deleted. A job whose stream is not all
+ * deleted stays, expired (no read shows it), for the next run: such a stream goes over several
+ * runs, 5,000 chunks a minute. How long 200 BatchWriteItems take was never measured.
+ */
+const sweepDropChunks = 5_000;
 /**
  * TransactWriteItems' limits (updateMany): 100 actions, and 4 MB of items together, of which the
  * job Puts take at most 3.5 MB here: the rest is room for the count items and the expressions,
@@ -131,6 +145,8 @@ export interface DynamoJobStoreOptions {
   nowMs?: () => number;
   /** Where a store that cannot do its job says so; defaults to console.warn. */
   warn?: (message: string) => void;
+  /** The chunk deletes of one deleteExpired (default `sweepDropChunks`); a test's long stream needs fewer. */
+  sweepDropChunks?: number;
 }
 
 /** Jobs as items described in ./job-item.ts; stream chunks as items of the chunks table. */
@@ -141,6 +157,7 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
   private readonly blobs: BlobStore;
   private readonly nowMs: () => number;
   private readonly warn: (message: string) => void;
+  private readonly sweepDropChunks: number;
   /**
    * How the big fields of each job this store handed out are stored (inline JSON or an S3 ref), so an
    * update writes without reading the item again. Weak: a job the caller drops is forgotten.
@@ -166,6 +183,7 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     this.blobs = options.blobs;
     this.nowMs = options.nowMs ?? Date.now;
     this.warn = options.warn ?? ((message) => console.warn(message));
+    this.sweepDropChunks = checkLimit(options.sweepDropChunks ?? sweepDropChunks);
   }
 
   /**
@@ -632,9 +650,9 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
   /**
    * Whether every chunk of `missing` (their S3 objects gone) is behind the stream's clearedTo as it
    * is now, or the stream is gone: a clear sets clearedTo, then deletes the first chunks behind it
-   * and their objects (`dropChunks`), and deleteExpired deletes the meta item before the objects.
-   * A reader between its Query and its S3 reads meets those objects gone; what it was reading is
-   * cleared, not lost. An object missing ahead of clearedTo is lost (removed outside Ferry).
+   * and their objects (`dropChunks`); deleteExpired clears the stream as well before it deletes any
+   * chunk, and deletes the meta item after the last one (`dropStream`). A reader between its Query
+   * and its S3 reads meets those objects gone; what it was reading is cleared, not lost. An object missing ahead of clearedTo is lost (removed outside Ferry).
    */
   private async clearedBehind(jobId: string, missing: { seq: number }[]): Promise<boolean> {
     const meta = await this.streamMeta(jobId);
@@ -647,7 +665,21 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
   }
 
   async clearStream(jobId: string): Promise<void> {
-    let clearedTo: number;
+    const clearedTo = await this.clearTo(jobId);
+    if (clearedTo === undefined) return; // nothing was ever appended
+    // Only the seqs this clear skipped: a chunk appended since (the next attempt's) is no leftover.
+    // And only the first of them (clearDropChunks): the rest go with the job or their TTL.
+    await this.dropChunks(jobId, clearedTo, clearDropChunks).catch((error: unknown) =>
+      this.chunksLeft(jobId, error),
+    );
+  }
+
+  /**
+   * Moves the stream's clearedTo (and its cursor) to its nextSeq, so that no read or drain goes
+   * behind it; answers it, or undefined when the stream has no meta item (nothing was appended, or
+   * the sweeper deleted it).
+   */
+  private async clearTo(jobId: string): Promise<number | undefined> {
     try {
       // Skip everything appended so far; seqs keep growing, so nothing is ever reused. The meta item
       // lives on as long as the job a retry starts may: once TTL took it, the next append would
@@ -663,14 +695,11 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
           ReturnValues: 'UPDATED_NEW',
         }),
       );
-      clearedTo = Attributes?.clearedTo as number;
+      return Attributes?.clearedTo as number;
     } catch (error) {
-      if (isConditionFailure(error)) return; // nothing was ever appended
+      if (isConditionFailure(error)) return undefined;
       throw error;
     }
-    // Only the seqs this clear skipped: a chunk appended since (the next attempt's) is no leftover.
-    // And only the first of them (clearDropChunks): the rest go with the job or their TTL.
-    await this.dropChunks(jobId, 1, clearedTo, clearDropChunks);
   }
 
   /** Two Queries on the count items and the current bucket, however many jobs the endpoint keeps (./counts.ts). */
@@ -689,7 +718,9 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
   /**
    * Deletes expired jobs in a final status with their chunks and blobs (DynamoDB's TTL would drop
    * the items days later but never the blobs). Unfinished ones stay for the engine to stop first.
-   * Each delete is conditional on the item still being final and expired.
+   * At most `sweepDropChunks` chunk items in one call, of all the jobs' streams together: a job
+   * whose stream is longer, or comes once they are spent, stays for the next call (its stream
+   * cleared), which goes on where this one stopped; jobs without a stream left are still deleted.
    */
   async deleteExpired(nowMs: number, limit: number): Promise<number> {
     const finals = jobStatuses.filter(isFinal);
@@ -702,19 +733,23 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       checkLimit(limit),
     );
     const items = found.sort((a, b) => (a.expiresAt as number) - (b.expiresAt as number)).slice(0, limit);
+    let budget = this.sweepDropChunks;
     let deleted = 0;
     for (const item of items) {
+      const jobId = item.jobId as string;
+      const version = await this.claimExpired(item);
+      if (version === undefined) continue; // retried or already gone meanwhile
+      // The stream before the job item: the item is what the next run finds (byStatusExpiry), so a
+      // stream left half deleted (the budget spent, a request failed) keeps its job until it is gone.
+      const stream = await this.dropStream(jobId, budget);
+      budget -= stream.dropped;
+      if (!stream.gone) continue;
       const del = {
         TableName: this.jobsTable,
-        Key: { jobId: item.jobId },
-        // Still as the index showed it: final, expired, and counted as `counts` below assumes.
-        ConditionExpression: 'expiresAt = :expiresAt AND #status = :status AND retries = :retries',
-        ExpressionAttributeNames: { '#status': 'status' },
-        ExpressionAttributeValues: {
-          ':expiresAt': item.expiresAt,
-          ':status': statusOfShard(item.statusShard as string),
-          ':retries': item.retries,
-        },
+        Key: { jobId },
+        // As claimExpired left it: no write came after the claim.
+        ConditionExpression: 'version = :version',
+        ExpressionAttributeValues: { ':version': version },
       };
       // A job of the current count bucket is still taken back by health: it leaves the counts with
       // its delete. Older buckets no longer count (./counts.ts).
@@ -723,13 +758,11 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       try {
         await writeAtomically(this.doc, { Delete: del }, counts);
       } catch (error) {
-        if (failedCondition(error)) continue; // retried or already gone meanwhile
+        if (failedCondition(error)) continue; // already gone meanwhile
         throw error;
       }
       deleted++;
       await this.dropBlobs(refsOf(storedBigOf(item)));
-      // The whole stream, its meta item (seq 0) too: nothing reads it once the job is gone.
-      await this.dropChunks(item.jobId as string, 0);
     }
     return deleted;
   }
@@ -1222,45 +1255,113 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
   }
 
   /**
-   * Deletes the items of the stream of `jobId` from seq `from` to `to` (none: to the end) and their
-   * S3 blobs; with `atMost`, only those of one Query page of at most that many items. Otherwise the
-   * Query reads every page (at most 1 MB each,
-   * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Pagination.html); it asks
-   * for the keys and blob refs only: a long stream's chunks (up to 300 KB each inline) would
-   * otherwise all be held in memory at once (the sweeper's Lambda has 512 MB). The projection
-   * shrinks the answer, not the read units: those count the items' whole size
+   * Claims an expired job for deleteExpired, which deletes its stream before the item: one
+   * conditional UpdateItem that moves its version on, while it is still final, expired and as the
+   * index showed it. A write that read the job before it expired (a /retry, a `?ttl=` that keeps it
+   * longer) and comes after the claim then fails its condition (`version = :expected`) and reads the
+   * job expired, as it would have found it deleted; without the claim it would bring back a job
+   * whose stream the sweeper was deleting. Answers the version it set, or undefined when the job
+   * moved on or is gone.
+   */
+  private async claimExpired(item: Item): Promise<number | undefined> {
+    try {
+      // singleWrite: the job item may be in a transaction of another write at this moment.
+      const { Attributes } = await singleWrite(() =>
+        this.doc.send(
+          new UpdateCommand({
+            TableName: this.jobsTable,
+            Key: { jobId: item.jobId },
+            UpdateExpression: 'SET version = version + :one',
+            ConditionExpression: 'expiresAt = :expiresAt AND #status = :status AND retries = :retries',
+            ExpressionAttributeNames: { '#status': 'status' },
+            ExpressionAttributeValues: {
+              ':one': 1,
+              ':expiresAt': item.expiresAt,
+              ':status': statusOfShard(item.statusShard as string),
+              ':retries': item.retries,
+            },
+            ReturnValues: 'UPDATED_NEW',
+          }),
+        ),
+      );
+      return Attributes?.version as number;
+    } catch (error) {
+      if (isConditionFailure(error)) return undefined;
+      throw error;
+    }
+  }
+
+  /**
+   * Deletes an expired job's stream (deleteExpired): clears it first, so that a reader finds it
+   * cleared (`clearedBehind`) rather than a chunk missing; then at most `budget` of its chunks, a
+   * Query page at a time; then its meta item, once no chunk is left (a stream without one has no
+   * chunk). `gone`: nothing of the stream is left. A failed request leaves the rest for the next run.
+   */
+  private async dropStream(jobId: string, budget: number): Promise<{ dropped: number; gone: boolean }> {
+    let dropped = 0;
+    try {
+      const clearedTo = await this.clearTo(jobId);
+      if (clearedTo === undefined) return { dropped, gone: true };
+      for (let more = true; more; ) {
+        if (dropped >= budget) return { dropped, gone: false };
+        const page = await this.dropChunks(jobId, clearedTo, budget - dropped);
+        dropped += page.dropped;
+        // Each page starts at seq 1 again, behind the deleted ones; one of them is empty only when
+        // nothing is left (without a filter, a page cut short holds at least one item).
+        more = page.more && page.dropped > 0;
+      }
+      // A BatchWriteItem of one: the sweeper's role may BatchWriteItem on the chunks table.
+      await batchWrite(this.doc, this.chunksTable, [{ DeleteRequest: { Key: { jobId, seq: 0 } } }]);
+      return { dropped, gone: true };
+    } catch (error) {
+      this.chunksLeft(jobId, error);
+      return { dropped, gone: false };
+    }
+  }
+
+  /**
+   * Deletes the chunk items of the stream of `jobId` from seq 1 to `to` that one Query page of at
+   * most `atMost` items finds, and their S3 blobs; `more`: the page ended before `to` (DynamoDB
+   * answers LastEvaluatedKey when a page is cut by its Limit or by 1 MB,
+   * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Pagination.html), so
+   * chunks may be left. The Query asks for the keys and blob refs only: a long stream's chunks (up to
+   * 300 KB each inline) would otherwise be held in memory (the sweeper's Lambda has 512 MB). The
+   * projection shrinks the answer, not the read units: those count the items' whole size
    * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html#read-operation-consumption).
    */
-  private async dropChunks(jobId: string, from: number, to?: number, atMost?: number): Promise<void> {
-    try {
-      const rows = await queryAll(
-        this.doc,
-        {
-          TableName: this.chunksTable,
-          KeyConditionExpression: `jobId = :job AND ${to === undefined ? 'seq >= :from' : 'seq BETWEEN :from AND :to'}`,
-          ExpressionAttributeValues: {
-            ':job': jobId,
-            ':from': from,
-            ...(to === undefined ? {} : { ':to': to }),
-          },
-          ProjectionExpression: 'seq, chunkRef',
-          ConsistentRead: true,
-          ...(atMost === undefined ? {} : { Limit: atMost }),
-        },
-        () => atMost !== undefined,
-      );
-      await batchWrite(
-        this.doc,
-        this.chunksTable,
-        rows.map((row) => ({ DeleteRequest: { Key: { jobId, seq: row.seq } } })),
-      );
-      await this.dropBlobs(rows.flatMap((row) => (typeof row.chunkRef === 'string' ? [row.chunkRef] : [])));
-    } catch (error) {
-      // Nothing reads them (behind clearedTo, or their job is gone), so a failed read or delete costs
-      // only storage: the leftovers go with the TTL and their blobs with the bucket's payload rule,
-      // and a sweep goes on to its next job rather than fail the run with this one already deleted.
-      this.warn(`ferry: could not delete stream chunks of ${jobId}: ${String(error)}`);
-    }
+  private async dropChunks(
+    jobId: string,
+    to: number,
+    atMost: number,
+  ): Promise<{ dropped: number; more: boolean }> {
+    const page = await this.doc.send(
+      new QueryCommand({
+        TableName: this.chunksTable,
+        KeyConditionExpression: 'jobId = :job AND seq BETWEEN :from AND :to',
+        ExpressionAttributeValues: { ':job': jobId, ':from': 1, ':to': to },
+        ProjectionExpression: 'seq, chunkRef',
+        ConsistentRead: true,
+        Limit: atMost,
+      }),
+    );
+    const rows = (page.Items ?? []) as Item[];
+    await batchWrite(
+      this.doc,
+      this.chunksTable,
+      rows.map((row) => ({ DeleteRequest: { Key: { jobId, seq: row.seq } } })),
+    );
+    await this.dropBlobs(rows.flatMap((row) => (typeof row.chunkRef === 'string' ? [row.chunkRef] : [])));
+    return { dropped: rows.length, more: page.LastEvaluatedKey !== undefined };
+  }
+
+  /**
+   * Chunks a clear or the sweeper could not delete. Nothing reads them (behind clearedTo), so a
+   * failed read or delete costs only storage: the sweeper tries again with the job on its next run,
+   * or else they go with their TTL and their blobs with the bucket's payload rule; a sweep goes on to
+   * its next job rather than fail the run.
+   */
+  private chunksLeft(jobId: string, error: unknown): void {
+    this.warn(`ferry: could not delete stream chunks of ${jobId}: ${String(error)}`);
   }
 
   /**
