@@ -122,7 +122,8 @@ export interface JobStore {
   listRecent(endpointId: string, query: RecentJobsQuery): Promise<{ jobs: Job[]; next?: string | undefined }>;
   /**
    * Deletes up to `limit` jobs that expired before `nowMs` (oldest first, so a backlog drains over
-   * several runs); returns how many went. (DynamoDB's TTL does this itself.)
+   * several runs); returns how many went. (DynamoDB's TTL does this itself.) A store may leave a job
+   * with a long stream for later calls (DynamoJobStore deletes a bounded number of chunks a call).
    */
   deleteExpired(nowMs: number, limit: number): Promise<number>;
   close(): Promise<void>;
