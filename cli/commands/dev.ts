@@ -161,7 +161,7 @@ async function serveDev(
   const [
     { startLocalPlatform },
     { webhookAllowFromEnv },
-    { createDevListener, createDevServer, devRoutes },
+    { createDevListener, createDevServer },
     { default: chokidar },
   ] = await Promise.all([
     import('../../core/adapters/local/platform.js'),
@@ -289,11 +289,11 @@ async function serveDev(
     const stopped = untilStopped();
     ctx.reporter.out(`Ferry dev server at ${base}  (docs: ${base}/docs)`);
     ctx.reporter.out(`Console at ${platform.url}/console  (sign in with your FERRY_API_KEY)`);
-    const routeLines = (endpoints: typeof snapshot.endpoints) =>
-      devRoutes(endpoints).map(
+    const routeLines = (routes: typeof snapshot.routes) =>
+      routes.map(
         (route) => `${route.method.padEnd(6)} ${base}${route.path}${route.note ? `  (${route.note})` : ''}`,
       );
-    for (const line of routeLines(snapshot.endpoints)) ctx.reporter.out(`  ${line}`);
+    for (const line of routeLines(snapshot.routes)) ctx.reporter.out(`  ${line}`);
     for (const endpoint of snapshot.endpoints)
       if (endpoint.image !== undefined) say(`note: ${imageNotInDev(endpoint)}.`);
     say(`API key from ${key.source}; calls to the dev server need no Authorization header.`);
@@ -312,7 +312,7 @@ async function serveDev(
         const files = [...changed].sort();
         changed.clear();
         try {
-          const routesBefore = new Set(routeLines(snapshot.endpoints));
+          const routesBefore = new Set(routeLines(snapshot.routes));
           const next = await scanForDev(projectDir);
           const removed = await live.apply(next);
           snapshot = next;
@@ -324,7 +324,7 @@ async function serveDev(
           say(`↻ reloaded (${countOf(snapshot.endpoints.length, 'endpoint')})`);
           // The routes a reload added or took away, as the start listed them: a new endpoint's URL
           // is on the terminal without a restart, or a look at /docs.
-          const routesAfter = routeLines(snapshot.endpoints);
+          const routesAfter = routeLines(snapshot.routes);
           for (const line of routesAfter) if (!routesBefore.has(line)) say(`  + ${line}`);
           for (const line of routesBefore) if (!routesAfter.includes(line)) say(`  - ${line}`);
         } catch (error) {

@@ -1,7 +1,7 @@
 /**
  * The dev server (docs/api.md#the-dev-server), on Fastify with a Swagger UI at /docs. Routes come from the scan:
  *   POST /<module>/runsync             one callable in the file ({input} wrapper)
- *   POST /<module>/<function>/runsync  several in one file: each function and class method (devRoutes)
+ *   POST /<module>/<function>/runsync  several in one file: each function and class method (routes.ts)
  *   <METHOD> /<module><route path>     load-balanced routes, passed to the live endpoint as they came
  * No Authorization header here; the server adds the key when it calls the platform. So it answers
  * only its own pages and clients that are not browsers (site-guard.ts).
@@ -18,127 +18,12 @@ import { parseJsonExact, stringifyJsonExact } from '../../core/json.js';
 import { limits } from '../../core/limits.js';
 import { printable } from '../../core/log.js';
 import { manageOpenApi, managePrefix } from '../../core/manage.js';
-import type { ManifestEndpoint, Route } from '../../core/manifest.js';
 import { overLimitMessage } from '../../core/request-body.js';
 import { startFailureMessage } from './failures.js';
-import { type CallableInput, inputMismatch, inputSchema } from './inputs.js';
+import { inputMismatch, inputSchema } from './inputs.js';
+import type { DevRoute } from './routes.js';
 import { corsAnswer, crossSiteRefusal, type SiteGuard } from './site-guard.js';
 import type { LiveEndpoints } from './state.js';
-
-export interface DevRoute {
-  method: 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH';
-  /** Fastify path (`:param`). */
-  path: string;
-  /** Prefix stripped before proxying (load-balanced). */
-  prefix: string;
-  endpoint: string;
-  kind: 'queue' | 'lb';
-  summary: string | undefined;
-  params: string[];
-  /** A class endpoint's method this route calls (sent as input["method"]). */
-  classMethod?: string;
-  /** The signature's parameters with types and defaults: the OpenAPI document, a queue route's check. */
-  inputs?: CallableInput[];
-  /** Why the route is not named as the others are (a name two callables of the file share). */
-  note?: string;
-  /** The signature has **kwargs. */
-  varKeywords?: true;
-}
-
-const prefixOf = (endpoint: ManifestEndpoint) => `/${endpoint.module.split('.').join('/')}`;
-
-/** One thing a queue route calls: a function (or an image endpoint), or one public method of a class. */
-interface QueueCallable {
-  endpoint: ManifestEndpoint;
-  /** The function's or the method's name. */
-  name: string;
-  /** The class a method belongs to. */
-  className?: string;
-  /** What the route documents: the function's, or the method's. */
-  doc: Pick<Route, 'summary' | 'params' | 'inputs' | 'varKeywords'>;
-  /** Sent as input["method"]: a class with several methods needs it. */
-  classMethod?: string;
-}
-
-function queueCallables(endpoint: ManifestEndpoint): QueueCallable[] {
-  const target = endpoint.target;
-  const methods = target?.methods ?? [];
-  if (target === undefined || methods.length === 0)
-    return [{ endpoint, name: target?.name ?? endpoint.name, doc: target ?? { params: [] } }];
-  return methods.map((method) => ({
-    endpoint,
-    name: method.name,
-    className: target.name,
-    doc: { ...method, summary: method.summary ?? target.summary },
-    ...(methods.length > 1 ? { classMethod: method.name } : {}),
-  }));
-}
-
-/**
- * The route table from the scanned endpoints (pure, so tests can read it without a server). Queue
- * routes are named as Flash's dev server names them: `/<module>/runsync` when the file has one
- * callable, else `/<module>/<function or method>/runsync` for each of its functions and class methods.
- * Where two of one file share a name (two classes' methods, or a function and a method), each method
- * among them keeps its class in the route (`/<module>/<Class>/<method>/runsync`), with a `note` why.
- */
-export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
-  const routes: DevRoute[] = [];
-  const namesByFile = new Map<string, string[]>();
-  for (const endpoint of endpoints) {
-    if (endpoint.kind !== 'queue') continue;
-    const names = namesByFile.get(endpoint.file) ?? [];
-    names.push(...queueCallables(endpoint).map((c) => c.name));
-    namesByFile.set(endpoint.file, names);
-  }
-  for (const endpoint of endpoints) {
-    const prefix = prefixOf(endpoint);
-    if (endpoint.kind === 'queue') {
-      const names = namesByFile.get(endpoint.file) ?? [];
-      for (const callable of queueCallables(endpoint)) {
-        const shared = names.filter((name) => name === callable.name).length > 1;
-        const qualified = shared && callable.className !== undefined;
-        const path =
-          names.length === 1
-            ? `${prefix}/runsync`
-            : qualified
-              ? `${prefix}/${callable.className}/${callable.name}/runsync`
-              : `${prefix}/${callable.name}/runsync`;
-        routes.push({
-          method: 'POST',
-          path,
-          prefix,
-          endpoint: endpoint.name,
-          kind: 'queue',
-          summary: callable.doc.summary,
-          params: callable.doc.params,
-          ...(callable.doc.inputs ? { inputs: callable.doc.inputs } : {}),
-          ...(callable.doc.varKeywords ? { varKeywords: true } : {}),
-          ...(callable.classMethod ? { classMethod: callable.classMethod } : {}),
-          ...(qualified
-            ? {
-                note: `more than one callable of ${endpoint.file} is named ${callable.name}: ${callable.className}.${callable.name} keeps its class in the route`,
-              }
-            : {}),
-        });
-      }
-    } else {
-      for (const route of endpoint.routes ?? []) {
-        routes.push({
-          method: route.method,
-          path: `${prefix}${route.path.replace(/\{([^{}]+)\}/g, ':$1')}`,
-          prefix,
-          endpoint: endpoint.name,
-          kind: 'lb',
-          summary: route.summary,
-          params: route.params,
-          ...(route.inputs ? { inputs: route.inputs } : {}),
-          ...(route.varKeywords ? { varKeywords: true } : {}),
-        });
-      }
-    }
-  }
-  return routes;
-}
 
 /**
  * The methods of the routes whose path matches `path` (a `:param` segment matches any), sorted: what a
@@ -374,7 +259,7 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
     },
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
-  const routes = devRoutes(options.live.snapshot.endpoints);
+  const routes = options.live.snapshot.routes;
   app.get('/', { schema: { summary: 'Health check', tags: ['dev server'] } }, async () => ({
     status: 'ok',
     server: 'ferry dev',
@@ -420,6 +305,8 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
         },
       });
     } catch (error) {
+      // Two project routes at one path never get here (the scan refuses them: routes.ts); this is a
+      // route Fastify refuses for another reason, such as one of the dev server's own pages.
       options.log(
         `warning: route ${route.method} ${route.path} of ${route.endpoint} skipped: ${(error as Error).message}`,
       );

@@ -17,6 +17,7 @@ import { sourceFingerprint } from '../build/fingerprint.js';
 import { resolvePythonVersion } from '../build/index.js';
 import { type ScannedFile, scanProject } from '../build/scan.js';
 import { projectAppName } from '../config.js';
+import { type DevRoute, devRoutes } from './routes.js';
 
 const resourcesSchema = z.record(z.string(), z.object({ id: z.string(), configHash: z.string() }).strict());
 export type DevResources = z.infer<typeof resourcesSchema>;
@@ -32,6 +33,8 @@ export interface ScanSnapshot {
   warnings: string[];
   /** What the scan read of each file (its imports). */
   files: ScannedFile[];
+  /** The dev server's routes; two at one method and path make the scan fail (devRoutes). */
+  routes: DevRoute[];
 }
 
 export async function scanForDev(projectDir: string, python = 'python3'): Promise<ScanSnapshot> {
@@ -54,6 +57,7 @@ export async function scanForDev(projectDir: string, python = 'python3'): Promis
     fingerprint: await sourceFingerprint(projectDir, shipped.files),
     warnings: [...shipped.warnings, ...scanned.warnings],
     files: scanned.files,
+    routes: devRoutes(scanned.endpoints),
   };
 }
 

@@ -85,3 +85,47 @@ it('answers 503 naming the file and the error while the saved code does not load
   expect((await post(`${base}/api/echo`, { x: 3 })).body).toEqual({ x: 3 });
   expect(readFileSync(path.join(project, 'app.py'), 'utf8')).not.toContain('broken');
 });
+
+it('answers 503 naming both routes and their file after a save gives two endpoints one route, then serves the next good save', {
+  timeout: 120_000,
+}, async () => {
+  // Two load-balanced endpoints of one file, each with its own /health: apart on the platform, one
+  // route (GET /status/health) under ferry dev.
+  const status = (second: string) => `from ferry import Endpoint
+
+a = Endpoint(name="svc_a", cpu="1-2")
+b = Endpoint(name="svc_b", cpu="1-2")
+
+
+@a.get("/health")
+def health_a():
+    return "a"
+
+
+@b.get("${second}")
+def health_b():
+    return "b"
+`;
+  const failed = printedOn(dev, /reload failed[^\n]*\n[^\n]*\n/);
+  writeFileSync(path.join(project, 'status.py'), status('/health'));
+  await failed;
+  const queue = await post(`${base}/app/runsync`, { input: { name: 'a' } });
+  expect(queue.status).toBe(503);
+  expect(queue.body.error).toBe(
+    'ferry dev could not reload the project after status.py changed: Two routes are GET /status/health: ' +
+      '@a.get("/health") of status.py and @b.get("/health") of status.py. Rename one of them or its file: ' +
+      "a file's one callable is at /<module>/runsync, several at /<module>/<function or method>/runsync, " +
+      'a load-balanced route at /<module><path>. It does not run the code from before that change: fix the code ' +
+      'and save, and ferry dev reloads it on the next save.',
+  );
+  expect(output().stderr).toContain('reload failed: Two routes are GET /status/health: ');
+  // Fastify's own "route skipped" warning is never the story.
+  expect(output().stderr).not.toContain('skipped');
+
+  const reloaded = printedOn(dev, /↻ reloaded[^\n]*\n(?: {2}\+ [^\n]*\n){2}/);
+  writeFileSync(path.join(project, 'status.py'), status('/ready'));
+  await reloaded;
+  expect(output().stderr).toMatch(/\+ GET {4}http:\/\/\S+\/status\/health\n/);
+  expect(output().stderr).toMatch(/\+ GET {4}http:\/\/\S+\/status\/ready\n/);
+  expect((await post(`${base}/app/runsync`, { input: { name: 'a' } })).body.output).toBe('v2 a');
+});

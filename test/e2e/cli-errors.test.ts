@@ -130,6 +130,25 @@ describe('ferry errors', () => {
     );
   });
 
+  it("dev in a project whose two files come out at one route (app.py's hello beside app/hello.py) names both and the route, exit 2", async () => {
+    const clash = path.join(sandbox.root, 'clash-project');
+    mkdirSync(path.join(clash, 'app'), { recursive: true });
+    const fn = (endpoint: string, name: string) =>
+      `\n\n@Endpoint(name="${endpoint}", cpu="1-2")\ndef ${name}(x: int):\n    return x\n`;
+    const file = (...fns: string[]) => `from ferry import Endpoint\n${fns.join('\n')}`;
+    writeFileSync(path.join(clash, 'app.py'), file(fn('hello', 'hello'), fn('bye', 'bye')));
+    writeFileSync(path.join(clash, 'app', 'hello.py'), file(fn('other', 'greet')));
+    writeFileSync(path.join(clash, '.env'), 'FERRY_API_KEY=fy_dev_clash\n');
+    const result = await sandbox.run(['dev', '--port', '0', '--no-deps'], { cwd: clash });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toBe(
+      'Error: Two routes are POST /app/hello/runsync: hello of app.py and greet of app/hello.py. ' +
+        "Rename one of them or its file: a file's one callable is at /<module>/runsync, several at /<module>/<function or method>/runsync, a load-balanced route at /<module><path>\n" +
+        '  hint: Rename one, then run ferry dev again.\n',
+    );
+    expect(result.stdout).toBe('');
+  });
+
   it("a bad flag or value names the flag as typed and the failing command's own help", async () => {
     const bogus = await sandbox.run(['deploy', '--bogus'], { cwd: project });
     expect(bogus.code).toBe(2);

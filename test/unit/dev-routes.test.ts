@@ -1,15 +1,16 @@
 /**
- * The dev server's route table (devRoutes, cli/dev/server.ts) from files the real scanner read
+ * The dev server's route table (devRoutes, cli/dev/routes.ts) from files the real scanner read
  * (scan.py through real python3): queue routes named as Flash's dev server names them, by the
  * file's callables (docs/python.md, "The ferry dev loop"), and the class kept in the route only
  * where two callables of a file share a name.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scanProject } from '../../cli/build/scan.js';
-import { type DevRoute, devRoutes } from '../../cli/dev/server.js';
+import { type DevRoute, devRoutes } from '../../cli/dev/routes.js';
+import { exitCode, FerryError } from '../../core/errors.js';
 
 const root = mkdtempSync(path.join(tmpdir(), 'wb-dev-routes-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -135,5 +136,46 @@ describe('devRoutes: queue routes', () => {
     const lone = table.find((r) => r.path === '/lone/runsync')!;
     expect(lone.summary).toBe('The one method.');
     expect(lone.params).toEqual(['x']);
+  });
+});
+
+describe('devRoutes: two routes at one method and path', () => {
+  const clashing = mkdtempSync(path.join(tmpdir(), 'wb-dev-clash-'));
+  afterAll(() => rmSync(clashing, { recursive: true, force: true }));
+
+  it("refuses app.py's hello beside app/hello.py, and a load-balanced route another's path with other parameter names, naming both files", async () => {
+    mkdirSync(path.join(clashing, 'app'));
+    mkdirSync(path.join(clashing, 'api'));
+    writeFileSync(
+      path.join(clashing, 'app.py'),
+      'from ferry import Endpoint\n\n\n@Endpoint(name="hello", cpu="1-2")\ndef hello(name: str):\n    return name\n\n\n@Endpoint(name="bye", cpu="1-2")\ndef bye(name: str):\n    return name\n',
+    );
+    writeFileSync(
+      path.join(clashing, 'app', 'hello.py'),
+      'from ferry import Endpoint\n\n\n@Endpoint(name="other", cpu="1-2")\ndef greet(name: str):\n    return name\n',
+    );
+    writeFileSync(
+      path.join(clashing, 'api.py'),
+      'from ferry import Endpoint\n\napi = Endpoint(name="api", cpu="1-2")\n\n\n@api.get("/items/{item_id}")\ndef item(item_id: str):\n    return item_id\n',
+    );
+    writeFileSync(
+      path.join(clashing, 'api', 'items.py'),
+      'from ferry import Endpoint\n\nitems = Endpoint(name="items", cpu="1-2")\n\n\n@items.get("/{key}")\ndef one(key: str):\n    return key\n',
+    );
+    const { endpoints } = await scanProject({ projectDir: clashing });
+    let thrown: unknown;
+    try {
+      devRoutes(endpoints);
+    } catch (error) {
+      thrown = error;
+    }
+    expect(FerryError.is(thrown) && exitCode(thrown)).toBe(2);
+    const error = thrown as FerryError;
+    expect(error.message).toBe(
+      'Two routes are GET /api/items/:item_id: @api.get("/items/{item_id}") of api.py and @items.get("/{key}") of api/items.py; ' +
+        'Two routes are POST /app/hello/runsync: hello of app.py and greet of app/hello.py. ' +
+        "Rename one of them or its file: a file's one callable is at /<module>/runsync, several at /<module>/<function or method>/runsync, a load-balanced route at /<module><path>",
+    );
+    expect(error.hint).toBe('Rename one, then run ferry dev again.');
   });
 });
