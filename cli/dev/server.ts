@@ -185,6 +185,28 @@ async function proxyRoute(
 }
 
 /**
+ * The 503 every request that would run the project's code answers while the code on disk does not
+ * load (failures.ts reloadFailureMessage): its workers still hold the code from before the change,
+ * whose answers a caller would take for the new code's. Undefined while the code loads.
+ */
+function refusedAfterFailedReload(options: DevServerOptions, reply: FastifyReply) {
+  const message = options.reloadFailure?.();
+  return message === undefined ? undefined : reply.code(503).send({ error: message });
+}
+
+/**
+ * Whether a request passed through to the platform runs the project's code on a worker: every
+ * /lb/... one, and a POST of /v2's run, runsync or retry/<job> (by id or by name, the route is the
+ * path's end: core/api.ts).
+ */
+function runsCode(request: FastifyRequest): boolean {
+  const segments = request.url.split('?', 1)[0]!.split('/');
+  if (segments[1] === 'lb') return true;
+  const [last, beforeLast] = [segments.at(-1), segments.at(-2)];
+  return request.method === 'POST' && (last === 'run' || last === 'runsync' || beforeLast === 'retry');
+}
+
+/**
  * The session's one listener (cli/commands/dev.ts swaps the routes behind it on reload). What Node's
  * parser refuses never reaches the routes: it is answered in the API's {"error"} shape, as the
  * platform's front door answers it, not with Node's bare 400.
@@ -295,14 +317,11 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
         // A queue route submits a /run; a load-balanced one is an /lb request.
         bodyLimit: route.kind === 'queue' ? limits.runBodyBytes : limits.lbBodyBytes,
         schema,
-        handler: (request, reply) => {
-          // The code on disk did not load: the workers would answer with the code from before.
-          const reloadFailed = options.reloadFailure?.();
-          if (reloadFailed !== undefined) return reply.code(503).send({ error: reloadFailed });
-          return route.kind === 'queue'
+        handler: async (request, reply) =>
+          refusedAfterFailedReload(options, reply) ??
+          (route.kind === 'queue'
             ? runQueueJob(options, route, request, reply)
-            : proxyRoute(options, route, request, reply);
-        },
+            : proxyRoute(options, route, request, reply)),
       });
     } catch (error) {
       // Two project routes at one path never get here (the scan refuses them: routes.ts); this is a
@@ -320,6 +339,10 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
   // Scripts and other services reach the live endpoints here too, with their own key: the v2 API
   // (by id or by name, docs/python.md) and load-balanced routes, passed through to the platform.
   const passThrough = async (request: FastifyRequest, reply: FastifyReply) => {
+    // After a failed reload, what would run the project's code answers as the routes do; what reads
+    // or stops a job (status, stream, cancel, health) still passes, for the jobs started before it.
+    const refused = runsCode(request) ? refusedAfterFailedReload(options, reply) : undefined;
+    if (refused !== undefined) return refused;
     const result = await forwardRaw(options, request, request.url, request.headers.authorization);
     return reply.code(result.status).headers(result.headers).send(result.body);
   };

@@ -1,7 +1,8 @@
 /**
  * `ferry dev` through the real binary and real Python workers, when a save leaves code that does not
  * load (a syntax error): every route answers 503 {"error"} naming the file, the error and that the
- * next save reloads, instead of the old code's answers; /docs, /ping and / still answer; the next
+ * next save reloads, instead of the old code's answers, and so does a /v2 run or /lb request passed
+ * through to its platform; /docs, /ping and / still answer; the next
  * good save serves the new code. Each step waits for the line ferry dev prints, never for time.
  */
 import type { ChildProcess } from 'node:child_process';
@@ -69,6 +70,31 @@ it('answers 503 naming the file and the error while the saved code does not load
   const lb = await post(`${base}/api/echo`, { x: 2 });
   expect(lb.status).toBe(503);
   expect(lb.body.error).toMatch(message);
+  // So does what a script sends through the dev server to its platform that would run the code
+  // (by id and by name), while a job's reads still pass: jobs started before can be followed.
+  const ids = JSON.parse(readFileSync(path.join(project, '.ferry', 'resources.json'), 'utf8')) as Record<
+    string,
+    { id: string }
+  >;
+  const auth = { authorization: 'Bearer fy_dev_reload', 'content-type': 'application/json' };
+  const through = async (method: string, route: string, body?: unknown) => {
+    const response = await fetch(`${base}${route}`, {
+      method,
+      headers: auth,
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    return { status: response.status, body: (await response.json()) as Record<string, any> };
+  };
+  for (const [method, route, body] of [
+    ['POST', `/v2/${ids.hello!.id}/runsync`, { input: { name: 'a' } }],
+    ['POST', '/v2/by-name/reloads/-/hello/run', { input: { name: 'a' } }],
+    ['POST', `/lb/${ids.api!.id}/echo`, { x: 2 }],
+  ] as const) {
+    const refused = await through(method, route, body);
+    expect({ route, status: refused.status }).toEqual({ route, status: 503 });
+    expect(refused.body.error).toMatch(message);
+  }
+  expect((await through('GET', `/v2/${ids.hello!.id}/health`)).status).toBe(200);
   // The dev server itself still answers.
   expect((await fetch(`${base}/ping`)).status).toBe(200);
   expect((await fetch(`${base}/docs`)).status).toBe(200);
