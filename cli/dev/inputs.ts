@@ -23,6 +23,19 @@ export interface Signature {
   /** Names only, for a scan without `inputs`. */
   params: readonly string[];
   varKeywords?: true;
+  /**
+   * A one-method class's method. Its worker drops an input["method"] that names it before binding
+   * the rest (worker-image/python/ferry/invoke.py Handler._pick_method), as one that names the
+   * method of a class with several: so that key is no argument here either. Another value is.
+   */
+  soleMethod?: string;
+}
+
+/** The input as the worker binds it to the function's arguments (Signature.soleMethod). */
+function argumentsOf(signature: Signature, input: Record<string, unknown>): Record<string, unknown> {
+  if (signature.soleMethod === undefined || input.method !== signature.soleMethod) return input;
+  const { method: _named, ...rest } = input;
+  return rest;
 }
 
 /** JSON Schema of a call's arguments: types from the hints, None where allowed, defaults, required. */
@@ -93,9 +106,10 @@ export function inputMismatch(
 ): string | undefined {
   const inputs = signature.inputs;
   if (!inputs) return undefined;
+  const args = argumentsOf(signature, input);
   const problems: string[] = [];
   for (const param of inputs) {
-    if (!Object.hasOwn(input, param.name)) {
+    if (!Object.hasOwn(args, param.name)) {
       if (param.required)
         problems.push(
           `missing required argument '${param.name}'${param.type ? ` (${expected(param.type, param.nullable)})` : ''}`,
@@ -103,7 +117,7 @@ export function inputMismatch(
       continue;
     }
     if (!param.type) continue;
-    const value = input[param.name];
+    const value = args[param.name];
     const got = pythonTypeOf(value);
     if (hinted[param.type].takes.includes(got) || (got === 'None' && param.nullable)) continue;
     problems.push(
@@ -112,7 +126,7 @@ export function inputMismatch(
   }
   if (!signature.varKeywords) {
     const known = new Set(inputs.map((i) => i.name));
-    const unknown = Object.keys(input).filter((key) => !known.has(key));
+    const unknown = Object.keys(args).filter((key) => !known.has(key));
     if (unknown.length > 0) {
       const takes = inputs.length > 0 ? inputs.map((i) => i.name).join(', ') : 'none';
       problems.push(

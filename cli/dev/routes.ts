@@ -26,6 +26,8 @@ export interface DevRoute {
   note?: string;
   /** The signature has **kwargs. */
   varKeywords?: true;
+  /** A one-method class's method: its worker takes an input["method"] naming it (inputs.ts). */
+  soleMethod?: string;
   /** What the route calls, and in which file, for a message: `hello of app.py`, `@api.post("/echo") of api.py`. */
   origin: string;
 }
@@ -43,6 +45,8 @@ interface QueueCallable {
   doc: Pick<Route, 'summary' | 'params' | 'inputs' | 'varKeywords'>;
   /** Sent as input["method"]: a class with several methods needs it. */
   classMethod?: string;
+  /** A class's only method, which its worker calls without input["method"] (and with one naming it). */
+  soleMethod?: string;
 }
 
 function queueCallables(endpoint: ManifestEndpoint): QueueCallable[] {
@@ -55,7 +59,7 @@ function queueCallables(endpoint: ManifestEndpoint): QueueCallable[] {
     name: method.name,
     className: target.name,
     doc: { ...method, summary: method.summary ?? target.summary },
-    ...(methods.length > 1 ? { classMethod: method.name } : {}),
+    ...(methods.length > 1 ? { classMethod: method.name } : { soleMethod: method.name }),
   }));
 }
 
@@ -102,6 +106,7 @@ export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
           ...(callable.doc.inputs ? { inputs: callable.doc.inputs } : {}),
           ...(callable.doc.varKeywords ? { varKeywords: true } : {}),
           ...(callable.classMethod ? { classMethod: callable.classMethod } : {}),
+          ...(callable.soleMethod ? { soleMethod: callable.soleMethod } : {}),
           ...(qualified
             ? {
                 note: `more than one callable of ${endpoint.file} is named ${callable.name}: ${callable.className}.${callable.name} keeps its class in the route`,

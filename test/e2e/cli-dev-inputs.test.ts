@@ -124,6 +124,16 @@ describe('ferry dev: a queue route checks its input against the signature', { ti
     });
   });
 
+  it('takes a "method" naming the one method of a class, as its worker does, and refuses one naming another', async () => {
+    const named = await post(`${base}/single/runsync`, { input: { x: 21, method: 'predict' } });
+    expect(named.body).toMatchObject({ status: 'COMPLETED', output: 42 });
+    const other = await post(`${base}/single/runsync`, { input: { x: 21, method: 'embed' } });
+    expect(other).toEqual({
+      status: 422,
+      body: { error: "The input does not fit single: unexpected argument 'method' (it takes: x)" },
+    });
+  });
+
   it('shows in /docs what it checks: the types, None where allowed, no other argument', async () => {
     const spec = (await (await fetch(`${base}/openapi.json`)).json()) as any;
     const input =
