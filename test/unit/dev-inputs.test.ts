@@ -27,6 +27,23 @@ const check = (signature: Signature, json: string) =>
   );
 
 describe('inputMismatch', () => {
+  it('drops a "method" naming a one-method class\'s method before the check, as its worker does (invoke.py _pick_method), and checks any other', () => {
+    const sole: Signature = {
+      params: ['method'],
+      inputs: [{ name: 'method', required: true, type: 'string' }],
+      soleMethod: 'predict',
+    };
+    // The worker drops it, so the method's own argument named method is then missing.
+    expect(check(sole, '{"method": "predict"}')).toBe(
+      "The input does not fit typed: missing required argument 'method' (str)",
+    );
+    expect(check(sole, '{"method": "fast"}')).toBeUndefined();
+    expect(check({ ...sole, inputs: [], params: [] }, '{"method": "predict"}')).toBeUndefined();
+    expect(check({ ...sole, inputs: [], params: [] }, '{"method": "fast"}')).toBe(
+      "The input does not fit typed: unexpected argument 'method' (it takes: none)",
+    );
+  });
+
   it('passes values Python reads as the hinted type, an int for a float, None where allowed, anything unhinted', () => {
     for (const json of [
       '{"a": 3}',
