@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 import threading
+import typing
 import unittest
 
 import ferry
@@ -312,6 +313,65 @@ class RouterTest(unittest.TestCase):
         status, body = Router(api).handle("PUT", "/items/1", b'{"item_id": "2"}')
         self.assertEqual(status, 400)
         self.assertIn("both in the path and the request", body["error"])
+
+
+class RouterBodyTypeTest(unittest.TestCase):
+    """A JSON body's values are checked against their hints by ferry dev's rule for a queue route's
+    input (cli/dev/inputs.ts, cli/build/scan.py annotation_schema): a wrong type is a 400 naming it."""
+
+    def setUp(self):
+        api = Endpoint(name="typed")
+
+        class Model:
+            pass
+
+        @api.post("/typed")
+        def typed(x: int, y: float = 0.0, name: str = "a", flag: typing.Optional[bool] = None,
+                  items: typing.List[int] = None, pair: tuple = (), opts: "dict | None" = None,
+                  either: typing.Union[int, str] = 0, model: Model = None, text: "np.float32" = None):
+            return {"x": x, "y": y, "y_type": type(y).__name__, "either": either, "model": model, "text": text}
+
+        @api.get("/opt")
+        def opt(n: typing.Optional[int] = None):
+            return {"n": n}
+
+        self.router = Router(api)
+
+    def post(self, body):
+        return self.router.handle("POST", "/typed", json.dumps(body).encode())
+
+    def test_a_value_of_another_type_than_its_hint_is_400_naming_it(self):
+        for value, shown in (("abc", 'str "abc"'), (2.5, "float 2.5"), ("3", 'str "3"'), (3.0, "float 3.0"),
+                             (True, "bool true"), ([1], "list [1]"), (None, "None")):
+            status, body = self.post({"x": value})
+            self.assertEqual(status, 400, value)
+            self.assertEqual(body["error"], f"bad parameters for POST /typed: 'x' must be int, got {shown}")
+
+    def test_every_problem_is_named_at_once(self):
+        status, body = self.post({"y": "b", "flag": 1, "items": "abc", "opts": [], "name": None, "pair": {}})
+        self.assertEqual(status, 400)
+        self.assertEqual(
+            body["error"],
+            "bad parameters for POST /typed: 'y' must be float, got str \"b\"; 'flag' must be bool or None, got int 1; "
+            "'items' must be list or None, got str \"abc\"; 'opts' must be dict or None, got list []; "
+            "'name' must be str, got None; 'pair' must be list, got dict {}; missing a required argument: 'x'",
+        )
+        status, body = self.post({"x": "a" * 100})
+        self.assertIn(f"got str \"{'a' * 56}...", body["error"])
+
+    def test_values_that_fit_pass_as_sent_and_other_hints_pass_unchecked(self):
+        # An int passes for a float, unconverted; None where None is allowed; generics by outer type.
+        status, body = self.post({"x": 1, "y": 2, "flag": None, "items": ["not", "ints"], "pair": [1, 2],
+                                  "opts": None, "either": "s", "model": {"any": 1}, "text": "t"})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body, {"x": 1, "y": 2, "y_type": "int", "either": "s", "model": {"any": 1}, "text": "t"})
+        self.assertEqual(self.post({"x": 1, "y": 2.5, "flag": False, "opts": {}})[0], 200)
+
+    def test_an_optional_query_value_is_converted_as_a_plain_one_is(self):
+        self.assertEqual(self.router.handle("GET", "/opt?n=5", b""), (200, {"n": 5}))
+        self.assertEqual(self.router.handle("GET", "/opt", b""), (200, {"n": None}))
+        status, body = self.router.handle("GET", "/opt?n=abc", b"")
+        self.assertEqual((status, body), (400, {"error": "parameter 'n' must be int, got 'abc'"}))
 
 
 class ProtocolUrlTest(unittest.TestCase):

@@ -37,6 +37,11 @@ APP = textwrap.dedent(
         return {"name": name, "value": value}
 
 
+    @api.post("/add")
+    def add(x: int, y: float = 0.0):
+        return {"sum": x + y}
+
+
     @api.delete("/fail")
     def fail():
         raise RuntimeError("route exploded")
@@ -184,6 +189,17 @@ class LoadBalancedWorkerTest(unittest.TestCase):
         status, body = request(self.base, "GET", "/items/abc")
         self.assertEqual(status, 400)
         self.assertIn("'item_id' must be int", body["error"])
+
+    def test_a_body_value_of_another_type_than_its_hint_is_400_not_the_handlers_500(self):
+        self.assertEqual(
+            request(self.base, "POST", "/add", {"x": "abc"}),
+            (400, {"error": "bad parameters for POST /add: 'x' must be int, got str \"abc\""}),
+        )
+        self.assertEqual(
+            request(self.base, "POST", "/add", {"x": 2.5, "y": "1"}),
+            (400, {"error": "bad parameters for POST /add: 'x' must be int, got float 2.5; 'y' must be float, got str \"1\""}),
+        )
+        self.assertEqual(request(self.base, "POST", "/add", {"x": 2, "y": 1}), (200, {"sum": 3}))
 
     def test_handler_exception_is_500_with_message(self):
         status, body = request(self.base, "DELETE", "/fail")

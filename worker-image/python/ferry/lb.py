@@ -2,8 +2,9 @@
 
 A request is bound like a queue job: the JSON body (or, when there is no body, the query string)
 plus the path parameters become keyword arguments. Strings from the path and query are converted
-when the parameter is annotated int, float or bool. A query parameter the function does not take is
-left out (_takes). Answers are JSON: 200 with the return value,
+when the parameter is annotated int, float or bool (hinted_type); a JSON body's values are checked
+against their hints, never converted, as ferry dev checks a queue route's input (_misfit). A query
+parameter the function does not take is left out (_takes). Answers are JSON: 200 with the return value,
 400/404/405/413 with {"error": ...} for bad requests, 500 {"error": <message>} when the handler
 raises (traceback to stderr). GET /ping is the platform's health check. HEAD answers as GET does,
 without the body. A body is read as JSON whatever its content type: nested deeper than
@@ -16,6 +17,7 @@ and adds it; a request that reaches the port some other way (another endpoint's 
 host) gets 403 and runs nothing.
 """
 
+import ast
 import asyncio
 import hmac
 import inspect
@@ -24,6 +26,8 @@ import math
 import sys
 import threading
 import traceback
+import types
+import typing
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -59,16 +63,83 @@ def method_not_allowed(method, path, allowed):
     return BadRequest(405, f"method {method} not allowed for {path}; allowed: {listed}", {"Allow": listed})
 
 
+# The hints a value is checked against, as ferry dev checks a queue route's input (cli/build/scan.py
+# JSON_TYPES, cli/dev/inputs.ts): by the name of the JSON type a value of it comes as.
+_HINTED = {int: "int", float: "float", str: "str", bool: "bool", dict: "dict", list: "list", tuple: "list"}
+_HINTED_NAMES = {"int": "int", "float": "float", "str": "str", "bool": "bool", "dict": "dict", "Dict": "dict",
+                 "list": "list", "List": "list", "tuple": "list", "Tuple": "list"}
+# What a JSON value of each Python type may be given for: an int passes where a float is hinted.
+_FITS = {"int": ("int",), "float": ("float", "int"), "str": ("str",), "bool": ("bool",), "dict": ("dict",),
+         "list": ("list",)}
+_UNION_TYPES = (typing.Union,) + ((types.UnionType,) if hasattr(types, "UnionType") else ())
+
+
+def hinted_type(annotation):
+    """(type name, whether None is allowed) for a hint that is checked, else None: the scanner's rule
+    (cli/build/scan.py annotation_schema), on the live annotation or its text (from __future__ import
+    annotations). int, float, str, bool, dict, list, tuple, typing's Dict, List, Tuple, generics by the
+    outer type only, each with None beside it or not; anything else (numpy's or torch's types, a class,
+    Union[int, str], Literal, Annotated) is None: it passes unchecked."""
+    if isinstance(annotation, str):
+        try:
+            return _hinted_node(ast.parse(annotation, mode="eval").body)
+        except (SyntaxError, ValueError):  # not Python: a hint nothing checks
+            return None
+    if isinstance(annotation, type) and annotation in _HINTED:
+        return _HINTED[annotation], False
+    origin = typing.get_origin(annotation)
+    if origin in _UNION_TYPES:
+        return _hinted_union(typing.get_args(annotation), lambda member: member is type(None), hinted_type)
+    if isinstance(origin, type) and origin in _HINTED:
+        return _HINTED[origin], False
+    return None
+
+
+def _hinted_node(node):
+    """hinted_type of an annotation's text, parsed."""
+    if isinstance(node, ast.Subscript):
+        if _node_name(node.value) in ("Optional", "Union"):
+            members = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            found = _hinted_union(members, _is_none_node, _hinted_node)
+            return (found[0], True) if found and _node_name(node.value) == "Optional" else found
+        node = node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _hinted_union([node.left, node.right], _is_none_node, _hinted_node)
+    name = _HINTED_NAMES.get(_node_name(node))
+    return (name, False) if name else None
+
+
+def _hinted_union(members, is_none, hinted):
+    """A union is checked when it is one type, with None beside it or not."""
+    kinds = [member for member in members if not is_none(member)]
+    found = hinted(kinds[0]) if len(kinds) == 1 else None
+    return (found[0], found[1] or len(kinds) < len(members)) if found else None
+
+
+def _is_none_node(node):
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _node_name(node):
+    """`int` for `int`, `List` for `typing.List`; None for another module's name (`np.float32`)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ("typing", "builtins"):
+        return node.attr
+    return None
+
+
 def _convert(value, annotation, name):
     """Path/query values are strings; honour simple annotations so `item_id: int` gets an int."""
     if isinstance(value, list):
         return [_convert(v, annotation, name) for v in value]
+    kind = (hinted_type(annotation) or (None,))[0]
     try:
-        if annotation is int or annotation == "int":
+        if kind == "int":
             return int(value)
-        if annotation is float or annotation == "float":
+        if kind == "float":
             return float(value)
-        if annotation is bool or annotation == "bool":
+        if kind == "bool":
             lowered = value.lower()
             if lowered in ("true", "1", "yes"):
                 return True
@@ -76,9 +147,28 @@ def _convert(value, annotation, name):
                 return False
             raise ValueError(value)
     except ValueError:
-        kind = annotation if isinstance(annotation, str) else annotation.__name__
         raise BadRequest(400, f"parameter {name!r} must be {kind}, got {value!r}") from None
     return value
+
+
+def _misfit(name, value, param):
+    """What is wrong with a JSON body's value for its parameter, else None. Nothing is converted: the
+    function gets the value as sent, so it fits when json made it of the hinted type already."""
+    if param.annotation is inspect.Parameter.empty or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        return None
+    hint = hinted_type(param.annotation)
+    if hint is None:
+        return None
+    kind, nullable = hint[0], hint[1] or param.default is None
+    got = "None" if value is None else type(value).__name__
+    if got in _FITS[kind] or (value is None and nullable):
+        return None
+    expected = f"{kind} or None" if nullable else kind
+    if value is None:
+        return f"{name!r} must be {expected}, got None"
+    shown = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    shown = shown if len(shown) <= 60 else f"{shown[:57]}..."
+    return f"{name!r} must be {expected}, got {got} {shown}"
 
 
 # What the checks of a body need of it, in one pass: every bracket as [ or ], every digit as 0, e as
@@ -210,10 +300,20 @@ class Router:
                 param = signature.parameters.get(key)
                 if param is not None and param.annotation is not inspect.Parameter.empty:
                     kwargs[key] = _convert(kwargs[key], param.annotation, key)
+            # A body's values are checked against their hints as ferry dev checks a queue route's
+            # input, so a wrong type is the caller's 400 and not the handler's TypeError (a 500).
+            problems = []
+            for key, value in kwargs.items():
+                param = None if key in from_strings else signature.parameters.get(key)
+                problem = param and _misfit(key, value, param)
+                if problem:
+                    problems.append(problem)
             try:
                 signature.bind(**kwargs)
             except TypeError as exc:
-                raise BadRequest(400, f"bad parameters for {route.method} {route.path}: {exc}") from None
+                problems.append(str(exc))
+            if problems:
+                raise BadRequest(400, f"bad parameters for {route.method} {route.path}: {'; '.join(problems)}")
         return kwargs
 
     def call(self, route, kwargs):
