@@ -2,7 +2,8 @@
  * `ferry dev` through the real binary and real Python workers, on what a Flash user sends a queue
  * route: an input that does not fit the function's signature (a wrong type, a missing or unknown
  * argument, an empty input) is a 422 {"error"} naming the argument, before any job is made, as Flash's
- * dev server answers it.
+ * dev server answers it. A load-balanced route passes its body on to the worker's runtime, which checks
+ * it by the same rule (worker-image/python/ferry/lb.py), there as on a deployed endpoint.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -40,12 +41,23 @@ class Single:
         return x * 2
 `;
 
+const adder = `from ferry import Endpoint
+
+api = Endpoint(name="adder", cpu="1-2")
+
+
+@api.post("/add")
+def add(x: int, y: float = 0.0):
+    return {"sum": x + y}
+`;
+
 beforeAll(async () => {
   project = path.join(sandbox.root, 'inputs');
   mkdirSync(project);
   writeFileSync(path.join(project, 'typed.py'), typed);
   writeFileSync(path.join(project, 'loose.py'), loose);
   writeFileSync(path.join(project, 'single.py'), single);
+  writeFileSync(path.join(project, 'adder.py'), adder);
   writeFileSync(path.join(project, '.env'), 'FERRY_API_KEY=fy_dev_inputs\n');
   const started = await sandbox.start(
     ['dev', '--host', '127.0.0.1', '--port', '0', '--no-deps'],
@@ -142,6 +154,24 @@ describe('ferry dev: a queue route checks its input against the signature', { ti
       required: ['a'],
       additionalProperties: false,
       properties: { a: { type: 'integer' }, c: { type: 'string', nullable: true, default: null } },
+    });
+  });
+});
+
+describe("ferry dev: a load-balanced route's worker checks its body against the signature", {
+  timeout: 120_000,
+}, () => {
+  it('answers 400 naming each value of another type than its hint, where the handler would have failed', async () => {
+    expect(await post(`${base}/adder/add`, '{"x": 2, "y": 1}')).toMatchObject({
+      status: 200,
+      body: { sum: 3 },
+    });
+    const wrong = await post(`${base}/adder/add`, '{"x": "abc", "y": true}');
+    expect(wrong).toMatchObject({
+      status: 400,
+      body: {
+        error: `bad parameters for POST /add: 'x' must be int, got str "abc"; 'y' must be float, got bool true`,
+      },
     });
   });
 });
