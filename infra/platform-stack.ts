@@ -1290,9 +1290,15 @@ export class PlatformStack extends Stack {
     );
     // A timed-out, expired or requeued job tells its holder's agent to stop it.
     this.allowStopSignals(role);
-    // A deleted job's stream (meta Update: the clear before its deletes; Query, BatchWrite deletes,
-    // its meta item's too), and clearStream of a requeued one.
-    allowTable(role, this.chunksTable, ['dynamodb:Query', 'dynamodb:UpdateItem', 'dynamodb:BatchWriteItem']);
+    // A deleted job's stream (meta Get: whether the job streamed at all; meta Update: the clear
+    // before its deletes; Query, BatchWrite deletes, its meta item's too), and clearStream of a
+    // requeued one.
+    allowTable(role, this.chunksTable, [
+      'dynamodb:GetItem',
+      'dynamodb:Query',
+      'dynamodb:UpdateItem',
+      'dynamodb:BatchWriteItem',
+    ]);
     // A lapsed lease, or a job left waiting, goes back to the queue with a new message; dead
     // letters are counted (GetQueueAttributes: a long poll only where the count says something),
     // read and deleted (functions/wiring.ts sqsDeadLetters).

@@ -1478,6 +1478,15 @@ describe('a stream of several MB: every Query page read, in order, and all of it
       // The long stream takes the first run's 100 deletes: the job without a stream is still
       // deleted, the short stream waits.
       expect(await run()).toEqual({ deleted: 1, chunks: 100, metas: 0 });
+      // Writes of that run per job (UpdateItems: a claim, a clear): none for the job that never
+      // streamed (a read of its meta item tells; it is deleted as found) nor for the short stream
+      // once the budget is spent (it waits, unclaimed).
+      const updatesOf = (jobId: string) =>
+        store.inputs.filter(
+          (input, at) =>
+            store.calls[at] === 'UpdateItem' && (input as { Key: { jobId: string } }).Key.jobId === jobId,
+        ).length;
+      expect([long.id, bare.id, short.id].map(updatesOf)).toEqual([2, 0, 0]);
       expect(await jobItem(bare.id)).toBeUndefined();
       for (const job of [long, short]) expect(await jobItem(job.id)).toBeDefined();
       expect((await streamItems(long.id)).map((item) => item.seq)).toEqual([

@@ -737,20 +737,29 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     let deleted = 0;
     for (const item of items) {
       const jobId = item.jobId as string;
-      const version = await this.claimExpired(item);
-      if (version === undefined) continue; // retried or already gone meanwhile
-      // The stream before the job item: the item is what the next run finds (byStatusExpiry), so a
-      // stream left half deleted (the budget spent, a request failed) keeps its job until it is gone.
-      const stream = await this.dropStream(jobId, budget);
-      budget -= stream.dropped;
-      if (!stream.gone) continue;
-      const del = {
-        TableName: this.jobsTable,
-        Key: { jobId },
+      // Most jobs never streamed: one consistent read of the meta item tells, and such a job is
+      // deleted as the index showed it, without the claim and the clear (two writes).
+      const streamed = await this.streamMeta(jobId).then(
+        (meta) => meta !== undefined,
+        (error: unknown) => this.chunksLeft(jobId, error),
+      );
+      if (streamed === undefined || (streamed && budget <= 0)) continue; // the next run goes on
+      let stillAsFound: Condition = expiredAsFound(item);
+      if (streamed) {
+        const version = await this.claimExpired(item);
+        if (version === undefined) continue; // retried or already gone meanwhile
+        // The stream before the job item: the item is what the next run finds (byStatusExpiry), so a
+        // stream left half deleted (the budget spent, a request failed) keeps its job until it is gone.
+        const stream = await this.dropStream(jobId, budget);
+        budget -= stream.dropped;
+        if (!stream.gone) continue;
         // As claimExpired left it: no write came after the claim.
-        ConditionExpression: 'version = :version',
-        ExpressionAttributeValues: { ':version': version },
-      };
+        stillAsFound = {
+          ConditionExpression: 'version = :version',
+          ExpressionAttributeValues: { ':version': version },
+        };
+      }
+      const del = { TableName: this.jobsTable, Key: { jobId }, ...stillAsFound };
       // A job of the current count bucket is still taken back by health: it leaves the counts with
       // its delete. Older buckets no longer count (./counts.ts).
       const inCurrentBucket = bucketStartOf(item.expiresAt as number) >= bucketStartOf(nowMs);
@@ -1264,6 +1273,7 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    * moved on or is gone.
    */
   private async claimExpired(item: Item): Promise<number | undefined> {
+    const asFound = expiredAsFound(item);
     try {
       // singleWrite: the job item may be in a transaction of another write at this moment.
       const { Attributes } = await singleWrite(() =>
@@ -1272,14 +1282,8 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
             TableName: this.jobsTable,
             Key: { jobId: item.jobId },
             UpdateExpression: 'SET version = version + :one',
-            ConditionExpression: 'expiresAt = :expiresAt AND #status = :status AND retries = :retries',
-            ExpressionAttributeNames: { '#status': 'status' },
-            ExpressionAttributeValues: {
-              ':one': 1,
-              ':expiresAt': item.expiresAt,
-              ':status': statusOfShard(item.statusShard as string),
-              ':retries': item.retries,
-            },
+            ...asFound,
+            ExpressionAttributeValues: { ...asFound.ExpressionAttributeValues, ':one': 1 },
             ReturnValues: 'UPDATED_NEW',
           }),
         ),
@@ -1445,5 +1449,28 @@ interface Staged {
     ConditionExpression: string;
     ExpressionAttributeValues: Record<string, unknown>;
     ReturnValuesOnConditionCheckFailure: 'ALL_OLD';
+  };
+}
+
+/** A conditional write's condition, as the document client takes it. */
+interface Condition {
+  ConditionExpression: string;
+  ExpressionAttributeNames?: Record<string, string>;
+  ExpressionAttributeValues: Record<string, unknown>;
+}
+
+/**
+ * The condition that an expired job found on byStatusExpiry is still as the index showed it: final,
+ * expired, and counted as deleteExpired's count updates assume.
+ */
+function expiredAsFound(item: Item): Condition & { ExpressionAttributeValues: Record<string, unknown> } {
+  return {
+    ConditionExpression: 'expiresAt = :expiresAt AND #status = :status AND retries = :retries',
+    ExpressionAttributeNames: { '#status': 'status' },
+    ExpressionAttributeValues: {
+      ':expiresAt': item.expiresAt,
+      ':status': statusOfShard(item.statusShard as string),
+      ':retries': item.retries,
+    } as Record<string, unknown>,
   };
 }
