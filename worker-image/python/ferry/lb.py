@@ -19,6 +19,7 @@ host) gets 403 and runs nothing.
 
 import ast
 import asyncio
+import functools
 import hmac
 import inspect
 import json
@@ -81,10 +82,7 @@ def hinted_type(annotation):
     outer type only, each with None beside it or not; anything else (numpy's or torch's types, a class,
     Union[int, str], Literal, Annotated) is None: it passes unchecked."""
     if isinstance(annotation, str):
-        try:
-            return _hinted_node(ast.parse(annotation, mode="eval").body)
-        except (SyntaxError, ValueError):  # not Python: a hint nothing checks
-            return None
+        return _hinted_text(annotation)
     if isinstance(annotation, type) and annotation in _HINTED:
         return _HINTED[annotation], False
     origin = typing.get_origin(annotation)
@@ -93,6 +91,15 @@ def hinted_type(annotation):
     if isinstance(origin, type) and origin in _HINTED:
         return _HINTED[origin], False
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _hinted_text(annotation):
+    """hinted_type of an annotation's text; parsed once per text, not on every request."""
+    try:
+        return _hinted_node(ast.parse(annotation, mode="eval").body)
+    except (SyntaxError, ValueError):  # not Python: a hint nothing checks
+        return None
 
 
 def _hinted_node(node):
