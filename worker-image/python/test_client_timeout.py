@@ -10,10 +10,12 @@ from ferry.client import EndpointClient, RemoteTimeout
 class SlowPlatform:
     """Answers every wait with IN_PROGRESS after the full wait, on a fake clock (no real sleeping)."""
 
-    def __init__(self):
+    def __init__(self, ends_as_cancelled=None):
         self.now = 1000.0
         self.waits_ms = []
         self.cancelled = False
+        # The status the job ended in just before the cancel: it answers that (docs/api.md#cancel).
+        self.ends_as_cancelled = ends_as_cancelled
 
     def monotonic(self):
         return self.now
@@ -21,7 +23,9 @@ class SlowPlatform:
     def request(self, method, path, body=None, query=None):
         if path.endswith("/cancel/job-1"):
             self.cancelled = True
-            return 200, {"id": "job-1", "status": "CANCELLED"}
+            return 200, {"id": "job-1", "status": self.ends_as_cancelled or "CANCELLED"}
+        if path.endswith("/status/job-1") and self.ends_as_cancelled:
+            return 200, {"id": "job-1", "status": self.ends_as_cancelled, "output": {"done": True}}
         wait_ms = int((query or {}).get("wait", 0))
         self.waits_ms.append(wait_ms)
         self.now += wait_ms / 1000
@@ -45,6 +49,13 @@ class RunsyncTimeoutTest(unittest.TestCase):
             with self.assertRaises(RemoteTimeout):
                 EndpointClient(platform, id="ep").runsync({}, timeout=150)
         self.assertEqual(platform.waits_ms, [60_000, 60_000, 30_000])
+
+    def test_a_job_that_completes_as_the_timeout_runs_out_is_its_output_not_a_timeout(self):
+        platform = SlowPlatform(ends_as_cancelled="COMPLETED")
+        with mock.patch.object(client.time, "monotonic", platform.monotonic):
+            output = EndpointClient(platform, id="ep").runsync({}, timeout=2)
+        self.assertTrue(platform.cancelled)
+        self.assertEqual(output, {"done": True})
 
 
 if __name__ == "__main__":

@@ -344,8 +344,13 @@ class Job:
             if deadline is not None:
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 if left_ms <= 0:
-                    self.cancel()
-                    raise RemoteTimeout(self.client.label, self.id, timeout)
+                    # A job that ended as the time ran out is left as it ended and the cancel says
+                    # how (docs/api.md#cancel): its record is the answer, not a timeout.
+                    if self.cancel().get("status") in ("CANCELLED", None):
+                        raise RemoteTimeout(self.client.label, self.id, timeout)
+                    _, record = self.client.call("POST", f"status/{self.id}")
+                    self.last = record
+                    continue
                 wait_ms = max(1000, min(wait_ms, left_ms))
             _, record = self.client.call("POST", f"status-sync/{self.id}", query={"wait": wait_ms})
             self.last = record
