@@ -433,7 +433,7 @@ export class ManageApi {
     const record = await this.options.control.getEndpoint(job.endpointId);
     const config = record && endpointConfigSchema.safeParse(record.config);
     if ((config?.success ? declaredStreaming(config.data, job.input) : undefined) !== false) return true;
-    return (await this.options.jobs.readStream(job.id, 0)).chunks.length > 0;
+    return this.options.jobs.hasStream(job.id);
   }
 
   /**

@@ -106,6 +106,8 @@ export interface JobStore {
    * handed-out chunk stays readable until the stream is cleared or its job goes.
    */
   readStream(jobId: string, afterSeq: number): Promise<StreamRead>;
+  /** Whether the job has chunks since its stream was last cleared (readStream would show some): one small read. */
+  hasStream(jobId: string): Promise<boolean>;
   /** Whether chunks are left that a drain has not handed out (only where a drain is bounded). */
   streamPending?(jobId: string): Promise<boolean>;
   /**

@@ -538,7 +538,9 @@ export function describeJobStoreContract(
         const j = job();
         await jobs.create(j);
         expect(await jobs.readStream(j.id, 0)).toEqual({ chunks: [], next: 0 });
+        expect(await jobs.hasStream(j.id)).toBe(false);
         await jobs.appendStream(j.id, [1, { two: 2 }]);
+        expect(await jobs.hasStream(j.id)).toBe(true);
         const first = await jobs.readStream(j.id, 0);
         expect(first.chunks).toEqual([1, { two: 2 }]);
         // Read, not handed out: the job's client still gets them, and they stay readable after.
@@ -552,11 +554,14 @@ export function describeJobStoreContract(
         // A retry's clear: the chunks of the attempt before are gone for readers too.
         await jobs.clearStream(j.id);
         expect((await jobs.readStream(j.id, 0)).chunks).toEqual([]);
+        expect(await jobs.hasStream(j.id)).toBe(false);
         await jobs.appendStream(j.id, [4]);
+        expect(await jobs.hasStream(j.id)).toBe(true);
         expect((await jobs.readStream(j.id, second.next)).chunks).toEqual([4]);
         expect((await jobs.readStream(j.id, 0)).chunks).toEqual([4]);
         expect(await jobs.drainStream(j.id)).toEqual([4]);
         expect(await jobs.readStream(uniqueId('missing'), 0)).toEqual({ chunks: [], next: 0 });
+        expect(await jobs.hasStream(uniqueId('missing'))).toBe(false);
       });
 
       it('clears every chunk of a job', async () => {

@@ -1072,6 +1072,15 @@ class SqliteJobStore implements JobStore {
     return { chunks, next };
   }
 
+  async hasStream(jobId: string): Promise<boolean> {
+    return (
+      prepared<[string], { one: number }>(
+        this.db,
+        'SELECT 1 AS one FROM stream_chunks WHERE job_id = ? LIMIT 1',
+      ).get(jobId) !== undefined
+    );
+  }
+
   async clearStream(jobId: string): Promise<void> {
     this.clearStreamSync(jobId);
   }

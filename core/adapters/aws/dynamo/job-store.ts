@@ -659,6 +659,12 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     return !meta || missing.every(({ seq }) => seq <= meta.clearedTo);
   }
 
+  /** Seqs were reserved after the last clear: one consistent GetItem of the meta item. */
+  async hasStream(jobId: string): Promise<boolean> {
+    const meta = await this.streamMeta(jobId);
+    return meta !== undefined && meta.nextSeq > meta.clearedTo;
+  }
+
   async streamPending(jobId: string): Promise<boolean> {
     const meta = await this.streamMeta(jobId);
     return meta !== undefined && meta.cursor < meta.nextSeq;
