@@ -24,18 +24,20 @@ import re
 import sys
 
 
-def _load_names():
-    """ferry/names.py, the one table of Flash's resource names, loaded by path: the scanner imports
-    no user code and not the ferry package itself, only this data module."""
+def _load_ferry_module(name):
+    """A module of the ferry package that needs nothing else, loaded by path: the scanner imports no
+    user code and not the ferry package itself, only these: names.py, the one table of Flash's
+    resource names, and hints.py, the one rule of which type hints are checked."""
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(here, "..", "..", "worker-image", "python", "ferry", "names.py")
-    spec = importlib.util.spec_from_file_location("ferry_flash_names", path)
+    path = os.path.join(here, "..", "..", "worker-image", "python", "ferry", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"ferry_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-names = _load_names()
+names = _load_ferry_module("names")
+hints = _load_ferry_module("hints")
 
 SKIP_DIRS = {".ferry", ".venv", "venv", "env", "__pycache__", ".git", "node_modules", "tests"}
 GPU_MODELS = ["T4", "A10G", "L4", "L40S", "A100", "H100"]
@@ -281,61 +283,21 @@ def params_of(fn, drop_first: bool = False) -> list:
     return names
 
 
+# The JSON Schema type of each kind of value a checked hint takes (ferry/hints.py).
 JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "dict": "object",
-              "Dict": "object", "list": "array", "List": "array", "tuple": "array", "Tuple": "array"}
-# Where a dotted annotation may name one of them: `typing.List`, `builtins.int`. Any other module's
-# `int` or `float` (`np.float`, `torch.float`) is that module's own type, left unchecked.
-TYPE_MODULES = ("typing", "builtins")
-
-
-def is_none(node) -> bool:
-    return isinstance(node, ast.Constant) and node.value is None
+              "list": "array"}
 
 
 def annotation_schema(annotation) -> dict:
     """What `ferry dev` checks an argument against, and what its OpenAPI document shows: a JSON type
-    for a plain annotation (int, float, str, bool, dict, list, tuple; their generics by the outer type:
-    `dict[str, int]` is an object), with "nullable" when None is allowed too (`Optional[X]`,
-    `Union[X, None]`, `X | None`). {} for anything else: a class of the user's, numpy's types, a union
-    of two types, no annotation; those pass unchecked (docs/python.md, "The ferry dev loop")."""
-    if annotation is None:
+    for a hint ferry/hints.py checks (the rule the load-balanced runtime checks a body by), with
+    "nullable" when None is allowed too. {} for anything else: those pass unchecked (docs/python.md,
+    "The ferry dev loop")."""
+    found = hints.hinted_node(annotation)
+    if not found:
         return {}
-    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
-        try:
-            annotation = ast.parse(annotation.value, mode="eval").body
-        except SyntaxError:
-            return {}
-    if isinstance(annotation, ast.Subscript):
-        name = type_name(annotation.value)
-        if name in ("Optional", "Union"):
-            inner = annotation.slice
-            if isinstance(inner, getattr(ast, "Index", ())):  # Python 3.8 wraps it
-                inner = inner.value
-            members = inner.elts if isinstance(inner, ast.Tuple) else [inner]
-            return optional_of(members, nullable=name == "Optional")
-        annotation = annotation.value
-    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
-        return optional_of([annotation.left, annotation.right], nullable=False)
-    kind = JSON_TYPES.get(type_name(annotation))
-    return {"type": kind} if kind else {}
-
-
-def optional_of(members, nullable: bool) -> dict:
-    """The schema of a union: one type, and None beside it or not; {} for two types or more."""
-    types = [m for m in members if not is_none(m)]
-    if len(types) != 1:
-        return {}
-    schema = annotation_schema(types[0])
-    return dict(schema, nullable=True) if schema and (nullable or len(types) < len(members)) else schema
-
-
-def type_name(node):
-    """`int` for `int`, `typing.List` for `List`; None for another module's name or any other node."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in TYPE_MODULES:
-        return node.attr
-    return None
+    kind, nullable = found
+    return {"type": JSON_TYPES[kind], "nullable": True} if nullable else {"type": JSON_TYPES[kind]}
 
 
 def inputs_of(fn, drop_first: bool = False) -> list:
@@ -353,7 +315,7 @@ def inputs_of(fn, drop_first: bool = False) -> list:
     for arg, default in pairs:
         item = {"name": arg.arg, "required": default is None}
         item.update(annotation_schema(arg.annotation))
-        if "type" in item and is_none(default):
+        if "type" in item and hints.is_none(default):
             item["nullable"] = True
         if default is not None:
             try:

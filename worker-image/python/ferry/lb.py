@@ -32,6 +32,7 @@ import typing
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from .hints import hinted_node
 from .invoke import OutputError, missing_package_hint, to_json_bytes, without_runtime_frames
 from .logs import LineBudget
 
@@ -64,11 +65,9 @@ def method_not_allowed(method, path, allowed):
     return BadRequest(405, f"method {method} not allowed for {path}; allowed: {listed}", {"Allow": listed})
 
 
-# The hints a value is checked against, as ferry dev checks a queue route's input (cli/build/scan.py
-# JSON_TYPES, cli/dev/inputs.ts): by the name of the JSON type a value of it comes as.
+# The live hints a value is checked against, by the kind of JSON value each takes; their text (from
+# __future__ import annotations) is read by ferry/hints.py, the scanner's rule (cli/build/scan.py).
 _HINTED = {int: "int", float: "float", str: "str", bool: "bool", dict: "dict", list: "list", tuple: "list"}
-_HINTED_NAMES = {"int": "int", "float": "float", "str": "str", "bool": "bool", "dict": "dict", "Dict": "dict",
-                 "list": "list", "List": "list", "tuple": "list", "Tuple": "list"}
 # What a JSON value of each Python type may be given for: an int passes where a float is hinted.
 _FITS = {"int": ("int",), "float": ("float", "int"), "str": ("str",), "bool": ("bool",), "dict": ("dict",),
          "list": ("list",)}
@@ -76,18 +75,20 @@ _UNION_TYPES = (typing.Union,) + ((types.UnionType,) if hasattr(types, "UnionTyp
 
 
 def hinted_type(annotation):
-    """(type name, whether None is allowed) for a hint that is checked, else None: the scanner's rule
-    (cli/build/scan.py annotation_schema), on the live annotation or its text (from __future__ import
-    annotations). int, float, str, bool, dict, list, tuple, typing's Dict, List, Tuple, generics by the
-    outer type only, each with None beside it or not; anything else (numpy's or torch's types, a class,
-    Union[int, str], Literal, Annotated) is None: it passes unchecked."""
+    """(kind, whether None is allowed) for a hint that is checked, else None, by ferry/hints.py's rule,
+    on the live annotation or its text (from __future__ import annotations): anything else (numpy's or
+    torch's types, a class, Union[int, str], Literal, Annotated) passes unchecked."""
     if isinstance(annotation, str):
         return _hinted_text(annotation)
     if isinstance(annotation, type) and annotation in _HINTED:
         return _HINTED[annotation], False
     origin = typing.get_origin(annotation)
     if origin in _UNION_TYPES:
-        return _hinted_union(typing.get_args(annotation), lambda member: member is type(None), hinted_type)
+        # One type, with None beside it or not (Optional[X] is Union[X, None]).
+        members = typing.get_args(annotation)
+        kinds = [member for member in members if member is not type(None)]
+        found = hinted_type(kinds[0]) if len(kinds) == 1 else None
+        return (found[0], found[1] or len(kinds) < len(members)) if found else None
     if isinstance(origin, type) and origin in _HINTED:
         return _HINTED[origin], False
     return None
@@ -97,43 +98,9 @@ def hinted_type(annotation):
 def _hinted_text(annotation):
     """hinted_type of an annotation's text; parsed once per text, not on every request."""
     try:
-        return _hinted_node(ast.parse(annotation, mode="eval").body)
+        return hinted_node(ast.parse(annotation, mode="eval").body)
     except (SyntaxError, ValueError):  # not Python: a hint nothing checks
         return None
-
-
-def _hinted_node(node):
-    """hinted_type of an annotation's text, parsed."""
-    if isinstance(node, ast.Subscript):
-        if _node_name(node.value) in ("Optional", "Union"):
-            members = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-            found = _hinted_union(members, _is_none_node, _hinted_node)
-            return (found[0], True) if found and _node_name(node.value) == "Optional" else found
-        node = node.value
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        return _hinted_union([node.left, node.right], _is_none_node, _hinted_node)
-    name = _HINTED_NAMES.get(_node_name(node))
-    return (name, False) if name else None
-
-
-def _hinted_union(members, is_none, hinted):
-    """A union is checked when it is one type, with None beside it or not."""
-    kinds = [member for member in members if not is_none(member)]
-    found = hinted(kinds[0]) if len(kinds) == 1 else None
-    return (found[0], found[1] or len(kinds) < len(members)) if found else None
-
-
-def _is_none_node(node):
-    return isinstance(node, ast.Constant) and node.value is None
-
-
-def _node_name(node):
-    """`int` for `int`, `List` for `typing.List`; None for another module's name (`np.float32`)."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ("typing", "builtins"):
-        return node.attr
-    return None
 
 
 def _convert(value, annotation, name):
