@@ -5,8 +5,9 @@
  *
  *   - the build manifest (core/manifest.ts) reuses the patterns and bounds below;
  *   - the static scanner (cli/build/scan.py) and the `ferry` package (worker-image/python/ferry/
- *     endpoint.py) are Python, standard library only, so they cannot import this file. They are tested
- *     against it instead: `endpoint-spec.schema.json` (generated from `endpointSpecSchema`, kept up to
+ *     endpoint.py) are Python, standard library only, so they cannot import this file. They share one
+ *     Python copy of its tables, worker-image/python/ferry/declaration.py, tested against it instead:
+ *     `endpoint-spec.schema.json` (generated from `endpointSpecSchema`, kept up to
  *     date by test/unit/endpoint-spec.test.ts) gives them the patterns, enums and bounds, and
  *     `test/fixtures/endpoint-declarations.json` is a table of declarations that the zod schema, the
  *     scanner and the package must all accept or all refuse.

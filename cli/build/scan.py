@@ -27,7 +27,8 @@ import sys
 def _load_ferry_module(name):
     """A module of the ferry package that needs nothing else, loaded by path: the scanner imports no
     user code and not the ferry package itself, only these: names.py, the one table of Flash's
-    resource names, and hints.py, the one rule of which type hints are checked."""
+    resource names, hints.py, the one rule of which type hints are checked, and declaration.py, what
+    an Endpoint(...) declaration may say."""
     here = os.path.dirname(os.path.abspath(__file__))
     path = os.path.join(here, "..", "..", "worker-image", "python", "ferry", f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"ferry_{name}", path)
@@ -38,36 +39,11 @@ def _load_ferry_module(name):
 
 names = _load_ferry_module("names")
 hints = _load_ferry_module("hints")
+declaration = _load_ferry_module("declaration")
 
 SKIP_DIRS = {".ferry", ".venv", "venv", "env", "__pycache__", ".git", "node_modules", "tests"}
-GPU_MODELS = ["T4", "A10G", "L4", "L40S", "A100", "H100"]
-PYTHON_VERSIONS = ["3.10", "3.11", "3.12", "3.13"]
-HTTP_METHODS = ["get", "post", "put", "delete", "patch"]
-RESERVED_PATHS = {"/ping"}
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
-CPU_RE = re.compile(r"^([1-9][0-9]*)-([1-9][0-9]*)$")  # core/endpoint-spec.ts owns this rule
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Variables the platform sets in every worker itself (an entry ending in _ is a prefix; compared
-# without case): an env key may not be one. core/endpoint-spec.ts (platformEnvNames) owns the rule
-# and says why; worker-image/python/test_endpoint_spec.py keeps the copies equal.
-PLATFORM_ENV_NAMES = (
-    "FERRY_",
-    "RUNPOD_WEBHOOK_",
-    "RUNPOD_AI_API_KEY",
-    "RUNPOD_ENDPOINT_ID",
-    "RUNPOD_PING_INTERVAL",
-    "RUNPOD_POD_ID",
-    "RUNPOD_POD_HOSTNAME",
-)
-
-
-def platform_env_name_of(key):
-    """The entry of PLATFORM_ENV_NAMES that `key` is (or starts with, for a prefix), if any."""
-    upper = key.upper()
-    return next((e for e in PLATFORM_ENV_NAMES if (upper.startswith(e) if e.endswith("_") else upper == e)), None)
-PATH_PARAM_RE = re.compile(r"\{([^{}]*)\}")
-IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-PATH_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._~!$&'()*+,;=:@%-]*$")
+# A load-balanced endpoint's route decorators: @api.get, @api.post...
+ROUTE_DECORATORS = [method.lower() for method in declaration.HTTP_METHODS]
 KNOWN_KWARGS = {
     "name",
     "gpu",
@@ -85,10 +61,6 @@ KNOWN_KWARGS = {
     "health_check_grace",
 }
 
-# Image references and what an image endpoint may not say: core/endpoint-spec.ts (imagePattern,
-# imageExcludedParameters) owns both; worker-image/python/test_endpoint_spec.py keeps them equal.
-IMAGE_RE = re.compile(r"^[a-z0-9][A-Za-z0-9._/:-]*(@sha256:[a-f0-9]{64})?$")
-IMAGE_IGNORED_KWARGS = {"dependencies", "system_dependencies", "python_version"}
 
 
 # PEP 508 requirement strings for `dependencies=[...]` and requirements.txt lines (the build hands
@@ -210,24 +182,6 @@ class ScanError(Exception):
         self.message = message
 
 
-def path_problem(path: str) -> str | None:
-    """What the runtime's route check would refuse in `path`, or None."""
-    if "?" in path or "#" in path:
-        return "route path must not contain a query or fragment (got %r)" % path
-    seen = set()
-    for segment in path.split("/")[1:]:
-        params = PATH_PARAM_RE.findall(segment)
-        if params:
-            if not re.fullmatch(r"\{[^{}]*\}", segment):
-                return "a path parameter must be a whole segment like /items/{item_id} (got %r)" % path
-            if not IDENT_RE.match(params[0]):
-                return "path parameter names must be Python identifiers (got {%s} in %r)" % (params[0], path)
-            if params[0] in seen:
-                return "path parameter {%s} appears twice in %r" % (params[0], path)
-            seen.add(params[0])
-        elif "{" in segment or "}" in segment or not PATH_SEGMENT_RE.match(segment):
-            return "route path has an invalid segment %r in %r" % (segment, path)
-    return None
 
 
 def walk_project(root: str) -> list:
@@ -478,7 +432,7 @@ class FileScanner:
         # Flash's names (GpuGroup.ADA_24, "cpu3c-1-2", ...) become Ferry's, with a note when approximate.
         notes = []
         if gpu is not None:
-            gpu, notes = names.translate_gpu(gpu, GPU_MODELS)
+            gpu, notes = names.translate_gpu(gpu, declaration.GPU_MODELS)
         if cpu is not None:
             cpu, notes = names.translate_cpu(cpu)
         for note in notes:
@@ -487,7 +441,7 @@ class FileScanner:
             bad("Endpoint '%s' sets both gpu and cpu; choose one" % name)
         gpus = None
         if cpu is not None:
-            match = CPU_RE.match(cpu) if isinstance(cpu, str) else None
+            match = declaration.CPU_RE.match(cpu) if isinstance(cpu, str) else None
             if not match:
                 bad("Endpoint '%s': cpu must be \"<vCPUs>-<GiB>\", for example cpu=\"2-8\" (got %r). %s" % (name, cpu, names.unknown_cpu_hint()))
         else:
@@ -496,14 +450,14 @@ class FileScanner:
                 bad("Endpoint '%s': gpu must be a GPU model, a list of them, or \"any\" (got %r)" % (name, gpu))
             gpus = []
             for item in wanted:
-                if item not in GPU_MODELS and item != "any":
+                if item not in declaration.GPU_MODELS and item != "any":
                     # Exact spelling, as the runtime's Endpoint checks it at import time.
                     close = next(
-                        (m for m in GPU_MODELS + ["any"] if isinstance(item, str) and m.lower() == item.strip().lower()),
+                        (m for m in declaration.GPU_MODELS + ("any",) if isinstance(item, str) and m.lower() == item.strip().lower()),
                         None,
                     )
                     hint = " (did you mean %r?)" % close if close else ""
-                    bad("Endpoint '%s': unknown gpu %r%s; choose from %s, or \"any\". %s" % (name, item, hint, ", ".join(GPU_MODELS), names.unknown_gpu_hint()))
+                    bad("Endpoint '%s': unknown gpu %r%s; choose from %s, or \"any\". %s" % (name, item, hint, ", ".join(declaration.GPU_MODELS), names.unknown_gpu_hint()))
                 if item not in gpus:
                     gpus.append(item)
             if "any" in gpus and len(gpus) > 1:
@@ -539,9 +493,9 @@ class FileScanner:
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             bad("Endpoint '%s': env must be a dict of strings to strings (got %r)" % (name, env))
         for key in env:
-            if not ENV_NAME_RE.match(key):
+            if not declaration.ENV_NAME_RE.match(key):
                 bad("Endpoint '%s': env key %r is not an environment variable name" % (name, key))
-            entry = platform_env_name_of(key)
+            entry = declaration.platform_env_name_of(key)
             if entry:
                 bad(
                     "Endpoint '%s': env key %s is one the platform sets in every worker itself (%s): a secret "
@@ -549,7 +503,7 @@ class FileScanner:
                 )
         secrets = str_list("secrets")
         for secret in secrets:
-            if not ENV_NAME_RE.match(secret):
+            if not declaration.ENV_NAME_RE.match(secret):
                 bad("Endpoint '%s': secret name %r is not an environment variable name" % (name, secret))
             if secret in env:
                 bad("Endpoint '%s': %r is both in env and in secrets" % (name, secret))
@@ -566,8 +520,8 @@ class FileScanner:
                     "such as \"torch>=2.1\" or \"pillow\"" % (name, dependency, problem)
                 )
         python_version = raw.get("python_version")
-        if python_version is not None and python_version not in PYTHON_VERSIONS:
-            bad("Endpoint '%s': python_version must be one of %s (got %r)" % (name, ", ".join(PYTHON_VERSIONS), python_version))
+        if python_version is not None and python_version not in declaration.PYTHON_VERSIONS:
+            bad("Endpoint '%s': python_version must be one of %s (got %r)" % (name, ", ".join(declaration.PYTHON_VERSIONS), python_version))
         system_dependencies = str_list("system_dependencies")
         if system_dependencies:
             # Accepted as Flash accepts it, but nothing installs system packages: say so where the
@@ -597,7 +551,7 @@ class FileScanner:
 
     # -- declarations ---------------------------------------------------------------------------
     def check_name(self, node, name) -> None:
-        if not isinstance(name, str) or not NAME_RE.match(name):
+        if not isinstance(name, str) or not declaration.NAME_RE.match(name):
             self.fail(
                 node,
                 "Endpoint name %r is not valid: use 1-63 letters, digits, '-' or '_', starting with a letter or digit"
@@ -626,7 +580,7 @@ class FileScanner:
         if not (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)):
             return None
         func = decorator.func
-        if not (isinstance(func.value, ast.Name) and func.value.id in self.variables and func.attr in HTTP_METHODS):
+        if not (isinstance(func.value, ast.Name) and func.value.id in self.variables and func.attr in ROUTE_DECORATORS):
             return None
         path_nodes = list(decorator.args[:1]) + [k.value for k in decorator.keywords if k.arg == "path"]
         if len(path_nodes) != 1:
@@ -692,12 +646,12 @@ class FileScanner:
         RunPod-protocol image, so no module or target of ours runs in it (docs/python.md, image endpoints)."""
         image_nodes = [kw.value for kw in call.keywords if kw.arg == "image"]
         image = self.literal(image_nodes[0], "Endpoint parameter 'image'")
-        if not isinstance(image, str) or not IMAGE_RE.match(image):
+        if not isinstance(image, str) or not declaration.IMAGE_RE.match(image):
             self.fail(image_nodes[0], "Endpoint parameter 'image' must be an image reference such as \"repo/worker:1.0\" (got %r)" % (image,))
         bare = ast.Call(func=call.func, args=call.args, keywords=[kw for kw in call.keywords if kw.arg != "image"])
         ast.copy_location(bare, call)
         for kw in bare.keywords:
-            if kw.arg in IMAGE_IGNORED_KWARGS:
+            if kw.arg in declaration.IMAGE_EXCLUDED_PARAMETERS:
                 self.fail(kw.value, "Endpoint parameter '%s' does not apply to an image endpoint: the image brings its own code and packages" % kw.arg)
         config = self.config(bare, "queue", None)
         if config["name"] is None:
@@ -748,11 +702,9 @@ class FileScanner:
                 self.fail(decorator, "Endpoint '%s' already decorates '%s' (queue-based); it cannot also have routes" % (record["config"]["name"], record["target"]["name"]))
             if record["config"]["name"] is None:
                 self.fail(decorator, "a load-balanced Endpoint needs a name: %s = Endpoint(name=\"my-api\", ...)" % variable)
-            if not isinstance(path, str) or not path.startswith("/"):
+            if not isinstance(path, str):
                 self.fail(decorator, "route path must be a string starting with '/' (got %r)" % (path,))
-            if path.rstrip("/") in RESERVED_PATHS or path in RESERVED_PATHS:
-                self.fail(decorator, "route path %s is reserved for health checks; choose another path" % path)
-            problem = path_problem(path)
+            problem = declaration.path_problem(path)
             if problem:
                 self.fail(decorator, problem)
             for other in record["routes"]:
@@ -761,7 +713,7 @@ class FileScanner:
             info = callable_info(node)
             takes_any = node.args.kwarg is not None
             keyword_params = [a.arg for a in list(node.args.args) + list(node.args.kwonlyargs)]
-            for param in PATH_PARAM_RE.findall(path):
+            for param in declaration.PATH_PARAM_RE.findall(path):
                 if param not in keyword_params and not takes_any:
                     self.fail(decorator, "route %s %s has path parameter {%s} but '%s' takes no such argument" % (method, path, param, node.name))
             record["routes"].append(dict(info, method=method, path=path, line=node.lineno))

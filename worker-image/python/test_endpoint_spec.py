@@ -1,8 +1,9 @@
 """The endpoint-declaration rules have one owner, core/endpoint-spec.ts. The scanner (cli/build/scan.py)
-and the `ferry` package (ferry/endpoint.py) cannot import it, so they are tested against it: their
-patterns, enums and bounds must be those of the generated core/endpoint-spec.schema.json, and each
-declaration in test/fixtures/endpoint-declarations.json must be accepted or refused by both exactly as
-the table says (test/unit/endpoint-spec.test.ts checks the zod schema against the same table).
+and the `ferry` package (ferry/endpoint.py) cannot import it: they share one Python copy of its
+tables, ferry/declaration.py, tested here against it. Its patterns, enums and bounds must be those of
+the generated core/endpoint-spec.schema.json, and each declaration in
+test/fixtures/endpoint-declarations.json must be accepted or refused by both exactly as the table says
+(test/unit/endpoint-spec.test.ts checks the zod schema against the same table).
 
 Runs from a repository checkout only (the worker image ships neither the scanner nor the table).
 """
@@ -14,6 +15,7 @@ import tempfile
 import unittest
 from pathlib import Path
 
+from ferry import declaration
 from ferry import endpoint as ferry_endpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,41 +42,33 @@ class EndpointSpecTest(unittest.TestCase):
     def prop(self, name):
         return self.schema["properties"][name]
 
+    def test_scanner_and_package_read_one_copy(self):
+        # ferry/declaration.py is the Python copy of the rules; the scanner loads it by path.
+        self.assertEqual(os.path.realpath(self.scan.declaration.__file__), os.path.realpath(declaration.__file__))
+        self.assertIs(ferry_endpoint.NAME_RE, declaration.NAME_RE)
+
     def test_patterns_are_the_schema_patterns(self):
-        name, cpu = self.prop("name")["pattern"], self.prop("cpu")["pattern"]
-        env = self.prop("env")["propertyNames"]["pattern"]
-        self.assertEqual(self.scan.NAME_RE.pattern, name)
-        self.assertEqual(ferry_endpoint._NAME_RE.pattern, name)
-        self.assertEqual(self.scan.CPU_RE.pattern, cpu)
-        self.assertEqual(ferry_endpoint._CPU_RE.pattern, cpu)
-        self.assertEqual(self.scan.ENV_NAME_RE.pattern, env)
-        self.assertEqual(ferry_endpoint._ENV_NAME_RE.pattern, env)
-        image = self.prop("image")["pattern"]
-        self.assertEqual(self.scan.IMAGE_RE.pattern, image)
-        self.assertEqual(ferry_endpoint._IMAGE_RE.pattern, image)
+        self.assertEqual(declaration.NAME_RE.pattern, self.prop("name")["pattern"])
+        self.assertEqual(declaration.CPU_RE.pattern, self.prop("cpu")["pattern"])
+        self.assertEqual(declaration.ENV_NAME_RE.pattern, self.prop("env")["propertyNames"]["pattern"])
+        self.assertEqual(declaration.IMAGE_RE.pattern, self.prop("image")["pattern"])
 
     def test_image_exclusions_are_the_specs(self):
         spec = (REPO / "core" / "endpoint-spec.ts").read_text()
         excluded = spec.split("imageExcludedParameters = [", 1)[1].split("]", 1)[0]
         names = sorted(n.strip().strip("'") for n in excluded.split(",") if n.strip())
-        self.assertEqual(sorted(self.scan.IMAGE_IGNORED_KWARGS), names)
-        self.assertEqual(sorted(ferry_endpoint.IMAGE_EXCLUDED_PARAMETERS), names)
+        self.assertEqual(sorted(declaration.IMAGE_EXCLUDED_PARAMETERS), names)
 
     def test_platform_env_names_are_the_specs(self):
         spec = (REPO / "core" / "endpoint-spec.ts").read_text()
         listed = spec.split("platformEnvNames = [", 1)[1].split("]", 1)[0]
         names = [n.strip().strip("'") for n in listed.split(",") if n.strip()]
         self.assertGreater(len(names), 1)
-        self.assertEqual(list(self.scan.PLATFORM_ENV_NAMES), names)
-        self.assertEqual(list(ferry_endpoint.PLATFORM_ENV_NAMES), names)
+        self.assertEqual(list(declaration.PLATFORM_ENV_NAMES), names)
 
     def test_enums_are_the_schema_enums(self):
-        gpu_names = self.prop("gpu")["anyOf"][0]["anyOf"][0]["enum"]
-        self.assertEqual(list(self.scan.GPU_MODELS), gpu_names)
-        self.assertEqual(list(ferry_endpoint.GPU_MODELS), gpu_names)
-        versions = self.prop("python_version")["enum"]
-        self.assertEqual(list(self.scan.PYTHON_VERSIONS), versions)
-        self.assertEqual(list(ferry_endpoint.PYTHON_VERSIONS), versions)
+        self.assertEqual(list(declaration.GPU_MODELS), self.prop("gpu")["anyOf"][0]["anyOf"][0]["enum"])
+        self.assertEqual(list(declaration.PYTHON_VERSIONS), self.prop("python_version")["enum"])
 
     def test_package_accepts_and_refuses_the_table(self):
         for row in self.table:

@@ -19,40 +19,21 @@ import sys
 
 from . import client, names
 
-GPU_MODELS = ("T4", "A10G", "L4", "L40S", "A100", "H100")
-PYTHON_VERSIONS = ("3.10", "3.11", "3.12", "3.13")
-HTTP_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
-RESERVED_PATHS = ("/ping",)
-_NO_DATA = object()
-
-# Same rule as the manifest (core/manifest.ts): endpoint names end up in URLs and stack names.
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
-_CPU_RE = re.compile(r"^([1-9][0-9]*)-([1-9][0-9]*)$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Variables the platform sets in every worker itself (an entry ending in _ is a prefix; compared
-# without case): an env key may not be one. core/endpoint-spec.ts (platformEnvNames) owns the rule
-# and says why; worker-image/python/test_endpoint_spec.py keeps the copies equal.
-PLATFORM_ENV_NAMES = (
-    "FERRY_",
-    "RUNPOD_WEBHOOK_",
-    "RUNPOD_AI_API_KEY",
-    "RUNPOD_ENDPOINT_ID",
-    "RUNPOD_PING_INTERVAL",
-    "RUNPOD_POD_ID",
-    "RUNPOD_POD_HOSTNAME",
+from .declaration import (
+    CPU_RE,
+    ENV_NAME_RE,
+    GPU_MODELS,
+    HTTP_METHODS,
+    IMAGE_EXCLUDED_PARAMETERS,
+    IMAGE_RE,
+    NAME_RE,
+    PATH_PARAM_RE,
+    PYTHON_VERSIONS,
+    path_problem,
+    platform_env_name_of,
 )
 
-
-def platform_env_name_of(key):
-    """The entry of PLATFORM_ENV_NAMES that `key` is (or starts with, for a prefix), if any."""
-    upper = key.upper()
-    return next((e for e in PLATFORM_ENV_NAMES if (upper.startswith(e) if e.endswith("_") else upper == e)), None)
-# Image endpoints (core/endpoint-spec.ts imagePattern, imageExcludedParameters).
-_IMAGE_RE = re.compile(r"^[a-z0-9][A-Za-z0-9._/:-]*(@sha256:[a-f0-9]{64})?$")
-IMAGE_EXCLUDED_PARAMETERS = ("dependencies", "system_dependencies", "python_version")
-_PATH_PARAM_RE = re.compile(r"\{([^{}]*)\}")
-_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_PATH_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._~!$&'()*+,;=:@%-]*$")
+_NO_DATA = object()
 
 
 def _is_int(value):
@@ -83,7 +64,7 @@ def _check_str_list(param, value, example):
 def _check_name(name):
     if not isinstance(name, str):
         raise TypeError(f"name must be a string, got {name!r}")
-    if not _NAME_RE.match(name):
+    if not NAME_RE.match(name):
         raise ValueError(
             "name must start with a letter or digit and contain only letters, digits, '_' and '-' "
             f"(at most 63 characters), got {name!r}"
@@ -128,7 +109,7 @@ def _check_cpu(cpu):
         _note(note)
     if not isinstance(cpu, str):
         raise TypeError(f"cpu must be a string 'VCPUS-GIB' such as '2-8', got {cpu!r}")
-    if not _CPU_RE.match(cpu):
+    if not CPU_RE.match(cpu):
         raise ValueError(
             f"cpu must be 'VCPUS-GIB' such as '2-8' (2 vCPUs, 8 GiB), got {cpu!r}. {names.unknown_cpu_hint()}"
         )
@@ -162,7 +143,7 @@ def _check_env(env):
     if not isinstance(env, dict):
         raise TypeError(f"env must be a dict of str to str, got {env!r}")
     for key, value in env.items():
-        if not isinstance(key, str) or not _ENV_NAME_RE.match(key):
+        if not isinstance(key, str) or not ENV_NAME_RE.match(key):
             raise ValueError(f"env keys must be environment variable names, got {key!r}")
         entry = platform_env_name_of(key)
         if entry:
@@ -207,7 +188,7 @@ class Route:
         self.param_names = []
         pattern = "^"
         pos = 0
-        for match in _PATH_PARAM_RE.finditer(path):
+        for match in PATH_PARAM_RE.finditer(path):
             pattern += re.escape(path[pos : match.start()])
             pattern += f"(?P<{match.group(1)}>[^/]+)"
             self.param_names.append(match.group(1))
@@ -261,7 +242,7 @@ class Endpoint:
         if id is not None and (not isinstance(id, str) or not id.strip()):
             raise TypeError(f"id must be an endpoint id string, got {id!r}")
         if image is not None:
-            if not isinstance(image, str) or not _IMAGE_RE.match(image):
+            if not isinstance(image, str) or not IMAGE_RE.match(image):
                 raise TypeError(f"image must be an image reference such as 'repo/worker:1.0', got {image!r}")
             if self.name is None:
                 raise ValueError("an image endpoint needs a name: Endpoint(name='my-model', image='repo/worker:1.0')")
@@ -290,7 +271,7 @@ class Endpoint:
         # Names only: values are set with `ferry secrets set` and reach the workers as variables.
         self.secrets = _check_str_list("secrets", secrets, "['HF_TOKEN']")
         for secret in self.secrets:
-            if not _ENV_NAME_RE.match(secret):
+            if not ENV_NAME_RE.match(secret):
                 raise ValueError(f"secret names must be environment variable names, got {secret!r}")
         self.execution_timeout_ms = _check_int("execution_timeout_ms", execution_timeout_ms, 0)
         self.max_concurrency = _check_int("max_concurrency", max_concurrency, 1)
@@ -445,23 +426,6 @@ class Endpoint:
 def _check_path(path):
     if not isinstance(path, str):
         raise TypeError(f"route path must be a string starting with '/', got {path!r}")
-    if not path.startswith("/"):
-        raise ValueError(f"route path must start with '/', got {path!r}")
-    if path.rstrip("/") in RESERVED_PATHS or path in RESERVED_PATHS:
-        raise ValueError(f"route path {path!r} is reserved (the platform's health check)")
-    if "?" in path or "#" in path:
-        raise ValueError(f"route path must not contain a query or fragment, got {path!r}")
-    seen = set()
-    for segment in path.split("/")[1:]:
-        params = _PATH_PARAM_RE.findall(segment)
-        if params:
-            if not re.fullmatch(r"\{[^{}]*\}", segment):
-                raise ValueError(f"a path parameter must be a whole segment like /items/{{item_id}}, got {path!r}")
-            name = params[0]
-            if not _IDENT_RE.match(name):
-                raise ValueError(f"path parameter names must be Python identifiers, got {{{name}}} in {path!r}")
-            if name in seen:
-                raise ValueError(f"path parameter {{{name}}} appears twice in {path!r}")
-            seen.add(name)
-        elif "{" in segment or "}" in segment or not _PATH_SEGMENT_RE.match(segment):
-            raise ValueError(f"route path has an invalid segment {segment!r} in {path!r}")
+    problem = path_problem(path)
+    if problem is not None:
+        raise ValueError(problem)

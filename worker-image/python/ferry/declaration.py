@@ -1,0 +1,73 @@
+"""What an `Endpoint(...)` declaration may say, in Python.
+
+core/endpoint-spec.ts owns these rules. The `ferry` package (ferry/endpoint.py, checking a
+declaration when it runs) and the static scanner (cli/build/scan.py, checking it without running
+the user's code) are Python and cannot import that file, so this module is their one copy:
+endpoint.py imports it and scan.py loads it by path, as it loads names.py and hints.py.
+worker-image/python/test_endpoint_spec.py checks it against the generated
+core/endpoint-spec.schema.json. Standard library only, and nothing of the ferry package.
+"""
+
+import re
+
+GPU_MODELS = ("T4", "A10G", "L4", "L40S", "A100", "H100")
+PYTHON_VERSIONS = ("3.10", "3.11", "3.12", "3.13")
+HTTP_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
+# The platform's health check (docs/workers.md): no route of a load-balanced endpoint may take it.
+RESERVED_PATHS = ("/ping",)
+
+# Endpoint names end up in URLs and stack names.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+CPU_RE = re.compile(r"^([1-9][0-9]*)-([1-9][0-9]*)$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Image endpoints (core/endpoint-spec.ts imagePattern, imageExcludedParameters).
+IMAGE_RE = re.compile(r"^[a-z0-9][A-Za-z0-9._/:-]*(@sha256:[a-f0-9]{64})?$")
+IMAGE_EXCLUDED_PARAMETERS = ("dependencies", "system_dependencies", "python_version")
+
+# Variables the platform sets in every worker itself (an entry ending in _ is a prefix; compared
+# without case): an env key may not be one. core/endpoint-spec.ts (platformEnvNames) says why.
+PLATFORM_ENV_NAMES = (
+    "FERRY_",
+    "RUNPOD_WEBHOOK_",
+    "RUNPOD_AI_API_KEY",
+    "RUNPOD_ENDPOINT_ID",
+    "RUNPOD_PING_INTERVAL",
+    "RUNPOD_POD_ID",
+    "RUNPOD_POD_HOSTNAME",
+)
+
+
+def platform_env_name_of(key):
+    """The entry of PLATFORM_ENV_NAMES that `key` is (or starts with, for a prefix), if any."""
+    upper = key.upper()
+    return next((e for e in PLATFORM_ENV_NAMES if (upper.startswith(e) if e.endswith("_") else upper == e)), None)
+
+
+# A load-balanced route's path: `{name}` segments are its path parameters.
+PATH_PARAM_RE = re.compile(r"\{([^{}]*)\}")
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PATH_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._~!$&'()*+,;=:@%-]*$")
+
+
+def path_problem(path):
+    """What is wrong with the route path `path` (a str), or None when the runtime can route it."""
+    if not path.startswith("/"):
+        return "route path must start with '/' (got %r)" % path
+    if path.rstrip("/") in RESERVED_PATHS or path in RESERVED_PATHS:
+        return "route path %s is reserved for the platform's health check; choose another path" % path
+    if "?" in path or "#" in path:
+        return "route path must not contain a query or fragment (got %r)" % path
+    seen = set()
+    for segment in path.split("/")[1:]:
+        params = PATH_PARAM_RE.findall(segment)
+        if params:
+            if not re.fullmatch(r"\{[^{}]*\}", segment):
+                return "a path parameter must be a whole segment like /items/{item_id} (got %r)" % path
+            if not _IDENT_RE.match(params[0]):
+                return "path parameter names must be Python identifiers (got {%s} in %r)" % (params[0], path)
+            if params[0] in seen:
+                return "path parameter {%s} appears twice in %r" % (params[0], path)
+            seen.add(params[0])
+        elif "{" in segment or "}" in segment or not _PATH_SEGMENT_RE.match(segment):
+            return "route path has an invalid segment %r in %r" % (segment, path)
+    return None
