@@ -42,6 +42,14 @@ def positional_job(job):
     return job
 
 
+def build(prompt: str, seed: "int", steps=4, *, style: typing.Optional[str] = None, job):
+    return prompt
+
+
+def loose(n, **extra):
+    return n
+
+
 class BindingTest(unittest.TestCase):
     def test_input_becomes_kwargs(self):
         self.assertEqual(bind_kwargs(generate, {"prompt": "a", "steps": 4}), {"prompt": "a", "steps": 4})
@@ -63,6 +71,54 @@ class BindingTest(unittest.TestCase):
         self.assertIn("promt", message)
         with self.assertRaises(InputError):
             bind_kwargs(generate, {})  # missing required
+
+    def test_every_missing_and_unexpected_key_is_named_at_once_in_ferry_devs_words(self):
+        # As ferry dev names them (cli/dev/inputs.ts), not inspect's first problem alone; the
+        # keyword-only job is the runtime's to give, so it is neither missing nor one it takes.
+        with self.assertRaises(InputError) as caught:
+            bind_kwargs(build, {"promt": "a", "steps": 2, "sed": 1}, {"id": "j"})
+        self.assertEqual(
+            str(caught.exception),
+            "the job input does not fit build(prompt: str, seed: 'int', steps=4, *, style: Optional[str] = None, job): "
+            "missing required argument 'prompt' (str); missing required argument 'seed' (int); "
+            "unexpected arguments 'promt', 'sed' (it takes: prompt, seed, steps, style)",
+        )
+        # A queue job's values are not checked against their hints (docs/python.md): the handler gets them.
+        self.assertEqual(bind_kwargs(build, {"prompt": 1, "seed": "x"}, {"id": "j"})["seed"], "x")
+
+    def test_defaults_make_keys_optional_and_kwargs_takes_any_other(self):
+        with self.assertRaises(InputError) as caught:
+            bind_kwargs(generate, {})
+        self.assertEqual(
+            str(caught.exception),
+            "the job input does not fit generate(prompt, steps=4): missing required argument 'prompt'",
+        )
+        self.assertEqual(bind_kwargs(loose, {"n": 1, "a": 2, "b": 3}), {"n": 1, "a": 2, "b": 3})
+        with self.assertRaises(InputError) as caught:
+            bind_kwargs(loose, {"a": 2})
+        self.assertEqual(
+            str(caught.exception), "the job input does not fit loose(n, **extra): missing required argument 'n'"
+        )
+
+    def test_keys_a_function_cannot_take_by_name(self):
+        def none():
+            return 1
+
+        def positional(a, /, b):
+            return a
+
+        for fn, payload, problem in (
+            (none, {"x": 1}, "unexpected argument 'x' (it takes: none)"),
+            (
+                positional,
+                {"a": 1},
+                "positional-only argument 'a' cannot come from the input; missing required argument 'b'; "
+                "unexpected argument 'a' (it takes: b)",
+            ),
+        ):
+            with self.assertRaises(InputError) as caught:
+                bind_kwargs(fn, payload)
+            self.assertTrue(str(caught.exception).endswith(f": {problem}"), str(caught.exception))
 
     def test_keyword_only_job_receives_the_job(self):
         job = {"id": "j1", "input": {"prompt": "a"}}
@@ -143,6 +199,20 @@ class HandlerTest(unittest.TestCase):
         with self.assertRaises(TypeError) as caught:
             Handler(Empty)
         self.assertIn("no public methods", str(caught.exception))
+
+
+class ClassMethodBindingTest(unittest.TestCase):
+    def test_a_class_methods_input_names_every_missing_and_unexpected_key(self):
+        handler = Handler(Model)
+        with self.assertRaises(InputError) as caught:
+            handler.prepare({"input": {"method": "predict", "y": 1, "z": 2}})
+        self.assertEqual(
+            str(caught.exception),
+            "the job input does not fit Model.predict(x): missing required argument 'x'; "
+            "unexpected arguments 'y', 'z' (it takes: x)",
+        )
+        fn, kwargs = handler.prepare({"input": {"method": "describe"}})
+        self.assertEqual((fn(**kwargs), kwargs), ("model", {}))
 
 
 class ErrorFormatTest(unittest.TestCase):
@@ -352,9 +422,11 @@ class RouterBodyTypeTest(unittest.TestCase):
         self.assertEqual(status, 400)
         self.assertEqual(
             body["error"],
-            "bad parameters for POST /typed: 'y' must be float, got str \"b\"; 'flag' must be bool or None, got int 1; "
-            "'items' must be list or None, got str \"abc\"; 'opts' must be dict or None, got list []; "
-            "'name' must be str, got None; 'pair' must be list, got dict {}; missing a required argument: 'x'",
+            # In the signature's order, as ferry dev names them (cli/dev/inputs.ts).
+            "bad parameters for POST /typed: missing required argument 'x' (int); 'y' must be float, got str \"b\"; "
+            "'name' must be str, got None; 'flag' must be bool or None, got int 1; "
+            "'items' must be list or None, got str \"abc\"; 'pair' must be list, got dict {}; "
+            "'opts' must be dict or None, got list []",
         )
         status, body = self.post({"x": "a" * 100})
         self.assertIn(f"got str \"{'a' * 56}...", body["error"])
@@ -372,6 +444,61 @@ class RouterBodyTypeTest(unittest.TestCase):
         self.assertEqual(self.router.handle("GET", "/opt", b""), (200, {"n": None}))
         status, body = self.router.handle("GET", "/opt?n=abc", b"")
         self.assertEqual((status, body), (400, {"error": "parameter 'n' must be int, got 'abc'"}))
+
+
+class RouterArgumentsTest(unittest.TestCase):
+    """A load-balanced route names every missing key, every key it does not take and every value of
+    another type than its hint in one 400, in ferry dev's words (cli/dev/inputs.ts)."""
+
+    def setUp(self):
+        api = Endpoint(name="args")
+
+        @api.post("/make/{kind}")
+        def make(kind, size: int, name: str, colour="red", *, strict: bool = False):
+            return {"kind": kind, "size": size, "name": name, "colour": colour, "strict": strict}
+
+        @api.post("/loose")
+        def loose(n: int, **extra):
+            return {"n": n, "extra": extra}
+
+        @api.get("/find")
+        def find(q: str, limit: int = 10):
+            return {"q": q, "limit": limit}
+
+        self.router = Router(api)
+
+    def post(self, path, body):
+        return self.router.handle("POST", path, json.dumps(body).encode())
+
+    def test_every_missing_unknown_and_mistyped_key_at_once(self):
+        self.assertEqual(
+            self.post("/make/box", {"sise": 1, "colour": "blue", "extra": 2, "strict": "yes"}),
+            (400, {"error": "bad parameters for POST /make/{kind}: missing required argument 'size' (int); "
+                            "missing required argument 'name' (str); 'strict' must be bool, got str \"yes\"; "
+                            "unexpected arguments 'sise', 'extra' (it takes: kind, size, name, colour, strict)"}),
+        )
+        self.assertEqual(
+            self.post("/make/box", {"size": 1, "name": "n"}),
+            (200, {"kind": "box", "size": 1, "name": "n", "colour": "red", "strict": False}),
+        )
+
+    def test_kwargs_takes_unknown_keys_and_still_needs_its_required_ones(self):
+        self.assertEqual(self.post("/loose", {"n": 1, "a": 2}), (200, {"n": 1, "extra": {"a": 2}}))
+        self.assertEqual(
+            self.post("/loose", {"a": 2, "n2": "x"}),
+            (400, {"error": "bad parameters for POST /loose: missing required argument 'n' (int)"}),
+        )
+
+    def test_query_parameters_it_does_not_take_are_left_out_and_a_missing_one_is_named(self):
+        self.assertEqual(self.router.handle("GET", "/find?q=x&utm=1", b""), (200, {"q": "x", "limit": 10}))
+        self.assertEqual(
+            self.router.handle("GET", "/find?limit=5&utm=1", b""),
+            (400, {"error": "bad parameters for GET /find: missing required argument 'q' (str)"}),
+        )
+        self.assertEqual(
+            self.router.handle("GET", "/find?q=x&limit=abc", b""),
+            (400, {"error": "parameter 'limit' must be int, got 'abc'"}),
+        )
 
 
 class ProtocolUrlTest(unittest.TestCase):

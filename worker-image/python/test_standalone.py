@@ -199,8 +199,11 @@ class StandaloneClassTargetTest(unittest.TestCase):
         body = self.runsync({"method": "add", "a": 1, "c": 2})
         self.assertEqual(body["status"], "FAILED")
         error = json.loads(body["error"])
-        self.assertIn("unexpected input keys: c", error["error_message"])
-        self.assertIn("missing input keys: b", error["error_message"])
+        self.assertEqual(
+            error["error_message"],
+            "the job input does not fit Tools.add(a, b): missing required argument 'b'; "
+            "unexpected argument 'c' (it takes: a, b)",
+        )
         self.assertEqual(error["error_traceback"], "")
 
     def test_unknown_method_fails(self):

@@ -19,6 +19,8 @@ import os
 import socket
 import traceback
 
+from .inputs import input_problems
+
 JOB_PARAM = "job"
 
 
@@ -96,27 +98,16 @@ def bind_kwargs(fn, payload, job=None):
     try:
         signature.bind(**kwargs)
     except TypeError as exc:
-        raise InputError(f"the job input does not fit {_describe(fn)}: {_binding_problem(signature, kwargs, exc)}") from None
+        raise InputError(f"the job input does not fit {_describe(fn)}: {_binding_problem(signature, payload, exc)}") from None
     return kwargs
 
 
-def _binding_problem(signature, kwargs, exc):
-    """Every unexpected and missing key at once (bind() only reports the first problem)."""
-    params = signature.parameters
-    P = inspect.Parameter
-    by_name = {n: p for n, p in params.items() if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)}
-    takes_any = any(p.kind is P.VAR_KEYWORD for p in params.values())
-    unexpected = [] if takes_any else [k for k in kwargs if k not in by_name]
-    missing = [n for n, p in by_name.items() if p.default is P.empty and n not in kwargs]
-    positional_only = [n for n, p in params.items() if p.kind is P.POSITIONAL_ONLY and p.default is P.empty]
-    parts = []
-    if unexpected:
-        parts.append("unexpected input keys: " + ", ".join(unexpected))
-    if missing:
-        parts.append("missing input keys: " + ", ".join(missing))
-    if positional_only:
-        parts.append("positional-only parameters cannot come from input: " + ", ".join(positional_only))
-    return "; ".join(parts) or str(exc)
+def _binding_problem(signature, payload, exc):
+    """Every missing and unexpected key at once, in ferry dev's words (ferry/inputs.py); the job's own
+    keyword-only `job` is the runtime's to give, not an input key. Values are not checked against
+    their hints here (docs/python.md)."""
+    params = [p for p in signature.parameters.values() if not (p.name == JOB_PARAM and p.kind is p.KEYWORD_ONLY)]
+    return "; ".join(input_problems(signature.replace(parameters=params), payload)) or str(exc)
 
 
 def public_methods(cls):

@@ -2,9 +2,10 @@
 
 A request is bound like a queue job: the JSON body (or, when there is no body, the query string)
 plus the path parameters become keyword arguments. Strings from the path and query are converted
-when the parameter is annotated int, float or bool (hinted_type); a JSON body's values are checked
-against their hints, never converted, as ferry dev checks a queue route's input (_misfit). A query
-parameter the function does not take is left out (_takes). Answers are JSON: 200 with the return value,
+when the parameter is annotated int, float or bool (hinted_type); the arguments are checked, a JSON
+body's values against their hints too, never converted, as ferry dev checks a queue route's input
+(ferry/inputs.py input_problems: every missing, unknown or mistyped key at once). A query parameter
+the function does not take is left out (_takes). Answers are JSON: 200 with the return value,
 400/404/405/413 with {"error": ...} for bad requests, 500 {"error": <message>} when the handler
 raises (traceback to stderr). GET /ping is the platform's health check. HEAD answers as GET does,
 without the body. A body is read as JSON whatever its content type: nested deeper than
@@ -17,9 +18,7 @@ and adds it; a request that reaches the port some other way (another endpoint's 
 host) gets 403 and runs nothing.
 """
 
-import ast
 import asyncio
-import functools
 import hmac
 import inspect
 import json
@@ -27,12 +26,10 @@ import math
 import sys
 import threading
 import traceback
-import types
-import typing
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .hints import hinted_node
+from .inputs import hinted_type, input_problems
 from .invoke import OutputError, missing_package_hint, to_json_bytes, without_runtime_frames
 from .logs import LineBudget
 
@@ -65,44 +62,6 @@ def method_not_allowed(method, path, allowed):
     return BadRequest(405, f"method {method} not allowed for {path}; allowed: {listed}", {"Allow": listed})
 
 
-# The live hints a value is checked against, by the kind of JSON value each takes; their text (from
-# __future__ import annotations) is read by ferry/hints.py, the scanner's rule (cli/build/scan.py).
-_HINTED = {int: "int", float: "float", str: "str", bool: "bool", dict: "dict", list: "list", tuple: "list"}
-# What a JSON value of each Python type may be given for: an int passes where a float is hinted.
-_FITS = {"int": ("int",), "float": ("float", "int"), "str": ("str",), "bool": ("bool",), "dict": ("dict",),
-         "list": ("list",)}
-_UNION_TYPES = (typing.Union,) + ((types.UnionType,) if hasattr(types, "UnionType") else ())
-
-
-def hinted_type(annotation):
-    """(kind, whether None is allowed) for a hint that is checked, else None, by ferry/hints.py's rule,
-    on the live annotation or its text (from __future__ import annotations): anything else (numpy's or
-    torch's types, a class, Union[int, str], Literal, Annotated) passes unchecked."""
-    if isinstance(annotation, str):
-        return _hinted_text(annotation)
-    if isinstance(annotation, type) and annotation in _HINTED:
-        return _HINTED[annotation], False
-    origin = typing.get_origin(annotation)
-    if origin in _UNION_TYPES:
-        # One type, with None beside it or not (Optional[X] is Union[X, None]).
-        members = typing.get_args(annotation)
-        kinds = [member for member in members if member is not type(None)]
-        found = hinted_type(kinds[0]) if len(kinds) == 1 else None
-        return (found[0], found[1] or len(kinds) < len(members)) if found else None
-    if isinstance(origin, type) and origin in _HINTED:
-        return _HINTED[origin], False
-    return None
-
-
-@functools.lru_cache(maxsize=1024)
-def _hinted_text(annotation):
-    """hinted_type of an annotation's text; parsed once per text, not on every request."""
-    try:
-        return hinted_node(ast.parse(annotation, mode="eval").body)
-    except (SyntaxError, ValueError):  # not Python: a hint nothing checks
-        return None
-
-
 def _convert(value, annotation, name):
     """Path/query values are strings; honour simple annotations so `item_id: int` gets an int."""
     if isinstance(value, list):
@@ -123,26 +82,6 @@ def _convert(value, annotation, name):
     except ValueError:
         raise BadRequest(400, f"parameter {name!r} must be {kind}, got {value!r}") from None
     return value
-
-
-def _misfit(name, value, param):
-    """What is wrong with a JSON body's value for its parameter, else None. Nothing is converted: the
-    function gets the value as sent, so it fits when json made it of the hinted type already."""
-    if param.annotation is inspect.Parameter.empty or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-        return None
-    hint = hinted_type(param.annotation)
-    if hint is None:
-        return None
-    kind, nullable = hint[0], hint[1] or param.default is None
-    got = "None" if value is None else type(value).__name__
-    if got in _FITS[kind] or (value is None and nullable):
-        return None
-    expected = f"{kind} or None" if nullable else kind
-    if value is None:
-        return f"{name!r} must be {expected}, got None"
-    shown = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    shown = shown if len(shown) <= 60 else f"{shown[:57]}..."
-    return f"{name!r} must be {expected}, got {got} {shown}"
 
 
 # What the checks of a body need of it, in one pass: every bracket as [ or ], every digit as 0, e as
@@ -274,18 +213,14 @@ class Router:
                 param = signature.parameters.get(key)
                 if param is not None and param.annotation is not inspect.Parameter.empty:
                     kwargs[key] = _convert(kwargs[key], param.annotation, key)
-            # A body's values are checked against their hints as ferry dev checks a queue route's
-            # input, so a wrong type is the caller's 400 and not the handler's TypeError (a 500).
-            problems = []
-            for key, value in kwargs.items():
-                param = None if key in from_strings else signature.parameters.get(key)
-                problem = param and _misfit(key, value, param)
-                if problem:
-                    problems.append(problem)
-            try:
-                signature.bind(**kwargs)
-            except TypeError as exc:
-                problems.append(str(exc))
+            # A body is checked as ferry dev checks a queue route's input, every problem named at once:
+            # a wrong type is the caller's 400 and not the handler's TypeError (a 500).
+            problems = input_problems(signature, kwargs, check_types=True, unchecked=from_strings)
+            if not problems:
+                try:
+                    signature.bind(**kwargs)
+                except TypeError as exc:  # a case input_problems does not know: still the caller's 400
+                    problems.append(str(exc))
             if problems:
                 raise BadRequest(400, f"bad parameters for {route.method} {route.path}: {'; '.join(problems)}")
         return kwargs
