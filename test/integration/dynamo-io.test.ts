@@ -10,6 +10,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import {
   BatchWriteCommand,
@@ -47,12 +48,19 @@ afterAll(async () => {
   await aws?.stop();
 });
 
-/** A job store whose DynamoDB client records the name of every command it sends. */
-function countedStore(options: Pick<DynamoJobStoreOptions, 'sweepDropChunks'> = {}) {
+/**
+ * A job store whose DynamoDB client records the name of every command it sends; `wrap` adds a
+ * middleware of the test's own to that client first (one that changes an answer as DynamoDB may).
+ */
+function countedStore(
+  options: Pick<DynamoJobStoreOptions, 'sweepDropChunks'> = {},
+  wrap?: (client: DynamoDBClient) => void,
+) {
   const calls: string[] = [];
   const inputs: Record<string, unknown>[] = [];
   const outputs: Record<string, unknown>[] = [];
   const client = dynamoClientFor(aws.dynamo.endpoint);
+  wrap?.(client);
   client.middlewareStack.add(
     (next, context) => async (args) => {
       calls.push(String(context.commandName).replace(/Command$/, ''));
@@ -1507,6 +1515,84 @@ describe('a stream of several MB: every Query page read, in order, and all of it
         expect(await jobItem(job.id)).toBeUndefined();
         expect(await streamItems(job.id)).toEqual([]);
         expect(await blobKeys(job.id)).toEqual([]);
+      }
+    } finally {
+      store.close();
+    }
+  }, 120_000);
+
+  it("a stream whose last chunks spend the run's budget exactly goes with its job in that run; no streamed job is claimed after", async () => {
+    // The Query page that deleted the budget's last chunk, cut by its Limit, may carry a
+    // LastEvaluatedKey though nothing is left ("it does not necessarily mean that there is more
+    // data", https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Pagination.html),
+    // and the run kept that job, its stream all deleted but its meta item: the next run claimed and
+    // cleared it again (two UpdateItems) only to delete the meta item and the job. DynamoDB Local
+    // leaves the key out when the page reached the end of its key range, so the wrapper below puts
+    // it on every chunks page its Limit cut, as DynamoDB may.
+    const store = countedStore({ sweepDropChunks: 100 }, (client) =>
+      client.middlewareStack.add(
+        (next) => async (args) => {
+          const result = await next(args);
+          const input = args.input as { TableName?: string; Limit?: number };
+          const output = result.output as {
+            Items?: { jobId: unknown; seq: unknown }[];
+            LastEvaluatedKey?: unknown;
+          };
+          const last = output.Items?.at(-1);
+          if (input.TableName === aws.tables.chunks && last && output.Items?.length === input.Limit)
+            output.LastEvaluatedKey ??= { jobId: last.jobId, seq: last.seq };
+          return result;
+        },
+        { step: 'initialize', name: 'limitCutKeepsKey' },
+      ),
+    );
+    try {
+      const stamp = Date.now();
+      // Expired after the jobs of the test above, which deletes up to 70.
+      const exact = makeJob({ id: `io-${stamp}-exact`, createdAt: 0, expiresAt: 71, status: 'COMPLETED' });
+      const waiting = makeJob({
+        id: `io-${stamp}-waiting`,
+        createdAt: 0,
+        expiresAt: 72,
+        status: 'COMPLETED',
+      });
+      const bare = makeJob({ id: `io-${stamp}-bare`, createdAt: 0, expiresAt: 73, status: 'FAILED' });
+      for (const job of [exact, waiting, bare]) await store.jobs.create(job);
+      await append(
+        store.jobs,
+        exact.id,
+        Array.from({ length: 100 }, (_, i) => chunk(i, 8)),
+      );
+      await append(store.jobs, waiting.id, [chunk(0, 8), chunk(1, 8)]);
+
+      const ids = [exact.id, waiting.id, bare.id];
+      /** One run: how many jobs it deleted, and its UpdateItems (a claim, a clear) per job of `ids`. */
+      const run = async () => {
+        store.reset();
+        const deleted = await store.jobs.deleteExpired(75, 10);
+        const updates = ids.map(
+          (jobId) =>
+            store.inputs.filter(
+              (input, at) =>
+                store.calls[at] === 'UpdateItem' && (input as { Key: { jobId: string } }).Key.jobId === jobId,
+            ).length,
+        );
+        return { deleted, updates };
+      };
+      const first = await run();
+      const second = await run();
+      // The exact stream is claimed and cleared once, in the first run, which spends its budget
+      // there: the waiting stream is claimed in the second run only, the job without one deleted
+      // in the first.
+      expect([first.updates, second.updates]).toEqual([
+        [2, 0, 0],
+        [0, 2, 0],
+      ]);
+      expect([first.deleted, second.deleted]).toEqual([2, 1]);
+      expect((await run()).deleted).toBe(0);
+      for (const job of [exact, waiting, bare]) {
+        expect(await jobItem(job.id)).toBeUndefined();
+        expect(await streamItems(job.id)).toEqual([]);
       }
     } finally {
       store.close();

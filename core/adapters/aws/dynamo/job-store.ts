@@ -1317,8 +1317,14 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
         const page = await this.dropChunks(jobId, clearedTo, budget - dropped);
         dropped += page.dropped;
         // Each page starts at seq 1 again, behind the deleted ones; one of them is empty only when
-        // nothing is left (without a filter, a page cut short holds at least one item).
-        more = page.more && page.dropped > 0;
+        // nothing is left (without a filter, a page cut short holds at least one item). Nor is
+        // anything left after a page that ends on clearedTo, the last seq a clear skipped, though a
+        // page its Limit cut still carries a LastEvaluatedKey ("it does not necessarily mean that
+        // there is more data",
+        // https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Pagination.html):
+        // a stream whose last chunks spend the budget exactly goes in this run, rather than keep
+        // its job for the next run to claim and clear again only to delete its meta item.
+        more = page.more && page.dropped > 0 && page.lastSeq < clearedTo;
       }
       // A BatchWriteItem of one: the sweeper's role may BatchWriteItem on the chunks table.
       await batchWrite(this.doc, this.chunksTable, [{ DeleteRequest: { Key: { jobId, seq: 0 } } }]);
@@ -1334,7 +1340,7 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    * most `atMost` items finds, and their S3 blobs; `more`: the page ended before `to` (DynamoDB
    * answers LastEvaluatedKey when a page is cut by its Limit or by 1 MB,
    * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Pagination.html), so
-   * chunks may be left. The Query asks for the keys and blob refs only: a long stream's chunks (up to
+   * chunks may be left; `lastSeq`: the page's last seq (0 for an empty page). The Query asks for the keys and blob refs only: a long stream's chunks (up to
    * 300 KB each inline) would otherwise be held in memory (the sweeper's Lambda has 512 MB). The
    * projection shrinks the answer, not the read units: those count the items' whole size
    * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html#read-operation-consumption).
@@ -1343,7 +1349,7 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     jobId: string,
     to: number,
     atMost: number,
-  ): Promise<{ dropped: number; more: boolean }> {
+  ): Promise<{ dropped: number; more: boolean; lastSeq: number }> {
     const page = await this.doc.send(
       new QueryCommand({
         TableName: this.chunksTable,
@@ -1361,7 +1367,11 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
       rows.map((row) => ({ DeleteRequest: { Key: { jobId, seq: row.seq } } })),
     );
     await this.dropBlobs(rows.flatMap((row) => (typeof row.chunkRef === 'string' ? [row.chunkRef] : [])));
-    return { dropped: rows.length, more: page.LastEvaluatedKey !== undefined };
+    return {
+      dropped: rows.length,
+      more: page.LastEvaluatedKey !== undefined,
+      lastSeq: (rows.at(-1)?.seq as number | undefined) ?? 0,
+    };
   }
 
   /**
