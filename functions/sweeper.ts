@@ -1,7 +1,10 @@
 /**
  * The sweeper Lambda, run by an EventBridge schedule (every minute): lapsed leases go back to the
  * queue or fail, overrunning jobs time out, jobs past policy.ttl stop (JobEngine.sweep), expired
- * rows go now rather than when DynamoDB's TTL gets to them (it lags by days; reads filter anyway),
+ * rows go now rather than when DynamoDB's TTL gets to them (typically within a few days of their
+ * expiry, https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html; within two
+ * days, says https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateTimeToLive.html;
+ * reads filter anyway),
  * and, on queue endpoints, no job is left waiting for a message that will never come:
  *
  *  - IN_QUEUE jobs waiting `staleQueuedMs` or more get their message again (the API writes the job,

@@ -20,8 +20,13 @@
  *   `version = :expected` on a whole-item Put (the derived index attributes depend on fields a
  *   patch may not carry). Whoever writes first wins; the other gets the item as it is now. When the
  *   write changes what the job counts as in health, it goes in one transaction with the count items.
- * - TTL deletion lags by days, so every read filters `expiresAt > now` in code (GetItem) or with a
- *   FilterExpression (Query). `expiresAtSec` (epoch seconds) is only DynamoDB's garbage collection.
+ * - TTL deletes an expired item "typically within a few days of their expiration" (the developer
+ *   guide, https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html;
+ *   "typically within two days of expiration", says the UpdateTimeToLive reference,
+ *   https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateTimeToLive.html),
+ *   and reads still return it until then, so every read filters `expiresAt > now` in code (GetItem)
+ *   or with a FilterExpression (Query). `expiresAtSec` (epoch seconds) is only DynamoDB's garbage
+ *   collection.
  *   Unfinished jobs get a day of grace on it so the engine can still find and stop them
  *   (listExpiredUnfinished) before DynamoDB drops them.
  * - Items stay under 400 KB: input, output, error, s3Config and webhook each have an inline budget

@@ -110,7 +110,8 @@ const streamLifeSec = toSec(limits.jobLifetimeMaxMs) + daySec;
  * until the sweeper deletes the job's whole stream with the expired job (deleteExpired, over several
  * runs for a long one: sweepDropChunks), or else
  * the chunks' TTL (streamLifeSec) deletes them, typically within a few days of their expiry
- * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html).
+ * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html; typically
+ * within two days, says https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateTimeToLive.html).
  */
 const clearDropChunks = 25;
 /**
@@ -223,7 +224,8 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
 
   async get(jobId: string, nowMs: number, options?: JobReadOptions): Promise<Job | undefined> {
     const job = await this.readJob(jobId, options?.input);
-    // TTL deletion lags by days: an expired job still in the table reads as absent.
+    // TTL deletes an expired item typically days after its expiry (../dynamo.ts), and reads still
+    // return it until then: an expired job still in the table reads as absent.
     return job && job.expiresAt > nowMs ? job : undefined;
   }
 
@@ -723,7 +725,8 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
 
   /**
    * Deletes expired jobs in a final status with their chunks and blobs (DynamoDB's TTL would drop
-   * the items days later but never the blobs). Unfinished ones stay for the engine to stop first.
+   * the items, typically days later (../dynamo.ts), but never the blobs). Unfinished ones stay for
+   * the engine to stop first.
    * At most `sweepDropChunks` chunk items in one call, of all the jobs' streams together: a job
    * whose stream is longer, or comes once they are spent, stays for the next call (its stream
    * cleared), which goes on where this one stopped; jobs without a stream left are still deleted.
