@@ -1343,9 +1343,9 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    * most `atMost` items finds, and their S3 blobs; `more`: the page ended before `to` (DynamoDB
    * answers LastEvaluatedKey when a page is cut by its Limit or by 1 MB,
    * https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Pagination.html), so
-   * chunks may be left; `lastSeq`: the page's last seq (0 for an empty page). The Query asks for the keys and blob refs only: a long stream's chunks (up to
-   * 300 KB each inline) would otherwise be held in memory (the sweeper's Lambda has 512 MB). The
-   * projection shrinks the answer, not the read units: those count the items' whole size
+   * chunks may be left; `lastSeq`: the page's last seq (0 for an empty page). The Query asks for
+   * the keys and blob refs only: a long stream's chunks (up to 300 KB each inline) would otherwise
+   * be held in memory (the sweeper's Lambda has 512 MB). The projection shrinks the answer, not the read units: those count the items' whole size
    * (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html#read-operation-consumption).
    */
   private async dropChunks(
