@@ -9,6 +9,7 @@ import {
   credentialOf,
   endpointNotFound,
   endpointWithinScope,
+  hashKey,
   type KeyScope,
   scopeCovers,
 } from './auth.js';
@@ -31,6 +32,7 @@ import {
   runRequestSchema,
   uploadRequestSchema,
 } from './schemas.js';
+import type { WorkerWindows } from './worker-rate.js';
 
 export interface ApiRequest {
   method: string;
@@ -86,6 +88,12 @@ export interface ApiOptions {
   payloads?: PayloadStore;
   /** Where job-log lines go; without it there is no job-log route (404, which the runtime tolerates). */
   logs?: LogStore;
+  /**
+   * The worker rate limit's windows of the front door in front of this API (core/worker-rate.ts),
+   * which counted each worker request once before its body was read: a job-log batch is counted
+   * there again by the store reads it causes, once its jobs are known.
+   */
+  workerWindows?: WorkerWindows;
   /**
    * Upper bound on any wait (runsync, status-sync, stream, job-take) and on the time a purge-queue
    * starts batches (Engine.purge). Unbounded locally; on AWS it
@@ -622,6 +630,19 @@ export class V2Api {
       throw badRequest(
         `A job-log request carries the lines of at most ${limits.logBatchJobs} jobs; this one names ${jobIds.size}`,
       );
+    }
+    // Each job is also counted against the worker's rate window: within its request limit, a
+    // worker naming 500 jobs a batch would otherwise cost the store 500 reads per request counted.
+    const refused = this.options.workerWindows?.readsRefusal(
+      hashKey(credentialOf(req.headers.authorization) ?? ''),
+      jobIds.size,
+    );
+    if (refused !== undefined) {
+      return {
+        statusCode: 429,
+        headers: { 'retry-after': String(refused.retryAfterSec) },
+        body: { error: refused.error },
+      };
     }
     for (const jobId of jobIds) {
       await this.options.engine.mustHaveRun(endpointId, jobId, workerId).catch((error: unknown) => {

@@ -1,6 +1,7 @@
 /**
  * The worker rate limit (docs/security.md): requests per worker token in fixed windows, 429 with
- * Retry-After past it, results and stream chunks counted but never refused. One rule for both
+ * Retry-After past it, results and stream chunks counted but never refused, a job-log batch counted
+ * by the store reads it causes (WorkerWindows.readsRefusal). One rule for both
  * places a worker's requests arrive: the local front door (core/adapters/local/guard.ts) and the AWS
  * agent (worker-image/agent/agent.ts), where a refused request is also SQS and DynamoDB requests the
  * account is not billed for (docs/security-aws.md, "What is left"). No dependency beyond the
@@ -45,6 +46,13 @@ export class WorkerWindows {
   /** Counts a request of `tokenHash`: 0 while within the limit, else the ms until its window ends. */
   take(tokenHash: string): number {
     const now = this.now();
+    const window = this.current(tokenHash, now);
+    window.count++;
+    return window.count > this.max ? window.startMs + this.windowMs - now : 0;
+  }
+
+  /** The window `tokenHash` counts in at `now`: a new one when its last has ended. */
+  private current(tokenHash: string, now: number): { count: number; startMs: number } {
     let window = this.windows.get(tokenHash);
     if (window === undefined) {
       // Tokens die with their workers: a bound instead of a sweep.
@@ -55,8 +63,7 @@ export class WorkerWindows {
       window.count = 0;
       window.startMs = now;
     }
-    window.count++;
-    return window.count > this.max ? window.startMs + this.windowMs - now : 0;
+    return window;
   }
 
   /**
@@ -66,6 +73,28 @@ export class WorkerWindows {
   refusal(tokenHash: string, url: string): RateRefusal | undefined {
     const waitMs = this.take(tokenHash);
     if (waitMs === 0 || carriesResult(url)) return undefined;
+    return this.refusalFor(waitMs);
+  }
+
+  /**
+   * A request of `tokenHash` already counted (refusal, above) that would cost the store `reads`
+   * reads: a job-log batch, one read per distinct job it names (core/api.ts). It counts as that
+   * many requests, the one counted plus `reads - 1` more, so a worker cannot turn its window into
+   * 500 times as many reads (on AWS, DynamoDB GetItems on the jobs table every endpoint shares:
+   * docs/security-aws.md). Undefined when the window takes them all, and they are counted; else the
+   * 429 to answer, and nothing more is counted: the store is not read, and a smaller batch may
+   * still fit in what is left.
+   */
+  readsRefusal(tokenHash: string, reads: number): RateRefusal | undefined {
+    if (reads <= 1) return undefined;
+    const now = this.now();
+    const window = this.current(tokenHash, now);
+    if (window.count + reads - 1 > this.max) return this.refusalFor(window.startMs + this.windowMs - now);
+    window.count += reads - 1;
+    return undefined;
+  }
+
+  private refusalFor(waitMs: number): RateRefusal {
     return {
       retryAfterSec: Math.ceil(waitMs / 1000),
       error: rateLimitMessage(this.max, this.windowMs, waitMs),

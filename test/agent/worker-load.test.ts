@@ -7,7 +7,10 @@
  *   ping or log batch is a 429 with Retry-After that reaches neither the queue nor the API, while a
  *   held job's result is still taken; the window is counted on the agent's clock (a fake one here).
  *   A request without the token is a 401 that does not count against the worker's window.
- * - A job-log batch names at most limits.logBatchJobs jobs (each a DynamoDB read): 400 above.
+ * - A job-log batch names at most limits.logBatchJobs jobs (each a DynamoDB read): 400 above. Within
+ *   that, it counts against the window by the distinct jobs it names (one GetItem each): a batch the
+ *   window cannot take whole is a 429 that reads and stores nothing, so the worker's GetItems stay
+ *   within its limit.
  * - A ping renews only the listed jobs the agent's supervisor says its worker holds: each renewal is
  *   an UpdateItem on the jobs table every endpoint shares, so a ping of ids it does not hold (made-up
  *   ones, or ids outside its endpoint's form, which its role may not write) makes none, and one that
@@ -48,6 +51,27 @@ const pingClock = new FakeClock(Date.now());
 let pingDynamo: DynamoDBClient;
 /** The job ids of the UpdateItem calls the pinging agent sent to the jobs table, in order. */
 const jobUpdates: string[] = [];
+/** A rate limit of 10 requests a minute on a clock of its own, its DynamoDB client counted (`jobReads`). */
+const reading = { endpointId: `read-${randomUUID().slice(0, 8)}` } as Served;
+const readClock = new FakeClock(Date.now());
+let readDynamo: DynamoDBClient;
+/** The job ids of the GetItem calls the reading agent sent to the jobs table, in order. */
+const jobReads: string[] = [];
+
+/** Calls `record` with the job id of each `commandName` call `client` sends to the jobs table. */
+function countJobCalls(client: DynamoDBClient, commandName: string, record: (jobId: string) => void) {
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      // Before or after the document client's marshalling: the key as a string or as { S }.
+      const input = args.input as { TableName?: string; Key?: { jobId?: string | { S?: string } } };
+      const key = input.Key?.jobId;
+      if (context.commandName === commandName && input.TableName === aws.tables.jobs)
+        record((typeof key === 'string' ? key : key?.S) ?? '?');
+      return next(args);
+    },
+    { step: 'initialize', name: `count${commandName}` },
+  );
+}
 
 beforeAll(async () => {
   aws = await startAwsFixture();
@@ -64,21 +88,21 @@ beforeAll(async () => {
   watchAgentApi(limited.handle.agent, (req) => served.push(req.path.split('/')[3] ?? ''));
   receives = watchAgentQueue(limited.handle.agent);
   pingDynamo = dynamoClientFor(aws.dynamo.endpoint);
-  pingDynamo.middlewareStack.add(
-    (next, context) => async (args) => {
-      // Before or after the document client's marshalling: the key as a string or as { S }.
-      const input = args.input as { TableName?: string; Key?: { jobId?: string | { S?: string } } };
-      const key = input.Key?.jobId;
-      if (context.commandName === 'UpdateItemCommand' && input.TableName === aws.tables.jobs)
-        jobUpdates.push((typeof key === 'string' ? key : key?.S) ?? '?');
-      return next(args);
-    },
-    { step: 'initialize', name: 'countJobUpdates' },
-  );
+  countJobCalls(pingDynamo, 'UpdateItemCommand', (jobId) => jobUpdates.push(jobId));
   pinging.handle = await agentOn(aws, pinging.endpointId, {
     log,
     clock: pingClock,
     clients: { dynamo: pingDynamo, sqs: aws.sqs, s3: aws.s3 },
+  });
+  readDynamo = dynamoClientFor(aws.dynamo.endpoint);
+  countJobCalls(readDynamo, 'GetItemCommand', (jobId) => jobReads.push(jobId));
+  reading.handle = await agentOn(aws, reading.endpointId, {
+    log,
+    logs: logsOf(reading.endpointId),
+    clock: readClock,
+    workerRateLimitRequests: 10,
+    rateLimitWindowMs: 60_000,
+    clients: { dynamo: readDynamo, sqs: aws.sqs, s3: aws.s3 },
   });
   api = apiEngine(aws);
 });
@@ -88,6 +112,8 @@ afterAll(async () => {
   await limited.handle?.close();
   await pinging.handle?.close();
   pingDynamo?.destroy();
+  await reading.handle?.close();
+  readDynamo?.destroy();
   api?.close();
   await aws?.stop();
 });
@@ -224,5 +250,57 @@ describe("the worker's token on the queue agent", () => {
 
     const done = await request(pinging, `job-done/{worker}/${job.id}?agent=1`, { body: { output: 'done' } });
     expect(done.status).toBe(200);
+  });
+
+  it('counts a job-log batch by the distinct jobs it names: one the window cannot take whole is a 429 that costs no GetItem and stores nothing', async () => {
+    // Four jobs the worker ran: 8 requests of its 10.
+    const ran: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const job = await api.engine.submit(reading.endpointId, { input: {} }, { sync: false });
+      const taken = await request(reading, 'job-take/{worker}?agent=1');
+      expect(taken.body?.id, log.lines.join('\n')).toBe(job.id);
+      expect(
+        (await request(reading, `job-done/{worker}/${job.id}?agent=1`, { body: { output: i } })).status,
+      ).toBe(200);
+      ran.push(job.id);
+    }
+    // A fresh window for the batches alone.
+    readClock.advance(60_000);
+    jobReads.splice(0);
+    const post = (jobIds: string[], text: string) =>
+      request(reading, 'job-log/{worker}?agent=1', {
+        body: { lines: jobIds.map((jobId) => ({ jobId, atMs: readClock.now(), stream: 'stdout', text })) },
+      });
+    const stored = () =>
+      cloudWatch
+        .events(logGroup)
+        .filter((event) => event.logStreamName === `${reading.endpointId}/agent`)
+        .map((event) => event.message);
+
+    // Each job named twice, read once: a batch costs 4 of the 10.
+    const twice = [...ran, ...ran];
+    expect((await post(twice, 'first')).status).toBe(200);
+    expect((await post(twice, 'second')).status).toBe(200);
+    expect([...jobReads].sort()).toEqual([...ran, ...ran].sort());
+    const before = stored();
+    expect(before.filter((message) => message.includes('second'))).toHaveLength(8);
+    // 8 counted: the third batch would make 12.
+    expect(await post(twice, 'third')).toEqual({
+      status: 429,
+      retryAfter: '60',
+      body: { error: 'Rate limit of 10 requests per 60 s exceeded; retry in 60 s' },
+    });
+    expect(jobReads).toHaveLength(8);
+    expect(stored()).toEqual(before);
+    // What is left still takes a batch of one job; then the window is full.
+    expect((await post([ran[0]!], 'fourth')).status).toBe(200);
+    expect(jobReads).toHaveLength(9);
+    expect((await post([ran[0]!], 'fifth')).status).toBe(429);
+    expect(jobReads).toHaveLength(9);
+
+    // After Retry-After, the whole batch goes through.
+    readClock.advance(60_000);
+    expect((await post(twice, 'again')).status).toBe(200);
+    expect(jobReads).toHaveLength(13);
   });
 });

@@ -4,7 +4,7 @@
  * at most `limits.pingJobIds` job ids (each is a lease renewal in the store; 7 600 made-up one-letter
  * ids cost 78 ms of the platform's CPU per ping), a job-log batch names at most `limits.logBatchJobs`
  * jobs (each is a read in the store), and worker tokens have a rate limit of their own, per token,
- * apart from the client keys' buckets. Real platform, real HTTP. The AWS agent keeps the same
+ * apart from the client keys' buckets, in which a job-log batch counts by the jobs it names. Real platform, real HTTP. The AWS agent keeps the same
  * bounds: test/agent/worker-load.test.ts. A ping renews only the listed jobs the worker holds, by the
  * supervisor's record: a ping costs the store at most one write per held job, whatever it lists.
  */
@@ -176,6 +176,76 @@ describe('a worker token bounded', () => {
     expect(await stored()).toEqual([]);
     expect((await post([jobId])).status).toBe(200);
     expect(await stored()).toEqual([`into ${jobId}`]);
+  });
+
+  it(`counts a job-log batch by the distinct jobs it names: batches of ${limits.logBatchJobs} jobs meet a 429 at the ${limits.workerRateLimitRequests / limits.logBatchJobs}th of a window, which reads and stores nothing`, async () => {
+    const clock = new FakeClock(Date.now());
+    const platform = await platformWith({ clock });
+    const worker = platform.adoptWorker('load');
+    const ran: string[] = [];
+    for (let i = 0; i < limits.logBatchJobs; i++)
+      ran.push((await call(platform.baseUrl, 'POST', '/load/run', { input: {} })).body.id as string);
+    let taken = 0;
+    while (taken < ran.length) {
+      const take = await get(platform, `load/job-take-batch/${worker.workerId}?batch_size=100`, worker.token);
+      taken += (take.body as unknown as unknown[]).length;
+    }
+    // A fresh window for the batches alone.
+    clock.advance(limits.rateLimitWindowMs);
+    const reads: string[] = [];
+    const read = platform.db.jobs.get.bind(platform.db.jobs);
+    platform.db.jobs.get = (jobId, ...rest) => {
+      reads.push(jobId);
+      return read(jobId, ...rest);
+    };
+    const post = async (jobIds: string[], text: string) => {
+      const response = await fetch(`${platform.url}/v2/load/job-log/${worker.workerId}`, {
+        method: 'POST',
+        headers: { authorization: worker.token, 'content-type': 'application/json' },
+        body: JSON.stringify({
+          lines: jobIds.map((id) => ({ jobId: id, atMs: clock.now(), stream: 'stdout', text })),
+        }),
+      });
+      return {
+        status: response.status,
+        retryAfter: response.headers.get('retry-after'),
+        body: (await response.json()) as Record<string, unknown>,
+      };
+    };
+
+    // One job's batch counts as one request; a job named twice is read once.
+    expect((await post([ran[0]!, ran[0]!], 'one')).status).toBe(200);
+    expect(reads).toEqual([ran[0]]);
+    // Then each batch naming every job counts as 500: the window takes 39 more.
+    const full = limits.workerRateLimitRequests / limits.logBatchJobs;
+    for (let i = 1; i < full; i++) expect((await post(ran, `batch ${i}`)).status).toBe(200);
+    expect(reads.length).toBe(1 + (full - 1) * ran.length);
+    const refused = await post(ran, 'refused');
+    expect(refused).toEqual({
+      status: 429,
+      retryAfter: String(limits.rateLimitWindowMs / 1000),
+      body: {
+        error: `Rate limit of ${limits.workerRateLimitRequests} requests per ${limits.rateLimitWindowMs / 1000} s exceeded; retry in ${limits.rateLimitWindowMs / 1000} s`,
+      },
+    });
+    // Nothing read for it, and the store's reads in the window stay within the worker's limit.
+    expect(reads.length).toBe(1 + (full - 1) * ran.length);
+    expect(reads.length).toBeLessThanOrEqual(limits.workerRateLimitRequests);
+    // What the window has left still takes a batch that fits.
+    expect((await post([ran[1]!], 'small')).status).toBe(200);
+    const stored = async (jobId: string) =>
+      (await call(`${platform.url}/manage/v1`, 'GET', `/endpoints/load/logs?job=${jobId}`)).body.lines.map(
+        (line: { text: string }) => line.text,
+      );
+    expect(await stored(ran[1]!)).toEqual([
+      ...Array.from({ length: full - 1 }, (_, i) => `batch ${i + 1}`),
+      'small',
+    ]);
+
+    // After Retry-After, the whole batch goes through.
+    clock.advance(limits.rateLimitWindowMs);
+    expect((await post(ran, 'again')).status).toBe(200);
+    expect((await stored(ran[2]!)).at(-1)).toBe('again');
   });
 
   it('limits each worker token on its own, apart from the client keys', async () => {

@@ -45,10 +45,20 @@ export type Caller = 'worker' | 'client' | undefined;
 export interface FrontDoorGuard {
   callerOf(key: string): Promise<Caller>;
   limits?: Partial<FrontDoorLimits>;
+  /**
+   * The worker tokens' windows (workerWindowsOf these limits), when the API behind counts in them
+   * too (ApiOptions.workerWindows: a job-log batch by its reads); default, windows of their own.
+   */
+  workers?: WorkerWindows;
 }
 
 export function frontDoorLimits(guard: FrontDoorGuard | undefined): FrontDoorLimits {
   return { ...defaultFrontDoorLimits, ...guard?.limits };
+}
+
+/** The worker rate limit's windows (core/worker-rate.ts) of these limits, on `now`'s time. */
+export function workerWindowsOf(l: FrontDoorLimits, now?: () => number): WorkerWindows {
+  return new WorkerWindows(l.workerRateLimitRequests, l.rateLimitWindowMs, now);
 }
 
 /** Node's own timeouts, set when the server is built. */
@@ -87,7 +97,7 @@ export async function installGuards(app: FastifyInstance, guard: FrontDoorGuard 
   // worker routes cannot take the whole platform (docs/security.md). Kept beside the client limiter
   // (@fastify/rate-limit) rather than in it: a worker request there cost about 15 µs more (its store
   // round, its x-ratelimit headers), on the path every job takes.
-  const workers = new WorkerWindows(l.workerRateLimitRequests, l.rateLimitWindowMs);
+  const workers = guard.workers ?? workerWindowsOf(l);
   app.addHook('onRequest', async (request, reply) => {
     const key = credentialOf(request.headers.authorization);
     const caller = key === undefined ? undefined : await callerOf(request);

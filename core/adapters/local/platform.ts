@@ -20,7 +20,7 @@ import type { Clock, LogLine, LogStore } from '../../ports.js';
 import { type SupervisorSettings, type WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 import { HttpWebhookSender } from '../../webhooks.js';
 import { FileBlobStore } from './files.js';
-import type { FrontDoorLimits } from './guard.js';
+import { defaultFrontDoorLimits, type FrontDoorLimits, workerWindowsOf } from './guard.js';
 import { assertReachableByWorkers, securePrivateDir, secureRuntimeDir, type UnusableFolder } from './home.js';
 import { createHttpServer } from './http.js';
 import { killUidRange, LocalWorkers, type LocalWorkersOptions } from './pool.js';
@@ -219,6 +219,11 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     gauges,
     now: () => clock.now(),
   });
+  // The worker rate limit's windows: the front door counts each worker request in them, the API a
+  // job-log batch's reads (core/worker-rate.ts).
+  const workerWindows = workerWindowsOf({ ...defaultFrontDoorLimits, ...options.frontDoor }, () =>
+    clock.now(),
+  );
   const api = new V2Api({
     engine,
     control: db.control,
@@ -227,6 +232,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     log,
     beforeResolve: options.beforeResolve,
     logs,
+    workerWindows,
   });
   // Any live worker's token, whatever it is for: 'unknown' is the supervisor's answer for no worker.
   const isLiveWorkerToken = (key: string) => supervisor.verify(key, '', '') !== 'unknown';
@@ -239,6 +245,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
       callerOf: async (key) =>
         isLiveWorkerToken(key) ? 'worker' : (await auth.isClientKey(key)) ? 'client' : undefined,
       limits: options.frontDoor,
+      workers: workerWindows,
     },
     lb: {
       auth,
