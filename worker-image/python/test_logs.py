@@ -1,6 +1,7 @@
 """Job log capture and shipping (ferry/logs.py): lines reach the job-log route with their job and
-stream, a 404 falls back to stderr, and a failing platform never blocks the worker. Routine worker
-lines keep to their budget (LineBudget)."""
+stream, a 404 falls back to stderr, a 429 (the worker's rate limit) keeps the lines and sends them
+again after the wait, and a failing platform never blocks the worker. Routine worker lines keep to
+their budget (LineBudget)."""
 
 import io
 import json
@@ -26,6 +27,14 @@ class FakeRoute:
     def lines(self):
         with self.lock:
             return [line for body in self.bodies for line in body["lines"]]
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
 
 
 class LogShipperTest(unittest.TestCase):
@@ -96,6 +105,70 @@ class LogShipperTest(unittest.TestCase):
             shipper.flush()
         self.assertTrue(shipper.enabled)
         self.assertEqual(echo.getvalue().count("not delivered"), 1)
+        shipper.close()
+
+    def test_a_429_keeps_the_lines_and_sends_them_again_once_the_wait_is_over(self):
+        route, echo, clock = FakeRoute(429), io.StringIO(), FakeClock()
+        shipper = logs.LogShipper(route, echo, interval_s=60, backup=True, retry_after_s=10, clock=clock)
+        for i in range(3):
+            shipper.add("job-6", "stdout", f"line {i}", i)
+        shipper.flush()
+        self.assertEqual(len(route.bodies), 1)
+        # Not said sent (the platform keeps its backup copies), and not said dropped.
+        self.assertEqual([m for m in echo.getvalue().splitlines() if " line " not in m], [])
+        # While the wait lasts a flush (the runtime's, before a job's result) sends nothing and
+        # returns at once; lines printed meanwhile join the kept ones.
+        shipper.add("job-6", "stderr", "line 3", 3)
+        clock.now += 9.9
+        route.status = 200
+        shipper.flush()
+        self.assertEqual(len(route.bodies), 1)
+        clock.now += 0.1
+        shipper.flush()
+        self.assertEqual(len(route.bodies), 2)
+        self.assertEqual([line["text"] for line in route.bodies[1]["lines"]], [f"line {i}" for i in range(4)])
+        self.assertEqual(echo.getvalue().splitlines()[-1], "::ferry-log sent 4")
+        self.assertNotIn("dropping", echo.getvalue())
+        shipper.close()
+
+    def test_lines_kept_after_a_429_are_bounded_and_the_oldest_dropped_said_once(self):
+        route, echo, clock = FakeRoute(429), io.StringIO(), FakeClock()
+        shipper = logs.LogShipper(route, echo, interval_s=60, max_lines=10, max_kept=20, backup=True,
+                                  retry_after_s=10, clock=clock)
+        for i in range(15):
+            shipper.add("job-7", "stdout", str(i), i)
+        shipper.flush()
+        for i in range(15, 45):
+            shipper.add("job-7", "stdout", str(i), i)
+        route.status = 200
+        clock.now += 10
+        shipper.flush()
+        self.assertEqual([line["text"] for line in route.bodies[1]["lines"] + route.bodies[2]["lines"]],
+                         [str(i) for i in range(25, 45)])
+        self.assertEqual(echo.getvalue().count("dropping the oldest"), 1)
+        self.assertEqual(echo.getvalue().splitlines()[-1], "::ferry-log sent 45")
+        shipper.close()
+
+    def test_close_tries_kept_lines_once_more_then_gives_them_up(self):
+        route, echo, clock = FakeRoute(429), io.StringIO(), FakeClock()
+        shipper = logs.LogShipper(route, echo, interval_s=60, retry_after_s=10, clock=clock)
+        shipper.add("job-8", "stdout", "last words", 1)
+        shipper.flush()
+        shipper.close()
+        self.assertEqual(len(route.bodies), 2)
+        self.assertEqual(echo.getvalue().count("not delivered (HTTP 429)"), 1)
+
+    def test_the_thread_sends_kept_lines_once_the_wait_is_over(self):
+        route, echo = FakeRoute(429), io.StringIO()
+        shipper = logs.LogShipper(route, echo, interval_s=60, retry_after_s=0.05)
+        shipper.add("job-9", "stdout", "kept", 1)
+        shipper.flush()
+        route.status = 200
+        for _ in range(3000):
+            if len(route.bodies) > 1:
+                break
+            threading.Event().wait(0.01)
+        self.assertEqual([line["text"] for line in route.bodies[1]["lines"]], ["kept"])
         shipper.close()
 
     def test_the_thread_ships_without_a_flush(self):

@@ -166,19 +166,31 @@ class LogShipper:
     A batch goes out every `interval_s`, when `max_lines` are waiting, or on flush() (the runtime
     flushes a job's lines before posting its result, so they are readable when the job is). A 404
     or 405 means the platform has no such route: shipping stops and lines are echoed to stderr
-    instead, so a worker never depends on it. Other failures drop that batch (said once on stderr):
-    logs must never hold up a job.
+    instead, so a worker never depends on it. A 429 is the worker's rate limit, where a batch counts
+    by the jobs it names (docs/security.md): its lines are kept and sent again once `retry_after_s`
+    has passed, flushes sending nothing until then, and past `max_kept` lines waiting the oldest are
+    dropped (said once on stderr). Other failures drop that batch (said once on stderr): logs must
+    never hold up a job.
     """
 
-    def __init__(self, post, echo, interval_s=0.5, max_lines=500, backup=False):
+    def __init__(self, post, echo, interval_s=0.5, max_lines=500, backup=False, retry_after_s=10.0,
+                 max_kept=10_000, clock=time.monotonic):
         self._post = post  # post(body bytes) -> HTTP status; raises OSError when it cannot
         self._echo = echo
         # FERRY_LOG_BACKUP=stderr: each line also goes to `echo` marked, until its batch is sent.
         self._backup = backup
         self._seq = 0
+        self._said_sent = 0  # the last `sent` mark written
         self._interval_s = interval_s
         self._max_lines = max_lines
-        self._pending = []
+        # The transport gives no answer headers: the platform's window (core/limits.ts,
+        # rateLimitWindowMs, 10 s) bounds every Retry-After it sends, so after it a batch fits again.
+        self._retry_after_s = retry_after_s
+        self._max_kept = max_kept
+        self._clock = clock
+        self._resume_at = None  # after a 429: no batch goes out before this time
+        self._dropping = False  # the oldest kept lines are being dropped (said once per 429 spell)
+        self._pending = []  # the lines not yet sent, in order: sequence numbers up to self._seq
         self._cond = threading.Condition()
         self._send_lock = threading.Lock()
         self._closed = False
@@ -196,42 +208,81 @@ class LogShipper:
                 # Under the lock: the platform reads the marks in sequence order, each line before
                 # the "sent" that covers it.
                 _write_echo(self._echo, f"{BACKUP_MARK} line {self._seq} {json.dumps(line)}\n")
-            if len(self._pending) >= self._max_lines:
+            if self._resume_at is not None:
+                # Waiting out a 429: the lines are kept, up to a bound, and the thread left asleep.
+                if len(self._pending) > self._max_kept:
+                    del self._pending[0]
+                    self._say_dropping()
+            elif len(self._pending) >= self._max_lines:
                 self._cond.notify()
 
     def flush(self):
-        """Sends everything waiting now; returns when it is sent (or given up)."""
-        with self._send_lock:
-            with self._cond:
-                batch, self._pending = self._pending, []
-                last = self._seq
-            for start in range(0, len(batch), self._max_lines):
-                self._send(batch[start:start + self._max_lines])
-            if self._backup and batch:
-                # Delivered, echoed or dropped (said once): the platform keeps them no longer.
-                _write_echo(self._echo, f"{BACKUP_MARK} sent {last}\n")
+        """Sends everything waiting now; returns when it is sent (or given up). While a 429 is
+        waited out it sends nothing and returns at once: the lines go when the wait is over."""
+        self._flush(force=False)
 
     def close(self):
         with self._cond:
             self._closed = True
             self._cond.notify()
-        self.flush()
+        # The last chance: lines still kept after a 429 are tried once more, then given up.
+        self._flush(force=True)
+
+    def _flush(self, force):
+        with self._send_lock:
+            with self._cond:
+                if not force and self._resume_at is not None and self._clock() < self._resume_at:
+                    return
+                self._resume_at = None
+                batch, self._pending = self._pending, []
+            kept = []
+            for start in range(0, len(batch), self._max_lines):
+                chunk = batch[start:start + self._max_lines]
+                if kept or not self._send(chunk, keep=not force):
+                    kept.extend(chunk)  # after a 429 the rest waits too, in order
+            with self._cond:
+                if kept:
+                    self._resume_at = self._clock() + self._retry_after_s
+                    self._cond.notify()  # the thread sleeps until then, not its usual interval
+                    self._pending[:0] = kept
+                    excess = len(self._pending) - self._max_kept
+                    if excess > 0:
+                        del self._pending[:excess]
+                        self._say_dropping()
+                else:
+                    self._dropping = False
+                # The lines not pending any more (delivered, echoed, dropped) are the oldest ones.
+                done = self._seq - len(self._pending)
+                said, self._said_sent = self._said_sent, done
+            if self._backup and done > said:
+                # Delivered, echoed or dropped (said once): the platform keeps them no longer.
+                _write_echo(self._echo, f"{BACKUP_MARK} sent {done}\n")
+
+    def _say_dropping(self):
+        if not self._dropping:
+            self._dropping = True
+            _write_echo(self._echo, "ferry worker: the platform asks to wait (HTTP 429) and more than "
+                                    f"{self._max_kept} job log lines are waiting; dropping the oldest\n")
 
     def _loop(self):
         while True:
             with self._cond:
-                if not self._closed and len(self._pending) < self._max_lines:
-                    self._cond.wait(self._interval_s)
+                if not self._closed:
+                    if self._resume_at is not None:
+                        self._cond.wait(max(0.0, self._resume_at - self._clock()))
+                    elif len(self._pending) < self._max_lines:
+                        self._cond.wait(self._interval_s)
                 if self._closed:
                     return
             self.flush()
 
-    def _send(self, batch):
+    def _send(self, batch, keep=True):
+        """Sends `batch`; False when the platform answered 429 and `keep`: the lines are to be kept."""
         if not batch:
-            return
+            return True
         if not self.enabled:
             self._echo_lines(batch)
-            return
+            return True
         body = to_json_bytes({"lines": batch})
         try:
             status = self._post(body)
@@ -240,14 +291,17 @@ class LogShipper:
         else:
             problem = f"HTTP {status}"
         if status is not None and 200 <= status < 300:
-            return
+            return True
         if status in (404, 405):
             self.enabled = False
             self._echo_lines(batch)
-            return
+            return True
+        if status == 429 and keep:
+            return False
         if not self._warned:
             self._warned = True
             _write_echo(self._echo, f"ferry worker: job log lines not delivered ({problem}); dropping them\n")
+        return True
 
     def _echo_lines(self, batch):
         _write_echo(self._echo, "".join(f"[{line['jobId']}] {line['text']}\n" for line in batch))
