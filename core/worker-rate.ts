@@ -1,9 +1,9 @@
 /**
  * The worker rate limit (docs/security.md): requests per worker token in fixed windows, 429 with
  * Retry-After past it, results and stream chunks counted but never refused, a job-log batch counted
- * by the store reads it causes (WorkerWindows.readsRefusal). One rule for both
- * places a worker's requests arrive: the local front door (core/adapters/local/guard.ts) and the AWS
- * agent (worker-image/agent/agent.ts), where a refused request is also SQS and DynamoDB requests the
+ * by the store reads it causes (WorkerWindows.readsRefusal). One rule for both places a worker's
+ * requests arrive: the local front door (core/adapters/local/guard.ts) and the AWS agent
+ * (worker-image/agent/agent.ts), where a refused request is also SQS and DynamoDB requests the
  * account is not billed for (docs/security-aws.md, "What is left"). No dependency beyond the
  * standard library: the agent is bundled (worker-image/agent/bundle.ts).
  */

@@ -250,8 +250,8 @@ class AgentServer implements Agent {
   /**
    * The worker's requests per window (core/worker-rate.ts): past the limit its takes, stops, pings
    * and log batches are answered 429 before they reach SQS or DynamoDB, and a log batch counts as
-   * the GetItems it causes, one per distinct job it names (the API counts it, V2Api's jobLog). Neither slows a looping
-   * worker down on its own: a standard queue takes "a nearly unlimited number of API calls per
+   * the GetItems it causes, one per distinct job it names (the API counts it, V2Api's jobLog).
+   * Neither slows a looping worker down on its own: a standard queue takes "a nearly unlimited number of API calls per
    * second" (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/DistributedQueues.html),
    * an on-demand table bills every request (https://aws.amazon.com/dynamodb/pricing/on-demand/) and
    * throttles only at the per-table quota shared by every endpoint
