@@ -84,14 +84,26 @@ async function logs(ctx: CliContext, args: LogsArgs): Promise<void> {
         hint: !local
           ? 'Deploy first.'
           : dev
-            ? `\`ferry dev\` in ${dev.projectDir} (pid ${dev.pid}) has no endpoint '${args.endpoint}', and no \`ferry serve\` runs for ${ferryHome(ctx.io.env)}.`
+            ? `\`ferry dev\` in ${dev.projectDir} (pid ${dev.pid}) has no endpoint '${args.endpoint}' ${devProvisions}, and no \`ferry serve\` runs for ${ferryHome(ctx.io.env)}.`
             : "Start it with `ferry serve`; for `ferry dev`'s endpoints, run this in the folder where it runs (or below it).",
       });
     }
-    const record = resolveEndpoint(await provider.control.listEndpoints(), args.endpoint, args);
+    const records = await provider.control.listEndpoints();
+    // In a `ferry dev` folder the name is most likely one of its functions, not called yet: say so,
+    // not only what FERRY_HOME's platform has.
+    if (dev?.platformUrl && !records.some((r) => r.id === args.endpoint || namedAs(r, args.endpoint))) {
+      throw new FerryError('usage', `No endpoint has the id or name '${args.endpoint}'`, {
+        hint: `\`ferry dev\` in ${dev.projectDir} has none ${devProvisions}; the \`ferry serve\` of ${ferryHome(ctx.io.env)} has none either${records.length > 0 ? ` (it has: ${records.map((r) => `${r.name} (${r.id})`).join(', ')})` : ''}.`,
+      });
+    }
+    const record = resolveEndpoint(records, args.endpoint, args);
     await print(new ManageClient(ManageClient.originOf(url), (await provider.apiKey()).key), record);
   });
 }
+
+/** Why `ferry dev` may not have an endpoint of the project yet (cli/commands/dev.ts). */
+const devProvisions =
+  "yet: it starts a function's endpoint on its first call (all at once with `ferry dev --auto-provision`)";
 
 /** How often in a row a one-shot `ferry logs` waits out a busy platform before it gives up. */
 const busyTriesOneShot = 6;

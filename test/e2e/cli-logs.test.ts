@@ -4,7 +4,8 @@
  * `ferry logs ENDPOINT --job ID`, plain and --json; the console is where `ferry console` says; and
  * the console proxy of `--provider aws` passes the key through to an API (here the local platform).
  */
-import { cpSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ConsoleProxy, startConsoleProxy } from '../../cli/console-proxy.js';
@@ -107,6 +108,34 @@ describe('ferry logs', () => {
     expect(job.code).toBe(2);
     expect(job.stderr).toContain('Error: Job nope not found');
     expect(job.stderr).toContain('hint: Give the id that /run returned');
+  });
+});
+
+describe('ferry logs in a ferry dev folder', () => {
+  it("a name neither ferry dev nor FERRY_HOME's platform has says ferry dev starts it on its first call", async () => {
+    // A running `ferry dev`, as its lock shows it: a live process whose command line says `dev`, and
+    // a platform that answers (here the `ferry serve` itself, which has no endpoint 'greet').
+    const devProject = path.join(sandbox.root, 'devproject');
+    mkdirSync(path.join(devProject, '.ferry'), { recursive: true });
+    const stand = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1e6)', 'dev'], {
+      detached: true,
+      stdio: 'ignore',
+    });
+    try {
+      writeFileSync(
+        path.join(devProject, '.ferry', 'dev.json'),
+        JSON.stringify({ pid: stand.pid, startedAt: Date.now(), platformUrl }),
+      );
+      const r = await sandbox.run(['logs', 'greet'], { cwd: devProject, env: { FERRY_API_KEY: apiKey } });
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr).toContain("Error: No endpoint has the id or name 'greet'");
+      expect(r.stderr).toContain(
+        `hint: \`ferry dev\` in ${devProject} has none yet: it starts a function's endpoint`,
+      );
+      expect(r.stderr).toMatch(/has none either \(it has: .*chatty \(chatty-\S+\)/);
+    } finally {
+      process.kill(-stand.pid!, 'SIGKILL');
+    }
   });
 });
 
