@@ -230,11 +230,32 @@ def is_generator(fn) -> bool:
 
 
 def params_of(fn, drop_first: bool = False) -> list:
+    """The names an input key can give: a positional-only parameter (before the `/`) is none."""
     args = fn.args
-    names = [a.arg for a in list(getattr(args, "posonlyargs", [])) + list(args.args) + list(args.kwonlyargs)]
-    if drop_first and names:
-        names = names[1:]
-    return names
+    positional = list(getattr(args, "posonlyargs", [])) + list(args.args)
+    if drop_first and positional:
+        positional = positional[1:]
+    posonly = set(id(a) for a in getattr(args, "posonlyargs", []))
+    return [a.arg for a in positional + list(args.kwonlyargs) if id(a) not in posonly]
+
+
+def unbound_parameter(fn, label: str, drop_first: bool = False, route: bool = False):
+    """The problem of a handler no input can call (declaration.py positional_only_problem and
+    route_job_problem), else None: a required positional-only parameter, which no key of a job input
+    or body gives, and on a load-balanced route a required keyword-only `job`, which only a queue job
+    is given. `label`: the handler as the message names it (a method as Class.method)."""
+    args = fn.args
+    posonly = list(getattr(args, "posonlyargs", []))
+    # Defaults belong to the last of posonly + args.
+    required = len(posonly) + len(args.args) - len(args.defaults)
+    for index, arg in enumerate(posonly):
+        if index < required and not (drop_first and index == 0):
+            return declaration.positional_only_problem(label, arg.arg)
+    if route:
+        for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+            if arg.arg == "job" and default is None:
+                return declaration.route_job_problem(label)
+    return None
 
 
 # The JSON Schema type of each kind of value a checked hint takes (ferry/hints.py).
@@ -254,17 +275,21 @@ def annotation_schema(annotation) -> dict:
     return {"type": JSON_TYPES[kind], "nullable": True} if nullable else {"type": JSON_TYPES[kind]}
 
 
-def inputs_of(fn, drop_first: bool = False) -> list:
+def inputs_of(fn, drop_first: bool = False, route: bool = False) -> list:
     """Each parameter as the job input sees it: name, required, JSON type and default when literal.
-    The keyword-only `job` parameter is the runtime's, not an input (ferry/invoke.py). A typed
-    parameter whose default is None takes null as well: the handler gets what it would without it."""
+    The keyword-only `job` parameter of a queue handler is the runtime's, not an input
+    (ferry/invoke.py); a load-balanced route is given no job, so there it is an argument like any other
+    (a required one is refused: unbound_parameter). A positional-only parameter is none: no key gives
+    it. A typed parameter whose default is None takes null as well: the handler gets what it would
+    without it."""
     args = fn.args
-    positional = list(getattr(args, "posonlyargs", [])) + list(args.args)
+    posonly = list(getattr(args, "posonlyargs", []))
+    positional = posonly + list(args.args)
     defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    pairs = list(zip(positional, defaults))
-    if drop_first and pairs:
+    pairs = list(zip(positional, defaults))[len(posonly) :]
+    if drop_first and not posonly and pairs:
         pairs = pairs[1:]
-    pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if a.arg != "job"]
+    pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if route or a.arg != "job"]
     inputs = []
     for arg, default in pairs:
         item = {"name": arg.arg, "required": default is None}
@@ -282,13 +307,13 @@ def inputs_of(fn, drop_first: bool = False) -> list:
     return inputs
 
 
-def callable_info(fn, drop_first: bool = False) -> dict:
+def callable_info(fn, drop_first: bool = False, route: bool = False) -> dict:
     info = {
         "name": fn.name,
         "isAsync": isinstance(fn, ast.AsyncFunctionDef),
         "isGenerator": is_generator(fn),
         "params": params_of(fn, drop_first),
-        "inputs": inputs_of(fn, drop_first),
+        "inputs": inputs_of(fn, drop_first, route),
     }
     if fn.args.kwarg is not None:
         # **kwargs: any other input key is an argument too.
@@ -560,11 +585,16 @@ class FileScanner:
 
     def queue_target(self, node) -> dict:
         if isinstance(node, ast.ClassDef):
-            methods = [
-                callable_info(item, drop_first=not is_static(item))
+            public = [
+                item
                 for item in node.body
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and not item.name.startswith("_")
             ]
+            for item in public:
+                problem = unbound_parameter(item, "%s.%s" % (node.name, item.name), drop_first=not is_static(item))
+                if problem:
+                    self.fail(item, problem)
+            methods = [callable_info(item, drop_first=not is_static(item)) for item in public]
             if not methods:
                 self.fail(node, "class endpoint '%s' has no public methods to call" % node.name)
             # The worker builds the class once with no arguments, so its own params stay empty.
@@ -573,6 +603,9 @@ class FileScanner:
             if summary is not None:
                 target["summary"] = summary
             return target
+        problem = unbound_parameter(node, node.name)
+        if problem:
+            self.fail(node, problem)
         return dict(callable_info(node), type="function")
 
     def route_of(self, decorator):
@@ -710,7 +743,10 @@ class FileScanner:
             for other in record["routes"]:
                 if other["method"] == method and other["path"] == path:
                     self.fail(decorator, "duplicate route %s %s on Endpoint '%s' (first declared at %s:%d)" % (method, path, record["config"]["name"], self.rel, other["line"]))
-            info = callable_info(node)
+            problem = unbound_parameter(node, node.name, route=True)
+            if problem:
+                self.fail(node, problem)
+            info = callable_info(node, route=True)
             takes_any = node.args.kwarg is not None
             keyword_params = [a.arg for a in list(node.args.args) + list(node.args.kwonlyargs)]
             for param in declaration.PATH_PARAM_RE.findall(path):

@@ -3,9 +3,15 @@
  * bodies read by the platform's own JSON reader, so 3.0 and integers beyond 2^53 arrive as they do in
  * the server. The e2e test (test/e2e/cli-dev-inputs.test.ts) holds the 422 through the real binary.
  */
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { scanProject } from '../../cli/build/scan.js';
 import { inputMismatch, inputSchema, type Signature } from '../../cli/dev/inputs.js';
 import { parseJsonExact } from '../../core/json.js';
+import { manifestEndpointSchema } from '../../core/manifest.js';
 
 const typed: Signature = {
   params: ['a', 'b', 'c', 'flag', 'xs', 'anything'],
@@ -92,6 +98,43 @@ describe('inputMismatch', () => {
     expect(check({ ...typed, varKeywords: true }, '{"a": 1, "zz": 2}')).toBeUndefined();
     expect(check({ ...typed, varKeywords: true }, '{"a": "x"}')).toContain("'a' must be int");
     expect(check({ params: ['a'] }, '{"a": "x", "zz": 1}')).toBeUndefined();
+  });
+});
+
+describe('inputMismatch on a scanned signature, beside the worker', () => {
+  it("calls a positional-only parameter's key unknown, as the worker's own check does (ferry/inputs.py)", async () => {
+    const root = mkdtempSync(path.join(tmpdir(), 'dev-inputs-'));
+    try {
+      writeFileSync(
+        path.join(root, 'pos.py'),
+        'from ferry import Endpoint\n\n@Endpoint(name="pos", cpu="1-2")\ndef pos(a=1, /, b: int = 2):\n    return a\n',
+      );
+      const { endpoints } = await scanProject({ projectDir: root });
+      const target = manifestEndpointSchema.parse(endpoints[0]).target!;
+      const input = { a: 5, b: 3 };
+      // The worker binds a job's input by keyword only: `a` is no key of its input.
+      const worker = execFileSync(
+        'python3',
+        [
+          '-c',
+          'import inspect, json, sys; sys.path[:0] = sys.argv[1:3]; from ferry.inputs import input_problems; ' +
+            'from pos import pos; print("; ".join(input_problems(inspect.signature(pos), json.loads(sys.argv[3]))))',
+          path.resolve('worker-image/python'),
+          root,
+          JSON.stringify(input),
+        ],
+        { encoding: 'utf8', env: { ...process.env, FERRY_ENDPOINT_NAME: 'pos' } },
+      ).trim();
+      expect(worker).toBe("unexpected argument 'a' (it takes: b)");
+      expect(inputMismatch(target, input, 'pos')).toBe(`The input does not fit pos: ${worker}`);
+      expect(inputSchema(target, true)).toEqual({
+        type: 'object',
+        properties: { b: { type: 'integer', default: 2 } },
+        additionalProperties: false,
+      });
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
   });
 });
 

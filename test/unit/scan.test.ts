@@ -285,6 +285,41 @@ def typed(a: int, b: float = 1.0, c: Optional[str] = None, d: list[int] | None =
     ]);
   });
 
+  it("leaves out what no input key gives: a positional-only parameter with a default, a method's self", async () => {
+    const root = project({
+      'pos.py': `from ferry import Endpoint
+
+@Endpoint(name="pos", cpu="1-2")
+def pos(a: int = 1, b=2, /, c: int = 3, *, d, job=None):
+    return a
+
+@Endpoint(name="model", cpu="1-2")
+class Model:
+    def predict(self, /, x, scale=1.0):
+        return x
+
+api = Endpoint(name="api", cpu="1-2")
+
+@api.post("/p")
+def route(n=1, /, *, job=None):
+    return n
+`,
+    });
+    const { endpoints } = await scanProject({ projectDir: root });
+    const [pos, model, api] = endpoints.map((e) => manifestEndpointSchema.parse(e));
+    expect(pos!.target!.params).toEqual(['c', 'd', 'job']);
+    expect(pos!.target!.inputs).toEqual([
+      { name: 'c', required: false, type: 'integer', default: 3 },
+      { name: 'd', required: true },
+    ]);
+    expect(model!.target!.methods![0]!.inputs).toEqual([
+      { name: 'x', required: true },
+      { name: 'scale', required: false, default: 1.0 },
+    ]);
+    // A route is given no job, so a `job` with a default is an argument its body may send.
+    expect(api!.routes![0]!.inputs).toEqual([{ name: 'job', required: false, default: null }]);
+  });
+
   it('skips Endpoint(id=...) clients; records Endpoint(name=, image=) as a queue endpoint with its image', async () => {
     const root = project({
       'calls.py': `from ferry import Endpoint
@@ -726,6 +761,41 @@ describe('scanProject: errors name file:line', () => {
         'lb.py': `${head}\n@api\ndef q():\n    pass\n\n@api.get("/a")\ndef a():\n    pass\n`,
       }),
     ).toContain("lb.py:8: Endpoint 'api' already decorates 'q' (queue-based)");
+  });
+
+  it("rejects a handler no input can call: a required positional-only parameter, a route's required job", async () => {
+    // A job input and a request body reach the handler by keyword only (ferry/invoke.py, ferry/lb.py).
+    expect(
+      await scanError({
+        'q.py': 'from ferry import Endpoint\n\n@Endpoint(name="q")\ndef f(a, /, b):\n    pass\n',
+      }),
+    ).toContain(
+      "q.py:4: f() can never be called: its parameter 'a' is positional-only (before the '/') and has no default, " +
+        "and a job input or a request body is passed by keyword only; drop the '/' or give 'a' a default",
+    );
+    expect(
+      await scanError({
+        'm.py':
+          'from ferry import Endpoint\n\n@Endpoint(name="m")\nclass Model:\n    def ok(self, /, x):\n        pass\n\n' +
+          '    def predict(self, x, y=1, /):\n        pass\n',
+      }),
+    ).toContain("m.py:8: Model.predict() can never be called: its parameter 'x' is positional-only");
+    expect(
+      await scanError({
+        's.py':
+          'from ferry import Endpoint\n\n@Endpoint(name="s")\nclass S:\n    @staticmethod\n    def run(x, /):\n        pass\n',
+      }),
+    ).toContain("s.py:6: S.run() can never be called: its parameter 'x' is positional-only");
+    const head = 'from ferry import Endpoint\napi = Endpoint(name="api")\n';
+    expect(await scanError({ 'lb.py': `${head}\n@api.post("/a")\ndef a(x, /):\n    pass\n` })).toContain(
+      "lb.py:5: a() can never be called: its parameter 'x' is positional-only",
+    );
+    // Only a queue job is given `job`: a route's required one would make every request a 400.
+    expect(await scanError({ 'lb.py': `${head}\n@api.post("/a")\ndef a(x, *, job):\n    pass\n` })).toContain(
+      "lb.py:5: a() can never be called: it takes a keyword-only 'job' with no default, and only a queue-based " +
+        'handler is given its job; a load-balanced route gets none (progress_update is for queue jobs): ' +
+        "drop 'job' or give it a default",
+    );
   });
 
   it('rejects the same endpoint name in two files, naming both', async () => {

@@ -176,6 +176,47 @@ class QueueDecoratorTest(unittest.TestCase):
             Endpoint(name="x")(len)
         self.assertIn("decorates a function or a class", str(caught.exception))
 
+    def test_a_required_positional_only_parameter_is_refused_where_no_input_can_give_it(self):
+        # A job input is passed by keyword only: `def f(a, /)` could never be called (docs/python.md).
+        def positional(a, /, b):
+            return a
+
+        with self.assertRaises(TypeError) as caught:
+            Endpoint(name="x")(positional)
+        self.assertIn(
+            "positional() can never be called: its parameter 'a' is positional-only (before the '/') and has no "
+            "default, and a job input or a request body is passed by keyword only; drop the '/' or give 'a' a default",
+            str(caught.exception),
+        )
+
+        class Model:
+            def predict(self, x, /):
+                return x
+
+        with self.assertRaises(TypeError) as caught:
+            Endpoint(name="m")(Model)
+        self.assertIn("Model.predict() can never be called: its parameter 'x' is positional-only", str(caught.exception))
+
+        # self and cls before the '/' are the method's own; one with a default is simply no input.
+        class Fine:
+            def predict(self, /, x):
+                return x
+
+            @classmethod
+            def build(cls, /, y=1):
+                return y
+
+            @staticmethod
+            def helper(q=1, /, r=2):
+                return q
+
+        Endpoint(name="fine")(Fine)
+
+        def defaulted(a=1, /, b=2):
+            return a
+
+        Endpoint(name="defaulted")(defaulted)
+
     def test_one_target_per_endpoint(self):
         ep = Endpoint(name="x")
         ep(lambda: 1)
@@ -228,6 +269,31 @@ class RouteTest(unittest.TestCase):
         self.assertEqual(route.match("/items/7/parts/x%20y"), {"item_id": "7", "part": "x%20y"})
         self.assertIsNone(route.match("/items/7"))
         self.assertIsNone(route.match("/items/7/parts/x/extra"))
+
+    def test_a_route_no_request_can_call_is_refused(self):
+        api = Endpoint(name="api")
+        with self.assertRaises(TypeError) as caught:
+            api.post("/a")(lambda x, /: x)
+        self.assertIn("its parameter 'x' is positional-only", str(caught.exception))
+
+        # Only a queue job is given `job` (ferry/invoke.py): a route's required one is never there.
+        def progress(x, *, job):
+            return x
+
+        with self.assertRaises(TypeError) as caught:
+            api.post("/b")(progress)
+        self.assertIn(
+            "progress() can never be called: it takes a keyword-only 'job' with no default, and only a queue-based "
+            "handler is given its job; a load-balanced route gets none",
+            str(caught.exception),
+        )
+        self.assertEqual(api.routes, [])
+
+        @api.post("/c")
+        def optional(x, *, job=None):
+            return x
+
+        self.assertEqual(len(api.routes), 1)
 
     def test_path_param_must_be_accepted_by_the_function(self):
         api = Endpoint(name="api")

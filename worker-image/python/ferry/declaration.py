@@ -71,3 +71,30 @@ def path_problem(path):
         elif "{" in segment or "}" in segment or not _PATH_SEGMENT_RE.match(segment):
             return "route path has an invalid segment %r in %r" % (segment, path)
     return None
+
+
+# What a handler's signature may say. A job's input and a load-balanced request's body reach the
+# handler as keyword arguments only (ferry/invoke.py, ferry/lb.py), so a parameter no keyword can give
+# makes it a handler nothing can call. The scanner (cli/build/scan.py, on the AST) and the ferry
+# package (ferry/endpoint.py, on inspect.signature) refuse such a handler in these words.
+
+
+def positional_only_problem(function, parameter):
+    """Why `function` (an endpoint function, a class endpoint's public method or a load-balanced
+    route, by its name) can never be called: its parameter `parameter` is positional-only, before
+    the `/`, and has no default. One with a default is simply no input."""
+    return (
+        "%s() can never be called: its parameter %r is positional-only (before the '/') and has no default, "
+        "and a job input or a request body is passed by keyword only; drop the '/' or give %r a default"
+        % (function, parameter, parameter)
+    )
+
+
+def route_job_problem(function):
+    """Why the load-balanced route `function` can never be called: it takes a required keyword-only
+    `job`, which only a queue-based handler is given (ferry/invoke.py JOB_PARAM)."""
+    return (
+        "%s() can never be called: it takes a keyword-only 'job' with no default, and only a queue-based "
+        "handler is given its job; a load-balanced route gets none (progress_update is for queue jobs): "
+        "drop 'job' or give it a default" % (function,)
+    )

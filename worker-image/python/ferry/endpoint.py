@@ -31,7 +31,10 @@ from .declaration import (
     PYTHON_VERSIONS,
     path_problem,
     platform_env_name_of,
+    positional_only_problem,
+    route_job_problem,
 )
+from .invoke import JOB_PARAM, public_methods
 
 _NO_DATA = object()
 
@@ -178,6 +181,36 @@ def _accepts(fn, name):
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
+def _check_callable(fn, label, drop_first=False, route=False):
+    """TypeError when no input can call `fn` (declaration.py says why, as the scanner does): a
+    required positional-only parameter, or on a load-balanced route a required keyword-only `job`.
+    The scanner refuses such a handler at build; this says it where the code runs without one (a
+    worker started by hand), at import rather than on every job."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    for param in params[1:] if drop_first else params:
+        if param.default is not inspect.Parameter.empty:
+            continue
+        if param.kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise TypeError(positional_only_problem(label, param.name))
+        if route and param.name == JOB_PARAM and param.kind is inspect.Parameter.KEYWORD_ONLY:
+            raise TypeError(route_job_problem(label))
+
+
+def _check_target(target):
+    """_check_callable on a queue target: the function, or each public method of a class (a method's
+    own self or cls is no input)."""
+    if not inspect.isclass(target):
+        _check_callable(target, target.__name__)
+        return
+    for name in public_methods(target):
+        raw = inspect.getattr_static(target, name)
+        fn = getattr(raw, "__func__", raw)
+        _check_callable(fn, f"{target.__name__}.{name}", drop_first=not isinstance(raw, staticmethod))
+
+
 class Route:
     """One load-balanced route: method + path template → function."""
 
@@ -312,6 +345,7 @@ class Endpoint:
             )
         if not (inspect.isclass(target) or inspect.isfunction(target)):
             raise TypeError(f"@Endpoint decorates a function or a class, got {target!r}")
+        _check_target(target)
         if self.name is None:
             self.name = _check_name(target.__name__)
         self.target = target
@@ -345,6 +379,7 @@ class Endpoint:
         def register(fn):
             if not inspect.isfunction(fn):
                 raise TypeError(f"@{self.name}.{method.lower()}({path!r}) decorates a function, got {fn!r}")
+            _check_callable(fn, fn.__name__, route=True)
             route = Route(method, path, fn)
             for param in route.param_names:
                 if not _accepts(fn, param):
