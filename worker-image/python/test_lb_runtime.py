@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 
 from fake_platform import WorkerProcess
+from ferry.client import EndpointClient, Platform
 
 APP = textwrap.dedent(
     '''
@@ -50,6 +51,11 @@ APP = textwrap.dedent(
     @api.delete("/async-fail")
     async def async_fail():
         raise ValueError("async route exploded")
+
+
+    @api.get("/search")
+    def search(tags: list, options: dict = None, limit: int = None, exact: bool = False):
+        return {"tags": tags, "options": options, "limit": limit, "exact": exact}
 
 
     @api.get("/needs-package")
@@ -119,6 +125,38 @@ class LoadBalancedWorkerTest(unittest.TestCase):
     def test_async_route(self):
         status, body = request(self.base, "PUT", "/async/x", {"value": [1, 2]})
         self.assertEqual((status, body), (200, {"name": "x", "value": [1, 2]}))
+
+    def test_the_clients_query_arguments_reach_a_get_route_as_sent(self):
+        # docs/python.md: a remote call of a GET route sends its arguments as the query string, a
+        # list or dict (and None) as JSON text; the route gets the values, not that text.
+        client = EndpointClient(Platform(self.base, None), id="my-api")
+        client._lb_base = self.base  # where the lookup would point it (a deployed endpoint's url)
+        self.assertEqual(
+            client.request("GET", "/search", {"tags": ["a", 1], "options": {"k": [2]}, "limit": None, "exact": True}),
+            {"tags": ["a", 1], "options": {"k": [2]}, "limit": None, "exact": True},
+        )
+        self.assertEqual(
+            client.request("GET", "/search", {"tags": [], "options": None}),
+            {"tags": [], "options": None, "limit": None, "exact": False},
+        )
+
+    def test_a_list_parameter_takes_a_repeated_or_single_query_key(self):
+        self.assertEqual(
+            request(self.base, "GET", "/search?tags=a&tags=b"),
+            (200, {"tags": ["a", "b"], "options": None, "limit": None, "exact": False}),
+        )
+        self.assertEqual(
+            request(self.base, "GET", "/search?tags=a"),
+            (200, {"tags": ["a"], "options": None, "limit": None, "exact": False}),
+        )
+
+    def test_a_dict_parameter_that_is_not_a_json_object_is_a_400(self):
+        status, body = request(self.base, "GET", "/search?tags=a&options=k")
+        self.assertEqual(status, 400)
+        self.assertIn("'options' must be dict", body["error"])
+        status, body = request(self.base, "GET", "/search?tags=%7B%22a%22%3A1%7D")  # {"a":1} for a list
+        self.assertEqual(status, 400)
+        self.assertIn("'tags' must be list", body["error"])
 
     def test_ping(self):
         self.assertEqual(request(self.base, "GET", "/ping"), (200, {"status": "healthy"}))

@@ -2,8 +2,9 @@
 
 A request is bound like a queue job: the JSON body (or, when there is no body, the query string)
 plus the path parameters become keyword arguments. Strings from the path and query are converted
-when the parameter is annotated int, float or bool (hinted_type); the arguments are checked, a JSON
-body's values against their hints too, never converted, as ferry dev checks a queue route's input
+when the parameter is annotated int, float or bool (hinted_type), and read as JSON text when it is
+annotated list or dict (_from_json_text: the ferry client's encoding); the arguments are checked, a
+JSON body's values against their hints too, never converted, as ferry dev checks a queue route's input
 (ferry/inputs.py input_problems: every missing, unknown or mistyped key at once). A query parameter
 the function does not take is left out (_takes). Answers are JSON: 200 with the return value,
 400/404/405/413 with {"error": ...} for bad requests, 500 {"error": <message>} when the handler
@@ -62,11 +63,18 @@ def method_not_allowed(method, path, allowed):
     return BadRequest(405, f"method {method} not allowed for {path}; allowed: {listed}", {"Allow": listed})
 
 
-def _convert(value, annotation, name):
-    """Path/query values are strings; honour simple annotations so `item_id: int` gets an int."""
+def _convert(value, annotation, name, default_none=False):
+    """Path/query values are strings; honour simple annotations so `item_id: int` gets an int, and
+    `tags: list` or `options: dict` the value of the JSON text in the query (_from_json_text).
+    `default_none`: the parameter's default is None, which then fits as its hint's None does."""
+    hint = hinted_type(annotation)
+    kind = (hint or (None,))[0]
+    if kind in ("list", "dict"):
+        return _from_json_text(value, kind, hint[1] or default_none, name)
     if isinstance(value, list):
         return [_convert(v, annotation, name) for v in value]
-    kind = (hinted_type(annotation) or (None,))[0]
+    if value == "null" and kind in ("int", "float", "bool") and (hint[1] or default_none):
+        return None  # the ferry client's None; no int, float or bool is written so
     try:
         if kind == "int":
             return int(value)
@@ -82,6 +90,27 @@ def _convert(value, annotation, name):
     except ValueError:
         raise BadRequest(400, f"parameter {name!r} must be {kind}, got {value!r}") from None
     return value
+
+
+def _from_json_text(value, kind, nullable, name):
+    """A query value for a parameter hinted list or dict. The ferry client sends a list or dict
+    argument of a GET or DELETE route as its JSON text (ferry/client.py EndpointClient.request), and
+    None as `null`: each is read back as that value. A key given more than once (`?tags=a&tags=b`,
+    as FastAPI reads a list) is the list of its values, and a single value that is not JSON text
+    of a list or an object is a list of one, as there."""
+    if isinstance(value, list):
+        if kind == "list":
+            return value
+        raise BadRequest(400, f"parameter {name!r} must be dict (as JSON text), got {len(value)} values")
+    try:
+        parsed = parse_json_body(value.encode("utf-8"))
+    except BadRequest:
+        parsed = value
+    if isinstance(parsed, list if kind == "list" else dict) or (parsed is None and nullable):
+        return parsed
+    if kind == "list" and not isinstance(parsed, dict) and parsed is not None:
+        return [value]
+    raise BadRequest(400, f"parameter {name!r} must be {kind} (as JSON text), got {value!r}")
 
 
 # What the checks of a body need of it, in one pass: every bracket as [ or ], every digit as 0, e as
@@ -212,7 +241,7 @@ class Router:
             for key in from_strings:
                 param = signature.parameters.get(key)
                 if param is not None and param.annotation is not inspect.Parameter.empty:
-                    kwargs[key] = _convert(kwargs[key], param.annotation, key)
+                    kwargs[key] = _convert(kwargs[key], param.annotation, key, param.default is None)
             # A body is checked as ferry dev checks a queue route's input, every problem named at once:
             # a wrong type is the caller's 400 and not the handler's TypeError (a 500).
             problems = input_problems(signature, kwargs, check_types=True, unchecked=from_strings)
