@@ -145,6 +145,24 @@ class RunningDevTest(unittest.TestCase):
         self.lock(os.path.join(self.project, "pkg"), self.gone_pid(), "http://127.0.0.1:45777")
         self.assertEqual(self.settings(os.path.join(self.project, "pkg", "tests")).url, "http://127.0.0.1:45123")
 
+    def test_from_a_subfolder_the_devs_project_gives_the_app_and_the_key(self):
+        # docs/python.md: a script run from the project's folder or below calls that dev's endpoints,
+        # so the app and the .env key are the project's (as `ferry dev` runs with them), not the
+        # subfolder's name and a .env the subfolder lacks.
+        self.lock(self.project, self.dev.pid)
+        with open(os.path.join(self.project, ".env"), "w", encoding="utf-8") as handle:
+            handle.write("FERRY_API_KEY=project-key\n")
+        below = os.path.join(self.project, "pkg", "tests")
+        p = Platform.from_environ({"FERRY_HOME": self.home}, cwd=below)
+        self.assertEqual((p.url, p.app), ("http://127.0.0.1:45123", "project"))
+        self.assertEqual((p.key, p.key_source), ("project-key", f"FERRY_API_KEY in {os.path.join(self.project, '.env')}"))
+        with open(os.path.join(self.project, ".ferry", "config.json"), "w", encoding="utf-8") as handle:
+            json.dump({"app": "named-app"}, handle)
+        self.assertEqual(Platform.from_environ({"FERRY_HOME": self.home}, cwd=below).app, "named-app")
+        # The environment still wins, as everywhere.
+        p = Platform.from_environ({"FERRY_HOME": self.home, "FERRY_APP": "a", "FERRY_API_KEY": "k"}, cwd=below)
+        self.assertEqual((p.app, p.key), ("a", "k"))
+
     def test_a_lock_whose_dev_is_gone_or_another_program_is_ignored(self):
         self.lock(self.project, self.gone_pid())
         self.assertEqual(self.settings(self.project).url, "http://127.0.0.1:8888")

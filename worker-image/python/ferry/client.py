@@ -138,8 +138,8 @@ def _command_line_has(pid, words):
 def running_dev_above(directory):
     """The lock (.ferry/dev.json, cli/dev/lock.ts) of the `ferry dev` serving the project that
     `directory` is in: the nearest folder from `directory` up whose lock names a running one (its pid
-    alive and, where /proc tells, a `ferry dev` or `ferry run`), as the CLI's `runningDevAbove`; None
-    when there is none."""
+    alive and, where /proc tells, a `ferry dev` or `ferry run`), with "projectDir", the folder it
+    serves, as the CLI's `runningDevAbove`; None when there is none."""
     folder = os.path.abspath(directory)
     while True:
         try:
@@ -150,7 +150,7 @@ def running_dev_above(directory):
         pid = lock.get("pid") if isinstance(lock, dict) else None
         if isinstance(pid, int) and not isinstance(pid, bool) and _process_alive(pid):
             if _command_line_has(pid, (b"dev", b"run")) is not False:
-                return lock
+                return dict(lock, projectDir=folder)
         parent = os.path.dirname(folder)
         if parent == folder:
             return None
@@ -158,10 +158,16 @@ def running_dev_above(directory):
 
 
 def dev_platform_url(directory, wait_s=DEV_START_WAIT_S, monotonic=None, sleep=None):
-    """The platform URL of the `ferry dev` serving `directory` (running_dev_above), or None when none
-    runs. A dev still starting has written its lock but not yet the URL: that is waited for, up to
-    `wait_s`, rather than calling the default port, where this dev's platform is not. `monotonic`
-    and `sleep`: time.monotonic and time.sleep unless a test gives its own."""
+    """The platform URL of the `ferry dev` serving `directory` (dev_platform), or None."""
+    found = dev_platform(directory, wait_s, monotonic, sleep)
+    return found and found[0]
+
+
+def dev_platform(directory, wait_s=DEV_START_WAIT_S, monotonic=None, sleep=None):
+    """(platform URL, project folder) of the `ferry dev` serving `directory` (running_dev_above), or
+    None when none runs. A dev still starting has written its lock but not yet the URL: that is
+    waited for, up to `wait_s`, rather than calling the default port, where this dev's platform is
+    not. `monotonic` and `sleep`: time.monotonic and time.sleep unless a test gives its own."""
     monotonic = monotonic or time.monotonic
     sleep = sleep or time.sleep
     deadline = monotonic() + wait_s
@@ -171,7 +177,7 @@ def dev_platform_url(directory, wait_s=DEV_START_WAIT_S, monotonic=None, sleep=N
             return None
         url = dev.get("platformUrl")
         if isinstance(url, str) and url:
-            return url
+            return url, dev["projectDir"]
         if monotonic() >= deadline:
             raise FerryClientError(
                 f"`ferry dev` (pid {dev.get('pid')}) is still starting: its .ferry/dev.json has no "
@@ -209,11 +215,15 @@ class Platform:
       up to DEV_START_WAIT_S while that dev is still starting), else the `ferry serve` running for
       FERRY_HOME (its server.json), else http://127.0.0.1:8888
     * key: FERRY_CALL_TOKEN (every worker's own key: an HMAC call token locally, a call key minted
-      by `ferry deploy` on AWS), FERRY_API_KEY, FERRY_API_KEY in ./.env, RUNPOD_API_KEY, then
-      FERRY_HOME/api-key. The project's own Ferry key comes before RUNPOD_API_KEY, which a RunPod
+      by `ferry deploy` on AWS), FERRY_API_KEY, FERRY_API_KEY in the project's .env, RUNPOD_API_KEY,
+      then FERRY_HOME/api-key. The project's own Ferry key comes before RUNPOD_API_KEY, which a RunPod
       (Flash) user keeps exported for RunPod itself; a refused key is named by where it came from.
-    * app: FERRY_APP, else .ferry/config.json's app, else the current folder's name
+    * app: FERRY_APP, else the project's .ferry/config.json's app, else the project folder's name
     * env: FERRY_ENV, else the app's only environment that has the endpoint
+
+    The project folder is that of the `ferry dev` found, whose app and key (its .env) are the ones it
+    runs with, as `ferry logs` reads them (cli/commands/logs.ts): a script run from a subfolder
+    calls that dev's endpoints. Else it is the current folder.
     """
 
     def __init__(self, url, key, app=None, env=None, key_source=None):
@@ -233,12 +243,19 @@ class Platform:
         if not url and environ.get("FERRY_PORT"):
             url = f"http://127.0.0.1:{environ['FERRY_PORT']}"
         home = environ.get("FERRY_HOME") or os.path.join(os.path.expanduser("~"), ".ferry")
+        project = cwd
         if not url:
-            url = dev_platform_url(cwd) or serve_platform_url(home) or f"http://127.0.0.1:{DEFAULT_PORT}"
+            dev = dev_platform(cwd)
+            if dev:
+                url, project = dev
+                if os.path.abspath(project) != os.path.abspath(cwd):
+                    dotenv = _dotenv(os.path.join(project, ".env"))
+            else:
+                url = serve_platform_url(home) or f"http://127.0.0.1:{DEFAULT_PORT}"
         found = (
             ("$FERRY_CALL_TOKEN", environ.get("FERRY_CALL_TOKEN")),
             ("$FERRY_API_KEY", environ.get("FERRY_API_KEY")),
-            (f"FERRY_API_KEY in {os.path.join(cwd, '.env')}", dotenv.get("FERRY_API_KEY")),
+            (f"FERRY_API_KEY in {os.path.join(project, '.env')}", dotenv.get("FERRY_API_KEY")),
             ("$RUNPOD_API_KEY", environ.get("RUNPOD_API_KEY")),
         )
         key_source, key = next(((source, value) for source, value in found if value), (None, None))
@@ -253,11 +270,11 @@ class Platform:
         app = environ.get("FERRY_APP")
         if not app:
             try:
-                with open(os.path.join(cwd, ".ferry", "config.json"), encoding="utf-8") as handle:
+                with open(os.path.join(project, ".ferry", "config.json"), encoding="utf-8") as handle:
                     app = json.load(handle).get("app")
             except (OSError, ValueError, AttributeError):
                 app = None
-        return cls(url, key, app or app_name_of(cwd), environ.get("FERRY_ENV") or ANY_ENV, key_source)
+        return cls(url, key, app or app_name_of(project), environ.get("FERRY_ENV") or ANY_ENV, key_source)
 
     def _refused_key(self):
         """What a 401 adds: which key went, so that a stale one set elsewhere (a RUNPOD_API_KEY kept
