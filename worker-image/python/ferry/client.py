@@ -385,11 +385,15 @@ class Job:
         return record
 
     def stream(self, timeout=None):
-        """Yields each streamed output chunk of a generator handler until the job ends."""
+        """Yields each streamed output chunk of a generator handler until the job ends; RemoteTimeout
+        after cancelling the job, as wait() does, when `timeout` seconds pass first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if deadline is not None and time.monotonic() > deadline:
-                raise RemoteTimeout(self.client.label, self.id, timeout)
+                if self.cancel().get("status") in ("CANCELLED", None):
+                    raise RemoteTimeout(self.client.label, self.id, timeout)
+                # It ended as the time ran out (docs/api.md#cancel): what is left of it is read below.
+                deadline = None
             _, record = self.client.call("GET", f"stream/{self.id}")
             for chunk in record.get("stream") or []:
                 yield chunk.get("output") if isinstance(chunk, dict) else chunk
