@@ -38,10 +38,33 @@ function argumentsOf(signature: Signature, input: Record<string, unknown>): Reco
   return rest;
 }
 
+/**
+ * The "method" key a one-method class's input may have (Signature.soleMethod), optional: named in
+ * the schema so Swagger UI's form offers it and the OpenAPI document says it is taken. An argument
+ * of the method named "method" is the argument instead.
+ */
+function soleMethodProperty(signature: Signature): Record<string, unknown> {
+  const named = signature.inputs?.some((i) => i.name === 'method') ?? signature.params.includes('method');
+  if (signature.soleMethod === undefined || named) return {};
+  return {
+    method: {
+      type: 'string',
+      enum: [signature.soleMethod],
+      description: `Optional: ${signature.soleMethod}, the class's only method, which is called with or without this key`,
+    },
+  };
+}
+
 /** JSON Schema of a call's arguments: types from the hints, None where allowed, defaults, required. */
 export function inputSchema(signature: Signature, closed: boolean): Record<string, unknown> {
   if (!signature.inputs) {
-    return { type: 'object', properties: Object.fromEntries(signature.params.map((p) => [p, {}])) };
+    return {
+      type: 'object',
+      properties: {
+        ...Object.fromEntries(signature.params.map((p) => [p, {}])),
+        ...soleMethodProperty(signature),
+      },
+    };
   }
   const properties = Object.fromEntries(
     signature.inputs.map((input) => [
@@ -56,7 +79,7 @@ export function inputSchema(signature: Signature, closed: boolean): Record<strin
   const required = signature.inputs.filter((i) => i.required).map((i) => i.name);
   return {
     type: 'object',
-    properties,
+    properties: { ...properties, ...soleMethodProperty(signature) },
     ...(required.length > 0 ? { required } : {}),
     // An argument the function does not take is refused (inputMismatch), unless it takes **kwargs.
     ...(closed && !signature.varKeywords ? { additionalProperties: false } : {}),

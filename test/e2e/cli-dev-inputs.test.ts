@@ -156,6 +156,19 @@ describe('ferry dev: a queue route checks its input against the signature', { ti
       properties: { a: { type: 'integer' }, c: { type: 'string', nullable: true, default: null } },
     });
   });
+
+  it('shows in /docs the "method" a one-method class takes, optional, naming only its method', async () => {
+    const spec = (await (await fetch(`${base}/openapi.json`)).json()) as any;
+    const input =
+      spec.paths['/single/runsync'].post.requestBody.content['application/json'].schema.properties.input;
+    expect(input.properties.method).toEqual({
+      type: 'string',
+      enum: ['predict'],
+      description: "Optional: predict, the class's only method, which is called with or without this key",
+    });
+    expect(input.required).toEqual(['x']);
+    expect(input.additionalProperties).toBe(false);
+  });
 });
 
 describe("ferry dev: a load-balanced route's worker checks its body against the signature", {

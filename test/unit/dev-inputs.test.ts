@@ -157,4 +157,42 @@ describe('inputSchema', () => {
     // A load-balanced route's body is the runtime's to check (worker-image/python/ferry/lb.py).
     expect(inputSchema(typed, false)).not.toHaveProperty('additionalProperties');
   });
+
+  it('shows the "method" a one-method class takes, optional and naming only its method, as inputMismatch takes it', () => {
+    const sole: Signature = {
+      params: ['x'],
+      inputs: [{ name: 'x', required: true, type: 'integer' }],
+      soleMethod: 'predict',
+    };
+    const method = {
+      type: 'string',
+      enum: ['predict'],
+      description: "Optional: predict, the class's only method, which is called with or without this key",
+    };
+    expect(inputSchema(sole, true)).toEqual({
+      type: 'object',
+      properties: { x: { type: 'integer' }, method },
+      required: ['x'],
+      additionalProperties: false,
+    });
+    // An older scan without types: the names, and the key all the same.
+    expect(inputSchema({ params: ['x'], soleMethod: 'predict' }, true)).toEqual({
+      type: 'object',
+      properties: { x: {}, method },
+    });
+    // What the schema offers passes the check, with the key and without; another method does not.
+    expect(check(sole, '{"x": 1, "method": "predict"}')).toBeUndefined();
+    expect(check(sole, '{"x": 1}')).toBeUndefined();
+    expect(check(sole, '{"x": 1, "method": "embed"}')).toBe(
+      "The input does not fit typed: unexpected argument 'method' (it takes: x)",
+    );
+    // A method whose own argument is named method: the schema is the argument's.
+    const own: Signature = {
+      ...sole,
+      params: ['method'],
+      inputs: [{ name: 'method', required: true, type: 'string' }],
+    };
+    expect(inputSchema(own, true)).toMatchObject({ properties: { method: { type: 'string' } } });
+    expect((inputSchema(own, true).properties as Record<string, object>).method).not.toHaveProperty('enum');
+  });
 });
