@@ -1,10 +1,14 @@
 /**
- * The dev server's route table (pure: the scan's endpoints in, routes out; no Fastify, so the scan
+ * The dev server's route table (pure: the scan's endpoints in, routes out; no server, so the scan
  * can check it before anything starts). Queue routes are named as Flash's dev server names them, by
  * the file's callables; load-balanced routes are the module's prefix and the route's path. Two
- * routes at one method and path are refused here (routeClashes), the one place that rule lives.
+ * routes at one method and path, or a route at a path the dev server serves itself (ownRoutes), are
+ * refused here (routeClashes), the one place that rule lives.
  */
+import { createRequire } from 'node:module';
+import type FindMyWay from 'find-my-way';
 import { badRequest } from '../../core/errors.js';
+import { managePrefix } from '../../core/manage.js';
 import type { ManifestEndpoint, Route } from '../../core/manifest.js';
 import type { CallableInput } from './inputs.js';
 
@@ -32,7 +36,108 @@ export interface DevRoute {
   origin: string;
 }
 
-const prefixOf = (endpoint: ManifestEndpoint) => `/${endpoint.module.split('.').join('/')}`;
+type Method = DevRoute['method'];
+const everyMethod: readonly Method[] = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'];
+
+/** A path the dev server serves itself; one ending in `*` takes any rest, as in Fastify. */
+export interface OwnRoute {
+  methods: readonly Method[];
+  path: string;
+  /** What it is, for the message that refuses a project route there. */
+  what: string;
+}
+
+/**
+ * The dev server's own routes, declared once: server.ts registers each from here (Swagger UI under
+ * `docs`), and refuses at start any other route that is not the project's (ownRouteOf), so a
+ * project route is checked against all it serves (routeClashes).
+ */
+export const ownRoutes = {
+  index: { methods: ['GET'], path: '/', what: 'its list of endpoints and routes' },
+  ping: { methods: ['GET'], path: '/ping', what: 'its liveness check' },
+  openapi: { methods: ['GET'], path: '/openapi.json', what: 'its OpenAPI document' },
+  // Swagger UI's (@fastify/swagger-ui), each page it registers: a module named docs keeps its other paths.
+  docs: { methods: ['GET'], path: '/docs', what: 'its Swagger UI' },
+  docsSlash: { methods: ['GET'], path: '/docs/', what: 'its Swagger UI' },
+  docsJson: { methods: ['GET'], path: '/docs/json', what: "Swagger UI's OpenAPI document" },
+  docsYaml: { methods: ['GET'], path: '/docs/yaml', what: "Swagger UI's OpenAPI document in YAML" },
+  docsStatic: { methods: ['GET'], path: '/docs/static/*', what: "Swagger UI's scripts and styles" },
+  manage: {
+    methods: ['GET'],
+    path: `${managePrefix}/*`,
+    what: "the platform's management API, passed through",
+  },
+  v2: { methods: everyMethod, path: '/v2/*', what: "the platform's v2 API, passed through" },
+  lb: { methods: everyMethod, path: '/lb/*', what: "the platform's load-balanced routes, passed through" },
+} as const satisfies Record<string, OwnRoute>;
+
+type Router = FindMyWay.Instance<FindMyWay.HTTPVersion.V1>;
+let findMyWay: typeof FindMyWay | undefined;
+/**
+ * A router as Fastify's (find-my-way, with Fastify's defaults: case-sensitive, a trailing slash and
+ * a double one count), so which paths a route takes is Fastify's rule, not one written here. Loaded
+ * on first use: every command loads this module (the command table, through state.ts).
+ */
+function routerOf(routes: ReadonlyArray<{ method: string; path: string }> = []): Router {
+  findMyWay ??= createRequire(import.meta.url)('find-my-way') as typeof FindMyWay;
+  const router = findMyWay();
+  for (const route of routes) router.on(route.method as FindMyWay.HTTPMethod, route.path, () => {});
+  return router;
+}
+
+const isParam = (segment: string) => segment.startsWith(':') || segment === '*';
+
+/**
+ * A URL that both Fastify paths could take, if any can: each parameter (or wildcard) of one takes
+ * the other's segment there, and 'x' where both have one. Whether each does take it is the router's
+ * answer (sharedPath), not this function's.
+ */
+function witness(a: string, b: string): string {
+  const [as, bs] = [a.split('/'), b.split('/')];
+  const url: string[] = [];
+  const filled = (segments: string[]) => segments.map((s) => (isParam(s) ? 'x' : s));
+  for (let i = 0; i < Math.max(as.length, bs.length); i++) {
+    const [x, y] = [as[i], bs[i]];
+    if (x === '*' || y === '*' || x === undefined || y === undefined) {
+      // The rest is the other's (a wildcard takes any rest, an empty one too).
+      const rest = x === '*' || x === undefined ? bs.slice(i) : as.slice(i);
+      url.push(...(rest.length > 0 ? filled(rest) : ['x']));
+      break;
+    }
+    url.push(!isParam(x) ? x : !isParam(y) ? y : 'x');
+  }
+  return url.join('/');
+}
+
+/** A URL that `method path` and `own` both take in Fastify, else undefined. */
+function sharedPath(method: string, path: string, own: OwnRoute): string | undefined {
+  if (!own.methods.includes((method === 'HEAD' ? 'GET' : method) as Method)) return undefined;
+  const url = witness(path, own.path);
+  try {
+    const [mine, theirs] = [routerOf([{ method, path }]), routerOf([{ method, path: own.path }])];
+    return mine.find(method as FindMyWay.HTTPMethod, url) && theirs.find(method as FindMyWay.HTTPMethod, url)
+      ? url
+      : undefined;
+  } catch {
+    return undefined; // a path Fastify does not take (server.ts says so when it skips the route)
+  }
+}
+
+/**
+ * The dev server's own route that `method path` would share a URL with (a HEAD is its GET's), and
+ * that URL; undefined when there is none.
+ */
+export function ownRouteOf(method: string, path: string): { own: OwnRoute; url: string } | undefined {
+  for (const own of Object.values(ownRoutes)) {
+    const url = sharedPath(method, path, own);
+    if (url !== undefined) return { own, url };
+  }
+  return undefined;
+}
+
+/** A module's routes are under its path; a root __init__.py's, at their own paths. */
+const prefixOf = (endpoint: ManifestEndpoint) =>
+  endpoint.module === '' ? '' : `/${endpoint.module.split('.').join('/')}`;
 
 /** One thing a queue route calls: a function (or an image endpoint), or one public method of a class. */
 interface QueueCallable {
@@ -69,8 +174,10 @@ function queueCallables(endpoint: ManifestEndpoint): QueueCallable[] {
  * callable, else `/<module>/<function or method>/runsync` for each of its functions and class methods.
  * Where two of one file share a name (two classes' methods, or a function and a method), each method
  * among them keeps its class in the route (`/<module>/<Class>/<method>/runsync`), with a `note` why.
- * Routes of different files may still come out the same (app.py's `hello` beside app/hello.py): that
- * throws (routeClashes), at start and on a reload, rather than let one route call the other's code.
+ * Routes of different files may still come out the same (app.py's `hello` beside app/hello.py), or
+ * take a path the dev server serves itself (docs.py's `@api.get("/json")` at Swagger UI's /docs/json):
+ * that throws (routeClashes), at start and on a reload, rather than let one route call the other's
+ * code, or hide a page.
  */
 export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
   const routes: DevRoute[] = [];
@@ -131,30 +238,73 @@ export function devRoutes(endpoints: readonly ManifestEndpoint[]): DevRoute[] {
       }
     }
   }
-  const clashes = routeClashes(routes);
-  if (clashes.length > 0) {
+  const { shared, own } = routeClashes(routes);
+  if (shared.length > 0 || own.length > 0) {
+    const said = [
+      ...(shared.length > 0
+        ? [
+            `${shared.join('; ')}. Rename one of them or its file: a file's one callable is at /<module>/runsync, several at /<module>/<function or method>/runsync, a load-balanced route at /<module><path>`,
+          ]
+        : []),
+      ...(own.length > 0
+        ? [
+            `${own.join('; ')}. Rename the route or its module: ferry dev serves ${listed(Object.values(ownRoutes).map((r) => r.path))} itself`,
+          ]
+        : []),
+    ];
     throw badRequest(
-      `${clashes.join('; ')}. Rename one of them or its file: a file's one callable is at /<module>/runsync, several at /<module>/<function or method>/runsync, a load-balanced route at /<module><path>`,
-      'Rename one, then run ferry dev again.',
+      said.join('. '),
+      shared.length > 0
+        ? 'Rename one, then run ferry dev again.'
+        : 'Rename the route or its module, then run ferry dev again.',
     );
   }
   return routes;
 }
 
+/** `a, b and c`. */
+const listed = (items: readonly string[]) =>
+  items.length > 1 ? `${items.slice(0, -1).join(', ')} and ${items.at(-1)}` : (items[0] ?? '');
+
 /**
- * Each method and path that more than one route has, with what each calls. Fastify (find-my-way)
- * takes one route per method and path, whatever its parameters are named (`/a/:x` is `/a/:y`).
+ * What keeps the routes from being served as they are: each method and path that more than one
+ * route has (`shared`, with what each calls), and each route that would take a URL the dev server
+ * serves itself (`own`: its pages, the platform's APIs it passes through; whichever Fastify gave
+ * that URL to, the other would never get it). Fastify (find-my-way) takes one route per method and
+ * path, whatever its parameters are named (`/a/:x` is `/a/:y`): its router says which are one.
  */
-function routeClashes(routes: readonly DevRoute[]): string[] {
-  const byKey = new Map<string, DevRoute[]>();
+function routeClashes(routes: readonly DevRoute[]): { shared: string[]; own: string[] } {
+  const router = routerOf();
+  const groups: DevRoute[][] = [];
+  const own: string[] = [];
   for (const route of routes) {
-    const key = `${route.method} ${route.path.replace(/:[A-Za-z_][A-Za-z0-9_]*/g, ':')}`;
-    byKey.set(key, [...(byKey.get(key) ?? []), route]);
+    const taken = ownRouteOf(route.method, route.path);
+    if (taken !== undefined) {
+      const { own: theirs, url } = taken;
+      own.push(
+        `${route.origin} is ${route.method} ${route.path}, ${url === route.path ? '' : `which takes ${route.method} ${url}, `}a path ferry dev serves itself (${theirs.what}, at ${theirs.path})`,
+      );
+      continue;
+    }
+    try {
+      const same = router.findRoute(route.method, route.path)?.store as DevRoute[] | undefined;
+      if (same !== undefined) same.push(route);
+      else {
+        const group = [route];
+        groups.push(group);
+        router.on(route.method, route.path, () => {}, group);
+      }
+    } catch {
+      // a path Fastify does not take (server.ts says so when it skips the route)
+    }
   }
-  return [...byKey.values()]
-    .filter((same) => same.length > 1)
-    .map(
-      (same) =>
-        `${same.length === 2 ? 'Two' : same.length} routes are ${same[0]!.method} ${same[0]!.path}: ${same.map((r) => r.origin).join(' and ')}`,
-    );
+  return {
+    shared: groups
+      .filter((same) => same.length > 1)
+      .map(
+        (same) =>
+          `${same.length === 2 ? 'Two' : same.length} routes are ${same[0]!.method} ${same[0]!.path}: ${same.map((r) => r.origin).join(' and ')}`,
+      ),
+    own,
+  };
 }

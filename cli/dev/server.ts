@@ -17,11 +17,11 @@ import { isFinal } from '../../core/job.js';
 import { parseJsonExact, stringifyJsonExact } from '../../core/json.js';
 import { limits } from '../../core/limits.js';
 import { printable } from '../../core/log.js';
-import { manageOpenApi, managePrefix } from '../../core/manage.js';
+import { manageOpenApi } from '../../core/manage.js';
 import { overLimitMessage } from '../../core/request-body.js';
 import { startFailureMessage } from './failures.js';
 import { inputMismatch, inputSchema } from './inputs.js';
-import type { DevRoute } from './routes.js';
+import { type DevRoute, ownRouteOf, ownRoutes } from './routes.js';
 import { corsAnswer, crossSiteRefusal, type SiteGuard } from './site-guard.js';
 import type { LiveEndpoints } from './state.js';
 
@@ -235,6 +235,14 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
   app.setReplySerializer((payload) => stringifyJsonExact(payload));
   // Schemas here document the routes for Swagger; the handlers check input themselves and answer {error}.
   app.setValidatorCompiler(() => () => true);
+  // Every route of the dev server's own (Swagger UI's too) is one routes.ts declares, so the scan
+  // refuses a project route there (routeClashes) instead of Fastify refusing or hiding one of the two.
+  app.addHook('onRoute', (added) => {
+    if ((added.config as { project?: boolean } | undefined)?.project) return;
+    for (const method of [added.method].flat())
+      if (ownRouteOf(method, added.url) === undefined)
+        throw new Error(`the dev server's route ${method} ${added.url} is not one of ownRoutes (routes.ts)`);
+  });
   // Before any route, Swagger's included, and before a body is read.
   app.addHook('onRequest', async (request, reply) => {
     const refusal = crossSiteRefusal(request.headers, options.guard);
@@ -280,23 +288,24 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
       return merged as unknown as ReturnType<SwaggerTransformObject>;
     },
   });
-  await app.register(swaggerUi, { routePrefix: '/docs' });
+  await app.register(swaggerUi, { routePrefix: ownRoutes.docs.path });
   const routes = options.live.snapshot.routes;
-  app.get('/', { schema: { summary: 'Health check', tags: ['dev server'] } }, async () => ({
+  app.get(ownRoutes.index.path, { schema: { summary: 'Health check', tags: ['dev server'] } }, async () => ({
     status: 'ok',
     server: 'ferry dev',
-    docs: '/docs',
+    docs: ownRoutes.docs.path,
     endpoints: options.live.snapshot.endpoints.map((e) => ({ name: e.name, kind: e.kind, file: e.file })),
     routes: routes.map((r) => `${r.method} ${r.path}`),
   }));
   // Flash's dev server answers it too (load balancers and scripts wait on it).
-  app.get('/ping', { schema: { summary: 'Liveness check', tags: ['dev server'] } }, async () => ({
+  app.get(ownRoutes.ping.path, { schema: { summary: 'Liveness check', tags: ['dev server'] } }, async () => ({
     status: 'healthy',
   }));
   for (const route of routes) {
     const schema: Record<string, unknown> = {
       summary: route.summary ?? `${route.endpoint}`,
-      tags: [route.prefix.slice(1)],
+      // A root __init__.py's routes have no module to group them by: their endpoint does.
+      tags: [route.prefix.slice(1) || route.endpoint],
     };
     const args = inputSchema(route, route.kind === 'queue');
     if (route.method !== 'GET' && route.method !== 'DELETE') {
@@ -314,6 +323,7 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
       app.route({
         method: route.method,
         url: route.path,
+        config: { project: true },
         // A queue route submits a /run; a load-balanced one is an /lb request.
         bodyLimit: route.kind === 'queue' ? limits.runBodyBytes : limits.lbBodyBytes,
         schema,
@@ -324,15 +334,15 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
             : proxyRoute(options, route, request, reply)),
       });
     } catch (error) {
-      // Two project routes at one path never get here (the scan refuses them: routes.ts); this is a
-      // route Fastify refuses for another reason, such as one of the dev server's own pages.
+      // Two project routes at one path, or one at the dev server's own, never get here (the scan
+      // refuses them: routes.ts); this is a path Fastify refuses (a `*` before its last segment).
       options.log(
         `warning: route ${route.method} ${route.path} of ${route.endpoint} skipped: ${(error as Error).message}`,
       );
     }
   }
   // The management API of the platform behind, with the dev key added like every dev-server call.
-  app.get(`${managePrefix}/*`, { schema: { hide: true } }, async (request, reply) => {
+  app.get(ownRoutes.manage.path, { schema: { hide: true } }, async (request, reply) => {
     const result = await callPlatform(options, 'GET', request.url);
     return reply.code(result.status).send(result.body);
   });
@@ -347,10 +357,10 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
     return reply.code(result.status).headers(result.headers).send(result.body);
   };
   const hidden = { schema: { hide: true } };
-  for (const url of ['/v2/*', '/lb/*'])
-    app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url, ...hidden, handler: passThrough });
+  for (const own of [ownRoutes.v2, ownRoutes.lb])
+    app.route({ method: [...own.methods], url: own.path, ...hidden, handler: passThrough });
   // The OpenAPI document at the path tools look for first, beside Swagger UI's /docs/json.
-  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  app.get(ownRoutes.openapi.path, { schema: { hide: true } }, async () => app.swagger());
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?', 1)[0]!;
     const allowed = allowedMethods(routes, path);

@@ -1,7 +1,8 @@
 /**
  * `ferry dev` startup: --auto-provision (docs/api.md#limits) provisions every endpoint at startup, and
  * more than five ask for confirmation first (no answer means no: each starts on its first call
- * instead); without --port the dev server listens on FERRY_PORT exactly, as a local deploy does.
+ * instead); without --port the dev server listens on FERRY_PORT exactly, as a local deploy does. A
+ * project route at a path the dev server serves itself stops it before anything starts.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -100,4 +101,28 @@ it('refuses a FERRY_PORT that is taken, or no port: exit 2 with a hint, no stack
   expect(bad.stderr).toBe(
     'Error: FERRY_PORT="abc" is not a port\n  hint: Set it to a whole number from 1 to 65535 (0 picks any free port), or unset it for 8888.\n',
   );
+});
+
+it("refuses a route at a path ferry dev serves itself (Swagger UI's /docs/json): exit 2 naming the route, with a hint, no stack", async () => {
+  const dir = path.join(sandbox.root, 'own-path');
+  mkdirSync(dir);
+  // A root __init__.py's routes are at their own paths.
+  writeFileSync(
+    path.join(dir, '__init__.py'),
+    'from ferry import Endpoint\n\napi = Endpoint(name="api", cpu="1-2")\n\n\n@api.get("/docs/json")\ndef spec():\n    return {}\n',
+  );
+  writeFileSync(path.join(dir, '.env'), 'FERRY_API_KEY=fy_dev_local\n');
+  const refused = await sandbox.run(['dev', '--host', '127.0.0.1', '--port', '0', '--no-reload'], {
+    cwd: dir,
+    timeoutMs: 30_000,
+  });
+  expect(refused.code, refused.stderr).toBe(2);
+  expect(refused.stderr).toContain(
+    'Error: @api.get("/docs/json") of __init__.py is GET /docs/json, a path ferry dev serves itself ' +
+      "(Swagger UI's OpenAPI document, at /docs/json). Rename the route or its module: ferry dev serves " +
+      '/, /ping, /openapi.json, /docs, /docs/, /docs/json, /docs/yaml, /docs/static/*, /manage/v1/*, /v2/* and /lb/* itself\n',
+  );
+  expect(refused.stderr).toContain('hint: Rename the route or its module, then run ferry dev again.');
+  expect(refused.stdout).not.toContain('Ferry dev server at');
+  noStack(refused.stderr);
 });

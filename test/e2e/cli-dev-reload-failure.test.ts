@@ -155,3 +155,41 @@ def health_b():
   expect(output().stderr).toMatch(/\+ GET {4}http:\/\/\S+\/status\/ready\n/);
   expect((await post(`${base}/app/runsync`, { input: { name: 'a' } })).body.output).toBe('v2 a');
 });
+
+it('answers 503 naming the route after a save puts one at a path ferry dev serves itself, while that page still answers; then serves the next good save', {
+  timeout: 120_000,
+}, async () => {
+  // docs.py's GET /json is GET /docs/json under ferry dev: Swagger UI's OpenAPI document.
+  const docs = (route: string) => `from ferry import Endpoint
+
+pages = Endpoint(name="pages", cpu="1-2")
+
+
+@pages.get("${route}")
+def page():
+    return {"page": "mine"}
+`;
+  const failed = printedOn(dev, /reload failed[^\n]*\n[^\n]*\n/);
+  writeFileSync(path.join(project, 'docs.py'), docs('/json'));
+  await failed;
+  const queue = await post(`${base}/app/runsync`, { input: { name: 'a' } });
+  expect(queue.status).toBe(503);
+  expect(queue.body.error).toBe(
+    'ferry dev could not reload the project after docs.py changed: @pages.get("/json") of docs.py is GET /docs/json, ' +
+      "a path ferry dev serves itself (Swagger UI's OpenAPI document, at /docs/json). Rename the route or its " +
+      'module: ferry dev serves /, /ping, /openapi.json, /docs, /docs/, /docs/json, /docs/yaml, /docs/static/*, /manage/v1/*, /v2/* and /lb/* itself. It does ' +
+      'not run the code from before that change: fix the code and save, and ferry dev reloads it on the next save.',
+  );
+  // The page is still Swagger UI's document, and Fastify never got to skip the route.
+  const page = await fetch(`${base}/docs/json`);
+  expect(page.status).toBe(200);
+  expect(((await page.json()) as { openapi?: string }).openapi).toMatch(/^3\./);
+  expect(output().stderr).toContain('reload failed: @pages.get("/json") of docs.py is GET /docs/json, ');
+  expect(output().stderr).not.toContain('skipped');
+
+  const reloaded = printedOn(dev, /↻ reloaded[^\n]*\n(?: {2}\+ [^\n]*\n)/);
+  writeFileSync(path.join(project, 'docs.py'), docs('/mine'));
+  await reloaded;
+  expect(await (await fetch(`${base}/docs/mine`)).json()).toEqual({ page: 'mine' });
+  expect((await post(`${base}/app/runsync`, { input: { name: 'a' } })).body.output).toBe('v2 a');
+});

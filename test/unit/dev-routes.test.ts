@@ -179,3 +179,116 @@ describe('devRoutes: two routes at one method and path', () => {
     expect(error.hint).toBe('Rename one, then run ferry dev again.');
   });
 });
+
+describe("devRoutes: a route at a path ferry dev serves itself (ownRoutes), by Fastify's router", () => {
+  const dirs: string[] = [];
+  afterAll(() => {
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  });
+  /** The scanned project of `files`, and what devRoutes throws for it (undefined when nothing). */
+  async function routesOf(project: Record<string, string>) {
+    const dir = mkdtempSync(path.join(tmpdir(), 'wdev-own-'));
+    dirs.push(dir);
+    for (const [name, text] of Object.entries(project)) {
+      mkdirSync(path.dirname(path.join(dir, name)), { recursive: true });
+      writeFileSync(path.join(dir, name), text);
+    }
+    const { endpoints } = await scanProject({ projectDir: dir });
+    try {
+      return { routes: devRoutes(endpoints), thrown: undefined };
+    } catch (error) {
+      return { routes: undefined, thrown: error as FerryError };
+    }
+  }
+  const lb = (variable: string, routes: Array<[string, string]>) =>
+    `from ferry import Endpoint\n\n${variable} = Endpoint(name="${variable}", cpu="1-2")\n${routes
+      .map(
+        ([method, route], i) =>
+          `\n\n@${variable}.${method}("${route}")\ndef r${i}(${[...route.matchAll(/\{(\w+)\}/g)].map((m) => `${m[1]}: str`).join(', ')}):\n    return ${i}\n`,
+      )
+      .join('')}`;
+
+  it("refuses a root module's route at Swagger UI's /docs/json or at /openapi.json, a parametric route that takes one of its pages, and a file whose route is under the /v2 it passes through", async () => {
+    const { thrown } = await routesOf({
+      '__init__.py': lb('api', [
+        ['get', '/docs/json'],
+        ['get', '/openapi.json'],
+      ]),
+      'docs.py': lb('pages', [['get', '/{page}']]),
+      'v2.py':
+        'from ferry import Endpoint\n\n\n@Endpoint(name="hello", cpu="1-2")\ndef hello(name: str):\n    return name\n',
+    });
+    expect(FerryError.is(thrown) && exitCode(thrown)).toBe(2);
+    expect(thrown!.message).toBe(
+      '@api.get("/docs/json") of __init__.py is GET /docs/json, a path ferry dev serves itself ' +
+        "(Swagger UI's OpenAPI document, at /docs/json); " +
+        '@api.get("/openapi.json") of __init__.py is GET /openapi.json, a path ferry dev serves itself (its OpenAPI document, at /openapi.json); ' +
+        // Fastify gives /docs/ to the parameter too (an empty one matches).
+        '@pages.get("/{page}") of docs.py is GET /docs/:page, which takes GET /docs/, a path ferry dev serves itself ' +
+        '(its Swagger UI, at /docs/); ' +
+        "hello of v2.py is POST /v2/runsync, a path ferry dev serves itself (the platform's v2 API, passed through, at /v2/*). " +
+        'Rename the route or its module: ferry dev serves /, /ping, /openapi.json, /docs, /docs/, /docs/json, /docs/yaml, /docs/static/*, /manage/v1/*, /v2/* and /lb/* itself',
+    );
+    expect(thrown!.hint).toBe('Rename the route or its module, then run ferry dev again.');
+  });
+
+  it("refuses a parameter at the root, which Fastify would give ferry dev's / (an empty parameter matches), and a module's / under /lb", async () => {
+    const { thrown } = await routesOf({
+      '__init__.py': lb('api', [['get', '/{name}']]),
+      'lb.py': lb('balanced', [['post', '/']]),
+    });
+    expect(thrown?.message).toBe(
+      '@api.get("/{name}") of __init__.py is GET /:name, which takes GET /, a path ferry dev serves itself (its list of endpoints and routes, at /); ' +
+        '@balanced.post("/") of lb.py is POST /lb/, a path ferry dev serves itself (the platform\'s load-balanced routes, passed through, at /lb/*). ' +
+        'Rename the route or its module: ferry dev serves /, /ping, /openapi.json, /docs, /docs/, /docs/json, /docs/yaml, /docs/static/*, /manage/v1/*, /v2/* and /lb/* itself',
+    );
+  });
+
+  it('names both kinds at once, each with its own advice', async () => {
+    const { thrown } = await routesOf({
+      'a.py': lb('first', [['get', '/b/{x}']]),
+      'a/b.py': lb('second', [['get', '/{y}']]),
+      '__init__.py': lb('api', [['get', '/docs']]),
+    });
+    expect(thrown?.message).toBe(
+      'Two routes are GET /a/b/:x: @first.get("/b/{x}") of a.py and @second.get("/{y}") of a/b.py. ' +
+        "Rename one of them or its file: a file's one callable is at /<module>/runsync, several at /<module>/<function or method>/runsync, a load-balanced route at /<module><path>. " +
+        '@api.get("/docs") of __init__.py is GET /docs, a path ferry dev serves itself (its Swagger UI, at /docs). ' +
+        'Rename the route or its module: ferry dev serves /, /ping, /openapi.json, /docs, /docs/, /docs/json, /docs/yaml, /docs/static/*, /manage/v1/*, /v2/* and /lb/* itself',
+    );
+    expect(thrown?.hint).toBe('Rename one, then run ferry dev again.');
+  });
+
+  it("takes what Fastify keeps apart: another method at ferry dev's GET pages, a path that only starts like one, a docs module's other pages, and a root module's routes at their own paths", async () => {
+    const { routes, thrown } = await routesOf({
+      '__init__.py': lb('api', [
+        ['post', '/docs/json'],
+        ['post', '/openapi.json'],
+        ['get', '/documents'],
+        ['get', '/pingx'],
+        ['get', '/v2'],
+        ['put', '/manage/v1/x'],
+      ]),
+      'docs.py': lb('pages', [
+        ['get', '/mine'],
+        ['get', '/static'],
+      ]),
+      'tools/__init__.py':
+        'from ferry import Endpoint\n\n\n@Endpoint(name="tool", cpu="1-2")\ndef tool(x: int):\n    return x\n',
+    });
+    expect(thrown).toBeUndefined();
+    expect(routes!.map((r) => `${r.method} ${r.path}`)).toEqual([
+      'POST /docs/json',
+      'POST /openapi.json',
+      'GET /documents',
+      'GET /pingx',
+      'GET /v2',
+      'PUT /manage/v1/x',
+      'GET /docs/mine',
+      'GET /docs/static',
+      'POST /tools/runsync',
+    ]);
+    // The module's prefix stripped before the call is none: the worker gets the path as it came.
+    expect(routes![0]!.prefix).toBe('');
+  });
+});
