@@ -45,6 +45,8 @@ export interface OwnRoute {
   path: string;
   /** What it is, for the message that refuses a project route there. */
   what: string;
+  /** The platform's routes, passed through: only a project route with a parameter takes them. */
+  passthrough?: true;
 }
 
 /**
@@ -66,9 +68,20 @@ export const ownRoutes = {
     methods: ['GET'],
     path: `${managePrefix}/*`,
     what: "the platform's management API, passed through",
+    passthrough: true,
   },
-  v2: { methods: everyMethod, path: '/v2/*', what: "the platform's v2 API, passed through" },
-  lb: { methods: everyMethod, path: '/lb/*', what: "the platform's load-balanced routes, passed through" },
+  v2: {
+    methods: everyMethod,
+    path: '/v2/*',
+    what: "the platform's v2 API, passed through",
+    passthrough: true,
+  },
+  lb: {
+    methods: everyMethod,
+    path: '/lb/*',
+    what: "the platform's load-balanced routes, passed through",
+    passthrough: true,
+  },
 } as const satisfies Record<string, OwnRoute>;
 
 type Router = FindMyWay.Instance<FindMyWay.HTTPVersion.V1>;
@@ -112,6 +125,11 @@ function witness(a: string, b: string): string {
 /** A URL that `method path` and `own` both take in Fastify, else undefined. */
 function sharedPath(method: string, path: string, own: OwnRoute): string | undefined {
   if (!own.methods.includes((method === 'HEAD' ? 'GET' : method) as Method)) return undefined;
+  // Under a passthrough's wildcard a static project route (v2.py's /v2/runsync, lb.py's /lb/echo)
+  // takes its own URL only, which Fastify gives it before the wildcard, and which no call to the
+  // platform behind uses: its endpoints are live-<name> with generated ids. One with a parameter
+  // would take the platform's URLs too (/v2/{id}/run takes every /v2/<id>/run).
+  if ('passthrough' in own && !path.includes(':') && !path.includes('*')) return undefined;
   const url = witness(path, own.path);
   try {
     const [mine, theirs] = [routerOf([{ method, path }]), routerOf([{ method, path: own.path }])];

@@ -208,15 +208,14 @@ describe("devRoutes: a route at a path ferry dev serves itself (ownRoutes), by F
       )
       .join('')}`;
 
-  it("refuses a root module's route at Swagger UI's /docs/json or at /openapi.json, a parametric route that takes one of its pages, and a file whose route is under the /v2 it passes through", async () => {
+  it("refuses a root module's route at Swagger UI's /docs/json or at /openapi.json, a parametric route that takes one of its pages, and a file whose route with a parameter takes the platform's /v2 URLs it passes through", async () => {
     const { thrown } = await routesOf({
       '__init__.py': lb('api', [
         ['get', '/docs/json'],
         ['get', '/openapi.json'],
       ]),
       'docs.py': lb('pages', [['get', '/{page}']]),
-      'v2.py':
-        'from ferry import Endpoint\n\n\n@Endpoint(name="hello", cpu="1-2")\ndef hello(name: str):\n    return name\n',
+      'v2.py': lb('v2api', [['post', '/{id}/run']]),
     });
     expect(FerryError.is(thrown) && exitCode(thrown)).toBe(2);
     expect(thrown!.message).toBe(
@@ -226,20 +225,21 @@ describe("devRoutes: a route at a path ferry dev serves itself (ownRoutes), by F
         // Fastify gives /docs/ to the parameter too (an empty one matches).
         '@pages.get("/{page}") of docs.py is GET /docs/:page, which takes GET /docs/, a path ferry dev serves itself ' +
         '(its Swagger UI, at /docs/); ' +
-        "hello of v2.py is POST /v2/runsync, a path ferry dev serves itself (the platform's v2 API, passed through, at /v2/*). " +
+        '@v2api.post("/{id}/run") of v2.py is POST /v2/:id/run, which takes POST /v2/x/run, a path ferry dev serves itself ' +
+        "(the platform's v2 API, passed through, at /v2/*). " +
         'Rename the route or its module: ferry dev serves /, /ping, /openapi.json, /docs, /docs/, /docs/json, /docs/yaml, /docs/static/*, /manage/v1/*, /v2/* and /lb/* itself',
     );
     expect(thrown!.hint).toBe('Rename the route or its module, then run ferry dev again.');
   });
 
-  it("refuses a parameter at the root, which Fastify would give ferry dev's / (an empty parameter matches), and a module's / under /lb", async () => {
+  it("refuses a parameter at the root, which Fastify would give ferry dev's / (an empty parameter matches), and a module's parameter under /lb", async () => {
     const { thrown } = await routesOf({
       '__init__.py': lb('api', [['get', '/{name}']]),
-      'lb.py': lb('balanced', [['post', '/']]),
+      'lb.py': lb('balanced', [['post', '/{name}']]),
     });
     expect(thrown?.message).toBe(
       '@api.get("/{name}") of __init__.py is GET /:name, which takes GET /, a path ferry dev serves itself (its list of endpoints and routes, at /); ' +
-        '@balanced.post("/") of lb.py is POST /lb/, a path ferry dev serves itself (the platform\'s load-balanced routes, passed through, at /lb/*). ' +
+        '@balanced.post("/{name}") of lb.py is POST /lb/:name, which takes POST /lb/x, a path ferry dev serves itself (the platform\'s load-balanced routes, passed through, at /lb/*). ' +
         'Rename the route or its module: ferry dev serves /, /ping, /openapi.json, /docs, /docs/, /docs/json, /docs/yaml, /docs/static/*, /manage/v1/*, /v2/* and /lb/* itself',
     );
   });
@@ -259,7 +259,7 @@ describe("devRoutes: a route at a path ferry dev serves itself (ownRoutes), by F
     expect(thrown?.hint).toBe('Rename one, then run ferry dev again.');
   });
 
-  it("takes what Fastify keeps apart: another method at ferry dev's GET pages, a path that only starts like one, a docs module's other pages, and a root module's routes at their own paths", async () => {
+  it("takes what Fastify keeps apart: another method at ferry dev's GET pages, a path that only starts like one, a docs module's other pages, static routes under the passthroughs (v2.py's, lb.py's), and a root module's routes at their own paths", async () => {
     const { routes, thrown } = await routesOf({
       '__init__.py': lb('api', [
         ['post', '/docs/json'],
@@ -275,6 +275,12 @@ describe("devRoutes: a route at a path ferry dev serves itself (ownRoutes), by F
       ]),
       'tools/__init__.py':
         'from ferry import Endpoint\n\n\n@Endpoint(name="tool", cpu="1-2")\ndef tool(x: int):\n    return x\n',
+      'v2.py':
+        'from ferry import Endpoint\n\n\n@Endpoint(name="hello", cpu="1-2")\ndef hello(name: str):\n    return name\n',
+      'lb.py': lb('balanced', [
+        ['post', '/'],
+        ['get', '/echo'],
+      ]),
     });
     expect(thrown).toBeUndefined();
     expect(routes!.map((r) => `${r.method} ${r.path}`)).toEqual([
@@ -286,7 +292,10 @@ describe("devRoutes: a route at a path ferry dev serves itself (ownRoutes), by F
       'PUT /manage/v1/x',
       'GET /docs/mine',
       'GET /docs/static',
+      'POST /lb/',
+      'GET /lb/echo',
       'POST /tools/runsync',
+      'POST /v2/runsync',
     ]);
     // The module's prefix stripped before the call is none: the worker gets the path as it came.
     expect(routes![0]!.prefix).toBe('');
