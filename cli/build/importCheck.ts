@@ -19,6 +19,17 @@ import { normalizeName } from './deps.js';
 import type { ProgressSink } from './events.js';
 import { runProcess } from './process.js';
 
+/** How long the import check of all the endpoint modules may take. */
+export const importCheckTimeoutMs = 180_000;
+/** What import_check.py writes to stderr before each import (its STARTED). */
+const startedMarker = 'ferry-import-check: importing ';
+
+const withoutMarkers = (stderr: string): string =>
+  stderr
+    .split('\n')
+    .filter((line) => !line.startsWith(startedMarker))
+    .join('\n');
+
 const reportSchema = z.object({
   results: z.array(
     z.object({
@@ -72,12 +83,29 @@ export async function checkImports(options: {
   noDeps: boolean;
   emit: ProgressSink;
   signal?: AbortSignal | undefined;
+  /** How long the imports may take in all (default importCheckTimeoutMs). */
+  timeoutMs?: number;
 }): Promise<void> {
   const modules = [...new Set(options.endpoints.map((e) => e.module))];
   const python = await targetPython(options.pythonVersion, options.python);
+  const timeoutMs = options.timeoutMs ?? importCheckTimeoutMs;
+  let importing: string | undefined;
   const result = await runProcess(python, [checkerPath(), ...modules], {
     cwd: options.stagedDir,
-    timeoutMs: 180_000,
+    timeoutMs,
+    onLine: (line) => {
+      if (line.startsWith(startedMarker)) importing = line.slice(startedMarker.length).trim();
+    },
+    // Module-level code that blocks or runs long is the project's to change: exit 2 naming the
+    // module, not the checker's path and a timeout in ms (exit 1).
+    timeoutError: () =>
+      new FerryError(
+        'bad_request',
+        `Importing ${importing === undefined ? 'the endpoint modules' : `endpoint module ${importing}`} did not finish within ${Math.round(timeoutMs / 1000)} s: ferry build imports each endpoint module once, as a worker would, and its module-level code runs then`,
+        {
+          hint: "Move slow or blocking work (a model download or load, a server, input()) out of module level, into the handler or a class endpoint's __init__, which the check does not call.",
+        },
+      ),
     ...(options.signal ? { signal: options.signal } : {}),
     env: {
       // The checker puts these first on sys.path itself: joined into PYTHONPATH, a folder with the
@@ -95,9 +123,13 @@ export async function checkImports(options: {
   try {
     parsed = reportSchema.parse(JSON.parse(result.stdout.trim().split('\n').pop() ?? ''));
   } catch {
-    throw new FerryError('failed', `The import check did not finish:\n${result.stderr.trim().slice(-2000)}`, {
-      hint: 'A module that exits or blocks at import time cannot be served either; move that code into the handler.',
-    });
+    throw new FerryError(
+      'failed',
+      `The import check did not finish:\n${withoutMarkers(result.stderr).trim().slice(-2000)}`,
+      {
+        hint: 'A module that exits or blocks at import time cannot be served either; move that code into the handler.',
+      },
+    );
   }
   const shipped = new Set(baseImagePackages.map((n) => normalizeName(n)));
   const fatal: string[] = [];

@@ -32,7 +32,14 @@ def shown_traceback(exc, root):
     return text.replace(f'File "{os.path.abspath(root)}{os.sep}', 'File "')
 
 
+# Written to stderr before each import: when the build stops a check that runs too long, the last
+# one names the module whose import did not finish (importCheck.ts).
+STARTED = "ferry-import-check: importing "
+
+
 def check(module, project_files, root):
+    sys.stderr.write(STARTED + module + "\n")
+    sys.stderr.flush()
     try:
         importlib.import_module(module)
         return {"module": module, "ok": True}

@@ -16,6 +16,8 @@ export interface RunOptions {
   stdin?: string;
   cwd?: string;
   timeoutMs?: number;
+  /** The error a run past timeoutMs rejects with, where the caller can say more than the default. */
+  timeoutError?: () => Error;
   signal?: AbortSignal | undefined;
   /** Variables added to (or, as '', cleared from) the inherited environment. */
   env?: Record<string, string>;
@@ -77,7 +79,8 @@ export function runProcess(command: string, args: string[], options: RunOptions 
       if (timer) clearTimeout(timer);
       if (timedOut) {
         reject(
-          new FerryError('failed', `${command} ${args[0] ?? ''} took longer than ${options.timeoutMs} ms`),
+          options.timeoutError?.() ??
+            new FerryError('failed', `${command} ${args[0] ?? ''} took longer than ${options.timeoutMs} ms`),
         );
         return;
       }
