@@ -48,6 +48,10 @@ export function runProcess(command: string, args: string[], options: RunOptions 
         : setTimeout(() => {
             timedOut = true;
             child.kill('SIGKILL');
+            // A process the child started may hold its pipes (a server an imported module starts):
+            // 'close' would wait for that one too, for ever, so the run ends with the child's exit.
+            child.stdout.destroy();
+            child.stderr.destroy();
           }, options.timeoutMs);
     child.stdout.on('data', (chunk: Buffer) => out.push(chunk));
     child.stderr.on('data', (chunk: Buffer) => err.push(chunk));
