@@ -26,6 +26,7 @@ import { limits } from './limits.js';
 import type {
   ChangeFeed,
   Clock,
+  Deadline,
   EndpointProblem,
   JobPatch,
   JobQueue,
@@ -800,11 +801,17 @@ export class JobEngine {
    * only when it has a webhook (`asListed`): listing 500 jobs with their inputs (on AWS an S3 GET each
    * for a big one) ran the sweeper Lambda out of memory on a backlog of 10 MB inputs, every run, and
    * then no lease lapsed and no job expired anywhere.
+   *
+   * With a `deadline` (the AWS sweeper's run) no job's move starts once it has passed: the jobs not
+   * moved are still overdue or expired, and the next sweep lists them again.
    */
-  async sweep(): Promise<SweepTally> {
+  async sweep(options: { deadline?: Deadline } = {}): Promise<SweepTally> {
     const now = this.clock.now();
     const tally: SweepTally = { requeued: 0, failed: 0, timedOut: 0, expired: 0, left: 0 };
+    const passed = () => options.deadline?.passed() === true;
+    if (passed()) return tally;
     for (const listed of await this.jobs.listOverdue(now, 500, noInput)) {
+      if (passed()) return tally;
       tally.left += await this.sweepOne(listed, async () => {
         if (overran(listed, now)) {
           const job = await this.asListed(listed);
@@ -816,7 +823,9 @@ export class JobEngine {
         }
       });
     }
+    if (passed()) return tally;
     for (const listed of await this.jobs.listExpiredUnfinished(now, 500, noInput)) {
+      if (passed()) return tally;
       tally.left += await this.sweepOne(listed, async () => {
         const job = await this.asListed(listed);
         if (!job) return;
@@ -861,15 +870,20 @@ export class JobEngine {
    * a message whose job is no longer IN_QUEUE is dropped. Each job is re-sent once per `staleMs` of
    * waiting (when its age crosses a multiple of `staleMs` within the last `periodMs`, the sweep
    * period), so a long but healthy backlog does not grow a message per job per sweep.
+   * Once `deadline` has passed no listing and no send starts: a job a run had no time for gets its
+   * message at its next window, `staleMs` later.
    */
   async resendWaiting(
     endpointIds: readonly string[],
-    options: { staleMs: number; periodMs: number; limit: number },
+    options: { staleMs: number; periodMs: number; limit: number; deadline?: Deadline },
   ): Promise<number> {
     const now = this.clock.now();
+    const passed = () => options.deadline?.passed() === true;
     let sent = 0;
     for (const endpointId of endpointIds) {
+      if (passed()) return sent;
       for (const job of await this.jobs.listByStatus(endpointId, 'IN_QUEUE', now, options.limit, noInput)) {
+        if (passed()) return sent;
         const age = now - job.createdAt;
         if (age < options.staleMs) continue;
         if (Math.floor(age / options.staleMs) === Math.floor((age - options.periodMs) / options.staleMs))

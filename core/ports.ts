@@ -125,9 +125,10 @@ export interface JobStore {
   /**
    * Deletes up to `limit` jobs that expired before `nowMs` (oldest first, so a backlog drains over
    * several runs); returns how many went. (DynamoDB's TTL does this itself.) A store may leave a job
-   * with a long stream for later calls (DynamoJobStore deletes a bounded number of chunks a call).
+   * with a long stream for later calls (DynamoJobStore deletes a bounded number of chunks a call),
+   * and starts no job and no page of a stream once `deadline` has passed.
    */
-  deleteExpired(nowMs: number, limit: number): Promise<number>;
+  deleteExpired(nowMs: number, limit: number, deadline?: Deadline): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -449,6 +450,15 @@ export interface WorkerLedger {
   leasesDue(workerId: string, listed: ReadonlySet<string>, nowMs: number, gapMs: number): Promise<string[]>;
   gone(endpointId: string, workerId: string): Promise<void>;
   counts(endpointId: string): Promise<WorkerCounts>;
+}
+
+/**
+ * When a run with a time limit must start no more work (the AWS sweeper's run, functions/sweeper.ts):
+ * a step checks it before each unit of work (a job, a page of chunks, a message) and leaves the rest
+ * for the next run. It answers for the whole run; a step never adds margins of its own.
+ */
+export interface Deadline {
+  passed(): boolean;
 }
 
 /** Time, injected so tests drive it. */

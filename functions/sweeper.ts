@@ -15,9 +15,10 @@
  */
 import type { SweepTally } from '../core/engine.js';
 import { messageOf } from '../core/errors.js';
+import type { Deadline } from '../core/ports.js';
 import { queuedJobsFailure } from '../core/supervisor.js';
 import type { Platform } from './wiring.js';
-import { platformFromEnv, settleWebhooks } from './wiring.js';
+import { platformFromEnv, settleWebhooks, settleWithin } from './wiring.js';
 
 export interface SweepReport extends SweepTally {
   deleted: number;
@@ -27,13 +28,22 @@ export interface SweepReport extends SweepTally {
   notStartable: number;
 }
 
-/** What the sweeper leaves itself to finish webhooks and return, of its 55 s timeout. */
+/** What the sweeper leaves itself to return once its webhooks are settled, of its 55 s timeout. */
 const returnMarginMs = 2_000;
+
 /**
- * What failing a failing endpoint's backlog leaves for the webhooks of the jobs it failed: a
- * backlog of tens of thousands ran the function into its timeout, every minute, before any webhook.
+ * The run's one deadline, which every step that loops checks before each unit of work (a job, a
+ * page of chunks, a message, an endpoint): the rest waits for the next minute. Lambda stops an
+ * invocation at the function's timeout wherever it is
+ * (https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html), and then no `finally`
+ * runs: the webhooks, nudges and stop signals of what the run had moved were not sent. The time left
+ * is the context's getRemainingTimeInMillis(), "the number of milliseconds left before the
+ * execution times out" (https://docs.aws.amazon.com/lambda/latest/dg/nodejs-context.html).
  */
-const webhookShareMs = 15_000;
+function runDeadline(remainingMs: () => number): Deadline & { leftMs(): number } {
+  const leftMs = () => remainingMs() - sweepTiming.finishMs;
+  return { leftMs, passed: () => leftMs() <= 0 };
+}
 
 export const sweepTiming = {
   /** The schedule (infra/platform-stack.ts SweepEveryMinute). */
@@ -48,6 +58,12 @@ export const sweepTiming = {
    * streams, at most DynamoJobStore's sweepDropChunks chunks a run, a longer one over several runs.
    */
   expiredDeleteLimit: 200,
+  /**
+   * What a run keeps of its time for its `finally` (the nudges, the stop signals and the webhooks of
+   * the jobs it moved) and to return: no step starts work past it (runDeadline). A failing endpoint's
+   * backlog of tens of thousands ran the function into its timeout, every minute, before any webhook.
+   */
+  finishMs: 15_000 + returnMarginMs,
 } as const;
 
 export function createSweeper(platform: () => Platform, nowMs: () => number = Date.now) {
@@ -57,6 +73,7 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
   ): Promise<SweepReport> => {
     const { engine, jobs, webhooks, control, deadLetters } = platform();
     const remainingMs = () => context?.getRemainingTimeInMillis?.() ?? 30_000;
+    const deadline = runDeadline(remainingMs);
     // Each endpoint's steps run on their own: one whose queue is gone (a stack deleted by hand, an
     // undeploy that failed and kept the records) answers QueueDoesNotExist, which must not stop the
     // resends, dead letters and rejections of every endpoint after it. The run fails at its end.
@@ -67,6 +84,7 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
       step: (id: string) => Promise<void>,
     ) => {
       for (const endpointId of endpointIds) {
+        if (deadline.passed()) return;
         try {
           await step(endpointId);
         } catch (error) {
@@ -76,9 +94,9 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
     };
     let report: SweepReport;
     try {
-      const swept = await engine.sweep();
-      const deleted = await jobs.deleteExpired(nowMs(), sweepTiming.expiredDeleteLimit);
-      const queueEndpoints = (await control.listEndpoints())
+      const swept = await engine.sweep({ deadline });
+      const deleted = await jobs.deleteExpired(nowMs(), sweepTiming.expiredDeleteLimit, deadline);
+      const queueEndpoints = (deadline.passed() ? [] : await control.listEndpoints())
         .filter((e) => e.kind === 'queue')
         .map((e) => e.id);
       let resent = 0;
@@ -87,11 +105,14 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
           staleMs: sweepTiming.staleQueuedMs,
           periodMs: sweepTiming.periodMs,
           limit: sweepTiming.resendLimit,
+          deadline,
         });
       });
       let deadLettered = 0;
       await forEach('reading dead letters', queueEndpoints, async (endpointId) => {
         for (const letter of await deadLetters.take(endpointId, sweepTiming.deadLetterLimit)) {
+          // A letter taken but not handled shows again once its visibility timeout ends.
+          if (deadline.passed()) return;
           const failed = await engine.failDeadLettered(
             letter.jobId,
             'The job could not be handed to a worker: its queue message was received 5 times without being claimed (dead-lettered)',
@@ -107,7 +128,7 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
         const problem = (await control.startFailures(endpointId))?.problem;
         if (problem?.state === 'failing') {
           notStartable += await engine.rejectQueued(endpointId, queuedJobsFailure(problem), {
-            budgetMs: Math.max(0, remainingMs() - webhookShareMs - returnMarginMs),
+            budgetMs: Math.max(0, deadline.leftMs()),
           });
         }
       });
@@ -117,12 +138,18 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
       // environment is frozen once the handler returns). Requeued jobs of an endpoint left with no
       // worker nudged the scaler; timed-out and requeued jobs signal their workers' agents to stop
       // them; jobs the sweep ended (timed out, failed) notify their webhooks.
-      await platform().nudges?.settled();
-      await platform().stopSignals?.settled();
+      // Each within the time left, as the webhooks are: one that hangs must not run the function
+      // into its timeout before the others.
+      const { nudges, stopSignals } = platform();
+      if (nudges) await settleWithin('scaler nudges', () => nudges.settled(), remainingMs() - returnMarginMs);
+      if (stopSignals)
+        await settleWithin('stop signals', () => stopSignals.settled(), remainingMs() - returnMarginMs);
       await settleWebhooks(webhooks, remainingMs() - returnMarginMs);
     }
     // One line per run for CloudWatch Logs Insights; counts only, never job contents.
-    console.log(JSON.stringify({ msg: 'ferry sweep', ...report, failedSteps: failures.length }));
+    // outOfTime: the run stopped at its deadline and left work for the next one.
+    const outOfTime = deadline.passed();
+    console.log(JSON.stringify({ msg: 'ferry sweep', ...report, failedSteps: failures.length, outOfTime }));
     for (const failure of failures) console.error(`ferry sweep: ${failure}`);
     // A job the sweep could not move is left for the next run, so that it does not stop the rest;
     // the run still fails once all the rest is done, because the SweeperErrors alarm reads the

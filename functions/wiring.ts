@@ -418,20 +418,32 @@ export function deadlineSignal(
  * (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html). The attempts
  * themselves, and their retries 10 s apart, are the webhook function's (functions/webhooks.ts).
  */
-export async function settleWebhooks(
+export function settleWebhooks(
   webhooks: Pick<QueuedWebhookSender, 'idle'>,
+  budgetMs: number,
+): Promise<'settled' | 'gave-up'> {
+  return settleWithin('webhooks', () => webhooks.idle(), budgetMs);
+}
+
+/**
+ * Waits for `settled` (background sends the invocation started: webhooks, scaler nudges, stop
+ * signals) until `budgetMs` runs out, and says so when it gave up: the function must return before
+ * its timeout.
+ */
+export async function settleWithin(
+  what: string,
+  settled: () => Promise<void>,
   budgetMs: number,
 ): Promise<'settled' | 'gave-up'> {
   if (budgetMs <= 0) return 'gave-up';
   let timer: NodeJS.Timeout | undefined;
   const outcome = await Promise.race([
-    webhooks.idle().then(() => 'settled' as const),
+    settled().then(() => 'settled' as const),
     new Promise<'gave-up'>((resolve) => {
       timer = setTimeout(() => resolve('gave-up'), budgetMs);
     }),
   ]);
   clearTimeout(timer);
-  if (outcome === 'gave-up')
-    console.warn('ferry: webhooks still being queued when the function had to return');
+  if (outcome === 'gave-up') console.warn(`ferry: ${what} still being sent when the function had to return`);
   return outcome;
 }

@@ -7,7 +7,7 @@ import type { Platform } from '../../functions/wiring.js';
 
 describe('sweeper', () => {
   it('sweeps, deletes what expired before now, and logs counts only', async () => {
-    const deleteExpired = vi.fn(async (_nowMs: number, _limit: number) => 3);
+    const deleteExpired = vi.fn(async (_nowMs: number, _limit: number, _deadline?: unknown) => 3);
     const platform = {
       engine: {
         sweep: async () => ({ requeued: 1, failed: 0, timedOut: 2, expired: 0 }),
@@ -33,7 +33,7 @@ describe('sweeper', () => {
       deadLettered: 0,
       notStartable: 0,
     });
-    expect(deleteExpired).toHaveBeenCalledWith(42_000, sweepTiming.expiredDeleteLimit);
+    expect(deleteExpired).toHaveBeenCalledWith(42_000, sweepTiming.expiredDeleteLimit, expect.anything());
     expect(JSON.parse(String(log.mock.calls[0]![0]))).toMatchObject({ msg: 'ferry sweep', deleted: 3 });
     log.mockRestore();
   });
@@ -63,7 +63,7 @@ describe('sweeper', () => {
     const report = await createSweeper(() => platform)(undefined, { getRemainingTimeInMillis: () => 50_000 });
     log.mockRestore();
     expect(report.notStartable).toBe(500);
-    expect(rejectQueued.mock.calls[0]![2]).toEqual({ budgetMs: 50_000 - 15_000 - 2_000 });
+    expect(rejectQueued.mock.calls[0]![2]).toEqual({ budgetMs: 50_000 - sweepTiming.finishMs });
   });
 
   it('does not return before the webhooks the sweep started are delivered', async () => {

@@ -1598,4 +1598,66 @@ describe('a stream of several MB: every Query page read, in order, and all of it
       store.close();
     }
   }, 120_000);
+
+  it("starts no job and no page of a stream past the run's deadline; the next run goes on where it stopped", async () => {
+    // Lambda stops the sweeper at its timeout wherever it is
+    // (https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html); a deletion that
+    // ran into it skipped the run's webhooks. Here each DynamoDB request moves a fake clock on, and
+    // the run's deadline (functions/sweeper.ts runDeadline) passes while the first page of a long
+    // stream is deleted: the budget of chunks (5,000) is far from spent.
+    const clock = new FakeClock(0);
+    const store = countedStore({}, (client) =>
+      client.middlewareStack.add(
+        (next) => async (args) => {
+          clock.advance(100);
+          return next(args);
+        },
+        { step: 'initialize', name: 'spendTime' },
+      ),
+    );
+    try {
+      const stamp = Date.now();
+      // Expired after the jobs of the tests above, which delete up to 75.
+      const long = makeJob({ id: `io-${stamp}-dl-long`, createdAt: 0, expiresAt: 86, status: 'COMPLETED' });
+      const bare = makeJob({ id: `io-${stamp}-dl-bare`, createdAt: 0, expiresAt: 87, status: 'FAILED' });
+      for (const job of [long, bare]) await store.jobs.create(job);
+      await append(
+        store.jobs,
+        long.id,
+        Array.from({ length: 600 }, (_, i) => chunk(i, 8)),
+      );
+      // The listing's requests (a Query per final status shard), with nothing expired yet.
+      store.reset();
+      await store.jobs.deleteExpired(0, 10);
+      const listing = store.calls.length;
+
+      // Past its deadline a run sends no request at all.
+      store.reset();
+      expect(await store.jobs.deleteExpired(90, 10, { passed: () => true })).toBe(0);
+      expect(store.calls).toEqual([]);
+
+      // Time for the listing, the long stream's meta read, claim, clear and first page (a Query and
+      // 10 BatchWriteItems of 25): the deadline passes during that page.
+      store.reset();
+      const until = clock.now() + (listing + 14) * 100;
+      expect(await store.jobs.deleteExpired(90, 10, { passed: () => clock.now() >= until })).toBe(0);
+      // Nothing started after it: the other job waits, and so do the rest of the stream and its job.
+      expect(store.calls).toHaveLength(listing + 14);
+      expect(store.count('BatchWriteItem')).toBe(10);
+      expect((await streamItems(long.id)).map((item) => item.seq)).toEqual([
+        0,
+        ...Array.from({ length: 350 }, (_, i) => 251 + i),
+      ]);
+      for (const job of [long, bare]) expect(await jobItem(job.id)).toBeDefined();
+
+      // The next run, with time, deletes the rest of the stream and both jobs.
+      expect(await store.jobs.deleteExpired(90, 10, { passed: () => false })).toBe(2);
+      for (const job of [long, bare]) {
+        expect(await jobItem(job.id)).toBeUndefined();
+        expect(await streamItems(job.id)).toEqual([]);
+      }
+    } finally {
+      store.close();
+    }
+  }, 120_000);
 });

@@ -17,6 +17,7 @@ import {
 import { limits } from '../../../limits.js';
 import type {
   BlobStore,
+  Deadline,
   JobChange,
   JobCounts,
   JobPatch,
@@ -127,6 +128,13 @@ const clearDropChunks = 25;
  * runs, 5,000 chunks a minute. How long 200 BatchWriteItems take was never measured.
  */
 const sweepDropChunks = 5_000;
+/**
+ * The chunk items of one Query page of deleteExpired's (10 BatchWriteItems of 25): the run's deadline
+ * is checked between pages, and a page of the whole budget (5,000 small chunks fit in one Query's
+ * 1 MB, https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Pagination.html) was
+ * 200 BatchWriteItems that no deadline could stop.
+ */
+const sweepPageChunks = 250;
 /**
  * TransactWriteItems' limits (updateMany): 100 actions, and 4 MB of items together, of which the
  * job Puts take at most 3.5 MB here: the rest is room for the count items and the expressions,
@@ -731,7 +739,8 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    * whose stream is longer, or comes once they are spent, stays for the next call (its stream
    * cleared), which goes on where this one stopped; jobs without a stream left are still deleted.
    */
-  async deleteExpired(nowMs: number, limit: number): Promise<number> {
+  async deleteExpired(nowMs: number, limit: number, deadline?: Deadline): Promise<number> {
+    if (deadline?.passed()) return 0;
     const finals = jobStatuses.filter(isFinal);
     // Reads at most `limit` items per shard (the queries carry Limit), deletes the oldest `limit`.
     const found = await this.queryShards(
@@ -745,6 +754,8 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
     let budget = this.sweepDropChunks;
     let deleted = 0;
     for (const item of items) {
+      // Past the run's deadline no job starts: the ones left are still expired, for the next run.
+      if (deadline?.passed()) break;
       const jobId = item.jobId as string;
       // Most jobs never streamed: one consistent read of the meta item tells, and such a job is
       // deleted as the index showed it, without the claim and the clear (two writes).
@@ -759,7 +770,7 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
         if (version === undefined) continue; // retried or already gone meanwhile
         // The stream before the job item: the item is what the next run finds (byStatusExpiry), so a
         // stream left half deleted (the budget spent, a request failed) keeps its job until it is gone.
-        const stream = await this.dropStream(jobId, budget);
+        const stream = await this.dropStream(jobId, budget, deadline);
         budget -= stream.dropped;
         if (!stream.gone) continue;
         // As claimExpired left it: no write came after the claim.
@@ -1308,16 +1319,21 @@ export class DynamoJobStore implements JobStore, QueuedJobCount {
    * Deletes an expired job's stream (deleteExpired): clears it first, so that a reader finds it
    * cleared (`clearedBehind`) rather than a chunk missing; then at most `budget` of its chunks, a
    * Query page at a time; then its meta item, once no chunk is left (a stream without one has no
-   * chunk). `gone`: nothing of the stream is left. A failed request leaves the rest for the next run.
+   * chunk). `gone`: nothing of the stream is left. A failed request, or `deadline` passed before a
+   * page, leaves the rest for the next run.
    */
-  private async dropStream(jobId: string, budget: number): Promise<{ dropped: number; gone: boolean }> {
+  private async dropStream(
+    jobId: string,
+    budget: number,
+    deadline?: Deadline,
+  ): Promise<{ dropped: number; gone: boolean }> {
     let dropped = 0;
     try {
       const clearedTo = await this.clearTo(jobId);
       if (clearedTo === undefined) return { dropped, gone: true };
       for (let more = true; more; ) {
-        if (dropped >= budget) return { dropped, gone: false };
-        const page = await this.dropChunks(jobId, clearedTo, budget - dropped);
+        if (dropped >= budget || deadline?.passed()) return { dropped, gone: false };
+        const page = await this.dropChunks(jobId, clearedTo, Math.min(budget - dropped, sweepPageChunks));
         dropped += page.dropped;
         // Each page starts at seq 1 again, behind the deleted ones; one of them is empty only when
         // nothing is left (without a filter, a page cut short holds at least one item). Nor is
