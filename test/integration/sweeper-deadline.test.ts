@@ -7,7 +7,7 @@
  * (getRemainingTimeInMillis, https://docs.aws.amazon.com/lambda/latest/dg/nodejs-context.html) is
  * down to what its `finally` needs, and the next run goes on.
  */
-import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
+import { CreateQueueCommand, GetQueueAttributesCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { FakeClock } from '../../core/clock.js';
 import type { Job } from '../../core/job.js';
@@ -28,14 +28,18 @@ const clock = new FakeClock();
 /** What each DynamoDB request of the sweeper's platform costs on the fake clock. */
 const requestMs = 100;
 const clients: { destroy(): void }[] = [];
+/** Called after each DynamoDB request of the sweeper's platform, with the command's name. */
+let afterRequest: ((command: string) => void) | undefined;
 
 beforeAll(async () => {
   fixture = await startAwsFixture({ ttl: false });
   const dynamo = dynamoClientFor(fixture.dynamo.endpoint);
   dynamo.middlewareStack.add(
-    (next) => async (args) => {
+    (next, context) => async (args) => {
       clock.advance(requestMs);
-      return next(args);
+      const result = await next(args);
+      afterRequest?.(String(context.commandName));
+      return result;
     },
     { step: 'initialize', name: 'spendTime' },
   );
@@ -79,8 +83,12 @@ async function webhooksQueued(): Promise<number> {
  * One run whose Lambda times out `timeoutMs` after it starts, on the fake clock; what it answers,
  * and the time it had left when it returned.
  */
-async function sweepWithin(timeoutMs: number) {
-  const endsAt = clock.now() + timeoutMs;
+async function sweepWithin(timeoutMs: number, runOut?: (command: string) => boolean) {
+  let endsAt = clock.now() + timeoutMs;
+  // The run's time is spent at once once `runOut` says so: what the `finally` keeps is all it has.
+  afterRequest = (command) => {
+    if (runOut?.(command)) endsAt = Math.min(endsAt, clock.now() + sweepTiming.finishMs);
+  };
   vi.spyOn(console, 'log').mockImplementation(() => {});
   const report = await createSweeper(
     () => platform,
@@ -138,5 +146,62 @@ describe('the sweeper keeps within its time', () => {
     expect(await statuses(overrun)).toEqual(overrun.map(() => 'TIMED_OUT'));
     expect(await statuses(expired)).toEqual(expired.map(() => 'gone'));
     expect(await webhooksQueued()).toBe(overrun.length);
+  }, 120_000);
+
+  it('a run short of time leaves the dead letters of the endpoints after its deadline to the next run', async () => {
+    // Two queue endpoints, listed in this order (by app), each with a job whose message was dead-lettered.
+    const endpoints = ['dlfirst0000000', 'dlsecond000000'];
+    const jobs: Job[] = [];
+    for (const [i, id] of endpoints.entries()) {
+      for (const suffix of ['', '-low', '-dlq', '-low-dlq'])
+        await fixture.sqs.send(new CreateQueueCommand({ QueueName: `ferry-${id}${suffix}` }));
+      await platform.control.putEndpoint({
+        id,
+        app: `dl${i}`,
+        env: 'production',
+        name: 'gen',
+        kind: 'queue',
+        createdAt: clock.now(),
+        updatedAt: clock.now(),
+      } as never);
+      const job = await platform.engine.submit(id, { input: { n: i } }, { sync: false });
+      jobs.push((await platform.jobs.get(job.id, clock.now()))!);
+      const dlq = await fixture.queueUrlFor(`${id}-dlq`);
+      await fixture.sqs.send(
+        new SendMessageCommand({
+          QueueUrl: dlq,
+          MessageBody: JSON.stringify({ jobId: job.id, endpointId: id, lowPriority: false }),
+        }),
+      );
+    }
+    const statuses = async () =>
+      Promise.all(jobs.map(async (job) => (await platform.jobs.get(job.id, clock.now()))?.status));
+    const dlqOf = async (id: string) => fixture.queueUrlFor(`${id}-dlq`);
+    const waiting = async (queueUrl: string) => {
+      const { Attributes } = await fixture.sqs.send(
+        new GetQueueAttributesCommand({
+          QueueUrl: queueUrl,
+          AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+        }),
+      );
+      return (
+        Number(Attributes?.ApproximateNumberOfMessages ?? 0) +
+        Number(Attributes?.ApproximateNumberOfMessagesNotVisible ?? 0)
+      );
+    };
+
+    // The run's time runs out with the first dead-lettered job's move (its TransactWriteItems).
+    const first = await sweepWithin(55_000, (command) => command === 'TransactWriteItemsCommand');
+    expect(first.leftMs).toBeGreaterThan(0);
+    expect(first.report.deadLettered).toBe(1);
+    expect(await statuses()).toEqual(['FAILED', 'IN_QUEUE']);
+    // The second endpoint's dead letter was not even taken: it waits, visible, for the next run.
+    expect(await waiting(await dlqOf(endpoints[0]!))).toBe(0);
+    expect(await waiting(await dlqOf(endpoints[1]!))).toBe(1);
+
+    const second = await sweepWithin(55_000);
+    expect(second.report.deadLettered).toBe(1);
+    expect(await statuses()).toEqual(['FAILED', 'FAILED']);
+    expect(await waiting(await dlqOf(endpoints[1]!))).toBe(0);
   }, 120_000);
 });
