@@ -93,6 +93,8 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
       }
     };
     let report: SweepReport;
+    // The deadline had passed when the steps ended: they may have left work for the next run.
+    let outOfTime = false;
     try {
       const swept = await engine.sweep({ deadline });
       const deleted = await jobs.deleteExpired(nowMs(), sweepTiming.expiredDeleteLimit, deadline);
@@ -111,7 +113,8 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
       let deadLettered = 0;
       await forEach('reading dead letters', queueEndpoints, async (endpointId) => {
         for (const letter of await deadLetters.take(endpointId, sweepTiming.deadLetterLimit)) {
-          // A letter taken but not handled shows again once its visibility timeout ends.
+          // A letter taken but not handled shows again once its visibility timeout (60 s,
+          // sqsDeadLetters) ends.
           if (deadline.passed()) return;
           const failed = await engine.failDeadLettered(
             letter.jobId,
@@ -133,6 +136,7 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
         }
       });
       report = { ...swept, deleted, resent, deadLettered, notStartable };
+      outOfTime = deadline.passed();
     } finally {
       // Whatever failed above, what the run did start goes out before it returns (a Lambda
       // environment is frozen once the handler returns). Requeued jobs of an endpoint left with no
@@ -147,8 +151,6 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
       await settleWebhooks(webhooks, remainingMs() - returnMarginMs);
     }
     // One line per run for CloudWatch Logs Insights; counts only, never job contents.
-    // outOfTime: the run stopped at its deadline and left work for the next one.
-    const outOfTime = deadline.passed();
     console.log(JSON.stringify({ msg: 'ferry sweep', ...report, failedSteps: failures.length, outOfTime }));
     for (const failure of failures) console.error(`ferry sweep: ${failure}`);
     // A job the sweep could not move is left for the next run, so that it does not stop the rest;

@@ -100,6 +100,37 @@ describe('sweeper', () => {
     log.mockRestore();
   });
 
+  it('returns within its time when a scaler nudge or a stop signal never settles', async () => {
+    // They were awaited with no bound: one that hung ran the function into its timeout
+    // (https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html), webhooks unsettled.
+    const never = () => new Promise<void>(() => {});
+    const idle = vi.fn(async () => {});
+    const platform = {
+      engine: {
+        sweep: async () => ({ requeued: 1, failed: 0, timedOut: 1, expired: 0 }),
+        resendWaiting: async () => 0,
+      },
+      jobs: { deleteExpired: async () => 0 },
+      control: { listEndpoints: async () => [] },
+      deadLetters: { take: async () => [] },
+      webhooks: { idle },
+      nudges: { settled: never },
+      stopSignals: { settled: never },
+    } as unknown as Platform;
+    const log = vi.spyOn(console, 'log').mockImplementation(() => {});
+    const warn = vi.spyOn(console, 'warn').mockImplementation(() => {});
+    // 5 ms past what the sweeper keeps to return: each settle waits at most that long.
+    const report = await createSweeper(() => platform)(undefined, { getRemainingTimeInMillis: () => 2_005 });
+    expect(report.timedOut).toBe(1);
+    expect(warn.mock.calls.map((call) => String(call[0]))).toEqual([
+      'ferry: scaler nudges still being sent when the function had to return',
+      'ferry: stop signals still being sent when the function had to return',
+    ]);
+    expect(idle).toHaveBeenCalled();
+    log.mockRestore();
+    warn.mockRestore();
+  });
+
   it('gives up on deliveries still running when its time is up, and says so', async () => {
     const warn = vi.spyOn(console, 'warn').mockImplementation(() => {});
     const { settleWebhooks } = await import('../../functions/wiring.js');

@@ -89,12 +89,14 @@ async function sweepWithin(timeoutMs: number, runOut?: (command: string) => bool
   afterRequest = (command) => {
     if (runOut?.(command)) endsAt = Math.min(endsAt, clock.now() + sweepTiming.finishMs);
   };
-  vi.spyOn(console, 'log').mockImplementation(() => {});
+  const log = vi.spyOn(console, 'log').mockImplementation(() => {});
+  log.mockClear();
   const report = await createSweeper(
     () => platform,
     () => clock.now(),
   )(undefined, { getRemainingTimeInMillis: () => endsAt - clock.now() });
-  return { report, leftMs: endsAt - clock.now() };
+  const line = JSON.parse(String(log.mock.calls.at(-1)?.[0])) as { outOfTime: boolean };
+  return { report, leftMs: endsAt - clock.now(), outOfTime: line.outOfTime };
 }
 
 describe('the sweeper keeps within its time', () => {
@@ -124,23 +126,28 @@ describe('the sweeper keeps within its time', () => {
       }),
     );
     for (const job of [...overrun, ...expired]) await platform.jobs.create(job);
+    expect(await fixture.workers().stopSignal('w1')).toBe(0);
     const statuses = async (jobs: Job[]) =>
       Promise.all(jobs.map(async (job) => (await platform.jobs.get(job.id, 0))?.status ?? 'gone'));
 
     // Time for the listing and a few moves, past what the `finally` keeps (the deadline's margin).
     const first = await sweepWithin(sweepTiming.finishMs + 10 * requestMs);
     expect(first.leftMs).toBeGreaterThan(0);
+    expect(first.outOfTime).toBe(true);
     expect(first.report.timedOut).toBeGreaterThan(0);
     expect(first.report.timedOut).toBeLessThan(overrun.length);
     // No job of the second step was started: the deadline had passed.
     expect(first.report.deleted).toBe(0);
     expect((await statuses(overrun)).filter((s) => s === 'TIMED_OUT')).toHaveLength(first.report.timedOut);
     expect(await statuses(expired)).toEqual(expired.map(() => 'COMPLETED'));
-    // The webhooks of the jobs it did time out are on their queue: the `finally` ran.
+    // The webhooks of the jobs it did time out are on their queue, and their worker's agent has its
+    // stop signal: the `finally` ran.
     expect(await webhooksQueued()).toBe(first.report.timedOut);
+    expect(await fixture.workers().stopSignal('w1')).toBeGreaterThan(0);
 
     // The next run, with its whole time, does what was left.
     const second = await sweepWithin(55_000);
+    expect(second.outOfTime).toBe(false);
     expect(second.report.timedOut).toBe(overrun.length - first.report.timedOut);
     expect(second.report.deleted).toBe(expired.length);
     expect(await statuses(overrun)).toEqual(overrun.map(() => 'TIMED_OUT'));
