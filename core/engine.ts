@@ -681,6 +681,8 @@ export class JobEngine {
         signal,
         inputAsText,
         claim: (job) => (canMove('take', job.status) ? this.claimPatch(job, workerId) : undefined),
+        // A worker drained while its take waits (a new deployment rolled it) is handed nothing more.
+        ...(this.ledger.takesNew ? { open: () => this.ledger.takesNew!(workerId) } : {}),
       });
       for (const { before, after } of moved) this.afterWrite(before, after);
       // The store keeps polling past stale messages itself, so nothing claimed means nothing came.

@@ -220,6 +220,12 @@ export interface TakeQueuedOptions {
   signal?: AbortSignal | undefined;
   claim: (job: Job) => JobPatch | undefined;
   /**
+   * Whether the taker may still be given jobs, asked before each is claimed for it: once false (its
+   * worker was drained while the take waited) the take gets no more and waits out its time empty.
+   * Called on the job path, so it must answer from memory.
+   */
+  open?: () => boolean;
+  /**
    * The taken jobs' inputs as the JSON text the store holds (a JsonText, core/json.ts), for a caller
    * that writes them straight out (the take answer); a store that keeps no such text parses as ever.
    */
@@ -428,6 +434,11 @@ export interface TaskStartFailureRecord {
 export interface WorkerLedger {
   /** Whether the worker may take jobs now: false while it drains, retires after a job, or is gone. */
   mayTake(endpointId: string, workerId: string): Promise<boolean>;
+  /**
+   * The same answer at once, from memory, for a take that is already waiting (TakeQueuedOptions.open);
+   * absent where a waiting take is never cut short (the registry ledger: every worker may take).
+   */
+  takesNew?(workerId: string): boolean;
   /**
    * The worker took these jobs. `deadlinesMs`: when each must end (startedAt + execution timeout),
    * as the taker wrote it, so the ledger need not read the job again to time it out.

@@ -327,11 +327,22 @@ export class WorkerSupervisor implements WorkerLedger {
     const entry = this.live(endpointId, workerId);
     if (!entry) return false;
     this.contact(entry);
-    // A worker this supervisor killed is on its way out: a job taken now would only be cut off.
-    if (entry.phase === 'ready' && !entry.killed) return true;
+    if (this.takesNew(workerId)) return true;
     // Draining, retiring or killed: hold the empty answer a moment, since workers ask again at once.
     await this.clock.sleep(this.settings.refusedTakeHoldMs, this.closing.signal);
     return false;
+  }
+
+  /**
+   * Whether a take of the worker that is already waiting may still be given a job: a map read, asked
+   * by the store for every job it would hand over. A worker drained meanwhile (a new deployment rolls
+   * its workers, a scale-in) or killed gets none: a job arriving after `ferry deploy` said Deployed
+   * must not go to a worker of the old code that was waiting for work.
+   */
+  takesNew(workerId: string): boolean {
+    const entry = this.workers.get(workerId);
+    // A worker this supervisor killed is on its way out: a job taken now would only be cut off.
+    return entry !== undefined && entry.phase === 'ready' && !entry.killed;
   }
 
   async taken(

@@ -18,7 +18,8 @@ export function localEngine(
     composedTake?: boolean;
     changes?: ChangeFeed;
     jobs?: JobStore;
-  } & Pick<EngineDeps, 'webhooks' | 'warn'> = {},
+  } & Pick<EngineDeps, 'webhooks' | 'warn'> &
+    Partial<Pick<EngineDeps, 'ledger'>> = {},
 ): JobEngine {
   return new JobEngine({
     jobs: options.jobs ?? db.jobs,
@@ -29,6 +30,7 @@ export function localEngine(
     settings,
     webhooks: options.webhooks,
     warn: options.warn,
+    ...(options.ledger ? { ledger: options.ledger } : {}),
     ...(options.composedTake
       ? {}
       : {

@@ -815,3 +815,28 @@ describe('job ids', () => {
     expect(new Set(ids.map((id) => id.slice(15, 36))).size).toBe(ids.length);
   });
 });
+
+describe("a worker drained while its take waits (the local platform's one-write take)", () => {
+  const turns = async () => {
+    for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
+  };
+
+  it('gets no job that comes after the drain: the next worker takes it (a deploy rolled the endpoint)', async () => {
+    clock = new FakeClock();
+    db = openLocalDatabase(':memory:', { clock });
+    const supervisor = new WorkerSupervisor({ clock, log: silentLogger, settings: { refusedTakeHoldMs: 0 } });
+    engine = localEngine(db, clock, { leaseMs: 30_000 }, { ledger: supervisor });
+    const old = supervisor.adoptNew(ep).workerId;
+    // An idle worker of the old code, waiting for work in its long poll.
+    const waiting = engine.take(ep, old, 1, 60_000);
+    await turns();
+    supervisor.drain(old);
+    const job = await engine.submit(ep, { input: { v: 2 } }, { sync: false });
+    await turns();
+    clock.advance(60_000);
+    expect(await waiting).toEqual([]);
+    expect((await engine.status(ep, job.id)).status).toBe('IN_QUEUE');
+    const [taken] = await engine.take(ep, supervisor.adoptNew(ep).workerId, 1, 0);
+    expect(taken?.id).toBe(job.id);
+  });
+});

@@ -480,6 +480,8 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
    */
   const takeSync = (endpointId: string, nowMs: number, options: TakeQueuedOptions): TakenJob[] => {
     const taken: TakenJob[] = [];
+    // Checked before a message is consumed: a refused claim below would drop the job's message.
+    if (options.open?.() === false) return taken;
     for (;;) {
       const want = options.max - taken.length;
       const messages = queue.visibleSync(endpointId, nowMs, want);
@@ -578,7 +580,8 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
         const handed = await ParkedTakes.collect(take);
         if (handed.length > 0) return handed;
         const found = await group.run(() => takeSync(endpointId, nowMs, options));
-        if (found.length === 0 && !options.signal?.aborted) parked.join(endpointId, take);
+        if (found.length === 0 && !options.signal?.aborted && options.open?.() !== false)
+          parked.join(endpointId, take);
         return found;
       };
       let found: TakenJob[];
@@ -637,7 +640,8 @@ class ParkedTakes {
     const takes = this.#byEndpoint.get(endpointId) ?? [];
     for (let i = 0; i < takes.length; ) {
       const take = takes[i]!;
-      if (take.options.signal?.aborted) this.leave(endpointId, take);
+      // Its caller left, or its worker may take nothing more (drained while it waited).
+      if (take.options.signal?.aborted || take.options.open?.() === false) this.leave(endpointId, take);
       else if (take.handed.length < take.options.max) return take;
       else i++;
     }
