@@ -221,8 +221,10 @@ async function serveDev(
       control: platform.db.control,
       file: new DevResourcesFile(projectDir),
       snapshot,
+      // A pass that reads the record just written (one in flight may not): the reloaded endpoint's
+      // old workers are drained before the reload is reported, so no job goes to the old code.
       reconcile: async () => {
-        await pools?.reconcile();
+        await pools?.reconcileNow();
       },
       ...(args.deps ? { workerCommand: (endpoint) => venvs.commandFor(endpoint) } : {}),
       onChange: (name, outcome, record) => {

@@ -298,6 +298,8 @@ export async function deployProject(options: DeployOptions): Promise<DeployResul
     }
     const serving = await provider.ensureServing(reporter);
     reporter.line(`  served at ${serving.url}`);
+    // Deployed means deployed: no job taken after this runs the code this deploy replaced.
+    if (!serving.started) await provider.awaitRollout?.([...plan.create, ...plan.update], reporter);
     return serving.url;
   });
 

@@ -8,9 +8,10 @@ import { chmodSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node
 import path from 'node:path';
 import { FileBlobStore } from '../../core/adapters/local/files.js';
 import { securePrivateDir } from '../../core/adapters/local/home.js';
+import { type RolloutReport, reconcilePath } from '../../core/adapters/local/rollout.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { hashKey, newSecret } from '../../core/auth.js';
-import { usage } from '../../core/errors.js';
+import { messageOf, usage } from '../../core/errors.js';
 import { defaultPort } from '../../core/limits.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
 import { apiKeyFromUser, apiKeyInShell } from '../config.js';
@@ -126,6 +127,12 @@ export async function localApiKey(
   }
   return { key, source: file };
 }
+
+/**
+ * How long a deploy waits for the running platform to roll its workers: the pass unpacks each
+ * changed endpoint's artifact first.
+ */
+const rolloutWaitMs = 60_000;
 
 export class LocalProvider implements Provider {
   readonly name = 'local' as const;
@@ -255,6 +262,56 @@ export class LocalProvider implements Provider {
       `  started ferry serve (pid ${info.pid}) at ${info.url}; logs in ${path.join(this.options.home, 'serve.log')}`,
     );
     return { url: info.url, started: true };
+  }
+
+  /**
+   * The running `ferry serve` reads the records now and answers once the workers of every changed
+   * endpoint are drained (core/adapters/local/rollout.ts): it read them once a second, and until then
+   * an idle worker of the old code took the next job. A serve that cannot be asked (an older Ferry,
+   * a key of one app) or does not answer in time rolls at its next pass anyway: a warning, not a
+   * failure, since the records are written.
+   */
+  async awaitRollout(changed: readonly EndpointRecord[], reporter: Reporter): Promise<void> {
+    if (changed.length === 0) return;
+    const url = this.#fixedUrl ?? this.#url ?? (await this.serving());
+    if (!url) return;
+    reporter.line('  rolling the workers of the running platform to this deployment…');
+    let report: RolloutReport;
+    try {
+      const { key } = await this.apiKey();
+      const response = await fetch(`${url}${reconcilePath}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}` },
+        signal: AbortSignal.timeout(rolloutWaitMs),
+      });
+      const body = (await response.json().catch(() => undefined)) as
+        | (RolloutReport & { error?: string })
+        | undefined;
+      if (!response.ok || !Array.isArray(body?.endpoints)) {
+        throw new Error(body?.error ?? `HTTP ${response.status}`);
+      }
+      report = body;
+    } catch (error) {
+      const why =
+        (error as Error).name === 'TimeoutError'
+          ? `no answer within ${rolloutWaitMs / 1000} s`
+          : messageOf(error);
+      reporter.line(
+        `  warning: could not ask the platform at ${url} to roll its workers now (${why}); it rolls them when it next reads the records, within a second or two`,
+      );
+      return;
+    }
+    const found = new Map(report.endpoints.map((e) => [e.id, e]));
+    for (const record of changed) {
+      const problem = found.get(record.id)?.problem;
+      if (!problem) continue;
+      reporter.line(
+        found.get(record.id)?.running
+          ? `  warning: ${record.name} keeps running its previous deployment: ${problem}`
+          : `  warning: ${record.name} starts no worker: ${problem}`,
+      );
+    }
+    reporter.line('  ✓ every job from now on runs this deployment (old workers finish what they hold)');
   }
 
   apiKey(): Promise<{ key: string; source: string }> {

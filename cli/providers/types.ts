@@ -93,6 +93,13 @@ export interface Provider {
   checkServable?(): Promise<void>;
   /** Whether the endpoints are served right now, and where. */
   serving(): Promise<string | undefined>;
+  /**
+   * After the records of `changed` (created or updated) endpoints are written and served: returns
+   * once every job taken from then on is taken by a worker of this deployment (local: the running
+   * `ferry serve` rolls its workers now, not at its next pass), saying on `reporter` what it waits
+   * for and what it could not do. Absent: the platform rolls on its own (AWS: docs/aws.md).
+   */
+  awaitRollout?(changed: readonly EndpointRecord[], reporter: Reporter): Promise<void>;
   /** A client API key that the served endpoints accept, and where it came from. */
   apiKey(): Promise<{ key: string; source: string }>;
   /**

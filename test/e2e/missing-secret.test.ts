@@ -11,8 +11,9 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scanProject } from '../../cli/build/scan.js';
+import { type RolloutReport, reconcilePath } from '../../core/adapters/local/rollout.js';
 import { recordFor } from '../support/endpoints.js';
-import { call, startTestPlatform, type TestPlatform } from '../support/platform.js';
+import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
 import { CliSandbox } from './cli-support.js';
 
 const project = mkdtempSync(join(tmpdir(), 'ferry-missing-secret-'));
@@ -60,6 +61,20 @@ describe('a secret the endpoint declares has no value', () => {
     // Ended by the endpoint's state, not by the 30 s wait running out.
     expect(Date.now() - started).toBeLessThan(15_000);
   }, 60_000);
+
+  it("the platform's roll-now route (what ferry deploy asks) says why the endpoint starts no worker", async () => {
+    const url = `${platform.baseUrl.replace(/\/v2$/, '')}${reconcilePath}`;
+    const keyless = await fetch(url, { method: 'POST' });
+    expect(keyless.status).toBe(401);
+    expect(await keyless.json()).toEqual({ error: expect.any(String) });
+    const response = await fetch(url, { method: 'POST', headers: { authorization: `Bearer ${testApiKey}` } });
+    expect(response.status).toBe(200);
+    const { endpoints } = (await response.json()) as RolloutReport;
+    expect(endpoints).toEqual([
+      { id: 'needs', running: false, problem: expect.stringContaining('secrets not set: HF_TOKEN') },
+    ]);
+    expect(endpoints[0]!.problem).toContain(hint);
+  });
 
   it('setting the value is enough: the next job runs in a worker that sees it, and health is clear', async () => {
     const secrets = platform.db.openSecrets(join(platform.dataDir, 'secrets.key'));

@@ -13,7 +13,7 @@ import Fastify, {
   type FastifyServerOptions,
 } from 'fastify';
 import type { ApiRequest, V2Api } from '../../api.js';
-import { type Authenticator, authorizeClient } from '../../auth.js';
+import { type Authenticator, authorizeClient, authorizeOperator } from '../../auth.js';
 import { badRequest, internal, toHttpResponse } from '../../errors.js';
 import { assertJsonDepth, stringifyJsonExact } from '../../json.js';
 import { limits } from '../../limits.js';
@@ -24,6 +24,13 @@ import { overLimitMessage, readLimitedBody } from '../../request-body.js';
 import { registerConsole } from './console.js';
 import { type FrontDoorGuard, frontDoorLimits, installGuards, serverOptions } from './guard.js';
 import type { LbRequest, LbResponse } from './pool.js';
+import { type RolloutReport, reconcilePath } from './rollout.js';
+
+/** `POST /local/v1/reconcile` (core/adapters/local/rollout.ts). */
+export interface LocalRollout {
+  auth: Authenticator;
+  reconcile(): Promise<RolloutReport>;
+}
 
 /** Load-balanced endpoints: `/lb/<endpointId>/<route path>`, API key required like every endpoint. */
 export interface LbFrontDoor {
@@ -152,6 +159,8 @@ export async function createHttpServer(options: {
   consoleDir?: string;
   guard?: FrontDoorGuard;
   log?: Logger;
+  /** `POST /local/v1/reconcile` (rollout.ts). */
+  rollout?: LocalRollout;
 }): Promise<FastifyInstance> {
   const log = options.log ?? stderrLogger;
   const app = Fastify({
@@ -225,6 +234,26 @@ export async function createHttpServer(options: {
   });
   if (options.manage) app.route({ method: methods, url: '/manage/v1/*', handler: forward });
   if (options.consoleDir) registerConsole(app, options.consoleDir);
+
+  const rollout = options.rollout;
+  if (rollout) {
+    app.route({
+      method: 'POST',
+      url: reconcilePath,
+      handler: async (request, reply) => {
+        try {
+          await authorizeOperator(rollout.auth, request.headers.authorization);
+          return reply.code(200).send(await rollout.reconcile());
+        } catch (error) {
+          const answer = toHttpResponse(error, { requestId: request.id, log, what: `POST ${reconcilePath}` });
+          return reply
+            .code(answer.statusCode)
+            .headers(answer.headers ?? {})
+            .send(answer.body);
+        }
+      },
+    });
+  }
 
   const lb = options.lb;
   if (lb) {

@@ -247,6 +247,11 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
       limits: options.frontDoor,
       workers: workerWindows,
     },
+    rollout: {
+      auth,
+      // Without pools (none started yet, or a platform that runs no workers) there is nothing to roll.
+      reconcile: async () => (pools ? pools.reconcileNow() : { endpoints: [] }),
+    },
     lb: {
       auth,
       endpoint: (id) => db.control.getEndpoint(id),

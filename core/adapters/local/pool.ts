@@ -44,6 +44,7 @@ import type { BlobStore, ChangeFeed, ControlStore, EndpointRecord, JobQueue, Log
 import type { ScalePlan, WorkerActuator, WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 import { extractArtifact } from './artifact.js';
 import { JobLineBackup } from './line-backup.js';
+import type { RolloutReport } from './rollout.js';
 
 /** The shortest time between two pool ticks that submits woke (see start()). */
 const minTickGapMs = 50;
@@ -150,6 +151,8 @@ export class LocalWorkers {
   private readonly runAs = new Map<string, Pick<PoolSpec, 'user' | 'home'>>();
   /** Each endpoint's name, from the records the last pass read (nameOf). */
   private names = new Map<string, string>();
+  /** Why the last pass could not give an endpoint's workers its record as it is (reconcileNow). */
+  private readonly specProblems = new Map<string, string>();
   private readonly gpus: GpuSlots;
   private reconciling: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
@@ -188,6 +191,23 @@ export class LocalWorkers {
     this.timer.unref();
   }
 
+  /**
+   * A pass that reads the records as they are now, for a caller that just wrote one (`ferry deploy`
+   * through the running serve, `ferry dev` after a reload): the pass in flight may have read them
+   * before that write, so it is waited out and another starts (or one begun since is joined). Once it
+   * resolves, the workers of a changed endpoint are drained: they take no job from then on.
+   */
+  async reconcileNow(): Promise<RolloutReport> {
+    await this.reconciling?.catch(() => {});
+    await this.reconcile();
+    return {
+      endpoints: [...this.names.keys()].map((id) => {
+        const problem = this.specProblems.get(id);
+        return { id, running: this.pools.has(id), ...(problem ? { problem } : {}) };
+      }),
+    };
+  }
+
   /** Brings the pools in line with the endpoints in the control store. */
   reconcile(): Promise<void> {
     this.reconciling ??= this.doReconcile().finally(() => {
@@ -209,6 +229,8 @@ export class LocalWorkers {
         spec = await this.specOf(record);
       } catch (error) {
         const message = (error as Error).message;
+        const why = FerryError.is(error) && error.hint ? `${message} (${error.hint})` : message;
+        this.specProblems.set(record.id, why);
         // Never started: nothing serves it until the user completes it (a secret, say), and health
         // and its queued jobs say so. A running pool keeps its last complete spec meanwhile.
         if (!pool && FerryError.is(error)) {
@@ -219,6 +241,7 @@ export class LocalWorkers {
         }
         continue;
       }
+      this.specProblems.delete(record.id);
       if (!pool) {
         await this.options.supervisor.unconfigured(record.id, undefined);
         const created = new EndpointPool(spec, this.options, this.gpus);
@@ -229,6 +252,7 @@ export class LocalWorkers {
         pool.roll(spec);
       }
     }
+    for (const id of this.specProblems.keys()) if (!seen.has(id)) this.specProblems.delete(id);
     for (const [id, pool] of this.pools) {
       if (!seen.has(id)) {
         // No new worker starts for it (actuator.start reads `pools`), but its workers are still found
