@@ -344,6 +344,12 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
                 records ?? ((use) => withControl(ctx, provider, options, use)),
                 argv.restart ? () => ecsFor(options) : undefined,
               );
+            } else {
+              // The running `ferry serve` rolls the endpoints that use it now, not at its next pass:
+              // once this says Set, no job is taken by a worker that has the old value.
+              await withProvider(ctx, provider, async (local) =>
+                local.awaitRollout?.(await endpointsUsing(local.control, scope, name), ctx.reporter),
+              );
             }
             return scope;
           });

@@ -275,7 +275,9 @@ export class LocalProvider implements Provider {
     if (changed.length === 0) return;
     const url = this.#fixedUrl ?? this.#url ?? (await this.serving());
     if (!url) return;
-    reporter.line('  rolling the workers of the running platform to this deployment…');
+    reporter.line(
+      `  rolling the workers of ${changed.map((r) => r.name).join(', ')} on the running platform…`,
+    );
     let report: RolloutReport;
     try {
       const { key } = await this.apiKey();
@@ -307,11 +309,11 @@ export class LocalProvider implements Provider {
       if (!problem) continue;
       reporter.line(
         found.get(record.id)?.running
-          ? `  warning: ${record.name} keeps running its previous deployment: ${problem}`
+          ? `  warning: ${record.name} keeps its previous workers: ${problem}`
           : `  warning: ${record.name} starts no worker: ${problem}`,
       );
     }
-    reporter.line('  ✓ every job from now on runs this deployment (old workers finish what they hold)');
+    reporter.line('  ✓ every job from now on runs on new workers (the old ones finish what they hold)');
   }
 
   apiKey(): Promise<{ key: string; source: string }> {

@@ -54,10 +54,40 @@ describe('ferry deploy to a running ferry serve', () => {
 
     for (const n of [2, 3, 4]) {
       const result = await deploy(n);
-      expect(result.stderr).toContain('every job from now on runs this deployment');
+      expect(result.stderr).toContain('every job from now on runs on new workers');
       // At once: no wait between Deployed and the job.
       const job = await runsync(url!, n);
       expect(job, `version ${n}`).toMatchObject({ status: 'COMPLETED', output: { version: n } });
     }
-  }, 180_000);
+
+    // A new value of a secret the endpoint lists rolls it the same way (the pool's spec holds it).
+    const secretSource = [
+      'import os',
+      'from ferry import Endpoint',
+      '',
+      '@Endpoint(name="greet", cpu="1-2", workers=(1, 1), secrets=["TOKEN"])',
+      'def greet(v5=0):',
+      '    return {"version": 5, "token": os.environ.get("TOKEN")}',
+      '',
+    ].join('\n');
+    const setSecret = async (value: string) => {
+      const result = await sandbox.run(['secrets', 'set', 'TOKEN'], {
+        cwd: project,
+        input: value,
+        env: { FERRY_API_KEY: apiKey },
+      });
+      expect(result.code, result.stderr).toBe(0);
+      return result;
+    };
+    await setSecret('first');
+    writeFileSync(path.join(project, 'app.py'), secretSource);
+    const withSecret = await sandbox.run(['deploy'], { cwd: project, env: { FERRY_API_KEY: apiKey } });
+    expect(withSecret.code, withSecret.stderr).toBe(0);
+    expect(await runsync(url!, 5)).toMatchObject({ output: { token: 'first' } });
+    for (const value of ['second', 'third']) {
+      const set = await setSecret(value);
+      expect(set.stderr).toContain('every job from now on runs on new workers');
+      expect(await runsync(url!, 5), value).toMatchObject({ status: 'COMPLETED', output: { token: value } });
+    }
+  }, 240_000);
 });
