@@ -24,7 +24,7 @@ import { stringifyJsonExact } from '../core/json.js';
 import { type Logger, stderrLogger } from '../core/log.js';
 import { managePrefix } from '../core/manage.js';
 import { envelopeBytes, fitsLambdaResponse, lambdaPayloadBytes } from './payloads.js';
-import { deadlineSignal, type Platform, platformFromEnv, settleWebhooks } from './wiring.js';
+import { deadlineSignal, type Platform, platformFromEnv, settleWebhooks, settleWithin } from './wiring.js';
 
 /** Answer this long before the function's timeout, so a capped wait still gets its 200 out. */
 const answerMarginMs = 1_500;
@@ -148,10 +148,25 @@ export function createApiHandler(platform: () => Platform, log: Logger = stderrL
       const response = await (request.path.startsWith(`${managePrefix}/`) ? manage : api).handle(request);
       // A submit to an endpoint with no worker nudged the scaler, and a cancel or a final transition
       // started a webhook, and a cancel signals the agent of the worker holding the job (stop
-      // signals): send them all before the sandbox freezes.
-      await platform().nudges?.settled();
-      await platform().stopSignals?.settled();
-      await settleWebhooks(webhooks, (context?.getRemainingTimeInMillis?.() ?? 10_000) - answerMarginMs);
+      // signals): send them before the sandbox freezes
+      // (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html), but only
+      // within the time the waits have too, the context's getRemainingTimeInMillis()
+      // (https://docs.aws.amazon.com/lambda/latest/dg/nodejs-context.html) less answerMarginMs. The
+      // function's timeout is 1 s under API Gateway's integration timeout (29 s by default,
+      // https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html; infra
+      // integrationTiming), so this ends first. The request's own work (a job written, a cancel)
+      // is done: a send that hangs must not turn its answer into the gateway's 504 or the function's
+      // timeout. All three at once, so one that hangs takes no time from the others. What giving up
+      // loses is made up later, though not by the sweeper: a nudge by the scaler's run every minute
+      // (ScaleEveryMinute), a stop signal by the agent's safety re-read of its held jobs (safetyMs,
+      // 15 s, core/adapters/aws/stop-signals.ts); only a webhook's hand-over has no later sender.
+      const budgetMs = (context?.getRemainingTimeInMillis?.() ?? 10_000) - answerMarginMs;
+      const { nudges, stopSignals } = platform();
+      await Promise.all([
+        nudges && settleWithin('scaler nudges', () => nudges.settled(), budgetMs),
+        stopSignals && settleWithin('stop signals', () => stopSignals.settled(), budgetMs),
+        settleWebhooks(webhooks, budgetMs),
+      ]);
       return resultOf(response, edge);
     }) as unknown as ApiHandler;
 }

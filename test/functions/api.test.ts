@@ -2,7 +2,7 @@
  * The api Lambda's event translation (API Gateway REST proxy event v1 ⇄ V2Api), over a recording
  * stand-in for the platform (unit level; the real platform runs in test/aws-box/).
  */
-import type { APIGatewayProxyEvent, Context } from 'aws-lambda';
+import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context } from 'aws-lambda';
 import { describe, expect, it, vi } from 'vitest';
 import type { ApiRequest, ApiResponse } from '../../core/api.js';
 import { badRequest } from '../../core/errors.js';
@@ -74,6 +74,43 @@ describe('api handler', () => {
     deliver();
     expect((await answered).statusCode).toBe(200);
     expect(events).toEqual(['handled', 'webhook delivered', 'answered']);
+  });
+
+  it('answers a run whose scaler nudge never settles within the time the context gives it', async () => {
+    // The nudge was awaited with no bound: one that hung held a job already made until API Gateway
+    // answered 504 (https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html) or the
+    // function timed out. A stop signal and a webhook that settle still go out meanwhile.
+    vi.useFakeTimers();
+    const warn = vi.spyOn(console, 'warn').mockImplementation(() => {});
+    try {
+      const idle = vi.fn(async () => {});
+      const signalled = vi.fn(async () => {});
+      const platform = {
+        api: { handle: async () => ({ statusCode: 200, body: { id: 'j', status: 'IN_QUEUE' } }) },
+        webhooks: { idle },
+        nudges: { settled: () => new Promise<void>(() => {}) },
+        stopSignals: { settled: signalled },
+      } as unknown as Platform;
+      let answer: APIGatewayProxyResult | undefined;
+      const answered = createApiHandler(() => platform)(event(), context(20_000)).then((r) => {
+        answer = r;
+      });
+      // 1.5 s of the 20 s are kept to return: the nudge is waited for 18.5 s, not a moment more.
+      await vi.advanceTimersByTimeAsync(18_499);
+      expect(answer).toBeUndefined();
+      await vi.advanceTimersByTimeAsync(1);
+      await answered;
+      expect(answer).toMatchObject({ statusCode: 200 });
+      expect(JSON.parse(answer!.body)).toEqual({ id: 'j', status: 'IN_QUEUE' });
+      expect(idle).toHaveBeenCalled();
+      expect(signalled).toHaveBeenCalled();
+      expect(warn.mock.calls.map((call) => String(call[0]))).toEqual([
+        'ferry: scaler nudges still being sent when the function had to return',
+      ]);
+    } finally {
+      warn.mockRestore();
+      vi.useRealTimers();
+    }
   });
 
   it('hands method, path, lower-cased headers, joined query values and the body to V2Api', async () => {
