@@ -12,7 +12,8 @@
  * is the price. Worker routes answer 401 here: workers talk to their agent sidecar, never to this API.
  *
  * Waits: runsync, status-sync and stream hold a request at most FERRY_MAX_WAIT_MS (default 25 s), and
- * never past the function's own remaining time, then answer as RunPod does for an unfinished job
+ * never past the time the request has left (timeLeft: the function's, or API Gateway's when a cold
+ * start took part of it), then answer as RunPod does for an unfinished job
  * (`200 {id, status}`); clients poll again — wire compatible, and under API Gateway's 29 s timeout.
  */
 import { randomUUID } from 'node:crypto';
@@ -125,6 +126,33 @@ function errorResult(error: unknown, edge: ErrorEdge): APIGatewayProxyResult {
 const requestIdOf = (event: APIGatewayProxyEvent | undefined, context: Context | undefined): string =>
   event?.requestContext?.requestId ?? context?.awsRequestId ?? randomUUID();
 
+/**
+ * The time the request has left: the function's (the context's getRemainingTimeInMillis(),
+ * https://docs.aws.amazon.com/lambda/latest/dg/nodejs-context.html), and no more than API Gateway's.
+ * The stack sets the function's timeout 1 s under the integration timeout (infra integrationTiming;
+ * 29 s by default, https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html), but a
+ * cold start's Init phase, up to 10 s, runs before the function's timeout starts and inside the
+ * gateway's (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html). The
+ * gateway's is counted from `requestTimeEpoch`, when it received the request: a little earlier than
+ * its integration request (the authorizer runs between), so it errs on the early side. Undefined
+ * without a context (a handler called directly); the function's alone without a gateway's time.
+ */
+export function timeLeft(
+  event: Pick<APIGatewayProxyEvent, 'requestContext'> | undefined,
+  context: Pick<Context, 'getRemainingTimeInMillis'> | undefined,
+  integrationTimeoutMs: number | undefined,
+  nowMs: () => number = Date.now,
+): Pick<Context, 'getRemainingTimeInMillis'> | undefined {
+  const functionLeft = context?.getRemainingTimeInMillis?.bind(context);
+  if (!functionLeft) return undefined;
+  const received = event?.requestContext?.requestTimeEpoch;
+  if (typeof received !== 'number' || !Number.isFinite(received) || integrationTimeoutMs === undefined)
+    return { getRemainingTimeInMillis: functionLeft };
+  return {
+    getRemainingTimeInMillis: () => Math.min(functionLeft(), received + integrationTimeoutMs - nowMs()),
+  };
+}
+
 export type ApiHandler = (event: APIGatewayProxyEvent, context: Context) => Promise<APIGatewayProxyResult>;
 
 /**
@@ -142,25 +170,23 @@ export function createApiHandler(platform: () => Platform, log: Logger = stderrL
       },
     })
     .handler(async (event, context, options) => {
-      const request = requestOf(event, deadlineSignal(context, answerMarginMs, options?.signal));
+      const { api, manage, webhooks, env } = platform();
+      // `env?.`: a platform assembled by hand around an engine (tests) may have none.
+      const left = timeLeft(event, context, env?.FERRY_INTEGRATION_TIMEOUT_MS);
+      const request = requestOf(event, deadlineSignal(left, answerMarginMs, options?.signal));
       const edge = { requestId: requestIdOf(event, context), log };
-      const { api, manage, webhooks } = platform();
       const response = await (request.path.startsWith(`${managePrefix}/`) ? manage : api).handle(request);
       // A submit to an endpoint with no worker nudged the scaler, and a cancel or a final transition
       // started a webhook, and a cancel signals the agent of the worker holding the job (stop
       // signals): send them before the sandbox freezes
       // (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html), but only
-      // within the time the waits have too, the context's getRemainingTimeInMillis()
-      // (https://docs.aws.amazon.com/lambda/latest/dg/nodejs-context.html) less answerMarginMs. The
-      // function's timeout is 1 s under API Gateway's integration timeout (29 s by default,
-      // https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html; infra
-      // integrationTiming), so this ends first. The request's own work (a job written, a cancel)
-      // is done: a send that hangs must not turn its answer into the gateway's 504 or the function's
-      // timeout. All three at once, so one that hangs takes no time from the others. What giving up
+      // within the time the waits have too (timeLeft, less answerMarginMs). The request's own work
+      // (a job written, a cancel) is done: a send that hangs must not turn its answer into the
+      // gateway's 504 or the function's timeout. All three at once, so one that hangs takes no time from the others. What giving up
       // loses is made up later, though not by the sweeper: a nudge by the scaler's run every minute
       // (ScaleEveryMinute), a stop signal by the agent's safety re-read of its held jobs (safetyMs,
       // 15 s, core/adapters/aws/stop-signals.ts); only a webhook's hand-over has no later sender.
-      const budgetMs = (context?.getRemainingTimeInMillis?.() ?? 10_000) - answerMarginMs;
+      const budgetMs = (left?.getRemainingTimeInMillis() ?? 10_000) - answerMarginMs;
       const { nudges, stopSignals } = platform();
       await Promise.all([
         nudges && settleWithin('scaler nudges', () => nudges.settled(), budgetMs),

@@ -62,6 +62,11 @@ export const functionEnvSchema = z.object({
   FERRY_WEBHOOK_QUEUE_URL: z.string().url(),
   /** Cap on every wait: under API Gateway's 29 s integration timeout (docs/api.md#aws-front-door). */
   FERRY_MAX_WAIT_MS: positiveMs(25_000),
+  /**
+   * API Gateway's integration timeout (infra integrationTiming): the API function answers by it even
+   * when a cold start took part of it (functions/api.ts).
+   */
+  FERRY_INTEGRATION_TIMEOUT_MS: positiveMs(29_000),
   /** How often a waiting request re-reads DynamoDB (other sandboxes' writes are not heard). */
   FERRY_POLL_MS: positiveMs(500),
   /** The scaler function the API nudges when work reaches an endpoint with no worker (scaler.ts). */

@@ -270,6 +270,7 @@ export function functionEnvironment(
   bucket: s3.IBucket,
   webhookQueue: sqs.IQueue,
   waitMs: number = maxWaitMs,
+  integrationTimeoutSec: number = integrationTimeoutSecDefault,
 ) {
   return {
     NODE_OPTIONS: '--enable-source-maps',
@@ -282,6 +283,7 @@ export function functionEnvironment(
     FERRY_QUEUE_NAME_PREFIX: queueNamePrefix,
     FERRY_WEBHOOK_QUEUE_URL: webhookQueue.queueUrl,
     FERRY_MAX_WAIT_MS: String(waitMs),
+    FERRY_INTEGRATION_TIMEOUT_MS: String(integrationTimeoutSec * 1000),
     FERRY_POLL_MS: String(pollMs),
     FERRY_LOG_GROUP: jobLogGroupName,
     FERRY_SCALER_FUNCTION: scalerFunctionName,
@@ -621,6 +623,7 @@ export class PlatformStack extends Stack {
       this.bucket,
       this.webhookQueue,
       this.timing.maxWaitMs,
+      this.timing.integrationTimeoutSec,
     );
     // Job output (agents write, the API reads): kept two weeks, longer than a job can stay readable
     // (policy.ttl up to 7 days, then its result's retention).

@@ -6,7 +6,7 @@ import type { APIGatewayProxyEvent, APIGatewayProxyResult, Context } from 'aws-l
 import { describe, expect, it, vi } from 'vitest';
 import type { ApiRequest, ApiResponse } from '../../core/api.js';
 import { badRequest } from '../../core/errors.js';
-import { handler as bundledHandler, createApiHandler } from '../../functions/api.js';
+import { handler as bundledHandler, createApiHandler, timeLeft } from '../../functions/api.js';
 import type { Platform } from '../../functions/wiring.js';
 
 function recording(
@@ -111,6 +111,58 @@ describe('api handler', () => {
       warn.mockRestore();
       vi.useRealTimers();
     }
+  });
+
+  it("ends its wait and its settles by API Gateway's timeout when a cold start took part of it", async () => {
+    // The Init phase (up to 10 s) runs before the function's timeout starts but inside the gateway's
+    // (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html): 10 s of it,
+    // and a context that still shows 28 s would have waited past the 29 s into a 504.
+    vi.useFakeTimers();
+    const warn = vi.spyOn(console, 'warn').mockImplementation(() => {});
+    const timeouts = vi.spyOn(AbortSignal, 'timeout').mockImplementation(() => new AbortController().signal);
+    try {
+      const platform = {
+        env: { FERRY_INTEGRATION_TIMEOUT_MS: 29_000 },
+        api: { handle: async () => ({ statusCode: 200, body: { id: 'j', status: 'IN_QUEUE' } }) },
+        webhooks: { idle: async () => {} },
+        nudges: { settled: () => new Promise<void>(() => {}) },
+      } as unknown as Platform;
+      const received = event({
+        requestContext: { requestTimeEpoch: Date.now() - 10_000 },
+      } as unknown as Partial<APIGatewayProxyEvent>);
+      let answer: APIGatewayProxyResult | undefined;
+      const answered = createApiHandler(() => platform)(received, context(28_000)).then((r) => {
+        answer = r;
+      });
+      await vi.advanceTimersByTimeAsync(0);
+      // 29 s from the request, 10 s gone, 1.5 s kept to answer: the wait's timer, and the settles'.
+      expect(timeouts).toHaveBeenCalledWith(17_500);
+      await vi.advanceTimersByTimeAsync(17_499);
+      expect(answer).toBeUndefined();
+      await vi.advanceTimersByTimeAsync(1);
+      await answered;
+      expect(answer).toMatchObject({ statusCode: 200 });
+    } finally {
+      timeouts.mockRestore();
+      warn.mockRestore();
+      vi.useRealTimers();
+    }
+  });
+
+  it("counts its time left from the function's and the gateway's, whichever ends first", () => {
+    const left = (epoch: number | undefined, integrationMs: number | undefined) =>
+      timeLeft(
+        { requestContext: { requestTimeEpoch: epoch } } as unknown as APIGatewayProxyEvent,
+        context(28_000),
+        integrationMs,
+        () => 50_000,
+      )?.getRemainingTimeInMillis();
+    expect(left(50_000 - 3_000, 29_000)).toBe(26_000); // a cold start of 3 s
+    expect(left(50_000 - 200, 29_000)).toBe(28_000); // warm: the function's timeout comes first
+    expect(left(50_000 - 3_000, 120_000)).toBe(28_000); // a raised integration timeout
+    expect(left(undefined, 29_000)).toBe(28_000); // a direct invoke: no gateway
+    expect(left(50_000 - 3_000, undefined)).toBe(28_000);
+    expect(timeLeft(undefined, context(), 29_000)).toBeUndefined();
   });
 
   it('hands method, path, lower-cased headers, joined query values and the body to V2Api', async () => {

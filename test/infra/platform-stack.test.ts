@@ -316,6 +316,10 @@ describe('compute', () => {
         }),
       );
       raised.hasOutput('IntegrationTimeoutSec', { Value: '120' });
+      // The API function answers by it (functions/api.ts answerDeadline).
+      raised.hasResourceProperties('AWS::Lambda::Function', {
+        Environment: { Variables: Match.objectLike({ FERRY_INTEGRATION_TIMEOUT_MS: '120000' }) },
+      });
       raised.hasOutput('FerryVersion', { Value: '1.2.3' });
     } finally {
       fns.cleanup();
@@ -716,6 +720,7 @@ describe('API', () => {
     }
     const api = template.toJSON().Resources[logicalId(platform.apiFunction)].Properties;
     expect(Number(api.Environment.Variables.FERRY_MAX_WAIT_MS)).toBe(maxWaitMs);
+    expect(Number(api.Environment.Variables.FERRY_INTEGRATION_TIMEOUT_MS)).toBe(integrationTimeoutSec * 1000);
     expect(maxWaitMs).toBeLessThan(api.Timeout * 1000);
     expect(api.Timeout).toBeLessThan(integrationTimeoutSec);
   });
