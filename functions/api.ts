@@ -25,7 +25,7 @@ import { stringifyJsonExact } from '../core/json.js';
 import { type Logger, stderrLogger } from '../core/log.js';
 import { managePrefix } from '../core/manage.js';
 import { envelopeBytes, fitsLambdaResponse, lambdaPayloadBytes } from './payloads.js';
-import { deadlineSignal, type Platform, platformFromEnv, settleWebhooks, settleWithin } from './wiring.js';
+import { deadlineSignal, type Platform, platformFromEnv, settleSends } from './wiring.js';
 
 /** Answer this long before the function's timeout, so a capped wait still gets its 200 out. */
 const answerMarginMs = 1_500;
@@ -170,7 +170,7 @@ export function createApiHandler(platform: () => Platform, log: Logger = stderrL
       },
     })
     .handler(async (event, context, options) => {
-      const { api, manage, webhooks, env } = platform();
+      const { api, manage, env } = platform();
       // `env?.`: a platform assembled by hand around an engine (tests) may have none.
       const left = timeLeft(event, context, env?.FERRY_INTEGRATION_TIMEOUT_MS);
       const request = requestOf(event, deadlineSignal(left, answerMarginMs, options?.signal));
@@ -182,17 +182,11 @@ export function createApiHandler(platform: () => Platform, log: Logger = stderrL
       // (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html), but only
       // within the time the waits have too (timeLeft, less answerMarginMs). The request's own work
       // (a job written, a cancel) is done: a send that hangs must not turn its answer into the
-      // gateway's 504 or the function's timeout. All three at once, so one that hangs takes no time from the others. What giving up
-      // loses is made up later, though not by the sweeper: a nudge by the scaler's run every minute
+      // gateway's 504 or the function's timeout (settleSends). What giving up loses is made up
+      // later, though not by the sweeper: a nudge by the scaler's run every minute
       // (ScaleEveryMinute), a stop signal by the agent's safety re-read of its held jobs (safetyMs,
       // 15 s, core/adapters/aws/stop-signals.ts); only a webhook's hand-over has no later sender.
-      const budgetMs = (left?.getRemainingTimeInMillis() ?? 10_000) - answerMarginMs;
-      const { nudges, stopSignals } = platform();
-      await Promise.all([
-        nudges && settleWithin('scaler nudges', () => nudges.settled(), budgetMs),
-        stopSignals && settleWithin('stop signals', () => stopSignals.settled(), budgetMs),
-        settleWebhooks(webhooks, budgetMs),
-      ]);
+      await settleSends(platform(), (left?.getRemainingTimeInMillis() ?? 10_000) - answerMarginMs);
       return resultOf(response, edge);
     }) as unknown as ApiHandler;
 }

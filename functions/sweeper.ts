@@ -18,7 +18,7 @@ import { messageOf } from '../core/errors.js';
 import type { Deadline } from '../core/ports.js';
 import { queuedJobsFailure } from '../core/supervisor.js';
 import type { Platform } from './wiring.js';
-import { platformFromEnv, settleWebhooks, settleWithin } from './wiring.js';
+import { platformFromEnv, settleSends } from './wiring.js';
 
 export interface SweepReport extends SweepTally {
   deleted: number;
@@ -71,7 +71,7 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
     _event?: unknown,
     context?: { getRemainingTimeInMillis?: () => number },
   ): Promise<SweepReport> => {
-    const { engine, jobs, webhooks, control, deadLetters } = platform();
+    const { engine, jobs, control, deadLetters } = platform();
     const remainingMs = () => context?.getRemainingTimeInMillis?.() ?? 30_000;
     const deadline = runDeadline(remainingMs);
     // Each endpoint's steps run on their own: one whose queue is gone (a stack deleted by hand, an
@@ -142,13 +142,9 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
       // environment is frozen once the handler returns). Requeued jobs of an endpoint left with no
       // worker nudged the scaler; timed-out and requeued jobs signal their workers' agents to stop
       // them; jobs the sweep ended (timed out, failed) notify their webhooks.
-      // Each within the time left, as the webhooks are: one that hangs must not run the function
-      // into its timeout before the others.
-      const { nudges, stopSignals } = platform();
-      if (nudges) await settleWithin('scaler nudges', () => nudges.settled(), remainingMs() - returnMarginMs);
-      if (stopSignals)
-        await settleWithin('stop signals', () => stopSignals.settled(), remainingMs() - returnMarginMs);
-      await settleWebhooks(webhooks, remainingMs() - returnMarginMs);
+      // Within the time left: one that hangs must not run the function into its timeout, nor take
+      // the others' time (settleSends).
+      await settleSends(platform(), remainingMs() - returnMarginMs);
     }
     // One line per run for CloudWatch Logs Insights; counts only, never job contents.
     console.log(JSON.stringify({ msg: 'ferry sweep', ...report, failedSteps: failures.length, outOfTime }));

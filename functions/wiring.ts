@@ -431,6 +431,24 @@ export function settleWebhooks(
 }
 
 /**
+ * Waits for what an invocation started in the background, before Lambda freezes its environment
+ * (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html): the scaler nudges,
+ * the stop signals and the webhooks' hand-over, all at once within `budgetMs`, so that one that hangs
+ * takes no time from the others. What is given up is said (settleWithin), never job contents.
+ */
+export async function settleSends(
+  sent: Pick<Platform, 'nudges' | 'stopSignals' | 'webhooks'>,
+  budgetMs: number,
+): Promise<void> {
+  const { nudges, stopSignals, webhooks } = sent;
+  await Promise.all([
+    nudges && settleWithin('scaler nudges', () => nudges.settled(), budgetMs),
+    stopSignals && settleWithin('stop signals', () => stopSignals.settled(), budgetMs),
+    settleWebhooks(webhooks, budgetMs),
+  ]);
+}
+
+/**
  * Waits for `settled` (background sends the invocation started: webhooks, scaler nudges, stop
  * signals) until `budgetMs` runs out, and says so when it gave up: the function must return before
  * its timeout.
