@@ -114,6 +114,14 @@ export interface ApiOptions {
   log?: Logger;
   /** Runs before a by-name lookup: `ferry dev` provisions a live endpoint on its first call. */
   beforeResolve?: (app: string, env: string, name: string) => Promise<void>;
+  /**
+   * Why no request may run an endpoint's code now, else undefined: while it gives a reason, run,
+   * runsync and retry (by id and by name) answer 503 {"error": reason}, whoever calls, once the key
+   * is checked; a job's other routes still answer, so what runs can be followed and stopped. `ferry
+   * dev` after a failed reload (docs/api.md#the-dev-server): its workers still hold the code from
+   * before the change. Asked on every such request, so it reads nothing.
+   */
+  runsRefusedBecause?: () => string | undefined;
 }
 
 type Handler = (ctx: RouteContext) => Promise<ApiResponse>;
@@ -143,6 +151,8 @@ interface Route {
   handler: Handler;
   /** Client routes only: what a call token may do here; absent, nothing (403). */
   callToken?: CallTokenRule;
+  /** It runs the endpoint's code (a job): refused while ApiOptions.runsRefusedBecause gives a reason. */
+  runsCode?: true;
 }
 
 const ok = (body: unknown): ApiResponse => ({ statusCode: 200, body });
@@ -170,6 +180,7 @@ export class V2Api {
         caller: 'client',
         handler: (c) => this.run(c),
         callToken: 'allowed',
+        runsCode: true,
       },
       {
         methods: post,
@@ -177,6 +188,7 @@ export class V2Api {
         caller: 'client',
         handler: (c) => this.runSync(c),
         callToken: 'allowed',
+        runsCode: true,
       },
       {
         methods: readOrPost,
@@ -208,7 +220,13 @@ export class V2Api {
       },
       // Retry runs another caller's input again, purge-queue cancels every caller's queued jobs: a
       // call token has neither (callTokenRefusal).
-      { methods: post, pattern: ['retry', ':id'], caller: 'client', handler: (c) => this.retry(c) },
+      {
+        methods: post,
+        pattern: ['retry', ':id'],
+        caller: 'client',
+        handler: (c) => this.retry(c),
+        runsCode: true,
+      },
       { methods: post, pattern: ['purge-queue'], caller: 'client', handler: (c) => this.purge(c) },
       // Counts of jobs and workers only, no job's data: the Python client's EndpointClient.health.
       {
@@ -340,13 +358,16 @@ export class V2Api {
     if (!scopeCovers(scope, { app, env: wanted === anyEnv ? (scope.env ?? anyEnv) : wanted })) {
       throw endpointNotFound(scope, asked);
     }
+    const rest = segments.slice(3);
+    // Refused before the lookup, which provisions under `ferry dev`: not for a run it would refuse.
+    const refused = this.refusedRun(this.matching(method, rest)?.route);
+    if (refused !== undefined) return refused;
     await this.options.beforeResolve?.(app, wanted, name);
     const record = endpointWithinScope(
       scope,
       asked,
       await resolveByName(this.options.control, app, wanted, name),
     );
-    const rest = segments.slice(3);
     if (rest.length > 0) return this.route(req, method, record.id, rest, scope);
     if (!readMethods.includes(method)) throw notFound(`No route for ${req.method} ${req.path}`);
     return ok(resolutionOf(record));
@@ -377,40 +398,60 @@ export class V2Api {
     /** The client key's scope, when the caller has looked it up already (by-name). */
     knownScope?: KeyScope,
   ): Promise<ApiResponse> {
-    for (const route of this.routes) {
-      if (route.pattern.length !== rest.length) continue;
-      if (!route.pattern.every((p, i) => p.startsWith(':') || p === rest[i])) continue;
-      if (!route.methods.includes(method)) continue;
-      const params = route.pattern.flatMap((p, i) =>
-        p.startsWith(':') ? [decodeURIComponent(rest[i]!)] : [],
-      );
-      // A client key is checked (401) before the endpoint is looked up, and one outside the key's
-      // scope answers as an unknown one (404), before its kind (400) or any job is read.
-      let scope: KeyScope | undefined;
-      if (route.caller === 'client') {
-        scope = knownScope ?? (await this.clientScope(req));
-      } else {
-        // A worker token opens only its own endpoint's routes, under its own worker id (params[0]).
-        const key = credentialOf(req.headers.authorization);
-        const access = await this.options.auth.workerAccess(key, endpointId, params[0]!);
-        if (access === 'unknown') throw unauthorized();
-        if (access === 'mismatch') throw forbidden('This worker token is not for this endpoint and worker');
-      }
-      const endpoint = queueEndpoint(
-        endpointWithinScope(scope ?? {}, endpointId, await this.endpointRecord(endpointId)),
-      );
-      const callFrom = scope?.callFrom;
-      if (callFrom !== undefined) {
-        const refusal = callTokenRefusal(route, req);
-        if (refusal !== undefined) throw forbidden(refusal);
-        // Another caller's job (a client key's, another endpoint's call token's) reads as unknown.
-        if (route.callToken === 'own-job') {
-          await this.options.engine.mustBeSubmittedBy(endpointId, params[0]!, callFrom);
-        }
-      }
-      return route.handler({ req, endpointId, endpoint, params, callFrom });
+    const matched = this.matching(method, rest);
+    if (!matched) throw notFound(`No route for ${req.method} ${req.path}`);
+    const { route, params } = matched;
+    // A client key is checked (401) before the endpoint is looked up (a refused run answers then),
+    // and one outside the key's scope answers as an unknown one (404), before its kind (400) or any
+    // job is read.
+    let scope: KeyScope | undefined;
+    if (route.caller === 'client') {
+      scope = knownScope ?? (await this.clientScope(req));
+      const refused = this.refusedRun(route);
+      if (refused !== undefined) return refused;
+    } else {
+      // A worker token opens only its own endpoint's routes, under its own worker id (params[0]).
+      const key = credentialOf(req.headers.authorization);
+      const access = await this.options.auth.workerAccess(key, endpointId, params[0]!);
+      if (access === 'unknown') throw unauthorized();
+      if (access === 'mismatch') throw forbidden('This worker token is not for this endpoint and worker');
     }
-    throw notFound(`No route for ${req.method} ${req.path}`);
+    const endpoint = queueEndpoint(
+      endpointWithinScope(scope ?? {}, endpointId, await this.endpointRecord(endpointId)),
+    );
+    const callFrom = scope?.callFrom;
+    if (callFrom !== undefined) {
+      const refusal = callTokenRefusal(route, req);
+      if (refusal !== undefined) throw forbidden(refusal);
+      // Another caller's job (a client key's, another endpoint's call token's) reads as unknown.
+      if (route.callToken === 'own-job') {
+        await this.options.engine.mustBeSubmittedBy(endpointId, params[0]!, callFrom);
+      }
+    }
+    return route.handler({ req, endpointId, endpoint, params, callFrom });
+  }
+
+  /** The route `method` and the path after the endpoint (`rest`, split on '/') ask for, and its params. */
+  private matching(method: string, rest: string[]): { route: Route; params: string[] } | undefined {
+    const route = this.routes.find(
+      (r) =>
+        r.pattern.length === rest.length &&
+        r.pattern.every((p, i) => p.startsWith(':') || p === rest[i]) &&
+        r.methods.includes(method),
+    );
+    if (!route) return undefined;
+    const params = route.pattern.flatMap((p, i) => (p.startsWith(':') ? [decodeURIComponent(rest[i]!)] : []));
+    return { route, params };
+  }
+
+  /**
+   * The 503 of a route that runs the endpoint's code while ApiOptions.runsRefusedBecause gives a
+   * reason; its message is the reason as it is (a 5xx FerryError would be masked: core/errors.ts).
+   */
+  private refusedRun(route: Route | undefined): ApiResponse | undefined {
+    if (!route?.runsCode) return undefined;
+    const reason = this.options.runsRefusedBecause?.();
+    return reason === undefined ? undefined : { statusCode: 503, body: { error: reason } };
   }
 
   /** The endpoint's record, held for endpointCacheMs (2 s) between reads; undefined when there is none. */

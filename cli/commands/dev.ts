@@ -179,10 +179,16 @@ async function serveDev(
   // Set once the live records exist; a by-name call (a script, or one worker calling another
   // endpoint's function) provisions its endpoint first, like the dev server's own routes do.
   let liveRef: LiveEndpoints | undefined;
+  // Set while the code on disk does not load (a reload failed: failures.ts reloadFailureMessage),
+  // until a reload succeeds. The platform refuses every run with it, whoever calls (the dev server's
+  // routes, a script, a worker calling another endpoint), rather than run the code from before the
+  // change, which the workers still hold.
+  let reloadFailure: string | undefined;
   const platformOptions: LocalPlatformOptions = {
     beforeResolve: async (app, _env, name) => {
       if (liveRef && app === liveApp && liveRef.endpoint(name)) await liveRef.ensure(name);
     },
+    runsRefusedBecause: () => reloadFailure,
     dataDir: path.join(projectDir, '.ferry'),
     unusableDataDir: unusableProjectFolder,
     host: '127.0.0.1',
@@ -254,9 +260,6 @@ async function serveDev(
     // One listener for the whole session: a reload builds the routes anew and swaps them in behind
     // it, so the port never closes, and a request in flight (a runsync: up to 90 s) finishes on the
     // routes it started with while new requests get the new ones.
-    // Set while the code on disk does not load (a reload failed): every route answers it, until a
-    // reload succeeds, rather than run the code from before the change.
-    let reloadFailure: string | undefined;
     const routesOf = async () => {
       const next = await createDevServer({
         live,
@@ -333,7 +336,7 @@ async function serveDev(
           reloadFailure = reloadFailureMessage(files, error);
           say(`reload failed: ${(error as Error).message}`);
           say(
-            '  Every route answers 503 with this error until a save reloads the code; /docs and /ping still answer.',
+            '  Every route and every run sent to the platform answer 503 with this error until a save reloads the code; /docs and /ping still answer.',
           );
         }
       };

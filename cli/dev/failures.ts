@@ -34,10 +34,11 @@ export function startFailureMessage(endpoint: string, output: string): string {
 }
 
 /**
- * What each of the project's routes answers (503) after a reload failed, until one succeeds: the
- * code on disk does not load, and its workers still hold the code from before the change, whose
- * answers a caller would take for the new code's. Reloading is all or nothing (one scan of the whole
- * project), so every route answers it. `files` are the files whose change started the reload.
+ * What each of the project's routes, and the platform to each run (LocalPlatformOptions
+ * runsRefusedBecause), answers (503) after a reload failed, until one succeeds: the code on disk
+ * does not load, and its workers still hold the code from before the change, whose answers a caller
+ * would take for the new code's. Reloading is all or nothing (one scan of the whole project), so
+ * every route answers it. `files` are the files whose change started the reload.
  */
 export function reloadFailureMessage(files: readonly string[], error: unknown): string {
   const lines = messageOf(error)

@@ -185,25 +185,16 @@ async function proxyRoute(
 }
 
 /**
- * The 503 every request that would run the project's code answers while the code on disk does not
- * load (failures.ts reloadFailureMessage): its workers still hold the code from before the change,
- * whose answers a caller would take for the new code's. Undefined while the code loads.
+ * The 503 each of the project's routes answers while the code on disk does not load (failures.ts
+ * reloadFailureMessage): its workers still hold the code from before the change, whose answers a
+ * caller would take for the new code's. The platform refuses runs with the same message
+ * (LocalPlatformOptions.runsRefusedBecause); a route answers it first, before it checks the input
+ * against the old code's signature or provisions an endpoint of the old code. Undefined while the
+ * code loads.
  */
 function refusedAfterFailedReload(options: DevServerOptions, reply: FastifyReply) {
   const message = options.reloadFailure?.();
   return message === undefined ? undefined : reply.code(503).send({ error: message });
-}
-
-/**
- * Whether a request passed through to the platform runs the project's code on a worker: every
- * /lb/... one, and a POST of /v2's run, runsync or retry/<job> (by id or by name, the route is the
- * path's end: core/api.ts).
- */
-function runsCode(request: FastifyRequest): boolean {
-  const segments = request.url.split('?', 1)[0]!.split('/');
-  if (segments[1] === 'lb') return true;
-  const [last, beforeLast] = [segments.at(-1), segments.at(-2)];
-  return request.method === 'POST' && (last === 'run' || last === 'runsync' || beforeLast === 'retry');
 }
 
 /**
@@ -348,11 +339,9 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
   });
   // Scripts and other services reach the live endpoints here too, with their own key: the v2 API
   // (by id or by name, docs/python.md) and load-balanced routes, passed through to the platform.
+  // After a failed reload the platform itself refuses what would run the project's code (503), for
+  // every caller: its answer passes back as it came.
   const passThrough = async (request: FastifyRequest, reply: FastifyReply) => {
-    // After a failed reload, what would run the project's code answers as the routes do; what reads
-    // or stops a job (status, stream, cancel, health) still passes, for the jobs started before it.
-    const refused = runsCode(request) ? refusedAfterFailedReload(options, reply) : undefined;
-    if (refused !== undefined) return refused;
     const result = await forwardRaw(options, request, request.url, request.headers.authorization);
     return reply.code(result.status).headers(result.headers).send(result.body);
   };

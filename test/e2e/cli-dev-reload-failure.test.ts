@@ -1,9 +1,10 @@
 /**
  * `ferry dev` through the real binary and real Python workers, when a save leaves code that does not
  * load (a syntax error): every route answers 503 {"error"} naming the file, the error and that the
- * next save reloads, instead of the old code's answers, and so does a /v2 run or /lb request passed
- * through to its platform; /docs, /ping and / still answer; the next
- * good save serves the new code. Each step waits for the line ferry dev prints, never for time.
+ * next save reloads, instead of the old code's answers, and so does a /v2 run or /lb request, passed
+ * through the dev server or sent straight to its platform (.ferry/dev.json's URL), while an earlier
+ * job's status still answers; /docs, /ping and / still answer; the next good save serves the new
+ * code. Each step waits for the line ferry dev prints, never for time.
  */
 import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -57,6 +58,25 @@ it('answers 503 naming the file and the error while the saved code does not load
 }, async () => {
   expect((await post(`${base}/app/runsync`, { input: { name: 'a' } })).body.output).toBe('v1 a');
   expect((await post(`${base}/api/echo`, { x: 2 })).body).toEqual({ x: 2 });
+  // The platform itself, as a script that read .ferry/dev.json (or FERRY_API_URL) calls it.
+  const { platformUrl } = JSON.parse(readFileSync(path.join(project, '.ferry', 'dev.json'), 'utf8')) as {
+    platformUrl: string;
+  };
+  const ids = JSON.parse(readFileSync(path.join(project, '.ferry', 'resources.json'), 'utf8')) as Record<
+    string,
+    { id: string }
+  >;
+  const auth = { authorization: 'Bearer fy_dev_reload', 'content-type': 'application/json' };
+  const send = async (url: string, method: string, body?: unknown) => {
+    const response = await fetch(url, {
+      method,
+      headers: auth,
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    return { status: response.status, body: (await response.json()) as Record<string, any> };
+  };
+  const earlier = await send(`${platformUrl}/v2/${ids.hello!.id}/runsync`, 'POST', { input: { name: 'b' } });
+  expect(earlier.body).toMatchObject({ status: 'COMPLETED', output: 'v1 b' });
 
   const failed = printedOn(dev, /reload failed[^\n]*\n[^\n]*\n/);
   writeFileSync(path.join(project, 'app.py'), `${app('v2')}\ndef broken(:\n`);
@@ -70,37 +90,30 @@ it('answers 503 naming the file and the error while the saved code does not load
   const lb = await post(`${base}/api/echo`, { x: 2 });
   expect(lb.status).toBe(503);
   expect(lb.body.error).toMatch(message);
-  // So does what a script sends through the dev server to its platform that would run the code
-  // (by id and by name), while a job's reads still pass: jobs started before can be followed.
-  const ids = JSON.parse(readFileSync(path.join(project, '.ferry', 'resources.json'), 'utf8')) as Record<
-    string,
-    { id: string }
-  >;
-  const auth = { authorization: 'Bearer fy_dev_reload', 'content-type': 'application/json' };
-  const through = async (method: string, route: string, body?: unknown) => {
-    const response = await fetch(`${base}${route}`, {
-      method,
-      headers: auth,
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    return { status: response.status, body: (await response.json()) as Record<string, any> };
-  };
-  for (const [method, route, body] of [
-    ['POST', `/v2/${ids.hello!.id}/runsync`, { input: { name: 'a' } }],
-    ['POST', '/v2/by-name/reloads/-/hello/run', { input: { name: 'a' } }],
-    ['POST', `/lb/${ids.api!.id}/echo`, { x: 2 }],
-  ] as const) {
-    const refused = await through(method, route, body);
-    expect({ route, status: refused.status }).toEqual({ route, status: 503 });
-    expect(refused.body.error).toMatch(message);
+  // So does what a script sends that would run the code (by id and by name), through the dev server
+  // or straight to its platform, while a job's reads still pass: jobs started before can be followed.
+  for (const url of [base, platformUrl]) {
+    for (const [method, route, body] of [
+      ['POST', `/v2/${ids.hello!.id}/run`, { input: { name: 'a' } }],
+      ['POST', `/v2/${ids.hello!.id}/runsync`, { input: { name: 'a' } }],
+      ['POST', `/v2/${ids.hello!.id}/retry/${earlier.body.id}`, undefined],
+      ['POST', '/v2/by-name/reloads/-/hello/run', { input: { name: 'a' } }],
+      ['POST', `/lb/${ids.api!.id}/echo`, { x: 2 }],
+    ] as const) {
+      const refused = await send(`${url}${route}`, method, body);
+      expect({ url, route, status: refused.status }).toEqual({ url, route, status: 503 });
+      expect(refused.body.error).toMatch(message);
+    }
+    expect((await send(`${url}/v2/${ids.hello!.id}/health`, 'GET')).status).toBe(200);
+    const status = await send(`${url}/v2/${ids.hello!.id}/status/${earlier.body.id}`, 'GET');
+    expect(status).toMatchObject({ status: 200, body: { status: 'COMPLETED', output: 'v1 b' } });
   }
-  expect((await through('GET', `/v2/${ids.hello!.id}/health`)).status).toBe(200);
   // The dev server itself still answers.
   expect((await fetch(`${base}/ping`)).status).toBe(200);
   expect((await fetch(`${base}/docs`)).status).toBe(200);
   expect(((await (await fetch(`${base}/`)).json()) as { status: string }).status).toBe('ok');
   expect(output().stderr).toMatch(
-    /reload failed: The project has a problem:\n {2}app\.py:8: syntax error: [^\n]+\n {2}Every route answers 503 with this error until a save reloads the code; \/docs and \/ping still answer\.\n/,
+    /reload failed: The project has a problem:\n {2}app\.py:8: syntax error: [^\n]+\n {2}Every route and every run sent to the platform answer 503 with this error until a save reloads the code; \/docs and \/ping still answer\.\n/,
   );
 
   const reloaded = printedOn(dev, /↻ reloaded/);
@@ -109,6 +122,12 @@ it('answers 503 naming the file and the error while the saved code does not load
   const fixed = await post(`${base}/app/runsync`, { input: { name: 'a' } });
   expect(fixed).toMatchObject({ status: 200, body: { status: 'COMPLETED', output: 'v2 a' } });
   expect((await post(`${base}/api/echo`, { x: 3 })).body).toEqual({ x: 3 });
+  // And on the platform itself.
+  const queued = await send(`${platformUrl}/v2/${ids.hello!.id}/run`, 'POST', { input: { name: 'c' } });
+  expect(queued.status).toBe(200);
+  const direct = await send(`${platformUrl}/v2/${ids.hello!.id}/runsync`, 'POST', { input: { name: 'd' } });
+  expect(direct.body).toMatchObject({ status: 'COMPLETED', output: 'v2 d' });
+  expect((await send(`${platformUrl}/lb/${ids.api!.id}/echo`, 'POST', { x: 4 })).body).toEqual({ x: 4 });
   expect(readFileSync(path.join(project, 'app.py'), 'utf8')).not.toContain('broken');
 });
 

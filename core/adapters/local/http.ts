@@ -36,6 +36,8 @@ export interface LocalRollout {
 export interface LbFrontDoor {
   auth: Authenticator;
   endpoint(endpointId: string): Promise<EndpointRecord | undefined>;
+  /** Why no request may reach a worker now (ApiOptions.runsRefusedBecause, the same rule), else undefined. */
+  refusedBecause?: () => string | undefined;
   forward(endpointId: string, request: LbRequest): Promise<LbResponse>;
 }
 
@@ -268,6 +270,9 @@ export async function createHttpServer(options: {
         try {
           const { endpointId } = request.params as { endpointId: string };
           await authorizeLb(lb, request.headers.authorization, endpointId);
+          // Every /lb request runs the endpoint's code: refused as the v2 API refuses a run (503).
+          const refused = lb.refusedBecause?.();
+          if (refused !== undefined) return reply.code(503).send({ error: refused });
           const body = Buffer.isBuffer(request.body) ? request.body : undefined;
           if (body && /json/i.test(request.headers['content-type'] ?? '')) assertJsonDepth(body);
           const abort = new AbortController();

@@ -53,6 +53,11 @@ export interface LocalPlatformOptions {
   frontDoor?: Partial<FrontDoorLimits>;
   /** Before a by-name lookup (`ferry dev` provisions live endpoints there). */
   beforeResolve?: (app: string, env: string, name: string) => Promise<void>;
+  /**
+   * Why no request may run an endpoint's code now, else undefined: run, runsync, retry and every /lb
+   * request answer 503 with it (ApiOptions.runsRefusedBecause; `ferry dev` after a failed reload).
+   */
+  runsRefusedBecause?: () => string | undefined;
   /** Run worker pools for the endpoints in the control store. */
   workers?: Omit<
     LocalWorkersOptions,
@@ -231,6 +236,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     workerWaitMs: options.workerWaitMs,
     log,
     beforeResolve: options.beforeResolve,
+    runsRefusedBecause: options.runsRefusedBecause,
     logs,
     workerWindows,
   });
@@ -255,6 +261,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
     lb: {
       auth,
       endpoint: (id) => db.control.getEndpoint(id),
+      refusedBecause: options.runsRefusedBecause,
       forward: (endpointId, request) => {
         if (!pools) throw new FerryError('not_found', `Endpoint ${endpointId} not found`);
         return pools.forward(endpointId, request);
