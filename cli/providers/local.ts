@@ -275,9 +275,7 @@ export class LocalProvider implements Provider {
     if (changed.length === 0) return;
     const url = this.#fixedUrl ?? this.#url ?? (await this.serving());
     if (!url) return;
-    reporter.line(
-      `  rolling the workers of ${changed.map((r) => r.name).join(', ')} on the running platform…`,
-    );
+    reporter.line(`  the running platform takes up ${changed.map((r) => r.name).join(', ')} now…`);
     let report: RolloutReport;
     try {
       const { key } = await this.apiKey();
@@ -313,7 +311,10 @@ export class LocalProvider implements Provider {
           : `  warning: ${record.name} starts no worker: ${problem}`,
       );
     }
-    reporter.line('  ✓ every job from now on runs on new workers (the old ones finish what they hold)');
+    // Said for a first deploy too: the serve starts the new endpoints' pools now, not at its next pass.
+    reporter.line(
+      "  ✓ every job from now on runs on this deployment's workers (an earlier one's finish what they hold)",
+    );
   }
 
   apiKey(): Promise<{ key: string; source: string }> {

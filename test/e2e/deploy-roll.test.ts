@@ -54,7 +54,7 @@ describe('ferry deploy to a running ferry serve', () => {
 
     for (const n of [2, 3, 4]) {
       const result = await deploy(n);
-      expect(result.stderr).toContain('every job from now on runs on new workers');
+      expect(result.stderr).toContain("every job from now on runs on this deployment's workers");
       // At once: no wait between Deployed and the job.
       const job = await runsync(url!, n);
       expect(job, `version ${n}`).toMatchObject({ status: 'COMPLETED', output: { version: n } });
@@ -86,7 +86,7 @@ describe('ferry deploy to a running ferry serve', () => {
     expect(await runsync(url!, 5)).toMatchObject({ output: { token: 'first' } });
     for (const value of ['second', 'third']) {
       const set = await setSecret(value);
-      expect(set.stderr).toContain('every job from now on runs on new workers');
+      expect(set.stderr).toContain("every job from now on runs on this deployment's workers");
       expect(await runsync(url!, 5), value).toMatchObject({ status: 'COMPLETED', output: { token: value } });
     }
   }, 240_000);
