@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import type { APIGatewayRequestAuthorizerEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LocalPlatform, startLocalPlatform } from '../../core/adapters/local/platform.js';
+import { reconcilePath } from '../../core/adapters/local/rollout.js';
 import { hashKey } from '../../core/auth.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { createAuthorizer } from '../../functions/authorizer.js';
@@ -189,6 +190,19 @@ describe('scoped API keys on the local front door', () => {
     const detail = await call(keys.all, 'GET', `/manage/v1/endpoints/${shopProd.id}/jobs/${jobId}`);
     expect(detail.status).toBe(200);
     expect(JSON.stringify(detail.body)).toContain('shop data');
+  });
+
+  it("keeps the local platform's roll-now route (what ferry deploy asks) to keys of every app", async () => {
+    // Its answer names every endpoint of every app, as the management API's list does.
+    const blogCallToken = platform.callToken(platform.adoptWorker(blogLb.id).workerId);
+    for (const scoped of [keys.blog, keys.shop, keys.shopProd, blogCallToken]) {
+      const refused = await call(scoped, 'POST', reconcilePath);
+      expect(refused.status).toBe(403);
+      expect(refused.body).toEqual({ error: expect.any(String) });
+      expect(JSON.stringify(refused.body)).not.toContain(shopProd.id);
+    }
+    expect((await call('fy_unknown', 'POST', reconcilePath)).status).toBe(401);
+    expect((await call(keys.all, 'POST', reconcilePath)).status).toBe(200);
   });
 
   it("refuses a by-name call outside the key's scope before anything is provisioned for it", async () => {
