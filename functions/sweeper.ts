@@ -66,6 +66,17 @@ export const sweepTiming = {
   finishMs: 15_000 + returnMarginMs,
 } as const;
 
+/**
+ * The endpoints a run visits, begun at a different one each minute: a run that runs out of time
+ * leaves the endpoints after its deadline to the next, and in the same order every run the last ones
+ * would wait for as long as the time keeps running out. Counted from the schedule's minute, since a
+ * Lambda keeps nothing between runs it can count on.
+ */
+function rotated<T>(items: readonly T[], turn: number): T[] {
+  const start = items.length === 0 ? 0 : turn % items.length;
+  return [...items.slice(start), ...items.slice(0, start)];
+}
+
 export function createSweeper(platform: () => Platform, nowMs: () => number = Date.now) {
   return async (
     _event?: unknown,
@@ -98,9 +109,12 @@ export function createSweeper(platform: () => Platform, nowMs: () => number = Da
     try {
       const swept = await engine.sweep({ deadline });
       const deleted = await jobs.deleteExpired(nowMs(), sweepTiming.expiredDeleteLimit, deadline);
-      const queueEndpoints = (deadline.passed() ? [] : await control.listEndpoints())
-        .filter((e) => e.kind === 'queue')
-        .map((e) => e.id);
+      const queueEndpoints = rotated(
+        (deadline.passed() ? [] : await control.listEndpoints())
+          .filter((e) => e.kind === 'queue')
+          .map((e) => e.id),
+        Math.floor(nowMs() / sweepTiming.periodMs),
+      );
       let resent = 0;
       await forEach('resending waiting jobs', queueEndpoints, async (endpointId) => {
         resent += await engine.resendWaiting([endpointId], {

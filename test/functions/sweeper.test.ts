@@ -140,4 +140,37 @@ describe('sweeper', () => {
     expect(warn).toHaveBeenCalledTimes(1);
     warn.mockRestore();
   });
+  it('begins each minute at another endpoint, so a run that runs out of time does not leave the same ones every time', async () => {
+    // Endpoints were visited in the same order every run: while time kept running out after the
+    // first endpoints, the last ones' waiting jobs were never resent nor their dead letters read.
+    const endpoints = ['a', 'b', 'c'].map((id) => ({ id, kind: 'queue' }));
+    const firstVisited = async (minute: number) => {
+      const visited: string[] = [];
+      let left = 50_000;
+      const platform = {
+        engine: {
+          sweep: async () => ({ requeued: 0, failed: 0, timedOut: 0, expired: 0 }),
+          resendWaiting: async ([id]: string[]) => {
+            visited.push(id!);
+            left = 0; // one endpoint's resends take the rest of the run's time
+            return 0;
+          },
+        },
+        jobs: { deleteExpired: async () => 0 },
+        control: { listEndpoints: async () => endpoints },
+        deadLetters: { take: async () => [] },
+        webhooks: { idle: async () => {} },
+      } as unknown as Platform;
+      const log = vi.spyOn(console, 'log').mockImplementation(() => {});
+      await createSweeper(
+        () => platform,
+        () => minute * sweepTiming.periodMs + 1_234,
+      )(undefined, { getRemainingTimeInMillis: () => left + sweepTiming.finishMs });
+      log.mockRestore();
+      return visited;
+    };
+    const runs = [];
+    for (const minute of [0, 1, 2, 3]) runs.push(await firstVisited(minute));
+    expect(runs).toEqual([['a'], ['b'], ['c'], ['a']]);
+  });
 });
