@@ -39,6 +39,7 @@ class FakePlatform:
         self._sockets = []  # the accepted connections, for crash()
         self.done_hold_sec = 0.0  # hold every job-done answer this long (a slow platform)
         self.done_limit_bytes = None  # job-done bodies over this are refused with 413, unread (as the platform's)
+        self.takes_refused = []  # the next takes are answered 429, each with this Retry-After (None: none)
         platform = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -186,6 +187,11 @@ class FakePlatform:
             return self._reply(req, 200, {"jobs": [{"id": item["id"], "statusCode": 200, "status": "COMPLETED"}
                                                    for item in call["body"]["jobs"]]})
         if op in ("job-take", "job-take-batch"):
+            with self.cond:
+                refused = self.takes_refused.pop(0) if self.takes_refused else False
+            if refused is not False:
+                headers = {} if refused is None else {"Retry-After": refused}
+                return self._reply(req, 429, {"error": "Rate limit exceeded"}, headers)
             limit = int(query.get("batch_size", "1")) if op == "job-take-batch" else 1
             jobs = self._take(call["worker"], limit)
             call["gave"] = [job["id"] for job in jobs]
@@ -216,9 +222,11 @@ class FakePlatform:
                 del self.queue[i]
             return jobs
 
-    def _reply(self, req, status, payload):
+    def _reply(self, req, status, payload, headers=None):
         data = b"" if payload is None else json.dumps(payload).encode()
         req.send_response(status)
+        for name, value in (headers or {}).items():
+            req.send_header(name, value)
         if payload is not None:
             req.send_header("Content-Type", "application/json")
         req.send_header("Content-Length", str(len(data)))

@@ -6,14 +6,19 @@ their budget (LineBudget)."""
 import io
 import json
 import threading
+import types
 import unittest
 
-from ferry import logs
+from unittest import mock
+
+from ferry import logs, transport, worker
+from test_runtime_speed import _Server
 
 
 class FakeRoute:
-    def __init__(self, status=200):
+    def __init__(self, status=200, retry_after=None):
         self.status = status
+        self.retry_after = retry_after  # what a 429's Retry-After asked, read (protocol.retry_after_sec)
         self.bodies = []
         self.lock = threading.Lock()
 
@@ -22,7 +27,7 @@ class FakeRoute:
             self.bodies.append(json.loads(body))
         if isinstance(self.status, Exception):
             raise self.status
-        return self.status
+        return self.status, self.retry_after
 
     def lines(self):
         with self.lock:
@@ -129,6 +134,46 @@ class LogShipperTest(unittest.TestCase):
         self.assertEqual([line["text"] for line in route.bodies[1]["lines"]], [f"line {i}" for i in range(4)])
         self.assertEqual(echo.getvalue().splitlines()[-1], "::ferry-log sent 4")
         self.assertNotIn("dropping", echo.getvalue())
+        shipper.close()
+
+    def test_a_429_waits_what_its_retry_after_asked_not_the_default(self):
+        route, echo, clock = FakeRoute(429, retry_after=1.0), io.StringIO(), FakeClock()
+        shipper = logs.LogShipper(route, echo, interval_s=60, retry_after_s=10, clock=clock)
+        shipper.add("job-6", "stdout", "kept", 1)
+        shipper.flush()
+        route.status = 200
+        clock.now += 0.9
+        shipper.flush()
+        self.assertEqual(len(route.bodies), 1)
+        clock.now += 0.1
+        shipper.flush()  # 1 s on, not the 10 s a 429 without a Retry-After waits
+        self.assertEqual([line["text"] for line in route.bodies[1]["lines"]], ["kept"])
+        shipper.close()
+
+    def test_the_workers_shipper_reads_the_retry_after_of_its_route(self):
+        server = _Server()
+        self.addCleanup(server.close)
+        config = types.SimpleNamespace(post_log_url=server.url + "/retry-after/1/v2/ep/job-log/$RUNPOD_POD_ID",
+                                       worker_id="w1", api_key="tok", log_backup=False)
+        clock, plain = FakeClock(), transport.Connections
+
+        def connections():
+            made = plain()
+            self.addCleanup(made.close)  # the worker's stay open until it exits
+            return made
+
+        with mock.patch.object(transport, "Connections", connections):
+            shipper = worker._log_shipper(config, io.StringIO(), interval_s=60, clock=clock)
+        shipper.add("job-6", "stdout", "kept", 1)
+        shipper.flush()
+        posted = lambda: [r for r in server.requests if r[1] == "/retry-after/1/v2/ep/job-log/w1"]  # noqa: E731
+        self.assertEqual(len(posted()), 1)
+        clock.now += 0.9
+        shipper.flush()
+        self.assertEqual(len(posted()), 1)
+        clock.now += 0.1
+        shipper.flush()  # again 429: the lines are kept, and given up on close
+        self.assertEqual(len(posted()), 2)
         shipper.close()
 
     def test_lines_kept_after_a_429_are_bounded_and_the_oldest_dropped_said_once(self):

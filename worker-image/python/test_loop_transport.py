@@ -60,8 +60,8 @@ class LoopConnectionsTest(LoopTest):
     def test_requests_share_one_connection(self):
         async def main():
             conns = self.bind()
-            out = [await conns.request("POST", self.server.url + f"/x?i={i}", b'{"n": %d}' % i,
-                                       {"Authorization": "tok"}) for i in range(20)]
+            out = [(await conns.request("POST", self.server.url + f"/x?i={i}", b'{"n": %d}' % i,
+                                        {"Authorization": "tok"}))[:2] for i in range(20)]
             conns.close()
             return out
 
@@ -77,7 +77,8 @@ class LoopConnectionsTest(LoopTest):
     def test_chunked_and_read_to_close_answers(self):
         async def main():
             conns = self.bind()
-            out = [await conns.request("GET", self.server.url + p) for p in ("/chunked", "/x", "/until-close", "/x")]
+            out = [(await conns.request("GET", self.server.url + p))[:2]
+                   for p in ("/chunked", "/x", "/until-close", "/x")]
             conns.close()
             return out
 
@@ -87,10 +88,10 @@ class LoopConnectionsTest(LoopTest):
     def test_idle_connection_closed_by_the_server_is_replaced_without_a_request(self):
         async def main():
             conns = self.bind()
-            first = await conns.request("GET", self.server.url + "/then-close")
+            first = (await conns.request("GET", self.server.url + "/then-close"))[:2]
             while self.server.connections == 1 and conns._idle.take(("http", "127.0.0.1", self._port())):
                 await asyncio.sleep(0.01)  # wait until asyncio has seen the close (connection_lost)
-            second = await conns.request("GET", self.server.url + "/x")
+            second = (await conns.request("GET", self.server.url + "/x"))[:2]
             conns.close()
             return first, second
 
@@ -105,7 +106,7 @@ class LoopConnectionsTest(LoopTest):
         async def main():
             conns = self.bind()
             await conns.request("GET", self.server.url + "/x")
-            out = await conns.request("GET", self.server.url + "/once/hang-up/a")
+            out = (await conns.request("GET", self.server.url + "/once/hang-up/a"))[:2]
             conns.close()
             return out
 
@@ -269,6 +270,26 @@ class LoopWorkerApiTest(LoopTest):
 
         self.assertEqual(_run(main()), [[], RateLimited, protocol.ProtocolError])
 
+    def test_a_429_on_a_poll_carries_the_wait_its_retry_after_asked(self):
+        async def main():
+            self.bind()
+            waits = []
+            for value in ("1", "none", "3600", "soon"):
+                api = self.api(take_path=f"/retry-after/{value}/job-take/$ID")
+                polls = (lambda: api.take_async(2, False), lambda: self.blocking(api.take, 1, False),
+                         lambda: self.blocking(api.poll_stop))
+                for poll in polls:
+                    try:
+                        await poll()
+                    except RateLimited as limited:
+                        waits.append(limited.wait_sec)
+                api.loop_connections.close()
+            return waits
+
+        # As asked; without one, or one that cannot be read, the 5 s of before; an hour, the bound.
+        five, most = protocol.RATE_LIMITED_WAIT_SEC, protocol.RETRY_AFTER_MAX_SEC
+        self.assertEqual(_run(main()), [1.0] * 3 + [five] * 3 + [most] * 3 + [five] * 3)
+
     def test_done_4xx_is_refused_without_retry(self):
         async def main():
             self.bind()
@@ -399,10 +420,38 @@ APP_KINDS = {
 }
 
 
+class RetryAfterTest(unittest.TestCase):
+    """protocol.retry_after_sec: what a 429's Retry-After asks, read once for the polls and the logs."""
+
+    NOW = 1_700_000_000.0  # the wall clock a date is read against: Tue, 14 Nov 2023 22:13:20 GMT
+
+    def wait(self, value):
+        return protocol.retry_after_sec({b"retry-after": value}, now=lambda: self.NOW)
+
+    def test_delta_seconds_within_the_bounds(self):
+        self.assertEqual([self.wait(v) for v in (b"1", b" 7 ", b"10")], [1.0, 7.0, 10.0])
+        # 0 would have the worker ask again at once, as fast as the platform refuses; an hour or
+        # a huge number must not park it.
+        self.assertEqual([self.wait(v) for v in (b"0", b"11", b"3600", b"9" * 40)],
+                         [protocol.RETRY_AFTER_MIN_SEC] + [protocol.RETRY_AFTER_MAX_SEC] * 3)
+
+    def test_an_http_date(self):
+        self.assertEqual(self.wait(b"Tue, 14 Nov 2023 22:13:24 GMT"), 4.0)
+        self.assertEqual(self.wait(b"Tue, 14 Nov 2023 22:13:24 -0000"), 4.0)
+        self.assertEqual(self.wait(b"Tue, 14 Nov 2023 22:00:00 GMT"), protocol.RETRY_AFTER_MIN_SEC)  # gone by
+        self.assertEqual(self.wait(b"Wed, 14 Nov 2024 22:13:20 GMT"), protocol.RETRY_AFTER_MAX_SEC)
+
+    def test_nothing_usable_is_none(self):
+        for value in (b"", b"-1", b"1.5", b"+3", b"soon", b"\xff\xfe", b"Tue, 99 Nov 2023 22:13:24 GMT"):
+            self.assertIsNone(self.wait(value), value)
+        self.assertIsNone(protocol.retry_after_sec({b"content-length": b"2"}))
+        self.assertIsNone(protocol.retry_after_sec(None))
+
+
 class RuntimeOnTheLoopTest(unittest.TestCase):
     """A QueueRuntime in this process against the fake platform: which calls left the loop."""
 
-    def run_jobs(self, source, count, log_shipper=None, on_api=None, batch=False, said=None):
+    def run_jobs(self, source, count, log_shipper=None, on_api=None, batch=False, said=None, on_runtime=None):
         namespace = {}
         exec(source, namespace)  # noqa: S102 - the test's own handler
         platform = FakePlatform()
@@ -419,6 +468,8 @@ class RuntimeOnTheLoopTest(unittest.TestCase):
         runtime = QueueRuntime(Handler(namespace["handler"]), api, 4, "w1", said.append, io.StringIO(),
                                ping_enabled=False, log_shipper=log_shipper)
         self.platform = platform
+        if on_runtime is not None:
+            on_runtime(runtime)
         left_the_loop = []
         plain = runtime._blocking
 
@@ -525,7 +576,7 @@ class RuntimeOnTheLoopTest(unittest.TestCase):
         def post(body):
             for line in json.loads(body)["lines"]:
                 shipped.append((line["jobId"], bool(self.platform.of("job-done", line["jobId"]))))
-            return 200
+            return 200, None
 
         shipper = LogShipper(post, io.StringIO(), interval_s=60)
         self.addCleanup(shipper.close)
@@ -534,6 +585,22 @@ class RuntimeOnTheLoopTest(unittest.TestCase):
             left = self.run_jobs(source, 12, shipper)
         self.assertEqual(sorted(shipped), sorted((f"job-{i}", False) for i in range(0, 12, 3)))
         self.assertEqual(left.count("flush"), 4)  # only the jobs that logged wait for the shipper
+
+    def test_a_take_refused_with_429_waits_what_its_retry_after_asked(self):
+        paused = []
+
+        def refuse_takes(runtime):
+            # A Retry-After of 1 s, none (the 5 s of before), and an hour (bounded by the window).
+            self.platform.takes_refused.extend(["1", None, "3600"])
+
+            async def pause(seconds):  # records the wait instead of waiting
+                paused.append(seconds)
+
+            runtime._pause = pause
+
+        self.run_jobs(APP_KINDS["async"], 3, on_runtime=refuse_takes)
+        self.assertEqual(paused, [1.0, protocol.RATE_LIMITED_WAIT_SEC, protocol.RETRY_AFTER_MAX_SEC])
+        self.assertGreater(len([c for c in self.platform.calls if c["op"].startswith("job-take")]), 3)
 
     def test_takes_refused_while_the_agent_comes_up_are_retried_without_a_word(self):
         # On ECS the worker may start before the agent beside it listens (its START dependency waits

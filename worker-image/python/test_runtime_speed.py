@@ -10,6 +10,7 @@ import textwrap
 import threading
 import time
 import unittest
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from unittest import mock
 
@@ -97,6 +98,14 @@ class _Server:
                     else:
                         server.answered_once.add(self.path)
                         self._send(int(what), b'{"error": "once"}')
+                elif "/retry-after/" in self.path:  # .../retry-after/<value or none>/...: a 429
+                    value = urllib.parse.unquote(self.path.split("/retry-after/")[1].split("/")[0])
+                    self.send_response(429)
+                    if value != "none":
+                        self.send_header("Retry-After", value)
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"{}")
                 elif self.path.startswith("/status/"):  # /status/<code>/...
                     status = int(self.path.split("/")[2])
                     # A 204 has no body (RFC 9110 §15.3.5): one sent anyway is left unread by the
@@ -142,8 +151,8 @@ class TransportTest(unittest.TestCase):
 
     def test_requests_share_one_connection(self):
         for i in range(20):
-            status, data = self.conns.request("POST", self.server.url + f"/x?i={i}", b'{"n": %d}' % i,
-                                              {"Authorization": "tok", "Content-Type": "application/json"})
+            status, data, _ = self.conns.request("POST", self.server.url + f"/x?i={i}", b'{"n": %d}' % i,
+                                                 {"Authorization": "tok", "Content-Type": "application/json"})
             self.assertEqual((status, data), (200, b'echo:{"n": %d}' % i))
         self.assertEqual(self.server.connections, 1)
         self.assertEqual(self.conns.opened, 1)
@@ -154,24 +163,29 @@ class TransportTest(unittest.TestCase):
         self.assertEqual(headers["Host"], self.server.url.split("//")[1])
 
     def test_chunked_answer(self):
-        self.assertEqual(self.conns.request("GET", self.server.url + "/chunked"), (200, b'{"a": 1}'))
-        self.assertEqual(self.conns.request("GET", self.server.url + "/x"), (200, b"echo:"))
+        self.assertEqual(self.conns.request("GET", self.server.url + "/chunked")[:2], (200, b'{"a": 1}'))
+        self.assertEqual(self.conns.request("GET", self.server.url + "/x")[:2], (200, b"echo:"))
         self.assertEqual(self.server.connections, 1)  # the chunked answer left the connection usable
 
     def test_answer_read_to_close_is_not_reused(self):
-        self.assertEqual(self.conns.request("GET", self.server.url + "/until-close"), (200, b"all of it"))
-        self.assertEqual(self.conns.request("GET", self.server.url + "/x"), (200, b"echo:"))
+        self.assertEqual(self.conns.request("GET", self.server.url + "/until-close")[:2], (200, b"all of it"))
+        self.assertEqual(self.conns.request("GET", self.server.url + "/x")[:2], (200, b"echo:"))
         self.assertEqual(self.conns.opened, 2)
 
+    def test_answers_come_with_their_headers(self):
+        status, _, headers = self.conns.request("GET", self.server.url + "/retry-after/3/x")
+        self.assertEqual((status, headers[b"retry-after"], headers[b"content-length"]), (429, b"3", b"2"))
+        self.assertNotIn(b"retry-after", self.conns.request("GET", self.server.url + "/x")[2])
+
     def test_no_body_and_error_statuses(self):
-        self.assertEqual(self.conns.request("GET", self.server.url + "/empty"), (204, b""))
-        self.assertEqual(self.conns.request("GET", self.server.url + "/missing"), (404, b'{"error": "nope"}'))
+        self.assertEqual(self.conns.request("GET", self.server.url + "/empty")[:2], (204, b""))
+        self.assertEqual(self.conns.request("GET", self.server.url + "/missing")[:2], (404, b'{"error": "nope"}'))
         self.assertEqual(self.conns.opened, 1)
 
     def test_connection_closed_by_the_server_is_replaced(self):
-        self.assertEqual(self.conns.request("GET", self.server.url + "/then-close"), (200, b"bye"))
+        self.assertEqual(self.conns.request("GET", self.server.url + "/then-close")[:2], (200, b"bye"))
         time.sleep(0.05)  # the server's FIN arrives: the idle connection is seen closed before reuse
-        self.assertEqual(self.conns.request("POST", self.server.url + "/x", b"again"), (200, b"echo:again"))
+        self.assertEqual(self.conns.request("POST", self.server.url + "/x", b"again")[:2], (200, b"echo:again"))
         self.assertEqual(self.conns.opened, 2)
 
     def test_idle_connection_check_sees_a_close_or_stray_bytes(self):
@@ -188,7 +202,7 @@ class TransportTest(unittest.TestCase):
             self.assertEqual(mine.gettimeout(), 30)
 
     def test_stale_connection_that_fails_the_request_is_retried_once(self):
-        self.assertEqual(self.conns.request("GET", self.server.url + "/x"), (200, b"echo:"))
+        self.assertEqual(self.conns.request("GET", self.server.url + "/x")[:2], (200, b"echo:"))
         with mock.patch.object(transport._Conn, "usable", return_value=True):
             # A reused connection dies with no answer: one more try on a new connection...
             with self.assertRaises(ConnectionError):
@@ -223,7 +237,7 @@ class TransportTest(unittest.TestCase):
             return exchange(conn, *args)
 
         with mock.patch.object(transport._Conn, "exchange", closed_meanwhile):
-            self.assertEqual(self.conns.request("GET", self.server.url + "/x"), (200, b"echo:"))
+            self.assertEqual(self.conns.request("GET", self.server.url + "/x")[:2], (200, b"echo:"))
         self.addCleanup(used[0].close)  # the old code's leak must not outlive the test
         self.assertEqual(used[0].sock.fileno(), -1, "the connection was kept after close()")
 
@@ -241,9 +255,12 @@ class TransportTest(unittest.TestCase):
 
     def test_a_configured_proxy_is_honoured(self):
         with mock.patch.dict(os.environ, {"http_proxy": self.server.url, "no_proxy": ""}):
-            status, data = Connections().request("GET", "http://worker-platform.invalid/v2/x")
+            status, data, _ = Connections().request("GET", "http://worker-platform.invalid/v2/x")
+            # An error answer through urllib (HTTPError) comes with its headers too, as ours do.
+            limited = Connections().request("GET", "http://worker-platform.invalid/retry-after/7/x")
+        self.assertEqual((limited[0], limited[2][b"retry-after"]), (429, b"7"))
         self.assertEqual(status, 200)
-        self.assertEqual(self.server.requests[-1][1], "http://worker-platform.invalid/v2/x")  # absolute URI
+        self.assertEqual(self.server.requests[0][1], "http://worker-platform.invalid/v2/x")  # absolute URI
 
 
 class ThreadsTest(unittest.TestCase):

@@ -167,15 +167,17 @@ class LogShipper:
     flushes a job's lines before posting its result, so they are readable when the job is). A 404
     or 405 means the platform has no such route: shipping stops and lines are echoed to stderr
     instead, so a worker never depends on it. A 429 is the worker's rate limit, where a batch counts
-    by the jobs it names (docs/security.md): its lines are kept and sent again once `retry_after_s`
-    has passed, flushes sending nothing until then, and past `max_kept` lines waiting the oldest are
-    dropped (said once on stderr). Other failures drop that batch (said once on stderr): logs must
-    never hold up a job.
+    by the jobs it names (docs/security.md): its lines are kept and sent again once the wait the
+    answer's Retry-After asked has passed (`retry_after_s` when it had none), flushes sending nothing
+    until then, and past `max_kept` lines waiting the oldest are dropped (said once on stderr). Other
+    failures drop that batch (said once on stderr): logs must never hold up a job.
     """
 
     def __init__(self, post, echo, interval_s=0.5, max_lines=500, backup=False, retry_after_s=10.0,
                  max_kept=10_000, clock=time.monotonic):
-        self._post = post  # post(body bytes) -> HTTP status; raises OSError when it cannot
+        # post(body bytes) -> (HTTP status, the seconds a 429's Retry-After asked, bounded, or None);
+        # raises OSError when it cannot.
+        self._post = post
         self._echo = echo
         # FERRY_LOG_BACKUP=stderr: each line also goes to `echo` marked, until its batch is sent.
         self._backup = backup
@@ -183,7 +185,7 @@ class LogShipper:
         self._said_sent = 0  # the last `sent` mark written
         self._interval_s = interval_s
         self._max_lines = max_lines
-        # The transport gives no answer headers: the platform's window (core/limits.ts,
+        # After a 429 without a usable Retry-After: the platform's window (core/limits.ts,
         # rateLimitWindowMs, 10 s) bounds every Retry-After it sends, so after it a batch fits again.
         self._retry_after_s = retry_after_s
         self._max_kept = max_kept
@@ -236,13 +238,16 @@ class LogShipper:
                 self._resume_at = None
                 batch, self._pending = self._pending, []
             kept = []
+            wait_s = None
             for start in range(0, len(batch), self._max_lines):
                 chunk = batch[start:start + self._max_lines]
-                if kept or not self._send(chunk, keep=not force):
+                if wait_s is None:
+                    wait_s = self._send(chunk, keep=not force)
+                if wait_s is not None:
                     kept.extend(chunk)  # after a 429 the rest waits too, in order
             with self._cond:
                 if kept:
-                    self._resume_at = self._clock() + self._retry_after_s
+                    self._resume_at = self._clock() + wait_s
                     self._cond.notify()  # the thread sleeps until then, not its usual interval
                     self._pending[:0] = kept
                     excess = len(self._pending) - self._max_kept
@@ -277,31 +282,32 @@ class LogShipper:
             self.flush()
 
     def _send(self, batch, keep=True):
-        """Sends `batch`; False when the platform answered 429 and `keep`: the lines are to be kept."""
+        """Sends `batch`; None when done with it (delivered, echoed or dropped), else the seconds to
+        wait before sending it again: the platform answered 429 and `keep`, so the lines are kept."""
         if not batch:
-            return True
+            return None
         if not self.enabled:
             self._echo_lines(batch)
-            return True
+            return None
         body = to_json_bytes({"lines": batch})
         try:
-            status = self._post(body)
+            status, retry_after_s = self._post(body)
         except (OSError, ValueError) as exc:
             status, problem = None, f"{type(exc).__name__}: {exc}"
         else:
             problem = f"HTTP {status}"
         if status is not None and 200 <= status < 300:
-            return True
+            return None
         if status in (404, 405):
             self.enabled = False
             self._echo_lines(batch)
-            return True
+            return None
         if status == 429 and keep:
-            return False
+            return self._retry_after_s if retry_after_s is None else retry_after_s
         if not self._warned:
             self._warned = True
             _write_echo(self._echo, f"ferry worker: job log lines not delivered ({problem}); dropping them\n")
-        return True
+        return None
 
     def _echo_lines(self, batch):
         _write_echo(self._echo, "".join(f"[{line['jobId']}] {line['text']}\n" for line in batch))

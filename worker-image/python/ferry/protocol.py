@@ -27,10 +27,52 @@ POST_BACKOFF_SEC = (0.2, 0.5, 1.0)
 # (core/limits.ts, jobDoneBatchJobs).
 BATCH_RESULT_MAX_BYTES = 64 * 1024
 BATCH_MAX_JOBS = 100
+# What a 429 asks a worker to wait, when its Retry-After says nothing usable: RunPod's worker SDK
+# waits 5 s after a 429 on job-take (rp_scale.py), whatever the answer says.
+RATE_LIMITED_WAIT_SEC = 5.0
+# The most a Retry-After is honoured for. The platform's worker rate window (core/limits.ts,
+# rateLimitWindowMs, 10 s; core/worker-rate.ts) bounds every Retry-After it sends, so an honest one
+# is never cut; a buggy or hostile value (an hour, a date next year) must not park a worker that
+# long. A platform configured with a longer window costs a worker one more refused request per 10 s.
+RETRY_AFTER_MAX_SEC = 10.0
+# The least: a Retry-After of 0 (or a date gone by) would have the worker ask again at once, as fast
+# as the platform can refuse. delta-seconds are whole seconds, and the platform's are rounded up.
+RETRY_AFTER_MIN_SEC = 1.0
 
 
 class RateLimited(Exception):
-    """429 from a poll: the caller sleeps 5 s."""
+    """429 from a poll (job-take, job-stop): the caller waits `wait_sec`, what the answer's
+    Retry-After asked (retry_after_sec) or else RATE_LIMITED_WAIT_SEC."""
+
+    def __init__(self, retry_after=None):
+        super().__init__("rate limited (HTTP 429)")
+        self.wait_sec = RATE_LIMITED_WAIT_SEC if retry_after is None else retry_after
+
+
+def retry_after_sec(headers, now=time.time):
+    """The seconds an answer's Retry-After asks to wait (RFC 9110 §10.2.3: delta-seconds or an
+    HTTP-date), within [RETRY_AFTER_MIN_SEC, RETRY_AFTER_MAX_SEC]; None when the answer has none or
+    it cannot be read, and the caller waits what it did before. `headers`: the transport's (lower-case
+    name bytes to value bytes); `now`: the wall clock, for a date."""
+    value = headers.get(b"retry-after") if headers else None
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():  # bytes.isdigit: ASCII digits only, so no sign, no fraction
+        seconds = int(value)
+    else:
+        import email.utils  # only for a date, which the platform never sends
+
+        try:
+            when = email.utils.parsedate_to_datetime(value.decode("latin-1"))
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when.tzinfo is None:  # "-0000": UTC, by RFC 5322
+            import datetime
+
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        seconds = when.timestamp() - now()
+    return float(min(max(seconds, RETRY_AFTER_MIN_SEC), RETRY_AFTER_MAX_SEC))
 
 
 class Refused:
@@ -112,7 +154,7 @@ class WorkerApi:
         return headers
 
     def _request(self, method, url, body=None, timeout=POST_TIMEOUT_SEC, job_id=None):
-        """(status, body bytes); OSError when the exchange fails."""
+        """(status, body bytes, answer headers); OSError when the exchange fails."""
         return self.connections.request(method, url, body, self._headers_for(body, job_id), timeout)
 
     def _post_attempts(self, job_id, what):
@@ -149,7 +191,7 @@ class WorkerApi:
             if pause:
                 time.sleep(pause)
             try:
-                outcome = self.connections.request("POST", url, body, headers, POST_TIMEOUT_SEC)
+                outcome = self.connections.request("POST", url, body, headers, POST_TIMEOUT_SEC)[:2]
             except OSError as exc:
                 outcome = exc
             try:
@@ -169,7 +211,8 @@ class WorkerApi:
             if pause:
                 await asyncio.sleep(pause)
             try:
-                outcome = await self.loop_connections.request("POST", url, body, headers, POST_TIMEOUT_SEC)
+                answer = await self.loop_connections.request("POST", url, body, headers, POST_TIMEOUT_SEC)
+                outcome = answer[:2]
             except OSError as exc:
                 outcome = exc
             try:
@@ -186,9 +229,9 @@ class WorkerApi:
             return add_query(self.take_batch_url, batch_size=count, job_in_progress=flag)
         return add_query(self.take_url, job_in_progress=flag)
 
-    def _take_answer(self, status, data):
+    def _take_answer(self, status, data, headers):
         """The jobs in a job-take(-batch) answer. Raises RateLimited / ProtocolError."""
-        parsed = _poll_answer(status, data, "job-take")
+        parsed = _poll_answer(status, data, headers, "job-take")
         if parsed is None:
             return []
         jobs = parsed if isinstance(parsed, list) else [parsed]
@@ -204,19 +247,18 @@ class WorkerApi:
 
     def take(self, count, in_progress):
         """Up to `count` jobs (a list, maybe empty). Raises RateLimited / ProtocolError / OSError."""
-        status, data = self._request("GET", self._take_url(count, in_progress), timeout=POLL_TIMEOUT_SEC)
-        return self._take_answer(status, data)
+        answer = self._request("GET", self._take_url(count, in_progress), timeout=POLL_TIMEOUT_SEC)
+        return self._take_answer(*answer)
 
     async def take_async(self, count, in_progress):
         """take() on the event loop (after bind_loop). Cancelling it abandons the request."""
         url = self._take_url(count, in_progress)
-        status, data = await self.loop_connections.request("GET", url, None, self._headers, POLL_TIMEOUT_SEC)
-        return self._take_answer(status, data)
+        answer = await self.loop_connections.request("GET", url, None, self._headers, POLL_TIMEOUT_SEC)
+        return self._take_answer(*answer)
 
     def poll_stop(self):
         """Ids of held jobs the platform wants stopped (long poll; [] when none)."""
-        status, data = self._request("GET", self.stop_url, timeout=POLL_TIMEOUT_SEC)
-        parsed = _poll_answer(status, data, "job-stop")
+        parsed = _poll_answer(*self._request("GET", self.stop_url, timeout=POLL_TIMEOUT_SEC), "job-stop")
         ids = parsed.get("jobsToStop") if isinstance(parsed, dict) else None
         if not isinstance(ids, list):
             return []
@@ -328,7 +370,7 @@ class _DoneBatches:
         ) + b"]}"
         answers = None
         try:
-            status, data = await self.api.loop_connections.request(
+            status, data, _ = await self.api.loop_connections.request(
                 "POST", self.url, body, self.api._headers_for(body, None), POST_TIMEOUT_SEC)
             if status == 404:
                 self.api.say("job-done-batch is not served here: results go one per job-done")
@@ -399,13 +441,14 @@ def _taken(status):
     return None
 
 
-def _poll_answer(status, data, what):
+def _poll_answer(status, data, headers, what):
     """The JSON of a long poll's answer (job-take, job-stop); None when it brought nothing (204 or an
-    empty 200). Raises RateLimited on 429 and ProtocolError on any other status or bad JSON."""
+    empty 200). Raises RateLimited on 429 (with its Retry-After) and ProtocolError on any other status
+    or bad JSON."""
     if status == 204 or (status == 200 and not data.strip()):
         return None
     if status == 429:
-        raise RateLimited()
+        raise RateLimited(retry_after_sec(headers))
     if status != 200:
         raise ProtocolError(f"{what} answered HTTP {status} {_snippet(data)}")
     try:

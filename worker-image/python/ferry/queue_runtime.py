@@ -391,8 +391,8 @@ class QueueRuntime:
                     jobs = await self._blocking(first.result)
                 else:
                     jobs = await self._take(free, bool(self.running))
-            except RateLimited:
-                await self._pause(5)
+            except RateLimited as limited:
+                await self._pause(limited.wait_sec)  # what the platform's Retry-After asked
                 continue
             except Exception as exc:  # noqa: BLE001 - network trouble: log, back off, retry
                 if not self._contact and self._startup_refusals_left > 0 and nothing_there(exc):
@@ -616,8 +616,8 @@ class QueueRuntime:
             asked = time.monotonic()
             try:
                 ids = await self._blocking(self.api.poll_stop)
-            except RateLimited:
-                await asyncio.sleep(5)
+            except RateLimited as limited:
+                await asyncio.sleep(limited.wait_sec)
                 continue
             except Exception as exc:  # noqa: BLE001
                 problem = f"{type(exc).__name__}: {exc}"

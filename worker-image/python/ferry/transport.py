@@ -161,7 +161,8 @@ class _Conn:
             return False
 
     def exchange(self, head, body, method, timeout):
-        """One request and its whole answer: (status, body, whether the connection can be reused)."""
+        """One request and its whole answer: (status, body, headers, whether the connection can be
+        reused)."""
         if timeout != self.timeout:
             self.sock.settimeout(timeout)
             self.timeout = timeout
@@ -196,7 +197,8 @@ class Connections:
         self.opened = 0  # connections made so far, by both front ends (tests and benchmarks read it)
 
     def request(self, method, url, body=None, headers=None, timeout=30.0):
-        """(status, body bytes) of one request; OSError (ResponseError for a bad answer) on failure."""
+        """(status, body bytes, answer headers) of one request; OSError (ResponseError for a bad
+        answer) on failure. The headers: a dict of lower-case name bytes to value bytes."""
         scheme, key, head = self._route(method, url, headers, body)
         if head is None:
             return self._urllib_request(method, url, body, headers or {}, timeout)
@@ -206,13 +208,13 @@ class Connections:
             conn = self._new(key, timeout)
         try:
             try:
-                status, data, keep = conn.exchange(head, body, method, timeout)
+                status, data, answer_headers, keep = conn.exchange(head, body, method, timeout)
             except OSError as exc:
                 if not _retry_on_new_connection(exc, reused, conn.answered):
                     raise
                 conn.close()
                 conn = self._new(key, timeout)
-                status, data, keep = conn.exchange(head, body, method, timeout)
+                status, data, answer_headers, keep = conn.exchange(head, body, method, timeout)
         except BaseException:
             conn.close()
             raise
@@ -220,7 +222,7 @@ class Connections:
             self._idle.give_back(key, conn)
         else:
             conn.close()
-        return status, data
+        return status, data, answer_headers
 
     def close(self):
         self._idle.close()
@@ -277,7 +279,7 @@ class Connections:
         req = urllib.request.Request(url, data=body, headers=headers, method=method)
         try:
             with self._opener.open(req, timeout=timeout) as resp:
-                return resp.status, resp.read()
+                return resp.status, resp.read(), _header_bytes(resp.headers)
         except urllib.error.HTTPError as err:
             try:
                 data = err.read()
@@ -285,7 +287,7 @@ class Connections:
                 data = b""
             finally:
                 err.close()
-            return err.code, data
+            return err.code, data, _header_bytes(err.headers)
 
     def _through_proxy(self, scheme, netloc):
         proxied = self._proxied.get((scheme, netloc))
@@ -311,8 +313,9 @@ class LoopConnections:
         self.connecting = 0  # requests waiting for a new connection (opened in a thread): not sent yet
 
     async def request(self, method, url, body=None, headers=None, timeout=30.0):
-        """(status, body bytes) of one request; OSError (ResponseError for a bad answer, TimeoutError
-        past `timeout`) on failure. Cancelling it closes the connection: nothing waits for the answer."""
+        """(status, body bytes, answer headers) of one request, as Connections.request; OSError
+        (ResponseError for a bad answer, TimeoutError past `timeout`) on failure. Cancelling it closes
+        the connection: nothing waits for the answer."""
         scheme, key, head = self._connections._route(method, url, headers, body)
         if head is None or scheme != "http":
             return await self._blocking(self._connections.request, method, url, body, headers, timeout)
@@ -326,13 +329,13 @@ class LoopConnections:
                 self.connecting -= 1
         try:
             try:
-                status, data, keep = await conn.exchange(head, body, method, timeout)
+                status, data, answer_headers, keep = await conn.exchange(head, body, method, timeout)
             except OSError as exc:
                 if not _retry_on_new_connection(exc, reused, conn.answered):
                     raise
                 conn.close()
                 conn = await self._new(key, timeout)
-                status, data, keep = await conn.exchange(head, body, method, timeout)
+                status, data, answer_headers, keep = await conn.exchange(head, body, method, timeout)
         except BaseException:
             conn.close()
             raise
@@ -340,7 +343,7 @@ class LoopConnections:
             self._idle.give_back(key, conn)
         else:
             conn.close()
-        return status, data
+        return status, data, answer_headers
 
     def close(self):
         self._idle.close()
@@ -449,7 +452,8 @@ class _LoopConn:
             self._transport.abort()
 
     async def exchange(self, head, body, method, timeout):
-        """One request and its whole answer: (status, body, whether the connection can be reused)."""
+        """One request and its whole answer: (status, body, headers, whether the connection can be
+        reused)."""
         if self.lost:
             raise _Closed("server closed the connection without an answer")
         self.answered = False
@@ -525,8 +529,8 @@ class _Buffer:
 def _answer(method):
     """The reader of one HTTP/1.x answer, sans-IO: a generator, primed with send(None), that is sent
     each chunk read from the connection (b"" at end of stream) and yields while it needs more. It
-    returns (status, body, whether the connection can be reused), or raises ResponseError (_Closed
-    when the stream ended before any byte of the answer)."""
+    returns (status, body, headers, whether the connection can be reused), or raises ResponseError
+    (_Closed when the stream ended before any byte of the answer)."""
     buf = _Buffer()
     while True:
         version, status, headers = yield from _read_head(buf)
@@ -556,7 +560,13 @@ def _answer(method):
         keep = False
     if buf.data:
         keep = False  # bytes past the answer: the connection's framing cannot be trusted
-    return status, data, keep
+    return status, data, headers, keep
+
+
+def _header_bytes(message):
+    """An http.client answer's headers (urllib's, through a proxy) as _read_head gives them."""
+    return {name.lower().encode("latin-1"): value.encode("latin-1", "replace")
+            for name, value in message.items()}
 
 
 def _fill(buf):

@@ -212,11 +212,13 @@ def serve_queue(config, handler, endpoint, say, echo):
     return 0
 
 
-def _log_shipper(config, echo):
-    """Ships job output to FERRY_WEBHOOK_POST_LOG when the platform set it (never on RunPod)."""
+def _log_shipper(config, echo, **options):
+    """Ships job output to FERRY_WEBHOOK_POST_LOG when the platform set it (never on RunPod).
+    `options`: LogShipper's (a test's clock)."""
     if not config.post_log_url:
         return None
     from .logs import LogShipper
+    from .protocol import retry_after_sec
     from .transport import Connections
 
     connections = Connections()
@@ -226,10 +228,10 @@ def _log_shipper(config, echo):
         headers["Authorization"] = config.api_key
 
     def post(body):
-        status, _data = connections.request("POST", url, body, headers, 10.0)
-        return status
+        status, _data, answer_headers = connections.request("POST", url, body, headers, 10.0)
+        return status, retry_after_sec(answer_headers) if status == 429 else None
 
-    return LogShipper(post, echo, backup=config.log_backup)
+    return LogShipper(post, echo, backup=config.log_backup, **options)
 
 
 def serve_standalone(config, handler, endpoint, say, echo):
