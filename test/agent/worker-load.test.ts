@@ -185,16 +185,24 @@ describe("the worker's token on the queue agent", () => {
     expect((await request(limited, `ping/{worker}?agent=1&job_id=${job.id}`)).status).toBe(200);
 
     clock.advance(15_000);
-    expect(await request(limited, `ping/{worker}?agent=1&job_id=${job.id}`)).toEqual({
+    // Each refused route says when to come back: the ferry runtime waits what Retry-After asks.
+    const refused = {
       status: 429,
       retryAfter: '45',
       body: { error: 'Rate limit of 3 requests per 60 s exceeded; retry in 45 s' },
-    });
-    expect((await request(limited, 'job-take/{worker}?agent=1')).status).toBe(429);
+    };
+    expect(await request(limited, `ping/{worker}?agent=1&job_id=${job.id}`)).toEqual(refused);
+    for (const route of [
+      'job-take/{worker}?agent=1',
+      'job-take-batch/{worker}?agent=1&batch_size=2',
+      'job-stop/{worker}?agent=1',
+    ]) {
+      expect(await request(limited, route), route).toEqual(refused);
+    }
     const logged = await request(limited, 'job-log/{worker}?agent=1', {
       body: logLines([job.id], clock.now()),
     });
-    expect(logged.status).toBe(429);
+    expect(logged).toEqual(refused);
     expect(receives).toHaveLength(1);
     expect(served).toEqual(['job-take', 'ping', 'ping']);
 

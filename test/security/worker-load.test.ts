@@ -258,12 +258,32 @@ describe('a worker token bounded', () => {
     for (let i = 0; i < 5; i++)
       statuses.push((await get(platform, `load/ping/${looping.workerId}`, looping.token)).status);
     expect(statuses).toEqual([200, 200, 200, 200, 429]);
-    const refused = await get(platform, `load/job-take/${looping.workerId}`, looping.token);
-    expect(refused.status).toBe(429);
-    expect(Number(refused.retryAfter)).toBeGreaterThan(0);
-    expect(refused.body).toEqual({
-      error: expect.stringMatching(/^Rate limit of 4 requests per 60 s exceeded; retry in \d+ s$/),
+    // Each refused route says when to come back, within the window: the ferry runtime waits what
+    // Retry-After asks.
+    const logBatch = await fetch(`${platform.url}/v2/load/job-log/${looping.workerId}`, {
+      method: 'POST',
+      headers: { authorization: looping.token, 'content-type': 'application/json' },
+      body: JSON.stringify({ lines: [{ jobId: 'j1', atMs: Date.now(), stream: 'stdout', text: 'x' }] }),
     });
+    const refusals = [
+      await get(platform, `load/job-take/${looping.workerId}`, looping.token),
+      await get(platform, `load/job-take-batch/${looping.workerId}?batch_size=2`, looping.token),
+      await get(platform, `load/job-stop/${looping.workerId}`, looping.token),
+      await get(platform, `load/ping/${looping.workerId}`, looping.token),
+      {
+        status: logBatch.status,
+        retryAfter: logBatch.headers.get('retry-after'),
+        body: (await logBatch.json()) as Record<string, unknown>,
+      },
+    ];
+    for (const refused of refusals) {
+      expect(refused.status).toBe(429);
+      expect(Number(refused.retryAfter)).toBeGreaterThan(0);
+      expect(Number(refused.retryAfter)).toBeLessThanOrEqual(60);
+      expect(refused.body).toEqual({
+        error: expect.stringMatching(/^Rate limit of 4 requests per 60 s exceeded; retry in \d+ s$/),
+      });
+    }
     // Another worker of the same endpoint has a window of its own; the client keys keep theirs,
     // which the worker's requests did not count against.
     expect((await get(platform, `load/ping/${other.workerId}`, other.token)).status).toBe(200);
