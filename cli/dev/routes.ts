@@ -103,7 +103,7 @@ const isParam = (segment: string) => segment.startsWith(':') || segment === '*';
 /**
  * A URL that both Fastify paths could take, if any can: each parameter (or wildcard) of one takes
  * the other's segment there, and 'x' where both have one. Whether each does take it is the router's
- * answer (sharedPath), not this function's.
+ * answer (ownRouteOf), not this function's.
  */
 function witness(a: string, b: string): string {
   const [as, bs] = [a.split('/'), b.split('/')];
@@ -122,33 +122,42 @@ function witness(a: string, b: string): string {
   return url.join('/');
 }
 
-/** A URL that `method path` and `own` both take in Fastify, else undefined. */
-function sharedPath(method: string, path: string, own: OwnRoute): string | undefined {
-  if (!own.methods.includes((method === 'HEAD' ? 'GET' : method) as Method)) return undefined;
-  // Under a passthrough's wildcard a static project route (v2.py's /v2/runsync, lb.py's /lb/echo)
-  // takes its own URL only, which Fastify gives it before the wildcard, and which no call to the
-  // platform behind uses: its endpoints are live-<name> with generated ids. One with a parameter
-  // would take the platform's URLs too (/v2/{id}/run takes every /v2/<id>/run).
-  if ('passthrough' in own && !path.includes(':') && !path.includes('*')) return undefined;
-  const url = witness(path, own.path);
-  try {
-    const [mine, theirs] = [routerOf([{ method, path }]), routerOf([{ method, path: own.path }])];
-    return mine.find(method as FindMyWay.HTTPMethod, url) && theirs.find(method as FindMyWay.HTTPMethod, url)
-      ? url
-      : undefined;
-  } catch {
-    return undefined; // a path Fastify does not take (server.ts says so when it skips the route)
-  }
+let ownRouters: ReadonlyArray<{ own: OwnRoute; router: Router }> | undefined;
+/**
+ * Each of ownRoutes with a router of its own (its path at each of its methods), in ownRoutes'
+ * order: built on first use, once, as the routes never change. One router each, not one for all,
+ * so each own route is asked whether it takes a URL whatever another would.
+ */
+function ownRoutersOf(): ReadonlyArray<{ own: OwnRoute; router: Router }> {
+  ownRouters ??= Object.values(ownRoutes).map((own: OwnRoute) => ({
+    own,
+    router: routerOf(own.methods.map((method) => ({ method, path: own.path }))),
+  }));
+  return ownRouters;
 }
 
 /**
  * The dev server's own route that `method path` would share a URL with (a HEAD is its GET's), and
- * that URL; undefined when there is none.
+ * that URL; undefined when there is none. The first in ownRoutes' order whose router and the
+ * route's own both take the URL the two paths could share (witness).
  */
 export function ownRouteOf(method: string, path: string): { own: OwnRoute; url: string } | undefined {
-  for (const own of Object.values(ownRoutes)) {
-    const url = sharedPath(method, path, own);
-    if (url !== undefined) return { own, url };
+  const asked = (method === 'HEAD' ? 'GET' : method) as Method;
+  let mine: Router | undefined;
+  for (const { own, router } of ownRoutersOf()) {
+    if (!own.methods.includes(asked)) continue;
+    // Under a passthrough's wildcard a static project route (v2.py's /v2/runsync, lb.py's /lb/echo)
+    // takes its own URL only, which Fastify gives it before the wildcard, and which no call to the
+    // platform behind uses: its endpoints are live-<name> with generated ids. One with a parameter
+    // would take the platform's URLs too (/v2/{id}/run takes every /v2/<id>/run).
+    if ('passthrough' in own && !path.includes(':') && !path.includes('*')) continue;
+    try {
+      mine ??= routerOf([{ method: asked, path }]);
+    } catch {
+      return undefined; // a path Fastify does not take (server.ts says so when it skips the route)
+    }
+    const url = witness(path, own.path);
+    if (mine.find(asked, url) && router.find(asked, url)) return { own, url };
   }
   return undefined;
 }

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scanProject } from '../../cli/build/scan.js';
-import { type DevRoute, devRoutes } from '../../cli/dev/routes.js';
+import { type DevRoute, devRoutes, ownRouteOf, ownRoutes } from '../../cli/dev/routes.js';
 import { exitCode, FerryError } from '../../core/errors.js';
 
 const root = mkdtempSync(path.join(tmpdir(), 'wb-dev-routes-'));
@@ -299,5 +299,21 @@ describe("devRoutes: a route at a path ferry dev serves itself (ownRoutes), by F
     ]);
     // The module's prefix stripped before the call is none: the worker gets the path as it came.
     expect(routes![0]!.prefix).toBe('');
+  });
+});
+
+describe("ownRouteOf: the dev server's own route a method and path would share a URL with", () => {
+  it("answers a HEAD as its GET, the same own route on every ask, and none for a method ferry dev's routes do not take or a path Fastify refuses", () => {
+    for (let ask = 0; ask < 2; ask++) {
+      expect(ownRouteOf('HEAD', '/docs/:page')).toEqual({ own: ownRoutes.docsSlash, url: '/docs/' });
+      expect(ownRouteOf('GET', '/docs/:page')).toEqual({ own: ownRoutes.docsSlash, url: '/docs/' });
+      expect(ownRouteOf('DELETE', '/v2/:id/run')).toEqual({ own: ownRoutes.v2, url: '/v2/x/run' });
+    }
+    expect(ownRouteOf('POST', '/docs/:page')).toBeUndefined();
+    expect(ownRouteOf('OPTIONS', '/v2/:id/run')).toBeUndefined();
+    // Static under a passthrough: Fastify gives that one URL to the project's route.
+    expect(ownRouteOf('POST', '/v2/runsync')).toBeUndefined();
+    // A `*` before the last segment: Fastify refuses the route (server.ts skips it), so it takes nothing.
+    expect(ownRouteOf('GET', '/v2/*/x')).toBeUndefined();
   });
 });
