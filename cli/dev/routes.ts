@@ -162,6 +162,25 @@ export function ownRouteOf(method: string, path: string): { own: OwnRoute; url: 
   return undefined;
 }
 
+/**
+ * The methods at which a project route takes a URL, by Fastify's router (parameters anywhere in a
+ * segment, percent-encoding, the query string left out), sorted; [] when none does. The router is
+ * built once for the table: the function asks it. A path Fastify refuses takes nothing, as
+ * server.ts skips its route.
+ */
+export function methodsRouting(routes: readonly DevRoute[]): (url: string) => Method[] {
+  const router = routerOf();
+  for (const route of routes) {
+    try {
+      router.on(route.method, route.path, () => {});
+    } catch {
+      // a path Fastify does not take (server.ts says so when it skips the route)
+    }
+  }
+  const methods = [...everyMethod].sort();
+  return (url) => methods.filter((method) => router.find(method, url) !== null);
+}
+
 /** A module's routes are under its path; a root __init__.py's, at their own paths. */
 const prefixOf = (endpoint: ManifestEndpoint) =>
   endpoint.module === '' ? '' : `/${endpoint.module.split('.').join('/')}`;

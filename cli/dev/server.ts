@@ -21,24 +21,9 @@ import { manageOpenApi } from '../../core/manage.js';
 import { overLimitMessage } from '../../core/request-body.js';
 import { startFailureMessage } from './failures.js';
 import { inputMismatch, inputSchema } from './inputs.js';
-import { type DevRoute, ownRouteOf, ownRoutes } from './routes.js';
+import { type DevRoute, methodsRouting, ownRouteOf, ownRoutes } from './routes.js';
 import { corsAnswer, crossSiteRefusal, type SiteGuard } from './site-guard.js';
 import type { LiveEndpoints } from './state.js';
-
-/**
- * The methods of the routes whose path matches `path` (a `:param` segment matches any), sorted: what a
- * request to that path with another method may use instead. [] when no route has that path.
- */
-function allowedMethods(routes: readonly DevRoute[], path: string): string[] {
-  const segments = path.split('/');
-  const matches = (route: DevRoute) => {
-    const pattern = route.path.split('/');
-    return (
-      pattern.length === segments.length && pattern.every((p, i) => p.startsWith(':') || p === segments[i])
-    );
-  };
-  return [...new Set(routes.filter(matches).map((r) => r.method))].sort();
-}
 
 export interface DevServerOptions {
   live: LiveEndpoints;
@@ -350,9 +335,12 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
     app.route({ method: [...own.methods], url: own.path, ...hidden, handler: passThrough });
   // The OpenAPI document at the path tools look for first, beside Swagger UI's /docs/json.
   app.get(ownRoutes.openapi.path, { schema: { hide: true } }, async () => app.swagger());
+  // Which methods would route a URL: the 405 below, for exactly the URLs Fastify gives a project
+  // route at another method (its router, its parameters), built once for this table.
+  const methodsAt = methodsRouting(routes);
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?', 1)[0]!;
-    const allowed = allowedMethods(routes, path);
+    const allowed = methodsAt(request.url);
     if (allowed.length === 0) return noRoute(request, reply);
     // A named route asked with another method: the 405 the load-balanced runtime answers on the
     // platform (worker-image/python/ferry/lb.py method_not_allowed), in its words, with the Allow

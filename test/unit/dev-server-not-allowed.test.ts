@@ -1,0 +1,84 @@
+/**
+ * The dev server's 405 (cli/dev/server.ts): a project route asked with another method answers as the
+ * load-balanced runtime does on the platform (worker-image/python/ferry/lb.py method_not_allowed),
+ * for exactly the URLs Fastify's router gives that route (cli/dev/routes.ts methodsRouting), the
+ * rest a 404. Through the real server (Fastify's inject) on a route table written here: no request
+ * reaches a worker or the platform, so the live endpoints are a fake that only has the table. The
+ * e2e test (test/e2e/cli-dev.test.ts) asks a template project's routes, which have no parameters.
+ */
+import type { FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { DevRoute } from '../../cli/dev/routes.js';
+import { createDevServer } from '../../cli/dev/server.js';
+import type { LiveEndpoints } from '../../cli/dev/state.js';
+
+const lbRoute = (method: DevRoute['method'], path: string): DevRoute => ({
+  method,
+  path,
+  prefix: '/api',
+  endpoint: 'api',
+  kind: 'lb',
+  summary: undefined,
+  params: [...path.matchAll(/:(\w+)/g)].map((m) => m[1]!),
+  origin: `@api.${method.toLowerCase()}("${path}") of api.py`,
+});
+
+const routes = [
+  lbRoute('GET', '/api/items/:id'),
+  lbRoute('PUT', '/api/items/:id'),
+  lbRoute('GET', '/api/files/prefix-:name'),
+  lbRoute('GET', '/api/docs/:name.:ext'),
+  lbRoute('POST', '/api/echo'),
+];
+
+let app: FastifyInstance;
+beforeAll(async () => {
+  const live = { snapshot: { endpoints: [], routes } } as unknown as LiveEndpoints;
+  app = await createDevServer({
+    live,
+    platformUrl: 'http://127.0.0.1:9',
+    apiKey: 'fy_unused',
+    guard: { listenHost: '127.0.0.1', allowOrigins: [] },
+    log: () => {},
+  });
+});
+afterAll(() => app?.close());
+
+describe("ferry dev's 405 for a route asked with another method", () => {
+  it('answers 405 with the Allow header wherever a route with a parameter takes the URL, the parameter anywhere in its segment', async () => {
+    for (const [method, url, allowed] of [
+      ['DELETE', '/api/items/7', 'GET, HEAD, PUT'],
+      ['POST', '/api/items/7?full=1', 'GET, HEAD, PUT'],
+      ['DELETE', '/api/items/a%2Fb', 'GET, HEAD, PUT'],
+      // Fastify's router takes `prefix-:name` at /api/files/prefix-7 (so does the runtime's).
+      ['DELETE', '/api/files/prefix-7', 'GET, HEAD'],
+      ['DELETE', '/api/docs/readme.md', 'GET, HEAD'],
+      ['GET', '/api/echo', 'POST'],
+    ] as const) {
+      const response = await app.inject({ method, url });
+      expect(response.statusCode, `${method} ${url}`).toBe(405);
+      expect(response.headers.allow, `${method} ${url}`).toBe(allowed);
+      expect(response.json()).toEqual({
+        error: `method ${method} not allowed for ${url.split('?', 1)[0]}; allowed: ${allowed}`,
+      });
+    }
+  });
+
+  it('answers 404 for a path that only looks like a route: one segment more or less, a trailing slash, another case, a segment without the static part or the dot between two parameters', async () => {
+    for (const url of [
+      '/api/items/7/extra',
+      '/api/items/7/',
+      '/api/Items/7',
+      '/api/items',
+      '/api/files/7',
+      '/api/files/prefix',
+      // `:name.:ext` takes a segment with a dot only.
+      '/api/docs/readme',
+      '/api/echo/',
+    ]) {
+      const response = await app.inject({ method: 'DELETE', url });
+      expect(response.statusCode, url).toBe(404);
+      expect(response.json()).toEqual({ error: `No route for DELETE ${url}` });
+    }
+  });
+});
