@@ -155,6 +155,12 @@ interface Route {
   runsCode?: true;
 }
 
+/** A route a request asks for, and its params (decoded). */
+interface Matched {
+  route: Route;
+  params: string[];
+}
+
 const ok = (body: unknown): ApiResponse => ({ statusCode: 200, body });
 
 /**
@@ -332,7 +338,7 @@ export class V2Api {
     }
     if (segments[0] !== 'v2' || segments.length < 3) throw notFound(`No route for ${req.method} ${req.path}`);
     if (segments[1] === byNameSegment) return this.byName(req, method, segments.slice(2));
-    return this.route(req, method, decodeURIComponent(segments[1]!), segments.slice(2));
+    return this.route(req, decodeURIComponent(segments[1]!), this.matching(method, segments.slice(2)));
   }
 
   /**
@@ -359,8 +365,10 @@ export class V2Api {
       throw endpointNotFound(scope, asked);
     }
     const rest = segments.slice(3);
-    // Refused before the lookup, which provisions under `ferry dev`: not for a run it would refuse.
-    const refused = this.refusedRun(this.matching(method, rest)?.route);
+    // Matched once, here: refused before the lookup, which provisions under `ferry dev` (not for a
+    // run it would refuse), then served (route) by what this found.
+    const matched = this.matching(method, rest);
+    const refused = this.refusedRun(matched?.route);
     if (refused !== undefined) return refused;
     await this.options.beforeResolve?.(app, wanted, name);
     const record = endpointWithinScope(
@@ -368,7 +376,7 @@ export class V2Api {
       asked,
       await resolveByName(this.options.control, app, wanted, name),
     );
-    if (rest.length > 0) return this.route(req, method, record.id, rest, scope);
+    if (rest.length > 0) return this.route(req, record.id, matched, scope);
     if (!readMethods.includes(method)) throw notFound(`No route for ${req.method} ${req.path}`);
     return ok(resolutionOf(record));
   }
@@ -392,13 +400,12 @@ export class V2Api {
 
   private async route(
     req: ApiRequest,
-    method: string,
     endpointId: string,
-    rest: string[],
+    /** The route the method and the path after the endpoint ask for (matching), if any. */
+    matched: Matched | undefined,
     /** The client key's scope, when the caller has looked it up already (by-name). */
     knownScope?: KeyScope,
   ): Promise<ApiResponse> {
-    const matched = this.matching(method, rest);
     if (!matched) throw notFound(`No route for ${req.method} ${req.path}`);
     const { route, params } = matched;
     // A client key is checked (401) before the endpoint is looked up (a refused run answers then),
@@ -432,7 +439,7 @@ export class V2Api {
   }
 
   /** The route `method` and the path after the endpoint (`rest`, split on '/') ask for, and its params. */
-  private matching(method: string, rest: string[]): { route: Route; params: string[] } | undefined {
+  private matching(method: string, rest: string[]): Matched | undefined {
     const route = this.routes.find(
       (r) =>
         r.pattern.length === rest.length &&

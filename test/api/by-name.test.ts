@@ -77,6 +77,25 @@ describe('by-name resolution', () => {
     expect((await call(base, 'GET', '/by-name/shop/-/api')).body.kind).toBe('lb');
   });
 
+  it("serves a route with a parameter by name, and answers a route it lacks, or one asked with another method, with the 404 of the route after the endpoint's", async () => {
+    const run = await call(base, 'POST', '/by-name/shop/production/sum/run', { input: { x: 2 } });
+    const status = await call(base, 'GET', `/by-name/shop/production/sum/status/${run.body.id}`);
+    expect(status.body).toMatchObject({ id: run.body.id, status: 'IN_QUEUE' });
+    for (const [method, path] of [
+      ['GET', '/by-name/shop/production/sum/nope'],
+      ['GET', '/by-name/shop/production/sum/run'],
+      ['POST', `/by-name/shop/production/sum/status/${run.body.id}/more`],
+    ] as const)
+      expect(await call(base, method, path)).toEqual({
+        status: 404,
+        body: { error: `No route for ${method} /v2${path}` },
+      });
+    // An endpoint that is not there answers as one (its 404) before its route is looked at.
+    expect((await call(base, 'GET', '/by-name/shop/production/nope/nope')).body.error).toMatch(
+      /Endpoint 'nope' is not deployed/,
+    );
+  });
+
   /** The lookup of the load-balanced endpoint the AWS provider recorded (beforeAll). */
   const cloudApi = {
     id: 'cloud-api-1',
