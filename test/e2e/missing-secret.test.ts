@@ -86,6 +86,51 @@ describe('a secret the endpoint declares has no value', () => {
   }, 90_000);
 });
 
+describe('a secret a running endpoint holds is deleted (ferry secrets delete)', () => {
+  const held = mkdtempSync(join(tmpdir(), 'ferry-held-secret-'));
+  afterAll(() => rmSync(held, { recursive: true, force: true }));
+
+  it('its workers drain and no new one starts with the deleted value: health names the secret, a job ends FAILED; set again, it runs', async () => {
+    writeFileSync(
+      join(held, 'app.py'),
+      [
+        'import os',
+        'from ferry import Endpoint',
+        '',
+        '@Endpoint(name="held", cpu="1-2", workers=(1, 1), secrets=["KEEP"])',
+        'def held(x=1):',
+        '    return {"token": os.environ.get("KEEP")}',
+        '',
+      ].join('\n'),
+    );
+    const secrets = platform.db.openSecrets(join(platform.dataDir, 'secrets.key'));
+    await secrets.set(scope, 'KEEP', 'leaked');
+    const { endpoints } = await scanProject({ projectDir: held });
+    await platform.db.control.putEndpoint(recordFor(endpoints[0]!, held));
+    await platform.workers!.reconcile();
+    const before = await call(platform.baseUrl, 'POST', '/held/runsync?wait=60000', { input: {} });
+    expect(before.body).toMatchObject({ status: 'COMPLETED', output: { token: 'leaked' } });
+
+    expect(await secrets.delete(scope, 'KEEP')).toBe(true);
+    await platform.workers!.reconcileNow();
+    const health = await call(platform.baseUrl, 'GET', '/held/health');
+    expect(health.body.problem).toMatchObject({ state: 'failing' });
+    expect(health.body.problem.reason).toContain('secrets not set: KEEP');
+    expect(health.body.problem.reason).toContain('ferry secrets set KEEP --app test --env production');
+    // The running worker was given the deleted value: it takes no job, and no new one starts with it.
+    const after = await call(platform.baseUrl, 'POST', '/held/runsync?wait=30000', { input: {} });
+    expect(after.body.status).toBe('FAILED');
+    expect(after.body.error).toContain('secrets not set: KEEP');
+
+    // As `ferry secrets set` does with the running serve: it asks for a pass now (reconcileNow).
+    await secrets.set(scope, 'KEEP', 'rotated');
+    await platform.workers!.reconcileNow();
+    const again = await call(platform.baseUrl, 'POST', '/held/runsync?wait=60000', { input: {} });
+    expect(again.body).toMatchObject({ status: 'COMPLETED', output: { token: 'rotated' } });
+    expect((await call(platform.baseUrl, 'GET', '/held/health')).body.problem).toBeUndefined();
+  }, 120_000);
+});
+
 describe('under ferry dev', () => {
   const sandbox = new CliSandbox();
   afterAll(() => sandbox.cleanup());

@@ -49,6 +49,10 @@ import type { RolloutReport } from './rollout.js';
 /** The shortest time between two pool ticks that submits woke (see start()). */
 const minTickGapMs = 50;
 
+/** What health and failed jobs say of a configuration the pool cannot give its workers: the error and its next step. */
+const reasonOf = (error: FerryError): string =>
+  error.hint ? `${error.message} (${error.hint})` : error.message;
+
 /** Resolves after `ms`, or at once when `signal` aborts. */
 const pauseFor = (ms: number, signal: AbortSignal): Promise<void> =>
   new Promise((resolve) => {
@@ -153,6 +157,8 @@ export class LocalWorkers {
   private names = new Map<string, string>();
   /** Why the last pass could not give an endpoint's workers its record as it is (reconcileNow). */
   private readonly specProblems = new Map<string, string>();
+  /** Endpoints failing because a secret their running pool's workers were given was deleted (secretGone). */
+  private readonly secretsGone = new Set<string>();
   private readonly gpus: GpuSlots;
   private reconciling: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
@@ -229,19 +235,30 @@ export class LocalWorkers {
         spec = await this.specOf(record);
       } catch (error) {
         const message = (error as Error).message;
-        const why = FerryError.is(error) && error.hint ? `${message} (${error.hint})` : message;
+        const why = FerryError.is(error) ? reasonOf(error) : message;
         this.specProblems.set(record.id, why);
         // Never started: nothing serves it until the user completes it (a secret, say), and health
-        // and its queued jobs say so. A running pool keeps its last complete spec meanwhile.
+        // and its queued jobs say so. A running pool keeps its last complete spec meanwhile (a
+        // deploy that adds a secret with no value leaves the previous deployment serving), unless a
+        // secret that spec holds was deleted since: then it is failing the same way.
+        const gone = pool && FerryError.is(error) ? await this.secretGone(pool) : undefined;
         if (!pool && FerryError.is(error)) {
-          const hint = error.hint ? ` (${error.hint})` : '';
-          await this.options.supervisor.unconfigured(record.id, `${message}${hint}`);
+          await this.options.supervisor.unconfigured(record.id, why);
+        } else if (pool && gone) {
+          await this.options.supervisor.unconfigured(record.id, reasonOf(gone));
+          if (!this.secretsGone.has(record.id)) {
+            this.secretsGone.add(record.id);
+            pool.drainAll();
+          }
         } else {
           this.options.log.error(`endpoint ${record.name} (${record.id}): ${message}`);
         }
         continue;
       }
       this.specProblems.delete(record.id);
+      // Complete again (the secret set again, or a deploy without it): the failing state set above ends.
+      if (this.secretsGone.delete(record.id))
+        await this.options.supervisor.unconfigured(record.id, undefined);
       if (!pool) {
         await this.options.supervisor.unconfigured(record.id, undefined);
         const created = new EndpointPool(spec, this.options, this.gpus);
@@ -253,6 +270,7 @@ export class LocalWorkers {
       }
     }
     for (const id of this.specProblems.keys()) if (!seen.has(id)) this.specProblems.delete(id);
+    for (const id of this.secretsGone) if (!seen.has(id)) this.secretsGone.delete(id);
     for (const [id, pool] of this.pools) {
       if (!seen.has(id)) {
         // No new worker starts for it (actuator.start reads `pools`), but its workers are still found
@@ -312,6 +330,22 @@ export class LocalWorkers {
       runAs.user,
     ]);
     return { record, config, codeDir, key, secrets, ...runAs };
+  }
+
+  /**
+   * Why the pool's workers may not keep the secrets its spec holds: one was deleted (`ferry secrets
+   * delete`), so no worker may be started with it any more, and the ones running finish what they
+   * hold and leave, as when a value changes. Undefined while every one still has a value.
+   */
+  private async secretGone(pool: EndpointPool): Promise<FerryError | undefined> {
+    const held = Object.keys(pool.spec.secrets);
+    if (held.length === 0 || !this.options.secrets) return undefined;
+    try {
+      await this.options.secrets(pool.spec.record, held);
+      return undefined;
+    } catch (error) {
+      return FerryError.is(error) ? error : undefined;
+    }
   }
 
   /**
@@ -489,6 +523,16 @@ export class EndpointPool {
     for (const proc of this.procs.values()) {
       if (proc.generation < this.generation) this.supervisor.drain(proc.identity.workerId);
     }
+    this.options.changes.notify(endpointKey(this.endpointId));
+  }
+
+  /**
+   * Every worker drains (finishes what it holds, takes nothing more) with no spec to roll to: what
+   * they were given may not be handed on (LocalWorkers.secretGone), and the supervisor, which the
+   * endpoint's failing state stops from starting any, starts new ones once it is complete again.
+   */
+  drainAll(): void {
+    for (const proc of this.procs.values()) this.supervisor.drain(proc.identity.workerId);
     this.options.changes.notify(endpointKey(this.endpointId));
   }
 
