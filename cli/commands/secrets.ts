@@ -161,6 +161,56 @@ async function reachEndpointsUsing(
   }
 }
 
+/** The line that gives a deleted secret back to the endpoints that list it. */
+const setAgainLine = (scope: { app: string; env: string }, name: string, provider: string): string =>
+  `printf %s "$VALUE" | ferry secrets set ${name} --app ${scope.app} --env ${scope.env}${provider === 'aws' ? ' --provider aws' : ''}`;
+
+/**
+ * After `ferry secrets delete`: the scope's endpoints that list the name, each named on stderr with
+ * what the delete does to it, since a user deleting a leaked value expects it gone from the workers
+ * and it is not. Locally the running `ferry serve` drains the workers it has (they keep the value
+ * until they finish what they hold and stop) and starts none while the name has no value: the
+ * endpoint is failing, its health naming the secret (LocalWorkers.secretGone). On AWS a running task keeps what ECS
+ * gave it at its start ("will not receive the updated value automatically",
+ * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-envvar-secrets-manager.html),
+ * and a new one cannot start: a secret scheduled for deletion cannot be read ("you can no longer
+ * directly access it", https://docs.aws.amazon.com/secretsmanager/latest/userguide/manage_restore-secret.html),
+ * so ECS stops the task with ResourceInitializationError (a secret Secrets Manager cannot find is one
+ * of its causes, https://repost.aws/knowledge-center/ecs-secrets-manager-issues), and after three such starts
+ * the endpoint is failing (docs/aws.md#failing-endpoints). Answers their names; a failure to read
+ * the records only warns, since the secret is deleted.
+ */
+async function warnEndpointsUsing(
+  ctx: CliContext,
+  provider: string,
+  scope: { app: string; env: string },
+  name: string,
+  withRecords: WithRecords,
+): Promise<string[]> {
+  let users: EndpointRecord[];
+  try {
+    users = await withRecords(async (control) => (control ? endpointsUsing(control, scope, name) : []));
+  } catch (error) {
+    ctx.reporter.line(
+      `  warning: could not check for endpoints that use ${name} (${messageOf(error)}); an endpoint that lists it in secrets= starts no new worker until it is set again`,
+    );
+    return [];
+  }
+  for (const { name: endpoint } of users) {
+    ctx.reporter.line(
+      provider === 'aws'
+        ? `  warning: ${endpoint} lists ${name} in secrets=: its running tasks keep the deleted value until they stop, and a new task cannot start (ECS cannot read ${name}; after three tries the endpoint is failing) until ${name} is set again or ${endpoint} is deployed without it`
+        : `  warning: ${endpoint} lists ${name} in secrets=: its running workers keep the deleted value until they finish what they hold and stop, and no new worker starts (the endpoint is failing: its health names ${name}, its jobs end FAILED) until ${name} is set again or ${endpoint} is deployed without it`,
+    );
+  }
+  if (users.length > 0) {
+    ctx.reporter.line(
+      `  hint: ${setAgainLine(scope, name, provider)}, or remove ${name} from secrets= and run \`ferry deploy${provider === 'aws' ? ' --provider aws' : ''}\``,
+    );
+  }
+  return users.map((record) => record.name);
+}
+
 /** The provider a command acts on: `--provider`, else FERRY_PROVIDER, else local. */
 const providerOf = (ctx: CliContext, flag: unknown): string =>
   providerName(ctx, typeof flag === 'string' ? flag : undefined);
@@ -384,18 +434,34 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
           scopeFlags(y2.positional('name', { type: 'string', demandOption: true })).option('json', jsonFlag),
         handler: async (argv) => {
           const name = String(argv.name);
-          const [scope, deleted] = await withScope(ctx, argv, options, async (scope) => [
-            scope,
-            await withSecretStore(ctx, providerOf(ctx, argv.provider), options, (store) =>
+          const provider = providerOf(ctx, argv.provider);
+          const [scope, usedBy] = await withScope(ctx, argv, options, async (scope, records) => {
+            const deleted = await withSecretStore(ctx, provider, options, (store) =>
               store.delete(scope, name),
-            ),
-          ]);
-          if (!deleted)
-            throw notFound(
-              `No secret ${name} for ${scope.app}/${scope.env}`,
-              'See them with `ferry secrets list`.',
             );
-          if (argv.json) return ctx.reporter.json({ ...scope, name, deleted: true });
+            if (!deleted)
+              throw notFound(
+                `No secret ${name} for ${scope.app}/${scope.env}`,
+                'See them with `ferry secrets list`.',
+              );
+            return [
+              scope,
+              await warnEndpointsUsing(
+                ctx,
+                provider,
+                scope,
+                name,
+                records ?? ((use) => withControl(ctx, provider, options, use)),
+              ),
+            ] as const;
+          });
+          if (argv.json)
+            return ctx.reporter.json({
+              ...scope,
+              name,
+              deleted: true,
+              ...(usedBy.length > 0 ? { usedBy } : {}),
+            });
           ctx.reporter.out(`✓ Deleted ${name} of ${scope.app}/${scope.env}`);
         },
       })

@@ -154,6 +154,81 @@ describe('ferry deploy of an endpoint whose secret has no value', () => {
   }, 60_000);
 });
 
+describe('ferry secrets delete of a secret a deployed endpoint lists', () => {
+  it('names each endpoint that lists it, what happens to its workers and how to give it back; --json adds usedBy', () => {
+    const home = tempDir();
+    const project = join(home, 'shop');
+    mkdirSync(project);
+    writeFileSync(
+      join(project, 'app.py'),
+      [
+        'from ferry import Endpoint',
+        '',
+        '@Endpoint(name="needs", cpu="1-2", secrets=["HF_TOKEN"])',
+        'def needs():',
+        '    return {}',
+        '',
+        '@Endpoint(name="plain", cpu="1-2", secrets=["OTHER"])',
+        'def plain():',
+        '    return {}',
+        '',
+      ].join('\n'),
+    );
+    const ferry = (args: string[], input?: string) =>
+      spawnSync(process.execPath, [resolve('bin/ferry.js'), ...args], {
+        input,
+        encoding: 'utf8',
+        env: { ...process.env, FERRY_HOME: home },
+        cwd: project,
+      });
+    for (const name of ['HF_TOKEN', 'OTHER', 'UNUSED']) {
+      expect(ferry(['secrets', 'set', name], value).status).toBe(0);
+    }
+    const deploy = ferry(['deploy', '--no-serve']);
+    expect(deploy.status, deploy.stderr).toBe(0);
+
+    const deleted = ferry(['secrets', 'delete', 'HF_TOKEN']);
+    expect(deleted.status, deleted.stderr).toBe(0);
+    expect(deleted.stdout).toContain('✓ Deleted HF_TOKEN of shop/production');
+    expect(deleted.stderr).toContain(
+      'warning: needs lists HF_TOKEN in secrets=: its running workers keep the deleted value until they finish what they hold and stop, and no new worker starts',
+    );
+    expect(deleted.stderr).toContain('until HF_TOKEN is set again or needs is deployed without it');
+    expect(deleted.stderr).toContain(
+      'hint: printf %s "$VALUE" | ferry secrets set HF_TOKEN --app shop --env production, or remove HF_TOKEN from secrets= and run `ferry deploy`',
+    );
+    expect(deleted.stderr).not.toContain('plain');
+    // The delete happened: the name is gone from the list.
+    expect(
+      JSON.parse(ferry(['secrets', 'list', '--json']).stdout).map((s: { name: string }) => s.name),
+    ).toEqual(['OTHER', 'UNUSED']);
+
+    const json = ferry(['secrets', 'delete', 'OTHER', '--json']);
+    expect(json.status, json.stderr).toBe(0);
+    expect(JSON.parse(json.stdout)).toEqual({
+      app: 'shop',
+      env: 'production',
+      name: 'OTHER',
+      deleted: true,
+      usedBy: ['plain'],
+    });
+    expect(json.stderr).toContain('warning: plain lists OTHER in secrets=');
+
+    // Nothing lists it: the output is the plain confirmation, with no warning and no usedBy.
+    const unused = ferry(['secrets', 'delete', 'UNUSED', '--json']);
+    expect(unused.status, unused.stderr).toBe(0);
+    expect(JSON.parse(unused.stdout)).toEqual({
+      app: 'shop',
+      env: 'production',
+      name: 'UNUSED',
+      deleted: true,
+    });
+    expect(unused.stderr).not.toContain('warning');
+    for (const text of [deleted.stdout, deleted.stderr, json.stdout, json.stderr])
+      expect(text).not.toContain(value);
+  }, 60_000);
+});
+
 describe('ferry secrets set --provider aws and an endpoint failing for want of it', () => {
   it('clears the failing verdict of the scope’s endpoints that list the secret, and only theirs', async () => {
     const aws = await startAwsFixture();
@@ -264,6 +339,65 @@ describe('ferry secrets set --provider aws and an endpoint failing for want of i
       expect(ecs.sent).toEqual([]);
       expect(quiet.stderr).not.toContain('restart');
       expect(sm.valueOf('ferry/shop/prod/HF_TOKEN')).toBe(`${value}-2`);
+    } finally {
+      await aws.stop();
+    }
+  }, 120_000);
+});
+
+describe('ferry secrets delete --provider aws of a secret an endpoint lists', () => {
+  it('names the endpoints of that environment that list it (running tasks keep it, new ones cannot start) and restarts nothing', async () => {
+    const aws = await startAwsFixture();
+    try {
+      const control = aws.control();
+      const endpoint = (name: string, env: string, secrets: string[]): EndpointRecord => ({
+        ...recordFor(
+          { ...sampleManifest.endpoints[0]!, name, resources: { ...sampleResources, secrets } },
+          '/nowhere',
+          `${name}0000000000`,
+        ),
+        app: 'shop',
+        env,
+      });
+      for (const record of [
+        endpoint('needs', 'prod', ['HF_TOKEN']),
+        endpoint('unrelated', 'prod', ['OTHER']),
+        endpoint('elsewhere', 'staging', ['HF_TOKEN']),
+      ])
+        await control.putEndpoint(record);
+      const sm = fakeSecretsManager();
+      const ecs = fakeEcs();
+      const cli = secretsCli(
+        { awsClient: () => sm.client, awsControl: () => control, awsEcs: () => ecs.client },
+        tempDir(),
+      );
+      const flags = ['--app', 'shop', '--env', 'prod', '--provider', 'aws'];
+      await cli(['secrets', 'set', 'HF_TOKEN', ...flags, '--no-restart'], `${value}\n`);
+      await cli(['secrets', 'set', 'LONE', ...flags, '--no-restart'], `${value}\n`);
+      const deleted = await cli(['secrets', 'delete', 'HF_TOKEN', ...flags, '--json']);
+      expect(JSON.parse(deleted.stdout)).toEqual({
+        app: 'shop',
+        env: 'prod',
+        name: 'HF_TOKEN',
+        deleted: true,
+        usedBy: ['needs'],
+      });
+      expect(deleted.stderr).toContain(
+        'warning: needs lists HF_TOKEN in secrets=: its running tasks keep the deleted value until they stop, and a new task cannot start',
+      );
+      expect(deleted.stderr).toContain(
+        'hint: printf %s "$VALUE" | ferry secrets set HF_TOKEN --app shop --env prod --provider aws, or remove HF_TOKEN from secrets= and run `ferry deploy --provider aws`',
+      );
+      expect(deleted.stderr).not.toMatch(/unrelated|elsewhere/);
+      // A delete restarts nothing: a restarted task could not start without the secret.
+      expect(ecs.sent).toEqual([]);
+      await expect(
+        sm.client.send(new GetSecretValueCommand({ SecretId: 'ferry/shop/prod/HF_TOKEN' })),
+      ).rejects.toThrow(/marked for deletion/);
+
+      const lone = await cli(['secrets', 'delete', 'LONE', ...flags, '--json']);
+      expect(JSON.parse(lone.stdout)).toEqual({ app: 'shop', env: 'prod', name: 'LONE', deleted: true });
+      expect(lone.stderr).toBe('');
     } finally {
       await aws.stop();
     }
