@@ -9,6 +9,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { privateFileMode, securePrivateDir } from '../core/adapters/local/home.js';
 import { FerryError, usage } from '../core/errors.js';
+import { signalGroup } from '../core/process-group.js';
 import { ferryBin } from './config.js';
 
 const serverInfoSchema = z.object({ pid: z.number().int(), url: z.string(), startedAt: z.number() }).strict();
@@ -130,13 +131,7 @@ export async function startDetached(options: DetachOptions): Promise<ServerInfo>
     if (info && info.pid === child.pid && (await answers(info.url))) return info;
     await Promise.race([exit, new Promise((resolve) => setTimeout(resolve, 150))]);
   }
-  if (exited === undefined && child.pid) {
-    try {
-      process.kill(-child.pid, 'SIGTERM');
-    } catch {
-      // already gone
-    }
-  }
+  if (exited === undefined) signalGroup(child.pid, 'SIGTERM');
   const lines = existsSync(logPath)
     ? readFileSync(logPath).subarray(logStart).toString('utf8').trim().split('\n')
     : [];

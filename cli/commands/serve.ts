@@ -10,6 +10,7 @@ import type { CommandModule } from 'yargs';
 import type { LocalPlatformOptions, startLocalPlatform } from '../../core/adapters/local/platform.js';
 import { FerryError, usage } from '../../core/errors.js';
 import { stderrLogger } from '../../core/log.js';
+import { signalGroup } from '../../core/process-group.js';
 import { apiKeyFromUser, ferryHome, ferryPythonPath, installRoot } from '../config.js';
 import type { CliContext } from '../context.js';
 import { deployProject, printDeploySummary } from '../deploy/run.js';
@@ -111,13 +112,7 @@ async function stopServing(ctx: CliContext, graceMs = 20_000): Promise<void> {
     ctx.reporter.line(`No platform serves ${home}`);
     return;
   }
-  const signal = (name: NodeJS.Signals) => {
-    try {
-      process.kill(-info.pid, name);
-    } catch {
-      // The group is gone already.
-    }
-  };
+  const signal = (name: NodeJS.Signals) => signalGroup(info.pid, name);
   ctx.reporter.line(`Stopping ferry serve (pid ${info.pid}) at ${info.url}…`);
   signal('SIGTERM');
   const deadline = Date.now() + graceMs;

@@ -41,6 +41,7 @@ import { endpointKey } from '../../engine.js';
 import { FerryError } from '../../errors.js';
 import type { Logger } from '../../log.js';
 import type { BlobStore, ChangeFeed, ControlStore, EndpointRecord, JobQueue, LogStore } from '../../ports.js';
+import { killGroup } from '../../process-group.js';
 import type { ScalePlan, WorkerActuator, WorkerIdentity, WorkerSupervisor } from '../../supervisor.js';
 import { extractArtifact } from './artifact.js';
 import { JobLineBackup } from './line-backup.js';
@@ -987,16 +988,6 @@ export class GpuSlots {
 /** SIGTERM (or another signal) to the group leader only: it drains, its helpers keep running meanwhile. */
 function signalLeader(child: ChildProcess, signal: NodeJS.Signals): void {
   if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-}
-
-/** SIGKILL to the whole process group; nothing left to kill is fine. */
-function killGroup(child: ChildProcess): void {
-  if (child.pid === undefined) return;
-  try {
-    process.kill(-child.pid, 'SIGKILL');
-  } catch {
-    // ESRCH: the group is gone already.
-  }
 }
 
 /**
