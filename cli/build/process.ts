@@ -5,6 +5,7 @@
  */
 import { spawn } from 'node:child_process';
 import { FerryError } from '../../core/errors.js';
+import { killGroup } from '../../core/process-group.js';
 
 export interface RunResult {
   exitCode: number | null;
@@ -27,10 +28,13 @@ export interface RunOptions {
 
 export function runProcess(command: string, args: string[], options: RunOptions = {}): Promise<RunResult> {
   return new Promise((resolve, reject) => {
+    // A group of its own, killed whole once the run ends (on time, past its time, aborted, or with
+    // ferry on Ctrl-C / SIGTERM): what the child started and left running (a server an imported
+    // endpoint module starts, a compiler pip runs) does not outlive the build, holding its pipes.
     const child = spawn(command, args, {
       cwd: options.cwd,
       stdio: ['pipe', 'pipe', 'pipe'],
-      signal: options.signal,
+      detached: true,
       // No __pycache__ left in the project or the build dir; no pip self-update nag in the output.
       env: {
         ...process.env,
@@ -42,17 +46,46 @@ export function runProcess(command: string, args: string[], options: RunOptions 
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     let timedOut = false;
+    let aborted = false;
     const timer =
       options.timeoutMs === undefined
         ? undefined
         : setTimeout(() => {
             timedOut = true;
-            child.kill('SIGKILL');
-            // A process the child started may hold its pipes (a server an imported module starts):
-            // 'close' would wait for that one too, for ever, so the run ends with the child's exit.
+            killGroup(child);
+            // A process that left the group (setsid) may still hold the pipes: 'close' would wait for
+            // that one too, for ever for a server, so the run ends here.
             child.stdout.destroy();
             child.stderr.destroy();
           }, options.timeoutMs);
+    // Out of the terminal's foreground group, the child no longer gets the user's Ctrl-C itself: ferry
+    // kills its group and then ends as the signal asks (re-raised once no other listener is left:
+    // with one, a command that handles it, such as ferry dev, decides). Prepended, so a `once`
+    // listener of that command still counts when this one runs.
+    const onSignal = (signal: NodeJS.Signals) => {
+      killGroup(child);
+      release();
+      if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+    };
+    const onInterrupt = () => onSignal('SIGINT');
+    const onTerminate = () => onSignal('SIGTERM');
+    const onAbort = () => {
+      aborted = true;
+      killGroup(child);
+    };
+    const release = () => {
+      if (timer) clearTimeout(timer);
+      process.off('SIGINT', onInterrupt);
+      process.off('SIGTERM', onTerminate);
+      options.signal?.removeEventListener('abort', onAbort);
+    };
+    process.prependListener('SIGINT', onInterrupt);
+    process.prependListener('SIGTERM', onTerminate);
+    if (options.signal?.aborted) onAbort();
+    else options.signal?.addEventListener('abort', onAbort, { once: true });
+    // The child's own exit ends the run: what it left running in its group goes with it, and with
+    // them the last holders of its pipes, so 'close' comes.
+    child.on('exit', () => killGroup(child));
     child.stdout.on('data', (chunk: Buffer) => out.push(chunk));
     child.stderr.on('data', (chunk: Buffer) => err.push(chunk));
     const onLine = options.onLine;
@@ -67,7 +100,8 @@ export function runProcess(command: string, args: string[], options: RunOptions 
       }
     }
     child.on('error', (error: NodeJS.ErrnoException) => {
-      if (timer) clearTimeout(timer);
+      release();
+      killGroup(child);
       if (error.code === 'ENOENT') {
         reject(
           new FerryError('failed', `Cannot run ${command}: it was not found`, {
@@ -80,11 +114,19 @@ export function runProcess(command: string, args: string[], options: RunOptions 
       }
     });
     child.on('close', (exitCode) => {
-      if (timer) clearTimeout(timer);
+      release();
       if (timedOut) {
         reject(
           options.timeoutError?.() ??
             new FerryError('failed', `${command} ${args[0] ?? ''} took longer than ${options.timeoutMs} ms`),
+        );
+        return;
+      }
+      if (aborted) {
+        reject(
+          new FerryError('failed', `Cannot run ${command}: the operation was aborted`, {
+            cause: options.signal?.reason,
+          }),
         );
         return;
       }

@@ -1,11 +1,13 @@
 /**
  * The build-time import check through the real CLI: a module that cannot import fails `ferry build`
  * and `ferry deploy` with its own error before anything is uploaded or recorded; a package the base
- * images ship (torch) may be missing locally; a module importing a declared dependency passes.
+ * images ship (torch) may be missing locally; a module importing a declared dependency passes. Ferry
+ * stopped during the check (Ctrl+C, SIGTERM) takes what the check started with it.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { expectGone, pidWritten, startsSleeper } from '../support/processes.js';
 import { writeWheel } from '../support/wheels.js';
 import { CliSandbox } from './cli-support.js';
 
@@ -73,5 +75,45 @@ describe('import check at build time', () => {
       env: { PIP_NO_INDEX: '1', PIP_FIND_LINKS: wheels },
     });
     expect(built.code, built.stderr).toBe(0);
+  });
+
+  describe('ferry stopped during the check', () => {
+    /** The checkers and their leftovers: killed whatever the test saw, so none outlives a failed one. */
+    const leftovers: number[] = [];
+    afterEach(() => {
+      for (const pid of leftovers.splice(0)) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // Gone, as it should be.
+        }
+      }
+    });
+
+    // SIGTERM to ferry alone, as a CI runner or a supervisor stops it: the checker and what its module
+    // started used to stay, in ferry's process group but never signalled. Ctrl+C, to the terminal's
+    // foreground group (ferry's; the checker has its own now), reaches the checker through ferry.
+    it.each([
+      ['SIGTERM to ferry', 'SIGTERM', false],
+      ['Ctrl+C (SIGINT to its group)', 'SIGINT', true],
+    ] as const)('%s ends the build and what the module started', async (_, signal, toGroup) => {
+      const pidFile = path.join(sandbox.root, `sleeper-${signal}.pid`);
+      const dir = project(`stopped-${signal}`, {
+        // The checker's own pid too: on a ferry that leaves it running, afterEach ends it.
+        'work.py': endpoint(
+          `import os\nopen(${JSON.stringify(`${pidFile}.checker`)}, "w").write(str(os.getpid()))\n` +
+            `${startsSleeper(pidFile)}import threading\nthreading.Event().wait()`,
+        ),
+      });
+      let ferryPid: number | undefined;
+      const built = sandbox.run(['build'], { cwd: dir, onSpawn: (child) => (ferryPid = child.pid) });
+      const pid = await pidWritten(pidFile);
+      leftovers.push(pid, await pidWritten(`${pidFile}.checker`));
+      process.kill(toGroup ? -ferryPid! : ferryPid!, signal);
+      const result = await built;
+      // Ended by the signal, as it asks: no exit code of its own.
+      expect(result.code, result.stderr).toBeNull();
+      await expectGone(pid);
+    });
   });
 });

@@ -31,6 +31,7 @@ import { killUidRange } from '../../core/adapters/local/pool.js';
 import { CliSandbox } from '../e2e/cli-support.js';
 import { recordFor } from '../support/endpoints.js';
 import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
+import { running } from '../support/processes.js';
 import { until } from '../support/until.js';
 
 const isRoot = process.getuid?.() === 0;
@@ -121,16 +122,6 @@ async function probe(endpoint: string, paths?: string[]): Promise<Probe> {
   const answer = await call(platform.baseUrl, 'POST', `/${endpoint}/runsync`, { input: { paths: files } });
   expect(answer.body.status, JSON.stringify(answer.body)).toBe('COMPLETED');
   return answer.body.output as Probe;
-}
-
-/** Whether `pid` is a live process (a zombie, killed and not yet reaped, is not). */
-function running(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
-  }
 }
 
 /** The endpoint's own folder beside FERRY_HOME (its code, HOME and TMPDIR), and its record. */

@@ -1,26 +1,43 @@
 /**
  * checkImports (cli/build/importCheck.ts) with a real python3: an endpoint module whose import never
  * finishes is the project's to fix, so the build stops with exit 2 naming that module and what to
- * move, not with the checker's path and a timeout in ms (exit 1). The CLI's other import-check
- * cases (a broken import, a missing package) are in test/e2e/import-check.test.ts.
+ * move, not with the checker's path and a timeout in ms (exit 1). A process a module starts at import
+ * (a server) ends with the check, however the check ends. The CLI's other import-check cases (a
+ * broken import, a missing package, ferry itself stopped during the check) are in
+ * test/e2e/import-check.test.ts.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { checkImports } from '../../cli/build/importCheck.js';
 import { exitCode, FerryError } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
+import { expectGone, pidWritten, startsSleeper } from '../support/processes.js';
 
 const dirs: string[] = [];
 afterAll(() => {
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
 });
 
+/** The sleepers the modules started: killed whatever a test saw, so none outlives a failed one. */
+const sleepers: number[] = [];
+afterEach(() => {
+  for (const pid of sleepers.splice(0)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // Gone, as it should be.
+    }
+  }
+});
+
 /** checkImports of `quick.py` and `stuck.py` (which holds `source`) with a 2 s limit: what it threw. */
-async function checkStuck(source: string): Promise<{ failure: unknown; staged: string }> {
-  const staged = mkdtempSync(path.join(tmpdir(), 'import-check-'));
-  dirs.push(staged);
+async function checkStuck(
+  source: string,
+  options: { timeoutMs?: number; staged?: string } = {},
+): Promise<{ failure: unknown; staged: string }> {
+  const staged = options.staged ?? stagedDir();
   writeFileSync(path.join(staged, 'quick.py'), 'VALUE = 1\n');
   writeFileSync(path.join(staged, 'stuck.py'), source);
   const endpoints = [{ module: 'quick' }, { module: 'stuck' }] as unknown as ManifestEndpoint[];
@@ -32,13 +49,32 @@ async function checkStuck(source: string): Promise<{ failure: unknown; staged: s
     python: { version: 'none', executable: 'python3' },
     noDeps: false,
     emit: () => {},
-    timeoutMs: 2_000,
+    timeoutMs: options.timeoutMs ?? 2_000,
   }).then(
     () => undefined,
     (error: unknown) => error,
   );
   return { failure, staged };
 }
+
+function stagedDir(): string {
+  const staged = mkdtempSync(path.join(tmpdir(), 'wd-import-check-'));
+  dirs.push(staged);
+  return staged;
+}
+
+/** The sleeper a module started, once it wrote its pid (sleeper.pid in `staged`); kept for afterEach. */
+async function sleeperPid(staged: string): Promise<number> {
+  const pid = await pidWritten(path.join(staged, 'sleeper.pid'));
+  sleepers.push(pid);
+  return pid;
+}
+
+/** `stuck.py` for `staged`: starts a sleeper at import, then `rest`. */
+const sleeperModule = (staged: string, rest: string) =>
+  startsSleeper(path.join(staged, 'sleeper.pid')) + rest;
+
+const blocks = 'import threading\nthreading.Event().wait()\n';
 
 describe('checkImports', () => {
   it('names the module whose import never finishes, with exit 2 and a hint', async () => {
@@ -52,20 +88,49 @@ describe('checkImports', () => {
     expect(error.hint).toContain("into the handler or a class endpoint's __init__");
   });
 
-  it('ends with the checker, though a process the module started still holds its output', async () => {
+  it('ends with the checker, though a process the module started still holds its output; that process is killed', async () => {
     // A server started at import inherits the checker's stdout and stderr: the build used to wait
-    // for it to exit too (for ever, for a server), long after the checker was killed.
-    const { failure, staged } = await checkStuck(
-      'import os, subprocess, sys, threading\n' +
-        'server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])\n' +
-        'open(os.path.join(os.path.dirname(__file__), "server.pid"), "w").write(str(server.pid))\n' +
-        'threading.Event().wait()\n',
-    );
-    try {
-      expect(FerryError.is(failure) && exitCode(failure)).toBe(2);
-      expect((failure as FerryError).message).toContain('Importing endpoint module stuck did not finish');
-    } finally {
-      process.kill(Number(readFileSync(path.join(staged, 'server.pid'), 'utf8')), 'SIGKILL');
+    // for it to exit too (for ever, for a server), long after the checker was killed; then it left
+    // it running after ferry build had exited.
+    const staged = stagedDir();
+    const { failure } = await checkStuck(sleeperModule(staged, blocks), {
+      staged,
+    });
+    const pid = await sleeperPid(staged);
+    expect(FerryError.is(failure) && exitCode(failure)).toBe(2);
+    expect((failure as FerryError).message).toContain('Importing endpoint module stuck did not finish');
+    await expectGone(pid);
+  });
+
+  it('kills what a module started once the check finishes, and finishes though it holds the output', async () => {
+    // Imports fine, but leaves its server running: nothing may outlive the build.
+    const staged = stagedDir();
+    const { failure } = await checkStuck(sleeperModule(staged, 'VALUE = 2\n'), { staged, timeoutMs: 30_000 });
+    const pid = await sleeperPid(staged);
+    expect(failure).toBeUndefined();
+    await expectGone(pid);
+  });
+
+  it("kills the checker's process group when ferry gets SIGINT or SIGTERM during the check", async () => {
+    for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+      // Another listener (a command that handles the signal itself, as ferry dev does) decides what
+      // ferry does next, so the signal is not raised again at this test's process.
+      const command = () => {};
+      process.on(signal, command);
+      try {
+        const staged = stagedDir();
+        const checked = checkStuck(sleeperModule(staged, blocks), {
+          staged,
+          timeoutMs: 30_000,
+        });
+        const pid = await sleeperPid(staged);
+        process.emit(signal, signal);
+        const { failure } = await checked;
+        expect(FerryError.is(failure), signal).toBe(true);
+        await expectGone(pid);
+      } finally {
+        process.off(signal, command);
+      }
     }
   });
 });
