@@ -11,9 +11,10 @@ import { securePrivateDir } from '../../core/adapters/local/home.js';
 import { type RolloutReport, reconcilePath } from '../../core/adapters/local/rollout.js';
 import { openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { hashKey, newSecret } from '../../core/auth.js';
+import { systemClock } from '../../core/clock.js';
 import { messageOf, usage } from '../../core/errors.js';
 import { defaultPort } from '../../core/limits.js';
-import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
+import type { BlobStore, Clock, ControlStore, EndpointRecord } from '../../core/ports.js';
 import { apiKeyFromUser, apiKeyInShell } from '../config.js';
 import type { Reporter } from '../io.js';
 import {
@@ -32,6 +33,8 @@ export interface LocalProviderOptions {
   projectDir: string;
   /** Use these stores (an in-process platform) instead of opening FERRY_HOME's. */
   stores?: { control: ControlStore; blobs: BlobStore; url: string };
+  /** Time for the rollout wait: its progress lines and its deadline (tests move a FakeClock). */
+  clock?: Clock;
 }
 
 /**
@@ -133,6 +136,8 @@ export async function localApiKey(
  * changed endpoint's artifact first.
  */
 const rolloutWaitMs = 60_000;
+/** How often that wait says it is still waiting: the serve answers only once the pass is done. */
+const rolloutProgressMs = 5_000;
 
 export class LocalProvider implements Provider {
   readonly name = 'local' as const;
@@ -269,20 +274,41 @@ export class LocalProvider implements Provider {
    * endpoint are drained (core/adapters/local/rollout.ts): it read them once a second, and until then
    * an idle worker of the old code took the next job. A serve that cannot be asked (an older Ferry,
    * a key of one app) or does not answer in time rolls at its next pass anyway: a warning, not a
-   * failure, since the records are written.
+   * failure, since the records are written. Every 5 s meanwhile, a line says it still waits.
    */
   async awaitRollout(changed: readonly EndpointRecord[], reporter: Reporter): Promise<void> {
     if (changed.length === 0) return;
     const url = this.#fixedUrl ?? this.#url ?? (await this.serving());
     if (!url) return;
-    reporter.line(`  the running platform takes up ${changed.map((r) => r.name).join(', ')} now…`);
+    const names = changed.map((r) => r.name).join(', ');
+    reporter.line(`  the running platform takes up ${names} now…`);
+    const clock = this.options.clock ?? systemClock;
+    const startMs = clock.now();
+    // Ends the progress lines and the deadline once the answer is in (or the ask failed).
+    const answered = new AbortController();
+    const deadline = new AbortController();
+    void clock.sleep(rolloutWaitMs, answered.signal).then(() => {
+      if (!answered.signal.aborted) deadline.abort();
+    });
+    // The serve says nothing until its pass is done (a large artifact takes a while to unpack): a
+    // line every few seconds shows the deploy is not stuck.
+    void (async () => {
+      for (;;) {
+        await clock.sleep(rolloutProgressMs, answered.signal);
+        if (answered.signal.aborted || deadline.signal.aborted) return;
+        const waitedSec = Math.round((clock.now() - startMs) / 1000);
+        reporter.line(
+          `  still waiting for the platform to take up ${names} (it unpacks each new deployment first)… ${waitedSec} s`,
+        );
+      }
+    })();
     let report: RolloutReport;
     try {
       const { key } = await this.apiKey();
       const response = await fetch(`${url}${reconcilePath}`, {
         method: 'POST',
         headers: { authorization: `Bearer ${key}` },
-        signal: AbortSignal.timeout(rolloutWaitMs),
+        signal: deadline.signal,
       });
       const body = (await response.json().catch(() => undefined)) as
         | (RolloutReport & { error?: string })
@@ -292,14 +318,13 @@ export class LocalProvider implements Provider {
       }
       report = body;
     } catch (error) {
-      const why =
-        (error as Error).name === 'TimeoutError'
-          ? `no answer within ${rolloutWaitMs / 1000} s`
-          : messageOf(error);
+      const why = deadline.signal.aborted ? `no answer within ${rolloutWaitMs / 1000} s` : messageOf(error);
       reporter.line(
         `  warning: could not ask the platform at ${url} to roll its workers now (${why}); it rolls them when it next reads the records, within a second or two`,
       );
       return;
+    } finally {
+      answered.abort();
     }
     const found = new Map(report.endpoints.map((e) => [e.id, e]));
     for (const record of changed) {
