@@ -140,6 +140,18 @@ export const torchStack: ReadonlySet<string> = new Set(['torch', 'torchvision', 
 export const workersPythonBrings = (name: string): boolean => name !== 'ferry' && !torchStack.has(name);
 
 /**
+ * Which of the packages `resolved` leaves to the base images `python` lacks, where no image stands
+ * behind the workers (ResolveOptions.noImage): only those workersPythonBrings; the torch stack stays
+ * that Python's to have or lack. Nothing asked for, no Python started.
+ */
+export function workersLack(python: string, resolved: ResolvedDependencies): Promise<Set<string>> {
+  return distributionsMissing(
+    python,
+    resolved.leftToBaseImage.map(requirementName).filter(workersPythonBrings),
+  );
+}
+
+/**
  * Which of `names` (distributions, as pip names them) `python` does not have installed. Where the
  * question gets no answer, none: the worker's own import error will tell.
  */
@@ -187,6 +199,13 @@ export interface ResolveOptions {
   endpoints: readonly ManifestEndpoint[];
   /** `--exclude a,b` names. */
   exclude?: readonly string[];
+  /**
+   * Where no base image stands behind the workers (the local provider, which runs the artifact on
+   * this Python as it is): `python` the workers run on, and which of the packages the build leaves to
+   * the base images it lacks (workersLack). Those are installed into the artifact like any other
+   * package; the rest are left to that Python, and the warnings say so rather than name an image.
+   */
+  noImage?: { python: string; lacking: ReadonlySet<string> };
   onProgress: ProgressSink;
 }
 
@@ -220,7 +239,10 @@ export function resolveDependencies(options: ResolveOptions): ResolvedDependenci
   const userExcludes = new Set(
     (options.exclude ?? []).map((n) => normalizeName(n.trim())).filter((n) => n !== ''),
   );
-  const baseNames = new Set<string>([...baseImagePackages.map(normalizeName), 'ferry']);
+  const lacking = options.noImage?.lacking ?? new Set<string>();
+  const baseNames = new Set<string>(
+    [...baseImagePackages.map(normalizeName), 'ferry'].filter((name) => !lacking.has(name)),
+  );
   const byName = new Map<string, Requirement[]>();
   for (const requirement of all) {
     const list = byName.get(requirement.name) ?? [];
@@ -243,16 +265,27 @@ export function resolveDependencies(options: ResolveOptions): ResolvedDependenci
       excluded.push({ name, reason });
       emit({ type: 'package-excluded', name, reason });
       if (reason === baseImageReason && declaredBy.length > 0 && name !== 'ferry') {
+        const python = options.noImage?.python;
         emit({
           type: 'warning',
           message:
-            `${declaredBy.join(', ')} asks for "${first.spec}", but the base image provides ${name}: ` +
-            `the base image's version is used and "${first.spec}" is not installed`,
+            python === undefined
+              ? `${declaredBy.join(', ')} asks for "${first.spec}", but the base image provides ${name}: ` +
+                `the base image's version is used and "${first.spec}" is not installed`
+              : `${declaredBy.join(', ')} asks for "${first.spec}", which the base images ship: the local workers use ` +
+                `the ${name} of ${python}, which runs them${workersPythonBrings(name) ? '' : ', if it has one'}, and "${first.spec}" is not installed`,
           package: name,
         });
       }
       if (reason === baseImageReason && name !== 'ferry') leftToBaseImage.push(first.spec);
       continue;
+    }
+    if (lacking.has(name)) {
+      const who = declaredBy.length > 0 ? declaredBy.join(', ') : first.origin;
+      emit({
+        type: 'note',
+        message: `${who} asks for ${name}, which the base images ship; ${options.noImage?.python}, which runs the local workers, has none: it is installed into the artifact (on AWS the image's copy is used)`,
+      });
     }
     for (const other of group.slice(1)) {
       if (other.spec !== first.spec) {

@@ -13,6 +13,8 @@ export type BuildEvent =
   /** One step of pip while it runs (fetching a package, retrying the index): a long install is not silent. */
   | { type: 'dependency-progress'; text: string }
   | { type: 'package-excluded'; name: string; reason: string }
+  /** What the build does that the user may not expect, and is not wrong (numpy into a local artifact). */
+  | { type: 'note'; message: string }
   /** `package`: the one a base-image warning is about (`ferry dev` installs it where your Python lacks it). */
   | { type: 'warning'; message: string; package?: string };
 

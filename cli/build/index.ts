@@ -7,15 +7,25 @@
  *
  * The CLI command wraps this and prints the progress events; every problem is a FerryError.
  */
+import { createHash } from 'node:crypto';
 import { existsSync, statSync } from 'node:fs';
 import { copyFile, mkdir, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { unusableFolderReason, unusableProjectFolder } from '../../core/adapters/local/home.js';
-import { FerryError, usage } from '../../core/errors.js';
+import { FerryError, messageOf, usage } from '../../core/errors.js';
 import { type Manifest, type ManifestEndpoint, manifestSchema, pythonVersions } from '../../core/manifest.js';
 import { countOf } from '../io.js';
 import { packArtifact } from './artifact.js';
-import { installDependencies, listInstalled, normalizeName, resolveDependencies } from './deps.js';
+import {
+  baseImageReason,
+  installDependencies,
+  listInstalled,
+  normalizeName,
+  type ResolveOptions,
+  requirementName,
+  resolveDependencies,
+  workersLack,
+} from './deps.js';
 import { type BuildEvent, type NowMs, type ProgressSink, stage } from './events.js';
 import { checkLocalImports, listShippedFiles } from './files.js';
 import { sourceFingerprint } from './fingerprint.js';
@@ -50,6 +60,12 @@ export interface BuildOptions {
    * It is started once, for the scan; the later steps start the binary it reports (`sys.executable`).
    */
   python?: string;
+  /**
+   * The Python the workers will run this artifact on where no base image stands behind them (the
+   * local provider: python3). What the base images ship and it lacks (numpy, not the torch stack) is
+   * installed into the artifact; without it (AWS, `ferry build`), left to the image.
+   */
+  workersPython?: string;
   maxArtifactBytes?: number;
   onProgress?: (event: BuildEvent) => void;
   /** Injected clock (durations and generatedAt). */
@@ -67,6 +83,19 @@ export interface BuildResult {
 }
 
 export const defaultArtifactName = 'artifact.tar.gz';
+
+function withBundled(fingerprint: string, bundled: readonly string[]): string {
+  if (bundled.length === 0) return fingerprint;
+  return createHash('sha256')
+    .update(`${fingerprint}\0${[...bundled].sort().join('\0')}`)
+    .digest('hex');
+}
+
+/** The last line of an error's message: pip's own reason, without its whole output. */
+function lastLineOf(error: unknown): string {
+  const lines = messageOf(error).trim().split('\n');
+  return lines[lines.length - 1]!.trim();
+}
 
 export async function buildProject(options: BuildOptions): Promise<BuildResult> {
   const projectDir = path.resolve(options.projectDir);
@@ -168,22 +197,51 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
     emit,
     nowMs,
     async () => {
-      const resolved = resolveDependencies({
+      const resolveOptions: ResolveOptions = {
         projectDir,
         endpoints,
         ...(options.exclude ? { exclude: options.exclude } : {}),
         onProgress: emit,
-      });
-      await installDependencies({
-        buildDir,
-        requirements: resolved.install,
-        pythonVersion,
-        noDeps: options.noDeps ?? false,
-        pipArgs: [...resolved.pipArgs, ...(options.pipArgs ?? [])],
-        python: interpreter,
-        ...(options.signal ? { signal: options.signal } : {}),
-        onProgress: (text) => emit({ type: 'dependency-progress', text }),
-      });
+      };
+      const workersPython = options.workersPython;
+      let noImage: ResolveOptions['noImage'];
+      if (workersPython !== undefined) {
+        // Asked of the Python the workers run on (the binary the scan found, when it is the same one).
+        const asked = workersPython === python ? interpreter : workersPython;
+        const quiet = resolveDependencies({ ...resolveOptions, onProgress: () => {} });
+        noImage = { python: workersPython, lacking: await workersLack(asked, quiet) };
+      }
+      let resolved = resolveDependencies({ ...resolveOptions, ...(noImage ? { noImage } : {}) });
+      const install = (requirements: readonly string[]) =>
+        installDependencies({
+          buildDir,
+          requirements,
+          pythonVersion,
+          noDeps: options.noDeps ?? false,
+          pipArgs: [...resolved.pipArgs, ...(options.pipArgs ?? [])],
+          python: interpreter,
+          ...(options.signal ? { signal: options.signal } : {}),
+          onProgress: (text) => emit({ type: 'dependency-progress', text }),
+        });
+      const added = resolved.install.filter((spec) => noImage?.lacking.has(requirementName(spec)));
+      try {
+        await install(resolved.install);
+      } catch (error) {
+        // What the workers' Python lacks is a convenience, not what the deploy is for: without it
+        // (no package index, a pip that fails) the build goes on as for an image, and the deploy
+        // says how to put it into that Python instead.
+        if (added.length === 0 || options.signal?.aborted) throw error;
+        emit({
+          type: 'warning',
+          message: `could not install ${added.join(', ')} into the artifact for the local workers (${lastLineOf(error)}); building without it`,
+        });
+        resolved = resolveDependencies({ ...resolveOptions, onProgress: () => {} });
+        for (const spec of added)
+          emit({ type: 'package-excluded', name: requirementName(spec), reason: baseImageReason });
+        await rm(buildDir, { recursive: true, force: true });
+        await mkdir(buildDir, { recursive: true });
+        await install(resolved.install);
+      }
       // pip ran into an empty build dir, so every top-level entry now is pip's; sources come after.
       const installed = await listInstalled(buildDir);
       const skipTopLevel = new Set<string>();
@@ -210,7 +268,11 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
           });
         }
       }
-      return { install: resolved.install, excluded, skipTopLevel, kept };
+      // In the artifact although a base image ships it (see BuildOptions.workersPython).
+      const bundled = kept
+        .filter((pkg) => noImage?.lacking.has(normalizeName(pkg.name)))
+        .map((pkg) => `${normalizeName(pkg.name)}==${pkg.version}`);
+      return { install: resolved.install, excluded, skipTopLevel, kept, bundled };
     },
     (result) => `${result.kept.length} packages installed, ${result.excluded.length} excluded`,
   );
@@ -241,7 +303,10 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
         app,
         pythonVersion,
         generatedAt: new Date(nowMs()).toISOString(),
-        sourceFingerprint: await sourceFingerprint(projectDir, shipped.files),
+        // With numpy bundled for the local workers the artifact is another one than the same sources
+        // make without it (numpy found in python3, or not installable before): another fingerprint,
+        // so the workers roll to it and unpack it rather than keep the runtime folder they have.
+        sourceFingerprint: withBundled(await sourceFingerprint(projectDir, shipped.files), deps.bundled),
         endpoints,
         dependencies: { installed: deps.install, excluded: deps.excluded },
       } satisfies Manifest);

@@ -44,6 +44,9 @@ export function buildEventPrinter(reporter: Reporter): (event: BuildEvent) => vo
       case 'package-excluded':
         reporter.line(`    excluded ${event.name}: ${event.reason}`);
         break;
+      case 'note':
+        reporter.line(`    note: ${event.message}`);
+        break;
       case 'warning':
         reporter.line(`    warning: ${event.message}`);
         break;
@@ -152,9 +155,10 @@ async function refuseAmbiguousEnvironment(provider: Provider, app: string, reque
 
 /**
  * The build leaves out what the base images ship, but the local provider runs no image: its workers
- * run on python3 as it is, and without numpy there every job of an endpoint that asked for it fails
- * at `import numpy` (the torch stack is left to that Python: see workersPythonBrings). Said before anything
- * is written, with the fix.
+ * run on python3 as it is. The build installs numpy into the artifact when python3 lacks it
+ * (BuildOptions.workersPython); where it could not (no package index, pip failed), every job of an
+ * endpoint that asked for it fails at `import numpy` (the torch stack is left to that Python: see
+ * workersPythonBrings). Said before anything is written, with the fix.
  */
 async function warnOfMissingNumpy(manifest: BuildResult['manifest'], reporter: Reporter): Promise<void> {
   const left = manifest.dependencies.excluded
@@ -181,6 +185,8 @@ export async function deployProject(options: DeployOptions): Promise<DeployResul
       ...options.build,
       projectDir: options.projectDir,
       app,
+      // The local provider runs the artifact on python3 as it is, with no image behind it.
+      ...(provider.name === 'local' ? { workersPython: 'python3' } : {}),
       onProgress: buildEventPrinter(reporter),
     }),
   );

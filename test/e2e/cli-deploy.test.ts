@@ -28,6 +28,7 @@ import {
 import type { Manifest } from '../../core/manifest.js';
 import { baseImageFor } from '../../worker-image/images.js';
 import { sampleResources } from '../infra/fixtures.js';
+import { writeWheel } from '../support/wheels.js';
 import { CliSandbox, deployStages, repoRoot, stopChild } from './cli-support.js';
 
 const run = promisify(execFile);
@@ -173,9 +174,10 @@ describe('deploy and the control records (--no-serve)', () => {
     expect(gone.stderr).toContain("No app named 'shop'\n  hint: See the apps with `ferry app list`.");
   });
 
-  it("warns before anything is written when an endpoint asks for numpy and the local provider's python3 has none", async () => {
+  it("warns before anything is written when an endpoint asks for numpy, the local provider's python3 has none, and pip cannot install it", async () => {
     // The build leaves numpy to the base images, and the local provider runs none: python3 here is a
-    // fresh venv without numpy, as a user's Python may be.
+    // fresh venv without numpy, as a user's Python may be, and without pip, so the build cannot put
+    // numpy into the artifact either (as without a package index): the deploy goes on, and says how.
     const bare = path.join(sandbox.root, 'bare-python');
     expect(spawnSync('python3', ['-m', 'venv', '--without-pip', bare]).status).toBe(0);
     const dir = path.join(sandbox.root, 'numpy-app');
@@ -190,6 +192,10 @@ describe('deploy and the control records (--no-serve)', () => {
       env: { PATH: `${path.join(bare, 'bin')}${path.delimiter}${process.env.PATH}` },
     });
     expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toMatch(
+      /warning: could not install numpy into the artifact for the local workers \(.*No module named pip\); building without it/,
+    );
+    expect(result.stderr).toContain('excluded numpy: base image');
     const warning =
       "warning: endpoint 'np' asks for numpy, which the base images ship; the local provider runs workers on python3, which has no numpy: install it there (python3 -m pip install numpy), or their jobs fail at `import numpy`";
     expect(result.stderr).toContain(warning);
@@ -539,6 +545,94 @@ describe('deploy → the printed curl line works against the served platform', (
       status: 'COMPLETED',
       output: { message: 'Hello from the CPU worker: hello' },
     });
+  });
+});
+
+describe('local deploy of an endpoint that asks for numpy', () => {
+  const sandbox = new CliSandbox();
+  let bare = '';
+  let wheels = '';
+  beforeAll(() => {
+    // python3 here is a fresh venv without numpy, as a user's Python may be.
+    bare = path.join(sandbox.root, 'bare-python');
+    expect(spawnSync('python3', ['-m', 'venv', bare]).status).toBe(0);
+    // No package index here: pip installs a stand-in numpy from a folder of wheels.
+    wheels = path.join(sandbox.root, 'wheels');
+    mkdirSync(wheels);
+    writeWheel(wheels, { name: 'numpy', code: 'VALUE = "stand-in numpy"\n' });
+  });
+  afterAll(() => sandbox.cleanup());
+
+  it('onto a python3 without numpy installs it into the artifact, and the job that imports it completes', async () => {
+    // The build leaves numpy to the base images, and the local provider runs none: the jobs failed
+    // at `import numpy`.
+    const dir = path.join(sandbox.root, 'numpy-served');
+    mkdirSync(dir);
+    writeFileSync(
+      path.join(dir, 'np.py'),
+      'from ferry import Endpoint\n\n\n@Endpoint(name="np", cpu="1-2", dependencies=["numpy", "torch"])\n' +
+        'def np():\n    import numpy\n\n    return numpy.VALUE\n',
+    );
+    const apiKey = 'fy_cli_numpy_key';
+    const deploy = await sandbox.run(['deploy', '--json'], {
+      cwd: dir,
+      env: {
+        FERRY_API_KEY: apiKey,
+        PIP_NO_INDEX: '1',
+        PIP_FIND_LINKS: wheels,
+        PATH: `${path.join(bare, 'bin')}${path.delimiter}${process.env.PATH}`,
+      },
+    });
+    expect(deploy.code, deploy.stderr).toBe(0);
+    expect(deploy.stderr).toContain(
+      "note: endpoint 'np' asks for numpy, which the base images ship; python3, which runs the local workers, has none: it is installed into the artifact (on AWS the image's copy is used)",
+    );
+    expect(deploy.stderr).toContain('installed numpy==1.0.0');
+    expect(deploy.stderr).not.toContain('excluded numpy');
+    expect(deploy.stderr).not.toContain('python3 -m pip install numpy');
+    // The torch stack stays that Python's to have or lack: gigabytes, never installed for it.
+    expect(deploy.stderr).toContain('excluded torch: base image');
+    expect(deploy.stderr).toContain(
+      'endpoint \'np\' asks for "torch", which the base images ship: the local workers use the torch of python3, which runs them, if it has one, and "torch" is not installed',
+    );
+    expect(deploy.stderr).not.toContain("the base image's version is used");
+    const url = (JSON.parse(deploy.stdout) as { endpoints: Array<{ url: string }> }).endpoints[0]!.url;
+    const response = await fetch(`${url}/runsync`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ input: {} }),
+    });
+    expect(await response.json()).toMatchObject({ status: 'COMPLETED', output: 'stand-in numpy' });
+  });
+
+  it("onto a python3 with numpy uses that Python's, and says so rather than name a base image", async () => {
+    const withNumpy = path.join(sandbox.root, 'numpy-python');
+    expect(spawnSync('python3', ['-m', 'venv', withNumpy]).status).toBe(0);
+    const pip = spawnSync(
+      path.join(withNumpy, 'bin', 'python'),
+      ['-m', 'pip', 'install', '--no-index', '--find-links', wheels, 'numpy'],
+      { encoding: 'utf8' },
+    );
+    expect(pip.status, pip.stderr).toBe(0);
+    const dir = path.join(sandbox.root, 'numpy-found');
+    mkdirSync(dir);
+    writeFileSync(
+      path.join(dir, 'np.py'),
+      'from ferry import Endpoint\n\n\n@Endpoint(name="np", cpu="1-2", dependencies=["numpy>=2"])\n' +
+        'def np():\n    import numpy\n\n    return numpy.VALUE\n',
+    );
+    const result = await sandbox.run(['deploy', '--no-serve'], {
+      cwd: dir,
+      env: { PATH: `${path.join(withNumpy, 'bin')}${path.delimiter}${process.env.PATH}` },
+    });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain(
+      'warning: endpoint \'np\' asks for "numpy>=2", which the base images ship: the local workers use the numpy of python3, which runs them, and "numpy>=2" is not installed',
+    );
+    // Said for AWS and `ferry build` (test/e2e/build.test.ts), where an image stands behind the workers.
+    expect(result.stderr).not.toContain("the base image's version is used");
+    expect(result.stderr).toContain('excluded numpy: base image');
+    expect(result.stderr).not.toContain('into the artifact');
   });
 });
 
