@@ -163,10 +163,21 @@ export function ownRouteOf(method: string, path: string): { own: OwnRoute; url: 
 }
 
 /**
+ * Whether the parameters Fastify's router found for a project route are ones the load-balanced
+ * runtime would give it too. There (worker-image/python/ferry/endpoint.py Route, `[^/]+` on the
+ * still percent-encoded path) a parameter takes one character or more, `%2F` among them; find-my-way
+ * also takes an empty one (`/items/` at `/items/:id`, `/a//b` at `/a/:x/b`), which the runtime
+ * answers 404 at every method (lb.py Router.find), so ferry dev answers no route there too. Both
+ * routers end a parameter at a `/`.
+ */
+export const runtimeTakes = (params: Readonly<Record<string, string | undefined>>): boolean =>
+  Object.values(params).every((value) => value !== '');
+
+/**
  * The methods at which a project route takes a URL, by Fastify's router (parameters anywhere in a
- * segment, percent-encoding, the query string left out), sorted; [] when none does. The router is
- * built once for the table: the function asks it. A path Fastify refuses takes nothing, as
- * server.ts skips its route.
+ * segment, percent-encoding, the query string left out) where the runtime takes it too
+ * (runtimeTakes), sorted; [] when none does. The router is built once for the table: the function
+ * asks it. A path Fastify refuses takes nothing, as server.ts skips its route.
  */
 export function methodsRouting(routes: readonly DevRoute[]): (url: string) => Method[] {
   const router = routerOf();
@@ -178,7 +189,11 @@ export function methodsRouting(routes: readonly DevRoute[]): (url: string) => Me
     }
   }
   const methods = [...everyMethod].sort();
-  return (url) => methods.filter((method) => router.find(method, url) !== null);
+  return (url) =>
+    methods.filter((method) => {
+      const found = router.find(method, url);
+      return found !== null && runtimeTakes(found.params);
+    });
 }
 
 /** A module's routes are under its path; a root __init__.py's, at their own paths. */

@@ -21,7 +21,7 @@ import { manageOpenApi } from '../../core/manage.js';
 import { overLimitMessage } from '../../core/request-body.js';
 import { startFailureMessage } from './failures.js';
 import { inputMismatch, inputSchema } from './inputs.js';
-import { type DevRoute, methodsRouting, ownRouteOf, ownRoutes } from './routes.js';
+import { type DevRoute, methodsRouting, ownRouteOf, ownRoutes, runtimeTakes } from './routes.js';
 import { corsAnswer, crossSiteRefusal, type SiteGuard } from './site-guard.js';
 import type { LiveEndpoints } from './state.js';
 
@@ -303,11 +303,17 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
         // A queue route submits a /run; a load-balanced one is an /lb request.
         bodyLimit: route.kind === 'queue' ? limits.runBodyBytes : limits.lbBodyBytes,
         schema,
-        handler: async (request, reply) =>
-          refusedAfterFailedReload(options, reply) ??
-          (route.kind === 'queue'
-            ? runQueueJob(options, route, request, reply)
-            : proxyRoute(options, route, request, reply)),
+        handler: async (request, reply) => {
+          // A URL the runtime routes nowhere (an empty parameter) is no route here either, before
+          // anything else: the not-found handler's answer (below), as for any other such URL.
+          if (!runtimeTakes(request.params as Record<string, string>)) return reply.callNotFound();
+          return (
+            refusedAfterFailedReload(options, reply) ??
+            (route.kind === 'queue'
+              ? runQueueJob(options, route, request, reply)
+              : proxyRoute(options, route, request, reply))
+          );
+        },
       });
     } catch (error) {
       // Two project routes at one path, or one at the dev server's own, never get here (the scan

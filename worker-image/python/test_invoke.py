@@ -377,6 +377,22 @@ class RouterTest(unittest.TestCase):
         self.assertEqual(self.router.handle("GET", "/ping", b""), (200, {"status": "healthy"}))
         self.assertEqual(self.router.handle("POST", "/nothing", b"")[0], 404)
 
+    def test_an_empty_path_parameter_is_no_route_at_any_method(self):
+        # ferry dev answers the same (test/unit/dev-server-not-allowed.test.ts): a parameter takes one
+        # character or more, an encoded slash among them, and /items/ is a 404 however it is asked.
+        api = Endpoint(name="api3")
+        api.get("/items/{item_id}")(lambda item_id: item_id)
+        api.put("/items/{item_id}")(lambda item_id, value=None: item_id)
+        api.get("/shelves/{shelf}/items")(lambda shelf: shelf)
+        router = Router(api)
+        for method, path in (("GET", "/items/"), ("GET", "/items/?full=1"), ("HEAD", "/items/"), ("PUT", "/items/"),
+                             ("DELETE", "/items/"), ("GET", "/shelves//items"), ("POST", "/shelves//items")):
+            with self.subTest(method=method, path=path):
+                self.assertEqual(
+                    router.handle(method, path, b""), (404, {"error": f"no route for {method} {path.split('?')[0]}"}))
+        for path, value in (("/items/x", "x"), ("/items/%2F", "/"), ("/shelves/s/items", "s")):
+            self.assertEqual(router.handle("GET", path, b""), (200, value))
+
     def test_path_and_body_must_agree(self):
         api = Endpoint(name="api2")
         api.put("/items/{item_id}")(lambda item_id, value=None: item_id)
