@@ -170,7 +170,8 @@ const setAgainLine = (scope: { app: string; env: string }, name: string, provide
  * what the delete does to it, since a user deleting a leaked value expects it gone from the workers
  * and it is not. Locally the running `ferry serve` drains the workers it has (they keep the value
  * until they finish what they hold and stop) and starts none while the name has no value: the
- * endpoint is failing, its health naming the secret (LocalWorkers.secretGone). On AWS a running task keeps what ECS
+ * endpoint is failing, its health naming the secret (LocalWorkers.secretGone); `drain` has it do so
+ * now, between the warnings and the hint (drainNow). On AWS a running task keeps what ECS
  * gave it at its start ("will not receive the updated value automatically",
  * https://docs.aws.amazon.com/AmazonECS/latest/developerguide/secrets-envvar-secrets-manager.html),
  * and a new one cannot start: a secret scheduled for deletion cannot be read ("you can no longer
@@ -186,6 +187,7 @@ async function warnEndpointsUsing(
   scope: { app: string; env: string },
   name: string,
   withRecords: WithRecords,
+  drain?: (users: EndpointRecord[]) => Promise<void>,
 ): Promise<string[]> {
   let users: EndpointRecord[];
   try {
@@ -204,11 +206,40 @@ async function warnEndpointsUsing(
     );
   }
   if (users.length > 0) {
+    await drain?.(users);
     ctx.reporter.line(
       `  hint: ${setAgainLine(scope, name, provider)}, or remove ${name} from secrets= and run \`ferry deploy${provider === 'aws' ? ' --provider aws' : ''}\``,
     );
   }
   return users.map((record) => record.name);
+}
+
+/**
+ * After a local delete of a secret that `users` list: the running `ferry serve` makes its pass now
+ * (LocalProvider.passNow, the ask `ferry deploy` and `secrets set` make), not within a second, so
+ * once the delete answers those endpoints are failing and no worker given the deleted value takes
+ * another job: one could before. No serve running: nothing to ask. One that cannot be asked drains
+ * them at its next pass, which passNow's warning says.
+ */
+async function drainNow(ctx: CliContext, name: string, users: EndpointRecord[]): Promise<void> {
+  const names = users.map((record) => record.name).join(', ');
+  const report = await withProvider(ctx, 'local', async (local) =>
+    local.passNow?.(users, ctx.reporter, {
+      asking: `  the running platform drains the workers of ${names} now…`,
+      waiting: (waitedSec) =>
+        `  still waiting for the platform to drain the workers of ${names}… ${waitedSec} s`,
+      unasked: (url, why) =>
+        `  warning: could not ask the platform at ${url} to drain the workers of ${names} now (${why}); it drains them when it next reads the records, within a second or two`,
+    }),
+  );
+  if (!report) return;
+  // An endpoint without a problem found a value again (the name set since): it is not failing.
+  const failing = new Set(report.endpoints.filter((e) => e.problem).map((e) => e.id));
+  const drained = users.filter((record) => failing.has(record.id)).map((record) => record.name);
+  if (drained.length === 0) return;
+  ctx.reporter.line(
+    `  ✓ ${drained.join(', ')} failing now: no worker given the deleted ${name} takes another job (one that holds a job finishes it)`,
+  );
 }
 
 /** The provider a command acts on: `--provider`, else FERRY_PROVIDER, else local. */
@@ -452,6 +483,7 @@ export const secretsCommand = (ctx: CliContext, options: SecretsCommandOptions =
                 scope,
                 name,
                 records ?? ((use) => withControl(ctx, provider, options, use)),
+                provider === 'aws' ? undefined : (users) => drainNow(ctx, name, users),
               ),
             ] as const;
           });

@@ -25,7 +25,7 @@ import {
   runningServer,
   startDetached,
 } from '../serve.js';
-import type { DestroyResult, Provider, ServingState } from './types.js';
+import type { DestroyResult, PassWording, Provider, ServingState } from './types.js';
 
 export interface LocalProviderOptions {
   home: string;
@@ -132,8 +132,8 @@ export async function localApiKey(
 }
 
 /**
- * How long a deploy waits for the running platform to roll its workers: the pass unpacks each
- * changed endpoint's artifact first.
+ * How long a deploy (or a secret's set or delete) waits for the running platform's pass: it unpacks
+ * each changed endpoint's artifact first.
  */
 const rolloutWaitMs = 60_000;
 /** How often that wait says it is still waiting: the serve answers only once the pass is done. */
@@ -277,55 +277,15 @@ export class LocalProvider implements Provider {
    * failure, since the records are written. Every 5 s meanwhile, a line says it still waits.
    */
   async awaitRollout(changed: readonly EndpointRecord[], reporter: Reporter): Promise<void> {
-    if (changed.length === 0) return;
-    const url = this.#fixedUrl ?? this.#url ?? (await this.serving());
-    if (!url) return;
     const names = changed.map((r) => r.name).join(', ');
-    reporter.line(`  the running platform takes up ${names} now…`);
-    const clock = this.options.clock ?? systemClock;
-    const startMs = clock.now();
-    // Ends the progress lines and the deadline once the answer is in (or the ask failed).
-    const answered = new AbortController();
-    const deadline = new AbortController();
-    void clock.sleep(rolloutWaitMs, answered.signal).then(() => {
-      if (!answered.signal.aborted) deadline.abort();
-    });
-    // The serve says nothing until its pass is done (a large artifact takes a while to unpack): a
-    // line every few seconds shows the deploy is not stuck.
-    void (async () => {
-      for (;;) {
-        await clock.sleep(rolloutProgressMs, answered.signal);
-        if (answered.signal.aborted || deadline.signal.aborted) return;
-        const waitedSec = Math.round((clock.now() - startMs) / 1000);
-        reporter.line(
-          `  still waiting for the platform to take up ${names} (it unpacks each new deployment first)… ${waitedSec} s`,
-        );
-      }
-    })();
-    let report: RolloutReport;
-    try {
-      const { key } = await this.apiKey();
-      const response = await fetch(`${url}${reconcilePath}`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${key}` },
-        signal: deadline.signal,
-      });
-      const body = (await response.json().catch(() => undefined)) as
-        | (RolloutReport & { error?: string })
-        | undefined;
-      if (!response.ok || !Array.isArray(body?.endpoints)) {
-        throw new Error(body?.error ?? `HTTP ${response.status}`);
-      }
-      report = body;
-    } catch (error) {
-      const why = deadline.signal.aborted ? `no answer within ${rolloutWaitMs / 1000} s` : messageOf(error);
-      reporter.line(
+    const report = await this.passNow(changed, reporter, {
+      asking: `  the running platform takes up ${names} now…`,
+      waiting: (waitedSec) =>
+        `  still waiting for the platform to take up ${names} (it unpacks each new deployment first)… ${waitedSec} s`,
+      unasked: (url, why) =>
         `  warning: could not ask the platform at ${url} to roll its workers now (${why}); it rolls them when it next reads the records, within a second or two`,
-      );
-      return;
-    } finally {
-      answered.abort();
-    }
+    });
+    if (!report) return;
     const found = new Map(report.endpoints.map((e) => [e.id, e]));
     for (const record of changed) {
       const problem = found.get(record.id)?.problem;
@@ -340,6 +300,61 @@ export class LocalProvider implements Provider {
     reporter.line(
       "  ✓ every job from now on runs on this deployment's workers (an earlier one's finish what they hold)",
     );
+  }
+
+  /**
+   * Asks the running `ferry serve` for a pass now (POST reconcilePath) and waits for its answer, up
+   * to a minute, saying every 5 s that it still waits: the serve answers only once the pass is done,
+   * and unpacking a new deployment takes a while. The one owner of that ask, for a deploy
+   * (awaitRollout) and a deleted secret alike; `wording` says what the pass does for the caller.
+   */
+  async passNow(
+    endpoints: readonly EndpointRecord[],
+    reporter: Reporter,
+    wording: PassWording,
+  ): Promise<RolloutReport | undefined> {
+    if (endpoints.length === 0) return undefined;
+    const url = this.#fixedUrl ?? this.#url ?? (await this.serving());
+    if (!url) return undefined;
+    reporter.line(wording.asking);
+    const clock = this.options.clock ?? systemClock;
+    const startMs = clock.now();
+    // Ends the progress lines and the deadline once the answer is in (or the ask failed).
+    const answered = new AbortController();
+    const deadline = new AbortController();
+    void clock.sleep(rolloutWaitMs, answered.signal).then(() => {
+      if (!answered.signal.aborted) deadline.abort();
+    });
+    // The serve says nothing until its pass is done (a large artifact takes a while to unpack): a
+    // line every few seconds shows the command is not stuck.
+    void (async () => {
+      for (;;) {
+        await clock.sleep(rolloutProgressMs, answered.signal);
+        if (answered.signal.aborted || deadline.signal.aborted) return;
+        reporter.line(wording.waiting(Math.round((clock.now() - startMs) / 1000)));
+      }
+    })();
+    try {
+      const { key } = await this.apiKey();
+      const response = await fetch(`${url}${reconcilePath}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}` },
+        signal: deadline.signal,
+      });
+      const body = (await response.json().catch(() => undefined)) as
+        | (RolloutReport & { error?: string })
+        | undefined;
+      if (!response.ok || !Array.isArray(body?.endpoints)) {
+        throw new Error(body?.error ?? `HTTP ${response.status}`);
+      }
+      return body;
+    } catch (error) {
+      const why = deadline.signal.aborted ? `no answer within ${rolloutWaitMs / 1000} s` : messageOf(error);
+      reporter.line(wording.unasked(url, why));
+      return undefined;
+    } finally {
+      answered.abort();
+    }
   }
 
   apiKey(): Promise<{ key: string; source: string }> {

@@ -3,6 +3,7 @@
  * SQLite file and serves them with `ferry serve`; the AWS provider (infra issue) keeps them in
  * DynamoDB and provisions CloudFormation stacks. Commands only talk to this interface.
  */
+import type { RolloutReport } from '../../core/adapters/local/rollout.js';
 import type { DnsRecord } from '../../core/deployment.js';
 import type { Manifest } from '../../core/manifest.js';
 import type { BlobStore, ControlStore, EndpointRecord } from '../../core/ports.js';
@@ -13,6 +14,19 @@ export interface DestroyResult {
   deleted: EndpointRecord[];
   /** `hint`: how to fix it, when the failure says (a FerryError's hint). */
   failed: Array<{ record: EndpointRecord; error: string; hint?: string }>;
+}
+
+/**
+ * What Provider.passNow says while the running platform makes its pass, in the caller's words: the
+ * pass is the same after a deploy and after a deleted secret, what it does for the user is not.
+ */
+export interface PassWording {
+  /** Said before asking: what the platform does now. */
+  asking: string;
+  /** Said every 5 s until the platform answers, with the seconds waited so far. */
+  waiting: (waitedSec: number) => string;
+  /** The warning when the platform at `url` could not be asked or did not answer in time (`why`). */
+  unasked: (url: string, why: string) => string;
 }
 
 export interface ServingState {
@@ -100,6 +114,17 @@ export interface Provider {
    * for and what it could not do. Absent: the platform rolls on its own (AWS: docs/aws.md).
    */
   awaitRollout?(changed: readonly EndpointRecord[], reporter: Reporter): Promise<void>;
+  /**
+   * Has the running platform read the records and secrets of `endpoints` now, not at its next pass,
+   * saying on `reporter` what it waits for in `wording`. Answers what the pass made of each endpoint;
+   * undefined when nothing needed asking (no endpoint, no platform running) or it could not be asked
+   * (said in `wording.unasked`). Absent: nothing to ask (AWS).
+   */
+  passNow?(
+    endpoints: readonly EndpointRecord[],
+    reporter: Reporter,
+    wording: PassWording,
+  ): Promise<RolloutReport | undefined>;
   /** A client API key that the served endpoints accept, and where it came from. */
   apiKey(): Promise<{ key: string; source: string }>;
   /**

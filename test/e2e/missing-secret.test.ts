@@ -3,14 +3,17 @@
  * the pool cannot give its workers what they need, so none starts. The endpoint is failing until the
  * value is set: health says which secret and how to set it, and a job ends FAILED with that at once
  * instead of waiting out its TTL in the queue (the pool used to log the error every second and leave
- * jobs IN_QUEUE). Setting the value is enough: the next pass starts a worker that sees it. A real
- * platform, a real static scan and a real Python worker; under `ferry dev`, the real CLI.
+ * jobs IN_QUEUE). Setting the value is enough: the next pass starts a worker that sees it. Deleting a
+ * value a running endpoint holds makes it failing the same way, and `ferry secrets delete` has the
+ * running platform do so before it answers. A real platform, a real static scan and a real Python
+ * worker; for `ferry secrets delete` and under `ferry dev`, the real CLI.
  */
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scanProject } from '../../cli/build/scan.js';
+import { serverInfoPath } from '../../cli/serve.js';
 import { type RolloutReport, reconcilePath } from '../../core/adapters/local/rollout.js';
 import { recordFor } from '../support/endpoints.js';
 import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
@@ -128,6 +131,85 @@ describe('a secret a running endpoint holds is deleted (ferry secrets delete)', 
     const again = await call(platform.baseUrl, 'POST', '/held/runsync?wait=60000', { input: {} });
     expect(again.body).toMatchObject({ status: 'COMPLETED', output: { token: 'rotated' } });
     expect((await call(platform.baseUrl, 'GET', '/held/health')).body.problem).toBeUndefined();
+  }, 120_000);
+});
+
+describe('ferry secrets delete with a ferry serve running', () => {
+  const sandbox = new CliSandbox();
+  const held = mkdtempSync(join(tmpdir(), 'wf-drained-secret-'));
+  const dataDir = mkdtempSync(join(tmpdir(), 'wf-drained-serve-'));
+  let serve: TestPlatform | undefined;
+  afterAll(async () => {
+    await serve?.stop();
+    await sandbox.cleanup();
+    for (const dir of [held, dataDir]) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('has the serve drain the workers before it answers: health is failing at once and the next job ends FAILED', async () => {
+    // This serve's pools read the records only when asked (an hour apart on their own), so nothing
+    // the delete did not ask for happens before the test looks: it read them once a second, and for
+    // up to that second after the delete answered, the idle worker took the next job with the value.
+    serve = await startTestPlatform({
+      dataDir,
+      workers: {
+        ferryPythonPath: resolve('worker-image/python'),
+        tickMs: 100,
+        reconcileIntervalMs: 3_600_000,
+      },
+    });
+    // What `ferry serve` writes, so the CLI of this FERRY_HOME finds the platform running.
+    writeFileSync(
+      serverInfoPath(dataDir),
+      JSON.stringify({ pid: process.pid, url: serve.url, startedAt: Date.now() }),
+    );
+    writeFileSync(
+      join(held, 'app.py'),
+      [
+        'import os',
+        'from ferry import Endpoint',
+        '',
+        '@Endpoint(name="drained", cpu="1-2", workers=(1, 1), secrets=["KEEP"])',
+        'def drained(x=1):',
+        '    return {"token": os.environ.get("KEEP")}',
+        '',
+      ].join('\n'),
+    );
+    await serve.db.openSecrets(join(dataDir, 'secrets.key')).set(scope, 'KEEP', 'leaked');
+    const { endpoints } = await scanProject({ projectDir: held });
+    await serve.db.control.putEndpoint(recordFor(endpoints[0]!, held));
+    await serve.workers!.reconcile();
+    // Its worker ran with the value and now waits, idle, for the next job.
+    const before = await call(serve.baseUrl, 'POST', '/drained/runsync?wait=60000', { input: {} });
+    expect(before.body).toMatchObject({ status: 'COMPLETED', output: { token: 'leaked' } });
+
+    const deleted = await sandbox.run(['secrets', 'delete', 'KEEP', '--app', 'test', '--env', 'production'], {
+      cwd: held,
+      env: { FERRY_HOME: dataDir, FERRY_API_KEY: testApiKey },
+    });
+    expect(deleted.code, deleted.stderr).toBe(0);
+    // The first read of each, right after the delete answered: no polling that would wait out a pass.
+    const health = await call(serve.baseUrl, 'GET', '/drained/health');
+    expect(health.body.problem).toMatchObject({ state: 'failing' });
+    expect(health.body.problem.reason).toContain('secrets not set: KEEP');
+    const after = await call(serve.baseUrl, 'POST', '/drained/runsync?wait=30000', { input: {} });
+    expect(after.body.status).toBe('FAILED');
+    expect(after.body.error).toContain('secrets not set: KEEP');
+
+    // Its lines are a delete's, not a deploy's, between the warning and the hint.
+    const lines = deleted.stderr.split('\n');
+    const at = (text: string) => lines.findIndex((line) => line.includes(text));
+    expect(at('warning: drained lists KEEP in secrets=')).toBeGreaterThanOrEqual(0);
+    expect(at('the running platform drains the workers of drained now…')).toBeGreaterThan(
+      at('warning: drained lists KEEP'),
+    );
+    expect(at('✓ drained failing now: no worker given the deleted KEEP takes another job')).toBeGreaterThan(
+      at('the running platform drains the workers of drained now…'),
+    );
+    expect(at('hint: printf %s "$VALUE" | ferry secrets set KEEP')).toBeGreaterThan(
+      at('✓ drained failing now'),
+    );
+    expect(deleted.stderr).not.toContain('deployment');
+    expect(deleted.stdout).toContain('✓ Deleted KEEP of test/production');
   }, 120_000);
 });
 
