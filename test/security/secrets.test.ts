@@ -49,6 +49,17 @@ afterEach(() => {
 const value = 'hf_super_secret_value_0123456789';
 const scope = { app: 'shop', env: 'prod' };
 
+/** An AWS endpoint record of app shop in `env` that lists `secrets`. */
+const endpoint = (name: string, env: string, secrets: string[]): EndpointRecord => ({
+  ...recordFor(
+    { ...sampleManifest.endpoints[0]!, name, resources: { ...sampleResources, secrets } },
+    '/nowhere',
+    `${name}0000000000`,
+  ),
+  app: 'shop',
+  env,
+});
+
 describe('local secret store', () => {
   it('keeps values encrypted at rest under a 0600 key, and decrypts them for the right name only', async () => {
     const home = tempDir();
@@ -234,17 +245,8 @@ describe('ferry secrets set --provider aws and an endpoint failing for want of i
     const aws = await startAwsFixture();
     try {
       const control = aws.control();
-      const endpoint = (name: string, secrets: string[]): EndpointRecord => ({
-        ...recordFor(
-          { ...sampleManifest.endpoints[0]!, name, resources: { ...sampleResources, secrets } },
-          '/nowhere',
-          `${name}0000000000`,
-        ),
-        app: 'shop',
-        env: 'prod',
-      });
-      const needs = endpoint('needs', ['HF_TOKEN']);
-      const other = endpoint('other', ['OTHER']);
+      const needs = endpoint('needs', 'prod', ['HF_TOKEN']);
+      const other = endpoint('other', 'prod', ['OTHER']);
       const failing = {
         state: 'failing' as const,
         reason: 'ResourceInitializationError: unable to pull secrets',
@@ -279,15 +281,6 @@ describe('ferry secrets set --provider aws and an endpoint failing for want of i
     const aws = await startAwsFixture();
     try {
       const control = aws.control();
-      const endpoint = (name: string, env: string, secrets: string[]): EndpointRecord => ({
-        ...recordFor(
-          { ...sampleManifest.endpoints[0]!, name, resources: { ...sampleResources, secrets } },
-          '/nowhere',
-          `${name}0000000000`,
-        ),
-        app: 'shop',
-        env,
-      });
       const running = endpoint('running', 'prod', ['HF_TOKEN', 'OTHER']);
       const notYet = endpoint('notyet', 'prod', ['HF_TOKEN']);
       const refused = endpoint('refused', 'prod', ['HF_TOKEN']);
@@ -350,15 +343,6 @@ describe('ferry secrets delete --provider aws of a secret an endpoint lists', ()
     const aws = await startAwsFixture();
     try {
       const control = aws.control();
-      const endpoint = (name: string, env: string, secrets: string[]): EndpointRecord => ({
-        ...recordFor(
-          { ...sampleManifest.endpoints[0]!, name, resources: { ...sampleResources, secrets } },
-          '/nowhere',
-          `${name}0000000000`,
-        ),
-        app: 'shop',
-        env,
-      });
       for (const record of [
         endpoint('needs', 'prod', ['HF_TOKEN']),
         endpoint('unrelated', 'prod', ['OTHER']),
