@@ -590,11 +590,22 @@ export const keysCommand = (ctx: CliContext): CommandModule =>
               };
               await provider.control.putApiKey(record);
               const scope = describeScope(scopeOf(record));
+              if (!argv.json) {
+                ctx.reporter.line(
+                  `Created key ${record.id} (${record.name}, ${scope}). It is shown once: store it now.`,
+                );
+              }
+              // Made in a project folder, a key of every app is often more than its user meant to hand
+              // out (a CI job, a client of this app): say so, with the narrower line. Every app stays the
+              // default, since the console and `ferry serve`'s management routes need such a key.
+              if (app === undefined && looksLikeProject(ctx.io.cwd)) {
+                const folderApp = projectAppName(ctx.io.cwd);
+                ctx.reporter.line(
+                  `  This key reaches the endpoints of every app. A key for app '${folderApp}' only: ferry keys create --app ${folderApp}`,
+                );
+              }
               if (argv.json)
                 return ctx.reporter.json({ id: record.id, name: record.name, scope: { app, env }, key });
-              ctx.reporter.line(
-                `Created key ${record.id} (${record.name}, ${scope}). It is shown once: store it now.`,
-              );
               ctx.reporter.out(key);
             }),
         })

@@ -98,6 +98,28 @@ describe('ferry undeploy NAME with the same project deployed as two apps', () =>
     expect(only.code, only.stderr).toBe(0);
     expect(only.stdout).toBe(`✓ Removed lb_worker (${x1Lb})\n`);
   });
+
+  it("keys create in a project folder says the key reaches every app and gives the folder app's line", async () => {
+    const wide = await sandbox.run(['keys', 'create', '--name', 'wide', '--json'], { cwd: x1 });
+    expect(wide.code, wide.stderr).toBe(0);
+    expect(wide.stderr).toContain(
+      "This key reaches the endpoints of every app. A key for app 'x1' only: ferry keys create --app x1\n",
+    );
+    // stdout stays the data a script reads.
+    expect(JSON.parse(wide.stdout)).toMatchObject({ name: 'wide', scope: {} });
+
+    // The line it gives makes a key of that app only (what such a key reaches: test/security/key-scope.test.ts).
+    const narrow = await sandbox.run(['keys', 'create', '--app', 'x1', '--name', 'narrow'], { cwd: x1 });
+    expect(narrow.code, narrow.stderr).toBe(0);
+    expect(narrow.stderr).toContain('(narrow, app x1)');
+    expect(narrow.stderr).not.toContain('every app');
+
+    // Outside a project there is no narrower line to give.
+    const elsewhere = await sandbox.run(['keys', 'create', '--name', 'elsewhere'], { cwd: outside });
+    expect(elsewhere.code, elsewhere.stderr).toBe(0);
+    expect(elsewhere.stderr).toContain('(elsewhere, all apps)');
+    expect(elsewhere.stderr).not.toContain('every app');
+  });
 });
 
 describe('record commands refuse the user’s mistakes with a hint that fits', () => {
