@@ -118,16 +118,35 @@ describe('management API', () => {
     expect(chatty.queue).toEqual({ visible: expect.any(Number), urgent: expect.any(Number) });
   });
 
-  /**
-   * Deploys a one-route load-balanced endpoint from `head` (the module's first lines) and waits until
-   * the local supervisor calls it failing; `check` sees its summary, then the endpoint goes.
-   */
   /** An endpoint of `kind` named `id`: `head` first (what breaks it), then one worker always. */
   const brokenSource = (kind: 'lb' | 'queue', id: string, head: string, endpointArgs: string) =>
     kind === 'lb'
       ? `${head}\nfrom ferry import Endpoint\n\napi = Endpoint(name="${id}", cpu="1-2", workers=(1, 1)${endpointArgs})\n\n\n@api.get("/x")\ndef x():\n    return 1\n`
       : `${head}\nfrom ferry import Endpoint\n\n\n@Endpoint(name="${id}", cpu="1-2", workers=(1, 1)${endpointArgs})\ndef handler(job):\n    return 1\n`;
 
+  /**
+   * Deploys the one endpoint of `source` (a module's text) under `id` from a temp folder, runs `use`
+   * with the folder, then the endpoint and the folder go.
+   */
+  async function deployed(id: string, source: string, use: (dir: string) => Promise<void>) {
+    const dir = mkdtempSync(join(tmpdir(), 'ferry-manage-'));
+    try {
+      writeFileSync(join(dir, 'app.py'), source);
+      const { endpoints } = await scanProject({ projectDir: dir });
+      await platform.db.control.putEndpoint(recordFor(endpoints[0]!, dir, id));
+      await platform.workers!.reconcile();
+      await use(dir);
+    } finally {
+      await platform.db.control.deleteEndpoint(id);
+      await platform.workers!.reconcile();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
+  /**
+   * Deploys a broken endpoint of `kind` (brokenSource) and waits until the local supervisor calls it
+   * failing; `check` sees its summary, then the endpoint goes.
+   */
   async function failingEndpoint(
     kind: 'lb' | 'queue',
     id: string,
@@ -135,24 +154,15 @@ describe('management API', () => {
     endpointArgs: string,
     check: (summary: Record<string, any>) => Promise<void>,
   ) {
-    const dir = mkdtempSync(join(tmpdir(), 'ferry-manage-broken-'));
-    try {
-      writeFileSync(join(dir, 'broken.py'), brokenSource(kind, id, head, endpointArgs));
-      const { endpoints } = await scanProject({ projectDir: dir });
-      await platform.db.control.putEndpoint(recordFor(endpoints[0]!, dir, id));
-      await platform.workers!.reconcile();
-      await check(
+    await deployed(id, brokenSource(kind, id, head, endpointArgs), async () =>
+      check(
         await until(
           async () => (await call(manage, 'GET', `/endpoints/${id}`)).body,
           // A load-balanced endpoint's problem sits beside its summary; a queue endpoint's in its health.
           (e) => (e.problem ?? e.health?.problem)?.state === 'failing',
         ),
-      );
-    } finally {
-      await platform.db.control.deleteEndpoint(id);
-      await platform.workers!.reconcile();
-      rmSync(dir, { recursive: true, force: true });
-    }
+      ),
+    );
   }
 
   it("shows a load-balanced endpoint's workers that cannot start as its problem (it has no health)", async () => {
@@ -167,6 +177,47 @@ describe('management API', () => {
       const chatty = listed.find((e: { id: string }) => e.id === 'chatty');
       expect(chatty.problem).toBeUndefined();
       expect(chatty.health.problem).toBeUndefined();
+    });
+  }, 60_000);
+
+  it("counts a load-balanced endpoint's workers beside its summary: running while it serves, then idle", async () => {
+    // A route that answers once the file `go` is there: its worker is running until then.
+    const source = [
+      'import os',
+      'import time',
+      '',
+      'from ferry import Endpoint',
+      '',
+      'api = Endpoint(name="waitapi", cpu="1-2", workers=(0, 1), idle_timeout=60)',
+      '',
+      '',
+      '@api.post("/wait")',
+      'def wait(go):',
+      '    while not os.path.exists(go):',
+      '        time.sleep(0.05)',
+      '    return {"went": True}',
+      '',
+    ].join('\n');
+    await deployed('waitapi', source, async (dir) => {
+      const summary = async () => (await call(manage, 'GET', '/endpoints/waitapi')).body;
+      // None before a call: it scales from 0.
+      expect(await summary()).toMatchObject({ kind: 'lb', workers: { idle: 0, running: 0 } });
+      const go = join(dir, 'go');
+      const answer = call(platform.url, 'POST', '/lb/waitapi/wait', { go });
+      const serving = await until(summary, (e) => e.workers?.running === 1);
+      // It has no jobs, so no health: the counts sit beside its summary.
+      expect(serving.health).toBeUndefined();
+      expect(serving.workers).toEqual({ idle: 0, running: 1 });
+      // The list says the same as the endpoint's own summary.
+      const listed = (await call(manage, 'GET', '/endpoints')).body.endpoints;
+      expect(listed.find((e: { id: string }) => e.id === 'waitapi').workers).toEqual({ idle: 0, running: 1 });
+      writeFileSync(go, '');
+      expect(await answer).toMatchObject({ status: 200, body: { went: true } });
+      // Answered, its worker stays for its idle timeout, idle.
+      expect((await until(summary, (e) => e.workers?.running === 0)).workers).toEqual({
+        idle: 1,
+        running: 0,
+      });
     });
   }, 60_000);
 
@@ -223,6 +274,58 @@ describe('management API', () => {
       next: 0,
     });
   });
+
+  it("reads a running job's chunks so far, only the new ones after `next`, and takes none from its client", async () => {
+    const source = [
+      'import os',
+      'import time',
+      '',
+      'from ferry import Endpoint',
+      '',
+      '',
+      '@Endpoint(name="trickle", cpu="1-2", idle_timeout=5)',
+      'def trickle(go):',
+      '    """Yield two chunks, wait for the file `go`, then yield a third."""',
+      '    yield "one"',
+      '    yield "two"',
+      '    while not os.path.exists(go):',
+      '        time.sleep(0.05)',
+      '    yield "three"',
+      '',
+    ].join('\n');
+    await deployed('trickle', source, async (dir) => {
+      const go = join(dir, 'go');
+      const { body } = await call(v2, 'POST', '/trickle/run', { input: { go } });
+      const read = async (after?: number) =>
+        (
+          await call(
+            manage,
+            'GET',
+            `/endpoints/trickle/jobs/${body.id}/stream${after === undefined ? '' : `?after=${after}`}`,
+          )
+        ).body;
+      const first = await until(read, (r) => r.stream.length === 2);
+      expect(first).toMatchObject({ status: 'IN_PROGRESS', stream: [{ output: 'one' }, { output: 'two' }] });
+      // Read again: the same chunks (nothing was taken), and none after `next`.
+      expect((await read(0)).stream).toEqual(first.stream);
+      expect(await read(first.next)).toEqual({ status: 'IN_PROGRESS', stream: [], next: first.next });
+      // The job's client still gets both, once; the management read still sees them after.
+      const client = await call(v2, 'POST', `/trickle/stream/${body.id}?wait=0`);
+      expect(client.body.stream).toEqual([{ output: 'one' }, { output: 'two' }]);
+      expect((await read()).stream).toEqual(first.stream);
+      writeFileSync(go, '');
+      // After `next`: only the chunk that came since.
+      const last = await until(
+        () => read(first.next),
+        (r) => r.status === 'COMPLETED',
+      );
+      expect(last.stream).toEqual([{ output: 'three' }]);
+      expect(last.next).toBeGreaterThan(first.next);
+      expect((await call(v2, 'POST', `/trickle/stream/${body.id}?wait=0`)).body.stream).toEqual([
+        { output: 'three' },
+      ]);
+    });
+  }, 60_000);
 
   it('lists jobs newest first, by status, a page at a time', async () => {
     const ids: string[] = [];
