@@ -11,7 +11,28 @@ export interface RunResult {
   exitCode: number | null;
   stdout: string;
   stderr: string;
+  /**
+   * A process the child started still held its stdout or stderr once the child had exited and
+   * outputDrainMs had passed: one that left the child's process group (`setsid`, Python's
+   * `start_new_session=True`, a daemon), so it was not killed with the group and may still run.
+   * The run ended without it; the caller tells the user, naming its step.
+   */
+  outputHeld: boolean;
 }
+
+/**
+ * How long, once the child has exited, its stdout and stderr may still bring what it wrote before
+ * the run ends without them. Node emits 'exit' when the process ends, when "child process stdio
+ * streams might still be open", and 'close' only once they are closed, "since multiple processes
+ * might share the same stdio streams" (https://nodejs.org/api/child_process.html#event-exit,
+ * https://nodejs.org/api/child_process.html#event-close): a process that left the child's group
+ * keeps them open for as long as it runs, for ever for a server. What the child wrote before it
+ * exited is in the pipe already (a write returns once the kernel has it), so reading it takes an
+ * event-loop turn, not a wait on anyone: a second covers a busy machine, and the window ends only
+ * after one more poll of the pipes (see the 'exit' listener). In the usual run, where nothing holds
+ * them, 'close' comes at once and this window is never waited out.
+ */
+export const outputDrainMs = 1_000;
 
 export interface RunOptions {
   stdin?: string;
@@ -31,6 +52,7 @@ export function runProcess(command: string, args: string[], options: RunOptions 
     // A group of its own, killed whole once the run ends (on time, past its time, aborted, or with
     // ferry on Ctrl-C / SIGTERM): what the child started and left running (a server an imported
     // endpoint module starts, a compiler pip runs) does not outlive the build, holding its pipes.
+    // One that left the group is not killed, and the run ends without its pipes: see outputDrainMs.
     const child = spawn(command, args, {
       cwd: options.cwd,
       stdio: ['pipe', 'pipe', 'pipe'],
@@ -84,8 +106,25 @@ export function runProcess(command: string, args: string[], options: RunOptions 
     if (options.signal?.aborted) onAbort();
     else options.signal?.addEventListener('abort', onAbort, { once: true });
     // The child's own exit ends the run: what it left running in its group goes with it, and with
-    // them the last holders of its pipes, so 'close' comes.
-    child.on('exit', () => killGroup(child));
+    // them the last holders of its pipes, so 'close' comes. One that left the group still holds
+    // them: after outputDrainMs the run stops reading (the destroyed streams close, so 'close'
+    // comes) and keeps what it read. setImmediate: the check phase follows a poll of the pipes, so
+    // what they hold is read even where the event loop was busy for the whole window.
+    let outputHeld = false;
+    let drain: NodeJS.Timeout | undefined;
+    child.on('exit', () => {
+      killGroup(child);
+      drain = setTimeout(
+        () =>
+          setImmediate(() => {
+            const open = [child.stdout, child.stderr].filter((s) => !s.destroyed && !s.readableEnded);
+            if (open.length === 0) return;
+            outputHeld = true;
+            for (const stream of open) stream.destroy();
+          }),
+        outputDrainMs,
+      );
+    });
     child.stdout.on('data', (chunk: Buffer) => out.push(chunk));
     child.stderr.on('data', (chunk: Buffer) => err.push(chunk));
     const onLine = options.onLine;
@@ -115,6 +154,7 @@ export function runProcess(command: string, args: string[], options: RunOptions 
     });
     child.on('close', (exitCode) => {
       release();
+      clearTimeout(drain);
       if (timedOut) {
         reject(
           options.timeoutError?.() ??
@@ -134,6 +174,7 @@ export function runProcess(command: string, args: string[], options: RunOptions 
         exitCode,
         stdout: Buffer.concat(out).toString('utf8'),
         stderr: Buffer.concat(err).toString('utf8'),
+        outputHeld,
       });
     });
     // A child that exits before reading stdin must not crash us with EPIPE.

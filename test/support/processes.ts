@@ -36,11 +36,13 @@ export function expectGone(pid: number): Promise<void> {
 
 /**
  * Python lines that start `sleep 300` (a stand-in for a server a module starts at import), which
- * inherits the caller's stdout and stderr, and write its pid to `pidFile`.
+ * inherits the caller's stdout and stderr, and write its pid to `pidFile`. `ownSession`: in a
+ * session of its own (`start_new_session=True`, as `setsid` or a daemon), out of the caller's
+ * process group.
  */
-export const startsSleeper = (pidFile: string): string =>
+export const startsSleeper = (pidFile: string, options: { ownSession?: boolean } = {}): string =>
   'import subprocess as _subprocess\n' +
-  '_sleeper = _subprocess.Popen(["sleep", "300"])\n' +
+  `_sleeper = _subprocess.Popen(["sleep", "300"]${options.ownSession ? ', start_new_session=True' : ''})\n` +
   `with open(${JSON.stringify(pidFile)}, "w") as _f:\n` +
   '    _f.write(str(_sleeper.pid))\n';
 
