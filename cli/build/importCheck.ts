@@ -119,6 +119,17 @@ export async function checkImports(options: {
       FERRY_ENDPOINT_NAME: '',
     },
   });
+  // Before the report is read: a check that failed on it still had a process outlive it.
+  if (result.outputHeld) {
+    options.emit({
+      type: 'warning',
+      message:
+        `the import check of ${modules.join(', ')} ended, but a process started while importing ` +
+        "still held its output: it left the check's process group (setsid, start_new_session=True, " +
+        'a daemon), so the build could not stop it and it may still be running. Start servers and ' +
+        "background processes in the handler or a class endpoint's __init__, not at module level",
+    });
+  }
   let parsed: z.infer<typeof reportSchema>;
   try {
     parsed = reportSchema.parse(JSON.parse(result.stdout.trim().split('\n').pop() ?? ''));

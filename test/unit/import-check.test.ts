@@ -10,6 +10,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import type { BuildEvent } from '../../cli/build/events.js';
 import { checkImports } from '../../cli/build/importCheck.js';
 import { exitCode, FerryError } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
@@ -32,15 +33,19 @@ afterEach(() => {
   }
 });
 
-/** checkImports of `quick.py` and `stuck.py` (which holds `source`) with a 2 s limit: what it threw. */
+/**
+ * checkImports of `quick.py` and `stuck.py` (which holds `source`) with a 2 s limit: what it threw,
+ * and the events it emitted.
+ */
 async function checkStuck(
   source: string,
   options: { timeoutMs?: number; staged?: string } = {},
-): Promise<{ failure: unknown; staged: string }> {
+): Promise<{ failure: unknown; staged: string; events: BuildEvent[] }> {
   const staged = options.staged ?? stagedDir();
   writeFileSync(path.join(staged, 'quick.py'), 'VALUE = 1\n');
   writeFileSync(path.join(staged, 'stuck.py'), source);
   const endpoints = [{ module: 'quick' }, { module: 'stuck' }] as unknown as ManifestEndpoint[];
+  const events: BuildEvent[] = [];
   const failure = await checkImports({
     stagedDir: staged,
     endpoints,
@@ -48,13 +53,13 @@ async function checkStuck(
     pythonVersion: 'none',
     python: { version: 'none', executable: 'python3' },
     noDeps: false,
-    emit: () => {},
+    emit: (event) => events.push(event),
     timeoutMs: options.timeoutMs ?? 2_000,
   }).then(
     () => undefined,
     (error: unknown) => error,
   );
-  return { failure, staged };
+  return { failure, staged, events };
 }
 
 function stagedDir(): string {
@@ -70,9 +75,9 @@ async function sleeperPid(staged: string): Promise<number> {
   return pid;
 }
 
-/** `stuck.py` for `staged`: starts a sleeper at import, then `rest`. */
-const sleeperModule = (staged: string, rest: string) =>
-  startsSleeper(path.join(staged, 'sleeper.pid')) + rest;
+/** `stuck.py` for `staged`: starts a sleeper at import (its own session: `ownSession`), then `rest`. */
+const sleeperModule = (staged: string, rest: string, options: { ownSession?: boolean } = {}) =>
+  startsSleeper(path.join(staged, 'sleeper.pid'), options) + rest;
 
 const blocks = 'import threading\nthreading.Event().wait()\n';
 
@@ -105,11 +110,37 @@ describe('checkImports', () => {
   it('kills what a module started once the check finishes, and finishes though it holds the output', async () => {
     // Imports fine, but leaves its server running: nothing may outlive the build.
     const staged = stagedDir();
-    const { failure } = await checkStuck(sleeperModule(staged, 'VALUE = 2\n'), { staged, timeoutMs: 30_000 });
+    const { failure, events } = await checkStuck(sleeperModule(staged, 'VALUE = 2\n'), {
+      staged,
+      timeoutMs: 30_000,
+    });
     const pid = await sleeperPid(staged);
     expect(failure).toBeUndefined();
+    // Killed with the group, it let go of the output: nothing to warn about.
+    expect(events.filter((event) => event.type === 'warning')).toEqual([]);
     await expectGone(pid);
   });
+
+  it('finishes though a process the module started in a session of its own still holds its output, and warns', async () => {
+    // start_new_session=True (setsid, a daemon) leaves the checker's process group, so the group's
+    // kill misses it, and it keeps the checker's stdout and stderr: the check waited for them to
+    // close until its own time was up, then failed. This test's limit is well under the check's.
+    const staged = mkdtempSync(path.join(tmpdir(), 'wc-import-check-'));
+    dirs.push(staged);
+    const checked = checkStuck(sleeperModule(staged, 'VALUE = 2\n', { ownSession: true }), {
+      staged,
+      timeoutMs: 120_000,
+    });
+    await sleeperPid(staged);
+    const { failure, events } = await checked;
+    expect(failure).toBeUndefined();
+    const warnings = events.flatMap((event) => (event.type === 'warning' ? [event.message] : []));
+    expect(warnings).toEqual([
+      expect.stringContaining(
+        'the import check of quick, stuck ended, but a process started while importing still held its output',
+      ),
+    ]);
+  }, 30_000);
 
   it("kills the checker's process group when ferry gets SIGINT or SIGTERM during the check", async () => {
     for (const signal of ['SIGINT', 'SIGTERM'] as const) {
