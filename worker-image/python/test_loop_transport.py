@@ -448,6 +448,38 @@ class RetryAfterTest(unittest.TestCase):
         self.assertIsNone(protocol.retry_after_sec(None))
 
 
+class StopLoopRateLimitTest(unittest.TestCase):
+    """QueueRuntime._stop_loop after a 429 on job-stop: it waits what the answer asked, then polls again."""
+
+    def test_the_stop_poll_waits_what_each_429_asked(self):
+        asked = [RateLimited(1.0), RateLimited(), RateLimited(protocol.RETRY_AFTER_MAX_SEC)]
+        polls, waits = [], []
+
+        class Api:  # the one call the stop loop makes
+            def poll_stop(self):
+                polls.append(len(waits))
+                raise asked[len(polls) - 1]
+
+        runtime = QueueRuntime(Handler(lambda job: None), Api(), 1, "w1", lambda line: None, io.StringIO(),
+                               ping_enabled=False)
+
+        async def recorded_sleep(sec):
+            waits.append(sec)
+            if len(waits) == len(asked):
+                raise asyncio.CancelledError  # ends the loop, which runs until the runtime stops
+
+        async def main():
+            runtime.loop = asyncio.get_running_loop()
+            with mock.patch.object(asyncio, "sleep", recorded_sleep):
+                with self.assertRaises(asyncio.CancelledError):
+                    await runtime._stop_loop()
+
+        _run(main())
+        # Each poll came after the wait the 429 before it asked (its Retry-After, else the default).
+        self.assertEqual(waits, [1.0, protocol.RATE_LIMITED_WAIT_SEC, protocol.RETRY_AFTER_MAX_SEC])
+        self.assertEqual(polls, [0, 1, 2])
+
+
 class RuntimeOnTheLoopTest(unittest.TestCase):
     """A QueueRuntime in this process against the fake platform: which calls left the loop."""
 
