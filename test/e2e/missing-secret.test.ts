@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scanProject } from '../../cli/build/scan.js';
 import { serverInfoPath } from '../../cli/serve.js';
 import { type RolloutReport, reconcilePath } from '../../core/adapters/local/rollout.js';
+import { hashKey } from '../../core/auth.js';
 import { recordFor } from '../support/endpoints.js';
 import { call, startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
 import { CliSandbox } from './cli-support.js';
@@ -211,6 +212,35 @@ describe('ferry secrets delete with a ferry serve running', () => {
     expect(deleted.stderr).not.toContain('deployment');
     expect(deleted.stdout).toContain('✓ Deleted KEEP of test/production');
   }, 120_000);
+
+  it("with a key of one app, the delete still answers, and says in a delete's words that the serve drains them later", async () => {
+    // Set again, then deleted with a key the serve's reconcile route refuses (it takes a key of every app).
+    await serve!.db.openSecrets(join(dataDir, 'secrets.key')).set(scope, 'KEEP', 'again');
+    const appKey = 'fy_one_app_key_for_the_delete';
+    await serve!.db.control.putApiKey({
+      id: 'key-one-app',
+      name: 'one app',
+      hash: hashKey(appKey),
+      createdAt: Date.now(),
+      app: 'test',
+    });
+    const deleted = await sandbox.run(['secrets', 'delete', 'KEEP', '--app', 'test', '--env', 'production'], {
+      cwd: held,
+      env: { FERRY_HOME: dataDir, FERRY_API_KEY: appKey },
+    });
+    expect(deleted.code, deleted.stderr).toBe(0);
+    expect(deleted.stdout).toContain('✓ Deleted KEEP of test/production');
+    const lines = deleted.stderr.split('\n');
+    const at = (text: string) => lines.findIndex((line) => line.includes(text));
+    const unasked = at(
+      `warning: could not ask the platform at ${serve!.url} to drain the workers of drained now (`,
+    );
+    expect(unasked, deleted.stderr).toBeGreaterThan(at('warning: drained lists KEEP in secrets='));
+    expect(lines[unasked]).toContain('it drains them when it next reads the records, within a second or two');
+    expect(at('hint: printf %s "$VALUE" | ferry secrets set KEEP')).toBeGreaterThan(unasked);
+    expect(deleted.stderr).not.toContain('failing now');
+    expect(deleted.stderr).not.toContain('deployment');
+  }, 60_000);
 });
 
 describe('under ferry dev', () => {
