@@ -164,8 +164,9 @@ export function ownRouteOf(method: string, path: string): { own: OwnRoute; url: 
 
 /**
  * Whether the parameters Fastify's router found for a project route are ones the load-balanced
- * runtime would give it too. There (worker-image/python/ferry/endpoint.py Route, `[^/]+` on the
- * still percent-encoded path) a parameter takes one character or more, `%2F` among them; find-my-way
+ * runtime would give it too. There (worker-image/python/ferry/endpoint.py Route, on the path's
+ * segments decoded one by one: split_path, which server.ts makes Fastify's router read alike through
+ * routableUrl) a parameter takes one character or more, `%2F` among them; find-my-way
  * also takes an empty one (`/items/` at `/items/:id`, `/a//b` at `/a/:x/b`), which the runtime
  * answers 404 at every method (lb.py Router.find), so ferry dev answers no route there too. Both
  * routers end a parameter at a `/`.

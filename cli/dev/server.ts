@@ -11,7 +11,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import swagger, { type SwaggerTransformObject } from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { houseClientErrors, noRoute, readBody } from '../../core/adapters/local/http.js';
+import { houseClientErrors, noRoute, readBody, routableUrl } from '../../core/adapters/local/http.js';
 import { FerryError, httpStatus, messageOf } from '../../core/errors.js';
 import { isFinal } from '../../core/job.js';
 import { parseJsonExact, stringifyJsonExact } from '../../core/json.js';
@@ -199,6 +199,9 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
   const app = Fastify({
     logger: false,
     frameworkErrors: houseClientErrors.frameworkErrors,
+    // A path is routed as the load-balanced runtime routes it (a badly encoded parameter reaches its
+    // route with its text); messages name the path as it was sent (request.originalUrl).
+    rewriteUrl: (request) => routableUrl(request.url ?? '/'),
     // The platform's largest body (/runsync, /lb); each route below has the limit of the platform
     // route it calls, so the dev server refuses what the platform would, and nothing less.
     bodyLimit: Math.max(limits.runsyncBodyBytes, limits.lbBodyBytes),
@@ -345,7 +348,7 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
   // route at another method (its router, its parameters), built once for this table.
   const methodsAt = methodsRouting(routes);
   app.setNotFoundHandler((request, reply) => {
-    const path = request.url.split('?', 1)[0]!;
+    const path = request.originalUrl.split('?', 1)[0]!;
     const allowed = methodsAt(request.url);
     if (allowed.length === 0) return noRoute(request, reply);
     // A named route asked with another method: the 405 the load-balanced runtime answers on the

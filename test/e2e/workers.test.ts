@@ -280,6 +280,22 @@ describe('load-balanced endpoints', () => {
     expect(head.headers.get('content-length')).toBe(String((await get.arrayBuffer()).byteLength));
   });
 
+  it('hands a path parameter its text decoded once, a badly encoded one too, never a 400 (docs/api.md#load-balanced-endpoints)', async () => {
+    // The front door's router answered /items/x% 400 before the worker heard of it (test/api/lb-path-encoding.test.ts).
+    const authorization = `Bearer ${testApiKey}`;
+    for (const [path, id] of [
+      ['/items/x%', 'x%'],
+      ['/items/a%zz', 'a%zz'],
+      ['/items/%FF', '\ufffd'],
+      ['/items/a%20b', 'a b'],
+      ['/items/a%2Fb', 'a/b'],
+      ['/it%65ms/7', '7'],
+    ] as const) {
+      const answer = await fetch(`${platform.url}/lb/lb${path}`, { headers: { authorization } });
+      expect([path, answer.status, await answer.json()]).toEqual([path, 200, { id, q: null }]);
+    }
+  });
+
   it("refuses requests that reach the worker's own port around the front door", async () => {
     // Through the front door first: a worker serves now, and its port is the last one it logged.
     const through = await fetch(`${platform.url}/lb/lb/items/7`, {

@@ -7,6 +7,7 @@ from unittest import mock
 
 from ferry import Endpoint
 from ferry.client import RemoteFunction, local_target
+from ferry.endpoint import split_path
 
 
 class ValidationTest(unittest.TestCase):
@@ -266,9 +267,11 @@ class RouteTest(unittest.TestCase):
 
         route = api.routes[0]
         self.assertEqual(route.param_names, ["item_id", "part"])
-        self.assertEqual(route.match("/items/7/parts/x%20y"), {"item_id": "7", "part": "x%20y"})
-        self.assertIsNone(route.match("/items/7"))
-        self.assertIsNone(route.match("/items/7/parts/x/extra"))
+        self.assertEqual(route.match(split_path("/items/7/parts/x%20y")), {"item_id": "7", "part": "x y"})
+        self.assertEqual(route.match(split_path("/items/7/parts/x%2Fy")), {"item_id": "7", "part": "x/y"})
+        self.assertIsNone(route.match(split_path("/items/7")))
+        self.assertIsNone(route.match(split_path("/items/7/parts/x/extra")))
+        self.assertIsNone(route.match(split_path("/items//parts/x")))
 
     def test_a_route_no_request_can_call_is_refused(self):
         api = Endpoint(name="api")

@@ -393,6 +393,36 @@ class RouterTest(unittest.TestCase):
         for path, value in (("/items/x", "x"), ("/items/%2F", "/"), ("/shelves/s/items", "s")):
             self.assertEqual(router.handle("GET", path, b""), (200, value))
 
+    def test_the_path_is_percent_decoded_once_as_uvicorn_does_with_an_encoded_slash_kept_in_its_parameter(self):
+        # The rule both routers keep (docs/api.md#load-balanced-endpoints; ferry dev's side in
+        # test/unit/dev-server-not-allowed.test.ts): each segment is decoded as uvicorn decodes a path
+        # (urllib's unquote: a % that starts no escape stays, bytes that are not UTF-8 become U+FFFD),
+        # then routed, static text and parameters alike; only %2F stays inside its parameter.
+        api = Endpoint(name="api4")
+        api.get("/items/{item_id}")(lambda item_id: item_id)
+        api.get("/pct/a%20b")(lambda: "literal")
+        api.get("/semi/a;b")(lambda: "semicolon")
+        router = Router(api)
+        for path, value in (
+            ("/items/x%", "x%"),
+            ("/items/a%zz", "a%zz"),
+            ("/items/%", "%"),
+            ("/items/a%20b", "a b"),
+            ("/items/a%2Fb", "a/b"),
+            ("/items/a%2fb", "a/b"),
+            ("/items/a%2520b", "a%20b"),
+            ("/items/%FF", "\ufffd"),
+            ("/items/%C3%A9", "\u00e9"),
+            ("/it%65ms/x", "x"),
+            ("/pct/a%2520b", "literal"),
+            ("/semi/a%3Bb", "semicolon"),
+        ):
+            with self.subTest(path=path):
+                self.assertEqual(router.handle("GET", path, b""), (200, value))
+        # A route's text is matched as it is written: its % is a %, not an escape.
+        self.assertEqual(router.handle("GET", "/pct/a%20b", b"")[0], 404)
+        self.assertEqual(router.handle("GET", "/items/a%2Fb/", b"")[0], 404)
+
     def test_path_and_body_must_agree(self):
         api = Endpoint(name="api2")
         api.put("/items/{item_id}")(lambda item_id, value=None: item_id)

@@ -149,7 +149,7 @@ export const houseClientErrors = {
 
 /** The API's answer to a path no route serves (Fastify's own 404 body is another shape). */
 export function noRoute(request: FastifyRequest, reply: FastifyReply): void {
-  reply.code(404).send({ error: `No route for ${request.method} ${request.url.split('?', 1)[0]}` });
+  reply.code(404).send({ error: `No route for ${request.method} ${request.originalUrl.split('?', 1)[0]}` });
 }
 
 export async function createHttpServer(options: {
@@ -173,6 +173,12 @@ export async function createHttpServer(options: {
     bodyLimit: bodyLimitBytes,
     forceCloseConnections: true,
     ...houseClientErrors,
+    // A load-balanced route's path reaches its worker as the client sent it (lbPath of originalUrl),
+    // whatever its percent-encoding: the runtime decodes it (routableUrl says how), not this router.
+    rewriteUrl: (request) => {
+      const url = request.url ?? '/';
+      return url.startsWith('/lb/') ? routableUrl(url) : url;
+    },
   });
   await installGuards(app, options.guard);
   app.removeAllContentTypeParsers();
@@ -286,7 +292,7 @@ export async function createHttpServer(options: {
           if (type) headers['content-type'] = type;
           const response = await lb.forward(endpointId, {
             method: request.method,
-            path: lbPath(request.url),
+            path: lbPath(request.originalUrl),
             headers,
             body,
             signal: abort.signal,
@@ -350,6 +356,36 @@ async function authorizeLb(lb: LbFrontDoor, header: string | undefined, endpoint
       `Endpoint ${endpointId} is a queue endpoint: call it on /v2/${endpointId}/run or /runsync`,
     );
   }
+}
+
+/** What a path segment keeps as it is: RFC 3986's pchar, the rest percent-encoded (`%` among it). */
+const notPchar = /[^A-Za-z0-9\-._~!$&'()*+,;=:@]/gu;
+const escapeRun = /(?:%[0-9A-Fa-f]{2})+/g;
+const utf8 = new TextDecoder('utf-8'); // not fatal: bytes that are not UTF-8 decode to U+FFFD
+
+/**
+ * The URL with its path written so that Fastify's router (find-my-way) reads it as the load-balanced
+ * runtime does (docs/api.md#load-balanced-endpoints, worker-image/python/ferry/endpoint.py
+ * split_path): each segment decoded once as uvicorn decodes a path (a `%` that starts no escape is a
+ * `%`, bytes that are not UTF-8 are U+FFFD), then encoded again as it must be. find-my-way would
+ * refuse `/items/x%` or `/items/%FF` (a 400 or a 404) where the runtime hands the function `x%` or
+ * `\ufffd`, and would not find `/items/a;b` at `/items/a%3Bb`. Decoding a segment at a time keeps an
+ * encoded `/` in its parameter, as the runtime does. The query string is left as it came; a path
+ * without a `%` needs nothing. Fastify's `rewriteUrl`: `request.originalUrl` keeps what was sent.
+ */
+export function routableUrl(url: string): string {
+  const end = url.search(/[?#]/);
+  const path = end === -1 ? url : url.slice(0, end);
+  if (!path.startsWith('/') || !path.includes('%')) return url;
+  const decode = (segment: string) =>
+    segment.replace(escapeRun, (run) =>
+      utf8.decode(Uint8Array.from(run.slice(1).split('%'), (hex) => Number.parseInt(hex, 16))),
+    );
+  const routable = path
+    .split('/')
+    .map((segment) => decode(segment).replace(notPchar, (char) => encodeURIComponent(char)))
+    .join('/');
+  return end === -1 ? routable : routable + url.slice(end);
 }
 
 /**

@@ -16,6 +16,7 @@ import inspect
 import os
 import re
 import sys
+import urllib.parse
 
 from . import client, names
 
@@ -211,6 +212,16 @@ def _check_target(target):
         _check_callable(fn, f"{target.__name__}.{name}", drop_first=not isinstance(raw, staticmethod))
 
 
+def split_path(path):
+    """A request's path (as sent, without its query) as the routers read it (docs/api.md#load-balanced-endpoints):
+    its segments, each percent-decoded once as uvicorn decodes a path (urllib's unquote: UTF-8, a %
+    that starts no escape kept as it is, bytes that are not UTF-8 each U+FFFD), so /it%65ms/a%20b is
+    /items/a b, as FastAPI routes it. Split before decoding, so an encoded slash (%2F) stays in its
+    segment, a parameter's value: FastAPI would answer 404 there, but the ferry client sends a / in an
+    argument so (client.py RemoteRoute), and ferry dev's router (find-my-way) reads it so too."""
+    return [urllib.parse.unquote(segment) for segment in path.split("/")]
+
+
 class Route:
     """One load-balanced route: method + path template → function."""
 
@@ -218,21 +229,28 @@ class Route:
         self.method = method
         self.path = path
         self.fn = fn
-        self.param_names = []
-        pattern = "^"
-        pos = 0
-        for match in PATH_PARAM_RE.finditer(path):
-            pattern += re.escape(path[pos : match.start()])
-            pattern += f"(?P<{match.group(1)}>[^/]+)"
-            self.param_names.append(match.group(1))
-            pos = match.end()
-        pattern += re.escape(path[pos:]) + "$"
-        self.regex = re.compile(pattern)
+        # Segment by segment: a parameter is a whole segment (declaration.py path_problem), and the
+        # rest of a segment is text to match as written (its % too: the request's path is decoded).
+        self.segments = [
+            (True, found.group(1)) if (found := PATH_PARAM_RE.fullmatch(segment)) else (False, segment)
+            for segment in path.split("/")
+        ]
+        self.param_names = [name for is_param, name in self.segments if is_param]
 
-    def match(self, path):
-        """Path params (still percent-encoded) when `path` fits this template, else None."""
-        found = self.regex.match(path)
-        return found.groupdict() if found else None
+    def match(self, segments):
+        """The path parameters when the request's path, as split_path gives it, fits this template,
+        else None. A parameter takes one character or more: /items/ is no route for /items/{id}."""
+        if len(segments) != len(self.segments):
+            return None
+        params = {}
+        for (is_param, text), given in zip(self.segments, segments):
+            if is_param:
+                if given == "":
+                    return None
+                params[text] = given
+            elif given != text:
+                return None
+        return params
 
     def __repr__(self):
         return f"Route({self.method} {self.path} -> {getattr(self.fn, '__name__', self.fn)!r})"

@@ -30,6 +30,7 @@ import traceback
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from .endpoint import split_path
 from .inputs import hinted_type, input_problems
 from .invoke import OutputError, missing_package_hint, to_json_bytes, without_runtime_frames
 from .logs import LineBudget
@@ -205,12 +206,13 @@ class Router:
         its status and headers, not its body), as Starlette does."""
         wanted = "GET" if method == "HEAD" else method
         allowed = []
+        segments = split_path(path)
         for route in self.routes:
-            params = route.match(path)
+            params = route.match(segments)
             if params is None:
                 continue
             if route.method == wanted:
-                return route, {k: urllib.parse.unquote(v) for k, v in params.items()}
+                return route, params
             allowed.append(route.method)
         if allowed:
             raise method_not_allowed(method, path, allowed)
