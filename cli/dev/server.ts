@@ -320,7 +320,8 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
       });
     } catch (error) {
       // Two project routes at one path, or one at the dev server's own, never get here (the scan
-      // refuses them: routes.ts); this is a path Fastify refuses (a `*` before its last segment).
+      // refuses them: routes.ts), nor a `*` or a `:` Fastify would read otherwise than the runtime
+      // (declaration.py path_problem): a guard for a path Fastify refuses all the same.
       options.log(
         `warning: route ${route.method} ${route.path} of ${route.endpoint} skipped: ${(error as Error).message}`,
       );

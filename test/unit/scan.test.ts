@@ -756,6 +756,13 @@ describe('scanProject: errors name file:line', () => {
     expect(
       await scanError({ 'lb.py': `${head}\n@api.get("/items/{id}/x{y}")\ndef g(id, y):\n    pass\n` }),
     ).toContain('a path parameter must be a whole segment');
+    // A wildcard and a parameter to ferry dev's router (find-my-way), text to the runtime's.
+    expect(await scanError({ 'lb.py': `${head}\n@api.get("/files/*")\ndef g():\n    pass\n` })).toContain(
+      "lb.py:4: route path '/files/*' has '*', which ferry dev would read as a wildcard",
+    );
+    expect(
+      await scanError({ 'lb.py': `${head}\n@api.get("/v1/models:list")\ndef g():\n    pass\n` }),
+    ).toContain("lb.py:4: route path '/v1/models:list' has ':', which ferry dev would read as");
     expect(
       await scanError({
         'lb.py': `${head}\n@api\ndef q():\n    pass\n\n@api.get("/a")\ndef a():\n    pass\n`,

@@ -321,6 +321,11 @@ class RouteTest(unittest.TestCase):
             ("/items/id-{x}", ValueError, "whole segment"),
             ("/a/{x}/{x}", ValueError, "appears twice"),
             ("/a b", ValueError, "invalid segment"),
+            # ferry dev's router reads these as a wildcard and a parameter, the runtime as text.
+            ("/files/*", ValueError, "route path '/files/*' has '*', which ferry dev would read as a wildcard"),
+            ("/files/a*b", ValueError, "'*'"),
+            ("/time/12:00", ValueError, "route path '/time/12:00' has ':', which ferry dev would read as"),
+            ("/v1/models:list", ValueError, "outside a {parameter} a segment takes letters, digits and"),
             (5, TypeError, "route path must be a string"),
         ]
         for path, error, fragment in cases:

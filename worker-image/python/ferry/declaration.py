@@ -46,7 +46,12 @@ def platform_env_name_of(key):
 # A load-balanced route's path: `{name}` segments are its path parameters.
 PATH_PARAM_RE = re.compile(r"\{([^{}]*)\}")
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_PATH_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._~!$&'()*+,;=:@%-]*$")
+# What a segment outside a {parameter} may hold: RFC 3986's pchar (a % is the character itself: the
+# request's path is decoded before it is matched, lb.py), less the two that ferry dev's router
+# (find-my-way, cli/dev/routes.ts) reads otherwise: `*` a wildcard, `:` a parameter (_ROUTER_CHARS).
+_PATH_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._~!$&'()+,;=@%-]*$")
+_PATH_TEXT = "letters, digits and - . _ ~ ! $ & ' ( ) + , ; = @ %"
+_ROUTER_CHARS = {"*": "a wildcard", ":": "the start of a path parameter"}
 
 
 def path_problem(path):
@@ -68,8 +73,18 @@ def path_problem(path):
             if params[0] in seen:
                 return "path parameter {%s} appears twice in %r" % (params[0], path)
             seen.add(params[0])
-        elif "{" in segment or "}" in segment or not _PATH_SEGMENT_RE.match(segment):
+        elif "{" in segment or "}" in segment:
             return "route path has an invalid segment %r in %r" % (segment, path)
+        elif not _PATH_SEGMENT_RE.match(segment):
+            char = next((c for c in _ROUTER_CHARS if c in segment), None)
+            if char is not None:
+                return (
+                    "route path %r has %r, which ferry dev would read as %s and the deployed runtime as "
+                    "the character itself; outside a {parameter} a segment takes %s"
+                    % (path, char, _ROUTER_CHARS[char], _PATH_TEXT)
+                )
+            return "route path has an invalid segment %r in %r; outside a {parameter} a segment takes %s" % (
+                segment, path, _PATH_TEXT)
     return None
 
 
