@@ -314,8 +314,11 @@ export const artifactInitMemoryMiB = 64;
 
 /**
  * The worker container's memory reservation: the instance's memory minus room for the OS and the ECS
- * agent (ECS registers less than the instance has: 10 %, at least 1 GiB, is a safe margin) and minus
- * the agent sidecar and the artifact init container. Reserving this much is what keeps one task per instance.
+ * agent and minus the agent sidecar and the artifact init container. Reserving this much is what keeps
+ * one task per instance. ECS registers less than the instance type's memory, the kernel's share
+ * (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/memory-management.html; an m4.large's
+ * 8 GiB register as 7985 MiB in AWS's example), and never places a task whose reservations exceed
+ * what is registered: 10 %, at least 1 GiB, is a safe margin (test/infra/gpu.test.ts holds it).
  */
 export function workerMemoryReservationMiB(shape: InstanceShape): number {
   const totalMiB = shape.memoryGiB * 1024;

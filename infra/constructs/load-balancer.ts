@@ -92,6 +92,10 @@ export class EndpointLoadBalancer extends Construct {
       vpc: platform.vpc,
       port: ports.lbPublic,
       protocol: elbv2.ApplicationProtocol.HTTP,
+      // Bridge mode: ECS registers the instance with the host port it picked for the agent's
+      // container port (task-layout.ts ephemeralPorts). `ip` is for awsvpc tasks, "associated with an
+      // elastic network interface, not an Amazon EC2 instance"
+      // (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-ecs-service-loadbalancer.html).
       targetType: elbv2.TargetType.INSTANCE,
       // A deregistering target keeps its requests in flight until they end or the delay passes: "the
       // amount of time that the load balancer waits to move the target to the UNUSED state"
@@ -107,6 +111,9 @@ export class EndpointLoadBalancer extends Construct {
       // "When the health checks exceed HealthyThresholdCount consecutive successes, the load balancer
       // puts the target back in service"
       // (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/target-group-health-checks.html).
+      // No port: the check goes to "the port on which each target receives traffic from the load
+      // balancer" (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/target-group-health-checks.html),
+      // the dynamic host port; a fixed one would probe a port no host publishes.
       healthCheck: {
         path: '/ping',
         healthyHttpCodes: '200',

@@ -24,7 +24,7 @@ import {
   workerMemoryReservationMiB,
   workerSharedMemoryMiB,
 } from '../../infra/gpu.js';
-import { platformExportNames, poolExportName } from '../../infra/platform-exports.js';
+import { platformAzCount, platformExportNames, poolExportName } from '../../infra/platform-exports.js';
 import { ecsConfigLines } from '../../infra/platform-stack.js';
 import { drainMs, stopTimeoutSec } from '../../infra/task-layout.js';
 import { type AgentMode, requiredAgentVariables } from '../../worker-image/agent/config.js';
@@ -678,6 +678,54 @@ describe('load-balanced endpoint', () => {
         },
       ]),
     });
+  });
+
+  // The last hop of a load-balanced endpoint's first request. In bridge mode ECS registers the
+  // container instance with the host port it picked for the agent's container port, so the target
+  // type is `instance` ("tasks that use the awsvpc network mode are associated with an elastic network
+  // interface, not an Amazon EC2 instance", the reason awsvpc needs `ip`:
+  // https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-ecs-service-loadbalancer.html),
+  // and the health check must go to that port too: its default, "the port on which each target
+  // receives traffic from the load balancer"
+  // (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/target-group-health-checks.html).
+  // A fixed HealthCheckPort of 8000 would probe a port no host publishes, and no target would ever
+  // be healthy. The agent answers GET /ping 200 when its worker is ready and 503 otherwise, within
+  // its 2 s wait for the worker (worker-image/agent/lb.ts pingTimeoutMs), under the check's 5 s
+  // timeout, the default for HTTP checks. The ALB spans every zone of the platform, so every zone a
+  // pool launches in ("Your load balancer subnet configuration must include all Availability Zones
+  // that your container instances reside in", https://docs.aws.amazon.com/AmazonECS/latest/developerguide/alb.html).
+  it('health-checks the agent on the host port ECS registered, at /ping, for the 200 it answers when ready', () => {
+    const e = endpoint('lb_worker');
+    const resources = template.toJSON().Resources;
+    // The fixture's one load-balanced endpoint: the template's one target group.
+    const groups = Object.entries(template.findResources('AWS::ElasticLoadBalancingV2::TargetGroup'));
+    expect(groups).toHaveLength(1);
+    const [targetsId, { Properties: targets }] = groups[0]!;
+    expect(targets.TargetType).toBe('instance');
+    expect(targets.HealthCheckPort ?? 'traffic-port').toBe('traffic-port');
+    expect(targets.HealthCheckProtocol ?? 'HTTP').toBe('HTTP');
+    expect(targets.HealthCheckPath).toBe('/ping');
+    expect(targets.Matcher).toEqual({ HttpCode: '200' });
+    expect(targets.HealthCheckTimeoutSeconds ?? 5).toBeGreaterThan(2);
+    // ECS registers the agent container's published port: hostPort 0, a port from the hosts' range.
+    const agent = containersOf(e).find((c) => c.Name === 'agent') as ContainerDefinition & {
+      PortMappings?: unknown[];
+    };
+    expect(agent.PortMappings).toEqual([{ ContainerPort: ports.lbPublic, HostPort: 0, Protocol: 'tcp' }]);
+    expect(resources[idOf(e.service)].Properties.LoadBalancers).toEqual([
+      {
+        ContainerName: 'agent',
+        ContainerPort: ports.lbPublic,
+        TargetGroupArn: { Ref: targetsId },
+      },
+    ]);
+    // Every subnet the platform exports, so every zone a pool's hosts may be in.
+    const subnets = resources[idOf(e.loadBalancer!)].Properties.Subnets as unknown[];
+    expect(subnets).toEqual(
+      Array.from({ length: platformAzCount }, (_, i) => ({
+        'Fn::Select': [i, { 'Fn::Split': [',', { 'Fn::ImportValue': platformExportNames.publicSubnetIds }] }],
+      })),
+    );
   });
 
   it('sends the ALB to the agent in lb mode, which proxies to the linked worker', () => {

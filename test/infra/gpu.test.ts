@@ -2,6 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { FerryError } from '../../core/errors.js';
 import { gpuModels } from '../../core/manifest.js';
 import {
+  agentMemoryMiB,
+  artifactInitMemoryMiB,
   cpuInstanceFor,
   equivalentInstanceTypes,
   gpuInstanceFor,
@@ -171,5 +173,40 @@ describe('worker memory reservation', () => {
     expect(2 * reservation).toBeGreaterThan(small.memoryGiB * 1024);
     const big = gpuInstanceFor('H100', 8);
     expect(workerMemoryReservationMiB(big)).toBe(2048 * 1024 - Math.ceil(2048 * 1024 * 0.1) - 256 - 64);
+  });
+
+  // A task is placed only on an instance whose registered memory holds the sum of its containers'
+  // reservations, and ECS registers less than the instance type's memory ("Because of platform memory
+  // overhead and memory occupied by the system kernel, this number is different than the installed
+  // memory amount", https://docs.aws.amazon.com/AmazonECS/latest/developerguide/memory-management.html):
+  // an m4.large's 8 GiB register as 7985 MiB, 97.5 % (AWS's worked example, for the same agent:
+  // https://docs.aws.amazon.com/batch/latest/userguide/memory-management.html). A task asking for
+  // the whole instance would wait in PROVISIONING while managed scaling launched hosts it never fits.
+  // Its GPUs likewise: "the number of physical GPUs that the Amazon ECS container agent reserves for
+  // the container", never more than the host has
+  // (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ResourceRequirement.html).
+  it('asks for no more memory than ECS registers, nor GPUs than the host has, on every instance a pool may launch', () => {
+    const registeredShare = 7985 / 8192;
+    const cpuShapes = ['1-2', '2-4', '2-8', '2-16', '4-64', '16-32', '96-768', '192-1536'].map(
+      cpuInstanceFor,
+    );
+    const gpuShapes = Object.values(gpuInstanceTable).flat();
+    for (const shape of [...gpuShapes, ...cpuShapes]) {
+      const taskMiB = workerMemoryReservationMiB(shape) + agentMemoryMiB + artifactInitMemoryMiB;
+      for (const host of [shape, ...(shape.fallbacks ?? [])]) {
+        expect([host.instanceType, taskMiB <= host.memoryGiB * 1024 * registeredShare]).toEqual([
+          host.instanceType,
+          true,
+        ]);
+        expect(host.gpus, host.instanceType).toBe(shape.gpus);
+      }
+    }
+    // Every GPU count a user may ask for lands on a shape that has at least that many.
+    for (const model of gpuModels) {
+      const most = Math.max(...gpuInstanceTable[model].map((s) => s.gpus));
+      for (let count = 1; count <= most; count++) {
+        expect(gpuInstanceFor(model, count).gpus).toBeGreaterThanOrEqual(count);
+      }
+    }
   });
 });

@@ -482,6 +482,122 @@ describe('compute', () => {
     template.resourceCountIs('AWS::EC2::NatGateway', 0);
   });
 
+  // The first hop of a first job: a host that never registers with the Ferry cluster leaves every
+  // task in PROVISIONING, on an instance that is billed and protected from scale-in. A GPU host needs
+  // the ECS-optimized GPU AMI (the NVIDIA driver and container runtime, and the agent reports the
+  // GPUs: https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-gpu.html), named by its
+  // SSM parameter (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/retrieve-ecs-optimized_AMI.html);
+  // an agent with no ECS_CLUSTER joins the cluster named `default`
+  // (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-agent-config.html); and the
+  // agent registers and reports with the instance role, whose actions AWS lists in
+  // AmazonEC2ContainerServiceforEC2Role (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/instance_IAM_role.html).
+  // Not ECR pulls: with an execution role on the task the agent pulls with that role
+  // (infra/constructs/service.ts EcrUriImage), and the cluster exists, so no ecs:CreateCluster.
+  it('boots every host into the Ferry cluster: the AMI of its kind, ECS_CLUSTER, and the agent’s calls on the instance role', () => {
+    const json = template.toJSON();
+    const clusterId = logicalId(platform.cluster);
+    const launchTemplates = Object.values(template.findResources('AWS::EC2::LaunchTemplate'));
+    expect(launchTemplates.map((lt) => lt.Properties.LaunchTemplateData.InstanceType).sort()).toEqual([
+      'g5.xlarge',
+      'm7i.large',
+    ]);
+    for (const lt of launchTemplates) {
+      const data = lt.Properties.LaunchTemplateData;
+      const gpu = data.InstanceType === 'g5.xlarge';
+      expect([data.InstanceType, json.Parameters[data.ImageId.Ref]]).toEqual([
+        data.InstanceType,
+        {
+          Type: 'AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>',
+          Default: gpu
+            ? '/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id'
+            : '/aws/service/ecs/optimized-ami/amazon-linux-2023/recommended/image_id',
+        },
+      ]);
+      // `echo ECS_CLUSTER=` + the cluster's name (its Ref) + ` >> /etc/ecs/ecs.config`.
+      const parts = data.UserData['Fn::Base64']['Fn::Join'][1] as unknown[];
+      const at = parts.findIndex((p) => typeof p === 'string' && p.endsWith('\necho ECS_CLUSTER='));
+      expect(at, data.InstanceType).toBeGreaterThanOrEqual(0);
+      expect(parts[at + 1]).toEqual({ Ref: clusterId });
+      expect(parts[at + 2]).toMatch(/^ >> \/etc\/ecs\/ecs\.config/);
+      expect(JSON.stringify(data.UserData).includes('echo ECS_ENABLE_GPU_SUPPORT=true')).toBe(gpu);
+      // The launch template's instance profile carries the pool's role, which the agent acts with.
+      const profileId = data.IamInstanceProfile.Arn['Fn::GetAtt'][0];
+      const [roleRef] = json.Resources[profileId].Properties.Roles;
+      const statements = Object.values(template.findResources('AWS::IAM::Policy'))
+        .filter((p) =>
+          (p.Properties.Roles as unknown[]).some((r) => JSON.stringify(r) === JSON.stringify(roleRef)),
+        )
+        .flatMap((p) => p.Properties.PolicyDocument.Statement);
+      const clusterArn = JSON.stringify({ 'Fn::GetAtt': [clusterId, 'Arn'] });
+      for (const action of [
+        'ecs:RegisterContainerInstance',
+        'ecs:DeregisterContainerInstance',
+        'ecs:Submit*',
+      ]) {
+        expect(resourcesFor(statements, action), action).toEqual([clusterArn]);
+      }
+      for (const action of ['ecs:Poll', 'ecs:StartTelemetrySession']) {
+        const [allowing] = statements.filter((s) => actionsOf([s]).includes(action));
+        expect(allowing?.Condition, action).toEqual({ ArnEquals: { 'ecs:cluster': JSON.parse(clusterArn) } });
+      }
+      expect(resourcesFor(statements, 'ecs:DiscoverPollEndpoint')).toEqual(['"*"']);
+    }
+  });
+
+  // The hosts reach ECS, ECR, Secrets Manager, SQS and CloudWatch Logs over the internet, and their
+  // bridge-mode containers through the host's address (docs/aws.md#networking-bridge-not-awsvpc):
+  // no NAT gateway and no interface endpoint, so a host without a public IPv4 address never
+  // registers and no task of it starts. A subnet whose "public IPv4 addressing attribute" is on
+  // gives each instance launched into it one, and an internet gateway route makes that address
+  // usable (https://docs.aws.amazon.com/vpc/latest/userguide/vpc-ip-addressing.html,
+  // https://docs.aws.amazon.com/vpc/latest/userguide/VPC_Internet_Gateway.html). A launch template
+  // that named network interfaces would decide the address itself, so it names none. S3 (the
+  // artifact, ECR's image layers) and DynamoDB take the gateway endpoints on the same route tables,
+  // with no policy of their own: an endpoint policy that left out ECR's layer bucket would fail
+  // every image pull (https://docs.aws.amazon.com/AmazonECR/latest/userguide/vpc-endpoints.html).
+  it('gives every host a public address with a route out, and S3 and DynamoDB gateway endpoints on its route tables', () => {
+    const json = template.toJSON();
+    const resources = json.Resources as Record<string, { Type: string; Properties: Record<string, any> }>;
+    const ofType = (type: string) => Object.values(resources).filter((r) => r.Type === type);
+    template.resourceCountIs('AWS::EC2::NatGateway', 0);
+    for (const lt of ofType('AWS::EC2::LaunchTemplate')) {
+      expect(lt.Properties.LaunchTemplateData.NetworkInterfaces).toBeUndefined();
+    }
+    const [gateway] = Object.keys(template.findResources('AWS::EC2::InternetGateway'));
+    const endpoints = ofType('AWS::EC2::VPCEndpoint');
+    expect(endpoints.map((e) => e.Properties.VpcEndpointType ?? 'Gateway')).toEqual(['Gateway', 'Gateway']);
+    expect(endpoints.map((e) => JSON.stringify(e.Properties.ServiceName)).sort()).toEqual(
+      ['dynamodb', 's3'].map((service) =>
+        JSON.stringify({ 'Fn::Join': ['', ['com.amazonaws.', { Ref: 'AWS::Region' }, `.${service}`]] }),
+      ),
+    );
+    for (const e of endpoints) expect(e.Properties.PolicyDocument).toBeUndefined();
+    const asgs = ofType('AWS::AutoScaling::AutoScalingGroup');
+    expect(asgs).toHaveLength(2);
+    for (const asg of asgs) {
+      const subnets = asg.Properties.VPCZoneIdentifier as { Ref: string }[];
+      expect(subnets.length).toBeGreaterThan(0);
+      for (const { Ref: subnet } of subnets) {
+        expect(resources[subnet]!.Properties.MapPublicIpOnLaunch, subnet).toBe(true);
+        const [association] = ofType('AWS::EC2::SubnetRouteTableAssociation').filter(
+          (a) => a.Properties.SubnetId.Ref === subnet,
+        );
+        const routeTable = association!.Properties.RouteTableId;
+        const routes = ofType('AWS::EC2::Route').filter(
+          (r) => JSON.stringify(r.Properties.RouteTableId) === JSON.stringify(routeTable),
+        );
+        expect(routes.map((r) => [r.Properties.DestinationCidrBlock, r.Properties.GatewayId])).toEqual([
+          ['0.0.0.0/0', { Ref: gateway }],
+        ]);
+        for (const e of endpoints) expect(e.Properties.RouteTableIds).toContainEqual(routeTable);
+      }
+    }
+    // Out to anywhere: the agent, the ECS agent and the worker all leave through the host's group.
+    expect(resources[logicalId(platform.instanceSecurityGroup)]!.Properties.SecurityGroupEgress).toEqual([
+      { CidrIp: '0.0.0.0/0', Description: expect.any(String), IpProtocol: '-1' },
+    ]);
+  });
+
   it('spans the zones the CLI names (three here), and the app stack imports that many subnets', () => {
     // Environment-agnostic stacks know no zone names, so the CLI passes the region's
     // (https://docs.aws.amazon.com/cdk/v2/guide/configure-env.html).
