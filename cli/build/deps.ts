@@ -140,15 +140,21 @@ export const torchStack: ReadonlySet<string> = new Set(['torch', 'torchvision', 
 export const workersPythonBrings = (name: string): boolean => name !== 'ferry' && !torchStack.has(name);
 
 /**
- * Which of the packages `resolved` leaves to the base images `python` lacks, where no image stands
+ * Which of the packages the build leaves to the base images `python` lacks, where no image stands
  * behind the workers (ResolveOptions.noImage): only those workersPythonBrings; the torch stack stays
- * that Python's to have or lack. Nothing asked for, no Python started.
+ * that Python's to have or lack. Asked about: those `resolved` leaves to the images, and, when pip
+ * installs anything with its dependencies, every one of them, since a package may pull one in
+ * (pandas needs numpy) and the build would keep it out (ResolvedDependencies.excludeNames) unless the
+ * answer says the workers lack it. Nothing to ask, no Python started.
  */
-export function workersLack(python: string, resolved: ResolvedDependencies): Promise<Set<string>> {
-  return distributionsMissing(
-    python,
-    resolved.leftToBaseImage.map(requirementName).filter(workersPythonBrings),
-  );
+export function workersLack(
+  python: string,
+  resolved: ResolvedDependencies,
+  options: { noDeps: boolean },
+): Promise<Set<string>> {
+  const asked = resolved.leftToBaseImage.map(requirementName);
+  const pulled = !options.noDeps && resolved.install.length > 0 ? baseImagePackages.map(normalizeName) : [];
+  return distributionsMissing(python, [...new Set([...asked, ...pulled])].filter(workersPythonBrings));
 }
 
 /**
@@ -203,7 +209,8 @@ export interface ResolveOptions {
    * Where no base image stands behind the workers (the local provider, which runs the artifact on
    * this Python as it is): `python` the workers run on, and which of the packages the build leaves to
    * the base images it lacks (workersLack). Those are installed into the artifact like any other
-   * package; the rest are left to that Python, and the warnings say so rather than name an image.
+   * package, asked for or pulled in by another (they are not in excludeNames); the rest are left to
+   * that Python, and the warnings say so rather than name an image.
    */
   noImage?: { python: string; lacking: ReadonlySet<string> };
   onProgress: ProgressSink;
@@ -395,6 +402,8 @@ export interface InstalledPackage {
   version: string;
   /** The dist-info folder and the top-level entries its RECORD lists. */
   entries: string[];
+  /** PEP 503 names of its `Requires-Dist` (those of an extra left out): what may have pulled a package in. */
+  requires: string[];
 }
 
 /** Reads the `*.dist-info` folders pip left in `dir`. */
@@ -411,6 +420,10 @@ export async function listInstalled(dir: string): Promise<InstalledPackage[]> {
     const metadata = readOptional(path.join(infoDir, 'METADATA'));
     name = /^Name:\s*(.+)$/m.exec(metadata)?.[1]?.trim() ?? name;
     version = /^Version:\s*(.+)$/m.exec(metadata)?.[1]?.trim() ?? version;
+    const requires = [...metadata.matchAll(/^Requires-Dist:\s*(.+)$/gm)]
+      .map((m) => m[1]!.trim())
+      .filter((spec) => !/\bextra\s*==/.test(spec))
+      .map(requirementName);
     for (const line of readOptional(path.join(infoDir, 'RECORD')).split(/\r?\n/)) {
       const file = line.split(',')[0]?.trim();
       if (!file || file.startsWith('..') || file.startsWith('/')) continue;
@@ -423,7 +436,7 @@ export async function listInstalled(dir: string): Promise<InstalledPackage[]> {
         entries.add(`${top}.py`);
       }
     }
-    packages.push({ name, version, entries: [...entries] });
+    packages.push({ name, version, entries: [...entries], requires });
   }
   return packages.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }

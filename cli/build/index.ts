@@ -63,7 +63,8 @@ export interface BuildOptions {
   /**
    * The Python the workers will run this artifact on where no base image stands behind them (the
    * local provider: python3). What the base images ship and it lacks (numpy, not the torch stack) is
-   * installed into the artifact; without it (AWS, `ferry build`), left to the image.
+   * installed into the artifact, asked for or pulled in by another package; without it (AWS, `ferry
+   * build`), left to the image.
    */
   workersPython?: string;
   maxArtifactBytes?: number;
@@ -209,7 +210,10 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
         // Asked of the Python the workers run on (the binary the scan found, when it is the same one).
         const asked = workersPython === python ? interpreter : workersPython;
         const quiet = resolveDependencies({ ...resolveOptions, onProgress: () => {} });
-        noImage = { python: workersPython, lacking: await workersLack(asked, quiet) };
+        noImage = {
+          python: workersPython,
+          lacking: await workersLack(asked, quiet, { noDeps: options.noDeps ?? false }),
+        };
       }
       let resolved = resolveDependencies({ ...resolveOptions, ...(noImage ? { noImage } : {}) });
       const install = (requirements: readonly string[]) =>
@@ -259,6 +263,18 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
         }
       }
       const kept = installed.filter((pkg) => !resolved.excludeNames.has(normalizeName(pkg.name)));
+      const asked = new Set(resolved.install.map(requirementName));
+      for (const pkg of kept) {
+        const name = normalizeName(pkg.name);
+        // Pulled in by another package and kept for the workers' Python (workersLack); one asked
+        // for had its note from resolveDependencies.
+        if (!noImage?.lacking.has(name) || asked.has(name)) continue;
+        const by = kept.filter((other) => other.requires.includes(name)).map((other) => other.name);
+        emit({
+          type: 'note',
+          message: `${by.length > 0 ? by.join(', ') : 'another package'} needs ${name}, which the base images ship; ${noImage.python}, which runs the local workers, has none: it is installed into the artifact (on AWS the image's copy is used)`,
+        });
+      }
       emit({ type: 'packages-installed', packages: kept.map(({ name, version }) => ({ name, version })) });
       for (const name of new Set((options.exclude ?? []).map(normalizeName))) {
         if (name !== '' && !excluded.some((e) => e.name === name)) {

@@ -552,6 +552,8 @@ describe('local deploy of an endpoint that asks for numpy', () => {
   const sandbox = new CliSandbox();
   let bare = '';
   let wheels = '';
+  // One key for the sandbox's serve, which the first deploy starts and the later ones use.
+  const apiKey = 'fy_cli_numpy_key';
   beforeAll(() => {
     // python3 here is a fresh venv without numpy, as a user's Python may be.
     bare = path.join(sandbox.root, 'bare-python');
@@ -560,6 +562,19 @@ describe('local deploy of an endpoint that asks for numpy', () => {
     wheels = path.join(sandbox.root, 'wheels');
     mkdirSync(wheels);
     writeWheel(wheels, { name: 'numpy', code: 'VALUE = "stand-in numpy"\n' });
+    // pandas' shape: a wheel that needs numpy and imports it.
+    writeWheel(wheels, {
+      name: 'pandaslike',
+      requires: ['numpy'],
+      code: 'import numpy\n\nVALUE = "pandaslike on " + numpy.VALUE\n',
+    });
+  });
+  // No package index, and the venv's python3 first on PATH.
+  const offline = () => ({
+    FERRY_API_KEY: apiKey,
+    PIP_NO_INDEX: '1',
+    PIP_FIND_LINKS: wheels,
+    PATH: `${path.join(bare, 'bin')}${path.delimiter}${process.env.PATH}`,
   });
   afterAll(() => sandbox.cleanup());
 
@@ -573,16 +588,7 @@ describe('local deploy of an endpoint that asks for numpy', () => {
       'from ferry import Endpoint\n\n\n@Endpoint(name="np", cpu="1-2", dependencies=["numpy", "torch"])\n' +
         'def np():\n    import numpy\n\n    return numpy.VALUE\n',
     );
-    const apiKey = 'fy_cli_numpy_key';
-    const deploy = await sandbox.run(['deploy', '--json'], {
-      cwd: dir,
-      env: {
-        FERRY_API_KEY: apiKey,
-        PIP_NO_INDEX: '1',
-        PIP_FIND_LINKS: wheels,
-        PATH: `${path.join(bare, 'bin')}${path.delimiter}${process.env.PATH}`,
-      },
-    });
+    const deploy = await sandbox.run(['deploy', '--json'], { cwd: dir, env: offline() });
     expect(deploy.code, deploy.stderr).toBe(0);
     expect(deploy.stderr).toContain(
       "note: endpoint 'np' asks for numpy, which the base images ship; python3, which runs the local workers, has none: it is installed into the artifact (on AWS the image's copy is used)",
@@ -603,6 +609,45 @@ describe('local deploy of an endpoint that asks for numpy', () => {
       body: JSON.stringify({ input: {} }),
     });
     expect(await response.json()).toMatchObject({ status: 'COMPLETED', output: 'stand-in numpy' });
+  });
+
+  it('onto a python3 without numpy installs the numpy a requirement pulls in, and the job that imports that requirement completes', async () => {
+    // numpy asked for by no one but pandaslike's wheel was left out of the artifact as pulled in by
+    // another package: every job failed at pandaslike's `import numpy`.
+    const dir = path.join(sandbox.root, 'pandaslike-served');
+    mkdirSync(dir);
+    writeFileSync(path.join(dir, 'requirements.txt'), 'pandaslike\n');
+    writeFileSync(
+      path.join(dir, 'frames.py'),
+      'from ferry import Endpoint\n\n\n@Endpoint(name="frames", cpu="1-2")\n' +
+        'def frames():\n    import pandaslike\n\n    return pandaslike.VALUE\n',
+    );
+    const deploy = await sandbox.run(['deploy', '--json'], { cwd: dir, env: offline() });
+    expect(deploy.code, deploy.stderr).toBe(0);
+    expect(deploy.stderr).toContain(
+      "note: pandaslike needs numpy, which the base images ship; python3, which runs the local workers, has none: it is installed into the artifact (on AWS the image's copy is used)",
+    );
+    expect(deploy.stderr).toContain('installed numpy==1.0.0');
+    expect(deploy.stderr).not.toContain('excluded numpy');
+    expect(deploy.stderr).not.toContain('python3 -m pip install numpy');
+    const url = (JSON.parse(deploy.stdout) as { endpoints: Array<{ url: string }> }).endpoints[0]!.url;
+    const response = await fetch(`${url}/runsync`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ input: {} }),
+    });
+    expect(await response.json()).toMatchObject({
+      status: 'COMPLETED',
+      output: 'pandaslike on stand-in numpy',
+    });
+
+    // `ferry build` (as a deploy to AWS, whose image brings numpy) still leaves it out, on the same
+    // python3 without numpy.
+    const built = await sandbox.run(['build'], { cwd: dir, env: offline() });
+    expect(built.code, built.stderr).toBe(0);
+    expect(built.stderr).toContain('excluded numpy: base image (pulled in by another package)');
+    expect(built.stderr).not.toContain('installed numpy');
+    expect(built.stderr).not.toContain('into the artifact');
   });
 
   it("onto a python3 with numpy uses that Python's, and says so rather than name a base image", async () => {
