@@ -341,6 +341,15 @@ export function pipProgressOf(line: string): string | undefined {
   return undefined;
 }
 
+/**
+ * The requirements pip's output says it could not find (`ERROR: No matching distribution found for
+ * nosuchpkg`, its last word when a package, or a dependency of one, has no wheel here or no index
+ * answered), as PEP 503 names; none when pip failed otherwise (no pip, a conflict, a full disk).
+ */
+export function pipCouldNotFind(output: string): string[] {
+  return [...output.matchAll(/No matching distribution found for (\S+)/g)].map((m) => requirementName(m[1]!));
+}
+
 /** pip install of manylinux x86_64 binary wheels for the target Python into the build dir. */
 export async function installDependencies(options: InstallOptions): Promise<void> {
   if (options.requirements.length === 0) return;

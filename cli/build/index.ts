@@ -21,6 +21,7 @@ import {
   installDependencies,
   listInstalled,
   normalizeName,
+  pipCouldNotFind,
   type ResolveOptions,
   requirementName,
   resolveDependencies,
@@ -205,15 +206,19 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
         onProgress: emit,
       };
       const workersPython = options.workersPython;
+      const noDeps = options.noDeps ?? false;
+      // Resolved as for an image first (quietly: the build's own resolution below says it all): what
+      // it leaves to the base images is what the workers' Python is asked about, and it is what the
+      // build installs when those cannot be installed after all.
+      const forImage =
+        workersPython === undefined
+          ? undefined
+          : resolveDependencies({ ...resolveOptions, onProgress: () => {} });
       let noImage: ResolveOptions['noImage'];
-      if (workersPython !== undefined) {
+      if (workersPython !== undefined && forImage !== undefined) {
         // Asked of the Python the workers run on (the binary the scan found, when it is the same one).
         const asked = workersPython === python ? interpreter : workersPython;
-        const quiet = resolveDependencies({ ...resolveOptions, onProgress: () => {} });
-        noImage = {
-          python: workersPython,
-          lacking: await workersLack(asked, quiet, { noDeps: options.noDeps ?? false }),
-        };
+        noImage = { python: workersPython, lacking: await workersLack(asked, forImage, { noDeps }) };
       }
       let resolved = resolveDependencies({ ...resolveOptions, ...(noImage ? { noImage } : {}) });
       const install = (requirements: readonly string[]) =>
@@ -221,7 +226,7 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
           buildDir,
           requirements,
           pythonVersion,
-          noDeps: options.noDeps ?? false,
+          noDeps,
           pipArgs: [...resolved.pipArgs, ...(options.pipArgs ?? [])],
           python: interpreter,
           ...(options.signal ? { signal: options.signal } : {}),
@@ -233,13 +238,19 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
       } catch (error) {
         // What the workers' Python lacks is a convenience, not what the deploy is for: without it
         // (no package index, a pip that fails) the build goes on as for an image, and the deploy
-        // says how to put it into that Python instead.
-        if (added.length === 0 || options.signal?.aborted) throw error;
+        // says how to put it into that Python instead. Unless pip names another requirement it could
+        // not find (pipCouldNotFind: `No matching distribution found for nosuchpkg`): without numpy
+        // pip would fail on that one again, so its error is the build's at once. A failure that
+        // names none (no pip, a conflict) may be numpy's, and gets the build without it.
+        const unfound = pipCouldNotFind(messageOf(error));
+        const addedNames = new Set(added.map(requirementName));
+        const another = unfound.length > 0 && !unfound.some((name) => addedNames.has(name));
+        if (added.length === 0 || forImage === undefined || another || options.signal?.aborted) throw error;
         emit({
           type: 'warning',
           message: `could not install ${added.join(', ')} into the artifact for the local workers (${lastLineOf(error)}); building without it`,
         });
-        resolved = resolveDependencies({ ...resolveOptions, onProgress: () => {} });
+        resolved = forImage;
         for (const spec of added)
           emit({ type: 'package-excluded', name: requirementName(spec), reason: baseImageReason });
         await rm(buildDir, { recursive: true, force: true });

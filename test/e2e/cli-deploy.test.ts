@@ -568,6 +568,8 @@ describe('local deploy of an endpoint that asks for numpy', () => {
       requires: ['numpy'],
       code: 'import numpy\n\nVALUE = "pandaslike on " + numpy.VALUE\n',
     });
+    // A package pip cannot install here: a dependency no wheel provides.
+    writeWheel(wheels, { name: 'brokenpkg', requires: ['nosuchdep'] });
   });
   // No package index, and the venv's python3 first on PATH.
   const offline = () => ({
@@ -648,6 +650,25 @@ describe('local deploy of an endpoint that asks for numpy', () => {
     expect(built.stderr).toContain('excluded numpy: base image (pulled in by another package)');
     expect(built.stderr).not.toContain('installed numpy');
     expect(built.stderr).not.toContain('into the artifact');
+  });
+
+  it('reports the error of another requirement pip cannot install at once, with pip run once', async () => {
+    // pip failed on brokenpkg; the build then ran pip again without numpy, which failed the same way.
+    const dir = path.join(sandbox.root, 'broken-requirement');
+    mkdirSync(dir);
+    writeFileSync(path.join(dir, 'requirements.txt'), 'brokenpkg\n');
+    writeFileSync(
+      path.join(dir, 'np.py'),
+      'from ferry import Endpoint\n\n\n@Endpoint(name="np", cpu="1-2", dependencies=["numpy"])\n' +
+        'def np():\n    import numpy\n\n    return numpy.VALUE\n',
+    );
+    const result = await sandbox.run(['deploy', '--no-serve'], { cwd: dir, env: offline() });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('pip could not install the dependencies');
+    expect(result.stderr).toContain('No matching distribution found for nosuchdep');
+    expect(result.stderr).not.toContain('could not install numpy into the artifact');
+    // Each pip run prints its steps (the build's dependency-progress events): brokenpkg is processed once.
+    expect(result.stderr.match(/pip: Processing \S*brokenpkg-1\.0\.0/g)).toHaveLength(1);
   });
 
   it("onto a python3 with numpy uses that Python's, and says so rather than name a base image", async () => {

@@ -1,13 +1,18 @@
 /**
  * parseRequirementsFile and projectRequirements (cli/build/deps.ts): how requirements.txt is read
  * before scan.py checks each requirement (test/unit/scan.test.ts) and pip installs them: what each
- * line hands on, and the file and line a message names.
+ * line hands on, and the file and line a message names; and what the build reads of pip's output.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { parseRequirementsFile, pipProgressOf, projectRequirements } from '../../cli/build/deps.js';
+import {
+  parseRequirementsFile,
+  pipCouldNotFind,
+  pipProgressOf,
+  projectRequirements,
+} from '../../cli/build/deps.js';
 import { FerryError } from '../../core/errors.js';
 
 const tempDirs: string[] = [];
@@ -124,5 +129,24 @@ describe('pipProgressOf: the pip lines a build shows while pip runs', () => {
     ).toBe('retrying /simple/requests/: the package index did not answer');
     expect(pipProgressOf('Looking in indexes: https://pypi.org/simple')).toBeUndefined();
     expect(pipProgressOf('  Requirement already satisfied: idna in ./x')).toBeUndefined();
+  });
+});
+
+describe('pipCouldNotFind: the requirement a failed pip names', () => {
+  it("names the package pip could not find, a dependency's too, and none for another failure", () => {
+    // pip 23's own lines (a requirement, then a dependency of brokenpkg, with no wheel for it).
+    expect(
+      pipCouldNotFind(
+        'ERROR: Could not find a version that satisfies the requirement NumPy>=2 (from versions: none)\n' +
+          'ERROR: No matching distribution found for NumPy>=2',
+      ),
+    ).toEqual(['numpy']);
+    expect(
+      pipCouldNotFind(
+        'ERROR: Could not find a version that satisfies the requirement nosuchdep (from brokenpkg) (from versions: none)\n' +
+          'ERROR: No matching distribution found for nosuchdep',
+      ),
+    ).toEqual(['nosuchdep']);
+    expect(pipCouldNotFind('/tmp/venv/bin/python3: No module named pip')).toEqual([]);
   });
 });
