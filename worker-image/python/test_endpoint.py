@@ -326,6 +326,9 @@ class RouteTest(unittest.TestCase):
             ("/files/a*b", ValueError, "'*'"),
             ("/time/12:00", ValueError, "route path '/time/12:00' has ':', which ferry dev would read as"),
             ("/v1/models:list", ValueError, "outside a {parameter} a segment takes letters, digits and"),
+            # Clients remove dot-segments before they send: /a/./b is asked as /a/b, /a/../b as /b.
+            ("/a/./b", ValueError, "route path '/a/./b' has a '.' segment, which clients resolve away"),
+            ("/a/..", ValueError, "'..' segment"),
             (5, TypeError, "route path must be a string"),
         ]
         for path, error, fragment in cases:

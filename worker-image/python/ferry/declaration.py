@@ -64,6 +64,13 @@ def path_problem(path):
         return "route path must not contain a query or fragment (got %r)" % path
     seen = set()
     for segment in path.split("/")[1:]:
+        if segment in (".", ".."):
+            # RFC 3986's dot-segments: curl, browsers and fetch remove them (with the segment before
+            # a ..) before a request is sent, so no client's request could reach such a route.
+            return (
+                "route path %r has a %r segment, which clients resolve away before they send a request, "
+                "so nothing could reach it" % (path, segment)
+            )
         params = PATH_PARAM_RE.findall(segment)
         if params:
             if not re.fullmatch(r"\{[^{}]*\}", segment):
