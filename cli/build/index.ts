@@ -274,12 +274,12 @@ export async function buildProject(options: BuildOptions): Promise<BuildResult> 
         }
       }
       const kept = installed.filter((pkg) => !resolved.excludeNames.has(normalizeName(pkg.name)));
-      const asked = new Set(resolved.install.map(requirementName));
+      const named = new Set(resolved.install.map(requirementName));
       for (const pkg of kept) {
         const name = normalizeName(pkg.name);
-        // Pulled in by another package and kept for the workers' Python (workersLack); one asked
-        // for had its note from resolveDependencies.
-        if (!noImage?.lacking.has(name) || asked.has(name)) continue;
+        // Pulled in by another package and kept for the workers' Python (workersLack); one named
+        // in the requirements had its note from resolveDependencies.
+        if (!noImage?.lacking.has(name) || named.has(name)) continue;
         const by = kept.filter((other) => other.requires.includes(name)).map((other) => other.name);
         emit({
           type: 'note',
