@@ -17,7 +17,7 @@ import { isFinal } from '../../core/job.js';
 import { parseJsonExact, stringifyJsonExact } from '../../core/json.js';
 import { limits } from '../../core/limits.js';
 import { printable } from '../../core/log.js';
-import { manageOpenApi } from '../../core/manage.js';
+import { manageOpenApi, managePrefix } from '../../core/manage.js';
 import { overLimitMessage } from '../../core/request-body.js';
 import { startFailureMessage } from './failures.js';
 import { inputMismatch, inputSchema } from './inputs.js';
@@ -200,8 +200,13 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
     logger: false,
     frameworkErrors: houseClientErrors.frameworkErrors,
     // A path is routed as the load-balanced runtime routes it (a badly encoded parameter reaches its
-    // route with its text); messages name the path as it was sent (request.originalUrl).
-    rewriteUrl: (request) => routableUrl(request.url ?? '/'),
+    // route with its text); messages name the path as it was sent (request.originalUrl). Not the
+    // platform's v2 and management APIs, passed through as sent: a URL there that does not decode
+    // gets the platform's own 400, as it would from the platform itself.
+    rewriteUrl: (request) => {
+      const url = request.url ?? '/';
+      return url.startsWith('/v2/') || url.startsWith(`${managePrefix}/`) ? url : routableUrl(url);
+    },
     // The platform's largest body (/runsync, /lb); each route below has the limit of the platform
     // route it calls, so the dev server refuses what the platform would, and nothing less.
     bodyLimit: Math.max(limits.runsyncBodyBytes, limits.lbBodyBytes),
@@ -337,7 +342,8 @@ export async function createDevServer(options: DevServerOptions): Promise<Fastif
   // After a failed reload the platform itself refuses what would run the project's code (503), for
   // every caller: its answer passes back as it came.
   const passThrough = async (request: FastifyRequest, reply: FastifyReply) => {
-    const result = await forwardRaw(options, request, request.url, request.headers.authorization);
+    // As sent: the platform's front door decodes a /lb/ path by the same rule (routableUrl).
+    const result = await forwardRaw(options, request, request.originalUrl, request.headers.authorization);
     return reply.code(result.status).headers(result.headers).send(result.body);
   };
   const hidden = { schema: { hide: true } };
