@@ -75,19 +75,23 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
     // package-lock.json pins run on Node 20 (package.json engines); the warning would bury the
     // deploy's own output, so it is off unless the user set the variable themselves.
     process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
-    // Loaded only here: the AWS SDK clients and the CDK toolkit are large.
-    const [{ AwsProvider, awsClientsFromEnv, checkAwsConfiguration }, { toolkitFromEnv }] = await Promise.all(
-      [import('./aws.js'), import('./toolkit.js')],
-    );
     const { io, reporter } = options;
     if (!io || !reporter) throw new FerryError('failed', 'The AWS provider needs the command I/O');
+    // Loaded only here: the AWS SDK clients and the CDK toolkit are large. The region and
+    // credentials are checked with the DynamoDB and S3 clients alone, before the provider and the
+    // toolkit load: a shell without them is told so with a third less CPU (`ferry app list
+    // --provider aws`, about 1.3 s against 0.9 s).
+    const { awsClientsFromEnv, checkAwsConfiguration } = await import('./aws/clients.js');
     const clients = awsClientsFromEnv(options.env);
+    let loaded: [typeof import('./aws.js'), typeof import('./toolkit.js')];
     try {
       if (!options.offline) await checkAwsConfiguration(clients.s3.config);
+      loaded = await Promise.all([import('./aws.js'), import('./toolkit.js')]);
     } catch (error) {
       clients.close();
       throw error;
     }
+    const [{ AwsProvider }, { toolkitFromEnv }] = loaded;
     const { toolkit, lookup } = toolkitFromEnv(options.env, async (question, kind) => {
       if (options.yes) return true;
       if (!io.interactive) {
