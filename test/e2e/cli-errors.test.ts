@@ -34,12 +34,21 @@ const offlineAws = {
 };
 
 /**
+ * The forms already run by a test of this file: several hints give the same one (`ferry env list
+ * --json`), and whether its words read does not change between tests. Each run of ferry costs a
+ * second or more on a busy machine.
+ */
+const formsRead = new Set<string>();
+
+/**
  * Each form a hint gives is a command line the CLI reads: no usage error of its words, for each of an
  * option's choices (`local|aws`). Offline: --provider aws stops at the missing region.
  */
 async function expectFormsRead(hint: string): Promise<void> {
   for (const [, line] of hint.matchAll(/`ferry ([^`]+)`/g)) {
     if (line!.endsWith('--help')) continue;
+    if (formsRead.has(line!)) continue;
+    formsRead.add(line!);
     const words = line!.match(/'[^']*'|\S+/g)!.map((w) => w.replace(/^'(.*)'$/, '$1'));
     const choices = words.find((w) => /^\w+(\|\w+)+$/.test(w));
     for (const choice of choices ? choices.split('|') : [undefined]) {
