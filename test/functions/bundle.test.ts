@@ -5,10 +5,10 @@
  * bundles, source maps included, do not depend on where they are written, so the platform's Lambda
  * code keeps its S3 key whatever project folder a deploy runs from.
  */
+import { spawnSync } from 'node:child_process';
 import { appendFileSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { App } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -36,6 +36,25 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+/**
+ * Runs `body` (an async function's body, given `files` and `pathToFileURL`) in a plain `node` in the
+ * temp folder, as Lambda's runtime imports a bundle, and returns what it returned (as JSON). An
+ * import() in the test itself would push each multi-MB bundle through vitest's module transform
+ * first, which took most of this file's time.
+ */
+function inNode(body: string): unknown {
+  const script = `import { pathToFileURL } from 'node:url';
+const files = ${JSON.stringify(files)};
+const out = await (async () => {${body}})();
+process.stdout.write(JSON.stringify(out));`;
+  const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+    cwd: dir,
+    encoding: 'utf8',
+  });
+  expect(run.status, run.stderr).toBe(0);
+  return JSON.parse(run.stdout) as unknown;
+}
+
 describe('bundleFunctions', () => {
   it('writes one .mjs with a source map per documented entry', () => {
     expect(Object.keys(files).sort()).toEqual(['api', 'authorizer', 'scaler', 'sweeper', 'webhooks']);
@@ -52,24 +71,32 @@ describe('bundleFunctions', () => {
     }
   });
 
-  it('each bundle imports standalone and exports a handler function', async () => {
+  it('each bundle imports standalone and exports a handler function', () => {
+    const types = inNode(`
+      const types = {};
+      for (const [name, file] of Object.entries(files)) types[name] = typeof (await import(pathToFileURL(file).href)).handler;
+      return types;
+    `) as Record<string, string>;
     for (const name of Object.keys(functionEntries)) {
-      const module = (await import(pathToFileURL(files[name]!).href)) as { handler?: unknown };
-      expect(typeof module.handler).toBe('function');
+      expect(types[name]).toBe('function');
     }
   });
 
-  it('the bundled authorizer refuses a request without a key with "Unauthorized" (no AWS call needed)', async () => {
-    const { handler } = (await import(pathToFileURL(files.authorizer!).href)) as {
-      handler: (event: unknown) => Promise<unknown>;
-    };
-    const result = handler({
-      type: 'REQUEST',
-      methodArn: 'arn:aws:execute-api:us-east-1:123456789012:abc/prod/GET/v2/ep/health',
-      headers: {},
-    });
+  it('the bundled authorizer refuses a request without a key with "Unauthorized" (no AWS call needed)', () => {
+    const outcome = inNode(`
+      const { handler } = await import(pathToFileURL(files.authorizer).href);
+      const result = handler({
+        type: 'REQUEST',
+        methodArn: 'arn:aws:execute-api:us-east-1:123456789012:abc/prod/GET/v2/ep/health',
+        headers: {},
+      });
+      return result.then(
+        () => ({ rejected: false }),
+        (error) => ({ rejected: true, message: error instanceof Error ? error.message : String(error) }),
+      );
+    `) as { rejected: boolean; message?: string };
     // The exact message API Gateway answers with 401 (its UNAUTHORIZED gateway response).
-    await expect(result).rejects.toThrow(/^Unauthorized$/);
+    expect(outcome).toEqual({ rejected: true, message: expect.stringMatching(/^Unauthorized$/) });
   });
 });
 
@@ -122,9 +149,15 @@ describe('bundleFunctions with a cache file', () => {
     expect(await bundlesAreCurrent(outdir, cacheFile)).toBe(false);
     writeFileSync(source, 'export const a = 1;\n');
     expect(await bundlesAreCurrent(outdir, cacheFile)).toBe(true);
-    // A bundle edited since the build.
-    appendFileSync(join(outdir, 'api.mjs'), '\n// edited\n');
-    expect(await bundlesAreCurrent(outdir, cacheFile)).toBe(false);
+    // A bundle edited since the build; put back after, as the depth test reads the bundles.
+    const api = join(outdir, 'api.mjs');
+    const bundled = readFileSync(api);
+    try {
+      appendFileSync(api, '\n// edited\n');
+      expect(await bundlesAreCurrent(outdir, cacheFile)).toBe(false);
+    } finally {
+      writeFileSync(api, bundled);
+    }
   });
 });
 
@@ -142,11 +175,10 @@ describe('bundles written at another path depth', () => {
   };
 
   it('give the platform the same Lambda code (S3Key), source maps included', async () => {
-    // Two projects' `.ferry/aws/functions`, at different depths: esbuild writes the maps' `sources`
-    // relative to the output folder.
-    const shallow = join(dir, 'app', '.ferry', 'aws', 'functions');
+    // Bundles at two depths, as two projects' `.ferry/aws/functions`: esbuild writes the maps'
+    // `sources` relative to the output folder. The shallow ones are the file's (`<dir>/functions`).
+    const shallow = outdir;
     const deeper = join(dir, 'team', 'other', 'app', '.ferry', 'aws', 'functions');
-    await bundleFunctions(shallow);
     await bundleFunctions(deeper);
     const keys = codeKeys(shallow);
     expect(Object.keys(keys).sort()).toEqual(Object.values(functionEntries).sort());
