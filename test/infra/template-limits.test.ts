@@ -11,6 +11,7 @@ import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Template } from 'aws-cdk-lib/assertions';
+import type { CloudAssembly } from 'aws-cdk-lib/cx-api';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { exitCode as exitCodeFor, FerryError } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
@@ -79,15 +80,29 @@ const build = (endpoints: ManifestEndpoint[], extra: Partial<SynthesizeOptions> 
 /** As the CLI synthesizes (version reporting on: CDKMetadata is in the template and its bytes). */
 const cliContext = { context: { 'aws:cdk:version-reporting': true } };
 
-/** The app template's dynamic references and bytes (the file the toolkit uploads), unchecked. */
+const appTemplates = new Map<
+  string,
+  { references: number; bytes: number; artifact: ReturnType<CloudAssembly['getStackArtifact']> }
+>();
+
+/**
+ * The app template's dynamic references and bytes (the file the toolkit uploads), unchecked. The
+ * same endpoints and options are synthesized once per file: the tests only read what comes back.
+ */
 function appTemplateOf(endpoints: ManifestEndpoint[], extra: Partial<SynthesizeOptions> = {}) {
-  const built = build(endpoints, { ...cliContext, ...extra });
-  const artifact = built.app.synth().getStackArtifact(built.appStack.artifactId);
-  return {
-    references: dynamicReferenceCount(artifact.template),
-    bytes: statSync(artifact.templateFullPath).size,
-    artifact,
-  };
+  const key = JSON.stringify([endpoints, extra]);
+  let synthesized = appTemplates.get(key);
+  if (synthesized === undefined) {
+    const built = build(endpoints, { ...cliContext, ...extra });
+    const artifact = built.app.synth().getStackArtifact(built.appStack.artifactId);
+    synthesized = {
+      references: dynamicReferenceCount(artifact.template),
+      bytes: statSync(artifact.templateFullPath).size,
+      artifact,
+    };
+    appTemplates.set(key, synthesized);
+  }
+  return synthesized;
 }
 
 /** What `synthesize` (the CLI's way in, infra/app.ts) threw, or undefined. */
