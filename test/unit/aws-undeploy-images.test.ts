@@ -93,8 +93,20 @@ describe('undeploy on AWS: the saved images, never a build (real synth, fake Clo
     });
   const state = () => JSON.parse(readFileSync(harness.stateFile, 'utf8')) as FakeToolkitState;
 
+  /**
+   * The environment's record as the deploy in `deployed` left it: that deploy runs once per file, and
+   * each later test starts from this record again (a test may rewrite it; the removals fail, so the
+   * endpoints' records and the stacks stay as deployed, which each test asserts).
+   */
+  let deployedEnvironment: AwsEnvironmentRecord | undefined;
+
   /** The platform deployed, with its ECR registry and image build project, and the environment's two endpoints. */
   async function deployed(): Promise<void> {
+    ecr.gone = false;
+    if (deployedEnvironment !== undefined) {
+      await provider().control.putEnvironment(deployedEnvironment);
+      return;
+    }
     const s = state();
     s.platformOutputs = {
       ...s.platformOutputs,
@@ -104,10 +116,10 @@ describe('undeploy on AWS: the saved images, never a build (real synth, fake Clo
     };
     s.stacks[platformStackName] = s.platformOutputs;
     writeFileSync(harness.stateFile, JSON.stringify(s));
-    ecr.gone = false;
     const p = provider();
     await p.control.putEnvironment({ app, name: env, createdAt: 1 });
     await p.provision([cpu, gpu], { app, env, all: [cpu, gpu], reporter });
+    deployedEnvironment = (await p.control.getEnvironment(app, env)) as AwsEnvironmentRecord;
     await p.close();
   }
 
