@@ -100,7 +100,9 @@ describe('ferry undeploy NAME with the same project deployed as two apps', () =>
   });
 
   it("keys create in a project folder says the key reaches every app and gives the folder app's line", async () => {
-    const wide = await sandbox.run(['keys', 'create', '--name', 'wide', '--json'], { cwd: x1 });
+    // Keys of a FERRY_HOME of their own: another test counts the sandbox's keys.
+    const env = { FERRY_HOME: path.join(sandbox.root, 'keys-home') };
+    const wide = await sandbox.run(['keys', 'create', '--name', 'wide', '--json'], { cwd: x1, env });
     expect(wide.code, wide.stderr).toBe(0);
     expect(wide.stderr).toContain(
       "This key reaches the endpoints of every app. A key for app 'x1' only: ferry keys create --app x1\n",
@@ -109,13 +111,13 @@ describe('ferry undeploy NAME with the same project deployed as two apps', () =>
     expect(JSON.parse(wide.stdout)).toMatchObject({ name: 'wide', scope: {} });
 
     // The line it gives makes a key of that app only (what such a key reaches: test/security/key-scope.test.ts).
-    const narrow = await sandbox.run(['keys', 'create', '--app', 'x1', '--name', 'narrow'], { cwd: x1 });
+    const narrow = await sandbox.run(['keys', 'create', '--app', 'x1', '--name', 'narrow'], { cwd: x1, env });
     expect(narrow.code, narrow.stderr).toBe(0);
     expect(narrow.stderr).toContain('(narrow, app x1)');
     expect(narrow.stderr).not.toContain('every app');
 
     // Outside a project there is no narrower line to give.
-    const elsewhere = await sandbox.run(['keys', 'create', '--name', 'elsewhere'], { cwd: outside });
+    const elsewhere = await sandbox.run(['keys', 'create', '--name', 'elsewhere'], { cwd: outside, env });
     expect(elsewhere.code, elsewhere.stderr).toBe(0);
     expect(elsewhere.stderr).toContain('(elsewhere, all apps)');
     expect(elsewhere.stderr).not.toContain('every app');
