@@ -423,7 +423,7 @@ describe('ferry errors', () => {
     ] as const) {
       await expectRefused(args, message, hint);
     }
-  });
+  }, 120_000); // dozens of runs of the binary (each refusal, the lines its hints give): room for a loaded machine
 
   it('a command after -- is refused, not skipped: words after -- are arguments, and the hint gives the line without it', async () => {
     for (const [args, message, hint] of [
