@@ -3,7 +3,7 @@
  * import, say) and must see gone afterwards.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { expect, vi } from 'vitest';
+import { afterEach, expect, vi } from 'vitest';
 
 /**
  * Whether `pid` is a live process. A zombie is not: killed, it waits only for its parent (or init,
@@ -24,6 +24,24 @@ export function running(pid: number): boolean {
   } catch (error) {
     return (error as NodeJS.ErrnoException).code !== 'ESRCH';
   }
+}
+
+/**
+ * A list of pids for a test file to push onto: each is sent SIGKILL after every test, whatever the
+ * test saw, so a sleeper a child started does not outlive a test that failed before it looked.
+ */
+export function killedAfterEach(): number[] {
+  const pids: number[] = [];
+  afterEach(() => {
+    for (const pid of pids.splice(0)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // Gone already.
+      }
+    }
+  });
+  return pids;
 }
 
 /** Polls briefly (a SIGKILL is not instant) until `pid` is gone; fails naming it if it still runs. */

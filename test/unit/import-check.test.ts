@@ -9,12 +9,12 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import type { BuildEvent } from '../../cli/build/events.js';
 import { checkImports } from '../../cli/build/importCheck.js';
 import { exitCode, FerryError } from '../../core/errors.js';
 import type { ManifestEndpoint } from '../../core/manifest.js';
-import { expectGone, pidWritten, startsSleeper } from '../support/processes.js';
+import { expectGone, killedAfterEach, pidWritten, startsSleeper } from '../support/processes.js';
 
 const dirs: string[] = [];
 afterAll(() => {
@@ -22,16 +22,7 @@ afterAll(() => {
 });
 
 /** The sleepers the modules started: killed whatever a test saw, so none outlives a failed one. */
-const sleepers: number[] = [];
-afterEach(() => {
-  for (const pid of sleepers.splice(0)) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // Gone, as it should be.
-    }
-  }
-});
+const sleepers = killedAfterEach();
 
 /**
  * checkImports of `quick.py` and `stuck.py` (which holds `source`) with a 2 s limit: what it threw,
@@ -68,7 +59,7 @@ function stagedDir(): string {
   return staged;
 }
 
-/** The sleeper a module started, once it wrote its pid (sleeper.pid in `staged`); kept for afterEach. */
+/** The sleeper a module started, once it wrote its pid (sleeper.pid in `staged`); killed after each test. */
 async function sleeperPid(staged: string): Promise<number> {
   const pid = await pidWritten(path.join(staged, 'sleeper.pid'));
   sleepers.push(pid);

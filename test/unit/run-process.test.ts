@@ -7,24 +7,15 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { runProcess } from '../../cli/build/process.js';
-import { pidWritten, startsSleeper } from '../support/processes.js';
+import { killedAfterEach, pidWritten, startsSleeper } from '../support/processes.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'wc-run-process-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** The sleepers the children started, killed whatever a test saw. */
-const sleepers: number[] = [];
-afterEach(() => {
-  for (const pid of sleepers.splice(0)) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // Gone already.
-    }
-  }
-});
+const sleepers = killedAfterEach();
 
 /** Python that writes `stdoutBytes` x's and `stderrBytes` y's, then exits with `code`. */
 const writes = (stdoutBytes: number, stderrBytes: number, code: number) =>
