@@ -8,41 +8,13 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { z } from 'zod';
-import { FerryError, usage } from '../core/errors.js';
+import { FerryError } from '../core/errors.js';
 
 export const providerNames = ['local', 'aws'] as const;
 export type ProviderName = (typeof providerNames)[number];
 
 export function ferryHome(env: NodeJS.ProcessEnv): string {
   return path.resolve(env.FERRY_HOME || path.join(homedir(), '.ferry'));
-}
-
-const projectConfigSchema = z
-  .object({
-    provider: z.enum(providerNames).optional(),
-    app: z.string().optional(),
-  })
-  .strict();
-export type ProjectConfig = z.infer<typeof projectConfigSchema>;
-
-export function readProjectConfig(projectDir: string): ProjectConfig {
-  const file = path.join(projectDir, '.ferry', 'config.json');
-  if (!existsSync(file)) return {};
-  let raw: unknown;
-  try {
-    raw = JSON.parse(readFileSync(file, 'utf8'));
-  } catch {
-    throw usage(`${file} is not valid JSON`, 'Fix or delete the file.');
-  }
-  const parsed = projectConfigSchema.safeParse(raw);
-  if (!parsed.success) {
-    throw usage(
-      `${file}: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'} ${i.message}`).join('; ')}`,
-      `Allowed keys: provider (${providerNames.join(' | ')}), app.`,
-    );
-  }
-  return parsed.data;
 }
 
 /** KEY=value lines; `#` comments, optional `export`, single or double quotes. No interpolation. */
@@ -89,6 +61,11 @@ export function apiKeyFromUser(env: NodeJS.ProcessEnv, projectDir: string): KeyF
 /** `text` as one POSIX shell word, exactly (single quotes; a quote inside as '\\''). */
 export const shellQuote = (text: string): string => `'${text.replace(/'/g, `'\\''`)}'`;
 
+/** argv → a shell line for people to read (single-quoted where needed). */
+export function shellLine(argv: readonly string[]): string {
+  return argv.map((arg) => (/^[A-Za-z0-9_./:=@%+-]+$/.test(arg) ? arg : shellQuote(arg))).join(' ');
+}
+
 /**
  * The shell word a printed curl line sends as the key, so the line works where it is pasted with
  * the key the CLI uses (apiKeyFromUser, then `keyFile`) and never prints the key: $FERRY_API_KEY when
@@ -123,16 +100,6 @@ export function appNameOf(dir: string): string {
     .slice(0, 63)
     .replace(/[-_]+$/, '');
   return name || 'app';
-}
-
-/**
- * The app a command run in `projectDir` acts on: `--app`, else `.ferry/config.json`'s app, else the
- * folder's (appNameOf). Every command and `ferry dev` take it from here, in the order the `ferry`
- * Python package looks (FERRY_APP aside: client.py Platform.from_environ). Commands that create the
- * app check the name (checkRecordName); the others look up whatever was given.
- */
-export function projectAppName(projectDir: string, flag?: unknown): string {
-  return typeof flag === 'string' ? flag : (readProjectConfig(projectDir).app ?? appNameOf(projectDir));
 }
 
 /**

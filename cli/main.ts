@@ -10,9 +10,8 @@ import { hideBin } from 'yargs/helpers';
 import { exitCode, FerryError, usage } from '../core/errors.js';
 import { commandTable } from './commands/index.js';
 import { examples, flagErrorOf } from './commands/shared.js';
-import { installRoot, providerNames } from './config.js';
+import { installRoot, providerNames, shellLine } from './config.js';
 import { createContext } from './context.js';
-import { shellLine } from './deploy/plan.js';
 import { type CliIo, processIo } from './io.js';
 import { awsAccessHint, isAwsSdkError } from './providers/aws/access.js';
 

@@ -16,8 +16,9 @@
  * the shared table covers them.
  */
 import { z } from 'zod';
+import { pythonVersions } from './python-versions.js';
 
-export const pythonVersions = ['3.10', '3.11', '3.12', '3.13'] as const;
+export { pythonVersions };
 
 /** GPU models users may name; each maps to EC2 instance types in infra/gpu.ts. */
 export const gpuModels = ['T4', 'A10G', 'L4', 'L40S', 'A100', 'H100'] as const;

@@ -240,7 +240,7 @@ export function taskStartFailureOf(event: unknown, serviceNamePrefix: string): T
  * is started by an Amazon ECS service, then the startedBy parameter contains the deployment ID of the
  * service that starts it" (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_Task.html;
  * the event's `detail` carries the task's fields). A deploy that changes the service (new code: a
- * new task definition) and `ferry secrets set` (a forced new deployment, cli/commands/secrets.ts)
+ * new task definition) and `ferry secrets set` (a forced new deployment, cli/commands/secrets-run.ts)
  * make a new PRIMARY deployment, "the most recent deployment of a service"
  * (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_Deployment.html), so a task that
  * another deployment started ran the old code or the old secrets and is not counted. One

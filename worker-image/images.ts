@@ -21,7 +21,7 @@ import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { FerryError } from '../core/errors.js';
-import { pythonVersions } from '../core/manifest.js';
+import { pythonVersions } from '../core/python-versions.js';
 
 export type PythonVersion = (typeof pythonVersions)[number];
 

@@ -1,7 +1,7 @@
 /** Flags that several commands share, declared once. */
 import type { Argv, CommandModule } from 'yargs';
 import { type FerryError, usage } from '../../core/errors.js';
-import { pythonVersions } from '../../core/manifest.js';
+import { pythonVersions } from '../../core/python-versions.js';
 import type { BuildOptions } from '../build/index.js';
 import { allowedOrigin } from '../dev/site-guard.js';
 

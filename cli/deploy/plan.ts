@@ -8,7 +8,6 @@ import { FerryError } from '../../core/errors.js';
 import type { Manifest, ManifestEndpoint, Route } from '../../core/manifest.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { baseImageFor } from '../../worker-image/images.js';
-import { shellQuote } from '../config.js';
 
 export interface EnvironmentDecision {
   env: string;
@@ -349,9 +348,4 @@ export function previewPlan(input: {
     ['docker', 'network', 'rm', network],
   ];
   return { network, commands, endpoints, notRun, cleanup };
-}
-
-/** argv → a shell line for people to read (single-quoted where needed). */
-export function shellLine(argv: readonly string[]): string {
-  return argv.map((arg) => (/^[A-Za-z0-9_./:=@%+-]+$/.test(arg) ? arg : shellQuote(arg))).join(' ');
 }

@@ -183,7 +183,7 @@ function refusedAfterFailedReload(options: DevServerOptions, reply: FastifyReply
 }
 
 /**
- * The session's one listener (cli/commands/dev.ts swaps the routes behind it on reload). What Node's
+ * The session's one listener (cli/commands/dev-run.ts swaps the routes behind it on reload). What Node's
  * parser refuses never reaches the routes: it is answered in the API's {"error"} shape, as the
  * platform's front door answers it, not with Node's bare 400.
  */

@@ -16,7 +16,7 @@ import { listShippedFiles } from '../build/files.js';
 import { sourceFingerprint } from '../build/fingerprint.js';
 import { resolvePythonVersion } from '../build/index.js';
 import { type ScannedFile, scanProject } from '../build/scan.js';
-import { projectAppName } from '../config.js';
+import { projectAppName } from '../project-config.js';
 import { type DevRoute, devRoutes } from './routes.js';
 
 const resourcesSchema = z.record(z.string(), z.object({ id: z.string(), configHash: z.string() }).strict());

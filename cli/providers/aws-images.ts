@@ -47,7 +47,7 @@ import {
   imageInputFiles,
   registryImage,
 } from '../../worker-image/images.js';
-import { shellLine } from '../deploy/plan.js';
+import { shellLine } from '../config.js';
 import type { Reporter } from '../io.js';
 import { awsAccessHint } from './aws/access.js';
 

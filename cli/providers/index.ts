@@ -1,8 +1,10 @@
 /** Picks the provider: `--provider`, then the project's .ferry/config.json, then local. */
 import path from 'node:path';
-import { FerryError } from '../../core/errors.js';
-import { ferryHome, type ProviderName } from '../config.js';
+import { FerryError, usage } from '../../core/errors.js';
+import { ferryHome, type ProviderName, providerNames } from '../config.js';
+import type { CliContext } from '../context.js';
 import { type CliIo, confirm, type Reporter } from '../io.js';
+import { readProjectConfig } from '../project-config.js';
 import { LocalProvider } from './local.js';
 import type { Provider } from './types.js';
 
@@ -133,4 +135,33 @@ export async function openProvider(name: ProviderName, options: OpenProviderOpti
     env: options.env,
     projectDir: options.projectDir,
   });
+}
+
+export function providerName(ctx: CliContext, flag: string | undefined): ProviderName {
+  const name = flag ?? readProjectConfig(ctx.io.cwd).provider ?? 'local';
+  if (!(providerNames as readonly string[]).includes(name)) {
+    throw usage(`Unknown provider '${name}'`, `Choose one of ${providerNames.join(', ')}.`);
+  }
+  return name as ProviderName;
+}
+
+/** Opens the provider, runs `fn`, and closes it whatever happens. */
+export async function withProvider<T>(
+  ctx: CliContext,
+  flag: string | undefined,
+  fn: (provider: Provider) => Promise<T>,
+  options: Pick<OpenProviderOptions, 'yes' | 'bootstrap' | 'alarmEmail' | 'refreshZones' | 'offline'> = {},
+): Promise<T> {
+  const provider = await openProvider(providerName(ctx, flag), {
+    env: ctx.io.env,
+    projectDir: ctx.io.cwd,
+    reporter: ctx.reporter,
+    io: ctx.io,
+    ...options,
+  });
+  try {
+    return await fn(provider);
+  } finally {
+    await provider.close();
+  }
 }

@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { printLogs } from '../../cli/commands/logs.js';
+import { printLogs } from '../../cli/commands/logs-run.js';
 import { ManageClient } from '../../cli/manage-client.js';
 import { jobMetricsLine } from '../../core/metrics.js';
 import { jobLogGroupName } from '../../infra/names.js';

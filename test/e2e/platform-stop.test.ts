@@ -116,7 +116,7 @@ def slow(mark, seconds=60):
     );
     groups.push(pgid);
 
-    // What `ferry serve` does on Ctrl+C or SIGTERM (cli/commands/serve.ts).
+    // What `ferry serve` does on Ctrl+C or SIGTERM (cli/commands/serve-run.ts).
     await stop(first);
     const said = lines.join('\n');
     // The ferry runtime heard SIGTERM (it prints so), so it could finish or leave its job itself.

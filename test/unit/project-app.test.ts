@@ -1,5 +1,5 @@
 /**
- * Which app a project folder is (cli/config.ts projectAppName, appNameOf) and which names an app or
+ * Which app a project folder is (cli/project-config.ts projectAppName, cli/config.ts appNameOf) and which names an app or
  * environment may have (core/deployment.ts checkRecordName). The CLI records endpoints under the app
  * it derives and the `ferry` Python package calls them by the app it derives
  * (worker-image/python/ferry/client.py app_name_of): the two must agree on every folder name, or a
@@ -11,8 +11,9 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { appNameOf, projectAppName } from '../../cli/config.js';
+import { appNameOf } from '../../cli/config.js';
 import { devApp } from '../../cli/dev/state.js';
+import { projectAppName } from '../../cli/project-config.js';
 import { checkRecordName } from '../../core/deployment.js';
 import { exitCode, FerryError } from '../../core/errors.js';
 

@@ -7,7 +7,7 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { gpuDevicesOpenToAll, rootWithoutIsolation } from '../../cli/commands/serve.js';
+import { gpuDevicesOpenToAll, rootWithoutIsolation } from '../../cli/commands/serve-run.js';
 
 describe('serving as root', () => {
   it('warns without an isolation flag, naming --worker-uids', () => {

@@ -253,7 +253,7 @@ class RunningDevTest(unittest.TestCase):
         self.assertEqual(self.settings(self.project, FERRY_PORT="45555").url, "http://127.0.0.1:45555")
 
     def serve_info(self, pid, url="http://127.0.0.1:45600"):
-        """FERRY_HOME/server.json as `ferry serve` writes it (cli/commands/serve.ts)."""
+        """FERRY_HOME/server.json as `ferry serve` writes it (cli/commands/serve-run.ts)."""
         with open(os.path.join(self.home, "server.json"), "w", encoding="utf-8") as handle:
             json.dump({"pid": pid, "url": url, "startedAt": 1}, handle)
 

@@ -189,7 +189,7 @@ def dev_platform(directory, wait_s=DEV_START_WAIT_S, monotonic=None, sleep=None)
 
 def serve_platform_url(home):
     """The URL of the `ferry serve` (or `ferry quickstart`) serving FERRY_HOME `home`, from the
-    server.json it writes (cli/commands/serve.ts), or None when none runs: its pid alive and, where
+    server.json it writes (cli/commands/serve-run.ts), or None when none runs: its pid alive and, where
     /proc tells, a `serve` or `quickstart`, since a recorded pid may be another process's by now.
     Without it a platform started on another port (`ferry serve -p 9000`) was out of a script's reach
     although the CLI finds it."""
@@ -222,7 +222,7 @@ class Platform:
     * env: FERRY_ENV, else the app's only environment that has the endpoint
 
     The project folder is that of the `ferry dev` found, whose app and key (its .env) are the ones it
-    runs with, as `ferry logs` reads them (cli/commands/logs.ts): a script run from a subfolder
+    runs with, as `ferry logs` reads them (cli/commands/logs-run.ts): a script run from a subfolder
     calls that dev's endpoints. Else it is the current folder.
     """
 
