@@ -5,9 +5,9 @@
  */
 import { once } from 'node:events';
 import { createServer } from 'node:net';
-import { ListTablesCommand } from '@aws-sdk/client-dynamodb';
-import { afterAll, describe, expect, it } from 'vitest';
-import { dynamoClientFor, type Emulator, startDynamoLocal } from '../support/emulators.js';
+import { DescribeTableCommand, ListTablesCommand } from '@aws-sdk/client-dynamodb';
+import { afterAll, describe, expect, inject, it } from 'vitest';
+import { dynamoClientFor, type Emulator, startAwsFixture, startDynamoLocal } from '../support/emulators.js';
 
 describe('startDynamoLocal', () => {
   const started: Emulator[] = [];
@@ -32,4 +32,30 @@ describe('startDynamoLocal', () => {
       client.destroy();
     }
   }, 60_000);
+});
+
+describe("the run's shared DynamoDB Local", () => {
+  it('gives each fixture tables of its own in one JVM, and a fixture that stops deletes only its own', async () => {
+    // Under vitest.config.ts's global setup; without it each fixture would start a JVM of its own.
+    expect(inject('ferryRunDir')).toEqual(expect.any(String));
+    const [a, b] = await Promise.all([startAwsFixture(), startAwsFixture()]);
+    const client = dynamoClientFor(a.dynamo.endpoint);
+    const exists = (TableName: string) =>
+      client.send(new DescribeTableCommand({ TableName })).then(
+        () => true,
+        (error: Error) => (error.name === 'ResourceNotFoundException' ? false : Promise.reject(error)),
+      );
+    try {
+      expect(b.dynamo.endpoint).toBe(a.dynamo.endpoint);
+      expect(b.tables.jobs).not.toBe(a.tables.jobs);
+      await a.stop();
+      expect(await exists(a.tables.jobs)).toBe(false);
+      expect(await exists(b.tables.jobs)).toBe(true);
+      // The shared emulator outlives a fixture's stop: b still works.
+      expect(await b.jobs().get('nothing-here', Date.now())).toBeUndefined();
+    } finally {
+      await b.stop();
+      client.destroy();
+    }
+  }, 120_000);
 });
