@@ -54,7 +54,7 @@ describe("the run's shared DynamoDB Local", () => {
       // The shared emulator outlives a fixture's stop: b still works.
       expect(await b.jobs().get('nothing-here', Date.now())).toBeUndefined();
     } finally {
-      await b.stop();
+      await Promise.all([a.stop(), b.stop()]);
       client.destroy();
     }
   }, 120_000);

@@ -261,6 +261,7 @@ export interface AwsFixture {
   webhookQueueUrl: string;
   /** The queue URL the adapter uses for an endpoint (created on first use). */
   queueUrlFor(endpointId: string, options?: { lowPriority?: boolean }): Promise<string>;
+  /** Deletes its tables and stops its emulators; a second call waits for the first. */
   stop(): Promise<void>;
 }
 
@@ -300,6 +301,7 @@ export async function startAwsFixture(options: { ttl?: boolean } = {}): Promise<
     return url;
   };
   const blobs = (prefix = '') => new S3BlobStore({ client: s3, bucket, prefix });
+  let stopped: Promise<void> | undefined;
 
   return {
     dynamo,
@@ -316,19 +318,22 @@ export async function startAwsFixture(options: { ttl?: boolean } = {}): Promise<
     control: () => new DynamoControlStore({ doc, table: tables.control }),
     workers: () => new DynamoWorkerRegistry({ doc, table: tables.workers }),
     queueUrlFor,
-    async stop() {
-      // The shared JVM keeps every table in memory until the run ends: this fixture's go now. A
-      // table a test deleted itself is not there to delete.
-      await Promise.all(
-        Object.values(tables).map((TableName) =>
-          dynamoClient.send(new DeleteTableCommand({ TableName })).catch(() => {}),
-        ),
-      );
-      doc.destroy();
-      dynamoClient.destroy();
-      s3.destroy();
-      sqs.destroy();
-      await Promise.all([dynamo.stop(), fauxqs.stop()]);
+    stop() {
+      stopped ??= (async () => {
+        // The shared JVM keeps every table in memory until the run ends: this fixture's go now. A
+        // table a test deleted itself is not there to delete.
+        await Promise.all(
+          Object.values(tables).map((TableName) =>
+            dynamoClient.send(new DeleteTableCommand({ TableName })).catch(() => {}),
+          ),
+        );
+        doc.destroy();
+        dynamoClient.destroy();
+        s3.destroy();
+        sqs.destroy();
+        await Promise.all([dynamo.stop(), fauxqs.stop()]);
+      })();
+      return stopped;
     },
   };
 }
