@@ -6,8 +6,8 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { expectGone, pidWritten, startsSleeper } from '../support/processes.js';
+import { afterAll, describe, expect, it } from 'vitest';
+import { expectGone, killedAfterEach, pidWritten, startsSleeper } from '../support/processes.js';
 import { writeWheel } from '../support/wheels.js';
 import { CliSandbox } from './cli-support.js';
 
@@ -79,16 +79,7 @@ describe('import check at build time', () => {
 
   describe('ferry stopped during the check', () => {
     /** The checkers and their leftovers: killed whatever the test saw, so none outlives a failed one. */
-    const leftovers: number[] = [];
-    afterEach(() => {
-      for (const pid of leftovers.splice(0)) {
-        try {
-          process.kill(pid, 'SIGKILL');
-        } catch {
-          // Gone, as it should be.
-        }
-      }
-    });
+    const leftovers = killedAfterEach();
 
     // SIGTERM to ferry alone, as a CI runner or a supervisor stops it: the checker and what its module
     // started used to stay, in ferry's process group but never signalled. Ctrl+C, to the terminal's

@@ -26,6 +26,7 @@ import {
 import { S3BlobStore } from '../../core/adapters/aws/s3.js';
 import { SqsJobQueue } from '../../core/adapters/aws/sqs.js';
 import { startOnChildPort } from '../../core/child-port.js';
+import { signalGroup } from '../../core/process-group.js';
 import { sharedDynamoFiles } from './run-setup.js';
 
 export interface Emulator {
@@ -71,15 +72,8 @@ const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 async function killGroup(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null || child.pid === undefined) return;
   const exited = once(child, 'exit');
-  const signal = (sig: NodeJS.Signals) => {
-    try {
-      process.kill(-(child.pid as number), sig);
-    } catch {
-      // Already gone.
-    }
-  };
-  signal('SIGTERM');
-  const timer = setTimeout(() => signal('SIGKILL'), 5_000);
+  signalGroup(child.pid, 'SIGTERM');
+  const timer = setTimeout(() => signalGroup(child.pid, 'SIGKILL'), 5_000);
   await exited;
   clearTimeout(timer);
 }

@@ -8,6 +8,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { TestProject } from 'vitest/node';
+import { signalGroup } from '../../core/process-group.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -45,18 +46,18 @@ function recordedPid(dir: string): number | undefined {
 /** SIGTERM to the group, SIGKILL after 5 s, and back once nothing of it is left. */
 async function stopGroup(pid: number | undefined): Promise<void> {
   if (pid === undefined) return;
-  const signal = (sig: NodeJS.Signals | 0) => {
+  const alive = () => {
     try {
-      process.kill(-pid, sig);
+      process.kill(-pid, 0);
       return true;
     } catch {
       return false; // ESRCH: the group is gone
     }
   };
-  signal('SIGTERM');
+  signalGroup(pid, 'SIGTERM');
   const killAt = Date.now() + 5_000;
-  while (signal(0)) {
-    if (Date.now() > killAt) signal('SIGKILL');
+  while (alive()) {
+    if (Date.now() > killAt) signalGroup(pid, 'SIGKILL');
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }
