@@ -1,8 +1,9 @@
 /**
  * GroupCommit (core/adapters/local/sqlite.ts): writes queued in one event-loop turn share one
- * transaction, each in its own savepoint. What its callers rely on:
+ * transaction. What its callers rely on:
  * - every write of a turn commits, in the order queued, and later writes see earlier ones;
- * - a write that throws rolls back alone (its own changes too) and its caller gets the error;
+ * - a write that throws rolls back alone (its own changes too) and its caller gets the error: the
+ *   turn runs again with a savepoint per write, which a turn without a failure does not pay for;
  * - the savepoints' statement journal stays in memory on the platform's connection (no temporary
  *   file per commit), shown against a connection without the setting, which does open one.
  */
@@ -73,6 +74,33 @@ describe('GroupCommit', () => {
     ]);
   });
 
+  it('runs each write once in a turn without a failure; after a failure, the others again, once committed', async () => {
+    const group = new GroupCommit(db);
+    const runs = new Map<number, number>();
+    const counted = (id: number) => () => {
+      runs.set(id, (runs.get(id) ?? 0) + 1);
+      return insert(id, `row ${id}`)();
+    };
+    await Promise.all([group.run(counted(1)), group.run(counted(2))]);
+    expect([...runs]).toEqual([
+      [1, 1],
+      [2, 1],
+    ]);
+    const written = [group.run(counted(3)), group.run(counted(1)), group.run(counted(4))];
+    await expect(written[0]).resolves.toBe(1);
+    await expect(written[1]).rejects.toThrow(/UNIQUE constraint failed/);
+    await expect(written[2]).resolves.toBe(1);
+    // The turn ran without savepoints up to the failure (then rolled back), then again with them:
+    // the write before the failing one ran twice, the one after it once.
+    expect([...runs]).toEqual([
+      [1, 3],
+      [2, 1],
+      [3, 2],
+      [4, 1],
+    ]);
+    expect(labels()).toEqual([1, 2, 3, 4].map((id) => ({ id, label: `row ${id}` })));
+  });
+
   /** Links of this process's open files that are SQLite temporary files (unlinked "etilqs_" files). */
   const openTemporaryFiles = () =>
     readdirSync('/proc/self/fd').flatMap((fd) => {
@@ -108,6 +136,37 @@ describe('GroupCommit', () => {
       expect(db.pragma('temp_store', { simple: true })).toBe(2); // MEMORY
       await expect(temporaryFilesOfABigGroup(new GroupCommit(db))).resolves.toEqual([]);
       expect(db.prepare("SELECT count(*) AS n FROM items WHERE label = 'pass 3'").get()).toEqual({ n: 40 });
+    },
+  );
+
+  it.runIf(process.platform === 'linux')(
+    'opens no savepoint for a turn without a failure: its statement journal is never written',
+    async () => {
+      // The default temp_store: a journal past 64 KiB would be a file. Each write changes 40 rows of
+      // 8 KB in a column no constraint guards, so only a savepoint would journal them.
+      const body = 'x'.repeat(8_000);
+      db.transaction(() => {
+        for (let id = 1; id <= 40; id++) insert(id, 'row', body)();
+      })();
+      const commit = new GroupCommit(db);
+      const group = <T>(work: () => T) => commit.run(work);
+      const rewrite = (i: number) => () => db.prepare('UPDATE items SET body = ?').run(`${i}${body}`).changes;
+      const clean = [group(rewrite(1)), group(rewrite(2)), group(openTemporaryFiles)];
+      await expect(Promise.all(clean)).resolves.toEqual([40, 40, []]);
+      // The same turn with a failing write in it runs again, each write in a savepoint: journalled.
+      const failing = () => {
+        throw new Error('failed');
+      };
+      const rerun = [group(rewrite(3)), group(failing), group(rewrite(4)), group(openTemporaryFiles)];
+      const settled = await Promise.allSettled(rerun);
+      expect(settled.map((outcome) => outcome.status)).toEqual([
+        'fulfilled',
+        'rejected',
+        'fulfilled',
+        'fulfilled',
+      ]);
+      expect((settled[3] as PromiseFulfilledResult<string[]>).value.length).toBeGreaterThan(0);
+      expect(db.prepare('SELECT count(*) AS n FROM items WHERE body = ?').get(`4${body}`)).toEqual({ n: 40 });
     },
   );
 

@@ -163,6 +163,29 @@ describe('one-write take', () => {
     expect((await pending).map((j) => j.id)).toEqual([id]);
   });
 
+  it('a job handed over in a turn where another write fails reaches the take once, committed', async () => {
+    const first = await engine.submit(ep, { input: {} }, { sync: false });
+    await engine.take(ep, 'w0', 1, 0);
+    const pending = engine.take(ep, 'w1', 1, 60_000);
+    while (clock.pendingSleeps() < 1) await turn();
+    // One turn: a new job (handed to w1 inside the write), then a create that fails (the same id
+    // again). The turn's write is rolled back at the failure and runs again, the hand-off with it.
+    const job = { ...first, id: `${first.id}-second` };
+    const [created, again] = await Promise.allSettled([db.createQueued(job), db.createQueued(first)]);
+    expect(created.status).toBe('fulfilled');
+    expect(again.status).toBe('rejected');
+    expect((again as PromiseRejectedResult).reason.message).toMatch(/already exists/);
+    // Settled within a few turns: a hand-off lost in the first run would leave the take waiting.
+    let got: string[] | undefined;
+    void pending.then((jobs) => {
+      got = jobs.map((j) => j.id);
+    });
+    for (let i = 0; i < 20 && !got; i++) await turn();
+    expect(got).toEqual([job.id]);
+    expect(await db.jobs.get(job.id, clock.now())).toMatchObject({ status: 'IN_PROGRESS', workerId: 'w1' });
+    expect(await engine.take(ep, 'w2', 1, 0)).toEqual([]);
+  });
+
   it('a take whose caller left answers [] and claims nothing', async () => {
     const abort = new AbortController();
     const pending = engine.take(ep, 'w1', 1, 60_000, abort.signal);

@@ -53,7 +53,7 @@ export class SqliteLogStore implements LogStore {
 
   async append(lines: readonly LogLine[]): Promise<void> {
     if (lines.length === 0) return;
-    // The group runs each write in a savepoint of its transaction; alone, a BEGIN IMMEDIATE of its own.
+    // In the turn's transaction (GroupCommit); alone, a BEGIN IMMEDIATE of its own.
     if (this.group) await this.group.run(() => this.#insertLines(lines));
     else this.#insertMany.immediate(lines);
   }

@@ -9,9 +9,9 @@
  * commit when that matters more than write speed (an fsync per stream chunk is slow on laptops).
  *
  * Group commit: the hot writes (create-and-queue, job updates, queue receive/ack/send) that arrive in
- * the same event-loop turn share one transaction (`GroupCommit`), each in its own savepoint, and each
- * caller's promise settles only after that COMMIT — so nothing is answered before it is durable, and
- * one failing write rolls back only itself.
+ * the same event-loop turn share one transaction (`GroupCommit`), and each caller's promise settles
+ * only after that COMMIT — so nothing is answered before it is durable, and one failing write rolls
+ * back only itself (the turn runs again with a savepoint per write).
  *
  * Several processes may open the same file (the dev server and a CLI command): writes that read
  * then write run in `BEGIN IMMEDIATE` transactions, and `busy_timeout` makes a second writer wait
@@ -74,17 +74,34 @@ type Db = Database.Database;
 
 /**
  * Writes queued during one event-loop turn, committed together at its end (setImmediate runs after
- * the turn's I/O callbacks, so every request parsed in that turn joins). Each write runs in order in
- * its own savepoint, so compare-and-set updates see each other exactly as they would one by one; a
- * write that throws rolls back alone and its caller gets the error; the others commit.
+ * the turn's I/O callbacks, so every request parsed in that turn joins). They run in order in one
+ * transaction, so compare-and-set updates see each other exactly as they would one by one. A write
+ * that throws rolls back alone and its caller gets the error; the others commit: when one throws,
+ * the whole transaction is rolled back and the turn's writes run again, each in a savepoint of its
+ * own. A savepoint costs its write a copy of every page it changes (the statement journal), about a
+ * tenth of a /run's CPU (bench/results.md, nineteenth pass), so only a turn with a failure pays it.
+ *
+ * So a write may run twice: its work must be SQL only, or undo what it did outside the database
+ * when it runs again (createQueued's hand-off).
  */
 export class GroupCommit {
   #pending: { work: () => unknown; resolve: (value: unknown) => void; reject: (error: unknown) => void }[] =
     [];
+  readonly #plain;
   readonly #one;
   readonly #all;
 
   constructor(db: Db) {
+    this.#plain = db.transaction((batch: { work: () => unknown }[]) =>
+      batch.map((item) => {
+        try {
+          return { ok: true as const, value: item.work() };
+        } catch (error) {
+          // better-sqlite3 rolls the transaction back as this leaves it.
+          throw new WriteFailed(error);
+        }
+      }),
+    );
     // Called inside #all, a better-sqlite3 transaction function opens a SAVEPOINT.
     this.#one = db.transaction((work: () => unknown) => work());
     this.#all = db.transaction((batch: { work: () => unknown }[]) =>
@@ -112,7 +129,13 @@ export class GroupCommit {
     this.#pending = [];
     let outcomes: { ok: boolean; value?: unknown; error?: unknown }[];
     try {
-      outcomes = this.#all.immediate(batch);
+      try {
+        outcomes = this.#plain.immediate(batch);
+      } catch (error) {
+        if (!(error instanceof WriteFailed)) throw error;
+        // A write threw and took the batch with it: again, each write in a savepoint of its own.
+        outcomes = this.#all.immediate(batch);
+      }
     } catch (error) {
       // BEGIN or COMMIT failed: nothing of the batch is written.
       for (const item of batch) item.reject(error);
@@ -124,6 +147,11 @@ export class GroupCommit {
       else item.reject(outcome.error);
     });
   }
+}
+
+/** A write of a group that threw, in the run without savepoints (GroupCommit). */
+class WriteFailed {
+  constructor(readonly cause: unknown) {}
 }
 
 /**
@@ -401,7 +429,8 @@ export function configureConnection(
 }
 
 /**
- * GroupCommit runs each write in its own savepoint, and SQLite keeps what a savepoint would roll
+ * GroupCommit runs each write in its own savepoint when a turn's write failed (and SQL statements
+ * that may fail halfway open one of their own), and SQLite keeps what a savepoint would roll
  * back in a statement journal, a temporary file that lives until the transaction ends and spills from
  * memory to disk past 64 KiB (https://www.sqlite.org/tempfiles.html: statement journals, and
  * SQLITE_STMTJRNL_SPILL under "Other Temporary File Optimizations"). A group of a dozen job writes
@@ -451,8 +480,8 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
   const group = new GroupCommit(db);
   const queue = new SqliteJobQueue(db, clock, options.crossProcessPollMs ?? 500, group);
   const jobs = new SqliteJobStore(db, group);
-  // Plain functions, not db.transaction: GroupCommit already runs each write in its own savepoint,
-  // and a second, nested one per write showed up in profiles.
+  // Plain functions, not db.transaction: GroupCommit already makes each write one unit (a
+  // transaction shared with its turn, or a savepoint), and a nested one per write showed up in profiles.
   const parked = new ParkedTakes();
   /**
    * The job, and its queue message, or its hand-off: when a take of the endpoint is waiting with
@@ -541,6 +570,8 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
       let handed: HandedJob | undefined;
       try {
         await group.run(() => {
+          // Run again after a write beside it failed (GroupCommit): the first hand-off was rolled back.
+          handed?.settle(false);
           handed = createQueuedSync(job);
         });
       } catch (error) {
@@ -954,7 +985,7 @@ class SqliteJobStore implements JobStore {
     return prepared(this.db, `UPDATE jobs SET ${sets} WHERE id = @id AND version = @expected`);
   }
 
-  /** The compare-and-set itself, for callers already inside a write (GroupCommit gives each one a savepoint). */
+  /** The compare-and-set itself, for callers already inside a write (GroupCommit's). */
   writeSync(current: Job, patch: JobPatch): JobUpdate {
     const written = patched(current, patch);
     const before = queryColumns(current);
@@ -968,7 +999,7 @@ class SqliteJobStore implements JobStore {
       expected: current.version,
     });
     if (result.changes !== 1) return { ok: false, current: this.getSync(current.id) };
-    // No move changes an input; a patch that did would write it here, in the same savepoint.
+    // No move changes an input; a patch that did would write it here, in the same write.
     if (patch.input !== undefined) this.#insertInput.run(current.id, JSON.stringify(patch.input));
     return { ok: true, job: written };
   }
