@@ -78,8 +78,8 @@ type Db = Database.Database;
  * transaction, so compare-and-set updates see each other exactly as they would one by one. A write
  * that throws rolls back alone and its caller gets the error; the others commit: when one throws,
  * the whole transaction is rolled back and the turn's writes run again, each in a savepoint of its
- * own. A savepoint costs its write a copy of every page it changes (the statement journal), about a
- * tenth of a /run's CPU (bench/results.md, nineteenth pass), so only a turn with a failure pays it.
+ * own. A savepoint costs its write a copy of every page it changes (the statement journal), about
+ * 7 % of a /run's CPU (bench/results.md, nineteenth pass), so only a turn with a failure pays it.
  *
  * So a write may run twice: its work must be SQL only, or undo what it did outside the database
  * when it runs again (createQueued's hand-off).
@@ -744,28 +744,52 @@ const jobFieldColumns = {
   error: 'error',
 } as const satisfies Partial<Record<keyof Job, string>>;
 
-interface JobRow {
-  body: string;
-  status: JobStatus;
-  created_at: number;
-  expires_at: number;
-  lease_until: number | null;
-  started_at: number | null;
-  finished_at: number | null;
-  worker_id: string | null;
-  attempt: number;
-  retries: number;
-  version: number;
-  output: string | null;
-  error: string | null;
-  /** From job_inputs (LEFT JOIN): null for a job stored without an input; absent when not read. */
-  input?: string | null;
-}
+/**
+ * A job as it is read, a row of `jobRowColumns` then (LEFT JOIN job_inputs) its input: null for a
+ * job stored without one, absent when not read. Rows come as arrays (`readsJobs`): as objects,
+ * better-sqlite3 built every row a property at a time by name, a V8 lookup and a hidden-class
+ * transition per column of every job read.
+ */
+type JobRow = [
+  body: string,
+  status: JobStatus,
+  createdAt: number,
+  expiresAt: number,
+  leaseUntil: number | null,
+  startedAt: number | null,
+  finishedAt: number | null,
+  workerId: string | null,
+  attempt: number,
+  retries: number,
+  version: number,
+  output: string | null,
+  error: string | null,
+  input?: string | null,
+];
 
-/** What a job is read from: its body and the columns of its moving fields (JobRow). */
-const jobRowColumns = ['body', ...Object.values(jobFieldColumns)]
+/** The columns of a JobRow, in its order: the body, then the moving fields' (jobFieldColumns). */
+const jobRowColumns = [
+  'body',
+  'status',
+  'created_at',
+  'expires_at',
+  'lease_until',
+  'started_at',
+  'finished_at',
+  'worker_id',
+  'attempt',
+  'retries',
+  'version',
+  'output',
+  'error',
+]
   .map((column) => `jobs.${column}`)
   .join(', ');
+
+/** A statement that reads JobRows (`selectJobs`, #getBody), prepared once, its rows as arrays. */
+function readsJobs<P extends unknown[]>(db: Db, sql: string): Database.Statement<P, JobRow> {
+  return prepared<P, JobRow>(db, sql).raw(true);
+}
 
 /**
  * The start of every query that reads jobs: the row and its input in one statement. Conditions,
@@ -796,9 +820,33 @@ function jobBodyOf(job: Job): string {
   return JSON.stringify(fixed);
 }
 
-/** The row of `jobs` for an insert: every column. */
-function jobColumns(job: Job) {
-  return { ...queryColumns(job), output: outputText(job.output), body: jobBodyOf(job) };
+/** The columns of `jobs` an insert writes, in the order of its values (jobValues). */
+const insertedColumns = [
+  'id',
+  'endpoint_id',
+  'status',
+  'created_at',
+  'expires_at',
+  'lease_until',
+  'started_at',
+  'finished_at',
+  'worker_id',
+  'attempt',
+  'run_deadline',
+  'retries',
+  'version',
+  'output',
+  'error',
+  'body',
+] as const;
+
+/**
+ * The row of `jobs` for an insert, as positional values: bound by name, better-sqlite3 looked each
+ * of the sixteen up on an object.
+ */
+function jobValues(job: Job): unknown[] {
+  const columns = { ...queryColumns(job), output: outputText(job.output), body: jobBodyOf(job) };
+  return insertedColumns.map((column) => columns[column]);
 }
 
 /** `current` with `patch` applied and the next version (what a compare-and-set writes). */
@@ -874,15 +922,13 @@ class SqliteJobStore implements JobStore {
     private readonly db: Db,
     private readonly group: GroupCommit,
   ) {
-    this.#insert = db.prepare(
-      `INSERT OR IGNORE INTO jobs (id, endpoint_id, status, created_at, expires_at, lease_until, started_at,
-         finished_at, worker_id, attempt, run_deadline, retries, version, output, error, body)
-       VALUES (@id, @endpoint_id, @status, @created_at, @expires_at, @lease_until, @started_at,
-         @finished_at, @worker_id, @attempt, @run_deadline, @retries, @version, @output, @error, @body)`,
+    this.#insert = db.prepare<unknown[]>(
+      `INSERT OR IGNORE INTO jobs (${insertedColumns.join(', ')})
+       VALUES (${insertedColumns.map(() => '?').join(', ')})`,
     );
     this.#insertInput = db.prepare('INSERT OR REPLACE INTO job_inputs (job_id, input) VALUES (?, ?)');
-    this.#get = db.prepare<[string], JobRow>(`${selectJobs()} WHERE jobs.id = ?`);
-    this.#getBody = db.prepare<[string], JobRow>(`SELECT ${jobRowColumns} FROM jobs WHERE id = ?`);
+    this.#get = readsJobs<[string]>(db, `${selectJobs()} WHERE jobs.id = ?`);
+    this.#getBody = readsJobs<[string]>(db, `SELECT ${jobRowColumns} FROM jobs WHERE id = ?`);
     this.#renew = db.prepare(
       `UPDATE jobs SET lease_until = @lease, version = version + 1
        WHERE id = @id AND endpoint_id = @endpoint AND status = 'IN_PROGRESS' AND expires_at > @now
@@ -915,7 +961,7 @@ class SqliteJobStore implements JobStore {
 
   /** The insert itself, for callers that wrap it in a transaction with other writes; `job.version` is kept. */
   insertSync(job: Job): void {
-    const result = this.#insert.run(jobColumns(job));
+    const result = this.#insert.run(jobValues(job));
     if (result.changes === 0) throw conflict(`A job with id ${job.id} already exists`);
     if (job.input !== undefined) this.#insertInput.run(job.id, JSON.stringify(job.input));
   }
@@ -925,21 +971,37 @@ class SqliteJobStore implements JobStore {
    * parsed, or as the stored text when `asText` (TakeQueuedOptions.inputAsText, JobReadOptions.inputAsText).
    */
   #jobOf(row: JobRow, input: JobReadOptions['input'] = true, asText = false): Job {
-    const job = JSON.parse(row.body) as Job;
-    job.status = row.status;
-    job.createdAt = row.created_at;
-    job.expiresAt = row.expires_at;
-    if (row.lease_until !== null) job.leaseUntil = row.lease_until;
-    if (row.started_at !== null) job.startedAt = row.started_at;
-    if (row.finished_at !== null) job.finishedAt = row.finished_at;
-    if (row.worker_id !== null) job.workerId = row.worker_id;
-    job.attempt = row.attempt;
-    job.retries = row.retries;
-    job.version = row.version;
-    if (row.output !== null) job.output = JSON.parse(row.output);
-    if (row.error !== null) job.error = row.error;
-    if (row.input != null && readsInput(input, job.status)) {
-      job.input = asText ? new JsonText(row.input) : JSON.parse(row.input);
+    const [
+      body,
+      status,
+      createdAt,
+      expiresAt,
+      leaseUntil,
+      startedAt,
+      finishedAt,
+      workerId,
+      attempt,
+      retries,
+      version,
+      output,
+      error,
+      storedInput,
+    ] = row;
+    const job = JSON.parse(body) as Job;
+    job.status = status;
+    job.createdAt = createdAt;
+    job.expiresAt = expiresAt;
+    if (leaseUntil !== null) job.leaseUntil = leaseUntil;
+    if (startedAt !== null) job.startedAt = startedAt;
+    if (finishedAt !== null) job.finishedAt = finishedAt;
+    if (workerId !== null) job.workerId = workerId;
+    job.attempt = attempt;
+    job.retries = retries;
+    job.version = version;
+    if (output !== null) job.output = JSON.parse(output);
+    if (error !== null) job.error = error;
+    if (storedInput != null && readsInput(input, job.status)) {
+      job.input = asText ? new JsonText(storedInput) : JSON.parse(storedInput);
     }
     return job;
   }
@@ -981,8 +1043,8 @@ class SqliteJobStore implements JobStore {
    */
   #updateOf(changed: readonly string[], rewritesBody: boolean) {
     const columns = [...changed, 'version', ...(rewritesBody ? ['body'] : [])];
-    const sets = columns.map((column) => `${column} = @${column}`).join(', ');
-    return prepared(this.db, `UPDATE jobs SET ${sets} WHERE id = @id AND version = @expected`);
+    const sets = columns.map((column) => `${column} = ?`).join(', ');
+    return prepared<unknown[]>(this.db, `UPDATE jobs SET ${sets} WHERE id = ? AND version = ?`);
   }
 
   /** The compare-and-set itself, for callers already inside a write (GroupCommit's). */
@@ -992,12 +1054,14 @@ class SqliteJobStore implements JobStore {
     const after = queryColumns(written);
     const changed = movableColumns.filter((column) => before[column] !== after[column]);
     const rewritesBody = patchesBody(patch);
-    const result = this.#updateOf(changed, rewritesBody).run({
-      ...after,
-      output: changed.includes('output') ? outputText(after.output) : null,
-      body: rewritesBody ? jobBodyOf(written) : null,
-      expected: current.version,
-    });
+    // Positional, in #updateOf's order: by name, better-sqlite3 looked each value up on an object.
+    const values: unknown[] = changed.map((column) =>
+      column === 'output' ? outputText(after.output) : after[column],
+    );
+    values.push(after.version);
+    if (rewritesBody) values.push(jobBodyOf(written));
+    values.push(current.id, current.version);
+    const result = this.#updateOf(changed, rewritesBody).run(values);
     if (result.changes !== 1) return { ok: false, current: this.getSync(current.id) };
     // No move changes an input; a patch that did would write it here, in the same write.
     if (patch.input !== undefined) this.#insertInput.run(current.id, JSON.stringify(patch.input));
@@ -1023,7 +1087,7 @@ class SqliteJobStore implements JobStore {
     limit: number,
     options?: ListByStatusOptions,
   ): Promise<Job[]> {
-    const rows = prepared<[string, string, number, number, number], JobRow>(
+    const rows = readsJobs<[string, string, number, number, number]>(
       this.db,
       `${selectJobs('jobs_of_endpoint_by_status')} WHERE endpoint_id = ? AND status = ? AND created_at >= ?
          AND expires_at > ? ORDER BY created_at, rowid LIMIT ?`,
@@ -1035,7 +1099,7 @@ class SqliteJobStore implements JobStore {
     const limit = checkLimit(query.limit);
     const statuses = query.statuses.length > 0 ? query.statuses : jobStatuses;
     const [beforeMs, beforeId] = decodeJobCursor(query.cursor) ?? [query.toMs, ''];
-    const rows = prepared<[Record<string, unknown>], JobRow>(
+    const rows = readsJobs<[Record<string, unknown>]>(
       this.db,
       `${selectJobs('jobs_by_endpoint_created')}
          WHERE endpoint_id = @endpoint AND created_at >= @from AND expires_at > @now
@@ -1057,7 +1121,7 @@ class SqliteJobStore implements JobStore {
   }
 
   async listOverdue(nowMs: number, limit: number, options?: Pick<JobReadOptions, 'input'>): Promise<Job[]> {
-    const rows = prepared<[{ now: number; limit: number }], JobRow>(
+    const rows = readsJobs<[{ now: number; limit: number }]>(
       this.db,
       `${selectJobs('jobs_running')}
          WHERE status = 'IN_PROGRESS' AND (lease_until <= @now OR run_deadline <= @now)
@@ -1075,7 +1139,7 @@ class SqliteJobStore implements JobStore {
     limit: number,
     options?: Pick<JobReadOptions, 'input'>,
   ): Promise<Job[]> {
-    const rows = prepared<[number, number], JobRow>(
+    const rows = readsJobs<[number, number]>(
       this.db,
       `${selectJobs()} WHERE status IN ('IN_QUEUE', 'IN_PROGRESS') AND expires_at <= ?
          ORDER BY expires_at, rowid LIMIT ?`,
