@@ -727,7 +727,7 @@ class ParkedTakes {
  * The job's fields that moves change, each in a column of its own (output as JSON text): a take or a
  * done then writes a few columns instead of the job's whole JSON body again (with a 64 KB output in
  * it, at every later move). The body holds the rest, fixed since the submit, except for a patch
- * that names one of them (jobBodyOf).
+ * that names one of them (jobBodyOf). A JobRow holds them in this order.
  */
 const jobFieldColumns = {
   status: 'status',
@@ -745,8 +745,8 @@ const jobFieldColumns = {
 } as const satisfies Partial<Record<keyof Job, string>>;
 
 /**
- * A job as it is read, a row of `jobRowColumns` then (LEFT JOIN job_inputs) its input: null for a
- * job stored without one, absent when not read. Rows come as arrays (`readsJobs`): as objects,
+ * A job as it is read, a row of `jobRowColumns` (the order of jobFieldColumns, which this follows)
+ * then (LEFT JOIN job_inputs) its input: null for a job stored without one, absent when not read. Rows come as arrays (`readsJobs`): as objects,
  * better-sqlite3 built every row a property at a time by name, a V8 lookup and a hidden-class
  * transition per column of every job read.
  */
@@ -767,22 +767,8 @@ type JobRow = [
   input?: string | null,
 ];
 
-/** The columns of a JobRow, in its order: the body, then the moving fields' (jobFieldColumns). */
-const jobRowColumns = [
-  'body',
-  'status',
-  'created_at',
-  'expires_at',
-  'lease_until',
-  'started_at',
-  'finished_at',
-  'worker_id',
-  'attempt',
-  'retries',
-  'version',
-  'output',
-  'error',
-]
+/** The columns of a JobRow: the body, then the moving fields' in jobFieldColumns' order. */
+const jobRowColumns = ['body', ...Object.values(jobFieldColumns)]
   .map((column) => `jobs.${column}`)
   .join(', ');
 
