@@ -1,0 +1,169 @@
+/**
+ * Two builds of Ferry against each other (`node dist/bench/ab.js <checkout A> <checkout B>`, each
+ * checkout built): the platform's CPU per job of part (a)'s Python-pool figure, in rounds that
+ * alternate between the two (A B, B A, A B, ...), with the ratio B / A of each pair of rounds.
+ *
+ * Why: on the shared two-core hosts this project is measured on, a build's CPU per job moves by 10
+ * to 25 % from one run to the next as the host's speed drifts (bench/results.md, nineteenth pass: the
+ * same hour took BullMQ from 10 770 to 16 548 jobs/s). A change worth 3 to 7 % is lost in that
+ * between two `npm run bench` runs; the median of paired rounds minutes apart keeps most of the drift
+ * out of the comparison.
+ *
+ * Each checkout's own `dist/bench/serve-child.js`, echo fixture and Python runtime are used (this
+ * process changes into the checkout to start its platform). Knobs: FERRY_BENCH_AB_ROUNDS (6 pairs),
+ * FERRY_BENCH_JOBS (20000 per round), FERRY_BENCH_WARMUP_SECONDS (3, untimed, before each round),
+ * FERRY_BENCH_AB_PART: `pool` (default: /run → COMPLETED through 2 Python workers × 8) or `run` (/run
+ * alone, to an endpoint without workers: the submit path only; each round queues its jobs, so keep
+ * rounds × (jobs + warm-up) under the queue cap of 100 000).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { cpuMs, descendantsCpuMs, type PlatformChild, startPlatformChild } from './lib/child.js';
+import { api, benchKey, echoProject } from './lib/faults.js';
+import { jsonPoster } from './lib/http.js';
+import { envInt, pause, round, say } from './lib/util.js';
+
+const rounds = envInt('FERRY_BENCH_AB_ROUNDS', 6);
+const jobs = envInt('FERRY_BENCH_JOBS', 20_000);
+const warmUpSeconds = envInt('FERRY_BENCH_WARMUP_SECONDS', 3);
+const part = process.env.FERRY_BENCH_AB_PART ?? 'pool';
+const clients = 16;
+const endpointId = part === 'run' ? 'q' : 'echo';
+
+interface Side {
+  label: string;
+  child: PlatformChild;
+  dataDir: string;
+  rows: { perSec: number; platformMs: number }[];
+}
+
+/** The platform of `checkout`, started from there, its echo endpoint's workers up (pool) or none (run). */
+async function start(checkout: string, label: string): Promise<Side> {
+  const home = process.cwd();
+  const dataDir = mkdtempSync(join(tmpdir(), 'ferry-bench-ab-'));
+  process.chdir(checkout);
+  try {
+    const child = await startPlatformChild({
+      dataDir,
+      apiKey: benchKey,
+      workerWaitMs: 20_000,
+      ...(part === 'run'
+        ? { endpoints: [endpointId] }
+        : {
+            project: {
+              ...echoProject(),
+              resources: {
+                echo: { workersMin: 2, workersMax: 2, maxConcurrency: 8, idleTimeoutSec: 600 },
+                cold: { workersMin: 0, workersMax: 1, idleTimeoutSec: 1 },
+                slow: { workersMin: 0, workersMax: 1 },
+              },
+            },
+          }),
+    });
+    if (part !== 'run') await waitForWorkers(child.url, 2);
+    return { label, child, dataDir, rows: [] };
+  } finally {
+    process.chdir(home);
+  }
+}
+
+async function waitForWorkers(url: string, count: number) {
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    const workers = (await api(url, 'GET', `/${endpointId}/health`)).body.workers;
+    if (workers.idle + workers.running === count) return;
+    await pause(100);
+  }
+  throw new Error(`${endpointId} did not reach ${count} workers in 60 s`);
+}
+
+/** /run from `clients` loops while `more(sent)`; with workers, until health counts them COMPLETED. */
+async function load(side: Side, more: (sent: number) => boolean): Promise<{ sent: number; ms: number }> {
+  const { url } = side.child;
+  const completed = async () =>
+    (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed as number;
+  const before = part === 'run' ? 0 : await completed();
+  const began = performance.now();
+  const poster = jsonPoster(url, { authorization: `Bearer ${benchKey}` }, clients);
+  let sent = 0;
+  try {
+    await Promise.all(
+      Array.from({ length: clients }, async () => {
+        while (more(sent)) {
+          sent++;
+          const answer = await poster.post(`/v2/${endpointId}/run`, { input: { i: sent, text: 'echo me' } });
+          if (answer.status !== 200)
+            throw new Error(`/run answered ${answer.status}: ${JSON.stringify(answer.body)}`);
+        }
+      }),
+    );
+  } finally {
+    await poster.close();
+  }
+  while (part !== 'run' && (await completed()) - before < sent) await pause(50);
+  return { sent, ms: performance.now() - began };
+}
+
+async function measure(side: Side): Promise<void> {
+  const warmUntil = performance.now() + warmUpSeconds * 1000;
+  await load(side, () => performance.now() < warmUntil);
+  const before = cpuMs(side.child.pid);
+  const workersBefore = descendantsCpuMs(side.child.pid);
+  const { ms } = await load(side, (sent) => sent < jobs);
+  const after = cpuMs(side.child.pid);
+  if (before === undefined || after === undefined) throw new Error('no CPU figures: /proc is needed (Linux)');
+  const row = { perSec: round((jobs * 1000) / ms), platformMs: round((after - before) / jobs, 4) };
+  side.rows.push(row);
+  const workersMs = round((descendantsCpuMs(side.child.pid) - workersBefore) / jobs, 4);
+  say(`${side.label}: ${row.perSec} jobs/s, platform ${row.platformMs} ms a job, workers ${workersMs}`);
+}
+
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
+
+async function main() {
+  const [a, b] = process.argv.slice(2).map((checkout) => resolve(checkout));
+  if (!a || !b) {
+    console.error('usage: node dist/bench/ab.js <checkout A> <checkout B>   (each built: npm run build)');
+    process.exit(2);
+  }
+  say(`A/B, part ${part}: ${rounds} pairs of ${jobs} jobs, A = ${a}, B = ${b}`);
+  const sides: Side[] = [];
+  try {
+    sides.push(await start(a, 'A'));
+    sides.push(await start(b, 'B'));
+    const [sideA, sideB] = sides as [Side, Side];
+    for (let r = 0; r < rounds; r++) {
+      for (const side of r % 2 === 0 ? [sideA, sideB] : [sideB, sideA]) await measure(side);
+    }
+    const ratios = sideA.rows.map((rowA, i) => sideB.rows[i]!.platformMs / rowA.platformMs);
+    console.log(
+      JSON.stringify({
+        part,
+        pairs: rounds,
+        jobs,
+        platformMsMedian: {
+          A: median(sideA.rows.map((r) => r.platformMs)),
+          B: median(sideB.rows.map((r) => r.platformMs)),
+        },
+        jobsPerSecMedian: {
+          A: median(sideA.rows.map((r) => r.perSec)),
+          B: median(sideB.rows.map((r) => r.perSec)),
+        },
+        platformRatiosBOverA: ratios.map((ratio) => round(ratio, 3)),
+        platformRatioMedian: round(median(ratios), 3),
+      }),
+    );
+  } finally {
+    for (const side of sides) {
+      await side.child.stop();
+      rmSync(side.dataDir, { recursive: true, force: true });
+    }
+  }
+}
+
+await main();
