@@ -20,9 +20,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { cpuMs, descendantsCpuMs, type PlatformChild, startPlatformChild } from './lib/child.js';
-import { api, benchKey, echoProject } from './lib/faults.js';
-import { jsonPoster } from './lib/http.js';
-import { envInt, pause, round, say } from './lib/util.js';
+import { benchKey, echoProject } from './lib/faults.js';
+import { echoText, postInLoops, runJobs, waitWorkers } from './lib/load.js';
+import { envInt, round, say } from './lib/util.js';
 
 const rounds = envInt('FERRY_BENCH_AB_ROUNDS', 6);
 const jobs = envInt('FERRY_BENCH_JOBS', 20_000);
@@ -61,48 +61,25 @@ async function start(checkout: string, label: string): Promise<Side> {
             },
           }),
     });
-    if (part !== 'run') await waitForWorkers(child.url, 2);
+    if (part !== 'run') await waitWorkers(child.url, endpointId, 2);
     return { label, child, dataDir, rows: [] };
   } finally {
     process.chdir(home);
   }
 }
 
-async function waitForWorkers(url: string, count: number) {
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    const workers = (await api(url, 'GET', `/${endpointId}/health`)).body.workers;
-    if (workers.idle + workers.running === count) return;
-    await pause(100);
-  }
-  throw new Error(`${endpointId} did not reach ${count} workers in 60 s`);
-}
-
-/** /run from `clients` loops while `more(sent)`; with workers, until health counts them COMPLETED. */
-async function load(side: Side, more: (sent: number) => boolean): Promise<{ sent: number; ms: number }> {
+/** /run from `clients` loops while `more(sent)`; with workers, until health counts them COMPLETED. ms. */
+async function load(side: Side, more: (sent: number) => boolean): Promise<number> {
   const { url } = side.child;
-  const completed = async () =>
-    (await api(url, 'GET', `/${endpointId}/health`)).body.jobs.completed as number;
-  const before = part === 'run' ? 0 : await completed();
+  const text = echoText(0);
+  if (part !== 'run') return (await runJobs(url, endpointId, more, clients, text)).ms;
   const began = performance.now();
-  const poster = jsonPoster(url, { authorization: `Bearer ${benchKey}` }, clients);
-  let sent = 0;
-  try {
-    await Promise.all(
-      Array.from({ length: clients }, async () => {
-        while (more(sent)) {
-          sent++;
-          const answer = await poster.post(`/v2/${endpointId}/run`, { input: { i: sent, text: 'echo me' } });
-          if (answer.status !== 200)
-            throw new Error(`/run answered ${answer.status}: ${JSON.stringify(answer.body)}`);
-        }
-      }),
-    );
-  } finally {
-    await poster.close();
-  }
-  while (part !== 'run' && (await completed()) - before < sent) await pause(50);
-  return { sent, ms: performance.now() - began };
+  await postInLoops(url, { authorization: `Bearer ${benchKey}` }, `/v2/${endpointId}/run`, {
+    clients,
+    more,
+    text,
+  });
+  return performance.now() - began;
 }
 
 async function measure(side: Side): Promise<void> {
@@ -110,7 +87,7 @@ async function measure(side: Side): Promise<void> {
   await load(side, () => performance.now() < warmUntil);
   const before = cpuMs(side.child.pid);
   const workersBefore = descendantsCpuMs(side.child.pid);
-  const { ms } = await load(side, (sent) => sent < jobs);
+  const ms = await load(side, (sent) => sent < jobs);
   const after = cpuMs(side.child.pid);
   if (before === undefined || after === undefined) throw new Error('no CPU figures: /proc is needed (Linux)');
   const row = { perSec: round((jobs * 1000) / ms), platformMs: round((after - before) / jobs, 4) };

@@ -18,6 +18,7 @@ import { loadavg, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { type PlatformChild, startPlatformChild } from './lib/child.js';
 import { api, benchKey } from './lib/faults.js';
+import { waitWorkers } from './lib/load.js';
 import { envInt, pause, round, say } from './lib/util.js';
 import { CountingWorker } from './lib/worker.js';
 
@@ -71,16 +72,6 @@ async function drain(child: PlatformChild, endpointId: string, n: number) {
   return round((n * 1000) / (performance.now() - began));
 }
 
-async function waitWorkers(url: string, endpointId: string, count: number, timeoutMs = 60_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const w = (await health(url, endpointId)).workers;
-    if (w.idle + w.running === count) return;
-    await pause(50);
-  }
-  throw new Error(`${endpointId} did not reach ${count} workers in ${timeoutMs} ms`);
-}
-
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'ferry-pyrt-bench-'));
   writeFileSync(join(dir, 'workers.py'), PROJECT);
@@ -94,7 +85,8 @@ async function main(): Promise<void> {
   const rows: { what: string; py: number; ts: number }[] = [];
   const load = [loadavg()[0]!];
   try {
-    for (const id of ['pyasync1', 'pysync1', 'pyasync4', 'pysync4']) await waitWorkers(child.url, id, 1);
+    for (const id of ['pyasync1', 'pysync1', 'pyasync4', 'pysync4'])
+      await waitWorkers(child.url, id, 1, 60_000, 50);
     // Warm both sides (first SQLite pages, first connections) before anything is timed.
     const warm = new CountingWorker(child.target('tsecho'), 'tsecho', {
       workerId: child.target('tsecho').workerId,
@@ -123,7 +115,7 @@ async function main(): Promise<void> {
     const coldMs: number[] = [];
     const auth = { authorization: `Bearer ${benchKey}`, 'content-type': 'application/json' };
     for (let i = 0; i < coldRuns; i++) {
-      await waitWorkers(child.url, 'pycold', 0);
+      await waitWorkers(child.url, 'pycold', 0, 60_000, 50);
       await pause(300);
       const began = performance.now();
       const response = await fetch(`${child.url}/v2/pycold/runsync?wait=60000`, {

@@ -36,8 +36,9 @@ import { join } from 'node:path';
 import { startOnChildPort } from '../core/child-port.js';
 import { costReport, loadPrices } from './cost.js';
 import { cpuMs, descendantsCpuMs, startPlatformChild } from './lib/child.js';
-import { api, benchKey, deepQueue, echoProject } from './lib/faults.js';
+import { benchKey, deepQueue, echoProject } from './lib/faults.js';
 import { jsonPoster } from './lib/http.js';
+import { echoText, postInLoops, runJobs, waitWorkers } from './lib/load.js';
 import { envInt, pause, round, say } from './lib/util.js';
 import { CountingWorker } from './lib/worker.js';
 import { awsScaleFromZeroReport } from './scale-from-zero.js';
@@ -170,72 +171,6 @@ async function runsyncOnce(url: string, headers: Record<string, string>): Promis
   if (answer.status !== 'COMPLETED') throw new Error(`runsync ended ${answer.status}`);
 }
 
-/** The echo input: a short text, or `payloadBytes` of it for the large-input point of the curve. */
-const echoText = (payloadBytes: number) => (payloadBytes > 0 ? 'x'.repeat(payloadBytes) : 'echo me');
-
-/**
- * Submits jobs with `clients` parallel /run loops while `more(submitted)` holds, then waits until
- * health counts them all COMPLETED.
- */
-async function runJobs(
-  url: string,
-  endpointId: string,
-  more: (submitted: number) => boolean,
-  clients: number,
-  text: string,
-) {
-  const health = async () => (await api(url, 'GET', `/${endpointId}/health`)).body;
-  const before = (await health()).jobs as { completed: number; failed: number };
-  const began = performance.now();
-  const next = await postInLoops(url, { authorization: `Bearer ${benchKey}` }, `/v2/${endpointId}/run`, {
-    clients,
-    more,
-    text,
-  });
-  const submittedMs = performance.now() - began;
-  for (;;) {
-    const now = await health();
-    // Every job must complete: a failed one would never count, and the wait would never end.
-    if (now.jobs.failed > before.failed) {
-      throw new Error(
-        `${now.jobs.failed - before.failed} ${endpointId} jobs failed${now.problem ? `: ${now.problem.reason}` : ''}`,
-      );
-    }
-    if (now.jobs.completed - before.completed >= next) break;
-    await pause(50);
-  }
-  return { submittedMs, ms: performance.now() - began };
-}
-
-/**
- * `clients` loops, each posting the echo body `{input: {i, text}}` to `path` and waiting for its
- * answer before the next, while `more(sent)`; one keep-alive socket per loop. Answers how many were
- * sent; any answer but 200 stops the run.
- */
-async function postInLoops(
-  baseUrl: string,
-  headers: Record<string, string>,
-  path: string,
-  load: { clients: number; more: (sent: number) => boolean; text: string },
-): Promise<number> {
-  const poster = jsonPoster(baseUrl, headers, load.clients);
-  let sent = 0;
-  try {
-    await Promise.all(
-      Array.from({ length: load.clients }, async () => {
-        while (load.more(sent)) {
-          sent++;
-          const r = await poster.post(path, { input: { i: sent, text: load.text } });
-          if (r.status !== 200) throw new Error(`${path} answered ${r.status}: ${JSON.stringify(r.body)}`);
-        }
-      }),
-    );
-  } finally {
-    await poster.close();
-  }
-  return sent;
-}
-
 /** `n` jobs through /run → COMPLETED after an untimed warm-up (warmUpSeconds), with CPU per job. */
 async function ferryThroughput(
   url: string,
@@ -300,16 +235,6 @@ async function httpCeiling(n: number, clients: number) {
 /** CPU ms used so far by the platform child and by its worker processes. */
 function cpuOf(pid: number): { platform: number | undefined; workers: number } {
   return { platform: cpuMs(pid), workers: descendantsCpuMs(pid) };
-}
-
-async function waitWorkers(url: string, endpointId: string, count: number, timeoutMs = 60_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const w = (await api(url, 'GET', `/${endpointId}/health`)).body.workers;
-    if (w.idle + w.running === count) return;
-    await pause(100);
-  }
-  throw new Error(`${endpointId} did not reach ${count} workers in ${timeoutMs} ms`);
 }
 
 // ── BullMQ ────────────────────────────────────────────────────────────────────────────────────────
