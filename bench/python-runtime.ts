@@ -1,6 +1,6 @@
 /**
  * The Python worker runtime (worker-image/python/ferry) against the TypeScript protocol worker
- * (bench/lib/worker.ts) on the same platform in the same run:
+ * (bench/lib/worker.ts) in the same run (each endpoint on a platform of its own, built the same):
  *
  *   throughput: jobs/s of an echo handler, one worker process, max_concurrency 1 and 4, async and
  *     sync handlers; the peer is the TS worker with 1 and 4 take loops;
@@ -79,31 +79,40 @@ async function main(): Promise<void> {
     dataDir: join(dir, 'data'),
     apiKey: benchKey,
     workerWaitMs: 20_000,
-    endpoints: ['tsecho'],
     project: { dir, ferryPythonPath: resolve(process.env.FERRY_BENCH_PYTHONPATH ?? 'worker-image/python') },
   });
+  // The TypeScript worker's endpoint on a platform of its own, as in bench/run.ts: a platform that
+  // runs worker pools holds a record with no build configuration (what an outside worker's endpoint
+  // is there) as failing and fails its jobs.
+  let tsChild: PlatformChild | undefined;
   const rows: { what: string; py: number; ts: number }[] = [];
   const load = [loadavg()[0]!];
   try {
+    tsChild = await startPlatformChild({
+      dataDir: join(dir, 'ts-data'),
+      apiKey: benchKey,
+      workerWaitMs: 20_000,
+      endpoints: ['tsecho'],
+    });
     for (const id of ['pyasync1', 'pysync1', 'pyasync4', 'pysync4'])
       await waitWorkers(child.url, id, 1, 60_000, 50);
     // Warm both sides (first SQLite pages, first connections) before anything is timed.
-    const warm = new CountingWorker(child.target('tsecho'), 'tsecho', {
-      workerId: child.target('tsecho').workerId,
+    const warm = new CountingWorker(tsChild.target('tsecho'), 'tsecho', {
+      workerId: tsChild.target('tsecho').workerId,
       concurrency: 1,
     });
     warm.start();
-    await drain(child, 'tsecho', 100);
+    await drain(tsChild, 'tsecho', 100);
     await warm.stop();
     for (const id of ['pyasync1', 'pysync1', 'pyasync4', 'pysync4']) await drain(child, id, 50);
 
     for (const concurrency of [1, 4]) {
-      const worker = new CountingWorker(child.target('tsecho'), 'tsecho', {
-        workerId: child.target('tsecho').workerId,
+      const worker = new CountingWorker(tsChild.target('tsecho'), 'tsecho', {
+        workerId: tsChild.target('tsecho').workerId,
         concurrency,
       });
       worker.start();
-      const ts = await drain(child, 'tsecho', jobs);
+      const ts = await drain(tsChild, 'tsecho', jobs);
       await worker.stop();
       for (const kind of ['async', 'sync']) {
         const py = await drain(child, `py${kind}${concurrency}`, jobs);
@@ -133,7 +142,7 @@ async function main(): Promise<void> {
     const median = sorted[Math.floor(sorted.length / 2)]!;
 
     const lines = [
-      `Python runtime vs TypeScript protocol worker, same platform, same run (${jobs} jobs per figure; load ${load.map((l) => round(l, 2)).join(' → ')})`,
+      `Python runtime vs TypeScript protocol worker, same build, same run (${jobs} jobs per figure; load ${load.map((l) => round(l, 2)).join(' → ')})`,
       '',
       '| echo | Python jobs/s | TS worker jobs/s | ratio |',
       '|---|---|---|---|',
@@ -143,6 +152,7 @@ async function main(): Promise<void> {
     ];
     process.stdout.write(`${lines.join('\n')}\n`);
   } finally {
+    await tsChild?.stop();
     await child.stop();
     rmSync(dir, { recursive: true, force: true });
   }
