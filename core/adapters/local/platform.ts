@@ -133,7 +133,7 @@ export async function startLocalPlatform(options: LocalPlatformOptions) {
   const workerUids = options.workers?.workerUids;
   if (workerUids) killUidRange(workerUids);
   securePrivateDir(options.dataDir, options.unusableDataDir);
-  const db = openLocalDatabase(join(options.dataDir, 'ferry.db'), { clock });
+  const db = openLocalDatabase(join(options.dataDir, 'ferry.db'), { clock, checkpointOnThread: true });
   const blobs = new FileBlobStore(join(options.dataDir, 'blobs'));
   const secretStore = db.openSecrets(join(options.dataDir, 'secrets.key'));
   const changes = new LocalChangeFeed(clock);

@@ -61,6 +61,7 @@ import type {
   WorkerRecord,
   WorkerRegistry,
 } from '../../ports.js';
+import { WalCheckpointer } from './checkpointer.js';
 import { createPrivateFile } from './home.js';
 import { SqliteWebhookOutbox } from './outbox.js';
 import { LocalSecretStore } from './secrets.js';
@@ -91,7 +92,12 @@ export class GroupCommit {
   readonly #one;
   readonly #all;
 
-  constructor(db: Db) {
+  /** Called after each commit (the WAL checkpointer counts them). */
+  readonly #committed: (() => void) | undefined;
+  #held = false;
+
+  constructor(db: Db, committed?: () => void) {
+    this.#committed = committed;
     this.#plain = db.transaction((batch: { work: () => unknown }[]) =>
       batch.map((item) => {
         try {
@@ -117,15 +123,28 @@ export class GroupCommit {
 
   run<T>(work: () => T): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      if (this.#pending.length === 0) setImmediate(() => this.flush());
+      if (this.#pending.length === 0 && !this.#held) setImmediate(() => this.flush());
       this.#pending.push({ work, resolve: resolve as (value: unknown) => void, reject });
     });
   }
 
-  /** Commits what is queued now (also called before the database closes). */
+  /**
+   * Commits nothing until release(): writes keep joining the group and are committed together then
+   * (the WAL checkpointer's finish step, checkpointer.ts).
+   */
+  hold(): void {
+    this.#held = true;
+  }
+
+  release(): void {
+    this.#held = false;
+    if (this.#pending.length > 0) setImmediate(() => this.flush());
+  }
+
+  /** Commits what is queued now (also called before the database closes), unless held. */
   flush(): void {
     const batch = this.#pending;
-    if (batch.length === 0) return;
+    if (batch.length === 0 || this.#held) return;
     this.#pending = [];
     let outcomes: { ok: boolean; value?: unknown; error?: unknown }[];
     try {
@@ -141,6 +160,7 @@ export class GroupCommit {
       for (const item of batch) item.reject(error);
       return;
     }
+    this.#committed?.();
     batch.forEach((item, i) => {
       const outcome = outcomes[i]!;
       if (outcome.ok) item.resolve(outcome.value);
@@ -319,6 +339,11 @@ export interface LocalDatabaseOptions {
    * it at once; this bounds how late it hears a send from another process sharing the file.
    */
   crossProcessPollMs?: number;
+  /**
+   * Checkpoints on a thread of their own (checkpointer.ts), not inside the commits: for the
+   * connection that serves the platform. A file only; ignored for `:memory:`.
+   */
+  checkpointOnThread?: boolean;
 }
 
 export interface LocalDatabase {
@@ -424,9 +449,27 @@ export function configureConnection(
   // jobs under load; 10 000 pages (about 40 MB of WAL) makes it ten times rarer, and hot pages
   // written many times in between are copied once. Durability is the same: commits are in the WAL.
   // https://www.sqlite.org/pragma.html#pragma_wal_autocheckpoint
+  // The serving platform's connection hands its checkpoints to a thread instead (checkpointPace).
   db.pragma('wal_autocheckpoint = 10000');
   db.pragma('foreign_keys = ON');
 }
+
+/**
+ * How often the serving platform's checkpoint thread is asked (checkpointer.ts): every 250 group
+ * commits. Under load a commit writes some 37 pages (bench/results.md, twentieth pass), so that is
+ * about the 10 000 pages above; a trickle of small commits (a few pages each) is checkpointed after
+ * one to two thousand. The copy step stops when a pass finds under 64 new frames (two commits'
+ * worth), or after twenty passes; the finish step holds the writes for a second at most. Writes
+ * outside the group commit (a worker's registration, stream chunks) are checkpointed within ten
+ * seconds.
+ */
+const checkpointPace = {
+  everyCommits: 250,
+  maxPasses: 20,
+  tailFrames: 64,
+  holdLimitMs: 1_000,
+  sweepMs: 10_000,
+};
 
 /**
  * GroupCommit runs each write in its own savepoint when a turn's write failed (and SQL statements
@@ -477,7 +520,16 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
     throw error;
   }
   const clock = options.clock ?? systemClock;
-  const group = new GroupCommit(db);
+  const onThread = options.checkpointOnThread === true && path !== ':memory:';
+  let checkpointer: WalCheckpointer | undefined;
+  const group = new GroupCommit(db, onThread ? () => checkpointer!.committed() : undefined);
+  if (onThread) {
+    checkpointer = new WalCheckpointer(db, group, {
+      path,
+      synchronous: options.synchronous ?? 'NORMAL',
+      ...checkpointPace,
+    });
+  }
   const queue = new SqliteJobQueue(db, clock, options.crossProcessPollMs ?? 500, group);
   const jobs = new SqliteJobStore(db, group);
   // Plain functions, not db.transaction: GroupCommit already makes each write one unit (a
@@ -636,6 +688,7 @@ export function openLocalDatabase(path: string, options: LocalDatabaseOptions = 
       if (closed) return;
       closed = true;
       await queue.close();
+      await checkpointer?.close();
       group.flush();
       db.close();
     },
