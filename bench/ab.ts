@@ -1,7 +1,8 @@
 /**
  * Two builds of Ferry against each other (`node dist/bench/ab.js <checkout A> <checkout B>`, each
  * checkout built): the platform's CPU per job of part (a)'s Python-pool figure, in rounds that
- * alternate between the two (A B, B A, A B, ...), with the ratio B / A of each pair of rounds.
+ * alternate between the two (A B, B A, A B, ...), with the ratio B / A of each pair of rounds, for
+ * the whole process and for its main thread (the event loop) alone.
  *
  * Why: on the shared two-core hosts this project is measured on, a build's CPU per job moves by 10
  * to 25 % from one run to the next as the host's speed drifts (bench/results.md, nineteenth pass: the
@@ -19,7 +20,13 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { cpuMs, descendantsCpuMs, type PlatformChild, startPlatformChild } from './lib/child.js';
+import {
+  cpuMs,
+  descendantsCpuMs,
+  mainThreadCpuMs,
+  type PlatformChild,
+  startPlatformChild,
+} from './lib/child.js';
 import { benchKey, echoProject } from './lib/faults.js';
 import { echoText, postInLoops, runJobs, waitWorkers } from './lib/load.js';
 import { envInt, round, say } from './lib/util.js';
@@ -35,7 +42,7 @@ interface Side {
   label: string;
   child: PlatformChild;
   dataDir: string;
-  rows: { perSec: number; platformMs: number }[];
+  rows: { perSec: number; platformMs: number; mainThreadMs: number }[];
 }
 
 /** The platform of `checkout`, started from there, its echo endpoint's workers up (pool) or none (run). */
@@ -86,14 +93,23 @@ async function measure(side: Side): Promise<void> {
   const warmUntil = performance.now() + warmUpSeconds * 1000;
   await load(side, () => performance.now() < warmUntil);
   const before = cpuMs(side.child.pid);
+  const mainBefore = mainThreadCpuMs(side.child.pid);
   const workersBefore = descendantsCpuMs(side.child.pid);
   const ms = await load(side, (sent) => sent < jobs);
   const after = cpuMs(side.child.pid);
-  if (before === undefined || after === undefined) throw new Error('no CPU figures: /proc is needed (Linux)');
-  const row = { perSec: round((jobs * 1000) / ms), platformMs: round((after - before) / jobs, 4) };
+  const mainAfter = mainThreadCpuMs(side.child.pid);
+  if (before === undefined || after === undefined || mainBefore === undefined || mainAfter === undefined)
+    throw new Error('no CPU figures: /proc is needed (Linux)');
+  const row = {
+    perSec: round((jobs * 1000) / ms),
+    platformMs: round((after - before) / jobs, 4),
+    mainThreadMs: round((mainAfter - mainBefore) / jobs, 4),
+  };
   side.rows.push(row);
   const workersMs = round((descendantsCpuMs(side.child.pid) - workersBefore) / jobs, 4);
-  say(`${side.label}: ${row.perSec} jobs/s, platform ${row.platformMs} ms a job, workers ${workersMs}`);
+  say(
+    `${side.label}: ${row.perSec} jobs/s, platform ${row.platformMs} ms a job (its main thread ${row.mainThreadMs}), workers ${workersMs}`,
+  );
 }
 
 const median = (values: number[]) => {
@@ -118,6 +134,7 @@ async function main() {
       for (const side of r % 2 === 0 ? [sideA, sideB] : [sideB, sideA]) await measure(side);
     }
     const ratios = sideA.rows.map((rowA, i) => sideB.rows[i]!.platformMs / rowA.platformMs);
+    const mainRatios = sideA.rows.map((rowA, i) => sideB.rows[i]!.mainThreadMs / rowA.mainThreadMs);
     console.log(
       JSON.stringify({
         part,
@@ -133,6 +150,11 @@ async function main() {
         },
         platformRatiosBOverA: ratios.map((ratio) => round(ratio, 3)),
         platformRatioMedian: round(median(ratios), 3),
+        mainThreadMsMedian: {
+          A: median(sideA.rows.map((r) => r.mainThreadMs)),
+          B: median(sideB.rows.map((r) => r.mainThreadMs)),
+        },
+        mainThreadRatioMedian: round(median(mainRatios), 3),
       }),
     );
   } finally {

@@ -141,12 +141,26 @@ export async function startPlatformChild(options: ChildOptions): Promise<Platfor
 }
 
 /**
- * CPU time (user + system) a process has used, in ms, from /proc (Linux; clock ticks of 10 ms, the
- * USER_HZ of every mainstream Linux). Unlike jobs/s it hardly moves with other load on the machine.
+ * CPU time (user + system) a process has used, all its threads, in ms, from /proc (Linux; clock
+ * ticks of 10 ms, the USER_HZ of every mainstream Linux). Unlike jobs/s it hardly moves with other
+ * load on the machine.
  */
 export function cpuMs(pid: number): number | undefined {
+  return statCpuMs(`/proc/${pid}/stat`);
+}
+
+/**
+ * CPU time of a process's main thread alone, in ms: for the platform, its event loop, which caps
+ * its jobs/s on a quiet machine (bench/results.md, nineteenth pass); other threads (the WAL
+ * checkpointer's) run beside it.
+ */
+export function mainThreadCpuMs(pid: number): number | undefined {
+  return statCpuMs(`/proc/${pid}/task/${pid}/stat`);
+}
+
+function statCpuMs(path: string): number | undefined {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const stat = readFileSync(path, 'utf8');
     // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     return (Number(fields[11]) + Number(fields[12])) * 10;
