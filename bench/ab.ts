@@ -14,8 +14,9 @@
  * process changes into the checkout to start its platform). Knobs: FERRY_BENCH_AB_ROUNDS (6 pairs),
  * FERRY_BENCH_JOBS (20000 per round), FERRY_BENCH_WARMUP_SECONDS (3, untimed, before each round),
  * FERRY_BENCH_AB_PART: `pool` (default: /run → COMPLETED through 2 Python workers × 8) or `run` (/run
- * alone, to an endpoint without workers: the submit path only; each round queues its jobs, so keep
- * rounds × (jobs + warm-up) under the queue cap of 100 000).
+ * alone, to an endpoint without workers: the submit path only, with the answers' 99.9th percentile
+ * and slowest; each round queues its jobs, so keep rounds × (jobs + warm-up) under the queue cap of
+ * 100 000).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -29,7 +30,7 @@ import {
 } from './lib/child.js';
 import { benchKey, echoProject } from './lib/faults.js';
 import { echoText, postInLoops, runJobs, waitWorkers } from './lib/load.js';
-import { envInt, round, say } from './lib/util.js';
+import { envInt, percentile, round, say } from './lib/util.js';
 
 const rounds = envInt('FERRY_BENCH_AB_ROUNDS', 6);
 const jobs = envInt('FERRY_BENCH_JOBS', 20_000);
@@ -42,7 +43,7 @@ interface Side {
   label: string;
   child: PlatformChild;
   dataDir: string;
-  rows: { perSec: number; platformMs: number; mainThreadMs: number }[];
+  rows: { perSec: number; platformMs: number; mainThreadMs: number; p999Ms?: number; maxMs?: number }[];
 }
 
 /** The platform of `checkout`, started from there, its echo endpoint's workers up (pool) or none (run). */
@@ -75,8 +76,11 @@ async function start(checkout: string, label: string): Promise<Side> {
   }
 }
 
-/** /run from `clients` loops while `more(sent)`; with workers, until health counts them COMPLETED. ms. */
-async function load(side: Side, more: (sent: number) => boolean): Promise<number> {
+/**
+ * /run from `clients` loops while `more(sent)`; with workers, until health counts them COMPLETED. ms.
+ * In the `run` part each answer's time goes to `latenciesMs`.
+ */
+async function load(side: Side, more: (sent: number) => boolean, latenciesMs?: number[]): Promise<number> {
   const { url } = side.child;
   const text = echoText(0);
   if (part !== 'run') return (await runJobs(url, endpointId, more, clients, text)).ms;
@@ -85,6 +89,7 @@ async function load(side: Side, more: (sent: number) => boolean): Promise<number
     clients,
     more,
     text,
+    latenciesMs,
   });
   return performance.now() - began;
 }
@@ -95,7 +100,8 @@ async function measure(side: Side): Promise<void> {
   const before = cpuMs(side.child.pid);
   const mainBefore = mainThreadCpuMs(side.child.pid);
   const workersBefore = descendantsCpuMs(side.child.pid);
-  const ms = await load(side, (sent) => sent < jobs);
+  const latenciesMs: number[] = [];
+  const ms = await load(side, (sent) => sent < jobs, latenciesMs);
   const after = cpuMs(side.child.pid);
   const mainAfter = mainThreadCpuMs(side.child.pid);
   if (before === undefined || after === undefined || mainBefore === undefined || mainAfter === undefined)
@@ -104,12 +110,20 @@ async function measure(side: Side): Promise<void> {
     perSec: round((jobs * 1000) / ms),
     platformMs: round((after - before) / jobs, 4),
     mainThreadMs: round((mainAfter - mainBefore) / jobs, 4),
+    ...(latenciesMs.length > 0 ? tail(latenciesMs) : {}),
   };
   side.rows.push(row);
   const workersMs = round((descendantsCpuMs(side.child.pid) - workersBefore) / jobs, 4);
+  const answers = row.p999Ms === undefined ? '' : `, /run p99.9 ${row.p999Ms} ms, slowest ${row.maxMs} ms`;
   say(
-    `${side.label}: ${row.perSec} jobs/s, platform ${row.platformMs} ms a job (its main thread ${row.mainThreadMs}), workers ${workersMs}`,
+    `${side.label}: ${row.perSec} jobs/s, platform ${row.platformMs} ms a job (its main thread ${row.mainThreadMs}), workers ${workersMs}${answers}`,
   );
+}
+
+/** The slow end of a round's answer times: what a stalled event loop shows first. */
+function tail(latenciesMs: number[]) {
+  const sorted = [...latenciesMs].sort((a, b) => a - b);
+  return { p999Ms: round(percentile(sorted, 99.9), 1), maxMs: round(sorted.at(-1)!, 1) };
 }
 
 const median = (values: number[]) => {
@@ -155,6 +169,16 @@ async function main() {
           B: median(sideB.rows.map((r) => r.mainThreadMs)),
         },
         mainThreadRatioMedian: round(median(mainRatios), 3),
+        ...(part === 'run' && {
+          runP999MsMedian: {
+            A: median(sideA.rows.map((r) => r.p999Ms!)),
+            B: median(sideB.rows.map((r) => r.p999Ms!)),
+          },
+          runMaxMsMedian: {
+            A: median(sideA.rows.map((r) => r.maxMs!)),
+            B: median(sideB.rows.map((r) => r.maxMs!)),
+          },
+        }),
       }),
     );
   } finally {

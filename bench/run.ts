@@ -39,7 +39,7 @@ import { cpuMs, descendantsCpuMs, startPlatformChild } from './lib/child.js';
 import { benchKey, deepQueue, echoProject } from './lib/faults.js';
 import { jsonPoster } from './lib/http.js';
 import { echoText, postInLoops, runJobs, waitWorkers } from './lib/load.js';
-import { envInt, pause, round, say } from './lib/util.js';
+import { envInt, pause, percentile, round, say } from './lib/util.js';
 import { CountingWorker } from './lib/worker.js';
 import { awsScaleFromZeroReport } from './scale-from-zero.js';
 
@@ -90,11 +90,6 @@ function machine() {
 }
 
 // ── measuring ─────────────────────────────────────────────────────────────────────────────────────
-
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
-}
 
 /** `clients` loops calling `once` for `seconds`, after a short warm-up; latencies in ms. */
 async function latency(clients: number, seconds: number, once: () => Promise<unknown>) {

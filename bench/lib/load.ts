@@ -47,13 +47,13 @@ export async function runJobs(
 /**
  * `clients` loops, each posting the echo body `{input: {i, text}}` to `path` and waiting for its
  * answer before the next, while `more(sent)`; one keep-alive socket per loop. Answers how many were
- * sent; any answer but 200 stops the run.
+ * sent; any answer but 200 stops the run. With `latenciesMs`, each answer's time is pushed there.
  */
 export async function postInLoops(
   baseUrl: string,
   headers: Record<string, string>,
   path: string,
-  load: { clients: number; more: (sent: number) => boolean; text: string },
+  load: { clients: number; more: (sent: number) => boolean; text: string; latenciesMs?: number[] },
 ): Promise<number> {
   const poster = jsonPoster(baseUrl, headers, load.clients);
   let sent = 0;
@@ -62,7 +62,9 @@ export async function postInLoops(
       Array.from({ length: load.clients }, async () => {
         while (load.more(sent)) {
           sent++;
+          const began = performance.now();
           const r = await poster.post(path, { input: { i: sent, text: load.text } });
+          load.latenciesMs?.push(performance.now() - began);
           if (r.status !== 200) throw new Error(`${path} answered ${r.status}: ${JSON.stringify(r.body)}`);
         }
       }),

@@ -14,3 +14,9 @@ export const say = (line: string): void => {
 };
 
 export const round = (n: number, digits = 1): number => Number(n.toFixed(digits));
+
+/** The `p`th percentile of ascending `sorted` (NaN when empty). */
+export function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
