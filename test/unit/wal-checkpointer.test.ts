@@ -51,11 +51,11 @@ const walBytes = () => statSync(`${path}-wal`).size;
 const fileBytes = () => statSync(path).size;
 
 /**
- * A group commit whose commits go through `spy` and a checkpointer on it; `commits` counts the
- * commits, `heldCommits` those that landed while the writes were held.
+ * A group commit whose hold and release go through a spy, and a checkpointer on it: `seen` counts
+ * the holds, the releases and the commits that landed while the writes were held.
  */
 function started(options = pace) {
-  const seen = { commits: 0, heldCommits: 0, holds: 0, releases: 0, held: false };
+  const seen = { heldCommits: 0, holds: 0, releases: 0, held: false };
   let group: GroupCommit | undefined;
   const spy: HeldWrites = {
     hold() {
@@ -70,7 +70,6 @@ function started(options = pace) {
     },
   };
   group = new GroupCommit(db, () => {
-    seen.commits++;
     if (seen.held) seen.heldCommits++;
     checkpointer!.committed();
   });
@@ -127,6 +126,9 @@ describe('WalCheckpointer', () => {
     expect(framesSince() * 4_096).toBeGreaterThan(4 * walAfterFirst);
     // Every finish step copied every frame (no commit landed during it).
     for (const outcome of finished()) expect(outcome.checkpointed).toBe(outcome.log);
+    // Each finish step held the writes (and released them); no commit landed while they were held.
+    expect(seen.holds).toBeGreaterThanOrEqual(finished().length);
+    expect(seen.releases).toBeGreaterThanOrEqual(seen.holds);
     expect(seen.heldCommits).toBe(0);
     // The WAL started over after each finish step: the WAL file holds less than the frames written
     // since the first checkpoint, which a WAL that never starts over would hold on top of the rest.
