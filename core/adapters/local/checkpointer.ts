@@ -12,8 +12,8 @@
  * thread with a connection of its own to the same file checkpoints instead, PASSIVE: a checkpoint
  * that never waits for a lock nor invokes the busy handler, so it never holds up the platform's
  * writes, and copies the frames committed when it began
- * (https://www.sqlite.org/c3ref/wal_checkpoint_v2.html). Every `everyCommits` group commits, or
- * every `sweepMs` when the connection changed rows otherwise:
+ * (https://www.sqlite.org/c3ref/wal_checkpoint_v2.html). Every `everyCommits` group commits, and
+ * every `sweepMs` in which rows changed since the last checkpoint started:
  *
  * 1. copy: the thread runs passes while the platform goes on committing, until a pass finds fewer
  *    than `tailFrames` new frames (each pass copies what was committed during the one before);
@@ -51,9 +51,10 @@ export interface CheckpointerOptions {
   /** Longest the writes are held for the finish step; past it they are committed anyway. */
   holdLimitMs: number;
   /**
-   * How often writes made outside the group commit (a worker's registration, a stream's chunks,
-   * records), which committed() never hears of, are looked for: a checkpoint starts when any row
-   * changed since the last one started.
+   * How often the connection's changed rows are looked at: a checkpoint starts when any row changed
+   * since the last one started. That covers writes made outside the group commit (a worker's
+   * registration, a stream's chunks, records), which committed() never hears of, and a trickle of
+   * commits that would take long to reach `everyCommits`.
    */
   sweepMs: number;
 }

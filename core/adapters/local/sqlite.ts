@@ -456,12 +456,11 @@ export function configureConnection(
 
 /**
  * How often the serving platform's checkpoint thread is asked (checkpointer.ts): every 250 group
- * commits. Under load a commit writes some 37 pages (bench/results.md, twentieth pass), so that is
- * about the 10 000 pages above; a trickle of small commits (a few pages each) is checkpointed after
- * one to two thousand. The copy step stops when a pass finds under 64 new frames (two commits'
- * worth), or after twenty passes; the finish step holds the writes for a second at most. Writes
- * outside the group commit (a worker's registration, stream chunks) are checkpointed within ten
- * seconds.
+ * commits, and every ten seconds in which rows changed otherwise. Under load a commit writes some 37
+ * pages (bench/results.md, twentieth pass), so 250 is about the 10 000 pages above; a trickle of
+ * writes, and writes outside the group commit (a worker's registration, stream chunks), are
+ * checkpointed within ten seconds. The copy step stops when a pass finds under 64 new frames (two
+ * commits' worth), or after twenty passes; the finish step holds the writes for a second at most.
  */
 const checkpointPace = {
   everyCommits: 250,
