@@ -5,8 +5,8 @@
  * on the thread that committed (https://www.sqlite.org/c3ref/wal_autocheckpoint.html): for the
  * platform that is its event loop, which answers no request while the WAL is synced, its pages
  * copied into the file and the file synced. Under load that came every few seconds: /run's 99.9th
- * percentile at 16 clients was 37 to 43 ms with it and 19 to 21 ms with this thread
- * (bench/results.md, twentieth pass).
+ * percentile at 16 clients was 42 ms with it and 16.9 ms with this thread (medians of alternated
+ * rounds, bench/results.md, twentieth pass).
  *
  * So the platform's connection stops checkpointing itself (wal_autocheckpoint = 0), and a worker
  * thread with a connection of its own to the same file checkpoints instead, PASSIVE: a checkpoint

@@ -84,6 +84,9 @@ type Db = Database.Database;
  *
  * So a write may run twice: its work must be SQL only, or undo what it did outside the database
  * when it runs again (createQueued's hand-off).
+ *
+ * While the group is held (hold(): the WAL checkpointer's finish step, checkpointer.ts), writes wait
+ * and are committed together after release().
  */
 export class GroupCommit {
   #pending: { work: () => unknown; resolve: (value: unknown) => void; reject: (error: unknown) => void }[] =
@@ -128,14 +131,12 @@ export class GroupCommit {
     });
   }
 
-  /**
-   * Commits nothing until release(): writes keep joining the group and are committed together then
-   * (the WAL checkpointer's finish step, checkpointer.ts).
-   */
+  /** Commits nothing until release(): writes keep joining the group. */
   hold(): void {
     this.#held = true;
   }
 
+  /** Commits what was held (in the next turn), and each turn's writes after that as before. */
   release(): void {
     this.#held = false;
     if (this.#pending.length > 0) setImmediate(() => this.flush());
