@@ -22,6 +22,7 @@ import {
 } from '../../core/adapters/local/checkpointer.js';
 import { configureConnection, GroupCommit, openLocalDatabase } from '../../core/adapters/local/sqlite.js';
 import { makeJob } from '../contract/helpers.js';
+import { until } from '../support/until.js';
 
 let dir: string;
 let path: string;
@@ -100,14 +101,6 @@ async function write(group: GroupCommit, rows: number, enough = () => false): Pr
   return ids;
 }
 
-const until = async (done: () => boolean, ms = 10_000) => {
-  const end = Date.now() + ms;
-  while (!done()) {
-    if (Date.now() > end) throw new Error('timed out');
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-};
-
 describe('WalCheckpointer', () => {
   it('checkpoints on its thread: the pages reach the file, and the WAL starts over', async () => {
     const fileBefore = fileBytes();
@@ -159,7 +152,7 @@ describe('WalCheckpointer', () => {
     const { outcomes } = started({ ...pace, everyCommits: 1_000_000, sweepMs: 50 });
     const insert = db.prepare('INSERT INTO items (id, label, body) VALUES (?, ?, ?)');
     for (let id = 1; id <= 2_000; id++) insert.run(id, `label-${id % 97}`, 'x'.repeat(300));
-    await until(() => outcomes.some((o) => o.step === 'finish'));
+    await until('a finish step', () => outcomes.some((o) => o.step === 'finish'), Boolean, 10_000);
     expect(fileBytes()).toBeGreaterThan(fileBefore + 500_000);
     // Nothing changed since: the sweeps start no other checkpoint.
     const steps = outcomes.length;
