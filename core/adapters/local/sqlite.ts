@@ -105,9 +105,9 @@ export class GroupCommit {
       batch.map((item) => {
         try {
           return { ok: true as const, value: item.work() };
-        } catch (error) {
+        } catch {
           // better-sqlite3 rolls the transaction back as this leaves it.
-          throw new WriteFailed(error);
+          throw new WriteFailed();
         }
       }),
     );
@@ -170,10 +170,11 @@ export class GroupCommit {
   }
 }
 
-/** A write of a group that threw, in the run without savepoints (GroupCommit). */
-class WriteFailed {
-  constructor(readonly cause: unknown) {}
-}
+/**
+ * Marks that a write of a group threw, in the run without savepoints (GroupCommit). Its error is not
+ * kept: the run with savepoints meets it again and hands it to that write's caller.
+ */
+class WriteFailed {}
 
 /**
  * Statements prepared once per connection: better-sqlite3 compiles SQL on every `prepare`, which
@@ -799,9 +800,9 @@ const jobFieldColumns = {
 
 /**
  * A job as it is read, a row of `jobRowColumns` (the order of jobFieldColumns, which this follows)
- * then (LEFT JOIN job_inputs) its input: null for a job stored without one, absent when not read. Rows come as arrays (`readsJobs`): as objects,
- * better-sqlite3 built every row a property at a time by name, a V8 lookup and a hidden-class
- * transition per column of every job read.
+ * then (LEFT JOIN job_inputs) its input: null for a job stored without one, absent when not read.
+ * Rows come as arrays (`readsJobs`): as objects, better-sqlite3 built every row a property at a time
+ * by name, a V8 lookup and a hidden-class transition per column of every job read.
  */
 type JobRow = [
   body: string,
