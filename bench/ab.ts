@@ -147,37 +147,30 @@ async function main() {
     for (let r = 0; r < rounds; r++) {
       for (const side of r % 2 === 0 ? [sideA, sideB] : [sideB, sideA]) await measure(side);
     }
-    const ratios = sideA.rows.map((rowA, i) => sideB.rows[i]!.platformMs / rowA.platformMs);
-    const mainRatios = sideA.rows.map((rowA, i) => sideB.rows[i]!.mainThreadMs / rowA.mainThreadMs);
+    type Row = Side['rows'][number];
+    /** The medians of one figure of the rounds, per side. */
+    const medians = (figure: (row: Row) => number) => ({
+      A: median(sideA.rows.map(figure)),
+      B: median(sideB.rows.map(figure)),
+    });
+    /** The ratio B / A of one figure, pair by pair. */
+    const ratios = (figure: (row: Row) => number) =>
+      sideA.rows.map((rowA, i) => figure(sideB.rows[i]!) / figure(rowA));
+    const platformRatios = ratios((r) => r.platformMs);
     console.log(
       JSON.stringify({
         part,
         pairs: rounds,
         jobs,
-        platformMsMedian: {
-          A: median(sideA.rows.map((r) => r.platformMs)),
-          B: median(sideB.rows.map((r) => r.platformMs)),
-        },
-        jobsPerSecMedian: {
-          A: median(sideA.rows.map((r) => r.perSec)),
-          B: median(sideB.rows.map((r) => r.perSec)),
-        },
-        platformRatiosBOverA: ratios.map((ratio) => round(ratio, 3)),
-        platformRatioMedian: round(median(ratios), 3),
-        mainThreadMsMedian: {
-          A: median(sideA.rows.map((r) => r.mainThreadMs)),
-          B: median(sideB.rows.map((r) => r.mainThreadMs)),
-        },
-        mainThreadRatioMedian: round(median(mainRatios), 3),
+        platformMsMedian: medians((r) => r.platformMs),
+        jobsPerSecMedian: medians((r) => r.perSec),
+        platformRatiosBOverA: platformRatios.map((ratio) => round(ratio, 3)),
+        platformRatioMedian: round(median(platformRatios), 3),
+        mainThreadMsMedian: medians((r) => r.mainThreadMs),
+        mainThreadRatioMedian: round(median(ratios((r) => r.mainThreadMs)), 3),
         ...(part === 'run' && {
-          runP999MsMedian: {
-            A: median(sideA.rows.map((r) => r.p999Ms!)),
-            B: median(sideB.rows.map((r) => r.p999Ms!)),
-          },
-          runMaxMsMedian: {
-            A: median(sideA.rows.map((r) => r.maxMs!)),
-            B: median(sideB.rows.map((r) => r.maxMs!)),
-          },
+          runP999MsMedian: medians((r) => r.p999Ms!),
+          runMaxMsMedian: medians((r) => r.maxMs!),
         }),
       }),
     );
