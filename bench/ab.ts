@@ -28,7 +28,7 @@ import {
   type PlatformChild,
   startPlatformChild,
 } from './lib/child.js';
-import { benchKey, echoProject } from './lib/faults.js';
+import { benchKey, echoPoolProject } from './lib/faults.js';
 import { echoText, postInLoops, runJobs, waitWorkers } from './lib/load.js';
 import { envInt, percentile, round, say } from './lib/util.js';
 
@@ -56,18 +56,7 @@ async function start(checkout: string, label: string): Promise<Side> {
       dataDir,
       apiKey: benchKey,
       workerWaitMs: 20_000,
-      ...(part === 'run'
-        ? { endpoints: [endpointId] }
-        : {
-            project: {
-              ...echoProject(),
-              resources: {
-                echo: { workersMin: 2, workersMax: 2, maxConcurrency: 8, idleTimeoutSec: 600 },
-                cold: { workersMin: 0, workersMax: 1, idleTimeoutSec: 1 },
-                slow: { workersMin: 0, workersMax: 1 },
-              },
-            },
-          }),
+      ...(part === 'run' ? { endpoints: [endpointId] } : { project: echoPoolProject() }),
     });
     if (part !== 'run') await waitWorkers(child.url, endpointId, 2);
     return { label, child, dataDir, rows: [] };

@@ -183,6 +183,19 @@ export const echoProject = () => ({
   ferryPythonPath: resolve('worker-image/python'),
 });
 
+/**
+ * Part (a)'s pool: the echo endpoint with 2 Python workers × max_concurrency 8 kept up, the fixture's
+ * other endpoints at rest (bench/ab.ts, bench/profile.ts).
+ */
+export const echoPoolProject = () => ({
+  ...echoProject(),
+  resources: {
+    echo: { workersMin: 2, workersMax: 2, maxConcurrency: 8, idleTimeoutSec: 600 },
+    cold: { workersMin: 0, workersMax: 1, idleTimeoutSec: 1 },
+    slow: { workersMin: 0, workersMax: 1 },
+  },
+});
+
 export async function killWorkersMidJob(options: { jobs: number; jobMs: number }): Promise<WorkerKillResult> {
   const dataDir = tempDir('fault-workers');
   const pidDir = join(dataDir, 'pids');

@@ -12,7 +12,7 @@ export const echoText = (payloadBytes: number) => (payloadBytes > 0 ? 'x'.repeat
 
 /**
  * Submits jobs with `clients` parallel /run loops while `more(submitted)` holds, then waits until
- * health counts them all COMPLETED.
+ * health counts them all COMPLETED. Answers how many, and the ms both took.
  */
 export async function runJobs(
   url: string,
@@ -41,7 +41,7 @@ export async function runJobs(
     if (now.jobs.completed - before.completed >= next) break;
     await pause(50);
   }
-  return { submittedMs, ms: performance.now() - began };
+  return { jobs: next, submittedMs, ms: performance.now() - began };
 }
 
 /**
