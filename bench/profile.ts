@@ -9,9 +9,8 @@
  * the thread's CPU time, and shows native code (SQLite, Node's C++, the kernel) only as the
  * JavaScript function that called it. On the twentieth pass's load `--cpu-prof` gave the answers'
  * `writev` 16 % of the thread; here the kernel's writev is 6 % of its CPU (bench/results.md,
- * twenty-first pass). The platform runs with
- * `--perf-basic-prof` (V8 writes /tmp/perf-<pid>.map, removed at the end) and
- * `--interpreted-frames-native-stack`, so JavaScript frames carry their names.
+ * twenty-first pass). The platform runs with `--perf-basic-prof` (V8 writes /tmp/perf-<pid>.map,
+ * removed at the end) and `--interpreted-frames-native-stack`, so JavaScript frames carry their names.
  */
 import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -152,7 +151,13 @@ async function main(): Promise<void> {
     perf.stderr.on('data', (d: Buffer) => {
       perfErr += d.toString();
     });
-    const recorded = new Promise<number | null>((resolveExit) => perf.on('exit', resolveExit));
+    const recorded = new Promise<number | null>((resolveExit) => {
+      perf.on('exit', resolveExit);
+      perf.on('error', (error) => {
+        perfErr += String(error);
+        resolveExit(null);
+      });
+    });
     let recording = true;
     void recorded.then(() => {
       recording = false;
@@ -173,7 +178,7 @@ async function main(): Promise<void> {
     const kinds = new Map<string, number>();
     for (const sample of self) kinds.set(kindOf(sample), (kinds.get(kindOf(sample)) ?? 0) + sample.percent);
     const lines = [
-      `The platform's main thread: ${perJob} ms of CPU a job while sampled (perf's own cost included).`,
+      `The platform's main thread: ${perJob} ms of CPU a job over the sampled load (perf's own cost included).`,
       'By kind of code (self):',
     ];
     for (const [kind, share] of [...kinds].sort((a, b) => b[1] - a[1]))
