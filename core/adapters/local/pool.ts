@@ -50,6 +50,14 @@ import type { RolloutReport } from './rollout.js';
 /** The shortest time between two pool ticks that submits woke (see start()). */
 const minTickGapMs = 50;
 
+/**
+ * How long a load-balanced request may wait for a worker that cannot start yet, and how often it
+ * asks again (EndpointPool.workerFor). A draining worker finishes its requests before it leaves; a
+ * worker itself may take two minutes to become ready (startGrace).
+ */
+const lbHoldMs = 60_000;
+const lbHoldPollMs = 50;
+
 /** What health and failed jobs say of a configuration the pool cannot give its workers: the error and its next step. */
 const reasonOf = (error: FerryError): string =>
   error.hint ? `${error.message} (${error.hint})` : error.message;
@@ -851,25 +859,7 @@ export class EndpointPool {
   }
 
   async forward(request: LbRequest): Promise<LbResponse> {
-    const serving = new Set(this.supervisor.servingOf(this.endpointId).map((w) => w.workerId));
-    let candidates = [...this.procs.values()].filter((p) => serving.has(p.identity.workerId));
-    const allBusy = candidates.every((p) => p.inFlight >= this.resources.maxConcurrency);
-    // The local front door holds a request until a worker is ready. A request no worker can take
-    // now counts as waiting; the policy says whether that is worth one more worker.
-    const wanted = allBusy ? this.supervisor.decide(this.endpointId, this.plan(0, 1)).desired : 0;
-    if (candidates.length < wanted) {
-      const started = this.supervisor.startOne(this.endpointId, this.plan(0, 1));
-      const proc = started && this.procs.get(started.workerId);
-      if (proc) candidates = [...candidates, proc];
-    }
-    if (candidates.length === 0) {
-      const problem = this.supervisor.problem(this.endpointId);
-      throw new FerryError(
-        'failed',
-        `The endpoint has no worker to serve this request${problem ? `: ${problem.reason}` : ''}`,
-      );
-    }
-    const proc = candidates[this.rr++ % candidates.length]!;
+    const proc = await this.workerFor(request.signal);
     proc.inFlight++;
     this.supervisor.request(proc.identity.workerId, 1);
     try {
@@ -901,6 +891,42 @@ export class EndpointPool {
     } finally {
       proc.inFlight--;
       this.supervisor.request(proc.identity.workerId, -1);
+    }
+  }
+
+  /**
+   * The worker a request goes to: a serving one, round robin, or one started for it. The local front
+   * door holds a request until a worker is ready; a request no worker can take now counts as waiting,
+   * and the policy says whether that is worth one more worker. When no worker serves and none may
+   * start yet (the endpoint is at its max while workers of an earlier deployment finish their
+   * requests and leave, a start backoff, GPUs another endpoint's workers hold), the request is held
+   * and asked about again every lbHoldPollMs, as a job waits in the queue, for up to lbHoldMs: it
+   * failed at once, a 500 to a request sent just after a `ferry dev` reload. A failing endpoint, or
+   * one with no worker allowed, answers at once.
+   */
+  private async workerFor(signal: AbortSignal | undefined): Promise<WorkerProcess> {
+    const holdUntil = performance.now() + lbHoldMs;
+    const stop = signal ? AbortSignal.any([signal, this.abort.signal]) : this.abort.signal;
+    for (;;) {
+      const serving = new Set(this.supervisor.servingOf(this.endpointId).map((w) => w.workerId));
+      let candidates = [...this.procs.values()].filter((p) => serving.has(p.identity.workerId));
+      const allBusy = candidates.every((p) => p.inFlight >= this.resources.maxConcurrency);
+      const wanted = allBusy ? this.supervisor.decide(this.endpointId, this.plan(0, 1)).desired : 0;
+      if (candidates.length < wanted) {
+        const started = this.supervisor.startOne(this.endpointId, this.plan(0, 1));
+        const proc = started && this.procs.get(started.workerId);
+        if (proc) candidates = [...candidates, proc];
+      }
+      if (candidates.length > 0) return candidates[this.rr++ % candidates.length]!;
+      const problem = this.supervisor.problem(this.endpointId);
+      const mayStartLater = problem?.state !== 'failing' && this.resources.workersMax > 0;
+      if (!mayStartLater || stop.aborted || performance.now() >= holdUntil) {
+        throw new FerryError(
+          'failed',
+          `The endpoint has no worker to serve this request${problem ? `: ${problem.reason}` : ''}`,
+        );
+      }
+      await pauseFor(lbHoldPollMs, stop);
     }
   }
 
