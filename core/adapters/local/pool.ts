@@ -906,7 +906,8 @@ export class EndpointPool {
    */
   private async workerFor(signal: AbortSignal | undefined): Promise<WorkerProcess> {
     const holdUntil = performance.now() + lbHoldMs;
-    const stop = signal ? AbortSignal.any([signal, this.abort.signal]) : this.abort.signal;
+    // Made once a request has to wait: most never do.
+    let stop: AbortSignal | undefined;
     for (;;) {
       const serving = new Set(this.supervisor.servingOf(this.endpointId).map((w) => w.workerId));
       let candidates = [...this.procs.values()].filter((p) => serving.has(p.identity.workerId));
@@ -920,6 +921,7 @@ export class EndpointPool {
       if (candidates.length > 0) return candidates[this.rr++ % candidates.length]!;
       const problem = this.supervisor.problem(this.endpointId);
       const mayStartLater = problem?.state !== 'failing' && this.resources.workersMax > 0;
+      stop ??= signal ? AbortSignal.any([signal, this.abort.signal]) : this.abort.signal;
       if (!mayStartLater || stop.aborted || performance.now() >= holdUntil) {
         throw new FerryError(
           'failed',
