@@ -5,16 +5,21 @@
  * waits in the queue. It was answered 500 "internal error" at once ("no worker to serve"), which the
  * `ferry dev` reload test met under load.
  */
-import { resolve } from 'node:path';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { scanProject } from '../../cli/build/scan.js';
 import type { EndpointRecord } from '../../core/ports.js';
 import { recordFor } from '../support/endpoints.js';
 import { startTestPlatform, type TestPlatform, testApiKey } from '../support/platform.js';
+import { until } from '../support/until.js';
 
 const projectDir = resolve('test/e2e/fixtures/lb-rollout');
 let platform: TestPlatform;
 let record: EndpointRecord;
+/** Where the busy request says it started and the test lets it go. */
+const marks = mkdtempSync(join(tmpdir(), 'ferry-lb-rollout-'));
 
 const get = async (path: string) => {
   const response = await fetch(`${platform.url}/lb/roll${path}`, {
@@ -34,7 +39,9 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  writeFileSync(join(marks, 'release'), 'go');
   await platform?.stop();
+  rmSync(marks, { recursive: true, force: true });
 });
 
 it('holds a request while the one worker allowed is an old deployment finishing its request, then serves it on the new one', {
@@ -42,18 +49,26 @@ it('holds a request while the one worker allowed is an old deployment finishing 
 }, async () => {
   const first = await get('/hello');
   expect(first.status, platform.workers!.pool('roll')?.recentLogs().join('\n')).toBe(200);
-  // The old worker is busy for a while when the new deployment comes.
-  const slow = get('/slow?seconds=2');
-  await new Promise((r) => setTimeout(r, 500));
+  // The old worker runs a request until the test lets it go; the new deployment comes meanwhile.
+  const [started, release] = [join(marks, 'started'), join(marks, 'release')];
+  const busy = get(`/busy?started=${encodeURIComponent(started)}&release=${encodeURIComponent(release)}`);
+  await until('the busy request to start', () => existsSync(started), Boolean);
   await platform.db.control.putEndpoint({ ...record, fingerprint: 'dev-2', updatedAt: Date.now() });
   await platform.workers!.reconcile();
-  // The race itself: the old worker still runs its request, and no worker serves.
+  // The race itself: the one worker allowed is the old one, draining, and no worker serves.
   expect(platform.supervisor.liveOf('roll')).toHaveLength(1);
   expect(platform.supervisor.servingOf('roll')).toEqual([]);
-  const held = await get('/hello');
-  const logs = platform.workers!.pool('roll')?.recentLogs().join('\n');
-  expect(held, logs).toEqual({ status: 200, body: { pid: expect.any(Number) } });
+  let answered = false;
+  const held = get('/hello').finally(() => {
+    answered = true;
+  });
+  await new Promise((r) => setTimeout(r, 300));
+  expect(answered).toBe(false);
+  writeFileSync(release, 'go');
+  expect(await busy).toEqual({ status: 200, body: { pid: first.body.pid } });
   // Served by a worker of the new deployment, once the old one had answered its request and left.
-  expect(held.body.pid).not.toBe(first.body.pid);
-  expect(await slow).toEqual({ status: 200, body: { pid: first.body.pid } });
+  const answer = await held;
+  const logs = platform.workers!.pool('roll')?.recentLogs().join('\n');
+  expect(answer, logs).toEqual({ status: 200, body: { pid: expect.any(Number) } });
+  expect(answer.body.pid).not.toBe(first.body.pid);
 });
