@@ -912,9 +912,10 @@ export class EndpointPool {
       const serving = new Set(this.supervisor.servingOf(this.endpointId).map((w) => w.workerId));
       let candidates = [...this.procs.values()].filter((p) => serving.has(p.identity.workerId));
       const allBusy = candidates.every((p) => p.inFlight >= this.resources.maxConcurrency);
-      const wanted = allBusy ? this.supervisor.decide(this.endpointId, this.plan(0, 1)).desired : 0;
+      const plan = this.plan(0, 1);
+      const wanted = allBusy ? this.supervisor.decide(this.endpointId, plan).desired : 0;
       if (candidates.length < wanted) {
-        const started = this.supervisor.startOne(this.endpointId, this.plan(0, 1));
+        const started = this.supervisor.startOne(this.endpointId, plan);
         const proc = started && this.procs.get(started.workerId);
         if (proc) candidates = [...candidates, proc];
       }
