@@ -13,10 +13,12 @@
  * Each checkout's own `dist/bench/serve-child.js`, echo fixture and Python runtime are used (this
  * process changes into the checkout to start its platform). Knobs: FERRY_BENCH_AB_ROUNDS (6 pairs),
  * FERRY_BENCH_JOBS (20000 per round), FERRY_BENCH_WARMUP_SECONDS (3, untimed, before each round),
- * FERRY_BENCH_AB_PART: `pool` (default: /run → COMPLETED through 2 Python workers × 8) or `run` (/run
+ * FERRY_BENCH_AB_PART: `pool` (default: /run → COMPLETED through 2 Python workers × 8), `run` (/run
  * alone, to an endpoint without workers: the submit path only, with the answers' 99.9th percentile
  * and slowest; each round queues its jobs, so keep rounds × (jobs + warm-up) under the queue cap of
- * 100 000).
+ * 100 000) or `sync` (part (b)'s runsync against the same pool: FERRY_BENCH_SECONDS (5) of one
+ * runsync loop, then as long of 32, with each level's p50 and the CPU a runsync at one client, where
+ * a job is paid alone; undici clients, so the client takes little of the two cores).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -29,21 +31,37 @@ import {
   startPlatformChild,
 } from './lib/child.js';
 import { benchKey, echoPoolProject } from './lib/faults.js';
-import { echoText, postInLoops, runJobs, waitWorkers } from './lib/load.js';
+import { echoText, postInLoops, runJobs, runsyncLoops, waitWorkers } from './lib/load.js';
 import { envInt, percentile, round, say } from './lib/util.js';
 
 const rounds = envInt('FERRY_BENCH_AB_ROUNDS', 6);
 const jobs = envInt('FERRY_BENCH_JOBS', 20_000);
 const warmUpSeconds = envInt('FERRY_BENCH_WARMUP_SECONDS', 3);
 const part = process.env.FERRY_BENCH_AB_PART ?? 'pool';
+if (!['pool', 'run', 'sync'].includes(part)) {
+  console.error(`FERRY_BENCH_AB_PART is pool, run or sync, not ${part}`);
+  process.exit(2);
+}
+const levelSeconds = envInt('FERRY_BENCH_SECONDS', 5);
 const clients = 16;
+/** The runsync levels of the `sync` part: the aims' 1 and 32 clients (bench/results.md, part (b)). */
+const syncLevels = [1, 32] as const;
 const endpointId = part === 'run' ? 'q' : 'echo';
 
 interface Side {
   label: string;
   child: PlatformChild;
   dataDir: string;
-  rows: { perSec: number; platformMs: number; mainThreadMs: number; p999Ms?: number; maxMs?: number }[];
+  rows: {
+    perSec: number;
+    platformMs: number;
+    mainThreadMs: number;
+    p999Ms?: number;
+    maxMs?: number;
+    /** The sync part: runsync p50 at 1 and at 32 clients. */
+    p50Ms1?: number;
+    p50Ms32?: number;
+  }[];
 }
 
 /** The platform of `checkout`, started from there, its echo endpoint's workers up (pool) or none (run). */
@@ -83,7 +101,38 @@ async function load(side: Side, more: (sent: number) => boolean, latenciesMs?: n
   return performance.now() - began;
 }
 
+/** `clients` runsync loops for `seconds` (runsyncLoops). */
+function runsyncs(side: Side, clientCount: number, seconds: number) {
+  const endAt = performance.now() + seconds * 1000;
+  return runsyncLoops(side.child.url, endpointId, clientCount, () => performance.now() < endAt);
+}
+
+/** A round of the sync part: warm-up, then each level; the CPU a runsync is the 1-client level's. */
+async function measureSync(side: Side): Promise<void> {
+  await runsyncs(side, 1, warmUpSeconds);
+  const before = cpuMs(side.child.pid);
+  const mainBefore = mainThreadCpuMs(side.child.pid);
+  const one = await runsyncs(side, syncLevels[0], levelSeconds);
+  const after = cpuMs(side.child.pid);
+  const mainAfter = mainThreadCpuMs(side.child.pid);
+  if (before === undefined || after === undefined || mainBefore === undefined || mainAfter === undefined)
+    throw new Error('no CPU figures: /proc is needed (Linux)');
+  const many = await runsyncs(side, syncLevels[1], levelSeconds);
+  const row = {
+    perSec: round((one.count * 1000) / one.ms),
+    platformMs: round((after - before) / one.count, 4),
+    mainThreadMs: round((mainAfter - mainBefore) / one.count, 4),
+    p50Ms1: round(one.p50Ms, 3),
+    p50Ms32: round(many.p50Ms, 3),
+  };
+  side.rows.push(row);
+  say(
+    `${side.label}: runsync p50 ${row.p50Ms1} ms at 1 client (${row.perSec}/s, platform ${row.platformMs} ms a runsync, its main thread ${row.mainThreadMs}), ${row.p50Ms32} ms at 32`,
+  );
+}
+
 async function measure(side: Side): Promise<void> {
+  if (part === 'sync') return measureSync(side);
   const warmUntil = performance.now() + warmUpSeconds * 1000;
   await load(side, () => performance.now() < warmUntil);
   const before = cpuMs(side.child.pid);
@@ -127,7 +176,8 @@ async function main() {
     console.error('usage: node dist/bench/ab.js <checkout A> <checkout B>   (each built: npm run build)');
     process.exit(2);
   }
-  say(`A/B, part ${part}: ${rounds} pairs of ${jobs} jobs, A = ${a}, B = ${b}`);
+  const roundSize = part === 'sync' ? `${levelSeconds} s a level` : `${jobs} jobs`;
+  say(`A/B, part ${part}: ${rounds} pairs of ${roundSize}, A = ${a}, B = ${b}`);
   const sides: Side[] = [];
   try {
     sides.push(await start(a, 'A'));
@@ -150,7 +200,7 @@ async function main() {
       JSON.stringify({
         part,
         pairs: rounds,
-        jobs,
+        ...(part === 'sync' ? { levelSeconds } : { jobs }),
         platformMsMedian: medians((r) => r.platformMs),
         jobsPerSecMedian: medians((r) => r.perSec),
         platformRatiosBOverA: platformRatios.map((ratio) => round(ratio, 3)),
@@ -160,6 +210,12 @@ async function main() {
         ...(part === 'run' && {
           runP999MsMedian: medians((r) => r.p999Ms!),
           runMaxMsMedian: medians((r) => r.maxMs!),
+        }),
+        ...(part === 'sync' && {
+          runsyncP50Ms1Median: medians((r) => r.p50Ms1!),
+          runsyncP50Ms1RatioMedian: round(median(ratios((r) => r.p50Ms1!)), 3),
+          runsyncP50Ms32Median: medians((r) => r.p50Ms32!),
+          runsyncP50Ms32RatioMedian: round(median(ratios((r) => r.p50Ms32!)), 3),
         }),
       }),
     );

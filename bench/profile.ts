@@ -3,7 +3,8 @@
  * counts it (`node dist/bench/profile.js`, Linux with `perf`): `perf record` of the thread alone for
  * FERRY_BENCH_PROFILE_SECONDS (5) while 16 /run loops keep 2 Python workers × 8 busy, then its
  * samples by kind of code (self), the kernel's share by system call, named frames with what they
- * call (inclusive), and the top symbols.
+ * call (inclusive), and the top symbols. FERRY_BENCH_PROFILE_LOAD=runsync: part (b)'s load instead,
+ * FERRY_BENCH_CLIENTS (1) runsync loops against the same pool, where a job is paid alone.
  *
  * Why beside FERRY_BENCH_CPU_PROF (`--cpu-prof`): V8's sampler ticks on wall-clock time, not on
  * the thread's CPU time, and shows native code (SQLite, Node's C++, the kernel) only as the
@@ -19,12 +20,17 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { mainThreadCpuMs, startPlatformChild } from './lib/child.js';
 import { benchKey, echoPoolProject } from './lib/faults.js';
-import { echoText, runJobs, waitWorkers } from './lib/load.js';
+import { echoText, runJobs, runsyncLoops, waitWorkers } from './lib/load.js';
 import { envInt, round, say } from './lib/util.js';
 
 const seconds = envInt('FERRY_BENCH_PROFILE_SECONDS', 5);
 const warmUpSeconds = envInt('FERRY_BENCH_WARMUP_SECONDS', 3);
-const clients = 16;
+const load = process.env.FERRY_BENCH_PROFILE_LOAD ?? 'pool';
+if (load !== 'pool' && load !== 'runsync') {
+  console.error(`FERRY_BENCH_PROFILE_LOAD is pool or runsync, not ${load}`);
+  process.exit(2);
+}
+const clients = load === 'runsync' ? envInt('FERRY_BENCH_CLIENTS', 1) : 16;
 const run = promisify(execFile);
 
 /** One line of `perf report -t '|'`: its share of the samples, where the code lives, the symbol. */
@@ -104,6 +110,19 @@ const namedFrames: [string, RegExp][] = [
   ['V8 garbage collection (Heap::CollectGarbage)', /^v8::internal::Heap::CollectGarbage$/],
 ];
 
+/**
+ * The load while `more()`: /run loops until health counts the jobs COMPLETED (pool), or runsync
+ * loops (runsync). Answers how many jobs, the ms, and the runsyncs' p50.
+ */
+async function drive(
+  url: string,
+  more: () => boolean,
+): Promise<{ jobs: number; ms: number; p50Ms?: number }> {
+  if (load === 'pool') return runJobs(url, 'echo', more, clients, echoText(0));
+  const { count, ms, p50Ms } = await runsyncLoops(url, 'echo', clients, more);
+  return { jobs: count, ms, p50Ms };
+}
+
 const sumOf = (samples: Sample[], match: (s: Sample) => boolean) =>
   samples.filter(match).reduce((sum, s) => sum + s.percent, 0);
 
@@ -134,10 +153,9 @@ async function main(): Promise<void> {
   });
   try {
     await waitWorkers(child.url, 'echo', 2);
-    const text = echoText(0);
     const warmUntil = performance.now() + warmUpSeconds * 1000;
-    await runJobs(child.url, 'echo', () => performance.now() < warmUntil, clients, text);
-    say(`perf record of the platform's main thread (tid ${child.pid}) for ${seconds} s under load`);
+    await drive(child.url, () => performance.now() < warmUntil);
+    say(`perf record of the platform's main thread (tid ${child.pid}) for ${seconds} s under ${load} load`);
     const data = join(work, 'perf.data');
     // -t: the main thread only (the checkpoint thread and V8's helpers run beside it).
     const perf = spawn(
@@ -163,14 +181,14 @@ async function main(): Promise<void> {
       recording = false;
     });
     const mainBefore = mainThreadCpuMs(child.pid);
-    const { jobs, ms } = await runJobs(child.url, 'echo', () => recording, clients, text);
+    const { jobs, ms, p50Ms } = await drive(child.url, () => recording);
     const mainAfter = mainThreadCpuMs(child.pid);
     const code = await recorded;
     if (code !== 0) throw new Error(`perf record exited ${code}: ${perfErr.trim().slice(-500)}`);
     const perJob =
       mainBefore === undefined || mainAfter === undefined ? '?' : round((mainAfter - mainBefore) / jobs, 4);
     say(
-      `${jobs} jobs in ${round(ms / 1000, 1)} s (${round((jobs * 1000) / ms)} jobs/s); reading the samples`,
+      `${jobs} jobs in ${round(ms / 1000, 1)} s (${round((jobs * 1000) / ms)} jobs/s${p50Ms === undefined ? '' : `, runsync p50 ${round(p50Ms, 2)} ms`}); reading the samples`,
     );
 
     const self = await perfReport(data, false);

@@ -5,7 +5,7 @@
  */
 import { api, benchKey } from './faults.js';
 import { jsonPoster } from './http.js';
-import { pause } from './util.js';
+import { pause, percentile } from './util.js';
 
 /** The echo input: a short text, or `payloadBytes` of it for the large-input point of the curve. */
 export const echoText = (payloadBytes: number) => (payloadBytes > 0 ? 'x'.repeat(payloadBytes) : 'echo me');
@@ -73,6 +73,40 @@ export async function postInLoops(
     await poster.close();
   }
   return sent;
+}
+
+/**
+ * `clients` runsync loops of the echo input on kept-alive sockets while `more(sent)`: how many were
+ * answered, the ms they took, and the answers' p50 in ms.
+ */
+export async function runsyncLoops(
+  url: string,
+  endpointId: string,
+  clients: number,
+  more: (sent: number) => boolean,
+) {
+  const latenciesMs: number[] = [];
+  const began = performance.now();
+  const count = await postInLoops(
+    url,
+    { authorization: `Bearer ${benchKey}` },
+    `/v2/${endpointId}/runsync?wait=60000`,
+    {
+      clients,
+      more,
+      text: echoText(0),
+      latenciesMs,
+    },
+  );
+  const ms = performance.now() - began;
+  return {
+    count,
+    ms,
+    p50Ms: percentile(
+      latenciesMs.sort((a, b) => a - b),
+      50,
+    ),
+  };
 }
 
 /** Waits until health counts `count` workers (idle or running) for the endpoint, polling every `pollMs`. */
