@@ -15,7 +15,7 @@ import { systemClock } from './clock.js';
  */
 const ended = Object.freeze({ reason: 'the wait ended' });
 
-import type { ChangeFeed, Clock, Watch } from './ports.js';
+import type { ChangeDetail, ChangeFeed, Clock, Watch } from './ports.js';
 
 class LocalWatch implements Watch {
   /** Set by notify while nobody waits; consumed by the next `changed`. */
@@ -23,6 +23,7 @@ class LocalWatch implements Watch {
   closed = false;
   /** The pending `changed` call, if any. */
   waiter: ((changed: boolean) => void) | undefined;
+  detail: ChangeDetail | undefined;
 
   constructor(
     private readonly release: (watch: LocalWatch) => void,
@@ -31,7 +32,8 @@ class LocalWatch implements Watch {
     private readonly pollMs: number | undefined,
   ) {}
 
-  signal(): void {
+  signal(detail: ChangeDetail | undefined): void {
+    this.detail = detail;
     if (this.waiter) {
       const wake = this.waiter;
       this.waiter = undefined;
@@ -99,10 +101,10 @@ export class LocalChangeFeed implements ChangeFeed {
     return watch;
   }
 
-  notify(key: string): void {
+  notify(key: string, detail?: ChangeDetail): void {
     const set = this.#watches.get(key);
     if (!set) return;
-    for (const watch of set) watch.signal();
+    for (const watch of set) watch.signal(detail);
   }
 
   /** Live watches, over all keys (for leak checks). */

@@ -1186,7 +1186,7 @@ export class JobEngine {
 
   private afterWrite(before: Job, after: Job): void {
     this.changes.notify(jobKey(after.id));
-    if (isFinal(after.status)) this.changes.notify(jobEndKey(after.id));
+    if (isFinal(after.status)) this.changes.notify(jobEndKey(after.id), { ended: after });
     // Wake the holder's job-stop poll only when this change means it must let go: its own job-done
     // (COMPLETED or FAILED, still its own) woke it to re-read every job it holds, for nothing.
     if (
@@ -1305,7 +1305,9 @@ export class JobEngine {
   /**
    * The job once it is final, or as it is when `waitMs` runs out, read without its input: a final
    * job's view has none, and on AWS a polling wait would fetch a big input from S3 at every poll.
-   * 404 at the first read when the job is not this endpoint's (or is gone).
+   * 404 at the first read when the job is not this endpoint's (or is gone). A job that ended in this
+   * process comes with its notify and is not read back: at one runsync client that read and its
+   * awaits put the runsync's answer behind the worker's job-done answer.
    */
   private async waitForEnd(
     endpointId: string,
@@ -1318,12 +1320,15 @@ export class JobEngine {
     try {
       const deadline = this.clock.now() + waitMs;
       // The caller stored the job after opening the watch: it is unfinished unless the watch says otherwise.
-      if (openedBeforeStored) await watch.changed(waitMs, signal);
+      let heard = openedBeforeStored ? await watch.changed(waitMs, signal) : false;
       for (;;) {
-        const job = await this.mustGet(endpointId, jobId, noInput);
+        const ended = heard ? watch.detail?.ended : undefined;
+        const job = ended
+          ? this.ofEndpoint(endpointId, jobId, ended)
+          : await this.mustGet(endpointId, jobId, noInput);
         const remaining = deadline - this.clock.now();
         if (isFinal(job.status) || remaining <= 0 || signal?.aborted) return job;
-        await watch.changed(remaining, signal);
+        heard = await watch.changed(remaining, signal);
       }
     } finally {
       if (!openedBeforeStored) watch.close();

@@ -489,14 +489,22 @@ export interface ChangeFeed {
   notify(key: string, detail?: ChangeDetail): void;
 }
 
-/** What a notify says beyond its key: a job was queued, of this priority. */
+/** What a notify says beyond its key. */
 export interface ChangeDetail {
+  /** A job was queued, of this priority (the AWS scaler nudge). */
   queuedLowPriority?: boolean;
+  /**
+   * A job-end notify's job as its final write left it: a wait in the same process answers with it
+   * instead of reading the job back (Engine.waitForEnd). Another process's waits still read.
+   */
+  ended?: Job;
 }
 
 export interface Watch {
   /** True as soon as the key changed since the watch began (or since the last call); false after `waitMs`. */
   changed(waitMs: number, signal?: AbortSignal): Promise<boolean>;
+  /** The detail of the latest notify of this process the watch heard, when it carried one. */
+  readonly detail?: ChangeDetail | undefined;
   close(): void;
 }
 

@@ -24,6 +24,24 @@ describe('LocalChangeFeed', () => {
     watch.close();
   });
 
+  it("hands each watch of the key the latest notify's detail, whether it waited or not", async () => {
+    const feed = new LocalChangeFeed(new FakeClock());
+    const parked = feed.watch('k');
+    const idle = feed.watch('k');
+    const other = feed.watch('other');
+    const woke = parked.changed(1_000);
+    feed.notify('k', { queuedLowPriority: true });
+    expect(await woke).toBe(true);
+    expect(parked.detail).toEqual({ queuedLowPriority: true });
+    expect(idle.detail).toEqual({ queuedLowPriority: true });
+    expect(other.detail).toBeUndefined();
+    // A later notify without one clears it: a detail never outlives the notify that carried it.
+    feed.notify('k');
+    expect(await idle.changed(1_000)).toBe(true);
+    expect(idle.detail).toBeUndefined();
+    for (const watch of [parked, idle, other]) watch.close();
+  });
+
   it('consumes a notify: the next wait waits again', async () => {
     const clock = new FakeClock();
     const feed = new LocalChangeFeed(clock);

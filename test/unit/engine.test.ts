@@ -754,7 +754,7 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       expect(reads.every((option) => option === false)).toBe(true);
     });
 
-    it('runSync does not read back the job it just stored: its first read is after the job ended', async () => {
+    it('runSync reads the job neither after storing it nor after it ended here: the end comes with its notify', async () => {
       const noInputReads: string[] = [];
       const get = db.jobs.get.bind(db.jobs);
       db.jobs.get = (jobId, nowMs, options) => {
@@ -768,8 +768,36 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
       expect(noInputReads).toEqual([]);
       await engine.done(ep, 'w1', taken[0]!.id, { output: 2 });
-      expect(await pending).toMatchObject({ status: 'COMPLETED', output: 2 });
-      // job-done's read for its move, then the wait's one read.
+      expect(await pending).toMatchObject({ status: 'COMPLETED', output: 2, workerId: 'w1' });
+      // job-done's read for its move only.
+      expect(noInputReads).toEqual([taken[0]!.id]);
+    });
+
+    it('a wait whose wake-up carries no ended job (another process ended it) reads the job', async () => {
+      // The job-end notify as a feed that only hears another process would see it: no detail.
+      const feed = new (class extends LocalChangeFeed {
+        override notify(key: string) {
+          super.notify(key);
+        }
+      })(clock);
+      engine = localEngine(
+        db,
+        clock,
+        { leaseMs: 30_000 },
+        { composedTake: take === 'composed', changes: feed },
+      );
+      const noInputReads: string[] = [];
+      const get = db.jobs.get.bind(db.jobs);
+      db.jobs.get = (jobId, nowMs, options) => {
+        if (options?.input === false) noInputReads.push(jobId);
+        return get(jobId, nowMs, options);
+      };
+      const pending = engine.runSync(ep, { input: { n: 1 } }, 90_000, undefined);
+      let taken: { id: string }[] = [];
+      while (taken.length === 0) taken = await engine.take(ep, 'w1', 1, 0);
+      await engine.done(ep, 'w1', taken[0]!.id, { output: 3 });
+      expect(await pending).toMatchObject({ status: 'COMPLETED', output: 3 });
+      // job-done's read for its move, then the wait's read of the ended job.
       expect(noInputReads).toEqual([taken[0]!.id, taken[0]!.id]);
     });
 

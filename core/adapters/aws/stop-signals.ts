@@ -18,7 +18,7 @@
 import { LocalChangeFeed, PollingChangeFeed } from '../../changes.js';
 import { workerKey } from '../../engine.js';
 import { PendingWork } from '../../pending-work.js';
-import type { ChangeFeed, Clock, Watch } from '../../ports.js';
+import type { ChangeDetail, ChangeFeed, Clock, Watch } from '../../ports.js';
 
 const workerKeyPrefix = workerKey('');
 
@@ -49,8 +49,8 @@ export class StopSignallingChangeFeed implements ChangeFeed {
     return this.options.inner.watch(key);
   }
 
-  notify(key: string): void {
-    this.options.inner.notify(key);
+  notify(key: string, detail?: ChangeDetail): void {
+    this.options.inner.notify(key, detail);
     if (!key.startsWith(workerKeyPrefix)) return;
     const workerId = key.slice(workerKeyPrefix.length);
     const work = this.options.signals.signalStop(workerId, this.options.clock.now()).catch((error) => {
@@ -118,9 +118,9 @@ export class StopSignalChangeFeed implements ChangeFeed {
     return watch;
   }
 
-  notify(key: string): void {
-    if (key === this.own) this.local.notify(key);
-    else this.polling.notify(key);
+  notify(key: string, detail?: ChangeDetail): void {
+    if (key === this.own) this.local.notify(key, detail);
+    else this.polling.notify(key, detail);
   }
 
   /** The current signal, from a read sent at most `pollMs` ago. */
