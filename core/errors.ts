@@ -26,6 +26,12 @@ export type ErrorCode =
   | 'bad_gateway'
   /** A dependency we need to answer is unavailable for now (the key store is throttled). */
   | 'unavailable'
+  /**
+   * No worker can serve a load-balanced request now: the endpoint is failing, allows no worker, or
+   * none came free while the request was held. The endpoint's state, not our failure: a 503 whose
+   * message is for the client, with Retry-After, as the ALB and the agent answer it on AWS.
+   */
+  | 'no_worker'
   /** What we forwarded to did not answer in time. */
   | 'gateway_timeout';
 
@@ -42,6 +48,7 @@ const httpStatusByCode: Record<ErrorCode, number> = {
   internal: 500,
   bad_gateway: 502,
   unavailable: 503,
+  no_worker: 503,
   gateway_timeout: 504,
 };
 
@@ -63,6 +70,7 @@ const exitCodeByCode: Record<ErrorCode, number> = {
   internal: 1,
   bad_gateway: 1,
   unavailable: 1,
+  no_worker: 1,
   gateway_timeout: 1,
 };
 
@@ -140,11 +148,13 @@ export interface ErrorEdge {
  * The one way an error leaves over HTTP, used by every edge (the local Fastify server, the API Lambda,
  * the agent, the load-balanced proxy, the API Gateway shim). 4xx: the message, which is written for the
  * client. 5xx: nothing but "internal error" and the request id; the detail is logged with that id.
+ * The one 5xx with a message is no_worker's 503: the endpoint's state, said to whoever may call it.
  */
 export function toHttpResponse(error: unknown, edge: ErrorEdge): ErrorResponse {
   const statusCode = httpStatus(error);
-  // A 429 tells the client when to come back (docs/api.md#errors), whichever API answers it.
-  if (statusCode === 429)
+  // A 429, and a 503 for want of a worker, tell the client when to come back (docs/api.md#errors),
+  // whichever API answers them; both messages are written for the client.
+  if (statusCode === 429 || (FerryError.is(error) && error.code === 'no_worker'))
     return {
       statusCode,
       body: { error: (error as FerryError).message },

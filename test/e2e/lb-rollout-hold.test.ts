@@ -3,7 +3,8 @@
  * deployment still finishing a request (a new deployment drains the old workers; `ferry dev` rolls one
  * on every save): the front door holds it until that worker has left and a new one is ready, as a job
  * waits in the queue. It was answered 500 "internal error" at once ("no worker to serve"), which the
- * `ferry dev` reload test met under load.
+ * `ferry dev` reload test met under load. A request no worker can ever serve (the code does not
+ * start) is answered at once: a 503 that says why, with Retry-After, as the ALB answers on AWS.
  */
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -21,20 +22,29 @@ let record: EndpointRecord;
 /** Where the busy request says it started and the test lets it go. */
 const marks = mkdtempSync(join(tmpdir(), 'ferry-lb-rollout-'));
 
-const get = async (path: string) => {
-  const response = await fetch(`${platform.url}/lb/roll${path}`, {
+const get = async (path: string, endpoint = 'roll') => {
+  const response = await fetch(`${platform.url}/lb/${endpoint}${path}`, {
     headers: { authorization: `Bearer ${testApiKey}` },
   });
-  return { status: response.status, body: (await response.json()) as { pid?: number; error?: string } };
+  return {
+    status: response.status,
+    retryAfter: response.headers.get('retry-after'),
+    body: (await response.json()) as { pid?: number; error?: string },
+  };
 };
 
 beforeAll(async () => {
   platform = await startTestPlatform({
     workers: { ferryPythonPath: resolve('worker-image/python'), tickMs: 100, reconcileIntervalMs: 300 },
+    // As `ferry dev` runs: a worker that exits at import marks its endpoint failing at once.
+    supervisor: { startFailureCodes: [1, 2] },
   });
   const { endpoints } = await scanProject({ projectDir });
   record = recordFor(endpoints.find((endpoint) => endpoint.name === 'roll')!, projectDir);
   await platform.db.control.putEndpoint(record);
+  await platform.db.control.putEndpoint(
+    recordFor(endpoints.find((endpoint) => endpoint.name === 'broken')!, projectDir),
+  );
   await platform.workers!.reconcile();
 });
 
@@ -65,10 +75,31 @@ it('holds a request while the one worker allowed is an old deployment finishing 
   await new Promise((r) => setTimeout(r, 300));
   expect(answered).toBe(false);
   writeFileSync(release, 'go');
-  expect(await busy).toEqual({ status: 200, body: { pid: first.body.pid } });
+  expect(await busy).toMatchObject({ status: 200, body: { pid: first.body.pid } });
   // Served by a worker of the new deployment, once the old one had answered its request and left.
   const answer = await held;
   const logs = platform.workers!.pool('roll')?.recentLogs().join('\n');
-  expect(answer, logs).toEqual({ status: 200, body: { pid: expect.any(Number) } });
+  expect(answer, logs).toMatchObject({ status: 200, body: { pid: expect.any(Number) } });
   expect(answer.body.pid).not.toBe(first.body.pid);
+});
+
+it('answers a request no worker can serve, the code failing to start, at once: 503 saying why, with Retry-After', {
+  timeout: 60_000,
+}, async () => {
+  // The first request starts a worker, which exits at import: that request was forwarded to a
+  // worker that failed (502), and the endpoint is failing.
+  const first = await get('/hello', 'broken');
+  expect(first.status).toBe(502);
+  await until(
+    'the endpoint to be failing',
+    () => platform.supervisor.problem('broken')?.state,
+    (s) => s === 'failing',
+  );
+  const began = performance.now();
+  const answer = await get('/hello', 'broken');
+  expect(performance.now() - began).toBeLessThan(5_000);
+  expect(answer.status).toBe(503);
+  expect(answer.retryAfter).toBe('5');
+  expect(answer.body.error).toMatch(/^Endpoint broken has no worker to serve this request: /);
+  expect(answer.body.error).toContain('its worker could not start');
 });

@@ -902,7 +902,8 @@ export class EndpointPool {
    * requests and leave, a start backoff, GPUs another endpoint's workers hold), the request is held
    * and asked about again every lbHoldPollMs, as a job waits in the queue, for up to lbHoldMs: it
    * failed at once, a 500 to a request sent just after a `ferry dev` reload. A failing endpoint, or
-   * one with no worker allowed, answers at once.
+   * one with no worker allowed, answers at once. Each such answer is a 503 saying why, with
+   * Retry-After (no_worker), as the ALB answers with no target on AWS.
    */
   private async workerFor(signal: AbortSignal | undefined): Promise<WorkerProcess> {
     const holdUntil = performance.now() + lbHoldMs;
@@ -924,9 +925,14 @@ export class EndpointPool {
       const mayStartLater = problem?.state !== 'failing' && this.resources.workersMax > 0;
       stop ??= signal ? AbortSignal.any([signal, this.abort.signal]) : this.abort.signal;
       if (!mayStartLater || stop.aborted || performance.now() >= holdUntil) {
+        const why = problem
+          ? `: ${problem.reason}`
+          : mayStartLater && !stop.aborted
+            ? `: none came free in ${lbHoldMs / 1000} s`
+            : '';
         throw new FerryError(
-          'failed',
-          `The endpoint has no worker to serve this request${problem ? `: ${problem.reason}` : ''}`,
+          'no_worker',
+          `Endpoint ${this.spec.record.name} has no worker to serve this request${why}`,
         );
       }
       await pauseFor(lbHoldPollMs, stop);
