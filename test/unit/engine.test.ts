@@ -699,6 +699,10 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       expect(await pending).toMatchObject({ status: 'COMPLETED', output: 42 });
     });
 
+    /** An engine on `feed`, wired like the one of beforeEach. */
+    const engineOn = (feed: LocalChangeFeed) =>
+      localEngine(db, clock, { leaseMs: 30_000 }, { composedTake: take === 'composed', changes: feed });
+
     it('runSync and status-sync wake once, when the job ends, and read it without its input', async () => {
       // A feed that records which watches woke; the engine on it is wired like the one of beforeEach.
       const woke: string[] = [];
@@ -714,12 +718,7 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
           return watch;
         }
       })(clock);
-      engine = localEngine(
-        db,
-        clock,
-        { leaseMs: 30_000 },
-        { composedTake: take === 'composed', changes: feed },
-      );
+      engine = engineOn(feed);
       const reads: JobReadOptions['input'][] = [];
       const get = db.jobs.get.bind(db.jobs);
       db.jobs.get = (jobId, nowMs, options) => {
@@ -754,23 +753,31 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       expect(reads.every((option) => option === false)).toBe(true);
     });
 
-    it('runSync reads the job neither after storing it nor after it ended here: the end comes with its notify', async () => {
+    /**
+     * A runSync whose job the worker w1 has taken, and the job ids read without their input from
+     * then on (the worker's take reads the input; the wait and job-done's move read without it).
+     */
+    async function runSyncTaken(n: number) {
       const noInputReads: string[] = [];
       const get = db.jobs.get.bind(db.jobs);
       db.jobs.get = (jobId, nowMs, options) => {
-        // The worker's take reads the input; the wait and job-done's move read without it.
         if (options?.input === false) noInputReads.push(jobId);
         return get(jobId, nowMs, options);
       };
-      const pending = engine.runSync(ep, { input: { n: 1 } }, 90_000, undefined);
+      const pending = engine.runSync(ep, { input: { n } }, 90_000, undefined);
       let taken: { id: string }[] = [];
       while (taken.length === 0) taken = await engine.take(ep, 'w1', 1, 0);
+      return { noInputReads, pending, taken: taken[0]! };
+    }
+
+    it('runSync reads the job neither after storing it nor after it ended here: the end comes with its notify', async () => {
+      const { noInputReads, pending, taken } = await runSyncTaken(2);
       for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
       expect(noInputReads).toEqual([]);
-      await engine.done(ep, 'w1', taken[0]!.id, { output: 2 });
+      await engine.done(ep, 'w1', taken.id, { output: 2 });
       expect(await pending).toMatchObject({ status: 'COMPLETED', output: 2, workerId: 'w1' });
       // job-done's read for its move only.
-      expect(noInputReads).toEqual([taken[0]!.id]);
+      expect(noInputReads).toEqual([taken.id]);
     });
 
     it('a wait whose wake-up carries no ended job (another process ended it) reads the job', async () => {
@@ -780,25 +787,12 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
           super.notify(key);
         }
       })(clock);
-      engine = localEngine(
-        db,
-        clock,
-        { leaseMs: 30_000 },
-        { composedTake: take === 'composed', changes: feed },
-      );
-      const noInputReads: string[] = [];
-      const get = db.jobs.get.bind(db.jobs);
-      db.jobs.get = (jobId, nowMs, options) => {
-        if (options?.input === false) noInputReads.push(jobId);
-        return get(jobId, nowMs, options);
-      };
-      const pending = engine.runSync(ep, { input: { n: 1 } }, 90_000, undefined);
-      let taken: { id: string }[] = [];
-      while (taken.length === 0) taken = await engine.take(ep, 'w1', 1, 0);
-      await engine.done(ep, 'w1', taken[0]!.id, { output: 3 });
+      engine = engineOn(feed);
+      const { noInputReads, pending, taken } = await runSyncTaken(3);
+      await engine.done(ep, 'w1', taken.id, { output: 3 });
       expect(await pending).toMatchObject({ status: 'COMPLETED', output: 3 });
       // job-done's read for its move, then the wait's read of the ended job.
-      expect(noInputReads).toEqual([taken[0]!.id, taken[0]!.id]);
+      expect(noInputReads).toEqual([taken.id, taken.id]);
     });
 
     it('status-sync that runs out on an unfinished job answers its view with the input', async () => {
