@@ -1306,8 +1306,8 @@ export class JobEngine {
    * The job once it is final, or as it is when `waitMs` runs out, read without its input: a final
    * job's view has none, and on AWS a polling wait would fetch a big input from S3 at every poll.
    * 404 at the first read when the job is not this endpoint's (or is gone). A job that ended in this
-   * process comes with its notify and is not read back: at one runsync client that read and its
-   * awaits put the runsync's answer behind the worker's job-done answer.
+   * process comes with its notify (ChangeDetail.ended) and is not read back: the final write that
+   * woke the wait just wrote it. A wait woken otherwise (another process's write, a poll) reads.
    */
   private async waitForEnd(
     endpointId: string,
