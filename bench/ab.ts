@@ -107,21 +107,28 @@ function runsyncs(side: Side, clientCount: number, seconds: number) {
   return runsyncLoops(side.child.url, endpointId, clientCount, () => performance.now() < endAt);
 }
 
-/** A round of the sync part: warm-up, then each level; the CPU a runsync is the 1-client level's. */
-async function measureSync(side: Side): Promise<void> {
-  await runsyncs(side, 1, warmUpSeconds);
+/** `work` on the side's platform, with the platform's CPU over it in ms: the process and its main thread. */
+async function withPlatformCpu<T>(side: Side, work: () => Promise<T>) {
   const before = cpuMs(side.child.pid);
   const mainBefore = mainThreadCpuMs(side.child.pid);
-  const one = await runsyncs(side, syncLevels[0], levelSeconds);
+  const result = await work();
   const after = cpuMs(side.child.pid);
   const mainAfter = mainThreadCpuMs(side.child.pid);
   if (before === undefined || after === undefined || mainBefore === undefined || mainAfter === undefined)
     throw new Error('no CPU figures: /proc is needed (Linux)');
+  return { result, platformMs: after - before, mainThreadMs: mainAfter - mainBefore };
+}
+
+/** A round of the sync part: warm-up, then each level; the CPU a runsync is the 1-client level's. */
+async function measureSync(side: Side): Promise<void> {
+  await runsyncs(side, 1, warmUpSeconds);
+  const cpu = await withPlatformCpu(side, () => runsyncs(side, syncLevels[0], levelSeconds));
+  const one = cpu.result;
   const many = await runsyncs(side, syncLevels[1], levelSeconds);
   const row = {
     perSec: round((one.count * 1000) / one.ms),
-    platformMs: round((after - before) / one.count, 4),
-    mainThreadMs: round((mainAfter - mainBefore) / one.count, 4),
+    platformMs: round(cpu.platformMs / one.count, 4),
+    mainThreadMs: round(cpu.mainThreadMs / one.count, 4),
     p50Ms1: round(one.p50Ms, 3),
     p50Ms32: round(many.p50Ms, 3),
   };
@@ -135,19 +142,13 @@ async function measure(side: Side): Promise<void> {
   if (part === 'sync') return measureSync(side);
   const warmUntil = performance.now() + warmUpSeconds * 1000;
   await load(side, () => performance.now() < warmUntil);
-  const before = cpuMs(side.child.pid);
-  const mainBefore = mainThreadCpuMs(side.child.pid);
   const workersBefore = descendantsCpuMs(side.child.pid);
   const latenciesMs: number[] = [];
-  const ms = await load(side, (sent) => sent < jobs, latenciesMs);
-  const after = cpuMs(side.child.pid);
-  const mainAfter = mainThreadCpuMs(side.child.pid);
-  if (before === undefined || after === undefined || mainBefore === undefined || mainAfter === undefined)
-    throw new Error('no CPU figures: /proc is needed (Linux)');
+  const cpu = await withPlatformCpu(side, () => load(side, (sent) => sent < jobs, latenciesMs));
   const row = {
-    perSec: round((jobs * 1000) / ms),
-    platformMs: round((after - before) / jobs, 4),
-    mainThreadMs: round((mainAfter - mainBefore) / jobs, 4),
+    perSec: round((jobs * 1000) / cpu.result),
+    platformMs: round(cpu.platformMs / jobs, 4),
+    mainThreadMs: round(cpu.mainThreadMs / jobs, 4),
     ...(latenciesMs.length > 0 ? tail(latenciesMs) : {}),
   };
   side.rows.push(row);
