@@ -75,11 +75,11 @@ it('holds a request while the one worker allowed is an old deployment finishing 
   await new Promise((r) => setTimeout(r, 300));
   expect(answered).toBe(false);
   writeFileSync(release, 'go');
-  expect(await busy).toMatchObject({ status: 200, body: { pid: first.body.pid } });
+  expect(await busy).toEqual({ status: 200, retryAfter: null, body: { pid: first.body.pid } });
   // Served by a worker of the new deployment, once the old one had answered its request and left.
   const answer = await held;
   const logs = platform.workers!.pool('roll')?.recentLogs().join('\n');
-  expect(answer, logs).toMatchObject({ status: 200, body: { pid: expect.any(Number) } });
+  expect(answer, logs).toEqual({ status: 200, retryAfter: null, body: { pid: expect.any(Number) } });
   expect(answer.body.pid).not.toBe(first.body.pid);
 });
 

@@ -704,7 +704,7 @@ describe.each([{ take: 'composed' }, { take: 'one write' }])('take $take', ({ ta
       localEngine(db, clock, { leaseMs: 30_000 }, { composedTake: take === 'composed', changes: feed });
 
     it('runSync and status-sync wake once, when the job ends, and read it without its input', async () => {
-      // A feed that records which watches woke; the engine on it is wired like the one of beforeEach.
+      // A feed that records which watches woke.
       const woke: string[] = [];
       const feed = new (class extends LocalChangeFeed {
         override watch(key: string) {
